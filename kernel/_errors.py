@@ -1,0 +1,140 @@
+"""The errors roost raises. Every message says what went wrong and how to fix it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class RoostError(Exception):
+    """Base class of every error roost raises on purpose.
+
+    ``code`` is a stable, machine-readable name (used in API and JSON-RPC error data).
+    """
+
+    code = "roost_error"
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": str(self)}
+
+
+class ConfigError(RoostError):
+    """``roost.toml`` (or an environment override) is invalid."""
+
+    code = "config_error"
+
+
+class ManifestError(RoostError):
+    """An ``agent.json`` is invalid. Names the file, the JSON pointer and what was expected."""
+
+    code = "manifest_error"
+
+    def __init__(self, file: str, pointer: str, expected: str) -> None:
+        self.file = file
+        self.pointer = pointer or "/"
+        self.expected = expected
+        super().__init__(f"{file}: at {self.pointer}: {expected}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "file": self.file, "pointer": self.pointer}
+
+
+class PluginError(RoostError):
+    """A plugin failed to import or register."""
+
+    code = "plugin_error"
+
+
+class AgentNotFound(RoostError):
+    code = "agent_not_found"
+
+    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
+        self.name = name
+        hint = f"; known agents: {', '.join(sorted(known))}" if known else ""
+        super().__init__(f"unknown agent {name!r}{hint}")
+
+
+class ToolError(RoostError):
+    """Base of tool-call failures; these become ``is_error`` results, never crashes."""
+
+    code = "tool_error"
+
+
+class ToolNotFound(ToolError):
+    code = "tool_not_found"
+
+    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
+        import difflib
+
+        self.name = name
+        close = difflib.get_close_matches(name, list(known), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        super().__init__(f"unknown tool {name!r}{hint}")
+
+
+class ToolNameCollision(ToolError):
+    code = "tool_name_collision"
+
+
+class ToolDenied(ToolError):
+    """The caller lacks the capability, or the tool is not exposed on this surface."""
+
+    code = "tool_denied"
+
+
+class ToolArgumentsInvalid(ToolError):
+    code = "invalid_arguments"
+
+
+class ToolTimeout(ToolError):
+    code = "tool_timeout"
+
+
+class TaintViolation(ToolError):
+    code = "taint_violation"
+
+
+class LoopDetected(ToolError):
+    code = "loop_detected"
+
+
+class RecursionLimitExceeded(ToolError):
+    """A call chain would pass ``max_depth``. Names the whole path."""
+
+    code = "recursion_limit"
+
+    def __init__(self, path: Sequence[str], max_depth: int) -> None:
+        self.path = tuple(path)
+        self.max_depth = max_depth
+        super().__init__(
+            f"call chain would reach depth {len(self.path)}, past the limit of {max_depth}: "
+            + " → ".join(self.path)
+        )
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "path": list(self.path), "max_depth": self.max_depth}
+
+
+class SandboxError(ToolError):
+    """A path or command would leave the agent's sandbox."""
+
+    code = "sandbox_violation"
+
+
+class ActorError(RoostError):
+    code = "actor_error"
+
+
+class ActorCrashed(ActorError):
+    """The actor's handler raised while processing this request; ``__cause__`` is the error."""
+
+    code = "actor_crashed"
+
+
+class ActorStopped(ActorError):
+    """The actor is stopped (shutdown, or it exhausted its restart budget)."""
+
+    code = "actor_stopped"
+
+
+class AskTimeout(ActorError):
+    code = "ask_timeout"

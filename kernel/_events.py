@@ -1,0 +1,166 @@
+"""The event envelope and the tap through which every event can be observed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from ._trace import TraceContext
+
+
+class EventKind:
+    """Namespaced event kinds (plain strings, so plugins may add their own)."""
+
+    AGENT_MESSAGE = "AGENT:MESSAGE"
+    AGENT_REPLY = "AGENT:REPLY"
+    AGENT_TOKEN = "AGENT:TOKEN"
+    AGENT_ERROR = "AGENT:ERROR"
+    EXEC_TOOL_CALL = "EXEC:TOOL_CALL"
+    EXEC_TOOL_RESULT = "EXEC:TOOL_RESULT"
+    KERNEL_STARTED = "KERNEL:STARTED"
+    KERNEL_STOPPING = "KERNEL:STOPPING"
+    KERNEL_STOPPED = "KERNEL:STOPPED"
+    KERNEL_BREAKER = "KERNEL:BREAKER"
+    KERNEL_PLUGIN_ERROR = "KERNEL:PLUGIN_ERROR"
+    ACTOR_CRASHED = "ACTOR:CRASHED"
+    ACTOR_RESTARTED = "ACTOR:RESTARTED"
+    ACTOR_STOPPED = "ACTOR:STOPPED"
+    TAP_DROPPED = "TAP:DROPPED"
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@attrs.frozen
+class Event:
+    """An immutable envelope. ``reply_to`` names the event this one answers."""
+
+    kind: str
+    source: str
+    target: str | None = None
+    payload: Any = attrs.field(factory=dict)
+    trace: TraceContext | None = None
+    id: str = attrs.field(factory=_new_id)
+    reply_to: str | None = None
+    ts: float = attrs.field(factory=time.time)
+
+    def reply(self, kind: str, payload: Any, *, source: str | None = None) -> Event:
+        """An event answering this one, addressed back to its source."""
+        return Event(
+            kind=kind,
+            source=source or (self.target or "kernel"),
+            target=self.source,
+            payload=payload,
+            trace=self.trace,
+            reply_to=self.id,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (the API's event stream sends this)."""
+        trace = None
+        if self.trace is not None:
+            trace = {
+                "trace_id": self.trace.trace_id,
+                "span_id": self.trace.span_id,
+                "parent_span_id": self.trace.parent_span_id,
+                "depth": self.trace.depth,
+                "path": list(self.trace.path),
+            }
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "source": self.source,
+            "target": self.target,
+            "payload": _jsonable(self.payload),
+            "trace": trace,
+            "reply_to": self.reply_to,
+            "ts": self.ts,
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if attrs.has(type(value)):
+        return _jsonable(attrs.asdict(value, recurse=False))
+    if isinstance(value, BaseException):
+        return {"error": type(value).__name__, "message": str(value)}
+    return repr(value)
+
+
+class EventTap:
+    """Fan-out of every published event to bounded subscriber channels.
+
+    A subscriber that cannot keep up loses events rather than slowing the kernel; the
+    number lost is reported to it in a ``TAP:DROPPED`` event once it catches up.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: dict[int, _Subscriber] = {}
+        self._next = 0
+        self.published = 0
+
+    def publish(self, event: Event) -> None:
+        """Deliver without blocking (safe to call from any task)."""
+        self.published += 1
+        for sub in list(self._subscribers.values()):
+            sub.offer(event)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    @asynccontextmanager
+    async def subscribe(
+        self, *, buffer: int = 1000, kinds: tuple[str, ...] | None = None
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
+        """``async with tap.subscribe() as events: async for ev in events: ...``
+
+        ``kinds`` filters by exact kind or by namespace prefix (``"EXEC:"``).
+        """
+        send, receive = trio.open_memory_channel[Event](buffer)
+        key = self._next
+        self._next += 1
+        self._subscribers[key] = _Subscriber(send, kinds)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            sub = self._subscribers.pop(key, None)
+            if sub is not None:
+                sub.send.close()
+
+
+class _Subscriber:
+    def __init__(self, send: trio.MemorySendChannel[Event], kinds: tuple[str, ...] | None):
+        self.send = send
+        self.kinds = kinds
+        self.dropped = 0
+
+    def offer(self, event: Event) -> None:
+        if self.kinds and not any(
+            event.kind == k or (k.endswith(":") and event.kind.startswith(k)) for k in self.kinds
+        ):
+            return
+        try:
+            if self.dropped:
+                self.send.send_nowait(
+                    Event(EventKind.TAP_DROPPED, "kernel", payload={"dropped": self.dropped})
+                )
+                self.dropped = 0
+            self.send.send_nowait(event)
+        except trio.WouldBlock:
+            self.dropped += 1
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass

@@ -1,0 +1,93 @@
+"""pluggy hook specifications: project ``roost``, entry-point group ``roost.plugins``.
+
+Hooks are synchronous and return descriptors; the kernel does the async work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import pluggy
+
+PROJECT = "roost"
+ENTRY_POINT_GROUP = "roost.plugins"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@attrs.frozen
+class ProviderDescriptor:
+    """A model provider: ``factory(model_config, provider_settings)`` returns a ``Provider``."""
+
+    name: str
+    factory: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    description: str = ""
+    requires_env: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class RouteDescriptor:
+    """An HTTP route served by the daemon. ``handler`` is a quart-trio view function."""
+
+    path: str
+    handler: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    methods: tuple[str, ...] = ("GET",)
+    websocket: bool = False
+    public: bool = False  # True: no bearer auth (like /health)
+
+
+@attrs.frozen
+class McpServerDescriptor:
+    """An MCP server the kernel should connect to (same fields as ``[[mcp_servers]]``)."""
+
+    name: str
+    transport: Mapping[str, Any]
+    timeout_secs: float = 30.0
+    env: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class ToolVeto:
+    """Returned by ``roost_before_tool_call`` to refuse a call; ``reason`` reaches the model."""
+
+    reason: str
+    plugin: str = ""
+
+
+class RoostHookSpecs:
+    """Every hook a plugin may implement. Implement any subset."""
+
+    @hookspec
+    def roost_tools(self, config: Any) -> Sequence[Any]:
+        """Return ``Tool`` descriptors (``roost.kernel.Tool``) this plugin provides."""
+
+    @hookspec
+    def roost_providers(self) -> Sequence[ProviderDescriptor]:
+        """Return model providers this plugin provides."""
+
+    @hookspec
+    def roost_mcp_servers(self, config: Any) -> Sequence[McpServerDescriptor]:
+        """Return MCP servers to connect to, in addition to ``roost.toml``."""
+
+    @hookspec
+    def roost_http_routes(self, kernel: Any) -> Sequence[RouteDescriptor]:
+        """Return extra HTTP routes for the daemon."""
+
+    @hookspec
+    def roost_kernel_started(self, kernel: Any) -> None:
+        """Called once the kernel is up (synchronous; do not block)."""
+
+    @hookspec
+    def roost_kernel_stopping(self, kernel: Any) -> None:
+        """Called when graceful shutdown begins (synchronous; do not block)."""
+
+    @hookspec
+    def roost_before_tool_call(self, call: Any, spec: Any, context: Any) -> ToolVeto | None:
+        """Inspect a call before it runs; return ``ToolVeto`` to refuse it."""
+
+    @hookspec
+    def roost_after_tool_call(self, call: Any, spec: Any, result: Any) -> Any | None:
+        """See a result; return a replacement ``ToolResult`` or None to keep it."""

@@ -1,0 +1,218 @@
+"""Tool descriptors, calls, results and the namespaced registry."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._errors import ToolNameCollision, ToolNotFound
+from ._trace import TraceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+# MCP 2025-11-25: tool names SHOULD be 1-128 chars of A-Z a-z 0-9 _ - .
+WIRE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_NOT_WIRE = re.compile(r"[^a-z0-9_]")
+
+TAINT_UNTRUSTED = "untrusted"
+
+EMPTY_OBJECT_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+def normalise_name(name: str) -> str:
+    """Lowercase, ``-`` and any other character outside ``[a-z0-9_]`` become ``_``."""
+    return _NOT_WIRE.sub("_", name.strip().lower())
+
+
+def namespaced(server: str, tool: str) -> str:
+    """The registry name of ``tool`` from MCP server ``server``: ``mcp_{server}_{tool}``."""
+    return f"mcp_{normalise_name(server)}_{normalise_name(tool)}"
+
+
+def agent_tool_name(agent: str) -> str:
+    """The tool through which other agents ask ``agent``: ``agent_{name}``."""
+    return f"agent_{normalise_name(agent)}"
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return None if value is None else dict(value)
+
+
+@attrs.frozen
+class ToolSpec:
+    """What a tool is: the MCP ``Tool`` fields plus roost's bookkeeping.
+
+    ``owner`` is the plugin, agent or server that provides it (``tools``, ``agent:coder``,
+    ``mcp:github``); ``qualified_name`` is ``owner:original_name`` (e.g. ``fs:read_file``),
+    which policy patterns may use. ``untrusted`` marks results as tainted.
+    """
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = attrs.field(factory=lambda: dict(EMPTY_OBJECT_SCHEMA))
+    title: str | None = None
+    output_schema: Mapping[str, Any] | None = None
+    annotations: Mapping[str, Any] | None = None
+    owner: str = "tools"
+    original_name: str | None = None
+    untrusted: bool = False
+    timeout_s: float | None = None
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.owner}:{self.original_name or self.name}"
+
+    def to_mcp(self) -> dict[str, Any]:
+        """The MCP ``Tool`` object for ``tools/list``."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+        }
+        if self.title:
+            out["title"] = self.title
+        if self.output_schema is not None:
+            out["outputSchema"] = dict(self.output_schema)
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
+
+
+@attrs.frozen
+class ToolCall:
+    """A request to run a tool, as the model or a peer made it."""
+
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    id: str = attrs.field(factory=lambda: "call_" + uuid.uuid4().hex[:16])
+    caller: str = ""
+    trace: TraceContext | None = None
+
+
+@attrs.frozen
+class ToolResult:
+    """MCP-shaped result: content blocks, optional structured content, error flag, taint."""
+
+    content: tuple[Mapping[str, Any], ...] = ()
+    structured_content: Mapping[str, Any] | None = None
+    is_error: bool = False
+    taint: frozenset[str] = frozenset()
+
+    @classmethod
+    def text(cls, text: str, *, is_error: bool = False, taint: Iterable[str] = ()) -> ToolResult:
+        return cls(({"type": "text", "text": text},), None, is_error, frozenset(taint))
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        return cls.text(message, is_error=True)
+
+    def as_text(self) -> str:
+        """All text content joined; other blocks summarised."""
+        parts = []
+        for block in self.content:
+            if block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            elif block.get("type") == "resource" and isinstance(block.get("resource"), Mapping):
+                parts.append(str(block["resource"].get("text", "")))
+            else:
+                parts.append(f"[{block.get('type', 'unknown')} content]")
+        if not parts and self.structured_content is not None:
+            import json
+
+            parts.append(json.dumps(self.structured_content, ensure_ascii=False))
+        return "\n".join(parts)
+
+    def with_taint(self, *labels: str) -> ToolResult:
+        return attrs.evolve(self, taint=self.taint | frozenset(labels))
+
+    def to_mcp(self) -> dict[str, Any]:
+        """The MCP ``CallToolResult`` object."""
+        out: dict[str, Any] = {"content": [dict(b) for b in self.content], "isError": self.is_error}
+        if self.structured_content is not None:
+            out["structuredContent"] = dict(self.structured_content)
+        return out
+
+
+@attrs.frozen
+class ToolContext:
+    """What a running tool may know about its caller and its sandbox."""
+
+    agent: str
+    workspace: Path
+    sandbox: str = "sandbox"  # "sandbox" | "read-only" | "rwx"
+    trace: TraceContext | None = None
+    env_allowlist: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    max_output_chars: int = 50_000
+    # Set by the kernel: lets a tool reach the kernel (e.g. to ask another agent).
+    kernel: Any = attrs.field(default=None, eq=False, repr=False)
+
+
+ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]
+
+
+@attrs.frozen
+class Tool:
+    """A descriptor a plugin returns from ``roost_tools``: the spec and its async handler."""
+
+    spec: ToolSpec
+    handler: ToolHandler = attrs.field(eq=False, repr=False)
+
+
+class ToolRegistry:
+    """Every tool the kernel knows, by registry name, with a map back to original names."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._original: dict[str, str] = {}
+
+    def register(self, tool: Tool) -> None:
+        name = tool.spec.name
+        if not WIRE_NAME.match(name):
+            raise ToolNameCollision(
+                f"tool name {name!r} from {tool.spec.owner} is not a valid MCP tool name "
+                "(1-128 characters of A-Z a-z 0-9 _ - .)"
+            )
+        existing = self._tools.get(name)
+        if existing is not None:
+            raise ToolNameCollision(
+                f"tool {name!r} from {tool.spec.owner} collides with the one from "
+                f"{existing.spec.owner} ({existing.spec.qualified_name}); rename one of them "
+                "or disable a plugin"
+            )
+        self._tools[name] = tool
+        self._original[name] = tool.spec.original_name or name
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+        self._original.pop(name, None)
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise ToolNotFound(name, list(self._tools)) from None
+
+    def original_name(self, name: str) -> str:
+        """The name the provider of ``name`` knows it by (e.g. the MCP server's own name)."""
+        if name not in self._original:
+            raise ToolNotFound(name, list(self._tools))
+        return self._original[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec for t in sorted(self._tools.values(), key=lambda t: t.spec.name)]
+
+    def tools(self) -> list[Tool]:
+        return [self._tools[n] for n in sorted(self._tools)]

@@ -1,0 +1,199 @@
+"""Trace context: W3C-compatible ids plus the call-chain depth and path.
+
+Depth is the number of agents in the chain: a message from outside to agent A starts
+a trace at depth 1 (path ``A``); A calling B gives depth 2 (``A → B``), and so on.
+``child()`` refuses a hop that would pass ``max_depth`` (default 5), so with the default
+the sixth agent of ``A → B → C → D → E → F`` is refused and the error names that path.
+
+The context travels in MCP ``params._meta``, in A2A message metadata and in HTTP headers,
+so the breaker holds across processes.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+import attrs
+
+from ._errors import RecursionLimitExceeded
+
+DEFAULT_MAX_DEPTH = 5
+
+META_TRACEPARENT = "traceparent"
+META_DEPTH = "io.roost/trace-depth"
+META_PATH = "io.roost/trace-path"
+META_MAX_DEPTH = "io.roost/trace-max-depth"
+
+HEADER_TRACEPARENT = "traceparent"
+HEADER_TRACE_ID = "X-Roost-Trace-Id"
+HEADER_DEPTH = "X-Roost-Trace-Depth"
+HEADER_PATH = "X-Roost-Trace-Path"
+HEADER_OPENSTARRY = "X-OpenStarry-Trace-ID"
+
+_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_MAX_PATH_ITEMS = 64
+_MAX_HOP_LEN = 128
+
+
+def _new_trace_id() -> str:
+    while True:
+        value = secrets.token_hex(16)
+        if value != "0" * 32:
+            return value
+
+
+def _new_span_id() -> str:
+    while True:
+        value = secrets.token_hex(8)
+        if value != "0" * 16:
+            return value
+
+
+@attrs.frozen
+class TraceContext:
+    """Where a call sits in its chain. Immutable; ``child()`` makes the next hop."""
+
+    trace_id: str
+    span_id: str
+    depth: int
+    path: tuple[str, ...]
+    max_depth: int = DEFAULT_MAX_DEPTH
+    parent_span_id: str | None = None
+
+    @classmethod
+    def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
+        """Start a trace whose first agent is ``origin`` (depth 1)."""
+        return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
+
+    def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
+        """The context for calling ``hop`` from here.
+
+        Raises RecursionLimitExceeded when the chain would pass the limit; the stricter of
+        this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
+        """
+        limit = self.max_depth if max_depth is None else min(self.max_depth, max_depth)
+        path = self.path + (hop,)
+        if len(path) > limit or self.depth + 1 > limit:
+            raise RecursionLimitExceeded(path, limit)
+        return TraceContext(self.trace_id, _new_span_id(), self.depth + 1, path, limit, self.span_id)
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id}-{self.span_id}-01"
+
+    def path_text(self) -> str:
+        return " → ".join(self.path)
+
+    # ---- MCP params._meta -------------------------------------------------------
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            META_TRACEPARENT: self.traceparent,
+            META_DEPTH: self.depth,
+            META_PATH: list(self.path),
+            META_MAX_DEPTH: self.max_depth,
+        }
+
+    def inject_meta(self, params: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        """Put this context into ``params["_meta"]`` (creating it), keeping other keys."""
+        meta = params.get("_meta")
+        meta = dict(meta) if isinstance(meta, Mapping) else {}
+        meta.update(self.to_meta())
+        params["_meta"] = meta
+        return params
+
+    @classmethod
+    def from_meta(cls, meta: Any) -> TraceContext | None:
+        """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent.
+
+        Malformed values are ignored rather than trusted: a bad depth never lowers the count.
+        """
+        if not isinstance(meta, Mapping):
+            return None
+        parent = _parse_traceparent(meta.get(META_TRACEPARENT))
+        depth = _parse_int(meta.get(META_DEPTH))
+        path = _parse_path(meta.get(META_PATH))
+        max_depth = _parse_int(meta.get(META_MAX_DEPTH))
+        if parent is None and depth is None and not path:
+            return None
+        return cls._assemble(parent, None, depth, path, max_depth)
+
+    # ---- A2A message metadata ------------------------------------------------------
+    to_metadata = to_meta
+    from_metadata = from_meta
+
+    # ---- HTTP headers ----------------------------------------------------------------
+    def to_headers(self) -> dict[str, str]:
+        return {
+            HEADER_TRACEPARENT: self.traceparent,
+            HEADER_TRACE_ID: self.trace_id,
+            HEADER_DEPTH: str(self.depth),
+            HEADER_PATH: ",".join(self.path),
+        }
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> TraceContext | None:
+        """Read a context from HTTP headers (case-insensitive); None if absent.
+
+        Accepts ``traceparent``, ``X-Roost-Trace-Id`` / ``-Depth`` / ``-Path`` and, on input,
+        ``X-OpenStarry-Trace-ID``.
+        """
+        lower = {str(k).lower(): str(v) for k, v in headers.items()}
+        parent = _parse_traceparent(lower.get(HEADER_TRACEPARENT.lower()))
+        trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
+        trace_id = _normalise_trace_id(trace_id)
+        depth = _parse_int(lower.get(HEADER_DEPTH.lower()))
+        raw_path = lower.get(HEADER_PATH.lower())
+        path = _parse_path(raw_path.split(",")) if raw_path else ()
+        if parent is None and trace_id is None and depth is None and not path:
+            return None
+        return cls._assemble(parent, trace_id, depth, path, None)
+
+    @classmethod
+    def _assemble(cls, parent, trace_id, depth, path, max_depth) -> TraceContext:
+        tid, span = parent if parent else (trace_id or _new_trace_id(), _new_span_id())
+        if depth is None or depth < len(path):
+            depth = max(len(path), 1)
+        if not path:
+            path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
+        limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
+        return cls(tid, span, depth, path, limit)
+
+
+def _parse_traceparent(value: Any) -> tuple[str, str] | None:
+    if not isinstance(value, str):
+        return None
+    m = _TRACEPARENT.match(value.strip().lower())
+    if not m or m.group(1) == "0" * 32 or m.group(2) == "0" * 16:
+        return None
+    return m.group(1), m.group(2)
+
+
+def _normalise_trace_id(value: str | None) -> str | None:
+    if not value:
+        return None
+    v = value.strip().lower().replace("-", "")
+    if _HEX32.match(v) and v != "0" * 32:
+        return v
+    return None
+
+
+def _parse_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < 10_000 else None
+    if isinstance(value, str) and value.strip().isdigit():
+        n = int(value.strip())
+        return n if n < 10_000 else None
+    return None
+
+
+def _parse_path(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    hops = [str(v).strip()[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if str(v).strip()]
+    return tuple(hops)

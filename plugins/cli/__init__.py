@@ -1,0 +1,2 @@
+"""x"""
+def main(): print("hi")
