@@ -138,3 +138,9 @@ class ActorStopped(ActorError):
 
 class AskTimeout(ActorError):
     code = "ask_timeout"
+
+
+class MailboxFull(ActorError):
+    """An actor's mailbox stayed full past the sender's deadline (the actor is overloaded)."""
+
+    code = "mailbox_full"

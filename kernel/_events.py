@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+import os
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,11 +34,27 @@ class EventKind:
     ACTOR_CRASHED = "ACTOR:CRASHED"
     ACTOR_RESTARTED = "ACTOR:RESTARTED"
     ACTOR_STOPPED = "ACTOR:STOPPED"
+    ACTOR_REPLY = "ACTOR:REPLY"
     TAP_DROPPED = "TAP:DROPPED"
 
 
+# Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
+# plus a counter (uuid4 dominated the ask round trip). A forked child gets a new prefix.
+_id_prefix = secrets.token_hex(8)
+_id_counter = itertools.count()
+
+
+def _reseed_ids() -> None:
+    global _id_prefix, _id_counter
+    _id_prefix = secrets.token_hex(8)
+    _id_counter = itertools.count()
+
+
+os.register_at_fork(after_in_child=_reseed_ids)
+
+
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    return f"{_id_prefix}{next(_id_counter):016x}"
 
 
 @attrs.frozen
@@ -86,8 +105,10 @@ class Event:
 
 
 def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if value is None or isinstance(value, (str, int, bool)):
         return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None  # NaN/Infinity are not JSON
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -127,8 +148,13 @@ class EventTap:
     ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
         """``async with tap.subscribe() as events: async for ev in events: ...``
 
-        ``kinds`` filters by exact kind or by namespace prefix (``"EXEC:"``).
+        ``kinds`` filters by exact kind or by namespace prefix (``"EXEC:"``); a single
+        string is one kind. ``buffer`` (at least 1) bounds what a slow reader may lag.
         """
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+            raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
+        if isinstance(kinds, str):
+            kinds = (kinds,)
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1

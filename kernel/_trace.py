@@ -114,7 +114,7 @@ class TraceContext:
         if not isinstance(meta, Mapping):
             return None
         parent = _parse_traceparent(meta.get(META_TRACEPARENT))
-        depth = _parse_int(meta.get(META_DEPTH))
+        depth = _parse_int(meta.get(META_DEPTH), saturate=True)
         path = _parse_path(meta.get(META_PATH))
         max_depth = _parse_int(meta.get(META_MAX_DEPTH))
         if parent is None and depth is None and not path:
@@ -145,7 +145,7 @@ class TraceContext:
         parent = _parse_traceparent(lower.get(HEADER_TRACEPARENT.lower()))
         trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
         trace_id = _normalise_trace_id(trace_id)
-        depth = _parse_int(lower.get(HEADER_DEPTH.lower()))
+        depth = _parse_int(lower.get(HEADER_DEPTH.lower()), saturate=True)
         raw_path = lower.get(HEADER_PATH.lower())
         path = _parse_path(raw_path.split(",")) if raw_path else ()
         if parent is None and trace_id is None and depth is None and not path:
@@ -181,15 +181,28 @@ def _normalise_trace_id(value: str | None) -> str | None:
     return None
 
 
-def _parse_int(value: Any) -> int | None:
+_BIG = 10_000
+
+
+def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
+    """A count below 10,000 from an int or a string of ASCII digits; None if malformed.
+
+    With ``saturate`` a larger count becomes 10,000 rather than None, so that a huge
+    inbound depth is treated as too deep instead of as absent.
+    """
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return value if 0 <= value < 10_000 else None
-    if isinstance(value, str) and value.strip().isdigit():
-        n = int(value.strip())
-        return n if n < 10_000 else None
-    return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()):
+            return None
+        text = text.lstrip("0") or "0"
+        value = int(text) if len(text) <= 6 else _BIG
+    if not isinstance(value, int) or value < 0:
+        return None
+    if value >= _BIG:
+        return _BIG if saturate else None
+    return value
 
 
 def _parse_path(value: Any) -> tuple[str, ...]:

@@ -1,1 +1,1 @@
-"""x"""
+"""First-party model providers. Each is a plugin module registered under ``roost.plugins``."""

@@ -1,0 +1,711 @@
+"""Actors: one Trio task (or a small pool) per actor, one bounded mailbox, supervision.
+
+``tell`` is fire-and-forget with back-pressure; ``ask`` is request/reply and always has a
+deadline. A handler that raises fails the ask it was serving with ``ActorCrashed`` (the
+exception is its ``__cause__``), is logged and published as ``ACTOR:CRASHED``, and the
+actor is restarted with a fresh handler, until its ``RestartPolicy`` budget runs out; then
+it stops and every ask still queued for it fails with ``ActorStopped`` naming the cause.
+
+Every task lives in the system's nursery; leaving ``open_actor_system`` closes the
+mailboxes, lets in-flight handlers finish within ``shutdown_timeout_s``, then cancels.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import difflib
+import logging
+import math
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from ._errors import (
+    ActorCrashed,
+    ActorError,
+    ActorStopped,
+    AgentNotFound,
+    AskTimeout,
+    MailboxFull,
+)
+from ._events import Event, EventKind, EventTap
+from ._trace import TraceContext
+
+log = logging.getLogger("roost.actor")
+
+DEFAULT_ASK_TIMEOUT_S = 30.0
+DEFAULT_TELL_TIMEOUT_S = 30.0
+DEFAULT_MAILBOX_SIZE = 64
+MAX_MAILBOX_SIZE = 1_000_000
+MAX_CONCURRENCY = 1024
+# Names of recently stopped actors, so a late ask says "stopped: <why>" rather than
+# "unknown agent". Bounded: the oldest entries are forgotten.
+_TOMBSTONES = 1024
+
+# The actor whose task (or worker) is running: lets stop() notice an actor stopping itself.
+_current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
+    "roost_current_actor", default=None
+)
+
+# The reply kind for well-known request kinds; anything else is answered with ACTOR:REPLY.
+REPLY_KINDS: dict[str, str] = {
+    EventKind.AGENT_MESSAGE: EventKind.AGENT_REPLY,
+    EventKind.EXEC_TOOL_CALL: EventKind.EXEC_TOOL_RESULT,
+}
+
+
+def reply_kind(kind: str) -> str:
+    """The kind of the reply to a request of ``kind``."""
+    return REPLY_KINDS.get(kind, EventKind.ACTOR_REPLY)
+
+
+def _check_count(field: str, value: Any, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field}: expected an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{field}: must be between {low} and {high}, got {value}")
+
+
+def _check_seconds(field: str, value: Any, why: str = "") -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{field}: expected a number of seconds, got {type(value).__name__}{why}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{field}: must be a positive, finite number of seconds, got {value}{why}")
+    return float(value)
+
+
+def _validate_max_restarts(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _check_count(f"RestartPolicy.{attribute.name}", value, 0, 1_000_000)
+
+
+def _validate_window(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:
+    _check_seconds(f"RestartPolicy.{attribute.name}", value)
+
+
+@attrs.frozen
+class RestartPolicy:
+    """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds.
+
+    One crash more than that in the window stops the actor. ``max_restarts=0`` means the
+    first crash stops it.
+    """
+
+    max_restarts: int = attrs.field(default=3, validator=_validate_max_restarts)
+    window_s: float = attrs.field(default=60.0, validator=_validate_window)
+
+
+@attrs.frozen(eq=False)
+class ActorContext:
+    """What a handler knows about the actor it runs in. A new one per (re)start."""
+
+    name: str
+    system: ActorSystem = attrs.field(repr=False)
+    restarts: int = 0
+
+    @property
+    def ref(self) -> ActorRef:
+        """A reference to this actor."""
+        return ActorRef(self.name, self.system)
+
+    async def tell(
+        self, target: str, kind: str, payload: Any = None, *, trace: TraceContext | None = None
+    ) -> None:
+        """Send an event from this actor to ``target`` without waiting for a reply."""
+        await self.system.tell(Event(kind, self.name, target, payload, trace))
+
+    async def ask(
+        self,
+        target: str,
+        kind: str,
+        payload: Any = None,
+        *,
+        trace: TraceContext | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+    ) -> Event:
+        """Ask ``target`` on behalf of this actor; see ``ActorSystem.ask``."""
+        return await self.system.ask(
+            target, kind, payload, source=self.name, trace=trace, timeout=timeout
+        )
+
+
+ActorHandler = Callable[[ActorContext, Event], Awaitable[Any]]
+"""An actor's handler: ``await handler(ctx, event)``; the return value answers an ask.
+
+Return an ``Event`` (e.g. ``event.reply(kind, payload)``) to choose the reply's kind; any
+other value becomes the payload of a reply of kind ``reply_kind(event.kind)``.
+"""
+
+
+@attrs.frozen(eq=False)
+class ActorRef:
+    """A handle on a named actor in a system (the actor may have stopped since)."""
+
+    name: str
+    system: ActorSystem = attrs.field(repr=False)
+
+    async def tell(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        source: str = "kernel",
+        trace: TraceContext | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """``ActorSystem.tell`` addressed to this actor."""
+        await self.system.tell(Event(kind, source, self.name, payload, trace), timeout=timeout)
+
+    def try_tell(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        source: str = "kernel",
+        trace: TraceContext | None = None,
+    ) -> bool:
+        """``ActorSystem.try_tell`` addressed to this actor."""
+        return self.system.try_tell(Event(kind, source, self.name, payload, trace))
+
+    async def ask(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        source: str = "kernel",
+        trace: TraceContext | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+    ) -> Event:
+        """``ActorSystem.ask`` addressed to this actor."""
+        return await self.system.ask(
+            self.name, kind, payload, source=source, trace=trace, timeout=timeout
+        )
+
+    async def stop(self) -> None:
+        """``ActorSystem.stop`` for this actor."""
+        await self.system.stop(self.name)
+
+    @property
+    def alive(self) -> bool:
+        """True while the actor accepts events."""
+        return self.name in self.system
+
+
+class _ReplySlot:
+    """A one-shot place for the answer to one ask. The first outcome wins."""
+
+    __slots__ = ("done", "error", "ready", "reply")
+
+    def __init__(self) -> None:
+        self.ready = trio.Event()
+        self.done = False
+        self.reply: Event | None = None
+        self.error: BaseException | None = None
+
+    def succeed(self, reply: Event) -> None:
+        if not self.done:
+            self.done = True
+            self.reply = reply
+            self.ready.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.done = True
+            self.error = error
+            self.ready.set()
+
+    def abandon(self) -> None:
+        """The asker gave up (deadline or cancellation): later outcomes are dropped."""
+        self.done = True
+
+
+# A mailbox entry: the event, and the reply slot when it was asked (None when told).
+_Letter = tuple[Event, "_ReplySlot | None"]
+
+
+class _Actor:
+    __slots__ = (
+        "concurrency",
+        "context",
+        "crash_times",
+        "done",
+        "factory",
+        "handler",
+        "name",
+        "policy",
+        "receive",
+        "restarts",
+        "scope",
+        "send",
+        "size",
+        "stop_cause",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        factory: Callable[[], ActorHandler],
+        handler: ActorHandler,
+        context: ActorContext,
+        size: int,
+        concurrency: int,
+        policy: RestartPolicy,
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.handler = handler
+        self.context = context
+        self.size = size
+        self.concurrency = concurrency
+        self.policy = policy
+        self.send, self.receive = trio.open_memory_channel[_Letter](size)
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+        self.restarts = 0
+        self.crash_times: deque[float] | None = None  # created on the first crash
+        self.stop_cause: str | None = None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class ActorSystem:
+    """Named actors in one nursery. Create it with ``open_actor_system()``.
+
+    ``tap`` sees every event that is told, asked or replied, and the actors' lifecycle
+    events (``ACTOR:CRASHED``, ``ACTOR:RESTARTED``, ``ACTOR:STOPPED``).
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        tap: EventTap,
+        *,
+        shutdown_timeout_s: float,
+        tell_timeout_s: float,
+    ) -> None:
+        self.tap = tap
+        self.shutdown_timeout_s = shutdown_timeout_s
+        self.tell_timeout_s = tell_timeout_s
+        self._nursery = nursery
+        self._actors: dict[str, _Actor] = {}
+        self._stopped: OrderedDict[str, str] = OrderedDict()
+        self._closing: str | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def spawn(
+        self,
+        name: str,
+        handler_factory: Callable[[], ActorHandler],
+        *,
+        mailbox_size: int = DEFAULT_MAILBOX_SIZE,
+        concurrency: int = 1,
+        restart: RestartPolicy | None = None,
+    ) -> ActorRef:
+        """Start an actor named ``name`` whose handler comes from ``handler_factory()``.
+
+        The factory is called now and again on every restart. ``concurrency`` is how many
+        events the actor may handle at once (its handler must then be re-entrant).
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"name: expected a non-empty string, got {name!r}")
+        if not callable(handler_factory):
+            raise TypeError(
+                f"handler_factory: expected a callable returning an async handler, "
+                f"got {type(handler_factory).__name__}"
+            )
+        _check_count("mailbox_size", mailbox_size, 1, MAX_MAILBOX_SIZE)
+        _check_count("concurrency", concurrency, 1, MAX_CONCURRENCY)
+        if restart is None:
+            restart = RestartPolicy()
+        elif not isinstance(restart, RestartPolicy):
+            raise TypeError(f"restart: expected a RestartPolicy, got {type(restart).__name__}")
+        if self._closing is not None:
+            raise ActorStopped(
+                f"cannot spawn {name!r}: the actor system is shutting down ({self._closing})"
+            )
+        if name in self._actors:
+            raise ActorError(
+                f"an actor named {name!r} already exists; stop it first or choose another name"
+            )
+        handler = self._make_handler(name, handler_factory)
+        context = ActorContext(name, self, 0)
+        actor = _Actor(name, handler_factory, handler, context, mailbox_size, concurrency, restart)
+        self._actors[name] = actor
+        self._stopped.pop(name, None)
+        self._nursery.start_soon(self._run, actor, name=f"actor:{name}")
+        return ActorRef(name, self)
+
+    @staticmethod
+    def _make_handler(name: str, factory: Callable[[], ActorHandler]) -> ActorHandler:
+        try:
+            handler = factory()
+        except Exception as exc:
+            raise ActorError(f"handler_factory of actor {name!r} raised {_describe(exc)}") from exc
+        if not callable(handler):
+            raise ActorError(
+                f"handler_factory of actor {name!r} returned {type(handler).__name__}; "
+                "it must return an async callable (ctx, event) -> reply"
+            )
+        return handler
+
+    async def stop(self, name: str, *, timeout: float | None = None) -> None:
+        """Stop ``name``: queued asks fail with ActorStopped, in-flight handlers get
+        ``timeout`` (default ``shutdown_timeout_s``) to finish, then are cancelled."""
+        grace = self.shutdown_timeout_s if timeout is None else _check_seconds("timeout", timeout)
+        actor = self._actors.get(name)
+        if actor is None:
+            if name in self._stopped:
+                return
+            raise AgentNotFound(name, self._known_hint(name))
+        self._close(actor, "stopped on request")
+        actor.scope.deadline = min(actor.scope.deadline, trio.current_time() + grace)
+        if _current_actor.get() is actor:
+            return  # a handler stopping its own actor: the actor ends once it returns
+        # Cancellation follows the grace period; the extra second only guards against a
+        # handler that shields itself from cancellation.
+        with trio.move_on_after(grace + 1.0):
+            await actor.done.wait()
+        if not actor.done.is_set():
+            log.warning("actor %r did not stop within %.1fs of being cancelled", name, grace)
+
+    def names(self) -> list[str]:
+        """Names of the actors that accept events, sorted."""
+        return sorted(n for n, a in self._actors.items() if a.stop_cause is None)
+
+    def __contains__(self, name: object) -> bool:
+        actor = self._actors.get(name)  # type: ignore[arg-type]
+        return actor is not None and actor.stop_cause is None
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def _known_hint(self, name: str) -> list[str]:
+        names = self.names()
+        if len(names) <= 20:
+            return names
+        return difflib.get_close_matches(name, names, n=5) or names[:20]
+
+    def ref(self, name: str) -> ActorRef:
+        """A reference to the running actor ``name``; AgentNotFound if there is none."""
+        self._lookup(name)
+        return ActorRef(name, self)
+
+    # ---- messaging ------------------------------------------------------------------
+    def _lookup(self, target: Any) -> _Actor:
+        actor = self._actors.get(target) if isinstance(target, str) else None
+        if actor is None:
+            if not isinstance(target, str):
+                raise ActorError(
+                    f"event.target: expected the name of an actor, got {target!r}; "
+                    f"known actors: {', '.join(self._known_hint('')) or '(none)'}"
+                )
+            cause = self._stopped.get(target)
+            if cause is not None:
+                raise ActorStopped(f"actor {target!r} is stopped: {cause}")
+            raise AgentNotFound(target, self._known_hint(target))
+        if actor.stop_cause is not None:
+            raise ActorStopped(f"actor {target!r} is stopped: {actor.stop_cause}")
+        return actor
+
+    async def tell(self, event: Event, *, timeout: float | None = None) -> None:
+        """Deliver ``event`` to the actor named ``event.target`` without waiting for it to
+        be handled. Waits while the mailbox is full, at most ``timeout`` seconds (default
+        ``tell_timeout_s``), then raises MailboxFull."""
+        limit = self.tell_timeout_s if timeout is None else _check_seconds("timeout", timeout)
+        actor = self._lookup(event.target)
+        self.tap.publish(event)
+        try:
+            actor.send.send_nowait((event, None))
+        except trio.WouldBlock:
+            with trio.move_on_after(limit):
+                await self._send(actor, event, None)
+                return
+            raise MailboxFull(
+                f"actor {actor.name!r} kept its mailbox full ({actor.size} events) for "
+                f"{limit:g}s, so {event.kind} was not delivered; the actor is overloaded or "
+                "stuck: slow the sender, raise mailbox_size or concurrency"
+            ) from None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._stopped_error(actor, event) from None
+        else:
+            await trio.lowlevel.checkpoint()
+
+    def try_tell(self, event: Event) -> bool:
+        """Deliver ``event`` if its target's mailbox has room; False if it is full.
+
+        Raises AgentNotFound / ActorStopped like ``tell``: those do not go away by retrying.
+        """
+        actor = self._lookup(event.target)
+        try:
+            actor.send.send_nowait((event, None))
+        except trio.WouldBlock:
+            return False
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self._stopped_error(actor, event) from None
+        self.tap.publish(event)
+        return True
+
+    async def ask(
+        self,
+        target: str,
+        kind: str,
+        payload: Any = None,
+        *,
+        source: str = "kernel",
+        trace: TraceContext | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+    ) -> Event:
+        """Send ``kind``/``payload`` to ``target`` and wait at most ``timeout`` seconds for
+        its reply event (whose ``reply_to`` is the request's id).
+
+        Raises AgentNotFound (no such actor), AskTimeout, ActorCrashed (its ``__cause__`` is
+        the handler's exception) or ActorStopped.
+        """
+        if timeout.__class__ is not float or not 0 < timeout < math.inf:
+            timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
+        actor = self._lookup(target)
+        event = Event(kind, source, target, payload, trace)
+        slot = _ReplySlot()
+        self.tap.publish(event)
+        with trio.move_on_after(timeout):
+            try:
+                try:
+                    actor.send.send_nowait((event, slot))
+                except trio.WouldBlock:
+                    await self._send(actor, event, slot)
+                await slot.ready.wait()
+            finally:
+                if not slot.done:
+                    slot.abandon()
+        if slot.reply is not None:
+            return slot.reply
+        if slot.error is not None:
+            raise slot.error
+        raise AskTimeout(
+            f"{source!r} asked {target!r} ({kind}, event {event.id}) and got no reply within "
+            f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+        )
+
+    async def _send(self, actor: _Actor, event: Event, slot: _ReplySlot | None) -> None:
+        try:
+            await actor.send.send((event, slot))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            error = self._stopped_error(actor, event)
+            if slot is None:
+                raise error from None
+            slot.fail(error)
+
+    @staticmethod
+    def _stopped_error(actor: _Actor, event: Event) -> ActorStopped:
+        return ActorStopped(
+            f"actor {actor.name!r} stopped before it could take {event.kind} "
+            f"(event {event.id}): {actor.stop_cause or 'stopped'}"
+        )
+
+    # ---- the actor task ---------------------------------------------------------------
+    async def _run(self, actor: _Actor) -> None:
+        _current_actor.set(actor)
+        try:
+            with actor.scope:
+                if actor.concurrency == 1:
+                    await self._serve(actor)
+                else:
+                    async with trio.open_nursery() as workers:
+                        for i in range(actor.concurrency):
+                            workers.start_soon(self._serve, actor, name=f"actor:{actor.name}#{i}")
+        finally:
+            self._close(actor, actor.stop_cause or "its task ended")
+            if self._actors.get(actor.name) is actor:
+                del self._actors[actor.name]
+            self._stopped[actor.name] = actor.stop_cause or "stopped"
+            while len(self._stopped) > _TOMBSTONES:
+                self._stopped.popitem(last=False)
+            actor.done.set()
+            self.tap.publish(
+                Event(
+                    EventKind.ACTOR_STOPPED,
+                    actor.name,
+                    payload={"actor": actor.name, "cause": actor.stop_cause},
+                )
+            )
+
+    async def _serve(self, actor: _Actor) -> None:
+        receive = actor.receive
+        while True:
+            try:
+                event, slot = await receive.receive()
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            if slot is not None and slot.done:
+                continue  # the asker gave up before we got to it: nobody wants the result
+            handler = actor.handler
+            try:
+                result = await handler(actor.context, event)
+            except Exception as exc:
+                self._crashed(actor, event, slot, exc)
+                continue
+            except BaseException:
+                if slot is not None:
+                    slot.fail(
+                        ActorStopped(
+                            f"actor {actor.name!r} was cancelled while handling {event.kind} "
+                            f"(event {event.id}): {actor.stop_cause or 'cancelled'}"
+                        )
+                    )
+                raise
+            if slot is not None and not slot.done:
+                if isinstance(result, Event):
+                    reply = result
+                    if reply.reply_to != event.id:
+                        reply = attrs.evolve(reply, reply_to=event.id)
+                else:
+                    reply = Event(
+                        REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY),
+                        actor.name,
+                        event.source,
+                        result,
+                        event.trace,
+                        reply_to=event.id,
+                    )
+                self.tap.publish(reply)
+                slot.succeed(reply)
+
+    def _crashed(
+        self, actor: _Actor, event: Event, slot: _ReplySlot | None, exc: Exception
+    ) -> None:
+        text = _describe(exc)
+        log.error(
+            "actor %r crashed handling %s (event %s): %s",
+            actor.name,
+            event.kind,
+            event.id,
+            text,
+            exc_info=exc,
+        )
+        self.tap.publish(
+            Event(
+                EventKind.ACTOR_CRASHED,
+                actor.name,
+                payload={
+                    "actor": actor.name,
+                    "event_id": event.id,
+                    "event_kind": event.kind,
+                    "error": text,
+                },
+                trace=event.trace,
+            )
+        )
+        if slot is not None:
+            error = ActorCrashed(
+                f"actor {actor.name!r} crashed handling {event.kind} (event {event.id}): {text}"
+            )
+            error.__cause__ = exc
+            error.__suppress_context__ = True
+            slot.fail(error)
+        if actor.stop_cause is not None:
+            return  # already stopping: no restart
+        policy = actor.policy
+        now = trio.current_time()
+        if actor.crash_times is None:
+            actor.crash_times = deque()
+        times = actor.crash_times
+        times.append(now)
+        while times and times[0] <= now - policy.window_s:
+            times.popleft()
+        if len(times) > policy.max_restarts:
+            self._close(
+                actor,
+                f"crashed {len(times)} time{'s' if len(times) > 1 else ''} within "
+                f"{policy.window_s:g}s, more than its "
+                f"restart budget of {policy.max_restarts}; last error: {text}",
+            )
+            actor.scope.cancel()
+            return
+        try:
+            actor.handler = self._make_handler(actor.name, actor.factory)
+        except ActorError as factory_error:
+            log.error("actor %r could not restart: %s", actor.name, factory_error)
+            self._close(actor, f"could not restart after {text}: {factory_error}")
+            actor.scope.cancel()
+            return
+        actor.restarts += 1
+        actor.context = ActorContext(actor.name, self, actor.restarts)
+        self.tap.publish(
+            Event(
+                EventKind.ACTOR_RESTARTED,
+                actor.name,
+                payload={"actor": actor.name, "restarts": actor.restarts, "after": text},
+            )
+        )
+
+    def _close(self, actor: _Actor, cause: str) -> None:
+        """Refuse new events and fail the queued asks with ActorStopped (synchronous)."""
+        if actor.stop_cause is not None:
+            return
+        actor.stop_cause = cause
+        actor.send.close()  # blocked senders get ClosedResourceError; workers end at EOF
+        while True:
+            try:
+                event, slot = actor.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if slot is not None:
+                slot.fail(
+                    ActorStopped(
+                        f"actor {actor.name!r} stopped before handling {event.kind} "
+                        f"(event {event.id}): {cause}"
+                    )
+                )
+
+    def _shutdown(self, cause: str, grace: float) -> None:
+        self._closing = cause
+        for actor in list(self._actors.values()):
+            self._close(actor, cause)
+        self._nursery.cancel_scope.deadline = trio.current_time() + grace
+
+
+@asynccontextmanager
+async def open_actor_system(
+    *,
+    shutdown_timeout_s: float = 10.0,
+    tap: EventTap | None = None,
+    tell_timeout_s: float = DEFAULT_TELL_TIMEOUT_S,
+) -> AsyncIterator[ActorSystem]:
+    """``async with open_actor_system() as system:`` — every actor task lives in here.
+
+    On a normal exit the mailboxes close (queued asks fail with ActorStopped) and in-flight
+    handlers get ``shutdown_timeout_s`` to finish before they are cancelled. If the body
+    raises or is cancelled, the actors are cancelled at once.
+    """
+    shutdown_timeout_s = _check_seconds("shutdown_timeout_s", shutdown_timeout_s)
+    tell_timeout_s = _check_seconds("tell_timeout_s", tell_timeout_s)
+    if tap is not None and not isinstance(tap, EventTap):
+        raise TypeError(f"tap: expected an EventTap, got {type(tap).__name__}")
+    body_error: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        system = ActorSystem(
+            nursery,
+            tap if tap is not None else EventTap(),
+            shutdown_timeout_s=shutdown_timeout_s,
+            tell_timeout_s=tell_timeout_s,
+        )
+        try:
+            yield system
+        except Exception as exc:
+            # Keep it out of the nursery so it reaches the caller as itself, not wrapped
+            # in an ExceptionGroup; it is re-raised below once the actors are gone.
+            body_error = exc
+            system._shutdown(f"the actor system shut down after {_describe(exc)}", 0.0)
+        except BaseException:
+            system._shutdown("the actor system was cancelled", 0.0)
+            raise
+        else:
+            system._shutdown("the actor system shut down", shutdown_timeout_s)
+    if body_error is not None:
+        raise body_error

@@ -1,0 +1,167 @@
+"""An agent as an actor: its mailbox receives messages and MCP tool calls.
+
+``AGENT:MESSAGE`` runs the agentic loop for a user message (a session, stored).
+``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` request exactly as MCP sends it,
+with the caller's trace context in ``params._meta``; the reply is the JSON-RPC response.
+This is the in-memory MCP transport: the same messages, routed by the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ._errors import RoostError
+from ._events import Event, EventKind
+from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
+from ._tools import ToolCall, ToolResult
+from ._trace import TraceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._kernel import Kernel
+
+log = logging.getLogger("roost.agent")
+
+MESSAGE_TOOL = "message"
+
+
+@attrs.frozen
+class AgentReply:
+    """What an agent answered to one message."""
+
+    agent: str
+    text: str
+    session_id: str
+    trace_id: str
+    is_error: bool = False
+    turns: int = 0
+    stop_reason: str = "end_turn"
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class Conversation:
+    """Per-run guards: the taint tracker and the loop guard of one conversation."""
+
+    def __init__(self, kernel: Kernel, agent: str, session_id: str, trace: TraceContext) -> None:
+        from ._policy import LoopGuard, TaintTracker
+
+        self.agent = agent
+        self.session_id = session_id
+        self.trace = trace
+        self.taint = TaintTracker()
+        self.loop_guard = LoopGuard(max_repeats=kernel.config.kernel.loop_guard_repeats)
+
+
+class AgentRuntime:
+    """The actor handler of one agent."""
+
+    def __init__(self, kernel: Kernel, name: str, provider: Provider) -> None:
+        self.kernel = kernel
+        self.name = name
+        self.provider = provider
+
+    @property
+    def manifest(self) -> Any:
+        return self.kernel.agents[self.name]
+
+    async def __call__(self, ctx: Any, event: Event) -> Any:
+        if event.kind == EventKind.AGENT_MESSAGE:
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            return await self.handle_message(
+                str(payload.get("message", "")),
+                session_id=payload.get("session_id"),
+                trace=event.trace,
+                stream=bool(payload.get("stream", False)),
+            )
+        if event.kind == EventKind.EXEC_TOOL_CALL:
+            return await self.handle_jsonrpc(event.payload, event.source)
+        raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
+
+    async def handle_message(
+        self,
+        text: str,
+        *,
+        session_id: str | None,
+        trace: TraceContext | None,
+        stream: bool = False,
+    ) -> AgentReply:
+        """Run the loop on ``text``; ``trace`` already names this agent as its last hop."""
+        kernel = self.kernel
+        manifest = self.manifest
+        session_id = session_id or uuid.uuid4().hex
+        trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
+        await kernel.store.ensure_session(session_id, self.name)
+        history = [
+            Message.from_record(m.role, m.content, m.data)
+            for m in await kernel.store.history(session_id)
+        ]
+        conversation = Conversation(kernel, self.name, session_id, trace)
+        for old in history:
+            if old.role == "tool" and old.taint:
+                conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
+        user = Message("user", text)
+        request = CompletionRequest(
+            agent=self.name,
+            system=manifest.system_prompt or "",
+            messages=tuple(history) + (user,),
+            tools=tuple(kernel.list_tools(self.name)),
+            model=manifest.model.name,
+            parameters=dict(manifest.model.parameters or {}),
+        )
+
+        async def execute(call: ToolCall) -> ToolResult:
+            call = attrs.evolve(call, caller=self.name, trace=trace)
+            return await kernel.call_tool(self.name, call, conversation=conversation)
+
+        def on_token(piece: str) -> None:
+            kernel.publish(
+                Event(EventKind.AGENT_TOKEN, self.name, payload={"text": piece, "session_id": session_id}, trace=trace)
+            )
+
+        limits = manifest.limits
+        try:
+            result: LoopResult = await run_loop(
+                self.provider,
+                request,
+                execute,
+                max_turns=limits.max_turns,
+                max_concurrent_tools=limits.max_concurrent_tools,
+                on_token=on_token,
+                stream=stream,
+            )
+        except RoostError as exc:
+            # The provider failed: the reply says so; the user message is still stored.
+            await kernel.store.append_messages(session_id, self.name, [user.to_record()])
+            return AgentReply(self.name, f"error: {exc}", session_id, trace.trace_id, True, 0, "error")
+        await kernel.store.append_messages(
+            session_id, self.name, [user.to_record()] + [m.to_record() for m in result.messages]
+        )
+        if result.usage.input_tokens or result.usage.output_tokens:
+            await kernel.store.record_usage(
+                self.name,
+                session_id,
+                self.provider.name,
+                manifest.model.name or "",
+                result.usage.input_tokens,
+                result.usage.output_tokens,
+            )
+        return AgentReply(
+            self.name,
+            result.text,
+            session_id,
+            trace.trace_id,
+            result.is_error,
+            result.turns,
+            result.stop_reason,
+        )
+
+    async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
+        """Answer one MCP JSON-RPC request addressed to this agent."""
+        from . import _mcp_local
+
+        return await _mcp_local.handle(self, request, caller)

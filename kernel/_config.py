@@ -1,0 +1,512 @@
+"""``roost.toml`` → a frozen ``RoostConfig``, with environment overrides and clear errors.
+
+Lookup order: an explicit path (``--config``), else ``$ROOST_CONFIG``, else ``./roost.toml``,
+else the defaults. Then the environment overrides: ``ROOST_HOME``, ``ROOST_HOST``,
+``ROOST_PORT``, ``ROOST_API_KEY`` (or the variable named by ``http.api_key_env``) and
+``ROOST_MAX_DEPTH``. Every bad value is a ``ConfigError`` naming the key, what was
+expected and where the value came from.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+
+from ._errors import ConfigError
+from ._paths import HOME_ENV, database_path, resolve_data_dir
+from ._trace import DEFAULT_MAX_DEPTH
+
+CONFIG_FILENAME = "roost.toml"
+CONFIG_ENV = "ROOST_CONFIG"
+HOST_ENV = "ROOST_HOST"
+PORT_ENV = "ROOST_PORT"
+API_KEY_ENV = "ROOST_API_KEY"
+MAX_DEPTH_ENV = "ROOST_MAX_DEPTH"
+MAX_CONFIG_BYTES = 1_048_576
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credential")
+
+
+# ---- value checks ----------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A value failed its check; the caller words the error.
+
+    For an item of a list, ``suffix`` is its index (``[2]``), ``check`` the item's check
+    and ``value`` the item.
+    """
+
+    def __init__(self, suffix: str = "", check: Any = None, value: Any = None) -> None:
+        super().__init__(suffix)
+        self.suffix = suffix
+        self.check = check
+        self.value = value
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return text if len(text) <= 60 else text[:57] + "…"
+    return f"a {type(value).__name__}"
+
+
+@attrs.frozen
+class _Int:
+    low: int | None = None
+    high: int | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.low is not None and self.high is not None:
+            text = f"an integer {self.low}-{self.high}"
+        elif self.low is not None:
+            text = f"an integer ≥ {self.low}"
+        else:
+            text = "an integer"
+        return text + self.note
+
+    def __call__(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Bad
+        if (self.low is not None and value < self.low) or (
+            self.high is not None and value > self.high
+        ):
+            raise _Bad
+        return value
+
+    def from_env(self, text: str) -> Any:
+        text = text.strip()
+        return int(text) if re.fullmatch(r"[+-]?\d{1,18}", text) else text
+
+
+@attrs.frozen
+class _Float:
+    def describe(self) -> str:
+        return "a number > 0"
+
+    def __call__(self, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Bad
+        if not math.isfinite(value) or value <= 0:
+            raise _Bad
+        return float(value)
+
+
+@attrs.frozen
+class _Bool:
+    def describe(self) -> str:
+        return "true or false"
+
+    def __call__(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise _Bad
+        return value
+
+
+@attrs.frozen
+class _Str:
+    what: str = "a non-empty string"
+    pattern: str | None = None
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of " + ", ".join(json.dumps(c) for c in self.choices)
+        return self.what
+
+    def __call__(self, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _Bad
+        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+            raise _Bad
+        if self.choices and value not in self.choices:
+            raise _Bad
+        return value
+
+
+@attrs.frozen
+class _StrList:
+    item: _Str = _Str()
+    what: str = "an array of strings"
+
+    def describe(self) -> str:
+        return self.what
+
+    def __call__(self, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise _Bad
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(self.item(item))
+            except _Bad:
+                raise _Bad(f"[{index}]", self.item, item) from None
+        return tuple(items)
+
+
+_ENV_NAME = _Str("an environment variable name", r"[A-Za-z_][A-Za-z0-9_]*")
+_AGENT_NAME = _Str(
+    "an agent name (lowercase letters, digits, '_' or '-')", r"[a-z][a-z0-9_-]{0,62}"
+)
+
+
+def _check(check: Any, **kwargs: Any) -> Any:
+    """An attrs field whose value ``check`` validates (used for files and the environment)."""
+    return attrs.field(metadata={"check": check}, **kwargs)
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {
+            k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) else _redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return type(value)(_redacted(v) for v in value)
+    return value
+
+
+def _redacting_repr(value: Any) -> str:
+    return repr(_redacted(value))
+
+
+# ---- the sections ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class AgentsConfig:
+    """``[agents]``: where manifests live, and the agent used when none is named."""
+
+    dirs: tuple[str, ...] = _check(_StrList(what="an array of directory paths"), default=())
+    bundled: bool = _check(_Bool(), default=True)
+    default: str | None = _check(_AGENT_NAME, default=None)
+
+
+@attrs.frozen
+class KernelConfig:
+    """``[kernel]``: call depth, mailboxes, deadlines and the loop guard."""
+
+    max_depth: int = _check(_Int(1, 64), default=DEFAULT_MAX_DEPTH)
+    mailbox_size: int = _check(_Int(1, 100_000), default=64)
+    ask_timeout_s: float = _check(_Float(), default=300.0)
+    shutdown_timeout_s: float = _check(_Float(), default=10.0)
+    agent_concurrency: int = _check(_Int(1, 10_000), default=8)
+    loop_guard_repeats: int = _check(_Int(2, 1000), default=3)
+
+
+@attrs.frozen
+class HttpConfig:
+    """``[http]``: the daemon's address, auth and request limits. The key is never shown."""
+
+    host: str = _check(_Str("a host name or IP address"), default="127.0.0.1")
+    port: int = _check(_Int(0, 65535, " (0 picks a free port)"), default=8470)
+    api_key: str | None = _check(_Str(), default=None, repr=False)
+    api_key_env: str = _check(_ENV_NAME, default=API_KEY_ENV)
+    rate_limit_per_s: float = _check(_Float(), default=20.0)
+    rate_limit_burst: int = _check(_Int(1, 1_000_000), default=40)
+    max_body_bytes: int = _check(_Int(1024, 1 << 30), default=1_048_576)
+    allowed_origins: tuple[str, ...] = _check(_StrList(), default=())
+
+
+@attrs.frozen
+class ToolsConfig:
+    """``[tools]``: default tool timeout and output caps, child env, outbound network."""
+
+    timeout_s: float = _check(_Float(), default=60.0)
+    max_output_chars: int = _check(_Int(100), default=50_000)
+    bash_timeout_s: float = _check(_Float(), default=120.0)
+    bash_max_output_chars: int = _check(_Int(100), default=30_000)
+    env_allowlist: tuple[str, ...] = _check(
+        _StrList(_ENV_NAME, "an array of environment variable names"), default=()
+    )
+    allow_private_network: bool = _check(_Bool(), default=False)
+
+
+@attrs.frozen
+class TaintConfig:
+    """``[taint]``: what happens when untrusted data reaches a sink tool."""
+
+    policy: str = _check(_Str(choices=("block", "warn", "allow")), default="block")
+    sinks: tuple[str, ...] = _check(_StrList(), default=("bash", "write", "edit"))
+
+
+@attrs.frozen
+class PluginsConfig:
+    """``[plugins]``: entry-point names of plugins not to load."""
+
+    disabled: tuple[str, ...] = _check(_StrList(), default=())
+
+
+_SECTIONS: dict[str, type] = {
+    "agents": AgentsConfig,
+    "kernel": KernelConfig,
+    "http": HttpConfig,
+    "tools": ToolsConfig,
+    "taint": TaintConfig,
+    "plugins": PluginsConfig,
+}
+_PLAIN = ("providers", "mcp_servers", "a2a")
+_TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
+
+
+@attrs.frozen
+class RoostConfig:
+    """The whole configuration. ``source`` is the file it came from (None: defaults only).
+
+    ``providers``, ``mcp_servers`` and ``a2a`` are kept as plain data; secrets in them are
+    hidden from ``repr``.
+    """
+
+    home: Path
+    agents: AgentsConfig = attrs.field(factory=AgentsConfig)
+    kernel: KernelConfig = attrs.field(factory=KernelConfig)
+    http: HttpConfig = attrs.field(factory=HttpConfig)
+    tools: ToolsConfig = attrs.field(factory=ToolsConfig)
+    taint: TaintConfig = attrs.field(factory=TaintConfig)
+    plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
+    providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, repr=_redacting_repr)
+    mcp_servers: tuple[Mapping[str, Any], ...] = attrs.field(default=(), repr=_redacting_repr)
+    a2a: Mapping[str, Any] = attrs.field(factory=dict, repr=_redacting_repr)
+    source: Path | None = None
+
+    @property
+    def database_path(self) -> Path:
+        """The SQLite database in the data directory."""
+        return database_path(self.home)
+
+    def as_dict(self, *, redact: bool = True) -> dict[str, Any]:
+        """A TOML/JSON-ready view; with ``redact`` (the default) secrets show as ``***``."""
+        out = _converter.unstructure(self)
+        out["home"] = str(self.home)
+        out["source"] = None if self.source is None else str(self.source)
+        if redact:
+            if out["http"]["api_key"] is not None:
+                out["http"]["api_key"] = "***"
+            for key in _PLAIN:
+                out[key] = _redacted(out[key])
+        return out
+
+
+_converter = cattrs.Converter()
+_converter.register_unstructure_hook(Path, str)
+
+
+# ---- building --------------------------------------------------------------------------
+
+
+def _fail_unknown(where: str, key: str, valid: list[str], section: str | None) -> ConfigError:
+    close = difflib.get_close_matches(key, valid, n=1)
+    hint = f" — did you mean {close[0]!r}?" if close else " —"
+    if section is None:
+        return ConfigError(
+            f"{where}: unknown key {key!r}{hint} valid top-level keys: {', '.join(valid)}"
+        )
+    return ConfigError(
+        f"{where}: unknown key '{section}.{key}'{hint} valid keys in [{section}]: "
+        + ", ".join(valid)
+    )
+
+
+def _checked(field: attrs.Attribute, value: Any, key: str, where: str) -> Any:
+    check = field.metadata["check"]
+    try:
+        return check(value)
+    except _Bad as bad:
+        if bad.check is not None:
+            key, check, value = key + bad.suffix, bad.check, bad.value
+        raise ConfigError(
+            f"{where}: {key}: expected {check.describe()}, got {_got(value)}"
+        ) from None
+
+
+def _section(cls: type, name: str, table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(table)}")
+    fields = {f.name: f for f in attrs.fields(cls)}
+    values = {}
+    for key, value in table.items():
+        if key not in fields:
+            raise _fail_unknown(where, key, list(fields), name)
+        values[key] = _checked(fields[key], value, f"{name}.{key}", where)
+    return _converter.structure(values, cls)
+
+
+def _plain(name: str, value: Any, where: str) -> Any:
+    if name == "mcp_servers":
+        if not isinstance(value, list):
+            raise ConfigError(
+                f"{where}: mcp_servers: expected an array of tables ([[mcp_servers]]), "
+                f"got {_got(value)}"
+            )
+        for index, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise ConfigError(
+                    f"{where}: mcp_servers[{index}]: expected a table ([[mcp_servers]]), "
+                    f"got {_got(item)}"
+                )
+        return tuple(value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(value)}")
+    if name == "providers":
+        for provider, settings in value.items():
+            if not isinstance(settings, dict):
+                raise ConfigError(
+                    f"{where}: providers.{provider}: expected a table ([providers.{provider}]), "
+                    f"got {_got(settings)}"
+                )
+    return value
+
+
+def _resolve_dir(text: str, base_dir: Path) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def _build(
+    data: Mapping[str, Any], where: str, base_dir: Path, env: Mapping[str, str]
+) -> RoostConfig:
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "home":
+            if not isinstance(value, (str, Path)) or not str(value).strip():
+                raise ConfigError(f"{where}: home: expected a directory path, got {_got(value)}")
+            values["home"] = _resolve_dir(str(value), base_dir)
+        elif key in _SECTIONS:
+            values[key] = _section(_SECTIONS[key], key, value, where)
+        elif key in _PLAIN:
+            values[key] = _plain(key, value, where)
+        else:
+            raise _fail_unknown(where, key, list(_TOP_LEVEL), None)
+    if "agents" in values:
+        dirs = tuple(str(_resolve_dir(d, base_dir)) for d in values["agents"].dirs)
+        values["agents"] = attrs.evolve(values["agents"], dirs=dirs)
+    values.setdefault("home", resolve_data_dir(env))
+    return RoostConfig(**values)
+
+
+def _env_override(
+    config: RoostConfig, env: Mapping[str, str], name: str, section: str, key: str
+) -> RoostConfig:
+    text = env.get(name, "")
+    if not text.strip():
+        return config
+    current = getattr(config, section)
+    field = attrs.fields_dict(type(current))[key]
+    check = field.metadata["check"]
+    raw = check.from_env(text) if isinstance(check, _Int) else text.strip()
+    value = _checked(field, raw, f"{section}.{key}", f"environment variable {name}")
+    return attrs.evolve(config, **{section: attrs.evolve(current, **{key: value})})
+
+
+def _apply_env(config: RoostConfig, env: Mapping[str, str]) -> RoostConfig:
+    if env.get(HOME_ENV, "").strip():
+        config = attrs.evolve(config, home=resolve_data_dir(env))
+    config = _env_override(config, env, HOST_ENV, "http", "host")
+    config = _env_override(config, env, PORT_ENV, "http", "port")
+    config = _env_override(config, env, MAX_DEPTH_ENV, "kernel", "max_depth")
+    # The variable named by http.api_key_env is the more specific choice; ROOST_API_KEY next.
+    for name in dict.fromkeys((config.http.api_key_env, API_KEY_ENV)):
+        if env.get(name, "").strip():
+            return _env_override(config, env, name, "http", "api_key")
+    return config
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; expected a {CONFIG_FILENAME} file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: file is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
+
+
+def find_config_file(
+    path: str | Path | None = None, *, env: Mapping[str, str] = os.environ, cwd: Path | None = None
+) -> Path | None:
+    """The config file to use (see the module doc for the order), or None for defaults.
+
+    Raises ``ConfigError`` if an explicitly named file does not exist.
+    """
+    here = cwd or Path.cwd()
+    if path is not None:
+        origin, chosen = "--config", Path(path)
+    elif env.get(CONFIG_ENV, "").strip():
+        origin, chosen = f"${CONFIG_ENV}", Path(env[CONFIG_ENV].strip())
+    else:
+        candidate = here / CONFIG_FILENAME
+        return candidate if candidate.is_file() else None
+    chosen = _resolve_dir(str(chosen), here)
+    if not chosen.exists():
+        raise ConfigError(f"config file {chosen} (from {origin}) does not exist; check the path")
+    return chosen
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] = os.environ,
+    cwd: Path | None = None,
+) -> RoostConfig:
+    """Load ``roost.toml`` (explicit path, ``$ROOST_CONFIG``, ``./roost.toml`` or none).
+
+    Relative paths in the file (``home``, ``agents.dirs``) are relative to the file.
+    Raises ``ConfigError`` naming the key, the problem and its source.
+    """
+    file = find_config_file(path, env=env, cwd=cwd)
+    if file is None:
+        config = _build({}, "defaults", cwd or Path.cwd(), env)
+    else:
+        data = _read_config_file(file)
+        config = attrs.evolve(_build(data, str(file), file.parent.absolute(), env), source=file)
+    return _apply_env(config, env)
+
+
+def default_config(*, env: Mapping[str, str] = os.environ, **overrides: Any) -> RoostConfig:
+    """The defaults, for tests and in-process use; no file and no other env overrides.
+
+    ``home`` comes from ``overrides`` or else ``$ROOST_HOME`` / the platform data dir.
+    Other overrides are sections, given either as attrs objects (``http=HttpConfig(port=0)``)
+    or as TOML-like dicts (``http={"port": 0}``), which are checked like the file is.
+    """
+    plain = {k: v for k, v in overrides.items() if not attrs.has(type(v))}
+    built = _build(plain, "default_config()", Path.cwd(), env)
+    ready = {k: v for k, v in overrides.items() if attrs.has(type(v))}
+    for key, value in ready.items():
+        if key not in _SECTIONS or not isinstance(value, _SECTIONS[key]):
+            raise ConfigError(
+                f"default_config(): {key}: expected one of the section objects for "
+                f"{', '.join(_SECTIONS)}, got {type(value).__name__}"
+            )
+    return attrs.evolve(built, **ready)

@@ -1,0 +1,713 @@
+"""Sans-I/O JSON-RPC 2.0: parse and validate, build replies, correlate ids, dispatch.
+
+No I/O here: transports (MCP, A2A) feed bytes in and send what comes out. ``parse`` only
+ever raises ``JsonRpcError``, whose message names the offending field. Whether a batch
+is allowed is the protocol's choice (``allow_batch``): MCP 2025-06-18 and later forbid
+them, JSON-RPC 2.0 itself allows them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._errors import RoostError, ToolArgumentsInvalid
+
+log = logging.getLogger("roost.jsonrpc")
+
+VERSION = "2.0"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# -32000 .. -32099 are for implementation-defined server errors; roost errors use this one.
+SERVER_ERROR = -32000
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+
+Id = str | int | float | None
+Params = Mapping[str, Any] | Sequence[Any] | None
+
+_MISSING: Any = object()
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a Python value's type (for error messages)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return type(value).__name__
+
+
+class JsonRpcError(Exception):
+    """A JSON-RPC error: raised by ``parse`` for bad input, and by method handlers to
+    answer with a specific error. ``id`` is the request's id when it could be read."""
+
+    def __init__(self, code: int, message: str, data: Any = None, *, id: Id = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.id = id
+
+    def to_error(self) -> ErrorObject:
+        return ErrorObject(self.code, self.message, self.data)
+
+    def to_response(self, id: Id = _MISSING) -> ErrorResponse:
+        """The error response for this error, to ``id`` (default: the id read, or null)."""
+        return ErrorResponse(self.id if id is _MISSING else id, self.to_error())
+
+    def __repr__(self) -> str:
+        return f"JsonRpcError({self.code}, {self.message!r})"
+
+
+class UnknownResponseId(JsonRpcError):
+    """A response whose id matches no pending request (answered, cancelled or never sent)."""
+
+
+class TooManyPending(JsonRpcError):
+    """The correlator already tracks ``max_pending`` unanswered requests."""
+
+
+# ---- messages ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Request:
+    """A call that expects a response."""
+
+    method: str
+    params: Params = None
+    id: Id = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"jsonrpc": VERSION, "id": self.id, "method": self.method}
+        if self.params is not None:
+            out["params"] = _plain(self.params)
+        return out
+
+
+@attrs.frozen
+class Notification:
+    """A call without an id: it gets no response, not even an error."""
+
+    method: str
+    params: Params = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"jsonrpc": VERSION, "method": self.method}
+        if self.params is not None:
+            out["params"] = _plain(self.params)
+        return out
+
+
+@attrs.frozen
+class Response:
+    """A successful result."""
+
+    id: Id
+    result: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jsonrpc": VERSION, "id": self.id, "result": self.result}
+
+
+@attrs.frozen
+class ErrorObject:
+    """The ``error`` member of an error response."""
+
+    code: int
+    message: str
+    data: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+@attrs.frozen
+class ErrorResponse:
+    """A failed call; ``id`` is null when the request's id could not be read."""
+
+    id: Id
+    error: ErrorObject
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"jsonrpc": VERSION, "id": self.id, "error": self.error.to_dict()}
+
+    def to_exception(self) -> JsonRpcError:
+        """The error as an exception a client can raise."""
+        return JsonRpcError(self.error.code, self.error.message, self.error.data, id=self.id)
+
+
+Message = Request | Notification | Response | ErrorResponse
+
+
+@attrs.frozen
+class Batch:
+    """A parsed batch: each item is a message, or the ``JsonRpcError`` that item earned."""
+
+    items: tuple[Message | JsonRpcError, ...]
+
+
+def _show(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _plain(params: Params) -> Any:
+    if isinstance(params, Mapping) and not isinstance(params, dict):
+        return dict(params)
+    if isinstance(params, tuple):
+        return list(params)
+    return params
+
+
+# ---- building ---------------------------------------------------------------------------
+
+
+def response(id: Id, result: Any) -> Response:
+    """The success response to request ``id``."""
+    return Response(id, result)
+
+
+def error_response(id: Id, code: int, message: str, data: Any = None) -> ErrorResponse:
+    """The error response to request ``id`` (None when it could not be read)."""
+    return ErrorResponse(id, ErrorObject(code, message, data))
+
+
+def encode(message: Message | Iterable[Message]) -> bytes:
+    """Compact UTF-8 JSON for a message or a list of messages (a batch).
+
+    Raises JsonRpcError(INTERNAL_ERROR) if a result or params value is not JSON.
+    """
+    if isinstance(message, (Request, Notification, Response, ErrorResponse)):
+        obj: Any = message.to_dict()
+    else:
+        obj = [m.to_dict() for m in message]
+    try:
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise JsonRpcError(
+            INTERNAL_ERROR, f"the message cannot be encoded as JSON: {exc}"
+        ) from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Lone surrogates (legal in JSON escapes, not in UTF-8): send them escaped.
+        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+# ---- parsing ----------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _loads(data: bytes | bytearray | memoryview | str, max_bytes: int | None) -> Any:
+    if isinstance(data, str):
+        size = len(data) if max_bytes is None or len(data) * 4 <= max_bytes else None
+        if size is None:
+            size = len(data.encode("utf-8", "surrogatepass"))
+        text = data
+    else:
+        size = len(data) if not isinstance(data, memoryview) else data.nbytes
+        text = None
+    if max_bytes is not None and size > max_bytes:
+        raise JsonRpcError(
+            INVALID_REQUEST,
+            f"message is {size} bytes, over the limit of {max_bytes} (max_bytes); "
+            "send a smaller message",
+        )
+    if text is None:
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsonRpcError(
+                PARSE_ERROR, f"parse error: the message is not UTF-8 (byte {exc.start})"
+            ) from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise JsonRpcError(
+            PARSE_ERROR,
+            f"parse error: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+        ) from None
+    except ValueError as exc:  # NaN / Infinity
+        raise JsonRpcError(PARSE_ERROR, f"parse error: {exc}") from None
+    except RecursionError:
+        raise JsonRpcError(PARSE_ERROR, "parse error: the JSON is nested too deeply") from None
+
+
+def parse(
+    data: bytes | bytearray | memoryview | str | Mapping[str, Any] | Sequence[Any],
+    *,
+    allow_batch: bool = False,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
+) -> Message | Batch:
+    """Parse one JSON-RPC message (or, with ``allow_batch``, a batch) from JSON text or
+    from an already-decoded object.
+
+    Raises JsonRpcError (PARSE_ERROR or INVALID_REQUEST) for anything else; its ``id`` is
+    the request's id when that much could be read. In a batch, each invalid item becomes
+    a JsonRpcError inside the ``Batch`` instead, as the spec asks.
+    """
+    if isinstance(data, (bytes, bytearray, memoryview, str)):
+        obj = _loads(data, max_bytes)
+    else:
+        obj = data
+    if isinstance(obj, list):
+        if not allow_batch:
+            raise JsonRpcError(
+                INVALID_REQUEST,
+                "batches (JSON arrays) are not accepted by this protocol; "
+                "send one JSON-RPC object per message",
+            )
+        if not obj:
+            raise JsonRpcError(INVALID_REQUEST, "empty batch: a batch needs at least one message")
+        items: list[Message | JsonRpcError] = []
+        for index, item in enumerate(obj):
+            try:
+                items.append(parse_message(item, where=f"[{index}]"))
+            except JsonRpcError as exc:
+                items.append(exc)
+        return Batch(tuple(items))
+    return parse_message(obj)
+
+
+def _check_id(value: Any, where: str) -> Id:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JsonRpcError(
+            INVALID_REQUEST,
+            f"{where}id: expected a string, a number or null, got {json_type(value)}",
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise JsonRpcError(INVALID_REQUEST, f"{where}id: must be a finite number")
+    return value
+
+
+def parse_message(obj: Any, *, where: str = "") -> Message:
+    """Validate one decoded JSON value as a JSON-RPC 2.0 message.
+
+    ``where`` prefixes field names in errors (``[2].method`` for a batch item).
+    """
+    if not isinstance(obj, Mapping):
+        raise JsonRpcError(
+            INVALID_REQUEST,
+            f"{where or 'message'}: expected a JSON-RPC object, got {json_type(obj)}",
+        )
+    prefix = f"{where}." if where else ""
+    # Read the id first so that errors about the other fields can still be answered to it.
+    msg_id: Id = None
+    id_error: JsonRpcError | None = None
+    if "id" in obj:
+        try:
+            msg_id = _check_id(obj["id"], prefix)
+        except JsonRpcError as exc:
+            id_error = exc
+
+    def invalid(text: str) -> JsonRpcError:
+        return JsonRpcError(INVALID_REQUEST, text, id=msg_id)
+
+    version = obj.get("jsonrpc", _MISSING)
+    if version is _MISSING:
+        raise invalid(f'{prefix}jsonrpc: missing; every message needs "jsonrpc": "2.0"')
+    if version != VERSION or not isinstance(version, str):
+        raise invalid(f'{prefix}jsonrpc: expected "2.0", got {_show(version)}')
+    if id_error is not None:
+        raise id_error
+
+    if "method" in obj:
+        method = obj["method"]
+        if not isinstance(method, str):
+            raise invalid(f"{prefix}method: expected a string, got {json_type(method)}")
+        if not method:
+            raise invalid(f"{prefix}method: must not be empty")
+        if "result" in obj or "error" in obj:
+            raise invalid(
+                f"{prefix}method: a request must not carry result or error; "
+                "send requests and responses as separate messages"
+            )
+        params = obj.get("params", _MISSING)
+        if params is _MISSING:
+            params = None
+        elif not isinstance(params, (Mapping, list)):
+            raise invalid(
+                f"{prefix}params: expected an object or an array (omit it when there are "
+                f"none), got {json_type(params)}"
+            )
+        if "id" in obj:
+            return Request(method, params, msg_id)
+        return Notification(method, params)
+
+    has_result = "result" in obj
+    has_error = "error" in obj
+    if not has_result and not has_error:
+        raise invalid(
+            f"{where or 'message'}: expected a request (with method) or a response "
+            "(with result or error)"
+        )
+    if has_result and has_error:
+        raise invalid(f"{prefix}result: a response has either result or error, not both")
+    if "id" not in obj:
+        raise invalid(f"{prefix}id: missing; a response must carry the id of its request")
+    if has_result:
+        return Response(msg_id, obj["result"])
+    error = obj["error"]
+    if not isinstance(error, Mapping):
+        raise invalid(f"{prefix}error: expected an object, got {json_type(error)}")
+    code = error.get("code", _MISSING)
+    if code is _MISSING:
+        raise invalid(f"{prefix}error.code: missing; an error needs an integer code")
+    if isinstance(code, bool) or not isinstance(code, int):
+        # Tolerate 1.0-style integers from sloppy encoders, but nothing fractional.
+        if isinstance(code, float) and math.isfinite(code) and code.is_integer():
+            code = int(code)
+        else:
+            raise invalid(f"{prefix}error.code: expected an integer, got {json_type(code)}")
+    message = error.get("message", _MISSING)
+    if message is _MISSING:
+        raise invalid(f"{prefix}error.message: missing; an error needs a message string")
+    if not isinstance(message, str):
+        raise invalid(f"{prefix}error.message: expected a string, got {json_type(message)}")
+    return ErrorResponse(msg_id, ErrorObject(code, message, error.get("data")))
+
+
+# ---- params -----------------------------------------------------------------------------
+
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    dict: "an object",
+    list: "an array",
+    type(None): "null",
+}
+
+
+def param(
+    params: Params, name: str, expected: type | tuple[type, ...], *, default: Any = _MISSING
+) -> Any:
+    """Read ``params[name]`` and check its type; raise INVALID_PARAMS naming the field.
+
+    ``float`` accepts integers too; ``int`` does not accept booleans. Without ``default``
+    the parameter is required.
+    """
+    types = expected if isinstance(expected, tuple) else (expected,)
+    wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
+    if params is None:
+        params = {}
+    if not isinstance(params, Mapping):
+        raise JsonRpcError(
+            INVALID_PARAMS,
+            f"params: expected an object with {name!r}, got {json_type(params)}",
+        )
+    if name not in params:
+        if default is not _MISSING:
+            return default
+        raise JsonRpcError(INVALID_PARAMS, f"params.{name}: required ({wanted})")
+    value = params[name]
+    ok = False
+    for t in types:
+        if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            ok = True
+        elif t is int and isinstance(value, bool):
+            continue
+        elif t is dict and isinstance(value, Mapping) or isinstance(value, t):
+            ok = True
+        if ok:
+            break
+    if not ok:
+        raise JsonRpcError(
+            INVALID_PARAMS, f"params.{name}: expected {wanted}, got {json_type(value)}"
+        )
+    return value
+
+
+# ---- client side: ids and correlation ---------------------------------------------------
+
+
+class Correlator:
+    """Allocates request ids and matches responses to the requests still pending.
+
+    Bounded: at most ``max_pending`` requests may await an answer at once.
+    """
+
+    def __init__(self, *, max_pending: int = 1024, first_id: int = 1) -> None:
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending: expected a positive integer, got {max_pending!r}")
+        self.max_pending = max_pending
+        self._next_id = first_id
+        self._pending: dict[Id, Request] = {}
+
+    def new_request(self, method: str, params: Params = None) -> Request:
+        """A request with a fresh id, now pending until ``feed`` or ``forget``."""
+        if not isinstance(method, str) or not method:
+            raise ValueError(f"method: expected a non-empty string, got {method!r}")
+        if params is not None and not isinstance(params, (Mapping, list, tuple)):
+            raise ValueError(
+                f"params: expected a mapping or a sequence (or None), got {type(params).__name__}"
+            )
+        if len(self._pending) >= self.max_pending:
+            raise TooManyPending(
+                INTERNAL_ERROR,
+                f"{len(self._pending)} requests are already awaiting a response (max_pending="
+                f"{self.max_pending}); wait for replies or raise max_pending",
+            )
+        request_id = self._next_id
+        self._next_id += 1
+        request = Request(method, params, request_id)
+        self._pending[request_id] = request
+        return request
+
+    def feed(self, message: Response | ErrorResponse) -> Request:
+        """Match a response to its pending request (which is then no longer pending).
+
+        Raises UnknownResponseId when no pending request has that id.
+        """
+        if not isinstance(message, (Response, ErrorResponse)):
+            raise TypeError(
+                f"message: expected a Response or ErrorResponse, got {type(message).__name__}"
+            )
+        msg_id = message.id
+        request = (
+            self._pending.pop(msg_id, None)
+            if isinstance(msg_id, (str, int, float)) and not isinstance(msg_id, bool)
+            else None
+        )
+        if request is None:
+            if msg_id is None and isinstance(message, ErrorResponse):
+                raise UnknownResponseId(
+                    INVALID_REQUEST,
+                    "error response with a null id: the peer could not read one of our "
+                    f"requests ({message.error.code}: {message.error.message})",
+                    message.error.data,
+                )
+            raise UnknownResponseId(
+                INVALID_REQUEST,
+                f"response id {msg_id!r} matches no pending request (already answered, "
+                "forgotten after a timeout, or never sent)",
+                id=msg_id,
+            )
+        return request
+
+    def forget(self, request_id: Id) -> Request | None:
+        """Stop waiting for ``request_id`` (e.g. after a timeout); its late answer will
+        then be reported as unknown."""
+        return self._pending.pop(request_id, None)
+
+    def forget_all(self) -> list[Request]:
+        """Forget every pending request (the connection is gone) and return them."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        return pending
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._pending
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+# ---- server side: dispatch --------------------------------------------------------------
+
+MethodHandler = Callable[[Request | Notification], Awaitable[Any]]
+"""``await handler(message)`` returns the result; raise JsonRpcError to answer an error."""
+
+
+class Dispatcher:
+    """A method table. ``handle`` runs the handler and maps what it raises to errors:
+
+    JsonRpcError → that error; RoostError → SERVER_ERROR (INVALID_PARAMS for invalid tool
+    arguments) with ``data`` = ``err.to_dict()``; anything else → INTERNAL_ERROR with a
+    safe message and a reference to the logged traceback.
+    """
+
+    def __init__(self) -> None:
+        self._methods: dict[str, MethodHandler] = {}
+
+    def register(self, method: str, handler: MethodHandler, *, replace: bool = False) -> None:
+        if not isinstance(method, str) or not method:
+            raise ValueError(f"method: expected a non-empty string, got {method!r}")
+        if not callable(handler):
+            raise TypeError(f"handler: expected an async callable, got {type(handler).__name__}")
+        if method in self._methods and not replace:
+            raise ValueError(
+                f"method {method!r} is already registered; pass replace=True to replace it"
+            )
+        self._methods[method] = handler
+
+    def method(self, name: str) -> Callable[[MethodHandler], MethodHandler]:
+        """Decorator form of ``register``."""
+
+        def decorate(handler: MethodHandler) -> MethodHandler:
+            self.register(name, handler)
+            return handler
+
+        return decorate
+
+    def methods(self) -> list[str]:
+        return sorted(self._methods)
+
+    def __contains__(self, method: object) -> bool:
+        return method in self._methods
+
+    async def handle(self, message: Request | Notification) -> Response | ErrorResponse | None:
+        """Run ``message``; the response for a request, None for a notification."""
+        if not isinstance(message, (Request, Notification)):
+            raise TypeError(
+                f"message: expected a Request or Notification, got {type(message).__name__}"
+            )
+        is_request = isinstance(message, Request)
+        handler = self._methods.get(message.method)
+        if handler is None:
+            if not is_request:
+                return None
+            known = self.methods()
+            hint = f"; available: {', '.join(known[:20])}" if known else ""
+            return error_response(
+                message.id,
+                METHOD_NOT_FOUND,
+                f"method {message.method!r} not found{hint}",
+                {"method": message.method},
+            )
+        try:
+            result = await handler(message)
+        except JsonRpcError as exc:
+            error = ErrorObject(exc.code, exc.message, exc.data)
+        except RoostError as exc:
+            code = INVALID_PARAMS if isinstance(exc, ToolArgumentsInvalid) else SERVER_ERROR
+            error = ErrorObject(code, str(exc), exc.to_dict())
+        except Exception as exc:
+            ref = secrets.token_hex(6)
+            log.error("JSON-RPC method %r failed (ref %s)", message.method, ref, exc_info=exc)
+            error = ErrorObject(
+                INTERNAL_ERROR,
+                f"internal error in {message.method!r}; the server logged it as {ref}",
+                {"ref": ref},
+            )
+        else:
+            return Response(message.id, result) if is_request else None
+        if not is_request:
+            log.warning("notification %r failed: %s %s", message.method, error.code, error.message)
+            return None
+        return ErrorResponse(message.id, error)
+
+    async def handle_batch(self, batch: Batch) -> list[Response | ErrorResponse]:
+        """Run every item in order; invalid items are answered with their error."""
+        out: list[Response | ErrorResponse] = []
+        for item in batch.items:
+            if isinstance(item, JsonRpcError):
+                out.append(item.to_response())
+            elif isinstance(item, (Request, Notification)):
+                reply = await self.handle(item)
+                if reply is not None:
+                    out.append(reply)
+            else:
+                log.warning("ignoring a response (id %r) sent to a JSON-RPC server", item.id)
+        return out
+
+    async def handle_bytes(
+        self,
+        data: bytes | bytearray | memoryview | str,
+        *,
+        allow_batch: bool = False,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+    ) -> bytes | None:
+        """Parse, run and encode: the bytes to send back, or None when there is nothing
+        to send (notifications only, or a stray response)."""
+        try:
+            parsed = parse(data, allow_batch=allow_batch, max_bytes=max_bytes)
+        except JsonRpcError as exc:
+            return _encode_safely(exc.to_response())
+        if isinstance(parsed, Batch):
+            replies = await self.handle_batch(parsed)
+            if not replies:
+                return None
+            return _encode_safely(replies)
+        if isinstance(parsed, (Response, ErrorResponse)):
+            log.warning("ignoring a response (id %r) sent to a JSON-RPC server", parsed.id)
+            return None
+        reply = await self.handle(parsed)
+        return None if reply is None else _encode_safely(reply)
+
+
+def _encode_safely(reply: Response | ErrorResponse | list[Response | ErrorResponse]) -> bytes:
+    """Encode; a result that is not JSON becomes an INTERNAL_ERROR for that request."""
+    try:
+        return encode(reply)
+    except JsonRpcError:
+        replies = reply if isinstance(reply, list) else [reply]
+        fixed = []
+        for item in replies:
+            try:
+                encode(item)
+            except JsonRpcError as exc:
+                log.error("the reply to request %r is not JSON: %s", item.id, exc.message)
+                item = error_response(
+                    item.id, INTERNAL_ERROR, "internal error: the result is not JSON"
+                )
+            fixed.append(item)
+        return encode(fixed if isinstance(reply, list) else fixed[0])
+
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "SERVER_ERROR",
+    "VERSION",
+    "Batch",
+    "Correlator",
+    "Dispatcher",
+    "ErrorObject",
+    "ErrorResponse",
+    "Id",
+    "JsonRpcError",
+    "Message",
+    "MethodHandler",
+    "Notification",
+    "Params",
+    "Request",
+    "Response",
+    "TooManyPending",
+    "UnknownResponseId",
+    "encode",
+    "error_response",
+    "json_type",
+    "param",
+    "parse",
+    "parse_message",
+    "response",
+]

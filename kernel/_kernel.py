@@ -1,0 +1,537 @@
+"""The kernel: boots plugins, tools, providers, the store and one actor per agent.
+
+``async with open_kernel(config) as kernel:`` owns the root nursery (through the actor
+system); leaving it shuts everything down within the configured deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ._agent import AgentReply, AgentRuntime, Conversation
+from ._errors import (
+    AgentNotFound,
+    LoopDetected,
+    RecursionLimitExceeded,
+    RoostError,
+    ToolError,
+    ToolNameCollision,
+    ToolNotFound,
+    ToolTimeout,
+)
+from ._events import Event, EventKind, EventTap
+from ._hookspecs import ProviderDescriptor, ToolVeto
+from ._plugins import PluginFailure, PluginManager, collect
+from ._tools import Tool, ToolCall, ToolContext, ToolRegistry, ToolResult, ToolSpec, agent_tool_name
+from ._trace import TraceContext
+
+log = logging.getLogger("roost.kernel")
+
+_AUDIT_ARGS_MAX = 4_000
+
+
+class Kernel:
+    """The running kernel. Obtain one with ``open_kernel``."""
+
+    def __init__(self, config: Any, plugins: PluginManager, store: Any, actors: Any) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.store = store
+        self.actors = actors
+        self.tap: EventTap = actors.tap
+        self.registry = ToolRegistry()
+        self.providers: dict[str, ProviderDescriptor] = {}
+        self.agents: dict[str, Any] = {}
+        self.agent_errors: dict[str, str] = {}
+        self.manifest_errors: list[RoostError] = []
+        self._runtimes: dict[str, AgentRuntime] = {}
+        self.started_at = time.time()
+
+    # ---- events ----------------------------------------------------------------------
+    def publish(self, event: Event) -> None:
+        """Make ``event`` observable on the tap (the API's event stream)."""
+        self.tap.publish(event)
+
+    def breaker_tripped(self, exc: RoostError, *, caller: str, target: str) -> None:
+        self.publish(
+            Event(EventKind.KERNEL_BREAKER, "kernel", target=target, payload={"caller": caller, **exc.to_dict()})
+        )
+
+    # ---- agents ------------------------------------------------------------------------
+    def max_depth_for(self, agent: str) -> int:
+        limit = self.config.kernel.max_depth
+        manifest = self.agents.get(agent)
+        if manifest is not None:
+            limit = min(limit, manifest.limits.max_depth)
+        return limit
+
+    def _require_agent(self, agent: str) -> Any:
+        manifest = self.agents.get(agent)
+        if manifest is None:
+            raise AgentNotFound(agent, list(self.agents))
+        if agent in self.agent_errors:
+            raise RoostError(f"agent {agent!r} is unavailable: {self.agent_errors[agent]}")
+        return manifest
+
+    async def send(
+        self,
+        agent: str,
+        message: str,
+        *,
+        session_id: str | None = None,
+        trace: TraceContext | None = None,
+        timeout: float | None = None,
+        stream: bool = False,
+    ) -> AgentReply:
+        """Send ``message`` to ``agent`` and wait for its answer.
+
+        ``trace`` is the caller's context (e.g. read from HTTP headers); the agent becomes
+        its next hop, so the depth breaker applies to external callers too.
+        """
+        self._require_agent(agent)
+        limit = self.max_depth_for(agent)
+        if trace is None:
+            trace = TraceContext.new(agent, max_depth=limit)
+        else:
+            try:
+                trace = trace.child(agent, max_depth=limit)
+            except RecursionLimitExceeded as exc:
+                self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
+                raise
+        reply = await self.actors.ask(
+            agent,
+            EventKind.AGENT_MESSAGE,
+            {"message": message, "session_id": session_id, "stream": stream},
+            source="api",
+            trace=trace,
+            timeout=timeout or self.config.kernel.ask_timeout_s,
+        )
+        return reply.payload
+
+    def list_tools(self, agent: str | None = None) -> list[ToolSpec]:
+        """All registered tools, or the ones ``agent`` may call."""
+        specs = self.registry.specs()
+        if agent is None:
+            return specs
+        manifest = self._require_agent(agent) if agent in self.agents else None
+        if manifest is None:
+            raise AgentNotFound(agent, list(self.agents))
+        caps = self._capabilities(manifest)
+        own = agent_tool_name(agent)
+        return [s for s in specs if s.name != own and caps.allows(s)]
+
+    def exposed_tools(self, agent: str) -> list[ToolSpec]:
+        """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
+        manifest = self.agents.get(agent)
+        if manifest is None:
+            raise AgentNotFound(agent, list(self.agents))
+        exposure = self._exposure(manifest)
+        return [s for s in self.registry.specs() if s.owner != "agents" and exposure.is_exposed(s)]
+
+    def agent_info(self) -> list[dict[str, Any]]:
+        """A JSON-ready description of every agent (for the API and ``roost agents``)."""
+        out = []
+        for name, m in sorted(self.agents.items()):
+            out.append(
+                {
+                    "name": name,
+                    "description": m.description,
+                    "version": m.version,
+                    "provider": m.model.provider,
+                    "model": m.model.name,
+                    "status": "unavailable" if name in self.agent_errors else "ready",
+                    "error": self.agent_errors.get(name),
+                    "tools": [s.name for s in self.list_tools(name)] if name not in self.agent_errors else [],
+                    "expose_tools": list(m.mcp.expose_tools),
+                    "private_tools": list(m.mcp.private_tools),
+                    "a2a_enabled": bool(m.a2a.enabled),
+                }
+            )
+        return out
+
+    # ---- tools -------------------------------------------------------------------------
+    def _capabilities(self, manifest: Any) -> Any:
+        from ._policy import Capabilities
+
+        return Capabilities(tuple(manifest.capabilities.tools), agent=manifest.name)
+
+    def _exposure(self, manifest: Any) -> Any:
+        from ._policy import Exposure
+
+        return Exposure(tuple(manifest.mcp.expose_tools), tuple(manifest.mcp.private_tools))
+
+    def _context(self, manifest: Any, spec: ToolSpec, trace: TraceContext | None) -> ToolContext:
+        from ._policy import resolve_timeout
+
+        tools_cfg = self.config.tools
+        timeout = resolve_timeout(
+            spec,
+            agent_default=manifest.limits.tool_timeout_s or tools_cfg.timeout_s,
+            overrides=manifest.limits.tool_timeouts,
+        )
+        return ToolContext(
+            agent=manifest.name,
+            workspace=self.workspace_for(manifest),
+            sandbox=manifest.sandbox,
+            trace=trace,
+            env_allowlist=tuple(tools_cfg.env_allowlist) + tuple(manifest.env_allowlist),
+            timeout_s=timeout,
+            max_output_chars=tools_cfg.max_output_chars,
+            kernel=self,
+        )
+
+    def workspace_for(self, manifest: Any) -> Path:
+        path = manifest.workspace_dir(Path(self.config.home))
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def call_tool(
+        self,
+        agent: str,
+        call: ToolCall,
+        *,
+        conversation: Conversation | None = None,
+        check_capability: bool = True,
+    ) -> ToolResult:
+        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline.
+
+        Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
+        so that the agentic loop can stop.
+        """
+        manifest = self._require_agent(agent)
+        started = time.monotonic()
+        trace = call.trace
+        outcome = "ok"
+        error: str | None = None
+        spec: ToolSpec | None = None
+        try:
+            try:
+                tool = self.registry.get(call.name)
+                spec = tool.spec
+                if check_capability:
+                    self._capabilities(manifest).check(spec)
+                result = await self._run_checked(manifest, tool, call, conversation)
+            except LoopDetected:
+                outcome, error = "denied", "loop detected"
+                raise
+            except ToolTimeout as exc:
+                outcome, error = "timeout", str(exc)
+                result = ToolResult.error(str(exc))
+            except ToolError as exc:
+                outcome = "denied" if exc.code in {"tool_denied", "taint_violation", "sandbox_violation", "invalid_arguments", "recursion_limit", "tool_not_found"} else "error"
+                error = str(exc)
+                if isinstance(exc, RecursionLimitExceeded):
+                    self.breaker_tripped(exc, caller=agent, target=call.name)
+                result = ToolResult.error(str(exc))
+            if result.is_error and error is None:
+                outcome, error = "error", result.as_text()[:500]
+            return result
+        finally:
+            duration_ms = (time.monotonic() - started) * 1000
+            if spec is None or spec.owner != "agents":
+                self.publish(
+                    Event(
+                        EventKind.EXEC_TOOL_RESULT,
+                        call.name,
+                        target=agent,
+                        payload={"call_id": call.id, "tool": call.name, "outcome": outcome, "error": error, "duration_ms": round(duration_ms, 3)},
+                        trace=trace,
+                    )
+                )
+            await self._audit(agent, call, trace, duration_ms, outcome, error, conversation)
+
+    async def _run_checked(
+        self, manifest: Any, tool: Tool, call: ToolCall, conversation: Conversation | None
+    ) -> ToolResult:
+        from ._policy import truncate_result, validate_arguments
+
+        spec = tool.spec
+        validate_arguments(spec, call.arguments)
+        context = self._context(manifest, spec, call.trace)
+        for veto in collect(self.plugins.hook.roost_before_tool_call(call=call, spec=spec, context=context)):
+            if isinstance(veto, ToolVeto):
+                from ._errors import ToolDenied
+
+                raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
+        if conversation is not None:
+            policy = manifest.taint_policy or self.config.taint.policy
+            warning = conversation.taint.check(call, sinks=tuple(self.config.taint.sinks), policy=policy)
+            if warning:
+                log.warning("%s", warning)
+            conversation.loop_guard.check(call)
+        if spec.owner != "agents":
+            self.publish(
+                Event(
+                    EventKind.EXEC_TOOL_CALL,
+                    manifest.name,
+                    target=spec.name,
+                    payload={"call_id": call.id, "tool": spec.name, "arguments": dict(call.arguments)},
+                    trace=call.trace,
+                )
+            )
+        with trio.move_on_after(context.timeout_s) as scope:
+            try:
+                result = await tool.handler(call, context)
+            except (ToolError, LoopDetected):
+                raise
+            except RoostError as exc:
+                result = ToolResult.error(str(exc))
+            except Exception as exc:  # a buggy tool must not take the agent down
+                log.exception("tool %s raised", spec.name)
+                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            raise ToolTimeout(
+                f"tool {spec.name} did not finish within {context.timeout_s:g} s "
+                "(set limits.tool_timeouts in agent.json to allow longer)"
+            )
+        if not isinstance(result, ToolResult):
+            result = ToolResult.error(f"tool {spec.name} returned {type(result).__name__}, not a ToolResult")
+        result = truncate_result(result, context.max_output_chars)
+        if spec.untrusted:
+            from ._tools import TAINT_UNTRUSTED
+
+            result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")
+        if conversation is not None:
+            conversation.taint.observe(result)
+        for replacement in collect(self.plugins.hook.roost_after_tool_call(call=call, spec=spec, result=result)):
+            if isinstance(replacement, ToolResult):
+                result = replacement
+        return result
+
+    async def call_exposed(
+        self, agent: str, name: str, arguments: Mapping[str, Any], *, trace: TraceContext | None
+    ) -> ToolResult:
+        """Run a tool that ``agent`` exposes, for a caller on an MCP/A2A surface.
+
+        A private or unexposed tool is reported exactly like an unknown one.
+        """
+        manifest = self._require_agent(agent)
+        spec = self.registry.get(name).spec if name in self.registry else None
+        if spec is None or spec.owner == "agents" or not self._exposure(manifest).is_exposed(spec):
+            raise ToolNotFound(name, [s.name for s in self.exposed_tools(agent)])
+        call = ToolCall(name=name, arguments=dict(arguments), caller=agent, trace=trace)
+        return await self.call_tool(agent, call, check_capability=False)
+
+    async def _audit(self, agent, call, trace, duration_ms, outcome, error, conversation) -> None:
+        from ._store import AuditRecord
+
+        try:
+            args = json.dumps(dict(call.arguments), ensure_ascii=False, default=repr)
+        except (TypeError, ValueError):
+            args = repr(call.arguments)
+        record = AuditRecord(
+            ts=time.time(),
+            trace_id=trace.trace_id if trace else None,
+            span_id=trace.span_id if trace else None,
+            agent=agent,
+            tool=call.name,
+            arguments=args[:_AUDIT_ARGS_MAX],
+            duration_ms=duration_ms,
+            outcome=outcome,
+            error=error,
+            session_id=conversation.session_id if conversation else None,
+        )
+        with trio.CancelScope(shield=True):
+            try:
+                await self.store.record_tool_call(record)
+            except Exception:
+                log.exception("could not write the audit record of %s", call.name)
+
+    # ---- boot ---------------------------------------------------------------------------
+    def _register_tools(self, tools: Iterable[Any], source: str) -> None:
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                self._plugin_failure(source, f"roost_tools returned {type(tool).__name__}, expected roost.kernel.Tool")
+                continue
+            try:
+                self.registry.register(tool)
+            except ToolNameCollision as exc:
+                self._plugin_failure(tool.spec.owner, str(exc))
+
+    def _plugin_failure(self, name: str, error: str) -> None:
+        self.plugins.failures.append(PluginFailure(name, "register", error))
+        log.error("plugin %s: %s", name, error)
+        self.publish(Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload={"plugin": name, "error": error}))
+
+    def _agent_tool(self, target: str) -> Tool:
+        manifest = self.agents[target]
+        spec = ToolSpec(
+            name=agent_tool_name(target),
+            title=f"Ask {target}",
+            description=f"Ask the {target} agent. {manifest.description}".strip(),
+            input_schema={
+                "type": "object",
+                "properties": {"message": {"type": "string", "description": f"What to ask {target}"}},
+                "required": ["message"],
+                "additionalProperties": False,
+            },
+            owner="agents",
+            original_name=target,
+        )
+        kernel = self
+
+        async def ask_agent(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            from ._policy import check_ping_pong
+
+            caller = call.caller or ctx.agent
+            origin = call.trace or TraceContext.new(caller, max_depth=kernel.max_depth_for(caller))
+            try:
+                origin.child(target, max_depth=kernel.max_depth_for(target))
+            except RecursionLimitExceeded as exc:
+                kernel.breaker_tripped(exc, caller=caller, target=target)
+                raise
+            check_ping_pong(origin.path + (target,))
+            params: dict[str, Any] = {"name": "message", "arguments": {"message": call.arguments["message"]}}
+            origin.inject_meta(params)
+            request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
+            reply = await kernel.actors.ask(
+                target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
+            )
+            return result_from_jsonrpc(reply.payload)
+
+        return Tool(spec, ask_agent)
+
+    def _create_provider(self, manifest: Any) -> Any:
+        name = manifest.model.provider
+        descriptor = self.providers.get(name)
+        if descriptor is None:
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise RoostError(
+                f"model.provider {name!r} is not installed (installed providers: {known}); "
+                "install its plugin or choose another provider in agent.json"
+            )
+        settings = dict(self.config.providers.get(name, {})) if isinstance(self.config.providers, Mapping) else {}
+        return descriptor.factory(manifest.model, settings)
+
+
+def result_from_jsonrpc(response: Any) -> ToolResult:
+    """Turn an MCP ``tools/call`` JSON-RPC response into a ToolResult."""
+    if not isinstance(response, Mapping):
+        return ToolResult.error("peer returned a malformed response")
+    if "error" in response:
+        err = response.get("error") or {}
+        message = err.get("message", "error") if isinstance(err, Mapping) else str(err)
+        data = err.get("data") if isinstance(err, Mapping) else None
+        if isinstance(data, Mapping) and data.get("code") == "recursion_limit":
+            raise RecursionLimitExceeded(data.get("path") or (), int(data.get("max_depth") or 0))
+        return ToolResult.error(str(message))
+    result = response.get("result")
+    if not isinstance(result, Mapping):
+        return ToolResult.error("peer returned a response without a result")
+    content = tuple(b for b in result.get("content") or () if isinstance(b, Mapping))
+    structured = result.get("structuredContent")
+    return ToolResult(
+        content=content,
+        structured_content=structured if isinstance(structured, Mapping) else None,
+        is_error=bool(result.get("isError", False)),
+    )
+
+
+@asynccontextmanager
+async def open_kernel(
+    config: Any = None,
+    *,
+    agents: Sequence[Any] = (),
+    plugins: Sequence[Any] = (),
+    load_entry_points: bool = True,
+) -> AsyncIterator[Kernel]:
+    """Boot a kernel; leaving the block shuts it down gracefully within the deadline.
+
+    ``agents`` adds in-memory manifests (beside the configured ones); ``plugins`` adds
+    plugin objects (modules or instances with hookimpls) beside the entry points.
+    """
+    from ._actor import open_actor_system
+    from ._config import load_config
+    from ._manifest import load_agents
+    from ._paths import database_path, ensure_private_dir
+    from ._store import open_store
+
+    if config is None:
+        config = load_config()
+    home = ensure_private_dir(Path(config.home))
+
+    pm = PluginManager()
+    if load_entry_points:
+        pm.load_entry_points(disabled=config.plugins.disabled)
+    for i, plugin in enumerate(plugins):
+        pm.register_named(getattr(plugin, "__name__", f"plugin-{i}"), plugin)
+
+    async with open_store(database_path(home)) as store:
+        async with open_actor_system(shutdown_timeout_s=config.kernel.shutdown_timeout_s) as actors:
+            kernel = Kernel(config, pm, store, actors)
+            for failure in pm.failures:
+                kernel.publish(Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload=attrs.asdict(failure)))
+            for name, impl_result in _hook_results(pm, "roost_tools", config=config):
+                kernel._register_tools(impl_result, name)
+            for name, impl_result in _hook_results(pm, "roost_providers"):
+                for desc in impl_result:
+                    if isinstance(desc, ProviderDescriptor):
+                        kernel.providers.setdefault(desc.name, desc)
+                    else:
+                        kernel._plugin_failure(name, f"roost_providers returned {type(desc).__name__}")
+
+            found, errors = load_agents([Path(d) for d in config.agents.dirs], include_bundled=config.agents.bundled)
+            kernel.manifest_errors.extend(errors)
+            for err in errors:
+                log.error("agent manifest skipped: %s", err)
+            for manifest in agents:
+                found[manifest.name] = manifest
+            kernel.agents = dict(sorted(found.items()))
+            for name in kernel.agents:
+                kernel._register_tools([kernel._agent_tool(name)], "agents")
+            for name, manifest in kernel.agents.items():
+                try:
+                    provider = kernel._create_provider(manifest)
+                except Exception as exc:
+                    kernel.agent_errors[name] = str(exc)
+                    log.error("agent %s is unavailable: %s", name, exc)
+                    continue
+                runtime = AgentRuntime(kernel, name, provider)
+                kernel._runtimes[name] = runtime
+                actors.spawn(
+                    name,
+                    lambda runtime=runtime: runtime,
+                    mailbox_size=config.kernel.mailbox_size,
+                    concurrency=max(config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages),
+                )
+            kernel.publish(
+                Event(EventKind.KERNEL_STARTED, "kernel", payload={"agents": list(kernel.agents), "tools": len(kernel.registry)})
+            )
+            _call_safely(pm, "roost_kernel_started", kernel=kernel)
+            try:
+                yield kernel
+            finally:
+                _call_safely(pm, "roost_kernel_stopping", kernel=kernel)
+                kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
+
+
+def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:
+    """Call a hook plugin by plugin, so one plugin raising is reported and skipped."""
+    out = []
+    hook = getattr(pm.hook, hook_name)
+    for impl in hook.get_hookimpls():
+        name = pm.get_name(impl.plugin) or repr(impl.plugin)
+        try:
+            fn = impl.function
+            argnames = impl.argnames
+            result = fn(**{k: v for k, v in kwargs.items() if k in argnames})
+        except Exception as exc:
+            pm.failures.append(PluginFailure(name, "register", f"{hook_name} raised {type(exc).__name__}: {exc}"))
+            log.error("plugin %s: %s raised %s", name, hook_name, exc)
+            continue
+        out.append((name, collect([result])))
+    return out
+
+
+def _call_safely(pm: PluginManager, hook_name: str, **kwargs: Any) -> None:
+    for name, _ in _hook_results(pm, hook_name, **kwargs):
+        pass

@@ -1,0 +1,693 @@
+"""Agent manifests: ``agents/<name>/agent.json`` → a frozen ``AgentManifest``.
+
+A manifest is checked against the packaged ``agent.json.schema`` (JSON Schema 2020-12),
+then a few things a schema cannot say (regexes compile, the prompt file exists, names are
+unique), and only then turned into attrs objects with cattrs. Every problem is a
+``ManifestError`` naming the file, the JSON pointer and what was expected there.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import functools
+import importlib.resources
+import importlib.util
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+import jsonschema
+from jsonschema.exceptions import ValidationError, best_match
+
+from ._errors import ManifestError
+from ._hookspecs import McpServerDescriptor
+from ._tools import agent_tool_name, normalise_name
+from ._trace import DEFAULT_MAX_DEPTH
+
+MANIFEST_FILENAME = "agent.json"
+SCHEMA_RESOURCE = "agent.json.schema"
+SANDBOX_MODES = ("sandbox", "read-only", "rwx")
+TAINT_POLICIES = ("block", "warn", "allow")
+
+MAX_MANIFEST_BYTES = 1_048_576
+MAX_PROMPT_BYTES = 1_048_576
+_MAX_ERRORS_PER_FILE = 50
+_MEMORY = "<memory>"
+
+
+# ---- the model -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ModelRef:
+    """An alternative model (``model.fast`` / ``model.complex``)."""
+
+    provider: str
+    name: str | None = None
+    parameters: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ScriptCall:
+    """One tool call of a scripted step; ``arguments`` values may hold ``{message}``."""
+
+    tool: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class ScriptStep:
+    """A scripted step: one call, or several run concurrently (``parallel``)."""
+
+    calls: tuple[ScriptCall, ...]
+    parallel: bool = False
+
+
+@attrs.frozen
+class ScriptRule:
+    """If ``match`` (a Python regex) is found in the message: run ``steps``, then reply or ask."""
+
+    match: str
+    steps: tuple[ScriptStep, ...] = ()
+    reply: str | None = None
+    ask: str | None = None
+    stream: bool = False
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled ``match`` (validated when the manifest was loaded)."""
+        return re.compile(self.match)
+
+
+@attrs.frozen
+class ModelScript:
+    """The script the offline ``scripted`` provider follows: first matching rule wins."""
+
+    rules: tuple[ScriptRule, ...] = ()
+    default_reply: str | None = None
+
+
+@attrs.frozen
+class ModelConfig:
+    """Which model drives the agent, with optional faster / stronger alternatives."""
+
+    provider: str = "scripted"
+    name: str | None = None
+    parameters: Mapping[str, Any] = attrs.field(factory=dict)
+    script: ModelScript | None = None
+    fast: ModelRef | None = None
+    complex: ModelRef | None = None
+
+    def for_tier(self, tier: str | None) -> ModelConfig:
+        """The model for ``tier`` (``"fast"``, ``"complex"``; None = this one), else this one."""
+        if tier is None:
+            return self
+        if tier not in ("fast", "complex"):
+            raise ValueError(f"unknown model tier {tier!r}; expected 'fast', 'complex' or None")
+        ref: ModelRef | None = getattr(self, tier)
+        if ref is None:
+            return self
+        script = self.script if ref.provider == self.provider else None
+        return ModelConfig(ref.provider, ref.name, dict(ref.parameters), script)
+
+
+@attrs.frozen
+class AgentCapabilities:
+    """Glob patterns of the tools the agent may call (nothing unless listed)."""
+
+    tools: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class McpExposure:
+    """Which of the agent's tools others may call: deny by default, private wins."""
+
+    expose_tools: tuple[str, ...] = ()
+    private_tools: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class A2ASkill:
+    """A skill advertised in the agent's A2A card."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+    input_modes: tuple[str, ...] = ()
+    output_modes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class A2AConfig:
+    """Whether the agent is reachable over A2A, and the skills its card lists."""
+
+    enabled: bool = True
+    skills: tuple[A2ASkill, ...] = ()
+
+
+@attrs.frozen
+class AgentLimits:
+    """Per-agent bounds on turns, tool time, call depth and concurrency."""
+
+    max_turns: int = 10
+    tool_timeout_s: float = 60.0
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_concurrent_tools: int = 4
+    max_concurrent_messages: int = 8
+    tool_timeouts: Mapping[str, float] = attrs.field(factory=dict)
+
+    def timeout_for(self, tool: str) -> float:
+        """The timeout for ``tool``: its own override, else ``tool_timeout_s``."""
+        return float(self.tool_timeouts.get(tool, self.tool_timeout_s))
+
+
+@attrs.frozen
+class AgentManifest:
+    """A validated agent manifest.
+
+    ``system_prompt`` holds the prompt text whether it was inline or in
+    ``system_prompt_file`` (then the resolved path of that file). ``path`` and
+    ``base_dir`` record where the manifest came from (None for in-memory ones).
+    """
+
+    name: str
+    description: str
+    version: str = "0.1.0"
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    system_prompt: str = ""
+    system_prompt_file: Path | None = None
+    capabilities: AgentCapabilities = attrs.field(factory=AgentCapabilities)
+    mcp: McpExposure = attrs.field(factory=McpExposure)
+    mcp_servers: tuple[McpServerDescriptor, ...] = ()
+    a2a: A2AConfig = attrs.field(factory=A2AConfig)
+    limits: AgentLimits = attrs.field(factory=AgentLimits)
+    sandbox: str = "sandbox"
+    workspace: Path | None = None
+    env_allowlist: tuple[str, ...] = ()
+    taint_policy: str | None = None
+    path: Path | None = None
+    base_dir: Path | None = None
+
+    def workspace_dir(self, home: Path) -> Path:
+        """The agent's workspace: ``workspace`` if set, else ``<home>/workspaces/<name>``."""
+        return self.workspace if self.workspace is not None else home / "workspaces" / self.name
+
+
+# ---- cattrs ----------------------------------------------------------------------------
+
+_converter = cattrs.Converter()
+
+
+def _structure_step(data: Mapping[str, Any], _type: type) -> ScriptStep:
+    if "parallel" in data:
+        calls = tuple(
+            ScriptCall(c["tool"], dict(c.get("arguments") or {})) for c in data["parallel"]
+        )
+        return ScriptStep(calls, parallel=True)
+    return ScriptStep((ScriptCall(data["tool"], dict(data.get("arguments") or {})),))
+
+
+_converter.register_structure_hook(ScriptStep, _structure_step)
+
+
+# ---- the schema ------------------------------------------------------------------------
+
+
+@functools.cache
+def _schema_text() -> str:
+    return importlib.resources.files("roost.kernel").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
+
+
+def schema() -> dict[str, Any]:
+    """The packaged ``agent.json.schema`` as a dict (a fresh copy; mutate freely)."""
+    return copy.deepcopy(_validator().schema)
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    loaded = json.loads(_schema_text())
+    jsonschema.Draft202012Validator.check_schema(loaded)
+    return jsonschema.Draft202012Validator(loaded)
+
+
+def bundled_agents_dir() -> Path:
+    """The directory of the agents shipped with roost (the ``roost.agents`` data package)."""
+    spec = importlib.util.find_spec("roost.agents")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location)
+        if candidate.is_dir():
+            return candidate
+    raise ManifestError(
+        "roost.agents", "/", "the bundled agents package is missing; reinstall roost"
+    )
+
+
+# ---- error wording ---------------------------------------------------------------------
+
+
+def _pointer(parts: Iterable[Any]) -> str:
+    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
+    return "/" + "/".join(escaped) if escaped else "/"
+
+
+def _got(instance: Any) -> str:
+    if isinstance(instance, dict):
+        return "an object"
+    if isinstance(instance, list):
+        return "an empty list" if not instance else "a list"
+    try:
+        text = json.dumps(instance, ensure_ascii=False)
+    except (TypeError, ValueError):  # an in-memory caller passed a non-JSON value
+        text = f"a {type(instance).__name__}"
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+_TYPE_WORDS = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _bounds(schema: Mapping[str, Any]) -> str:
+    low, high = schema.get("minimum"), schema.get("maximum")
+    xlow = schema.get("exclusiveMinimum")
+    if low is not None and high is not None:
+        return f" {low}-{high}"
+    parts = []
+    if low is not None:
+        parts.append(f"≥ {low}")
+    if xlow is not None:
+        parts.append(f"> {xlow}")
+    if high is not None:
+        parts.append(f"≤ {high}")
+    return " " + " and ".join(parts) if parts else ""
+
+
+def _describe(schema: Mapping[str, Any]) -> str:
+    """What a (sub)schema accepts, in plain words: 'an integer ≥ 1', 'a list of strings'."""
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if "pattern" in schema and "description" in schema:
+        words = [schema["description"]]
+        words += [_TYPE_WORDS[t] for t in types if t != "string"]
+        return " or ".join(words)
+    words = []
+    for t in types:
+        word = _TYPE_WORDS.get(t, t)
+        if t in ("integer", "number"):
+            word += _bounds(schema)
+        elif t == "string":
+            if "pattern" in schema:
+                word += f" matching {schema['pattern']}"
+            elif schema.get("minLength"):
+                word = "a non-empty string"
+        elif t == "array":
+            word += _describe_items(schema.get("items"))
+        words.append(word)
+    return " or ".join(words) if words else "a valid value"
+
+
+def _describe_items(items: Any) -> str:
+    if not isinstance(items, Mapping):
+        return ""
+    ref = items.get("$ref")
+    if isinstance(ref, str):
+        return f" of {ref.rsplit('/', 1)[-1].replace('_', ' ')} objects"
+    item_type = items.get("type")
+    plural = {"string": "strings", "object": "objects", "integer": "integers"}
+    return f" of {plural[item_type]}" if item_type in plural else ""
+
+
+_LEAF_KEYWORDS = {
+    "type",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+}
+
+
+def _translate(error: ValidationError) -> list[tuple[str, str]]:
+    """(pointer, expected) pairs for one jsonschema error."""
+    where = _pointer(error.absolute_path)
+    keyword = error.validator
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
+    instance = error.instance
+    if keyword in _LEAF_KEYWORDS:
+        return [(where, f"expected {_describe(schema)}, got {_got(instance)}")]
+    if keyword == "required":
+        missing = [k for k in error.validator_value if k not in instance]
+        why = ""
+        if "then" in error.absolute_schema_path and isinstance(instance.get("type"), str):
+            why = f" (needed when type is {instance['type']!r})"
+        return [(where, f"missing required key {k!r}{why}") for k in missing]
+    if keyword == "additionalProperties" and error.validator_value is False:
+        allowed = list(schema.get("properties", {}))
+        patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+        out = []
+        for key in instance:
+            if key in allowed or any(p.search(key) for p in patterns):
+                continue
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.append(
+                (
+                    _pointer([*error.absolute_path, key]),
+                    f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}",
+                )
+            )
+        return out
+    if keyword == "minItems":
+        return [(where, f"expected at least {error.validator_value} item(s), got {_got(instance)}")]
+    if keyword in ("oneOf", "anyOf", "not") and "description" in schema:
+        return [(where, f"expected {schema['description']}")]
+    if error.context:
+        deepest = best_match(error.context)
+        if deepest is not None and deepest is not error:
+            return _translate(deepest)
+    return [(where, error.message)]
+
+
+# ---- checking --------------------------------------------------------------------------
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON; use a number or a string")
+
+
+def _read_text(path: Path, limit: int) -> str:
+    """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
+    with path.open("rb") as handle:
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"file is larger than {limit} bytes")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid UTF-8 text (byte {exc.start})") from None
+
+
+def _parse_json(text: str, source: str) -> tuple[Any, list[ManifestError]]:
+    try:
+        data = json.loads(
+            text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
+        )
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        return None, [ManifestError(source, "/", f"invalid JSON at {where}: {exc.msg}")]
+    except _DuplicateKey as exc:
+        return None, [
+            ManifestError(
+                source, "/", f"duplicate key {exc.args[0]!r} in an object; keep only one of them"
+            )
+        ]
+    except ValueError as exc:
+        return None, [ManifestError(source, "/", str(exc))]
+    except RecursionError:
+        return None, [ManifestError(source, "/", "invalid JSON: nested too deeply")]
+    return data, []
+
+
+def _check_regexes(data: Any, source: str) -> list[ManifestError]:
+    try:
+        rules = data["model"]["script"]["rules"]
+    except (KeyError, TypeError):
+        return []
+    errors = []
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        match = rule.get("match") if isinstance(rule, dict) else None
+        if not isinstance(match, str):
+            continue
+        try:
+            re.compile(match)
+        except re.error as exc:
+            errors.append(
+                ManifestError(
+                    source,
+                    f"/model/script/rules/{index}/match",
+                    f"expected a valid Python regular expression, got {_got(match)}: {exc}",
+                )
+            )
+    return errors
+
+
+def _check_unique(data: Any, source: str) -> list[ManifestError]:
+    errors = []
+    servers = data.get("mcp_servers") if isinstance(data, dict) else None
+    seen: dict[str, str] = {}
+    for index, server in enumerate(servers if isinstance(servers, list) else []):
+        name = server.get("name") if isinstance(server, dict) else None
+        if not isinstance(name, str):
+            continue
+        key = normalise_name(name)
+        if key in seen:
+            clash = (
+                f"{name!r} is used twice"
+                if seen[key] == name
+                else f"{name!r} clashes with {seen[key]!r} (their tool names would collide)"
+            )
+            errors.append(
+                ManifestError(
+                    source,
+                    f"/mcp_servers/{index}/name",
+                    f"expected a unique server name; {clash}; rename one",
+                )
+            )
+        seen.setdefault(key, name)
+    a2a = data.get("a2a") if isinstance(data, dict) else None
+    skills = a2a.get("skills") if isinstance(a2a, dict) else None
+    ids: set[str] = set()
+    for index, skill in enumerate(skills if isinstance(skills, list) else []):
+        skill_id = skill.get("id") if isinstance(skill, dict) else None
+        if isinstance(skill_id, str):
+            if skill_id in ids:
+                errors.append(
+                    ManifestError(
+                        source,
+                        f"/a2a/skills/{index}/id",
+                        f"expected a unique skill id; {skill_id!r} is used twice",
+                    )
+                )
+            ids.add(skill_id)
+    return errors
+
+
+def _load_prompt(
+    data: Any, source: str, base_dir: Path | None
+) -> tuple[str, Path | None, list[ManifestError]]:
+    if not isinstance(data, dict):
+        return "", None, []
+    inline = data.get("system_prompt")
+    name = data.get("system_prompt_file")
+    if not isinstance(name, str) or not name:
+        return (inline if isinstance(inline, str) else ""), None, []
+    prompt_path = (base_dir or Path.cwd()) / Path(name).expanduser()
+    pointer = "/system_prompt_file"
+    try:
+        return _read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
+    except FileNotFoundError:
+        problem = f"prompt file not found: {prompt_path}"
+    except IsADirectoryError:
+        problem = f"expected a file, but {prompt_path} is a directory"
+    except (OSError, ValueError) as exc:
+        problem = f"cannot read prompt file {prompt_path}: {exc}"
+    return "", prompt_path, [ManifestError(source, pointer, problem)]
+
+
+def _check(
+    data: Any, source: str, base_dir: Path | None, path: Path | None
+) -> tuple[AgentManifest | None, list[ManifestError]]:
+    """Every problem with ``data``, and the manifest if there were none."""
+    errors: list[ManifestError] = []
+    raw = list(_validator().iter_errors(data))
+    best = best_match(raw)
+    if best is not None:
+        raw.remove(best)
+        raw.insert(0, best)
+    for error in raw:
+        for pointer, expected in _translate(error):
+            if not any(e.pointer == pointer and e.expected == expected for e in errors):
+                errors.append(ManifestError(source, pointer, expected))
+    errors += _check_regexes(data, source)
+    errors += _check_unique(data, source)
+    prompt, prompt_path, prompt_errors = _load_prompt(data, source, base_dir)
+    errors += prompt_errors
+    if errors:
+        return None, errors[:_MAX_ERRORS_PER_FILE]
+    fields = {k: v for k, v in data.items() if k not in ("$schema", "workspace")}
+    fields["system_prompt"] = prompt
+    fields["system_prompt_file"] = prompt_path
+    workspace = data.get("workspace")
+    if workspace is not None:
+        fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
+    fields["path"] = path
+    fields["base_dir"] = base_dir
+    return _converter.structure(fields, AgentManifest), []
+
+
+def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[ManifestError]]:
+    try:
+        text = _read_text(path, MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        return None, [ManifestError(source, "/", "file not found")]
+    except IsADirectoryError:
+        return None, [
+            ManifestError(source, "/", f"is a directory; expected a {MANIFEST_FILENAME} file")
+        ]
+    except (OSError, ValueError) as exc:
+        return None, [ManifestError(source, "/", f"cannot read the file: {exc}")]
+    data, errors = _parse_json(text, source)
+    if errors:
+        return None, errors
+    absolute = path.absolute()
+    return _check(data, source, absolute.parent, absolute)
+
+
+# ---- public API ------------------------------------------------------------------------
+
+
+def parse_manifest(
+    data: Any, *, source: str = _MEMORY, base_dir: Path | None = None
+) -> AgentManifest:
+    """Validate already-parsed JSON ``data``; raise the most relevant ``ManifestError``.
+
+    ``base_dir`` resolves ``system_prompt_file`` and a relative ``workspace`` (default: cwd).
+    """
+    manifest, errors = _check(data, source, base_dir, None)
+    if errors:
+        raise errors[0]
+    assert manifest is not None
+    return manifest
+
+
+def load_manifest(path: str | Path) -> AgentManifest:
+    """Read, validate and convert one ``agent.json``; raise ``ManifestError`` if it is bad."""
+    manifest, errors = _check_file(Path(path), str(path))
+    if errors:
+        raise errors[0]
+    assert manifest is not None
+    return manifest
+
+
+def _manifest_files(location: Path) -> list[Path]:
+    if location.is_file():
+        return [location]
+    if (location / MANIFEST_FILENAME).is_file():
+        return [location / MANIFEST_FILENAME]
+    return sorted(location.glob(f"*/{MANIFEST_FILENAME}"))
+
+
+def _add_unique(
+    manifest: AgentManifest, source: str, found: dict[str, AgentManifest], errors: list
+) -> None:
+    tool = agent_tool_name(manifest.name)
+    for other in found.values():
+        if agent_tool_name(other.name) == tool:
+            if other.name == manifest.name:
+                problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
+            else:
+                problem = (
+                    f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
+                    f"(both would be called as tool {tool!r})"
+                )
+            errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
+            return
+    found[manifest.name] = manifest
+
+
+def load_agents(
+    dirs: Iterable[str | Path], *, include_bundled: bool = True
+) -> tuple[dict[str, AgentManifest], list[ManifestError]]:
+    """Every valid manifest under ``dirs`` (each ``<dir>/<name>/agent.json``), by name.
+
+    Bundled agents come first when ``include_bundled``. A bad manifest is reported in the
+    error list and skipped; it never stops the others from loading. A name defined twice
+    keeps the first and reports the second, naming both files.
+    """
+    found: dict[str, AgentManifest] = {}
+    errors: list[ManifestError] = []
+    locations: list[Path] = []
+    if include_bundled:
+        try:
+            locations.append(bundled_agents_dir())
+        except ManifestError as exc:
+            errors.append(exc)
+    locations += [Path(d).expanduser() for d in dirs]
+    scanned: set[Path] = set()
+    for location in locations:
+        key = location.resolve()
+        if key in scanned:
+            continue
+        scanned.add(key)
+        if not location.exists():
+            errors.append(
+                ManifestError(
+                    str(location),
+                    "/",
+                    "agents directory not found; fix [agents].dirs in roost.toml",
+                )
+            )
+            continue
+        for file in _manifest_files(location):
+            manifest, problems = _check_file(file, str(file))
+            errors += problems
+            if manifest is not None:
+                _add_unique(manifest, str(file), found, errors)
+    return found, errors
+
+
+def validate_files(paths: Iterable[str | Path]) -> list[ManifestError]:
+    """Every problem in the given manifests (or directories of them), for ``roost validate``.
+
+    Reports all errors of each file, plus agent names defined more than once among them.
+    An empty list means everything is valid.
+    """
+    errors: list[ManifestError] = []
+    found: dict[str, AgentManifest] = {}
+    for given in paths:
+        location = Path(given)
+        files = _manifest_files(location) if location.is_dir() else [location]
+        if location.is_dir() and not files:
+            errors.append(
+                ManifestError(str(location), "/", f"no {MANIFEST_FILENAME} found in this directory")
+            )
+        for file in files:
+            manifest, problems = _check_file(file, str(file))
+            errors += problems
+            if manifest is not None:
+                _add_unique(manifest, str(file), found, errors)
+    return errors

@@ -1,0 +1,106 @@
+"""The in-memory MCP surface of an agent: ``tools/list`` and ``tools/call`` over JSON-RPC.
+
+Messages arrive exactly as an MCP client sends them; the trace context is read from
+``params._meta`` and the callee applies its own depth limit, as it would over HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound
+from ._trace import TraceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._agent import AgentRuntime
+
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# roost's application errors (JSON-RPC reserves -32000..-32099 for implementations).
+RECURSION_LIMIT = -32010
+
+
+def message_tool_schema(agent: str, description: str) -> dict[str, Any]:
+    """The MCP ``Tool`` through which callers ask an agent."""
+    return {
+        "name": "message",
+        "title": f"Ask {agent}",
+        "description": description or f"Send a message to the {agent} agent and get its answer.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What to ask the agent"}},
+            "required": ["message"],
+            "additionalProperties": False,
+        },
+    }
+
+
+def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": req_id, "error": err}
+
+
+async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, Any]:
+    if not isinstance(request, Mapping) or request.get("jsonrpc") != "2.0":
+        return _error(None, INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
+    req_id = request.get("id")
+    method = request.get("method")
+    params = request.get("params") or {}
+    if not isinstance(params, Mapping):
+        return _error(req_id, INVALID_PARAMS, "params: expected an object")
+    kernel = agent.kernel
+    if method == "tools/list":
+        tools = [message_tool_schema(agent.name, agent.manifest.description)]
+        tools += [spec.to_mcp() for spec in kernel.exposed_tools(agent.name)]
+        return {"jsonrpc": "2.0", "id": req_id, "result": {"tools": tools}}
+    if method != "tools/call":
+        return _error(req_id, METHOD_NOT_FOUND, f"method {method!r} not found")
+
+    name = params.get("name")
+    arguments = params.get("arguments") or {}
+    if not isinstance(name, str):
+        return _error(req_id, INVALID_PARAMS, "params.name: expected the tool name as a string")
+    if not isinstance(arguments, Mapping):
+        return _error(req_id, INVALID_PARAMS, "params.arguments: expected an object")
+    incoming = TraceContext.from_meta(params.get("_meta"))
+    limit = kernel.max_depth_for(agent.name)
+    try:
+        trace = (
+            incoming.child(agent.name, max_depth=limit)
+            if incoming is not None
+            else TraceContext.new(agent.name, max_depth=limit)
+        )
+    except RoostError as exc:
+        kernel.breaker_tripped(exc, caller=caller, target=agent.name)
+        return _error(req_id, RECURSION_LIMIT, str(exc), exc.to_dict())
+
+    if name == "message":
+        text = arguments.get("message")
+        if not isinstance(text, str):
+            return _error(req_id, INVALID_PARAMS, "params.arguments.message: expected a string")
+        reply = await agent.handle_message(text, session_id=None, trace=trace)
+        result = {
+            "content": [{"type": "text", "text": reply.text}],
+            "isError": reply.is_error,
+            "structuredContent": {
+                "agent": reply.agent,
+                "text": reply.text,
+                "session_id": reply.session_id,
+                "stop_reason": reply.stop_reason,
+            },
+        }
+        return {"jsonrpc": "2.0", "id": req_id, "result": result}
+
+    try:
+        result = await kernel.call_exposed(agent.name, name, dict(arguments), trace=trace)
+    except ToolNotFound:
+        # Unexposed and private tools are indistinguishable from absent ones.
+        return _error(req_id, INVALID_PARAMS, f"unknown tool: {name}")
+    except (ToolDenied, ToolArgumentsInvalid) as exc:
+        return _error(req_id, INVALID_PARAMS, str(exc), exc.to_dict())
+    return {"jsonrpc": "2.0", "id": req_id, "result": result.to_mcp()}

@@ -1,0 +1,643 @@
+"""Persistence: sessions and their history, the tool-call audit log and token usage.
+
+``Store`` is the protocol; ``SqliteStore`` the default. Every database call runs in a
+worker thread (``trio.to_thread.run_sync``) on one connection that only one thread uses at
+a time, so the event loop never blocks on disk. A write returns only after its transaction
+is committed: nothing is acknowledged before it is stored.
+
+Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to the WAL
+before it returns. ``NORMAL`` would be faster, but in WAL mode it may lose the last commits
+on power loss, which would break "acknowledged means stored".
+
+The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations,
+each in its own transaction. A database from a newer roost, a file that is not SQLite or a
+corrupt one is refused with an error naming the path, and left untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import attrs
+import trio
+
+from ._errors import RoostError
+
+MEMORY = ":memory:"
+SQLITE_HEADER = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 5000
+SYNCHRONOUS_MODES = ("FULL", "NORMAL", "EXTRA")
+OUTCOMES = ("ok", "error", "denied", "timeout", "cancelled")
+MAX_AUDIT_CHARS = 8192
+TRUNCATED_MARK = "…[truncated]"
+_MESSAGE_KEYS = ("role", "content", "data")
+_MAX_ID_CHARS = 256
+
+_T = TypeVar("_T")
+
+
+class StoreError(RoostError):
+    """The store refused an operation or the database failed; says which and why."""
+
+    code = "store_error"
+
+
+# Migration i takes the schema from version i to i + 1. Append, never edit.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            agent TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX sessions_by_agent ON sessions (agent, updated_at)",
+        "CREATE INDEX sessions_by_update ON sessions (updated_at)",
+        """CREATE TABLE messages (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            data TEXT NOT NULL,
+            ts REAL NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        )""",
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts REAL NOT NULL,
+            trace_id TEXT,
+            span_id TEXT,
+            agent TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            arguments TEXT NOT NULL,
+            duration_ms REAL NOT NULL,
+            outcome TEXT NOT NULL,
+            error TEXT,
+            session_id TEXT
+        )""",
+        "CREATE INDEX audit_by_agent ON audit (agent, id)",
+        "CREATE INDEX audit_by_trace ON audit (trace_id, id)",
+        """CREATE TABLE usage (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            ts REAL NOT NULL,
+            agent TEXT NOT NULL,
+            session_id TEXT,
+            provider TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL
+        )""",
+        "CREATE INDEX usage_by_agent ON usage (agent)",
+    ),
+)
+
+
+def schema_version() -> int:
+    """The schema version this roost writes (the number of migrations)."""
+    return len(_MIGRATIONS)
+
+
+# ---- records ---------------------------------------------------------------------------
+
+
+def _truncate(text: str, limit: int = MAX_AUDIT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED_MARK)] + TRUNCATED_MARK
+
+
+def _audit_arguments(value: Any) -> str:
+    if not isinstance(value, str):
+        # The audit log must not lose a record because an argument is odd; repr it.
+        value = json.dumps(value, ensure_ascii=False, default=repr, sort_keys=True)
+    return _truncate(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _truncate(str(value))
+
+
+def _required_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise StoreError(
+            f"{type(instance).__name__}.{attribute.name}: expected a non-empty string, "
+            f"got {value!r}"
+        )
+
+
+def _known_outcome(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value not in OUTCOMES:
+        raise StoreError(
+            f"AuditRecord.outcome: expected one of {', '.join(OUTCOMES)}; got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class AuditRecord:
+    """One tool call in the audit log. ``arguments`` is JSON text, truncated if huge."""
+
+    ts: float = attrs.field(factory=time.time)
+    trace_id: str | None = None
+    span_id: str | None = None
+    agent: str = attrs.field(validator=_required_text)
+    tool: str = attrs.field(validator=_required_text)
+    arguments: str = attrs.field(default="{}", converter=_audit_arguments)
+    duration_ms: float = 0.0
+    outcome: str = attrs.field(default="ok", validator=_known_outcome)
+    error: str | None = attrs.field(default=None, converter=_optional_text)
+    session_id: str | None = None
+
+
+@attrs.frozen
+class StoredMessage:
+    """One message of a session's history, numbered from 1 by ``seq``."""
+
+    session_id: str
+    seq: int
+    role: str
+    content: str
+    data: Mapping[str, Any]
+    ts: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the kernel needs from persistence; ``SqliteStore`` is the default."""
+
+    async def ensure_session(self, session_id: str, agent: str) -> None: ...
+
+    async def append_messages(
+        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None: ...
+
+    async def history(
+        self, session_id: str, *, limit: int | None = None
+    ) -> list[StoredMessage]: ...
+
+    async def sessions(self, *, agent: str | None = None, limit: int = 100) -> list[dict]: ...
+
+    async def record_tool_call(self, record: AuditRecord) -> None: ...
+
+    async def audit(
+        self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]: ...
+
+    async def record_usage(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None: ...
+
+    async def usage_by_agent(self) -> dict[str, dict]: ...
+
+
+# ---- argument checks (in the calling task, before any thread or SQL) -------------------
+
+
+def _check_id(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise StoreError(f"{name}: expected a non-empty string, got {value!r}")
+    if len(value) > _MAX_ID_CHARS:
+        raise StoreError(f"{name}: expected at most {_MAX_ID_CHARS} characters, got {len(value)}")
+    return value
+
+
+def _check_text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > _MAX_ID_CHARS:
+        raise StoreError(
+            f"{name}: expected a string of at most {_MAX_ID_CHARS} characters, got {value!r}"
+        )
+    return value
+
+
+def _check_limit(value: Any, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise StoreError(f"limit: expected an integer ≥ 1, got {value!r}")
+    return value
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StoreError(f"{name}: expected an integer ≥ 0, got {value!r}")
+    return value
+
+
+def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise StoreError(
+            f"messages: expected a list of {{role, content, data}} dicts, got {type(messages).__name__}"
+        )
+    rows = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            raise StoreError(f"{where}: expected a dict with role, content, data; got {message!r}")
+        extra = [k for k in message if k not in _MESSAGE_KEYS]
+        if extra:
+            raise StoreError(
+                f"{where}: unknown key {extra[0]!r}; allowed keys: role, content, data "
+                "(put anything else, such as tool_calls, under 'data')"
+            )
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise StoreError(f"{where}.role: expected a non-empty string, got {role!r}")
+        content = message.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise StoreError(
+                f"{where}.content: expected a string, got {type(content).__name__}; "
+                "put structured content under 'data'"
+            )
+        data = message.get("data")
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
+        try:
+            encoded = json.dumps(dict(data), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(
+                f"{where}.data: not JSON-serialisable ({exc}); use only dicts, lists, strings, "
+                "numbers, booleans and None (e.g. turn sets into sorted lists)"
+            ) from None
+        rows.append((role, content, encoded))
+    return rows
+
+
+# ---- the SQLite store ------------------------------------------------------------------
+
+
+def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _T]) -> _T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+class SqliteStore:
+    """The SQLite ``Store``. Create it with ``open_store``; every method is async."""
+
+    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = connection
+        self._limiter = trio.CapacityLimiter(1)
+
+    @property
+    def closed(self) -> bool:
+        return self._conn is None
+
+    async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        def call() -> _T:
+            conn = self._conn
+            if conn is None:
+                raise StoreError(f"{self.path}: the store is closed; cannot {operation}")
+            try:
+                return work(conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: {operation} failed: {exc}") from exc
+
+        # Not abandoned on cancel: a started operation finishes (and commits) first.
+        return await trio.to_thread.run_sync(call, limiter=self._limiter)
+
+    async def aclose(self) -> None:
+        """Close the connection after any running operation; later calls raise StoreError."""
+
+        def close() -> None:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+        await trio.to_thread.run_sync(close, limiter=self._limiter)
+
+    # -- sessions and history --
+
+    @staticmethod
+    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO sessions (id, agent, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?)",
+            (session_id, agent, now, now),
+        )
+        (owner,) = conn.execute("SELECT agent FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if owner != agent:
+            raise StoreError(
+                f"session {session_id!r} belongs to agent {owner!r}, not {agent!r}; "
+                "use a new session id"
+            )
+
+    async def ensure_session(self, session_id: str, agent: str) -> None:
+        """Create the session for ``agent`` if it does not exist yet."""
+        _check_id("session_id", session_id)
+        _check_id("agent", agent)
+        now = time.time()
+        await self._run(
+            "ensure a session",
+            lambda conn: _transaction(conn, lambda c: self._ensure(c, session_id, agent, now)),
+        )
+
+    async def append_messages(
+        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Append messages (dicts of role, content, data) atomically: all or none.
+
+        Creates the session if needed. Returns once they are committed.
+        """
+        _check_id("session_id", session_id)
+        _check_id("agent", agent)
+        rows = _encode_messages(messages)
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> None:
+            self._ensure(conn, session_id, agent, now)
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            conn.executemany(
+                "INSERT INTO messages (session_id, seq, role, content, data, ts) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (session_id, last + i, role, content, data, now)
+                    for i, (role, content, data) in enumerate(rows, start=1)
+                ],
+            )
+            conn.execute(
+                "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
+                "WHERE id = ?",
+                (now, len(rows), session_id),
+            )
+
+        await self._run("append messages", lambda conn: _transaction(conn, work))
+
+    async def history(self, session_id: str, *, limit: int | None = None) -> list[StoredMessage]:
+        """The session's messages in order; with ``limit``, only the last ``limit`` of them."""
+        _check_id("session_id", session_id)
+        limit = _check_limit(limit, optional=True)
+
+        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
+            rows = conn.execute(
+                "SELECT session_id, seq, role, content, data, ts FROM messages "
+                "WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
+                (session_id, -1 if limit is None else limit),
+            ).fetchall()
+            return [
+                StoredMessage(sid, seq, role, content, json.loads(data), ts)
+                for sid, seq, role, content, data, ts in reversed(rows)
+            ]
+
+        return await self._run("read history", work)
+
+    async def sessions(self, *, agent: str | None = None, limit: int = 100) -> list[dict]:
+        """Sessions, most recently updated first: id, agent, created_at, updated_at, count."""
+        if agent is not None:
+            _check_id("agent", agent)
+        limit = _check_limit(limit, optional=False)
+        sql = "SELECT id, agent, created_at, updated_at, message_count FROM sessions"
+        params: tuple[Any, ...] = ()
+        if agent is not None:
+            sql += " WHERE agent = ?"
+            params = (agent,)
+        sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ?"
+        keys = ("id", "agent", "created_at", "updated_at", "message_count")
+
+        def work(conn: sqlite3.Connection) -> list[dict]:
+            return [
+                dict(zip(keys, row, strict=True)) for row in conn.execute(sql, (*params, limit))
+            ]
+
+        return await self._run("list sessions", work)
+
+    # -- audit log --
+
+    async def record_tool_call(self, record: AuditRecord) -> None:
+        """Append one tool call to the audit log (committed before this returns)."""
+        if not isinstance(record, AuditRecord):
+            raise StoreError(f"record: expected an AuditRecord, got {type(record).__name__}")
+        row = (
+            record.ts,
+            record.trace_id,
+            record.span_id,
+            record.agent,
+            record.tool,
+            record.arguments,
+            float(record.duration_ms),
+            record.outcome,
+            record.error,
+            record.session_id,
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO audit (ts, trace_id, span_id, agent, tool, arguments, duration_ms, "
+                "outcome, error, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+
+        await self._run("record a tool call", lambda conn: _transaction(conn, work))
+
+    async def audit(
+        self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        """Audit records, newest first, optionally only one agent's or one trace's."""
+        limit = _check_limit(limit, optional=False)
+        where, params = [], []
+        if agent is not None:
+            where.append("agent = ?")
+            params.append(_check_id("agent", agent))
+        if trace_id is not None:
+            where.append("trace_id = ?")
+            params.append(_check_id("trace_id", trace_id))
+        sql = (
+            "SELECT ts, trace_id, span_id, agent, tool, arguments, duration_ms, outcome, error, "
+            "session_id FROM audit"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY id DESC LIMIT ?"
+        )
+        names = [f.name for f in attrs.fields(AuditRecord)]
+
+        def work(conn: sqlite3.Connection) -> list[AuditRecord]:
+            return [
+                AuditRecord(**dict(zip(names, row, strict=True)))
+                for row in conn.execute(sql, (*params, limit))
+            ]
+
+        return await self._run("read the audit log", work)
+
+    # -- token usage --
+
+    async def record_usage(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """Record the tokens one model call used (``model`` may be "" when unnamed)."""
+        row = (
+            time.time(),
+            _check_id("agent", agent),
+            None if session_id is None else _check_id("session_id", session_id),
+            _check_id("provider", provider),
+            _check_text("model", model),
+            _check_count("input_tokens", input_tokens),
+            _check_count("output_tokens", output_tokens),
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, "
+                "output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+
+        await self._run("record usage", lambda conn: _transaction(conn, work))
+
+    async def usage_by_agent(self) -> dict[str, dict]:
+        """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}``."""
+
+        def work(conn: sqlite3.Connection) -> dict[str, dict]:
+            rows = conn.execute(
+                "SELECT agent, SUM(input_tokens), SUM(output_tokens), COUNT(*) FROM usage "
+                "GROUP BY agent ORDER BY agent"
+            )
+            return {
+                agent: {"input_tokens": i, "output_tokens": o, "requests": n}
+                for agent, i, o, n in rows
+            }
+
+        return await self._run("read usage", work)
+
+
+# ---- opening ---------------------------------------------------------------------------
+
+
+def _refuse_foreign_file(path: Path) -> None:
+    """Refuse, without opening it, a path that holds something other than an SQLite DB."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise StoreError(f"{path}: not a regular file; point the store at a file path")
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read the database: {exc.strerror or exc}") from exc
+    if header and header != SQLITE_HEADER:
+        raise StoreError(
+            f"{path}: not an SQLite database; it was left untouched — move it away or "
+            "choose another path"
+        )
+
+
+def _migrate(conn: sqlite3.Connection, label: str) -> None:
+    target = schema_version()
+    while True:
+        version = None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Read inside the write lock, so two processes never run the same migration.
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version >= target:
+                conn.execute("ROLLBACK")
+                return
+            for statement in _MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException as exc:
+            conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(
+                    f"{label}: upgrading the schema from version {version} failed: {exc}; "
+                    "the database was left at that version"
+                ) from exc
+            raise
+        conn.execute("COMMIT")
+
+
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+    label = path
+    if path != MEMORY:
+        file = Path(path)
+        _refuse_foreign_file(file)
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot create its directory: {exc.strerror or exc}") from exc
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{label}: cannot open the database: {exc}") from exc
+    try:
+        # Read-only probes first: a corrupt or foreign file fails here, before any write.
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if version > schema_version():
+            raise StoreError(
+                f"{label}: written by a newer roost (schema version {version}; this one knows "
+                f"up to {schema_version()}); upgrade roost — the database was left untouched"
+            )
+        foreign = {t for t in tables if not t.startswith("sqlite_")}
+        if version == 0 and foreign:
+            raise StoreError(
+                f"{label}: an SQLite database that is not roost's (tables: "
+                f"{', '.join(sorted(foreign))}); it was left untouched — choose another path"
+            )
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _migrate(conn, label)
+    except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
+        conn.close()
+        raise StoreError(f"{label}: cannot open the database: {exc}") from exc
+    except sqlite3.DatabaseError as exc:  # not a database, or corrupt
+        conn.close()
+        raise StoreError(
+            f"{label}: unreadable database ({exc}); it was left untouched — restore a backup "
+            "or choose another path"
+        ) from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@asynccontextmanager
+async def open_store(path: Path | str, *, synchronous: str = "FULL") -> AsyncIterator[SqliteStore]:
+    """Open (creating and upgrading if needed) the SQLite store at ``path``.
+
+    ``":memory:"`` gives a private in-memory store (for tests). The connection is closed
+    when the block exits, after any operation still running.
+    """
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise StoreError(f"path: expected a file path or ':memory:', got {path!r}")
+    mode = str(synchronous).upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise StoreError(
+            f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}"
+        )
+    text = path if path == MEMORY else str(Path(path).expanduser().absolute())
+    conn = await trio.to_thread.run_sync(_connect, text, mode)
+    store = SqliteStore(conn, text)
+    try:
+        yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

@@ -1,0 +1,769 @@
+"""The actor system: tell/ask, supervision, back-pressure, shutdown, bad input."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import trio
+from roost.kernel import (
+    ActorContext,
+    ActorCrashed,
+    ActorError,
+    ActorStopped,
+    AgentNotFound,
+    AskTimeout,
+    Event,
+    EventKind,
+    EventTap,
+    MailboxFull,
+    RestartPolicy,
+    TraceContext,
+    open_actor_system,
+    reply_kind,
+)
+
+
+def echo_factory():
+    async def echo(ctx: ActorContext, event: Event):
+        return event.payload
+
+    return echo
+
+
+class Recorder:
+    """A handler factory whose handlers record what they see, with a gate to hold them."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+        self.started = 0
+        self.gate = trio.Event()
+        self.handling = trio.Event()
+
+    def factory(self):
+        self.started += 1
+        generation = self.started
+
+        async def handle(ctx: ActorContext, event: Event):
+            self.seen.append(event.payload)
+            if event.payload == "block":
+                self.handling.set()
+                await self.gate.wait()
+            if event.payload == "boom":
+                raise ValueError(f"boom in generation {generation}")
+            return {"generation": generation, "payload": event.payload}
+
+        return handle
+
+
+# ---- ask / tell -------------------------------------------------------------------------
+
+
+async def test_ask_returns_a_reply_event_correlated_to_the_request():
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        tap_events: list[Event] = []
+        async with system.tap.subscribe() as events:
+            reply = await system.ask("echo", "TEST:PING", {"n": 1}, source="tester")
+            while True:
+                try:
+                    tap_events.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    request = tap_events[0]
+    assert request.kind == "TEST:PING" and request.target == "echo"
+    assert request.source == "tester"
+    assert reply.payload == {"n": 1}
+    assert reply.kind == EventKind.ACTOR_REPLY
+    assert reply.reply_to == request.id
+    assert reply.source == "echo" and reply.target == "tester"
+    assert tap_events[1] is reply
+
+
+async def test_well_known_kinds_get_their_reply_kinds():
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        msg = await system.ask("echo", EventKind.AGENT_MESSAGE, "hi")
+        call = await system.ask("echo", EventKind.EXEC_TOOL_CALL, "x")
+    assert msg.kind == EventKind.AGENT_REPLY == reply_kind(EventKind.AGENT_MESSAGE)
+    assert call.kind == EventKind.EXEC_TOOL_RESULT
+
+
+async def test_handler_may_return_its_own_reply_event():
+    async def factory_handler(ctx, event):
+        return Event("CUSTOM:ANSWER", ctx.name, "somebody", payload=42)
+
+    async with open_actor_system() as system:
+        system.spawn("custom", lambda: factory_handler)
+        reply = await system.ask("custom", "CUSTOM:QUESTION", None)
+    assert reply.kind == "CUSTOM:ANSWER" and reply.payload == 42
+    assert reply.reply_to is not None  # forced to the request's id
+
+
+async def test_reply_carries_the_request_trace():
+    trace = TraceContext.new("a")
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        reply = await system.ask("echo", "X", 1, trace=trace)
+    assert reply.trace == trace
+
+
+async def test_tell_delivers_in_order_and_is_published():
+    seen: list[int] = []
+    done = trio.Event()
+
+    async def handle(ctx, event):
+        seen.append(event.payload)
+        if len(seen) == 50:
+            done.set()
+
+    async with open_actor_system() as system:
+        ref = system.spawn("sink", lambda: handle, mailbox_size=8)
+        async with system.tap.subscribe(kinds=("TEST:",)) as events:
+            for i in range(50):
+                await system.tell(Event("TEST:N", "src", "sink", i))
+            with trio.fail_after(5):
+                await done.wait()
+            published = [events.receive_nowait().payload for _ in range(50)]
+        assert ref.try_tell("TEST:N", 50) is True
+    assert seen[:50] == list(range(50))
+    assert published == list(range(50))
+
+
+async def test_ask_unknown_target_names_the_known_actors():
+    async with open_actor_system() as system:
+        system.spawn("alpha", echo_factory)
+        with pytest.raises(AgentNotFound, match="'nobody'.*alpha"):
+            await system.ask("nobody", "X", None)
+        with pytest.raises(AgentNotFound):
+            await system.tell(Event("X", "src", "nobody"))
+        with pytest.raises(AgentNotFound):
+            system.try_tell(Event("X", "src", "nobody"))
+
+
+async def test_tell_without_target_names_the_field():
+    async with open_actor_system() as system:
+        with pytest.raises(ActorError, match="event.target"):
+            await system.tell(Event("X", "src", None))
+        with pytest.raises(ActorError, match="event.target"):
+            await system.ask(["a", "list"], "X", None)  # type: ignore[arg-type]
+
+
+async def test_tell_rejects_a_bad_timeout_even_when_there_is_room():
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        with pytest.raises(ValueError, match="timeout"):
+            await system.tell(Event("X", "src", "echo"), timeout=-1)
+
+
+@pytest.mark.parametrize("timeout", [None, 0, -1, math.nan, math.inf, "5", True])
+async def test_ask_refuses_a_missing_or_bad_deadline(timeout):
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        with pytest.raises((TypeError, ValueError), match="timeout"):
+            await system.ask("echo", "X", None, timeout=timeout)
+
+
+async def test_ask_accepts_an_integer_timeout():
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        assert (await system.ask("echo", "X", 7, timeout=5)).payload == 7
+
+
+async def test_ask_times_out_with_a_clear_error(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system(shutdown_timeout_s=1) as system:
+        system.spawn("slow", rec.factory)
+        with pytest.raises(AskTimeout, match=r"'slow'.*within 2s"):
+            await system.ask("slow", "X", "block", timeout=2)
+        rec.gate.set()
+
+
+async def test_abandoned_ask_is_not_handled(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("busy", rec.factory)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(system.ask, "busy", "X", "block")
+            await rec.handling.wait()
+            with pytest.raises(AskTimeout):
+                await system.ask("busy", "X", "given-up", timeout=1)
+            rec.gate.set()
+        reply = await system.ask("busy", "X", "after")
+    assert reply.payload["payload"] == "after"
+    assert "given-up" not in rec.seen
+
+
+async def test_many_concurrent_asks_each_get_their_own_reply():
+    async def handle(ctx, event):
+        await trio.sleep(0.001 * (event.payload % 3))
+        return event.payload * 2
+
+    results: dict[int, int] = {}
+    async with open_actor_system() as system:
+        system.spawn("double", lambda: handle, concurrency=4, mailbox_size=16)
+
+        async def one(i):
+            results[i] = (await system.ask("double", "X", i)).payload
+
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(one, i)
+    assert results == {i: i * 2 for i in range(200)}
+
+
+async def test_context_ask_uses_the_actor_as_source():
+    async def front(ctx, event):
+        inner = await ctx.ask("echo", "X", event.payload)
+        return {"via": ctx.name, "inner_source": inner.target, "value": inner.payload}
+
+    async with open_actor_system() as system:
+        system.spawn("echo", echo_factory)
+        system.spawn("front", lambda: front)
+        reply = await system.ask("front", "X", 5)
+    assert reply.payload == {"via": "front", "inner_source": "front", "value": 5}
+
+
+async def test_context_tell_and_ref():
+    got = trio.Event()
+    seen = []
+
+    async def sink(ctx, event):
+        seen.append((event.source, event.payload))
+        got.set()
+
+    async def relay(ctx, event):
+        await ctx.tell("sink", "X", event.payload)
+        return ctx.ref.name
+
+    async with open_actor_system() as system:
+        system.spawn("sink", lambda: sink)
+        ref = system.spawn("relay", lambda: relay)
+        assert (await ref.ask("X", "hello")).payload == "relay"
+        with trio.fail_after(5):
+            await got.wait()
+        await ref.tell("X", "direct")
+    assert seen[0] == ("relay", "hello")
+
+
+# ---- concurrency ----------------------------------------------------------------------
+
+
+async def test_concurrency_lets_a_chain_come_back_without_deadlock():
+    async def a(ctx, event):
+        if event.payload == "start":
+            return (await ctx.ask("b", "X", "from-a")).payload
+        return "a-inner"
+
+    async def b(ctx, event):
+        return "b:" + (await ctx.ask("a", "X", "inner")).payload
+
+    async with open_actor_system() as system:
+        system.spawn("a", lambda: a, concurrency=2)
+        system.spawn("b", lambda: b)
+        reply = await system.ask("a", "X", "start", timeout=5)
+    assert reply.payload == "b:a-inner"
+
+
+async def test_without_concurrency_the_same_chain_times_out(autojump_clock):
+    async def a(ctx, event):
+        if event.payload == "start":
+            return (await ctx.ask("b", "X", "from-a", timeout=30)).payload
+        return "a-inner"
+
+    async def b(ctx, event):
+        return (await ctx.ask("a", "X", "inner", timeout=10)).payload
+
+    async with open_actor_system(shutdown_timeout_s=1) as system:
+        system.spawn("a", lambda: a, concurrency=1)
+        system.spawn("b", lambda: b)
+        with pytest.raises(ActorCrashed) as info:
+            await system.ask("a", "X", "start", timeout=60)
+    # a's ask to b failed because b crashed on its own AskTimeout against a.
+    assert isinstance(info.value.__cause__, ActorCrashed)
+    assert isinstance(info.value.__cause__.__cause__, AskTimeout)
+
+
+async def test_concurrency_handles_events_at_the_same_time():
+    inside = 0
+    peak = 0
+    release = trio.Event()
+
+    async def handle(ctx, event):
+        nonlocal inside, peak
+        inside += 1
+        peak = max(peak, inside)
+        if peak == 3:
+            release.set()
+        with trio.fail_after(5):
+            await release.wait()
+        inside -= 1
+
+    async with open_actor_system() as system:
+        system.spawn("pool", lambda: handle, concurrency=3)
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(system.ask, "pool", "X", i)
+    assert peak == 3
+
+
+# ---- back-pressure ----------------------------------------------------------------------
+
+
+async def test_full_mailbox_blocks_tell_then_raises_mailbox_full(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system(tell_timeout_s=3) as system:
+        ref = system.spawn("narrow", rec.factory, mailbox_size=1)
+        await system.tell(Event("X", "src", "narrow", "block"))
+        await rec.handling.wait()
+        await system.tell(Event("X", "src", "narrow", "queued"))  # fills the mailbox
+        assert ref.try_tell("X", "extra") is False
+        start = trio.current_time()
+        with pytest.raises(MailboxFull, match="'narrow'.*mailbox_size"):
+            await system.tell(Event("X", "src", "narrow", "late"))
+        assert trio.current_time() - start == pytest.approx(3)
+        with pytest.raises(MailboxFull):
+            await system.tell(Event("X", "src", "narrow", "later"), timeout=0.5)
+        rec.gate.set()
+
+
+async def test_blocked_tell_proceeds_when_the_mailbox_drains(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("narrow", rec.factory, mailbox_size=1)
+        await system.tell(Event("X", "src", "narrow", "block"))
+        await rec.handling.wait()
+        await system.tell(Event("X", "src", "narrow", "one"))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(system.tell, Event("X", "src", "narrow", "two"))
+            await trio.sleep(1)
+            rec.gate.set()
+        await system.ask("narrow", "X", "sync")
+    assert rec.seen == ["block", "one", "two", "sync"]
+
+
+# ---- supervision ------------------------------------------------------------------------
+
+
+async def test_crash_fails_the_ask_with_the_cause_and_restarts(caplog):
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("worker", rec.factory)
+        async with system.tap.subscribe(kinds=("ACTOR:",)) as events:
+            with pytest.raises(ActorCrashed, match="'worker' crashed") as info:
+                await system.ask("worker", "X", "boom")
+            crashed = events.receive_nowait()
+            restarted = events.receive_nowait()
+            after = await system.ask("worker", "X", "fine")
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "boom in generation 1" in str(info.value)
+    assert crashed.kind == EventKind.ACTOR_CRASHED
+    assert "ValueError: boom in generation 1" in crashed.payload["error"]
+    assert restarted.kind == EventKind.ACTOR_RESTARTED and restarted.payload["restarts"] == 1
+    assert after.payload == {"generation": 2, "payload": "fine"}  # a fresh handler
+    assert any("crashed" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_crash_on_tell_restarts_too():
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("worker", rec.factory)
+        async with system.tap.subscribe(kinds=(EventKind.ACTOR_RESTARTED,)) as events:
+            await system.tell(Event("X", "src", "worker", "boom"))
+            with trio.fail_after(5):
+                restarted = await events.receive()
+    assert restarted.payload["actor"] == "worker"
+
+
+async def test_context_counts_restarts():
+    counts = []
+
+    def factory():
+        async def handle(ctx, event):
+            counts.append(ctx.restarts)
+            if event.payload == "boom":
+                raise RuntimeError("x")
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("w", factory)
+        for payload in ["ok", "boom", "ok", "boom", "ok"]:
+            try:
+                await system.ask("w", "X", payload)
+            except ActorCrashed:
+                pass
+    assert counts == [0, 0, 1, 1, 2]
+
+
+async def test_restart_budget_exhausted_stops_actor_and_fails_queued_asks():
+    gate = trio.Event()
+    handling = trio.Event()
+
+    def factory():
+        async def handle(ctx, event):
+            if event.payload == "crash-later":
+                handling.set()
+                await gate.wait()
+                raise KeyError("second")
+            if event.payload == "crash":
+                raise KeyError("first")
+            return event.payload
+
+        return handle
+
+    outcomes: dict[str, object] = {}
+
+    async with open_actor_system() as system:
+        system.spawn("fragile", factory, restart=RestartPolicy(max_restarts=1, window_s=60))
+        with pytest.raises(ActorCrashed):
+            await system.ask("fragile", "X", "crash")
+
+        async def ask(payload):
+            try:
+                outcomes[payload] = (await system.ask("fragile", "X", payload)).payload
+            except Exception as exc:
+                outcomes[payload] = exc
+
+        async with system.tap.subscribe(kinds=("ACTOR:",)) as events:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask, "crash-later")
+                await handling.wait()
+                nursery.start_soon(ask, "q1")
+                nursery.start_soon(ask, "q2")
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+            kinds = []
+            with trio.fail_after(5):
+                while EventKind.ACTOR_STOPPED not in kinds:
+                    kinds.append((await events.receive()).kind)
+        assert kinds == [EventKind.ACTOR_CRASHED, EventKind.ACTOR_STOPPED]
+        assert "fragile" not in system
+        with pytest.raises(ActorStopped, match="restart budget"):
+            await system.ask("fragile", "X", "late")
+
+    assert isinstance(outcomes["crash-later"], ActorCrashed)
+    assert isinstance(outcomes["crash-later"].__cause__, KeyError)
+    for queued in ("q1", "q2"):
+        error = outcomes[queued]
+        assert isinstance(error, ActorStopped), error
+        assert "restart budget of 1" in str(error) and "KeyError" in str(error)
+
+
+async def test_crashes_spread_beyond_the_window_keep_restarting(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory, restart=RestartPolicy(max_restarts=1, window_s=10))
+        for _ in range(4):
+            with pytest.raises(ActorCrashed):
+                await system.ask("w", "X", "boom")
+            await trio.sleep(11)
+        assert "w" in system
+        assert (await system.ask("w", "X", "ok")).payload["generation"] == 5
+
+
+async def test_zero_restarts_stops_on_first_crash():
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory, restart=RestartPolicy(max_restarts=0))
+        with pytest.raises(ActorCrashed):
+            await system.ask("w", "X", "boom")
+        await trio.testing.wait_all_tasks_blocked()
+        assert "w" not in system
+        with pytest.raises(ActorStopped, match="restart budget of 0"):
+            await system.ask("w", "X", "ok")
+
+
+async def test_factory_failing_on_restart_stops_the_actor():
+    calls = 0
+
+    def factory():
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise OSError("no more handlers")
+
+        async def handle(ctx, event):
+            raise RuntimeError("crash")
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("w", factory)
+        with pytest.raises(ActorCrashed):
+            await system.ask("w", "X", None)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ActorStopped, match="could not restart.*no more handlers"):
+            await system.ask("w", "X", None)
+
+
+async def test_cancellation_is_not_a_crash(autojump_clock):
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory)
+        async with system.tap.subscribe(kinds=("ACTOR:",)) as events:
+            async with trio.open_nursery() as nursery:
+
+                async def ask_blocked():
+                    with pytest.raises(ActorStopped, match="cancelled while handling"):
+                        await system.ask("w", "X", "block")
+
+                nursery.start_soon(ask_blocked)
+                await rec.handling.wait()
+                await system.stop("w", timeout=1)
+            kinds = [events.receive_nowait().kind]
+    assert kinds == [EventKind.ACTOR_STOPPED]
+
+
+# ---- stop and shutdown ------------------------------------------------------------------
+
+
+async def test_stop_lets_in_flight_finish_and_fails_queued_asks():
+    rec = Recorder()
+    outcomes: dict[str, object] = {}
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory)
+
+        async def ask(payload):
+            try:
+                outcomes[payload] = (await system.ask("w", "X", payload)).payload
+            except Exception as exc:
+                outcomes[payload] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "block")
+            await rec.handling.wait()
+            nursery.start_soon(ask, "queued")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(system.stop, "w")
+            await trio.testing.wait_all_tasks_blocked()
+            assert "w" not in system
+            rec.gate.set()
+        with pytest.raises(ActorStopped, match="stopped on request"):
+            await system.ask("w", "X", "late")
+        await system.stop("w")  # stopping twice is fine
+        with pytest.raises(AgentNotFound):
+            await system.stop("never-existed")
+        system.spawn("w", echo_factory)  # the name is free again
+        assert (await system.ask("w", "X", 1)).payload == 1
+    assert outcomes["block"] == {"generation": 1, "payload": "block"}
+    assert isinstance(outcomes["queued"], ActorStopped)
+    assert "stopped on request" in str(outcomes["queued"])
+
+
+async def test_graceful_shutdown_finishes_in_flight_and_fails_queued():
+    rec = Recorder()
+    outcomes: dict[str, object] = {}
+
+    async def ask(system, payload):
+        try:
+            outcomes[payload] = (await system.ask("w", "X", payload)).payload
+        except Exception as exc:
+            outcomes[payload] = exc
+
+    async with trio.open_nursery() as outside:
+        async with open_actor_system() as system:
+            system.spawn("w", rec.factory)
+            outside.start_soon(ask, system, "block")
+            await rec.handling.wait()
+            outside.start_soon(ask, system, "queued")
+            await trio.testing.wait_all_tasks_blocked()
+            outside.start_soon(_release_later, rec.gate)
+        # Leaving the block waited for the in-flight handler.
+    assert outcomes["block"] == {"generation": 1, "payload": "block"}
+    assert isinstance(outcomes["queued"], ActorStopped)
+    with pytest.raises(ActorStopped, match="shutting down"):
+        system.spawn("late", echo_factory)
+
+
+async def _release_later(gate: trio.Event) -> None:
+    await trio.sleep(0.01)
+    gate.set()
+
+
+async def test_shutdown_cancels_stuck_handlers_after_the_deadline(autojump_clock):
+    rec = Recorder()
+    outcome: list[object] = []
+
+    async def ask(system):
+        try:
+            await system.ask("w", "X", "block", timeout=1000)
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as outside:
+        async with open_actor_system(shutdown_timeout_s=5) as system:
+            system.spawn("w", rec.factory)
+            outside.start_soon(ask, system)
+            await rec.handling.wait()
+            start = trio.current_time()
+        assert trio.current_time() - start == pytest.approx(5)
+    assert isinstance(outcome[0], ActorStopped)
+
+
+async def test_body_error_propagates_unwrapped_and_cancels_actors(autojump_clock):
+    rec = Recorder()
+    with pytest.raises(KeyError, match="body"):
+        async with open_actor_system(shutdown_timeout_s=100) as system:
+            system.spawn("w", rec.factory)
+            system.try_tell(Event("X", "src", "w", "block"))
+            await rec.handling.wait()
+            start = trio.current_time()
+            raise KeyError("body")
+    assert trio.current_time() == start  # cancelled at once, no grace period
+
+
+async def test_handler_ask_during_shutdown_gets_actor_stopped():
+    errors = []
+    handling = trio.Event()
+    proceed = trio.Event()
+
+    async def a(ctx, event):
+        handling.set()
+        await proceed.wait()
+        try:
+            await ctx.ask("b", "X", None)
+        except ActorStopped as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as outside:
+        async with open_actor_system() as system:
+            system.spawn("a", lambda: a)
+            system.spawn("b", echo_factory)
+            system.try_tell(Event("X", "src", "a", None))
+            await handling.wait()
+            outside.start_soon(_release_later, proceed)
+    assert errors and "'b' is stopped" in str(errors[0])
+
+
+# ---- bad input --------------------------------------------------------------------------
+
+
+async def test_spawn_rejects_bad_arguments_naming_the_field():
+    async with open_actor_system() as system:
+        with pytest.raises(ValueError, match="name"):
+            system.spawn("", echo_factory)
+        with pytest.raises(ValueError, match="name"):
+            system.spawn(None, echo_factory)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="handler_factory"):
+            system.spawn("x", "not callable")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="mailbox_size"):
+            system.spawn("x", echo_factory, mailbox_size=0)
+        with pytest.raises(TypeError, match="mailbox_size"):
+            system.spawn("x", echo_factory, mailbox_size=math.inf)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="mailbox_size"):
+            system.spawn("x", echo_factory, mailbox_size=True)
+        with pytest.raises(ValueError, match="concurrency"):
+            system.spawn("x", echo_factory, concurrency=0)
+        with pytest.raises(TypeError, match="restart"):
+            system.spawn("x", echo_factory, restart={"max_restarts": 1})  # type: ignore[arg-type]
+        with pytest.raises(ActorError, match="handler_factory of actor 'x' returned int"):
+            system.spawn("x", lambda: 3)
+        with pytest.raises(ActorError, match="raised ZeroDivisionError") as info:
+            system.spawn("x", lambda: 1 / 0)
+        assert isinstance(info.value.__cause__, ZeroDivisionError)
+        assert "x" not in system
+        system.spawn("x", echo_factory)
+        with pytest.raises(ActorError, match="already exists"):
+            system.spawn("x", echo_factory)
+
+
+def test_restart_policy_validates_its_fields():
+    with pytest.raises(ValueError, match="RestartPolicy.max_restarts"):
+        RestartPolicy(max_restarts=-1)
+    with pytest.raises(TypeError, match="RestartPolicy.max_restarts"):
+        RestartPolicy(max_restarts="3")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="RestartPolicy.window_s"):
+        RestartPolicy(window_s=0)
+    assert RestartPolicy(max_restarts=0, window_s=1).max_restarts == 0
+
+
+async def test_open_actor_system_validates_its_options():
+    with pytest.raises(ValueError, match="shutdown_timeout_s"):
+        async with open_actor_system(shutdown_timeout_s=-1):
+            pass  # pragma: no cover
+    with pytest.raises(TypeError, match="tap"):
+        async with open_actor_system(tap="not a tap"):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+    with pytest.raises(TypeError, match="tell_timeout_s"):
+        async with open_actor_system(tell_timeout_s=None):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+
+
+async def test_stop_rejects_a_bad_timeout():
+    async with open_actor_system() as system:
+        system.spawn("w", echo_factory)
+        with pytest.raises(ValueError, match="timeout"):
+            await system.stop("w", timeout=-1)
+
+
+async def test_bad_payload_crashes_only_that_request_not_the_actor():
+    async def strict(ctx, event):
+        return event.payload["needed"]
+
+    async with open_actor_system() as system:
+        system.spawn("strict", lambda: strict)
+        with pytest.raises(ActorCrashed) as info:
+            await system.ask("strict", "X", "not a dict")
+        assert isinstance(info.value.__cause__, TypeError)
+        assert (await system.ask("strict", "X", {"needed": 1})).payload == 1
+
+
+async def test_a_shared_tap_sees_lifecycle_events():
+    tap = EventTap()
+    async with tap.subscribe() as events:
+        async with open_actor_system(tap=tap) as system:
+            system.spawn("w", echo_factory)
+        stopped = events.receive_nowait()
+    assert stopped.kind == EventKind.ACTOR_STOPPED
+    assert stopped.payload == {"actor": "w", "cause": "the actor system shut down"}
+
+
+async def test_many_actors_spawn_and_answer():
+    async with open_actor_system() as system:
+        for i in range(1000):
+            system.spawn(f"a{i}", echo_factory, mailbox_size=1)
+        assert len(system) == 1000
+        for i in range(0, 1000, 97):
+            assert (await system.ask(f"a{i}", "X", i)).payload == i
+
+
+async def test_crash_logging_names_actor_and_event(caplog):
+    caplog.set_level(logging.ERROR, logger="roost.actor")
+
+    async def bad(ctx, event):
+        raise LookupError("nope")
+
+    async with open_actor_system() as system:
+        system.spawn("bad", lambda: bad)
+        with pytest.raises(ActorCrashed):
+            await system.ask("bad", "TEST:KIND", None)
+    record = next(r for r in caplog.records if r.name == "roost.actor")
+    assert "'bad'" in record.getMessage() and "TEST:KIND" in record.getMessage()
+    assert record.exc_info[0] is LookupError
+
+
+async def test_a_handler_may_stop_its_own_actor_without_waiting_for_itself(autojump_clock):
+    async def quitter(ctx, event):
+        await ctx.system.stop(ctx.name)
+        return "bye"
+
+    async with open_actor_system(shutdown_timeout_s=30) as system:
+        system.spawn("quitter", lambda: quitter)
+        start = trio.current_time()
+        reply = await system.ask("quitter", "X", None)
+        assert trio.current_time() == start  # no grace period spent waiting on itself
+        await trio.testing.wait_all_tasks_blocked()
+        assert "quitter" not in system
+    assert reply.payload == "bye"
+
+
+async def test_unknown_target_hint_stays_short_with_many_actors():
+    async with open_actor_system() as system:
+        for i in range(500):
+            system.spawn(f"agent-{i}", echo_factory, mailbox_size=1)
+        with pytest.raises(AgentNotFound) as info:
+            await system.ask("agent-4999", "X", None)
+    message = str(info.value)
+    assert len(message) < 300 and "agent-499" in message

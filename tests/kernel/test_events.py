@@ -1,0 +1,207 @@
+"""The event envelope and the tap."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import attrs
+import pytest
+import trio
+from roost.kernel import Event, EventKind, EventTap, ToolResult, TraceContext
+
+
+def test_event_defaults_and_unique_ids():
+    a = Event(EventKind.AGENT_MESSAGE, "kernel", "coder", {"text": "hi"})
+    b = Event(EventKind.AGENT_MESSAGE, "kernel")
+    assert re.fullmatch(r"[0-9a-f]{32}", a.id)
+    assert a.id != b.id
+    assert b.target is None and b.payload == {} and b.reply_to is None and b.trace is None
+    assert Event("X", "s").payload is not Event("X", "s").payload  # no shared default
+    assert a.ts > 0
+    ids = {Event("X", "s").id for _ in range(10_000)}
+    assert len(ids) == 10_000
+
+
+def test_event_is_frozen():
+    event = Event("X", "s")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        event.kind = "Y"  # type: ignore[misc]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_does_not_repeat_event_ids():
+    Event("X", "s")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write_end, Event("X", "s").id.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child_id = os.read(read_end, 64).decode()
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    parent_id = Event("X", "s").id
+    assert len(child_id) == 32
+    assert child_id[:16] != parent_id[:16]
+
+
+def test_reply_addresses_the_source_and_keeps_the_trace():
+    trace = TraceContext.new("kernel")
+    request = Event(EventKind.AGENT_MESSAGE, "user", "coder", {"text": "hi"}, trace)
+    reply = request.reply(EventKind.AGENT_REPLY, {"text": "hello"})
+    assert reply.source == "coder" and reply.target == "user"
+    assert reply.reply_to == request.id and reply.trace is trace
+    assert reply.id != request.id
+    assert request.reply("K", 1, source="other").source == "other"
+    assert Event("K", "user").reply("K", 1).source == "kernel"
+
+
+def test_to_dict_is_json_ready_for_awkward_payloads():
+    @attrs.frozen
+    class Inner:
+        name: str
+        tags: frozenset
+
+    class Opaque:
+        def __repr__(self):
+            return "<opaque>"
+
+    trace = TraceContext.new("A").child("B")
+    payload = {
+        1: (1, 2),
+        "set": {3},
+        "attrs": Inner("n", frozenset({"t"})),
+        "error": ValueError("bad thing"),
+        "opaque": Opaque(),
+        "result": ToolResult.text("ok"),
+    }
+    out = Event("K", "s", "t", payload, trace).to_dict()
+    json.dumps(out, allow_nan=False)
+    assert out["payload"]["1"] == [1, 2]
+    assert out["payload"]["set"] == [3]
+    assert out["payload"]["attrs"] == {"name": "n", "tags": ["t"]}
+    assert out["payload"]["error"] == {"error": "ValueError", "message": "bad thing"}
+    assert out["payload"]["opaque"] == "<opaque>"
+    assert out["payload"]["result"]["content"] == [{"type": "text", "text": "ok"}]
+    assert out["trace"]["path"] == ["A", "B"] and out["trace"]["depth"] == 2
+    assert out["trace"]["parent_span_id"] == trace.parent_span_id
+    assert Event("K", "s").to_dict()["trace"] is None
+
+
+def test_to_dict_of_non_finite_floats_stays_valid_json():
+    # Regression: NaN/Infinity passed through and json.dumps wrote NaN, which is not JSON.
+    out = Event("K", "s", payload={"x": math.nan, "y": [math.inf, -math.inf], "z": 1.5}).to_dict()
+    text = json.dumps(out, allow_nan=False)
+    assert json.loads(text)["payload"] == {"x": None, "y": [None, None], "z": 1.5}
+
+
+async def test_tap_delivers_to_every_subscriber():
+    tap = EventTap()
+    tap.publish(Event("X", "s"))  # no subscribers: fine
+    async with tap.subscribe() as first, tap.subscribe() as second:
+        assert tap.subscriber_count == 2
+        event = Event("X", "s")
+        tap.publish(event)
+        assert first.receive_nowait() is event
+        assert second.receive_nowait() is event
+    assert tap.subscriber_count == 0
+    assert tap.published == 2
+    tap.publish(Event("X", "s"))  # after unsubscribing: fine
+
+
+async def test_tap_filters_by_kind_and_namespace():
+    tap = EventTap()
+    async with tap.subscribe(kinds=("EXEC:", EventKind.AGENT_REPLY)) as events:
+        for kind in (
+            EventKind.EXEC_TOOL_CALL,
+            EventKind.AGENT_MESSAGE,
+            EventKind.AGENT_REPLY,
+            "EXECUTIVE:X",
+            EventKind.EXEC_TOOL_RESULT,
+        ):
+            tap.publish(Event(kind, "s"))
+        got = []
+        while True:
+            try:
+                got.append(events.receive_nowait().kind)
+            except trio.WouldBlock:
+                break
+    assert got == [EventKind.EXEC_TOOL_CALL, EventKind.AGENT_REPLY, EventKind.EXEC_TOOL_RESULT]
+
+
+async def test_tap_accepts_a_single_kind_string():
+    # Regression: kinds="EXEC:" was iterated letter by letter and matched nothing.
+    tap = EventTap()
+    async with tap.subscribe(kinds="EXEC:") as events:  # type: ignore[arg-type]
+        tap.publish(Event(EventKind.EXEC_TOOL_CALL, "s"))
+        assert events.receive_nowait().kind == EventKind.EXEC_TOOL_CALL
+
+
+async def test_tap_rejects_an_unbounded_or_empty_buffer():
+    tap = EventTap()
+    for buffer in (0, -1, math.inf, 1.5, True):
+        with pytest.raises((ValueError, TypeError), match="buffer"):
+            async with tap.subscribe(buffer=buffer):
+                pass  # pragma: no cover
+    assert tap.subscriber_count == 0
+
+
+async def test_slow_subscriber_loses_events_and_is_told_how_many():
+    tap = EventTap()
+    async with tap.subscribe(buffer=2) as events:
+        for i in range(5):
+            tap.publish(Event("X", "s", payload=i))
+        assert [events.receive_nowait().payload for _ in range(2)] == [0, 1]
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        tap.publish(Event("X", "s", payload=5))
+        dropped = events.receive_nowait()
+        assert dropped.kind == EventKind.TAP_DROPPED and dropped.payload == {"dropped": 3}
+        assert events.receive_nowait().payload == 5
+
+
+async def test_drop_count_keeps_counting_while_the_notice_cannot_be_sent():
+    tap = EventTap()
+    async with tap.subscribe(buffer=1) as events:
+        tap.publish(Event("X", "s", payload=0))
+        tap.publish(Event("X", "s", payload=1))  # dropped
+        events.receive_nowait()
+        tap.publish(Event("X", "s", payload=2))  # notice fits, the event does not
+        tap.publish(Event("X", "s", payload=3))  # dropped again
+        first = events.receive_nowait()
+        assert first.kind == EventKind.TAP_DROPPED and first.payload == {"dropped": 1}
+        tap.publish(Event("X", "s", payload=4))
+        second = events.receive_nowait()
+        assert second.kind == EventKind.TAP_DROPPED and second.payload == {"dropped": 2}
+
+
+async def test_a_subscriber_that_closed_its_channel_does_not_break_publish():
+    tap = EventTap()
+    async with tap.subscribe() as events:
+        await events.aclose()
+        tap.publish(Event("X", "s"))
+    assert tap.subscriber_count == 0
+
+
+async def test_subscriber_iterates_with_async_for():
+    tap = EventTap()
+    got = []
+    async with trio.open_nursery() as nursery:
+
+        async def reader(task_status=trio.TASK_STATUS_IGNORED):
+            async with tap.subscribe() as events:
+                task_status.started()
+                async for event in events:
+                    got.append(event.payload)
+                    if len(got) == 3:
+                        return
+
+        await nursery.start(reader)
+        for i in range(3):
+            tap.publish(Event("X", "s", payload=i))
+    assert got == [0, 1, 2]

@@ -1,0 +1,406 @@
+"""The SQLite store: persistence across restarts, concurrency, bad input, bad files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+import trio
+from roost.kernel import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+from roost.kernel import _store as store_module
+
+
+def msg(role: str, content: str | None, **data) -> dict:
+    return {"role": role, "content": content, "data": data}
+
+
+def sibling_files(path):
+    return sorted(p.name for p in path.parent.iterdir())
+
+
+# ---- persistence -----------------------------------------------------------------------
+
+
+async def test_history_survives_a_restart(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.ensure_session("s1", "worker")
+        await store.append_messages(
+            "s1",
+            "worker",
+            [
+                msg("user", "hello"),
+                msg("assistant", None, tool_calls=[{"id": "c1", "name": "read"}]),
+            ],
+        )
+        await store.append_messages("s1", "worker", [msg("tool", "file text", tool_call_id="c1")])
+        await store.record_tool_call(AuditRecord(agent="worker", tool="read", arguments={"p": 1}))
+        await store.record_usage("worker", "s1", "scripted", "rules", 10, 5)
+    assert store.closed
+
+    async with open_store(db) as store:
+        history = await store.history("s1")
+        assert [(m.seq, m.role, m.content) for m in history] == [
+            (1, "user", "hello"),
+            (2, "assistant", ""),
+            (3, "tool", "file text"),
+        ]
+        assert history[1].data == {"tool_calls": [{"id": "c1", "name": "read"}]}
+        assert history[2].data == {"tool_call_id": "c1"}
+        assert all(isinstance(m, StoredMessage) and m.session_id == "s1" for m in history)
+        (record,) = await store.audit()
+        assert record.tool == "read" and json.loads(record.arguments) == {"p": 1}
+        assert await store.usage_by_agent() == {
+            "worker": {"input_tokens": 10, "output_tokens": 5, "requests": 1}
+        }
+
+
+async def test_a_write_is_committed_before_it_returns(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.append_messages("s", "a", [msg("user", "stored?")])
+        # Another connection (as another process would) sees it while the store is open.
+        other = sqlite3.connect(db)
+        try:
+            rows = other.execute("SELECT content FROM messages").fetchall()
+        finally:
+            other.close()
+        assert rows == [("stored?",)]
+
+
+async def test_file_uses_wal_and_full_sync(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        pragmas = await store._run(
+            "read pragmas",
+            lambda conn: (
+                conn.execute("PRAGMA journal_mode").fetchone()[0],
+                conn.execute("PRAGMA synchronous").fetchone()[0],
+                conn.execute("PRAGMA busy_timeout").fetchone()[0],
+                conn.execute("PRAGMA user_version").fetchone()[0],
+            ),
+        )
+    assert pragmas == ("wal", 2, store_module.BUSY_TIMEOUT_MS, store_module.schema_version())
+
+
+async def test_memory_store_and_protocol():
+    async with open_store(":memory:") as store:
+        assert isinstance(store, SqliteStore) and isinstance(store, Store)
+        await store.append_messages("s", "a", [msg("user", "x")])
+        assert len(await store.history("s")) == 1
+
+
+# ---- history and sessions --------------------------------------------------------------
+
+
+async def test_history_limit_returns_the_last_messages_in_order():
+    async with open_store(":memory:") as store:
+        await store.append_messages("s", "a", [msg("user", str(i)) for i in range(10)])
+        last = await store.history("s", limit=3)
+        assert [m.content for m in last] == ["7", "8", "9"]
+        assert [m.seq for m in last] == [8, 9, 10]
+        assert await store.history("unknown") == []
+
+
+async def test_sessions_are_listed_newest_first_and_by_agent():
+    async with open_store(":memory:") as store:
+        await store.ensure_session("old", "a")
+        await store.append_messages("other", "b", [msg("user", "x")])
+        await store.append_messages("new", "a", [msg("user", "x"), msg("assistant", "y")])
+        listed = await store.sessions()
+        assert [s["id"] for s in listed] == ["new", "other", "old"]
+        assert listed[0]["message_count"] == 2 and listed[0]["agent"] == "a"
+        assert [s["id"] for s in await store.sessions(agent="a")] == ["new", "old"]
+        assert len(await store.sessions(limit=1)) == 1
+        await store.ensure_session("old", "a")  # idempotent
+        assert len(await store.sessions()) == 3
+
+
+async def test_a_session_belongs_to_one_agent():
+    async with open_store(":memory:") as store:
+        await store.ensure_session("s", "a")
+        with pytest.raises(StoreError, match="session 's' belongs to agent 'a', not 'b'"):
+            await store.append_messages("s", "b", [msg("user", "x")])
+        with pytest.raises(StoreError, match="belongs to agent"):
+            await store.ensure_session("s", "b")
+        assert await store.history("s") == []
+
+
+# ---- concurrency -----------------------------------------------------------------------
+
+
+async def test_many_tasks_writing_at_once(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+
+        async def writer(i: int) -> None:
+            await store.append_messages(
+                "shared", "a", [msg("user", f"q{i}"), msg("assistant", f"a{i}")]
+            )
+            await store.append_messages(f"own{i}", "a", [msg("user", "x")])
+            await store.record_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
+            await store.record_usage("a", None, "p", "m", 1, 2)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(writer, i)
+
+        history = await store.history("shared")
+        assert [m.seq for m in history] == list(range(1, 81))
+        # Each batch is atomic: every question is directly followed by its answer.
+        for question, answer in zip(history[::2], history[1::2], strict=True):
+            assert question.content[1:] == answer.content[1:]
+        assert len(await store.sessions(limit=1000)) == 41
+        assert len(await store.audit(limit=1000)) == 40
+        assert (await store.usage_by_agent())["a"] == {
+            "input_tokens": 40,
+            "output_tokens": 80,
+            "requests": 40,
+        }
+
+
+async def test_reads_and_writes_interleave_without_errors():
+    async with open_store(":memory:") as store:
+        seen: list[int] = []
+
+        async def reader() -> None:
+            for _ in range(20):
+                seen.append(len(await store.history("s")))
+
+        async def writer() -> None:
+            for i in range(20):
+                await store.append_messages("s", "a", [msg("user", str(i))])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            nursery.start_soon(writer)
+        assert seen == sorted(seen) and len(await store.history("s")) == 20
+
+
+# ---- bad input -------------------------------------------------------------------------
+
+
+async def test_non_json_data_is_refused_and_nothing_is_stored():
+    async with open_store(":memory:") as store:
+        with pytest.raises(StoreError) as info:
+            await store.append_messages(
+                "s", "a", [msg("user", "fine"), msg("tool", "x", taint={"untrusted"})]
+            )
+        text = str(info.value)
+        assert "messages[1].data: not JSON-serialisable" in text and "set" in text
+        assert await store.history("s") == []
+        with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable"):
+            await store.append_messages("s", "a", [msg("user", "x", score=float("nan"))])
+
+
+@pytest.mark.parametrize(
+    ("messages", "fragment"),
+    [
+        ("hello", "messages: expected a list"),
+        ({"role": "user"}, "messages: expected a list"),
+        (["hello"], "messages[0]: expected a dict"),
+        ([{"role": "user", "content": "x", "tool_calls": []}], "unknown key 'tool_calls'"),
+        ([{"content": "x"}], "messages[0].role: expected a non-empty string"),
+        ([{"role": "user", "content": ["block"]}], "messages[0].content: expected a string"),
+        ([{"role": "user", "content": "x", "data": []}], "messages[0].data: expected a dict"),
+    ],
+)
+async def test_bad_messages_get_clear_errors(messages, fragment):
+    async with open_store(":memory:") as store:
+        with pytest.raises(StoreError) as info:
+            await store.append_messages("s", "a", messages)
+        assert fragment in str(info.value)
+
+
+async def test_bad_ids_and_limits():
+    async with open_store(":memory:") as store:
+        with pytest.raises(StoreError, match="session_id: expected a non-empty string"):
+            await store.ensure_session("", "a")
+        with pytest.raises(StoreError, match="agent: expected a non-empty string"):
+            await store.ensure_session("s", None)  # type: ignore[arg-type]
+        with pytest.raises(StoreError, match="at most 256 characters"):
+            await store.history("s" * 300)
+        with pytest.raises(StoreError, match="limit: expected an integer ≥ 1, got 0"):
+            await store.history("s", limit=0)
+        with pytest.raises(StoreError, match="limit"):
+            await store.sessions(limit=True)
+        with pytest.raises(StoreError, match="input_tokens: expected an integer ≥ 0, got -1"):
+            await store.record_usage("a", None, "p", "m", -1, 0)
+        with pytest.raises(StoreError, match="provider"):
+            await store.record_usage("a", None, "", "m", 1, 0)
+        await store.record_usage("a", None, "scripted", "", 1, 0)  # unnamed model is fine
+        with pytest.raises(StoreError, match="expected an AuditRecord"):
+            await store.record_tool_call({"agent": "a"})  # type: ignore[arg-type]
+
+
+# ---- audit log -------------------------------------------------------------------------
+
+
+def test_audit_record_validates_and_truncates():
+    with pytest.raises(StoreError, match="AuditRecord.outcome: expected one of ok, error"):
+        AuditRecord(agent="a", tool="t", outcome="fail")
+    with pytest.raises(StoreError, match="AuditRecord.agent"):
+        AuditRecord(agent="", tool="t")
+    big = AuditRecord(agent="a", tool="t", arguments={"text": "x" * 100_000}, error="e" * 100_000)
+    assert len(big.arguments) == store_module.MAX_AUDIT_CHARS
+    assert big.arguments.endswith(store_module.TRUNCATED_MARK)
+    assert len(big.error) == store_module.MAX_AUDIT_CHARS
+    odd = AuditRecord(agent="a", tool="t", arguments={"when": {1, 2}})
+    assert "when" in odd.arguments
+
+
+async def test_audit_filters_newest_first():
+    async with open_store(":memory:") as store:
+        for i, (agent, trace) in enumerate([("a", "t1"), ("b", "t1"), ("a", "t2")]):
+            await store.record_tool_call(
+                AuditRecord(
+                    agent=agent,
+                    tool=f"tool{i}",
+                    trace_id=trace,
+                    span_id=f"s{i}",
+                    duration_ms=1.5,
+                    outcome="error" if i else "ok",
+                    error="boom" if i else None,
+                    session_id="sess",
+                )
+            )
+        assert [r.tool for r in await store.audit()] == ["tool2", "tool1", "tool0"]
+        assert [r.tool for r in await store.audit(agent="a")] == ["tool2", "tool0"]
+        assert [r.tool for r in await store.audit(trace_id="t1")] == ["tool1", "tool0"]
+        assert [r.tool for r in await store.audit(agent="a", trace_id="t1")] == ["tool0"]
+        assert len(await store.audit(limit=1)) == 1
+        newest = (await store.audit())[0]
+        assert (newest.outcome, newest.error, newest.duration_ms) == ("error", "boom", 1.5)
+        assert newest.span_id == "s2" and newest.session_id == "sess"
+
+
+# ---- bad files -------------------------------------------------------------------------
+
+
+async def test_non_sqlite_file_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "roost.db"
+    content = b"this is my thesis, not a database\n" * 50
+    db.write_bytes(content)
+    with pytest.raises(StoreError) as info:
+        async with open_store(db):
+            pass  # pragma: no cover
+    assert str(db) in str(info.value) and "not an SQLite database" in str(info.value)
+    assert db.read_bytes() == content
+    assert sibling_files(db) == ["roost.db"]
+
+
+async def test_corrupt_sqlite_file_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.append_messages("s", "a", [msg("user", "x")])
+    raw = bytearray(db.read_bytes())
+    raw[100:4096] = b"\xa5" * (4096 - 100)  # smash the schema page, keep the header
+    db.write_bytes(bytes(raw))
+    with pytest.raises(StoreError) as info:
+        async with open_store(db):
+            pass  # pragma: no cover
+    assert str(db) in str(info.value) and "left untouched" in str(info.value)
+    assert db.read_bytes() == bytes(raw)
+
+
+async def test_database_from_a_newer_roost_is_refused(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.append_messages("s", "a", [msg("user", "keep me")])
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    with pytest.raises(StoreError, match=r"newer roost \(schema version 99"):
+        async with open_store(db):
+            pass  # pragma: no cover
+    assert db.read_bytes() == before
+
+
+async def test_someone_elses_sqlite_database_is_refused(tmp_path):
+    db = tmp_path / "app.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    with pytest.raises(StoreError, match="not roost's.*invoices"):
+        async with open_store(db):
+            pass  # pragma: no cover
+    assert db.read_bytes() == before
+
+
+async def test_directory_path_and_bad_arguments(tmp_path):
+    with pytest.raises(StoreError, match="not a regular file"):
+        async with open_store(tmp_path):
+            pass  # pragma: no cover
+    with pytest.raises(StoreError, match="path: expected a file path"):
+        async with open_store(""):
+            pass  # pragma: no cover
+    with pytest.raises(StoreError, match="synchronous: expected one of"):
+        async with open_store(":memory:", synchronous="OFF"):
+            pass  # pragma: no cover
+
+
+async def test_missing_parent_directory_is_created(tmp_path):
+    db = tmp_path / "nested" / "dir" / "roost.db"
+    async with open_store(db) as store:
+        await store.ensure_session("s", "a")
+    assert db.is_file()
+
+
+async def test_empty_file_becomes_a_database(tmp_path):
+    db = tmp_path / "roost.db"
+    db.touch()
+    async with open_store(db) as store:
+        await store.ensure_session("s", "a")
+    assert db.read_bytes().startswith(store_module.SQLITE_HEADER)
+
+
+async def test_closed_store_refuses_calls():
+    async with open_store(":memory:") as store:
+        pass
+    with pytest.raises(StoreError, match="the store is closed"):
+        await store.history("s")
+
+
+# ---- migrations ------------------------------------------------------------------------
+
+
+async def test_forward_migration_keeps_data(tmp_path, monkeypatch):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.append_messages("s", "a", [msg("user", "old data")])
+    version_two = ("CREATE TABLE tasks (id TEXT PRIMARY KEY)",)
+    monkeypatch.setattr(store_module, "_MIGRATIONS", (*store_module._MIGRATIONS, version_two))
+    async with open_store(db) as store:
+        assert [m.content for m in await store.history("s")] == ["old data"]
+        version, tables = await store._run(
+            "inspect",
+            lambda conn: (
+                conn.execute("PRAGMA user_version").fetchone()[0],
+                {r[0] for r in conn.execute("SELECT name FROM sqlite_master")},
+            ),
+        )
+    assert version == 2 and "tasks" in tables
+
+
+async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.append_messages("s", "a", [msg("user", "precious")])
+    broken = ("CREATE TABLE half (id INTEGER)", "THIS IS NOT SQL")
+    monkeypatch.setattr(store_module, "_MIGRATIONS", (*store_module._MIGRATIONS, broken))
+    with pytest.raises(StoreError, match="upgrading the schema from version 1 failed"):
+        async with open_store(db):
+            pass  # pragma: no cover
+    monkeypatch.undo()
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "half" not in tables
+        assert conn.execute("SELECT content FROM messages").fetchall() == [("precious",)]
+    finally:
+        conn.close()

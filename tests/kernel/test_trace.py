@@ -1,0 +1,201 @@
+"""TraceContext: ids, the depth breaker, and carrying the context in _meta and headers."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from roost.kernel import DEFAULT_MAX_DEPTH, RecursionLimitExceeded, TraceContext
+from roost.kernel._trace import (
+    HEADER_DEPTH,
+    HEADER_OPENSTARRY,
+    HEADER_PATH,
+    HEADER_TRACE_ID,
+    META_DEPTH,
+    META_MAX_DEPTH,
+    META_PATH,
+    META_TRACEPARENT,
+)
+
+TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-01$")
+
+
+def chain(*hops: str, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
+    ctx = TraceContext.new(hops[0], max_depth=max_depth)
+    for hop in hops[1:]:
+        ctx = ctx.child(hop)
+    return ctx
+
+
+def test_new_trace_starts_at_depth_one():
+    ctx = TraceContext.new("A")
+    assert ctx.depth == 1 and ctx.path == ("A",) and ctx.max_depth == 5
+    assert re.fullmatch(r"[0-9a-f]{32}", ctx.trace_id) and ctx.trace_id != "0" * 32
+    assert re.fullmatch(r"[0-9a-f]{16}", ctx.span_id)
+    assert ctx.parent_span_id is None
+    assert TRACEPARENT.match(ctx.traceparent)
+    assert TraceContext.new("A").trace_id != ctx.trace_id
+
+
+def test_child_extends_the_chain_with_a_new_span():
+    parent = TraceContext.new("A")
+    child = parent.child("B")
+    assert child.trace_id == parent.trace_id
+    assert child.span_id != parent.span_id and child.parent_span_id == parent.span_id
+    assert child.depth == 2 and child.path == ("A", "B")
+    assert child.path_text() == "A → B"
+    assert parent.path == ("A",)  # immutable
+
+
+def test_five_agents_pass_and_the_sixth_is_refused_naming_the_path():
+    ctx = chain("A", "B", "C", "D", "E")
+    assert ctx.depth == 5
+    with pytest.raises(RecursionLimitExceeded) as info:
+        ctx.child("F")
+    error = info.value
+    assert "A → B → C → D → E → F" in str(error)
+    assert error.path == ("A", "B", "C", "D", "E", "F") and error.max_depth == 5
+    assert error.to_dict()["path"] == ["A", "B", "C", "D", "E", "F"]
+    assert error.to_dict()["code"] == "recursion_limit"
+
+
+def test_the_stricter_limit_applies():
+    ctx = chain("A", "B")
+    with pytest.raises(RecursionLimitExceeded, match="limit of 2"):
+        ctx.child("C", max_depth=2)
+    looser = ctx.child("C", max_depth=50)  # a looser callee limit does not loosen the trace
+    assert looser.max_depth == 5
+    assert chain("A", max_depth=1).max_depth == 1
+    with pytest.raises(RecursionLimitExceeded):
+        chain("A", max_depth=1).child("B")
+
+
+def test_meta_round_trip_keeps_trace_depth_path_and_limit():
+    sender = chain("A", "B", max_depth=4)
+    received = TraceContext.from_meta(sender.to_meta())
+    assert received is not None
+    assert received.trace_id == sender.trace_id
+    assert received.span_id == sender.span_id  # the caller's span: call child() to enter
+    assert (received.depth, received.path, received.max_depth) == (2, ("A", "B"), 4)
+    assert received.child("C").depth == 3
+
+
+def test_inject_meta_keeps_other_keys_and_does_not_mutate_the_original():
+    ctx = TraceContext.new("A")
+    original_meta = {"progressToken": 7}
+    params = {"name": "x", "_meta": original_meta}
+    out = ctx.inject_meta(params)
+    assert out is params
+    assert params["_meta"]["progressToken"] == 7
+    assert params["_meta"][META_TRACEPARENT] == ctx.traceparent
+    assert original_meta == {"progressToken": 7}
+    bad = {"_meta": "not a mapping"}
+    ctx.inject_meta(bad)
+    assert bad["_meta"][META_DEPTH] == 1
+
+
+@pytest.mark.parametrize("meta", [None, {}, {"other": 1}, "text", [1, 2], 5])
+def test_from_meta_without_a_trace_is_none(meta):
+    assert TraceContext.from_meta(meta) is None
+
+
+def test_a2a_metadata_aliases():
+    ctx = chain("A", "B")
+    assert TraceContext.from_metadata(ctx.to_metadata()).path == ("A", "B")
+
+
+@pytest.mark.parametrize(
+    ("meta", "depth"),
+    [
+        ({META_DEPTH: "abc", META_PATH: ["A", "B", "C"]}, 3),  # bad depth: the path counts
+        ({META_DEPTH: 1, META_PATH: ["A", "B", "C"]}, 3),  # a lower depth never wins
+        ({META_DEPTH: True, META_PATH: ["A", "B"]}, 2),
+        ({META_DEPTH: -4, META_PATH: ["A"]}, 1),
+        ({META_DEPTH: "4"}, 4),
+        ({META_DEPTH: 7}, 7),
+        ({META_PATH: "not a list", META_DEPTH: 2}, 2),
+    ],
+)
+def test_malformed_depth_never_lowers_the_count(meta, depth):
+    ctx = TraceContext.from_meta(meta)
+    assert ctx is not None and ctx.depth == depth
+    assert len(ctx.path) == depth
+
+
+def test_an_inbound_depth_past_the_limit_is_refused_on_the_next_hop():
+    ctx = TraceContext.from_meta({META_DEPTH: 7})
+    with pytest.raises(RecursionLimitExceeded):
+        ctx.child("X")
+
+
+@pytest.mark.parametrize("depth", [10_000, 10**9, "99999999999", "9" * 5000])
+def test_a_huge_depth_is_treated_as_too_deep_not_as_absent(depth):
+    # Regression: depths of 10,000 or more were dropped and the trace restarted at depth 1.
+    ctx = TraceContext.from_meta({META_DEPTH: depth, META_PATH: ["A"]})
+    assert ctx is not None and ctx.depth >= 10_000
+    with pytest.raises(RecursionLimitExceeded):
+        ctx.child("B")
+    from_headers = TraceContext.from_headers({HEADER_DEPTH: str(depth)})
+    assert from_headers is not None and from_headers.depth >= 10_000
+
+
+@pytest.mark.parametrize("depth", ["²", "١٢", "1e3", "0x10", " ", "", "-1", "+3", "٣"])
+def test_odd_depth_strings_never_crash(depth):
+    # Regression: "²" passes str.isdigit() but int() rejects it, which raised ValueError.
+    ctx = TraceContext.from_headers({HEADER_DEPTH: depth, HEADER_PATH: "A,B"})
+    assert ctx is not None and ctx.depth == 2
+
+
+def test_max_depth_from_the_wire():
+    ctx = TraceContext.from_meta({META_DEPTH: 1, META_PATH: ["A"], META_MAX_DEPTH: 3})
+    assert ctx.max_depth == 3
+    for bad in (0, -1, "x", True, None):
+        ctx = TraceContext.from_meta({META_DEPTH: 1, META_MAX_DEPTH: bad})
+        assert ctx.max_depth == DEFAULT_MAX_DEPTH
+
+
+def test_bad_traceparent_is_ignored_not_trusted():
+    for value in (
+        "garbage",
+        "00-" + "0" * 32 + "-" + "1" * 16 + "-01",
+        "00-" + "1" * 32 + "-" + "0" * 16 + "-01",
+        "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
+        42,
+    ):
+        ctx = TraceContext.from_meta({META_TRACEPARENT: value, META_DEPTH: 2})
+        assert ctx is not None and ctx.depth == 2
+        assert ctx.trace_id != "0" * 32 and ctx.trace_id != "1" * 32
+
+
+def test_path_is_bounded():
+    ctx = TraceContext.from_meta({META_PATH: [f"hop{i}" for i in range(1000)]})
+    assert len(ctx.path) == 64
+    long_hop = TraceContext.from_meta({META_PATH: ["x" * 10_000]})
+    assert len(long_hop.path[0]) == 128
+    assert TraceContext.from_meta({META_DEPTH: 500}).path == ("?",)
+
+
+def test_headers_round_trip():
+    sender = chain("A", "B", "C")
+    headers = sender.to_headers()
+    assert headers[HEADER_TRACE_ID] == sender.trace_id
+    received = TraceContext.from_headers(headers)
+    assert (received.trace_id, received.span_id) == (sender.trace_id, sender.span_id)
+    assert received.depth == 3 and received.path == ("A", "B", "C")
+
+
+def test_headers_are_case_insensitive_and_accept_openstarry():
+    tid = "0123456789abcdef0123456789abcdef"
+    ctx = TraceContext.from_headers({"x-roost-trace-depth": "2", "X-ROOST-TRACE-ID": tid.upper()})
+    assert ctx.trace_id == tid and ctx.depth == 2
+    dashed = "01234567-89ab-cdef-0123-456789abcdef"
+    ctx = TraceContext.from_headers({HEADER_OPENSTARRY: dashed})
+    assert ctx.trace_id == tid and ctx.depth == 1
+    assert TraceContext.from_headers({HEADER_OPENSTARRY: "not-hex"}) is None
+    assert TraceContext.from_headers({"content-type": "text/plain"}) is None
+
+
+def test_traceparent_header_wins_over_trace_id_header():
+    sender = TraceContext.new("A")
+    ctx = TraceContext.from_headers({"traceparent": sender.traceparent, HEADER_TRACE_ID: "f" * 32})
+    assert ctx.trace_id == sender.trace_id
