@@ -13,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ._errors import RoostError
 from ._events import Event, EventKind
@@ -64,6 +65,19 @@ class AgentRuntime:
         self.kernel = kernel
         self.name = name
         self.provider = provider
+        self._runs: dict[str, trio.CancelScope] = {}
+
+    def cancel(self, run_id: str) -> bool:
+        """Stop the run ``run_id`` (a message being worked on); False if it is not running."""
+        scope = self._runs.get(run_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    @property
+    def running(self) -> list[str]:
+        return list(self._runs)
 
     @property
     def manifest(self) -> Any:
@@ -77,6 +91,7 @@ class AgentRuntime:
                 session_id=payload.get("session_id"),
                 trace=event.trace,
                 stream=bool(payload.get("stream", False)),
+                run_id=payload.get("run_id"),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
             return await self.handle_jsonrpc(event.payload, event.source)
@@ -89,8 +104,28 @@ class AgentRuntime:
         session_id: str | None,
         trace: TraceContext | None,
         stream: bool = False,
+        run_id: str | None = None,
     ) -> AgentReply:
-        """Run the loop on ``text``; ``trace`` already names this agent as its last hop."""
+        """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
+
+        ``run_id`` lets ``cancel(run_id)`` stop this run; a cancelled run replies with
+        ``stop_reason == "cancelled"`` and its user message is still stored.
+        """
+        run_id = run_id or uuid.uuid4().hex
+        with trio.CancelScope() as scope:
+            self._runs[run_id] = scope
+            try:
+                return await self._run(text, session_id=session_id, trace=trace, stream=stream)
+            finally:
+                self._runs.pop(run_id, None)
+        # Only reached when cancel(run_id) stopped the run.
+        return AgentReply(
+            self.name, "cancelled", session_id or "", trace.trace_id if trace else "", True, 0, "cancelled"
+        )
+
+    async def _run(
+        self, text: str, *, session_id: str | None, trace: TraceContext | None, stream: bool
+    ) -> AgentReply:
         kernel = self.kernel
         manifest = self.manifest
         session_id = session_id or uuid.uuid4().hex
@@ -125,6 +160,7 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
+            await kernel.store.append_messages(session_id, self.name, [user.to_record()])
             result: LoopResult = await run_loop(
                 self.provider,
                 request,
@@ -135,12 +171,9 @@ class AgentRuntime:
                 stream=stream,
             )
         except RoostError as exc:
-            # The provider failed: the reply says so; the user message is still stored.
-            await kernel.store.append_messages(session_id, self.name, [user.to_record()])
+            # The provider failed: the reply says so; the user message is already stored.
             return AgentReply(self.name, f"error: {exc}", session_id, trace.trace_id, True, 0, "error")
-        await kernel.store.append_messages(
-            session_id, self.name, [user.to_record()] + [m.to_record() for m in result.messages]
-        )
+        await kernel.store.append_messages(session_id, self.name, [m.to_record() for m in result.messages])
         if result.usage.input_tokens or result.usage.output_tokens:
             await kernel.store.record_usage(
                 self.name,

@@ -50,6 +50,20 @@ class McpServerDescriptor:
 
 
 @attrs.frozen
+class ServiceDescriptor:
+    """A long-running task a plugin needs (e.g. MCP connections), run in the kernel's nursery.
+
+    ``run(kernel, task_status=...)`` must call ``task_status.started()`` once ready; the
+    kernel waits for that (up to ``start_timeout_s``) before it reports itself started.
+    A service that raises is reported and stopped; it never takes the kernel down.
+    """
+
+    name: str
+    run: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    start_timeout_s: float = 30.0
+
+
+@attrs.frozen
 class ToolVeto:
     """Returned by ``roost_before_tool_call`` to refuse a call; ``reason`` reaches the model."""
 
@@ -75,6 +89,10 @@ class RoostHookSpecs:
     @hookspec
     def roost_http_routes(self, kernel: Any) -> Sequence[RouteDescriptor]:
         """Return extra HTTP routes for the daemon."""
+
+    @hookspec
+    def roost_services(self, kernel: Any) -> Sequence[ServiceDescriptor]:
+        """Return long-running services the kernel should run while it is up."""
 
     @hookspec
     def roost_kernel_started(self, kernel: Any) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from ._errors import (
     ToolTimeout,
 )
 from ._events import Event, EventKind, EventTap
-from ._hookspecs import ProviderDescriptor, ToolVeto
+from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._plugins import PluginFailure, PluginManager, collect
 from ._tools import Tool, ToolCall, ToolContext, ToolRegistry, ToolResult, ToolSpec, agent_tool_name
 from ._trace import TraceContext
@@ -53,6 +54,7 @@ class Kernel:
         self.agents: dict[str, Any] = {}
         self.agent_errors: dict[str, str] = {}
         self.manifest_errors: list[RoostError] = []
+        self.service_errors: dict[str, str] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
         self.started_at = time.time()
 
@@ -107,15 +109,29 @@ class Kernel:
             except RecursionLimitExceeded as exc:
                 self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
                 raise
-        reply = await self.actors.ask(
-            agent,
-            EventKind.AGENT_MESSAGE,
-            {"message": message, "session_id": session_id, "stream": stream},
-            source="api",
-            trace=trace,
-            timeout=timeout or self.config.kernel.ask_timeout_s,
-        )
+        run_id = uuid.uuid4().hex
+        with self._cancel_run_on_exit(agent, run_id):
+            reply = await self.actors.ask(
+                agent,
+                EventKind.AGENT_MESSAGE,
+                {"message": message, "session_id": session_id, "stream": stream, "run_id": run_id},
+                source="api",
+                trace=trace,
+                timeout=timeout or self.config.kernel.ask_timeout_s,
+            )
         return reply.payload
+
+    @contextmanager
+    def _cancel_run_on_exit(self, agent: str, run_id: str) -> Iterator[None]:
+        """If the caller stops waiting (cancelled, timed out), the agent stops working too."""
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            runtime = self._runtimes.get(agent)
+            if not done and runtime is not None:
+                runtime.cancel(run_id)
 
     def list_tools(self, agent: str | None = None) -> list[ToolSpec]:
         """All registered tools, or the ones ``agent`` may call."""
@@ -222,6 +238,9 @@ class Kernel:
                 result = await self._run_checked(manifest, tool, call, conversation)
             except LoopDetected:
                 outcome, error = "denied", "loop detected"
+                raise
+            except trio.Cancelled:
+                outcome, error = "cancelled", "the call was cancelled"
                 raise
             except ToolTimeout as exc:
                 outcome, error = "timeout", str(exc)
@@ -346,7 +365,53 @@ class Kernel:
             except Exception:
                 log.exception("could not write the audit record of %s", call.name)
 
+    def add_tool(self, tool: Tool) -> None:
+        """Register a tool while running (e.g. discovered on an MCP server).
+
+        Raises ToolNameCollision; publishes ``KERNEL:TOOLS_CHANGED``.
+        """
+        self.registry.register(tool)
+        self.publish(Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"added": [tool.spec.name]}))
+
+    def remove_tool(self, name: str) -> None:
+        """Unregister a tool while running; publishes ``KERNEL:TOOLS_CHANGED``."""
+        if name in self.registry:
+            self.registry.unregister(name)
+            self.publish(Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"removed": [name]}))
+
     # ---- boot ---------------------------------------------------------------------------
+    async def _start_services(self, nursery: trio.Nursery) -> None:
+        for plugin, descriptors in _hook_results(self.plugins, "roost_services", kernel=self):
+            for desc in descriptors:
+                if not isinstance(desc, ServiceDescriptor):
+                    self._plugin_failure(plugin, f"roost_services returned {type(desc).__name__}")
+                    continue
+                with trio.move_on_after(desc.start_timeout_s) as scope:
+                    await nursery.start(self._run_service, desc)
+                if scope.cancelled_caught:
+                    self._service_failed(desc.name, f"did not start within {desc.start_timeout_s:g} s")
+
+    async def _run_service(self, desc: ServiceDescriptor, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+
+        class _Status:
+            def started(self, value: Any = None) -> None:
+                nonlocal started
+                started = True
+                task_status.started(value)
+
+        try:
+            await desc.run(self, task_status=_Status())
+        except Exception as exc:  # a failing service is reported; the kernel stays up
+            log.exception("service %s failed", desc.name)
+            self._service_failed(desc.name, f"{type(exc).__name__}: {exc}")
+        if not started:
+            task_status.started(None)
+
+    def _service_failed(self, name: str, error: str) -> None:
+        self.service_errors[name] = error
+        self.publish(Event(EventKind.KERNEL_SERVICE_ERROR, "kernel", payload={"service": name, "error": error}))
+
     def _register_tools(self, tools: Iterable[Any], source: str) -> None:
         for tool in tools:
             if not isinstance(tool, Tool):
@@ -393,9 +458,10 @@ class Kernel:
             params: dict[str, Any] = {"name": "message", "arguments": {"message": call.arguments["message"]}}
             origin.inject_meta(params)
             request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
-            reply = await kernel.actors.ask(
-                target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
-            )
+            with kernel._cancel_run_on_exit(target, call.id):
+                reply = await kernel.actors.ask(
+                    target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
+                )
             return result_from_jsonrpc(reply.payload)
 
         return Tool(spec, ask_agent)
@@ -503,15 +569,18 @@ async def open_kernel(
                     mailbox_size=config.kernel.mailbox_size,
                     concurrency=max(config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages),
                 )
-            kernel.publish(
-                Event(EventKind.KERNEL_STARTED, "kernel", payload={"agents": list(kernel.agents), "tools": len(kernel.registry)})
-            )
-            _call_safely(pm, "roost_kernel_started", kernel=kernel)
-            try:
-                yield kernel
-            finally:
-                _call_safely(pm, "roost_kernel_stopping", kernel=kernel)
-                kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
+            async with trio.open_nursery() as services:
+                await kernel._start_services(services)
+                kernel.publish(
+                    Event(EventKind.KERNEL_STARTED, "kernel", payload={"agents": list(kernel.agents), "tools": len(kernel.registry)})
+                )
+                _call_safely(pm, "roost_kernel_started", kernel=kernel)
+                try:
+                    yield kernel
+                finally:
+                    _call_safely(pm, "roost_kernel_stopping", kernel=kernel)
+                    kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
+                    services.cancel_scope.cancel()
 
 
 def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:

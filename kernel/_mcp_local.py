@@ -83,7 +83,8 @@ async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, An
         text = arguments.get("message")
         if not isinstance(text, str):
             return _error(req_id, INVALID_PARAMS, "params.arguments.message: expected a string")
-        reply = await agent.handle_message(text, session_id=None, trace=trace)
+        run_id = str(req_id) if req_id is not None else None
+        reply = await agent.handle_message(text, session_id=None, trace=trace, run_id=run_id)
         result = {
             "content": [{"type": "text", "text": reply.text}],
             "isError": reply.is_error,

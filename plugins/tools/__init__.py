@@ -1,1 +1,49 @@
-"""x"""
+"""roost.plugins.tools — the built-in tools: bash, read, write, edit, list, glob, grep, web_fetch.
+
+Registered through the ``roost.plugins`` entry point ``tools``, exactly like a
+third-party plugin. Settings come from ``[tools]`` in ``roost.toml`` (see
+``ToolsSettings.from_config``); ``landlock_status()`` tells whether bash is confined.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roost.kernel import Tool, hookimpl
+
+from ._bash import bash_tool, child_environment, warn_if_unconfined
+from ._fs import fs_tools
+from ._landlock import LandlockStatus, landlock_status
+from ._sandbox import SANDBOX_MODES, ToolsSettings, writable_path
+from ._web import html_to_text, web_fetch_tool
+
+TOOL_NAMES = ("bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch")
+
+
+def build_tools(settings: ToolsSettings | None = None) -> list[Tool]:
+    """Every built-in tool descriptor, configured by ``settings`` (defaults if None)."""
+    settings = settings or ToolsSettings()
+    tools = [bash_tool(settings), *fs_tools(), web_fetch_tool(settings)]
+    by_name = {t.spec.name: t for t in tools}
+    return [by_name[name] for name in TOOL_NAMES]
+
+
+@hookimpl
+def roost_tools(config: Any) -> list[Tool]:
+    """The built-in tools, configured from ``config.tools`` (``config`` may be None)."""
+    warn_if_unconfined()
+    return build_tools(ToolsSettings.from_config(config))
+
+
+__all__ = [
+    "SANDBOX_MODES",
+    "TOOL_NAMES",
+    "LandlockStatus",
+    "ToolsSettings",
+    "build_tools",
+    "child_environment",
+    "html_to_text",
+    "landlock_status",
+    "roost_tools",
+    "writable_path",
+]

@@ -1,0 +1,298 @@
+"""SSRF guard: decide whether an outbound URL may be fetched, by its resolved addresses.
+
+The decision is made on parsed and resolved IP addresses, never on substrings of the URL:
+legacy IPv4 spellings (``2130706433``, ``0x7f.1``, ``0177.0.0.1``) are parsed the way
+``inet_aton`` and browsers parse them, IPv6 forms that embed an IPv4 address (mapped,
+6to4, NAT64) are judged by the embedded address, and every address a name resolves to
+must pass. Callers should connect to one of the returned addresses (pinning), so that a
+second DNS answer cannot differ from the checked one.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable, Iterable
+from urllib.parse import urlsplit
+
+import trio
+
+from ._errors import SandboxError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[Iterable[str | IPAddress]]]
+
+DEFAULT_ALLOW_HINT = "tools.allow_private_network = true in roost.toml"
+RESOLVE_TIMEOUT_S = 10.0
+ALLOWED_SCHEMES = ("http", "https")
+
+# Cloud instance-metadata endpoints. Never allowed, whatever the settings.
+METADATA_HOSTNAMES = frozenset(
+    {
+        "metadata.google.internal",
+        "metadata.goog",
+        "metadata",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle
+        "169.254.170.2",  # AWS ECS task metadata
+        "100.100.100.200",  # Alibaba Cloud
+        "168.63.129.16",  # Azure wire server
+        "fd00:ec2::254",  # AWS over IPv6
+    )
+)
+
+# Rule name -> networks. Checked in this order after the metadata rule.
+_RULES: tuple[tuple[str, tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]], ...] = (
+    ("unspecified", tuple(map(ipaddress.ip_network, ("0.0.0.0/8", "::/128")))),
+    ("loopback", tuple(map(ipaddress.ip_network, ("127.0.0.0/8", "::1/128")))),
+    ("link-local", tuple(map(ipaddress.ip_network, ("169.254.0.0/16", "fe80::/10")))),
+    ("multicast", tuple(map(ipaddress.ip_network, ("224.0.0.0/4", "ff00::/8")))),
+    (
+        "private",
+        tuple(
+            map(
+                ipaddress.ip_network,
+                (
+                    "10.0.0.0/8",
+                    "172.16.0.0/12",
+                    "192.168.0.0/16",
+                    "100.64.0.0/10",  # carrier-grade NAT
+                    "fc00::/7",  # unique local
+                    "fec0::/10",  # deprecated site-local
+                ),
+            )
+        ),
+    ),
+    (
+        "reserved",
+        tuple(
+            map(
+                ipaddress.ip_network,
+                (
+                    "192.0.0.0/24",  # IETF protocol assignments
+                    "192.0.2.0/24",  # documentation
+                    "198.18.0.0/15",  # benchmarking
+                    "198.51.100.0/24",  # documentation
+                    "203.0.113.0/24",  # documentation
+                    "240.0.0.0/4",  # reserved, includes 255.255.255.255
+                    "::/8",  # reserved, includes IPv4-compatible addresses
+                    "100::/64",  # discard-only
+                    "2001:db8::/32",  # documentation
+                    "2001::/23",  # IETF protocol assignments (Teredo, ORCHID, ...)
+                ),
+            )
+        ),
+    ),
+)
+
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+_RULE_TEXT = {
+    "metadata": "a cloud instance-metadata endpoint",
+    "unspecified": "an unspecified address",
+    "loopback": "a loopback address",
+    "link-local": "a link-local address",
+    "multicast": "a multicast address",
+    "private": "a private-network address",
+    "reserved": "a reserved or documentation address",
+}
+# Rules a caller may lift; the rest are never allowed.
+_ALLOWABLE = {"private": "allow_private", "loopback": "allow_loopback"}
+
+
+class UrlRefused(SandboxError):
+    """An outbound URL was refused: bad scheme, unresolvable, or a forbidden address."""
+
+    code = "url_refused"
+
+    def __init__(
+        self, url: str, reason: str, *, address: str | None = None, rule: str | None = None
+    ) -> None:
+        self.url = url
+        self.address = address
+        self.rule = rule
+        super().__init__(f"refused to fetch {url!r}: {reason}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "url": self.url, "address": self.address, "rule": self.rule}
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in net for net in _NAT64):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def classify_address(ip: str | IPAddress) -> str | None:
+    """The name of the rule that forbids ``ip``, or None for an ordinary public address.
+
+    Rules: ``metadata``, ``unspecified``, ``loopback``, ``link-local``, ``multicast``,
+    ``private``, ``reserved``. IPv6 addresses that embed an IPv4 address (IPv4-mapped,
+    6to4, NAT64) are judged by the IPv4 address.
+    """
+    if isinstance(ip, str):
+        ip = ipaddress.ip_address(ip.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            ip = ipaddress.IPv6Address(ip.compressed.split("%", 1)[0])
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            return classify_address(embedded)
+    if ip in METADATA_ADDRESSES:
+        return "metadata"
+    for rule, networks in _RULES:
+        if any(ip.version == net.version and ip in net for net in networks):
+            return rule
+    return None
+
+
+def parse_ipv4_literal(host: str) -> ipaddress.IPv4Address | None:
+    """Parse ``host`` as an IPv4 address the way ``inet_aton`` does, or return None.
+
+    Accepts 1 to 4 dot-separated parts, each decimal, octal (leading ``0``) or hex
+    (``0x``); the last part fills the remaining bytes: ``127.1``, ``2130706433``,
+    ``0x7f.1`` and ``0177.0.0.1`` are all 127.0.0.1.
+    """
+    parts = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        if not part:
+            return None
+        try:
+            if part.lower().startswith("0x"):
+                value = int(part[2:], 16) if len(part) > 2 else 0
+            elif len(part) > 1 and part.startswith("0"):
+                value = int(part, 8)
+            else:
+                if not part.isdigit():
+                    return None
+                value = int(part, 10)
+        except ValueError:
+            return None
+        values.append(value)
+    *head, last = values
+    if any(v > 255 for v in head) or last >= 256 ** (5 - len(values)):
+        return None
+    number = 0
+    for v in head:
+        number = number * 256 + v
+    number = (number << (8 * (5 - len(values)))) | last
+    return ipaddress.IPv4Address(number)
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if "%" in host:  # IPv6 with a zone id
+        try:
+            return ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return None
+    return parse_ipv4_literal(host)
+
+
+async def _system_resolver(host: str, port: int) -> list[str]:
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [info[4][0] for info in infos]
+
+
+async def check_url(
+    url: str,
+    *,
+    allow_private: bool = False,
+    allow_loopback: bool = False,
+    resolver: Resolver | None = None,
+    allow_hint: str = DEFAULT_ALLOW_HINT,
+) -> list[IPAddress]:
+    """Check ``url`` and return the addresses its host resolves to (deduplicated, in order).
+
+    Raises ``UrlRefused`` for a scheme other than http/https, a missing or unresolvable
+    host, or when ANY resolved address is a metadata endpoint, link-local, multicast,
+    reserved or unspecified (never allowed), private (unless ``allow_private``) or
+    loopback (unless ``allow_loopback``). ``allow_hint`` names the setting that lifts the
+    private/loopback rules in the error message.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise UrlRefused(str(url), "expected an absolute http:// or https:// URL")
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+        port = parts.port
+    except ValueError as exc:
+        raise UrlRefused(url, f"malformed URL ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ALLOWED_SCHEMES:
+        shown = f"{scheme!r}" if scheme else "no scheme"
+        raise UrlRefused(url, f"{shown} is not allowed; only http and https URLs can be fetched")
+    if not host:
+        raise UrlRefused(url, "the URL has no host")
+    host = host.rstrip(".") or host
+    if port is None:
+        port = 443 if scheme == "https" else 80
+    if host in METADATA_HOSTNAMES:
+        raise UrlRefused(
+            url,
+            f"{host!r} is a cloud instance-metadata host, which is never allowed",
+            rule="metadata",
+        )
+
+    literal = _literal_address(host)
+    if literal is not None:
+        raw: Iterable[str | IPAddress] = [literal]
+    else:
+        resolve = resolver or _system_resolver
+        try:
+            with trio.fail_after(RESOLVE_TIMEOUT_S):
+                raw = await resolve(host, port)
+        except trio.TooSlowError:
+            raise UrlRefused(
+                url, f"resolving {host!r} took longer than {RESOLVE_TIMEOUT_S:g} s"
+            ) from None
+        except (OSError, UnicodeError) as exc:
+            raise UrlRefused(url, f"could not resolve host {host!r} ({exc})") from None
+
+    addresses: list[IPAddress] = []
+    for item in raw:
+        ip = item if not isinstance(item, str) else ipaddress.ip_address(item.split("%", 1)[0])
+        if ip not in addresses:
+            addresses.append(ip)
+    if not addresses:
+        raise UrlRefused(url, f"host {host!r} resolved to no addresses")
+
+    for ip in addresses:
+        rule = classify_address(ip)
+        if rule is None:
+            continue
+        if (rule == "private" and allow_private) or (rule == "loopback" and allow_loopback):
+            continue
+        if literal is None:
+            subject = f"{host!r} resolves to {ip}, which"
+        elif host != str(ip):
+            subject = f"{host!r} (the address {ip})"
+        else:
+            subject = f"the address {ip}"
+        if rule in _ALLOWABLE:
+            fix = f"; to allow it, set {allow_hint}"
+        else:
+            fix = "; this is never allowed"
+        raise UrlRefused(
+            url,
+            f"{subject} is {_RULE_TEXT[rule]} (rule {rule!r}){fix}",
+            address=str(ip),
+            rule=rule,
+        )
+    return addresses

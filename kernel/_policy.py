@@ -1,0 +1,670 @@
+"""Tool-call policy: capabilities, exposure, argument validation, truncation, loop guard, taint.
+
+Every piece here is pure and synchronous so the kernel can call it around each tool call:
+capability check → exposure check → argument validation → before-hooks → taint check →
+loop guard → run with timeout (``resolve_timeout``) → truncate → after-hooks → audit.
+
+Patterns (capabilities, exposure, timeout overrides) are ``fnmatch`` globs, matched
+case-sensitively against either a tool's registry name (``read``, ``mcp_github_create_issue``,
+``agent_reviewer``) or its plugin-qualified name (``tools:bash``, ``mcp:github:create_issue``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from fnmatch import fnmatchcase
+from typing import Any
+
+import attrs
+import jsonschema
+import referencing.exceptions
+
+from ._errors import (
+    ConfigError,
+    LoopDetected,
+    TaintViolation,
+    ToolArgumentsInvalid,
+    ToolDenied,
+    ToolError,
+)
+from ._tools import ToolCall, ToolResult, ToolSpec
+
+TRUNCATION_MARKER = "\n[output truncated]"
+DEFAULT_MAX_OUTPUT_CHARS = 50_000
+DEFAULT_TOOL_TIMEOUT_S = 60.0
+TAINT_POLICIES = ("block", "warn", "allow")
+DEFAULT_TAINT_SINKS = ("bash", "write", "edit")
+SOURCE_LABEL_PREFIX = "source:"
+_SCAN_CHUNK = 65_536  # characters of an argument indexed at a time by TaintTracker
+
+
+class ToolSchemaInvalid(ToolError):
+    """A tool's own ``inputSchema`` is not a valid JSON Schema: a bug in the tool's provider."""
+
+    code = "tool_schema_invalid"
+
+
+# --------------------------------------------------------------------------------------
+# Pattern matching shared by capabilities, exposure and timeout overrides
+# --------------------------------------------------------------------------------------
+
+
+def _patterns(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise ConfigError(
+            f"{field}: expected a list of glob patterns, got the string {value!r}; "
+            f'write it as ["{value}"]'
+        )
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise ConfigError(
+                f"{field}[{i}]: expected a non-empty glob pattern string such as 'read' or "
+                f"'mcp:github:*', got {item!r}"
+            )
+        out.append(item.strip())
+    return tuple(out)
+
+
+def matches(spec: ToolSpec, pattern: str) -> bool:
+    """True when ``pattern`` matches the registry name or the qualified name of ``spec``."""
+    return fnmatchcase(spec.name, pattern) or fnmatchcase(spec.qualified_name, pattern)
+
+
+def _first_match(spec: ToolSpec, patterns: Iterable[str]) -> str | None:
+    return next((p for p in patterns if matches(spec, p)), None)
+
+
+def _names(spec: ToolSpec) -> str:
+    if spec.qualified_name == spec.name:
+        return repr(spec.name)
+    return f"{spec.name!r} ({spec.qualified_name})"
+
+
+# --------------------------------------------------------------------------------------
+# Capabilities and exposure
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Capabilities:
+    """Which tools an agent may call: glob patterns; empty allows nothing, ``"*"`` all."""
+
+    patterns: tuple[str, ...] = attrs.field(
+        default=(), converter=lambda v: _patterns(v, "capabilities.tools")
+    )
+    agent: str = ""  # only used in error messages
+
+    def allows(self, spec: ToolSpec) -> bool:
+        """True when some pattern matches the tool's registry or qualified name."""
+        return _first_match(spec, self.patterns) is not None
+
+    def check(self, spec: ToolSpec, *, agent: str = "") -> None:
+        """Raise ``ToolDenied`` unless the tool is allowed, saying how to allow it."""
+        if self.allows(spec):
+            return
+        agent = agent or self.agent
+        who = f"agent {agent!r}" if agent else "this agent"
+        allowed = ", ".join(repr(p) for p in self.patterns) if self.patterns else "nothing"
+        raise ToolDenied(
+            f"{who} may not call tool {_names(spec)}: its capabilities.tools allows {allowed}; "
+            f"add {spec.name!r} (or a pattern such as '{spec.owner}:*') to "
+            '"capabilities": {"tools": [...]} in its agent.json'
+        )
+
+
+@attrs.frozen
+class Exposure:
+    """Which tools an agent offers to others over MCP/A2A: deny by default, private wins."""
+
+    expose: tuple[str, ...] = attrs.field(
+        default=(), converter=lambda v: _patterns(v, "expose_tools")
+    )
+    private: tuple[str, ...] = attrs.field(
+        default=(), converter=lambda v: _patterns(v, "private_tools")
+    )
+
+    def is_exposed(self, spec: ToolSpec) -> bool:
+        """True when an ``expose`` pattern matches and no ``private`` pattern does."""
+        if _first_match(spec, self.private) is not None:
+            return False
+        return _first_match(spec, self.expose) is not None
+
+    def filter(self, specs: Iterable[ToolSpec]) -> list[ToolSpec]:
+        """The exposed subset of ``specs``, in order."""
+        return [s for s in specs if self.is_exposed(s)]
+
+    def check(self, spec: ToolSpec, *, agent: str = "", surface: str = "") -> None:
+        """Raise ``ToolDenied`` unless the tool is exposed, naming the setting to change."""
+        if self.is_exposed(spec):
+            return
+        who = f"agent {agent!r}" if agent else "this agent"
+        via = f" over {surface}" if surface else ""
+        private = _first_match(spec, self.private)
+        if private is not None:
+            raise ToolDenied(
+                f"tool {_names(spec)} of {who} is not exposed{via}: it matches private_tools "
+                f"pattern {private!r}, and private wins; remove that pattern from private_tools "
+                "in its agent.json to expose it"
+            )
+        raise ToolDenied(
+            f"tool {_names(spec)} of {who} is not exposed{via}: tools are private unless "
+            f"listed; add {spec.name!r} to expose_tools in its agent.json"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Argument validation
+# --------------------------------------------------------------------------------------
+
+_VALIDATOR_CACHE_SIZE = 512
+_validators: collections.OrderedDict[str, jsonschema.Draft202012Validator] = (
+    collections.OrderedDict()
+)
+_MAX_REPORTED_ERRORS = 3
+_MAX_ERROR_MESSAGE = 300
+
+
+def _schema_key(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True, default=repr)
+
+
+def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
+    schema = spec.input_schema
+    key = _schema_key(schema)
+    cached = _validators.get(key)
+    if cached is not None:
+        _validators.move_to_end(key)
+        return cached
+    if not isinstance(schema, Mapping):
+        raise ToolSchemaInvalid(
+            f"tool {_names(spec)} has an invalid inputSchema: expected a JSON object, got "
+            f"{type(schema).__name__}; this is a bug in {spec.owner!r}, not in your arguments"
+        )
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = _pointer(exc.absolute_path)
+        raise ToolSchemaInvalid(
+            f"tool {_names(spec)} has an invalid inputSchema at {where}: "
+            f"{_clip(exc.message)}; this is a bug in {spec.owner!r}, not in your arguments"
+        ) from None
+    validator = jsonschema.Draft202012Validator(schema)
+    _validators[key] = validator
+    if len(_validators) > _VALIDATOR_CACHE_SIZE:
+        _validators.popitem(last=False)
+    return validator
+
+
+def _pointer(path: Iterable[Any]) -> str:
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return "/" + "/".join(parts) if parts else "/"
+
+
+def argument_path(path: Iterable[Any], root: str = "arguments") -> str:
+    """``arguments.items[2].name`` for a jsonschema error path."""
+    out = root
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}"
+    return out
+
+
+def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
+    """Check ``arguments`` against ``spec.input_schema`` (JSON Schema 2020-12).
+
+    Raises ``ToolArgumentsInvalid`` naming the path of each problem (up to three), e.g.
+    ``arguments.path: 5 is not of type 'string'``; ``ToolSchemaInvalid`` if the tool's own
+    schema is broken.
+    """
+    if not isinstance(arguments, Mapping):
+        raise ToolArgumentsInvalid(
+            f"arguments of tool {spec.name!r} must be a JSON object, got "
+            f"{_json_type(arguments)}; pass the parameters by name as in its inputSchema"
+        )
+    validator = _validator_for(spec)
+    try:
+        errors = sorted(
+            validator.iter_errors(arguments),
+            key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)), e.message),
+        )
+    except referencing.exceptions.Unresolvable as exc:
+        raise ToolSchemaInvalid(
+            f"tool {_names(spec)} has an inputSchema with an unresolvable reference ({exc}); "
+            f"this is a bug in {spec.owner!r}, not in your arguments"
+        ) from None
+    except Exception as exc:  # a schema the metaschema accepts can still fail to apply
+        raise ToolSchemaInvalid(
+            f"tool {_names(spec)} has an inputSchema that cannot be applied "
+            f"({type(exc).__name__}: {_clip(str(exc))}); this is a bug in {spec.owner!r}, "
+            "not in your arguments"
+        ) from None
+    if not errors:
+        return
+    shown = errors[:_MAX_REPORTED_ERRORS]
+    lines = [f"{argument_path(e.absolute_path)}: {_clip(e.message)}" for e in shown]
+    more = len(errors) - len(shown)
+    if more:
+        lines.append(f"(and {more} more)")
+    raise ToolArgumentsInvalid(
+        f"invalid arguments for tool {spec.name!r}: "
+        + "; ".join(lines)
+        + " — fix them to match the tool's inputSchema"
+    )
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------------------
+# Truncation
+# --------------------------------------------------------------------------------------
+
+
+def _positive_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit: expected a non-negative integer of characters, got {limit!r}")
+    return limit
+
+
+def truncate(text: str, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in ``\\n[output truncated]``.
+
+    Text that fits is returned unchanged. The marker counts toward the limit (unless the
+    limit is shorter than the marker itself).
+    """
+    limit = _check_limit(limit)
+    if len(text) <= limit:
+        return text
+    keep = max(0, limit - len(TRUNCATION_MARKER))
+    return text[:keep] + TRUNCATION_MARKER
+
+
+def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -> ToolResult:
+    """Cut the text blocks of ``result`` to a total budget of ``limit`` characters.
+
+    Blocks are kept in order; the block that crosses the budget is cut and marked, later
+    text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
+    """
+    limit = _check_limit(limit)
+    total = sum(len(str(b.get("text", ""))) for b in result.content if b.get("type") == "text")
+    if total <= limit:
+        return result
+    remaining = limit
+    out: list[Mapping[str, Any]] = []
+    cut = False
+    for block in result.content:
+        if block.get("type") != "text":
+            out.append(block)
+        elif not cut:
+            text = str(block.get("text", ""))
+            if len(text) <= remaining:
+                out.append(block)
+                remaining -= len(text)
+            else:
+                out.append({**block, "text": truncate(text, remaining)})
+                cut = True
+    return attrs.evolve(result, content=tuple(out))
+
+
+# --------------------------------------------------------------------------------------
+# Loop guard
+# --------------------------------------------------------------------------------------
+
+
+def canonical_arguments(arguments: Any) -> str:
+    """Canonical JSON of ``arguments`` (sorted keys, no spaces) for comparing calls."""
+    return json.dumps(
+        arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+    )
+
+
+class LoopGuard:
+    """Stops a conversation that keeps making the same tool call.
+
+    A call is "the same" when its tool name and canonical-JSON arguments are equal.
+    ``check`` raises ``LoopDetected`` when a call would be the ``max_repeats + 1``-th
+    identical call in a row, or would occur more than ``max_in_window`` times among the
+    last ``window`` calls (default ``2 * max_repeats``, catching A, B, A, B, ... cycles).
+    Refused calls are recorded too, so retrying the same refused call stays refused.
+    One guard per conversation; memory is bounded by ``window``.
+    """
+
+    def __init__(
+        self, max_repeats: int = 3, *, window: int = 12, max_in_window: int | None = None
+    ) -> None:
+        self.max_repeats = _positive_int(max_repeats, "loop guard max_repeats")
+        self.window = max(_positive_int(window, "loop guard window"), max_repeats + 1)
+        self.max_in_window = _positive_int(
+            2 * max_repeats if max_in_window is None else max_in_window,
+            "loop guard max_in_window",
+        )
+        self._recent: collections.deque[tuple[str, str]] = collections.deque(maxlen=self.window)
+
+    def check(self, call: ToolCall) -> None:
+        """Record ``call``; raise ``LoopDetected`` if it repeats too often."""
+        key = (call.name, canonical_arguments(call.arguments))
+        in_a_row = 0
+        for previous in reversed(self._recent):
+            if previous != key:
+                break
+            in_a_row += 1
+        in_window = sum(1 for previous in self._recent if previous == key)
+        self._recent.append(key)
+        shown = _clip(key[1], 120)
+        if in_a_row + 1 > self.max_repeats:
+            raise LoopDetected(
+                f"tool {call.name!r} was called {in_a_row + 1} times in a row with the same "
+                f"arguments {shown} (limit {self.max_repeats}); the result will not change — "
+                "use the result you already have, change the arguments, or answer the user"
+            )
+        if in_window + 1 > self.max_in_window:
+            raise LoopDetected(
+                f"tool {call.name!r} was called {in_window + 1} times with the same arguments "
+                f"{shown} within the last {len(self._recent)} calls (limit {self.max_in_window}); "
+                "this looks like a loop — use the results you have or try a different approach"
+            )
+
+    def reset(self) -> None:
+        """Forget the history (e.g. when a new user turn starts)."""
+        self._recent.clear()
+
+
+def check_ping_pong(path: Sequence[str], max_alternations: int = 2) -> None:
+    """Raise ``LoopDetected`` when a call path ends bouncing between two agents.
+
+    ``path`` is the trace path including the agent about to be called. Its alternating
+    tail is the longest suffix of the form ``x, y, x, y, ...`` with ``x != y``; each step
+    of that tail is one alternation. More than ``max_alternations`` alternations raise:
+    with the default 2, ``A, B, A`` (B asks A back once) passes and ``A, B, A, B`` is
+    refused. A chain through three or more agents (``A, B, C, A``) has an alternating
+    tail of one step and is left to the depth limit.
+    """
+    _positive_int(max_alternations, "max_alternations")
+    hops = tuple(path)
+    if len(hops) < 2 or hops[-1] == hops[-2]:
+        return
+    length = 2
+    while length < len(hops) and hops[-length - 1] == hops[-length + 1]:
+        length += 1
+    alternations = length - 1
+    if alternations > max_alternations:
+        a, b = hops[-2], hops[-1]
+        raise LoopDetected(
+            f"agents {a!r} and {b!r} are calling each other back and forth "
+            f"({alternations} alternations, limit {max_alternations}): "
+            + " → ".join(hops[-length:])
+            + f"; answer from what you have instead of asking {b!r} again"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Taint tracking
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _TaintSource:
+    text: str
+    labels: frozenset[str]
+    source: str
+    call_id: str
+    hashes: frozenset[int]  # hashes of sampled windows of ``text`` (see TaintTracker)
+
+
+@attrs.frozen
+class TaintMatch:
+    """Where tainted data was found: the argument, the copied excerpt and its source."""
+
+    argument: str
+    excerpt: str
+    labels: frozenset[str]
+    source: str
+    call_id: str
+
+
+class TaintTracker:
+    """Remembers text from untrusted results and spots it being passed on unchanged.
+
+    ``observe`` records the text of results whose ``taint`` is non-empty. ``check`` looks
+    at every string in a sink call's arguments for a run of at least ``min_match``
+    characters copied unchanged from a recorded result (runs of whitespace alone do not
+    count); a recorded result shorter than ``min_match`` but of at least
+    ``min_short_value`` non-blank characters counts when it appears whole.
+
+    Windows of the recorded text are indexed every ``step`` characters, so a copied run of
+    ``min_match + step - 1`` characters or more is always found (a shorter one of at least
+    ``min_match`` usually is). Memory is bounded: at most ``max_chars`` characters are kept,
+    oldest sources are forgotten first.
+    """
+
+    def __init__(
+        self,
+        *,
+        min_match: int = 12,
+        min_short_value: int = 6,
+        step: int = 4,
+        max_chars: int = 1_000_000,
+    ) -> None:
+        self.min_match = _positive_int(min_match, "taint tracker min_match")
+        self.min_short_value = _positive_int(min_short_value, "taint tracker min_short_value")
+        self.step = min(_positive_int(step, "taint tracker step"), min_match)
+        self.max_chars = _positive_int(max_chars, "taint tracker max_chars")
+        self._sources: collections.deque[_TaintSource] = collections.deque()
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._sources)
+
+    def observe(self, result: ToolResult, *, source: str = "", call_id: str = "") -> None:
+        """Record ``result`` if it carries taint labels; ``source`` names where it came from."""
+        if not result.taint:
+            return
+        text = result.as_text()
+        if not text.strip():
+            return
+        text = text[: self.max_chars]
+        k = self.min_match
+        hashes = frozenset(
+            hash(text[i : i + k])
+            for i in range(0, max(0, len(text) - k + 1), self.step)
+            if not text[i : i + k].isspace()
+        )
+        labels = frozenset(result.taint)
+        if not source:
+            # The kernel labels results ``source:<qualified tool name>``; use that as the name.
+            named = sorted(x.split(":", 1)[1] for x in labels if x.startswith(SOURCE_LABEL_PREFIX))
+            source = ", ".join(named) or "a tool"
+        self._sources.append(_TaintSource(text, labels, source, call_id, hashes))
+        self._chars += len(text)
+        while self._chars > self.max_chars and len(self._sources) > 1:
+            self._chars -= len(self._sources.popleft().text)
+
+    def find(self, text: str) -> _TaintSource | None:
+        """The first recorded source that ``text`` copies from, or None."""
+        found = self._find(text, self._sources)
+        return found[0] if found else None
+
+    def _find(self, text: str, sources: Iterable[_TaintSource]) -> tuple[_TaintSource, str] | None:
+        if not isinstance(text, str) or not text:
+            return None
+        sources = tuple(sources)
+        k = self.min_match
+        for src in sources:
+            short = src.text.strip()
+            if len(short) < k and len(short) >= self.min_short_value and short in text:
+                return src, short
+        long_sources = [src for src in sources if len(src.text.strip()) >= k]
+        if not long_sources:
+            return None
+        # Chunks overlap by k - 1 characters so no window is missed; memory stays bounded.
+        for chunk_start in range(0, max(1, len(text) - k + 1), _SCAN_CHUNK):
+            chunk_end = min(len(text), chunk_start + _SCAN_CHUNK + k - 1)
+            positions: dict[int, int] = {}
+            for i in range(chunk_start, chunk_end - k + 1):
+                positions.setdefault(hash(text[i : i + k]), i)
+            for src in long_sources:
+                for i in sorted(positions[h] for h in src.hashes.intersection(positions)):
+                    window = text[i : i + k]
+                    if window in src.text and not window.isspace():
+                        return src, _extend(text, i, k, src.text)
+        return None
+
+    def taint_of(self, text: str) -> frozenset[str]:
+        """The union of labels of every recorded source that ``text`` copies from."""
+        labels: set[str] = set()
+        for src in list(self._sources):
+            if not src.labels <= labels and self._find(text, (src,)) is not None:
+                labels |= src.labels
+        return frozenset(labels)
+
+    def matches(self, arguments: Any) -> Iterator[TaintMatch]:
+        """Every string in ``arguments`` (nested too) that copies recorded tainted data."""
+        for where, value in _strings(arguments, ""):
+            found = self._find(value, self._sources)
+            if found is not None:
+                src, excerpt = found
+                yield TaintMatch(where or "arguments", excerpt, src.labels, src.source, src.call_id)
+
+    def check(
+        self,
+        call: ToolCall,
+        *,
+        sinks: Sequence[str] = DEFAULT_TAINT_SINKS,
+        policy: str = "block",
+    ) -> str | None:
+        """Apply the taint policy to ``call``.
+
+        When ``call`` is a sink (its name matches a glob in ``sinks``) and a string argument
+        copies tainted data: ``block`` raises ``TaintViolation``, ``warn`` returns the
+        warning text, ``allow`` does nothing. Returns None when there is nothing to say.
+        """
+        if policy not in TAINT_POLICIES:
+            raise ConfigError(
+                f"taint.policy: expected one of {', '.join(TAINT_POLICIES)}, got {policy!r}"
+            )
+        if policy == "allow" or not any(fnmatchcase(call.name, s) for s in sinks):
+            return None
+        match = next(self.matches(call.arguments), None)
+        if match is None:
+            return None
+        kinds = sorted(x for x in match.labels if not x.startswith(SOURCE_LABEL_PREFIX))
+        labels = ", ".join(kinds) or "untrusted"
+        origin = f"{match.source} result" + (f" of call {match.call_id}" if match.call_id else "")
+        excerpt = _clip(match.excerpt, 80)
+        message = (
+            f"argument {match.argument!r} of {call.name} contains unchanged data from an "
+            f"{labels} source ({origin}): {excerpt!r}; "
+        )
+        if policy == "block":
+            raise TaintViolation(
+                message + "the policy taint.policy=block refuses this — review the data and "
+                "write the command yourself, or set taint.policy to 'warn' or 'allow'"
+            )
+        return message + "allowed because taint.policy=warn"
+
+    def clear(self) -> None:
+        """Forget every recorded source."""
+        self._sources.clear()
+        self._chars = 0
+
+
+def _extend(text: str, start: int, k: int, source: str) -> str:
+    """Grow the match ``text[start:start+k]`` both ways while it still occurs in ``source``."""
+
+    def grow(lo: int, hi: int, direction: int) -> tuple[int, int]:
+        step = 64
+        while step:
+            if direction > 0:
+                nxt_lo, nxt_hi = lo, min(len(text), hi + step)
+            else:
+                nxt_lo, nxt_hi = max(0, lo - step), hi
+            if (nxt_lo, nxt_hi) != (lo, hi) and text[nxt_lo:nxt_hi] in source:
+                lo, hi = nxt_lo, nxt_hi
+            else:
+                step //= 2
+        return lo, hi
+
+    lo, hi = grow(start, start + k, +1)
+    lo, hi = grow(lo, hi, -1)
+    return text[lo:hi]
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{where}[{i}]")
+
+
+# --------------------------------------------------------------------------------------
+# Timeouts
+# --------------------------------------------------------------------------------------
+
+
+def _seconds(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}: expected a number of seconds, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{field}: expected a positive, finite number of seconds, got {value!r}")
+    return value
+
+
+def resolve_timeout(
+    spec: ToolSpec,
+    agent_default: float = DEFAULT_TOOL_TIMEOUT_S,
+    overrides: Mapping[str, float] | None = None,
+) -> float:
+    """The timeout in seconds for a call to ``spec``.
+
+    Precedence: an override keyed by the exact registry or qualified name, then the
+    longest glob key that matches, then the tool's own ``timeout_s``, then
+    ``agent_default``.
+    """
+    overrides = overrides or {}
+    for key in (spec.name, spec.qualified_name):
+        if key in overrides:
+            return _seconds(overrides[key], f"tool timeout override {key!r}")
+    globbed = sorted(
+        (k for k in overrides if any(c in k for c in "*?[") and matches(spec, k)),
+        key=len,
+        reverse=True,
+    )
+    if globbed:
+        return _seconds(overrides[globbed[0]], f"tool timeout override {globbed[0]!r}")
+    if spec.timeout_s is not None:
+        return _seconds(spec.timeout_s, f"timeout_s of tool {spec.name!r}")
+    return _seconds(agent_default, "default tool timeout")

@@ -1,0 +1,1 @@
+"""MCP for roost: client and server, both protocol eras, every transport."""

@@ -1,0 +1,1 @@
+"""MCP transports: stdio, Streamable HTTP, legacy HTTP+SSE, in-memory."""

@@ -1,0 +1,324 @@
+"""The ``bash`` tool: ``bash -c`` in the workspace, confined, time-limited, output-capped.
+
+- Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
+  dotfiles or caches keep them there and never see the user's real home), ``LANG``, and
+  the names in the env allowlist (their values come from roost's own environment; an
+  allowlisted ``HOME`` or ``PATH`` passes the real value through).
+- Confinement: in ``sandbox`` mode, Landlock limits writes to the workspace and the temp
+  dir; in ``read-only`` mode to the temp dir only (shell redirections and here-documents
+  need somewhere to write); ``rwx`` is unconfined. Without Landlock a loud warning is
+  logged once and only the file tools' path checks apply.
+- Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session.
+  When bash exits, the supervisor kills and reaps every process it left behind (a
+  backgrounded ``sleep 100 &`` never outlives the call, and never lingers as a zombie);
+  on timeout or cancellation roost asks the supervisor to do the same (SIGTERM), and
+  kills the whole process group if it does not finish within a grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+from roost.kernel import SandboxError, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
+
+from . import _landlock, _sandbox_exec
+from ._sandbox import ToolsSettings, check_mode, temp_roots, workspace_of
+
+log = logging.getLogger("roost.tools.bash")
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_READ_CHUNK = 65536
+# After bash exits and its group is killed, how long to wait for the pipes to close.
+_DRAIN_GRACE_S = 2.0
+_STOP_GRACE_S = 2.0
+_REAP_GRACE_S = 5.0
+_warned_unconfined = False
+
+
+def warn_if_unconfined() -> None:
+    """Log, once per process, that Landlock is unavailable and bash is not confined."""
+    global _warned_unconfined
+    status = _landlock.landlock_status()
+    if status.available or _warned_unconfined:
+        return
+    _warned_unconfined = True
+    log.warning(
+        "Landlock unavailable: bash writes are NOT confined by the kernel, only path checks "
+        "apply (%s)",
+        status.reason,
+    )
+
+
+def child_environment(workspace: Path, allowlist: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The environment a child process gets: PATH, HOME, LANG and allowlisted names only."""
+    env = {
+        "PATH": os.environ.get("PATH") or DEFAULT_PATH,
+        "HOME": str(workspace),
+        "LANG": os.environ.get("LANG") or "C.UTF-8",
+    }
+    for name in allowlist:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def writable_dirs(mode: str, workspace: Path) -> list[str] | None:
+    """Directories Landlock lets bash write in for ``mode``; None means unconfined."""
+    if mode == "rwx":
+        return None
+    temps = [str(t) for t in temp_roots()]
+    shm = ["/dev/shm"] if os.path.isdir("/dev/shm") else []
+    if mode == "read-only":
+        return temps + shm
+    return [str(workspace), *temps, *shm]
+
+
+def command_argv(command: str, mode: str, workspace: Path) -> list[str]:
+    """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
+    applies Landlock when ``mode`` needs it and reaps everything the command leaves."""
+    bash = shutil.which("bash") or "/bin/bash"
+    argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__]
+    dirs = writable_dirs(mode, workspace)
+    if dirs is not None:
+        if _landlock.landlock_status().available:
+            argv.append("--landlock")
+            for d in dirs:
+                argv += ["--write", d]
+        else:
+            warn_if_unconfined()
+    return argv + ["--", bash, "-c", command]
+
+
+class _Capture:
+    """Keeps the first ``limit`` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.total = 0
+
+    async def drain(self, stream: trio.abc.ReceiveStream) -> None:
+        while True:
+            chunk = await stream.receive_some(_READ_CHUNK)
+            if not chunk:
+                return
+            self.total += len(chunk)
+            room = self.limit - len(self.data)
+            if room > 0:
+                self.data += chunk[:room]
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _stop(process: trio.Process) -> None:
+    """Ask the supervisor to kill and reap the command's processes; force it after a grace."""
+    if process.returncode is None:
+        try:
+            process.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        with trio.move_on_after(_STOP_GRACE_S):
+            await process.wait()
+    # Anything left in the group (normally nothing) is killed outright.
+    _kill_group(process.pid)
+    with trio.move_on_after(_REAP_GRACE_S):
+        await process.wait()
+
+
+def _split_budget(out: str, err: str, limit: int) -> tuple[str, str, bool]:
+    """Cut stdout and stderr to ``limit`` characters together; the unused share is lent."""
+    if len(out) + len(err) <= limit:
+        return out, err, False
+    half = limit // 2
+    if len(err) <= half:
+        return out[: limit - len(err)], err, True
+    if len(out) <= half:
+        return out, err[: limit - len(out)], True
+    return out[:half], err[: limit - half], True
+
+
+async def run_command(
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    max_chars: int,
+) -> dict:
+    """Run ``argv`` in a new process group; return exit code, output and flags.
+
+    The group is killed when the process exits, times out, or this call is cancelled.
+    """
+    # Bytes kept per stream: enough for ``max_chars`` characters of UTF-8.
+    stdout, stderr = _Capture(max_chars * 4), _Capture(max_chars * 4)
+    timed_out = False
+    process = await trio.lowlevel.open_process(
+        argv,
+        cwd=str(cwd),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stdout.drain, process.stdout)
+            nursery.start_soon(stderr.drain, process.stderr)
+            with trio.move_on_after(timeout_s) as deadline:
+                await process.wait()
+            timed_out = deadline.cancelled_caught
+            await _stop(process)
+            # The pipes close once every process of the group is gone; one that escaped
+            # with setsid() could hold them open, so the drains get a deadline too.
+            nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_GRACE_S
+        drained = not nursery.cancel_scope.cancelled_caught
+    finally:
+        with trio.CancelScope(shield=True):
+            await _stop(process)
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    await stream.aclose()
+    out, err = stdout.text(), stderr.text()
+    out, err, cut = _split_budget(out, err, max_chars)
+    truncated = cut or stdout.total > len(stdout.data) or stderr.total > len(stderr.data)
+    return {
+        "exit_code": process.returncode,
+        "stdout": out,
+        "stderr": err,
+        "timed_out": timed_out,
+        "truncated": truncated,
+        "output_complete": drained,
+    }
+
+
+def format_output(run: dict, timeout_s: float) -> str:
+    parts = []
+    if run["stdout"]:
+        parts.append(run["stdout"].rstrip("\n"))
+    if run["stderr"]:
+        parts.append("[stderr]\n" + run["stderr"].rstrip("\n"))
+    if run["truncated"]:
+        parts.append("[output truncated]")
+    if not run["output_complete"]:
+        parts.append("[some output was not collected: a process left the group and kept the pipe]")
+    if run["timed_out"]:
+        parts.append(
+            f"[timed out after {timeout_s:g} s; the command and its children were killed — "
+            "pass a larger timeout or run less at once]"
+        )
+    code = run["exit_code"]
+    if code == _sandbox_exec.SANDBOX_EXIT_CODE and "roost sandbox:" in run["stderr"]:
+        parts.append("[the sandbox could not be set up; the command did not run]")
+    parts.append(f"[exit code: {code}]")
+    return "\n".join(parts)
+
+
+BASH_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "exit_code": {"type": ["integer", "null"]},
+        "timed_out": {"type": "boolean"},
+        "truncated": {"type": "boolean"},
+    },
+    "required": ["exit_code", "timed_out", "truncated"],
+}
+
+
+def bash_tool(settings: ToolsSettings) -> Tool:
+    """The ``bash`` tool descriptor for ``settings``."""
+    max_timeout = settings.bash_timeout_s
+    spec = ToolSpec(
+        name="bash",
+        title="Run a shell command",
+        description=(
+            "Run a command with `bash -c` in the agent's workspace and return its output "
+            f"(stdout, then stderr; at most {settings.bash_max_output_chars} characters) and "
+            "exit code. The environment is minimal (PATH, HOME=workspace, LANG and allowed "
+            "variables); in sandbox mode files can only be written in the workspace and the "
+            "temp dir. Each call is a fresh shell: `cd` and variables do not persist. "
+            f"Times out after {max_timeout:g} s at most; background processes are killed "
+            "when the command ends."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "command": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The shell command line to run, e.g. `ls -la && git status`.",
+                },
+                "timeout": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": max_timeout,
+                    "description": f"Seconds before the command is killed (default and maximum {max_timeout:g}).",
+                },
+            },
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+        output_schema=BASH_OUTPUT_SCHEMA,
+        annotations={
+            "title": "Run a shell command",
+            "readOnlyHint": False,
+            "destructiveHint": True,
+            "idempotentHint": False,
+            "openWorldHint": True,
+        },
+        owner="tools",
+        # Longer than bash's own limit, so the command's timeout fires first and reports.
+        timeout_s=max_timeout + _STOP_GRACE_S + _REAP_GRACE_S + _DRAIN_GRACE_S + 3,
+    )
+
+    async def bash(call: ToolCall, ctx: ToolContext) -> ToolResult:
+        command = call.arguments.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return ToolResult.error("arguments.command: expected a non-empty shell command string")
+        timeout = call.arguments.get("timeout", max_timeout)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            return ToolResult.error(
+                f"arguments.timeout: expected a positive number of seconds, got {timeout!r}"
+            )
+        timeout = min(float(timeout), max_timeout)
+        mode = check_mode(ctx)
+        workspace = workspace_of(ctx)
+        if not workspace.is_dir():
+            raise SandboxError(
+                f"the workspace {workspace} of agent {ctx.agent!r} does not exist; create it "
+                'or fix "workspace" in its agent.json'
+            )
+        allowlist = tuple(dict.fromkeys((*settings.env_allowlist, *ctx.env_allowlist)))
+        run = await run_command(
+            command_argv(command, mode, workspace),
+            cwd=workspace,
+            env=child_environment(workspace, allowlist),
+            timeout_s=timeout,
+            max_chars=min(settings.bash_max_output_chars, ctx.max_output_chars),
+        )
+        return ToolResult(
+            content=({"type": "text", "text": format_output(run, timeout)},),
+            structured_content={
+                "exit_code": run["exit_code"],
+                "timed_out": run["timed_out"],
+                "truncated": run["truncated"],
+            },
+            is_error=run["timed_out"],
+        )
+
+    return Tool(spec=spec, handler=bash)

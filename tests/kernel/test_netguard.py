@@ -1,0 +1,232 @@
+"""SSRF guard: address classification, legacy IPv4 forms, and URL checks after DNS."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+from roost.kernel import SandboxError, UrlRefused, check_url, classify_address
+from roost.kernel._netguard import parse_ipv4_literal
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("8.8.8.8", None),
+        ("1.1.1.1", None),
+        ("2606:4700:4700::1111", None),
+        ("2001:4860:4860::8888", None),
+        ("169.254.169.254", "metadata"),
+        ("169.254.170.2", "metadata"),
+        ("100.100.100.200", "metadata"),
+        ("168.63.129.16", "metadata"),
+        ("fd00:ec2::254", "metadata"),
+        ("::ffff:169.254.169.254", "metadata"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("fe80::1%eth0", "link-local"),
+        ("febf::1", "link-local"),
+        ("127.0.0.1", "loopback"),
+        ("127.255.255.254", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("2002:7f00:1::", "loopback"),  # 6to4 wrapping 127.0.0.1
+        ("0.0.0.0", "unspecified"),
+        ("0.1.2.3", "unspecified"),
+        ("::", "unspecified"),
+        ("10.0.0.1", "private"),
+        ("172.16.0.1", "private"),
+        ("172.31.255.255", "private"),
+        ("172.32.0.1", None),
+        ("192.168.1.1", "private"),
+        ("100.64.0.1", "private"),
+        ("100.127.255.255", "private"),
+        ("100.128.0.1", None),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("::ffff:10.1.2.3", "private"),
+        ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
+        ("224.0.0.1", "multicast"),
+        ("239.255.255.250", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "reserved"),
+        ("192.0.2.10", "reserved"),
+        ("198.18.0.1", "reserved"),
+        ("2001:db8::1", "reserved"),
+        ("::1.2.3.4", "reserved"),  # deprecated IPv4-compatible form
+    ],
+)
+def test_classify_address(address, rule):
+    assert classify_address(address) == rule
+    if "%" not in address:
+        assert classify_address(ipaddress.ip_address(address)) == rule
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("10.1", "10.0.0.1"),
+        ("192.168.257", "192.168.1.1"),
+        ("0xa9.0xfe.0xa9.0xfe", "169.254.169.254"),
+        ("1.2.3.4.", "1.2.3.4"),
+        ("256.1.1.1", None),
+        ("1.2.3.4.5", None),
+        ("4294967296", None),
+        ("example.com", None),
+        ("08.0.0.1", None),  # not valid octal: a name, not an address
+        ("", None),
+    ],
+)
+def test_legacy_ipv4_forms_are_parsed_like_inet_aton(host, address):
+    parsed = parse_ipv4_literal(host)
+    assert (str(parsed) if parsed else None) == address
+
+
+def test_parser_agrees_with_the_system_inet_aton():
+    for host in ("2130706433", "0x7f.1", "0177.0.0.1", "127.1", "10.1", "0xa9.0xfe.0xa9.0xfe"):
+        assert str(parse_ipv4_literal(host)) == socket.inet_ntoa(socket.inet_aton(host))
+
+
+def fake_resolver(table):
+    calls = []
+
+    async def resolve(host, port):
+        calls.append((host, port))
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return table[host]
+
+    resolve.calls = calls
+    return resolve
+
+
+async def test_public_host_passes_and_returns_its_addresses():
+    resolve = fake_resolver(
+        {"example.com": ["93.184.216.34", "2606:2800:220:1::", "93.184.216.34"]}
+    )
+    addresses = await check_url("https://example.com/page?q=1", resolver=resolve)
+    assert [str(a) for a in addresses] == ["93.184.216.34", "2606:2800:220:1::"]
+    assert resolve.calls == [("example.com", 443)]
+
+
+async def test_one_private_address_among_public_ones_is_refused():
+    resolve = fake_resolver({"mixed.test": ["93.184.216.34", "10.0.0.5"]})
+    with pytest.raises(UrlRefused) as info:
+        await check_url("http://mixed.test:8080/", resolver=resolve)
+    err = info.value
+    assert err.rule == "private" and err.address == "10.0.0.5"
+    message = str(err)
+    assert "http://mixed.test:8080/" in message
+    assert "'mixed.test' resolves to 10.0.0.5" in message
+    assert "tools.allow_private_network = true" in message
+    assert resolve.calls == [("mixed.test", 8080)]
+
+
+async def test_private_and_loopback_can_be_allowed_separately():
+    resolve = fake_resolver({"lan.test": ["192.168.1.10"], "local.test": ["127.0.0.1"]})
+    assert await check_url("http://lan.test/", allow_private=True, resolver=resolve)
+    with pytest.raises(UrlRefused, match="loopback"):
+        await check_url("http://local.test/", allow_private=True, resolver=resolve)
+    assert await check_url("http://local.test/", allow_loopback=True, resolver=resolve)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/",
+        "http://100.100.100.200/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://0xa9.0xfe.0xa9.0xfe/",
+        "http://2852039166/",  # 169.254.169.254 as one decimal number
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://METADATA.google.internal./",
+        "http://[fe80::1]/",
+        "http://224.0.0.1/",
+        "http://0.0.0.0:8000/",
+    ],
+)
+async def test_never_allowed_even_with_every_allowance(url):
+    resolve = fake_resolver({})
+    with pytest.raises(UrlRefused) as info:
+        await check_url(url, allow_private=True, allow_loopback=True, resolver=resolve)
+    assert "never allowed" in str(info.value)
+    assert resolve.calls == []  # decided on the literal or the name, not by asking DNS
+
+
+async def test_metadata_by_resolution_is_refused():
+    resolve = fake_resolver({"innocent.test": ["169.254.169.254"]})
+    with pytest.raises(UrlRefused) as info:
+        await check_url("http://innocent.test/", allow_private=True, resolver=resolve)
+    assert info.value.rule == "metadata"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://[::1]/",
+    ],
+)
+async def test_loopback_spellings_are_judged_by_the_parsed_address(url):
+    with pytest.raises(UrlRefused) as info:
+        await check_url(url, resolver=fake_resolver({}))
+    assert info.value.rule == "loopback"
+    assert info.value.address in ("127.0.0.1", "::1")
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("file:///etc/passwd", "'file' is not allowed"),
+        ("gopher://example.com/", "'gopher' is not allowed"),
+        ("ftp://example.com/", "'ftp' is not allowed"),
+        ("example.com/path", "no scheme"),
+        ("http:///path", "has no host"),
+        ("http://example.com:99999/", "malformed URL"),
+        ("", "expected an absolute"),
+    ],
+)
+async def test_bad_urls_are_refused_clearly(url, needle):
+    with pytest.raises(UrlRefused, match=needle):
+        await check_url(url, resolver=fake_resolver({"example.com": ["93.184.216.34"]}))
+
+
+async def test_unresolvable_and_empty_answers_are_refused():
+    with pytest.raises(UrlRefused, match="could not resolve host 'nowhere.test'"):
+        await check_url("http://nowhere.test/", resolver=fake_resolver({}))
+    with pytest.raises(UrlRefused, match="resolved to no addresses"):
+        await check_url("http://empty.test/", resolver=fake_resolver({"empty.test": []}))
+
+
+async def test_custom_allow_hint_is_named():
+    with pytest.raises(UrlRefused, match=r"set mcp_servers\[0\].allow_private = true"):
+        await check_url(
+            "http://10.0.0.1/",
+            resolver=fake_resolver({}),
+            allow_hint="mcp_servers[0].allow_private = true",
+        )
+
+
+async def test_system_resolver_localhost_is_loopback():
+    with pytest.raises(UrlRefused) as info:
+        await check_url("http://localhost:1/")
+    assert info.value.rule == "loopback"
+    assert await check_url("http://localhost:1/", allow_loopback=True)
+
+
+def test_url_refused_is_a_sandbox_error_with_details():
+    err = UrlRefused("http://x/", "because", address="10.0.0.1", rule="private")
+    assert isinstance(err, SandboxError)
+    assert err.to_dict()["rule"] == "private" and err.code == "url_refused"

@@ -1,0 +1,401 @@
+"""The file tools: read, write, edit, list, glob, grep — and the sandbox path checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from roost.kernel import (
+    SandboxError,
+    ToolArgumentsInvalid,
+    ToolCall,
+    ToolContext,
+    validate_arguments,
+)
+from roost.plugins.tools import _sandbox, build_tools
+
+TOOLS = {t.spec.name: t for t in build_tools()}
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """A workspace, a private temp dir standing in for /tmp, and a dir outside both."""
+    workspace = tmp_path / "ws"
+    temp = tmp_path / "tmp"
+    outside = tmp_path / "outside"
+    for d in (workspace, temp, outside):
+        d.mkdir()
+    monkeypatch.setattr(_sandbox, "temp_roots", lambda: (temp.resolve(),))
+    return workspace, temp, outside
+
+
+def context(workspace: Path, sandbox: str = "sandbox", **kw) -> ToolContext:
+    return ToolContext(agent="tester", workspace=workspace, sandbox=sandbox, **kw)
+
+
+async def run(name: str, ctx: ToolContext, **arguments):
+    tool = TOOLS[name]
+    validate_arguments(tool.spec, arguments)
+    return await tool.handler(ToolCall(name=name, arguments=arguments), ctx)
+
+
+# ---- read -----------------------------------------------------------------------------
+
+
+async def test_read_numbers_lines_and_pages(dirs):
+    ws, _, _ = dirs
+    (ws / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    result = await run("read", context(ws), path="f.txt")
+    assert not result.is_error
+    assert result.as_text().splitlines()[0] == "     1\tline 1"
+    assert "    10\tline 10" in result.as_text()
+    page = await run("read", context(ws), path="f.txt", offset=3, limit=2)
+    lines = page.as_text().splitlines()
+    assert lines[:2] == ["     3\tline 3", "     4\tline 4"]
+    assert "read again with offset=5" in lines[2]
+
+
+async def test_read_absolute_path_outside_the_workspace(dirs):
+    ws, _, outside = dirs
+    (outside / "o.txt").write_text("outside\n")
+    result = await run("read", context(ws), path=str(outside / "o.txt"))
+    assert "outside" in result.as_text() and not result.is_error
+
+
+async def test_read_refuses_binary_and_directories_and_missing(dirs):
+    ws, _, _ = dirs
+    (ws / "b.bin").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0rest")
+    (ws / "d").mkdir()
+    binary = await run("read", context(ws), path="b.bin")
+    assert binary.is_error and "binary file" in binary.as_text()
+    directory = await run("read", context(ws), path="d")
+    assert directory.is_error and "use the list tool" in directory.as_text()
+    missing = await run("read", context(ws), path="nope.txt")
+    assert missing.is_error and "no such file: 'nope.txt'" in missing.as_text()
+
+
+async def test_read_empty_file_and_offset_past_the_end(dirs):
+    ws, _, _ = dirs
+    (ws / "empty").write_text("")
+    (ws / "short").write_text("a\nb\n")
+    assert "is empty" in (await run("read", context(ws), path="empty")).as_text()
+    past = await run("read", context(ws), path="short", offset=10)
+    assert "fewer than 10 lines" in past.as_text()
+
+
+async def test_read_caps_long_lines_and_total_output(dirs):
+    ws, _, _ = dirs
+    (ws / "wide").write_text("x" * 5000 + "\n" + "y\n" * 5000)
+    result = await run("read", context(ws, max_output_chars=3000), path="wide")
+    text = result.as_text()
+    assert "[line truncated]" in text
+    assert len(text) < 3000 + 200
+    assert "read again with offset=" in text
+
+
+async def test_read_follows_symlinks(dirs):
+    ws, _, outside = dirs
+    (outside / "target.txt").write_text("via link\n")
+    (ws / "link.txt").symlink_to(outside / "target.txt")
+    assert "via link" in (await run("read", context(ws), path="link.txt")).as_text()
+
+
+# ---- write ----------------------------------------------------------------------------
+
+
+async def test_write_creates_parents_and_reports(dirs):
+    ws, _, _ = dirs
+    result = await run("write", context(ws), path="a/b/c.txt", content="one\ntwo\n")
+    assert not result.is_error
+    assert (ws / "a/b/c.txt").read_text() == "one\ntwo\n"
+    assert "created a/b/c.txt (8 bytes, 2 lines)" in result.as_text()
+    again = await run("write", context(ws), path="a/b/c.txt", content="")
+    assert "overwrote" in again.as_text() and (ws / "a/b/c.txt").read_text() == ""
+
+
+async def test_write_into_the_temp_dir_is_allowed(dirs):
+    ws, temp, _ = dirs
+    await run("write", context(ws), path=str(temp / "scratch.txt"), content="ok")
+    assert (temp / "scratch.txt").read_text() == "ok"
+
+
+@pytest.mark.parametrize("path", ["../outside/evil.txt", "sub/../../outside/evil.txt"])
+async def test_write_traversal_out_of_the_workspace_is_refused(dirs, path):
+    ws, _, outside = dirs
+    with pytest.raises(SandboxError) as info:
+        await run("write", context(ws), path=path, content="x")
+    message = str(info.value)
+    assert f"cannot write {path!r}" in message
+    assert str(outside / "evil.txt") in message
+    assert "outside the workspace" in message and '"sandbox": "rwx"' in message
+    assert not (outside / "evil.txt").exists()
+
+
+async def test_write_absolute_path_outside_is_refused(dirs):
+    ws, _, outside = dirs
+    with pytest.raises(SandboxError):
+        await run("write", context(ws), path=str(outside / "abs.txt"), content="x")
+    assert not (outside / "abs.txt").exists()
+
+
+async def test_write_to_etc_is_refused_with_the_real_temp_dir(tmp_path):
+    # No monkeypatching here: the real temp-dir allowance still does not cover /etc.
+    with pytest.raises(SandboxError, match="/etc/roost_should_fail"):
+        await run("write", context(tmp_path), path="/etc/roost_should_fail", content="x")
+    assert not os.path.exists("/etc/roost_should_fail")
+
+
+async def test_symlink_dir_pointing_out_of_the_workspace_is_refused(dirs):
+    ws, _, outside = dirs
+    (ws / "escape").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(SandboxError, match="through a symlink"):
+        await run("write", context(ws), path="escape/pwned.txt", content="x")
+    assert not (outside / "pwned.txt").exists()
+
+
+async def test_dangling_symlink_file_pointing_out_is_refused(dirs):
+    ws, _, outside = dirs
+    (ws / "innocent.txt").symlink_to(outside / "created-through-link.txt")
+    with pytest.raises(SandboxError, match="through a symlink"):
+        await run("write", context(ws), path="innocent.txt", content="x")
+    assert not (outside / "created-through-link.txt").exists()
+
+
+async def test_read_only_mode_refuses_every_write(dirs):
+    ws, temp, _ = dirs
+    (ws / "f.txt").write_text("keep\n")
+    for path in ("new.txt", str(temp / "t.txt")):
+        with pytest.raises(SandboxError, match="read-only mode"):
+            await run("write", context(ws, "read-only"), path=path, content="x")
+    with pytest.raises(SandboxError, match="read-only mode"):
+        await run("edit", context(ws, "read-only"), path="f.txt", old_string="keep", new_string="x")
+    assert (ws / "f.txt").read_text() == "keep\n"
+    assert "keep" in (await run("read", context(ws, "read-only"), path="f.txt")).as_text()
+
+
+async def test_rwx_mode_writes_anywhere(dirs):
+    ws, _, outside = dirs
+    await run("write", context(ws, "rwx"), path="../outside/free.txt", content="yes")
+    assert (outside / "free.txt").read_text() == "yes"
+
+
+async def test_unknown_sandbox_mode_is_refused(dirs):
+    ws, _, _ = dirs
+    with pytest.raises(SandboxError, match="unknown sandbox mode 'yolo'"):
+        await run("write", context(ws, "yolo"), path="x", content="x")
+
+
+async def test_write_to_a_directory_path_is_an_error(dirs):
+    ws, _, _ = dirs
+    (ws / "d").mkdir()
+    result = await run("write", context(ws), path="d", content="x")
+    assert result.is_error and "is a directory" in result.as_text()
+
+
+# ---- edit -----------------------------------------------------------------------------
+
+
+async def test_edit_replaces_exactly_one_occurrence(dirs):
+    ws, _, _ = dirs
+    (ws / "code.py").write_text("def f():\n    return 1\n\ndef g():\n    return 2\n")
+    result = await run(
+        "edit", context(ws), path="code.py", old_string="return 2", new_string="return 3"
+    )
+    assert not result.is_error
+    assert (ws / "code.py").read_text().endswith("return 3\n")
+    assert "replaced 1 occurrence in code.py; around line 5" in result.as_text()
+    assert "     5\t    return 3" in result.as_text()
+
+
+async def test_edit_ambiguous_match_names_lines(dirs):
+    ws, _, _ = dirs
+    (ws / "x.txt").write_text("a = 1\nb = 2\na = 1\n")
+    result = await run("edit", context(ws), path="x.txt", old_string="a = 1", new_string="a = 9")
+    assert result.is_error
+    assert "occurs 2 times" in result.as_text() and "lines 1, 3" in result.as_text()
+    assert (ws / "x.txt").read_text() == "a = 1\nb = 2\na = 1\n"
+    done = await run(
+        "edit", context(ws), path="x.txt", old_string="a = 1", new_string="a = 9", replace_all=True
+    )
+    assert "replaced 2 occurrences" in done.as_text()
+    assert (ws / "x.txt").read_text() == "a = 9\nb = 2\na = 9\n"
+
+
+async def test_edit_not_found_explains_and_hints_at_whitespace(dirs):
+    ws, _, _ = dirs
+    (ws / "x.txt").write_text("    indented\n")
+    result = await run("edit", context(ws), path="x.txt", old_string="nothing", new_string="y")
+    assert result.is_error and "was not found" in result.as_text()
+    hinted = await run(
+        "edit", context(ws), path="x.txt", old_string="\tindented\n\n", new_string="y"
+    )
+    assert "leading/trailing whitespace" in hinted.as_text()
+
+
+async def test_edit_refuses_noop_missing_and_binary(dirs):
+    ws, _, _ = dirs
+    (ws / "b.bin").write_bytes(b"a\0b")
+    with pytest.raises(ToolArgumentsInvalid, match="identical to old_string"):
+        await run("edit", context(ws), path="x", old_string="a", new_string="a")
+    missing = await run("edit", context(ws), path="nope", old_string="a", new_string="b")
+    assert missing.is_error and "does not exist; use write" in missing.as_text()
+    binary = await run("edit", context(ws), path="b.bin", old_string="a", new_string="b")
+    assert binary.is_error and "binary" in binary.as_text()
+
+
+async def test_edit_through_symlink_out_of_the_workspace_is_refused(dirs):
+    ws, _, outside = dirs
+    (outside / "target.txt").write_text("secret = 1\n")
+    (ws / "link.txt").symlink_to(outside / "target.txt")
+    with pytest.raises(SandboxError):
+        await run("edit", context(ws), path="link.txt", old_string="1", new_string="2")
+    assert (outside / "target.txt").read_text() == "secret = 1\n"
+
+
+# ---- list -----------------------------------------------------------------------------
+
+
+async def test_list_shows_dirs_files_symlinks_and_hides_dotfiles(dirs):
+    ws, _, _ = dirs
+    (ws / "src").mkdir()
+    (ws / "a.txt").write_text("12345")
+    (ws / ".hidden").write_text("")
+    (ws / "ln").symlink_to("a.txt")
+    text = (await run("list", context(ws))).as_text()
+    assert text.splitlines()[0] == ".: 3 entries"
+    assert "src/" in text and "a.txt  (5 bytes)" in text and "ln -> a.txt" in text
+    assert ".hidden" not in text
+    assert ".hidden" in (await run("list", context(ws), include_hidden=True)).as_text()
+
+
+async def test_list_errors(dirs):
+    ws, _, _ = dirs
+    (ws / "f").write_text("")
+    assert "no such directory" in (await run("list", context(ws), path="nope")).as_text()
+    assert "is a file" in (await run("list", context(ws), path="f")).as_text()
+
+
+# ---- glob -----------------------------------------------------------------------------
+
+
+async def test_glob_recursive_pattern(dirs):
+    ws, _, _ = dirs
+    for rel in ("a.py", "pkg/b.py", "pkg/deep/c.py", "pkg/d.txt", ".git/x.py"):
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text("")
+    text = (await run("glob", context(ws), pattern="**/*.py")).as_text()
+    assert text.splitlines() == ["a.py", "pkg/b.py", "pkg/deep/c.py"]
+    sub = (await run("glob", context(ws), pattern="*.txt", path="pkg")).as_text()
+    assert sub == "d.txt"
+    none = (await run("glob", context(ws), pattern="*.rs")).as_text()
+    assert "no matches for '*.rs'" in none
+
+
+async def test_glob_refuses_an_absolute_pattern(dirs):
+    ws, _, _ = dirs
+    with pytest.raises(ToolArgumentsInvalid, match="arguments.pattern: must be relative"):
+        await run("glob", context(ws), pattern="/etc/*")
+
+
+# ---- grep -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tree(dirs):
+    ws, _, _ = dirs
+    files = {
+        "app.py": "import os\nTODO = 'fix me'\nprint('todo later')\n",
+        "lib/util.py": "def todo():\n    pass  # TODO: remove\n",
+        "lib/notes.md": "TODO: write docs\n",
+        "data.bin": "TODO\0binary",
+        ".git/config": "TODO in git\n",
+    }
+    for rel, content in files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(content)
+    return ws
+
+
+async def test_grep_finds_lines_with_paths_and_numbers(tree):
+    text = (await run("grep", context(tree), pattern=r"TODO")).as_text()
+    lines = text.splitlines()
+    assert "app.py:2: TODO = 'fix me'" in lines
+    assert "lib/util.py:2:     pass  # TODO: remove" in lines
+    assert "lib/notes.md:1: TODO: write docs" in lines
+    assert not any(line.startswith((".git", "data.bin")) for line in lines)
+    assert lines[-1] == "[3 matches in 3 files]"
+
+
+async def test_grep_glob_case_and_limits(tree):
+    only_py = (await run("grep", context(tree), pattern="TODO", glob="*.py")).as_text()
+    assert "notes.md" not in only_py and "app.py:2" in only_py
+    nested = (await run("grep", context(tree), pattern="TODO", glob="lib/**/*.md")).as_text()
+    assert nested.splitlines()[0] == "lib/notes.md:1: TODO: write docs"
+    folded = (await run("grep", context(tree), pattern="todo", case_insensitive=True)).as_text()
+    assert "app.py:3: print('todo later')" in folded
+    capped = (await run("grep", context(tree), pattern="TODO", max_matches=1)).as_text()
+    assert "stopped: reached max_matches=1" in capped
+    one_file = (await run("grep", context(tree), pattern="TODO", path="lib/util.py")).as_text()
+    assert one_file.splitlines()[0] == "util.py:2:     pass  # TODO: remove"
+
+
+async def test_grep_invalid_regex_names_the_argument(tree):
+    with pytest.raises(ToolArgumentsInvalid, match="arguments.pattern: invalid regular expression"):
+        await run("grep", context(tree), pattern="(unclosed")
+
+
+async def test_grep_no_matches_and_missing_root(tree):
+    none = (await run("grep", context(tree), pattern="zzz")).as_text()
+    assert none.startswith("no matches for 'zzz'")
+    missing = await run("grep", context(tree), pattern="x", path="nope")
+    assert missing.is_error
+
+
+# ---- bad input through the specs ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "needle"),
+    [
+        ("read", {"path": 5}, "arguments.path"),
+        ("read", {"path": "a", "offset": 0}, "arguments.offset"),
+        ("write", {"path": "a"}, "'content' is a required property"),
+        ("edit", {"path": "a", "old_string": "", "new_string": "b"}, "arguments.old_string"),
+        ("grep", {"pattern": "x", "max_matches": "10"}, "arguments.max_matches"),
+        ("list", {"bogus": True}, "Additional properties"),
+    ],
+)
+def test_bad_arguments_are_refused_by_the_schema(name, arguments, needle):
+    with pytest.raises(ToolArgumentsInvalid, match=needle):
+        validate_arguments(TOOLS[name].spec, arguments)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "needle"),
+    [
+        ("read", {"path": "a\0b"}, "NUL"),
+        ("read", {"path": ""}, "arguments.path"),
+        ("read", {"path": "a", "limit": True}, "arguments.limit"),
+        ("write", {"path": "a", "content": 5}, "arguments.content"),
+        ("list", {"include_hidden": "yes"}, "arguments.include_hidden"),
+    ],
+)
+async def test_handlers_check_arguments_even_without_the_kernel(dirs, name, arguments, needle):
+    ws, _, _ = dirs
+    with pytest.raises(ToolArgumentsInvalid, match=needle):
+        await TOOLS[name].handler(ToolCall(name=name, arguments=arguments), context(ws))
+
+
+def test_symlink_swapped_in_after_the_check_is_not_followed(dirs):
+    import errno
+
+    from roost.plugins.tools import _fs
+
+    ws, _, outside = dirs
+    checked = ws / "report.txt"  # passed the sandbox check as a plain file path...
+    checked.symlink_to(outside / "stolen.txt")  # ...then became a link pointing out
+    with pytest.raises(OSError) as info:
+        _fs._write_bytes(checked, b"x")
+    assert info.value.errno == errno.ELOOP
+    assert not (outside / "stolen.txt").exists()

@@ -1,0 +1,174 @@
+"""Landlock via ctypes and the ``_sandbox_exec`` supervisor, run as real processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from roost.plugins.tools import _landlock, _sandbox_exec, landlock_status
+
+needs_landlock = pytest.mark.skipif(
+    not landlock_status().available, reason=f"needs Landlock: {landlock_status().reason}"
+)
+BASH = shutil.which("bash") or "/bin/bash"
+
+
+def supervise(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-I", "-S", _sandbox_exec.__file__, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    """An allowed dir and a dir outside every allowed root (not under the temp dir)."""
+    temp = Path(tempfile.gettempdir()).resolve()
+    parent = next(
+        p.resolve()
+        for p in (Path.home(), Path("/var/tmp"), Path.cwd())
+        if p.is_dir() and not p.resolve().is_relative_to(temp) and os.access(p, os.W_OK)
+    )
+    outside = Path(tempfile.mkdtemp(prefix="roost-landlock-", dir=parent))
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    yield allowed, outside
+    shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_access_rights_per_abi():
+    assert _landlock.fs_access_for_abi(1) == 0x1FFF
+    assert _landlock.fs_access_for_abi(2) == 0x1FFF | _landlock.ACCESS_FS_REFER
+    assert _landlock.fs_access_for_abi(3) == 0x7FFF
+    assert _landlock.fs_access_for_abi(4) == 0x7FFF  # ABI 4 added network rights only
+    assert _landlock.fs_access_for_abi(5) == 0xFFFF
+    assert _landlock.fs_access_for_abi(7) == 0xFFFF
+
+
+def test_status_is_cached_and_describes_itself():
+    status = landlock_status()
+    assert landlock_status() is status
+    if status.available:
+        assert status.abi >= 1 and "confined" in status.describe()
+    else:  # pragma: no cover
+        assert "NOT confined" in status.describe() and status.reason
+
+
+def test_this_machine_supports_landlock():
+    # The brief says these hosts support Landlock; if this fails, bash is unconfined here.
+    assert landlock_status().available, landlock_status().reason
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((), "missing '--'"),
+        (("--write",), "unexpected argument '--write'"),
+        (("--bogus", "--", "true"), "unexpected argument '--bogus'"),
+        (("--",), "no command"),
+    ],
+)
+def test_supervisor_rejects_bad_arguments(args, needle):
+    done = supervise(*args)
+    assert done.returncode == 2
+    assert needle in done.stderr and "usage:" in done.stderr
+
+
+def test_supervisor_passes_the_exit_status_and_output():
+    done = supervise("--", BASH, "-c", "echo out; echo err >&2; exit 5")
+    assert (done.returncode, done.stdout, done.stderr) == (5, "out\n", "err\n")
+
+
+def test_supervisor_reports_a_command_that_cannot_run():
+    done = supervise("--", "/nonexistent/program")
+    assert done.returncode == 127
+    assert "cannot run '/nonexistent/program'" in done.stderr
+
+
+def test_supervisor_reaps_what_the_command_leaves_behind():
+    done = supervise("--", BASH, "-c", "sleep 300 & setsid sleep 300 & echo $!; echo $!")
+    assert done.returncode == 0
+    for pid in map(int, done.stdout.split()):
+        assert not Path(f"/proc/{pid}").exists(), f"{pid} was left behind"
+
+
+def test_sigterm_kills_and_reaps_the_command_tree(tmp_path):
+    pid_file = tmp_path / "pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--", BASH, "-c",
+         f"sleep 300 & echo $! > {pid_file}; wait"],
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.02)
+        child = int(pid_file.read_text())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+        assert not Path(f"/proc/{child}").exists()
+    finally:
+        if proc.poll() is None:  # pragma: no cover
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@needs_landlock
+def test_landlock_confines_writes_to_the_allowed_dirs(dirs):
+    allowed, outside = dirs
+    (outside / "existing").write_text("keep\n")
+    script = "; ".join(
+        [
+            f"echo ok > {allowed}/a && echo wrote-allowed",
+            f"mkdir {allowed}/d && rmdir {allowed}/d && echo mkdir-allowed",
+            f"ln -s a {allowed}/l && echo symlink-allowed",
+            f"echo x > {outside}/new || echo denied-create",
+            f"echo x >> {outside}/existing || echo denied-append",
+            f": > {outside}/existing || echo denied-truncate",
+            f"rm -f {outside}/existing || echo denied-remove",
+            f"mkdir {outside}/d || echo denied-mkdir",
+            f"mv {allowed}/a {outside}/moved || echo denied-rename-out",
+            f"cat {outside}/existing",
+            "echo x > /dev/null && echo devnull-ok",
+        ]
+    )
+    done = supervise("--landlock", "--write", str(allowed), "--", BASH, "-c", script)
+    out = done.stdout.split()
+    for marker in (
+        "wrote-allowed", "mkdir-allowed", "symlink-allowed", "denied-create", "denied-append",
+        "denied-truncate", "denied-remove", "denied-mkdir", "denied-rename-out", "keep",
+        "devnull-ok",
+    ):  # fmt: skip
+        assert marker in out, (marker, done.stdout, done.stderr)
+    assert sorted(p.name for p in outside.iterdir()) == ["existing"]
+    assert (outside / "existing").read_text() == "keep\n"
+
+
+@needs_landlock
+def test_landlock_with_no_writable_dirs_allows_reads_only(dirs):
+    _, outside = dirs
+    done = supervise(
+        "--landlock", "--", BASH, "-c", f"head -c 1 /etc/passwd; echo x > {outside}/f; echo rc=$?"
+    )
+    assert "rc=1" in done.stdout and not (outside / "f").exists()
+
+
+@needs_landlock
+def test_nonexistent_writable_dir_is_skipped_not_fatal(dirs):
+    allowed, _ = dirs
+    done = supervise(
+        "--landlock", "--write", str(allowed / "missing"), "--write", str(allowed),
+        "--", BASH, "-c", f"echo ok > {allowed}/f",
+    )  # fmt: skip
+    assert done.returncode == 0 and (allowed / "f").read_text() == "ok\n"
