@@ -1,1 +1,77 @@
-"""x"""
+"""roost.plugins.http — the daemon: a quart-trio app served by hypercorn's trio worker.
+
+Endpoints: ``GET /health`` (public), ``GET /api/agents``, ``GET /api/agents/{name}``,
+``POST /api/agents/{name}/message``, ``GET /api/tools[?agent=NAME]``, the websocket
+``/api/events[?kinds=EXEC:,AGENT:REPLY]``, and routes from the ``roost_http_routes`` hook.
+
+Importing this package is cheap: Quart and Hypercorn load on first use of ``create_app``,
+``serve`` or ``open_daemon`` (the CLI's start-up time depends on it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._auth import bearer_token, origin_allowed, resolve_api_key, tokens_match
+from ._daemonfile import (
+    DaemonInfo,
+    daemon_file,
+    pid_alive,
+    read_daemon_file,
+    remove_daemon_file,
+    write_daemon_file,
+)
+from ._ratelimit import Gcra
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._app import DaemonState, InvalidRequest, create_app, daemon_state, parse_kinds, status_for
+    from ._server import base_url, open_daemon, serve
+    from ._settings import HttpSettings
+
+_LAZY = {
+    "create_app": "._app",
+    "daemon_state": "._app",
+    "DaemonState": "._app",
+    "InvalidRequest": "._app",
+    "parse_kinds": "._app",
+    "status_for": "._app",
+    "serve": "._server",
+    "open_daemon": "._server",
+    "base_url": "._server",
+    "HttpSettings": "._settings",
+}
+
+__all__ = [
+    "DaemonInfo",
+    "DaemonState",
+    "Gcra",
+    "HttpSettings",
+    "InvalidRequest",
+    "base_url",
+    "bearer_token",
+    "create_app",
+    "daemon_file",
+    "daemon_state",
+    "open_daemon",
+    "origin_allowed",
+    "parse_kinds",
+    "pid_alive",
+    "read_daemon_file",
+    "remove_daemon_file",
+    "resolve_api_key",
+    "serve",
+    "status_for",
+    "tokens_match",
+    "write_daemon_file",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

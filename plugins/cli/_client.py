@@ -1,0 +1,164 @@
+"""Talking to a running daemon: find it through ``<home>/daemon.json``, then use its API."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+import trio
+from roost.kernel import RoostError
+from roost.plugins.http import DaemonInfo, pid_alive, read_daemon_file
+
+HEALTH_TIMEOUT_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
+DEFAULT_SEND_TIMEOUT_S = 600.0
+
+
+class DaemonError(RoostError):
+    """The daemon answered with an error (its code and message are kept)."""
+
+    code = "daemon_error"
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
+        self.code = code  # type: ignore[misc]
+        super().__init__(message)
+
+
+class DaemonUnreachable(ConnectionError):
+    """No answer from the daemon's address."""
+
+
+async def find_daemon(home: Any) -> DaemonInfo | None:
+    """The daemon serving ``home``, if ``daemon.json`` names a live process that answers /health."""
+    info = read_daemon_file(home)
+    if info is None or not pid_alive(info.pid):
+        return None
+    try:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
+            response = await client.get(info.url + "/health")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        healthy = response.json().get("status") == "ok"
+    except (ValueError, AttributeError):
+        return None
+    return info if healthy else None
+
+
+def _error_from(response: httpx.Response) -> DaemonError:
+    try:
+        error = response.json()["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", f"HTTP {response.status_code}: {response.text[:200]}"
+    if response.status_code == 401:
+        message = (
+            "the daemon requires an API key: set the variable named by http.api_key_env "
+            "(ROOST_API_KEY by default) or http.api_key in roost.toml"
+        )
+    return DaemonError(response.status_code, code, message)
+
+
+class DaemonClient:
+    """A thin async client for the daemon's REST API and event stream."""
+
+    def __init__(self, info: DaemonInfo, api_key: str | None = None) -> None:
+        self.info = info
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def _request(
+        self, method: str, path: str, *, timeout: float = REQUEST_TIMEOUT_S, **kwargs: Any
+    ) -> Any:
+        try:
+            async with httpx.AsyncClient(
+                base_url=self.info.url, headers=self._headers, timeout=timeout
+            ) as client:
+                response = await client.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise DaemonUnreachable(
+                f"the daemon at {self.info.url} did not answer within {timeout:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise DaemonUnreachable(f"cannot reach the daemon at {self.info.url}: {exc}") from None
+        if response.status_code >= 400:
+            raise _error_from(response)
+        try:
+            return response.json()
+        except ValueError:
+            raise DaemonError(
+                response.status_code, "bad_response", "the daemon sent invalid JSON"
+            ) from None
+
+    async def agents(self) -> list[dict[str, Any]]:
+        """``GET /api/agents``."""
+        return (await self._request("GET", "/api/agents"))["agents"]
+
+    async def tools(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """``GET /api/tools[?agent=NAME]``."""
+        params = {"agent": agent} if agent is not None else None
+        return (await self._request("GET", "/api/tools", params=params))["tools"]
+
+    async def send(
+        self,
+        agent: str,
+        message: str,
+        *,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agents/{agent}/message``; waits up to ``timeout`` (default 600 s)."""
+        body: dict[str, Any] = {"message": message}
+        if session_id is not None:
+            body["session_id"] = session_id
+        if timeout is not None:
+            body["timeout"] = timeout
+        wait = (timeout or DEFAULT_SEND_TIMEOUT_S) + 5.0
+        path = f"/api/agents/{quote(agent, safe='')}/message"
+        return await self._request("POST", path, json=body, timeout=wait)
+
+    @asynccontextmanager
+    async def events(self, kinds: Sequence[str] = ()) -> AsyncIterator[Any]:
+        """Open ``/api/events`` (optionally filtered by kinds); yields a trio-websocket connection."""
+        from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
+
+        query = "?" + urlencode({"kinds": ",".join(kinds)}) if kinds else ""
+        url = self.info.url.replace("http://", "ws://", 1) + "/api/events"
+        headers = [(k.encode(), v.encode()) for k, v in self._headers.items()]
+        try:
+            async with open_websocket_url(
+                url + query, extra_headers=headers, connect_timeout=5, disconnect_timeout=2
+            ) as ws:
+                yield ws
+        except ConnectionRejected as exc:
+            raise _error_from(httpx.Response(exc.status_code, content=exc.body or b"")) from None
+        except (HandshakeError, OSError, trio.TooSlowError) as exc:
+            raise DaemonUnreachable(f"cannot open the event stream at {url}: {exc}") from None
+
+
+def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
+    """One human-readable line for an event dict (as the daemon streams it)."""
+    import time
+
+    ts = event.get("ts")
+    clock = (
+        time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+        if isinstance(ts, (int, float))
+        else "--:--:--.---"
+    )
+    route = str(event.get("source") or "?")
+    if event.get("target"):
+        route += f" → {event['target']}"
+    payload = event.get("payload")
+    detail = (
+        "" if payload in (None, {}, []) else json.dumps(payload, ensure_ascii=False, default=str)
+    )
+    if len(detail) > width:
+        detail = detail[: width - 1] + "…"
+    return f"{clock}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()

@@ -1,0 +1,373 @@
+"""The CLI's commands as async functions (the argument parser calls these; so do tests).
+
+Each writes results to ``out`` and progress to ``err`` and returns an exit code.
+``open_kernel`` is injectable so the same code runs against a test kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+from roost.kernel import RoostError
+from roost.plugins.http import DaemonInfo, resolve_api_key
+
+from ._client import DaemonClient, event_line, find_daemon
+
+KernelOpener = Callable[[Any], Any]
+
+
+class CliError(RoostError):
+    """A problem the user can fix; printed as one line."""
+
+    code = "cli_error"
+
+
+def say(stream: TextIO, text: str = "") -> None:
+    print(text, file=stream, flush=True)
+
+
+def _opener(open_kernel: KernelOpener | None) -> KernelOpener:
+    if open_kernel is not None:
+        return open_kernel
+    from roost.kernel import open_kernel as real_open_kernel
+
+    return real_open_kernel
+
+
+def api_key_for(config: Any, env: Mapping[str, str] | None = None) -> str | None:
+    """The bearer key the CLI sends to the daemon (same rules as the daemon uses)."""
+    return resolve_api_key(config.http, os.environ if env is None else env)[0]
+
+
+async def _daemon(config: Any) -> tuple[DaemonInfo | None, DaemonClient | None]:
+    info = await find_daemon(config.home)
+    if info is None:
+        return None, None
+    return info, DaemonClient(info, api_key_for(config))
+
+
+# ---- formatting ------------------------------------------------------------------
+
+
+def format_table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_width: int = 60
+) -> str:
+    """A plain, left-aligned text table; cells longer than ``max_width`` are cut with '…'."""
+
+    def cell(value: Any) -> str:
+        text = " ".join(str("" if value is None else value).split())
+        return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+    table = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return "\n".join(lines)
+
+
+def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for a in agents:
+        model = "/".join(str(p) for p in (a.get("provider"), a.get("model")) if p)
+        tools = a.get("tools")
+        count = (
+            len(tools) if isinstance(tools, (list, tuple)) else (tools if tools is not None else "")
+        )
+        rows.append([a.get("name"), model, count, a.get("status", ""), a.get("description", "")])
+    return rows
+
+
+def tool_dict(spec: Any) -> dict[str, Any]:
+    """A tool as the API lists it (from a ``ToolSpec`` or an API dict)."""
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
+
+
+# ---- commands -------------------------------------------------------------------------
+
+
+async def agents_command(
+    config: Any, *, as_json: bool, out: TextIO, err: TextIO, open_kernel: KernelOpener | None = None
+) -> int:
+    """``roost agents``: from the running daemon, else from an in-process kernel."""
+    info, client = await _daemon(config)
+    if client is not None:
+        agents = await client.agents()
+    else:
+        say(err, "booting kernel…")
+        async with _opener(open_kernel)(config) as kernel:
+            agents = kernel.agent_info()
+            say(err, f"loaded {len(agents)} agents")
+    if as_json:
+        say(out, json.dumps(agents, indent=2, ensure_ascii=False, default=str))
+    elif not agents:
+        say(err, "no agents configured (add agents.dirs to roost.toml or agents/<name>/agent.json)")
+    else:
+        say(
+            out,
+            format_table(["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"], _agent_rows(agents)),
+        )
+    return 0
+
+
+async def tools_command(
+    config: Any,
+    *,
+    agent: str | None,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+    open_kernel: KernelOpener | None = None,
+) -> int:
+    """``roost tools [--agent NAME]``: every tool, or those ``NAME`` may call."""
+    info, client = await _daemon(config)
+    if client is not None:
+        tools = await client.tools(agent)
+    else:
+        say(err, "booting kernel…")
+        async with _opener(open_kernel)(config) as kernel:
+            tools = [tool_dict(s) for s in kernel.list_tools(agent)]
+    if as_json:
+        say(out, json.dumps(tools, indent=2, ensure_ascii=False, default=str))
+    elif not tools:
+        say(err, "no tools" + (f" available to {agent}" if agent else ""))
+    else:
+        rows = [
+            [t.get("name"), t.get("owner", ""), (t.get("description") or "").split("\n")[0]]
+            for t in tools
+        ]
+        say(out, format_table(["NAME", "OWNER", "DESCRIPTION"], rows))
+    return 0
+
+
+async def send_command(
+    config: Any,
+    agent: str,
+    message: str,
+    *,
+    session_id: str | None,
+    timeout: float | None,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+    open_kernel: KernelOpener | None = None,
+) -> int:
+    """``roost send AGENT MESSAGE``: through the running daemon, else in-process.
+
+    Prints the reply (or JSON with ``as_json``); exit code 1 if the agent answered with an error.
+    """
+    if not message.strip():
+        raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
+    info, client = await _daemon(config)
+    if client is not None:
+        say(err, f"sending to {agent} via the daemon at {info.url}…")  # type: ignore[union-attr]
+        reply = await client.send(agent, message, session_id=session_id, timeout=timeout)
+    else:
+        say(err, "booting kernel…")
+        async with _opener(open_kernel)(config) as kernel:
+            if agent not in kernel.agents:
+                from roost.kernel import AgentNotFound
+
+                raise AgentNotFound(agent, list(kernel.agents))
+            say(err, f"loaded {len(kernel.agents)} agents; sending to {agent}…")
+            answer = await kernel.send(agent, message, session_id=session_id, timeout=timeout)
+            reply = {
+                "agent": answer.agent,
+                "reply": answer.text,
+                "session_id": answer.session_id,
+                "trace_id": answer.trace_id,
+                "is_error": answer.is_error,
+                "turns": answer.turns,
+            }
+    if as_json:
+        say(out, json.dumps(reply, indent=2, ensure_ascii=False))
+    else:
+        say(out, str(reply.get("reply", "")))
+        say(err, f"session {reply.get('session_id')} · trace {reply.get('trace_id')}")
+    return 1 if reply.get("is_error") else 0
+
+
+async def watch_command(
+    config: Any,
+    *,
+    kinds: Sequence[str],
+    as_json: bool,
+    count: int | None,
+    out: TextIO,
+    err: TextIO,
+    stop: Callable[[], Awaitable[Any]] | None = None,
+) -> int:
+    """``roost watch``: print the daemon's events, one line each, until Ctrl-C (or ``count``).
+
+    ``stop`` ends the watch when it returns (default: SIGINT or SIGTERM).
+    """
+    info, client = await _daemon(config)
+    if client is None:
+        raise CliError(
+            f"no roost daemon is running for {config.home} (no live {Path(config.home) / 'daemon.json'}); "
+            "start one with: roost run"
+        )
+    from trio_websocket import ConnectionClosed
+
+    seen = 0
+    async with client.events(kinds) as ws:
+        say(
+            err,
+            f"watching {info.url}/api/events"
+            + (f" (kinds: {', '.join(kinds)})" if kinds else "")
+            + " · Ctrl-C to stop",
+        )  # type: ignore[union-attr]
+        async with trio.open_nursery() as nursery:
+
+            async def stop_watching() -> None:
+                await (stop() if stop is not None else wait_for_signal(err))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop_watching)
+            try:
+                while count is None or seen < count:
+                    text = await ws.get_message()
+                    try:
+                        event = json.loads(text)
+                    except ValueError:
+                        continue
+                    say(
+                        out, json.dumps(event, ensure_ascii=False) if as_json else event_line(event)
+                    )
+                    seen += 1
+            except ConnectionClosed as closed:
+                reason = closed.reason
+                say(
+                    err,
+                    f"the daemon closed the stream ({reason.code}{': ' + reason.reason if reason.reason else ''})",
+                )
+            nursery.cancel_scope.cancel()
+    return 0
+
+
+async def wait_for_signal(
+    err: TextIO | None = None, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)
+) -> int:
+    """Wait for one of ``signals`` (Ctrl-C, SIGTERM); returns its number."""
+    with trio.open_signal_receiver(*signals) as received:
+        async for signum in received:
+            if err is not None:
+                say(
+                    err,
+                    f"\nreceived {signal.Signals(signum).name}; stopping (press Ctrl-C again to force)",
+                )
+            return signum
+    return 0  # pragma: no cover - the receiver never ends by itself
+
+
+async def run_command(
+    config: Any,
+    *,
+    host: str | None,
+    port: int | None,
+    out: TextIO,
+    err: TextIO,
+    open_kernel: KernelOpener | None = None,
+    stop: Callable[[], Awaitable[Any]] | None = None,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or ``stop``).
+
+    Reports the base URL through ``task_status`` once serving.
+    """
+    from roost.plugins.http import HttpSettings, base_url, serve
+
+    host = host if host is not None else config.http.host
+    port = port if port is not None else config.http.port
+    settings = HttpSettings.from_config(config.http)  # bad [http] settings fail before booting
+    running = await find_daemon(config.home)
+    if running is not None:
+        raise CliError(
+            f"a roost daemon is already running for {config.home} at {running.url} (pid {running.pid}); "
+            "stop it first, or set ROOST_HOME to use another data directory"
+        )
+    say(err, "booting kernel…")
+    async with _opener(open_kernel)(config) as kernel:
+        say(err, f"loaded {len(kernel.agents)} agents")
+        trigger = stop if stop is not None else partial(wait_for_signal, err)
+        bind_error: OSError | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                bound_host, bound_port = await nursery.start(
+                    partial(serve, kernel, host=host, port=port, shutdown_trigger=trigger)
+                )
+            except OSError as exc:  # caught here so it is not wrapped in an ExceptionGroup
+                bind_error = exc
+            else:
+                url = base_url(bound_host, bound_port)
+                banner(out, kernel, url, settings, host=bound_host)
+                task_status.started(url)
+        if bind_error is not None:
+            raise CliError(
+                f"cannot listen on {host}:{port}: {bind_error.strerror or bind_error}; pick another --port"
+            ) from bind_error
+        say(err, "daemon stopped; shutting down the kernel…")
+    say(err, "stopped")
+    return 0
+
+
+def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> None:
+    """What ``roost run`` prints once listening."""
+    from ._main import roost_version
+
+    names = list(kernel.agents)
+    say(out, f"roost {roost_version()} · listening on {url}")
+    say(out, f"  agents ({len(names)}): {', '.join(names) if names else 'none'}")
+    if settings.api_key:
+        say(out, f"  auth: bearer token required ({settings.api_key_source})")
+    else:
+        say(out, "  auth: off (set ROOST_API_KEY to require a bearer token)")
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            say(
+                out,
+                f"  warning: listening on {host} without an API key: anyone who can reach it can drive your agents",
+            )
+    failures = list(getattr(kernel.plugins, "failures", ()))
+    if failures:
+        say(out, f"  plugin failures ({len(failures)}):")
+        for f in failures:
+            say(out, f"    - {f.name} ({f.stage}): {f.error}")
+    say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
+
+
+def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
+    """``roost validate FILE...``: OK per valid manifest, each error otherwise; 1 if any error."""
+    from roost.kernel import validate_files
+
+    errors = list(validate_files(paths))
+    reported: set[int] = set()
+    for given in paths:
+        prefix = str(given).rstrip("/") + "/"
+        mine = [
+            (i, e)
+            for i, e in enumerate(errors)
+            if i not in reported
+            and (
+                str(getattr(e, "file", "")) == str(given)
+                or str(getattr(e, "file", "")).startswith(prefix)
+            )
+        ]
+        if not mine:
+            say(out, f"OK     {given}")
+        for i, error in mine:
+            reported.add(i)
+            say(out, f"ERROR  {error}")
+    for i, error in enumerate(errors):
+        if i not in reported:
+            say(out, f"ERROR  {error}")
+    if errors:
+        say(err, f"{len(errors)} error(s) in {len(paths)} path(s)")
+        return 1
+    return 0

@@ -1,0 +1,284 @@
+"""Argument parsing and error reporting for ``roost``.
+
+Only the standard library is imported at start-up, so ``roost --help`` stays fast;
+each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, TextIO
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+_EPILOG = """\
+examples:
+  roost run                       serve the API on http://127.0.0.1:8470
+  roost send coder "hello"        ask an agent (through a running daemon, else in-process)
+  roost watch --kinds AGENT:,EXEC:  follow events of a running daemon
+  roost validate agents/*/agent.json
+
+configuration: --config FILE, else $ROOST_CONFIG, else ./roost.toml, else defaults.
+"""
+
+
+def roost_version() -> str:
+    """The installed roost version."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("roost")
+    except metadata.PackageNotFoundError:  # pragma: no cover - bare checkout
+        return "0+unknown"
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"port must be a number from 0 to 65535, got {text!r}"
+        ) from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"port must be from 0 to 65535 (0 picks a free port), got {value}"
+        )
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive whole number, got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``roost`` argument parser (global options work before or after the command)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="roost.toml to use (default: $ROOST_CONFIG, else ./roost.toml)",
+    )
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks and debug logs",
+    )
+    parser = argparse.ArgumentParser(
+        prog="roost",
+        description="roost: a Trio microkernel hosting AI agents that talk MCP and A2A.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser("run", parents=[common], help="boot the kernel and serve the HTTP API")
+    run.add_argument("--host", help="address to listen on (default: http.host, 127.0.0.1)")
+    run.add_argument(
+        "--port", type=_port, help="port to listen on (default: http.port, 8470; 0 = any free port)"
+    )
+
+    sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the built-in demo (agents collaborating, then the breaker)",
+    )
+
+    agents = sub.add_parser("agents", parents=[common], help="list the agents")
+    agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    tools = sub.add_parser(
+        "tools", parents=[common], help="list the tools (all, or those an agent may call)"
+    )
+    tools.add_argument("--agent", metavar="NAME", help="only the tools this agent may call")
+    tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    send = sub.add_parser(
+        "send", parents=[common], help="send a message to an agent and print its reply"
+    )
+    send.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
+    send.add_argument("message", metavar="MESSAGE", help="the text to send")
+    send.add_argument(
+        "--session", metavar="ID", help="continue this session (printed after each reply)"
+    )
+    send.add_argument(
+        "--timeout", type=_positive_float, metavar="SECONDS", help="give up after this long"
+    )
+    send.add_argument("--json", action="store_true", help="print the whole reply as JSON")
+
+    watch = sub.add_parser(
+        "watch", parents=[common], help="print a running daemon's events as they happen"
+    )
+    watch.add_argument(
+        "--kinds",
+        nargs="+",
+        metavar="KIND",
+        default=[],
+        help="only these kinds: exact (AGENT:REPLY) or a namespace (EXEC:); space- or comma-separated",
+    )
+    watch.add_argument("--count", type=_positive_int, metavar="N", help="exit after N events")
+    watch.add_argument("--json", action="store_true", help="print each event as a JSON line")
+
+    validate = sub.add_parser("validate", parents=[common], help="check agent.json manifests")
+    validate.add_argument(
+        "files", nargs="+", metavar="FILE", help="agent.json files or directories of them"
+    )
+
+    sub.add_parser("version", parents=[common], help="print the version")
+    return parser
+
+
+def _setup_logging(debug: bool, command: str) -> None:
+    import logging
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if command == "run" and not debug:
+        logging.getLogger("roost").setLevel(logging.INFO)
+        logging.getLogger("roost.http.server").setLevel(logging.WARNING)
+        logging.getLogger("roost.http.access").setLevel(logging.WARNING)
+
+
+def _load_config(args: argparse.Namespace) -> Any:
+    from roost.kernel import load_config
+
+    return load_config(getattr(args, "config", None))
+
+
+def _kinds(values: Sequence[str]) -> list[str]:
+    return [k.strip() for v in values for k in v.split(",") if k.strip()]
+
+
+def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run the parsed command; returns the exit code (errors propagate)."""
+    command = args.command
+    if command == "version":
+        import platform
+
+        print(f"roost {roost_version()} (Python {platform.python_version()})", file=out)
+        return 0
+    if command == "validate":
+        from ._commands import validate_command
+
+        return validate_command(args.files, out=out, err=err)
+
+    import trio
+
+    from . import _commands as c
+
+    config = _load_config(args)
+    if command == "run":
+        return trio.run(
+            partial(c.run_command, config, host=args.host, port=args.port, out=out, err=err)
+        )
+    if command == "demo":
+        from ._demo import run_demo
+
+        return trio.run(partial(run_demo, config, out=out))
+    if command == "agents":
+        return trio.run(partial(c.agents_command, config, as_json=args.json, out=out, err=err))
+    if command == "tools":
+        return trio.run(
+            partial(c.tools_command, config, agent=args.agent, as_json=args.json, out=out, err=err)
+        )
+    if command == "send":
+        return trio.run(
+            partial(
+                c.send_command,
+                config,
+                args.agent,
+                args.message,
+                session_id=args.session,
+                timeout=args.timeout,
+                as_json=args.json,
+                out=out,
+                err=err,
+            )
+        )
+    if command == "watch":
+        return trio.run(
+            partial(
+                c.watch_command,
+                config,
+                kinds=_kinds(args.kinds),
+                as_json=args.json,
+                count=args.count,
+                out=out,
+                err=err,
+            )
+        )
+    raise AssertionError(f"unhandled command {command!r}")  # pragma: no cover
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The error that matters inside (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        inner = [e for e in exc.exceptions if type(e).__name__ != "Cancelled"]
+        exc = (inner or list(exc.exceptions))[0]
+    return exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user (RoostError, ConfigError, connection and OS errors keep their text)."""
+    from roost.kernel import RoostError
+
+    if isinstance(exc, (RoostError, ConnectionError, OSError)):
+        return str(exc) or type(exc).__name__
+    return f"unexpected {type(exc).__name__}: {exc} (run again with --debug for the traceback)"
+
+
+def main(
+    argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """The ``roost`` console script; returns the exit code."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    args = build_parser().parse_args(argv)
+    debug = bool(getattr(args, "debug", False))
+    _setup_logging(debug, args.command)
+    try:
+        return dispatch(args, out, err)
+    except KeyboardInterrupt:
+        print("interrupted", file=err)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # ExceptionGroup included
+        if debug:
+            raise
+        leaf = _leaf(exc)
+        if isinstance(leaf, KeyboardInterrupt):
+            print("interrupted", file=err)
+            return EXIT_INTERRUPTED
+        print(f"roost: error: {describe_error(leaf)}", file=err)
+        return EXIT_ERROR
+    except BaseExceptionGroup as group:  # e.g. KeyboardInterrupt inside a nursery
+        if debug or not isinstance(_leaf(group), KeyboardInterrupt):
+            raise
+        print("interrupted", file=err)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,627 @@
+"""The quart-trio application: REST API, event websocket, plugin routes.
+
+Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status;
+no traceback ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import Any
+
+import attrs
+import trio
+from quart import has_request_context, request, websocket
+from quart_trio import QuartTrio
+from roost.kernel import (
+    ActorStopped,
+    AgentNotFound,
+    AskTimeout,
+    LoopDetected,
+    PluginFailure,
+    RecursionLimitExceeded,
+    RoostError,
+    RouteDescriptor,
+    SandboxError,
+    TaintViolation,
+    ToolArgumentsInvalid,
+    ToolDenied,
+    ToolNotFound,
+    ToolSpec,
+    ToolTimeout,
+    TraceContext,
+)
+from werkzeug.exceptions import HTTPException
+
+from ._auth import bearer_token, origin_allowed, token_fingerprint, tokens_match
+from ._ratelimit import Gcra
+from ._settings import HttpSettings
+
+log = logging.getLogger("roost.http")
+
+DEFAULT_EVENT_BUFFER = 1000
+MAX_SESSION_ID_LEN = 256
+MAX_KINDS = 32
+_KIND = re.compile(r"^[A-Za-z0-9_.\-]{1,64}:[A-Za-z0-9_.\-]{0,64}$")
+_MESSAGE_FIELDS = ("message", "session_id", "timeout")
+
+# Checked in order; the first matching class decides the status.
+_STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
+    (AgentNotFound, 404),
+    (ToolNotFound, 404),
+    (ToolArgumentsInvalid, 400),
+    (ToolDenied, 403),
+    (SandboxError, 403),
+    (TaintViolation, 403),
+    (RecursionLimitExceeded, 508),
+    (LoopDetected, 508),
+    (AskTimeout, 504),
+    (ToolTimeout, 504),
+    (ActorStopped, 503),
+)
+
+# Errors the kernel may add without exporting the class.
+_STATUS_BY_CODE = {"mailbox_full": 503}
+
+_CORS_HEADERS = {
+    "Access-Control-Allow-Headers": (
+        "Authorization, Content-Type, traceparent, X-Roost-Trace-Id, "
+        "X-Roost-Trace-Depth, X-Roost-Trace-Path"
+    ),
+    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    "Access-Control-Expose-Headers": "Retry-After, X-Roost-Trace-Id",
+    "Vary": "Origin",
+}
+
+
+class InvalidRequest(RoostError):
+    """The request is malformed; ``field`` names the part to fix (400)."""
+
+    code = "invalid_request"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
+
+
+def status_for(error: RoostError) -> int:
+    """The HTTP status for a roost error (500 for anything not listed)."""
+    if isinstance(error, InvalidRequest):
+        return 400
+    for cls, status in _STATUS_BY_ERROR:
+        if isinstance(error, cls):
+            return status
+    return _STATUS_BY_CODE.get(error.code, 500)
+
+
+@attrs.define
+class DaemonState:
+    """What the app's handlers share; ``closing`` is set when graceful shutdown begins."""
+
+    kernel: Any
+    settings: HttpSettings
+    limiter: Gcra
+    event_buffer: int
+    version: str
+    closing: trio.Event = attrs.field(factory=trio.Event)
+    public_endpoints: set[str] = attrs.field(factory=set)
+    unlimited_endpoints: set[str] = attrs.field(factory=set)
+
+
+def roost_version() -> str:
+    """The installed roost version."""
+    try:
+        return metadata.version("roost")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+def create_app(
+    kernel: Any,
+    *,
+    settings: HttpSettings | None = None,
+    env: Mapping[str, str] | None = None,
+    event_buffer: int = DEFAULT_EVENT_BUFFER,
+) -> QuartTrio:
+    """The daemon's quart-trio app for ``kernel`` (routes from plugins included).
+
+    ``settings`` default to ``HttpSettings.from_config(kernel.config.http, env)``.
+    ``event_buffer`` bounds each ``/api/events`` subscriber's queue.
+    """
+    if settings is None:
+        settings = HttpSettings.from_config(kernel.config.http, env)
+    if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
+        raise ValueError(f"event_buffer must be a positive integer, got {event_buffer!r}")
+    app = QuartTrio("roost.http")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["PROPAGATE_EXCEPTIONS"] = False
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    state = DaemonState(
+        kernel=kernel,
+        settings=settings,
+        limiter=Gcra(settings.rate_limit_per_s, settings.rate_limit_burst),
+        event_buffer=event_buffer,
+        version=roost_version(),
+    )
+    app.extensions["roost"] = state
+    _install_gates(app, state)
+    _install_error_handlers(app, state)
+    _install_api(app, state)
+    _install_plugin_routes(app, state)
+    return app
+
+
+def daemon_state(app: QuartTrio) -> DaemonState:
+    """The shared state of an app made by ``create_app``."""
+    return app.extensions["roost"]
+
+
+# ---- responses ---------------------------------------------------------------------
+
+
+def error_response(
+    app: QuartTrio, status: int, error: Mapping[str, Any], headers: Mapping[str, str] | None = None
+):
+    """A JSON error response ``{"error": {...}}``."""
+    body = json.dumps({"error": dict(error)}, ensure_ascii=False, default=str)
+    return app.response_class(
+        body, status=status, headers=dict(headers or {}), content_type="application/json"
+    )
+
+
+def _current():
+    return request if has_request_context() else websocket
+
+
+# ---- origin, auth, rate limit, body size ---------------------------------------------
+
+
+def _install_gates(app: QuartTrio, state: DaemonState) -> None:
+    settings = state.settings
+
+    def too_many(retry_after: float):
+        seconds = max(1, math.ceil(retry_after))
+        return error_response(
+            app,
+            429,
+            {
+                "code": "rate_limited",
+                "message": f"too many requests; retry after {seconds} s "
+                "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)",
+            },
+            {"Retry-After": str(seconds)},
+        )
+
+    def limit(key: tuple[str, str]):
+        allowed, retry_after = state.limiter.check(key, trio.current_time())
+        return None if allowed else too_many(retry_after)
+
+    def gate(req, *, is_websocket: bool):
+        origin = req.headers.get("Origin")
+        if not origin_allowed(origin, settings.allowed_origins):
+            return error_response(
+                app,
+                403,
+                {
+                    "code": "origin_forbidden",
+                    "message": f"requests from origin {origin!r} are not allowed; add it to "
+                    "http.allowed_origins in roost.toml to let a browser page on it call roost",
+                },
+            )
+        endpoint = req.endpoint
+        # Browsers send CORS preflights without credentials; only Quart's automatic
+        # OPTIONS answer (no view code runs) skips auth, never a plugin's own OPTIONS view.
+        rule = getattr(req, "url_rule", None)
+        is_preflight = (
+            not is_websocket
+            and req.method == "OPTIONS"
+            and rule is not None
+            and bool(getattr(rule, "provide_automatic_options", False))
+        )
+        public = endpoint in state.public_endpoints or is_preflight
+        rate_key = ("addr", str(req.remote_addr or "?"))
+        if settings.api_key is not None and not public:
+            token = bearer_token(req.headers.get("Authorization"))
+            if token is None and is_websocket:
+                token = req.args.get("token") or None
+            if not tokens_match(token, settings.api_key):
+                refused = limit(rate_key)  # failed attempts count too: no free guessing
+                if refused is not None:
+                    return refused
+                reason = "missing" if token is None else "wrong"
+                return error_response(
+                    app,
+                    401,
+                    {
+                        "code": "unauthorized",
+                        "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
+                        "with the key from http.api_key or the variable named by http.api_key_env"
+                        + (
+                            " (browsers may pass ?token=<key> on websockets)"
+                            if is_websocket
+                            else ""
+                        ),
+                    },
+                    {"WWW-Authenticate": 'Bearer realm="roost"'},
+                )
+            rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
+        if endpoint not in state.unlimited_endpoints:
+            refused = limit(rate_key)
+            if refused is not None:
+                return refused
+        if not is_websocket:
+            length = req.content_length
+            if length is not None and length > settings.max_body_bytes:
+                return _too_large(app, settings)
+        return None
+
+    @app.before_request
+    async def _gate_request():
+        return gate(request, is_websocket=False)
+
+    @app.before_websocket
+    async def _gate_websocket():
+        return gate(websocket, is_websocket=True)
+
+    @app.after_request
+    async def _common_headers(response):
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Cache-Control", "no-store")
+        origin = request.headers.get("Origin")
+        if origin is not None and origin_allowed(origin, settings.allowed_origins):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            for name, value in _CORS_HEADERS.items():
+                response.headers.setdefault(name, value)
+        return response
+
+
+def _too_large(app: QuartTrio, settings: HttpSettings):
+    return error_response(
+        app,
+        413,
+        {
+            "code": "body_too_large",
+            "message": f"request body is larger than the limit of {settings.max_body_bytes} bytes "
+            "(http.max_body_bytes in roost.toml)",
+        },
+    )
+
+
+# ---- error handlers -------------------------------------------------------------------
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "http_error"
+
+
+def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException):
+        status = exc.code or 500
+        if status < 400:
+            return exc  # redirects and the like keep Quart's own response
+        req = _current()
+        headers: dict[str, str] = {}
+        if status == 404:
+            message = f"no such endpoint: {req.path}; see GET /health, /api/agents, /api/tools"
+        elif status == 405:
+            allow = exc.valid_methods if hasattr(exc, "valid_methods") else None  # type: ignore[attr-defined]
+            allowed = ", ".join(sorted(allow or ()))
+            headers["Allow"] = allowed
+            message = (
+                f"method {req.method} is not allowed on {req.path}; allowed: {allowed or 'none'}"
+            )
+        elif status == 413:
+            return _too_large(app, state.settings)
+        elif status == 400 and type(exc).__name__ == "WebsocketMismatch":
+            message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
+        else:
+            message = exc.description or exc.name
+        return error_response(app, status, {"code": _snake(exc.name), "message": message}, headers)
+
+    @app.errorhandler(RoostError)
+    async def _roost_error(exc: RoostError):
+        status = status_for(exc)
+        if status >= 500:
+            log.warning("request %s failed: %s", _current().path, exc)
+        return error_response(app, status, exc.to_dict())
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception):
+        log.error("unexpected error serving %s", _current().path, exc_info=exc)
+        return error_response(
+            app,
+            500,
+            {
+                "code": "internal_error",
+                "message": "internal error; the daemon log has the details",
+            },
+        )
+
+
+# ---- the API ----------------------------------------------------------------------------
+
+
+def _tool_json(spec: ToolSpec) -> dict[str, Any]:
+    return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
+
+
+async def _read_json_object() -> dict[str, Any]:
+    data = await request.get_data(cache=False)
+    if not data or not data.strip():
+        raise InvalidRequest(
+            "body", 'request body is empty; send a JSON object such as {"message": "hello"}'
+        )
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidRequest("body", "request body is not UTF-8 text; send UTF-8 JSON") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            "body",
+            f"request body is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+        ) from None
+    except RecursionError:
+        raise InvalidRequest("body", "request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest(
+            "body",
+            f'request body must be a JSON object such as {{"message": "hello"}}, '
+            f"got {_json_type(body)}",
+        )
+    return body
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
+    """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
+    unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
+    if unknown:
+        raise InvalidRequest(
+            unknown[0],
+            f"unknown field {unknown[0]!r}; allowed fields: {', '.join(_MESSAGE_FIELDS)}",
+        )
+    if "message" not in body:
+        raise InvalidRequest("message", "field 'message' is required: the text to send the agent")
+    message = body["message"]
+    if not isinstance(message, str):
+        raise InvalidRequest(
+            "message", f"field 'message' must be a string, got {_json_type(message)}"
+        )
+    if not message.strip():
+        raise InvalidRequest("message", "field 'message' must not be empty")
+    session_id = body.get("session_id")
+    if session_id is not None:
+        if not isinstance(session_id, str):
+            raise InvalidRequest(
+                "session_id",
+                f"field 'session_id' must be a string or null, got {_json_type(session_id)}",
+            )
+        if not session_id or len(session_id) > MAX_SESSION_ID_LEN or not session_id.isprintable():
+            raise InvalidRequest(
+                "session_id",
+                f"field 'session_id' must be 1-{MAX_SESSION_ID_LEN} printable characters; "
+                "omit it to start a new session",
+            )
+    timeout = body.get("timeout")
+    if timeout is not None:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or not 0 < timeout <= 3600
+        ):
+            raise InvalidRequest(
+                "timeout", "field 'timeout' must be a number of seconds between 0 and 3600"
+            )
+        timeout = float(timeout)
+    return message, session_id, timeout
+
+
+def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
+    """Parse ``?kinds=EXEC:,AGENT:REPLY`` (None when absent)."""
+    if raw is None or not raw.strip():
+        return None
+    kinds = tuple(k.strip() for k in raw.split(",") if k.strip())
+    if len(kinds) > MAX_KINDS:
+        raise InvalidRequest("kinds", f"at most {MAX_KINDS} kinds may be given, got {len(kinds)}")
+    for kind in kinds:
+        if not _KIND.match(kind):
+            raise InvalidRequest(
+                "kinds",
+                f"invalid event kind {kind[:80]!r}: use NAMESPACE:NAME (e.g. AGENT:REPLY) "
+                "or a namespace prefix ending in ':' (e.g. EXEC:), comma-separated",
+            )
+    return kinds
+
+
+def _install_api(app: QuartTrio, state: DaemonState) -> None:
+    kernel = state.kernel
+
+    def require_agent(name: str) -> None:
+        if name not in kernel.agents:
+            raise AgentNotFound(name, list(kernel.agents))
+
+    @app.get("/health")
+    async def health():
+        status = "stopping" if state.closing.is_set() else "ok"
+        body = {"status": status, "agents": len(kernel.agents), "version": state.version}
+        return body, (503 if state.closing.is_set() else 200)
+
+    state.public_endpoints.add("health")
+    state.unlimited_endpoints.add("health")
+
+    @app.get("/api/agents")
+    async def list_agents():
+        return {"agents": kernel.agent_info()}
+
+    @app.get("/api/agents/<name>")
+    async def get_agent(name: str):
+        require_agent(name)
+        for info in kernel.agent_info():
+            if info.get("name") == name:
+                return info
+        raise AgentNotFound(name, list(kernel.agents))
+
+    @app.post("/api/agents/<name>/message")
+    async def send_message(name: str):
+        require_agent(name)
+        message, session_id, timeout = parse_message_body(await _read_json_object())
+        trace = TraceContext.from_headers(request.headers)
+        reply = await kernel.send(
+            name, message, session_id=session_id, trace=trace, timeout=timeout
+        )
+        body = {
+            "agent": reply.agent,
+            "reply": reply.text,
+            "session_id": reply.session_id,
+            "trace_id": reply.trace_id,
+            "is_error": reply.is_error,
+            "turns": reply.turns,
+        }
+        headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
+        return body, 200, headers
+
+    @app.get("/api/tools")
+    async def list_tools():
+        agent = request.args.get("agent")
+        if agent is not None:
+            if not agent.strip():
+                raise InvalidRequest(
+                    "agent", "query parameter 'agent' must name an agent; omit it to list all tools"
+                )
+            require_agent(agent)
+        return {"tools": [_tool_json(spec) for spec in kernel.list_tools(agent)]}
+
+    @app.websocket("/api/events")
+    async def events():
+        kinds = parse_kinds(websocket.args.get("kinds"))
+        # Subscribe before accepting, so nothing published after the handshake is missed.
+        async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
+            await websocket.accept()
+            await forward_events(state, rx, websocket.send, websocket.receive)
+        code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
+        await websocket.close(code, reason)
+
+
+async def forward_events(
+    state: DaemonState,
+    events: Any,
+    send: Callable[[str], Any],
+    receive: Callable[[], Any],
+) -> None:
+    """Forward tap events as JSON text until the daemon closes or the tap ends.
+
+    ``events`` is a bounded tap subscription: if this client is slow, the tap drops events
+    for it (and says so in a ``TAP:DROPPED`` event) instead of slowing the kernel.
+    """
+
+    async def discard_inbound() -> None:
+        # Keep reading so a chatty client cannot fill Quart's inbound queue and hide
+        # its own disconnect from us.
+        while True:
+            await receive()
+
+    async def stop_on_close(scope: trio.CancelScope) -> None:
+        await state.closing.wait()
+        scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(discard_inbound)
+        nursery.start_soon(stop_on_close, nursery.cancel_scope)
+        async for event in events:
+            await send(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
+        nursery.cancel_scope.cancel()
+
+
+# ---- plugin routes -----------------------------------------------------------------------
+
+
+def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
+    plugins = getattr(state.kernel, "plugins", None)
+    if plugins is None:
+        return
+    hook = plugins.hook.roost_http_routes
+    for impl in hook.get_hookimpls():
+        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
+            continue
+        name = impl.plugin_name
+        try:
+            kwargs = {arg: state.kernel for arg in impl.argnames if arg == "kernel"}
+            result = impl.function(**kwargs)
+        except Exception as exc:
+            _route_failure(plugins, name, f"roost_http_routes raised {type(exc).__name__}: {exc}")
+            continue
+        if result is None:
+            continue
+        if isinstance(result, RouteDescriptor):
+            result = [result]
+        if not isinstance(result, (list, tuple)):
+            _route_failure(
+                plugins,
+                name,
+                f"roost_http_routes must return a list of RouteDescriptor, got {type(result).__name__}",
+            )
+            continue
+        for index, route in enumerate(result):
+            problem = _add_plugin_route(app, state, name, index, route)
+            if problem:
+                _route_failure(plugins, name, problem)
+
+
+def _add_plugin_route(
+    app: QuartTrio, state: DaemonState, plugin: str, index: int, route: Any
+) -> str | None:
+    if not isinstance(route, RouteDescriptor):
+        return f"route #{index} is a {type(route).__name__}, expected roost.kernel.RouteDescriptor"
+    if not isinstance(route.path, str) or not route.path.startswith("/"):
+        return f"route #{index} path {route.path!r} must start with '/'"
+    if not callable(route.handler):
+        return f"route {route.path} handler is not callable"
+    methods = {m.upper() for m in route.methods} if not route.websocket else set()
+    for rule in app.url_map.iter_rules():
+        if rule.rule != route.path or bool(getattr(rule, "websocket", False)) != route.websocket:
+            continue
+        if route.websocket or methods & set(rule.methods or ()):
+            return f"route {route.path} collides with an existing route; the first one is kept"
+    endpoint = f"plugin.{plugin}.{index}"
+    try:
+        if route.websocket:
+            app.add_websocket(route.path, endpoint, route.handler)
+        else:
+            app.add_url_rule(route.path, endpoint, route.handler, methods=sorted(methods))
+    except Exception as exc:
+        return f"route {route.path} could not be added: {type(exc).__name__}: {exc}"
+    if route.public:
+        state.public_endpoints.add(endpoint)
+    return None
+
+
+def _route_failure(plugins: Any, name: str, error: str) -> None:
+    log.error("plugin %r: %s", name, error)
+    failures = getattr(plugins, "failures", None)
+    if isinstance(failures, list):
+        failures.append(PluginFailure(name, "routes", error))

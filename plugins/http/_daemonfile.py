@@ -1,0 +1,89 @@
+"""``<home>/daemon.json``: how the CLI finds a running daemon.
+
+Cheap to import (no Trio, no Quart) so the CLI can use it at start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import attrs
+
+DAEMON_FILE = "daemon.json"
+
+
+@attrs.frozen
+class DaemonInfo:
+    """Where a daemon listens, which process it is and when it started (Unix time)."""
+
+    pid: int
+    host: str
+    port: int
+    started: float
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "host": self.host, "port": self.port, "started": self.started}
+
+
+def daemon_file(home: Path | str) -> Path:
+    """The path of the daemon file under ``home``."""
+    return Path(home) / DAEMON_FILE
+
+
+def write_daemon_file(
+    home: Path | str, host: str, port: int, *, pid: int | None = None
+) -> DaemonInfo:
+    """Atomically write the daemon file for this process; returns what was written."""
+    info = DaemonInfo(os.getpid() if pid is None else pid, host, port, time.time())
+    path = daemon_file(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{DAEMON_FILE}.{info.pid}.tmp")
+    tmp.write_text(json.dumps(info.to_dict()) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return info
+
+
+def read_daemon_file(home: Path | str) -> DaemonInfo | None:
+    """The daemon file's contents, or None if it is missing or malformed."""
+    try:
+        data = json.loads(daemon_file(home).read_text(encoding="utf-8"))
+        pid, host, port, started = data["pid"], data["host"], data["port"], data.get("started", 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(pid, int) and isinstance(host, str) and isinstance(port, int)):
+        return None
+    if not isinstance(started, (int, float)) or not 0 < port < 65536 or pid <= 0:
+        return None
+    return DaemonInfo(pid, host, port, float(started))
+
+
+def remove_daemon_file(home: Path | str, owner: DaemonInfo) -> None:
+    """Remove the daemon file if it still describes ``owner`` (same pid and port)."""
+    info = read_daemon_file(home)
+    if info is not None and (info.pid, info.port) != (owner.pid, owner.port):
+        return  # another daemon has taken over this home since
+    try:
+        daemon_file(home).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,78 @@
+"""GCRA rate limiting, sans-I/O: the caller passes the clock, so it is easy to test."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable
+
+DEFAULT_MAX_KEYS = 10_000
+_EPSILON = 1e-9  # seconds; absorbs floating-point noise at the boundary
+
+
+class Gcra:
+    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, up to ``burst`` at once.
+
+    Each key keeps only its "theoretical arrival time" (TAT). A key whose TAT has passed
+    is indistinguishable from a new key, so it is dropped; at most ``max_keys`` keys are
+    kept, and when the table is full the least recently seen key is evicted.
+    """
+
+    def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        if (
+            isinstance(rate_per_s, bool)
+            or not isinstance(rate_per_s, (int, float))
+            or not math.isfinite(rate_per_s)
+            or rate_per_s <= 0
+        ):
+            raise ValueError(
+                f"rate_per_s must be a positive number of requests per second, got {rate_per_s!r}"
+            )
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+            raise ValueError(f"burst must be an integer of at least 1, got {burst!r}")
+        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+            raise ValueError(f"max_keys must be an integer of at least 1, got {max_keys!r}")
+        self.rate_per_s = float(rate_per_s)
+        self.burst = burst
+        self.max_keys = max_keys
+        self._interval = 1.0 / self.rate_per_s
+        self._tolerance = self._interval * burst
+        # key -> TAT, in least-recently-seen order.
+        self._tat: OrderedDict[Hashable, float] = OrderedDict()
+
+    def check(self, key: Hashable, now: float) -> tuple[bool, float]:
+        """Count one request from ``key`` at time ``now`` (seconds, monotonic).
+
+        Returns ``(allowed, retry_after_s)``; ``retry_after_s`` is 0.0 when allowed, else
+        how long until a request from ``key`` would be allowed. A refused request is not
+        counted.
+        """
+        tat = self._tat.get(key)
+        if tat is None:
+            self._make_room(now)
+            tat = now
+        else:
+            self._tat.move_to_end(key)
+            tat = max(tat, now)
+        # Written as a difference from ``now`` so a fresh key is exact in floating point.
+        debt = (tat - now) + self._interval
+        if debt > self._tolerance + _EPSILON:
+            self._tat[key] = tat
+            return False, debt - self._tolerance
+        self._tat[key] = tat + self._interval
+        return True, 0.0
+
+    def _make_room(self, now: float) -> None:
+        # Drop expired keys from the cold end, then evict the coldest if still full.
+        while self._tat:
+            oldest_key, oldest_tat = next(iter(self._tat.items()))
+            if oldest_tat > now and len(self._tat) < self.max_keys:
+                break
+            del self._tat[oldest_key]
+
+    def __len__(self) -> int:
+        return len(self._tat)
+
+    def reset(self) -> None:
+        """Forget every key."""
+        self._tat.clear()

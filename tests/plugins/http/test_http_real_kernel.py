@@ -1,0 +1,66 @@
+"""The daemon in front of the real kernel (scripted agents; no network besides 127.0.0.1)."""
+
+import json
+
+import httpx
+import pytest
+import trio
+from roost.kernel import default_config, open_kernel
+from trio_websocket import open_websocket_url
+
+
+def scripted_agent(directory, name, rules):
+    path = directory / name / "agent.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "description": f"{name} (scripted)",
+                "version": "0.1.0",
+                "model": {"provider": "scripted", "name": "rules", "script": {"rules": rules}},
+            }
+        )
+    )
+
+
+@pytest.fixture
+def config(tmp_path):
+    agents = tmp_path / "agents"
+    scripted_agent(agents, "pinger", [{"match": ".", "reply": "pong: {message}"}])
+    return default_config(
+        home=str(tmp_path / "home"),
+        agents={"dirs": [str(agents)], "bundled": False},
+        http={"port": 0},
+    )
+
+
+async def test_message_events_and_breaker_through_the_real_kernel(config):
+    from roost.plugins.http import open_daemon
+
+    async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            health = await client.get("/health")
+            agents = await client.get("/api/agents")
+            async with open_websocket_url(
+                url.replace("http", "ws") + "/api/events?kinds=AGENT:REPLY"
+            ) as ws:
+                reply = await client.post("/api/agents/pinger/message", json={"message": "hi"})
+                with trio.fail_after(5):
+                    event = json.loads(await ws.get_message())
+            deep = await client.post(
+                "/api/agents/pinger/message",
+                json={"message": "hi"},
+                headers={"X-Roost-Trace-Depth": "5", "X-Roost-Trace-Path": "a,b,c,d,e"},
+            )
+            unknown = await client.post("/api/agents/ghost/message", json={"message": "hi"})
+    assert health.json()["agents"] == 1
+    assert [a["name"] for a in agents.json()["agents"]] == ["pinger"]
+    assert reply.status_code == 200
+    assert reply.json()["reply"] == "pong: hi"
+    assert event["kind"] == "AGENT:REPLY"
+    assert event["trace"]["trace_id"] == reply.json()["trace_id"]
+    assert deep.status_code == 508
+    assert deep.json()["error"]["code"] == "recursion_limit"
+    assert unknown.status_code == 404
+    assert "pinger" in unknown.json()["error"]["message"]
