@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -58,6 +60,14 @@ class Conversation:
         self.loop_guard = LoopGuard(max_repeats=kernel.config.kernel.loop_guard_repeats)
 
 
+class _SessionLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.users = 0
+
+
 class AgentRuntime:
     """The actor handler of one agent."""
 
@@ -66,6 +76,7 @@ class AgentRuntime:
         self.name = name
         self.provider = provider
         self._runs: dict[str, trio.CancelScope] = {}
+        self._session_locks: dict[str, _SessionLock] = {}
 
     def cancel(self, run_id: str) -> bool:
         """Stop the run ``run_id`` (a message being worked on); False if it is not running."""
@@ -112,10 +123,13 @@ class AgentRuntime:
         ``stop_reason == "cancelled"`` and its user message is still stored.
         """
         run_id = run_id or uuid.uuid4().hex
+        session_id = session_id or uuid.uuid4().hex
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
             try:
-                return await self._run(text, session_id=session_id, trace=trace, stream=stream)
+                # Messages of one session run one at a time, so its history stays in order.
+                async with self._session_lock(session_id):
+                    return await self._run(text, session_id=session_id, trace=trace, stream=stream)
             finally:
                 self._runs.pop(run_id, None)
         # Only reached when cancel(run_id) stopped the run.
@@ -123,12 +137,25 @@ class AgentRuntime:
             self.name, "cancelled", session_id or "", trace.trace_id if trace else "", True, 0, "cancelled"
         )
 
+    @asynccontextmanager
+    async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
+        entry = self._session_locks.get(session_id)
+        if entry is None:
+            entry = self._session_locks[session_id] = _SessionLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0:
+                del self._session_locks[session_id]
+
     async def _run(
-        self, text: str, *, session_id: str | None, trace: TraceContext | None, stream: bool
+        self, text: str, *, session_id: str, trace: TraceContext | None, stream: bool
     ) -> AgentReply:
         kernel = self.kernel
         manifest = self.manifest
-        session_id = session_id or uuid.uuid4().hex
         trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
         await kernel.store.ensure_session(session_id, self.name)
         history = [

@@ -100,6 +100,10 @@ class Kernel:
         its next hop, so the depth breaker applies to external callers too.
         """
         self._require_agent(agent)
+        if not isinstance(message, str):
+            raise RoostError(f"message: expected a string, got {type(message).__name__}")
+        if session_id is not None and (not isinstance(session_id, str) or not session_id.strip()):
+            raise RoostError("session_id: expected a non-empty string (or none for a new session)")
         limit = self.max_depth_for(agent)
         if trace is None:
             trace = TraceContext.new(agent, max_depth=limit)
@@ -138,7 +142,7 @@ class Kernel:
         specs = self.registry.specs()
         if agent is None:
             return specs
-        manifest = self._require_agent(agent) if agent in self.agents else None
+        manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
         caps = self._capabilities(manifest)
@@ -166,7 +170,7 @@ class Kernel:
                     "model": m.model.name,
                     "status": "unavailable" if name in self.agent_errors else "ready",
                     "error": self.agent_errors.get(name),
-                    "tools": [s.name for s in self.list_tools(name)] if name not in self.agent_errors else [],
+                    "tools": [s.name for s in self.list_tools(name)],
                     "expose_tools": list(m.mcp.expose_tools),
                     "private_tools": list(m.mcp.private_tools),
                     "a2a_enabled": bool(m.a2a.enabled),

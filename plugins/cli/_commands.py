@@ -334,12 +334,31 @@ def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> N
                 out,
                 f"  warning: listening on {host} without an API key: anyone who can reach it can drive your agents",
             )
+    for name, error in sorted(getattr(kernel, "agent_errors", {}).items()):
+        say(out, f"  agent {name} unavailable: {error}")
+    for error in getattr(kernel, "manifest_errors", ()):
+        say(out, f"  manifest skipped: {error}")
+    sandbox = _sandbox_line()
+    if sandbox:
+        say(out, sandbox)
     failures = list(getattr(kernel.plugins, "failures", ()))
     if failures:
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
+
+
+def _sandbox_line() -> str | None:
+    """Whether bash is confined by Landlock; loud when it is not."""
+    try:
+        from roost.plugins.tools import landlock_status
+    except Exception:  # the tools plugin may be disabled or replaced
+        return None
+    status = landlock_status()
+    if status.available:
+        return f"  sandbox: {status.describe()}"
+    return f"  WARNING: {status.describe()}; only the file tools' path checks apply"
 
 
 def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:

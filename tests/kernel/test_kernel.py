@@ -298,3 +298,27 @@ async def test_cancelling_a_send_stops_the_agents_work(config):
         records = await kernel.store.audit(agent="a")
     sleepy = [r.outcome for r in records if r.tool == "sleepy"]
     assert sleepy == ["cancelled", "cancelled"]
+
+
+async def test_concurrent_messages_in_one_session_keep_history_in_order(config):
+    a = agent("a", tools=["echo"], rules=[call_rule(".", "echo", {"text": "{message}"})])
+    async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
+        async with trio.open_nursery() as nursery:
+            for i in range(5):
+                nursery.start_soon(lambda i=i: kernel.send("a", f"m{i}", session_id="s1"))
+        history = await kernel.store.history("s1")
+        assert kernel._runtimes["a"]._session_locks == {}
+    # each exchange is contiguous: user, assistant(call), tool, assistant(answer)
+    roles = [m.role for m in history]
+    assert roles == ["user", "assistant", "tool", "assistant"] * 5
+    for i in range(0, 20, 4):
+        said = history[i].content
+        assert history[i + 2].content == f"echo:{said}" and history[i + 3].content == f"echo:{said}"
+
+
+async def test_send_rejects_bad_input_with_the_field_named(config):
+    async with open_kernel(config) as kernel:
+        with pytest.raises(Exception, match="message: expected a string"):
+            await kernel.send("reviewer", 42)
+        with pytest.raises(Exception, match="session_id"):
+            await kernel.send("reviewer", "hi", session_id="  ")
