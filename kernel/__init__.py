@@ -47,6 +47,7 @@ from ._errors import (
     ToolNameCollision,
     ToolNotFound,
     ToolTimeout,
+    json_type_name,
 )
 from ._events import Event, EventKind, EventTap
 from ._hookspecs import (
@@ -246,4 +247,5 @@ __all__ = [
     "Usage",
     "run_loop",
     "ServiceDescriptor",
+    "json_type_name",
 ]

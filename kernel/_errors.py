@@ -5,6 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def json_type_name(value: object) -> str:
+    """How a value reads in an error message about JSON input: "a string", "an array", …"""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
 class RoostError(Exception):
     """Base class of every error roost raises on purpose.
 

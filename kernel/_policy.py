@@ -30,6 +30,7 @@ from ._errors import (
     ToolDenied,
     ToolError,
 )
+from ._errors import json_type_name as _json_type
 from ._tools import ToolCall, ToolResult, ToolSpec
 
 TRUNCATION_MARKER = "\n[output truncated]"
@@ -264,18 +265,6 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     )
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    return type(value).__name__
 
 
 # --------------------------------------------------------------------------------------

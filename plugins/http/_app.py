@@ -36,6 +36,7 @@ from roost.kernel import (
     ToolTimeout,
     TraceContext,
 )
+from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
 from ._auth import bearer_token, origin_allowed, token_fingerprint, tokens_match
@@ -382,18 +383,6 @@ async def _read_json_object() -> dict[str, Any]:
     return body
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
