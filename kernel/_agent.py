@@ -157,16 +157,15 @@ class AgentRuntime:
         kernel = self.kernel
         manifest = self.manifest
         trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
-        await kernel.store.ensure_session(session_id, self.name)
+        user = Message("user", text)
         history = [
             Message.from_record(m.role, m.content, m.data)
-            for m in await kernel.store.history(session_id)
+            for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
         ]
         conversation = Conversation(kernel, self.name, session_id, trace)
         for old in history:
             if old.role == "tool" and old.taint:
                 conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
-        user = Message("user", text)
         request = CompletionRequest(
             agent=self.name,
             system=manifest.system_prompt or "",
@@ -187,7 +186,6 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
-            await kernel.store.append_messages(session_id, self.name, [user.to_record()])
             result: LoopResult = await run_loop(
                 self.provider,
                 request,
@@ -200,16 +198,17 @@ class AgentRuntime:
         except RoostError as exc:
             # The provider failed: the reply says so; the user message is already stored.
             return AgentReply(self.name, f"error: {exc}", session_id, trace.trace_id, True, 0, "error")
-        await kernel.store.append_messages(session_id, self.name, [m.to_record() for m in result.messages])
+        usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
-            await kernel.store.record_usage(
-                self.name,
-                session_id,
+            usage = (
                 self.provider.name,
                 manifest.model.name or "",
                 result.usage.input_tokens,
                 result.usage.output_tokens,
             )
+        await kernel.store.finish_exchange(
+            session_id, self.name, [m.to_record() for m in result.messages], usage=usage
+        )
         return AgentReply(
             self.name,
             result.text,

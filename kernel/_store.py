@@ -175,6 +175,19 @@ class Store(Protocol):
         self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
     ) -> None: ...
 
+    async def start_exchange(
+        self, session_id: str, agent: str, message: Mapping[str, Any]
+    ) -> list[StoredMessage]: ...
+
+    async def finish_exchange(
+        self,
+        session_id: str,
+        agent: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        usage: tuple[str, str, int, int] | None = None,
+    ) -> None: ...
+
     async def history(
         self, session_id: str, *, limit: int | None = None
     ) -> list[StoredMessage]: ...
@@ -279,6 +292,12 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
 # ---- the SQLite store ------------------------------------------------------------------
 
 
+_INSERT_USAGE = (
+    "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, output_tokens) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _T]) -> _T:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -351,6 +370,27 @@ class SqliteStore:
             lambda conn: _transaction(conn, lambda c: self._ensure(c, session_id, agent, now)),
         )
 
+    def _append(
+        self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float
+    ) -> None:
+        self._ensure(conn, session_id, agent, now)
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        conn.executemany(
+            "INSERT INTO messages (session_id, seq, role, content, data, ts) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (session_id, last + i, role, content, data, now)
+                for i, (role, content, data) in enumerate(rows, start=1)
+            ],
+        )
+        conn.execute(
+            "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
+            "WHERE id = ?",
+            (now, len(rows), session_id),
+        )
+
     async def append_messages(
         self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
     ) -> None:
@@ -362,27 +402,71 @@ class SqliteStore:
         _check_id("agent", agent)
         rows = _encode_messages(messages)
         now = time.time()
+        await self._run(
+            "append messages",
+            lambda conn: _transaction(conn, lambda c: self._append(c, session_id, agent, rows, now)),
+        )
+
+    async def start_exchange(
+        self, session_id: str, agent: str, message: Mapping[str, Any]
+    ) -> list[StoredMessage]:
+        """Begin one exchange in a single transaction: create the session if needed, read
+        its history so far, and append ``message`` (the user's). Returns the history
+        before ``message``."""
+        _check_id("session_id", session_id)
+        _check_id("agent", agent)
+        rows = _encode_messages([message])
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
+            self._ensure(conn, session_id, agent, now)
+            history = [
+                StoredMessage(sid, seq, role, content, json.loads(data), ts)
+                for sid, seq, role, content, data, ts in conn.execute(
+                    "SELECT session_id, seq, role, content, data, ts FROM messages "
+                    "WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                )
+            ]
+            self._append(conn, session_id, agent, rows, now)
+            return history
+
+        return await self._run("start an exchange", lambda conn: _transaction(conn, work))
+
+    async def finish_exchange(
+        self,
+        session_id: str,
+        agent: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        usage: tuple[str, str, int, int] | None = None,
+    ) -> None:
+        """End one exchange in a single transaction: append ``messages`` and, when given,
+        the ``usage`` (provider, model, input_tokens, output_tokens) of its model calls."""
+        _check_id("session_id", session_id)
+        _check_id("agent", agent)
+        rows = _encode_messages(messages)
+        usage_row = None
+        if usage is not None:
+            provider, model, input_tokens, output_tokens = usage
+            usage_row = (
+                time.time(),
+                agent,
+                session_id,
+                _check_id("provider", provider),
+                _check_text("model", model),
+                _check_count("input_tokens", input_tokens),
+                _check_count("output_tokens", output_tokens),
+            )
+        now = time.time()
 
         def work(conn: sqlite3.Connection) -> None:
-            self._ensure(conn, session_id, agent, now)
-            (last,) = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            conn.executemany(
-                "INSERT INTO messages (session_id, seq, role, content, data, ts) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (session_id, last + i, role, content, data, now)
-                    for i, (role, content, data) in enumerate(rows, start=1)
-                ],
-            )
-            conn.execute(
-                "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
-                "WHERE id = ?",
-                (now, len(rows), session_id),
-            )
+            if rows:
+                self._append(conn, session_id, agent, rows, now)
+            if usage_row is not None:
+                conn.execute(_INSERT_USAGE, usage_row)
 
-        await self._run("append messages", lambda conn: _transaction(conn, work))
+        await self._run("finish an exchange", lambda conn: _transaction(conn, work))
 
     async def history(self, session_id: str, *, limit: int | None = None) -> list[StoredMessage]:
         """The session's messages in order; with ``limit``, only the last ``limit`` of them."""
@@ -500,14 +584,9 @@ class SqliteStore:
             _check_count("output_tokens", output_tokens),
         )
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, "
-                "output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
-
-        await self._run("record usage", lambda conn: _transaction(conn, work))
+        await self._run(
+            "record usage", lambda conn: _transaction(conn, lambda c: c.execute(_INSERT_USAGE, row))
+        )
 
     async def usage_by_agent(self) -> dict[str, dict]:
         """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}``."""

@@ -404,3 +404,20 @@ async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch)
         assert conn.execute("SELECT content FROM messages").fetchall() == [("precious",)]
     finally:
         conn.close()
+
+
+async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
+    from roost.kernel._store import open_store
+
+    async with open_store(tmp_path / "x.db") as store:
+        before = await store.start_exchange("s", "a", {"role": "user", "content": "one", "data": {}})
+        assert before == []
+        await store.finish_exchange(
+            "s", "a", [{"role": "assistant", "content": "two", "data": {}}], usage=("p", "m", 3, 4)
+        )
+        before = await store.start_exchange("s", "a", {"role": "user", "content": "three", "data": {}})
+        assert [m.content for m in before] == ["one", "two"]
+        assert [m.content for m in await store.history("s")] == ["one", "two", "three"]
+        assert (await store.usage_by_agent())["a"]["input_tokens"] == 3
+        with pytest.raises(StoreError, match="provider"):
+            await store.finish_exchange("s", "a", [], usage=("", "m", 1, 1))
