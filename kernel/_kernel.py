@@ -606,5 +606,5 @@ def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tupl
 
 
 def _call_safely(pm: PluginManager, hook_name: str, **kwargs: Any) -> None:
-    for name, _ in _hook_results(pm, hook_name, **kwargs):
-        pass
+    """Call a notification hook; a plugin raising is recorded in ``pm.failures``."""
+    _hook_results(pm, hook_name, **kwargs)
