@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run demo test bench lint clean
+.PHONY: run demo test bench lint clean conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,14 +17,23 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# Node 22 and the MCP conformance suite, from the npm registry, for the interop tests.
+NODE_CACHE := .cache/node/node_modules/@modelcontextprotocol/conformance/package.json
+$(NODE_CACHE): tests/conformance/install.sh
+	@bash tests/conformance/install.sh >/dev/null || echo "warning: could not install the MCP conformance suite (npm needed); its tests will be skipped" >&2
+
 run: $(STAMP)
 	$(BIN)/roost run
 
 demo: $(STAMP)
 	$(BIN)/roost demo
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_CACHE)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+conformance: $(STAMP) $(NODE_CACHE)
+	bash tests/conformance/run_server.sh
+	bash tests/conformance/run_client.sh
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

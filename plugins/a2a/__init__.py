@@ -1,1 +1,60 @@
-"""A2A for roost: server and client (1.0, 0.3 and the seed 0.1 shape)."""
+"""A2A for roost: server and client (1.0, 0.3 and the seed's 0.1 shape).
+
+The plugin mounts agent cards and the JSON-RPC, HTTP+JSON and 0.1 routes on the daemon
+(``roost_http_routes``), runs the task service (``roost_services``: task store, recovery,
+push delivery, discovery of ``[[a2a.external_agents]]``, which become ``a2a_{name}`` tools)
+and offers a client (``A2AClient``, ``discover``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from roost.kernel import ConfigError, RouteDescriptor, ServiceDescriptor, hookimpl
+
+from ._client import A2AClient, AgentInfo, discover
+from ._models import A2AError
+from ._settings import A2ASettings, ExternalAgent
+
+log = logging.getLogger("roost.a2a")
+
+__all__ = [
+    "A2AClient",
+    "A2AError",
+    "A2ASettings",
+    "AgentInfo",
+    "ExternalAgent",
+    "discover",
+    "roost_http_routes",
+    "roost_services",
+]
+
+
+def _settings(kernel: Any) -> A2ASettings | None:
+    try:
+        return A2ASettings.from_config(getattr(kernel.config, "a2a", None))
+    except ConfigError as exc:
+        log.error("A2A is off: %s", exc)
+        raise
+
+
+@hookimpl
+def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+    settings = _settings(kernel)
+    if settings is None or not settings.enabled:
+        return []
+    from ._server import make_routes
+
+    return make_routes(kernel, settings)
+
+
+@hookimpl
+def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+    settings = _settings(kernel)
+    if settings is None or not settings.enabled:
+        return []
+    from ._server import A2AService
+
+    service = A2AService(kernel, settings)
+    return [ServiceDescriptor("a2a", service.run, start_timeout_s=30.0)]

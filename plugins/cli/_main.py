@@ -148,6 +148,28 @@ def build_parser() -> argparse.ArgumentParser:
         "files", nargs="+", metavar="FILE", help="agent.json files or directories of them"
     )
 
+    a2a = sub.add_parser("a2a", parents=[common], help="talk to A2A agents (any A2A server)")
+    a2a_sub = a2a.add_subparsers(dest="a2a_command", metavar="ACTION", required=True)
+    a2a_discover = a2a_sub.add_parser("discover", parents=[common], help="read an agent's card")
+    a2a_discover.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
+    a2a_discover.add_argument("--json", action="store_true", help="print the whole card as JSON")
+    a2a_send = a2a_sub.add_parser("send", parents=[common], help="send a message to an A2A agent")
+    a2a_send.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
+    a2a_send.add_argument("message", metavar="MESSAGE", help="the text to send")
+    a2a_send.add_argument("--stream", action="store_true", help="print events as they arrive")
+    a2a_send.add_argument("--context", metavar="ID", help="continue this context")
+    a2a_send.add_argument("--task", metavar="ID", help="answer this task (input-required)")
+    a2a_send.add_argument("--json", action="store_true", help="print JSON")
+
+    mcp = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)",
+    )
+    mcp.add_argument(
+        "--no-daemon", action="store_true", help="always boot an in-process kernel"
+    )
+
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
 
@@ -191,8 +213,21 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     import trio
 
+    if command == "a2a":
+        from roost.plugins.a2a._cli import a2a_command
+
+        return trio.run(partial(a2a_command, args, out=out, err=err))
+
     from . import _commands as c
 
+    if command == "mcp":
+        from roost.plugins.mcp._stdio_server import isolate_stdout, run_stdio
+
+        protocol_fd = isolate_stdout()  # before anything else can write to stdout
+        config = _load_config(args)
+        return trio.run(
+            partial(run_stdio, config, stdout_fd=protocol_fd, prefer_daemon=not args.no_daemon)
+        )
     config = _load_config(args)
     if command == "run":
         return trio.run(

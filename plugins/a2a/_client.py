@@ -1,0 +1,424 @@
+"""An A2A client: discover an agent (1.0, 0.3 or 0.1 card), send, stream, get, cancel,
+subscribe and poll with backoff — whichever protocol the agent speaks.
+
+Every URL is checked against SSRF rules (after DNS) before it is fetched; requests time out
+after 30 s (streams: between events); ``User-Agent: roost/<version> A2A``. Pass
+``transport=httpx.MockTransport(...)`` to test without a network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from importlib import metadata as _metadata
+from typing import Any
+from urllib.parse import urljoin
+
+import attrs
+import httpx
+import trio
+from roost.kernel import TraceContext, UrlRefused, check_url
+
+from . import _models as m
+
+DEFAULT_TIMEOUT_S = 30.0
+CARD_PATH = "/.well-known/agent-card.json"
+LEGACY_CARD_PATH = "/.well-known/agent.json"
+MAX_CARD_BYTES = 1_048_576
+
+
+def _version() -> str:
+    try:
+        return _metadata.version("roost")
+    except _metadata.PackageNotFoundError:  # pragma: no cover
+        return "0"
+
+
+USER_AGENT = f"roost/{_version()} A2A"
+
+
+class A2AClientError(m.A2AError):
+    """The remote agent could not be reached or answered something unusable."""
+
+
+@attrs.frozen
+class AgentInfo:
+    """What ``discover`` learned: the protocol the agent speaks and where to reach it."""
+
+    name: str
+    description: str
+    version: str
+    protocol: str  # "1.0", "0.3" or "0.1"
+    jsonrpc_url: str | None
+    rest_url: str | None
+    streaming: bool
+    skills: tuple[Mapping[str, Any], ...]
+    card: Mapping[str, Any] = attrs.field(repr=False)
+
+
+def parse_card(card: Any, card_url: str) -> AgentInfo:
+    """Classify and read a 1.0, 0.3 or 0.1 agent card."""
+    if not isinstance(card, Mapping):
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} is not a JSON object")
+    name = card.get("name")
+    if not isinstance(name, str) or not name:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} has no name")
+    caps = card.get("capabilities") if isinstance(card.get("capabilities"), Mapping) else {}
+    skills = tuple(s for s in card.get("skills") or () if isinstance(s, Mapping))
+    interfaces = card.get("supportedInterfaces")
+    jsonrpc_url = rest_url = None
+    if isinstance(interfaces, list) and interfaces:
+        protocol = m.V1
+        for iface in interfaces:
+            if not isinstance(iface, Mapping):
+                continue
+            binding = str(iface.get("protocolBinding", "")).upper()
+            version = str(iface.get("protocolVersion", "1.0"))
+            url = iface.get("url")
+            if not isinstance(url, str) or not version.startswith("1."):
+                continue
+            if binding == "JSONRPC" and jsonrpc_url is None:
+                jsonrpc_url = url
+            elif binding == "HTTP+JSON" and rest_url is None:
+                rest_url = url
+        if jsonrpc_url is None and rest_url is None:
+            protocol = m.V03
+            jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
+    else:
+        version = str(card.get("protocolVersion") or "")
+        protocol = m.V03 if version.startswith("0.3") or "preferredTransport" in card else m.V01
+        jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
+    if jsonrpc_url is None and rest_url is None:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} names no endpoint (url or supportedInterfaces)")
+    return AgentInfo(
+        name=name,
+        description=str(card.get("description") or ""),
+        version=str(card.get("version") or ""),
+        protocol=protocol,
+        jsonrpc_url=urljoin(card_url, jsonrpc_url) if jsonrpc_url else None,
+        rest_url=urljoin(card_url, rest_url) if rest_url else None,
+        streaming=bool(caps.get("streaming", False)),
+        skills=skills,
+        card=dict(card),
+    )
+
+
+class A2AClient:
+    """Talks to remote A2A agents. Use as ``async with A2AClient() as client:``."""
+
+    def __init__(
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        headers: Mapping[str, str] | None = None,
+        allow_private: bool = False,
+        allow_loopback: bool = False,
+        resolver: Any = None,
+    ) -> None:
+        self.timeout = timeout
+        self.allow_private = allow_private
+        self.allow_loopback = allow_loopback
+        self._resolver = resolver
+        base_headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
+        self._http = httpx.AsyncClient(transport=transport, timeout=timeout, headers=base_headers, follow_redirects=False)
+        self._ids = 0
+
+    async def __aenter__(self) -> A2AClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _check(self, url: str) -> None:
+        try:
+            await check_url(
+                url, allow_private=self.allow_private, allow_loopback=self.allow_loopback, resolver=self._resolver
+            )
+        except UrlRefused as exc:
+            raise A2AClientError(m.INVALID_PARAMS, f"refusing to contact {url}: {exc}") from None
+
+    # ---- discovery ----------------------------------------------------------------------
+    async def discover(self, url: str) -> AgentInfo:
+        """Fetch the agent card: ``url`` itself if it ends in ``.json``, else the 1.0 path,
+        then the legacy ``/.well-known/agent.json``."""
+        if url.rstrip("/").endswith(".json"):
+            candidates = [url]
+        else:
+            base = url.rstrip("/")
+            candidates = [base + CARD_PATH, base + LEGACY_CARD_PATH]
+        last = ""
+        for candidate in candidates:
+            await self._check(candidate)
+            try:
+                response = await self._http.get(candidate, headers={"A2A-Version": "1.0", "Accept": "application/json"})
+            except httpx.HTTPError as exc:
+                raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {candidate}: {type(exc).__name__}: {exc}") from None
+            if response.status_code == 404:
+                last = f"{candidate}: 404"
+                continue
+            if response.status_code != 200:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered HTTP {response.status_code}")
+            if len(response.content) > MAX_CARD_BYTES:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is larger than 1 MiB")
+            try:
+                card = response.json()
+            except ValueError:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is not JSON") from None
+            return parse_card(card, candidate)
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"no agent card found ({last}); is {url} an A2A agent?")
+
+    async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
+        return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
+
+    # ---- JSON-RPC --------------------------------------------------------------------------
+    def _request(self, agent: AgentInfo, op: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        names = {
+            m.V1: {"send": "SendMessage", "stream": "SendStreamingMessage", "get": "GetTask", "cancel": "CancelTask", "subscribe": "SubscribeToTask"},
+            m.V03: {"send": "message/send", "stream": "message/stream", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
+            m.V01: {"send": "tasks/send", "stream": "tasks/sendSubscribe", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
+        }[agent.protocol]
+        self._ids += 1
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": names[op], "params": params}
+        headers = {"Content-Type": "application/json"}
+        if agent.protocol == m.V1:
+            headers["A2A-Version"] = "1.0"
+        return body, headers
+
+    async def _call(self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None = None) -> Any:
+        url = self._endpoint(agent)
+        await self._check(url)
+        body, headers = self._request(agent, op, params)
+        if trace is not None:
+            headers.update(trace.to_headers())
+        try:
+            response = await self._http.post(url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+        return _result(response, url)
+
+    def _endpoint(self, agent: AgentInfo) -> str:
+        if agent.jsonrpc_url is None:
+            raise A2AClientError(m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint")
+        return agent.jsonrpc_url
+
+    def _message(
+        self,
+        agent: AgentInfo,
+        message: str | m.Message,
+        *,
+        context_id: str | None,
+        task_id: str | None,
+        metadata: Mapping[str, Any] | None,
+        trace: TraceContext | None,
+    ) -> dict[str, Any]:
+        if isinstance(message, str):
+            message = m.Message(m.new_id(), m.ROLE_USER, (m.Part(text=message),))
+        meta = dict(message.metadata or {})
+        meta.update(metadata or {})
+        if trace is not None:
+            meta.update(trace.to_meta())
+        message = attrs.evolve(
+            message,
+            context_id=context_id or message.context_id,
+            task_id=(task_id or message.task_id) if agent.protocol != m.V01 else None,
+            metadata=meta or None,
+        )
+        return message.to_json(agent.protocol)
+
+    def _send_params(self, agent: AgentInfo, message: dict[str, Any], *, task_id: str | None, context_id: str | None, return_immediately: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {"message": message}
+        if agent.protocol == m.V1:
+            params["configuration"] = {"returnImmediately": return_immediately}
+        elif agent.protocol == m.V03:
+            params["configuration"] = {"blocking": not return_immediately}
+        else:
+            params["id"] = task_id or m.new_id()
+            if context_id:
+                params["sessionId"] = context_id
+        return params
+
+    async def send(
+        self,
+        agent: AgentInfo | str,
+        message: str | m.Message,
+        *,
+        context_id: str | None = None,
+        task_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        trace: TraceContext | None = None,
+        return_immediately: bool = False,
+    ) -> m.Task | m.Message:
+        """Send a message; returns the task (or a direct message reply)."""
+        info = await self._agent(agent)
+        msg = self._message(info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace)
+        params = self._send_params(info, msg, task_id=task_id, context_id=context_id, return_immediately=return_immediately)
+        result = await self._call(info, "send", params, trace)
+        return _task_or_message(result, info)
+
+    async def get(self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None) -> m.Task:
+        info = await self._agent(agent)
+        params: dict[str, Any] = {"id": task_id}
+        if history_length is not None:
+            params["historyLength"] = history_length
+        return _as_task(await self._call(info, "get", params), info)
+
+    async def cancel(self, agent: AgentInfo | str, task_id: str) -> m.Task:
+        info = await self._agent(agent)
+        return _as_task(await self._call(info, "cancel", {"id": task_id}), info)
+
+    async def wait(
+        self,
+        agent: AgentInfo | str,
+        task_id: str,
+        *,
+        timeout: float = 300.0,
+        first_delay: float = 0.2,
+        max_delay: float = 5.0,
+    ) -> m.Task:
+        """Poll ``GetTask`` with exponential backoff until the task finishes or asks for input."""
+        info = await self._agent(agent)
+        delay = first_delay
+        with trio.fail_after(timeout):
+            while True:
+                task = await self.get(info, task_id)
+                if task.terminal or task.status.state in m.INTERRUPTED_STATES:
+                    return task
+                await trio.sleep(delay)
+                delay = min(delay * 2, max_delay)
+
+    async def stream(
+        self,
+        agent: AgentInfo | str,
+        message: str | m.Message,
+        *,
+        context_id: str | None = None,
+        task_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        trace: TraceContext | None = None,
+    ) -> AsyncIterator[m.Event]:
+        """Send a message and yield the task's events as they come (SSE)."""
+        info = await self._agent(agent)
+        msg = self._message(info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace)
+        params = self._send_params(info, msg, task_id=task_id, context_id=context_id, return_immediately=False)
+        params.pop("configuration", None)
+        async for event in self._stream(info, "stream", params, trace):
+            yield event
+
+    async def subscribe(self, agent: AgentInfo | str, task_id: str) -> AsyncIterator[m.Event]:
+        """Follow a running task (it first comes as it stands, then every change)."""
+        info = await self._agent(agent)
+        async for event in self._stream(info, "subscribe", {"id": task_id}, None):
+            yield event
+
+    async def _stream(self, info: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None) -> AsyncIterator[m.Event]:
+        url = self._endpoint(info)
+        await self._check(url)
+        body, headers = self._request(info, op, params)
+        headers["Accept"] = "text/event-stream"
+        if trace is not None:
+            headers.update(trace.to_headers())
+        try:
+            async with self._http.stream("POST", url, json=body, headers=headers) as response:
+                kind = response.headers.get("content-type", "")
+                if "text/event-stream" not in kind:
+                    await response.aread()
+                    result = _result(response, url)
+                    yield _event(result, info)
+                    return
+                async for data in _sse_data(response):
+                    try:
+                        envelope = json.loads(data)
+                    except ValueError:
+                        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON") from None
+                    if isinstance(envelope, Mapping) and "error" in envelope:
+                        raise _rpc_error(envelope["error"])
+                    result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
+                    yield _event(result, info)
+        except httpx.HTTPError as exc:
+            raise A2AClientError(m.INTERNAL_ERROR, f"stream from {url} failed: {type(exc).__name__}: {exc}") from None
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    lines: list[str] = []
+    async for line in response.aiter_lines():
+        if line == "":
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+            continue
+        if line.startswith("data:"):
+            lines.append(line[5:].lstrip(" "))
+    if lines:
+        yield "\n".join(lines)
+
+
+def _rpc_error(error: Any) -> A2AClientError:
+    if not isinstance(error, Mapping):
+        return A2AClientError(m.INVALID_AGENT_RESPONSE, f"malformed error: {str(error)[:200]}")
+    code = error.get("code") if isinstance(error.get("code"), int) else m.INTERNAL_ERROR
+    exc = A2AClientError(code, str(error.get("message", "error")))
+    exc.data = error.get("data")  # type: ignore[attr-defined]
+    return exc
+
+
+def _result(response: httpx.Response, url: str) -> Any:
+    try:
+        envelope = response.json()
+    except ValueError:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {response.status_code} with a body that is not JSON") from None
+    if not isinstance(envelope, Mapping):
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered with a JSON {type(envelope).__name__}, not an object")
+    if "error" in envelope:
+        raise _rpc_error(envelope["error"])
+    if "result" not in envelope:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {response.status_code} without a result")
+    return envelope["result"]
+
+
+def _event(result: Any, info: AgentInfo) -> m.Event:
+    try:
+        if info.protocol == m.V01 and isinstance(result, Mapping) and "id" in result and "taskId" not in result:
+            if "artifact" in result:
+                return m.event_from_json({"artifactUpdate": {**result, "taskId": result["id"]}})
+            if "status" in result and "sessionId" not in result:
+                return m.event_from_json({"statusUpdate": {**result, "taskId": result["id"]}})
+        return m.event_from_json(result)
+    except m.A2AError as exc:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent sent an unreadable event: {exc}") from None
+
+
+def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
+    if isinstance(result, Mapping) and isinstance(result.get("message"), Mapping) and "task" not in result:
+        return m.message_from_json(result["message"])
+    if isinstance(result, Mapping) and result.get("kind") == "message":
+        return m.message_from_json(result)
+    return _as_task(result, info)
+
+
+def _as_task(result: Any, info: AgentInfo) -> m.Task:
+    if isinstance(result, Mapping) and isinstance(result.get("task"), Mapping):
+        result = result["task"]
+    try:
+        return m.task_from_json(result)
+    except m.A2AError as exc:
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent answered with an unreadable task: {exc}") from None
+
+
+async def discover(url: str, **client_options: Any) -> AgentInfo:
+    """Fetch and read the agent card at ``url`` (1.0 path, then the legacy path)."""
+    async with A2AClient(**client_options) as client:
+        return await client.discover(url)
+
+
+def task_text(task: m.Task | m.Message) -> str:
+    """The readable outcome of a task: its artifacts' text, else its status message."""
+    if isinstance(task, m.Message):
+        return task.text()
+    pieces = [p.as_text() for a in task.artifacts for p in a.parts]
+    if not pieces and task.status.message is not None:
+        pieces = [task.status.message.text()]
+    return "\n".join(pieces)

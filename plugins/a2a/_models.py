@@ -1,0 +1,797 @@
+"""A2A data shapes: frozen attrs models of the 1.0 wire format, and converters to and from
+the 0.3 shape (``kind`` fields, lowercase states) and the seed's 0.1 shape (``type`` parts,
+``sessionId``).
+
+Inside roost every object is a 1.0 model; ``*_from_json(obj, dialect)`` reads any of the
+three shapes (raising ``A2AError`` -32602 that names the field) and ``*.to_json(dialect)``
+writes one. Timestamps are ISO 8601 UTC with milliseconds, as the spec asks.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as _dt
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+V1 = "1.0"
+V03 = "0.3"
+V01 = "0.1"
+DIALECTS = (V1, V03, V01)
+
+# -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+TASK_NOT_FOUND = -32001
+TASK_NOT_CANCELABLE = -32002
+PUSH_NOT_SUPPORTED = -32003
+UNSUPPORTED_OPERATION = -32004
+CONTENT_TYPE_NOT_SUPPORTED = -32005
+INVALID_AGENT_RESPONSE = -32006
+EXTENDED_CARD_NOT_CONFIGURED = -32007
+EXTENSION_SUPPORT_REQUIRED = -32008
+VERSION_NOT_SUPPORTED = -32009
+
+_REASONS = {
+    PARSE_ERROR: ("PARSE_ERROR", 400, "INVALID_ARGUMENT"),
+    INVALID_REQUEST: ("INVALID_REQUEST", 400, "INVALID_ARGUMENT"),
+    METHOD_NOT_FOUND: ("METHOD_NOT_FOUND", 404, "NOT_FOUND"),
+    INVALID_PARAMS: ("INVALID_PARAMS", 400, "INVALID_ARGUMENT"),
+    INTERNAL_ERROR: ("INTERNAL_ERROR", 500, "INTERNAL"),
+    TASK_NOT_FOUND: ("TASK_NOT_FOUND", 404, "NOT_FOUND"),
+    TASK_NOT_CANCELABLE: ("TASK_NOT_CANCELABLE", 409, "FAILED_PRECONDITION"),
+    PUSH_NOT_SUPPORTED: ("PUSH_NOTIFICATION_NOT_SUPPORTED", 400, "UNIMPLEMENTED"),
+    UNSUPPORTED_OPERATION: ("UNSUPPORTED_OPERATION", 400, "FAILED_PRECONDITION"),
+    CONTENT_TYPE_NOT_SUPPORTED: ("CONTENT_TYPE_NOT_SUPPORTED", 415, "INVALID_ARGUMENT"),
+    INVALID_AGENT_RESPONSE: ("INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
+    EXTENDED_CARD_NOT_CONFIGURED: ("EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400, "FAILED_PRECONDITION"),
+    EXTENSION_SUPPORT_REQUIRED: ("EXTENSION_SUPPORT_REQUIRED", 400, "FAILED_PRECONDITION"),
+    VERSION_NOT_SUPPORTED: ("VERSION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
+}
+
+
+class A2AError(Exception):
+    """An A2A protocol error: a JSON-RPC code, a message that says how to fix it, and for
+    invalid params the offending fields (``[(field, problem), ...]``)."""
+
+    def __init__(self, code: int, message: str, *, fields: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fields = tuple(fields)
+
+    @property
+    def reason(self) -> str:
+        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))[0]
+
+    @property
+    def http_status(self) -> int:
+        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))[1]
+
+    def details(self) -> list[dict[str, Any]]:
+        """``google.rpc`` detail objects, as the 1.0 bindings carry them."""
+        metadata: dict[str, Any] = {}
+        if self.fields:
+            metadata["errors"] = [{"field": f, "message": m} for f, m in self.fields]
+        out: list[dict[str, Any]] = [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": self.reason,
+                "domain": "a2a-protocol.org",
+                "metadata": metadata,
+            }
+        ]
+        if self.fields:
+            out.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.BadRequest",
+                    "fieldViolations": [{"field": f, "description": m} for f, m in self.fields],
+                }
+            )
+        return out
+
+    def jsonrpc_error(self, dialect: str = V1) -> dict[str, Any]:
+        """The ``error`` member of a JSON-RPC response."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.code not in (PARSE_ERROR, METHOD_NOT_FOUND):
+            if dialect == V1:
+                out["data"] = self.details()
+            elif self.fields:
+                out["data"] = {"fields": [{"field": f, "message": m} for f, m in self.fields]}
+        return out
+
+    def rest_error(self) -> dict[str, Any]:
+        """The body of an HTTP+JSON error response (google.rpc.Status shape)."""
+        _, status, name = _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
+        return {"error": {"code": status, "status": name, "message": self.message, "details": self.details()}}
+
+    def __repr__(self) -> str:
+        return f"A2AError({self.code}, {self.message!r})"
+
+
+def invalid(field: str, problem: str) -> A2AError:
+    """A -32602 error naming ``field``."""
+    return A2AError(INVALID_PARAMS, f"{field}: {problem}", fields=[(field, problem)])
+
+
+# -- states and roles ----------------------------------------------------------------------
+
+SUBMITTED = "TASK_STATE_SUBMITTED"
+WORKING = "TASK_STATE_WORKING"
+INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+COMPLETED = "TASK_STATE_COMPLETED"
+CANCELED = "TASK_STATE_CANCELED"
+FAILED = "TASK_STATE_FAILED"
+REJECTED = "TASK_STATE_REJECTED"
+TERMINAL_STATES = frozenset({COMPLETED, CANCELED, FAILED, REJECTED})
+INTERRUPTED_STATES = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
+_STATE_TO_OLD = {
+    SUBMITTED: "submitted",
+    WORKING: "working",
+    INPUT_REQUIRED: "input-required",
+    AUTH_REQUIRED: "auth-required",
+    COMPLETED: "completed",
+    CANCELED: "canceled",
+    FAILED: "failed",
+    REJECTED: "rejected",
+    "TASK_STATE_UNSPECIFIED": "unknown",
+}
+_OLD_TO_STATE = {v: k for k, v in _STATE_TO_OLD.items()}
+_OLD_TO_STATE["cancelled"] = CANCELED
+ROLE_USER = "ROLE_USER"
+ROLE_AGENT = "ROLE_AGENT"
+_ROLE_TO_OLD = {ROLE_USER: "user", ROLE_AGENT: "agent"}
+_OLD_TO_ROLE = {"user": ROLE_USER, "agent": ROLE_AGENT}
+
+
+def is_terminal(state: str) -> bool:
+    """True for completed, canceled, failed and rejected."""
+    return state in TERMINAL_STATES
+
+
+def state_from_json(value: Any, field: str = "state") -> str:
+    """A task state in any dialect → the 1.0 enum name."""
+    if isinstance(value, str):
+        if value in _STATE_TO_OLD:
+            return value
+        if value.lower() in _OLD_TO_STATE:
+            return _OLD_TO_STATE[value.lower()]
+    raise invalid(field, f"unknown task state {value!r}; use e.g. TASK_STATE_WORKING or 'working'")
+
+
+def state_to_json(state: str, dialect: str) -> str:
+    return state if dialect == V1 else _STATE_TO_OLD.get(state, "unknown")
+
+
+def now_iso() -> str:
+    """Now as ISO 8601 UTC with milliseconds (``2026-01-02T03:04:05.678Z``)."""
+    t = _dt.datetime.now(_dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+# -- helpers for reading JSON --------------------------------------------------------------
+
+
+def _obj(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise invalid(field, f"must be an object, got {_jtype(value)}")
+    return value
+
+
+def _jtype(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _opt_str(obj: Mapping[str, Any], key: str, field: str, *, max_len: int = 1024) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(field, f"must be a string, got {_jtype(value)}")
+    if len(value) > max_len:
+        raise invalid(field, f"must be at most {max_len} characters")
+    return value
+
+
+def _opt_meta(obj: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any] | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    return dict(_obj(value, field))
+
+
+def _str_list(obj: Mapping[str, Any], key: str, field: str) -> tuple[str, ...]:
+    value = obj.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(field, "must be an array of strings")
+    return tuple(value)
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+# -- Part ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Part:
+    """One piece of content: exactly one of ``text``, ``raw`` (bytes, base64 on the wire),
+    ``url`` (a file by reference) or ``data`` (any JSON value)."""
+
+    text: str | None = None
+    raw: bytes | None = None
+    url: str | None = None
+    data: Any = None
+    has_data: bool = False
+    filename: str | None = None
+    media_type: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.text is not None:
+            return "text"
+        if self.has_data:
+            return "data"
+        return "file"
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        if dialect == V1:
+            out: dict[str, Any] = {}
+            if self.text is not None:
+                out["text"] = self.text
+            elif self.raw is not None:
+                out["raw"] = base64.b64encode(self.raw).decode("ascii")
+            elif self.url is not None:
+                out["url"] = self.url
+            else:
+                out["data"] = self.data
+            if self.metadata is not None:
+                out["metadata"] = dict(self.metadata)
+            if self.filename is not None:
+                out["filename"] = self.filename
+            if self.media_type is not None:
+                out["mediaType"] = self.media_type
+            return out
+        tag = "kind" if dialect == V03 else "type"
+        if self.text is not None:
+            out = {tag: "text", "text": self.text}
+        elif self.has_data:
+            out = {tag: "data", "data": self.data}
+        else:
+            file: dict[str, Any] = {}
+            if self.raw is not None:
+                file["bytes"] = base64.b64encode(self.raw).decode("ascii")
+            else:
+                file["uri"] = self.url
+            if self.media_type is not None:
+                file["mimeType"] = self.media_type
+            if self.filename is not None:
+                file["name"] = self.filename
+            out = {tag: "file", "file": file}
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
+        return out
+
+    def as_text(self) -> str:
+        """How this part reaches an agent (whose input is text): text as is, data as JSON,
+        a file with its name, media type and content (base64) or URL — nothing dropped."""
+        import json
+
+        if self.text is not None:
+            return self.text
+        if self.has_data:
+            return "```json\n" + json.dumps(self.data, ensure_ascii=False, indent=2) + "\n```"
+        label = ", ".join(x for x in (self.filename, self.media_type) if x)
+        label = f" ({label})" if label else ""
+        if self.raw is not None:
+            return f"[file{label}, base64]\n{base64.b64encode(self.raw).decode('ascii')}"
+        return f"[file{label}] {self.url}"
+
+
+def _b64(value: Any, field: str) -> bytes:
+    if not isinstance(value, str):
+        raise invalid(field, f"must be a base64 string, got {_jtype(value)}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        try:
+            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        except (binascii.Error, ValueError):
+            raise invalid(field, "is not valid base64") from None
+
+
+def part_from_json(value: Any, field: str = "part") -> Part:
+    """Read a part in the 1.0, 0.3 or 0.1 shape."""
+    obj = _obj(value, field)
+    meta = _opt_meta(obj, "metadata", f"{field}.metadata")
+    tag = obj.get("kind", obj.get("type"))
+    if tag is not None and tag not in ("text", "file", "data"):
+        raise invalid(f"{field}.kind", f"unknown part kind {tag!r}; use text, file or data")
+    if tag == "file" or (tag is None and isinstance(obj.get("file"), Mapping)):
+        file = _obj(obj.get("file"), f"{field}.file")
+        name = _opt_str(file, "name", f"{field}.file.name")
+        mime = _opt_str(file, "mimeType", f"{field}.file.mimeType")
+        if file.get("bytes") is not None:
+            return Part(raw=_b64(file["bytes"], f"{field}.file.bytes"), filename=name, media_type=mime, metadata=meta)
+        uri = _opt_str(file, "uri", f"{field}.file.uri", max_len=8192)
+        if not uri:
+            raise invalid(f"{field}.file", "needs 'bytes' (base64) or 'uri'")
+        return Part(url=uri, filename=name, media_type=mime, metadata=meta)
+    filename = _opt_str(obj, "filename", f"{field}.filename")
+    media = _opt_str(obj, "mediaType", f"{field}.mediaType")
+    present = [k for k in ("text", "raw", "url", "data") if k in obj and obj[k] is not None]
+    if tag == "text" and "text" not in present:
+        raise invalid(f"{field}.text", "a text part needs a 'text' string")
+    if tag == "data" and "data" not in present:
+        raise invalid(f"{field}.data", "a data part needs 'data'")
+    if not present:
+        raise invalid(field, "a part needs exactly one of text, raw, url or data")
+    if len(present) > 1:
+        raise invalid(field, f"a part has exactly one of text, raw, url or data; got {', '.join(present)}")
+    key = present[0]
+    if key == "text":
+        text = obj["text"]
+        if not isinstance(text, str):
+            raise invalid(f"{field}.text", f"must be a string, got {_jtype(text)}")
+        return Part(text=text, filename=filename or None, media_type=media or None, metadata=meta)
+    if key == "raw":
+        return Part(raw=_b64(obj["raw"], f"{field}.raw"), filename=filename, media_type=media, metadata=meta)
+    if key == "url":
+        url = _opt_str(obj, "url", f"{field}.url", max_len=8192)
+        return Part(url=url, filename=filename, media_type=media, metadata=meta)
+    return Part(data=obj["data"], has_data=True, filename=filename, media_type=media, metadata=meta)
+
+
+def _parts(value: Any, field: str, *, required: bool) -> tuple[Part, ...]:
+    if value is None:
+        if required:
+            raise invalid(field, "is required: a list with at least one part")
+        return ()
+    if not isinstance(value, list):
+        raise invalid(field, f"must be an array of parts, got {_jtype(value)}")
+    if required and not value:
+        raise invalid(field, "must contain at least one part")
+    return tuple(part_from_json(p, f"{field}[{i}]") for i, p in enumerate(value))
+
+
+# -- Message -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Message:
+    """One turn of a conversation."""
+
+    message_id: str
+    role: str
+    parts: tuple[Part, ...]
+    context_id: str | None = None
+    task_id: str | None = None
+    metadata: Mapping[str, Any] | None = None
+    extensions: tuple[str, ...] = ()
+    reference_task_ids: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """The message as the text an agent reads."""
+        return "\n".join(p.as_text() for p in self.parts)
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        if dialect == V01:
+            return _drop_none(
+                {
+                    "role": _ROLE_TO_OLD[self.role],
+                    "parts": [p.to_json(V01) for p in self.parts],
+                    "metadata": dict(self.metadata) if self.metadata is not None else None,
+                }
+            )
+        out: dict[str, Any] = {"messageId": self.message_id}
+        if self.context_id:
+            out["contextId"] = self.context_id
+        if self.task_id:
+            out["taskId"] = self.task_id
+        out["role"] = self.role if dialect == V1 else _ROLE_TO_OLD[self.role]
+        out["parts"] = [p.to_json(dialect) for p in self.parts]
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
+        if self.extensions:
+            out["extensions"] = list(self.extensions)
+        if self.reference_task_ids:
+            out["referenceTaskIds"] = list(self.reference_task_ids)
+        if dialect == V03:
+            out["kind"] = "message"
+        return out
+
+
+def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) -> Message:
+    """Read a message (any dialect). Every problem found is reported, each naming its field."""
+    if not isinstance(value, Mapping):
+        raise A2AError(
+            INVALID_PARAMS,
+            f"{field}: must be an object with messageId, role and parts, got {_jtype(value)}",
+            fields=[(f"{field}.messageId", "Field is required."), (f"{field}.role", "Field is required."),
+                    (f"{field}.parts", "Field must contain at least one element.")],
+        )
+    problems: list[tuple[str, str]] = []
+    message_id = value.get("messageId")
+    if message_id is None and dialect == V01:
+        message_id = new_id()
+    if message_id is None:
+        problems.append((f"{field}.messageId", "Field is required."))
+    elif not isinstance(message_id, str) or not message_id or len(message_id) > 256:
+        problems.append((f"{field}.messageId", "must be a non-empty string of at most 256 characters"))
+    role_raw = value.get("role")
+    role = None
+    if role_raw is None:
+        problems.append((f"{field}.role", "Field is required."))
+    elif role_raw in _ROLE_TO_OLD:
+        role = role_raw
+    elif isinstance(role_raw, str) and role_raw.lower() in _OLD_TO_ROLE:
+        role = _OLD_TO_ROLE[role_raw.lower()]
+    else:
+        problems.append((f"{field}.role", f"unknown role {role_raw!r}; use ROLE_USER or ROLE_AGENT"))
+    raw_parts = value.get("parts", value.get("content"))
+    parts: tuple[Part, ...] = ()
+    if raw_parts is None or raw_parts == []:
+        problems.append((f"{field}.parts", "Field must contain at least one element."))
+    else:
+        try:
+            parts = _parts(raw_parts, f"{field}.parts", required=True)
+        except A2AError as exc:
+            problems.extend(exc.fields)
+    if problems:
+        summary = "; ".join(f"{f}: {m}" for f, m in problems)
+        raise A2AError(INVALID_PARAMS, f"Validation failed: {summary}", fields=problems)
+    return Message(
+        message_id=message_id,
+        role=role,  # type: ignore[arg-type]
+        parts=parts,
+        context_id=_opt_str(value, "contextId", f"{field}.contextId", max_len=256) or None,
+        task_id=_opt_str(value, "taskId", f"{field}.taskId", max_len=256) or None,
+        metadata=_opt_meta(value, "metadata", f"{field}.metadata"),
+        extensions=_str_list(value, "extensions", f"{field}.extensions"),
+        reference_task_ids=_str_list(value, "referenceTaskIds", f"{field}.referenceTaskIds"),
+    )
+
+
+# -- Artifact, status, task ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Artifact:
+    """An output of a task."""
+
+    artifact_id: str
+    parts: tuple[Part, ...]
+    name: str | None = None
+    description: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+    def to_json(self, dialect: str = V1, *, index: int = 0) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if dialect != V01:
+            out["artifactId"] = self.artifact_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.description is not None:
+            out["description"] = self.description
+        out["parts"] = [p.to_json(dialect) for p in self.parts]
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
+        if dialect == V01:
+            out["index"] = index
+        return out
+
+
+def artifact_from_json(value: Any, field: str = "artifact") -> Artifact:
+    obj = _obj(value, field)
+    return Artifact(
+        artifact_id=_opt_str(obj, "artifactId", f"{field}.artifactId") or new_id(),
+        parts=_parts(obj.get("parts"), f"{field}.parts", required=False),
+        name=_opt_str(obj, "name", f"{field}.name"),
+        description=_opt_str(obj, "description", f"{field}.description", max_len=8192),
+        metadata=_opt_meta(obj, "metadata", f"{field}.metadata"),
+    )
+
+
+@attrs.frozen
+class TaskStatus:
+    state: str
+    message: Message | None = None
+    timestamp: str | None = None
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        out: dict[str, Any] = {"state": state_to_json(self.state, dialect)}
+        if self.message is not None:
+            out["message"] = self.message.to_json(dialect)
+        if self.timestamp is not None:
+            out["timestamp"] = self.timestamp
+        return out
+
+
+def status_from_json(value: Any, field: str = "status") -> TaskStatus:
+    obj = _obj(value, field)
+    msg = obj.get("message")
+    return TaskStatus(
+        state=state_from_json(obj.get("state"), f"{field}.state"),
+        message=message_from_json(msg, f"{field}.message", dialect=V01 if "messageId" not in (msg or {}) else V1)
+        if isinstance(msg, Mapping)
+        else None,
+        timestamp=_opt_str(obj, "timestamp", f"{field}.timestamp"),
+    )
+
+
+@attrs.frozen
+class Task:
+    """A unit of work an agent carries out for a client."""
+
+    id: str
+    context_id: str
+    status: TaskStatus
+    artifacts: tuple[Artifact, ...] = ()
+    history: tuple[Message, ...] = ()
+    metadata: Mapping[str, Any] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return is_terminal(self.status.state)
+
+    def to_json(
+        self, dialect: str = V1, *, history_length: int | None = None, include_artifacts: bool = True
+    ) -> dict[str, Any]:
+        history = self.history
+        if history_length is not None:
+            history = history[len(history) - history_length :] if history_length > 0 else ()
+        out: dict[str, Any] = {"id": self.id}
+        if dialect == V01:
+            out["sessionId"] = self.context_id
+        else:
+            out["contextId"] = self.context_id
+        out["status"] = self.status.to_json(dialect)
+        if self.artifacts and include_artifacts:
+            out["artifacts"] = [a.to_json(dialect, index=i) for i, a in enumerate(self.artifacts)]
+        if history:
+            out["history"] = [m.to_json(dialect) for m in history]
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
+        if dialect == V03:
+            out["kind"] = "task"
+        return out
+
+
+def task_from_json(value: Any, field: str = "task") -> Task:
+    """Read a task in any dialect (used by the client and the store)."""
+    obj = _obj(value, field)
+    tid = _opt_str(obj, "id", f"{field}.id", max_len=256)
+    if not tid:
+        raise invalid(f"{field}.id", "is required")
+    history = obj.get("history") or []
+    if not isinstance(history, list):
+        raise invalid(f"{field}.history", "must be an array of messages")
+    artifacts = obj.get("artifacts") or []
+    if not isinstance(artifacts, list):
+        raise invalid(f"{field}.artifacts", "must be an array of artifacts")
+    return Task(
+        id=tid,
+        context_id=obj.get("contextId") or obj.get("sessionId") or "",
+        status=status_from_json(obj.get("status") or {"state": "TASK_STATE_UNSPECIFIED"}, f"{field}.status"),
+        artifacts=tuple(artifact_from_json(a, f"{field}.artifacts[{i}]") for i, a in enumerate(artifacts)),
+        history=tuple(
+            message_from_json(m, f"{field}.history[{i}]", dialect=V1 if isinstance(m, Mapping) and "messageId" in m else V01)
+            for i, m in enumerate(history)
+        ),
+        metadata=_opt_meta(obj, "metadata", f"{field}.metadata"),
+    )
+
+
+# -- streaming events --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class StatusUpdate:
+    task_id: str
+    context_id: str
+    status: TaskStatus
+    metadata: Mapping[str, Any] | None = None
+
+    @property
+    def final(self) -> bool:
+        return is_terminal(self.status.state) or self.status.state in INTERRUPTED_STATES
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        out: dict[str, Any] = {"taskId": self.task_id}
+        if dialect == V01:
+            out = {"id": self.task_id, "status": self.status.to_json(V01), "final": self.final}
+            return out
+        out["contextId"] = self.context_id
+        out["status"] = self.status.to_json(dialect)
+        if self.metadata is not None:
+            out["metadata"] = dict(self.metadata)
+        if dialect == V03:
+            out["kind"] = "status-update"
+            out["final"] = self.final
+        return out
+
+
+@attrs.frozen
+class ArtifactUpdate:
+    task_id: str
+    context_id: str
+    artifact: Artifact
+    append: bool = False
+    last_chunk: bool = False
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        if dialect == V01:
+            art = self.artifact.to_json(V01)
+            art["append"] = self.append
+            art["lastChunk"] = self.last_chunk
+            return {"id": self.task_id, "artifact": art}
+        out: dict[str, Any] = {
+            "taskId": self.task_id,
+            "contextId": self.context_id,
+            "artifact": self.artifact.to_json(dialect),
+        }
+        if dialect == V03:
+            out["kind"] = "artifact-update"
+            out["append"] = self.append
+            out["lastChunk"] = self.last_chunk
+        else:
+            if self.append:
+                out["append"] = True
+            if self.last_chunk:
+                out["lastChunk"] = True
+        return out
+
+
+Event = Task | Message | StatusUpdate | ArtifactUpdate
+
+
+def event_to_json(event: Event, dialect: str = V1) -> dict[str, Any]:
+    """A stream event: wrapped (``{"statusUpdate": ...}``) in 1.0, bare with ``kind`` in 0.3."""
+    body = event.to_json(dialect)
+    if dialect != V1:
+        return body
+    key = {Task: "task", Message: "message", StatusUpdate: "statusUpdate", ArtifactUpdate: "artifactUpdate"}[type(event)]
+    return {key: body}
+
+
+def event_from_json(value: Any) -> Event:
+    """Read a stream event in the 1.0 (wrapped) or 0.3 (``kind``) shape."""
+    obj = _obj(value, "event")
+    if "task" in obj and isinstance(obj["task"], Mapping):
+        return task_from_json(obj["task"])
+    if "message" in obj and isinstance(obj["message"], Mapping) and "messageId" in obj["message"]:
+        return message_from_json(obj["message"])
+    if "statusUpdate" in obj:
+        return _status_update(obj["statusUpdate"])
+    if "artifactUpdate" in obj:
+        return _artifact_update(obj["artifactUpdate"])
+    kind = obj.get("kind")
+    if kind == "task" or ("status" in obj and "id" in obj and "taskId" not in obj):
+        return task_from_json(obj)
+    if kind == "message":
+        return message_from_json(obj)
+    if kind == "status-update" or "status" in obj:
+        return _status_update(obj)
+    if kind == "artifact-update" or "artifact" in obj:
+        return _artifact_update(obj)
+    raise invalid("event", f"unrecognised stream event with keys {sorted(obj)[:8]}")
+
+
+def _status_update(value: Any) -> StatusUpdate:
+    obj = _obj(value, "statusUpdate")
+    return StatusUpdate(
+        task_id=str(obj.get("taskId") or obj.get("id") or ""),
+        context_id=str(obj.get("contextId") or ""),
+        status=status_from_json(obj.get("status"), "statusUpdate.status"),
+        metadata=_opt_meta(obj, "metadata", "statusUpdate.metadata"),
+    )
+
+
+def _artifact_update(value: Any) -> ArtifactUpdate:
+    obj = _obj(value, "artifactUpdate")
+    return ArtifactUpdate(
+        task_id=str(obj.get("taskId") or obj.get("id") or ""),
+        context_id=str(obj.get("contextId") or ""),
+        artifact=artifact_from_json(obj.get("artifact"), "artifactUpdate.artifact"),
+        append=bool(obj.get("append", False)),
+        last_chunk=bool(obj.get("lastChunk", False)),
+    )
+
+
+# -- push-notification config -----------------------------------------------------------------
+
+
+@attrs.frozen
+class PushConfig:
+    """Where to POST a task's updates; ``auth_scheme``/``credentials`` become the
+    ``Authorization`` header, ``token`` the ``X-A2A-Notification-Token`` header."""
+
+    task_id: str
+    id: str
+    url: str
+    token: str | None = None
+    auth_scheme: str | None = None
+    credentials: str | None = attrs.field(default=None, repr=False)
+
+    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+        auth = None
+        if self.auth_scheme:
+            auth = _drop_none({"scheme": self.auth_scheme, "credentials": self.credentials})
+        if dialect == V1:
+            return _drop_none(
+                {"taskId": self.task_id, "id": self.id, "url": self.url, "token": self.token, "authentication": auth}
+            )
+        if auth is not None:
+            auth = _drop_none({"schemes": [self.auth_scheme], "credentials": self.credentials})
+        inner = _drop_none({"id": self.id, "url": self.url, "token": self.token, "authentication": auth})
+        return {"taskId": self.task_id, "pushNotificationConfig": inner}
+
+
+def push_config_from_json(value: Any, field: str = "params", *, task_id: str | None = None) -> PushConfig:
+    """Read a push config: the 1.0 flat shape or the 0.3 ``pushNotificationConfig`` wrapper."""
+    obj = _obj(value, field)
+    inner = obj.get("pushNotificationConfig")
+    inner_field = field
+    if isinstance(inner, Mapping):
+        inner_field = f"{field}.pushNotificationConfig"
+    else:
+        inner = obj
+    tid = task_id or _opt_str(obj, "taskId", f"{field}.taskId", max_len=256)
+    if not tid:
+        raise invalid(f"{field}.taskId", "is required: the task whose updates to push")
+    url = _opt_str(inner, "url", f"{inner_field}.url", max_len=2048)
+    if not url:
+        raise invalid(f"{inner_field}.url", "is required: the webhook URL to POST updates to")
+    scheme = credentials = None
+    auth = inner.get("authentication")
+    if auth is not None:
+        auth = _obj(auth, f"{inner_field}.authentication")
+        scheme = auth.get("scheme")
+        if scheme is None and isinstance(auth.get("schemes"), list) and auth["schemes"]:
+            scheme = auth["schemes"][0]
+        if not isinstance(scheme, str) or not scheme:
+            raise invalid(f"{inner_field}.authentication.scheme", "must be a scheme such as 'Bearer'")
+        credentials = _opt_str(auth, "credentials", f"{inner_field}.authentication.credentials", max_len=4096)
+    return PushConfig(
+        task_id=tid,
+        id=_opt_str(inner, "id", f"{inner_field}.id", max_len=256) or new_id(),
+        url=url,
+        token=_opt_str(inner, "token", f"{inner_field}.token", max_len=4096),
+        auth_scheme=scheme,
+        credentials=credentials,
+    )
+
+
+def text_part(text: str) -> Part:
+    return Part(text=text)
+
+
+def agent_message(text: str, *, context_id: str, task_id: str) -> Message:
+    """A message from the agent holding ``text``."""
+    return Message(new_id(), ROLE_AGENT, (Part(text=text),), context_id=context_id, task_id=task_id)

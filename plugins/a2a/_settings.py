@@ -1,0 +1,103 @@
+"""``[a2a]`` in roost.toml (a raw dict in the kernel config), checked with clear errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+from roost.kernel import ConfigError
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+_KEYS = (
+    "enabled",
+    "listen_path",
+    "api_key",
+    "push_notifications",
+    "push_allow_private",
+    "max_tasks",
+    "default_agent",
+    "external_agents",
+)
+
+
+@attrs.frozen
+class ExternalAgent:
+    """An A2A agent elsewhere, offered to local agents as the tool ``a2a_{name}``."""
+
+    name: str
+    url: str
+
+
+@attrs.frozen
+class A2ASettings:
+    enabled: bool = True
+    listen_path: str = "/a2a"
+    api_key: str | None = attrs.field(default=None, repr=False)
+    push_notifications: bool = False
+    push_allow_private: bool = False
+    max_tasks: int = 1000
+    default_agent: str | None = None
+    external_agents: tuple[ExternalAgent, ...] = ()
+
+    @classmethod
+    def from_config(cls, raw: Any) -> A2ASettings:
+        """Read ``config.a2a``; a bad value raises ConfigError naming the key and the fix."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"a2a: expected a table ([a2a] in roost.toml), got {type(raw).__name__}")
+        unknown = sorted(set(raw) - set(_KEYS))
+        if unknown:
+            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(_KEYS)}")
+
+        def flag(key: str, default: bool) -> bool:
+            value = raw.get(key, default)
+            if not isinstance(value, bool):
+                raise ConfigError(f"a2a.{key}: expected true or false, got {value!r}")
+            return value
+
+        path = raw.get("listen_path", "/a2a")
+        if not isinstance(path, str) or not re.fullmatch(r"(/[A-Za-z0-9_\-.]+)+", path):
+            raise ConfigError(f"a2a.listen_path: expected a path such as '/a2a', got {path!r}")
+        key = raw.get("api_key")
+        if key is not None and (not isinstance(key, str) or len(key) < 8):
+            raise ConfigError("a2a.api_key: expected a string of at least 8 characters (or leave it out)")
+        max_tasks = raw.get("max_tasks", 1000)
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or not 1 <= max_tasks <= 10_000_000:
+            raise ConfigError(f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}")
+        default_agent = raw.get("default_agent")
+        if default_agent is not None and not isinstance(default_agent, str):
+            raise ConfigError(f"a2a.default_agent: expected an agent name, got {default_agent!r}")
+        externals_raw = raw.get("external_agents", [])
+        if not isinstance(externals_raw, list):
+            raise ConfigError("a2a.external_agents: expected an array of tables ([[a2a.external_agents]] name, url)")
+        externals: list[ExternalAgent] = []
+        seen: set[str] = set()
+        for i, item in enumerate(externals_raw):
+            where = f"a2a.external_agents[{i}]"
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"{where}: expected a table with name and url")
+            extra = sorted(set(item) - {"name", "url"})
+            if extra:
+                raise ConfigError(f"{where}.{extra[0]}: unknown key; allowed keys: name, url")
+            name, url = item.get("name"), item.get("url")
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise ConfigError(f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}")
+            if name in seen:
+                raise ConfigError(f"{where}.name: {name!r} is listed twice")
+            if not isinstance(url, str) or not re.match(r"^https?://", url):
+                raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
+            seen.add(name)
+            externals.append(ExternalAgent(name, url))
+        return cls(
+            enabled=flag("enabled", True),
+            listen_path=path,
+            api_key=key,
+            push_notifications=flag("push_notifications", False),
+            push_allow_private=flag("push_allow_private", False),
+            max_tasks=max_tasks,
+            default_agent=default_agent,
+            external_agents=tuple(externals),
+        )

@@ -1,0 +1,294 @@
+"""The A2A task store: SQLite (``<home>/a2a.db``), bounded, survives a restart.
+
+Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
+plugin owns the JSON. Every call runs in a worker thread on one connection used by one
+thread at a time; a write returns only after it is committed. At most ``max_tasks`` rows
+are kept: when a new task would pass the bound, the oldest *terminal* tasks are evicted;
+if every stored task is still running, the new one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import trio
+from roost.kernel import RoostError
+
+_T = TypeVar("_T")
+SCHEMA_VERSION = 1
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS tasks (
+        id TEXT PRIMARY KEY,
+        context_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        state TEXT NOT NULL,
+        terminal INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_at, id)",
+    "CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id, updated_at)",
+    "CREATE INDEX IF NOT EXISTS tasks_terminal ON tasks (terminal, updated_at)",
+    """CREATE TABLE IF NOT EXISTS push_configs (
+        task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (task_id, id)
+    )""",
+)
+
+
+class TaskStoreError(RoostError):
+    """The task store failed or refused (e.g. full of unfinished tasks)."""
+
+    code = "a2a_store_error"
+
+
+@attrs.frozen
+class TaskRow:
+    """One stored task."""
+
+    id: str
+    context_id: str
+    agent: str
+    state: str
+    terminal: bool
+    data: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+def _row(r: tuple) -> TaskRow:
+    return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), json.loads(r[5]), r[6], r[7])
+
+
+_COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at"
+
+
+class TaskStore:
+    """Async SQLite task store; open it with ``open_task_store``."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str, max_tasks: int) -> None:
+        self.path = path
+        self.max_tasks = max_tasks
+        self._conn: sqlite3.Connection | None = conn
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        def call() -> _T:
+            conn = self._conn
+            if conn is None:
+                raise TaskStoreError(f"{self.path}: the task store is closed; cannot {what}")
+            try:
+                return work(conn)
+            except sqlite3.Error as exc:
+                raise TaskStoreError(f"{self.path}: {what} failed: {exc}") from exc
+
+        return await trio.to_thread.run_sync(call, limiter=self._limiter)
+
+    async def insert(self, *, id: str, context_id: str, agent: str, state: str, terminal: bool, data: dict) -> list[str]:
+        """Store a new task, evicting the oldest terminal tasks past ``max_tasks``.
+
+        Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
+        """
+        encoded = json.dumps(data, ensure_ascii=False)
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (count,) = conn.execute("SELECT COUNT(*) FROM tasks").fetchone()
+                evicted: list[str] = []
+                excess = count + 1 - self.max_tasks
+                if excess > 0:
+                    evicted = [
+                        r[0]
+                        for r in conn.execute(
+                            "SELECT id FROM tasks WHERE terminal = 1 ORDER BY updated_at, id LIMIT ?", (excess,)
+                        )
+                    ]
+                    if len(evicted) < excess:
+                        raise TaskStoreError(
+                            f"the task store holds {count} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
+                            "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
+                        )
+                    conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
+                conn.execute(
+                    f"INSERT INTO tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (id, context_id, agent, state, int(terminal), encoded, now, now),
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return evicted
+
+        return await self._run("store a task", work)
+
+    async def update(self, id: str, *, state: str, terminal: bool, data: dict) -> None:
+        """Replace a task's state and data."""
+        encoded = json.dumps(data, ensure_ascii=False)
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ? WHERE id = ?",
+                (state, int(terminal), encoded, now, id),
+            )
+
+        await self._run("update a task", work)
+
+    async def get(self, id: str) -> TaskRow | None:
+        def work(conn: sqlite3.Connection) -> TaskRow | None:
+            r = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (id,)).fetchone()
+            return _row(r) if r else None
+
+        return await self._run("read a task", work)
+
+    async def list(
+        self,
+        *,
+        context_id: str | None = None,
+        state: str | None = None,
+        agent: str | None = None,
+        updated_after: float | None = None,
+        limit: int = 50,
+        before: tuple[float, str] | None = None,
+    ) -> tuple[list[TaskRow], int]:
+        """Tasks newest first (by last update) and the total matching count."""
+        where, args = [], []
+        if context_id is not None:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        if agent is not None:
+            where.append("agent = ?")
+            args.append(agent)
+        if updated_after is not None:
+            where.append("updated_at > ?")
+            args.append(updated_after)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+
+        def work(conn: sqlite3.Connection) -> tuple[list[TaskRow], int]:
+            (total,) = conn.execute(f"SELECT COUNT(*) FROM tasks{clause}", args).fetchone()
+            page_where = list(where)
+            page_args = list(args)
+            if before is not None:
+                page_where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+                page_args += [before[0], before[0], before[1]]
+            page_clause = (" WHERE " + " AND ".join(page_where)) if page_where else ""
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM tasks{page_clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
+                (*page_args, limit),
+            ).fetchall()
+            return [_row(r) for r in rows], total
+
+        return await self._run("list tasks", work)
+
+    async def fail_unfinished(self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]) -> list[str]:
+        """Mark tasks left in ``states`` (in flight when the daemon died) as failed.
+
+        ``reason_data(data)`` returns the new ``(state, data)`` of each; returns the ids changed.
+        """
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            marks = ",".join("?" for _ in states)
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE terminal = 0 AND state IN ({marks})", states).fetchall()
+            changed = []
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for r in rows:
+                    row = _row(r)
+                    state, data = reason_data(row.data)
+                    conn.execute(
+                        "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ? WHERE id = ?",
+                        (state, json.dumps(data, ensure_ascii=False), time.time(), row.id),
+                    )
+                    changed.append(row.id)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return changed
+
+        return await self._run("recover unfinished tasks", work)
+
+    async def put_push_config(self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            (n,) = conn.execute(
+                "SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id != ?", (task_id, config_id)
+            ).fetchone()
+            if n >= max_per_task:
+                raise TaskStoreError(f"task {task_id} already has {n} push-notification configs (at most {max_per_task})")
+            conn.execute(
+                "INSERT OR REPLACE INTO push_configs (task_id, id, data) VALUES (?, ?, ?)",
+                (task_id, config_id, json.dumps(data, ensure_ascii=False)),
+            )
+
+        await self._run("store a push config", work)
+
+    async def push_configs(self, task_id: str) -> list[dict]:
+        def work(conn: sqlite3.Connection) -> list[dict]:
+            rows = conn.execute("SELECT data FROM push_configs WHERE task_id = ? ORDER BY rowid", (task_id,))
+            return [json.loads(r[0]) for r in rows]
+
+        return await self._run("read push configs", work)
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id))
+            return cur.rowcount > 0
+
+        return await self._run("delete a push config", work)
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await trio.to_thread.run_sync(close, limiter=self._limiter)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout = 5000")
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version > SCHEMA_VERSION:
+            conn.close()
+            raise TaskStoreError(f"{path}: written by a newer roost (task schema {version}); upgrade roost")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except sqlite3.DatabaseError as exc:
+        raise TaskStoreError(f"{path}: cannot open the A2A task database: {exc}") from exc
+    return conn
+
+
+@asynccontextmanager
+async def open_task_store(path: Path | str, *, max_tasks: int = 1000) -> AsyncIterator[TaskStore]:
+    """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests)."""
+    text = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().absolute())
+    conn = await trio.to_thread.run_sync(_connect, text)
+    store = TaskStore(conn, text, max_tasks)
+    try:
+        yield store
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

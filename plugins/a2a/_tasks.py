@@ -1,0 +1,469 @@
+"""Task lifecycle over the kernel.
+
+A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
+the A2A service owns; ``CancelTask`` cancels the trio scope around it, which stops the
+agent's run inside its actor. Every change is stored before it is announced. Each live
+task keeps a bounded log of its events: a subscriber first gets the task as it stands
+(everything so far), then follows the log from that point, so no event is lost between
+the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import trio
+from roost.kernel import RecursionLimitExceeded, RoostError, TraceContext
+
+from . import _models as m
+from ._store import TaskRow, TaskStore, TaskStoreError
+
+log = logging.getLogger("roost.a2a")
+
+EVENT_LOG_MAX = 256
+CANCEL_WAIT_S = 10.0
+_OUTPUT_MODES = ("text/plain", "text/*", "*/*", "text", "application/json")
+
+
+@attrs.define(eq=False)
+class LiveTask:
+    """A task held in memory while it may still change."""
+
+    task: m.Task
+    agent: str
+    dialect: str
+    seq: int = 0
+    log: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=EVENT_LOG_MAX))
+    changed: trio.Event = attrs.field(factory=trio.Event)
+    scope: trio.CancelScope | None = None
+    running: bool = False
+    done: trio.Event = attrs.field(factory=trio.Event)
+    cancel_requested: bool = False
+    push: list[m.PushConfig] | None = None
+
+    def append(self, event: m.Event) -> None:
+        self.seq += 1
+        self.log.append((self.seq, event))
+        changed, self.changed = self.changed, trio.Event()
+        changed.set()
+
+    def events_after(self, cursor: int) -> list[m.Event] | None:
+        """Events with seq > cursor; None if the bounded log no longer holds them all."""
+        if cursor >= self.seq:
+            return []
+        if not self.log or self.log[0][0] > cursor + 1:
+            return None
+        return [e for s, e in self.log if s > cursor]
+
+    @property
+    def settled(self) -> bool:
+        state = self.task.status.state
+        return m.is_terminal(state) or state in m.INTERRUPTED_STATES
+
+
+def _data(task: m.Task, agent: str, dialect: str) -> dict[str, Any]:
+    return {"task": task.to_json(m.V1), "agent": agent, "dialect": dialect}
+
+
+def _page_token(row: TaskRow) -> str:
+    raw = json.dumps([row.updated_at, row.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_page_token(token: str) -> tuple[float, str]:
+    """Decode a ListTasks ``pageToken``; -32602 naming the field if it is not ours."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        ts, tid = json.loads(raw)
+        if not isinstance(tid, str) or not isinstance(ts, (int, float)):
+            raise ValueError
+        return float(ts), tid
+    except (ValueError, TypeError):
+        raise m.invalid("pageToken", "is not a token this server issued; pass nextPageToken from the last page") from None
+
+
+@attrs.frozen
+class SendOptions:
+    """SendMessage configuration."""
+
+    return_immediately: bool = False
+    history_length: int | None = None
+    accepted_output_modes: tuple[str, ...] = ()
+    push: m.PushConfig | None = None
+
+
+class TaskManager:
+    """Runs A2A tasks on a kernel and keeps them in a ``TaskStore``."""
+
+    def __init__(
+        self,
+        kernel: Any,
+        store: TaskStore,
+        nursery: trio.Nursery,
+        *,
+        push: Any = None,
+        run_timeout_s: float | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.store = store
+        self.nursery = nursery
+        self.push = push
+        self.run_timeout_s = run_timeout_s or float(getattr(getattr(kernel.config, "kernel", None), "ask_timeout_s", 300.0))
+        self.live: dict[str, LiveTask] = {}
+
+    # ---- recovery ---------------------------------------------------------------------
+    async def recover(self) -> list[str]:
+        """Mark tasks that were in flight when the daemon died as failed (with a reason)."""
+
+        reason = "the roost daemon stopped while this task was running; send the message again"
+
+        def fail(data: dict) -> tuple[str, dict]:
+            try:
+                task = m.task_from_json(data["task"])
+            except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
+                return m.FAILED, {**data, "error": reason}
+            msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
+            task = attrs.evolve(task, status=m.TaskStatus(m.FAILED, msg, m.now_iso()), history=task.history + (msg,))
+            return m.FAILED, {**data, "task": task.to_json(m.V1)}
+
+        changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
+        if changed:
+            log.warning("A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed))
+        return changed
+
+    # ---- reading ----------------------------------------------------------------------
+    async def find(self, task_id: str, *, agent: str | None = None) -> tuple[m.Task, str, str]:
+        """The task ``task_id`` → (task, agent, dialect); -32001 if unknown (or another agent's)."""
+        live = self.live.get(task_id)
+        if live is not None:
+            task, owner, dialect = live.task, live.agent, live.dialect
+        else:
+            row = await self.store.get(task_id) if isinstance(task_id, str) and task_id else None
+            if row is None:
+                raise self._not_found(task_id)
+            task, owner, dialect = m.task_from_json(row.data["task"]), row.agent, row.data.get("dialect", m.V1)
+        if agent is not None and owner != agent:
+            raise self._not_found(task_id)
+        return task, owner, dialect
+
+    @staticmethod
+    def _not_found(task_id: Any) -> m.A2AError:
+        return m.A2AError(m.TASK_NOT_FOUND, f"Task not found: {str(task_id)[:200]!r} (it never existed, or was evicted)")
+
+    async def _load_live(self, task_id: str, agent: str | None) -> LiveTask:
+        live = self.live.get(task_id)
+        if live is not None:
+            if agent is not None and live.agent != agent:
+                raise self._not_found(task_id)
+            return live
+        task, owner, dialect = await self.find(task_id, agent=agent)
+        live = self.live.get(task_id)  # another request may have loaded it meanwhile
+        if live is None:
+            live = LiveTask(task, owner, dialect)
+            live.done.set()
+            if not task.terminal:
+                self.live[task_id] = live
+        return live
+
+    async def list(
+        self,
+        *,
+        agent: str | None,
+        context_id: str | None,
+        state: str | None,
+        page_size: int,
+        page_token: str | None,
+        updated_after: float | None,
+    ) -> tuple[list[m.Task], str, int]:
+        before = parse_page_token(page_token) if page_token else None
+        rows, total = await self.store.list(
+            context_id=context_id, state=state, agent=agent, updated_after=updated_after, limit=page_size + 1, before=before
+        )
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        tasks = [self.live[r.id].task if r.id in self.live else m.task_from_json(r.data["task"]) for r in rows]
+        return tasks, (_page_token(rows[-1]) if more and rows else ""), total
+
+    # ---- sending ------------------------------------------------------------------------
+    async def send(
+        self,
+        agent: str,
+        message: m.Message,
+        options: SendOptions,
+        *,
+        trace: TraceContext | None,
+        dialect: str,
+        task_id: str | None = None,
+    ) -> LiveTask:
+        """Start (or continue) a task with ``message``; returns once it is stored and started.
+
+        ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown).
+        """
+        if options.accepted_output_modes and not any(
+            mode.lower() in _OUTPUT_MODES for mode in options.accepted_output_modes
+        ):
+            raise m.A2AError(
+                m.CONTENT_TYPE_NOT_SUPPORTED,
+                f"configuration.acceptedOutputModes {list(options.accepted_output_modes)[:5]} excludes everything "
+                "this agent produces (text/plain, application/json); accept text/plain",
+            )
+        if options.push is not None and self.push is None:
+            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+        if options.push is not None:
+            await self.push.check_url(options.push.url, field="configuration.taskPushNotificationConfig.url")
+        existing = message.task_id or task_id
+        live: LiveTask | None = None
+        if existing:
+            try:
+                live = await self._load_live(existing, agent)
+            except m.A2AError:
+                if message.task_id:
+                    raise
+                live = None  # 0.1: a new task with the client's id
+        if live is not None:
+            await self._continue(live, message)
+        else:
+            live = await self._create(agent, message, dialect, task_id)
+        if options.push is not None:
+            await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent)
+        live.running = True
+        live.done = trio.Event()
+        self.nursery.start_soon(self._run, live, message.text(), trace)
+        return live
+
+    async def _create(self, agent: str, message: m.Message, dialect: str, task_id: str | None) -> LiveTask:
+        tid = task_id or m.new_id()
+        ctx = message.context_id or m.new_id()
+        message = attrs.evolve(message, task_id=tid, context_id=ctx)
+        task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
+        try:
+            evicted = await self.store.insert(
+                id=tid, context_id=ctx, agent=agent, state=m.SUBMITTED, terminal=False, data=_data(task, agent, dialect)
+            )
+        except TaskStoreError as exc:
+            if "UNIQUE" in str(exc):
+                raise m.invalid("id", f"task id {tid!r} is already in use") from None
+            raise m.A2AError(m.INTERNAL_ERROR, str(exc)) from None
+        for gone in evicted:
+            self.live.pop(gone, None)
+        live = LiveTask(task, agent, dialect)
+        self.live[tid] = live
+        return live
+
+    async def _continue(self, live: LiveTask, message: m.Message) -> None:
+        task = live.task
+        if task.terminal:
+            raise m.A2AError(
+                m.UNSUPPORTED_OPERATION,
+                f"task {task.id} is {m.state_to_json(task.status.state, m.V03)} and takes no more messages; "
+                "start a new task (omit taskId) in the same contextId to go on",
+            )
+        if live.running or task.status.state not in m.INTERRUPTED_STATES:
+            raise m.A2AError(
+                m.UNSUPPORTED_OPERATION,
+                f"task {task.id} is still working; wait until it asks for input (or cancel it) before sending to it",
+            )
+        if message.context_id and message.context_id != task.context_id:
+            raise m.invalid(
+                "message.contextId", f"task {task.id} belongs to context {task.context_id!r}, not {message.context_id!r}"
+            )
+        message = attrs.evolve(message, task_id=task.id, context_id=task.context_id)
+        live.cancel_requested = False
+        new = attrs.evolve(task, history=task.history + (message,), status=m.TaskStatus(m.SUBMITTED, None, m.now_iso()))
+        await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
+
+    async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
+        """Store ``task``, then announce ``events`` (to subscribers and webhooks).
+
+        ``working`` is not written: it is transient, readers see it through ``live``, and
+        after a crash a stored ``submitted`` is recovered exactly like ``working``.
+        """
+        if task.status.state != m.WORKING:
+            with trio.CancelScope(shield=True):
+                await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect))
+        live.task = task
+        for event in events:
+            live.append(event)
+            if self.push is not None:
+                await self.push.notify(live, event)
+
+    async def _status(self, live: LiveTask, state: str, text: str | None = None, *, artifact: m.Artifact | None = None) -> None:
+        task = live.task
+        msg = m.agent_message(text, context_id=task.context_id, task_id=task.id) if text is not None else None
+        status = m.TaskStatus(state, msg, m.now_iso())
+        events: list[m.Event] = []
+        artifacts = task.artifacts
+        if artifact is not None:
+            artifacts = artifacts + (artifact,)
+            events.append(m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True))
+        history = task.history + ((msg,) if msg is not None else ())
+        events.append(m.StatusUpdate(task.id, task.context_id, status))
+        await self._commit(live, attrs.evolve(task, status=status, artifacts=artifacts, history=history), events)
+
+    async def _run(self, live: LiveTask, text: str, trace: TraceContext | None) -> None:
+        task = live.task
+        outcome: tuple[str, str | None, m.Artifact | None] = (m.FAILED, "the agent did not answer", None)
+        try:
+            with trio.CancelScope() as scope:
+                live.scope = scope
+                if live.cancel_requested:
+                    scope.cancel()
+                await self._status(live, m.WORKING)
+                try:
+                    reply = await self.kernel.send(
+                        live.agent, text, session_id=task.context_id, trace=trace, timeout=self.run_timeout_s
+                    )
+                except RecursionLimitExceeded as exc:
+                    outcome = (m.FAILED, str(exc), None)
+                except RoostError as exc:
+                    outcome = (m.FAILED, f"{exc.code}: {exc}", None)
+                except Exception as exc:  # the agent must never take the A2A service down
+                    log.exception("A2A task %s failed", task.id)
+                    outcome = (m.FAILED, f"internal error: {type(exc).__name__}", None)
+                else:
+                    if reply.stop_reason == "cancelled":
+                        outcome = (m.CANCELED, None, None)
+                    elif reply.stop_reason == "input_required":
+                        outcome = (m.INPUT_REQUIRED, reply.text, None)
+                    elif reply.is_error:
+                        outcome = (m.FAILED, reply.text, None)
+                    else:
+                        artifact = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
+                        outcome = (m.COMPLETED, None, artifact)
+            if scope.cancelled_caught or live.cancel_requested:
+                outcome = (m.CANCELED, None, None)
+            state, message, artifact = outcome
+            await self._status(live, state, message, artifact=artifact)
+        except Exception:
+            log.exception("A2A task %s: could not record its outcome", task.id)
+        finally:
+            live.scope = None
+            live.running = False
+            live.done.set()
+            if live.task.terminal:
+                self.live.pop(task.id, None)
+
+    # ---- waiting, following --------------------------------------------------------------
+    async def wait_settled(self, live: LiveTask) -> m.Task:
+        """Wait (bounded by the run timeout) until the task finishes or asks for input."""
+        with trio.move_on_after(self.run_timeout_s + 5):
+            await live.done.wait()
+        return live.task
+
+    def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:
+        """The task as it stands now (taken at this call, not at the first iteration), then
+        every later event until it settles (bounded in time)."""
+        return self._follow(live, live.task, live.seq)
+
+    async def _follow(self, live: LiveTask, snapshot: m.Task, cursor: int) -> AsyncIterator[m.Event]:
+        yield snapshot
+        with trio.move_on_after(self.run_timeout_s + 30):
+            while True:
+                pending = live.events_after(cursor)
+                if pending is None:  # fell behind the bounded log: resynchronise
+                    cursor = live.seq
+                    yield live.task
+                    continue
+                for event in pending:
+                    cursor += 1
+                    yield event
+                    if isinstance(event, m.StatusUpdate) and event.final:
+                        return
+                if cursor >= live.seq:
+                    if not live.running and live.settled:
+                        return
+                    await live.changed.wait()
+
+    async def subscribe(self, task_id: str, *, agent: str | None) -> LiveTask:
+        live = await self._load_live(task_id, agent)
+        if live.task.terminal:
+            raise m.A2AError(
+                m.UNSUPPORTED_OPERATION,
+                f"Task {task_id} is in terminal state: {live.task.status.state}; use GetTask to read it",
+            )
+        return live
+
+    # ---- cancelling ------------------------------------------------------------------------
+    async def cancel(self, task_id: str, *, agent: str | None) -> m.Task:
+        live = await self._load_live(task_id, agent)
+        if live.task.terminal:
+            raise m.A2AError(
+                m.TASK_NOT_CANCELABLE,
+                f"Task cannot be canceled: {task_id} is already {m.state_to_json(live.task.status.state, m.V03)}",
+            )
+        live.cancel_requested = True
+        if live.running:
+            if live.scope is not None:
+                live.scope.cancel()
+            with trio.move_on_after(CANCEL_WAIT_S):
+                await live.done.wait()
+        else:
+            await self._status(live, m.CANCELED)
+            self.live.pop(task_id, None)
+        return live.task
+
+    # ---- push configs ----------------------------------------------------------------------
+    async def set_push(self, config: m.PushConfig, *, agent: str | None) -> m.PushConfig:
+        if self.push is None:
+            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+        await self.find(config.task_id, agent=agent)
+        await self.push.check_url(config.url, field="url")
+        try:
+            await self.store.put_push_config(config.task_id, config.id, config.to_json(m.V1) | {"credentials": config.credentials})
+        except TaskStoreError as exc:
+            raise m.invalid("url", str(exc)) from None
+        live = self.live.get(config.task_id)
+        if live is not None:
+            live.push = None  # reload on next event
+        return config
+
+    async def push_configs(self, task_id: str, *, agent: str | None) -> list[m.PushConfig]:
+        if self.push is None:
+            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+        await self.find(task_id, agent=agent)
+        return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
+
+    async def delete_push(self, task_id: str, config_id: str, *, agent: str | None) -> None:
+        if self.push is None:
+            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+        await self.find(task_id, agent=agent)
+        await self.store.delete_push_config(task_id, config_id)  # idempotent (spec 3.1.10)
+        live = self.live.get(task_id)
+        if live is not None:
+            live.push = None
+
+
+def _push_from_row(data: dict) -> m.PushConfig:
+    auth = data.get("authentication") or {}
+    return m.PushConfig(
+        task_id=data["taskId"],
+        id=data["id"],
+        url=data["url"],
+        token=data.get("token"),
+        auth_scheme=auth.get("scheme"),
+        credentials=data.get("credentials"),
+    )
+
+
+def iso_to_epoch(value: str, field: str) -> float:
+    """ISO 8601 timestamp → seconds since the epoch (-32602 naming ``field`` if malformed)."""
+    import datetime as dt
+
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        raise m.invalid(field, f"must be an ISO 8601 timestamp such as 2026-01-02T03:04:05.000Z, got {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    ts = parsed.timestamp()
+    if not math.isfinite(ts):
+        raise m.invalid(field, "is out of range")
+    return ts
+

@@ -1,0 +1,870 @@
+"""roost as an MCP client: a sans-I/O protocol core and a thin Trio session around it.
+
+``ClientProtocol`` (no I/O) knows both protocol eras: the handshake era (``initialize``
+negotiating 2024-11-05 … 2025-11-25) and the stateless 2026-07-28 revision, where every
+request carries ``_meta`` with the protocol version, client info and capabilities, and a
+result may be ``input_required`` (answered and retried). ``McpClient`` runs it over any
+client transport: many requests in flight on one connection, correlated by id, each with
+a deadline; a request that times out or is cancelled is cancelled at the server too.
+
+Era selection (``protocol``):
+
+- a version string pins it (``2025-11-25`` → ``initialize`` offering it; ``2026-07-28`` →
+  ``server/discover`` then per-request ``_meta``);
+- ``auto`` on HTTP sends ``server/discover`` first (safe: an HTTP server answers every
+  POST on its own) and stays modern only on a ``DiscoverResult`` advertising a modern
+  version or a recognised modern error (-32020/-32021/-32022); anything else (any other
+  error, a 4xx without a modern body) falls back to ``initialize``;
+- ``auto`` on stdio cannot probe the live process — a legacy server may exit or wedge on an
+  unexpected first message — so the manager probes ``server/discover`` on a throw-away
+  process (``probe_era``) and starts the real one in the era it found; without a probe,
+  ``auto`` opens with ``initialize``, which every server understands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+from roost.kernel import _jsonrpc as jsonrpc
+from roost.kernel._errors import RoostError
+
+from .transports._base import TransportClosed, TransportError, single_errors
+
+log = logging.getLogger("roost.mcp.client")
+
+# ---- protocol constants (shared with the server half: plugins/mcp/_protocol.py) ----------
+
+from . import _protocol as proto  # noqa: E402
+
+HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))  # oldest first
+MODERN_VERSIONS = tuple(reversed(proto.STATELESS_VERSIONS))
+SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
+LATEST_HANDSHAKE_VERSION = proto.LATEST_HANDSHAKE_VERSION
+LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
+PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
+
+META_PROTOCOL_VERSION = proto.META_PROTOCOL_VERSION
+META_CLIENT_INFO = proto.META_CLIENT_INFO
+META_CLIENT_CAPABILITIES = proto.META_CLIENT_CAPABILITIES
+META_LOG_LEVEL = proto.META_LOG_LEVEL
+META_SERVER_INFO = proto.META_SERVER_INFO
+
+HEADER_MISMATCH = proto.HEADER_MISMATCH
+MISSING_REQUIRED_CLIENT_CAPABILITY = proto.MISSING_REQUIRED_CLIENT_CAPABILITY
+UNSUPPORTED_PROTOCOL_VERSION = proto.UNSUPPORTED_PROTOCOL_VERSION
+MODERN_ERROR_CODES = proto.MODERN_ERROR_CODES
+
+INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
+CANCEL_SEND_TIMEOUT_S = 2.0
+HANDLER_TIMEOUT_S = 120.0
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+class McpError(RoostError):
+    """A call to an MCP server failed (base class)."""
+
+    code = "mcp_error"
+
+
+class McpTimeout(McpError):
+    """The server did not answer within ``timeout_secs`` (the request was cancelled)."""
+
+    code = "mcp_timeout"
+
+
+class McpConnectionClosed(McpError):
+    """The connection ended while the request was in flight."""
+
+    code = "mcp_connection_closed"
+
+
+class McpProtocolError(McpError):
+    """The server answered with a JSON-RPC error, or broke the protocol."""
+
+    code = "mcp_protocol_error"
+
+    def __init__(self, message: str, *, rpc_code: int | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.rpc_code = rpc_code
+        self.data = data
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        if self.rpc_code is not None:
+            out["rpc_code"] = self.rpc_code
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+# ---- handlers the embedding application provides ---------------------------------------
+
+
+@attrs.frozen
+class ServerRequestContext:
+    """Who a server-to-client request (sampling, elicitation, roots) is on behalf of.
+
+    ``caller`` is the agent whose call caused it (exact in the 2026-07-28 mode; in the
+    handshake era, the agent with the most recent call in flight on this connection).
+    """
+
+    server: str
+    caller: str | None
+    method: str
+
+
+SamplingHandler = Callable[[Mapping[str, Any], ServerRequestContext], Awaitable[Mapping[str, Any]]]
+ElicitationHandler = Callable[[Mapping[str, Any], ServerRequestContext], Awaitable[Mapping[str, Any]]]
+RootsProvider = Callable[[ServerRequestContext], Sequence[Mapping[str, Any]]]
+NotificationHandler = Callable[[str, Mapping[str, Any]], None]
+ProgressHandler = Callable[[Mapping[str, Any]], None]
+
+
+@attrs.frozen
+class ClientOptions:
+    """How a client session behaves. ``protocol`` is ``auto`` or a protocol version."""
+
+    server_name: str = "server"
+    protocol: str = "auto"
+    timeout_secs: float = 30.0
+    client_name: str = "roost"
+    client_version: str = "0.1.0"
+    sampling: SamplingHandler | None = attrs.field(default=None, eq=False, repr=False)
+    elicitation: ElicitationHandler | None = attrs.field(default=None, eq=False, repr=False)
+    roots: RootsProvider | None = attrs.field(default=None, eq=False, repr=False)
+    on_notification: NotificationHandler | None = attrs.field(default=None, eq=False, repr=False)
+    log_level: str | None = "info"
+    max_input_rounds: int = 8
+    max_pending: int = 256
+    max_list_pages: int = 1000
+
+    def __attrs_post_init__(self) -> None:
+        if self.protocol not in PROTOCOL_CHOICES:
+            raise ValueError(
+                f"protocol: expected one of {', '.join(PROTOCOL_CHOICES)}, got {self.protocol!r}"
+            )
+        if not (isinstance(self.timeout_secs, (int, float)) and self.timeout_secs > 0):
+            raise ValueError(f"timeout_secs: expected a positive number, got {self.timeout_secs!r}")
+        if self.log_level is not None and self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+
+# ---- sans-I/O core -----------------------------------------------------------------------
+
+
+def is_modern_error(message: Mapping[str, Any] | jsonrpc.ErrorResponse) -> bool:
+    """True when an error response is one only a 2026-07-28 server sends."""
+    if isinstance(message, jsonrpc.ErrorResponse):
+        return message.error.code in MODERN_ERROR_CODES
+    error = message.get("error") if isinstance(message, Mapping) else None
+    return isinstance(error, Mapping) and error.get("code") in MODERN_ERROR_CODES
+
+
+def result_type(result: Any) -> str:
+    """``resultType`` of a result; a result without one (older servers) is complete."""
+    if isinstance(result, Mapping):
+        value = result.get("resultType")
+        if isinstance(value, str):
+            return value
+    return "complete"
+
+
+def pick_modern_version(supported: Any) -> str | None:
+    """The newest modern version both sides support, from a server's list."""
+    if not isinstance(supported, (list, tuple)):
+        return None
+    for version in reversed(MODERN_VERSIONS):
+        if version in supported:
+            return version
+    return None
+
+
+class ClientProtocol:
+    """The state of one client session, without I/O.
+
+    Build requests with ``initialize_params`` / ``discover_params`` / ``decorate`` and
+    feed answers to ``accept_initialize`` / ``accept_discover``.
+    """
+
+    def __init__(self, options: ClientOptions) -> None:
+        self.options = options
+        self.era: str | None = None  # "handshake" | "modern"
+        self.protocol_version: str | None = None
+        self.server_info: Mapping[str, Any] = {}
+        self.server_capabilities: Mapping[str, Any] = {}
+        self.instructions: str | None = None
+
+    def client_info(self) -> dict[str, Any]:
+        return {"name": self.options.client_name, "version": self.options.client_version}
+
+    def capabilities(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {}
+        if self.options.roots is not None:
+            caps["roots"] = {"listChanged": False}
+        if self.options.sampling is not None:
+            caps["sampling"] = {}
+        if self.options.elicitation is not None:
+            caps["elicitation"] = {"form": {}}
+        return caps
+
+    # handshake era
+    def initialize_params(self) -> dict[str, Any]:
+        wanted = self.options.protocol
+        version = wanted if wanted in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+        return {"protocolVersion": version, "capabilities": self.capabilities(), "clientInfo": self.client_info()}
+
+    def accept_initialize(self, result: Any) -> None:
+        if not isinstance(result, Mapping):
+            raise McpProtocolError("initialize: the server's result is not an object")
+        version = result.get("protocolVersion")
+        if version not in HANDSHAKE_VERSIONS:
+            raise McpProtocolError(
+                f"initialize: the server chose protocol version {version!r}, which roost does not "
+                f"support (supported: {', '.join(HANDSHAKE_VERSIONS)}); upgrade roost or the server"
+            )
+        pinned = self.options.protocol
+        if pinned in HANDSHAKE_VERSIONS and version != pinned:
+            raise McpProtocolError(
+                f"initialize: protocol = {pinned!r} is configured but the server speaks {version!r}; "
+                "set protocol = \"auto\" or the server's version"
+            )
+        caps = result.get("capabilities")
+        info = result.get("serverInfo")
+        self.era = "handshake"
+        self.protocol_version = version
+        self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
+        self.server_info = dict(info) if isinstance(info, Mapping) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+
+    # modern era
+    def modern_meta(self, version: str) -> dict[str, Any]:
+        meta = {
+            META_PROTOCOL_VERSION: version,
+            META_CLIENT_INFO: self.client_info(),
+            META_CLIENT_CAPABILITIES: self.capabilities(),
+        }
+        if self.options.log_level is not None:
+            meta[META_LOG_LEVEL] = self.options.log_level
+        return meta
+
+    def discover_params(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
+        return {"_meta": self.modern_meta(version)}
+
+    def accept_discover(self, result: Any) -> str:
+        """Take a ``DiscoverResult``; returns the chosen version or raises McpProtocolError."""
+        if not isinstance(result, Mapping):
+            raise McpProtocolError("server/discover: the result is not an object")
+        version = pick_modern_version(result.get("supportedVersions"))
+        if version is None:
+            raise McpProtocolError(
+                "server/discover: the server supports none of roost's modern versions "
+                f"(it offers {result.get('supportedVersions')!r}; roost has {', '.join(MODERN_VERSIONS)})"
+            )
+        caps = result.get("capabilities")
+        info = result.get("serverInfo")
+        meta = result.get("_meta")
+        if not isinstance(info, Mapping) and isinstance(meta, Mapping):
+            info = meta.get(META_SERVER_INFO)
+        self.era = "modern"
+        self.protocol_version = version
+        self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
+        self.server_info = dict(info) if isinstance(info, Mapping) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        return version
+
+    def decorate(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Params ready to send: in the modern era, ``_meta`` gains the per-request fields."""
+        out = dict(params or {})
+        if self.era == "modern" and self.protocol_version:
+            meta = dict(out.get("_meta") or {})
+            meta.update(self.modern_meta(self.protocol_version))
+            out["_meta"] = meta
+        return out
+
+    def note_server_info(self, result: Any) -> None:
+        """Modern results may identify the server in ``_meta``; remember it."""
+        if isinstance(result, Mapping):
+            meta = result.get("_meta")
+            if isinstance(meta, Mapping) and isinstance(meta.get(META_SERVER_INFO), Mapping):
+                self.server_info = dict(meta[META_SERVER_INFO])
+
+    @staticmethod
+    def retry_params(params: Mapping[str, Any], result: Mapping[str, Any], responses: Mapping[str, Any]) -> dict[str, Any]:
+        """The params of the retry after an ``input_required`` result."""
+        out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        if responses:
+            out["inputResponses"] = dict(responses)
+        state = result.get("requestState")
+        if isinstance(state, str):
+            out["requestState"] = state
+        return out
+
+
+# ---- the Trio session --------------------------------------------------------------------
+
+
+class _Pending:
+    __slots__ = ("done", "message", "error", "caller", "method")
+
+    def __init__(self, method: str, caller: str | None) -> None:
+        self.done = trio.Event()
+        self.message: jsonrpc.Response | jsonrpc.ErrorResponse | None = None
+        self.error: BaseException | None = None
+        self.caller = caller
+        self.method = method
+
+
+class McpClient:
+    """One connection to one MCP server. Obtain it from ``open_mcp_client``."""
+
+    def __init__(self, transport: Any, options: ClientOptions, nursery: trio.Nursery) -> None:
+        self.transport = transport
+        self.options = options
+        self.protocol = ClientProtocol(options)
+        self._nursery = nursery
+        self._correlator = jsonrpc.Correlator(max_pending=options.max_pending)
+        self._pending: dict[Any, _Pending] = {}
+        self._progress: dict[str, ProgressHandler] = {}
+        self._server_requests: dict[Any, trio.CancelScope] = {}
+        self._tokens = itertools.count(1)
+        self._callers: list[str] = []
+        self.closed = trio.Event()
+        self.closed_reason: str | None = None
+
+    # ---- facts --------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.options.server_name
+
+    @property
+    def era(self) -> str | None:
+        return self.protocol.era
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.protocol.protocol_version
+
+    @property
+    def server_capabilities(self) -> Mapping[str, Any]:
+        return self.protocol.server_capabilities
+
+    @property
+    def server_info(self) -> Mapping[str, Any]:
+        return self.protocol.server_info
+
+    # ---- reading -------------------------------------------------------------------------
+    async def _read(self) -> None:
+        try:
+            async for raw in self.transport.incoming:
+                self._dispatch(raw)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        finally:
+            reason = getattr(self.transport, "closed_reason", None) or "the connection closed"
+            self._connection_lost(reason)
+
+    def _connection_lost(self, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.closed_reason = reason
+        self._correlator.forget_all()
+        for pending in list(self._pending.values()):
+            if not pending.done.is_set():
+                pending.error = McpConnectionClosed(
+                    f"MCP server {self.name!r}: {reason} while {pending.method} was in flight"
+                )
+                pending.done.set()
+        self._pending.clear()
+        for scope in self._server_requests.values():
+            scope.cancel()
+        self.closed.set()
+
+    def _dispatch(self, raw: Any) -> None:
+        try:
+            message = jsonrpc.parse_message(raw)
+        except jsonrpc.JsonRpcError as exc:
+            log.warning("MCP server %s sent an invalid message (ignored): %s", self.name, exc.message)
+            return
+        if isinstance(message, (jsonrpc.Response, jsonrpc.ErrorResponse)):
+            try:
+                self._correlator.feed(message)
+            except jsonrpc.UnknownResponseId as exc:
+                log.info("MCP server %s: %s", self.name, exc.message)
+                return
+            pending = self._pending.pop(message.id, None)
+            if pending is not None:
+                pending.message = message
+                pending.done.set()
+        elif isinstance(message, jsonrpc.Request):
+            self._nursery.start_soon(self._answer_server_request, message)
+        else:
+            self._on_notification(message)
+
+    def _on_notification(self, note: jsonrpc.Notification) -> None:
+        params = note.params if isinstance(note.params, Mapping) else {}
+        if note.method == "notifications/progress":
+            handler = self._progress.get(str(params.get("progressToken")))
+            if handler is not None:
+                try:
+                    handler(params)
+                except Exception:
+                    log.exception("progress handler failed")
+        elif note.method == "notifications/cancelled":
+            scope = self._server_requests.get(params.get("requestId"))
+            if scope is not None:
+                scope.cancel()
+        if self.options.on_notification is not None:
+            try:
+                self.options.on_notification(note.method, params)
+            except Exception:
+                log.exception("notification handler failed for %s", note.method)
+
+    async def _answer_server_request(self, request: jsonrpc.Request) -> None:
+        params = request.params if isinstance(request.params, Mapping) else {}
+        caller = self._callers[-1] if self._callers else None
+        reply: jsonrpc.Response | jsonrpc.ErrorResponse
+        with trio.CancelScope() as scope:
+            self._server_requests[request.id] = scope
+            try:
+                with trio.fail_after(HANDLER_TIMEOUT_S):
+                    result = await self.answer_input_request(request.method, params, caller)
+                reply = jsonrpc.Response(request.id, result)
+            except jsonrpc.JsonRpcError as exc:
+                reply = jsonrpc.ErrorResponse(request.id, exc.to_error())
+            except trio.TooSlowError:
+                reply = jsonrpc.error_response(request.id, jsonrpc.INTERNAL_ERROR, f"{request.method}: no answer within {HANDLER_TIMEOUT_S:g} s")
+            except Exception as exc:
+                log.exception("answering %s from %s failed", request.method, self.name)
+                reply = jsonrpc.error_response(request.id, jsonrpc.INTERNAL_ERROR, f"{request.method} failed: {type(exc).__name__}: {exc}")
+        self._server_requests.pop(request.id, None)
+        if scope.cancelled_caught:
+            return  # the server cancelled it: no response is sent
+        try:
+            await self.transport.send(reply.to_dict())
+        except (TransportClosed, TransportError) as exc:
+            log.info("could not answer %s from %s: %s", request.method, self.name, exc)
+
+    async def answer_input_request(self, method: str, params: Mapping[str, Any], caller: str | None) -> Any:
+        """Answer a server-to-client request (handshake era) or an input request (MRTR).
+
+        Raises JsonRpcError when the feature is not enabled for this server.
+        """
+        context = ServerRequestContext(self.name, caller, method)
+        if method == "ping":
+            return {}
+        if method == "roots/list":
+            if self.options.roots is None:
+                raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, "roots are not offered to this server")
+            return {"roots": [dict(r) for r in self.options.roots(context)]}
+        if method == "sampling/createMessage":
+            if self.options.sampling is None:
+                raise jsonrpc.JsonRpcError(
+                    jsonrpc.METHOD_NOT_FOUND,
+                    f"sampling is disabled for MCP server {self.name!r} (set sampling = true in its [[mcp_servers]] entry)",
+                )
+            return dict(await self.options.sampling(params, context))
+        if method == "elicitation/create":
+            if self.options.elicitation is None:
+                raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, "elicitation is not enabled for this server")
+            return dict(await self.options.elicitation(params, context))
+        raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, f"method {method!r} not found on this client")
+
+    # ---- sending -------------------------------------------------------------------------
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        """Send a notification (no answer)."""
+        message = jsonrpc.Notification(method, dict(params) if params is not None else None)
+        await self.transport.send(message.to_dict())
+
+    async def _exchange(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        timeout: float | None,
+        on_progress: ProgressHandler | None,
+        caller: str | None,
+    ) -> Any:
+        """One request and its answer; raises McpProtocolError for an error response."""
+        if self.closed.is_set():
+            raise McpConnectionClosed(f"MCP server {self.name!r} is disconnected: {self.closed_reason}")
+        timeout = self.options.timeout_secs if timeout is None else timeout
+        params = dict(params) if params is not None else None
+        token = None
+        if on_progress is not None:
+            token = f"roost-{next(self._tokens)}"
+            params = dict(params or {})
+            meta = dict(params.get("_meta") or {})
+            meta["progressToken"] = token
+            params["_meta"] = meta
+            self._progress[token] = on_progress
+        try:
+            request = self._correlator.new_request(method, params)
+        except jsonrpc.TooManyPending as exc:
+            raise McpError(f"MCP server {self.name!r}: {exc.message}") from None
+        pending = _Pending(method, caller)
+        self._pending[request.id] = pending
+        if caller:
+            self._callers.append(caller)
+        answered = False
+        reason = "timeout"
+        try:
+            await self.transport.send(request.to_dict())
+            with trio.move_on_after(timeout):
+                await pending.done.wait()
+            answered = pending.done.is_set()
+        except (TransportClosed, TransportError) as exc:
+            answered = True
+            pending.error = McpConnectionClosed(f"MCP server {self.name!r}: {exc}")
+        except BaseException:
+            reason = "cancelled"
+            raise
+        finally:
+            if caller:
+                self._callers.remove(caller)
+            if token is not None:
+                self._progress.pop(token, None)
+            if not answered:
+                self._pending.pop(request.id, None)
+                self._correlator.forget(request.id)
+                if not self.closed.is_set():
+                    await self._cancel_at_server(request.id, method, reason)
+        if not answered:
+            if math.isinf(timeout):
+                raise McpConnectionClosed(f"MCP server {self.name!r}: {method} ended without an answer")
+            raise McpTimeout(
+                f"MCP server {self.name!r} did not answer {method} within {timeout:g} s "
+                "(the request was cancelled; raise timeout_secs for this server if it needs longer)"
+            )
+        if pending.error is not None:
+            raise pending.error
+        message = pending.message
+        if isinstance(message, jsonrpc.ErrorResponse):
+            raise McpProtocolError(
+                f"MCP server {self.name!r} answered {method} with error {message.error.code}: {message.error.message}",
+                rpc_code=message.error.code,
+                data=message.error.data,
+            )
+        assert message is not None
+        return message.result
+
+    async def _cancel_at_server(self, request_id: Any, method: str, reason: str) -> None:
+        if method == "initialize":
+            return
+        with trio.CancelScope(shield=True):
+            closed_stream = False
+            try:
+                closed_stream = bool(self.transport.cancel_request(request_id))
+            except Exception:
+                log.exception("closing the stream of request %r failed", request_id)
+            if closed_stream and self.protocol.era == "modern":
+                return  # on Streamable HTTP, closing the stream is the cancellation
+            with trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
+                try:
+                    await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+                except (TransportClosed, TransportError):
+                    pass
+
+    async def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        on_progress: ProgressHandler | None = None,
+        caller: str | None = None,
+    ) -> Any:
+        """Send ``method`` and return its result.
+
+        In the 2026-07-28 mode the per-request ``_meta`` is added, an unsupported
+        version is retried with one the server lists, and ``input_required`` results are
+        answered (sampling / elicitation / roots handlers) and retried, up to
+        ``max_input_rounds`` times.
+        """
+        rounds = 0
+        version_retried = False
+        current = dict(params or {})
+        while True:
+            try:
+                result = await self._exchange(
+                    method,
+                    self.protocol.decorate(current),
+                    timeout=timeout,
+                    on_progress=on_progress,
+                    caller=caller,
+                )
+            except McpProtocolError as exc:
+                if (
+                    exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION
+                    and self.protocol.era == "modern"
+                    and not version_retried
+                ):
+                    supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
+                    version = pick_modern_version(supported)
+                    if version is not None:  # retry once, even with the same version
+                        version_retried = True
+                        self.protocol.protocol_version = version
+                        self.transport.set_protocol_version(version, modern=True)
+                        continue
+                raise
+            self.protocol.note_server_info(result)
+            if result_type(result) != "input_required":
+                return result
+            if method not in INPUT_REQUIRED_METHODS:
+                raise McpProtocolError(f"MCP server {self.name!r} answered {method} with input_required, which the protocol does not allow for it")
+            rounds += 1
+            if rounds > self.options.max_input_rounds:
+                raise McpProtocolError(
+                    f"MCP server {self.name!r} still asked for input after {self.options.max_input_rounds} rounds of {method}"
+                )
+            responses = await self._answer_input_requests(result.get("inputRequests"), caller)
+            current = ClientProtocol.retry_params(current, result, responses)
+
+    async def _answer_input_requests(self, requests: Any, caller: str | None) -> dict[str, Any]:
+        if requests is None:
+            return {}
+        if not isinstance(requests, Mapping):
+            raise McpProtocolError(f"MCP server {self.name!r}: inputRequests is not an object")
+        out: dict[str, Any] = {}
+        for key, item in requests.items():
+            if not isinstance(item, Mapping) or not isinstance(item.get("method"), str):
+                raise McpProtocolError(f"MCP server {self.name!r}: inputRequests.{key} has no method")
+            item_params = item.get("params") if isinstance(item.get("params"), Mapping) else {}
+            try:
+                with trio.fail_after(HANDLER_TIMEOUT_S):
+                    out[str(key)] = await self.answer_input_request(item["method"], item_params, caller)
+            except jsonrpc.JsonRpcError as exc:
+                raise McpProtocolError(
+                    f"MCP server {self.name!r} needs {item['method']} to finish this call, but: {exc.message}",
+                    rpc_code=exc.code,
+                ) from None
+        return out
+
+    # ---- session setup -------------------------------------------------------------------
+    async def _handshake(self) -> None:
+        result = await self._exchange(
+            "initialize", self.protocol.initialize_params(), timeout=None, on_progress=None, caller=None
+        )
+        self.protocol.accept_initialize(result)
+        self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
+        await self.notify("notifications/initialized")
+        listen = getattr(self.transport, "start_listening", None)
+        if listen is not None:
+            await listen()
+        if self.options.log_level and "logging" in self.protocol.server_capabilities:
+            try:
+                await self._exchange("logging/setLevel", {"level": self.options.log_level}, timeout=None, on_progress=None, caller=None)
+            except McpError as exc:
+                log.info("MCP server %s refused logging/setLevel: %s", self.name, exc)
+
+    async def discover(self, *, timeout: float | None = None) -> Mapping[str, Any]:
+        """Send ``server/discover`` and adopt the modern era; raises McpProtocolError."""
+        version = self.options.protocol if self.options.protocol in MODERN_VERSIONS else LATEST_MODERN_VERSION
+        self.transport.set_protocol_version(version, modern=True)
+        try:
+            result = await self._exchange(
+                "server/discover", self.protocol.discover_params(version), timeout=timeout, on_progress=None, caller=None
+            )
+        except McpProtocolError as exc:
+            if exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION:
+                supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
+                retry = pick_modern_version(supported)
+                if retry is not None:  # retry once with what the server lists
+                    self.transport.set_protocol_version(retry, modern=True)
+                    result = await self._exchange(
+                        "server/discover", self.protocol.discover_params(retry), timeout=timeout, on_progress=None, caller=None
+                    )
+                else:
+                    raise
+            else:
+                raise
+        chosen = self.protocol.accept_discover(result)
+        self.transport.set_protocol_version(chosen, modern=True)
+        return result
+
+    async def start(self, *, era: str | None = None) -> None:
+        """Select the era and set the session up. ``era`` ("modern"/"handshake") is a
+        probe's finding for ``auto`` (see ``probe_era``)."""
+        wanted = self.options.protocol
+        if wanted in MODERN_VERSIONS or (wanted == "auto" and era == "modern"):
+            await self.discover()
+            return
+        if wanted == "auto" and era is None and getattr(self.transport, "kind", "") in ("http",):
+            outcome = await self._probe_modern()
+            if outcome == "modern":
+                return
+            self.transport.set_protocol_version(None, modern=False)
+        await self._handshake()
+
+    async def _probe_modern(self) -> str:
+        try:
+            await self.discover()
+        except McpProtocolError as exc:
+            if exc.rpc_code in MODERN_ERROR_CODES:
+                raise  # a modern server that refuses us: falling back would be wrong
+            log.info("MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc)
+            self.protocol.era = None
+            return "legacy"
+        return "modern"
+
+    async def listen(self, *, tools: bool = True, prompts: bool = True, resources: bool = True) -> Any:
+        """2026-07-28 ``subscriptions/listen``: hold a long-lived request open so that the
+        server's list-change notifications reach ``on_notification``. Returns when the
+        server ends the subscription; cancel the caller to stop listening."""
+        wanted = {"toolsListChanged": tools, "promptsListChanged": prompts, "resourcesListChanged": resources}
+        params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
+        return await self._exchange("subscriptions/listen", params, timeout=math.inf, on_progress=None, caller=None)
+
+    # ---- MCP operations ------------------------------------------------------------------
+    async def ping(self, *, timeout: float | None = None) -> None:
+        """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
+        if self.protocol.era == "modern":
+            await self.request("server/discover", timeout=timeout)
+        else:
+            await self.request("ping", timeout=timeout)
+
+    async def _list_all(self, method: str, key: str, *, timeout: float | None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(self.options.max_list_pages):
+            params = {"cursor": cursor} if cursor is not None else None
+            result = await self.request(method, params, timeout=timeout)
+            if not isinstance(result, Mapping):
+                raise McpProtocolError(f"MCP server {self.name!r}: {method} result is not an object")
+            page = result.get(key)
+            if not isinstance(page, list):
+                raise McpProtocolError(f"MCP server {self.name!r}: {method} result has no {key} array")
+            items.extend(dict(i) for i in page if isinstance(i, Mapping))
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return items
+            if cursor in seen:
+                raise McpProtocolError(f"MCP server {self.name!r}: {method} repeated the cursor {cursor!r}")
+            seen.add(cursor)
+        raise McpProtocolError(f"MCP server {self.name!r}: {method} returned more than {self.options.max_list_pages} pages")
+
+    async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Every tool, following ``nextCursor`` pagination (on HTTP, tools with invalid
+        ``x-mcp-header`` annotations are dropped, as the spec requires)."""
+        tools = await self._list_all("tools/list", "tools", timeout=timeout)
+        accept = getattr(self.transport, "accept_tools", None)
+        return accept(tools) if accept is not None else tools
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        on_progress: ProgressHandler | None = None,
+        caller: str | None = None,
+    ) -> dict[str, Any]:
+        """``tools/call``; returns the raw ``CallToolResult``. ``meta`` goes in ``_meta``."""
+        params: dict[str, Any] = {"name": name, "arguments": dict(arguments or {})}
+        if meta:
+            params["_meta"] = dict(meta)
+        result = await self.request("tools/call", params, timeout=timeout, on_progress=on_progress, caller=caller)
+        if not isinstance(result, Mapping):
+            raise McpProtocolError(f"MCP server {self.name!r}: tools/call result is not an object")
+        return dict(result)
+
+    async def list_resources(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return await self._list_all("resources/list", "resources", timeout=timeout)
+
+    async def list_resource_templates(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return await self._list_all("resources/templates/list", "resourceTemplates", timeout=timeout)
+
+    async def read_resource(self, uri: str, *, timeout: float | None = None, caller: str | None = None) -> dict[str, Any]:
+        result = await self.request("resources/read", {"uri": uri}, timeout=timeout, caller=caller)
+        return dict(result) if isinstance(result, Mapping) else {}
+
+    async def list_prompts(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        return await self._list_all("prompts/list", "prompts", timeout=timeout)
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None, *, timeout: float | None = None, caller: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name}
+        if arguments:
+            params["arguments"] = {str(k): str(v) for k, v in arguments.items()}
+        result = await self.request("prompts/get", params, timeout=timeout, caller=caller)
+        return dict(result) if isinstance(result, Mapping) else {}
+
+
+@asynccontextmanager
+async def open_mcp_client(transport: Any, options: ClientOptions | None = None, *, era: str | None = None) -> AsyncIterator[McpClient]:
+    """Start a session over ``transport`` (already open) and yield the client.
+
+    The handshake or discovery happens before the block runs; leaving the block stops
+    the reader. Raises McpError when the session cannot be set up.
+    """
+    options = options or ClientOptions()
+    with single_errors():
+        async with trio.open_nursery() as nursery:
+            client = McpClient(transport, options, nursery)
+            nursery.start_soon(client._read)
+            try:
+                await client.start(era=era)
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
+    """Ask a throw-away connection ``server/discover``: "modern" or "legacy".
+
+    Modern: a ``DiscoverResult`` listing a modern version, or a recognised modern error.
+    Anything else — another error, silence until ``timeout``, the process exiting — is
+    legacy (the caller then uses ``initialize`` on a fresh connection).
+    """
+    options = ClientOptions(server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout)
+    try:
+        async with trio.open_nursery() as nursery:
+            client = McpClient(transport, options, nursery)
+            nursery.start_soon(client._read)
+            try:
+                await client.discover(timeout=timeout)
+                return "modern"
+            except McpProtocolError as exc:
+                if exc.rpc_code in MODERN_ERROR_CODES:
+                    return "modern"
+                return "legacy"
+            except McpError:
+                return "legacy"
+            finally:
+                nursery.cancel_scope.cancel()
+    except (TransportClosed, TransportError):
+        return "legacy"
+
+
+__all__ = [
+    "HANDSHAKE_VERSIONS",
+    "LATEST_HANDSHAKE_VERSION",
+    "LATEST_MODERN_VERSION",
+    "MODERN_VERSIONS",
+    "PROTOCOL_CHOICES",
+    "SUPPORTED_VERSIONS",
+    "ClientOptions",
+    "ClientProtocol",
+    "McpClient",
+    "McpConnectionClosed",
+    "McpError",
+    "McpProtocolError",
+    "McpTimeout",
+    "ServerRequestContext",
+    "is_modern_error",
+    "open_mcp_client",
+    "pick_modern_version",
+    "probe_era",
+    "result_type",
+]

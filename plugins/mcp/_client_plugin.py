@@ -1,0 +1,50 @@
+"""Plugin hooks of roost's MCP client half (entry point ``mcp_client``).
+
+- ``roost_services``: the MCP manager, which connects and supervises every configured
+  MCP server and registers their tools as ``mcp_{server}_{tool}``;
+- ``roost_http_routes``: ``GET /api/mcp/servers`` → ``{"configured": [...], "connected": [...]}``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from roost.kernel._hookspecs import RouteDescriptor, ServiceDescriptor, hookimpl
+
+from ._manager import McpManager
+
+_managers: weakref.WeakKeyDictionary[Any, McpManager] = weakref.WeakKeyDictionary()
+
+
+def manager_for(kernel: Any) -> McpManager | None:
+    """The MCP manager running in ``kernel`` (None before the service started)."""
+    return _managers.get(kernel)
+
+
+async def _run_manager(kernel: Any, *, task_status: Any) -> None:
+    manager = McpManager.from_kernel(kernel)
+    _managers[kernel] = manager
+    try:
+        await manager.run(task_status=task_status)
+    finally:
+        _managers.pop(kernel, None)
+
+
+@hookimpl
+def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+    return [ServiceDescriptor("mcp-client", _run_manager, start_timeout_s=10.0)]
+
+
+@hookimpl
+def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+    async def list_servers() -> dict[str, Any]:
+        manager = manager_for(kernel)
+        if manager is None:
+            return {"configured": [], "connected": [], "errors": ["the MCP client service is not running"]}
+        return manager.status()
+
+    return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
+
+
+__all__ = ["manager_for", "roost_http_routes", "roost_services"]

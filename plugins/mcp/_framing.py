@@ -1,0 +1,217 @@
+"""Sans-I/O stdio framing for MCP: newline-delimited JSON, or ``Content-Length`` headers.
+
+Every MCP revision frames stdio as one JSON-RPC message per line. Some older peers
+(LSP-style) frame with ``Content-Length:`` headers instead; ``StdioFramer`` notices that
+from the peer's first bytes and then answers in the same framing.
+
+Feed it bytes, get events back:
+
+* ``Frame(message, size)`` — one decoded JSON value (object, array, ...);
+* ``NotJson(line, error)`` — a line that is not JSON (a stray log line, garbage);
+* ``Oversize(size)`` — a message over the limit, already drained; the stream goes on.
+
+Nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from ._protocol import MAX_MESSAGE_BYTES
+
+NDJSON = "ndjson"
+CONTENT_LENGTH = "content-length"
+
+_HEADER_PREFIX = b"content-length:"
+_MAX_HEADER_BYTES = 8 * 1024
+
+
+@attrs.frozen
+class Frame:
+    """One decoded JSON message and its size in bytes."""
+
+    message: Any
+    size: int
+
+
+@attrs.frozen
+class NotJson:
+    """A line (or framed body) that is not valid JSON; ``line`` is cut to 200 characters."""
+
+    line: str
+    error: str
+
+
+@attrs.frozen
+class Oversize:
+    """A message of ``size`` bytes (at least) over ``limit``; it was skipped."""
+
+    size: int
+    limit: int
+
+
+FrameEvent = Frame | NotJson | Oversize
+
+
+def _preview(data: bytes) -> str:
+    text = data[:200].decode("utf-8", "replace")
+    return text + ("…" if len(data) > 200 else "")
+
+
+def _decode(body: bytes) -> Frame | NotJson:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return NotJson(_preview(body), f"not UTF-8 (byte {exc.start})")
+    try:
+        return Frame(json.loads(text), len(body))
+    except json.JSONDecodeError as exc:
+        return NotJson(_preview(body), f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+    except RecursionError:
+        return NotJson(_preview(body), "JSON nested too deeply")
+
+
+class StdioFramer:
+    """Incremental decoder and encoder for one stdio stream direction pair.
+
+    ``mode`` is None until the peer's first bytes decide it (``ndjson`` unless they start
+    with ``Content-Length:``); set ``mode`` up front to force one.
+    """
+
+    def __init__(self, *, max_bytes: int = MAX_MESSAGE_BYTES, mode: str | None = None) -> None:
+        if mode not in (None, NDJSON, CONTENT_LENGTH):
+            raise ValueError(f"mode: expected {NDJSON!r} or {CONTENT_LENGTH!r}, got {mode!r}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes: expected a positive integer, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.mode = mode
+        self._buf = bytearray()
+        self._scan = 0  # bytes of _buf already searched for a newline
+        self._drain_line = False  # skipping the rest of an oversize line
+        self._drained = 0
+        self._drain_body = 0  # bytes of an oversize framed body still to skip
+        self._body_len: int | None = None  # Content-Length of the body being read
+
+    # ---- decoding ---------------------------------------------------------------------
+    def feed(self, data: bytes) -> list[FrameEvent]:
+        """Add bytes read from the peer; return the events they complete."""
+        events: list[FrameEvent] = []
+        if data:
+            self._buf += data
+        while True:
+            if self.mode is None and not self._decide_mode():
+                return events
+            before = len(events)
+            progressed = self._step_ndjson(events) if self.mode == NDJSON else self._step_headers(events)
+            if not progressed and len(events) == before:
+                return events
+
+    def _decide_mode(self) -> bool:
+        stripped = bytes(self._buf).lstrip()
+        if not stripped:
+            if len(self._buf) > _MAX_HEADER_BYTES:
+                self._buf.clear()
+            return False
+        probe = stripped[: len(_HEADER_PREFIX)].lower()
+        if _HEADER_PREFIX.startswith(probe) and len(probe) < len(_HEADER_PREFIX):
+            return False  # could still become "Content-Length:"; wait for more
+        self.mode = CONTENT_LENGTH if probe == _HEADER_PREFIX else NDJSON
+        return True
+
+    def _step_ndjson(self, events: list[FrameEvent]) -> bool:
+        newline = self._buf.find(b"\n", self._scan)
+        if newline < 0:
+            self._scan = len(self._buf)
+            if self._drain_line:
+                self._drained += len(self._buf)
+                self._buf.clear()
+                self._scan = 0
+            elif len(self._buf) > self.max_bytes:
+                self._drain_line = True
+                self._drained = len(self._buf)
+                self._buf.clear()
+                self._scan = 0
+            return False
+        line = bytes(self._buf[:newline])
+        del self._buf[: newline + 1]
+        self._scan = 0
+        if self._drain_line:
+            self._drain_line = False
+            events.append(Oversize(self._drained + len(line) + 1, self.max_bytes))
+            self._drained = 0
+            return True
+        line = line.rstrip(b"\r")
+        if len(line) > self.max_bytes:
+            events.append(Oversize(len(line), self.max_bytes))
+        elif line.strip():
+            events.append(_decode(line.strip()))
+        return True
+
+    def _step_headers(self, events: list[FrameEvent]) -> bool:
+        if self._drain_body:
+            take = min(self._drain_body, len(self._buf))
+            del self._buf[:take]
+            self._drain_body -= take
+            return take > 0
+        if self._body_len is None:
+            end = self._buf.find(b"\r\n\r\n")
+            sep = 4
+            if end < 0:
+                end = self._buf.find(b"\n\n")
+                sep = 2
+            if end < 0:
+                if len(self._buf) > _MAX_HEADER_BYTES:
+                    events.append(NotJson(_preview(bytes(self._buf)), "header block too long or missing Content-Length"))
+                    self._buf.clear()
+                return False
+            header_block = bytes(self._buf[:end])
+            del self._buf[: end + sep]
+            length = None
+            for raw in header_block.split(b"\n"):
+                name, _, value = raw.strip().partition(b":")
+                if name.strip().lower() == b"content-length":
+                    try:
+                        length = int(value.strip())
+                    except ValueError:
+                        length = None
+            if length is None or length < 0:
+                events.append(NotJson(_preview(header_block), "missing or malformed Content-Length header"))
+                return True
+            if length > self.max_bytes:
+                events.append(Oversize(length, self.max_bytes))
+                self._drain_body = length
+                return True
+            self._body_len = length
+        if len(self._buf) < self._body_len:
+            return False
+        body = bytes(self._buf[: self._body_len])
+        del self._buf[: self._body_len]
+        self._body_len = None
+        events.append(_decode(body))
+        return True
+
+    # ---- encoding ---------------------------------------------------------------------
+    def encode(self, payload: bytes) -> bytes:
+        """Frame one encoded JSON message for the peer, in the peer's framing.
+
+        Raises ValueError for a payload over the limit (the caller answers with an error
+        instead) or, in NDJSON, one containing a raw newline.
+        """
+        if len(payload) > self.max_bytes:
+            raise ValueError(f"message is {len(payload)} bytes, over the limit of {self.max_bytes}")
+        if self.mode == CONTENT_LENGTH:
+            return b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+        if b"\n" in payload:
+            raise ValueError("an NDJSON message must not contain a raw newline; encode it compactly")
+        return payload + b"\n"
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held while waiting for the rest of a message."""
+        return len(self._buf)
+
+
+__all__ = ["CONTENT_LENGTH", "NDJSON", "Frame", "FrameEvent", "NotJson", "Oversize", "StdioFramer"]

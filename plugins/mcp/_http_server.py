@@ -1,0 +1,546 @@
+"""MCP Streamable HTTP on the daemon: ``/mcp`` (every agent) and ``/agents/<name>/mcp``.
+
+Both eras on the same endpoints, told apart per request:
+
+* **handshake era** (2025-03-26 … 2025-11-25): ``initialize`` opens a session named by the
+  ``Mcp-Session-Id`` response header; later requests must carry it (400 without, 404 for an
+  unknown or ended one). POST answers JSON or an SSE stream; GET opens the session's
+  notification stream; DELETE ends the session. SSE events carry ids, and a dropped
+  stream is resumed with ``GET`` + ``Last-Event-ID`` from a bounded replay buffer. The
+  ``MCP-Protocol-Version`` header must name the negotiated version (absent: 2025-03-26).
+* **stateless** (2026-07-28): a request whose ``_meta`` names the protocol version needs no
+  session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
+  (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
+
+Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
+The request body cap is the daemon's ``http.max_body_bytes`` (413 beyond it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+import trio
+from roost.kernel import AgentNotFound
+from roost.kernel import jsonrpc as rpc
+
+from . import _protocol as p
+from ._server import McpServer, ServerSession
+
+log = logging.getLogger("roost.mcp.http")
+
+MAX_SESSIONS = 1000
+SESSION_IDLE_S = 3600.0
+REPLAY_EVENTS = 256
+KEEPALIVE_S = 15.0
+MAX_IN_FLIGHT_PER_SESSION = 64
+SSE_RETRY_MS = 1000
+
+
+# ---- SSE event logs ------------------------------------------------------------------------
+
+
+class EventLog:
+    """One SSE stream's events, numbered, the last ``keep`` of them kept for resumption."""
+
+    def __init__(self, stream_id: str, keep: int = REPLAY_EVENTS) -> None:
+        self.stream_id = stream_id
+        self.events: deque[tuple[int, str]] = deque(maxlen=keep)
+        self.next_seq = 1
+        self.closed = False
+        self._changed = trio.Event()
+
+    def append(self, message: Any) -> None:
+        if self.closed:
+            return
+        self.events.append((self.next_seq, json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)))
+        self.next_seq += 1
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def first(self) -> None:
+        """Wait until the stream has an event or is closed."""
+        while not self.events and not self.closed:
+            await self._changed.wait()
+
+    def event_id(self, seq: int) -> str:
+        return f"{self.stream_id}.{seq}"
+
+    async def follow(self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[tuple[int, str] | None]:
+        """Yield ``(seq, data)`` for events after ``after`` as they come, until closed;
+        ``None`` now and then while idle (send a keep-alive comment)."""
+        while True:
+            fresh = [(seq, data) for seq, data in self.events if seq > after]
+            for seq, data in fresh:
+                after = seq
+                yield seq, data
+            if self.closed and not [e for e in self.events if e[0] > after]:
+                return
+            changed = self._changed
+            with trio.move_on_after(keepalive_s) as idle:
+                await changed.wait()
+            if idle.cancelled_caught:
+                yield None
+
+
+def sse_frame(event_id: str | None, data: str) -> bytes:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: message\ndata: {data}\n\n".encode()
+
+
+# ---- sessions and the hub ------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class HttpSession:
+    """A handshake-era session at one endpoint."""
+
+    server: McpServer
+    state: ServerSession
+    endpoint: str | None
+    streams: dict[str, EventLog] = attrs.field(factory=dict)
+    standalone: EventLog | None = None
+    last_seen: float = 0.0
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+    def new_stream(self) -> EventLog:
+        stream = EventLog(secrets.token_hex(8))
+        self.streams[stream.stream_id] = stream
+        while len(self.streams) > REPLAY_EVENTS:  # forget the oldest finished streams
+            oldest = next(iter(self.streams))
+            self.streams.pop(oldest)
+        return stream
+
+
+class McpHttpHub:
+    """The MCP HTTP state of one kernel: servers per endpoint, sessions, and (when the
+    plugin's service runs) a nursery in which handshake-era work outlives a dropped
+    connection so it can be resumed."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.servers: dict[str | None, McpServer] = {}
+        self.sessions: dict[str, HttpSession] = {}
+        self.nursery: trio.Nursery | None = None
+
+    def server_for(self, agent: str | None) -> McpServer:
+        server = self.servers.get(agent)
+        if server is None:
+            server = self.servers[agent] = McpServer(self.kernel, agent=agent)
+        return server
+
+    def open_session(self, server: McpServer, endpoint: str | None) -> HttpSession:
+        self._expire()
+        if len(self.sessions) >= MAX_SESSIONS:
+            raise _HttpError(503, rpc.error_response(None, rpc.SERVER_ERROR, f"too many MCP sessions ({MAX_SESSIONS}); end unused ones with DELETE"))
+        session = HttpSession(server, server.new_session(), endpoint, last_seen=trio.current_time())
+        self.sessions[session.state.id] = session
+        if self.nursery is not None:
+            self.nursery.start_soon(self._watch, session)
+        return session
+
+    async def _watch(self, session: HttpSession) -> None:
+        async def push(message: Any) -> None:
+            if session.standalone is not None:
+                session.standalone.append(message)
+
+        with session.scope:
+            await session.server.watch_changes(session.state, push)
+
+    def close_session(self, session_id: str) -> bool:
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return False
+        session.state.closed = True
+        session.state.cancel_all()
+        session.scope.cancel()
+        for stream in session.streams.values():
+            stream.close()
+        if session.standalone is not None:
+            session.standalone.close()
+        return True
+
+    def _expire(self) -> None:
+        now = trio.current_time()
+        for sid, session in list(self.sessions.items()):
+            if now - session.last_seen > SESSION_IDLE_S and not session.state.in_flight:
+                self.close_session(sid)
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.nursery = None
+            for sid in list(self.sessions):
+                self.close_session(sid)
+
+
+_hubs: weakref.WeakKeyDictionary[Any, McpHttpHub] = weakref.WeakKeyDictionary()
+
+
+def hub_for(kernel: Any) -> McpHttpHub:
+    """The hub of ``kernel`` (created on first use)."""
+    hub = _hubs.get(kernel)
+    if hub is None:
+        hub = _hubs[kernel] = McpHttpHub(kernel)
+    return hub
+
+
+async def run_hub(kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The ``mcp-http`` service: owns the nursery of the kernel's MCP HTTP sessions."""
+    await hub_for(kernel).run(task_status=task_status)
+
+
+# ---- request handling ---------------------------------------------------------------------
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = dict(headers or {})
+
+
+def _json_response(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Any:
+    from quart import Response
+
+    if hasattr(body, "to_dict"):
+        body = body.to_dict()
+    text = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str)
+    response = Response(text, status=status, headers=dict(headers or {}))
+    if text:
+        response.headers["Content-Type"] = "application/json"
+    return response
+
+
+def _jsonrpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> _HttpError:
+    return _HttpError(status, rpc.error_response(request_id, code, message, data))
+
+
+def _accepts(header: str | None, mime: str) -> bool:
+    if not header:
+        return True
+    kinds = [part.split(";")[0].strip().lower() for part in header.split(",")]
+    return mime in kinds or "*/*" in kinds or f"{mime.split('/')[0]}/*" in kinds
+
+
+def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
+    if not stateless or not isinstance(error, Mapping):
+        return 200
+    code = error.get("code")
+    if code in (p.UNSUPPORTED_PROTOCOL_VERSION, p.HEADER_MISMATCH, p.MISSING_REQUIRED_CLIENT_CAPABILITY, rpc.INVALID_REQUEST):
+        return 400
+    if code == rpc.INVALID_PARAMS and p.META_PROTOCOL_VERSION in str(error.get("message", "")) or code == rpc.INVALID_PARAMS and p.META_CLIENT_CAPABILITIES in str(error.get("message", "")):
+        return 400
+    if code == rpc.METHOD_NOT_FOUND:
+        return 404
+    return 200
+
+
+class McpEndpoint:
+    """The view functions of one MCP endpoint (``agent`` None: the host surface)."""
+
+    def __init__(self, kernel: Any, agent_param: bool) -> None:
+        self.kernel = kernel
+        self.agent_param = agent_param
+
+    def _server(self, name: str | None) -> McpServer:
+        try:
+            return hub_for(self.kernel).server_for(name)
+        except AgentNotFound as exc:
+            raise _HttpError(404, {"error": {"code": "agent_not_found", "message": str(exc)}}) from None
+
+    async def view(self, name: str | None = None) -> Any:
+        from quart import request
+
+        try:
+            if request.method == "POST":
+                return await self._post(name)
+            if request.method == "GET":
+                return await self._get(name)
+            if request.method == "DELETE":
+                return await self._delete(name)
+            raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
+        except _HttpError as exc:
+            return _json_response(exc.status, exc.body, exc.headers)
+
+    # ---- POST -------------------------------------------------------------------------------
+    async def _post(self, name: str | None) -> Any:
+        from quart import request
+
+        server = self._server(name)
+        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            raise _jsonrpc_error(415, rpc.INVALID_REQUEST, f"Content-Type must be application/json, got {ctype or 'none'}")
+        accept = request.headers.get("Accept")
+        if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
+            raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream")
+        raw = await request.get_data(cache=False)
+        try:
+            message = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise _jsonrpc_error(400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})") from None
+        except RecursionError:
+            raise _jsonrpc_error(400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply") from None
+        if isinstance(message, list):
+            raise _jsonrpc_error(400, rpc.INVALID_REQUEST, "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST")
+        try:
+            parsed = rpc.parse_message(message)
+        except rpc.JsonRpcError as exc:
+            raise _HttpError(400, exc.to_response()) from None
+        params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+        # Stateless when the body says so, or when a session-less request names a 2026 version.
+        stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
+            p.request_era(params) == p.ERA_STATELESS
+            or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
+        )
+        if stateless:
+            return await self._post_stateless(server, parsed, message)
+        return await self._post_session(server, name, parsed, message)
+
+    def _check_modern_headers(self, parsed: Any) -> None:
+        from quart import request
+
+        request_id = getattr(parsed, "id", None)
+        params = parsed.params if isinstance(parsed.params, Mapping) else {}
+        meta = params.get("_meta") or {}
+        body_version = meta.get(p.META_PROTOCOL_VERSION)
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+        if header_version is None:
+            raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_PROTOCOL_VERSION} header is required").to_response(request_id))
+        if header_version != body_version:
+            raise _HttpError(400, p.header_mismatch_error(
+                f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} does not match body value {body_version!r}"
+            ).to_response(request_id))
+        if not p.is_stateless_version(body_version):
+            raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
+        if isinstance(parsed, rpc.Notification):
+            return
+        method = request.headers.get(p.HEADER_METHOD)
+        if method is None:
+            raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_METHOD} header is required").to_response(request_id))
+        if method != parsed.method:
+            raise _HttpError(400, p.header_mismatch_error(f"{p.HEADER_METHOD} header value {method!r} does not match body value {parsed.method!r}").to_response(request_id))
+        if parsed.method in (p.TOOLS_CALL, p.RESOURCES_READ, p.PROMPTS_GET):
+            body_name = params.get("uri" if parsed.method == p.RESOURCES_READ else "name")
+            header_name = request.headers.get(p.HEADER_NAME)
+            if header_name is None:
+                raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_NAME} header is required for {parsed.method}").to_response(request_id))
+            decoded = p.decode_header_value(header_name)
+            if decoded is None or decoded != body_name:
+                raise _HttpError(400, p.header_mismatch_error(f"{p.HEADER_NAME} header value {header_name!r} does not match body value {body_name!r}").to_response(request_id))
+
+    async def _post_stateless(self, server: McpServer, parsed: Any, message: Any) -> Any:
+        from quart import request
+
+        if isinstance(parsed, rpc.Request):
+            try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
+                p.check_stateless_meta(p.read_request_meta(parsed.params))
+            except rpc.JsonRpcError as exc:
+                if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
+                    raise _HttpError(400, exc.to_response(parsed.id)) from None
+        self._check_modern_headers(parsed)
+        if isinstance(parsed, rpc.Notification):
+            await server.handle(server.new_session(), message)
+            return _json_response(202, None)
+        if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
+            return _json_response(202, None)
+        session = server.new_session()
+        wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(request.headers.get("Accept"), "text/event-stream")
+        hub = hub_for(self.kernel)
+        if wants_stream and hub.nursery is not None:
+            stream = EventLog(secrets.token_hex(8))
+            scope = trio.CancelScope()
+            hub.nursery.start_soon(_run_into, server, session, message, stream, scope)
+            try:
+                await stream.first()
+            except BaseException:
+                scope.cancel()  # the client left before anything happened
+                raise
+            if stream.closed and len(stream.events) == 1:
+                # Answered before any notification: plain JSON, with the status an error needs.
+                reply = json.loads(stream.events[0][1])
+                return _json_response(_status_for_error(reply.get("error"), True), reply)
+            return self._sse(stream, 0, cancel_on_close=scope, with_ids=False)
+        reply = await server.handle(session, message)
+        if reply is None:
+            return _json_response(202, None)
+        return _json_response(_status_for_error(reply.get("error"), True), reply)
+
+    async def _post_session(self, server: McpServer, name: str | None, parsed: Any, message: Any) -> Any:
+        from quart import request
+
+        hub = hub_for(self.kernel)
+        request_id = getattr(parsed, "id", None)
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+        if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
+            if request.headers.get(p.HEADER_SESSION_ID):
+                session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
+                if session is None:
+                    raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize without Mcp-Session-Id", request_id)
+            session = hub.open_session(server, name)
+            reply = await server.handle(session.state, message)
+            if reply is None or "error" in reply:
+                hub.close_session(session.state.id)
+                return _json_response(200 if reply else 202, reply)
+            return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
+        session = self._session(name, request_id)
+        if header_version is not None:
+            if header_version not in p.SUPPORTED_VERSIONS:
+                raise _HttpError(400, p.unsupported_version_error(header_version).to_response(request_id))
+            if header_version != session.state.protocol_version:
+                raise _jsonrpc_error(
+                    400, rpc.INVALID_REQUEST,
+                    f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this session negotiated {session.state.protocol_version!r}",
+                    request_id,
+                )
+        session.last_seen = trio.current_time()
+        if not isinstance(parsed, rpc.Request):
+            await server.handle(session.state, message)
+            return _json_response(202, None)
+        if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
+            raise _jsonrpc_error(429, rpc.SERVER_ERROR, f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})", request_id)
+        wants_stream = parsed.method == p.TOOLS_CALL and _accepts(request.headers.get("Accept"), "text/event-stream")
+        if wants_stream and hub.nursery is not None:
+            stream = session.new_stream()
+            hub.nursery.start_soon(_run_into, server, session.state, message, stream, trio.CancelScope())
+            prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
+            return self._sse(stream, 0, prime=prime)
+        reply = await server.handle(session.state, message)
+        return _json_response(200, reply) if reply is not None else _json_response(202, None)
+
+    def _session(self, name: str | None, request_id: Any = None) -> HttpSession:
+        from quart import request
+
+        session_id = request.headers.get(p.HEADER_SESSION_ID)
+        if not session_id:
+            raise _jsonrpc_error(
+                400, rpc.INVALID_REQUEST,
+                f"{p.HEADER_SESSION_ID} header required: send initialize first (or, at {p.LATEST_VERSION}, "
+                f"put the protocol version in params._meta)",
+                request_id,
+            )
+        session = hub_for(self.kernel).sessions.get(session_id)
+        if session is None or session.endpoint != name:
+            raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize a new one", request_id)
+        return session
+
+    # ---- GET and DELETE ----------------------------------------------------------------------
+    async def _get(self, name: str | None) -> Any:
+        from quart import request
+
+        self._server(name)
+        if not request.headers.get(p.HEADER_SESSION_ID):
+            raise _HttpError(405, {"error": {"code": "method_not_allowed", "message": "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"}}, {"Allow": "POST, DELETE"})
+        if not _accepts(request.headers.get("Accept"), "text/event-stream"):
+            raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "GET opens an SSE stream: Accept must list text/event-stream")
+        session = self._session(name)
+        session.last_seen = trio.current_time()
+        last = request.headers.get(p.HEADER_LAST_EVENT_ID)
+        if last:
+            stream_id, _, seq = last.rpartition(".")
+            stream = session.streams.get(stream_id)
+            if session.standalone is not None and session.standalone.stream_id == stream_id:
+                stream = session.standalone
+            if stream is None or not seq.isdigit():
+                raise _jsonrpc_error(404, rpc.INVALID_REQUEST, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume")
+            return self._sse(stream, int(seq))
+        if session.standalone is not None and not session.standalone.closed:
+            raise _jsonrpc_error(409, rpc.INVALID_REQUEST, "this session already has an open GET stream; close it first")
+        session.standalone = EventLog(secrets.token_hex(8))
+        return self._sse(session.standalone, 0, standalone_of=session)
+
+    async def _delete(self, name: str | None) -> Any:
+        session = self._session(name)
+        hub_for(self.kernel).close_session(session.state.id)
+        return _json_response(204, None)
+
+    # ---- SSE ---------------------------------------------------------------------------------
+    def _sse(
+        self,
+        stream: EventLog,
+        after: int,
+        *,
+        prime: bool = False,
+        cancel_on_close: trio.CancelScope | None = None,
+        standalone_of: HttpSession | None = None,
+        with_ids: bool = True,
+    ) -> Any:
+        from quart import Response
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                if prime:
+                    yield f"id: {stream.event_id(0)}\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
+                async for item in stream.follow(after):
+                    if item is None:
+                        yield b": keepalive\n\n"
+                        continue
+                    seq, data = item
+                    yield sse_frame(stream.event_id(seq) if with_ids else None, data)
+            finally:
+                if cancel_on_close is not None:
+                    cancel_on_close.cancel()  # stateless: a closed stream cancels the request
+                if standalone_of is not None and standalone_of.standalone is stream:
+                    stream.close()
+                    standalone_of.standalone = None
+
+        response = Response(body(), status=200, content_type="text/event-stream")
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers["X-Accel-Buffering"] = "no"
+        response.timeout = None  # streams live as long as their request
+        return response
+
+
+async def _run_into(server: McpServer, session: ServerSession, message: Any, stream: EventLog, scope: trio.CancelScope) -> None:
+    """Run one request, writing its notifications and response into ``stream``."""
+
+    async def notify(note: Any) -> None:
+        stream.append(note)
+
+    try:
+        with scope:
+            reply = await server.handle(session, message, notify=notify)
+            if reply is not None:
+                stream.append(reply)
+    finally:
+        stream.close()
+
+
+def mcp_routes(kernel: Any) -> list[Any]:
+    """The daemon routes: ``/mcp`` and ``/agents/<name>/mcp`` (POST, GET, DELETE)."""
+    from roost.kernel import RouteDescriptor
+
+    host = McpEndpoint(kernel, agent_param=False)
+    per_agent = McpEndpoint(kernel, agent_param=True)
+
+    async def host_view() -> Any:
+        return await host.view(None)
+
+    async def agent_view(name: str) -> Any:
+        return await per_agent.view(name)
+
+    methods = ("POST", "GET", "DELETE")
+    return [RouteDescriptor("/mcp", host_view, methods=methods), RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods)]
+
+
+__all__ = ["EventLog", "HttpSession", "McpEndpoint", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

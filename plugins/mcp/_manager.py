@@ -1,0 +1,734 @@
+"""The MCP client manager: connects roost to the configured MCP servers and keeps them up.
+
+Servers come from ``[[mcp_servers]]`` in roost.toml, from agents' ``mcp_servers`` in
+agent.json and from the ``roost_mcp_servers`` hook. Each is validated (errors name the
+field), connected in the background (a failure is logged; boot goes on) and supervised:
+a server that dies has its tools removed, its calls in flight fail at once, and it is
+restarted with exponential backoff (bounded; after ``MAX_CONSECUTIVE_FAILURES`` quick
+failures in a row it is given up and reported as failed).
+
+Discovered tools become kernel tools named ``mcp_{server}_{tool}``. A server with
+resources also gets ``mcp_{server}_list_resources`` / ``mcp_{server}_read_resource``,
+one with prompts ``mcp_{server}_list_prompts`` / ``mcp_{server}_get_prompt`` (unless the
+server has real tools of those names), so agents can use them like any tool; the same
+operations are on ``McpManager`` for code.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from roost.kernel._errors import ConfigError, RecursionLimitExceeded, RoostError
+from roost.kernel._events import Event
+from roost.kernel._hookspecs import McpServerDescriptor
+from roost.kernel._tools import (
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    ToolSpec,
+    namespaced,
+    normalise_name,
+)
+
+from ._client import (
+    PROTOCOL_CHOICES,
+    ClientOptions,
+    McpClient,
+    McpError,
+    McpProtocolError,
+    ServerRequestContext,
+    open_mcp_client,
+    probe_era,
+)
+from ._protocol import RECURSION_LIMIT
+
+log = logging.getLogger("roost.mcp.manager")
+
+EVENT_LOG = "MCP:LOG"
+EVENT_PROGRESS = "MCP:PROGRESS"
+EVENT_SERVER = "MCP:SERVER"
+
+TRANSPORT_TYPES = ("stdio", "http", "sse")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SERVER_KEYS = ("name", "timeout_secs", "env", "transport", "protocol", "sampling", "allow_local")
+_STDIO_KEYS = ("type", "command", "args", "cwd")
+_HTTP_KEYS = ("type", "url", "headers")
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_MAX_S = 30.0
+MAX_CONSECUTIVE_FAILURES = 8
+STABLE_AFTER_S = 30.0
+PROBE_TIMEOUT_S = 5.0
+
+
+# ---- configuration -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class ServerConfig:
+    """One validated MCP server entry. ``origin`` says where it was configured."""
+
+    name: str
+    transport: str  # stdio | http | sse
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    timeout_secs: float = 30.0
+    env: tuple[str, ...] = ()
+    protocol: str = "auto"
+    sampling: bool = False
+    allow_local: bool = False
+    origin: str = "roost.toml"
+    agent: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        """What ``GET /api/mcp/servers`` shows (no header values, no env values)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "transport": self.transport,
+            "timeout_secs": self.timeout_secs,
+            "protocol": self.protocol,
+            "sampling": self.sampling,
+            "origin": self.origin,
+        }
+        if self.transport == "stdio":
+            out["command"] = self.command
+            out["args"] = list(self.args)
+            out["env"] = list(self.env)
+        else:
+            out["url"] = self.url
+            out["headers"] = sorted(self.headers)
+        return out
+
+
+def _fail(where: str, field: str, expected: str) -> ConfigError:
+    return ConfigError(f"{where}: {field}: {expected}")
+
+
+def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str = "roost.toml", agent: str | None = None) -> ServerConfig:
+    """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
+    if isinstance(raw, McpServerDescriptor):
+        raw = {"name": raw.name, "transport": dict(raw.transport), "timeout_secs": raw.timeout_secs, "env": list(raw.env)}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}: expected a table with name and transport, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(_SERVER_KEYS))
+    if unknown:
+        raise _fail(where, unknown[0], f"unknown key; allowed keys are {', '.join(_SERVER_KEYS)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail(where, "name", f"expected 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {name!r}")
+    where = f"{where} ({name})"
+    timeout = raw.get("timeout_secs", 30.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+        raise _fail(where, "timeout_secs", f"expected a number of seconds above 0 (at most 86400), got {timeout!r}")
+    env = raw.get("env", ())
+    if not isinstance(env, (list, tuple)) or not all(isinstance(e, str) and _ENV_NAME.match(e) for e in env):
+        raise _fail(where, "env", f"expected an array of environment variable names like [\"GITHUB_TOKEN\"], got {env!r}")
+    protocol = raw.get("protocol", "auto")
+    if protocol not in PROTOCOL_CHOICES:
+        raise _fail(where, "protocol", f"expected one of {', '.join(PROTOCOL_CHOICES)}, got {protocol!r}")
+    sampling = raw.get("sampling", False)
+    if not isinstance(sampling, bool):
+        raise _fail(where, "sampling", f"expected true or false, got {sampling!r}")
+    allow_local = raw.get("allow_local", False)
+    if not isinstance(allow_local, bool):
+        raise _fail(where, "allow_local", f"expected true or false, got {allow_local!r}")
+    transport = raw.get("transport")
+    if not isinstance(transport, Mapping):
+        raise _fail(where, "transport", "missing; add a [mcp_servers.transport] table with type = \"stdio\", \"http\" or \"sse\"")
+    kind = transport.get("type")
+    if kind not in TRANSPORT_TYPES:
+        raise _fail(where, "transport.type", f"expected \"stdio\", \"http\" or \"sse\", got {kind!r}")
+    common = dict(name=name, transport=kind, timeout_secs=float(timeout), env=tuple(env), protocol=protocol,
+                  sampling=sampling, allow_local=allow_local, origin=origin, agent=agent)
+    if kind == "stdio":
+        unknown = sorted(set(transport) - set(_STDIO_KEYS))
+        if unknown:
+            raise _fail(where, f"transport.{unknown[0]}", f"unknown key for a stdio transport; allowed: {', '.join(_STDIO_KEYS)}")
+        command = transport.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise _fail(where, "transport.command", "missing; name the server program, e.g. command = \"npx\"")
+        if ".." in command:
+            raise _fail(where, "transport.command", f"{command!r} contains '..'; use an absolute path or a program on PATH")
+        args = transport.get("args", ())
+        if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
+            raise _fail(where, "transport.args", f"expected an array of strings, got {args!r}")
+        cwd = transport.get("cwd")
+        if cwd is not None and (not isinstance(cwd, str) or not cwd):
+            raise _fail(where, "transport.cwd", f"expected a directory path, got {cwd!r}")
+        return ServerConfig(command=command, args=tuple(args), cwd=cwd, **common)
+    unknown = sorted(set(transport) - set(_HTTP_KEYS))
+    if unknown:
+        raise _fail(where, f"transport.{unknown[0]}", f"unknown key for an {kind} transport; allowed: {', '.join(_HTTP_KEYS)}")
+    url = transport.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise _fail(where, "transport.url", f"missing; an {kind} transport needs url = \"https://host/mcp\"")
+    if not re.match(r"^https?://[^/\s]+", url.strip(), re.IGNORECASE):
+        raise _fail(where, "transport.url", f"expected an absolute http:// or https:// URL, got {url!r}")
+    headers = transport.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v for k, v in headers.items()
+    ):
+        raise _fail(where, "transport.headers", "expected a table of header names to string values (no line breaks)")
+    return ServerConfig(url=url.strip(), headers=dict(headers), **common)
+
+
+def collect_server_configs(kernel: Any) -> tuple[list[ServerConfig], list[str]]:
+    """Every server to connect: roost.toml, then agents, then plugins. Returns (configs,
+    errors); a duplicate name is an error and the later entry is skipped."""
+    configs: list[ServerConfig] = []
+    errors: list[str] = []
+    seen: dict[str, str] = {}
+
+    def add(raw: Any, where: str, origin: str, agent: str | None = None) -> None:
+        try:
+            cfg = parse_server_config(raw, where=where, origin=origin, agent=agent)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            return
+        key = normalise_name(cfg.name)
+        if key in seen:
+            errors.append(f"{where}: name: {cfg.name!r} is already used by the server from {seen[key]}; rename one")
+            return
+        seen[key] = origin
+        configs.append(cfg)
+
+    for index, raw in enumerate(getattr(kernel.config, "mcp_servers", ()) or ()):
+        add(raw, f"roost.toml: mcp_servers[{index}]", "roost.toml")
+    for agent_name, manifest in sorted(getattr(kernel, "agents", {}).items()):
+        for index, desc in enumerate(getattr(manifest, "mcp_servers", ()) or ()):
+            add(desc, f"agent {agent_name}: mcp_servers[{index}]", f"agent:{agent_name}", agent_name)
+    plugins = getattr(kernel, "plugins", None)
+    if plugins is not None:
+        from roost.kernel._kernel import _hook_results
+
+        for plugin, results in _hook_results(plugins, "roost_mcp_servers", config=kernel.config):
+            for index, desc in enumerate(results):
+                add(desc, f"plugin {plugin}: roost_mcp_servers[{index}]", f"plugin:{plugin}")
+    return configs, errors
+
+
+# ---- transports --------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> AsyncIterator[Any]:
+    """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE)."""
+    if cfg.transport == "stdio":
+        from .transports.stdio import open_stdio_transport
+
+        async with open_stdio_transport(cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env) as t:
+            yield t
+    elif cfg.transport == "http":
+        from .transports.http import open_http_transport
+
+        async with open_http_transport(
+            cfg.url or "", headers=cfg.headers, name=cfg.name, timeout_secs=cfg.timeout_secs,
+            allow_private=allow_private or cfg.allow_local, allow_loopback=allow_private or cfg.allow_local,
+        ) as t:
+            yield t
+    else:
+        from .transports.sse import open_sse_transport
+
+        async with open_sse_transport(
+            cfg.url or "", headers=cfg.headers, name=cfg.name, timeout_secs=cfg.timeout_secs,
+            allow_private=allow_private or cfg.allow_local, allow_loopback=allow_private or cfg.allow_local,
+        ) as t:
+            yield t
+
+
+# ---- results -----------------------------------------------------------------------------
+
+
+def tool_result_from_mcp(result: Mapping[str, Any]) -> ToolResult:
+    """A kernel ToolResult from an MCP ``CallToolResult``."""
+    content = tuple(dict(b) for b in result.get("content") or () if isinstance(b, Mapping))
+    structured = result.get("structuredContent")
+    if structured is not None and not isinstance(structured, Mapping):
+        structured = {"result": structured}
+    return ToolResult(content=content, structured_content=structured, is_error=bool(result.get("isError", False)))
+
+
+def _raise_if_breaker(exc: McpProtocolError) -> None:
+    data = exc.data
+    if isinstance(data, Mapping) and (data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT):
+        raise RecursionLimitExceeded(tuple(data.get("path") or ()), int(data.get("max_depth") or 0)) from None
+
+
+# ---- the manager -------------------------------------------------------------------------
+
+
+@attrs.define
+class ServerState:
+    """The live state of one configured server."""
+
+    config: ServerConfig
+    client: McpClient | None = None
+    status: str = "pending"  # pending | connecting | connected | restarting | failed | stopped
+    era: str | None = None
+    tools: list[str] = attrs.field(factory=list)
+    remote_tools: list[dict[str, Any]] = attrs.field(factory=list)
+    last_error: str | None = None
+    restarts: int = 0
+    connected_at: float | None = None
+    refresh: Any = None  # trio.MemorySendChannel
+
+
+class McpManager:
+    """Connects and supervises every configured MCP server for one kernel."""
+
+    def __init__(self, kernel: Any, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()) -> None:
+        self.kernel = kernel
+        self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
+        self.config_errors: list[str] = list(errors)
+        self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
+        tools_cfg = getattr(getattr(kernel, "config", None), "tools", None)
+        self.allow_private = bool(getattr(tools_cfg, "allow_private_network", False))
+
+    @classmethod
+    def from_kernel(cls, kernel: Any) -> McpManager:
+        configs, errors = collect_server_configs(kernel)
+        for error in errors:
+            log.error("MCP server configuration skipped: %s", error)
+        return cls(kernel, configs, errors)
+
+    # ---- status -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The body of ``GET /api/mcp/servers``."""
+        configured = []
+        connected = []
+        for name, state in self.states.items():
+            configured.append({**state.config.public(), "status": state.status, "error": state.last_error, "restarts": state.restarts})
+            client = state.client
+            if state.status == "connected" and client is not None:
+                connected.append(
+                    {
+                        "name": name,
+                        "transport": state.config.transport,
+                        "tools_count": len(state.tools),
+                        "tools": list(state.tools),
+                        "protocol_version": client.protocol_version,
+                        "era": client.era,
+                        "server_info": dict(client.server_info),
+                        "capabilities": sorted(client.server_capabilities),
+                        "connected_at": state.connected_at,
+                    }
+                )
+        return {"configured": configured, "connected": connected, "errors": list(self.config_errors)}
+
+    def client(self, server: str) -> McpClient:
+        """The live client of ``server``; raises McpError when it is not connected."""
+        state = self.states.get(server)
+        if state is None:
+            raise McpError(f"unknown MCP server {server!r}; configured: {', '.join(self.states) or 'none'}")
+        if state.client is None or state.status != "connected":
+            raise McpError(f"MCP server {server!r} is not connected ({state.last_error or state.status}); roost reconnects in the background")
+        return state.client
+
+    # ---- running ------------------------------------------------------------------------
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Supervise every server until cancelled. Ready at once: servers connect in the background."""
+        async with trio.open_nursery() as nursery:
+            for state in self.states.values():
+                nursery.start_soon(self._supervise, state)
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _supervise(self, state: ServerState) -> None:
+        failures = 0
+        try:
+            while True:
+                started = time.monotonic()
+                state.status = "connecting" if state.restarts == 0 else "restarting"
+                try:
+                    await self._connect_once(state)
+                    state.last_error = state.last_error or "the connection ended"
+                except McpError as exc:
+                    state.last_error = str(exc)
+                except RoostError as exc:
+                    state.last_error = str(exc)
+                except (OSError, trio.TooSlowError) as exc:
+                    state.last_error = f"{type(exc).__name__}: {exc}"
+                except Exception as exc:  # a broken server must not take the manager down
+                    log.exception("MCP server %s failed", state.config.name)
+                    state.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("MCP server %s is down: %s", state.config.name, state.last_error)
+                self._publish(state, "down")
+                if time.monotonic() - started >= STABLE_AFTER_S:
+                    failures = 0
+                failures += 1
+                if failures >= MAX_CONSECUTIVE_FAILURES:
+                    state.status = "failed"
+                    log.error("MCP server %s failed %d times in a row; giving up", state.config.name, failures)
+                    return
+                state.restarts += 1
+                state.status = "restarting"
+                await trio.sleep(min(BACKOFF_BASE_S * 2 ** (failures - 1), BACKOFF_MAX_S))
+        finally:
+            if state.status != "failed":
+                state.status = "stopped"
+
+    async def _connect_once(self, state: ServerState) -> None:
+        cfg = state.config
+        if cfg.transport == "stdio" and cfg.protocol == "auto" and state.era is None:
+            with trio.fail_after(PROBE_TIMEOUT_S + 10):
+                async with open_transport(cfg) as probe_transport:
+                    state.era = await probe_era(
+                        probe_transport, timeout=min(cfg.timeout_secs, PROBE_TIMEOUT_S), server_name=cfg.name
+                    )
+            log.info("MCP server %s speaks the %s era", cfg.name, state.era)
+        refresh_send, refresh_receive = trio.open_memory_channel[str](1)
+        state.refresh = refresh_send
+        era = state.era if cfg.transport == "stdio" else None
+        async with open_transport(cfg, allow_private=self.allow_private) as transport:
+            async with open_mcp_client(transport, self._options(state), era=era) as client:
+                try:
+                    await self._sync_tools(state, client)
+                    state.client = client
+                    state.status = "connected"
+                    state.connected_at = time.time()
+                    state.last_error = None
+                    self._publish(state, "connected")
+                    log.info(
+                        "MCP server %s connected (%s, %d tools)", cfg.name, client.protocol_version, len(state.tools)
+                    )
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._refresher, state, client, refresh_receive)
+                        if client.era == "modern" and _announces_changes(client.server_capabilities):
+                            nursery.start_soon(self._listen, state, client)
+                        await client.closed.wait()
+                        state.last_error = client.closed_reason
+                        nursery.cancel_scope.cancel()
+                finally:
+                    state.client = None
+                    state.refresh = None
+                    self._unregister(state)
+
+    def _options(self, state: ServerState) -> ClientOptions:
+        cfg = state.config
+        return ClientOptions(
+            server_name=cfg.name,
+            protocol=cfg.protocol,
+            timeout_secs=cfg.timeout_secs,
+            sampling=self._sample if cfg.sampling else None,
+            elicitation=self.elicitation_handler,
+            roots=self._roots,
+            on_notification=lambda method, params: self._on_notification(state, method, params),
+        )
+
+    # ---- notifications ------------------------------------------------------------------
+    def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
+        name = state.config.name
+        if method == "notifications/message":
+            level = str(params.get("level", "info"))
+            log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
+            self.kernel.publish(Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)}))
+        elif method == "notifications/tools/list_changed" or (
+            method in ("notifications/resources/list_changed", "notifications/prompts/list_changed")
+        ):
+            if state.refresh is not None:
+                try:
+                    state.refresh.send_nowait(method)
+                except trio.WouldBlock:
+                    pass  # a refresh is already queued; it will see this change too
+
+    async def _listen(self, state: ServerState, client: McpClient) -> None:
+        """Keep a 2026-07-28 ``subscriptions/listen`` open for list-change notifications."""
+        try:
+            await client.listen()
+        except McpError as exc:
+            log.info("MCP server %s: subscriptions/listen ended: %s", state.config.name, exc)
+
+    async def _refresher(self, state: ServerState, client: McpClient, receive: Any) -> None:
+        async for _method in receive:
+            try:
+                await self._sync_tools(state, client)
+            except McpError as exc:
+                log.warning("MCP server %s: refreshing tools failed: %s", state.config.name, exc)
+
+    def _publish(self, state: ServerState, what: str) -> None:
+        self.kernel.publish(
+            Event(EVENT_SERVER, f"mcp:{state.config.name}", payload={"server": state.config.name, "status": what, "error": state.last_error})
+        )
+
+    # ---- tools --------------------------------------------------------------------------
+    async def _sync_tools(self, state: ServerState, client: McpClient) -> None:
+        remote = await client.list_tools() if "tools" in client.server_capabilities or client.era == "handshake" else []
+        wanted: dict[str, Tool] = {}
+        for item in remote:
+            tool = self._make_tool(state, item)
+            if tool is not None and tool.spec.name not in wanted:
+                wanted[tool.spec.name] = tool
+        offers = await self._offers(state, client)
+        for tool in self._extra_tools(state, client, {t.spec.original_name for t in wanted.values()}, offers):
+            wanted.setdefault(tool.spec.name, tool)
+        registry = self.kernel.registry
+        for name in list(state.tools):
+            if name not in wanted:
+                self.kernel.remove_tool(name)
+        kept = []
+        for name, tool in wanted.items():
+            if name in state.tools and name in registry:
+                registry.unregister(name)  # replace silently: the spec may have changed
+                registry.register(tool)
+                kept.append(name)
+                continue
+            try:
+                self.kernel.add_tool(tool)
+                kept.append(name)
+            except RoostError as exc:
+                log.error("MCP server %s: tool %s skipped: %s", state.config.name, name, exc)
+        state.tools = sorted(kept)
+        state.remote_tools = remote
+
+    def _unregister(self, state: ServerState) -> None:
+        for name in state.tools:
+            self.kernel.remove_tool(name)
+        state.tools = []
+
+    def _make_tool(self, state: ServerState, item: Mapping[str, Any]) -> Tool | None:
+        server = state.config.name
+        original = item.get("name")
+        if not isinstance(original, str) or not original:
+            log.warning("MCP server %s listed a tool without a name (skipped)", server)
+            return None
+        schema = item.get("inputSchema")
+        if not isinstance(schema, Mapping):
+            schema = {"type": "object", "properties": {}}
+        annotations = item.get("annotations")
+        output_schema = item.get("outputSchema")
+        spec = ToolSpec(
+            name=namespaced(server, original),
+            description=str(item.get("description") or ""),
+            input_schema=dict(schema),
+            title=item.get("title") if isinstance(item.get("title"), str) else None,
+            output_schema=dict(output_schema) if isinstance(output_schema, Mapping) else None,
+            annotations=dict(annotations) if isinstance(annotations, Mapping) else None,
+            owner=f"mcp:{server}",
+            original_name=original,
+            untrusted=True,
+            timeout_s=state.config.timeout_secs + 1.0,
+        )
+        manager = self
+
+        async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            client = manager.client(server) if manager._connected(server) else None
+            if client is None:
+                st = manager.states[server]
+                return ToolResult.error(
+                    f"MCP server {server!r} is not connected ({st.last_error or st.status}); roost reconnects in the background"
+                )
+            trace = call.trace or ctx.trace
+            meta = trace.to_meta() if trace is not None else None
+            caller = call.caller or ctx.agent
+
+            def progress(params: Mapping[str, Any]) -> None:
+                manager.kernel.publish(
+                    Event(EVENT_PROGRESS, f"mcp:{server}", target=caller, payload={"server": server, "tool": original, **dict(params)}, trace=trace)
+                )
+
+            try:
+                result = await client.call_tool(
+                    original, call.arguments, meta=meta, timeout=state.config.timeout_secs, on_progress=progress, caller=caller
+                )
+            except McpProtocolError as exc:
+                _raise_if_breaker(exc)
+                return ToolResult.error(str(exc))
+            except McpError as exc:
+                return ToolResult.error(str(exc))
+            return tool_result_from_mcp(result)
+
+        return Tool(spec, call_remote)
+
+    def _connected(self, server: str) -> bool:
+        state = self.states.get(server)
+        return state is not None and state.client is not None and state.status == "connected"
+
+    async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
+        """Which of resources / prompts the server really has (a declared capability
+        with nothing behind it would only add noise to the agents' tool lists)."""
+        offers = set()
+        caps = client.server_capabilities
+        checks = (("resources", client.list_resources), ("resources", client.list_resource_templates), ("prompts", client.list_prompts))
+        for kind, lister in checks:
+            if kind in caps and kind not in offers:
+                try:
+                    if await lister():
+                        offers.add(kind)
+                except McpError as exc:
+                    log.info("MCP server %s: listing %s failed: %s", state.config.name, kind, exc)
+        return offers
+
+    def _extra_tools(self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]) -> list[Tool]:
+        server = state.config.name
+        caps = offers
+        out: list[Tool] = []
+
+        def add(name: str, description: str, schema: Mapping[str, Any], run: Any) -> None:
+            if name in taken:
+                return
+            spec = ToolSpec(
+                name=namespaced(server, name),
+                description=description,
+                input_schema=schema,
+                owner=f"mcp:{server}",
+                original_name=name,
+                untrusted=True,
+                annotations={"readOnlyHint": True},
+                timeout_s=state.config.timeout_secs + 1.0,
+            )
+
+            async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
+                try:
+                    return await run(call, ctx)
+                except McpError as exc:
+                    return ToolResult.error(str(exc))
+
+            out.append(Tool(spec, handler))
+
+        empty = {"type": "object", "properties": {}, "additionalProperties": False}
+        if "resources" in caps:
+
+            async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
+                items = await self.client(server).list_resources()
+                text = "\n".join(f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip() for r in items)
+                return ToolResult(({"type": "text", "text": text or "(no resources)"},), {"resources": items})
+
+            async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
+                result = await self.client(server).read_resource(str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent)
+                blocks = []
+                for item in result.get("contents") or ():
+                    if isinstance(item, Mapping):
+                        blocks.append({"type": "resource", "resource": dict(item)})
+                return ToolResult(tuple(blocks))
+
+            add("list_resources", f"List the resources of MCP server {server}.", empty, list_resources)
+            add(
+                "read_resource",
+                f"Read a resource of MCP server {server} by URI.",
+                {"type": "object", "properties": {"uri": {"type": "string", "description": "the resource URI"}}, "required": ["uri"]},
+                read_resource,
+            )
+        if "prompts" in caps:
+
+            async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
+                items = await self.client(server).list_prompts()
+                text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
+                return ToolResult(({"type": "text", "text": text or "(no prompts)"},), {"prompts": items})
+
+            async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
+                args = call.arguments.get("arguments") or {}
+                result = await self.client(server).get_prompt(str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent)
+                lines = []
+                for message in result.get("messages") or ():
+                    content = message.get("content") if isinstance(message, Mapping) else None
+                    text = content.get("text") if isinstance(content, Mapping) else None
+                    lines.append(f"{message.get('role', '?')}: {text if text is not None else '[non-text content]'}")
+                return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
+
+            add("list_prompts", f"List the prompts of MCP server {server}.", empty, list_prompts)
+            add(
+                "get_prompt",
+                f"Get a prompt of MCP server {server} by name, with its arguments.",
+                {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                    "required": ["name"],
+                },
+                get_prompt,
+            )
+        return out
+
+    # ---- server-to-client requests --------------------------------------------------------
+    def _roots(self, context: ServerRequestContext) -> list[dict[str, Any]]:
+        """The calling agent's workspace (or, for an agent's own server, that agent's)."""
+        state = self.states.get(context.server)
+        agent = context.caller or (state.config.agent if state else None)
+        manifest = self.kernel.agents.get(agent) if agent else None
+        if manifest is None:
+            return []
+        path = Path(self.kernel.workspace_for(manifest)).resolve()
+        return [{"uri": path.as_uri(), "name": f"{agent} workspace"}]
+
+    async def _sample(self, params: Mapping[str, Any], context: ServerRequestContext) -> dict[str, Any]:
+        """Answer ``sampling/createMessage`` with the calling agent's own provider."""
+        from roost.kernel import _jsonrpc as jsonrpc
+        from roost.kernel._loop import CompletionRequest, Message
+
+        agent = context.caller
+        runtime = self.kernel._runtimes.get(agent) if agent else None
+        if runtime is None:
+            raise jsonrpc.JsonRpcError(
+                jsonrpc.INVALID_REQUEST,
+                "sampling: no agent is calling this server right now, so there is no model to answer with",
+            )
+        messages = []
+        for index, item in enumerate(params.get("messages") or ()):
+            if not isinstance(item, Mapping):
+                raise jsonrpc.JsonRpcError(jsonrpc.INVALID_PARAMS, f"params.messages[{index}]: expected an object")
+            content = item.get("content")
+            blocks = content if isinstance(content, list) else [content]
+            text = "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
+            role = "assistant" if item.get("role") == "assistant" else "user"
+            messages.append(Message(role=role, content=text))
+        if not messages:
+            raise jsonrpc.JsonRpcError(jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message")
+        max_tokens = params.get("maxTokens")
+        request = CompletionRequest(
+            agent=agent,
+            system=str(params.get("systemPrompt") or ""),
+            messages=tuple(messages),
+            parameters={"max_tokens": max_tokens} if isinstance(max_tokens, int) else {},
+        )
+        completion = await runtime.provider.complete(request)
+        return {
+            "role": "assistant",
+            "content": {"type": "text", "text": completion.text},
+            "model": getattr(runtime.provider, "name", "roost"),
+            "stopReason": "maxTokens" if completion.stop_reason == "max_tokens" else "endTurn",
+        }
+
+
+def _announces_changes(caps: Mapping[str, Any]) -> bool:
+    return any(isinstance(caps.get(k), Mapping) and caps[k].get("listChanged") for k in ("tools", "prompts", "resources"))
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+
+
+__all__ = [
+    "EVENT_LOG",
+    "EVENT_PROGRESS",
+    "EVENT_SERVER",
+    "McpManager",
+    "ServerConfig",
+    "ServerState",
+    "collect_server_configs",
+    "open_transport",
+    "parse_server_config",
+    "tool_result_from_mcp",
+]

@@ -1,0 +1,646 @@
+"""Sans-I/O MCP protocol core shared by roost's MCP client and server.
+
+Pure data and functions, no I/O: protocol versions of both eras and their negotiation,
+method names, ``_meta`` keys, error codes, HTTP header names, message builders and
+validators. JSON-RPC framing itself lives in ``roost.kernel.jsonrpc``.
+
+Two eras (see the 2026-07-28 ``basic/versioning`` page):
+
+* **handshake** (legacy): 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25 — a session opens
+  with ``initialize`` / ``notifications/initialized`` and the version is negotiated once.
+* **stateless** (modern): 2026-07-28 — no handshake; every request carries
+  ``_meta["io.modelcontextprotocol/protocolVersion"]`` (and client capabilities), every
+  result carries ``resultType``; ``server/discover`` advertises the supported versions and
+  an unsupported version is answered with ``UnsupportedProtocolVersion`` (-32022).
+
+A server tells the eras apart per message with ``request_era``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+from roost.kernel import jsonrpc as _jsonrpc
+
+INVALID_PARAMS = _jsonrpc.INVALID_PARAMS
+JsonRpcError = _jsonrpc.JsonRpcError
+json_type = _jsonrpc.json_type
+
+# ---- versions ---------------------------------------------------------------------------
+
+V2024_11_05 = "2024-11-05"
+V2025_03_26 = "2025-03-26"
+V2025_06_18 = "2025-06-18"
+V2025_11_25 = "2025-11-25"
+V2026_07_28 = "2026-07-28"
+
+HANDSHAKE_VERSIONS: tuple[str, ...] = (V2025_11_25, V2025_06_18, V2025_03_26, V2024_11_05)
+"""Versions negotiated with ``initialize``, newest first."""
+STATELESS_VERSIONS: tuple[str, ...] = (V2026_07_28,)
+"""Versions declared per request in ``_meta``, newest first."""
+SUPPORTED_VERSIONS: tuple[str, ...] = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
+"""Every version roost speaks, newest first (the order ``supported`` lists use)."""
+LATEST_HANDSHAKE_VERSION = V2025_11_25
+LATEST_VERSION = V2026_07_28
+DEFAULT_HTTP_VERSION = V2025_03_26
+"""What an HTTP request without ``MCP-Protocol-Version`` is taken to speak (2025-06-18 rule)."""
+
+ERA_HANDSHAKE = "handshake"
+ERA_STATELESS = "stateless"
+
+_VERSION_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def is_stateless_version(version: str | None) -> bool:
+    """True for 2026-07-28 and later-style versions roost speaks statelessly."""
+    return version in STATELESS_VERSIONS
+
+
+def is_handshake_version(version: str | None) -> bool:
+    """True for a version negotiated with ``initialize``."""
+    return version in HANDSHAKE_VERSIONS
+
+
+def negotiate_version(requested: Any) -> str:
+    """The version a server answers ``initialize`` with.
+
+    The requested version if roost speaks it in the handshake era, else the latest
+    handshake version (the spec lets the client disconnect if it cannot use that).
+    """
+    if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
+        return requested
+    return LATEST_HANDSHAKE_VERSION
+
+
+def version_at_least(version: str, minimum: str) -> bool:
+    """Whether date-shaped ``version`` is ``minimum`` or newer."""
+    return bool(_VERSION_SHAPE.match(version)) and version >= minimum
+
+
+def supports_json_batches(version: str) -> bool:
+    """JSON-RPC batches exist in 2025-03-26 only (added there, removed in 2025-06-18)."""
+    return version == V2025_03_26
+
+
+# ---- methods ----------------------------------------------------------------------------
+
+INITIALIZE = "initialize"
+INITIALIZED = "notifications/initialized"
+PING = "ping"
+DISCOVER = "server/discover"
+TOOLS_LIST = "tools/list"
+TOOLS_CALL = "tools/call"
+RESOURCES_LIST = "resources/list"
+RESOURCES_READ = "resources/read"
+RESOURCES_TEMPLATES_LIST = "resources/templates/list"
+RESOURCES_SUBSCRIBE = "resources/subscribe"
+RESOURCES_UNSUBSCRIBE = "resources/unsubscribe"
+PROMPTS_LIST = "prompts/list"
+PROMPTS_GET = "prompts/get"
+COMPLETION_COMPLETE = "completion/complete"
+LOGGING_SET_LEVEL = "logging/setLevel"
+SUBSCRIPTIONS_LISTEN = "subscriptions/listen"
+SAMPLING_CREATE_MESSAGE = "sampling/createMessage"
+ELICITATION_CREATE = "elicitation/create"
+ROOTS_LIST = "roots/list"
+
+NOTIFY_CANCELLED = "notifications/cancelled"
+NOTIFY_PROGRESS = "notifications/progress"
+NOTIFY_MESSAGE = "notifications/message"
+NOTIFY_TOOLS_CHANGED = "notifications/tools/list_changed"
+NOTIFY_RESOURCES_CHANGED = "notifications/resources/list_changed"
+NOTIFY_RESOURCE_UPDATED = "notifications/resources/updated"
+NOTIFY_PROMPTS_CHANGED = "notifications/prompts/list_changed"
+NOTIFY_ROOTS_CHANGED = "notifications/roots/list_changed"
+NOTIFY_SUBSCRIPTIONS_ACK = "notifications/subscriptions/acknowledged"
+
+HANDSHAKE_ONLY_METHODS = frozenset({INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE})
+"""Methods the 2026-07-28 revision removed (they still work in a handshake session)."""
+
+# ---- _meta keys -------------------------------------------------------------------------
+
+META = "_meta"
+META_PROGRESS_TOKEN = "progressToken"
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+META_SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+META_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+RESULT_COMPLETE = "complete"
+RESULT_INPUT_REQUIRED = "input_required"
+
+# ---- error codes ------------------------------------------------------------------------
+
+RESOURCE_NOT_FOUND_LEGACY = -32002
+"""Resource not found up to 2025-11-25 (2026-07-28 uses -32602)."""
+URL_ELICITATION_REQUIRED = -32042
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+RECURSION_LIMIT = -32010
+"""roost: the call chain would pass the depth limit (data names the path); the same code
+the kernel's in-memory path uses."""
+REQUEST_CANCELLED = -32800
+"""roost: a request was cancelled (never sent to a peer, used for local bookkeeping)."""
+
+MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
+"""Errors only a 2026-07-28 server sends: seeing one identifies a modern server."""
+
+
+def is_modern_error(error: Any) -> bool:
+    """Whether a JSON-RPC error object (or response) identifies a 2026-era server."""
+    if isinstance(error, Mapping) and "error" in error:
+        error = error["error"]
+    if not isinstance(error, Mapping):
+        return False
+    code = error.get("code")
+    return isinstance(code, int) and not isinstance(code, bool) and code in MODERN_ERROR_CODES
+
+
+def unsupported_version_error(requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS) -> JsonRpcError:
+    """The ``UnsupportedProtocolVersion`` error (-32022) listing what roost speaks."""
+    shown = requested if isinstance(requested, str) else json_type(requested)
+    return JsonRpcError(
+        UNSUPPORTED_PROTOCOL_VERSION,
+        f"Unsupported protocol version {shown!r}; this server speaks {', '.join(supported)}",
+        {"supported": list(supported), "requested": requested if isinstance(requested, str) else None},
+    )
+
+
+def header_mismatch_error(message: str) -> JsonRpcError:
+    """The ``HeaderMismatch`` error (-32020): HTTP headers disagree with the body."""
+    return JsonRpcError(HEADER_MISMATCH, f"Header mismatch: {message}")
+
+
+# ---- limits, names, HTTP headers --------------------------------------------------------
+
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+"""The largest JSON-RPC message roost reads or writes on any MCP transport."""
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_NOT_TOOL_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
+
+HEADER_SESSION_ID = "Mcp-Session-Id"
+HEADER_PROTOCOL_VERSION = "MCP-Protocol-Version"
+HEADER_METHOD = "Mcp-Method"
+HEADER_NAME = "Mcp-Name"
+HEADER_LAST_EVENT_ID = "Last-Event-ID"
+_B64_PREFIX = "=?base64?"
+_B64_SUFFIX = "?="
+
+
+def is_valid_tool_name(name: Any) -> bool:
+    """MCP 2025-11-25: 1-128 characters of ``A-Z a-z 0-9 _ - .``."""
+    return isinstance(name, str) and bool(TOOL_NAME.match(name))
+
+
+def safe_tool_name(name: str) -> str:
+    """``name`` with characters MCP does not allow replaced by ``_``, cut to 128."""
+    cleaned = _NOT_TOOL_CHAR.sub("_", name)[:128]
+    return cleaned or "_"
+
+
+def encode_header_value(value: str) -> str:
+    """A header-safe value: plain if visible ASCII without edge spaces, else base64 sentinel."""
+    plain = (
+        value == value.strip()
+        and all(0x20 <= ord(c) <= 0x7E for c in value)
+        and not (value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX))
+    )
+    if plain:
+        return value
+    return _B64_PREFIX + base64.b64encode(value.encode("utf-8")).decode("ascii") + _B64_SUFFIX
+
+
+def decode_header_value(value: str) -> str | None:
+    """Undo ``encode_header_value``; None if a base64 sentinel value is malformed."""
+    if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= len(_B64_PREFIX) + len(_B64_SUFFIX):
+        body = value[len(_B64_PREFIX) : len(value) - len(_B64_SUFFIX)]
+        try:
+            return base64.b64decode(body, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    return value
+
+
+# ---- per-request metadata ---------------------------------------------------------------
+
+
+@attrs.frozen
+class RequestMeta:
+    """What a request's ``params._meta`` says about it (absent fields are None)."""
+
+    protocol_version: str | None = None
+    client_info: Mapping[str, Any] | None = None
+    client_capabilities: Mapping[str, Any] | None = None
+    log_level: str | None = None
+    progress_token: str | int | None = None
+    raw: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def era(self) -> str:
+        return ERA_STATELESS if self.protocol_version is not None else ERA_HANDSHAKE
+
+
+def read_request_meta(params: Any) -> RequestMeta:
+    """Read ``params._meta``; raises JsonRpcError(INVALID_PARAMS) naming a malformed field.
+
+    A present but non-string protocol version, a non-object ``_meta`` or a progress token
+    that is neither a string nor an integer are errors; unknown keys are kept in ``raw``.
+    """
+    if params is None:
+        return RequestMeta()
+    if not isinstance(params, Mapping):
+        raise JsonRpcError(INVALID_PARAMS, f"params: expected an object, got {json_type(params)}")
+    meta = params.get(META)
+    if meta is None:
+        return RequestMeta()
+    if not isinstance(meta, Mapping):
+        raise JsonRpcError(INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}")
+    version = meta.get(META_PROTOCOL_VERSION)
+    if version is not None and not isinstance(version, str):
+        raise JsonRpcError(
+            INVALID_PARAMS,
+            f"params._meta[{META_PROTOCOL_VERSION!r}]: expected a version string such as "
+            f"{LATEST_VERSION!r}, got {json_type(version)}",
+        )
+    info = meta.get(META_CLIENT_INFO)
+    if info is not None and not isinstance(info, Mapping):
+        raise JsonRpcError(INVALID_PARAMS, f"params._meta[{META_CLIENT_INFO!r}]: expected an object, got {json_type(info)}")
+    caps = meta.get(META_CLIENT_CAPABILITIES)
+    if caps is not None and not isinstance(caps, Mapping):
+        raise JsonRpcError(
+            INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, got {json_type(caps)}"
+        )
+    level = meta.get(META_LOG_LEVEL)
+    if level is not None and level not in LOG_LEVELS:
+        raise JsonRpcError(
+            INVALID_PARAMS, f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, got {level!r}"
+        )
+    token = meta.get(META_PROGRESS_TOKEN)
+    if token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
+        raise JsonRpcError(
+            INVALID_PARAMS, f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}"
+        )
+    return RequestMeta(version, info, caps, level, token, dict(meta))
+
+
+def request_era(params: Any) -> str:
+    """``"stateless"`` when the request declares a protocol version in ``_meta``, else
+    ``"handshake"``. Never raises (malformed ``_meta`` counts as handshake era)."""
+    if isinstance(params, Mapping):
+        meta = params.get(META)
+        if isinstance(meta, Mapping) and META_PROTOCOL_VERSION in meta:
+            return ERA_STATELESS
+    return ERA_HANDSHAKE
+
+
+def check_stateless_meta(meta: RequestMeta) -> None:
+    """Enforce 2026-07-28's per-request fields: a supported version (-32022 otherwise)
+    and client capabilities (-32602 when missing)."""
+    if meta.protocol_version is None:
+        raise JsonRpcError(
+            INVALID_PARAMS,
+            f"params._meta[{META_PROTOCOL_VERSION!r}]: required on every request at "
+            f"{LATEST_VERSION}; or open a session with initialize",
+        )
+    if not is_stateless_version(meta.protocol_version):
+        raise unsupported_version_error(meta.protocol_version)
+    if meta.client_capabilities is None:
+        raise JsonRpcError(
+            INVALID_PARAMS,
+            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: required on every request at "
+            f"{meta.protocol_version} (send {{}} when the client has none)",
+        )
+
+
+def stateless_meta(
+    client_info: Mapping[str, Any],
+    capabilities: Mapping[str, Any] | None = None,
+    *,
+    version: str = LATEST_VERSION,
+    log_level: str | None = None,
+    progress_token: str | int | None = None,
+) -> dict[str, Any]:
+    """The ``_meta`` a 2026-07-28 client puts on every request."""
+    meta: dict[str, Any] = {
+        META_PROTOCOL_VERSION: version,
+        META_CLIENT_INFO: dict(client_info),
+        META_CLIENT_CAPABILITIES: dict(capabilities or {}),
+    }
+    if log_level is not None:
+        meta[META_LOG_LEVEL] = log_level
+    if progress_token is not None:
+        meta[META_PROGRESS_TOKEN] = progress_token
+    return meta
+
+
+def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``params`` whose ``_meta`` has ``meta`` merged in."""
+    out = dict(params or {})
+    merged = dict(out.get(META) or {})
+    merged.update(meta)
+    out[META] = merged
+    return out
+
+
+# ---- builders ---------------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def implementation(name: str, version: str, *, title: str | None = None) -> dict[str, Any]:
+    """An MCP ``Implementation`` object (clientInfo / serverInfo)."""
+    out: dict[str, Any] = {"name": name, "version": version}
+    if title:
+        out["title"] = title
+    return out
+
+
+def initialize_params(
+    client_info: Mapping[str, Any],
+    capabilities: Mapping[str, Any] | None = None,
+    *,
+    version: str = LATEST_HANDSHAKE_VERSION,
+) -> dict[str, Any]:
+    """``initialize`` params of a handshake-era client."""
+    return {"protocolVersion": version, "capabilities": dict(capabilities or {}), "clientInfo": dict(client_info)}
+
+
+def initialize_result(
+    version: str,
+    capabilities: Mapping[str, Any],
+    server_info: Mapping[str, Any],
+    *,
+    instructions: str | None = None,
+) -> dict[str, Any]:
+    """A server's ``initialize`` result."""
+    out: dict[str, Any] = {
+        "protocolVersion": version,
+        "capabilities": dict(capabilities),
+        "serverInfo": dict(server_info),
+    }
+    if instructions:
+        out["instructions"] = instructions
+    return out
+
+
+def discover_result(
+    capabilities: Mapping[str, Any],
+    server_info: Mapping[str, Any],
+    *,
+    supported: Sequence[str] = SUPPORTED_VERSIONS,
+    instructions: str | None = None,
+    ttl_ms: int = 0,
+    cache_scope: str = "private",
+) -> dict[str, Any]:
+    """A 2026-07-28 ``server/discover`` result (cacheable, with ``resultType``)."""
+    out: dict[str, Any] = {
+        "resultType": RESULT_COMPLETE,
+        "supportedVersions": list(supported),
+        "capabilities": dict(capabilities),
+        "ttlMs": ttl_ms,
+        "cacheScope": cache_scope,
+        META: {META_SERVER_INFO: dict(server_info)},
+    }
+    if instructions:
+        out["instructions"] = instructions
+    return out
+
+
+CACHEABLE_METHODS = frozenset({TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCES_READ, RESOURCES_TEMPLATES_LIST})
+
+
+def finish_stateless_result(
+    method: str,
+    result: Mapping[str, Any],
+    server_info: Mapping[str, Any],
+    *,
+    ttl_ms: int = 0,
+    cache_scope: str = "private",
+) -> dict[str, Any]:
+    """Add what 2026-07-28 requires of every result: ``resultType`` (default complete),
+    ``serverInfo`` in ``_meta``, and ``ttlMs``/``cacheScope`` on cacheable results."""
+    out = dict(result)
+    out.setdefault("resultType", RESULT_COMPLETE)
+    meta = dict(out.get(META) or {})
+    meta.setdefault(META_SERVER_INFO, dict(server_info))
+    out[META] = meta
+    if method in CACHEABLE_METHODS:
+        out.setdefault("ttlMs", ttl_ms)
+        out.setdefault("cacheScope", cache_scope)
+    return out
+
+
+def input_required_result(
+    input_requests: Mapping[str, Mapping[str, Any]] | None, *, request_state: str | None = None
+) -> dict[str, Any]:
+    """A 2026-07-28 ``InputRequiredResult`` (MRTR): the client retries the request with
+    ``inputResponses`` keyed like ``input_requests`` and echoes ``requestState``."""
+    if not input_requests and request_state is None:
+        raise ValueError("an input_required result needs input_requests or request_state")
+    out: dict[str, Any] = {"resultType": RESULT_INPUT_REQUIRED}
+    if input_requests:
+        out["inputRequests"] = {k: dict(v) for k, v in input_requests.items()}
+    if request_state is not None:
+        out["requestState"] = request_state
+    return out
+
+
+def progress_params(
+    token: str | int, progress: float, total: float | None = None, message: str | None = None
+) -> dict[str, Any]:
+    """``notifications/progress`` params."""
+    out: dict[str, Any] = {"progressToken": token, "progress": progress}
+    if total is not None:
+        out["total"] = total
+    if message:
+        out["message"] = message
+    return out
+
+
+def cancelled_params(request_id: str | int, reason: str | None = None) -> dict[str, Any]:
+    """``notifications/cancelled`` params."""
+    out: dict[str, Any] = {"requestId": request_id}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+def log_params(level: str, data: Any, logger: str | None = None) -> dict[str, Any]:
+    """``notifications/message`` params."""
+    out: dict[str, Any] = {"level": level, "data": data}
+    if logger:
+        out["logger"] = logger
+    return out
+
+
+def log_level_allows(threshold: str | None, level: str) -> bool:
+    """Whether a message at ``level`` passes a client's minimum ``threshold`` (None: off)."""
+    if threshold is None or threshold not in LOG_LEVELS or level not in LOG_LEVELS:
+        return False
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+def text_content(text: str) -> dict[str, Any]:
+    """A text content block."""
+    return {"type": "text", "text": text}
+
+
+def tool_error_result(message: str) -> dict[str, Any]:
+    """A ``CallToolResult`` reporting a tool execution error (``isError``)."""
+    return {"content": [text_content(message)], "isError": True}
+
+
+# ---- pagination -------------------------------------------------------------------------
+
+
+def encode_cursor(after: str) -> str:
+    """An opaque cursor meaning "the items after key ``after``"."""
+    raw = json.dumps({"after": after}, separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: Any) -> str:
+    """The key a cursor points after; raises JsonRpcError(INVALID_PARAMS) if malformed."""
+    problem = "params.cursor: not a cursor this server issued; omit it to start from the first page"
+    if not isinstance(cursor, str) or not cursor or len(cursor) > 1024:
+        raise JsonRpcError(INVALID_PARAMS, problem)
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise JsonRpcError(INVALID_PARAMS, problem) from None
+    if not isinstance(value, dict) or not isinstance(value.get("after"), str):
+        raise JsonRpcError(INVALID_PARAMS, problem)
+    return value["after"]
+
+
+def paginate(
+    items: Sequence[Mapping[str, Any]], cursor: Any, *, key: str = "name", page_size: int = 100
+) -> tuple[list[Mapping[str, Any]], str | None]:
+    """One page of ``items`` (sorted by ``key``, deterministic) after ``cursor``.
+
+    Returns the page and the next cursor (None on the last page). Keyed cursors stay
+    valid when items come and go between pages.
+    """
+    ordered = sorted(items, key=lambda item: str(item.get(key, "")))
+    start = 0
+    if cursor is not None:
+        after = decode_cursor(cursor)
+        start = next((i for i, item in enumerate(ordered) if str(item.get(key, "")) > after), len(ordered))
+    page = ordered[start : start + page_size]
+    more = start + page_size < len(ordered)
+    return page, (encode_cursor(str(page[-1].get(key, ""))) if more and page else None)
+
+
+# ---- validators (for the client side) -----------------------------------------------------
+
+
+class ProtocolViolation(JsonRpcError):
+    """A peer's message breaks the MCP schema; the message names the field."""
+
+
+def _need(obj: Any, field: str, types: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, Mapping):
+        raise ProtocolViolation(INVALID_PARAMS, f"{where}: expected an object, got {json_type(obj)}")
+    if field not in obj:
+        raise ProtocolViolation(INVALID_PARAMS, f"{where}.{field}: missing")
+    value = obj[field]
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,))):
+        raise ProtocolViolation(INVALID_PARAMS, f"{where}.{field}: expected {_names(types)}, got {json_type(value)}")
+    return value
+
+
+def _names(types: type | tuple[type, ...]) -> str:
+    names = {str: "a string", dict: "an object", list: "an array", int: "an integer", bool: "a boolean", Mapping: "an object"}
+    seq = types if isinstance(types, tuple) else (types,)
+    return " or ".join(names.get(t, t.__name__) for t in seq)
+
+
+def validate_initialize_result(result: Any) -> dict[str, Any]:
+    """Check a server's ``initialize`` result; returns it as a dict."""
+    version = _need(result, "protocolVersion", str, "result")
+    _need(result, "capabilities", Mapping, "result")
+    info = _need(result, "serverInfo", Mapping, "result")
+    _need(info, "name", str, "result.serverInfo")
+    if version not in HANDSHAKE_VERSIONS:
+        raise ProtocolViolation(
+            INVALID_PARAMS,
+            f"result.protocolVersion: the server chose {version!r}, which roost does not speak "
+            f"(roost speaks {', '.join(HANDSHAKE_VERSIONS)})",
+        )
+    return dict(result)
+
+
+def validate_discover_result(result: Any) -> dict[str, Any]:
+    """Check a ``server/discover`` result; returns it as a dict."""
+    versions = _need(result, "supportedVersions", list, "result")
+    if not all(isinstance(v, str) for v in versions):
+        raise ProtocolViolation(INVALID_PARAMS, "result.supportedVersions: expected an array of strings")
+    _need(result, "capabilities", Mapping, "result")
+    return dict(result)
+
+
+def validate_tool(tool: Any, where: str = "tool") -> dict[str, Any]:
+    """Check one ``Tool`` of a ``tools/list`` result."""
+    _need(tool, "name", str, where)
+    schema = _need(tool, "inputSchema", Mapping, where)
+    if schema.get("type") != "object":
+        raise ProtocolViolation(INVALID_PARAMS, f'{where}.inputSchema.type: expected "object"')
+    return dict(tool)
+
+
+def validate_list_tools_result(result: Any) -> dict[str, Any]:
+    """Check a ``tools/list`` result (each tool, and the optional ``nextCursor``)."""
+    tools = _need(result, "tools", list, "result")
+    for i, tool in enumerate(tools):
+        validate_tool(tool, f"result.tools[{i}]")
+    cursor = result.get("nextCursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise ProtocolViolation(INVALID_PARAMS, f"result.nextCursor: expected a string, got {json_type(cursor)}")
+    return dict(result)
+
+
+def validate_call_tool_result(result: Any) -> dict[str, Any]:
+    """Check a ``tools/call`` result (content array, optional isError)."""
+    if isinstance(result, Mapping) and result.get("resultType") == RESULT_INPUT_REQUIRED:
+        return dict(result)
+    content = _need(result, "content", list, "result")
+    for i, block in enumerate(content):
+        _need(block, "type", str, f"result.content[{i}]")
+    is_error = result.get("isError", False)
+    if not isinstance(is_error, bool):
+        raise ProtocolViolation(INVALID_PARAMS, f"result.isError: expected a boolean, got {json_type(is_error)}")
+    return dict(result)
+
+
+def result_type(result: Any) -> str:
+    """A result's ``resultType``; absent (pre-2026 servers) means complete."""
+    if isinstance(result, Mapping):
+        value = result.get("resultType")
+        if isinstance(value, str):
+            return value
+    return RESULT_COMPLETE
+
+
+__all__ = [name for name in dir() if name.isupper() or name in {
+    "RequestMeta", "ProtocolViolation", "check_stateless_meta", "cancelled_params", "decode_cursor",
+    "decode_header_value", "discover_result", "encode_cursor", "encode_header_value",
+    "finish_stateless_result", "header_mismatch_error", "implementation", "initialize_params",
+    "initialize_result", "input_required_result", "is_handshake_version", "is_modern_error",
+    "is_stateless_version", "is_valid_tool_name", "log_level_allows", "log_params",
+    "negotiate_version", "paginate", "progress_params", "read_request_meta", "request_era",
+    "result_type", "safe_tool_name", "stateless_meta", "supports_json_batches", "text_content",
+    "tool_error_result", "unsupported_version_error", "validate_call_tool_result",
+    "validate_discover_result", "validate_initialize_result", "validate_list_tools_result",
+    "validate_tool", "version_at_least", "with_meta",
+}]

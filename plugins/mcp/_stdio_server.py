@@ -1,0 +1,370 @@
+"""``roost mcp``: roost as an MCP server on stdin/stdout.
+
+Newline-delimited JSON, as every MCP client sends it; a client that opens with
+``Content-Length:`` headers is answered in that framing. Nothing but protocol reaches
+stdout: logs go to stderr, and the process's fd 1 is pointed at stderr before anything
+else runs, so a stray ``print`` or a child process cannot corrupt the stream.
+
+If ``<home>/daemon.json`` names a live daemon, ``roost mcp`` is a thin stdio↔HTTP bridge
+to the daemon's ``/mcp`` (same tools, same agents, one kernel); otherwise it boots an
+in-process kernel and serves it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+from roost.kernel import jsonrpc as rpc
+
+from . import _protocol as p
+from ._framing import Frame, NotJson, Oversize, StdioFramer
+
+log = logging.getLogger("roost.mcp.stdio")
+
+READ_CHUNK = 65536
+HEALTH_TIMEOUT_S = 1.0
+BRIDGE_MAX_IN_FLIGHT = 64
+
+Receive = Callable[[], Awaitable[Any]]
+Send = Callable[[Any], Awaitable[None]]
+
+
+def encode_message(message: Any) -> bytes:
+    """Compact JSON; a value that is not JSON becomes an internal error for that id."""
+    try:
+        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
+    except (TypeError, ValueError, RecursionError) as exc:
+        request_id = message.get("id") if isinstance(message, dict) else None
+        log.error("cannot encode a reply as JSON: %s", exc)
+        error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON")
+        return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
+
+
+async def stdio_loop(
+    receive_stream: trio.abc.ReceiveStream,
+    send_stream: trio.abc.SendStream,
+    serve: Callable[[Receive, Send], Awaitable[None]],
+    *,
+    max_bytes: int = p.MAX_MESSAGE_BYTES,
+) -> None:
+    """Frame ``receive_stream``/``send_stream`` into messages and run ``serve(receive, send)``.
+
+    ``receive()`` returns decoded messages, or a ``JsonRpcError`` for a line that is not
+    JSON (-32700) or a message over ``max_bytes`` (-32600, drained; the stream goes on).
+    It raises ``trio.EndOfChannel`` when the peer closes its end.
+    """
+    framer = StdioFramer(max_bytes=max_bytes)
+    pending: deque[Any] = deque()
+    write_lock = trio.Lock()
+
+    async def receive() -> Any:
+        while not pending:
+            data = await receive_stream.receive_some(READ_CHUNK)
+            if not data:
+                raise trio.EndOfChannel
+            pending.extend(framer.feed(data))
+        event = pending.popleft()
+        if isinstance(event, Frame):
+            return event.message
+        if isinstance(event, NotJson):
+            log.warning("stdin: not JSON (%s): %s", event.error, event.line)
+            return rpc.JsonRpcError(rpc.PARSE_ERROR, f"parse error: {event.error}; send one JSON-RPC object per line")
+        assert isinstance(event, Oversize)
+        log.warning("stdin: dropped a message of %d bytes (limit %d)", event.size, event.limit)
+        return rpc.JsonRpcError(
+            rpc.INVALID_REQUEST,
+            f"message of {event.size} bytes is over the limit of {event.limit} bytes; it was skipped",
+        )
+
+    async def send(message: Any) -> None:
+        payload = encode_message(message)
+        try:
+            data = framer.encode(payload)
+        except ValueError as exc:
+            request_id = message.get("id") if isinstance(message, dict) else None
+            if request_id is None:
+                log.error("dropping an outgoing notification: %s", exc)
+                return
+            error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}")
+            data = framer.encode(encode_message(error.to_dict()))
+        async with write_lock:
+            await send_stream.send_all(data)
+
+    await serve(receive, send)
+
+
+# ---- in-process ---------------------------------------------------------------------------------
+
+
+async def serve_kernel_stdio(kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream) -> None:
+    """Serve ``kernel``'s host surface (like ``/mcp``) on a pair of byte streams."""
+    from ._server import McpServer, serve_connection
+
+    server = McpServer(kernel)
+
+    async def serve(receive: Receive, send: Send) -> None:
+        async def safe_send(message: Any) -> None:
+            try:
+                await send(message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+        await serve_connection(server, receive, safe_send)
+
+    await stdio_loop(receive_stream, send_stream, serve)
+
+
+# ---- bridge to a running daemon ---------------------------------------------------------------
+
+
+async def live_daemon_url(home: Any) -> str | None:
+    """The base URL of the daemon serving ``home``, if one is alive and healthy."""
+    from roost.plugins.http import pid_alive, read_daemon_file
+
+    info = read_daemon_file(home)
+    if info is None or not pid_alive(info.pid):
+        return None
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
+            response = await client.get(info.url + "/health")
+        return info.url if response.status_code == 200 else None
+    except httpx.HTTPError:
+        return None
+
+
+def _sse_messages(lines: list[str]) -> Any:
+    data = "\n".join(line[5:].lstrip(" ") if line.startswith("data:") else "" for line in lines if line.startswith("data:"))
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+class DaemonBridge:
+    """Relays MCP messages between a stdio client and a daemon's Streamable HTTP ``/mcp``."""
+
+    def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 600.0) -> None:
+        self.endpoint = base_url.rstrip("/") + "/mcp"
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self._stream_open = False
+
+    def _headers(self, message: Any) -> dict[str, str]:
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        params = message.get("params") if isinstance(message, dict) else None
+        version = None
+        if isinstance(params, dict) and isinstance(params.get("_meta"), dict):
+            version = params["_meta"].get(p.META_PROTOCOL_VERSION)
+        if isinstance(version, str):
+            headers[p.HEADER_PROTOCOL_VERSION] = version
+            if isinstance(message.get("method"), str):
+                headers[p.HEADER_METHOD] = message["method"]
+                name = params.get("name", params.get("uri"))
+                if isinstance(name, str):
+                    headers[p.HEADER_NAME] = p.encode_header_value(name)
+        else:
+            if self.session_id:
+                headers[p.HEADER_SESSION_ID] = self.session_id
+            if self.protocol_version:
+                headers[p.HEADER_PROTOCOL_VERSION] = self.protocol_version
+        return headers
+
+    async def serve(self, receive: Receive, send: Send) -> None:
+        import httpx
+
+        limiter = trio.CapacityLimiter(BRIDGE_MAX_IN_FLIGHT)
+        timeout = httpx.Timeout(self.timeout_s, connect=10.0)
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            try:
+                async with trio.open_nursery() as nursery:
+                    while True:
+                        try:
+                            message = await receive()
+                        except trio.EndOfChannel:
+                            break
+                        if isinstance(message, rpc.JsonRpcError):
+                            await send(message.to_response().to_dict())
+                            continue
+                        if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
+                            # Inline: later requests need the session id it brings back.
+                            await self._relay(client, message, send, nursery)
+                            continue
+                        token = object()
+                        await limiter.acquire_on_behalf_of(token)
+                        nursery.start_soon(self._relay_one, client, message, send, nursery, limiter, token)
+                    with trio.move_on_after(5):
+                        while limiter.borrowed_tokens:
+                            await trio.sleep(0.01)
+                    nursery.cancel_scope.cancel()
+            finally:
+                if self.session_id:
+                    with trio.move_on_after(2, shield=True):
+                        try:
+                            await client.delete(self.endpoint, headers=self._headers({}))
+                        except httpx.HTTPError:
+                            pass
+
+    async def _relay_one(self, client, message, send, nursery, limiter, token) -> None:
+        try:
+            await self._relay(client, message, send, nursery)
+        finally:
+            limiter.release_on_behalf_of(token)
+
+    async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
+        import httpx
+
+        request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
+        body = encode_message(message)
+        try:
+            async with client.stream("POST", self.endpoint, content=body, headers=self._headers(message)) as response:
+                if isinstance(message, dict) and message.get("method") == p.INITIALIZE and response.status_code == 200:
+                    self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
+                ctype = response.headers.get("content-type", "")
+                if response.status_code == 202:
+                    if isinstance(message, dict) and message.get("method") == p.INITIALIZED and not self._stream_open:
+                        self._stream_open = True
+                        nursery.start_soon(self._listen, client, send)
+                    return
+                if ctype.startswith("text/event-stream"):
+                    lines: list[str] = []
+                    async for line in response.aiter_lines():
+                        if line == "":
+                            event = _sse_messages(lines)
+                            lines = []
+                            if event is not None:
+                                await self._forward(event, send)
+                        else:
+                            lines.append(line)
+                    return
+                raw = await response.aread()
+                try:
+                    reply = json.loads(raw)
+                except ValueError:
+                    reply = None
+                if isinstance(reply, dict) and ("result" in reply or "error" in reply):
+                    await self._forward(reply, send)
+                elif request_id is not None:
+                    await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the roost daemon answered HTTP {response.status_code}: {raw[:200].decode('utf-8', 'replace')}").to_dict())
+        except httpx.HTTPError as exc:
+            if request_id is not None:
+                await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the roost daemon at {self.endpoint} is unreachable: {exc}").to_dict())
+
+    async def _forward(self, reply: Any, send: Send) -> None:
+        if isinstance(reply, dict) and isinstance(reply.get("result"), dict) and "protocolVersion" in reply["result"]:
+            version = reply["result"]["protocolVersion"]
+            if isinstance(version, str):
+                self.protocol_version = version
+        await send(reply)
+
+    async def _listen(self, client: Any, send: Send) -> None:
+        """The GET stream: server notifications (list changes) relayed to stdout."""
+        import httpx
+
+        try:
+            async with client.stream("GET", self.endpoint, headers={**self._headers({}), "Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as response:
+                if response.status_code != 200:
+                    return
+                lines: list[str] = []
+                async for line in response.aiter_lines():
+                    if line == "":
+                        event = _sse_messages(lines)
+                        lines = []
+                        if event is not None:
+                            await send(event)
+                    else:
+                        lines.append(line)
+        except httpx.HTTPError as exc:
+            log.warning("lost the daemon's notification stream: %s", exc)
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+
+def isolate_stdout() -> int:
+    """Keep fd 1 for the protocol only: return a private duplicate of it for the protocol
+    and point fd 1 (and ``sys.stdout``) at stderr for everything else."""
+    import sys
+
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol_fd
+
+
+async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True) -> int:
+    """Serve MCP on stdio until the client closes stdin; returns the exit code.
+
+    Bridges to a live daemon for ``config.home`` when there is one (``prefer_daemon``),
+    else boots an in-process kernel.
+    """
+    if stdout_fd is None:
+        stdout_fd = isolate_stdout()
+    receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
+    send_stream = trio.lowlevel.FdStream(stdout_fd)
+    async with receive_stream, send_stream:
+        url = await live_daemon_url(config.home) if prefer_daemon else None
+        if url is not None:
+            from roost.plugins.http import resolve_api_key
+
+            log.info("roost mcp: bridging to the daemon at %s", url)
+            bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0])
+            await stdio_loop(receive_stream, send_stream, bridge.serve)
+            return 0
+        await stdio_loop(receive_stream, send_stream, partial(_serve_booting, config))
+    return 0
+
+
+async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
+    """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
+    needs nothing from the kernel — then boot the kernel and serve everything else."""
+    from roost.kernel import open_kernel
+
+    from ._server import McpServer, serve_connection
+
+    server = McpServer(None)
+    session = server.new_session()
+    held: list[Any] = []
+    try:
+        first = await receive()
+    except trio.EndOfChannel:
+        return
+    opening = isinstance(first, dict) and first.get("method") in (p.INITIALIZE, p.DISCOVER) and "id" in first
+    if opening:
+        reply = await server.handle(session, first)
+        if reply is not None:
+            await send(reply)
+    else:
+        held.append(first)
+
+    async def receive_rest() -> Any:
+        if held:
+            return held.pop()
+        return await receive()
+
+    async def safe_send(message: Any) -> None:
+        try:
+            await send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async with open_kernel(config) as kernel:
+        server.kernel = kernel
+        await serve_connection(server, receive_rest, safe_send, session=session)
+
+
+__all__ = ["DaemonBridge", "encode_message", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]

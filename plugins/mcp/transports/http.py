@@ -1,0 +1,443 @@
+"""Streamable HTTP client transport (2025-03-26 … 2025-11-25 and 2026-07-28), over httpx.
+
+- Every message is its own POST with ``Accept: application/json, text/event-stream``;
+  a request's answer is a JSON body or an SSE stream (notifications, then the response).
+- Handshake era: the ``Mcp-Session-Id`` from the ``initialize`` answer goes on every later
+  request, ``MCP-Protocol-Version`` once negotiated; after ``notifications/initialized``
+  a GET stream carries server-initiated messages (405 means the server has none); a
+  broken stream is resumed with ``Last-Event-ID``; DELETE ends the session on close; a
+  404 for our session means it ended (the connection is reported closed, the manager
+  reconnects).
+- 2026-07-28: no session, no GET stream; ``MCP-Protocol-Version``, ``Mcp-Method`` and
+  ``Mcp-Name`` headers on each POST; closing a request's response stream cancels it.
+- An HTTP error whose body is not JSON-RPC becomes a JSON-RPC error response for that
+  request (code -32000, ``data.httpStatus``), so the client's era probe can read it.
+- The URL is checked against SSRF rules (after DNS) before connecting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import trio
+
+from .._protocol import (
+    HEADER_LAST_EVENT_ID,
+    HEADER_METHOD,
+    HEADER_NAME,
+    HEADER_PROTOCOL_VERSION,
+    HEADER_SESSION_ID,
+    encode_header_value,
+)
+from ._base import (
+    INCOMING_BUFFER,
+    MAX_MESSAGE_BYTES,
+    TransportClosed,
+    TransportError,
+    single_errors,
+)
+from .sse import SseParser, check_server_url, json_messages
+
+log = logging.getLogger("roost.mcp.http")
+
+HTTP_ERROR = -32000
+GET_STREAM_RETRIES = 5
+DELETE_TIMEOUT_S = 3.0
+MAX_RETRY_WAIT_S = 30.0
+_TCHAR = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_SAFE_INT = 2**53 - 1
+_PRIMITIVES = ("string", "integer", "boolean")
+
+
+def x_mcp_header_problem(schema: Any) -> str | None:
+    """Why a tool's ``x-mcp-header`` annotations are invalid (SEP-2243), or None if fine.
+
+    Values must be non-empty HTTP tokens, unique ignoring case, on string/integer/boolean
+    properties reachable from the root through ``properties`` keys only.
+    """
+    seen: set[str] = set()
+
+    def visit(node: Any, reachable: bool, where: str) -> str | None:
+        if isinstance(node, list):
+            for item in node:
+                problem = visit(item, False, where)
+                if problem:
+                    return problem
+            return None
+        if not isinstance(node, Mapping):
+            return None
+        if "x-mcp-header" in node:
+            value = node["x-mcp-header"]
+            if not reachable or where == "":
+                return f"x-mcp-header at {where or 'the root'} is not on a property reachable through properties"
+            if not isinstance(value, str) or not value or not _TCHAR.match(value):
+                return f"x-mcp-header {value!r} at {where} is not a valid HTTP header name token"
+            if node.get("type") not in _PRIMITIVES:
+                return f"x-mcp-header {value!r} at {where} is on a {node.get('type')!r} property (only string, integer, boolean)"
+            if value.lower() in seen:
+                return f"x-mcp-header {value!r} is used twice"
+            seen.add(value.lower())
+        for key, child in node.items():
+            if key == "properties" and isinstance(child, Mapping) and (reachable or where == ""):
+                for name, sub in child.items():
+                    problem = visit(sub, True, f"{where}/{name}")
+                    if problem:
+                        return problem
+            elif key != "x-mcp-header" and isinstance(child, (Mapping, list)):
+                problem = visit(child, False, f"{where}/{key}")
+                if problem:
+                    return problem
+        return None
+
+    return visit(schema, True, "")
+
+
+def mcp_param_headers(schema: Any, arguments: Any) -> dict[str, str]:
+    """The ``Mcp-Param-{Name}`` headers a tools/call must carry (values encoded)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, value: Any) -> None:
+        if not isinstance(node, Mapping) or not isinstance(value, Mapping):
+            return
+        for name, sub in (node.get("properties") or {}).items():
+            if not isinstance(sub, Mapping) or name not in value:
+                continue
+            item = value[name]
+            header = sub.get("x-mcp-header")
+            if isinstance(header, str) and item is not None:
+                text: str | None = None
+                if isinstance(item, bool):
+                    text = "true" if item else "false"
+                elif isinstance(item, int) and abs(item) <= _SAFE_INT:
+                    text = str(item)
+                elif isinstance(item, str):
+                    text = item
+                if text is not None:
+                    out[f"Mcp-Param-{header}"] = encode_header_value(text)
+            walk(sub, item)
+
+    walk(schema, arguments)
+    return out
+
+
+def http_error_message(request_id: Any, status: int, body: bytes) -> dict[str, Any]:
+    """The JSON-RPC response for a request whose POST failed with ``status``.
+
+    A JSON-RPC error body is kept (with the request's id); anything else is wrapped.
+    """
+    try:
+        value = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("error"), dict):
+        error = dict(value["error"])
+        data = error.get("data")
+        if data is None:
+            error["data"] = {"httpStatus": status}
+        return {"jsonrpc": "2.0", "id": request_id, "error": error}
+    text = body[:300].decode("utf-8", "replace") if body else ""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": HTTP_ERROR, "message": f"HTTP {status}" + (f": {text}" if text else ""), "data": {"httpStatus": status}},
+    }
+
+
+class HttpTransport:
+    """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
+
+    kind = "http"
+
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, nursery: trio.Nursery, send_channel: Any, incoming: Any) -> None:
+        self.name = name
+        self.url = url
+        self.headers = dict(headers)
+        self.http = http
+        self.incoming = incoming
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.modern = False
+        self.closed_reason: str | None = None
+        self._nursery = nursery
+        self._send_channel = send_channel
+        self._streams: dict[Any, trio.CancelScope] = {}
+        self._listening = False
+        self._tool_schemas: dict[str, Any] = {}
+
+    def accept_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep the tools' schemas (for ``Mcp-Param-*`` headers) and drop, with a warning,
+        any tool whose ``x-mcp-header`` annotations are invalid (SEP-2243 MUST)."""
+        kept = []
+        for tool in tools:
+            schema = tool.get("inputSchema")
+            problem = x_mcp_header_problem(schema)
+            if problem:
+                log.warning("MCP server %s: tool %r rejected: %s", self.name, tool.get("name"), problem)
+                continue
+            self._tool_schemas[str(tool.get("name"))] = schema
+            kept.append(tool)
+        return kept
+
+    # ---- headers -----------------------------------------------------------------------
+    def _headers(self, message: Mapping[str, Any] | None = None) -> dict[str, str]:
+        out = dict(self.headers)
+        out["Accept"] = "application/json, text/event-stream"
+        if self.protocol_version:
+            out[HEADER_PROTOCOL_VERSION] = self.protocol_version
+        if self.session_id and not self.modern:
+            out[HEADER_SESSION_ID] = self.session_id
+        if self.modern and message is not None and isinstance(message.get("method"), str):
+            out[HEADER_METHOD] = message["method"]
+            params = message.get("params")
+            if isinstance(params, Mapping) and message["method"] in ("tools/call", "prompts/get", "resources/read"):
+                target = params.get("uri") if message["method"] == "resources/read" else params.get("name")
+                if isinstance(target, str):
+                    out[HEADER_NAME] = encode_header_value(target)
+                if message["method"] == "tools/call" and isinstance(target, str) and target in self._tool_schemas:
+                    out.update(mcp_param_headers(self._tool_schemas[target], params.get("arguments")))
+        return out
+
+    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
+        self.protocol_version = version
+        self.modern = modern
+
+    async def start_listening(self) -> None:
+        """Open the handshake era's standalone GET stream (once) for server-initiated
+        messages, and return once the server has answered it (or refused: 405), so that
+        it is established before any request is sent."""
+        if not self.modern and not self._listening and self.closed_reason is None:
+            self._listening = True
+            with trio.move_on_after(self.http.timeout.connect or 10.0):
+                await self._nursery.start(self._listen)
+
+    def cancel_request(self, request_id: Any) -> bool:
+        scope = self._streams.get(request_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    # ---- sending -------------------------------------------------------------------------
+    async def send(self, message: Mapping[str, Any]) -> None:
+        if self.closed_reason is not None:
+            raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason}")
+        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
+        if "method" in message and "id" in message:
+            scope = trio.CancelScope()
+            self._streams[message["id"]] = scope
+            self._nursery.start_soon(self._exchange, message, body, scope)
+            return
+        headers = {**self._headers(message), "Content-Type": "application/json"}
+        try:
+            response = await self.http.post(self.url, content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
+        if response.status_code == 404 and self.session_id and not self.modern:
+            await self._lost("the server ended the session (HTTP 404)")
+            raise TransportClosed(f"MCP server {self.name!r}: the session ended")
+        if response.status_code >= 400:
+            raise TransportError(f"MCP server {self.name!r} refused a notification with HTTP {response.status_code}")
+
+    async def _push(self, message: dict[str, Any]) -> None:
+        try:
+            await self._send_channel.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _lost(self, reason: str) -> None:
+        if self.closed_reason is None:
+            self.closed_reason = reason
+            await self._send_channel.aclose()
+
+    async def _exchange(self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope) -> None:
+        request_id = message["id"]
+        headers = {**self._headers(message), "Content-Type": "application/json"}
+        answered = False
+        try:
+            with scope:
+                async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                    if message.get("method") == "initialize":
+                        session = response.headers.get(HEADER_SESSION_ID)
+                        if session:
+                            self.session_id = session
+                    status = response.status_code
+                    if status == 404 and self.session_id and not self.modern and message.get("method") != "initialize":
+                        await self._lost("the server ended the session (HTTP 404)")
+                        return
+                    if status >= 400:
+                        data = await response.aread()
+                        await self._push(http_error_message(request_id, status, data))
+                        answered = True
+                        return
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if ctype == "application/json":
+                        data = await response.aread()
+                        if len(data) > MAX_MESSAGE_BYTES:
+                            await self._push(http_error_message(request_id, 413, b"response over the 10 MB limit"))
+                            answered = True
+                            return
+                        for item in json_messages(data.decode("utf-8", "replace")):
+                            answered = answered or item.get("id") == request_id
+                            await self._push(item)
+                    elif ctype == "text/event-stream":
+                        answered = await self._read_sse(response, request_id)
+                    elif status == 202:
+                        pass
+                    else:
+                        await self._push(http_error_message(request_id, status, f"unexpected content type {ctype!r}".encode()))
+                        answered = True
+        except httpx.HTTPError as exc:
+            if not answered:
+                await self._push(http_error_message(request_id, 0, f"the HTTP request failed: {type(exc).__name__}: {exc}".encode()))
+                answered = True
+        except ValueError as exc:
+            await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
+            answered = True
+        finally:
+            self._streams.pop(request_id, None)
+        if not answered and not scope.cancel_called:
+            await self._push(http_error_message(request_id, 0, b"the response stream ended without an answer"))
+
+    async def _read_sse(self, response: httpx.Response, request_id: Any) -> bool:
+        """Forward the stream's messages; True once the answer to ``request_id`` came.
+        A broken handshake-era stream with event ids is resumed with a GET."""
+        parser = SseParser()
+        answered = False
+        try:
+            async for chunk in response.aiter_text():
+                for event in parser.feed(chunk):
+                    if event.event != "message":
+                        continue
+                    for item in json_messages(event.data):
+                        answered = answered or (item.get("id") == request_id and "method" not in item)
+                        await self._push(item)
+        except httpx.HTTPError:
+            pass
+        if not answered and not self.modern and parser.last_event_id is not None:
+            if parser.retry_ms is not None:
+                await trio.sleep(min(parser.retry_ms / 1000, MAX_RETRY_WAIT_S))
+            answered = await self._resume(parser.last_event_id, request_id)
+        return answered
+
+    async def _resume(self, last_event_id: str, request_id: Any) -> bool:
+        """GET with ``Last-Event-ID`` to get the rest of a broken stream."""
+        for _attempt in range(GET_STREAM_RETRIES):
+            headers = {**self._headers(), HEADER_LAST_EVENT_ID: last_event_id, "Accept": "text/event-stream"}
+            try:
+                async with self.http.stream("GET", self.url, headers=headers) as response:
+                    if response.status_code != 200:
+                        return False
+                    parser = SseParser()
+                    async for chunk in response.aiter_text():
+                        for event in parser.feed(chunk):
+                            if event.id:
+                                last_event_id = event.id
+                            for item in json_messages(event.data):
+                                await self._push(item)
+                                if item.get("id") == request_id and "method" not in item:
+                                    return True
+            except httpx.HTTPError:
+                await trio.sleep(0.2)
+        return False
+
+    async def _listen(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """The handshake era's GET stream for server-initiated messages."""
+        started = False
+
+        def ready() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                task_status.started()
+
+        try:
+            await self._listen_loop(ready)
+        finally:
+            ready()
+
+    async def _listen_loop(self, ready: Any) -> None:
+        last_event_id: str | None = None
+        retry_ms: int | None = None
+        failures = 0
+        while self.closed_reason is None and failures < GET_STREAM_RETRIES:
+            if retry_ms is not None and (failures or last_event_id):
+                await trio.sleep(min(retry_ms / 1000, MAX_RETRY_WAIT_S))
+            headers = {**self._headers(), "Accept": "text/event-stream"}
+            if last_event_id:
+                headers[HEADER_LAST_EVENT_ID] = last_event_id
+            try:
+                async with self.http.stream("GET", self.url, headers=headers) as response:
+                    ready()
+                    if response.status_code == 405:
+                        return  # the server offers no GET stream
+                    if response.status_code == 404 and self.session_id:
+                        await self._lost("the server ended the session (HTTP 404)")
+                        return
+                    if response.status_code != 200:
+                        failures += 1
+                        await trio.sleep(0.5 * failures)
+                        continue
+                    failures = 0
+                    parser = SseParser()
+                    async for chunk in response.aiter_text():
+                        for event in parser.feed(chunk):
+                            if event.id:
+                                last_event_id = event.id
+                            if event.retry is not None:
+                                retry_ms = event.retry
+                            if event.event == "message":
+                                for item in json_messages(event.data):
+                                    await self._push(item)
+            except (httpx.HTTPError, ValueError) as exc:
+                ready()
+                log.info("MCP server %s: GET stream broke (%s); reconnecting", self.name, exc)
+                failures += 1
+                await trio.sleep(0.5 * failures)
+
+    async def _end_session(self) -> None:
+        if self.session_id and not self.modern:
+            with trio.move_on_after(DELETE_TIMEOUT_S):
+                try:
+                    await self.http.delete(self.url, headers=self._headers())
+                except httpx.HTTPError:
+                    pass
+
+
+@asynccontextmanager
+async def open_http_transport(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    name: str = "server",
+    timeout_secs: float = 30.0,
+    allow_private: bool = False,
+    allow_loopback: bool = False,
+) -> AsyncIterator[HttpTransport]:
+    """Yield a Streamable HTTP transport to ``url``; leaving ends the session (DELETE)."""
+    await check_server_url(url, allow_private=allow_private, allow_loopback=allow_loopback)
+    send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
+    timeout = httpx.Timeout(timeout_secs, read=None)
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+        with single_errors():
+            async with trio.open_nursery() as nursery:
+                transport = HttpTransport(name, url, headers or {}, http, nursery, send_channel, receive_channel)
+                try:
+                    yield transport
+                finally:
+                    if transport.closed_reason is None:
+                        transport.closed_reason = "the connection was closed"
+                    with trio.CancelScope(shield=True):
+                        await transport._end_session()
+                    nursery.cancel_scope.cancel()
+                    await send_channel.aclose()
+
+
+__all__ = ["HttpTransport", "http_error_message", "mcp_param_headers", "open_http_transport", "x_mcp_header_problem"]

@@ -1,0 +1,69 @@
+"""An in-memory MCP transport: a connected pair of bounded message channels.
+
+Each end sends and receives decoded JSON-RPC messages (dicts), exactly what a stream
+transport would carry after framing. Used by tests and for in-process clients of
+``McpServer`` (``serve_memory``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+
+DEFAULT_BUFFER = 64
+
+
+@attrs.frozen(eq=False)
+class MemoryTransport:
+    """One end of a pair: ``send(message)`` to the peer, ``receive()`` from it.
+
+    Both are bounded: ``send`` waits while the peer's inbox is full. ``aclose()`` ends the
+    peer's ``receive`` with ``trio.EndOfChannel``.
+    """
+
+    outbox: trio.MemorySendChannel[Any]
+    inbox: trio.MemoryReceiveChannel[Any]
+
+    async def send(self, message: Any) -> None:
+        await self.outbox.send(message)
+
+    async def receive(self) -> Any:
+        return await self.inbox.receive()
+
+    async def aclose(self) -> None:
+        await self.outbox.aclose()
+        await self.inbox.aclose()
+
+    async def __aenter__(self) -> MemoryTransport:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTransport]:
+    """A connected ``(client_end, server_end)`` pair with ``buffer`` slots each way."""
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+        raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
+    to_server_send, to_server_recv = trio.open_memory_channel[Any](buffer)
+    to_client_send, to_client_recv = trio.open_memory_channel[Any](buffer)
+    return MemoryTransport(to_server_send, to_client_recv), MemoryTransport(to_client_send, to_server_recv)
+
+
+async def serve_memory(server: Any, end: MemoryTransport, **kwargs: Any) -> None:
+    """Serve ``server`` (an ``McpServer``) on the server end of a memory pair until the
+    client end closes."""
+    from .._server import serve_connection
+
+    async def send(message: Any) -> None:
+        try:
+            await end.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away
+
+    await serve_connection(server, end.receive, send, **kwargs)
+
+
+__all__ = ["MemoryTransport", "memory_pair", "serve_memory"]

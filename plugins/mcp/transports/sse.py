@@ -1,0 +1,250 @@
+"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common).
+
+Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
+``endpoint`` event naming where to POST, then POSTs every message there; every server
+message (responses included) arrives on the SSE stream as a ``message`` event.
+
+Also home of ``SseParser``, the sans-I/O Server-Sent Events parser both HTTP transports use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import attrs
+import httpx
+import trio
+from roost.kernel._netguard import check_url
+
+from ._base import (
+    INCOMING_BUFFER,
+    MAX_MESSAGE_BYTES,
+    TransportClosed,
+    TransportError,
+    single_errors,
+)
+
+log = logging.getLogger("roost.mcp.sse")
+
+ALLOW_HINT = "allow_local = true on this [[mcp_servers]] entry (or tools.allow_private_network = true)"
+
+
+@attrs.frozen
+class SseEvent:
+    """One dispatched Server-Sent Event."""
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class SseParser:
+    """Sans-I/O SSE parser (WHATWG rules): feed text, get complete events.
+
+    Lines end in CRLF, LF or CR; ``:`` starts a comment; an event is dispatched at a
+    blank line; a pending line or event over ``max_bytes`` raises ValueError.
+    """
+
+    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._line = ""
+        self._pending_cr = False
+        self._event = ""
+        self._data: list[str] = []
+        self._size = 0
+        self._id: str | None = None
+        self._retry: int | None = None
+        self.last_event_id: str | None = None
+        self.retry_ms: int | None = None
+
+    def feed(self, text: str) -> list[SseEvent]:
+        events: list[SseEvent] = []
+        start = 0
+        if self._pending_cr and text.startswith("\n"):
+            start = 1
+        self._pending_cr = False
+        i = start
+        length = len(text)
+        while i < length:
+            ch = text[i]
+            if ch == "\r" or ch == "\n":
+                self._line += text[start:i]
+                self._take_line(self._line, events)
+                self._line = ""
+                if ch == "\r":
+                    if i + 1 < length and text[i + 1] == "\n":
+                        i += 1
+                    elif i + 1 == length:
+                        self._pending_cr = True
+                start = i + 1
+            i += 1
+        self._line += text[start:]
+        if len(self._line) > self.max_bytes:
+            raise ValueError(f"an SSE line is over {self.max_bytes} bytes")
+        return events
+
+    def _take_line(self, line: str, events: list[SseEvent]) -> None:
+        if not line:
+            if self._data or self._event:
+                data = "\n".join(self._data)
+                events.append(SseEvent(self._event or "message", data, self._id, self._retry))
+            self._event, self._data, self._size, self._retry = "", [], 0, None
+            return
+        if line.startswith(":"):
+            return
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._size += len(value) + 1
+            if self._size > self.max_bytes:
+                raise ValueError(f"an SSE event is over {self.max_bytes} bytes")
+            self._data.append(value)
+        elif name == "id":
+            if "\0" not in value:
+                self._id = value
+                self.last_event_id = value
+        elif name == "retry":
+            if value.isdigit():
+                self._retry = int(value)
+                self.retry_ms = int(value)
+
+
+def json_messages(data: str) -> list[dict[str, Any]]:
+    """The JSON-RPC objects in an event's data (an object, or an array of them)."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if isinstance(value, dict):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, dict)]
+    return []
+
+
+async def check_server_url(url: str, *, allow_private: bool, allow_loopback: bool) -> None:
+    """The SSRF guard for a configured MCP server URL (after DNS resolution)."""
+    await check_url(url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT)
+
+
+def same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+
+    def port(p: Any) -> int | None:
+        return p.port or (443 if p.scheme == "https" else 80)
+
+    return (pa.scheme, pa.hostname, port(pa)) == (pb.scheme, pb.hostname, port(pb))
+
+
+class SseTransport:
+    """A connected HTTP+SSE session; see ``open_sse_transport``."""
+
+    kind = "sse"
+
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, incoming: Any) -> None:
+        self.name = name
+        self.url = url
+        self.headers = dict(headers)
+        self.http = http
+        self.incoming = incoming
+        self.endpoint: str | None = None
+        self.closed_reason: str | None = None
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        if self.closed_reason is not None or self.endpoint is None:
+            raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'not connected'}")
+        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
+        try:
+            response = await self.http.post(
+                self.endpoint, content=body, headers={**self.headers, "Content-Type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise TransportClosed(f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})") from None
+        if response.status_code >= 400:
+            raise TransportError(
+                f"MCP server {self.name!r} refused a message with HTTP {response.status_code}: {response.text[:200]}"
+            )
+
+    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
+        pass
+
+    def cancel_request(self, request_id: Any) -> bool:
+        return False
+
+
+@asynccontextmanager
+async def open_sse_transport(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    name: str = "server",
+    timeout_secs: float = 30.0,
+    allow_private: bool = False,
+    allow_loopback: bool = False,
+) -> AsyncIterator[SseTransport]:
+    """Open the SSE stream at ``url``, wait (up to ``timeout_secs``) for the ``endpoint``
+    event and yield the transport. The endpoint must have the stream's origin."""
+    await check_server_url(url, allow_private=allow_private, allow_loopback=allow_loopback)
+    send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
+    timeout = httpx.Timeout(timeout_secs, read=None)
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+        transport = SseTransport(name, url, headers or {}, http, receive_channel)
+
+        async def read_stream(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            started = False
+            async with send_channel:
+                try:
+                    request_headers = {**transport.headers, "Accept": "text/event-stream"}
+                    async with http.stream("GET", url, headers=request_headers) as response:
+                        if response.status_code != 200:
+                            raise TransportError(f"MCP server {name!r}: GET {url} answered HTTP {response.status_code}; is this an HTTP+SSE endpoint?")
+                        ctype = response.headers.get("content-type", "")
+                        if not ctype.startswith("text/event-stream"):
+                            raise TransportError(f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream")
+                        parser = SseParser()
+                        async for chunk in response.aiter_text():
+                            for event in parser.feed(chunk):
+                                if event.event == "endpoint" and not started:
+                                    endpoint = urljoin(url, event.data.strip())
+                                    if not same_origin(endpoint, url):
+                                        raise TransportError(f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused")
+                                    transport.endpoint = endpoint
+                                    started = True
+                                    task_status.started()
+                                elif event.event == "message" and started:
+                                    for message in json_messages(event.data):
+                                        await send_channel.send(message)
+                    transport.closed_reason = "the server closed the SSE stream"
+                except (httpx.HTTPError, ValueError) as exc:
+                    transport.closed_reason = f"the SSE stream broke ({type(exc).__name__}: {exc})"
+                    if not started:
+                        raise TransportError(f"MCP server {name!r}: {transport.closed_reason}") from None
+                if not started:
+                    raise TransportError(f"MCP server {name!r}: the SSE stream ended before its endpoint event")
+
+        with single_errors():
+            async with trio.open_nursery() as nursery:
+                with trio.move_on_after(timeout_secs) as scope:
+                    await nursery.start(read_stream)
+                if scope.cancelled_caught:
+                    raise TransportError(f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s from {url}")
+                try:
+                    yield transport
+                finally:
+                    if transport.closed_reason is None:
+                        transport.closed_reason = "the connection was closed"
+                    nursery.cancel_scope.cancel()
+
+
+__all__ = ["SseEvent", "SseParser", "SseTransport", "check_server_url", "json_messages", "open_sse_transport", "same_origin"]

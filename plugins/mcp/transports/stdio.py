@@ -1,0 +1,338 @@
+"""stdio client transport: run an MCP server as a child process, NDJSON on its pipes.
+
+- The child's environment is cleared except ``PATH``, ``HOME`` and the listed names.
+- It runs through a tiny exec wrapper that sets ``PR_SET_PDEATHSIG``, in its own process
+  group, so it dies with roost (even on SIGKILL) and shutdown reaches its children too.
+- stderr lines go to the log; stdout lines that are not JSON objects are logged and
+  skipped; a line over ``max_message_bytes`` (10 MB) is drained and dropped.
+- Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (every wait bounded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ._base import (
+    INCOMING_BUFFER,
+    MAX_MESSAGE_BYTES,
+    TransportClosed,
+    TransportError,
+    single_errors,
+)
+
+log = logging.getLogger("roost.mcp.stdio")
+
+BASE_ENV = ("PATH", "HOME")
+STDIN_CLOSE_GRACE_S = 2.0
+TERM_GRACE_S = 2.0
+KILL_GRACE_S = 5.0
+_READ_CHUNK = 65536
+_STDERR_LINE_MAX = 4000
+
+
+def child_environment(names: Sequence[str], source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a server: PATH, HOME and ``names`` that are set, nothing else."""
+    source = os.environ if source is None else source
+    env = {}
+    for name in (*BASE_ENV, *names):
+        value = source.get(name)
+        if value is not None:
+            env[name] = value
+    return env
+
+
+def check_command(command: str) -> None:
+    """Reject an empty command or one containing ``..`` (path traversal)."""
+    if not isinstance(command, str) or not command.strip():
+        raise TransportError("transport.command: expected a non-empty string naming the server program")
+    if ".." in command:
+        raise TransportError(
+            f"transport.command: {command!r} contains '..'; use an absolute path or a program on PATH"
+        )
+
+
+class LineSplitter:
+    """Sans-I/O NDJSON framing with a size cap: feed bytes, get complete lines.
+
+    A line longer than ``max_bytes`` is discarded up to its newline and reported once
+    through ``oversized`` (the count of dropped lines).
+    """
+
+    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._buffer = bytearray()
+        self._discarding = False
+        self.oversized = 0
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                rest = data[start:]
+                if not self._discarding:
+                    self._buffer += rest
+                    if len(self._buffer) > self.max_bytes:
+                        self._buffer.clear()
+                        self._discarding = True
+                        self.oversized += 1
+                return lines
+            piece = data[start:newline]
+            start = newline + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            if self._buffer:
+                self._buffer += piece
+                line = bytes(self._buffer)
+                self._buffer.clear()
+            else:
+                line = bytes(piece)
+            if len(line) > self.max_bytes:
+                self.oversized += 1
+                continue
+            line = line.rstrip(b"\r")
+            if line.strip():
+                lines.append(line)
+
+
+def decode_line(line: bytes) -> dict[str, Any] | None:
+    """A JSON object from one line, or None when the line is not one."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class StdioTransport:
+    """A running server process; see ``open_stdio_transport``."""
+
+    kind = "stdio"
+
+    def __init__(self, name: str, process: trio.Process, incoming: Any) -> None:
+        self.name = name
+        self.process = process
+        self.incoming = incoming
+        self.closed_reason: str | None = None
+        self._send_lock = trio.Lock()
+        self.skipped_lines = 0
+        self.oversized_lines = 0
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise TransportError(
+                f"message is {len(data)} bytes, over the 10 MB limit of the stdio transport"
+            )
+        if self.closed_reason is not None or self.process.stdin is None:
+            raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
+        async with self._send_lock:
+            try:
+                await self.process.stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise TransportClosed(f"MCP server {self.name!r} stopped reading its input ({exc})") from None
+
+    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
+        pass
+
+    def cancel_request(self, request_id: Any) -> bool:
+        return False
+
+
+async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
+    splitter = LineSplitter()
+    stream = transport.process.stdout
+    assert stream is not None
+    if True:
+        while True:
+            try:
+                chunk = await stream.receive_some(_READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                chunk = b""
+            if not chunk:
+                return
+            for line in splitter.feed(chunk):
+                message = decode_line(line)
+                if message is None:
+                    transport.skipped_lines += 1
+                    log.warning(
+                        "MCP server %s wrote a non-JSON line on stdout (skipped): %.200r",
+                        transport.name,
+                        line,
+                    )
+                    continue
+                await send.send(message)
+            if splitter.oversized > transport.oversized_lines:
+                log.error(
+                    "MCP server %s sent a message over %d bytes; it was dropped",
+                    transport.name,
+                    MAX_MESSAGE_BYTES,
+                )
+                transport.oversized_lines = splitter.oversized
+
+
+async def _pump_stderr(transport: StdioTransport) -> None:
+    stream = transport.process.stderr
+    assert stream is not None
+    server_log = logging.getLogger(f"roost.mcp.server.{transport.name}")
+    splitter = LineSplitter(max_bytes=_STDERR_LINE_MAX * 4)
+    while True:
+        try:
+            chunk = await stream.receive_some(_READ_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
+        for line in splitter.feed(chunk):
+            server_log.info("%s", line.decode("utf-8", "replace")[:_STDERR_LINE_MAX])
+
+
+def _signal_group(process: trio.Process, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+async def _shutdown(transport: StdioTransport) -> None:
+    """stdin close → wait → SIGTERM → wait → SIGKILL → reap; every step bounded."""
+    process = transport.process
+    with trio.CancelScope(shield=True):
+        if process.stdin is not None:
+            try:
+                await process.stdin.aclose()
+            except (trio.BrokenResourceError, OSError):
+                pass
+        with trio.move_on_after(STDIN_CLOSE_GRACE_S):
+            await process.wait()
+        if process.returncode is None:
+            _signal_group(process, signal.SIGTERM)
+            with trio.move_on_after(TERM_GRACE_S):
+                await process.wait()
+        if process.returncode is None:
+            _signal_group(process, signal.SIGKILL)
+            with trio.move_on_after(KILL_GRACE_S):
+                await process.wait()
+        else:
+            # The leader is gone; make sure nothing it started lingers in its group.
+            _signal_group_quietly(process.pid, signal.SIGKILL)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+def _signal_group_quietly(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wrapped_command(command: str, args: Sequence[str]) -> list[str]:
+    """The argv that runs ``command`` under the parent-death exec wrapper."""
+    return [
+        sys.executable,
+        "-m",
+        "roost.plugins.mcp.transports._pdeathsig",
+        str(os.getpid()),
+        "--",
+        command,
+        *args,
+    ]
+
+
+@asynccontextmanager
+async def open_stdio_transport(
+    command: str,
+    args: Sequence[str] = (),
+    *,
+    name: str = "server",
+    cwd: str | None = None,
+    env: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None,
+) -> AsyncIterator[StdioTransport]:
+    """Start ``command args`` and yield its transport; leaving stops and reaps it.
+
+    ``env`` names the variables of roost's environment the server may see (beside PATH
+    and HOME); ``extra_env`` sets explicit values (tests).
+    """
+    check_command(command)
+    child_env = child_environment(env)
+    if extra_env:
+        child_env.update(extra_env)
+    try:
+        process = await trio.lowlevel.open_process(
+            wrapped_command(command, args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise TransportError(f"could not start MCP server {name!r} ({command}): {exc}") from None
+    send, receive = trio.open_memory_channel[dict](INCOMING_BUFFER)
+    transport = StdioTransport(name, process, receive)
+    try:
+        with single_errors():
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    async with send:
+                        await _pump_stdout(transport, send)
+                        with trio.move_on_after(1.0):
+                            await process.wait()
+                        code = process.returncode
+                        if transport.closed_reason is None:
+                            transport.closed_reason = (
+                                f"the process exited with code {code}"
+                                if code is not None
+                                else "the process closed its standard output"
+                            )
+
+                nursery.start_soon(watch)
+                nursery.start_soon(_pump_stderr, transport)
+                try:
+                    yield transport
+                finally:
+                    if transport.closed_reason is None:
+                        transport.closed_reason = "the connection was closed"
+                    await _shutdown(transport)
+                    nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:
+            with trio.CancelScope(shield=True):
+                _signal_group(process, signal.SIGKILL)
+                with trio.move_on_after(KILL_GRACE_S):
+                    await process.wait()
+
+
+__all__ = [
+    "LineSplitter",
+    "StdioTransport",
+    "check_command",
+    "child_environment",
+    "decode_line",
+    "open_stdio_transport",
+    "wrapped_command",
+]

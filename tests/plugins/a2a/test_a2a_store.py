@@ -1,0 +1,96 @@
+"""The task store: bounded (only terminal tasks evicted, oldest first), survives a restart,
+and in-flight tasks of a dead daemon are marked failed with a reason on the next start."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+from a2a_helpers import SLEEP_STARTED, make_config, serve
+from roost.plugins.a2a._store import TaskStoreError, open_task_store
+
+V1 = {"A2A-Version": "1.0"}
+
+
+async def send(http, text, path="/a2a/agents/echo/jsonrpc", **config):
+    body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
+    if config:
+        body["configuration"] = config
+    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+    return r.json()
+
+
+async def get(http, tid, path="/a2a/agents/echo/jsonrpc"):
+    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": tid}}, headers=V1)
+    return r.json()
+
+
+async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_path):
+    config = make_config(tmp_path)
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        done = (await send(http, "keep me"))["result"]["task"]["id"]
+        asked = (await send(http, "a question", path="/a2a/agents/asker/jsonrpc"))["result"]["task"]["id"]
+        running = (await send(http, "never ends", path="/a2a/agents/slow/jsonrpc", returnImmediately=True))["result"]["task"]["id"]
+        with trio.fail_after(5):
+            while not SLEEP_STARTED:
+                await trio.sleep(0.01)
+        # Simulate a crash: the row stays "working" because the process never got to write more.
+        from roost.plugins.a2a._server import service_for
+
+        service = service_for(kernel)
+        live = service.tasks.live[running]
+        live.scope = None  # detach, so the shutdown below does not record a cancellation
+        service.tasks.store = _Frozen(service.tasks.store)
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        kept = (await get(http, done))["result"]
+        waiting = (await get(http, asked, "/a2a/agents/asker/jsonrpc"))["result"]
+        failed = (await get(http, running, "/a2a/agents/slow/jsonrpc"))["result"]
+        answer = {"messageId": "m2", "role": "ROLE_USER", "taskId": asked, "parts": [{"text": "x.md"}]}
+        resumed = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": answer}}, headers=V1)).json()
+    assert kept["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert kept["artifacts"][0]["parts"][0]["text"] == "echo: keep me"
+    assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert failed["status"]["state"] == "TASK_STATE_FAILED"
+    assert "daemon stopped" in failed["status"]["message"]["parts"][0]["text"]
+    assert resumed["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+class _Frozen:
+    """A store that ignores writes (what a killed process would have written: nothing)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    async def update(self, *a, **k):
+        return None
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+async def test_only_terminal_tasks_are_evicted_oldest_first():
+    async with open_task_store(":memory:", max_tasks=3) as store:
+        await store.insert(id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={"n": 0})
+        await store.insert(id="old", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 1})
+        await trio.sleep(0.01)
+        await store.insert(id="new", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 2})
+        evicted = await store.insert(id="x", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        assert evicted == ["old"]
+        assert await store.get("run") is not None and await store.get("old") is None
+        evicted = await store.insert(id="y", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        assert evicted == ["new"]
+        with pytest.raises(TaskStoreError, match="max_tasks"):
+            await store.insert(id="z", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        rows, total = await store.list()
+        assert total == 3 and {r.id for r in rows} == {"run", "x", "y"}
+
+
+async def test_max_tasks_bound_through_the_server(tmp_path):
+    config = make_config(tmp_path, a2a={"max_tasks": 3})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        ids = [(await send(http, f"t{i}"))["result"]["task"]["id"] for i in range(5)]
+        listed = (await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}, headers=V1)).json()["result"]
+        gone = await get(http, ids[0])
+    assert listed["totalSize"] == 3
+    assert {t["id"] for t in listed["tasks"]} == set(ids[2:])
+    assert gone["error"]["code"] == -32001

@@ -1,0 +1,121 @@
+"""Push notifications: real webhook delivery (Authorization header, token, retries with
+backoff), the SSRF check on webhook URLs, and -32003 when disabled."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import trio
+from a2a_helpers import make_config, serve
+from roost.plugins.a2a import _models as m
+from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
+
+V1 = {"A2A-Version": "1.0"}
+
+
+@pytest.fixture
+async def webhook(nursery):
+    """A real HTTP receiver on 127.0.0.1 (hypercorn) that records what it gets."""
+    from functools import partial
+
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hserve
+
+    received: list[tuple[dict, dict]] = []
+    failures = {"left": 0}
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                event = await receive()
+                await send({"type": event["type"] + ".complete"})
+                if event["type"] == "lifespan.shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            event = await receive()
+            body += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        status = 200
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            status = 503
+        else:
+            received.append((headers, json.loads(body)))
+        await send({"type": "http.response.start", "status": status, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    binds = await nursery.start(partial(hserve, app, config, mode="asgi"))
+    yield binds[0], received, failures
+
+
+async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook):
+    hook_url, received, failures = webhook
+    failures["left"] = 1  # the first attempt fails: delivery must retry
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        push = {"url": hook_url + "/hook", "token": "tok-1", "authentication": {"scheme": "Bearer", "credentials": "hook-secret"}}
+        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a question"}]}, "configuration": {"taskPushNotificationConfig": push}}
+        r = await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+        task = r.json()["result"]["task"]
+        listed = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "ListTaskPushNotificationConfigs", "params": {"taskId": task["id"]}}, headers=V1)).json()
+        with trio.fail_after(10):
+            while not any("statusUpdate" in b and b["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" for _, b in received):
+                await trio.sleep(0.05)
+        cfg_id = listed["result"]["configs"][0]["id"]
+        deleted = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 3, "method": "DeleteTaskPushNotificationConfig", "params": {"taskId": task["id"], "id": cfg_id}}, headers=V1)).json()
+    assert listed["result"]["configs"][0]["url"] == hook_url + "/hook"
+    headers, _ = received[0]
+    assert headers["authorization"] == "Bearer hook-secret"
+    assert headers["x-a2a-notification-token"] == "tok-1"
+    states = [b["statusUpdate"]["status"]["state"] for _, b in received if "statusUpdate" in b]
+    assert states[-1] == "TASK_STATE_INPUT_REQUIRED"
+    assert deleted == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/meta-data", "http://[fd00:ec2::254]/", "http://metadata.google.internal/"]
+)
+async def test_webhook_url_pointing_at_a_metadata_address_is_refused(tmp_path, url):
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, base), httpx.AsyncClient(base_url=base, timeout=10) as http:
+        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}}, headers=V1)
+        tid = r.json()["result"]["task"]["id"]
+        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig", "params": {"taskId": tid, "url": url}}, headers=V1)
+    err = r.json()["error"]
+    assert err["code"] == -32602 and err["data"][0]["metadata"]["errors"][0]["field"] == "url"
+
+
+async def test_loopback_webhook_is_refused_unless_allowed(tmp_path):
+    config = make_config(tmp_path, a2a={"push_notifications": True})
+    async with serve(config) as (kernel, base), httpx.AsyncClient(base_url=base, timeout=10) as http:
+        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/h"}}}
+        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+    assert r.json()["error"]["code"] == -32602
+    assert "push_allow_private" in r.json()["error"]["message"]
+
+
+async def test_delivery_gives_up_after_bounded_retries():
+    attempts = []
+
+    def handler(request):
+        attempts.append(trio.current_time())
+        return httpx.Response(500)
+
+    async def nothing(*a):
+        return []
+
+    dispatcher = PushDispatcher(None, PushSettings(retries=3, backoff_s=0.01, allow_private=True, allow_loopback=True))
+    config = m.PushConfig(task_id="t", id="c", url="http://127.0.0.1:1/h")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        ok = await dispatcher.deliver(client, Delivery(config, {"x": 1}))
+    assert ok is False and len(attempts) == 3 and dispatcher.failed == 1
+    assert attempts[2] - attempts[1] >= attempts[1] - attempts[0]  # backoff grows

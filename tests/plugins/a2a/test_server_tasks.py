@@ -1,0 +1,227 @@
+"""Task lifecycle over the real kernel and daemon: multi-turn, returnImmediately, list,
+subscribe (replay + live), parts, routing, the depth breaker, cards."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+import trio
+from a2a_helpers import SLEEP_STARTED
+
+V1 = {"A2A-Version": "1.0"}
+
+
+def msg(text="hi", mid="m-1", **extra):
+    return {"messageId": mid, "role": "ROLE_USER", "parts": [{"text": text}], **extra}
+
+
+async def rpc(client, method, params, *, headers=V1, path="/a2a/agents/echo/jsonrpc"):
+    r = await client.post(path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def sse(client, path, payload, headers=V1):
+    events = []
+    async with client.stream("POST", path, json=payload, headers={**headers, "Accept": "text/event-stream"}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+@pytest.fixture
+async def http(daemon):
+    kernel, url = daemon
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        yield client
+
+
+async def test_input_required_then_the_same_task_continues_with_its_history(http):
+    first = (await rpc(http, "SendMessage", {"message": msg("a question for you")}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]
+    assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert first["status"]["message"]["parts"][0]["text"] == "Which file?"
+    answer = msg("notes.md", mid="m-2", taskId=first["id"])
+    second = (await rpc(http, "SendMessage", {"message": answer}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]
+    assert second["id"] == first["id"] and second["contextId"] == first["contextId"]
+    assert second["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert second["artifacts"][0]["parts"][0]["text"] == "You chose notes.md for a question for you"
+    texts = [h["parts"][0]["text"] for h in second["history"]]
+    assert texts == ["a question for you", "Which file?", "notes.md"]
+
+
+async def test_return_immediately_then_get_task_until_done(http):
+    body = await rpc(http, "SendMessage", {"message": msg("quick"), "configuration": {"returnImmediately": True}})
+    task = body["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+    with trio.fail_after(5):
+        while True:
+            got = (await rpc(http, "GetTask", {"id": task["id"]}))["result"]
+            if got["status"]["state"] == "TASK_STATE_COMPLETED":
+                break
+            await trio.sleep(0.02)
+    assert got["artifacts"][0]["parts"][0]["text"] == "echo: quick"
+
+
+async def test_get_task_history_length(http):
+    tid = (await rpc(http, "SendMessage", {"message": msg("a question")}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]["id"]
+    full = (await rpc(http, "GetTask", {"id": tid}, path="/a2a/agents/asker/jsonrpc"))["result"]
+    one = (await rpc(http, "GetTask", {"id": tid, "historyLength": 1}, path="/a2a/agents/asker/jsonrpc"))["result"]
+    none = (await rpc(http, "GetTask", {"id": tid, "historyLength": 0}, path="/a2a/agents/asker/jsonrpc"))["result"]
+    assert len(full["history"]) == 2
+    assert one["history"] == full["history"][-1:]
+    assert "history" not in none
+
+
+async def test_list_tasks_filters_and_pages(http):
+    ids = []
+    ctx = "ctx-list"
+    for i in range(5):
+        ids.append((await rpc(http, "SendMessage", {"message": msg(f"n{i}", mid=f"m{i}", contextId=ctx)}))["result"]["task"]["id"])
+    await rpc(http, "SendMessage", {"message": msg("other")})
+    seen = []
+    token = None
+    while True:
+        params = {"contextId": ctx, "pageSize": 2}
+        if token:
+            params["pageToken"] = token
+        page = (await rpc(http, "ListTasks", params))["result"]
+        assert page["totalSize"] == 5 and page["pageSize"] == 2
+        seen += [t["id"] for t in page["tasks"]]
+        assert all("artifacts" not in t for t in page["tasks"])
+        token = page["nextPageToken"]
+        if not token:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == 5
+    done = (await rpc(http, "ListTasks", {"status": "TASK_STATE_COMPLETED", "includeArtifacts": True}))["result"]
+    assert done["totalSize"] == 6 and "artifacts" in done["tasks"][0]
+    rest = (await http.get("/a2a/agents/echo/rest/tasks", params={"contextId": ctx, "pageSize": 10}, headers=V1)).json()
+    assert rest["totalSize"] == 5
+
+
+async def test_subscribe_replays_from_the_start_then_follows_live(http):
+    task = (await rpc(http, "SendMessage", {"message": msg("slowly"), "configuration": {"returnImmediately": True}}, path="/a2a/agents/slow/jsonrpc"))["result"]["task"]
+    with trio.fail_after(10):
+        while not SLEEP_STARTED:
+            await trio.sleep(0.01)
+        events: list = []
+        async with trio.open_nursery() as nursery:
+
+            async def follow():
+                events.extend(await sse(http, "/a2a/agents/slow/jsonrpc", {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task["id"]}}))
+
+            nursery.start_soon(follow)
+            while not events and True:
+                await trio.sleep(0.05)
+                got = (await rpc(http, "GetTask", {"id": task["id"]}, path="/a2a/agents/slow/jsonrpc"))["result"]
+                if got["status"]["state"] == "TASK_STATE_WORKING":
+                    break
+            await trio.sleep(0.1)
+            await rpc(http, "CancelTask", {"id": task["id"]}, path="/a2a/agents/slow/jsonrpc")
+    first = events[0]["result"]["task"]
+    # the replay: the task as it stands, with everything that happened before subscribing
+    assert first["id"] == task["id"] and first["status"]["state"] == "TASK_STATE_WORKING"
+    assert first["history"][0]["parts"][0]["text"] == "slowly"
+    assert events[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert all(e["id"] == 9 for e in events)
+
+
+async def test_streaming_events_arrive_in_order_for_many_concurrent_streams(http):
+    results = {}
+
+    async def one(i):
+        results[i] = await sse(http, "/a2a/agents/echo/jsonrpc", {"jsonrpc": "2.0", "id": i, "method": "SendStreamingMessage", "params": {"message": msg(f"s{i}", mid=f"m{i}")}})
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            for i in range(10):
+                nursery.start_soon(one, i)
+    for i, events in results.items():
+        kinds = [next(iter(e["result"])) for e in events]
+        assert kinds == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"], kinds
+        assert events[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert events[2]["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"] == f"echo: s{i}"
+
+
+async def test_file_and_data_parts_reach_the_agent_intact(http):
+    raw = bytes(range(256))
+    parts = [
+        {"text": "look"},
+        {"raw": base64.b64encode(raw).decode(), "mediaType": "application/octet-stream", "filename": "blob.bin"},
+        {"url": "https://example.com/a.png", "mediaType": "image/png", "filename": "a.png"},
+        {"data": {"k": [1, 2, {"z": None}]}},
+    ]
+    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
+    echoed = task["artifacts"][0]["parts"][0]["text"]
+    assert base64.b64encode(raw).decode() in echoed
+    assert "blob.bin" in echoed and "application/octet-stream" in echoed
+    assert "https://example.com/a.png" in echoed
+    assert json.loads(echoed.split("```json\n")[1].split("\n```")[0]) == {"k": [1, 2, {"z": None}]}
+    assert task["history"][0]["parts"] == parts  # stored exactly as sent
+
+
+async def test_root_endpoint_routes_by_metadata_agent_never_the_first_agent(tmp_path):
+    from a2a_helpers import make_config, serve
+
+    config = make_config(tmp_path, a2a={"default_agent": None})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        ambiguous = await rpc(http, "SendMessage", {"message": msg("hi")}, path="/a2a/jsonrpc")
+        named = await rpc(http, "SendMessage", {"message": msg("a question", metadata={"agent": "asker"})}, path="/a2a/jsonrpc")
+        card = (await http.get("/.well-known/agent-card.json")).json()
+    assert ambiguous["error"]["code"] == -32602 and "metadata.agent" in ambiguous["error"]["message"]
+    assert named["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert card["name"] == "roost" and "asker" in card["description"]
+
+
+async def test_the_depth_breaker_holds_across_a2a(http):
+    deep = {"roost.trace.depth": 5, "roost.trace.path": ["a", "b", "c", "d", "e"]}
+    from roost.kernel import TraceContext
+
+    meta = TraceContext("0" * 32, "1" * 16, 5, ("a", "b", "c", "d", "e")).to_meta()
+    task = (await rpc(http, "SendMessage", {"message": msg("too deep", metadata=meta)}))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert "depth" in task["status"]["message"]["parts"][0]["text"]
+    headers = {**V1, "X-Roost-Trace-Depth": "5", "X-Roost-Trace-Path": "a,b,c,d,e"}
+    task = (await rpc(http, "SendMessage", {"message": msg("too deep")}, headers=headers))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert deep  # the metadata keys the kernel reads are TraceContext's
+
+
+async def test_cards_have_etag_and_cache_control_and_answer_304(http):
+    r = await http.get("/.well-known/agent-card.json")
+    assert r.status_code == 200
+    etag = r.headers["etag"]
+    assert r.headers["cache-control"].startswith("public, max-age=")
+    again = await http.get("/.well-known/agent-card.json", headers={"If-None-Match": etag})
+    assert again.status_code == 304
+    card = r.json()
+    assert card["name"] == "echo"
+    bindings = {(i["protocolBinding"], i["protocolVersion"]) for i in card["supportedInterfaces"]}
+    assert bindings == {("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")}
+    assert card["skills"][0]["id"] == "echo"
+    listing = (await http.get("/a2a/agents")).json()
+    assert listing["total"] == 3 and {c["name"] for c in listing["agents"]} == {"echo", "asker", "slow"}
+    legacy = (await http.get("/.well-known/agent.json")).json()
+    assert legacy["name"] == "echo" and legacy["url"].endswith("/a2a")
+    per_agent = (await http.get("/a2a/agents/asker/.well-known/agent-card.json")).json()
+    assert per_agent["supportedInterfaces"][0]["url"].endswith("/a2a/agents/asker/jsonrpc")
+
+
+async def test_bearer_auth_when_api_key_is_set_cards_stay_public(tmp_path):
+    from a2a_helpers import make_config, serve
+
+    config = make_config(tmp_path, a2a={"api_key": "s3cret-key-123"})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        card = await http.get("/.well-known/agent-card.json")
+        refused = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+        auth = {**V1, "Authorization": "Bearer s3cret-key-123"}
+        ok = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=auth)
+        extended = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}, headers=auth)
+    assert card.status_code == 200 and card.json()["capabilities"]["extendedAgentCard"] is True
+    assert refused.status_code == 401
+    assert ok.json()["error"]["code"] == -32001
+    assert extended.json()["result"]["name"] == "echo"

@@ -1,0 +1,48 @@
+"""``[a2a]`` configuration: defaults, and every bad value named by its key."""
+
+import pytest
+from roost.kernel import ConfigError
+from roost.plugins.a2a import A2ASettings, ExternalAgent
+
+
+def test_defaults():
+    s = A2ASettings.from_config({})
+    assert (s.enabled, s.listen_path, s.push_notifications, s.max_tasks, s.external_agents) == (True, "/a2a", False, 1000, ())
+
+
+def test_external_agents_are_read():
+    s = A2ASettings.from_config({"external_agents": [{"name": "far-away", "url": "https://agent.example/"}]})
+    assert s.external_agents == (ExternalAgent("far-away", "https://agent.example/"),)
+
+
+@pytest.mark.parametrize(
+    "raw,key",
+    [
+        ({"enabled": "yes"}, "a2a.enabled"),
+        ({"listen_path": "a2a"}, "a2a.listen_path"),
+        ({"api_key": "short"}, "a2a.api_key"),
+        ({"max_tasks": 0}, "a2a.max_tasks"),
+        ({"max_tasks": True}, "a2a.max_tasks"),
+        ({"push_notifications": 1}, "a2a.push_notifications"),
+        ({"bogus": 1}, "a2a.bogus"),
+        ({"external_agents": {"name": "x"}}, "a2a.external_agents"),
+        ({"external_agents": [{"name": "Bad Name", "url": "http://x"}]}, "a2a.external_agents[0].name"),
+        ({"external_agents": [{"name": "x", "url": "ftp://x"}]}, "a2a.external_agents[0].url"),
+        ({"external_agents": [{"name": "x", "url": "http://x", "extra": 1}]}, "a2a.external_agents[0].extra"),
+        ({"external_agents": [{"name": "x", "url": "http://a"}, {"name": "x", "url": "http://b"}]}, "a2a.external_agents[1].name"),
+    ],
+)
+def test_bad_values_name_the_key(raw, key):
+    with pytest.raises(ConfigError) as err:
+        A2ASettings.from_config(raw)
+    assert str(err.value).startswith(key)
+
+
+def test_a2a_disabled_mounts_no_routes(tmp_path):
+    from a2a_helpers import make_config
+    from roost.plugins.a2a import roost_http_routes, roost_services
+
+    class K:
+        config = make_config(tmp_path, a2a={"enabled": False})
+
+    assert roost_http_routes(K()) == [] and roost_services(K()) == []

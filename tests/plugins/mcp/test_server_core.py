@@ -1,0 +1,326 @@
+"""The MCP server core over the in-memory transport: both eras, tools, resources, prompts."""
+
+from __future__ import annotations
+
+import trio
+from roost.plugins.mcp import _protocol as p
+from roost.plugins.mcp._server import McpServer
+from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
+
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+MODERN = p.stateless_meta({"name": "t", "version": "1"})
+
+
+class Client:
+    def __init__(self, end):
+        self.end = end
+        self.next_id = 0
+        self.notes = []
+
+    async def request(self, method, params=None, *, modern=False):
+        self.next_id += 1
+        msg = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if modern:
+            params = p.with_meta(params, MODERN)
+        if params is not None:
+            msg["params"] = params
+        await self.end.send(msg)
+        return await self.answer(self.next_id)
+
+    async def answer(self, request_id):
+        with trio.fail_after(10):
+            while True:
+                reply = await self.end.receive()
+                if reply.get("id") == request_id and "method" not in reply:
+                    return reply
+                self.notes.append(reply)
+
+    async def notify(self, method, params=None):
+        msg = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self.end.send(msg)
+
+
+async def open_client(nursery, server):
+    client_end, server_end = memory_pair()
+    nursery.start_soon(serve_memory, server, server_end)
+    return Client(client_end)
+
+
+async def handshake(client):
+    reply = await client.request("initialize", INIT)
+    await client.notify("notifications/initialized")
+    return reply
+
+
+async def test_initialize_negotiates_a_known_version_and_falls_back_to_latest(kernel):
+    async with trio.open_nursery() as nursery:
+        server = McpServer(kernel)
+        for asked, got in [("2025-06-18", "2025-06-18"), ("2024-11-05", "2024-11-05"), ("1999-01-01", p.LATEST_HANDSHAKE_VERSION)]:
+            client = await open_client(nursery, server)
+            reply = await client.request("initialize", {**INIT, "protocolVersion": asked})
+            assert reply["result"]["protocolVersion"] == got
+            assert reply["result"]["capabilities"]["tools"] == {"listChanged": True}
+            await client.end.aclose()
+
+
+async def test_host_surface_lists_agents_and_exposed_tools_but_never_private_ones(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        tools = (await client.request("tools/list"))["result"]["tools"]
+        names = [t["name"] for t in tools]
+        assert names == sorted(names)
+        assert {"roost_agent_alpha", "roost_agent_beta", "echo", "sleepy", "steps"} <= set(names)
+        # "shared" is exposed by both agents, so each gets a prefixed name.
+        assert {"alpha_shared", "beta_shared"} <= set(names) and "shared" not in names
+        assert not any("secret" in n for n in names)
+        for name in ("secret", "alpha_secret"):
+            reply = await client.request("tools/call", {"name": name, "arguments": {}})
+            assert reply["error"]["code"] == -32602 and "unknown tool" in reply["error"]["message"]
+        reply = await client.request("tools/call", {"name": "beta_shared", "arguments": {}})
+        assert reply["result"]["content"][0]["text"] == "shared from beta"
+        nursery.cancel_scope.cancel()
+
+
+async def test_agent_surface_offers_message_and_that_agents_tools(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel, agent="beta"))
+        await handshake(client)
+        names = [t["name"] for t in (await client.request("tools/list"))["result"]["tools"]]
+        assert names == ["message", "shared"]
+        reply = await client.request("tools/call", {"name": "message", "arguments": {"message": "hi"}})
+        assert reply["result"]["content"][0]["text"] == "beta:hi"
+        assert reply["result"]["structuredContent"]["stop_reason"] == "end_turn"
+        nursery.cancel_scope.cancel()
+
+
+async def test_message_tool_asks_the_agent_and_bad_arguments_are_tool_errors(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        reply = await client.request("tools/call", {"name": "roost_agent_alpha", "arguments": {"message": "ask beta hello"}})
+        assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hello"
+        reply = await client.request("tools/call", {"name": "roost_agent_alpha", "arguments": {"message": 3}})
+        assert reply["result"]["isError"] is True
+        assert "arguments.message" in reply["result"]["content"][0]["text"]
+        reply = await client.request("tools/call", {"name": "echo", "arguments": {}})
+        assert reply["result"]["isError"] is True  # schema violation: a tool error the model can fix
+        nursery.cancel_scope.cancel()
+
+
+async def test_stateless_requests_need_no_initialize_and_carry_result_type(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        found = (await client.request("server/discover", {}, modern=True))["result"]
+        assert found["supportedVersions"][0] == "2026-07-28" and "2025-11-25" in found["supportedVersions"]
+        assert found["resultType"] == "complete"
+        listed = (await client.request("tools/list", {}, modern=True))["result"]
+        assert listed["resultType"] == "complete" and listed["cacheScope"] in ("public", "private")
+        assert listed["_meta"][p.META_SERVER_INFO]["name"] == "roost"
+        called = (await client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}}, modern=True))["result"]
+        assert called["content"][0]["text"] == "echo:x:alpha" and called["resultType"] == "complete"
+        # ping and logging/setLevel are gone at 2026-07-28
+        assert (await client.request("ping", {}, modern=True))["error"]["code"] == -32601
+        nursery.cancel_scope.cancel()
+
+
+async def test_unsupported_stateless_version_lists_supported_ones(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        params = {"_meta": {**MODERN, p.META_PROTOCOL_VERSION: "2099-01-01"}}
+        reply = await client.request("tools/list", params)
+        assert reply["error"]["code"] == -32022
+        assert reply["error"]["data"]["supported"][0] == "2026-07-28"
+        params = {"_meta": {p.META_PROTOCOL_VERSION: "2026-07-28"}}  # no clientCapabilities
+        reply = await client.request("tools/list", params)
+        assert reply["error"]["code"] == -32602 and "clientCapabilities" in reply["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_requests_before_initialize_are_refused_except_ping(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        assert (await client.request("ping"))["result"] == {}
+        reply = await client.request("tools/list")
+        assert reply["error"]["code"] == -32602 and "initialize" in reply["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_bad_messages_get_json_rpc_errors_and_the_connection_survives(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        await client.end.send(["not", "a", "message"])
+        reply = await client.end.receive()
+        assert reply["error"]["code"] == -32600 and "batch" in reply["error"]["message"]
+        await client.end.send({"jsonrpc": "2.0", "id": 5})
+        assert (await client.end.receive())["error"]["code"] == -32600
+        await client.end.send("a string")
+        assert (await client.end.receive())["error"]["code"] == -32600
+        assert (await client.request("no/such/method"))["error"]["code"] == -32601
+        assert (await client.request("tools/call", {"name": 7}))["error"]["code"] == -32602
+        assert (await client.request("ping"))["result"] == {}
+        nursery.cancel_scope.cancel()
+
+
+async def test_resources_and_prompts_describe_each_agent(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        uris = [r["uri"] for r in (await client.request("resources/list"))["result"]["resources"]]
+        assert "roost://agents/alpha/card" in uris and "roost://agents/beta/manifest" in uris
+        read = (await client.request("resources/read", {"uri": "roost://agents/alpha/manifest"}))["result"]
+        assert '"private_tools"' in read["contents"][0]["text"]
+        missing = await client.request("resources/read", {"uri": "roost://agents/nobody/card"})
+        assert missing["error"]["code"] == -32002
+        prompts = (await client.request("prompts/list"))["result"]["prompts"]
+        assert [x["name"] for x in prompts] == ["alpha", "beta"]
+        got = (await client.request("prompts/get", {"name": "beta"}))["result"]
+        assert got["messages"][0]["content"]["text"] == "You are beta."
+        nursery.cancel_scope.cancel()
+
+
+async def test_pagination_walks_every_tool_with_cursors(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel, page_size=2))
+        await handshake(client)
+        seen, cursor = [], None
+        for _ in range(20):
+            params = {"cursor": cursor} if cursor else {}
+            result = (await client.request("tools/list", params))["result"]
+            seen += [t["name"] for t in result["tools"]]
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        assert seen == sorted(seen) and len(seen) == len(McpServer(kernel).tools())
+        bad = await client.request("tools/list", {"cursor": "garbage!"})
+        assert bad["error"]["code"] == -32602 and "cursor" in bad["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancelled_notification_stops_the_tool_and_no_response_is_sent(kernel, tools_plugin):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        await client.end.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "sleepy", "arguments": {}}})
+        with trio.fail_after(5):
+            await tools_plugin.sleepy_started.wait()
+        await client.notify("notifications/cancelled", {"requestId": "slow", "reason": "user"})
+        with trio.fail_after(5):
+            await tools_plugin.sleepy_cancelled.wait()
+        assert (await client.request("ping"))["result"] == {}
+        assert not any(n.get("id") == "slow" for n in client.notes)
+        nursery.cancel_scope.cancel()
+
+
+async def test_progress_and_log_notifications_reach_the_caller(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        await client.request("logging/setLevel", {"level": "info"})
+        reply = await client.request("tools/call", {"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok"}})
+        assert reply["result"]["content"][0]["text"] == "3 steps done"
+        progress = [n["params"] for n in client.notes if n.get("method") == "notifications/progress"]
+        assert [x["progress"] for x in progress] == [1, 2, 3]
+        assert all(x["progressToken"] == "tok" and x["total"] == 3 for x in progress)
+        logs = [n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"]
+        assert logs == ["did step 1", "did step 2", "did step 3"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
+    from roost.kernel import TraceContext
+
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        deep = TraceContext.new("a")
+        for hop in "bcde":
+            deep = deep.child(hop)
+        params = deep.inject_meta({"name": "roost_agent_alpha", "arguments": {"message": "hi"}})
+        reply = await client.request("tools/call", params)
+        assert reply["error"]["code"] == p.RECURSION_LIMIT
+        assert reply["error"]["data"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
+        params = deep.inject_meta({"name": "echo", "arguments": {"text": "x"}})
+        reply = await client.request("tools/call", params)
+        assert reply["error"]["code"] == p.RECURSION_LIMIT
+        nursery.cancel_scope.cancel()
+
+
+async def test_tools_list_changed_is_pushed_when_tools_come_and_go(kernel):
+    from roost.kernel import Tool, ToolResult, ToolSpec
+
+    async def noop(call, ctx):
+        return ToolResult.text("ok")
+
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        await client.request("ping")
+        kernel.add_tool(Tool(ToolSpec("newcomer", owner="mcptest"), noop))
+        with trio.fail_after(5):
+            note = await client.end.receive()
+        assert note["method"] == "notifications/tools/list_changed"
+        nursery.cancel_scope.cancel()
+
+
+async def test_breaker_error_is_not_masked_when_progress_is_requested(kernel):
+    # Regression: with a progressToken the call ran inside a nursery, which wrapped the
+    # RecursionLimitExceeded in an ExceptionGroup and turned it into an internal error.
+    from roost.kernel import TraceContext
+
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        deep = TraceContext.new("a")
+        for hop in "bcde":
+            deep = deep.child(hop)
+        params = deep.inject_meta({"name": "roost_agent_alpha", "arguments": {"message": "hi"}})
+        params["_meta"]["progressToken"] = "p"
+        reply = await client.request("tools/call", params)
+        assert reply["error"]["code"] == p.RECURSION_LIMIT
+        assert reply["error"]["data"]["path"][-1] == "alpha"
+        nursery.cancel_scope.cancel()
+
+
+async def test_agent_progress_reports_each_step_of_a_run(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        params = {"name": "roost_agent_alpha", "arguments": {"message": "ask beta hi"}, "_meta": {"progressToken": 9}}
+        reply = await client.request("tools/call", params)
+        assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hi"
+        progress = [n["params"]["progress"] for n in client.notes if n.get("method") == "notifications/progress"]
+        assert progress and progress == sorted(set(progress))  # strictly increasing
+        nursery.cancel_scope.cancel()
+
+
+async def test_stateless_message_tool_asks_back_with_an_input_required_result(config, tools_plugin):
+    from mcp_server_fixtures import make_agent
+    from roost.kernel._kernel import open_kernel
+
+    asker = make_agent(
+        "asker",
+        rules=[{"match": "^book", "ask": "Which day?", "reply": "Booked for {answer}."}],
+    )
+    async with open_kernel(config, agents=[asker], plugins=[tools_plugin]) as kernel:
+        async with trio.open_nursery() as nursery:
+            client = await open_client(nursery, McpServer(kernel))
+            first = (await client.request("tools/call", {"name": "roost_agent_asker", "arguments": {"message": "book a table"}}, modern=True))["result"]
+            assert first["resultType"] == "input_required"
+            request = first["inputRequests"]["answer"]
+            assert request["method"] == "elicitation/create" and "Which day?" in request["params"]["message"]
+            retry = {
+                "name": "roost_agent_asker",
+                "arguments": {"message": "book a table"},
+                "inputResponses": {"answer": {"action": "accept", "content": {"answer": "Friday"}}},
+                "requestState": first["requestState"],
+            }
+            done = (await client.request("tools/call", retry, modern=True))["result"]
+            assert done["resultType"] == "complete" and done["content"][0]["text"] == "Booked for Friday."
+            tampered = {**retry, "requestState": first["requestState"][:-1] + "0"}
+            bad = await client.request("tools/call", tampered, modern=True)
+            assert bad["error"]["code"] == -32602 and "requestState" in bad["error"]["message"]
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,181 @@
+"""``roost mcp``: the stdio server in-process (byte streams) and as a real subprocess,
+including the bridge to a running daemon."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from roost.plugins.http import open_daemon
+from roost.plugins.mcp._stdio_server import serve_kernel_stdio
+
+ROOST = Path(sys.executable).parent / "roost"
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+def line(message) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+class StreamClient:
+    """Reads framed replies from a byte stream."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.buffer = b""
+
+    async def send(self, data: bytes):
+        await self.stream.send_all(data)
+
+    async def read_line(self):
+        with trio.fail_after(10):
+            while b"\n" not in self.buffer:
+                chunk = await self.stream.receive_some(65536)
+                assert chunk, "the server closed its output"
+                self.buffer += chunk
+        raw, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(raw)
+
+    async def read_until_id(self, request_id):
+        while True:
+            message = await self.read_line()
+            if message.get("id") == request_id:
+                return message
+
+
+async def test_stdio_answers_ndjson_and_survives_garbage_and_oversize(kernel):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
+        client = StreamClient(client_stream)
+        await client.send(line(INIT))
+        assert (await client.read_line())["result"]["serverInfo"]["name"] == "roost"
+        await client.send(b"this is not json\n")
+        error = await client.read_line()
+        assert error["id"] is None and error["error"]["code"] == -32700
+        await client.send(b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"' + b"x" * (10 * 1024 * 1024) + b'"}}\n')
+        error = await client.read_line()
+        assert error["error"]["code"] == -32600 and "over the limit" in error["error"]["message"]
+        await client.send(line({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+        assert (await client.read_until_id(3))["result"] == {}
+        await client.send(line([{"jsonrpc": "2.0", "id": 4, "method": "ping"}]))
+        assert (await client.read_line())["error"]["code"] == -32600  # no batches
+        nursery.cancel_scope.cancel()
+
+
+async def test_stdio_answers_a_content_length_peer_in_that_framing(kernel):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
+        body = json.dumps(INIT).encode()
+        await client_stream.send_all(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        data = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(data.split(b"\r\n")[0].split(b":")[1]):
+                data += await client_stream.receive_some(65536)
+        header, _, payload = data.partition(b"\r\n\r\n")
+        assert header.lower().startswith(b"content-length:")
+        assert json.loads(payload)["result"]["protocolVersion"] == "2025-11-25"
+        nursery.cancel_scope.cancel()
+
+
+async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
+        client = StreamClient(client_stream)
+        await client.send(line(INIT) + line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "roost_agent_beta", "arguments": {"message": "bye"}}}))
+        await client_stream.send_eof()
+        assert (await client.read_until_id(2))["result"]["content"][0]["text"] == "beta:bye"
+
+
+def write_config(tmp_path: Path, home: Path) -> Path:
+    agent = tmp_path / "agents" / "solo" / "agent.json"
+    agent.parent.mkdir(parents=True)
+    agent.write_text(json.dumps({
+        "name": "solo",
+        "description": "solo agent",
+        "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "solo: {message}"}},
+        "mcp": {"expose_tools": ["list", "read", "write"], "private_tools": ["read", "write"]},
+    }))
+    config = tmp_path / "roost.toml"
+    config.write_text(f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    return config
+
+
+async def run_roost_mcp(config: Path, messages: list[dict], expect_ids: set, *, extra_args=()):
+    """Spawn ``roost mcp``, send ``messages``, read until every id in ``expect_ids`` is
+    answered; returns (every stdout line, decoded)."""
+    if not ROOST.exists():
+        pytest.skip("the roost console script is not installed (make install)")
+    env = {"ROOST_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
+    async with trio.open_nursery() as nursery:
+        process = await nursery.start(
+            lambda task_status: trio.run_process([str(ROOST), "mcp", *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, check=False, task_status=task_status)
+        )
+        await process.stdin.send_all(b"".join(line(m) for m in messages))
+        lines, buffer = [], b""
+        with trio.fail_after(30):
+            while expect_ids - {m.get("id") for m in lines}:
+                chunk = await process.stdout.receive_some(65536)
+                assert chunk, "roost mcp exited early"
+                buffer += chunk
+                while b"\n" in buffer:
+                    raw, _, buffer = buffer.partition(b"\n")
+                    lines.append(json.loads(raw))  # every stdout line is protocol: JSON
+        await process.stdin.aclose()
+        with trio.fail_after(15):
+            await process.wait()
+    return lines
+
+
+async def test_roost_mcp_subprocess_keeps_stdout_clean_and_private_tools_out(tmp_path):
+    config = write_config(tmp_path, tmp_path / "home")
+    lines = await run_roost_mcp(
+        config,
+        [
+            INIT,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read", "arguments": {"path": "x"}}},
+            {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "solo_read", "arguments": {"path": "x"}}},
+            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "roost_agent_solo", "arguments": {"message": "hi"}}},
+        ],
+        {1, 2, 3, 4, 5},
+        extra_args=("--no-daemon",),
+    )
+    by_id = {m.get("id"): m for m in lines}
+    names = [t["name"] for t in by_id[2]["result"]["tools"]]
+    assert names == ["list", "roost_agent_solo"]
+    assert by_id[3]["error"]["code"] == -32602 and by_id[4]["error"]["code"] == -32602
+    assert by_id[5]["result"]["content"][0]["text"] == "solo: hi"
+
+
+async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
+    # The daemon's kernel has the test plugin's tools (echo); a kernel booted by the
+    # subprocess would not, so seeing echo proves the bridge.
+    config = tmp_path / "bridge.toml"
+    config.write_text(f'home = "{kernel.config.home}"\n[agents]\nbundled = false\n')
+    async with open_daemon(kernel):
+        lines = await run_roost_mcp(
+            config,
+            [
+                INIT,
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "via daemon"}}},
+                {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "secret", "arguments": {}}},
+            ],
+            {1, 2, 3, 4},
+        )
+    by_id = {m.get("id"): m for m in lines}
+    assert by_id[1]["result"]["protocolVersion"] == "2025-11-25"
+    names = [t["name"] for t in by_id[2]["result"]["tools"]]
+    assert "echo" in names and "roost_agent_alpha" in names and "secret" not in names
+    assert by_id[3]["result"]["content"][0]["text"] == "echo:via daemon:alpha"
+    assert by_id[4]["error"]["code"] == -32602

@@ -1,0 +1,175 @@
+"""Streamable HTTP and HTTP+SSE client transports: SSE parsing, error mapping, SSRF guard,
+and the manager connecting to the official SDK's HTTP servers."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from roost.kernel import ToolCall
+from roost.kernel._config import default_config
+from roost.kernel._kernel import open_kernel
+from roost.kernel._manifest import parse_manifest
+from roost.kernel._netguard import UrlRefused
+from roost.plugins.mcp._client_plugin import manager_for
+from roost.plugins.mcp.transports.http import http_error_message, open_http_transport
+from roost.plugins.mcp.transports.sse import (
+    SseEvent,
+    SseParser,
+    json_messages,
+    open_sse_transport,
+    same_origin,
+)
+from test_client_interop import sdk_http, sdk_sse  # noqa: F401  (module-scoped server fixtures)
+
+
+def test_sse_parser_handles_line_endings_comments_and_multiline_data():
+    parser = SseParser()
+    events = parser.feed(": keep-alive\r\nevent: endpoint\r\ndata: /messages?s=1\r\n\r\n")
+    assert events == [SseEvent("endpoint", "/messages?s=1")]
+    assert parser.feed("id: 7\ndata: {\"a\":\ndata: 1}\n") == []
+    (event,) = parser.feed("\n")
+    assert event.data == '{"a":\n1}' and event.id == "7" and parser.last_event_id == "7"
+    # A CR at the end of one chunk and LF at the start of the next is one line break.
+    assert parser.feed("data: x\r") == []
+    assert parser.feed("\n\r\n") == [SseEvent("message", "x", "7")]
+
+
+def test_sse_parser_refuses_an_endless_event():
+    parser = SseParser(max_bytes=100)
+    with pytest.raises(ValueError, match="over 100 bytes"):
+        for _ in range(20):
+            parser.feed("data: " + "x" * 20 + "\n")
+
+
+def test_json_messages_and_origins():
+    assert json_messages('{"id":1}') == [{"id": 1}]
+    assert json_messages('[{"id":1}, 2]') == [{"id": 1}]
+    assert json_messages("nope") == []
+    assert same_origin("http://a:80/x", "http://a/y")
+    assert not same_origin("http://a/x", "http://b/x")
+    assert not same_origin("http://a/x", "https://a/x")
+
+
+def test_http_errors_become_json_rpc_errors_for_the_request():
+    kept = http_error_message(4, 400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"Unsupported","data":{"supported":["2026-07-28"]}}}')
+    assert kept == {"jsonrpc": "2.0", "id": 4, "error": {"code": -32022, "message": "Unsupported", "data": {"supported": ["2026-07-28"]}}}
+    wrapped = http_error_message(5, 404, b"Not Found")
+    assert wrapped["id"] == 5 and wrapped["error"]["code"] == -32000
+    assert wrapped["error"]["data"] == {"httpStatus": 404} and "HTTP 404: Not Found" in wrapped["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "url, rule",
+    [("http://169.254.169.254/mcp", "metadata"), ("http://127.0.0.1:9/mcp", "loopback"), ("http://10.0.0.1/mcp", "private"), ("file:///etc/passwd", None)],
+)
+async def test_server_urls_are_checked_against_ssrf(url, rule):
+    for opener in (open_http_transport, open_sse_transport):
+        with pytest.raises(UrlRefused) as info:
+            async with opener(url, name="x"):
+                pass
+        if rule:
+            assert info.value.rule == rule
+        if rule in ("loopback", "private"):
+            assert "allow_local = true" in str(info.value)
+
+
+async def test_session_ends_with_delete_and_a_dead_session_closes_the_connection(sdk_http):  # noqa: F811
+    from roost.plugins.mcp._client import ClientOptions, McpConnectionClosed, open_mcp_client
+
+    async with open_http_transport(sdk_http, allow_loopback=True, timeout_secs=10) as transport:
+        async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
+            session = transport.session_id
+            assert session
+            transport.session_id = "not-a-session-the-server-knows"
+            with trio.fail_after(10):
+                with pytest.raises(McpConnectionClosed, match="ended the session"):
+                    await client.list_tools()
+
+
+def agent():
+    return parse_manifest({"name": "a", "description": "d", "model": {"provider": "scripted", "script": {"rules": []}}, "capabilities": {"tools": ["mcp_*"]}})
+
+
+async def test_manager_connects_over_http_and_sse(tmp_path, sdk_http, sdk_sse):  # noqa: F811
+    servers = [
+        {"name": "web", "allow_local": True, "transport": {"type": "http", "url": sdk_http}},
+        {"name": "old", "allow_local": True, "transport": {"type": "sse", "url": sdk_sse}},
+        {"name": "blocked", "transport": {"type": "http", "url": sdk_http}},
+    ]
+    config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
+    async with open_kernel(config, agents=[agent()]) as kernel:
+        manager = manager_for(kernel)
+        with trio.fail_after(20):
+            while not ("mcp_web_echo" in kernel.registry and "mcp_old_echo" in kernel.registry):
+                await trio.sleep(0.02)
+            while manager.states["blocked"].last_error is None:
+                await trio.sleep(0.02)
+        assert "loopback" in manager.states["blocked"].last_error
+        assert (await kernel.call_tool("a", ToolCall("mcp_web_add_numbers", {"a": 1, "b": 2}))).as_text() == "3"
+        assert (await kernel.call_tool("a", ToolCall("mcp_old_echo", {"text": "sse"}))).as_text() == "sse"
+        assert "mcp_web_read_resource" in kernel.registry and "mcp_web_get_prompt" in kernel.registry
+        read = await kernel.call_tool("a", ToolCall("mcp_web_read_resource", {"uri": "fixture://greeting"}))
+        assert read.as_text() == "hello from the fixture"
+        prompt = await kernel.call_tool("a", ToolCall("mcp_old_get_prompt", {"name": "greet", "arguments": {"name": "Ada"}}))
+        assert "Ada" in prompt.as_text()
+        status = {c["name"]: c for c in manager.status()["connected"]}
+        assert status["web"]["era"] == "modern" and status["old"]["era"] == "handshake"
+
+
+def test_x_mcp_header_validation_and_mirroring():
+    from roost.plugins.mcp.transports.http import mcp_param_headers, x_mcp_header_problem
+
+    good = {
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "count": {"type": "integer", "x-mcp-header": "Count"},
+            "nested": {"type": "object", "properties": {"flag": {"type": "boolean", "x-mcp-header": "Flag"}}},
+            "plain": {"type": "string"},
+        },
+    }
+    assert x_mcp_header_problem(good) is None
+    headers = mcp_param_headers(good, {"region": "Hello, 世界", "count": 42, "nested": {"flag": False}, "plain": "x"})
+    assert headers == {"Mcp-Param-Region": "=?base64?SGVsbG8sIOS4lueVjA==?=", "Mcp-Param-Count": "42", "Mcp-Param-Flag": "false"}
+    assert mcp_param_headers(good, {"region": None}) == {}
+    bad = [
+        {"type": "object", "properties": {"a": {"type": "number", "x-mcp-header": "A"}}},
+        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": ""}}},
+        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Bad Name"}}},
+        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}},
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}},
+        {"type": "object", "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},
+    ]
+    for schema in bad:
+        assert x_mcp_header_problem(schema), schema
+
+
+async def test_progress_and_logs_reach_the_event_stream(tmp_path, sdk_http):  # noqa: F811
+    servers = [{"name": "web", "allow_local": True, "protocol": "2025-11-25", "transport": {"type": "http", "url": sdk_http}}]
+    config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
+    async with open_kernel(config, agents=[agent()]) as kernel:
+        with trio.fail_after(20):
+            while "mcp_web_steps" not in kernel.registry:
+                await trio.sleep(0.02)
+        async with kernel.tap.subscribe(kinds=["MCP:PROGRESS", "MCP:LOG"]) as events:
+            result = await kernel.call_tool("a", ToolCall("mcp_web_steps", {"count": 2}))
+            assert result.as_text() == "did 2 steps"
+            seen = []
+            with trio.move_on_after(5):
+                async for event in events:
+                    seen.append((event.kind, event.payload.get("progress", event.payload.get("data"))))
+                    if len(seen) == 3:
+                        break
+        assert ("MCP:LOG", "starting steps") in seen
+        assert ("MCP:PROGRESS", 1) in seen and ("MCP:PROGRESS", 2) in seen
+
+
+async def test_global_allow_private_network_also_admits_loopback_servers(tmp_path, sdk_http):  # noqa: F811
+    servers = [{"name": "web", "transport": {"type": "http", "url": sdk_http}}]
+    config = default_config(
+        home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers, tools={"allow_private_network": True}
+    )
+    async with open_kernel(config, agents=[agent()]) as kernel:
+        with trio.fail_after(20):
+            while "mcp_web_echo" not in kernel.registry:
+                await trio.sleep(0.02)
