@@ -92,7 +92,7 @@ from ._manifest import (
     validate_files,
 )
 from ._manifest import schema as manifest_schema
-from ._netguard import UrlRefused, check_url, classify_address
+from ._netguard import AddressPins, PinnedTarget, UrlRefused, check_url, classify_address, pin_url
 from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
 from ._plugins import PluginFailure, PluginManager
 from ._policy import (
@@ -220,15 +220,18 @@ __all__ = [
     "validate_files",
     "workspaces_dir",
     # tool policy and the SSRF guard
+    "AddressPins",
     "Capabilities",
     "Exposure",
     "LoopGuard",
+    "PinnedTarget",
     "TaintTracker",
     "ToolSchemaInvalid",
     "UrlRefused",
     "check_ping_pong",
     "check_url",
     "classify_address",
+    "pin_url",
     "resolve_timeout",
     "truncate",
     "truncate_result",

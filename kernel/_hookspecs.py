@@ -30,23 +30,35 @@ class ProviderDescriptor:
 
 @attrs.frozen
 class RouteDescriptor:
-    """An HTTP route served by the daemon. ``handler`` is a quart-trio view function."""
+    """An HTTP route served by the daemon. ``handler`` is a quart-trio view function.
+
+    ``max_body_bytes`` caps this HTTP route's request bodies (chunked ones too); None keeps the
+    daemon's ``http.max_body_bytes``.
+    """
 
     path: str
     handler: Callable[..., Any] = attrs.field(eq=False, repr=False)
     methods: tuple[str, ...] = ("GET",)
     websocket: bool = False
     public: bool = False  # True: no bearer auth (like /health)
+    max_body_bytes: int | None = None
 
 
 @attrs.frozen
 class McpServerDescriptor:
-    """An MCP server the kernel should connect to (same fields as ``[[mcp_servers]]``)."""
+    """An MCP server the kernel should connect to (same fields as ``[[mcp_servers]]``).
+
+    ``protocol`` is "auto" or a version; ``sampling`` lets the server ask the calling
+    agent's model; ``allow_local`` permits private/loopback http(s) URLs.
+    """
 
     name: str
     transport: Mapping[str, Any]
     timeout_secs: float = 30.0
     env: tuple[str, ...] = ()
+    protocol: str = "auto"
+    sampling: bool = False
+    allow_local: bool = False
 
 
 @attrs.frozen

@@ -5,7 +5,9 @@ legacy IPv4 spellings (``2130706433``, ``0x7f.1``, ``0177.0.0.1``) are parsed th
 ``inet_aton`` and browsers parse them, IPv6 forms that embed an IPv4 address (mapped,
 6to4, NAT64) are judged by the embedded address, and every address a name resolves to
 must pass. Callers should connect to one of the returned addresses (pinning), so that a
-second DNS answer cannot differ from the checked one.
+second DNS answer cannot differ from the checked one: ``pin_url`` rewrites a URL to a
+checked address (keeping the name for the ``Host`` header and TLS SNI), and ``AddressPins``
+checks each origin once and remembers its approved addresses for a connection's lifetime.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+import attrs
 import trio
 
 from ._errors import SandboxError
@@ -296,3 +299,81 @@ async def check_url(
             rule=rule,
         )
     return addresses
+
+
+# ---- pinning ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PinnedTarget:
+    """Where to connect for a URL whose host was checked: ``url`` names the address itself;
+    send ``host_header`` as ``Host`` and, for https, ``sni_hostname`` as the TLS server name
+    (so the certificate is still verified against the original name)."""
+
+    url: str
+    host_header: str
+    sni_hostname: str | None
+
+
+def pin_url(url: str, address: str | IPAddress) -> PinnedTarget:
+    """``url`` rewritten to connect to ``address`` (one that ``check_url`` returned)."""
+    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port
+    netloc = f"[{ip}]" if ip.version == 6 else str(ip)
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+        shown += f":{port}"
+    pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    sni = host if parts.scheme.lower() == "https" and _literal_address(host) is None else None
+    return PinnedTarget(pinned, shown, sni)
+
+
+def origin_of(url: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of an http(s) URL, default ports filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or (443 if scheme == "https" else 80)
+    return scheme, (parts.hostname or "").rstrip("."), port
+
+
+class AddressPins:
+    """``check_url`` once per origin; later requests reuse the approved addresses.
+
+    One instance per connection (e.g. an HTTP client's transport): the first answer from
+    DNS is the only one ever used, so a rebinding name cannot switch to a forbidden
+    address mid-connection. ``resolver`` replaces the system resolver (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool = False,
+        allow_loopback: bool = False,
+        resolver: Resolver | None = None,
+        allow_hint: str = DEFAULT_ALLOW_HINT,
+    ) -> None:
+        self.allow_private = allow_private
+        self.allow_loopback = allow_loopback
+        self.resolver = resolver
+        self.allow_hint = allow_hint
+        self._pins: dict[tuple[str, str, int], list[IPAddress]] = {}
+        self._lock = trio.Lock()
+
+    async def addresses(self, url: str) -> list[IPAddress]:
+        """The approved addresses of ``url``'s origin; raises ``UrlRefused``."""
+        key = origin_of(url)
+        async with self._lock:
+            pinned = self._pins.get(key)
+            if pinned is None:
+                pinned = await check_url(
+                    url,
+                    allow_private=self.allow_private,
+                    allow_loopback=self.allow_loopback,
+                    resolver=self.resolver,
+                    allow_hint=self.allow_hint,
+                )
+                self._pins[key] = pinned
+            return list(pinned)

@@ -18,6 +18,7 @@ import attrs
 import trio
 from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
+from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
     ActorStopped,
     AgentNotFound,
@@ -115,6 +116,8 @@ class DaemonState:
     closing: trio.Event = attrs.field(factory=trio.Event)
     public_endpoints: set[str] = attrs.field(factory=set)
     unlimited_endpoints: set[str] = attrs.field(factory=set)
+    # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
+    body_limits: dict[str, int] = attrs.field(factory=dict)
 
 
 def roost_version() -> str:
@@ -153,11 +156,46 @@ def create_app(
         version=roost_version(),
     )
     app.extensions["roost"] = state
+    app.request_class = _request_class(app, state)
     _install_gates(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
     _install_plugin_routes(app, state)
     return app
+
+
+def _request_class(app: QuartTrio, state: DaemonState) -> type[TrioRequest]:
+    """A request class whose body cap is its route's ``max_body_bytes``.
+
+    The cap must be known when the request object (and its body buffer) is made, before
+    any view runs, so that a chunked body is cut off at the route's limit as it arrives.
+    """
+
+    class RoutedRequest(TrioRequest):
+        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
+            kwargs["max_content_length"] = _body_limit(
+                app, state, method, path, kwargs.get("max_content_length")
+            )
+            super().__init__(method, scheme, path, *args, **kwargs)
+            self.max_content_length = kwargs["max_content_length"]
+
+    return RoutedRequest
+
+
+def _body_limit(app: QuartTrio, state: DaemonState, method: str, path: str, default: Any) -> Any:
+    if not state.body_limits:
+        return default
+    try:
+        rule, _ = app.url_map.bind("localhost").match(path, method=method, return_rule=True)
+    except Exception:  # no such route, wrong method, a websocket rule: the daemon's cap
+        return default
+    return state.body_limits.get(rule.endpoint, default)
+
+
+def body_limit_of(req: Any, settings: HttpSettings) -> int:
+    """The body cap that applies to ``req`` (its route's, else ``http.max_body_bytes``)."""
+    limit = getattr(req, "max_content_length", None)
+    return limit if isinstance(limit, int) else settings.max_body_bytes
 
 
 def daemon_state(app: QuartTrio) -> DaemonState:
@@ -258,7 +296,9 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             refused = limit(rate_key)
             if refused is not None:
                 return refused
-        if not is_websocket:
+        # A route with its own cap reads its body and may render the 413 itself (MCP
+        # answers with a JSON-RPC error); the body buffer refuses the excess either way.
+        if not is_websocket and endpoint not in state.body_limits:
             length = req.content_length
             if length is not None and length > settings.max_body_bytes:
                 return _too_large(app, settings)
@@ -285,13 +325,19 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 
 
 def _too_large(app: QuartTrio, settings: HttpSettings):
+    limit = body_limit_of(request, settings) if has_request_context() else settings.max_body_bytes
+    where = (
+        "http.max_body_bytes in roost.toml"
+        if limit == settings.max_body_bytes
+        else f"the limit of {request.path}"
+    )
     return error_response(
         app,
         413,
         {
             "code": "body_too_large",
-            "message": f"request body is larger than the limit of {settings.max_body_bytes} bytes "
-            "(http.max_body_bytes in roost.toml)",
+            "message": f"request body is larger than the limit of {limit} bytes ({where})",
+            "limit_bytes": limit,
         },
     )
 
@@ -381,8 +427,6 @@ async def _read_json_object() -> dict[str, Any]:
             f"got {_json_type(body)}",
         )
     return body
-
-
 
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
@@ -590,6 +634,9 @@ def _add_plugin_route(
         return f"route #{index} path {route.path!r} must start with '/'"
     if not callable(route.handler):
         return f"route {route.path} handler is not callable"
+    cap = route.max_body_bytes
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {m.upper() for m in route.methods} if not route.websocket else set()
     for rule in app.url_map.iter_rules():
         if rule.rule != route.path or bool(getattr(rule, "websocket", False)) != route.websocket:
@@ -606,6 +653,8 @@ def _add_plugin_route(
         return f"route {route.path} could not be added: {type(exc).__name__}: {exc}"
     if route.public:
         state.public_endpoints.add(endpoint)
+    if cap is not None and not route.websocket:
+        state.body_limits[endpoint] = cap
     return None
 
 

@@ -13,7 +13,9 @@ Both eras on the same endpoints, told apart per request:
   (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
 
 Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
-The request body cap is the daemon's ``http.max_body_bytes`` (413 beyond it).
+The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
+routes instead of the daemon's ``http.max_body_bytes``: a bigger body, chunked or not, is
+drained and answered 413 with a JSON-RPC error; the daemon keeps serving.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import attrs
 import trio
 from roost.kernel import AgentNotFound
 from roost.kernel import jsonrpc as rpc
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from . import _protocol as p
 from ._server import McpServer, ServerSession
@@ -235,6 +238,12 @@ def _jsonrpc_error(status: int, code: int, message: str, request_id: Any = None,
     return _HttpError(status, rpc.error_response(request_id, code, message, data))
 
 
+_TOO_LARGE = (
+    f"message too large: MCP messages over HTTP are limited to {p.MAX_MESSAGE_BYTES} bytes (10 MB); "
+    "send smaller arguments or pass large data by reference (e.g. a resource URI)"
+)
+
+
 def _accepts(header: str | None, mime: str) -> bool:
     if not header:
         return True
@@ -293,7 +302,10 @@ class McpEndpoint:
         accept = request.headers.get("Accept")
         if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
             raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream")
-        raw = await request.get_data(cache=False)
+        try:
+            raw = await request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            raise _jsonrpc_error(413, rpc.INVALID_REQUEST, _TOO_LARGE) from None
         try:
             message = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -540,7 +552,11 @@ def mcp_routes(kernel: Any) -> list[Any]:
         return await per_agent.view(name)
 
     methods = ("POST", "GET", "DELETE")
-    return [RouteDescriptor("/mcp", host_view, methods=methods), RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods)]
+    cap = p.MAX_MESSAGE_BYTES
+    return [
+        RouteDescriptor("/mcp", host_view, methods=methods, max_body_bytes=cap),
+        RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods, max_body_bytes=cap),
+    ]
 
 
 __all__ = ["EventLog", "HttpSession", "McpEndpoint", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

@@ -101,6 +101,7 @@ class ServerConfig:
             "timeout_secs": self.timeout_secs,
             "protocol": self.protocol,
             "sampling": self.sampling,
+            "allow_local": self.allow_local,
             "origin": self.origin,
         }
         if self.transport == "stdio":
@@ -120,7 +121,15 @@ def _fail(where: str, field: str, expected: str) -> ConfigError:
 def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str = "roost.toml", agent: str | None = None) -> ServerConfig:
     """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
     if isinstance(raw, McpServerDescriptor):
-        raw = {"name": raw.name, "transport": dict(raw.transport), "timeout_secs": raw.timeout_secs, "env": list(raw.env)}
+        raw = {
+            "name": raw.name,
+            "transport": dict(raw.transport),
+            "timeout_secs": raw.timeout_secs,
+            "env": list(raw.env),
+            "protocol": raw.protocol,
+            "sampling": raw.sampling,
+            "allow_local": raw.allow_local,
+        }
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a table with name and transport, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(_SERVER_KEYS))

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import html
 import html.parser
-import ipaddress
 import re
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 import trio
@@ -27,6 +26,7 @@ from roost.kernel import (
     ToolSpec,
     UrlRefused,
     check_url,
+    pin_url,
 )
 
 from ._sandbox import ToolsSettings
@@ -136,22 +136,6 @@ def html_to_text(markup: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _pinned_url(url: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    parts = urlsplit(url)
-    host = f"[{address}]" if address.version == 6 else str(address)
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path or "/", parts.query, ""))
-
-
-def _host_header(url: str) -> str:
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    return f"{host}:{parts.port}" if parts.port is not None else host
-
-
 def _is_text(content_type: str) -> bool:
     kind = content_type.split(";", 1)[0].strip().lower()
     return not kind or kind.startswith(_TEXT_TYPES) or kind.endswith(_TEXT_SUFFIXES)
@@ -174,14 +158,14 @@ async def fetch(
     for _hop in range(MAX_REDIRECTS + 1):
         addresses = await check_url(current, allow_private=allow, allow_loopback=allow)
         parts = urlsplit(current)
-        extensions = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
         last_error: Exception | None = None
         for address in addresses:
+            target = pin_url(current, address)
             request = client.build_request(
                 "GET",
-                _pinned_url(current, address),
-                headers={"Host": _host_header(current)},
-                extensions=extensions,
+                target.url,
+                headers={"Host": target.host_header},
+                extensions={"sni_hostname": target.sni_hostname} if target.sni_hostname else {},
             )
             try:
                 response = await client.send(request, stream=True)

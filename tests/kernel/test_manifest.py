@@ -483,3 +483,33 @@ def test_deeply_nested_json_is_an_error_not_a_crash(tmp_path):
 def test_in_memory_non_json_values_are_reported():
     err = error_of(base(capabilities={"tools": {"read"}}))
     assert err.pointer == "/capabilities/tools" and err.expected.endswith("got a set")
+
+
+# ---- MCP client options on mcp_servers[] (same as roost.toml) ---------------------------
+
+
+def _server(**options):
+    return {"name": "x", "transport": {"type": "http", "url": "http://127.0.0.1:9/mcp"}, **options}
+
+
+def test_mcp_server_client_options_are_accepted():
+    m = parse_manifest(base(mcp_servers=[_server(protocol="2025-06-18", sampling=True, allow_local=True)]))
+    server = m.mcp_servers[0]
+    assert (server.protocol, server.sampling, server.allow_local) == ("2025-06-18", True, True)
+    plain = parse_manifest(base(mcp_servers=[_server()])).mcp_servers[0]
+    assert (plain.protocol, plain.sampling, plain.allow_local) == ("auto", False, False)
+
+
+@pytest.mark.parametrize(
+    "options, pointer, phrase",
+    [
+        ({"protocol": "v9"}, "/mcp_servers/0/protocol", 'expected one of "auto", "2026-07-28"'),
+        ({"protocol": None}, "/mcp_servers/0/protocol", 'expected one of "auto"'),
+        ({"sampling": "yes"}, "/mcp_servers/0/sampling", 'expected true or false, got "yes"'),
+        ({"allow_local": 1}, "/mcp_servers/0/allow_local", "expected true or false, got 1"),
+    ],
+)
+def test_bad_mcp_server_client_options_name_the_field(options, pointer, phrase):
+    err = error_of(base(mcp_servers=[_server(**options)]))
+    assert err.pointer == pointer
+    assert phrase in err.expected

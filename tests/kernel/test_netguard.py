@@ -7,7 +7,7 @@ import socket
 
 import pytest
 from roost.kernel import SandboxError, UrlRefused, check_url, classify_address
-from roost.kernel._netguard import parse_ipv4_literal
+from roost.kernel._netguard import AddressPins, parse_ipv4_literal, pin_url
 
 
 @pytest.mark.parametrize(
@@ -230,3 +230,52 @@ def test_url_refused_is_a_sandbox_error_with_details():
     err = UrlRefused("http://x/", "because", address="10.0.0.1", rule="private")
     assert isinstance(err, SandboxError)
     assert err.to_dict()["rule"] == "private" and err.code == "url_refused"
+
+
+# ---- pinning -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, address, pinned, host_header, sni",
+    [
+        ("https://example.com/a?b=1#frag", "93.184.216.34", "https://93.184.216.34/a?b=1", "example.com", "example.com"),
+        ("http://example.com:8080", "93.184.216.34", "http://93.184.216.34:8080/", "example.com:8080", None),
+        ("https://example.com:8443/x", "2606:2800::1", "https://[2606:2800::1]:8443/x", "example.com:8443", "example.com"),
+        ("https://[2606:2800::1]/x", "2606:2800::1", "https://[2606:2800::1]/x", "[2606:2800::1]", None),
+        ("https://93.184.216.34/", "93.184.216.34", "https://93.184.216.34/", "93.184.216.34", None),
+    ],
+)
+def test_pin_url_connects_to_the_address_and_keeps_the_name(url, address, pinned, host_header, sni):
+    target = pin_url(url, address)
+    assert (target.url, target.host_header, target.sni_hostname) == (pinned, host_header, sni)
+    assert pin_url(url, ipaddress.ip_address(address)) == target
+
+
+async def test_address_pins_resolve_each_origin_once():
+    calls = []
+
+    async def rebinding(host, port):
+        calls.append((host, port))
+        return ["93.184.216.34"] if len(calls) == 1 else ["169.254.169.254"]
+
+    pins = AddressPins(resolver=rebinding)
+    first = await pins.addresses("https://api.example.com/mcp")
+    again = await pins.addresses("https://API.example.com:443/other?x=1")
+    assert first == again == [ipaddress.ip_address("93.184.216.34")]
+    assert calls == [("api.example.com", 443)]
+    with pytest.raises(UrlRefused) as info:  # another origin is checked on its own
+        await pins.addresses("http://api.example.com/mcp")
+    assert info.value.rule == "metadata"
+
+
+async def test_address_pins_remember_nothing_refused():
+    answers = iter([["10.0.0.5"], ["93.184.216.34"]])
+
+    async def resolver(host, port):
+        return next(answers)
+
+    pins = AddressPins(resolver=resolver, allow_hint="allow_local = true")
+    with pytest.raises(UrlRefused) as info:
+        await pins.addresses("http://svc.example/mcp")
+    assert info.value.rule == "private" and "allow_local = true" in str(info.value)
+    assert await pins.addresses("http://svc.example/mcp") == [ipaddress.ip_address("93.184.216.34")]

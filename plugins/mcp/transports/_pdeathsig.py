@@ -1,8 +1,24 @@
-"""Exec wrapper: ``python -m roost.plugins.mcp.transports._pdeathsig <ppid> -- cmd args``.
+"""The supervisor an MCP stdio server runs under, so nothing it starts outlives roost.
 
-Asks Linux to send SIGKILL to this process when its parent dies (``PR_SET_PDEATHSIG``),
-then replaces itself with ``cmd``. The setting survives ``execve``, so an MCP server
-started by roost never outlives roost, even when roost is killed with SIGKILL.
+    python -I -S _pdeathsig.py PPID -- COMMAND [ARGS...]
+
+roost starts this in a new session (so it leads a process group); it then:
+
+1. asks for a signal when its parent dies (``PR_SET_PDEATHSIG``) and becomes a child
+   subreaper (``PR_SET_CHILD_SUBREAPER``): every process the server leaves behind, even
+   one that called ``setsid``, is re-parented to this supervisor, not to PID 1;
+2. forks; the child execs the server with the inherited stdin/stdout/stderr, so the
+   protocol flows between roost and the server directly; the supervisor lets go of its
+   own stdin/stdout (so EOF propagates) and waits;
+3. when the server exits, kills and reaps every remaining descendant and exits with the
+   server's status (128 + signal number if it was killed);
+4. on SIGTERM/SIGINT/SIGHUP (roost's shutdown) or when roost is gone (even SIGKILLed), sends
+   SIGTERM to every descendant, allows them ``TERM_GRACE_S``, then SIGKILLs and reaps them.
+
+``PR_SET_PDEATHSIG`` fires when the parent *thread* exits (trio forks from a worker thread
+that may idle out), so the signal only prompts a check that the parent *process* is gone;
+the parent is also polled every ``PARENT_POLL_S``. Standard library only; run with
+``-I -S`` so that it starts fast and imports nothing from the environment.
 """
 
 from __future__ import annotations
@@ -11,30 +27,178 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PARENT_DEATH_SIGNAL = signal.SIGUSR1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+WATCHED = {signal.SIGCHLD, PARENT_DEATH_SIGNAL, *STOP_SIGNALS}
+PARENT_POLL_S = 0.5
+TERM_GRACE_S = 1.5  # below the transport's own SIGTERM grace, so we finish the job first
+EXEC_FAILED_EXIT_CODE = 127
+USAGE_EXIT_CODE = 2
+_MAX_REAP_ROUNDS = 10_000
+
+
+def _prctl(option: int, value: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), 0, 0, 0) == 0
+
+
+def _parent_map() -> dict[int, list[int]]:
+    """parent pid -> child pids, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children first)."""
+    tree = _parent_map()
+    out: list[int] = []
+    pending = list(tree.get(root, ()))
+    while pending:
+        pid = pending.pop()
+        out.append(pid)
+        pending.extend(tree.get(pid, ()))
+    return out
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_and_reap_all() -> dict[int, int]:
+    """SIGKILL and reap every descendant (orphans are re-parented to us as they appear);
+    returns the wait status of each child reaped."""
+    me = os.getpid()
+    reaped: dict[int, int] = {}
+    for _ in range(_MAX_REAP_ROUNDS):
+        _signal_all(descendants(me), signal.SIGKILL)
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        reaped[pid] = status
+    return reaped
+
+
+class Supervisor:
+    """The waiting loop around one server process (``server_pid``)."""
+
+    def __init__(self, server_pid: int, parent_pid: int) -> None:
+        self.server_pid = server_pid
+        self.parent_pid = parent_pid
+        self.status: int | None = None
+
+    def parent_gone(self) -> bool:
+        return os.getppid() != self.parent_pid
+
+    def reap_exited(self) -> None:
+        """Collect every child that has exited, noting the server's status."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.server_pid:
+                self.status = status
+
+    def wait(self) -> str:
+        """Wait until the server exits ("exited"), a stop signal arrives ("stop") or the
+        parent is gone ("orphaned")."""
+        while True:
+            info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
+            self.reap_exited()
+            if self.status is not None:
+                return "exited"
+            if info is not None and info.si_signo in STOP_SIGNALS:
+                return "stop"
+            if self.parent_gone():
+                return "orphaned"
+
+    def terminate(self) -> None:
+        """SIGTERM everything below us, a bounded grace, then SIGKILL and reap it all."""
+        _signal_all(descendants(os.getpid()), signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        while self.status is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            signal.sigtimedwait({signal.SIGCHLD}, min(left, PARENT_POLL_S))
+            self.reap_exited()
+        self.finish()
+
+    def finish(self) -> None:
+        """Kill and reap whatever is left, keeping the server's status if it was among it."""
+        reaped = kill_and_reap_all()
+        if self.status is None and self.server_pid in reaped:
+            self.status = reaped[self.server_pid]
+
+    def exit_code(self, fallback: int) -> int:
+        if self.status is None:
+            return fallback
+        code = os.waitstatus_to_exitcode(self.status)
+        return code if code >= 0 else 128 - code
+
+
+def _release_stdio() -> None:
+    # Keep no copy of roost's pipes: EOF must reach roost when the server closes them.
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--":
-        sys.stderr.write("usage: python -m roost.plugins.mcp.transports._pdeathsig PPID -- COMMAND [ARGS...]\n")
-        return 2
-    expected_parent = int(argv[0])
+    """Supervise ``COMMAND``; return the exit status to use."""
+    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
+        sys.stderr.write("usage: _pdeathsig.py PPID -- COMMAND [ARGS...]\n")
+        return USAGE_EXIT_CODE
+    parent_pid = int(argv[0])
     command = argv[2:]
+    original_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        if not _prctl(PR_SET_PDEATHSIG, PARENT_DEATH_SIGNAL):
             sys.stderr.write(f"prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}\n")
-            return 2
-        # The parent may have died before prctl took effect: then nobody would kill us.
-        if os.getppid() != expected_parent:
-            return 1
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        sys.stderr.write(f"cannot run {command[0]!r}: {exc.strerror}\n")
-        return 127
-    return 0  # pragma: no cover (execvp does not return)
+            return USAGE_EXIT_CODE
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # The parent may have died before prctl took effect: then nobody would tell us.
+    if os.getppid() != parent_pid:
+        return 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
+            os.execvp(command[0], command)
+        except BaseException as exc:
+            os.write(2, f"cannot run {command[0]!r}: {exc}\n".encode())
+        os._exit(EXEC_FAILED_EXIT_CODE)
+    _release_stdio()
+    supervisor = Supervisor(pid, parent_pid)
+    outcome = supervisor.wait()
+    if outcome == "exited":
+        supervisor.finish()
+        return supervisor.exit_code(0)
+    supervisor.terminate()
+    return supervisor.exit_code(128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

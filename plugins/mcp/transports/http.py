@@ -9,10 +9,13 @@
   404 for our session means it ended (the connection is reported closed, the manager
   reconnects).
 - 2026-07-28: no session, no GET stream; ``MCP-Protocol-Version``, ``Mcp-Method`` and
-  ``Mcp-Name`` headers on each POST; closing a request's response stream cancels it.
+  ``Mcp-Name`` headers on each POST; closing a request's response stream cancels it. There
+  is no resumption: a response stream that breaks loses the request, so it is re-issued
+  once as a new request with a new id (the caller still sees its own id).
 - An HTTP error whose body is not JSON-RPC becomes a JSON-RPC error response for that
   request (code -32000, ``data.httpStatus``), so the client's era probe can read it.
-- The URL is checked against SSRF rules (after DNS) before connecting.
+- The URL is checked against SSRF rules (after DNS) before connecting, and every request
+  connects to the checked address (``PinnedTransport``): DNS rebinding cannot redirect it.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import httpx
 import trio
+from roost.kernel._netguard import Resolver
 
 from .._protocol import (
     HEADER_LAST_EVENT_ID,
@@ -42,7 +47,7 @@ from ._base import (
     TransportError,
     single_errors,
 )
-from .sse import SseParser, check_server_url, json_messages
+from .sse import SseParser, json_messages, open_guarded_client
 
 log = logging.getLogger("roost.mcp.http")
 
@@ -149,6 +154,23 @@ def http_error_message(request_id: Any, status: int, body: bytes) -> dict[str, A
     }
 
 
+@attrs.frozen
+class _Outcome:
+    answered: bool
+    broken: bool = False  # the request went out and its response stream was lost
+    failure: str | None = None
+
+
+def _as_answer_to(item: dict[str, Any], wire_id: Any, request_id: Any) -> tuple[dict[str, Any], bool]:
+    """``item`` with a re-issued request's id put back to the caller's, and whether it is
+    the answer to that request."""
+    if "method" in item or "id" not in item or item["id"] != wire_id:
+        return item, False
+    if wire_id != request_id:
+        item = {**item, "id": request_id}
+    return item, True
+
+
 class HttpTransport:
     """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
 
@@ -169,6 +191,7 @@ class HttpTransport:
         self._streams: dict[Any, trio.CancelScope] = {}
         self._listening = False
         self._tool_schemas: dict[str, Any] = {}
+        self._reissued = 0
 
     def accept_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep the tools' schemas (for ``Mcp-Param-*`` headers) and drop, with a warning,
@@ -258,74 +281,106 @@ class HttpTransport:
             await self._send_channel.aclose()
 
     async def _exchange(self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope) -> None:
+        """POST one request and forward its answer. At 2026-07-28 a broken response stream
+        loses the request (no resumption), so it is re-issued once under a new request id;
+        the answer is handed on under the caller's id."""
         request_id = message["id"]
-        headers = {**self._headers(message), "Content-Type": "application/json"}
-        answered = False
+        outcome = _Outcome(answered=False)
         try:
             with scope:
-                async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
-                    if message.get("method") == "initialize":
-                        session = response.headers.get(HEADER_SESSION_ID)
-                        if session:
-                            self.session_id = session
-                    status = response.status_code
-                    if status == 404 and self.session_id and not self.modern and message.get("method") != "initialize":
-                        await self._lost("the server ended the session (HTTP 404)")
-                        return
-                    if status >= 400:
-                        data = await response.aread()
-                        await self._push(http_error_message(request_id, status, data))
-                        answered = True
-                        return
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                    if ctype == "application/json":
-                        data = await response.aread()
-                        if len(data) > MAX_MESSAGE_BYTES:
-                            await self._push(http_error_message(request_id, 413, b"response over the 10 MB limit"))
-                            answered = True
-                            return
-                        for item in json_messages(data.decode("utf-8", "replace")):
-                            answered = answered or item.get("id") == request_id
-                            await self._push(item)
-                    elif ctype == "text/event-stream":
-                        answered = await self._read_sse(response, request_id)
-                    elif status == 202:
-                        pass
-                    else:
-                        await self._push(http_error_message(request_id, status, f"unexpected content type {ctype!r}".encode()))
-                        answered = True
-        except httpx.HTTPError as exc:
-            if not answered:
-                await self._push(http_error_message(request_id, 0, f"the HTTP request failed: {type(exc).__name__}: {exc}".encode()))
-                answered = True
-        except ValueError as exc:
-            await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
-            answered = True
+                outcome = await self._attempt(message, body, request_id)
+                if outcome.broken and self.modern and self.closed_reason is None:
+                    self._reissued += 1
+                    retry = {**message, "id": f"roost-reissue-{self._reissued}"}
+                    log.info(
+                        "MCP server %s: the response stream of request %r broke (%s); re-issuing it as %r",
+                        self.name, request_id, outcome.failure, retry["id"],
+                    )
+                    retry_body = json.dumps(retry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+                    outcome = await self._attempt(retry, retry_body, request_id)
         finally:
             self._streams.pop(request_id, None)
-        if not answered and not scope.cancel_called:
-            await self._push(http_error_message(request_id, 0, b"the response stream ended without an answer"))
+        if not outcome.answered and not scope.cancel_called:
+            failure = outcome.failure or "the response stream ended without an answer"
+            await self._push(http_error_message(request_id, 0, failure.encode()))
 
-    async def _read_sse(self, response: httpx.Response, request_id: Any) -> bool:
-        """Forward the stream's messages; True once the answer to ``request_id`` came.
-        A broken handshake-era stream with event ids is resumed with a GET."""
+    async def _attempt(self, message: Mapping[str, Any], body: bytes, request_id: Any) -> _Outcome:
+        """One POST of ``message`` (whose id may be a re-issue id); answers are forwarded
+        under ``request_id``."""
+        wire_id = message["id"]
+        headers = {**self._headers(message), "Content-Type": "application/json"}
+        answered = False
+        started = False
+        try:
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                started = True
+                if message.get("method") == "initialize":
+                    session = response.headers.get(HEADER_SESSION_ID)
+                    if session:
+                        self.session_id = session
+                status = response.status_code
+                if status == 404 and self.session_id and not self.modern and message.get("method") != "initialize":
+                    await self._lost("the server ended the session (HTTP 404)")
+                    return _Outcome(answered=True)
+                if status >= 400:
+                    data = await response.aread()
+                    await self._push(http_error_message(request_id, status, data))
+                    return _Outcome(answered=True)
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if ctype == "application/json":
+                    data = await response.aread()
+                    if len(data) > MAX_MESSAGE_BYTES:
+                        await self._push(http_error_message(request_id, 413, b"response over the 10 MB limit"))
+                        return _Outcome(answered=True)
+                    for item in json_messages(data.decode("utf-8", "replace")):
+                        item, is_answer = _as_answer_to(item, wire_id, request_id)
+                        answered = answered or is_answer
+                        await self._push(item)
+                    if not answered:
+                        return _Outcome(answered=False, failure="the JSON response held no answer to the request")
+                elif ctype == "text/event-stream":
+                    answered, failure = await self._read_sse(response, wire_id, request_id)
+                    if not answered:
+                        return _Outcome(answered=False, broken=True, failure=failure)
+                elif status == 202:
+                    return _Outcome(answered=True)  # nothing to wait for
+                else:
+                    await self._push(http_error_message(request_id, status, f"unexpected content type {ctype!r}".encode()))
+                    return _Outcome(answered=True)
+        except httpx.HTTPError as exc:
+            if answered:
+                return _Outcome(answered=True)
+            failure = f"the HTTP request failed: {type(exc).__name__}: {exc}"
+            # Lost after the request went out: the response stream broke.
+            broken = started or isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+            return _Outcome(answered=False, broken=broken, failure=failure)
+        except ValueError as exc:
+            await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
+            return _Outcome(answered=True)
+        return _Outcome(answered=True)
+
+    async def _read_sse(self, response: httpx.Response, wire_id: Any, request_id: Any) -> tuple[bool, str | None]:
+        """Forward the stream's messages; ``(answered, why not)``. A broken handshake-era
+        stream with event ids is resumed with a GET."""
         parser = SseParser()
         answered = False
+        failure: str | None = "the response stream ended without an answer"
         try:
             async for chunk in response.aiter_text():
                 for event in parser.feed(chunk):
                     if event.event != "message":
                         continue
                     for item in json_messages(event.data):
-                        answered = answered or (item.get("id") == request_id and "method" not in item)
+                        item, is_answer = _as_answer_to(item, wire_id, request_id)
+                        answered = answered or is_answer
                         await self._push(item)
-        except httpx.HTTPError:
-            pass
+        except httpx.HTTPError as exc:
+            failure = f"the response stream broke: {type(exc).__name__}: {exc}"
         if not answered and not self.modern and parser.last_event_id is not None:
             if parser.retry_ms is not None:
                 await trio.sleep(min(parser.retry_ms / 1000, MAX_RETRY_WAIT_S))
             answered = await self._resume(parser.last_event_id, request_id)
-        return answered
+        return answered, (None if answered else failure)
 
     async def _resume(self, last_event_id: str, request_id: Any) -> bool:
         """GET with ``Last-Event-ID`` to get the rest of a broken stream."""
@@ -420,12 +475,17 @@ async def open_http_transport(
     timeout_secs: float = 30.0,
     allow_private: bool = False,
     allow_loopback: bool = False,
+    resolver: Resolver | None = None,
 ) -> AsyncIterator[HttpTransport]:
-    """Yield a Streamable HTTP transport to ``url``; leaving ends the session (DELETE)."""
-    await check_server_url(url, allow_private=allow_private, allow_loopback=allow_loopback)
-    send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
+    """Yield a Streamable HTTP transport to ``url``; leaving ends the session (DELETE).
+
+    ``url`` is checked against SSRF rules once (``resolver`` replaces DNS in tests) and
+    every request connects to the checked address (no second lookup to rebind)."""
     timeout = httpx.Timeout(timeout_secs, read=None)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+    async with open_guarded_client(
+        url, timeout=timeout, allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
+    ) as http:
+        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
         with single_errors():
             async with trio.open_nursery() as nursery:
                 transport = HttpTransport(name, url, headers or {}, http, nursery, send_channel, receive_channel)

@@ -4,7 +4,9 @@ Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
 ``endpoint`` event naming where to POST, then POSTs every message there; every server
 message (responses included) arrives on the SSE stream as a ``message`` event.
 
-Also home of ``SseParser``, the sans-I/O Server-Sent Events parser both HTTP transports use.
+Also home of what both HTTP transports share: ``SseParser`` (sans-I/O Server-Sent Events)
+and ``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
+made to the address that was checked, never to a second DNS answer).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import attrs
 import httpx
 import trio
-from roost.kernel._netguard import check_url
+from roost.kernel._netguard import AddressPins, Resolver, check_url, pin_url
 
 from ._base import (
     INCOMING_BUFFER,
@@ -136,6 +138,57 @@ async def check_server_url(url: str, *, allow_private: bool, allow_loopback: boo
     await check_url(url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT)
 
 
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends each request to an address ``pins`` approved for its
+    origin (checked once per origin), keeping the name in ``Host`` and in TLS SNI.
+
+    httpx would otherwise resolve the host again when it connects, and a DNS-rebinding
+    name could answer the check with a public address and the connect with a private one.
+    """
+
+    def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.pins = pins
+        self._inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        addresses = await self.pins.addresses(str(request.url))
+        last_error: Exception | None = None
+        for address in addresses:
+            target = pin_url(str(request.url), address)
+            headers = request.headers.copy()
+            headers["Host"] = target.host_header
+            extensions = dict(request.extensions)
+            if target.sni_hostname:
+                extensions["sni_hostname"] = target.sni_hostname
+            pinned = httpx.Request(request.method, target.url, headers=headers, stream=request.stream, extensions=extensions)
+            try:
+                return await self._inner.handle_async_request(pinned)
+            except httpx.ConnectError as exc:
+                last_error = exc
+        raise httpx.ConnectError(f"could not connect to any checked address of {request.url.host}: {last_error}", request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@asynccontextmanager
+async def open_guarded_client(
+    url: str,
+    *,
+    timeout: httpx.Timeout,
+    allow_private: bool,
+    allow_loopback: bool,
+    resolver: Resolver | None = None,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused`` if it
+    may not be used) and every request connects to the checked address. Environment
+    proxies are ignored (a proxy would resolve the name itself)."""
+    pins = AddressPins(allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver, allow_hint=ALLOW_HINT)
+    await pins.addresses(url)
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False, transport=PinnedTransport(pins)) as http:
+        yield http
+
+
 def same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
 
@@ -192,13 +245,16 @@ async def open_sse_transport(
     timeout_secs: float = 30.0,
     allow_private: bool = False,
     allow_loopback: bool = False,
+    resolver: Resolver | None = None,
 ) -> AsyncIterator[SseTransport]:
     """Open the SSE stream at ``url``, wait (up to ``timeout_secs``) for the ``endpoint``
-    event and yield the transport. The endpoint must have the stream's origin."""
-    await check_server_url(url, allow_private=allow_private, allow_loopback=allow_loopback)
-    send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
+    event and yield the transport. The endpoint must have the stream's origin. The URL is
+    checked against SSRF rules once; every request goes to the checked address."""
     timeout = httpx.Timeout(timeout_secs, read=None)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as http:
+    async with open_guarded_client(
+        url, timeout=timeout, allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
+    ) as http:
+        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
         transport = SseTransport(name, url, headers or {}, http, receive_channel)
 
         async def read_stream(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -247,4 +303,14 @@ async def open_sse_transport(
                     nursery.cancel_scope.cancel()
 
 
-__all__ = ["SseEvent", "SseParser", "SseTransport", "check_server_url", "json_messages", "open_sse_transport", "same_origin"]
+__all__ = [
+    "PinnedTransport",
+    "SseEvent",
+    "SseParser",
+    "SseTransport",
+    "check_server_url",
+    "json_messages",
+    "open_guarded_client",
+    "open_sse_transport",
+    "same_origin",
+]

@@ -1,8 +1,10 @@
 """stdio client transport: run an MCP server as a child process, NDJSON on its pipes.
 
 - The child's environment is cleared except ``PATH``, ``HOME`` and the listed names.
-- It runs through a tiny exec wrapper that sets ``PR_SET_PDEATHSIG``, in its own process
-  group, so it dies with roost (even on SIGKILL) and shutdown reaches its children too.
+- It runs under a tiny supervisor (``_pdeathsig.py``) in its own process group: the
+  supervisor notices when roost is gone (even SIGKILLed), is a child subreaper, and on
+  roost's death, on SIGTERM or when the server exits it kills and reaps every process
+  the server started (``npx`` → ``node`` included), so nothing is orphaned.
 - stderr lines go to the log; stdout lines that are not JSON objects are logged and
   skipped; a line over ``max_message_bytes`` (10 MB) is drained and dropped.
 - Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (every wait bounded).
@@ -18,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -247,12 +250,16 @@ def _signal_group_quietly(pgid: int, sig: int) -> None:
         pass
 
 
+_SUPERVISOR = str(Path(__file__).with_name("_pdeathsig.py"))
+
+
 def wrapped_command(command: str, args: Sequence[str]) -> list[str]:
-    """The argv that runs ``command`` under the parent-death exec wrapper."""
+    """The argv that runs ``command`` under the supervisor (stdlib only: ``-I -S``)."""
     return [
         sys.executable,
-        "-m",
-        "roost.plugins.mcp.transports._pdeathsig",
+        "-I",
+        "-S",
+        _SUPERVISOR,
         str(os.getpid()),
         "--",
         command,
