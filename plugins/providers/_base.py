@@ -1,0 +1,157 @@
+"""The thin async layer every HTTP provider shares, around a vendor's sans-I/O ``Wire``.
+
+A ``Wire`` knows one vendor's format (request bodies, responses, stream events) and does
+no I/O; ``HttpProvider`` sends what it builds through ``HttpClient`` and feeds it what
+comes back, applying the context guard first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+import attrs
+from roost.kernel._loop import Completion, CompletionRequest, StreamDelta
+
+from ._context import context_window_for, fit_context
+from ._http import HttpClient, ProviderResponseError, ProviderSettings, StreamInterrupted
+from ._ndjson import NdjsonDecoder, NdjsonError
+from ._sse import SseDecoder
+
+RESERVED_PARAMETERS = frozenset({"context_window"})
+
+
+class StreamAssembler(Protocol):
+    """Turns a vendor's stream events into text deltas and, at the end, one ``Completion``."""
+
+    def feed(self, event: Any) -> str:
+        """Take one decoded event; return the text it adds (maybe ``""``)."""
+
+    @property
+    def done(self) -> bool:
+        """True once the vendor said the response is complete."""
+
+    def finish(self) -> Completion:
+        """The whole completion; raises ``StreamInterrupted`` if the stream was incomplete."""
+
+
+class Wire(Protocol):
+    """One vendor's wire format, sans I/O."""
+
+    stream_format: str  # "sse" | "ndjson"
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str: ...
+
+    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]: ...
+
+    def parse(self, data: Any) -> Completion: ...
+
+    def assembler(self) -> StreamAssembler: ...
+
+
+def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
+    """A tool call's arguments as an object: JSON text is decoded, ``""`` is ``{}``.
+
+    Arguments that are not a JSON object raise a ``ProviderResponseError`` naming the tool.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    value = raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ProviderResponseError(
+                f"{provider}: the model called tool {tool!r} with arguments that are not valid "
+                f"JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}; ask again, or use a "
+                "model that supports tool calling"
+            ) from None
+    if not isinstance(value, Mapping):
+        raise ProviderResponseError(
+            f"{provider}: the model called tool {tool!r} with arguments that are "
+            f"{type(value).__name__}, not a JSON object"
+        )
+    return dict(value)
+
+
+def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ProviderResponseError(
+            f"{provider}: {what} is not a JSON object as the API documents; got {type(value).__name__}"
+        )
+    return value
+
+
+def passthrough_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Agent parameters meant for the vendor (roost's own, like ``context_window``, removed)."""
+    return {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+
+
+class HttpProvider:
+    """A ``Provider`` over HTTP: ``complete`` posts once, ``stream`` reads SSE or NDJSON."""
+
+    def __init__(
+        self,
+        name: str,
+        wire: Wire,
+        settings: ProviderSettings,
+        auth_headers: Mapping[str, str],
+        *,
+        model: str,
+        parameters: Mapping[str, Any] | None = None,
+        reserve_output: int = 4096,
+    ) -> None:
+        self.name = name
+        self.wire = wire
+        self.settings = settings
+        self.model = model
+        self.parameters = dict(parameters or {})
+        self.http = HttpClient(settings, auth_headers)
+        self._reserve_output = reserve_output
+
+    def prepare(self, request: CompletionRequest) -> tuple[CompletionRequest, str]:
+        """Merge the default parameters, pick the model and apply the context guard."""
+        parameters = {**self.parameters, **dict(request.parameters or {})}
+        model = request.model or self.model
+        request = attrs.evolve(request, parameters=parameters, model=model)
+        window = context_window_for(self.name, parameters, self.settings.context_window)
+        reserve = parameters.get("max_tokens") or parameters.get("max_completion_tokens") or self._reserve_output
+        reserve = reserve if isinstance(reserve, int) and not isinstance(reserve, bool) else self._reserve_output
+        return fit_context(request, context_window=window, reserve_output=min(reserve, window // 4)), model
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        request, model = self.prepare(request)
+        url = self.wire.url(self.settings.base_url, model, stream=False)
+        data = await self.http.post_json(url, self.wire.body(request, model, stream=False))
+        return self.wire.parse(data)
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamDelta]:
+        request, model = self.prepare(request)
+        url = self.wire.url(self.settings.base_url, model, stream=True)
+        assembler = self.wire.assembler()
+        decoder: SseDecoder | NdjsonDecoder = SseDecoder() if self.wire.stream_format == "sse" else NdjsonDecoder()
+        async for chunk in self.http.stream_text(url, self.wire.body(request, model, stream=True)):
+            for event in self._decode(decoder, chunk):
+                text = assembler.feed(event)
+                if text:
+                    yield StreamDelta(text=text)
+        if decoder.pending and not assembler.done:
+            raise StreamInterrupted(f"{self.name}: the stream ended in the middle of an event; try again")
+        yield StreamDelta(completion=assembler.finish())
+
+    def _decode(self, decoder: SseDecoder | NdjsonDecoder, chunk: str) -> list[Any]:
+        try:
+            return decoder.feed(chunk)
+        except (NdjsonError, ValueError) as exc:
+            raise ProviderResponseError(f"{self.name}: malformed stream from {self.settings.base_url}: {exc}") from None
+
+
+def sse_json(event: Any, provider: str) -> Any:
+    """The JSON payload of an SSE event, or a clear error if it is not JSON."""
+    try:
+        return json.loads(event.data)
+    except json.JSONDecodeError as exc:
+        raise ProviderResponseError(
+            f"{provider}: a stream event is not JSON ({exc.msg}): {event.data[:200]!r}"
+        ) from None

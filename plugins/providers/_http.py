@@ -1,0 +1,375 @@
+"""What every HTTP provider shares: settings, API keys, errors, retries and streaming.
+
+Keys come only from the environment (``api_key_env``); they are never logged and never
+put into an error message (vendor messages are scrubbed of them too).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+import httpx
+import trio
+from roost.kernel import RoostError, json_type_name
+
+log = logging.getLogger("roost.providers")
+
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+_MAX_ERROR_TEXT = 400
+
+
+class ProviderError(RoostError):
+    """A model provider failed; the message says what happened and what to do."""
+
+    code = "provider_error"
+
+
+class ProviderConfigError(ProviderError):
+    """``[providers.<name>]`` or the agent's model section is invalid, or a key is missing."""
+
+    code = "provider_config"
+
+
+class ProviderAuthError(ProviderError):
+    code = "provider_auth"
+
+
+class ProviderUnavailable(ProviderError):
+    """The server could not be reached, kept failing, or timed out."""
+
+    code = "provider_unavailable"
+
+
+class ProviderRateLimited(ProviderUnavailable):
+    code = "provider_rate_limited"
+
+
+class ProviderResponseError(ProviderError):
+    """The server answered something that is not what its API documents."""
+
+    code = "provider_bad_response"
+
+
+class StreamInterrupted(ProviderResponseError):
+    """The stream ended before the vendor said it was complete."""
+
+    code = "provider_stream_cut"
+
+
+# ---- settings ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ProviderSettings:
+    """``[providers.<name>]`` from roost.toml, checked, with the key read from the env."""
+
+    provider: str
+    base_url: str
+    api_key_env: str | None
+    api_key: str | None = attrs.field(default=None, repr=False)
+    timeout_s: float = 120.0
+    connect_timeout_s: float = 10.0
+    max_retries: int = 3
+    retry_backoff_s: float = 0.5
+    max_retry_wait_s: float = 30.0
+    context_window: int | None = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key (if any) replaced."""
+        if self.api_key and len(self.api_key) >= 4:
+            text = text.replace(self.api_key, "[redacted]")
+        return text
+
+
+_NUMBERS: dict[str, tuple[type, float, float]] = {
+    "timeout_s": (float, 0.001, 3600.0),
+    "connect_timeout_s": (float, 0.001, 600.0),
+    "max_retries": (int, 0, 10),
+    "retry_backoff_s": (float, 0.0, 60.0),
+    "max_retry_wait_s": (float, 0.0, 600.0),
+    "context_window": (int, 256, 100_000_000),
+}
+KNOWN_SETTINGS = ("base_url", "api_key_env", "headers", *_NUMBERS)
+
+
+def load_settings(
+    provider: str,
+    raw: Mapping[str, Any] | None,
+    *,
+    default_base_url: str,
+    default_key_env: str | None,
+    key_required: bool,
+    env: Mapping[str, str] | None = None,
+    extra_headers: Mapping[str, str] | None = None,
+) -> ProviderSettings:
+    """Check ``[providers.<provider>]`` and read the key from the environment.
+
+    The key is required when ``key_required`` and the base URL is the vendor's own; a
+    custom ``base_url`` (a local OpenAI-compatible server, say) may run without one.
+    """
+    env = os.environ if env is None else env
+    raw = dict(raw or {})
+    where = f"[providers.{provider}]"
+    if "api_key" in raw:
+        raise ProviderConfigError(
+            f"{where} api_key: keys are read only from the environment; remove api_key, "
+            f"export the key and name its variable with api_key_env"
+        )
+    unknown = sorted(set(raw) - set(KNOWN_SETTINGS))
+    if unknown:
+        raise ProviderConfigError(
+            f"{where} {unknown[0]}: unknown setting; valid settings are {', '.join(KNOWN_SETTINGS)}"
+        )
+    base_url = raw.get("base_url", default_base_url)
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ProviderConfigError(
+            f"{where} base_url: expected an http:// or https:// URL, got {_shown(base_url)}"
+        )
+    base_url = base_url.rstrip("/")
+    key_env = raw.get("api_key_env", default_key_env)
+    if key_env is not None and (not isinstance(key_env, str) or not key_env.strip()):
+        raise ProviderConfigError(
+            f"{where} api_key_env: expected the name of an environment variable, got {_shown(key_env)}"
+        )
+    headers = raw.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ProviderConfigError(f"{where} headers: expected a table of strings, got {_shown(headers)}")
+    numbers: dict[str, Any] = {}
+    for name, (kind, low, high) in _NUMBERS.items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise ProviderConfigError(
+                f"{where} {name}: expected {'an integer' if kind is int else 'a number'}, got {_shown(value)}"
+            )
+        if not low <= value <= high:
+            raise ProviderConfigError(f"{where} {name}: expected {low:g} to {high:g}, got {value}")
+        numbers[name] = kind(value)
+    key = env.get(key_env) if key_env else None
+    key = key.strip() if key else None
+    if key_required and not key and base_url == default_base_url.rstrip("/"):
+        raise ProviderConfigError(
+            f"provider {provider!r} needs an API key: set {key_env} or choose another provider "
+            "(model.provider in agent.json)"
+        )
+    return ProviderSettings(
+        provider=provider,
+        base_url=base_url,
+        api_key_env=key_env,
+        api_key=key or None,
+        headers={**(extra_headers or {}), **headers},
+        **numbers,
+    )
+
+
+def model_name(provider: str, model: Any, example: str) -> str:
+    """The manifest's ``model.name``, or a clear error if it is missing."""
+    name = model.get("name") if isinstance(model, Mapping) else getattr(model, "name", None)
+    if not isinstance(name, str) or not name.strip():
+        raise ProviderConfigError(
+            f"model.name: provider {provider!r} needs a model name in agent.json (e.g. {example!r})"
+        )
+    return name.strip()
+
+
+def model_parameters(model: Any) -> dict[str, Any]:
+    params = model.get("parameters") if isinstance(model, Mapping) else getattr(model, "parameters", None)
+    return dict(params or {})
+
+
+def _shown(value: Any) -> str:
+    return f"{value!r}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else json_type_name(value)
+
+
+# ---- the client -------------------------------------------------------------------------
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | None) -> float:
+    """How long to wait before retry ``attempt`` (1-based), never past ``max_retry_wait_s``."""
+    if server_wait is not None:
+        return min(server_wait, settings.max_retry_wait_s)
+    base = settings.retry_backoff_s * (2 ** (attempt - 1))
+    return min(base * (0.5 + random.random() / 2), settings.max_retry_wait_s)
+
+
+def vendor_message(body: bytes) -> str:
+    """The vendor's error message from an error body (OpenAI/Anthropic/Gemini/Ollama shapes)."""
+    text = body.decode("utf-8", "replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:_MAX_ERROR_TEXT]
+    if isinstance(data, list) and data and isinstance(data[0], Mapping):
+        data = data[0]  # Gemini sometimes wraps the error in a list
+    if isinstance(data, Mapping):
+        err = data.get("error", data)
+        if isinstance(err, Mapping):
+            msg = err.get("message") or err.get("status") or err.get("type")
+            if msg:
+                return str(msg)[:_MAX_ERROR_TEXT]
+        elif isinstance(err, str):
+            return err[:_MAX_ERROR_TEXT]
+    return text.strip()[:_MAX_ERROR_TEXT]
+
+
+class HttpClient:
+    """POSTs JSON to one vendor with bounded retries; streams responses line by line."""
+
+    def __init__(self, settings: ProviderSettings, auth_headers: Mapping[str, str]) -> None:
+        self.settings = settings
+        self._auth = dict(auth_headers)
+
+    def _client(self) -> httpx.AsyncClient:
+        s = self.settings
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(s.timeout_s, connect=s.connect_timeout_s),
+            headers={"content-type": "application/json", **s.headers, **self._auth},
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def post_json(self, url: str, body: Mapping[str, Any]) -> Any:
+        """POST ``body``; the decoded JSON answer, or a ``ProviderError`` saying why not."""
+        async with self._client() as client:
+            response = await self._send(client, url, body, stream=False)
+            try:
+                raw = response.content
+            finally:
+                await response.aclose()
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ProviderResponseError(
+                f"{self.settings.provider} answered with malformed JSON ({exc}); "
+                f"the server at {self.settings.base_url} may not speak this API: "
+                f"{self.settings.redact(raw[:200].decode('utf-8', 'replace'))!r}"
+            ) from None
+
+    async def stream_text(self, url: str, body: Mapping[str, Any]) -> AsyncIterator[str]:
+        """POST ``body`` and yield the response body as text chunks as they arrive.
+
+        Retries happen only before the first byte; a connection lost afterwards raises
+        ``StreamInterrupted``. Cancelling the caller closes the connection.
+        """
+        async with self._client() as client:
+            response = await self._send(client, url, body, stream=True)
+            try:
+                async for chunk in response.aiter_text():
+                    yield chunk
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                raise StreamInterrupted(
+                    f"{self.settings.provider}: the connection was lost in the middle of the "
+                    f"stream ({type(exc).__name__}); try again"
+                ) from None
+            except httpx.TimeoutException:
+                raise ProviderUnavailable(
+                    f"{self.settings.provider}: the stream stalled for more than "
+                    f"{self.settings.timeout_s:g}s (raise timeout_s in [providers.{self.settings.provider}])"
+                ) from None
+            finally:
+                await response.aclose()
+
+    async def _send(
+        self, client: httpx.AsyncClient, url: str, body: Mapping[str, Any], *, stream: bool
+    ) -> httpx.Response:
+        s = self.settings
+        payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        attempts = s.max_retries + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            wait: float | None = None
+            try:
+                with trio.fail_after(s.timeout_s + s.connect_timeout_s):
+                    request = client.build_request("POST", url, content=payload)
+                    response = await client.send(request, stream=True)
+                    if response.status_code < 400:
+                        if not stream:
+                            await response.aread()
+                        return response
+                    error_body = await response.aread()
+                    await response.aclose()
+            except httpx.ConnectError as exc:
+                last = f"could not connect to {s.base_url} ({_reason(exc)})"
+            except (httpx.TimeoutException, trio.TooSlowError):
+                last = f"no answer from {s.base_url} within {s.timeout_s:g}s"
+            except httpx.RemoteProtocolError as exc:
+                last = f"{s.base_url} closed the connection ({_reason(exc)})"
+            else:
+                status = response.status_code
+                message = s.redact(vendor_message(error_body))
+                if status in (401, 403):
+                    env = s.api_key_env or "the API key variable"
+                    missing = "" if s.api_key else f" ({env} is not set)"
+                    raise ProviderAuthError(
+                        f"{s.provider} rejected the request with HTTP {status}: check {env}{missing}"
+                        + (f" — the server said: {message}" if message else "")
+                    )
+                if status not in RETRY_STATUSES:
+                    raise ProviderResponseError(
+                        f"{s.provider} answered HTTP {status}: {message or 'no details'}"
+                    )
+                last = f"HTTP {status}" + (f": {message}" if message else "")
+                wait = retry_after_s(response.headers)
+                if status == 429 and attempt == attempts:
+                    raise ProviderRateLimited(
+                        f"{s.provider} kept answering HTTP 429 (rate limited) after {attempts} "
+                        f"attempts: {message or 'too many requests'}; wait and try again, or raise "
+                        f"max_retries in [providers.{s.provider}]"
+                    )
+            if attempt < attempts:
+                delay = backoff_s(s, attempt, wait)
+                log.warning("%s: %s; retry %d/%d in %.1fs", s.provider, last, attempt, s.max_retries, delay)
+                await trio.sleep(delay)
+        raise ProviderUnavailable(f"{s.provider}: {last} (gave up after {attempts} attempts)")
+
+
+def _reason(exc: BaseException) -> str:
+    if _refused(exc):
+        return "connection refused; is the server running?"
+    return (str(exc) or type(exc).__name__)[:200]
+
+
+def _refused(exc: BaseException | None, depth: int = 0) -> bool:
+    """Whether a connection refusal is anywhere in ``exc``'s causes (trio nests them)."""
+    if exc is None or depth > 8:
+        return False
+    if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
+        return True
+    if isinstance(exc, BaseExceptionGroup) and any(_refused(e, depth + 1) for e in exc.exceptions):
+        return True
+    return _refused(exc.__cause__, depth + 1) or _refused(exc.__context__, depth + 1)

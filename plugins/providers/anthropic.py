@@ -1,0 +1,213 @@
+"""Anthropic Messages API over httpx: ``system`` apart, ``tool_use`` / ``tool_result`` blocks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
+from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
+
+from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._http import (
+    ProviderResponseError,
+    StreamInterrupted,
+    load_settings,
+    model_name,
+    model_parameters,
+)
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+_STOP = {"end_turn": "end_turn", "stop_sequence": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens"}
+
+
+# ---- sans-I/O: requests ------------------------------------------------------------------
+
+
+def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """roost messages as Messages-API turns: tool results become a user turn of
+    ``tool_result`` blocks; consecutive turns of one role are merged (the API alternates)."""
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
+            if m.is_error:
+                block["is_error"] = True
+            _append(turns, "user", [block])
+        elif m.role == "assistant":
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in m.tool_calls]
+            if blocks:  # the API refuses empty assistant turns
+                _append(turns, "assistant", blocks)
+        else:
+            _append(turns, "user", [{"type": "text", "text": m.content}])
+    # A turn that is a single text block is sent as a plain string, as the docs write it.
+    for turn in turns:
+        blocks = turn["content"]
+        if len(blocks) == 1 and blocks[0]["type"] == "text":
+            turn["content"] = blocks[0]["text"]
+    return turns
+
+
+def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
+    if turns and turns[-1]["role"] == role:
+        turns[-1]["content"].extend(blocks)
+    else:
+        turns.append({"role": role, "content": list(blocks)})
+
+
+def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
+    """The ``POST /v1/messages`` body; ``max_tokens`` defaults to 4096."""
+    params = passthrough_parameters(request.parameters)
+    body: dict[str, Any] = {"max_tokens": params.pop("max_tokens", DEFAULT_MAX_TOKENS)}
+    body["messages"] = to_anthropic_messages(request.messages)
+    body["model"] = model
+    if request.system:
+        body["system"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)} for t in request.tools
+        ]
+    body.update(params)
+    if stream:
+        body["stream"] = True
+    return body
+
+
+# ---- sans-I/O: responses -----------------------------------------------------------------
+
+
+def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:
+    if not isinstance(data, Mapping):
+        return prior
+    inputs = sum(int(data.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    return Usage(inputs or prior.input_tokens, int(data.get("output_tokens") or 0) or prior.output_tokens)
+
+
+def _raise_if_error(data: Mapping[str, Any]) -> None:
+    if data.get("type") == "error":
+        err = data.get("error") if isinstance(data.get("error"), Mapping) else {}
+        raise ProviderResponseError(f"anthropic reported {err.get('type', 'an error')}: {err.get('message', '')}")
+
+
+def parse_message(data: Any) -> Completion:
+    """A Messages-API ``message`` object as a roost ``Completion``."""
+    data = expect_mapping(data, "the response", "anthropic")
+    _raise_if_error(data)
+    content = data.get("content")
+    if not isinstance(content, list):
+        raise ProviderResponseError("anthropic: the response has no content list")
+    text, calls = [], []
+    for i, block in enumerate(content):
+        block = expect_mapping(block, f"content[{i}]", "anthropic")
+        if block.get("type") == "text":
+            text.append(str(block.get("text", "")))
+        elif block.get("type") == "tool_use":
+            name = str(block.get("name") or "")
+            args = parse_arguments(block.get("input"), name, "anthropic")
+            calls.append(ToolCall(name, args, **({"id": str(block["id"])} if block.get("id") else {})))
+    stop = "tool_use" if calls else _STOP.get(str(data.get("stop_reason")), "end_turn")
+    return Completion("".join(text), tuple(calls), stop, parse_usage(data.get("usage")))
+
+
+class MessagesStreamAssembler:
+    """Assembles ``message_start`` … ``message_stop``; ``input_json_delta`` pieces are joined."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._stop: str | None = None
+        self._usage = Usage()
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, event: Any) -> str:
+        data = expect_mapping(sse_json(event, "anthropic"), "a stream event", "anthropic")
+        _raise_if_error(data)
+        kind = data.get("type")
+        if kind == "message_start":
+            message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
+            self._usage = parse_usage(message.get("usage"), self._usage)
+        elif kind == "content_block_start":
+            block = data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
+            entry = {"type": block.get("type"), "id": block.get("id"), "name": block.get("name"), "json": ""}
+            self._blocks[int(data.get("index", len(self._blocks)))] = entry
+            if block.get("type") == "text" and block.get("text"):
+                self._text.append(block["text"])
+                return str(block["text"])
+        elif kind == "content_block_delta":
+            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            if delta.get("type") == "text_delta":
+                piece = str(delta.get("text", ""))
+                self._text.append(piece)
+                return piece
+            if delta.get("type") == "input_json_delta":
+                entry = self._blocks.setdefault(int(data.get("index", 0)), {"type": "tool_use", "id": None, "name": "", "json": ""})
+                entry["json"] += str(delta.get("partial_json", ""))
+        elif kind == "message_delta":
+            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            if delta.get("stop_reason"):
+                self._stop = str(delta["stop_reason"])
+            self._usage = parse_usage(data.get("usage"), self._usage)
+        elif kind == "message_stop":
+            self._done = True
+        return ""
+
+    def finish(self) -> Completion:
+        if not self._done:
+            raise StreamInterrupted("anthropic: the stream ended before message_stop; try again")
+        calls = tuple(
+            ToolCall(
+                b["name"] or "",
+                parse_arguments(b["json"], b["name"] or "", "anthropic"),
+                **({"id": str(b["id"])} if b["id"] else {}),
+            )
+            for _, b in sorted(self._blocks.items())
+            if b["type"] == "tool_use"
+        )
+        stop = "tool_use" if calls else _STOP.get(self._stop or "end_turn", "end_turn")
+        return Completion("".join(self._text), calls, stop, self._usage)
+
+
+class MessagesWire:
+    stream_format = "sse"
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        return f"{base_url}/v1/messages"
+
+    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        return build_body(request, model, stream=stream)
+
+    def parse(self, data: Any) -> Completion:
+        return parse_message(data)
+
+    def assembler(self) -> MessagesStreamAssembler:
+        return MessagesStreamAssembler()
+
+
+def create_anthropic(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+    """Factory for ``model.provider = "anthropic"`` (``ANTHROPIC_API_KEY``)."""
+    name = model_name("anthropic", model, "claude-sonnet-4-5")
+    s = load_settings(
+        "anthropic", settings, default_base_url=ANTHROPIC_BASE_URL, default_key_env="ANTHROPIC_API_KEY",
+        key_required=True, env=env,
+    )
+    auth = {"anthropic-version": ANTHROPIC_VERSION}
+    if s.api_key:
+        auth["x-api-key"] = s.api_key
+    return HttpProvider("anthropic", MessagesWire(), s, auth, model=name, parameters=model_parameters(model))
+
+
+@hookimpl
+def roost_providers() -> list[ProviderDescriptor]:
+    return [
+        ProviderDescriptor(
+            "anthropic", create_anthropic, "Anthropic Messages API (Claude)", requires_env=("ANTHROPIC_API_KEY",)
+        )
+    ]

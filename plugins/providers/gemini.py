@@ -1,0 +1,201 @@
+"""Google Gemini ``generateContent`` / ``streamGenerateContent?alt=sse`` over httpx.
+
+The assistant is role ``model``; tool calls are ``functionCall`` parts and results go back
+as ``functionResponse`` parts; the system prompt is ``systemInstruction``. Tool schemas are
+sent as ``parametersJsonSchema`` (full JSON Schema, as MCP tools use). Thought signatures
+Gemini attaches to function calls are kept (bounded, per provider) and sent back with them.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
+from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
+
+from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._http import (
+    ProviderResponseError,
+    StreamInterrupted,
+    load_settings,
+    model_name,
+    model_parameters,
+)
+
+GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
+API_VERSION = "v1beta"
+LOCAL_ID_PREFIX = "roost_fc_"
+_MAX_SIGNATURES = 1024
+_RENAMED = {"max_tokens": "maxOutputTokens", "stop": "stopSequences"}
+_STOP = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens"}
+
+
+def _camel(key: str) -> str:
+    return _RENAMED.get(key) or re.sub(r"_([a-z])", lambda m: m.group(1).upper(), key)
+
+
+class GeminiWire:
+    """The Gemini REST format, sans I/O; remembers thought signatures by call id."""
+
+    stream_format = "sse"
+
+    def __init__(self) -> None:
+        self.signatures: OrderedDict[str, str] = OrderedDict()
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        if stream:
+            return f"{base_url}/{API_VERSION}/models/{model}:streamGenerateContent?alt=sse"
+        return f"{base_url}/{API_VERSION}/models/{model}:generateContent"
+
+    # -- requests --
+
+    def contents(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+        turns: list[dict[str, Any]] = []
+        for m in messages:
+            if m.role == "tool":
+                response = {"error": m.content} if m.is_error else {"result": m.content}
+                part: dict[str, Any] = {"functionResponse": {"name": m.name or "", "response": response}}
+                if m.tool_call_id and not m.tool_call_id.startswith(LOCAL_ID_PREFIX):
+                    part["functionResponse"]["id"] = m.tool_call_id
+                _append(turns, "user", part)
+            elif m.role == "assistant":
+                if m.content:
+                    _append(turns, "model", {"text": m.content})
+                for c in m.tool_calls:
+                    call: dict[str, Any] = {"name": c.name, "args": dict(c.arguments)}
+                    if not c.id.startswith(LOCAL_ID_PREFIX):
+                        call["id"] = c.id
+                    fc: dict[str, Any] = {"functionCall": call}
+                    if c.id in self.signatures:
+                        fc["thoughtSignature"] = self.signatures[c.id]
+                    _append(turns, "model", fc)
+            else:
+                _append(turns, "user", {"text": m.content})
+        return turns
+
+    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"contents": self.contents(request.messages)}
+        if request.system:
+            body["systemInstruction"] = {"parts": [{"text": request.system}], "role": "user"}
+        if request.tools:
+            body["tools"] = [
+                {
+                    "functionDeclarations": [
+                        {"name": t.name, "description": t.description, "parametersJsonSchema": dict(t.input_schema)}
+                        for t in request.tools
+                    ]
+                }
+            ]
+        config = {_camel(k): v for k, v in passthrough_parameters(request.parameters).items()}
+        if config:
+            body["generationConfig"] = config
+        return body
+
+    # -- responses --
+
+    def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
+        data = expect_mapping(data, "the response", "gemini")
+        if data.get("error"):
+            err = data["error"]
+            raise ProviderResponseError(f"gemini reported an error: {err.get('message') if isinstance(err, Mapping) else err}")
+        usage = None
+        meta = data.get("usageMetadata")
+        if isinstance(meta, Mapping):
+            usage = Usage(
+                int(meta.get("promptTokenCount") or 0),
+                int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0),
+            )
+        candidates = data.get("candidates")
+        if not candidates:
+            feedback = data.get("promptFeedback") if isinstance(data.get("promptFeedback"), Mapping) else {}
+            if feedback.get("blockReason"):
+                raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
+            return [], [], None, usage
+        candidate = expect_mapping(candidates[0], "candidates[0]", "gemini")
+        content = candidate.get("content") if isinstance(candidate.get("content"), Mapping) else {}
+        texts, calls = [], []
+        for i, part in enumerate(content.get("parts") or ()):
+            part = expect_mapping(part, f"candidates[0].content.parts[{i}]", "gemini")
+            if "functionCall" in part:
+                fc = expect_mapping(part["functionCall"], f"parts[{i}].functionCall", "gemini")
+                name = str(fc.get("name") or "")
+                call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
+                calls.append(ToolCall(name, parse_arguments(fc.get("args"), name, "gemini"), id=call_id))
+                if part.get("thoughtSignature"):
+                    self._remember(call_id, str(part["thoughtSignature"]))
+            elif isinstance(part.get("text"), str) and not part.get("thought"):
+                texts.append(part["text"])
+        finish = candidate.get("finishReason")
+        return texts, calls, str(finish) if finish else None, usage
+
+    def _remember(self, call_id: str, signature: str) -> None:
+        self.signatures[call_id] = signature
+        while len(self.signatures) > _MAX_SIGNATURES:
+            self.signatures.popitem(last=False)
+
+    def parse(self, data: Any) -> Completion:
+        texts, calls, finish, usage = self._parts(data)
+        if finish is None and not texts and not calls:
+            raise ProviderResponseError("gemini: the response has no candidates")
+        stop = "tool_use" if calls else _STOP.get(finish or "STOP", "end_turn")
+        return Completion("".join(texts), tuple(calls), stop, usage or Usage())
+
+    def assembler(self) -> GeminiStreamAssembler:
+        return GeminiStreamAssembler(self)
+
+
+class GeminiStreamAssembler:
+    """Each SSE event is a whole ``GenerateContentResponse`` chunk; a ``finishReason`` ends it."""
+
+    def __init__(self, wire: GeminiWire) -> None:
+        self._wire = wire
+        self._text: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._finish: str | None = None
+        self._usage = Usage()
+
+    @property
+    def done(self) -> bool:
+        return self._finish is not None
+
+    def feed(self, event: Any) -> str:
+        texts, calls, finish, usage = self._wire._parts(sse_json(event, "gemini"))
+        self._calls += calls
+        if usage is not None:
+            self._usage = usage
+        if finish:
+            self._finish = finish
+        piece = "".join(texts)
+        if piece:
+            self._text.append(piece)
+        return piece
+
+    def finish(self) -> Completion:
+        if self._finish is None:
+            raise StreamInterrupted("gemini: the stream ended before a finishReason; try again")
+        stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
+        return Completion("".join(self._text), tuple(self._calls), stop, self._usage)
+
+
+def _append(turns: list[dict[str, Any]], role: str, part: dict[str, Any]) -> None:
+    if turns and turns[-1]["role"] == role:
+        turns[-1]["parts"].append(part)
+    else:
+        turns.append({"role": role, "parts": [part]})
+
+
+def create_gemini(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+    """Factory for ``model.provider = "gemini"`` (``GEMINI_API_KEY``)."""
+    name = model_name("gemini", model, "gemini-2.5-flash")
+    s = load_settings("gemini", settings, default_base_url=GEMINI_BASE_URL, default_key_env="GEMINI_API_KEY", key_required=True, env=env)
+    auth = {"x-goog-api-key": s.api_key} if s.api_key else {}
+    return HttpProvider("gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model))
+
+
+@hookimpl
+def roost_providers() -> list[ProviderDescriptor]:
+    return [ProviderDescriptor("gemini", create_gemini, "Google Gemini generateContent", requires_env=("GEMINI_API_KEY",))]

@@ -1,0 +1,259 @@
+"""OpenAI Chat Completions (and OpenRouter, and any OpenAI-compatible server) over httpx.
+
+``[providers.openai] base_url`` points it at vLLM, LM Studio, llama.cpp's server, …;
+with a custom ``base_url`` the key is optional. OpenRouter is the same wire format at
+its own URL with its attribution headers (``[providers.openrouter] referer/title`` via
+``headers``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
+from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
+
+from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._http import (
+    ProviderResponseError,
+    StreamInterrupted,
+    load_settings,
+    model_name,
+    model_parameters,
+)
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
+OPENROUTER_HEADERS = {"HTTP-Referer": "https://github.com/roost-agents/roost", "X-Title": "roost"}
+
+_FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
+
+
+# ---- sans-I/O: requests ------------------------------------------------------------------
+
+
+def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """roost messages in Chat Completions form (system first, tool results as ``tool``)."""
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for m in messages:
+        if m.role == "tool":
+            out.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content})
+        elif m.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False)},
+                    }
+                    for c in m.tool_calls
+                ]
+            elif not m.content:
+                entry["content"] = ""
+            out.append(entry)
+        else:
+            out.append({"role": "user", "content": m.content})
+    return out
+
+
+def to_openai_tools(request: CompletionRequest) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)},
+        }
+        for t in request.tools
+    ]
+
+
+def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
+    """The ``POST /chat/completions`` body; no ``tools`` key when the agent has none."""
+    body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages), "model": model}
+    body.update(passthrough_parameters(request.parameters))
+    tools = to_openai_tools(request)
+    if tools:
+        body["tools"] = tools
+    if stream:
+        body["stream"] = True
+        body.setdefault("stream_options", {"include_usage": True})
+    return body
+
+
+# ---- sans-I/O: responses -----------------------------------------------------------------
+
+
+def parse_usage(data: Any) -> Usage:
+    if not isinstance(data, Mapping):
+        return Usage()
+    return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
+
+
+def raise_if_error(data: Mapping[str, Any], provider: str) -> None:
+    err = data.get("error")
+    if err:
+        message = err.get("message") if isinstance(err, Mapping) else str(err)
+        raise ProviderResponseError(f"{provider} reported an error: {message}")
+
+
+def parse_completion(data: Any, provider: str = "openai") -> Completion:
+    """A ``chat.completion`` object as a roost ``Completion``."""
+    data = expect_mapping(data, "the response", provider)
+    raise_if_error(data, provider)
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise ProviderResponseError(f"{provider}: the response has no choices: {json.dumps(data)[:200]}")
+    choice = expect_mapping(choices[0], "choices[0]", provider)
+    message = expect_mapping(choice.get("message"), "choices[0].message", provider)
+    calls = []
+    for i, raw in enumerate(message.get("tool_calls") or ()):
+        raw = expect_mapping(raw, f"choices[0].message.tool_calls[{i}]", provider)
+        fn = expect_mapping(raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider)
+        name = str(fn.get("name") or "")
+        call_id = raw.get("id")
+        calls.append(
+            ToolCall(name=name, arguments=parse_arguments(fn.get("arguments"), name, provider), **({"id": call_id} if call_id else {}))
+        )
+    finish = str(choice.get("finish_reason") or "stop")
+    stop = "tool_use" if calls else _FINISH.get(finish, "end_turn")
+    return Completion(str(message.get("content") or ""), tuple(calls), stop, parse_usage(data.get("usage")))
+
+
+class ChatStreamAssembler:
+    """Assembles ``chat.completion.chunk`` events; tool-call fragments are joined by index."""
+
+    def __init__(self, provider: str = "openai") -> None:
+        self.provider = provider
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish: str | None = None
+        self._usage = Usage()
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, event: Any) -> str:
+        if event.data.strip() == "[DONE]":
+            self._done = True
+            return ""
+        chunk = expect_mapping(sse_json(event, self.provider), "a stream chunk", self.provider)
+        raise_if_error(chunk, self.provider)
+        if chunk.get("usage"):
+            self._usage = parse_usage(chunk["usage"])
+        text = ""
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if isinstance(delta, Mapping):
+                if isinstance(delta.get("content"), str):
+                    text += delta["content"]
+                for frag in delta.get("tool_calls") or ():
+                    if isinstance(frag, Mapping):
+                        self._fragment(frag)
+            if choice.get("finish_reason"):
+                self._finish = str(choice["finish_reason"])
+        if text:
+            self._text.append(text)
+        return text
+
+    def _fragment(self, frag: Mapping[str, Any]) -> None:
+        index = frag.get("index", len(self._calls))
+        call = self._calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
+        if frag.get("id"):
+            call["id"] = frag["id"]
+        fn = frag.get("function") or {}
+        if isinstance(fn, Mapping):
+            if fn.get("name"):
+                call["name"] += fn["name"]
+            if isinstance(fn.get("arguments"), str):
+                call["arguments"] += fn["arguments"]
+            elif isinstance(fn.get("arguments"), Mapping):  # some compatible servers send an object
+                call["arguments"] = json.dumps(fn["arguments"])
+
+    def finish(self) -> Completion:
+        if not self._done and self._finish is None:
+            raise StreamInterrupted(
+                f"{self.provider}: the stream ended before the model finished (no finish_reason, "
+                "no [DONE]); try again"
+            )
+        calls = tuple(
+            ToolCall(
+                name=c["name"],
+                arguments=parse_arguments(c["arguments"], c["name"], self.provider),
+                **({"id": c["id"]} if c["id"] else {}),
+            )
+            for _, c in sorted(self._calls.items())
+        )
+        stop = "tool_use" if calls else _FINISH.get(self._finish or "stop", "end_turn")
+        return Completion("".join(self._text), calls, stop, self._usage)
+
+
+class ChatCompletionsWire:
+    """The Chat Completions wire format."""
+
+    stream_format = "sse"
+
+    def __init__(self, provider: str = "openai") -> None:
+        self.provider = provider
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        return f"{base_url}/chat/completions"
+
+    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
+        return build_body(request, model, stream=stream)
+
+    def parse(self, data: Any) -> Completion:
+        return parse_completion(data, self.provider)
+
+    def assembler(self) -> ChatStreamAssembler:
+        return ChatStreamAssembler(self.provider)
+
+
+# ---- factories and the plugin ------------------------------------------------------------
+
+
+def _create(
+    provider: str, model: Any, settings: Mapping[str, Any] | None, *, base_url: str, key_env: str,
+    extra_headers: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
+) -> HttpProvider:
+    name = model_name(provider, model, "gpt-4o-mini" if provider == "openai" else "openai/gpt-4o-mini")
+    s = load_settings(
+        provider, settings, default_base_url=base_url, default_key_env=key_env, key_required=True,
+        env=env, extra_headers=extra_headers,
+    )
+    auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+    return HttpProvider(provider, ChatCompletionsWire(provider), s, auth, model=name, parameters=model_parameters(model))
+
+
+def create_openai(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+    """Factory for ``model.provider = "openai"`` (``OPENAI_API_KEY``)."""
+    return _create("openai", model, settings, base_url=OPENAI_BASE_URL, key_env="OPENAI_API_KEY", env=env)
+
+
+def create_openrouter(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+    """Factory for ``model.provider = "openrouter"`` (``OPENROUTER_API_KEY``)."""
+    return _create(
+        "openrouter", model, settings, base_url=OPENROUTER_BASE_URL, key_env="OPENROUTER_API_KEY",
+        extra_headers=OPENROUTER_HEADERS, env=env,
+    )
+
+
+@hookimpl
+def roost_providers() -> list[ProviderDescriptor]:
+    return [
+        ProviderDescriptor(
+            "openai", create_openai, "OpenAI Chat Completions, or any compatible server via base_url",
+            requires_env=("OPENAI_API_KEY",),
+        ),
+        ProviderDescriptor(
+            "openrouter", create_openrouter, "OpenRouter (OpenAI format, many vendors' models)",
+            requires_env=("OPENROUTER_API_KEY",),
+        ),
+    ]

@@ -1,0 +1,109 @@
+"""The shared pieces: SSE and NDJSON decoders, the context guard, Retry-After."""
+
+from __future__ import annotations
+
+import email.utils
+
+import pytest
+from fake_vendor import Reply
+from roost.kernel._loop import CompletionRequest, Message
+from roost.plugins.providers._context import (
+    MARKER_PREFIX,
+    fit_context,
+    request_tokens,
+    shortened_count,
+)
+from roost.plugins.providers._http import ProviderSettings, backoff_s, retry_after_s
+from roost.plugins.providers._ndjson import NdjsonDecoder, NdjsonError
+from roost.plugins.providers._sse import SseDecoder, SseEvent
+from roost.plugins.providers.openai import create_openai
+
+
+def test_sse_events_split_anywhere_across_chunks():
+    text = "event: a\r\ndata: {\"x\":\r\ndata: 1}\r\n\r\n: comment\n\ndata:no-space\n\n"
+    for cut in range(len(text) + 1):
+        decoder = SseDecoder()
+        events = decoder.feed(text[:cut]) + decoder.feed(text[cut:])
+        assert events == [SseEvent('{"x":\n1}', "a"), SseEvent("no-space")], cut
+        assert not decoder.pending
+
+
+def test_sse_pending_reports_a_half_received_event():
+    decoder = SseDecoder()
+    assert decoder.feed("data: {\"a\": 1}\n") == []
+    assert decoder.pending
+
+
+def test_ndjson_lines_split_across_chunks():
+    decoder = NdjsonDecoder()
+    assert decoder.feed('{"a": 1}\n{"b"') == [{"a": 1}]
+    assert decoder.pending
+    assert decoder.feed(': 2}\n\n') == [{"b": 2}] and not decoder.pending
+
+
+def test_ndjson_bad_line_is_named():
+    with pytest.raises(NdjsonError, match="not JSON"):
+        NdjsonDecoder().feed("{oops}\n")
+
+
+def request_with_tool_outputs(*sizes):
+    messages = [Message("user", "start")]
+    for i, size in enumerate(sizes):
+        messages.append(Message("tool", f"out{i}:" + "x" * size, tool_call_id=f"c{i}"))
+    messages.append(Message("user", "and the summary?"))
+    return CompletionRequest("a", "system", tuple(messages))
+
+
+def test_context_guard_leaves_a_small_conversation_alone():
+    request = request_with_tool_outputs(100, 100)
+    assert fit_context(request, context_window=10_000) is request
+
+
+def test_context_guard_shortens_the_oldest_tool_output_first():
+    request = request_with_tool_outputs(20_000, 20_000, 2_000)
+    fitted = fit_context(request, context_window=8_000)
+    old, middle, new = (m.content for m in fitted.messages if m.role == "tool")
+    assert old.startswith("out0:") and MARKER_PREFIX in old and len(old) < 1000
+    assert MARKER_PREFIX not in new and new == request.messages[3].content
+    assert request_tokens(fitted) <= 8_000 * 0.9
+    assert [m.content for m in fitted.messages if m.role == "user"] == ["start", "and the summary?"]
+    assert shortened_count(fitted.messages) == 1 and MARKER_PREFIX not in middle  # only as much as needed
+
+
+def test_context_guard_does_its_best_when_nothing_can_fit():
+    request = request_with_tool_outputs(50_000)
+    fitted = fit_context(attrs_evolve(request, system="s" * 100_000), context_window=1_000)
+    assert shortened_count(fitted.messages) == 1  # shortened, not crashed; the vendor will say too long
+
+
+def attrs_evolve(request, **kw):
+    import attrs
+
+    return attrs.evolve(request, **kw)
+
+
+async def test_each_provider_applies_the_context_guard_before_sending(vendor):
+    vendor.queue(Reply(json={"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+    p = create_openai({"name": "m", "parameters": {"context_window": 4_000, "max_tokens": 100}}, {"base_url": vendor.url}, env={})
+    await p.complete(request_with_tool_outputs(30_000, 100))
+    sent = vendor.requests[0].json["messages"]
+    assert MARKER_PREFIX in sent[2]["content"] and sent[3]["content"] == "out1:" + "x" * 100
+
+
+def test_retry_after_in_seconds_milliseconds_and_http_dates():
+    assert retry_after_s({"Retry-After": "7"}) == 7
+    assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    date = email.utils.formatdate(1_000_030, usegmt=True)
+    assert retry_after_s({"Retry-After": date}, now=1_000_000) == pytest.approx(30)
+    assert retry_after_s({"Retry-After": "soon"}) is None and retry_after_s({}) is None
+
+
+def test_backoff_honours_the_server_but_never_waits_past_the_cap():
+    s = ProviderSettings("x", "http://h", None, max_retry_wait_s=5.0, retry_backoff_s=1.0)
+    assert backoff_s(s, 1, 3.0) == 3.0 and backoff_s(s, 1, 3600.0) == 5.0
+    assert 0.5 <= backoff_s(s, 1, None) <= 1.0 and backoff_s(s, 10, None) <= 5.0
+
+
+def test_settings_repr_never_shows_the_key():
+    s = ProviderSettings("x", "http://h", "K", api_key="sk-secret-123")
+    assert "sk-secret-123" not in repr(s) and s.redact("bad key sk-secret-123") == "bad key [redacted]"
