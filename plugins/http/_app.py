@@ -507,14 +507,21 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     state.public_endpoints.add("health")
     state.unlimited_endpoints.add("health")
 
+    async def agents_with_usage() -> list[dict[str, Any]]:
+        """``kernel.agent_info()`` plus each agent's recorded token usage."""
+        store = getattr(kernel, "store", None)
+        usage = await store.usage_by_agent() if store is not None else {}
+        empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
+        return [{**info, "usage": usage.get(info.get("name"), empty)} for info in kernel.agent_info()]
+
     @app.get("/api/agents")
     async def list_agents():
-        return {"agents": kernel.agent_info()}
+        return {"agents": await agents_with_usage()}
 
     @app.get("/api/agents/<name>")
     async def get_agent(name: str):
         require_agent(name)
-        for info in kernel.agent_info():
+        for info in await agents_with_usage():
             if info.get("name") == name:
                 return info
         raise AgentNotFound(name, list(kernel.agents))

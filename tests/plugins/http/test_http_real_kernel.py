@@ -64,3 +64,15 @@ async def test_message_events_and_breaker_through_the_real_kernel(config):
     assert deep.json()["error"]["code"] == "recursion_limit"
     assert unknown.status_code == 404
     assert "pinger" in unknown.json()["error"]["message"]
+
+
+async def test_agents_endpoint_reports_token_usage_per_agent(config):
+    from roost.plugins.http import open_daemon
+
+    async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            before = (await client.get("/api/agents/pinger")).json()["usage"]
+            await client.post("/api/agents/pinger/message", json={"message": "one two three"})
+            after = (await client.get("/api/agents")).json()["agents"][0]["usage"]
+    assert before == {"input_tokens": 0, "output_tokens": 0, "requests": 0}
+    assert after["requests"] == 1 and after["input_tokens"] > 0 and after["output_tokens"] > 0
