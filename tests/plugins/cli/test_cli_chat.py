@@ -1,0 +1,66 @@
+"""``roost chat``: streamed replies, sessions, and clean exits."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from roost.kernel import AgentNotFound, default_config, parse_manifest
+from roost.kernel import open_kernel as real_open_kernel
+from roost.plugins.cli._chat import chat_command
+
+ECHO = parse_manifest(
+    {
+        "name": "echo",
+        "description": "echoes",
+        "model": {"provider": "scripted", "script": {"rules": [
+            {"match": "(?i)^name (.+)", "reply": "noted"},
+        ], "default_reply": "you said: {message}"}},
+    }
+)
+
+
+def feeder(*lines):
+    queue = list(lines)
+
+    async def read_line():
+        return queue.pop(0) if queue else None
+
+    return read_line
+
+
+def opener(config):
+    return real_open_kernel(config, agents=[ECHO])
+
+
+async def test_chat_streams_replies_and_keeps_one_session(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    config = default_config(home=tmp_path)
+    code = await chat_command(
+        config, "echo", session_id="s1", out=out, err=err,
+        read_line=feeder("hello there", "second line", "/quit"), open_kernel=opener,
+    )
+    assert code == 0
+    text = out.getvalue()
+    assert "echo › you said: hello there\n" in text
+    assert "echo › you said: second line\n" in text
+    async with real_open_kernel(config, agents=[ECHO]) as kernel:
+        history = await kernel.store.history("s1")
+    assert [m.content for m in history if m.role == "user"] == ["hello there", "second line"]
+
+
+async def test_chat_ends_at_end_of_input_and_new_starts_a_session(tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = await chat_command(
+        default_config(home=tmp_path), "echo", out=out, err=err,
+        read_line=feeder("a", "/new", "b"), open_kernel=opener,
+    )
+    assert code == 0 and "new session" in err.getvalue()
+
+
+async def test_chat_with_an_unknown_agent_names_the_known_ones(tmp_path):
+    with pytest.raises(AgentNotFound, match="known agents"):
+        await chat_command(
+            default_config(home=tmp_path), "ghost", out=io.StringIO(), err=io.StringIO(),
+            read_line=feeder(), open_kernel=opener,
+        )
