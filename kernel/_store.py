@@ -5,6 +5,20 @@ worker thread (``trio.to_thread.run_sync``) on one connection that only one thre
 a time, so the event loop never blocks on disk. A write returns only after its transaction
 is committed: nothing is acknowledged before it is stored.
 
+Group commit (``GroupCommitter``): writes that queue up while another batch is on disk are
+run together on the database thread in ONE transaction with ONE commit (one fsync), each
+in its own SAVEPOINT, so one failing write is rolled back alone and only its caller sees
+the error; every caller returns only after the commit that holds its write. The queue is
+bounded. Cancelling a caller: a write still waiting in the queue is withdrawn and never
+runs; one already taken into a batch commits anyway (the caller is not told, it sees
+``Cancelled``). No background task: the first waiting caller leads the next batch.
+
+A write may be marked ``durable=False`` when nothing will be acknowledged on its strength
+alone: a batch of only such writes commits without an fsync (``synchronous=NORMAL`` for
+that commit). It is still committed (visible, and kept if the process dies); only a power
+loss before the next durable commit on the same connection could lose it, and that commit's
+fsync covers it, since the WAL is one sequential file.
+
 Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to the WAL
 before it returns. ``NORMAL`` would be faster, but in WAL mode it may lose the last commits
 on power loss, which would break "acknowledged means stored".
@@ -298,28 +312,180 @@ _INSERT_USAGE = (
 )
 
 
-def _transaction(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], _T]) -> _T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
+MAX_PENDING_WRITES = 1024
+MAX_BATCH = 256
+
+
+@attrs.define(eq=False)
+class _WriteItem:
+    operation: str
+    work: Callable[[sqlite3.Connection], Any]
+    durable: bool = True
+    state: str = "queued"  # queued → running → done
+    result: Any = None
+    error: BaseException | None = None
+
+
+class GroupCommitter:
+    """Runs write work items on one SQLite connection, many per transaction.
+
+    ``await write(operation, work)`` queues ``work(conn)``; it runs on the database thread
+    inside a SAVEPOINT of a shared ``BEGIN IMMEDIATE`` transaction and the call returns its
+    result only after that transaction's COMMIT. ``work`` must not BEGIN, COMMIT or ROLLBACK
+    itself; raising rolls back its own changes only. ``limiter`` is the connection's
+    one-thread-at-a-time limiter (shared with readers); ``wrap_error(operation, exc)`` turns
+    an ``sqlite3.Error`` into the caller's error type.
+    """
+
+    def __init__(
+        self,
+        get_connection: Callable[[], sqlite3.Connection],
+        limiter: trio.CapacityLimiter,
+        wrap_error: Callable[[str, sqlite3.Error], BaseException],
+        *,
+        max_pending: int = MAX_PENDING_WRITES,
+        max_batch: int = MAX_BATCH,
+        synchronous: str = "FULL",
+    ) -> None:
+        if max_pending < 1 or max_batch < 1:
+            raise ValueError("max_pending and max_batch: expected integers ≥ 1")
+        if synchronous not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}")
+        self._synchronous = synchronous
+        self._current_sync = synchronous  # what the connection is set to now
+        self._get_connection = get_connection
+        self._limiter = limiter
+        self._wrap_error = wrap_error
+        self._max_batch = max_batch
+        self._slots = trio.Semaphore(max_pending)
+        self._pending: list[_WriteItem] = []
+        self._leading = False
+        self._batch_done = trio.Event()
+        self.batches = 0  # how many transactions were committed (for tests and benches)
+
+    async def write(
+        self, operation: str, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
+    ) -> _T:
+        """Run ``work(conn)`` in the next group transaction; return after it is committed
+        (and, unless ``durable=False``, fsynced)."""
+        item = _WriteItem(operation, work, durable)
+        await self._slots.acquire()  # back-pressure: the queue is bounded
+        try:
+            self._pending.append(item)
+            while item.state != "done":
+                if self._leading:
+                    try:
+                        await self._batch_done.wait()
+                    except BaseException:
+                        if item.state == "queued":  # never started: withdraw it
+                            self._pending.remove(item)
+                        raise
+                else:
+                    await self._lead()
+                    # Same answer as a waiting caller gets: cancelled means Cancelled.
+                    await trio.lowlevel.checkpoint_if_cancelled()
+        finally:
+            self._slots.release()
+        if item.error is not None:
+            raise item.error
+        return item.result
+
+    async def _lead(self) -> None:
+        self._leading = True
+        batch = self._pending[: self._max_batch]
+        del self._pending[: self._max_batch]
+        for item in batch:
+            item.state = "running"
+        try:
+            # Shielded: the batch holds other callers' writes; it must finish and wake them.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+        finally:
+            for item in batch:
+                item.state = "done"
+            self._leading = False
+            self.batches += 1
+            done, self._batch_done = self._batch_done, trio.Event()
+            done.set()
+
+    def _run_batch(self, batch: list[_WriteItem]) -> None:
+        """On the database thread: BEGIN, one SAVEPOINT per item, COMMIT."""
+        try:
+            conn = self._get_connection()
+        except BaseException as exc:  # closed store: every item gets the reason
+            for item in batch:
+                item.error = exc
+            return
+        try:
+            wanted = self._synchronous if any(i.durable for i in batch) else "NORMAL"
+            if wanted != self._current_sync:
+                conn.execute(f"PRAGMA synchronous = {wanted}")
+                self._current_sync = wanted
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            for item in batch:
+                item.error = self._wrap_error(item.operation, exc)
+            return
+        try:
+            for item in batch:
+                conn.execute("SAVEPOINT roost_item")
+                try:
+                    item.result = item.work(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO roost_item")
+                    item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+                conn.execute("RELEASE roost_item")
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            for item in batch:
+                if item.error is None:
+                    item.result = None
+                    item.error = (
+                        self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+                    )
+            if not isinstance(exc, Exception):
+                raise
 
 
 class SqliteStore:
     """The SQLite ``Store``. Create it with ``open_store``; every method is async."""
 
-    def __init__(self, connection: sqlite3.Connection, path: str) -> None:
+    def __init__(self, connection: sqlite3.Connection, path: str, synchronous: str = "FULL") -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = connection
         self._limiter = trio.CapacityLimiter(1)
+        self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous)
 
     @property
     def closed(self) -> bool:
         return self._conn is None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"{self.path}: the store is closed; cannot write")
+        return self._conn
+
+    def _error(self, operation: str, exc: sqlite3.Error) -> StoreError:
+        error = StoreError(f"{self.path}: {operation} failed: {exc}")
+        error.__cause__ = exc
+        return error
+
+    async def write(
+        self, operation: str, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
+    ) -> _T:
+        """Run ``work(conn)`` as one atomic write (a SAVEPOINT of a group transaction) on
+        the database thread; returns its result once committed. ``operation`` names it in
+        errors ("store a task"); ``durable=False`` skips the fsync (see the module doc)."""
+        return await self._writer.write(operation, work, durable=durable)
+
+    async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run the read-only ``work(conn)`` on the database thread and return its result."""
+        return await self._run(operation, work)
 
     async def _run(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         def call() -> _T:
@@ -365,10 +531,7 @@ class SqliteStore:
         _check_id("session_id", session_id)
         _check_id("agent", agent)
         now = time.time()
-        await self._run(
-            "ensure a session",
-            lambda conn: _transaction(conn, lambda c: self._ensure(c, session_id, agent, now)),
-        )
+        await self.write("ensure a session", lambda c: self._ensure(c, session_id, agent, now))
 
     def _append(
         self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float
@@ -402,10 +565,7 @@ class SqliteStore:
         _check_id("agent", agent)
         rows = _encode_messages(messages)
         now = time.time()
-        await self._run(
-            "append messages",
-            lambda conn: _transaction(conn, lambda c: self._append(c, session_id, agent, rows, now)),
-        )
+        await self.write("append messages", lambda c: self._append(c, session_id, agent, rows, now))
 
     async def start_exchange(
         self, session_id: str, agent: str, message: Mapping[str, Any]
@@ -431,7 +591,7 @@ class SqliteStore:
             self._append(conn, session_id, agent, rows, now)
             return history
 
-        return await self._run("start an exchange", lambda conn: _transaction(conn, work))
+        return await self.write("start an exchange", work)
 
     async def finish_exchange(
         self,
@@ -466,7 +626,7 @@ class SqliteStore:
             if usage_row is not None:
                 conn.execute(_INSERT_USAGE, usage_row)
 
-        await self._run("finish an exchange", lambda conn: _transaction(conn, work))
+        await self.write("finish an exchange", work)
 
     async def history(self, session_id: str, *, limit: int | None = None) -> list[StoredMessage]:
         """The session's messages in order; with ``limit``, only the last ``limit`` of them."""
@@ -532,7 +692,7 @@ class SqliteStore:
                 row,
             )
 
-        await self._run("record a tool call", lambda conn: _transaction(conn, work))
+        await self.write("record a tool call", work)
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
@@ -584,9 +744,7 @@ class SqliteStore:
             _check_count("output_tokens", output_tokens),
         )
 
-        await self._run(
-            "record usage", lambda conn: _transaction(conn, lambda c: c.execute(_INSERT_USAGE, row))
-        )
+        await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
 
     async def usage_by_agent(self) -> dict[str, dict]:
         """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}``."""
@@ -714,7 +872,7 @@ async def open_store(path: Path | str, *, synchronous: str = "FULL") -> AsyncIte
         )
     text = path if path == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
-    store = SqliteStore(conn, text)
+    store = SqliteStore(conn, text, mode)
     try:
         yield store
     finally:

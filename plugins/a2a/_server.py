@@ -7,7 +7,8 @@ Routes (``/a2a`` is ``a2a.listen_path``):
 - JSON-RPC: ``POST /a2a/jsonrpc`` (primary agent) and ``POST /a2a/agents/{name}/jsonrpc``;
 - HTTP+JSON: ``/a2a/rest/...`` and ``/a2a/agents/{name}/rest/...`` (``message:send``,
   ``message:stream``, ``tasks``, ``tasks/{id}``, ``tasks/{id}:cancel``, ``tasks/{id}:subscribe``,
-  ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3);
+  ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3,
+  answered in the 0.3 binding's shapes, see ``_rest03``);
 - 0.1: ``POST /a2a/tasks/send``, ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
 """
 
@@ -26,6 +27,7 @@ from roost.kernel import RouteDescriptor, TraceContext
 
 from . import _models as m
 from . import _protocol as p
+from . import _rest03 as rest03
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import open_task_store
@@ -123,7 +125,7 @@ class A2AService:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
-            live = await self._send(op, agent, trace)
+            live = await self._send(op, agent, trace, blocking=not op.params.options.return_immediately)
             if not op.params.options.return_immediately:
                 await tasks.wait_settled(live)
             return p.send_result(live.task, d, op.params.options.history_length)
@@ -177,7 +179,7 @@ class A2AService:
             return build_card(self, name, base_url, extended=True)
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
-    async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None) -> Any:
+    async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None, *, blocking: bool = False) -> Any:
         params: p.SendParams = op.params
         target = self.agent_for_send(agent, params)
         meta_trace = TraceContext.from_meta(params.message.metadata) or TraceContext.from_meta(params.metadata)
@@ -188,6 +190,7 @@ class A2AService:
             trace=meta_trace or trace,
             dialect=op.dialect,
             task_id=params.task_id,
+            blocking=blocking,
         )
 
     async def open_stream(self, op: p.Operation, agent: str | None, trace: TraceContext | None) -> AsyncIterator[dict]:
@@ -502,11 +505,14 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
                         f"the HTTP+JSON binding here speaks A2A 1.0 but the request speaks {version} "
                         "(no A2A-Version header means 0.3); send A2A-Version: 1.0, or use the /v1/ paths for 0.3",
                     )
-            op = await _rest_operation(request, path)
+            op = await _rest_operation(request, path, v03=legacy_prefix)
             trace = TraceContext.from_headers(request.headers)
             if op.op in p.STREAMING_OPS:
-                return _sse(await service.open_stream(op, name, trace))
+                events = await service.open_stream(op, name, trace)
+                return _sse(_events_v03(events) if legacy_prefix else events)
             result = await service.execute(op, name, trace, _base_url())
+            if legacy_prefix:
+                result = rest03.result_out(op.op, result)
         except m.A2AError as exc:
             return _json(exc.rest_error(), exc.http_status)
         return _json(result, content_type=content_type)
@@ -589,8 +595,15 @@ def _query_params(args: Any) -> dict[str, Any]:
     return out
 
 
-async def _rest_operation(request: Any, path: str) -> p.Operation:
-    """Map an HTTP+JSON request (method + path) to an operation, method for method."""
+async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
+    async for event in events:
+        yield rest03.event_out(event)
+
+
+async def _rest_operation(request: Any, path: str, *, v03: bool = False) -> p.Operation:
+    """Map an HTTP+JSON request (method + path) to an operation, method for method.
+
+    ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths)."""
     method = request.method
     parts = path.strip("/").split("/")
 
@@ -602,7 +615,8 @@ async def _rest_operation(request: Any, path: str) -> p.Operation:
 
     if path in ("message:send", "message:stream") and method == "POST":
         op = "send" if path == "message:send" else "stream"
-        return p.Operation(op, p.parse_params(op, await body(), m.V1), m.V1)
+        data = await body()
+        return p.Operation(op, p.parse_params(op, rest03.send_body_in(data) if v03 else data, m.V1), m.V1)
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
     if path == "extendedAgentCard" and method == "GET":

@@ -2,7 +2,9 @@
 
 Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
 plugin owns the JSON. Every call runs in a worker thread on one connection used by one
-thread at a time; a write returns only after it is committed. At most ``max_tasks`` rows
+thread at a time; a write returns only after it is committed. Writes go through the
+kernel store's ``GroupCommitter``: writes that queue up while a commit is on disk share
+the next transaction (one fsync), each in its own SAVEPOINT. At most ``max_tasks`` rows
 are kept: when a new task would pass the bound, the oldest *terminal* tasks are evicted;
 if every stored task is still running, the new one is refused.
 """
@@ -20,6 +22,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 from roost.kernel import RoostError
+from roost.kernel._store import GroupCommitter
 
 _T = TypeVar("_T")
 SCHEMA_VERSION = 1
@@ -81,6 +84,17 @@ class TaskStore:
         self.max_tasks = max_tasks
         self._conn: sqlite3.Connection | None = conn
         self._limiter = trio.CapacityLimiter(1)
+        self._writer = GroupCommitter(self._connection, self._limiter, self._error)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise TaskStoreError(f"{self.path}: the task store is closed; cannot write")
+        return self._conn
+
+    def _error(self, what: str, exc: sqlite3.Error) -> TaskStoreError:
+        error = TaskStoreError(f"{self.path}: {what} failed: {exc}")
+        error.__cause__ = exc
+        return error
 
     async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         def call() -> _T:
@@ -94,44 +108,42 @@ class TaskStore:
 
         return await trio.to_thread.run_sync(call, limiter=self._limiter)
 
-    async def insert(self, *, id: str, context_id: str, agent: str, state: str, terminal: bool, data: dict) -> list[str]:
+    async def insert(
+        self, *, id: str, context_id: str, agent: str, state: str, terminal: bool, data: dict, durable: bool = True
+    ) -> list[str]:
         """Store a new task, evicting the oldest terminal tasks past ``max_tasks``.
 
         Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
+        ``durable=False``: committed without its own fsync, for a task nobody is told about
+        before a later durable write to this store (which then covers it).
         """
         encoded = json.dumps(data, ensure_ascii=False)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                (count,) = conn.execute("SELECT COUNT(*) FROM tasks").fetchone()
-                evicted: list[str] = []
-                excess = count + 1 - self.max_tasks
-                if excess > 0:
-                    evicted = [
-                        r[0]
-                        for r in conn.execute(
-                            "SELECT id FROM tasks WHERE terminal = 1 ORDER BY updated_at, id LIMIT ?", (excess,)
-                        )
-                    ]
-                    if len(evicted) < excess:
-                        raise TaskStoreError(
-                            f"the task store holds {count} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
-                            "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
-                        )
-                    conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
-                conn.execute(
-                    f"INSERT INTO tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (id, context_id, agent, state, int(terminal), encoded, now, now),
-                )
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            (count,) = conn.execute("SELECT COUNT(*) FROM tasks").fetchone()
+            evicted: list[str] = []
+            excess = count + 1 - self.max_tasks
+            if excess > 0:
+                evicted = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM tasks WHERE terminal = 1 ORDER BY updated_at, id LIMIT ?", (excess,)
+                    )
+                ]
+                if len(evicted) < excess:
+                    raise TaskStoreError(
+                        f"the task store holds {count} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
+                        "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
+                    )
+                conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
+            conn.execute(
+                f"INSERT INTO tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (id, context_id, agent, state, int(terminal), encoded, now, now),
+            )
             return evicted
 
-        return await self._run("store a task", work)
+        return await self._writer.write("store a task", work, durable=durable)
 
     async def update(self, id: str, *, state: str, terminal: bool, data: dict) -> None:
         """Replace a task's state and data."""
@@ -144,7 +156,7 @@ class TaskStore:
                 (state, int(terminal), encoded, now, id),
             )
 
-        await self._run("update a task", work)
+        await self._writer.write("update a task", work)
 
     async def get(self, id: str) -> TaskRow | None:
         def work(conn: sqlite3.Connection) -> TaskRow | None:
@@ -205,23 +217,17 @@ class TaskStore:
             marks = ",".join("?" for _ in states)
             rows = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE terminal = 0 AND state IN ({marks})", states).fetchall()
             changed = []
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for r in rows:
-                    row = _row(r)
-                    state, data = reason_data(row.data)
-                    conn.execute(
-                        "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ? WHERE id = ?",
-                        (state, json.dumps(data, ensure_ascii=False), time.time(), row.id),
-                    )
-                    changed.append(row.id)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+            for r in rows:
+                row = _row(r)
+                state, data = reason_data(row.data)
+                conn.execute(
+                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ? WHERE id = ?",
+                    (state, json.dumps(data, ensure_ascii=False), time.time(), row.id),
+                )
+                changed.append(row.id)
             return changed
 
-        return await self._run("recover unfinished tasks", work)
+        return await self._writer.write("recover unfinished tasks", work)
 
     async def put_push_config(self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -235,7 +241,7 @@ class TaskStore:
                 (task_id, config_id, json.dumps(data, ensure_ascii=False)),
             )
 
-        await self._run("store a push config", work)
+        await self._writer.write("store a push config", work)
 
     async def push_configs(self, task_id: str) -> list[dict]:
         def work(conn: sqlite3.Connection) -> list[dict]:
@@ -249,7 +255,7 @@ class TaskStore:
             cur = conn.execute("DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id))
             return cur.rowcount > 0
 
-        return await self._run("delete a push config", work)
+        return await self._writer.write("delete a push config", work)
 
     async def aclose(self) -> None:
         def close() -> None:

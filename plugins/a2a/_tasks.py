@@ -201,10 +201,15 @@ class TaskManager:
         trace: TraceContext | None,
         dialect: str,
         task_id: str | None = None,
+        blocking: bool = False,
     ) -> LiveTask:
         """Start (or continue) a task with ``message``; returns once it is stored and started.
 
         ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown).
+        ``blocking``: the caller only answers once the task settles (blocking SendMessage),
+        so a new task's first row may skip its own fsync: nobody hears of the task before
+        its settled state is durably stored, and that commit covers the first one. With a
+        webhook configured the task is announced early, so it is stored durably anyway.
         """
         if options.accepted_output_modes and not any(
             mode.lower() in _OUTPUT_MODES for mode in options.accepted_output_modes
@@ -230,7 +235,8 @@ class TaskManager:
         if live is not None:
             await self._continue(live, message)
         else:
-            live = await self._create(agent, message, dialect, task_id)
+            lazy = blocking and options.push is None
+            live = await self._create(agent, message, dialect, task_id, durable=not lazy)
         if options.push is not None:
             await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent)
         live.running = True
@@ -238,14 +244,22 @@ class TaskManager:
         self.nursery.start_soon(self._run, live, message.text(), trace)
         return live
 
-    async def _create(self, agent: str, message: m.Message, dialect: str, task_id: str | None) -> LiveTask:
+    async def _create(
+        self, agent: str, message: m.Message, dialect: str, task_id: str | None, *, durable: bool = True
+    ) -> LiveTask:
         tid = task_id or m.new_id()
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
         try:
             evicted = await self.store.insert(
-                id=tid, context_id=ctx, agent=agent, state=m.SUBMITTED, terminal=False, data=_data(task, agent, dialect)
+                id=tid,
+                context_id=ctx,
+                agent=agent,
+                state=m.SUBMITTED,
+                terminal=False,
+                data=_data(task, agent, dialect),
+                durable=durable,
             )
         except TaskStoreError as exc:
             if "UNIQUE" in str(exc):
@@ -352,9 +366,16 @@ class TaskManager:
 
     # ---- waiting, following --------------------------------------------------------------
     async def wait_settled(self, live: LiveTask) -> m.Task:
-        """Wait (bounded by the run timeout) until the task finishes or asks for input."""
+        """Wait (bounded by the run timeout) until the task finishes or asks for input.
+
+        If it has not settled by then, its current state is stored durably before it is
+        returned, so a blocking send that gives up still only announces a stored task."""
         with trio.move_on_after(self.run_timeout_s + 5):
             await live.done.wait()
+        if not live.done.is_set():
+            task = live.task
+            with trio.CancelScope(shield=True):
+                await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect))
         return live.task
 
     def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:

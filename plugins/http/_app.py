@@ -118,6 +118,7 @@ class DaemonState:
     unlimited_endpoints: set[str] = attrs.field(factory=set)
     # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
     body_limits: dict[str, int] = attrs.field(factory=dict)
+    body_limit_cache: dict[tuple[str, str], str | None] = attrs.field(factory=dict)
 
 
 def roost_version() -> str:
@@ -182,14 +183,26 @@ def _request_class(app: QuartTrio, state: DaemonState) -> type[TrioRequest]:
     return RoutedRequest
 
 
+_BODY_LIMIT_CACHE_MAX = 4096
+
+
 def _body_limit(app: QuartTrio, state: DaemonState, method: str, path: str, default: Any) -> Any:
     if not state.body_limits:
         return default
-    try:
-        rule, _ = app.url_map.bind("localhost").match(path, method=method, return_rule=True)
-    except Exception:  # no such route, wrong method, a websocket rule: the daemon's cap
-        return default
-    return state.body_limits.get(rule.endpoint, default)
+    cache = state.body_limit_cache
+    key = (method, path)
+    if key in cache:
+        endpoint = cache[key]
+    else:
+        try:
+            rule, _ = app.url_map.bind("localhost").match(path, method=method, return_rule=True)
+            endpoint = rule.endpoint
+        except Exception:  # no such route, wrong method, a websocket rule: the daemon's cap
+            endpoint = None
+        if len(cache) >= _BODY_LIMIT_CACHE_MAX:  # bounded: paths carry agent names and ids
+            cache.clear()
+        cache[key] = endpoint
+    return default if endpoint is None else state.body_limits.get(endpoint, default)
 
 
 def body_limit_of(req: Any, settings: HttpSettings) -> int:

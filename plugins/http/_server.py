@@ -31,9 +31,13 @@ def _hyper_config(host: str, port: int, graceful_timeout: float) -> HyperConfig:
     config.graceful_timeout = graceful_timeout
     config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
     config.errorlog = logging.getLogger("roost.http.server")
-    config.accesslog = logging.getLogger("roost.http.access")
-    # %(r)s is the request line without the query string, so ?token= never reaches a log.
-    config.access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
+    access = logging.getLogger("roost.http.access")
+    # hypercorn formats the access-log fields of every request whenever an access logger is
+    # set, logged or not; set it only when that logger would write something.
+    if access.isEnabledFor(logging.INFO):
+        config.accesslog = access
+        # %(r)s is the request line without the query string, so ?token= never reaches a log.
+        config.access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
     return config
 
 

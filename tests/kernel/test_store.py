@@ -421,3 +421,242 @@ async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
         assert (await store.usage_by_agent())["a"]["input_tokens"] == 3
         with pytest.raises(StoreError, match="provider"):
             await store.finish_exchange("s", "a", [], usage=("", "m", 1, 1))
+
+
+# ---- group commit ----------------------------------------------------------------------
+
+
+class _Gate:
+    """Holds the database thread inside a first write until released, so that the writes
+    queued meanwhile are known to form the next batch (no timing involved)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def work(self, conn):
+        self.entered.set()
+        assert self.release.wait(10), "gate never released"
+        conn.execute("INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, 'gate', 'p', '', 0, 0)")
+        return "gate"
+
+    async def hold(self, store, nursery) -> None:
+        nursery.start_soon(store.write, "gate", self.work)
+        assert await trio.to_thread.run_sync(self.entered.wait, 10)
+
+
+async def _rows(store, sql):
+    return await store.read("inspect", lambda conn: conn.execute(sql).fetchall())
+
+
+async def test_queued_writes_commit_together_in_one_transaction(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        gate = _Gate()
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            batches_before = store._writer.batches
+            for i in range(20):
+                nursery.start_soon(store.append_messages, f"s{i}", "a", [msg("user", f"m{i}")])
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        # The gate's own batch, then all 20 writes in exactly one more transaction.
+        assert store._writer.batches == batches_before + 2
+        rows = await _rows(store, "SELECT session_id, content FROM messages ORDER BY session_id")
+    assert sorted(rows) == sorted((f"s{i}", f"m{i}") for i in range(20))
+
+
+async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        await store.ensure_session("owned", "alice")
+        gate = _Gate()
+        outcomes: dict[str, object] = {}
+
+        async def append(name, session, agent):
+            try:
+                await store.append_messages(session, agent, [msg("user", name)])
+                outcomes[name] = "ok"
+            except StoreError as exc:
+                outcomes[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            nursery.start_soon(append, "good1", "g1", "bob")
+            nursery.start_soon(append, "bad", "owned", "mallory")  # not mallory's session
+            nursery.start_soon(append, "good2", "g2", "bob")
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        assert outcomes["good1"] == "ok" and outcomes["good2"] == "ok"
+        assert isinstance(outcomes["bad"], StoreError) and "belongs to agent 'alice'" in str(outcomes["bad"])
+        assert [m.content for m in await store.history("g1")] == ["good1"]
+        assert [m.content for m in await store.history("g2")] == ["good2"]
+        assert await store.history("owned") == []  # the failed item left nothing behind
+
+
+async def test_a_sqlite_error_in_one_item_names_its_operation_and_spares_the_rest(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        gate = _Gate()
+        results: dict[str, object] = {}
+
+        async def run(name, work):
+            try:
+                results[name] = await store.write(name, work)
+            except StoreError as exc:
+                results[name] = exc
+
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            nursery.start_soon(run, "insert one", lambda c: c.execute(_INSERT_USAGE_ROW, ("one",)).rowcount)
+            nursery.start_soon(run, "break things", lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"))
+            nursery.start_soon(run, "insert two", lambda c: c.execute(_INSERT_USAGE_ROW, ("two",)).rowcount)
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        assert results["insert one"] == 1 and results["insert two"] == 1
+        error = results["break things"]
+        assert isinstance(error, StoreError) and "break things failed" in str(error) and "no_such_table" in str(error)
+        agents = await _rows(store, "SELECT agent FROM usage ORDER BY agent")
+    assert agents == [("gate",), ("one",), ("two",)]
+
+
+_INSERT_USAGE_ROW = "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, ?, 'p', '', 0, 0)"
+
+
+async def test_a_cancelled_write_still_queued_never_runs(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        gate = _Gate()
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            with trio.CancelScope() as scope:
+                scope.cancel()  # cancelled before the gate lets its batch go
+                nursery.start_soon(store.append_messages, "kept", "a", [msg("user", "kept")])
+                await store.append_messages("dropped", "a", [msg("user", "dropped")])
+            assert scope.cancelled_caught
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        assert [m.content for m in await store.history("kept")] == ["kept"]
+        assert await store.history("dropped") == []
+        assert store._writer._pending == []
+
+
+async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        first, second = _Gate(), _Gate()
+        outcome = []
+
+        async def write_late(scope):
+            with scope:
+                await store.append_messages("late", "a", [msg("user", "late")])
+                outcome.append("returned")
+            outcome.append("cancelled" if scope.cancelled_caught else "not cancelled")
+
+        scope = trio.CancelScope()
+        async with trio.open_nursery() as nursery:
+            await first.hold(store, nursery)
+            nursery.start_soon(store.write, "second gate", second.work)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(write_late, scope)
+            await trio.testing.wait_all_tasks_blocked()
+            first.release.set()  # next batch = [second gate, late]; the thread waits in it
+            assert await trio.to_thread.run_sync(second.entered.wait, 10)
+            scope.cancel()  # "late" is on the database thread now: it cannot be withdrawn
+            second.release.set()
+        assert outcome == ["cancelled"]
+        assert [m.content for m in await store.history("late")] == ["late"]
+
+
+async def test_group_commits_survive_a_restart(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(store.append_messages, f"s{i % 4}", "a", [msg("user", f"m{i}")])
+    async with open_store(db) as store:
+        counts = {s["id"]: s["message_count"] for s in await store.sessions(limit=10)}
+        seqs = await _rows(store, "SELECT session_id, seq FROM messages ORDER BY session_id, seq")
+    assert counts == {f"s{k}": 10 for k in range(4)}
+    assert seqs == [(f"s{k}", n) for k in range(4) for n in range(1, 11)]
+
+
+async def test_the_write_queue_is_bounded():
+    import threading
+
+    from roost.kernel._store import GroupCommitter
+
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    limiter = trio.CapacityLimiter(1)
+    committer = GroupCommitter(lambda: conn, limiter, lambda op, exc: StoreError(f"{op}: {exc}"), max_pending=2)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(c):
+        entered.set()
+        release.wait(10)
+        c.execute("INSERT INTO t VALUES (0)")
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer.write, "slow", slow)
+            assert await trio.to_thread.run_sync(entered.wait, 10)
+            nursery.start_soon(committer.write, "second", lambda c: c.execute("INSERT INTO t VALUES (1)"))
+            nursery.start_soon(committer.write, "third", lambda c: c.execute("INSERT INTO t VALUES (2)"))
+            await trio.testing.wait_all_tasks_blocked()
+            # Two slots: the slow write and the second one; the third waits for a slot.
+            assert len(committer._pending) == 1
+            release.set()
+        assert sorted(r[0] for r in conn.execute("SELECT x FROM t")) == [0, 1, 2]
+        with pytest.raises(ValueError, match="max_pending"):
+            GroupCommitter(lambda: conn, limiter, lambda op, exc: exc, max_pending=0)
+    finally:
+        conn.close()
+
+
+async def test_writes_after_close_fail_with_a_clear_error(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        pass
+    with pytest.raises(StoreError, match="closed"):
+        await store.append_messages("s", "a", [msg("user", "x")])
+
+
+async def test_a_batch_of_only_non_durable_writes_skips_the_fsync(tmp_path):
+    def sync_mode(conn):
+        return conn.execute("PRAGMA synchronous").fetchone()[0]
+
+    full, normal = 2, 1
+    async with open_store(tmp_path / "roost.db") as store:
+        assert await store.write("probe", sync_mode) == full
+        assert await store.write("probe", sync_mode, durable=False) == normal
+        assert await store.write("probe", sync_mode) == full  # durable again afterwards
+        gate = _Gate()
+        seen = {}
+
+        async def probe(name, durable):
+            seen[name] = await store.write(name, sync_mode, durable=durable)
+
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            nursery.start_soon(probe, "lazy", False)
+            nursery.start_soon(probe, "durable", True)
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        # One durable write in a batch makes the whole batch's commit durable.
+        assert seen == {"lazy": full, "durable": full}
+
+
+async def test_a_non_durable_write_is_committed_and_survives_a_restart(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.write("lazy", lambda c: c.execute(_INSERT_USAGE_ROW, ("lazy",)), durable=False)
+        other = sqlite3.connect(db)  # committed: another connection sees it at once
+        try:
+            assert other.execute("SELECT agent FROM usage").fetchall() == [("lazy",)]
+        finally:
+            other.close()
+    async with open_store(db) as store:
+        assert await _rows(store, "SELECT agent FROM usage") == [("lazy",)]
+
+
+async def test_a_normal_store_never_asks_for_full_sync(tmp_path):
+    async with open_store(tmp_path / "roost.db", synchronous="NORMAL") as store:
+        mode = await store.write("probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+    assert mode == 1

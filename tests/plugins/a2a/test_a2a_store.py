@@ -94,3 +94,92 @@ async def test_max_tasks_bound_through_the_server(tmp_path):
     assert listed["totalSize"] == 3
     assert {t["id"] for t in listed["tasks"]} == set(ids[2:])
     assert gone["error"]["code"] == -32001
+
+
+async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(tmp_path):
+    import threading
+
+    db = tmp_path / "a2a.db"
+    async with open_task_store(db, max_tasks=100) as store:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(conn):  # keeps the database thread busy so the writes below queue up
+            entered.set()
+            assert release.wait(10)
+
+        outcomes = {}
+
+        async def insert(tid):
+            try:
+                await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_SUBMITTED", terminal=False, data={"id": tid})
+                outcomes.setdefault(tid, []).append("ok")
+            except TaskStoreError as exc:
+                outcomes.setdefault(tid, []).append(str(exc))
+
+        await insert("dup")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store._writer.write, "hold", hold)
+            assert await trio.to_thread.run_sync(entered.wait, 10)
+            before = store._writer.batches
+            for i in range(10):
+                nursery.start_soon(insert, f"t{i}")
+            nursery.start_soon(insert, "dup")  # already stored: UNIQUE violation
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+        assert store._writer.batches == before + 2  # the hold, then all eleven together
+        assert all(outcomes[f"t{i}"] == ["ok"] for i in range(10))
+        assert outcomes["dup"][0] == "ok" and "UNIQUE" in outcomes["dup"][1] and "store a task failed" in outcomes["dup"][1]
+    async with open_task_store(db, max_tasks=100) as store:  # committed means durable
+        rows, total = await store.list(limit=50)
+    assert total == 11 and {r.id for r in rows} == {"dup", *(f"t{i}" for i in range(10))}
+
+
+async def test_a_full_store_refuses_only_the_insert_that_does_not_fit():
+    async with open_task_store(":memory:", max_tasks=2) as store:
+        results = []
+
+        async def insert(tid):
+            try:
+                await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+                results.append((tid, "ok"))
+            except TaskStoreError as exc:
+                results.append((tid, "full" if "unfinished tasks" in str(exc) else str(exc)))
+
+        async with trio.open_nursery() as nursery:
+            for tid in ("a", "b", "c"):
+                nursery.start_soon(insert, tid)
+        assert sorted(outcome for _, outcome in results) == ["full", "ok", "ok"]
+        refused = next(tid for tid, outcome in results if outcome == "full")
+        assert await store.get(refused) is None
+        _, total = await store.list()
+    assert total == 2
+
+
+async def test_only_a_blocking_sends_first_row_skips_its_fsync(tmp_path, monkeypatch):
+    from roost.plugins.a2a._store import TaskStore
+
+    seen = []
+    original = TaskStore.insert
+
+    async def spy(self, **kwargs):
+        seen.append(kwargs.get("durable", True))
+        return await original(self, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "insert", spy)
+    config = make_config(tmp_path)
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        blocking = await send(http, "wait for me")
+        assert blocking["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        early = await send(http, "tell me at once", returnImmediately=True)
+        assert "result" in early
+        body = {"message": {"messageId": "s", "role": "ROLE_USER", "parts": [{"text": "stream"}]}}
+        async with http.stream("POST", "/a2a/agents/echo/rest/message:stream", json=body, headers=V1) as r:
+            assert r.status_code == 200
+            async for _ in r.aiter_lines():
+                pass
+        # The blocking task's final state was stored durably (and covers the first row).
+        from roost.plugins.a2a._server import service_for
+
+        row = await service_for(kernel).tasks.store.get(blocking["result"]["task"]["id"])
+        assert row is not None and row.state == "TASK_STATE_COMPLETED"
+    assert seen == [False, True, True]
