@@ -30,6 +30,11 @@ log = logging.getLogger("roost.agent")
 
 MESSAGE_TOOL = "message"
 
+ROUTER_PROMPT = (
+    "Classify the user's request. Answer with exactly one word: 'simple' if a small, fast "
+    "model can answer it well without tools, otherwise 'complex'."
+)
+
 
 @attrs.frozen
 class AgentReply:
@@ -71,10 +76,19 @@ class _SessionLock:
 class AgentRuntime:
     """The actor handler of one agent."""
 
-    def __init__(self, kernel: Kernel, name: str, provider: Provider) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        name: str,
+        provider: Provider,
+        *,
+        tiers: tuple[Provider, Provider] | None = None,
+    ) -> None:
         self.kernel = kernel
         self.name = name
         self.provider = provider
+        # (fast, complex): the fast model classifies each message and routes it.
+        self.tiers = tiers
         self._runs: dict[str, trio.CancelScope] = {}
         self._session_locks: dict[str, _SessionLock] = {}
 
@@ -186,8 +200,9 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
+            provider = await self._route(text)
             result: LoopResult = await run_loop(
-                self.provider,
+                provider,
                 request,
                 execute,
                 max_turns=limits.max_turns,
@@ -201,7 +216,7 @@ class AgentRuntime:
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
-                self.provider.name,
+                provider.name,
                 manifest.model.name or "",
                 result.usage.input_tokens,
                 result.usage.output_tokens,
@@ -218,6 +233,32 @@ class AgentRuntime:
             result.turns,
             result.stop_reason,
         )
+
+    async def _route(self, text: str) -> Provider:
+        """The provider for this message: with model tiers, the fast model classifies it
+        (one cheap call, no tools) and simple messages stay with it; the rest go to the
+        complex model."""
+        if self.tiers is None:
+            return self.provider
+        fast, complex_ = self.tiers
+        verdict = await fast.complete(
+            CompletionRequest(
+                agent=self.name,
+                system=ROUTER_PROMPT,
+                messages=(Message("user", text),),
+                tools=(),
+                model=self.manifest.model.for_tier("fast").name or "",
+            )
+        )
+        chosen = fast if verdict.text.strip().lower().startswith("simple") else complex_
+        self.kernel.publish(
+            Event(
+                EventKind.AGENT_ROUTED,
+                self.name,
+                payload={"tier": "fast" if chosen is fast else "complex", "verdict": verdict.text[:80]},
+            )
+        )
+        return chosen
 
     async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
         """Answer one MCP JSON-RPC request addressed to this agent."""

@@ -24,6 +24,7 @@ class EventKind:
     AGENT_REPLY = "AGENT:REPLY"
     AGENT_TOKEN = "AGENT:TOKEN"
     AGENT_ERROR = "AGENT:ERROR"
+    AGENT_ROUTED = "AGENT:ROUTED"
     EXEC_TOOL_CALL = "EXEC:TOOL_CALL"
     EXEC_TOOL_RESULT = "EXEC:TOOL_RESULT"
     KERNEL_STARTED = "KERNEL:STARTED"
@@ -175,10 +176,13 @@ class _Subscriber:
         self.send = send
         self.kinds = kinds
         self.dropped = 0
+        # Every publish is offered to every subscriber: keep the filter a set lookup.
+        self._exact = frozenset(k for k in kinds or () if not k.endswith(":"))
+        self._prefixes = tuple(k for k in kinds or () if k.endswith(":"))
 
     def offer(self, event: Event) -> None:
-        if self.kinds and not any(
-            event.kind == k or (k.endswith(":") and event.kind.startswith(k)) for k in self.kinds
+        if self.kinds and event.kind not in self._exact and not (
+            self._prefixes and event.kind.startswith(self._prefixes)
         ):
             return
         try:

@@ -24,6 +24,7 @@ from ._errors import (
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
+    ToolArgumentsInvalid,
     ToolError,
     ToolNameCollision,
     ToolNotFound,
@@ -57,6 +58,10 @@ class Kernel:
         self.service_errors: dict[str, str] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
         self.started_at = time.time()
+        # Per-agent views rebuilt only when the manifest or the registry changes: they
+        # sit on every tool call's path.
+        self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._workspaces: dict[str, tuple[Any, Path]] = {}
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -139,23 +144,38 @@ class Kernel:
 
     def list_tools(self, agent: str | None = None) -> list[ToolSpec]:
         """All registered tools, or the ones ``agent`` may call."""
-        specs = self.registry.specs()
         if agent is None:
-            return specs
+            return self.registry.specs()
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
+        return list(self._cached(("tools", agent), manifest, lambda: self._allowed_specs(manifest)))
+
+    def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
-        own = agent_tool_name(agent)
-        return [s for s in specs if s.name != own and caps.allows(s)]
+        own = agent_tool_name(manifest.name)
+        return tuple(s for s in self.registry.specs() if s.name != own and caps.allows(s))
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
+        return list(self._cached(("exposed", agent), manifest, lambda: self._exposed_specs(manifest)))
+
+    def _exposed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         exposure = self._exposure(manifest)
-        return [s for s in self.registry.specs() if s.owner != "agents" and exposure.is_exposed(s)]
+        return tuple(s for s in self.registry.specs() if s.owner != "agents" and exposure.is_exposed(s))
+
+    def _cached(self, key: tuple[str, str], manifest: Any, build: Any) -> Any:
+        """``build()`` for ``manifest``, rebuilt when the manifest or the registry changes."""
+        hit = self._policy_cache.get(key)
+        version = (id(self.registry), self.registry.version)
+        if hit is not None and hit[0] is manifest and hit[1] == version:
+            return hit[2]
+        value = build()
+        self._policy_cache[key] = (manifest, version, value)
+        return value
 
     def agent_info(self) -> list[dict[str, Any]]:
         """A JSON-ready description of every agent (for the API and ``roost agents``)."""
@@ -182,12 +202,24 @@ class Kernel:
     def _capabilities(self, manifest: Any) -> Any:
         from ._policy import Capabilities
 
-        return Capabilities(tuple(manifest.capabilities.tools), agent=manifest.name)
+        key = ("capabilities", manifest.name)
+        hit = self._policy_cache.get(key)
+        if hit is not None and hit[0] is manifest:
+            return hit[2]
+        caps = Capabilities(tuple(manifest.capabilities.tools), agent=manifest.name)
+        self._policy_cache[key] = (manifest, 0, caps)
+        return caps
 
     def _exposure(self, manifest: Any) -> Any:
         from ._policy import Exposure
 
-        return Exposure(tuple(manifest.mcp.expose_tools), tuple(manifest.mcp.private_tools))
+        key = ("exposure", manifest.name)
+        hit = self._policy_cache.get(key)
+        if hit is not None and hit[0] is manifest:
+            return hit[2]
+        exposure = Exposure(tuple(manifest.mcp.expose_tools), tuple(manifest.mcp.private_tools))
+        self._policy_cache[key] = (manifest, 0, exposure)
+        return exposure
 
     def _context(self, manifest: Any, spec: ToolSpec, trace: TraceContext | None) -> ToolContext:
         from ._policy import resolve_timeout
@@ -210,8 +242,13 @@ class Kernel:
         )
 
     def workspace_for(self, manifest: Any) -> Path:
+        """The agent's workspace directory, created on first use."""
+        hit = self._workspaces.get(manifest.name)
+        if hit is not None and hit[0] is manifest:
+            return hit[1]
         path = manifest.workspace_dir(Path(self.config.home))
         path.mkdir(parents=True, exist_ok=True)
+        self._workspaces[manifest.name] = (manifest, path)
         return path
 
     async def call_tool(
@@ -237,6 +274,11 @@ class Kernel:
             try:
                 tool = self.registry.get(call.name)
                 spec = tool.spec
+                if call.arguments_error is not None:
+                    raise ToolArgumentsInvalid(
+                        f"{call.arguments_error} — call {spec.name} again with its arguments "
+                        "as one JSON object matching its inputSchema"
+                    )
                 if check_capability:
                     self._capabilities(manifest).check(spec)
                 result = await self._run_checked(manifest, tool, call, conversation)
@@ -470,8 +512,10 @@ class Kernel:
 
         return Tool(spec, ask_agent)
 
-    def _create_provider(self, manifest: Any) -> Any:
-        name = manifest.model.provider
+    def _create_provider(self, manifest: Any, model: Any = None) -> Any:
+        """The provider for ``model`` (default: the manifest's main model)."""
+        model = manifest.model if model is None else model
+        name = model.provider
         descriptor = self.providers.get(name)
         if descriptor is None:
             known = ", ".join(sorted(self.providers)) or "none"
@@ -480,7 +524,16 @@ class Kernel:
                 "install its plugin or choose another provider in agent.json"
             )
         settings = dict(self.config.providers.get(name, {})) if isinstance(self.config.providers, Mapping) else {}
-        return descriptor.factory(manifest.model, settings)
+        return descriptor.factory(model, settings)
+
+    def _create_tiers(self, manifest: Any) -> tuple[Any, Any] | None:
+        """(fast, complex) providers when the manifest names both model tiers, else None."""
+        if manifest.model.fast is None or manifest.model.complex is None:
+            return None
+        return (
+            self._create_provider(manifest, manifest.model.for_tier("fast")),
+            self._create_provider(manifest, manifest.model.for_tier("complex")),
+        )
 
 
 def result_from_jsonrpc(response: Any) -> ToolResult:
@@ -561,11 +614,12 @@ async def open_kernel(
             for name, manifest in kernel.agents.items():
                 try:
                     provider = kernel._create_provider(manifest)
+                    tiers = kernel._create_tiers(manifest)
                 except Exception as exc:
                     kernel.agent_errors[name] = str(exc)
                     log.error("agent %s is unavailable: %s", name, exc)
                     continue
-                runtime = AgentRuntime(kernel, name, provider)
+                runtime = AgentRuntime(kernel, name, provider, tiers=tiers)
                 kernel._runtimes[name] = runtime
                 actors.spawn(
                     name,
@@ -573,6 +627,7 @@ async def open_kernel(
                     mailbox_size=config.kernel.mailbox_size,
                     concurrency=max(config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages),
                 )
+            body_error: Exception | None = None
             async with trio.open_nursery() as services:
                 await kernel._start_services(services)
                 kernel.publish(
@@ -581,10 +636,15 @@ async def open_kernel(
                 _call_safely(pm, "roost_kernel_started", kernel=kernel)
                 try:
                     yield kernel
+                except Exception as exc:
+                    # Re-raised below as itself, not wrapped in the services nursery's group.
+                    body_error = exc
                 finally:
                     _call_safely(pm, "roost_kernel_stopping", kernel=kernel)
                     kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
                     services.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
 
 
 def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:

@@ -93,6 +93,9 @@ class ToolCall:
     id: str = attrs.field(factory=lambda: "call_" + uuid.uuid4().hex[:16])
     caller: str = ""
     trace: TraceContext | None = None
+    # Set when the model's arguments could not be decoded; the call then fails with this
+    # reason as its result (so the model can correct itself) instead of running.
+    arguments_error: str | None = None
 
 
 @attrs.frozen
@@ -171,6 +174,8 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._original: dict[str, str] = {}
+        self.version = 0
+        """Bumped on every change, so that views built from the registry can be cached."""
 
     def register(self, tool: Tool) -> None:
         name = tool.spec.name
@@ -188,9 +193,11 @@ class ToolRegistry:
             )
         self._tools[name] = tool
         self._original[name] = tool.spec.original_name or name
+        self.version += 1
 
     def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
+        if self._tools.pop(name, None) is not None:
+            self.version += 1
         self._original.pop(name, None)
 
     def get(self, name: str) -> Tool:

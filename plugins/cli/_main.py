@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument("--json", action="store_true", help="print the whole reply as JSON")
 
+    chat = sub.add_parser(
+        "chat", parents=[common], help="chat with an agent in the terminal, replies streamed"
+    )
+    chat.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
+    chat.add_argument("--session", metavar="ID", help="continue this session")
+
     watch = sub.add_parser(
         "watch", parents=[common], help="print a running daemon's events as they happen"
     )
@@ -218,9 +224,7 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         return trio.run(partial(a2a_command, args, out=out, err=err))
 
-    from . import _commands as c
-
-    if command == "mcp":
+    if command == "mcp":  # before importing the other commands: an MCP client is waiting
         from roost.plugins.mcp._stdio_server import isolate_stdout, run_stdio
 
         protocol_fd = isolate_stdout()  # before anything else can write to stdout
@@ -228,6 +232,9 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return trio.run(
             partial(run_stdio, config, stdout_fd=protocol_fd, prefer_daemon=not args.no_daemon)
         )
+
+    from . import _commands as c
+
     config = _load_config(args)
     if command == "run":
         return trio.run(
@@ -242,6 +249,12 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if command == "tools":
         return trio.run(
             partial(c.tools_command, config, agent=args.agent, as_json=args.json, out=out, err=err)
+        )
+    if command == "chat":
+        from ._chat import chat_command
+
+        return trio.run(
+            partial(chat_command, config, args.agent, session_id=args.session, out=out, err=err)
         )
     if command == "send":
         return trio.run(

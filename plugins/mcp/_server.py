@@ -263,6 +263,7 @@ class ServerSession:
     subscriptions: set[str] = attrs.field(factory=set)
     outgoing: dict[Any, trio.MemorySendChannel[Any]] = attrs.field(factory=dict)
     next_outgoing_id: int = 0
+    event_router: Any = None  # a stream connection's _EventRouter (see serve_connection)
 
     @property
     def handshake_done(self) -> bool:
@@ -325,6 +326,8 @@ class McpServer:
         self.call_timeout_s = call_timeout_s
         self.server_info = p.implementation(SERVER_NAME if agent is None else f"roost-{agent}", server_version())
         self._state_key = secrets.token_bytes(32)
+        self._index: dict[str, ToolEntry] = {}
+        self._index_key: tuple[Any, ...] | None = None
         self._methods: dict[str, Callable[[_Call], Awaitable[Any]]] = {
             p.PING: self._ping,
             p.DISCOVER: self._discover,
@@ -395,6 +398,19 @@ class McpServer:
                 taken.add(wire)
                 entries.append(ToolEntry(wire, {**spec.to_mcp(), "name": wire}, agent, spec.name))
         return sorted(entries, key=lambda e: e.name)
+
+    def _tool_index(self) -> dict[str, ToolEntry]:
+        """``tools()`` by wire name, rebuilt only when the registry or the agents change."""
+        kernel = self.kernel
+        registry = getattr(kernel, "registry", None)
+        version = getattr(registry, "version", None)
+        if version is None:
+            return {e.name: e for e in self.tools()}
+        key = (id(registry), version, id(kernel.agents), len(kernel.agents), len(getattr(kernel, "agent_errors", ())))
+        if self._index_key != key:
+            self._index = {e.name: e for e in self.tools()}
+            self._index_key = key
+        return self._index
 
     def resources(self) -> list[ResourceEntry]:
         kernel = self.kernel
@@ -674,7 +690,7 @@ class McpServer:
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         name = rpc.param(call.params, "name", str)
         arguments = rpc.param(call.params, "arguments", dict, default={}) or {}
-        entry = next((e for e in self.tools() if e.name == name), None)
+        entry = self._tool_index().get(name)
         if entry is None:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}; see tools/list", {"tool": name})
         caller = TraceContext.from_meta(call.meta.raw) if call.meta.raw else None
@@ -998,20 +1014,32 @@ class _RunWatcher:
         self.call = call
         self.trace_id = trace_id
         self.token = call.meta.progress_token
-
-    def _wanted(self) -> bool:
-        return self.call.notify is not None and (self.token is not None or self.call.log_level is not None)
-
-    async def run(self, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """``await fn()`` while forwarding; its exceptions propagate unwrapped."""
-        if not self._wanted():
-            return await fn()
         self._count = 0
         self._reported: float | None = None
         self._last_sent = -1.0
+
+    def _kinds(self) -> tuple[str, ...]:
+        """The event kinds this call needs to see (none: nothing to forward)."""
+        if self.call.notify is None:
+            return ()
+        kinds: tuple[str, ...] = (LOG_EVENT,) if self.call.log_level is not None else ()
+        if self.token is not None:
+            # Only an agent run reports its steps; a tool call only its own progress, so
+            # it need not wake for every other call's tool events.
+            kinds += self._KINDS[:-1] if self.heartbeat else (PROGRESS_EVENT,)
+        return kinds
+
+    async def run(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` while forwarding; its exceptions propagate unwrapped."""
+        kinds = self._kinds()
+        if not kinds:
+            return await fn()
+        router = self.call.session.event_router
+        if router is not None and router.active and set(kinds) <= set(_EventRouter.KINDS):
+            return await router.watch(self, fn)
         error: Exception | None = None
         result: Any = None
-        async with self.kernel.tap.subscribe(buffer=256, kinds=self._KINDS) as events:
+        async with self.kernel.tap.subscribe(buffer=256, kinds=kinds) as events:
             self._events = events
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._forward)
@@ -1100,6 +1128,86 @@ __all__ = [
 ]
 
 
+class _EventRouter:
+    """One tap subscription per stream connection for tool progress and log events, each
+    handed to the watcher of the call on its trace — instead of a subscription and a
+    forwarding task per call, which with many calls in flight cost more than the calls."""
+
+    KINDS = (PROGRESS_EVENT, LOG_EVENT)
+    FLUSH_TIMEOUT_S = 5.0
+
+    def __init__(self) -> None:
+        self.watchers: dict[str, list[_RunWatcher]] = {}
+        self._events: trio.MemoryReceiveChannel[Event] | None = None
+        self._taken = 0
+        self._handled = 0
+        self._waiting = False
+        self._moved = trio.Event()
+
+    @property
+    def active(self) -> bool:
+        return self._events is not None
+
+    async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with kernel.tap.subscribe(buffer=256, kinds=self.KINDS) as events:
+            self._events = events
+            task_status.started()
+            try:
+                while True:
+                    self._waiting = True
+                    try:
+                        event = await events.receive()
+                    except trio.EndOfChannel:
+                        break
+                    finally:
+                        self._waiting = False
+                    self._taken += 1
+                    try:
+                        if event.trace is not None:
+                            for watcher in list(self.watchers.get(event.trace.trace_id, ())):
+                                await watcher._handle(event)
+                    except Exception:  # one bad notification must not end the connection
+                        log.exception("forwarding %s to the MCP client failed", event.kind)
+                    finally:
+                        self._handled += 1
+                        self._moved.set()
+                        self._moved = trio.Event()
+            finally:
+                self._events = None
+                self._moved.set()
+
+    async def watch(self, watcher: _RunWatcher, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
+        wait until the events published during the run have been forwarded."""
+        self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        try:
+            result = await fn()
+            await self._flush()
+        finally:
+            mine = self.watchers.get(watcher.trace_id, [])
+            if watcher in mine:
+                mine.remove(watcher)
+            if not mine:
+                self.watchers.pop(watcher.trace_id, None)
+        return result
+
+    async def _flush(self) -> None:
+        events = self._events
+        if events is None:
+            return
+        # Publishing hands events to the channel at once: everything the run published is
+        # handled, being handled, in the buffer, or handed to the router while it waited
+        # (then it is still marked waiting though no longer queued as a receiver).
+        stats = events.statistics()
+        in_transit = 1 if self._waiting and stats.tasks_waiting_receive == 0 else 0
+        target = self._taken + stats.current_buffer_used + in_transit
+        if self._handled >= target:
+            return
+        with trio.move_on_after(self.FLUSH_TIMEOUT_S):
+            while self._handled < target and self._events is not None:
+                await self._moved.wait()
+
+
 # ---- a message loop for stream transports (stdio, memory) ------------------------------------
 
 
@@ -1125,6 +1233,9 @@ async def serve_connection(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(server.watch_changes, session, send)
+            router = _EventRouter()
+            await nursery.start(router.run, server.kernel)
+            session.event_router = router
             while True:
                 try:
                     message = await receive()

@@ -31,6 +31,7 @@ log = logging.getLogger("roost.mcp.stdio")
 READ_CHUNK = 65536
 HEALTH_TIMEOUT_S = 1.0
 BRIDGE_MAX_IN_FLIGHT = 64
+WRITE_BATCH_BYTES = 1 << 20
 
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -45,6 +46,18 @@ def encode_message(message: Any) -> bytes:
         log.error("cannot encode a reply as JSON: %s", exc)
         error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON")
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
+
+
+def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
+    """Remove and join the oldest messages of ``outbox``, at most ``limit`` bytes of them
+    (always at least one)."""
+    size, count = len(outbox[0]), 1
+    while count < len(outbox) and size + len(outbox[count]) <= limit:
+        size += len(outbox[count])
+        count += 1
+    batch = outbox[0] if count == 1 else b"".join(outbox[:count])
+    del outbox[:count]
+    return batch
 
 
 async def stdio_loop(
@@ -63,6 +76,10 @@ async def stdio_loop(
     framer = StdioFramer(max_bytes=max_bytes)
     pending: deque[Any] = deque()
     write_lock = trio.Lock()
+    # Replies waiting for the pipe. Whoever holds the lock writes all of them in one
+    # syscall: with many requests in flight, a write per reply (each waking the client)
+    # costs more than the replies themselves. Bounded by the senders waiting on the lock.
+    outbox: list[bytes] = []
 
     async def receive() -> Any:
         while not pending:
@@ -94,8 +111,21 @@ async def stdio_loop(
                 return
             error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}")
             data = framer.encode(encode_message(error.to_dict()))
-        async with write_lock:
-            await send_stream.send_all(data)
+        outbox.append(data)
+        try:
+            await write_lock.acquire()
+        except BaseException:
+            for i, item in enumerate(outbox):  # cancelled before anyone wrote it
+                if item is data:
+                    del outbox[i]
+                    break
+            raise
+        try:
+            # Ours is written by now if the outbox is empty (an earlier holder took it).
+            while outbox:
+                await send_stream.send_all(take_batch(outbox))
+        finally:
+            write_lock.release()
 
     await serve(receive, send)
 
@@ -367,4 +397,4 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
         await serve_connection(server, receive_rest, safe_send, session=session)
 
 
-__all__ = ["DaemonBridge", "encode_message", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]
+__all__ = ["DaemonBridge", "encode_message", "take_batch", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]

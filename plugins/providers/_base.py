@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import attrs
+from roost.kernel import ToolCall
 from roost.kernel._loop import Completion, CompletionRequest, StreamDelta
 
 from ._context import context_window_for, fit_context
@@ -73,6 +74,17 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
             f"{type(value).__name__}, not a JSON object"
         )
     return dict(value)
+
+
+def make_tool_call(name: str, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
+    """A ``ToolCall`` from the model's raw arguments. Arguments that do not decode to a JSON
+    object do not end the run: the call carries ``arguments_error`` and fails as a tool
+    result, so the model can correct itself."""
+    ids = {"id": call_id} if call_id else {}
+    try:
+        return ToolCall(name, parse_arguments(raw, name, provider), **ids)
+    except ProviderResponseError as exc:
+        return ToolCall(name, {}, arguments_error=str(exc), **ids)
 
 
 def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:

@@ -5,10 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
+from roost.kernel import ProviderDescriptor, hookimpl
 from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
 
-from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._base import (
+    HttpProvider,
+    expect_mapping,
+    make_tool_call,
+    passthrough_parameters,
+    sse_json,
+)
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
@@ -107,8 +113,7 @@ def parse_message(data: Any) -> Completion:
             text.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
             name = str(block.get("name") or "")
-            args = parse_arguments(block.get("input"), name, "anthropic")
-            calls.append(ToolCall(name, args, **({"id": str(block["id"])} if block.get("id") else {})))
+            calls.append(make_tool_call(name, block.get("input"), "anthropic", str(block["id"]) if block.get("id") else None))
     stop = "tool_use" if calls else _STOP.get(str(data.get("stop_reason")), "end_turn")
     return Completion("".join(text), tuple(calls), stop, parse_usage(data.get("usage")))
 
@@ -163,11 +168,7 @@ class MessagesStreamAssembler:
         if not self._done:
             raise StreamInterrupted("anthropic: the stream ended before message_stop; try again")
         calls = tuple(
-            ToolCall(
-                b["name"] or "",
-                parse_arguments(b["json"], b["name"] or "", "anthropic"),
-                **({"id": str(b["id"])} if b["id"] else {}),
-            )
+            make_tool_call(b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None)
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
         )

@@ -17,7 +17,13 @@ from typing import Any
 from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
 from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
 
-from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._base import (
+    HttpProvider,
+    expect_mapping,
+    make_tool_call,
+    passthrough_parameters,
+    sse_json,
+)
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
@@ -124,7 +130,7 @@ class GeminiWire:
                 fc = expect_mapping(part["functionCall"], f"parts[{i}].functionCall", "gemini")
                 name = str(fc.get("name") or "")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
-                calls.append(ToolCall(name, parse_arguments(fc.get("args"), name, "gemini"), id=call_id))
+                calls.append(make_tool_call(name, fc.get("args"), "gemini", call_id))
                 if part.get("thoughtSignature"):
                     self._remember(call_id, str(part["thoughtSignature"]))
             elif isinstance(part.get("text"), str) and not part.get("thought"):

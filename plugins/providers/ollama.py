@@ -14,7 +14,12 @@ from typing import Any
 from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
 from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
 
-from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters
+from ._base import (
+    HttpProvider,
+    expect_mapping,
+    make_tool_call,
+    passthrough_parameters,
+)
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
@@ -69,7 +74,7 @@ def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
         fn = expect_mapping(expect_mapping(raw, f"message.tool_calls[{i}]", "ollama").get("function"), f"message.tool_calls[{i}].function", "ollama")
         name = str(fn.get("name") or "")
         # Ollama gives no call id; roost makes one so results pair with their calls.
-        calls.append(ToolCall(name, parse_arguments(fn.get("arguments"), name, "ollama"), id="call_" + uuid.uuid4().hex[:16]))
+        calls.append(make_tool_call(name, fn.get("arguments"), "ollama", "call_" + uuid.uuid4().hex[:16]))
     return calls
 
 

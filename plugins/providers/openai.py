@@ -12,10 +12,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
+from roost.kernel import ProviderDescriptor, hookimpl
 from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
 
-from ._base import HttpProvider, expect_mapping, parse_arguments, passthrough_parameters, sse_json
+from ._base import (
+    HttpProvider,
+    expect_mapping,
+    make_tool_call,
+    passthrough_parameters,
+    sse_json,
+)
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
@@ -115,9 +121,7 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
         fn = expect_mapping(raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider)
         name = str(fn.get("name") or "")
         call_id = raw.get("id")
-        calls.append(
-            ToolCall(name=name, arguments=parse_arguments(fn.get("arguments"), name, provider), **({"id": call_id} if call_id else {}))
-        )
+        calls.append(make_tool_call(name, fn.get("arguments"), provider, call_id))
     finish = str(choice.get("finish_reason") or "stop")
     stop = "tool_use" if calls else _FINISH.get(finish, "end_turn")
     return Completion(str(message.get("content") or ""), tuple(calls), stop, parse_usage(data.get("usage")))
@@ -184,11 +188,7 @@ class ChatStreamAssembler:
                 "no [DONE]); try again"
             )
         calls = tuple(
-            ToolCall(
-                name=c["name"],
-                arguments=parse_arguments(c["arguments"], c["name"], self.provider),
-                **({"id": c["id"]} if c["id"] else {}),
-            )
+            make_tool_call(c["name"], c["arguments"], self.provider, c["id"] or None)
             for _, c in sorted(self._calls.items())
         )
         stop = "tool_use" if calls else _FINISH.get(self._finish or "stop", "end_turn")

@@ -322,3 +322,70 @@ async def test_send_rejects_bad_input_with_the_field_named(config):
             await kernel.send("reviewer", 42)
         with pytest.raises(Exception, match="session_id"):
             await kernel.send("reviewer", "hi", session_id="  ")
+
+
+async def test_cached_tool_views_follow_tools_added_and_removed_while_running(config):
+    # list_tools / exposed_tools are cached per agent; a change to the registry must show.
+    async def late(call, ctx):
+        return ToolResult.text("late")
+
+    a = agent("a", tools=["late*"], mcp={"expose_tools": ["late*"]})
+    async with open_kernel(config, agents=[a]) as kernel:
+        assert [s.name for s in kernel.list_tools("a")] == []
+        assert kernel.exposed_tools("a") == []
+        kernel.add_tool(Tool(ToolSpec("late_one", owner="svc"), late))
+        assert [s.name for s in kernel.list_tools("a")] == ["late_one"]
+        assert [s.name for s in kernel.exposed_tools("a")] == ["late_one"]
+        kernel.remove_tool("late_one")
+        assert kernel.list_tools("a") == [] and kernel.exposed_tools("a") == []
+        result = await kernel.call_tool("a", ToolCall("late_one", {}))
+        assert result.is_error and "late_one" in result.as_text()
+
+
+async def test_an_error_in_the_kernel_block_reaches_the_caller_unwrapped(config):
+    with pytest.raises(AgentNotFound):
+        async with open_kernel(config) as kernel:
+            await kernel.send("ghost", "hi")
+
+
+class TierProvider:
+    """A provider plugin whose answers name the model that gave them."""
+
+    @hookimpl
+    def roost_providers(self):
+        from roost.kernel import Completion, ProviderDescriptor
+
+        class Named:
+            def __init__(self, model):
+                self.name = "tiers"
+                self.model = model.name
+                self.requests = []
+
+            async def complete(self, request):
+                self.requests.append(request)
+                if request.system.startswith("Classify"):
+                    assert request.tools == ()  # the router call offers no tools
+                    return Completion(text="complex" if "hard" in request.messages[-1].content else "simple")
+                return Completion(text=f"{self.model} answered")
+
+            async def stream(self, request):
+                raise NotImplementedError
+
+        return [ProviderDescriptor("tiers", lambda model, settings: Named(model))]
+
+
+async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_the_complex(config):
+    a = parse_manifest({
+        "name": "router",
+        "description": "routes",
+        "model": {"provider": "tiers", "name": "main",
+                  "fast": {"provider": "tiers", "name": "small"},
+                  "complex": {"provider": "tiers", "name": "big"}},
+    })
+    async with open_kernel(config, agents=[a], plugins=[TierProvider()]) as kernel:
+        async with kernel.tap.subscribe(kinds=(EventKind.AGENT_ROUTED,)) as routed:
+            easy = await kernel.send("router", "what is 2+2")
+            hard = await kernel.send("router", "a hard proof")
+            tiers = [routed.receive_nowait().payload["tier"], routed.receive_nowait().payload["tier"]]
+    assert (easy.text, hard.text) == ("small answered", "big answered")
+    assert tiers == ["fast", "complex"]

@@ -554,3 +554,60 @@ def test_bad_timeouts_name_the_setting(bad):
         resolve_timeout(READ, 60, {"read": bad})
     with pytest.raises(ConfigError, match="default tool timeout"):
         resolve_timeout(READ, bad)
+
+
+# ---- the fast argument check -----------------------------------------------------------
+
+TYPED_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "s": {"type": "string", "description": "text"},
+        "i": {"type": "integer"},
+        "n": {"type": "number"},
+        "b": {"type": "boolean"},
+        "a": {"type": "array"},
+        "o": {"type": "object"},
+        "z": {"type": "null"},
+        "any": {"description": "no type: anything goes"},
+    },
+    "required": ["s"],
+    "additionalProperties": False,
+}
+TYPED = ToolSpec(name="typed", input_schema=TYPED_SCHEMA)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["s", "i", "n", "b", "a", "o", "z", "any", "extra"]), _json_values, max_size=5))
+def test_fast_argument_check_agrees_with_jsonschema(arguments):
+    import jsonschema
+
+    expected = jsonschema.Draft202012Validator(TYPED_SCHEMA).is_valid(arguments)
+    try:
+        validate_arguments(TYPED, arguments)
+    except ToolArgumentsInvalid:
+        accepted = False
+    else:
+        accepted = True
+    assert accepted == expected, arguments
+
+
+def test_fast_argument_check_is_used_only_for_simple_schemas():
+    from roost.kernel import _policy
+
+    assert _policy._compiled(TYPED)[1] is not None
+    enum = ToolSpec(name="enum", input_schema={"type": "object", "properties": {"k": {"enum": ["a"]}}})
+    assert _policy._compiled(enum)[1] is None
+    with pytest.raises(ToolArgumentsInvalid, match="arguments.k"):
+        validate_arguments(enum, {"k": "b"})
+
+
+def test_a_refused_fast_check_still_names_the_field():
+    with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.i: 'x' is not of type 'integer'"):
+        validate_arguments(TYPED, {"s": "ok", "i": "x"})
+    with pytest.raises(ToolArgumentsInvalid, match="extra"):
+        validate_arguments(TYPED, {"s": "ok", "extra": 1})

@@ -40,6 +40,7 @@ STDIN_CLOSE_GRACE_S = 2.0
 TERM_GRACE_S = 2.0
 KILL_GRACE_S = 5.0
 _READ_CHUNK = 65536
+_WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
 _STDERR_LINE_MAX = 4000
 
 
@@ -119,6 +120,14 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _take_back(outbox: list[bytes], data: bytes) -> None:
+    """Remove ``data`` (this very object) from ``outbox`` if it is still waiting there."""
+    for i, item in enumerate(outbox):
+        if item is data:
+            del outbox[i]
+            return
+
+
 class StdioTransport:
     """A running server process; see ``open_stdio_transport``."""
 
@@ -130,6 +139,10 @@ class StdioTransport:
         self.incoming = incoming
         self.closed_reason: str | None = None
         self._send_lock = trio.Lock()
+        # Messages waiting for the pipe: the holder of the lock writes all of them at once
+        # (one syscall, one wake-up of the server for many requests in flight).
+        self._outbox: list[bytes] = []
+        self._write_error: str | None = None
         self.skipped_lines = 0
         self.oversized_lines = 0
 
@@ -145,11 +158,30 @@ class StdioTransport:
             )
         if self.closed_reason is not None or self.process.stdin is None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
-        async with self._send_lock:
-            try:
-                await self.process.stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise TransportClosed(f"MCP server {self.name!r} stopped reading its input ({exc})") from None
+        self._outbox.append(data)
+        try:
+            await self._send_lock.acquire()
+        except BaseException:
+            _take_back(self._outbox, data)  # cancelled before anyone wrote it: never sent
+            raise
+        try:
+            if not self._outbox and self._write_error is not None:
+                raise TransportClosed(self._write_error)  # ours went in a failed write
+            # Ours is written by now if the outbox is empty (an earlier holder took it).
+            while self._outbox:
+                size, count = len(self._outbox[0]), 1
+                while count < len(self._outbox) and size + len(self._outbox[count]) <= _WRITE_BATCH_BYTES:
+                    size += len(self._outbox[count])
+                    count += 1
+                batch = b"".join(self._outbox[:count]) if count > 1 else self._outbox[0]
+                del self._outbox[:count]
+                try:
+                    await self.process.stdin.send_all(batch)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
+                    raise TransportClosed(self._write_error) from None
+        finally:
+            self._send_lock.release()
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass

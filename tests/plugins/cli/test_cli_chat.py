@@ -64,3 +64,22 @@ async def test_chat_with_an_unknown_agent_names_the_known_ones(tmp_path):
             default_config(home=tmp_path), "ghost", out=io.StringIO(), err=io.StringIO(),
             read_line=feeder(), open_kernel=opener,
         )
+
+
+def test_roost_chat_console_script_reads_stdin_and_exits_cleanly(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    roost = Path(sys.executable).with_name("roost")
+    done = subprocess.run(
+        [str(roost), "chat", "reviewer"],
+        input="please review this\n/quit\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ROOST_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reviewer › Reviewer: approved." in done.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import trio
+import trio.testing
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp._server import McpServer
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
@@ -320,7 +321,112 @@ async def test_stateless_message_tool_asks_back_with_an_input_required_result(co
             }
             done = (await client.request("tools/call", retry, modern=True))["result"]
             assert done["resultType"] == "complete" and done["content"][0]["text"] == "Booked for Friday."
-            tampered = {**retry, "requestState": first["requestState"][:-1] + "0"}
+            state = first["requestState"]
+            # Flip the last character (replacing it with a fixed one is a no-op when it
+            # already is that character, which made this test fail now and then).
+            tampered = {**retry, "requestState": state[:-1] + ("1" if state[-1] == "0" else "0")}
             bad = await client.request("tools/call", tampered, modern=True)
             assert bad["error"]["code"] == -32602 and "requestState" in bad["error"]["message"]
             nursery.cancel_scope.cancel()
+
+
+async def test_tools_call_sees_tools_removed_and_added_while_serving(kernel):
+    # The server caches its tool catalog; registry changes must reach tools/call.
+    from roost.kernel import Tool
+
+    steps = kernel.registry.get("steps")
+    kernel.remove_tool("steps")
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        echo = {"name": "echo", "arguments": {"text": "a"}}
+        assert (await client.request("tools/call", echo))["result"]["content"][0]["text"] == "echo:a:alpha"
+        missing = await client.request("tools/call", {"name": "steps", "arguments": {}})
+        assert missing["error"]["code"] == -32602 and "unknown tool: steps" in missing["error"]["message"]
+        kernel.add_tool(Tool(steps.spec, steps.handler))
+        back = await client.request("tools/call", {"name": "steps", "arguments": {}})
+        assert back["result"]["content"][0]["text"] == "3 steps done"
+        kernel.remove_tool("echo")
+        gone = await client.request("tools/call", echo)
+        assert gone["error"]["code"] == -32602 and "unknown tool: echo" in gone["error"]["message"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_tool_logs_reach_a_handshake_client_without_a_progress_token(kernel):
+    # Without setLevel the server logs at "info"; without a progressToken no progress.
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        reply = await client.request("tools/call", {"name": "steps", "arguments": {}})
+        assert reply["result"]["content"][0]["text"] == "3 steps done"
+        logs = [n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"]
+        assert logs == ["did step 1", "did step 2", "did step 3"]
+        assert not [n for n in client.notes if n.get("method") == "notifications/progress"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel):
+    # One event router per connection forwards tool logs/progress; every notification a
+    # call caused must still reach the client before that call's reply — also when the
+    # tool reports and returns without a checkpoint in between.
+    from roost.kernel import Tool, ToolResult
+    from roost.plugins.mcp._server import report_progress
+
+    async def steps_at_once(call, ctx):
+        for i in range(1, 4):
+            report_progress(ctx, i, 3, f"step {i}")
+        return ToolResult.text("3 steps done")
+
+    spec = kernel.registry.get("steps").spec
+    kernel.remove_tool("steps")
+    kernel.add_tool(Tool(spec, steps_at_once))
+    async with trio.open_nursery() as nursery:
+        client_end, server_end = memory_pair(buffer=1024)
+        nursery.start_soon(serve_memory, McpServer(kernel), server_end)
+        await client_end.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT})
+        await client_end.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        calls = 40
+        for i in range(calls):
+            params = {"name": "steps", "arguments": {}, "_meta": {"progressToken": f"t{i}"}}
+            await client_end.send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
+        seen: dict[str, list[float]] = {}
+        replies = 0
+        with trio.fail_after(10):
+            while replies < calls:
+                message = await client_end.receive()
+                if message.get("method") == "notifications/progress":
+                    seen.setdefault(message["params"]["progressToken"], []).append(message["params"]["progress"])
+                elif isinstance(message.get("id"), int):
+                    replies += 1
+                    assert seen.get(f"t{message['id']}") == [1, 2, 3], message
+        nursery.cancel_scope.cancel()
+
+
+async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_handled():
+    # Regression: an event handed straight to the waiting router task is in neither the
+    # buffer nor the handled count; a flush that missed it let the reply overtake it.
+    from types import SimpleNamespace
+
+    from roost.kernel import Event, EventTap, TraceContext
+    from roost.plugins.mcp._server import LOG_EVENT, _EventRouter
+
+    tap = EventTap()
+    router = _EventRouter()
+    trace = TraceContext.new("a")
+    forwarded: list[str] = []
+
+    class Watcher:
+        trace_id = trace.trace_id
+
+        async def _handle(self, event):
+            await trio.sleep(0)
+            forwarded.append(event.payload["data"])
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(router.run, SimpleNamespace(tap=tap))
+        router.watchers[trace.trace_id] = [Watcher()]
+        await trio.testing.wait_all_tasks_blocked()
+        tap.publish(Event(LOG_EVENT, "a", payload={"level": "info", "data": "last words"}, trace=trace))
+        await router._flush()  # no checkpoint between publishing and flushing
+        assert forwarded == ["last words"]
+        nursery.cancel_scope.cancel()

@@ -213,9 +213,10 @@ def test_parse_tool_calls_decodes_their_json_arguments():
     assert (completion.usage.input_tokens, completion.usage.output_tokens) == (82, 17)
 
 
-def test_tool_arguments_that_are_not_json_get_a_clear_error():
-    with pytest.raises(ProviderResponseError, match=r"tool 'get_weather' with arguments that are not valid JSON"):
-        parse_completion(tool_completion(("c1", "get_weather", '{"city": Boston}')))
+def test_tool_arguments_that_are_not_json_become_a_call_that_fails_with_a_clear_error():
+    (call,) = parse_completion(tool_completion(("c1", "get_weather", '{"city": Boston}'))).tool_calls
+    assert call.id == "c1" and call.arguments == {}
+    assert "tool 'get_weather' with arguments that are not valid JSON" in call.arguments_error
 
 
 def test_stream_assembler_joins_tool_call_fragments():
@@ -471,12 +472,17 @@ async def test_a_call_to_an_unknown_tool_goes_back_to_the_model_as_an_error(vend
     assert result["tool_call_id"] == "call_x" and "delete_everything" in result["content"]
 
 
-async def test_invalid_tool_arguments_end_the_run_with_a_clear_error(vendor, tmp_path, monkeypatch):
+async def test_invalid_tool_arguments_go_back_to_the_model_so_it_can_retry(vendor, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    vendor.queue(Reply(json=tool_completion(("call_x", "read", "{path: notes.txt"))))
+    vendor.queue(
+        Reply(json=tool_completion(("call_x", "read", "{path: notes.txt"))),
+        Reply(json=text_completion("Fixed it.")),
+    )
     reply, _, _ = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go")
-    assert reply.is_error and reply.stop_reason == "error"
-    assert "tool 'read' with arguments that are not valid JSON" in reply.text
+    assert reply.text == "Fixed it." and not reply.is_error
+    result = vendor.requests[1].json["messages"][-1]
+    assert result["tool_call_id"] == "call_x"
+    assert "not valid JSON" in result["content"] and "inputSchema" in result["content"]
 
 
 async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(vendor, tmp_path, monkeypatch):
