@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+from roost.kernel import json_type_name as _jtype
 
 V1 = "1.0"
 V03 = "0.3"
@@ -190,18 +191,6 @@ def _obj(value: Any, field: str) -> Mapping[str, Any]:
     return value
 
 
-def _jtype(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
 
 
 def _opt_str(obj: Mapping[str, Any], key: str, field: str, *, max_len: int = 1024) -> str | None:

@@ -11,9 +11,8 @@ from urllib.parse import quote, urlencode
 import httpx
 import trio
 from roost.kernel import RoostError
-from roost.plugins.http import DaemonInfo, pid_alive, read_daemon_file
+from roost.plugins.http import DaemonInfo
 
-HEALTH_TIMEOUT_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_SEND_TIMEOUT_S = 600.0
 
@@ -33,23 +32,6 @@ class DaemonUnreachable(ConnectionError):
     """No answer from the daemon's address."""
 
 
-async def find_daemon(home: Any) -> DaemonInfo | None:
-    """The daemon serving ``home``, if ``daemon.json`` names a live process that answers /health."""
-    info = read_daemon_file(home)
-    if info is None or not pid_alive(info.pid):
-        return None
-    try:
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
-            response = await client.get(info.url + "/health")
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    try:
-        healthy = response.json().get("status") == "ok"
-    except (ValueError, AttributeError):
-        return None
-    return info if healthy else None
 
 
 def _error_from(response: httpx.Response) -> DaemonError:

@@ -16,9 +16,9 @@ from typing import Any, TextIO
 
 import trio
 from roost.kernel import RoostError
-from roost.plugins.http import DaemonInfo, resolve_api_key
+from roost.plugins.http import DaemonInfo, find_daemon, resolve_api_key
 
-from ._client import DaemonClient, event_line, find_daemon
+from ._client import DaemonClient, event_line
 
 KernelOpener = Callable[[Any], Any]
 

@@ -16,6 +16,7 @@ from ._auth import bearer_token, origin_allowed, resolve_api_key, tokens_match
 from ._daemonfile import (
     DaemonInfo,
     daemon_file,
+    find_daemon,
     pid_alive,
     read_daemon_file,
     remove_daemon_file,
@@ -52,6 +53,7 @@ __all__ = [
     "create_app",
     "daemon_file",
     "daemon_state",
+    "find_daemon",
     "open_daemon",
     "origin_allowed",
     "parse_kinds",

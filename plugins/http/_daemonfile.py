@@ -87,3 +87,27 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return True
+
+
+HEALTH_TIMEOUT_S = 1.0
+
+
+async def find_daemon(home: Path | str) -> DaemonInfo | None:
+    """The daemon serving ``home``, if ``daemon.json`` names a live process that answers /health."""
+    info = read_daemon_file(home)
+    if info is None or not pid_alive(info.pid):
+        return None
+    import httpx  # lazily: importing this module must stay cheap (CLI start-up)
+
+    try:
+        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
+            response = await client.get(info.url + "/health")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        healthy = response.json().get("status") == "ok"
+    except (ValueError, AttributeError):
+        return None
+    return info if healthy else None

@@ -29,7 +29,6 @@ from ._framing import Frame, NotJson, Oversize, StdioFramer
 log = logging.getLogger("roost.mcp.stdio")
 
 READ_CHUNK = 65536
-HEALTH_TIMEOUT_S = 1.0
 BRIDGE_MAX_IN_FLIGHT = 64
 WRITE_BATCH_BYTES = 1 << 20
 
@@ -156,19 +155,10 @@ async def serve_kernel_stdio(kernel: Any, receive_stream: trio.abc.ReceiveStream
 
 async def live_daemon_url(home: Any) -> str | None:
     """The base URL of the daemon serving ``home``, if one is alive and healthy."""
-    from roost.plugins.http import pid_alive, read_daemon_file
+    from roost.plugins.http import find_daemon
 
-    info = read_daemon_file(home)
-    if info is None or not pid_alive(info.pid):
-        return None
-    import httpx
-
-    try:
-        async with httpx.AsyncClient(timeout=HEALTH_TIMEOUT_S) as client:
-            response = await client.get(info.url + "/health")
-        return info.url if response.status_code == 200 else None
-    except httpx.HTTPError:
-        return None
+    info = await find_daemon(home)
+    return info.url if info is not None else None
 
 
 def _sse_messages(lines: list[str]) -> Any:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 from roost.kernel import AgentNotFound, ConfigError, Event
-from roost.plugins.cli._client import DaemonError, event_line, find_daemon
+from roost.plugins.cli._client import DaemonError, event_line
 from roost.plugins.cli._commands import (
     CliError,
     agents_command,
@@ -20,7 +20,7 @@ from roost.plugins.cli._commands import (
     validate_command,
     watch_command,
 )
-from roost.plugins.http import open_daemon, write_daemon_file
+from roost.plugins.http import find_daemon, open_daemon, write_daemon_file
 
 
 def streams():
