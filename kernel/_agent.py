@@ -208,7 +208,9 @@ class AgentRuntime:
                 max_turns=limits.max_turns,
                 max_concurrent_tools=limits.max_concurrent_tools,
                 on_token=on_token,
-                stream=stream,
+                # Stream when asked to, or whenever someone watches the tokens
+                # (roost watch, the API's event stream, roost chat).
+                stream=stream or kernel.tap.wants(EventKind.AGENT_TOKEN),
             )
         except RoostError as exc:
             # The provider failed: the reply says so; the user message is already stored.

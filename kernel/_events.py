@@ -145,6 +145,11 @@ class EventTap:
     def subscriber_count(self) -> int:
         return len(self._subscribers)
 
+    def wants(self, kind: str) -> bool:
+        """Whether any subscriber would receive events of ``kind`` (so producing them is
+        worth it: e.g. the kernel streams tokens only while someone watches)."""
+        return any(sub.accepts(kind) for sub in self._subscribers.values())
+
     @asynccontextmanager
     async def subscribe(
         self, *, buffer: int = 1000, kinds: tuple[str, ...] | None = None
@@ -180,10 +185,13 @@ class _Subscriber:
         self._exact = frozenset(k for k in kinds or () if not k.endswith(":"))
         self._prefixes = tuple(k for k in kinds or () if k.endswith(":"))
 
+    def accepts(self, kind: str) -> bool:
+        return not self.kinds or kind in self._exact or bool(
+            self._prefixes and kind.startswith(self._prefixes)
+        )
+
     def offer(self, event: Event) -> None:
-        if self.kinds and event.kind not in self._exact and not (
-            self._prefixes and event.kind.startswith(self._prefixes)
-        ):
+        if not self.accepts(event.kind):
             return
         try:
             if self.dropped:

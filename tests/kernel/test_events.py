@@ -205,3 +205,15 @@ async def test_subscriber_iterates_with_async_for():
         for i in range(3):
             tap.publish(Event("X", "s", payload=i))
     assert got == [0, 1, 2]
+
+
+async def test_wants_tells_whether_any_subscriber_takes_a_kind():
+    from roost.kernel import EventTap
+
+    tap = EventTap()
+    assert not tap.wants("AGENT:TOKEN")
+    async with tap.subscribe(kinds=("EXEC:",)):
+        assert tap.wants("EXEC:TOOL_CALL") and not tap.wants("AGENT:TOKEN")
+        async with tap.subscribe():
+            assert tap.wants("AGENT:TOKEN")
+    assert not tap.wants("EXEC:TOOL_CALL")

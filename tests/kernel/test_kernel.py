@@ -389,3 +389,18 @@ async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_
             tiers = [routed.receive_nowait().payload["tier"], routed.receive_nowait().payload["tier"]]
     assert (easy.text, hard.text) == ("small answered", "big answered")
     assert tiers == ["fast", "complex"]
+
+
+async def test_tokens_flow_while_someone_watches_them(config):
+    async with open_kernel(config) as kernel:
+        quiet = await kernel.send("reviewer", "please review")
+        async with kernel.tap.subscribe(kinds=(EventKind.AGENT_TOKEN,)) as tokens:
+            reply = await kernel.send("reviewer", "please review")
+            pieces = []
+            while True:
+                try:
+                    pieces.append(tokens.receive_nowait().payload["text"])
+                except trio.WouldBlock:
+                    break
+    assert quiet.text == reply.text
+    assert "".join(pieces) == reply.text
