@@ -14,7 +14,7 @@ import pytest
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a import _rest03 as rest03
 
-REFERENCE = Path(__file__).resolve().parents[4] / "shared" / "reference" / "a2a"
+REFERENCE = Path(__file__).resolve().parents[2] / "fixtures" / "a2a_reference"
 V1_SEND = "/a2a/agents/echo/rest/v1/message:send"
 
 
