@@ -25,6 +25,7 @@ from ._errors import (
     RecursionLimitExceeded,
     RoostError,
     ToolArgumentsInvalid,
+    ToolDenied,
     ToolError,
     ToolNameCollision,
     ToolNotFound,
@@ -58,10 +59,9 @@ class Kernel:
         self.service_errors: dict[str, str] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
         self.started_at = time.time()
-        # Per-agent views rebuilt only when the manifest or the registry changes: they
-        # sit on every tool call's path.
+        # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
+        # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
-        self._workspaces: dict[str, tuple[Any, Path]] = {}
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -167,10 +167,13 @@ class Kernel:
         exposure = self._exposure(manifest)
         return tuple(s for s in self.registry.specs() if s.owner != "agents" and exposure.is_exposed(s))
 
-    def _cached(self, key: tuple[str, str], manifest: Any, build: Any) -> Any:
-        """``build()`` for ``manifest``, rebuilt when the manifest or the registry changes."""
+    def _cached(
+        self, key: tuple[str, str], manifest: Any, build: Any, *, follows_registry: bool = True
+    ) -> Any:
+        """``build()`` for ``manifest``, rebuilt when the manifest changes (and, when
+        ``follows_registry``, when a tool is added or removed)."""
         hit = self._policy_cache.get(key)
-        version = (id(self.registry), self.registry.version)
+        version = (id(self.registry), self.registry.version) if follows_registry else None
         if hit is not None and hit[0] is manifest and hit[1] == version:
             return hit[2]
         value = build()
@@ -202,24 +205,22 @@ class Kernel:
     def _capabilities(self, manifest: Any) -> Any:
         from ._policy import Capabilities
 
-        key = ("capabilities", manifest.name)
-        hit = self._policy_cache.get(key)
-        if hit is not None and hit[0] is manifest:
-            return hit[2]
-        caps = Capabilities(tuple(manifest.capabilities.tools), agent=manifest.name)
-        self._policy_cache[key] = (manifest, 0, caps)
-        return caps
+        return self._cached(
+            ("capabilities", manifest.name),
+            manifest,
+            lambda: Capabilities(tuple(manifest.capabilities.tools), agent=manifest.name),
+            follows_registry=False,
+        )
 
     def _exposure(self, manifest: Any) -> Any:
         from ._policy import Exposure
 
-        key = ("exposure", manifest.name)
-        hit = self._policy_cache.get(key)
-        if hit is not None and hit[0] is manifest:
-            return hit[2]
-        exposure = Exposure(tuple(manifest.mcp.expose_tools), tuple(manifest.mcp.private_tools))
-        self._policy_cache[key] = (manifest, 0, exposure)
-        return exposure
+        return self._cached(
+            ("exposure", manifest.name),
+            manifest,
+            lambda: Exposure(tuple(manifest.mcp.expose_tools), tuple(manifest.mcp.private_tools)),
+            follows_registry=False,
+        )
 
     def _context(self, manifest: Any, spec: ToolSpec, trace: TraceContext | None) -> ToolContext:
         from ._policy import resolve_timeout
@@ -243,13 +244,13 @@ class Kernel:
 
     def workspace_for(self, manifest: Any) -> Path:
         """The agent's workspace directory, created on first use."""
-        hit = self._workspaces.get(manifest.name)
-        if hit is not None and hit[0] is manifest:
-            return hit[1]
-        path = manifest.workspace_dir(Path(self.config.home))
-        path.mkdir(parents=True, exist_ok=True)
-        self._workspaces[manifest.name] = (manifest, path)
-        return path
+
+        def create() -> Path:
+            path = manifest.workspace_dir(Path(self.config.home))
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+
+        return self._cached(("workspace", manifest.name), manifest, create, follows_registry=False)
 
     async def call_tool(
         self,
@@ -324,8 +325,6 @@ class Kernel:
         context = self._context(manifest, spec, call.trace)
         for veto in collect(self.plugins.hook.roost_before_tool_call(call=call, spec=spec, context=context)):
             if isinstance(veto, ToolVeto):
-                from ._errors import ToolDenied
-
                 raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
         if conversation is not None:
             policy = manifest.taint_policy or self.config.taint.policy
