@@ -161,14 +161,22 @@ async def live_daemon_url(home: Any) -> str | None:
     return info.url if info is not None else None
 
 
-def _sse_messages(lines: list[str]) -> Any:
-    data = "\n".join(line[5:].lstrip(" ") if line.startswith("data:") else "" for line in lines if line.startswith("data:"))
-    if not data:
-        return None
+async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
+    """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
+    from roost.plugins.mcp.transports.sse import SseParser
+
+    parser = SseParser()
     try:
-        return json.loads(data)
-    except ValueError:
-        return None
+        async for chunk in response.aiter_text():
+            for event in parser.feed(chunk):
+                try:
+                    message = json.loads(event.data) if event.data else None
+                except ValueError:
+                    continue
+                if message is not None:
+                    await deliver(message)
+    except ValueError as exc:  # an event over the 10 MB message limit
+        log.warning("daemon stream dropped: %s", exc)
 
 
 class DaemonBridge:
@@ -261,15 +269,7 @@ class DaemonBridge:
                         nursery.start_soon(self._listen, client, send)
                     return
                 if ctype.startswith("text/event-stream"):
-                    lines: list[str] = []
-                    async for line in response.aiter_lines():
-                        if line == "":
-                            event = _sse_messages(lines)
-                            lines = []
-                            if event is not None:
-                                await self._forward(event, send)
-                        else:
-                            lines.append(line)
+                    await _relay_sse(response, partial(self._forward, send=send))
                     return
                 raw = await response.aread()
                 try:
@@ -299,15 +299,7 @@ class DaemonBridge:
             async with client.stream("GET", self.endpoint, headers={**self._headers({}), "Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as response:
                 if response.status_code != 200:
                     return
-                lines: list[str] = []
-                async for line in response.aiter_lines():
-                    if line == "":
-                        event = _sse_messages(lines)
-                        lines = []
-                        if event is not None:
-                            await send(event)
-                    else:
-                        lines.append(line)
+                await _relay_sse(response, send)
         except httpx.HTTPError as exc:
             log.warning("lost the daemon's notification stream: %s", exc)
 
