@@ -55,7 +55,7 @@ class AgentReply:
 class Conversation:
     """Per-run guards: the taint tracker and the loop guard of one conversation."""
 
-    def __init__(self, kernel: Kernel, agent: str, session_id: str, trace: TraceContext) -> None:
+    def __init__(self, kernel: Kernel, agent: str, session_id: str | None, trace: TraceContext) -> None:
         from ._policy import LoopGuard, TaintTracker
 
         self.agent = agent
@@ -130,13 +130,25 @@ class AgentRuntime:
         trace: TraceContext | None,
         stream: bool = False,
         run_id: str | None = None,
+        persist: bool = True,
     ) -> AgentReply:
         """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
 
         ``run_id`` lets ``cancel(run_id)`` stop this run; a cancelled run replies with
         ``stop_reason == "cancelled"`` and its user message is still stored.
+        ``persist=False`` (one-shot calls from another agent, which nobody can continue):
+        the run's history lives in memory only; the caller's audit record holds the call,
+        the callee's tool calls are audited as always, and token usage is still recorded.
         """
         run_id = run_id or uuid.uuid4().hex
+        if not persist:
+            with trio.CancelScope() as scope:
+                self._runs[run_id] = scope
+                try:
+                    return await self._run(text, session_id=None, trace=trace, stream=stream)
+                finally:
+                    self._runs.pop(run_id, None)
+            return AgentReply(self.name, "cancelled", "", trace.trace_id if trace else "", True, 0, "cancelled")
         session_id = session_id or uuid.uuid4().hex
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
@@ -166,16 +178,19 @@ class AgentRuntime:
                 del self._session_locks[session_id]
 
     async def _run(
-        self, text: str, *, session_id: str, trace: TraceContext | None, stream: bool
+        self, text: str, *, session_id: str | None, trace: TraceContext | None, stream: bool
     ) -> AgentReply:
+        """One exchange; ``session_id`` None: an in-memory one (see ``persist``)."""
         kernel = self.kernel
         manifest = self.manifest
         trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
         user = Message("user", text)
-        history = [
-            Message.from_record(m.role, m.content, m.data)
-            for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
-        ]
+        history = []
+        if session_id is not None:
+            history = [
+                Message.from_record(m.role, m.content, m.data)
+                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
+            ]
         conversation = Conversation(kernel, self.name, session_id, trace)
         for old in history:
             if old.role == "tool" and old.taint:
@@ -214,7 +229,7 @@ class AgentRuntime:
             )
         except RoostError as exc:
             # The provider failed: the reply says so; the user message is already stored.
-            return AgentReply(self.name, f"error: {exc}", session_id, trace.trace_id, True, 0, "error")
+            return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error")
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
@@ -223,13 +238,16 @@ class AgentRuntime:
                 result.usage.input_tokens,
                 result.usage.output_tokens,
             )
-        await kernel.store.finish_exchange(
-            session_id, self.name, [m.to_record() for m in result.messages], usage=usage
-        )
+        if session_id is not None:
+            await kernel.store.finish_exchange(
+                session_id, self.name, [m.to_record() for m in result.messages], usage=usage
+            )
+        elif usage is not None:
+            await kernel.store.record_usage(self.name, None, *usage)
         return AgentReply(
             self.name,
             result.text,
-            session_id,
+            session_id or "",
             trace.trace_id,
             result.is_error,
             result.turns,

@@ -256,6 +256,18 @@ class PluginsConfig:
     disabled: tuple[str, ...] = _check(_StrList(), default=())
 
 
+@attrs.frozen
+class StoreConfig:
+    """``[store]``: how hard SQLite works to keep a commit.
+
+    ``synchronous = "normal"`` (default): a commit survives roost crashing or being killed;
+    a power loss may lose the last commits. ``"full"``: every commit is fsynced before it is
+    acknowledged, so it also survives a power loss (slower: one fsync per group commit).
+    """
+
+    synchronous: str = _check(_Str(choices=("normal", "full")), default="normal")
+
+
 _SECTIONS: dict[str, type] = {
     "agents": AgentsConfig,
     "kernel": KernelConfig,
@@ -263,6 +275,7 @@ _SECTIONS: dict[str, type] = {
     "tools": ToolsConfig,
     "taint": TaintConfig,
     "plugins": PluginsConfig,
+    "store": StoreConfig,
 }
 _PLAIN = ("providers", "mcp_servers", "a2a")
 _TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
@@ -283,6 +296,7 @@ class RoostConfig:
     tools: ToolsConfig = attrs.field(factory=ToolsConfig)
     taint: TaintConfig = attrs.field(factory=TaintConfig)
     plugins: PluginsConfig = attrs.field(factory=PluginsConfig)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, repr=_redacting_repr)
     mcp_servers: tuple[Mapping[str, Any], ...] = attrs.field(default=(), repr=_redacting_repr)
     a2a: Mapping[str, Any] = attrs.field(factory=dict, repr=_redacting_repr)

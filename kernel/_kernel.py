@@ -587,7 +587,7 @@ async def open_kernel(
     for i, plugin in enumerate(plugins):
         pm.register_named(getattr(plugin, "__name__", f"plugin-{i}"), plugin)
 
-    async with open_store(database_path(home)) as store:
+    async with open_store(database_path(home), synchronous=config.store.synchronous) as store:
         async with open_actor_system(shutdown_timeout_s=config.kernel.shutdown_timeout_s) as actors:
             kernel = Kernel(config, pm, store, actors)
             for failure in pm.failures:

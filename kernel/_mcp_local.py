@@ -84,16 +84,12 @@ async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, An
         if not isinstance(text, str):
             return _error(req_id, INVALID_PARAMS, "params.arguments.message: expected a string")
         run_id = str(req_id) if req_id is not None else None
-        reply = await agent.handle_message(text, session_id=None, trace=trace, run_id=run_id)
+        # A one-shot call nobody can continue: its history stays in memory (handle_message).
+        reply = await agent.handle_message(text, session_id=None, trace=trace, run_id=run_id, persist=False)
         result = {
             "content": [{"type": "text", "text": reply.text}],
             "isError": reply.is_error,
-            "structuredContent": {
-                "agent": reply.agent,
-                "text": reply.text,
-                "session_id": reply.session_id,
-                "stop_reason": reply.stop_reason,
-            },
+            "structuredContent": {"agent": reply.agent, "text": reply.text, "stop_reason": reply.stop_reason},
         }
         return {"jsonrpc": "2.0", "id": req_id, "result": result}
 

@@ -1,12 +1,12 @@
 """Persistence: sessions and their history, the tool-call audit log and token usage.
 
-``Store`` is the protocol; ``SqliteStore`` the default. Every database call runs in a
-worker thread (``trio.to_thread.run_sync``) on one connection that only one thread uses at
-a time, so the event loop never blocks on disk. A write returns only after its transaction
-is committed: nothing is acknowledged before it is stored.
+``Store`` is the protocol; ``SqliteStore`` the default. Reads run in a worker thread
+(``trio.to_thread.run_sync``) on one connection that only one thread uses at a time; writes
+go through group commit (below), so the event loop never waits on disk or on a lock. A write
+returns only after its transaction is committed: nothing is acknowledged before it is stored.
 
-Group commit (``GroupCommitter``): writes that queue up while another batch is on disk are
-run together on the database thread in ONE transaction with ONE commit (one fsync), each
+Group commit (``GroupCommitter``): writes that queue up while another batch runs are
+run together in ONE transaction with ONE commit (with ``full``, one fsync), each
 in its own SAVEPOINT, so one failing write is rolled back alone and only its caller sees
 the error; every caller returns only after the commit that holds its write. The queue is
 bounded. Cancelling a caller: a write still waiting in the queue is withdrawn and never
@@ -19,9 +19,15 @@ that commit). It is still committed (visible, and kept if the process dies); onl
 loss before the next durable commit on the same connection could lose it, and that commit's
 fsync covers it, since the WAL is one sequential file.
 
-Durability: WAL journal with ``synchronous=FULL``, so every commit is fsynced to the WAL
-before it returns. ``NORMAL`` would be faster, but in WAL mode it may lose the last commits
-on power loss, which would break "acknowledged means stored".
+Durability (``[store] synchronous``): WAL journal. ``"normal"`` (the default) commits to
+the WAL without an fsync: a write that returned survives roost crashing or being killed;
+only a power loss or OS crash can lose the last commits. Such a commit costs ~25 µs, so the
+group commit runs on the event loop's thread (a thread hop alone costs ~200 µs); only
+checkpoints, which do fsync, run in a worker thread, on a connection of their own. A batch
+that finds the database locked by another process, or the connection busy in a thread,
+runs on a worker thread instead and waits there, never on the event loop. ``"full"`` (or
+``"extra"``) fsyncs every commit before it returns, so acknowledged writes also survive a
+power loss; every batch then runs on a worker thread.
 
 The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations,
 each in its own transaction. A database from a newer roost, a file that is not SQLite or a
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -314,6 +321,8 @@ _INSERT_USAGE = (
 
 MAX_PENDING_WRITES = 1024
 MAX_BATCH = 256
+BUSY_WINDOW_S = 100e-6  # commits closer than this: the leader yields so others can join
+CHECKPOINT_EVERY_COMMITS = 512  # inline commits between two checkpoints in a worker thread
 
 
 @attrs.define(eq=False)
@@ -329,12 +338,20 @@ class _WriteItem:
 class GroupCommitter:
     """Runs write work items on one SQLite connection, many per transaction.
 
-    ``await write(operation, work)`` queues ``work(conn)``; it runs on the database thread
-    inside a SAVEPOINT of a shared ``BEGIN IMMEDIATE`` transaction and the call returns its
-    result only after that transaction's COMMIT. ``work`` must not BEGIN, COMMIT or ROLLBACK
-    itself; raising rolls back its own changes only. ``limiter`` is the connection's
-    one-thread-at-a-time limiter (shared with readers); ``wrap_error(operation, exc)`` turns
-    an ``sqlite3.Error`` into the caller's error type.
+    ``await write(operation, work)`` queues ``work(conn)``; it runs inside a SAVEPOINT of a
+    shared ``BEGIN IMMEDIATE`` transaction and the call returns its result only after that
+    transaction's COMMIT. ``work`` must not BEGIN, COMMIT or ROLLBACK itself; raising rolls
+    back its own changes only. ``limiter`` is the connection's one-thread-at-a-time limiter
+    (shared with readers); ``wrap_error(operation, exc)`` turns an ``sqlite3.Error`` into the
+    caller's error type.
+
+    Where a batch runs: with ``synchronous="NORMAL"`` on the event loop's thread (a commit
+    is a WAL append, ~25 µs; the leader first yields once, so writes from tasks that are
+    ready to run join its batch), unless a worker thread is using the connection or another
+    process holds the write lock — then, as always with ``FULL``, on a worker thread, where
+    waiting for the lock or the fsync blocks nobody. ``checkpoint()`` (blocking; it runs in a
+    worker thread on its own connection) is called after every ``CHECKPOINT_EVERY_COMMITS``
+    inline commits, since the connection's automatic checkpoints (which fsync) are off.
     """
 
     def __init__(
@@ -346,6 +363,7 @@ class GroupCommitter:
         max_pending: int = MAX_PENDING_WRITES,
         max_batch: int = MAX_BATCH,
         synchronous: str = "FULL",
+        checkpoint: Callable[[], Any] | None = None,
     ) -> None:
         if max_pending < 1 or max_batch < 1:
             raise ValueError("max_pending and max_batch: expected integers ≥ 1")
@@ -361,15 +379,24 @@ class GroupCommitter:
         self._pending: list[_WriteItem] = []
         self._leading = False
         self._batch_done = trio.Event()
+        self._inline = synchronous == "NORMAL"
+        self._busy_timeout_ms = BUSY_TIMEOUT_MS  # what the connection is set to now
+        self._checkpoint = checkpoint
+        self._commits_since_checkpoint = 0
+        self._last_inline_commit = -1.0
         self.batches = 0  # how many transactions were committed (for tests and benches)
+        self.inline_batches = 0  # how many of them ran on the event loop's thread
 
     async def write(
         self, operation: str, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
     ) -> _T:
         """Run ``work(conn)`` in the next group transaction; return after it is committed
-        (and, unless ``durable=False``, fsynced)."""
+        (and, with ``FULL`` unless ``durable=False``, fsynced)."""
         item = _WriteItem(operation, work, durable)
-        await self._slots.acquire()  # back-pressure: the queue is bounded
+        try:  # a scheduler round trip saved when there is room (the common case)
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            await self._slots.acquire()  # back-pressure: the queue is bounded
         try:
             self._pending.append(item)
             while item.state != "done":
@@ -392,14 +419,27 @@ class GroupCommitter:
 
     async def _lead(self) -> None:
         self._leading = True
-        batch = self._pending[: self._max_batch]
-        del self._pending[: self._max_batch]
-        for item in batch:
-            item.state = "running"
+        checkpoint_due = False
+        batch: list[_WriteItem] = []
         try:
-            # Shielded: the batch holds other callers' writes; it must finish and wake them.
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+            if self._inline and self._busy():
+                # Let tasks that are ready to run queue their writes into this batch.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            batch = self._pending[: self._max_batch]
+            del self._pending[: self._max_batch]
+            for item in batch:
+                item.state = "running"
+            if self._inline and self._run_inline(batch):
+                self._last_inline_commit = time.perf_counter()
+                self._commits_since_checkpoint += 1
+                checkpoint_due = (
+                    self._checkpoint is not None
+                    and self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS
+                )
+            else:
+                # Shielded: the batch holds other callers' writes; it must finish and wake them.
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
         finally:
             for item in batch:
                 item.state = "done"
@@ -407,24 +447,95 @@ class GroupCommitter:
             self.batches += 1
             done, self._batch_done = self._batch_done, trio.Event()
             done.set()
+        if checkpoint_due:
+            # This leader carries the checkpoint; other writers go on inline meanwhile.
+            self._commits_since_checkpoint = 0
+            with trio.CancelScope(shield=True):  # a worker thread cannot be abandoned anyway
+                try:
+                    await trio.to_thread.run_sync(self._checkpoint)  # type: ignore[arg-type]
+                except Exception:  # a failed checkpoint loses nothing; the next one retries
+                    pass
+
+    def _busy(self) -> bool:
+        """Whether other writes are likely to join if the leader yields: tasks are waiting
+        to run, or the last commit was moments ago (writes are coming back to back). A lone
+        writer does not pay for a scheduler round trip that nobody would use."""
+        return bool(trio.lowlevel.current_statistics().tasks_runnable) or (
+            time.perf_counter() - self._last_inline_commit < BUSY_WINDOW_S
+        )
+
+    def _run_inline(self, batch: list[_WriteItem]) -> bool:
+        """Run the batch on this thread; False (nothing done) when the connection is busy
+        in a worker thread or another process holds the write lock."""
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        try:
+            try:
+                conn = self._get_connection()
+                if self._busy_timeout_ms:
+                    conn.execute("PRAGMA busy_timeout = 0")  # never wait for a lock here
+                    self._busy_timeout_ms = 0
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _is_locked(exc):
+                    return False
+                self._fail_all(batch, exc)
+                return True
+            except BaseException as exc:  # closed store: every item gets the reason
+                self._fail_all(batch, exc)
+                return True
+            self._run_items(conn, batch)
+            self.inline_batches += 1
+            return True
+        finally:
+            self._limiter.release()
+
+    def _fail_all(self, batch: list[_WriteItem], exc: BaseException) -> None:
+        for item in batch:
+            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
 
     def _run_batch(self, batch: list[_WriteItem]) -> None:
         """On the database thread: BEGIN, one SAVEPOINT per item, COMMIT."""
         try:
             conn = self._get_connection()
         except BaseException as exc:  # closed store: every item gets the reason
-            for item in batch:
-                item.error = exc
+            self._fail_all(batch, exc)
             return
         try:
+            if self._busy_timeout_ms != BUSY_TIMEOUT_MS:  # here we may wait for the lock
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                self._busy_timeout_ms = BUSY_TIMEOUT_MS
             wanted = self._synchronous if any(i.durable for i in batch) else "NORMAL"
             if wanted != self._current_sync:
                 conn.execute(f"PRAGMA synchronous = {wanted}")
                 self._current_sync = wanted
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            for item in batch:
-                item.error = self._wrap_error(item.operation, exc)
+            self._fail_all(batch, exc)
+            return
+        self._run_items(conn, batch)
+
+    def _run_alone(self, conn: sqlite3.Connection, item: _WriteItem) -> None:
+        try:
+            item.result = item.work(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            item.result = None
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+            if not isinstance(exc, Exception):
+                raise
+
+    def _run_items(self, conn: sqlite3.Connection, batch: list[_WriteItem]) -> None:
+        """Inside an open transaction: one SAVEPOINT per item, then COMMIT."""
+        if len(batch) == 1:  # alone: its own transaction is its savepoint
+            self._run_alone(conn, batch[0])
             return
         try:
             for item in batch:
@@ -452,14 +563,44 @@ class GroupCommitter:
                 raise
 
 
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+class WalCheckpointer:
+    """Checkpoints the WAL of the database at ``path`` on a connection of its own (opened
+    on first use). Blocking: call it in a worker thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._conn is None:
+                self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+
 class SqliteStore:
     """The SQLite ``Store``. Create it with ``open_store``; every method is async."""
 
-    def __init__(self, connection: sqlite3.Connection, path: str, synchronous: str = "FULL") -> None:
+    def __init__(self, connection: sqlite3.Connection, path: str, synchronous: str = "NORMAL") -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = connection
         self._limiter = trio.CapacityLimiter(1)
-        self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous)
+        self._checkpointer = WalCheckpointer(path) if synchronous == "NORMAL" and path != MEMORY else None
+        self._writer = GroupCommitter(
+            self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
+        )
 
     @property
     def closed(self) -> bool:
@@ -505,6 +646,8 @@ class SqliteStore:
 
         def close() -> None:
             conn, self._conn = self._conn, None
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             if conn is not None:
                 conn.close()
 
@@ -839,6 +982,8 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
             )
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if synchronous == "NORMAL":  # checkpoints run in a worker thread (GroupCommitter)
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn, label)
     except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
@@ -857,7 +1002,7 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 
 @asynccontextmanager
-async def open_store(path: Path | str, *, synchronous: str = "FULL") -> AsyncIterator[SqliteStore]:
+async def open_store(path: Path | str, *, synchronous: str = "NORMAL") -> AsyncIterator[SqliteStore]:
     """Open (creating and upgrading if needed) the SQLite store at ``path``.
 
     ``":memory:"`` gives a private in-memory store (for tests). The connection is closed

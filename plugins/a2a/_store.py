@@ -1,10 +1,11 @@
 """The A2A task store: SQLite (``<home>/a2a.db``), bounded, survives a restart.
 
 Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
-plugin owns the JSON. Every call runs in a worker thread on one connection used by one
-thread at a time; a write returns only after it is committed. Writes go through the
-kernel store's ``GroupCommitter``: writes that queue up while a commit is on disk share
-the next transaction (one fsync), each in its own SAVEPOINT. At most ``max_tasks`` rows
+plugin owns the JSON. Reads run in a worker thread on one connection used by one thread
+at a time; a write returns only after it is committed. Writes go through the kernel
+store's ``GroupCommitter``, with the kernel store's durability: inline commits without an
+fsync by default, or, with ``[store] synchronous = "full"``, group commits where writes
+that queue up while a commit is on disk share the next transaction (one fsync). At most ``max_tasks`` rows
 are kept: when a new task would pass the bound, the oldest *terminal* tasks are evicted;
 if every stored task is still running, the new one is refused.
 """
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 from roost.kernel import RoostError
-from roost.kernel._store import GroupCommitter
+from roost.kernel._store import MEMORY, SYNCHRONOUS_MODES, GroupCommitter, WalCheckpointer
 
 _T = TypeVar("_T")
 SCHEMA_VERSION = 1
@@ -79,12 +80,15 @@ _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at
 class TaskStore:
     """Async SQLite task store; open it with ``open_task_store``."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, max_tasks: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: str, max_tasks: int, synchronous: str = "NORMAL") -> None:
         self.path = path
         self.max_tasks = max_tasks
         self._conn: sqlite3.Connection | None = conn
         self._limiter = trio.CapacityLimiter(1)
-        self._writer = GroupCommitter(self._connection, self._limiter, self._error)
+        self._checkpointer = WalCheckpointer(path) if synchronous == "NORMAL" and path != MEMORY else None
+        self._writer = GroupCommitter(
+            self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
+        )
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -259,6 +263,8 @@ class TaskStore:
 
     async def aclose(self) -> None:
         def close() -> None:
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -266,7 +272,7 @@ class TaskStore:
         await trio.to_thread.run_sync(close, limiter=self._limiter)
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, synchronous: str) -> sqlite3.Connection:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -277,7 +283,9 @@ def _connect(path: str) -> sqlite3.Connection:
             conn.close()
             raise TaskStoreError(f"{path}: written by a newer roost (task schema {version}); upgrade roost")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if synchronous == "NORMAL":  # checkpoints run in a worker thread (GroupCommitter)
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         conn.execute("PRAGMA foreign_keys = ON")
         for statement in _SCHEMA:
             conn.execute(statement)
@@ -288,11 +296,17 @@ def _connect(path: str) -> sqlite3.Connection:
 
 
 @asynccontextmanager
-async def open_task_store(path: Path | str, *, max_tasks: int = 1000) -> AsyncIterator[TaskStore]:
-    """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests)."""
-    text = str(path) if str(path) == ":memory:" else str(Path(path).expanduser().absolute())
-    conn = await trio.to_thread.run_sync(_connect, text)
-    store = TaskStore(conn, text, max_tasks)
+async def open_task_store(
+    path: Path | str, *, max_tasks: int = 1000, synchronous: str = "NORMAL"
+) -> AsyncIterator[TaskStore]:
+    """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests).
+    ``synchronous`` is the kernel store's setting (``[store] synchronous``)."""
+    mode = str(synchronous).upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise TaskStoreError(f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}")
+    text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
+    conn = await trio.to_thread.run_sync(_connect, text, mode)
+    store = TaskStore(conn, text, max_tasks, mode)
     try:
         yield store
     finally:

@@ -88,10 +88,14 @@ class EventLog:
         ``None`` now and then while idle (send a keep-alive comment)."""
         while True:
             fresh = [(seq, data) for seq, data in self.events if seq > after]
-            for seq, data in fresh:
-                after = seq
-                yield seq, data
-            if self.closed and not [e for e in self.events if e[0] > after]:
+            if fresh:
+                for seq, data in fresh:
+                    after = seq
+                    yield seq, data
+                # More may have come (and the stream closed, with no wake-up left to wait
+                # for) while the consumer sent these: look again before waiting.
+                continue
+            if self.closed:
                 return
             changed = self._changed
             with trio.move_on_after(keepalive_s) as idle:

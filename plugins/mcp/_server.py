@@ -1244,8 +1244,21 @@ async def serve_connection(
                 if isinstance(message, rpc.JsonRpcError):
                     await send(message.to_response().to_dict())
                     continue
+                if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
+                    # Answered before anything read after it (the reader does not yield
+                    # between requests, and Trio does not promise to start tasks in order).
+                    reply = await server.handle(session, message, notify=send)
+                    try:
+                        if reply is not None:
+                            await send(reply)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        break  # the client went away
+                    continue
                 message_token = object()
-                await limiter.acquire_on_behalf_of(message_token)
+                try:  # no scheduler round trip while there is room
+                    limiter.acquire_on_behalf_of_nowait(message_token)
+                except trio.WouldBlock:
+                    await limiter.acquire_on_behalf_of(message_token)
                 nursery.start_soon(_run_one, server, session, message, send, limiter, message_token)
             # The client closed its end: let requests in flight answer (briefly), then stop.
             with trio.move_on_after(drain_timeout_s):

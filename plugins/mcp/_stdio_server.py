@@ -112,7 +112,10 @@ async def stdio_loop(
             data = framer.encode(encode_message(error.to_dict()))
         outbox.append(data)
         try:
-            await write_lock.acquire()
+            try:  # no scheduler round trip when nobody is writing
+                write_lock.acquire_nowait()
+            except trio.WouldBlock:
+                await write_lock.acquire()
         except BaseException:
             for i, item in enumerate(outbox):  # cancelled before anyone wrote it
                 if item is data:

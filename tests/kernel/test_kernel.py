@@ -240,6 +240,20 @@ async def test_history_and_audit_survive_a_restart(config):
     assert not again.is_error and len(longer) > len(history)
 
 
+async def test_an_agent_called_by_another_keeps_its_one_shot_history_in_memory(config):
+    caller = agent("caller", tools=["agent_callee"], rules=[call_rule(".", "agent_callee", {"message": "{message}"})])
+    callee = agent("callee", tools=["echo"], rules=[call_rule(".", "echo", {"text": "{message}"})])
+    async with open_kernel(config, agents=[caller, callee], plugins=[FixtureTools()]) as kernel:
+        reply = await kernel.send("caller", "ping")
+        sessions = await kernel.store.sessions(limit=100)
+        audit = await kernel.store.audit(trace_id=reply.trace_id)
+    assert not reply.is_error and reply.text == "echo:ping"
+    # Only the caller's session is stored: nobody can continue the callee's one-shot run.
+    assert [(s["agent"], s["message_count"]) for s in sessions] == [("caller", 4)]
+    # Both hops stay in the audit log under the one trace.
+    assert {(r.agent, r.tool, r.outcome) for r in audit} == {("caller", "agent_callee", "ok"), ("callee", "echo", "ok")}
+
+
 class ServicePlugin:
     def __init__(self):
         self.stopped = False

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+import threading
 
 import pytest
 import trio
@@ -69,19 +72,124 @@ async def test_a_write_is_committed_before_it_returns(tmp_path):
         assert rows == [("stored?",)]
 
 
-async def test_file_uses_wal_and_full_sync(tmp_path):
+def _pragmas(conn):
+    return (
+        conn.execute("PRAGMA journal_mode").fetchone()[0],
+        conn.execute("PRAGMA synchronous").fetchone()[0],
+        conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+        conn.execute("PRAGMA user_version").fetchone()[0],
+    )
+
+
+async def test_file_uses_wal_and_normal_sync_with_checkpoints_off_the_connection(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        pragmas = await store._run("read pragmas", _pragmas)
+    # NORMAL is 1; autocheckpoint 0: checkpoints run in a worker thread instead.
+    assert pragmas == ("wal", 1, 0, store_module.schema_version())
+
+
+async def test_full_sync_is_kept_for_those_who_ask(tmp_path):
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
+        await store.append_messages("s", "a", [msg("user", "x")])
+        pragmas = await store._run("read pragmas", _pragmas)
+        assert store._writer.inline_batches == 0  # FULL: every batch runs on a worker thread
+    assert pragmas == ("wal", 2, 1000, store_module.schema_version())
+
+
+async def test_normal_sync_commits_inline_without_a_thread(tmp_path, monkeypatch):
+    async with open_store(tmp_path / "roost.db") as store:
+
+        def no_threads(*args, **kwargs):
+            raise AssertionError("a NORMAL write went to a worker thread")
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", no_threads)
+        await store.append_messages("s", "a", [msg("user", "inline")])
+        await store.record_tool_call(AuditRecord(agent="a", tool="t"))
+        monkeypatch.undo()
+        assert store._writer.inline_batches == 2
+        assert [m.content for m in await store.history("s")] == ["inline"]
+
+
+async def test_concurrent_normal_writes_share_one_inline_transaction(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "BUSY_WINDOW_S", 3600.0)  # no timing in this test
+    async with open_store(tmp_path / "roost.db") as store:
+        before = store._writer.batches
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(store.append_messages, f"s{i}", "a", [msg("user", f"m{i}")])
+        # The first runs alone (nothing showed it company was coming); the rest join one.
+        assert store._writer.batches - before <= 2
+        assert store._writer.inline_batches == store._writer.batches
+        assert len(await store.sessions(limit=100)) == 20
+
+
+async def test_a_write_waits_off_the_loop_while_another_process_holds_the_lock(tmp_path):
     db = tmp_path / "roost.db"
     async with open_store(db) as store:
-        pragmas = await store._run(
-            "read pragmas",
-            lambda conn: (
-                conn.execute("PRAGMA journal_mode").fetchone()[0],
-                conn.execute("PRAGMA synchronous").fetchone()[0],
-                conn.execute("PRAGMA busy_timeout").fetchone()[0],
-                conn.execute("PRAGMA user_version").fetchone()[0],
-            ),
-        )
-    assert pragmas == ("wal", 2, store_module.BUSY_TIMEOUT_MS, store_module.schema_version())
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # as another roost process writing would
+        done = trio.Event()
+
+        async def write():
+            await store.append_messages("s", "a", [msg("user", "after the lock")])
+            done.set()
+
+        ticks = 0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write)
+            for _ in range(10):  # the event loop keeps running while the write waits
+                await trio.sleep(0.02)
+                ticks += 1
+            assert not done.is_set()
+            other.execute("COMMIT")
+            other.close()
+            with trio.fail_after(10):
+                await done.wait()
+        assert ticks == 10
+        assert store._writer.inline_batches == 0
+        assert [m.content for m in await store.history("s")] == ["after the lock"]
+
+
+async def test_inline_commits_checkpoint_the_wal_in_a_worker_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY_COMMITS", 5)
+    async with open_store(tmp_path / "roost.db") as store:
+        calls = []
+        real = store._writer._checkpoint
+
+        def counting():
+            calls.append(threading.current_thread() is threading.main_thread())
+            real()
+
+        store._writer._checkpoint = counting
+        for i in range(12):
+            await store.append_messages("s", "a", [msg("user", str(i))])
+        assert calls == [False, False]  # twice, never on the event loop's thread
+        assert len(await store.history("s")) == 12
+
+
+def test_an_acknowledged_write_survives_the_process_being_killed(tmp_path):
+    db = tmp_path / "roost.db"
+    script = (
+        "import sys, trio\n"
+        "from roost.kernel import open_store\n"
+        "async def main():\n"
+        "    async with open_store(sys.argv[1]) as store:\n"
+        "        await store.append_messages('s', 'a', [{'role': 'user', 'content': 'kept'}])\n"
+        "        print('stored', flush=True)\n"
+        "        await trio.sleep(60)\n"
+        "trio.run(main)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "stored"
+    finally:
+        proc.kill()  # SIGKILL: no close, no checkpoint
+        proc.wait(timeout=10)
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT content FROM messages").fetchall() == [("kept",)]
+    finally:
+        conn.close()
 
 
 async def test_memory_store_and_protocol():
@@ -423,7 +531,7 @@ async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
             await store.finish_exchange("s", "a", [], usage=("", "m", 1, 1))
 
 
-# ---- group commit ----------------------------------------------------------------------
+# ---- group commit (synchronous = full; NORMAL takes this path only when the lock is held) --
 
 
 class _Gate:
@@ -452,7 +560,7 @@ async def _rows(store, sql):
 
 
 async def test_queued_writes_commit_together_in_one_transaction(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         gate = _Gate()
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
@@ -468,7 +576,7 @@ async def test_queued_writes_commit_together_in_one_transaction(tmp_path):
 
 
 async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         await store.ensure_session("owned", "alice")
         gate = _Gate()
         outcomes: dict[str, object] = {}
@@ -495,7 +603,7 @@ async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
 
 
 async def test_a_sqlite_error_in_one_item_names_its_operation_and_spares_the_rest(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         gate = _Gate()
         results: dict[str, object] = {}
 
@@ -523,7 +631,7 @@ _INSERT_USAGE_ROW = "INSERT INTO usage (ts, agent, provider, model, input_tokens
 
 
 async def test_a_cancelled_write_still_queued_never_runs(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         gate = _Gate()
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
@@ -540,7 +648,7 @@ async def test_a_cancelled_write_still_queued_never_runs(tmp_path):
 
 
 async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         first, second = _Gate(), _Gate()
         outcome = []
 
@@ -567,11 +675,11 @@ async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
 
 async def test_group_commits_survive_a_restart(tmp_path):
     db = tmp_path / "roost.db"
-    async with open_store(db) as store:
+    async with open_store(db, synchronous="full") as store:
         async with trio.open_nursery() as nursery:
             for i in range(40):
                 nursery.start_soon(store.append_messages, f"s{i % 4}", "a", [msg("user", f"m{i}")])
-    async with open_store(db) as store:
+    async with open_store(db, synchronous="full") as store:
         counts = {s["id"]: s["message_count"] for s in await store.sessions(limit=10)}
         seqs = await _rows(store, "SELECT session_id, seq FROM messages ORDER BY session_id, seq")
     assert counts == {f"s{k}": 10 for k in range(4)}
@@ -612,7 +720,7 @@ async def test_the_write_queue_is_bounded():
 
 
 async def test_writes_after_close_fail_with_a_clear_error(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         pass
     with pytest.raises(StoreError, match="closed"):
         await store.append_messages("s", "a", [msg("user", "x")])
@@ -623,7 +731,7 @@ async def test_a_batch_of_only_non_durable_writes_skips_the_fsync(tmp_path):
         return conn.execute("PRAGMA synchronous").fetchone()[0]
 
     full, normal = 2, 1
-    async with open_store(tmp_path / "roost.db") as store:
+    async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         assert await store.write("probe", sync_mode) == full
         assert await store.write("probe", sync_mode, durable=False) == normal
         assert await store.write("probe", sync_mode) == full  # durable again afterwards
@@ -645,14 +753,14 @@ async def test_a_batch_of_only_non_durable_writes_skips_the_fsync(tmp_path):
 
 async def test_a_non_durable_write_is_committed_and_survives_a_restart(tmp_path):
     db = tmp_path / "roost.db"
-    async with open_store(db) as store:
+    async with open_store(db, synchronous="full") as store:
         await store.write("lazy", lambda c: c.execute(_INSERT_USAGE_ROW, ("lazy",)), durable=False)
         other = sqlite3.connect(db)  # committed: another connection sees it at once
         try:
             assert other.execute("SELECT agent FROM usage").fetchall() == [("lazy",)]
         finally:
             other.close()
-    async with open_store(db) as store:
+    async with open_store(db, synchronous="full") as store:
         assert await _rows(store, "SELECT agent FROM usage") == [("lazy",)]
 
 

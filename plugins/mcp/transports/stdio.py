@@ -160,7 +160,10 @@ class StdioTransport:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
         self._outbox.append(data)
         try:
-            await self._send_lock.acquire()
+            try:  # no scheduler round trip when nobody is writing
+                self._send_lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self._send_lock.acquire()
         except BaseException:
             _take_back(self._outbox, data)  # cancelled before anyone wrote it: never sent
             raise

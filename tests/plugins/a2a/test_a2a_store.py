@@ -100,7 +100,7 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
     import threading
 
     db = tmp_path / "a2a.db"
-    async with open_task_store(db, max_tasks=100) as store:
+    async with open_task_store(db, max_tasks=100, synchronous="full") as store:
         entered, release = threading.Event(), threading.Event()
 
         def hold(conn):  # keeps the database thread busy so the writes below queue up

@@ -219,3 +219,21 @@ async def test_stateless_headers_are_required_and_checked(base_url):
         body, headers = modern("initialize", {})
         r = await client.post(base_url + "/mcp", json=body, headers=headers)
         assert r.status_code == 404 and r.json()["error"]["code"] == -32601
+
+
+async def test_sse_stream_ends_with_events_that_came_while_the_consumer_was_sending():
+    # Regression: events appended (and the stream closed) while the SSE body was busy
+    # sending an earlier event were held back until the 15 s keep-alive.
+    from roost.plugins.mcp._http_server import EventLog
+
+    log = EventLog("s")
+    log.append({"n": 1})
+    seen = []
+    with trio.fail_after(2):
+        async for item in log.follow(0, keepalive_s=60):
+            seen.append(json.loads(item[1])["n"])
+            if len(seen) == 1:  # as if the response were being written meanwhile
+                log.append({"n": 2})
+                log.append({"n": 3})
+                log.close()
+    assert seen == [1, 2, 3]
