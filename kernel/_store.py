@@ -460,8 +460,8 @@ class GroupCommitter:
         """Whether other writes are likely to join if the leader yields: tasks are waiting
         to run, or the last commit was moments ago (writes are coming back to back). A lone
         writer does not pay for a scheduler round trip that nobody would use."""
-        return bool(trio.lowlevel.current_statistics().tasks_runnable) or (
-            time.perf_counter() - self._last_inline_commit < BUSY_WINDOW_S
+        return (time.perf_counter() - self._last_inline_commit < BUSY_WINDOW_S) or bool(
+            trio.lowlevel.current_statistics().tasks_runnable
         )
 
     def _run_inline(self, batch: list[_WriteItem]) -> bool:

@@ -334,3 +334,17 @@ def test_data_dir_that_is_a_file_is_an_error(tmp_path):
 
 def test_deeply_nested_toml_is_an_error_not_a_crash(tmp_path):
     assert "nested too deeply" in failure(tmp_path, "a = " + "[" * 100_000 + "]" * 100_000)
+
+
+def test_store_durability_names_its_choices(tmp_path):
+    message = failure(tmp_path, '[store]\nsynchronous = "fsync"\n')
+    assert "store.synchronous" in message and '"normal", "full"' in message
+
+
+async def test_store_full_sync_reaches_the_database(tmp_path):
+    from roost.kernel import open_kernel
+
+    config = default_config(home=tmp_path, store={"synchronous": "full"}, agents={"bundled": False})
+    async with open_kernel(config) as kernel:
+        mode = await kernel.store.read("probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+    assert config.store.synchronous == "full" and mode == 2
