@@ -33,7 +33,10 @@ class RouteDescriptor:
     """An HTTP route served by the daemon. ``handler`` is a quart-trio view function.
 
     ``max_body_bytes`` caps this HTTP route's request bodies (chunked ones too); None keeps the
-    daemon's ``http.max_body_bytes``.
+    daemon's ``http.max_body_bytes``. ``fast_handler`` (optional) serves the route without
+    Quart: ``async (roost.plugins.http.PlainRequest, **path_args) -> PlainResponse | None``,
+    after the same auth, rate-limit, Origin and size checks; None hands the request to
+    ``handler`` (e.g. for a streamed answer).
     """
 
     path: str
@@ -42,6 +45,7 @@ class RouteDescriptor:
     websocket: bool = False
     public: bool = False  # True: no bearer auth (like /health)
     max_body_bytes: int | None = None
+    fast_handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as _dt
-import uuid
+import os as _os
+import time as _time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -172,14 +172,26 @@ def state_to_json(state: str, dialect: str) -> str:
     return state if dialect == V1 else _STATE_TO_OLD.get(state, "unknown")
 
 
+_second: tuple[int, str] = (-1, "")
+
+
 def now_iso() -> str:
     """Now as ISO 8601 UTC with milliseconds (``2026-01-02T03:04:05.678Z``)."""
-    t = _dt.datetime.now(_dt.UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
+    global _second
+    t = _time.time()
+    whole = int(t)
+    if _second[0] != whole:  # the date part is formatted once a second
+        _second = (whole, _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(whole)))
+    return f"{_second[1]}{min(int((t - whole) * 1000), 999):03d}Z"
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID as text, like ``str(uuid.uuid4())``."""
+    h = _os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = "89ab"
 
 
 # -- helpers for reading JSON --------------------------------------------------------------

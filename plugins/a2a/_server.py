@@ -15,6 +15,7 @@ Routes (``/a2a`` is ``a2a.listen_path``):
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import weakref
@@ -22,8 +23,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 from roost.kernel import RouteDescriptor, TraceContext
+from roost.plugins.http._plain import PlainRequest, PlainResponse
 
 from . import _models as m
 from . import _protocol as p
@@ -61,7 +64,8 @@ class A2AService:
     async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED, push_transport: Any = None) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
         home = Path(kernel.config.home)
-        async with open_task_store(home / "a2a.db", max_tasks=self.settings.max_tasks) as store:
+        synchronous = getattr(getattr(kernel.config, "store", None), "synchronous", "normal")
+        async with open_task_store(home / "a2a.db", max_tasks=self.settings.max_tasks, synchronous=synchronous) as store:
             async with trio.open_nursery() as nursery:
                 if self.settings.push_notifications:
                     self.push = PushDispatcher(
@@ -331,35 +335,40 @@ def gateway_card(service: A2AService, base_url: str) -> dict[str, Any]:
 
 
 # ---- HTTP layer ------------------------------------------------------------------------------
+#
+# Each route is one server-neutral function ``(service, PlainRequest, ..., stream_ok) ->
+# PlainResponse | SseAnswer | None``. ``make_routes`` serves it twice: as the route's
+# ``fast_handler`` (the daemon's fast lane, which cannot stream: a streaming request makes it
+# return None and the daemon hands the request to Quart) and as the quart view.
 
 
-def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None):
-    from quart import Response
+@attrs.frozen
+class SseAnswer:
+    """A streamed answer: the events, and how to wrap each (JSON-RPC) before sending."""
 
-    return Response(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-        status=status,
-        content_type=content_type,
-        headers=dict(headers or {}),
-    )
+    events: AsyncIterator[dict]
+    wrap: Any = None
 
 
-def _card_response(card: dict[str, Any]):
-    from quart import request
+def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return PlainResponse(status, data, content_type, tuple((headers or {}).items()))
 
+
+def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
     text = json.dumps(card, ensure_ascii=False, separators=(",", ":"))
     etag = 'W/"' + hashlib.sha256(text.encode()).hexdigest()[:40] + '"'
     headers = {"ETag": etag, "Cache-Control": CARD_CACHE_CONTROL}
-    match = request.headers.get("If-None-Match", "")
+    match = req.headers.get("If-None-Match") or ""
     if etag in [t.strip() for t in match.split(",")] or match.strip() == "*":
-        from quart import Response
-
-        return Response("", status=304, headers=headers)
+        return PlainResponse(304, b"", "text/html; charset=utf-8", tuple(headers.items()))
     return _json(card, headers=headers)
 
 
-def _sse(events: AsyncIterator[dict], wrap: Any = None):
+def _sse(answer: SseAnswer):
     from quart import Response
+
+    events, wrap = answer.events, answer.wrap
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -383,22 +392,18 @@ def wrap_error(exc: m.A2AError) -> dict:
     return p.error_json(None, exc)
 
 
-def _problem(service: A2AService | None):
+def _problem(service: A2AService | None) -> PlainResponse | None:
     if service is None:
         return _json({"error": {"code": "a2a_unavailable", "message": "the A2A service is not running (see the daemon log)"}}, 503)
     return None
 
 
-def _auth_failure(service: A2AService):
+def _auth_failure(service: A2AService, headers: Any) -> PlainResponse | None:
     """401 when ``a2a.api_key`` is set and the bearer token does not match."""
-    from quart import request
-
     key = service.settings.api_key
     if not key:
         return None
-    import hmac
-
-    header = request.headers.get("Authorization", "")
+    header = headers.get("Authorization") or ""
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""
     if token and hmac.compare_digest(token.encode(), key.encode()):
         return None
@@ -409,172 +414,173 @@ def _auth_failure(service: A2AService):
     )
 
 
-def _base_url() -> str:
-    from quart import request
+def _route_agent(service: A2AService, name: str | None) -> PlainResponse | None:
+    if name is None or name in service.a2a_agents():
+        return None
+    known = ", ".join(service.a2a_agents()) or "none"
+    return _json({"error": {"code": "agent_not_found", "message": f"no A2A agent {name!r}; A2A agents: {known}"}}, 404)
 
-    return request.host_url
+
+def _gate(service: A2AService | None, req: PlainRequest, name: str | None = None, *, auth: bool = True) -> PlainResponse | None:
+    if service is None:
+        return _problem(service)
+    return (_auth_failure(service, req.headers) if auth else None) or _route_agent(service, name)
+
+
+# The routes: ``(service, req, stream_ok, **path_args)``.
+
+
+async def _root_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+    primary = service.primary_agent()
+    card = build_card(service, primary, req.host_url) if primary else gateway_card(service, req.host_url)
+    return _card_response(req, card)
+
+
+async def _root_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+    primary = service.primary_agent() or (service.a2a_agents() or [None])[0]
+    if primary is None:
+        return _json({"error": {"code": "agent_not_found", "message": "no agent is reachable over A2A"}}, 404)
+    return _card_response(req, legacy_card(service, primary, req.host_url))
+
+
+async def _agent_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
+    return _card_response(req, build_card(service, name, req.host_url))
+
+
+async def _agent_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
+    return _card_response(req, legacy_card(service, name, req.host_url))
+
+
+async def _list_agents(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+    cards = [build_card(service, n, req.host_url) for n in service.a2a_agents()]
+    return _card_response(req, {"agents": cards, "total": len(cards)})
+
+
+async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name: str | None = None) -> Any:
+    headers = req.headers
+    try:
+        op = p.parse_jsonrpc(req.body, headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+    except m.A2AError as exc:
+        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)))
+    streaming = op.op in p.STREAMING_OPS
+    if streaming and not stream_ok:
+        return None
+    trace = TraceContext.from_headers(headers)
+    try:
+        if streaming:
+            events = await service.open_stream(op, name, trace)
+            return SseAnswer(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
+        result = await service.execute(op, name, trace, req.host_url if op.op == "card" else "")
+    except m.A2AError as exc:
+        return _json(p.error_json(op.id, exc, op.dialect))
+    return _json(p.result_json(op.dialect, op.id, result))
+
+
+async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_path: str, name: str | None = None) -> Any:
+    legacy_prefix = rest_path.startswith("v1/")
+    path = rest_path[3:] if legacy_prefix else rest_path
+    content_type = "application/json" if legacy_prefix else "application/a2a+json"
+    try:
+        if not legacy_prefix:
+            version = p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+            if version != m.V1:
+                raise m.A2AError(
+                    m.VERSION_NOT_SUPPORTED,
+                    f"the HTTP+JSON binding here speaks A2A 1.0 but the request speaks {version} "
+                    "(no A2A-Version header means 0.3); send A2A-Version: 1.0, or use the /v1/ paths for 0.3",
+                )
+        op = _rest_operation(req, path, v03=legacy_prefix)
+        if op.op in p.STREAMING_OPS:
+            if not stream_ok:
+                return None
+            events = await service.open_stream(op, name, TraceContext.from_headers(req.headers))
+            return SseAnswer(_events_v03(events) if legacy_prefix else events)
+        result = await service.execute(op, name, TraceContext.from_headers(req.headers), req.host_url if op.op == "card" else "")
+        if legacy_prefix:
+            result = rest03.result_out(op.op, result)
+    except m.A2AError as exc:
+        return _json(exc.rest_error(), exc.http_status)
+    return _json(result, content_type=content_type)
+
+
+async def _agent_rest(service: A2AService, req: PlainRequest, stream_ok: bool, name: str, rest_path: str) -> Any:
+    return await _rest(service, req, stream_ok, rest_path, name)
+
+
+async def _legacy_send(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+    try:
+        params = _loads(req.body)
+        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
+        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "")
+    except m.A2AError as exc:
+        return _json(exc.rest_error(), exc.http_status)
+    return _json(result)
+
+
+async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
+    try:
+        params = {"id": task_id}
+        if "historyLength" in req.args:
+            params["historyLength"] = req.args["historyLength"]
+        op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
+        result = await service.execute(op, None, None, "")
+    except m.A2AError as exc:
+        return _json(exc.rest_error(), exc.http_status)
+    return _json(result)
+
+
+async def _legacy_cancel(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
+    try:
+        result = await service.execute(p.Operation("cancel", p.TaskQuery(task_id), m.V01), None, None, "")
+    except m.A2AError as exc:
+        return _json(exc.rest_error(), exc.http_status)
+    return _json(result)
+
+
+def _serve_twice(kernel: Any, core: Any, *, auth: bool = True, agent_arg: bool = False) -> tuple[Any, Any]:
+    """``(quart view, fast handler)`` of one neutral route function."""
+
+    async def run(req: PlainRequest, stream_ok: bool, args: dict[str, Any]) -> Any:
+        service = service_for(kernel)
+        bad = _gate(service, req, args.get("name") if agent_arg else None, auth=auth)
+        if bad is not None:
+            return bad
+        return await core(service, req, stream_ok, **args)
+
+    async def fast(req: PlainRequest, **args: Any) -> PlainResponse | None:
+        return await run(req, False, args)
+
+    async def view(**args: Any) -> Any:
+        from quart import request
+
+        answer = await run(await PlainRequest.from_quart(request), True, args)
+        return _sse(answer) if isinstance(answer, SseAnswer) else answer.to_quart()
+
+    return view, fast
 
 
 def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin."""
+    """The daemon routes of the A2A plugin (each with a quart view and a fast handler)."""
     lp = settings.listen_path
 
-    def svc() -> A2AService | None:
-        return service_for(kernel)
-
-    def route_agent(service: A2AService, name: str | None):
-        if name is None:
-            return None
-        if name not in service.a2a_agents():
-            known = ", ".join(service.a2a_agents()) or "none"
-            return _json({"error": {"code": "agent_not_found", "message": f"no A2A agent {name!r}; A2A agents: {known}"}}, 404)
-        return None
-
-    async def root_card():
-        service = svc()
-        if (bad := _problem(service)) is not None:
-            return bad
-        primary = service.primary_agent()
-        card = build_card(service, primary, _base_url()) if primary else gateway_card(service, _base_url())
-        return _card_response(card)
-
-    async def root_legacy_card():
-        service = svc()
-        if (bad := _problem(service)) is not None:
-            return bad
-        primary = service.primary_agent() or (service.a2a_agents() or [None])[0]
-        if primary is None:
-            return _json({"error": {"code": "agent_not_found", "message": "no agent is reachable over A2A"}}, 404)
-        return _card_response(legacy_card(service, primary, _base_url()))
-
-    async def agent_card(name: str):
-        service = svc()
-        if (bad := _problem(service) or route_agent(service, name)) is not None:
-            return bad
-        return _card_response(build_card(service, name, _base_url()))
-
-    async def agent_legacy_card(name: str):
-        service = svc()
-        if (bad := _problem(service) or route_agent(service, name)) is not None:
-            return bad
-        return _card_response(legacy_card(service, name, _base_url()))
-
-    async def list_agents():
-        service = svc()
-        if (bad := _problem(service)) is not None:
-            return bad
-        cards = [build_card(service, n, _base_url()) for n in service.a2a_agents()]
-        return _card_response({"agents": cards, "total": len(cards)})
-
-    async def jsonrpc(name: str | None = None):
-        from quart import request
-
-        service = svc()
-        if (bad := _problem(service) or _auth_failure(service) or route_agent(service, name)) is not None:
-            return bad
-        body = await request.get_data(cache=False)
-        try:
-            op = p.parse_jsonrpc(body, request.headers.get(p.VERSION_HEADER), request.args.get(p.VERSION_HEADER))
-        except m.A2AError as exc:
-            return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)))
-        trace = TraceContext.from_headers(request.headers)
-        try:
-            if op.op in p.STREAMING_OPS:
-                events = await service.open_stream(op, name, trace)
-                return _sse(events, wrap=lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-            result = await service.execute(op, name, trace, _base_url())
-        except m.A2AError as exc:
-            return _json(p.error_json(op.id, exc, op.dialect))
-        return _json(p.result_json(op.dialect, op.id, result))
-
-    async def rest(rest_path: str, name: str | None = None):
-        from quart import request
-
-        service = svc()
-        if (bad := _problem(service) or _auth_failure(service) or route_agent(service, name)) is not None:
-            return bad
-        legacy_prefix = rest_path.startswith("v1/")
-        path = rest_path[3:] if legacy_prefix else rest_path
-        content_type = "application/json" if legacy_prefix else "application/a2a+json"
-        try:
-            if not legacy_prefix:
-                version = p.negotiate_version(request.headers.get(p.VERSION_HEADER), request.args.get(p.VERSION_HEADER))
-                if version != m.V1:
-                    raise m.A2AError(
-                        m.VERSION_NOT_SUPPORTED,
-                        f"the HTTP+JSON binding here speaks A2A 1.0 but the request speaks {version} "
-                        "(no A2A-Version header means 0.3); send A2A-Version: 1.0, or use the /v1/ paths for 0.3",
-                    )
-            op = await _rest_operation(request, path, v03=legacy_prefix)
-            trace = TraceContext.from_headers(request.headers)
-            if op.op in p.STREAMING_OPS:
-                events = await service.open_stream(op, name, trace)
-                return _sse(_events_v03(events) if legacy_prefix else events)
-            result = await service.execute(op, name, trace, _base_url())
-            if legacy_prefix:
-                result = rest03.result_out(op.op, result)
-        except m.A2AError as exc:
-            return _json(exc.rest_error(), exc.http_status)
-        return _json(result, content_type=content_type)
-
-    async def legacy_send():
-        from quart import request
-
-        service = svc()
-        if (bad := _problem(service) or _auth_failure(service)) is not None:
-            return bad
-        try:
-            params = _loads(await request.get_data(cache=False))
-            op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-            result = await service.execute(op, None, TraceContext.from_headers(request.headers), _base_url())
-        except m.A2AError as exc:
-            return _json(exc.rest_error(), exc.http_status)
-        return _json(result)
-
-    async def legacy_get(task_id: str):
-        from quart import request
-
-        service = svc()
-        if (bad := _problem(service) or _auth_failure(service)) is not None:
-            return bad
-        try:
-            params = {"id": task_id}
-            if "historyLength" in request.args:
-                params["historyLength"] = request.args["historyLength"]
-            op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
-            result = await service.execute(op, None, None, _base_url())
-        except m.A2AError as exc:
-            return _json(exc.rest_error(), exc.http_status)
-        return _json(result)
-
-    async def legacy_cancel(task_id: str):
-        service = svc()
-        if (bad := _problem(service) or _auth_failure(service)) is not None:
-            return bad
-        try:
-            op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
-            result = await service.execute(op, None, None, _base_url())
-        except m.A2AError as exc:
-            return _json(exc.rest_error(), exc.http_status)
-        return _json(result)
-
-    async def agent_rest(name: str, rest_path: str):
-        return await rest(rest_path, name)
+    def route(path: str, core: Any, methods: tuple[str, ...], *, public: bool = False, agent_arg: bool = False) -> RouteDescriptor:
+        view, fast = _serve_twice(kernel, core, auth=not public, agent_arg=agent_arg)
+        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast)
 
     methods_all = ("GET", "POST", "DELETE")
     return [
-        RouteDescriptor("/.well-known/agent-card.json", root_card, ("GET",), public=True),
-        RouteDescriptor("/.well-known/agent.json", root_legacy_card, ("GET",), public=True),
-        RouteDescriptor(f"{lp}/agents", list_agents, ("GET",), public=True),
-        RouteDescriptor(f"{lp}/agents/<name>/.well-known/agent-card.json", agent_card, ("GET",), public=True),
-        RouteDescriptor(f"{lp}/agents/<name>/.well-known/agent.json", agent_legacy_card, ("GET",), public=True),
-        RouteDescriptor(f"{lp}/jsonrpc", jsonrpc, ("POST",)),
-        RouteDescriptor(f"{lp}/agents/<name>/jsonrpc", jsonrpc, ("POST",)),
-        RouteDescriptor(f"{lp}/rest/<path:rest_path>", rest, methods_all),
-        RouteDescriptor(f"{lp}/agents/<name>/rest/<path:rest_path>", agent_rest, methods_all),
-        RouteDescriptor(f"{lp}/tasks/send", legacy_send, ("POST",)),
-        RouteDescriptor(f"{lp}/tasks/<task_id>", legacy_get, ("GET",)),
-        RouteDescriptor(f"{lp}/tasks/<task_id>/cancel", legacy_cancel, ("POST",)),
+        route("/.well-known/agent-card.json", _root_card, ("GET",), public=True),
+        route("/.well-known/agent.json", _root_legacy_card, ("GET",), public=True),
+        route(f"{lp}/agents", _list_agents, ("GET",), public=True),
+        route(f"{lp}/agents/<name>/.well-known/agent-card.json", _agent_card, ("GET",), public=True, agent_arg=True),
+        route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), public=True, agent_arg=True),
+        route(f"{lp}/jsonrpc", _jsonrpc, ("POST",)),
+        route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), agent_arg=True),
+        route(f"{lp}/rest/<path:rest_path>", _rest, methods_all),
+        route(f"{lp}/agents/<name>/rest/<path:rest_path>", _agent_rest, methods_all, agent_arg=True),
+        route(f"{lp}/tasks/send", _legacy_send, ("POST",)),
+        route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",)),
+        route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",)),
     ]
 
 
@@ -600,22 +606,22 @@ async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
         yield rest03.event_out(event)
 
 
-async def _rest_operation(request: Any, path: str, *, v03: bool = False) -> p.Operation:
+def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p.Operation:
     """Map an HTTP+JSON request (method + path) to an operation, method for method.
 
     ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths)."""
     method = request.method
     parts = path.strip("/").split("/")
 
-    async def body() -> Any:
-        data = _loads(await request.get_data(cache=False))
+    def body() -> Any:
+        data = _loads(request.body)
         if not isinstance(data, Mapping):
             raise m.invalid("body", "must be a JSON object")
         return data
 
     if path in ("message:send", "message:stream") and method == "POST":
         op = "send" if path == "message:send" else "stream"
-        data = await body()
+        data = body()
         return p.Operation(op, p.parse_params(op, rest03.send_body_in(data) if v03 else data, m.V1), m.V1)
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
@@ -635,7 +641,7 @@ async def _rest_operation(request: Any, path: str, *, v03: bool = False) -> p.Op
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
         task_id = _path_id(parts[1])
         if len(parts) == 3 and method == "POST":
-            data = dict(await body())
+            data = dict(body())
             data["taskId"] = task_id
             return p.Operation("push_set", m.push_config_from_json(data), m.V1)
         if len(parts) == 3 and method == "GET":

@@ -62,8 +62,13 @@ async def chat_command(
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(_print_tokens, tokens, session, out, printed)
                         reply = await kernel.send(agent, line.strip(), session_id=session, stream=True)
-                        await trio.sleep(0)  # let the printer take the last tokens
                         nursery.cancel_scope.cancel()
+                    # Tokens are published before the reply: the rest are in the buffer now.
+                    while True:
+                        try:
+                            _print_token(tokens.receive_nowait(), session, out, printed)
+                        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                            break
                 if "".join(printed).strip() != reply.text.strip():
                     # the provider did not stream, or a slow terminal lost tokens: show it whole
                     out.write(("\n" if printed else "") + reply.text)
@@ -75,12 +80,16 @@ async def chat_command(
 
 async def _print_tokens(tokens: Any, session: str, out: TextIO, printed: list[str]) -> None:
     async for event in tokens:
-        payload = event.payload if isinstance(event.payload, dict) else {}
-        if payload.get("session_id") == session:
-            text = str(payload.get("text", ""))
-            printed.append(text)
-            out.write(text)
-            out.flush()
+        _print_token(event, session, out, printed)
+
+
+def _print_token(event: Any, session: str, out: TextIO, printed: list[str]) -> None:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    if payload.get("session_id") == session:
+        text = str(payload.get("text", ""))
+        printed.append(text)
+        out.write(text)
+        out.flush()
 
 
 class _given:

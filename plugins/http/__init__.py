@@ -25,7 +25,9 @@ from ._daemonfile import (
 from ._ratelimit import Gcra
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._app import DaemonState, InvalidRequest, create_app, daemon_state, parse_kinds, status_for
+    from ._app import DaemonState, create_app, daemon_state, parse_kinds
+    from ._common import InvalidRequest, status_for
+    from ._plain import PlainRequest, PlainResponse
     from ._server import base_url, open_daemon, serve
     from ._settings import HttpSettings
 
@@ -33,9 +35,11 @@ _LAZY = {
     "create_app": "._app",
     "daemon_state": "._app",
     "DaemonState": "._app",
-    "InvalidRequest": "._app",
+    "InvalidRequest": "._common",
     "parse_kinds": "._app",
-    "status_for": "._app",
+    "status_for": "._common",
+    "PlainRequest": "._plain",
+    "PlainResponse": "._plain",
     "serve": "._server",
     "open_daemon": "._server",
     "base_url": "._server",
@@ -48,6 +52,8 @@ __all__ = [
     "Gcra",
     "HttpSettings",
     "InvalidRequest",
+    "PlainRequest",
+    "PlainResponse",
     "base_url",
     "bearer_token",
     "create_app",

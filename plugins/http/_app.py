@@ -20,27 +20,25 @@ from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
-    ActorStopped,
     AgentNotFound,
-    AskTimeout,
-    LoopDetected,
     PluginFailure,
-    RecursionLimitExceeded,
     RoostError,
     RouteDescriptor,
-    SandboxError,
-    TaintViolation,
-    ToolArgumentsInvalid,
-    ToolDenied,
-    ToolNotFound,
     ToolSpec,
-    ToolTimeout,
     TraceContext,
 )
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
-from ._auth import bearer_token, origin_allowed, token_fingerprint, tokens_match
+from ._common import (
+    Gate,
+    InvalidRequest,
+    Refusal,
+    common_headers,
+    internal_error,
+    refusal_for,
+    too_large,
+)
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
 
@@ -51,58 +49,6 @@ MAX_SESSION_ID_LEN = 256
 MAX_KINDS = 32
 _KIND = re.compile(r"^[A-Za-z0-9_.\-]{1,64}:[A-Za-z0-9_.\-]{0,64}$")
 _MESSAGE_FIELDS = ("message", "session_id", "timeout")
-
-# Checked in order; the first matching class decides the status.
-_STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
-    (AgentNotFound, 404),
-    (ToolNotFound, 404),
-    (ToolArgumentsInvalid, 400),
-    (ToolDenied, 403),
-    (SandboxError, 403),
-    (TaintViolation, 403),
-    (RecursionLimitExceeded, 508),
-    (LoopDetected, 508),
-    (AskTimeout, 504),
-    (ToolTimeout, 504),
-    (ActorStopped, 503),
-)
-
-# Errors the kernel may add without exporting the class.
-_STATUS_BY_CODE = {"mailbox_full": 503}
-
-_CORS_HEADERS = {
-    "Access-Control-Allow-Headers": (
-        "Authorization, Content-Type, traceparent, X-Roost-Trace-Id, "
-        "X-Roost-Trace-Depth, X-Roost-Trace-Path"
-    ),
-    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-    "Access-Control-Expose-Headers": "Retry-After, X-Roost-Trace-Id",
-    "Vary": "Origin",
-}
-
-
-class InvalidRequest(RoostError):
-    """The request is malformed; ``field`` names the part to fix (400)."""
-
-    code = "invalid_request"
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "field": self.field}
-
-
-def status_for(error: RoostError) -> int:
-    """The HTTP status for a roost error (500 for anything not listed)."""
-    if isinstance(error, InvalidRequest):
-        return 400
-    for cls, status in _STATUS_BY_ERROR:
-        if isinstance(error, cls):
-            return status
-    return _STATUS_BY_CODE.get(error.code, 500)
-
 
 @attrs.define
 class DaemonState:
@@ -118,7 +64,22 @@ class DaemonState:
     unlimited_endpoints: set[str] = attrs.field(factory=set)
     # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
     body_limits: dict[str, int] = attrs.field(factory=dict)
-    body_limit_cache: dict[tuple[str, str], str | None] = attrs.field(factory=dict)
+    # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
+    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(factory=dict)
+    # Plain handlers the fast lane calls directly (endpoint -> RouteDescriptor.fast_handler).
+    fast_handlers: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    gate: Gate = attrs.field(default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.gate is None:
+            self.gate = Gate(
+                self.settings,
+                self.limiter,
+                trio.current_time,
+                self.public_endpoints,
+                self.unlimited_endpoints,
+                self.body_limits,
+            )
 
 
 def roost_version() -> str:
@@ -183,26 +144,33 @@ def _request_class(app: QuartTrio, state: DaemonState) -> type[TrioRequest]:
     return RoutedRequest
 
 
-_BODY_LIMIT_CACHE_MAX = 4096
+_ROUTE_CACHE_MAX = 4096
+
+
+def route_for(app: QuartTrio, state: DaemonState, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
+    """``(endpoint, view args)`` of the HTTP route quart would pick, or None (no such
+    route, wrong method, a redirect or a websocket rule). Cached; the cache is bounded."""
+    cache = state.route_cache
+    key = (method, path)
+    try:
+        return cache[key]
+    except KeyError:
+        pass
+    try:
+        found = app.url_map.bind("localhost").match(path, method=method)
+    except Exception:
+        found = None
+    if len(cache) >= _ROUTE_CACHE_MAX:  # bounded: paths carry agent names and ids
+        cache.clear()
+    cache[key] = found
+    return found
 
 
 def _body_limit(app: QuartTrio, state: DaemonState, method: str, path: str, default: Any) -> Any:
     if not state.body_limits:
         return default
-    cache = state.body_limit_cache
-    key = (method, path)
-    if key in cache:
-        endpoint = cache[key]
-    else:
-        try:
-            rule, _ = app.url_map.bind("localhost").match(path, method=method, return_rule=True)
-            endpoint = rule.endpoint
-        except Exception:  # no such route, wrong method, a websocket rule: the daemon's cap
-            endpoint = None
-        if len(cache) >= _BODY_LIMIT_CACHE_MAX:  # bounded: paths carry agent names and ids
-            cache.clear()
-        cache[key] = endpoint
-    return default if endpoint is None else state.body_limits.get(endpoint, default)
+    found = route_for(app, state, method, path)
+    return default if found is None else state.body_limits.get(found[0], default)
 
 
 def body_limit_of(req: Any, settings: HttpSettings) -> int:
@@ -236,39 +204,15 @@ def _current():
 # ---- origin, auth, rate limit, body size ---------------------------------------------
 
 
+def refusal_response(app: QuartTrio, refusal: Refusal):
+    """A ``Refusal`` as a quart response."""
+    return error_response(app, refusal.status, refusal.error, refusal.headers)
+
+
 def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     settings = state.settings
 
-    def too_many(retry_after: float):
-        seconds = max(1, math.ceil(retry_after))
-        return error_response(
-            app,
-            429,
-            {
-                "code": "rate_limited",
-                "message": f"too many requests; retry after {seconds} s "
-                "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)",
-            },
-            {"Retry-After": str(seconds)},
-        )
-
-    def limit(key: tuple[str, str]):
-        allowed, retry_after = state.limiter.check(key, trio.current_time())
-        return None if allowed else too_many(retry_after)
-
     def gate(req, *, is_websocket: bool):
-        origin = req.headers.get("Origin")
-        if not origin_allowed(origin, settings.allowed_origins):
-            return error_response(
-                app,
-                403,
-                {
-                    "code": "origin_forbidden",
-                    "message": f"requests from origin {origin!r} are not allowed; add it to "
-                    "http.allowed_origins in roost.toml to let a browser page on it call roost",
-                },
-            )
-        endpoint = req.endpoint
         # Browsers send CORS preflights without credentials; only Quart's automatic
         # OPTIONS answer (no view code runs) skips auth, never a plugin's own OPTIONS view.
         rule = getattr(req, "url_rule", None)
@@ -278,44 +222,16 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             and rule is not None
             and bool(getattr(rule, "provide_automatic_options", False))
         )
-        public = endpoint in state.public_endpoints or is_preflight
-        rate_key = ("addr", str(req.remote_addr or "?"))
-        if settings.api_key is not None and not public:
-            token = bearer_token(req.headers.get("Authorization"))
-            if token is None and is_websocket:
-                token = req.args.get("token") or None
-            if not tokens_match(token, settings.api_key):
-                refused = limit(rate_key)  # failed attempts count too: no free guessing
-                if refused is not None:
-                    return refused
-                reason = "missing" if token is None else "wrong"
-                return error_response(
-                    app,
-                    401,
-                    {
-                        "code": "unauthorized",
-                        "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
-                        "with the key from http.api_key or the variable named by http.api_key_env"
-                        + (
-                            " (browsers may pass ?token=<key> on websockets)"
-                            if is_websocket
-                            else ""
-                        ),
-                    },
-                    {"WWW-Authenticate": 'Bearer realm="roost"'},
-                )
-            rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
-        if endpoint not in state.unlimited_endpoints:
-            refused = limit(rate_key)
-            if refused is not None:
-                return refused
-        # A route with its own cap reads its body and may render the 413 itself (MCP
-        # answers with a JSON-RPC error); the body buffer refuses the excess either way.
-        if not is_websocket and endpoint not in state.body_limits:
-            length = req.content_length
-            if length is not None and length > settings.max_body_bytes:
-                return _too_large(app, settings)
-        return None
+        refusal, _ = state.gate.check(
+            req.endpoint,
+            req.headers,
+            req.remote_addr,
+            None if is_websocket else req.content_length,
+            is_websocket=is_websocket,
+            is_preflight=is_preflight,
+            query_token=lambda: req.args.get("token"),
+        )
+        return None if refusal is None else refusal_response(app, refusal)
 
     @app.before_request
     async def _gate_request():
@@ -327,32 +243,17 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 
     @app.after_request
     async def _common_headers(response):
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Cache-Control", "no-store")
-        origin = request.headers.get("Origin")
-        if origin is not None and origin_allowed(origin, settings.allowed_origins):
-            response.headers["Access-Control-Allow-Origin"] = origin
-            for name, value in _CORS_HEADERS.items():
+        for name, value, replace in common_headers(settings, request.headers.get("Origin")):
+            if replace:
+                response.headers[name] = value
+            else:
                 response.headers.setdefault(name, value)
         return response
 
 
 def _too_large(app: QuartTrio, settings: HttpSettings):
     limit = body_limit_of(request, settings) if has_request_context() else settings.max_body_bytes
-    where = (
-        "http.max_body_bytes in roost.toml"
-        if limit == settings.max_body_bytes
-        else f"the limit of {request.path}"
-    )
-    return error_response(
-        app,
-        413,
-        {
-            "code": "body_too_large",
-            "message": f"request body is larger than the limit of {limit} bytes ({where})",
-            "limit_bytes": limit,
-        },
-    )
+    return refusal_response(app, too_large(settings, limit, request.path if has_request_context() else ""))
 
 
 # ---- error handlers -------------------------------------------------------------------
@@ -389,22 +290,12 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
-        status = status_for(exc)
-        if status >= 500:
-            log.warning("request %s failed: %s", _current().path, exc)
-        return error_response(app, status, exc.to_dict())
+        return refusal_response(app, refusal_for(exc, _current().path))
 
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception):
         log.error("unexpected error serving %s", _current().path, exc_info=exc)
-        return error_response(
-            app,
-            500,
-            {
-                "code": "internal_error",
-                "message": "internal error; the daemon log has the details",
-            },
-        )
+        return refusal_response(app, internal_error())
 
 
 # ---- the API ----------------------------------------------------------------------------
@@ -654,6 +545,9 @@ def _add_plugin_route(
         return f"route #{index} path {route.path!r} must start with '/'"
     if not callable(route.handler):
         return f"route {route.path} handler is not callable"
+    fast = getattr(route, "fast_handler", None)
+    if fast is not None and not callable(fast):
+        return f"route {route.path} fast_handler is not callable"
     cap = route.max_body_bytes
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
@@ -675,6 +569,8 @@ def _add_plugin_route(
         state.public_endpoints.add(endpoint)
     if cap is not None and not route.websocket:
         state.body_limits[endpoint] = cap
+    if fast is not None and not route.websocket:
+        state.fast_handlers[endpoint] = fast
     return None
 
 

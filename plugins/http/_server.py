@@ -1,4 +1,11 @@
-"""Serving the app with hypercorn's trio worker, plus ``<home>/daemon.json`` bookkeeping."""
+"""Serving the daemon: the fast lane (``_fastlane``) in front of hypercorn's trio
+connection server, plus ``<home>/daemon.json`` bookkeeping.
+
+``_worker_serve`` is hypercorn's ``trio.run.worker_serve`` (lifespan, worker context,
+listeners, graceful shutdown) with one change: each accepted connection goes to the fast
+lane, which hands anything it does not serve itself to hypercorn's ``TCPServer``. It uses
+hypercorn internals, so pyproject pins hypercorn's minor version.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +19,17 @@ from urllib.parse import urlsplit
 
 import trio
 from hypercorn.config import Config as HyperConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
-from ._app import create_app, daemon_state
+from ._app import create_app, daemon_state, route_for
 from ._asgi import DrainingApp
 from ._daemonfile import DaemonInfo, remove_daemon_file, write_daemon_file
+from ._fastlane import FastLane
 
 log = logging.getLogger("roost.http")
 
@@ -76,15 +89,7 @@ async def serve(
     owner: DaemonInfo | None = None
     try:
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                partial(
-                    hypercorn_serve,
-                    DrainingApp(app),
-                    hyper_config,
-                    shutdown_trigger=trigger,
-                    mode="asgi",
-                )
-            )
+            binds = await nursery.start(partial(_worker_serve, app, hyper_config, shutdown_trigger=trigger))
             bound_host, bound_port = _parse_bind(binds[0]) if binds else (host, port)
             if write_daemon_json:
                 owner = write_daemon_file(home, bound_host, bound_port)
@@ -100,6 +105,68 @@ async def serve(
         state.closing.set()
         if owner is not None:
             remove_daemon_file(home, owner)
+
+
+async def _worker_serve(
+    app: Any,
+    config: HyperConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[Any]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """hypercorn's ``worker_serve`` (plain HTTP only), connections entering the fast lane."""
+    asgi = wrap_app(DrainingApp(app), config.wsgi_max_body_size, "asgi")
+    state = daemon_state(app)
+    config.set_statsd_logger_class(StatsdLogger)
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(asgi, config, lifespan_state)
+    context = WorkerContext(None)
+
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            listeners = []
+            binds = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                bind = repr_socket_addr(sock.family, sock.getsockname())
+                binds.append(f"http://{bind}")
+                await config.log.info(f"Running on http://{bind} (CTRL + C to quit)")
+            connection_state = ConnectionState(lifespan_state.copy())
+
+            async def hand_off(stream: Any) -> None:
+                await TCPServer(asgi, config, context, connection_state, stream).run()
+
+            lane = FastLane(
+                state,
+                partial(route_for, app, state),
+                hand_off,
+                keep_alive_s=config.keep_alive_timeout,
+            )
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    nursery.start_soon(
+                        partial(trio.serve_listeners, lane.handle, listeners, handler_nursery=server_nursery)
+                    )
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors from None
+            finally:
+                lane.close()
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
 
 
 def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:

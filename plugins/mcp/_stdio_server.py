@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -25,6 +26,7 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
+from .transports._base import coalesce_now
 
 log = logging.getLogger("roost.mcp.stdio")
 
@@ -79,6 +81,7 @@ async def stdio_loop(
     # syscall: with many requests in flight, a write per reply (each waking the client)
     # costs more than the replies themselves. Bounded by the senders waiting on the lock.
     outbox: list[bytes] = []
+    last_write = [-1.0]
 
     async def receive() -> Any:
         while not pending:
@@ -123,9 +126,14 @@ async def stdio_loop(
                     break
             raise
         try:
+            if coalesce_now(last_write):
+                # Replies are coming back to back: let the tasks that are ready add theirs,
+                # then one write carries them all (each write wakes the client).
+                await trio.lowlevel.cancel_shielded_checkpoint()
             # Ours is written by now if the outbox is empty (an earlier holder took it).
             while outbox:
                 await send_stream.send_all(take_batch(outbox))
+            last_write[0] = time.perf_counter()
         finally:
             write_lock.release()
 

@@ -7,14 +7,28 @@ reason in ``closed_reason``); ``send`` hands one message to the peer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+import trio
 from roost.kernel._errors import RoostError
 
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
+
+
+COALESCE_WINDOW_S = 100e-6
+
+
+def coalesce_now(last_write: list[float]) -> bool:
+    """Whether a writer should yield once before writing so that others join its write:
+    the previous write was moments ago, or other tasks are ready to run. A lone request
+    (the latency case) never waits."""
+    return (time.perf_counter() - last_write[0] < COALESCE_WINDOW_S) or bool(
+        trio.lowlevel.current_statistics().tasks_runnable
+    )
 
 
 @contextmanager

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,6 +31,7 @@ from ._base import (
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
+    coalesce_now,
     single_errors,
 )
 
@@ -139,6 +141,7 @@ class StdioTransport:
         self.incoming = incoming
         self.closed_reason: str | None = None
         self._send_lock = trio.Lock()
+        self._last_write = [-1.0]
         # Messages waiting for the pipe: the holder of the lock writes all of them at once
         # (one syscall, one wake-up of the server for many requests in flight).
         self._outbox: list[bytes] = []
@@ -168,6 +171,9 @@ class StdioTransport:
             _take_back(self._outbox, data)  # cancelled before anyone wrote it: never sent
             raise
         try:
+            if self._outbox and coalesce_now(self._last_write):
+                # Requests are coming back to back: let ready tasks add theirs to one write.
+                await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._outbox and self._write_error is not None:
                 raise TransportClosed(self._write_error)  # ours went in a failed write
             # Ours is written by now if the outbox is empty (an earlier holder took it).
@@ -183,6 +189,7 @@ class StdioTransport:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
                     raise TransportClosed(self._write_error) from None
+                self._last_write[0] = time.perf_counter()
         finally:
             self._send_lock.release()
 

@@ -1,0 +1,273 @@
+"""The daemon's connection handler: a lean HTTP/1.1 lane in front of hypercorn.
+
+Each accepted connection starts here. Requests for routes with a ``fast_handler`` (the
+A2A JSON-RPC and HTTP+JSON endpoints) are parsed by ``_h1``, checked by the shared
+``Gate`` and answered directly, keep-alive and pipelining included. The first request
+that is anything else (another route, a websocket upgrade, ``Expect``, HEAD/OPTIONS, or
+a fast handler that declines, e.g. to stream SSE) is handed to hypercorn's own
+per-connection server with the bytes read so far replayed first; from then on the
+connection belongs to hypercorn (and Quart).
+
+Every wait has a deadline: the first request head within ``HEAD_TIMEOUT_S``, a keep-alive
+connection idles at most ``keep_alive_s``, a body arrives within ``BODY_TIMEOUT_S`` and a
+response is written within ``SEND_TIMEOUT_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from roost.kernel import RoostError
+
+from ._common import Refusal, common_headers, internal_error, refusal_for, too_large
+from ._h1 import ParseError, RequestHead, RequestParser, error_response, render_response
+from ._plain import PlainRequest, PlainResponse
+
+log = logging.getLogger("roost.http")
+access_log = logging.getLogger("roost.http.access")
+
+MAX_RECV = 65536
+HEAD_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
+SEND_TIMEOUT_S = 30.0
+FAST_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+
+
+class ReplayStream:
+    """A socket stream whose first ``receive_some`` returns bytes already read from it."""
+
+    def __init__(self, stream: Any, data: bytes) -> None:
+        self.transport_stream = stream
+        self.socket = stream.socket
+        self._data = data
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._data:
+            data, self._data = self._data, b""
+            await trio.lowlevel.checkpoint()
+            return data
+        return await self.transport_stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes) -> None:
+        await self.transport_stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.transport_stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.transport_stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self.transport_stream.aclose()
+
+
+class _Closed(Exception):
+    """The peer went away or a deadline passed: close the connection quietly."""
+
+
+class FastLane:
+    """Serve connections: fast routes here, everything else through ``hand_off(stream)``.
+
+    ``route(method, path)`` returns ``(endpoint, path_args)`` or None; ``state`` is the
+    app's ``DaemonState`` (gate, settings, fast handlers, body limits)."""
+
+    def __init__(
+        self,
+        state: Any,
+        route: Callable[[str, str], tuple[str, dict[str, Any]] | None],
+        hand_off: Callable[[Any], Any],
+        *,
+        keep_alive_s: float = 5.0,
+    ) -> None:
+        self.state = state
+        self.route = route
+        self.hand_off = hand_off
+        self.keep_alive_s = keep_alive_s
+        self.closing = False
+        self._idle: set[trio.CancelScope] = set()
+
+    def close(self) -> None:
+        """Graceful shutdown: idle connections close now, busy ones after their response."""
+        self.closing = True
+        for scope in list(self._idle):
+            scope.cancel()
+
+    async def handle(self, stream: Any) -> None:
+        """Serve one accepted connection until it closes or is handed off."""
+        try:
+            remote_addr = str(stream.socket.getpeername()[0])
+        except (AttributeError, OSError, IndexError, TypeError):
+            remote_addr = None
+        parser = RequestParser()
+        try:
+            first = True
+            while True:
+                try:
+                    head = await self._read_head(stream, parser, first)
+                except ParseError as exc:
+                    await self._send(stream, error_response(exc))
+                    await _linger(stream)
+                    return
+                if head is None:
+                    return
+                first = False
+                plain = not (head.upgrade or head.expect) and head.method in FAST_METHODS
+                found = self.route(head.method, head.path) if plain else None
+                handler = None if found is None else self.state.fast_handlers.get(found[0])
+                if handler is None:
+                    await self.hand_off(ReplayStream(stream, parser.buffered))
+                    return
+                if not await self._serve_one(stream, parser, head, found[0], found[1], handler, remote_addr):
+                    return
+        except _Closed:
+            return
+        except Exception:
+            log.exception("fast lane: unexpected error on a connection from %s", remote_addr)
+        finally:
+            # idempotent: hypercorn closes a connection it was handed, too
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _serve_one(
+        self,
+        stream: Any,
+        parser: RequestParser,
+        head: RequestHead,
+        endpoint: str,
+        path_args: dict[str, Any],
+        handler: Callable[..., Any],
+        remote_addr: str | None,
+    ) -> bool:
+        """Answer one fast request; False when the connection is done (closed or handed off)."""
+        state = self.state
+        started = time.perf_counter()
+        refusal, charged = state.gate.check(endpoint, head.headers, remote_addr, head.content_length)
+        limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
+        if refusal is not None:
+            # Keep the connection only if the unread body is already here to skip.
+            keep = False
+            if head.keep_alive and not head.chunked and (head.content_length or 0) <= limit:
+                keep = parser.body(limit) is not None
+            if keep:
+                parser.finish()
+            await self._respond(stream, head, _refusal_response(refusal), keep, remote_addr, started)
+            if not keep:
+                await _linger(stream)
+            return keep
+        try:
+            body = await self._read_body(stream, parser, limit)
+        except ParseError as exc:
+            if exc.status == 413:
+                await self._respond(stream, head, _refusal_response(too_large(state.settings, limit, head.path)), False, remote_addr, started)
+            else:
+                await self._send(stream, error_response(exc))
+            await _linger(stream)
+            return False
+        request = PlainRequest(head.method, head.path, head.headers, body, query=head.query, remote_addr=remote_addr)
+        try:
+            response = await handler(request, **path_args)
+        except RoostError as exc:
+            response = _refusal_response(refusal_for(exc, head.path))
+        except Exception as exc:
+            log.error("unexpected error serving %s", head.path, exc_info=exc)
+            response = _refusal_response(internal_error())
+        if response is None:  # declined: Quart serves it (and charges the rate limit itself)
+            if charged is not None:
+                state.limiter.refund(charged)
+            await self.hand_off(ReplayStream(stream, parser.buffered))
+            return False
+        parser.finish()
+        keep = head.keep_alive and not self.closing
+        await self._respond(stream, head, response, keep, remote_addr, started)
+        return keep
+
+    async def _respond(
+        self, stream: Any, head: RequestHead, response: PlainResponse, keep: bool, remote_addr: str | None, started: float
+    ) -> None:
+        headers = [("content-type", response.content_type), *response.headers]
+        present = {name.lower() for name, _ in headers}
+        for name, value, replace in common_headers(self.state.settings, head.headers.get("origin")):
+            lower = name.lower()
+            if replace and lower in present:
+                headers = [(n, v) for n, v in headers if n.lower() != lower]
+            if replace or lower not in present:
+                headers.append((name, value))
+        data = render_response(response.status, headers, response.body, keep_alive=keep, http_version=head.http_version)
+        await self._send(stream, data)
+        if access_log.isEnabledFor(logging.INFO):
+            micros = int((time.perf_counter() - started) * 1e6)
+            access_log.info('%s "%s %s HTTP/%s" %s %s %sus', remote_addr, head.method, head.path, head.http_version, response.status, len(response.body), micros)
+
+    async def _send(self, stream: Any, data: bytes) -> None:
+        with trio.move_on_after(SEND_TIMEOUT_S) as scope:
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise _Closed from None
+        if scope.cancelled_caught:
+            raise _Closed
+
+    async def _receive(self, stream: Any, deadline: float, *, idle: bool) -> bytes:
+        with trio.CancelScope(deadline=deadline) as scope:
+            if idle:
+                if self.closing:
+                    raise _Closed
+                self._idle.add(scope)
+            try:
+                data = await stream.receive_some(MAX_RECV)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise _Closed from None
+            finally:
+                if idle:
+                    self._idle.discard(scope)
+        if scope.cancelled_caught or not data:
+            raise _Closed
+        return data
+
+    async def _read_head(self, stream: Any, parser: RequestParser, first: bool) -> RequestHead | None:
+        deadline = trio.current_time() + (HEAD_TIMEOUT_S if first else self.keep_alive_s)
+        while (head := parser.head()) is None:
+            idle = not parser.buffer
+            try:
+                data = await self._receive(stream, deadline, idle=idle and not first)
+            except _Closed:
+                return None
+            if idle and not first:  # a new request began: it gets the head timeout from now
+                deadline = trio.current_time() + HEAD_TIMEOUT_S
+            parser.feed(data)
+        return head
+
+    async def _read_body(self, stream: Any, parser: RequestParser, limit: int) -> bytes:
+        deadline = trio.current_time() + BODY_TIMEOUT_S
+        while (body := parser.body(limit)) is None:
+            parser.feed(await self._receive(stream, deadline, idle=False))
+        return body
+
+
+LINGER_S = 2.0
+LINGER_MAX_BYTES = 4 * 1024 * 1024
+
+
+async def _linger(stream: Any) -> None:
+    """Before closing with unread input: end our side, then read and drop what the peer
+    still sends (bounded in time and bytes), so the close is not a reset that could
+    destroy the error response before the client reads it."""
+    with trio.move_on_after(LINGER_S):
+        try:
+            await stream.send_eof()
+            dropped = 0
+            while dropped < LINGER_MAX_BYTES:
+                data = await stream.receive_some(MAX_RECV)
+                if not data:
+                    break
+                dropped += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+            pass
+
+
+def _refusal_response(refusal: Refusal) -> PlainResponse:
+    return PlainResponse(refusal.status, refusal.body(), "application/json", tuple(refusal.headers.items()))

@@ -1,0 +1,357 @@
+"""A lean sans-I/O HTTP/1.1 request parser and response writer (the daemon's fast lane).
+
+Feed bytes with ``feed``; ``head()`` parses the request line and headers of the request at
+the front of the buffer without consuming anything (so a connection can still be handed,
+bytes and all, to another server); ``body(limit)`` then reads its body (``Content-Length``
+or chunked) and ``finish()`` drops the request from the buffer, leaving any pipelined
+request behind it. Every problem raises ``ParseError`` with the HTTP status to answer
+(400, 413, 431, 501, 505) and a message naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+from urllib.parse import unquote
+
+import attrs
+
+MAX_HEAD_BYTES = 16 * 1024
+MAX_HEADERS = 100
+MAX_CHUNK_LINE = 1024
+MAX_LEADING_CRLF = 8
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET = re.compile(rb"[\x21-\x7e]+")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+class ParseError(Exception):
+    """The request cannot be served: answer ``status`` with ``message`` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Headers:
+    """Request headers: ``get`` is case-insensitive (first value wins), ``items`` keeps all."""
+
+    __slots__ = ("_first", "_items")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        first: dict[str, str] = {}
+        for name, value in items:
+            first.setdefault(name, value)
+        self._first = first
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._first.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return self._first[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+    def __iter__(self):
+        return iter(self._first)
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def __repr__(self) -> str:
+        return f"Headers({[n for n, _ in self._items]!r})"
+
+
+@attrs.frozen
+class RequestHead:
+    """A parsed request line and header block. ``path`` is percent-decoded; names are lowercase."""
+
+    method: str
+    target: str
+    path: str
+    query: bytes
+    http_version: str
+    headers: Headers = attrs.field(eq=False)
+    content_length: int | None
+    chunked: bool
+    keep_alive: bool
+    upgrade: bool
+    expect: bool
+    size: int
+
+    @property
+    def has_body(self) -> bool:
+        return self.chunked or bool(self.content_length)
+
+
+class RequestParser:
+    """Parse the requests of one connection, one at a time (pipelining included)."""
+
+    def __init__(self, *, max_head_bytes: int = MAX_HEAD_BYTES, max_headers: int = MAX_HEADERS) -> None:
+        self.max_head_bytes = max_head_bytes
+        self.max_headers = max_headers
+        self.buffer = bytearray()
+        self._head: RequestHead | None = None
+        self._end: int | None = None  # end of the current request once its body is read
+        self._pos = 0  # chunked decoding: where the next chunk-size line starts
+        self._chunks: list[bytes] = []
+        self._decoded = 0
+        self._in_trailers = False
+        self._trailer_start = 0
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+
+    @property
+    def buffered(self) -> bytes:
+        """Everything not yet finished: the current request (raw) and whatever follows."""
+        return bytes(self.buffer)
+
+    def head(self) -> RequestHead | None:
+        """The head of the request at the front of the buffer; None until it is complete."""
+        if self._head is not None:
+            return self._head
+        buf = self.buffer
+        skipped = 0
+        while buf[:2] == b"\r\n" and skipped < MAX_LEADING_CRLF:  # RFC 9112 2.2: ignore stray CRLFs
+            del buf[:2]
+            skipped += 1
+        end = buf.find(b"\r\n\r\n", 0, self.max_head_bytes + 4)
+        if end < 0:
+            if len(buf) > self.max_head_bytes:
+                raise ParseError(431, f"request head is larger than {self.max_head_bytes} bytes")
+            if buf[:1] and not _TOKEN.match(buf[:1]):
+                raise ParseError(400, "this is not an HTTP/1.x request")
+            if buf.find(b"\n\n", 0, self.max_head_bytes) >= 0 or buf.find(b"\n\r\n", 0, self.max_head_bytes) >= 0:
+                raise ParseError(400, "request head lines must end with CRLF, not a bare LF")
+            return None
+        self._head = self._parse_head(bytes(buf[:end]), end + 4)
+        return self._head
+
+    def _parse_head(self, raw: bytes, size: int) -> RequestHead:
+        lines = raw.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3:
+            raise ParseError(400, "malformed request line; expected 'METHOD /path HTTP/1.1'")
+        method_b, target_b, version_b = parts
+        if not _TOKEN.fullmatch(method_b):
+            raise ParseError(400, "malformed request line: the method is not a token")
+        if not _TARGET.fullmatch(target_b):
+            raise ParseError(400, "malformed request line: the target has spaces or control characters")
+        if version_b == b"HTTP/1.1":
+            version = "1.1"
+        elif version_b == b"HTTP/1.0":
+            version = "1.0"
+        elif version_b.startswith(b"HTTP/") and len(version_b) == 8:
+            raise ParseError(505, f"HTTP version {version_b[5:].decode('ascii', 'replace')} is not supported; use HTTP/1.1")
+        else:
+            raise ParseError(400, "malformed request line: bad HTTP version")
+        if len(lines) - 1 > self.max_headers:
+            raise ParseError(431, f"more than {self.max_headers} request headers")
+        items: list[tuple[str, str]] = []
+        lengths: set[bytes] = set()
+        codings: list[bytes] = []
+        connection: list[bytes] = []
+        hosts = 0
+        upgrade = expect = False
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not _TOKEN.fullmatch(name):
+                raise ParseError(400, f"malformed header line {line[:40]!r}; expected 'Name: value'")
+            value = value.strip(b" \t")
+            if _BAD_VALUE.search(value):
+                raise ParseError(400, f"header {name.decode('ascii')!r} has control characters in its value")
+            lname = name.lower()
+            if lname == b"content-length":
+                lengths.update(v.strip(b" \t") for v in value.split(b","))
+            elif lname == b"transfer-encoding":
+                codings.extend(v.strip(b" \t").lower() for v in value.split(b",") if v.strip())
+            elif lname == b"connection":
+                connection.extend(v.strip(b" \t").lower() for v in value.split(b","))
+            elif lname == b"host":
+                hosts += 1
+            elif lname == b"upgrade":
+                upgrade = True
+            elif lname == b"expect":
+                expect = True
+            items.append((lname.decode("ascii"), value.decode("latin-1")))
+        if version == "1.1" and hosts != 1:
+            raise ParseError(400, "an HTTP/1.1 request needs exactly one Host header")
+        if hosts > 1:
+            raise ParseError(400, "more than one Host header")
+        content_length: int | None = None
+        chunked = False
+        if codings:
+            if lengths:
+                raise ParseError(400, "a request may not have both Transfer-Encoding and Content-Length")
+            if version == "1.0":
+                raise ParseError(400, "Transfer-Encoding is not allowed in HTTP/1.0")
+            if codings != [b"chunked"]:
+                raise ParseError(501, "only 'Transfer-Encoding: chunked' is supported")
+            chunked = True
+        elif lengths:
+            if len(lengths) != 1:
+                raise ParseError(400, "conflicting Content-Length values")
+            (length,) = lengths
+            if not length.isdigit() or len(length) > 18:
+                raise ParseError(400, "Content-Length must be a non-negative integer")
+            content_length = int(length)
+        target = target_b.decode("ascii")
+        raw_path, _, query = target_b.partition(b"?")
+        path = unquote(raw_path.decode("ascii")) if raw_path.startswith(b"/") else ""
+        if version == "1.1":
+            keep_alive = b"close" not in connection
+        else:
+            keep_alive = b"keep-alive" in connection and b"close" not in connection
+        return RequestHead(
+            method_b.decode("ascii"),
+            target,
+            path,
+            query,
+            version,
+            Headers(items),
+            content_length,
+            chunked,
+            keep_alive,
+            upgrade or b"upgrade" in connection,
+            expect,
+            size,
+        )
+
+    def body(self, limit: int) -> bytes | None:
+        """The body of the current request; None until it is all buffered.
+
+        Raises ``ParseError(413)`` as soon as the body is known to exceed ``limit`` bytes."""
+        head = self._head
+        if head is None:
+            raise RuntimeError("body() before head()")
+        if not head.chunked:
+            length = head.content_length or 0
+            if length > limit:
+                raise ParseError(413, f"request body is larger than the limit of {limit} bytes")
+            end = head.size + length
+            if len(self.buffer) < end:
+                return None
+            self._end = end
+            return bytes(self.buffer[head.size : end])
+        return self._chunked(limit)
+
+    def _chunked(self, limit: int) -> bytes | None:
+        buf = self.buffer
+        pos = self._pos or self._head.size  # type: ignore[union-attr]
+        while True:
+            if self._in_trailers:  # trailers end with an empty line; they are read and ignored
+                eol = buf.find(b"\r\n", pos)
+                used = (len(buf) if eol < 0 else eol) - self._trailer_start
+                if used > self.max_head_bytes:
+                    raise ParseError(431, f"chunked trailers are larger than {self.max_head_bytes} bytes")
+                if eol < 0:
+                    self._pos = pos
+                    return None
+                if eol == pos:
+                    self._end = self._pos = eol + 2
+                    return b"".join(self._chunks)
+                pos = eol + 2
+                continue
+            eol = buf.find(b"\r\n", pos, pos + MAX_CHUNK_LINE + 2)
+            if eol < 0:
+                if len(buf) - pos > MAX_CHUNK_LINE:
+                    raise ParseError(400, "chunk-size line is too long")
+                self._pos = pos
+                return None
+            size_b = bytes(buf[pos:eol]).split(b";", 1)[0].strip(b" \t")
+            if not _HEX.fullmatch(size_b):
+                raise ParseError(400, f"bad chunk size {size_b[:20]!r}")
+            size = int(size_b, 16)
+            if size == 0:
+                self._in_trailers = True
+                pos = self._trailer_start = eol + 2
+                continue
+            if self._decoded + size > limit:
+                raise ParseError(413, f"request body is larger than the limit of {limit} bytes")
+            start = eol + 2
+            if len(buf) < start + size + 2:
+                self._pos = pos
+                return None
+            if buf[start + size : start + size + 2] != b"\r\n":
+                raise ParseError(400, "chunk data is not followed by CRLF")
+            self._chunks.append(bytes(buf[start : start + size]))
+            self._decoded += size
+            pos = start + size + 2
+
+    def finish(self) -> None:
+        """Drop the current (fully read) request; the next one, if any, moves to the front."""
+        if self._end is None:
+            raise RuntimeError("finish() before the body was read")
+        del self.buffer[: self._end]
+        self._head = None
+        self._end = None
+        self._pos = 0
+        self._chunks = []
+        self._decoded = 0
+        self._in_trailers = False
+
+
+# ---- responses ---------------------------------------------------------------------------
+
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
+def http_date() -> bytes:
+    """The current time as an HTTP date (recomputed at most once a second)."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, formatdate(now, usegmt=True).encode("ascii"))
+    return _date_cache[1]
+
+
+def render_response(
+    status: int,
+    headers: list[tuple[str, str]] | tuple[tuple[str, str], ...],
+    body: bytes,
+    *,
+    keep_alive: bool = True,
+    http_version: str = "1.1",
+    head_only: bool = False,
+) -> bytes:
+    """Serialise a complete response with ``Content-Length`` (and ``Connection`` as needed)."""
+    out = [f"HTTP/1.1 {status} {_REASONS.get(status, '')}".encode("ascii")]
+    for name, value in headers:
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            raise ValueError(f"header {name!r} contains a line break")
+        out.append(f"{name.lower()}: {value}".encode("latin-1"))
+    out.append(b"content-length: " + str(len(body)).encode("ascii"))
+    out.append(b"date: " + http_date())
+    if not keep_alive:
+        out.append(b"connection: close")
+    elif http_version == "1.0":
+        out.append(b"connection: keep-alive")
+    out.append(b"")
+    out.append(b"" if head_only else body)
+    return b"\r\n".join(out)
+
+
+def error_response(error: ParseError) -> bytes:
+    """The plain-JSON response to a request the parser refused (the connection then closes)."""
+    import json
+
+    code = _REASONS.get(error.status, "error").lower().replace(" ", "_").replace("-", "_")
+    body = json.dumps({"error": {"code": code, "message": error.message}}).encode()
+    return render_response(
+        error.status,
+        [("content-type", "application/json"), ("x-content-type-options", "nosniff"), ("cache-control", "no-store")],
+        body,
+        keep_alive=False,
+    )

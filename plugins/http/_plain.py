@@ -1,0 +1,90 @@
+"""Server-neutral request and response values for route handlers that need no Quart.
+
+A plugin route's ``fast_handler`` receives a ``PlainRequest`` from the daemon's fast lane;
+the same handler code can serve its quart view through ``PlainRequest.from_quart`` and
+``PlainResponse.to_quart``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+import attrs
+
+
+@attrs.frozen
+class PlainResponse:
+    """A complete response: ``status``, ``body`` bytes, content type and extra headers."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def to_quart(self) -> Any:
+        """The same response as a quart ``Response``."""
+        from quart import Response
+
+        return Response(self.body, status=self.status, content_type=self.content_type, headers=list(self.headers))
+
+
+class PlainRequest:
+    """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
+    is the query string (first value of each name)."""
+
+    __slots__ = ("method", "path", "headers", "body", "remote_addr", "_query", "_args", "_host_url")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        headers: Any,
+        body: bytes,
+        *,
+        query: bytes = b"",
+        args: Mapping[str, str] | None = None,
+        remote_addr: str | None = None,
+        host_url: str | None = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.remote_addr = remote_addr
+        self._query = query
+        self._args = args
+        self._host_url = host_url
+
+    @property
+    def args(self) -> Mapping[str, str]:
+        if self._args is None:
+            args: dict[str, str] = {}
+            if self._query:
+                for name, value in parse_qsl(self._query.decode("latin-1"), keep_blank_values=True):
+                    args.setdefault(name, value)
+            self._args = args
+        return self._args
+
+    @property
+    def host_url(self) -> str:
+        """``http://host[:port]/`` from the Host header, as Quart computes it."""
+        if self._host_url is None:
+            from werkzeug.sansio.utils import get_current_url, get_host
+
+            self._host_url = get_current_url("http", get_host("http", self.headers.get("host")))
+        return self._host_url
+
+    @classmethod
+    async def from_quart(cls, request: Any) -> PlainRequest:
+        """The current quart request, body read (its route's body cap applies)."""
+        return cls(
+            request.method,
+            request.path,
+            request.headers,
+            await request.get_data(cache=False),
+            args=request.args,
+            remote_addr=request.remote_addr,
+            host_url=request.host_url,
+        )

@@ -1,0 +1,314 @@
+"""The fast lane on real sockets: fast routes, hand-off to hypercorn, the shared checks."""
+
+import json
+from functools import partial
+
+import trio
+from http_fakes import serving
+from quart import request
+from roost.kernel import AgentNotFound, RouteDescriptor, hookimpl
+from roost.plugins.http import PlainResponse, serve
+from roost.plugins.http import _fastlane as fastlane
+from trio_websocket import open_websocket_url
+
+KEY = "s3cret-key"
+
+
+async def fast_echo(req, **args):
+    if req.headers.get("x-decline"):
+        return None
+    body = {"via": "fast", "size": len(req.body), "args": args, "q": dict(req.args), "method": req.method}
+    return PlainResponse(200, json.dumps(body).encode(), headers=(("X-Echo", "1"),))
+
+
+async def quart_echo(**args):
+    data = await request.get_data(cache=False)
+    return {"via": "quart", "size": len(data), "args": args, "method": request.method}
+
+
+async def fast_boom(req):
+    raise RuntimeError("kaboom: secret detail")
+
+
+async def fast_missing(req):
+    raise AgentNotFound("ghost", ["echo"])
+
+
+class FastPlugin:
+    @hookimpl
+    def roost_http_routes(self, kernel):
+        return [
+            RouteDescriptor("/fast/<name>", quart_echo, ("GET", "POST"), fast_handler=fast_echo),
+            RouteDescriptor("/open", quart_echo, ("POST",), public=True, fast_handler=fast_echo),
+            RouteDescriptor("/boom", quart_echo, ("POST",), fast_handler=fast_boom),
+            RouteDescriptor("/missing", quart_echo, ("POST",), fast_handler=fast_missing),
+        ]
+
+
+def make(make_kernel, **http):
+    kernel = make_kernel(**http)
+    kernel.plugins.register(FastPlugin(), name="fast")
+    return kernel
+
+
+def port_of(client) -> int:
+    return int(client.roost_url.rsplit(":", 1)[1])
+
+
+class Raw:
+    """A raw client connection that reads responses by Content-Length or chunked framing."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, port):
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def _fill(self):
+        data = await self.stream.receive_some(65536)
+        if not data:
+            raise EOFError(self.buffer[:200])
+        self.buffer += data
+
+    async def response(self):
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in self.buffer:
+                await self._fill()
+            head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ")[1])
+            headers = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if headers.get("transfer-encoding") == "chunked":
+                body = b""
+                while True:
+                    while b"\r\n" not in self.buffer:
+                        await self._fill()
+                    size_line, self.buffer = self.buffer.split(b"\r\n", 1)
+                    size = int(size_line, 16)
+                    while len(self.buffer) < size + 2:
+                        await self._fill()
+                    body, self.buffer = body + self.buffer[:size], self.buffer[size + 2 :]
+                    if size == 0:
+                        break
+            else:
+                length = int(headers.get("content-length", 0))
+                while len(self.buffer) < length:
+                    await self._fill()
+                body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, headers, body
+
+    async def closed(self):
+        """True once the server has closed the connection (EOF or reset)."""
+        with trio.fail_after(10):
+            try:
+                while await self.stream.receive_some(65536):
+                    pass
+            except trio.BrokenResourceError:
+                pass
+        return True
+
+    async def aclose(self):
+        await self.stream.aclose()
+
+
+def post(path, body=b"{}", extra=b""):
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
+
+
+async def test_fast_route_is_answered_by_the_fast_lane_with_the_common_headers(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        response = await client.post("/fast/abc?x=1&x=2&y=", content=b"hello")
+        assert response.status_code == 200
+        assert response.json() == {"via": "fast", "size": 5, "args": {"name": "abc"}, "q": {"x": "1", "y": ""}, "method": "POST"}
+        assert response.headers["x-echo"] == "1"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["cache-control"] == "no-store"
+        assert response.headers["content-type"] == "application/json"
+        # HEAD and OPTIONS stay with Quart
+        assert (await client.head("/fast/abc")).status_code == 200
+        assert (await client.options("/fast/abc")).status_code == 200
+
+
+async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(
+            post("/fast/one", b"1")
+            + b"GET /fast/two HTTP/1.1\r\nHost: x\r\n\r\n"
+            + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            + post("/fast/three", b"333")
+        )
+        replies = [await raw.response() for _ in range(4)]
+        assert [status for status, _, _ in replies] == [200, 200, 200, 200]
+        assert json.loads(replies[0][2])["args"] == {"name": "one"}
+        assert json.loads(replies[1][2])["method"] == "GET"
+        assert json.loads(replies[2][2])["status"] == "ok"
+        # once handed off, the connection stays with hypercorn and Quart
+        assert json.loads(replies[3][2]) == {"via": "quart", "size": 3, "args": {"name": "three"}, "method": "POST"}
+        await raw.stream.send_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await raw.response())[0] == 200
+        await raw.aclose()
+
+
+async def test_a_declined_request_is_served_by_quart_and_counted_once(make_kernel):
+    # burst 2: a declined request charged twice would make the second request a 429
+    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2)) as client:
+        first = await client.post("/fast/d", content=b"ab", headers={"X-Decline": "1"})
+        assert first.json() == {"via": "quart", "size": 2, "args": {"name": "d"}, "method": "POST"}
+    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(post("/fast/a", b"x", b"X-Decline: yes\r\n") + post("/fast/b"))
+        assert [(await raw.response())[0] for _ in range(2)] == [200, 200]
+        await raw.stream.send_all(post("/fast/c"))
+        status, headers, _ = await raw.response()
+        assert status == 429 and int(headers["retry-after"]) >= 1
+
+
+async def test_websocket_upgrade_is_handed_to_hypercorn(make_kernel):
+    kernel = make(make_kernel)
+    async with serving(kernel) as client:
+        url = client.roost_url.replace("http://", "ws://") + "/api/events?kinds=AGENT:REPLY"
+        async with open_websocket_url(url) as ws:
+            assert (await client.post("/api/agents/echo/message", json={"message": "hi"})).status_code == 200
+            with trio.fail_after(5):
+                event = json.loads(await ws.get_message())
+        assert event["kind"] == "AGENT:REPLY"
+
+
+async def test_bearer_auth_applies_unless_public(make_kernel):
+    async with serving(make(make_kernel, api_key=KEY)) as client:
+        missing = await client.post("/fast/a", content=b"x")
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"] == 'Bearer realm="roost"'
+        assert missing.json()["error"]["code"] == "unauthorized"
+        assert "missing" in missing.json()["error"]["message"]
+        wrong = await client.post("/fast/a", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and "wrong" in wrong.json()["error"]["message"]
+        ok = await client.post("/fast/a", headers={"Authorization": f"Bearer {KEY}"})
+        assert ok.status_code == 200 and ok.json()["via"] == "fast"
+        assert (await client.post("/open", content=b"x")).status_code == 200
+
+
+async def test_a_refused_request_keeps_the_connection_when_its_body_is_here(make_kernel):
+    async with serving(make(make_kernel, api_key=KEY)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(post("/fast/a", b"abc") + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode()))
+        assert [(await raw.response())[0] for _ in range(2)] == [401, 200]
+        # a body still on its way: answer, then close
+        await raw.stream.send_all(b"POST /fast/c HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        status, headers, _ = await raw.response()
+        assert status == 401 and headers["connection"] == "close"
+        assert await raw.closed()
+
+
+async def test_rate_limit_is_429_with_retry_after(make_kernel):
+    async with serving(make(make_kernel, rate_limit_per_s=0.01, rate_limit_burst=2)) as client:
+        codes = [(await client.post("/fast/a")).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        limited = await client.post("/fast/a")
+        assert limited.json()["error"]["code"] == "rate_limited"
+        assert int(limited.headers["retry-after"]) >= 1
+
+
+async def test_origin_check_and_cors_headers(make_kernel):
+    async with serving(make(make_kernel, allowed_origins=("https://app.example",))) as client:
+        evil = await client.post("/fast/a", headers={"Origin": "https://evil.example"})
+        assert evil.status_code == 403 and evil.json()["error"]["code"] == "origin_forbidden"
+        good = await client.post("/fast/a", headers={"Origin": "https://app.example"})
+        assert good.status_code == 200
+        assert good.headers["access-control-allow-origin"] == "https://app.example"
+        assert good.headers["vary"] == "Origin"
+
+
+async def test_oversized_bodies_are_413_and_the_connection_closes(make_kernel):
+    async with serving(make(make_kernel, max_body_bytes=1000)) as client:
+        big = await client.post("/fast/a", content=b"x" * 1001)
+        assert big.status_code == 413
+        error = big.json()["error"]
+        assert error["code"] == "body_too_large" and error["limit_bytes"] == 1000
+        assert "http.max_body_bytes" in error["message"]
+        raw = await Raw.open(port_of(client))
+        chunk = b"100\r\n" + b"x" * 256 + b"\r\n"
+        await raw.stream.send_all(b"POST /fast/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 5)
+        status, headers, body = await raw.response()
+        assert status == 413 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["code"] == "body_too_large"
+        assert await raw.closed()
+        # a chunked body within the cap is fine
+        async def pieces():
+            yield b"x" * 300
+            yield b"y" * 300
+
+        ok = await client.post("/fast/a", content=pieces())
+        assert ok.json()["size"] == 600
+
+
+async def test_malformed_requests_get_400_and_the_connection_closes(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        for bad, status in [
+            (b"GARBAGE\r\n\r\n", 400),
+            (b"POST /fast/a HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400),
+            (b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505),
+            (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        ]:
+            raw = await Raw.open(port_of(client))
+            await raw.stream.send_all(bad)
+            got, headers, body = await raw.response()
+            assert got == status and headers["connection"] == "close"
+            assert json.loads(body)["error"]["message"]
+            assert await raw.closed()
+        assert (await client.get("/health")).status_code == 200
+
+
+async def test_handler_errors_use_the_daemon_error_shapes(make_kernel, caplog):
+    async with serving(make(make_kernel)) as client:
+        boom = await client.post("/boom")
+        assert boom.status_code == 500
+        assert boom.json() == {"error": {"code": "internal_error", "message": "internal error; the daemon log has the details"}}
+        assert "secret detail" not in boom.text
+        missing = await client.post("/missing")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "agent_not_found"
+        # the connection survives a handler error
+        assert (await client.post("/fast/a")).status_code == 200
+    assert any("kaboom" in str(r.exc_info) for r in caplog.records if r.exc_info)
+
+
+async def test_http_10_gets_an_answer_then_close(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(b"POST /fast/a HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi")
+        status, headers, body = await raw.response()
+        assert status == 200 and json.loads(body)["size"] == 2 and headers["connection"] == "close"
+        assert await raw.closed()
+
+
+async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kernel, monkeypatch):
+    monkeypatch.setattr(fastlane, "HEAD_TIMEOUT_S", 0.3)
+    async with serving(make(make_kernel)) as client:
+        slow = await Raw.open(port_of(client))
+        await slow.stream.send_all(b"POST /fast/a HTTP/1.1\r\n")  # never finishes its head
+        with trio.fail_after(5):
+            assert await slow.closed()
+        silent = await Raw.open(port_of(client))  # never sends anything
+        with trio.fail_after(5):
+            assert await silent.closed()
+
+
+async def test_graceful_shutdown_closes_idle_fast_connections(make_kernel):
+    kernel = make(make_kernel)
+    stop = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(
+                partial(serve, kernel, host="127.0.0.1", port=0, shutdown_trigger=stop.wait, graceful_timeout=30, write_daemon_json=False)
+            )
+            raw = await Raw.open(port)
+            await raw.stream.send_all(post("/fast/a"))
+            assert (await raw.response())[0] == 200
+            stop.set()
+            assert await raw.closed()  # now, not at the 30 s graceful deadline
