@@ -656,18 +656,21 @@ class SqliteStore:
     # -- sessions and history --
 
     @staticmethod
-    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float) -> None:
-        conn.execute(
-            "INSERT OR IGNORE INTO sessions (id, agent, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?)",
-            (session_id, agent, now, now),
-        )
-        (owner,) = conn.execute("SELECT agent FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if owner != agent:
+    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float) -> bool:
+        """Create the session if needed (inside the write transaction); True if it is new."""
+        row = conn.execute("SELECT agent FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                (session_id, agent, now, now),
+            )
+            return True
+        if row[0] != agent:
             raise StoreError(
-                f"session {session_id!r} belongs to agent {owner!r}, not {agent!r}; "
+                f"session {session_id!r} belongs to agent {row[0]!r}, not {agent!r}; "
                 "use a new session id"
             )
+        return False
 
     async def ensure_session(self, session_id: str, agent: str) -> None:
         """Create the session for ``agent`` if it does not exist yet."""
@@ -677,12 +680,14 @@ class SqliteStore:
         await self.write("ensure a session", lambda c: self._ensure(c, session_id, agent, now))
 
     def _append(
-        self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float
+        self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float, *, new: bool = False
     ) -> None:
-        self._ensure(conn, session_id, agent, now)
-        (last,) = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-        ).fetchone()
+        """Append ``rows``; ``new``: the caller just created the session (nothing to count)."""
+        last = 0
+        if not new and not self._ensure(conn, session_id, agent, now):
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            ).fetchone()
         conn.executemany(
             "INSERT INTO messages (session_id, seq, role, content, data, ts) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -722,7 +727,9 @@ class SqliteStore:
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            self._ensure(conn, session_id, agent, now)
+            if self._ensure(conn, session_id, agent, now):  # a new session: no history yet
+                self._append(conn, session_id, agent, rows, now, new=True)
+                return []
             history = [
                 StoredMessage(sid, seq, role, content, json.loads(data), ts)
                 for sid, seq, role, content, data, ts in conn.execute(
