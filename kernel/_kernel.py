@@ -406,7 +406,7 @@ class Kernel:
         )
         with trio.CancelScope(shield=True):
             try:
-                await self.store.record_tool_call(record)
+                await self.store.log_tool_call(record)
             except Exception:
                 log.exception("could not write the audit record of %s", call.name)
 

@@ -37,6 +37,7 @@ corrupt one is refused with an error naming the path, and left untouched.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -49,6 +50,8 @@ import attrs
 import trio
 
 from ._errors import RoostError
+
+log = logging.getLogger("roost.store")
 
 MEMORY = ":memory:"
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -217,6 +220,8 @@ class Store(Protocol):
 
     async def record_tool_call(self, record: AuditRecord) -> None: ...
 
+    async def log_tool_call(self, record: AuditRecord) -> None: ...
+
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]: ...
@@ -311,6 +316,31 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
 
 
 # ---- the SQLite store ------------------------------------------------------------------
+
+
+_INSERT_AUDIT = (
+    "INSERT INTO audit (ts, trace_id, span_id, agent, tool, arguments, duration_ms, "
+    "outcome, error, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+MAX_AUDIT_BACKLOG = 4096
+AUDIT_FLUSH_TIMEOUT_S = 30.0
+
+
+def _audit_row(record: Any) -> tuple:
+    if not isinstance(record, AuditRecord):
+        raise StoreError(f"record: expected an AuditRecord, got {type(record).__name__}")
+    return (
+        record.ts,
+        record.trace_id,
+        record.span_id,
+        record.agent,
+        record.tool,
+        record.arguments,
+        float(record.duration_ms),
+        record.outcome,
+        record.error,
+        record.session_id,
+    )
 
 
 _INSERT_USAGE = (
@@ -601,6 +631,13 @@ class SqliteStore:
         self._writer = GroupCommitter(
             self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
         )
+        # The write-behind audit log (log_tool_call): rows waiting for the writer.
+        self._audit_backlog: list[tuple] = []
+        self._audit_logged = 0  # rows ever logged
+        self._audit_settled = 0  # rows ever committed (or failed and reported)
+        self._audit_wake = trio.Event()
+        self._audit_progress = trio.Event()
+        self._audit_writer_running = False
 
     @property
     def closed(self) -> bool:
@@ -820,35 +857,73 @@ class SqliteStore:
 
     async def record_tool_call(self, record: AuditRecord) -> None:
         """Append one tool call to the audit log (committed before this returns)."""
-        if not isinstance(record, AuditRecord):
-            raise StoreError(f"record: expected an AuditRecord, got {type(record).__name__}")
-        row = (
-            record.ts,
-            record.trace_id,
-            record.span_id,
-            record.agent,
-            record.tool,
-            record.arguments,
-            float(record.duration_ms),
-            record.outcome,
-            record.error,
-            record.session_id,
-        )
+        row = _audit_row(record)
+        await self.write("record a tool call", lambda conn: conn.execute(_INSERT_AUDIT, row))
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO audit (ts, trace_id, span_id, agent, tool, arguments, duration_ms, "
-                "outcome, error, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
+    async def log_tool_call(self, record: AuditRecord) -> None:
+        """Append one tool call to the audit log, write-behind: the row is committed by the
+        store's audit writer within a scheduler tick (with the rows logged meanwhile, in
+        one transaction), not before this returns — a tool's reply does not wait for its
+        audit row. ``audit()`` reads include every row logged before it. Waits only when
+        ``MAX_AUDIT_BACKLOG`` rows are already waiting (back-pressure). Without a running
+        writer (a store not opened with ``open_store``) this is ``record_tool_call``."""
+        row = _audit_row(record)
+        if not self._audit_writer_running:
+            await self.write("record a tool call", lambda conn: conn.execute(_INSERT_AUDIT, row))
+            return
+        with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
+            while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+                await self._audit_progress.wait()
+        self._audit_backlog.append(row)
+        self._audit_logged += 1
+        self._audit_wake.set()
 
-        await self.write("record a tool call", work)
+    async def flush_audit(self) -> None:
+        """Return once every row logged before this call is committed (or, if its batch
+        failed, reported in the log); bounded by ``AUDIT_FLUSH_TIMEOUT_S``."""
+        target = self._audit_logged
+        try:
+            with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
+                while self._audit_settled < target:
+                    await self._audit_progress.wait()
+        except trio.TooSlowError:
+            raise StoreError(
+                f"{self.path}: the audit writer did not commit {target - self._audit_settled} rows "
+                f"within {AUDIT_FLUSH_TIMEOUT_S:g} s; is the database locked by another process?"
+            ) from None
+
+    async def run_audit_writer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The write-behind audit writer; runs until cancelled (``open_store`` runs it)."""
+        self._audit_writer_running = True
+        task_status.started()
+        try:
+            while True:
+                await self._audit_wake.wait()
+                self._audit_wake = trio.Event()
+                # Let the tasks that are ready log theirs into this transaction too.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                rows, self._audit_backlog = self._audit_backlog, []
+                if not rows:
+                    continue
+                try:
+                    with trio.CancelScope(shield=True):  # rows taken are written, even at exit
+                        await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+                except Exception:
+                    log.exception("%s: %d audit rows could not be written", self.path, len(rows))
+                finally:
+                    self._audit_settled += len(rows)
+                    done, self._audit_progress = self._audit_progress, trio.Event()
+                    done.set()
+        finally:
+            self._audit_writer_running = False
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]:
-        """Audit records, newest first, optionally only one agent's or one trace's."""
+        """Audit records, newest first, optionally only one agent's or one trace's
+        (including every row logged before this call)."""
         limit = _check_limit(limit, optional=False)
+        await self.flush_audit()
         where, params = [], []
         if agent is not None:
             where.append("agent = ?")
@@ -1025,8 +1100,23 @@ async def open_store(path: Path | str, *, synchronous: str = "NORMAL") -> AsyncI
     text = path if path == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
     store = SqliteStore(conn, text, mode)
+    body_error: Exception | None = None
     try:
-        yield store
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run_audit_writer)
+            try:
+                yield store
+            except Exception as exc:
+                body_error = exc  # re-raised below as itself, not wrapped in the nursery's group
+            finally:
+                with trio.CancelScope(shield=True):
+                    try:
+                        await store.flush_audit()
+                    except StoreError as exc:
+                        log.error("%s", exc)
+                nursery.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

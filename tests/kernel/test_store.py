@@ -768,3 +768,50 @@ async def test_a_normal_store_never_asks_for_full_sync(tmp_path):
     async with open_store(tmp_path / "roost.db", synchronous="NORMAL") as store:
         mode = await store.write("probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
     assert mode == 1
+
+
+# ---- the write-behind audit log ------------------------------------------------------
+
+
+async def test_logged_tool_calls_are_read_back_at_once_and_share_a_transaction(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        before = store._writer.batches
+        async with trio.open_nursery() as nursery:
+            for i in range(30):
+                nursery.start_soon(store.log_tool_call, AuditRecord(agent="a", tool=f"t{i}"))
+        # audit() includes every row logged before it, committed.
+        assert len(await store.audit(limit=100)) == 30
+        assert store._writer.batches - before <= 2  # not one transaction per row
+
+
+async def test_rows_logged_just_before_close_survive_a_restart(tmp_path):
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        await store.log_tool_call(AuditRecord(agent="a", tool="last words"))
+    async with open_store(db) as store:
+        assert [r.tool for r in await store.audit()] == ["last words"]
+
+
+async def test_the_audit_backlog_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 3)
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the writer's batch waits for this lock
+        logged = []
+
+        async def log(i):
+            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
+            logged.append(i)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(log, 0)
+            await trio.testing.wait_all_tasks_blocked()  # the writer took row 0, waits for the lock
+            for i in range(1, 8):
+                nursery.start_soon(log, i)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(logged) == 4  # row 0, then three in the backlog; the rest wait
+            other.execute("COMMIT")
+            other.close()
+        assert sorted(logged) == list(range(8))
+        assert len(await store.audit(limit=100)) == 8
