@@ -871,9 +871,10 @@ class SqliteStore:
         if not self._audit_writer_running:
             await self.write("record a tool call", lambda conn: conn.execute(_INSERT_AUDIT, row))
             return
-        with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
-            while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
-                await self._audit_progress.wait()
+        if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+            with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
+                while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+                    await self._audit_progress.wait()
         self._audit_backlog.append(row)
         self._audit_logged += 1
         self._audit_wake.set()
@@ -900,14 +901,15 @@ class SqliteStore:
             while True:
                 await self._audit_wake.wait()
                 self._audit_wake = trio.Event()
-                # Let the tasks that are ready log theirs into this transaction too.
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if trio.lowlevel.current_statistics().tasks_runnable:
+                    # Let the tasks that are ready log theirs into this transaction too.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 rows, self._audit_backlog = self._audit_backlog, []
                 if not rows:
                     continue
                 try:
                     with trio.CancelScope(shield=True):  # rows taken are written, even at exit
-                        await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+                        await self.write("record tool calls", lambda conn, rows=rows: conn.executemany(_INSERT_AUDIT, rows))
                 except Exception:
                     log.exception("%s: %d audit rows could not be written", self.path, len(rows))
                 finally:

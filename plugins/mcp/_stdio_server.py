@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -26,7 +25,7 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
-from .transports._base import coalesce_now
+from .transports._base import read_now, write_now
 
 log = logging.getLogger("roost.mcp.stdio")
 
@@ -81,17 +80,23 @@ async def stdio_loop(
     # syscall: with many requests in flight, a write per reply (each waking the client)
     # costs more than the replies themselves. Bounded by the senders waiting on the lock.
     outbox: list[bytes] = []
-    last_write = [-1.0]
+    # Requests read and not yet answered: with others in flight, a reply waits one
+    # scheduler tick so that replies ready meanwhile share its write (each write wakes
+    # the client); a lone request's reply goes out at once.
+    unanswered = [0]
 
     async def receive() -> Any:
         while not pending:
-            data = await receive_stream.receive_some(READ_CHUNK)
+            data = await read_now(receive_stream, READ_CHUNK)
             if not data:
                 raise trio.EndOfChannel
             pending.extend(framer.feed(data))
         event = pending.popleft()
         if isinstance(event, Frame):
-            return event.message
+            message = event.message
+            if isinstance(message, dict) and "method" in message and message.get("id") is not None:
+                unanswered[0] += 1
+            return message
         if isinstance(event, NotJson):
             log.warning("stdin: not JSON (%s): %s", event.error, event.line)
             return rpc.JsonRpcError(rpc.PARSE_ERROR, f"parse error: {event.error}; send one JSON-RPC object per line")
@@ -113,6 +118,8 @@ async def stdio_loop(
                 return
             error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}")
             data = framer.encode(encode_message(error.to_dict()))
+        if isinstance(message, dict) and "method" not in message and message.get("id") is not None:
+            unanswered[0] = max(0, unanswered[0] - 1)  # a response
         outbox.append(data)
         try:
             try:  # no scheduler round trip when nobody is writing
@@ -126,14 +133,11 @@ async def stdio_loop(
                     break
             raise
         try:
-            if coalesce_now(last_write):
-                # Replies are coming back to back: let the tasks that are ready add theirs,
-                # then one write carries them all (each write wakes the client).
+            if outbox and unanswered[0] > 1:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             # Ours is written by now if the outbox is empty (an earlier holder took it).
             while outbox:
-                await send_stream.send_all(take_batch(outbox))
-            last_write[0] = time.perf_counter()
+                await write_now(send_stream, take_batch(outbox))
         finally:
             write_lock.release()
 

@@ -7,7 +7,7 @@ reason in ``closed_reason``); ``send`` hands one message to the peer.
 
 from __future__ import annotations
 
-import time
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -19,16 +19,39 @@ MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
 
 
-COALESCE_WINDOW_S = 100e-6
+async def write_now(stream: Any, data: bytes) -> None:
+    """``stream.send_all(data)``, but written at once when the pipe has room: Trio's
+    ``FdStream.send_all`` yields to every other ready task before it writes, which puts
+    whatever they do (say, a database commit) in front of a reply that is ready."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
+        await stream.send_all(data)
+        return
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        sent = os.write(fd, data)
+    except BlockingIOError:
+        sent = 0
+    except OSError:
+        sent = 0  # let send_all raise the matching Trio error (closed, broken)
+    if sent < len(data):
+        await stream.send_all(data[sent:])
 
 
-def coalesce_now(last_write: list[float]) -> bool:
-    """Whether a writer should yield once before writing so that others join its write:
-    the previous write was moments ago, or other tasks are ready to run. A lone request
-    (the latency case) never waits."""
-    return (time.perf_counter() - last_write[0] < COALESCE_WINDOW_S) or bool(
-        trio.lowlevel.current_statistics().tasks_runnable
-    )
+async def read_now(stream: Any, max_bytes: int) -> bytes:
+    """``stream.receive_some(max_bytes)``, but read at once when data is waiting: Trio's
+    ``FdStream.receive_some`` first yields to every other ready task, a scheduler round trip
+    per message on a request/reply pipe. When nothing is waiting it waits as usual."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
+        return await stream.receive_some(max_bytes)
+    await trio.lowlevel.checkpoint_if_cancelled()
+    try:
+        return os.read(fd, max_bytes)
+    except (BlockingIOError, OSError):  # nothing yet, or let receive_some raise the Trio error
+        return await stream.receive_some(max_bytes)
 
 
 @contextmanager

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -31,8 +30,9 @@ from ._base import (
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
-    coalesce_now,
+    read_now,
     single_errors,
+    write_now,
 )
 
 log = logging.getLogger("roost.mcp.stdio")
@@ -141,7 +141,7 @@ class StdioTransport:
         self.incoming = incoming
         self.closed_reason: str | None = None
         self._send_lock = trio.Lock()
-        self._last_write = [-1.0]
+        self.in_flight = 0  # requests sent and not answered (kept by the reader and send)
         # Messages waiting for the pipe: the holder of the lock writes all of them at once
         # (one syscall, one wake-up of the server for many requests in flight).
         self._outbox: list[bytes] = []
@@ -161,6 +161,8 @@ class StdioTransport:
             )
         if self.closed_reason is not None or self.process.stdin is None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
+        if "method" in message and message.get("id") is not None:
+            self.in_flight += 1
         self._outbox.append(data)
         try:
             try:  # no scheduler round trip when nobody is writing
@@ -171,8 +173,9 @@ class StdioTransport:
             _take_back(self._outbox, data)  # cancelled before anyone wrote it: never sent
             raise
         try:
-            if self._outbox and coalesce_now(self._last_write):
-                # Requests are coming back to back: let ready tasks add theirs to one write.
+            if self._outbox and self.in_flight > 1:
+                # Others are in flight: let the tasks that are ready add their requests to
+                # this write (each write wakes the server); a lone request goes out at once.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._outbox and self._write_error is not None:
                 raise TransportClosed(self._write_error)  # ours went in a failed write
@@ -185,11 +188,10 @@ class StdioTransport:
                 batch = b"".join(self._outbox[:count]) if count > 1 else self._outbox[0]
                 del self._outbox[:count]
                 try:
-                    await self.process.stdin.send_all(batch)
+                    await write_now(self.process.stdin, batch)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
                     raise TransportClosed(self._write_error) from None
-                self._last_write[0] = time.perf_counter()
         finally:
             self._send_lock.release()
 
@@ -207,7 +209,7 @@ async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
     if True:
         while True:
             try:
-                chunk = await stream.receive_some(_READ_CHUNK)
+                chunk = await read_now(stream, _READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 chunk = b""
             if not chunk:
@@ -222,7 +224,12 @@ async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
                         line,
                     )
                     continue
-                await send.send(message)
+                if isinstance(message, dict) and "method" not in message and transport.in_flight:
+                    transport.in_flight -= 1  # a response
+                try:  # no scheduler round trip while the reader keeps up
+                    send.send_nowait(message)
+                except trio.WouldBlock:
+                    await send.send(message)
             if splitter.oversized > transport.oversized_lines:
                 log.error(
                     "MCP server %s sent a message over %d bytes; it was dropped",

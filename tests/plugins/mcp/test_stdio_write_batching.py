@@ -155,3 +155,47 @@ async def test_large_client_messages_queued_together_are_written_in_bounded_batc
         stream.gate.set()
     assert sorted(m["id"] for m in stream.messages()) == [0, 1, 2, 3]
     assert len(stream.writes) == 4 and max(len(w) for w in stream.writes) < 2 * len(big)
+
+
+# ---- writing and reading pipes without an extra scheduler round trip ------------------------
+
+
+async def test_a_ready_reply_is_written_before_other_ready_tasks_run():
+    # Regression: FdStream.send_all yields first, so a ready audit commit (or anything else
+    # ready) ran before the reply went out, adding its time to every call's latency.
+    import os
+
+    from roost.plugins.mcp.transports._base import read_now, write_now
+
+    r, w = os.pipe()
+    async with trio.lowlevel.FdStream(r) as reader, trio.lowlevel.FdStream(w) as writer:
+        ran = []
+
+        async def other():
+            ran.append("other")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await write_now(writer, b"reply\n")
+            assert ran == []  # written before the other ready task got to run
+            assert await read_now(reader, 100) == b"reply\n"
+
+
+async def test_writes_larger_than_the_pipe_and_reads_of_an_empty_pipe_still_complete():
+    import os
+
+    from roost.plugins.mcp.transports._base import read_now, write_now
+
+    r, w = os.pipe()
+    payload = bytes(range(256)) * 4096  # 1 MiB: far more than a pipe holds
+    got = bytearray()
+    async with trio.lowlevel.FdStream(r) as reader, trio.lowlevel.FdStream(w) as writer:
+        async with trio.open_nursery() as nursery:
+
+            async def drain():
+                while len(got) < len(payload):
+                    got.extend(await read_now(reader, 65536))  # waits whenever the pipe is empty
+
+            nursery.start_soon(drain)
+            await write_now(writer, payload)
+    assert bytes(got) == payload
