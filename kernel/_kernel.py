@@ -303,7 +303,8 @@ class Kernel:
             return result
         finally:
             duration_ms = (time.monotonic() - started) * 1000
-            if spec is None or spec.owner != "agents":
+            # Nobody watching: an event nobody can observe is not built (hot path).
+            if (spec is None or spec.owner != "agents") and self.tap.wants(EventKind.EXEC_TOOL_RESULT):
                 self.publish(
                     Event(
                         EventKind.EXEC_TOOL_RESULT,
@@ -323,16 +324,18 @@ class Kernel:
         spec = tool.spec
         validate_arguments(spec, call.arguments)
         context = self._context(manifest, spec, call.trace)
-        for veto in collect(self.plugins.hook.roost_before_tool_call(call=call, spec=spec, context=context)):
-            if isinstance(veto, ToolVeto):
-                raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
+        hooks = self.plugins.hook
+        if hooks.roost_before_tool_call.get_hookimpls():
+            for veto in collect(hooks.roost_before_tool_call(call=call, spec=spec, context=context)):
+                if isinstance(veto, ToolVeto):
+                    raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
         if conversation is not None:
             policy = manifest.taint_policy or self.config.taint.policy
             warning = conversation.taint.check(call, sinks=tuple(self.config.taint.sinks), policy=policy)
             if warning:
                 log.warning("%s", warning)
             conversation.loop_guard.check(call)
-        if spec.owner != "agents":
+        if spec.owner != "agents" and self.tap.wants(EventKind.EXEC_TOOL_CALL):
             self.publish(
                 Event(
                     EventKind.EXEC_TOOL_CALL,
@@ -366,9 +369,10 @@ class Kernel:
             result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")
         if conversation is not None:
             conversation.taint.observe(result)
-        for replacement in collect(self.plugins.hook.roost_after_tool_call(call=call, spec=spec, result=result)):
-            if isinstance(replacement, ToolResult):
-                result = replacement
+        if hooks.roost_after_tool_call.get_hookimpls():
+            for replacement in collect(hooks.roost_after_tool_call(call=call, spec=spec, result=result)):
+                if isinstance(replacement, ToolResult):
+                    result = replacement
         return result
 
     async def call_exposed(
@@ -404,11 +408,12 @@ class Kernel:
             error=error,
             session_id=conversation.session_id if conversation else None,
         )
-        with trio.CancelScope(shield=True):
-            try:
-                await self.store.log_tool_call(record)
-            except Exception:
-                log.exception("could not write the audit record of %s", call.name)
+        try:
+            if not self.store.log_tool_call_nowait(record):  # the backlog is full: wait for room
+                with trio.CancelScope(shield=True):
+                    await self.store.log_tool_call(record)
+        except Exception:
+            log.exception("could not write the audit record of %s", call.name)
 
     def add_tool(self, tool: Tool) -> None:
         """Register a tool while running (e.g. discovered on an MCP server).

@@ -222,6 +222,8 @@ class Store(Protocol):
 
     async def log_tool_call(self, record: AuditRecord) -> None: ...
 
+    def log_tool_call_nowait(self, record: AuditRecord) -> bool: ...
+
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]: ...
@@ -878,6 +880,16 @@ class SqliteStore:
         self._audit_backlog.append(row)
         self._audit_logged += 1
         self._audit_wake.set()
+
+    def log_tool_call_nowait(self, record: AuditRecord) -> bool:
+        """``log_tool_call`` without waiting: False (nothing logged) when the writer is not
+        running or its backlog is full; then call ``log_tool_call``."""
+        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+            return False
+        self._audit_backlog.append(_audit_row(record))
+        self._audit_logged += 1
+        self._audit_wake.set()
+        return True
 
     async def flush_audit(self) -> None:
         """Return once every row logged before this call is committed (or, if its batch

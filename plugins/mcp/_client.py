@@ -812,6 +812,8 @@ async def open_mcp_client(transport: Any, options: ClientOptions | None = None, 
     with single_errors():
         async with trio.open_nursery() as nursery:
             client = McpClient(transport, options, nursery)
+            if hasattr(transport, "deliver"):
+                transport.deliver = client._dispatch  # replies straight from the reader
             nursery.start_soon(client._read)
             try:
                 await client.start(era=era)
@@ -831,6 +833,8 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
     try:
         async with trio.open_nursery() as nursery:
             client = McpClient(transport, options, nursery)
+            if hasattr(transport, "deliver"):
+                transport.deliver = client._dispatch  # replies straight from the reader
             nursery.start_soon(client._read)
             try:
                 await client.discover(timeout=timeout)
