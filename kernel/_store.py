@@ -325,6 +325,8 @@ _INSERT_AUDIT = (
     "outcome, error, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 MAX_AUDIT_BACKLOG = 4096
+AUDIT_GATHER_S = 0.002  # the audit writer gathers rows this long (or this many) per commit
+AUDIT_GATHER_ROWS = 256
 AUDIT_FLUSH_TIMEOUT_S = 30.0
 
 
@@ -640,6 +642,7 @@ class SqliteStore:
         self._audit_wake = trio.Event()
         self._audit_progress = trio.Event()
         self._audit_writer_running = False
+        self._audit_flushing = 0  # readers waiting for the backlog to be written
 
     @property
     def closed(self) -> bool:
@@ -898,7 +901,12 @@ class SqliteStore:
         try:
             with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
                 while self._audit_settled < target:
-                    await self._audit_progress.wait()
+                    self._audit_flushing += 1  # the writer stops gathering and writes now
+                    self._audit_wake.set()
+                    try:
+                        await self._audit_progress.wait()
+                    finally:
+                        self._audit_flushing -= 1
         except trio.TooSlowError:
             raise StoreError(
                 f"{self.path}: the audit writer did not commit {target - self._audit_settled} rows "
@@ -912,10 +920,13 @@ class SqliteStore:
         try:
             while True:
                 await self._audit_wake.wait()
+                # Gather for a moment: one transaction for the calls of the next couple of
+                # milliseconds instead of one each (the replies do not wait for this).
+                with trio.move_on_after(AUDIT_GATHER_S):
+                    while len(self._audit_backlog) < AUDIT_GATHER_ROWS and not self._audit_flushing:
+                        self._audit_wake = trio.Event()
+                        await self._audit_wake.wait()
                 self._audit_wake = trio.Event()
-                if trio.lowlevel.current_statistics().tasks_runnable:
-                    # Let the tasks that are ready log theirs into this transaction too.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
                 rows, self._audit_backlog = self._audit_backlog, []
                 if not rows:
                     continue

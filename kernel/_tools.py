@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._errors import ToolNameCollision, ToolNotFound
-from ._trace import TraceContext
+from ._trace import TraceContext, new_call_id
 
 if TYPE_CHECKING:  # pragma: no cover
     pass
@@ -90,7 +89,7 @@ class ToolCall:
 
     name: str
     arguments: Mapping[str, Any] = attrs.field(factory=dict)
-    id: str = attrs.field(factory=lambda: "call_" + uuid.uuid4().hex[:16])
+    id: str = attrs.field(factory=new_call_id)
     caller: str = ""
     trace: TraceContext | None = None
     # Set when the model's arguments could not be decoded; the call then fails with this

@@ -794,6 +794,7 @@ async def test_rows_logged_just_before_close_survive_a_restart(tmp_path):
 
 async def test_the_audit_backlog_is_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 3)
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.0)  # the writer takes row 0 at once
     db = tmp_path / "roost.db"
     async with open_store(db) as store:
         other = sqlite3.connect(db, isolation_level=None)
@@ -815,3 +816,17 @@ async def test_the_audit_backlog_is_bounded(tmp_path, monkeypatch):
             other.close()
         assert sorted(logged) == list(range(8))
         assert len(await store.audit(limit=100)) == 8
+
+
+async def test_the_audit_writer_gathers_rows_until_a_reader_wants_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)  # only a reader ends the wait
+    async with open_store(tmp_path / "roost.db") as store:
+        before = store._writer.batches
+        for i in range(5):  # one after another, as sequential calls log them
+            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
+            await trio.sleep(0)
+        assert store._writer.batches == before  # still gathering
+        with trio.fail_after(5):
+            records = await store.audit()
+        assert [r.tool for r in records] == ["t4", "t3", "t2", "t1", "t0"]
+        assert store._writer.batches == before + 1  # one transaction for all five

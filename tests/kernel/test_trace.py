@@ -199,3 +199,26 @@ def test_traceparent_header_wins_over_trace_id_header():
     sender = TraceContext.new("A")
     ctx = TraceContext.from_headers({"traceparent": sender.traceparent, HEADER_TRACE_ID: "f" * 32})
     assert ctx.trace_id == sender.trace_id
+
+
+def test_trace_span_and_call_ids_are_well_formed_unique_and_differ_in_a_forked_child():
+    import os
+
+    from roost.kernel._trace import _new_span_id, _new_trace_id, new_call_id
+
+    traces = {_new_trace_id() for _ in range(10_000)}
+    spans = {_new_span_id() for _ in range(10_000)}
+    assert len(traces) == len(spans) == 10_000
+    assert all(len(t) == 32 and int(t, 16) for t in traces)
+    assert all(len(s) == 16 and int(s, 16) for s in spans)
+    assert new_call_id().startswith("call_") and len(new_call_id()) == 21
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reseeds at fork: its next id is not the parent's next id
+        os.write(write, _new_trace_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child != _new_trace_id()
