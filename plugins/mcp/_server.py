@@ -987,7 +987,7 @@ def change_notifications(event: Event) -> list[str]:
 def _external_root() -> TraceContext:
     """The context of a caller outside roost: depth 0, so the agent it calls is depth 1."""
     fresh = TraceContext.new("mcp-client")
-    return attrs.evolve(fresh, depth=0, path=())
+    return TraceContext(fresh.trace_id, fresh.span_id, 0, (), fresh.max_depth)
 
 
 def _answer_from(responses: Any) -> str | None:
