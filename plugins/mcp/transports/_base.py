@@ -48,10 +48,13 @@ async def read_now(stream: Any, max_bytes: int) -> bytes:
     except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
         return await stream.receive_some(max_bytes)
     await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        return os.read(fd, max_bytes)
-    except (BlockingIOError, OSError):  # nothing yet, or let receive_some raise the Trio error
-        return await stream.receive_some(max_bytes)
+    while True:
+        try:
+            return os.read(fd, max_bytes)
+        except BlockingIOError:  # nothing yet: wait (a checkpoint) without a second try first
+            await trio.lowlevel.wait_readable(fd)
+        except OSError:  # closed or broken: let receive_some raise the matching Trio error
+            return await stream.receive_some(max_bytes)
 
 
 @contextmanager
