@@ -327,6 +327,7 @@ _INSERT_AUDIT = (
 MAX_AUDIT_BACKLOG = 4096
 AUDIT_GATHER_S = 0.002  # the audit writer gathers rows this long (or this many) per commit
 AUDIT_GATHER_ROWS = 256
+AUDIT_RETRY_S = 1.0  # a batch that met another process's lock is tried once more after this
 AUDIT_FLUSH_TIMEOUT_S = 30.0
 
 
@@ -335,16 +336,28 @@ def _audit_row(record: Any) -> tuple:
         raise StoreError(f"record: expected an AuditRecord, got {type(record).__name__}")
     return (
         record.ts,
-        record.trace_id,
-        record.span_id,
-        record.agent,
-        record.tool,
-        record.arguments,
+        _storable(record.trace_id),
+        _storable(record.span_id),
+        _storable(record.agent),
+        _storable(record.tool),
+        _storable(record.arguments),
         float(record.duration_ms),
         record.outcome,
-        record.error,
-        record.session_id,
+        _storable(record.error),
+        _storable(record.session_id),
     )
+
+
+def _storable(text: str | None) -> str | None:
+    """``text`` as SQLite can store it: a lone surrogate (JSON "\\ud800" decodes to one)
+    cannot be encoded as UTF-8, and would fail the whole statement."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 _INSERT_USAGE = (
@@ -453,27 +466,26 @@ class GroupCommitter:
 
     async def _lead(self) -> None:
         self._leading = True
-        checkpoint_due = False
+        committed = False
+        yielded = False
         batch: list[_WriteItem] = []
         try:
             if self._inline and self._busy():
                 # Let tasks that are ready to run queue their writes into this batch.
                 await trio.lowlevel.cancel_shielded_checkpoint()
+                yielded = True
             batch = self._pending[: self._max_batch]
             del self._pending[: self._max_batch]
             for item in batch:
                 item.state = "running"
             if self._inline and self._run_inline(batch):
                 self._last_inline_commit = time.perf_counter()
-                self._commits_since_checkpoint += 1
-                checkpoint_due = (
-                    self._checkpoint is not None
-                    and self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS
-                )
             else:
+                yielded = True
                 # Shielded: the batch holds other callers' writes; it must finish and wake them.
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._run_batch, batch, limiter=self._limiter)
+            committed = any(item.error is None for item in batch)
         finally:
             for item in batch:
                 item.state = "done"
@@ -481,14 +493,28 @@ class GroupCommitter:
             self.batches += 1
             done, self._batch_done = self._batch_done, trio.Event()
             done.set()
-        if checkpoint_due:
-            # This leader carries the checkpoint; other writers go on inline meanwhile.
-            self._commits_since_checkpoint = 0
-            with trio.CancelScope(shield=True):  # a worker thread cannot be abandoned anyway
-                try:
-                    await trio.to_thread.run_sync(self._checkpoint)  # type: ignore[arg-type]
-                except Exception:  # a failed checkpoint loses nothing; the next one retries
-                    pass
+        if committed and self._checkpoint is not None:
+            self._commits_since_checkpoint += 1
+            if self._commits_since_checkpoint >= CHECKPOINT_EVERY_COMMITS:
+                # This leader carries the checkpoint; other writers go on inline meanwhile.
+                self._commits_since_checkpoint = 0
+                yielded = True
+                with trio.CancelScope(shield=True):  # a worker thread cannot be abandoned anyway
+                    try:
+                        await trio.to_thread.run_sync(self._checkpoint)
+                    except Exception:  # a failed checkpoint loses nothing; the next one retries
+                        pass
+        if not yielded:
+            # Every write is a schedule point, as Trio code expects of an async call: a loop
+            # of inline writes must not keep the event loop to itself.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def allow_waiting(self, conn: sqlite3.Connection) -> None:
+        """Before a read on a worker thread (holding the limiter): wait for a lock as usual
+        (inline batches set the connection not to wait)."""
+        if self._busy_timeout_ms != BUSY_TIMEOUT_MS:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._busy_timeout_ms = BUSY_TIMEOUT_MS
 
     def _busy(self) -> bool:
         """Whether other writes are likely to join if the leader yields: tasks are waiting
@@ -609,9 +635,12 @@ class WalCheckpointer:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def __call__(self) -> None:
         with self._lock:
+            if self._closed:  # the store is closing: never reopen
+                return
             if self._conn is None:
                 self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
                 self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -619,6 +648,7 @@ class WalCheckpointer:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.close()
@@ -676,6 +706,7 @@ class SqliteStore:
             if conn is None:
                 raise StoreError(f"{self.path}: the store is closed; cannot {operation}")
             try:
+                self._writer.allow_waiting(conn)
                 return work(conn)
             except sqlite3.Error as exc:
                 raise StoreError(f"{self.path}: {operation} failed: {exc}") from exc
@@ -898,6 +929,9 @@ class SqliteStore:
         """Return once every row logged before this call is committed (or, if its batch
         failed, reported in the log); bounded by ``AUDIT_FLUSH_TIMEOUT_S``."""
         target = self._audit_logged
+        if not self._audit_writer_running:  # no writer (gone, or never started): write here
+            await self._write_audit_backlog()
+            return
         try:
             with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
                 while self._audit_settled < target:
@@ -927,20 +961,48 @@ class SqliteStore:
                         self._audit_wake = trio.Event()
                         await self._audit_wake.wait()
                 self._audit_wake = trio.Event()
-                rows, self._audit_backlog = self._audit_backlog, []
-                if not rows:
-                    continue
-                try:
-                    with trio.CancelScope(shield=True):  # rows taken are written, even at exit
-                        await self.write("record tool calls", lambda conn, rows=rows: conn.executemany(_INSERT_AUDIT, rows))
-                except Exception:
-                    log.exception("%s: %d audit rows could not be written", self.path, len(rows))
-                finally:
-                    self._audit_settled += len(rows)
-                    done, self._audit_progress = self._audit_progress, trio.Event()
-                    done.set()
+                await self._write_audit_backlog()
         finally:
             self._audit_writer_running = False
+            # Cancelled (at close, or from outside the store): what was logged is written.
+            with trio.CancelScope(shield=True):
+                await self._write_audit_backlog()
+
+    async def _write_audit_backlog(self) -> None:
+        rows, self._audit_backlog = self._audit_backlog, []
+        if not rows:
+            return
+        try:
+            with trio.CancelScope(shield=True):  # rows taken are written, even at exit
+                await self._write_audit_rows(rows)
+        finally:
+            self._audit_settled += len(rows)
+            done, self._audit_progress = self._audit_progress, trio.Event()
+            done.set()
+
+    async def _write_audit_rows(self, rows: list[tuple]) -> None:
+        try:
+            await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+            return
+        except Exception as exc:
+            error: Exception = exc
+        if isinstance(error.__cause__, sqlite3.OperationalError) and _is_locked(error.__cause__):
+            await trio.sleep(AUDIT_RETRY_S)  # another process held the lock: once more, whole
+            try:
+                await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+                return
+            except Exception as exc:
+                log.error("%s: %d audit rows could not be written: %s", self.path, len(rows), exc)
+                return
+        # One bad row must not cost the others theirs: write them one by one.
+        lost = 0
+        for row in rows:
+            try:
+                await self.write("record a tool call", lambda conn, row=row: conn.execute(_INSERT_AUDIT, row))
+            except Exception:
+                lost += 1
+        if lost:
+            log.error("%s: %d of %d audit rows could not be written: %s", self.path, lost, len(rows), error)
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100

@@ -12,9 +12,8 @@ so the breaker holds across processes.
 from __future__ import annotations
 
 import os
-import random
 import re
-import secrets
+import threading
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -41,31 +40,52 @@ _MAX_PATH_ITEMS = 64
 _MAX_HOP_LEN = 128
 
 
-# Trace and span ids need to be unique and unpredictable enough to not collide, not
-# secret (they are correlation ids, never credentials): a PRNG seeded from the OS is ~10x
-# cheaper than a urandom syscall per id, which showed up on every tool call. A forked
-# child reseeds, so parent and child never share a sequence.
-_rng = random.Random(secrets.randbits(128))
-os.register_at_fork(after_in_child=lambda: _rng.seed(secrets.randbits(128)))
+# Ids come from the OS's CSPRNG, read 4 KiB at a time: a urandom syscall per id showed on
+# every call. They must stay unpredictable: the MCP server forwards a trace's tool logs and
+# progress to the client whose call carries that trace id. A forked child starts afresh.
+_RANDOM_BATCH = 4096
+_random_pool = b""
+_random_at = 0
+
+
+_random_lock = threading.Lock()  # ids may be made on worker threads too: never hand out a slice twice
+
+
+def _random_bytes(n: int) -> bytes:
+    global _random_pool, _random_at
+    with _random_lock:
+        if _random_at + n > len(_random_pool):
+            _random_pool, _random_at = os.urandom(_RANDOM_BATCH), 0
+        start = _random_at
+        _random_at += n
+        return _random_pool[start:_random_at]
+
+
+def _fresh_pool() -> None:
+    global _random_pool, _random_at, _random_lock
+    _random_pool, _random_at, _random_lock = b"", 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_pool)
 
 
 def _new_trace_id() -> str:
     while True:
-        value = _rng.getrandbits(128)
-        if value:
-            return f"{value:032x}"
+        value = _random_bytes(16).hex()
+        if value != "0" * 32:
+            return value
 
 
 def _new_span_id() -> str:
     while True:
-        value = _rng.getrandbits(64)
-        if value:
-            return f"{value:016x}"
+        value = _random_bytes(8).hex()
+        if value != "0" * 16:
+            return value
 
 
 def new_call_id() -> str:
     """A tool call id (``call_`` + 16 hex digits), cheap like the span ids."""
-    return f"call_{_rng.getrandbits(64):016x}"
+    return "call_" + _random_bytes(8).hex()
 
 
 @attrs.frozen

@@ -106,6 +106,7 @@ class TaskStore:
             if conn is None:
                 raise TaskStoreError(f"{self.path}: the task store is closed; cannot {what}")
             try:
+                self._writer.allow_waiting(conn)
                 return work(conn)
             except sqlite3.Error as exc:
                 raise TaskStoreError(f"{self.path}: {what} failed: {exc}") from exc

@@ -821,6 +821,8 @@ async def open_mcp_client(transport: Any, options: ClientOptions | None = None, 
                 await client.start(era=era)
                 yield client
             finally:
+                if getattr(transport, "deliver", None) == client._dispatch:
+                    transport.deliver = None  # the transport may outlive this client
                 nursery.cancel_scope.cancel()
 
 
@@ -848,6 +850,8 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
             except McpError:
                 return "legacy"
             finally:
+                if getattr(transport, "deliver", None) == client._dispatch:
+                    transport.deliver = None  # the transport may outlive this client
                 nursery.cancel_scope.cancel()
     except (TransportClosed, TransportError):
         return "legacy"

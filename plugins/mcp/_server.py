@@ -264,15 +264,24 @@ class ServerSession:
     outgoing: dict[Any, trio.MemorySendChannel[Any]] = attrs.field(factory=dict)
     next_outgoing_id: int = 0
     event_router: Any = None  # a stream connection's _EventRouter (see serve_connection)
+    # Requests read but not yet started (stream transports), and those of them cancelled
+    # before they started: a notifications/cancelled read in the same burst as its request
+    # must still stop it.
+    starting: set[Any] = attrs.field(factory=set)
+    cancelled_early: set[Any] = attrs.field(factory=set)
 
     @property
     def handshake_done(self) -> bool:
         return self.protocol_version is not None
 
     def cancel(self, request_id: Any) -> bool:
-        """Cancel a request in flight; False if there is none with that id."""
+        """Cancel a request in flight (or read and about to start); False if there is none
+        with that id."""
         scope = self.in_flight.get(request_id)
         if scope is None:
+            if request_id in self.starting:
+                self.cancelled_early.add(request_id)
+                return True
             return False
         scope.cancel()
         return True
@@ -462,6 +471,13 @@ class McpServer:
     ) -> dict[str, Any] | None:
         """Serve one decoded JSON message; the response to send, or None (notifications,
         stray responses, cancelled requests). Never raises for bad input."""
+        if session.starting and isinstance(message, dict):
+            raw_id = message.get("id")
+            if isinstance(raw_id, (str, int)) and raw_id in session.starting:
+                session.starting.discard(raw_id)
+                if raw_id in session.cancelled_early:
+                    session.cancelled_early.discard(raw_id)
+                    return None  # cancelled before it started: the spec asks for no response
         try:
             if isinstance(message, list):
                 parsed = rpc.parse(message, allow_batch=False, max_bytes=None)
@@ -1244,6 +1260,11 @@ async def serve_connection(
                 if isinstance(message, rpc.JsonRpcError):
                     await send(message.to_response().to_dict())
                     continue
+                if isinstance(message, dict) and "method" in message and "id" not in message:
+                    # A notification (cancelled, initialized, …) takes effect in read order:
+                    # a cancel must find the request read before it.
+                    await server.handle(session, message, notify=send)
+                    continue
                 if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
                     # Answered before anything read after it (the reader does not yield
                     # between requests, and Trio does not promise to start tasks in order).
@@ -1254,6 +1275,9 @@ async def serve_connection(
                     except (trio.BrokenResourceError, trio.ClosedResourceError):
                         break  # the client went away
                     continue
+                request_id = message.get("id") if isinstance(message, dict) else None
+                if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
+                    session.starting.add(request_id)
                 message_token = object()
                 try:  # no scheduler round trip while there is room
                     limiter.acquire_on_behalf_of_nowait(message_token)

@@ -25,7 +25,7 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
-from .transports._base import read_now, write_now
+from .transports._base import PipeReader, write_now
 
 log = logging.getLogger("roost.mcp.stdio")
 
@@ -74,6 +74,7 @@ async def stdio_loop(
     It raises ``trio.EndOfChannel`` when the peer closes its end.
     """
     framer = StdioFramer(max_bytes=max_bytes)
+    reader = PipeReader(receive_stream)
     pending: deque[Any] = deque()
     write_lock = trio.Lock()
     # Replies waiting for the pipe. Whoever holds the lock writes all of them in one
@@ -87,7 +88,7 @@ async def stdio_loop(
 
     async def receive() -> Any:
         while not pending:
-            data = await read_now(receive_stream, READ_CHUNK)
+            data = await reader.receive_some(READ_CHUNK)
             if not data:
                 raise trio.EndOfChannel
             pending.extend(framer.feed(data))

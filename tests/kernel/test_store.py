@@ -830,3 +830,45 @@ async def test_the_audit_writer_gathers_rows_until_a_reader_wants_them(tmp_path,
             records = await store.audit()
         assert [r.tool for r in records] == ["t4", "t3", "t2", "t1", "t0"]
         assert store._writer.batches == before + 1  # one transaction for all five
+
+
+async def test_cancelling_the_store_from_outside_still_writes_the_logged_rows(tmp_path):
+    # Regression: an outer cancel (e.g. shutdown) hit the writer while it gathered rows:
+    # they were dropped, and the close waited 30 s for them.
+    db = tmp_path / "roost.db"
+    with trio.fail_after(10):
+        with trio.CancelScope() as outer:
+            async with open_store(db) as store:
+                for i in range(5):
+                    assert store.log_tool_call_nowait(AuditRecord(agent="a", tool=f"t{i}"))
+                await trio.sleep(0)  # the writer wakes and starts gathering
+                outer.cancel()
+                await trio.sleep(1)
+    async with open_store(db) as store:
+        assert len(await store.audit()) == 5
+
+
+async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path):
+    # Regression: one bad value failed the whole batch, dropping the rows of every call
+    # that finished in the same moment. A lone surrogate (JSON "\ud800") was such a value.
+    async with open_store(tmp_path / "roost.db") as store:
+        for i in range(10):
+            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
+        await store.log_tool_call(AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}')))
+        store._audit_backlog.append((0.0, None, None, "a", "unbindable", {"not": "sql"}, 0.0, "ok", None, None))
+        store._audit_logged += 1
+        records = await store.audit(limit=100)
+    tools = {r.tool for r in records}
+    assert tools == {f"t{i}" for i in range(10)} | {"evil"}  # only the unbindable row is lost
+    (evil,) = [r for r in records if r.tool == "evil"]
+    assert "\\ud800" in evil.arguments  # stored, escaped
+
+
+async def test_an_inline_write_is_a_schedule_point(tmp_path):
+    # Regression: a write committed inline with nothing else going on returned without
+    # yielding, so a loop of writes kept timers and I/O from ever running.
+    async with open_store(tmp_path / "roost.db") as store:
+        await store.append_messages("s", "a", [msg("user", "warm up")])
+        with trio.testing.assert_checkpoints():
+            await store.append_messages("s", "a", [msg("user", "again")])
+        assert store._writer.inline_batches >= 2

@@ -28,9 +28,9 @@ import trio
 from ._base import (
     INCOMING_BUFFER,
     MAX_MESSAGE_BYTES,
+    PipeReader,
     TransportClosed,
     TransportError,
-    read_now,
     single_errors,
     write_now,
 )
@@ -210,10 +210,11 @@ async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
     splitter = LineSplitter()
     stream = transport.process.stdout
     assert stream is not None
+    reader = PipeReader(stream)
     if True:
         while True:
             try:
-                chunk = await read_now(stream, _READ_CHUNK)
+                chunk = await reader.receive_some(_READ_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 chunk = b""
             if not chunk:

@@ -204,3 +204,36 @@ async def test_bridge_relays_each_json_event_of_a_daemon_sse_stream():
         {"jsonrpc": "2.0", "method": "notifications/progress"},
         {"jsonrpc": "2.0", "id": 7, "result": {}},
     ]
+
+
+async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel, tools_plugin):
+    # Regression: the reader no longer yields between messages, so the request's task and
+    # the cancel's could start in either order; a cancel handled first found nothing to
+    # cancel and the request ran to the end and answered.
+    import os
+
+    for _ in range(10):  # Trio starts a batch of tasks in either order: try both often
+        tools_plugin.sleepy_cancelled = trio.Event()
+        tools_plugin.sleepy_started = trio.Event()
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+        client = StreamClient(client_in)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            await client_out.send_all(line(INIT))
+            await client.read_until_id(INIT["id"])
+            await client_out.send_all(
+                line({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "sleepy", "arguments": {}}})
+                + line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow"}})
+                + line({"jsonrpc": "2.0", "id": "after", "method": "ping"})
+            )
+            assert (await client.read_until_id("after"))["result"] == {}
+            with trio.move_on_after(0.3):
+                await tools_plugin.sleepy_cancelled.wait()
+            # Stopped: either it never started, or it started and was cancelled.
+            assert tools_plugin.sleepy_cancelled.is_set() or not tools_plugin.sleepy_started.is_set()
+            nursery.cancel_scope.cancel()
+        for stream in (server_in, client_out, client_in, server_out):
+            await stream.aclose()

@@ -165,10 +165,11 @@ async def test_a_ready_reply_is_written_before_other_ready_tasks_run():
     # ready) ran before the reply went out, adding its time to every call's latency.
     import os
 
-    from roost.plugins.mcp.transports._base import read_now, write_now
+    from roost.plugins.mcp.transports._base import PipeReader, write_now
 
     r, w = os.pipe()
-    async with trio.lowlevel.FdStream(r) as reader, trio.lowlevel.FdStream(w) as writer:
+    async with trio.lowlevel.FdStream(r) as stream, trio.lowlevel.FdStream(w) as writer:
+        reader = PipeReader(stream)
         ran = []
 
         async def other():
@@ -178,24 +179,58 @@ async def test_a_ready_reply_is_written_before_other_ready_tasks_run():
             nursery.start_soon(other)
             await write_now(writer, b"reply\n")
             assert ran == []  # written before the other ready task got to run
-            assert await read_now(reader, 100) == b"reply\n"
+            assert await reader.receive_some(100) == b"reply\n"
 
 
 async def test_writes_larger_than_the_pipe_and_reads_of_an_empty_pipe_still_complete():
     import os
 
-    from roost.plugins.mcp.transports._base import read_now, write_now
+    from roost.plugins.mcp.transports._base import PipeReader, write_now
 
     r, w = os.pipe()
     payload = bytes(range(256)) * 4096  # 1 MiB: far more than a pipe holds
     got = bytearray()
-    async with trio.lowlevel.FdStream(r) as reader, trio.lowlevel.FdStream(w) as writer:
+    async with trio.lowlevel.FdStream(r) as stream, trio.lowlevel.FdStream(w) as writer:
+        reader = PipeReader(stream)
         async with trio.open_nursery() as nursery:
 
             async def drain():
                 while len(got) < len(payload):
-                    got.extend(await read_now(reader, 65536))  # waits whenever the pipe is empty
+                    got.extend(await reader.receive_some(65536))  # waits whenever the pipe is empty
 
             nursery.start_soon(drain)
             await write_now(writer, payload)
     assert bytes(got) == payload
+
+
+async def test_a_peer_flooding_the_pipe_cannot_freeze_the_event_loop():
+    # Regression: reads that never had to wait never yielded, so an MCP server writing
+    # to its stdout without pause stopped every other task (timers, HTTP, agents).
+    import os
+
+    from roost.plugins.mcp.transports._base import PipeReader
+
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    ticks = 0
+    async with trio.lowlevel.FdStream(r) as stream:
+        reader = PipeReader(stream)
+        line = b'{"jsonrpc":"2.0","method":"notifications/message","params":{}}\n' * 64
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await trio.sleep(0)
+                ticks += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            for _ in range(200):  # the pipe always has data: refill before every read
+                try:
+                    os.write(w, line)
+                except BlockingIOError:
+                    pass
+                await reader.receive_some(65536)
+            nursery.cancel_scope.cancel()
+    os.close(w)
+    assert ticks >= 150  # the other task ran between (almost) every pair of reads
