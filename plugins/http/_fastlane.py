@@ -6,7 +6,8 @@ A2A JSON-RPC and HTTP+JSON endpoints) are parsed by ``_h1``, checked by the shar
 that is anything else (another route, a websocket upgrade, ``Expect``, HEAD/OPTIONS, or
 a fast handler that declines, e.g. to stream SSE) is handed to hypercorn's own
 per-connection server with the bytes read so far replayed first; from then on the
-connection belongs to hypercorn (and Quart).
+connection belongs to hypercorn (and Quart). So is a connection that opens with the HTTP/2
+prior-knowledge preface.
 
 Every wait has a deadline: the first request head within ``HEAD_TIMEOUT_S``, a keep-alive
 connection idles at most ``keep_alive_s``, a body arrives within ``BODY_TIMEOUT_S`` and a
@@ -91,7 +92,8 @@ class FastLane:
         self._idle: set[trio.CancelScope] = set()
 
     def close(self) -> None:
-        """Graceful shutdown: idle connections close now, busy ones after their response."""
+        """Graceful shutdown: idle connections (between requests, or not yet sent anything)
+        close now, busy ones after their response."""
         self.closing = True
         for scope in list(self._idle):
             scope.cancel()
@@ -115,7 +117,8 @@ class FastLane:
                 if head is None:
                     return
                 first = False
-                plain = not (head.upgrade or head.expect) and head.method in FAST_METHODS
+                # HTTP/2 prior knowledge (head.http_version "2.0", method PRI) is handed off too
+                plain = not (head.upgrade or head.expect) and head.method in FAST_METHODS and head.http_version != "2.0"
                 found = self.route(head.method, head.path) if plain else None
                 handler = None if found is None else self.state.fast_handlers.get(found[0])
                 if handler is None:
@@ -231,9 +234,10 @@ class FastLane:
     async def _read_head(self, stream: Any, parser: RequestParser, first: bool) -> RequestHead | None:
         deadline = trio.current_time() + (HEAD_TIMEOUT_S if first else self.keep_alive_s)
         while (head := parser.head()) is None:
+            # Idle (nothing of a request yet, first one included): close() ends the wait.
             idle = not parser.buffer
             try:
-                data = await self._receive(stream, deadline, idle=idle and not first)
+                data = await self._receive(stream, deadline, idle=idle)
             except _Closed:
                 return None
             if idle and not first:  # a new request began: it gets the head timeout from now

@@ -6,6 +6,13 @@ bytes and all, to another server); ``body(limit)`` then reads its body (``Conten
 or chunked) and ``finish()`` drops the request from the buffer, leaving any pipelined
 request behind it. Every problem raises ``ParseError`` with the HTTP status to answer
 (400, 413, 431, 501, 505) and a message naming what is wrong.
+
+Head lines may end in CRLF or a bare LF (RFC 9112 2.2, as h11 does: the head ends at the
+first ``\n\r?\n``); a bare CR anywhere is refused. A chunked body is decoded as it
+arrives and its raw framing dropped, so the buffer never holds more than one partial
+chunk-size or trailer line (plus pipelined bytes); ``buffered`` then re-frames what was
+decoded. A connection that opens with the HTTP/2 preface gets a ``RequestHead`` with
+method ``PRI`` and version ``2.0`` so the caller can hand it on.
 """
 
 from __future__ import annotations
@@ -20,13 +27,22 @@ import attrs
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 100
-MAX_CHUNK_LINE = 1024
+MAX_CHUNK_LINE = 256  # a chunk-size line without its CRLF: size and extensions
+CHUNKED_OVERHEAD = 64 * 1024  # raw framing a chunked body may add to its decoded limit
 MAX_LEADING_CRLF = 8
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TOKEN_RE = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN = re.compile(_TOKEN_RE)
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
-_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_HEAD_END = re.compile(rb"\n\r?\n")
+_QUOTED_RE = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
+# RFC 9112 7.1: chunk-size [ chunk-ext ], chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] )
+_CHUNK_LINE = re.compile(
+    rb"([0-9A-Fa-f]{1,16})((?:[ \t]*;[ \t]*%s(?:[ \t]*=[ \t]*(?:%s|%s))?)*)[ \t]*" % (_TOKEN_RE, _TOKEN_RE, _QUOTED_RE)
+)
+_REQUEST, _SIZE, _DATA, _DATA_END, _TRAILERS, _DONE = range(6)  # chunked decoding states
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 
@@ -104,43 +120,82 @@ class RequestParser:
         self.buffer = bytearray()
         self._head: RequestHead | None = None
         self._end: int | None = None  # end of the current request once its body is read
-        self._pos = 0  # chunked decoding: where the next chunk-size line starts
-        self._chunks: list[bytes] = []
-        self._decoded = 0
-        self._in_trailers = False
-        self._trailer_start = 0
+        self._served = 0  # requests finished on this connection
+        # chunked decoding: the head's raw bytes move out of the buffer, which then holds only
+        # undecoded input; decoded data goes to one bytearray and the framing is dropped
+        self._state = _REQUEST
+        self._head_raw = b""
+        self._body = bytearray()
+        self._remaining = 0  # bytes of the current chunk still to come
+        self._raw = 0  # raw bytes of the chunked body consumed so far
+        self._trailer_bytes = 0
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
 
     @property
     def buffered(self) -> bytes:
-        """Everything not yet finished: the current request (raw) and whatever follows."""
-        return bytes(self.buffer)
+        """Everything not yet finished: the current request and whatever follows.
+
+        Raw bytes, except that a chunked body being (or already) decoded is re-framed as one
+        chunk of what was decoded so far (trailers read so far are dropped), followed by the
+        input not yet decoded; the result means the same to any HTTP/1.1 server."""
+        state = self._state
+        if state == _REQUEST:
+            return bytes(self.buffer)
+        out = bytearray(self._head_raw)
+        if self._body:
+            out += b"%x\r\n" % len(self._body) + self._body
+            if state != _DATA_END:  # in _DATA_END the chunk's CRLF is still in the buffer
+                out += b"\r\n"
+        if state == _DATA:
+            out += b"%x\r\n" % self._remaining
+        elif state == _TRAILERS:
+            out += b"0\r\n"
+        elif state == _DONE:
+            out += b"0\r\n\r\n"
+        out += self.buffer
+        return bytes(out)
 
     def head(self) -> RequestHead | None:
         """The head of the request at the front of the buffer; None until it is complete."""
         if self._head is not None:
             return self._head
         buf = self.buffer
+        if not self._served and buf[:1] == H2_PREFACE[:1]:
+            n = min(len(buf), len(H2_PREFACE))
+            if buf[:n] == H2_PREFACE[:n]:  # HTTP/2 with prior knowledge: not ours to parse
+                if n < len(H2_PREFACE):
+                    return None
+                self._head = RequestHead(
+                    "PRI", "*", "", b"", "2.0", Headers([]), None, False, True, False, False, len(H2_PREFACE)
+                )
+                return self._head
         skipped = 0
-        while buf[:2] == b"\r\n" and skipped < MAX_LEADING_CRLF:  # RFC 9112 2.2: ignore stray CRLFs
-            del buf[:2]
+        while skipped < MAX_LEADING_CRLF:  # RFC 9112 2.2: ignore empty lines before a request
+            if buf[:2] == b"\r\n":
+                del buf[:2]
+            elif buf[:1] == b"\n":
+                del buf[:1]
+            else:
+                break
             skipped += 1
-        end = buf.find(b"\r\n\r\n", 0, self.max_head_bytes + 4)
-        if end < 0:
+        # The head ends at the first empty line; lines end in LF with an optional CR before it
+        # (RFC 9112 2.2), exactly where h11 ends it, so a handed-off request reads the same.
+        end = _HEAD_END.search(buf, 0, self.max_head_bytes + 4)
+        if end is None:
             if len(buf) > self.max_head_bytes:
                 raise ParseError(431, f"request head is larger than {self.max_head_bytes} bytes")
             if buf[:1] and not _TOKEN.match(buf[:1]):
                 raise ParseError(400, "this is not an HTTP/1.x request")
-            if buf.find(b"\n\n", 0, self.max_head_bytes) >= 0 or buf.find(b"\n\r\n", 0, self.max_head_bytes) >= 0:
-                raise ParseError(400, "request head lines must end with CRLF, not a bare LF")
             return None
-        self._head = self._parse_head(bytes(buf[:end]), end + 4)
+        self._head = self._parse_head(bytes(buf[: end.start()]), end.end())
         return self._head
 
     def _parse_head(self, raw: bytes, size: int) -> RequestHead:
-        lines = raw.split(b"\r\n")
+        lines = [line[:-1] if line.endswith(b"\r") else line for line in raw.split(b"\n")]
+        if any(b"\r" in line for line in lines):
+            raise ParseError(400, "request head has a bare CR; lines end with CRLF (or LF)")
         parts = lines[0].split(b" ")
         if len(parts) != 3:
             raise ParseError(400, "malformed request line; expected 'METHOD /path HTTP/1.1'")
@@ -232,7 +287,8 @@ class RequestParser:
     def body(self, limit: int) -> bytes | None:
         """The body of the current request; None until it is all buffered.
 
-        Raises ``ParseError(413)`` as soon as the body is known to exceed ``limit`` bytes."""
+        Raises ``ParseError(413)`` as soon as the body is known to exceed ``limit`` bytes (for
+        a chunked body, also once its raw framing exceeds ``limit + CHUNKED_OVERHEAD``)."""
         head = self._head
         if head is None:
             raise RuntimeError("body() before head()")
@@ -245,50 +301,90 @@ class RequestParser:
                 return None
             self._end = end
             return bytes(self.buffer[head.size : end])
+        if self._state == _REQUEST:  # the head's bytes leave the buffer; only body input stays
+            self._head_raw = bytes(self.buffer[: head.size])
+            del self.buffer[: head.size]
+            self._state = _SIZE
         return self._chunked(limit)
 
     def _chunked(self, limit: int) -> bytes | None:
         buf = self.buffer
-        pos = self._pos or self._head.size  # type: ignore[union-attr]
+        max_raw = limit + CHUNKED_OVERHEAD
         while True:
-            if self._in_trailers:  # trailers end with an empty line; they are read and ignored
-                eol = buf.find(b"\r\n", pos)
-                used = (len(buf) if eol < 0 else eol) - self._trailer_start
-                if used > self.max_head_bytes:
-                    raise ParseError(431, f"chunked trailers are larger than {self.max_head_bytes} bytes")
-                if eol < 0:
-                    self._pos = pos
+            state = self._state
+            if state == _DONE:
+                self._end = 0
+                return bytes(self._body)
+            if state == _DATA:
+                n = min(self._remaining, len(buf))
+                if not n:
                     return None
-                if eol == pos:
-                    self._end = self._pos = eol + 2
-                    return b"".join(self._chunks)
-                pos = eol + 2
-                continue
-            eol = buf.find(b"\r\n", pos, pos + MAX_CHUNK_LINE + 2)
-            if eol < 0:
-                if len(buf) - pos > MAX_CHUNK_LINE:
-                    raise ParseError(400, "chunk-size line is too long")
-                self._pos = pos
-                return None
-            size_b = bytes(buf[pos:eol]).split(b";", 1)[0].strip(b" \t")
-            if not _HEX.fullmatch(size_b):
-                raise ParseError(400, f"bad chunk size {size_b[:20]!r}")
-            size = int(size_b, 16)
-            if size == 0:
-                self._in_trailers = True
-                pos = self._trailer_start = eol + 2
-                continue
-            if self._decoded + size > limit:
-                raise ParseError(413, f"request body is larger than the limit of {limit} bytes")
-            start = eol + 2
-            if len(buf) < start + size + 2:
-                self._pos = pos
-                return None
-            if buf[start + size : start + size + 2] != b"\r\n":
-                raise ParseError(400, "chunk data is not followed by CRLF")
-            self._chunks.append(bytes(buf[start : start + size]))
-            self._decoded += size
-            pos = start + size + 2
+                self._body += buf[:n]
+                self._consume(n, max_raw, limit)
+                self._remaining -= n
+                if not self._remaining:
+                    self._state = _DATA_END
+            elif state == _DATA_END:
+                if buf[:2] != b"\r\n"[: len(buf)]:
+                    raise ParseError(400, "chunk data is not followed by CRLF")
+                if len(buf) < 2:
+                    return None
+                self._consume(2, max_raw, limit)
+                self._state = _SIZE
+            elif state == _SIZE:
+                line = self._line(MAX_CHUNK_LINE, 400, "chunk-size line is too long", max_raw, limit)
+                if line is None:
+                    return None
+                match = _CHUNK_LINE.fullmatch(line)
+                if match is None:
+                    raise ParseError(400, f"bad chunk size or chunk extension in {line[:40]!r}")
+                size = int(match[1], 16)
+                if not size:
+                    self._state = _TRAILERS
+                    self._trailer_bytes = 0
+                    continue
+                if len(self._body) + size > limit:
+                    raise ParseError(413, f"request body is larger than the limit of {limit} bytes")
+                self._remaining = size
+                self._state = _DATA
+            else:  # _TRAILERS: field lines up to an empty line; checked, then dropped
+                room = max(0, self.max_head_bytes - self._trailer_bytes)
+                line = self._line(room, 431, f"chunked trailers are larger than {self.max_head_bytes} bytes", max_raw, limit)
+                if line is None:
+                    return None
+                if not line:
+                    self._state = _DONE
+                    continue
+                self._trailer_bytes += len(line) + 2
+                name, sep, value = line.partition(b":")
+                if not sep or not _TOKEN.fullmatch(name) or _BAD_VALUE.search(value.strip(b" \t")):
+                    raise ParseError(400, f"malformed trailer line {line[:40]!r}; expected 'Name: value'")
+
+    def _line(self, max_len: int, status: int, too_long: str, max_raw: int, limit: int) -> bytes | None:
+        """Consume and return the CRLF-terminated line at the front of the buffer (without
+        the CRLF); None until it is complete. A bare CR or LF is refused."""
+        buf = self.buffer
+        eol = buf.find(b"\n", 0, max_len + 2)
+        if eol < 0:
+            cr = buf.find(b"\r", 0, max_len + 2)
+            if 0 <= cr < len(buf) - 1:
+                raise ParseError(400, "bare CR in a chunk-size or trailer line")
+            if len(buf) >= max_len + 2:
+                raise ParseError(status, too_long)
+            return None
+        if not eol or buf[eol - 1] != 0x0D:
+            raise ParseError(400, "chunk-size and trailer lines must end with CRLF, not a bare LF")
+        line = bytes(buf[: eol - 1])
+        if b"\r" in line:
+            raise ParseError(400, "bare CR in a chunk-size or trailer line")
+        self._consume(eol + 1, max_raw, limit)
+        return line
+
+    def _consume(self, n: int, max_raw: int, limit: int) -> None:
+        del self.buffer[:n]
+        self._raw += n
+        if self._raw > max_raw:
+            raise ParseError(413, f"request body is larger than the limit of {limit} bytes (counting its chunk framing)")
 
     def finish(self) -> None:
         """Drop the current (fully read) request; the next one, if any, moves to the front."""
@@ -297,10 +393,13 @@ class RequestParser:
         del self.buffer[: self._end]
         self._head = None
         self._end = None
-        self._pos = 0
-        self._chunks = []
-        self._decoded = 0
-        self._in_trailers = False
+        self._served += 1
+        self._state = _REQUEST
+        self._head_raw = b""
+        self._body = bytearray()
+        self._remaining = 0
+        self._raw = 0
+        self._trailer_bytes = 0
 
 
 # ---- responses ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from quart import request
 from roost.kernel import AgentNotFound, RouteDescriptor, hookimpl
 from roost.plugins.http import PlainResponse, serve
 from roost.plugins.http import _fastlane as fastlane
+from roost.plugins.http._h1 import CHUNKED_OVERHEAD
 from trio_websocket import open_websocket_url
 
 KEY = "s3cret-key"
@@ -312,3 +313,82 @@ async def test_graceful_shutdown_closes_idle_fast_connections(make_kernel):
             assert (await raw.response())[0] == 200
             stop.set()
             assert await raw.closed()  # now, not at the 30 s graceful deadline
+
+
+async def test_graceful_shutdown_closes_connections_that_never_sent_a_request(make_kernel):
+    """Regression: a connection still waiting for its first request head lingered until the
+    graceful deadline instead of closing at once like an idle keep-alive one."""
+    kernel = make(make_kernel)
+    stop = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            host, port = await nursery.start(
+                partial(serve, kernel, host="127.0.0.1", port=0, shutdown_trigger=stop.wait, graceful_timeout=30, write_daemon_json=False)
+            )
+            silent = await Raw.open(port)  # connects, never sends a byte
+            busy = await Raw.open(port)
+            await busy.stream.send_all(post("/fast/a"))
+            assert (await busy.response())[0] == 200  # the server is up and serving
+            await trio.sleep(0.2)  # let the silent connection reach its first read
+            stop.set()
+            assert await silent.closed()  # now, not at the 30 s graceful deadline
+            assert await busy.closed()
+
+
+async def test_chunk_extension_flood_is_refused_early(make_kernel):
+    """Regression: a chunked body of tiny chunks with long extensions was buffered raw
+    (~1000x the body limit) on any fast route, including unauthenticated public ones."""
+    async with serving(make(make_kernel, api_key=KEY, max_body_bytes=1000)) as client:
+        head = b"POST /open HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        # extensions longer than a chunk-size line may be: 400 at the first one
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(head + (b"1;" + b"a" * 1000 + b"\r\nX\r\n") * 50)
+        status, headers, body = await raw.response()
+        assert status == 400 and headers["connection"] == "close"
+        assert "too long" in json.loads(body)["error"]["message"]
+        assert await raw.closed()
+        # legal but heavy extensions: 413 once the framing passes limit + 64 KiB, long
+        # before the (1000-byte) decoded limit is reached
+        raw = await Raw.open(port_of(client))
+        chunk = b"1;" + b"a" * 200 + b"\r\nX\r\n"
+        await raw.stream.send_all(head + chunk * (CHUNKED_OVERHEAD // len(chunk) + 50))
+        status, headers, body = await raw.response()
+        assert status == 413 and headers["connection"] == "close"
+        assert json.loads(body)["error"]["code"] == "body_too_large"
+        assert await raw.closed()
+        # valid chunked bodies, with legal extensions and trailers, are still served
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(
+            head + b'3;a=b;c="d e"\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n' + head + b"1\r\nz\r\n0\r\n\r\n"
+        )
+        replies = [await raw.response() for _ in range(2)]
+        assert [(s, json.loads(b)["size"], json.loads(b)["via"]) for s, _, b in replies] == [(200, 5, "fast"), (200, 1, "fast")]
+        await raw.aclose()
+
+
+async def test_a_declined_chunked_request_is_replayed_to_quart_intact(make_kernel):
+    # the fast lane drops chunk framing as it decodes, so the hand-off replays a re-framed body
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(
+            b"POST /fast/d HTTP/1.1\r\nHost: x\r\nX-Decline: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n" + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        status, _, body = await raw.response()
+        assert status == 200 and json.loads(body) == {"via": "quart", "size": 7, "args": {"name": "d"}, "method": "POST"}
+        assert (await raw.response())[0] == 200
+        await raw.aclose()
+
+
+async def test_http2_prior_knowledge_is_handed_to_hypercorn(make_kernel):
+    """Regression: the HTTP/2 preface got an HTTP/1.1 505 from the fast lane."""
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+        await raw.stream.send_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings)
+        with trio.fail_after(10):
+            while len(raw.buffer) < 9:
+                await raw._fill()
+        assert not raw.buffer.startswith(b"HTTP/")
+        assert raw.buffer[3] == 0x04  # hypercorn's h2 server opens with its SETTINGS frame
+        await raw.aclose()

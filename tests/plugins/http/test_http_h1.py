@@ -6,6 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from roost.plugins.http._h1 import (
+    CHUNKED_OVERHEAD,
+    H2_PREFACE,
+    MAX_CHUNK_LINE,
     ParseError,
     RequestParser,
     error_response,
@@ -13,6 +16,7 @@ from roost.plugins.http._h1 import (
 )
 
 LIMIT = 1000
+CHUNKED = b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
 def parse_all(data: bytes, *, limit: int = LIMIT, split: int | None = None):
@@ -66,6 +70,109 @@ def test_chunked_body_with_extensions_and_trailers_in_any_split():
         assert requests[0][0].chunked and parser.buffered == b""
 
 
+def test_chunk_extension_flood_is_refused_before_the_buffer_grows():
+    """Regression: tiny chunks with long extensions kept ~1000 raw bytes per decoded byte."""
+    limit = 1_000_000
+    # extensions over the size-line cap: 400 on the first line, with little buffered
+    parser = RequestParser()
+    parser.feed(CHUNKED)
+    assert parser.head().chunked and parser.body(limit) is None
+    with pytest.raises(ParseError) as info:
+        for _ in range(1000):
+            parser.feed(b"1;" + b"a" * 1000 + b"\r\nX\r\n")
+            assert parser.body(limit) is None
+    assert info.value.status == 400 and len(parser.buffer) < 2 * 1024
+    # legal extensions just under the cap: decoded as they come, framing dropped, and 413
+    # once the raw framing passes limit + CHUNKED_OVERHEAD (long before the decoded limit)
+    chunk = b"1;" + b"a" * (MAX_CHUNK_LINE - 3) + b"\r\nX\r\n"
+    parser = RequestParser()
+    parser.feed(CHUNKED)
+    parser.head()
+    fed = 0
+    with pytest.raises(ParseError) as info:
+        while fed < 10 * (limit + CHUNKED_OVERHEAD):
+            parser.feed(chunk * 64)
+            fed += len(chunk) * 64
+            assert parser.body(limit) is None
+            assert len(parser.buffer) < len(chunk) and len(parser.buffered) < 16 * 1024
+    assert info.value.status == 413
+    assert fed <= limit + CHUNKED_OVERHEAD + 64 * len(chunk)
+
+
+def test_valid_chunked_bodies_still_parse_with_legal_extensions_and_trailers():
+    body = (
+        b"4\r\nwiki\r\n"
+        b"5;name\r\npedia\r\n"
+        b'3 ; a=b ;c="q \\" ;d"\t;e = f\r\n in\r\n'
+        b"A;ext=tok!#$%&'*+-.^_`|~\r\n chunks.xy\r\n"
+        b"0;last\r\nX-Checksum: abc\r\nX-Other:\tv \r\n\r\n"
+    )
+    for data in (CHUNKED + body, CHUNKED + body.replace(b"0;last", b"0")):
+        for split in (None, 1, 3, 13):
+            [(head, got)], parser = parse_all(data + b"GET /next HTTP/1.1\r\nHost: h\r\n", split=split)
+            assert head.chunked and got == b"wikipedia in chunks.xy"
+            assert parser.buffered == b"GET /next HTTP/1.1\r\nHost: h\r\n"
+    [(_, got)], _ = parse_all(CHUNKED + b"0\r\n\r\n")
+    assert got == b""
+
+
+def test_buffered_reframes_a_chunked_body_at_every_step():
+    """The raw chunk framing is dropped as it is decoded, so a hand-off replays the body
+    re-framed as one chunk; at every point it must parse back to the same request."""
+    data = CHUNKED + b"3;x=y\r\nabc\r\n4\r\ndefg\r\n0\r\nT: v\r\n\r\n"
+    for cut in range(len(CHUNKED), len(data) + 1):
+        parser = RequestParser()
+        parser.feed(data[:cut])
+        parser.head()
+        done = parser.body(LIMIT) is not None
+        replay = parser.buffered + (b"" if done else data[cut:])
+        [(_, got)], again = parse_all(replay)
+        assert got == b"abcdefg" and again.buffered == b"", cut
+    [(head, _)], parser = parse_all(data)
+    assert head.chunked
+
+
+def test_bare_lf_head_lines_are_accepted_like_h11_but_framing_is_unchanged():
+    [(head, body)], _ = parse_all(b"POST /lf HTTP/1.1\nHost: h\nContent-Length: 2\nX: y\n\nhi")
+    assert (head.path, head.headers.get("x"), body) == ("/lf", "y", b"hi")
+    mixed = b"GET /m HTTP/1.1\r\nHost: h\nX: y\r\n\nGET /n HTTP/1.1\nHost: h\r\n\r\n"
+    requests, parser = parse_all(mixed)
+    assert [h.path for h, _ in requests] == ["/m", "/n"] and parser.buffered == b""
+    assert requests[0][0].headers.get("x") == "y"
+    [(head, _)], _ = parse_all(b"\n\r\nGET / HTTP/1.1\nHost: h\n\n")  # stray empty lines too
+    assert head.path == "/"
+    # the head ends at the first empty line, so what follows is body, never more headers
+    parser = RequestParser()
+    parser.feed(b"POST / HTTP/1.1\nHost: h\nContent-Length: 26\n\nTransfer-Encoding: chunked\r\n\r\n")
+    assert not parser.head().chunked and parser.body(LIMIT) == b"Transfer-Encoding: chunked"
+    # Content-Length / Transfer-Encoding rules are the same with LF lines
+    assert refused(b"POST / HTTP/1.1\nHost: h\nContent-Length: 3\nTransfer-Encoding: chunked\n\n").status == 400
+    assert refused(b"POST / HTTP/1.1\nHost: h\nContent-Length: 1\nContent-Length: 2\n\n").status == 400
+    assert refused(b"GET / HTTP/1.1\nHost: h\nX: a\n folded\n\n").status == 400
+
+
+def test_http2_prior_knowledge_preface_is_flagged_not_refused():
+    """Regression: the HTTP/2 preface got 505; it must be recognisable for a hand-off."""
+    frames = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+    for split in (None, 1, 5):
+        parser = RequestParser()
+        pieces = [H2_PREFACE + frames] if not split else [(H2_PREFACE + frames)[i : i + split] for i in range(0, 33, split)]
+        for piece in pieces:
+            parser.feed(piece)
+            if (head := parser.head()) is not None:
+                break
+            assert len(parser.buffer) < len(H2_PREFACE)
+        assert (head.method, head.http_version) == ("PRI", "2.0")
+        assert parser.buffered.startswith(H2_PREFACE)
+    # only as a connection's first bytes, and only the whole preface
+    assert refused(b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n").status == 505
+    _, parser = parse_all(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    parser.feed(H2_PREFACE)
+    with pytest.raises(ParseError) as info:
+        parser.head()
+    assert info.value.status == 505
+
+
 def test_head_does_not_consume_so_the_bytes_can_be_replayed():
     raw = b"GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nextra"
     parser = RequestParser()
@@ -104,8 +211,10 @@ def test_expect_and_upgrade_are_flagged():
     ("data", "status", "words"),
     [
         (b"hello\r\n\r\n", 400, "request line"),
-        (b"GET / HTTP/1.1\nHost: h\n\n", 400, "bare LF"),
-        (b"GET / HTTP/1.1\r\nHost: h\nX: y\r\n\r\n", 400, "control"),
+        (b"GET / HTTP/1.1\rHost: h\r\n\r\n", 400, "bare CR"),
+        (b"GET / HTTP/1.1\r\nHost: h\rX: y\r\n\r\n", 400, "bare CR"),
+        (b"GET / HTTP/1.1\r\nHost: h\r\r\n\r\n", 400, "bare CR"),
+        (b"GET / HTTP/1.1\r\nHost: h\r\nX: a\rb\n\n", 400, "bare CR"),
         (b"\x16\x03\x01\x02\x00", 400, "not an HTTP"),
         (b"GET  / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "request line"),
         (b"G(T / HTTP/1.1\r\nHost: h\r\n\r\n", 400, "method"),
@@ -131,6 +240,20 @@ def test_expect_and_upgrade_are_flagged():
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "chunk size"),
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", 400, "CRLF"),
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 2000, 400, "too long"),
+        (CHUNKED + b"5\nhello\r\n0\r\n\r\n", 400, "bare LF"),
+        (CHUNKED + b"5\rhello\r\n0\r\n\r\n", 400, "bare CR"),
+        (CHUNKED + b"5;a\rb\r\nhello\r\n", 400, "bare CR"),
+        (CHUNKED + b"5\r\nhello\n0\r\n\r\n", 400, "CRLF"),
+        (CHUNKED + b" 5\r\nhello\r\n", 400, "chunk size"),
+        (CHUNKED + b"5;\r\nhello\r\n", 400, "chunk extension"),
+        (CHUNKED + b"5;=v\r\nhello\r\n", 400, "chunk extension"),
+        (CHUNKED + b"5;a b\r\nhello\r\n", 400, "chunk extension"),
+        (CHUNKED + b'5;a="unterminated\r\nhello\r\n', 400, "chunk extension"),
+        (CHUNKED + b"5;a=\x01\r\nhello\r\n", 400, "chunk extension"),
+        (CHUNKED + b"5;a" + b"a" * 300 + b"\r\nhello\r\n", 400, "too long"),
+        (CHUNKED + b"0\r\nX-T: a\n\r\n", 400, "bare LF"),
+        (CHUNKED + b"0\r\nX-T: a\rb\r\n\r\n", 400, "bare CR"),
+        (CHUNKED + b"0\r\nnot a trailer\r\n\r\n", 400, "trailer"),
     ],
 )
 def test_malformed_requests_are_refused_naming_the_problem(data, status, words):
