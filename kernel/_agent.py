@@ -117,6 +117,7 @@ class AgentRuntime:
                 trace=event.trace,
                 stream=bool(payload.get("stream", False)),
                 run_id=payload.get("run_id"),
+                new_session=bool(payload.get("new_session", False)),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
             return await self.handle_jsonrpc(event.payload, event.source)
@@ -131,6 +132,7 @@ class AgentRuntime:
         stream: bool = False,
         run_id: str | None = None,
         persist: bool = True,
+        new_session: bool = False,
     ) -> AgentReply:
         """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
 
@@ -149,13 +151,16 @@ class AgentRuntime:
                 finally:
                     self._runs.pop(run_id, None)
             return AgentReply(self.name, "cancelled", "", trace.trace_id if trace else "", True, 0, "cancelled")
+        new_session = new_session or session_id is None
         session_id = session_id or uuid.uuid4().hex
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
             try:
                 # Messages of one session run one at a time, so its history stays in order.
                 async with self._session_lock(session_id):
-                    return await self._run(text, session_id=session_id, trace=trace, stream=stream)
+                    return await self._run(
+                        text, session_id=session_id, trace=trace, stream=stream, new_session=new_session
+                    )
             finally:
                 self._runs.pop(run_id, None)
         # Only reached when cancel(run_id) stopped the run.
@@ -178,7 +183,13 @@ class AgentRuntime:
                 del self._session_locks[session_id]
 
     async def _run(
-        self, text: str, *, session_id: str | None, trace: TraceContext | None, stream: bool
+        self,
+        text: str,
+        *,
+        session_id: str | None,
+        trace: TraceContext | None,
+        stream: bool,
+        new_session: bool = False,
     ) -> AgentReply:
         """One exchange; ``session_id`` None: an in-memory one (see ``persist``)."""
         kernel = self.kernel
@@ -189,7 +200,9 @@ class AgentRuntime:
         if session_id is not None:
             history = [
                 Message.from_record(m.role, m.content, m.data)
-                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
+                for m in await kernel.store.start_exchange(
+                    session_id, self.name, user.to_record(), fresh=new_session
+                )
             ]
         conversation = Conversation(kernel, self.name, session_id, trace)
         for old in history:

@@ -98,11 +98,13 @@ class Kernel:
         trace: TraceContext | None = None,
         timeout: float | None = None,
         stream: bool = False,
+        new_session: bool = False,
     ) -> AgentReply:
         """Send ``message`` to ``agent`` and wait for its answer.
 
         ``trace`` is the caller's context (e.g. read from HTTP headers); the agent becomes
         its next hop, so the depth breaker applies to external callers too.
+        ``new_session``: the caller just made ``session_id`` up (no history to load).
         """
         self._require_agent(agent)
         if not isinstance(message, str):
@@ -123,7 +125,13 @@ class Kernel:
             reply = await self.actors.ask(
                 agent,
                 EventKind.AGENT_MESSAGE,
-                {"message": message, "session_id": session_id, "stream": stream, "run_id": run_id},
+                {
+                    "message": message,
+                    "session_id": session_id,
+                    "stream": stream,
+                    "run_id": run_id,
+                    "new_session": new_session or session_id is None,
+                },
                 source="api",
                 trace=trace,
                 timeout=timeout or self.config.kernel.ask_timeout_s,

@@ -200,7 +200,7 @@ class Store(Protocol):
     ) -> None: ...
 
     async def start_exchange(
-        self, session_id: str, agent: str, message: Mapping[str, Any]
+        self, session_id: str, agent: str, message: Mapping[str, Any], *, fresh: bool = False
     ) -> list[StoredMessage]: ...
 
     async def finish_exchange(
@@ -377,6 +377,7 @@ class _WriteItem:
     operation: str
     work: Callable[[sqlite3.Connection], Any]
     durable: bool = True
+    offload: bool = False  # may take long (e.g. reads a whole history): never on the loop
     state: str = "queued"  # queued → running → done
     result: Any = None
     error: BaseException | None = None
@@ -435,11 +436,17 @@ class GroupCommitter:
         self.inline_batches = 0  # how many of them ran on the event loop's thread
 
     async def write(
-        self, operation: str, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
+        self,
+        operation: str,
+        work: Callable[[sqlite3.Connection], _T],
+        *,
+        durable: bool = True,
+        offload: bool = False,
     ) -> _T:
         """Run ``work(conn)`` in the next group transaction; return after it is committed
-        (and, with ``FULL`` unless ``durable=False``, fsynced)."""
-        item = _WriteItem(operation, work, durable)
+        (and, with ``FULL`` unless ``durable=False``, fsynced). ``offload``: the work may
+        take long, so its batch runs on a worker thread even with ``NORMAL``."""
+        item = _WriteItem(operation, work, durable, offload)
         try:  # a scheduler round trip saved when there is room (the common case)
             self._slots.acquire_nowait()
         except trio.WouldBlock:
@@ -478,7 +485,7 @@ class GroupCommitter:
             del self._pending[: self._max_batch]
             for item in batch:
                 item.state = "running"
-            if self._inline and self._run_inline(batch):
+            if self._inline and not any(item.offload for item in batch) and self._run_inline(batch):
                 self._last_inline_commit = time.perf_counter()
             else:
                 yielded = True
@@ -689,12 +696,17 @@ class SqliteStore:
         return error
 
     async def write(
-        self, operation: str, work: Callable[[sqlite3.Connection], _T], *, durable: bool = True
+        self,
+        operation: str,
+        work: Callable[[sqlite3.Connection], _T],
+        *,
+        durable: bool = True,
+        offload: bool = False,
     ) -> _T:
         """Run ``work(conn)`` as one atomic write (a SAVEPOINT of a group transaction) on
         the database thread; returns its result once committed. ``operation`` names it in
         errors ("store a task"); ``durable=False`` skips the fsync (see the module doc)."""
-        return await self._writer.write(operation, work, durable=durable)
+        return await self._writer.write(operation, work, durable=durable, offload=offload)
 
     async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read-only ``work(conn)`` on the database thread and return its result."""
@@ -789,11 +801,13 @@ class SqliteStore:
         await self.write("append messages", lambda c: self._append(c, session_id, agent, rows, now))
 
     async def start_exchange(
-        self, session_id: str, agent: str, message: Mapping[str, Any]
+        self, session_id: str, agent: str, message: Mapping[str, Any], *, fresh: bool = False
     ) -> list[StoredMessage]:
         """Begin one exchange in a single transaction: create the session if needed, read
         its history so far, and append ``message`` (the user's). Returns the history
-        before ``message``."""
+        before ``message``. ``fresh``: the caller just made the session id up, so there is
+        no history to read and the write may run inline; otherwise reading a history of any
+        length runs on a worker thread, never on the event loop."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
         rows = _encode_messages([message])
@@ -814,7 +828,7 @@ class SqliteStore:
             self._append(conn, session_id, agent, rows, now)
             return history
 
-        return await self.write("start an exchange", work)
+        return await self.write("start an exchange", work, offload=not fresh)
 
     async def finish_exchange(
         self,

@@ -47,6 +47,7 @@ class LiveTask:
     done: trio.Event = attrs.field(factory=trio.Event)
     cancel_requested: bool = False
     push: list[m.PushConfig] | None = None
+    fresh_context: bool = False  # its context id was made up here: no history to load yet
 
     def append(self, event: m.Event) -> None:
         self.seq += 1
@@ -248,6 +249,7 @@ class TaskManager:
         self, agent: str, message: m.Message, dialect: str, task_id: str | None, *, durable: bool = True
     ) -> LiveTask:
         tid = task_id or m.new_id()
+        fresh_context = not message.context_id
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
@@ -267,7 +269,7 @@ class TaskManager:
             raise m.A2AError(m.INTERNAL_ERROR, str(exc)) from None
         for gone in evicted:
             self.live.pop(gone, None)
-        live = LiveTask(task, agent, dialect)
+        live = LiveTask(task, agent, dialect, fresh_context=fresh_context)
         self.live[tid] = live
         return live
 
@@ -331,8 +333,14 @@ class TaskManager:
                     scope.cancel()
                 await self._status(live, m.WORKING)
                 try:
+                    fresh, live.fresh_context = live.fresh_context, False
                     reply = await self.kernel.send(
-                        live.agent, text, session_id=task.context_id, trace=trace, timeout=self.run_timeout_s
+                        live.agent,
+                        text,
+                        session_id=task.context_id,
+                        trace=trace,
+                        timeout=self.run_timeout_s,
+                        new_session=fresh,
                     )
                 except RecursionLimitExceeded as exc:
                     outcome = (m.FAILED, str(exc), None)

@@ -872,3 +872,25 @@ async def test_an_inline_write_is_a_schedule_point(tmp_path):
         with trio.testing.assert_checkpoints():
             await store.append_messages("s", "a", [msg("user", "again")])
         assert store._writer.inline_batches >= 2
+
+
+async def test_reading_a_history_never_runs_on_the_event_loop(tmp_path, monkeypatch):
+    # Regression (review): with inline commits, start_exchange read and decoded a whole
+    # session history on the event loop; a long session blocked every other task.
+    async with open_store(tmp_path / "roost.db") as store:
+        await store.start_exchange("s", "a", msg("user", "first"), fresh=True)
+        threads = []
+        real = trio.to_thread.run_sync
+
+        async def spy(fn, *args, **kwargs):
+            threads.append(getattr(fn, "__name__", fn))
+            return await real(fn, *args, **kwargs)
+
+        monkeypatch.setattr(trio.to_thread, "run_sync", spy)
+        inline_before = store._writer.inline_batches
+        history = await store.start_exchange("s", "a", msg("user", "second"))
+        assert [m.content for m in history] == ["first"]
+        assert threads and store._writer.inline_batches == inline_before  # a worker thread ran it
+        threads.clear()
+        assert await store.start_exchange("new", "a", msg("user", "hi"), fresh=True) == []
+        assert threads == []  # a session the caller just made up has no history: inline
