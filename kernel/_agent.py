@@ -255,8 +255,11 @@ class AgentRuntime:
             await kernel.store.finish_exchange(
                 session_id, self.name, [m.to_record() for m in result.messages], usage=usage
             )
-        elif usage is not None:
-            await kernel.store.record_usage(self.name, None, *usage)
+        elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
+            store = kernel.store
+            logged = getattr(store, "log_usage_nowait", None)
+            if logged is None or not logged(self.name, None, *usage):
+                await store.record_usage(self.name, None, *usage)
         return AgentReply(
             self.name,
             result.text,

@@ -360,6 +360,20 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
+def _usage_row(
+    agent: str, session_id: str | None, provider: str, model: str, input_tokens: int, output_tokens: int
+) -> tuple:
+    return (
+        time.time(),
+        _check_id("agent", agent),
+        None if session_id is None else _check_id("session_id", session_id),
+        _check_id("provider", provider),
+        _check_text("model", model),
+        _check_count("input_tokens", input_tokens),
+        _check_count("output_tokens", output_tokens),
+    )
+
+
 _INSERT_USAGE = (
     "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, output_tokens) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -673,7 +687,7 @@ class SqliteStore:
             self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
         )
         # The write-behind audit log (log_tool_call): rows waiting for the writer.
-        self._audit_backlog: list[tuple] = []
+        self._audit_backlog: list[tuple[str, tuple]] = []  # (statement, row)
         self._audit_logged = 0  # rows ever logged
         self._audit_settled = 0  # rows ever committed (or failed and reported)
         self._audit_wake = trio.Event()
@@ -925,7 +939,10 @@ class SqliteStore:
             with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
                 while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
                     await self._audit_progress.wait()
-        self._audit_backlog.append(row)
+        self._log_behind(_INSERT_AUDIT, row)
+
+    def _log_behind(self, sql: str, row: tuple) -> None:
+        self._audit_backlog.append((sql, row))
         self._audit_logged += 1
         self._audit_wake.set()
 
@@ -934,9 +951,7 @@ class SqliteStore:
         running or its backlog is full; then call ``log_tool_call``."""
         if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
             return False
-        self._audit_backlog.append(_audit_row(record))
-        self._audit_logged += 1
-        self._audit_wake.set()
+        self._log_behind(_INSERT_AUDIT, _audit_row(record))
         return True
 
     async def flush_audit(self) -> None:
@@ -994,29 +1009,37 @@ class SqliteStore:
             done, self._audit_progress = self._audit_progress, trio.Event()
             done.set()
 
-    async def _write_audit_rows(self, rows: list[tuple]) -> None:
+    async def _write_audit_rows(self, items: list[tuple[str, tuple]]) -> None:
+        by_sql: dict[str, list[tuple]] = {}
+        for sql, row in items:
+            by_sql.setdefault(sql, []).append(row)
+
+        def work(conn: sqlite3.Connection) -> None:
+            for sql, rows in by_sql.items():
+                conn.executemany(sql, rows)
+
         try:
-            await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+            await self.write("record tool calls and usage", work)
             return
         except Exception as exc:
             error: Exception = exc
         if isinstance(error.__cause__, sqlite3.OperationalError) and _is_locked(error.__cause__):
             await trio.sleep(AUDIT_RETRY_S)  # another process held the lock: once more, whole
             try:
-                await self.write("record tool calls", lambda conn: conn.executemany(_INSERT_AUDIT, rows))
+                await self.write("record tool calls and usage", work)
                 return
             except Exception as exc:
-                log.error("%s: %d audit rows could not be written: %s", self.path, len(rows), exc)
+                log.error("%s: %d audit/usage rows could not be written: %s", self.path, len(items), exc)
                 return
         # One bad row must not cost the others theirs: write them one by one.
         lost = 0
-        for row in rows:
+        for sql, row in items:
             try:
-                await self.write("record a tool call", lambda conn, row=row: conn.execute(_INSERT_AUDIT, row))
+                await self.write("record a row", lambda conn, sql=sql, row=row: conn.execute(sql, row))
             except Exception:
                 lost += 1
         if lost:
-            log.error("%s: %d of %d audit rows could not be written: %s", self.path, lost, len(rows), error)
+            log.error("%s: %d of %d audit/usage rows could not be written: %s", self.path, lost, len(items), error)
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
@@ -1060,20 +1083,30 @@ class SqliteStore:
         output_tokens: int,
     ) -> None:
         """Record the tokens one model call used (``model`` may be "" when unnamed)."""
-        row = (
-            time.time(),
-            _check_id("agent", agent),
-            None if session_id is None else _check_id("session_id", session_id),
-            _check_id("provider", provider),
-            _check_text("model", model),
-            _check_count("input_tokens", input_tokens),
-            _check_count("output_tokens", output_tokens),
-        )
-
+        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
 
+    def log_usage_nowait(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> bool:
+        """``record_usage``, write-behind like ``log_tool_call_nowait`` (``usage_by_agent``
+        includes it); False, nothing logged, when the writer is not running or is full."""
+        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
+        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+            return False
+        self._log_behind(_INSERT_USAGE, row)
+        return True
+
     async def usage_by_agent(self) -> dict[str, dict]:
-        """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}``."""
+        """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}`` (including
+        usage logged write-behind before this call)."""
+        await self.flush_audit()
 
         def work(conn: sqlite3.Connection) -> dict[str, dict]:
             rows = conn.execute(

@@ -247,11 +247,14 @@ async def test_an_agent_called_by_another_keeps_its_one_shot_history_in_memory(c
         reply = await kernel.send("caller", "ping")
         sessions = await kernel.store.sessions(limit=100)
         audit = await kernel.store.audit(trace_id=reply.trace_id)
+        usage = await kernel.store.usage_by_agent()
     assert not reply.is_error and reply.text == "echo:ping"
     # Only the caller's session is stored: nobody can continue the callee's one-shot run.
     assert [(s["agent"], s["message_count"]) for s in sessions] == [("caller", 4)]
     # Both hops stay in the audit log under the one trace.
     assert {(r.agent, r.tool, r.outcome) for r in audit} == {("caller", "agent_callee", "ok"), ("callee", "echo", "ok")}
+    # The callee's token usage is still counted (written behind, read back in full).
+    assert usage["callee"]["requests"] >= 1 and usage["caller"]["requests"] >= 1
 
 
 class ServicePlugin:

@@ -855,7 +855,9 @@ async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path):
         for i in range(10):
             await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
         await store.log_tool_call(AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}')))
-        store._audit_backlog.append((0.0, None, None, "a", "unbindable", {"not": "sql"}, 0.0, "ok", None, None))
+        store._audit_backlog.append(
+            (store_module._INSERT_AUDIT, (0.0, None, None, "a", "unbindable", {"not": "sql"}, 0.0, "ok", None, None))
+        )
         store._audit_logged += 1
         records = await store.audit(limit=100)
     tools = {r.tool for r in records}
@@ -894,3 +896,15 @@ async def test_reading_a_history_never_runs_on_the_event_loop(tmp_path, monkeypa
         threads.clear()
         assert await store.start_exchange("new", "a", msg("user", "hi"), fresh=True) == []
         assert threads == []  # a session the caller just made up has no history: inline
+
+
+async def test_usage_logged_behind_is_counted_by_the_next_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)  # only the reader ends the wait
+    async with open_store(tmp_path / "roost.db") as store:
+        for _ in range(3):
+            assert store.log_usage_nowait("a", None, "scripted", "", 5, 7)
+        with pytest.raises(StoreError, match="input_tokens"):
+            store.log_usage_nowait("a", None, "scripted", "", -1, 7)  # checked at once, as before
+        with trio.fail_after(5):
+            usage = await store.usage_by_agent()
+        assert usage == {"a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}}
