@@ -926,7 +926,7 @@ class SqliteStore:
 
     async def log_tool_call(self, record: AuditRecord) -> None:
         """Append one tool call to the audit log, write-behind: the row is committed by the
-        store's audit writer within a scheduler tick (with the rows logged meanwhile, in
+        store's audit writer within ``AUDIT_GATHER_S`` (with the rows logged meanwhile, in
         one transaction), not before this returns — a tool's reply does not wait for its
         audit row. ``audit()`` reads include every row logged before it. Waits only when
         ``MAX_AUDIT_BACKLOG`` rows are already waiting (back-pressure). Without a running
