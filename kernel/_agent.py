@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -143,21 +143,17 @@ class AgentRuntime:
         the callee's tool calls are audited as always, and token usage is still recorded.
         """
         run_id = run_id or uuid.uuid4().hex
-        if not persist:
-            with trio.CancelScope() as scope:
-                self._runs[run_id] = scope
-                try:
-                    return await self._run(text, session_id=None, trace=trace, stream=stream)
-                finally:
-                    self._runs.pop(run_id, None)
-            return AgentReply(self.name, "cancelled", "", trace.trace_id if trace else "", True, 0, "cancelled")
-        new_session = new_session or session_id is None
-        session_id = session_id or uuid.uuid4().hex
+        if persist:
+            new_session = new_session or session_id is None
+            session_id = session_id or uuid.uuid4().hex
+        else:
+            session_id = None
+        # Messages of one session run one at a time, so its history stays in order.
+        serial = self._session_lock(session_id) if session_id is not None else nullcontext()
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
             try:
-                # Messages of one session run one at a time, so its history stays in order.
-                async with self._session_lock(session_id):
+                async with serial:
                     return await self._run(
                         text, session_id=session_id, trace=trace, stream=stream, new_session=new_session
                     )
@@ -256,10 +252,8 @@ class AgentRuntime:
                 session_id, self.name, [m.to_record() for m in result.messages], usage=usage
             )
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
-            store = kernel.store
-            logged = getattr(store, "log_usage_nowait", None)
-            if logged is None or not logged(self.name, None, *usage):
-                await store.record_usage(self.name, None, *usage)
+            if not kernel.store.log_usage_nowait(self.name, None, *usage):
+                await kernel.store.record_usage(self.name, None, *usage)
         return AgentReply(
             self.name,
             result.text,

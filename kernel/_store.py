@@ -224,6 +224,16 @@ class Store(Protocol):
 
     def log_tool_call_nowait(self, record: AuditRecord) -> bool: ...
 
+    def log_usage_nowait(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> bool: ...
+
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]: ...
@@ -411,9 +421,10 @@ class GroupCommitter:
     is a WAL append, ~25 µs; the leader first yields once, so writes from tasks that are
     ready to run join its batch), unless a worker thread is using the connection or another
     process holds the write lock — then, as always with ``FULL``, on a worker thread, where
-    waiting for the lock or the fsync blocks nobody. ``checkpoint()`` (blocking; it runs in a
-    worker thread on its own connection) is called after every ``CHECKPOINT_EVERY_COMMITS``
-    inline commits, since the connection's automatic checkpoints (which fsync) are off.
+    waiting for the lock or the fsync blocks nobody. Given the database's ``path``, it
+    checkpoints the WAL after every ``CHECKPOINT_EVERY_COMMITS`` commits, in a worker thread
+    on a connection of its own, since with NORMAL the connection's automatic checkpoints
+    (which fsync) are off (``apply_durability``); ``close()`` closes that connection.
     """
 
     def __init__(
@@ -425,7 +436,7 @@ class GroupCommitter:
         max_pending: int = MAX_PENDING_WRITES,
         max_batch: int = MAX_BATCH,
         synchronous: str = "FULL",
-        checkpoint: Callable[[], Any] | None = None,
+        path: str | None = None,
     ) -> None:
         if max_pending < 1 or max_batch < 1:
             raise ValueError("max_pending and max_batch: expected integers ≥ 1")
@@ -443,7 +454,9 @@ class GroupCommitter:
         self._batch_done = trio.Event()
         self._inline = synchronous == "NORMAL"
         self._busy_timeout_ms = BUSY_TIMEOUT_MS  # what the connection is set to now
-        self._checkpoint = checkpoint
+        # NORMAL: the connection's automatic checkpoints are off (see apply_durability);
+        # this one, on a connection of its own, runs in a worker thread instead.
+        self._checkpoint = WalCheckpointer(path) if self._inline and path and path != MEMORY else None
         self._commits_since_checkpoint = 0
         self._last_inline_commit = -1.0
         self.batches = 0  # how many transactions were committed (for tests and benches)
@@ -529,6 +542,11 @@ class GroupCommitter:
             # Every write is a schedule point, as Trio code expects of an async call: a loop
             # of inline writes must not keep the event loop to itself.
             await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def close(self) -> None:
+        """Close the checkpoint connection (blocking: call it on the database thread)."""
+        if self._checkpoint is not None:
+            self._checkpoint.close()
 
     def allow_waiting(self, conn: sqlite3.Connection) -> None:
         """Before a read on a worker thread (holding the limiter): wait for a lock as usual
@@ -648,6 +666,22 @@ def _is_locked(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
+def synchronous_mode(value: Any, error: type[Exception]) -> str:
+    """``[store] synchronous`` as SQLite spells it; ``error`` (naming the choices) if unknown."""
+    mode = str(value).upper()
+    if mode not in SYNCHRONOUS_MODES:
+        raise error(f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {value!r}")
+    return mode
+
+
+def apply_durability(conn: sqlite3.Connection, mode: str) -> None:
+    """Set a WAL connection up for ``mode`` (see the module doc); with NORMAL its automatic
+    checkpoints (which fsync) are off: its ``GroupCommitter`` runs them on a worker thread."""
+    conn.execute(f"PRAGMA synchronous = {mode}")
+    if mode == "NORMAL":
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+
+
 class WalCheckpointer:
     """Checkpoints the WAL of the database at ``path`` on a connection of its own (opened
     on first use). Blocking: call it in a worker thread."""
@@ -682,10 +716,7 @@ class SqliteStore:
         self.path = path
         self._conn: sqlite3.Connection | None = connection
         self._limiter = trio.CapacityLimiter(1)
-        self._checkpointer = WalCheckpointer(path) if synchronous == "NORMAL" and path != MEMORY else None
-        self._writer = GroupCommitter(
-            self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
-        )
+        self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous, path=path)
         # The write-behind audit log (log_tool_call): rows waiting for the writer.
         self._audit_backlog: list[tuple[str, tuple]] = []  # (statement, row)
         self._audit_logged = 0  # rows ever logged
@@ -745,8 +776,7 @@ class SqliteStore:
 
         def close() -> None:
             conn, self._conn = self._conn, None
-            if self._checkpointer is not None:
-                self._checkpointer.close()
+            self._writer.close()
             if conn is not None:
                 conn.close()
 
@@ -931,15 +961,21 @@ class SqliteStore:
         audit row. ``audit()`` reads include every row logged before it. Waits only when
         ``MAX_AUDIT_BACKLOG`` rows are already waiting (back-pressure). Without a running
         writer (a store not opened with ``open_store``) this is ``record_tool_call``."""
-        row = _audit_row(record)
         if not self._audit_writer_running:
-            await self.write("record a tool call", lambda conn: conn.execute(_INSERT_AUDIT, row))
+            await self.record_tool_call(record)
             return
+        row = _audit_row(record)
         if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
             with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
                 while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
                     await self._audit_progress.wait()
         self._log_behind(_INSERT_AUDIT, row)
+
+    def _log_behind_nowait(self, sql: str, row: tuple) -> bool:
+        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+            return False
+        self._log_behind(sql, row)
+        return True
 
     def _log_behind(self, sql: str, row: tuple) -> None:
         self._audit_backlog.append((sql, row))
@@ -949,10 +985,7 @@ class SqliteStore:
     def log_tool_call_nowait(self, record: AuditRecord) -> bool:
         """``log_tool_call`` without waiting: False (nothing logged) when the writer is not
         running or its backlog is full; then call ``log_tool_call``."""
-        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
-            return False
-        self._log_behind(_INSERT_AUDIT, _audit_row(record))
-        return True
+        return self._log_behind_nowait(_INSERT_AUDIT, _audit_row(record))
 
     async def flush_audit(self) -> None:
         """Return once every row logged before this call is committed (or, if its batch
@@ -1098,10 +1131,7 @@ class SqliteStore:
         """``record_usage``, write-behind like ``log_tool_call_nowait`` (``usage_by_agent``
         includes it); False, nothing logged, when the writer is not running or is full."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
-        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
-            return False
-        self._log_behind(_INSERT_USAGE, row)
-        return True
+        return self._log_behind_nowait(_INSERT_USAGE, row)
 
     async def usage_by_agent(self) -> dict[str, dict]:
         """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}`` (including
@@ -1197,9 +1227,7 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
                 f"{', '.join(sorted(foreign))}); it was left untouched — choose another path"
             )
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        if synchronous == "NORMAL":  # checkpoints run in a worker thread (GroupCommitter)
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        apply_durability(conn, synchronous)
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn, label)
     except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
@@ -1226,11 +1254,7 @@ async def open_store(path: Path | str, *, synchronous: str = "NORMAL") -> AsyncI
     """
     if not isinstance(path, (str, Path)) or not str(path):
         raise StoreError(f"path: expected a file path or ':memory:', got {path!r}")
-    mode = str(synchronous).upper()
-    if mode not in SYNCHRONOUS_MODES:
-        raise StoreError(
-            f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}"
-        )
+    mode = synchronous_mode(synchronous, StoreError)
     text = path if path == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
     store = SqliteStore(conn, text, mode)

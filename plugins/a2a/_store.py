@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 from roost.kernel import RoostError
-from roost.kernel._store import MEMORY, SYNCHRONOUS_MODES, GroupCommitter, WalCheckpointer
+from roost.kernel._store import MEMORY, GroupCommitter, apply_durability, synchronous_mode
 
 _T = TypeVar("_T")
 SCHEMA_VERSION = 1
@@ -85,10 +85,7 @@ class TaskStore:
         self.max_tasks = max_tasks
         self._conn: sqlite3.Connection | None = conn
         self._limiter = trio.CapacityLimiter(1)
-        self._checkpointer = WalCheckpointer(path) if synchronous == "NORMAL" and path != MEMORY else None
-        self._writer = GroupCommitter(
-            self._connection, self._limiter, self._error, synchronous=synchronous, checkpoint=self._checkpointer
-        )
+        self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous, path=path)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -264,8 +261,7 @@ class TaskStore:
 
     async def aclose(self) -> None:
         def close() -> None:
-            if self._checkpointer is not None:
-                self._checkpointer.close()
+            self._writer.close()
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
@@ -284,9 +280,7 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
             conn.close()
             raise TaskStoreError(f"{path}: written by a newer roost (task schema {version}); upgrade roost")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        if synchronous == "NORMAL":  # checkpoints run in a worker thread (GroupCommitter)
-            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        apply_durability(conn, synchronous)
         conn.execute("PRAGMA foreign_keys = ON")
         for statement in _SCHEMA:
             conn.execute(statement)
@@ -302,9 +296,7 @@ async def open_task_store(
 ) -> AsyncIterator[TaskStore]:
     """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests).
     ``synchronous`` is the kernel store's setting (``[store] synchronous``)."""
-    mode = str(synchronous).upper()
-    if mode not in SYNCHRONOUS_MODES:
-        raise TaskStoreError(f"synchronous: expected one of {', '.join(SYNCHRONOUS_MODES)}, got {synchronous!r}")
+    mode = synchronous_mode(synchronous, TaskStoreError)
     text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
     store = TaskStore(conn, text, max_tasks, mode)

@@ -152,15 +152,15 @@ async def test_a_write_waits_off_the_loop_while_another_process_holds_the_lock(t
 
 async def test_inline_commits_checkpoint_the_wal_in_a_worker_thread(tmp_path, monkeypatch):
     monkeypatch.setattr(store_module, "CHECKPOINT_EVERY_COMMITS", 5)
+    calls = []
+    real = store_module.WalCheckpointer.__call__
+
+    def counting(self):
+        calls.append(threading.current_thread() is threading.main_thread())
+        real(self)
+
+    monkeypatch.setattr(store_module.WalCheckpointer, "__call__", counting)
     async with open_store(tmp_path / "roost.db") as store:
-        calls = []
-        real = store._writer._checkpoint
-
-        def counting():
-            calls.append(threading.current_thread() is threading.main_thread())
-            real()
-
-        store._writer._checkpoint = counting
         for i in range(12):
             await store.append_messages("s", "a", [msg("user", str(i))])
         assert calls == [False, False]  # twice, never on the event loop's thread
