@@ -26,8 +26,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import attrs
@@ -803,6 +803,21 @@ class McpClient:
         return dict(result) if isinstance(result, Mapping) else {}
 
 
+@contextmanager
+def _delivering(transport: Any, client: McpClient) -> Iterator[None]:
+    """While the block runs, a transport that can (stdio) hands replies straight to
+    ``client`` from its reader, one task hop less per call than its ``incoming`` channel."""
+    if not hasattr(transport, "deliver"):
+        yield
+        return
+    transport.deliver = client._dispatch
+    try:
+        yield
+    finally:
+        if transport.deliver == client._dispatch:
+            transport.deliver = None  # the transport may outlive this client
+
+
 @asynccontextmanager
 async def open_mcp_client(transport: Any, options: ClientOptions | None = None, *, era: str | None = None) -> AsyncIterator[McpClient]:
     """Start a session over ``transport`` (already open) and yield the client.
@@ -814,15 +829,12 @@ async def open_mcp_client(transport: Any, options: ClientOptions | None = None, 
     with single_errors():
         async with trio.open_nursery() as nursery:
             client = McpClient(transport, options, nursery)
-            if hasattr(transport, "deliver"):
-                transport.deliver = client._dispatch  # replies straight from the reader
             nursery.start_soon(client._read)
             try:
-                await client.start(era=era)
-                yield client
+                with _delivering(transport, client):
+                    await client.start(era=era)
+                    yield client
             finally:
-                if getattr(transport, "deliver", None) == client._dispatch:
-                    transport.deliver = None  # the transport may outlive this client
                 nursery.cancel_scope.cancel()
 
 
@@ -837,11 +849,10 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
     try:
         async with trio.open_nursery() as nursery:
             client = McpClient(transport, options, nursery)
-            if hasattr(transport, "deliver"):
-                transport.deliver = client._dispatch  # replies straight from the reader
             nursery.start_soon(client._read)
             try:
-                await client.discover(timeout=timeout)
+                with _delivering(transport, client):
+                    await client.discover(timeout=timeout)
                 return "modern"
             except McpProtocolError as exc:
                 if exc.rpc_code in MODERN_ERROR_CODES:
@@ -850,8 +861,6 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
             except McpError:
                 return "legacy"
             finally:
-                if getattr(transport, "deliver", None) == client._dispatch:
-                    transport.deliver = None  # the transport may outlive this client
                 nursery.cancel_scope.cancel()
     except (TransportClosed, TransportError):
         return "legacy"

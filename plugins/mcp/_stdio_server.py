@@ -25,13 +25,12 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
-from .transports._base import PipeReader, write_now
+from .transports._base import BatchedWriter, PipeReader
 
 log = logging.getLogger("roost.mcp.stdio")
 
 READ_CHUNK = 65536
 BRIDGE_MAX_IN_FLIGHT = 64
-WRITE_BATCH_BYTES = 1 << 20
 
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -46,18 +45,6 @@ def encode_message(message: Any) -> bytes:
         log.error("cannot encode a reply as JSON: %s", exc)
         error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON")
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
-
-
-def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
-    """Remove and join the oldest messages of ``outbox``, at most ``limit`` bytes of them
-    (always at least one)."""
-    size, count = len(outbox[0]), 1
-    while count < len(outbox) and size + len(outbox[count]) <= limit:
-        size += len(outbox[count])
-        count += 1
-    batch = outbox[0] if count == 1 else b"".join(outbox[:count])
-    del outbox[:count]
-    return batch
 
 
 async def stdio_loop(
@@ -76,11 +63,9 @@ async def stdio_loop(
     framer = StdioFramer(max_bytes=max_bytes)
     reader = PipeReader(receive_stream)
     pending: deque[Any] = deque()
-    write_lock = trio.Lock()
-    # Replies waiting for the pipe. Whoever holds the lock writes all of them in one
-    # syscall: with many requests in flight, a write per reply (each waking the client)
-    # costs more than the replies themselves. Bounded by the senders waiting on the lock.
-    outbox: list[bytes] = []
+    # Replies that queue up go out in one write: with many requests in flight, a write per
+    # reply (each waking the client) costs more than the replies themselves.
+    writer = BatchedWriter(send_stream)
     # Requests read and not yet answered: with others in flight, a reply waits one
     # scheduler tick so that replies ready meanwhile share its write (each write wakes
     # the client); a lone request's reply goes out at once.
@@ -121,26 +106,7 @@ async def stdio_loop(
             data = framer.encode(encode_message(error.to_dict()))
         if isinstance(message, dict) and "method" not in message and message.get("id") is not None:
             unanswered[0] = max(0, unanswered[0] - 1)  # a response
-        outbox.append(data)
-        try:
-            try:  # no scheduler round trip when nobody is writing
-                write_lock.acquire_nowait()
-            except trio.WouldBlock:
-                await write_lock.acquire()
-        except BaseException:
-            for i, item in enumerate(outbox):  # cancelled before anyone wrote it
-                if item is data:
-                    del outbox[i]
-                    break
-            raise
-        try:
-            if outbox and unanswered[0] > 1:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            # Ours is written by now if the outbox is empty (an earlier holder took it).
-            while outbox:
-                await write_now(send_stream, take_batch(outbox))
-        finally:
-            write_lock.release()
+        await writer.send(data, others_in_flight=unanswered[0] > 1)
 
     await serve(receive, send)
 
@@ -395,4 +361,4 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
         await serve_connection(server, receive_rest, safe_send, session=session)
 
 
-__all__ = ["DaemonBridge", "encode_message", "take_batch", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]
+__all__ = ["DaemonBridge", "encode_message", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]

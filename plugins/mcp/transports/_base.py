@@ -39,6 +39,66 @@ async def write_now(stream: Any, data: bytes) -> None:
         await stream.send_all(data[sent:])
 
 
+WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
+
+
+def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
+    """Remove and join the oldest messages of ``outbox``, at most ``limit`` bytes of them
+    (always at least one)."""
+    size, count = len(outbox[0]), 1
+    while count < len(outbox) and size + len(outbox[count]) <= limit:
+        size += len(outbox[count])
+        count += 1
+    batch = outbox[0] if count == 1 else b"".join(outbox[:count])
+    del outbox[:count]
+    return batch
+
+
+class BatchedWriter:
+    """Writes framed messages to a pipe; messages that queue up while one is being written
+    (or, with ``others_in_flight``, that ready tasks add during one scheduler tick) go out
+    together in one write: each write wakes the peer. The queue is bounded by the senders
+    waiting on the lock. A sender cancelled before its message was taken sends nothing. A
+    failed write raises in the sender that wrote, and in every sender whose message it held.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self._lock = trio.Lock()
+        self._outbox: list[bytes] = []
+        self.error: BaseException | None = None  # the write that failed, if one did
+
+    async def send(self, data: bytes, *, others_in_flight: bool = False) -> None:
+        self._outbox.append(data)
+        try:
+            try:  # no scheduler round trip when nobody is writing
+                self._lock.acquire_nowait()
+            except trio.WouldBlock:
+                await self._lock.acquire()
+        except BaseException:
+            for i, item in enumerate(self._outbox):  # never taken: never sent
+                if item is data:
+                    del self._outbox[i]
+                    break
+            raise
+        try:
+            if others_in_flight and self._outbox:
+                # Let the tasks that are ready add theirs to this write; a lone message
+                # goes out at once.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            if not self._outbox and self.error is not None:
+                raise self.error  # ours went out in a write that failed
+            # Ours is written by now if the outbox is empty (an earlier holder took it).
+            while self._outbox:
+                try:
+                    await write_now(self.stream, take_batch(self._outbox))
+                except Exception as exc:  # broken or closed pipe: later senders learn it too
+                    self.error = exc
+                    raise
+        finally:
+            self._lock.release()
+
+
 class PipeReader:
     """Reads a pipe (``trio.lowlevel.FdStream``) with one scheduler round trip less per
     message than ``receive_some``, which first yields to every other ready task even when

@@ -28,11 +28,11 @@ import trio
 from ._base import (
     INCOMING_BUFFER,
     MAX_MESSAGE_BYTES,
+    BatchedWriter,
     PipeReader,
     TransportClosed,
     TransportError,
     single_errors,
-    write_now,
 )
 
 log = logging.getLogger("roost.mcp.stdio")
@@ -42,7 +42,6 @@ STDIN_CLOSE_GRACE_S = 2.0
 TERM_GRACE_S = 2.0
 KILL_GRACE_S = 5.0
 _READ_CHUNK = 65536
-_WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
 _STDERR_LINE_MAX = 4000
 
 
@@ -122,14 +121,6 @@ def decode_line(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _take_back(outbox: list[bytes], data: bytes) -> None:
-    """Remove ``data`` (this very object) from ``outbox`` if it is still waiting there."""
-    for i, item in enumerate(outbox):
-        if item is data:
-            del outbox[i]
-            return
-
-
 class StdioTransport:
     """A running server process; see ``open_stdio_transport``."""
 
@@ -140,15 +131,12 @@ class StdioTransport:
         self.process = process
         self.incoming = incoming
         self.closed_reason: str | None = None
-        self._send_lock = trio.Lock()
         self.in_flight = 0  # requests sent and not answered (kept by the reader and send)
         # If set (by the client session), the reader hands each message to this synchronous
         # function instead of the ``incoming`` channel: one task hop less per reply.
         # ``incoming`` still ends when the server goes away.
         self.deliver: Any = None
-        # Messages waiting for the pipe: the holder of the lock writes all of them at once
-        # (one syscall, one wake-up of the server for many requests in flight).
-        self._outbox: list[bytes] = []
+        self._writer = BatchedWriter(process.stdin)
         self._write_error: str | None = None
         self.skipped_lines = 0
         self.oversized_lines = 0
@@ -167,37 +155,13 @@ class StdioTransport:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
         if "method" in message and message.get("id") is not None:
             self.in_flight += 1
-        self._outbox.append(data)
         try:
-            try:  # no scheduler round trip when nobody is writing
-                self._send_lock.acquire_nowait()
-            except trio.WouldBlock:
-                await self._send_lock.acquire()
-        except BaseException:
-            _take_back(self._outbox, data)  # cancelled before anyone wrote it: never sent
-            raise
-        try:
-            if self._outbox and self.in_flight > 1:
-                # Others are in flight: let the tasks that are ready add their requests to
-                # this write (each write wakes the server); a lone request goes out at once.
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            if not self._outbox and self._write_error is not None:
-                raise TransportClosed(self._write_error)  # ours went in a failed write
-            # Ours is written by now if the outbox is empty (an earlier holder took it).
-            while self._outbox:
-                size, count = len(self._outbox[0]), 1
-                while count < len(self._outbox) and size + len(self._outbox[count]) <= _WRITE_BATCH_BYTES:
-                    size += len(self._outbox[count])
-                    count += 1
-                batch = b"".join(self._outbox[:count]) if count > 1 else self._outbox[0]
-                del self._outbox[:count]
-                try:
-                    await write_now(self.process.stdin, batch)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
-                    raise TransportClosed(self._write_error) from None
-        finally:
-            self._send_lock.release()
+            # With others in flight, ready tasks add their requests to one write (each write
+            # wakes the server); a lone request goes out at once.
+            await self._writer.send(data, others_in_flight=self.in_flight > 1)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
+            raise TransportClosed(self._write_error) from None
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass

@@ -133,7 +133,7 @@ async def test_stdio_loop_batches_replies_and_drops_a_cancelled_one(cancel_one):
 
 
 def test_take_batch_joins_the_oldest_messages_up_to_the_limit():
-    from roost.plugins.mcp._stdio_server import take_batch
+    from roost.plugins.mcp.transports._base import take_batch
 
     outbox = [b"a" * 6, b"b" * 3, b"c" * 2, b"d" * 20]
     assert take_batch(outbox, limit=10) == b"a" * 6 + b"b" * 3
