@@ -8,7 +8,7 @@ Routes (``/a2a`` is ``a2a.listen_path``):
 - HTTP+JSON: ``/a2a/rest/...`` and ``/a2a/agents/{name}/rest/...`` (``message:send``,
   ``message:stream``, ``tasks``, ``tasks/{id}``, ``tasks/{id}:cancel``, ``tasks/{id}:subscribe``,
   ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3,
-  answered in the 0.3 binding's shapes, see ``_rest03``);
+  with ``/v1/card`` for the extended card, answered in the 0.3 binding's shapes, see ``_rest03``);
 - 0.1: ``POST /a2a/tasks/send``, ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
 """
 
@@ -622,10 +622,10 @@ def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p
     if path in ("message:send", "message:stream") and method == "POST":
         op = "send" if path == "message:send" else "stream"
         data = body()
-        return p.Operation(op, p.parse_params(op, rest03.send_body_in(data) if v03 else data, m.V1), m.V1)
+        return p.Operation(op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1)
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
-    if path == "extendedAgentCard" and method == "GET":
+    if method == "GET" and (path == "extendedAgentCard" or (v03 and path == "card")):  # 0.3: GET /v1/card
         return p.Operation("card", None, m.V1)
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
@@ -641,6 +641,8 @@ def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
         task_id = _path_id(parts[1])
         if len(parts) == 3 and method == "POST":
+            if v03:
+                return p.Operation("push_set", rest03.push_config_in(body(), task_id), m.V1)
             data = dict(body())
             data["taskId"] = task_id
             return p.Operation("push_set", m.push_config_from_json(data), m.V1)
