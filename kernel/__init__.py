@@ -93,6 +93,7 @@ from ._manifest import (
 )
 from ._manifest import schema as manifest_schema
 from ._netguard import AddressPins, PinnedTarget, UrlRefused, check_url, classify_address, pin_url
+from ._outputs import MAX_FILE_BYTES, Output, OutputPart, Outputs, outputs_to_json
 from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
 from ._plugins import PluginFailure, PluginManager
 from ._policy import (
@@ -151,6 +152,11 @@ __all__ = [
     "ToolArgumentsInvalid",
     "ToolCall",
     "ToolContext",
+    "MAX_FILE_BYTES",
+    "Output",
+    "OutputPart",
+    "Outputs",
+    "outputs_to_json",
     "ToolDenied",
     "ToolError",
     "ToolNameCollision",

@@ -20,6 +20,7 @@ import trio
 from ._errors import RoostError
 from ._events import Event, EventKind
 from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
+from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -47,9 +48,24 @@ class AgentReply:
     is_error: bool = False
     turns: int = 0
     stop_reason: str = "end_turn"
+    outputs: tuple[Output, ...] = ()
+    """Artifacts the agent handed over beside ``text`` (the ``artifact`` tool)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        out = attrs.asdict(self, filter=lambda a, _: a.name != "outputs")
+        out["outputs"] = outputs_to_json(self.outputs)
+        return out
+
+    def to_mcp(self, **structured: Any) -> dict[str, Any]:
+        """The MCP ``CallToolResult`` of this reply: the text, then each output as content
+        blocks; ``structuredContent`` has the agent, text, stop reason, ``structured`` and
+        the outputs as ``artifacts`` (A2A part shapes)."""
+        content: list[dict[str, Any]] = [{"type": "text", "text": self.text}]
+        body: dict[str, Any] = {"agent": self.agent, "text": self.text, **structured, "stop_reason": self.stop_reason}
+        if self.outputs:
+            content += outputs_to_mcp(self.outputs)
+            body["artifacts"] = outputs_to_json(self.outputs)
+        return {"content": content, "isError": bool(self.is_error), "structuredContent": body}
 
 
 class Conversation:
@@ -63,6 +79,7 @@ class Conversation:
         self.trace = trace
         self.taint = TaintTracker()
         self.loop_guard = LoopGuard(max_repeats=kernel.config.kernel.loop_guard_repeats)
+        self.outputs = Outputs()
 
 
 class _SessionLock:
@@ -238,7 +255,9 @@ class AgentRuntime:
             )
         except RoostError as exc:
             # The provider failed: the reply says so; the user message is already stored.
-            return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error")
+            return AgentReply(
+                self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.outputs.snapshot()
+            )
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
@@ -262,6 +281,7 @@ class AgentRuntime:
             result.is_error,
             result.turns,
             result.stop_reason,
+            conversation.outputs.snapshot(),
         )
 
     async def _route(self, text: str) -> Provider:

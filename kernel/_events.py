@@ -120,6 +120,8 @@ def _jsonable(value: Any) -> Any:
         return _jsonable(attrs.asdict(value, recurse=False))
     if isinstance(value, BaseException):
         return {"error": type(value).__name__, "message": str(value)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"  # an event describes; it does not carry files
     return repr(value)
 
 

@@ -230,7 +230,9 @@ class Kernel:
             follows_registry=False,
         )
 
-    def _context(self, manifest: Any, spec: ToolSpec, trace: TraceContext | None) -> ToolContext:
+    def _context(
+        self, manifest: Any, spec: ToolSpec, trace: TraceContext | None, outputs: Any = None
+    ) -> ToolContext:
         from ._policy import resolve_timeout
 
         tools_cfg = self.config.tools
@@ -248,6 +250,7 @@ class Kernel:
             timeout_s=timeout,
             max_output_chars=tools_cfg.max_output_chars,
             kernel=self,
+            outputs=outputs,
         )
 
     def workspace_for(self, manifest: Any) -> Path:
@@ -331,7 +334,7 @@ class Kernel:
 
         spec = tool.spec
         validate_arguments(spec, call.arguments)
-        context = self._context(manifest, spec, call.trace)
+        context = self._context(manifest, spec, call.trace, conversation.outputs if conversation is not None else None)
         hooks = self.plugins.hook
         if hooks.roost_before_tool_call.get_hookimpls():
             for veto in collect(hooks.roost_before_tool_call(call=call, spec=spec, context=context)):
@@ -520,7 +523,10 @@ class Kernel:
                 reply = await kernel.actors.ask(
                     target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
                 )
-            return result_from_jsonrpc(reply.payload)
+            result = result_from_jsonrpc(reply.payload)
+            if ctx.outputs is not None and result.structured_content and "artifacts" in result.structured_content:
+                _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], target)
+            return result
 
         return Tool(spec, ask_agent)
 
@@ -546,6 +552,22 @@ class Kernel:
             self._create_provider(manifest, manifest.model.for_tier("fast")),
             self._create_provider(manifest, manifest.model.for_tier("complex")),
         )
+
+
+def _adopt_outputs(outputs: Any, artifacts: Any, agent: str) -> None:
+    """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool),
+    so that the caller's caller (an A2A client, say) receives it."""
+    from ._outputs import output_from_json
+
+    for value in artifacts if isinstance(artifacts, list) else ():
+        output = output_from_json(value)
+        if output is None:
+            continue
+        try:
+            outputs.adopt(output)
+        except ToolArgumentsInvalid as exc:  # over this run's bounds: the tool result still has it
+            log.warning("artifact %r from agent %s not handed on: %s", output.name, agent, exc)
+            return
 
 
 def result_from_jsonrpc(response: Any) -> ToolResult:

@@ -86,12 +86,7 @@ async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, An
         run_id = str(req_id) if req_id is not None else None
         # A one-shot call nobody can continue: its history stays in memory (handle_message).
         reply = await agent.handle_message(text, session_id=None, trace=trace, run_id=run_id, persist=False)
-        result = {
-            "content": [{"type": "text", "text": reply.text}],
-            "isError": reply.is_error,
-            "structuredContent": {"agent": reply.agent, "text": reply.text, "stop_reason": reply.stop_reason},
-        }
-        return {"jsonrpc": "2.0", "id": req_id, "result": result}
+        return {"jsonrpc": "2.0", "id": req_id, "result": reply.to_mcp()}
 
     try:
         result = await kernel.call_exposed(agent.name, name, dict(arguments), trace=trace)

@@ -121,7 +121,11 @@ class ToolResult:
             if block.get("type") == "text":
                 parts.append(str(block.get("text", "")))
             elif block.get("type") == "resource" and isinstance(block.get("resource"), Mapping):
-                parts.append(str(block["resource"].get("text", "")))
+                resource = block["resource"]
+                if "text" in resource:
+                    parts.append(str(resource["text"]))
+                else:
+                    parts.append(f"[resource {resource.get('uri', '')} ({resource.get('mimeType', 'binary')})]")
             else:
                 parts.append(f"[{block.get('type', 'unknown')} content]")
         if not parts and self.structured_content is not None:
@@ -154,6 +158,9 @@ class ToolContext:
     max_output_chars: int = 50_000
     # Set by the kernel: lets a tool reach the kernel (e.g. to ask another agent).
     kernel: Any = attrs.field(default=None, eq=False, repr=False)
+    # The running agent's outputs (``Outputs``): what it hands over beside its answer.
+    # None when the call is not part of an agent's run (e.g. a tool called over MCP).
+    outputs: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]

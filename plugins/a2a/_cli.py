@@ -20,7 +20,8 @@ def _event_line(event: m.Event) -> str:
         text = f": {event.status.message.text()}" if event.status.message else ""
         return f"status {m.state_to_json(event.status.state, m.V03)}{text}"
     if isinstance(event, m.ArtifactUpdate):
-        return "artifact " + " ".join(p.as_text() for p in event.artifact.parts)
+        name = f"{event.artifact.name}: " if event.artifact.name else ""
+        return f"artifact {name}" + " ".join(p.summary() for p in event.artifact.parts)
     return "message " + event.text()
 
 

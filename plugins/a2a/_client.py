@@ -415,10 +415,11 @@ async def discover(url: str, **client_options: Any) -> AgentInfo:
 
 
 def task_text(task: m.Task | m.Message) -> str:
-    """The readable outcome of a task: its artifacts' text, else its status message."""
+    """The readable outcome of a task: its artifacts (a file's bytes only counted), else
+    its status message."""
     if isinstance(task, m.Message):
         return task.text()
-    pieces = [p.as_text() for a in task.artifacts for p in a.parts]
+    pieces = [p.summary() for a in task.artifacts for p in a.parts]
     if not pieces and task.status.message is not None:
         pieces = [task.status.message.text()]
     return "\n".join(pieces)

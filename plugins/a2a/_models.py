@@ -314,6 +314,16 @@ class Part:
             return f"[file{label}, base64]\n{base64.b64encode(self.raw).decode('ascii')}"
         return f"[file{label}] {self.url}"
 
+    def summary(self) -> str:
+        """How this part reads to a person (the CLI) or a model given a task's outcome:
+        like ``as_text``, but a file's bytes are only counted."""
+        if self.text is not None or self.has_data:
+            return self.as_text()
+        size = f"{len(self.raw)} bytes" if self.raw is not None else None
+        label = ", ".join(x for x in (self.media_type, size) if x)
+        head = " ".join(x for x in ("[file", self.filename, f"({label})" if label else None) if x) + "]"
+        return head if self.raw is not None else f"{head} {self.url}"
+
 
 def _b64(value: Any, field: str) -> bytes:
     if not isinstance(value, str):

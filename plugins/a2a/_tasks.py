@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import RecursionLimitExceeded, RoostError, TraceContext
+from roost.kernel import Output, RecursionLimitExceeded, RoostError, TraceContext
 
 from . import _models as m
 from ._store import TaskRow, TaskStore, TaskStoreError
@@ -310,22 +310,23 @@ class TaskManager:
             if self.push is not None:
                 await self.push.notify(live, event)
 
-    async def _status(self, live: LiveTask, state: str, text: str | None = None, *, artifact: m.Artifact | None = None) -> None:
+    async def _status(
+        self, live: LiveTask, state: str, text: str | None = None, *, artifacts: tuple[m.Artifact, ...] = ()
+    ) -> None:
         task = live.task
         msg = m.agent_message(text, context_id=task.context_id, task_id=task.id) if text is not None else None
         status = m.TaskStatus(state, msg, m.now_iso())
-        events: list[m.Event] = []
-        artifacts = task.artifacts
-        if artifact is not None:
-            artifacts = artifacts + (artifact,)
-            events.append(m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True))
+        events: list[m.Event] = [
+            m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True) for artifact in artifacts
+        ]
+        artifacts = task.artifacts + artifacts
         history = task.history + ((msg,) if msg is not None else ())
         events.append(m.StatusUpdate(task.id, task.context_id, status))
         await self._commit(live, attrs.evolve(task, status=status, artifacts=artifacts, history=history), events)
 
     async def _run(self, live: LiveTask, text: str, trace: TraceContext | None) -> None:
         task = live.task
-        outcome: tuple[str, str | None, m.Artifact | None] = (m.FAILED, "the agent did not answer", None)
+        outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (m.FAILED, "the agent did not answer", ())
         try:
             with trio.CancelScope() as scope:
                 live.scope = scope
@@ -343,26 +344,28 @@ class TaskManager:
                         new_session=fresh,
                     )
                 except RecursionLimitExceeded as exc:
-                    outcome = (m.FAILED, str(exc), None)
+                    outcome = (m.FAILED, str(exc), ())
                 except RoostError as exc:
-                    outcome = (m.FAILED, f"{exc.code}: {exc}", None)
+                    outcome = (m.FAILED, f"{exc.code}: {exc}", ())
                 except Exception as exc:  # the agent must never take the A2A service down
                     log.exception("A2A task %s failed", task.id)
-                    outcome = (m.FAILED, f"internal error: {type(exc).__name__}", None)
+                    outcome = (m.FAILED, f"internal error: {type(exc).__name__}", ())
                 else:
+                    # What the agent handed over (the artifact tool) is kept whatever the outcome.
+                    handed = tuple(_artifact(o) for o in reply.outputs)
                     if reply.stop_reason == "cancelled":
-                        outcome = (m.CANCELED, None, None)
+                        outcome = (m.CANCELED, None, handed)
                     elif reply.stop_reason == "input_required":
-                        outcome = (m.INPUT_REQUIRED, reply.text, None)
+                        outcome = (m.INPUT_REQUIRED, reply.text, handed)
                     elif reply.is_error:
-                        outcome = (m.FAILED, reply.text, None)
+                        outcome = (m.FAILED, reply.text, handed)
                     else:
-                        artifact = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
-                        outcome = (m.COMPLETED, None, artifact)
+                        response = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
+                        outcome = (m.COMPLETED, None, (response, *handed))
             if scope.cancelled_caught or live.cancel_requested:
-                outcome = (m.CANCELED, None, None)
-            state, message, artifact = outcome
-            await self._status(live, state, message, artifact=artifact)
+                outcome = (m.CANCELED, None, outcome[2] if outcome[0] == m.CANCELED else ())
+            state, message, artifacts = outcome
+            await self._status(live, state, message, artifacts=artifacts)
         except Exception:
             log.exception("A2A task %s: could not record its outcome", task.id)
         finally:
@@ -496,3 +499,19 @@ def iso_to_epoch(value: str, field: str) -> float:
         raise m.invalid(field, "is out of range")
     return ts
 
+
+def _artifact(output: Output) -> m.Artifact:
+    """An agent's output (the ``artifact`` tool) as an A2A artifact."""
+    parts = tuple(
+        m.Part(
+            text=p.text,
+            raw=p.raw,
+            url=p.url,
+            data=p.data,
+            has_data=p.has_data,
+            filename=p.filename,
+            media_type=p.media_type,
+        )
+        for p in output.parts
+    )
+    return m.Artifact(output.id, parts, name=output.name, description=output.description)

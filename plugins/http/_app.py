@@ -26,6 +26,7 @@ from roost.kernel import (
     RouteDescriptor,
     ToolSpec,
     TraceContext,
+    outputs_to_json,
 )
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
@@ -446,6 +447,8 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             "is_error": reply.is_error,
             "turns": reply.turns,
         }
+        if reply.outputs:
+            body["artifacts"] = outputs_to_json(reply.outputs)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
         return body, 200, headers
 

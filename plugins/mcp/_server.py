@@ -782,16 +782,7 @@ class McpServer:
                 },
                 request_state=self._seal_state(reply.session_id),
             )
-        return {
-            "content": [p.text_content(reply.text)],
-            "isError": bool(reply.is_error),
-            "structuredContent": {
-                "agent": reply.agent,
-                "text": reply.text,
-                "session_id": reply.session_id,
-                "stop_reason": reply.stop_reason,
-            },
-        }
+        return reply.to_mcp(session_id=reply.session_id)
 
     def _read_round_trip(self, call: _Call, channel: _client_channel) -> None:
         """Check a retry's ``requestState`` (signed by us) and ``inputResponses``."""

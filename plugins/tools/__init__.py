@@ -11,19 +11,20 @@ from typing import Any
 
 from roost.kernel import Tool, hookimpl
 
+from ._artifact import artifact_tool
 from ._bash import bash_tool, child_environment, warn_if_unconfined
 from ._fs import fs_tools
 from ._landlock import LandlockStatus, landlock_status
 from ._sandbox import SANDBOX_MODES, ToolsSettings, writable_path
 from ._web import html_to_text, web_fetch_tool
 
-TOOL_NAMES = ("bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch")
+TOOL_NAMES = ("bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch", "artifact")
 
 
 def build_tools(settings: ToolsSettings | None = None) -> list[Tool]:
     """Every built-in tool descriptor, configured by ``settings`` (defaults if None)."""
     settings = settings or ToolsSettings()
-    tools = [bash_tool(settings), *fs_tools(), web_fetch_tool(settings)]
+    tools = [bash_tool(settings), *fs_tools(), web_fetch_tool(settings), artifact_tool()]
     by_name = {t.spec.name: t for t in tools}
     return [by_name[name] for name in TOOL_NAMES]
 

@@ -108,6 +108,10 @@ async def test_bundled_agents_collaborate_over_kernel_routed_mcp_calls(config):
         # The worker really wrote its draft in its own workspace.
         draft = config.home / "workspaces" / "worker" / "draft.md"
         assert draft.read_text().startswith("Draft: Write a haiku")
+        # ...and handed it over: the coordinator's answer carries it up to whoever asked.
+        (handed,) = reply.outputs
+        assert handed.name == "draft.md" and handed.parts[0].raw == draft.read_bytes()
+        assert handed.parts[0].media_type == "text/markdown"
 
 
 async def test_runaway_chain_trips_the_breaker_at_depth_5_naming_the_path(config):

@@ -35,6 +35,22 @@ class SlowToolPlugin:
         return [Tool(spec, sleepy)]
 
 
+REPORT_CSV = "a,b\n1,2\n"
+# Hands over a file from its workspace, JSON data and a link, beside its answer.
+MAKER_RULES = [
+    {
+        "match": ".",
+        "steps": [
+            {"tool": "write", "arguments": {"path": "report.csv", "content": REPORT_CSV}},
+            {"tool": "artifact", "arguments": {"name": "report", "path": "report.csv", "description": "the numbers"}},
+            {"tool": "artifact", "arguments": {"name": "summary", "data": {"topic": "{message}", "rows": 1}}},
+            {"tool": "artifact", "arguments": {"name": "source", "url": "https://example.com/data/report.pdf"}},
+        ],
+        "reply": "made {message}",
+    }
+]
+
+
 def write_agent(directory, name, rules, *, tools=(), skills=(), enabled=True, default_reply=None):
     path = directory / name / "agent.json"
     path.parent.mkdir(parents=True)
@@ -78,6 +94,7 @@ def make_config(tmp_path, *, a2a=None, http=None, home=None):
             tools=["sleepy"],
         )
         write_agent(agents, "hidden", [{"match": ".", "reply": "nope"}], enabled=False)
+        write_agent(agents, "maker", MAKER_RULES, tools=["write", "artifact"])
     return default_config(
         home=str(home or tmp_path / "home"),
         agents={"dirs": [str(agents)], "bundled": False},

@@ -27,7 +27,7 @@ async def test_discover_send_and_stream(daemon):
     code, out, _ = await run("send", url + "/a2a/agents/echo", "streamy", "--stream")
     lines = out.strip().splitlines()
     assert code == 0 and lines[0].startswith("task ") and lines[-1] == "status completed"
-    assert "artifact echo: streamy" in lines
+    assert "artifact response: echo: streamy" in lines
 
 
 async def test_errors_are_one_line_and_exit_1(daemon):

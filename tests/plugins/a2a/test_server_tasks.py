@@ -204,7 +204,7 @@ async def test_cards_have_etag_and_cache_control_and_answer_304(http):
     assert bindings == {("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")}
     assert card["skills"][0]["id"] == "echo"
     listing = (await http.get("/a2a/agents")).json()
-    assert listing["total"] == 3 and {c["name"] for c in listing["agents"]} == {"echo", "asker", "slow"}
+    assert listing["total"] == 4 and {c["name"] for c in listing["agents"]} == {"echo", "asker", "slow", "maker"}
     legacy = (await http.get("/.well-known/agent.json")).json()
     assert legacy["name"] == "echo" and legacy["url"].endswith("/a2a")
     per_agent = (await http.get("/a2a/agents/asker/.well-known/agent-card.json")).json()

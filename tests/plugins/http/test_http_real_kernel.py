@@ -19,15 +19,23 @@ def scripted_agent(directory, name, rules):
                 "description": f"{name} (scripted)",
                 "version": "0.1.0",
                 "model": {"provider": "scripted", "name": "rules", "script": {"rules": rules}},
+                "capabilities": {"tools": ["write", "artifact"]},
             }
         )
     )
 
 
+MAKE_STEPS = [
+    {"tool": "write", "arguments": {"path": "out.bin", "content": "AB"}},
+    {"tool": "artifact", "arguments": {"name": "blob", "path": "out.bin"}},
+    {"tool": "artifact", "arguments": {"name": "facts", "data": {"ok": True}}},
+]
+
+
 @pytest.fixture
 def config(tmp_path):
     agents = tmp_path / "agents"
-    scripted_agent(agents, "pinger", [{"match": ".", "reply": "pong: {message}"}])
+    scripted_agent(agents, "pinger", [{"match": "^make", "steps": MAKE_STEPS, "reply": "made"}, {"match": ".", "reply": "pong: {message}"}])
     return default_config(
         home=str(tmp_path / "home"),
         agents={"dirs": [str(agents)], "bundled": False},
@@ -76,3 +84,24 @@ async def test_agents_endpoint_reports_token_usage_per_agent(config):
             after = (await client.get("/api/agents")).json()["agents"][0]["usage"]
     assert before == {"input_tokens": 0, "output_tokens": 0, "requests": 0}
     assert after["requests"] == 1 and after["input_tokens"] > 0 and after["output_tokens"] > 0
+
+
+async def test_a_message_reply_carries_the_agents_artifacts(config):
+    from roost.plugins.http import open_daemon
+
+    async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            async with open_websocket_url(url.replace("http", "ws") + "/api/events?kinds=AGENT:REPLY") as ws:
+                made = await client.post("/api/agents/pinger/message", json={"message": "make it"})
+                with trio.fail_after(5):
+                    event = json.loads(await ws.get_message())
+            plain = await client.post("/api/agents/pinger/message", json={"message": "hi"})
+    body = made.json()
+    assert made.status_code == 200 and body["reply"] == "made"
+    blob, facts = body["artifacts"]
+    assert blob["name"] == "blob" and blob["parts"] == [{"raw": "QUI=", "filename": "out.bin", "mediaType": "application/octet-stream"}]
+    assert facts["parts"] == [{"data": {"ok": True}}]
+    assert "artifacts" not in plain.json()
+    # The event stream describes the files; it does not carry them.
+    (part,) = event["payload"]["outputs"][0]["parts"]
+    assert part["raw"] == "<2 bytes>"

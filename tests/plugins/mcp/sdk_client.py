@@ -1,6 +1,6 @@
 """Drive roost's MCP server with the official ``mcp`` SDK client (run in a subprocess).
 
-Usage: python sdk_client.py (URL | stdio:<roost-exe>:<config>) MODE [PRIVATE_TOOL]
+Usage: python sdk_client.py (URL | stdio:<roost-exe>:<config>) MODE [PRIVATE_TOOL [make]]
 MODE is ``legacy`` (initialize handshake) or ``2026-07-28`` (stateless). Prints one JSON
 object describing what the SDK saw; exits non-zero on an unexpected failure.
 """
@@ -12,7 +12,7 @@ import json
 import sys
 
 
-async def main(target: str, mode: str, private_tool: str = "read") -> dict:
+async def main(target: str, mode: str, private_tool: str = "read", make: str = "") -> dict:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
     from mcp.shared.exceptions import MCPError
@@ -47,6 +47,12 @@ async def main(target: str, mode: str, private_tool: str = "read") -> dict:
         async def on_progress(value, total, message):
             progress.append(value)
 
+        if make:  # the agent hands over artifacts: how do they reach an MCP client?
+            made = await client.call_tool("roost_agent_alpha", {"message": "make a report"})
+            out["made"] = {
+                "blocks": [c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in made.content],
+                "structured": made.structured_content,
+            }
         if "steps" in out["tools"]:
             stepped = await client.call_tool("steps", {}, progress_callback=on_progress)
             out["steps"] = [c.text for c in stepped.content]
@@ -55,5 +61,5 @@ async def main(target: str, mode: str, private_tool: str = "read") -> dict:
 
 
 if __name__ == "__main__":
-    result = asyncio.run(main(*sys.argv[1:4]))
+    result = asyncio.run(main(*sys.argv[1:5]))
     print(json.dumps(result))

@@ -7,6 +7,7 @@ it saw as JSON.
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from pathlib import Path
@@ -29,6 +30,21 @@ async def run_sdk(*args: str) -> dict:
     return json.loads(done.stdout.decode().strip().splitlines()[-1])
 
 
+# The agent hands over a workspace file, an image, data and a link beside its answer.
+MAKE_RULE = {
+    "match": "^make",
+    "steps": [
+        {"tool": "write", "arguments": {"path": "report.csv", "content": "a,b\n1,2\n"}},
+        {"tool": "write", "arguments": {"path": "chart.svg", "content": "<svg/>"}},
+        {"tool": "artifact", "arguments": {"name": "report", "path": "report.csv"}},
+        {"tool": "artifact", "arguments": {"name": "chart", "path": "chart.svg"}},
+        {"tool": "artifact", "arguments": {"name": "stats", "data": {"rows": 1}}},
+        {"tool": "artifact", "arguments": {"name": "source", "url": "https://example.com/r.pdf"}},
+    ],
+    "reply": "made it",
+}
+
+
 @pytest.fixture
 def stdio_config(tmp_path):
     agent = tmp_path / "agents" / "alpha" / "agent.json"
@@ -37,7 +53,8 @@ def stdio_config(tmp_path):
         "name": "alpha",
         "description": "alpha agent",
         "system_prompt": "You are alpha.",
-        "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "alpha heard: {message}"}},
+        "model": {"provider": "scripted", "script": {"rules": [MAKE_RULE], "default_reply": "alpha heard: {message}"}},
+        "capabilities": {"tools": ["write", "artifact"]},
         "mcp": {"expose_tools": ["list", "read"], "private_tools": ["read"]},
     }))
     config = tmp_path / "roost.toml"
@@ -49,7 +66,7 @@ def stdio_config(tmp_path):
 async def test_sdk_client_over_stdio(stdio_config, mode):
     if not ROOST.exists():
         pytest.skip("the roost console script is not installed (make install)")
-    seen = await run_sdk(f"stdio:{ROOST}:{stdio_config}", mode, "read")
+    seen = await run_sdk(f"stdio:{ROOST}:{stdio_config}", mode, "read", "make")
     assert seen["protocol_version"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
     assert seen["tools"] == ["list", "roost_agent_alpha"]  # read is private: never listed
     assert seen["answer"] == ["alpha heard: hello from the SDK"] and not seen["answer_is_error"]
@@ -57,6 +74,20 @@ async def test_sdk_client_over_stdio(stdio_config, mode):
     assert seen["resources"] == ["roost://agents/alpha/card", "roost://agents/alpha/manifest"]
     assert seen["card"]["name"] == "alpha"
     assert seen["prompts"] == ["alpha"]
+    # Artifacts arrive as content blocks the SDK understands, and in structuredContent.
+    csv, svg = base64.b64encode(b"a,b\n1,2\n").decode(), base64.b64encode(b"<svg/>").decode()
+    blocks = seen["made"]["blocks"]
+    assert blocks[0] == {"type": "text", "text": "made it"}
+    report = blocks[1]
+    assert report["type"] == "resource" and report["resource"]["blob"] == csv and report["resource"]["mimeType"] == "text/csv"
+    assert report["resource"]["uri"].startswith("roost://artifacts/") and report["resource"]["uri"].endswith("/report.csv")
+    assert blocks[2] == {"type": "image", "data": svg, "mimeType": "image/svg+xml"}
+    assert blocks[3] == {"type": "text", "text": '{"rows": 1}'}
+    assert blocks[4] == {"type": "resource_link", "uri": "https://example.com/r.pdf", "name": "r.pdf", "mimeType": "application/pdf"}
+    artifacts = seen["made"]["structured"]["artifacts"]
+    assert [a["name"] for a in artifacts] == ["report", "chart", "stats", "source"]
+    assert artifacts[0]["parts"] == [{"raw": csv, "filename": "report.csv", "mediaType": "text/csv"}]
+    assert artifacts[2]["parts"] == [{"data": {"rows": 1}}]
 
 
 @pytest.mark.parametrize("mode", MODES)

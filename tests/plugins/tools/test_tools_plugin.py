@@ -12,7 +12,7 @@ from roost.kernel._plugins import collect
 from roost.plugins import tools as tools_plugin
 from roost.plugins.tools import TOOL_NAMES, ToolsSettings, _bash, _landlock, roost_tools
 
-EXPECTED = ["bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch"]
+EXPECTED = ["bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch", "artifact"]
 
 
 def test_hook_returns_every_tool_with_config_none():
@@ -51,7 +51,7 @@ def test_specs_are_good_mcp_tools(tool):
 def test_read_only_and_open_world_hints_match_what_the_tools_do():
     hints = {t.spec.name: t.spec.annotations for t in roost_tools(None)}
     assert {n for n, h in hints.items() if h["readOnlyHint"]} == {
-        "read", "list", "glob", "grep", "web_fetch",
+        "read", "list", "glob", "grep", "web_fetch", "artifact",
     }  # fmt: skip
     assert {n for n, h in hints.items() if h["openWorldHint"]} == {"bash", "web_fetch"}
     assert hints["bash"]["destructiveHint"] and hints["write"]["destructiveHint"]

@@ -1,0 +1,206 @@
+"""What an agent hands over beside its answer: artifacts of text, JSON data or files.
+
+An agent adds outputs during a run with the built-in ``artifact`` tool (or any tool, through
+``ToolContext.outputs``); the run's ``AgentReply.outputs`` carries them to the surface that
+asked: A2A turns each into a task artifact, MCP into content blocks plus
+``structuredContent.artifacts``, the HTTP API into JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+from urllib.parse import quote
+
+import attrs
+
+from ._errors import ToolArgumentsInvalid
+from ._trace import new_call_id
+
+# A file travels base64-encoded inside one protocol message (MCP's stdio limit is 10 MB),
+# so what one run hands over stays well under that.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+MAX_RUN_BYTES = 6 * 1024 * 1024
+MAX_RUN_PARTS = 64
+
+
+@attrs.frozen
+class OutputPart:
+    """One piece of an output: exactly one of ``text``, ``data`` (any JSON value, flagged by
+    ``has_data``), ``raw`` (file bytes) or ``url`` (a file by reference)."""
+
+    text: str | None = None
+    data: Any = None
+    has_data: bool = False
+    raw: bytes | None = None
+    url: str | None = None
+    media_type: str | None = None
+    filename: str | None = None
+
+    @property
+    def size(self) -> int:
+        """Roughly what the part weighs on the wire (bytes)."""
+        if self.raw is not None:
+            return len(self.raw)
+        if self.text is not None:
+            return len(self.text.encode("utf-8", "surrogatepass"))
+        if self.has_data:
+            return len(json.dumps(self.data, ensure_ascii=False, default=repr))
+        return len(self.url or "")
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON in the A2A 1.0 ``Part`` shape (``text`` | ``data`` | ``raw`` (base64) | ``url``)."""
+        if self.text is not None:
+            out: dict[str, Any] = {"text": self.text}
+        elif self.has_data:
+            out = {"data": self.data}
+        elif self.raw is not None:
+            out = {"raw": base64.b64encode(self.raw).decode("ascii")}
+        else:
+            out = {"url": self.url}
+        if self.filename is not None:
+            out["filename"] = self.filename
+        if self.media_type is not None:
+            out["mediaType"] = self.media_type
+        return out
+
+    def to_mcp(self, output: Output) -> dict[str, Any]:
+        """The MCP content block: text, image/audio, an embedded resource or a resource link."""
+        if self.text is not None:
+            return {"type": "text", "text": self.text}
+        if self.has_data:
+            return {"type": "text", "text": json.dumps(self.data, ensure_ascii=False)}
+        media = self.media_type or "application/octet-stream"
+        if self.raw is not None:
+            encoded = base64.b64encode(self.raw).decode("ascii")
+            if media.startswith("image/"):
+                return {"type": "image", "data": encoded, "mimeType": media}
+            if media.startswith("audio/"):
+                return {"type": "audio", "data": encoded, "mimeType": media}
+            name = quote(self.filename or output.name, safe="")
+            return {
+                "type": "resource",
+                "resource": {
+                    "uri": f"roost://artifacts/{output.id}/{name}",
+                    "mimeType": media,
+                    "blob": encoded,
+                },
+            }
+        link: dict[str, Any] = {
+            "type": "resource_link",
+            "uri": self.url,
+            "name": self.filename or output.name,
+        }
+        if self.media_type is not None:
+            link["mimeType"] = self.media_type
+        return link
+
+
+@attrs.frozen
+class Output:
+    """One artifact: a name and its parts, in the order they were added."""
+
+    name: str
+    parts: tuple[OutputPart, ...]
+    description: str | None = None
+    id: str = attrs.field(factory=new_call_id)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"artifactId": self.id, "name": self.name}
+        if self.description is not None:
+            out["description"] = self.description
+        out["parts"] = [p.to_json() for p in self.parts]
+        return out
+
+    def to_mcp(self) -> list[dict[str, Any]]:
+        return [p.to_mcp(self) for p in self.parts]
+
+
+class Outputs:
+    """The outputs of one agent run. Adding a part to a name already used extends that
+    artifact. Bounded: at most ``MAX_RUN_PARTS`` parts and ``MAX_RUN_BYTES`` per run."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Output] = {}
+        self._parts = 0
+        self._bytes = 0
+
+    def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
+        """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
+        if self._parts >= MAX_RUN_PARTS:
+            raise ToolArgumentsInvalid(
+                f"this run already handed over {MAX_RUN_PARTS} artifact parts, the most one answer may carry; "
+                "put more into one file or one data part"
+            )
+        size = part.size
+        if self._bytes + size > MAX_RUN_BYTES:
+            raise ToolArgumentsInvalid(
+                f"the artifacts of one answer may weigh at most {MAX_RUN_BYTES // (1024 * 1024)} MiB; "
+                f"this part ({size} bytes) does not fit (already {self._bytes} bytes): hand over a URL instead"
+            )
+        old = self._by_name.get(name)
+        if old is None:
+            new = Output(name, (part,), description)
+        else:
+            new = attrs.evolve(
+                old, parts=old.parts + (part,), description=description or old.description
+            )
+        self._by_name[name] = new
+        self._parts += 1
+        self._bytes += size
+        return new
+
+    def adopt(self, output: Output) -> None:
+        """Take over ``output`` (handed over by an agent this run asked) part by part."""
+        for part in output.parts:
+            self.add(output.name, part, description=output.description)
+
+    def snapshot(self) -> tuple[Output, ...]:
+        return tuple(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def outputs_to_json(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
+    return [o.to_json() for o in outputs]
+
+
+def outputs_to_mcp(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
+    return [block for o in outputs for block in o.to_mcp()]
+
+
+def output_from_json(value: Any) -> Output | None:
+    """An ``Output`` back from ``Output.to_json`` (an agent's reply relayed over MCP), or
+    None if ``value`` is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not isinstance(value.get("parts"), list):
+        return None
+    parts = []
+    for raw in value["parts"]:
+        if not isinstance(raw, dict):
+            return None
+        meta = {"filename": raw.get("filename"), "media_type": raw.get("mediaType")}
+        if not all(v is None or isinstance(v, str) for v in meta.values()):
+            return None
+        if isinstance(raw.get("text"), str):
+            parts.append(OutputPart(text=raw["text"], **meta))
+        elif "data" in raw:
+            parts.append(OutputPart(data=raw["data"], has_data=True, **meta))
+        elif isinstance(raw.get("url"), str):
+            parts.append(OutputPart(url=raw["url"], **meta))
+        elif isinstance(raw.get("raw"), str):
+            try:
+                parts.append(OutputPart(raw=base64.b64decode(raw["raw"], validate=True), **meta))
+            except ValueError:
+                return None
+        else:
+            return None
+    description = value.get("description")
+    ident = value.get("artifactId")
+    return Output(
+        value["name"],
+        tuple(parts),
+        description if isinstance(description, str) else None,
+        ident if isinstance(ident, str) and ident else new_call_id(),
+    )

@@ -1,0 +1,125 @@
+"""Outputs: what an agent hands over beside its answer, through the kernel and as MCP."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from roost.kernel import AgentReply, Output, OutputPart, Outputs, ToolArgumentsInvalid, ToolCall
+from roost.kernel._config import default_config
+from roost.kernel._kernel import open_kernel
+from roost.kernel._manifest import parse_manifest
+from roost.kernel._outputs import MAX_RUN_BYTES, output_from_json
+
+MAKER_STEPS = [
+    {"tool": "write", "arguments": {"path": "notes.txt", "content": "hello"}},
+    {"tool": "artifact", "arguments": {"name": "notes", "path": "notes.txt"}},
+    {"tool": "artifact", "arguments": {"name": "facts", "data": {"topic": "{message}"}}},
+]
+
+
+def agent(name, tools, rules):
+    return parse_manifest(
+        {
+            "name": name,
+            "description": name,
+            "model": {"provider": "scripted", "script": {"rules": rules}},
+            "capabilities": {"tools": tools},
+        }
+    )
+
+
+MAKER = agent("maker", ["write", "artifact"], [{"match": ".", "steps": MAKER_STEPS, "reply": "made"}])
+BOSS = agent(
+    "boss",
+    ["agent_maker"],
+    [{"match": ".", "steps": [{"tool": "agent_maker", "arguments": {"message": "{message}"}}], "reply": "boss: {result}"}],
+)
+
+
+@pytest.fixture
+def config(tmp_path):
+    return default_config(home=tmp_path, agents={"bundled": False})
+
+
+async def test_a_run_returns_what_the_agent_handed_over(config):
+    async with open_kernel(config, agents=[MAKER]) as kernel:
+        reply = await kernel.send("maker", "birds")
+    assert not reply.is_error and reply.text == "made"
+    notes, facts = reply.outputs
+    assert (notes.name, notes.parts[0].raw, notes.parts[0].media_type) == ("notes", b"hello", "text/plain")
+    assert facts.parts[0].data == {"topic": "birds"}
+    as_json = json.loads(json.dumps(reply.to_dict()))
+    assert as_json["outputs"][0]["parts"] == [{"raw": base64.b64encode(b"hello").decode(), "filename": "notes.txt", "mediaType": "text/plain"}]
+
+
+async def test_an_asked_agents_outputs_reach_the_caller_and_its_caller(config):
+    async with open_kernel(config, agents=[MAKER, BOSS]) as kernel:
+        direct = await kernel.call_tool("boss", ToolCall("agent_maker", {"message": "birds"}))
+        reply = await kernel.send("boss", "owls")
+    # The tool result an asking agent's model reads: the answer, then the artifacts.
+    assert direct.content[0] == {"type": "text", "text": "made"}
+    assert direct.content[1]["type"] == "resource" and direct.content[1]["resource"]["mimeType"] == "text/plain"
+    assert direct.content[2] == {"type": "text", "text": '{"topic": "birds"}'}
+    assert "[resource roost://artifacts/" in direct.as_text()
+    # ...and, like ADK's AgentTool, the asking run hands them on to whoever asked it.
+    assert [o.name for o in reply.outputs] == ["notes", "facts"]
+    assert reply.outputs[1].parts[0].data == {"topic": "owls"}
+
+
+def test_mcp_blocks_for_every_kind_of_part():
+    output = Output(
+        "bundle",
+        (
+            OutputPart(text="t"),
+            OutputPart(data=[1, 2], has_data=True),
+            OutputPart(raw=b"\x89PNG", media_type="image/png", filename="a.png"),
+            OutputPart(raw=b"RIFF", media_type="audio/wav"),
+            OutputPart(raw=b"%PDF", media_type="application/pdf", filename="my report.pdf"),
+            OutputPart(url="https://e.com/x.zip", filename="x.zip"),
+        ),
+        id="out-1",
+    )
+    reply = AgentReply("maker", "answer", "s", "t", outputs=(output,))
+    result = reply.to_mcp(session_id="s")
+    assert result["structuredContent"] == {
+        "agent": "maker",
+        "text": "answer",
+        "session_id": "s",
+        "stop_reason": "end_turn",
+        "artifacts": [output.to_json()],
+    }
+    assert result["content"] == [
+        {"type": "text", "text": "answer"},
+        {"type": "text", "text": "t"},
+        {"type": "text", "text": "[1, 2]"},
+        {"type": "image", "data": base64.b64encode(b"\x89PNG").decode(), "mimeType": "image/png"},
+        {"type": "audio", "data": base64.b64encode(b"RIFF").decode(), "mimeType": "audio/wav"},
+        {
+            "type": "resource",
+            "resource": {"uri": "roost://artifacts/out-1/my%20report.pdf", "mimeType": "application/pdf", "blob": base64.b64encode(b"%PDF").decode()},
+        },
+        {"type": "resource_link", "uri": "https://e.com/x.zip", "name": "x.zip"},
+    ]
+    # No outputs: no artifacts key, one text block.
+    plain = AgentReply("maker", "answer", "s", "t").to_mcp()
+    assert plain["content"] == [{"type": "text", "text": "answer"}] and "artifacts" not in plain["structuredContent"]
+
+
+def test_outputs_round_trip_through_json_and_junk_is_ignored():
+    output = Output(
+        "x", (OutputPart(raw=b"\0\1", filename="b.bin"), OutputPart(data=None, has_data=True), OutputPart(url="https://e.com")), "d"
+    )
+    assert output_from_json(output.to_json()) == output
+    for junk in (None, [], {"name": "x"}, {"name": "x", "parts": [{"raw": "%%%"}]}, {"name": 1, "parts": []}, {"name": "x", "parts": [{}]}):
+        assert output_from_json(junk) is None
+
+
+def test_one_run_hands_over_a_bounded_weight():
+    outputs = Outputs()
+    outputs.add("big", OutputPart(raw=b"\0" * (MAX_RUN_BYTES - 10)))
+    with pytest.raises(ToolArgumentsInvalid, match="may weigh at most 6 MiB"):
+        outputs.add("more", OutputPart(raw=b"\0" * 11))
+    outputs.add("small", OutputPart(text="x" * 10))
+    assert [o.name for o in outputs.snapshot()] == ["big", "small"]
