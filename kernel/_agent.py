@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from . import _mcp_local
 from ._errors import RoostError
 from ._events import Event, EventKind
 from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
+from ._policy import LoopGuard, TaintTracker
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -72,14 +74,26 @@ class Conversation:
     """Per-run guards: the taint tracker and the loop guard of one conversation."""
 
     def __init__(self, kernel: Kernel, agent: str, session_id: str | None, trace: TraceContext) -> None:
-        from ._policy import LoopGuard, TaintTracker
-
         self.agent = agent
         self.session_id = session_id
         self.trace = trace
-        self.taint = TaintTracker()
-        self.loop_guard = LoopGuard(max_repeats=kernel.config.kernel.loop_guard_repeats)
         self.outputs = Outputs()
+        self._repeats = kernel.config.kernel.loop_guard_repeats
+        self._taint: TaintTracker | None = None
+        self._loop_guard: LoopGuard | None = None
+
+    # Made on first use: a run that calls no tool (most agent-to-agent answers) needs neither.
+    @property
+    def taint(self) -> TaintTracker:
+        if self._taint is None:
+            self._taint = TaintTracker()
+        return self._taint
+
+    @property
+    def loop_guard(self) -> LoopGuard:
+        if self._loop_guard is None:
+            self._loop_guard = LoopGuard(max_repeats=self._repeats)
+        return self._loop_guard
 
 
 class _SessionLock:
@@ -165,12 +179,13 @@ class AgentRuntime:
             session_id = session_id or uuid.uuid4().hex
         else:
             session_id = None
-        # Messages of one session run one at a time, so its history stays in order.
-        serial = self._session_lock(session_id) if session_id is not None else nullcontext()
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
             try:
-                async with serial:
+                if session_id is None:
+                    return await self._run(text, session_id=None, trace=trace, stream=stream)
+                # Messages of one session run one at a time, so its history stays in order.
+                async with self._session_lock(session_id):
                     return await self._run(
                         text, session_id=session_id, trace=trace, stream=stream, new_session=new_session
                     )
@@ -225,7 +240,7 @@ class AgentRuntime:
             agent=self.name,
             system=manifest.system_prompt or "",
             messages=tuple(history) + (user,),
-            tools=tuple(kernel.list_tools(self.name)),
+            tools=kernel.allowed_specs(manifest),
             model=manifest.model.name,
             parameters=dict(manifest.model.parameters or {}),
         )
@@ -312,6 +327,4 @@ class AgentRuntime:
 
     async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
         """Answer one MCP JSON-RPC request addressed to this agent."""
-        from . import _mcp_local
-
         return await _mcp_local.handle(self, request, caller)

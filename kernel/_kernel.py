@@ -21,6 +21,7 @@ import trio
 from ._agent import AgentReply, AgentRuntime, Conversation
 from ._errors import (
     AgentNotFound,
+    AskTimeout,
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
@@ -33,13 +34,51 @@ from ._errors import (
 )
 from ._events import Event, EventKind, EventTap
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
+from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
-from ._tools import Tool, ToolCall, ToolContext, ToolRegistry, ToolResult, ToolSpec, agent_tool_name
+from ._policy import (
+    Capabilities,
+    Exposure,
+    check_ping_pong,
+    resolve_timeout,
+    truncate_result,
+    validate_arguments,
+)
+from ._store import AuditRecord
+from ._tools import (
+    TAINT_UNTRUSTED,
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    ToolSpec,
+    agent_tool_name,
+)
 from ._trace import TraceContext
 
 log = logging.getLogger("roost.kernel")
 
 _AUDIT_ARGS_MAX = 4_000
+
+
+_MAX_PLANS = 4096
+
+
+class _CallPlan:
+    """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
+
+    __slots__ = ("manifest", "spec", "allowed", "timeout_s", "env_allowlist", "workspace")
+
+    def __init__(
+        self, manifest: Any, spec: ToolSpec, *, allowed: bool, timeout_s: float, env_allowlist: tuple[str, ...], workspace: Path
+    ) -> None:
+        self.manifest = manifest
+        self.spec = spec
+        self.allowed = allowed
+        self.timeout_s = timeout_s
+        self.env_allowlist = env_allowlist
+        self.workspace = workspace
 
 
 class Kernel:
@@ -62,6 +101,7 @@ class Kernel:
         # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
         # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+        self._plans: dict[tuple[str, str], _CallPlan] = {}
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -157,7 +197,11 @@ class Kernel:
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
-        return list(self._cached(("tools", agent), manifest, lambda: self._allowed_specs(manifest)))
+        return list(self.allowed_specs(manifest))
+
+    def allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
+        """The tools ``manifest``'s agent may call (cached; do not copy on the hot path)."""
+        return self._cached(("tools", manifest.name), manifest, lambda: self._allowed_specs(manifest))
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
@@ -211,8 +255,6 @@ class Kernel:
 
     # ---- tools -------------------------------------------------------------------------
     def _capabilities(self, manifest: Any) -> Any:
-        from ._policy import Capabilities
-
         return self._cached(
             ("capabilities", manifest.name),
             manifest,
@@ -221,8 +263,6 @@ class Kernel:
         )
 
     def _exposure(self, manifest: Any) -> Any:
-        from ._policy import Exposure
-
         return self._cached(
             ("exposure", manifest.name),
             manifest,
@@ -230,25 +270,43 @@ class Kernel:
             follows_registry=False,
         )
 
+    def _plan(self, manifest: Any, spec: ToolSpec) -> _CallPlan:
+        """What the policy decides for ``manifest`` calling ``spec`` that does not change
+        from call to call; rebuilt when either is replaced (reload, re-registration)."""
+        key = (manifest.name, spec.name)
+        hit = self._plans.get(key)
+        if hit is not None and hit.manifest is manifest and hit.spec is spec:
+            return hit
+        tools_cfg = self.config.tools
+        plan = _CallPlan(
+            manifest,
+            spec,
+            allowed=self._capabilities(manifest).allows(spec),
+            timeout_s=resolve_timeout(
+                spec,
+                agent_default=manifest.limits.tool_timeout_s or tools_cfg.timeout_s,
+                overrides=manifest.limits.tool_timeouts,
+            ),
+            env_allowlist=tuple(tools_cfg.env_allowlist) + tuple(manifest.env_allowlist),
+            workspace=self.workspace_for(manifest),
+        )
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()  # tools come and go (MCP servers): never grow without bound
+        self._plans[key] = plan
+        return plan
+
     def _context(
         self, manifest: Any, spec: ToolSpec, trace: TraceContext | None, outputs: Any = None
     ) -> ToolContext:
-        from ._policy import resolve_timeout
-
-        tools_cfg = self.config.tools
-        timeout = resolve_timeout(
-            spec,
-            agent_default=manifest.limits.tool_timeout_s or tools_cfg.timeout_s,
-            overrides=manifest.limits.tool_timeouts,
-        )
+        plan = self._plan(manifest, spec)
         return ToolContext(
             agent=manifest.name,
-            workspace=self.workspace_for(manifest),
+            workspace=plan.workspace,
             sandbox=manifest.sandbox,
             trace=trace,
-            env_allowlist=tuple(tools_cfg.env_allowlist) + tuple(manifest.env_allowlist),
-            timeout_s=timeout,
-            max_output_chars=tools_cfg.max_output_chars,
+            env_allowlist=plan.env_allowlist,
+            timeout_s=plan.timeout_s,
+            max_output_chars=self.config.tools.max_output_chars,
             kernel=self,
             outputs=outputs,
         )
@@ -291,8 +349,8 @@ class Kernel:
                         f"{call.arguments_error} — call {spec.name} again with its arguments "
                         "as one JSON object matching its inputSchema"
                     )
-                if check_capability:
-                    self._capabilities(manifest).check(spec)
+                if check_capability and not self._plan(manifest, spec).allowed:
+                    self._capabilities(manifest).check(spec)  # raises, saying how to allow it
                 result = await self._run_checked(manifest, tool, call, conversation)
             except LoopDetected:
                 outcome, error = "denied", "loop detected"
@@ -330,8 +388,6 @@ class Kernel:
     async def _run_checked(
         self, manifest: Any, tool: Tool, call: ToolCall, conversation: Conversation | None
     ) -> ToolResult:
-        from ._policy import truncate_result, validate_arguments
-
         spec = tool.spec
         validate_arguments(spec, call.arguments)
         context = self._context(manifest, spec, call.trace, conversation.outputs if conversation is not None else None)
@@ -356,27 +412,18 @@ class Kernel:
                     trace=call.trace,
                 )
             )
-        with trio.move_on_after(context.timeout_s) as scope:
-            try:
-                result = await tool.handler(call, context)
-            except (ToolError, LoopDetected):
-                raise
-            except RoostError as exc:
-                result = ToolResult.error(str(exc))
-            except Exception as exc:  # a buggy tool must not take the agent down
-                log.exception("tool %s raised", spec.name)
-                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
-        if scope.cancelled_caught:
-            raise ToolTimeout(
-                f"tool {spec.name} did not finish within {context.timeout_s:g} s "
-                "(set limits.tool_timeouts in agent.json to allow longer)"
-            )
+        if spec.owner == "agents":
+            # Asking an agent: the ask carries this very deadline (one cancel scope, not two).
+            result = await _invoke(tool, call, context)
+        else:
+            with trio.move_on_after(context.timeout_s) as scope:
+                result = await _invoke(tool, call, context)
+            if scope.cancelled_caught:
+                raise _timed_out(spec, context)
         if not isinstance(result, ToolResult):
             result = ToolResult.error(f"tool {spec.name} returned {type(result).__name__}, not a ToolResult")
         result = truncate_result(result, context.max_output_chars)
         if spec.untrusted:
-            from ._tools import TAINT_UNTRUSTED
-
             result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")
         if conversation is not None:
             conversation.taint.observe(result)
@@ -401,8 +448,6 @@ class Kernel:
         return await self.call_tool(agent, call, check_capability=False)
 
     async def _audit(self, agent, call, trace, duration_ms, outcome, error, conversation) -> None:
-        from ._store import AuditRecord
-
         try:
             args = json.dumps(dict(call.arguments), ensure_ascii=False, default=repr)
         except (TypeError, ValueError):
@@ -506,12 +551,10 @@ class Kernel:
         kernel = self
 
         async def ask_agent(call: ToolCall, ctx: ToolContext) -> ToolResult:
-            from ._policy import check_ping_pong
-
             caller = call.caller or ctx.agent
             origin = call.trace or TraceContext.new(caller, max_depth=kernel.max_depth_for(caller))
             try:
-                origin.child(target, max_depth=kernel.max_depth_for(target))
+                origin.check_hop(target, max_depth=kernel.max_depth_for(target))
             except RecursionLimitExceeded as exc:
                 kernel.breaker_tripped(exc, caller=caller, target=target)
                 raise
@@ -519,10 +562,18 @@ class Kernel:
             params: dict[str, Any] = {"name": "message", "arguments": {"message": call.arguments["message"]}}
             origin.inject_meta(params)
             request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
-            with kernel._cancel_run_on_exit(target, call.id):
+            try:
                 reply = await kernel.actors.ask(
                     target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
                 )
+            except BaseException as exc:
+                # The caller stopped waiting (cancelled, timed out): the callee stops working too.
+                runtime = kernel._runtimes.get(target)
+                if runtime is not None:
+                    runtime.cancel(call.id)
+                if isinstance(exc, AskTimeout):
+                    raise _timed_out(spec, ctx) from None
+                raise
             result = result_from_jsonrpc(reply.payload)
             if ctx.outputs is not None and result.structured_content and "artifacts" in result.structured_content:
                 _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], target)
@@ -554,11 +605,29 @@ class Kernel:
         )
 
 
+async def _invoke(tool: Tool, call: ToolCall, context: ToolContext) -> Any:
+    """Run the tool's handler; its failures become error results, never crashes."""
+    try:
+        return await tool.handler(call, context)
+    except (ToolError, LoopDetected):
+        raise
+    except RoostError as exc:
+        return ToolResult.error(str(exc))
+    except Exception as exc:  # a buggy tool must not take the agent down
+        log.exception("tool %s raised", tool.spec.name)
+        return ToolResult.error(f"tool {tool.spec.name} failed: {type(exc).__name__}: {exc}")
+
+
+def _timed_out(spec: ToolSpec, context: ToolContext) -> ToolTimeout:
+    return ToolTimeout(
+        f"tool {spec.name} did not finish within {context.timeout_s:g} s "
+        "(set limits.tool_timeouts in agent.json to allow longer)"
+    )
+
+
 def _adopt_outputs(outputs: Any, artifacts: Any, agent: str) -> None:
     """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool),
     so that the caller's caller (an A2A client, say) receives it."""
-    from ._outputs import output_from_json
-
     for value in artifacts if isinstance(artifacts, list) else ():
         output = output_from_json(value)
         if output is None:

@@ -149,10 +149,10 @@ async def run_loop(
     history = list(request.messages)
     added: list[Message] = []
     usage = Usage()
-    limiter = trio.CapacityLimiter(max(1, max_concurrent_tools))
+    limiter: trio.CapacityLimiter | None = None  # made when the model first calls tools
 
     for turn in range(1, max_turns + 1):
-        req = attrs.evolve(request, messages=tuple(history))
+        req = request if turn == 1 else attrs.evolve(request, messages=tuple(history))
         completion = await _infer(provider, req, stream=stream, on_token=on_token)
         usage = usage + completion.usage
         assistant = Message("assistant", completion.text, tool_calls=completion.tool_calls)
@@ -161,6 +161,8 @@ async def run_loop(
         if not completion.tool_calls:
             return LoopResult(completion.text, tuple(added), turn, completion.stop_reason, usage)
 
+        if limiter is None:
+            limiter = trio.CapacityLimiter(max(1, max_concurrent_tools))
         try:
             results = await _run_calls(completion.tool_calls, execute, limiter)
         except LoopDetected as exc:

@@ -116,6 +116,12 @@ class TraceContext:
             raise RecursionLimitExceeded(path, limit)
         return TraceContext(self.trace_id, _new_span_id(), self.depth + 1, path, limit, self.span_id)
 
+    def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
+        """Raise RecursionLimitExceeded exactly when ``child(hop, max_depth=...)`` would."""
+        limit = self.max_depth if max_depth is None else min(self.max_depth, max_depth)
+        if len(self.path) + 1 > limit or self.depth + 1 > limit:
+            raise RecursionLimitExceeded(self.path + (hop,), limit)
+
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-01"

@@ -425,3 +425,24 @@ async def test_tokens_flow_while_someone_watches_them(config):
                     break
     assert quiet.text == reply.text
     assert "".join(pieces) == reply.text
+
+
+async def test_asking_a_slow_agent_times_out_like_any_tool_and_stops_its_work(config):
+    # One deadline (the ask's) now bounds an agent call; the caller must still see a tool
+    # timeout with the usual advice, audited as "timeout", and the callee must stop.
+    boss = agent(
+        "boss",
+        tools=["agent_sleeper"],
+        rules=[call_rule(".", "agent_sleeper", {"message": "{message}"})],
+        limits={"tool_timeouts": {"agent_sleeper": 0.3}},
+    )
+    sleeper = agent("sleeper", tools=["sleepy"], rules=[call_rule(".", "sleepy", {})])
+    async with open_kernel(config, agents=[boss, sleeper], plugins=[FixtureTools()]) as kernel:
+        with trio.fail_after(10):
+            result = await kernel.call_tool("boss", ToolCall("agent_sleeper", {"message": "nap"}))
+            while kernel._runtimes["sleeper"].running:  # the callee's run is being cancelled
+                await trio.sleep(0.01)
+        audit = await kernel.store.audit(agent="boss")
+    assert result.is_error
+    assert "tool agent_sleeper did not finish within 0.3 s (set limits.tool_timeouts" in result.as_text()
+    assert [(r.tool, r.outcome) for r in audit] == [("agent_sleeper", "timeout")]

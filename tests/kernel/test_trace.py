@@ -222,3 +222,25 @@ def test_trace_span_and_call_ids_are_well_formed_unique_and_differ_in_a_forked_c
     child = os.read(read, 64).decode()
     os.close(read)
     assert len(child) == 32 and child != _new_trace_id()
+
+
+def test_check_hop_refuses_exactly_the_hops_child_refuses():
+    for depth in range(1, 7):
+        for limit in (None, 2, 5, 9):
+            ctx = TraceContext.new("a", max_depth=5)
+            for i in range(depth - 1):
+                try:
+                    ctx = ctx.child(f"h{i}", max_depth=9)
+                except RecursionLimitExceeded:
+                    break
+            try:
+                ctx.child("next", max_depth=limit)
+                child_error = None
+            except RecursionLimitExceeded as exc:
+                child_error = (exc.path, exc.max_depth)
+            try:
+                ctx.check_hop("next", max_depth=limit)
+                check_error = None
+            except RecursionLimitExceeded as exc:
+                check_error = (exc.path, exc.max_depth)
+            assert check_error == child_error
