@@ -61,12 +61,13 @@ class AgentReply:
     def to_mcp(self, **structured: Any) -> dict[str, Any]:
         """The MCP ``CallToolResult`` of this reply: the text, then each output as content
         blocks; ``structuredContent`` has the agent, text, stop reason, ``structured`` and
-        the outputs as ``artifacts`` (A2A part shapes)."""
+        the outputs as ``artifacts`` (A2A part shapes; a file's bytes appear once, in its
+        content block, which its part names by index)."""
         content: list[dict[str, Any]] = [{"type": "text", "text": self.text}]
         body: dict[str, Any] = {"agent": self.agent, "text": self.text, **structured, "stop_reason": self.stop_reason}
         if self.outputs:
-            content += outputs_to_mcp(self.outputs)
-            body["artifacts"] = outputs_to_json(self.outputs)
+            blocks, body["artifacts"] = outputs_to_mcp(self.outputs, len(content))
+            content += blocks
         return {"content": content, "isError": bool(self.is_error), "structuredContent": body}
 
 

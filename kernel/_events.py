@@ -113,7 +113,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None  # NaN/Infinity are not JSON
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        out = {str(k): _jsonable(v) for k, v in value.items()}
+        # An event describes; it does not carry files: MCP image/audio/resource bytes
+        # (base64) become their size.
+        if isinstance(out.get("blob"), str):
+            out["blob"] = f"<{len(out['blob'])} base64 characters>"
+        if out.get("type") in ("image", "audio") and isinstance(out.get("data"), str):
+            out["data"] = f"<{len(out['data'])} base64 characters>"
+        return out
     if isinstance(value, (list, tuple, set, frozenset)):
         return [_jsonable(v) for v in value]
     if attrs.has(type(value)):
@@ -121,7 +128,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseException):
         return {"error": type(value).__name__, "message": str(value)}
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"  # an event describes; it does not carry files
+        return f"<{len(value)} bytes>"
     return repr(value)
 
 

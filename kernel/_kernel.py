@@ -576,7 +576,7 @@ class Kernel:
                 raise
             result = result_from_jsonrpc(reply.payload)
             if ctx.outputs is not None and result.structured_content and "artifacts" in result.structured_content:
-                _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], target)
+                _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], result.content, target)
             return result
 
         return Tool(spec, ask_agent)
@@ -625,18 +625,18 @@ def _timed_out(spec: ToolSpec, context: ToolContext) -> ToolTimeout:
     )
 
 
-def _adopt_outputs(outputs: Any, artifacts: Any, agent: str) -> None:
+def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> None:
     """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool),
-    so that the caller's caller (an A2A client, say) receives it."""
+    so that the caller's caller (an A2A client, say) receives it. Each artifact whole or
+    not at all: one past this run's bounds is left out (the tool result still has it)."""
     for value in artifacts if isinstance(artifacts, list) else ():
-        output = output_from_json(value)
+        output = output_from_json(value, content)
         if output is None:
             continue
         try:
             outputs.adopt(output)
-        except ToolArgumentsInvalid as exc:  # over this run's bounds: the tool result still has it
+        except ToolArgumentsInvalid as exc:
             log.warning("artifact %r from agent %s not handed on: %s", output.name, agent, exc)
-            return
 
 
 def result_from_jsonrpc(response: Any) -> ToolResult:

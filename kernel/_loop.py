@@ -6,6 +6,7 @@ it. Independent tool calls of one turn run concurrently under a bound.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -154,6 +155,8 @@ async def run_loop(
     for turn in range(1, max_turns + 1):
         req = request if turn == 1 else attrs.evolve(request, messages=tuple(history))
         completion = await _infer(provider, req, stream=stream, on_token=on_token)
+        if completion.tool_calls:
+            completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
         usage = usage + completion.usage
         assistant = Message("assistant", completion.text, tool_calls=completion.tool_calls)
         history.append(assistant)
@@ -187,6 +190,22 @@ async def run_loop(
     )
     added.append(Message("assistant", text, is_error=True))
     return LoopResult(text, tuple(added), max_turns, "max_turns", usage, is_error=True)
+
+
+def _storable_call(call: ToolCall) -> ToolCall:
+    """``call`` as it can be stored and sent on: arguments JSON cannot hold (NaN, Infinity —
+    Python's decoder accepts them from a model) make the call fail as its result instead."""
+    if call.arguments_error is not None:
+        return call
+    try:
+        json.dumps(call.arguments, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return attrs.evolve(
+            call,
+            arguments={},
+            arguments_error=f"the arguments are not valid JSON ({exc}); NaN and Infinity are not JSON numbers",
+        )
+    return call
 
 
 async def _infer(

@@ -18,8 +18,9 @@ import attrs
 from ._errors import ToolArgumentsInvalid
 from ._trace import new_call_id
 
-# A file travels base64-encoded inside one protocol message (MCP's stdio limit is 10 MB),
-# so what one run hands over stays well under that.
+# A file travels base64-encoded (4/3 of its size) exactly once inside one protocol message
+# (MCP's stdio limit is 10 MiB): 6 MiB of outputs are 8 MiB on the wire, leaving room for
+# the answer and the envelope.
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_RUN_BYTES = 6 * 1024 * 1024
 MAX_RUN_PARTS = 64
@@ -116,6 +117,10 @@ class Output:
     def to_mcp(self) -> list[dict[str, Any]]:
         return [p.to_mcp(self) for p in self.parts]
 
+    @property
+    def size(self) -> int:
+        return sum(p.size for p in self.parts)
+
 
 class Outputs:
     """The outputs of one agent run. Adding a part to a name already used extends that
@@ -128,33 +133,35 @@ class Outputs:
 
     def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
         """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
-        if self._parts >= MAX_RUN_PARTS:
-            raise ToolArgumentsInvalid(
-                f"this run already handed over {MAX_RUN_PARTS} artifact parts, the most one answer may carry; "
-                "put more into one file or one data part"
-            )
-        size = part.size
-        if self._bytes + size > MAX_RUN_BYTES:
-            raise ToolArgumentsInvalid(
-                f"the artifacts of one answer may weigh at most {MAX_RUN_BYTES // (1024 * 1024)} MiB; "
-                f"this part ({size} bytes) does not fit (already {self._bytes} bytes): hand over a URL instead"
-            )
+        self._check_room(1, part.size)
         old = self._by_name.get(name)
         if old is None:
             new = Output(name, (part,), description)
         else:
-            new = attrs.evolve(
-                old, parts=old.parts + (part,), description=description or old.description
-            )
+            new = attrs.evolve(old, parts=old.parts + (part,), description=description or old.description)
         self._by_name[name] = new
         self._parts += 1
-        self._bytes += size
+        self._bytes += part.size
         return new
 
     def adopt(self, output: Output) -> None:
-        """Take over ``output`` (handed over by an agent this run asked) part by part."""
+        """Take over ``output`` (handed over by an agent this run asked): all of it, or,
+        past the bounds, none of it (ToolArgumentsInvalid)."""
+        self._check_room(len(output.parts), output.size)
         for part in output.parts:
             self.add(output.name, part, description=output.description)
+
+    def _check_room(self, parts: int, size: int) -> None:
+        if self._parts + parts > MAX_RUN_PARTS:
+            raise ToolArgumentsInvalid(
+                f"this run already handed over {self._parts} of the {MAX_RUN_PARTS} artifact parts one answer "
+                "may carry; put more into one file or one data part"
+            )
+        if self._bytes + size > MAX_RUN_BYTES:
+            raise ToolArgumentsInvalid(
+                f"the artifacts of one answer may weigh at most {MAX_RUN_BYTES // (1024 * 1024)} MiB; "
+                f"this ({size} bytes) does not fit (already {self._bytes} bytes): hand over a URL instead"
+            )
 
     def snapshot(self) -> tuple[Output, ...]:
         return tuple(self._by_name.values())
@@ -167,12 +174,32 @@ def outputs_to_json(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
     return [o.to_json() for o in outputs]
 
 
-def outputs_to_mcp(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
-    return [block for o in outputs for block in o.to_mcp()]
+def outputs_to_mcp(outputs: tuple[Output, ...], first_index: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The content blocks of ``outputs`` (which will sit at ``first_index`` onwards in the
+    result's ``content``) and their ``structuredContent.artifacts``: there a file's bytes
+    are not repeated but referred to as ``{"content": <index of its block>}``."""
+    blocks: list[dict[str, Any]] = []
+    artifacts: list[dict[str, Any]] = []
+    for output in outputs:
+        parts = []
+        for part in output.parts:
+            shape = part.to_json()
+            if part.raw is not None:
+                del shape["raw"]
+                shape = {"content": first_index + len(blocks), "size": len(part.raw), **shape}
+            parts.append(shape)
+            blocks.append(part.to_mcp(output))
+        artifact: dict[str, Any] = {"artifactId": output.id, "name": output.name}
+        if output.description is not None:
+            artifact["description"] = output.description
+        artifact["parts"] = parts
+        artifacts.append(artifact)
+    return blocks, artifacts
 
 
-def output_from_json(value: Any) -> Output | None:
-    """An ``Output`` back from ``Output.to_json`` (an agent's reply relayed over MCP), or
+def output_from_json(value: Any, content: Any = ()) -> Output | None:
+    """An ``Output`` back from ``Output.to_json``, or from an MCP result's
+    ``structuredContent.artifacts`` entry whose file parts refer to blocks of ``content``;
     None if ``value`` is not one."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not isinstance(value.get("parts"), list):
         return None
@@ -189,9 +216,12 @@ def output_from_json(value: Any) -> Output | None:
             parts.append(OutputPart(data=raw["data"], has_data=True, **meta))
         elif isinstance(raw.get("url"), str):
             parts.append(OutputPart(url=raw["url"], **meta))
-        elif isinstance(raw.get("raw"), str):
+        elif isinstance(raw.get("raw"), str) or isinstance(raw.get("content"), int):
+            encoded = raw["raw"] if "raw" in raw else _block_bytes(content, raw["content"])
+            if not isinstance(encoded, str):
+                return None
             try:
-                parts.append(OutputPart(raw=base64.b64decode(raw["raw"], validate=True), **meta))
+                parts.append(OutputPart(raw=base64.b64decode(encoded, validate=True), **meta))
             except ValueError:
                 return None
         else:
@@ -204,3 +234,16 @@ def output_from_json(value: Any) -> Output | None:
         description if isinstance(description, str) else None,
         ident if isinstance(ident, str) and ident else new_call_id(),
     )
+
+
+def _block_bytes(content: Any, index: int) -> str | None:
+    """The base64 bytes of the MCP content block ``content[index]`` (image, audio, resource)."""
+    if not isinstance(content, (list, tuple)) or not 0 <= index < len(content):
+        return None
+    block = content[index]
+    if not isinstance(block, dict):
+        return None
+    if block.get("type") in ("image", "audio"):
+        return block.get("data")
+    resource = block.get("resource")
+    return resource.get("blob") if block.get("type") == "resource" and isinstance(resource, dict) else None

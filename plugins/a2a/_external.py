@@ -13,7 +13,17 @@ import logging
 from typing import Any
 
 import trio
-from roost.kernel import Tool, ToolCall, ToolContext, ToolResult, ToolSpec
+from roost.kernel import (
+    Output,
+    OutputPart,
+    Outputs,
+    Tool,
+    ToolArgumentsInvalid,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    ToolSpec,
+)
 
 from . import _models as m
 from ._client import A2AClient, AgentInfo, task_text
@@ -67,6 +77,8 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
                 return ToolResult.error(f"A2A agent {info.name} failed: {exc.message}")
         if isinstance(outcome, m.Message):
             return ToolResult.text(outcome.text())
+        if ctx.outputs is not None:
+            _adopt_files(ctx.outputs, outcome, info.name)
         text = task_text(outcome)
         state = m.state_to_json(outcome.status.state, m.V03)
         if outcome.status.state == m.COMPLETED:
@@ -75,6 +87,25 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         return ToolResult.text(f"{note}\n{text}".strip(), is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED))
 
     return Tool(spec, handler)
+
+
+def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
+    """The remote task's file and data parts become the asking run's outputs (its text is
+    the tool's result already), each artifact whole or not at all, within the run's bounds."""
+    for artifact in task.artifacts:
+        parts = tuple(
+            OutputPart(
+                data=p.data, has_data=p.has_data, raw=p.raw, url=p.url, media_type=p.media_type, filename=p.filename
+            )
+            for p in artifact.parts
+            if p.text is None
+        )
+        if not parts:
+            continue
+        try:
+            outputs.adopt(Output(artifact.name or "artifact", parts, artifact.description))
+        except ToolArgumentsInvalid as exc:
+            log.warning("artifact %r from A2A agent %s not handed on: %s", artifact.name, agent, exc)
 
 
 async def discover_external_agents(service: Any) -> None:

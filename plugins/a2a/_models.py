@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os as _os
+import re
 import time as _time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -283,7 +284,7 @@ class Part:
         if self.text is not None:
             out = {tag: "text", "text": self.text}
         elif self.has_data:
-            out = {tag: "data", "data": self.data}
+            out = {tag: "data", "data": data_as_object(self.data)}
         else:
             file: dict[str, Any] = {}
             if self.raw is not None:
@@ -325,16 +326,30 @@ class Part:
         return head if self.raw is not None else f"{head} {self.url}"
 
 
+_URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+
+
+def data_as_object(data: Any) -> Any:
+    """A data part's value for 0.3 and 0.1, whose ``data`` must be an object (1.0 takes any
+    JSON value): anything else is wrapped as ``{"value": ...}``."""
+    return data if isinstance(data, Mapping) else {"value": data}
+
+
 def _b64(value: Any, field: str) -> bytes:
     if not isinstance(value, str):
         raise invalid(field, f"must be a base64 string, got {_jtype(value)}")
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        try:
-            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-        except (binascii.Error, ValueError):
-            raise invalid(field, "is not valid base64") from None
+        pass
+    # The URL-safe alphabet (proto3 JSON accepts it), unpadded too — but nothing else:
+    # the decoder itself would silently skip stray characters.
+    if not _URLSAFE_B64.fullmatch(value):
+        raise invalid(field, "is not valid base64")
+    try:
+        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+    except (binascii.Error, ValueError):
+        raise invalid(field, "is not valid base64") from None
 
 
 def part_from_json(value: Any, field: str = "part") -> Part:
@@ -459,12 +474,12 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
     role = None
     if role_raw is None:
         problems.append((f"{field}.role", "Field is required."))
-    elif role_raw in _ROLE_TO_OLD:
+    elif isinstance(role_raw, str) and role_raw in _ROLE_TO_OLD:
         role = role_raw
     elif isinstance(role_raw, str) and role_raw.lower() in _OLD_TO_ROLE:
         role = _OLD_TO_ROLE[role_raw.lower()]
     else:
-        problems.append((f"{field}.role", f"unknown role {role_raw!r}; use ROLE_USER or ROLE_AGENT"))
+        problems.append((f"{field}.role", f"unknown role {str(role_raw)[:80]!r}; use ROLE_USER or ROLE_AGENT"))
     raw_parts = value.get("parts", value.get("content"))
     parts: tuple[Part, ...] = ()
     if raw_parts is None or raw_parts == []:

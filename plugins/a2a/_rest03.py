@@ -248,7 +248,7 @@ def _part_out(part: Mapping[str, Any]) -> dict[str, Any]:
             file["name"] = part["filename"]
         out: dict[str, Any] = {"file": file}
     elif "data" in part:
-        out = {"data": {"data": part["data"]}}
+        out = {"data": {"data": m.data_as_object(part["data"])}}
     else:
         out = {"text": part.get("text", "")}
     if "metadata" in part:

@@ -148,6 +148,7 @@ class A2AService:
                 page_size=q.page_size,
                 page_token=q.page_token,
                 updated_after=q.updated_after,
+                include_artifacts=q.include_artifacts,
             )
             return {
                 "tasks": [t.to_json(d, history_length=q.history_length, include_artifacts=q.include_artifacts) for t in found],

@@ -13,6 +13,7 @@ if every stored task is still running, the new one is refused.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,8 +26,13 @@ import trio
 from roost.kernel import RoostError
 from roost.kernel._store import MEMORY, GroupCommitter, apply_durability, synchronous_mode
 
+log = logging.getLogger("roost.a2a")
 _T = TypeVar("_T")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# A task's artifacts (files included, base64) live in their own column, so that listing
+# tasks never reads or decodes them unless asked; ``size`` (bytes of both) bounds the store.
+_COLUMNS_V2 = (("artifacts", "TEXT"), ("size", "INTEGER NOT NULL DEFAULT 0"))
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tasks (
         id TEXT PRIMARY KEY,
@@ -70,8 +76,22 @@ class TaskRow:
     updated_at: float
 
 
-def _row(r: tuple) -> TaskRow:
-    return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), json.loads(r[5]), r[6], r[7])
+def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
+    data = json.loads(r[5])
+    if artifacts is not None and isinstance(data.get("task"), dict):
+        data["task"]["artifacts"] = json.loads(artifacts)
+    return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7])
+
+
+def _split(data: dict) -> tuple[str, str | None, int]:
+    """``data`` as (its JSON without the task's artifacts, the artifacts' JSON, bytes)."""
+    task = data.get("task")
+    artifacts = None
+    if isinstance(task, dict) and task.get("artifacts"):
+        data = {**data, "task": {k: v for k, v in task.items() if k != "artifacts"}}
+        artifacts = json.dumps(task["artifacts"], ensure_ascii=False)
+    encoded = json.dumps(data, ensure_ascii=False)
+    return encoded, artifacts, len(encoded) + len(artifacts or "")
 
 
 _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at"
@@ -80,9 +100,12 @@ _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at
 class TaskStore:
     """Async SQLite task store; open it with ``open_task_store``."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str, max_tasks: int, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, path: str, max_tasks: int, synchronous: str = "NORMAL", max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self.path = path
         self.max_tasks = max_tasks
+        self.max_bytes = max_bytes
         self._conn: sqlite3.Connection | None = conn
         self._limiter = trio.CapacityLimiter(1)
         self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous, path=path)
@@ -119,7 +142,7 @@ class TaskStore:
         ``durable=False``: committed without its own fsync, for a task nobody is told about
         before a later durable write to this store (which then covers it).
         """
-        encoded = json.dumps(data, ensure_ascii=False)
+        encoded, artifacts, size = _split(data)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -140,30 +163,50 @@ class TaskStore:
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
             conn.execute(
-                f"INSERT INTO tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (id, context_id, agent, state, int(terminal), encoded, now, now),
+                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (id, context_id, agent, state, int(terminal), encoded, now, now, artifacts, size),
             )
-            return evicted
+            return evicted + self._evict_for_bytes(conn, keep=id)
 
         return await self._writer.write("store a task", work, durable=durable)
 
-    async def update(self, id: str, *, state: str, terminal: bool, data: dict) -> None:
-        """Replace a task's state and data."""
-        encoded = json.dumps(data, ensure_ascii=False)
+    def _evict_for_bytes(self, conn: sqlite3.Connection, *, keep: str) -> list[str]:
+        """Past ``max_bytes``, the oldest finished tasks (not ``keep``) go first."""
+        (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM tasks").fetchone()
+        evicted: list[str] = []
+        if total <= self.max_bytes:
+            return evicted
+        for tid, size in conn.execute(
+            "SELECT id, size FROM tasks WHERE terminal = 1 AND id != ? ORDER BY updated_at, id", (keep,)
+        ).fetchall():
+            if total <= self.max_bytes:
+                break
+            evicted.append(tid)
+            total -= size
+        conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
+        if evicted:
+            log.info("A2A task store over %d bytes: evicted %d finished task(s)", self.max_bytes, len(evicted))
+        return evicted
+
+    async def update(self, id: str, *, state: str, terminal: bool, data: dict) -> list[str]:
+        """Replace a task's state and data; returns the ids of finished tasks evicted to stay
+        within ``max_bytes``."""
+        encoded, artifacts, size = _split(data)
         now = time.time()
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: sqlite3.Connection) -> list[str]:
             conn.execute(
-                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ? WHERE id = ?",
-                (state, int(terminal), encoded, now, id),
+                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, size = ? WHERE id = ?",
+                (state, int(terminal), encoded, now, artifacts, size, id),
             )
+            return self._evict_for_bytes(conn, keep=id) if artifacts is not None else []
 
-        await self._writer.write("update a task", work)
+        return await self._writer.write("update a task", work)
 
     async def get(self, id: str) -> TaskRow | None:
         def work(conn: sqlite3.Connection) -> TaskRow | None:
-            r = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (id,)).fetchone()
-            return _row(r) if r else None
+            r = conn.execute(f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)).fetchone()
+            return _row(r, r[8]) if r else None
 
         return await self._run("read a task", work)
 
@@ -176,8 +219,10 @@ class TaskStore:
         updated_after: float | None = None,
         limit: int = 50,
         before: tuple[float, str] | None = None,
+        with_artifacts: bool = False,
     ) -> tuple[list[TaskRow], int]:
-        """Tasks newest first (by last update) and the total matching count."""
+        """Tasks newest first (by last update) and the total matching count; their
+        artifacts only ``with_artifacts`` (they may hold files)."""
         where, args = [], []
         if context_id is not None:
             where.append("context_id = ?")
@@ -201,11 +246,12 @@ class TaskStore:
                 page_where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
                 page_args += [before[0], before[0], before[1]]
             page_clause = (" WHERE " + " AND ".join(page_where)) if page_where else ""
+            extra = ", artifacts" if with_artifacts else ", NULL"
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM tasks{page_clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
+                f"SELECT {_COLUMNS}{extra} FROM tasks{page_clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*page_args, limit),
             ).fetchall()
-            return [_row(r) for r in rows], total
+            return [_row(r, r[8]) for r in rows], total
 
         return await self._run("list tasks", work)
 
@@ -217,14 +263,17 @@ class TaskStore:
 
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)
-            rows = conn.execute(f"SELECT {_COLUMNS} FROM tasks WHERE terminal = 0 AND state IN ({marks})", states).fetchall()
+            rows = conn.execute(
+                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE terminal = 0 AND state IN ({marks})", states
+            ).fetchall()
             changed = []
             for r in rows:
-                row = _row(r)
+                row = _row(r, r[8])
                 state, data = reason_data(row.data)
+                encoded, artifacts, size = _split(data)
                 conn.execute(
-                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ? WHERE id = ?",
-                    (state, json.dumps(data, ensure_ascii=False), time.time(), row.id),
+                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ?, artifacts = ?, size = ? WHERE id = ?",
+                    (state, encoded, time.time(), artifacts, size, row.id),
                 )
                 changed.append(row.id)
             return changed
@@ -284,6 +333,12 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys = ON")
         for statement in _SCHEMA:
             conn.execute(statement)
+        present = {r[1] for r in conn.execute("PRAGMA table_info(tasks)")}
+        for name, declaration in _COLUMNS_V2:  # schema 1 → 2; old rows keep artifacts in data
+            if name not in present:
+                conn.execute(f"ALTER TABLE tasks ADD COLUMN {name} {declaration}")
+        if "size" not in present:
+            conn.execute("UPDATE tasks SET size = length(data)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.DatabaseError as exc:
         raise TaskStoreError(f"{path}: cannot open the A2A task database: {exc}") from exc
@@ -292,14 +347,14 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 @asynccontextmanager
 async def open_task_store(
-    path: Path | str, *, max_tasks: int = 1000, synchronous: str = "NORMAL"
+    path: Path | str, *, max_tasks: int = 1000, synchronous: str = "NORMAL", max_bytes: int = DEFAULT_MAX_BYTES
 ) -> AsyncIterator[TaskStore]:
     """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests).
     ``synchronous`` is the kernel store's setting (``[store] synchronous``)."""
     mode = synchronous_mode(synchronous, TaskStoreError)
     text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
-    store = TaskStore(conn, text, max_tasks, mode)
+    store = TaskStore(conn, text, max_tasks, mode, max_bytes)
     try:
         yield store
     finally:

@@ -182,10 +182,17 @@ class TaskManager:
         page_size: int,
         page_token: str | None,
         updated_after: float | None,
+        include_artifacts: bool = True,
     ) -> tuple[list[m.Task], str, int]:
         before = parse_page_token(page_token) if page_token else None
         rows, total = await self.store.list(
-            context_id=context_id, state=state, agent=agent, updated_after=updated_after, limit=page_size + 1, before=before
+            context_id=context_id,
+            state=state,
+            agent=agent,
+            updated_after=updated_after,
+            limit=page_size + 1,
+            before=before,
+            with_artifacts=include_artifacts,
         )
         more = len(rows) > page_size
         rows = rows[:page_size]
@@ -303,7 +310,11 @@ class TaskManager:
         """
         if task.status.state != m.WORKING:
             with trio.CancelScope(shield=True):
-                await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect))
+                evicted = await self.store.update(
+                    task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect)
+                )
+            for gone in evicted:
+                self.live.pop(gone, None)
         live.task = task
         for event in events:
             live.append(event)
@@ -316,6 +327,7 @@ class TaskManager:
         task = live.task
         msg = m.agent_message(text, context_id=task.context_id, task_id=task.id) if text is not None else None
         status = m.TaskStatus(state, msg, m.now_iso())
+        artifacts = _within_task_bound(task, artifacts)
         events: list[m.Event] = [
             m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True) for artifact in artifacts
         ]
@@ -351,10 +363,11 @@ class TaskManager:
                     log.exception("A2A task %s failed", task.id)
                     outcome = (m.FAILED, f"internal error: {type(exc).__name__}", ())
                 else:
-                    # What the agent handed over (the artifact tool) is kept whatever the outcome.
+                    # What the agent handed over (the artifact tool) is kept when it answers, asks
+                    # or fails; a cancelled run's (like its answer) is not.
                     handed = tuple(_artifact(o) for o in reply.outputs)
                     if reply.stop_reason == "cancelled":
-                        outcome = (m.CANCELED, None, handed)
+                        outcome = (m.CANCELED, None, ())
                     elif reply.stop_reason == "input_required":
                         outcome = (m.INPUT_REQUIRED, reply.text, handed)
                     elif reply.is_error:
@@ -363,7 +376,7 @@ class TaskManager:
                         response = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
                         outcome = (m.COMPLETED, None, (response, *handed))
             if scope.cancelled_caught or live.cancel_requested:
-                outcome = (m.CANCELED, None, outcome[2] if outcome[0] == m.CANCELED else ())
+                outcome = (m.CANCELED, None, ())
             state, message, artifacts = outcome
             await self._status(live, state, message, artifacts=artifacts)
         except Exception:
@@ -498,6 +511,34 @@ def iso_to_epoch(value: str, field: str) -> float:
     if not math.isfinite(ts):
         raise m.invalid(field, "is out of range")
     return ts
+
+
+MAX_TASK_FILE_BYTES = 16 * 1024 * 1024
+"""Files one task may keep over all its turns (each turn hands over at most 6 MiB)."""
+
+
+def _file_bytes(artifacts: tuple[m.Artifact, ...]) -> int:
+    return sum(len(p.raw) for a in artifacts for p in a.parts if p.raw is not None)
+
+
+def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Artifact, ...]:
+    """``new`` artifacts, with files past ``MAX_TASK_FILE_BYTES`` for the task replaced by a
+    note saying so (a task asked for input again and again must not grow without bound)."""
+    room = MAX_TASK_FILE_BYTES - _file_bytes(task.artifacts)
+    if _file_bytes(new) <= room:
+        return new
+    out = []
+    for artifact in new:
+        parts = []
+        for part in artifact.parts:
+            if part.raw is not None and len(part.raw) > room:
+                note = f"[file {part.filename or ''} left out: this task's files may total at most {MAX_TASK_FILE_BYTES // (1024 * 1024)} MiB]"
+                parts.append(m.Part(text=note.replace("file  left", "file left")))
+                continue
+            room -= len(part.raw or b"")
+            parts.append(part)
+        out.append(attrs.evolve(artifact, parts=tuple(parts)))
+    return tuple(out)
 
 
 def _artifact(output: Output) -> m.Artifact:

@@ -3,15 +3,18 @@
 Each call adds one part to the artifact ``name`` (a second call with the same name adds
 another part). The run's reply carries them: an A2A task gets them as artifacts, an MCP
 caller as content blocks and ``structuredContent.artifacts``. Files come from the agent's
-workspace only (what the agent made, not whatever the process can read).
+workspace only (what the agent made, not whatever the process can read): the path is
+walked without following symbolic links, and a file with other hard links is refused.
 """
 
 from __future__ import annotations
 
+import errno
 import mimetypes
 import os
 import re
 import stat
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +30,7 @@ from roost.kernel import (
     ToolSpec,
 )
 
-from ._sandbox import resolve, workspace_of
+from ._sandbox import workspace_of
 
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
@@ -98,41 +101,72 @@ def _media_type(arguments: Any, filename: str | None) -> str | None:
     return None
 
 
-def _read_workspace_file(raw: str, ctx: ToolContext) -> tuple[bytes, str]:
-    """The bytes of ``raw`` (inside the workspace) and its shown name; raises clear errors."""
-    root = workspace_of(ctx)
-    path = resolve(raw, ctx)
-    if not (path == root or path.is_relative_to(root)):
-        raise ToolArgumentsInvalid(
-            f"arguments.path: {raw!r} is outside your workspace ({root}); an artifact file must be one "
-            "you wrote there (use the write tool, or hand over a url)"
-        )
+def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:
+    return ToolArgumentsInvalid(
+        f"arguments.path: {raw!r} is outside your workspace ({root}); an artifact file must be one "
+        "you wrote there (use the write tool, or hand over a url)"
+    )
+
+
+def _open_in_workspace(raw: str, root: Path) -> int:
+    """Open ``raw`` for reading, walking from the workspace one directory at a time without
+    following any symbolic link, so nothing swapped in meanwhile can lead outside it."""
+    if "\0" in raw:
+        raise ToolArgumentsInvalid("arguments.path: contains a NUL character; give a file path")
+    path = Path(os.path.normpath(raw))
+    if path.is_absolute():
+        if not path.is_relative_to(root):
+            raise _outside(raw, root)
+        path = path.relative_to(root)
+    parts = path.parts
+    if not parts or parts == (".",):
+        raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is a directory; name one file")
+    if parts[0] == "..":
+        raise _outside(raw, root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        for name in parts[:-1]:
+            step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = step
         # Non-blocking: opening a FIFO must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise ToolArgumentsInvalid(
-            f"arguments.path: no such file in your workspace: {raw!r}"
-        ) from None
-    except IsADirectoryError:
-        raise ToolArgumentsInvalid(
-            f"arguments.path: {raw!r} is a directory; name one file"
-        ) from None
-    except OSError as exc:
-        raise ToolArgumentsInvalid(
-            f"arguments.path: cannot open {raw!r}: {exc.strerror or exc}"
-        ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+    finally:
         os.close(fd)
-        raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is not a regular file")
+
+
+def _read_workspace_file(raw: str, ctx: ToolContext) -> tuple[bytes, str]:
+    """The bytes of ``raw`` (inside the workspace) and its name; raises clear errors."""
+    root = workspace_of(ctx)
+    try:
+        fd = _open_in_workspace(raw, root)
+    except FileNotFoundError:
+        raise ToolArgumentsInvalid(f"arguments.path: no such file in your workspace: {raw!r}") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ToolArgumentsInvalid(
+                f"arguments.path: {raw!r} passes through a symbolic link or a non-directory; "
+                "hand over a file you wrote in your workspace, by its own path"
+            ) from None
+        raise ToolArgumentsInvalid(f"arguments.path: cannot open {raw!r}: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is a directory; name one file")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is not a regular file")
+        if info.st_nlink > 1:
+            raise ToolArgumentsInvalid(
+                f"arguments.path: {raw!r} has other hard links, so it may be a file from outside your "
+                "workspace; hand over a copy"
+            )
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
         raise ToolArgumentsInvalid(
             f"arguments.path: {raw!r} is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; "
             "hand over a url to it instead, or a smaller file"
         )
-    return data, path.name
+    return data, Path(raw).name
 
 
 async def artifact(call: ToolCall, ctx: ToolContext) -> ToolResult:

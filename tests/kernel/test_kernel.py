@@ -446,3 +446,15 @@ async def test_asking_a_slow_agent_times_out_like_any_tool_and_stops_its_work(co
     assert result.is_error
     assert "tool agent_sleeper did not finish within 0.3 s (set limits.tool_timeouts" in result.as_text()
     assert [(r.tool, r.outcome) for r in audit] == [("agent_sleeper", "timeout")]
+
+
+async def test_a_tool_call_with_nan_arguments_fails_as_its_result_and_the_run_is_stored(config):
+    # Regression: NaN in a model's tool arguments (Python's JSON decoder accepts it) made
+    # storing the exchange fail, which crashed the agent's actor.
+    a = agent("a", tools=["echo"], rules=[call_rule(".", "echo", {"text": float("nan")}, reply="got: {result}")])
+    async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
+        reply = await kernel.send("a", "go")
+        history = await kernel.store.history(reply.session_id)
+    assert not reply.is_error
+    assert "NaN and Infinity are not JSON numbers" in reply.text
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]

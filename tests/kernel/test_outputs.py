@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+import trio
 from roost.kernel import AgentReply, Output, OutputPart, Outputs, ToolArgumentsInvalid, ToolCall
 from roost.kernel._config import default_config
 from roost.kernel._kernel import open_kernel
@@ -83,13 +84,19 @@ def test_mcp_blocks_for_every_kind_of_part():
     )
     reply = AgentReply("maker", "answer", "s", "t", outputs=(output,))
     result = reply.to_mcp(session_id="s")
+    shapes = [p.to_json() for p in output.parts]
+    for index in (2, 3, 4):  # file parts name their content block instead of repeating the bytes
+        raw = shapes[index].pop("raw")
+        shapes[index] = {"content": index + 1, "size": len(base64.b64decode(raw)), **shapes[index]}
     assert result["structuredContent"] == {
         "agent": "maker",
         "text": "answer",
         "session_id": "s",
         "stop_reason": "end_turn",
-        "artifacts": [output.to_json()],
+        "artifacts": [{"artifactId": "out-1", "name": "bundle", "parts": shapes}],
     }
+    # ...from which the outputs are rebuilt whole (how an asking agent adopts them).
+    assert output_from_json(result["structuredContent"]["artifacts"][0], result["content"]) == output
     assert result["content"] == [
         {"type": "text", "text": "answer"},
         {"type": "text", "text": "t"},
@@ -105,6 +112,30 @@ def test_mcp_blocks_for_every_kind_of_part():
     # No outputs: no artifacts key, one text block.
     plain = AgentReply("maker", "answer", "s", "t").to_mcp()
     assert plain["content"] == [{"type": "text", "text": "answer"}] and "artifacts" not in plain["structuredContent"]
+
+
+def test_a_run_at_its_bounds_fits_one_mcp_stdio_message():
+    # Regression: a file's base64 was sent twice (content block and structuredContent), so
+    # a 4 MiB file — within the documented limit — made the stdio reply too large to send.
+    from roost.kernel._outputs import MAX_FILE_BYTES
+    from roost.plugins.mcp._framing import MAX_MESSAGE_BYTES
+
+    outputs = Outputs()
+    outputs.add("big", OutputPart(raw=b"\xff" * MAX_FILE_BYTES, media_type="application/pdf"))
+    outputs.add("rest", OutputPart(raw=b"\x00" * (MAX_RUN_BYTES - MAX_FILE_BYTES)))
+    reply = AgentReply("maker", "answer " * 1000, "s", "t", outputs=outputs.snapshot())
+    message = {"jsonrpc": "2.0", "id": 1, "result": reply.to_mcp(session_id="s")}
+    assert len(json.dumps(message, separators=(",", ":")).encode()) < MAX_MESSAGE_BYTES
+
+
+def test_an_asked_agents_artifacts_are_adopted_whole_or_not_at_all():
+    outputs = Outputs()
+    outputs.add("mine", OutputPart(raw=b"\0" * (MAX_RUN_BYTES - 100)))
+    two_parts = Output("report", (OutputPart(text="x" * 60), OutputPart(text="y" * 60)))
+    with pytest.raises(ToolArgumentsInvalid, match="does not fit"):
+        outputs.adopt(two_parts)
+    outputs.adopt(Output("small", (OutputPart(text="z"),)))  # a later one that fits still does
+    assert [(o.name, len(o.parts)) for o in outputs.snapshot()] == [("mine", 1), ("small", 1)]
 
 
 def test_outputs_round_trip_through_json_and_junk_is_ignored():
@@ -123,3 +154,22 @@ def test_one_run_hands_over_a_bounded_weight():
         outputs.add("more", OutputPart(raw=b"\0" * 11))
     outputs.add("small", OutputPart(text="x" * 10))
     assert [o.name for o in outputs.snapshot()] == ["big", "small"]
+
+
+async def test_events_describe_handed_over_files_without_carrying_them(config):
+    # Regression: an asked agent's EXEC:TOOL_RESULT reply carried the file's base64 (twice)
+    # into the event stream, where a 600 KB file closed websocket subscribers (1009).
+    secret = base64.b64encode(b"hello").decode()
+    async with open_kernel(config, agents=[MAKER, BOSS]) as kernel:
+        async with kernel.tap.subscribe() as events:
+            reply = await kernel.send("boss", "owls")
+            seen = []
+            while True:
+                try:
+                    seen.append(events.receive_nowait())
+                except trio.WouldBlock:
+                    break
+    assert reply.outputs and seen
+    dumped = [json.dumps(e.to_dict()) for e in seen]
+    assert not [d for d in dumped if secret in d]
+    assert any("base64 characters>" in d for d in dumped) and any("<5 bytes>" in d for d in dumped)

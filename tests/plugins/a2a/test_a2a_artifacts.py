@@ -139,3 +139,45 @@ async def test_the_readable_outcome_counts_a_files_bytes_instead_of_printing_the
         "```",
         "[file report.pdf (application/pdf)] https://example.com/data/report.pdf",
     ]
+
+
+def test_data_that_is_not_an_object_is_wrapped_for_03_and_01_whose_data_parts_are_objects():
+    from roost.plugins.a2a import _models as m
+    from roost.plugins.a2a._rest03 import result_out
+
+    part = m.Part(data=[1, 2, 3], has_data=True)
+    assert part.to_json(m.V1) == {"data": [1, 2, 3]}
+    assert part.to_json(m.V03) == {"kind": "data", "data": {"value": [1, 2, 3]}}
+    assert part.to_json(m.V01) == {"type": "data", "data": {"value": [1, 2, 3]}}
+    assert m.Part(data={"a": 1}, has_data=True).to_json(m.V03) == {"kind": "data", "data": {"a": 1}}
+    task = m.Task("t", "c", m.TaskStatus(m.COMPLETED), (m.Artifact("a", (part,)),))
+    out = result_out("get", task.to_json(m.V1))
+    assert out["artifacts"][0]["parts"] == [{"data": {"data": {"value": [1, 2, 3]}}}]
+
+
+async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_path):
+    # Regression: only the text of a remote task reached the asking agent; its files were
+    # counted in the text and then dropped.
+    from a2a_helpers import write_agent
+    from roost.kernel import default_config, open_kernel
+
+    async with serve(config) as (_, url):
+        agents = tmp_path / "asking-agents"
+        rule = {"match": ".", "steps": [{"tool": "a2a_maker", "arguments": {"message": "{message}"}}], "reply": "remote: {result}"}
+        write_agent(agents, "delegator", [rule], tools=["a2a_*"])
+        local = default_config(
+            home=str(tmp_path / "home2"),
+            agents={"dirs": [str(agents)], "bundled": False},
+            a2a={"external_agents": [{"name": "maker", "url": f"{url}/a2a/agents/maker"}]},
+        )
+        async with open_kernel(local) as kernel:
+            with trio.fail_after(15):
+                while "a2a_maker" not in kernel.registry:
+                    await trio.sleep(0.05)
+            reply = await kernel.send("delegator", "q3 numbers")
+    assert reply.text.startswith("remote: made q3 numbers")
+    by_name = {o.name: o for o in reply.outputs}
+    assert sorted(by_name) == ["report", "source", "summary"]  # the text answer is the result, not an artifact
+    assert by_name["report"].parts[0].raw == REPORT_CSV.encode() and by_name["report"].parts[0].media_type == "text/csv"
+    assert by_name["summary"].parts[0].data == {"topic": "q3 numbers", "rows": 1}
+    assert by_name["source"].parts[0].url == "https://example.com/data/report.pdf"

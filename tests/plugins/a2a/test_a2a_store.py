@@ -183,3 +183,74 @@ async def test_only_a_blocking_sends_first_row_skips_its_fsync(tmp_path, monkeyp
         row = await service_for(kernel).tasks.store.get(blocking["result"]["task"]["id"])
         assert row is not None and row.state == "TASK_STATE_COMPLETED"
     assert seen == [False, True, True]
+
+
+def _data(tid, artifacts=()):
+    task = {"id": tid, "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}
+    if artifacts:
+        task["artifacts"] = list(artifacts)
+    return {"task": task, "agent": "a", "dialect": "1.0"}
+
+
+def _file(n):
+    return {"artifactId": "f", "parts": [{"raw": "A" * n}]}
+
+
+async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
+    # Regression: listing decoded every task's files on the event loop (818 ms for 30 tasks).
+    async with open_task_store(tmp_path / "a2a.db") as store:
+        await store.insert(id="t", context_id="c", agent="a", state="completed", terminal=True, data=_data("t", [_file(1000)]))
+        (row,), _ = await store.list()
+        (full,), _ = await store.list(with_artifacts=True)
+        got = await store.get("t")
+    assert "artifacts" not in row.data["task"]
+    assert full.data["task"]["artifacts"] == got.data["task"]["artifacts"] == [_file(1000)]
+
+
+async def test_the_store_is_bounded_in_bytes_evicting_old_finished_tasks(tmp_path):
+    async with open_task_store(tmp_path / "a2a.db", max_bytes=10_000) as store:
+        await store.insert(id="running", context_id="c", agent="a", state="working", terminal=False, data=_data("running"))
+        for i in range(5):
+            await store.insert(id=f"t{i}", context_id="c", agent="a", state="completed", terminal=True, data=_data(f"t{i}"))
+            await trio.sleep(0.01)
+            evicted = await store.update(f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(3000)]))
+        rows, total = await store.list()
+    assert evicted  # the last update made room by evicting the oldest finished tasks
+    kept = {r.id for r in rows}
+    assert "running" in kept and "t4" in kept and "t0" not in kept  # unfinished ones are never evicted
+    assert total == len(kept) and len(kept) <= 5
+
+
+async def test_a_schema_1_database_is_upgraded_and_keeps_its_artifacts(tmp_path):
+    import json
+    import sqlite3
+
+    path = tmp_path / "a2a.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, agent TEXT NOT NULL, state TEXT NOT NULL, "
+        "terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)"
+    )
+    conn.execute(
+        "INSERT INTO tasks VALUES ('old', 'c', 'a', 'completed', 1, ?, 1.0, 1.0)", (json.dumps(_data("old", [_file(10)])),)
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    async with open_task_store(path) as store:
+        got = await store.get("old")
+        (listed,), _ = await store.list()
+    assert got.data["task"]["artifacts"] == [_file(10)] == listed.data["task"]["artifacts"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_one_task_keeps_a_bounded_weight_of_files_over_its_turns():
+    from roost.plugins.a2a import _models as m
+    from roost.plugins.a2a._tasks import MAX_TASK_FILE_BYTES, _within_task_bound
+
+    big = m.Artifact("a", (m.Part(raw=b"\0" * (MAX_TASK_FILE_BYTES - 10), filename="big.bin"),))
+    task = m.Task("t", "c", m.TaskStatus(m.INPUT_REQUIRED), (big,))
+    new = (m.Artifact("b", (m.Part(raw=b"\0" * 5), m.Part(raw=b"\0" * 20, filename="more.bin"), m.Part(text="hi"))),)
+    (kept,) = _within_task_bound(task, new)
+    assert kept.parts[0].raw == b"\0" * 5 and kept.parts[2].text == "hi"
+    assert kept.parts[1].text == "[file more.bin left out: this task's files may total at most 16 MiB]"

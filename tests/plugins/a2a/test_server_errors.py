@@ -135,6 +135,16 @@ async def test_missing_role_is_32602_naming_the_field(http):
     assert body["error"]["data"][1]["fieldViolations"][0]["field"] == "message.role"
 
 
+@pytest.mark.parametrize("role", [["ROLE_USER"], {"r": 1}, 7])
+async def test_a_role_that_is_not_a_string_is_32602_not_a_crash(http, role):
+    # Regression: a list or object role raised an unhashable TypeError (HTTP 500).
+    body = await rpc(http, "SendMessage", {"message": msg() | {"role": role}})
+    assert body["error"]["code"] == -32602
+    assert body["error"]["data"][0]["metadata"]["errors"][0]["field"] == "message.role"
+    r = await http.post("/a2a/agents/echo/rest/v1/message:send", json={"message": {"messageId": "m", "role": role, "content": [{"text": "x"}]}})
+    assert r.status_code == 400 and "role" in r.text
+
+
 async def test_no_parts_is_32602_naming_the_field(http):
     body = await rpc(http, "SendMessage", {"message": msg() | {"parts": []}})
     assert body["error"]["code"] == -32602
@@ -148,10 +158,12 @@ async def test_no_parts_is_32602_naming_the_field(http):
         ({"text": 5}, "message.parts[0].text"),
         ({"text": "a", "url": "http://x"}, "message.parts[0]"),
         ({"raw": "%%%not base64"}, "message.parts[0].raw"),
+        ({"raw": "%%%"}, "message.parts[0].raw"),  # was taken as empty bytes by the URL-safe fallback
+        ({"raw": "ab!c"}, "message.parts[0].raw"),
         ({"kind": "video"}, "message.parts[0].kind"),
         ("just a string", "message.parts[0]"),
     ],
-    ids=["empty", "text-not-string", "two-payloads", "bad-base64", "unknown-kind", "not-an-object"],
+    ids=["empty", "text-not-string", "two-payloads", "bad-base64", "stray-characters-only", "stray-character", "unknown-kind", "not-an-object"],
 )
 async def test_bad_part_is_32602_naming_the_field(http, part, field):
     body = await rpc(http, "SendMessage", {"message": msg() | {"parts": [part]}})

@@ -86,7 +86,8 @@ async def test_sdk_client_over_stdio(stdio_config, mode):
     assert blocks[4] == {"type": "resource_link", "uri": "https://example.com/r.pdf", "name": "r.pdf", "mimeType": "application/pdf"}
     artifacts = seen["made"]["structured"]["artifacts"]
     assert [a["name"] for a in artifacts] == ["report", "chart", "stats", "source"]
-    assert artifacts[0]["parts"] == [{"raw": csv, "filename": "report.csv", "mediaType": "text/csv"}]
+    # A file's bytes travel once: its part names the content block that carries them.
+    assert artifacts[0]["parts"] == [{"content": 1, "size": 8, "filename": "report.csv", "mediaType": "text/csv"}]
     assert artifacts[2]["parts"] == [{"data": {"rows": 1}}]
 
 

@@ -72,11 +72,50 @@ async def test_a_file_outside_the_workspace_is_refused(ws, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("do not hand me over")
     os.symlink(secret, ws / "link.txt")
+    os.symlink(tmp_path, ws / "up")
     ctx = context(ws)
-    for path in (str(secret), "../secret.txt", "link.txt"):
+    for path in (str(secret), "../secret.txt", "sub/../../secret.txt"):
         with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: .* is outside your workspace"):
             await run(ctx, name="x", path=path)
+    for path in ("link.txt", "up/secret.txt", str(ws / "up" / "secret.txt")):
+        with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: .* passes through a symbolic link"):
+            await run(ctx, name="x", path=path)
     assert len(ctx.outputs) == 0
+
+
+async def test_a_directory_swapped_for_a_symlink_after_any_check_cannot_lead_outside(ws, tmp_path, monkeypatch):
+    # Regression: the path was checked with realpath, then opened; a directory on the way
+    # swapped for a symlink in between handed over a file from outside the workspace.
+    from roost.plugins.tools import _artifact
+
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f.txt").write_text("TOP SECRET")
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("mine")
+    real_open = _artifact._open_in_workspace
+
+    def swap_then_open(raw, root):
+        os.rename(ws / "d", ws / "d-old")
+        os.symlink(tmp_path / "outside", ws / "d")
+        return real_open(raw, root)
+
+    monkeypatch.setattr(_artifact, "_open_in_workspace", swap_then_open)
+    ctx = context(ws)
+    with pytest.raises(ToolArgumentsInvalid, match="passes through a symbolic link"):
+        await run(ctx, name="x", path="d/f.txt")
+    assert len(ctx.outputs) == 0
+
+
+async def test_a_hard_link_to_a_file_outside_is_refused(ws, tmp_path):
+    (tmp_path / "secret.txt").write_text("outside secret")
+    os.link(tmp_path / "secret.txt", ws / "linked.txt")
+    with pytest.raises(ToolArgumentsInvalid, match="has other hard links"):
+        await run(context(ws), name="x", path="linked.txt")
+
+
+async def test_a_path_with_a_nul_character_gets_a_clear_error(ws):
+    with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: contains a NUL character"):
+        await run(context(ws), name="x", path="a\0b")
 
 
 @pytest.mark.parametrize(
@@ -112,7 +151,7 @@ async def test_one_run_hands_over_a_bounded_number_of_parts(ws):
     ctx = context(ws)
     for i in range(MAX_RUN_PARTS):
         await run(ctx, name=f"a{i}", text="x")
-    with pytest.raises(ToolArgumentsInvalid, match=f"already handed over {MAX_RUN_PARTS} artifact parts"):
+    with pytest.raises(ToolArgumentsInvalid, match=f"already handed over {MAX_RUN_PARTS} of the {MAX_RUN_PARTS} artifact parts"):
         await run(ctx, name="one-more", text="x")
 
 
