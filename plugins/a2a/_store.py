@@ -33,6 +33,9 @@ SCHEMA_VERSION = 2
 # tasks never reads or decodes them unless asked; ``size`` (bytes of both) bounds the store.
 _COLUMNS_V2 = (("artifacts", "TEXT"), ("size", "INTEGER NOT NULL DEFAULT 0"))
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+# Only a write this big checks the byte bound: below it, max_tasks bounds the bytes anyway
+# (1000 small tasks are a few MB), and every write stays one statement.
+_BIG_ROW = 64 * 1024
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS tasks (
         id TEXT PRIMARY KEY,
@@ -166,7 +169,7 @@ class TaskStore:
                 f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (id, context_id, agent, state, int(terminal), encoded, now, now, artifacts, size),
             )
-            return evicted + self._evict_for_bytes(conn, keep=id)
+            return evicted + (self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else [])
 
         return await self._writer.write("store a task", work, durable=durable)
 
@@ -199,7 +202,7 @@ class TaskStore:
                 "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, size = ? WHERE id = ?",
                 (state, int(terminal), encoded, now, artifacts, size, id),
             )
-            return self._evict_for_bytes(conn, keep=id) if artifacts is not None else []
+            return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         return await self._writer.write("update a task", work)
 
@@ -339,6 +342,7 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
                 conn.execute(f"ALTER TABLE tasks ADD COLUMN {name} {declaration}")
         if "size" not in present:
             conn.execute("UPDATE tasks SET size = length(data)")
+        conn.execute("CREATE INDEX IF NOT EXISTS tasks_by_size ON tasks (size)")  # SUM(size) from the index
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.DatabaseError as exc:
         raise TaskStoreError(f"{path}: cannot open the A2A task database: {exc}") from exc

@@ -208,12 +208,12 @@ async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
 
 
 async def test_the_store_is_bounded_in_bytes_evicting_old_finished_tasks(tmp_path):
-    async with open_task_store(tmp_path / "a2a.db", max_bytes=10_000) as store:
+    async with open_task_store(tmp_path / "a2a.db", max_bytes=300_000) as store:
         await store.insert(id="running", context_id="c", agent="a", state="working", terminal=False, data=_data("running"))
         for i in range(5):
             await store.insert(id=f"t{i}", context_id="c", agent="a", state="completed", terminal=True, data=_data(f"t{i}"))
             await trio.sleep(0.01)
-            evicted = await store.update(f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(3000)]))
+            evicted = await store.update(f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(100_000)]))
         rows, total = await store.list()
     assert evicted  # the last update made room by evicting the oldest finished tasks
     kept = {r.id for r in rows}
