@@ -725,6 +725,7 @@ class SqliteStore:
         self._audit_progress = trio.Event()
         self._audit_writer_running = False
         self._audit_flushing = 0  # readers waiting for the backlog to be written
+        self._audit_gathering = False  # the writer is gathering a batch (see _log_behind)
 
     @property
     def closed(self) -> bool:
@@ -980,7 +981,10 @@ class SqliteStore:
     def _log_behind(self, sql: str, row: tuple) -> None:
         self._audit_backlog.append((sql, row))
         self._audit_logged += 1
-        self._audit_wake.set()
+        # While the writer gathers, wake it only when the batch is full (not once per row:
+        # that was a task switch per tool call).
+        if not self._audit_gathering or len(self._audit_backlog) >= AUDIT_GATHER_ROWS:
+            self._audit_wake.set()
 
     def log_tool_call_nowait(self, record: AuditRecord) -> bool:
         """``log_tool_call`` without waiting: False (nothing logged) when the writer is not
@@ -1018,10 +1022,14 @@ class SqliteStore:
                 await self._audit_wake.wait()
                 # Gather for a moment: one transaction for the calls of the next couple of
                 # milliseconds instead of one each (the replies do not wait for this).
-                with trio.move_on_after(AUDIT_GATHER_S):
-                    while len(self._audit_backlog) < AUDIT_GATHER_ROWS and not self._audit_flushing:
-                        self._audit_wake = trio.Event()
-                        await self._audit_wake.wait()
+                self._audit_gathering = True
+                try:
+                    with trio.move_on_after(AUDIT_GATHER_S):
+                        while len(self._audit_backlog) < AUDIT_GATHER_ROWS and not self._audit_flushing:
+                            self._audit_wake = trio.Event()
+                            await self._audit_wake.wait()
+                finally:
+                    self._audit_gathering = False
                 self._audit_wake = trio.Event()
                 await self._write_audit_backlog()
         finally:

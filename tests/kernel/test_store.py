@@ -832,6 +832,26 @@ async def test_the_audit_writer_gathers_rows_until_a_reader_wants_them(tmp_path,
         assert store._writer.batches == before + 1  # one transaction for all five
 
 
+async def test_the_gathering_writer_is_woken_by_a_full_batch_not_by_every_row(tmp_path, monkeypatch):
+    # Regression: every logged row woke the gathering writer (a task switch per tool call).
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_ROWS", 4)
+    async with open_store(tmp_path / "roost.db") as store:
+        before = store._writer.batches
+        assert store.log_tool_call_nowait(AuditRecord(agent="a", tool="t0"))  # wakes the idle writer
+        await trio.sleep(0)
+        await trio.sleep(0)
+        for i in (1, 2):
+            assert store.log_tool_call_nowait(AuditRecord(agent="a", tool=f"t{i}"))
+            assert not store._audit_wake.is_set()  # gathering: no wake-up for this row
+        assert store.log_tool_call_nowait(AuditRecord(agent="a", tool="t3"))
+        assert store._audit_wake.is_set()  # the batch is full: write it now
+        with trio.fail_after(5):
+            while store._writer.batches == before:
+                await trio.sleep(0.001)
+        assert [r.tool for r in await store.audit()] == ["t3", "t2", "t1", "t0"]
+
+
 async def test_cancelling_the_store_from_outside_still_writes_the_logged_rows(tmp_path):
     # Regression: an outer cancel (e.g. shutdown) hit the writer while it gathered rows:
     # they were dropped, and the close waited 30 s for them.
