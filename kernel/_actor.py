@@ -194,6 +194,11 @@ class ActorRef:
         return self.name in self.system
 
 
+# How long an ending actor waits for handlers running in askers' tasks to unwind after
+# their cancellation (they are cancelled, so this only bounds a handler that shields).
+_INLINE_EXIT_S = 5.0
+
+
 class _ReplySlot:
     """A one-shot place for the answer to one ask. The first outcome wins."""
 
@@ -234,14 +239,19 @@ class _Actor:
         "done",
         "factory",
         "handler",
+        "inline",
+        "inline_idle",
         "name",
+        "pending",
         "policy",
         "receive",
         "restarts",
         "scope",
         "send",
         "size",
+        "slots",
         "stop_cause",
+        "waiting",
     )
 
     def __init__(
@@ -267,6 +277,15 @@ class _Actor:
         self.restarts = 0
         self.crash_times: deque[float] | None = None  # created on the first crash
         self.stop_cause: str | None = None
+        # Handlers running at once, by a worker or directly in an asker's task, never
+        # exceed ``concurrency``; ``inline`` holds the cancel scopes of the direct ones.
+        self.slots = trio.Semaphore(concurrency)
+        # Letters posted and not yet started or dropped (in the mailbox, or taken by a
+        # worker that has not begun): a direct run must not overtake them.
+        self.pending = 0
+        self.inline: set[trio.CancelScope] = set()
+        self.waiting: set[trio.CancelScope] = set()  # direct asks waiting for a slot
+        self.inline_idle: trio.Event | None = None
 
 
 def _describe(exc: BaseException) -> str:
@@ -365,6 +384,7 @@ class ActorSystem:
             raise AgentNotFound(name, self._known_hint(name))
         self._close(actor, "stopped on request")
         actor.scope.deadline = min(actor.scope.deadline, trio.current_time() + grace)
+        self._cancel_inline(actor, actor.scope.deadline)
         if _current_actor.get() is actor:
             return  # a handler stopping its own actor: the actor ends once it returns
         # Cancellation follows the grace period; the extra second only guards against a
@@ -422,6 +442,7 @@ class ActorSystem:
         self.tap.publish(event)
         try:
             actor.send.send_nowait((event, None))
+            actor.pending += 1
         except trio.WouldBlock:
             with trio.move_on_after(limit):
                 await self._send(actor, event, None)
@@ -444,6 +465,7 @@ class ActorSystem:
         actor = self._lookup(event.target)
         try:
             actor.send.send_nowait((event, None))
+            actor.pending += 1
         except trio.WouldBlock:
             return False
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -464,6 +486,10 @@ class ActorSystem:
         """Send ``kind``/``payload`` to ``target`` and wait at most ``timeout`` seconds for
         its reply event (whose ``reply_to`` is the request's id).
 
+        With nothing queued for ``target``, its handler runs in this task as soon as one of
+        its ``concurrency`` slots is free (first come, first served); otherwise the event
+        goes through the mailbox to a worker. The limits and errors are the same.
+
         Raises AgentNotFound (no such actor), AskTimeout, ActorCrashed (its ``__cause__`` is
         the handler's exception) or ActorStopped.
         """
@@ -471,12 +497,18 @@ class ActorSystem:
             timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
         actor = self._lookup(target)
         event = Event(kind, source, target, payload, trace)
-        slot = _ReplySlot()
         self.tap.publish(event)
+        # Nothing queued ahead of it: the handler runs right here, in the asker's task, as
+        # soon as a handler slot is free (no mailbox round trip, no task switch). Same
+        # limits, same order (slots are handed out first come, first served), same errors.
+        if not actor.pending:
+            return await self._ask_directly(actor, event, source, timeout)
+        slot = _ReplySlot()
         with trio.move_on_after(timeout):
             try:
                 try:
                     actor.send.send_nowait((event, slot))
+                    actor.pending += 1
                 except trio.WouldBlock:
                     await self._send(actor, event, slot)
                 await slot.ready.wait()
@@ -492,9 +524,76 @@ class ActorSystem:
             f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
         )
 
+    async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float) -> Event:
+        """``ask`` with the handler run in this task once one of ``actor.slots`` is free."""
+        scope = trio.CancelScope(deadline=min(trio.current_time() + timeout, actor.scope.deadline))
+        holding = False
+        token = None
+        try:
+            with scope:
+                try:
+                    actor.slots.acquire_nowait()
+                except trio.WouldBlock:
+                    actor.waiting.add(scope)
+                    try:
+                        await actor.slots.acquire()
+                    finally:
+                        actor.waiting.discard(scope)
+                holding = True
+                actor.inline.add(scope)
+                if actor.stop_cause is not None:  # stopped while this ask waited for a slot
+                    raise self._stopped_error(actor, event)
+                token = _current_actor.set(actor)
+                try:
+                    result = await actor.handler(actor.context, event)
+                except Exception as exc:
+                    raise self._crashed(actor, event, None, exc) from exc
+        finally:
+            if token is not None:
+                _current_actor.reset(token)
+            if holding:
+                actor.inline.discard(scope)
+                actor.slots.release()
+                if not actor.inline and actor.inline_idle is not None:
+                    actor.inline_idle.set()
+        if scope.cancelled_caught:
+            if actor.stop_cause is not None:
+                if not holding:
+                    raise self._stopped_error(actor, event)
+                raise ActorStopped(
+                    f"actor {actor.name!r} was cancelled while handling {event.kind} "
+                    f"(event {event.id}): {actor.stop_cause}"
+                )
+            raise AskTimeout(
+                f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
+                f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+            )
+        reply = self._reply(actor, event, result)
+        self.tap.publish(reply)
+        return reply
+
+    @staticmethod
+    def _reply(actor: _Actor, event: Event, result: Any) -> Event:
+        if isinstance(result, Event):
+            return result if result.reply_to == event.id else attrs.evolve(result, reply_to=event.id)
+        return Event(
+            REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY),
+            actor.name,
+            event.source,
+            result,
+            event.trace,
+            reply_to=event.id,
+        )
+
+    @staticmethod
+    def _cancel_inline(actor: _Actor, deadline: float = -math.inf) -> None:
+        for scope in actor.inline:
+            scope.deadline = min(scope.deadline, deadline)
+
     async def _send(self, actor: _Actor, event: Event, slot: _ReplySlot | None) -> None:
         try:
             await actor.send.send((event, slot))
+            actor.pending += 1
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             error = self._stopped_error(actor, event)
             if slot is None:
@@ -511,6 +610,7 @@ class ActorSystem:
     # ---- the actor task ---------------------------------------------------------------
     async def _run(self, actor: _Actor) -> None:
         _current_actor.set(actor)
+        cancelled = False
         try:
             with actor.scope:
                 if actor.concurrency == 1:
@@ -519,8 +619,21 @@ class ActorSystem:
                     async with trio.open_nursery() as workers:
                         for i in range(actor.concurrency):
                             workers.start_soon(self._serve, actor, name=f"actor:{actor.name}#{i}")
+        except BaseException:
+            cancelled = True
+            raise
         finally:
             self._close(actor, actor.stop_cause or "its task ended")
+            if actor.inline:
+                # Handlers running in askers' tasks end with the actor: at once if it was
+                # cancelled, else within the grace its stop or shutdown gave them.
+                if cancelled or actor.scope.cancel_called:
+                    self._cancel_inline(actor)
+                latest = max(scope.deadline for scope in actor.inline)
+                actor.inline_idle = trio.Event()
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_at(min(latest, trio.current_time() + self.shutdown_timeout_s) + _INLINE_EXIT_S):
+                        await actor.inline_idle.wait()
             if self._actors.get(actor.name) is actor:
                 del self._actors[actor.name]
             self._stopped[actor.name] = actor.stop_cause or "stopped"
@@ -543,42 +656,55 @@ class ActorSystem:
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return
             if slot is not None and slot.done:
+                actor.pending -= 1
                 continue  # the asker gave up before we got to it: nobody wants the result
-            handler = actor.handler
             try:
-                result = await handler(actor.context, event)
-            except Exception as exc:
-                self._crashed(actor, event, slot, exc)
-                continue
-            except BaseException:
-                if slot is not None:
-                    slot.fail(
-                        ActorStopped(
-                            f"actor {actor.name!r} was cancelled while handling {event.kind} "
-                            f"(event {event.id}): {actor.stop_cause or 'cancelled'}"
+                actor.slots.acquire_nowait()
+            except trio.WouldBlock:  # handlers run directly in askers' tasks fill the slots
+                try:
+                    await actor.slots.acquire()
+                except BaseException:
+                    actor.pending -= 1
+                    if slot is not None:
+                        slot.fail(self._stopped_error(actor, event))
+                    raise
+                # Waiting for a slot, the letter was still "queued": honour what happened.
+                if actor.stop_cause is not None or (slot is not None and slot.done):
+                    actor.pending -= 1
+                    actor.slots.release()
+                    if slot is not None:
+                        slot.fail(self._stopped_error(actor, event))
+                    continue
+            actor.pending -= 1
+            try:
+                handler = actor.handler
+                try:
+                    result = await handler(actor.context, event)
+                except Exception as exc:
+                    error = self._crashed(actor, event, slot, exc)
+                    if slot is not None:
+                        slot.fail(error)
+                    continue
+                except BaseException:
+                    if slot is not None:
+                        slot.fail(
+                            ActorStopped(
+                                f"actor {actor.name!r} was cancelled while handling {event.kind} "
+                                f"(event {event.id}): {actor.stop_cause or 'cancelled'}"
+                            )
                         )
-                    )
-                raise
+                    raise
+            finally:
+                actor.slots.release()
             if slot is not None and not slot.done:
-                if isinstance(result, Event):
-                    reply = result
-                    if reply.reply_to != event.id:
-                        reply = attrs.evolve(reply, reply_to=event.id)
-                else:
-                    reply = Event(
-                        REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY),
-                        actor.name,
-                        event.source,
-                        result,
-                        event.trace,
-                        reply_to=event.id,
-                    )
+                reply = self._reply(actor, event, result)
                 self.tap.publish(reply)
                 slot.succeed(reply)
 
     def _crashed(
         self, actor: _Actor, event: Event, slot: _ReplySlot | None, exc: Exception
-    ) -> None:
+    ) -> ActorCrashed:
+        """Report the crash and apply the restart policy; returns the error for the asker."""
         text = _describe(exc)
         log.error(
             "actor %r crashed handling %s (event %s): %s",
@@ -601,15 +727,11 @@ class ActorSystem:
                 trace=event.trace,
             )
         )
-        if slot is not None:
-            error = ActorCrashed(
-                f"actor {actor.name!r} crashed handling {event.kind} (event {event.id}): {text}"
-            )
-            error.__cause__ = exc
-            error.__suppress_context__ = True
-            slot.fail(error)
+        error = ActorCrashed(f"actor {actor.name!r} crashed handling {event.kind} (event {event.id}): {text}")
+        error.__cause__ = exc
+        error.__suppress_context__ = True
         if actor.stop_cause is not None:
-            return  # already stopping: no restart
+            return error  # already stopping: no restart
         policy = actor.policy
         now = trio.current_time()
         if actor.crash_times is None:
@@ -626,14 +748,16 @@ class ActorSystem:
                 f"restart budget of {policy.max_restarts}; last error: {text}",
             )
             actor.scope.cancel()
-            return
+            self._cancel_inline(actor)
+            return error
         try:
             actor.handler = self._make_handler(actor.name, actor.factory)
         except ActorError as factory_error:
             log.error("actor %r could not restart: %s", actor.name, factory_error)
             self._close(actor, f"could not restart after {text}: {factory_error}")
             actor.scope.cancel()
-            return
+            self._cancel_inline(actor)
+            return error
         actor.restarts += 1
         actor.context = ActorContext(actor.name, self, actor.restarts)
         self.tap.publish(
@@ -643,6 +767,7 @@ class ActorSystem:
                 payload={"actor": actor.name, "restarts": actor.restarts, "after": text},
             )
         )
+        return error
 
     def _close(self, actor: _Actor, cause: str) -> None:
         """Refuse new events and fail the queued asks with ActorStopped (synchronous)."""
@@ -650,11 +775,14 @@ class ActorSystem:
             return
         actor.stop_cause = cause
         actor.send.close()  # blocked senders get ClosedResourceError; workers end at EOF
+        for scope in actor.waiting:  # direct asks not yet started fail like queued ones
+            scope.cancel()
         while True:
             try:
                 event, slot = actor.receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
+            actor.pending -= 1
             if slot is not None:
                 slot.fail(
                     ActorStopped(
@@ -665,9 +793,11 @@ class ActorSystem:
 
     def _shutdown(self, cause: str, grace: float) -> None:
         self._closing = cause
+        deadline = trio.current_time() + grace
         for actor in list(self._actors.values()):
             self._close(actor, cause)
-        self._nursery.cancel_scope.deadline = trio.current_time() + grace
+            self._cancel_inline(actor, deadline)
+        self._nursery.cancel_scope.deadline = deadline
 
 
 @asynccontextmanager

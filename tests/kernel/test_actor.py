@@ -767,3 +767,92 @@ async def test_unknown_target_hint_stays_short_with_many_actors():
             await system.ask("agent-4999", "X", None)
     message = str(info.value)
     assert len(message) < 300 and "agent-499" in message
+
+
+# ---- asks run directly in the asker's task ------------------------------------------------
+
+
+async def test_an_ask_with_nothing_queued_runs_in_the_askers_task():
+    ran_in = []
+
+    def factory():
+        async def handle(ctx, event):
+            ran_in.append(trio.lowlevel.current_task())
+            return "ok"
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("a", factory)
+        reply = await system.ask("a", "X")
+        assert reply.payload == "ok" and ran_in == [trio.lowlevel.current_task()]
+        await system.tell(Event("X", "src", "a"))  # a told event still goes through a worker
+        with trio.fail_after(5):
+            while len(ran_in) < 2:
+                await trio.sleep(0)
+        assert ran_in[1] is not trio.lowlevel.current_task()
+
+
+async def test_direct_asks_keep_the_concurrency_limit_and_first_come_first_served():
+    running, peak, order = 0, 0, []
+
+    def factory():
+        async def handle(ctx, event):
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            order.append(event.payload)
+            await trio.sleep(0.01)
+            running -= 1
+            return event.payload
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("narrow", factory, concurrency=2)
+        system.spawn("single", factory, concurrency=1)
+        for name in ("narrow", "single"):
+            async with trio.open_nursery() as nursery:
+                for i in range(10):
+                    nursery.start_soon(system.ask, name, "X", i)
+                    await trio.sleep(0)  # each ask arrives after the one before
+            if name == "narrow":
+                assert peak == 2
+                order.clear()
+    # One slot: strictly in order of arrival (with two, two handlers start in one tick).
+    assert order == list(range(10))
+
+
+async def test_stop_fails_direct_asks_waiting_for_a_slot_and_lets_the_running_one_finish():
+    rec = Recorder()
+    outcomes: dict[str, object] = {}
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory)
+
+        async def ask(payload):
+            try:
+                outcomes[payload] = (await system.ask("w", "X", payload)).payload
+            except Exception as exc:
+                outcomes[payload] = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "block")
+            await rec.handling.wait()
+            nursery.start_soon(ask, "waiting")  # nothing queued: it waits for the slot itself
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(system.stop, "w")
+            await trio.testing.wait_all_tasks_blocked()
+            rec.gate.set()
+    assert outcomes["block"] == {"generation": 1, "payload": "block"}
+    assert isinstance(outcomes["waiting"], ActorStopped) and "stopped on request" in str(outcomes["waiting"])
+    assert rec.seen == ["block"]
+
+
+async def test_a_crash_in_a_direct_ask_is_reported_and_the_actor_restarts():
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory)
+        with pytest.raises(ActorCrashed, match="boom in generation 1") as info:
+            await system.ask("w", "X", "boom")
+        assert isinstance(info.value.__cause__, ValueError)
+        assert (await system.ask("w", "X", "next")).payload == {"generation": 2, "payload": "next"}
