@@ -42,6 +42,16 @@ CARD_CACHE_CONTROL = "public, max-age=300"
 _SERVICES: weakref.WeakKeyDictionary[Any, A2AService] = weakref.WeakKeyDictionary()
 _INPUT_MODES = ["text/plain", "application/json"]
 _OUTPUT_MODES = ["text/plain"]
+# An agent that can hand over artifacts (the artifact tool, or another agent's via agent_*
+# and a2a_* tools) may answer with data parts and files of any type as well.
+_ARTIFACT_OUTPUT_MODES = ["text/plain", "application/json", "application/octet-stream"]
+
+
+def _output_modes(kernel: Any, name: str) -> list[str]:
+    hands_over = any(
+        spec.name == "artifact" or spec.owner in ("agents", "a2a") for spec in kernel.list_tools(name)
+    )
+    return list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES)
 
 
 def service_for(kernel: Any) -> A2AService | None:
@@ -271,7 +281,7 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
             "extendedAgentCard": bool(service.settings.api_key),
         },
         "defaultInputModes": list(_INPUT_MODES),
-        "defaultOutputModes": list(_OUTPUT_MODES),
+        "defaultOutputModes": _output_modes(kernel, name),
         "skills": skills,
         # 0.3 fields, so 0.3 clients can use the same card
         "preferredTransport": "JSONRPC",

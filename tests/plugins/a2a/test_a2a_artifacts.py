@@ -181,3 +181,10 @@ async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_pat
     assert by_name["report"].parts[0].raw == REPORT_CSV.encode() and by_name["report"].parts[0].media_type == "text/csv"
     assert by_name["summary"].parts[0].data == {"topic": "q3 numbers", "rows": 1}
     assert by_name["source"].parts[0].url == "https://example.com/data/report.pdf"
+
+
+async def test_cards_say_which_agents_may_answer_with_data_and_files(http):
+    maker = (await http.get("/a2a/agents/maker/.well-known/agent-card.json")).json()
+    echo = (await http.get("/a2a/agents/echo/.well-known/agent-card.json")).json()
+    assert maker["defaultOutputModes"] == ["text/plain", "application/json", "application/octet-stream"]
+    assert echo["defaultOutputModes"] == ["text/plain"]
