@@ -236,6 +236,7 @@ class _Actor:
         "concurrency",
         "context",
         "crash_times",
+        "direct",
         "done",
         "factory",
         "handler",
@@ -263,8 +264,10 @@ class _Actor:
         size: int,
         concurrency: int,
         policy: RestartPolicy,
+        direct: bool = False,
     ) -> None:
         self.name = name
+        self.direct = direct
         self.factory = factory
         self.handler = handler
         self.context = context
@@ -325,11 +328,16 @@ class ActorSystem:
         mailbox_size: int = DEFAULT_MAILBOX_SIZE,
         concurrency: int = 1,
         restart: RestartPolicy | None = None,
+        direct_asks: bool = False,
     ) -> ActorRef:
         """Start an actor named ``name`` whose handler comes from ``handler_factory()``.
 
         The factory is called now and again on every restart. ``concurrency`` is how many
         events the actor may handle at once (its handler must then be re-entrant).
+        ``direct_asks``: an ask with nothing queued ahead runs the handler in the asker's
+        task (see ``ask``), so the handler shares the asker's fate: it is cancelled when the
+        asker gives up, and the ask's deadline holds only as promptly as the handler reacts
+        to cancellation (a worker thread finishes its current call first).
         """
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name: expected a non-empty string, got {name!r}")
@@ -354,7 +362,7 @@ class ActorSystem:
             )
         handler = self._make_handler(name, handler_factory)
         context = ActorContext(name, self, 0)
-        actor = _Actor(name, handler_factory, handler, context, mailbox_size, concurrency, restart)
+        actor = _Actor(name, handler_factory, handler, context, mailbox_size, concurrency, restart, direct_asks)
         self._actors[name] = actor
         self._stopped.pop(name, None)
         self._nursery.start_soon(self._run, actor, name=f"actor:{name}")
@@ -486,9 +494,10 @@ class ActorSystem:
         """Send ``kind``/``payload`` to ``target`` and wait at most ``timeout`` seconds for
         its reply event (whose ``reply_to`` is the request's id).
 
-        With nothing queued for ``target``, its handler runs in this task as soon as one of
-        its ``concurrency`` slots is free (first come, first served); otherwise the event
-        goes through the mailbox to a worker. The limits and errors are the same.
+        For an actor spawned with ``direct_asks`` and nothing queued for it, its handler
+        runs in this task as soon as one of its ``concurrency`` slots is free (first come,
+        first served); otherwise the event goes through the mailbox to a worker. The limits
+        and errors are the same.
 
         Raises AgentNotFound (no such actor), AskTimeout, ActorCrashed (its ``__cause__`` is
         the handler's exception) or ActorStopped.
@@ -501,7 +510,7 @@ class ActorSystem:
         # Nothing queued ahead of it: the handler runs right here, in the asker's task, as
         # soon as a handler slot is free (no mailbox round trip, no task switch). Same
         # limits, same order (slots are handed out first come, first served), same errors.
-        if not actor.pending:
+        if actor.direct and not actor.pending:
             return await self._ask_directly(actor, event, source, timeout)
         slot = _ReplySlot()
         with trio.move_on_after(timeout):
@@ -526,7 +535,8 @@ class ActorSystem:
 
     async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float) -> Event:
         """``ask`` with the handler run in this task once one of ``actor.slots`` is free."""
-        scope = trio.CancelScope(deadline=min(trio.current_time() + timeout, actor.scope.deadline))
+        ask_deadline = trio.current_time() + timeout
+        scope = trio.CancelScope(deadline=min(ask_deadline, actor.scope.deadline))
         holding = False
         token = None
         try:
@@ -556,10 +566,12 @@ class ActorSystem:
                 actor.slots.release()
                 if not actor.inline and actor.inline_idle is not None:
                     actor.inline_idle.set()
-        if scope.cancelled_caught:
-            if actor.stop_cause is not None:
-                if not holding:
-                    raise self._stopped_error(actor, event)
+        # A handler that finished only after the deadline (cancellation reaches it at its
+        # next checkpoint; a worker thread first finishes its call) is still a timeout.
+        if scope.cancelled_caught or trio.current_time() >= ask_deadline:
+            if actor.stop_cause is not None and not holding:
+                raise self._stopped_error(actor, event)
+            if actor.stop_cause is not None and scope.deadline < ask_deadline:  # the stop cut it short
                 raise ActorStopped(
                     f"actor {actor.name!r} was cancelled while handling {event.kind} "
                     f"(event {event.id}): {actor.stop_cause}"
@@ -592,8 +604,12 @@ class ActorSystem:
 
     async def _send(self, actor: _Actor, event: Event, slot: _ReplySlot | None) -> None:
         try:
-            await actor.send.send((event, slot))
-            actor.pending += 1
+            actor.pending += 1  # counted before the send: a receiver may take it first
+            try:
+                await actor.send.send((event, slot))
+            except BaseException:
+                actor.pending -= 1  # not sent (Trio sends nothing when send raises)
+                raise
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             error = self._stopped_error(actor, event)
             if slot is None:
@@ -629,10 +645,11 @@ class ActorSystem:
                 # cancelled, else within the grace its stop or shutdown gave them.
                 if cancelled or actor.scope.cancel_called:
                     self._cancel_inline(actor)
+                now = trio.current_time()
                 latest = max(scope.deadline for scope in actor.inline)
                 actor.inline_idle = trio.Event()
                 with trio.CancelScope(shield=True):
-                    with trio.move_on_at(min(latest, trio.current_time() + self.shutdown_timeout_s) + _INLINE_EXIT_S):
+                    with trio.move_on_at(max(min(latest, now + self.shutdown_timeout_s), now) + _INLINE_EXIT_S):
                         await actor.inline_idle.wait()
             if self._actors.get(actor.name) is actor:
                 del self._actors[actor.name]
@@ -661,14 +678,20 @@ class ActorSystem:
             try:
                 actor.slots.acquire_nowait()
             except trio.WouldBlock:  # handlers run directly in askers' tasks fill the slots
-                try:
-                    await actor.slots.acquire()
-                except BaseException:
-                    actor.pending -= 1
-                    if slot is not None:
-                        slot.fail(self._stopped_error(actor, event))
-                    raise
-                # Waiting for a slot, the letter was still "queued": honour what happened.
+                # Waiting for a slot, the letter is still "queued": a stop fails it at once.
+                with trio.CancelScope() as waiting:
+                    actor.waiting.add(waiting)
+                    try:
+                        await actor.slots.acquire()
+                    except BaseException:
+                        actor.pending -= 1
+                        if slot is not None:
+                            slot.fail(self._stopped_error(actor, event))
+                        raise
+                    finally:
+                        actor.waiting.discard(waiting)
+                if waiting.cancelled_caught:
+                    continue  # _close cancelled the wait (pending and the slot are settled)
                 if actor.stop_cause is not None or (slot is not None and slot.done):
                     actor.pending -= 1
                     actor.slots.release()

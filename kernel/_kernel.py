@@ -10,6 +10,7 @@ import json
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -102,6 +103,8 @@ class Kernel:
         # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
+        # The handlers of the agent_* tools (their ask carries the call's deadline).
+        self._agent_handlers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -412,7 +415,7 @@ class Kernel:
                     trace=call.trace,
                 )
             )
-        if spec.owner == "agents":
+        if tool.handler in self._agent_handlers:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two).
             result = await _invoke(tool, call, context)
         else:
@@ -579,6 +582,7 @@ class Kernel:
                 _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], result.content, target)
             return result
 
+        self._agent_handlers.add(ask_agent)
         return Tool(spec, ask_agent)
 
     def _create_provider(self, manifest: Any, model: Any = None) -> Any:
@@ -729,6 +733,9 @@ async def open_kernel(
                     lambda runtime=runtime: runtime,
                     mailbox_size=config.kernel.mailbox_size,
                     concurrency=max(config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages),
+                    # The kernel cancels an agent's run whenever its caller stops waiting
+                    # anyway, so the run may as well execute in the caller's task.
+                    direct_asks=True,
                 )
             body_error: Exception | None = None
             async with trio.open_nursery() as services:

@@ -783,7 +783,7 @@ async def test_an_ask_with_nothing_queued_runs_in_the_askers_task():
         return handle
 
     async with open_actor_system() as system:
-        system.spawn("a", factory)
+        system.spawn("a", factory, direct_asks=True)
         reply = await system.ask("a", "X")
         assert reply.payload == "ok" and ran_in == [trio.lowlevel.current_task()]
         await system.tell(Event("X", "src", "a"))  # a told event still goes through a worker
@@ -809,8 +809,8 @@ async def test_direct_asks_keep_the_concurrency_limit_and_first_come_first_serve
         return handle
 
     async with open_actor_system() as system:
-        system.spawn("narrow", factory, concurrency=2)
-        system.spawn("single", factory, concurrency=1)
+        system.spawn("narrow", factory, concurrency=2, direct_asks=True)
+        system.spawn("single", factory, concurrency=1, direct_asks=True)
         for name in ("narrow", "single"):
             async with trio.open_nursery() as nursery:
                 for i in range(10):
@@ -827,7 +827,7 @@ async def test_stop_fails_direct_asks_waiting_for_a_slot_and_lets_the_running_on
     rec = Recorder()
     outcomes: dict[str, object] = {}
     async with open_actor_system() as system:
-        system.spawn("w", rec.factory)
+        system.spawn("w", rec.factory, direct_asks=True)
 
         async def ask(payload):
             try:
@@ -851,8 +851,165 @@ async def test_stop_fails_direct_asks_waiting_for_a_slot_and_lets_the_running_on
 async def test_a_crash_in_a_direct_ask_is_reported_and_the_actor_restarts():
     rec = Recorder()
     async with open_actor_system() as system:
-        system.spawn("w", rec.factory)
+        system.spawn("w", rec.factory, direct_asks=True)
         with pytest.raises(ActorCrashed, match="boom in generation 1") as info:
             await system.ask("w", "X", "boom")
         assert isinstance(info.value.__cause__, ValueError)
         assert (await system.ask("w", "X", "next")).payload == {"generation": 2, "payload": "next"}
+
+
+async def test_a_direct_handler_finishing_after_the_deadline_is_still_a_timeout():
+    # Regression: a handler in a worker thread (cancellation reaches it only when the
+    # thread returns) made a direct ask succeed long after its deadline.
+    import time
+
+    def factory():
+        async def handle(ctx, event):
+            await trio.to_thread.run_sync(time.sleep, 0.5)
+            return "late"
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("slow", factory, direct_asks=True)
+        with pytest.raises(AskTimeout):
+            await system.ask("slow", "X", timeout=0.1)
+
+
+async def test_stop_waits_for_a_direct_handler_that_shields_its_cleanup():
+    # Regression: a cancelled actor's wait for its direct handlers was skipped (-inf
+    # deadline arithmetic): stop() returned and the name could be reused while it ran.
+    finished = []
+
+    def factory():
+        async def handle(ctx, event):
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(0.3)
+                finished.append(trio.current_time())
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("w", factory, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_ask_quietly, system, "w")
+            await trio.testing.wait_all_tasks_blocked()
+            await system.stop("w", timeout=0.05)
+            stopped = trio.current_time()
+        assert finished and finished[0] <= stopped
+
+
+async def _ask_quietly(system, name):
+    try:
+        await system.ask(name, "X", timeout=30)
+    except ActorStopped:
+        pass
+
+
+async def test_stop_fails_a_queued_ask_at_once_even_when_a_worker_holds_it_waiting_for_a_slot():
+    # Regression: with the slots held by direct asks, an idle worker took the queued letter
+    # and waited for a slot; stop() failed it only after the grace.
+    rec = Recorder()
+    outcome: list[object] = []
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+
+            async def ask(payload):
+                try:
+                    outcome.append((await system.ask("w", "X", payload, timeout=30)).payload)
+                except Exception as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(ask, "block")  # runs directly and holds the only slot
+            await rec.handling.wait()
+            await system.tell(Event("X", "src", "w", "told"))  # queued: a worker takes it and waits
+            nursery.start_soon(ask, "queued")  # queued behind the told event
+            await trio.testing.wait_all_tasks_blocked()
+            start = trio.current_time()
+            nursery.start_soon(lambda: system.stop("w", timeout=3.0))
+            await trio.testing.wait_all_tasks_blocked()
+            assert isinstance(outcome[-1], ActorStopped) and trio.current_time() - start < 0.5
+            rec.gate.set()
+    assert "told" not in rec.seen and "queued" not in rec.seen
+
+
+async def test_an_asks_own_deadline_is_a_timeout_even_while_its_actor_stops_gracefully(autojump_clock):
+    # Regression: any cancellation while the actor was stopping was reported as ActorStopped.
+    rec = Recorder()
+    async with open_actor_system() as system:
+        system.spawn("w", rec.factory, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+            errors = []
+
+            async def ask():
+                try:
+                    await system.ask("w", "X", "block", timeout=1)
+                except Exception as exc:
+                    errors.append(exc)
+
+            nursery.start_soon(ask)
+            await rec.handling.wait()
+            nursery.start_soon(lambda: system.stop("w", timeout=10.0))
+        assert isinstance(errors[0], AskTimeout)
+
+
+async def test_by_default_a_handler_outlives_an_asker_that_gave_up():
+    done = trio.Event()
+
+    def factory():
+        async def handle(ctx, event):
+            await trio.sleep(0.2)
+            done.set()
+            return "finished"
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("w", factory)  # no direct_asks: the handler runs in a worker
+        with pytest.raises(AskTimeout):
+            await system.ask("w", "X", timeout=0.05)
+        with trio.fail_after(5):
+            await done.wait()
+
+
+def test_a_told_letter_in_the_mailbox_is_never_overtaken_by_a_direct_ask():
+    # Regression: a letter moved into the mailbox from a blocked sender was counted only when
+    # the sender resumed; an ask in that window ran directly, ahead of it.
+    async def main():
+        order = []
+        gates = {"L1": trio.Event(), "L2": trio.Event()}
+
+        def factory():
+            async def handle(ctx, event):
+                order.append(event.payload)
+                if event.payload == "L3":
+                    await ctx.ask("a", "X", "X", timeout=5)
+                elif event.payload in gates:
+                    await gates[event.payload].wait()
+                return event.payload
+
+            return handle
+
+        async with open_actor_system() as system:
+            system.spawn("a", factory, mailbox_size=1, concurrency=2, direct_asks=True)
+            async with trio.open_nursery() as nursery:
+                for payload in ("L1", "L2", "L3"):
+                    await system.tell(Event("X", "src", "a", payload))
+                    await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(system.tell, Event("X", "src", "a", "L4"))
+                await trio.testing.wait_all_tasks_blocked()
+                gates["L1"].set()
+                await trio.testing.wait_all_tasks_blocked()
+                gates["L2"].set()
+            with trio.fail_after(5):
+                while not ("X" in order and "L4" in order):
+                    await trio.sleep(0.01)
+        return order
+
+    for _ in range(30):
+        order = trio.run(main)
+        assert order.index("L4") < order.index("X"), order
