@@ -49,6 +49,12 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
                 say("  " + line)
             say()
             say(f"reply: {reply.text}")
+            for output in reply.outputs:  # handed over by the worker, adopted up the chain
+                sizes = ", ".join(
+                    f"{p.media_type or 'file'}, {len(p.raw)} bytes" if p.raw is not None else (p.media_type or "text")
+                    for p in output.parts
+                )
+                say(f"artifact: {output.name} ({sizes}) — {output.description or 'no description'}")
 
             async with kernel.tap.subscribe(buffer=10_000, kinds=(EventKind.KERNEL_BREAKER,)) as breaker:
                 say()

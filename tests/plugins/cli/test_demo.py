@@ -16,6 +16,7 @@ async def test_demo_shows_the_collaboration_tree_and_the_breaker(tmp_path):
     assert "└─ coordinator → worker  (MCP tools/call" in text
     assert "    └─ worker → reviewer  (MCP tools/call" in text
     assert "approved" in text
+    assert "artifact: draft.md (text/markdown, " in text  # handed over by the worker, up the chain
     assert "depth limit is 5" in text
     assert "coordinator → worker → reviewer → coordinator → worker → reviewer" in text
     # the demo ran on a temporary data directory, not the user's
