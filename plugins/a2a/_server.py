@@ -646,8 +646,9 @@ def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p
             return p.Operation("subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), m.V1)
         if method == "GET" and ":" not in ident:
             params: dict[str, Any] = {"id": _path_id(ident)}
-            if "historyLength" in request.args:
-                params["historyLength"] = request.args["historyLength"]
+            for key in ("historyLength", "history_length") if v03 else ("historyLength",):
+                if key in request.args:  # 0.3 proto JSON: either spelling
+                    params["historyLength"] = request.args[key]
             return p.Operation("get", p.parse_params("get", params, m.V1), m.V1)
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
         task_id = _path_id(parts[1])

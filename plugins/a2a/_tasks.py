@@ -48,6 +48,7 @@ class LiveTask:
     cancel_requested: bool = False
     push: list[m.PushConfig] | None = None
     fresh_context: bool = False  # its context id was made up here: no history to load yet
+    accepted_modes: tuple[str, ...] = ()  # the last send's acceptedOutputModes
 
     def append(self, event: m.Event) -> None:
         self.seq += 1
@@ -247,6 +248,7 @@ class TaskManager:
             live = await self._create(agent, message, dialect, task_id, durable=not lazy)
         if options.push is not None:
             await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent)
+        live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
         self.nursery.start_soon(self._run, live, message.text(), trace)
@@ -375,6 +377,9 @@ class TaskManager:
                     else:
                         response = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
                         outcome = (m.COMPLETED, None, (response, *handed))
+                    # What the client said it cannot take is left out (the answer stays: the
+                    # send was refused up front unless the client accepts text or JSON).
+                    outcome = (*outcome[:2], _accepted(outcome[2], live.accepted_modes, keep=("response",)))
             if scope.cancelled_caught or live.cancel_requested:
                 outcome = (m.CANCELED, None, ())
             state, message, artifacts = outcome
@@ -511,6 +516,43 @@ def iso_to_epoch(value: str, field: str) -> float:
     if not math.isfinite(ts):
         raise m.invalid(field, "is out of range")
     return ts
+
+
+def _media_type(part: m.Part) -> str:
+    if part.media_type:
+        return part.media_type.split(";")[0].strip().lower()
+    if part.text is not None:
+        return "text/plain"
+    return "application/json" if part.has_data else "application/octet-stream"
+
+
+def _mode_accepts(mode: str, media: str) -> bool:
+    mode = mode.split(";")[0].strip().lower()
+    if mode in ("*/*", "*", media):
+        return True
+    if mode == "text":  # the 0.1 shape's mode names
+        return media.startswith("text/")
+    if mode in ("data", "json"):
+        return media == "application/json"
+    if mode == "file":
+        return not media.startswith("text/") and media != "application/json"
+    return mode.endswith("/*") and media.startswith(mode[:-1])
+
+
+def _accepted(artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep: tuple[str, ...]) -> tuple[m.Artifact, ...]:
+    """``artifacts`` without the parts none of ``modes`` (acceptedOutputModes) accepts;
+    an artifact left with no parts is dropped; those named in ``keep`` stay whole."""
+    if not modes:
+        return artifacts
+    out = []
+    for artifact in artifacts:
+        if artifact.name in keep:
+            out.append(artifact)
+            continue
+        parts = tuple(p for p in artifact.parts if any(_mode_accepts(mode, _media_type(p)) for mode in modes))
+        if parts:
+            out.append(artifact if len(parts) == len(artifact.parts) else attrs.evolve(artifact, parts=parts))
+    return tuple(out)
 
 
 MAX_TASK_FILE_BYTES = 16 * 1024 * 1024

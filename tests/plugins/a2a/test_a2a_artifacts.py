@@ -188,3 +188,30 @@ async def test_cards_say_which_agents_may_answer_with_data_and_files(http):
     echo = (await http.get("/a2a/agents/echo/.well-known/agent-card.json")).json()
     assert maker["defaultOutputModes"] == ["text/plain", "application/json", "application/octet-stream"]
     assert echo["defaultOutputModes"] == ["text/plain"]
+
+
+@pytest.mark.parametrize(
+    "modes, names",
+    [
+        (["text/plain"], ["response"]),
+        (["text/plain", "text/csv"], ["response", "report"]),
+        (["text/plain", "application/json"], ["response", "summary"]),
+        (["text/*", "application/*"], ["response", "report", "summary", "source"]),
+        (["*/*"], ["response", "report", "summary", "source"]),
+    ],
+)
+async def test_accepted_output_modes_leave_out_what_the_client_cannot_take(http, modes, names):
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "q3 numbers"}]}
+    params = {"message": message, "configuration": {"acceptedOutputModes": modes}}
+    r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, headers=V1)
+    task = r.json()["result"]["task"]
+    assert [a["name"] for a in task["artifacts"]] == names
+
+
+async def test_v03_rest_get_task_reads_history_length_in_either_spelling(http):
+    body = {"message": {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "q3 numbers"}]}}
+    task = (await http.post("/a2a/agents/maker/rest/v1/message:send", json=body)).json()["task"]
+    assert (await http.get(f"/a2a/agents/maker/rest/v1/tasks/{task['id']}")).json()["history"]
+    for key in ("historyLength", "history_length"):
+        got = (await http.get(f"/a2a/agents/maker/rest/v1/tasks/{task['id']}?{key}=0")).json()
+        assert "history" not in got or got["history"] == [], key
