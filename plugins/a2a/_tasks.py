@@ -15,7 +15,10 @@ import collections
 import json
 import logging
 import math
+import os
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -251,7 +254,7 @@ class TaskManager:
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
-        self.nursery.start_soon(self._run, live, message.text(), trace)
+        self.nursery.start_soon(self._run, live, message, trace)
         return live
 
     async def _create(
@@ -338,7 +341,7 @@ class TaskManager:
         events.append(m.StatusUpdate(task.id, task.context_id, status))
         await self._commit(live, attrs.evolve(task, status=status, artifacts=artifacts, history=history), events)
 
-    async def _run(self, live: LiveTask, text: str, trace: TraceContext | None) -> None:
+    async def _run(self, live: LiveTask, message: m.Message, trace: TraceContext | None) -> None:
         task = live.task
         outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (m.FAILED, "the agent did not answer", ())
         try:
@@ -347,6 +350,7 @@ class TaskManager:
                 if live.cancel_requested:
                     scope.cancel()
                 await self._status(live, m.WORKING)
+                text = await self._agent_text(live, message)
                 try:
                     fresh, live.fresh_context = live.fresh_context, False
                     reply = await self.kernel.send(
@@ -392,6 +396,27 @@ class TaskManager:
             live.done.set()
             if live.task.terminal:
                 self.live.pop(task.id, None)
+
+    async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
+        """The message as the agent reads it: a file sent with its bytes is saved in the
+        agent's workspace (``inbox/<task id>/<name>``) and named there, so the agent's tools
+        can open it; text, data (JSON) and file URLs are inline."""
+        if not any(p.raw is not None for p in message.parts):
+            return message.text()
+        try:
+            workspace = self.kernel.workspace_for(self.kernel.agents[live.agent])
+            saved = await trio.to_thread.run_sync(_save_files, workspace, live.task.id, message.parts)
+        except (OSError, KeyError) as exc:
+            log.warning("A2A task %s: could not save its files in the workspace (%s); sending them inline", live.task.id, exc)
+            return message.text()
+        pieces = []
+        for part, where in zip(message.parts, saved, strict=True):
+            if where is None:
+                pieces.append(part.as_text())
+            else:
+                label = ", ".join(x for x in (part.media_type, f"{len(part.raw or b'')} bytes") if x)
+                pieces.append(f"[file {part.filename or where.rsplit('/', 1)[-1]} ({label}) saved in your workspace as {where}]")
+        return "\n".join(pieces)
 
     # ---- waiting, following --------------------------------------------------------------
     async def wait_settled(self, live: LiveTask) -> m.Task:
@@ -553,6 +578,31 @@ def _accepted(artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep
         if parts:
             out.append(artifact if len(parts) == len(artifact.parts) else attrs.evolve(artifact, parts=parts))
     return tuple(out)
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _save_files(workspace: Path, task_id: str, parts: tuple[m.Part, ...]) -> list[str | None]:
+    """Write the parts with bytes under ``inbox/<task id>/`` (names made safe and unique);
+    their workspace-relative paths, None for the other parts."""
+    folder = workspace / "inbox" / _UNSAFE_NAME.sub("_", task_id)[:64]
+    out: list[str | None] = []
+    for i, part in enumerate(parts):
+        if part.raw is None:
+            out.append(None)
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        base = _UNSAFE_NAME.sub("_", (part.filename or "").rsplit("/", 1)[-1]).strip("._")[:100] or f"file-{i + 1}"
+        name, n = base, 1
+        while (folder / name).exists():
+            n += 1
+            name = f"{n}-{base}"
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(part.raw)
+        out.append(str((folder / name).relative_to(workspace)))
+    return out
 
 
 MAX_TASK_FILE_BYTES = 16 * 1024 * 1024

@@ -147,7 +147,8 @@ async def test_streaming_events_arrive_in_order_for_many_concurrent_streams(http
         assert events[2]["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"] == f"echo: s{i}"
 
 
-async def test_file_and_data_parts_reach_the_agent_intact(http):
+async def test_file_and_data_parts_reach_the_agent_intact(daemon, http):
+    kernel, _ = daemon
     raw = bytes(range(256))
     parts = [
         {"text": "look"},
@@ -157,11 +158,26 @@ async def test_file_and_data_parts_reach_the_agent_intact(http):
     ]
     task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
     echoed = task["artifacts"][0]["parts"][0]["text"]
-    assert base64.b64encode(raw).decode() in echoed
-    assert "blob.bin" in echoed and "application/octet-stream" in echoed
+    # A file sent with its bytes is saved in the agent's workspace, where its tools can open it.
+    where = f"inbox/{task['id']}/blob.bin"
+    assert f"[file blob.bin (application/octet-stream, 256 bytes) saved in your workspace as {where}]" in echoed
+    assert (kernel.workspace_for(kernel.agents["echo"]) / where).read_bytes() == raw
     assert "https://example.com/a.png" in echoed
     assert json.loads(echoed.split("```json\n")[1].split("\n```")[0]) == {"k": [1, 2, {"z": None}]}
     assert task["history"][0]["parts"] == parts  # stored exactly as sent
+
+
+async def test_sent_files_get_safe_unique_names_in_the_workspace(daemon, http):
+    kernel, _ = daemon
+    parts = [
+        {"raw": base64.b64encode(b"one").decode(), "filename": "../../etc/passwd"},
+        {"raw": base64.b64encode(b"two").decode(), "filename": "passwd"},
+        {"raw": base64.b64encode(b"three").decode()},
+    ]
+    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
+    inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox" / task["id"]
+    assert sorted(p.name for p in inbox.iterdir()) == ["2-passwd", "file-3", "passwd"]
+    assert (inbox / "passwd").read_bytes() == b"one" and (inbox / "2-passwd").read_bytes() == b"two"
 
 
 async def test_root_endpoint_routes_by_metadata_agent_never_the_first_agent(tmp_path):
