@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import re
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -279,8 +280,7 @@ class TaskManager:
             if "UNIQUE" in str(exc):
                 raise m.invalid("id", f"task id {tid!r} is already in use") from None
             raise m.A2AError(m.INTERNAL_ERROR, str(exc)) from None
-        for gone in evicted:
-            self.live.pop(gone, None)
+        await self._forget(evicted)
         live = LiveTask(task, agent, dialect, fresh_context=fresh_context)
         self.live[tid] = live
         return live
@@ -318,8 +318,7 @@ class TaskManager:
                 evicted = await self.store.update(
                     task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect)
                 )
-            for gone in evicted:
-                self.live.pop(gone, None)
+            await self._forget(evicted)
         live.task = task
         for event in events:
             live.append(event)
@@ -396,6 +395,19 @@ class TaskManager:
             live.done.set()
             if live.task.terminal:
                 self.live.pop(task.id, None)
+
+    async def _forget(self, evicted: list[str]) -> None:
+        """Evicted tasks leave memory, and the files they brought leave the workspaces."""
+        if not evicted:
+            return
+        for gone in evicted:
+            self.live.pop(gone, None)
+        folders = [
+            self.kernel.workspace_for(manifest) / "inbox" / _UNSAFE_NAME.sub("_", gone)[:64]
+            for manifest in self.kernel.agents.values()
+            for gone in evicted
+        ]
+        await trio.to_thread.run_sync(_remove_folders, folders)
 
     async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
         """The message as the agent reads it: a file sent with its bytes is saved in the
@@ -581,6 +593,12 @@ def _accepted(artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep
 
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _remove_folders(folders: list[Path]) -> None:
+    for folder in folders:
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _save_files(workspace: Path, task_id: str, parts: tuple[m.Part, ...]) -> list[str | None]:

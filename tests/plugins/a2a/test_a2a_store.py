@@ -254,3 +254,20 @@ def test_one_task_keeps_a_bounded_weight_of_files_over_its_turns():
     (kept,) = _within_task_bound(task, new)
     assert kept.parts[0].raw == b"\0" * 5 and kept.parts[2].text == "hi"
     assert kept.parts[1].text == "[file more.bin left out: this task's files may total at most 16 MiB]"
+
+
+async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
+    import base64
+
+    config = make_config(tmp_path, a2a={"max_tasks": 2})
+    blob = {"raw": base64.b64encode(b"payload").decode(), "filename": "f.bin"}
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "with a file"}, blob]}}
+        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+        first = r.json()["result"]["task"]["id"]
+        inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox"
+        assert (inbox / first / "f.bin").read_bytes() == b"payload"
+        for i in range(2):  # two more tasks: the first is evicted (max_tasks = 2)
+            await send(http, f"t{i}")
+        assert (await get(http, first))["error"]["code"] == -32001
+        assert not (inbox / first).exists()
