@@ -402,11 +402,10 @@ class TaskManager:
             return
         for gone in evicted:
             self.live.pop(gone, None)
-        folders = [
-            self.kernel.workspace_for(manifest) / "inbox" / _UNSAFE_NAME.sub("_", gone)[:64]
-            for manifest in self.kernel.agents.values()
-            for gone in evicted
-        ]
+        folders = []
+        for manifest in self.kernel.agents.values():
+            workspace = self.kernel.workspace_for(manifest)
+            folders += [(workspace, workspace / "inbox" / _UNSAFE_NAME.sub("_", gone)[:64]) for gone in evicted]
         await trio.to_thread.run_sync(_remove_folders, folders)
 
     async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
@@ -595,31 +594,57 @@ def _accepted(artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _remove_folders(folders: list[Path]) -> None:
-    for folder in folders:
-        if folder.is_dir() and not folder.is_symlink():
+def _remove_folders(folders: list[tuple[Path, Path]]) -> None:
+    for workspace, folder in folders:
+        inbox = workspace / "inbox"
+        # Never through a link an agent may have put in place of inbox or the task folder.
+        if inbox.is_dir() and not inbox.is_symlink() and folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _open_dir(name: str, parent: int) -> int:
+    """Open (creating if needed) the directory ``name`` in ``parent`` without following a
+    symbolic link: an agent may have put one there to lead our writes elsewhere."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent)
+    except FileExistsError:
+        pass
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
 
 
 def _save_files(workspace: Path, task_id: str, parts: tuple[m.Part, ...]) -> list[str | None]:
     """Write the parts with bytes under ``inbox/<task id>/`` (names made safe and unique);
     their workspace-relative paths, None for the other parts."""
-    folder = workspace / "inbox" / _UNSAFE_NAME.sub("_", task_id)[:64]
-    out: list[str | None] = []
-    for i, part in enumerate(parts):
-        if part.raw is None:
-            out.append(None)
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        base = _UNSAFE_NAME.sub("_", (part.filename or "").rsplit("/", 1)[-1]).strip("._")[:100] or f"file-{i + 1}"
-        name, n = base, 1
-        while (folder / name).exists():
-            n += 1
-            name = f"{n}-{base}"
-        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(part.raw)
-        out.append(str((folder / name).relative_to(workspace)))
+    folder = _UNSAFE_NAME.sub("_", task_id)[:64]
+    out: list[str | None] = [None] * len(parts)
+    if not any(p.raw is not None for p in parts):
+        return out
+    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        inbox = _open_dir("inbox", root)
+        try:
+            task_dir = _open_dir(folder, inbox)
+        finally:
+            os.close(inbox)
+    finally:
+        os.close(root)
+    try:
+        taken = set(os.listdir(task_dir))
+        for i, part in enumerate(parts):
+            if part.raw is None:
+                continue
+            base = _UNSAFE_NAME.sub("_", (part.filename or "").rsplit("/", 1)[-1]).strip("._")[:100] or f"file-{i + 1}"
+            name, n = base, 1
+            while name in taken:
+                n += 1
+                name = f"{n}-{base}"
+            taken.add(name)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=task_dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(part.raw)
+            out[i] = f"inbox/{folder}/{name}"
+    finally:
+        os.close(task_dir)
     return out
 
 

@@ -241,3 +241,18 @@ async def test_bearer_auth_when_api_key_is_set_cards_stay_public(tmp_path):
     assert refused.status_code == 401
     assert ok.json()["error"]["code"] == -32001
     assert extended.json()["result"]["name"] == "echo"
+
+
+async def test_a_linked_inbox_never_leads_files_outside_the_workspace(daemon, http, tmp_path):
+    import os
+
+    kernel, _ = daemon
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    workspace = kernel.workspace_for(kernel.agents["echo"])
+    os.symlink(outside, workspace / "inbox")  # as an agent with bash could
+    part = {"raw": base64.b64encode(b"secret").decode(), "filename": "f.bin"}
+    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [part]}}))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert list(outside.iterdir()) == []  # nothing written through the link
+    assert base64.b64encode(b"secret").decode() in task["artifacts"][0]["parts"][0]["text"]  # sent inline instead
