@@ -15,9 +15,6 @@ import collections
 import json
 import logging
 import math
-import os
-import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ import attrs
 import trio
 from roost.kernel import Output, RecursionLimitExceeded, RoostError, TraceContext
 
+from . import _inbox
 from . import _models as m
 from ._store import TaskRow, TaskStore, TaskStoreError
 
@@ -33,7 +31,7 @@ log = logging.getLogger("roost.a2a")
 
 EVENT_LOG_MAX = 256
 CANCEL_WAIT_S = 10.0
-_OUTPUT_MODES = ("text/plain", "text/*", "*/*", "text", "application/json")
+_ANSWER_TYPES = ("text/plain", "application/json")  # what every agent can answer in
 
 
 @attrs.define(eq=False)
@@ -225,7 +223,7 @@ class TaskManager:
         webhook configured the task is announced early, so it is stored durably anyway.
         """
         if options.accepted_output_modes and not any(
-            mode.lower() in _OUTPUT_MODES for mode in options.accepted_output_modes
+            _mode_accepts(mode, media) for mode in options.accepted_output_modes for media in _ANSWER_TYPES
         ):
             raise m.A2AError(
                 m.CONTENT_TYPE_NOT_SUPPORTED,
@@ -382,7 +380,7 @@ class TaskManager:
                         outcome = (m.COMPLETED, None, (response, *handed))
                     # What the client said it cannot take is left out (the answer stays: the
                     # send was refused up front unless the client accepts text or JSON).
-                    outcome = (*outcome[:2], _accepted(outcome[2], live.accepted_modes, keep=("response",)))
+                    outcome = (*outcome[:2], _accepted(outcome[2], live.accepted_modes, keep=outcome[2][:1] if outcome[0] == m.COMPLETED else ()))
             if scope.cancelled_caught or live.cancel_requested:
                 outcome = (m.CANCELED, None, ())
             state, message, artifacts = outcome
@@ -397,36 +395,47 @@ class TaskManager:
                 self.live.pop(task.id, None)
 
     async def _forget(self, evicted: list[str]) -> None:
-        """Evicted tasks leave memory, and the files they brought leave the workspaces."""
+        """Evicted tasks leave memory, and the files they brought leave the workspaces
+        (in the background, best effort: a task's own write never waits for it)."""
         if not evicted:
             return
         for gone in evicted:
             self.live.pop(gone, None)
-        folders = []
-        for manifest in self.kernel.agents.values():
-            workspace = self.kernel.workspace_for(manifest)
-            folders += [(workspace, workspace / "inbox" / _UNSAFE_NAME.sub("_", gone)[:64]) for gone in evicted]
-        await trio.to_thread.run_sync(_remove_folders, folders)
+        home = Path(self.kernel.config.home)
+        workspaces = [manifest.workspace_dir(home) for manifest in self.kernel.agents.values()]
+        self.nursery.start_soon(self._remove_files, workspaces, list(evicted))
+
+    @staticmethod
+    async def _remove_files(workspaces: list[Path], task_ids: list[str]) -> None:
+        try:
+            await trio.to_thread.run_sync(_inbox.remove_task_folders, workspaces, task_ids)
+        except Exception:
+            log.exception("A2A: could not remove the files of %d evicted task(s)", len(task_ids))
 
     async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
         """The message as the agent reads it: a file sent with its bytes is saved in the
-        agent's workspace (``inbox/<task id>/<name>``) and named there, so the agent's tools
-        can open it; text, data (JSON) and file URLs are inline."""
+        agent's workspace (see ``_inbox``) and named there, so the agent's tools can open
+        it; text, data (JSON) and file URLs are inline."""
         if not any(p.raw is not None for p in message.parts):
             return message.text()
         try:
             workspace = self.kernel.workspace_for(self.kernel.agents[live.agent])
-            saved = await trio.to_thread.run_sync(_save_files, workspace, live.task.id, message.parts)
+            saved = await trio.to_thread.run_sync(_inbox.save_files, workspace, live.task.id, message.parts)
         except (OSError, KeyError) as exc:
-            log.warning("A2A task %s: could not save its files in the workspace (%s); sending them inline", live.task.id, exc)
-            return message.text()
+            log.warning("A2A task %s: could not save its files in the workspace: %s", live.task.id, exc)
+            problem = f"(not saved: {getattr(exc, 'strerror', None) or exc})"
+            saved = [problem if p.raw is not None else None for p in message.parts]
         pieces = []
         for part, where in zip(message.parts, saved, strict=True):
             if where is None:
                 pieces.append(part.as_text())
+                continue
+            label = ", ".join(x for x in (part.media_type, f"{len(part.raw or b'')} bytes") if x)
+            name = part.filename or "file"
+            if where.startswith("("):
+                pieces.append(f"[file {name} ({label}) {where}]")
             else:
-                label = ", ".join(x for x in (part.media_type, f"{len(part.raw or b'')} bytes") if x)
-                pieces.append(f"[file {part.filename or where.rsplit('/', 1)[-1]} ({label}) saved in your workspace as {where}]")
+                pieces.append(f"[file {name} ({label}) saved in your workspace as {where}]")
         return "\n".join(pieces)
 
     # ---- waiting, following --------------------------------------------------------------
@@ -575,77 +584,22 @@ def _mode_accepts(mode: str, media: str) -> bool:
     return mode.endswith("/*") and media.startswith(mode[:-1])
 
 
-def _accepted(artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep: tuple[str, ...]) -> tuple[m.Artifact, ...]:
+def _accepted(
+    artifacts: tuple[m.Artifact, ...], modes: tuple[str, ...], *, keep: tuple[m.Artifact, ...]
+) -> tuple[m.Artifact, ...]:
     """``artifacts`` without the parts none of ``modes`` (acceptedOutputModes) accepts;
-    an artifact left with no parts is dropped; those named in ``keep`` stay whole."""
+    an artifact left with no parts is dropped; the ones in ``keep`` (the answer) stay whole."""
     if not modes:
         return artifacts
     out = []
     for artifact in artifacts:
-        if artifact.name in keep:
+        if any(artifact is k for k in keep):
             out.append(artifact)
             continue
         parts = tuple(p for p in artifact.parts if any(_mode_accepts(mode, _media_type(p)) for mode in modes))
         if parts:
             out.append(artifact if len(parts) == len(artifact.parts) else attrs.evolve(artifact, parts=parts))
     return tuple(out)
-
-
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def _remove_folders(folders: list[tuple[Path, Path]]) -> None:
-    for workspace, folder in folders:
-        inbox = workspace / "inbox"
-        # Never through a link an agent may have put in place of inbox or the task folder.
-        if inbox.is_dir() and not inbox.is_symlink() and folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _open_dir(name: str, parent: int) -> int:
-    """Open (creating if needed) the directory ``name`` in ``parent`` without following a
-    symbolic link: an agent may have put one there to lead our writes elsewhere."""
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent)
-    except FileExistsError:
-        pass
-    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-
-
-def _save_files(workspace: Path, task_id: str, parts: tuple[m.Part, ...]) -> list[str | None]:
-    """Write the parts with bytes under ``inbox/<task id>/`` (names made safe and unique);
-    their workspace-relative paths, None for the other parts."""
-    folder = _UNSAFE_NAME.sub("_", task_id)[:64]
-    out: list[str | None] = [None] * len(parts)
-    if not any(p.raw is not None for p in parts):
-        return out
-    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        inbox = _open_dir("inbox", root)
-        try:
-            task_dir = _open_dir(folder, inbox)
-        finally:
-            os.close(inbox)
-    finally:
-        os.close(root)
-    try:
-        taken = set(os.listdir(task_dir))
-        for i, part in enumerate(parts):
-            if part.raw is None:
-                continue
-            base = _UNSAFE_NAME.sub("_", (part.filename or "").rsplit("/", 1)[-1]).strip("._")[:100] or f"file-{i + 1}"
-            name, n = base, 1
-            while name in taken:
-                n += 1
-                name = f"{n}-{base}"
-            taken.add(name)
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=task_dir)
-            with os.fdopen(fd, "wb") as f:
-                f.write(part.raw)
-            out[i] = f"inbox/{folder}/{name}"
-    finally:
-        os.close(task_dir)
-    return out
 
 
 MAX_TASK_FILE_BYTES = 16 * 1024 * 1024

@@ -215,3 +215,33 @@ async def test_v03_rest_get_task_reads_history_length_in_either_spelling(http):
     for key in ("historyLength", "history_length"):
         got = (await http.get(f"/a2a/agents/maker/rest/v1/tasks/{task['id']}?{key}=0")).json()
         assert "history" not in got or got["history"] == [], key
+
+
+@pytest.mark.parametrize(
+    "modes, ok",
+    [
+        (["text/plain; charset=utf-8"], True),
+        (["application/*"], True),
+        (["*"], True),
+        (["data"], True),
+        (["TEXT/*"], True),
+        (["image/png"], False),
+        (["application/pdf", "image/*"], False),
+    ],
+)
+async def test_the_up_front_check_and_the_filter_read_modes_alike(http, modes, ok):
+    # Regression: the up-front -32005 check compared exact lower-cased strings, while the
+    # artifact filter understood wildcards, parameters and the 0.1 names.
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "q3 numbers"}]}
+    params = {"message": message, "configuration": {"acceptedOutputModes": modes}}
+    body = (await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, headers=V1)).json()
+    assert ("result" in body) is ok and (ok or body["error"]["code"] == -32005), body
+
+
+def test_an_agent_artifact_named_response_is_filtered_like_any_other():
+    from roost.plugins.a2a import _models as m
+    from roost.plugins.a2a._tasks import _accepted
+
+    answer = m.Artifact("a1", (m.Part(text="the answer"),), name="response")
+    handed = m.Artifact("a2", (m.Part(raw=b"png", media_type="image/png"),), name="response")
+    assert _accepted((answer, handed), ("text/plain",), keep=(answer,)) == (answer,)

@@ -159,7 +159,9 @@ async def test_file_and_data_parts_reach_the_agent_intact(daemon, http):
     task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
     echoed = task["artifacts"][0]["parts"][0]["text"]
     # A file sent with its bytes is saved in the agent's workspace, where its tools can open it.
-    where = f"inbox/{task['id']}/blob.bin"
+    from roost.plugins.a2a._inbox import folder_of
+
+    where = f"inbox/{folder_of(task['id'])}/blob.bin"
     assert f"[file blob.bin (application/octet-stream, 256 bytes) saved in your workspace as {where}]" in echoed
     assert (kernel.workspace_for(kernel.agents["echo"]) / where).read_bytes() == raw
     assert "https://example.com/a.png" in echoed
@@ -175,7 +177,9 @@ async def test_sent_files_get_safe_unique_names_in_the_workspace(daemon, http):
         {"raw": base64.b64encode(b"three").decode()},
     ]
     task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
-    inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox" / task["id"]
+    from roost.plugins.a2a._inbox import folder_of
+
+    inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox" / folder_of(task["id"])
     assert sorted(p.name for p in inbox.iterdir()) == ["2-passwd", "file-3", "passwd"]
     assert (inbox / "passwd").read_bytes() == b"one" and (inbox / "2-passwd").read_bytes() == b"two"
 
@@ -255,4 +259,20 @@ async def test_a_linked_inbox_never_leads_files_outside_the_workspace(daemon, ht
     task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [part]}}))["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert list(outside.iterdir()) == []  # nothing written through the link
-    assert base64.b64encode(b"secret").decode() in task["artifacts"][0]["parts"][0]["text"]  # sent inline instead
+    assert "[file f.bin (6 bytes) (not saved: " in task["artifacts"][0]["parts"][0]["text"]  # and the agent is told
+
+
+async def test_a_client_chosen_task_id_never_becomes_a_path(daemon, http):
+    # Regression: the 0.1 shape lets a client choose the task id; "..", "." and "a/b" were
+    # used as the inbox folder (files in the workspace root; eviction removed a workspace).
+    kernel, _ = daemon
+    workspace = kernel.workspace_for(kernel.agents["echo"])
+    (workspace / "precious.txt").write_text("keep me")
+    part = {"type": "file", "file": {"bytes": base64.b64encode(b"x").decode(), "name": "f.bin"}}
+    for tid in ("..", ".", "a/b", "job:1", "job 1"):
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {"id": tid, "message": {"role": "user", "parts": [part]}}}
+        r = await http.post("/a2a/agents/echo/jsonrpc", json=body)
+        assert r.status_code == 200 and "result" in r.json(), r.text
+    folders = sorted(p.name for p in (workspace / "inbox").iterdir())
+    assert len(folders) == 5 and all(name.startswith("t-") for name in folders)  # one each, hashed
+    assert not (workspace / "f.bin").exists() and (workspace / "precious.txt").read_text() == "keep me"
