@@ -557,7 +557,7 @@ class ActorSystem:
                 try:
                     result = await actor.handler(actor.context, event)
                 except Exception as exc:
-                    raise self._crashed(actor, event, None, exc) from exc
+                    raise self._crashed(actor, event, exc) from exc
         finally:
             if token is not None:
                 _current_actor.reset(token)
@@ -572,10 +572,7 @@ class ActorSystem:
             if actor.stop_cause is not None and not holding:
                 raise self._stopped_error(actor, event)
             if actor.stop_cause is not None and scope.deadline < ask_deadline:  # the stop cut it short
-                raise ActorStopped(
-                    f"actor {actor.name!r} was cancelled while handling {event.kind} "
-                    f"(event {event.id}): {actor.stop_cause}"
-                )
+                raise self._cancelled_error(actor, event)
             raise AskTimeout(
                 f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
                 f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
@@ -615,6 +612,13 @@ class ActorSystem:
             if slot is None:
                 raise error from None
             slot.fail(error)
+
+    @staticmethod
+    def _cancelled_error(actor: _Actor, event: Event) -> ActorStopped:
+        return ActorStopped(
+            f"actor {actor.name!r} was cancelled while handling {event.kind} "
+            f"(event {event.id}): {actor.stop_cause or 'cancelled'}"
+        )
 
     @staticmethod
     def _stopped_error(actor: _Actor, event: Event) -> ActorStopped:
@@ -704,18 +708,13 @@ class ActorSystem:
                 try:
                     result = await handler(actor.context, event)
                 except Exception as exc:
-                    error = self._crashed(actor, event, slot, exc)
+                    error = self._crashed(actor, event, exc)
                     if slot is not None:
                         slot.fail(error)
                     continue
                 except BaseException:
                     if slot is not None:
-                        slot.fail(
-                            ActorStopped(
-                                f"actor {actor.name!r} was cancelled while handling {event.kind} "
-                                f"(event {event.id}): {actor.stop_cause or 'cancelled'}"
-                            )
-                        )
+                        slot.fail(self._cancelled_error(actor, event))
                     raise
             finally:
                 actor.slots.release()
@@ -724,9 +723,7 @@ class ActorSystem:
                 self.tap.publish(reply)
                 slot.succeed(reply)
 
-    def _crashed(
-        self, actor: _Actor, event: Event, slot: _ReplySlot | None, exc: Exception
-    ) -> ActorCrashed:
+    def _crashed(self, actor: _Actor, event: Event, exc: Exception) -> ActorCrashed:
         """Report the crash and apply the restart policy; returns the error for the asker."""
         text = _describe(exc)
         log.error(

@@ -11,8 +11,8 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,7 @@ class Kernel:
                 self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
                 raise
         run_id = uuid.uuid4().hex
-        with self._cancel_run_on_exit(agent, run_id):
+        try:
             reply = await self.actors.ask(
                 agent,
                 EventKind.AGENT_MESSAGE,
@@ -179,19 +179,16 @@ class Kernel:
                 trace=trace,
                 timeout=timeout or self.config.kernel.ask_timeout_s,
             )
+        except BaseException:
+            self._cancel_run(agent, run_id)
+            raise
         return reply.payload
 
-    @contextmanager
-    def _cancel_run_on_exit(self, agent: str, run_id: str) -> Iterator[None]:
-        """If the caller stops waiting (cancelled, timed out), the agent stops working too."""
-        done = False
-        try:
-            yield
-            done = True
-        finally:
-            runtime = self._runtimes.get(agent)
-            if not done and runtime is not None:
-                runtime.cancel(run_id)
+    def _cancel_run(self, agent: str, run_id: str) -> None:
+        """The caller stopped waiting (cancelled, timed out): the agent stops working too."""
+        runtime = self._runtimes.get(agent)
+        if runtime is not None:
+            runtime.cancel(run_id)
 
     def list_tools(self, agent: str | None = None) -> list[ToolSpec]:
         """All registered tools, or the ones ``agent`` may call."""
@@ -299,9 +296,8 @@ class Kernel:
         return plan
 
     def _context(
-        self, manifest: Any, spec: ToolSpec, trace: TraceContext | None, outputs: Any = None
+        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None
     ) -> ToolContext:
-        plan = self._plan(manifest, spec)
         return ToolContext(
             agent=manifest.name,
             workspace=plan.workspace,
@@ -352,9 +348,10 @@ class Kernel:
                         f"{call.arguments_error} — call {spec.name} again with its arguments "
                         "as one JSON object matching its inputSchema"
                     )
-                if check_capability and not self._plan(manifest, spec).allowed:
+                plan = self._plan(manifest, spec)
+                if check_capability and not plan.allowed:
                     self._capabilities(manifest).check(spec)  # raises, saying how to allow it
-                result = await self._run_checked(manifest, tool, call, conversation)
+                result = await self._run_checked(manifest, plan, tool, call, conversation)
             except LoopDetected:
                 outcome, error = "denied", "loop detected"
                 raise
@@ -389,11 +386,11 @@ class Kernel:
             await self._audit(agent, call, trace, duration_ms, outcome, error, conversation)
 
     async def _run_checked(
-        self, manifest: Any, tool: Tool, call: ToolCall, conversation: Conversation | None
+        self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
     ) -> ToolResult:
         spec = tool.spec
         validate_arguments(spec, call.arguments)
-        context = self._context(manifest, spec, call.trace, conversation.outputs if conversation is not None else None)
+        context = self._context(manifest, plan, call.trace, conversation.outputs if conversation is not None else None)
         hooks = self.plugins.hook
         if hooks.roost_before_tool_call.get_hookimpls():
             for veto in collect(hooks.roost_before_tool_call(call=call, spec=spec, context=context)):
@@ -570,10 +567,7 @@ class Kernel:
                     target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
                 )
             except BaseException as exc:
-                # The caller stopped waiting (cancelled, timed out): the callee stops working too.
-                runtime = kernel._runtimes.get(target)
-                if runtime is not None:
-                    runtime.cancel(call.id)
+                kernel._cancel_run(target, call.id)
                 if isinstance(exc, AskTimeout):
                     raise _timed_out(spec, ctx) from None
                 raise

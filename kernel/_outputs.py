@@ -114,9 +114,6 @@ class Output:
         out["parts"] = [p.to_json() for p in self.parts]
         return out
 
-    def to_mcp(self) -> list[dict[str, Any]]:
-        return [p.to_mcp(self) for p in self.parts]
-
     @property
     def size(self) -> int:
         return sum(p.size for p in self.parts)
@@ -133,7 +130,8 @@ class Outputs:
 
     def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
         """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
-        self._check_room(1, part.size)
+        size = part.size  # a data part's size is its JSON: measure it once
+        self._check_room(1, size)
         old = self._by_name.get(name)
         if old is None:
             new = Output(name, (part,), description)
@@ -141,7 +139,7 @@ class Outputs:
             new = attrs.evolve(old, parts=old.parts + (part,), description=description or old.description)
         self._by_name[name] = new
         self._parts += 1
-        self._bytes += part.size
+        self._bytes += size
         return new
 
     def adopt(self, output: Output) -> None:
@@ -179,20 +177,14 @@ def outputs_to_mcp(outputs: tuple[Output, ...], first_index: int) -> tuple[list[
     result's ``content``) and their ``structuredContent.artifacts``: there a file's bytes
     are not repeated but referred to as ``{"content": <index of its block>}``."""
     blocks: list[dict[str, Any]] = []
-    artifacts: list[dict[str, Any]] = []
+    artifacts = []
     for output in outputs:
-        parts = []
-        for part in output.parts:
-            shape = part.to_json()
+        artifact = output.to_json()
+        for shape, part in zip(artifact["parts"], output.parts, strict=True):
             if part.raw is not None:
                 del shape["raw"]
-                shape = {"content": first_index + len(blocks), "size": len(part.raw), **shape}
-            parts.append(shape)
+                shape.update(content=first_index + len(blocks), size=len(part.raw))
             blocks.append(part.to_mcp(output))
-        artifact: dict[str, Any] = {"artifactId": output.id, "name": output.name}
-        if output.description is not None:
-            artifact["description"] = output.description
-        artifact["parts"] = parts
         artifacts.append(artifact)
     return blocks, artifacts
 

@@ -15,7 +15,6 @@ from typing import Any
 import trio
 from roost.kernel import (
     Output,
-    OutputPart,
     Outputs,
     Tool,
     ToolArgumentsInvalid,
@@ -93,13 +92,7 @@ def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
     """The remote task's file and data parts become the asking run's outputs (its text is
     the tool's result already), each artifact whole or not at all, within the run's bounds."""
     for artifact in task.artifacts:
-        parts = tuple(
-            OutputPart(
-                data=p.data, has_data=p.has_data, raw=p.raw, url=p.url, media_type=p.media_type, filename=p.filename
-            )
-            for p in artifact.parts
-            if p.text is None
-        )
+        parts = tuple(p.to_output() for p in artifact.parts if p.text is None)
         if not parts:
             continue
         try:

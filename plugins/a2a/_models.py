@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
+from roost.kernel import OutputPart
 from roost.kernel import json_type_name as _jtype
 
 V1 = "1.0"
@@ -320,10 +321,39 @@ class Part:
         like ``as_text``, but a file's bytes are only counted."""
         if self.text is not None or self.has_data:
             return self.as_text()
+        head = f"[{self.file_label()}]"
+        return head if self.raw is not None else f"{head} {self.url}"
+
+    def file_label(self) -> str:
+        """A file part named for people and models: ``file <name> (<media type>, <n> bytes)``."""
         size = f"{len(self.raw)} bytes" if self.raw is not None else None
         label = ", ".join(x for x in (self.media_type, size) if x)
-        head = " ".join(x for x in ("[file", self.filename, f"({label})" if label else None) if x) + "]"
-        return head if self.raw is not None else f"{head} {self.url}"
+        return " ".join(x for x in ("file", self.filename, f"({label})" if label else None) if x)
+
+    @classmethod
+    def from_output(cls, part: OutputPart) -> Part:
+        """An agent's output part (the ``artifact`` tool) as an A2A part."""
+        return cls(
+            text=part.text,
+            raw=part.raw,
+            url=part.url,
+            data=part.data,
+            has_data=part.has_data,
+            filename=part.filename,
+            media_type=part.media_type,
+        )
+
+    def to_output(self) -> OutputPart:
+        """This part as an output an asking agent's run can hand on (``from_output`` back)."""
+        return OutputPart(
+            text=self.text,
+            raw=self.raw,
+            url=self.url,
+            data=self.data,
+            has_data=self.has_data,
+            filename=self.filename,
+            media_type=self.media_type,
+        )
 
 
 _URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")

@@ -429,13 +429,10 @@ class TaskManager:
         for part, where in zip(message.parts, saved, strict=True):
             if where is None:
                 pieces.append(part.as_text())
-                continue
-            label = ", ".join(x for x in (part.media_type, f"{len(part.raw or b'')} bytes") if x)
-            name = part.filename or "file"
-            if where.startswith("("):
-                pieces.append(f"[file {name} ({label}) {where}]")
+            elif where.startswith("("):  # why it was not saved
+                pieces.append(f"[{part.file_label()} {where}]")
             else:
-                pieces.append(f"[file {name} ({label}) saved in your workspace as {where}]")
+                pieces.append(f"[{part.file_label()} saved in your workspace as {where}]")
         return "\n".join(pieces)
 
     # ---- waiting, following --------------------------------------------------------------
@@ -621,8 +618,9 @@ def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Art
         parts = []
         for part in artifact.parts:
             if part.raw is not None and len(part.raw) > room:
-                note = f"[file {part.filename or ''} left out: this task's files may total at most {MAX_TASK_FILE_BYTES // (1024 * 1024)} MiB]"
-                parts.append(m.Part(text=note.replace("file  left", "file left")))
+                name = f" {part.filename}" if part.filename else ""
+                limit = MAX_TASK_FILE_BYTES // (1024 * 1024)
+                parts.append(m.Part(text=f"[file{name} left out: this task's files may total at most {limit} MiB]"))
                 continue
             room -= len(part.raw or b"")
             parts.append(part)
@@ -632,16 +630,5 @@ def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Art
 
 def _artifact(output: Output) -> m.Artifact:
     """An agent's output (the ``artifact`` tool) as an A2A artifact."""
-    parts = tuple(
-        m.Part(
-            text=p.text,
-            raw=p.raw,
-            url=p.url,
-            data=p.data,
-            has_data=p.has_data,
-            filename=p.filename,
-            media_type=p.media_type,
-        )
-        for p in output.parts
-    )
+    parts = tuple(m.Part.from_output(p) for p in output.parts)
     return m.Artifact(output.id, parts, name=output.name, description=output.description)
