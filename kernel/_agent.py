@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("roost.agent")
 
 MESSAGE_TOOL = "message"
+# How long a run that did not finish may take to store the first message of its new session.
+STORE_ON_CANCEL_TIMEOUT_S = 10.0
 
 ROUTER_PROMPT = (
     "Classify the user's request. Answer with exactly one word: 'simple' if a small, fast "
@@ -170,6 +172,9 @@ class AgentRuntime:
 
         ``run_id`` lets ``cancel(run_id)`` stop this run; a cancelled run replies with
         ``stop_reason == "cancelled"`` and its user message is still stored.
+        ``new_session`` (the caller just made ``session_id`` up): the session and its first
+        exchange are written in one transaction when the run ends, fails or is cancelled —
+        if the process dies during that first run, the session was never stored.
         ``persist=False`` (one-shot calls from another agent, which nobody can continue):
         the run's history lives in memory only; the caller's audit record holds the call,
         the callee's tool calls are audited as always, and token usage is still recorded.
@@ -226,12 +231,13 @@ class AgentRuntime:
         trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
         user = Message("user", text)
         history = []
-        if session_id is not None:
+        # A new session has no history to read: its first exchange is written in one
+        # transaction when it ends (or fails, or is cancelled), not in two.
+        unsaved_user = session_id is not None and new_session
+        if session_id is not None and not new_session:
             history = [
                 Message.from_record(m.role, m.content, m.data)
-                for m in await kernel.store.start_exchange(
-                    session_id, self.name, user.to_record(), fresh=new_session
-                )
+                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
             ]
         conversation = Conversation(kernel, self.name, session_id, trace)
         for old in history:
@@ -269,8 +275,14 @@ class AgentRuntime:
                 # (roost watch, the API's event stream, roost chat).
                 stream=stream or kernel.tap.wants(EventKind.AGENT_TOKEN),
             )
-        except RoostError as exc:
-            # The provider failed: the reply says so; the user message is already stored.
+        except BaseException as exc:
+            # The user message is stored whatever happens to the run (cancelled included).
+            if unsaved_user:
+                assert session_id is not None
+                await self._store_user_message(session_id, user)
+            if not isinstance(exc, RoostError):
+                raise
+            # The provider failed: the reply says so.
             return AgentReply(
                 self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.outputs.snapshot()
             )
@@ -283,9 +295,8 @@ class AgentRuntime:
                 result.usage.output_tokens,
             )
         if session_id is not None:
-            await kernel.store.finish_exchange(
-                session_id, self.name, [m.to_record() for m in result.messages], usage=usage
-            )
+            messages = [user, *result.messages] if unsaved_user else result.messages
+            await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in messages], usage=usage)
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
             if not kernel.store.log_usage_nowait(self.name, None, *usage):
                 await kernel.store.record_usage(self.name, None, *usage)
@@ -299,6 +310,15 @@ class AgentRuntime:
             result.stop_reason,
             conversation.outputs.snapshot(),
         )
+
+    async def _store_user_message(self, session_id: str, user: Message) -> None:
+        """Store the first message of a new session whose run did not finish (shielded, so
+        a cancelled run still records it; bounded, so it never hangs)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(STORE_ON_CANCEL_TIMEOUT_S):
+            try:
+                await self.kernel.store.append_messages(session_id, self.name, [user.to_record()])
+            except RoostError as exc:
+                log.warning("agent %s: could not store the message of session %s: %s", self.name, session_id, exc)
 
     async def _route(self, text: str) -> Provider:
         """The provider for this message: with model tiers, the fast model classifies it

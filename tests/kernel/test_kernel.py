@@ -8,6 +8,7 @@ from roost.kernel import (
     AgentNotFound,
     EventKind,
     RecursionLimitExceeded,
+    RoostError,
     Tool,
     ToolCall,
     ToolResult,
@@ -458,3 +459,44 @@ async def test_a_tool_call_with_nan_arguments_fails_as_its_result_and_the_run_is
     assert not reply.is_error
     assert "NaN and Infinity are not JSON numbers" in reply.text
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_new_sessions_first_exchange_is_written_in_one_transaction(config):
+    async with open_kernel(config, agents=[agent("a")]) as kernel:
+        before = kernel.store._writer.batches
+        reply = await kernel.send("a", "hello")
+        assert kernel.store._writer.batches - before == 1
+        history = await kernel.store.history(reply.session_id)
+        assert [(m.role, m.content) for m in history] == [("user", "hello"), ("assistant", "hello")]
+        again = await kernel.send("a", "more", session_id=reply.session_id)  # an existing session
+        history = await kernel.store.history(again.session_id)
+    assert [m.content for m in history] == ["hello", "hello", "more", "more"]
+
+
+async def test_a_cancelled_first_run_of_a_new_session_still_stores_the_user_message(config):
+    a = agent("a", tools=["sleepy"], rules=[call_rule(".", "sleepy", {})])
+    async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
+        with trio.move_on_after(0.3):
+            await kernel.send("a", "work", session_id="s-new", new_session=True)
+        await trio.sleep(0.05)
+        history = await kernel.store.history("s-new")
+    assert [(m.role, m.content) for m in history] == [("user", "work")]
+
+
+async def test_a_provider_failing_on_a_new_session_still_stores_the_user_message(config):
+    class FailingProvider:
+        name = "failing"
+
+        async def complete(self, request):
+            raise RoostError("the model is down")
+
+        async def stream(self, request):
+            raise RoostError("the model is down")
+            yield  # pragma: no cover
+
+    async with open_kernel(config, agents=[agent("a")]) as kernel:
+        kernel._runtimes["a"].provider = FailingProvider()
+        reply = await kernel.send("a", "hello")
+        history = await kernel.store.history(reply.session_id)
+    assert reply.is_error and "the model is down" in reply.text
+    assert [(m.role, m.content) for m in history] == [("user", "hello")]

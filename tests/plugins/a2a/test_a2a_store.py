@@ -85,6 +85,21 @@ async def test_only_terminal_tasks_are_evicted_oldest_first():
         assert total == 3 and {r.id for r in rows} == {"run", "x", "y"}
 
 
+async def test_inserts_below_the_bound_do_not_count_the_table_and_the_bound_still_holds():
+    async with open_task_store(":memory:", max_tasks=4) as store:
+        counts = []
+        store._conn.set_trace_callback(lambda sql: counts.append(sql) if "COUNT(*) FROM tasks" in sql else None)
+        for i in range(3):
+            await store.insert(id=f"t{i}", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        assert len(counts) == 1  # the first insert counts; the next ones keep the count
+        with pytest.raises(TaskStoreError, match="already|UNIQUE"):
+            await store.insert(id="t0", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        await store.insert(id="t3", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        evicted = await store.insert(id="t4", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        rows, total = await store.list()
+    assert evicted == ["t0"] and total == 4 and {r.id for r in rows} == {"t1", "t2", "t3", "t4"}
+
+
 async def test_max_tasks_bound_through_the_server(tmp_path):
     config = make_config(tmp_path, a2a={"max_tasks": 3})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
