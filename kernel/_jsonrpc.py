@@ -229,6 +229,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every parse: ``json.loads`` with ``parse_constant`` builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _loads(data: bytes | bytearray | memoryview | str, max_bytes: int | None) -> Any:
     if isinstance(data, str):
         size = len(data) if max_bytes is None or len(data) * 4 <= max_bytes else None
@@ -252,7 +256,9 @@ def _loads(data: bytes | bytearray | memoryview | str, max_bytes: int | None) ->
                 PARSE_ERROR, f"parse error: the message is not UTF-8 (byte {exc.start})"
             ) from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        if text.startswith("\ufeff"):  # as json.loads does
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise JsonRpcError(
             PARSE_ERROR,
@@ -318,7 +324,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
 
     ``where`` prefixes field names in errors (``[2].method`` for a batch item).
     """
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):  # dict first: ABC checks are slow
         raise JsonRpcError(
             INVALID_REQUEST,
             f"{where or 'message'}: expected a JSON-RPC object, got {json_type(obj)}",
@@ -358,7 +364,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
         params = obj.get("params", _MISSING)
         if params is _MISSING:
             params = None
-        elif not isinstance(params, (Mapping, list)):
+        elif type(params) is not dict and not isinstance(params, (Mapping, list)):
             raise invalid(
                 f"{prefix}params: expected an object or an array (omit it when there are "
                 f"none), got {json_type(params)}"

@@ -50,11 +50,14 @@ V03_METHODS = {
 }
 V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
 STREAMING_OPS = frozenset({"stream", "subscribe"})
+_NO_CONFIG: Mapping[str, Any] = {}  # never mutated
 
 
 def negotiate_version(header: str | None, query: str | None = None) -> str:
     """The dialect a request speaks: ``A2A-Version`` header, else the query parameter,
     else 0.3 (the spec's rule for a missing header). Patch versions are ignored."""
+    if header in SUPPORTED_VERSIONS:  # the usual exact spelling: nothing to normalise
+        return header  # type: ignore[return-value]
     raw = header if header not in (None, "") else query
     if raw is None or not str(raw).strip():
         return m.V03
@@ -155,7 +158,7 @@ def parse_params(op: str, params: Any, dialect: str) -> Any:
     """Typed parameters of ``op``; -32602 naming the field for anything wrong."""
     if params is None:
         params = {}
-    if not isinstance(params, Mapping):
+    if type(params) is not dict and not isinstance(params, Mapping):  # dict first: ABC checks are slow
         raise m.invalid("params", "must be an object")
     if op in ("send", "stream"):
         return parse_send(params, dialect)
@@ -216,8 +219,8 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
         raise m.invalid("message.role", "a client's message must have role ROLE_USER ('user')")
     raw_config = params.get("configuration")
     if raw_config is None:
-        raw_config = {}
-    if not isinstance(raw_config, Mapping):
+        raw_config = _NO_CONFIG
+    if type(raw_config) is not dict and not isinstance(raw_config, Mapping):
         raise m.invalid("configuration", "must be an object")
     return_immediately = raw_config.get("returnImmediately")
     if return_immediately is None and "blocking" in raw_config:  # 0.3 spelling

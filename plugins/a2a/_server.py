@@ -103,6 +103,11 @@ class A2AService:
     def a2a_agents(self) -> list[str]:
         return [n for n, man in self.kernel.agents.items() if man.a2a.enabled and n not in self.kernel.agent_errors]
 
+    def is_a2a_agent(self, name: str) -> bool:
+        """``name in a2a_agents()``, without listing them."""
+        man = self.kernel.agents.get(name)
+        return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
+
     def primary_agent(self) -> str | None:
         """``a2a.default_agent``, or the only A2A agent; None when that is ambiguous."""
         if self.settings.default_agent:
@@ -111,7 +116,7 @@ class A2AService:
         return agents[0] if len(agents) == 1 else None
 
     def check_agent(self, name: str) -> None:
-        if name not in self.a2a_agents():
+        if not self.is_a2a_agent(name):
             known = ", ".join(self.a2a_agents()) or "none"
             raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
 
@@ -121,7 +126,7 @@ class A2AService:
         if route_agent:
             return route_agent
         for meta in (params.message.metadata, params.metadata):
-            if isinstance(meta, Mapping) and isinstance(meta.get("agent"), str):
+            if meta is not None and isinstance(meta, Mapping) and isinstance(meta.get("agent"), str):
                 self.check_agent(meta["agent"])
                 return meta["agent"]
         primary = self.primary_agent()
@@ -361,9 +366,13 @@ class SseAnswer:
     wrap: Any = None
 
 
+# json.dumps with these options builds an encoder per call; this one is shared (it keeps no state).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    return PlainResponse(status, data, content_type, tuple((headers or {}).items()))
+    data = _ENCODER.encode(body).encode()
+    return PlainResponse(status, data, content_type, tuple(headers.items()) if headers else ())
 
 
 def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
@@ -426,7 +435,7 @@ def _auth_failure(service: A2AService, headers: Any) -> PlainResponse | None:
 
 
 def _route_agent(service: A2AService, name: str | None) -> PlainResponse | None:
-    if name is None or name in service.a2a_agents():
+    if name is None or service.is_a2a_agent(name):
         return None
     known = ", ".join(service.a2a_agents()) or "none"
     return _json({"error": {"code": "agent_not_found", "message": f"no A2A agent {name!r}; A2A agents: {known}"}}, 404)

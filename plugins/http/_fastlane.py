@@ -11,12 +11,15 @@ prior-knowledge preface.
 
 Every wait has a deadline: the first request head within ``HEAD_TIMEOUT_S``, a keep-alive
 connection idles at most ``keep_alive_s``, a body arrives within ``BODY_TIMEOUT_S`` and a
-response is written within ``SEND_TIMEOUT_S``.
+response is written within ``SEND_TIMEOUT_S``. A connection has one cancel scope whose
+deadline is that of the wait under way (none while a handler runs or after a hand-off):
+moving a deadline costs a fraction of entering a new scope per receive and send.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -90,6 +93,8 @@ class FastLane:
         self.keep_alive_s = keep_alive_s
         self.closing = False
         self._idle: set[trio.CancelScope] = set()
+        # common_headers of a request without Origin, for a response with no headers of its own
+        self._plain_headers = [(name, value) for name, value, _ in common_headers(state.settings, None)]
 
     def close(self) -> None:
         """Graceful shutdown: idle connections (between requests, or not yet sent anything)
@@ -106,26 +111,29 @@ class FastLane:
             remote_addr = None
         parser = RequestParser()
         try:
-            first = True
-            while True:
-                try:
-                    head = await self._read_head(stream, parser, first)
-                except ParseError as exc:
-                    await self._send(stream, error_response(exc))
-                    await _linger(stream)
-                    return
-                if head is None:
-                    return
-                first = False
-                # HTTP/2 prior knowledge (head.http_version "2.0", method PRI) is handed off too
-                plain = not (head.upgrade or head.expect) and head.method in FAST_METHODS and head.http_version != "2.0"
-                found = self.route(head.method, head.path) if plain else None
-                handler = None if found is None else self.state.fast_handlers.get(found[0])
-                if handler is None:
-                    await self.hand_off(ReplayStream(stream, parser.buffered))
-                    return
-                if not await self._serve_one(stream, parser, head, found[0], found[1], handler, remote_addr):
-                    return
+            # Cancelled at a deadline (or by close() while idle): the connection just closes.
+            with trio.CancelScope() as io:
+                first = True
+                while True:
+                    try:
+                        head = await self._read_head(stream, io, parser, first)
+                    except ParseError as exc:
+                        await self._send(stream, io, error_response(exc))
+                        await _linger(stream)
+                        return
+                    if head is None:
+                        return
+                    first = False
+                    # HTTP/2 prior knowledge (head.http_version "2.0", method PRI) is handed off too
+                    plain = not (head.upgrade or head.expect) and head.method in FAST_METHODS and head.http_version != "2.0"
+                    found = self.route(head.method, head.path) if plain else None
+                    handler = None if found is None else self.state.fast_handlers.get(found[0])
+                    if handler is None:
+                        io.deadline = math.inf  # hypercorn keeps its own deadlines
+                        await self.hand_off(ReplayStream(stream, parser.buffered))
+                        return
+                    if not await self._serve_one(stream, io, parser, head, found[0], found[1], handler, remote_addr):
+                        return
         except _Closed:
             return
         except Exception:
@@ -138,6 +146,7 @@ class FastLane:
     async def _serve_one(
         self,
         stream: Any,
+        io: trio.CancelScope,
         parser: RequestParser,
         head: RequestHead,
         endpoint: str,
@@ -157,20 +166,21 @@ class FastLane:
                 keep = parser.body(limit) is not None
             if keep:
                 parser.finish()
-            await self._respond(stream, head, _refusal_response(refusal), keep, remote_addr, started)
+            await self._respond(stream, io, head, _refusal_response(refusal), keep, remote_addr, started)
             if not keep:
                 await _linger(stream)
             return keep
         try:
-            body = await self._read_body(stream, parser, limit)
+            body = await self._read_body(stream, io, parser, limit)
         except ParseError as exc:
             if exc.status == 413:
-                await self._respond(stream, head, _refusal_response(too_large(state.settings, limit, head.path)), False, remote_addr, started)
+                await self._respond(stream, io, head, _refusal_response(too_large(state.settings, limit, head.path)), False, remote_addr, started)
             else:
-                await self._send(stream, error_response(exc))
+                await self._send(stream, io, error_response(exc))
             await _linger(stream)
             return False
         request = PlainRequest(head.method, head.path, head.headers, body, query=head.query, remote_addr=remote_addr)
+        io.deadline = math.inf  # a handler may take as long as its agent does
         try:
             response = await handler(request, **path_args)
         except RoostError as exc:
@@ -185,59 +195,70 @@ class FastLane:
             return False
         parser.finish()
         keep = head.keep_alive and not self.closing
-        await self._respond(stream, head, response, keep, remote_addr, started)
+        await self._respond(stream, io, head, response, keep, remote_addr, started)
         return keep
 
     async def _respond(
-        self, stream: Any, head: RequestHead, response: PlainResponse, keep: bool, remote_addr: str | None, started: float
+        self,
+        stream: Any,
+        io: trio.CancelScope,
+        head: RequestHead,
+        response: PlainResponse,
+        keep: bool,
+        remote_addr: str | None,
+        started: float,
     ) -> None:
-        headers = [("content-type", response.content_type), *response.headers]
-        present = {name.lower() for name, _ in headers}
-        for name, value, replace in common_headers(self.state.settings, head.headers.get("origin")):
-            lower = name.lower()
-            if replace and lower in present:
-                headers = [(n, v) for n, v in headers if n.lower() != lower]
-            if replace or lower not in present:
-                headers.append((name, value))
+        origin = head.headers.get("origin")
+        if origin is None and not response.headers:  # the usual case: what the loop below yields
+            headers = [("content-type", response.content_type), *self._plain_headers]
+        else:
+            headers = [("content-type", response.content_type), *response.headers]
+            present = {name.lower() for name, _ in headers}
+            for name, value, replace in common_headers(self.state.settings, origin):
+                lower = name.lower()
+                if replace and lower in present:
+                    headers = [(n, v) for n, v in headers if n.lower() != lower]
+                if replace or lower not in present:
+                    headers.append((name, value))
         data = render_response(response.status, headers, response.body, keep_alive=keep, http_version=head.http_version)
-        await self._send(stream, data)
+        await self._send(stream, io, data)
         if access_log.isEnabledFor(logging.INFO):
             micros = int((time.perf_counter() - started) * 1e6)
             access_log.info('%s "%s %s HTTP/%s" %s %s %sus', remote_addr, head.method, head.path, head.http_version, response.status, len(response.body), micros)
 
-    async def _send(self, stream: Any, data: bytes) -> None:
-        with trio.move_on_after(SEND_TIMEOUT_S) as scope:
-            try:
-                await stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise _Closed from None
-        if scope.cancelled_caught:
-            raise _Closed
+    async def _send(self, stream: Any, io: trio.CancelScope, data: bytes) -> None:
+        io.deadline = trio.current_time() + SEND_TIMEOUT_S
+        try:
+            await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise _Closed from None
 
-    async def _receive(self, stream: Any, deadline: float, *, idle: bool) -> bytes:
-        with trio.CancelScope(deadline=deadline) as scope:
+    async def _receive(self, stream: Any, io: trio.CancelScope, deadline: float, *, idle: bool) -> bytes:
+        if io.deadline != deadline:
+            io.deadline = deadline
+        if idle:
+            if self.closing:
+                raise _Closed
+            self._idle.add(io)
+        try:
+            data = await stream.receive_some(MAX_RECV)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise _Closed from None
+        finally:
             if idle:
-                if self.closing:
-                    raise _Closed
-                self._idle.add(scope)
-            try:
-                data = await stream.receive_some(MAX_RECV)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise _Closed from None
-            finally:
-                if idle:
-                    self._idle.discard(scope)
-        if scope.cancelled_caught or not data:
+                self._idle.discard(io)
+        # A deadline or close() that came as the data did: never run a handler in a cancelled scope.
+        if io.cancel_called or not data:
             raise _Closed
         return data
 
-    async def _read_head(self, stream: Any, parser: RequestParser, first: bool) -> RequestHead | None:
+    async def _read_head(self, stream: Any, io: trio.CancelScope, parser: RequestParser, first: bool) -> RequestHead | None:
         deadline = trio.current_time() + (HEAD_TIMEOUT_S if first else self.keep_alive_s)
         while (head := parser.head()) is None:
             # Idle (nothing of a request yet, first one included): close() ends the wait.
             idle = not parser.buffer
             try:
-                data = await self._receive(stream, deadline, idle=idle)
+                data = await self._receive(stream, io, deadline, idle=idle)
             except _Closed:
                 return None
             if idle and not first:  # a new request began: it gets the head timeout from now
@@ -245,10 +266,10 @@ class FastLane:
             parser.feed(data)
         return head
 
-    async def _read_body(self, stream: Any, parser: RequestParser, limit: int) -> bytes:
+    async def _read_body(self, stream: Any, io: trio.CancelScope, parser: RequestParser, limit: int) -> bytes:
         deadline = trio.current_time() + BODY_TIMEOUT_S
         while (body := parser.body(limit)) is None:
-            parser.feed(await self._receive(stream, deadline, idle=False))
+            parser.feed(await self._receive(stream, io, deadline, idle=False))
         return body
 
 

@@ -37,6 +37,24 @@ _TOKEN = re.compile(_TOKEN_RE)
 _TARGET = re.compile(rb"[\x21-\x7e]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 _HEAD_END = re.compile(rb"\n\r?\n")
+_BAD_VALUE_IN_HEAD = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")  # _BAD_VALUE less the line ends
+_COMMON_METHODS = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"DELETE", b"HEAD", b"OPTIONS"})
+# Lowercase header names known to be tokens (any case of a token is a token).
+_COMMON_NAMES = frozenset(
+    {
+        b"host", b"content-type", b"content-length", b"connection", b"accept", b"accept-encoding",
+        b"user-agent", b"authorization", b"a2a-version", b"origin", b"traceparent", b"transfer-encoding",
+    }
+)
+_CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION, _HOST, _UPGRADE, _EXPECT = range(6)
+_SPECIAL = {
+    b"content-length": _CONTENT_LENGTH,
+    b"transfer-encoding": _TRANSFER_ENCODING,
+    b"connection": _CONNECTION,
+    b"host": _HOST,
+    b"upgrade": _UPGRADE,
+    b"expect": _EXPECT,
+}
 _QUOTED_RE = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
 # RFC 9112 7.1: chunk-size [ chunk-ext ], chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] )
 _CHUNK_LINE = re.compile(
@@ -193,14 +211,20 @@ class RequestParser:
         return self._head
 
     def _parse_head(self, raw: bytes, size: int) -> RequestHead:
-        lines = [line[:-1] if line.endswith(b"\r") else line for line in raw.split(b"\n")]
-        if any(b"\r" in line for line in lines):
-            raise ParseError(400, "request head has a bare CR; lines end with CRLF (or LF)")
+        if b"\r" in raw:
+            # Every CR must end a line (CRLF, or the head's last line, whose LF is in the
+            # blank line after it); any other CR is a bare CR.
+            if raw.count(b"\r") != raw.count(b"\r\n") + raw.endswith(b"\r"):
+                raise ParseError(400, "request head has a bare CR; lines end with CRLF (or LF)")
+            raw = raw.replace(b"\r\n", b"\n")
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+        lines = raw.split(b"\n")
         parts = lines[0].split(b" ")
         if len(parts) != 3:
             raise ParseError(400, "malformed request line; expected 'METHOD /path HTTP/1.1'")
         method_b, target_b, version_b = parts
-        if not _TOKEN.fullmatch(method_b):
+        if method_b not in _COMMON_METHODS and not _TOKEN.fullmatch(method_b):
             raise ParseError(400, "malformed request line: the method is not a token")
         if not _TARGET.fullmatch(target_b):
             raise ParseError(400, "malformed request line: the target has spaces or control characters")
@@ -214,6 +238,9 @@ class RequestParser:
             raise ParseError(400, "malformed request line: bad HTTP version")
         if len(lines) - 1 > self.max_headers:
             raise ParseError(431, f"more than {self.max_headers} request headers")
+        # One scan of the whole head instead of one per value; only a head that has a
+        # control character somewhere checks each value to name the header.
+        check_values = _BAD_VALUE_IN_HEAD.search(raw) is not None
         items: list[tuple[str, str]] = []
         lengths: set[bytes] = set()
         codings: list[bytes] = []
@@ -222,24 +249,26 @@ class RequestParser:
         upgrade = expect = False
         for line in lines[1:]:
             name, sep, value = line.partition(b":")
-            if not sep or not _TOKEN.fullmatch(name):
+            lname = name.lower()
+            if not sep or (lname not in _COMMON_NAMES and not _TOKEN.fullmatch(name)):
                 raise ParseError(400, f"malformed header line {line[:40]!r}; expected 'Name: value'")
             value = value.strip(b" \t")
-            if _BAD_VALUE.search(value):
+            if check_values and _BAD_VALUE.search(value):
                 raise ParseError(400, f"header {name.decode('ascii')!r} has control characters in its value")
-            lname = name.lower()
-            if lname == b"content-length":
-                lengths.update(v.strip(b" \t") for v in value.split(b","))
-            elif lname == b"transfer-encoding":
-                codings.extend(v.strip(b" \t").lower() for v in value.split(b",") if v.strip())
-            elif lname == b"connection":
-                connection.extend(v.strip(b" \t").lower() for v in value.split(b","))
-            elif lname == b"host":
-                hosts += 1
-            elif lname == b"upgrade":
-                upgrade = True
-            elif lname == b"expect":
-                expect = True
+            special = _SPECIAL.get(lname)
+            if special is not None:
+                if special == _CONTENT_LENGTH:
+                    lengths.update(v.strip(b" \t") for v in value.split(b","))
+                elif special == _TRANSFER_ENCODING:
+                    codings.extend(v.strip(b" \t").lower() for v in value.split(b",") if v.strip())
+                elif special == _CONNECTION:
+                    connection.extend(v.strip(b" \t").lower() for v in value.split(b","))
+                elif special == _HOST:
+                    hosts += 1
+                elif special == _UPGRADE:
+                    upgrade = True
+                else:
+                    expect = True
             items.append((lname.decode("ascii"), value.decode("latin-1")))
         if version == "1.1" and hosts != 1:
             raise ParseError(400, "an HTTP/1.1 request needs exactly one Host header")

@@ -35,6 +35,16 @@ async def fast_missing(req):
     raise AgentNotFound("ghost", ["echo"])
 
 
+async def quart_slow():
+    await trio.sleep(0.5)
+    return {"slow": True}
+
+
+async def fast_slow(req):
+    await trio.sleep(0.5)
+    return PlainResponse(200, b'{"slow": true}')
+
+
 class FastPlugin:
     @hookimpl
     def roost_http_routes(self, kernel):
@@ -43,6 +53,8 @@ class FastPlugin:
             RouteDescriptor("/open", quart_echo, ("POST",), public=True, fast_handler=fast_echo),
             RouteDescriptor("/boom", quart_echo, ("POST",), fast_handler=fast_boom),
             RouteDescriptor("/missing", quart_echo, ("POST",), fast_handler=fast_missing),
+            RouteDescriptor("/slow", quart_echo, ("POST",), fast_handler=fast_slow),
+            RouteDescriptor("/slow-quart", quart_slow, ("POST",)),
         ]
 
 
@@ -298,6 +310,19 @@ async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kern
         silent = await Raw.open(port_of(client))  # never sends anything
         with trio.fail_after(5):
             assert await silent.closed()
+
+
+async def test_a_handler_slower_than_the_io_deadlines_is_not_cut_off(make_kernel, monkeypatch):
+    """The connection's I/O deadlines (head, body, send) never bound the handler itself."""
+    for name in ("HEAD_TIMEOUT_S", "BODY_TIMEOUT_S", "SEND_TIMEOUT_S"):
+        monkeypatch.setattr(fastlane, name, 0.2)
+    async with serving(make(make_kernel)) as client:
+        for paths in (("/slow", "/slow"), ("/slow-quart",)):  # after a send deadline passed; handed off
+            raw = await Raw.open(port_of(client))
+            for path in paths:
+                await raw.stream.send_all(post(path))
+                status, _, body = await raw.response()
+                assert status == 200 and json.loads(body) == {"slow": True}
 
 
 async def test_graceful_shutdown_closes_idle_fast_connections(make_kernel):
