@@ -299,7 +299,7 @@ class AgentRuntime:
             await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in messages], usage=usage)
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
             if not kernel.store.log_usage_nowait(self.name, None, *usage):
-                await kernel.store.record_usage(self.name, None, *usage)
+                await kernel.store.log_usage(self.name, None, *usage)
         return AgentReply(
             self.name,
             result.text,

@@ -147,8 +147,9 @@ class EventTap:
     def publish(self, event: Event) -> None:
         """Deliver without blocking (safe to call from any task)."""
         self.published += 1
-        for sub in list(self._subscribers.values()):
-            sub.offer(event)
+        if self._subscribers:
+            for sub in list(self._subscribers.values()):
+                sub.offer(event)
 
     @property
     def subscriber_count(self) -> int:
@@ -157,7 +158,7 @@ class EventTap:
     def wants(self, kind: str) -> bool:
         """Whether any subscriber would receive events of ``kind`` (so producing them is
         worth it: e.g. the kernel streams tokens only while someone watches)."""
-        return any(sub.accepts(kind) for sub in self._subscribers.values())
+        return bool(self._subscribers) and any(sub.accepts(kind) for sub in self._subscribers.values())
 
     @asynccontextmanager
     async def subscribe(

@@ -55,12 +55,15 @@ from ._tools import (
     ToolResult,
     ToolSpec,
     agent_tool_name,
+    is_mapping,
 )
 from ._trace import TraceContext
 
 log = logging.getLogger("roost.kernel")
 
 _AUDIT_ARGS_MAX = 4_000
+# json.dumps with options builds an encoder per call; this one is reused.
+_AUDIT_JSON = json.JSONEncoder(ensure_ascii=False, default=repr)
 
 
 _MAX_PLANS = 4096
@@ -448,8 +451,9 @@ class Kernel:
         return await self.call_tool(agent, call, check_capability=False)
 
     async def _audit(self, agent, call, trace, duration_ms, outcome, error, conversation) -> None:
+        arguments = call.arguments
         try:
-            args = json.dumps(dict(call.arguments), ensure_ascii=False, default=repr)
+            args = _AUDIT_JSON.encode(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
         record = AuditRecord(
@@ -465,7 +469,7 @@ class Kernel:
             session_id=conversation.session_id if conversation else None,
         )
         try:
-            if not self.store.log_tool_call_nowait(record):  # the backlog is full: wait for room
+            if not self.store.log_tool_call_nowait(record):  # the writer is behind: yield to it, or wait for room
                 with trio.CancelScope(shield=True):
                     await self.store.log_tool_call(record)
         except Exception:
@@ -639,7 +643,7 @@ def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> No
 
 def result_from_jsonrpc(response: Any) -> ToolResult:
     """Turn an MCP ``tools/call`` JSON-RPC response into a ToolResult."""
-    if not isinstance(response, Mapping):
+    if not is_mapping(response):
         return ToolResult.error("peer returned a malformed response")
     if "error" in response:
         err = response.get("error") or {}
@@ -649,13 +653,13 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
             raise RecursionLimitExceeded(data.get("path") or (), int(data.get("max_depth") or 0))
         return ToolResult.error(str(message))
     result = response.get("result")
-    if not isinstance(result, Mapping):
+    if not is_mapping(result):
         return ToolResult.error("peer returned a response without a result")
-    content = tuple(b for b in result.get("content") or () if isinstance(b, Mapping))
+    content = tuple([b for b in result.get("content") or () if is_mapping(b)])
     structured = result.get("structuredContent")
     return ToolResult(
         content=content,
-        structured_content=structured if isinstance(structured, Mapping) else None,
+        structured_content=structured if is_mapping(structured) else None,
         is_error=bool(result.get("isError", False)),
     )
 

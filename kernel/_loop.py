@@ -74,6 +74,9 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
+_NO_USAGE = Usage()
+
+
 @attrs.frozen
 class CompletionRequest:
     """What the loop asks a provider for: the whole conversation so far."""
@@ -149,7 +152,7 @@ async def run_loop(
     """
     history = list(request.messages)
     added: list[Message] = []
-    usage = Usage()
+    usage = _NO_USAGE
     limiter: trio.CapacityLimiter | None = None  # made when the model first calls tools
 
     for turn in range(1, max_turns + 1):
@@ -157,7 +160,7 @@ async def run_loop(
         completion = await _infer(provider, req, stream=stream, on_token=on_token)
         if completion.tool_calls:
             completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
-        usage = usage + completion.usage
+        usage = completion.usage if turn == 1 else usage + completion.usage
         assistant = Message("assistant", completion.text, tool_calls=completion.tool_calls)
         history.append(assistant)
         added.append(assistant)

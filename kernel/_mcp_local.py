@@ -6,10 +6,10 @@ Messages arrive exactly as an MCP client sends them; the trace context is read f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound
+from ._tools import is_mapping
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,12 +46,12 @@ def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, 
 
 
 async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, Any]:
-    if not isinstance(request, Mapping) or request.get("jsonrpc") != "2.0":
+    if not is_mapping(request) or request.get("jsonrpc") != "2.0":
         return _error(None, INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
     req_id = request.get("id")
     method = request.get("method")
     params = request.get("params") or {}
-    if not isinstance(params, Mapping):
+    if not is_mapping(params):
         return _error(req_id, INVALID_PARAMS, "params: expected an object")
     kernel = agent.kernel
     if method == "tools/list":
@@ -65,16 +65,10 @@ async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, An
     arguments = params.get("arguments") or {}
     if not isinstance(name, str):
         return _error(req_id, INVALID_PARAMS, "params.name: expected the tool name as a string")
-    if not isinstance(arguments, Mapping):
+    if not is_mapping(arguments):
         return _error(req_id, INVALID_PARAMS, "params.arguments: expected an object")
-    incoming = TraceContext.from_meta(params.get("_meta"))
-    limit = kernel.max_depth_for(agent.name)
     try:
-        trace = (
-            incoming.child(agent.name, max_depth=limit)
-            if incoming is not None
-            else TraceContext.new(agent.name, max_depth=limit)
-        )
+        trace = TraceContext.for_hop(params.get("_meta"), agent.name, max_depth=kernel.max_depth_for(agent.name))
     except RoostError as exc:
         kernel.breaker_tripped(exc, caller=caller, target=agent.name)
         return _error(req_id, RECURSION_LIMIT, str(exc), exc.to_dict())

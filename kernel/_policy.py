@@ -392,7 +392,10 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
     """
     limit = _check_limit(limit)
-    total = sum(len(str(b.get("text", ""))) for b in result.content if b.get("type") == "text")
+    total = 0
+    for block in result.content:
+        if block.get("type") == "text":
+            total += len(str(block.get("text", "")))
     if total <= limit:
         return result
     remaining = limit

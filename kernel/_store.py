@@ -224,6 +224,16 @@ class Store(Protocol):
 
     def log_tool_call_nowait(self, record: AuditRecord) -> bool: ...
 
+    async def log_usage(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None: ...
+
     def log_usage_nowait(
         self,
         agent: str,
@@ -337,6 +347,9 @@ _INSERT_AUDIT = (
 MAX_AUDIT_BACKLOG = 4096
 AUDIT_GATHER_S = 0.002  # the audit writer gathers rows this long (or this many) per commit
 AUDIT_GATHER_ROWS = 256
+# A backlog this long means the writer has not had a turn: loggers yield to it (the
+# ``_nowait`` calls refuse, so their callers take the async path).
+AUDIT_YIELD_ROWS = 2 * AUDIT_GATHER_ROWS
 AUDIT_RETRY_S = 1.0  # a batch that met another process's lock is tried once more after this
 AUDIT_FLUSH_TIMEOUT_S = 30.0
 
@@ -393,6 +406,7 @@ _INSERT_USAGE = (
 MAX_PENDING_WRITES = 1024
 MAX_BATCH = 256
 BUSY_WINDOW_S = 100e-6  # commits closer than this: the leader yields so others can join
+YIELD_EVERY_S = 1e-3  # inline writes yield to the scheduler at least this often
 CHECKPOINT_EVERY_COMMITS = 512  # inline commits between two checkpoints in a worker thread
 
 
@@ -459,6 +473,7 @@ class GroupCommitter:
         self._checkpoint = WalCheckpointer(path) if self._inline and path and path != MEMORY else None
         self._commits_since_checkpoint = 0
         self._last_inline_commit = -1.0
+        self._last_yield = -1.0  # when a write of this committer last yielded to the scheduler
         self.batches = 0  # how many transactions were committed (for tests and benches)
         self.inline_batches = 0  # how many of them ran on the event loop's thread
 
@@ -472,7 +487,9 @@ class GroupCommitter:
     ) -> _T:
         """Run ``work(conn)`` in the next group transaction; return after it is committed
         (and, with ``FULL`` unless ``durable=False``, fsynced). ``offload``: the work may
-        take long, so its batch runs on a worker thread even with ``NORMAL``."""
+        take long, so its batch runs on a worker thread even with ``NORMAL``. Every write is
+        a cancel point; an inline one yields to the scheduler at most ``YIELD_EVERY_S`` after
+        the committer's last yield (so a loop of writes never starves the event loop)."""
         item = _WriteItem(operation, work, durable, offload)
         try:  # a scheduler round trip saved when there is room (the common case)
             self._slots.acquire_nowait()
@@ -538,9 +555,15 @@ class GroupCommitter:
                         await trio.to_thread.run_sync(self._checkpoint)
                     except Exception:  # a failed checkpoint loses nothing; the next one retries
                         pass
-        if not yielded:
-            # Every write is a schedule point, as Trio code expects of an async call: a loop
-            # of inline writes must not keep the event loop to itself.
+        now = time.perf_counter()
+        if yielded:
+            self._last_yield = now
+        elif now - self._last_yield >= YIELD_EVERY_S:
+            # A loop of inline writes must not keep the event loop to itself, so the
+            # committer yields at least every YIELD_EVERY_S; not after every write: a
+            # scheduler pass costs a third of an inline commit, and the writer's caller
+            # usually yields on its own right after (it answers someone).
+            self._last_yield = now
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:
@@ -965,15 +988,22 @@ class SqliteStore:
         if not self._audit_writer_running:
             await self.record_tool_call(record)
             return
-        row = _audit_row(record)
+        await self._log_behind_waiting(_INSERT_AUDIT, _audit_row(record))
+
+    async def _log_behind_waiting(self, sql: str, row: tuple) -> None:
         if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
             with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
                 while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
                     await self._audit_progress.wait()
-        self._log_behind(_INSERT_AUDIT, row)
+        self._log_behind(sql, row)
+        if len(self._audit_backlog) >= AUDIT_YIELD_ROWS:
+            # Callers that never yield (calls answered without waiting for anything) would
+            # keep the writer from its turn until the backlog is full; one yield gives it.
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def _log_behind_nowait(self, sql: str, row: tuple) -> bool:
-        if not self._audit_writer_running or len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+    def _log_behind_nowait(self, sql: str, row: tuple, *, yield_at: int) -> bool:
+        waiting = len(self._audit_backlog)
+        if not self._audit_writer_running or waiting >= yield_at or waiting >= MAX_AUDIT_BACKLOG:
             return False
         self._log_behind(sql, row)
         return True
@@ -988,8 +1018,8 @@ class SqliteStore:
 
     def log_tool_call_nowait(self, record: AuditRecord) -> bool:
         """``log_tool_call`` without waiting: False (nothing logged) when the writer is not
-        running or its backlog is full; then call ``log_tool_call``."""
-        return self._log_behind_nowait(_INSERT_AUDIT, _audit_row(record))
+        running or has a backlog to catch up with; then call ``log_tool_call``."""
+        return self._log_behind_nowait(_INSERT_AUDIT, _audit_row(record), yield_at=AUDIT_YIELD_ROWS)
 
     async def flush_audit(self) -> None:
         """Return once every row logged before this call is committed (or, if its batch
@@ -1127,6 +1157,23 @@ class SqliteStore:
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
 
+    async def log_usage(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None:
+        """``record_usage``, write-behind like ``log_tool_call`` (``usage_by_agent``
+        includes it; waits only when the backlog is full)."""
+        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
+        if not self._audit_writer_running:
+            await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
+            return
+        await self._log_behind_waiting(_INSERT_USAGE, row)
+
     def log_usage_nowait(
         self,
         agent: str,
@@ -1136,10 +1183,12 @@ class SqliteStore:
         input_tokens: int,
         output_tokens: int,
     ) -> bool:
-        """``record_usage``, write-behind like ``log_tool_call_nowait`` (``usage_by_agent``
-        includes it); False, nothing logged, when the writer is not running or is full."""
+        """``log_usage`` without waiting: False (nothing logged) when the writer is not
+        running or its backlog is full; then call ``log_usage``. Unlike the audit rows
+        (logged by a tool's caller, which yields when the writer is behind), usage is logged
+        inside an agent's run, which holds one of its concurrency slots: it does not yield."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
-        return self._log_behind_nowait(_INSERT_USAGE, row)
+        return self._log_behind_nowait(_INSERT_USAGE, row, yield_at=MAX_AUDIT_BACKLOG)
 
     async def usage_by_agent(self) -> dict[str, dict]:
         """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}`` (including

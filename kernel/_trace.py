@@ -76,6 +76,15 @@ def _new_trace_id() -> str:
             return value
 
 
+def _new_trace_and_span_ids() -> tuple[str, str]:
+    """``(_new_trace_id(), _new_span_id())`` in one draw from the pool."""
+    while True:
+        value = _random_bytes(24).hex()
+        trace_id, span_id = value[:32], value[32:]
+        if trace_id != "0" * 32 and span_id != "0" * 16:
+            return trace_id, span_id
+
+
 def _new_span_id() -> str:
     while True:
         value = _random_bytes(8).hex()
@@ -102,7 +111,7 @@ class TraceContext:
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
-        return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
+        return cls(*_new_trace_and_span_ids(), 1, (origin,), max_depth)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
         """The context for calling ``hop`` from here.
@@ -141,6 +150,9 @@ class TraceContext:
     def inject_meta(self, params: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         """Put this context into ``params["_meta"]`` (creating it), keeping other keys."""
         meta = params.get("_meta")
+        if meta is None:
+            params["_meta"] = self.to_meta()
+            return params
         meta = dict(meta) if isinstance(meta, Mapping) else {}
         meta.update(self.to_meta())
         params["_meta"] = meta
@@ -152,15 +164,22 @@ class TraceContext:
 
         Malformed values are ignored rather than trusted: a bad depth never lowers the count.
         """
-        if not isinstance(meta, Mapping):
-            return None
-        parent = _parse_traceparent(meta.get(META_TRACEPARENT))
-        depth = _parse_int(meta.get(META_DEPTH), saturate=True)
-        path = _parse_path(meta.get(META_PATH))
-        max_depth = _parse_int(meta.get(META_MAX_DEPTH))
-        if parent is None and depth is None and not path:
-            return None
-        return cls._assemble(parent, None, depth, path, max_depth)
+        fields = _fields_from_meta(meta)
+        return None if fields is None else cls(*fields)
+
+    @classmethod
+    def for_hop(cls, meta: Any, hop: str, *, max_depth: int) -> TraceContext:
+        """``from_meta(meta).child(hop, max_depth=max_depth)``, or, when ``meta`` carries no
+        context, ``new(hop, max_depth=max_depth)``: what a callee reads from a request."""
+        fields = _fields_from_meta(meta)
+        if fields is None:
+            return cls.new(hop, max_depth=max_depth)
+        trace_id, span_id, depth, path, limit = fields
+        limit = min(limit, max_depth)
+        path += (hop,)
+        if len(path) > limit or depth + 1 > limit:
+            raise RecursionLimitExceeded(path, limit)
+        return cls(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
 
     # ---- A2A message metadata ------------------------------------------------------
     to_metadata = to_meta
@@ -195,22 +214,47 @@ class TraceContext:
 
     @classmethod
     def _assemble(cls, parent, trace_id, depth, path, max_depth) -> TraceContext:
-        tid, span = parent if parent else (trace_id or _new_trace_id(), _new_span_id())
-        if depth is None or depth < len(path):
-            depth = max(len(path), 1)
-        if not path:
-            path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
-        limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
-        return cls(tid, span, depth, path, limit)
+        return cls(*_assemble_fields(parent, trace_id, depth, path, max_depth))
+
+
+_Fields = tuple[str, str, int, tuple[str, ...], int]
+
+
+def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
+    """A received context's (trace id, span id, depth, path, max depth), gaps filled."""
+    tid, span = parent if parent else (trace_id or _new_trace_id(), _new_span_id())
+    if depth is None or depth < len(path):
+        depth = max(len(path), 1)
+    if not path:
+        path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
+    limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
+    return tid, span, depth, path, limit
+
+
+def _fields_from_meta(meta: Any) -> _Fields | None:
+    """The context fields ``meta`` carries (see ``TraceContext.from_meta``); None if none."""
+    if meta.__class__ is not dict and not isinstance(meta, Mapping):
+        return None
+    parent = _parse_traceparent(meta.get(META_TRACEPARENT))
+    depth = _parse_int(meta.get(META_DEPTH), saturate=True)
+    path = _parse_path(meta.get(META_PATH))
+    max_depth = _parse_int(meta.get(META_MAX_DEPTH))
+    if parent is None and depth is None and not path:
+        return None
+    return _assemble_fields(parent, None, depth, path, max_depth)
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:
     if not isinstance(value, str):
         return None
-    m = _TRACEPARENT.match(value.strip().lower())
-    if not m or m.group(1) == "0" * 32 or m.group(2) == "0" * 16:
+    # Most values arrive exactly as to_meta wrote them: normalise only those that do not match.
+    m = _TRACEPARENT.match(value) or _TRACEPARENT.match(value.strip().lower())
+    if not m:
         return None
-    return m.group(1), m.group(2)
+    ids = m.group(1, 2)
+    if ids[0] == "0" * 32 or ids[1] == "0" * 16:
+        return None
+    return ids
 
 
 def _normalise_trace_id(value: str | None) -> str | None:
@@ -249,5 +293,4 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
 def _parse_path(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    hops = [str(v).strip()[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if str(v).strip()]
-    return tuple(hops)
+    return tuple([hop[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if (hop := str(v).strip())])

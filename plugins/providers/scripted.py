@@ -10,6 +10,7 @@ for input; the user's next message is ``{answer}``). Templates may use ``{messag
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ class ScriptedProvider:
         script = script or {}
         self._rules = [_Rule(r) for r in script.get("rules", ()) if isinstance(r, Mapping)]
         self._default = str(script.get("default_reply", DEFAULT_REPLY))
+        self._asks = any(rule.ask for rule in self._rules)
 
     async def complete(self, request: CompletionRequest) -> Completion:
         return self._decide(request)
@@ -47,22 +49,22 @@ class ScriptedProvider:
             return _answer(self._default, {"message": "", "agent": request.agent}, request)
         user_text = messages[user_index].content
         since = messages[user_index + 1 :]
-        results = [m for m in since if m.role == "tool"]
-        steps_done = sum(1 for m in since if m.role == "assistant" and m.tool_calls)
+        results = [m.content for m in since if m.role == "tool"]
+        steps_done = sum([1 for m in since if m.role == "assistant" and m.tool_calls])
 
         values: dict[str, Any] = {
             "message": user_text,
             "answer": "",
             "agent": request.agent,
-            "results": [m.content for m in results],
+            "results": results,
         }
-        rule = self._answered_rule(messages, user_index)
+        rule = self._answered_rule(messages, user_index) if self._asks else None
         if rule is not None:
             values["message"] = rule[1]
             values["answer"] = user_text
             rule = rule[0]
         else:
-            rule = next((r for r in self._rules if r.matches(user_text)), None)
+            rule = self._matching_rule(user_text)
             if rule is None:
                 return _answer(self._default, values, request)
             if rule.ask and steps_done == 0:
@@ -77,11 +79,17 @@ class ScriptedProvider:
             return Completion(tool_calls=calls, stop_reason="tool_use", usage=_usage(request, ""))
         return _answer(rule.reply or self._default, values, request)
 
+    def _matching_rule(self, text: str) -> _Rule | None:
+        for rule in self._rules:
+            if rule.matches(text):
+                return rule
+        return None
+
     def _answered_rule(
         self, messages: Sequence[Message], user_index: int
     ) -> tuple[_Rule, str] | None:
         """If the assistant's last word before this user message was a rule's question,
-        that rule continues with this message as the answer."""
+        that rule continues with this message as the answer (only rules that ask do)."""
         prev = _last_index(messages[:user_index], "assistant")
         if prev is None or messages[prev].tool_calls:
             return None
@@ -119,21 +127,31 @@ def _last_index(messages: Sequence[Message], role: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _template_parts(template: str) -> tuple[str | None, ...]:
+    """``template`` split at its placeholders: text, then (name, index, text) per placeholder."""
+    return tuple(_PLACEHOLDER.split(template))
+
+
 def _render(template: str, values: Mapping[str, Any]) -> str:
+    parts = _template_parts(template)
+    if len(parts) == 1:
+        return template
     results = values.get("results") or []
-
-    def sub(m: re.Match[str]) -> str:
-        key = m.group(1)
+    out = [parts[0]]
+    for i in range(1, len(parts), 3):
+        key, index = parts[i], parts[i + 1]
         if key == "results":
-            return "\n".join(results)
-        if key == "result":
-            return results[-1] if results else ""
-        if m.group(2) is not None:
-            n = int(m.group(2))
-            return results[n] if n < len(results) else ""
-        return str(values.get(key, ""))
-
-    return _PLACEHOLDER.sub(sub, template)
+            out.append("\n".join(results))
+        elif key == "result":
+            out.append(results[-1] if results else "")
+        elif index is not None:
+            n = int(index)
+            out.append(results[n] if n < len(results) else "")
+        else:
+            out.append(str(values.get(key, "")))
+        out.append(parts[i + 2])
+    return "".join(out)
 
 
 def _render_value(value: Any, values: Mapping[str, Any]) -> Any:
@@ -147,7 +165,7 @@ def _render_value(value: Any, values: Mapping[str, Any]) -> Any:
 
 
 def _usage(request: CompletionRequest, text: str) -> Usage:
-    words_in = sum(len(m.content.split()) for m in request.messages) + len(request.system.split())
+    words_in = sum([len(m.content.split()) for m in request.messages]) + len(request.system.split())
     return Usage(input_tokens=words_in, output_tokens=len(text.split()))
 
 

@@ -7,11 +7,13 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import trio
 from roost.kernel import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
 from roost.kernel import _store as store_module
+from roost.kernel._store import BUSY_WINDOW_S, YIELD_EVERY_S
 
 
 def msg(role: str, content: str | None, **data) -> dict:
@@ -886,14 +888,45 @@ async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path):
     assert "\\ud800" in evil.arguments  # stored, escaped
 
 
-async def test_an_inline_write_is_a_schedule_point(tmp_path):
+async def test_a_loop_of_inline_writes_lets_other_tasks_run(tmp_path):
     # Regression: a write committed inline with nothing else going on returned without
-    # yielding, so a loop of writes kept timers and I/O from ever running.
+    # yielding, so a loop of writes kept timers and I/O from ever running. Writes yield at
+    # least every YIELD_EVERY_S (not after each one: a scheduler pass costs a third of one).
+    ticks = 0
+
+    async def ticker():  # a timer, like a deadline or a heartbeat
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(YIELD_EVERY_S / 4)
+
     async with open_store(tmp_path / "roost.db") as store:
         await store.append_messages("s", "a", [msg("user", "warm up")])
-        with trio.testing.assert_checkpoints():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            await trio.sleep(0)
+            start, began = ticks, time.perf_counter()
+            writes = 0
+            while time.perf_counter() - began < 30 * YIELD_EVERY_S:
+                await store.append_messages("s", "a", [msg("user", "again")])
+                writes += 1
+                # Work between writes, so they are not back to back (those yield anyway, to
+                # let other writers join the batch).
+                spun = time.perf_counter()
+                while time.perf_counter() - spun < 2 * BUSY_WINDOW_S:
+                    pass
+            nursery.cancel_scope.cancel()
+        assert store._writer.inline_batches >= writes
+    assert ticks - start >= 10  # about one per YIELD_EVERY_S of writing
+
+
+async def test_a_cancelled_inline_write_raises_cancelled(tmp_path):
+    async with open_store(tmp_path / "roost.db") as store:
+        await store.append_messages("s", "a", [msg("user", "warm up")])
+        with trio.CancelScope() as scope:
+            scope.cancel()
             await store.append_messages("s", "a", [msg("user", "again")])
-        assert store._writer.inline_batches >= 2
+        assert scope.cancelled_caught
 
 
 async def test_reading_a_history_never_runs_on_the_event_loop(tmp_path, monkeypatch):
@@ -928,3 +961,24 @@ async def test_usage_logged_behind_is_counted_by_the_next_read(tmp_path, monkeyp
         with trio.fail_after(5):
             usage = await store.usage_by_agent()
         assert usage == {"a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}}
+
+
+async def test_callers_that_never_yield_still_let_the_audit_writer_keep_up(tmp_path):
+    # Regression: calls answered without waiting for anything (an agent asking a scripted
+    # one) never yielded, so the writer first ran when MAX_AUDIT_BACKLOG rows were waiting
+    # and every later call fell back to a transaction of its own for its usage row.
+    async with open_store(tmp_path / "roost.db") as store:
+        longest = 0
+        before = store._writer.batches
+        for i in range(3 * store_module.AUDIT_YIELD_ROWS):  # no other checkpoint in this loop
+            record = AuditRecord(agent="a", tool=f"t{i}")
+            if not store.log_tool_call_nowait(record):
+                await store.log_tool_call(record)
+            if not store.log_usage_nowait("a", None, "scripted", "", 1, 1):
+                await store.log_usage("a", None, "scripted", "", 1, 1)
+            longest = max(longest, len(store._audit_backlog))
+        assert longest < 2 * store_module.AUDIT_YIELD_ROWS < store_module.MAX_AUDIT_BACKLOG  # never near full
+        assert store._writer.batches - before >= 2  # the writer ran during the loop, in batches
+        assert len(await store.audit(limit=10_000)) == 3 * store_module.AUDIT_YIELD_ROWS
+        usage = await store.usage_by_agent()
+    assert usage["a"]["requests"] == 3 * store_module.AUDIT_YIELD_ROWS

@@ -175,6 +175,44 @@ def test_path_is_bounded():
     assert TraceContext.from_meta({META_DEPTH: 500}).path == ("?",)
 
 
+@pytest.mark.parametrize(
+    ("meta", "keeps_ids"),
+    [
+        (chain("A", "B").to_meta(), True),
+        (chain("A", "B", "C", max_depth=3).to_meta(), True),
+        ({META_TRACEPARENT: " 00-" + "AB" * 16 + "-" + "cd" * 8 + "-01 ", META_DEPTH: "2", META_PATH: [" A ", "", "B"]}, True),
+        ({META_DEPTH: 7}, False),
+        ({META_PATH: ["x" * 300], META_MAX_DEPTH: 9, META_TRACEPARENT: "garbage"}, False),
+    ],
+)
+def test_for_hop_is_from_meta_then_child(meta, keeps_ids):
+    # The callee of an in-memory MCP call reads its context in one step; it must be the
+    # same context (and the same refusal) as reading the meta and then taking the hop.
+    incoming = TraceContext.from_meta(meta)
+    try:
+        expected: object = incoming.child("X", max_depth=4)
+    except RecursionLimitExceeded as exc:
+        expected = (exc.path, exc.max_depth)
+    try:
+        got: object = TraceContext.for_hop(meta, "X", max_depth=4)
+    except RecursionLimitExceeded as exc:
+        got = (exc.path, exc.max_depth)
+    if not isinstance(expected, TraceContext):
+        assert got == expected
+        return
+    assert isinstance(got, TraceContext)
+    assert (got.depth, got.path, got.max_depth) == (expected.depth, expected.path, expected.max_depth)
+    assert got.parent_span_id is not None and TRACEPARENT.match(got.traceparent)
+    if keeps_ids:  # the caller's ids, not made-up ones
+        assert (got.trace_id, got.parent_span_id) == (incoming.trace_id, incoming.span_id)
+
+
+def test_for_hop_without_a_context_starts_a_trace_at_the_hop():
+    for meta in (None, {}, {"other": 1}, "text"):
+        ctx = TraceContext.for_hop(meta, "X", max_depth=3)
+        assert (ctx.depth, ctx.path, ctx.max_depth, ctx.parent_span_id) == (1, ("X",), 3, None)
+
+
 def test_headers_round_trip():
     sender = chain("A", "B", "C")
     headers = sender.to_headers()
