@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Mapping, MutableMapping
 from typing import Any
 
@@ -69,20 +70,25 @@ def _fresh_pool() -> None:
 os.register_at_fork(after_in_child=_fresh_pool)
 
 
+def _time_prefix() -> str:
+    # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
+    # random bits: ids made together sort together, so the audit log's index by trace id
+    # grows at its end instead of dirtying a random page per row (random ids cost each
+    # audit row ~2x the CPU and ~10x the WAL bytes once the log is large).
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}"
+
+
 def _new_trace_id() -> str:
-    while True:
-        value = _random_bytes(16).hex()
-        if value != "0" * 32:
-            return value
+    return _time_prefix() + _random_bytes(12).hex()
 
 
 def _new_trace_and_span_ids() -> tuple[str, str]:
     """``(_new_trace_id(), _new_span_id())`` in one draw from the pool."""
+    prefix = _time_prefix()
     while True:
-        value = _random_bytes(24).hex()
-        trace_id, span_id = value[:32], value[32:]
-        if trace_id != "0" * 32 and span_id != "0" * 16:
-            return trace_id, span_id
+        value = _random_bytes(20).hex()
+        if value[24:] != "0" * 16:
+            return prefix + value[:24], value[24:]
 
 
 def _new_span_id() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from roost.kernel import DEFAULT_MAX_DEPTH, RecursionLimitExceeded, TraceContext
@@ -282,3 +283,13 @@ def test_check_hop_refuses_exactly_the_hops_child_refuses():
             except RecursionLimitExceeded as exc:
                 check_error = (exc.path, exc.max_depth)
             assert check_error == child_error
+
+
+def test_new_trace_ids_start_with_the_time_so_the_audit_index_grows_at_its_end():
+    before = int(time.time())
+    ids = [TraceContext.new("a").trace_id for _ in range(1000)] + [TraceContext.new("a").span_id for _ in range(3)]
+    after = int(time.time())
+    traces = ids[:1000]
+    assert len(set(traces)) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces)
+    assert all(before <= int(t[:8], 16) <= after for t in traces)
+    assert len({t[8:] for t in traces}) == 1000  # 96 random bits after the time
