@@ -20,6 +20,7 @@ import trio
 from . import _mcp_local
 from ._errors import RoostError
 from ._events import Event, EventKind
+from ._ids import uuid7_hex
 from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
@@ -182,7 +183,7 @@ class AgentRuntime:
         run_id = run_id or uuid.uuid4().hex
         if persist:
             new_session = new_session or session_id is None
-            session_id = session_id or uuid.uuid4().hex
+            session_id = session_id or uuid7_hex()  # time-ordered: the store's indexes grow at their end
         else:
             session_id = None
         with trio.CancelScope() as scope:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os as _os
 import re
 import time as _time
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from typing import Any
 import attrs
 from roost.kernel import OutputPart
 from roost.kernel import json_type_name as _jtype
+from roost.kernel._ids import uuid7
 
 V1 = "1.0"
 V03 = "0.3"
@@ -188,12 +188,9 @@ def now_iso() -> str:
 
 
 def new_id() -> str:
-    """A random (version 4) UUID as text, like ``str(uuid.uuid4())``."""
-    h = _os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
-
-
-_VARIANT = "89ab"
+    """A time-ordered (version 7) UUID as text: task and context ids made one after another
+    sort in that order, so the task store's indexes grow at their end (see kernel/_ids.py)."""
+    return uuid7()
 
 
 # -- helpers for reading JSON --------------------------------------------------------------
