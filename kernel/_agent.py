@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from ._ids import uuid7_hex
 from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
+from ._store import StoreError
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -106,6 +107,13 @@ class _SessionLock:
     def __init__(self) -> None:
         self.lock = trio.Lock()
         self.users = 0
+
+
+@attrs.define
+class _FirstExchange:
+    """A new session's first run: whether its user message is stored (or being stored)."""
+
+    user_stored: bool = False
 
 
 class AgentRuntime:
@@ -226,16 +234,32 @@ class AgentRuntime:
         stream: bool,
         new_session: bool = False,
     ) -> AgentReply:
-        """One exchange; ``session_id`` None: an in-memory one (see ``persist``)."""
+        """One exchange; ``session_id`` None: an in-memory one (see ``persist``).
+
+        A new session has no history to read: its first exchange (the session, the user
+        message, the replies, the usage) is written in one transaction when the run ends,
+        not in two. Whatever happens to the run (an error, a cancellation, that write
+        failing) its user message is still stored."""
+        trace = trace or TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
+        user = Message("user", text)
+        if session_id is None or not new_session:
+            return await self._exchange(user, session_id, trace, stream, None)
+        first = _FirstExchange()
+        try:
+            return await self._exchange(user, session_id, trace, stream, first)
+        except BaseException:
+            if not first.user_stored:
+                await self._store_user_message(first, session_id, user)
+            raise
+
+    async def _exchange(
+        self, user: Message, session_id: str | None, trace: TraceContext, stream: bool, first: _FirstExchange | None
+    ) -> AgentReply:
+        """``_run``'s work; ``first``: this is a new session's first exchange."""
         kernel = self.kernel
         manifest = self.manifest
-        trace = trace or TraceContext.new(self.name, max_depth=kernel.max_depth_for(self.name))
-        user = Message("user", text)
         history = []
-        # A new session has no history to read: its first exchange is written in one
-        # transaction when it ends (or fails, or is cancelled), not in two.
-        unsaved_user = session_id is not None and new_session
-        if session_id is not None and not new_session:
+        if session_id is not None and first is None:
             history = [
                 Message.from_record(m.role, m.content, m.data)
                 for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
@@ -264,7 +288,7 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
-            provider = await self._route(text)
+            provider = await self._route(user.content)
             result: LoopResult = await run_loop(
                 provider,
                 request,
@@ -276,14 +300,11 @@ class AgentRuntime:
                 # (roost watch, the API's event stream, roost chat).
                 stream=stream or kernel.tap.wants(EventKind.AGENT_TOKEN),
             )
-        except BaseException as exc:
-            # The user message is stored whatever happens to the run (cancelled included).
-            if unsaved_user:
+        except RoostError as exc:
+            # The provider failed: the reply says so (and the user message is stored).
+            if first is not None:
                 assert session_id is not None
-                await self._store_user_message(session_id, user)
-            if not isinstance(exc, RoostError):
-                raise
-            # The provider failed: the reply says so.
+                await self._store_user_message(first, session_id, user)
             return AgentReply(
                 self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.outputs.snapshot()
             )
@@ -295,12 +316,16 @@ class AgentRuntime:
                 result.usage.input_tokens,
                 result.usage.output_tokens,
             )
-        if session_id is not None:
-            messages = [user, *result.messages] if unsaved_user else result.messages
-            await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in messages], usage=usage)
+        if session_id is not None and first is not None:
+            await self._finish_first_exchange(first, session_id, user, result.messages, usage)
+        elif session_id is not None:
+            await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in result.messages], usage=usage)
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
-            if not kernel.store.log_usage_nowait(self.name, None, *usage):
-                await kernel.store.log_usage(self.name, None, *usage)
+            try:
+                if not kernel.store.log_usage_nowait(self.name, None, *usage):
+                    await kernel.store.log_usage(self.name, None, *usage)
+            except RoostError as exc:  # accounting lost, not the answer
+                log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
         return AgentReply(
             self.name,
             result.text,
@@ -312,9 +337,32 @@ class AgentRuntime:
             conversation.outputs.snapshot(),
         )
 
-    async def _store_user_message(self, session_id: str, user: Message) -> None:
-        """Store the first message of a new session whose run did not finish (shielded, so
-        a cancelled run still records it; bounded, so it never hangs)."""
+    async def _finish_first_exchange(
+        self, first: _FirstExchange, session_id: str, user: Message, messages: Sequence[Message], usage: Any
+    ) -> None:
+        """Write a new session's first exchange. Shielded (a cancel must not withdraw the
+        only write of the user message) and bounded; if it fails, the user message is
+        stored alone. After a timeout nothing more is written: the write may still land."""
+        first.user_stored = True  # from here on, this write (or its fallback) stores it
+        records = [m.to_record() for m in (user, *messages)]
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(STORE_ON_CANCEL_TIMEOUT_S) as timer:
+                try:
+                    await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage)
+                except RoostError:
+                    first.user_stored = False
+                    await self._store_user_message(first, session_id, user)
+                    raise
+        if timer.cancelled_caught:
+            raise StoreError(
+                f"storing the first exchange of session {session_id!r} took longer than "
+                f"{STORE_ON_CANCEL_TIMEOUT_S:g}s; the database is locked or slow"
+            )
+
+    async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message) -> None:
+        """Store the message of a new session's first run that did not finish (shielded,
+        so a cancelled run still records it; bounded, so it never hangs)."""
+        first.user_stored = True
         with trio.CancelScope(shield=True), trio.move_on_after(STORE_ON_CANCEL_TIMEOUT_S):
             try:
                 await self.kernel.store.append_messages(session_id, self.name, [user.to_record()])

@@ -992,9 +992,14 @@ class SqliteStore:
 
     async def _log_behind_waiting(self, sql: str, row: tuple) -> None:
         if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
-            with trio.fail_after(AUDIT_FLUSH_TIMEOUT_S):
+            with trio.move_on_after(AUDIT_FLUSH_TIMEOUT_S):
                 while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
                     await self._audit_progress.wait()
+            if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
+                raise StoreError(
+                    f"{self.path}: the audit writer is {AUDIT_FLUSH_TIMEOUT_S:g}s behind with "
+                    f"{len(self._audit_backlog)} rows waiting; this row was not recorded"
+                )
         self._log_behind(sql, row)
         if len(self._audit_backlog) >= AUDIT_YIELD_ROWS:
             # Callers that never yield (calls answered without waiting for anything) would

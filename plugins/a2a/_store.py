@@ -114,9 +114,9 @@ class TaskStore:
         self._conn: sqlite3.Connection | None = conn
         self._limiter = trio.CapacityLimiter(1)
         self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous, path=path)
-        # How many rows the table holds, kept by this store's writes so an insert does not
-        # count the table (O(n)) each time; None: unknown (count on the next insert). Only
-        # trusted below the bound: eviction or refusal always follows a fresh count.
+        # How many rows the table holds, kept by this store's inserts so an insert does not
+        # count the table (O(n)) each time; None: unknown (count on the next insert). It may
+        # be one too high, never too low; eviction or refusal always follows a fresh count.
         self._count: int | None = None
 
     def _connection(self) -> sqlite3.Connection:
@@ -178,7 +178,9 @@ class TaskStore:
                 (id, context_id, agent, state, int(terminal), encoded, now, now, artifacts, size),
             )
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
-            self._count = count + 1 - len(evicted)
+            # Kept only when nothing was evicted: if this transaction does not commit, one
+            # row too many is counted (harmless: the bound recounts), never too few.
+            self._count = None if evicted else count + 1
             return evicted
 
         try:
@@ -201,8 +203,8 @@ class TaskStore:
             evicted.append(tid)
             total -= size
         conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
-        if evicted and self._count is not None:
-            self._count -= len(evicted)
+        if evicted:
+            self._count = None  # count again: these deletes may yet be rolled back
         if evicted:
             log.info("A2A task store over %d bytes: evicted %d finished task(s)", self.max_bytes, len(evicted))
         return evicted

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import time
+
 import pytest
 import trio
 from roost.kernel import (
+    ActorCrashed,
     AgentNotFound,
     EventKind,
     RecursionLimitExceeded,
     RoostError,
+    StoreError,
     Tool,
     ToolCall,
     ToolResult,
@@ -499,4 +504,57 @@ async def test_a_provider_failing_on_a_new_session_still_stores_the_user_message
         reply = await kernel.send("a", "hello")
         history = await kernel.store.history(reply.session_id)
     assert reply.is_error and "the model is down" in reply.text
+    assert [(m.role, m.content) for m in history] == [("user", "hello")]
+
+
+class SlowWriteDuringRun:
+    """A tool that starts someone else's long write (on a worker thread, as another session's
+    start_exchange is) while the run is under way."""
+
+    def __init__(self):
+        self.kernel = None
+        self.nursery = None
+
+    @hookimpl
+    def roost_tools(self, config):
+        async def busy(call, ctx):
+            work = functools.partial(self.kernel.store.write, "other", lambda conn: time.sleep(0.6), offload=True)
+            self.nursery.start_soon(work)
+            await trio.sleep(0.01)
+            return ToolResult.text("ok")
+
+        return [Tool(ToolSpec("busy", "busy", owner="test"), busy)]
+
+
+async def test_a_cancel_while_a_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(config):
+    # Regression (review): the first exchange's write, queued behind another batch, was
+    # withdrawn by the caller's timeout, and the new session was never stored at all.
+    a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
+    slow = SlowWriteDuringRun()
+    async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
+        slow.kernel = kernel
+        async with trio.open_nursery() as nursery:
+            slow.nursery = nursery
+            with trio.move_on_after(0.3):
+                await kernel.send("a", "work", session_id="s-new", new_session=True)
+        history = await kernel.store.history("s-new")
+    assert [(m.role, m.content) for m in history][:1] == [("user", "work")]
+
+
+async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_user_message(config):
+    # Regression (review): finish_exchange failing lost the user message with the reply.
+    async with open_kernel(config, agents=[agent("a")]) as kernel:
+        store = kernel.store
+        real = store.finish_exchange
+
+        async def failing(*args, **kwargs):
+            raise StoreError("disk I/O error")
+
+        store.finish_exchange = failing
+        try:
+            with pytest.raises(ActorCrashed, match="disk I/O"):  # its __cause__ is the StoreError
+                await kernel.send("a", "hello", session_id="s-fail", new_session=True)
+        finally:
+            store.finish_exchange = real
+        history = await store.history("s-fail")
     assert [(m.role, m.content) for m in history] == [("user", "hello")]

@@ -982,3 +982,24 @@ async def test_callers_that_never_yield_still_let_the_audit_writer_keep_up(tmp_p
         assert len(await store.audit(limit=10_000)) == 3 * store_module.AUDIT_YIELD_ROWS
         usage = await store.usage_by_agent()
     assert usage["a"]["requests"] == 3 * store_module.AUDIT_YIELD_ROWS
+
+
+async def test_a_full_audit_backlog_that_does_not_drain_is_a_store_error_not_a_timeout(tmp_path, monkeypatch):
+    # Regression (review): the wait for room raised trio.TooSlowError, which a one-shot
+    # agent run (logging its usage) did not expect: its actor crashed.
+    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 1)
+    monkeypatch.setattr(store_module, "AUDIT_FLUSH_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.0)
+    db = tmp_path / "roost.db"
+    async with open_store(db) as store:
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the writer cannot commit: the backlog cannot drain
+        try:
+            await store.log_tool_call(AuditRecord(agent="a", tool="t0"))  # taken by the writer
+            await trio.testing.wait_all_tasks_blocked()
+            await store.log_tool_call(AuditRecord(agent="a", tool="t1"))  # waits in the backlog
+            with pytest.raises(StoreError, match="behind"):
+                await store.log_usage("a", None, "scripted", "", 1, 1)
+        finally:
+            other.execute("COMMIT")
+            other.close()
