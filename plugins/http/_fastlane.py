@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -229,8 +230,11 @@ class FastLane:
     async def _send(self, stream: Any, io: trio.CancelScope, data: bytes) -> None:
         io.deadline = trio.current_time() + SEND_TIMEOUT_S
         try:
-            await stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if type(stream) is trio.SocketStream and data:
+                await _send_all(stream, data)
+            else:
+                await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             raise _Closed from None
 
     async def _receive(self, stream: Any, io: trio.CancelScope, deadline: float, *, idle: bool) -> bytes:
@@ -254,7 +258,14 @@ class FastLane:
 
     async def _read_head(self, stream: Any, io: trio.CancelScope, parser: RequestParser, first: bool) -> RequestHead | None:
         deadline = trio.current_time() + (HEAD_TIMEOUT_S if first else self.keep_alive_s)
-        while (head := parser.head()) is None:
+        head = parser.head()
+        if head is not None:
+            # Pipelined: the request was read with an earlier one. A send does not yield when
+            # the socket takes the bytes at once (see _send_all), so yield here: every request
+            # passes at least one schedule point, and one connection cannot starve the others.
+            await trio.lowlevel.checkpoint()
+            return head
+        while head is None:
             # Idle (nothing of a request yet, first one included): close() ends the wait.
             idle = not parser.buffer
             try:
@@ -264,6 +275,7 @@ class FastLane:
             if idle and not first:  # a new request began: it gets the head timeout from now
                 deadline = trio.current_time() + HEAD_TIMEOUT_S
             parser.feed(data)
+            head = parser.head()
         return head
 
     async def _read_body(self, stream: Any, io: trio.CancelScope, parser: RequestParser, limit: int) -> bytes:
@@ -271,6 +283,27 @@ class FastLane:
         while (body := parser.body(limit)) is None:
             parser.feed(await self._receive(stream, io, deadline, idle=False))
         return body
+
+
+async def _send_all(stream: trio.SocketStream, data: bytes) -> None:
+    """``stream.send_all(data)`` without its closing schedule point when the socket takes
+    every byte at once (a send that must wait for room yields while it waits).
+
+    Each request still passes a schedule point: its head or body was received (a receive
+    yields whether or not it had to wait) or, pipelined, ``_read_head`` yields for it. A
+    cancelled caller is stopped before anything is sent, as by ``send_all``; errors are
+    OSError (the caller closes the connection on any)."""
+    await trio.lowlevel.checkpoint_if_cancelled()
+    fd = stream.socket.fileno()
+    if fd < 0 or stream.socket.did_shutdown_SHUT_WR:
+        raise trio.ClosedResourceError
+    with memoryview(data) as view:
+        sent = 0
+        while sent < len(view):
+            try:
+                sent += os.write(fd, view[sent:])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(fd)
 
 
 LINGER_S = 2.0

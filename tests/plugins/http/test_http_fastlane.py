@@ -45,10 +45,25 @@ async def fast_slow(req):
     return PlainResponse(200, b'{"slow": true}')
 
 
+TICKS = [0]
+BIG = b"x" * (8 * 1024 * 1024)
+
+
+async def fast_ticks(req):
+    # answers without ever waiting: only the fast lane's own I/O can yield between requests
+    return PlainResponse(200, json.dumps({"ticks": TICKS[0]}).encode())
+
+
+async def fast_big(req):
+    return PlainResponse(200, BIG, "application/octet-stream")
+
+
 class FastPlugin:
     @hookimpl
     def roost_http_routes(self, kernel):
         return [
+            RouteDescriptor("/ticks", quart_echo, ("POST",), fast_handler=fast_ticks),
+            RouteDescriptor("/big", quart_echo, ("POST",), fast_handler=fast_big),
             RouteDescriptor("/fast/<name>", quart_echo, ("GET", "POST"), fast_handler=fast_echo),
             RouteDescriptor("/open", quart_echo, ("POST",), public=True, fast_handler=fast_echo),
             RouteDescriptor("/boom", quart_echo, ("POST",), fast_handler=fast_boom),
@@ -417,3 +432,51 @@ async def test_http2_prior_knowledge_is_handed_to_hypercorn(make_kernel):
         assert not raw.buffer.startswith(b"HTTP/")
         assert raw.buffer[3] == 0x04  # hypercorn's h2 server opens with its SETTINGS frame
         await raw.aclose()
+
+
+async def test_pipelined_requests_that_never_wait_still_let_other_tasks_run(make_kernel):
+    """A send that the socket takes at once does not yield; a pipelined request (read with
+    an earlier one) yields for itself, so one connection cannot starve the others."""
+
+    async def ticker():
+        while True:
+            TICKS[0] += 1
+            await trio.lowlevel.checkpoint()
+
+    async with serving(make(make_kernel)) as client:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker)
+            raw = await Raw.open(port_of(client))
+            await raw.stream.send_all(post("/ticks") * 50)
+            seen = [json.loads((await raw.response())[2])["ticks"] for _ in range(50)]
+            # one schedule point per request: the ticker runs about once per request (Trio
+            # orders the tasks of one pass at random, so not strictly between every two)
+            assert seen[-1] - seen[0] >= 25, seen
+            await raw.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_response_larger_than_the_socket_buffer_arrives_whole(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        for _ in range(2):  # the connection stays usable after a send that had to wait
+            await raw.stream.send_all(post("/big"))
+            status, _, body = await raw.response()
+            assert status == 200 and body == BIG
+        await raw.aclose()
+
+
+async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_kernel, monkeypatch):
+    monkeypatch.setattr(fastlane, "SEND_TIMEOUT_S", 0.3)
+    async with serving(make(make_kernel)) as client:
+        raw = await Raw.open(port_of(client))
+        await raw.stream.send_all(post("/big"))
+        await trio.sleep(1.0)  # the server's send waits for room, then gives up
+        with trio.fail_after(5):
+            received = 0
+            try:
+                while data := await raw.stream.receive_some(1 << 20):
+                    received += len(data)
+            except trio.BrokenResourceError:
+                pass
+        assert received < len(BIG)
