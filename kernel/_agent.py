@@ -163,7 +163,7 @@ class AgentRuntime:
                 new_session=bool(payload.get("new_session", False)),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
-            return await self.handle_jsonrpc(event.payload, event.source)
+            return await _mcp_local.handle(self, event.payload, event.source)  # handle_jsonrpc
         raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
 
     async def handle_message(
@@ -197,8 +197,10 @@ class AgentRuntime:
         with trio.CancelScope() as scope:
             self._runs[run_id] = scope
             try:
-                if session_id is None:
-                    return await self._run(text, session_id=None, trace=trace, stream=stream)
+                if session_id is None:  # what _run does for an in-memory run, one call less
+                    if trace is None:
+                        trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
+                    return await self._exchange(Message("user", text), None, trace, stream, None)
                 # Messages of one session run one at a time, so its history stays in order.
                 async with self._session_lock(session_id):
                     return await self._run(
@@ -288,7 +290,7 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
-            provider = await self._route(user.content)
+            provider = self.provider if self.tiers is None else await self._route(user.content)
             result: LoopResult = await run_loop(
                 provider,
                 request,

@@ -386,7 +386,15 @@ class Kernel:
                         trace=trace,
                     )
                 )
-            await self._audit(agent, call, trace, duration_ms, outcome, error, conversation)
+            # The audit row, written behind (no coroutine of its own unless the writer is behind).
+            record = self._audit_record(agent, call, trace, duration_ms, outcome, error, conversation)
+            try:
+                logged = self.store.log_tool_call_nowait(record)
+            except Exception:
+                log.exception("could not write the audit record of %s", call.name)
+            else:
+                if not logged:  # the writer is behind: yield to it, or wait for room
+                    await self._log_audit(record, call)
 
     async def _run_checked(
         self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
@@ -417,7 +425,16 @@ class Kernel:
             )
         if tool.handler in self._agent_handlers:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two).
-            result = await _invoke(tool, call, context)
+            # What _invoke does, without a coroutine of its own.
+            try:
+                result = await tool.handler(call, context)
+            except (ToolError, LoopDetected):
+                raise
+            except RoostError as exc:
+                result = ToolResult.error(str(exc))
+            except Exception as exc:  # a buggy tool must not take the agent down
+                log.exception("tool %s raised", spec.name)
+                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
         else:
             with trio.move_on_after(context.timeout_s) as scope:
                 result = await _invoke(tool, call, context)
@@ -450,13 +467,21 @@ class Kernel:
         call = ToolCall(name=name, arguments=dict(arguments), caller=agent, trace=trace)
         return await self.call_tool(agent, call, check_capability=False)
 
-    async def _audit(self, agent, call, trace, duration_ms, outcome, error, conversation) -> None:
+    async def _log_audit(self, record: AuditRecord, call: ToolCall) -> None:
+        """Log ``record`` once the writer has room (it is behind: yield to it, or wait)."""
+        try:
+            with trio.CancelScope(shield=True):
+                await self.store.log_tool_call(record)
+        except Exception:
+            log.exception("could not write the audit record of %s", call.name)
+
+    def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
         arguments = call.arguments
         try:
             args = _AUDIT_JSON.encode(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
-        record = AuditRecord(
+        return AuditRecord(
             ts=time.time(),
             trace_id=trace.trace_id if trace else None,
             span_id=trace.span_id if trace else None,
@@ -468,12 +493,6 @@ class Kernel:
             error=error,
             session_id=conversation.session_id if conversation else None,
         )
-        try:
-            if not self.store.log_tool_call_nowait(record):  # the writer is behind: yield to it, or wait for room
-                with trio.CancelScope(shield=True):
-                    await self.store.log_tool_call(record)
-        except Exception:
-            log.exception("could not write the audit record of %s", call.name)
 
     def add_tool(self, tool: Tool) -> None:
         """Register a tool while running (e.g. discovered on an MCP server).

@@ -157,7 +157,10 @@ async def run_loop(
 
     for turn in range(1, max_turns + 1):
         req = request if turn == 1 else attrs.evolve(request, messages=tuple(history))
-        completion = await _infer(provider, req, stream=stream, on_token=on_token)
+        if stream:
+            completion = await _infer(provider, req, stream=True, on_token=on_token)
+        else:
+            completion = await provider.complete(req)  # what _infer does, one call less
         if completion.tool_calls:
             completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
         usage = completion.usage if turn == 1 else usage + completion.usage

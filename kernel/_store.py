@@ -383,10 +383,26 @@ def _storable(text: str | None) -> str | None:
     return text
 
 
+# (agent, provider, model) names already checked by _usage_row: every run logs the same few.
+_USAGE_NAMES_CHECKED: set[tuple[str, str, str]] = set()
+_USAGE_NAMES_MAX = 1024
+
+
 def _usage_row(
     agent: str, session_id: str | None, provider: str, model: str, input_tokens: int, output_tokens: int
 ) -> tuple:
-    return (
+    names = (agent, provider, model)
+    if agent.__class__ is str and provider.__class__ is str and model.__class__ is str and names in _USAGE_NAMES_CHECKED:
+        return (
+            time.time(),
+            agent,
+            None if session_id is None else _check_id("session_id", session_id),
+            provider,
+            model,
+            _check_count("input_tokens", input_tokens),
+            _check_count("output_tokens", output_tokens),
+        )
+    row = (
         time.time(),
         _check_id("agent", agent),
         None if session_id is None else _check_id("session_id", session_id),
@@ -395,6 +411,10 @@ def _usage_row(
         _check_count("input_tokens", input_tokens),
         _check_count("output_tokens", output_tokens),
     )
+    if len(_USAGE_NAMES_CHECKED) >= _USAGE_NAMES_MAX:
+        _USAGE_NAMES_CHECKED.clear()
+    _USAGE_NAMES_CHECKED.add(names)
+    return row
 
 
 _INSERT_USAGE = (

@@ -70,12 +70,23 @@ def _fresh_pool() -> None:
 os.register_at_fork(after_in_child=_fresh_pool)
 
 
+_prefix_second = -1
+_prefix_text = ""
+
+
 def _time_prefix() -> str:
     # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
     # random bits: ids made together sort together, so the audit log's index by trace id
     # grows at its end instead of dirtying a random page per row (random ids cost each
     # audit row ~2x the CPU and ~10x the WAL bytes once the log is large).
-    return f"{int(time.time()) & 0xFFFFFFFF:08x}"
+    # Formatted once per second (the text is written before the second it belongs to, so a
+    # thread racing at the turn of a second gets the old or the new text, both valid).
+    global _prefix_second, _prefix_text
+    second = int(time.time())
+    if second != _prefix_second:
+        _prefix_text = f"{second & 0xFFFFFFFF:08x}"
+        _prefix_second = second
+    return _prefix_text
 
 
 def _new_trace_id() -> str:
@@ -281,6 +292,10 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
     With ``saturate`` a larger count becomes 10,000 rather than None, so that a huge
     inbound depth is treated as too deep instead of as absent.
     """
+    if value.__class__ is int:  # the common case (as to_meta writes it): no other checks
+        if value < 0:
+            return None
+        return value if value < _BIG else (_BIG if saturate else None)
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -299,4 +314,11 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
 def _parse_path(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
+    if len(value) <= _MAX_PATH_ITEMS:
+        # Most paths arrive as to_meta wrote them: short, stripped, non-empty strings.
+        for v in value:
+            if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
+                break
+        else:
+            return tuple(value)
     return tuple([hop[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if (hop := str(v).strip())])
