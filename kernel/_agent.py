@@ -24,7 +24,6 @@ from ._ids import uuid7_hex
 from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
-from ._store import StoreError
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -34,8 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("roost.agent")
 
 MESSAGE_TOOL = "message"
-# How long a run that did not finish may take to store the first message of its new session.
-STORE_ON_CANCEL_TIMEOUT_S = 10.0
 
 ROUTER_PROMPT = (
     "Classify the user's request. Answer with exactly one word: 'simple' if a small, fast "
@@ -342,30 +339,27 @@ class AgentRuntime:
     async def _finish_first_exchange(
         self, first: _FirstExchange, session_id: str, user: Message, messages: Sequence[Message], usage: Any
     ) -> None:
-        """Write a new session's first exchange. Shielded (a cancel must not withdraw the
-        only write of the user message) and bounded; if it fails, the user message is
-        stored alone. After a timeout nothing more is written: the write may still land."""
+        """Write a new session's first exchange; if that fails, store the user message alone.
+
+        Shielded, and with no timer of its own: a write withdrawn from the committer's
+        queue (by a cancel or a deadline) would lose the only copy of the user message, and
+        one that already ran would be reported as failed though stored. The wait is bounded
+        all the same: the queue is bounded and each batch waits for a lock at most SQLite's
+        busy timeout (``BUSY_TIMEOUT_MS``)."""
         first.user_stored = True  # from here on, this write (or its fallback) stores it
         records = [m.to_record() for m in (user, *messages)]
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(STORE_ON_CANCEL_TIMEOUT_S) as timer:
-                try:
-                    await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage)
-                except RoostError:
-                    first.user_stored = False
-                    await self._store_user_message(first, session_id, user)
-                    raise
-        if timer.cancelled_caught:
-            raise StoreError(
-                f"storing the first exchange of session {session_id!r} took longer than "
-                f"{STORE_ON_CANCEL_TIMEOUT_S:g}s; the database is locked or slow"
-            )
+            try:
+                await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage)
+            except RoostError:
+                await self._store_user_message(first, session_id, user)
+                raise
 
     async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message) -> None:
-        """Store the message of a new session's first run that did not finish (shielded,
-        so a cancelled run still records it; bounded, so it never hangs)."""
+        """Store the message of a new session's first run that did not finish. Shielded, so
+        a cancelled run still records it (bounded as ``_finish_first_exchange`` explains)."""
         first.user_stored = True
-        with trio.CancelScope(shield=True), trio.move_on_after(STORE_ON_CANCEL_TIMEOUT_S):
+        with trio.CancelScope(shield=True):
             try:
                 await self.kernel.store.append_messages(session_id, self.name, [user.to_record()])
             except RoostError as exc:

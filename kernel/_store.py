@@ -411,9 +411,10 @@ def _usage_row(
         _check_count("input_tokens", input_tokens),
         _check_count("output_tokens", output_tokens),
     )
-    if len(_USAGE_NAMES_CHECKED) >= _USAGE_NAMES_MAX:
-        _USAGE_NAMES_CHECKED.clear()
-    _USAGE_NAMES_CHECKED.add(names)
+    if agent.__class__ is str and provider.__class__ is str and model.__class__ is str:  # hashable
+        if len(_USAGE_NAMES_CHECKED) >= _USAGE_NAMES_MAX:
+            _USAGE_NAMES_CHECKED.clear()
+        _USAGE_NAMES_CHECKED.add(names)
     return row
 
 

@@ -558,3 +558,36 @@ async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_use
             store.finish_exchange = real
         history = await store.history("s-fail")
     assert [(m.role, m.content) for m in history] == [("user", "hello")]
+
+
+class SlowReadDuringRun:
+    """A tool that starts a long read on the store's connection while the run is under way."""
+
+    def __init__(self):
+        self.kernel = None
+        self.nursery = None
+
+    @hookimpl
+    def roost_tools(self, config):
+        async def busy(call, ctx):
+            self.nursery.start_soon(functools.partial(self.kernel.store.read, "slow read", lambda conn: time.sleep(1.0)))
+            await trio.sleep(0.01)
+            return ToolResult.text("ok")
+
+        return [Tool(ToolSpec("busy", "busy", owner="test"), busy)]
+
+
+async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_stored_and_reported_stored(config):
+    # Regression (review): a 10 s timer around the first exchange's write could withdraw it
+    # (nothing stored at all) or report as failed a write that had committed; the write now
+    # has no timer of its own, so a long wait (here 1 s) ends stored and reported stored.
+    a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
+    slow = SlowReadDuringRun()
+    async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
+        slow.kernel = kernel
+        async with trio.open_nursery() as nursery:
+            slow.nursery = nursery
+            reply = await kernel.send("a", "work", session_id="s-new", new_session=True)
+        history = await kernel.store.history("s-new")
+    assert not reply.is_error and reply.text == "ok"
+    assert [(m.role, m.content) for m in history] == [("user", "work"), ("assistant", ""), ("tool", "ok"), ("assistant", "ok")]

@@ -1003,3 +1003,15 @@ async def test_a_full_audit_backlog_that_does_not_drain_is_a_store_error_not_a_t
         finally:
             other.execute("COMMIT")
             other.close()
+
+
+def test_usage_names_of_a_str_subclass_without_a_hash_are_accepted():
+    # Regression (review): the cache of checked names raised TypeError for them.
+    class Unhashable(str):
+        def __eq__(self, other):
+            return str.__eq__(self, other)
+
+        __hash__ = None
+
+    row = store_module._usage_row(Unhashable("agent"), None, "scripted", "m", 1, 2)
+    assert row[1] == "agent" and row[5:] == (1, 2)
