@@ -502,6 +502,25 @@ class ActorSystem:
         Raises AgentNotFound (no such actor), AskTimeout, ActorCrashed (its ``__cause__`` is
         the handler's exception) or ActorStopped.
         """
+        return await self._ask(target, kind, payload, source, trace, timeout, True)
+
+    async def ask_payload(
+        self,
+        target: str,
+        kind: str,
+        payload: Any = None,
+        *,
+        source: str = "kernel",
+        trace: TraceContext | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+    ) -> Any:
+        """``(await ask(...)).payload``: the same ask, limits and errors; an answer given in
+        the asker's task skips building the reply event while nobody subscribes to events."""
+        return await self._ask(target, kind, payload, source, trace, timeout, False)
+
+    async def _ask(
+        self, target: str, kind: str, payload: Any, source: str, trace: TraceContext | None, timeout: float, as_event: bool
+    ) -> Any:
         if timeout.__class__ is not float or not 0 < timeout < math.inf:
             timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
         actor = self._lookup(target)
@@ -511,7 +530,7 @@ class ActorSystem:
         # soon as a handler slot is free (no mailbox round trip, no task switch). Same
         # limits, same order (slots are handed out first come, first served), same errors.
         if actor.direct and not actor.pending:
-            return await self._ask_directly(actor, event, source, timeout)
+            return await self._ask_directly(actor, event, source, timeout, as_event)
         slot = _ReplySlot()
         with trio.move_on_after(timeout):
             try:
@@ -525,7 +544,7 @@ class ActorSystem:
                 if not slot.done:
                     slot.abandon()
         if slot.reply is not None:
-            return slot.reply
+            return slot.reply if as_event else slot.reply.payload
         if slot.error is not None:
             raise slot.error
         raise AskTimeout(
@@ -533,8 +552,9 @@ class ActorSystem:
             f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
         )
 
-    async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float) -> Event:
-        """``ask`` with the handler run in this task once one of ``actor.slots`` is free."""
+    async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool) -> Any:
+        """``ask`` with the handler run in this task once one of ``actor.slots`` is free;
+        the reply event, or (``as_event`` False) its payload."""
         ask_deadline = trio.current_time() + timeout
         scope = trio.CancelScope(deadline=min(ask_deadline, actor.scope.deadline))
         holding = False
@@ -577,9 +597,11 @@ class ActorSystem:
                 f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
                 f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
             )
+        if not as_event and not self.tap.subscriber_count:  # nobody would see the reply event
+            return result.payload if isinstance(result, Event) else result
         reply = self._reply(actor, event, result)
         self.tap.publish(reply)
-        return reply
+        return reply if as_event else reply.payload
 
     @staticmethod
     def _reply(actor: _Actor, event: Event, result: Any) -> Event:

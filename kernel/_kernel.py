@@ -168,7 +168,7 @@ class Kernel:
                 raise
         run_id = uuid.uuid4().hex
         try:
-            reply = await self.actors.ask(
+            answer = await self.actors.ask_payload(
                 agent,
                 EventKind.AGENT_MESSAGE,
                 {
@@ -185,7 +185,7 @@ class Kernel:
         except BaseException:
             self._cancel_run(agent, run_id)
             raise
-        return reply.payload
+        return answer
 
     def _cancel_run(self, agent: str, run_id: str) -> None:
         """The caller stopped waiting (cancelled, timed out): the agent stops working too."""
@@ -586,7 +586,7 @@ class Kernel:
             origin.inject_meta(params)
             request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
             try:
-                reply = await kernel.actors.ask(
+                answer = await kernel.actors.ask_payload(
                     target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
                 )
             except BaseException as exc:
@@ -594,7 +594,7 @@ class Kernel:
                 if isinstance(exc, AskTimeout):
                     raise _timed_out(spec, ctx) from None
                 raise
-            result = result_from_jsonrpc(reply.payload)
+            result = result_from_jsonrpc(answer)
             if ctx.outputs is not None and result.structured_content and "artifacts" in result.structured_content:
                 _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], result.content, target)
             return result

@@ -1013,3 +1013,24 @@ def test_a_told_letter_in_the_mailbox_is_never_overtaken_by_a_direct_ask():
     for _ in range(30):
         order = trio.run(main)
         assert order.index("L4") < order.index("X"), order
+
+
+async def test_ask_payload_answers_like_ask_and_watchers_still_see_the_reply_event():
+    def factory():
+        async def handle(ctx, event):
+            return f"pong:{event.payload}"
+
+        return handle
+
+    async with open_actor_system() as system:
+        system.spawn("direct", factory, direct_asks=True)
+        system.spawn("mailbox", factory)  # answered by a worker, not in the asker's task
+        for name in ("direct", "mailbox"):
+            assert await system.ask_payload(name, "X", "a") == (await system.ask(name, "X", "a")).payload == "pong:a"
+        async with system.tap.subscribe(kinds=(EventKind.ACTOR_REPLY,)) as events:
+            assert await system.ask_payload("direct", "X", "b") == "pong:b"
+            with trio.fail_after(5):
+                reply = await events.receive()
+        assert reply.kind == EventKind.ACTOR_REPLY and reply.payload == "pong:b" and reply.source == "direct"
+        with pytest.raises(AgentNotFound):
+            await system.ask_payload("nobody", "X")
