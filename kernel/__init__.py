@@ -47,6 +47,7 @@ from ._errors import (
     ToolNameCollision,
     ToolNotFound,
     ToolTimeout,
+    is_mapping,
     json_type_name,
 )
 from ._events import Event, EventKind, EventTap
@@ -256,5 +257,6 @@ __all__ = [
     "Usage",
     "run_loop",
     "ServiceDescriptor",
+    "is_mapping",
     "json_type_name",
 ]

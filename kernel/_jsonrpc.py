@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import RoostError, ToolArgumentsInvalid
+from ._errors import RoostError, ToolArgumentsInvalid, is_mapping
 
 log = logging.getLogger("roost.jsonrpc")
 
@@ -324,7 +324,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
 
     ``where`` prefixes field names in errors (``[2].method`` for a batch item).
     """
-    if type(obj) is not dict and not isinstance(obj, Mapping):  # dict first: ABC checks are slow
+    if not is_mapping(obj):
         raise JsonRpcError(
             INVALID_REQUEST,
             f"{where or 'message'}: expected a JSON-RPC object, got {json_type(obj)}",
@@ -364,7 +364,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
         params = obj.get("params", _MISSING)
         if params is _MISSING:
             params = None
-        elif type(params) is not dict and not isinstance(params, (Mapping, list)):
+        elif not is_mapping(params) and not isinstance(params, list):
             raise invalid(
                 f"{prefix}params: expected an object or an array (omit it when there are "
                 f"none), got {json_type(params)}"

@@ -32,6 +32,7 @@ from ._errors import (
     ToolNameCollision,
     ToolNotFound,
     ToolTimeout,
+    is_mapping,
 )
 from ._events import Event, EventKind, EventTap
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
@@ -55,7 +56,6 @@ from ._tools import (
     ToolResult,
     ToolSpec,
     agent_tool_name,
-    is_mapping,
 )
 from ._trace import TraceContext
 

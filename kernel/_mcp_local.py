@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound
-from ._tools import is_mapping
+from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound, is_mapping
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover

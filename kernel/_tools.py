@@ -39,11 +39,6 @@ def agent_tool_name(agent: str) -> str:
     return f"agent_{normalise_name(agent)}"
 
 
-def is_mapping(value: Any) -> bool:
-    """``isinstance(value, Mapping)``, quick for a plain dict (the ABC check is slower)."""
-    return value.__class__ is dict or isinstance(value, Mapping)
-
-
 def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None if value is None else dict(value)
 

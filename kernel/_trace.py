@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import RecursionLimitExceeded
+from ._errors import RecursionLimitExceeded, is_mapping
 
 DEFAULT_MAX_DEPTH = 5
 
@@ -250,7 +250,7 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
 
 def _fields_from_meta(meta: Any) -> _Fields | None:
     """The context fields ``meta`` carries (see ``TraceContext.from_meta``); None if none."""
-    if meta.__class__ is not dict and not isinstance(meta, Mapping):
+    if not is_mapping(meta):
         return None
     parent = _parse_traceparent(meta.get(META_TRACEPARENT))
     depth = _parse_int(meta.get(META_DEPTH), saturate=True)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import OutputPart
+from roost.kernel import OutputPart, is_mapping
 from roost.kernel import json_type_name as _jtype
 from roost.kernel._ids import uuid7
 
@@ -196,13 +196,8 @@ def new_id() -> str:
 # -- helpers for reading JSON --------------------------------------------------------------
 
 
-def _is_object(value: Any) -> bool:
-    """``isinstance(value, Mapping)``, without the slow ABC check for a dict or None."""
-    return type(value) is dict or (value is not None and isinstance(value, Mapping))
-
-
 def _obj(value: Any, field: str) -> Mapping[str, Any]:
-    if not _is_object(value):
+    if not is_mapping(value):
         raise invalid(field, f"must be an object, got {_jtype(value)}")
     return value
 
@@ -391,7 +386,7 @@ def part_from_json(value: Any, field: str = "part") -> Part:
     tag = obj.get("kind", obj.get("type"))
     if tag is not None and tag not in ("text", "file", "data"):
         raise invalid(f"{field}.kind", f"unknown part kind {tag!r}; use text, file or data")
-    if tag == "file" or (tag is None and _is_object(obj.get("file"))):
+    if tag == "file" or (tag is None and is_mapping(obj.get("file"))):
         file = _obj(obj.get("file"), f"{field}.file")
         name = _opt_str(file, "name", f"{field}.file.name")
         mime = _opt_str(file, "mimeType", f"{field}.file.mimeType")
@@ -487,7 +482,7 @@ class Message:
 
 def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) -> Message:
     """Read a message (any dialect). Every problem found is reported, each naming its field."""
-    if not _is_object(value):
+    if not is_mapping(value):
         raise A2AError(
             INVALID_PARAMS,
             f"{field}: must be an object with messageId, role and parts, got {_jtype(value)}",

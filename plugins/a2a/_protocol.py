@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import jsonrpc
+from roost.kernel import is_mapping, jsonrpc
 
 from . import _models as m
 from ._tasks import SendOptions, iso_to_epoch
@@ -158,7 +158,7 @@ def parse_params(op: str, params: Any, dialect: str) -> Any:
     """Typed parameters of ``op``; -32602 naming the field for anything wrong."""
     if params is None:
         params = {}
-    if type(params) is not dict and not isinstance(params, Mapping):  # dict first: ABC checks are slow
+    if not is_mapping(params):
         raise m.invalid("params", "must be an object")
     if op in ("send", "stream"):
         return parse_send(params, dialect)
@@ -220,7 +220,7 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
     raw_config = params.get("configuration")
     if raw_config is None:
         raw_config = _NO_CONFIG
-    if type(raw_config) is not dict and not isinstance(raw_config, Mapping):
+    if not is_mapping(raw_config):
         raise m.invalid("configuration", "must be an object")
     return_immediately = raw_config.get("returnImmediately")
     if return_immediately is None and "blocking" in raw_config:  # 0.3 spelling

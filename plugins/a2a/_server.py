@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import RouteDescriptor, TraceContext
+from roost.kernel import RouteDescriptor, TraceContext, is_mapping
 from roost.plugins.http._plain import PlainRequest, PlainResponse
 
 from . import _models as m
@@ -126,7 +126,7 @@ class A2AService:
         if route_agent:
             return route_agent
         for meta in (params.message.metadata, params.metadata):
-            if meta is not None and isinstance(meta, Mapping) and isinstance(meta.get("agent"), str):
+            if is_mapping(meta) and isinstance(meta.get("agent"), str):
                 self.check_agent(meta["agent"])
                 return meta["agent"]
         primary = self.primary_agent()
