@@ -287,7 +287,7 @@ class AgentRuntime:
 
         limits = manifest.limits
         try:
-            provider = self.provider if self.tiers is None else await self._route(user.content)
+            provider = self.provider if self.tiers is None else await self._route(user.content, self.tiers)
             result: LoopResult = await run_loop(
                 provider,
                 request,
@@ -365,13 +365,11 @@ class AgentRuntime:
             except RoostError as exc:
                 log.warning("agent %s: could not store the message of session %s: %s", self.name, session_id, exc)
 
-    async def _route(self, text: str) -> Provider:
-        """The provider for this message: with model tiers, the fast model classifies it
-        (one cheap call, no tools) and simple messages stay with it; the rest go to the
-        complex model."""
-        if self.tiers is None:
-            return self.provider
-        fast, complex_ = self.tiers
+    async def _route(self, text: str, tiers: tuple[Provider, Provider]) -> Provider:
+        """The provider for this message among the model ``tiers`` (fast, complex): the fast
+        model classifies it (one cheap call, no tools) and simple messages stay with it; the
+        rest go to the complex model."""
+        fast, complex_ = tiers
         verdict = await fast.complete(
             CompletionRequest(
                 agent=self.name,

@@ -425,16 +425,7 @@ class Kernel:
             )
         if tool.handler in self._agent_handlers:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two).
-            # What _invoke does, without a coroutine of its own.
-            try:
-                result = await tool.handler(call, context)
-            except (ToolError, LoopDetected):
-                raise
-            except RoostError as exc:
-                result = ToolResult.error(str(exc))
-            except Exception as exc:  # a buggy tool must not take the agent down
-                log.exception("tool %s raised", spec.name)
-                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+            result = await _invoke(tool, call, context)
         else:
             with trio.move_on_after(context.timeout_s) as scope:
                 result = await _invoke(tool, call, context)

@@ -392,26 +392,18 @@ def _usage_row(
     agent: str, session_id: str | None, provider: str, model: str, input_tokens: int, output_tokens: int
 ) -> tuple:
     names = (agent, provider, model)
-    if agent.__class__ is str and provider.__class__ is str and model.__class__ is str and names in _USAGE_NAMES_CHECKED:
-        return (
-            time.time(),
-            agent,
-            None if session_id is None else _check_id("session_id", session_id),
-            provider,
-            model,
-            _check_count("input_tokens", input_tokens),
-            _check_count("output_tokens", output_tokens),
-        )
+    exact = agent.__class__ is str and provider.__class__ is str and model.__class__ is str  # hashable
+    known = exact and names in _USAGE_NAMES_CHECKED
     row = (
         time.time(),
-        _check_id("agent", agent),
+        agent if known else _check_id("agent", agent),
         None if session_id is None else _check_id("session_id", session_id),
-        _check_id("provider", provider),
-        _check_text("model", model),
+        provider if known else _check_id("provider", provider),
+        model if known else _check_text("model", model),
         _check_count("input_tokens", input_tokens),
         _check_count("output_tokens", output_tokens),
     )
-    if agent.__class__ is str and provider.__class__ is str and model.__class__ is str:  # hashable
+    if exact and not known:
         if len(_USAGE_NAMES_CHECKED) >= _USAGE_NAMES_MAX:
             _USAGE_NAMES_CHECKED.clear()
         _USAGE_NAMES_CHECKED.add(names)
@@ -1193,11 +1185,12 @@ class SqliteStore:
         output_tokens: int,
     ) -> None:
         """``record_usage``, write-behind like ``log_tool_call`` (``usage_by_agent``
-        includes it; waits only when the backlog is full)."""
-        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
+        includes it; waits only when the backlog is full). Without a running writer this is
+        ``record_usage``."""
         if not self._audit_writer_running:
-            await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
+            await self.record_usage(agent, session_id, provider, model, input_tokens, output_tokens)
             return
+        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self._log_behind_waiting(_INSERT_USAGE, row)
 
     def log_usage_nowait(

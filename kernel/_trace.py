@@ -292,19 +292,18 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
     With ``saturate`` a larger count becomes 10,000 rather than None, so that a huge
     inbound depth is treated as too deep instead of as absent.
     """
-    if value.__class__ is int:  # the common case (as to_meta writes it): no other checks
-        if value < 0:
+    if value.__class__ is not int:  # an int (as to_meta writes it) needs only the bounds
+        if isinstance(value, bool):
             return None
-        return value if value < _BIG else (_BIG if saturate else None)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        if not (text.isascii() and text.isdigit()):
+        if isinstance(value, str):
+            text = value.strip()
+            if not (text.isascii() and text.isdigit()):
+                return None
+            text = text.lstrip("0") or "0"
+            value = int(text) if len(text) <= 6 else _BIG
+        if not isinstance(value, int):
             return None
-        text = text.lstrip("0") or "0"
-        value = int(text) if len(text) <= 6 else _BIG
-    if not isinstance(value, int) or value < 0:
+    if value < 0:
         return None
     if value >= _BIG:
         return _BIG if saturate else None

@@ -46,15 +46,6 @@ _COMMON_NAMES = frozenset(
         b"user-agent", b"authorization", b"a2a-version", b"origin", b"traceparent", b"transfer-encoding",
     }
 )
-_CONTENT_LENGTH, _TRANSFER_ENCODING, _CONNECTION, _HOST, _UPGRADE, _EXPECT = range(6)
-_SPECIAL = {
-    b"content-length": _CONTENT_LENGTH,
-    b"transfer-encoding": _TRANSFER_ENCODING,
-    b"connection": _CONNECTION,
-    b"host": _HOST,
-    b"upgrade": _UPGRADE,
-    b"expect": _EXPECT,
-}
 _QUOTED_RE = rb'"(?:[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]|\\[\t \x21-\x7e\x80-\xff])*"'
 # RFC 9112 7.1: chunk-size [ chunk-ext ], chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS value ] )
 _CHUNK_LINE = re.compile(
@@ -255,20 +246,18 @@ class RequestParser:
             value = value.strip(b" \t")
             if check_values and _BAD_VALUE.search(value):
                 raise ParseError(400, f"header {name.decode('ascii')!r} has control characters in its value")
-            special = _SPECIAL.get(lname)
-            if special is not None:
-                if special == _CONTENT_LENGTH:
-                    lengths.update(v.strip(b" \t") for v in value.split(b","))
-                elif special == _TRANSFER_ENCODING:
-                    codings.extend(v.strip(b" \t").lower() for v in value.split(b",") if v.strip())
-                elif special == _CONNECTION:
-                    connection.extend(v.strip(b" \t").lower() for v in value.split(b","))
-                elif special == _HOST:
-                    hosts += 1
-                elif special == _UPGRADE:
-                    upgrade = True
-                else:
-                    expect = True
+            if lname == b"content-length":
+                lengths.update(v.strip(b" \t") for v in value.split(b","))
+            elif lname == b"transfer-encoding":
+                codings.extend(v.strip(b" \t").lower() for v in value.split(b",") if v.strip())
+            elif lname == b"connection":
+                connection.extend(v.strip(b" \t").lower() for v in value.split(b","))
+            elif lname == b"host":
+                hosts += 1
+            elif lname == b"upgrade":
+                upgrade = True
+            elif lname == b"expect":
+                expect = True
             items.append((lname.decode("ascii"), value.decode("latin-1")))
         if version == "1.1" and hosts != 1:
             raise ParseError(400, "an HTTP/1.1 request needs exactly one Host header")

@@ -49,11 +49,8 @@ class ScriptedProvider:
             return _answer(self._default, {"message": "", "agent": request.agent}, request)
         user_text = messages[user_index].content
         since = messages[user_index + 1 :]
-        if since:
-            results = [m.content for m in since if m.role == "tool"]
-            steps_done = sum([1 for m in since if m.role == "assistant" and m.tool_calls])
-        else:  # the user's message is the last one (a first turn)
-            results, steps_done = [], 0
+        results = [m.content for m in since if m.role == "tool"]
+        steps_done = sum([1 for m in since if m.role == "assistant" and m.tool_calls])
 
         values: dict[str, Any] = {
             "message": user_text,

@@ -507,30 +507,40 @@ async def test_a_provider_failing_on_a_new_session_still_stores_the_user_message
     assert [(m.role, m.content) for m in history] == [("user", "hello")]
 
 
-class SlowWriteDuringRun:
-    """A tool that starts someone else's long write (on a worker thread, as another session's
-    start_exchange is) while the run is under way."""
+class StoreWorkDuringRun:
+    """A tool ``busy`` that starts someone else's long store operation while the run is
+    under way: ``work(store)`` is the operation, started in ``nursery``."""
 
-    def __init__(self):
+    def __init__(self, work):
+        self.work = work
         self.kernel = None
         self.nursery = None
 
     @hookimpl
     def roost_tools(self, config):
         async def busy(call, ctx):
-            work = functools.partial(self.kernel.store.write, "other", lambda conn: time.sleep(0.6), offload=True)
-            self.nursery.start_soon(work)
+            self.nursery.start_soon(functools.partial(self.work, self.kernel.store))
             await trio.sleep(0.01)
             return ToolResult.text("ok")
 
         return [Tool(ToolSpec("busy", "busy", owner="test"), busy)]
 
 
+def slow_write(store):
+    """A long write on a worker thread (as another session's start_exchange is)."""
+    return store.write("other", lambda conn: time.sleep(0.6), offload=True)
+
+
+def slow_read(store):
+    """A long read holding the store's connection."""
+    return store.read("slow read", lambda conn: time.sleep(1.0))
+
+
 async def test_a_cancel_while_a_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(config):
     # Regression (review): the first exchange's write, queued behind another batch, was
     # withdrawn by the caller's timeout, and the new session was never stored at all.
     a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
-    slow = SlowWriteDuringRun()
+    slow = StoreWorkDuringRun(slow_write)
     async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
         slow.kernel = kernel
         async with trio.open_nursery() as nursery:
@@ -560,29 +570,12 @@ async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_use
     assert [(m.role, m.content) for m in history] == [("user", "hello")]
 
 
-class SlowReadDuringRun:
-    """A tool that starts a long read on the store's connection while the run is under way."""
-
-    def __init__(self):
-        self.kernel = None
-        self.nursery = None
-
-    @hookimpl
-    def roost_tools(self, config):
-        async def busy(call, ctx):
-            self.nursery.start_soon(functools.partial(self.kernel.store.read, "slow read", lambda conn: time.sleep(1.0)))
-            await trio.sleep(0.01)
-            return ToolResult.text("ok")
-
-        return [Tool(ToolSpec("busy", "busy", owner="test"), busy)]
-
-
 async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_stored_and_reported_stored(config):
     # Regression (review): a 10 s timer around the first exchange's write could withdraw it
     # (nothing stored at all) or report as failed a write that had committed; the write now
     # has no timer of its own, so a long wait (here 1 s) ends stored and reported stored.
     a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
-    slow = SlowReadDuringRun()
+    slow = StoreWorkDuringRun(slow_read)
     async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
         slow.kernel = kernel
         async with trio.open_nursery() as nursery:
