@@ -51,6 +51,11 @@ _current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
     "roost_current_actor", default=None
 )
 
+# The direct ask whose handler runs in this task (see ``direct_ask_of``).
+_direct_ask: contextvars.ContextVar[DirectAsk | None] = contextvars.ContextVar(
+    "roost_direct_ask", default=None
+)
+
 # The reply kind for well-known request kinds; anything else is answered with ACTOR:REPLY.
 REPLY_KINDS: dict[str, str] = {
     EventKind.AGENT_MESSAGE: EventKind.AGENT_REPLY,
@@ -192,6 +197,37 @@ class ActorRef:
     def alive(self) -> bool:
         """True while the actor accepts events."""
         return self.name in self.system
+
+
+class DirectAsk:
+    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``).
+
+    The ask's cancel scope bounds the handler: the ask's deadline, the actor's stop. A
+    handler may use it as its own rather than open another (a cancel scope costs as much
+    as a small handler): ``cancel(answer)`` stops the handler at its next checkpoint and
+    the ask answers ``answer()``, as if the handler had returned it — unless the ask's
+    deadline, the actor's stop or an enclosing cancellation cut the handler short too;
+    then the ask fails or is cancelled as it would have been anyway.
+    """
+
+    __slots__ = ("answer", "event", "scope")
+
+    def __init__(self, event: Event, scope: trio.CancelScope) -> None:
+        self.event = event
+        self.scope = scope
+        self.answer: Callable[[], Any] | None = None
+
+    def cancel(self, answer: Callable[[], Any]) -> None:
+        """Stop the handler; the ask answers ``answer()`` (the first ``cancel`` wins)."""
+        if self.answer is None:
+            self.answer = answer
+        self.scope.cancel()
+
+
+def direct_ask_of(event: Event) -> DirectAsk | None:
+    """The direct ask a handler called with ``event`` is serving in this task, if any."""
+    ask = _direct_ask.get()
+    return ask if ask is not None and ask.event is event else None
 
 
 # How long an ending actor waits for handlers running in askers' tasks to unwind after
@@ -557,8 +593,9 @@ class ActorSystem:
         the reply event, or (``as_event`` False) its payload."""
         ask_deadline = trio.current_time() + timeout
         scope = trio.CancelScope(deadline=min(ask_deadline, actor.scope.deadline))
+        direct = DirectAsk(event, scope)
         holding = False
-        token = None
+        token = ask_token = None
         try:
             with scope:
                 try:
@@ -574,6 +611,7 @@ class ActorSystem:
                 if actor.stop_cause is not None:  # stopped while this ask waited for a slot
                     raise self._stopped_error(actor, event)
                 token = _current_actor.set(actor)
+                ask_token = _direct_ask.set(direct)
                 try:
                     result = await actor.handler(actor.context, event)
                 except Exception as exc:
@@ -581,6 +619,8 @@ class ActorSystem:
         finally:
             if token is not None:
                 _current_actor.reset(token)
+            if ask_token is not None:
+                _direct_ask.reset(ask_token)
             if holding:
                 actor.inline.discard(scope)
                 actor.slots.release()
@@ -589,14 +629,18 @@ class ActorSystem:
         # A handler that finished only after the deadline (cancellation reaches it at its
         # next checkpoint; a worker thread first finishes its call) is still a timeout.
         if scope.cancelled_caught or trio.current_time() >= ask_deadline:
-            if actor.stop_cause is not None and not holding:
-                raise self._stopped_error(actor, event)
-            if actor.stop_cause is not None and scope.deadline < ask_deadline:  # the stop cut it short
-                raise self._cancelled_error(actor, event)
-            raise AskTimeout(
-                f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
-                f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
-            )
+            if scope.cancelled_caught and direct.answer is not None and trio.current_time() < scope.deadline:
+                # Stopped by DirectAsk.cancel and by nothing else (no deadline had passed).
+                result = direct.answer()
+            else:
+                if actor.stop_cause is not None and not holding:
+                    raise self._stopped_error(actor, event)
+                if actor.stop_cause is not None and scope.deadline < ask_deadline:  # the stop cut it short
+                    raise self._cancelled_error(actor, event)
+                raise AskTimeout(
+                    f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
+                    f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+                )
         if not as_event and not self.tap.subscriber_count:  # nobody would see the reply event
             return result.payload if isinstance(result, Event) else result
         reply = self._reply(actor, event, result)

@@ -9,8 +9,7 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ import attrs
 import trio
 
 from . import _mcp_local
+from ._actor import DirectAsk, direct_ask_of
 from ._errors import RoostError
 from ._events import Event, EventKind
 from ._ids import uuid7_hex
@@ -72,6 +72,10 @@ class AgentReply:
         return {"content": content, "isError": bool(self.is_error), "structuredContent": body}
 
 
+def _as_is(reply: AgentReply) -> AgentReply:
+    return reply
+
+
 class Conversation:
     """Per-run guards: the taint tracker and the loop guard of one conversation."""
 
@@ -79,12 +83,22 @@ class Conversation:
         self.agent = agent
         self.session_id = session_id
         self.trace = trace
-        self.outputs = Outputs()
         self._repeats = kernel.config.kernel.loop_guard_repeats
+        self._outputs: Outputs | None = None
         self._taint: TaintTracker | None = None
         self._loop_guard: LoopGuard | None = None
 
-    # Made on first use: a run that calls no tool (most agent-to-agent answers) needs neither.
+    # Made on first use: a run that calls no tool (most agent-to-agent answers) needs none.
+    @property
+    def outputs(self) -> Outputs:
+        if self._outputs is None:
+            self._outputs = Outputs()
+        return self._outputs
+
+    def handed_over(self) -> tuple[Output, ...]:
+        """The run's outputs so far (``Outputs.snapshot``)."""
+        return () if self._outputs is None else self._outputs.snapshot()
+
     @property
     def taint(self) -> TaintTracker:
         if self._taint is None:
@@ -129,15 +143,15 @@ class AgentRuntime:
         self.provider = provider
         # (fast, complex): the fast model classifies each message and routes it.
         self.tiers = tiers
-        self._runs: dict[str, trio.CancelScope] = {}
+        self._runs: dict[str, Callable[[], None]] = {}  # run id -> what stops that run
         self._session_locks: dict[str, _SessionLock] = {}
 
     def cancel(self, run_id: str) -> bool:
         """Stop the run ``run_id`` (a message being worked on); False if it is not running."""
-        scope = self._runs.get(run_id)
-        if scope is None:
+        stop = self._runs.get(run_id)
+        if stop is None:
             return False
-        scope.cancel()
+        stop()
         return True
 
     @property
@@ -158,9 +172,10 @@ class AgentRuntime:
                 stream=bool(payload.get("stream", False)),
                 run_id=payload.get("run_id"),
                 new_session=bool(payload.get("new_session", False)),
+                direct_ask=direct_ask_of(event),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
-            return await _mcp_local.handle(self, event.payload, event.source)  # handle_jsonrpc
+            return await _mcp_local.handle(self, event.payload, event.source, direct_ask_of(event))  # handle_jsonrpc
         raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
 
     async def handle_message(
@@ -173,6 +188,8 @@ class AgentRuntime:
         run_id: str | None = None,
         persist: bool = True,
         new_session: bool = False,
+        direct_ask: DirectAsk | None = None,
+        answer_as: Callable[[AgentReply], Any] | None = None,
     ) -> AgentReply:
         """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
 
@@ -184,28 +201,43 @@ class AgentRuntime:
         ``persist=False`` (one-shot calls from another agent, which nobody can continue):
         the run's history lives in memory only; the caller's audit record holds the call,
         the callee's tool calls are audited as always, and token usage is still recorded.
+        ``direct_ask``: the run is the handler of this ask, running in the asker's task; it
+        is stopped through the ask's cancel scope rather than a scope of its own, and a
+        cancelled run's reply reaches the asker as ``answer_as(reply)`` (default: the reply).
         """
-        run_id = run_id or uuid.uuid4().hex
+        run_id = run_id or uuid7_hex()
         if persist:
             new_session = new_session or session_id is None
             session_id = session_id or uuid7_hex()  # time-ordered: the store's indexes grow at their end
         else:
             session_id = None
-        with trio.CancelScope() as scope:
-            self._runs[run_id] = scope
+        if session_id is None:  # what _run does for an in-memory run, one call less
+            if trace is None:
+                trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
+            run = self._exchange(Message("user", text), None, trace, stream, None)
+        else:
+            run = self._run(text, session_id=session_id, trace=trace, stream=stream, new_session=new_session)
+        if direct_ask is not None:
+            reply_as = answer_as or _as_is
+
+            def stop() -> None:
+                direct_ask.cancel(lambda: reply_as(self._cancelled_reply(session_id, trace)))
+
+            self._runs[run_id] = stop
             try:
-                if session_id is None:  # what _run does for an in-memory run, one call less
-                    if trace is None:
-                        trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
-                    return await self._exchange(Message("user", text), None, trace, stream, None)
-                # Messages of one session run one at a time, so its history stays in order.
-                async with self._session_lock(session_id):
-                    return await self._run(
-                        text, session_id=session_id, trace=trace, stream=stream, new_session=new_session
-                    )
+                return await run
+            finally:
+                self._runs.pop(run_id, None)
+        with trio.CancelScope() as scope:
+            self._runs[run_id] = scope.cancel
+            try:
+                return await run
             finally:
                 self._runs.pop(run_id, None)
         # Only reached when cancel(run_id) stopped the run.
+        return self._cancelled_reply(session_id, trace)
+
+    def _cancelled_reply(self, session_id: str | None, trace: TraceContext | None) -> AgentReply:
         return AgentReply(
             self.name, "cancelled", session_id or "", trace.trace_id if trace else "", True, 0, "cancelled"
         )
@@ -228,28 +260,30 @@ class AgentRuntime:
         self,
         text: str,
         *,
-        session_id: str | None,
+        session_id: str,
         trace: TraceContext | None,
         stream: bool,
         new_session: bool = False,
     ) -> AgentReply:
-        """One exchange; ``session_id`` None: an in-memory one (see ``persist``).
+        """One exchange of a stored session (``handle_message`` runs in-memory ones).
 
+        Messages of one session run one at a time, so its history stays in order.
         A new session has no history to read: its first exchange (the session, the user
         message, the replies, the usage) is written in one transaction when the run ends,
         not in two. Whatever happens to the run (an error, a cancellation, that write
         failing) its user message is still stored."""
-        trace = trace or TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
-        user = Message("user", text)
-        if session_id is None or not new_session:
-            return await self._exchange(user, session_id, trace, stream, None)
-        first = _FirstExchange()
-        try:
-            return await self._exchange(user, session_id, trace, stream, first)
-        except BaseException:
-            if not first.user_stored:
-                await self._store_user_message(first, session_id, user)
-            raise
+        async with self._session_lock(session_id):
+            trace = trace or TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
+            user = Message("user", text)
+            if not new_session:
+                return await self._exchange(user, session_id, trace, stream, None)
+            first = _FirstExchange()
+            try:
+                return await self._exchange(user, session_id, trace, stream, first)
+            except BaseException:
+                if not first.user_stored:
+                    await self._store_user_message(first, session_id, user)
+                raise
 
     async def _exchange(
         self, user: Message, session_id: str | None, trace: TraceContext, stream: bool, first: _FirstExchange | None
@@ -267,13 +301,13 @@ class AgentRuntime:
         for old in history:
             if old.role == "tool" and old.taint:
                 conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
-        request = CompletionRequest(
-            agent=self.name,
-            system=manifest.system_prompt or "",
-            messages=tuple(history) + (user,),
-            tools=kernel.allowed_specs(manifest),
-            model=manifest.model.name,
-            parameters=dict(manifest.model.parameters or {}),
+        request = CompletionRequest(  # agent, system, messages, tools, model, parameters
+            self.name,
+            manifest.system_prompt or "",
+            tuple(history) + (user,),
+            kernel.allowed_specs(manifest),
+            manifest.model.name,
+            dict(manifest.model.parameters or {}),
         )
 
         async def execute(call: ToolCall) -> ToolResult:
@@ -305,7 +339,7 @@ class AgentRuntime:
                 assert session_id is not None
                 await self._store_user_message(first, session_id, user)
             return AgentReply(
-                self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.outputs.snapshot()
+                self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.handed_over()
             )
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
@@ -333,7 +367,7 @@ class AgentRuntime:
             result.is_error,
             result.turns,
             result.stop_reason,
-            conversation.outputs.snapshot(),
+            conversation.handed_over(),
         )
 
     async def _finish_first_exchange(
@@ -348,12 +382,11 @@ class AgentRuntime:
         busy timeout (``BUSY_TIMEOUT_MS``)."""
         first.user_stored = True  # from here on, this write (or its fallback) stores it
         records = [m.to_record() for m in (user, *messages)]
-        with trio.CancelScope(shield=True):
-            try:
-                await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage)
-            except RoostError:
-                await self._store_user_message(first, session_id, user)
-                raise
+        try:
+            await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage, shield=True)
+        except RoostError:
+            await self._store_user_message(first, session_id, user)
+            raise
 
     async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message) -> None:
         """Store the message of a new session's first run that did not finish. Shielded, so

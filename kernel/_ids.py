@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 
-from ._trace import _random_bytes
+from ._trace import _random_hex
 
 _VARIANT = "89ab"
 
 
 def uuid7_hex() -> str:
     """A version 7 UUID as 32 hex digits (like ``uuid.uuid4().hex``)."""
-    h = f"{time.time_ns() // 1_000_000 & 0xFFFFFFFFFFFF:012x}" + _random_bytes(10).hex()
+    h = f"{time.time_ns() // 1_000_000 & 0xFFFFFFFFFFFF:012x}" + _random_hex() + _random_hex()[:4]
     return f"{h[:12]}7{h[13:16]}{_VARIANT[int(h[16], 16) & 3]}{h[17:32]}"
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from ._errors import (
 )
 from ._events import Event, EventKind, EventTap
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
+from ._ids import uuid7_hex
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
@@ -66,19 +66,59 @@ _AUDIT_ARGS_MAX = 4_000
 _AUDIT_JSON = json.JSONEncoder(ensure_ascii=False, default=repr)
 
 
+def _audit_json_encoder() -> Callable[[Any], str]:
+    """``_AUDIT_JSON.encode`` without making a C encoder per call (``JSONEncoder.encode``
+    does; it showed on every tool call). The encoder's circular-reference markers are emptied
+    after an encoding that failed (one that succeeds leaves them empty), so every call starts
+    afresh, as with ``encode``. One per kernel: a kernel encodes on its own thread only."""
+    make = json.encoder.c_make_encoder
+    if make is None:  # an interpreter without the C accelerator
+        return _AUDIT_JSON.encode
+    markers: dict[int, Any] = {}
+    encoder = make(
+        markers,
+        _AUDIT_JSON.default,
+        json.encoder.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        _AUDIT_JSON.key_separator,
+        _AUDIT_JSON.item_separator,
+        False,  # sort_keys
+        False,  # skipkeys
+        True,  # allow_nan
+    )
+
+    def encode(value: Any) -> str:
+        try:
+            return "".join(encoder(value, 0))
+        except BaseException:
+            markers.clear()
+            raise
+
+    return encode
+
+
 _MAX_PLANS = 4096
 
 
 class _CallPlan:
     """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
 
-    __slots__ = ("manifest", "spec", "allowed", "timeout_s", "env_allowlist", "workspace")
+    __slots__ = ("manifest", "tool", "asks", "allowed", "timeout_s", "env_allowlist", "workspace")
 
     def __init__(
-        self, manifest: Any, spec: ToolSpec, *, allowed: bool, timeout_s: float, env_allowlist: tuple[str, ...], workspace: Path
+        self,
+        manifest: Any,
+        tool: Tool,
+        *,
+        asks: str | None,
+        allowed: bool,
+        timeout_s: float,
+        env_allowlist: tuple[str, ...],
+        workspace: Path,
     ) -> None:
         self.manifest = manifest
-        self.spec = spec
+        self.tool = tool
+        self.asks = asks  # the agent this tool asks, when it is one of the kernel's agent_* tools
         self.allowed = allowed
         self.timeout_s = timeout_s
         self.env_allowlist = env_allowlist
@@ -106,8 +146,9 @@ class Kernel:
         # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
-        # The handlers of the agent_* tools (their ask carries the call's deadline).
-        self._agent_handlers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._audit_json = _audit_json_encoder()
+        # The handlers of the agent_* tools, and the agent each one asks.
+        self._agent_handlers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -166,7 +207,7 @@ class Kernel:
             except RecursionLimitExceeded as exc:
                 self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
                 raise
-        run_id = uuid.uuid4().hex
+        run_id = uuid7_hex()  # from the id pool: no syscall per message
         try:
             answer = await self.actors.ask_payload(
                 agent,
@@ -273,17 +314,23 @@ class Kernel:
             follows_registry=False,
         )
 
-    def _plan(self, manifest: Any, spec: ToolSpec) -> _CallPlan:
-        """What the policy decides for ``manifest`` calling ``spec`` that does not change
+    def _plan(self, manifest: Any, tool: Tool) -> _CallPlan:
+        """What the policy decides for ``manifest`` calling ``tool`` that does not change
         from call to call; rebuilt when either is replaced (reload, re-registration)."""
+        spec = tool.spec
         key = (manifest.name, spec.name)
         hit = self._plans.get(key)
-        if hit is not None and hit.manifest is manifest and hit.spec is spec:
+        if hit is not None and hit.manifest is manifest and hit.tool is tool:
             return hit
         tools_cfg = self.config.tools
+        try:
+            asks = self._agent_handlers.get(tool.handler)
+        except TypeError:  # a handler that cannot be weakly referenced is not the kernel's
+            asks = None
         plan = _CallPlan(
             manifest,
-            spec,
+            tool,
+            asks=asks,
             allowed=self._capabilities(manifest).allows(spec),
             timeout_s=resolve_timeout(
                 spec,
@@ -351,7 +398,7 @@ class Kernel:
                         f"{call.arguments_error} — call {spec.name} again with its arguments "
                         "as one JSON object matching its inputSchema"
                     )
-                plan = self._plan(manifest, spec)
+                plan = self._plan(manifest, tool)
                 if check_capability and not plan.allowed:
                     self._capabilities(manifest).check(spec)  # raises, saying how to allow it
                 result = await self._run_checked(manifest, plan, tool, call, conversation)
@@ -401,9 +448,11 @@ class Kernel:
     ) -> ToolResult:
         spec = tool.spec
         validate_arguments(spec, call.arguments)
-        context = self._context(manifest, plan, call.trace, conversation.outputs if conversation is not None else None)
+        outputs = conversation.outputs if conversation is not None else None
+        context: ToolContext | None = None  # made when a hook or the tool needs it
         hooks = self.plugins.hook
         if hooks.roost_before_tool_call.get_hookimpls():
+            context = self._context(manifest, plan, call.trace, outputs)
             for veto in collect(hooks.roost_before_tool_call(call=call, spec=spec, context=context)):
                 if isinstance(veto, ToolVeto):
                     raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
@@ -423,17 +472,20 @@ class Kernel:
                     trace=call.trace,
                 )
             )
-        if tool.handler in self._agent_handlers:
-            # Asking an agent: the ask carries this very deadline (one cancel scope, not two).
-            result = await _invoke(tool, call, context)
+        if plan.asks is not None:
+            # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
+            # and the kernel's own handler needs no ToolContext.
+            result = await _invoke(spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs)
         else:
+            if context is None:
+                context = self._context(manifest, plan, call.trace, outputs)
             with trio.move_on_after(context.timeout_s) as scope:
-                result = await _invoke(tool, call, context)
+                result = await _invoke(spec, tool.handler, call, context)
             if scope.cancelled_caught:
-                raise _timed_out(spec, context)
+                raise _timed_out(spec, context.timeout_s)
         if not isinstance(result, ToolResult):
             result = ToolResult.error(f"tool {spec.name} returned {type(result).__name__}, not a ToolResult")
-        result = truncate_result(result, context.max_output_chars)
+        result = truncate_result(result, self.config.tools.max_output_chars)
         if spec.untrusted:
             result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")
         if conversation is not None:
@@ -459,17 +511,17 @@ class Kernel:
         return await self.call_tool(agent, call, check_capability=False)
 
     async def _log_audit(self, record: AuditRecord, call: ToolCall) -> None:
-        """Log ``record`` once the writer has room (it is behind: yield to it, or wait)."""
+        """Log ``record`` once the writer has room (it is behind: yield to it, or wait);
+        a cancelled caller's record is logged all the same (``log_tool_call`` is no cancel point)."""
         try:
-            with trio.CancelScope(shield=True):
-                await self.store.log_tool_call(record)
+            await self.store.log_tool_call(record)
         except Exception:
             log.exception("could not write the audit record of %s", call.name)
 
     def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
         arguments = call.arguments
         try:
-            args = _AUDIT_JSON.encode(arguments if arguments.__class__ is dict else dict(arguments))
+            args = self._audit_json(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
         return AuditRecord(
@@ -562,36 +614,41 @@ class Kernel:
             owner="agents",
             original_name=target,
         )
-        kernel = self
 
         async def ask_agent(call: ToolCall, ctx: ToolContext) -> ToolResult:
-            caller = call.caller or ctx.agent
-            origin = call.trace or TraceContext.new(caller, max_depth=kernel.max_depth_for(caller))
-            try:
-                origin.check_hop(target, max_depth=kernel.max_depth_for(target))
-            except RecursionLimitExceeded as exc:
-                kernel.breaker_tripped(exc, caller=caller, target=target)
-                raise
-            check_ping_pong(origin.path + (target,))
-            params: dict[str, Any] = {"name": "message", "arguments": {"message": call.arguments["message"]}}
-            origin.inject_meta(params)
-            request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
-            try:
-                answer = await kernel.actors.ask_payload(
-                    target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=ctx.timeout_s
-                )
-            except BaseException as exc:
-                kernel._cancel_run(target, call.id)
-                if isinstance(exc, AskTimeout):
-                    raise _timed_out(spec, ctx) from None
-                raise
-            result = result_from_jsonrpc(answer)
-            if ctx.outputs is not None and result.structured_content and "artifacts" in result.structured_content:
-                _adopt_outputs(ctx.outputs, result.structured_content["artifacts"], result.content, target)
-            return result
+            return await self._ask_agent(target, spec, call, ctx.agent, ctx.timeout_s, ctx.outputs)
 
-        self._agent_handlers.add(ask_agent)
+        self._agent_handlers[ask_agent] = target
         return Tool(spec, ask_agent)
+
+    async def _ask_agent(
+        self, target: str, spec: ToolSpec, call: ToolCall, agent: str, timeout_s: float, outputs: Any
+    ) -> ToolResult:
+        """The ``agent_{target}`` tool called by ``agent``: a JSON-RPC ``tools/call`` of the
+        target's ``message`` tool, asked with the tool's timeout as the ask's deadline."""
+        caller = call.caller or agent
+        origin = call.trace or TraceContext.new(caller, max_depth=self.max_depth_for(caller))
+        try:
+            origin.check_hop(target, max_depth=self.max_depth_for(target))
+        except RecursionLimitExceeded as exc:
+            self.breaker_tripped(exc, caller=caller, target=target)
+            raise
+        check_ping_pong(origin.path + (target,))
+        params = {"name": "message", "arguments": {"message": call.arguments["message"]}, "_meta": origin.to_meta()}
+        request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
+        try:
+            answer = await self.actors.ask_payload(
+                target, EventKind.EXEC_TOOL_CALL, request, source=caller, trace=origin, timeout=timeout_s
+            )
+        except BaseException as exc:
+            self._cancel_run(target, call.id)
+            if isinstance(exc, AskTimeout):
+                raise _timed_out(spec, timeout_s) from None
+            raise
+        result = result_from_jsonrpc(answer)
+        if outputs is not None and result.structured_content and "artifacts" in result.structured_content:
+            _adopt_outputs(outputs, result.structured_content["artifacts"], result.content, target)
+        return result
 
     def _create_provider(self, manifest: Any, model: Any = None) -> Any:
         """The provider for ``model`` (default: the manifest's main model)."""
@@ -617,22 +674,23 @@ class Kernel:
         )
 
 
-async def _invoke(tool: Tool, call: ToolCall, context: ToolContext) -> Any:
-    """Run the tool's handler; its failures become error results, never crashes."""
+async def _invoke(spec: ToolSpec, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """``await handler(*args)`` for the tool ``spec``; its failures become error results,
+    never crashes."""
     try:
-        return await tool.handler(call, context)
+        return await handler(*args)
     except (ToolError, LoopDetected):
         raise
     except RoostError as exc:
         return ToolResult.error(str(exc))
     except Exception as exc:  # a buggy tool must not take the agent down
-        log.exception("tool %s raised", tool.spec.name)
-        return ToolResult.error(f"tool {tool.spec.name} failed: {type(exc).__name__}: {exc}")
+        log.exception("tool %s raised", spec.name)
+        return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
 
 
-def _timed_out(spec: ToolSpec, context: ToolContext) -> ToolTimeout:
+def _timed_out(spec: ToolSpec, timeout_s: float) -> ToolTimeout:
     return ToolTimeout(
-        f"tool {spec.name} did not finish within {context.timeout_s:g} s "
+        f"tool {spec.name} did not finish within {timeout_s:g} s "
         "(set limits.tool_timeouts in agent.json to allow longer)"
     )
 
@@ -667,11 +725,8 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
         return ToolResult.error("peer returned a response without a result")
     content = tuple([b for b in result.get("content") or () if is_mapping(b)])
     structured = result.get("structuredContent")
-    return ToolResult(
-        content=content,
-        structured_content=structured if is_mapping(structured) else None,
-        is_error=bool(result.get("isError", False)),
-    )
+    # (content, structured_content, is_error): positional, as keywords cost a dict per call
+    return ToolResult(content, structured if is_mapping(structured) else None, bool(result.get("isError", False)))
 
 
 @asynccontextmanager

@@ -164,7 +164,7 @@ async def run_loop(
         if completion.tool_calls:
             completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
         usage = completion.usage if turn == 1 else usage + completion.usage
-        assistant = Message("assistant", completion.text, tool_calls=completion.tool_calls)
+        assistant = Message("assistant", completion.text, completion.tool_calls)
         history.append(assistant)
         added.append(assistant)
         if not completion.tool_calls:

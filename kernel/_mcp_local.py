@@ -6,13 +6,15 @@ Messages arrive exactly as an MCP client sends them; the trace context is read f
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound, is_mapping
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._agent import AgentRuntime
+    from ._actor import DirectAsk
+    from ._agent import AgentReply, AgentRuntime
 
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -37,6 +39,10 @@ def message_tool_schema(agent: str, description: str) -> dict[str, Any]:
     }
 
 
+def _message_result(req_id: Any, reply: AgentReply) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": req_id, "result": reply.to_mcp()}
+
+
 def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     err: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
@@ -44,7 +50,11 @@ def _error(req_id: Any, code: int, message: str, data: Any = None) -> dict[str, 
     return {"jsonrpc": "2.0", "id": req_id, "error": err}
 
 
-async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, Any]:
+async def handle(
+    agent: AgentRuntime, request: Any, caller: str, direct_ask: DirectAsk | None = None
+) -> dict[str, Any]:
+    """Answer one JSON-RPC request to ``agent``; ``direct_ask``: the request is that ask's
+    (running in the asker's task), see ``AgentRuntime.handle_message``."""
     if not is_mapping(request) or request.get("jsonrpc") != "2.0":
         return _error(None, INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
     req_id = request.get("id")
@@ -78,8 +88,16 @@ async def handle(agent: AgentRuntime, request: Any, caller: str) -> dict[str, An
             return _error(req_id, INVALID_PARAMS, "params.arguments.message: expected a string")
         run_id = str(req_id) if req_id is not None else None
         # A one-shot call nobody can continue: its history stays in memory (handle_message).
-        reply = await agent.handle_message(text, session_id=None, trace=trace, run_id=run_id, persist=False)
-        return {"jsonrpc": "2.0", "id": req_id, "result": reply.to_mcp()}
+        reply = await agent.handle_message(
+            text,
+            session_id=None,
+            trace=trace,
+            run_id=run_id,
+            persist=False,
+            direct_ask=direct_ask,
+            answer_as=partial(_message_result, req_id),
+        )
+        return _message_result(req_id, reply)
 
     try:
         result = await kernel.call_exposed(agent.name, name, dict(arguments), trace=trace)

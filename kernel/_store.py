@@ -66,6 +66,12 @@ _MAX_ID_CHARS = 256
 _T = TypeVar("_T")
 
 
+# sqlite3 binds a None parameter as NULL only after looking for an adapter and failing (an
+# AttributeError raised and cleared each time; audit and usage rows have several). With this
+# identity adapter registered it finds one at once. Process-wide, and changes no value.
+sqlite3.register_adapter(type(None), lambda value: value)
+
+
 class StoreError(RoostError):
     """The store refused an operation or the database failed; says which and why."""
 
@@ -210,6 +216,7 @@ class Store(Protocol):
         messages: Sequence[Mapping[str, Any]],
         *,
         usage: tuple[str, str, int, int] | None = None,
+        shield: bool = False,
     ) -> None: ...
 
     async def history(
@@ -419,7 +426,7 @@ _INSERT_USAGE = (
 MAX_PENDING_WRITES = 1024
 MAX_BATCH = 256
 BUSY_WINDOW_S = 100e-6  # commits closer than this: the leader yields so others can join
-YIELD_EVERY_S = 1e-3  # inline writes yield to the scheduler at least this often
+YIELD_EVERY_S = 1e-3  # inline writes yield when the event loop has not polled for this long
 CHECKPOINT_EVERY_COMMITS = 512  # inline commits between two checkpoints in a worker thread
 
 
@@ -432,6 +439,31 @@ class _WriteItem:
     state: str = "queued"  # queued → running → done
     result: Any = None
     error: BaseException | None = None
+
+
+class _PollClock(trio.abc.Instrument):
+    """When the event loop last polled for I/O: it does once per scheduler pass, so this
+    tells whether tasks waiting for timers or I/O have had a turn lately."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.last = time.perf_counter()
+
+
+_POLL_CLOCK: trio.lowlevel.RunVar[_PollClock] = trio.lowlevel.RunVar("roost_store_poll_clock")
+
+
+def _poll_clock() -> _PollClock:
+    """This Trio run's ``_PollClock`` (installed on first use; one per run, shared)."""
+    try:
+        return _POLL_CLOCK.get()
+    except LookupError:
+        clock = _PollClock()
+        trio.lowlevel.add_instrument(clock)
+        _POLL_CLOCK.set(clock)
+        return clock
 
 
 class GroupCommitter:
@@ -486,7 +518,6 @@ class GroupCommitter:
         self._checkpoint = WalCheckpointer(path) if self._inline and path and path != MEMORY else None
         self._commits_since_checkpoint = 0
         self._last_inline_commit = -1.0
-        self._last_yield = -1.0  # when a write of this committer last yielded to the scheduler
         self.batches = 0  # how many transactions were committed (for tests and benches)
         self.inline_batches = 0  # how many of them ran on the event loop's thread
 
@@ -497,12 +528,20 @@ class GroupCommitter:
         *,
         durable: bool = True,
         offload: bool = False,
+        shield: bool = False,
     ) -> _T:
         """Run ``work(conn)`` in the next group transaction; return after it is committed
         (and, with ``FULL`` unless ``durable=False``, fsynced). ``offload``: the work may
         take long, so its batch runs on a worker thread even with ``NORMAL``. Every write is
-        a cancel point; an inline one yields to the scheduler at most ``YIELD_EVERY_S`` after
-        the committer's last yield (so a loop of writes never starves the event loop)."""
+        a cancel point unless ``shield``: then it is written and answered even if the caller
+        is cancelled meanwhile (as inside a shielded cancel scope, which it only opens when
+        it has to wait). An inline write yields to the scheduler once the event loop has
+        not polled for I/O for ``YIELD_EVERY_S`` (so a loop of writes never starves it)."""
+        if shield and (self._leading or not self._slots.value or len(self._pending) >= self._max_batch):
+            # It would wait (for a slot, or a batch ahead of it): shield the waits. Otherwise
+            # it leads a batch that holds it, and leading is shielded on its own.
+            with trio.CancelScope(shield=True):
+                return await self.write(operation, work, durable=durable, offload=offload)
         item = _WriteItem(operation, work, durable, offload)
         try:  # a scheduler round trip saved when there is room (the common case)
             self._slots.acquire_nowait()
@@ -513,15 +552,15 @@ class GroupCommitter:
             while item.state != "done":
                 if self._leading:
                     try:
-                        await self._batch_done.wait()
+                        await self._batch_done.wait()  # (a shielded write never gets here)
                     except BaseException:
                         if item.state == "queued":  # never started: withdraw it
                             self._pending.remove(item)
                         raise
                 else:
-                    await self._lead()
-                    # Same answer as a waiting caller gets: cancelled means Cancelled.
-                    await trio.lowlevel.checkpoint_if_cancelled()
+                    await self._lead()  # shielded on its own
+                    if not shield:  # same answer as a waiting caller gets: cancelled means Cancelled
+                        await trio.lowlevel.checkpoint_if_cancelled()
         finally:
             self._slots.release()
         if item.error is not None:
@@ -568,15 +607,11 @@ class GroupCommitter:
                         await trio.to_thread.run_sync(self._checkpoint)
                     except Exception:  # a failed checkpoint loses nothing; the next one retries
                         pass
-        now = time.perf_counter()
-        if yielded:
-            self._last_yield = now
-        elif now - self._last_yield >= YIELD_EVERY_S:
-            # A loop of inline writes must not keep the event loop to itself, so the
-            # committer yields at least every YIELD_EVERY_S; not after every write: a
-            # scheduler pass costs a third of an inline commit, and the writer's caller
-            # usually yields on its own right after (it answers someone).
-            self._last_yield = now
+        if not yielded and time.perf_counter() - _poll_clock().last >= YIELD_EVERY_S:
+            # A loop of inline writes must not keep the event loop to itself, so a write
+            # yields once the loop has not polled for I/O for YIELD_EVERY_S; not after every
+            # write: a scheduler pass costs a third of an inline commit, and the writer's
+            # caller usually yields on its own right after (it answers someone).
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     def close(self) -> None:
@@ -784,11 +819,13 @@ class SqliteStore:
         *,
         durable: bool = True,
         offload: bool = False,
+        shield: bool = False,
     ) -> _T:
         """Run ``work(conn)`` as one atomic write (a SAVEPOINT of a group transaction) on
         the database thread; returns its result once committed. ``operation`` names it in
-        errors ("store a task"); ``durable=False`` skips the fsync (see the module doc)."""
-        return await self._writer.write(operation, work, durable=durable, offload=offload)
+        errors ("store a task"); ``durable=False`` skips the fsync (see the module doc);
+        ``shield``: written and answered even if the caller is cancelled meanwhile."""
+        return await self._writer.write(operation, work, durable=durable, offload=offload, shield=shield)
 
     async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read-only ``work(conn)`` on the database thread and return its result."""
@@ -918,9 +955,11 @@ class SqliteStore:
         messages: Sequence[Mapping[str, Any]],
         *,
         usage: tuple[str, str, int, int] | None = None,
+        shield: bool = False,
     ) -> None:
         """End one exchange in a single transaction: append ``messages`` and, when given,
-        the ``usage`` (provider, model, input_tokens, output_tokens) of its model calls."""
+        the ``usage`` (provider, model, input_tokens, output_tokens) of its model calls.
+        ``shield``: written and answered even if the caller is cancelled meanwhile."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
         rows = _encode_messages(messages)
@@ -944,7 +983,7 @@ class SqliteStore:
             if usage_row is not None:
                 conn.execute(_INSERT_USAGE, usage_row)
 
-        await self.write("finish an exchange", work)
+        await self.write("finish an exchange", work, shield=shield)
 
     async def history(self, session_id: str, *, limit: int | None = None) -> list[StoredMessage]:
         """The session's messages in order; with ``limit``, only the last ``limit`` of them."""
@@ -996,16 +1035,18 @@ class SqliteStore:
         store's audit writer within ``AUDIT_GATHER_S`` (with the rows logged meanwhile, in
         one transaction), not before this returns — a tool's reply does not wait for its
         audit row. ``audit()`` reads include every row logged before it. Waits only when
-        ``MAX_AUDIT_BACKLOG`` rows are already waiting (back-pressure). Without a running
-        writer (a store not opened with ``open_store``) this is ``record_tool_call``."""
+        ``MAX_AUDIT_BACKLOG`` rows are already waiting (back-pressure). Not a cancel point:
+        a cancelled caller's row is logged all the same. Without a running writer (a store
+        not opened with ``open_store``) this is ``record_tool_call``, shielded."""
         if not self._audit_writer_running:
-            await self.record_tool_call(record)
+            with trio.CancelScope(shield=True):
+                await self.record_tool_call(record)
             return
         await self._log_behind_waiting(_INSERT_AUDIT, _audit_row(record))
 
     async def _log_behind_waiting(self, sql: str, row: tuple) -> None:
         if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
-            with trio.move_on_after(AUDIT_FLUSH_TIMEOUT_S):
+            with trio.CancelScope(deadline=trio.current_time() + AUDIT_FLUSH_TIMEOUT_S, shield=True):
                 while len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
                     await self._audit_progress.wait()
             if len(self._audit_backlog) >= MAX_AUDIT_BACKLOG:
@@ -1185,10 +1226,11 @@ class SqliteStore:
         output_tokens: int,
     ) -> None:
         """``record_usage``, write-behind like ``log_tool_call`` (``usage_by_agent``
-        includes it; waits only when the backlog is full). Without a running writer this is
-        ``record_usage``."""
+        includes it; waits only when the backlog is full; not a cancel point). Without a
+        running writer this is ``record_usage``, shielded."""
         if not self._audit_writer_running:
-            await self.record_usage(agent, session_id, provider, model, input_tokens, output_tokens)
+            with trio.CancelScope(shield=True):
+                await self.record_usage(agent, session_id, provider, model, input_tokens, output_tokens)
             return
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self._log_behind_waiting(_INSERT_USAGE, row)

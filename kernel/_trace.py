@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 import attrs
@@ -41,30 +40,33 @@ _MAX_PATH_ITEMS = 64
 _MAX_HOP_LEN = 128
 
 
-# Ids come from the OS's CSPRNG, read 4 KiB at a time: a urandom syscall per id showed on
-# every call. They must stay unpredictable: the MCP server forwards a trace's tool logs and
-# progress to the client whose call carries that trace id. A forked child starts afresh.
+# Ids come from the OS's CSPRNG, read 4 KiB at a time and handed out 64 bits (16 hex digits)
+# at a time: a urandom syscall per id showed on every call, and so did the lock that once
+# guarded the pool. They must stay unpredictable: the MCP server forwards a trace's tool logs
+# and progress to the client whose call carries that trace id. A forked child starts afresh.
 _RANDOM_BATCH = 4096
-_random_pool = b""
-_random_at = 0
+_HEX64 = 16
+_random_chunks: Iterator[str] = iter(())
 
 
-_random_lock = threading.Lock()  # ids may be made on worker threads too: never hand out a slice twice
-
-
-def _random_bytes(n: int) -> bytes:
-    global _random_pool, _random_at
-    with _random_lock:
-        if _random_at + n > len(_random_pool):
-            _random_pool, _random_at = os.urandom(_RANDOM_BATCH), 0
-        start = _random_at
-        _random_at += n
-        return _random_pool[start:_random_at]
+def _random_hex() -> str:
+    """64 random bits as 16 hex digits. Never the same chunk twice, on any thread: ``next``
+    on a list iterator is atomic under the GIL (as ``_events``' id counter relies on too; a
+    free-threaded build would need a lock here); threads that find the pool empty at once
+    each draw a batch, and one of them is kept."""
+    global _random_chunks
+    try:
+        return next(_random_chunks)
+    except StopIteration:
+        pass
+    text = os.urandom(_RANDOM_BATCH).hex()
+    _random_chunks = iter([text[i : i + _HEX64] for i in range(_HEX64, len(text), _HEX64)])
+    return text[:_HEX64]
 
 
 def _fresh_pool() -> None:
-    global _random_pool, _random_at, _random_lock
-    _random_pool, _random_at, _random_lock = b"", 0, threading.Lock()
+    global _random_chunks
+    _random_chunks = iter(())
 
 
 os.register_at_fork(after_in_child=_fresh_pool)
@@ -90,28 +92,19 @@ def _time_prefix() -> str:
 
 
 def _new_trace_id() -> str:
-    return _time_prefix() + _random_bytes(12).hex()
-
-
-def _new_trace_and_span_ids() -> tuple[str, str]:
-    """``(_new_trace_id(), _new_span_id())`` in one draw from the pool."""
-    prefix = _time_prefix()
-    while True:
-        value = _random_bytes(20).hex()
-        if value[24:] != "0" * 16:
-            return prefix + value[:24], value[24:]
+    return _time_prefix() + _random_hex() + _random_hex()[:8]  # 96 random bits after the time
 
 
 def _new_span_id() -> str:
     while True:
-        value = _random_bytes(8).hex()
-        if value != "0" * 16:
+        value = _random_hex()
+        if value != "0" * 16:  # all zeros is not a valid W3C span id
             return value
 
 
 def new_call_id() -> str:
     """A tool call id (``call_`` + 16 hex digits), cheap like the span ids."""
-    return "call_" + _random_bytes(8).hex()
+    return "call_" + _random_hex()
 
 
 @attrs.frozen
@@ -128,7 +121,7 @@ class TraceContext:
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
-        return cls(*_new_trace_and_span_ids(), 1, (origin,), max_depth)
+        return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
         """The context for calling ``hop`` from here.
@@ -265,13 +258,14 @@ def _parse_traceparent(value: Any) -> tuple[str, str] | None:
     if not isinstance(value, str):
         return None
     # Most values arrive exactly as to_meta wrote them: normalise only those that do not match.
-    m = _TRACEPARENT.match(value) or _TRACEPARENT.match(value.strip().lower())
-    if not m:
+    if _TRACEPARENT.match(value) is None:
+        value = value.strip().lower()
+        if _TRACEPARENT.match(value) is None:
+            return None
+    trace_id, span_id = value[3:35], value[36:52]  # the pattern's groups: it is fixed-width
+    if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
-    ids = m.group(1, 2)
-    if ids[0] == "0" * 32 or ids[1] == "0" * 16:
-        return None
-    return ids
+    return trace_id, span_id
 
 
 def _normalise_trace_id(value: str | None) -> str | None:

@@ -613,6 +613,12 @@ class Task:
     def terminal(self) -> bool:
         return is_terminal(self.status.state)
 
+    def moved_to(self, status: TaskStatus, artifacts: tuple[Artifact, ...] = ()) -> Task:
+        """This task in ``status``, with ``artifacts`` added and the status message (if any)
+        appended to the history (the hot path's ``attrs.evolve``, without its field walk)."""
+        history = self.history if status.message is None else (*self.history, status.message)
+        return Task(self.id, self.context_id, status, self.artifacts + artifacts, history, self.metadata)
+
     def to_json(
         self, dialect: str = V1, *, history_length: int | None = None, include_artifacts: bool = True
     ) -> dict[str, Any]:

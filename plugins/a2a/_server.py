@@ -144,10 +144,11 @@ class A2AService:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
-            live = await self._send(op, agent, trace, blocking=not op.params.options.return_immediately)
-            if not op.params.options.return_immediately:
-                await tasks.wait_settled(live)
-            return p.send_result(live.task, d, op.params.options.history_length)
+            if op.params.options.return_immediately:
+                task = (await self._send(op, agent, trace)).task
+            else:
+                task = await self._send(op, agent, trace, wait=True)
+            return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent)
             return task.to_json(_reply_dialect(d, origin), history_length=op.params.history_length)
@@ -199,18 +200,20 @@ class A2AService:
             return build_card(self, name, base_url, extended=True)
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
-    async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None, *, blocking: bool = False) -> Any:
+    async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None, *, wait: bool = False) -> Any:
+        """Start the task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
         params: p.SendParams = op.params
         target = self.agent_for_send(agent, params)
         meta_trace = TraceContext.from_meta(params.message.metadata) or TraceContext.from_meta(params.metadata)
-        return await self._tasks().send(
+        tasks = self._tasks()
+        send = tasks.send_and_wait if wait else tasks.send
+        return await send(
             target,
             params.message,
             params.options,
             trace=meta_trace or trace,
             dialect=op.dialect,
             task_id=params.task_id,
-            blocking=blocking,
         )
 
     async def open_stream(self, op: p.Operation, agent: str | None, trace: TraceContext | None) -> AsyncIterator[dict]:

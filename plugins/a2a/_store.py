@@ -118,6 +118,11 @@ class TaskStore:
         # count the table (O(n)) each time; None: unknown (count on the next insert). It may
         # be one too high, never too low; eviction or refusal always follows a fresh count.
         self._count: int | None = None
+        # Rows promised by ``reserve()`` and not written yet: room every insert leaves free.
+        self._reserved = 0
+        # Plain inserts under way: their rows are not in ``_count`` until their work has run
+        # (on a worker thread, possibly after a ``reserve()``), so ``reserve`` counts them.
+        self._inserting = 0
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -142,24 +147,54 @@ class TaskStore:
 
         return await trio.to_thread.run_sync(call, limiter=self._limiter)
 
+    def reserve(self) -> bool:
+        """Hold room for one task whose row is written later, by ``insert(reserved=True)``
+        (or given back with ``release()``). False, holding nothing, when that room is not
+        known to be free without evicting: then insert the row now."""
+        if self._count is None or self._count + self._inserting + self._reserved + 1 > self.max_tasks:
+            return False
+        self._reserved += 1
+        return True
+
+    def release(self) -> None:
+        """Give back a ``reserve()`` whose row will never be written."""
+        if self._reserved <= 0:
+            log.error("A2A task store: a reservation was given back twice (ignored)")
+            return
+        self._reserved -= 1
+
     async def insert(
-        self, *, id: str, context_id: str, agent: str, state: str, terminal: bool, data: dict, durable: bool = True
+        self,
+        *,
+        id: str,
+        context_id: str,
+        agent: str,
+        state: str,
+        terminal: bool,
+        data: dict,
+        durable: bool = True,
+        reserved: bool = False,
+        shield: bool = False,
     ) -> list[str]:
-        """Store a new task, evicting the oldest terminal tasks past ``max_tasks``.
+        """Store a new task, evicting the oldest terminal tasks past ``max_tasks`` (room held
+        by ``reserve()`` counts as taken).
 
         Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
         ``durable=False``: committed without its own fsync, for a task nobody is told about
         before a later durable write to this store (which then covers it).
+        ``reserved``: the row ``reserve()`` held room for; once committed, the room is its own.
+        ``shield``: written and answered even if the caller is cancelled meanwhile.
         """
         encoded, artifacts, size = _split(data)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[str]:
             count = self._count
-            if count is None or count + 1 > self.max_tasks:
+            held = self._reserved - reserved  # room promised to other tasks
+            if count is None or count + 1 + held > self.max_tasks:
                 (count,) = conn.execute("SELECT COUNT(*) FROM tasks").fetchone()
             evicted: list[str] = []
-            excess = count + 1 - self.max_tasks
+            excess = count + 1 + held - self.max_tasks
             if excess > 0:
                 evicted = [
                     r[0]
@@ -168,8 +203,9 @@ class TaskStore:
                     )
                 ]
                 if len(evicted) < excess:
+                    unfinished = count - len(evicted) + max(held, 0)
                     raise TaskStoreError(
-                        f"the task store holds {count} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
+                        f"the task store holds {unfinished} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
                         "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
@@ -178,16 +214,25 @@ class TaskStore:
                 (id, context_id, agent, state, int(terminal), encoded, now, now, artifacts, size),
             )
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
-            # Kept only when nothing was evicted: if this transaction does not commit, one
-            # row too many is counted (harmless: the bound recounts), never too few.
-            self._count = None if evicted else count + 1
+            # Kept unless more than one row was evicted: if this transaction does not commit,
+            # the count is then one too high or right (harmless: the bound recounts), never
+            # too low. (A full store evicts one row per insert, so it keeps its count.)
+            self._count = count + 1 - len(evicted) if len(evicted) <= 1 else None
             return evicted
 
+        if not reserved:
+            self._inserting += 1
         try:
-            return await self._writer.write("store a task", work, durable=durable)
+            evicted = await self._writer.write("store a task", work, durable=durable, shield=shield)
         except BaseException:
             self._count = None  # the transaction may not have committed: count again
             raise
+        finally:
+            if not reserved:
+                self._inserting -= 1
+        if reserved:
+            self.release()
+        return evicted
 
     def _evict_for_bytes(self, conn: sqlite3.Connection, *, keep: str) -> list[str]:
         """Past ``max_bytes``, the oldest finished tasks (not ``keep``) go first."""
@@ -204,14 +249,14 @@ class TaskStore:
             total -= size
         conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
         if evicted:
-            self._count = None  # count again: these deletes may yet be rolled back
+            self._count = None  # count again (update; an insert sets the count itself)
         if evicted:
             log.info("A2A task store over %d bytes: evicted %d finished task(s)", self.max_bytes, len(evicted))
         return evicted
 
-    async def update(self, id: str, *, state: str, terminal: bool, data: dict) -> list[str]:
+    async def update(self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False) -> list[str]:
         """Replace a task's state and data; returns the ids of finished tasks evicted to stay
-        within ``max_bytes``."""
+        within ``max_bytes``. ``shield``: written and answered even if the caller is cancelled."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -223,7 +268,7 @@ class TaskStore:
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
-            return await self._writer.write("update a task", work)
+            return await self._writer.write("update a task", work, shield=shield)
         except BaseException:
             self._count = None  # an eviction may not have committed: count again
             raise
@@ -381,6 +426,8 @@ async def open_task_store(
     text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
     conn = await trio.to_thread.run_sync(_connect, text, mode)
     store = TaskStore(conn, text, max_tasks, mode, max_bytes)
+    # Known from the start, so the first blocking sends may defer their rows (``reserve``).
+    store._count = await store._run("count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
     try:
         yield store
     finally:

@@ -1,8 +1,9 @@
 """Task lifecycle over the kernel.
 
 A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
-the A2A service owns; ``CancelTask`` cancels the trio scope around it, which stops the
-agent's run inside its actor. Every change is stored before it is announced. Each live
+the A2A service owns, or, for a blocking send, in the request's task (``send_and_wait``);
+``CancelTask`` cancels the trio scope around it, which stops the agent's run inside its
+actor. Every change is stored before it is announced. Each live
 task keeps a bounded log of its events: a subscriber first gets the task as it stands
 (everything so far), then follows the log from that point, so no event is lost between
 the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
@@ -31,6 +32,9 @@ log = logging.getLogger("roost.a2a")
 
 EVENT_LOG_MAX = 256
 CANCEL_WAIT_S = 10.0
+FIRST_ROW_AFTER_S = 0.1  # a blocking send's task is stored once its run takes this long
+STOPPED_WRITE_S = 5.0  # how long a stopped task's run may take to store it as failed
+STOPPED_REASON = "this task was stopped before it finished (the roost daemon is stopping, or its request was cancelled); send the message again"
 _ANSWER_TYPES = ("text/plain", "application/json")  # what every agent can answer in
 
 
@@ -43,7 +47,7 @@ class LiveTask:
     dialect: str
     seq: int = 0
     log: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=EVENT_LOG_MAX))
-    changed: trio.Event = attrs.field(factory=trio.Event)
+    changed: trio.Event | None = None  # made by a follower about to wait (next_change)
     scope: trio.CancelScope | None = None
     running: bool = False
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -51,12 +55,22 @@ class LiveTask:
     push: list[m.PushConfig] | None = None
     fresh_context: bool = False  # its context id was made up here: no history to load yet
     accepted_modes: tuple[str, ...] = ()  # the last send's acceptedOutputModes
+    stored: bool = True  # False: a blocking send's task whose first row is not written yet
+    reserved: bool = False  # holds room in the store for that first row (TaskStore.reserve)
+    first_row: trio.Event | None = None  # set while one writer writes that first row
 
     def append(self, event: m.Event) -> None:
         self.seq += 1
         self.log.append((self.seq, event))
-        changed, self.changed = self.changed, trio.Event()
-        changed.set()
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    def next_change(self) -> trio.Event:
+        """An event set when the next event is appended."""
+        if self.changed is None:
+            self.changed = trio.Event()
+        return self.changed
 
     def events_after(self, cursor: int) -> list[m.Event] | None:
         """Events with seq > cursor; None if the bounded log no longer holds them all."""
@@ -121,6 +135,10 @@ class TaskManager:
         self.push = push
         self.run_timeout_s = run_timeout_s or float(getattr(getattr(kernel.config, "kernel", None), "ask_timeout_s", 300.0))
         self.live: dict[str, LiveTask] = {}
+        # Blocking sends' tasks whose first row waits (see send_and_wait): id → (when to
+        # write it, the task), oldest first; one task writes them while there are any.
+        self._deferred: dict[str, tuple[float, LiveTask]] = {}
+        self._writing_deferred = False
 
     # ---- recovery ---------------------------------------------------------------------
     async def recover(self) -> list[str]:
@@ -212,16 +230,46 @@ class TaskManager:
         trace: TraceContext | None,
         dialect: str,
         task_id: str | None = None,
-        blocking: bool = False,
     ) -> LiveTask:
-        """Start (or continue) a task with ``message``; returns once it is stored and started.
+        """Start (or continue) a task with ``message`` in the background; returns once it
+        is stored and started (a non-blocking or streaming send).
 
-        ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown).
-        ``blocking``: the caller only answers once the task settles (blocking SendMessage),
-        so a new task's first row may skip its own fsync: nobody hears of the task before
-        its settled state is durably stored, and that commit covers the first one. With a
-        webhook configured the task is announced early, so it is stored durably anyway.
-        """
+        ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown)."""
+        live = await self._begin(agent, message, options, dialect, task_id, blocking=False)
+        self.nursery.start_soon(self._run, live, message, trace)
+        return live
+
+    async def send_and_wait(
+        self,
+        agent: str,
+        message: m.Message,
+        options: SendOptions,
+        *,
+        trace: TraceContext | None,
+        dialect: str,
+        task_id: str | None = None,
+    ) -> m.Task:
+        """Run (or continue) a task with ``message`` in the caller's task until it finishes
+        or asks for input; returns it as it then stands (a blocking send). If the caller is
+        cancelled meanwhile (the daemon is stopping; Quart cancels a request whose client
+        went away, the fast lane does not), so is the run, and the task is stored as failed.
+
+        Nobody but the caller knows a new task's id before it settles, so its first row
+        waits: it is written when the task settles, or once the run has taken
+        ``FIRST_ROW_AFTER_S`` (so a task that outlives that is listed meanwhile and, after a
+        crash, recovered as failed), or before a push config is stored for it. Room for the
+        row is reserved in the store up front, so a full store still refuses the send at
+        once. Otherwise (no room known, a client-chosen id) the first row is written now,
+        skipping its own fsync: the settled state's durable commit covers it. With a webhook
+        configured the task is announced early, so it is stored durably at once."""
+        live = await self._begin(agent, message, options, dialect, task_id, blocking=True)
+        await self._run(live, message, trace)
+        return live.task
+
+    async def _begin(
+        self, agent: str, message: m.Message, options: SendOptions, dialect: str, task_id: str | None, *, blocking: bool
+    ) -> LiveTask:
+        """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
         if options.accepted_output_modes and not any(
             _mode_accepts(mode, media) for mode in options.accepted_output_modes for media in _ANSWER_TYPES
         ):
@@ -247,23 +295,32 @@ class TaskManager:
             await self._continue(live, message)
         else:
             lazy = blocking and options.push is None
-            live = await self._create(agent, message, dialect, task_id, durable=not lazy)
+            defer = lazy and task_id is None and self.store.reserve()
+            live = await self._create(agent, message, dialect, task_id, durable=not lazy, defer=defer)
         if options.push is not None:
             await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent)
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
-        self.nursery.start_soon(self._run, live, message, trace)
         return live
 
     async def _create(
-        self, agent: str, message: m.Message, dialect: str, task_id: str | None, *, durable: bool = True
+        self, agent: str, message: m.Message, dialect: str, task_id: str | None, *, durable: bool = True, defer: bool = False
     ) -> LiveTask:
+        """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later."""
         tid = task_id or m.new_id()
         fresh_context = not message.context_id
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
+        if defer:
+            live = LiveTask(task, agent, dialect, fresh_context=fresh_context, stored=False, reserved=True)
+            self.live[tid] = live
+            self._deferred[tid] = (trio.current_time() + FIRST_ROW_AFTER_S, live)
+            if not self._writing_deferred:
+                self._writing_deferred = True
+                self.nursery.start_soon(self._write_deferred_rows)
+            return live
         try:
             evicted = await self.store.insert(
                 id=tid,
@@ -312,16 +369,52 @@ class TaskManager:
         after a crash a stored ``submitted`` is recovered exactly like ``working``.
         """
         if task.status.state != m.WORKING:
-            with trio.CancelScope(shield=True):
-                evicted = await self.store.update(
-                    task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect)
-                )
-            await self._forget(evicted)
+            await self._store(live, task)
         live.task = task
         for event in events:
             live.append(event)
             if self.push is not None:
                 await self.push.notify(live, event)
+
+    async def _store(self, live: LiveTask, task: m.Task) -> None:
+        """Write ``task`` (``live``'s next state) as its row: an update, or its deferred
+        first row (see ``send_and_wait``). Shielded: a state change is never lost to a
+        cancellation (and a first row whose write was abandoned half-way could be committed
+        without ``live`` knowing)."""
+        data = _data(task, live.agent, live.dialect)
+        while live.first_row is not None:  # another writer is writing the first row: after it
+            with trio.CancelScope(shield=True):
+                await live.first_row.wait()  # bounded: set when that (shielded) write ends
+        if live.stored:
+            evicted = await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=data, shield=True)
+        else:
+            live.first_row = trio.Event()
+            try:
+                evicted = await self.store.insert(
+                    id=task.id,
+                    context_id=task.context_id,
+                    agent=live.agent,
+                    state=task.status.state,
+                    terminal=task.terminal,
+                    data=data,
+                    reserved=live.reserved,
+                    shield=True,
+                )
+                live.stored, live.reserved = True, False
+                self._deferred.pop(task.id, None)
+            finally:
+                live.first_row.set()
+                live.first_row = None
+        await self._forget(evicted)
+
+    async def _ensure_row(self, live: LiveTask) -> None:
+        """Make sure ``live``'s row exists: wait for its first row being written, or write
+        the task as it stands (never over a newer state another writer is storing)."""
+        if live.first_row is not None:
+            with trio.CancelScope(shield=True):
+                await live.first_row.wait()  # bounded: set when that (shielded) write ends
+        elif not live.stored and live.running:  # (a run that ended unstored failed to write)
+            await self._store(live, live.task)
 
     async def _status(
         self, live: LiveTask, state: str, text: str | None = None, *, artifacts: tuple[m.Artifact, ...] = ()
@@ -333,10 +426,8 @@ class TaskManager:
         events: list[m.Event] = [
             m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True) for artifact in artifacts
         ]
-        artifacts = task.artifacts + artifacts
-        history = task.history + ((msg,) if msg is not None else ())
         events.append(m.StatusUpdate(task.id, task.context_id, status))
-        await self._commit(live, attrs.evolve(task, status=status, artifacts=artifacts, history=history), events)
+        await self._commit(live, task.moved_to(status, artifacts), events)
 
     async def _run(self, live: LiveTask, message: m.Message, trace: TraceContext | None) -> None:
         task = live.task
@@ -387,7 +478,22 @@ class TaskManager:
             await self._status(live, state, message, artifacts=artifacts)
         except Exception:
             log.exception("A2A task %s: could not record its outcome", task.id)
+        except BaseException:
+            # Cancelled from outside: its request was cancelled (send_and_wait) or the service
+            # is stopping. Left "working", the task would never change again: store it failed.
+            if not live.settled:
+                with trio.CancelScope(shield=True, deadline=trio.current_time() + STOPPED_WRITE_S):
+                    try:
+                        await self._status(live, m.FAILED, STOPPED_REASON)
+                    except Exception:
+                        log.exception("A2A task %s: could not record that it was stopped", task.id)
+            raise
         finally:
+            if not live.stored:  # its first row could not be written (logged above)
+                self._deferred.pop(task.id, None)
+                if live.reserved:
+                    live.reserved = False
+                    self.store.release()
             live.scope = None
             live.running = False
             live.done.set()
@@ -436,18 +542,22 @@ class TaskManager:
         return "\n".join(pieces)
 
     # ---- waiting, following --------------------------------------------------------------
-    async def wait_settled(self, live: LiveTask) -> m.Task:
-        """Wait (bounded by the run timeout) until the task finishes or asks for input.
-
-        If it has not settled by then, its current state is stored durably before it is
-        returned, so a blocking send that gives up still only announces a stored task."""
-        with trio.move_on_after(self.run_timeout_s + 5):
-            await live.done.wait()
-        if not live.done.is_set():
-            task = live.task
-            with trio.CancelScope(shield=True):
-                await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=_data(task, live.agent, live.dialect))
-        return live.task
+    async def _write_deferred_rows(self) -> None:
+        """While blocking sends' tasks wait for their first row (see ``send_and_wait``),
+        write each one's once its run has taken ``FIRST_ROW_AFTER_S``; then end."""
+        try:
+            while self._deferred:
+                task_id, (due, live) = next(iter(self._deferred.items()))  # the oldest
+                if due > trio.current_time():
+                    await trio.sleep_until(due)
+                    continue
+                del self._deferred[task_id]
+                try:
+                    await self._ensure_row(live)
+                except Exception:  # the run's own write at its end tries again
+                    log.exception("A2A task %s: could not store it while it runs", task_id)
+        finally:
+            self._writing_deferred = False
 
     def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:
         """The task as it stands now (taken at this call, not at the first iteration), then
@@ -471,7 +581,7 @@ class TaskManager:
                 if cursor >= live.seq:
                     if not live.running and live.settled:
                         return
-                    await live.changed.wait()
+                    await live.next_change().wait()
 
     async def subscribe(self, task_id: str, *, agent: str | None) -> LiveTask:
         live = await self._load_live(task_id, agent)
@@ -507,6 +617,9 @@ class TaskManager:
             raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
         await self.find(config.task_id, agent=agent)
         await self.push.check_url(config.url, field="url")
+        live = self.live.get(config.task_id)
+        if live is not None:  # the config's row refers to the task's
+            await self._ensure_row(live)
         try:
             await self.store.put_push_config(config.task_id, config.id, config.to_json(m.V1) | {"credentials": config.credentials})
         except TaskStoreError as exc:
@@ -610,6 +723,8 @@ def _file_bytes(artifacts: tuple[m.Artifact, ...]) -> int:
 def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Artifact, ...]:
     """``new`` artifacts, with files past ``MAX_TASK_FILE_BYTES`` for the task replaced by a
     note saying so (a task asked for input again and again must not grow without bound)."""
+    if not new:
+        return new
     room = MAX_TASK_FILE_BYTES - _file_bytes(task.artifacts)
     if _file_bytes(new) <= room:
         return new

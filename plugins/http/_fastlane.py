@@ -11,7 +11,8 @@ prior-knowledge preface.
 
 Every wait has a deadline: the first request head within ``HEAD_TIMEOUT_S``, a keep-alive
 connection idles at most ``keep_alive_s``, a body arrives within ``BODY_TIMEOUT_S`` and a
-response is written within ``SEND_TIMEOUT_S``. A connection has one cancel scope whose
+response that has to wait for room in the socket is written within ``SEND_TIMEOUT_S`` (or
+the read deadline still running, for an early refusal). A connection has one cancel scope whose
 deadline is that of the wait under way (none while a handler runs or after a hand-off):
 moving a deadline costs a fraction of entering a new scope per receive and send.
 """
@@ -228,11 +229,11 @@ class FastLane:
             access_log.info('%s "%s %s HTTP/%s" %s %s %sus', remote_addr, head.method, head.path, head.http_version, response.status, len(response.body), micros)
 
     async def _send(self, stream: Any, io: trio.CancelScope, data: bytes) -> None:
-        io.deadline = trio.current_time() + SEND_TIMEOUT_S
         try:
             if type(stream) is trio.SocketStream and data:
-                await _send_all(stream, data)
+                await _send_all(stream, data, io)
             else:
+                io.deadline = trio.current_time() + SEND_TIMEOUT_S
                 await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             raise _Closed from None
@@ -285,9 +286,10 @@ class FastLane:
         return body
 
 
-async def _send_all(stream: trio.SocketStream, data: bytes) -> None:
+async def _send_all(stream: trio.SocketStream, data: bytes, io: trio.CancelScope) -> None:
     """``stream.send_all(data)`` without its closing schedule point when the socket takes
-    every byte at once (a send that must wait for room yields while it waits).
+    every byte at once (a send that must wait for room yields while it waits, and gets
+    ``SEND_TIMEOUT_S`` from then on ``io``: a response that fits costs no deadline change).
 
     Each request still passes a schedule point: its head or body was received (a receive
     yields whether or not it had to wait) or, pipelined, ``_read_head`` yields for it. A
@@ -303,6 +305,8 @@ async def _send_all(stream: trio.SocketStream, data: bytes) -> None:
             try:
                 sent += os.write(fd, view[sent:])
             except BlockingIOError:
+                if io.deadline == math.inf:
+                    io.deadline = trio.current_time() + SEND_TIMEOUT_S
                 await trio.lowlevel.wait_writable(fd)
 
 

@@ -48,9 +48,13 @@ class ScriptedProvider:
         if user_index is None:
             return _answer(self._default, {"message": "", "agent": request.agent}, request)
         user_text = messages[user_index].content
-        since = messages[user_index + 1 :]
-        results = [m.content for m in since if m.role == "tool"]
-        steps_done = sum([1 for m in since if m.role == "assistant" and m.tool_calls])
+        results: list[str] = []  # the tool results since the user's message
+        steps_done = 0  # and the steps (turns with tool calls) taken
+        for m in messages[user_index + 1 :]:
+            if m.role == "tool":
+                results.append(m.content)
+            elif m.role == "assistant" and m.tool_calls:
+                steps_done += 1
 
         values: dict[str, Any] = {
             "message": user_text,
@@ -165,13 +169,15 @@ def _render_value(value: Any, values: Mapping[str, Any]) -> Any:
 
 
 def _usage(request: CompletionRequest, text: str) -> Usage:
-    words_in = sum([len(m.content.split()) for m in request.messages]) + len(request.system.split())
-    return Usage(input_tokens=words_in, output_tokens=len(text.split()))
+    words_in = len(request.system.split())
+    for m in request.messages:
+        words_in += len(m.content.split())
+    return Usage(words_in, len(text.split()))  # (input_tokens, output_tokens)
 
 
 def _answer(template: str, values: Mapping[str, Any], request: CompletionRequest) -> Completion:
     text = _render(template, values)
-    return Completion(text=text, stop_reason="end_turn", usage=_usage(request, text))
+    return Completion(text, (), "end_turn", _usage(request, text))  # (text, tool_calls, stop_reason, usage)
 
 
 def script_as_dict(script: Any) -> Mapping[str, Any] | None:

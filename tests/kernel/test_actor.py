@@ -23,6 +23,7 @@ from roost.kernel import (
     open_actor_system,
     reply_kind,
 )
+from roost.kernel._actor import direct_ask_of
 
 
 def echo_factory():
@@ -1034,3 +1035,89 @@ async def test_ask_payload_answers_like_ask_and_watchers_still_see_the_reply_eve
         assert reply.kind == EventKind.ACTOR_REPLY and reply.payload == "pong:b" and reply.source == "direct"
         with pytest.raises(AgentNotFound):
             await system.ask_payload("nobody", "X")
+
+
+# ---- a direct handler stopping itself through the ask's scope (DirectAsk) -------------------
+
+
+def stoppable_factory(asks: list):
+    """Handlers that hand their DirectAsk to the test, then wait until cancelled (a shielded
+    pause first when the payload says so: the cancel then lands while it cannot act)."""
+
+    def factory():
+        async def handle(ctx, event):
+            asks.append(direct_ask_of(event))
+            if event.payload:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(event.payload)
+            await trio.sleep_forever()
+
+        return handle
+
+    return factory
+
+
+async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_given():
+    asks: list = []
+    async with open_actor_system(shutdown_timeout_s=0.1) as system:  # the worker's handler never ends
+        system.spawn("w", stoppable_factory(asks), direct_asks=True)
+        system.spawn("mailbox", stoppable_factory(asks))  # run by a worker: no DirectAsk
+
+        async def cancel_soon(answer):
+            with trio.fail_after(5):
+                while not asks:
+                    await trio.sleep(0.01)
+            asks.pop().cancel(lambda: answer)
+            asks.clear()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_soon, "stopped")
+            reply = await system.ask("w", "X", timeout=10)
+        assert reply.payload == "stopped" and reply.source == "w" and reply.kind == EventKind.ACTOR_REPLY
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_soon, "again")
+            assert await system.ask_payload("w", "X", timeout=10) == "again"
+
+        with trio.move_on_after(0.2):
+            await system.ask("mailbox", "X", timeout=10)
+        assert asks == [None]
+
+
+async def test_a_direct_handler_cancelled_as_its_deadline_passes_is_still_a_timeout():
+    # The handler reacts only after the ask's deadline (a shielded pause): the ask times
+    # out, as it would have without the cancel; the answer is not used.
+    asks: list = []
+    async with open_actor_system() as system:
+        system.spawn("w", stoppable_factory(asks), direct_asks=True)
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_at_once():
+                with trio.fail_after(5):
+                    while not asks:
+                        await trio.sleep(0)
+                asks[0].cancel(lambda: "too late")
+
+            nursery.start_soon(cancel_at_once)
+            with pytest.raises(AskTimeout):
+                await system.ask("w", "X", 0.3, timeout=0.1)
+
+
+async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_through():
+    asks: list = []
+    async with open_actor_system() as system:
+        system.spawn("w", stoppable_factory(asks), direct_asks=True)
+        answered = []
+        with trio.CancelScope() as outer:
+            async with trio.open_nursery() as nursery:
+
+                async def cancel_both():
+                    with trio.fail_after(5):
+                        while not asks:
+                            await trio.sleep(0)
+                    asks[0].cancel(lambda: "answer")
+                    outer.cancel()
+
+                nursery.start_soon(cancel_both)
+                answered.append(await system.ask("w", "X", 0.1, timeout=10))
+        assert outer.cancelled_caught and answered == []
+        assert system.ref("w").alive

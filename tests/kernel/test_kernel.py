@@ -16,6 +16,7 @@ from roost.kernel import (
     StoreError,
     Tool,
     ToolCall,
+    ToolContext,
     ToolResult,
     ToolSpec,
     ToolVeto,
@@ -454,6 +455,82 @@ async def test_asking_a_slow_agent_times_out_like_any_tool_and_stops_its_work(co
     assert [(r.tool, r.outcome) for r in audit] == [("agent_sleeper", "timeout")]
 
 
+async def _running_run(runtime):
+    """The id of the one run ``runtime`` is working on, once it has started."""
+    with trio.fail_after(5):
+        while not runtime.running:
+            await trio.sleep(0.01)
+    [run_id] = runtime.running
+    return run_id
+
+
+async def test_cancelling_a_run_asked_by_another_agent_answers_cancelled(config):
+    # The callee's run is the handler of a direct ask (it runs in the caller's task and is
+    # stopped through the ask's cancel scope): cancel(run_id) still makes it reply
+    # "cancelled", which the caller receives as the tool's result, not as an error raised.
+    a = agent("a", tools=["sleepy"], rules=[call_rule(".", "sleepy", {})])
+    b = agent("b", tools=["agent_a"])
+    async with open_kernel(config, agents=[a, b], plugins=[FixtureTools()]) as kernel:
+        runtime = kernel._runtimes["a"]
+        results = []
+        async with trio.open_nursery() as nursery:
+
+            async def ask_a():
+                results.append(await kernel.call_tool("b", ToolCall("agent_a", {"message": "work"}, id="call_1")))
+
+            nursery.start_soon(ask_a)
+            assert await _running_run(runtime) == "call_1"
+            assert runtime.cancel("call_1")
+        assert runtime.running == [] and not runtime.cancel("call_1")
+        audit = await kernel.store.audit()
+    [result] = results
+    assert result.is_error and result.as_text() == "cancelled"
+    assert result.structured_content == {"agent": "a", "text": "cancelled", "stop_reason": "cancelled"}
+    assert sorted((r.agent, r.tool, r.outcome, r.error) for r in audit) == [
+        ("a", "sleepy", "cancelled", "the call was cancelled"),
+        ("b", "agent_a", "error", "cancelled"),
+    ]
+
+
+async def test_cancelling_a_sent_message_replies_cancelled_and_keeps_the_user_message(config):
+    a = agent("a", tools=["sleepy"], rules=[call_rule(".", "sleepy", {})])
+    async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
+        runtime = kernel._runtimes["a"]
+        for session_id in (None, "s1", "s1"):  # a new session, then one with history
+            replies: list = []
+            async with trio.open_nursery() as nursery:
+
+                async def send(session_id=session_id, replies=replies):
+                    replies.append(await kernel.send("a", "work", session_id=session_id))
+
+                nursery.start_soon(send)
+                assert runtime.cancel(await _running_run(runtime))
+            [reply] = replies
+            assert (reply.text, reply.stop_reason, reply.is_error, reply.turns) == ("cancelled", "cancelled", True, 0)
+            assert reply.session_id == (session_id or reply.session_id) and reply.trace_id
+            history = await kernel.store.history(reply.session_id)
+            assert [m.role for m in history][-1:] == ["user"] and history[-1].content == "work"
+        assert [m.role for m in await kernel.store.history("s1")] == ["user", "user"]
+
+
+async def test_cancelling_a_run_started_outside_any_ask_replies_cancelled(config):
+    a = agent("a", tools=["sleepy"], rules=[call_rule(".", "sleepy", {})])
+    async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
+        runtime = kernel._runtimes["a"]
+        replies = []
+        async with trio.open_nursery() as nursery:
+
+            async def run():
+                replies.append(await runtime.handle_message("work", session_id=None, trace=None, run_id="r1", persist=False))
+
+            nursery.start_soon(run)
+            assert await _running_run(runtime) == "r1"
+            assert runtime.cancel("r1")
+        [reply] = replies
+        assert (reply.text, reply.stop_reason, reply.session_id) == ("cancelled", "cancelled", "")
+        assert reply.trace_id  # the run's own new trace
+
+
 async def test_a_tool_call_with_nan_arguments_fails_as_its_result_and_the_run_is_stored(config):
     # Regression: NaN in a model's tool arguments (Python's JSON decoder accepts it) made
     # storing the exchange fail, which crashed the agent's actor.
@@ -584,3 +661,59 @@ async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_st
         history = await kernel.store.history("s-new")
     assert not reply.is_error and reply.text == "ok"
     assert [(m.role, m.content) for m in history] == [("user", "work"), ("assistant", ""), ("tool", "ok"), ("assistant", "ok")]
+
+
+def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
+    # The kernel reuses one C encoder for the audit row's arguments; its circular-reference
+    # markers must start empty on every call, also after an encoding that failed.
+    import json
+
+    from roost.kernel._kernel import _audit_json_encoder
+
+    reference = json.JSONEncoder(ensure_ascii=False, default=repr)
+    encode = _audit_json_encoder()
+    circular: dict = {"shared": [1, 2]}
+    circular["self"] = circular
+    a: dict = {}
+    b = {"a": a}
+    a["b"] = b
+    values = [
+        {"message": 'héllo "q" \u2028'},
+        {"f": float("nan"), "i": float("-inf"), "n": None, "b": [1, 2.5, True], "o": object, "t": (1, 2)},
+        {1: 2, None: 3, 2.5: "x", False: True},
+    ]
+    for value in values:
+        assert encode(value) == reference.encode(value)
+    for bad in (circular, {"pair": a}, {"nested": [{(1, 2): "tuple key"}]}):
+        with pytest.raises((ValueError, TypeError)) as raised:
+            encode(bad)
+        with pytest.raises(type(raised.value), match=str(raised.value)):
+            reference.encode(bad)
+        assert encode(values[0]) == reference.encode(values[0])
+    del a["b"]  # no longer circular: the markers of the failed encoding must be gone
+    assert encode({"a": a, "b": b}) == reference.encode({"a": a, "b": b}) == '{"a": {}, "b": {"a": {}}}'
+
+
+async def test_agent_tools_run_through_their_handler_too_and_odd_handlers_still_run(config):
+    # The kernel asks an agent without building a ToolContext; the agent_* tool's handler
+    # still answers when called like any tool's. A handler that cannot be weakly referenced
+    # (the kernel looks agent handlers up in a weak mapping) is an ordinary tool.
+    class SlotsHandler:
+        __slots__ = ()
+
+        async def __call__(self, call, ctx):
+            return ToolResult.text(f"slots:{ctx.agent}")
+
+    class OddTools:
+        @hookimpl
+        def roost_tools(self, config):
+            return [Tool(ToolSpec("odd", "odd handler", owner="test"), SlotsHandler())]
+
+    caller = agent("caller", tools=["agent_callee", "odd"])
+    async with open_kernel(config, agents=[caller, agent("callee")], plugins=[OddTools()]) as kernel:
+        assert (await kernel.call_tool("caller", ToolCall("odd", {}))).as_text() == "slots:caller"
+        tool = kernel.registry.get("agent_callee")
+        context = ToolContext(agent="caller", workspace=config.home, timeout_s=5.0)
+        result = await tool.handler(ToolCall("agent_callee", {"message": "hi"}), context)
+        assert result.as_text() == "hi" and not result.is_error
+        assert (await kernel.call_tool("caller", ToolCall("agent_callee", {"message": "ho"}))).as_text() == "ho"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 import pytest
 import trio
@@ -675,6 +676,41 @@ async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
         assert [m.content for m in await store.history("late")] == ["late"]
 
 
+async def test_a_shielded_write_is_committed_and_answered_even_when_cancelled(tmp_path):
+    insert = "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, ?, 'p', '', 0, 0)"
+
+    def row(name):
+        return lambda conn: conn.execute(insert, (name,)).lastrowid
+
+    async with open_store(tmp_path / "roost.db") as store:  # NORMAL: inline commits
+        writer = store._writer
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            inline = await writer.write("inline", row("inline"), shield=True)  # no wait: no scope needed
+            await trio.lowlevel.checkpoint()
+        assert scope.cancelled_caught and isinstance(inline, int)
+        # Behind another batch (a gate holds the database thread), it must wait: still shielded.
+        gate, answers = _Gate(), []
+
+        async def behind(scope):
+            with scope:
+                answers.append(await writer.write("behind", row("behind"), shield=True))
+                await trio.lowlevel.checkpoint()
+
+        scope = trio.CancelScope()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(writer.write, "gate", gate.work, offload=True))
+            assert await trio.to_thread.run_sync(gate.entered.wait, 10)
+            nursery.start_soon(behind, scope)
+            await trio.testing.wait_all_tasks_blocked()
+            scope.cancel()  # while it waits for the gate's batch
+            await trio.testing.wait_all_tasks_blocked()
+            gate.release.set()
+        assert scope.cancelled_caught and len(answers) == 1
+        agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
+    assert agents == ["inline", "gate", "behind"]
+
+
 async def test_group_commits_survive_a_restart(tmp_path):
     db = tmp_path / "roost.db"
     async with open_store(db, synchronous="full") as store:
@@ -907,7 +943,10 @@ async def test_a_loop_of_inline_writes_lets_other_tasks_run(tmp_path):
             await trio.sleep(0)
             start, began = ticks, time.perf_counter()
             writes = 0
-            while time.perf_counter() - began < 30 * YIELD_EVERY_S:
+            # Until the timer has ticked 10 times (about 10 × YIELD_EVERY_S), bounded: a
+            # loop whose writes never yield runs into the bound with no tick at all. (Not a
+            # fixed time span: on a loaded machine the process may sleep through much of it.)
+            while ticks - start < 10 and time.perf_counter() - began < 5.0:
                 await store.append_messages("s", "a", [msg("user", "again")])
                 writes += 1
                 # Work between writes, so they are not back to back (those yield anyway, to
@@ -1015,3 +1054,71 @@ def test_usage_names_of_a_str_subclass_without_a_hash_are_accepted():
 
     row = store_module._usage_row(Unhashable("agent"), None, "scripted", "m", 1, 2)
     assert row[1] == "agent" and row[5:] == (1, 2)
+
+
+async def test_logging_a_tool_call_or_usage_is_no_cancel_point(tmp_path, monkeypatch):
+    # The kernel logs a call's audit row without a shielding scope of its own: the store
+    # must log it even when the caller is already cancelled, also when it has to wait.
+    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 2)
+    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.05)
+    async with open_store(tmp_path / "roost.db") as store:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            for i in range(4):  # the third waits for the writer (shielded, bounded)
+                await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
+            await store.log_usage("a", None, "scripted", "", 1, 2)
+        assert not scope.cancelled_caught  # nothing in there was a cancel point
+        tools = sorted(r.tool for r in await store.audit(agent="a"))
+        usage = await store.usage_by_agent()
+    assert tools == ["t0", "t1", "t2", "t3"]
+    assert usage["a"]["requests"] == 1
+
+
+async def test_a_shielded_write_behind_a_full_batch_is_still_written(tmp_path):
+    # Regression (review): a shielded write queued behind max_batch others led a batch
+    # without itself, then waited unshielded for the next one and was withdrawn on cancel.
+    from roost.kernel._store import CHECKPOINT_EVERY_COMMITS, GroupCommitter
+
+    path = str(tmp_path / "x.db")
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (name TEXT)")
+    writer = GroupCommitter(
+        lambda: conn, trio.CapacityLimiter(1), lambda op, exc: StoreError(f"{op}: {exc}"), max_batch=1, synchronous="NORMAL", path=path
+    )
+    gate = threading.Event()
+
+    def row(name, pause=0.0):
+        def work(c):
+            if name == "first":
+                gate.wait(10)
+            time.sleep(pause)
+            c.execute("INSERT INTO t VALUES (?)", (name,))
+
+        return work
+
+    answered = []
+
+    async def first_then_shielded():
+        await writer.write("first", row("first"), offload=True)  # held on a worker thread by the gate
+        writer._commits_since_checkpoint = CHECKPOINT_EVERY_COMMITS - 1  # the next lead checkpoints
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await writer.write("shielded", row("shielded"), shield=True)
+            answered.append(True)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(first_then_shielded)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(writer.write, "b", row("b"))
+            nursery.start_soon(partial(writer.write, "slow", row("slow", 0.3), offload=True))
+            nursery.start_soon(writer.write, "c", row("c"))
+            await trio.testing.wait_all_tasks_blocked()
+            gate.set()
+        names = sorted(r[0] for r in conn.execute("SELECT name FROM t"))
+    finally:
+        writer.close()
+        conn.close()
+    assert answered == [True]
+    assert names == ["b", "c", "first", "shielded", "slow"]

@@ -293,3 +293,28 @@ def test_new_trace_ids_start_with_the_time_so_the_audit_index_grows_at_its_end()
     assert len(set(traces)) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces)
     assert all(before <= int(t[:8], 16) <= after for t in traces)
     assert len({t[8:] for t in traces}) == 1000  # 96 random bits after the time
+
+
+def test_ids_made_on_many_threads_at_once_never_repeat():
+    # The random pool is handed out without a lock: no two ids may share a chunk.
+    import threading
+
+    from roost.kernel._trace import _new_span_id, _random_hex
+
+    made: list[list[str]] = [[] for _ in range(4)]
+    start = threading.Barrier(len(made))
+
+    def draw(out: list[str]) -> None:
+        start.wait()
+        for _ in range(20_000):
+            out.append(_random_hex())
+        out.append(_new_span_id())
+
+    threads = [threading.Thread(target=draw, args=(out,)) for out in made]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [i for out in made for i in out]
+    assert len(set(ids)) == len(ids) == 4 * 20_001
+    assert all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)

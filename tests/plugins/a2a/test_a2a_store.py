@@ -3,9 +3,12 @@ and in-flight tasks of a dead daemon are marked failed with a reason on the next
 
 from __future__ import annotations
 
+from functools import partial
+
 import httpx
 import pytest
 import trio
+import trio.testing
 from a2a_helpers import SLEEP_STARTED, make_config, serve
 from roost.plugins.a2a._store import TaskStoreError, open_task_store
 
@@ -91,7 +94,7 @@ async def test_inserts_below_the_bound_do_not_count_the_table_and_the_bound_stil
         store._conn.set_trace_callback(lambda sql: counts.append(sql) if "COUNT(*) FROM tasks" in sql else None)
         for i in range(3):
             await store.insert(id=f"t{i}", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
-        assert len(counts) == 1  # the first insert counts; the next ones keep the count
+        assert counts == []  # counted once when opened; the inserts keep the count
         with pytest.raises(TaskStoreError, match="already|UNIQUE"):
             await store.insert(id="t0", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
         await store.insert(id="t3", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
@@ -170,34 +173,124 @@ async def test_a_full_store_refuses_only_the_insert_that_does_not_fit():
     assert total == 2
 
 
-async def test_only_a_blocking_sends_first_row_skips_its_fsync(tmp_path, monkeypatch):
+async def test_a_blocking_sends_task_is_written_once_when_it_settles(tmp_path, monkeypatch):
     from roost.plugins.a2a._store import TaskStore
 
-    seen = []
-    original = TaskStore.insert
+    writes = []
+    insert, update = TaskStore.insert, TaskStore.update
 
-    async def spy(self, **kwargs):
-        seen.append(kwargs.get("durable", True))
-        return await original(self, **kwargs)
+    async def spy_insert(self, **kwargs):
+        writes.append(("insert", kwargs["state"], kwargs.get("durable", True)))
+        return await insert(self, **kwargs)
 
-    monkeypatch.setattr(TaskStore, "insert", spy)
+    async def spy_update(self, id, **kwargs):
+        writes.append(("update", kwargs["state"], True))
+        return await update(self, id, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "insert", spy_insert)
+    monkeypatch.setattr(TaskStore, "update", spy_update)
     config = make_config(tmp_path)
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         blocking = await send(http, "wait for me")
         assert blocking["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        blocking_writes, writes[:] = list(writes), []
         early = await send(http, "tell me at once", returnImmediately=True)
         assert "result" in early
-        body = {"message": {"messageId": "s", "role": "ROLE_USER", "parts": [{"text": "stream"}]}}
-        async with http.stream("POST", "/a2a/agents/echo/rest/message:stream", json=body, headers=V1) as r:
-            assert r.status_code == 200
-            async for _ in r.aiter_lines():
-                pass
-        # The blocking task's final state was stored durably (and covers the first row).
+        with trio.fail_after(5):
+            while len(writes) < 2:
+                await trio.sleep(0.01)
         from roost.plugins.a2a._server import service_for
 
-        row = await service_for(kernel).tasks.store.get(blocking["result"]["task"]["id"])
+        store = service_for(kernel).tasks.store
+        row = await store.get(blocking["result"]["task"]["id"])
         assert row is not None and row.state == "TASK_STATE_COMPLETED"
-    assert seen == [False, True, True]
+        assert store._reserved == 0
+    # Nobody could know the blocking task's id before it settled: one durable write.
+    assert blocking_writes == [("insert", "TASK_STATE_COMPLETED", True)]
+    # A task announced at once is stored at once, durably, then updated.
+    assert writes == [("insert", "TASK_STATE_SUBMITTED", True), ("update", "TASK_STATE_COMPLETED", True)]
+
+
+async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp_path):
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._tasks import FIRST_ROW_AFTER_S
+
+    SLEEP_STARTED.clear()
+    config = make_config(tmp_path)
+    path = "/a2a/agents/slow/jsonrpc"
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+        replies = []
+
+        async def blocking_send():
+            replies.append(await send(http, "take your time", path=path))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(blocking_send)
+            with trio.fail_after(10):
+                while not SLEEP_STARTED:
+                    await trio.sleep(0.01)
+            await trio.sleep(FIRST_ROW_AFTER_S + 0.2)
+            r = await http.post(path, json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}, headers=V1)
+            listed = r.json()["result"]["tasks"]
+            assert len(listed) == 1, listed
+            tid = listed[0]["id"]
+            # Stored unfinished: a crash now would be recovered as failed on the next start.
+            row = await service_for(kernel).tasks.store.get(tid)
+            assert row is not None and not row.terminal
+            r = await http.post(path, json={"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": tid}}, headers=V1)
+            assert r.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+        row = await service_for(kernel).tasks.store.get(tid)
+    assert replies[0]["result"]["task"]["id"] == tid
+    assert replies[0]["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    assert row.state == "TASK_STATE_CANCELED"
+
+
+async def test_room_reserved_for_deferred_rows_counts_against_max_tasks():
+    async with open_task_store(":memory:", max_tasks=3) as store:
+        await store.insert(id="done", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        assert store.reserve() and store.reserve()
+        assert not store.reserve()  # 1 row + 2 held = max_tasks
+        # An insert now must leave the held room free: the finished task makes way.
+        evicted = await store.insert(id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        assert evicted == ["done"]
+        # Full of unfinished tasks and held room: refused up front.
+        with pytest.raises(TaskStoreError, match="unfinished"):
+            await store.insert(id="more", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        for tid in ("r1", "r2"):  # the reserved rows always fit
+            assert await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={}, reserved=True) == []
+        assert not store.reserve()  # their room is theirs now
+        _, total = await store.list()
+        store.release()  # nothing held: stays at zero
+        assert store.reserve() is False
+    assert total == 3
+
+
+async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(tmp_path, monkeypatch):
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._store import TaskStore
+
+    insert = TaskStore.insert
+
+    async def failing(self, **kwargs):
+        if kwargs.get("reserved"):
+            raise TaskStoreError("disk full (test)")
+        return await insert(self, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "insert", failing)
+    config = make_config(tmp_path, a2a={"max_tasks": 1})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        lost = await send(http, "lost")
+        store = service_for(kernel).tasks.store
+        assert store._reserved == 0
+        # Nor is a stale "working" row written for it later by the deferred-row writer.
+        from roost.plugins.a2a._tasks import FIRST_ROW_AFTER_S
+
+        await trio.sleep(FIRST_ROW_AFTER_S + 0.2)
+        assert await store.get(lost["result"]["task"]["id"]) is None
+        monkeypatch.setattr(TaskStore, "insert", insert)
+        kept = await send(http, "kept")
+        row = await store.get(kept["result"]["task"]["id"])
+    assert row is not None and row.state == "TASK_STATE_COMPLETED"
 
 
 def _data(tid, artifacts=()):
@@ -290,3 +383,68 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
         with trio.fail_after(5):  # removed in the background
             while (inbox / folder_of(first)).exists():
                 await trio.sleep(0.01)
+
+
+async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_stored(tmp_path, monkeypatch):
+    # Regression (review): the writer of deferred first rows woke while the run was storing
+    # its settled state, waited for that write, then wrote the task as it stood when it woke
+    # ("working") over it.
+    from roost.plugins.a2a import _tasks
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._store import TaskStore
+
+    monkeypatch.setattr(_tasks, "FIRST_ROW_AFTER_S", 0.05)
+    insert, held, go = TaskStore.insert, trio.Event(), trio.Event()
+
+    async def slow_first_row(self, **kwargs):
+        if kwargs.get("reserved"):
+            held.set()
+            with trio.CancelScope(shield=True):
+                await go.wait()
+        return await insert(self, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "insert", slow_first_row)
+    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        replies = []
+        async with trio.open_nursery() as nursery:
+
+            async def blocking():
+                replies.append(await send(http, "quick"))
+
+            nursery.start_soon(blocking)
+            with trio.fail_after(5):
+                await held.wait()  # the run is storing its settled state
+            await trio.sleep(0.2)  # the writer is due meanwhile
+            go.set()
+        tid = replies[0]["result"]["task"]["id"]
+        await trio.sleep(0.1)
+        row = await service_for(kernel).tasks.store.get(tid)
+    assert replies[0]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert row.state == "TASK_STATE_COMPLETED"
+
+
+async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_path):
+    # Regression (review): an insert whose work waited on the database thread had not yet
+    # counted its row, so reserve() promised that room too and the reserved row was refused.
+    import threading
+
+    async with open_task_store(tmp_path / "a2a.db", max_tasks=2, synchronous="full") as store:
+        await store.insert(id="one", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        entered, release = threading.Event(), threading.Event()
+
+        def hold(conn):  # keeps the database thread busy so the insert below waits
+            entered.set()
+            assert release.wait(10)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store._writer.write, "hold", hold)
+            assert await trio.to_thread.run_sync(entered.wait, 10)
+            nursery.start_soon(
+                partial(store.insert, id="two", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            try:
+                assert not store.reserve()  # "two" takes the last room
+            finally:
+                release.set()
+        assert not store.reserve() and store._reserved == 0

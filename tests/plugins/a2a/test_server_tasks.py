@@ -276,3 +276,39 @@ async def test_a_client_chosen_task_id_never_becomes_a_path(daemon, http):
     folders = sorted(p.name for p in (workspace / "inbox").iterdir())
     assert len(folders) == 5 and all(name.startswith("t-") for name in folders)  # one each, hashed
     assert not (workspace / "f.bin").exists() and (workspace / "precious.txt").read_text() == "keep me"
+
+
+async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_stored_failed(tmp_path):
+    # A blocking send runs in its request's task: when that is cancelled (its client went
+    # away, the daemon is stopping), the agent's work stops and the task must not be left
+    # "working" forever.
+    from a2a_helpers import SLEEP_CANCELLED, make_config, serve
+    from roost.plugins.a2a import _models as m
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._tasks import STOPPED_REASON, SendOptions
+
+    SLEEP_STARTED.clear()
+    cancelled_before = len(SLEEP_CANCELLED)
+    async with serve(make_config(tmp_path)) as (kernel, url):
+        tasks = service_for(kernel).tasks
+        message = m.Message("m-1", m.ROLE_USER, (m.Part(text="take your time"),))
+        with trio.move_on_after(30) as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def cancel_once_working():
+                    while not SLEEP_STARTED:
+                        await trio.sleep(0.01)
+                    scope.cancel()
+
+                nursery.start_soon(cancel_once_working)
+                await tasks.send_and_wait("slow", message, SendOptions(), trace=None, dialect=m.V1)
+        assert scope.cancelled_caught
+        found, _, total = await tasks.list(
+            agent="slow", context_id=None, state=None, page_size=10, page_token=None, updated_after=None
+        )
+        row = await tasks.store.get(found[0].id)
+        assert tasks.store._reserved == 0 and found[0].id not in tasks.live
+    assert len(SLEEP_CANCELLED) == cancelled_before + 1
+    assert total == 1 and found[0].status.state == m.FAILED
+    assert found[0].status.message.parts[0].text == STOPPED_REASON
+    assert row.state == m.FAILED and row.terminal
