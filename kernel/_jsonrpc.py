@@ -180,7 +180,7 @@ def _show(value: Any) -> str:
 
 
 def _plain(params: Params) -> Any:
-    if isinstance(params, Mapping) and not isinstance(params, dict):
+    if not isinstance(params, dict) and isinstance(params, Mapping):
         return dict(params)
     if isinstance(params, tuple):
         return list(params)
@@ -200,6 +200,52 @@ def error_response(id: Id, code: int, message: str, data: Any = None) -> ErrorRe
     return ErrorResponse(id, ErrorObject(code, message, data))
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
+
+
+def _chunk_encoder(allow_nan: bool) -> Callable[[Any, int], Iterable[str]]:
+    """A reusable compact encoder: ``json.dumps`` builds one per call, which costs as much
+    as encoding a small message. Circular structures are not looked for (they raise
+    RecursionError, as with ``check_circular=False``)."""
+    from json.encoder import c_make_encoder, encode_basestring
+
+    if c_make_encoder is not None:
+        try:
+            return c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False, allow_nan)
+        except TypeError:  # another C signature: use the pure-Python encoder
+            pass
+    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan, check_circular=False)
+    return encoder.iterencode
+
+
+_ENCODE_STRICT = _chunk_encoder(allow_nan=False)
+_ENCODE_LENIENT = _chunk_encoder(allow_nan=True)
+
+
+def dumps(value: Any, *, allow_nan: bool = False) -> str:
+    """Compact JSON text (no spaces, non-ASCII characters kept): ``json.dumps(value,
+    ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)``, without building
+    an encoder per call. Raises TypeError (not JSON), ValueError (NaN or infinity without
+    ``allow_nan``) or RecursionError (nested too deeply, or circular)."""
+    return "".join((_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value, 0))
+
+
+_PLAIN_DECODER = json.JSONDecoder()
+
+
+def loads(text: str) -> Any:
+    """``json.loads(text)`` for a str, faster for text with no whitespace around the value
+    (what compact encoders send); anything else, errors included, goes to ``json.loads``."""
+    try:
+        value, end = _PLAIN_DECODER.raw_decode(text)
+    except ValueError:
+        return json.loads(text)  # leading whitespace, a BOM, or not JSON: its exact answer
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
 def encode(message: Message | Iterable[Message]) -> bytes:
     """Compact UTF-8 JSON for a message or a list of messages (a batch).
 
@@ -210,7 +256,7 @@ def encode(message: Message | Iterable[Message]) -> bytes:
     else:
         obj = [m.to_dict() for m in message]
     try:
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = dumps(obj)
     except (TypeError, ValueError, RecursionError) as exc:
         raise JsonRpcError(
             INTERNAL_ERROR, f"the message cannot be encoded as JSON: {exc}"
@@ -319,6 +365,10 @@ def _check_id(value: Any, where: str) -> Id:
     return value
 
 
+def _invalid(msg_id: Id, text: str) -> JsonRpcError:
+    return JsonRpcError(INVALID_REQUEST, text, id=msg_id)
+
+
 def parse_message(obj: Any, *, where: str = "") -> Message:
     """Validate one decoded JSON value as a JSON-RPC 2.0 message.
 
@@ -339,35 +389,34 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
         except JsonRpcError as exc:
             id_error = exc
 
-    def invalid(text: str) -> JsonRpcError:
-        return JsonRpcError(INVALID_REQUEST, text, id=msg_id)
-
     version = obj.get("jsonrpc", _MISSING)
     if version is _MISSING:
-        raise invalid(f'{prefix}jsonrpc: missing; every message needs "jsonrpc": "2.0"')
+        raise _invalid(msg_id, f'{prefix}jsonrpc: missing; every message needs "jsonrpc": "2.0"')
     if version != VERSION or not isinstance(version, str):
-        raise invalid(f'{prefix}jsonrpc: expected "2.0", got {_show(version)}')
+        raise _invalid(msg_id, f'{prefix}jsonrpc: expected "2.0", got {_show(version)}')
     if id_error is not None:
         raise id_error
 
     if "method" in obj:
         method = obj["method"]
         if not isinstance(method, str):
-            raise invalid(f"{prefix}method: expected a string, got {json_type(method)}")
+            raise _invalid(msg_id, f"{prefix}method: expected a string, got {json_type(method)}")
         if not method:
-            raise invalid(f"{prefix}method: must not be empty")
+            raise _invalid(msg_id, f"{prefix}method: must not be empty")
         if "result" in obj or "error" in obj:
-            raise invalid(
+            raise _invalid(
+                msg_id,
                 f"{prefix}method: a request must not carry result or error; "
-                "send requests and responses as separate messages"
+                "send requests and responses as separate messages",
             )
         params = obj.get("params", _MISSING)
         if params is _MISSING:
             params = None
         elif not is_mapping(params) and not isinstance(params, list):
-            raise invalid(
+            raise _invalid(
+                msg_id,
                 f"{prefix}params: expected an object or an array (omit it when there are "
-                f"none), got {json_type(params)}"
+                f"none), got {json_type(params)}",
             )
         if "id" in obj:
             return Request(method, params, msg_id)
@@ -376,33 +425,34 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
     has_result = "result" in obj
     has_error = "error" in obj
     if not has_result and not has_error:
-        raise invalid(
+        raise _invalid(
+            msg_id,
             f"{where or 'message'}: expected a request (with method) or a response "
-            "(with result or error)"
+            "(with result or error)",
         )
     if has_result and has_error:
-        raise invalid(f"{prefix}result: a response has either result or error, not both")
+        raise _invalid(msg_id, f"{prefix}result: a response has either result or error, not both")
     if "id" not in obj:
-        raise invalid(f"{prefix}id: missing; a response must carry the id of its request")
+        raise _invalid(msg_id, f"{prefix}id: missing; a response must carry the id of its request")
     if has_result:
         return Response(msg_id, obj["result"])
     error = obj["error"]
     if not isinstance(error, Mapping):
-        raise invalid(f"{prefix}error: expected an object, got {json_type(error)}")
+        raise _invalid(msg_id, f"{prefix}error: expected an object, got {json_type(error)}")
     code = error.get("code", _MISSING)
     if code is _MISSING:
-        raise invalid(f"{prefix}error.code: missing; an error needs an integer code")
+        raise _invalid(msg_id, f"{prefix}error.code: missing; an error needs an integer code")
     if isinstance(code, bool) or not isinstance(code, int):
         # Tolerate 1.0-style integers from sloppy encoders, but nothing fractional.
         if isinstance(code, float) and math.isfinite(code) and code.is_integer():
             code = int(code)
         else:
-            raise invalid(f"{prefix}error.code: expected an integer, got {json_type(code)}")
+            raise _invalid(msg_id, f"{prefix}error.code: expected an integer, got {json_type(code)}")
     message = error.get("message", _MISSING)
     if message is _MISSING:
-        raise invalid(f"{prefix}error.message: missing; an error needs a message string")
+        raise _invalid(msg_id, f"{prefix}error.message: missing; an error needs a message string")
     if not isinstance(message, str):
-        raise invalid(f"{prefix}error.message: expected a string, got {json_type(message)}")
+        raise _invalid(msg_id, f"{prefix}error.message: expected a string, got {json_type(message)}")
     return ErrorResponse(msg_id, ErrorObject(code, message, error.get("data")))
 
 
@@ -428,10 +478,9 @@ def param(
     the parameter is required.
     """
     types = expected if isinstance(expected, tuple) else (expected,)
-    wanted = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
     if params is None:
         params = {}
-    if not isinstance(params, Mapping):
+    if not is_mapping(params):
         raise JsonRpcError(
             INVALID_PARAMS,
             f"params: expected an object with {name!r}, got {json_type(params)}",
@@ -439,7 +488,7 @@ def param(
     if name not in params:
         if default is not _MISSING:
             return default
-        raise JsonRpcError(INVALID_PARAMS, f"params.{name}: required ({wanted})")
+        raise JsonRpcError(INVALID_PARAMS, f"params.{name}: required ({_wanted(types)})")
     value = params[name]
     ok = False
     for t in types:
@@ -447,15 +496,19 @@ def param(
             ok = True
         elif t is int and isinstance(value, bool):
             continue
-        elif t is dict and isinstance(value, Mapping) or isinstance(value, t):
+        elif t is dict and is_mapping(value) or isinstance(value, t):
             ok = True
         if ok:
             break
     if not ok:
         raise JsonRpcError(
-            INVALID_PARAMS, f"params.{name}: expected {wanted}, got {json_type(value)}"
+            INVALID_PARAMS, f"params.{name}: expected {_wanted(types)}, got {json_type(value)}"
         )
     return value
+
+
+def _wanted(types: tuple[type, ...]) -> str:
+    return " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
 
 
 # ---- client side: ids and correlation ---------------------------------------------------
@@ -478,7 +531,7 @@ class Correlator:
         """A request with a fresh id, now pending until ``feed`` or ``forget``."""
         if not isinstance(method, str) or not method:
             raise ValueError(f"method: expected a non-empty string, got {method!r}")
-        if params is not None and not isinstance(params, (Mapping, list, tuple)):
+        if params is not None and not isinstance(params, (dict, list, tuple, Mapping)):
             raise ValueError(
                 f"params: expected a mapping or a sequence (or None), got {type(params).__name__}"
             )
@@ -709,9 +762,11 @@ __all__ = [
     "Response",
     "TooManyPending",
     "UnknownResponseId",
+    "dumps",
     "encode",
     "error_response",
     "json_type",
+    "loads",
     "param",
     "parse",
     "parse_message",

@@ -29,6 +29,7 @@ from ._errors import (
     ToolArgumentsInvalid,
     ToolDenied,
     ToolError,
+    is_mapping,
 )
 from ._errors import json_type_name as _json_type
 from ._tools import ToolCall, ToolResult, ToolSpec
@@ -119,6 +120,9 @@ class Capabilities:
         )
 
 
+_MAX_VERDICTS = 4096
+
+
 @attrs.frozen
 class Exposure:
     """Which tools an agent offers to others over MCP/A2A: deny by default, private wins."""
@@ -129,12 +133,22 @@ class Exposure:
     private: tuple[str, ...] = attrs.field(
         default=(), converter=lambda v: _patterns(v, "private_tools")
     )
+    # Verdicts by spec (kept alive, so the id stays its own): a call from an MCP or A2A
+    # surface asks every time, and the glob matching costs more than the lookup.
+    _verdicts: dict[int, tuple[ToolSpec, bool]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False
+    )
 
     def is_exposed(self, spec: ToolSpec) -> bool:
         """True when an ``expose`` pattern matches and no ``private`` pattern does."""
-        if _first_match(spec, self.private) is not None:
-            return False
-        return _first_match(spec, self.expose) is not None
+        hit = self._verdicts.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        exposed = _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
+        if len(self._verdicts) >= _MAX_VERDICTS:
+            self._verdicts.clear()  # tools come and go (MCP servers): never grow without bound
+        self._verdicts[id(spec)] = (spec, exposed)
+        return exposed
 
     def filter(self, specs: Iterable[ToolSpec]) -> list[ToolSpec]:
         """The exposed subset of ``specs``, in order."""
@@ -315,7 +329,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     ``arguments.path: 5 is not of type 'string'``; ``ToolSchemaInvalid`` if the tool's own
     schema is broken.
     """
-    if not isinstance(arguments, Mapping):
+    if not is_mapping(arguments):
         raise ToolArgumentsInvalid(
             f"arguments of tool {spec.name!r} must be a JSON object, got "
             f"{_json_type(arguments)}; pass the parameters by name as in its inputSchema"

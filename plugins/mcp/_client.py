@@ -23,6 +23,7 @@ Era selection (``protocol``):
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import math
@@ -33,7 +34,7 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import _jsonrpc as jsonrpc
-from roost.kernel._errors import RoostError
+from roost.kernel._errors import RoostError, is_mapping
 
 from .transports._base import TransportClosed, TransportError, single_errors
 
@@ -169,7 +170,7 @@ def is_modern_error(message: Mapping[str, Any] | jsonrpc.ErrorResponse) -> bool:
 
 def result_type(result: Any) -> str:
     """``resultType`` of a result; a result without one (older servers) is complete."""
-    if isinstance(result, Mapping):
+    if is_mapping(result):
         value = result.get("resultType")
         if isinstance(value, str):
             return value
@@ -292,9 +293,9 @@ class ClientProtocol:
 
     def note_server_info(self, result: Any) -> None:
         """Modern results may identify the server in ``_meta``; remember it."""
-        if isinstance(result, Mapping):
+        if is_mapping(result):
             meta = result.get("_meta")
-            if isinstance(meta, Mapping) and isinstance(meta.get(META_SERVER_INFO), Mapping):
+            if meta is not None and is_mapping(meta) and is_mapping(meta.get(META_SERVER_INFO)):
                 self.server_info = dict(meta[META_SERVER_INFO])
 
     @staticmethod
@@ -310,6 +311,9 @@ class ClientProtocol:
 
 
 # ---- the Trio session --------------------------------------------------------------------
+
+
+DEADLINE_HEAP_SLACK = 64  # entries of ended requests the deadline heap may hold beyond 2 × live
 
 
 class _Pending:
@@ -337,6 +341,11 @@ class McpClient:
         self._server_requests: dict[Any, trio.CancelScope] = {}
         self._tokens = itertools.count(1)
         self._callers: list[str] = []
+        # Request deadlines, enforced by one timer task instead of a cancel scope per
+        # request: a heap of (deadline, request id, pending); entries of requests that
+        # ended some other way stay until they reach the top (see _watch_deadline).
+        self._deadlines: list[tuple[float, Any, _Pending]] = []
+        self._timer: trio.CancelScope | None = None
         self.closed = trio.Event()
         self.closed_reason: str | None = None
 
@@ -384,6 +393,7 @@ class McpClient:
                 )
                 pending.done.set()
         self._pending.clear()
+        self._deadlines.clear()
         for scope in self._server_requests.values():
             scope.cancel()
         self.closed.set()
@@ -497,6 +507,8 @@ class McpClient:
         if self.closed.is_set():
             raise McpConnectionClosed(f"MCP server {self.name!r} is disconnected: {self.closed_reason}")
         timeout = self.options.timeout_secs if timeout is None else timeout
+        if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
+            raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")
         params = dict(params) if params is not None else None
         token = None
         if on_progress is not None:
@@ -518,9 +530,11 @@ class McpClient:
         reason = "timeout"
         try:
             await self.transport.send(request.to_dict())
-            with trio.move_on_after(timeout):
-                await pending.done.wait()
-            answered = pending.done.is_set()
+            if not (pending.done.is_set() or math.isinf(timeout)):
+                self._watch_deadline(request.id, pending, trio.current_time() + timeout)
+            await pending.done.wait()
+            # Set without an answer: the deadline passed (see _expire_requests).
+            answered = pending.message is not None or pending.error is not None
         except (TransportClosed, TransportError) as exc:
             answered = True
             pending.error = McpConnectionClosed(f"MCP server {self.name!r}: {exc}")
@@ -546,9 +560,11 @@ class McpClient:
                 f"MCP server {self.name!r} did not answer {method} within {timeout:g} s "
                 "(the request was cancelled; raise timeout_secs for this server if it needs longer)"
             )
-        if pending.error is not None:
-            raise pending.error
-        message = pending.message
+        error, message = pending.error, pending.message
+        # The deadline heap may hold ``pending`` a while yet: not the answer (up to 10 MB).
+        pending.error = pending.message = None
+        if error is not None:
+            raise error
         if isinstance(message, jsonrpc.ErrorResponse):
             raise McpProtocolError(
                 f"MCP server {self.name!r} answered {method} with error {message.error.code}: {message.error.message}",
@@ -557,6 +573,47 @@ class McpClient:
             )
         assert message is not None
         return message.result
+
+    def _watch_deadline(self, request_id: Any, pending: _Pending, deadline: float) -> None:
+        """Have ``pending`` end at ``deadline`` unless it ends before (answered, cancelled).
+
+        A cancel scope per request costs more than the rest of a call; this is a heap push.
+        Entries of requests that have ended are dropped when they reach the top, or all at
+        once when they outnumber the live ones (so the heap stays within twice
+        ``max_pending`` entries, plus ``DEADLINE_HEAP_SLACK``); they hold no answer."""
+        heap = self._deadlines
+        if len(heap) >= 2 * len(self._pending) + DEADLINE_HEAP_SLACK:
+            heap[:] = [entry for entry in heap if self._pending.get(entry[1]) is entry[2]]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (deadline, request_id, pending))
+        timer = self._timer
+        if timer is None:
+            self._timer = trio.CancelScope(deadline=deadline)
+            self._nursery.start_soon(self._expire_requests)
+        elif deadline < timer.deadline:
+            timer.deadline = deadline
+
+    async def _expire_requests(self) -> None:
+        """The timer of ``_watch_deadline``: wakes at the earliest deadline still pending,
+        ends the requests past theirs, and sleeps until the next one. It lives as long as
+        the client (its nursery cancels it)."""
+        heap = self._deadlines
+        while True:
+            assert self._timer is not None
+            with self._timer:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            while heap:
+                deadline, request_id, pending = heap[0]
+                if self._pending.get(request_id) is not pending:
+                    heapq.heappop(heap)  # ended already
+                elif deadline <= now:
+                    heapq.heappop(heap)
+                    pending.done.set()  # without a message: _exchange reports the timeout
+                else:
+                    break
+            # A scope is entered once; the next round needs a new one.
+            self._timer = trio.CancelScope(deadline=heap[0][0] if heap else math.inf)
 
     async def _cancel_at_server(self, request_id: Any, method: str, reason: str) -> None:
         if method == "initialize":
@@ -776,7 +833,7 @@ class McpClient:
         if meta:
             params["_meta"] = dict(meta)
         result = await self.request("tools/call", params, timeout=timeout, on_progress=on_progress, caller=caller)
-        if not isinstance(result, Mapping):
+        if not is_mapping(result):
             raise McpProtocolError(f"MCP server {self.name!r}: tools/call result is not an object")
         return dict(result)
 

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 import attrs
+from roost.kernel import jsonrpc
 
 from ._protocol import MAX_MESSAGE_BYTES
 
@@ -67,11 +68,13 @@ def _decode(body: bytes) -> Frame | NotJson:
     except UnicodeDecodeError as exc:
         return NotJson(_preview(body), f"not UTF-8 (byte {exc.start})")
     try:
-        return Frame(json.loads(text), len(body))
+        return Frame(jsonrpc.loads(text), len(body))
     except json.JSONDecodeError as exc:
         return NotJson(_preview(body), f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
     except RecursionError:
         return NotJson(_preview(body), "JSON nested too deeply")
+    except ValueError as exc:  # e.g. an integer past Python's digit limit (not a JSONDecodeError)
+        return NotJson(_preview(body), f"invalid JSON: {exc}")
 
 
 class StdioFramer:
@@ -104,8 +107,11 @@ class StdioFramer:
         while True:
             if self.mode is None and not self._decide_mode():
                 return events
+            if self.mode == NDJSON:
+                self._lines(events)
+                return events
             before = len(events)
-            progressed = self._step_ndjson(events) if self.mode == NDJSON else self._step_headers(events)
+            progressed = self._step_headers(events)
             if not progressed and len(events) == before:
                 return events
 
@@ -121,34 +127,40 @@ class StdioFramer:
         self.mode = CONTENT_LENGTH if probe == _HEADER_PREFIX else NDJSON
         return True
 
-    def _step_ndjson(self, events: list[FrameEvent]) -> bool:
-        newline = self._buf.find(b"\n", self._scan)
-        if newline < 0:
-            self._scan = len(self._buf)
+    def _lines(self, events: list[FrameEvent]) -> None:
+        """Every complete line in the buffer becomes an event; the rest waits for more
+        (or, past ``max_bytes``, is skipped up to its newline)."""
+        buf = self._buf
+        start = 0
+        newline = buf.find(b"\n", self._scan)
+        while newline >= 0:
+            line = bytes(buf[start:newline])
+            start = newline + 1
             if self._drain_line:
-                self._drained += len(self._buf)
-                self._buf.clear()
-                self._scan = 0
-            elif len(self._buf) > self.max_bytes:
-                self._drain_line = True
-                self._drained = len(self._buf)
-                self._buf.clear()
-                self._scan = 0
-            return False
-        line = bytes(self._buf[:newline])
-        del self._buf[: newline + 1]
-        self._scan = 0
+                self._drain_line = False
+                events.append(Oversize(self._drained + len(line) + 1, self.max_bytes))
+                self._drained = 0
+            else:
+                line = line.rstrip(b"\r")
+                if len(line) > self.max_bytes:
+                    events.append(Oversize(len(line), self.max_bytes))
+                else:
+                    line = line.strip()
+                    if line:
+                        events.append(_decode(line))
+            newline = buf.find(b"\n", start)
+        if start:
+            del buf[:start]
+        self._scan = len(buf)
         if self._drain_line:
-            self._drain_line = False
-            events.append(Oversize(self._drained + len(line) + 1, self.max_bytes))
-            self._drained = 0
-            return True
-        line = line.rstrip(b"\r")
-        if len(line) > self.max_bytes:
-            events.append(Oversize(len(line), self.max_bytes))
-        elif line.strip():
-            events.append(_decode(line.strip()))
-        return True
+            self._drained += len(buf)
+            buf.clear()
+            self._scan = 0
+        elif len(buf) > self.max_bytes:
+            self._drain_line = True
+            self._drained = len(buf)
+            buf.clear()
+            self._scan = 0
 
     def _step_headers(self, events: list[FrameEvent]) -> bool:
         if self._drain_body:

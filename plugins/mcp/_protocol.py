@@ -23,9 +23,11 @@ import binascii
 import json
 import re
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
+from roost.kernel import is_mapping
 from roost.kernel import jsonrpc as _jsonrpc
 
 INVALID_PARAMS = _jsonrpc.INVALID_PARAMS
@@ -250,6 +252,10 @@ class RequestMeta:
         return ERA_STATELESS if self.protocol_version is not None else ERA_HANDSHAKE
 
 
+# What a request without ``_meta`` reads as (most handshake-era requests): built once.
+_NO_META = RequestMeta(raw=MappingProxyType({}))
+
+
 def read_request_meta(params: Any) -> RequestMeta:
     """Read ``params._meta``; raises JsonRpcError(INVALID_PARAMS) naming a malformed field.
 
@@ -257,12 +263,12 @@ def read_request_meta(params: Any) -> RequestMeta:
     that is neither a string nor an integer are errors; unknown keys are kept in ``raw``.
     """
     if params is None:
-        return RequestMeta()
-    if not isinstance(params, Mapping):
+        return _NO_META
+    if not is_mapping(params):
         raise JsonRpcError(INVALID_PARAMS, f"params: expected an object, got {json_type(params)}")
     meta = params.get(META)
     if meta is None:
-        return RequestMeta()
+        return _NO_META
     if not isinstance(meta, Mapping):
         raise JsonRpcError(INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}")
     version = meta.get(META_PROTOCOL_VERSION)
@@ -296,9 +302,9 @@ def read_request_meta(params: Any) -> RequestMeta:
 def request_era(params: Any) -> str:
     """``"stateless"`` when the request declares a protocol version in ``_meta``, else
     ``"handshake"``. Never raises (malformed ``_meta`` counts as handshake era)."""
-    if isinstance(params, Mapping):
+    if is_mapping(params):
         meta = params.get(META)
-        if isinstance(meta, Mapping) and META_PROTOCOL_VERSION in meta:
+        if meta is not None and is_mapping(meta) and META_PROTOCOL_VERSION in meta:
             return ERA_STATELESS
     return ERA_HANDSHAKE
 

@@ -1,8 +1,9 @@
 """roost as an MCP server: one protocol core for every transport (stdio, HTTP, memory).
 
 ``McpServer`` turns MCP messages into kernel calls. It is transport-free: a transport
-decodes a message, calls ``await server.handle(session, message, notify=...)`` in a task of
-its own (so that ``notifications/cancelled`` can stop it) and sends back what it returns.
+decodes a message, calls ``await server.handle(session, message, notify=...)`` inside a
+cancel scope that ``notifications/cancelled`` can cancel (HTTP: a task per request; stream
+transports: reused request tasks, ``_RequestWorkers``) and sends back what it returns.
 ``notify`` sends request-related notifications (progress, log messages) to the client.
 
 Surfaces:
@@ -38,6 +39,7 @@ from roost.kernel import (
     RoostError,
     ToolNotFound,
     TraceContext,
+    is_mapping,
 )
 from roost.kernel import jsonrpc as rpc
 
@@ -291,19 +293,24 @@ class ServerSession:
             scope.cancel()
 
 
-@attrs.frozen
 class _Call:
-    """What a method handler knows about the request it serves."""
+    """What a method handler knows about the request it serves. (A plain class: one is
+    built per request, in a third of the time of an attrs one.)"""
 
-    session: ServerSession
-    request: rpc.Request
-    meta: p.RequestMeta
-    stateless: bool
-    notify: Notify | None
+    __slots__ = ("session", "request", "meta", "stateless", "notify")
+
+    def __init__(
+        self, session: ServerSession, request: rpc.Request, meta: p.RequestMeta, stateless: bool, notify: Notify | None
+    ) -> None:
+        self.session = session
+        self.request = request
+        self.meta = meta
+        self.stateless = stateless
+        self.notify = notify
 
     @property
     def params(self) -> Mapping[str, Any]:
-        return self.request.params if isinstance(self.request.params, Mapping) else {}
+        return self.request.params if is_mapping(self.request.params) else {}
 
     @property
     def log_level(self) -> str | None:
@@ -467,10 +474,19 @@ class McpServer:
         return ServerSession()
 
     async def handle(
-        self, session: ServerSession, message: Any, *, notify: Notify | None = None
+        self,
+        session: ServerSession,
+        message: Any,
+        *,
+        notify: Notify | None = None,
+        scope: trio.CancelScope | None = None,
     ) -> dict[str, Any] | None:
         """Serve one decoded JSON message; the response to send, or None (notifications,
-        stray responses, cancelled requests). Never raises for bad input."""
+        stray responses, cancelled requests). Never raises for bad input.
+
+        A request runs in a cancel scope that ``notifications/cancelled`` cancels: its own
+        (a cancelled request then returns None), or ``scope``, the caller's, when given
+        (the caller then sees ``trio.Cancelled``, and the scope is spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
             if isinstance(raw_id, (str, int)) and raw_id in session.starting:
@@ -501,30 +517,38 @@ class McpServer:
         assert isinstance(parsed, rpc.Request)
         if parsed.id is None:
             return rpc.error_response(None, rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer").to_dict()
-        if parsed.params is not None and not isinstance(parsed.params, Mapping):
+        if parsed.params is not None and not is_mapping(parsed.params):
             return rpc.error_response(parsed.id, rpc.INVALID_PARAMS, "params: expected an object (MCP uses named parameters)").to_dict()
         if parsed.id in session.in_flight:
             return rpc.error_response(parsed.id, rpc.INVALID_REQUEST, f"id {parsed.id!r} is already in use by a request in flight; use a new id").to_dict()
-        with trio.CancelScope() as scope:
-            session.in_flight[parsed.id] = scope
-            try:
-                result = await self._request(session, parsed, notify)
-            except rpc.JsonRpcError as exc:
-                return rpc.ErrorResponse(parsed.id, exc.to_error()).to_dict()
-            except RecursionLimitExceeded as exc:
-                return rpc.error_response(parsed.id, p.RECURSION_LIMIT, str(exc), exc.to_dict()).to_dict()
-            except RoostError as exc:
-                return rpc.error_response(parsed.id, rpc.SERVER_ERROR, str(exc), exc.to_dict()).to_dict()
-            except Exception as exc:
-                ref = secrets.token_hex(6)
-                log.error("MCP method %r failed (ref %s)", parsed.method, ref, exc_info=exc)
-                return rpc.error_response(
-                    parsed.id, rpc.INTERNAL_ERROR, f"internal error in {parsed.method!r}; the server logged it as {ref}"
-                ).to_dict()
-            finally:
-                session.in_flight.pop(parsed.id, None)
-            return rpc.Response(parsed.id, result).to_dict()
-        return None  # cancelled: the spec asks for no response
+        if scope is None:
+            with trio.CancelScope() as scope:
+                return await self._respond(session, parsed, notify, scope)
+            return None  # cancelled: the spec asks for no response
+        return await self._respond(session, parsed, notify, scope)
+
+    async def _respond(
+        self, session: ServerSession, request: rpc.Request, notify: Notify | None, scope: trio.CancelScope
+    ) -> dict[str, Any]:
+        """Run ``request`` cancellable through ``scope``; its response (errors included)."""
+        session.in_flight[request.id] = scope
+        try:
+            result = await self._request(session, request, notify)
+        except rpc.JsonRpcError as exc:
+            return rpc.ErrorResponse(request.id, exc.to_error()).to_dict()
+        except RecursionLimitExceeded as exc:
+            return rpc.error_response(request.id, p.RECURSION_LIMIT, str(exc), exc.to_dict()).to_dict()
+        except RoostError as exc:
+            return rpc.error_response(request.id, rpc.SERVER_ERROR, str(exc), exc.to_dict()).to_dict()
+        except Exception as exc:
+            ref = secrets.token_hex(6)
+            log.error("MCP method %r failed (ref %s)", request.method, ref, exc_info=exc)
+            return rpc.error_response(
+                request.id, rpc.INTERNAL_ERROR, f"internal error in {request.method!r}; the server logged it as {ref}"
+            ).to_dict()
+        finally:
+            session.in_flight.pop(request.id, None)
+        return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}  # rpc.Response(...).to_dict()
 
     def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
         params = note.params if isinstance(note.params, Mapping) else {}
@@ -537,7 +561,7 @@ class McpServer:
         # progress, roots/list_changed and unknown notifications need nothing from us.
 
     async def _request(self, session: ServerSession, request: rpc.Request, notify: Notify | None) -> Any:
-        params = request.params if isinstance(request.params, Mapping) else {}
+        params = request.params if is_mapping(request.params) else {}
         stateless = p.request_era(params) == p.ERA_STATELESS
         if request.method == p.INITIALIZE and not stateless:
             return self._initialize(session, params)
@@ -704,8 +728,9 @@ class McpServer:
 
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
-        name = rpc.param(call.params, "name", str)
-        arguments = rpc.param(call.params, "arguments", dict, default={}) or {}
+        params = call.params
+        name = rpc.param(params, "name", str)
+        arguments = rpc.param(params, "arguments", dict, default={}) or {}
         entry = self._tool_index().get(name)
         if entry is None:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}; see tools/list", {"tool": name})
@@ -739,7 +764,7 @@ class McpServer:
             self.kernel.breaker_tripped(exc, caller=origin.path[-1] if origin.path else "mcp", target=entry.agent)
             raise
         try:
-            result = await watcher.run(lambda: self.kernel.call_exposed(entry.agent, entry.target, dict(arguments), trace=trace))
+            result = await watcher.run(lambda: self.kernel.call_exposed(entry.agent, entry.target, arguments, trace=trace))
         except ToolNotFound:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}; see tools/list", {"tool": name}) from None
         return result.to_mcp()
@@ -1042,7 +1067,7 @@ class _RunWatcher:
         if not kinds:
             return await fn()
         router = self.call.session.event_router
-        if router is not None and router.active and set(kinds) <= set(_EventRouter.KINDS):
+        if router is not None and router.active and _EventRouter.KIND_SET.issuperset(kinds):
             return await router.watch(self, fn)
         error: Exception | None = None
         result: Any = None
@@ -1141,10 +1166,12 @@ class _EventRouter:
     forwarding task per call, which with many calls in flight cost more than the calls."""
 
     KINDS = (PROGRESS_EVENT, LOG_EVENT)
+    KIND_SET = frozenset(KINDS)
     FLUSH_TIMEOUT_S = 5.0
 
     def __init__(self) -> None:
         self.watchers: dict[str, list[_RunWatcher]] = {}
+        self._tap: Any = None
         self._events: trio.MemoryReceiveChannel[Event] | None = None
         self._taken = 0
         self._handled = 0
@@ -1156,6 +1183,7 @@ class _EventRouter:
         return self._events is not None
 
     async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._tap = kernel.tap
         async with kernel.tap.subscribe(buffer=256, kinds=self.KINDS) as events:
             self._events = events
             task_status.started()
@@ -1188,8 +1216,10 @@ class _EventRouter:
         wait until the events published during the run have been forwarded."""
         self.watchers.setdefault(watcher.trace_id, []).append(watcher)
         try:
+            published = self._tap.published
             result = await fn()
-            await self._flush()
+            if self._tap.published != published:  # else the run published nothing to wait for
+                await self._flush()
         finally:
             mine = self.watchers.get(watcher.trace_id, [])
             if watcher in mine:
@@ -1230,12 +1260,13 @@ async def serve_connection(
     """Serve one client over a message stream until ``receive()`` raises EndOfChannel.
 
     ``receive()`` returns a decoded JSON message, or an ``rpc.JsonRpcError`` to answer (a
-    framing problem such as a parse error). Each request runs in its own task, at most
-    ``max_in_flight`` at once (reading pauses beyond that); list changes are pushed once
-    the session is initialized. When the stream ends, requests in flight are cancelled.
+    framing problem such as a parse error). Requests run in tasks apart from the reader,
+    at most ``max_in_flight`` at once (reading pauses beyond that; see
+    ``_RequestWorkers``); list changes are pushed once the session is initialized. When
+    the stream ends, requests in flight may answer for ``drain_timeout_s``, then are
+    cancelled.
     """
     session = session or server.new_session()
-    limiter = trio.CapacityLimiter(max_in_flight)
 
     try:
         async with trio.open_nursery() as nursery:
@@ -1243,6 +1274,7 @@ async def serve_connection(
             router = _EventRouter()
             await nursery.start(router.run, server.kernel)
             session.event_router = router
+            workers = _RequestWorkers(server, session, send, nursery, max_in_flight)
             while True:
                 try:
                     message = await receive()
@@ -1269,15 +1301,11 @@ async def serve_connection(
                 request_id = message.get("id") if isinstance(message, dict) else None
                 if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
                     session.starting.add(request_id)
-                message_token = object()
-                try:  # no scheduler round trip while there is room
-                    limiter.acquire_on_behalf_of_nowait(message_token)
-                except trio.WouldBlock:
-                    await limiter.acquire_on_behalf_of(message_token)
-                nursery.start_soon(_run_one, server, session, message, send, limiter, message_token)
+                await workers.submit(message)
             # The client closed its end: let requests in flight answer (briefly), then stop.
+            workers.close()
             with trio.move_on_after(drain_timeout_s):
-                while limiter.borrowed_tokens:
+                while workers.busy:
                     await trio.sleep(0.01)
             session.closed = True
             nursery.cancel_scope.cancel()
@@ -1286,15 +1314,92 @@ async def serve_connection(
         session.cancel_all()
 
 
-async def _run_one(server: McpServer, session: ServerSession, message: Any, send: Notify, limiter: trio.CapacityLimiter, token: object) -> None:
-    try:
-        reply = await server.handle(session, message, notify=send)
+class _RequestWorkers:
+    """The tasks that serve a stream connection's requests, at most ``limit`` at once.
+
+    A task serves one request after another, each in the task's one cancel scope (which
+    ``notifications/cancelled`` cancels; the task then ends, as the scope is spent, and a
+    new one takes its place): a task and a cancel scope per request cost more than serving
+    most requests. A request waits for a free task when all ``limit`` are busy (reading
+    pauses). Tasks live until the connection ends; they carry no state from one request
+    to the next but their context variables, which roost's code sets and resets in pairs.
+    """
+
+    def __init__(self, server: McpServer, session: ServerSession, send: Notify, nursery: trio.Nursery, limit: int) -> None:
+        self._server = server
+        self._session = session
+        self._send = send
+        self._nursery = nursery
+        self._limit = limit
+        self._hand_over, self._requests = trio.open_memory_channel[Any](0)
+        self._room: trio.Event | None = None  # what submit waits on while every task is busy
+        self.tasks = 0
+        self.busy = 0  # requests handed over and not yet answered
+
+    async def submit(self, message: Any) -> None:
+        """Hand ``message`` to an idle task, or a new one, or wait until one is free."""
+        self.busy += 1
+        try:
+            while True:
+                try:
+                    self._hand_over.send_nowait(message)  # succeeds only when a task is waiting
+                    return
+                except trio.WouldBlock:
+                    pass
+                if self.tasks < self._limit:
+                    self.tasks += 1
+                    self._nursery.start_soon(self._work, message)
+                    return
+                self._room = trio.Event()
+                await self._room.wait()
+        except BaseException:
+            self.busy -= 1
+            raise
+
+    def close(self) -> None:
+        """No more requests: idle tasks end; busy ones end after their request."""
+        self._hand_over.close()
+
+    def _done(self) -> None:
+        """A request was answered (or cancelled): wake a ``submit`` waiting for room."""
+        self.busy -= 1
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+
+    async def _work(self, message: Any) -> None:
+        handling = True  # a request of this task is counted in ``busy``
+        reply = None
+        try:
+            with trio.CancelScope() as scope:
+                while True:
+                    reply = await self._server.handle(self._session, message, notify=self._send, scope=scope)
+                    if scope.cancel_called:
+                        break  # cancelled after its last checkpoint: answered all the same, below
+                    await self._answer(reply)
+                    reply = None
+                    handling = False
+                    self._done()  # this task waits for the next request before the reader runs
+                    try:
+                        message = await self._requests.receive()
+                    except trio.EndOfChannel:
+                        return
+                    handling = True
+            # A cancelled request (notifications/cancelled): no response unless it had
+            # finished; either way this task's scope is spent, so it ends.
+            await self._answer(reply)
+        finally:
+            self.tasks -= 1
+            if handling:
+                self._done()  # after the count: a waiting submit may start a new task
+
+    async def _answer(self, reply: dict[str, Any] | None) -> None:
         if reply is not None:
-            await send(reply)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # the client went away
-    finally:
-        limiter.release_on_behalf_of(token)
+            try:
+                await self._send(reply)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the client went away
 
 
 __all__ += ["serve_connection"]

@@ -39,7 +39,7 @@ Send = Callable[[Any], Awaitable[None]]
 def encode_message(message: Any) -> bytes:
     """Compact JSON; a value that is not JSON becomes an internal error for that id."""
     try:
-        return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
+        return rpc.dumps(message).encode("utf-8", "surrogatepass")
     except (TypeError, ValueError, RecursionError) as exc:
         request_id = message.get("id") if isinstance(message, dict) else None
         log.error("cannot encode a reply as JSON: %s", exc)

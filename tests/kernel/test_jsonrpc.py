@@ -629,5 +629,41 @@ def test_encode_then_parse_is_identity(message):
     assert parse_message(message.to_dict()) == message
 
 
+@settings(max_examples=300, deadline=None, database=None)
+@given(json_values | st.floats() | st.text(max_size=20))
+def test_dumps_writes_what_json_dumps_writes(value):
+    for allow_nan in (False, True):
+        try:
+            expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)
+        except ValueError as exc:
+            with pytest.raises(ValueError, match="Out of range float"):
+                jsonrpc.dumps(value, allow_nan=allow_nan)
+            assert "Out of range float" in str(exc)
+        else:
+            assert jsonrpc.dumps(value, allow_nan=allow_nan) == expected
+
+
+def test_dumps_refuses_what_is_not_json():
+    with pytest.raises(TypeError, match="Object of type object is not JSON serializable"):
+        jsonrpc.dumps({"a": object()})
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(RecursionError):
+        jsonrpc.dumps(loop)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.text(max_size=60) | json_values.map(json.dumps) | json_values.map(lambda v: f" {json.dumps(v)}\n"))
+def test_loads_reads_what_json_loads_reads(text):
+    try:
+        expected = json.loads(text)
+    except json.JSONDecodeError as exc:
+        with pytest.raises(json.JSONDecodeError) as got:
+            jsonrpc.loads(text)
+        assert (got.value.msg, got.value.pos) == (exc.msg, exc.pos)
+    else:
+        assert repr(jsonrpc.loads(text)) == repr(expected)
+
+
 def test_jsonrpc_namespace_is_exported():
     assert jsonrpc.parse is parse and jsonrpc.Dispatcher is Dispatcher

@@ -19,27 +19,39 @@ MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
 
 
+def _has_fd(stream: Any) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
+        return False
+    return True
+
+
+def _write_some(stream: Any, data: bytes) -> int:
+    """Write what the pipe takes without waiting; 0 when it takes nothing or fails (then
+    ``send_all`` raises the matching Trio error: closed, broken). The descriptor is read
+    each time: a closed ``FdStream`` reports -1, never a number since reused."""
+    try:
+        return os.write(stream.fileno(), data)
+    except OSError:  # BlockingIOError included
+        return 0
+
+
 async def write_now(stream: Any, data: bytes) -> None:
     """``stream.send_all(data)``, but written at once when the pipe has room: Trio's
     ``FdStream.send_all`` yields to every other ready task before it writes, which puts
     whatever they do (say, a database commit) in front of a reply that is ready."""
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
+    if not _has_fd(stream):
         await stream.send_all(data)
         return
     await trio.lowlevel.checkpoint_if_cancelled()
-    try:
-        sent = os.write(fd, data)
-    except BlockingIOError:
-        sent = 0
-    except OSError:
-        sent = 0  # let send_all raise the matching Trio error (closed, broken)
+    sent = _write_some(stream, data)
     if sent < len(data):
         await stream.send_all(data[sent:])
 
 
 WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
+WRITE_STALL_S = 30.0  # a taken round the peer has not drained within this: the pipe is given up
 
 
 def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
@@ -54,49 +66,102 @@ def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
     return batch
 
 
+class _Round:
+    """Messages that go out in one write (or a few, past ``WRITE_BATCH_BYTES``), and the
+    event their senders wait on."""
+
+    __slots__ = ("messages", "wake", "done", "error")
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self.wake = trio.Event()
+        self.done = False
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None) -> None:
+        self.done, self.error = True, error
+        self.wake.set()
+
+    def hand_over(self) -> None:
+        """Wake the senders, not written: the writer left (one of them writes next)."""
+        wake, self.wake = self.wake, trio.Event()
+        wake.set()
+
+
 class BatchedWriter:
     """Writes framed messages to a pipe; messages that queue up while one is being written
     (or, with ``others_in_flight``, that ready tasks add during one scheduler tick) go out
-    together in one write: each write wakes the peer. The queue is bounded by the senders
-    waiting on the lock. A sender cancelled before its message was taken sends nothing. A
-    failed write raises in the sender that wrote, and in every sender whose message it held.
+    together in one write: each write wakes the peer. The senders of a write are woken
+    together once it is done. The queue is bounded by the senders waiting. A sender
+    cancelled before its message was taken sends nothing; once taken, a message is written
+    whole even if its sender (or the sender writing the round) is cancelled meanwhile — a
+    cut would lose the rest of the round and glue a partial line onto the next — within
+    ``WRITE_STALL_S``, after which the pipe counts as broken. A sender cancelled after its
+    message was taken may get ``Cancelled`` though the message went out. A failed write
+    raises in the sender that wrote, and in every sender whose message it held.
     """
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
-        self._lock = trio.Lock()
-        self._outbox: list[bytes] = []
+        self._pipe = _has_fd(stream)
+        self._writing = False  # a sender is writing (rounds, until none is left)
+        self._round = _Round()  # the messages the next write takes
         self.error: BaseException | None = None  # the write that failed, if one did
 
     async def send(self, data: bytes, *, others_in_flight: bool = False) -> None:
-        self._outbox.append(data)
+        if self._pipe and not others_in_flight and not self._writing and not self._round.messages:
+            # Nobody is writing or waiting to: write at once. Queueing is needed only for
+            # what the pipe does not take now (later senders line up behind the rest).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            sent = _write_some(self.stream, data)
+            if sent == len(data):
+                return
+            data = data[sent:]
+        mine = self._round
+        mine.messages.append(data)
+        while self._writing:
+            try:
+                await mine.wake.wait()
+            except BaseException:
+                if mine is self._round:  # never taken: never sent
+                    for i, item in enumerate(mine.messages):
+                        if item is data:
+                            del mine.messages[i]
+                            break
+                raise
+            if mine.done:
+                if mine.error is not None:
+                    raise mine.error  # ours went out in a write that failed
+                return
+        await self._write_rounds(others_in_flight)
+
+    async def _write_rounds(self, others_in_flight: bool) -> None:
+        """Be the writer: write the queued rounds (ours first) until none is left."""
+        self._writing = True
         try:
-            try:  # no scheduler round trip when nobody is writing
-                self._lock.acquire_nowait()
-            except trio.WouldBlock:
-                await self._lock.acquire()
-        except BaseException:
-            for i, item in enumerate(self._outbox):  # never taken: never sent
-                if item is data:
-                    del self._outbox[i]
-                    break
-            raise
-        try:
-            if others_in_flight and self._outbox:
+            if others_in_flight:
                 # Let the tasks that are ready add theirs to this write; a lone message
                 # goes out at once.
                 await trio.lowlevel.cancel_shielded_checkpoint()
-            if not self._outbox and self.error is not None:
-                raise self.error  # ours went out in a write that failed
-            # Ours is written by now if the outbox is empty (an earlier holder took it).
-            while self._outbox:
+            while self._round.messages:
+                taken, self._round = self._round, _Round()
                 try:
-                    await write_now(self.stream, take_batch(self._outbox))
-                except Exception as exc:  # broken or closed pipe: later senders learn it too
+                    with trio.CancelScope(shield=True, deadline=trio.current_time() + WRITE_STALL_S) as stall:
+                        while taken.messages:
+                            await write_now(self.stream, take_batch(taken.messages))
+                    if stall.cancelled_caught:
+                        raise trio.BrokenResourceError(f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe")
+                except Exception as exc:  # broken, stalled or closed pipe: later senders learn it too
                     self.error = exc
+                    taken.finish(exc)
                     raise
+                finally:
+                    if not taken.done:  # written whole
+                        taken.finish(None)
         finally:
-            self._lock.release()
+            self._writing = False
+            if self._round.messages:  # left early (failed or cancelled): one of them writes
+                self._round.hand_over()
 
 
 class PipeReader:
@@ -106,7 +171,9 @@ class PipeReader:
 
     Fair all the same: a read that follows a read which did not have to wait yields first,
     so a peer that floods the pipe cannot keep the event loop to itself. In request/reply
-    traffic every read waits for its data, so no extra yield is paid.
+    traffic every read waits for its data, so no extra yield is paid; and once a read after
+    a wait has emptied the pipe, the next one waits at once instead of first trying a read
+    that would fail.
     """
 
     def __init__(self, stream: Any) -> None:
@@ -116,23 +183,29 @@ class PipeReader:
         except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream)
             self._fd = None
         self._waited = True
+        self._emptied = False  # the last read took less than asked: the pipe was empty
 
     async def receive_some(self, max_bytes: int) -> bytes:
         if self._fd is None:
             return await self.stream.receive_some(max_bytes)
-        if self._waited:
+        if self._waited and self._emptied:  # more data would be new: wait for it (a checkpoint)
+            await trio.lowlevel.wait_readable(self._fd)
+        elif self._waited:
             await trio.lowlevel.checkpoint_if_cancelled()
+            self._waited = False
         else:  # data came back to back: let the other tasks run before reading more
             await trio.lowlevel.checkpoint()
-        self._waited = False
         while True:
             try:
-                return os.read(self._fd, max_bytes)
+                data = os.read(self._fd, max_bytes)
             except BlockingIOError:  # nothing yet: wait (a checkpoint), then read
                 self._waited = True
                 await trio.lowlevel.wait_readable(self._fd)
+                continue
             except OSError:  # closed or broken: let receive_some raise the matching Trio error
                 return await self.stream.receive_some(max_bytes)
+            self._emptied = len(data) < max_bytes
+            return data
 
 
 @contextmanager

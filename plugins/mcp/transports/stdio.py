@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from roost.kernel import jsonrpc
 
 from ._base import (
     INCOMING_BUFFER,
@@ -115,7 +116,10 @@ class LineSplitter:
 def decode_line(line: bytes) -> dict[str, Any] | None:
     """A JSON object from one line, or None when the line is not one."""
     try:
-        value = json.loads(line)
+        if line[:1] == b"{" and line[1:2] != b"\x00":  # UTF-8, as json.loads would detect it
+            value = jsonrpc.loads(line.decode("utf-8", "surrogatepass"))
+        else:
+            value = json.loads(line)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -146,7 +150,7 @@ class StdioTransport:
         return self.process.pid
 
     async def send(self, message: Mapping[str, Any]) -> None:
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        data = jsonrpc.dumps(message, allow_nan=True).encode("utf-8") + b"\n"
         if len(data) > MAX_MESSAGE_BYTES:
             raise TransportError(
                 f"message is {len(data)} bytes, over the 10 MB limit of the stdio transport"

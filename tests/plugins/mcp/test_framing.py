@@ -81,3 +81,25 @@ def test_bad_constructor_arguments_name_the_field():
         StdioFramer(mode="xml")
     with pytest.raises(ValueError, match="max_bytes"):
         StdioFramer(max_bytes=0)
+
+
+def test_many_lines_in_one_chunk_after_draining_an_oversize_one():
+    framer = StdioFramer(max_bytes=10)
+    assert frames(framer.feed(b'{"a":1}\n' + b"x" * 15)) == [{"a": 1}]  # the tail is over the limit
+    assert framer.feed(b"y" * 5) == [] and framer.buffered == 0
+    events = framer.feed(b'z\n{"b":2}\r\n  \n{"c":3}\n{"d"')
+    assert events[0] == Oversize(22, 10)  # 15 + 5 + "z" + its newline
+    assert frames(events) == [{"b": 2}, {"c": 3}] and framer.buffered == 4
+    assert frames(framer.feed(b":4}\n")) == [{"d": 4}]
+
+
+def test_an_integer_past_pythons_digit_limit_is_not_json_and_the_lines_around_it_are_read():
+    # Regression (review): json.loads raises a plain ValueError (not JSONDecodeError) for an
+    # integer over 4300 digits; it escaped feed() and ended the connection.
+    framer = StdioFramer(mode=NDJSON)
+    huge = b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"ping"}'
+    events = framer.feed(b'{"id":1}\n' + huge + b'\n{"id":2}\n')
+    assert isinstance(events[0], Frame) and events[0].message == {"id": 1}
+    assert isinstance(events[1], NotJson) and "invalid JSON" in events[1].error
+    assert isinstance(events[2], Frame) and events[2].message == {"id": 2}
+    assert framer.feed(b"") == []

@@ -430,3 +430,145 @@ async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_han
         await router._flush()  # no checkpoint between publishing and flushing
         assert forwarded == ["last words"]
         nursery.cancel_scope.cancel()
+
+
+# ---- the request tasks of a stream connection ------------------------------------------------
+
+
+class ScriptedServer:
+    """Stands in for McpServer in ``_RequestWorkers``: each message says what its request
+    does — answer at once, wait until released, or be cancelled after its last checkpoint."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.started: list[object] = []
+
+    async def handle(self, session, message, *, notify=None, scope=None):
+        session.in_flight[message["id"]] = scope
+        self.started.append(message["id"])
+        try:
+            if message.get("wait"):
+                await self.release.wait()
+            if message.get("cancel_itself"):
+                session.cancel(message["id"])  # no checkpoint follows: it finishes all the same
+            return {"id": message["id"], "result": "done"}
+        finally:
+            del session.in_flight[message["id"]]
+
+
+async def test_a_connection_serves_its_requests_one_after_another_in_one_task():
+    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+
+    server, session, sent = ScriptedServer(), ServerSession(), []
+
+    async def send(message):
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+        for i in range(5):
+            await workers.submit({"id": i})
+            await trio.testing.wait_all_tasks_blocked()
+            assert workers.tasks == 1 and workers.busy == 0
+        workers.close()
+    assert [m["id"] for m in sent] == [0, 1, 2, 3, 4]
+    assert workers.tasks == 0
+
+
+async def test_a_cancelled_request_ends_its_task_and_the_next_request_gets_a_new_one():
+    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+
+    server, session, sent = ScriptedServer(), ServerSession(), []
+
+    async def send(message):
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+        await workers.submit({"id": "slow", "wait": True})
+        await trio.testing.wait_all_tasks_blocked()
+        assert session.cancel("slow")
+        await trio.testing.wait_all_tasks_blocked()
+        assert workers.tasks == 0 and workers.busy == 0 and sent == []  # no response
+        await workers.submit({"id": "next"})
+        await trio.testing.wait_all_tasks_blocked()
+        assert [m["id"] for m in sent] == ["next"] and workers.tasks == 1
+        workers.close()
+
+
+async def test_a_request_cancelled_after_its_last_checkpoint_is_still_answered():
+    # As with a cancel scope of its own per request: a cancel that finds no checkpoint
+    # left does not stop the request, and its reply goes out (outside the spent scope).
+    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+
+    server, session, sent = ScriptedServer(), ServerSession(), []
+
+    async def send(message):
+        await trio.lowlevel.checkpoint()  # sending is a checkpoint: it must not be cancelled
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+        await workers.submit({"id": "self", "cancel_itself": True})
+        await trio.testing.wait_all_tasks_blocked()
+        assert [m["id"] for m in sent] == ["self"]
+        assert workers.tasks == 0 and workers.busy == 0  # its scope is spent: the task ended
+        await workers.submit({"id": "next"})
+        await trio.testing.wait_all_tasks_blocked()
+        assert [m["id"] for m in sent] == ["self", "next"]
+        workers.close()
+
+
+async def test_requests_beyond_the_limit_wait_for_a_free_task():
+    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+
+    server, session, sent = ScriptedServer(), ServerSession(), []
+
+    async def send(message):
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        workers = _RequestWorkers(server, session, send, nursery, limit=2)
+        await workers.submit({"id": 1, "wait": True})
+        await workers.submit({"id": 2, "wait": True})
+        submitted = trio.Event()
+
+        async def third():
+            await workers.submit({"id": 3})
+            submitted.set()
+
+        nursery.start_soon(third)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not submitted.is_set() and workers.tasks == 2 and sorted(server.started) == [1, 2]
+        server.release.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert submitted.is_set() and sorted(m["id"] for m in sent) == [1, 2, 3]
+        assert workers.tasks == 2 and workers.busy == 0
+        workers.close()
+
+
+async def test_a_cancel_makes_room_at_once_for_a_request_waiting_for_a_task():
+    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+
+    server, session, sent = ScriptedServer(), ServerSession(), []
+
+    async def send(message):
+        sent.append(message)
+
+    async with trio.open_nursery() as nursery:
+        workers = _RequestWorkers(server, session, send, nursery, limit=1)
+        await workers.submit({"id": "slow", "wait": True})
+        submitted = trio.Event()
+
+        async def next_one():
+            await workers.submit({"id": "next"})
+            submitted.set()
+
+        nursery.start_soon(next_one)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not submitted.is_set()
+        session.cancel("slow")  # "slow" still waits for its release: only the cancel frees room
+        await trio.testing.wait_all_tasks_blocked()
+        assert submitted.is_set() and [m["id"] for m in sent] == ["next"]
+        assert workers.tasks == 1 and workers.busy == 0
+        workers.close()

@@ -234,3 +234,102 @@ async def test_a_peer_flooding_the_pipe_cannot_freeze_the_event_loop():
             nursery.cancel_scope.cancel()
     os.close(w)
     assert ticks >= 150  # the other task ran between (almost) every pair of reads
+
+
+async def test_messages_queued_behind_a_writer_that_is_cancelled_still_go_out():
+    # The writer's own message was taken: it is written whole though the writer is
+    # cancelled; those queued behind it follow, in order, in one write.
+    stream = GatedStream()
+    transport = transport_over(stream)
+    scope = trio.CancelScope()
+
+    async def first():
+        with scope:
+            await transport.send({"id": "first"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await stream.first_started.wait()
+        for i in range(1, 5):
+            nursery.start_soon(transport.send, {"id": i})
+            await trio.testing.wait_all_tasks_blocked()
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        stream.gate.set()
+    assert [m["id"] for m in stream.messages()] == ["first", 1, 2, 3, 4]
+    assert len(stream.writes) == 2
+
+
+async def test_a_round_taken_by_a_writer_that_is_cancelled_mid_way_is_written_whole():
+    # Regression (review): a round written in several batches (past WRITE_BATCH_BYTES) was
+    # cut where the writer was cancelled; the messages after the cut were never written,
+    # and their senders were told they had gone out.
+    stream = GatedStream()
+    hold, holding = trio.Event(), trio.Event()
+    recorded = stream.send_all
+
+    async def send_all(data):
+        if len(stream.writes) == 1:  # the round's first batch
+            holding.set()
+            await hold.wait()
+        await recorded(data)
+
+    stream.send_all = send_all
+    transport = transport_over(stream)
+    scope = trio.CancelScope()
+    big = "x" * 600_000
+
+    async def first():
+        with scope:
+            await transport.send({"id": "first"})
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first)
+        await stream.first_started.wait()
+        for name in ("b", "c", "d"):
+            nursery.start_soon(transport.send, {"id": name, "pad": big})
+            await trio.testing.wait_all_tasks_blocked()
+        stream.gate.set()
+        await holding.wait()  # "first" is written; the writer is in the next round's first batch
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        hold.set()
+    assert [m["id"] for m in stream.messages()] == ["first", "b", "c", "d"]
+
+
+
+async def test_after_a_read_that_emptied_the_pipe_the_next_one_waits_for_new_data_or_the_end():
+    import os
+
+    from roost.plugins.mcp.transports._base import PipeReader
+
+    r, w = os.pipe()
+    async with trio.lowlevel.FdStream(r) as stream:
+        reader = PipeReader(stream)
+        async with trio.open_nursery() as nursery:
+
+            async def write_later(data):
+                await trio.sleep(0.01)
+                os.write(w, data)
+
+            nursery.start_soon(write_later, b"one\n")
+            assert await reader.receive_some(100) == b"one\n"  # waited, emptied the pipe
+            nursery.start_soon(write_later, b"two\n")
+            assert await reader.receive_some(100) == b"two\n"
+            os.write(w, b"three\n")  # already there when asked: read after one wait
+            assert await reader.receive_some(100) == b"three\n"
+            os.close(w)
+            with trio.fail_after(5):
+                assert await reader.receive_some(100) == b""
+
+
+async def test_a_peer_that_reads_nothing_gives_up_the_pipe_after_the_stall_bound(monkeypatch):
+    # A taken round is written whole even if its writer is cancelled, but not forever: a
+    # peer that drains nothing for WRITE_STALL_S makes the pipe count as broken.
+    from roost.plugins.mcp.transports import _base
+
+    monkeypatch.setattr(_base, "WRITE_STALL_S", 0.2)
+    stream = GatedStream()  # its gate never opens: the peer reads nothing
+    transport = transport_over(stream)
+    with trio.fail_after(5), pytest.raises(TransportClosed, match="read nothing"):
+        await transport.send({"id": 1})

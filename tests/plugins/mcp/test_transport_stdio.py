@@ -40,6 +40,29 @@ def test_decode_line_accepts_only_objects():
     assert decode_line(b'"str"') is None
 
 
+def test_decode_line_reads_what_json_loads_reads():
+    import json
+
+    lines = [
+        b'{"a":"\xc3\xa9","b":[1,2.5,null,true]}',
+        b'{"a": 1} ',  # trailing space
+        b'{"a":1}{"b":2}',  # extra data: not one object
+        b'{"a":NaN}',  # json.loads accepts NaN
+        b'{"a":"\xff"}',  # not UTF-8
+        '{"a":1}'.encode("utf-16-le"),  # json.loads detects UTF-16
+        b"\xef\xbb\xbf" + b'{"a":1}',  # UTF-8 BOM
+        b'{"a":"\\ud800"}',  # a lone surrogate escape
+    ]
+    for line in lines:
+        try:
+            expected = json.loads(line)
+        except ValueError:
+            expected = None
+        expected = expected if isinstance(expected, dict) else None
+        got = decode_line(line)
+        assert repr(got) == repr(expected), line
+
+
 def test_environment_is_cleared_except_path_home_and_listed():
     source = {"PATH": "/bin", "HOME": "/h", "SECRET": "s", "GITHUB_TOKEN": "t", "OTHER": "o"}
     assert child_environment(["GITHUB_TOKEN", "MISSING"], source) == {"PATH": "/bin", "HOME": "/h", "GITHUB_TOKEN": "t"}
