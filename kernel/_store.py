@@ -301,6 +301,10 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
+# json.dumps with options builds an encoder per call; this one is shared (it keeps no state).
+_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
 def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise StoreError(
@@ -334,7 +338,7 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         if not isinstance(data, Mapping):
             raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
         try:
-            encoded = json.dumps(dict(data), ensure_ascii=False, allow_nan=False)
+            encoded = _DATA_ENCODER.encode(dict(data))
         except (TypeError, ValueError) as exc:
             raise StoreError(
                 f"{where}.data: not JSON-serialisable ({exc}); use only dicts, lists, strings, "

@@ -88,14 +88,18 @@ def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
     return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7])
 
 
+# json.dumps with options builds an encoder per call; this one is shared (it keeps no state).
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def _split(data: dict) -> tuple[str, str | None, int]:
     """``data`` as (its JSON without the task's artifacts, the artifacts' JSON, bytes)."""
     task = data.get("task")
     artifacts = None
     if isinstance(task, dict) and task.get("artifacts"):
         data = {**data, "task": {k: v for k, v in task.items() if k != "artifacts"}}
-        artifacts = json.dumps(task["artifacts"], ensure_ascii=False)
-    encoded = json.dumps(data, ensure_ascii=False)
+        artifacts = _ENCODER.encode(task["artifacts"])
+    encoded = _ENCODER.encode(data)
     return encoded, artifacts, len(encoded) + len(artifacts or "")
 
 
