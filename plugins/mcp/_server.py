@@ -1288,6 +1288,12 @@ async def serve_connection(
                     # a cancel must find the request read before it.
                     await server.handle(session, message, notify=send)
                     continue
+                if isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message):
+                    # The client's answer to a request of ours (elicitation, sampling) is
+                    # handed over here: the request waiting for it may hold the last free
+                    # request task, so queueing the answer for one would stall until timeout.
+                    await server.handle(session, message, notify=send)
+                    continue
                 if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
                     # Answered before anything read after it (the reader does not yield
                     # between requests, and Trio does not promise to start tasks in order).

@@ -572,3 +572,42 @@ async def test_a_cancel_makes_room_at_once_for_a_request_waiting_for_a_task():
         assert submitted.is_set() and [m["id"] for m in sent] == ["next"]
         assert workers.tasks == 1 and workers.busy == 0
         workers.close()
+
+
+async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_task(config):
+    # Regression (review): the client's answer to our elicitation request queued for a free
+    # request task; with every task waiting on such answers, it stalled until the timeout.
+    from functools import partial
+
+    from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, open_kernel
+    from roost.kernel._manifest import parse_manifest
+    from roost.plugins.mcp._server import request_client
+
+    class AskingTool:
+        @hookimpl
+        def roost_tools(self, config):
+            async def ask(call, ctx):
+                schema = {"type": "object", "properties": {"day": {"type": "string"}}}
+                answer = await request_client(ctx, "elicitation/create", {"message": "Which day?", "requestedSchema": schema}, timeout_s=30)
+                return ToolResult.text(f"{answer['action']}:{answer['content']['day']}")
+
+            return [Tool(ToolSpec("ask_user", "Asks the user", owner="test"), ask)]
+
+    script = {"rules": [], "default_reply": "{message}"}
+    agent = parse_manifest({"name": "asker", "description": "asks", "model": {"provider": "scripted", "script": script}, "mcp": {"expose_tools": ["ask_user"]}})
+    async with open_kernel(config, agents=[agent], plugins=[AskingTool()]) as kernel:
+        client_end, server_end = memory_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(serve_memory, McpServer(kernel), server_end, max_in_flight=1))
+            client = Client(client_end)
+            await client.request("initialize", {**INIT, "capabilities": {"elicitation": {}}})
+            await client.notify("notifications/initialized")
+            await client_end.send({"jsonrpc": "2.0", "id": "call", "method": "tools/call", "params": {"name": "ask_user", "arguments": {}}})
+            with trio.fail_after(10):
+                while (asked := await client_end.receive()).get("method") != "elicitation/create":
+                    pass
+                await client_end.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"day": "Friday"}}})
+                while (reply := await client_end.receive()).get("id") != "call":
+                    pass
+            nursery.cancel_scope.cancel()
+    assert reply["result"]["content"][0]["text"] == "accept:Friday"
