@@ -204,23 +204,49 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
 
 
-def _chunk_encoder(allow_nan: bool) -> Callable[[Any, int], Iterable[str]]:
-    """A reusable compact encoder: ``json.dumps`` builds one per call, which costs as much
-    as encoding a small message. Circular structures are not looked for (they raise
-    RecursionError, as with ``check_circular=False``)."""
+def make_encoder(
+    *,
+    separators: tuple[str, str] = (",", ":"),
+    default: Callable[[Any], Any] | None = None,
+    allow_nan: bool = False,
+    check_circular: bool = False,
+) -> Callable[[Any], str]:
+    """``json.JSONEncoder(ensure_ascii=False, separators=..., default=..., allow_nan=...,
+    check_circular=...).encode``, with its C encoder built once, not per call (``encode``
+    builds one, which costs as much as encoding a small message). Without
+    ``check_circular`` a circular value raises RecursionError; with it, the encoder keeps
+    the markers of the encoding under way (emptied after one that failed, so every call
+    starts afresh): use such an encoder on one thread only."""
     from json.encoder import c_make_encoder, encode_basestring
 
+    item_separator, key_separator = separators
     if c_make_encoder is not None:
+        markers: dict[int, Any] | None = {} if check_circular else None
         try:
-            return c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", False, False, allow_nan)
+            chunks = c_make_encoder(
+                markers, default or _not_json, encode_basestring, None, key_separator, item_separator, False, False, allow_nan
+            )
         except TypeError:  # another C signature: use the pure-Python encoder
             pass
-    encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan, check_circular=False)
-    return encoder.iterencode
+        else:
+            if markers is None:
+                return lambda value: "".join(chunks(value, 0))
+
+            def encode(value: Any) -> str:
+                try:
+                    return "".join(chunks(value, 0))
+                except BaseException:
+                    markers.clear()
+                    raise
+
+            return encode
+    return json.JSONEncoder(
+        ensure_ascii=False, separators=separators, default=default, allow_nan=allow_nan, check_circular=check_circular
+    ).encode
 
 
-_ENCODE_STRICT = _chunk_encoder(allow_nan=False)
-_ENCODE_LENIENT = _chunk_encoder(allow_nan=True)
+_ENCODE_STRICT = make_encoder()
+_ENCODE_LENIENT = make_encoder(allow_nan=True)
 
 
 def dumps(value: Any, *, allow_nan: bool = False) -> str:
@@ -228,7 +254,7 @@ def dumps(value: Any, *, allow_nan: bool = False) -> str:
     ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)``, without building
     an encoder per call. Raises TypeError (not JSON), ValueError (NaN or infinity without
     ``allow_nan``) or RecursionError (nested too deeply, or circular)."""
-    return "".join((_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value, 0))
+    return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
 _PLAIN_DECODER = json.JSONDecoder()
@@ -767,6 +793,7 @@ __all__ = [
     "error_response",
     "json_type",
     "loads",
+    "make_encoder",
     "param",
     "parse",
     "parse_message",

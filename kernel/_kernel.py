@@ -6,7 +6,6 @@ system); leaving it shuts everything down within the configured deadline.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import weakref
@@ -36,6 +35,7 @@ from ._errors import (
 from ._events import Event, EventKind, EventTap
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
+from ._jsonrpc import make_encoder
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
@@ -62,39 +62,11 @@ from ._trace import TraceContext
 log = logging.getLogger("roost.kernel")
 
 _AUDIT_ARGS_MAX = 4_000
-# json.dumps with options builds an encoder per call; this one is reused.
-_AUDIT_JSON = json.JSONEncoder(ensure_ascii=False, default=repr)
-
-
 def _audit_json_encoder() -> Callable[[Any], str]:
-    """``_AUDIT_JSON.encode`` without making a C encoder per call (``JSONEncoder.encode``
-    does; it showed on every tool call). The encoder's circular-reference markers are emptied
-    after an encoding that failed (one that succeeds leaves them empty), so every call starts
-    afresh, as with ``encode``. One per kernel: a kernel encodes on its own thread only."""
-    make = json.encoder.c_make_encoder
-    if make is None:  # an interpreter without the C accelerator
-        return _AUDIT_JSON.encode
-    markers: dict[int, Any] = {}
-    encoder = make(
-        markers,
-        _AUDIT_JSON.default,
-        json.encoder.encode_basestring,  # ensure_ascii=False
-        None,  # indent
-        _AUDIT_JSON.key_separator,
-        _AUDIT_JSON.item_separator,
-        False,  # sort_keys
-        False,  # skipkeys
-        True,  # allow_nan
-    )
-
-    def encode(value: Any) -> str:
-        try:
-            return "".join(encoder(value, 0))
-        except BaseException:
-            markers.clear()
-            raise
-
-    return encode
+    """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
+    writes them, without an encoder built per call. One per kernel: it keeps the markers
+    of the encoding under way (a kernel encodes on its own thread only)."""
+    return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
 
 
 _MAX_PLANS = 4096

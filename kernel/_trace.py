@@ -129,11 +129,7 @@ class TraceContext:
         Raises RecursionLimitExceeded when the chain would pass the limit; the stricter of
         this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
         """
-        limit = self.max_depth if max_depth is None else min(self.max_depth, max_depth)
-        path = self.path + (hop,)
-        if len(path) > limit or self.depth + 1 > limit:
-            raise RecursionLimitExceeded(path, limit)
-        return TraceContext(self.trace_id, _new_span_id(), self.depth + 1, path, limit, self.span_id)
+        return _hop(self.trace_id, self.span_id, self.depth, self.path, self.max_depth, hop, max_depth)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
         """Raise RecursionLimitExceeded exactly when ``child(hop, max_depth=...)`` would."""
@@ -184,12 +180,7 @@ class TraceContext:
         fields = _fields_from_meta(meta)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
-        trace_id, span_id, depth, path, limit = fields
-        limit = min(limit, max_depth)
-        path += (hop,)
-        if len(path) > limit or depth + 1 > limit:
-            raise RecursionLimitExceeded(path, limit)
-        return cls(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
+        return _hop(*fields, hop, max_depth)  # child() without building the parent first
 
     # ---- A2A message metadata ------------------------------------------------------
     to_metadata = to_meta
@@ -228,6 +219,18 @@ class TraceContext:
 
 
 _Fields = tuple[str, str, int, tuple[str, ...], int]
+
+
+def _hop(
+    trace_id: str, span_id: str, depth: int, path: tuple[str, ...], limit: int, hop: str, max_depth: int | None
+) -> TraceContext:
+    """``TraceContext(trace_id, span_id, depth, path, limit).child(hop, max_depth=max_depth)``."""
+    if max_depth is not None:
+        limit = min(limit, max_depth)
+    path = path + (hop,)
+    if len(path) > limit or depth + 1 > limit:
+        raise RecursionLimitExceeded(path, limit)
+    return TraceContext(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:

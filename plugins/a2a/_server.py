@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import RouteDescriptor, TraceContext, is_mapping
+from roost.kernel import RouteDescriptor, TraceContext, is_mapping, jsonrpc
 from roost.plugins.http._plain import PlainRequest, PlainResponse
 
 from . import _models as m
@@ -369,12 +369,8 @@ class SseAnswer:
     wrap: Any = None
 
 
-# json.dumps with these options builds an encoder per call; this one is shared (it keeps no state).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
 def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
-    data = _ENCODER.encode(body).encode()
+    data = jsonrpc.dumps(body, allow_nan=True).encode()
     return PlainResponse(status, data, content_type, tuple(headers.items()) if headers else ())
 
 

@@ -1283,15 +1283,14 @@ async def serve_connection(
                 if isinstance(message, rpc.JsonRpcError):
                     await send(message.to_response().to_dict())
                     continue
-                if isinstance(message, dict) and "method" in message and "id" not in message:
-                    # A notification (cancelled, initialized, …) takes effect in read order:
-                    # a cancel must find the request read before it.
-                    await server.handle(session, message, notify=send)
-                    continue
-                if isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message):
-                    # The client's answer to a request of ours (elicitation, sampling) is
-                    # handed over here: the request waiting for it may hold the last free
-                    # request task, so queueing the answer for one would stall until timeout.
+                if isinstance(message, dict) and (
+                    ("method" in message and "id" not in message)  # a notification
+                    or ("method" not in message and ("result" in message or "error" in message))
+                ):
+                    # Notifications (cancelled, initialized, …) and the client's answers to
+                    # requests of ours (elicitation, sampling) are handled here, in read
+                    # order: a cancel must find the request read before it, and an answer
+                    # may be awaited by a request holding the last free request task.
                     await server.handle(session, message, notify=send)
                     continue
                 if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
