@@ -301,7 +301,8 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
-# json.dumps with options builds an encoder per call; this one is shared (it keeps no state).
+# json.dumps with options builds a JSONEncoder per call; this one is shared (it keeps no
+# state; its encode still builds a C encoder per call, and checks for circular data).
 _DATA_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 

@@ -88,7 +88,8 @@ def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
     return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7])
 
 
-# json.dumps with options builds an encoder per call; this one is shared (it keeps no state).
+# json.dumps with options builds a JSONEncoder per call; this one is shared (it keeps no
+# state; its encode still builds a C encoder per call, and checks for circular data).
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
