@@ -1,14 +1,17 @@
 """A2A server speed: roost's daemon vs the official a2a-sdk server (uvicorn), same run.
 
 Both serve an echo agent in a subprocess on 127.0.0.1; one lean load generator
-(``_a2a_load``: raw keep-alive HTTP/1.1 on Trio, so the client is not what sets the pace)
-drives both the same way:
-- SendMessage round trips/s, one client, sequential (A2A-Version 1.0, JSON-RPC, blocking);
-- completed tasks/s with 32 concurrent clients.
+(``_a2a_load``: raw keep-alive HTTP/1.1, so the client is not what sets the pace) drives
+both the same way:
+- SendMessage round trips/s, one client, sequential (A2A-Version 1.0, JSON-RPC, blocking),
+  on a blocking socket: the round trip is the server's time plus one send and one receive;
+- completed tasks/s with 32 concurrent clients (on Trio).
 roost's number includes what roost does and the SDK's in-memory default does not: the
-task's settled state and the agent's session history are committed (fsynced) to SQLite
-before replying. Both servers run at once and are measured in alternating rounds; the
-table shows medians, since the machine is shared and its load comes in bursts.
+task's settled state and the agent's session history are committed to SQLite before
+replying (WAL, roost's default ``synchronous = "normal"``: a reply's data survives roost
+being killed; ``"full"`` adds an fsync per commit for power loss, and is slower).
+Both servers run at once and are measured in alternating rounds; the table shows
+medians, since the machine is shared and its load comes in bursts.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ import httpx
 import trio
 
 from . import Row, Target
-from ._a2a_load import Connection
+from ._a2a_load import BlockingConnection, Connection
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = 32
+HEADERS = {"A2A-Version": "1.0"}
 
 
 def _free_port() -> int:
@@ -62,22 +66,29 @@ async def _wait_ready(card_url: str, proc: subprocess.Popen) -> None:
                 await trio.sleep(0.1)
 
 
-async def _measure(rpc_url: str, seconds: float, sequential_n: int) -> tuple[float, float]:
-    headers = {"A2A-Version": "1.0"}
-    conns = [Connection(rpc_url, headers) for _ in range(CLIENTS)]
+def _completed(reply: dict) -> bool:
+    return reply.get("result", {}).get("task", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
 
-    def completed(reply: dict) -> bool:
-        return reply.get("result", {}).get("task", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
 
+def _sequential(rpc_url: str, n: int) -> float:
+    """SendMessage round trips/s of one client on a blocking socket (run in a thread)."""
+    conn = BlockingConnection(rpc_url, HEADERS)
     try:
-        first = conns[0]
         for i in range(20):  # warm up
-            await first.post_json(_body(i))
+            conn.post_json(_body(i))
         start = time.perf_counter()
-        for i in range(sequential_n):
-            reply = await first.post_json(_body(i))
-            assert completed(reply), reply
-        sequential = sequential_n / (time.perf_counter() - start)
+        for i in range(n):
+            reply = conn.post_json(_body(i))
+            assert _completed(reply), reply
+        return n / (time.perf_counter() - start)
+    finally:
+        conn.close()
+
+
+async def _measure(rpc_url: str, seconds: float, sequential_n: int) -> tuple[float, float]:
+    sequential = await trio.to_thread.run_sync(_sequential, rpc_url, sequential_n, abandon_on_cancel=True)
+    conns = [Connection(rpc_url, HEADERS) for _ in range(CLIENTS)]
+    try:
         done = 0
         deadline = time.perf_counter() + seconds
 
@@ -86,7 +97,7 @@ async def _measure(rpc_url: str, seconds: float, sequential_n: int) -> tuple[flo
             i = k * 1_000_000
             while time.perf_counter() < deadline:
                 i += 1
-                if completed(await conns[k].post_json(_body(i))):
+                if _completed(await conns[k].post_json(_body(i))):
                     done += 1
 
         start = time.perf_counter()

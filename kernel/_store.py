@@ -50,6 +50,7 @@ import attrs
 import trio
 
 from ._errors import RoostError
+from ._jsonrpc import make_encoder
 
 log = logging.getLogger("roost.store")
 
@@ -301,9 +302,18 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
-# json.dumps with options builds a JSONEncoder per call; this one is shared (it keeps no
-# state; its encode still builds a C encoder per call, and checks for circular data).
-_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+# ``JSONEncoder.encode`` builds a C encoder per call; these are built once per thread.
+# They check for circular data (without the check, circular data is only stopped by the
+# recursion limit, and past a raised limit by a crash), so each keeps state of its own.
+_ENCODERS = threading.local()
+
+
+def _encode_data(data: dict) -> str:
+    try:
+        encode = _ENCODERS.data
+    except AttributeError:
+        encode = _ENCODERS.data = make_encoder(allow_nan=False, check_circular=True)
+    return encode(data)
 
 
 def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
@@ -339,10 +349,11 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         if not isinstance(data, Mapping):
             raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
         try:
-            encoded = _DATA_ENCODER.encode(dict(data))
-        except (TypeError, ValueError) as exc:
+            encoded = "{}" if type(data) is dict and not data else _encode_data(dict(data) if type(data) is not dict else data)
+        except (TypeError, ValueError, RecursionError) as exc:
+            reason = "nested too deep" if isinstance(exc, RecursionError) else exc
             raise StoreError(
-                f"{where}.data: not JSON-serialisable ({exc}); use only dicts, lists, strings, "
+                f"{where}.data: not JSON-serialisable ({reason}); use only dicts, lists, strings, "
                 "numbers, booleans and None (e.g. turn sets into sorted lists)"
             ) from None
         rows.append((role, content, encoded))
@@ -864,13 +875,14 @@ class SqliteStore:
     # -- sessions and history --
 
     @staticmethod
-    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float) -> bool:
-        """Create the session if needed (inside the write transaction); True if it is new."""
+    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float, messages: int = 0) -> bool:
+        """Create the session if needed (inside the write transaction); True if it is new.
+        A new session is created counting the ``messages`` its caller is about to add."""
         row = conn.execute("SELECT agent FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
             conn.execute(
-                "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                (session_id, agent, now, now),
+                "INSERT INTO sessions (id, agent, created_at, updated_at, message_count) VALUES (?, ?, ?, ?, ?)",
+                (session_id, agent, now, now, messages),
             )
             return True
         if row[0] != agent:
@@ -887,15 +899,24 @@ class SqliteStore:
         now = time.time()
         await self.write("ensure a session", lambda c: self._ensure(c, session_id, agent, now))
 
-    def _append(
-        self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float, *, new: bool = False
-    ) -> None:
-        """Append ``rows``; ``new``: the caller just created the session (nothing to count)."""
-        last = 0
-        if not new and not self._ensure(conn, session_id, agent, now):
-            (last,) = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
-            ).fetchone()
+    def _append(self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float) -> None:
+        """Append ``rows``, creating the session if needed."""
+        if self._ensure(conn, session_id, agent, now, len(rows)):  # new: counted, nothing before
+            self._insert_messages(conn, session_id, 0, rows, now)
+            return
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        self._insert_messages(conn, session_id, last, rows, now)
+        conn.execute(
+            "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
+            "WHERE id = ?",
+            (now, len(rows), session_id),
+        )
+
+    @staticmethod
+    def _insert_messages(conn: sqlite3.Connection, session_id: str, last: int, rows: list, now: float) -> None:
+        """Insert ``rows`` after sequence number ``last`` (the session's count is the caller's)."""
         conn.executemany(
             "INSERT INTO messages (session_id, seq, role, content, data, ts) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -903,11 +924,6 @@ class SqliteStore:
                 (session_id, last + i, role, content, data, now)
                 for i, (role, content, data) in enumerate(rows, start=1)
             ],
-        )
-        conn.execute(
-            "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
-            "WHERE id = ?",
-            (now, len(rows), session_id),
         )
 
     async def append_messages(
@@ -937,8 +953,8 @@ class SqliteStore:
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            if self._ensure(conn, session_id, agent, now):  # a new session: no history yet
-                self._append(conn, session_id, agent, rows, now, new=True)
+            if self._ensure(conn, session_id, agent, now, len(rows)):  # new: no history yet
+                self._insert_messages(conn, session_id, 0, rows, now)
                 return []
             history = [
                 StoredMessage(sid, seq, role, content, json.loads(data), ts)

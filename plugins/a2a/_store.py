@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import attrs
 import trio
-from roost.kernel import RoostError
+from roost.kernel import RoostError, jsonrpc
 from roost.kernel._store import MEMORY, GroupCommitter, apply_durability, synchronous_mode
 
 log = logging.getLogger("roost.a2a")
@@ -88,9 +88,9 @@ def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
     return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7])
 
 
-# json.dumps with options builds a JSONEncoder per call; this one is shared (it keeps no
-# state; its encode still builds a C encoder per call, and checks for circular data).
-_ENCODER = json.JSONEncoder(ensure_ascii=False)
+# Built once (``JSONEncoder.encode`` builds a C encoder per call); compact, and without
+# circular checks, so it keeps no state (task data comes from the models' ``to_json``).
+_encode = jsonrpc.make_encoder(allow_nan=True)
 
 
 def _split(data: dict) -> tuple[str, str | None, int]:
@@ -99,8 +99,8 @@ def _split(data: dict) -> tuple[str, str | None, int]:
     artifacts = None
     if isinstance(task, dict) and task.get("artifacts"):
         data = {**data, "task": {k: v for k, v in task.items() if k != "artifacts"}}
-        artifacts = _ENCODER.encode(task["artifacts"])
-    encoded = _ENCODER.encode(data)
+        artifacts = _encode(task["artifacts"])
+    encoded = _encode(data)
     return encoded, artifacts, len(encoded) + len(artifacts or "")
 
 

@@ -302,6 +302,25 @@ async def test_non_json_data_is_refused_and_nothing_is_stored():
         assert await store.history("s") == []
         with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable"):
             await store.append_messages("s", "a", [msg("user", "x", score=float("nan"))])
+        circular: dict = {}
+        circular["self"] = circular
+        with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(Circular reference"):
+            await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": circular}])
+        deep = inner = {}
+        for _ in range(100_000):
+            inner["a"] = inner = {}
+        with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(nested too deep"):
+            await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": deep}])
+        assert await store.history("s") == []
+
+
+async def test_message_data_may_be_any_mapping_and_reads_back_as_written():
+    from types import MappingProxyType
+
+    async with open_store(":memory:") as store:
+        data = MappingProxyType({"n": 1, "text": "é", "items": [None, True, 2.5]})
+        await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": data}, msg("user", "y")])
+        assert [m.data for m in await store.history("s")] == [dict(data), {}]
 
 
 @pytest.mark.parametrize(
@@ -532,6 +551,30 @@ async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
         assert (await store.usage_by_agent())["a"]["input_tokens"] == 3
         with pytest.raises(StoreError, match="provider"):
             await store.finish_exchange("s", "a", [], usage=("", "m", 1, 1))
+
+
+async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
+    # A new session is inserted with its first messages already counted (no UPDATE after
+    # the INSERT); every way of creating one must still count right, and so must later appends.
+    from roost.kernel._store import open_store
+
+    async with open_store(tmp_path / "x.db") as store:
+        await store.start_exchange("started", "a", msg("user", "one"), fresh=True)
+        await store.finish_exchange("started", "a", [msg("assistant", "two")])
+        await store.finish_exchange("finished", "a", [msg("user", "one"), msg("assistant", "two")])
+        await store.append_messages("appended", "a", [msg("user", str(i)) for i in range(3)])
+        await store.append_messages("appended", "a", [msg("user", "3")])
+        await store.ensure_session("empty", "a")
+        counts = {s["id"]: s["message_count"] for s in await store.sessions()}
+        assert counts == {"started": 2, "finished": 2, "appended": 4, "empty": 0}
+        seqs = await _rows(store, "SELECT session_id, seq FROM messages ORDER BY session_id, seq")
+        assert seqs == [("appended", n) for n in (1, 2, 3, 4)] + [("finished", 1), ("finished", 2)] + [
+            ("started", 1),
+            ("started", 2),
+        ]
+        with pytest.raises(StoreError, match="belongs to agent"):
+            await store.finish_exchange("finished", "b", [msg("user", "x")])
+        assert {s["id"]: s["message_count"] for s in await store.sessions()} == counts
 
 
 # ---- group commit (synchronous = full; NORMAL takes this path only when the lock is held) --
