@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import heapq
+import itertools
 import logging
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,8 +35,8 @@ from ._errors import (
     AskTimeout,
     MailboxFull,
 )
-from ._events import Event, EventKind, EventTap
-from ._trace import TraceContext
+from ._events import Event, EventKind, EventTap, new_event_id
+from ._trace import TraceContext, frozen_builder
 
 log = logging.getLogger("roost.actor")
 
@@ -46,15 +49,19 @@ MAX_CONCURRENCY = 1024
 # "unknown agent". Bounded: the oldest entries are forgotten.
 _TOMBSTONES = 1024
 
-# The actor whose task (or worker) is running: lets stop() notice an actor stopping itself.
+# The actor whose worker task is running: lets stop() notice an actor stopping itself.
 _current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
     "roost_current_actor", default=None
 )
 
-# The direct ask whose handler runs in this task (see ``direct_ask_of``).
+# The direct ask whose handler runs in this task (see ``direct_ask_of``); while it is set,
+# its actor is the current one (one context variable set per ask, not two).
 _direct_ask: contextvars.ContextVar[DirectAsk | None] = contextvars.ContextVar(
     "roost_direct_ask", default=None
 )
+
+# Event(kind, source, target, payload, trace, id, reply_to, ts), every field given.
+_event = frozen_builder(Event)
 
 # The reply kind for well-known request kinds; anything else is answered with ACTOR:REPLY.
 REPLY_KINDS: dict[str, str] = {
@@ -210,12 +217,17 @@ class DirectAsk:
     then the ask fails or is cancelled as it would have been anyway.
     """
 
-    __slots__ = ("answer", "event", "scope")
+    __slots__ = ("actor", "answer", "deadline", "done", "event", "scope")
 
-    def __init__(self, event: Event, scope: trio.CancelScope) -> None:
-        self.event = event
+    def __init__(self, actor: _Actor, event: Event, scope: trio.CancelScope, deadline: float) -> None:
+        self.actor = actor
+        self.event: Event | None = event
         self.scope = scope
+        # The ask's own deadline: the system's timer cancels ``scope`` when it passes (the
+        # scope's Trio deadline is the actor's stop, if any).
+        self.deadline = deadline
         self.answer: Callable[[], Any] | None = None
+        self.done = False
 
     def cancel(self, answer: Callable[[], Any]) -> None:
         """Stop the handler; the ask answers ``answer()`` (the first ``cancel`` wins)."""
@@ -230,9 +242,17 @@ def direct_ask_of(event: Event) -> DirectAsk | None:
     return ask if ask is not None and ask.event is event else None
 
 
+def _running_actor() -> _Actor | None:
+    """The actor whose handler runs in this task: a direct ask's, else the worker's."""
+    ask = _direct_ask.get()
+    return ask.actor if ask is not None else _current_actor.get()
+
+
 # How long an ending actor waits for handlers running in askers' tasks to unwind after
 # their cancellation (they are cancelled, so this only bounds a handler that shields).
 _INLINE_EXIT_S = 5.0
+# Entries of ended asks the deadline heap may hold beyond twice the asks in flight.
+_DEADLINE_HEAP_SLACK = 64
 
 
 class _ReplySlot:
@@ -317,12 +337,12 @@ class _Actor:
         self.crash_times: deque[float] | None = None  # created on the first crash
         self.stop_cause: str | None = None
         # Handlers running at once, by a worker or directly in an asker's task, never
-        # exceed ``concurrency``; ``inline`` holds the cancel scopes of the direct ones.
+        # exceed ``concurrency``; ``inline`` holds the direct ones.
         self.slots = trio.Semaphore(concurrency)
         # Letters posted and not yet started or dropped (in the mailbox, or taken by a
         # worker that has not begun): a direct run must not overtake them.
         self.pending = 0
-        self.inline: set[trio.CancelScope] = set()
+        self.inline: set[DirectAsk] = set()
         self.waiting: set[trio.CancelScope] = set()  # direct asks waiting for a slot
         self.inline_idle: trio.Event | None = None
 
@@ -351,9 +371,21 @@ class ActorSystem:
         self.shutdown_timeout_s = shutdown_timeout_s
         self.tell_timeout_s = tell_timeout_s
         self._nursery = nursery
+        # The run's clock: its current_time() is trio.current_time() with two calls less.
+        self._clock = trio.lowlevel.current_clock()
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
         self._closing: str | None = None
+        # The deadlines of direct asks, kept by one timer task (``_expire_asks``) instead of
+        # each ask's cancel scope: handing a deadline to Trio cost a fifth of the scope. A
+        # heap of (deadline, number, ask); an ended ask's entry stays until it reaches the
+        # top, or until ended ones outnumber twice the live ones and the heap is rebuilt.
+        self._ask_deadlines: list[tuple[float, int, DirectAsk]] = []
+        self._ask_numbers = itertools.count()
+        self._asks_live = 0
+        self._ask_timer: trio.CancelScope | None = None
+        self._ask_timer_at = math.inf  # the timer's deadline (a scope's property is slower)
+        self._ask_timer_stopped = False
 
     # ---- lifecycle ----------------------------------------------------------------
     def spawn(
@@ -429,7 +461,7 @@ class ActorSystem:
         self._close(actor, "stopped on request")
         actor.scope.deadline = min(actor.scope.deadline, trio.current_time() + grace)
         self._cancel_inline(actor, actor.scope.deadline)
-        if _current_actor.get() is actor:
+        if _running_actor() is actor:
             return  # a handler stopping its own actor: the actor ends once it returns
         # Cancellation follows the grace period; the extra second only guards against a
         # handler that shields itself from cancellation.
@@ -554,19 +586,28 @@ class ActorSystem:
         the asker's task skips building the reply event while nobody subscribes to events."""
         return await self._ask(target, kind, payload, source, trace, timeout, False)
 
-    async def _ask(
+    def _ask(
         self, target: str, kind: str, payload: Any, source: str, trace: TraceContext | None, timeout: float, as_event: bool
-    ) -> Any:
+    ) -> Awaitable[Any]:
+        """The checks and the event of an ask, then the awaitable that completes it (one
+        coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
         if timeout.__class__ is not float or not 0 < timeout < math.inf:
             timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
-        actor = self._lookup(target)
-        event = Event(kind, source, target, payload, trace)
+        actor = self._actors.get(target) if target.__class__ is str else None
+        if actor is None or actor.stop_cause is not None:
+            actor = self._lookup(target)  # raises, naming what is wrong
+        event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
         # Nothing queued ahead of it: the handler runs right here, in the asker's task, as
         # soon as a handler slot is free (no mailbox round trip, no task switch). Same
         # limits, same order (slots are handed out first come, first served), same errors.
         if actor.direct and not actor.pending:
-            return await self._ask_directly(actor, event, source, timeout, as_event)
+            return self._ask_directly(actor, event, source, timeout, as_event)
+        return self._ask_by_mail(actor, event, source, timeout, as_event)
+
+    async def _ask_by_mail(self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool) -> Any:
+        """``ask`` through ``actor``'s mailbox, answered by one of its workers."""
+        target, kind = actor.name, event.kind
         slot = _ReplySlot()
         with trio.move_on_after(timeout):
             try:
@@ -591,12 +632,15 @@ class ActorSystem:
     async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool) -> Any:
         """``ask`` with the handler run in this task once one of ``actor.slots`` is free;
         the reply event, or (``as_event`` False) its payload."""
-        ask_deadline = trio.current_time() + timeout
-        scope = trio.CancelScope(deadline=min(ask_deadline, actor.scope.deadline))
-        direct = DirectAsk(event, scope)
+        ask_deadline = self._clock.current_time() + timeout
+        # The scope's own deadline is only a stopping actor's; the timer keeps the ask's.
+        stop_deadline = actor.scope.deadline
+        scope = trio.CancelScope() if stop_deadline == math.inf else trio.CancelScope(deadline=stop_deadline)
+        direct = DirectAsk(actor, event, scope, ask_deadline)
         holding = False
-        token = ask_token = None
+        ask_token = None
         try:
+            self._watch_deadline(direct)
             with scope:
                 try:
                     actor.slots.acquire_nowait()
@@ -607,35 +651,39 @@ class ActorSystem:
                     finally:
                         actor.waiting.discard(scope)
                 holding = True
-                actor.inline.add(scope)
+                actor.inline.add(direct)
                 if actor.stop_cause is not None:  # stopped while this ask waited for a slot
                     raise self._stopped_error(actor, event)
-                token = _current_actor.set(actor)
                 ask_token = _direct_ask.set(direct)
                 try:
                     result = await actor.handler(actor.context, event)
                 except Exception as exc:
                     raise self._crashed(actor, event, exc) from exc
         finally:
-            if token is not None:
-                _current_actor.reset(token)
+            direct.done = True
+            direct.event = None  # its heap entry may outlive the ask a while
+            self._asks_live -= 1
+            if not self._asks_live:
+                self._ask_deadlines.clear()  # all ended: nothing left for the timer to watch
             if ask_token is not None:
                 _direct_ask.reset(ask_token)
             if holding:
-                actor.inline.discard(scope)
+                actor.inline.discard(direct)
                 actor.slots.release()
                 if not actor.inline and actor.inline_idle is not None:
                     actor.inline_idle.set()
         # A handler that finished only after the deadline (cancellation reaches it at its
         # next checkpoint; a worker thread first finishes its call) is still a timeout.
-        if scope.cancelled_caught or trio.current_time() >= ask_deadline:
-            if scope.cancelled_caught and direct.answer is not None and trio.current_time() < scope.deadline:
+        now = self._clock.current_time()
+        if scope.cancelled_caught or now >= ask_deadline:
+            limit = min(ask_deadline, scope.deadline)
+            if scope.cancelled_caught and direct.answer is not None and now < limit:
                 # Stopped by DirectAsk.cancel and by nothing else (no deadline had passed).
                 result = direct.answer()
             else:
                 if actor.stop_cause is not None and not holding:
                     raise self._stopped_error(actor, event)
-                if actor.stop_cause is not None and scope.deadline < ask_deadline:  # the stop cut it short
+                if actor.stop_cause is not None and limit < ask_deadline:  # the stop cut it short
                     raise self._cancelled_error(actor, event)
                 raise AskTimeout(
                     f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
@@ -646,6 +694,68 @@ class ActorSystem:
         reply = self._reply(actor, event, result)
         self.tap.publish(reply)
         return reply if as_event else reply.payload
+
+    def _watch_deadline(self, ask: DirectAsk) -> None:
+        """Have ``ask.scope`` cancelled at ``ask.deadline`` unless the ask ends before: a heap
+        push, not a deadline handed to Trio. Once the timer has stopped (the system is shutting
+        down), the scope gets the deadline itself."""
+        self._asks_live += 1
+        deadline = ask.deadline
+        if self._ask_timer_stopped:
+            ask.scope.deadline = min(ask.scope.deadline, deadline)
+            return
+        heap = self._ask_deadlines
+        if len(heap) >= 2 * self._asks_live + _DEADLINE_HEAP_SLACK:
+            heap[:] = [entry for entry in heap if not entry[2].done]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (deadline, next(self._ask_numbers), ask))
+        if self._ask_timer is None:
+            timer = trio.CancelScope(deadline=deadline)
+            self._nursery.start_soon(self._expire_asks, name="actors:ask-deadlines")
+            self._ask_timer, self._ask_timer_at = timer, deadline
+        elif deadline < self._ask_timer_at:
+            self._ask_timer.deadline = self._ask_timer_at = deadline
+
+    async def _expire_asks(self) -> None:
+        """The timer of ``_watch_deadline``: sleeps until the earliest deadline in the heap,
+        cancels the asks past theirs, drops the ended ones, and sleeps again. It ends when
+        the system shuts down (``_shutdown``)."""
+        heap = self._ask_deadlines
+        try:
+            while not self._ask_timer_stopped:
+                assert self._ask_timer is not None
+                with self._ask_timer:
+                    await trio.sleep_forever()
+                now = trio.current_time()
+                while heap:
+                    deadline, _, ask = heap[0]
+                    if ask.done:
+                        heapq.heappop(heap)
+                    elif deadline <= now:
+                        heapq.heappop(heap)
+                        ask.scope.cancel()
+                    else:
+                        break
+                # A scope is entered once; the next round needs a new one.
+                self._ask_timer_at = heap[0][0] if heap else math.inf
+                self._ask_timer = trio.CancelScope(deadline=self._ask_timer_at)
+        finally:
+            # Ended early (the system's nursery was cancelled from outside while asks go
+            # on, e.g. shielded ones): the asks get their deadlines back on their scopes,
+            # and later ones put theirs there too.
+            if not self._ask_timer_stopped:
+                self._stop_deadline_timer()
+
+    def _stop_deadline_timer(self) -> None:
+        """Stop the timer; the direct asks in flight get their deadlines back in their scopes."""
+        self._ask_timer_stopped = True
+        if self._ask_timer is not None:
+            self._ask_timer.cancel()
+        for entry in self._ask_deadlines:
+            ask = entry[2]
+            if not ask.done:
+                ask.scope.deadline = min(ask.scope.deadline, ask.deadline)
+        self._ask_deadlines.clear()
 
     @staticmethod
     def _reply(actor: _Actor, event: Event, result: Any) -> Event:
@@ -662,8 +772,8 @@ class ActorSystem:
 
     @staticmethod
     def _cancel_inline(actor: _Actor, deadline: float = -math.inf) -> None:
-        for scope in actor.inline:
-            scope.deadline = min(scope.deadline, deadline)
+        for ask in actor.inline:
+            ask.scope.deadline = min(ask.scope.deadline, ask.deadline, deadline)
 
     async def _send(self, actor: _Actor, event: Event, slot: _ReplySlot | None) -> None:
         try:
@@ -696,6 +806,7 @@ class ActorSystem:
     # ---- the actor task ---------------------------------------------------------------
     async def _run(self, actor: _Actor) -> None:
         _current_actor.set(actor)
+        _direct_ask.set(None)  # this task's context was copied from its spawner's
         cancelled = False
         try:
             with actor.scope:
@@ -716,7 +827,7 @@ class ActorSystem:
                 if cancelled or actor.scope.cancel_called:
                     self._cancel_inline(actor)
                 now = trio.current_time()
-                latest = max(scope.deadline for scope in actor.inline)
+                latest = max(min(ask.scope.deadline, ask.deadline) for ask in actor.inline)
                 actor.inline_idle = trio.Event()
                 with trio.CancelScope(shield=True):
                     with trio.move_on_at(max(min(latest, now + self.shutdown_timeout_s), now) + _INLINE_EXIT_S):
@@ -879,6 +990,7 @@ class ActorSystem:
 
     def _shutdown(self, cause: str, grace: float) -> None:
         self._closing = cause
+        self._stop_deadline_timer()
         deadline = trio.current_time() + grace
         for actor in list(self._actors.values()):
             self._close(actor, cause)

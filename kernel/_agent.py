@@ -21,11 +21,20 @@ from ._actor import DirectAsk, direct_ask_of
 from ._errors import RoostError
 from ._events import Event, EventKind
 from ._ids import uuid7_hex
-from ._loop import CompletionRequest, LoopResult, Message, Provider, run_loop
+from ._loop import (
+    NO_TAINT,
+    CompletionRequest,
+    LoopResult,
+    Message,
+    Provider,
+    message_of,
+    request_of,
+    run_loop,
+)
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
 from ._tools import ToolCall, ToolResult
-from ._trace import TraceContext
+from ._trace import TraceContext, frozen_builder
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._kernel import Kernel
@@ -70,6 +79,10 @@ class AgentReply:
             blocks, body["artifacts"] = outputs_to_mcp(self.outputs, len(content))
             content += blocks
         return {"content": content, "isError": bool(self.is_error), "structuredContent": body}
+
+
+# AgentReply(agent, text, session_id, trace_id, is_error, turns, stop_reason, outputs).
+_agent_reply = frozen_builder(AgentReply)
 
 
 def _as_is(reply: AgentReply) -> AgentReply:
@@ -143,7 +156,9 @@ class AgentRuntime:
         self.provider = provider
         # (fast, complex): the fast model classifies each message and routes it.
         self.tiers = tiers
-        self._runs: dict[str, Callable[[], None]] = {}  # run id -> what stops that run
+        # run id -> what stops that run: its scope's cancel, or for a direct ask's run
+        # (DirectAsk, answer_as, session id, trace)
+        self._runs: dict[str, Any] = {}
         self._session_locks: dict[str, _SessionLock] = {}
 
     def cancel(self, run_id: str) -> bool:
@@ -151,7 +166,11 @@ class AgentRuntime:
         stop = self._runs.get(run_id)
         if stop is None:
             return False
-        stop()
+        if stop.__class__ is tuple:  # a direct ask's run: its answer is the cancelled reply
+            direct_ask, reply_as, session_id, trace = stop
+            direct_ask.cancel(lambda: reply_as(self._cancelled_reply(session_id, trace)))
+        else:
+            stop()
         return True
 
     @property
@@ -214,16 +233,12 @@ class AgentRuntime:
         if session_id is None:  # what _run does for an in-memory run, one call less
             if trace is None:
                 trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
-            run = self._exchange(Message("user", text), None, trace, stream, None)
+            run = self._exchange(message_of("user", text, (), None, None, False, NO_TAINT), None, trace, stream, None)
         else:
             run = self._run(text, session_id=session_id, trace=trace, stream=stream, new_session=new_session)
         if direct_ask is not None:
-            reply_as = answer_as or _as_is
-
-            def stop() -> None:
-                direct_ask.cancel(lambda: reply_as(self._cancelled_reply(session_id, trace)))
-
-            self._runs[run_id] = stop
+            # What cancel() needs to stop it (a tuple costs less than a closure).
+            self._runs[run_id] = (direct_ask, answer_as or _as_is, session_id, trace)
             try:
                 return await run
             finally:
@@ -249,8 +264,17 @@ class AgentRuntime:
             entry = self._session_locks[session_id] = _SessionLock()
         entry.users += 1
         try:
-            async with entry.lock:
+            # A free lock is taken without the scheduling round ``acquire`` costs; still a
+            # cancel point, as ``acquire`` is (a run cancelled before it starts does not run).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                entry.lock.acquire_nowait()
+            except trio.WouldBlock:
+                await entry.lock.acquire()
+            try:
                 yield
+            finally:
+                entry.lock.release()
         finally:
             entry.users -= 1
             if entry.users == 0:
@@ -290,18 +314,22 @@ class AgentRuntime:
     ) -> AgentReply:
         """``_run``'s work; ``first``: this is a new session's first exchange."""
         kernel = self.kernel
-        manifest = self.manifest
+        manifest = kernel.agents[self.name]  # self.manifest
         history = []
+        # Made when a tool is first called, or when the history has tool results to observe:
+        # a run that calls no tool (most agent-to-agent answers) needs none.
+        conversation: Conversation | None = None
         if session_id is not None and first is None:
             history = [
                 Message.from_record(m.role, m.content, m.data)
                 for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
             ]
-        conversation = Conversation(kernel, self.name, session_id, trace)
-        for old in history:
-            if old.role == "tool" and old.taint:
-                conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
-        request = CompletionRequest(  # agent, system, messages, tools, model, parameters
+            for old in history:
+                if old.role == "tool" and old.taint:
+                    if conversation is None:
+                        conversation = Conversation(kernel, self.name, session_id, trace)
+                    conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
+        request = request_of(  # agent, system, messages, tools, model, parameters
             self.name,
             manifest.system_prompt or "",
             tuple(history) + (user,),
@@ -311,13 +339,22 @@ class AgentRuntime:
         )
 
         async def execute(call: ToolCall) -> ToolResult:
+            nonlocal conversation
+            if conversation is None:
+                conversation = Conversation(kernel, self.name, session_id, trace)
             call = attrs.evolve(call, caller=self.name, trace=trace)
             return await kernel.call_tool(self.name, call, conversation=conversation)
 
-        def on_token(piece: str) -> None:
-            kernel.publish(
-                Event(EventKind.AGENT_TOKEN, self.name, payload={"text": piece, "session_id": session_id}, trace=trace)
-            )
+        # Stream when asked to, or whenever someone watches the tokens (roost watch, the
+        # API's event stream, roost chat).
+        stream = stream or kernel.tap.wants(EventKind.AGENT_TOKEN)
+        on_token = None
+        if stream:
+
+            def on_token(piece: str) -> None:
+                kernel.publish(
+                    Event(EventKind.AGENT_TOKEN, self.name, payload={"text": piece, "session_id": session_id}, trace=trace)
+                )
 
         limits = manifest.limits
         try:
@@ -329,18 +366,15 @@ class AgentRuntime:
                 max_turns=limits.max_turns,
                 max_concurrent_tools=limits.max_concurrent_tools,
                 on_token=on_token,
-                # Stream when asked to, or whenever someone watches the tokens
-                # (roost watch, the API's event stream, roost chat).
-                stream=stream or kernel.tap.wants(EventKind.AGENT_TOKEN),
+                stream=stream,
             )
         except RoostError as exc:
             # The provider failed: the reply says so (and the user message is stored).
             if first is not None:
                 assert session_id is not None
                 await self._store_user_message(first, session_id, user)
-            return AgentReply(
-                self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", conversation.handed_over()
-            )
+            outputs = conversation.handed_over() if conversation is not None else ()
+            return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", outputs)
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
@@ -359,7 +393,7 @@ class AgentRuntime:
                     await kernel.store.log_usage(self.name, None, *usage)
             except RoostError as exc:  # accounting lost, not the answer
                 log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
-        return AgentReply(
+        return _agent_reply(
             self.name,
             result.text,
             session_id or "",
@@ -367,7 +401,7 @@ class AgentRuntime:
             result.is_error,
             result.turns,
             result.stop_reason,
-            conversation.handed_over(),
+            conversation.handed_over() if conversation is not None else (),
         )
 
     async def _finish_first_exchange(

@@ -43,21 +43,24 @@ class EventKind:
 
 # Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
 # plus a counter (uuid4 dominated the ask round trip). A forked child gets a new prefix.
+# The counter starts at 2**63, so hex() gives its 16 digits without a format spec to parse.
+_COUNTER_START = 1 << 63
 _id_prefix = secrets.token_hex(8)
-_id_counter = itertools.count()
+_id_counter = itertools.count(_COUNTER_START)
 
 
 def _reseed_ids() -> None:
     global _id_prefix, _id_counter
     _id_prefix = secrets.token_hex(8)
-    _id_counter = itertools.count()
+    _id_counter = itertools.count(_COUNTER_START)
 
 
 os.register_at_fork(after_in_child=_reseed_ids)
 
 
-def _new_id() -> str:
-    return f"{_id_prefix}{next(_id_counter):016x}"
+def new_event_id() -> str:
+    """A new event id (what ``Event`` gets by default)."""
+    return _id_prefix + hex(next(_id_counter))[2:]
 
 
 @attrs.frozen
@@ -69,7 +72,7 @@ class Event:
     target: str | None = None
     payload: Any = attrs.field(factory=dict)
     trace: TraceContext | None = None
-    id: str = attrs.field(factory=_new_id)
+    id: str = attrs.field(factory=new_event_id)
     reply_to: str | None = None
     ts: float = attrs.field(factory=time.time)
 

@@ -36,17 +36,26 @@ from ._events import Event, EventKind, EventTap
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
 from ._jsonrpc import make_encoder
+from ._loop import NO_TAINT
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
     Capabilities,
     Exposure,
+    argument_check,
     check_ping_pong,
     resolve_timeout,
     truncate_result,
     validate_arguments,
 )
-from ._store import AuditRecord
+from ._store import (
+    OUTCOMES,
+    AuditRecord,
+    _audit_arguments,
+    _known_outcome,
+    _optional_text,
+    _required_text,
+)
 from ._tools import (
     TAINT_UNTRUSTED,
     Tool,
@@ -57,11 +66,43 @@ from ._tools import (
     ToolSpec,
     agent_tool_name,
 )
-from ._trace import TraceContext
+from ._trace import TraceContext, frozen_builder
 
 log = logging.getLogger("roost.kernel")
 
-_AUDIT_ARGS_MAX = 4_000
+_AUDIT_ARGS_MAX = 4_000  # within the store's MAX_AUDIT_CHARS: its converter would not cut them again
+_AUDIT_FIELDS = ("ts", "trace_id", "span_id", "agent", "tool", "arguments", "duration_ms", "outcome", "error", "session_id")
+
+
+# The validators and converters the fast path in ``_audit_record`` does the work of
+# itself (non-empty agent and tool, a known outcome, arguments within the limit, no error).
+_AUDIT_CHECKS = {
+    "agent": (_required_text, None),
+    "tool": (_required_text, None),
+    "arguments": (None, _audit_arguments),
+    "outcome": (_known_outcome, None),
+    "error": (None, _optional_text),
+}
+
+
+def _audit_slot_setters() -> tuple[Callable[[Any, Any], None], ...] | None:
+    """The slot setters of ``AuditRecord``'s fields in ``_AUDIT_FIELDS`` order, or None when
+    the class no longer has exactly those slotted fields with exactly the checks the fast
+    path knows (then every record is validated)."""
+    fields = attrs.fields(AuditRecord)
+    if tuple(f.name for f in fields) != _AUDIT_FIELDS or any(
+        (f.validator, f.converter) != _AUDIT_CHECKS.get(f.name, (None, None)) for f in fields
+    ):
+        return None
+    try:
+        return tuple(AuditRecord.__dict__[name].__set__ for name in _AUDIT_FIELDS)
+    except (KeyError, AttributeError):
+        return None
+
+
+_audit_setters = _audit_slot_setters()
+
+
 def _audit_json_encoder() -> Callable[[Any], str]:
     """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
     writes them, without an encoder built per call. One per kernel: it keeps the markers
@@ -70,12 +111,14 @@ def _audit_json_encoder() -> Callable[[Any], str]:
 
 
 _MAX_PLANS = 4096
+_tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
+_UNKNOWN = object()
 
 
 class _CallPlan:
     """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
 
-    __slots__ = ("manifest", "tool", "asks", "allowed", "timeout_s", "env_allowlist", "workspace")
+    __slots__ = ("manifest", "tool", "asks", "allowed", "timeout_s", "env_allowlist", "workspace", "arguments_check")
 
     def __init__(
         self,
@@ -95,6 +138,8 @@ class _CallPlan:
         self.timeout_s = timeout_s
         self.env_allowlist = env_allowlist
         self.workspace = workspace
+        # The tool schema's quick argument check (``argument_check``), got on first use.
+        self.arguments_check: Any = _UNKNOWN
 
 
 class Kernel:
@@ -118,6 +163,7 @@ class Kernel:
         # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
+        self._allowed: dict[str, tuple[Any, ToolRegistry, int, tuple[ToolSpec, ...]]] = {}
         self._audit_json = _audit_json_encoder()
         # The handlers of the agent_* tools, and the agent each one asks.
         self._agent_handlers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -141,6 +187,7 @@ class Kernel:
         return limit
 
     def _require_agent(self, agent: str) -> Any:
+        """The manifest of ``agent``; AgentNotFound, or RoostError if it is unavailable."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
@@ -217,7 +264,14 @@ class Kernel:
 
     def allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         """The tools ``manifest``'s agent may call (cached; do not copy on the hot path)."""
-        return self._cached(("tools", manifest.name), manifest, lambda: self._allowed_specs(manifest))
+        # Every run asks: its own cache, checked without building a key or a builder.
+        hit = self._allowed.get(manifest.name)
+        registry = self.registry
+        if hit is not None and hit[0] is manifest and hit[1] is registry and hit[2] == registry.version:
+            return hit[3]
+        specs = self._allowed_specs(manifest)
+        self._allowed[manifest.name] = (manifest, registry, registry.version, specs)
+        return specs
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
@@ -355,7 +409,9 @@ class Kernel:
         Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
         so that the agentic loop can stop.
         """
-        manifest = self._require_agent(agent)
+        manifest = self.agents.get(agent)
+        if manifest is None or agent in self.agent_errors:
+            manifest = self._require_agent(agent)  # raises, saying why
         started = time.monotonic()
         trace = call.trace
         outcome = "ok"
@@ -419,7 +475,11 @@ class Kernel:
         self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
     ) -> ToolResult:
         spec = tool.spec
-        validate_arguments(spec, call.arguments)
+        check = plan.arguments_check
+        if check is _UNKNOWN:
+            check = plan.arguments_check = argument_check(spec)
+        if check is None or not check(call.arguments):
+            validate_arguments(spec, call.arguments)  # raises, naming what is wrong
         outputs = conversation.outputs if conversation is not None else None
         context: ToolContext | None = None  # made when a hook or the tool needs it
         hooks = self.plugins.hook
@@ -446,8 +506,17 @@ class Kernel:
             )
         if plan.asks is not None:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
-            # and the kernel's own handler needs no ToolContext.
-            result = await _invoke(spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs)
+            # and the kernel's own handler needs no ToolContext. Failures as _invoke has them
+            # (one coroutine less).
+            try:
+                result = await self._ask_agent(plan.asks, spec, call, manifest.name, plan.timeout_s, outputs)
+            except (ToolError, LoopDetected):
+                raise
+            except RoostError as exc:
+                result = ToolResult.error(str(exc))
+            except Exception as exc:
+                log.exception("tool %s raised", spec.name)
+                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
         else:
             if context is None:
                 context = self._context(manifest, plan, call.trace, outputs)
@@ -491,23 +560,53 @@ class Kernel:
             log.exception("could not write the audit record of %s", call.name)
 
     def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
+        """The audit record of ``call``. One without error is built without attrs'
+        validators and converters (they cost as much as the rest of the audit): its ids,
+        times, session and outcome are the kernel's own and its arguments text is already
+        cut to ``_AUDIT_ARGS_MAX``, so only ``agent`` and ``tool`` need the checks, made
+        here. Any other record (an error text to cut, a bad name) goes through the
+        validating constructor."""
         arguments = call.arguments
         try:
             args = self._audit_json(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
-        return AuditRecord(
-            ts=time.time(),
-            trace_id=trace.trace_id if trace else None,
-            span_id=trace.span_id if trace else None,
-            agent=agent,
-            tool=call.name,
-            arguments=args[:_AUDIT_ARGS_MAX],
-            duration_ms=duration_ms,
-            outcome=outcome,
-            error=error,
-            session_id=conversation.session_id if conversation else None,
-        )
+        tool = call.name
+        setters = _audit_setters
+        if (
+            setters is None
+            or error is not None
+            or agent.__class__ is not str
+            or tool.__class__ is not str
+            or not agent
+            or not tool
+            or outcome not in OUTCOMES
+        ):
+            return AuditRecord(
+                ts=time.time(),
+                trace_id=trace.trace_id if trace else None,
+                span_id=trace.span_id if trace else None,
+                agent=agent,
+                tool=tool,
+                arguments=args[:_AUDIT_ARGS_MAX],
+                duration_ms=duration_ms,
+                outcome=outcome,
+                error=error,
+                session_id=conversation.session_id if conversation else None,
+            )
+        record = object.__new__(AuditRecord)
+        set_ts, set_trace, set_span, set_agent, set_tool, set_args, set_duration, set_outcome, set_error, set_session = setters
+        set_ts(record, time.time())
+        set_trace(record, trace.trace_id if trace else None)
+        set_span(record, trace.span_id if trace else None)
+        set_agent(record, agent)
+        set_tool(record, tool)
+        set_args(record, args[:_AUDIT_ARGS_MAX])
+        set_duration(record, duration_ms)
+        set_outcome(record, outcome)
+        set_error(record, None)
+        set_session(record, conversation.session_id if conversation else None)
+        return record
 
     def add_tool(self, tool: Tool) -> None:
         """Register a tool while running (e.g. discovered on an MCP server).
@@ -605,7 +704,8 @@ class Kernel:
         except RecursionLimitExceeded as exc:
             self.breaker_tripped(exc, caller=caller, target=target)
             raise
-        check_ping_pong(origin.path + (target,))
+        if len(origin.path) > 2:  # bouncing more than twice takes four hops (A, B, A, B)
+            check_ping_pong(origin.path + (target,))
         params = {"name": "message", "arguments": {"message": call.arguments["message"]}, "_meta": origin.to_meta()}
         request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
         try:
@@ -683,7 +783,7 @@ def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> No
 
 def result_from_jsonrpc(response: Any) -> ToolResult:
     """Turn an MCP ``tools/call`` JSON-RPC response into a ToolResult."""
-    if not is_mapping(response):
+    if response.__class__ is not dict and not is_mapping(response):
         return ToolResult.error("peer returned a malformed response")
     if "error" in response:
         err = response.get("error") or {}
@@ -693,12 +793,18 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
             raise RecursionLimitExceeded(data.get("path") or (), int(data.get("max_depth") or 0))
         return ToolResult.error(str(message))
     result = response.get("result")
-    if not is_mapping(result):
+    if result.__class__ is not dict and not is_mapping(result):
         return ToolResult.error("peer returned a response without a result")
-    content = tuple([b for b in result.get("content") or () if is_mapping(b)])
+    blocks = result.get("content") or ()
+    for block in blocks:
+        if block.__class__ is not dict and not is_mapping(block):
+            blocks = [b for b in blocks if is_mapping(b)]
+            break
+    content = tuple(blocks)
     structured = result.get("structuredContent")
-    # (content, structured_content, is_error): positional, as keywords cost a dict per call
-    return ToolResult(content, structured if is_mapping(structured) else None, bool(result.get("isError", False)))
+    if structured is not None and structured.__class__ is not dict and not is_mapping(structured):
+        structured = None
+    return _tool_result(content, structured, bool(result.get("isError", False)), NO_TAINT)
 
 
 @asynccontextmanager

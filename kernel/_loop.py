@@ -15,6 +15,7 @@ import trio
 
 from ._errors import LoopDetected, RoostError
 from ._tools import ToolCall, ToolResult, ToolSpec
+from ._trace import frozen_builder
 
 
 @attrs.frozen
@@ -134,6 +135,13 @@ class LoopResult:
 
 ExecuteTool = Callable[[ToolCall], Awaitable[ToolResult]]
 
+# The classes' constructors with every field given, for the values of the loop (and the
+# agent runtime) on their hot path.
+message_of = frozen_builder(Message)  # role, content, tool_calls, tool_call_id, name, is_error, taint
+request_of = frozen_builder(CompletionRequest)  # agent, system, messages, tools, model, parameters
+_loop_result = frozen_builder(LoopResult)  # text, messages, turns, stop_reason, usage, is_error
+NO_TAINT: frozenset[str] = frozenset()
+
 
 async def run_loop(
     provider: Provider,
@@ -164,11 +172,11 @@ async def run_loop(
         if completion.tool_calls:
             completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
         usage = completion.usage if turn == 1 else usage + completion.usage
-        assistant = Message("assistant", completion.text, completion.tool_calls)
+        assistant = message_of("assistant", completion.text, completion.tool_calls, None, None, False, NO_TAINT)
         history.append(assistant)
         added.append(assistant)
         if not completion.tool_calls:
-            return LoopResult(completion.text, tuple(added), turn, completion.stop_reason, usage)
+            return _loop_result(completion.text, tuple(added), turn, completion.stop_reason, usage, False)
 
         if limiter is None:
             limiter = trio.CapacityLimiter(max(1, max_concurrent_tools))

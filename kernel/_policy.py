@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -322,6 +322,17 @@ def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
+    """A quick check of arguments against ``spec``'s schema, for callers that keep it: True
+    means ``validate_arguments`` would accept them; False means ask it (it words the
+    errors). None when the schema has no quick check, or is invalid (``validate_arguments``
+    reports that)."""
+    try:
+        return _compiled(spec)[1]
+    except ToolSchemaInvalid:
+        return None
+
+
 def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     """Check ``arguments`` against ``spec.input_schema`` (JSON Schema 2020-12).
 
@@ -405,7 +416,8 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     Blocks are kept in order; the block that crosses the budget is cut and marked, later
     text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
     """
-    limit = _check_limit(limit)
+    if limit.__class__ is not int or limit < 0:
+        limit = _check_limit(limit)
     total = 0
     for block in result.content:
         if block.get("type") == "text":

@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
 
 import attrs
 
@@ -46,22 +46,32 @@ _MAX_HOP_LEN = 128
 # and progress to the client whose call carries that trace id. A forked child starts afresh.
 _RANDOM_BATCH = 4096
 _HEX64 = 16
+_ZERO64 = "0" * _HEX64
 _random_chunks: Iterator[str] = iter(())
 
 
 def _random_hex() -> str:
-    """64 random bits as 16 hex digits. Never the same chunk twice, on any thread: ``next``
-    on a list iterator is atomic under the GIL (as ``_events``' id counter relies on too; a
-    free-threaded build would need a lock here); threads that find the pool empty at once
-    each draw a batch, and one of them is kept."""
+    """64 random bits as 16 hex digits, never all zeros (not a valid W3C span id), so that
+    span ids need no check of their own. Never the same chunk twice, on any thread:
+    ``next`` on a list iterator is atomic under the GIL (as ``_events``' id counter relies
+    on too; a free-threaded build would need a lock here); threads that find the pool
+    empty at once each draw a batch, and one of them is kept."""
     global _random_chunks
     try:
         return next(_random_chunks)
     except StopIteration:
         pass
-    text = os.urandom(_RANDOM_BATCH).hex()
-    _random_chunks = iter([text[i : i + _HEX64] for i in range(_HEX64, len(text), _HEX64)])
-    return text[:_HEX64]
+    # hex() puts a space after every 8 bytes and split() cuts there, both in C: a Python
+    # loop slicing the text cost more per id than the rest of drawing it.
+    chunks = os.urandom(_RANDOM_BATCH).hex(" ", _HEX64 // 2).split()
+    while _ZERO64 in chunks:
+        chunks.remove(_ZERO64)
+    if not chunks:  # pragma: no cover - 4 KiB of zeros from the CSPRNG
+        raise RuntimeError("os.urandom returned only zeros")
+    pool = iter(chunks)
+    first = next(pool)
+    _random_chunks = pool
+    return first
 
 
 def _fresh_pool() -> None:
@@ -76,35 +86,65 @@ _prefix_second = -1
 _prefix_text = ""
 
 
-def _time_prefix() -> str:
+def _new_trace_id() -> str:
     # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
     # random bits: ids made together sort together, so the audit log's index by trace id
     # grows at its end instead of dirtying a random page per row (random ids cost each
     # audit row ~2x the CPU and ~10x the WAL bytes once the log is large).
-    # Formatted once per second (the text is written before the second it belongs to, so a
-    # thread racing at the turn of a second gets the old or the new text, both valid).
+    # The prefix is formatted once per second (the text is written before the second it
+    # belongs to, so a thread racing at the turn of a second gets the old or the new text,
+    # both valid).
     global _prefix_second, _prefix_text
     second = int(time.time())
     if second != _prefix_second:
         _prefix_text = f"{second & 0xFFFFFFFF:08x}"
         _prefix_second = second
-    return _prefix_text
+    return _prefix_text + _random_hex() + _random_hex()[:8]
 
 
-def _new_trace_id() -> str:
-    return _time_prefix() + _random_hex() + _random_hex()[:8]  # 96 random bits after the time
-
-
-def _new_span_id() -> str:
-    while True:
-        value = _random_hex()
-        if value != "0" * 16:  # all zeros is not a valid W3C span id
-            return value
+# 64 random bits, never all zeros: exactly what a W3C span id must be.
+_new_span_id = _random_hex
 
 
 def new_call_id() -> str:
     """A tool call id (``call_`` + 16 hex digits), cheap like the span ids."""
     return "call_" + _random_hex()
+
+
+_T = TypeVar("_T")
+
+
+def frozen_builder(cls: type[_T]) -> Callable[..., _T]:
+    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, made
+    without the class call and attrs' ``__init__``: the values go straight into the slots.
+    For the kernel's hot paths (each field costs attrs' ``__init__`` a generic setattr; the
+    class call itself costs as much as three fields). Defaults and factories do not apply;
+    a class whose ``__init__`` does more (its own ``__init__`` or ``__new__``, a validator, a
+    converter, an ``__attrs_*_init__``, a slot of its own such as a cached hash, a base
+    class) gets ``cls`` itself."""
+    fields = attrs.fields(cls)
+    init = cls.__dict__.get("__init__")
+    plain = (
+        cls.__bases__ == (object,)
+        and cls.__new__ is object.__new__
+        # attrs' own __init__ (a hand-written one may do more than fill the slots)
+        and getattr(getattr(init, "__code__", None), "co_filename", "").startswith("<attrs generated")
+        and set(getattr(cls, "__slots__", ("__dict__",))) <= {f.name for f in fields} | {"__weakref__"}
+        and not any(hasattr(cls, hook) for hook in ("__attrs_pre_init__", "__attrs_post_init__"))
+        and all(f.init and f.validator is None and f.converter is None for f in fields)
+    )
+    setters = [getattr(cls.__dict__.get(f.name), "__set__", None) for f in fields]
+    if not plain or None in setters:
+        return cls
+    names = [f"v{i}" for i in range(len(fields))]
+    body = "".join(f"    set{i}(obj, {name})\n" for i, name in enumerate(names))
+    source = f"def build({', '.join(names)}):\n    obj = new(cls)\n{body}    return obj\n"
+    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    namespace.update({f"set{i}": setter for i, setter in enumerate(setters)})
+    exec(compile(source, f"<frozen builder of {cls.__qualname__}>", "exec"), namespace)
+    build = namespace["build"]
+    build.__doc__ = f"{cls.__qualname__}({', '.join(f.name for f in fields)}), every field given."
+    return build
 
 
 @attrs.frozen
@@ -121,6 +161,8 @@ class TraceContext:
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
+        if cls is TraceContext:
+            return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None)
         return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
@@ -147,7 +189,7 @@ class TraceContext:
     # ---- MCP params._meta -------------------------------------------------------
     def to_meta(self) -> dict[str, Any]:
         return {
-            META_TRACEPARENT: self.traceparent,
+            META_TRACEPARENT: f"00-{self.trace_id}-{self.span_id}-01",  # self.traceparent
             META_DEPTH: self.depth,
             META_PATH: list(self.path),
             META_MAX_DEPTH: self.max_depth,
@@ -177,6 +219,10 @@ class TraceContext:
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int) -> TraceContext:
         """``from_meta(meta).child(hop, max_depth=max_depth)``, or, when ``meta`` carries no
         context, ``new(hop, max_depth=max_depth)``: what a callee reads from a request."""
+        if meta.__class__ is dict:
+            child = _exact_hop(meta, hop, max_depth)
+            if child is not None:
+                return child
         fields = _fields_from_meta(meta)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
@@ -220,6 +266,9 @@ class TraceContext:
 
 _Fields = tuple[str, str, int, tuple[str, ...], int]
 
+# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id), for the kernel's own values.
+_trace_context = frozen_builder(TraceContext)
+
 
 def _hop(
     trace_id: str, span_id: str, depth: int, path: tuple[str, ...], limit: int, hop: str, max_depth: int | None
@@ -230,7 +279,7 @@ def _hop(
     path = path + (hop,)
     if len(path) > limit or depth + 1 > limit:
         raise RecursionLimitExceeded(path, limit)
-    return TraceContext(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
+    return _trace_context(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
@@ -255,6 +304,35 @@ def _fields_from_meta(meta: Any) -> _Fields | None:
     if parent is None and depth is None and not path:
         return None
     return _assemble_fields(parent, None, depth, path, max_depth)
+
+
+def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceContext | None:
+    """``_hop(*_fields_from_meta(meta), hop, max_depth)`` for a context exactly as
+    ``to_meta`` writes it (a valid lowercase ``traceparent``, int depth and max depth, a
+    list of clean hops no longer than the depth), read in one pass; None for anything
+    else, which the general parser then reads."""
+    traceparent = meta.get(META_TRACEPARENT)
+    depth = meta.get(META_DEPTH)
+    path = meta.get(META_PATH)
+    limit = meta.get(META_MAX_DEPTH)
+    if (
+        traceparent.__class__ is not str
+        or depth.__class__ is not int
+        or path.__class__ is not list
+        or limit.__class__ is not int
+        or not 0 < len(path) <= depth < _BIG
+        or not 0 < limit < _BIG
+        or len(path) > _MAX_PATH_ITEMS
+        or _TRACEPARENT.match(traceparent) is None
+    ):
+        return None
+    for v in path:
+        if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
+            return None
+    trace_id, span_id = traceparent[3:35], traceparent[36:52]
+    if trace_id == "0" * 32 or span_id == "0" * 16:
+        return None
+    return _hop(trace_id, span_id, depth, tuple(path), limit, hop, max_depth)
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:

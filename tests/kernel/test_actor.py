@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 
@@ -1121,3 +1122,160 @@ async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_t
                 answered.append(await system.ask("w", "X", 0.1, timeout=10))
         assert outer.cancelled_caught and answered == []
         assert system.ref("w").alive
+
+
+# ---- the deadlines of direct asks (one timer for all, not a deadline per cancel scope) -------
+
+
+def sleeper_factory():
+    async def handle(ctx, event):
+        await trio.sleep(event.payload)
+        return event.payload
+
+    return handle
+
+
+async def test_direct_asks_time_out_at_their_own_deadlines_whatever_the_order(autojump_clock):
+    # The timer sleeps until the earliest deadline: a shorter one asked later must lower it.
+    async with open_actor_system() as system:
+        system.spawn("w", sleeper_factory, concurrency=4, direct_asks=True)
+        ended: dict[str, object] = {}
+
+        async def ask(name, timeout):
+            start = trio.current_time()
+            try:
+                await system.ask("w", "X", 100, timeout=timeout)
+            except AskTimeout:
+                ended[name] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, "long", 50.0)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(ask, "short", 2.0)
+            nursery.start_soon(ask, "middle", 10.0)
+        assert ended == pytest.approx({"long": 50.0, "short": 2.0, "middle": 10.0}, abs=0.01)
+        # an answer within the deadline is still an answer, with the timer running
+        assert await system.ask_payload("w", "X", 1, timeout=5.0) == 1
+
+
+async def test_the_deadline_heap_of_direct_asks_stays_bounded():
+    async with open_actor_system() as system:
+        system.spawn("w", sleeper_factory, concurrency=2, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+            # one ask stays in flight: the entries of the others cannot all be dropped at once
+            nursery.start_soon(functools.partial(system.ask, "w", "X", 60, timeout=120.0))
+            await trio.testing.wait_all_tasks_blocked()
+            for _ in range(2000):
+                assert await system.ask_payload("w", "X", 0, timeout=30.0) == 0
+                # entries of ended asks are dropped once they outnumber twice the live ones
+                assert len(system._ask_deadlines) <= 2 * 2 + 64
+            assert system._asks_live == 1
+            nursery.cancel_scope.cancel()
+        assert system._asks_live == 0
+
+
+async def test_an_ended_direct_ask_lets_go_of_its_event():
+    # Its heap entry may outlive it until the timer's next round: not the request it carried.
+    async with open_actor_system() as system:
+        system.spawn("e", sleeper_factory, concurrency=2, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(functools.partial(system.ask, "e", "X", 60, timeout=120.0))
+            await trio.testing.wait_all_tasks_blocked()
+            await system.ask("e", "X", 0, timeout=30.0)
+            ended = [ask for _, _, ask in system._ask_deadlines if ask.done]
+            assert len(ended) == 1 and ended[0].event is None
+            nursery.cancel_scope.cancel()
+        assert system._ask_deadlines == []  # once none is live, none is kept
+
+
+async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline():
+    # Shutting down stops the timer; the asks it watched get their deadlines back in their
+    # scopes (the shutdown's grace period is longer here).
+    outcome = []
+
+    async def ask(system):
+        start = trio.current_time()
+        try:
+            await system.ask("w", "X", 100, timeout=0.3)
+        except AskTimeout:
+            outcome.append(trio.current_time() - start)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer:
+            async with open_actor_system(shutdown_timeout_s=20) as system:
+                system.spawn("w", sleeper_factory, direct_asks=True)
+                outer.start_soon(ask, system)
+                await trio.testing.wait_all_tasks_blocked()
+    assert len(outcome) == 1 and outcome[0] < 5
+
+
+async def test_a_direct_handler_cancelled_by_its_actors_stop_is_not_a_timeout():
+    async with open_actor_system() as system:
+        system.spawn("w", sleeper_factory, direct_asks=True)
+        async with trio.open_nursery() as nursery:
+            errors = []
+
+            async def ask():
+                try:
+                    await system.ask("w", "X", 100, timeout=30.0)
+                except ActorStopped as exc:
+                    errors.append(exc)
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            await system.stop("w", timeout=0.05)
+        assert len(errors) == 1 and "cancelled while handling" in str(errors[0])
+
+
+async def test_an_actor_spawned_by_a_direct_handler_can_stop_itself_at_once(autojump_clock):
+    # Regression guard: a task spawned from a direct handler copies its context, the direct
+    # ask included; the new actor's worker must not take itself for the asker's actor (its
+    # own stop would then wait for itself).
+    async def quitter(ctx, event):
+        await ctx.system.stop(ctx.name)
+        return "bye"
+
+    async with open_actor_system(shutdown_timeout_s=30) as system:
+
+        def spawner_factory():
+            async def spawn_quitter(ctx, event):
+                ctx.system.spawn("quitter", lambda: quitter)
+                return "spawned"
+
+            return spawn_quitter
+
+        system.spawn("spawner", spawner_factory, direct_asks=True)
+        assert await system.ask_payload("spawner", "X") == "spawned"
+        start = trio.current_time()
+        assert await system.ask_payload("quitter", "X", timeout=60) == "bye"
+        assert trio.current_time() == start
+
+
+async def test_direct_asks_keep_their_deadlines_after_the_systems_nursery_is_cancelled(autojump_clock):
+    # Regression (review): the shared deadline timer died with the nursery, and an ask made
+    # afterwards (shielded, to a still-running actor) waited for its handler, not its timeout.
+    def factory():
+        async def handle(ctx, event):
+            if event.kind == "BUSY":
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(1000)
+                return "busy done"
+            await trio.sleep(event.payload)
+            return event.payload
+
+        return handle
+
+    waited = []
+    with trio.CancelScope() as outer:
+        async with open_actor_system(shutdown_timeout_s=1) as system:
+            system.spawn("w", factory, concurrency=2, direct_asks=True)
+            await system.ref("w").tell("BUSY", None)
+            await trio.testing.wait_all_tasks_blocked()
+            await system.ask("w", "X", 0, timeout=5)  # starts the deadline timer
+            outer.cancel()
+            with trio.CancelScope(shield=True):
+                start = trio.current_time()
+                with pytest.raises(AskTimeout):
+                    await system.ask("w", "X", 100, timeout=1.0)
+                waited.append(trio.current_time() - start)
+    assert waited == [pytest.approx(1.0, abs=0.01)]

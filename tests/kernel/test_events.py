@@ -25,6 +25,15 @@ def test_event_defaults_and_unique_ids():
     assert len(ids) == 10_000
 
 
+def test_event_ids_are_a_process_prefix_and_a_counter_of_sixteen_hex_digits():
+    from roost.kernel._events import new_event_id
+
+    first, second, third = new_event_id(), Event("X", "s").id, new_event_id()
+    assert all(re.fullmatch(r"[0-9a-f]{32}", i) for i in (first, second, third))
+    assert first[:16] == second[:16] == third[:16]
+    assert int(first[16:], 16) + 1 == int(second[16:], 16) == int(third[16:], 16) - 1
+
+
 def test_event_is_frozen():
     event = Event("X", "s")
     with pytest.raises(attrs.exceptions.FrozenInstanceError):

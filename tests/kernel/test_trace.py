@@ -318,3 +318,197 @@ def test_ids_made_on_many_threads_at_once_never_repeat():
     ids = [i for out in made for i in out]
     assert len(set(ids)) == len(ids) == 4 * 20_001
     assert all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+
+
+# ---- the fast paths: ids, reading a context written by to_meta, frozen builders ------------
+
+
+def test_the_random_pool_never_hands_out_an_all_zero_span_id(monkeypatch):
+    from roost.kernel import _trace
+
+    # Every other 8-byte chunk of this "random" batch is zero.
+    batch = (bytes(8) + bytes(range(1, 9))) * (_trace._RANDOM_BATCH // 16)
+    monkeypatch.setattr(_trace.os, "urandom", lambda n: batch[:n])
+    monkeypatch.setattr(_trace, "_random_chunks", iter(()))
+    drawn = [_trace._random_hex() for _ in range(_trace._RANDOM_BATCH // 16)]
+    assert set(drawn) == {"0102030405060708"}
+    assert _trace._new_span_id() == "0102030405060708"  # the next batch, the same way
+
+
+def _parse_traceparent(value):
+    from roost.kernel._trace import _parse_traceparent
+
+    return _parse_traceparent(value)
+
+
+def _reference_hop(meta, hop, max_depth):
+    """What for_hop did before its fast path: the general parser, then _hop."""
+    from roost.kernel._trace import _fields_from_meta, _hop
+
+    fields = _fields_from_meta(meta)
+    return None if fields is None else _hop(*fields, hop, max_depth)
+
+
+def _same_hop(a: TraceContext, b: TraceContext) -> bool:
+    # The new span id is random: everything else must match.
+    return (a.trace_id, a.depth, a.path, a.max_depth, a.parent_span_id) == (
+        b.trace_id,
+        b.depth,
+        b.path,
+        b.max_depth,
+        b.parent_span_id,
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {META_TRACEPARENT: "00-" + "A" * 32 + "-" + "b" * 16 + "-01"},  # upper case: normalised
+        {META_TRACEPARENT: " 00-" + "a" * 32 + "-" + "b" * 16 + "-01 "},
+        {META_TRACEPARENT: "00-" + "0" * 32 + "-" + "b" * 16 + "-01"},  # invalid ids: a new trace
+        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "0" * 16 + "-01"},
+        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01\n"},
+        {META_TRACEPARENT: 7},
+        {META_DEPTH: "2"},
+        {META_DEPTH: True},
+        {META_DEPTH: 1},  # less than the path: the path counts
+        {META_DEPTH: 10**6},
+        {META_DEPTH: -1},
+        {META_PATH: ("a", "b")},
+        {META_PATH: ["a", " b"]},
+        {META_PATH: ["a", ""]},
+        {META_PATH: ["a", "x" * 200]},
+        {META_PATH: ["a", 3]},
+        {META_PATH: []},
+        {META_PATH: ["h"] * 70, META_DEPTH: 70},
+        {META_MAX_DEPTH: 0},
+        {META_MAX_DEPTH: "9"},
+        {META_MAX_DEPTH: 10**6},
+        {META_MAX_DEPTH: None},
+    ],
+)
+def test_for_hop_reads_every_meta_as_the_general_parser_does(change):
+    meta = {
+        META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        META_DEPTH: 2,
+        META_PATH: ["a", "b"],
+        META_MAX_DEPTH: 9,
+    }
+    meta.update(change)
+    for max_depth in (3, 100):
+        try:
+            expected = _reference_hop(meta, "c", max_depth)
+        except RecursionLimitExceeded as exc:
+            with pytest.raises(RecursionLimitExceeded) as info:
+                TraceContext.for_hop(meta, "c", max_depth=max_depth)
+            assert (info.value.path, info.value.max_depth) == (exc.path, exc.max_depth)
+            continue
+        got = TraceContext.for_hop(meta, "c", max_depth=max_depth)
+        if expected is None:
+            assert got.depth == 1 and got.path == ("c",)
+        elif _parse_traceparent(meta[META_TRACEPARENT]) is None:
+            # no valid parent: each starts a trace id (and parent span) of its own
+            assert (got.depth, got.path, got.max_depth) == (expected.depth, expected.path, expected.max_depth)
+        else:
+            assert _same_hop(got, expected)
+
+
+def test_for_hop_of_what_to_meta_wrote_is_the_child():
+    ctx = chain("a", "b", max_depth=7)
+    got = TraceContext.for_hop(ctx.to_meta(), "c", max_depth=9)
+    assert _same_hop(got, ctx.child("c", max_depth=9)) and got.parent_span_id == ctx.span_id
+
+
+def test_frozen_builders_make_what_the_class_makes():
+    from roost.kernel import Event, ToolResult
+    from roost.kernel._actor import _event
+    from roost.kernel._agent import AgentReply, _agent_reply
+    from roost.kernel._kernel import _tool_result
+    from roost.kernel._loop import (
+        CompletionRequest,
+        LoopResult,
+        Message,
+        Usage,
+        _loop_result,
+        message_of,
+        request_of,
+    )
+    from roost.kernel._trace import _trace_context
+
+    ctx = TraceContext.new("a")
+    cases = [
+        (_trace_context, TraceContext, ("t" * 32, "s" * 16, 2, ("a", "b"), 5, "p" * 16)),
+        (message_of, Message, ("user", "hi", (), None, None, False, frozenset())),
+        (request_of, CompletionRequest, ("a", "sys", (), (), "m", {"t": 1})),
+        (_loop_result, LoopResult, ("x", (), 1, "end_turn", Usage(1, 2), False)),
+        (_agent_reply, AgentReply, ("a", "x", "", "t", False, 1, "end_turn", ())),
+        (_tool_result, ToolResult, (({"type": "text", "text": "x"},), None, False, frozenset())),
+        (_event, Event, ("K", "a", "b", {"p": 1}, ctx, "id", None, 1.5)),
+    ]
+    for build, cls, values in cases:
+        assert build is not cls, cls  # the fast path is in use
+        made = build(*values)
+        assert type(made) is cls and made == cls(*values) and repr(made) == repr(cls(*values))
+        with pytest.raises(AttributeError):  # still frozen
+            made.__setattr__(attrs_fields(cls)[0], None)
+
+
+def attrs_fields(cls):
+    import attrs
+
+    return [f.name for f in attrs.fields(cls)]
+
+
+def test_a_frozen_builder_of_a_class_that_checks_its_values_is_the_class():
+    import attrs
+    from roost.kernel._trace import frozen_builder
+
+    @attrs.frozen
+    class Checked:
+        x: int = attrs.field(validator=attrs.validators.instance_of(int))
+
+    @attrs.frozen
+    class Converted:
+        x: int = attrs.field(converter=int)
+
+    @attrs.frozen
+    class PostInit:
+        x: int
+
+        def __attrs_post_init__(self) -> None:
+            pass
+
+    @attrs.frozen(slots=False)
+    class NoSlots:
+        x: int
+
+    @attrs.frozen(cache_hash=True)
+    class CachedHash:
+        x: int
+
+    @attrs.frozen
+    class Base:
+        x: int
+
+    @attrs.frozen
+    class Derived(Base):
+        y: int
+
+    @attrs.frozen(init=False)
+    class OwnInit:  # regression (review): a hand-written __init__ was skipped by the builder
+        x: int
+
+        def __init__(self, x: int) -> None:
+            self.__attrs_init__(x * 2)
+
+    @attrs.frozen
+    class OwnNew:
+        x: int
+
+        def __new__(cls, *args, **kwargs):
+            return super().__new__(cls)
+
+    for cls in (Checked, Converted, PostInit, NoSlots, CachedHash, Derived, OwnInit, OwnNew):
+        assert frozen_builder(cls) is cls
+    assert frozen_builder(OwnInit)(2).x == 4
