@@ -593,9 +593,7 @@ class ActorSystem:
         coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
         if timeout.__class__ is not float or not 0 < timeout < math.inf:
             timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
-        actor = self._actors.get(target) if target.__class__ is str else None
-        if actor is None or actor.stop_cause is not None:
-            actor = self._lookup(target)  # raises, naming what is wrong
+        actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
         # Nothing queued ahead of it: the handler runs right here, in the asker's task, as

@@ -74,8 +74,9 @@ _AUDIT_ARGS_MAX = 4_000  # within the store's MAX_AUDIT_CHARS: its converter wou
 _AUDIT_FIELDS = ("ts", "trace_id", "span_id", "agent", "tool", "arguments", "duration_ms", "outcome", "error", "session_id")
 
 
-# The validators and converters the fast path in ``_audit_record`` does the work of
-# itself (non-empty agent and tool, a known outcome, arguments within the limit, no error).
+# The validators and converters whose work ``_audit_record`` does itself before it takes
+# the builder (non-empty agent and tool, a known outcome, arguments within the limit, no
+# error text to cut).
 _AUDIT_CHECKS = {
     "agent": (_required_text, None),
     "tool": (_required_text, None),
@@ -85,22 +86,15 @@ _AUDIT_CHECKS = {
 }
 
 
-def _audit_slot_setters() -> tuple[Callable[[Any, Any], None], ...] | None:
-    """The slot setters of ``AuditRecord``'s fields in ``_AUDIT_FIELDS`` order, or None when
-    the class no longer has exactly those slotted fields with exactly the checks the fast
-    path knows (then every record is validated)."""
-    fields = attrs.fields(AuditRecord)
-    if tuple(f.name for f in fields) != _AUDIT_FIELDS or any(
-        (f.validator, f.converter) != _AUDIT_CHECKS.get(f.name, (None, None)) for f in fields
-    ):
-        return None
-    try:
-        return tuple(AuditRecord.__dict__[name].__set__ for name in _AUDIT_FIELDS)
-    except (KeyError, AttributeError):
-        return None
+def _audit_builder() -> Callable[..., AuditRecord]:
+    """AuditRecord's builder (values in ``_AUDIT_FIELDS`` order); the class itself, so that
+    every record is validated, when its fields or their checks are no longer these."""
+    if tuple(f.name for f in attrs.fields(AuditRecord)) != _AUDIT_FIELDS:
+        return AuditRecord
+    return frozen_builder(AuditRecord, checked_by_caller=_AUDIT_CHECKS)
 
 
-_audit_setters = _audit_slot_setters()
+_build_audit = _audit_builder()
 
 
 def _audit_json_encoder() -> Callable[[Any], str]:
@@ -409,9 +403,7 @@ class Kernel:
         Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
         so that the agentic loop can stop.
         """
-        manifest = self.agents.get(agent)
-        if manifest is None or agent in self.agent_errors:
-            manifest = self._require_agent(agent)  # raises, saying why
+        manifest = self._require_agent(agent)
         started = time.monotonic()
         trace = call.trace
         outcome = "ok"
@@ -506,17 +498,14 @@ class Kernel:
             )
         if plan.asks is not None:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
-            # and the kernel's own handler needs no ToolContext. Failures as _invoke has them
-            # (one coroutine less).
+            # and the kernel's own handler needs no ToolContext. Awaited here, not through
+            # _invoke (one coroutine less), with the same handling of failures.
             try:
                 result = await self._ask_agent(plan.asks, spec, call, manifest.name, plan.timeout_s, outputs)
             except (ToolError, LoopDetected):
                 raise
-            except RoostError as exc:
-                result = ToolResult.error(str(exc))
             except Exception as exc:
-                log.exception("tool %s raised", spec.name)
-                result = ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+                result = _failure_result(spec, exc)
         else:
             if context is None:
                 context = self._context(manifest, plan, call.trace, outputs)
@@ -572,9 +561,20 @@ class Kernel:
         except (TypeError, ValueError):
             args = repr(call.arguments)
         tool = call.name
-        setters = _audit_setters
+        values = (
+            time.time(),
+            trace.trace_id if trace else None,
+            trace.span_id if trace else None,
+            agent,
+            tool,
+            args[:_AUDIT_ARGS_MAX],
+            duration_ms,
+            outcome,
+            error,
+            conversation.session_id if conversation else None,
+        )
         if (
-            setters is None
+            _build_audit is AuditRecord
             or error is not None
             or agent.__class__ is not str
             or tool.__class__ is not str
@@ -582,31 +582,8 @@ class Kernel:
             or not tool
             or outcome not in OUTCOMES
         ):
-            return AuditRecord(
-                ts=time.time(),
-                trace_id=trace.trace_id if trace else None,
-                span_id=trace.span_id if trace else None,
-                agent=agent,
-                tool=tool,
-                arguments=args[:_AUDIT_ARGS_MAX],
-                duration_ms=duration_ms,
-                outcome=outcome,
-                error=error,
-                session_id=conversation.session_id if conversation else None,
-            )
-        record = object.__new__(AuditRecord)
-        set_ts, set_trace, set_span, set_agent, set_tool, set_args, set_duration, set_outcome, set_error, set_session = setters
-        set_ts(record, time.time())
-        set_trace(record, trace.trace_id if trace else None)
-        set_span(record, trace.span_id if trace else None)
-        set_agent(record, agent)
-        set_tool(record, tool)
-        set_args(record, args[:_AUDIT_ARGS_MAX])
-        set_duration(record, duration_ms)
-        set_outcome(record, outcome)
-        set_error(record, None)
-        set_session(record, conversation.session_id if conversation else None)
-        return record
+            return AuditRecord(**dict(zip(_AUDIT_FIELDS, values, strict=True)))
+        return _build_audit(*values)
 
     def add_tool(self, tool: Tool) -> None:
         """Register a tool while running (e.g. discovered on an MCP server).
@@ -753,11 +730,18 @@ async def _invoke(spec: ToolSpec, handler: Callable[..., Awaitable[Any]], *args:
         return await handler(*args)
     except (ToolError, LoopDetected):
         raise
-    except RoostError as exc:
+    except Exception as exc:
+        return _failure_result(spec, exc)
+
+
+def _failure_result(spec: ToolSpec, exc: Exception) -> ToolResult:
+    """The error result of the tool ``spec`` that raised ``exc`` (call it in the ``except``
+    clause, so that a crash is logged with its traceback): a buggy tool must not take the
+    agent down."""
+    if isinstance(exc, RoostError):
         return ToolResult.error(str(exc))
-    except Exception as exc:  # a buggy tool must not take the agent down
-        log.exception("tool %s raised", spec.name)
-        return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+    log.exception("tool %s raised", spec.name)
+    return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
 
 
 def _timed_out(spec: ToolSpec, timeout_s: float) -> ToolTimeout:
@@ -783,7 +767,7 @@ def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> No
 
 def result_from_jsonrpc(response: Any) -> ToolResult:
     """Turn an MCP ``tools/call`` JSON-RPC response into a ToolResult."""
-    if response.__class__ is not dict and not is_mapping(response):
+    if not is_mapping(response):
         return ToolResult.error("peer returned a malformed response")
     if "error" in response:
         err = response.get("error") or {}
@@ -793,16 +777,16 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
             raise RecursionLimitExceeded(data.get("path") or (), int(data.get("max_depth") or 0))
         return ToolResult.error(str(message))
     result = response.get("result")
-    if result.__class__ is not dict and not is_mapping(result):
+    if not is_mapping(result):
         return ToolResult.error("peer returned a response without a result")
     blocks = result.get("content") or ()
     for block in blocks:
-        if block.__class__ is not dict and not is_mapping(block):
+        if not is_mapping(block):
             blocks = [b for b in blocks if is_mapping(b)]
             break
     content = tuple(blocks)
     structured = result.get("structuredContent")
-    if structured is not None and structured.__class__ is not dict and not is_mapping(structured):
+    if structured is not None and not is_mapping(structured):
         structured = None
     return _tool_result(content, structured, bool(result.get("isError", False)), NO_TAINT)
 

@@ -114,14 +114,19 @@ def new_call_id() -> str:
 _T = TypeVar("_T")
 
 
-def frozen_builder(cls: type[_T]) -> Callable[..., _T]:
+def frozen_builder(
+    cls: type[_T], *, checked_by_caller: Mapping[str, tuple[Any, Any]] | None = None
+) -> Callable[..., _T]:
     """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, made
     without the class call and attrs' ``__init__``: the values go straight into the slots.
     For the kernel's hot paths (each field costs attrs' ``__init__`` a generic setattr; the
     class call itself costs as much as three fields). Defaults and factories do not apply;
     a class whose ``__init__`` does more (its own ``__init__`` or ``__new__``, a validator, a
     converter, an ``__attrs_*_init__``, a slot of its own such as a cached hash, a base
-    class) gets ``cls`` itself."""
+    class) gets ``cls`` itself. ``checked_by_caller``: field name → the (validator,
+    converter) whose work every caller of the builder does itself; exactly that pair is
+    skipped (any other still makes ``cls`` the answer)."""
+    known = checked_by_caller or {}
     fields = attrs.fields(cls)
     init = cls.__dict__.get("__init__")
     plain = (
@@ -131,7 +136,7 @@ def frozen_builder(cls: type[_T]) -> Callable[..., _T]:
         and getattr(getattr(init, "__code__", None), "co_filename", "").startswith("<attrs generated")
         and set(getattr(cls, "__slots__", ("__dict__",))) <= {f.name for f in fields} | {"__weakref__"}
         and not any(hasattr(cls, hook) for hook in ("__attrs_pre_init__", "__attrs_post_init__"))
-        and all(f.init and f.validator is None and f.converter is None for f in fields)
+        and all(f.init and (f.validator, f.converter) == known.get(f.name, (None, None)) for f in fields)
     )
     setters = [getattr(cls.__dict__.get(f.name), "__set__", None) for f in fields]
     if not plain or None in setters:
@@ -189,7 +194,7 @@ class TraceContext:
     # ---- MCP params._meta -------------------------------------------------------
     def to_meta(self) -> dict[str, Any]:
         return {
-            META_TRACEPARENT: f"00-{self.trace_id}-{self.span_id}-01",  # self.traceparent
+            META_TRACEPARENT: self.traceparent,
             META_DEPTH: self.depth,
             META_PATH: list(self.path),
             META_MAX_DEPTH: self.max_depth,

@@ -727,10 +727,10 @@ def test_the_kernel_builds_audit_records_through_the_store_classs_own_slots():
     # store's AuditRecord changes its fields, that shortcut turns itself off (and this fails).
     import attrs
     from roost.kernel import AuditRecord
-    from roost.kernel._kernel import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _audit_setters
+    from roost.kernel._kernel import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _build_audit
     from roost.kernel._store import MAX_AUDIT_CHARS
 
-    assert _audit_setters is not None
+    assert _build_audit is not AuditRecord
     assert tuple(f.name for f in attrs.fields(AuditRecord)) == _AUDIT_FIELDS
     assert _AUDIT_ARGS_MAX <= MAX_AUDIT_CHARS
 
@@ -749,7 +749,7 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
     real = attrs.fields
     fields = [f.evolve(validator=positive) if f.name == "duration_ms" else f for f in real(AuditRecord)]
     monkeypatch.setattr(attrs, "fields", lambda cls: fields if cls is AuditRecord else real(cls))
-    assert _kernel._audit_slot_setters() is None
+    assert _kernel._audit_builder() is AuditRecord
 
 
 async def test_audit_records_of_the_kernel_equal_the_validated_ones_and_bad_values_still_fail(config):
