@@ -1,128 +1,204 @@
 """roost.kernel — the microkernel: events, actors, trace, tools, policy, manifests, loop.
 
-Import public names from here; the ``_name`` modules are private.
+Import public names from here; the ``_name`` modules are private. A name's module loads on
+first use (PEP 562), so a process pays only for the parts it touches: ``roost mcp`` answers
+``initialize`` before the agent loop, the store and the manifests are imported.
 """
 
-from . import _jsonrpc as jsonrpc
-from ._actor import (
-    ActorContext,
-    ActorHandler,
-    ActorRef,
-    ActorSystem,
-    RestartPolicy,
-    open_actor_system,
-    reply_kind,
-)
-from ._agent import AgentReply, AgentRuntime
-from ._config import (
-    AgentsConfig,
-    HttpConfig,
-    KernelConfig,
-    PluginsConfig,
-    RoostConfig,
-    TaintConfig,
-    ToolsConfig,
-    default_config,
-    find_config_file,
-    load_config,
-)
-from ._errors import (
-    ActorCrashed,
-    ActorError,
-    ActorStopped,
-    AgentNotFound,
-    AskTimeout,
-    ConfigError,
-    LoopDetected,
-    MailboxFull,
-    ManifestError,
-    PluginError,
-    RecursionLimitExceeded,
-    RoostError,
-    SandboxError,
-    TaintViolation,
-    ToolArgumentsInvalid,
-    ToolDenied,
-    ToolError,
-    ToolNameCollision,
-    ToolNotFound,
-    ToolTimeout,
-    is_mapping,
-    json_type_name,
-)
-from ._events import Event, EventKind, EventTap
-from ._hookspecs import (
-    ENTRY_POINT_GROUP,
-    McpServerDescriptor,
-    ProviderDescriptor,
-    RouteDescriptor,
-    ServiceDescriptor,
-    ToolVeto,
-    hookimpl,
-    hookspec,
-)
-from ._jsonrpc import Correlator, Dispatcher, JsonRpcError
-from ._kernel import Kernel, open_kernel, result_from_jsonrpc
-from ._loop import (
-    Completion,
-    CompletionRequest,
-    LoopResult,
-    Message,
-    Provider,
-    StreamDelta,
-    Usage,
-    run_loop,
-)
-from ._manifest import (
-    A2AConfig,
-    A2ASkill,
-    AgentCapabilities,
-    AgentLimits,
-    AgentManifest,
-    McpExposure,
-    ModelConfig,
-    ModelRef,
-    ModelScript,
-    ScriptCall,
-    ScriptRule,
-    ScriptStep,
-    bundled_agents_dir,
-    load_agents,
-    load_manifest,
-    parse_manifest,
-    validate_files,
-)
-from ._manifest import schema as manifest_schema
-from ._netguard import AddressPins, PinnedTarget, UrlRefused, check_url, classify_address, pin_url
-from ._outputs import MAX_FILE_BYTES, Output, OutputPart, Outputs, outputs_to_json
-from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
-from ._plugins import PluginFailure, PluginManager
-from ._policy import (
-    Capabilities,
-    Exposure,
-    LoopGuard,
-    TaintTracker,
-    ToolSchemaInvalid,
-    check_ping_pong,
-    resolve_timeout,
-    truncate,
-    truncate_result,
-    validate_arguments,
-)
-from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
-from ._tools import (
-    TAINT_UNTRUSTED,
-    Tool,
-    ToolCall,
-    ToolContext,
-    ToolRegistry,
-    ToolResult,
-    ToolSpec,
-    agent_tool_name,
-    namespaced,
-    normalise_name,
-)
-from ._trace import DEFAULT_MAX_DEPTH, TraceContext
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` below says the same
+    from . import _jsonrpc as jsonrpc
+    from ._actor import (
+        ActorContext,
+        ActorHandler,
+        ActorRef,
+        ActorSystem,
+        RestartPolicy,
+        open_actor_system,
+        reply_kind,
+    )
+    from ._agent import AgentReply, AgentRuntime
+    from ._config import (
+        AgentsConfig,
+        HttpConfig,
+        KernelConfig,
+        PluginsConfig,
+        RoostConfig,
+        TaintConfig,
+        ToolsConfig,
+        default_config,
+        find_config_file,
+        load_config,
+    )
+    from ._deadlines import DeadlineTimer
+    from ._errors import (
+        ActorCrashed,
+        ActorError,
+        ActorStopped,
+        AgentNotFound,
+        AskTimeout,
+        ConfigError,
+        LoopDetected,
+        MailboxFull,
+        ManifestError,
+        PluginError,
+        RecursionLimitExceeded,
+        RoostError,
+        SandboxError,
+        TaintViolation,
+        ToolArgumentsInvalid,
+        ToolDenied,
+        ToolError,
+        ToolNameCollision,
+        ToolNotFound,
+        ToolTimeout,
+        is_mapping,
+        json_type_name,
+    )
+    from ._events import Event, EventKind, EventTap
+    from ._hookspecs import (
+        ENTRY_POINT_GROUP,
+        McpServerDescriptor,
+        ProviderDescriptor,
+        RouteDescriptor,
+        ServiceDescriptor,
+        ToolVeto,
+        hookimpl,
+        hookspec,
+    )
+    from ._jsonrpc import Correlator, Dispatcher, JsonRpcError
+    from ._kernel import Kernel, open_kernel, result_from_jsonrpc
+    from ._loop import (
+        Completion,
+        CompletionRequest,
+        LoopResult,
+        Message,
+        Provider,
+        StreamDelta,
+        Usage,
+        run_loop,
+    )
+    from ._manifest import (
+        A2AConfig,
+        A2ASkill,
+        AgentCapabilities,
+        AgentLimits,
+        AgentManifest,
+        McpExposure,
+        ModelConfig,
+        ModelRef,
+        ModelScript,
+        ScriptCall,
+        ScriptRule,
+        ScriptStep,
+        bundled_agents_dir,
+        load_agents,
+        load_manifest,
+        parse_manifest,
+        validate_files,
+    )
+    from ._manifest import schema as manifest_schema
+    from ._netguard import (
+        AddressPins,
+        PinnedTarget,
+        UrlRefused,
+        check_url,
+        classify_address,
+        pin_url,
+    )
+    from ._outputs import MAX_FILE_BYTES, Output, OutputPart, Outputs, outputs_to_json
+    from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
+    from ._plugins import PluginFailure, PluginManager
+    from ._policy import (
+        Capabilities,
+        Exposure,
+        LoopGuard,
+        TaintTracker,
+        ToolSchemaInvalid,
+        check_ping_pong,
+        resolve_timeout,
+        truncate,
+        truncate_result,
+        validate_arguments,
+    )
+    from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+    from ._tools import (
+        TAINT_UNTRUSTED,
+        Tool,
+        ToolCall,
+        ToolContext,
+        ToolRegistry,
+        ToolResult,
+        ToolSpec,
+        agent_tool_name,
+        namespaced,
+        normalise_name,
+    )
+    from ._trace import DEFAULT_MAX_DEPTH, TraceContext
+
+# Each public name → (its private module, its name there; "" for the module itself). The
+# imports above, this table and ``__all__`` list the same names (tests/kernel/test_init.py).
+_PUBLIC: dict[str, tuple[str, str]] = {
+    "jsonrpc": ("_jsonrpc", ""),
+    "manifest_schema": ("_manifest", "schema"),
+}
+for _module, _names in (
+    (
+        "_actor",
+        "ActorContext ActorHandler ActorRef ActorSystem RestartPolicy open_actor_system "
+        "reply_kind",
+    ),
+    ("_agent", "AgentReply AgentRuntime"),
+    (
+        "_config",
+        "AgentsConfig HttpConfig KernelConfig PluginsConfig RoostConfig TaintConfig "
+        "ToolsConfig default_config find_config_file load_config",
+    ),
+    ("_deadlines", "DeadlineTimer"),
+    (
+        "_errors",
+        "ActorCrashed ActorError ActorStopped AgentNotFound AskTimeout ConfigError "
+        "LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
+        "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
+        "ToolNameCollision ToolNotFound ToolTimeout is_mapping json_type_name",
+    ),
+    ("_events", "Event EventKind EventTap"),
+    (
+        "_hookspecs",
+        "ENTRY_POINT_GROUP McpServerDescriptor ProviderDescriptor RouteDescriptor "
+        "ServiceDescriptor ToolVeto hookimpl hookspec",
+    ),
+    ("_jsonrpc", "Correlator Dispatcher JsonRpcError"),
+    ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
+    ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
+    (
+        "_manifest",
+        "A2AConfig A2ASkill AgentCapabilities AgentLimits AgentManifest McpExposure "
+        "ModelConfig ModelRef ModelScript ScriptCall ScriptRule ScriptStep bundled_agents_dir "
+        "load_agents load_manifest parse_manifest validate_files",
+    ),
+    ("_netguard", "AddressPins PinnedTarget UrlRefused check_url classify_address pin_url"),
+    ("_outputs", "MAX_FILE_BYTES Output OutputPart Outputs outputs_to_json"),
+    ("_paths", "data_dir database_path resolve_data_dir workspaces_dir"),
+    ("_plugins", "PluginFailure PluginManager"),
+    (
+        "_policy",
+        "Capabilities Exposure LoopGuard TaintTracker ToolSchemaInvalid check_ping_pong "
+        "resolve_timeout truncate truncate_result validate_arguments",
+    ),
+    ("_store", "AuditRecord SqliteStore Store StoredMessage StoreError open_store"),
+    (
+        "_tools",
+        "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
+        "agent_tool_name namespaced normalise_name",
+    ),
+    ("_trace", "DEFAULT_MAX_DEPTH TraceContext"),
+):
+    for _name in _names.split():
+        _PUBLIC[_name] = (_module, _name)
+del _module, _names, _name
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -182,6 +258,7 @@ __all__ = [
     "RestartPolicy",
     "open_actor_system",
     "reply_kind",
+    "DeadlineTimer",
     # JSON-RPC (the full sans-I/O API is the ``jsonrpc`` namespace)
     "Correlator",
     "Dispatcher",
@@ -260,3 +337,23 @@ __all__ = [
     "is_mapping",
     "json_type_name",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """Load a public name's module on first use."""
+    try:
+        module_name, attribute = _PUBLIC[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    try:
+        module = _importlib.import_module(f".{module_name}", __name__)
+        value = getattr(module, attribute) if attribute else module
+    except AttributeError as exc:
+        # Not an AttributeError: Python would report it as "no such name", losing the cause.
+        raise ImportError(f"{__name__}.{name}: loading {__name__}.{module_name} failed: {exc!r}") from exc
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import contextvars
 import difflib
-import heapq
 import itertools
 import logging
 import math
+import operator
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._deadlines import DeadlineTimer
 from ._errors import (
     ActorCrashed,
     ActorError,
@@ -36,7 +37,8 @@ from ._errors import (
     MailboxFull,
 )
 from ._events import Event, EventKind, EventTap, new_event_id
-from ._trace import TraceContext, frozen_builder
+from ._frozen import frozen_builder
+from ._trace import TraceContext
 
 log = logging.getLogger("roost.actor")
 
@@ -251,8 +253,19 @@ def _running_actor() -> _Actor | None:
 # How long an ending actor waits for handlers running in askers' tasks to unwind after
 # their cancellation (they are cancelled, so this only bounds a handler that shields).
 _INLINE_EXIT_S = 5.0
-# Entries of ended asks the deadline heap may hold beyond twice the asks in flight.
-_DEADLINE_HEAP_SLACK = 64
+
+
+# What the deadline timer of direct asks (``ActorSystem._ask_timer``) does with an ask: it
+# has ended; its deadline has passed; the timer has stopped, so its scope keeps it.
+_ask_ended = operator.attrgetter("done")
+
+
+def _expire_ask(ask: DirectAsk) -> None:
+    ask.scope.cancel()
+
+
+def _hand_back_deadline(ask: DirectAsk, deadline: float) -> None:
+    ask.scope.deadline = min(ask.scope.deadline, deadline)
 
 
 class _ReplySlot:
@@ -376,16 +389,16 @@ class ActorSystem:
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
         self._closing: str | None = None
-        # The deadlines of direct asks, kept by one timer task (``_expire_asks``) instead of
-        # each ask's cancel scope: handing a deadline to Trio cost a fifth of the scope. A
-        # heap of (deadline, number, ask); an ended ask's entry stays until it reaches the
-        # top, or until ended ones outnumber twice the live ones and the heap is rebuilt.
-        self._ask_deadlines: list[tuple[float, int, DirectAsk]] = []
+        # The deadlines of direct asks, kept by one timer task instead of each ask's cancel
+        # scope (its Trio deadline is only a stopping actor's). When the timer stops (the
+        # system shuts down, or its nursery is cancelled from outside), the asks in flight,
+        # and later ones, get their deadlines back on their scopes.
+        self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
+            nursery, _ask_ended, _expire_ask, hand_back=_hand_back_deadline, name="actors:ask-deadlines"
+        )
+        self._ask_deadlines = self._ask_timer.entries  # (deadline, number, ask)
         self._ask_numbers = itertools.count()
         self._asks_live = 0
-        self._ask_timer: trio.CancelScope | None = None
-        self._ask_timer_at = math.inf  # the timer's deadline (a scope's property is slower)
-        self._ask_timer_stopped = False
 
     # ---- lifecycle ----------------------------------------------------------------
     def spawn(
@@ -638,7 +651,8 @@ class ActorSystem:
         holding = False
         ask_token = None
         try:
-            self._watch_deadline(direct)
+            self._asks_live += 1
+            self._ask_timer.push(ask_deadline, next(self._ask_numbers), direct, self._asks_live)
             with scope:
                 try:
                     actor.slots.acquire_nowait()
@@ -692,68 +706,6 @@ class ActorSystem:
         reply = self._reply(actor, event, result)
         self.tap.publish(reply)
         return reply if as_event else reply.payload
-
-    def _watch_deadline(self, ask: DirectAsk) -> None:
-        """Have ``ask.scope`` cancelled at ``ask.deadline`` unless the ask ends before: a heap
-        push, not a deadline handed to Trio. Once the timer has stopped (the system is shutting
-        down), the scope gets the deadline itself."""
-        self._asks_live += 1
-        deadline = ask.deadline
-        if self._ask_timer_stopped:
-            ask.scope.deadline = min(ask.scope.deadline, deadline)
-            return
-        heap = self._ask_deadlines
-        if len(heap) >= 2 * self._asks_live + _DEADLINE_HEAP_SLACK:
-            heap[:] = [entry for entry in heap if not entry[2].done]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, next(self._ask_numbers), ask))
-        if self._ask_timer is None:
-            timer = trio.CancelScope(deadline=deadline)
-            self._nursery.start_soon(self._expire_asks, name="actors:ask-deadlines")
-            self._ask_timer, self._ask_timer_at = timer, deadline
-        elif deadline < self._ask_timer_at:
-            self._ask_timer.deadline = self._ask_timer_at = deadline
-
-    async def _expire_asks(self) -> None:
-        """The timer of ``_watch_deadline``: sleeps until the earliest deadline in the heap,
-        cancels the asks past theirs, drops the ended ones, and sleeps again. It ends when
-        the system shuts down (``_shutdown``)."""
-        heap = self._ask_deadlines
-        try:
-            while not self._ask_timer_stopped:
-                assert self._ask_timer is not None
-                with self._ask_timer:
-                    await trio.sleep_forever()
-                now = trio.current_time()
-                while heap:
-                    deadline, _, ask = heap[0]
-                    if ask.done:
-                        heapq.heappop(heap)
-                    elif deadline <= now:
-                        heapq.heappop(heap)
-                        ask.scope.cancel()
-                    else:
-                        break
-                # A scope is entered once; the next round needs a new one.
-                self._ask_timer_at = heap[0][0] if heap else math.inf
-                self._ask_timer = trio.CancelScope(deadline=self._ask_timer_at)
-        finally:
-            # Ended early (the system's nursery was cancelled from outside while asks go
-            # on, e.g. shielded ones): the asks get their deadlines back on their scopes,
-            # and later ones put theirs there too.
-            if not self._ask_timer_stopped:
-                self._stop_deadline_timer()
-
-    def _stop_deadline_timer(self) -> None:
-        """Stop the timer; the direct asks in flight get their deadlines back in their scopes."""
-        self._ask_timer_stopped = True
-        if self._ask_timer is not None:
-            self._ask_timer.cancel()
-        for entry in self._ask_deadlines:
-            ask = entry[2]
-            if not ask.done:
-                ask.scope.deadline = min(ask.scope.deadline, ask.deadline)
-        self._ask_deadlines.clear()
 
     @staticmethod
     def _reply(actor: _Actor, event: Event, result: Any) -> Event:
@@ -988,7 +940,7 @@ class ActorSystem:
 
     def _shutdown(self, cause: str, grace: float) -> None:
         self._closing = cause
-        self._stop_deadline_timer()
+        self._ask_timer.stop()
         deadline = trio.current_time() + grace
         for actor in list(self._actors.values()):
             self._close(actor, cause)

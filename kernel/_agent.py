@@ -20,6 +20,7 @@ from . import _mcp_local
 from ._actor import DirectAsk, direct_ask_of
 from ._errors import RoostError
 from ._events import Event, EventKind
+from ._frozen import frozen_builder
 from ._ids import uuid7_hex
 from ._loop import (
     NO_TAINT,
@@ -34,7 +35,7 @@ from ._loop import (
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
 from ._tools import ToolCall, ToolResult
-from ._trace import TraceContext, frozen_builder
+from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._kernel import Kernel

@@ -33,6 +33,7 @@ from ._errors import (
     is_mapping,
 )
 from ._events import Event, EventKind, EventTap
+from ._frozen import frozen_builder
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
 from ._jsonrpc import make_encoder
@@ -66,7 +67,7 @@ from ._tools import (
     ToolSpec,
     agent_tool_name,
 )
-from ._trace import TraceContext, frozen_builder
+from ._trace import TraceContext
 
 log = logging.getLogger("roost.kernel")
 

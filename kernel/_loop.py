@@ -14,8 +14,8 @@ import attrs
 import trio
 
 from ._errors import LoopDetected, RoostError
+from ._frozen import frozen_builder
 from ._tools import ToolCall, ToolResult, ToolSpec
-from ._trace import frozen_builder
 
 
 @attrs.frozen

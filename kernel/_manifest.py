@@ -17,12 +17,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import cattrs
-import jsonschema
-from jsonschema.exceptions import ValidationError, best_match
+
+if TYPE_CHECKING:
+    import jsonschema
+    from jsonschema.exceptions import ValidationError
 
 from ._errors import ManifestError
 from ._hookspecs import McpServerDescriptor
@@ -232,6 +234,8 @@ def schema() -> dict[str, Any]:
 
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
     return jsonschema.Draft202012Validator(loaded)
@@ -383,6 +387,8 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
     if keyword in ("oneOf", "anyOf", "not") and "description" in schema:
         return [(where, f"expected {schema['description']}")]
     if error.context:
+        from jsonschema.exceptions import best_match
+
         deepest = best_match(error.context)
         if deepest is not None and deepest is not error:
             return _translate(deepest)
@@ -533,6 +539,8 @@ def _check(
 ) -> tuple[AgentManifest | None, list[ManifestError]]:
     """Every problem with ``data``, and the manifest if there were none."""
     errors: list[ManifestError] = []
+    from jsonschema.exceptions import best_match
+
     raw = list(_validator().iter_errors(data))
     best = best_match(raw)
     if best is not None:

@@ -16,11 +16,12 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-import jsonschema
-import referencing.exceptions
+
+if TYPE_CHECKING:
+    import jsonschema
 
 from ._errors import (
     ConfigError,
@@ -287,6 +288,8 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
             f"tool {_names(spec)} has an invalid inputSchema: expected a JSON object, got "
             f"{type(schema).__name__}; this is a bug in {spec.owner!r}, not in your arguments"
         )
+    import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -348,6 +351,8 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     validator, fast_check = _compiled(spec)
     if fast_check is not None and fast_check(arguments):
         return
+    import referencing.exceptions  # loaded with jsonschema by _build_validator
+
     try:
         errors = sorted(
             validator.iter_errors(arguments),

@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
 
 import attrs
 
 from ._errors import RecursionLimitExceeded, is_mapping
+from ._frozen import frozen_builder
 
 DEFAULT_MAX_DEPTH = 5
 
@@ -109,47 +110,6 @@ _new_span_id = _random_hex
 def new_call_id() -> str:
     """A tool call id (``call_`` + 16 hex digits), cheap like the span ids."""
     return "call_" + _random_hex()
-
-
-_T = TypeVar("_T")
-
-
-def frozen_builder(
-    cls: type[_T], *, checked_by_caller: Mapping[str, tuple[Any, Any]] | None = None
-) -> Callable[..., _T]:
-    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, made
-    without the class call and attrs' ``__init__``: the values go straight into the slots.
-    For the kernel's hot paths (each field costs attrs' ``__init__`` a generic setattr; the
-    class call itself costs as much as three fields). Defaults and factories do not apply;
-    a class whose ``__init__`` does more (its own ``__init__`` or ``__new__``, a validator, a
-    converter, an ``__attrs_*_init__``, a slot of its own such as a cached hash, a base
-    class) gets ``cls`` itself. ``checked_by_caller``: field name → the (validator,
-    converter) whose work every caller of the builder does itself; exactly that pair is
-    skipped (any other still makes ``cls`` the answer)."""
-    known = checked_by_caller or {}
-    fields = attrs.fields(cls)
-    init = cls.__dict__.get("__init__")
-    plain = (
-        cls.__bases__ == (object,)
-        and cls.__new__ is object.__new__
-        # attrs' own __init__ (a hand-written one may do more than fill the slots)
-        and getattr(getattr(init, "__code__", None), "co_filename", "").startswith("<attrs generated")
-        and set(getattr(cls, "__slots__", ("__dict__",))) <= {f.name for f in fields} | {"__weakref__"}
-        and not any(hasattr(cls, hook) for hook in ("__attrs_pre_init__", "__attrs_post_init__"))
-        and all(f.init and (f.validator, f.converter) == known.get(f.name, (None, None)) for f in fields)
-    )
-    setters = [getattr(cls.__dict__.get(f.name), "__set__", None) for f in fields]
-    if not plain or None in setters:
-        return cls
-    names = [f"v{i}" for i in range(len(fields))]
-    body = "".join(f"    set{i}(obj, {name})\n" for i, name in enumerate(names))
-    source = f"def build({', '.join(names)}):\n    obj = new(cls)\n{body}    return obj\n"
-    namespace: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    namespace.update({f"set{i}": setter for i, setter in enumerate(setters)})
-    exec(compile(source, f"<frozen builder of {cls.__qualname__}>", "exec"), namespace)
-    build = namespace["build"]
-    build.__doc__ = f"{cls.__qualname__}({', '.join(f.name for f in fields)}), every field given."
-    return build
 
 
 @attrs.frozen

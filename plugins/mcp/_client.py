@@ -23,7 +23,6 @@ Era selection (``protocol``):
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import math
@@ -33,6 +32,7 @@ from typing import Any
 
 import attrs
 import trio
+from roost.kernel import DeadlineTimer
 from roost.kernel import _jsonrpc as jsonrpc
 from roost.kernel._errors import RoostError, is_mapping
 
@@ -313,18 +313,22 @@ class ClientProtocol:
 # ---- the Trio session --------------------------------------------------------------------
 
 
-DEADLINE_HEAP_SLACK = 64  # entries of ended requests the deadline heap may hold beyond 2 × live
-
-
 class _Pending:
-    __slots__ = ("done", "message", "error", "caller", "method")
+    __slots__ = ("id", "done", "message", "error", "caller", "method")
 
-    def __init__(self, method: str, caller: str | None) -> None:
+    def __init__(self, request_id: Any, method: str, caller: str | None) -> None:
+        self.id = request_id
         self.done = trio.Event()
         self.message: jsonrpc.Response | jsonrpc.ErrorResponse | None = None
         self.error: BaseException | None = None
         self.caller = caller
         self.method = method
+
+
+def _expire_request(pending: _Pending) -> None:
+    """A request's deadline has passed: wake its caller without an answer (``_exchange``
+    reports the timeout)."""
+    pending.done.set()
 
 
 class McpClient:
@@ -342,10 +346,16 @@ class McpClient:
         self._tokens = itertools.count(1)
         self._callers: list[str] = []
         # Request deadlines, enforced by one timer task instead of a cancel scope per
-        # request: a heap of (deadline, request id, pending); entries of requests that
-        # ended some other way stay until they reach the top (see _watch_deadline).
-        self._deadlines: list[tuple[float, Any, _Pending]] = []
-        self._timer: trio.CancelScope | None = None
+        # request (which costs more than the rest of a call): a request has ended once it
+        # has left ``_pending``; one past its deadline is woken without an answer.
+        pending_get = self._pending.get
+        self._timer: DeadlineTimer[_Pending] = DeadlineTimer(
+            nursery,
+            lambda pending: pending_get(pending.id) is not pending,
+            _expire_request,
+            name="mcp-client:request-deadlines",
+        )
+        self._deadlines = self._timer.entries  # (deadline, request id, pending)
         self.closed = trio.Event()
         self.closed_reason: str | None = None
 
@@ -522,7 +532,7 @@ class McpClient:
             request = self._correlator.new_request(method, params)
         except jsonrpc.TooManyPending as exc:
             raise McpError(f"MCP server {self.name!r}: {exc.message}") from None
-        pending = _Pending(method, caller)
+        pending = _Pending(request.id, method, caller)
         self._pending[request.id] = pending
         if caller:
             self._callers.append(caller)
@@ -531,9 +541,10 @@ class McpClient:
         try:
             await self.transport.send(request.to_dict())
             if not (pending.done.is_set() or math.isinf(timeout)):
-                self._watch_deadline(request.id, pending, trio.current_time() + timeout)
+                # The heap stays within twice ``max_pending`` entries (plus its slack).
+                self._timer.push(trio.current_time() + timeout, request.id, pending, len(self._pending))
             await pending.done.wait()
-            # Set without an answer: the deadline passed (see _expire_requests).
+            # Set without an answer: the deadline passed (see _expire_request).
             answered = pending.message is not None or pending.error is not None
         except (TransportClosed, TransportError) as exc:
             answered = True
@@ -573,47 +584,6 @@ class McpClient:
             )
         assert message is not None
         return message.result
-
-    def _watch_deadline(self, request_id: Any, pending: _Pending, deadline: float) -> None:
-        """Have ``pending`` end at ``deadline`` unless it ends before (answered, cancelled).
-
-        A cancel scope per request costs more than the rest of a call; this is a heap push.
-        Entries of requests that have ended are dropped when they reach the top, or all at
-        once when they outnumber the live ones (so the heap stays within twice
-        ``max_pending`` entries, plus ``DEADLINE_HEAP_SLACK``); they hold no answer."""
-        heap = self._deadlines
-        if len(heap) >= 2 * len(self._pending) + DEADLINE_HEAP_SLACK:
-            heap[:] = [entry for entry in heap if self._pending.get(entry[1]) is entry[2]]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (deadline, request_id, pending))
-        timer = self._timer
-        if timer is None:
-            self._timer = trio.CancelScope(deadline=deadline)
-            self._nursery.start_soon(self._expire_requests)
-        elif deadline < timer.deadline:
-            timer.deadline = deadline
-
-    async def _expire_requests(self) -> None:
-        """The timer of ``_watch_deadline``: wakes at the earliest deadline still pending,
-        ends the requests past theirs, and sleeps until the next one. It lives as long as
-        the client (its nursery cancels it)."""
-        heap = self._deadlines
-        while True:
-            assert self._timer is not None
-            with self._timer:
-                await trio.sleep_forever()
-            now = trio.current_time()
-            while heap:
-                deadline, request_id, pending = heap[0]
-                if self._pending.get(request_id) is not pending:
-                    heapq.heappop(heap)  # ended already
-                elif deadline <= now:
-                    heapq.heappop(heap)
-                    pending.done.set()  # without a message: _exchange reports the timeout
-                else:
-                    break
-            # A scope is entered once; the next round needs a new one.
-            self._timer = trio.CancelScope(deadline=heap[0][0] if heap else math.inf)
 
     async def _cancel_at_server(self, request_id: Any, method: str, reason: str) -> None:
         if method == "initialize":

@@ -326,8 +326,6 @@ async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = N
 async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
     needs nothing from the kernel — then boot the kernel and serve everything else."""
-    from roost.kernel import open_kernel
-
     from ._server import McpServer, serve_connection
 
     server = McpServer(None)
@@ -355,6 +353,8 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
             await send(message)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+
+    from roost.kernel import open_kernel  # after the answer: it loads most of the kernel
 
     async with open_kernel(config) as kernel:
         server.kernel = kernel

@@ -237,3 +237,38 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             nursery.cancel_scope.cancel()
         for stream in (server_in, client_out, client_in, server_out):
             await stream.aclose()
+
+
+def test_roost_mcp_answers_initialize_before_loading_the_heavy_kernel_modules(tmp_path):
+    # What broke: `roost mcp` spent ~100 ms importing the whole kernel (manifests, the
+    # agent loop, the store, jsonschema) before it answered initialize, and missed its
+    # 300 ms start-up budget on a loaded machine. The CLI's steps, up to the first answer:
+    config = write_config(tmp_path, tmp_path / "home")
+    script = f"""
+import json, sys, trio
+from roost.kernel import load_config
+from roost.plugins.mcp._stdio_server import _serve_booting
+
+class Answered(Exception):
+    pass
+
+async def receive():
+    return {INIT!r}
+
+async def send(message):
+    heavy = ["jsonschema", "sqlite3", "httpx", "werkzeug", "roost.kernel._kernel",
+             "roost.kernel._manifest", "roost.kernel._policy", "roost.kernel._loop", "roost.kernel._store",
+             "roost.kernel._plugins"]
+    print(json.dumps({{"answer": message, "loaded": [m for m in heavy if m in sys.modules]}}))
+    raise Answered
+
+try:
+    trio.run(_serve_booting, load_config({str(config)!r}), receive, send)
+except Answered:
+    pass
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["answer"]["result"]["protocolVersion"] == "2025-11-25"
+    assert report["loaded"] == []
