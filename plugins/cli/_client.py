@@ -11,7 +11,7 @@ from urllib.parse import quote, urlencode
 import httpx
 import trio
 from roost.kernel import RoostError
-from roost.plugins.http import DaemonInfo
+from roost.plugins.http import DaemonInfo, daemon_http_client
 
 REQUEST_TIMEOUT_S = 30.0
 DEFAULT_SEND_TIMEOUT_S = 600.0
@@ -59,8 +59,8 @@ class DaemonClient:
         self, method: str, path: str, *, timeout: float = REQUEST_TIMEOUT_S, **kwargs: Any
     ) -> Any:
         try:
-            async with httpx.AsyncClient(
-                base_url=self.info.url, headers=self._headers, timeout=timeout
+            async with daemon_http_client(
+                self.info.url, base_url=self.info.url, headers=self._headers, timeout=timeout
             ) as client:
                 response = await client.request(method, path, **kwargs)
         except httpx.TimeoutException:

@@ -16,6 +16,7 @@ from ._auth import bearer_token, origin_allowed, resolve_api_key, tokens_match
 from ._daemonfile import (
     DaemonInfo,
     daemon_file,
+    daemon_http_client,
     find_daemon,
     pid_alive,
     read_daemon_file,
@@ -58,6 +59,7 @@ __all__ = [
     "bearer_token",
     "create_app",
     "daemon_file",
+    "daemon_http_client",
     "daemon_state",
     "find_daemon",
     "open_daemon",

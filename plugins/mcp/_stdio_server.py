@@ -196,10 +196,11 @@ class DaemonBridge:
 
     async def serve(self, receive: Receive, send: Send) -> None:
         import httpx
+        from roost.plugins.http import daemon_http_client
 
         limiter = trio.CapacityLimiter(BRIDGE_MAX_IN_FLIGHT)
         timeout = httpx.Timeout(self.timeout_s, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout) as client:
+        async with daemon_http_client(self.endpoint, timeout=timeout) as client:
             try:
                 async with trio.open_nursery() as nursery:
                     while True:
