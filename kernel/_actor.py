@@ -396,7 +396,6 @@ class ActorSystem:
         self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
             nursery, _ask_ended, _expire_ask, hand_back=_hand_back_deadline, name="actors:ask-deadlines"
         )
-        self._ask_deadlines = self._ask_timer.entries  # (deadline, number, ask)
         self._ask_numbers = itertools.count()
         self._asks_live = 0
 
@@ -676,7 +675,7 @@ class ActorSystem:
             direct.event = None  # its heap entry may outlive the ask a while
             self._asks_live -= 1
             if not self._asks_live:
-                self._ask_deadlines.clear()  # all ended: nothing left for the timer to watch
+                self._ask_timer.entries.clear()  # all ended: nothing left for the timer to watch
             if ask_token is not None:
                 _direct_ask.reset(ask_token)
             if holding:

@@ -60,8 +60,8 @@ class DeadlineTimer(Generic[_T]):
 
     def push(self, deadline: float, tiebreak: Any, item: _T, live: int) -> None:
         """Watch ``item`` until ``deadline``. ``tiebreak`` orders equal deadlines (unique
-        among all entries, ended ones too, e.g. a counter: items are never compared); ``live`` is how many items are
-        in flight, this one included (the bound of the heap)."""
+        among all entries, ended ones too, e.g. a counter: items are never compared);
+        ``live`` is how many items are in flight, this one included (the bound of the heap)."""
         if self.stopped:
             if self._hand_back is not None:
                 self._hand_back(item, deadline)

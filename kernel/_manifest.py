@@ -538,9 +538,9 @@ def _check(
     data: Any, source: str, base_dir: Path | None, path: Path | None
 ) -> tuple[AgentManifest | None, list[ManifestError]]:
     """Every problem with ``data``, and the manifest if there were none."""
-    errors: list[ManifestError] = []
     from jsonschema.exceptions import best_match
 
+    errors: list[ManifestError] = []
     raw = list(_validator().iter_errors(data))
     best = best_match(raw)
     if best is not None:

@@ -289,15 +289,13 @@ def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceCo
         or not 0 < limit < _BIG
         or len(path) > _MAX_PATH_ITEMS
         or _TRACEPARENT.match(traceparent) is None
+        or not _clean_hops(path)
     ):
         return None
-    for v in path:
-        if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
-            return None
-    trace_id, span_id = traceparent[3:35], traceparent[36:52]
-    if trace_id == "0" * 32 or span_id == "0" * 16:
+    ids = _ids(traceparent)
+    if ids is None:
         return None
-    return _hop(trace_id, span_id, depth, tuple(path), limit, hop, max_depth)
+    return _hop(*ids, depth, tuple(path), limit, hop, max_depth)
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:
@@ -308,7 +306,13 @@ def _parse_traceparent(value: Any) -> tuple[str, str] | None:
         value = value.strip().lower()
         if _TRACEPARENT.match(value) is None:
             return None
-    trace_id, span_id = value[3:35], value[36:52]  # the pattern's groups: it is fixed-width
+    return _ids(value)
+
+
+def _ids(traceparent: str) -> tuple[str, str] | None:
+    """(trace id, span id) of a traceparent that matches ``_TRACEPARENT``; None if either
+    is all zeros (invalid in W3C trace context)."""
+    trace_id, span_id = traceparent[3:35], traceparent[36:52]  # the pattern is fixed-width
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
     return trace_id, span_id
@@ -350,14 +354,18 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
     return value
 
 
+def _clean_hops(hops: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every hop is as ``to_meta`` writes it: a non-empty string of at most
+    ``_MAX_HOP_LEN`` characters, without surrounding whitespace."""
+    for v in hops:
+        if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
+            return False
+    return True
+
+
 def _parse_path(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    if len(value) <= _MAX_PATH_ITEMS:
-        # Most paths arrive as to_meta wrote them: short, stripped, non-empty strings.
-        for v in value:
-            if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
-                break
-        else:
-            return tuple(value)
+    if len(value) <= _MAX_PATH_ITEMS and _clean_hops(value):
+        return tuple(value)  # most paths arrive as to_meta wrote them
     return tuple([hop[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if (hop := str(v).strip())])

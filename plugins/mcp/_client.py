@@ -355,7 +355,6 @@ class McpClient:
             _expire_request,
             name="mcp-client:request-deadlines",
         )
-        self._deadlines = self._timer.entries  # (deadline, request id, pending)
         self.closed = trio.Event()
         self.closed_reason: str | None = None
 
@@ -403,7 +402,7 @@ class McpClient:
                 )
                 pending.done.set()
         self._pending.clear()
-        self._deadlines.clear()
+        self._timer.entries.clear()
         for scope in self._server_requests.values():
             scope.cancel()
         self.closed.set()

@@ -25,6 +25,7 @@ from roost.kernel import (
     reply_kind,
 )
 from roost.kernel._actor import direct_ask_of
+from roost.kernel._deadlines import HEAP_SLACK
 
 
 def echo_factory():
@@ -1168,7 +1169,7 @@ async def test_the_deadline_heap_of_direct_asks_stays_bounded():
             for _ in range(2000):
                 assert await system.ask_payload("w", "X", 0, timeout=30.0) == 0
                 # entries of ended asks are dropped once they outnumber twice the live ones
-                assert len(system._ask_deadlines) <= 2 * 2 + 64
+                assert len(system._ask_timer.entries) <= 2 * 2 + HEAP_SLACK
             assert system._asks_live == 1
             nursery.cancel_scope.cancel()
         assert system._asks_live == 0
@@ -1182,10 +1183,10 @@ async def test_an_ended_direct_ask_lets_go_of_its_event():
             nursery.start_soon(functools.partial(system.ask, "e", "X", 60, timeout=120.0))
             await trio.testing.wait_all_tasks_blocked()
             await system.ask("e", "X", 0, timeout=30.0)
-            ended = [ask for _, _, ask in system._ask_deadlines if ask.done]
+            ended = [ask for _, _, ask in system._ask_timer.entries if ask.done]
             assert len(ended) == 1 and ended[0].event is None
             nursery.cancel_scope.cancel()
-        assert system._ask_deadlines == []  # once none is live, none is kept
+        assert system._ask_timer.entries == []  # once none is live, none is kept
 
 
 async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline():

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import trio
+from roost.kernel._deadlines import HEAP_SLACK
 from roost.plugins.mcp._client import ClientOptions, McpTimeout, open_mcp_client
 
 
@@ -93,7 +94,7 @@ async def test_the_deadline_heap_stays_bounded_by_the_calls_in_flight():
         for n in range(2000):
             await client.call_tool("echo", {"n": n})
         # Entries of answered calls are dropped in bulk once they outnumber live ones.
-        assert len(client._deadlines) <= 2 * len(client._pending) + 64
+        assert len(client._timer.entries) <= 2 * len(client._pending) + HEAP_SLACK
 
 
 async def test_a_bad_timeout_is_refused_before_anything_is_sent():
@@ -114,7 +115,7 @@ async def test_the_deadline_heap_keeps_no_answers_alive_and_is_emptied_when_the_
     async with open_mcp_client(server, ClientOptions(timeout_secs=100)) as client:
         for n in range(20):
             assert (await client.call_tool("echo", {"n": n}))["n"] == n
-        assert len(client._deadlines) >= 20  # (initialize too)
-        assert all(p.message is None and p.error is None for _, _, p in client._deadlines)
+        assert len(client._timer.entries) >= 20  # (initialize too)
+        assert all(p.message is None and p.error is None for _, _, p in client._timer.entries)
         client._connection_lost("test")
-        assert client._deadlines == []
+        assert client._timer.entries == []
