@@ -124,6 +124,11 @@ def invalid(field: str, problem: str) -> A2AError:
     return A2AError(INVALID_PARAMS, f"{field}: {problem}", fields=[(field, problem)])
 
 
+def push_not_supported() -> A2AError:
+    """-32003: this server has push notifications off."""
+    return A2AError(PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+
+
 # -- states and roles ----------------------------------------------------------------------
 
 SUBMITTED = "TASK_STATE_SUBMITTED"

@@ -73,6 +73,20 @@ def negotiate_version(header: str | None, query: str | None = None) -> str:
     )
 
 
+def check_content_type(content_type: str | None) -> None:
+    """-32005 unless the body is declared JSON: ``application/json`` or any
+    ``application/*+json`` (``application/a2a+json``); no Content-Type is read as JSON."""
+    if not content_type or content_type == "application/json":
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    raise m.A2AError(
+        m.CONTENT_TYPE_NOT_SUPPORTED,
+        f"Content-Type {content_type[:80]!r} is not JSON; send the body as Content-Type: application/json",
+    )
+
+
 @attrs.frozen
 class Operation:
     """A parsed request: ``op`` (send, get, ...), its ``params`` and the reply ``dialect``."""
@@ -289,12 +303,19 @@ def parse_list(params: Mapping[str, Any]) -> ListQuery:
     )
 
 
-def parse_jsonrpc(body: bytes, version_header: str | None, version_query: str | None = None) -> Operation:
-    """Parse one JSON-RPC request body. Errors carry ``rpc_id`` (the request id, if read)."""
+PUSH_OPS = frozenset({"push_set", "push_get", "push_list", "push_delete"})
+
+
+def parse_jsonrpc(body: bytes, version_header: str | None, version_query: str | None = None, *, push: bool = True) -> Operation:
+    """Parse one JSON-RPC request body. Errors carry ``rpc_id`` (the request id, if read).
+
+    ``push=False``: push-config methods are -32003 whatever their params."""
     rpc_id, method, params = parse_envelope(body)
     try:
         version = negotiate_version(version_header, version_query)
         op, dialect = resolve_method(method, version)
+        if not push and op in PUSH_OPS:
+            raise m.push_not_supported()
         return Operation(op, parse_params(op, params, dialect), dialect, rpc_id, method)
     except m.A2AError as exc:
         exc.rpc_id = rpc_id  # type: ignore[attr-defined]

@@ -1,15 +1,21 @@
 """A2A on the daemon: agent cards, the JSON-RPC and HTTP+JSON bindings, SSE, the 0.1 routes.
 
 Routes (``/a2a`` is ``a2a.listen_path``):
-- ``GET /.well-known/agent-card.json`` (primary agent, 1.0 card), ``/.well-known/agent.json``
-  (legacy card), ``GET /a2a/agents`` → ``{"agents": [...], "total": N}``,
-  ``GET /a2a/agents/{name}/.well-known/agent-card.json`` (one card per agent);
-- JSON-RPC: ``POST /a2a/jsonrpc`` (primary agent) and ``POST /a2a/agents/{name}/jsonrpc``;
+- ``GET /.well-known/agent-card.json`` (the primary agent's 1.0 card, naming the root
+  endpoints), ``/.well-known/agent.json`` (its legacy card), ``GET /a2a/agents`` →
+  ``{"agents": [...], "total": N}``, ``GET /a2a/agents/{name}/.well-known/agent-card.json``
+  (one card per agent);
+- JSON-RPC: ``POST /a2a/jsonrpc`` (the root endpoint: ``message.metadata.agent``, else the
+  task's agent, else the primary agent) and ``POST /a2a/agents/{name}/jsonrpc``;
 - HTTP+JSON: ``/a2a/rest/...`` and ``/a2a/agents/{name}/rest/...`` (``message:send``,
   ``message:stream``, ``tasks``, ``tasks/{id}``, ``tasks/{id}:cancel``, ``tasks/{id}:subscribe``,
   ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3,
   with ``/v1/card`` for the extended card, answered in the 0.3 binding's shapes, see ``_rest03``);
-- 0.1: ``POST /a2a/tasks/send``, ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
+- 0.1: ``POST /a2a/tasks/send`` (bare params, or the seed client's JSON-RPC envelope,
+  answered in kind), ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
+
+The primary agent is ``a2a.default_agent``, else the A2A agent whose name sorts first.
+Errors take the shape of the route's binding (JSON-RPC error, AIP-193 error object).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from ._tasks import TaskManager
 log = logging.getLogger("roost.a2a")
 
 CARD_CACHE_CONTROL = "public, max-age=300"
+A2A_JSON = "application/a2a+json"
 _SERVICES: weakref.WeakKeyDictionary[Any, A2AService] = weakref.WeakKeyDictionary()
 _INPUT_MODES = ["text/plain", "application/json"]
 _OUTPUT_MODES = ["text/plain"]
@@ -86,6 +93,8 @@ class A2AService:
                     await nursery.start(self.push.run)
                 self.tasks = TaskManager(kernel, store, nursery, push=self.push)
                 await self.tasks.recover()
+                if self.settings.default_agent and self.primary_agent() is None:
+                    log.error("A2A: %s", self.no_primary())
                 _SERVICES[kernel] = self
                 if self.settings.external_agents:
                     from ._external import discover_external_agents
@@ -109,33 +118,49 @@ class A2AService:
         return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
 
     def primary_agent(self) -> str | None:
-        """``a2a.default_agent``, or the only A2A agent; None when that is ambiguous."""
+        """The host's primary agent: ``a2a.default_agent``, else the first A2A agent in name
+        order; None when there is no A2A agent or ``default_agent`` names none."""
         if self.settings.default_agent:
-            return self.settings.default_agent if self.settings.default_agent in self.a2a_agents() else None
+            return self.settings.default_agent if self.is_a2a_agent(self.settings.default_agent) else None
         agents = self.a2a_agents()
-        return agents[0] if len(agents) == 1 else None
+        return min(agents) if agents else None
+
+    def no_primary(self) -> str:
+        """Why there is no primary agent, and the fix."""
+        known = ", ".join(self.a2a_agents()) or "none"
+        if self.settings.default_agent:
+            return (
+                f"a2a.default_agent {self.settings.default_agent!r} is not an agent reachable over A2A "
+                f"(A2A agents: {known}); fix it in roost.toml"
+            )
+        return "no agent is reachable over A2A (enable one with \"a2a\": {\"enabled\": true} in its agent.json)"
 
     def check_agent(self, name: str) -> None:
         if not self.is_a2a_agent(name):
             known = ", ".join(self.a2a_agents()) or "none"
             raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
 
-    def agent_for_send(self, route_agent: str | None, params: p.SendParams) -> str:
-        """The agent a message goes to: the endpoint's agent, or the one named in metadata,
-        or the primary agent; never a guess."""
+    async def agent_for_send(self, route_agent: str | None, params: p.SendParams) -> str:
+        """The agent a message goes to: the endpoint's agent; at the root endpoints the one
+        named in ``metadata.agent``, else the owner of the task it continues, else the
+        primary agent."""
         if route_agent:
             return route_agent
         for meta in (params.message.metadata, params.metadata):
             if is_mapping(meta) and isinstance(meta.get("agent"), str):
                 self.check_agent(meta["agent"])
                 return meta["agent"]
+        existing = params.message.task_id or params.task_id
+        if existing:
+            try:
+                _, owner, _ = await self._tasks().find(existing)
+            except m.A2AError:
+                pass  # a new task (0.1: the client's id), or -32001 from the send itself
+            else:
+                return owner
         primary = self.primary_agent()
         if primary is None:
-            raise m.invalid(
-                "message.metadata.agent",
-                "this roost hosts several A2A agents; name one in message.metadata.agent or use "
-                f"{self.settings.listen_path}/agents/<name>/jsonrpc (agents: {', '.join(self.a2a_agents())})",
-            )
+            raise m.invalid("message.metadata.agent", self.no_primary())
         return primary
 
     # ---- operations --------------------------------------------------------------------
@@ -196,14 +221,14 @@ class A2AService:
                 )
             name = agent or self.primary_agent()
             if name is None:
-                raise m.invalid("agent", "name the agent: use <listen_path>/agents/<name>/jsonrpc")
-            return build_card(self, name, base_url, extended=True)
+                raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
+            return build_card(self, name, base_url, extended=True, root=agent is None)
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None, *, wait: bool = False) -> Any:
         """Start the task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
         params: p.SendParams = op.params
-        target = self.agent_for_send(agent, params)
+        target = await self.agent_for_send(agent, params)
         meta_trace = TraceContext.from_meta(params.message.metadata) or TraceContext.from_meta(params.metadata)
         tasks = self._tasks()
         send = tasks.send_and_wait if wait else tasks.send
@@ -246,15 +271,19 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 # ---- cards ---------------------------------------------------------------------------------
 
 
-def _agent_base(service: A2AService, name: str, base_url: str) -> str:
-    return f"{base_url.rstrip('/')}{service.settings.listen_path}/agents/{name}"
+def _agent_base(service: A2AService, name: str | None, base_url: str) -> str:
+    """Where ``name``'s endpoints are; None: the root endpoints (which route by ``metadata.agent``)."""
+    lp = f"{base_url.rstrip('/')}{service.settings.listen_path}"
+    return lp if name is None else f"{lp}/agents/{name}"
 
 
-def build_card(service: A2AService, name: str, base_url: str, *, extended: bool = False) -> dict[str, Any]:
-    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read)."""
+def build_card(service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False) -> dict[str, Any]:
+    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read).
+
+    ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
     kernel = service.kernel
     manifest = kernel.agents[name]
-    root = _agent_base(service, name, base_url)
+    endpoint = _agent_base(service, None if root else name, base_url)
     skills = [
         {
             "id": s.id,
@@ -277,9 +306,9 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
         "name": name,
         "description": manifest.description or f"roost agent {name}",
         "supportedInterfaces": [
-            {"url": f"{root}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-            {"url": f"{root}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
-            {"url": f"{root}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+            {"url": f"{endpoint}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": f"{endpoint}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+            {"url": f"{endpoint}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
         "provider": {"organization": "roost", "url": base_url.rstrip("/")},
         "version": manifest.version or "0.0.0",
@@ -294,7 +323,7 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
         # 0.3 fields, so 0.3 clients can use the same card
         "preferredTransport": "JSONRPC",
         "protocolVersion": "0.3",
-        "url": f"{root}/jsonrpc",
+        "url": f"{endpoint}/jsonrpc",
     }
     if service.settings.api_key or getattr(getattr(kernel.config, "http", None), "api_key", None):
         card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
@@ -316,40 +345,6 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
         "skills": [{"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in manifest.a2a.skills],
-    }
-
-
-def gateway_card(service: A2AService, base_url: str) -> dict[str, Any]:
-    """The card served at the root when several agents share the host: it routes by
-    ``message.metadata.agent`` and points at each agent's own card."""
-    base = base_url.rstrip("/")
-    lp = service.settings.listen_path
-    agents = service.a2a_agents()
-    skills = []
-    for name in agents:
-        for s in service.kernel.agents[name].a2a.skills:
-            skills.append({"id": f"{name}:{s.id}", "name": f"{name}: {s.name}", "description": s.description, "tags": [name, *s.tags]})
-    if not skills:
-        skills = [{"id": "agents", "name": "roost agents", "description": "Agents: " + ", ".join(agents), "tags": ["roost"]}]
-    return {
-        "name": "roost",
-        "description": "roost hosts several agents: "
-        + ", ".join(agents)
-        + f". Each has its own card at {base}{lp}/agents/<name>/.well-known/agent-card.json; "
-        "at this endpoint name the agent in message.metadata.agent.",
-        "supportedInterfaces": [
-            {"url": f"{base}{lp}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-            {"url": f"{base}{lp}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
-            {"url": f"{base}{lp}/jsonrpc", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
-        ],
-        "version": "1.0",
-        "capabilities": {"streaming": True, "pushNotifications": service.settings.push_notifications},
-        "defaultInputModes": list(_INPUT_MODES),
-        "defaultOutputModes": list(_OUTPUT_MODES),
-        "skills": skills,
-        "preferredTransport": "JSONRPC",
-        "protocolVersion": "0.3",
-        "url": f"{base}{lp}/jsonrpc",
     }
 
 
@@ -433,17 +428,52 @@ def _auth_failure(service: A2AService, headers: Any) -> PlainResponse | None:
     )
 
 
-def _route_agent(service: A2AService, name: str | None) -> PlainResponse | None:
+def _rest_media_type(binding: str, args: Mapping[str, Any]) -> str:
+    """HTTP+JSON 1.0 answers in ``application/a2a+json`` (the 1.0 spec's media type for the
+    binding, as the a2a-sdk sends it); its 0.3 ``/v1/`` paths, cards and the 0.1 routes in
+    ``application/json`` (the 0.3 spec)."""
+    return A2A_JSON if binding == "rest" and not str(args.get("rest_path", "")).startswith("v1/") else "application/json"
+
+
+def _peek(req: PlainRequest) -> tuple[Any, str]:
+    """The JSON-RPC id and dialect of a request refused before it was parsed (best effort)."""
+    try:
+        dialect = p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+    except m.A2AError:
+        dialect = m.V1
+    try:
+        rpc_id = p.parse_envelope(req.body)[0]
+    except m.A2AError as exc:
+        rpc_id = getattr(exc, "rpc_id", None)
+    return rpc_id, dialect
+
+
+def _error(binding: str, req: PlainRequest, args: Mapping[str, Any], exc: m.A2AError, status: int | None = None) -> PlainResponse:
+    """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
+    unless ``status``), else the AIP-193 error object with the error's HTTP status."""
+    if binding == "jsonrpc":
+        rpc_id, dialect = _peek(req)
+        return _json(p.error_json(rpc_id, exc, dialect), status or 200)
+    return _json(exc.rest_error(), status or exc.http_status, _rest_media_type(binding, args))
+
+
+def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Mapping[str, Any]) -> PlainResponse | None:
+    name = args.get("name")
     if name is None or service.is_a2a_agent(name):
         return None
     known = ", ".join(service.a2a_agents()) or "none"
-    return _json({"error": {"code": "agent_not_found", "message": f"no A2A agent {name!r}; A2A agents: {known}"}}, 404)
+    lp = service.settings.listen_path
+    exc = m.A2AError(
+        m.METHOD_NOT_FOUND,
+        f"no A2A agent {str(name)[:100]!r} here; A2A agents: {known} (each at {lp}/agents/<name>/..., the primary one at {lp}/...)",
+    )
+    return _error(binding, req, args, exc, 404)
 
 
-def _gate(service: A2AService | None, req: PlainRequest, name: str | None = None, *, auth: bool = True) -> PlainResponse | None:
+def _gate(service: A2AService | None, req: PlainRequest, binding: str, args: Mapping[str, Any], *, auth: bool = True) -> PlainResponse | None:
     if service is None:
         return _problem(service)
-    return (_auth_failure(service, req.headers) if auth else None) or _route_agent(service, name)
+    return (_auth_failure(service, req.headers) if auth else None) or _route_agent(service, req, binding, args)
 
 
 # The routes: ``(service, req, stream_ok, **path_args)``.
@@ -451,14 +481,15 @@ def _gate(service: A2AService | None, req: PlainRequest, name: str | None = None
 
 async def _root_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
     primary = service.primary_agent()
-    card = build_card(service, primary, req.host_url) if primary else gateway_card(service, req.host_url)
-    return _card_response(req, card)
+    if primary is None:
+        return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
+    return _card_response(req, build_card(service, primary, req.host_url, root=True))
 
 
 async def _root_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
-    primary = service.primary_agent() or (service.a2a_agents() or [None])[0]
+    primary = service.primary_agent()
     if primary is None:
-        return _json({"error": {"code": "agent_not_found", "message": "no agent is reachable over A2A"}}, 404)
+        return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
     return _card_response(req, legacy_card(service, primary, req.host_url))
 
 
@@ -478,7 +509,13 @@ async def _list_agents(service: A2AService, req: PlainRequest, stream_ok: bool) 
 async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name: str | None = None) -> Any:
     headers = req.headers
     try:
-        op = p.parse_jsonrpc(req.body, headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+        p.check_content_type(headers.get("Content-Type"))
+    except m.A2AError as exc:
+        return _error("jsonrpc", req, {}, exc)
+    try:
+        op = p.parse_jsonrpc(
+            req.body, headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER), push=service.settings.push_notifications
+        )
     except m.A2AError as exc:
         return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)))
     streaming = op.op in p.STREAMING_OPS
@@ -498,7 +535,7 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name
 async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_path: str, name: str | None = None) -> Any:
     legacy_prefix = rest_path.startswith("v1/")
     path = rest_path[3:] if legacy_prefix else rest_path
-    content_type = "application/json" if legacy_prefix else "application/a2a+json"
+    content_type = "application/json" if legacy_prefix else A2A_JSON
     try:
         if not legacy_prefix:
             version = p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
@@ -508,7 +545,9 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
                     f"the HTTP+JSON binding here speaks A2A 1.0 but the request speaks {version} "
                     "(no A2A-Version header means 0.3); send A2A-Version: 1.0, or use the /v1/ paths for 0.3",
                 )
-        op = _rest_operation(req, path, v03=legacy_prefix)
+        if req.body.strip():
+            p.check_content_type(req.headers.get("Content-Type"))
+        op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
             if not stream_ok:
                 return None
@@ -518,7 +557,7 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
-        return _json(exc.rest_error(), exc.http_status)
+        return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
 
 
@@ -527,13 +566,35 @@ async def _agent_rest(service: A2AService, req: PlainRequest, stream_ok: bool, n
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+    """The seed's ``tasks/send``: bare params answered with the bare task, or a JSON-RPC
+    envelope (as the seed's client sends it) answered with a JSON-RPC response."""
     try:
+        if req.body.strip():
+            p.check_content_type(req.headers.get("Content-Type"))
         params = _loads(req.body)
+        if is_mapping(params) and ("jsonrpc" in params or "method" in params):
+            return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
         result = await service.execute(op, None, TraceContext.from_headers(req.headers), "")
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
+
+
+async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainResponse:
+    try:
+        rpc_id, method, params = p.parse_envelope(req.body)
+    except m.A2AError as exc:
+        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, m.V01))
+    try:
+        if method != "tasks/send":
+            lp = service.settings.listen_path
+            raise m.A2AError(m.METHOD_NOT_FOUND, f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc")
+        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
+        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "")
+    except m.A2AError as exc:
+        return _json(p.error_json(rpc_id, exc, m.V01))
+    return _json(p.result_json(m.V01, rpc_id, result))
 
 
 async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
@@ -556,12 +617,13 @@ async def _legacy_cancel(service: A2AService, req: PlainRequest, stream_ok: bool
     return _json(result)
 
 
-def _serve_twice(kernel: Any, core: Any, *, auth: bool = True, agent_arg: bool = False) -> tuple[Any, Any]:
-    """``(quart view, fast handler)`` of one neutral route function."""
+def _serve_twice(kernel: Any, core: Any, binding: str, *, auth: bool = True) -> tuple[Any, Any]:
+    """``(quart view, fast handler)`` of one neutral route function; ``binding`` (card,
+    jsonrpc, rest, v01) is the shape its errors take."""
 
     async def run(req: PlainRequest, stream_ok: bool, args: dict[str, Any]) -> Any:
         service = service_for(kernel)
-        bad = _gate(service, req, args.get("name") if agent_arg else None, auth=auth)
+        bad = _gate(service, req, binding, args, auth=auth)
         if bad is not None:
             return bad
         return await core(service, req, stream_ok, **args)
@@ -582,24 +644,24 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
     """The daemon routes of the A2A plugin (each with a quart view and a fast handler)."""
     lp = settings.listen_path
 
-    def route(path: str, core: Any, methods: tuple[str, ...], *, public: bool = False, agent_arg: bool = False) -> RouteDescriptor:
-        view, fast = _serve_twice(kernel, core, auth=not public, agent_arg=agent_arg)
+    def route(path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False) -> RouteDescriptor:
+        view, fast = _serve_twice(kernel, core, binding, auth=not public)
         return RouteDescriptor(path, view, methods, public=public, fast_handler=fast)
 
     methods_all = ("GET", "POST", "DELETE")
     return [
-        route("/.well-known/agent-card.json", _root_card, ("GET",), public=True),
-        route("/.well-known/agent.json", _root_legacy_card, ("GET",), public=True),
-        route(f"{lp}/agents", _list_agents, ("GET",), public=True),
-        route(f"{lp}/agents/<name>/.well-known/agent-card.json", _agent_card, ("GET",), public=True, agent_arg=True),
-        route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), public=True, agent_arg=True),
-        route(f"{lp}/jsonrpc", _jsonrpc, ("POST",)),
-        route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), agent_arg=True),
-        route(f"{lp}/rest/<path:rest_path>", _rest, methods_all),
-        route(f"{lp}/agents/<name>/rest/<path:rest_path>", _agent_rest, methods_all, agent_arg=True),
-        route(f"{lp}/tasks/send", _legacy_send, ("POST",)),
-        route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",)),
-        route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",)),
+        route("/.well-known/agent-card.json", _root_card, ("GET",), "card", public=True),
+        route("/.well-known/agent.json", _root_legacy_card, ("GET",), "card", public=True),
+        route(f"{lp}/agents", _list_agents, ("GET",), "card", public=True),
+        route(f"{lp}/agents/<name>/.well-known/agent-card.json", _agent_card, ("GET",), "card", public=True),
+        route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), "card", public=True),
+        route(f"{lp}/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
+        route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
+        route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
+        route(f"{lp}/agents/<name>/rest/<path:rest_path>", _agent_rest, methods_all, "rest"),
+        route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),
+        route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",), "v01"),
+        route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",), "v01"),
     ]
 
 
@@ -625,10 +687,11 @@ async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
         yield rest03.event_out(event)
 
 
-def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p.Operation:
+def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False, push: bool = True) -> p.Operation:
     """Map an HTTP+JSON request (method + path) to an operation, method for method.
 
-    ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths)."""
+    ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths). ``push=False``:
+    push-config operations are refused (-32003) before their body is read."""
     method = request.method
     parts = path.strip("/").split("/")
 
@@ -659,6 +722,8 @@ def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False) -> p
                     params["historyLength"] = request.args[key]
             return p.Operation("get", p.parse_params("get", params, m.V1), m.V1)
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
+        if not push:
+            raise m.push_not_supported()
         task_id = _path_id(parts[1])
         if len(parts) == 3 and method == "POST":
             if v03:

@@ -279,7 +279,7 @@ class TaskManager:
                 "this agent produces (text/plain, application/json); accept text/plain",
             )
         if options.push is not None and self.push is None:
-            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+            raise m.push_not_supported()
         if options.push is not None:
             await self.push.check_url(options.push.url, field="configuration.taskPushNotificationConfig.url")
         existing = message.task_id or task_id
@@ -614,7 +614,7 @@ class TaskManager:
     # ---- push configs ----------------------------------------------------------------------
     async def set_push(self, config: m.PushConfig, *, agent: str | None) -> m.PushConfig:
         if self.push is None:
-            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+            raise m.push_not_supported()
         await self.find(config.task_id, agent=agent)
         await self.push.check_url(config.url, field="url")
         live = self.live.get(config.task_id)
@@ -631,13 +631,13 @@ class TaskManager:
 
     async def push_configs(self, task_id: str, *, agent: str | None) -> list[m.PushConfig]:
         if self.push is None:
-            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+            raise m.push_not_supported()
         await self.find(task_id, agent=agent)
         return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
 
     async def delete_push(self, task_id: str, config_id: str, *, agent: str | None) -> None:
         if self.push is None:
-            raise m.A2AError(m.PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+            raise m.push_not_supported()
         await self.find(task_id, agent=agent)
         await self.store.delete_push_config(task_id, config_id)  # idempotent (spec 3.1.10)
         live = self.live.get(task_id)

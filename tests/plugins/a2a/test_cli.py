@@ -36,3 +36,14 @@ async def test_errors_are_one_line_and_exit_1(daemon):
     assert code == 1 and "error -32001" in err
     code, out, err = await run("discover", "http://169.254.169.254/")
     assert code == 1 and "refusing" in err
+
+
+async def test_send_to_the_root_url_of_the_bundled_agents_gets_the_coordinators_answer(bundled):
+    code, out, err = await run("send", bundled, "hi")
+    assert code == 0, err
+    assert out.startswith("Done. The worker reports: I wrote draft.md") and "completed" in err
+    code, out, err = await run("send", bundled, "hi", "--stream")
+    lines = out.strip().splitlines()
+    assert code == 0, err
+    assert lines[0].startswith("task ") and lines[-1] == "status completed"
+    assert any(line.startswith("artifact response: Done. The worker reports:") for line in lines)

@@ -119,3 +119,67 @@ async def test_sdk_client_cancel_and_subscribe(daemon, binding, version):
     assert seen[-1].status_update.status.state == a2a_pb2.TASK_STATE_CANCELED
     if listed is not None:
         assert task.id in [t.id for t in listed.tasks]
+
+
+# ---- the bundled agents at the root URL (issue 14, item 1) --------------------------------
+
+
+async def root_client(base: str, binding: str, *, streaming: bool):
+    """The a2a-sdk client made as a generic client makes it: from the card at ``base``."""
+    async with httpx.AsyncClient(timeout=10) as http:
+        card = await A2ACardResolver(http, base).get_agent_card()
+    config = ClientConfig(streaming=streaming, supported_protocol_bindings=[binding])
+    return card, ClientFactory(config).create(card)
+
+
+def answer_of(events, streaming: bool) -> str:
+    """The text of the task's ``response`` artifact, from the client's events."""
+    if streaming:
+        assert events[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED, events[-1]
+        texts = [p.text for e in events if e.WhichOneof("payload") == "artifact_update" for p in e.artifact_update.artifact.parts]
+        return "".join(texts)
+    task = events[0].task
+    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task
+    return task.artifacts[0].parts[0].text
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+@pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streaming"])
+async def test_sdk_client_at_the_root_url_reaches_the_coordinator_and_per_agent_urls_their_agent(bundled, binding, streaming):
+    url = bundled
+    card, client = await root_client(url, binding, streaming=streaming)
+    worker_card, worker = await root_client(f"{url}/a2a/agents/worker", binding, streaming=streaming)
+    try:
+        with trio.fail_after(30):
+            root_events = await collect(client.send_message(SendMessageRequest(message=user_message("hi"))))
+            worker_events = await collect(worker.send_message(SendMessageRequest(message=user_message("hi"))))
+    finally:
+        await client.close()
+        await worker.close()
+    assert card.name == "coordinator" and worker_card.name == "worker"
+    assert answer_of(root_events, streaming).startswith("Done. The worker reports: I wrote draft.md")
+    assert answer_of(worker_events, streaming).startswith('I wrote draft.md for "hi".')
+
+
+async def test_metadata_agent_at_the_root_endpoint_reaches_that_agent_and_its_task_continues_there(bundled):
+    """No ``metadata.agent``: the coordinator. ``metadata.agent = "worker"``: the worker, and
+    a follow-up to the worker's task needs no ``metadata.agent`` again."""
+    from google.protobuf.struct_pb2 import Struct
+
+    url = bundled
+    _, client = await root_client(url, "JSONRPC", streaming=False)
+    to_worker = Struct()
+    to_worker.update({"agent": "worker"})
+    try:
+        with trio.fail_after(30):
+            plain = (await collect(client.send_message(SendMessageRequest(message=user_message("hello")))))[0].task
+            asked = (await collect(client.send_message(SendMessageRequest(message=user_message("a question", metadata=to_worker)))))[0].task
+            follow = user_message("notes.md", task_id=asked.id, context_id=asked.context_id)
+            answered = (await collect(client.send_message(SendMessageRequest(message=follow))))[0].task
+    finally:
+        await client.close()
+    assert plain.artifacts[0].parts[0].text.startswith("Done. The worker reports:")
+    assert asked.status.state == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+    assert asked.status.message.parts[0].text == "Which file should I work on?"
+    assert answered.id == asked.id and answered.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert answered.artifacts[-1].parts[0].text.startswith("I read notes.md")

@@ -184,17 +184,17 @@ async def test_sent_files_get_safe_unique_names_in_the_workspace(daemon, http):
     assert (inbox / "passwd").read_bytes() == b"one" and (inbox / "2-passwd").read_bytes() == b"two"
 
 
-async def test_root_endpoint_routes_by_metadata_agent_never_the_first_agent(tmp_path):
+async def test_root_endpoint_routes_by_metadata_agent_else_to_the_first_agent_by_name(tmp_path):
     from a2a_helpers import make_config, serve
 
     config = make_config(tmp_path, a2a={"default_agent": None})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        ambiguous = await rpc(http, "SendMessage", {"message": msg("hi")}, path="/a2a/jsonrpc")
-        named = await rpc(http, "SendMessage", {"message": msg("a question", metadata={"agent": "asker"})}, path="/a2a/jsonrpc")
+        unnamed = await rpc(http, "SendMessage", {"message": msg("hi")}, path="/a2a/jsonrpc")
+        named = await rpc(http, "SendMessage", {"message": msg("hi", metadata={"agent": "echo"})}, path="/a2a/jsonrpc")
         card = (await http.get("/.well-known/agent-card.json")).json()
-    assert ambiguous["error"]["code"] == -32602 and "metadata.agent" in ambiguous["error"]["message"]
-    assert named["result"]["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
-    assert card["name"] == "roost" and "asker" in card["description"]
+    assert unnamed["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "say question"  # asker < echo < maker < slow
+    assert named["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: hi"
+    assert card["name"] == "asker" and card["url"] == f"{url}/a2a/jsonrpc"
 
 
 async def test_the_depth_breaker_holds_across_a2a(http):
