@@ -31,6 +31,7 @@ from roost.plugins.http._plain import PlainRequest, PlainResponse
 from . import _models as m
 from . import _protocol as p
 from . import _rest03 as rest03
+from ._http_errors import render_jsonrpc_error, render_rest_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import open_task_store
@@ -584,7 +585,8 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
 
     def route(path: str, core: Any, methods: tuple[str, ...], *, public: bool = False, agent_arg: bool = False) -> RouteDescriptor:
         view, fast = _serve_twice(kernel, core, auth=not public, agent_arg=agent_arg)
-        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast)
+        render_error = render_jsonrpc_error if core is _jsonrpc else render_rest_error
+        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast, render_error=render_error)
 
     methods_all = ("GET", "POST", "DELETE")
     return [
