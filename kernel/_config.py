@@ -225,6 +225,7 @@ class HttpConfig:
     rate_limit_burst: int = _check(_Int(1, 1_000_000), default=40)
     max_body_bytes: int = _check(_Int(1024, 1 << 30), default=1_048_576)
     allowed_origins: tuple[str, ...] = _check(_StrList(), default=())
+    rate_limit_loopback: bool = _check(_Bool(), default=False)
 
 
 @attrs.frozen

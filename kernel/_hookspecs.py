@@ -37,6 +37,14 @@ class RouteDescriptor:
     Quart: ``async (roost.plugins.http.PlainRequest, **path_args) -> PlainResponse | None``,
     after the same auth, rate-limit, Origin and size checks; None hands the request to
     ``handler`` (e.g. for a streamed answer).
+
+    The route is served with and without a trailing slash (``/mcp`` and ``/mcp/``, same
+    handler, no redirect). ``render_error`` (optional) shapes every error the daemon itself
+    answers for this route (401, 403, 404, 405, 413, 429, 5xx, an unhandled exception):
+    ``(HTTP status, roost error code such as "rate_limited", message) -> (body bytes,
+    content type)``; status and headers (Retry-After, WWW-Authenticate) stay the daemon's.
+    None keeps roost's ``{"error": {"code", "message"}}``. A path no route matches takes
+    the renderer of the route sharing the most leading path segments with it.
     """
 
     path: str
@@ -46,6 +54,9 @@ class RouteDescriptor:
     public: bool = False  # True: no bearer auth (like /health)
     max_body_bytes: int | None = None
     fast_handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
+    render_error: Callable[[int, str, str], tuple[bytes, str]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from roost.plugins.http._plain import PlainRequest, PlainResponse
 from . import _models as m
 from . import _protocol as p
 from . import _rest03 as rest03
+from ._http_errors import render_jsonrpc_error, render_rest_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import open_task_store
@@ -406,13 +407,19 @@ def wrap_error(exc: m.A2AError) -> dict:
     return p.error_json(None, exc)
 
 
-def _problem(service: A2AService | None) -> PlainResponse | None:
-    if service is None:
-        return _json({"error": {"code": "a2a_unavailable", "message": "the A2A service is not running (see the daemon log)"}}, 503)
-    return None
+def _daemon_error(binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> PlainResponse:
+    """A refusal made before the A2A protocol is involved, in the binding's shape (the
+    same renderers the HTTP layer uses for its own errors on these routes)."""
+    render = render_jsonrpc_error if binding == "jsonrpc" else render_rest_error
+    body, content_type = render(status, code, message)
+    return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
 
 
-def _auth_failure(service: A2AService, headers: Any) -> PlainResponse | None:
+def _problem(binding: str) -> PlainResponse:
+    return _daemon_error(binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)")
+
+
+def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
     """401 when ``a2a.api_key`` is set and the bearer token does not match."""
     key = service.settings.api_key
     if not key:
@@ -421,10 +428,12 @@ def _auth_failure(service: A2AService, headers: Any) -> PlainResponse | None:
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""
     if token and hmac.compare_digest(token.encode(), key.encode()):
         return None
-    return _json(
-        {"error": {"code": "unauthorized", "message": "A2A needs 'Authorization: Bearer <a2a.api_key>'"}},
+    return _daemon_error(
+        binding,
         401,
-        headers={"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
+        "unauthorized",
+        "A2A needs 'Authorization: Bearer <a2a.api_key>'",
+        {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
     )
 
 
@@ -472,8 +481,8 @@ def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Map
 
 def _gate(service: A2AService | None, req: PlainRequest, binding: str, args: Mapping[str, Any], *, auth: bool = True) -> PlainResponse | None:
     if service is None:
-        return _problem(service)
-    return (_auth_failure(service, req.headers) if auth else None) or _route_agent(service, req, binding, args)
+        return _problem(binding)
+    return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(service, req, binding, args)
 
 
 # The routes: ``(service, req, stream_ok, **path_args)``.
@@ -646,7 +655,8 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
 
     def route(path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False) -> RouteDescriptor:
         view, fast = _serve_twice(kernel, core, binding, auth=not public)
-        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast)
+        render_error = render_jsonrpc_error if binding == "jsonrpc" else render_rest_error
+        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast, render_error=render_error)
 
     methods_all = ("GET", "POST", "DELETE")
     return [

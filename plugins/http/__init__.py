@@ -27,7 +27,7 @@ from ._ratelimit import Gcra
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._app import DaemonState, create_app, daemon_state, parse_kinds
-    from ._common import InvalidRequest, status_for
+    from ._common import InvalidRequest, jsonrpc_error_code, status_for
     from ._plain import PlainRequest, PlainResponse
     from ._server import base_url, open_daemon, serve
     from ._settings import HttpSettings
@@ -37,6 +37,7 @@ _LAZY = {
     "daemon_state": "._app",
     "DaemonState": "._app",
     "InvalidRequest": "._common",
+    "jsonrpc_error_code": "._common",
     "parse_kinds": "._app",
     "status_for": "._common",
     "PlainRequest": "._plain",
@@ -62,6 +63,7 @@ __all__ = [
     "daemon_http_client",
     "daemon_state",
     "find_daemon",
+    "jsonrpc_error_code",
     "open_daemon",
     "origin_allowed",
     "parse_kinds",

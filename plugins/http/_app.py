@@ -1,7 +1,8 @@
 """The quart-trio application: REST API, event websocket, plugin routes.
 
-Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status;
-no traceback ever reaches a client.
+Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status,
+or in the shape of the route's protocol when its ``RouteDescriptor.render_error`` says so;
+no traceback ever reaches a client. Every route answers with and without a trailing slash.
 """
 
 from __future__ import annotations
@@ -32,12 +33,15 @@ from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
 from ._common import (
+    ErrorShapes,
     Gate,
     InvalidRequest,
     Refusal,
+    canonical_path,
     common_headers,
     internal_error,
     refusal_for,
+    render_refusal,
     too_large,
 )
 from ._ratelimit import Gcra
@@ -69,6 +73,8 @@ class DaemonState:
     route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(factory=dict)
     # Plain handlers the fast lane calls directly (endpoint -> RouteDescriptor.fast_handler).
     fast_handlers: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
+    error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     gate: Gate = attrs.field(default=None)
 
     def __attrs_post_init__(self) -> None:
@@ -120,10 +126,32 @@ def create_app(
     )
     app.extensions["roost"] = state
     app.request_class = _request_class(app, state)
+    app.asgi_app = _without_trailing_slash(app.asgi_app)  # type: ignore[method-assign]
     _install_gates(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
     _install_plugin_routes(app, state)
+    state.error_shapes.set_routes(
+        (rule.rule, rule.methods or (), rule.endpoint) for rule in app.url_map.iter_rules()
+    )
+    return app
+
+
+def _without_trailing_slash(asgi_app: Any) -> Any:
+    """ASGI middleware: route ``/x/`` as ``/x`` (see ``canonical_path``); the fast lane's
+    ``route_for`` does the same, so both serve the same handler."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path")
+        if scope.get("type") in ("http", "websocket") and isinstance(path, str) and path.endswith("/"):
+            canonical = canonical_path(path)
+            if canonical != path:
+                raw = scope.get("raw_path")
+                scope = {**scope, "path": canonical}
+                if isinstance(raw, bytes):
+                    scope["raw_path"] = raw.rstrip(b"/") or b"/"
+        await asgi_app(scope, receive, send)
+
     return app
 
 
@@ -149,9 +177,11 @@ _ROUTE_CACHE_MAX = 4096
 
 
 def route_for(app: QuartTrio, state: DaemonState, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the HTTP route quart would pick, or None (no such
-    route, wrong method, a redirect or a websocket rule). Cached; the cache is bounded."""
+    """``(endpoint, view args)`` of the HTTP route quart would pick for ``path`` (trailing
+    slashes ignored), or None (no such route, wrong method, a redirect or a websocket
+    rule). Cached; the cache is bounded."""
     cache = state.route_cache
+    path = canonical_path(path)
     key = (method, path)
     try:
         return cache[key]
@@ -188,26 +218,23 @@ def daemon_state(app: QuartTrio) -> DaemonState:
 # ---- responses ---------------------------------------------------------------------
 
 
-def error_response(
-    app: QuartTrio, status: int, error: Mapping[str, Any], headers: Mapping[str, str] | None = None
-):
-    """A JSON error response ``{"error": {...}}``."""
-    body = json.dumps({"error": dict(error)}, ensure_ascii=False, default=str)
-    return app.response_class(
-        body, status=status, headers=dict(headers or {}), content_type="application/json"
-    )
-
-
 def _current():
     return request if has_request_context() else websocket
 
 
+def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
+    """A ``Refusal`` as a quart response, in the shape of the route of ``req`` (default:
+    the current request), see ``ErrorShapes``."""
+    if req is None:
+        req = _current()
+    renderer = daemon_state(app).error_shapes.for_request(req.endpoint, req.method, req.path)
+    body, content_type = render_refusal(refusal, renderer)
+    return app.response_class(
+        body, status=refusal.status, headers=dict(refusal.headers), content_type=content_type
+    )
+
+
 # ---- origin, auth, rate limit, body size ---------------------------------------------
-
-
-def refusal_response(app: QuartTrio, refusal: Refusal):
-    """A ``Refusal`` as a quart response."""
-    return error_response(app, refusal.status, refusal.error, refusal.headers)
 
 
 def _install_gates(app: QuartTrio, state: DaemonState) -> None:
@@ -232,7 +259,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             is_preflight=is_preflight,
             query_token=lambda: req.args.get("token"),
         )
-        return None if refusal is None else refusal_response(app, refusal)
+        return None if refusal is None else refusal_response(app, refusal, req)
 
     @app.before_request
     async def _gate_request():
@@ -254,7 +281,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 
 def _too_large(app: QuartTrio, settings: HttpSettings):
     limit = body_limit_of(request, settings) if has_request_context() else settings.max_body_bytes
-    return refusal_response(app, too_large(settings, limit, request.path if has_request_context() else ""))
+    return refusal_response(app, too_large(settings, limit, _current().path))
 
 
 # ---- error handlers -------------------------------------------------------------------
@@ -287,7 +314,7 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return error_response(app, status, {"code": _snake(exc.name), "message": message}, headers)
+        return refusal_response(app, Refusal(status, {"code": _snake(exc.name), "message": message}, headers))
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -551,23 +578,29 @@ def _add_plugin_route(
     fast = getattr(route, "fast_handler", None)
     if fast is not None and not callable(fast):
         return f"route {route.path} fast_handler is not callable"
+    render_error = getattr(route, "render_error", None)
+    if render_error is not None and not callable(render_error):
+        return f"route {route.path} render_error is not callable"
     cap = route.max_body_bytes
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {m.upper() for m in route.methods} if not route.websocket else set()
+    path = canonical_path(route.path)  # requests are routed without trailing slashes
     for rule in app.url_map.iter_rules():
-        if rule.rule != route.path or bool(getattr(rule, "websocket", False)) != route.websocket:
+        if rule.rule != path or bool(getattr(rule, "websocket", False)) != route.websocket:
             continue
         if route.websocket or methods & set(rule.methods or ()):
             return f"route {route.path} collides with an existing route; the first one is kept"
     endpoint = f"plugin.{plugin}.{index}"
     try:
         if route.websocket:
-            app.add_websocket(route.path, endpoint, route.handler)
+            app.add_websocket(path, endpoint, route.handler)
         else:
-            app.add_url_rule(route.path, endpoint, route.handler, methods=sorted(methods))
+            app.add_url_rule(path, endpoint, route.handler, methods=sorted(methods))
     except Exception as exc:
         return f"route {route.path} could not be added: {type(exc).__name__}: {exc}"
+    if render_error is not None:
+        state.error_shapes.by_endpoint[endpoint] = render_error
     if route.public:
         state.public_endpoints.add(endpoint)
     if cap is not None and not route.websocket:

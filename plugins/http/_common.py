@@ -2,15 +2,18 @@
 
 Plain functions, no Quart: the quart app's ``before_request``/``after_request``/error
 handlers and the fast lane (``_fastlane``) both call them, so a request meets the same
-Origin check, bearer auth, GCRA rate limit, body caps, headers and error shapes either way.
+path matching (trailing slash or not), Origin check, bearer auth, GCRA rate limit, body
+caps, headers and error shapes (a route's own ``render_error``) either way.
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import json
 import logging
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -76,6 +79,32 @@ class InvalidRequest(RoostError):
         return {**super().to_dict(), "field": self.field}
 
 
+def canonical_path(path: str) -> str:
+    """``path`` without trailing slashes (``/mcp/`` → ``/mcp``; ``/`` stays): every route is
+    served with and without one, by the same handler and without a redirect (a 307/308 on
+    a POST breaks clients that join a base URL and ``/``)."""
+    if path.endswith("/") and len(path) > 1:
+        return path.rstrip("/") or "/"
+    return path
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_loopback(addr: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def is_loopback(addr: str | None) -> bool:
+    """True for a peer on this host (127.0.0.0/8, ::1, ::ffff:127.x); False when unknown."""
+    if addr == "127.0.0.1":
+        return True
+    return addr is not None and _is_loopback(addr)
+
+
 def status_for(error: RoostError) -> int:
     """The HTTP status for a roost error (500 for anything not listed)."""
     if isinstance(error, InvalidRequest):
@@ -133,6 +162,92 @@ def internal_error() -> Refusal:
     return Refusal(500, {"code": "internal_error", "message": "internal error; the daemon log has the details"})
 
 
+# ---- error shapes per route --------------------------------------------------------------
+
+ErrorRenderer = Callable[[int, str, str], tuple[bytes, str]]
+
+# JSON-RPC codes (JSON-RPC 2.0 section 5.1) for the daemon's own errors on a JSON-RPC route.
+_INVALID_REQUEST_STATUSES = frozenset({400, 405, 406, 411, 413, 414, 415, 431})
+
+
+def jsonrpc_error_code(status: int, code: str) -> int:
+    """The JSON-RPC error code for an error the daemon answers on a JSON-RPC route.
+
+    -32601 (method not found) for a path no route serves; -32603 (internal error) for an
+    unhandled exception; -32600 (invalid request) for a request refused as sent (400, 405,
+    413, 415, ...); -32000 (roost's implementation-defined server error, as the kernel's
+    dispatcher uses for roost errors) for the rest: 401, 403, 429 and roost errors such as
+    503. The HTTP status and the roost code stay available to the renderer's ``data``."""
+    if status == 404 and code == "not_found":
+        return -32601
+    if code == "internal_error":
+        return -32603
+    if status in _INVALID_REQUEST_STATUSES:
+        return -32600
+    return -32000
+
+
+def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
+    """``(body, content type)`` of ``refusal``: by the route's ``render_error``, else (or
+    should the renderer fail) roost's ``{"error": {...}}`` JSON."""
+    if renderer is not None:
+        error = refusal.error
+        try:
+            body, content_type = renderer(
+                refusal.status, str(error.get("code", "error")), str(error.get("message", ""))
+            )
+        except Exception:
+            log.exception("render_error failed for a %s answer; sent roost's error shape", refusal.status)
+        else:
+            if isinstance(body, (bytes, bytearray)) and isinstance(content_type, str):
+                return bytes(body), content_type
+            log.error("render_error must return (bytes, str), got a %s; sent roost's error shape", type(body).__name__)
+    return refusal.body(), "application/json"
+
+
+class ErrorShapes:
+    """Which ``render_error`` shapes an error answer: the matched route's; for a request no
+    route matches (404, 405), that of the route sharing the most leading path segments with
+    its path (a ``<var>`` segment matches any one; at least one literal segment must match).
+    Among equals a route that allows the request's method wins, then the first registered."""
+
+    def __init__(self) -> None:
+        self.by_endpoint: dict[str, ErrorRenderer] = {}
+        self._routes: list[tuple[tuple[str | None, ...], frozenset[str], ErrorRenderer | None]] = []
+
+    def set_routes(self, routes: Iterable[tuple[str, Iterable[str], str]]) -> None:
+        """Index ``(rule path, methods, endpoint)`` of every route, in registration order."""
+        self._routes = [
+            (
+                tuple(None if "<" in part else part for part in canonical_path(path).strip("/").split("/")),
+                frozenset(methods),
+                self.by_endpoint.get(endpoint),
+            )
+            for path, methods, endpoint in routes
+        ]
+
+    def for_request(self, endpoint: str | None, method: str, path: str) -> ErrorRenderer | None:
+        if endpoint is not None:
+            return self.by_endpoint.get(endpoint)
+        if not self.by_endpoint:
+            return None
+        segments = canonical_path(path).strip("/").split("/")
+        best: ErrorRenderer | None = None
+        best_rank = (0, False)
+        for rule, methods, renderer in self._routes:
+            matched = 0
+            literal = False
+            for want, got in zip(rule, segments, strict=False):
+                if want is not None and want != got:
+                    break
+                matched += 1
+                literal = literal or want is not None
+            rank = (matched, method in methods)
+            if literal and rank > best_rank:
+                best, best_rank = renderer, rank
+        return best
+
+
 def refusal_for(exc: RoostError, path: str) -> Refusal:
     """The answer to a ``RoostError`` raised by a handler (logged when it is a 5xx)."""
     status = status_for(exc)
@@ -182,13 +297,17 @@ class Gate:
                 None,
             )
         public = endpoint in self.public or is_preflight
+        # Peers on this host share one address: a local mesh, CLI or test run would throttle
+        # itself, so they are not limited unless http.rate_limit_loopback says so.
+        limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
         if settings.api_key is not None and not public:
             token = bearer_token(headers.get("Authorization"))
             if token is None and is_websocket and query_token is not None:
                 token = query_token() or None
             if not tokens_match(token, settings.api_key):
-                refused = self._limit(rate_key)  # failed attempts count too: no free guessing
+                # failed attempts count too: no free guessing
+                refused = self._limit(rate_key) if limited else None
                 if refused is not None:
                     return refused, None
                 reason = "missing" if token is None else "wrong"
@@ -203,11 +322,11 @@ class Gate:
                         },
                         {"WWW-Authenticate": 'Bearer realm="roost"'},
                     ),
-                    rate_key,
+                    rate_key if limited else None,
                 )
             rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
         charged = None
-        if endpoint not in self.unlimited:
+        if limited and endpoint not in self.unlimited:
             refused = self._limit(rate_key)
             if refused is not None:
                 return refused, None

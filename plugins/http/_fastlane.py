@@ -29,8 +29,23 @@ from typing import Any
 import trio
 from roost.kernel import RoostError
 
-from ._common import Refusal, common_headers, internal_error, refusal_for, too_large
-from ._h1 import ParseError, RequestHead, RequestParser, error_response, render_response
+from ._common import (
+    Refusal,
+    canonical_path,
+    common_headers,
+    internal_error,
+    refusal_for,
+    render_refusal,
+    too_large,
+)
+from ._h1 import (
+    ParseError,
+    RequestHead,
+    RequestParser,
+    error_response,
+    reason_code,
+    render_response,
+)
 from ._plain import PlainRequest, PlainResponse
 
 log = logging.getLogger("roost.http")
@@ -161,6 +176,7 @@ class FastLane:
         started = time.perf_counter()
         refusal, charged = state.gate.check(endpoint, head.headers, remote_addr, head.content_length)
         limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
+        renderer = state.error_shapes.by_endpoint.get(endpoint)
         if refusal is not None:
             # Keep the connection only if the unread body is already here to skip.
             keep = False
@@ -168,7 +184,7 @@ class FastLane:
                 keep = parser.body(limit) is not None
             if keep:
                 parser.finish()
-            await self._respond(stream, io, head, _refusal_response(refusal), keep, remote_addr, started)
+            await self._respond(stream, io, head, _refusal_response(refusal, renderer), keep, remote_addr, started)
             if not keep:
                 await _linger(stream)
             return keep
@@ -176,20 +192,22 @@ class FastLane:
             body = await self._read_body(stream, io, parser, limit)
         except ParseError as exc:
             if exc.status == 413:
-                await self._respond(stream, io, head, _refusal_response(too_large(state.settings, limit, head.path)), False, remote_addr, started)
+                refusal = too_large(state.settings, limit, head.path)
             else:
-                await self._send(stream, io, error_response(exc))
+                refusal = Refusal(exc.status, {"code": reason_code(exc.status), "message": exc.message})
+            await self._respond(stream, io, head, _refusal_response(refusal, renderer), False, remote_addr, started)
             await _linger(stream)
             return False
-        request = PlainRequest(head.method, head.path, head.headers, body, query=head.query, remote_addr=remote_addr)
+        # the path as routed (no trailing slash), as Quart's request.path has it too
+        request = PlainRequest(head.method, canonical_path(head.path), head.headers, body, query=head.query, remote_addr=remote_addr)
         io.deadline = math.inf  # a handler may take as long as its agent does
         try:
             response = await handler(request, **path_args)
         except RoostError as exc:
-            response = _refusal_response(refusal_for(exc, head.path))
+            response = _refusal_response(refusal_for(exc, head.path), renderer)
         except Exception as exc:
             log.error("unexpected error serving %s", head.path, exc_info=exc)
-            response = _refusal_response(internal_error())
+            response = _refusal_response(internal_error(), renderer)
         if response is None:  # declined: Quart serves it (and charges the rate limit itself)
             if charged is not None:
                 state.limiter.refund(charged)
@@ -331,5 +349,6 @@ async def _linger(stream: Any) -> None:
             pass
 
 
-def _refusal_response(refusal: Refusal) -> PlainResponse:
-    return PlainResponse(refusal.status, refusal.body(), "application/json", tuple(refusal.headers.items()))
+def _refusal_response(refusal: Refusal, renderer: Any) -> PlainResponse:
+    body, content_type = render_refusal(refusal, renderer)
+    return PlainResponse(refusal.status, body, content_type, tuple(refusal.headers.items()))

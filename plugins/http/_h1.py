@@ -460,11 +460,16 @@ def render_response(
     return b"\r\n".join(out)
 
 
+def reason_code(status: int) -> str:
+    """The reason phrase of ``status`` as an error code: 431 → ``request_header_fields_too_large``."""
+    return _REASONS.get(status, "error").lower().replace(" ", "_").replace("-", "_")
+
+
 def error_response(error: ParseError) -> bytes:
     """The plain-JSON response to a request the parser refused (the connection then closes)."""
     import json
 
-    code = _REASONS.get(error.status, "error").lower().replace(" ", "_").replace("-", "_")
+    code = reason_code(error.status)
     body = json.dumps({"error": {"code": code, "message": error.message}}).encode()
     return render_response(
         error.status,

@@ -25,6 +25,8 @@ class HttpSettings:
     rate_limit_burst: int = 40
     max_body_bytes: int = 1_048_576
     allowed_origins: tuple[str, ...] = ()
+    # False: peers on this host (loopback) are not rate limited; the limit is for the others.
+    rate_limit_loopback: bool = False
 
     @classmethod
     def from_config(cls, http_config: object, env: Mapping[str, str] | None = None) -> HttpSettings:
@@ -54,6 +56,13 @@ class HttpSettings:
                 f"http.max_body_bytes must be a positive integer (bytes), got {max_body!r}; "
                 "set e.g. max_body_bytes = 1048576 under [http] in roost.toml"
             )
+        loopback = getattr(http_config, "rate_limit_loopback", False)
+        if not isinstance(loopback, bool):
+            raise ConfigError(
+                f"http.rate_limit_loopback must be true or false, got {loopback!r}; set it to true "
+                "under [http] in roost.toml to rate limit callers on this host too (e.g. behind a "
+                "reverse proxy on the same host)"
+            )
         raw_origins = getattr(http_config, "allowed_origins", ()) or ()
         if isinstance(raw_origins, str):
             raw_origins = (raw_origins,)
@@ -68,4 +77,4 @@ class HttpSettings:
                     f"'http://host:port' (or '*'), got {origin!r}"
                 )
             origins.append(origin)
-        return cls(key, source, float(rate), burst, max_body, tuple(origins))
+        return cls(key, source, float(rate), burst, max_body, tuple(origins), loopback)

@@ -279,7 +279,7 @@ class McpEndpoint:
         try:
             return hub_for(self.kernel).server_for(name)
         except AgentNotFound as exc:
-            raise _HttpError(404, {"error": {"code": "agent_not_found", "message": str(exc)}}) from None
+            raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
 
     async def view(self, name: str | None = None) -> Any:
         from quart import request
@@ -466,7 +466,7 @@ class McpEndpoint:
 
         self._server(name)
         if not request.headers.get(p.HEADER_SESSION_ID):
-            raise _HttpError(405, {"error": {"code": "method_not_allowed", "message": "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"}}, {"Allow": "POST, DELETE"})
+            raise _HttpError(405, _daemon_error(405, "method_not_allowed", "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"), {"Allow": "POST, DELETE"})
         if not _accepts(request.headers.get("Accept"), "text/event-stream"):
             raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "GET opens an SSE stream: Accept must list text/event-stream")
         session = self._session(name)
@@ -542,6 +542,25 @@ async def _run_into(server: McpServer, session: ServerSession, message: Any, str
         stream.close()
 
 
+def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
+    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null
+    (Streamable HTTP: the body of an HTTP error MAY be a JSON-RPC error without an id). The
+    code is ``jsonrpc_error_code``'s (-32000 for 401/403/429 and roost errors, -32600 for a
+    request refused as sent, -32601 for no such endpoint, -32603 for a crash); ``data``
+    names roost's error code and the HTTP status."""
+    from roost.plugins.http import jsonrpc_error_code
+
+    data = {"code": code, "httpStatus": status}
+    return rpc.error_response(None, jsonrpc_error_code(status, code), message, data).to_dict()
+
+
+def render_error(status: int, code: str, message: str) -> tuple[bytes, str]:
+    """``RouteDescriptor.render_error`` of the MCP endpoints: the daemon's own errors (401,
+    403 Origin, 404, 405, 413, 429, 500) as ``_daemon_error``."""
+    body = json.dumps(_daemon_error(status, code, message), ensure_ascii=False, separators=(",", ":"))
+    return body.encode(), "application/json"
+
+
 def mcp_routes(kernel: Any) -> list[Any]:
     """The daemon routes: ``/mcp`` and ``/agents/<name>/mcp`` (POST, GET, DELETE)."""
     from roost.kernel import RouteDescriptor
@@ -558,8 +577,8 @@ def mcp_routes(kernel: Any) -> list[Any]:
     methods = ("POST", "GET", "DELETE")
     cap = p.MAX_MESSAGE_BYTES
     return [
-        RouteDescriptor("/mcp", host_view, methods=methods, max_body_bytes=cap),
-        RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods, max_body_bytes=cap),
+        RouteDescriptor("/mcp", host_view, methods=methods, max_body_bytes=cap, render_error=render_error),
+        RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods, max_body_bytes=cap, render_error=render_error),
     ]
 
 

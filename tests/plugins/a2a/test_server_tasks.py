@@ -243,8 +243,29 @@ async def test_bearer_auth_when_api_key_is_set_cards_stay_public(tmp_path):
         extended = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}, headers=auth)
     assert card.status_code == 200 and card.json()["capabilities"]["extendedAgentCard"] is True
     assert refused.status_code == 401
+    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="roost-a2a"'
     assert ok.json()["error"]["code"] == -32001
     assert extended.json()["result"]["name"] == "echo"
+
+
+async def test_a2a_api_key_refusal_is_in_each_bindings_shape(tmp_path):
+    """The A2A plugin's own 401 (``a2a.api_key``) is a JSON-RPC error on the JSON-RPC
+    binding and an AIP-193 object on HTTP+JSON, like the daemon's own refusals there."""
+    from a2a.server.jsonrpc_models import JSONRPCError
+    from a2a_helpers import make_config, serve
+
+    config = make_config(tmp_path, a2a={"api_key": "s3cret-key-123"})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        rpc_refused = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+        rest_refused = await http.get("/a2a/agents/echo/rest/tasks/x", headers=V1)
+    assert rpc_refused.status_code == rest_refused.status_code == 401
+    body = rpc_refused.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    error = JSONRPCError.model_validate(body["error"])
+    assert isinstance(error.code, int) and "a2a.api_key" in error.message
+    rest = rest_refused.json()["error"]
+    assert rest["code"] == 401 and rest["status"] == "UNAUTHENTICATED" and "a2a.api_key" in rest["message"]
+    assert rest["details"][0]["reason"] == "UNAUTHORIZED"
 
 
 async def test_a_linked_inbox_never_leads_files_outside_the_workspace(daemon, http, tmp_path):

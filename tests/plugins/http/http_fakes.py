@@ -36,6 +36,7 @@ class FakeHttpConfig:
     rate_limit_burst: int = 1000
     max_body_bytes: int = 1_048_576
     allowed_origins: tuple[str, ...] = ()
+    rate_limit_loopback: bool = False
 
 
 @attrs.frozen

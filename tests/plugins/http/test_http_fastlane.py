@@ -185,10 +185,10 @@ async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kern
 
 async def test_a_declined_request_is_served_by_quart_and_counted_once(make_kernel):
     # burst 2: a declined request charged twice would make the second request a 429
-    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2)) as client:
+    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2, rate_limit_loopback=True)) as client:
         first = await client.post("/fast/d", content=b"ab", headers={"X-Decline": "1"})
         assert first.json() == {"via": "quart", "size": 2, "args": {"name": "d"}, "method": "POST"}
-    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2)) as client:
+    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2, rate_limit_loopback=True)) as client:
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(post("/fast/a", b"x", b"X-Decline: yes\r\n") + post("/fast/b"))
         assert [(await raw.response())[0] for _ in range(2)] == [200, 200]
@@ -235,7 +235,7 @@ async def test_a_refused_request_keeps_the_connection_when_its_body_is_here(make
 
 
 async def test_rate_limit_is_429_with_retry_after(make_kernel):
-    async with serving(make(make_kernel, rate_limit_per_s=0.01, rate_limit_burst=2)) as client:
+    async with serving(make(make_kernel, rate_limit_per_s=0.01, rate_limit_burst=2, rate_limit_loopback=True)) as client:
         codes = [(await client.post("/fast/a")).status_code for _ in range(3)]
         assert codes == [200, 200, 429]
         limited = await client.post("/fast/a")

@@ -99,3 +99,50 @@ def test_never_allows_more_than_burst_plus_rate_times_elapsed(rate, burst, gaps)
         for j in range(i, len(allowed_times)):
             passed = j - i + 1
             assert passed <= burst + rate * (allowed_times[j] - start) + 1e-6
+
+
+# ---- who is limited: the Gate in front of every route ----------------------------------------
+
+
+def make_gate(**settings):
+    from roost.plugins.http import HttpSettings
+    from roost.plugins.http._common import Gate
+
+    http = HttpSettings(**settings)
+    frozen_clock = 1000.0  # no time passes: only the burst is available
+    return Gate(http, Gcra(http.rate_limit_per_s, http.rate_limit_burst), lambda: frozen_clock, set(), set(), {})
+
+
+def answers(gate, addr, n, headers=None):
+    out = []
+    for _ in range(n):
+        refusal, _ = gate.check("route", headers or {}, addr, None)
+        out.append(200 if refusal is None else refusal.status)
+    return out
+
+
+def test_loopback_callers_are_not_limited_by_default_but_remote_callers_still_are():
+    gate = make_gate()  # the defaults: 20/s, burst 40
+    for local in ("127.0.0.1", "127.0.0.7", "::1", "::ffff:127.0.0.1"):
+        assert answers(gate, local, 500) == [200] * 500, local
+    for remote in ("203.0.113.9", "10.0.0.2", "::ffff:192.0.2.1", None):
+        assert answers(gate, remote, 60) == [200] * 40 + [429] * 20, remote
+
+
+def test_remote_failed_auth_is_still_limited_and_loopback_can_be_limited_on_request():
+    keyed = make_gate(api_key="k" * 32)
+    wrong = {"Authorization": "Bearer guess"}
+    assert answers(keyed, "198.51.100.4", 45, wrong) == [401] * 40 + [429] * 5
+    assert answers(keyed, "127.0.0.1", 45, wrong) == [401] * 45
+    behind_a_proxy = make_gate(rate_limit_loopback=True)
+    assert answers(behind_a_proxy, "127.0.0.1", 45) == [200] * 40 + [429] * 5
+
+
+def test_rate_limit_loopback_is_read_and_checked_from_config():
+    from roost.kernel import ConfigError, default_config
+    from roost.plugins.http import HttpSettings
+
+    assert HttpSettings.from_config(default_config().http).rate_limit_loopback is False
+    assert HttpSettings.from_config(default_config(http={"rate_limit_loopback": True}).http).rate_limit_loopback is True
+    with pytest.raises(ConfigError, match="rate_limit_loopback"):
+        default_config(http={"rate_limit_loopback": "yes"})

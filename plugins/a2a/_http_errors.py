@@ -1,0 +1,83 @@
+"""The daemon's own errors on A2A routes, in A2A 1.0's shapes (``RouteDescriptor.render_error``).
+
+The HTTP layer answers some requests before an A2A handler sees them: 401 (bearer token),
+403 (Origin), 404/405 (no such route or method), 413 (body too large), 429 (rate limit) and
+500 (an unhandled exception). On A2A routes those answers keep their HTTP status and
+headers (Retry-After, WWW-Authenticate) and get a body an A2A client can parse:
+
+* JSON-RPC binding: ``{"jsonrpc": "2.0", "id": null, "error": {"code", "message", "data":
+  [ErrorInfo]}}``. Codes (``roost.plugins.http.jsonrpc_error_code``): -32601 no such route,
+  -32600 a request refused as sent (400, 405, 413, 415, ...), -32603 an unhandled exception,
+  and -32000 (JSON-RPC's implementation-defined server error, outside A2A's -32001..-32099)
+  for 401, 403, 429 and other roost errors.
+* HTTP+JSON binding (and the card and 0.1 routes): AIP-193, ``{"error": {"code": <HTTP
+  status>, "status": "<google.rpc.Code name>", "message", "details": [ErrorInfo]}}``.
+
+The ``google.rpc.ErrorInfo`` carries A2A's reason (domain ``a2a-protocol.org``) where the
+JSON-RPC code is one A2A names (INVALID_REQUEST, METHOD_NOT_FOUND, INTERNAL_ERROR), else
+roost's code upper-cased (UNAUTHORIZED, ORIGIN_FORBIDDEN, RATE_LIMITED; domain ``roost``);
+its metadata names the HTTP status and roost's code (``httpStatus``, ``roostCode``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from roost.plugins.http import jsonrpc_error_code
+
+from . import _models as m
+
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+ROOST_DOMAIN = "roost"
+
+# google.rpc.Code names for HTTP statuses (AIP-193 / google/rpc/code.proto).
+_CANONICAL = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    408: "DEADLINE_EXCEEDED",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_A2A_CODES = frozenset({m.INVALID_REQUEST, m.METHOD_NOT_FOUND, m.INTERNAL_ERROR})
+
+
+def canonical_status(status: int) -> str:
+    """The ``google.rpc.Code`` name for an HTTP status (INVALID_ARGUMENT/INTERNAL by class)."""
+    return _CANONICAL.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, Any]]]:
+    """``(JSON-RPC code, [ErrorInfo])`` of one daemon error."""
+    rpc_code = jsonrpc_error_code(status, code)
+    if rpc_code in _A2A_CODES:
+        details = m.A2AError(rpc_code, message).details()[:1]
+    else:
+        reason = re.sub(r"[^A-Z0-9]+", "_", code.upper()).strip("_") or "ERROR"
+        details = [{"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ROOST_DOMAIN, "metadata": {}}]
+    details[0]["metadata"] = {**details[0]["metadata"], "httpStatus": str(status), "roostCode": code}
+    return rpc_code, details
+
+
+def render_jsonrpc_error(status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on the A2A JSON-RPC binding: a JSON-RPC error response, ``id`` null."""
+    rpc_code, details = _error(status, code, message)
+    body = {"jsonrpc": "2.0", "id": None, "error": {"code": rpc_code, "message": message, "data": details}}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
+
+
+def render_rest_error(status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on the A2A HTTP+JSON binding: an AIP-193 error object."""
+    _, details = _error(status, code, message)
+    body = {"error": {"code": status, "status": canonical_status(status), "message": message, "details": details}}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
