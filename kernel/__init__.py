@@ -38,6 +38,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         ActorError,
         ActorStopped,
         AgentNotFound,
+        AgentUnavailable,
         AskTimeout,
         ConfigError,
         LoopDetected,
@@ -159,7 +160,7 @@ for _module, _names in (
     ("_deadlines", "DeadlineTimer"),
     (
         "_errors",
-        "ActorCrashed ActorError ActorStopped AgentNotFound AskTimeout ConfigError "
+        "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
         "LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
         "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
         "ToolNameCollision ToolNotFound ToolTimeout is_mapping json_type_name",
@@ -208,6 +209,7 @@ __all__ = [
     "ActorError",
     "ActorStopped",
     "AgentNotFound",
+    "AgentUnavailable",
     "AskTimeout",
     "ConfigError",
     "Event",

@@ -358,8 +358,13 @@ class AgentRuntime:
                 )
 
         limits = manifest.limits
+        model = manifest.model
         try:
-            provider = self.provider if self.tiers is None else await self._route(user.content, self.tiers)
+            provider = self.provider
+            if self.tiers is not None:
+                provider, model = await self._route(user.content, self.tiers, session_id)
+                # The tier's own model and parameters, for its own provider.
+                request = attrs.evolve(request, model=model.name or "", parameters=dict(model.parameters or {}))
             result: LoopResult = await run_loop(
                 provider,
                 request,
@@ -380,7 +385,7 @@ class AgentRuntime:
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
                 provider.name,
-                manifest.model.name or "",
+                model.name or "",
                 result.usage.input_tokens,
                 result.usage.output_tokens,
             )
@@ -389,11 +394,7 @@ class AgentRuntime:
         elif session_id is not None:
             await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in result.messages], usage=usage)
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
-            try:
-                if not kernel.store.log_usage_nowait(self.name, None, *usage):
-                    await kernel.store.log_usage(self.name, None, *usage)
-            except RoostError as exc:  # accounting lost, not the answer
-                log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
+            await self._log_usage(None, usage)
         return _agent_reply(
             self.name,
             result.text,
@@ -433,29 +434,46 @@ class AgentRuntime:
             except RoostError as exc:
                 log.warning("agent %s: could not store the message of session %s: %s", self.name, session_id, exc)
 
-    async def _route(self, text: str, tiers: tuple[Provider, Provider]) -> Provider:
-        """The provider for this message among the model ``tiers`` (fast, complex): the fast
-        model classifies it (one cheap call, no tools) and simple messages stay with it; the
-        rest go to the complex model."""
+    async def _log_usage(self, session_id: str | None, usage: tuple[str, str, int, int]) -> None:
+        """Record ``usage`` (provider, model, input, output tokens) written behind."""
+        store = self.kernel.store
+        try:
+            if not store.log_usage_nowait(self.name, session_id, *usage):
+                await store.log_usage(self.name, session_id, *usage)
+        except RoostError as exc:  # accounting lost, not the answer
+            log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
+
+    async def _route(
+        self, text: str, tiers: tuple[Provider, Provider], session_id: str | None
+    ) -> tuple[Provider, Any]:
+        """The provider and model config for this message among the model ``tiers`` (fast,
+        complex): the fast model classifies it (one cheap call, no tools, its tokens
+        recorded) and simple messages stay with it; the rest go to the complex model."""
         fast, complex_ = tiers
+        models = self.manifest.model
+        fast_model = models.for_tier("fast")
         verdict = await fast.complete(
             CompletionRequest(
                 agent=self.name,
                 system=ROUTER_PROMPT,
                 messages=(Message("user", text),),
                 tools=(),
-                model=self.manifest.model.for_tier("fast").name or "",
+                model=fast_model.name or "",
+                parameters=dict(fast_model.parameters or {}),
             )
         )
-        chosen = fast if verdict.text.strip().lower().startswith("simple") else complex_
+        if verdict.usage.input_tokens or verdict.usage.output_tokens:
+            usage = (fast.name, fast_model.name or "", verdict.usage.input_tokens, verdict.usage.output_tokens)
+            await self._log_usage(session_id, usage)
+        simple = verdict.text.strip().lower().startswith("simple")
         self.kernel.publish(
             Event(
                 EventKind.AGENT_ROUTED,
                 self.name,
-                payload={"tier": "fast" if chosen is fast else "complex", "verdict": verdict.text[:80]},
+                payload={"tier": "fast" if simple else "complex", "verdict": verdict.text[:80]},
             )
         )
-        return chosen
+        return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
 
     async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
         """Answer one MCP JSON-RPC request addressed to this agent."""

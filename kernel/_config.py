@@ -304,6 +304,11 @@ class RoostConfig:
     source: Path | None = None
 
     @property
+    def where(self) -> str:
+        """How messages name this configuration: the file's path, else ``roost.toml``."""
+        return CONFIG_FILENAME if self.source is None else str(self.source)
+
+    @property
     def database_path(self) -> Path:
         """The SQLite database in the data directory."""
         return database_path(self.home)

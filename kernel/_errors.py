@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -76,6 +77,21 @@ class AgentNotFound(RoostError):
         super().__init__(f"unknown agent {name!r}{hint}")
 
 
+class AgentUnavailable(RoostError):
+    """The agent is configured but cannot answer (e.g. its provider's API key is missing);
+    the HTTP API answers 503."""
+
+    code = "agent_unavailable"
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"agent {name!r} is unavailable: {reason}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "agent": self.name, "reason": self.reason}
+
+
 class ToolError(RoostError):
     """Base of tool-call failures; these become ``is_error`` results, never crashes."""
 
@@ -83,15 +99,40 @@ class ToolError(RoostError):
 
 
 class ToolNotFound(ToolError):
+    """No tool of that name. ``hint`` ("" or "; did you mean …?") names the likely one:
+    for an agent asked by another spelling (``roost_agent_x``, ``agent_code-reviewer``),
+    its one name ``agent_<name>``."""
+
     code = "tool_not_found"
 
-    def __init__(self, name: str, known: Sequence[str] = ()) -> None:
-        import difflib
-
+    def __init__(self, name: str, known: Iterable[str] = ()) -> None:
         self.name = name
-        close = difflib.get_close_matches(name, list(known), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        super().__init__(f"unknown tool {name!r}{hint}")
+        self.hint = _tool_hint(name, list(known))
+        super().__init__(f"unknown tool {name!r}{self.hint}")
+
+
+_AGENT_SPELLING = re.compile(r"^(?:roost[_\-.])?agent[_\-.](.+)$", re.IGNORECASE)
+
+
+def _tool_hint(name: str, known: list[str]) -> str:
+    import difflib
+
+    from ._tools import agent_tool_name, normalise_name
+
+    if not isinstance(name, str):
+        return ""
+    spelled = _AGENT_SPELLING.match(name.strip())
+    for candidate in (
+        agent_tool_name(spelled.group(1)) if spelled else None,
+        agent_tool_name(name),  # the agent's own name
+        normalise_name(name),
+    ):
+        if candidate is not None and candidate != name and candidate in known:
+            if candidate.startswith("agent_"):
+                return f"; did you mean {candidate}? (an agent's tool is agent_<its name, lowercase, '-' → '_'>)"
+            return f"; did you mean {candidate}?"
+    close = difflib.get_close_matches(name, known, n=3)
+    return f"; did you mean {', '.join(close)}?" if close else ""
 
 
 class ToolNameCollision(ToolError):

@@ -106,12 +106,20 @@ class RoostHookSpecs:
         """Return ``Tool`` descriptors (``roost.kernel.Tool``) this plugin provides."""
 
     @hookspec
+    def roost_check_config(self, config: Any) -> None:
+        """Check the parts of ``config`` this plugin reads (its ``[providers.<name>]``
+        table, ``[[mcp_servers]]``, ``[a2a]``, …); raise ``ConfigError`` naming the key, the
+        valid keys and the fix. Called as the kernel boots, before anything starts: an
+        error stops the boot (``roost run`` exits non-zero). The kernel puts the file's
+        path (``config.where``) in front of a message that does not start with it."""
+
+    @hookspec
     def roost_providers(self) -> Sequence[ProviderDescriptor]:
         """Return model providers this plugin provides."""
 
     @hookspec
     def roost_mcp_servers(self, config: Any) -> Sequence[McpServerDescriptor]:
-        """Return MCP servers to connect to, in addition to ``roost.toml``."""
+        """Return MCP servers to connect to, in addition to the config file's."""
 
     @hookspec
     def roost_http_routes(self, kernel: Any) -> Sequence[RouteDescriptor]:

@@ -6,6 +6,7 @@ system); leaving it shuts everything down within the configured deadline.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 import weakref
@@ -20,7 +21,9 @@ import trio
 from ._agent import AgentReply, AgentRuntime, Conversation
 from ._errors import (
     AgentNotFound,
+    AgentUnavailable,
     AskTimeout,
+    ConfigError,
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
@@ -151,6 +154,8 @@ class Kernel:
         self.agents: dict[str, Any] = {}
         self.agent_errors: dict[str, str] = {}
         self.manifest_errors: list[RoostError] = []
+        # What loaded but is likely a mistake (an expose_tools entry matching no tool, …).
+        self.load_warnings: list[str] = []
         self.service_errors: dict[str, str] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
         self.started_at = time.time()
@@ -187,7 +192,7 @@ class Kernel:
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
         if agent in self.agent_errors:
-            raise RoostError(f"agent {agent!r} is unavailable: {self.agent_errors[agent]}")
+            raise AgentUnavailable(agent, self.agent_errors[agent])
         return manifest
 
     async def send(
@@ -675,6 +680,8 @@ class Kernel:
     ) -> ToolResult:
         """The ``agent_{target}`` tool called by ``agent``: a JSON-RPC ``tools/call`` of the
         target's ``message`` tool, asked with the tool's timeout as the ask's deadline."""
+        if target in self.agent_errors:
+            raise AgentUnavailable(target, self.agent_errors[target])
         caller = call.caller or agent
         origin = call.trace or TraceContext.new(caller, max_depth=self.max_depth_for(caller))
         try:
@@ -807,19 +814,21 @@ async def open_kernel(
     """
     from ._actor import open_actor_system
     from ._config import load_config
-    from ._manifest import load_agents
+    from ._manifest import load_agents, tool_pattern_warnings
     from ._paths import database_path, ensure_private_dir
     from ._store import open_store
 
     if config is None:
         config = load_config()
-    home = ensure_private_dir(Path(config.home))
 
     pm = PluginManager()
     if load_entry_points:
         pm.load_entry_points(disabled=config.plugins.disabled)
     for i, plugin in enumerate(plugins):
         pm.register_named(getattr(plugin, "__name__", f"plugin-{i}"), plugin)
+    provider_results = _hook_results(pm, "roost_providers")
+    _check_config(pm, config, provider_results)  # a bad setting stops the boot here
+    home = ensure_private_dir(Path(config.home))
 
     async with open_store(database_path(home), synchronous=config.store.synchronous) as store:
         async with open_actor_system(shutdown_timeout_s=config.kernel.shutdown_timeout_s) as actors:
@@ -828,14 +837,18 @@ async def open_kernel(
                 kernel.publish(Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload=attrs.asdict(failure)))
             for name, impl_result in _hook_results(pm, "roost_tools", config=config):
                 kernel._register_tools(impl_result, name)
-            for name, impl_result in _hook_results(pm, "roost_providers"):
+            for name, impl_result in provider_results:
                 for desc in impl_result:
                     if isinstance(desc, ProviderDescriptor):
                         kernel.providers.setdefault(desc.name, desc)
                     else:
                         kernel._plugin_failure(name, f"roost_providers returned {type(desc).__name__}")
 
-            found, errors = load_agents([Path(d) for d in config.agents.dirs], include_bundled=config.agents.bundled)
+            found, errors = load_agents(
+                [Path(d) for d in config.agents.dirs],
+                include_bundled=config.agents.bundled,
+                config_file=getattr(config, "where", "roost.toml"),
+            )
             kernel.manifest_errors.extend(errors)
             for err in errors:
                 log.error("agent manifest skipped: %s", err)
@@ -844,6 +857,11 @@ async def open_kernel(
             kernel.agents = dict(sorted(found.items()))
             for name in kernel.agents:
                 kernel._register_tools([kernel._agent_tool(name)], "agents")
+            specs = kernel.registry.specs()
+            for manifest in kernel.agents.values():
+                for warning in tool_pattern_warnings(manifest, specs):
+                    kernel.load_warnings.append(warning)
+                    log.warning("%s", warning)
             for name, manifest in kernel.agents.items():
                 try:
                     provider = kernel._create_provider(manifest)
@@ -881,6 +899,39 @@ async def open_kernel(
                     services.cancel_scope.cancel()
             if body_error is not None:
                 raise body_error
+
+
+def _check_config(pm: PluginManager, config: Any, provider_results: list[tuple[str, list[Any]]]) -> None:
+    """Each plugin checks the settings it reads (``roost_check_config``), and every
+    ``[providers.<name>]`` table must name an installed (or disabled) provider; raises one
+    ``ConfigError`` with every problem, each naming the config file."""
+    where = getattr(config, "where", "roost.toml")
+    problems: list[str] = []
+    for impl in pm.hook.roost_check_config.get_hookimpls():
+        try:
+            impl.function(**({"config": config} if "config" in impl.argnames else {}))
+        except ConfigError as exc:
+            text = str(exc)
+            problems.append(text if text.startswith(where) else f"{where}: {text}")
+        except Exception as exc:  # a broken check is the plugin's failure, not the config's
+            name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            pm.failures.append(PluginFailure(name, "register", f"roost_check_config raised {type(exc).__name__}: {exc}"))
+            log.error("plugin %s: roost_check_config raised %s", name, exc)
+    installed = sorted({d.name for _, descs in provider_results for d in descs if isinstance(d, ProviderDescriptor)})
+    sections = config.providers if isinstance(getattr(config, "providers", None), Mapping) else {}
+    disabled = set(getattr(getattr(config, "plugins", None), "disabled", ()))
+    for section in sections:
+        if section not in installed and section not in disabled:
+            close = difflib.get_close_matches(section, installed, n=1)
+            hint = f" — did you mean [providers.{close[0]}]?" if close else ";"
+            problems.append(
+                f"{where}: [providers.{section}]: no installed provider is called {section!r}{hint} "
+                f"installed providers: {', '.join(installed) or 'none'}"
+            )
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems in the configuration:\n  " + "\n  ".join(problems))
 
 
 def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:

@@ -157,6 +157,8 @@ async def run_loop(
 
     ``execute`` runs one tool call and returns its result; it reports tool failures as
     ``is_error`` results. ``LoopDetected`` raised by it ends the loop with a clear answer.
+    A provider failing (``RoostError``) ends it with ``stop_reason == "error"``, no new
+    messages, and the usage of the calls made before.
     """
     history = list(request.messages)
     added: list[Message] = []
@@ -165,10 +167,16 @@ async def run_loop(
 
     for turn in range(1, max_turns + 1):
         req = request if turn == 1 else attrs.evolve(request, messages=tuple(history))
-        if stream:
-            completion = await _infer(provider, req, stream=True, on_token=on_token)
-        else:
-            completion = await provider.complete(req)  # what _infer does, one call less
+        try:
+            if stream:
+                completion = await _infer(provider, req, stream=True, on_token=on_token)
+            else:
+                completion = await provider.complete(req)  # what _infer does, one call less
+        except RoostError as exc:
+            # The model failed: the run ends with what its earlier calls used (billed all the
+            # same). Its partial messages are not kept: a history cut after a tool call
+            # would be a conversation no model accepts.
+            return LoopResult(f"error: {exc}", (), turn - 1, "error", usage, is_error=True)
         if completion.tool_calls:
             completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
         usage = completion.usage if turn == 1 else usage + completion.usage

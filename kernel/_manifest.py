@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 from ._errors import ManifestError
 from ._hookspecs import McpServerDescriptor
-from ._tools import agent_tool_name, normalise_name
+from ._tools import ToolSpec, agent_tool_name, normalise_name
 from ._trace import DEFAULT_MAX_DEPTH
 
 MANIFEST_FILENAME = "agent.json"
@@ -638,13 +638,14 @@ def _add_unique(
 
 
 def load_agents(
-    dirs: Iterable[str | Path], *, include_bundled: bool = True
+    dirs: Iterable[str | Path], *, include_bundled: bool = True, config_file: str = "roost.toml"
 ) -> tuple[dict[str, AgentManifest], list[ManifestError]]:
     """Every valid manifest under ``dirs`` (each ``<dir>/<name>/agent.json``), by name.
 
     Bundled agents come first when ``include_bundled``. A bad manifest is reported in the
     error list and skipped; it never stops the others from loading. A name defined twice
-    keeps the first and reports the second, naming both files.
+    keeps the first and reports the second, naming both files. ``config_file`` is where
+    ``dirs`` came from (named in the error for a missing directory).
     """
     found: dict[str, AgentManifest] = {}
     errors: list[ManifestError] = []
@@ -666,7 +667,7 @@ def load_agents(
                 ManifestError(
                     str(location),
                     "/",
-                    "agents directory not found; fix [agents].dirs in roost.toml",
+                    f"agents directory not found; fix [agents].dirs in {config_file}",
                 )
             )
             continue
@@ -678,11 +679,42 @@ def load_agents(
     return found, errors
 
 
-def validate_files(paths: Iterable[str | Path]) -> list[ManifestError]:
+# Tools that arrive while roost runs (an MCP server connects, an A2A peer is discovered):
+# a pattern for them matching nothing at load is no mistake.
+_RUNTIME_TOOL_PREFIXES = ("mcp_", "mcp:", "a2a_", "a2a:")
+
+
+def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list[str]:
+    """A warning for each ``mcp.expose_tools`` / ``mcp.private_tools`` entry of ``manifest``
+    that matches none of the tools ``specs`` (e.g. an OpenStarry-style ``fs:read_file``),
+    naming the entry and the likely tool. Patterns for MCP and A2A tools are left out:
+    those tools arrive when their servers connect."""
+    from ._policy import matches
+
+    specs = list(specs)
+    where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
+    out = []
+    for field, patterns in (("expose_tools", manifest.mcp.expose_tools), ("private_tools", manifest.mcp.private_tools)):
+        for index, pattern in enumerate(patterns):
+            if pattern.startswith(_RUNTIME_TOOL_PREFIXES) or any(matches(s, pattern) for s in specs):
+                continue
+            close = difflib.get_close_matches(pattern.rsplit(":", 1)[-1], [s.name for s in specs], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            out.append(
+                f"{where}: at /mcp/{field}/{index}: {pattern!r} matches no tool{hint} (a pattern matches "
+                "a tool's name, e.g. 'read', or its owner-qualified name, e.g. 'tools:read'; "
+                "see `roost tools`)"
+            )
+    return out
+
+
+def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = None) -> list[ManifestError]:
     """Every problem in the given manifests (or directories of them), for ``roost validate``.
 
     Reports all errors of each file, plus agent names defined more than once among them.
-    An empty list means everything is valid.
+    An empty list means everything is valid. With ``warnings`` (a list), what is valid but
+    likely a mistake is appended to it: ``tool_pattern_warnings`` against the tools of the
+    installed plugins and the agents validated.
     """
     errors: list[ManifestError] = []
     found: dict[str, AgentManifest] = {}
@@ -698,4 +730,25 @@ def validate_files(paths: Iterable[str | Path]) -> list[ManifestError]:
             errors += problems
             if manifest is not None:
                 _add_unique(manifest, str(file), found, errors)
+    if warnings is not None and found:
+        specs = _installed_tool_specs() + [ToolSpec(agent_tool_name(n), owner="agents") for n in found]
+        for manifest in found.values():
+            warnings += tool_pattern_warnings(manifest, specs)
     return errors
+
+
+def _installed_tool_specs() -> list[Any]:
+    """The tools the installed plugins provide (``roost_tools`` with the default settings)."""
+    from ._config import default_config
+    from ._plugins import PluginManager, collect
+
+    pm = PluginManager()
+    pm.load_entry_points()
+    specs = []
+    for impl in pm.hook.roost_tools.get_hookimpls():
+        try:
+            tools = collect([impl.function(**({"config": default_config()} if "config" in impl.argnames else {}))])
+        except Exception:  # a broken plugin is reported when roost runs; here it lists nothing
+            continue
+        specs += [t.spec for t in tools if hasattr(t, "spec")]
+    return specs

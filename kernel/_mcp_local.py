@@ -103,7 +103,8 @@ async def handle(
         result = await kernel.call_exposed(agent.name, name, dict(arguments), trace=trace)
     except ToolNotFound:
         # Unexposed and private tools are indistinguishable from absent ones.
-        return _error(req_id, INVALID_PARAMS, f"unknown tool: {name}")
+        known = ["message", *(spec.name for spec in kernel.exposed_tools(agent.name))]
+        return _error(req_id, INVALID_PARAMS, f"unknown tool: {name}{ToolNotFound(name, known).hint}")
     except (ToolDenied, ToolArgumentsInvalid) as exc:
         return _error(req_id, INVALID_PARAMS, str(exc), exc.to_dict())
     return {"jsonrpc": "2.0", "id": req_id, "result": result.to_mcp()}

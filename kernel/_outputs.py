@@ -24,6 +24,7 @@ from ._trace import new_call_id
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_RUN_BYTES = 6 * 1024 * 1024
 MAX_RUN_PARTS = 64
+ARTIFACT_URI = "roost://artifacts/"
 
 
 @attrs.frozen
@@ -79,14 +80,9 @@ class OutputPart:
                 return {"type": "image", "data": encoded, "mimeType": media}
             if media.startswith("audio/"):
                 return {"type": "audio", "data": encoded, "mimeType": media}
-            name = quote(self.filename or output.name, safe="")
             return {
                 "type": "resource",
-                "resource": {
-                    "uri": f"roost://artifacts/{output.id}/{name}",
-                    "mimeType": media,
-                    "blob": encoded,
-                },
+                "resource": {"uri": output.part_uri(self), "mimeType": media, "blob": encoded},
             }
         link: dict[str, Any] = {
             "type": "resource_link",
@@ -106,6 +102,44 @@ class Output:
     parts: tuple[OutputPart, ...]
     description: str | None = None
     id: str = attrs.field(factory=new_call_id)
+
+    @property
+    def uri(self) -> str:
+        """``roost://artifacts/<id>``: what an MCP client reads with ``resources/read``."""
+        return ARTIFACT_URI + self.id
+
+    def part_uri(self, part: OutputPart) -> str:
+        """The URI of one file part: ``roost://artifacts/<id>/<file name>``."""
+        return f"{self.uri}/{quote(part.filename or self.name, safe='')}"
+
+    @staticmethod
+    def id_in_uri(uri: str) -> str | None:
+        """The artifact id an artifact URI (``uri`` or ``part_uri``) names, else None."""
+        if not uri.startswith(ARTIFACT_URI):
+            return None
+        ident = uri[len(ARTIFACT_URI) :].split("/", 1)[0]
+        return ident or None
+
+    def resource_contents(self, uri: str) -> list[dict[str, Any]]:
+        """The MCP ``resources/read`` contents for ``uri``: every part for ``uri``, the
+        file part for its ``part_uri``; [] when ``uri`` names neither."""
+        whole = uri == self.uri
+        out = []
+        for part in self.parts:
+            part_uri = self.part_uri(part)
+            if not whole and uri != part_uri:
+                continue
+            if part.raw is not None:
+                item = {"uri": part_uri, "mimeType": part.media_type or "application/octet-stream",
+                        "blob": base64.b64encode(part.raw).decode("ascii")}
+            elif part.text is not None:
+                item = {"uri": self.uri, "mimeType": part.media_type or "text/plain", "text": part.text}
+            elif part.has_data:
+                item = {"uri": self.uri, "mimeType": "application/json", "text": json.dumps(part.data, ensure_ascii=False)}
+            else:
+                item = {"uri": self.uri, "mimeType": "text/uri-list", "text": part.url or ""}
+            out.append(item)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"artifactId": self.id, "name": self.name}
@@ -143,11 +177,18 @@ class Outputs:
         return new
 
     def adopt(self, output: Output) -> None:
-        """Take over ``output`` (handed over by an agent this run asked): all of it, or,
+        """Take over ``output`` (handed over by an agent this run asked) as it is, its id
+        too (so a link to it in the asked agent's answer still names it): all of it, or,
         past the bounds, none of it (ToolArgumentsInvalid)."""
-        self._check_room(len(output.parts), output.size)
-        for part in output.parts:
-            self.add(output.name, part, description=output.description)
+        if any(o.id == output.id for o in self._by_name.values()):
+            return
+        size = output.size
+        self._check_room(len(output.parts), size)
+        # Kept apart from an artifact of this run with the same name (they are two).
+        key = output.name if output.name not in self._by_name else f"{output.name}\0{output.id}"
+        self._by_name[key] = output
+        self._parts += len(output.parts)
+        self._bytes += size
 
     def _check_room(self, parts: int, size: int) -> None:
         if self._parts + parts > MAX_RUN_PARTS:

@@ -26,6 +26,7 @@ __all__ = [
     "AgentInfo",
     "ExternalAgent",
     "discover",
+    "roost_check_config",
     "roost_http_routes",
     "roost_services",
 ]
@@ -37,6 +38,11 @@ def _settings(kernel: Any) -> A2ASettings | None:
     except ConfigError as exc:
         log.error("A2A is off: %s", exc)
         raise
+
+
+@hookimpl
+def roost_check_config(config: Any) -> None:
+    A2ASettings.from_config(getattr(config, "a2a", None))  # a bad [a2a] stops the boot
 
 
 @hookimpl

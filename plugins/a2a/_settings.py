@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -79,9 +80,11 @@ class A2ASettings:
             where = f"a2a.external_agents[{i}]"
             if not isinstance(item, Mapping):
                 raise ConfigError(f"{where}: expected a table with name and url")
-            extra = sorted(set(item) - {"name", "url"})
+            extra = [k for k in item if k not in ("name", "url")]
             if extra:
-                raise ConfigError(f"{where}.{extra[0]}: unknown key; allowed keys: name, url")
+                close = difflib.get_close_matches(str(extra[0]), ["name", "url"], n=1)
+                hint = f" — did you mean {close[0]!r}?" if close else " —"
+                raise ConfigError(f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url")
             name, url = item.get("name"), item.get("url")
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ConfigError(f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}")

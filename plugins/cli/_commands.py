@@ -338,6 +338,8 @@ def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> N
         say(out, f"  agent {name} unavailable: {error}")
     for error in getattr(kernel, "manifest_errors", ()):
         say(out, f"  manifest skipped: {error}")
+    for warning in getattr(kernel, "load_warnings", ()):
+        say(out, f"  warning: {warning}")
     sandbox = _sandbox_line()
     if sandbox:
         say(out, sandbox)
@@ -362,10 +364,12 @@ def _sandbox_line() -> str | None:
 
 
 def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
-    """``roost validate FILE...``: OK per valid manifest, each error otherwise; 1 if any error."""
+    """``roost validate FILE...``: OK per valid manifest, each error otherwise, then the
+    warnings (exit 0 all the same); 1 if any error."""
     from roost.kernel import validate_files
 
-    errors = list(validate_files(paths))
+    warnings: list[str] = []
+    errors = list(validate_files(paths, warnings=warnings))
     reported: set[int] = set()
     for given in paths:
         prefix = str(given).rstrip("/") + "/"
@@ -386,6 +390,8 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     for i, error in enumerate(errors):
         if i not in reported:
             say(out, f"ERROR  {error}")
+    for warning in warnings:
+        say(out, f"WARN   {warning}")
     if errors:
         say(err, f"{len(errors)} error(s) in {len(paths)} path(s)")
         return 1

@@ -53,7 +53,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
 )
 
 # Errors the kernel may add without exporting the class.
-_STATUS_BY_CODE = {"mailbox_full": 503}
+_STATUS_BY_CODE = {"mailbox_full": 503, "agent_unavailable": 503}
 
 CORS_HEADERS = {
     "Access-Control-Allow-Headers": (

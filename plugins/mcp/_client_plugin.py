@@ -12,7 +12,7 @@ from typing import Any
 
 from roost.kernel._hookspecs import RouteDescriptor, ServiceDescriptor, hookimpl
 
-from ._manager import McpManager
+from ._manager import McpManager, check_config_servers
 
 _managers: weakref.WeakKeyDictionary[Any, McpManager] = weakref.WeakKeyDictionary()
 
@@ -32,6 +32,11 @@ async def _run_manager(kernel: Any, *, task_status: Any) -> None:
 
 
 @hookimpl
+def roost_check_config(config: Any) -> None:
+    check_config_servers(config)  # a bad [[mcp_servers]] entry stops the boot
+
+
+@hookimpl
 def roost_services(kernel: Any) -> list[ServiceDescriptor]:
     return [ServiceDescriptor("mcp-client", _run_manager, start_timeout_s=10.0)]
 
@@ -47,4 +52,4 @@ def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
 
 
-__all__ = ["manager_for", "roost_http_routes", "roost_services"]
+__all__ = ["manager_for", "roost_check_config", "roost_http_routes", "roost_services"]

@@ -118,6 +118,15 @@ def _fail(where: str, field: str, expected: str) -> ConfigError:
     return ConfigError(f"{where}: {field}: {expected}")
 
 
+def _unknown(where: str, key: str, valid: Sequence[str], table: str) -> ConfigError:
+    """An unknown key: the key, the likely one, the valid keys and the table they are in."""
+    import difflib
+
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(valid), n=1)
+    hint = f" — did you mean {close[0]!r}?" if close else " —"
+    return ConfigError(f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}")
+
+
 def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str = "roost.toml", agent: str | None = None) -> ServerConfig:
     """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
     if isinstance(raw, McpServerDescriptor):
@@ -132,9 +141,9 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
         }
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: expected a table with name and transport, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(_SERVER_KEYS))
+    unknown = [k for k in raw if k not in _SERVER_KEYS]
     if unknown:
-        raise _fail(where, unknown[0], f"unknown key; allowed keys are {', '.join(_SERVER_KEYS)}")
+        raise _unknown(where, str(unknown[0]), _SERVER_KEYS, "[[mcp_servers]]")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail(where, "name", f"expected 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {name!r}")
@@ -163,9 +172,9 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
     common = dict(name=name, transport=kind, timeout_secs=float(timeout), env=tuple(env), protocol=protocol,
                   sampling=sampling, allow_local=allow_local, origin=origin, agent=agent)
     if kind == "stdio":
-        unknown = sorted(set(transport) - set(_STDIO_KEYS))
+        unknown = [k for k in transport if k not in _STDIO_KEYS]
         if unknown:
-            raise _fail(where, f"transport.{unknown[0]}", f"unknown key for a stdio transport; allowed: {', '.join(_STDIO_KEYS)}")
+            raise _unknown(where, f"transport.{unknown[0]}", _STDIO_KEYS, '[mcp_servers.transport] (type = "stdio")')
         command = transport.get("command")
         if not isinstance(command, str) or not command.strip():
             raise _fail(where, "transport.command", "missing; name the server program, e.g. command = \"npx\"")
@@ -178,9 +187,9 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
         if cwd is not None and (not isinstance(cwd, str) or not cwd):
             raise _fail(where, "transport.cwd", f"expected a directory path, got {cwd!r}")
         return ServerConfig(command=command, args=tuple(args), cwd=cwd, **common)
-    unknown = sorted(set(transport) - set(_HTTP_KEYS))
+    unknown = [k for k in transport if k not in _HTTP_KEYS]
     if unknown:
-        raise _fail(where, f"transport.{unknown[0]}", f"unknown key for an {kind} transport; allowed: {', '.join(_HTTP_KEYS)}")
+        raise _unknown(where, f"transport.{unknown[0]}", _HTTP_KEYS, f'[mcp_servers.transport] (type = "{kind}")')
     url = transport.get("url")
     if not isinstance(url, str) or not url.strip():
         raise _fail(where, "transport.url", f"missing; an {kind} transport needs url = \"https://host/mcp\"")
@@ -194,9 +203,24 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
     return ServerConfig(url=url.strip(), headers=dict(headers), **common)
 
 
+def check_config_servers(config: Any) -> None:
+    """Check the config file's ``[[mcp_servers]]`` (every field, names unique); raises the
+    first ConfigError, naming the file (``config.where``), the entry, the key and the fix."""
+    where = getattr(config, "where", "roost.toml")
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):
+        cfg = parse_server_config(raw, where=f"{where}: mcp_servers[{index}]")
+        key = normalise_name(cfg.name)
+        if key in seen:
+            raise ConfigError(
+                f"{where}: mcp_servers[{index}]: name: {cfg.name!r} is already used by mcp_servers[{seen[key]}]; rename one"
+            )
+        seen[key] = index
+
+
 def collect_server_configs(kernel: Any) -> tuple[list[ServerConfig], list[str]]:
-    """Every server to connect: roost.toml, then agents, then plugins. Returns (configs,
-    errors); a duplicate name is an error and the later entry is skipped."""
+    """Every server to connect: the config file, then agents, then plugins. Returns
+    (configs, errors); a duplicate name is an error and the later entry is skipped."""
     configs: list[ServerConfig] = []
     errors: list[str] = []
     seen: dict[str, str] = {}
@@ -214,8 +238,9 @@ def collect_server_configs(kernel: Any) -> tuple[list[ServerConfig], list[str]]:
         seen[key] = origin
         configs.append(cfg)
 
+    where = getattr(kernel.config, "where", "roost.toml")
     for index, raw in enumerate(getattr(kernel.config, "mcp_servers", ()) or ()):
-        add(raw, f"roost.toml: mcp_servers[{index}]", "roost.toml")
+        add(raw, f"{where}: mcp_servers[{index}]", "roost.toml")
     for agent_name, manifest in sorted(getattr(kernel, "agents", {}).items()):
         for index, desc in enumerate(getattr(manifest, "mcp_servers", ()) or ()):
             add(desc, f"agent {agent_name}: mcp_servers[{index}]", f"agent:{agent_name}", agent_name)
@@ -736,6 +761,7 @@ __all__ = [
     "McpManager",
     "ServerConfig",
     "ServerState",
+    "check_config_servers",
     "collect_server_configs",
     "open_transport",
     "parse_server_config",

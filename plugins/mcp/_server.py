@@ -9,7 +9,8 @@ transports: reused request tasks, ``_RequestWorkers``) and sends back what it re
 Surfaces:
 
 * the **host** surface (``agent=None``: ``/mcp`` and ``roost mcp``): every agent as
-  ``roost_agent_{name}`` plus every agent's exposed tools. A tool exposed by exactly one
+  ``agent_{name}`` (lowercase, ``-`` → ``_``: the name other agents call it by in-host)
+  plus every agent's exposed tools. A tool exposed by exactly one
   agent keeps its name; a tool exposed by several agents is listed once per agent as
   ``{agent}_{tool}`` (characters MCP does not allow become ``_``), so names are stable,
   predictable and never ambiguous.
@@ -17,6 +18,11 @@ Surfaces:
   agent's exposed tools, exactly as the in-memory kernel path offers them.
 
 Private and unexposed tools are never listed and never callable, under any name.
+
+Artifacts an agent hands over reach the client as content blocks whose URIs
+(``roost://artifacts/<id>[/<file>]``) ``resources/read`` resolves: the kernel's
+``ArtifactShelf`` keeps them in memory, bounded, for ``ARTIFACT_TTL_S``, readable only by the
+session that received them (stateless requests: by the endpoint's stateless callers).
 """
 
 from __future__ import annotations
@@ -26,19 +32,25 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, NoReturn
 
 import attrs
 import trio
 from roost.kernel import (
     AgentNotFound,
+    AgentUnavailable,
     Event,
     EventKind,
+    Output,
     RecursionLimitExceeded,
     RoostError,
     ToolNotFound,
     TraceContext,
+    agent_tool_name,
     is_mapping,
 )
 from roost.kernel import jsonrpc as rpc
@@ -47,7 +59,6 @@ from . import _protocol as p
 
 log = logging.getLogger("roost.mcp.server")
 
-AGENT_TOOL_PREFIX = "roost_agent_"
 PROMPTS_CHANGED_EVENT = "MCP:PROMPTS_CHANGED"
 """Event kind a plugin publishes when the prompts it offers changed."""
 RESOURCES_CHANGED_EVENT = "MCP:RESOURCES_CHANGED"
@@ -244,6 +255,79 @@ def _extras(kernel: Any, hook_name: str) -> list[Any]:
     return out
 
 
+# ---- artifacts ------------------------------------------------------------------------------
+
+ARTIFACT_TTL_S = 3600.0
+MAX_KEPT_ARTIFACTS = 256
+MAX_KEPT_ARTIFACT_BYTES = 64 * 1024 * 1024
+STATELESS_SCOPE = "stateless"
+
+
+class ArtifactShelf:
+    """The artifacts a kernel's MCP surfaces handed to clients, so that ``resources/read``
+    of their URIs returns them. In memory, bounded (the newest ``max_items`` and
+    ``max_bytes``), each kept ``ttl_s`` and readable only in the ``scope`` that received it
+    (an MCP session's id, or ``STATELESS_SCOPE``)."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = ARTIFACT_TTL_S,
+        max_items: int = MAX_KEPT_ARTIFACTS,
+        max_bytes: int = MAX_KEPT_ARTIFACT_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s, self.max_items, self.max_bytes = ttl_s, max_items, max_bytes
+        self._clock = clock
+        # id → (expires, scope, output, size), oldest first (one TTL: also soonest to expire)
+        self._items: OrderedDict[str, tuple[float, str, Output, int]] = OrderedDict()
+        self._bytes = 0
+
+    def keep(self, scope: str, outputs: Iterable[Output]) -> None:
+        now = self._clock()
+        for output in outputs:
+            size = output.size
+            old = self._items.pop(output.id, None)
+            if old is not None:
+                self._bytes -= old[3]
+            if size <= self.max_bytes:
+                self._items[output.id] = (now + self.ttl_s, scope, output, size)
+                self._bytes += size
+        self._evict(now)
+
+    def get(self, scope: str, artifact_id: str) -> Output | None:
+        """The artifact ``artifact_id`` if ``scope`` received it and it is still kept."""
+        self._evict(self._clock())
+        item = self._items.get(artifact_id)
+        return item[2] if item is not None and item[1] == scope else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _evict(self, now: float) -> None:
+        while self._items:
+            ident, (expires, _, _, size) = next(iter(self._items.items()))
+            if expires > now and len(self._items) <= self.max_items and self._bytes <= self.max_bytes:
+                return
+            del self._items[ident]
+            self._bytes -= size
+
+
+_shelves: weakref.WeakKeyDictionary[Any, ArtifactShelf] = weakref.WeakKeyDictionary()
+
+
+def artifact_shelf(kernel: Any) -> ArtifactShelf:
+    """The kernel's one ``ArtifactShelf`` (shared by its MCP surfaces and transports)."""
+    shelf = _shelves.get(kernel)
+    if shelf is None:
+        shelf = _shelves[kernel] = ArtifactShelf()
+    return shelf
+
+
+def _artifact_scope(call: _Call) -> str:
+    return STATELESS_SCOPE if call.stateless else call.session.id
+
+
 # ---- sessions -------------------------------------------------------------------------------
 
 
@@ -382,7 +466,10 @@ class McpServer:
         if self.agent is not None:
             m = self.kernel.agents[self.agent]
             return f"The roost agent {self.agent}: {m.description} Ask it with the message tool."
-        return "roost hosts AI agents. Ask one with its roost_agent_{name} tool; the other tools are those the agents expose."
+        return (
+            "roost hosts AI agents. Ask one with its agent_{name} tool (the agent's name lowercased, "
+            "'-' → '_'); the other tools are those the agents expose."
+        )
 
     def tools(self) -> list[ToolEntry]:
         """Every tool this surface lists, sorted by name (the order ``tools/list`` uses)."""
@@ -398,7 +485,7 @@ class McpServer:
         exposers: dict[str, list[tuple[str, Any]]] = {}
         for agent in self.agents:
             m = kernel.agents[agent]
-            name = p.safe_tool_name(AGENT_TOOL_PREFIX + agent)
+            name = agent_tool_name(agent)
             entries.append(ToolEntry(name, _message_tool(agent, name, m.description), agent, None))
             for spec in kernel.exposed_tools(agent):
                 exposers.setdefault(spec.name, []).append((agent, spec))
@@ -684,6 +771,18 @@ class McpServer:
                     return {"contents": [{"uri": uri, "mimeType": template.mime_type, **value}]}
                 return {"contents": [{"uri": uri, "mimeType": template.mime_type, "text": str(value)}]}
         code = rpc.INVALID_PARAMS if call.stateless else p.RESOURCE_NOT_FOUND_LEGACY
+        artifact_id = Output.id_in_uri(uri)
+        if artifact_id is not None:
+            output = artifact_shelf(self.kernel).get(_artifact_scope(call), artifact_id)
+            contents = output.resource_contents(uri) if output is not None else []
+            if contents:
+                return {"contents": contents}
+            raise rpc.JsonRpcError(
+                code,
+                f"Resource not found: {uri}; an artifact is kept for {ARTIFACT_TTL_S / 60:g} minutes after the "
+                f"answer that carried it (the newest {MAX_KEPT_ARTIFACTS}), for the MCP session that received it",
+                {"uri": uri},
+            )
         raise rpc.JsonRpcError(code, f"Resource not found: {uri}; see resources/list", {"uri": uri})
 
     async def _prompts_list(self, call: _Call) -> dict[str, Any]:
@@ -731,9 +830,10 @@ class McpServer:
         params = call.params
         name = rpc.param(params, "name", str)
         arguments = rpc.param(params, "arguments", dict, default={}) or {}
-        entry = self._tool_index().get(name)
+        index = self._tool_index()
+        entry = index.get(name)
         if entry is None:
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}; see tools/list", {"tool": name})
+            self._unknown_tool(name, index)
         caller = TraceContext.from_meta(call.meta.raw) if call.meta.raw else None
         origin = caller if caller is not None else _external_root()
         watcher = _RunWatcher(self.kernel, call, origin.trace_id, heartbeat=entry.target is None)
@@ -766,8 +866,18 @@ class McpServer:
         try:
             result = await watcher.run(lambda: self.kernel.call_exposed(entry.agent, entry.target, arguments, trace=trace))
         except ToolNotFound:
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}; see tools/list", {"tool": name}) from None
+            self._unknown_tool(name, ())
         return result.to_mcp()
+
+    def _unknown_tool(self, name: str, index: Mapping[str, Any]) -> NoReturn:
+        """Raise the error for a tool this surface does not have: an agent that is
+        configured but cannot answer says why; a misspelt name gets the right one."""
+        if self.agent is None:
+            for agent, reason in getattr(self.kernel, "agent_errors", {}).items():
+                if agent_tool_name(agent) == name:
+                    raise AgentUnavailable(agent, reason)
+        hint = ToolNotFound(name, index).hint
+        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"unknown tool: {name}{hint}; see tools/list", {"tool": name})
 
     async def _ask_agent(
         self, call: _Call, agent: str, arguments: Mapping[str, Any], origin: TraceContext
@@ -789,6 +899,8 @@ class McpServer:
         if extra:
             return p.tool_error_result(f"arguments: unexpected {', '.join(sorted(extra))}; this tool takes only 'message'")
         reply = await self.kernel.send(agent, message, session_id=session_id, trace=origin, timeout=self.call_timeout_s)
+        if reply.outputs:  # so that resources/read of their URIs returns them
+            artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
         if call.stateless and reply.stop_reason == "input_required":
             return p.input_required_result(
                 {
@@ -1135,7 +1247,9 @@ class _RunWatcher:
 
 
 __all__ = [
-    "AGENT_TOOL_PREFIX",
+    "ARTIFACT_TTL_S",
+    "ArtifactShelf",
+    "artifact_shelf",
     "LOG_EVENT",
     "PROGRESS_EVENT",
     "McpServer",

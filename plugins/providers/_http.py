@@ -6,6 +6,7 @@ put into an error message (vendor messages are scrubbed of them too).
 
 from __future__ import annotations
 
+import difflib
 import email.utils
 import json
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import RoostError, json_type_name
+from roost.kernel import ConfigError, RoostError, json_type_name
 
 log = logging.getLogger("roost.providers")
 
@@ -32,7 +33,7 @@ class ProviderError(RoostError):
     code = "provider_error"
 
 
-class ProviderConfigError(ProviderError):
+class ProviderConfigError(ProviderError, ConfigError):
     """``[providers.<name>]`` or the agent's model section is invalid, or a key is missing."""
 
     code = "provider_config"
@@ -101,6 +102,70 @@ _NUMBERS: dict[str, tuple[type, float, float]] = {
 KNOWN_SETTINGS = ("base_url", "api_key_env", "headers", *_NUMBERS)
 
 
+def check_settings(provider: str, raw: Mapping[str, Any] | None, *, known: tuple[str, ...] = KNOWN_SETTINGS) -> dict[str, Any]:
+    """The settings of ``[providers.<provider>]``, checked (only those given; no defaults,
+    no key); raises ProviderConfigError (a ConfigError) naming the key and the fix."""
+    raw = dict(raw or {})
+    where = f"providers.{provider}"
+    if "api_key" in raw:
+        raise ProviderConfigError(
+            f"{where}.api_key: keys are read only from the environment; remove api_key, "
+            f"export the key and name its variable with api_key_env"
+        )
+    unknown = [k for k in raw if k not in known]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), list(known), n=1)
+        hint = f" — did you mean {close[0]!r}?" if close else " —"
+        raise ProviderConfigError(
+            f"unknown key '{where}.{unknown[0]}'{hint} valid keys in [{where}]: {', '.join(known) or 'none'}"
+        )
+    out: dict[str, Any] = {}
+    if "base_url" in raw:
+        base_url = raw["base_url"]
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ProviderConfigError(
+                f"{where}.base_url: expected an http:// or https:// URL, got {_shown(base_url)}"
+            )
+        out["base_url"] = base_url
+    if "api_key_env" in raw:
+        key_env = raw["api_key_env"]
+        if not isinstance(key_env, str) or not key_env.strip():
+            raise ProviderConfigError(
+                f"{where}.api_key_env: expected the name of an environment variable, got {_shown(key_env)}"
+            )
+        out["api_key_env"] = key_env
+    if "headers" in raw:
+        headers = raw["headers"]
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise ProviderConfigError(f"{where}.headers: expected a table of strings, got {_shown(headers)}")
+        out["headers"] = dict(headers)
+    for name, (kind, low, high) in _NUMBERS.items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            raise ProviderConfigError(
+                f"{where}.{name}: expected {'an integer' if kind is int else 'a number'}, got {_shown(value)}"
+            )
+        if not low <= value <= high:
+            raise ProviderConfigError(f"{where}.{name}: expected {low:g} to {high:g}, got {value}")
+        out[name] = kind(value)
+    return out
+
+
+def check_config_providers(config: Any, *providers: str, known: tuple[str, ...] = KNOWN_SETTINGS) -> None:
+    """``roost_check_config`` for a provider plugin: check the ``[providers.<name>]``
+    tables of ``providers`` in ``config`` (those present)."""
+    tables = getattr(config, "providers", None)
+    if not isinstance(tables, Mapping):
+        return
+    for provider in providers:
+        if provider in tables:
+            check_settings(provider, tables[provider], known=known)
+
+
 def load_settings(
     provider: str,
     raw: Mapping[str, Any] | None,
@@ -117,46 +182,11 @@ def load_settings(
     custom ``base_url`` (a local OpenAI-compatible server, say) may run without one.
     """
     env = os.environ if env is None else env
-    raw = dict(raw or {})
-    where = f"[providers.{provider}]"
-    if "api_key" in raw:
-        raise ProviderConfigError(
-            f"{where} api_key: keys are read only from the environment; remove api_key, "
-            f"export the key and name its variable with api_key_env"
-        )
-    unknown = sorted(set(raw) - set(KNOWN_SETTINGS))
-    if unknown:
-        raise ProviderConfigError(
-            f"{where} {unknown[0]}: unknown setting; valid settings are {', '.join(KNOWN_SETTINGS)}"
-        )
-    base_url = raw.get("base_url", default_base_url)
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise ProviderConfigError(
-            f"{where} base_url: expected an http:// or https:// URL, got {_shown(base_url)}"
-        )
-    base_url = base_url.rstrip("/")
-    key_env = raw.get("api_key_env", default_key_env)
-    if key_env is not None and (not isinstance(key_env, str) or not key_env.strip()):
-        raise ProviderConfigError(
-            f"{where} api_key_env: expected the name of an environment variable, got {_shown(key_env)}"
-        )
-    headers = raw.get("headers", {})
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise ProviderConfigError(f"{where} headers: expected a table of strings, got {_shown(headers)}")
-    numbers: dict[str, Any] = {}
-    for name, (kind, low, high) in _NUMBERS.items():
-        if name not in raw:
-            continue
-        value = raw[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-            raise ProviderConfigError(
-                f"{where} {name}: expected {'an integer' if kind is int else 'a number'}, got {_shown(value)}"
-            )
-        if not low <= value <= high:
-            raise ProviderConfigError(f"{where} {name}: expected {low:g} to {high:g}, got {value}")
-        numbers[name] = kind(value)
+    given = check_settings(provider, raw)
+    base_url = given.pop("base_url", default_base_url).rstrip("/")
+    key_env = given.pop("api_key_env", default_key_env)
+    headers = given.pop("headers", {})
+    numbers = given
     key = env.get(key_env) if key_env else None
     key = key.strip() if key else None
     if key_required and not key and base_url == default_base_url.rstrip("/"):

@@ -18,6 +18,7 @@ from ._base import (
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
+    check_config_providers,
     load_settings,
     model_name,
     model_parameters,
@@ -203,6 +204,11 @@ def create_anthropic(model: Any, settings: Mapping[str, Any] | None = None, *, e
     if s.api_key:
         auth["x-api-key"] = s.api_key
     return HttpProvider("anthropic", MessagesWire(), s, auth, model=name, parameters=model_parameters(model))
+
+
+@hookimpl
+def roost_check_config(config: Any) -> None:
+    check_config_providers(config, "anthropic")
 
 
 @hookimpl

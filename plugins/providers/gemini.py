@@ -27,6 +27,7 @@ from ._base import (
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
+    check_config_providers,
     load_settings,
     model_name,
     model_parameters,
@@ -200,6 +201,11 @@ def create_gemini(model: Any, settings: Mapping[str, Any] | None = None, *, env:
     s = load_settings("gemini", settings, default_base_url=GEMINI_BASE_URL, default_key_env="GEMINI_API_KEY", key_required=True, env=env)
     auth = {"x-goog-api-key": s.api_key} if s.api_key else {}
     return HttpProvider("gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model))
+
+
+@hookimpl
+def roost_check_config(config: Any) -> None:
+    check_config_providers(config, "gemini")
 
 
 @hookimpl

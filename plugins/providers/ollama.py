@@ -23,6 +23,7 @@ from ._base import (
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
+    check_config_providers,
     load_settings,
     model_name,
     model_parameters,
@@ -154,6 +155,11 @@ def create_ollama(model: Any, settings: Mapping[str, Any] | None = None, *, env:
     s = load_settings("ollama", settings, default_base_url=OLLAMA_BASE_URL, default_key_env=None, key_required=False, env=env)
     auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
     return HttpProvider("ollama", OllamaWire(), s, auth, model=name, parameters=model_parameters(model))
+
+
+@hookimpl
+def roost_check_config(config: Any) -> None:
+    check_config_providers(config, "ollama")
 
 
 @hookimpl

@@ -25,6 +25,7 @@ from ._base import (
 from ._http import (
     ProviderResponseError,
     StreamInterrupted,
+    check_config_providers,
     load_settings,
     model_name,
     model_parameters,
@@ -243,6 +244,11 @@ def create_openrouter(model: Any, settings: Mapping[str, Any] | None = None, *, 
         "openrouter", model, settings, base_url=OPENROUTER_BASE_URL, key_env="OPENROUTER_API_KEY",
         extra_headers=OPENROUTER_HEADERS, env=env,
     )
+
+
+@hookimpl
+def roost_check_config(config: Any) -> None:
+    check_config_providers(config, "openai", "openrouter")
 
 
 @hookimpl

@@ -204,6 +204,13 @@ def create_provider(model: Any, settings: Mapping[str, Any] | None = None) -> Sc
 
 
 @hookimpl
+def roost_check_config(config: Any) -> None:
+    from ._http import check_config_providers
+
+    check_config_providers(config, "scripted", known=())  # the script is in agent.json
+
+
+@hookimpl
 def roost_providers() -> list[ProviderDescriptor]:
     return [
         ProviderDescriptor(

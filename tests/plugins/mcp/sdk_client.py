@@ -29,7 +29,7 @@ async def main(target: str, mode: str, private_tool: str = "read", make: str = "
         out["server_name"] = client.server_info.name if client.server_info else None
         tools = await client.list_tools()
         out["tools"] = sorted(t.name for t in tools.tools)
-        answer = await client.call_tool("roost_agent_alpha", {"message": "hello from the SDK"})
+        answer = await client.call_tool("agent_alpha", {"message": "hello from the SDK"})
         out["answer"] = [c.text for c in answer.content if getattr(c, "type", "") == "text"]
         out["answer_is_error"] = bool(answer.is_error)
         try:
@@ -48,7 +48,7 @@ async def main(target: str, mode: str, private_tool: str = "read", make: str = "
             progress.append(value)
 
         if make:  # the agent hands over artifacts: how do they reach an MCP client?
-            made = await client.call_tool("roost_agent_alpha", {"message": "make a report"})
+            made = await client.call_tool("agent_alpha", {"message": "make a report"})
             out["made"] = {
                 "blocks": [c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in made.content],
                 "structured": made.structured_content,

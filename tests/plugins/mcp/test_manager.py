@@ -73,8 +73,8 @@ def raw(name="raw", mode="legacy", **extra):
         ({"name": "a", "env": ["BAD-NAME"], "transport": {"type": "stdio", "command": "x"}}, r"env: expected an array of environment variable names"),
         ({"name": "a", "protocol": "v9", "transport": {"type": "stdio", "command": "x"}}, r"protocol: expected one of auto"),
         ({"name": "a", "sampling": "yes", "transport": {"type": "stdio", "command": "x"}}, r"sampling: expected true or false"),
-        ({"name": "a", "colour": "red", "transport": {"type": "stdio", "command": "x"}}, r"colour: unknown key"),
-        ({"name": "a", "transport": {"type": "stdio", "command": "x", "url": "http://x"}}, r"transport.url: unknown key for a stdio transport"),
+        ({"name": "a", "colour": "red", "transport": {"type": "stdio", "command": "x"}}, r"unknown key 'colour' — valid keys in \[\[mcp_servers\]\]: name, "),
+        ({"name": "a", "transport": {"type": "stdio", "command": "x", "url": "http://x"}}, r"unknown key 'transport.url' — valid keys in \[mcp_servers.transport\] \(type = \"stdio\"\): type, command"),
         ("just a string", r"expected a table with name and transport"),
     ],
 )
@@ -92,14 +92,26 @@ def test_good_server_configs_parse():
     assert cfg.url == "https://h/mcp" and cfg.public()["headers"] == ["Authorization"]  # values never shown
 
 
-async def test_bad_and_duplicate_entries_are_reported_and_boot_goes_on(tmp_path):
-    servers = [raw("dup"), raw("dup"), {"name": "broken", "transport": {"type": "nope"}}]
-    async with open_kernel(make_config(tmp_path, servers), agents=[agent("a")]) as kernel:
+@pytest.mark.parametrize(
+    "servers, message",
+    [
+        ([raw("dup"), raw("dup")], r"^roost.toml: mcp_servers\[1\]: name: 'dup' is already used by mcp_servers\[0\]"),
+        ([raw("ok"), {"name": "broken", "transport": {"type": "nope"}}], r"^roost.toml: mcp_servers\[1\] \(broken\): transport.type"),
+    ],
+)
+async def test_a_bad_or_duplicate_config_entry_stops_the_boot(tmp_path, servers, message):
+    # What broke: these were logged, the entry skipped, and the kernel booted all the same.
+    with pytest.raises(ConfigError, match=message):
+        async with open_kernel(make_config(tmp_path, servers), agents=[agent("a")]):
+            pytest.fail("the kernel booted with a bad [[mcp_servers]] entry")
+
+
+async def test_a_name_an_agent_reuses_is_reported_and_boot_goes_on(tmp_path):
+    manifest = agent("a", servers=[{"name": "dup", "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, "legacy"]}}])
+    async with open_kernel(make_config(tmp_path, [raw("dup")]), agents=[manifest]) as kernel:
         manager = manager_for(kernel)
         assert list(manager.states) == ["dup"]
-        errors = manager.status()["errors"]
-        assert any("'dup' is already used" in e for e in errors)
-        assert any("transport.type" in e for e in errors)
+        assert any("'dup' is already used" in e for e in manager.status()["errors"])
         await wait_until(lambda: manager.states["dup"].status == "connected")
 
 

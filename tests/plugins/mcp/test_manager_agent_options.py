@@ -86,7 +86,7 @@ async def test_agent_manifest_allow_local_lets_a_loopback_http_server_through(tm
         caller = agent("caller", servers=servers)
         async with open_kernel(make_config(tmp_path / "b", []), agents=[caller]) as other:
             manager = manager_for(other)
-            await wait_until(lambda: "mcp_local_roost_agent_alpha" in other.registry)
+            await wait_until(lambda: "mcp_local_agent_alpha" in other.registry)
             await wait_until(lambda: manager.states["guarded"].last_error)
             assert not any(spec.name.startswith("mcp_guarded_") for spec in other.registry.specs())
             assert "allow_local = true" in manager.states["guarded"].last_error

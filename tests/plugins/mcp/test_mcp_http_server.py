@@ -54,7 +54,7 @@ async def test_session_lifecycle_json_and_sse_and_delete(base_url):
         r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
         names = [t["name"] for t in r.json()["result"]["tools"]]
-        assert "roost_agent_alpha" in names and not any("secret" in n for n in names)
+        assert "agent_alpha" in names and not any("secret" in n for n in names)
         call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
         r = await client.post(base_url + "/mcp", json=call, headers=headers)
         assert r.headers["content-type"].startswith("text/event-stream")

@@ -73,7 +73,7 @@ async def test_host_surface_lists_agents_and_exposed_tools_but_never_private_one
         tools = (await client.request("tools/list"))["result"]["tools"]
         names = [t["name"] for t in tools]
         assert names == sorted(names)
-        assert {"roost_agent_alpha", "roost_agent_beta", "echo", "sleepy", "steps"} <= set(names)
+        assert {"agent_alpha", "agent_beta", "echo", "sleepy", "steps"} <= set(names)
         # "shared" is exposed by both agents, so each gets a prefixed name.
         assert {"alpha_shared", "beta_shared"} <= set(names) and "shared" not in names
         assert not any("secret" in n for n in names)
@@ -101,9 +101,9 @@ async def test_message_tool_asks_the_agent_and_bad_arguments_are_tool_errors(ker
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
-        reply = await client.request("tools/call", {"name": "roost_agent_alpha", "arguments": {"message": "ask beta hello"}})
+        reply = await client.request("tools/call", {"name": "agent_alpha", "arguments": {"message": "ask beta hello"}})
         assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hello"
-        reply = await client.request("tools/call", {"name": "roost_agent_alpha", "arguments": {"message": 3}})
+        reply = await client.request("tools/call", {"name": "agent_alpha", "arguments": {"message": 3}})
         assert reply["result"]["isError"] is True
         assert "arguments.message" in reply["result"]["content"][0]["text"]
         reply = await client.request("tools/call", {"name": "echo", "arguments": {}})
@@ -240,7 +240,7 @@ async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
         deep = TraceContext.new("a")
         for hop in "bcde":
             deep = deep.child(hop)
-        params = deep.inject_meta({"name": "roost_agent_alpha", "arguments": {"message": "hi"}})
+        params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
         reply = await client.request("tools/call", params)
         assert reply["error"]["code"] == p.RECURSION_LIMIT
         assert reply["error"]["data"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
@@ -278,7 +278,7 @@ async def test_breaker_error_is_not_masked_when_progress_is_requested(kernel):
         deep = TraceContext.new("a")
         for hop in "bcde":
             deep = deep.child(hop)
-        params = deep.inject_meta({"name": "roost_agent_alpha", "arguments": {"message": "hi"}})
+        params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
         params["_meta"]["progressToken"] = "p"
         reply = await client.request("tools/call", params)
         assert reply["error"]["code"] == p.RECURSION_LIMIT
@@ -290,7 +290,7 @@ async def test_agent_progress_reports_each_step_of_a_run(kernel):
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
-        params = {"name": "roost_agent_alpha", "arguments": {"message": "ask beta hi"}, "_meta": {"progressToken": 9}}
+        params = {"name": "agent_alpha", "arguments": {"message": "ask beta hi"}, "_meta": {"progressToken": 9}}
         reply = await client.request("tools/call", params)
         assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hi"
         progress = [n["params"]["progress"] for n in client.notes if n.get("method") == "notifications/progress"]
@@ -309,12 +309,12 @@ async def test_stateless_message_tool_asks_back_with_an_input_required_result(co
     async with open_kernel(config, agents=[asker], plugins=[tools_plugin]) as kernel:
         async with trio.open_nursery() as nursery:
             client = await open_client(nursery, McpServer(kernel))
-            first = (await client.request("tools/call", {"name": "roost_agent_asker", "arguments": {"message": "book a table"}}, modern=True))["result"]
+            first = (await client.request("tools/call", {"name": "agent_asker", "arguments": {"message": "book a table"}}, modern=True))["result"]
             assert first["resultType"] == "input_required"
             request = first["inputRequests"]["answer"]
             assert request["method"] == "elicitation/create" and "Which day?" in request["params"]["message"]
             retry = {
-                "name": "roost_agent_asker",
+                "name": "agent_asker",
                 "arguments": {"message": "book a table"},
                 "inputResponses": {"answer": {"action": "accept", "content": {"answer": "Friday"}}},
                 "requestState": first["requestState"],

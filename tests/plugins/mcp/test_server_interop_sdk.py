@@ -68,7 +68,7 @@ async def test_sdk_client_over_stdio(stdio_config, mode):
         pytest.skip("the roost console script is not installed (make install)")
     seen = await run_sdk(f"stdio:{ROOST}:{stdio_config}", mode, "read", "make")
     assert seen["protocol_version"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
-    assert seen["tools"] == ["list", "roost_agent_alpha"]  # read is private: never listed
+    assert seen["tools"] == ["agent_alpha", "list"]  # read is private: never listed
     assert seen["answer"] == ["alpha heard: hello from the SDK"] and not seen["answer_is_error"]
     assert seen["private"].get("error_code") == -32602  # ...and never callable
     assert seen["resources"] == ["roost://agents/alpha/card", "roost://agents/alpha/manifest"]
@@ -96,7 +96,7 @@ async def test_sdk_client_over_streamable_http(kernel, mode):
     async with open_daemon(kernel) as url:
         seen = await run_sdk(url + "/mcp", mode, "secret")
     assert seen["protocol_version"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
-    assert "roost_agent_alpha" in seen["tools"] and "echo" in seen["tools"]
+    assert "agent_alpha" in seen["tools"] and "echo" in seen["tools"]
     assert not any("secret" in name for name in seen["tools"])
     assert seen["private"].get("error_code") == -32602
     assert seen["answer"] == ["alpha:hello from the SDK"]

@@ -89,7 +89,7 @@ async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(line(INIT) + line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "roost_agent_beta", "arguments": {"message": "bye"}}}))
+        await client.send(line(INIT) + line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "agent_beta", "arguments": {"message": "bye"}}}))
         await client_stream.send_eof()
         assert (await client.read_until_id(2))["result"]["content"][0]["text"] == "beta:bye"
 
@@ -144,14 +144,14 @@ async def test_roost_mcp_subprocess_keeps_stdout_clean_and_private_tools_out(tmp
             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read", "arguments": {"path": "x"}}},
             {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "solo_read", "arguments": {"path": "x"}}},
-            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "roost_agent_solo", "arguments": {"message": "hi"}}},
+            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "agent_solo", "arguments": {"message": "hi"}}},
         ],
         {1, 2, 3, 4, 5},
         extra_args=("--no-daemon",),
     )
     by_id = {m.get("id"): m for m in lines}
     names = [t["name"] for t in by_id[2]["result"]["tools"]]
-    assert names == ["list", "roost_agent_solo"]
+    assert names == ["agent_solo", "list"]
     assert by_id[3]["error"]["code"] == -32602 and by_id[4]["error"]["code"] == -32602
     assert by_id[5]["result"]["content"][0]["text"] == "solo: hi"
 
@@ -176,7 +176,7 @@ async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
     by_id = {m.get("id"): m for m in lines}
     assert by_id[1]["result"]["protocolVersion"] == "2025-11-25"
     names = [t["name"] for t in by_id[2]["result"]["tools"]]
-    assert "echo" in names and "roost_agent_alpha" in names and "secret" not in names
+    assert "echo" in names and "agent_alpha" in names and "secret" not in names
     assert by_id[3]["result"]["content"][0]["text"] == "echo:via daemon:alpha"
     assert by_id[4]["error"]["code"] == -32602
 

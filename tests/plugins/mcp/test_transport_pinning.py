@@ -47,7 +47,7 @@ async def test_http_transport_uses_the_checked_address_for_every_request(daemon_
             names = [tool["name"] for tool in await client.list_tools()]
             result = await client.call_tool("echo", {"text": "pinned"})
             await client.list_tools()
-    assert "roost_agent_alpha" in names
+    assert "agent_alpha" in names
     assert result["content"][0]["text"] == "echo:pinned:alpha"
     # One lookup for the whole connection: the rebinding answer was never asked for.
     assert resolver.calls == [(NAME, daemon_port)]
