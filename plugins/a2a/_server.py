@@ -136,7 +136,15 @@ class A2AService:
             )
         return "no agent is reachable over A2A (enable one with \"a2a\": {\"enabled\": true} in its agent.json)"
 
+    def unavailable_reason(self, name: str) -> str | None:
+        """Why an A2A agent cannot answer now (e.g. its provider's key is missing), else None."""
+        man = self.kernel.agents.get(name)
+        return self.kernel.agent_errors.get(name) if man is not None and man.a2a.enabled else None
+
     def check_agent(self, name: str) -> None:
+        reason = self.unavailable_reason(name)
+        if reason is not None:
+            raise m.A2AError(m.INTERNAL_ERROR, f"agent {name!r} is unavailable: {reason}")
         if not self.is_a2a_agent(name):
             known = ", ".join(self.a2a_agents()) or "none"
             raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
@@ -470,6 +478,9 @@ def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Map
     name = args.get("name")
     if name is None or service.is_a2a_agent(name):
         return None
+    reason = service.unavailable_reason(name)
+    if reason is not None:
+        return _daemon_error(binding, 503, "agent_unavailable", f"agent {name!r} is unavailable: {reason}")
     known = ", ".join(service.a2a_agents()) or "none"
     lp = service.settings.listen_path
     exc = m.A2AError(

@@ -213,3 +213,35 @@ async def test_each_binding_answers_with_its_content_type(http):
     async with http.stream("POST", "/a2a/agents/echo/rest/message:stream", json={"message": msg()}, headers={**V1, "Accept": "text/event-stream"}) as r:
         assert media(r) == "text/event-stream"
         await r.aread()
+
+
+async def test_an_unavailable_agent_answers_503_with_its_reason_on_each_binding(tmp_path, monkeypatch):
+    """An agent whose provider cannot start (here: no OPENAI_API_KEY) is answered with its
+    reason and 503 in the binding's shape, not as an unknown agent."""
+    import json
+
+    from a2a_helpers import make_config, serve
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    config = make_config(tmp_path)
+    keyless = tmp_path / "agents" / "keyless" / "agent.json"
+    keyless.parent.mkdir()
+    keyless.write_text(
+        json.dumps({"name": "keyless", "description": "needs a key", "model": {"provider": "openai", "name": "gpt-4o-mini"}, "a2a": {"enabled": True}})
+    )
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        assert "keyless" in kernel.agent_errors
+        rpc = await http.post(
+            "/a2a/agents/keyless/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg()}}, headers=V1
+        )
+        rest = await http.post("/a2a/agents/keyless/rest/message:send", json={"message": msg()}, headers=V1)
+        root = await http.post(
+            "/a2a/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": msg(metadata={"agent": "keyless"})}},
+            headers=V1,
+        )
+    assert rpc.status_code == 503 and "OPENAI_API_KEY" in rpc.json()["error"]["message"]
+    assert isinstance(rpc.json()["error"]["code"], int)
+    assert rest.status_code == 503 and rest.json()["error"]["status"] == "UNAVAILABLE"
+    assert "OPENAI_API_KEY" in rest.json()["error"]["message"]
+    assert "OPENAI_API_KEY" in root.json()["error"]["message"]
