@@ -1,7 +1,8 @@
 """A2A for roost: server and client (1.0, 0.3 and the seed's 0.1 shape).
 
 The plugin mounts agent cards and the JSON-RPC, HTTP+JSON and 0.1 routes on the daemon
-(``roost_http_routes``), runs the task service (``roost_services``: task store, recovery,
+(``roost_http_routes``; ``GET /api/a2a/external_agents`` says where each external agent
+stands), runs the task service (``roost_services``: task store, recovery,
 push delivery, discovery of ``[[a2a.external_agents]]``, which become ``a2a_{name}`` tools)
 and offers a client (``A2AClient``, ``discover``).
 """
@@ -50,9 +51,10 @@ def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
     settings = _settings(kernel)
     if settings is None or not settings.enabled:
         return []
+    from ._external import status_route
     from ._server import make_routes
 
-    return make_routes(kernel, settings)
+    return [*make_routes(kernel, settings), status_route(kernel)]
 
 
 @hookimpl

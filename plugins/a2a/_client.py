@@ -2,13 +2,17 @@
 subscribe and poll with backoff — whichever protocol the agent speaks.
 
 Every URL is checked against SSRF rules (after DNS) before it is fetched; requests time out
-after 30 s (streams: between events); ``User-Agent: roost/<version> A2A``. Pass
-``transport=httpx.MockTransport(...)`` to test without a network.
+after 30 s (streams: between events); ``User-Agent: roost/<version> A2A``. A request
+answered HTTP 429 or 503 is sent again after the server's ``Retry-After`` (bounded in count,
+and never past the 30 s or the caller's deadline); any other HTTP error fails at once,
+naming the status and the server's message. Pass ``transport=httpx.MockTransport(...)``
+to test without a network.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Mapping
 from importlib import metadata as _metadata
 from typing import Any
@@ -18,8 +22,19 @@ import attrs
 import httpx
 import trio
 from roost.kernel import TraceContext, UrlRefused, check_url
+from roost.plugins.mcp.transports._base import (
+    ERROR_BODY_BYTES,
+    http_error_text,
+    http_retry_wait,
+    http_status_line,
+    remaining_s,
+)
+from roost.plugins.mcp.transports.sse import read_error_body
+from roost.plugins.providers._http import retry_after_s
 
 from . import _models as m
+
+log = logging.getLogger("roost.a2a.client")
 
 DEFAULT_TIMEOUT_S = 30.0
 CARD_PATH = "/.well-known/agent-card.json"
@@ -38,7 +53,28 @@ USER_AGENT = f"roost/{_version()} A2A"
 
 
 class A2AClientError(m.A2AError):
-    """The remote agent could not be reached or answered something unusable."""
+    """The remote agent could not be reached or answered something unusable.
+    ``peer_status`` is the HTTP status of a refused request (None otherwise)."""
+
+    def __init__(self, code: int, message: str, *, peer_status: int | None = None, data: Any = None) -> None:
+        super().__init__(code, message)
+        self.peer_status = peer_status
+        self.data = data
+
+
+def _refused(status: int, body: bytes, url: str) -> A2AClientError:
+    """The error for a request answered with HTTP ``status`` >= 400 (any body): the status
+    and the server's own message; a JSON-RPC error's code and data are kept."""
+    code, data = m.INTERNAL_ERROR, None
+    try:
+        value = json.loads(body[:ERROR_BODY_BYTES]) if body else None
+    except (ValueError, RecursionError):
+        value = None
+    error = value.get("error") if isinstance(value, Mapping) else None
+    if isinstance(error, Mapping) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+        code, data = error["code"], error.get("data")
+    text = http_error_text(body)
+    return A2AClientError(code, f"{url} answered {http_status_line(status)}" + (f": {text}" if text else ""), peer_status=status, data=data)
 
 
 @attrs.frozen
@@ -153,15 +189,16 @@ class A2AClient:
         last = ""
         for candidate in candidates:
             await self._check(candidate)
-            try:
-                response = await self._http.get(candidate, headers={"A2A-Version": "1.0", "Accept": "application/json"})
-            except httpx.HTTPError as exc:
-                raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {candidate}: {type(exc).__name__}: {exc}") from None
+            response = await self._send_with_retries(
+                "GET", candidate, headers={"A2A-Version": "1.0", "Accept": "application/json"}
+            )
             if response.status_code == 404:
                 last = f"{candidate}: 404"
                 continue
+            if response.status_code >= 400:
+                raise _refused(response.status_code, response.content, candidate)
             if response.status_code != 200:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered HTTP {response.status_code}")
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(response.status_code)}")
             if len(response.content) > MAX_CARD_BYTES:
                 raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is larger than 1 MiB")
             try:
@@ -194,11 +231,26 @@ class A2AClient:
         body, headers = self._request(agent, op, params)
         if trace is not None:
             headers.update(trace.to_headers())
-        try:
-            response = await self._http.post(url, json=body, headers=headers)
-        except httpx.HTTPError as exc:
-            raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+        response = await self._send_with_retries("POST", url, json=body, headers=headers)
         return _result(response, url)
+
+    async def _send_with_retries(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One request, sent again while the answer is HTTP 429/503 and the server's
+        ``Retry-After`` fits (``http_retry_wait``: bounded in count, within ``timeout`` and
+        the caller's deadline); returns the last answer."""
+        deadline = trio.current_time() + self.timeout
+        retries = 0
+        while True:
+            try:
+                response = await self._http.request(method, url, **kwargs)
+            except httpx.HTTPError as exc:
+                raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+            wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
+            if wait is None:
+                return response
+            retries += 1
+            log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
+            await trio.sleep(wait)
 
     def _endpoint(self, agent: AgentInfo) -> str:
         if agent.jsonrpc_url is None:
@@ -321,25 +373,42 @@ class A2AClient:
         headers["Accept"] = "text/event-stream"
         if trace is not None:
             headers.update(trace.to_headers())
+        deadline = trio.current_time() + self.timeout
+        retries = 0
+        while True:
+            try:
+                async with self._http.stream("POST", url, json=body, headers=headers) as response:
+                    if response.status_code >= 400:
+                        error_body = await read_error_body(response)
+                    else:
+                        async for event in _events(response, url, info):
+                            yield event
+                        return
+            except httpx.HTTPError as exc:
+                raise A2AClientError(m.INTERNAL_ERROR, f"stream from {url} failed: {type(exc).__name__}: {exc}") from None
+            wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
+            if wait is None:
+                raise _refused(response.status_code, error_body, url)
+            retries += 1
+            log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
+            await trio.sleep(wait)
+
+
+async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncIterator[m.Event]:
+    """The events of a streamed answer (or the one result of a plain JSON answer)."""
+    if "text/event-stream" not in response.headers.get("content-type", ""):
+        await response.aread()
+        yield _event(_result(response, url), info)
+        return
+    async for data in _sse_data(response):
         try:
-            async with self._http.stream("POST", url, json=body, headers=headers) as response:
-                kind = response.headers.get("content-type", "")
-                if "text/event-stream" not in kind:
-                    await response.aread()
-                    result = _result(response, url)
-                    yield _event(result, info)
-                    return
-                async for data in _sse_data(response):
-                    try:
-                        envelope = json.loads(data)
-                    except ValueError:
-                        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON") from None
-                    if isinstance(envelope, Mapping) and "error" in envelope:
-                        raise _rpc_error(envelope["error"])
-                    result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
-                    yield _event(result, info)
-        except httpx.HTTPError as exc:
-            raise A2AClientError(m.INTERNAL_ERROR, f"stream from {url} failed: {type(exc).__name__}: {exc}") from None
+            envelope = json.loads(data)
+        except ValueError:
+            raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON") from None
+        if isinstance(envelope, Mapping) and "error" in envelope:
+            raise _rpc_error(envelope["error"])
+        result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
+        yield _event(result, info)
 
 
 async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
@@ -360,12 +429,12 @@ def _rpc_error(error: Any) -> A2AClientError:
     if not isinstance(error, Mapping):
         return A2AClientError(m.INVALID_AGENT_RESPONSE, f"malformed error: {str(error)[:200]}")
     code = error.get("code") if isinstance(error.get("code"), int) else m.INTERNAL_ERROR
-    exc = A2AClientError(code, str(error.get("message", "error")))
-    exc.data = error.get("data")  # type: ignore[attr-defined]
-    return exc
+    return A2AClientError(code, str(error.get("message", "error")), data=error.get("data"))
 
 
 def _result(response: httpx.Response, url: str) -> Any:
+    if response.status_code >= 400:
+        raise _refused(response.status_code, response.content, url)
     try:
         envelope = response.json()
     except ValueError:

@@ -1,21 +1,27 @@
 """External A2A agents (``[[a2a.external_agents]]``), offered to local agents as tools.
 
-Each is discovered in the background at boot; a failure is logged and retried a few times
-with backoff, and never holds up the boot. Once discovered, the tool ``a2a_{name}`` sends
-a message there and returns the answer, tainted as untrusted. The caller's trace context
-travels in the message metadata and the HTTP headers, so the depth breaker holds across
-A2A hops.
+Each is discovered in the background at boot, never holding up the boot. One that cannot
+be reached (not started yet, down, refusing) is tried again for as long as the kernel runs,
+1 s doubling to a 60 s cap; its state (``external_status``, ``GET /api/a2a/external_agents``)
+says ``failed`` with the last error and the time of the next attempt. Once discovered, the
+tool ``a2a_{name}`` sends a message there (with the entry's ``headers``) and returns the
+answer, tainted as untrusted. The caller's trace context travels in the message metadata
+and the HTTP headers, so the depth breaker holds across A2A hops.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from typing import Any
 
+import attrs
 import trio
 from roost.kernel import (
     Output,
     Outputs,
+    RouteDescriptor,
     Tool,
     ToolArgumentsInvalid,
     ToolCall,
@@ -30,12 +36,51 @@ from ._settings import ExternalAgent
 
 log = logging.getLogger("roost.a2a")
 
-DISCOVERY_ATTEMPTS = 3
-DISCOVERY_BACKOFF_S = 1.0
+DISCOVERY_BACKOFF_S = 1.0  # the first retry; doubling up to DISCOVERY_BACKOFF_MAX_S, forever
+DISCOVERY_BACKOFF_MAX_S = 60.0
+
+
+@attrs.define
+class PeerState:
+    """Where one external agent stands: ``pending`` (not tried yet), ``connecting``,
+    ``connected`` (its tool is registered) or ``failed`` (``error``; tried again at
+    ``next_retry_at``, Unix time, unless it is None)."""
+
+    name: str
+    url: str
+    status: str = "pending"
+    error: str | None = None
+    next_retry_at: float | None = None
+    attempts: int = 0
+    tool: str | None = None
+
+    def public(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+_status: weakref.WeakKeyDictionary[Any, dict[str, PeerState]] = weakref.WeakKeyDictionary()
+
+
+def external_status(service: Any) -> list[dict[str, Any]]:
+    """Every configured external agent and its state (the body of the status route)."""
+    known = _status.get(service, {})
+    return [
+        (known.get(a.name) or PeerState(a.name, a.url)).public() for a in service.settings.external_agents
+    ]
 
 
 def tool_name(name: str) -> str:
     return "a2a_" + name.replace("-", "_")
+
+
+def _credentials_hint(agent: ExternalAgent, exc: m.A2AError) -> str:
+    """What to configure when the agent refused us (HTTP 401/403), else ""."""
+    if getattr(exc, "peer_status", None) not in (401, 403):
+        return ""
+    where = f"the [[a2a.external_agents]] entry {agent.name!r}"
+    if any(k.lower() == "authorization" for k in agent.headers):
+        return f" (the agent refused the Authorization header in {where}; check the key)"
+    return f' (the agent wants credentials: set headers = {{ Authorization = "Bearer <key>" }} in {where})'
 
 
 def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[str, Any]) -> Tool:
@@ -73,7 +118,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
                     trace=trace,
                 )
             except m.A2AError as exc:
-                return ToolResult.error(f"A2A agent {info.name} failed: {exc.message}")
+                return ToolResult.error(f"A2A agent {info.name} failed: {exc.message}{_credentials_hint(agent, exc)}")
         if isinstance(outcome, m.Message):
             return ToolResult.text(outcome.text())
         if ctx.outputs is not None:
@@ -102,32 +147,61 @@ def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
 
 
 async def discover_external_agents(service: Any) -> None:
-    """Discover every configured external agent concurrently; register its tool."""
+    """Discover every configured external agent concurrently, each until it answers, and
+    register its tool (runs in the A2A service's nursery until the kernel stops)."""
+    peers = _status.setdefault(service, {})
     async with trio.open_nursery() as nursery:
         for agent in service.settings.external_agents:
-            nursery.start_soon(_discover_one, service, agent)
+            peers[agent.name] = PeerState(agent.name, agent.url)
+            nursery.start_soon(_discover_one, service, agent, peers[agent.name])
 
 
-async def _discover_one(service: Any, agent: ExternalAgent) -> None:
+async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> None:
     # The operator configured this URL, so private and loopback hosts are allowed; metadata
     # and link-local addresses are still refused by the SSRF guard.
-    options = {"allow_private": True, "allow_loopback": True}
+    options: dict[str, Any] = {"allow_private": True, "allow_loopback": True, "headers": dict(agent.headers)}
     delay = DISCOVERY_BACKOFF_S
-    for attempt in range(1, DISCOVERY_ATTEMPTS + 1):
+    while True:
+        peer.status, peer.next_retry_at = "connecting", None
+        peer.attempts += 1
         try:
-            async with A2AClient(**options) as client:
+            async with A2AClient(**options) as client:  # each request bounded by its timeout
                 info = await client.discover(agent.url)
-        except m.A2AError as exc:
-            service.external_errors[agent.name] = exc.message
-            log.warning("A2A external agent %s (%s): discovery attempt %d failed: %s", agent.name, agent.url, attempt, exc.message)
+        except Exception as exc:  # whatever it was (a bad card, a refusal, a crash): try again later
+            if isinstance(exc, m.A2AError):
+                reason = exc.message + _credentials_hint(agent, exc)
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+            peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
+            service.external_errors[agent.name] = reason
+            log.warning(
+                "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",
+                agent.name, agent.url, peer.attempts, delay, reason,
+            )
             await trio.sleep(delay)
-            delay *= 2
+            delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
             continue
         service.external_cards[agent.name] = info
         service.external_errors.pop(agent.name, None)
         try:
             service.kernel.add_tool(external_tool(agent, info, options))
-        except Exception as exc:
+        except Exception as exc:  # a name clash: trying again would not help
+            peer.status, peer.error = "failed", f"cannot register its tool: {exc}"
             service.external_errors[agent.name] = str(exc)
             log.error("A2A external agent %s: cannot register its tool: %s", agent.name, exc)
+            return
+        peer.status, peer.error, peer.tool = "connected", None, tool_name(agent.name)
+        log.info("A2A external agent %s (%s) found after %d attempt(s): tool %s", agent.name, agent.url, peer.attempts, peer.tool)
         return
+
+
+def status_route(kernel: Any) -> RouteDescriptor:
+    """``GET /api/a2a/external_agents``: each external agent and its discovery state."""
+
+    async def list_external_agents() -> dict[str, Any]:
+        from ._server import service_for
+
+        service = service_for(kernel)
+        return {"external_agents": external_status(service) if service is not None else []}
+
+    return RouteDescriptor("/api/a2a/external_agents", list_external_agents, methods=("GET",))

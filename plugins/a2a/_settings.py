@@ -29,6 +29,7 @@ class ExternalAgent:
 
     name: str
     url: str
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)  # sent on every request (credentials)
 
 
 @attrs.frozen
@@ -80,11 +81,11 @@ class A2ASettings:
             where = f"a2a.external_agents[{i}]"
             if not isinstance(item, Mapping):
                 raise ConfigError(f"{where}: expected a table with name and url")
-            extra = [k for k in item if k not in ("name", "url")]
+            extra = [k for k in item if k not in ("name", "url", "headers")]
             if extra:
-                close = difflib.get_close_matches(str(extra[0]), ["name", "url"], n=1)
+                close = difflib.get_close_matches(str(extra[0]), ["name", "url", "headers"], n=1)
                 hint = f" — did you mean {close[0]!r}?" if close else " —"
-                raise ConfigError(f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url")
+                raise ConfigError(f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url, headers")
             name, url = item.get("name"), item.get("url")
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ConfigError(f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}")
@@ -92,8 +93,13 @@ class A2ASettings:
                 raise ConfigError(f"{where}.name: {name!r} is listed twice")
             if not isinstance(url, str) or not re.match(r"^https?://", url):
                 raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
+            headers = item.get("headers", {})
+            if not isinstance(headers, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v for k, v in headers.items()
+            ):
+                raise ConfigError(f'{where}.headers: expected a table of header names to string values, e.g. {{ Authorization = "Bearer <key>" }}')
             seen.add(name)
-            externals.append(ExternalAgent(name, url))
+            externals.append(ExternalAgent(name, url, dict(headers)))
         return cls(
             enabled=flag("enabled", True),
             listen_path=path,

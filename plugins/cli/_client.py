@@ -82,6 +82,23 @@ class DaemonClient:
         """``GET /api/agents``."""
         return (await self._request("GET", "/api/agents"))["agents"]
 
+    async def peers(self) -> list[dict[str, Any]]:
+        """The MCP servers and external A2A agents with their state (``kind``: "mcp" or
+        "a2a"); a route the daemon does not serve (its plugin is off) adds none."""
+        out: list[dict[str, Any]] = []
+        for path, key, kind in (
+            ("/api/mcp/servers", "configured", "mcp"),
+            ("/api/a2a/external_agents", "external_agents", "a2a"),
+        ):
+            try:
+                body = await self._request("GET", path)
+            except DaemonError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            out.extend({**item, "kind": kind} for item in body.get(key) or ())
+        return out
+
     async def tools(self, agent: str | None = None) -> list[dict[str, Any]]:
         """``GET /api/tools[?agent=NAME]``."""
         params = {"agent": agent} if agent is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -98,8 +99,11 @@ async def agents_command(
 ) -> int:
     """``roost agents``: from the running daemon, else from an in-process kernel."""
     info, client = await _daemon(config)
+    peers: list[dict[str, Any]] = []
     if client is not None:
         agents = await client.agents()
+        if not as_json:
+            peers = await client.peers()
     else:
         say(err, "booting kernel…")
         async with _opener(open_kernel)(config) as kernel:
@@ -114,7 +118,25 @@ async def agents_command(
             out,
             format_table(["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"], _agent_rows(agents)),
         )
+    for line in _pending_peer_lines(peers):
+        say(out, line)
     return 0
+
+
+def _pending_peer_lines(peers: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per MCP server or external A2A agent that is not connected (yet)."""
+    lines = []
+    for peer in peers:
+        if peer.get("status") == "connected":
+            continue
+        what = "MCP server" if peer.get("kind") == "mcp" else "A2A agent"
+        line = f"pending: {what} {peer.get('name')} ({peer.get('url') or peer.get('command')}) is {peer.get('status')}"
+        if peer.get("error"):
+            line += f": {peer['error']}"
+        if isinstance(peer.get("next_retry_at"), (int, float)):
+            line += f"; next try in {max(0, round(peer['next_retry_at'] - time.time()))} s"
+        lines.append(line)
+    return lines
 
 
 async def tools_command(

@@ -36,7 +36,13 @@ from roost.kernel import DeadlineTimer
 from roost.kernel import _jsonrpc as jsonrpc
 from roost.kernel._errors import RoostError, is_mapping
 
-from .transports._base import TransportClosed, TransportError, single_errors
+from .transports._base import (
+    TransportClosed,
+    TransportError,
+    http_retry_wait,
+    remaining_s,
+    single_errors,
+)
 
 log = logging.getLogger("roost.mcp.client")
 
@@ -63,6 +69,8 @@ UNSUPPORTED_PROTOCOL_VERSION = proto.UNSUPPORTED_PROTOCOL_VERSION
 MODERN_ERROR_CODES = proto.MODERN_ERROR_CODES
 
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
+# HTTP answers to the era probe that say nothing about the era (0: no HTTP answer at all).
+REFUSALS = frozenset({0, 401, 403, 407, 429})
 CANCEL_SEND_TIMEOUT_S = 2.0
 HANDLER_TIMEOUT_S = 120.0
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
@@ -411,7 +419,8 @@ class McpClient:
         try:
             message = jsonrpc.parse_message(raw)
         except jsonrpc.JsonRpcError as exc:
-            log.warning("MCP server %s sent an invalid message (ignored): %s", self.name, exc.message)
+            if not self._fail_invalid_answer(raw, exc):
+                log.warning("MCP server %s sent an invalid message (ignored): %s", self.name, exc.message)
             return
         if isinstance(message, (jsonrpc.Response, jsonrpc.ErrorResponse)):
             try:
@@ -427,6 +436,20 @@ class McpClient:
             self._nursery.start_soon(self._answer_server_request, message)
         else:
             self._on_notification(message)
+
+    def _fail_invalid_answer(self, raw: Any, exc: jsonrpc.JsonRpcError) -> bool:
+        """An invalid answer to a request in flight fails that request at once (it would
+        otherwise wait out its timeout); False when ``raw`` answers none."""
+        request_id = raw.get("id") if isinstance(raw, Mapping) and "method" not in raw else None
+        if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+            return False
+        pending = self._pending.pop(request_id, None)
+        if pending is None:
+            return False
+        self._correlator.forget(request_id)
+        pending.error = McpProtocolError(f"MCP server {self.name!r} answered {pending.method} with an invalid response: {exc.message}")
+        pending.done.set()
+        return True
 
     def _on_notification(self, note: jsonrpc.Notification) -> None:
         params = note.params if isinstance(note.params, Mapping) else {}
@@ -512,12 +535,47 @@ class McpClient:
         on_progress: ProgressHandler | None,
         caller: str | None,
     ) -> Any:
-        """One request and its answer; raises McpProtocolError for an error response."""
-        if self.closed.is_set():
-            raise McpConnectionClosed(f"MCP server {self.name!r} is disconnected: {self.closed_reason}")
+        """One request and its answer; raises McpProtocolError for an error response.
+
+        A request the server refused with HTTP 429 or 503 is sent again after its
+        ``Retry-After`` (bounded: ``http_retry_wait``), never past the call's deadline."""
         timeout = self.options.timeout_secs if timeout is None else timeout
         if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
             raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")
+        deadline = trio.current_time() + timeout
+        retries = 0
+        while True:
+            try:
+                return await self._exchange_once(method, params, timeout=timeout, on_progress=on_progress, caller=caller)
+            except McpProtocolError as exc:
+                data = exc.data if isinstance(exc.data, Mapping) else {}
+                status = data.get("httpStatus")
+                if status is None:
+                    raise
+                retry_after = data.get("retryAfter")
+                wait = http_retry_wait(
+                    status, retry_after if isinstance(retry_after, (int, float)) else None, retries, remaining_s(deadline)
+                )
+                if wait is None:
+                    if retries:
+                        raise McpProtocolError(f"{exc} (after {retries} retries)", rpc_code=exc.rpc_code, data=exc.data) from None
+                    raise
+                retries += 1
+                log.info("MCP server %s answered %s with HTTP %s; retry %d in %.1f s", self.name, method, status, retries, wait)
+                await trio.sleep(wait)
+                timeout = max(0.0, deadline - trio.current_time())
+
+    async def _exchange_once(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        timeout: float,
+        on_progress: ProgressHandler | None,
+        caller: str | None,
+    ) -> Any:
+        if self.closed.is_set():
+            raise McpConnectionClosed(f"MCP server {self.name!r} is disconnected: {self.closed_reason}")
         params = dict(params) if params is not None else None
         token = None
         if on_progress is not None:
@@ -738,6 +796,9 @@ class McpClient:
         except McpProtocolError as exc:
             if exc.rpc_code in MODERN_ERROR_CODES:
                 raise  # a modern server that refuses us: falling back would be wrong
+            status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
+            if status in REFUSALS:
+                raise  # unreachable, or refusing us: initialize would fare no better
             log.info("MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc)
             self.protocol.era = None
             return "legacy"

@@ -4,8 +4,10 @@ Servers come from ``[[mcp_servers]]`` in roost.toml, from agents' ``mcp_servers`
 agent.json and from the ``roost_mcp_servers`` hook. Each is validated (errors name the
 field), connected in the background (a failure is logged; boot goes on) and supervised:
 a server that dies has its tools removed, its calls in flight fail at once, and it is
-restarted with exponential backoff (bounded; after ``MAX_CONSECUTIVE_FAILURES`` quick
-failures in a row it is given up and reported as failed).
+reconnected. A server that cannot be reached (not started yet, refusing our key, …) is
+retried for as long as the kernel runs, 1 s doubling to a 60 s cap; meanwhile its status
+says ``failed`` with the last error and the time of the next attempt, and its tools
+appear once it answers.
 
 Discovered tools become kernel tools named ``mcp_{server}_{tool}``. A server with
 resources also gets ``mcp_{server}_list_resources`` / ``mcp_{server}_read_resource``,
@@ -64,10 +66,9 @@ _SERVER_KEYS = ("name", "timeout_secs", "env", "transport", "protocol", "samplin
 _STDIO_KEYS = ("type", "command", "args", "cwd")
 _HTTP_KEYS = ("type", "url", "headers")
 
-BACKOFF_BASE_S = 0.5
-BACKOFF_MAX_S = 30.0
-MAX_CONSECUTIVE_FAILURES = 8
-STABLE_AFTER_S = 30.0
+BACKOFF_BASE_S = 1.0  # the first retry; doubling up to BACKOFF_MAX_S, forever
+BACKOFF_MAX_S = 60.0
+STABLE_AFTER_S = 30.0  # a connection that lasted this long starts the backoff afresh
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -310,13 +311,14 @@ class ServerState:
 
     config: ServerConfig
     client: McpClient | None = None
-    status: str = "pending"  # pending | connecting | connected | restarting | failed | stopped
+    status: str = "pending"  # pending | connecting | connected | failed (retried at next_retry_at) | stopped
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
     remote_tools: list[dict[str, Any]] = attrs.field(factory=list)
     last_error: str | None = None
     restarts: int = 0
     connected_at: float | None = None
+    next_retry_at: float | None = None  # Unix time of the next attempt while failed
     refresh: Any = None  # trio.MemorySendChannel
 
 
@@ -330,6 +332,8 @@ class McpManager:
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         tools_cfg = getattr(getattr(kernel, "config", None), "tools", None)
         self.allow_private = bool(getattr(tools_cfg, "allow_private_network", False))
+        self.backoff_base_s = BACKOFF_BASE_S
+        self.backoff_max_s = BACKOFF_MAX_S
 
     @classmethod
     def from_kernel(cls, kernel: Any) -> McpManager:
@@ -344,7 +348,15 @@ class McpManager:
         configured = []
         connected = []
         for name, state in self.states.items():
-            configured.append({**state.config.public(), "status": state.status, "error": state.last_error, "restarts": state.restarts})
+            configured.append(
+                {
+                    **state.config.public(),
+                    "status": state.status,
+                    "error": state.last_error,
+                    "next_retry_at": state.next_retry_at,
+                    "restarts": state.restarts,
+                }
+            )
             client = state.client
             if state.status == "connected" and client is not None:
                 connected.append(
@@ -381,11 +393,14 @@ class McpManager:
             await trio.sleep_forever()
 
     async def _supervise(self, state: ServerState) -> None:
-        failures = 0
+        """Connect ``state``'s server and keep it connected while the kernel runs: after a
+        failure (or a dropped connection) wait, 1 s doubling to ``backoff_max_s``, and
+        try again; a connection that lasted ``STABLE_AFTER_S`` starts the backoff afresh."""
+        delay = self.backoff_base_s
         try:
             while True:
                 started = time.monotonic()
-                state.status = "connecting" if state.restarts == 0 else "restarting"
+                state.status, state.next_retry_at = "connecting", None
                 try:
                     await self._connect_once(state)
                     state.last_error = state.last_error or "the connection ended"
@@ -398,21 +413,16 @@ class McpManager:
                 except Exception as exc:  # a broken server must not take the manager down
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
-                log.warning("MCP server %s is down: %s", state.config.name, state.last_error)
-                self._publish(state, "down")
                 if time.monotonic() - started >= STABLE_AFTER_S:
-                    failures = 0
-                failures += 1
-                if failures >= MAX_CONSECUTIVE_FAILURES:
-                    state.status = "failed"
-                    log.error("MCP server %s failed %d times in a row; giving up", state.config.name, failures)
-                    return
+                    delay = self.backoff_base_s
+                state.status, state.next_retry_at = "failed", time.time() + delay
                 state.restarts += 1
-                state.status = "restarting"
-                await trio.sleep(min(BACKOFF_BASE_S * 2 ** (failures - 1), BACKOFF_MAX_S))
+                log.warning("MCP server %s is down (retrying in %g s): %s", state.config.name, delay, state.last_error)
+                self._publish(state, "down")
+                await trio.sleep(delay)
+                delay = min(delay * 2, self.backoff_max_s)
         finally:
-            if state.status != "failed":
-                state.status = "stopped"
+            state.status, state.next_retry_at = "stopped", None
 
     async def _connect_once(self, state: ServerState) -> None:
         cfg = state.config
@@ -493,9 +503,8 @@ class McpManager:
                 log.warning("MCP server %s: refreshing tools failed: %s", state.config.name, exc)
 
     def _publish(self, state: ServerState, what: str) -> None:
-        self.kernel.publish(
-            Event(EVENT_SERVER, f"mcp:{state.config.name}", payload={"server": state.config.name, "status": what, "error": state.last_error})
-        )
+        payload = {"server": state.config.name, "status": what, "error": state.last_error, "next_retry_at": state.next_retry_at}
+        self.kernel.publish(Event(EVENT_SERVER, f"mcp:{state.config.name}", payload=payload))
 
     # ---- tools --------------------------------------------------------------------------
     async def _sync_tools(self, state: ServerState, client: McpClient) -> None:

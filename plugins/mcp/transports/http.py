@@ -12,8 +12,12 @@
   ``Mcp-Name`` headers on each POST; closing a request's response stream cancels it. There
   is no resumption: a response stream that breaks loses the request, so it is re-issued
   once as a new request with a new id (the caller still sees its own id).
-- An HTTP error whose body is not JSON-RPC becomes a JSON-RPC error response for that
-  request (code -32000, ``data.httpStatus``), so the client's era probe can read it.
+- A request that gets no JSON-RPC answer — an HTTP error with any body (JSON-RPC, REST,
+  HTML, empty), or no HTTP answer at all — gets a JSON-RPC error response for its id at
+  once (a JSON-RPC error's code is kept, else -32000), naming the status and the server's
+  words, with ``data.httpStatus`` (0: no HTTP answer) and ``data.retryAfter`` (seconds);
+  the client retries 429/503 from there. Nothing is dropped, so no call waits out its
+  timeout because of an HTTP-level error.
 - The URL is checked against SSRF rules (after DNS) before connecting, and every request
   connects to the checked address (``PinnedTransport``): DNS rebinding cannot redirect it.
 """
@@ -45,13 +49,22 @@ from ._base import (
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
+    http_error_message,
+    http_error_text,
+    http_status_line,
     single_errors,
 )
-from .sse import SseParser, json_messages, open_guarded_client
+from .sse import (
+    SseParser,
+    json_messages,
+    open_guarded_client,
+    read_error_body,
+    refusal_hint,
+    retry_after_s,
+)
 
 log = logging.getLogger("roost.mcp.http")
 
-HTTP_ERROR = -32000
 GET_STREAM_RETRIES = 5
 DELETE_TIMEOUT_S = 3.0
 MAX_RETRY_WAIT_S = 30.0
@@ -129,29 +142,6 @@ def mcp_param_headers(schema: Any, arguments: Any) -> dict[str, str]:
 
     walk(schema, arguments)
     return out
-
-
-def http_error_message(request_id: Any, status: int, body: bytes) -> dict[str, Any]:
-    """The JSON-RPC response for a request whose POST failed with ``status``.
-
-    A JSON-RPC error body is kept (with the request's id); anything else is wrapped.
-    """
-    try:
-        value = json.loads(body) if body else None
-    except (ValueError, RecursionError):
-        value = None
-    if isinstance(value, dict) and isinstance(value.get("error"), dict):
-        error = dict(value["error"])
-        data = error.get("data")
-        if data is None:
-            error["data"] = {"httpStatus": status}
-        return {"jsonrpc": "2.0", "id": request_id, "error": error}
-    text = body[:300].decode("utf-8", "replace") if body else ""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": HTTP_ERROR, "message": f"HTTP {status}" + (f": {text}" if text else ""), "data": {"httpStatus": status}},
-    }
 
 
 @attrs.frozen
@@ -267,7 +257,12 @@ class HttpTransport:
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if response.status_code >= 400:
-            raise TransportError(f"MCP server {self.name!r} refused a notification with HTTP {response.status_code}")
+            text = http_error_text(response.content)
+            hint = refusal_hint(self.name, self.headers, response.status_code)
+            raise TransportError(
+                f"MCP server {self.name!r} refused {message.get('method', 'a message')} with "
+                f"{http_status_line(response.status_code)}" + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
+            )
 
     async def _push(self, message: dict[str, Any]) -> None:
         try:
@@ -323,14 +318,19 @@ class HttpTransport:
                     await self._lost("the server ended the session (HTTP 404)")
                     return _Outcome(answered=True)
                 if status >= 400:
-                    data = await response.aread()
-                    await self._push(http_error_message(request_id, status, data))
+                    data = await read_error_body(response)
+                    await self._push(
+                        http_error_message(
+                            request_id, status, data, retry_after=retry_after_s(response.headers),
+                            hint=refusal_hint(self.name, self.headers, status),
+                        )
+                    )
                     return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
                     data = await response.aread()
                     if len(data) > MAX_MESSAGE_BYTES:
-                        await self._push(http_error_message(request_id, 413, b"response over the 10 MB limit"))
+                        await self._push(http_error_message(request_id, status, b"the response is over the 10 MB limit"))
                         return _Outcome(answered=True)
                     for item in json_messages(data.decode("utf-8", "replace")):
                         item, is_answer = _as_answer_to(item, wire_id, request_id)
@@ -350,9 +350,9 @@ class HttpTransport:
         except httpx.HTTPError as exc:
             if answered:
                 return _Outcome(answered=True)
-            failure = f"the HTTP request failed: {type(exc).__name__}: {exc}"
             # Lost after the request went out: the response stream broke.
             broken = started or isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+            failure = f"{'the HTTP request to' if broken else 'cannot reach'} {self.url} failed: {type(exc).__name__}: {exc}"
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
             await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
@@ -497,7 +497,9 @@ async def open_http_transport(
                     with trio.CancelScope(shield=True):
                         await transport._end_session()
                     nursery.cancel_scope.cancel()
-                    await send_channel.aclose()
+                    # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
+                    # would raise Cancelled over whatever the block raised, and lose it.
+                    send_channel.close()
 
 
 __all__ = ["HttpTransport", "http_error_message", "mcp_param_headers", "open_http_transport", "x_mcp_header_problem"]

@@ -4,9 +4,11 @@ Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
 ``endpoint`` event naming where to POST, then POSTs every message there; every server
 message (responses included) arrives on the SSE stream as a ``message`` event.
 
-Also home of what both HTTP transports share: ``SseParser`` (sans-I/O Server-Sent Events)
-and ``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
-made to the address that was checked, never to a second DNS answer).
+Also home of what both HTTP transports share: ``SseParser`` (sans-I/O Server-Sent Events),
+``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
+made to the address that was checked, never to a second DNS answer) and the reading of
+error responses. A request the server refuses (HTTP 4xx/5xx on its POST) is answered at
+once with a JSON-RPC error for its id, as on Streamable HTTP.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ import attrs
 import httpx
 import trio
 from roost.kernel._netguard import AddressPins, Resolver, check_url, pin_url
+from roost.plugins.providers._http import retry_after_s
 
 from ._base import (
+    ERROR_BODY_BYTES,
     INCOMING_BUFFER,
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
+    http_error_message,
+    http_error_text,
+    http_status_line,
     single_errors,
 )
 
@@ -138,6 +145,31 @@ async def check_server_url(url: str, *, allow_private: bool, allow_loopback: boo
     await check_url(url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT)
 
 
+async def read_error_body(response: httpx.Response) -> bytes:
+    """At most ``ERROR_BODY_BYTES`` of an error response's body (the rest is not read)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= ERROR_BODY_BYTES:
+                break
+    except httpx.HTTPError:
+        pass  # what arrived is enough to say what went wrong
+    return b"".join(chunks)[:ERROR_BODY_BYTES]
+
+
+def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | None:
+    """What to configure when the server refuses our credentials (HTTP 401/403)."""
+    if status not in (401, 403):
+        return None
+    where = f"transport.headers of the [[mcp_servers]] entry {name!r}"
+    if any(k.lower() == "authorization" for k in headers):
+        return f"the server refused the Authorization header in {where}; check the key"
+    return f"this server wants credentials: set them in {where}, e.g. Authorization = \"Bearer <key>\""
+
+
 class PinnedTransport(httpx.AsyncBaseTransport):
     """An httpx transport that sends each request to an address ``pins`` approved for its
     origin (checked once per origin), keeping the name in ``Host`` and in TLS SNI.
@@ -203,7 +235,7 @@ class SseTransport:
 
     kind = "sse"
 
-    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, incoming: Any) -> None:
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, incoming: Any, send_channel: Any = None) -> None:
         self.name = name
         self.url = url
         self.headers = dict(headers)
@@ -211,6 +243,7 @@ class SseTransport:
         self.incoming = incoming
         self.endpoint: str | None = None
         self.closed_reason: str | None = None
+        self._send_channel = send_channel  # the stream reader's: answers to refused requests go there too
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None or self.endpoint is None:
@@ -224,10 +257,22 @@ class SseTransport:
             )
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})") from None
-        if response.status_code >= 400:
-            raise TransportError(
-                f"MCP server {self.name!r} refused a message with HTTP {response.status_code}: {response.text[:200]}"
-            )
+        status = response.status_code
+        if status < 400:
+            return
+        hint = refusal_hint(self.name, self.headers, status)
+        if "method" in message and "id" in message and self._send_channel is not None:
+            answer = http_error_message(message["id"], status, response.content[:ERROR_BODY_BYTES], retry_after=retry_after_s(response.headers), hint=hint)
+            try:
+                await self._send_channel.send(answer)
+                return
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # the stream has ended: say so below
+        text = http_error_text(response.content)
+        raise TransportError(
+            f"MCP server {self.name!r} refused {message.get('method', 'a message')} with {http_status_line(status)}"
+            + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
+        )
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass
@@ -255,7 +300,7 @@ async def open_sse_transport(
         url, timeout=timeout, allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
     ) as http:
         send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
-        transport = SseTransport(name, url, headers or {}, http, receive_channel)
+        transport = SseTransport(name, url, headers or {}, http, receive_channel, send_channel)
 
         async def read_stream(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             started = False
@@ -263,8 +308,13 @@ async def open_sse_transport(
                 try:
                     request_headers = {**transport.headers, "Accept": "text/event-stream"}
                     async with http.stream("GET", url, headers=request_headers) as response:
-                        if response.status_code != 200:
-                            raise TransportError(f"MCP server {name!r}: GET {url} answered HTTP {response.status_code}; is this an HTTP+SSE endpoint?")
+                        status = response.status_code
+                        if status != 200:
+                            text = http_error_text(await read_error_body(response))
+                            hint = refusal_hint(name, transport.headers, status) or "is this an HTTP+SSE endpoint?"
+                            raise TransportError(
+                                f"MCP server {name!r}: GET {url} answered {http_status_line(status)}" + (f": {text}" if text else "") + f" ({hint})"
+                            )
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
                             raise TransportError(f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream")
@@ -312,5 +362,8 @@ __all__ = [
     "json_messages",
     "open_guarded_client",
     "open_sse_transport",
+    "read_error_body",
+    "refusal_hint",
+    "retry_after_s",
     "same_origin",
 ]

@@ -120,8 +120,9 @@ async def test_a_server_that_cannot_start_is_logged_and_boot_goes_on(tmp_path):
     async with open_kernel(make_config(tmp_path, servers), agents=[agent("a")]) as kernel:
         manager = manager_for(kernel)
         await wait_until(lambda: manager.states["ghost"].restarts >= 1)
-        assert manager.states["ghost"].status in ("restarting", "connecting")
-        assert manager.states["ghost"].last_error
+        ghost = manager.states["ghost"]
+        assert ghost.status in ("failed", "connecting")  # waiting for its next attempt, or in it
+        assert ghost.last_error
         assert kernel.service_errors == {}
 
 

@@ -52,10 +52,20 @@ def test_json_messages_and_origins():
 
 def test_http_errors_become_json_rpc_errors_for_the_request():
     kept = http_error_message(4, 400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"Unsupported","data":{"supported":["2026-07-28"]}}}')
-    assert kept == {"jsonrpc": "2.0", "id": 4, "error": {"code": -32022, "message": "Unsupported", "data": {"supported": ["2026-07-28"]}}}
+    assert kept == {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "error": {"code": -32022, "message": "HTTP 400 Bad Request: Unsupported", "data": {"supported": ["2026-07-28"], "httpStatus": 400}},
+    }
     wrapped = http_error_message(5, 404, b"Not Found")
     assert wrapped["id"] == 5 and wrapped["error"]["code"] == -32000
-    assert wrapped["error"]["data"] == {"httpStatus": 404} and "HTTP 404: Not Found" in wrapped["error"]["message"]
+    assert wrapped["error"]["data"] == {"httpStatus": 404} and wrapped["error"]["message"] == "HTTP 404 Not Found: Not Found"
+    # roost's REST error shape (a string code) is not JSON-RPC: wrapped, its message kept.
+    rest = http_error_message(6, 429, b'{"error":{"code":"rate_limited","message":"too many requests"}}', retry_after=1.0)
+    assert rest["error"] == {"code": -32000, "message": "HTTP 429 Too Many Requests: too many requests", "data": {"httpStatus": 429, "retryAfter": 1.0}}
+    html = http_error_message(7, 500, b"<html><head><title>Oops</title><style>p{}</style></head><body><p>it broke</p></body></html>")
+    assert html["error"]["message"] == "HTTP 500 Internal Server Error: Oops it broke"
+    assert http_error_message(8, 403, b"", hint="set the key")["error"]["message"] == "HTTP 403 Forbidden (set the key)"
 
 
 @pytest.mark.parametrize(
