@@ -40,6 +40,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         AgentNotFound,
         AskTimeout,
         ConfigError,
+        InvalidText,
         LoopDetected,
         MailboxFull,
         ManifestError,
@@ -54,6 +55,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         ToolNameCollision,
         ToolNotFound,
         ToolTimeout,
+        check_text,
         is_mapping,
         json_type_name,
     )
@@ -160,9 +162,9 @@ for _module, _names in (
     (
         "_errors",
         "ActorCrashed ActorError ActorStopped AgentNotFound AskTimeout ConfigError "
-        "LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
+        "InvalidText LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
         "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
-        "ToolNameCollision ToolNotFound ToolTimeout is_mapping json_type_name",
+        "ToolNameCollision ToolNotFound ToolTimeout check_text is_mapping json_type_name",
     ),
     ("_events", "Event EventKind EventTap"),
     (
@@ -210,6 +212,8 @@ __all__ = [
     "AgentNotFound",
     "AskTimeout",
     "ConfigError",
+    "InvalidText",
+    "check_text",
     "Event",
     "EventKind",
     "EventTap",

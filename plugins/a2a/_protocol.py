@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import is_mapping, jsonrpc
+from roost.kernel import InvalidText, check_text, is_mapping, jsonrpc
 
 from . import _models as m
 from ._tasks import SendOptions, iso_to_epoch
@@ -174,6 +174,10 @@ def parse_params(op: str, params: Any, dialect: str) -> Any:
         params = {}
     if not is_mapping(params):
         raise m.invalid("params", "must be an object")
+    try:  # text no store could keep (a lone surrogate), wherever it is: refused up front
+        check_text(params)
+    except InvalidText as exc:
+        raise m.invalid(exc.field, exc.problem) from None
     if op in ("send", "stream"):
         return parse_send(params, dialect)
     if op in ("get", "cancel", "subscribe"):

@@ -21,11 +21,13 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
     AgentNotFound,
+    InvalidText,
     PluginFailure,
     RoostError,
     RouteDescriptor,
     ToolSpec,
     TraceContext,
+    check_text,
     outputs_to_json,
 )
 from roost.kernel import json_type_name as _json_type
@@ -325,6 +327,8 @@ async def _read_json_object() -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise InvalidRequest("body", "request body is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvalidRequest("body", f"request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise InvalidRequest(
             "body",
@@ -351,6 +355,7 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
         )
     if not message.strip():
         raise InvalidRequest("message", "field 'message' must not be empty")
+    _valid_unicode(message, "message")
     session_id = body.get("session_id")
     if session_id is not None:
         if not isinstance(session_id, str):
@@ -358,6 +363,7 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
                 "session_id",
                 f"field 'session_id' must be a string or null, got {_json_type(session_id)}",
             )
+        _valid_unicode(session_id, "session_id")
         if not session_id or len(session_id) > MAX_SESSION_ID_LEN or not session_id.isprintable():
             raise InvalidRequest(
                 "session_id",
@@ -377,6 +383,14 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
             )
         timeout = float(timeout)
     return message, session_id, timeout
+
+
+def _valid_unicode(value: str, field: str) -> None:
+    """400 naming ``field`` if ``value`` holds a lone surrogate (the store could not keep it)."""
+    try:
+        check_text(value, field)
+    except InvalidText as exc:
+        raise InvalidRequest(exc.field, str(exc)) from None
 
 
 def parse_kinds(raw: str | None) -> tuple[str, ...] | None:

@@ -35,10 +35,12 @@ from roost.kernel import (
     AgentNotFound,
     Event,
     EventKind,
+    InvalidText,
     RecursionLimitExceeded,
     RoostError,
     ToolNotFound,
     TraceContext,
+    check_text,
     is_mapping,
 )
 from roost.kernel import jsonrpc as rpc
@@ -539,7 +541,10 @@ class McpServer:
         except RecursionLimitExceeded as exc:
             return rpc.error_response(request.id, p.RECURSION_LIMIT, str(exc), exc.to_dict()).to_dict()
         except RoostError as exc:
-            return rpc.error_response(request.id, rpc.SERVER_ERROR, str(exc), exc.to_dict()).to_dict()
+            # A StoreError (by its code: the store module loads only when used): storage
+            # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
+            code = rpc.INTERNAL_ERROR if exc.code == "store_error" else rpc.SERVER_ERROR
+            return rpc.error_response(request.id, code, str(exc), exc.to_dict()).to_dict()
         except Exception as exc:
             ref = secrets.token_hex(6)
             log.error("MCP method %r failed (ref %s)", request.method, ref, exc_info=exc)
@@ -729,6 +734,10 @@ class McpServer:
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         params = call.params
+        try:  # text the agents' store could not keep (a lone surrogate): refused up front
+            check_text(params, "params")
+        except InvalidText as exc:
+            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         name = rpc.param(params, "name", str)
         arguments = rpc.param(params, "arguments", dict, default={}) or {}
         entry = self._tool_index().get(name)
