@@ -340,6 +340,7 @@ async def _read_json_object() -> dict[str, Any]:
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
     """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
+    _valid_unicode(body, "")  # first: every later error may quote what was sent
     unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -355,7 +356,6 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
         )
     if not message.strip():
         raise InvalidRequest("message", "field 'message' must not be empty")
-    _valid_unicode(message, "message")
     session_id = body.get("session_id")
     if session_id is not None:
         if not isinstance(session_id, str):
@@ -363,7 +363,6 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
                 "session_id",
                 f"field 'session_id' must be a string or null, got {_json_type(session_id)}",
             )
-        _valid_unicode(session_id, "session_id")
         if not session_id or len(session_id) > MAX_SESSION_ID_LEN or not session_id.isprintable():
             raise InvalidRequest(
                 "session_id",
@@ -385,7 +384,7 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
     return message, session_id, timeout
 
 
-def _valid_unicode(value: str, field: str) -> None:
+def _valid_unicode(value: Any, field: str) -> None:
     """400 naming ``field`` if ``value`` holds a lone surrogate (the store could not keep it)."""
     try:
         check_text(value, field)
