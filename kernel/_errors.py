@@ -206,7 +206,7 @@ def _join(where: str, key: Any) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
-def check_text(value: Any, field: str = "", *, raw: bytes | str | None = None) -> None:
+def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
     """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
     value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
 
@@ -214,7 +214,10 @@ def check_text(value: Any, field: str = "", *, raw: bytes | str | None = None) -
     a ``\\uD800``–``\\uDFFF`` escape (raw surrogate bytes are not UTF-8), so text without
     ``\\ud``/``\\uD`` needs no walk. The one check every edge uses (REST, MCP, A2A)."""
     if raw is not None:
-        probe = raw if isinstance(raw, (bytes, bytearray)) else raw.encode("utf-8", "surrogatepass")
+        if isinstance(raw, str):
+            probe: bytes | bytearray = raw.encode("utf-8", "surrogatepass")
+        else:
+            probe = raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
         if b"\\ud" not in probe and b"\\uD" not in probe:
             return
     stack: list[tuple[Any, str]] = [(value, field)]
@@ -225,11 +228,13 @@ def check_text(value: Any, field: str = "", *, raw: bytes | str | None = None) -
             if bad is not None:
                 raise InvalidText(where, bad)
         elif isinstance(item, Mapping):
+            children = []
             for key, child in item.items():
                 if isinstance(key, str):
                     bad = _lone_surrogate(key)
                     if bad is not None:
                         raise InvalidText(f"{where} (a key)" if where else "a key", bad)
-                stack.append((child, _join(where, key)))
+                children.append((child, _join(where, key)))
+            stack.extend(reversed(children))  # the first problem in document order is named
         elif isinstance(item, (list, tuple)):
-            stack.extend((child, _join(where, i)) for i, child in enumerate(item))
+            stack.extend((item[i], _join(where, i)) for i in range(len(item) - 1, -1, -1))

@@ -523,8 +523,8 @@ class GroupCommitter:
     shared ``BEGIN IMMEDIATE`` transaction and the call returns its result only after that
     transaction's COMMIT. ``work`` must not BEGIN, COMMIT or ROLLBACK itself; raising rolls
     back its own changes only. ``limiter`` is the connection's one-thread-at-a-time limiter
-    (shared with readers); ``wrap_error(operation, exc)`` turns an ``sqlite3.Error`` into the
-    caller's error type.
+    (shared with readers); ``wrap_error(operation, exc)`` turns an ``sqlite3.Error`` (or a
+    ``UnicodeError``: text SQLite cannot take) into the caller's error type.
 
     Where a batch runs: with ``synchronous="NORMAL"`` on the event loop's thread (a commit
     is a WAL append, ~25 µs; the leader first yields once, so writes from tasks that are

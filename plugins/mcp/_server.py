@@ -196,7 +196,17 @@ def agent_card(kernel: Any, name: str) -> dict[str, Any]:
         ],
         "a2a": {"enabled": bool(m.a2a.enabled)},
         "mcp": {"endpoint": f"/agents/{name}/mcp", "tools": ["message"] + [s.name for s in kernel.exposed_tools(name)]},
+        **_status_of(kernel, name),
     }
+
+
+def _status_of(kernel: Any, name: str) -> dict[str, Any]:
+    """``{"status": ..., "error": ...}`` as ``/api/agents`` reports it (stopped: why, and when it restarts)."""
+    agent_status = getattr(kernel, "agent_status", None)
+    if agent_status is None:
+        return {}
+    status, reason = agent_status(name)
+    return {"status": status, "error": reason}
 
 
 def agent_manifest_view(kernel: Any, name: str) -> dict[str, Any]:

@@ -7,10 +7,12 @@ said "ready"; nothing could bring it back short of restarting the daemon.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 import trio
-from robustness_helpers import V1, a2a_send, make_config, mcp_call, mcp_headers, serve
+from robustness_helpers import MCP_META, V1, a2a_send, make_config, mcp_call, mcp_headers, serve
 from roost.kernel import ActorCrashed, ActorStopped, EventKind, RestartPolicy, open_actor_system
 
 
@@ -74,6 +76,11 @@ async def test_an_agent_past_its_restart_budget_is_reported_stopped_everywhere_a
             a2a = await http.post("/a2a/agents/fragile/jsonrpc", json=a2a_send({"text": "hello"}), headers=V1)
             a2a_rest = await http.post("/a2a/agents/fragile/rest/message:send", json=a2a_send({"text": "hello"})["params"], headers=V1)
             mcp = await http.post("/mcp", json=mcp_call("roost_agent_fragile", {"message": "hello"}), headers=mcp_headers("roost_agent_fragile"))
+            card = await http.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "roost://agents/fragile/card", "_meta": MCP_META}},
+                headers={**mcp_headers("x"), "Mcp-Method": "resources/read", "Mcp-Name": "roost://agents/fragile/card"},
+            )
             tasks = (await http.get("/a2a/agents/fragile/rest/tasks", headers=V1)).json()["tasks"]
             with trio.fail_after(30):
                 while (await events.receive()).payload.get("after") != "cool-down":
@@ -91,5 +98,7 @@ async def test_an_agent_past_its_restart_budget_is_reported_stopped_everywhere_a
     assert a2a_rest.status_code == 503 and a2a_rest.json()["error"]["status"] == "UNAVAILABLE"
     assert tasks == []  # refused before any task was made
     assert "is stopped" in mcp.json()["error"]["message"]
+    card_json = json.loads(card.json()["result"]["contents"][0]["text"])
+    assert card_json["status"] == "stopped" and "restarts by itself" in card_json["error"]
     assert back.status_code == 200 and back.json()["reply"] == "ok: hello"
     assert after == {"echo": "ready", "fragile": "ready"}
