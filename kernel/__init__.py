@@ -41,6 +41,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         AgentUnavailable,
         AskTimeout,
         ConfigError,
+        InvalidText,
         LoopDetected,
         MailboxFull,
         ManifestError,
@@ -55,6 +56,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         ToolNameCollision,
         ToolNotFound,
         ToolTimeout,
+        check_text,
         is_mapping,
         json_type_name,
     )
@@ -161,9 +163,9 @@ for _module, _names in (
     (
         "_errors",
         "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
-        "LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
+        "InvalidText LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
         "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
-        "ToolNameCollision ToolNotFound ToolTimeout is_mapping json_type_name",
+        "ToolNameCollision ToolNotFound ToolTimeout check_text is_mapping json_type_name",
     ),
     ("_events", "Event EventKind EventTap"),
     (
@@ -212,6 +214,8 @@ __all__ = [
     "AgentUnavailable",
     "AskTimeout",
     "ConfigError",
+    "InvalidText",
+    "check_text",
     "Event",
     "EventKind",
     "EventTap",

@@ -1,10 +1,14 @@
 """Actors: one Trio task (or a small pool) per actor, one bounded mailbox, supervision.
 
 ``tell`` is fire-and-forget with back-pressure; ``ask`` is request/reply and always has a
-deadline. A handler that raises fails the ask it was serving with ``ActorCrashed`` (the
-exception is its ``__cause__``), is logged and published as ``ACTOR:CRASHED``, and the
-actor is restarted with a fresh handler, until its ``RestartPolicy`` budget runs out; then
-it stops and every ask still queued for it fails with ``ActorStopped`` naming the cause.
+deadline. A handler that raises a ``RoostError`` has answered: the error says what was
+wrong with the request or what it could not get (bad input, storage failed), fails that
+ask as itself and costs no restart. Any other exception is a crash: it fails the ask with
+``ActorCrashed`` (the exception is its ``__cause__``), is logged and published as
+``ACTOR:CRASHED``, and the actor is restarted with a fresh handler, until its
+``RestartPolicy`` budget runs out; then it stops, every ask still queued for it fails with
+``ActorStopped`` naming the cause, and after the policy's cool-down it starts again with a
+fresh handler, an empty mailbox and a full budget (``ACTOR:RESTARTED``).
 
 Every task lives in the system's nursery; leaving ``open_actor_system`` closes the
 mailboxes, lets in-flight handlers finish within ``shutdown_timeout_s``, then cancels.
@@ -35,6 +39,7 @@ from ._errors import (
     AgentNotFound,
     AskTimeout,
     MailboxFull,
+    RoostError,
 )
 from ._events import Event, EventKind, EventTap, new_event_id
 from ._frozen import frozen_builder
@@ -104,12 +109,15 @@ def _validate_window(_inst: Any, attribute: attrs.Attribute, value: Any) -> None
 class RestartPolicy:
     """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds.
 
-    One crash more than that in the window stops the actor. ``max_restarts=0`` means the
+    One crash more than that in the window stops the actor; ``cooldown_s`` seconds later it
+    starts again (a fresh handler, an empty mailbox, a full budget), unless it was stopped
+    on request or the system is shutting down meanwhile. ``max_restarts=0`` means the
     first crash stops it.
     """
 
     max_restarts: int = attrs.field(default=3, validator=_validate_max_restarts)
     window_s: float = attrs.field(default=60.0, validator=_validate_window)
+    cooldown_s: float = attrs.field(default=60.0, validator=_validate_window)
 
 
 @attrs.frozen(eq=False)
@@ -316,6 +324,7 @@ class _Actor:
         "policy",
         "receive",
         "restarts",
+        "revive_at",
         "scope",
         "send",
         "size",
@@ -349,6 +358,7 @@ class _Actor:
         self.restarts = 0
         self.crash_times: deque[float] | None = None  # created on the first crash
         self.stop_cause: str | None = None
+        self.revive_at: float | None = None  # set when its restart budget ran out: cool-down end
         # Handlers running at once, by a worker or directly in an asker's task, never
         # exceed ``concurrency``; ``inline`` holds the direct ones.
         self.slots = trio.Semaphore(concurrency)
@@ -388,6 +398,9 @@ class ActorSystem:
         self._clock = trio.lowlevel.current_clock()
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
+        # Actors past their restart budget, waiting out their cool-down: setting the event
+        # ends the wait without a restart (a stop on request, a shutdown, a new spawn).
+        self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
         # The deadlines of direct asks, kept by one timer task instead of each ask's cancel
         # scope (its Trio deadline is only a stopping actor's). When the timer stops (the
@@ -445,7 +458,10 @@ class ActorSystem:
         actor = _Actor(name, handler_factory, handler, context, mailbox_size, concurrency, restart, direct_asks)
         self._actors[name] = actor
         self._stopped.pop(name, None)
-        self._nursery.start_soon(self._run, actor, name=f"actor:{name}")
+        cooling = self._cooling.pop(name, None)
+        if cooling is not None:  # the new actor replaces the one cooling down
+            cooling.set()
+        self._nursery.start_soon(self._supervise, actor, name=f"actor:{name}")
         return ActorRef(name, self)
 
     @staticmethod
@@ -467,6 +483,10 @@ class ActorSystem:
         grace = self.shutdown_timeout_s if timeout is None else _check_seconds("timeout", timeout)
         actor = self._actors.get(name)
         if actor is None:
+            cooling = self._cooling.pop(name, None)
+            if cooling is not None:  # past its budget, waiting to restart: it stays stopped
+                cooling.set()
+                self._stopped[name] = "stopped on request"
             if name in self._stopped:
                 return
             raise AgentNotFound(name, self._known_hint(name))
@@ -481,6 +501,14 @@ class ActorSystem:
             await actor.done.wait()
         if not actor.done.is_set():
             log.warning("actor %r did not stop within %.1fs of being cancelled", name, grace)
+
+    def stop_cause(self, name: str) -> str | None:
+        """Why ``name`` does not accept events (stopped, or past its restart budget and
+        cooling down, with when it restarts), or None while it runs or if it never existed."""
+        actor = self._actors.get(name)
+        if actor is not None:
+            return actor.stop_cause
+        return self._stopped.get(name)
 
     def names(self) -> list[str]:
         """Names of the actors that accept events, sorted."""
@@ -668,6 +696,8 @@ class ActorSystem:
                 ask_token = _direct_ask.set(direct)
                 try:
                     result = await actor.handler(actor.context, event)
+                except RoostError:
+                    raise  # the handler's answer: the request failed, the actor did not
                 except Exception as exc:
                     raise self._crashed(actor, event, exc) from exc
         finally:
@@ -753,6 +783,44 @@ class ActorSystem:
         )
 
     # ---- the actor task ---------------------------------------------------------------
+    async def _supervise(self, actor: _Actor) -> None:
+        """The actor's task: run it; if its restart budget ran out, wait out the cool-down
+        and run a fresh one in its place (same name, factory and limits), and so on."""
+        while True:
+            await self._run(actor)
+            if actor.revive_at is None or self._closing is not None:
+                return
+            name = actor.name
+            cooling = self._cooling[name] = trio.Event()
+            with trio.move_on_at(actor.revive_at):
+                await cooling.wait()
+            if self._cooling.get(name) is cooling:
+                del self._cooling[name]
+            if cooling.is_set() or self._closing is not None or name in self._actors:
+                return  # stopped on request, shutting down, or replaced by a new spawn
+            try:
+                handler = self._make_handler(name, actor.factory)
+            except ActorError as exc:
+                log.error("actor %r could not restart after its cool-down: %s", name, exc)
+                self._stopped[name] = f"could not restart after its cool-down: {exc}"
+                return
+            restarts = actor.restarts + 1
+            actor = _Actor(
+                name, actor.factory, handler, ActorContext(name, self, restarts), actor.size,
+                actor.concurrency, actor.policy, actor.direct,
+            )
+            actor.restarts = restarts
+            self._actors[name] = actor
+            self._stopped.pop(name, None)
+            log.warning("actor %r restarted after its cool-down", name)
+            self.tap.publish(
+                Event(
+                    EventKind.ACTOR_RESTARTED,
+                    name,
+                    payload={"actor": name, "restarts": restarts, "after": "cool-down"},
+                )
+            )
+
     async def _run(self, actor: _Actor) -> None:
         _current_actor.set(actor)
         _direct_ask.set(None)  # this task's context was copied from its spawner's
@@ -833,6 +901,12 @@ class ActorSystem:
                 handler = actor.handler
                 try:
                     result = await handler(actor.context, event)
+                except RoostError as exc:  # the handler's answer: the request failed, not the actor
+                    if slot is not None:
+                        slot.fail(exc)
+                    else:
+                        log.warning("actor %r could not handle %s (event %s): %s", actor.name, event.kind, event.id, exc)
+                    continue
                 except Exception as exc:
                     error = self._crashed(actor, event, exc)
                     if slot is not None:
@@ -887,11 +961,14 @@ class ActorSystem:
         while times and times[0] <= now - policy.window_s:
             times.popleft()
         if len(times) > policy.max_restarts:
+            actor.revive_at = now + policy.cooldown_s
+            at = time.strftime("%H:%M:%S", time.gmtime(time.time() + policy.cooldown_s))
             self._close(
                 actor,
                 f"crashed {len(times)} time{'s' if len(times) > 1 else ''} within "
                 f"{policy.window_s:g}s, more than its "
-                f"restart budget of {policy.max_restarts}; last error: {text}",
+                f"restart budget of {policy.max_restarts}; it restarts by itself at {at} UTC "
+                f"({policy.cooldown_s:g}s after it stopped); last error: {text}",
             )
             actor.scope.cancel()
             self._cancel_inline(actor)
@@ -940,6 +1017,8 @@ class ActorSystem:
     def _shutdown(self, cause: str, grace: float) -> None:
         self._closing = cause
         self._ask_timer.stop()
+        for cooling in self._cooling.values():
+            cooling.set()
         deadline = trio.current_time() + grace
         for actor in list(self._actors.values()):
             self._close(actor, cause)

@@ -209,6 +209,8 @@ class KernelConfig:
     mailbox_size: int = _check(_Int(1, 100_000), default=64)
     ask_timeout_s: float = _check(_Float(), default=300.0)
     shutdown_timeout_s: float = _check(_Float(), default=10.0)
+    # An agent that crashed past its restart budget starts again this long after it stopped.
+    restart_cooldown_s: float = _check(_Float(), default=60.0)
     agent_concurrency: int = _check(_Int(1, 10_000), default=8)
     loop_guard_repeats: int = _check(_Int(2, 1000), default=3)
 

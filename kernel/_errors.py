@@ -208,3 +208,74 @@ class MailboxFull(ActorError):
     """An actor's mailbox stayed full past the sender's deadline (the actor is overloaded)."""
 
     code = "mailbox_full"
+
+
+class InvalidText(RoostError):
+    """Input holds text that is not valid Unicode: a lone surrogate (U+D800–U+DFFF).
+
+    JSON's ``"\\ud800"`` escape decodes to one in Python, but it cannot be encoded as
+    UTF-8, so it could be neither stored nor sent on. ``field`` names where it sits
+    (``message.parts[0].text``); each protocol edge answers with its own 400 / -32602.
+    """
+
+    code = "invalid_text"
+
+    def __init__(self, field: str, char: str) -> None:
+        self.field = field or "value"
+        self.char = char
+        self.problem = f"contains a lone surrogate (U+{ord(char):04X}); send valid Unicode"
+        super().__init__(f"{self.field}: {self.problem}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
+
+
+def _lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in ``text``, else None (quick for ASCII and valid text)."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return text[exc.start]
+    return None
+
+
+def _join(where: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    return f"{where}.{key}" if where else str(key)
+
+
+def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
+    """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
+    value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
+
+    ``raw``: the JSON text ``value`` was decoded from. A lone surrogate can only come from
+    a ``\\uD800``–``\\uDFFF`` escape (raw surrogate bytes are not UTF-8), so text without
+    ``\\ud``/``\\uD`` needs no walk. The one check every edge uses (REST, MCP, A2A)."""
+    if raw is not None:
+        if isinstance(raw, str):
+            probe: bytes | bytearray = raw.encode("utf-8", "surrogatepass")
+        else:
+            probe = raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
+        if b"\\ud" not in probe and b"\\uD" not in probe:
+            return
+    stack: list[tuple[Any, str]] = [(value, field)]
+    while stack:  # iterative: nesting as deep as the JSON decoder allows is fine
+        item, where = stack.pop()
+        if isinstance(item, str):
+            bad = _lone_surrogate(item)
+            if bad is not None:
+                raise InvalidText(where, bad)
+        elif isinstance(item, Mapping):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str):
+                    bad = _lone_surrogate(key)
+                    if bad is not None:
+                        raise InvalidText(f"{where} (a key)" if where else "a key", bad)
+                children.append((child, _join(where, key)))
+            stack.extend(reversed(children))  # the first problem in document order is named
+        elif isinstance(item, (list, tuple)):
+            stack.extend((item[i], _join(where, i)) for i in range(len(item) - 1, -1, -1))

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import RoostError, ToolArgumentsInvalid, is_mapping
+from ._errors import InvalidText, RoostError, ToolArgumentsInvalid, check_text, is_mapping
 
 log = logging.getLogger("roost.jsonrpc")
 
@@ -379,7 +379,11 @@ def parse(
 
 
 def _check_id(value: Any, where: str) -> Id:
-    if value is None or isinstance(value, str):
+    if value is None:
+        return value
+    if isinstance(value, str):
+        if not value.isascii():  # echoed in the response, which must be UTF-8
+            _check_unicode(value, f"{where}id")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JsonRpcError(
@@ -389,6 +393,14 @@ def _check_id(value: Any, where: str) -> Id:
     if isinstance(value, float) and not math.isfinite(value):
         raise JsonRpcError(INVALID_REQUEST, f"{where}id: must be a finite number")
     return value
+
+
+def _check_unicode(text: str, field: str, msg_id: Id = None) -> None:
+    """INVALID_REQUEST naming ``field`` if ``text`` holds a lone surrogate."""
+    try:
+        check_text(text, field)
+    except InvalidText as exc:
+        raise JsonRpcError(INVALID_REQUEST, str(exc), {"field": exc.field}, id=msg_id) from None
 
 
 def _invalid(msg_id: Id, text: str) -> JsonRpcError:
@@ -429,6 +441,8 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
             raise _invalid(msg_id, f"{prefix}method: expected a string, got {json_type(method)}")
         if not method:
             raise _invalid(msg_id, f"{prefix}method: must not be empty")
+        if not method.isascii():
+            _check_unicode(method, f"{prefix}method", msg_id)
         if "result" in obj or "error" in obj:
             raise _invalid(
                 msg_id,

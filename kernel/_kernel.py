@@ -302,10 +302,20 @@ class Kernel:
         self._policy_cache[key] = (manifest, version, value)
         return value
 
+    def agent_status(self, agent: str) -> tuple[str, str | None]:
+        """``(status, reason)``: "ready"; "unavailable" (it could not be set up); or
+        "stopped" (its actor is not running: shut down, or past its restart budget until
+        its cool-down ends — the reason says which and when)."""
+        if agent in self.agent_errors:
+            return "unavailable", self.agent_errors[agent]
+        cause = self.actors.stop_cause(agent)
+        return ("ready", None) if cause is None else ("stopped", cause)
+
     def agent_info(self) -> list[dict[str, Any]]:
         """A JSON-ready description of every agent (for the API and ``roost agents``)."""
         out = []
         for name, m in sorted(self.agents.items()):
+            status, reason = self.agent_status(name)
             out.append(
                 {
                     "name": name,
@@ -313,8 +323,8 @@ class Kernel:
                     "version": m.version,
                     "provider": m.model.provider,
                     "model": m.model.name,
-                    "status": "unavailable" if name in self.agent_errors else "ready",
-                    "error": self.agent_errors.get(name),
+                    "status": status,
+                    "error": reason,
                     "tools": [s.name for s in self.list_tools(name)],
                     "expose_tools": list(m.mcp.expose_tools),
                     "private_tools": list(m.mcp.private_tools),
@@ -812,7 +822,7 @@ async def open_kernel(
     ``agents`` adds in-memory manifests (beside the configured ones); ``plugins`` adds
     plugin objects (modules or instances with hookimpls) beside the entry points.
     """
-    from ._actor import open_actor_system
+    from ._actor import RestartPolicy, open_actor_system
     from ._config import load_config
     from ._manifest import load_agents, tool_pattern_warnings
     from ._paths import database_path, ensure_private_dir
@@ -880,6 +890,7 @@ async def open_kernel(
                     # The kernel cancels an agent's run whenever its caller stops waiting
                     # anyway, so the run may as well execute in the caller's task.
                     direct_asks=True,
+                    restart=RestartPolicy(cooldown_s=config.kernel.restart_cooldown_s),
                 )
             body_error: Exception | None = None
             async with trio.open_nursery() as services:

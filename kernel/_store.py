@@ -49,7 +49,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import attrs
 import trio
 
-from ._errors import RoostError
+from ._errors import InvalidText, RoostError, check_text
 from ._jsonrpc import make_encoder
 
 log = logging.getLogger("roost.store")
@@ -77,6 +77,30 @@ class StoreError(RoostError):
     """The store refused an operation or the database failed; says which and why."""
 
     code = "store_error"
+
+
+# What a write's work may raise that the store reports as a StoreError: the database's
+# errors, and text SQLite cannot take (a lone surrogate cannot be encoded as UTF-8).
+_STORE_FAILURES = (sqlite3.Error, UnicodeError)
+
+
+def _unicode_checked(name: str, value: Any) -> None:
+    """StoreError naming ``name`` (and where inside it) if ``value`` holds a lone surrogate."""
+    try:
+        check_text(value, name)
+    except InvalidText as exc:
+        raise StoreError(f"{exc}; it cannot be stored") from None
+
+
+def storage_failure(path: str, operation: str, exc: BaseException) -> str:
+    """The message of a StoreError for a failed database operation: says that storage
+    failed, where, doing what, and why (e.g. the disk is full)."""
+    if isinstance(exc, UnicodeError):
+        why = f"the data holds text that is not valid Unicode ({exc})"
+    else:
+        why = str(exc) or type(exc).__name__
+    hint = "; free space on its disk" if "full" in why else ""
+    return f"storage failed: {path}: could not {operation}: {why}{hint}"
 
 
 # Migration i takes the schema from version i to i + 1. Append, never edit.
@@ -277,6 +301,8 @@ def _check_id(name: str, value: Any) -> str:
         raise StoreError(f"{name}: expected a non-empty string, got {value!r}")
     if len(value) > _MAX_ID_CHARS:
         raise StoreError(f"{name}: expected at most {_MAX_ID_CHARS} characters, got {len(value)}")
+    if not value.isascii():
+        _unicode_checked(name, value)
     return value
 
 
@@ -285,6 +311,8 @@ def _check_text(name: str, value: Any) -> str:
         raise StoreError(
             f"{name}: expected a string of at most {_MAX_ID_CHARS} characters, got {value!r}"
         )
+    if not value.isascii():
+        _unicode_checked(name, value)
     return value
 
 
@@ -335,6 +363,8 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise StoreError(f"{where}.role: expected a non-empty string, got {role!r}")
+        if not role.isascii():
+            _unicode_checked(f"{where}.role", role)
         content = message.get("content")
         if content is None:
             content = ""
@@ -343,6 +373,8 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
                 f"{where}.content: expected a string, got {type(content).__name__}; "
                 "put structured content under 'data'"
             )
+        if not content.isascii():
+            _unicode_checked(f"{where}.content", content)
         data = message.get("data")
         if data is None:
             data = {}
@@ -356,6 +388,8 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
                 f"{where}.data: not JSON-serialisable ({reason}); use only dicts, lists, strings, "
                 "numbers, booleans and None (e.g. turn sets into sorted lists)"
             ) from None
+        if not encoded.isascii():
+            _unicode_checked(f"{where}.data", data)
         rows.append((role, content, encoded))
     return rows
 
@@ -489,8 +523,8 @@ class GroupCommitter:
     shared ``BEGIN IMMEDIATE`` transaction and the call returns its result only after that
     transaction's COMMIT. ``work`` must not BEGIN, COMMIT or ROLLBACK itself; raising rolls
     back its own changes only. ``limiter`` is the connection's one-thread-at-a-time limiter
-    (shared with readers); ``wrap_error(operation, exc)`` turns an ``sqlite3.Error`` into the
-    caller's error type.
+    (shared with readers); ``wrap_error(operation, exc)`` turns an ``sqlite3.Error`` (or a
+    ``UnicodeError``: text SQLite cannot take) into the caller's error type.
 
     Where a batch runs: with ``synchronous="NORMAL"`` on the event loop's thread (a commit
     is a WAL append, ~25 µs; the leader first yields once, so writes from tasks that are
@@ -506,7 +540,7 @@ class GroupCommitter:
         self,
         get_connection: Callable[[], sqlite3.Connection],
         limiter: trio.CapacityLimiter,
-        wrap_error: Callable[[str, sqlite3.Error], BaseException],
+        wrap_error: Callable[[str, BaseException], BaseException],
         *,
         max_pending: int = MAX_PENDING_WRITES,
         max_batch: int = MAX_BATCH,
@@ -680,7 +714,7 @@ class GroupCommitter:
 
     def _fail_all(self, batch: list[_WriteItem], exc: BaseException) -> None:
         for item in batch:
-            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, _STORE_FAILURES) else exc
 
     def _run_batch(self, batch: list[_WriteItem]) -> None:
         """On the database thread: BEGIN, one SAVEPOINT per item, COMMIT."""
@@ -714,7 +748,7 @@ class GroupCommitter:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+            item.error = self._wrap_error(item.operation, exc) if isinstance(exc, _STORE_FAILURES) else exc
             if not isinstance(exc, Exception):
                 raise
 
@@ -730,7 +764,7 @@ class GroupCommitter:
                     item.result = item.work(conn)
                 except Exception as exc:
                     conn.execute("ROLLBACK TO roost_item")
-                    item.error = self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+                    item.error = self._wrap_error(item.operation, exc) if isinstance(exc, _STORE_FAILURES) else exc
                 conn.execute("RELEASE roost_item")
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -743,7 +777,7 @@ class GroupCommitter:
                 if item.error is None:
                     item.result = None
                     item.error = (
-                        self._wrap_error(item.operation, exc) if isinstance(exc, sqlite3.Error) else exc
+                        self._wrap_error(item.operation, exc) if isinstance(exc, _STORE_FAILURES) else exc
                     )
             if not isinstance(exc, Exception):
                 raise
@@ -823,8 +857,8 @@ class SqliteStore:
             raise StoreError(f"{self.path}: the store is closed; cannot write")
         return self._conn
 
-    def _error(self, operation: str, exc: sqlite3.Error) -> StoreError:
-        error = StoreError(f"{self.path}: {operation} failed: {exc}")
+    def _error(self, operation: str, exc: BaseException) -> StoreError:
+        error = StoreError(storage_failure(self.path, operation, exc))
         error.__cause__ = exc
         return error
 
@@ -855,8 +889,8 @@ class SqliteStore:
             try:
                 self._writer.allow_waiting(conn)
                 return work(conn)
-            except sqlite3.Error as exc:
-                raise StoreError(f"{self.path}: {operation} failed: {exc}") from exc
+            except _STORE_FAILURES as exc:
+                raise self._error(operation, exc) from exc
 
         # Not abandoned on cancel: a started operation finishes (and commits) first.
         return await trio.to_thread.run_sync(call, limiter=self._limiter)

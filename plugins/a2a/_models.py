@@ -64,19 +64,28 @@ class A2AError(Exception):
     """An A2A protocol error: a JSON-RPC code, a message that says how to fix it, and for
     invalid params the offending fields (``[(field, problem), ...]``)."""
 
-    def __init__(self, code: int, message: str, *, fields: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, code: int, message: str, *, fields: Sequence[tuple[str, str]] = (), unavailable: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.fields = tuple(fields)
+        # A passing condition (storage failed, the agent is stopped): HTTP 503 UNAVAILABLE.
+        self.unavailable = unavailable
+
+    def _reasons(self) -> tuple[str, int, str]:
+        if self.unavailable:
+            return ("UNAVAILABLE", 503, "UNAVAILABLE")
+        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
 
     @property
     def reason(self) -> str:
-        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))[0]
+        return self._reasons()[0]
 
     @property
     def http_status(self) -> int:
-        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))[1]
+        return self._reasons()[1]
 
     def details(self) -> list[dict[str, Any]]:
         """``google.rpc`` detail objects, as the 1.0 bindings carry them."""
@@ -112,7 +121,7 @@ class A2AError(Exception):
 
     def rest_error(self) -> dict[str, Any]:
         """The body of an HTTP+JSON error response (google.rpc.Status shape)."""
-        _, status, name = _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
+        _, status, name = self._reasons()
         return {"error": {"code": status, "status": name, "message": self.message, "details": self.details()}}
 
     def __repr__(self) -> str:
@@ -122,6 +131,12 @@ class A2AError(Exception):
 def invalid(field: str, problem: str) -> A2AError:
     """A -32602 error naming ``field``."""
     return A2AError(INVALID_PARAMS, f"{field}: {problem}", fields=[(field, problem)])
+
+
+def unavailable(message: str) -> A2AError:
+    """-32603 (HTTP 503): the request could not be served now, e.g. storage failed (the
+    message says why) or the agent is stopped; nothing of it was kept."""
+    return A2AError(INTERNAL_ERROR, message, unavailable=True)
 
 
 def push_not_supported() -> A2AError:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import is_mapping, jsonrpc
+from roost.kernel import InvalidText, check_text, is_mapping, jsonrpc
 
 from . import _models as m
 from ._tasks import SendOptions, iso_to_epoch
@@ -168,12 +168,17 @@ def resolve_method(method: str, version: str) -> tuple[str, str]:
     raise m.A2AError(m.METHOD_NOT_FOUND, f"Method not found: {method[:100]!r}")
 
 
-def parse_params(op: str, params: Any, dialect: str) -> Any:
-    """Typed parameters of ``op``; -32602 naming the field for anything wrong."""
+def parse_params(op: str, params: Any, dialect: str, *, raw: bytes | None = None) -> Any:
+    """Typed parameters of ``op``; -32602 naming the field for anything wrong. ``raw``:
+    the JSON body they were decoded from, when there is one (it speeds up one check)."""
     if params is None:
         params = {}
     if not is_mapping(params):
         raise m.invalid("params", "must be an object")
+    try:  # text no store could keep (a lone surrogate), wherever it is: refused up front
+        check_text(params, raw=raw)
+    except InvalidText as exc:
+        raise m.invalid(exc.field, exc.problem) from None
     if op in ("send", "stream"):
         return parse_send(params, dialect)
     if op in ("get", "cancel", "subscribe"):
@@ -316,7 +321,7 @@ def parse_jsonrpc(body: bytes, version_header: str | None, version_query: str | 
         op, dialect = resolve_method(method, version)
         if not push and op in PUSH_OPS:
             raise m.push_not_supported()
-        return Operation(op, parse_params(op, params, dialect), dialect, rpc_id, method)
+        return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id, method)
     except m.A2AError as exc:
         exc.rpc_id = rpc_id  # type: ignore[attr-defined]
         if not hasattr(exc, "dialect"):

@@ -4,8 +4,11 @@ Deliveries go through a bounded queue (full → the delivery is dropped and logg
 never waits on a slow webhook) to a few workers; each delivery is retried a bounded number
 of times with exponential backoff. The URL is checked against SSRF rules (metadata,
 link-local, private and loopback addresses, after DNS) when the config is set and again
-before every delivery. ``Authorization: <scheme> <credentials>`` and
-``X-A2A-Notification-Token`` carry what the client configured.
+for every delivery, and each delivery connects only to the addresses that check approved
+(``PinnedTransport``, shared with the MCP HTTP client), on every retry: a DNS-rebinding
+name cannot answer the check with a public address and the connection with 127.0.0.1.
+Redirects are not followed (a 3xx is a failed attempt). ``Authorization: <scheme>
+<credentials>`` and ``X-A2A-Notification-Token`` carry what the client configured.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import UrlRefused, check_url
+from roost.kernel import AddressPins, UrlRefused, check_url
+from roost.plugins.mcp.transports.sse import PinnedTransport
 
 from . import _models as m
 
@@ -25,6 +29,7 @@ log = logging.getLogger("roost.a2a.push")
 
 QUEUE_SIZE = 256
 WORKERS = 4
+ALLOW_HINT = "a2a.push_allow_private in roost.toml"
 
 
 @attrs.frozen
@@ -48,10 +53,13 @@ class PushDispatcher:
     """Delivers task events to webhooks; run ``run()`` in a nursery, then ``notify()``."""
 
     def __init__(self, store: Any, settings: PushSettings | None = None, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """``transport``: what the pinned connections go through (tests); by default each
+        delivery gets a fresh one, so no connection is shared between webhooks."""
         self.store = store
         self.settings = settings or PushSettings()
         self._send, self._receive = trio.open_memory_channel[Delivery](QUEUE_SIZE)
         self._transport = transport
+        self._tls: Any = None  # one TLS context for every delivery's transport (made on first use)
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
@@ -63,7 +71,7 @@ class PushDispatcher:
                 url,
                 allow_private=self.settings.allow_private,
                 allow_loopback=self.settings.allow_loopback,
-                allow_hint="a2a.push_allow_private in roost.toml",
+                allow_hint=ALLOW_HINT,
             )
         except UrlRefused as exc:
             raise m.invalid(field, f"webhook URL refused: {exc}") from None
@@ -87,22 +95,42 @@ class PushDispatcher:
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver queued notifications until cancelled."""
-        async with httpx.AsyncClient(timeout=self.settings.timeout_s, transport=self._transport, follow_redirects=False) as client:
-            limiter = trio.Semaphore(WORKERS)
-            async with trio.open_nursery() as nursery:
-                task_status.started()
-                async for delivery in self._receive:
-                    await limiter.acquire()
-                    nursery.start_soon(self._deliver_released, client, delivery, limiter)
+        limiter = trio.Semaphore(WORKERS)
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            async for delivery in self._receive:
+                await limiter.acquire()
+                nursery.start_soon(self._deliver_released, delivery, limiter)
 
-    async def _deliver_released(self, client: httpx.AsyncClient, delivery: Delivery, limiter: trio.Semaphore) -> None:
+    async def _deliver_released(self, delivery: Delivery, limiter: trio.Semaphore) -> None:
         try:
-            await self.deliver(client, delivery)
+            await self.deliver(delivery)
         finally:
             limiter.release()
 
-    async def deliver(self, client: httpx.AsyncClient, delivery: Delivery) -> bool:
-        """POST one notification, retrying with backoff; True once a 2xx came back."""
+    async def deliver(self, delivery: Delivery) -> bool:
+        """POST one notification, retrying with backoff; True once a 2xx came back. The
+        URL's host is resolved and checked once; every attempt connects to an address that
+        check approved (never to a second DNS answer)."""
+        pins = AddressPins(
+            allow_private=self.settings.allow_private, allow_loopback=self.settings.allow_loopback, allow_hint=ALLOW_HINT
+        )
+        inner = self._transport
+        if inner is None:
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context()
+            inner = httpx.AsyncHTTPTransport(verify=self._tls)
+        client = httpx.AsyncClient(
+            timeout=self.settings.timeout_s, transport=PinnedTransport(pins, inner), follow_redirects=False, trust_env=False
+        )
+        try:
+            return await self._attempts(client, pins, delivery)
+        finally:
+            if self._transport is None:  # a transport given to the dispatcher outlives the delivery
+                with trio.CancelScope(shield=True):
+                    await client.aclose()
+
+    async def _attempts(self, client: httpx.AsyncClient, pins: AddressPins, delivery: Delivery) -> bool:
         config = delivery.config
         headers = {"Content-Type": "application/json"}
         if config.auth_scheme:
@@ -113,13 +141,13 @@ class PushDispatcher:
         delay = self.settings.backoff_s
         for attempt in range(1, self.settings.retries + 1):
             try:
-                await self.check_url(config.url, field="url")
+                await pins.addresses(config.url)  # checked on the first attempt, pinned for the rest
                 response = await client.post(config.url, content=payload, headers=headers)
                 if 200 <= response.status_code < 300:
                     self.delivered += 1
                     return True
                 problem = f"HTTP {response.status_code}"
-            except m.A2AError as exc:
+            except UrlRefused as exc:
                 log.warning("push to %s refused: %s", config.url, exc)
                 break
             except httpx.HTTPError as exc:

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import RouteDescriptor, TraceContext, is_mapping, jsonrpc
+from roost.kernel import RouteDescriptor, StoreError, TraceContext, is_mapping, jsonrpc
 from roost.plugins.http._plain import PlainRequest, PlainResponse
 
 from . import _models as m
@@ -40,8 +40,8 @@ from . import _rest03 as rest03
 from ._http_errors import render_jsonrpc_error, render_rest_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
-from ._store import open_task_store
-from ._tasks import TaskManager
+from ._store import TaskStoreError, open_task_store
+from ._tasks import TaskManager, storage_failed
 
 log = logging.getLogger("roost.a2a")
 
@@ -174,7 +174,14 @@ class A2AService:
 
     # ---- operations --------------------------------------------------------------------
     async def execute(self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str) -> Any:
-        """Run a non-streaming operation; returns its result rendered in ``op.dialect``."""
+        """Run a non-streaming operation; returns its result rendered in ``op.dialect``.
+        Storage failing anywhere fails it with -32603 (HTTP 503) saying so."""
+        try:
+            return await self._execute(op, agent, trace, base_url)
+        except (TaskStoreError, StoreError) as exc:
+            raise storage_failed(exc) from None
+
+    async def _execute(self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str) -> Any:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
@@ -254,10 +261,13 @@ class A2AService:
         """Start a streaming operation (errors raise here, before any byte is sent) and
         return the iterator of its events rendered in ``op.dialect``."""
         tasks = self._tasks()
-        if op.op == "stream":
-            live = await self._send(op, agent, trace)
-        else:
-            live = await tasks.subscribe(op.params.id, agent=agent)
+        try:
+            if op.op == "stream":
+                live = await self._send(op, agent, trace)
+            else:
+                live = await tasks.subscribe(op.params.id, agent=agent)
+        except (TaskStoreError, StoreError) as exc:
+            raise storage_failed(exc) from None
         return _render(tasks.follow(live), op.dialect)
 
     def _tasks(self) -> TaskManager:

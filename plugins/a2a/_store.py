@@ -24,7 +24,13 @@ from typing import Any, TypeVar
 import attrs
 import trio
 from roost.kernel import RoostError, jsonrpc
-from roost.kernel._store import MEMORY, GroupCommitter, apply_durability, synchronous_mode
+from roost.kernel._store import (
+    MEMORY,
+    GroupCommitter,
+    apply_durability,
+    storage_failure,
+    synchronous_mode,
+)
 
 log = logging.getLogger("roost.a2a")
 _T = TypeVar("_T")
@@ -65,6 +71,10 @@ class TaskStoreError(RoostError):
     """The task store failed or refused (e.g. full of unfinished tasks)."""
 
     code = "a2a_store_error"
+
+
+class TaskStorageFailed(TaskStoreError):
+    """The database failed (e.g. the disk is full): nothing of the operation was kept."""
 
 
 @attrs.frozen
@@ -134,8 +144,8 @@ class TaskStore:
             raise TaskStoreError(f"{self.path}: the task store is closed; cannot write")
         return self._conn
 
-    def _error(self, what: str, exc: sqlite3.Error) -> TaskStoreError:
-        error = TaskStoreError(f"{self.path}: {what} failed: {exc}")
+    def _error(self, what: str, exc: BaseException) -> TaskStoreError:
+        error = TaskStorageFailed(storage_failure(self.path, what, exc))
         error.__cause__ = exc
         return error
 
@@ -147,8 +157,8 @@ class TaskStore:
             try:
                 self._writer.allow_waiting(conn)
                 return work(conn)
-            except sqlite3.Error as exc:
-                raise TaskStoreError(f"{self.path}: {what} failed: {exc}") from exc
+            except (sqlite3.Error, UnicodeError) as exc:
+                raise self._error(what, exc) from exc
 
         return await trio.to_thread.run_sync(call, limiter=self._limiter)
 

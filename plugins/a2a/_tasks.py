@@ -3,7 +3,9 @@
 A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
 the A2A service owns, or, for a blocking send, in the request's task (``send_and_wait``);
 ``CancelTask`` cancels the trio scope around it, which stops the agent's run inside its
-actor. Every change is stored before it is announced. Each live
+actor. Every change is stored before it is announced, and nothing is acknowledged (a task
+id returned, a stream's first event) before its row is committed; a store failure fails
+the request with -32603 "storage failed ..." (HTTP 503). Each live
 task keeps a bounded log of its events: a subscriber first gets the task as it stands
 (everything so far), then follows the log from that point, so no event is lost between
 the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
@@ -22,11 +24,11 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import Output, RecursionLimitExceeded, RoostError, TraceContext
+from roost.kernel import Output, RecursionLimitExceeded, RoostError, StoreError, TraceContext
 
 from . import _inbox
 from . import _models as m
-from ._store import TaskRow, TaskStore, TaskStoreError
+from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError
 
 log = logging.getLogger("roost.a2a")
 
@@ -58,6 +60,10 @@ class LiveTask:
     stored: bool = True  # False: a blocking send's task whose first row is not written yet
     reserved: bool = False  # holds room in the store for that first row (TaskStore.reserve)
     first_row: trio.Event | None = None  # set while one writer writes that first row
+    # Storage failed during its last run (its outcome, or the agent's session, was not
+    # stored): a blocking send answers with this error instead of the task.
+    store_error: Exception | None = None
+    unstored: bool = False  # its outcome could not be stored: it ended failed in memory only
 
     def append(self, event: m.Event) -> None:
         self.seq += 1
@@ -264,12 +270,19 @@ class TaskManager:
         configured the task is announced early, so it is stored durably at once."""
         live = await self._begin(agent, message, options, dialect, task_id, blocking=True)
         await self._run(live, message, trace)
+        if live.store_error is not None:
+            raise storage_failed(live.store_error)
         return live.task
 
     async def _begin(
         self, agent: str, message: m.Message, options: SendOptions, dialect: str, task_id: str | None, *, blocking: bool
     ) -> LiveTask:
         """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
+        agent_status = getattr(self.kernel, "agent_status", None)
+        if agent_status is not None:
+            status, reason = agent_status(agent)
+            if status == "stopped":
+                raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
         if options.accepted_output_modes and not any(
             _mode_accepts(mode, media) for mode in options.accepted_output_modes for media in _ANSWER_TYPES
         ):
@@ -334,7 +347,7 @@ class TaskManager:
         except TaskStoreError as exc:
             if "UNIQUE" in str(exc):
                 raise m.invalid("id", f"task id {tid!r} is already in use") from None
-            raise m.A2AError(m.INTERNAL_ERROR, str(exc)) from None
+            raise storage_failed(exc) from None
         await self._forget(evicted)
         live = LiveTask(task, agent, dialect, fresh_context=fresh_context)
         self.live[tid] = live
@@ -359,8 +372,13 @@ class TaskManager:
             )
         message = attrs.evolve(message, task_id=task.id, context_id=task.context_id)
         live.cancel_requested = False
+        live.store_error = None
+        live.unstored = False
         new = attrs.evolve(task, history=task.history + (message,), status=m.TaskStatus(m.SUBMITTED, None, m.now_iso()))
-        await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
+        try:
+            await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
+        except TaskStoreError as exc:
+            raise storage_failed(exc) from None
 
     async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
         """Store ``task``, then announce ``events`` (to subscribers and webhooks).
@@ -451,6 +469,9 @@ class TaskManager:
                     )
                 except RecursionLimitExceeded as exc:
                     outcome = (m.FAILED, str(exc), ())
+                except StoreError as exc:  # the agent's session could not be stored
+                    live.store_error = exc
+                    outcome = (m.FAILED, str(exc), ())
                 except RoostError as exc:
                     outcome = (m.FAILED, f"{exc.code}: {exc}", ())
                 except Exception as exc:  # the agent must never take the A2A service down
@@ -476,8 +497,9 @@ class TaskManager:
                 outcome = (m.CANCELED, None, ())
             state, message, artifacts = outcome
             await self._status(live, state, message, artifacts=artifacts)
-        except Exception:
-            log.exception("A2A task %s: could not record its outcome", task.id)
+        except Exception as exc:
+            log.error("A2A task %s: could not store its outcome: %s", task.id, exc, exc_info=not isinstance(exc, TaskStorageFailed))
+            self._unstored(live, exc)
         except BaseException:
             # Cancelled from outside: its request was cancelled (send_and_wait) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
@@ -497,8 +519,24 @@ class TaskManager:
             live.scope = None
             live.running = False
             live.done.set()
-            if live.task.terminal:
+            # A stored task that ended failed only in memory (its outcome could not be
+            # stored) stays here, so readers see how it ended rather than its stale row.
+            if live.task.terminal and (not live.unstored or not live.stored):
                 self.live.pop(task.id, None)
+
+    def _unstored(self, live: LiveTask, exc: Exception) -> None:
+        """The run's outcome could not be stored: the task ends failed in memory and its
+        followers are told, so nobody waits for it; a blocking send fails with ``exc``.
+        A task whose first row was never written is forgotten (nobody was told its id);
+        one that was stored is marked failed again when the daemon next starts."""
+        live.store_error = exc
+        live.unstored = True
+        task = live.task
+        text = f"{exc}" if str(exc).startswith("storage failed") else f"storage failed: {exc}"
+        msg = m.agent_message(f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id)
+        status = m.TaskStatus(m.FAILED, msg, m.now_iso())
+        live.task = task.moved_to(status)
+        live.append(m.StatusUpdate(task.id, task.context_id, status))
 
     async def _forget(self, evicted: list[str]) -> None:
         """Evicted tasks leave memory, and the files they brought leave the workspaces
@@ -622,6 +660,8 @@ class TaskManager:
             await self._ensure_row(live)
         try:
             await self.store.put_push_config(config.task_id, config.id, config.to_json(m.V1) | {"credentials": config.credentials})
+        except TaskStorageFailed as exc:
+            raise storage_failed(exc) from None
         except TaskStoreError as exc:
             raise m.invalid("url", str(exc)) from None
         live = self.live.get(config.task_id)
@@ -643,6 +683,13 @@ class TaskManager:
         live = self.live.get(task_id)
         if live is not None:
             live.push = None
+
+
+def storage_failed(exc: BaseException) -> m.A2AError:
+    """-32603 (HTTP 503) for a request that failed because storage failed (``exc`` says
+    where and why, e.g. the disk is full): nothing it would have acknowledged was kept."""
+    text = str(exc)
+    return m.unavailable(text if text.startswith("storage failed") else f"storage failed: {text}")
 
 
 def _push_from_row(data: dict) -> m.PushConfig:

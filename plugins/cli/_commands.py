@@ -80,7 +80,10 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
         count = (
             len(tools) if isinstance(tools, (list, tuple)) else (tools if tools is not None else "")
         )
-        rows.append([a.get("name"), model, count, a.get("status", ""), a.get("description", "")])
+        status = a.get("status", "")
+        if a.get("error") and status != "ready":  # why it is stopped or unavailable
+            status = f"{status}: {a['error']}"
+        rows.append([a.get("name"), model, count, status, a.get("description", "")])
     return rows
 
 

@@ -22,11 +22,13 @@ from quart_trio import QuartTrio
 from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
     AgentNotFound,
+    InvalidText,
     PluginFailure,
     RoostError,
     RouteDescriptor,
     ToolSpec,
     TraceContext,
+    check_text,
     outputs_to_json,
 )
 from roost.kernel import json_type_name as _json_type
@@ -352,6 +354,8 @@ async def _read_json_object() -> dict[str, Any]:
         ) from None
     except RecursionError:
         raise InvalidRequest("body", "request body is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvalidRequest("body", f"request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise InvalidRequest(
             "body",
@@ -363,6 +367,7 @@ async def _read_json_object() -> dict[str, Any]:
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
     """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
+    _valid_unicode(body, "")  # first: every later error may quote what was sent
     unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -404,6 +409,14 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
             )
         timeout = float(timeout)
     return message, session_id, timeout
+
+
+def _valid_unicode(value: Any, field: str) -> None:
+    """400 naming ``field`` if ``value`` holds a lone surrogate (the store could not keep it)."""
+    try:
+        check_text(value, field)
+    except InvalidText as exc:
+        raise InvalidRequest(exc.field, str(exc)) from None
 
 
 def parse_kinds(raw: str | None) -> tuple[str, ...] | None:

@@ -25,6 +25,7 @@ from roost.kernel import (
     RecursionLimitExceeded,
     RoostError,
     SandboxError,
+    StoreError,
     TaintViolation,
     ToolArgumentsInvalid,
     ToolDenied,
@@ -50,6 +51,7 @@ _STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
     (AskTimeout, 504),
     (ToolTimeout, 504),
     (ActorStopped, 503),
+    (StoreError, 503),  # storage failed (e.g. the disk is full): nothing was kept
 )
 
 # Errors the kernel may add without exporting the class.

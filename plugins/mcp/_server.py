@@ -45,12 +45,14 @@ from roost.kernel import (
     AgentUnavailable,
     Event,
     EventKind,
+    InvalidText,
     Output,
     RecursionLimitExceeded,
     RoostError,
     ToolNotFound,
     TraceContext,
     agent_tool_name,
+    check_text,
     is_mapping,
 )
 from roost.kernel import jsonrpc as rpc
@@ -205,7 +207,17 @@ def agent_card(kernel: Any, name: str) -> dict[str, Any]:
         ],
         "a2a": {"enabled": bool(m.a2a.enabled)},
         "mcp": {"endpoint": f"/agents/{name}/mcp", "tools": ["message"] + [s.name for s in kernel.exposed_tools(name)]},
+        **_status_of(kernel, name),
     }
+
+
+def _status_of(kernel: Any, name: str) -> dict[str, Any]:
+    """``{"status": ..., "error": ...}`` as ``/api/agents`` reports it (stopped: why, and when it restarts)."""
+    agent_status = getattr(kernel, "agent_status", None)
+    if agent_status is None:
+        return {}
+    status, reason = agent_status(name)
+    return {"status": status, "error": reason}
 
 
 def agent_manifest_view(kernel: Any, name: str) -> dict[str, Any]:
@@ -626,7 +638,10 @@ class McpServer:
         except RecursionLimitExceeded as exc:
             return rpc.error_response(request.id, p.RECURSION_LIMIT, str(exc), exc.to_dict()).to_dict()
         except RoostError as exc:
-            return rpc.error_response(request.id, rpc.SERVER_ERROR, str(exc), exc.to_dict()).to_dict()
+            # A StoreError (by its code: the store module loads only when used): storage
+            # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
+            code = rpc.INTERNAL_ERROR if exc.code == "store_error" else rpc.SERVER_ERROR
+            return rpc.error_response(request.id, code, str(exc), exc.to_dict()).to_dict()
         except Exception as exc:
             ref = secrets.token_hex(6)
             log.error("MCP method %r failed (ref %s)", request.method, ref, exc_info=exc)
@@ -828,6 +843,10 @@ class McpServer:
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         params = call.params
+        try:  # text the agents' store could not keep (a lone surrogate): refused up front
+            check_text(params, "params")
+        except InvalidText as exc:
+            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         name = rpc.param(params, "name", str)
         arguments = rpc.param(params, "arguments", dict, default={}) or {}
         index = self._tool_index()

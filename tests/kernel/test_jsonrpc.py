@@ -266,8 +266,18 @@ def test_encode_refuses_values_that_are_not_json():
 
 
 def test_encode_escapes_lone_surrogates_instead_of_failing():
-    message = parse(b'{"jsonrpc":"2.0","method":"\\ud800","id":1}')
-    assert parse(encode(message)) == message
+    data = encode(Request("m", {"text": "a\ud800"}, 1))
+    assert json.loads(data)["params"]["text"] == "a\ud800"
+
+
+def test_a_lone_surrogate_in_the_method_or_id_is_an_invalid_request_naming_it():
+    # Regression (issue 15): echoed in the answer, it made the server fail to encode it (500).
+    with pytest.raises(JsonRpcError, match=r"^method: contains a lone surrogate \(U\+D800\)") as info:
+        parse(b'{"jsonrpc":"2.0","method":"\\ud800","id":1}')
+    assert info.value.code == INVALID_REQUEST and info.value.id == 1
+    with pytest.raises(JsonRpcError, match=r"^id: contains a lone surrogate \(U\+DFFF\)") as info:
+        parse(b'{"jsonrpc":"2.0","method":"m","id":"\\udfff"}')
+    assert info.value.code == INVALID_REQUEST and info.value.id is None
 
 
 def test_error_response_to_exception():

@@ -668,7 +668,7 @@ async def test_a_sqlite_error_in_one_item_names_its_operation_and_spares_the_res
             gate.release.set()
         assert results["insert one"] == 1 and results["insert two"] == 1
         error = results["break things"]
-        assert isinstance(error, StoreError) and "break things failed" in str(error) and "no_such_table" in str(error)
+        assert isinstance(error, StoreError) and "could not break things" in str(error) and "no_such_table" in str(error)
         agents = await _rows(store, "SELECT agent FROM usage ORDER BY agent")
     assert agents == [("gate",), ("one",), ("two",)]
 

@@ -113,9 +113,9 @@ async def test_delivery_gives_up_after_bounded_retries():
     async def nothing(*a):
         return []
 
-    dispatcher = PushDispatcher(None, PushSettings(retries=3, backoff_s=0.01, allow_private=True, allow_loopback=True))
+    settings = PushSettings(retries=3, backoff_s=0.01, allow_private=True, allow_loopback=True)
+    dispatcher = PushDispatcher(None, settings, transport=httpx.MockTransport(handler))
     config = m.PushConfig(task_id="t", id="c", url="http://127.0.0.1:1/h")
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        ok = await dispatcher.deliver(client, Delivery(config, {"x": 1}))
+    ok = await dispatcher.deliver(Delivery(config, {"x": 1}))
     assert ok is False and len(attempts) == 3 and dispatcher.failed == 1
     assert attempts[2] - attempts[1] >= attempts[1] - attempts[0]  # backoff grows
