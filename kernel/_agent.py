@@ -160,7 +160,7 @@ class AgentRuntime:
         # run id -> what stops that run: its scope's cancel, or for a direct ask's run
         # (DirectAsk, answer_as, session id, trace)
         self._runs: dict[str, Any] = {}
-        self._session_locks: dict[str, _SessionLock] = {}
+        self._session_locks: dict[tuple[str, str], _SessionLock] = {}  # by (owner, session id)
 
     def cancel(self, run_id: str) -> bool:
         """Stop the run ``run_id`` (a message being worked on); False if it is not running."""
@@ -193,6 +193,7 @@ class AgentRuntime:
                 run_id=payload.get("run_id"),
                 new_session=bool(payload.get("new_session", False)),
                 direct_ask=direct_ask_of(event),
+                owner=payload.get("owner"),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
             return await _mcp_local.handle(self, event.payload, event.source, direct_ask_of(event))  # handle_jsonrpc
@@ -210,6 +211,7 @@ class AgentRuntime:
         new_session: bool = False,
         direct_ask: DirectAsk | None = None,
         answer_as: Callable[[AgentReply], Any] | None = None,
+        owner: str | None = None,
     ) -> AgentReply:
         """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
 
@@ -224,6 +226,7 @@ class AgentRuntime:
         ``direct_ask``: the run is the handler of this ask, running in the asker's task; it
         is stopped through the ask's cancel scope rather than a scope of its own, and a
         cancelled run's reply reaches the asker as ``answer_as(reply)`` (default: the reply).
+        ``owner``: the principal whose session ``session_id`` is (see ``Kernel.send``).
         """
         run_id = run_id or uuid7_hex()
         if persist:
@@ -236,7 +239,8 @@ class AgentRuntime:
                 trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
             run = self._exchange(message_of("user", text, (), None, None, False, NO_TAINT), None, trace, stream, None)
         else:
-            run = self._run(text, session_id=session_id, trace=trace, stream=stream, new_session=new_session)
+            owner = owner or self.kernel.host_principal
+            run = self._run(text, session_id=session_id, trace=trace, stream=stream, new_session=new_session, owner=owner)
         if direct_ask is not None:
             # What cancel() needs to stop it (a tuple costs less than a closure).
             self._runs[run_id] = (direct_ask, answer_as or _as_is, session_id, trace)
@@ -259,7 +263,7 @@ class AgentRuntime:
         )
 
     @asynccontextmanager
-    async def _session_lock(self, session_id: str) -> AsyncIterator[None]:
+    async def _session_lock(self, session_id: tuple[str, str]) -> AsyncIterator[None]:
         entry = self._session_locks.get(session_id)
         if entry is None:
             entry = self._session_locks[session_id] = _SessionLock()
@@ -289,6 +293,7 @@ class AgentRuntime:
         trace: TraceContext | None,
         stream: bool,
         new_session: bool = False,
+        owner: str = "local",
     ) -> AgentReply:
         """One exchange of a stored session (``handle_message`` runs in-memory ones).
 
@@ -297,21 +302,27 @@ class AgentRuntime:
         message, the replies, the usage) is written in one transaction when the run ends,
         not in two. Whatever happens to the run (an error, a cancellation, that write
         failing) its user message is still stored."""
-        async with self._session_lock(session_id):
+        async with self._session_lock((owner, session_id)):
             trace = trace or TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
             user = Message("user", text)
             if not new_session:
-                return await self._exchange(user, session_id, trace, stream, None)
+                return await self._exchange(user, session_id, trace, stream, None, owner)
             first = _FirstExchange()
             try:
-                return await self._exchange(user, session_id, trace, stream, first)
+                return await self._exchange(user, session_id, trace, stream, first, owner)
             except BaseException:
                 if not first.user_stored:
-                    await self._store_user_message(first, session_id, user)
+                    await self._store_user_message(first, session_id, user, owner)
                 raise
 
     async def _exchange(
-        self, user: Message, session_id: str | None, trace: TraceContext, stream: bool, first: _FirstExchange | None
+        self,
+        user: Message,
+        session_id: str | None,
+        trace: TraceContext,
+        stream: bool,
+        first: _FirstExchange | None,
+        owner: str = "local",
     ) -> AgentReply:
         """``_run``'s work; ``first``: this is a new session's first exchange."""
         kernel = self.kernel
@@ -323,7 +334,7 @@ class AgentRuntime:
         if session_id is not None and first is None:
             history = [
                 Message.from_record(m.role, m.content, m.data)
-                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record())
+                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
             ]
             for old in history:
                 if old.role == "tool" and old.taint:
@@ -378,7 +389,7 @@ class AgentRuntime:
             # The provider failed: the reply says so (and the user message is stored).
             if first is not None:
                 assert session_id is not None
-                await self._store_user_message(first, session_id, user)
+                await self._store_user_message(first, session_id, user, owner)
             outputs = conversation.handed_over() if conversation is not None else ()
             return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", outputs)
         usage = None
@@ -390,9 +401,11 @@ class AgentRuntime:
                 result.usage.output_tokens,
             )
         if session_id is not None and first is not None:
-            await self._finish_first_exchange(first, session_id, user, result.messages, usage)
+            await self._finish_first_exchange(first, session_id, user, result.messages, usage, owner)
         elif session_id is not None:
-            await kernel.store.finish_exchange(session_id, self.name, [m.to_record() for m in result.messages], usage=usage)
+            await kernel.store.finish_exchange(
+                session_id, self.name, [m.to_record() for m in result.messages], usage=usage, owner=owner
+            )
         elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
             await self._log_usage(None, usage)
         return _agent_reply(
@@ -407,7 +420,13 @@ class AgentRuntime:
         )
 
     async def _finish_first_exchange(
-        self, first: _FirstExchange, session_id: str, user: Message, messages: Sequence[Message], usage: Any
+        self,
+        first: _FirstExchange,
+        session_id: str,
+        user: Message,
+        messages: Sequence[Message],
+        usage: Any,
+        owner: str,
     ) -> None:
         """Write a new session's first exchange; if that fails, store the user message alone.
 
@@ -419,18 +438,20 @@ class AgentRuntime:
         first.user_stored = True  # from here on, this write (or its fallback) stores it
         records = [m.to_record() for m in (user, *messages)]
         try:
-            await self.kernel.store.finish_exchange(session_id, self.name, records, usage=usage, shield=True)
+            await self.kernel.store.finish_exchange(
+                session_id, self.name, records, usage=usage, shield=True, owner=owner
+            )
         except RoostError:
-            await self._store_user_message(first, session_id, user)
+            await self._store_user_message(first, session_id, user, owner)
             raise
 
-    async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message) -> None:
+    async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message, owner: str) -> None:
         """Store the message of a new session's first run that did not finish. Shielded, so
         a cancelled run still records it (bounded as ``_finish_first_exchange`` explains)."""
         first.user_stored = True
         with trio.CancelScope(shield=True):
             try:
-                await self.kernel.store.append_messages(session_id, self.name, [user.to_record()])
+                await self.kernel.store.append_messages(session_id, self.name, [user.to_record()], owner=owner)
             except RoostError as exc:
                 log.warning("agent %s: could not store the message of session %s: %s", self.name, session_id, exc)
 

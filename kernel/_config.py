@@ -3,7 +3,8 @@
 Lookup order: an explicit path (``--config``), else ``$ROOST_CONFIG``, else ``./roost.toml``,
 else the defaults. Then the environment overrides: ``ROOST_HOME``, ``ROOST_HOST``,
 ``ROOST_PORT``, ``ROOST_API_KEY`` (or the variable named by ``http.api_key_env``) and
-``ROOST_MAX_DEPTH``. Every bad value is a ``ConfigError`` naming the key, what was
+``ROOST_MAX_DEPTH``. Named API keys (``[http.keys.<name>]``) name where their secret is —
+an environment variable or a file — never the secret itself. Every bad value is a ``ConfigError`` naming the key, what was
 expected and where the value came from.
 """
 
@@ -54,7 +55,13 @@ class _Bad(Exception):
         self.value = value
 
 
+class _NotShown:
+    """Stands for a value an error must not repeat (a secret put where it does not belong)."""
+
+
 def _got(value: Any) -> str:
+    if isinstance(value, _NotShown):
+        return "a value (not shown)"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
@@ -164,6 +171,75 @@ class _StrList:
 
 
 _ENV_NAME = _Str("an environment variable name", r"[A-Za-z_][A-Za-z0-9_]*")
+_PRINCIPAL_NAME = r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}"
+DEFAULT_PRINCIPAL = "default"  # the principal of http.api_key (ROOST_API_KEY)
+LOCAL_PRINCIPAL = "local"  # every caller when no key is configured
+
+
+@attrs.frozen
+class _Described:
+    """A check that only words an error (for ``_Bad``): what was expected."""
+
+    what: str
+
+    def describe(self) -> str:
+        return self.what
+
+
+_KEY_FIELDS = ("key_env", "key_file", "admin")
+_ONE_SOURCE = _Described("a table with exactly one of key_env = \"VARIABLE\" or key_file = \"path\" (and optionally admin = true)")
+
+
+@attrs.frozen
+class _Keys:
+    """``[http.keys.<name>]`` tables: each names where its principal's key is."""
+
+    def describe(self) -> str:
+        return "a table of named keys, e.g. [http.keys.alice] with key_env = \"ALICE_KEY\""
+
+    def __call__(self, value: Any) -> tuple[dict[str, Any], ...]:
+        if not isinstance(value, dict):
+            raise _Bad
+        out = []
+        for name, entry in value.items():
+            if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
+                what = (
+                    f"a name other than {LOCAL_PRINCIPAL!r} (the principal of a daemon without keys)"
+                    if name == LOCAL_PRINCIPAL
+                    else "a principal name: 1-64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
+                )
+                raise _Bad(f".{name}", _Described(what), name)
+            if not isinstance(entry, dict):
+                raise _Bad(f".{name}", _ONE_SOURCE, entry)
+            for field in entry:
+                if field not in _KEY_FIELDS:
+                    why = (
+                        "key_env or key_file (a secret never goes in roost.toml: put it in an environment "
+                        "variable or a file only you can read, chmod 600)"
+                        if field in ("key", "api_key", "secret", "token", "value")
+                        else f"only {', '.join(_KEY_FIELDS)}"
+                    )
+                    raise _Bad(f".{name}.{field}", _Described(why), _NotShown())
+            sources = [f for f in ("key_env", "key_file") if f in entry]
+            if len(sources) != 1:
+                raise _Bad(f".{name}", _ONE_SOURCE, entry)
+            item: dict[str, Any] = {"name": name}
+            if "key_env" in entry:
+                try:
+                    item["key_env"] = _ENV_NAME(entry["key_env"])
+                except _Bad:
+                    raise _Bad(f".{name}.key_env", _ENV_NAME, entry["key_env"]) from None
+            else:
+                try:
+                    item["key_file"] = _Str("a file path")(entry["key_file"])
+                except _Bad:
+                    raise _Bad(f".{name}.key_file", _Str("a file path"), entry["key_file"]) from None
+            admin = entry.get("admin", False)
+            if not isinstance(admin, bool):
+                raise _Bad(f".{name}.admin", _Bool(), admin)
+            item["admin"] = admin
+            out.append(item)
+        return tuple(out)
 _AGENT_NAME = _Str(
     "an agent name (lowercase letters, digits, '_' or '-')", r"[a-z][a-z0-9_-]{0,62}"
 )
@@ -216,6 +292,18 @@ class KernelConfig:
 
 
 @attrs.frozen
+class ApiKeyConfig:
+    """``[http.keys.<name>]``: one named API key, i.e. one principal. Its secret is read at
+    start from the environment variable ``key_env`` or the file ``key_file`` (which must be
+    yours and unreadable to others, mode 0600); ``admin`` principals may read ``/api/events``."""
+
+    name: str
+    key_env: str | None = None
+    key_file: str | None = None
+    admin: bool = False
+
+
+@attrs.frozen
 class HttpConfig:
     """``[http]``: the daemon's address, auth and request limits. The key is never shown."""
 
@@ -223,11 +311,24 @@ class HttpConfig:
     port: int = _check(_Int(0, 65535, " (0 picks a free port)"), default=8470)
     api_key: str | None = _check(_Str(), default=None, repr=False)
     api_key_env: str = _check(_ENV_NAME, default=API_KEY_ENV)
+    keys: tuple[ApiKeyConfig, ...] = _check(_Keys(), default=())
+    # MCP Streamable HTTP sessions: closed after this long without a request (none in flight
+    # and no GET stream open); each caller (principal, or address without keys) holds at most
+    # this many, its oldest idle one making room for a new one.
+    mcp_session_idle_s: float = _check(_Float(), default=600.0)
+    mcp_sessions_per_caller: int = _check(_Int(1, 100_000), default=100)
     rate_limit_per_s: float = _check(_Float(), default=20.0)
     rate_limit_burst: int = _check(_Int(1, 1_000_000), default=40)
     max_body_bytes: int = _check(_Int(1024, 1 << 30), default=1_048_576)
     allowed_origins: tuple[str, ...] = _check(_StrList(), default=())
     rate_limit_loopback: bool = _check(_Bool(), default=False)
+
+    @property
+    def host_principal(self) -> str:
+        """Who in-process callers are, and who owns sessions and tasks stored before roost
+        had principals: ``default`` (the principal of ``api_key``) when that key is set,
+        else ``local`` (the one principal of a daemon without keys)."""
+        return DEFAULT_PRINCIPAL if self.api_key else LOCAL_PRINCIPAL
 
 
 @attrs.frozen
@@ -421,6 +522,12 @@ def _build(
     if "agents" in values:
         dirs = tuple(str(_resolve_dir(d, base_dir)) for d in values["agents"].dirs)
         values["agents"] = attrs.evolve(values["agents"], dirs=dirs)
+    if "http" in values and values["http"].keys:
+        keys = tuple(
+            attrs.evolve(k, key_file=str(_resolve_dir(k.key_file, base_dir))) if k.key_file else k
+            for k in values["http"].keys
+        )
+        values["http"] = attrs.evolve(values["http"], keys=keys)
     values.setdefault("home", resolve_data_dir(env))
     return RoostConfig(**values)
 

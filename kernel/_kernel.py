@@ -145,6 +145,9 @@ class Kernel:
 
     def __init__(self, config: Any, plugins: PluginManager, store: Any, actors: Any) -> None:
         self.config = config
+        # Who in-process callers are (``kernel.send`` without a principal): see
+        # ``HttpConfig.host_principal``.
+        self.host_principal: str = getattr(getattr(config, "http", None), "host_principal", "local")
         self.plugins = plugins
         self.store = store
         self.actors = actors
@@ -205,12 +208,15 @@ class Kernel:
         timeout: float | None = None,
         stream: bool = False,
         new_session: bool = False,
+        principal: str | None = None,
     ) -> AgentReply:
         """Send ``message`` to ``agent`` and wait for its answer.
 
         ``trace`` is the caller's context (e.g. read from HTTP headers); the agent becomes
         its next hop, so the depth breaker applies to external callers too.
         ``new_session``: the caller just made ``session_id`` up (no history to load).
+        ``principal``: who is calling; ``session_id`` names a session of theirs (the same id
+        from another principal is another session). Default: ``config.http.host_principal``.
         """
         self._require_agent(agent)
         if not isinstance(message, str):
@@ -237,6 +243,7 @@ class Kernel:
                     "stream": stream,
                     "run_id": run_id,
                     "new_session": new_session or session_id is None,
+                    "owner": principal or self.host_principal,
                 },
                 source="api",
                 trace=trace,
@@ -840,7 +847,9 @@ async def open_kernel(
     _check_config(pm, config, provider_results)  # a bad setting stops the boot here
     home = ensure_private_dir(Path(config.home))
 
-    async with open_store(database_path(home), synchronous=config.store.synchronous) as store:
+    async with open_store(
+        database_path(home), synchronous=config.store.synchronous, legacy_owner=config.http.host_principal
+    ) as store:
         async with open_actor_system(shutdown_timeout_s=config.kernel.shutdown_timeout_s) as actors:
             kernel = Kernel(config, pm, store, actors)
             for failure in pm.failures:

@@ -29,6 +29,11 @@ runs on a worker thread instead and waits there, never on the event loop. ``"ful
 ``"extra"``) fsyncs every commit before it returns, so acknowledged writes also survive a
 power loss; every batch then runs on a worker thread.
 
+Sessions belong to a principal (``owner``; see ``roost.plugins.http.Principal``): a
+session is named by ``(owner, id)``, so the same id chosen by two principals names two
+sessions, and one never reads the other's history. Sessions stored before schema 2 are
+given the ``legacy_owner`` that ``open_store`` is told (the kernel's host principal).
+
 The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations,
 each in its own transaction. A database from a newer roost, a file that is not SQLite or a
 corrupt one is refused with an error naming the path, and left untouched.
@@ -151,7 +156,44 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX usage_by_agent ON usage (agent)",
     ),
+    # 2: sessions belong to a principal; (owner, id) names a session. Existing ones are
+    # given :legacy_owner. (The tables are rebuilt: SQLite cannot change a primary key.)
+    (
+        """CREATE TABLE sessions_v2 (
+            owner TEXT NOT NULL,
+            id TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (owner, id)
+        )""",
+        "INSERT INTO sessions_v2 (owner, id, agent, created_at, updated_at, message_count) "
+        "SELECT :legacy_owner, id, agent, created_at, updated_at, message_count FROM sessions",
+        """CREATE TABLE messages_v2 (
+            owner TEXT NOT NULL,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            data TEXT NOT NULL,
+            ts REAL NOT NULL,
+            PRIMARY KEY (owner, session_id, seq),
+            FOREIGN KEY (owner, session_id) REFERENCES sessions_v2 (owner, id) ON DELETE CASCADE
+        )""",
+        "INSERT INTO messages_v2 (owner, session_id, seq, role, content, data, ts) "
+        "SELECT :legacy_owner, session_id, seq, role, content, data, ts FROM messages",
+        "DROP TABLE messages",
+        "DROP TABLE sessions",
+        "ALTER TABLE sessions_v2 RENAME TO sessions",
+        "ALTER TABLE messages_v2 RENAME TO messages",
+        "CREATE INDEX sessions_by_agent ON sessions (agent, updated_at)",
+        "CREATE INDEX sessions_by_update ON sessions (updated_at)",
+    ),
 )
+
+DEFAULT_OWNER = "local"
+"""The owner of a session when the caller names none (the principal of a daemon without keys)."""
 
 
 def schema_version() -> int:
@@ -224,14 +266,14 @@ class StoredMessage:
 class Store(Protocol):
     """What the kernel needs from persistence; ``SqliteStore`` is the default."""
 
-    async def ensure_session(self, session_id: str, agent: str) -> None: ...
+    async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None: ...
 
     async def append_messages(
-        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
+        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]], *, owner: str = DEFAULT_OWNER
     ) -> None: ...
 
     async def start_exchange(
-        self, session_id: str, agent: str, message: Mapping[str, Any], *, fresh: bool = False
+        self, session_id: str, agent: str, message: Mapping[str, Any], *, fresh: bool = False, owner: str = DEFAULT_OWNER
     ) -> list[StoredMessage]: ...
 
     async def finish_exchange(
@@ -242,13 +284,16 @@ class Store(Protocol):
         *,
         usage: tuple[str, str, int, int] | None = None,
         shield: bool = False,
+        owner: str = DEFAULT_OWNER,
     ) -> None: ...
 
     async def history(
-        self, session_id: str, *, limit: int | None = None
+        self, session_id: str, *, limit: int | None = None, owner: str = DEFAULT_OWNER
     ) -> list[StoredMessage]: ...
 
-    async def sessions(self, *, agent: str | None = None, limit: int = 100) -> list[dict]: ...
+    async def sessions(
+        self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
+    ) -> list[dict]: ...
 
     async def record_tool_call(self, record: AuditRecord) -> None: ...
 
@@ -909,14 +954,19 @@ class SqliteStore:
     # -- sessions and history --
 
     @staticmethod
-    def _ensure(conn: sqlite3.Connection, session_id: str, agent: str, now: float, messages: int = 0) -> bool:
+    def _ensure(
+        conn: sqlite3.Connection, owner: str, session_id: str, agent: str, now: float, messages: int = 0
+    ) -> bool:
         """Create the session if needed (inside the write transaction); True if it is new.
         A new session is created counting the ``messages`` its caller is about to add."""
-        row = conn.execute("SELECT agent FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        row = conn.execute(
+            "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
+        ).fetchone()
         if row is None:
             conn.execute(
-                "INSERT INTO sessions (id, agent, created_at, updated_at, message_count) VALUES (?, ?, ?, ?, ?)",
-                (session_id, agent, now, now, messages),
+                "INSERT INTO sessions (owner, id, agent, created_at, updated_at, message_count) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (owner, session_id, agent, now, now, messages),
             )
             return True
         if row[0] != agent:
@@ -926,79 +976,100 @@ class SqliteStore:
             )
         return False
 
-    async def ensure_session(self, session_id: str, agent: str) -> None:
-        """Create the session for ``agent`` if it does not exist yet."""
+    async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None:
+        """Create ``owner``'s session for ``agent`` if it does not exist yet."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
+        _check_id("owner", owner)
         now = time.time()
-        await self.write("ensure a session", lambda c: self._ensure(c, session_id, agent, now))
+        await self.write("ensure a session", lambda c: self._ensure(c, owner, session_id, agent, now))
 
-    def _append(self, conn: sqlite3.Connection, session_id: str, agent: str, rows: list, now: float) -> None:
+    def _append(
+        self, conn: sqlite3.Connection, owner: str, session_id: str, agent: str, rows: list, now: float
+    ) -> None:
         """Append ``rows``, creating the session if needed."""
-        if self._ensure(conn, session_id, agent, now, len(rows)):  # new: counted, nothing before
-            self._insert_messages(conn, session_id, 0, rows, now)
+        if self._ensure(conn, owner, session_id, agent, now, len(rows)):  # new: counted, nothing before
+            self._insert_messages(conn, owner, session_id, 0, rows, now)
             return
         (last,) = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?", (session_id,)
+            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE owner = ? AND session_id = ?",
+            (owner, session_id),
         ).fetchone()
-        self._insert_messages(conn, session_id, last, rows, now)
+        self._insert_messages(conn, owner, session_id, last, rows, now)
         conn.execute(
             "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
-            "WHERE id = ?",
-            (now, len(rows), session_id),
+            "WHERE owner = ? AND id = ?",
+            (now, len(rows), owner, session_id),
         )
 
     @staticmethod
-    def _insert_messages(conn: sqlite3.Connection, session_id: str, last: int, rows: list, now: float) -> None:
+    def _insert_messages(
+        conn: sqlite3.Connection, owner: str, session_id: str, last: int, rows: list, now: float
+    ) -> None:
         """Insert ``rows`` after sequence number ``last`` (the session's count is the caller's)."""
         conn.executemany(
-            "INSERT INTO messages (session_id, seq, role, content, data, ts) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO messages (owner, session_id, seq, role, content, data, ts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
-                (session_id, last + i, role, content, data, now)
+                (owner, session_id, last + i, role, content, data, now)
                 for i, (role, content, data) in enumerate(rows, start=1)
             ],
         )
 
     async def append_messages(
-        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]]
+        self,
+        session_id: str,
+        agent: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        owner: str = DEFAULT_OWNER,
     ) -> None:
         """Append messages (dicts of role, content, data) atomically: all or none.
 
-        Creates the session if needed. Returns once they are committed.
+        Creates ``owner``'s session if needed. Returns once they are committed.
         """
         _check_id("session_id", session_id)
         _check_id("agent", agent)
+        _check_id("owner", owner)
         rows = _encode_messages(messages)
         now = time.time()
-        await self.write("append messages", lambda c: self._append(c, session_id, agent, rows, now))
+        await self.write(
+            "append messages", lambda c: self._append(c, owner, session_id, agent, rows, now)
+        )
 
     async def start_exchange(
-        self, session_id: str, agent: str, message: Mapping[str, Any], *, fresh: bool = False
+        self,
+        session_id: str,
+        agent: str,
+        message: Mapping[str, Any],
+        *,
+        fresh: bool = False,
+        owner: str = DEFAULT_OWNER,
     ) -> list[StoredMessage]:
-        """Begin one exchange in a single transaction: create the session if needed, read
-        its history so far, and append ``message`` (the user's). Returns the history
+        """Begin one exchange in a single transaction: create ``owner``'s session if needed,
+        read its history so far, and append ``message`` (the user's). Returns the history
         before ``message``. ``fresh``: the caller just made the session id up, so there is
         no history to read and the write may run inline; otherwise reading a history of any
         length runs on a worker thread, never on the event loop."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
+        _check_id("owner", owner)
         rows = _encode_messages([message])
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            if self._ensure(conn, session_id, agent, now, len(rows)):  # new: no history yet
-                self._insert_messages(conn, session_id, 0, rows, now)
+            if self._ensure(conn, owner, session_id, agent, now, len(rows)):  # new: no history yet
+                self._insert_messages(conn, owner, session_id, 0, rows, now)
                 return []
             history = [
                 StoredMessage(sid, seq, role, content, json.loads(data), ts)
                 for sid, seq, role, content, data, ts in conn.execute(
                     "SELECT session_id, seq, role, content, data, ts FROM messages "
-                    "WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
+                    "WHERE owner = ? AND session_id = ? ORDER BY seq",
+                    (owner, session_id),
                 )
             ]
-            self._append(conn, session_id, agent, rows, now)
+            self._append(conn, owner, session_id, agent, rows, now)
             return history
 
         return await self.write("start an exchange", work, offload=not fresh)
@@ -1011,12 +1082,15 @@ class SqliteStore:
         *,
         usage: tuple[str, str, int, int] | None = None,
         shield: bool = False,
+        owner: str = DEFAULT_OWNER,
     ) -> None:
-        """End one exchange in a single transaction: append ``messages`` and, when given,
-        the ``usage`` (provider, model, input_tokens, output_tokens) of its model calls.
+        """End one exchange in a single transaction: append ``messages`` to ``owner``'s
+        session and, when given, the ``usage`` (provider, model, input_tokens,
+        output_tokens) of its model calls.
         ``shield``: written and answered even if the caller is cancelled meanwhile."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
+        _check_id("owner", owner)
         rows = _encode_messages(messages)
         usage_row = None
         if usage is not None:
@@ -1034,22 +1108,25 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> None:
             if rows:
-                self._append(conn, session_id, agent, rows, now)
+                self._append(conn, owner, session_id, agent, rows, now)
             if usage_row is not None:
                 conn.execute(_INSERT_USAGE, usage_row)
 
         await self.write("finish an exchange", work, shield=shield)
 
-    async def history(self, session_id: str, *, limit: int | None = None) -> list[StoredMessage]:
-        """The session's messages in order; with ``limit``, only the last ``limit`` of them."""
+    async def history(
+        self, session_id: str, *, limit: int | None = None, owner: str = DEFAULT_OWNER
+    ) -> list[StoredMessage]:
+        """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_id("session_id", session_id)
+        _check_id("owner", owner)
         limit = _check_limit(limit, optional=True)
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
             rows = conn.execute(
                 "SELECT session_id, seq, role, content, data, ts FROM messages "
-                "WHERE session_id = ? ORDER BY seq DESC LIMIT ?",
-                (session_id, -1 if limit is None else limit),
+                "WHERE owner = ? AND session_id = ? ORDER BY seq DESC LIMIT ?",
+                (owner, session_id, -1 if limit is None else limit),
             ).fetchall()
             return [
                 StoredMessage(sid, seq, role, content, json.loads(data), ts)
@@ -1058,18 +1135,25 @@ class SqliteStore:
 
         return await self._run("read history", work)
 
-    async def sessions(self, *, agent: str | None = None, limit: int = 100) -> list[dict]:
-        """Sessions, most recently updated first: id, agent, created_at, updated_at, count."""
-        if agent is not None:
-            _check_id("agent", agent)
-        limit = _check_limit(limit, optional=False)
-        sql = "SELECT id, agent, created_at, updated_at, message_count FROM sessions"
+    async def sessions(
+        self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
+    ) -> list[dict]:
+        """Sessions (of ``owner``, else everyone's), most recently updated first: id, owner,
+        agent, created_at, updated_at, message_count."""
+        where: list[str] = []
         params: tuple[Any, ...] = ()
         if agent is not None:
-            sql += " WHERE agent = ?"
-            params = (agent,)
+            where.append("agent = ?")
+            params += (_check_id("agent", agent),)
+        if owner is not None:
+            where.append("owner = ?")
+            params += (_check_id("owner", owner),)
+        limit = _check_limit(limit, optional=False)
+        sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ?"
-        keys = ("id", "agent", "created_at", "updated_at", "message_count")
+        keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
 
         def work(conn: sqlite3.Connection) -> list[dict]:
             return [
@@ -1345,7 +1429,7 @@ def _refuse_foreign_file(path: Path) -> None:
         )
 
 
-def _migrate(conn: sqlite3.Connection, label: str) -> None:
+def _migrate(conn: sqlite3.Connection, label: str, legacy_owner: str) -> None:
     target = schema_version()
     while True:
         version = None
@@ -1357,7 +1441,10 @@ def _migrate(conn: sqlite3.Connection, label: str) -> None:
                 conn.execute("ROLLBACK")
                 return
             for statement in _MIGRATIONS[version]:
-                conn.execute(statement)
+                if ":legacy_owner" in statement:
+                    conn.execute(statement, {"legacy_owner": legacy_owner})
+                else:
+                    conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException as exc:
             conn.execute("ROLLBACK")
@@ -1370,7 +1457,7 @@ def _migrate(conn: sqlite3.Connection, label: str) -> None:
         conn.execute("COMMIT")
 
 
-def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+def _connect(path: str, synchronous: str, legacy_owner: str = DEFAULT_OWNER) -> sqlite3.Connection:
     label = path
     if path != MEMORY:
         file = Path(path)
@@ -1402,7 +1489,7 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         apply_durability(conn, synchronous)
         conn.execute("PRAGMA foreign_keys = ON")
-        _migrate(conn, label)
+        _migrate(conn, label, legacy_owner)
     except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
         conn.close()
         raise StoreError(f"{label}: cannot open the database: {exc}") from exc
@@ -1419,8 +1506,13 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 
 @asynccontextmanager
-async def open_store(path: Path | str, *, synchronous: str = "NORMAL") -> AsyncIterator[SqliteStore]:
+async def open_store(
+    path: Path | str, *, synchronous: str = "NORMAL", legacy_owner: str = DEFAULT_OWNER
+) -> AsyncIterator[SqliteStore]:
     """Open (creating and upgrading if needed) the SQLite store at ``path``.
+
+    ``legacy_owner``: the principal that sessions stored before sessions had owners
+    (schema 1) are given when the schema is upgraded.
 
     ``":memory:"`` gives a private in-memory store (for tests). The connection is closed
     when the block exits, after any operation still running.
@@ -1429,7 +1521,8 @@ async def open_store(path: Path | str, *, synchronous: str = "NORMAL") -> AsyncI
         raise StoreError(f"path: expected a file path or ':memory:', got {path!r}")
     mode = synchronous_mode(synchronous, StoreError)
     text = path if path == MEMORY else str(Path(path).expanduser().absolute())
-    conn = await trio.to_thread.run_sync(_connect, text, mode)
+    _check_id("legacy_owner", legacy_owner)
+    conn = await trio.to_thread.run_sync(_connect, text, mode, legacy_owner)
     store = SqliteStore(conn, text, mode)
     body_error: Exception | None = None
     try:

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import RouteDescriptor, StoreError, TraceContext, is_mapping, jsonrpc
+from roost.plugins.http import principal_of
 from roost.plugins.http._plain import PlainRequest, PlainResponse
 
 from . import _models as m
@@ -83,7 +84,10 @@ class A2AService:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
         home = Path(kernel.config.home)
         synchronous = getattr(getattr(kernel.config, "store", None), "synchronous", "normal")
-        async with open_task_store(home / "a2a.db", max_tasks=self.settings.max_tasks, synchronous=synchronous) as store:
+        legacy_owner = getattr(kernel, "host_principal", "local")  # who owns tasks from before principals
+        async with open_task_store(
+            home / "a2a.db", max_tasks=self.settings.max_tasks, synchronous=synchronous, legacy_owner=legacy_owner
+        ) as store:
             async with trio.open_nursery() as nursery:
                 if self.settings.push_notifications:
                     self.push = PushDispatcher(
@@ -149,7 +153,7 @@ class A2AService:
             known = ", ".join(self.a2a_agents()) or "none"
             raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
 
-    async def agent_for_send(self, route_agent: str | None, params: p.SendParams) -> str:
+    async def agent_for_send(self, route_agent: str | None, params: p.SendParams, owner: str) -> str:
         """The agent a message goes to: the endpoint's agent; at the root endpoints the one
         named in ``metadata.agent``, else the owner of the task it continues, else the
         primary agent."""
@@ -162,39 +166,50 @@ class A2AService:
         existing = params.message.task_id or params.task_id
         if existing:
             try:
-                _, owner, _ = await self._tasks().find(existing)
+                _, served_by, _ = await self._tasks().find(existing, owner=owner)
             except m.A2AError:
                 pass  # a new task (0.1: the client's id), or -32001 from the send itself
             else:
-                return owner
+                return served_by
         primary = self.primary_agent()
         if primary is None:
             raise m.invalid("message.metadata.agent", self.no_primary())
         return primary
 
     # ---- operations --------------------------------------------------------------------
-    async def execute(self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str) -> Any:
-        """Run a non-streaming operation; returns its result rendered in ``op.dialect``.
-        Storage failing anywhere fails it with -32603 (HTTP 503) saying so."""
+    def owner_of(self, req: PlainRequest) -> str:
+        """The principal a request's tasks belong to (see ``roost.plugins.http.Principal``);
+        the kernel's host principal for a request the daemon did not authenticate."""
+        principal = principal_of(req)
+        return principal.name if principal is not None else getattr(self.kernel, "host_principal", "local")
+
+    async def execute(
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str, owner: str
+    ) -> Any:
+        """Run a non-streaming operation for the principal ``owner`` (who sees only its own
+        tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
+        it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, base_url)
+            return await self._execute(op, agent, trace, base_url, owner)
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
 
-    async def _execute(self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str) -> Any:
+    async def _execute(
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str, owner: str
+    ) -> Any:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
             if op.params.options.return_immediately:
-                task = (await self._send(op, agent, trace)).task
+                task = (await self._send(op, agent, trace, owner)).task
             else:
-                task = await self._send(op, agent, trace, wait=True)
+                task = await self._send(op, agent, trace, owner, wait=True)
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
-            task, _, origin = await tasks.find(op.params.id, agent=agent)
+            task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
             return task.to_json(_reply_dialect(d, origin), history_length=op.params.history_length)
         if op.op == "cancel":
-            task = await tasks.cancel(op.params.id, agent=agent)
+            task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
             return task.to_json(d)
         if op.op == "list":
             q: p.ListQuery = op.params
@@ -206,6 +221,7 @@ class A2AService:
                 page_token=q.page_token,
                 updated_after=q.updated_after,
                 include_artifacts=q.include_artifacts,
+                owner=owner,
             )
             return {
                 "tasks": [t.to_json(d, history_length=q.history_length, include_artifacts=q.include_artifacts) for t in found],
@@ -214,20 +230,20 @@ class A2AService:
                 "totalSize": total,
             }
         if op.op == "push_set":
-            config = await tasks.set_push(op.params, agent=agent)
+            config = await tasks.set_push(op.params, agent=agent, owner=owner)
             return config.to_json(d)
         if op.op == "push_get":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent)
+            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
             for config in configs:
                 if op.params.id in (None, config.id):
                     return config.to_json(d)
             raise m.A2AError(m.TASK_NOT_FOUND, f"task {op.params.task_id} has no push-notification config {op.params.id!r}")
         if op.op == "push_list":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent)
+            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
             listed = [c.to_json(d) for c in configs]
             return {"configs": listed, "nextPageToken": ""} if d == m.V1 else listed
         if op.op == "push_delete":
-            await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent)
+            await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent, owner=owner)
             return {} if d == m.V1 else None
         if op.op == "card":
             if not self.settings.api_key:
@@ -241,10 +257,12 @@ class A2AService:
             return build_card(self, name, base_url, extended=True, root=agent is None)
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
-    async def _send(self, op: p.Operation, agent: str | None, trace: TraceContext | None, *, wait: bool = False) -> Any:
-        """Start the task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
+    async def _send(
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str, *, wait: bool = False
+    ) -> Any:
+        """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
         params: p.SendParams = op.params
-        target = await self.agent_for_send(agent, params)
+        target = await self.agent_for_send(agent, params, owner)
         meta_trace = TraceContext.from_meta(params.message.metadata) or TraceContext.from_meta(params.metadata)
         tasks = self._tasks()
         send = tasks.send_and_wait if wait else tasks.send
@@ -255,17 +273,20 @@ class A2AService:
             trace=meta_trace or trace,
             dialect=op.dialect,
             task_id=params.task_id,
+            owner=owner,
         )
 
-    async def open_stream(self, op: p.Operation, agent: str | None, trace: TraceContext | None) -> AsyncIterator[dict]:
-        """Start a streaming operation (errors raise here, before any byte is sent) and
-        return the iterator of its events rendered in ``op.dialect``."""
+    async def open_stream(
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str
+    ) -> AsyncIterator[dict]:
+        """Start a streaming operation for ``owner`` (errors raise here, before any byte is
+        sent) and return the iterator of its events rendered in ``op.dialect``."""
         tasks = self._tasks()
         try:
             if op.op == "stream":
-                live = await self._send(op, agent, trace)
+                live = await self._send(op, agent, trace, owner)
             else:
-                live = await tasks.subscribe(op.params.id, agent=agent)
+                live = await tasks.subscribe(op.params.id, agent=agent, owner=owner)
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
         return _render(tasks.follow(live), op.dialect)
@@ -344,7 +365,8 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
         "protocolVersion": "0.3",
         "url": f"{endpoint}/jsonrpc",
     }
-    if service.settings.api_key or getattr(getattr(kernel.config, "http", None), "api_key", None):
+    http = getattr(kernel.config, "http", None)
+    if service.settings.api_key or getattr(http, "api_key", None) or getattr(http, "keys", None):
         card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
         card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     if extended:
@@ -554,9 +576,9 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name
     trace = TraceContext.from_headers(headers)
     try:
         if streaming:
-            events = await service.open_stream(op, name, trace)
+            events = await service.open_stream(op, name, trace, service.owner_of(req))
             return SseAnswer(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-        result = await service.execute(op, name, trace, req.host_url if op.op == "card" else "")
+        result = await service.execute(op, name, trace, req.host_url if op.op == "card" else "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect))
     return _json(p.result_json(op.dialect, op.id, result))
@@ -581,9 +603,11 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
         if op.op in p.STREAMING_OPS:
             if not stream_ok:
                 return None
-            events = await service.open_stream(op, name, TraceContext.from_headers(req.headers))
+            events = await service.open_stream(op, name, TraceContext.from_headers(req.headers), service.owner_of(req))
             return SseAnswer(_events_v03(events) if legacy_prefix else events)
-        result = await service.execute(op, name, TraceContext.from_headers(req.headers), req.host_url if op.op == "card" else "")
+        result = await service.execute(
+            op, name, TraceContext.from_headers(req.headers), req.host_url if op.op == "card" else "", service.owner_of(req)
+        )
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
@@ -605,7 +629,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest, stream_ok: bool) 
         if is_mapping(params) and ("jsonrpc" in params or "method" in params):
             return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "")
+        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -621,7 +645,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
             lp = service.settings.listen_path
             raise m.A2AError(m.METHOD_NOT_FOUND, f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc")
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
-        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "")
+        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01))
     return _json(p.result_json(m.V01, rpc_id, result))
@@ -633,7 +657,7 @@ async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, t
         if "historyLength" in req.args:
             params["historyLength"] = req.args["historyLength"]
         op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
-        result = await service.execute(op, None, None, "")
+        result = await service.execute(op, None, None, "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -641,7 +665,9 @@ async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, t
 
 async def _legacy_cancel(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
     try:
-        result = await service.execute(p.Operation("cancel", p.TaskQuery(task_id), m.V01), None, None, "")
+        result = await service.execute(
+            p.Operation("cancel", p.TaskQuery(task_id), m.V01), None, None, "", service.owner_of(req)
+        )
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)

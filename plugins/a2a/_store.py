@@ -8,6 +8,10 @@ fsync by default, or, with ``[store] synchronous = "full"``, group commits where
 that queue up while a commit is on disk share the next transaction (one fsync). At most ``max_tasks`` rows
 are kept: when a new task would pass the bound, the oldest *terminal* tasks are evicted;
 if every stored task is still running, the new one is refused.
+
+Each task belongs to a principal (``owner``, the caller's API key name): readers pass the
+caller's principal and never see another's tasks. Tasks stored before schema 3 are given
+the ``legacy_owner`` that ``open_task_store`` is told (the kernel's host principal).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from roost.kernel._store import (
 
 log = logging.getLogger("roost.a2a")
 _T = TypeVar("_T")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # A task's artifacts (files included, base64) live in their own column, so that listing
 # tasks never reads or decodes them unless asked; ``size`` (bytes of both) bounds the store.
 _COLUMNS_V2 = (("artifacts", "TEXT"), ("size", "INTEGER NOT NULL DEFAULT 0"))
@@ -79,7 +83,7 @@ class TaskStorageFailed(TaskStoreError):
 
 @attrs.frozen
 class TaskRow:
-    """One stored task."""
+    """One stored task; ``owner`` is the principal that made it."""
 
     id: str
     context_id: str
@@ -89,13 +93,14 @@ class TaskRow:
     data: dict[str, Any]
     created_at: float
     updated_at: float
+    owner: str = "local"
 
 
 def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
     data = json.loads(r[5])
     if artifacts is not None and isinstance(data.get("task"), dict):
         data["task"]["artifacts"] = json.loads(artifacts)
-    return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7])
+    return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7], r[8])
 
 
 # Built once (``JSONEncoder.encode`` builds a C encoder per call); compact, and without
@@ -114,7 +119,7 @@ def _split(data: dict) -> tuple[str, str | None, int]:
     return encoded, artifacts, len(encoded) + len(artifacts or "")
 
 
-_COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at"
+_COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at, owner"
 
 
 class TaskStore:
@@ -187,11 +192,12 @@ class TaskStore:
         state: str,
         terminal: bool,
         data: dict,
+        owner: str = "local",
         durable: bool = True,
         reserved: bool = False,
         shield: bool = False,
     ) -> list[str]:
-        """Store a new task, evicting the oldest terminal tasks past ``max_tasks`` (room held
+        """Store a new task of ``owner``, evicting the oldest terminal tasks past ``max_tasks`` (room held
         by ``reserve()`` counts as taken).
 
         Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
@@ -225,8 +231,8 @@ class TaskStore:
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
             conn.execute(
-                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (id, context_id, agent, state, int(terminal), encoded, now, now, artifacts, size),
+                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (id, context_id, agent, state, int(terminal), encoded, now, now, owner, artifacts, size),
             )
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
             # Kept unless more than one row was evicted: if this transaction does not commit,
@@ -291,7 +297,7 @@ class TaskStore:
     async def get(self, id: str) -> TaskRow | None:
         def work(conn: sqlite3.Connection) -> TaskRow | None:
             r = conn.execute(f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)).fetchone()
-            return _row(r, r[8]) if r else None
+            return _row(r, r[9]) if r else None
 
         return await self._run("read a task", work)
 
@@ -305,10 +311,14 @@ class TaskStore:
         limit: int = 50,
         before: tuple[float, str] | None = None,
         with_artifacts: bool = False,
+        owner: str | None = None,
     ) -> tuple[list[TaskRow], int]:
-        """Tasks newest first (by last update) and the total matching count; their
-        artifacts only ``with_artifacts`` (they may hold files)."""
+        """Tasks (of ``owner``, else everyone's) newest first (by last update) and the total
+        matching count; their artifacts only ``with_artifacts`` (they may hold files)."""
         where, args = [], []
+        if owner is not None:
+            where.append("owner = ?")
+            args.append(owner)
         if context_id is not None:
             where.append("context_id = ?")
             args.append(context_id)
@@ -336,7 +346,7 @@ class TaskStore:
                 f"SELECT {_COLUMNS}{extra} FROM tasks{page_clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*page_args, limit),
             ).fetchall()
-            return [_row(r, r[8]) for r in rows], total
+            return [_row(r, r[9]) for r in rows], total
 
         return await self._run("list tasks", work)
 
@@ -353,7 +363,7 @@ class TaskStore:
             ).fetchall()
             changed = []
             for r in rows:
-                row = _row(r, r[8])
+                row = _row(r, r[9])
                 state, data = reason_data(row.data)
                 encoded, artifacts, size = _split(data)
                 conn.execute(
@@ -403,7 +413,7 @@ class TaskStore:
         await trio.to_thread.run_sync(close, limiter=self._limiter)
 
 
-def _connect(path: str, synchronous: str) -> sqlite3.Connection:
+def _connect(path: str, synchronous: str, legacy_owner: str = "local") -> sqlite3.Connection:
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -424,6 +434,9 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
                 conn.execute(f"ALTER TABLE tasks ADD COLUMN {name} {declaration}")
         if "size" not in present:
             conn.execute("UPDATE tasks SET size = length(data)")
+        if "owner" not in present:  # schema 2 → 3: tasks belong to a principal
+            quoted = "'" + legacy_owner.replace("'", "''") + "'"
+            conn.execute(f"ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT {quoted}")
         conn.execute("CREATE INDEX IF NOT EXISTS tasks_by_size ON tasks (size)")  # SUM(size) from the index
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except sqlite3.DatabaseError as exc:
@@ -433,13 +446,19 @@ def _connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 @asynccontextmanager
 async def open_task_store(
-    path: Path | str, *, max_tasks: int = 1000, synchronous: str = "NORMAL", max_bytes: int = DEFAULT_MAX_BYTES
+    path: Path | str,
+    *,
+    max_tasks: int = 1000,
+    synchronous: str = "NORMAL",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    legacy_owner: str = "local",
 ) -> AsyncIterator[TaskStore]:
     """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests).
-    ``synchronous`` is the kernel store's setting (``[store] synchronous``)."""
+    ``synchronous`` is the kernel store's setting (``[store] synchronous``);
+    ``legacy_owner`` the principal given the tasks stored before tasks had owners."""
     mode = synchronous_mode(synchronous, TaskStoreError)
     text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
-    conn = await trio.to_thread.run_sync(_connect, text, mode)
+    conn = await trio.to_thread.run_sync(_connect, text, mode, legacy_owner)
     store = TaskStore(conn, text, max_tasks, mode, max_bytes)
     # Known from the start, so the first blocking sends may defer their rows (``reserve``).
     store._count = await store._run("count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])

@@ -9,6 +9,11 @@ the request with -32603 "storage failed ..." (HTTP 503). Each live
 task keeps a bounded log of its events: a subscriber first gets the task as it stands
 (everything so far), then follows the log from that point, so no event is lost between
 the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
+
+A task belongs to the principal that made it (``owner``): every reader names the caller's
+principal, and another principal's task is "not found" (-32001), exactly like a task that
+never existed, so its existence does not leak. Its run's session (the context id) is the
+owner's too: the same context id from another principal names another conversation.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ class LiveTask:
     task: m.Task
     agent: str
     dialect: str
+    owner: str = "local"  # the principal that made it
     seq: int = 0
     log: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=EVENT_LOG_MAX))
     changed: trio.Event | None = None  # made by a follower about to wait (next_change)
@@ -167,34 +173,36 @@ class TaskManager:
         return changed
 
     # ---- reading ----------------------------------------------------------------------
-    async def find(self, task_id: str, *, agent: str | None = None) -> tuple[m.Task, str, str]:
-        """The task ``task_id`` → (task, agent, dialect); -32001 if unknown (or another agent's)."""
+    async def find(self, task_id: str, *, agent: str | None = None, owner: str) -> tuple[m.Task, str, str]:
+        """``owner``'s task ``task_id`` → (task, agent, dialect); -32001 if unknown, another
+        agent's or another principal's (the same answer, so nothing leaks)."""
         live = self.live.get(task_id)
         if live is not None:
-            task, owner, dialect = live.task, live.agent, live.dialect
+            task, served_by, dialect, made_by = live.task, live.agent, live.dialect, live.owner
         else:
             row = await self.store.get(task_id) if isinstance(task_id, str) and task_id else None
             if row is None:
                 raise self._not_found(task_id)
-            task, owner, dialect = m.task_from_json(row.data["task"]), row.agent, row.data.get("dialect", m.V1)
-        if agent is not None and owner != agent:
+            task, served_by, dialect = m.task_from_json(row.data["task"]), row.agent, row.data.get("dialect", m.V1)
+            made_by = row.owner
+        if made_by != owner or (agent is not None and served_by != agent):
             raise self._not_found(task_id)
-        return task, owner, dialect
+        return task, served_by, dialect
 
     @staticmethod
     def _not_found(task_id: Any) -> m.A2AError:
         return m.A2AError(m.TASK_NOT_FOUND, f"Task not found: {str(task_id)[:200]!r} (it never existed, or was evicted)")
 
-    async def _load_live(self, task_id: str, agent: str | None) -> LiveTask:
+    async def _load_live(self, task_id: str, agent: str | None, owner: str) -> LiveTask:
         live = self.live.get(task_id)
         if live is not None:
-            if agent is not None and live.agent != agent:
+            if live.owner != owner or (agent is not None and live.agent != agent):
                 raise self._not_found(task_id)
             return live
-        task, owner, dialect = await self.find(task_id, agent=agent)
+        task, served_by, dialect = await self.find(task_id, agent=agent, owner=owner)
         live = self.live.get(task_id)  # another request may have loaded it meanwhile
         if live is None:
-            live = LiveTask(task, owner, dialect)
+            live = LiveTask(task, served_by, dialect, owner)
             live.done.set()
             if not task.terminal:
                 self.live[task_id] = live
@@ -210,9 +218,12 @@ class TaskManager:
         page_token: str | None,
         updated_after: float | None,
         include_artifacts: bool = True,
+        owner: str,
     ) -> tuple[list[m.Task], str, int]:
+        """``owner``'s tasks (never another principal's), newest first."""
         before = parse_page_token(page_token) if page_token else None
         rows, total = await self.store.list(
+            owner=owner,
             context_id=context_id,
             state=state,
             agent=agent,
@@ -236,12 +247,13 @@ class TaskManager:
         trace: TraceContext | None,
         dialect: str,
         task_id: str | None = None,
+        owner: str,
     ) -> LiveTask:
-        """Start (or continue) a task with ``message`` in the background; returns once it
-        is stored and started (a non-blocking or streaming send).
+        """Start (or continue) ``owner``'s task with ``message`` in the background; returns
+        once it is stored and started (a non-blocking or streaming send).
 
         ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown)."""
-        live = await self._begin(agent, message, options, dialect, task_id, blocking=False)
+        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=False)
         self.nursery.start_soon(self._run, live, message, trace)
         return live
 
@@ -254,6 +266,7 @@ class TaskManager:
         trace: TraceContext | None,
         dialect: str,
         task_id: str | None = None,
+        owner: str,
     ) -> m.Task:
         """Run (or continue) a task with ``message`` in the caller's task until it finishes
         or asks for input; returns it as it then stands (a blocking send). If the caller is
@@ -268,14 +281,22 @@ class TaskManager:
         once. Otherwise (no room known, a client-chosen id) the first row is written now,
         skipping its own fsync: the settled state's durable commit covers it. With a webhook
         configured the task is announced early, so it is stored durably at once."""
-        live = await self._begin(agent, message, options, dialect, task_id, blocking=True)
+        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=True)
         await self._run(live, message, trace)
         if live.store_error is not None:
             raise storage_failed(live.store_error)
         return live.task
 
     async def _begin(
-        self, agent: str, message: m.Message, options: SendOptions, dialect: str, task_id: str | None, *, blocking: bool
+        self,
+        agent: str,
+        message: m.Message,
+        options: SendOptions,
+        dialect: str,
+        task_id: str | None,
+        owner: str,
+        *,
+        blocking: bool,
     ) -> LiveTask:
         """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
         agent_status = getattr(self.kernel, "agent_status", None)
@@ -299,7 +320,7 @@ class TaskManager:
         live: LiveTask | None = None
         if existing:
             try:
-                live = await self._load_live(existing, agent)
+                live = await self._load_live(existing, agent, owner)
             except m.A2AError:
                 if message.task_id:
                     raise
@@ -309,16 +330,24 @@ class TaskManager:
         else:
             lazy = blocking and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
-            live = await self._create(agent, message, dialect, task_id, durable=not lazy, defer=defer)
+            live = await self._create(agent, message, dialect, task_id, owner, durable=not lazy, defer=defer)
         if options.push is not None:
-            await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent)
+            await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner)
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
         return live
 
     async def _create(
-        self, agent: str, message: m.Message, dialect: str, task_id: str | None, *, durable: bool = True, defer: bool = False
+        self,
+        agent: str,
+        message: m.Message,
+        dialect: str,
+        task_id: str | None,
+        owner: str,
+        *,
+        durable: bool = True,
+        defer: bool = False,
     ) -> LiveTask:
         """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later."""
         tid = task_id or m.new_id()
@@ -327,7 +356,7 @@ class TaskManager:
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
         if defer:
-            live = LiveTask(task, agent, dialect, fresh_context=fresh_context, stored=False, reserved=True)
+            live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False, reserved=True)
             self.live[tid] = live
             self._deferred[tid] = (trio.current_time() + FIRST_ROW_AFTER_S, live)
             if not self._writing_deferred:
@@ -342,6 +371,7 @@ class TaskManager:
                 state=m.SUBMITTED,
                 terminal=False,
                 data=_data(task, agent, dialect),
+                owner=owner,
                 durable=durable,
             )
         except TaskStoreError as exc:
@@ -349,7 +379,7 @@ class TaskManager:
                 raise m.invalid("id", f"task id {tid!r} is already in use") from None
             raise storage_failed(exc) from None
         await self._forget(evicted)
-        live = LiveTask(task, agent, dialect, fresh_context=fresh_context)
+        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
         self.live[tid] = live
         return live
 
@@ -415,6 +445,7 @@ class TaskManager:
                     state=task.status.state,
                     terminal=task.terminal,
                     data=data,
+                    owner=live.owner,
                     reserved=live.reserved,
                     shield=True,
                 )
@@ -466,6 +497,7 @@ class TaskManager:
                         trace=trace,
                         timeout=self.run_timeout_s,
                         new_session=fresh,
+                        principal=live.owner,
                     )
                 except RecursionLimitExceeded as exc:
                     outcome = (m.FAILED, str(exc), ())
@@ -621,8 +653,8 @@ class TaskManager:
                         return
                     await live.next_change().wait()
 
-    async def subscribe(self, task_id: str, *, agent: str | None) -> LiveTask:
-        live = await self._load_live(task_id, agent)
+    async def subscribe(self, task_id: str, *, agent: str | None, owner: str) -> LiveTask:
+        live = await self._load_live(task_id, agent, owner)
         if live.task.terminal:
             raise m.A2AError(
                 m.UNSUPPORTED_OPERATION,
@@ -631,8 +663,8 @@ class TaskManager:
         return live
 
     # ---- cancelling ------------------------------------------------------------------------
-    async def cancel(self, task_id: str, *, agent: str | None) -> m.Task:
-        live = await self._load_live(task_id, agent)
+    async def cancel(self, task_id: str, *, agent: str | None, owner: str) -> m.Task:
+        live = await self._load_live(task_id, agent, owner)
         if live.task.terminal:
             raise m.A2AError(
                 m.TASK_NOT_CANCELABLE,
@@ -650,10 +682,10 @@ class TaskManager:
         return live.task
 
     # ---- push configs ----------------------------------------------------------------------
-    async def set_push(self, config: m.PushConfig, *, agent: str | None) -> m.PushConfig:
+    async def set_push(self, config: m.PushConfig, *, agent: str | None, owner: str) -> m.PushConfig:
         if self.push is None:
             raise m.push_not_supported()
-        await self.find(config.task_id, agent=agent)
+        await self.find(config.task_id, agent=agent, owner=owner)
         await self.push.check_url(config.url, field="url")
         live = self.live.get(config.task_id)
         if live is not None:  # the config's row refers to the task's
@@ -669,16 +701,16 @@ class TaskManager:
             live.push = None  # reload on next event
         return config
 
-    async def push_configs(self, task_id: str, *, agent: str | None) -> list[m.PushConfig]:
+    async def push_configs(self, task_id: str, *, agent: str | None, owner: str) -> list[m.PushConfig]:
         if self.push is None:
             raise m.push_not_supported()
-        await self.find(task_id, agent=agent)
+        await self.find(task_id, agent=agent, owner=owner)
         return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
 
-    async def delete_push(self, task_id: str, config_id: str, *, agent: str | None) -> None:
+    async def delete_push(self, task_id: str, config_id: str, *, agent: str | None, owner: str) -> None:
         if self.push is None:
             raise m.push_not_supported()
-        await self.find(task_id, agent=agent)
+        await self.find(task_id, agent=agent, owner=owner)
         await self.store.delete_push_config(task_id, config_id)  # idempotent (spec 3.1.10)
         live = self.live.get(task_id)
         if live is not None:

@@ -350,7 +350,7 @@ def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> N
     names = list(kernel.agents)
     say(out, f"roost {roost_version()} · listening on {url}")
     say(out, f"  agents ({len(names)}): {', '.join(names) if names else 'none'}")
-    if settings.api_key:
+    if settings.keys:
         say(out, f"  auth: bearer token required ({settings.api_key_source})")
     else:
         say(out, "  auth: off (set ROOST_API_KEY to require a bearer token)")

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._auth import bearer_token, origin_allowed, resolve_api_key, tokens_match
+from ._auth import (
+    Principal,
+    bearer_token,
+    origin_allowed,
+    principal_of,
+    resolve_api_key,
+    tokens_match,
+)
 from ._daemonfile import (
     DaemonInfo,
     daemon_file,
@@ -56,6 +63,7 @@ __all__ = [
     "InvalidRequest",
     "PlainRequest",
     "PlainResponse",
+    "Principal",
     "base_url",
     "bearer_token",
     "create_app",
@@ -68,6 +76,7 @@ __all__ = [
     "origin_allowed",
     "parse_kinds",
     "pid_alive",
+    "principal_of",
     "read_daemon_file",
     "remove_daemon_file",
     "resolve_api_key",

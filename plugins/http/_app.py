@@ -34,6 +34,7 @@ from roost.kernel import (
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
+from ._auth import principal_of
 from ._common import (
     ErrorShapes,
     Gate,
@@ -261,7 +262,12 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             is_preflight=is_preflight,
             query_token=lambda: req.args.get("token"),
         )
-        return None if refusal is None else refusal_response(app, refusal, req)
+        if refusal is not None:
+            return refusal_response(app, refusal, req)
+        req.principal = state.gate.principal(
+            req.headers, query_token=(lambda: req.args.get("token")) if is_websocket else None
+        )
+        return None
 
     @app.before_request
     async def _gate_request():
@@ -436,6 +442,11 @@ def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
     return kinds
 
 
+def _principal_name(req: Any) -> str | None:
+    principal = principal_of(req)
+    return None if principal is None else principal.name
+
+
 def _install_api(app: QuartTrio, state: DaemonState) -> None:
     kernel = state.kernel
 
@@ -476,8 +487,11 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         require_agent(name)
         message, session_id, timeout = parse_message_body(await _read_json_object())
         trace = TraceContext.from_headers(request.headers)
+        # A session belongs to the principal that made it: the same id sent by another
+        # principal names another session (its own, new), never this one.
         reply = await kernel.send(
-            name, message, session_id=session_id, trace=trace, timeout=timeout
+            name, message, session_id=session_id, trace=trace, timeout=timeout,
+            principal=_principal_name(request),
         )
         body = {
             "agent": reply.agent,
@@ -505,6 +519,14 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
 
     @app.websocket("/api/events")
     async def events():
+        principal = principal_of(websocket)
+        if principal is None or not principal.admin:
+            # Events show every caller's messages: admins only (no key configured: everyone).
+            return refusal_response(app, Refusal(403, {
+                "code": "forbidden",
+                "message": "the event stream shows every caller's work, so only an admin principal may "
+                "read it: the key of http.api_key, or one with admin = true under [http.keys.<name>]",
+            }), websocket)
         kinds = parse_kinds(websocket.args.get("kinds"))
         # Subscribe before accepting, so nothing published after the handshake is missed.
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:

@@ -1,13 +1,121 @@
-"""Bearer-token and Origin checks (pure functions; the app applies them)."""
+"""Bearer-token and Origin checks, and principals (pure functions; the app applies them).
+
+A *principal* is who a request comes from: the name of the API key it presented. The
+single ``http.api_key`` (``ROOST_API_KEY``) is the principal ``default``; each
+``[http.keys.<name>]`` is the principal ``<name>``; with no key configured every caller is
+the one principal ``local``. Tasks and sessions belong to the principal that made them.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
+import stat
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
+from roost.kernel import ConfigError
+
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+DEFAULT = "default"
+MAX_KEY_FILE_BYTES = 4096
+
+
+@attrs.frozen
+class Principal:
+    """Who a request comes from. ``admin`` principals may read ``/api/events``."""
+
+    name: str
+    admin: bool = False
+
+    @property
+    def keyed(self) -> bool:
+        """False for ``local``, the one principal of a daemon without keys (everyone on
+        the host, told apart by nothing but their address)."""
+        return self is not LOCAL and self.name != LOCAL.name
+
+
+LOCAL = Principal("local", admin=True)
+"""Every caller of a daemon without keys: one principal, so scoping needs keys."""
+
+
+def principal_of(request: Any) -> Principal | None:
+    """The principal the daemon authenticated for ``request`` (a ``PlainRequest``, or
+    Quart's request or websocket); None on a public route called without a valid key."""
+    principal = getattr(request, "principal", None)
+    return principal if isinstance(principal, Principal) else None
+
+
+def key_digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def read_key_file(path: str, field: str) -> str:
+    """The key in ``path``: a regular file of yours that nobody else may read or write
+    (mode 0600 or stricter). ConfigError naming ``field`` and the fix otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot open {path}: {exc.strerror or exc}; point it at a file holding the key") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{field}: {path} is not a regular file; put the key in a plain file (chmod 600)")
+        if info.st_mode & 0o077:
+            raise ConfigError(
+                f"{field}: {path} may be read by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                f"run: chmod 600 {path}"
+            )
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise ConfigError(f"{field}: {path} belongs to another user; the key file must be yours (chown it, chmod 600)")
+        data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise ConfigError(f"{field}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes; it must hold just the key")
+    try:
+        key = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{field}: {path} is not UTF-8 text; it must hold just the key") from None
+    if not key:
+        raise ConfigError(f"{field}: {path} is empty; write the key into it")
+    return key
+
+
+def resolve_keys(
+    http_config: object, env: Mapping[str, str], api_key: str | None
+) -> tuple[tuple[bytes, Principal], ...]:
+    """``(sha256 of the key, principal)`` of every key the daemon accepts: ``api_key`` as
+    ``default`` (an admin), then each ``[http.keys.<name>]`` read from its variable or file.
+    ConfigError for a key that cannot be read, a name used twice or a key shared by two."""
+    out: list[tuple[bytes, Principal]] = []
+    if api_key is not None:
+        out.append((key_digest(api_key), Principal(DEFAULT, admin=True)))
+    for entry in getattr(http_config, "keys", ()) or ():
+        field = f"http.keys.{entry.name}"
+        if any(principal.name == entry.name for _, principal in out):
+            raise ConfigError(
+                f"{field}: the principal {entry.name!r} is already the one of http.api_key "
+                "(ROOST_API_KEY or the variable named by http.api_key_env); give this key another name"
+            )
+        if entry.key_env:
+            key = env.get(entry.key_env, "").strip()
+            if not key:
+                raise ConfigError(
+                    f"{field}.key_env: the environment variable {entry.key_env} is not set (or blank); "
+                    f"export it with {entry.name}'s key, or remove [{field}]"
+                )
+        else:
+            key = read_key_file(entry.key_file, f"{field}.key_file")
+        digest = key_digest(key)
+        for other, principal in out:
+            if hmac.compare_digest(other, digest):
+                raise ConfigError(f"{field}: its key is the same as {principal.name!r}'s; every principal needs its own key")
+        out.append((digest, Principal(entry.name, admin=entry.admin)))
+    return tuple(out)
 
 
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:

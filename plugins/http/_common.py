@@ -33,7 +33,7 @@ from roost.kernel import (
     ToolTimeout,
 )
 
-from ._auth import bearer_token, origin_allowed, token_fingerprint, tokens_match
+from ._auth import LOCAL, Principal, bearer_token, origin_allowed, token_fingerprint
 from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
@@ -303,11 +303,11 @@ class Gate:
         # itself, so they are not limited unless http.rate_limit_loopback says so.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
-        if settings.api_key is not None and not public:
+        if settings.keys and not public:
             token = bearer_token(headers.get("Authorization"))
             if token is None and is_websocket and query_token is not None:
                 token = query_token() or None
-            if not tokens_match(token, settings.api_key):
+            if settings.principal_for(token) is None:
                 # failed attempts count too: no free guessing
                 refused = self._limit(rate_key) if limited else None
                 if refused is not None:
@@ -319,7 +319,8 @@ class Gate:
                         {
                             "code": "unauthorized",
                             "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
-                            "with the key from http.api_key or the variable named by http.api_key_env"
+                            "with your key (http.api_key or the variable named by http.api_key_env, "
+                            "or one of [http.keys])"
                             + (" (browsers may pass ?token=<key> on websockets)" if is_websocket else ""),
                         },
                         {"WWW-Authenticate": 'Bearer realm="roost"'},
@@ -339,6 +340,17 @@ class Gate:
             if content_length is not None and content_length > settings.max_body_bytes:
                 return too_large(settings, settings.max_body_bytes, ""), charged
         return None, charged
+
+    def principal(self, headers: Any, *, query_token: Callable[[], str | None] | None = None) -> Principal | None:
+        """Who a request that passed ``check`` comes from: the principal of its key (a
+        websocket may pass it as ``query_token``), ``local`` when no key is configured,
+        None on a public route called without a valid key."""
+        if not self.settings.keys:
+            return LOCAL
+        token = bearer_token(headers.get("Authorization"))
+        if token is None and query_token is not None:
+            token = query_token() or None
+        return self.settings.principal_for(token)
 
     def _limit(self, key: Hashable) -> Refusal | None:
         allowed, retry_after = self.limiter.check(key, self.clock())

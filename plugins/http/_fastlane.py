@@ -199,7 +199,7 @@ class FastLane:
             await _linger(stream)
             return False
         # the path as routed (no trailing slash), as Quart's request.path has it too
-        request = PlainRequest(head.method, canonical_path(head.path), head.headers, body, query=head.query, remote_addr=remote_addr)
+        request = PlainRequest(head.method, canonical_path(head.path), head.headers, body, query=head.query, remote_addr=remote_addr, principal=state.gate.principal(head.headers))
         io.deadline = math.inf  # a handler may take as long as its agent does
         try:
             response = await handler(request, **path_args)

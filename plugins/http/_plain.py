@@ -32,9 +32,10 @@ class PlainResponse:
 
 class PlainRequest:
     """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
-    is the query string (first value of each name)."""
+    is the query string (first value of each name), ``principal`` who sent it (see
+    ``roost.plugins.http.Principal``; None on a public route called without a valid key)."""
 
-    __slots__ = ("method", "path", "headers", "body", "remote_addr", "_query", "_args", "_host_url")
+    __slots__ = ("method", "path", "headers", "body", "remote_addr", "principal", "_query", "_args", "_host_url")
 
     def __init__(
         self,
@@ -47,12 +48,14 @@ class PlainRequest:
         args: Mapping[str, str] | None = None,
         remote_addr: str | None = None,
         host_url: str | None = None,
+        principal: Any = None,
     ) -> None:
         self.method = method
         self.path = path
         self.headers = headers
         self.body = body
         self.remote_addr = remote_addr
+        self.principal = principal
         self._query = query
         self._args = args
         self._host_url = host_url
@@ -87,4 +90,5 @@ class PlainRequest:
             args=request.args,
             remote_addr=request.remote_addr,
             host_url=request.host_url,
+            principal=getattr(request, "principal", None),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import math
 import os
 from collections.abc import Mapping
@@ -9,15 +10,24 @@ from collections.abc import Mapping
 import attrs
 from roost.kernel import ConfigError
 
-from ._auth import normalise_origin, resolve_api_key
+from ._auth import LOCAL, Principal, key_digest, normalise_origin, resolve_api_key, resolve_keys
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
 
 
+def _keys_of(settings: HttpSettings) -> tuple[tuple[bytes, Principal], ...]:
+    if settings.api_key is None:
+        return ()
+    return ((key_digest(settings.api_key), Principal("default", admin=True)),)
+
+
 @attrs.frozen
 class HttpSettings:
-    """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged."""
+    """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
+
+    ``keys``: ``(sha256 of a key, its principal)`` for every key accepted (by default just
+    ``api_key``, as ``default``); none means no auth, every caller being ``local``."""
 
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_source: str = "off"
@@ -27,6 +37,23 @@ class HttpSettings:
     allowed_origins: tuple[str, ...] = ()
     # False: peers on this host (loopback) are not rate limited; the limit is for the others.
     rate_limit_loopback: bool = False
+    keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
+        default=attrs.Factory(_keys_of, takes_self=True), repr=False
+    )
+
+    def principal_for(self, token: str | None) -> Principal | None:
+        """The principal whose key ``token`` is (constant time over all keys); ``local``
+        when no key is configured; None when the token matches no key."""
+        if not self.keys:
+            return LOCAL
+        if token is None:
+            return None
+        digest = key_digest(token)
+        found = None
+        for expected, principal in self.keys:
+            if hmac.compare_digest(expected, digest):
+                found = principal
+        return found
 
     @classmethod
     def from_config(cls, http_config: object, env: Mapping[str, str] | None = None) -> HttpSettings:
@@ -77,4 +104,17 @@ class HttpSettings:
                     f"'http://host:port' (or '*'), got {origin!r}"
                 )
             origins.append(origin)
-        return cls(key, source, float(rate), burst, max_body, tuple(origins), loopback)
+        keys = resolve_keys(http_config, env, key)
+        named = [p.name for _, p in keys if p.name != "default"]
+        if named:
+            source = (source + " (principal default); " if key is not None else "") + "[http.keys]: " + ", ".join(named)
+        return cls(
+            api_key=key,
+            api_key_source=source,
+            rate_limit_per_s=float(rate),
+            rate_limit_burst=burst,
+            max_body_bytes=max_body,
+            allowed_origins=tuple(origins),
+            rate_limit_loopback=loopback,
+            keys=keys,
+        )

@@ -12,6 +12,14 @@ Both eras on the same endpoints, told apart per request:
   session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
   (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
 
+Sessions belong to the caller's principal (``roost.plugins.http.Principal``): another
+principal's ``Mcp-Session-Id`` is unknown (404), as an ended one is. Each caller (its
+principal when API keys are configured, else its address) holds at most
+``http.mcp_sessions_per_caller`` sessions and all together ``MAX_SESSIONS``; a new session
+past a bound closes the oldest *idle* one (the caller's own, resp. anyone's) rather than
+being refused. A session with a request in flight or a GET stream open is never idle; an
+idle one closes after ``http.mcp_session_idle_s`` (default 10 minutes).
+
 Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
 The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
 routes instead of the daemon's ``http.max_body_bytes``: a bigger body, chunked or not, is
@@ -25,7 +33,7 @@ import logging
 import secrets
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -40,7 +48,8 @@ from ._server import McpServer, ServerSession
 log = logging.getLogger("roost.mcp.http")
 
 MAX_SESSIONS = 1000
-SESSION_IDLE_S = 3600.0
+SESSION_IDLE_S = 600.0  # default of http.mcp_session_idle_s
+SESSIONS_PER_CALLER = 100  # default of http.mcp_sessions_per_caller
 REPLAY_EVENTS = 256
 KEEPALIVE_S = 15.0
 MAX_IN_FLIGHT_PER_SESSION = 64
@@ -119,10 +128,18 @@ class HttpSession:
     server: McpServer
     state: ServerSession
     endpoint: str | None
+    owner: str | None = None  # the principal that opened it; only it may use it
+    caller: Hashable = None  # whose bound it counts against (principal, or address without keys)
     streams: dict[str, EventLog] = attrs.field(factory=dict)
     standalone: EventLog | None = None
     last_seen: float = 0.0
+    active: int = 0  # requests being served on it (from lookup to answer)
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+    @property
+    def busy(self) -> bool:
+        """A request in flight or a GET stream open: not idle, never closed to make room."""
+        return bool(self.active or self.state.in_flight) or (self.standalone is not None and not self.standalone.closed)
 
     def new_stream(self) -> EventLog:
         stream = EventLog(secrets.token_hex(8))
@@ -143,6 +160,10 @@ class McpHttpHub:
         self.servers: dict[str | None, McpServer] = {}
         self.sessions: dict[str, HttpSession] = {}
         self.nursery: trio.Nursery | None = None
+        http = getattr(getattr(kernel, "config", None), "http", None)
+        self.idle_s = float(getattr(http, "mcp_session_idle_s", SESSION_IDLE_S))
+        self.per_caller = int(getattr(http, "mcp_sessions_per_caller", SESSIONS_PER_CALLER))
+        self.max_sessions = MAX_SESSIONS
 
     def server_for(self, agent: str | None) -> McpServer:
         server = self.servers.get(agent)
@@ -150,11 +171,26 @@ class McpHttpHub:
             server = self.servers[agent] = McpServer(self.kernel, agent=agent)
         return server
 
-    def open_session(self, server: McpServer, endpoint: str | None) -> HttpSession:
+    def open_session(
+        self, server: McpServer, endpoint: str | None, *, owner: str | None = None, caller: Hashable = None
+    ) -> HttpSession:
+        """A new session of ``owner``, counted against ``caller``'s bound. Past the caller's
+        bound its own oldest idle session is closed, past ``max_sessions`` anyone's; only
+        when every session in the way is busy is the new one refused."""
         self._expire()
-        if len(self.sessions) >= MAX_SESSIONS:
-            raise _HttpError(503, rpc.error_response(None, rpc.SERVER_ERROR, f"too many MCP sessions ({MAX_SESSIONS}); end unused ones with DELETE"))
-        session = HttpSession(server, server.new_session(), endpoint, last_seen=trio.current_time())
+        mine = [s for s in self.sessions.values() if s.caller == caller]
+        if len(mine) >= self.per_caller and not self._close_oldest_idle(mine):
+            raise _HttpError(429, rpc.error_response(None, rpc.SERVER_ERROR, (
+                f"this caller has {len(mine)} MCP sessions, all busy (at most {self.per_caller}: "
+                "http.mcp_sessions_per_caller); end unused ones with DELETE"
+            )), {"Retry-After": "1"})
+        if len(self.sessions) >= self.max_sessions and not self._close_oldest_idle(self.sessions.values()):
+            raise _HttpError(503, rpc.error_response(None, rpc.SERVER_ERROR, (
+                f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
+            )), {"Retry-After": "1"})
+        state = server.new_session()
+        state.principal = owner
+        session = HttpSession(server, state, endpoint, owner, caller, last_seen=trio.current_time())
         self.sessions[session.state.id] = session
         if self.nursery is not None:
             self.nursery.start_soon(self._watch, session)
@@ -181,10 +217,18 @@ class McpHttpHub:
             session.standalone.close()
         return True
 
+    def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
+        """Close the least recently used idle session among ``sessions``; False if all are busy."""
+        oldest = min((s for s in sessions if not s.busy), key=lambda s: s.last_seen, default=None)
+        if oldest is None:
+            return False
+        log.info("MCP session %s closed to make room (idle %.0f s)", oldest.state.id[:8], trio.current_time() - oldest.last_seen)
+        return self.close_session(oldest.state.id)
+
     def _expire(self) -> None:
         now = trio.current_time()
         for sid, session in list(self.sessions.items()):
-            if now - session.last_seen > SESSION_IDLE_S and not session.state.in_flight:
+            if now - session.last_seen > self.idle_s and not session.busy:
                 self.close_session(sid)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -376,11 +420,11 @@ class McpEndpoint:
                     raise _HttpError(400, exc.to_response(parsed.id)) from None
         self._check_modern_headers(parsed)
         if isinstance(parsed, rpc.Notification):
-            await server.handle(server.new_session(), message)
+            await server.handle(_stateless_session(server), message)
             return _json_response(202, None)
         if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
             return _json_response(202, None)
-        session = server.new_session()
+        session = _stateless_session(server)
         wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(request.headers.get("Accept"), "text/event-stream")
         hub = hub_for(self.kernel)
         if wants_stream and hub.nursery is not None:
@@ -409,17 +453,36 @@ class McpEndpoint:
         request_id = getattr(parsed, "id", None)
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
+            owner, caller = _caller(request)
             if request.headers.get(p.HEADER_SESSION_ID):
                 session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
-                if session is None:
+                if session is None or session.owner != owner:
                     raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize without Mcp-Session-Id", request_id)
-            session = hub.open_session(server, name)
-            reply = await server.handle(session.state, message)
+            session = hub.open_session(server, name, owner=owner, caller=caller)
+            session.active += 1
+            try:
+                reply = await server.handle(session.state, message)
+            finally:
+                session.active -= 1
             if reply is None or "error" in reply:
                 hub.close_session(session.state.id)
                 return _json_response(200 if reply else 202, reply)
             return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
         session = self._session(name, request_id)
+        session.active += 1  # not idle (never closed to make room) until answered
+        try:
+            return await self._on_session(server, session, parsed, message, header_version)
+        finally:
+            session.active -= 1
+            session.last_seen = trio.current_time()
+
+    async def _on_session(
+        self, server: McpServer, session: HttpSession, parsed: Any, message: Any, header_version: str | None
+    ) -> Any:
+        from quart import request
+
+        hub = hub_for(self.kernel)
+        request_id = getattr(parsed, "id", None)
         if header_version is not None:
             if header_version not in p.SUPPORTED_VERSIONS:
                 raise _HttpError(400, p.unsupported_version_error(header_version).to_response(request_id))
@@ -438,7 +501,8 @@ class McpEndpoint:
         wants_stream = parsed.method == p.TOOLS_CALL and _accepts(request.headers.get("Accept"), "text/event-stream")
         if wants_stream and hub.nursery is not None:
             stream = session.new_stream()
-            hub.nursery.start_soon(_run_into, server, session.state, message, stream, trio.CancelScope())
+            session.active += 1  # until the request is answered (_run_on_session)
+            hub.nursery.start_soon(_run_on_session, server, session, message, stream)
             prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
             return self._sse(stream, 0, prime=prime)
         reply = await server.handle(session.state, message)
@@ -456,7 +520,8 @@ class McpEndpoint:
                 request_id,
             )
         session = hub_for(self.kernel).sessions.get(session_id)
-        if session is None or session.endpoint != name:
+        # Another principal's session is unknown, exactly like one that never existed.
+        if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
             raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize a new one", request_id)
         return session
 
@@ -525,6 +590,37 @@ class McpEndpoint:
         response.headers["X-Accel-Buffering"] = "no"
         response.timeout = None  # streams live as long as their request
         return response
+
+
+async def _run_on_session(server: McpServer, session: HttpSession, message: Any, stream: EventLog) -> None:
+    """``_run_into`` for a session's streamed request; the caller counted it as active."""
+    try:
+        await _run_into(server, session.state, message, stream, trio.CancelScope())
+    finally:
+        session.active -= 1
+        session.last_seen = trio.current_time()
+
+
+def _caller(request: Any) -> tuple[str | None, Hashable]:
+    """``(principal name, bound key)`` of a request: with API keys configured a caller is
+    its principal; without, everyone is ``local`` and callers are told apart by address."""
+    from roost.plugins.http import principal_of
+
+    principal = principal_of(request)
+    if principal is None:
+        return None, ("addr", request.remote_addr)
+    if principal.keyed:
+        return principal.name, ("principal", principal.name)
+    return principal.name, ("addr", request.remote_addr)
+
+
+def _stateless_session(server: McpServer) -> ServerSession:
+    """The one-request session of a stateless (2026-07-28) call, naming its principal."""
+    from quart import request
+
+    session = server.new_session()
+    session.principal = _caller(request)[0]
+    return session
 
 
 async def _run_into(server: McpServer, session: ServerSession, message: Any, stream: EventLog, scope: trio.CancelScope) -> None:

@@ -22,7 +22,11 @@ Private and unexposed tools are never listed and never callable, under any name.
 Artifacts an agent hands over reach the client as content blocks whose URIs
 (``roost://artifacts/<id>[/<file>]``) ``resources/read`` resolves: the kernel's
 ``ArtifactShelf`` keeps them in memory, bounded, for ``ARTIFACT_TTL_S``, readable only by the
-session that received them (stateless requests: by the endpoint's stateless callers).
+session that received them (stateless requests: by the same principal's stateless calls).
+
+A session may name its caller's principal (``ServerSession.principal``, set by the HTTP
+transport from the caller's API key): the agent conversations its ``message`` calls start
+are that principal's (``kernel.send(principal=...)``).
 """
 
 from __future__ import annotations
@@ -337,7 +341,10 @@ def artifact_shelf(kernel: Any) -> ArtifactShelf:
 
 
 def _artifact_scope(call: _Call) -> str:
-    return STATELESS_SCOPE if call.stateless else call.session.id
+    if not call.stateless:
+        return call.session.id
+    principal = call.session.principal
+    return STATELESS_SCOPE if principal is None else f"{STATELESS_SCOPE}:{principal}"
 
 
 # ---- sessions -------------------------------------------------------------------------------
@@ -367,6 +374,8 @@ class ServerSession:
     # must still stop it.
     starting: set[Any] = attrs.field(factory=set)
     cancelled_early: set[Any] = attrs.field(factory=set)
+    # Who the client is (the principal of its API key); None: the kernel's host principal.
+    principal: str | None = None
 
     @property
     def handshake_done(self) -> bool:
@@ -917,7 +926,10 @@ class McpServer:
         extra = set(arguments) - {"message"}
         if extra:
             return p.tool_error_result(f"arguments: unexpected {', '.join(sorted(extra))}; this tool takes only 'message'")
-        reply = await self.kernel.send(agent, message, session_id=session_id, trace=origin, timeout=self.call_timeout_s)
+        reply = await self.kernel.send(
+            agent, message, session_id=session_id, trace=origin, timeout=self.call_timeout_s,
+            principal=call.session.principal,
+        )
         if reply.outputs:  # so that resources/read of their URIs returns them
             artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
         if call.stateless and reply.stop_reason == "input_required":

@@ -513,7 +513,7 @@ async def test_forward_migration_keeps_data(tmp_path, monkeypatch):
                 {r[0] for r in conn.execute("SELECT name FROM sqlite_master")},
             ),
         )
-    assert version == 2 and "tasks" in tables
+    assert version == store_module.schema_version() and "tasks" in tables
 
 
 async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch):
@@ -521,14 +521,15 @@ async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch)
     async with open_store(db) as store:
         await store.append_messages("s", "a", [msg("user", "precious")])
     broken = ("CREATE TABLE half (id INTEGER)", "THIS IS NOT SQL")
+    current = store_module.schema_version()
     monkeypatch.setattr(store_module, "_MIGRATIONS", (*store_module._MIGRATIONS, broken))
-    with pytest.raises(StoreError, match="upgrading the schema from version 1 failed"):
+    with pytest.raises(StoreError, match=f"upgrading the schema from version {current} failed"):
         async with open_store(db):
             pass  # pragma: no cover
     monkeypatch.undo()
     conn = sqlite3.connect(db)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == current
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         assert "half" not in tables
         assert conn.execute("SELECT content FROM messages").fetchall() == [("precious",)]

@@ -346,11 +346,12 @@ async def test_a_schema_1_database_is_upgraded_and_keeps_its_artifacts(tmp_path)
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
-    async with open_task_store(path) as store:
+    async with open_task_store(path, legacy_owner="default") as store:
         got = await store.get("old")
-        (listed,), _ = await store.list()
+        (listed,), _ = await store.list(owner="default")
     assert got.data["task"]["artifacts"] == [_file(10)] == listed.data["task"]["artifacts"]
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)
+    assert got.owner == "default"  # tasks from before principals belong to the host principal
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (3,)
 
 
 def test_one_task_keeps_a_bounded_weight_of_files_over_its_turns():

@@ -322,10 +322,11 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
                     scope.cancel()
 
                 nursery.start_soon(cancel_once_working)
-                await tasks.send_and_wait("slow", message, SendOptions(), trace=None, dialect=m.V1)
+                await tasks.send_and_wait("slow", message, SendOptions(), trace=None, dialect=m.V1, owner="local")
         assert scope.cancelled_caught
         found, _, total = await tasks.list(
-            agent="slow", context_id=None, state=None, page_size=10, page_token=None, updated_after=None
+            agent="slow", context_id=None, state=None, page_size=10, page_token=None, updated_after=None,
+            owner="local",
         )
         row = await tasks.store.get(found[0].id)
         assert tasks.store._reserved == 0 and found[0].id not in tasks.live

@@ -83,6 +83,7 @@ class FakeKernel:
         session_id: str | None = None,
         trace: TraceContext | None = None,
         timeout: float | None = None,
+        principal: str | None = None,
     ) -> AgentReply:
         if agent not in self.agents:
             raise AgentNotFound(agent, list(self.agents))
@@ -94,6 +95,7 @@ class FakeKernel:
                 "session_id": session_id,
                 "trace": trace,
                 "timeout": timeout,
+                "principal": principal,
             }
         )
         self.tap.publish(Event(EventKind.AGENT_MESSAGE, "api", agent, {"message": message}, trace))
