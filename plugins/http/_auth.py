@@ -35,7 +35,7 @@ class Principal:
     def keyed(self) -> bool:
         """False for ``local``, the one principal of a daemon without keys (everyone on
         the host, told apart by nothing but their address)."""
-        return self is not LOCAL and self.name != LOCAL.name
+        return self.name != LOCAL.name
 
 
 LOCAL = Principal("local", admin=True)
