@@ -69,16 +69,32 @@ def _probe_openat2() -> bool:
 USE_OPENAT2 = _probe_openat2()
 
 
+def _open_nofollow(name: str, flags: int, mode: int, dir_fd: int) -> int:
+    """Open the single component ``name`` beneath ``dir_fd`` without following it."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    except NotADirectoryError:
+        # O_DIRECTORY|O_NOFOLLOW on a symlink says ENOTDIR; say ELOOP as openat2 does. (A
+        # directory here now was swapped in after the open saw something else.)
+        try:
+            now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except OSError:
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), name) from None
+        if flags & os.O_DIRECTORY and (stat.S_ISLNK(now) or stat.S_ISDIR(now)):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+        raise
+
+
 def _walk_open(dir_fd: int, rel: str, flags: int, mode: int) -> int:
     parts = rel.split("/")
     fd = dir_fd
     try:
         for name in parts[:-1]:
-            step = os.open(name, DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            step = _open_nofollow(name, DIR_FLAGS, 0, fd)
             if fd != dir_fd:
                 os.close(fd)
             fd = step
-        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+        return _open_nofollow(parts[-1], flags, mode, fd)
     finally:
         if fd != dir_fd:
             os.close(fd)

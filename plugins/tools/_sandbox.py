@@ -207,7 +207,7 @@ class FileAccess:
                 "agent.json"
             )
         root = max(inside, key=lambda r: len(r.path.parts))
-        for denied, what in self.deny:
+        for denied, what in sorted(self.deny, key=lambda d: -len(d[0].parts)):
             if denied != root.path and _inside(denied, root.path) and _inside(path, denied):
                 grant = WRITE_GRANT if write else READ_GRANT
                 raise SandboxError(
