@@ -208,7 +208,8 @@ READ_SPEC = ToolSpec(
         "Read a text file and return its lines numbered like `cat -n` (number, tab, line). "
         f"Returns up to {DEFAULT_READ_LINES} lines from `offset`; use `offset` and `limit` "
         "to page through long files. Binary files are refused. Paths are relative to the "
-        "workspace unless absolute."
+        "workspace unless absolute; only the workspace, the agent's temp dir and roots its "
+        "manifest grants can be read, and symbolic links are not followed."
     ),
     input_schema={
         "type": "object",
@@ -290,8 +291,9 @@ WRITE_SPEC = ToolSpec(
     title="Write a file",
     description=(
         "Create or overwrite a text file with `content` (UTF-8), creating parent directories "
-        "as needed. In sandbox mode only paths inside the workspace or the temp dir can be "
-        "written; in read-only mode nothing can. Prefer `edit` for changing part of a file."
+        "as needed. In sandbox mode only paths inside the workspace, the agent's temp dir "
+        "($TMPDIR in bash) or roots its manifest grants can be written; in read-only mode "
+        "nothing can. Prefer `edit` for changing part of a file."
     ),
     input_schema={
         "type": "object",

@@ -24,9 +24,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import stat
-from dataclasses import dataclass, field
+import sys
 
 # Syscall numbers (the same on these architectures; all use the generic table).
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
@@ -85,13 +84,21 @@ def fs_access_for_abi(abi: int) -> int:
     return access
 
 
-@dataclass(frozen=True)
 class LandlockStatus:
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not."""
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not.
 
-    available: bool
-    abi: int
-    reason: str
+    (Plain classes here, not dataclasses: the supervisor imports this module for every
+    bash call, and ``dataclasses`` alone costs it several milliseconds.)"""
+
+    __slots__ = ("available", "abi", "reason")
+
+    def __init__(self, available: bool, abi: int, reason: str) -> None:
+        self.available = available
+        self.abi = abi
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"LandlockStatus(available={self.available}, abi={self.abi}, reason={self.reason!r})"
 
     @property
     def tcp(self) -> bool:
@@ -127,19 +134,25 @@ class LandlockStatus:
         return f"Landlock unavailable ({self.reason}): bash file access is NOT confined by the kernel"
 
 
-@dataclass(frozen=True)
 class Rules:
     """What a sandboxed process may do (see the module docstring)."""
 
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    restrict_files: bool = True
-    restrict_tcp: bool = False
-    connect: tuple[int, ...] = ()
-    bind: tuple[int, ...] = ()
-    scope: bool = True
-    devices: tuple[str, ...] = field(default=DEVICE_FILES)
+    def __init__(
+        self,
+        *,
+        read: tuple[str, ...] = (),
+        write: tuple[str, ...] = (),
+        deny: tuple[str, ...] = (),
+        restrict_files: bool = True,
+        restrict_tcp: bool = False,
+        connect: tuple[int, ...] = (),
+        bind: tuple[int, ...] = (),
+        scope: bool = True,
+        devices: tuple[str, ...] = DEVICE_FILES,
+    ) -> None:
+        self.read, self.write, self.deny = read, write, deny
+        self.restrict_files, self.restrict_tcp = restrict_files, restrict_tcp
+        self.connect, self.bind, self.scope, self.devices = connect, bind, scope, devices
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -172,9 +185,9 @@ def _libc() -> ctypes.CDLL:
 
 
 def _syscall_numbers() -> tuple[int, int, int] | None:
-    if platform.system() != "Linux":
+    if not sys.platform.startswith("linux"):
         return None
-    return _SYSCALLS.get(platform.machine())
+    return _SYSCALLS.get(os.uname().machine)
 
 
 _status: LandlockStatus | None = None
@@ -187,9 +200,7 @@ def landlock_status() -> LandlockStatus:
         return _status
     numbers = _syscall_numbers()
     if numbers is None:
-        _status = LandlockStatus(
-            False, 0, f"not supported on {platform.system()} {platform.machine()}"
-        )
+        _status = LandlockStatus(False, 0, f"not supported on {sys.platform} {os.uname().machine}")
         return _status
     libc = _libc()
     abi = libc.syscall(
@@ -268,12 +279,12 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
             raise LandlockError(err, f"{what}: {os.strerror(err)}")
         return result
 
+    if not (handled_fs or handled_net or scoped):
+        return abi  # nothing this kernel can enforce was asked for
     check(
         libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0),
         "prctl(PR_SET_NO_NEW_PRIVS)",
     )
-    if not (handled_fs or handled_net or scoped):
-        return abi  # nothing this kernel can enforce was asked for
     ruleset = _RulesetAttr(handled_fs, handled_net, scoped)
     # An older kernel knows a shorter struct; pass only the fields it knows.
     size = 8 if abi < NET_ABI else 16 if abi < SCOPE_ABI else ctypes.sizeof(ruleset)

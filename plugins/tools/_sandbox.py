@@ -21,9 +21,11 @@ was checked is what is opened.
 
 from __future__ import annotations
 
+import atexit
 import glob as globlib
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,7 @@ def temp_dir_of(ctx: ToolContext) -> Path:
     else:
         if _fallback_temp is None or not _fallback_temp.is_dir():
             _fallback_temp = Path(os.path.realpath(tempfile.mkdtemp(prefix="roost-tmp-")))
+            atexit.register(shutil.rmtree, _fallback_temp, ignore_errors=True)
         base = _fallback_temp
     path = base / ctx.agent
     if not path.is_dir():
@@ -235,7 +238,7 @@ class FileAccess:
             return path
         roots = [_real(p) for p in SYSTEM_READ_ROOTS]
         roots += [self.workspace, self.temp, *self.read, *self.write]
-        kept = [d for d in path.split(":") if d and any(_inside(_real(d), r) for r in roots)]
+        kept = [d for d in path.split(":") if os.path.isabs(d) and any(_inside(_real(d), r) for r in roots)]
         return ":".join(dict.fromkeys(kept))
 
     def landlock_args(self) -> list[str]:
