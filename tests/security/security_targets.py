@@ -1,6 +1,6 @@
-"""Real entry points for the attacks (imported by the tests of this folder): the kernel in this process, and a real daemon.
+"""The real entry points the attacks go through (shared by this folder's tests).
 
-``kernel_target`` boots a kernel here (its host process is this test process); a
+``open_kernel_target`` boots a kernel here (its host process is this test process); a
 ``Daemon`` is ``roost run --port 0`` in a subprocess with secrets in its environment,
 reached over ``/agents/<name>/mcp`` (and ``/mcp``) with ``tools/call``. Both serve the same
 three agents: ``attacker`` (sandbox, every file tool and bash exposed), ``auditor``
