@@ -375,7 +375,7 @@ async def run_command(
 
     Reports the base URL through ``task_status`` once serving.
     """
-    from roost.plugins.http import HttpSettings, base_url, serve
+    from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
     port = port if port is not None else config.http.port
@@ -399,7 +399,9 @@ async def run_command(
             except OSError as exc:  # caught here so it is not wrapped in an ExceptionGroup
                 bind_error = exc
             else:
-                url = base_url(bound_host, bound_port)
+                # The URL this host's clients use: a wildcard address would name a Host
+                # the daemon refuses (DNS-rebinding guard).
+                url = settings.public_url or base_url(loopback_for(bound_host), bound_port)
                 banner(out, kernel, url, settings, host=bound_host)
                 task_status.started(url)
         if bind_error is not None:

@@ -27,7 +27,7 @@ from ._ratelimit import Gcra
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._app import DaemonState, create_app, daemon_state, parse_kinds
-    from ._common import InvalidRequest, base_url, jsonrpc_error_code, status_for
+    from ._common import InvalidRequest, base_url, jsonrpc_error_code, loopback_for, status_for
     from ._plain import PlainRequest, PlainResponse
     from ._server import open_daemon, serve
     from ._settings import HttpSettings
@@ -45,6 +45,7 @@ _LAZY = {
     "serve": "._server",
     "open_daemon": "._server",
     "base_url": "._common",
+    "loopback_for": "._common",
     "HttpSettings": "._settings",
 }
 
@@ -57,6 +58,7 @@ __all__ = [
     "PlainRequest",
     "PlainResponse",
     "base_url",
+    "loopback_for",
     "bearer_token",
     "create_app",
     "daemon_file",
