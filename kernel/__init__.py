@@ -71,7 +71,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         hookimpl,
         hookspec,
     )
-    from ._jsonrpc import Correlator, Dispatcher, JsonRpcError
+    from ._jsonrpc import Correlator, JsonRpcError
     from ._kernel import Kernel, open_kernel, result_from_jsonrpc
     from ._loop import (
         Completion,
@@ -173,7 +173,7 @@ for _module, _names in (
         "ENTRY_POINT_GROUP McpServerDescriptor ProviderDescriptor RouteDescriptor "
         "ServiceDescriptor ToolVeto hookimpl hookspec",
     ),
-    ("_jsonrpc", "Correlator Dispatcher JsonRpcError"),
+    ("_jsonrpc", "Correlator JsonRpcError"),
     ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
@@ -267,7 +267,6 @@ __all__ = [
     "DeadlineTimer",
     # JSON-RPC (the full sans-I/O API is the ``jsonrpc`` namespace)
     "Correlator",
-    "Dispatcher",
     "JsonRpcError",
     "jsonrpc",
     # manifests, configuration, data paths, store

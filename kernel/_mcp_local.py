@@ -10,18 +10,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound, is_mapping
+from ._jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    RECURSION_LIMIT,
+)
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
     from ._agent import AgentReply, AgentRuntime
 
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# roost's application errors (JSON-RPC reserves -32000..-32099 for implementations).
-RECURSION_LIMIT = -32010
 
 
 def message_tool_schema(agent: str, description: str) -> dict[str, Any]:

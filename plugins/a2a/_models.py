@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import OutputPart, is_mapping
+from roost.kernel import OutputPart, is_mapping, jsonrpc
 from roost.kernel import json_type_name as _jtype
 from roost.kernel._ids import uuid7
 
@@ -27,11 +27,11 @@ V01 = "0.1"
 DIALECTS = (V1, V03, V01)
 
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
+PARSE_ERROR = jsonrpc.PARSE_ERROR
+INVALID_REQUEST = jsonrpc.INVALID_REQUEST
+METHOD_NOT_FOUND = jsonrpc.METHOD_NOT_FOUND
+INVALID_PARAMS = jsonrpc.INVALID_PARAMS
+INTERNAL_ERROR = jsonrpc.INTERNAL_ERROR
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
 PUSH_NOT_SUPPORTED = -32003
