@@ -12,6 +12,10 @@ Both eras on the same endpoints, told apart per request:
   session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
   (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
 
+A ``tools/call`` continues the deeper of the trace contexts its ``params._meta`` and its
+``traceparent`` / ``X-Roost-Trace-*`` headers carry (the headers as ``/api`` reads them),
+so the depth breaker trips here as it does there.
+
 Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
 The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
 routes instead of the daemon's ``http.max_body_bytes``: a bigger body, chunked or not, is
@@ -30,7 +34,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound
+from roost.kernel import AgentNotFound, InvalidTraceContext, TraceContext
 from roost.kernel import jsonrpc as rpc
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -322,6 +326,8 @@ class McpEndpoint:
             parsed = rpc.parse_message(message)
         except rpc.JsonRpcError as exc:
             raise _HttpError(400, exc.to_response()) from None
+        if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
+            _carry_header_trace(request.headers, parsed.id, message)
         params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         # Stateless when the body says so, or when a session-less request names a 2026 version.
@@ -525,6 +531,24 @@ class McpEndpoint:
         response.headers["X-Accel-Buffering"] = "no"
         response.timeout = None  # streams live as long as their request
         return response
+
+
+def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
+    """Put the trace context of the request's ``traceparent`` / ``X-Roost-Trace-*`` headers
+    into the ``tools/call``'s ``params._meta`` when it is deeper than the one there (the
+    server reads ``_meta``; a forged lower depth in either never wins). A malformed depth
+    header: 400 with -32602 naming it."""
+    try:
+        sent = TraceContext.from_headers(headers)
+    except InvalidTraceContext as exc:
+        raise _HttpError(400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})) from None
+    params = message.get("params") if isinstance(message, dict) else None
+    if sent is None or not isinstance(params, dict):
+        return
+    try:
+        sent.deepen_meta(params)
+    except InvalidTraceContext:
+        pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
 async def _run_into(server: McpServer, session: ServerSession, message: Any, stream: EventLog, scope: trio.CancelScope) -> None:
