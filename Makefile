@@ -2,43 +2,63 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# One stamp per extras set, named after pyproject.toml's checksum: `make run` installs the
+# runtime dependencies only, `make test` and `make lint` add their extras on top, and
+# switching between targets installs nothing again (a changed pyproject.toml redoes all).
+SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+RUNTIME := $(VENV)/.installed-runtime-$(SUM)
+TESTING := $(VENV)/.installed-test-$(SUM)
+LINTING := $(VENV)/.installed-lint-$(SUM)
+# setuptools notes every editable install of a layout like ours ("Editable installation.
+# Please be careful with folders ... named like your package"); it does not apply here.
+PIP    := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip --quiet --disable-pip-version-check
+EXTRAS := $(BIN)/python -c 'import sys, tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))'
 
-.PHONY: run demo test bench lint clean conformance
+.PHONY: run demo test bench lint clean conformance install
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "creating $(VENV)/ with $(PYTHON)…"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) install --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
-	rm -f $(VENV)/.installed-*
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
-	touch $@
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	@echo "installing roost and its runtime dependencies into $(VENV)/…"
+	@rm -f $(VENV)/.installed-*
+	@$(PIP) install -e .
+	@touch $@
 
-install: $(STAMP)
+# An extras set: its requirements from pyproject.toml, without rebuilding roost itself.
+$(TESTING) $(LINTING): $(VENV)/.installed-%-$(SUM): $(RUNTIME)
+	@echo "installing the $* extras into $(VENV)/…"
+	@$(EXTRAS) $* > $(VENV)/requirements-$*.txt
+	@$(PIP) install -r $(VENV)/requirements-$*.txt
+	@touch $@
 
-# Node 22 and the MCP conformance suite, from the npm registry, for the interop tests.
+install: $(TESTING) $(LINTING)
+
+# Node 22 and the MCP conformance suite, from the npm registry, for the interop tests
+# (at most 5 minutes where `timeout` exists: an unreachable registry must not stall `make test`).
 NODE_CACHE := .cache/node/node_modules/@modelcontextprotocol/conformance/package.json
 $(NODE_CACHE): tests/conformance/install.sh
-	@bash tests/conformance/install.sh >/dev/null || echo "warning: could not install the MCP conformance suite (npm needed); its tests will be skipped" >&2
+	@$$(command -v timeout >/dev/null && echo timeout 300) bash tests/conformance/install.sh >/dev/null || echo "warning: could not install the MCP conformance suite (npm needed); its tests will be skipped" >&2
 
-run: $(STAMP)
+run: $(RUNTIME)
 	$(BIN)/roost run
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/roost demo
 
-test: $(STAMP) $(NODE_CACHE)
+test: $(TESTING) $(NODE_CACHE)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-conformance: $(STAMP) $(NODE_CACHE)
+conformance: $(TESTING) $(NODE_CACHE)
 	bash tests/conformance/run_server.sh
 	bash tests/conformance/run_client.sh
 
-bench: $(STAMP)
+bench: $(TESTING)
 	$(BIN)/python -m bench
 
-lint: $(STAMP)
+lint: $(LINTING)
 	$(BIN)/ruff check kernel plugins tests bench
 	$(BIN)/roost validate agents/*/agent.json
 

@@ -228,6 +228,14 @@ class HttpConfig:
     max_body_bytes: int = _check(_Int(1024, 1 << 30), default=1_048_576)
     allowed_origins: tuple[str, ...] = _check(_StrList(), default=())
     rate_limit_loopback: bool = _check(_Bool(), default=False)
+    # Host names requests may use besides localhost and the bound address (DNS rebinding).
+    allowed_hosts: tuple[str, ...] = _check(_StrList(), default=())
+    # The URL clients reach the daemon at (links in agent cards); default: the bound address.
+    public_url: str | None = _check(_Str("an http:// or https:// URL"), default=None)
+    keep_alive_s: float = _check(_Float(), default=5.0)
+    head_timeout_s: float = _check(_Float(), default=10.0)
+    # Default (unset): derived from the open-file limit (ulimit -n).
+    max_connections: int | None = _check(_Int(1, 1_000_000), default=None)
 
 
 @attrs.frozen

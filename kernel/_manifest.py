@@ -171,6 +171,22 @@ class AgentLimits:
 
 
 @attrs.frozen
+class FileGrants:
+    """Roots beyond its workspace and temp dir that an agent may read, or read and write."""
+
+    read: tuple[Path, ...] = ()
+    write: tuple[Path, ...] = ()
+
+
+@attrs.frozen
+class NetworkGrants:
+    """TCP ports the agent's ``bash`` may connect to or bind (none by default)."""
+
+    connect: tuple[int, ...] = ()
+    bind: tuple[int, ...] = ()
+
+
+@attrs.frozen
 class AgentManifest:
     """A validated agent manifest.
 
@@ -193,6 +209,8 @@ class AgentManifest:
     sandbox: str = "sandbox"
     workspace: Path | None = None
     env_allowlist: tuple[str, ...] = ()
+    files: FileGrants = attrs.field(factory=FileGrants)
+    network: NetworkGrants = attrs.field(factory=NetworkGrants)
     taint_policy: str | None = None
     path: Path | None = None
     base_dir: Path | None = None
@@ -562,6 +580,11 @@ def _check(
     workspace = data.get("workspace")
     if workspace is not None:
         fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
+    if "files" in data:
+        fields["files"] = {
+            key: [(base_dir or Path.cwd()) / Path(p).expanduser() for p in paths]
+            for key, paths in data["files"].items()
+        }
     fields["path"] = path
     fields["base_dir"] = base_dir
     return _converter.structure(fields, AgentManifest), []

@@ -541,26 +541,26 @@ async def _root_card(service: A2AService, req: PlainRequest, stream_ok: bool) ->
     primary = service.primary_agent()
     if primary is None:
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
-    return _card_response(req, build_card(service, primary, req.host_url, root=True))
+    return _card_response(req, build_card(service, primary, req.base_url, root=True))
 
 
 async def _root_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
     primary = service.primary_agent()
     if primary is None:
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
-    return _card_response(req, legacy_card(service, primary, req.host_url))
+    return _card_response(req, legacy_card(service, primary, req.base_url))
 
 
 async def _agent_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
-    return _card_response(req, build_card(service, name, req.host_url))
+    return _card_response(req, build_card(service, name, req.base_url))
 
 
 async def _agent_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
-    return _card_response(req, legacy_card(service, name, req.host_url))
+    return _card_response(req, legacy_card(service, name, req.base_url))
 
 
 async def _list_agents(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
-    cards = [build_card(service, n, req.host_url) for n in service.a2a_agents()]
+    cards = [build_card(service, n, req.base_url) for n in service.a2a_agents()]
     return _card_response(req, {"agents": cards, "total": len(cards)})
 
 
@@ -597,7 +597,7 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name
         if streaming:
             events = await service.open_stream(op, name, trace)
             return SseAnswer(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-        result = await service.execute(op, name, trace, req.host_url if op.op == "card" else "")
+        result = await service.execute(op, name, trace, req.base_url if op.op == "card" else "")
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect))
     return _json(p.result_json(op.dialect, op.id, result))
@@ -624,7 +624,7 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
                 return None
             events = await service.open_stream(op, name, header_trace(req.headers))
             return SseAnswer(_events_v03(events) if legacy_prefix else events)
-        result = await service.execute(op, name, header_trace(req.headers), req.host_url if op.op == "card" else "")
+        result = await service.execute(op, name, header_trace(req.headers), req.base_url if op.op == "card" else "")
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:

@@ -1,13 +1,15 @@
 """``roost chat AGENT``: an interactive terminal chat with streamed output.
 
-Runs the agent in an in-process kernel (sharing the data directory, so the session is
-stored like any other) and prints the reply as the model produces it, from the kernel's
-``AGENT:TOKEN`` events. Empty line or ``/quit`` (or end of input) leaves; ``/new`` starts a
-new session.
+Through the running daemon when there is one (as ``roost send``): each message is posted
+to ``/api/agents/{name}/message`` while the reply streams in as ``AGENT:TOKEN`` events on
+``/api/events``. Otherwise in an in-process kernel sharing the data directory, once its
+MCP servers are up. Empty line or ``/quit`` (or end of input) leaves; ``/new`` starts a new
+session.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -16,10 +18,12 @@ from typing import Any, TextIO
 
 import trio
 
-from ._commands import CliError, KernelOpener, _opener, say
+from ._commands import CliError, KernelOpener, _daemon, _opener, say, wait_for_mcp_servers
 
 LineReader = Callable[[], Awaitable[str | None]]
 PROMPT = "you › "
+# After the daemon's HTTP reply, how long its event stream may lag behind with the last tokens.
+STREAM_GRACE_S = 2.0
 
 
 async def chat_command(
@@ -35,47 +39,117 @@ async def chat_command(
     """Chat with ``agent`` until end of input; returns an exit code."""
     from roost.kernel import AgentNotFound, EventKind
 
+    info, client = await _daemon(config)
+    if client is not None:
+        agents = {a.get("name"): a for a in await client.agents()}
+        if agent not in agents:
+            raise AgentNotFound(agent, list(agents))
+        if agents[agent].get("status") == "unavailable":
+            raise CliError(f"agent {agent} is unavailable: {agents[agent].get('error')}")
+        say(err, f"chatting with {agent} via the daemon at {info.url}")  # type: ignore[union-attr]
+        async with client.events([EventKind.AGENT_TOKEN, EventKind.AGENT_REPLY]) as ws:
+            turn = _daemon_turn(client, ws, agent)
+            return await _converse(agent, session_id, turn, out, err, read_line)
+
     say(err, "booting kernel…")
     async with _opener(open_kernel)(config) as kernel:
         if agent not in kernel.agents:
             raise AgentNotFound(agent, list(kernel.agents))
         if agent in kernel.agent_errors:
             raise CliError(f"agent {agent} is unavailable: {kernel.agent_errors[agent]}")
-        session = session_id or uuid.uuid4().hex
-        say(err, f"chatting with {agent} (session {session}); /new for a new session, /quit to leave")
-        async with _stdin_lines() if read_line is None else _given(read_line) as next_line:
-            while True:
-                out.write(PROMPT)
-                out.flush()
-                line = await next_line()
-                if line is None or line.strip() in ("", "/quit", "/exit"):
-                    out.write("\n")
-                    return 0
-                if line.strip() == "/new":
-                    session = uuid.uuid4().hex
-                    say(err, f"new session {session}")
-                    continue
-                out.write(f"{agent} › ")
-                out.flush()
-                printed: list[str] = []
-                async with kernel.tap.subscribe(kinds=(EventKind.AGENT_TOKEN,)) as tokens:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(_print_tokens, tokens, session, out, printed)
-                        reply = await kernel.send(agent, line.strip(), session_id=session, stream=True)
-                        nursery.cancel_scope.cancel()
-                    # Tokens are published before the reply: the rest are in the buffer now.
-                    while True:
-                        try:
-                            _print_token(tokens.receive_nowait(), session, out, printed)
-                        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                            break
-                if "".join(printed).strip() != reply.text.strip():
-                    # the provider did not stream, or a slow terminal lost tokens: show it whole
-                    out.write(("\n" if printed else "") + reply.text)
+        await wait_for_mcp_servers(kernel, err)
+
+        async def turn(text: str, session: str, printed: list[str], out: TextIO) -> tuple[str, bool, str]:
+            async with kernel.tap.subscribe(kinds=(EventKind.AGENT_TOKEN,)) as tokens:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_print_tokens, tokens, session, out, printed)
+                    reply = await kernel.send(agent, text, session_id=session, stream=True)
+                    nursery.cancel_scope.cancel()
+                # Tokens are published before the reply: the rest are in the buffer now.
+                while True:
+                    try:
+                        _print_token(tokens.receive_nowait(), session, out, printed)
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+            return reply.text, reply.is_error, str(reply.stop_reason)
+
+        return await _converse(agent, session_id, turn, out, err, read_line)
+
+
+Turn = Callable[[str, str, list[str], TextIO], Awaitable[tuple[str, bool, str]]]
+
+
+async def _converse(
+    agent: str, session_id: str | None, turn: Turn, out: TextIO, err: TextIO, read_line: LineReader | None
+) -> int:
+    """The prompt loop: read a line, run ``turn`` (which prints tokens as they come)."""
+    session = session_id or uuid.uuid4().hex
+    say(err, f"chatting with {agent} (session {session}); /new for a new session, /quit to leave")
+    async with _stdin_lines() if read_line is None else _given(read_line) as next_line:
+        while True:
+            out.write(PROMPT)
+            out.flush()
+            line = await next_line()
+            if line is None or line.strip() in ("", "/quit", "/exit"):
                 out.write("\n")
-                out.flush()
-                if reply.is_error:
-                    say(err, f"(the agent reported an error: {reply.stop_reason})")
+                return 0
+            if line.strip() == "/new":
+                session = uuid.uuid4().hex
+                say(err, f"new session {session}")
+                continue
+            out.write(f"{agent} › ")
+            out.flush()
+            printed: list[str] = []
+            text, is_error, reason = await turn(line.strip(), session, printed, out)
+            if "".join(printed).strip() != text.strip():
+                # the provider did not stream, or a slow terminal lost tokens: show it whole
+                out.write(("\n" if printed else "") + text)
+            out.write("\n")
+            out.flush()
+            if is_error:
+                say(err, f"(the agent reported an error: {reason})")
+
+
+def _daemon_turn(client: Any, ws: Any, agent: str) -> Turn:
+    """One turn through the daemon: post the message, print its tokens from the event stream."""
+
+    async def turn(text: str, session: str, printed: list[str], out: TextIO) -> tuple[str, bool, str]:
+        replied = trio.Event()
+
+        async def follow() -> None:
+            from trio_websocket import ConnectionClosed
+
+            while True:
+                try:
+                    event = json.loads(await ws.get_message())
+                except ValueError:
+                    continue
+                except ConnectionClosed:  # the reply still comes over HTTP, and is shown whole
+                    return
+                payload = event.get("payload") if isinstance(event, dict) else None
+                if not isinstance(payload, dict) or event.get("source") != agent:
+                    continue
+                if payload.get("session_id") != session:
+                    continue
+                if event.get("kind") == "AGENT:TOKEN":
+                    printed.append(str(payload.get("text", "")))
+                    out.write(printed[-1])
+                    out.flush()
+                elif event.get("kind") == "AGENT:REPLY":
+                    replied.set()
+                    return
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            reply = await client.send(agent, text, session_id=session)
+            # The run's events left the daemon before its HTTP reply; let the stream catch up.
+            with trio.move_on_after(STREAM_GRACE_S):
+                await replied.wait()
+            nursery.cancel_scope.cancel()
+        is_error = bool(reply.get("is_error"))
+        return str(reply.get("reply", "")), is_error, "error" if is_error else "end_turn"
+
+    return turn
 
 
 async def _print_tokens(tokens: Any, session: str, out: TextIO, printed: list[str]) -> None:

@@ -141,16 +141,16 @@ class DaemonClient:
             raise DaemonUnreachable(f"cannot open the event stream at {url}: {exc}") from None
 
 
-def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
-    """One human-readable line for an event dict (as the daemon streams it)."""
+def _clock(ts: Any) -> str:
     import time
 
-    ts = event.get("ts")
-    clock = (
-        time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-        if isinstance(ts, (int, float))
-        else "--:--:--.---"
-    )
+    if not isinstance(ts, (int, float)):
+        return "--:--:--.---"
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+
+
+def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
+    """One human-readable line for an event dict (as the daemon streams it)."""
     route = str(event.get("source") or "?")
     if event.get("target"):
         route += f" → {event['target']}"
@@ -160,4 +160,66 @@ def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
     )
     if len(detail) > width:
         detail = detail[: width - 1] + "…"
-    return f"{clock}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()
+    return f"{_clock(event.get('ts'))}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()
+
+
+TOKEN_KIND = "AGENT:TOKEN"
+
+
+class TokenRuns:
+    """Coalesces streamed ``AGENT:TOKEN`` events into one line per run (sans-I/O).
+
+    A run is one agent's answer: its tokens share the source and the trace span. Its line
+    is printed when another event of that agent or span arrives (its tool call, its
+    reply), when more than ``max_runs`` runs are open at once (the oldest goes first), or
+    at ``flush()``. Each run keeps at most ``width`` characters of its text (what the line
+    shows) and counts the rest.
+    """
+
+    def __init__(self, *, width: int = 160, max_runs: int = 64) -> None:
+        self.width = width
+        self.max_runs = max_runs
+        self._runs: dict[tuple[str, str], dict[str, Any]] = {}
+
+    @staticmethod
+    def _span(event: Mapping[str, Any]) -> str:
+        trace = event.get("trace")
+        span = trace.get("span_id") if isinstance(trace, Mapping) else None
+        if span:
+            return str(span)
+        payload = event.get("payload")
+        return str(payload.get("session_id") if isinstance(payload, Mapping) else "")
+
+    def feed(self, event: Mapping[str, Any]) -> list[str]:
+        """The lines to print now for ``event`` (none while a run's tokens accumulate)."""
+        source, span = str(event.get("source") or "?"), self._span(event)
+        if event.get("kind") != TOKEN_KIND:
+            done = [k for k in self._runs if k[0] == source or (span and k[1] == span)]
+            return [self._line(self._runs.pop(k)) for k in done] + [event_line(event, width=self.width)]
+        payload = event.get("payload")
+        text = str(payload.get("text", "")) if isinstance(payload, Mapping) else ""
+        lines = []
+        key = (source, span)
+        run = self._runs.get(key)
+        if run is None:
+            if len(self._runs) >= self.max_runs:
+                lines.append(self._line(self._runs.pop(next(iter(self._runs)))))
+            run = self._runs[key] = {"ts": event.get("ts"), "source": source, "count": 0, "chars": 0, "text": ""}
+        run["count"] += 1
+        run["chars"] += len(text)
+        if len(run["text"]) <= self.width:
+            run["text"] = (run["text"] + text)[: self.width + 1]
+        return lines
+
+    def flush(self) -> list[str]:
+        """The lines of every run still open (at the end of the watch)."""
+        lines = [self._line(run) for run in self._runs.values()]
+        self._runs.clear()
+        return lines
+
+    def _line(self, run: Mapping[str, Any]) -> str:
+        text = json.dumps(run["text"], ensure_ascii=False)
+        if len(text) > self.width:
+            text = text[: self.width - 1] + f"… ({run['chars']} chars)"
+        kind = f"{TOKEN_KIND} ×{run['count']}"
+        return f"{_clock(run['ts'])}  {kind:<18} {run['source']}  {text}"

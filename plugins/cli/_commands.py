@@ -19,7 +19,7 @@ import trio
 from roost.kernel import RoostError
 from roost.plugins.http import DaemonInfo, find_daemon, resolve_api_key
 
-from ._client import DaemonClient, event_line
+from ._client import DaemonClient, TokenRuns
 
 KernelOpener = Callable[[Any], Any]
 
@@ -52,6 +52,66 @@ async def _daemon(config: Any) -> tuple[DaemonInfo | None, DaemonClient | None]:
     if info is None:
         return None, None
     return info, DaemonClient(info, api_key_for(config))
+
+
+# ---- MCP servers of an in-process kernel ------------------------------------------
+
+MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
+
+
+def _mcp_manager(kernel: Any) -> Any:
+    """The MCP client manager running in ``kernel``, or None (plugin disabled, fake kernel)."""
+    try:
+        from roost.plugins.mcp._client_plugin import manager_for
+
+        return manager_for(kernel)
+    except (ImportError, TypeError):
+        return None
+
+
+def _outcome(entry: Mapping[str, Any]) -> str | None:
+    """``connected``, ``failed`` (an attempt failed; it retries in the background) or None."""
+    if entry.get("status") == "connected":
+        return "connected"
+    if entry.get("error") or entry.get("status") in ("failed", "stopped"):
+        return "failed"
+    return None
+
+
+async def wait_for_mcp_servers(kernel: Any, err: TextIO) -> None:
+    """Wait until each configured MCP server is connected or has failed, each at most its
+    ``timeout_secs``, saying so on ``err``: a one-shot command that lists or runs tools
+    right after boot would otherwise miss every ``mcp_*`` tool."""
+    manager = _mcp_manager(kernel)
+    if manager is None or not manager.states:
+        return
+    async with kernel.tap.subscribe(kinds=(MCP_SERVER_EVENT,), buffer=16) as changes:
+        deadlines: dict[str, float] = {}
+        for entry in manager.status()["configured"]:
+            if _outcome(entry) is None:
+                limit = float(entry.get("timeout_secs") or 30.0)
+                deadlines[entry["name"]] = trio.current_time() + limit
+                say(err, f"waiting for MCP server {entry['name']!r} (up to {limit:g} s)…")
+        while deadlines:
+            with trio.move_on_at(min(deadlines.values())):
+                await changes.receive()  # any change of any server: look again
+            status = manager.status()
+            configured = {e["name"]: e for e in status["configured"]}
+            tools = {c["name"]: c.get("tools_count", 0) for c in status["connected"]}
+            for name in list(deadlines):
+                entry = configured.get(name, {})
+                outcome = _outcome(entry)
+                if outcome == "connected":
+                    say(err, f"MCP server {name!r} connected ({tools.get(name, 0)} tools)")
+                elif outcome == "failed":
+                    reason = str(entry.get("error") or entry.get("status")).removeprefix(f"MCP server {name!r}: ")
+                    say(err, f"MCP server {name!r} failed: {reason}; going on without its tools")
+                elif trio.current_time() >= deadlines[name]:
+                    say(err, f"MCP server {name!r} did not connect within {entry.get('timeout_secs', 0):g} s "
+                             "(its timeout_secs); going on without its tools")
+                else:
+                    continue
+                del deadlines[name]
 
 
 # ---- formatting ------------------------------------------------------------------
@@ -110,6 +170,7 @@ async def agents_command(
     else:
         say(err, "booting kernel…")
         async with _opener(open_kernel)(config) as kernel:
+            await wait_for_mcp_servers(kernel, err)
             agents = kernel.agent_info()
             say(err, f"loaded {len(agents)} agents")
     if as_json:
@@ -158,6 +219,7 @@ async def tools_command(
     else:
         say(err, "booting kernel…")
         async with _opener(open_kernel)(config) as kernel:
+            await wait_for_mcp_servers(kernel, err)
             tools = [tool_dict(s) for s in kernel.list_tools(agent)]
     if as_json:
         say(out, json.dumps(tools, indent=2, ensure_ascii=False, default=str))
@@ -201,6 +263,7 @@ async def send_command(
                 from roost.kernel import AgentNotFound
 
                 raise AgentNotFound(agent, list(kernel.agents))
+            await wait_for_mcp_servers(kernel, err)
             say(err, f"loaded {len(kernel.agents)} agents; sending to {agent}…")
             answer = await kernel.send(agent, message, session_id=session_id, timeout=timeout)
             reply = {
@@ -242,6 +305,7 @@ async def watch_command(
     from trio_websocket import ConnectionClosed
 
     seen = 0
+    runs = None if as_json else TokenRuns()  # one line per run's streamed tokens
     async with client.events(kinds) as ws:
         say(
             err,
@@ -263,9 +327,11 @@ async def watch_command(
                         event = json.loads(text)
                     except ValueError:
                         continue
-                    say(
-                        out, json.dumps(event, ensure_ascii=False) if as_json else event_line(event)
-                    )
+                    if runs is None:
+                        say(out, json.dumps(event, ensure_ascii=False))
+                    elif isinstance(event, dict):
+                        for line in runs.feed(event):
+                            say(out, line)
                     seen += 1
             except ConnectionClosed as closed:
                 reason = closed.reason
@@ -274,6 +340,8 @@ async def watch_command(
                     f"the daemon closed the stream ({reason.code}{': ' + reason.reason if reason.reason else ''})",
                 )
             nursery.cancel_scope.cancel()
+    for line in runs.flush() if runs is not None else ():
+        say(out, line)
     return 0
 
 
@@ -307,7 +375,7 @@ async def run_command(
 
     Reports the base URL through ``task_status`` once serving.
     """
-    from roost.plugins.http import HttpSettings, base_url, serve
+    from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
     port = port if port is not None else config.http.port
@@ -331,7 +399,9 @@ async def run_command(
             except OSError as exc:  # caught here so it is not wrapped in an ExceptionGroup
                 bind_error = exc
             else:
-                url = base_url(bound_host, bound_port)
+                # The URL this host's clients use: a wildcard address would name a Host
+                # the daemon refuses (DNS-rebinding guard).
+                url = settings.public_url or base_url(loopback_for(bound_host), bound_port)
                 banner(out, kernel, url, settings, host=bound_host)
                 task_status.started(url)
         if bind_error is not None:
@@ -373,7 +443,36 @@ def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> N
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
+    say(out, f"  MCP clients (IDE config): {json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}")
+    if settings.api_key:
+        say(out, f"    (add your key to its \"env\" as {getattr(kernel.config.http, 'api_key_env', None) or 'ROOST_API_KEY'})")
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
+
+
+def roost_executable() -> str:
+    """The absolute path of this ``roost`` command, for configs that start it (an IDE's
+    MCP server entry runs without the shell's PATH or an activated venv)."""
+    import shutil
+    import sys
+
+    argv0 = Path(sys.argv[0])
+    if argv0.stem == "roost" and argv0.is_file():
+        return str(argv0.absolute())
+    beside = Path(sys.executable).parent / "roost"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("roost")
+    return str(Path(found).absolute()) if found else "roost"
+
+
+def ide_config(home: Any) -> dict[str, Any]:
+    """The MCP server entry that runs ``roost mcp`` against this daemon's data directory."""
+    from roost.kernel import resolve_data_dir
+
+    entry: dict[str, Any] = {"command": roost_executable(), "args": ["mcp"]}
+    if Path(home).expanduser().absolute() != resolve_data_dir({}).absolute():
+        entry["env"] = {"ROOST_HOME": str(home)}  # else roost mcp would look in the default home
+    return entry
 
 
 def _sandbox_line() -> str | None:

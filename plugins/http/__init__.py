@@ -27,9 +27,9 @@ from ._ratelimit import Gcra
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._app import DaemonState, create_app, daemon_state, parse_kinds
-    from ._common import InvalidRequest, jsonrpc_error_code, status_for
+    from ._common import InvalidRequest, base_url, jsonrpc_error_code, loopback_for, status_for
     from ._plain import PlainRequest, PlainResponse
-    from ._server import base_url, open_daemon, serve
+    from ._server import open_daemon, serve
     from ._settings import HttpSettings
 
 _LAZY = {
@@ -44,7 +44,8 @@ _LAZY = {
     "PlainResponse": "._plain",
     "serve": "._server",
     "open_daemon": "._server",
-    "base_url": "._server",
+    "base_url": "._common",
+    "loopback_for": "._common",
     "HttpSettings": "._settings",
 }
 
@@ -57,6 +58,7 @@ __all__ = [
     "PlainRequest",
     "PlainResponse",
     "base_url",
+    "loopback_for",
     "bearer_token",
     "create_app",
     "daemon_file",

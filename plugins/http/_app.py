@@ -80,6 +80,8 @@ class DaemonState:
     # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
     error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     gate: Gate = attrs.field(default=None)
+    # The base URL links are built from, set once bound (see _common.daemon_public_url).
+    public_url: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.gate is None:
@@ -255,11 +257,13 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             and rule is not None
             and bool(getattr(rule, "provide_automatic_options", False))
         )
+        server = req.server
         refusal, _ = state.gate.check(
             req.endpoint,
             req.headers,
             req.remote_addr,
             None if is_websocket else req.content_length,
+            local_addr=str(server[0]) if server else None,
             is_websocket=is_websocket,
             is_preflight=is_preflight,
             query_token=lambda: req.args.get("token"),

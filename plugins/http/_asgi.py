@@ -4,8 +4,9 @@ Hypercorn hands request-body chunks to the app through a small bounded queue. If
 app answers without reading the whole body (a 413, a 401 to a big POST, a 404), the
 connection's reader blocks on that full queue forever, and the connection and its task
 leak. This wrapper (1) marks such responses ``Connection: close`` so the server ends the
-connection instead of waiting for the rest of the body, and (2) after the app returns,
-reads and discards what is still queued until the server reports the end.
+connection instead of waiting for the rest of the body, (2) after the app returns,
+reads and discards what is still queued until the server reports the end, and (3) sends
+the last message of a response shielded from the app's cancellation (see ``closing_send``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import trio
 
 DRAIN_DEADLINE_S = 30.0
 WEBSOCKET_DRAIN_IDLE_S = 0.1
+FINAL_SEND_DEADLINE_S = 30.0
 
 
 def _has_body(scope: dict[str, Any]) -> bool:
@@ -54,10 +56,22 @@ class DrainingApp:
             return message
 
         async def closing_send(message: Any) -> None:
-            if message.get("type") == "http.response.start" and body_pending:
+            kind_ = message.get("type")
+            if kind_ == "http.response.start" and body_pending:
                 headers = list(message.get("headers") or ())
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
+            elif kind_ == "http.response.body" and not message.get("more_body", False):
+                # Within this send hypercorn ends the request and then either arms the
+                # connection's keep-alive idle timer or, for "Connection: close", closes the
+                # connection. quart-trio cancels the request's tasks as soon as the server
+                # reports the request done, which lands in the middle of that send: the
+                # timer was never armed and the close never happened, so the connection
+                # stayed open for good. Shielded (with a deadline), the send completes.
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
+                    await send(message)
+                return
             await send(message)
 
         try:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
+import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:
@@ -88,3 +93,64 @@ def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
     if host in LOOPBACK_HOSTS:
         return True
     return any(normalise_origin(a) == normal for a in allowed)
+
+
+def split_host(value: str) -> tuple[str, str] | None:
+    """``(name, port)`` of a ``Host`` header value such as ``Example.com:8470`` or
+    ``[::1]``: the name lowercase, without brackets or a trailing dot; the port ``""`` when
+    absent. None when malformed (user info, a path, a bare IPv6 address, a non-ASCII name)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        name, rest = value[1:end], value[end + 1 :]
+        if end < 0 or (rest and not (rest[:1] == ":" and _PORT.fullmatch(rest[1:]))):
+            return None
+        try:
+            name = str(ipaddress.IPv6Address(name))
+        except ValueError:
+            return None
+        return name, rest[1:]
+    name, sep, port = value.rpartition(":")
+    if not sep:
+        name, port = value, ""
+    elif not _PORT.fullmatch(port):
+        return None
+    name = name[:-1] if name.endswith(".") else name
+    return (name, port) if _HOST_NAME.fullmatch(name) else None
+
+
+def host_name(value: str) -> str | None:
+    """The name part of a ``Host`` header value (see ``split_host``); None when malformed."""
+    parsed = split_host(value)
+    return None if parsed is None else parsed[0]
+
+
+def _same_address(name: str, address: str) -> bool:
+    try:
+        a = ipaddress.ip_address(name)
+        b = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    a = getattr(a, "ipv4_mapped", None) or a
+    b = getattr(b, "ipv4_mapped", None) or b
+    return a == b
+
+
+@functools.lru_cache(maxsize=512)
+def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[str]) -> bool:
+    """Whether a request naming ``host`` (its ``Host`` header) may be served: the guard
+    against DNS rebinding, where a browser page on an attacker's name that now resolves to
+    this host reads the API in the page's own origin (no ``Origin`` header on a GET).
+
+    Allowed: no header (not a browser: browsers always send one), a name in ``trusted``
+    (the loopback names, ``http.allowed_hosts``, ``http.public_url``'s host; ``"*"`` allows
+    all) with any port, and the IP address the connection reached (``local_addr``): an IP
+    literal involves no DNS, so it cannot be rebound. Any other name is refused."""
+    if host is None:
+        return True
+    if "*" in trusted:
+        return True
+    name = host_name(host)
+    if name is None:
+        return False
+    return name in trusted or (local_addr is not None and _same_address(name, local_addr))

@@ -33,7 +33,7 @@ from roost.kernel import (
     ToolTimeout,
 )
 
-from ._auth import bearer_token, origin_allowed, token_fingerprint, tokens_match
+from ._auth import bearer_token, host_allowed, origin_allowed, token_fingerprint, tokens_match
 from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
@@ -160,8 +160,84 @@ def too_large(settings: HttpSettings, limit: int, path: str) -> Refusal:
     )
 
 
+def host_refused(host: str) -> Refusal:
+    """421 for a request naming a host this daemon does not serve (DNS-rebinding guard)."""
+    shown = host[:100]
+    return Refusal(
+        421,
+        {
+            "code": "host_not_allowed",
+            "message": f"this daemon does not serve requests for host {shown!r} (a guard against "
+            "DNS rebinding); call it as localhost or 127.0.0.1, or add the name to "
+            "http.allowed_hosts (or set http.public_url) in roost.toml",
+        },
+    )
+
+
+def overloaded_response() -> bytes:
+    """The fixed answer to a connection over ``http.max_connections`` (then closed)."""
+    return _OVERLOADED
+
+
 def internal_error() -> Refusal:
     return Refusal(500, {"code": "internal_error", "message": "internal error; the daemon log has the details"})
+
+
+_OVERLOADED_BODY = error_body(
+    {
+        "code": "too_many_connections",
+        "message": "the daemon is at its connection limit (http.max_connections in roost.toml); "
+        "retry in a moment, and reuse connections",
+    }
+)
+_OVERLOADED = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncache-control: no-store\r\n"
+    b"x-content-type-options: nosniff\r\ncontent-length: %d\r\n\r\n" % len(_OVERLOADED_BODY)
+) + _OVERLOADED_BODY
+
+
+# ---- public URLs ---------------------------------------------------------------------------
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port`` (IPv6 hosts bracketed)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}"
+
+
+def is_wildcard(host: str) -> bool:
+    """True for an address that binds every interface (``0.0.0.0``, ``::``)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def loopback_for(host: str) -> str:
+    """``host``, or the loopback address of its family when it is a wildcard address."""
+    if not is_wildcard(host):
+        return host
+    return "::1" if ":" in host else "127.0.0.1"
+
+
+def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
+    """The base URL links name: ``http.public_url``, else the bound address; None when
+    bound to every interface without one (each connection then uses the address it reached)."""
+    if public_url:
+        return public_url
+    return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
+
+
+def connection_base_url(public_url: str | None, local: Any) -> str:
+    """The base URL for a request: the daemon's ``public_url`` (see ``daemon_public_url``),
+    else the address the connection reached (``local``, its ``getsockname()``). Never the
+    request's ``Host`` header, which the client chooses."""
+    if public_url:
+        return public_url
+    if local and len(local) >= 2:
+        return base_url(str(local[0]), int(local[1]))
+    return "http://127.0.0.1"
 
 
 # ---- error shapes per route --------------------------------------------------------------
@@ -260,7 +336,7 @@ def refusal_for(exc: RoostError, path: str) -> Refusal:
 
 @attrs.frozen
 class Gate:
-    """The checks in front of every route: Origin, bearer auth, rate limit, declared size.
+    """The checks in front of every route: Host, Origin, bearer auth, rate limit, declared size.
 
     ``public``/``unlimited``/``capped`` are the endpoints without auth, without rate limit,
     and with their own body cap (they render their own 413 when the body is read)."""
@@ -271,6 +347,11 @@ class Gate:
     public: set[str]
     unlimited: set[str]
     capped: Mapping[str, int]
+    trusted_hosts: frozenset[str] = attrs.field(init=False)
+
+    @trusted_hosts.default
+    def _trusted_hosts(self) -> frozenset[str]:
+        return self.settings.trusted_hosts
 
     def check(
         self,
@@ -279,12 +360,17 @@ class Gate:
         remote_addr: str | None,
         content_length: int | None,
         *,
+        local_addr: str | None = None,
         is_websocket: bool = False,
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
     ) -> tuple[Refusal | None, Hashable | None]:
-        """``(refusal or None, the rate-limit key charged or None)``."""
+        """``(refusal or None, the rate-limit key charged or None)``; ``local_addr`` is the
+        address the connection reached (its ``getsockname()`` host)."""
         settings = self.settings
+        host = headers.get("Host")
+        if not host_allowed(host, local_addr, self.trusted_hosts):
+            return host_refused(host), None
         origin = headers.get("Origin")
         if origin is not None and not origin_allowed(origin, settings.allowed_origins):
             return (

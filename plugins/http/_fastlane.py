@@ -9,19 +9,26 @@ per-connection server with the bytes read so far replayed first; from then on th
 connection belongs to hypercorn (and Quart). So is a connection that opens with the HTTP/2
 prior-knowledge preface.
 
-Every wait has a deadline: the first request head within ``HEAD_TIMEOUT_S``, a keep-alive
-connection idles at most ``keep_alive_s``, a body arrives within ``BODY_TIMEOUT_S`` and a
-response that has to wait for room in the socket is written within ``SEND_TIMEOUT_S`` (or
-the read deadline still running, for an early refusal). A connection has one cancel scope whose
+Every wait has a deadline: the first request head within ``http.head_timeout_s`` of the
+accept, a keep-alive connection idles at most ``http.keep_alive_s`` and a later head then
+completes within ``head_timeout_s`` of its first byte, a body arrives within
+``BODY_TIMEOUT_S`` and a response that has to wait for room in the socket is written within
+``SEND_TIMEOUT_S`` (or the read deadline still running, for an early refusal).
+
+The lane also admits connections (``admit``): at ``http.max_connections`` open ones, the
+one idle the longest (no request under way) is closed to make room, and if none is idle
+the newcomer gets a fixed 503 and is closed. A connection has one cancel scope whose
 deadline is that of the wait under way (none while a handler runs or after a hand-off):
 moving a deadline costs a fraction of entering a new scope per receive and send.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,7 +40,9 @@ from ._common import (
     Refusal,
     canonical_path,
     common_headers,
+    connection_base_url,
     internal_error,
+    overloaded_response,
     refusal_for,
     render_refusal,
     too_large,
@@ -53,10 +62,13 @@ log = logging.getLogger("roost.http")
 access_log = logging.getLogger("roost.http.access")
 
 MAX_RECV = 65536
-HEAD_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
 SEND_TIMEOUT_S = 30.0
 FAST_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+# accept() failing for want of descriptors or memory: wait for room, never spin or crash
+CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+OUT_OF_FDS_WAIT_S = 0.5
+WARN_EVERY_S = 10.0
 
 
 class ReplayStream:
@@ -102,17 +114,22 @@ class FastLane:
         state: Any,
         route: Callable[[str, str], tuple[str, dict[str, Any]] | None],
         hand_off: Callable[[Any], Any],
-        *,
-        keep_alive_s: float = 5.0,
     ) -> None:
         self.state = state
         self.route = route
         self.hand_off = hand_off
-        self.keep_alive_s = keep_alive_s
+        settings = state.settings
+        self.keep_alive_s = settings.keep_alive_s
+        self.head_timeout_s = settings.head_timeout_s
+        self.max_connections = settings.max_connections
         self.closing = False
-        self._idle: set[trio.CancelScope] = set()
+        self.open = 0  # connections admitted and not yet closed
+        # Scopes of connections idle now (no request under way), the longest idle first.
+        self._idle: dict[trio.CancelScope, None] = {}
+        self._room = trio.Event()  # set when a connection closes
+        self._warned: dict[str, float] = {}
         # common_headers of a request without Origin, for a response with no headers of its own
-        self._plain_headers = [(name, value) for name, value, _ in common_headers(state.settings, None)]
+        self._plain_headers = [(name, value) for name, value, _ in common_headers(settings, None)]
 
     def close(self) -> None:
         """Graceful shutdown: idle connections (between requests, or not yet sent anything)
@@ -121,12 +138,87 @@ class FastLane:
         for scope in list(self._idle):
             scope.cancel()
 
+    # ---- admission ---------------------------------------------------------------------
+
+    async def serve_listener(self, listener: Any, nursery: trio.Nursery) -> None:
+        """Accept connections from ``listener`` until cancelled; each is served in ``nursery``.
+
+        Unlike ``trio.serve_listeners``, running out of descriptors (EMFILE and the like)
+        logs one line every ``WARN_EVERY_S`` and waits for a connection to close (at most
+        ``OUT_OF_FDS_WAIT_S``), closing the longest-idle one to free a descriptor."""
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    if exc.errno not in CAPACITY_ERRNOS:
+                        raise
+                    self._warn(
+                        "fds",
+                        "cannot accept connections: %s (open: %d; http.max_connections: %d); "
+                        "waiting for one to close. Lower http.max_connections or raise the "
+                        "open-file limit (ulimit -n)",
+                        os.strerror(exc.errno or 0),
+                        self.open,
+                        self.max_connections,
+                    )
+                    self._evict_idle()
+                    with trio.move_on_after(OUT_OF_FDS_WAIT_S):
+                        await self._room.wait()
+                    continue
+                self.admit(stream, nursery)
+
+    def admit(self, stream: Any, nursery: trio.Nursery) -> None:
+        """Serve ``stream`` in ``nursery``, or refuse it with a 503 when the daemon is at
+        ``http.max_connections`` and no connection is idle to make room."""
+        if self.open >= self.max_connections and not self._evict_idle():
+            self._warn(
+                "limit",
+                "connection limit reached (%d open, http.max_connections); new connections get 503",
+                self.open,
+            )
+            _refuse_now(stream)
+            return
+        self.open += 1
+        nursery.start_soon(self._serve, stream)
+
+    async def _serve(self, stream: Any) -> None:
+        try:
+            await self.handle(stream)
+        finally:
+            self.open -= 1
+            self._room.set()
+            self._room = trio.Event()
+
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest; False when none is idle."""
+        if not self._idle:
+            return False
+        scope = next(iter(self._idle))
+        del self._idle[scope]
+        scope.cancel()
+        return True
+
+    def _warn(self, key: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(key, -math.inf) >= WARN_EVERY_S:
+            self._warned[key] = now
+            log.warning(message, *args)
+
+    # ---- one connection ----------------------------------------------------------------
+
     async def handle(self, stream: Any) -> None:
         """Serve one accepted connection until it closes or is handed off."""
         try:
             remote_addr = str(stream.socket.getpeername()[0])
         except (AttributeError, OSError, IndexError, TypeError):
             remote_addr = None
+        try:
+            local = stream.socket.getsockname()
+            local_addr = str(local[0])
+        except (AttributeError, OSError, IndexError, TypeError):
+            local, local_addr = None, None
+        conn = (remote_addr, local_addr, connection_base_url(self.state.public_url, local))
         parser = RequestParser()
         try:
             # Cancelled at a deadline (or by close() while idle): the connection just closes.
@@ -150,7 +242,7 @@ class FastLane:
                         io.deadline = math.inf  # hypercorn keeps its own deadlines
                         await self.hand_off(ReplayStream(stream, parser.buffered))
                         return
-                    if not await self._serve_one(stream, io, parser, head, found[0], found[1], handler, remote_addr):
+                    if not await self._serve_one(stream, io, parser, head, found[0], found[1], handler, conn):
                         return
         except _Closed:
             return
@@ -170,12 +262,14 @@ class FastLane:
         endpoint: str,
         path_args: dict[str, Any],
         handler: Callable[..., Any],
-        remote_addr: str | None,
+        conn: tuple[str | None, str | None, str],
     ) -> bool:
-        """Answer one fast request; False when the connection is done (closed or handed off)."""
+        """Answer one fast request; False when the connection is done (closed or handed off).
+        ``conn``: the peer's address, the address it reached and the daemon's base URL."""
         state = self.state
         started = time.perf_counter()
-        refusal, charged = state.gate.check(endpoint, head.headers, remote_addr, head.content_length)
+        remote_addr, local_addr, base_url = conn
+        refusal, charged = state.gate.check(endpoint, head.headers, remote_addr, head.content_length, local_addr=local_addr)
         limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
         renderer = state.error_shapes.by_endpoint.get(endpoint)
         if refusal is not None:
@@ -201,7 +295,9 @@ class FastLane:
             return False
         # the path as routed (no trailing slash), as Quart's request.path has it too
         headers = await fast_lane_headers(state, head.method, head.headers, stream)
-        request = PlainRequest(head.method, canonical_path(head.path), headers, body, query=head.query, remote_addr=remote_addr)
+        request = PlainRequest(
+            head.method, canonical_path(head.path), headers, body, query=head.query, remote_addr=remote_addr, base_url=base_url
+        )
         io.deadline = math.inf  # a handler may take as long as its agent does
         try:
             response = await handler(request, **path_args)
@@ -264,21 +360,21 @@ class FastLane:
         if idle:
             if self.closing:
                 raise _Closed
-            self._idle.add(io)
+            self._idle[io] = None
         try:
             data = await stream.receive_some(MAX_RECV)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise _Closed from None
         finally:
             if idle:
-                self._idle.discard(io)
+                self._idle.pop(io, None)
         # A deadline or close() that came as the data did: never run a handler in a cancelled scope.
         if io.cancel_called or not data:
             raise _Closed
         return data
 
     async def _read_head(self, stream: Any, io: trio.CancelScope, parser: RequestParser, first: bool) -> RequestHead | None:
-        deadline = trio.current_time() + (HEAD_TIMEOUT_S if first else self.keep_alive_s)
+        deadline = trio.current_time() + (self.head_timeout_s if first else self.keep_alive_s)
         head = parser.head()
         if head is not None:
             # Pipelined: the request was read with an earlier one. A send does not yield when
@@ -294,7 +390,7 @@ class FastLane:
             except _Closed:
                 return None
             if idle and not first:  # a new request began: it gets the head timeout from now
-                deadline = trio.current_time() + HEAD_TIMEOUT_S
+                deadline = trio.current_time() + self.head_timeout_s
             parser.feed(data)
             head = parser.head()
         return head
@@ -349,6 +445,24 @@ async def _linger(stream: Any) -> None:
                 dropped += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
             pass
+
+
+def _refuse_now(stream: Any) -> None:
+    """Answer a connection over the limit without a task: read what it already sent (so
+    the close is not a reset that destroys the answer), write the fixed 503, close."""
+    sock = stream.socket
+    try:
+        fd = sock.fileno()
+        try:
+            os.read(fd, MAX_RECV)
+        except (BlockingIOError, InterruptedError):
+            pass
+        os.write(fd, overloaded_response())
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 def _refusal_response(refusal: Refusal, renderer: Any) -> PlainResponse:

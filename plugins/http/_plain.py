@@ -32,9 +32,11 @@ class PlainResponse:
 
 class PlainRequest:
     """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
-    is the query string (first value of each name)."""
+    is the query string (first value of each name), ``base_url`` the daemon's public base
+    URL (``http.public_url``, else the address the connection reached; never the ``Host``
+    header) to build links from."""
 
-    __slots__ = ("method", "path", "headers", "body", "remote_addr", "_query", "_args", "_host_url")
+    __slots__ = ("method", "path", "headers", "body", "remote_addr", "base_url", "_query", "_args")
 
     def __init__(
         self,
@@ -46,7 +48,7 @@ class PlainRequest:
         query: bytes = b"",
         args: Mapping[str, str] | None = None,
         remote_addr: str | None = None,
-        host_url: str | None = None,
+        base_url: str = "http://127.0.0.1",
     ) -> None:
         self.method = method
         self.path = path
@@ -55,7 +57,7 @@ class PlainRequest:
         self.remote_addr = remote_addr
         self._query = query
         self._args = args
-        self._host_url = host_url
+        self.base_url = base_url
 
     @property
     def args(self) -> Mapping[str, str]:
@@ -67,18 +69,14 @@ class PlainRequest:
             self._args = args
         return self._args
 
-    @property
-    def host_url(self) -> str:
-        """``http://host[:port]/`` from the Host header, as Quart computes it."""
-        if self._host_url is None:
-            from werkzeug.sansio.utils import get_current_url, get_host
-
-            self._host_url = get_current_url("http", get_host("http", self.headers.get("host")))
-        return self._host_url
-
     @classmethod
     async def from_quart(cls, request: Any) -> PlainRequest:
         """The current quart request, body read (its route's body cap applies)."""
+        from quart import current_app
+
+        from ._common import connection_base_url
+
+        state = current_app.extensions.get("roost")
         return cls(
             request.method,
             request.path,
@@ -86,5 +84,5 @@ class PlainRequest:
             await request.get_data(cache=False),
             args=request.args,
             remote_addr=request.remote_addr,
-            host_url=request.host_url,
+            base_url=connection_base_url(getattr(state, "public_url", None), request.server),
         )

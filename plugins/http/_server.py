@@ -2,9 +2,11 @@
 connection server, plus ``<home>/daemon.json`` bookkeeping.
 
 ``_worker_serve`` is hypercorn's ``trio.run.worker_serve`` (lifespan, worker context,
-listeners, graceful shutdown) with one change: each accepted connection goes to the fast
-lane, which hands anything it does not serve itself to hypercorn's ``TCPServer``. It uses
-hypercorn internals, so pyproject pins hypercorn's minor version.
+listeners, graceful shutdown) with one change: the fast lane accepts the connections
+(bounded by ``http.max_connections``) and hands anything it does not serve itself to
+hypercorn's ``TCPServer``. It uses hypercorn internals, so pyproject pins hypercorn's minor
+version. Hypercorn's own limits are set through its public ``Config``: its keep-alive idle
+timeout is ``http.keep_alive_s``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wra
 
 from ._app import create_app, daemon_state, route_for
 from ._asgi import DrainingApp
+from ._common import base_url, daemon_public_url, loopback_for
 from ._daemonfile import DaemonInfo, remove_daemon_file, write_daemon_file
 from ._fastlane import FastLane
+from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
 
@@ -37,11 +41,15 @@ DEFAULT_GRACEFUL_TIMEOUT = 5.0
 WEBSOCKET_MAX_MESSAGE_BYTES = 64 * 1024
 
 
-def _hyper_config(host: str, port: int, graceful_timeout: float) -> HyperConfig:
+def _hyper_config(host: str, port: int, graceful_timeout: float, settings: HttpSettings) -> HyperConfig:
     config = HyperConfig()
     bind_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
     config.bind = [f"{bind_host}:{port}"]
     config.graceful_timeout = graceful_timeout
+    # Idle between requests: closed after http.keep_alive_s (the timer does not run while a
+    # request, a stream or a websocket is under way). The wait for a later request's head
+    # counts as idle, so it is bounded by the same limit.
+    config.keep_alive_timeout = settings.keep_alive_s
     config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
@@ -84,7 +92,7 @@ async def serve(
             await shutdown_trigger()
         state.closing.set()
 
-    hyper_config = _hyper_config(host, port, graceful_timeout)
+    hyper_config = _hyper_config(host, port, graceful_timeout, state.settings)
     home = Path(kernel.config.home)
     owner: DaemonInfo | None = None
     try:
@@ -92,7 +100,9 @@ async def serve(
             binds = await nursery.start(partial(_worker_serve, app, hyper_config, shutdown_trigger=trigger))
             bound_host, bound_port = _parse_bind(binds[0]) if binds else (host, port)
             if write_daemon_json:
-                owner = write_daemon_file(home, bound_host, bound_port)
+                # Clients on this host connect through loopback: a wildcard address would
+                # reach the daemon but name a Host it does not serve.
+                owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
             log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
             task_status.started((bound_host, bound_port))
     except BaseExceptionGroup as group:
@@ -136,25 +146,21 @@ async def _worker_serve(
                 bind = repr_socket_addr(sock.family, sock.getsockname())
                 binds.append(f"http://{bind}")
                 await config.log.info(f"Running on http://{bind} (CTRL + C to quit)")
+            if binds:
+                state.public_url = daemon_public_url(state.settings.public_url, *_parse_bind(binds[0]))
             connection_state = ConnectionState(lifespan_state.copy())
 
             async def hand_off(stream: Any) -> None:
                 await TCPServer(asgi, config, context, connection_state, stream).run()
 
-            lane = FastLane(
-                state,
-                partial(route_for, app, state),
-                hand_off,
-                keep_alive_s=config.keep_alive_timeout,
-            )
+            lane = FastLane(state, partial(route_for, app, state), hand_off)
             task_status.started(binds)
             try:
                 async with trio.open_nursery(strict_exception_groups=True) as nursery:
                     nursery.start_soon(raise_shutdown, shutdown_trigger)
                     nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    nursery.start_soon(
-                        partial(trio.serve_listeners, lane.handle, listeners, handler_nursery=server_nursery)
-                    )
+                    for listener in listeners:
+                        nursery.start_soon(lane.serve_listener, listener, server_nursery)
                     await trio.sleep_forever()
             except BaseExceptionGroup as error:
                 _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
@@ -186,12 +192,6 @@ def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
 def _parse_bind(bind: str) -> tuple[str, int]:
     parts = urlsplit(bind)
     return parts.hostname or "127.0.0.1", int(parts.port or 0)
-
-
-def base_url(host: str, port: int) -> str:
-    """``http://host:port`` (IPv6 hosts bracketed)."""
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
 
 
 @asynccontextmanager

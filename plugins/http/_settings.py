@@ -5,14 +5,42 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 import attrs
 from roost.kernel import ConfigError
 
-from ._auth import normalise_origin, resolve_api_key
+from ._auth import LOOPBACK_HOSTS, host_name, normalise_origin, resolve_api_key, split_host
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
+DEFAULT_KEEP_ALIVE_S = 5.0
+DEFAULT_HEAD_TIMEOUT_S = 10.0
+# File descriptors kept free of client connections: SQLite (database, WAL and shm files per
+# connection), child processes' pipes (bash, MCP stdio servers), outbound HTTP clients,
+# the listening sockets and the event loop's own.
+MIN_FD_HEADROOM = 128
+DEFAULT_MAX_CONNECTIONS_CAP = 10_000
+
+
+def fd_limit() -> int | None:
+    """The soft RLIMIT_NOFILE of this process (None where it cannot be read)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux/macOS
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def default_max_connections(limit: int | None) -> int:
+    """Connections the daemon keeps open at once by default: the open-file limit less a
+    headroom of a quarter of it (at least ``MIN_FD_HEADROOM``), at least 16, at most 10,000."""
+    if limit is None:
+        return 1000
+    headroom = max(MIN_FD_HEADROOM, limit // 4)
+    return max(16, min(limit - headroom, DEFAULT_MAX_CONNECTIONS_CAP))
 
 
 @attrs.frozen
@@ -27,6 +55,22 @@ class HttpSettings:
     allowed_origins: tuple[str, ...] = ()
     # False: peers on this host (loopback) are not rate limited; the limit is for the others.
     rate_limit_loopback: bool = False
+    # Host names (lowercase, no port) requests may name besides localhost, 127.0.0.1, [::1]
+    # and the address a connection reached; "*" allows any.
+    allowed_hosts: tuple[str, ...] = ()
+    # The base URL links are built from (cards' interface URLs); None: the bound address.
+    public_url: str | None = None
+    keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
+    max_connections: int = 1000
+
+    @property
+    def trusted_hosts(self) -> frozenset[str]:
+        """Host names always served: loopback names, ``allowed_hosts`` and ``public_url``'s host."""
+        names = set(LOOPBACK_HOSTS) | set(self.allowed_hosts)
+        if self.public_url is not None:
+            names.add(host_name(urlsplit(self.public_url).netloc) or "")
+        return frozenset(names - {""})
 
     @classmethod
     def from_config(cls, http_config: object, env: Mapping[str, str] | None = None) -> HttpSettings:
@@ -77,4 +121,92 @@ class HttpSettings:
                     f"'http://host:port' (or '*'), got {origin!r}"
                 )
             origins.append(origin)
-        return cls(key, source, float(rate), burst, max_body, tuple(origins), loopback)
+        return cls(
+            key,
+            source,
+            float(rate),
+            burst,
+            max_body,
+            tuple(origins),
+            loopback,
+            _allowed_hosts(getattr(http_config, "allowed_hosts", ()) or ()),
+            _public_url(getattr(http_config, "public_url", None)),
+            _seconds(http_config, "keep_alive_s", DEFAULT_KEEP_ALIVE_S),
+            _seconds(http_config, "head_timeout_s", DEFAULT_HEAD_TIMEOUT_S),
+            _max_connections(getattr(http_config, "max_connections", None)),
+        )
+
+
+def _seconds(http_config: object, name: str, default: float) -> float:
+    value = getattr(http_config, name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value <= 3600:
+        raise ConfigError(
+            f"http.{name} must be a number of seconds between 0 and 3600, got {value!r}; "
+            f"set e.g. {name} = {default:g} under [http] in roost.toml"
+        )
+    return float(value)
+
+
+def _allowed_hosts(raw: object) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = (raw,)
+    hosts: list[str] = []
+    for i, entry in enumerate(raw):  # type: ignore[union-attr]
+        if entry == "*":
+            hosts.append(entry)
+            continue
+        parsed = split_host(entry) if isinstance(entry, str) else None
+        if parsed is None and isinstance(entry, str):
+            parsed = split_host(f"[{entry.strip()}]")  # a bare IPv6 address
+        if parsed is None or parsed[1]:
+            raise ConfigError(
+                f"http.allowed_hosts[{i}] must be a host name or IP address without scheme or "
+                f"port (e.g. 'roost.example.com' or '192.168.1.5'), or '*', got {entry!r}"
+            )
+        hosts.append(parsed[0])
+    return tuple(hosts)
+
+
+def _public_url(raw: object) -> str | None:
+    if raw is None:
+        return None
+    problem = None
+    if not isinstance(raw, str):
+        problem = "it is not a string"
+    else:
+        try:
+            parts = urlsplit(raw.strip())
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or host_name(parts.netloc) is None:
+            problem = "it is not an http:// or https:// URL with a host"
+        elif parts.query or parts.fragment:
+            problem = "it has a query or a fragment"
+    if problem is not None:
+        raise ConfigError(
+            f"http.public_url must be the URL clients reach the daemon at, such as "
+            f"'https://roost.example.com' or 'http://192.168.1.5:8470' ({problem}), got {raw!r}"
+        )
+    return raw.strip().rstrip("/")  # type: ignore[union-attr]
+
+
+def _max_connections(raw: object) -> int:
+    limit = fd_limit()
+    if raw is None:
+        return default_max_connections(limit)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ConfigError(
+            f"http.max_connections must be a positive integer, got {raw!r}; leave it out to "
+            "derive it from the open-file limit (ulimit -n)"
+        )
+    if limit is not None and raw >= limit:
+        raise ConfigError(
+            f"http.max_connections = {raw} is not below this process's open-file limit ({limit}): "
+            "at that many connections the daemon could not open its stores or start tools; "
+            f"lower it (the default here is {default_max_connections(limit)}) or raise the limit "
+            "(ulimit -n)"
+        )
+    return raw

@@ -161,16 +161,31 @@ async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -
         log.warning("daemon stream dropped: %s", exc)
 
 
-class DaemonBridge:
-    """Relays MCP messages between a stdio client and a daemon's Streamable HTTP ``/mcp``."""
+def is_jsonrpc_message(message: Any) -> bool:
+    """Whether ``message`` is a JSON-RPC 2.0 request, notification or response (only those
+    may reach the client: anything else on stdout breaks its reader)."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return False
+    if isinstance(message.get("method"), str):
+        return True
+    return "id" in message and ("result" in message) != ("error" in message)
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 600.0) -> None:
+
+class DaemonBridge:
+    """Relays MCP messages between a stdio client and a daemon's Streamable HTTP ``/mcp``.
+
+    Every request gets a JSON-RPC answer: the daemon's, or an error saying why there is
+    none (refused key, HTTP error, unreachable daemon, a stream that ended early)."""
+
+    def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 600.0, key_env: str = "ROOST_API_KEY") -> None:
         self.endpoint = base_url.rstrip("/") + "/mcp"
         self.api_key = api_key
+        self.key_env = key_env
         self.timeout_s = timeout_s
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self._stream_open = False
+        self._told: set[str] = set()  # problems already said on stderr (once each)
 
     def _headers(self, message: Any) -> dict[str, str]:
         headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -236,39 +251,80 @@ class DaemonBridge:
         finally:
             limiter.release_on_behalf_of(token)
 
+    def _refusal(self, status: int, body: bytes) -> str:
+        """Why the daemon refused, naming the fix (said once on stderr, too)."""
+        detail = _error_text(body)
+        if status in (401, 403):
+            given = "a key that it refused" if self.api_key else "no key"
+            message = (
+                f"the roost daemon at {self.endpoint} requires an API key and roost mcp sent {given} "
+                f"(HTTP {status}{': ' + detail if detail and status == 403 else ''}); set {self.key_env} to "
+                "the daemon's key in the environment of roost mcp (the \"env\" of your MCP client's "
+                "server entry), or run roost mcp --no-daemon"
+            )
+        else:
+            message = f"the roost daemon at {self.endpoint} answered HTTP {status}" + (f": {detail}" if detail else "")
+        if str(status) not in self._told:
+            self._told.add(str(status))
+            log.error("roost mcp: %s", message)
+        return message
+
     async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
         import httpx
 
         request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
+        answered = False
+
+        async def deliver(reply: Any) -> None:
+            nonlocal answered
+            if isinstance(reply, dict) and "method" not in reply and reply.get("id") == request_id:
+                answered = True
+            await self._forward(reply, send)
+
+        async def fail(text: str, status: int | None = None) -> None:
+            if request_id is not None and not answered:
+                data = {"http_status": status} if status is not None else None
+                await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, text, data).to_dict())
+
         body = encode_message(message)
         try:
             async with client.stream("POST", self.endpoint, content=body, headers=self._headers(message)) as response:
-                if isinstance(message, dict) and message.get("method") == p.INITIALIZE and response.status_code == 200:
+                status = response.status_code
+                if isinstance(message, dict) and message.get("method") == p.INITIALIZE and status == 200:
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
                 ctype = response.headers.get("content-type", "")
-                if response.status_code == 202:
+                if status in (401, 403):
+                    await fail(self._refusal(status, await response.aread()), status)
+                    return
+                if status == 202:
                     if isinstance(message, dict) and message.get("method") == p.INITIALIZED and not self._stream_open:
                         self._stream_open = True
                         nursery.start_soon(self._listen, client, send)
+                    await fail(f"the roost daemon at {self.endpoint} accepted the request without answering it", status)
                     return
                 if ctype.startswith("text/event-stream"):
-                    await _relay_sse(response, partial(self._forward, send=send))
+                    await _relay_sse(response, deliver)
+                    await fail(f"the roost daemon's stream ended without an answer (HTTP {status})", status)
                     return
                 raw = await response.aread()
                 try:
                     reply = json.loads(raw)
                 except ValueError:
                     reply = None
-                if isinstance(reply, dict) and ("result" in reply or "error" in reply):
-                    await self._forward(reply, send)
-                elif request_id is not None:
-                    await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the roost daemon answered HTTP {response.status_code}: {raw[:200].decode('utf-8', 'replace')}").to_dict())
+                if is_jsonrpc_message(reply) and (request_id is None or reply.get("id") == request_id):
+                    await deliver(reply)
+                elif status >= 400:
+                    await fail(self._refusal(status, raw), status)
+                else:
+                    await fail(f"the roost daemon answered HTTP {status} without a JSON-RPC response", status)
         except httpx.HTTPError as exc:
-            if request_id is not None:
-                await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the roost daemon at {self.endpoint} is unreachable: {exc}").to_dict())
+            await fail(f"the roost daemon at {self.endpoint} is unreachable: {exc}")
 
     async def _forward(self, reply: Any, send: Send) -> None:
-        if isinstance(reply, dict) and isinstance(reply.get("result"), dict) and "protocolVersion" in reply["result"]:
+        if not is_jsonrpc_message(reply):
+            log.warning("roost mcp: dropped a message from the daemon that is not JSON-RPC: %.200s", reply)
+            return
+        if isinstance(reply.get("result"), dict) and "protocolVersion" in reply["result"]:
             version = reply["result"]["protocolVersion"]
             if isinstance(version, str):
                 self.protocol_version = version
@@ -282,9 +338,21 @@ class DaemonBridge:
             async with client.stream("GET", self.endpoint, headers={**self._headers({}), "Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as response:
                 if response.status_code != 200:
                     return
-                await _relay_sse(response, send)
+                await _relay_sse(response, partial(self._forward, send=send))
         except httpx.HTTPError as exc:
             log.warning("lost the daemon's notification stream: %s", exc)
+
+
+def _error_text(body: bytes) -> str:
+    """The message inside an error body (JSON-RPC, roost's REST shape, or text), short."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:200].decode("utf-8", "replace").strip()
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"][:300]
+    return ""
 
 
 # ---- the command ----------------------------------------------------------------------------
@@ -317,7 +385,8 @@ async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = N
             from roost.plugins.http import resolve_api_key
 
             log.info("roost mcp: bridging to the daemon at %s", url)
-            bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0])
+            key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
+            bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
             await stdio_loop(receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ))
             return 0
         await stdio_loop(receive_stream, send_stream, with_inherited_trace(partial(_serve_booting, config), os.environ))
@@ -404,6 +473,7 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
 __all__ = [
     "DaemonBridge",
     "encode_message",
+    "is_jsonrpc_message",
     "isolate_stdout",
     "live_daemon_url",
     "run_stdio",

@@ -2,7 +2,8 @@
 
 Registered through the ``roost.plugins`` entry point ``tools``, exactly like a
 third-party plugin. Settings come from ``[tools]`` in ``roost.toml`` (see
-``ToolsSettings.from_config``); ``landlock_status()`` tells whether bash is confined.
+``ToolsSettings.from_config``); ``landlock_status()`` tells whether bash is confined,
+``file_access(ctx)`` what an agent's file tools and bash may touch.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from typing import Any
 from roost.kernel import Tool, hookimpl
 
 from ._artifact import artifact_tool
-from ._bash import bash_tool, child_environment, warn_if_unconfined
+from ._bash import bash_tool, child_environment, protect_process, warn_if_unconfined
 from ._fs import fs_tools
 from ._landlock import LandlockStatus, landlock_status
-from ._sandbox import SANDBOX_MODES, ToolsSettings, writable_path
+from ._sandbox import SANDBOX_MODES, FileAccess, ToolsSettings, file_access
 from ._web import html_to_text, web_fetch_tool
 
 TOOL_NAMES = ("bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch", "artifact")
@@ -31,7 +32,11 @@ def build_tools(settings: ToolsSettings | None = None) -> list[Tool]:
 
 @hookimpl
 def roost_tools(config: Any) -> list[Tool]:
-    """The built-in tools, configured from ``config.tools`` (``config`` may be None)."""
+    """The built-in tools, configured from ``config.tools`` (``config`` may be None).
+
+    The process hosting them becomes non-dumpable first: its environment holds the API
+    keys, and no child (bash among them) may read it from ``/proc`` or ptrace it."""
+    protect_process()
     warn_if_unconfined()
     return build_tools(ToolsSettings.from_config(config))
 
@@ -39,12 +44,13 @@ def roost_tools(config: Any) -> list[Tool]:
 __all__ = [
     "SANDBOX_MODES",
     "TOOL_NAMES",
+    "FileAccess",
     "LandlockStatus",
     "ToolsSettings",
     "build_tools",
     "child_environment",
+    "file_access",
     "html_to_text",
     "landlock_status",
     "roost_tools",
-    "writable_path",
 ]

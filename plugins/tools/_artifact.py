@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import trio
 from roost.kernel import (
     MAX_FILE_BYTES,
     OutputPart,
@@ -30,7 +29,8 @@ from roost.kernel import (
     ToolSpec,
 )
 
-from ._sandbox import workspace_of
+from ._beneath import READ_FLAGS, open_beneath, open_root
+from ._sandbox import agent_thread, workspace_of
 
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
@@ -109,8 +109,8 @@ def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:
 
 
 def _open_in_workspace(raw: str, root: Path) -> int:
-    """Open ``raw`` for reading, walking from the workspace one directory at a time without
-    following any symbolic link, so nothing swapped in meanwhile can lead outside it."""
+    """Open ``raw`` for reading beneath the workspace without following any symbolic link,
+    so nothing swapped in meanwhile can lead outside it (non-blocking: a FIFO never waits)."""
     if "\0" in raw:
         raise ToolArgumentsInvalid("arguments.path: contains a NUL character; give a file path")
     path = Path(os.path.normpath(raw))
@@ -123,14 +123,9 @@ def _open_in_workspace(raw: str, root: Path) -> int:
         raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is a directory; name one file")
     if parts[0] == "..":
         raise _outside(raw, root)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = open_root(str(root))
     try:
-        for name in parts[:-1]:
-            step = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = step
-        # Non-blocking: opening a FIFO must not wait for a writer.
-        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd)
+        return open_beneath(fd, "/".join(parts), READ_FLAGS)
     finally:
         os.close(fd)
 
@@ -207,7 +202,7 @@ async def artifact(call: ToolCall, ctx: ToolContext) -> ToolResult:
             raise ToolArgumentsInvalid(
                 f"arguments.path: expected a file path in your workspace, got {raw_path!r:.80}"
             )
-        data, shown = await trio.to_thread.run_sync(_read_workspace_file, raw_path, ctx)
+        data, shown = await agent_thread(ctx, lambda: _read_workspace_file(raw_path, ctx))
         filename = filename or shown
         part = OutputPart(
             raw=data,

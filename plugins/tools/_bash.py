@@ -1,24 +1,32 @@
-"""The ``bash`` tool: ``bash -c`` in the workspace, confined, time-limited, output-capped.
+"""The ``bash`` tool: ``bash -c`` in the workspace, isolated, confined, time-limited.
 
 - Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
-  dotfiles or caches keep them there and never see the user's real home), ``LANG``, and
-  the names in the env allowlist (their values come from roost's own environment; an
-  allowlisted ``HOME`` or ``PATH`` passes the real value through); and the run's trace
-  context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``), while the process
-  is registered with it in ``kernel.process_traces`` (see ``roost.kernel.ProcessTraces``).
-- Confinement: in ``sandbox`` mode, Landlock limits writes to the workspace and the temp
-  dir; in ``read-only`` mode to the temp dir only (shell redirections and here-documents
-  need somewhere to write); ``rwx`` is unconfined. Without Landlock a loud warning is
-  logged once and only the file tools' path checks apply.
-- Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session.
-  When bash exits, the supervisor kills and reaps every process it left behind (a
-  backgrounded ``sleep 100 &`` never outlives the call, and never lingers as a zombie);
-  on timeout or cancellation roost asks the supervisor to do the same (SIGTERM), and
-  kills the whole process group if it does not finish within a grace period.
+  dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (the
+  agent's own temp dir), ``LANG``, and the names in the env allowlist (their values come
+  from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value);
+  and the run's trace context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``),
+  while the process is registered with it in ``kernel.process_traces``
+  (``roost.kernel.ProcessTraces``), so that the daemon knows a call from it by its pid.
+- Files (Landlock): the agent's file-access model (``_sandbox.FileAccess``) — read and
+  write its workspace, temp dir and ``files.write``; read ``files.read`` and the system
+  trees programs need; nothing else. In ``read-only`` mode it writes only its temp dir;
+  ``rwx`` leaves files unconfined.
+- Network (Landlock ABI 4): no TCP connect or bind except the manifest's
+  ``network.connect`` / ``network.bind`` ports (``rwx``: unrestricted).
+- Processes: a PID namespace with its own ``/proc`` where the kernel allows one, Landlock
+  signal and abstract-socket scoping (ABI 6), no CAP_SYS_PTRACE; roost itself is
+  non-dumpable, so neither its memory nor its ``/proc/<pid>/environ`` is readable by a
+  child. Whatever this kernel cannot enforce is logged loudly once at start.
+- Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session. It
+  dies with roost (parent-death signal), and when bash exits everything it left behind is
+  killed at once; on timeout or cancellation roost asks the supervisor to do the same
+  (SIGTERM), and kills the whole process group if it does not finish within a grace.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import shutil
@@ -41,70 +49,115 @@ from roost.kernel import (
 )
 
 from . import _landlock, _sandbox_exec
-from ._sandbox import ToolsSettings, check_mode, temp_roots, workspace_of
+from ._sandbox import FileAccess, ToolsSettings, file_access
 
 log = logging.getLogger("roost.tools.bash")
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+PR_SET_DUMPABLE = 4
 _READ_CHUNK = 65536
 # After bash exits and its group is killed, how long to wait for the pipes to close.
 _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
-_warned_unconfined = False
+_PROBE_TIMEOUT_S = 10.0
+_warned = False
+
+
+@functools.cache
+def namespaces_status() -> tuple[bool, str]:
+    """Whether bash can run in its own PID namespace here (probed once, for real)."""
+    if not sys.platform.startswith("linux"):
+        return False, f"not supported on {sys.platform}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--probe"],
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"the probe failed: {exc}"
+    if done.returncode == 0:
+        return True, ""
+    return False, done.stderr.strip().removeprefix("roost sandbox: ") or f"exit {done.returncode}"
+
+
+def protect_process() -> bool:
+    """Make this process non-dumpable: processes of the same user (a child of bash among
+    them) can then neither ptrace it nor read its memory or ``/proc/<pid>/environ``."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(ctypes.c_int(PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) == 0
+
+
+def unenforced() -> list[str]:
+    """What bash's isolation cannot enforce on this machine, in words."""
+    missing = _landlock.landlock_status().missing()
+    ok, why = namespaces_status()
+    if not ok:
+        missing.append(
+            f"a PID namespace for bash ({why}): bash sees other processes in /proc (their "
+            "environment and memory stay closed: roost is non-dumpable)"
+        )
+    return missing
 
 
 def warn_if_unconfined() -> None:
-    """Log, once per process, that Landlock is unavailable and bash is not confined."""
-    global _warned_unconfined
-    status = _landlock.landlock_status()
-    if status.available or _warned_unconfined:
+    """Log, once per process, everything this machine cannot enforce for bash."""
+    global _warned
+    if _warned:
         return
-    _warned_unconfined = True
-    log.warning(
-        "Landlock unavailable: bash writes are NOT confined by the kernel, only path checks "
-        "apply (%s)",
-        status.reason,
-    )
+    _warned = True
+    status = _landlock.landlock_status()
+    if not status.available:
+        log.warning(
+            "Landlock unavailable: bash file access is NOT confined by the kernel, only the "
+            "file tools' checks apply (%s)",
+            status.reason,
+        )
+    for what in unenforced():
+        log.warning("NOT enforced on this machine: %s", what)
 
 
-def child_environment(workspace: Path, allowlist: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """The environment a child process gets: PATH, HOME, LANG and allowlisted names only."""
+def child_environment(
+    workspace: Path, allowlist: tuple[str, ...] | list[str], temp: Path | None = None
+) -> dict[str, str]:
+    """The environment a child process gets: PATH, HOME, TMPDIR, LANG and allowlisted names."""
     env = {
         "PATH": os.environ.get("PATH") or DEFAULT_PATH,
         "HOME": str(workspace),
         "LANG": os.environ.get("LANG") or "C.UTF-8",
     }
+    if temp is not None:
+        env["TMPDIR"] = str(temp)
     for name in allowlist:
         if name in os.environ:
             env[name] = os.environ[name]
     return env
 
 
-def writable_dirs(mode: str, workspace: Path) -> list[str] | None:
-    """Directories Landlock lets bash write in for ``mode``; None means unconfined."""
-    if mode == "rwx":
-        return None
-    temps = [str(t) for t in temp_roots()]
-    shm = ["/dev/shm"] if os.path.isdir("/dev/shm") else []
-    if mode == "read-only":
-        return temps + shm
-    return [str(workspace), *temps, *shm]
-
-
-def command_argv(command: str, mode: str, workspace: Path) -> list[str]:
+def command_argv(
+    command: str, access: FileAccess, *, connect: tuple[int, ...] = (), bind: tuple[int, ...] = ()
+) -> list[str]:
     """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
-    applies Landlock when ``mode`` needs it and reaps everything the command leaves."""
+    isolates it, applies Landlock for ``access`` and reaps everything the command leaves."""
     bash = shutil.which("bash") or "/bin/bash"
-    argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__]
-    dirs = writable_dirs(mode, workspace)
-    if dirs is not None:
-        if _landlock.landlock_status().available:
-            argv.append("--landlock")
-            for d in dirs:
-                argv += ["--write", d]
-        else:
-            warn_if_unconfined()
+    argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
+    if namespaces_status()[0]:
+        argv.append("--pidns")
+    if _landlock.landlock_status().available:
+        argv.append("--landlock")
+        argv += access.landlock_args()
+        if access.mode != "rwx":
+            argv.append("--tcp")
+            for flag, ports in (("--connect", connect), ("--bind", bind)):
+                for port in ports:
+                    argv += [flag, str(port)]
+    else:
+        warn_if_unconfined()
     return argv + ["--", bash, "-c", command]
 
 
@@ -271,9 +324,10 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         description=(
             "Run a command with `bash -c` in the agent's workspace and return its output "
             f"(stdout, then stderr; at most {settings.bash_max_output_chars} characters) and "
-            "exit code. The environment is minimal (PATH, HOME=workspace, LANG and allowed "
-            "variables); in sandbox mode files can only be written in the workspace and the "
-            "temp dir. Each call is a fresh shell: `cd` and variables do not persist. "
+            "exit code. The environment is minimal (PATH, HOME=workspace, TMPDIR, LANG and "
+            "allowed variables); in sandbox mode files can only be written in the workspace "
+            "and $TMPDIR, and TCP is off unless the agent's manifest allows ports. Each call "
+            "is a fresh shell: `cd` and variables do not persist. "
             f"Times out after {max_timeout:g} s at most; background processes are killed "
             "when the command ends."
         ),
@@ -318,22 +372,32 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                 f"arguments.timeout: expected a positive number of seconds, got {timeout!r}"
             )
         timeout = min(float(timeout), max_timeout)
-        mode = check_mode(ctx)
-        workspace = workspace_of(ctx)
+        access = file_access(ctx)
+        workspace = access.workspace
         if not workspace.is_dir():
             raise SandboxError(
                 f"the workspace {workspace} of agent {ctx.agent!r} does not exist; create it "
                 'or fix "workspace" in its agent.json'
             )
+        kernel = ctx.kernel
+        manifest = getattr(kernel, "agents", {}).get(ctx.agent) if kernel is not None else None
+        network = getattr(manifest, "network", None)
         allowlist = tuple(dict.fromkeys((*settings.env_allowlist, *ctx.env_allowlist)))
-        env = child_environment(workspace, allowlist)
+        env = child_environment(workspace, allowlist, access.temp)
+        if _landlock.landlock_status().available:
+            env["PATH"] = access.bash_path(env["PATH"]) or DEFAULT_PATH
         # The run's trace context, for a client in the command to forward (TRACEPARENT,
         # ROOST_TRACE_DEPTH, ROOST_TRACE_PATH); the daemon also knows it by the pid.
         trace = ctx.trace or TraceContext.new(ctx.agent)
         env.update(trace.to_env())
         processes = getattr(ctx.kernel, "process_traces", None)
         run = await run_command(
-            command_argv(command, mode, workspace),
+            command_argv(
+                command,
+                access,
+                connect=tuple(getattr(network, "connect", ())),
+                bind=tuple(getattr(network, "bind", ())),
+            ),
             cwd=workspace,
             env=env,
             timeout_s=timeout,

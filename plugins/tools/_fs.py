@@ -1,24 +1,50 @@
 """The file tools: ``read``, ``write``, ``edit``, ``list``, ``glob`` and ``grep``.
 
-Paths are relative to the agent's workspace (absolute paths are allowed). Reads go
-anywhere the process can read; writes obey the sandbox mode (see ``_sandbox``). The
-blocking file work runs in a worker thread; long walks (``glob``, ``grep``) stop by
-themselves at the call's deadline rather than leaving a thread behind.
+Paths are relative to the agent's workspace (absolute paths are allowed). Each path is
+checked against the agent's file-access model (``_sandbox.FileAccess``: its workspace,
+its temp dir and the roots its manifest grants; nothing else) and then opened beneath
+that root without following any symbolic link (``_beneath``), so a path swapped between
+the check and the open cannot lead elsewhere. Only regular files are opened for content
+(opened non-blocking, then ``fstat``-checked): a FIFO or device is refused, never waited
+on. ``write`` and ``edit`` refuse a file with other hard links.
+
+The blocking work runs in a worker thread under the agent's own limiter (one agent's
+stuck threads cannot starve the others or the daemon) and is abandoned on cancellation,
+so a timeout or shutdown never waits for it; long walks (``glob``, ``grep``) also stop by
+themselves at the call's deadline.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import trio
-from roost.kernel import Tool, ToolArgumentsInvalid, ToolCall, ToolContext, ToolResult, ToolSpec
+from roost.kernel import (
+    SandboxError,
+    Tool,
+    ToolArgumentsInvalid,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    ToolSpec,
+)
 
-from ._sandbox import path_argument, resolve, workspace_of, writable_path
+from ._beneath import (
+    DIR_FLAGS,
+    READ_FLAGS,
+    make_dirs_beneath,
+    open_beneath,
+    open_root,
+    regular_file_kind,
+    walk,
+)
+from ._sandbox import FileAccess, Located, agent_thread, file_access, path_argument
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
@@ -29,6 +55,7 @@ MAX_GREP_LINE_CHARS = 500
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 # Leave the kernel's timeout some room so a walk reports what it found before it.
 _WALK_DEADLINE_FRACTION = 0.8
+_WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _int_arg(arguments: Any, name: str, default: int, *, minimum: int, maximum: int) -> int:
@@ -55,42 +82,119 @@ def _str_arg(arguments: Any, name: str, *, allow_empty: bool = False) -> str:
     return value
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to an already-resolved path without following a symlink placed there
-    after the sandbox check (that fails with ELOOP instead)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+class _Refused(Exception):
+    """A clear reason the file cannot be used; becomes an error result. ``code`` is the
+    errno behind it, if any (``errno.EISDIR`` for a directory where a file was wanted)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _symlink_on_the_way(loc: Located) -> str:
+    """The first component of ``loc`` that is a symlink (for the message only)."""
+    path = loc.root
+    for part in loc.rel.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return str(path)
+    return str(loc.path)
+
+
+def _explain(exc: OSError, raw: str, loc: Located, verb: str) -> Exception:
+    if exc.errno == errno.ELOOP:
+        return SandboxError(
+            f"cannot {verb} {raw!r}: {_symlink_on_the_way(loc)} is a symbolic link; the file "
+            "tools do not follow symlinks (one could lead outside the agent's roots) — use "
+            "the path it points to"
+        )
+    if exc.errno == errno.EXDEV:
+        return SandboxError(f"cannot {verb} {raw!r}: the path leads out of {loc.root}")
+    if exc.errno == errno.ENOENT:
+        text = f"no such file or directory: {raw!r} ({loc.path})"
+    elif exc.errno == errno.ENOTDIR:
+        text = f"cannot {verb} {raw!r}: a part of {loc.path} is not a directory"
+    else:
+        text = f"cannot {verb} {raw!r}: {exc.strerror or exc} ({loc.path})"
+    return _Refused(text, exc.errno)
+
+
+def _open(loc: Located, flags: int, raw: str, verb: str, mode: int = 0o666) -> int:
+    """Open ``loc`` beneath its root following no symlink (rwx: a plain open)."""
+    try:
+        if loc.follow:
+            return os.open(loc.path, flags | os.O_CLOEXEC, mode)
+        root = open_root(str(loc.root))
+        try:
+            return open_beneath(root, loc.rel, flags, mode)
+        finally:
+            os.close(root)
+    except OSError as exc:
+        raise _explain(exc, raw, loc, verb) from None
+
+
+def _open_regular(loc: Located, flags: int, raw: str, verb: str) -> tuple[int, os.stat_result]:
+    """An fd of the regular file at ``loc`` and its stat; anything else is refused."""
+    fd = _open(loc, flags, raw, verb)
+    try:
+        info = os.fstat(fd)
+        kind = regular_file_kind(info.st_mode)
+        if kind == "a directory":
+            raise _Refused(f"{raw!r} is a directory; use the list tool to see its entries", errno.EISDIR)
+        if kind is not None:
+            raise _Refused(f"cannot {verb} {raw!r}: it is {kind}; the file tools open regular files only")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info
+
+
+def _one_link(fd: int, info: os.stat_result, raw: str, verb: str) -> None:
+    if info.st_nlink > 1:
+        os.close(fd)
+        raise _Refused(
+            f"cannot {verb} {raw!r}: it has {info.st_nlink} hard links, so it may be a file "
+            "outside the agent's roots under another name; write a new file instead"
+        )
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
 
 
 def _is_binary(head: bytes) -> bool:
     return b"\0" in head
 
 
-def _shown(path: Path, ctx: ToolContext) -> str:
+def _shown(path: Any, access: FileAccess) -> str:
     """``path`` relative to the workspace when inside it, else absolute."""
-    workspace = workspace_of(ctx)
-    try:
-        return str(path.relative_to(workspace)) or "."
-    except ValueError:
-        return str(path)
+    rel = os.path.relpath(path, access.workspace)
+    return str(path) if rel == ".." or rel.startswith("../") else rel
 
 
 def _deadline(ctx: ToolContext) -> float:
     return time.monotonic() + max(0.5, ctx.timeout_s * _WALK_DEADLINE_FRACTION)
 
 
-async def _in_thread(fn: Callable[[], ToolResult]) -> ToolResult:
-    """Run blocking file work in a thread; an OS error becomes a clear error result."""
+async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -> ToolResult:
+    """Run blocking file work for the calling agent in its own thread pool; a refusal or
+    an OS error becomes a clear error result."""
 
     def guarded() -> ToolResult:
+        access = file_access(ctx)
         try:
-            return fn()
+            return fn(access)
+        except _Refused as exc:
+            return ToolResult.error(str(exc))
         except OSError as exc:
             where = f": {exc.filename}" if exc.filename else ""
             return ToolResult.error(f"{exc.strerror or exc}{where}")
 
-    return await trio.to_thread.run_sync(guarded)
+    return await agent_thread(ctx, guarded)
 
 
 # --------------------------------------------------------------------------------------
@@ -104,7 +208,8 @@ READ_SPEC = ToolSpec(
         "Read a text file and return its lines numbered like `cat -n` (number, tab, line). "
         f"Returns up to {DEFAULT_READ_LINES} lines from `offset`; use `offset` and `limit` "
         "to page through long files. Binary files are refused. Paths are relative to the "
-        "workspace unless absolute."
+        "workspace unless absolute; only the workspace, the agent's temp dir and roots its "
+        "manifest grants can be read, and symbolic links are not followed."
     ),
     input_schema={
         "type": "object",
@@ -134,26 +239,22 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     raw = path_argument(args)
     offset = _int_arg(args, "offset", 1, minimum=1, maximum=10**9)
     limit = _int_arg(args, "limit", DEFAULT_READ_LINES, minimum=1, maximum=100_000)
-    path = resolve(raw, ctx)
     budget = ctx.max_output_chars
 
-    def work() -> ToolResult:
-        if not path.exists():
-            return ToolResult.error(f"no such file: {raw!r} (resolved to {path})")
-        if path.is_dir():
-            return ToolResult.error(f"{raw!r} is a directory; use the list tool to see its entries")
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+    def work(access: FileAccess) -> ToolResult:
+        fd, info = _open_regular(access.locate(raw), READ_FLAGS, raw, "read")
+        with os.fdopen(fd, "rb") as f:
             if _is_binary(f.read(BINARY_SNIFF_BYTES)):
                 return ToolResult.error(
-                    f"{raw!r} is a binary file ({size} bytes); read shows text files only"
+                    f"{raw!r} is a binary file ({info.st_size} bytes); read shows text files only"
                 )
-        out: list[str] = []
-        used = 0
-        last = offset - 1
-        more = False
-        with open(path, encoding="utf-8", errors="replace", newline=None) as f:
-            for number, line in enumerate(f, start=1):
+            f.seek(0)
+            out: list[str] = []
+            used = 0
+            last = offset - 1
+            more = False
+            text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=None)
+            for number, line in enumerate(text, start=1):
                 if number < offset:
                     continue
                 if number >= offset + limit or used >= budget:
@@ -162,12 +263,12 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 line = line.rstrip("\n")
                 if len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + " … [line truncated]"
-                text = f"{number:>6}\t{line}"
-                out.append(text)
-                used += len(text) + 1
+                entry = f"{number:>6}\t{line}"
+                out.append(entry)
+                used += len(entry) + 1
                 last = number
         if not out:
-            if size == 0:
+            if info.st_size == 0:
                 return ToolResult.text(f"{raw!r} is empty (0 bytes)")
             return ToolResult.text(
                 f"{raw!r} has fewer than {offset} lines; nothing to show at offset {offset}"
@@ -178,7 +279,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
             )
         return ToolResult.text("\n".join(out))
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 # --------------------------------------------------------------------------------------
@@ -190,8 +291,9 @@ WRITE_SPEC = ToolSpec(
     title="Write a file",
     description=(
         "Create or overwrite a text file with `content` (UTF-8), creating parent directories "
-        "as needed. In sandbox mode only paths inside the workspace or the temp dir can be "
-        "written; in read-only mode nothing can. Prefer `edit` for changing part of a file."
+        "as needed. In sandbox mode only paths inside the workspace, the agent's temp dir "
+        "($TMPDIR in bash) or roots its manifest grants can be written; in read-only mode "
+        "nothing can. Prefer `edit` for changing part of a file."
     ),
     input_schema={
         "type": "object",
@@ -212,24 +314,62 @@ WRITE_SPEC = ToolSpec(
 )
 
 
+def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
+    """An fd to write ``loc`` (parents created beneath the root, no symlink followed,
+    never a file with other links) and whether the file existed."""
+    parent, name = os.path.split(loc.rel)
+    if loc.rel == "." or not name:
+        raise _Refused(f"{raw!r} is a directory; give a file path to write")
+    try:
+        if loc.follow:
+            os.makedirs(loc.path.parent, exist_ok=True)
+            dir_fd = os.open(loc.path.parent, DIR_FLAGS)
+        else:
+            root = open_root(str(loc.root))
+            try:
+                dir_fd = make_dirs_beneath(root, parent or ".")
+            finally:
+                os.close(root)
+    except OSError as exc:
+        raise _explain(exc, raw, loc, "write") from None
+    try:
+        try:
+            fd, existed = os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd), False
+        except FileExistsError:
+            fd, existed = os.open(name, _WRITE_FLAGS, dir_fd=dir_fd), True
+    except IsADirectoryError:
+        raise _Refused(f"{raw!r} is a directory; give a file path to write") from None
+    except OSError as exc:
+        raise _explain(exc, raw, loc, "write") from None
+    finally:
+        os.close(dir_fd)
+    info = os.fstat(fd)
+    kind = regular_file_kind(info.st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise _Refused(f"cannot write {raw!r}: it is {kind}; the file tools write regular files only")
+    _one_link(fd, info, raw, "write")
+    return fd, existed
+
+
 async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
     content = _str_arg(args, "content", allow_empty=True)
-    path = writable_path(raw, ctx)
 
-    def work() -> ToolResult:
-        if path.is_dir():
-            return ToolResult.error(f"{raw!r} is a directory; give a file path to write")
-        existed = path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def work(access: FileAccess) -> ToolResult:
+        loc = access.locate(raw, write=True)
         data = content.encode("utf-8")
-        _write_bytes(path, data)
+        fd, existed = _open_for_write(loc, raw)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
         lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
         verb = "overwrote" if existed else "created"
-        return ToolResult.text(f"{verb} {_shown(path, ctx)} ({len(data)} bytes, {lines} lines)")
+        return ToolResult.text(f"{verb} {_shown(loc.path, access)} ({len(data)} bytes, {lines} lines)")
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 # --------------------------------------------------------------------------------------
@@ -301,48 +441,53 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "arguments.new_string: is identical to old_string, so the edit would change "
             "nothing; give the replacement text"
         )
-    path = writable_path(raw, ctx)
-
-    def work() -> ToolResult:
-        if not path.is_file():
-            what = "is a directory" if path.is_dir() else "does not exist"
-            return ToolResult.error(f"cannot edit {raw!r}: it {what}; use write to create a file")
-        data = path.read_bytes()
-        if _is_binary(data[:BINARY_SNIFF_BYTES]):
-            return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
+    def work(access: FileAccess) -> ToolResult:
+        loc = access.locate(raw, write=True)
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return ToolResult.error(
-                f"cannot edit {raw!r}: it is not valid UTF-8 ({exc.reason} at byte {exc.start})"
-            )
-        count = text.count(old)
-        if count == 0:
-            hint = ""
-            if old.strip() and old.strip() in text:
-                hint = " (a match differing only in leading/trailing whitespace exists)"
-            return ToolResult.error(
-                f"old_string was not found in {raw!r}{hint}; read the file and copy the exact "
-                "text, including whitespace and indentation, without line numbers"
-            )
-        if count > 1 and not replace_all:
-            lines = ", ".join(map(str, _line_numbers(text, old)))
-            return ToolResult.error(
-                f"old_string occurs {count} times in {raw!r} (lines {lines}); include more "
-                "surrounding text to make it unique, or set replace_all to true"
-            )
-        first_line = text.count("\n", 0, text.find(old)) + 1
-        updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        _write_bytes(path, updated.encode("utf-8"))
+            fd, info = _open_regular(loc, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY, raw, "edit")
+        except _Refused as exc:
+            what = {errno.ENOENT: "does not exist", errno.EISDIR: "is a directory"}.get(exc.code)
+            if what is None:
+                raise
+            raise _Refused(f"cannot edit {raw!r}: it {what}; use write to create a file") from None
+        _one_link(fd, info, raw, "edit")
+        with os.fdopen(fd, "r+b") as f:
+            data = f.read()
+            if _is_binary(data[:BINARY_SNIFF_BYTES]):
+                return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return ToolResult.error(
+                    f"cannot edit {raw!r}: it is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                )
+            count = text.count(old)
+            if count == 0:
+                hint = ""
+                if old.strip() and old.strip() in text:
+                    hint = " (a match differing only in leading/trailing whitespace exists)"
+                return ToolResult.error(
+                    f"old_string was not found in {raw!r}{hint}; read the file and copy the exact "
+                    "text, including whitespace and indentation, without line numbers"
+                )
+            if count > 1 and not replace_all:
+                lines = ", ".join(map(str, _line_numbers(text, old)))
+                return ToolResult.error(
+                    f"old_string occurs {count} times in {raw!r} (lines {lines}); include more "
+                    "surrounding text to make it unique, or set replace_all to true"
+                )
+            first_line = text.count("\n", 0, text.find(old)) + 1
+            updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+            _write_all(f.fileno(), updated.encode("utf-8"))
         replaced = count if replace_all else 1
         noun = "occurrence" if replaced == 1 else "occurrences"
         snippet = _snippet(updated, first_line, new.count("\n") + 1)
         return ToolResult.text(
-            f"replaced {replaced} {noun} in {_shown(path, ctx)}; around line {first_line} now:\n"
+            f"replaced {replaced} {noun} in {_shown(loc.path, access)}; around line {first_line} now:\n"
             + snippet
         )
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 # --------------------------------------------------------------------------------------
@@ -376,40 +521,55 @@ LIST_SPEC = ToolSpec(
 )
 
 
+def _open_dir(loc: Located, raw: str, verb: str) -> int:
+    """A readable fd of the directory at ``loc``; a file or anything else is refused."""
+    try:
+        return _open(loc, READ_FLAGS | os.O_DIRECTORY, raw, verb)
+    except _Refused as exc:
+        if exc.code == errno.ENOENT:
+            raise _Refused(f"no such directory: {raw!r} ({loc.path})", exc.code) from None
+        if exc.code == errno.ENOTDIR and os.path.lexists(loc.path) and not os.path.isdir(loc.path):
+            raise _Refused(f"{raw!r} is a file, not a directory; use read to see it", exc.code) from None
+        raise
+
+
 async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args, default=".")
     hidden = _bool_arg(args, "include_hidden", False)
-    path = resolve(raw, ctx)
 
-    def work() -> ToolResult:
-        if not path.exists():
-            return ToolResult.error(f"no such directory: {raw!r} (resolved to {path})")
-        if not path.is_dir():
-            return ToolResult.error(f"{raw!r} is a file, not a directory; use read to see it")
-        with os.scandir(path) as it:
-            entries = sorted(
-                (e for e in it if hidden or not e.name.startswith(".")), key=lambda e: e.name
-            )
-        lines = []
-        for entry in entries[:MAX_LISTED]:
-            try:
-                if entry.is_symlink():
-                    lines.append(f"{entry.name} -> {os.readlink(entry.path)}")
-                elif entry.is_dir():
-                    lines.append(f"{entry.name}/")
-                else:
-                    lines.append(f"{entry.name}  ({entry.stat().st_size} bytes)")
-            except OSError:
-                lines.append(f"{entry.name}  (unreadable)")
-        header = f"{_shown(path, ctx)}: {len(entries)} entries"
+    def work(access: FileAccess) -> ToolResult:
+        loc = access.locate(raw)
+        denied = access.denied_below(loc)
+        fd = _open_dir(loc, raw, "list")
+        try:
+            with os.scandir(fd) as it:
+                entries = sorted(
+                    (e for e in it if (hidden or not e.name.startswith(".")) and e.name not in denied),
+                    key=lambda e: e.name,
+                )
+            lines = []
+            for entry in entries[:MAX_LISTED]:
+                try:
+                    if entry.is_symlink():
+                        lines.append(f"{entry.name} -> {os.readlink(entry.name, dir_fd=fd)}")
+                    elif entry.is_dir(follow_symlinks=False):
+                        lines.append(f"{entry.name}/")
+                    else:
+                        size = entry.stat(follow_symlinks=False).st_size
+                        lines.append(f"{entry.name}  ({size} bytes)")
+                except OSError:
+                    lines.append(f"{entry.name}  (unreadable)")
+        finally:
+            os.close(fd)
+        header = f"{_shown(loc.path, access)}: {len(entries)} entries"
         if len(entries) > MAX_LISTED:
             lines.append(f"[{len(entries) - MAX_LISTED} more entries not shown; use glob]")
         if not entries:
             return ToolResult.text(header + " (empty)")
         return ToolResult.text(header + "\n" + "\n".join(lines))
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 # --------------------------------------------------------------------------------------
@@ -454,37 +614,49 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "and the pattern (e.g. '**/*.py') in arguments.pattern"
         )
     raw = path_argument(args, default=".")
-    root = resolve(raw, ctx)
+    try:
+        regex = glob_to_regex(pattern)
+    except re.error as exc:
+        raise ToolArgumentsInvalid(f"arguments.pattern: {exc}") from None
+    # Without '**' a match is at most as deep as the pattern: no need to walk further.
+    max_depth = None if "**" in pattern else pattern.count("/") + 1
     deadline = _deadline(ctx)
 
-    def work() -> ToolResult:
-        if not root.is_dir():
-            return ToolResult.error(f"no such directory: {raw!r} (resolved to {root})")
+    def work(access: FileAccess) -> ToolResult:
+        loc = access.locate(raw)
+        fd = _open_dir(loc, raw, "glob")
         found: list[str] = []
         stopped = ""
         try:
-            for match in root.glob(pattern):
+            for rel_dir, _dir_fd, entries in walk(
+                fd, SKIPPED_DIRS, access.denied_below(loc), max_depth=max_depth
+            ):
                 if time.monotonic() > deadline:
                     stopped = "the search ran out of time"
                     break
-                rel = match.relative_to(root).as_posix()
-                if any(part in SKIPPED_DIRS for part in match.relative_to(root).parts):
-                    continue
-                found.append(rel + ("/" if match.is_dir() else ""))
+                for entry in entries:
+                    rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                    if entry.name in SKIPPED_DIRS or not regex.match(rel):
+                        continue
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        is_dir = False
+                    found.append(rel + ("/" if is_dir else ""))
                 if len(found) > MAX_LISTED:
                     stopped = f"more than {MAX_LISTED} matches"
                     break
-        except ValueError as exc:
-            raise ToolArgumentsInvalid(f"arguments.pattern: {exc}") from None
+        finally:
+            os.close(fd)
         found.sort()
         if not found:
-            return ToolResult.text(f"no matches for {pattern!r} under {_shown(root, ctx)}")
+            return ToolResult.text(f"no matches for {pattern!r} under {_shown(loc.path, access)}")
         lines = found[:MAX_LISTED]
         if stopped:
             lines.append(f"[stopped: {stopped}; narrow the pattern]")
         return ToolResult.text("\n".join(lines))
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 # --------------------------------------------------------------------------------------
@@ -536,16 +708,6 @@ GREP_SPEC = ToolSpec(
 )
 
 
-def _walk_files(root: Path) -> Iterator[Path]:
-    if root.is_file():
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
-
-
 def glob_to_regex(pattern: str) -> re.Pattern[str]:
     """Compile a path glob: ``*`` and ``?`` stay within one path segment, ``**`` spans
     segments (``**/`` also matches no directory), ``[...]`` is a character class."""
@@ -577,23 +739,56 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z", re.DOTALL)
 
 
-def _glob_filter(pattern: str | None, base: Path) -> Callable[[Path], bool]:
+def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
+    """A test of a file's path relative to the search root."""
     if pattern is None:
-        return lambda _path: True
+        return lambda _rel: True
     regex = glob_to_regex(pattern)
     # A pattern without a slash matches the file name at any depth, as in ripgrep.
-    by_name = "/" not in pattern
+    if "/" not in pattern:
+        return lambda rel: regex.match(rel.rsplit("/", 1)[-1]) is not None
+    return lambda rel: regex.match(rel) is not None
 
-    def accept(path: Path) -> bool:
-        if by_name:
-            return regex.match(path.name) is not None
-        try:
-            rel = path.relative_to(base).as_posix()
-        except ValueError:
-            rel = path.name
-        return regex.match(rel) is not None
 
-    return accept
+def _read_capped(fd: int, size: int) -> bytes | None:
+    """The content of a regular file, or None when it is over the grep size cap."""
+    if size > MAX_GREP_FILE_BYTES:
+        return None
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+        if sum(map(len, chunks)) > MAX_GREP_FILE_BYTES:
+            return None
+    return b"".join(chunks)
+
+
+def _grep_files(
+    fd: int, name: str, skip_below: frozenset[str], deadline: float
+) -> Iterator[tuple[str, bytes | None]]:
+    """``(relative path, content)`` of each regular file to search from ``fd`` (a file or
+    a directory); content is None for a file over the size cap. Stops at the deadline."""
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode):
+        yield name, _read_capped(fd, info.st_size)
+        return
+    for rel_dir, dir_fd, entries in walk(fd, SKIPPED_DIRS, skip_below):
+        for entry in entries:
+            if time.monotonic() > deadline:
+                return
+            try:
+                if not entry.is_file(follow_symlinks=False):
+                    continue  # directories are walked; links, FIFOs, devices never opened
+                file_fd = os.open(entry.name, READ_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+            except OSError:
+                continue
+            try:
+                info = os.fstat(file_fd)
+                data = _read_capped(file_fd, info.st_size) if stat.S_ISREG(info.st_mode) else None
+            except OSError:
+                data = None
+            finally:
+                os.close(file_fd)
+            yield (f"{rel_dir}/{entry.name}" if rel_dir else entry.name), data
 
 
 async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
@@ -614,65 +809,61 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
         )
     max_matches = _int_arg(args, "max_matches", 200, minimum=1, maximum=5000)
     raw = path_argument(args, default=".")
-    root = resolve(raw, ctx)
+    accept = _glob_filter(file_glob)
     deadline = _deadline(ctx)
     budget = ctx.max_output_chars
 
-    def work() -> ToolResult:
-        if not root.exists():
-            return ToolResult.error(f"no such file or directory: {raw!r} (resolved to {root})")
-        base = root if root.is_dir() else root.parent
-        accept = _glob_filter(file_glob, base)
+    def work(access: FileAccess) -> ToolResult:
+        loc = access.locate(raw)
+        fd = _open(loc, READ_FLAGS, raw, "grep")
         out: list[str] = []
         used = files_matched = files_searched = 0
         stopped = ""
-        for path in _walk_files(root):
-            if time.monotonic() > deadline:
-                stopped = "the search ran out of time; narrow path or glob"
-                break
-            if not accept(path):
-                continue
-            try:
-                if path.is_symlink() or path.stat().st_size > MAX_GREP_FILE_BYTES:
-                    continue
-                with open(path, "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if _is_binary(data[:BINARY_SNIFF_BYTES]):
-                continue
-            files_searched += 1
-            text = data.decode("utf-8", errors="replace")
-            hit = False
-            for number, line in enumerate(text.splitlines(), start=1):
-                if not regex.search(line):
-                    continue
-                hit = True
-                shown = (
-                    line if len(line) <= MAX_GREP_LINE_CHARS else line[:MAX_GREP_LINE_CHARS] + " …"
+        try:
+            kind = regular_file_kind(os.fstat(fd).st_mode)
+            if kind not in (None, "a directory"):
+                raise _Refused(
+                    f"cannot grep {raw!r}: it is {kind}; grep searches regular files and directories"
                 )
-                entry = f"{path.relative_to(base).as_posix()}:{number}: {shown}"
-                out.append(entry)
-                used += len(entry) + 1
-                if len(out) >= max_matches:
-                    stopped = f"reached max_matches={max_matches}"
+            files = _grep_files(fd, loc.path.name, access.denied_below(loc), deadline)
+            for rel, data in files:
+                if not accept(rel) or data is None or _is_binary(data[:BINARY_SNIFF_BYTES]):
+                    continue
+                files_searched += 1
+                text = data.decode("utf-8", errors="replace")
+                hit = False
+                for number, line in enumerate(text.splitlines(), start=1):
+                    if not regex.search(line):
+                        continue
+                    hit = True
+                    if len(line) > MAX_GREP_LINE_CHARS:
+                        line = line[:MAX_GREP_LINE_CHARS] + " …"
+                    entry = f"{rel}:{number}: {line}"
+                    out.append(entry)
+                    used += len(entry) + 1
+                    if len(out) >= max_matches:
+                        stopped = f"reached max_matches={max_matches}"
+                        break
+                    if used >= budget:
+                        stopped = "output limit reached; narrow the pattern, path or glob"
+                        break
+                files_matched += hit
+                if stopped:
                     break
-                if used >= budget:
-                    stopped = "output limit reached; narrow the pattern, path or glob"
-                    break
-            files_matched += hit
-            if stopped:
-                break
+            if not stopped and time.monotonic() > deadline:
+                stopped = "the search ran out of time; narrow path or glob"
+        finally:
+            os.close(fd)
         if not out:
             return ToolResult.text(
-                f"no matches for {pattern!r} in {files_searched} files under {_shown(root, ctx)}"
-                + (f" ({stopped})" if stopped else "")
+                f"no matches for {pattern!r} in {files_searched} files under "
+                f"{_shown(loc.path, access)}" + (f" ({stopped})" if stopped else "")
             )
         summary = f"[{len(out)} matches in {files_matched} files"
         summary += f"; stopped: {stopped}]" if stopped else "]"
         return ToolResult.text("\n".join(out) + "\n" + summary)
 
-    return await _in_thread(work)
+    return await _in_thread(ctx, work)
 
 
 def fs_tools() -> list[Tool]:

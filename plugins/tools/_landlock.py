@@ -1,12 +1,22 @@
 """Landlock (Linux ≥ 5.13) through ctypes syscalls.
 
-``restrict_self(writable)`` confines the calling process and its future children: the
-ruleset handles every filesystem access right of the running kernel's Landlock ABI;
-reading and executing are granted everywhere, writing (creating, removing, truncating,
-renaming, linking) only beneath the ``writable`` directories and on a few device files
-such as ``/dev/null``. ``no_new_privs`` is set first, as Landlock requires.
+``restrict_self(rules)`` confines the calling process and its future children with one
+ruleset built from a ``Rules`` value:
 
-Standard library only: ``_sandbox_exec`` loads this file in a ``python -I -S`` process.
+- **files** (ABI 1+): every filesystem right of the running ABI is handled; reading and
+  executing are granted beneath ``read`` roots, every right beneath ``write`` roots, read
+  and write on a few device files (``/dev/null``…); nothing else. ``deny`` paths are
+  carved out of any root that strictly contains them (the root is granted child by child
+  around them), so ``/etc`` can be readable without ``/etc/shadow``.
+- **TCP** (ABI 4+): when ``restrict_tcp`` is set, ``connect`` and ``bind`` are refused
+  except to the listed ports. Landlock filters ports, not hosts; UDP is not covered.
+- **scopes** (ABI 6+): signals and abstract unix sockets cannot reach processes outside
+  the sandbox.
+
+A right the kernel's ABI does not know is silently not enforced; ``LandlockStatus``
+says which (and roost warns at start). ``no_new_privs`` is set first, as Landlock
+requires. Standard library only: ``_sandbox_exec`` loads this file in a ``python -I -S``
+process.
 """
 
 from __future__ import annotations
@@ -14,14 +24,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
-from dataclasses import dataclass
+import stat
+import sys
 
 # Syscall numbers (the same on these architectures; all use the generic table).
 _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (444, 445, 446)}
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
 PR_SET_NO_NEW_PRIVS = 38
 
 ACCESS_FS_EXECUTE = 1 << 0
@@ -40,7 +51,13 @@ ACCESS_FS_MAKE_SYM = 1 << 12
 ACCESS_FS_REFER = 1 << 13  # ABI 2
 ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3
 ACCESS_FS_IOCTL_DEV = 1 << 15  # ABI 5
-# ABI 4 added network rights, ABI 6 scopes, ABI 7 audit flags: no new filesystem rights.
+ACCESS_NET_BIND_TCP = 1 << 0  # ABI 4
+ACCESS_NET_CONNECT_TCP = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0  # ABI 6
+SCOPE_SIGNAL = 1 << 1  # ABI 6
+
+NET_ABI = 4
+SCOPE_ABI = 6
 
 READ_ACCESS = ACCESS_FS_EXECUTE | ACCESS_FS_READ_FILE | ACCESS_FS_READ_DIR
 # Rights that may be granted on a regular or device file (not only on directories).
@@ -52,6 +69,7 @@ FILE_ACCESS = (
     | ACCESS_FS_IOCTL_DEV
 )
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom")
+DEVICE_ACCESS = ACCESS_FS_READ_FILE | ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE | ACCESS_FS_IOCTL_DEV
 
 
 def fs_access_for_abi(abi: int) -> int:
@@ -66,18 +84,75 @@ def fs_access_for_abi(abi: int) -> int:
     return access
 
 
-@dataclass(frozen=True)
 class LandlockStatus:
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not."""
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not.
 
-    available: bool
-    abi: int
-    reason: str
+    (Plain classes here, not dataclasses: the supervisor imports this module for every
+    bash call, and ``dataclasses`` alone costs it several milliseconds.)"""
+
+    __slots__ = ("available", "abi", "reason")
+
+    def __init__(self, available: bool, abi: int, reason: str) -> None:
+        self.available = available
+        self.abi = abi
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"LandlockStatus(available={self.available}, abi={self.abi}, reason={self.reason!r})"
+
+    @property
+    def tcp(self) -> bool:
+        """TCP connect/bind rules (ABI 4)."""
+        return self.abi >= NET_ABI
+
+    @property
+    def scopes(self) -> bool:
+        """Signal and abstract unix socket scoping (ABI 6)."""
+        return self.abi >= SCOPE_ABI
+
+    def missing(self) -> list[str]:
+        """What this kernel's Landlock cannot enforce, in words (empty when everything)."""
+        if not self.available:
+            return [
+                "bash file access (reads and writes outside the workspace)",
+                "bash TCP connections",
+                "bash signals and abstract unix sockets to other processes",
+            ]
+        out = []
+        if not self.tcp:
+            out.append(f"bash TCP connections (needs Landlock ABI {NET_ABI}, have {self.abi})")
+        if not self.scopes:
+            out.append(
+                "bash signals and abstract unix sockets to other processes "
+                f"(needs Landlock ABI {SCOPE_ABI}, have {self.abi})"
+            )
+        return out
 
     def describe(self) -> str:
         if self.available:
-            return f"Landlock ABI {self.abi}: bash writes are confined by the kernel"
-        return f"Landlock unavailable ({self.reason}): bash writes are NOT confined by the kernel"
+            return f"Landlock ABI {self.abi}: bash file access is confined by the kernel"
+        return f"Landlock unavailable ({self.reason}): bash file access is NOT confined by the kernel"
+
+
+class Rules:
+    """What a sandboxed process may do (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        read: tuple[str, ...] = (),
+        write: tuple[str, ...] = (),
+        deny: tuple[str, ...] = (),
+        restrict_files: bool = True,
+        restrict_tcp: bool = False,
+        connect: tuple[int, ...] = (),
+        bind: tuple[int, ...] = (),
+        scope: bool = True,
+        devices: tuple[str, ...] = DEVICE_FILES,
+    ) -> None:
+        self.read, self.write, self.deny = read, write, deny
+        self.restrict_files, self.restrict_tcp = restrict_files, restrict_tcp
+        self.connect, self.bind, self.scope, self.devices = connect, bind, scope, devices
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -85,8 +160,17 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class LandlockError(OSError):
@@ -101,9 +185,9 @@ def _libc() -> ctypes.CDLL:
 
 
 def _syscall_numbers() -> tuple[int, int, int] | None:
-    if platform.system() != "Linux":
+    if not sys.platform.startswith("linux"):
         return None
-    return _SYSCALLS.get(platform.machine())
+    return _SYSCALLS.get(os.uname().machine)
 
 
 _status: LandlockStatus | None = None
@@ -116,9 +200,7 @@ def landlock_status() -> LandlockStatus:
         return _status
     numbers = _syscall_numbers()
     if numbers is None:
-        _status = LandlockStatus(
-            False, 0, f"not supported on {platform.system()} {platform.machine()}"
-        )
+        _status = LandlockStatus(False, 0, f"not supported on {sys.platform} {os.uname().machine}")
         return _status
     libc = _libc()
     abi = libc.syscall(
@@ -141,8 +223,39 @@ def landlock_status() -> LandlockStatus:
     return _status
 
 
-def restrict_self(writable: list[str], *, abi: int | None = None) -> int:
-    """Confine this process (and its future children) to writing only beneath ``writable``.
+def _beneath(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
+    """``root`` as a list of paths that together cover it except the ``deny`` paths
+    strictly inside it: a root that contains one is replaced by its entries (recursively
+    around the denied one). Symbolic links among those entries are left out; what they
+    point to is covered by its own root, if any. A deny path equal to or above ``root``
+    does not cut it: naming a root grants it."""
+    inside = [d for d in deny if d != root and _beneath(d, root)]
+    if not inside:
+        return [root]
+    out: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []
+    for entry in entries:
+        child = os.path.join(root, entry.name)
+        if child in inside:
+            continue
+        try:
+            if entry.is_symlink():
+                continue
+        except OSError:
+            continue
+        out.extend(carve(child, inside))
+    return out
+
+
+def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
+    """Confine this process (and its future children) to ``rules``.
 
     Returns the ABI used. Raises ``LandlockError`` if anything fails; nothing is
     half-applied, because the restriction only takes effect in the final syscall.
@@ -153,7 +266,11 @@ def restrict_self(writable: list[str], *, abi: int | None = None) -> int:
         raise LandlockError(errno.ENOSYS, status.reason)
     create, add_rule, restrict = numbers
     abi = status.abi if abi is None else abi
-    handled = fs_access_for_abi(abi)
+    handled_fs = fs_access_for_abi(abi) if rules.restrict_files else 0
+    handled_net = (
+        ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.restrict_tcp and abi >= NET_ABI else 0
+    )
+    scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if rules.scope and abi >= SCOPE_ABI else 0
     libc = _libc()
 
     def check(result: int, what: str) -> int:
@@ -162,58 +279,66 @@ def restrict_self(writable: list[str], *, abi: int | None = None) -> int:
             raise LandlockError(err, f"{what}: {os.strerror(err)}")
         return result
 
-    ruleset = _RulesetAttr(handled)
+    if not (handled_fs or handled_net or scoped):
+        return abi  # nothing this kernel can enforce was asked for
+    check(
+        libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0),
+        "prctl(PR_SET_NO_NEW_PRIVS)",
+    )
+    ruleset = _RulesetAttr(handled_fs, handled_net, scoped)
+    # An older kernel knows a shorter struct; pass only the fields it knows.
+    size = 8 if abi < NET_ABI else 16 if abi < SCOPE_ABI else ctypes.sizeof(ruleset)
     ruleset_fd = check(
         libc.syscall(
             ctypes.c_long(create),
             ctypes.byref(ruleset),
-            ctypes.c_size_t(ctypes.sizeof(ruleset)),
+            ctypes.c_size_t(size),
             ctypes.c_uint32(0),
         ),
         "landlock_create_ruleset",
     )
     try:
 
+        def add(rule_type: int, rule: ctypes.Structure, what: str) -> None:
+            check(
+                libc.syscall(
+                    ctypes.c_long(add_rule),
+                    ctypes.c_int(ruleset_fd),
+                    ctypes.c_int(rule_type),
+                    ctypes.byref(rule),
+                    ctypes.c_uint32(0),
+                ),
+                f"landlock_add_rule({what})",
+            )
+
         def allow(path: str, access: int) -> None:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except FileNotFoundError:
+            except OSError:  # missing, or not reachable: nothing to grant
                 return
             try:
-                if not os.path.isdir(path):
+                if not stat.S_ISDIR(os.fstat(fd).st_mode):
                     access &= FILE_ACCESS
-                rule = _PathBeneathAttr(access & handled, fd)
-                if rule.allowed_access == 0:
-                    return
-                check(
-                    libc.syscall(
-                        ctypes.c_long(add_rule),
-                        ctypes.c_int(ruleset_fd),
-                        ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                        ctypes.byref(rule),
-                        ctypes.c_uint32(0),
-                    ),
-                    f"landlock_add_rule({path})",
-                )
+                rule = _PathBeneathAttr(access & handled_fs, fd)
+                if rule.allowed_access:
+                    add(LANDLOCK_RULE_PATH_BENEATH, rule, path)
             finally:
                 os.close(fd)
 
-        allow("/", READ_ACCESS)
-        allow("/dev", READ_ACCESS | ACCESS_FS_IOCTL_DEV)
-        for device in DEVICE_FILES:
-            allow(
-                device,
-                ACCESS_FS_READ_FILE
-                | ACCESS_FS_WRITE_FILE
-                | ACCESS_FS_TRUNCATE
-                | ACCESS_FS_IOCTL_DEV,
-            )
-        for path in writable:
-            allow(path, handled)
-        check(
-            libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0),
-            "prctl(PR_SET_NO_NEW_PRIVS)",
-        )
+        if handled_fs:
+            for root in rules.read:
+                for path in carve(root, rules.deny):
+                    allow(path, READ_ACCESS)
+            for device in rules.devices:
+                allow(device, DEVICE_ACCESS)
+            for root in rules.write:
+                for path in carve(root, rules.deny):
+                    allow(path, handled_fs)
+        if handled_net:
+            for port in rules.connect:
+                add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(ACCESS_NET_CONNECT_TCP, port), f"connect {port}")
+            for port in rules.bind:
+                add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(ACCESS_NET_BIND_TCP, port), f"bind {port}")
         check(
             libc.syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
             "landlock_restrict_self",

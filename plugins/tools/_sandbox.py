@@ -1,37 +1,112 @@
-"""Path confinement for the file tools, and the plugin's settings.
+"""The file-access model of an agent, and the plugin's settings.
 
-Sandbox modes (``ToolContext.sandbox``):
+What an agent may touch (``file_access(ctx)``), enforced by the file tools here and for
+``bash`` by Landlock (``FileAccess.landlock_args``):
 
-- ``sandbox``: reads anywhere; writes only inside the workspace and the temp dir.
-- ``read-only``: reads anywhere; every write is refused.
-- ``rwx``: no confinement.
+- **read and write**: its workspace, its own temp dir (``<data dir>/tmp/<agent>``; bash
+  gets it as ``TMPDIR``) and the roots in its manifest's ``files.write``;
+- **read**: the roots in ``files.read``; ``bash`` also reads the system trees programs need
+  (``SYSTEM_READ_ROOTS``) minus the secrets in ``SYSTEM_DENY``;
+- **nothing else**: not the user's home, not roost's data directory, not another agent's
+  workspace. Those are carved out of any root that contains them; only a root named
+  inside one of them reaches it.
 
-Paths are resolved (symlinks and ``..``) before the check, so a symlink inside the
-workspace that points outside it is refused like the outside path itself.
+Modes (``ToolContext.sandbox``): ``sandbox`` as above; ``read-only`` the same, but the file
+tools write nothing and bash writes only its temp dir; ``rwx`` no file confinement.
+
+A path is checked lexically (``..`` folded, never a symlink resolved) against the roots,
+then opened beneath the root's directory fd following no symlink (``_beneath``), so what
+was checked is what is opened.
 """
 
 from __future__ import annotations
 
+import atexit
+import glob as globlib
 import math
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
+# What bash may read beyond the agent's own roots: programs, libraries, configuration.
+SYSTEM_READ_ROOTS = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc",
+    "/proc", "/sys/devices/system/cpu", "/nix/store",
+)  # fmt: skip
+# Secrets under those roots that bash may not read even so.
+SYSTEM_DENY = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+    "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/ssh/ssh_host_*_key",
+)  # fmt: skip
+# The names a manifest's grants go under, for error messages.
+READ_GRANT = "files.read"
+WRITE_GRANT = "files.write"
 
+# Worker threads one agent's file tools may hold at once: a thread stuck in the OS keeps
+# its slot until it returns, so it can only ever starve its own agent.
+FILE_THREADS_PER_AGENT = 4
 
-def temp_roots() -> tuple[Path, ...]:
-    """The temp directories writes are allowed in (``tempfile.gettempdir()``, resolved)."""
-    return (Path(os.path.realpath(tempfile.gettempdir())),)
+_fallback_temp: Path | None = None
+_limiters: trio.lowlevel.RunVar = trio.lowlevel.RunVar("roost_tools_limiters")
 
 
 def workspace_of(ctx: ToolContext) -> Path:
     """The agent's workspace as an absolute, resolved path."""
     return Path(os.path.realpath(os.path.abspath(os.fspath(ctx.workspace))))
+
+
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(path)))))
+
+
+def data_home(ctx: ToolContext) -> Path | None:
+    """roost's data directory when the call runs in a kernel, else None."""
+    home = getattr(getattr(ctx.kernel, "config", None), "home", None)
+    return _real(home) if home else None
+
+
+def temp_dir_of(ctx: ToolContext) -> Path:
+    """The agent's own temp dir (created 0700): ``<data dir>/tmp/<agent>``; outside a kernel,
+    ``<agent>`` under one private directory per process."""
+    global _fallback_temp
+    home = data_home(ctx)
+    if home is not None:
+        base = home / "tmp"
+    else:
+        if _fallback_temp is None or not _fallback_temp.is_dir():
+            _fallback_temp = Path(os.path.realpath(tempfile.mkdtemp(prefix="roost-tmp-")))
+            atexit.register(shutil.rmtree, _fallback_temp, ignore_errors=True)
+        base = _fallback_temp
+    path = base / ctx.agent
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def thread_limiter(agent: str) -> trio.CapacityLimiter:
+    """The calling agent's own thread limiter (one per agent per Trio run)."""
+    try:
+        table = _limiters.get()
+    except LookupError:
+        table = {}
+        _limiters.set(table)
+    limiter = table.get(agent)
+    if limiter is None:
+        limiter = table[agent] = trio.CapacityLimiter(FILE_THREADS_PER_AGENT)
+    return limiter
+
+
+async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
+    """``fn()`` in a worker thread under the agent's limiter; on cancellation (a timeout,
+    shutdown) the thread is abandoned rather than waited for."""
+    return await trio.to_thread.run_sync(fn, limiter=thread_limiter(ctx.agent), abandon_on_cancel=True)
 
 
 def path_argument(arguments: Any, name: str = "path", *, default: str | None = None) -> str:
@@ -48,18 +123,6 @@ def path_argument(arguments: Any, name: str = "path", *, default: str | None = N
     return value
 
 
-def resolve(raw: str, ctx: ToolContext) -> Path:
-    """``raw`` made absolute (relative to the workspace) with symlinks and ``..`` resolved."""
-    path = Path(raw)
-    if not path.is_absolute():
-        path = workspace_of(ctx) / path
-    return Path(os.path.realpath(path))
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path == root or path.is_relative_to(root)
-
-
 def check_mode(ctx: ToolContext) -> str:
     mode = ctx.sandbox
     if mode not in SANDBOX_MODES:
@@ -70,29 +133,154 @@ def check_mode(ctx: ToolContext) -> str:
     return mode
 
 
-def writable_path(raw: str, ctx: ToolContext) -> Path:
-    """Resolve ``raw`` for writing, or raise ``SandboxError`` saying which mode permits it."""
-    mode = check_mode(ctx)
-    if mode == "read-only":
-        raise SandboxError(
-            f"cannot write {raw!r}: agent {ctx.agent!r} runs in read-only mode, which refuses "
-            'every write; set "sandbox": "sandbox" (workspace and temp dir) or "rwx" in its '
-            "agent.json to allow writes"
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+@attrs.frozen
+class Root:
+    """A directory (or file) an agent may use; ``what`` names it in messages."""
+
+    path: Path
+    what: str
+
+
+@attrs.frozen
+class Located:
+    """A checked path: open ``rel`` beneath ``root`` (``follow``: symlinks allowed, rwx)."""
+
+    root: Path
+    rel: str
+    path: Path
+    follow: bool = False
+
+
+@attrs.frozen
+class FileAccess:
+    """What one agent may read and write (see the module docstring)."""
+
+    agent: str
+    mode: str
+    workspace: Path
+    temp: Path
+    read: tuple[Path, ...] = ()
+    write: tuple[Path, ...] = ()
+    deny: tuple[tuple[Path, str], ...] = ()  # (path, what it is)
+
+    def read_roots(self) -> list[Root]:
+        return [
+            Root(self.workspace, "its workspace"),
+            Root(self.temp, "its temp dir"),
+            *(Root(p, READ_GRANT) for p in self.read),
+            *(Root(p, WRITE_GRANT) for p in self.write),
+        ]
+
+    def write_roots(self) -> list[Root]:
+        if self.mode == "read-only":
+            return []
+        return [
+            Root(self.workspace, "its workspace"),
+            Root(self.temp, "its temp dir"),
+            *(Root(p, WRITE_GRANT) for p in self.write),
+        ]
+
+    def locate(self, raw: str, *, write: bool = False) -> Located:
+        """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
+        raises ``SandboxError`` naming the path and the manifest field that would allow it."""
+        verb = "write" if write else "read"
+        if write and self.mode == "read-only":
+            raise SandboxError(
+                f"cannot write {raw!r}: agent {self.agent!r} runs in read-only mode, which "
+                'refuses every write; set "sandbox": "sandbox" (workspace and temp dir) or '
+                '"rwx" in its agent.json to allow writes'
+            )
+        path = Path(os.path.normpath(self.workspace / raw))
+        if self.mode == "rwx":
+            return Located(Path("/"), os.path.relpath(path, "/"), path, follow=True)
+        roots = self.write_roots() if write else self.read_roots()
+        inside = [r for r in roots if _inside(path, r.path)]
+        if not inside:
+            grant = WRITE_GRANT if write else READ_GRANT
+            granted = [str(r.path) for r in roots if r.what in (READ_GRANT, WRITE_GRANT)]
+            also = f" and {', '.join(granted)}" if granted else ""
+            raise SandboxError(
+                f"cannot {verb} {raw!r}: {path} is outside what agent {self.agent!r} may "
+                f"{verb} — its workspace {self.workspace}, its temp dir {self.temp}{also}; "
+                f'to allow it, add "{path}" (or a directory above it) to "{grant}" in its '
+                "agent.json"
+            )
+        root = max(inside, key=lambda r: len(r.path.parts))
+        for denied, what in sorted(self.deny, key=lambda d: -len(d[0].parts)):
+            if denied != root.path and _inside(denied, root.path) and _inside(path, denied):
+                grant = WRITE_GRANT if write else READ_GRANT
+                raise SandboxError(
+                    f"cannot {verb} {raw!r}: {path} is inside {what} ({denied}), which agent "
+                    f"{self.agent!r} may not {verb} through {root.what} {root.path}; only an "
+                    f'entry in "{grant}" naming a path inside it would allow that'
+                )
+        rel = os.path.relpath(path, root.path)
+        return Located(root.path, rel, path)
+
+    def denied_below(self, located: Located) -> frozenset[str]:
+        """The denied paths below ``located``, relative to it (walks do not enter them)."""
+        if located.follow:
+            return frozenset()
+        return frozenset(
+            os.path.relpath(d, located.path)
+            for d, _ in self.deny
+            if d != located.path and _inside(d, located.path)
         )
-    resolved = resolve(raw, ctx)
-    if mode == "rwx":
-        return resolved
+
+    def bash_path(self, path: str) -> str:
+        """``PATH`` without the directories bash may not read (a command found there would
+        fail with EACCES instead of being looked up further along)."""
+        if self.mode == "rwx":
+            return path
+        roots = [_real(p) for p in SYSTEM_READ_ROOTS]
+        roots += [self.workspace, self.temp, *self.read, *self.write]
+        kept = [d for d in path.split(":") if os.path.isabs(d) and any(_inside(_real(d), r) for r in roots)]
+        return ":".join(dict.fromkeys(kept))
+
+    def landlock_args(self) -> list[str]:
+        """The ``_sandbox_exec`` rule arguments that confine bash to this model."""
+        if self.mode == "rwx":
+            return ["--no-files"]
+        read = [str(_real(p)) for p in SYSTEM_READ_ROOTS if os.path.exists(p)]
+        resolv = _real("/etc/resolv.conf")  # often a symlink into /run
+        if resolv.exists():
+            read.append(str(resolv))
+        read += [str(p) for p in self.read]
+        write = [str(self.temp)]
+        agent_roots = [str(self.workspace), *(str(p) for p in self.write)]
+        (read if self.mode == "read-only" else write).extend(agent_roots)
+        deny = [str(d) for d, _ in self.deny]
+        for pattern in SYSTEM_DENY:
+            deny += [str(_real(p)) for p in globlib.glob(pattern)]
+        args: list[str] = []
+        for flag, paths in (("--read", read), ("--write", write), ("--deny", deny)):
+            for p in dict.fromkeys(paths):
+                args += [flag, p]
+        return args
+
+
+def file_access(ctx: ToolContext) -> FileAccess:
+    """The file-access model of the calling agent (from its manifest when in a kernel)."""
+    mode = check_mode(ctx)
     workspace = workspace_of(ctx)
-    roots = (workspace, *temp_roots())
-    if any(_inside(resolved, root) for root in roots):
-        return resolved
-    lexical = Path(os.path.normpath(Path(raw) if Path(raw).is_absolute() else workspace / raw))
-    via = " through a symlink" if any(_inside(lexical, r) for r in roots) else ""
-    raise SandboxError(
-        f"cannot write {raw!r}: it resolves{via} to {resolved}, outside the workspace "
-        f"{workspace} and the temp dir {roots[1]}; in sandbox mode writes must stay inside "
-        'those — write there instead, or set "sandbox": "rwx" in the agent.json to allow it'
-    )
+    temp = temp_dir_of(ctx)
+    kernel = ctx.kernel
+    manifest = getattr(kernel, "agents", {}).get(ctx.agent) if kernel is not None else None
+    files = getattr(manifest, "files", None)
+    read = tuple(_real(p) for p in getattr(files, "read", ()))
+    write = tuple(_real(p) for p in getattr(files, "write", ()))
+    deny: list[tuple[Path, str]] = []
+    home = data_home(ctx)
+    if home is not None:
+        deny.append((home, "roost's data directory"))
+        for name, other in getattr(kernel, "agents", {}).items():
+            if name != ctx.agent and hasattr(other, "workspace_dir"):
+                deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
+    return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
 
 
 # --------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ async def test_a_full_disk_fails_each_request_but_never_stops_the_agent(tmp_path
         for i in range(6):  # more than the restart budget (3 in a minute)
             body = {"message": BIG} if i % 2 else {"message": BIG, "session_id": session}
             _storage_error(await http.post("/api/agents/echo/message", json=body))
-        _storage_error(await http.post("/mcp", json=mcp_call("roost_agent_echo", {"message": BIG}), headers=mcp_headers("roost_agent_echo")))
+        _storage_error(await http.post("/mcp", json=mcp_call("agent_echo", {"message": BIG}), headers=mcp_headers("agent_echo")))
         # A2A: the agent's session could not be stored, so the blocking send fails too.
         _storage_error(await http.post("/a2a/agents/echo/jsonrpc", json=a2a_send({"text": BIG}), headers=V1))
         agents = {a["name"]: a["status"] for a in (await http.get("/api/agents")).json()["agents"]}

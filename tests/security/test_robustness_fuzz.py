@@ -170,7 +170,7 @@ def test_fuzzing_the_three_edges_never_reaches_a_crash(daemon):
     @FUZZ
     @given(shape=st.integers(min_value=0, max_value=4), value=text_or_value, other=values)
     def mcp(shape: int, value: Any, other: Any) -> None:
-        name = "roost_agent_echo"
+        name = "agent_echo"
         params = [
             {"name": name, "arguments": {"message": value}, "_meta": META},
             {"name": name, "arguments": value, "_meta": META},

@@ -75,7 +75,7 @@ async def test_an_agent_past_its_restart_budget_is_reported_stopped_everywhere_a
             rest = await http.post("/api/agents/fragile/message", json={"message": "hello"})
             a2a = await http.post("/a2a/agents/fragile/jsonrpc", json=a2a_send({"text": "hello"}), headers=V1)
             a2a_rest = await http.post("/a2a/agents/fragile/rest/message:send", json=a2a_send({"text": "hello"})["params"], headers=V1)
-            mcp = await http.post("/mcp", json=mcp_call("roost_agent_fragile", {"message": "hello"}), headers=mcp_headers("roost_agent_fragile"))
+            mcp = await http.post("/mcp", json=mcp_call("agent_fragile", {"message": "hello"}), headers=mcp_headers("agent_fragile"))
             card = await http.post(
                 "/mcp",
                 json={"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "roost://agents/fragile/card", "_meta": MCP_META}},

@@ -25,7 +25,7 @@ FILE = base64.b64encode(b"hello").decode()
 EDGE_CASES = [
     ("rest message", "/api/agents/echo/message", {"message": BAD}, {}, "message"),
     ("rest session id", "/api/agents/echo/message", {"message": "hi", "session_id": BAD}, {}, "session_id"),
-    ("mcp tools/call", "/mcp", mcp_call("roost_agent_echo", {"message": BAD}), mcp_headers("roost_agent_echo"), "params.arguments.message"),
+    ("mcp tools/call", "/mcp", mcp_call("agent_echo", {"message": BAD}), mcp_headers("agent_echo"), "params.arguments.message"),
     ("mcp agent endpoint", "/agents/echo/mcp", mcp_call("message", {"message": BAD}), mcp_headers("message"), "params.arguments.message"),
     ("a2a text part", "/a2a/agents/echo/jsonrpc", a2a_send({"text": BAD}), V1, "message.parts[0].text"),
     ("a2a data part", "/a2a/agents/echo/jsonrpc", a2a_send({"data": {"k": [BAD]}}), V1, "message.parts[0].data.k[0]"),
@@ -68,7 +68,7 @@ async def test_a_lone_surrogate_is_refused_at_every_edge_naming_the_field_and_no
 async def test_a_surrogate_in_a_jsonrpc_id_or_method_is_refused_not_a_500(tmp_path):
     async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
         a2a = await http.post("/a2a/agents/echo/jsonrpc", content=raw_json({**a2a_send({"text": "hi"}), "id": BAD}), headers=V1)
-        mcp = await http.post("/mcp", content=raw_json(mcp_call("roost_agent_echo", {"message": "hi"}, rpc_id=BAD)), headers=mcp_headers("roost_agent_echo"))
+        mcp = await http.post("/mcp", content=raw_json(mcp_call("agent_echo", {"message": "hi"}, rpc_id=BAD)), headers=mcp_headers("agent_echo"))
         method = await http.post("/a2a/agents/echo/jsonrpc", content=raw_json({**a2a_send({"text": "hi"}), "method": BAD}), headers=V1)
     for response, field in ((a2a, "id"), (mcp, "id"), (method, "method")):
         error = response.json()["error"]

@@ -10,7 +10,7 @@ import trio
 def rpc(method, params, rid):
     body = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode()
     return (
-        b"POST /a2a/agents/echo/jsonrpc HTTP/1.1\r\nHost: x\r\nA2A-Version: 1.0\r\n"
+        b"POST /a2a/agents/echo/jsonrpc HTTP/1.1\r\nHost: localhost\r\nA2A-Version: 1.0\r\n"
         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
     )
 

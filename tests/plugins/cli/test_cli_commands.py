@@ -361,6 +361,33 @@ async def test_run_serves_until_stopped_and_cleans_up(fake_config):
     assert not (config.home / "daemon.json").exists()
 
 
+async def test_run_on_a_wildcard_address_prints_a_url_the_daemon_serves(fake_config, monkeypatch):
+    """Bound to 0.0.0.0 the banner named http://0.0.0.0:PORT, a Host the DNS-rebinding guard
+    refuses (421); it names the loopback address, which this host's clients use."""
+    monkeypatch.setenv("ROOST_TEST_WILDCARD_KEY", "k" * 16)
+    config = fake_config(api_key_env="ROOST_TEST_WILDCARD_KEY")
+    out = io.StringIO()
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(
+            partial(
+                run_command,
+                config,
+                host="0.0.0.0",
+                port=0,
+                out=out,
+                err=io.StringIO(),
+                open_kernel=fakes.open_fake_kernel,
+                stop=stop.wait,
+            )
+        )
+        async with httpx.AsyncClient() as client:
+            health = await client.get(url + "/health")
+        stop.set()
+    assert url.startswith("http://127.0.0.1:") and f"listening on {url}" in out.getvalue()
+    assert health.status_code == 200, health.text
+
+
 async def test_run_banner_shows_auth_and_plugin_failures(fake_config, monkeypatch):
     from roost.kernel import PluginFailure
 

@@ -37,6 +37,11 @@ class FakeHttpConfig:
     max_body_bytes: int = 1_048_576
     allowed_origins: tuple[str, ...] = ()
     rate_limit_loopback: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    public_url: str | None = None
+    keep_alive_s: float = 5.0
+    head_timeout_s: float = 10.0
+    max_connections: int | None = None
 
 
 @attrs.frozen

@@ -45,6 +45,31 @@ async def fast_slow(req):
     return PlainResponse(200, b'{"slow": true}')
 
 
+class Holds:
+    """``/hold`` requests wait for ``release``; ``started`` counts those under way."""
+
+    release = trio.Event()
+    started = 0
+    changed = trio.Event()
+
+    @classmethod
+    def reset(cls):
+        cls.release, cls.started, cls.changed = trio.Event(), 0, trio.Event()
+
+    @classmethod
+    async def wait_started(cls, n):
+        while cls.started < n:
+            await cls.changed.wait()
+
+
+async def fast_hold(req):
+    Holds.started += 1
+    Holds.changed.set()
+    Holds.changed = trio.Event()
+    await Holds.release.wait()
+    return PlainResponse(200, b'{"held": true}')
+
+
 TICKS = [0]
 BIG = b"x" * (8 * 1024 * 1024)
 
@@ -70,6 +95,7 @@ class FastPlugin:
             RouteDescriptor("/missing", quart_echo, ("POST",), fast_handler=fast_missing),
             RouteDescriptor("/slow", quart_echo, ("POST",), fast_handler=fast_slow),
             RouteDescriptor("/slow-quart", quart_slow, ("POST",)),
+            RouteDescriptor("/hold", quart_echo, ("POST",), fast_handler=fast_hold),
         ]
 
 
@@ -145,7 +171,7 @@ class Raw:
 
 
 def post(path, body=b"{}", extra=b""):
-    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
+    return b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
 
 
 async def test_fast_route_is_answered_by_the_fast_lane_with_the_common_headers(make_kernel):
@@ -167,8 +193,8 @@ async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kern
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(
             post("/fast/one", b"1")
-            + b"GET /fast/two HTTP/1.1\r\nHost: x\r\n\r\n"
-            + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            + b"GET /fast/two HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
             + post("/fast/three", b"333")
         )
         replies = [await raw.response() for _ in range(4)]
@@ -178,7 +204,7 @@ async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kern
         assert json.loads(replies[2][2])["status"] == "ok"
         # once handed off, the connection stays with hypercorn and Quart
         assert json.loads(replies[3][2]) == {"via": "quart", "size": 3, "args": {"name": "three"}, "method": "POST"}
-        await raw.stream.send_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        await raw.stream.send_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert (await raw.response())[0] == 200
         await raw.aclose()
 
@@ -228,7 +254,7 @@ async def test_a_refused_request_keeps_the_connection_when_its_body_is_here(make
         await raw.stream.send_all(post("/fast/a", b"abc") + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode()))
         assert [(await raw.response())[0] for _ in range(2)] == [401, 200]
         # a body still on its way: answer, then close
-        await raw.stream.send_all(b"POST /fast/c HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        await raw.stream.send_all(b"POST /fast/c HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc")
         status, headers, _ = await raw.response()
         assert status == 401 and headers["connection"] == "close"
         assert await raw.closed()
@@ -262,7 +288,7 @@ async def test_oversized_bodies_are_413_and_the_connection_closes(make_kernel):
         assert "http.max_body_bytes" in error["message"]
         raw = await Raw.open(port_of(client))
         chunk = b"100\r\n" + b"x" * 256 + b"\r\n"
-        await raw.stream.send_all(b"POST /fast/a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 5)
+        await raw.stream.send_all(b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 5)
         status, headers, body = await raw.response()
         assert status == 413 and headers["connection"] == "close"
         assert json.loads(body)["error"]["code"] == "body_too_large"
@@ -280,9 +306,9 @@ async def test_malformed_requests_get_400_and_the_connection_closes(make_kernel)
     async with serving(make(make_kernel)) as client:
         for bad, status in [
             (b"GARBAGE\r\n\r\n", 400),
-            (b"POST /fast/a HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n", 400),
-            (b"GET / HTTP/3.0\r\nHost: x\r\n\r\n", 505),
-            (b"GET / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+            (b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nContent-Length: nope\r\n\r\n", 400),
+            (b"GET / HTTP/3.0\r\nHost: localhost\r\n\r\n", 505),
+            (b"GET / HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
         ]:
             raw = await Raw.open(port_of(client))
             await raw.stream.send_all(bad)
@@ -315,9 +341,8 @@ async def test_http_10_gets_an_answer_then_close(make_kernel):
         assert await raw.closed()
 
 
-async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kernel, monkeypatch):
-    monkeypatch.setattr(fastlane, "HEAD_TIMEOUT_S", 0.3)
-    async with serving(make(make_kernel)) as client:
+async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kernel):
+    async with serving(make(make_kernel, head_timeout_s=0.3)) as client:
         slow = await Raw.open(port_of(client))
         await slow.stream.send_all(b"POST /fast/a HTTP/1.1\r\n")  # never finishes its head
         with trio.fail_after(5):
@@ -329,9 +354,9 @@ async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kern
 
 async def test_a_handler_slower_than_the_io_deadlines_is_not_cut_off(make_kernel, monkeypatch):
     """The connection's I/O deadlines (head, body, send) never bound the handler itself."""
-    for name in ("HEAD_TIMEOUT_S", "BODY_TIMEOUT_S", "SEND_TIMEOUT_S"):
+    for name in ("BODY_TIMEOUT_S", "SEND_TIMEOUT_S"):
         monkeypatch.setattr(fastlane, name, 0.2)
-    async with serving(make(make_kernel)) as client:
+    async with serving(make(make_kernel, head_timeout_s=0.2, keep_alive_s=0.2)) as client:
         for paths in (("/slow", "/slow"), ("/slow-quart",)):  # after a send deadline passed; handed off
             raw = await Raw.open(port_of(client))
             for path in paths:
@@ -379,7 +404,7 @@ async def test_chunk_extension_flood_is_refused_early(make_kernel):
     """Regression: a chunked body of tiny chunks with long extensions was buffered raw
     (~1000x the body limit) on any fast route, including unauthenticated public ones."""
     async with serving(make(make_kernel, api_key=KEY, max_body_bytes=1000)) as client:
-        head = b"POST /open HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        head = b"POST /open HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
         # extensions longer than a chunk-size line may be: 400 at the first one
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(head + (b"1;" + b"a" * 1000 + b"\r\nX\r\n") * 50)
@@ -411,8 +436,8 @@ async def test_a_declined_chunked_request_is_replayed_to_quart_intact(make_kerne
     async with serving(make(make_kernel)) as client:
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(
-            b"POST /fast/d HTTP/1.1\r\nHost: x\r\nX-Decline: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
-            b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n" + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"POST /fast/d HTTP/1.1\r\nHost: localhost\r\nX-Decline: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n" + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
         )
         status, _, body = await raw.response()
         assert status == 200 and json.loads(body) == {"via": "quart", "size": 7, "args": {"name": "d"}, "method": "POST"}
@@ -480,3 +505,48 @@ async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_k
             except trio.BrokenResourceError:
                 pass
         assert received < len(BIG)
+
+
+async def test_at_the_connection_limit_the_longest_idle_connection_makes_room(make_kernel):
+    async with serving(make(make_kernel, max_connections=3, keep_alive_s=30, head_timeout_s=30)) as client:
+        port = port_of(client)
+        idle = []
+        for _ in range(3):  # each served once, then idle between requests
+            raw = await Raw.open(port)
+            await raw.stream.send_all(post("/fast/a"))
+            assert (await raw.response())[0] == 200
+            idle.append(raw)
+        newcomer = await Raw.open(port)
+        await newcomer.stream.send_all(post("/fast/b"))
+        assert (await newcomer.response())[0] == 200
+        assert await idle[0].closed()  # the oldest idle one was closed for it
+        await idle[2].stream.send_all(post("/fast/c"))  # the others are still served
+        assert (await idle[2].response())[0] == 200
+        for raw in (*idle, newcomer):
+            await raw.aclose()
+
+
+async def test_over_the_connection_limit_with_none_idle_a_newcomer_gets_503(make_kernel, caplog):
+    Holds.reset()
+    async with serving(make(make_kernel, max_connections=3)) as client:
+        port = port_of(client)
+        busy = []
+        for _ in range(3):
+            raw = await Raw.open(port)
+            await raw.stream.send_all(post("/hold"))
+            busy.append(raw)
+        with trio.fail_after(5):
+            await Holds.wait_started(3)
+        refused = await Raw.open(port)
+        status, headers, body = await refused.response()
+        assert status == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
+        assert json.loads(body)["error"]["code"] == "too_many_connections"
+        assert "http.max_connections" in json.loads(body)["error"]["message"]
+        assert await refused.closed()
+        Holds.release.set()
+        for raw in busy:  # the connections under way are not disturbed
+            assert (await raw.response())[0] == 200
+            await raw.aclose()
+        await refused.aclose()
+        assert (await client.post("/fast/a")).status_code == 200  # room again
+    assert any("connection limit reached" in r.getMessage() for r in caplog.records)

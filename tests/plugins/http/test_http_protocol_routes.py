@@ -208,7 +208,7 @@ async def test_mcp_body_over_the_message_limit_is_a_jsonrpc_error(tmp_path):
         with trio.fail_after(10):
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             await stream.send_all(
-                b"POST /mcp/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /mcp/ HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 b"Accept: application/json, text/event-stream\r\n"
                 b"Content-Length: %d\r\n\r\n{" % (p.MAX_MESSAGE_BYTES + 10)
             )

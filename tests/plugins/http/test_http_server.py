@@ -6,6 +6,8 @@ from functools import partial
 
 import trio
 from http_fakes import serving
+from quart import Response
+from roost.kernel import Event, RouteDescriptor, hookimpl
 from roost.plugins.http import create_app, daemon_file, read_daemon_file, serve
 from trio_websocket import ConnectionClosed, open_websocket_url
 
@@ -117,7 +119,7 @@ async def test_unread_request_body_does_not_wedge_the_connection(make_kernel):
         port = int(client.roost_url.rsplit(":", 1)[1])
         for path in [b"/nowhere", b"/api/agents/echo/message"]:
             stream = await trio.open_tcp_stream("127.0.0.1", port)
-            head = b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            head = b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
             chunks = b"".join(b"40\r\n" + b"x" * 64 + b"\r\n" for _ in range(200))
             await stream.send_all(head + chunks + b"0\r\n\r\n")
             received = b""
@@ -152,3 +154,103 @@ async def test_bad_http_settings_fail_at_create_app_naming_the_field(make_kernel
     ]:
         with pytest.raises(ConfigError, match=field.replace("[", r"\[").replace("]", r"\]")):
             create_app(make_kernel(**settings))
+
+
+async def read_until_closed(stream) -> bytes:
+    """Everything the server sends until it closes the connection (EOF or reset)."""
+    received = b""
+    try:
+        while chunk := await stream.receive_some():
+            received += chunk
+    except trio.BrokenResourceError:
+        pass
+    return received
+
+
+HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+async def read_response(stream) -> bytes:
+    """One response (framed by Content-Length): its head."""
+    data = b""
+    with trio.fail_after(5):
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some()
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        while len(body) < length:
+            body += await stream.receive_some()
+    return head
+
+
+async def test_quart_connections_honour_connection_close_and_the_keep_alive_limit(make_kernel):
+    """Regression: connections served by hypercorn (every route but the fast lane's) never
+    closed: not on ``Connection: close`` and not when idle, so idle clients kept their file
+    descriptors for good. quart-trio cancelled the request's task in the middle of
+    hypercorn's end-of-request bookkeeping, which arms the idle timer or closes."""
+    async with serving(make_kernel(keep_alive_s=0.5)) as client:
+        port = int(client.roost_url.rsplit(":", 1)[1])
+        closing = await trio.open_tcp_stream("127.0.0.1", port)
+        await closing.send_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        with trio.fail_after(0.4):  # before the idle limit could be the reason
+            answer = await read_until_closed(closing)
+        assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" in answer.lower()
+
+        idle = await trio.open_tcp_stream("127.0.0.1", port)
+        await idle.send_all(HEALTH)
+        assert (await read_response(idle)).startswith(b"HTTP/1.1 200")
+        await idle.send_all(HEALTH)  # kept alive for the next request...
+        assert (await read_response(idle)).startswith(b"HTTP/1.1 200")
+        with trio.fail_after(5):  # ...and closed once idle for http.keep_alive_s
+            assert await read_until_closed(idle) == b""
+        for stream in (closing, idle):
+            await stream.aclose()
+
+
+class StreamingPlugin:
+    """A route that streams one server-sent event, then another when ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+
+    @hookimpl
+    def roost_http_routes(self, kernel):
+        async def events():
+            async def body():
+                yield b"data: first\n\n"
+                await self.release.wait()
+                yield b"data: second\n\n"
+
+            return Response(body(), content_type="text/event-stream")
+
+        return [RouteDescriptor("/stream", events, ("GET",))]
+
+
+async def test_streams_and_websockets_are_not_cut_by_the_idle_limit(make_kernel):
+    """A stream or websocket quiet for longer than http.keep_alive_s is busy, not idle."""
+    kernel = make_kernel(keep_alive_s=0.3)
+    plugin = StreamingPlugin()
+    kernel.plugins.register(plugin, name="streaming")
+    async with serving(kernel) as client:
+        port = int(client.roost_url.rsplit(":", 1)[1])
+        async with open_websocket_url(client.roost_url.replace("http://", "ws://") + "/api/events") as ws:
+            sse = await trio.open_tcp_stream("127.0.0.1", port)
+            await sse.send_all(b"GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            received = b""
+            with trio.fail_after(5):
+                while b"data: first" not in received:
+                    received += await sse.receive_some()
+            idle = await trio.open_tcp_stream("127.0.0.1", port)
+            await idle.send_all(HEALTH)
+            with trio.fail_after(5):  # the idle limit has passed once this one is closed
+                assert (await read_until_closed(idle)).startswith(b"HTTP/1.1 200")
+            kernel.tap.publish(Event("TEST:PING", "test"))
+            plugin.release.set()
+            with trio.fail_after(5):
+                assert json.loads(await ws.get_message())["kind"] == "TEST:PING"
+                while b"data: second" not in received:
+                    chunk = await sse.receive_some()
+                    assert chunk, "the stream was closed"
+                    received += chunk
+            for stream in (sse, idle):
+                await stream.aclose()

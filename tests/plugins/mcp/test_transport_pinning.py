@@ -12,7 +12,7 @@ import functools
 import pytest
 import trio
 from roost.kernel import UrlRefused
-from roost.plugins.http import open_daemon
+from roost.plugins.http import HttpSettings, create_app, open_daemon
 from roost.plugins.mcp._client import ClientOptions, open_mcp_client
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.mcp.transports.sse import open_sse_transport
@@ -35,7 +35,9 @@ class RebindingResolver:
 
 @pytest.fixture
 async def daemon_port(kernel):
-    async with open_daemon(kernel) as url:
+    # The daemon serves requests naming NAME only when told to (its DNS-rebinding guard).
+    app = create_app(kernel, settings=HttpSettings(allowed_hosts=(NAME,)))
+    async with open_daemon(kernel, app=app) as url:
         yield int(url.rsplit(":", 1)[1])
 
 

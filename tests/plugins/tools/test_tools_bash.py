@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import trio
 from roost.kernel import SandboxError, ToolCall, ToolContext, ToolsConfig
-from roost.plugins.tools import ToolsSettings, _sandbox_exec, build_tools, landlock_status
+from roost.plugins.tools import (
+    ToolsSettings,
+    _sandbox_exec,
+    build_tools,
+    file_access,
+    landlock_status,
+)
 from roost.plugins.tools._bash import child_environment, command_argv
 
 BASH = {t.spec.name: t for t in build_tools()}["bash"]
@@ -45,16 +51,31 @@ def outside_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-def reaped(pid: int) -> bool:
-    """Gone entirely: not running and not a zombie waiting for its parent."""
-    return not Path(f"/proc/{pid}").exists()
+def marked(marker: str) -> list[int]:
+    """Host PIDs of processes whose command line holds ``marker`` (bash may run in its own
+    PID namespace, where ``$!`` is not the host's PID), zombies included."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
 
 
-async def wait_until_reaped(pid: int) -> bool:
+async def wait_until_reaped(marker: str) -> bool:
+    """Every process marked ``marker`` gone entirely: not running, not a zombie."""
     with trio.move_on_after(5):
-        while not reaped(pid):
+        while marked(marker):
             await trio.sleep(0.02)
-    return reaped(pid)
+    return not marked(marker)
+
+
+def unique_sleep() -> str:
+    """A ``sleep`` argument no other process has (the marker for ``marked``)."""
+    return f"300.{os.getpid()}{int(trio.current_time() * 1e6) % 10**6:06d}"
 
 
 async def test_runs_in_the_workspace_and_writes_there(tmp_path):
@@ -92,20 +113,14 @@ async def test_landlock_blocks_writes_outside_the_workspace_and_temp(tmp_path, o
 
 
 @needs_landlock
-async def test_landlock_still_allows_temp_dir_dev_null_and_reads(tmp_path):
-    with tempfile.NamedTemporaryFile(dir=tempfile.gettempdir(), delete=False) as f:
-        temp_file = Path(f.name)
-    try:
-        result = await bash(
-            context(tmp_path),
-            f"echo t > {temp_file} && echo ok > /dev/null && head -c 4 /etc/hostname >/dev/null "
-            "&& cat <<EOF\nheredoc works\nEOF",
-        )
-        assert result.structured_content["exit_code"] == 0, result.as_text()
-        assert temp_file.read_text() == "t\n"
-        assert "heredoc works" in result.as_text()
-    finally:
-        temp_file.unlink(missing_ok=True)
+async def test_landlock_still_allows_its_temp_dir_dev_null_and_reads(tmp_path):
+    result = await bash(
+        context(tmp_path),
+        'echo t > "$TMPDIR/t" && cat "$TMPDIR/t" && echo ok > /dev/null && '
+        "head -c 4 /etc/hostname >/dev/null && echo err >&2 && cat <<EOF\nheredoc works\nEOF",
+    )
+    assert result.structured_content["exit_code"] == 0, result.as_text()
+    assert "t\nheredoc works" in result.as_text() and "err" in result.as_text()
 
 
 @needs_landlock
@@ -127,14 +142,15 @@ async def test_rwx_mode_is_not_confined(tmp_path, outside_dir):
 
 
 def test_command_argv_runs_bash_under_the_supervisor(tmp_path):
-    free = command_argv("ls", "rwx", tmp_path)
-    assert free[-3:][1:] == ["-c", "ls"] and "--landlock" not in free
-    assert free[1:4] == ["-I", "-S", _sandbox_exec.__file__]
-    confined = command_argv("ls", "sandbox", tmp_path)
+    free = command_argv("ls", file_access(context(tmp_path, "rwx")))
+    assert free[-3:][1:] == ["-c", "ls"] and "--tcp" not in free
+    assert free[1:6] == ["-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
+    confined = command_argv("ls", file_access(context(tmp_path)), connect=(443,))
     if landlock_status().available:
-        assert "--landlock" in confined
-        at = confined.index("--write")
-        assert confined[at : at + 2] == ["--write", str(tmp_path)]
+        assert "--landlock" in confined and "--no-files" in free
+        assert ["--write", str(tmp_path.resolve())] in [confined[i : i + 2] for i in range(len(confined))]
+        at = confined.index("--tcp")
+        assert confined[at : at + 3] == ["--tcp", "--connect", "443"]
     assert confined[confined.index("--") + 1 :][1:] == ["-c", "ls"]
 
 
@@ -148,15 +164,15 @@ async def test_timeout_kills_the_command(tmp_path):
 
 
 async def test_backgrounded_child_does_not_outlive_the_call(tmp_path):
-    result = await bash(context(tmp_path), "sleep 300 & echo $!")
-    pid = int(result.as_text().splitlines()[0])
-    assert await wait_until_reaped(pid), f"background sleep {pid} is still running"
+    mark = unique_sleep()
+    await bash(context(tmp_path), f"sleep {mark} & echo $!")
+    assert await wait_until_reaped(mark), f"background sleep {mark} is still running"
 
 
 async def test_child_that_left_the_session_is_reaped_too(tmp_path):
-    result = await bash(context(tmp_path), "setsid sleep 300 > /dev/null 2>&1 & echo $!")
-    pid = int(result.as_text().splitlines()[0])
-    assert await wait_until_reaped(pid), f"setsid sleep {pid} survived the call"
+    mark = unique_sleep()
+    await bash(context(tmp_path), f"setsid sleep {mark} > /dev/null 2>&1 & echo $!")
+    assert await wait_until_reaped(mark), f"setsid sleep {mark} survived the call"
 
 
 async def test_killed_command_reports_128_plus_the_signal(tmp_path):
@@ -165,18 +181,17 @@ async def test_killed_command_reports_128_plus_the_signal(tmp_path):
 
 
 async def test_backgrounded_child_holding_the_pipe_is_killed_on_timeout(tmp_path):
-    result = await bash(context(tmp_path), "(sleep 300; echo late) & echo $!; wait", timeout=0.5)
-    pid = int(result.as_text().splitlines()[0])
+    mark = unique_sleep()
+    result = await bash(context(tmp_path), f"(sleep {mark}; echo late) & wait", timeout=0.5)
     assert result.structured_content["timed_out"]
-    assert await wait_until_reaped(pid)
+    assert await wait_until_reaped(mark)
 
 
 async def test_cancelling_the_call_kills_the_process_group(tmp_path):
-    pid_file = tmp_path / "pid"
+    mark = unique_sleep()
     with trio.move_on_after(1.0):
-        await bash(context(tmp_path), f"sleep 300 & echo $! > {pid_file}; wait")
-    pid = int(pid_file.read_text())
-    assert await wait_until_reaped(pid)
+        await bash(context(tmp_path), f"sleep {mark} & wait")
+    assert await wait_until_reaped(mark)
 
 
 async def test_output_is_capped_and_marked(tmp_path):

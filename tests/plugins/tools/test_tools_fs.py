@@ -20,13 +20,13 @@ TOOLS = {t.spec.name: t for t in build_tools()}
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
-    """A workspace, a private temp dir standing in for /tmp, and a dir outside both."""
+    """A workspace, the agent's temp dir, and a dir outside both."""
     workspace = tmp_path / "ws"
-    temp = tmp_path / "tmp"
+    temp = tmp_path / "tmp" / "tester"  # the agent's own temp dir, outside a kernel
     outside = tmp_path / "outside"
     for d in (workspace, temp, outside):
-        d.mkdir()
-    monkeypatch.setattr(_sandbox, "temp_roots", lambda: (temp.resolve(),))
+        d.mkdir(parents=True)
+    monkeypatch.setattr(_sandbox, "_fallback_temp", tmp_path / "tmp")
     return workspace, temp, outside
 
 
@@ -56,11 +56,17 @@ async def test_read_numbers_lines_and_pages(dirs):
     assert "read again with offset=5" in lines[2]
 
 
-async def test_read_absolute_path_outside_the_workspace(dirs):
-    ws, _, outside = dirs
+async def test_read_outside_the_agents_roots_is_refused_naming_the_grant(dirs):
+    ws, temp, outside = dirs
     (outside / "o.txt").write_text("outside\n")
-    result = await run("read", context(ws), path=str(outside / "o.txt"))
-    assert "outside" in result.as_text() and not result.is_error
+    (temp / "t.txt").write_text("temp\n")
+    for path in (str(outside / "o.txt"), "../outside/o.txt"):
+        with pytest.raises(SandboxError) as info:
+            await run("read", context(ws), path=path)
+        message = str(info.value)
+        assert f"cannot read {path!r}" in message and str(outside / "o.txt") in message
+        assert '"files.read"' in message
+    assert "temp" in (await run("read", context(ws), path=str(temp / "t.txt"))).as_text()
 
 
 async def test_read_refuses_binary_and_directories_and_missing(dirs):
@@ -72,7 +78,7 @@ async def test_read_refuses_binary_and_directories_and_missing(dirs):
     directory = await run("read", context(ws), path="d")
     assert directory.is_error and "use the list tool" in directory.as_text()
     missing = await run("read", context(ws), path="nope.txt")
-    assert missing.is_error and "no such file: 'nope.txt'" in missing.as_text()
+    assert missing.is_error and "no such file or directory: 'nope.txt'" in missing.as_text()
 
 
 async def test_read_empty_file_and_offset_past_the_end(dirs):
@@ -94,11 +100,16 @@ async def test_read_caps_long_lines_and_total_output(dirs):
     assert "read again with offset=" in text
 
 
-async def test_read_follows_symlinks(dirs):
+async def test_read_does_not_follow_symlinks_out_or_in(dirs):
     ws, _, outside = dirs
     (outside / "target.txt").write_text("via link\n")
-    (ws / "link.txt").symlink_to(outside / "target.txt")
-    assert "via link" in (await run("read", context(ws), path="link.txt")).as_text()
+    (ws / "inside.txt").write_text("inside\n")
+    (ws / "out.txt").symlink_to(outside / "target.txt")
+    (ws / "in.txt").symlink_to("inside.txt")
+    (ws / "dir").symlink_to(outside, target_is_directory=True)
+    for path in ("out.txt", "in.txt", "dir/target.txt"):
+        with pytest.raises(SandboxError, match="is a symbolic link; the file tools do not follow"):
+            await run("read", context(ws), path=path)
 
 
 # ---- write ----------------------------------------------------------------------------
@@ -128,7 +139,7 @@ async def test_write_traversal_out_of_the_workspace_is_refused(dirs, path):
     message = str(info.value)
     assert f"cannot write {path!r}" in message
     assert str(outside / "evil.txt") in message
-    assert "outside the workspace" in message and '"sandbox": "rwx"' in message
+    assert "outside what agent 'tester' may write" in message and '"files.write"' in message
     assert not (outside / "evil.txt").exists()
 
 
@@ -149,7 +160,7 @@ async def test_write_to_etc_is_refused_with_the_real_temp_dir(tmp_path):
 async def test_symlink_dir_pointing_out_of_the_workspace_is_refused(dirs):
     ws, _, outside = dirs
     (ws / "escape").symlink_to(outside, target_is_directory=True)
-    with pytest.raises(SandboxError, match="through a symlink"):
+    with pytest.raises(SandboxError, match="escape is a symbolic link"):
         await run("write", context(ws), path="escape/pwned.txt", content="x")
     assert not (outside / "pwned.txt").exists()
 
@@ -157,7 +168,7 @@ async def test_symlink_dir_pointing_out_of_the_workspace_is_refused(dirs):
 async def test_dangling_symlink_file_pointing_out_is_refused(dirs):
     ws, _, outside = dirs
     (ws / "innocent.txt").symlink_to(outside / "created-through-link.txt")
-    with pytest.raises(SandboxError, match="through a symlink"):
+    with pytest.raises(SandboxError, match="innocent.txt is a symbolic link"):
         await run("write", context(ws), path="innocent.txt", content="x")
     assert not (outside / "created-through-link.txt").exists()
 
@@ -388,14 +399,12 @@ async def test_handlers_check_arguments_even_without_the_kernel(dirs, name, argu
 
 
 def test_symlink_swapped_in_after_the_check_is_not_followed(dirs):
-    import errno
-
     from roost.plugins.tools import _fs
 
     ws, _, outside = dirs
-    checked = ws / "report.txt"  # passed the sandbox check as a plain file path...
-    checked.symlink_to(outside / "stolen.txt")  # ...then became a link pointing out
-    with pytest.raises(OSError) as info:
-        _fs._write_bytes(checked, b"x")
-    assert info.value.errno == errno.ELOOP
+    located = _sandbox.Located(ws.resolve(), "report.txt", ws.resolve() / "report.txt")
+    # It passed the check as a plain file path, then became a link pointing out.
+    (ws / "report.txt").symlink_to(outside / "stolen.txt")
+    with pytest.raises(SandboxError, match="is a symbolic link"):
+        _fs._open_for_write(located, "report.txt")
     assert not (outside / "stolen.txt").exists()

@@ -12,12 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from roost.plugins.tools import _landlock, _sandbox_exec, landlock_status
+from roost.plugins.tools import _landlock, _sandbox, _sandbox_exec, landlock_status
 
 needs_landlock = pytest.mark.skipif(
     not landlock_status().available, reason=f"needs Landlock: {landlock_status().reason}"
 )
 BASH = shutil.which("bash") or "/bin/bash"
+# What a confined command needs to run at all: read the system trees.
+SYSTEM = tuple(
+    arg for root in _sandbox.SYSTEM_READ_ROOTS if os.path.exists(root) for arg in ("--read", root)
+)
 
 
 def supervise(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -139,15 +143,15 @@ def test_landlock_confines_writes_to_the_allowed_dirs(dirs):
             f"rm -f {outside}/existing || echo denied-remove",
             f"mkdir {outside}/d || echo denied-mkdir",
             f"mv {allowed}/a {outside}/moved || echo denied-rename-out",
-            f"cat {outside}/existing",
+            f"cat {outside}/existing || echo denied-read",
             "echo x > /dev/null && echo devnull-ok",
         ]
     )
-    done = supervise("--landlock", "--write", str(allowed), "--", BASH, "-c", script)
+    done = supervise("--landlock", *SYSTEM, "--write", str(allowed), "--", BASH, "-c", script)
     out = done.stdout.split()
     for marker in (
         "wrote-allowed", "mkdir-allowed", "symlink-allowed", "denied-create", "denied-append",
-        "denied-truncate", "denied-remove", "denied-mkdir", "denied-rename-out", "keep",
+        "denied-truncate", "denied-remove", "denied-mkdir", "denied-rename-out", "denied-read",
         "devnull-ok",
     ):  # fmt: skip
         assert marker in out, (marker, done.stdout, done.stderr)
@@ -159,7 +163,7 @@ def test_landlock_confines_writes_to_the_allowed_dirs(dirs):
 def test_landlock_with_no_writable_dirs_allows_reads_only(dirs):
     _, outside = dirs
     done = supervise(
-        "--landlock", "--", BASH, "-c", f"head -c 1 /etc/passwd; echo x > {outside}/f; echo rc=$?"
+        "--landlock", *SYSTEM, "--", BASH, "-c", f"head -c 1 /etc/passwd; echo x > {outside}/f; echo rc=$?"
     )
     assert "rc=1" in done.stdout and not (outside / "f").exists()
 
@@ -168,7 +172,7 @@ def test_landlock_with_no_writable_dirs_allows_reads_only(dirs):
 def test_nonexistent_writable_dir_is_skipped_not_fatal(dirs):
     allowed, _ = dirs
     done = supervise(
-        "--landlock", "--write", str(allowed / "missing"), "--write", str(allowed),
+        "--landlock", *SYSTEM, "--write", str(allowed / "missing"), "--write", str(allowed),
         "--", BASH, "-c", f"echo ok > {allowed}/f",
     )  # fmt: skip
     assert done.returncode == 0 and (allowed / "f").read_text() == "ok\n"

@@ -7,10 +7,17 @@ import types
 
 import jsonschema
 import pytest
-from roost.kernel import ConfigError, PluginManager, Tool, ToolsConfig, normalise_name
+from roost.kernel import ConfigError, PluginManager, Tool, ToolContext, ToolsConfig, normalise_name
 from roost.kernel._plugins import collect
 from roost.plugins import tools as tools_plugin
-from roost.plugins.tools import TOOL_NAMES, ToolsSettings, _bash, _landlock, roost_tools
+from roost.plugins.tools import (
+    TOOL_NAMES,
+    ToolsSettings,
+    _bash,
+    _landlock,
+    file_access,
+    roost_tools,
+)
 
 EXPECTED = ["bash", "read", "write", "edit", "list", "glob", "grep", "web_fetch", "artifact"]
 
@@ -100,19 +107,21 @@ def test_bad_settings_name_the_field(fields, needle):
 
 def test_missing_landlock_is_warned_about_once(monkeypatch, caplog):
     monkeypatch.setattr(_landlock, "_status", _landlock.LandlockStatus(False, 0, "test says no"))
-    monkeypatch.setattr(_bash, "_warned_unconfined", False)
+    monkeypatch.setattr(_bash, "_warned", False)
     with caplog.at_level(logging.WARNING, logger="roost.tools.bash"):
         roost_tools(None)
         roost_tools(None)
     warnings = [r.getMessage() for r in caplog.records if "Landlock unavailable" in r.getMessage()]
     assert len(warnings) == 1
-    assert "bash writes are NOT confined by the kernel, only path checks apply" in warnings[0]
+    assert "bash file access is NOT confined by the kernel" in warnings[0]
     assert "test says no" in warnings[0]
+    missing = [r.getMessage() for r in caplog.records if "NOT enforced" in r.getMessage()]
+    assert any("bash TCP connections" in m for m in missing), missing
     assert tools_plugin.landlock_status().available is False
 
 
 def test_without_landlock_bash_runs_unwrapped_by_landlock(monkeypatch, tmp_path):
     monkeypatch.setattr(_landlock, "_status", _landlock.LandlockStatus(False, 0, "test says no"))
-    monkeypatch.setattr(_bash, "_warned_unconfined", True)
-    argv = _bash.command_argv("ls", "sandbox", tmp_path)
+    monkeypatch.setattr(_bash, "_warned", True)
+    argv = _bash.command_argv("ls", file_access(ToolContext(agent="a", workspace=tmp_path)))
     assert "--landlock" not in argv and argv[-2:] == ["-c", "ls"]

@@ -1,0 +1,83 @@
+"""``roost watch`` against a real daemon with the bundled agents: a run's streamed tokens
+are one line, the calls stay visible; ``--json`` keeps every raw event."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import trio
+from roost.kernel import default_config, open_kernel
+from roost.plugins.cli._client import DaemonClient
+from roost.plugins.cli._commands import watch_command
+from roost.plugins.http import find_daemon, open_daemon
+
+
+async def until(predicate):
+    while not predicate():
+        await trio.sleep(0.01)
+
+
+async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled_agents(tmp_path):
+    config = default_config(home=tmp_path / "home")  # the bundled coordinator, worker, reviewer
+    text_out, json_out = io.StringIO(), io.StringIO()
+
+    def replied(out):
+        return lambda: "AGENT:REPLY" in out.getvalue()
+
+    async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1):
+        assert {"coordinator", "worker", "reviewer"} <= set(kernel.agents)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for out, as_json in ((text_out, False), (json_out, True)):
+                    nursery.start_soon(partial_watch(config, out, as_json, replied(out)))
+                await until(lambda: kernel.tap.subscriber_count >= 2)
+                client = DaemonClient(await find_daemon(config.home))
+                reply = await client.send("coordinator", "Write a haiku about trio")
+    assert not reply["is_error"]
+
+    raw = [json.loads(line) for line in json_out.getvalue().splitlines()]
+    tokens = [e for e in raw if e["kind"] == "AGENT:TOKEN"]
+    assert len(tokens) > 20  # --json: every streamed word, as it came
+
+    lines = text_out.getvalue().splitlines()
+    token_lines = [line for line in lines if "AGENT:TOKEN" in line]
+    # one line per run that streamed: the reviewer's, the worker's, the coordinator's
+    assert len(token_lines) == 3, "\n".join(lines)
+    assert [line.split()[3] for line in token_lines] == ["reviewer", "worker", "coordinator"]
+    assert "Reviewer: approved. The draft is clear and complete." in token_lines[0]
+    assert f"×{sum(1 for e in tokens if e['source'] == 'coordinator')}" in token_lines[2]
+    assert len(lines) == len(raw) - len(tokens) + 3
+    # each run's line comes before the event that ends it
+    reviewer_result = next(i for i, line in enumerate(lines) if "EXEC:TOOL_RESULT" in line and "reviewer → worker" in line)
+    assert lines.index(token_lines[0]) < reviewer_result
+    assert lines.index(token_lines[2]) < next(i for i, line in enumerate(lines) if "AGENT:REPLY" in line)
+
+
+def partial_watch(config, out, as_json, done):
+    async def watch():
+        await watch_command(
+            config, kinds=[], as_json=as_json, count=None, out=out, err=io.StringIO(), stop=lambda: until(done)
+        )
+
+    return watch
+
+
+def token(source, span, text, ts=1.0):
+    return {"kind": "AGENT:TOKEN", "source": source, "payload": {"text": text, "session_id": None},
+            "trace": {"span_id": span}, "ts": ts}
+
+
+def test_token_runs_are_bounded_in_runs_and_in_text():
+    from roost.plugins.cli._client import TokenRuns
+
+    runs = TokenRuns(width=40, max_runs=2)
+    assert runs.feed(token("a", "s1", "x" * 30)) == []
+    assert runs.feed(token("a", "s1", "y" * 1000)) == []  # kept: at most width characters
+    assert runs.feed(token("b", "s2", "b")) == []
+    evicted = runs.feed(token("c", "s3", "c"))  # a third open run: the oldest goes out
+    assert len(evicted) == 1 and "×2" in evicted[0] and "(1030 chars)" in evicted[0] and len(evicted[0]) < 120
+    ended = runs.feed({"kind": "AGENT:REPLY", "source": "b", "payload": {}, "trace": {"span_id": "s2"}, "ts": 2.0})
+    assert len(ended) == 2 and '"b"' in ended[0] and "AGENT:REPLY" in ended[1]
+    assert [line.split()[3] for line in runs.flush()] == ["c"]
+    assert runs.flush() == []
