@@ -42,6 +42,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         AskTimeout,
         ConfigError,
         InvalidText,
+        InvalidTraceContext,
         LoopDetected,
         MailboxFull,
         ManifestError,
@@ -126,6 +127,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         truncate_result,
         validate_arguments,
     )
+    from ._proctrace import ProcessTraces
     from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
     from ._tools import (
         TAINT_UNTRUSTED,
@@ -163,7 +165,7 @@ for _module, _names in (
     (
         "_errors",
         "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
-        "InvalidText LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
+        "InvalidText InvalidTraceContext LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
         "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
         "ToolNameCollision ToolNotFound ToolTimeout check_text is_mapping json_type_name",
     ),
@@ -191,6 +193,7 @@ for _module, _names in (
         "Capabilities Exposure LoopGuard TaintTracker ToolSchemaInvalid check_ping_pong "
         "resolve_timeout truncate truncate_result validate_arguments",
     ),
+    ("_proctrace", "ProcessTraces"),
     ("_store", "AuditRecord SqliteStore Store StoredMessage StoreError open_store"),
     (
         "_tools",
@@ -215,6 +218,7 @@ __all__ = [
     "AskTimeout",
     "ConfigError",
     "InvalidText",
+    "InvalidTraceContext",
     "check_text",
     "Event",
     "EventKind",
@@ -250,6 +254,7 @@ __all__ = [
     "ToolTimeout",
     "ToolVeto",
     "TraceContext",
+    "ProcessTraces",
     "agent_tool_name",
     "hookimpl",
     "hookspec",

@@ -374,10 +374,49 @@ async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = N
             log.info("roost mcp: bridging to the daemon at %s", url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
             bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
-            await stdio_loop(receive_stream, send_stream, bridge.serve)
+            await stdio_loop(receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ))
             return 0
-        await stdio_loop(receive_stream, send_stream, partial(_serve_booting, config))
+        await stdio_loop(receive_stream, send_stream, with_inherited_trace(partial(_serve_booting, config), os.environ))
     return 0
+
+
+def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], environ: Any) -> Callable[[Receive, Send], Awaitable[None]]:
+    """``serve`` with the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``:
+    set when an agent's ``bash`` started this process) put into each ``tools/call``'s
+    ``params._meta`` when it is deeper than the one there, so that calls made through this
+    server continue the run's chain. A malformed ``ROOST_TRACE_DEPTH`` fails every
+    ``tools/call`` with -32602 naming it."""
+    from roost.kernel import InvalidTraceContext, TraceContext
+
+    try:
+        inherited = TraceContext.from_env(environ)
+        invalid = None
+    except InvalidTraceContext as exc:
+        inherited, invalid = None, exc
+    if inherited is None and invalid is None:
+        return serve
+
+    async def traced(receive: Receive, send: Send) -> None:
+        async def receive_traced() -> Any:
+            while True:
+                message = await receive()
+                if not isinstance(message, dict) or message.get("method") != p.TOOLS_CALL:
+                    return message
+                params = message.get("params")
+                if invalid is not None:
+                    error = rpc.error_response(message.get("id"), rpc.INVALID_PARAMS, str(invalid), {"field": invalid.field})
+                    await send(error.to_dict())
+                    continue
+                if isinstance(params, dict):
+                    try:
+                        inherited.deepen_meta(params)
+                    except InvalidTraceContext:
+                        pass  # a malformed _meta depth: the server answers -32602 naming it
+                return message
+
+        await serve(receive_traced, send)
+
+    return traced
 
 
 async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
@@ -418,4 +457,14 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
         await serve_connection(server, receive_rest, safe_send, session=session)
 
 
-__all__ = ["DaemonBridge", "encode_message", "is_jsonrpc_message", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]
+__all__ = [
+    "DaemonBridge",
+    "encode_message",
+    "is_jsonrpc_message",
+    "isolate_stdout",
+    "live_daemon_url",
+    "run_stdio",
+    "serve_kernel_stdio",
+    "stdio_loop",
+    "with_inherited_trace",
+]
