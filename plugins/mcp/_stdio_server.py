@@ -134,7 +134,7 @@ async def live_daemon_url(home: Any) -> str | None:
 
 async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
-    from .transports.sse import sse_events
+    from roost.plugins.http.client import sse_events
 
     try:
         async for event in sse_events(response, max_bytes=p.MAX_MESSAGE_BYTES):
@@ -258,6 +258,7 @@ class DaemonBridge:
 
     async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
         import httpx
+        from roost.plugins.http.client import ResponseTooLarge, read_body, read_error_body
 
         request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
         answered = False
@@ -281,7 +282,7 @@ class DaemonBridge:
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
                 ctype = response.headers.get("content-type", "")
                 if status in (401, 403):
-                    await fail(self._refusal(status, await response.aread()), status)
+                    await fail(self._refusal(status, await read_error_body(response)), status)
                     return
                 if status == 202:
                     if isinstance(message, dict) and message.get("method") == p.INITIALIZED and not self._stream_open:
@@ -293,7 +294,11 @@ class DaemonBridge:
                     await _relay_sse(response, deliver)
                     await fail(f"the roost daemon's stream ended without an answer (HTTP {status})", status)
                     return
-                raw = await response.aread()
+                try:
+                    raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
+                except ResponseTooLarge as exc:
+                    await fail(str(exc), status)
+                    return
                 try:
                     reply = json.loads(raw)
                 except ValueError:
