@@ -41,6 +41,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         AgentUnavailable,
         AskTimeout,
         ConfigError,
+        InvalidInput,
+        InvalidNumber,
         InvalidText,
         InvalidTraceContext,
         LoopDetected,
@@ -50,6 +52,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         RecursionLimitExceeded,
         RoostError,
         SandboxError,
+        SessionConflict,
         TaintViolation,
         ToolArgumentsInvalid,
         ToolDenied,
@@ -57,6 +60,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         ToolNameCollision,
         ToolNotFound,
         ToolTimeout,
+        check_json_input,
         check_text,
         is_mapping,
         json_type_name,
@@ -165,9 +169,9 @@ for _module, _names in (
     (
         "_errors",
         "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
-        "InvalidText InvalidTraceContext LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
-        "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
-        "ToolNameCollision ToolNotFound ToolTimeout check_text is_mapping json_type_name",
+        "InvalidInput InvalidNumber InvalidText InvalidTraceContext LoopDetected MailboxFull ManifestError PluginError "
+        "RecursionLimitExceeded RoostError SandboxError SessionConflict TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
+        "ToolNameCollision ToolNotFound ToolTimeout check_json_input check_text is_mapping json_type_name",
     ),
     ("_events", "Event EventKind EventTap"),
     (
@@ -217,8 +221,11 @@ __all__ = [
     "AgentUnavailable",
     "AskTimeout",
     "ConfigError",
+    "InvalidInput",
+    "InvalidNumber",
     "InvalidText",
     "InvalidTraceContext",
+    "check_json_input",
     "check_text",
     "Event",
     "EventKind",
@@ -234,6 +241,7 @@ __all__ = [
     "RoostError",
     "RouteDescriptor",
     "SandboxError",
+    "SessionConflict",
     "TaintViolation",
     "Tool",
     "ToolArgumentsInvalid",

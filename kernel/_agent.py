@@ -9,6 +9,7 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ import trio
 
 from . import _mcp_local
 from ._actor import DirectAsk, direct_ask_of
-from ._errors import RoostError
+from ._errors import RoostError, SessionConflict
 from ._events import Event, EventKind
 from ._frozen import frozen_builder
 from ._ids import uuid7_hex
@@ -34,6 +35,7 @@ from ._loop import (
 )
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
+from ._store import StoreError
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -332,10 +334,11 @@ class AgentRuntime:
         # a run that calls no tool (most agent-to-agent answers) needs none.
         conversation: Conversation | None = None
         if session_id is not None and first is None:
-            history = [
-                Message.from_record(m.role, m.content, m.data)
-                for m in await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
-            ]
+            try:
+                stored = await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
+            except StoreError as exc:
+                raise _session_conflict(exc, session_id, self.name) or exc from None
+            history = [Message.from_record(m.role, m.content, m.data) for m in stored]
             for old in history:
                 if old.role == "tool" and old.taint:
                     if conversation is None:
@@ -499,3 +502,14 @@ class AgentRuntime:
     async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
         """Answer one MCP JSON-RPC request addressed to this agent."""
         return await _mcp_local.handle(self, request, caller)
+
+
+# The store's refusal of a caller's session id that names another agent's session.
+_OTHER_AGENTS_SESSION = re.compile(r"session .* belongs to agent '(.*)', not ")
+
+
+def _session_conflict(exc: StoreError, session_id: str, agent: str) -> SessionConflict | None:
+    """The caller's mistake the store reported as a ``StoreError`` (it detects it inside
+    the write): a ``SessionConflict`` naming ``session_id``, not a storage failure."""
+    found = _OTHER_AGENTS_SESSION.match(str(exc))
+    return None if found is None else SessionConflict(session_id, agent, found[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -268,21 +269,69 @@ class MailboxFull(ActorError):
     code = "mailbox_full"
 
 
-class InvalidText(RoostError):
+class InvalidInput(RoostError):
+    """Input that could be neither stored nor sent back as JSON; ``field`` names where it
+    sits (``message.parts[0].text``) and ``problem`` what is wrong. Each protocol edge
+    answers with its own 400 / -32602 (see ``check_json_input``)."""
+
+    code = "invalid_input"
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field or "value"
+        self.problem = problem
+        super().__init__(f"{self.field}: {problem}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
+
+
+class InvalidText(InvalidInput):
     """Input holds text that is not valid Unicode: a lone surrogate (U+D800–U+DFFF).
 
     JSON's ``"\\ud800"`` escape decodes to one in Python, but it cannot be encoded as
-    UTF-8, so it could be neither stored nor sent on. ``field`` names where it sits
-    (``message.parts[0].text``); each protocol edge answers with its own 400 / -32602.
+    UTF-8, so it could be neither stored nor sent on.
     """
 
     code = "invalid_text"
 
     def __init__(self, field: str, char: str) -> None:
-        self.field = field or "value"
         self.char = char
-        self.problem = f"contains a lone surrogate (U+{ord(char):04X}); send valid Unicode"
-        super().__init__(f"{self.field}: {self.problem}")
+        super().__init__(field, f"contains a lone surrogate (U+{ord(char):04X}); send valid Unicode")
+
+
+class InvalidNumber(InvalidInput):
+    """Input holds a number JSON cannot carry: NaN or an infinity. ``1e400`` is valid JSON
+    syntax but decodes to infinity, and ``NaN`` / ``Infinity`` literals are accepted by
+    lenient decoders; stored, either would be served back as text no JSON parser takes."""
+
+    code = "invalid_number"
+
+    def __init__(self, field: str, value: float) -> None:
+        self.value = value
+        shown = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+        super().__init__(
+            field,
+            f"is {shown}, which JSON cannot carry (a NaN or Infinity literal, or a number beyond "
+            "the range of a 64-bit float such as 1e400); send a finite number, or the value as a string",
+        )
+
+
+class SessionConflict(RoostError):
+    """A caller's ``session_id`` names a session of another agent: a session belongs to
+    the agent it was made with (the HTTP API answers 409, A2A names ``contextId``)."""
+
+    code = "session_conflict"
+
+    def __init__(self, session_id: str, agent: str, owner_agent: str) -> None:
+        self.field = "session_id"
+        self.session_id = session_id
+        self.agent = agent
+        self.owner_agent = owner_agent
+        super().__init__(
+            f"session {session_id!r} belongs to agent {owner_agent!r}, not {agent!r}: a session "
+            "(over A2A, a contextId) stays with the agent it began with; send it to "
+            f"{owner_agent!r}, or start a new one (omit session_id / contextId)"
+        )
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "field": self.field}
@@ -305,20 +354,48 @@ def _join(where: str, key: Any) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
+def _probe(raw: bytes | bytearray | memoryview | str) -> bytes | bytearray:
+    if isinstance(raw, str):
+        return raw.encode("utf-8", "surrogatepass")
+    return raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
+
+
+def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
+    # A lone surrogate can only come from a \uD800-\uDFFF escape (raw surrogate bytes are not UTF-8).
+    return b"\\ud" in probe or b"\\uD" in probe
+
+
+# What JSON text holds when it may decode to a non-finite float: a NaN / Infinity literal,
+# an exponent, or an integer part longer than a double's range (309 digits).
+_MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE]|[0-9]{309}")
+
+
 def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
     """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
     value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
 
-    ``raw``: the JSON text ``value`` was decoded from. A lone surrogate can only come from
-    a ``\\uD800``–``\\uDFFF`` escape (raw surrogate bytes are not UTF-8), so text without
-    ``\\ud``/``\\uD`` needs no walk. The one check every edge uses (REST, MCP, A2A)."""
+    ``raw``: the JSON text ``value`` was decoded from; text without ``\\ud``/``\\uD`` needs
+    no walk. What the store checks before it writes; the protocol edges use
+    ``check_json_input``, which also refuses non-finite numbers."""
+    if raw is not None and not _has_surrogate_escape(_probe(raw)):
+        return
+    _walk(value, field, numbers=False)
+
+
+def check_json_input(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
+    """The one check every JSON entry uses (REST, MCP, A2A) on what a caller sent: raise
+    ``InvalidText`` (a lone surrogate: no store could keep it) or ``InvalidNumber`` (NaN or
+    an infinity: no JSON answer could carry it back), both ``InvalidInput`` naming the
+    field, for the first such value in document order. ``raw``: the JSON text ``value``
+    was decoded from, when there is one (text that cannot hold either needs no walk)."""
     if raw is not None:
-        if isinstance(raw, str):
-            probe: bytes | bytearray = raw.encode("utf-8", "surrogatepass")
-        else:
-            probe = raw if isinstance(raw, (bytes, bytearray)) else bytes(raw)
-        if b"\\ud" not in probe and b"\\uD" not in probe:
+        probe = _probe(raw)
+        if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:
             return
+    _walk(value, field, numbers=True)
+
+
+def _walk(value: Any, field: str, *, numbers: bool) -> None:
     stack: list[tuple[Any, str]] = [(value, field)]
     while stack:  # iterative: nesting as deep as the JSON decoder allows is fine
         item, where = stack.pop()
@@ -337,3 +414,5 @@ def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryvi
             stack.extend(reversed(children))  # the first problem in document order is named
         elif isinstance(item, (list, tuple)):
             stack.extend((item[i], _join(where, i)) for i in range(len(item) - 1, -1, -1))
+        elif numbers and isinstance(item, float) and not math.isfinite(item):
+            raise InvalidNumber(where, item)

@@ -52,8 +52,11 @@ def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
     if settings is None or not settings.enabled:
         return []
     from ._external import status_route
-    from ._server import make_routes
+    from ._server import check_default_agent, make_routes
 
+    # Needs the loaded agents, so not in roost_check_config: a ConfigError here stops the
+    # daemon before it listens (``roost run`` exits non-zero naming the setting).
+    check_default_agent(kernel, settings)
     return [*make_routes(kernel, settings), status_route(kernel)]
 
 

@@ -11,7 +11,10 @@ headers (Retry-After, WWW-Authenticate) and get a body an A2A client can parse:
   and -32000 (JSON-RPC's implementation-defined server error, outside A2A's -32001..-32099)
   for 401, 403, 429 and other roost errors.
 * HTTP+JSON binding (and the card and 0.1 routes): AIP-193, ``{"error": {"code": <HTTP
-  status>, "status": "<google.rpc.Code name>", "message", "details": [ErrorInfo]}}``.
+  status>, "status": "<google.rpc.Code name>", "message", "details": [ErrorInfo]}}``, in
+  the media type the route's own answers have: ``application/a2a+json`` on the 1.0
+  HTTP+JSON routes (``render_rest_error``), ``application/json`` on their 0.3 ``/v1/``
+  paths, the cards and the 0.1 routes (``render_json_error``).
 
 The ``google.rpc.ErrorInfo`` carries A2A's reason (domain ``a2a-protocol.org``) where the
 JSON-RPC code is one A2A names (INVALID_REQUEST, METHOD_NOT_FOUND, INTERNAL_ERROR), else
@@ -30,6 +33,7 @@ from roost.plugins.http import jsonrpc_error_code
 from . import _models as m
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+A2A_JSON = "application/a2a+json"  # the 1.0 HTTP+JSON binding's media type
 ROOST_DOMAIN = "roost"
 
 # google.rpc.Code names for HTTP statuses (AIP-193 / google/rpc/code.proto).
@@ -76,8 +80,15 @@ def render_jsonrpc_error(status: int, code: str, message: str) -> tuple[bytes, s
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
 
 
-def render_rest_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on the A2A HTTP+JSON binding: an AIP-193 error object."""
+def render_json_error(status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on an A2A route answered in ``application/json`` (the 0.3 HTTP+JSON
+    paths, the cards, the 0.1 routes): an AIP-193 error object."""
     _, details = _error(status, code, message)
     body = {"error": {"code": status, "status": canonical_status(status), "message": message, "details": details}}
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
+
+
+def render_rest_error(status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on the A2A 1.0 HTTP+JSON binding: an AIP-193 error object in the
+    binding's media type, ``application/a2a+json`` (as its handler answers)."""
+    return render_json_error(status, code, message)[0], A2A_JSON

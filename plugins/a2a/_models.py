@@ -69,7 +69,13 @@ class A2AError(Exception):
     invalid params the offending fields (``[(field, problem), ...]``)."""
 
     def __init__(
-        self, code: int, message: str, *, fields: Sequence[tuple[str, str]] = (), unavailable: bool = False
+        self,
+        code: int,
+        message: str,
+        *,
+        fields: Sequence[tuple[str, str]] = (),
+        unavailable: bool = False,
+        jsonrpc_status: int = 200,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -77,6 +83,9 @@ class A2AError(Exception):
         self.fields = tuple(fields)
         # A passing condition (storage failed, the agent is stopped): HTTP 503 UNAVAILABLE.
         self.unavailable = unavailable
+        # The HTTP status of a JSON-RPC response carrying it: 200, unless the daemon answers
+        # the condition with its own status on every binding (an unavailable agent: 503).
+        self.jsonrpc_status = jsonrpc_status
 
     def _reasons(self) -> tuple[str, int, str]:
         if self.unavailable:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import InvalidText, check_text, is_mapping, jsonrpc
+from roost.kernel import InvalidInput, check_json_input, is_mapping, jsonrpc
 
 from . import _models as m
 from ._tasks import SendOptions, iso_to_epoch
@@ -175,9 +175,10 @@ def parse_params(op: str, params: Any, dialect: str, *, raw: bytes | None = None
         params = {}
     if not is_mapping(params):
         raise m.invalid("params", "must be an object")
-    try:  # text no store could keep (a lone surrogate), wherever it is: refused up front
-        check_text(params, raw=raw)
-    except InvalidText as exc:
+    try:  # a lone surrogate (no store could keep it) or NaN / an infinity (no JSON answer
+        # could carry it back), wherever it is: refused up front
+        check_json_input(params, raw=raw)
+    except InvalidInput as exc:
         raise m.invalid(exc.field, exc.problem) from None
     if op in ("send", "stream"):
         return parse_send(params, dialect)

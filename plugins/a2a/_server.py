@@ -20,10 +20,12 @@ Errors take the shape of the route's binding (JSON-RPC error, AIP-193 error obje
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import hmac
 import json
 import logging
+import math
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Any
 
 import trio
 from roost.kernel import (
+    ConfigError,
     InvalidTraceContext,
     RecursionLimitExceeded,
     RouteDescriptor,
@@ -44,7 +47,7 @@ from roost.plugins.http import PlainRequest, PlainResponse, principal_of
 from . import _models as m
 from . import _protocol as p
 from . import _rest03 as rest03
-from ._http_errors import render_jsonrpc_error, render_rest_error
+from ._http_errors import A2A_JSON, render_json_error, render_jsonrpc_error, render_rest_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import TaskStoreError, open_task_store
@@ -53,7 +56,6 @@ from ._tasks import TaskManager, storage_failed
 log = logging.getLogger("roost.a2a")
 
 CARD_CACHE_CONTROL = "public, max-age=300"
-A2A_JSON = "application/a2a+json"
 _SERVICES: weakref.WeakKeyDictionary[Any, A2AService] = weakref.WeakKeyDictionary()
 _INPUT_MODES = ["text/plain", "application/json"]
 _OUTPUT_MODES = ["text/plain"]
@@ -104,8 +106,6 @@ class A2AService:
                     await nursery.start(self.push.run)
                 self.tasks = TaskManager(kernel, store, nursery, push=self.push)
                 await self.tasks.recover()
-                if self.settings.default_agent and self.primary_agent() is None:
-                    log.error("A2A: %s", self.no_primary())
                 _SERVICES[kernel] = self
                 if self.settings.external_agents:
                     from ._external import discover_external_agents
@@ -129,12 +129,17 @@ class A2AService:
         return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
 
     def primary_agent(self) -> str | None:
-        """The host's primary agent: ``a2a.default_agent``, else the first A2A agent in name
-        order; None when there is no A2A agent or ``default_agent`` names none."""
-        if self.settings.default_agent:
-            return self.settings.default_agent if self.is_a2a_agent(self.settings.default_agent) else None
-        agents = self.a2a_agents()
-        return min(agents) if agents else None
+        """The host's primary agent: ``a2a.default_agent``, else the A2A-enabled agent whose
+        name sorts first — available or not: an unavailable primary agent answers 503 with
+        its reason (``check_agent``), its messages never go to another agent. None when
+        there is no A2A agent, or ``default_agent`` names none (refused at boot, see
+        ``check_default_agent``)."""
+        agents = self.kernel.agents
+        default = self.settings.default_agent
+        if default:
+            man = agents.get(default)
+            return default if man is not None and man.a2a.enabled else None
+        return next((n for n in sorted(agents) if agents[n].a2a.enabled), None)
 
     def no_primary(self) -> str:
         """Why there is no primary agent, and the fix."""
@@ -154,7 +159,7 @@ class A2AService:
     def check_agent(self, name: str) -> None:
         reason = self.unavailable_reason(name)
         if reason is not None:
-            raise m.A2AError(m.INTERNAL_ERROR, f"agent {name!r} is unavailable: {reason}")
+            raise agent_unavailable(name, reason)
         if not self.is_a2a_agent(name):
             known = ", ".join(self.a2a_agents()) or "none"
             raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
@@ -180,6 +185,7 @@ class A2AService:
         primary = self.primary_agent()
         if primary is None:
             raise m.invalid("message.metadata.agent", self.no_primary())
+        self.check_agent(primary)
         return primary
 
     # ---- operations --------------------------------------------------------------------
@@ -260,6 +266,7 @@ class A2AService:
             name = agent or self.primary_agent()
             if name is None:
                 raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
+            self.check_agent(name)
             return build_card(self, name, base_url, extended=True, root=agent is None)
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
@@ -321,6 +328,39 @@ class A2AService:
         if self.tasks is None:
             raise m.A2AError(m.INTERNAL_ERROR, "the A2A service is not running yet; retry in a moment")
         return self.tasks
+
+
+def agent_unavailable(name: str, reason: str) -> m.A2AError:
+    """-32603, HTTP 503 on every binding (JSON-RPC included): the agent is configured but
+    cannot answer now (e.g. its provider's key is missing); ``reason`` says why."""
+    return m.A2AError(m.INTERNAL_ERROR, f"agent {name!r} is unavailable: {reason}", unavailable=True, jsonrpc_status=503)
+
+
+def check_default_agent(kernel: Any, settings: A2ASettings) -> None:
+    """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A-enabled
+    agent: checked once the agents are loaded, it stops the boot rather than serve a root
+    URL that refuses everything."""
+    name = settings.default_agent
+    if not name:
+        return
+    man = kernel.agents.get(name)
+    if man is not None and man.a2a.enabled:
+        return
+    where = getattr(kernel.config, "where", "roost.toml")
+    enabled = [n for n, a in kernel.agents.items() if a.a2a.enabled]
+    known = ", ".join(enabled) or "none"
+    if man is not None:
+        problem = (
+            f"agent {name!r} is not reachable over A2A; enable it with \"a2a\": {{\"enabled\": true}} "
+            f"in its agent.json, or name another (A2A agents: {known})"
+        )
+    else:
+        close = difflib.get_close_matches(name, list(kernel.agents), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        problem = f"no agent is called {name!r}; {hint}A2A agents: {known}"
+        if getattr(kernel, "manifest_errors", None):
+            problem += " (some agent manifests failed to load; see the errors above)"
+    raise ConfigError(f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent")
 
 
 def _reply_dialect(dialect: str, origin: str) -> str:
@@ -423,8 +463,28 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 
 
 def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
-    data = jsonrpc.dumps(body, allow_nan=True).encode()
-    return PlainResponse(status, data, content_type, tuple(headers.items()) if headers else ())
+    return PlainResponse(status, _dumps(body).encode(), content_type, tuple(headers.items()) if headers else ())
+
+
+def _dumps(body: Any) -> str:
+    """JSON text, never with ``NaN`` / ``Infinity`` (not JSON: a strict parser refuses the
+    whole answer). Inputs with them are refused (``check_json_input``); one stored before
+    that was checked is sent with ``null`` in their place."""
+    try:
+        return jsonrpc.dumps(body)
+    except ValueError:
+        log.warning("A2A: an answer held a non-finite number (stored before inputs were checked); sent null for it")
+        return jsonrpc.dumps(_finite(body))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
@@ -445,9 +505,9 @@ def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
         try:
             async for event in events:
                 payload = wrap(event) if wrap else event
-                yield f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+                yield f"data: {_dumps(payload)}\n\n".encode()
         except m.A2AError as exc:  # an error after the stream began ends it with an error event
-            yield f"data: {json.dumps(wrap_error(exc) if wrap else exc.rest_error())}\n\n".encode()
+            yield f"data: {_dumps(wrap_error(exc) if wrap else exc.rest_error())}\n\n".encode()
 
     headers = (("Cache-Control", "no-store"), ("X-Accel-Buffering", "no"))
     return PlainResponse(200, body(), "text/event-stream; charset=utf-8", headers)
@@ -460,8 +520,7 @@ def wrap_error(exc: m.A2AError) -> dict:
 def _daemon_error(binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> PlainResponse:
     """A refusal made before the A2A protocol is involved, in the binding's shape (the
     same renderers the HTTP layer uses for its own errors on these routes)."""
-    render = render_jsonrpc_error if binding == "jsonrpc" else render_rest_error
-    body, content_type = render(status, code, message)
+    body, content_type = _renderer(binding)(status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
 
 
@@ -487,11 +546,19 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
     )
 
 
-def _rest_media_type(binding: str, args: Mapping[str, Any]) -> str:
-    """HTTP+JSON 1.0 answers in ``application/a2a+json`` (the 1.0 spec's media type for the
-    binding, as the a2a-sdk sends it); its 0.3 ``/v1/`` paths, cards and the 0.1 routes in
-    ``application/json`` (the 0.3 spec)."""
-    return A2A_JSON if binding == "rest" and not str(args.get("rest_path", "")).startswith("v1/") else "application/json"
+def _media_type(binding: str) -> str:
+    """HTTP+JSON 1.0 (binding ``rest``) answers in ``application/a2a+json`` (the 1.0 spec's
+    media type for the binding, as the a2a-sdk sends it); its 0.3 ``/v1/`` paths
+    (``rest03``), cards and the 0.1 routes in ``application/json`` (the 0.3 spec)."""
+    return A2A_JSON if binding == "rest" else "application/json"
+
+
+def _renderer(binding: str) -> Any:
+    """The ``render_error`` of a route of ``binding``: the daemon's own errors there take
+    the shape and media type of the route's own answers."""
+    if binding == "jsonrpc":
+        return render_jsonrpc_error
+    return render_rest_error if binding == "rest" else render_json_error
 
 
 def _peek(req: PlainRequest) -> tuple[Any, str]:
@@ -512,8 +579,8 @@ def _error(binding: str, req: PlainRequest, args: Mapping[str, Any], exc: m.A2AE
     unless ``status``), else the AIP-193 error object with the error's HTTP status."""
     if binding == "jsonrpc":
         rpc_id, dialect = _peek(req)
-        return _json(p.error_json(rpc_id, exc, dialect), status or 200)
-    return _json(exc.rest_error(), status or exc.http_status, _rest_media_type(binding, args))
+        return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
+    return _json(exc.rest_error(), status or exc.http_status, _media_type(binding))
 
 
 def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Mapping[str, Any]) -> PlainResponse | None:
@@ -522,7 +589,7 @@ def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Map
         return None
     reason = service.unavailable_reason(name)
     if reason is not None:
-        return _daemon_error(binding, 503, "agent_unavailable", f"agent {name!r} is unavailable: {reason}")
+        return _error(binding, req, args, agent_unavailable(name, reason))
     known = ", ".join(service.a2a_agents()) or "none"
     lp = service.settings.listen_path
     exc = m.A2AError(
@@ -541,17 +608,29 @@ def _gate(service: A2AService | None, req: PlainRequest, binding: str, args: Map
 # The routes: ``(service, req, **path_args)``.
 
 
-async def _root_card(service: A2AService, req: PlainRequest) -> PlainResponse:
+def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResponse:
+    """The primary agent for a root card, else the answer: 404 without one, 503 with the
+    reason when it is unavailable (as its own card's route answers)."""
     primary = service.primary_agent()
     if primary is None:
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
+    reason = service.unavailable_reason(primary)
+    if reason is not None:
+        return _error("card", req, {}, agent_unavailable(primary, reason))
+    return primary
+
+
+async def _root_card(service: A2AService, req: PlainRequest) -> PlainResponse:
+    primary = _primary_or_error(service, req)
+    if isinstance(primary, PlainResponse):
+        return primary
     return _card_response(req, build_card(service, primary, req.base_url, root=True))
 
 
 async def _root_legacy_card(service: A2AService, req: PlainRequest) -> PlainResponse:
-    primary = service.primary_agent()
-    if primary is None:
-        return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
+    primary = _primary_or_error(service, req)
+    if isinstance(primary, PlainResponse):
+        return primary
     return _card_response(req, legacy_card(service, primary, req.base_url))
 
 
@@ -592,7 +671,7 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, name: str | None = No
             req.body, headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER), push=service.settings.push_notifications
         )
     except m.A2AError as exc:
-        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)))
+        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)), exc.jsonrpc_status)
     streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
@@ -601,7 +680,7 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, name: str | None = No
             return _sse(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
         result = await service.execute(op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req))
     except m.A2AError as exc:
-        return _json(p.error_json(op.id, exc, op.dialect))
+        return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
     return _json(p.result_json(op.dialect, op.id, result))
 
 
@@ -638,6 +717,14 @@ async def _agent_rest(service: A2AService, req: PlainRequest, name: str, rest_pa
     return await _rest(service, req, rest_path, name)
 
 
+async def _rest03(service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None) -> PlainResponse:
+    return await _rest(service, req, "v1/" + rest_path, name)
+
+
+async def _agent_rest03(service: A2AService, req: PlainRequest, name: str, rest_path: str) -> PlainResponse:
+    return await _rest(service, req, "v1/" + rest_path, name)
+
+
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
     """The seed's ``tasks/send``: bare params answered with the bare task, or a JSON-RPC
     envelope (as the seed's client sends it) answered with a JSON-RPC response."""
@@ -658,7 +745,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     try:
         rpc_id, method, params = p.parse_envelope(req.body)
     except m.A2AError as exc:
-        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, m.V01))
+        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, m.V01), exc.jsonrpc_status)
     try:
         if method != "tasks/send":
             lp = service.settings.listen_path
@@ -666,7 +753,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
         result = await service.execute(op, None, header_trace(req.headers), "", service.owner_of(req))
     except m.A2AError as exc:
-        return _json(p.error_json(rpc_id, exc, m.V01))
+        return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
     return _json(p.result_json(m.V01, rpc_id, result))
 
 
@@ -711,8 +798,7 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
     lp = settings.listen_path
 
     def route(path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False) -> RouteDescriptor:
-        render_error = render_jsonrpc_error if binding == "jsonrpc" else render_rest_error
-        return RouteDescriptor(path, _handler(kernel, core, binding, auth=not public), methods, public=public, render_error=render_error)
+        return RouteDescriptor(path, _handler(kernel, core, binding, auth=not public), methods, public=public, render_error=_renderer(binding))
 
     methods_all = ("GET", "POST", "DELETE")
     return [
@@ -723,6 +809,10 @@ def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
         route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), "card", public=True),
         route(f"{lp}/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
+        # The 0.3 paths have routes of their own so that the daemon's errors there are in
+        # their media type (application/json; 1.0's is application/a2a+json).
+        route(f"{lp}/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
+        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", _agent_rest03, methods_all, "rest03"),
         route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/agents/<name>/rest/<path:rest_path>", _agent_rest, methods_all, "rest"),
         route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),

@@ -23,14 +23,15 @@ from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
 from roost.kernel import (
     AgentNotFound,
-    InvalidText,
+    ConfigError,
+    InvalidInput,
     InvalidTraceContext,
     PluginFailure,
     RoostError,
     RouteDescriptor,
     ToolSpec,
     TraceContext,
-    check_text,
+    check_json_input,
     outputs_to_json,
 )
 from roost.kernel import json_type_name as _json_type
@@ -121,7 +122,7 @@ def create_app(
         settings = HttpSettings.from_config(kernel.config.http, env)
     if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
         raise ValueError(f"event_buffer must be a positive integer, got {event_buffer!r}")
-    app = QuartTrio("roost.http")
+    app = _QuartApp("roost.http")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -142,6 +143,22 @@ def create_app(
         (rule.rule, rule.methods or (), rule.endpoint) for rule in app.url_map.iter_rules()
     )
     return app
+
+
+class _QuartApp(QuartTrio):
+    """Quart, whose request context never fails to build: a Werkzeug HTTPException raised
+    while it binds its URL adapter (``BadHost`` for a Host the IDNA codec refuses) becomes
+    the request's routing error, answered by the error handlers after the gates (which
+    refuse such a Host first) — never a bare 500 with a traceback in the log."""
+
+    def create_url_adapter(self, request: Any) -> Any:
+        try:
+            return super().create_url_adapter(request)
+        except HTTPException as exc:
+            if request is None:
+                raise
+            request.routing_exception = exc
+            return None
 
 
 _ROUTE_CACHE_MAX = 4096
@@ -329,7 +346,7 @@ async def _read_json_object() -> dict[str, Any]:
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
     """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
-    _valid_unicode(body, "")  # first: every later error may quote what was sent
+    _valid_json_input(body, "")  # first: every later error may quote what was sent
     unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -373,11 +390,12 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
     return message, session_id, timeout
 
 
-def _valid_unicode(value: Any, field: str) -> None:
-    """400 naming ``field`` if ``value`` holds a lone surrogate (the store could not keep it)."""
+def _valid_json_input(value: Any, field: str) -> None:
+    """400 naming the field if ``value`` holds a lone surrogate (no store could keep it) or
+    a non-finite number (no JSON answer could carry it)."""
     try:
-        check_text(value, field)
-    except InvalidText as exc:
+        check_json_input(value, field)
+    except InvalidInput as exc:
         raise InvalidRequest(exc.field, str(exc)) from None
 
 
@@ -540,6 +558,8 @@ def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
         try:
             kwargs = {arg: state.kernel for arg in impl.argnames if arg == "kernel"}
             result = impl.function(**kwargs)
+        except ConfigError:
+            raise  # a setting that names nothing stops the daemon before it listens
         except Exception as exc:
             _route_failure(plugins, name, f"roost_http_routes raised {type(exc).__name__}: {exc}")
             continue

@@ -119,7 +119,10 @@ def resolve_keys(
                 raise ConfigError(f"{field}: its key is the same as {principal.name!r}'s; every principal needs its own key")
         out.append((digest, Principal(entry.name, admin=entry.admin)))
     return tuple(out)
-_HOST_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+# A DNS name (or IPv4 address) as the URL layer below Quart takes it: labels of 1-63
+# characters, 253 in all. An empty label ("evil..example") or a longer one is malformed.
+_HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
+_MAX_HOST_NAME = 253
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
@@ -206,7 +209,8 @@ def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
 def split_host(value: str) -> tuple[str, str] | None:
     """``(name, port)`` of a ``Host`` header value such as ``Example.com:8470`` or
     ``[::1]``: the name lowercase, without brackets or a trailing dot; the port ``""`` when
-    absent. None when malformed (user info, a path, a bare IPv6 address, a non-ASCII name)."""
+    absent. None when malformed (user info, a path, a bare IPv6 address, a non-ASCII name,
+    an empty label or one over 63 characters, a name over 253)."""
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
@@ -224,7 +228,7 @@ def split_host(value: str) -> tuple[str, str] | None:
     elif not _PORT.fullmatch(port):
         return None
     name = name[:-1] if name.endswith(".") else name
-    return (name, port) if _HOST_NAME.fullmatch(name) else None
+    return (name, port) if len(name) <= _MAX_HOST_NAME and _HOST_NAME.fullmatch(name) else None
 
 
 def host_name(value: str) -> str | None:
@@ -250,15 +254,17 @@ def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[st
     against DNS rebinding, where a browser page on an attacker's name that now resolves to
     this host reads the API in the page's own origin (no ``Origin`` header on a GET).
 
-    Allowed: no header (not a browser: browsers always send one), a name in ``trusted``
-    (the loopback names, ``http.allowed_hosts``, ``http.public_url``'s host; ``"*"`` allows
-    all) with any port, and the IP address the connection reached (``local_addr``): an IP
-    literal involves no DNS, so it cannot be rebound. Any other name is refused."""
-    if host is None:
-        return True
-    if "*" in trusted:
+    Allowed: no header or an empty one (not a browser: browsers always send a name; an
+    HTTP/1.0 tool sends none, and Quart fills in ``""`` for it), a name in ``trusted`` (the
+    loopback names, ``http.allowed_hosts``, ``http.public_url``'s host; ``"*"`` allows all)
+    with any port, and the IP address the connection reached (``local_addr``): an IP
+    literal involves no DNS, so it cannot be rebound. Any other name is refused, and a
+    malformed value always (see ``split_host``), ``"*"`` or not."""
+    if host is None or not host.strip():
         return True
     name = host_name(host)
     if name is None:
         return False
+    if "*" in trusted:
+        return True
     return name in trusted or (local_addr is not None and _same_address(name, local_addr))

@@ -21,10 +21,12 @@ from roost.kernel import (
     ActorStopped,
     AgentNotFound,
     AskTimeout,
+    InvalidInput,
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
     SandboxError,
+    SessionConflict,
     StoreError,
     TaintViolation,
     ToolArgumentsInvalid,
@@ -33,7 +35,15 @@ from roost.kernel import (
     ToolTimeout,
 )
 
-from ._auth import LOCAL, Principal, bearer_token, host_allowed, origin_allowed, token_fingerprint
+from ._auth import (
+    LOCAL,
+    Principal,
+    bearer_token,
+    host_allowed,
+    host_name,
+    origin_allowed,
+    token_fingerprint,
+)
 from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
@@ -43,6 +53,8 @@ _STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
     (AgentNotFound, 404),
     (ToolNotFound, 404),
     (ToolArgumentsInvalid, 400),
+    (InvalidInput, 400),
+    (SessionConflict, 409),  # a session id of another agent: the request's mistake
     (ToolDenied, 403),
     (SandboxError, 403),
     (TaintViolation, 403),
@@ -170,6 +182,21 @@ def host_refused(host: str) -> Refusal:
             "message": f"this daemon does not serve requests for host {shown!r} (a guard against "
             "DNS rebinding); call it as localhost or 127.0.0.1, or add the name to "
             "http.allowed_hosts (or set http.public_url) in roost.toml",
+        },
+    )
+
+
+def bad_host(host: str) -> Refusal:
+    """400 for a ``Host`` header that is not a host name (``evil..example``, user info, a
+    path, a label over 63 characters): refused before any router parses it."""
+    shown = host[:100]
+    return Refusal(
+        400,
+        {
+            "code": "bad_host",
+            "message": f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
+            "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
+            "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1",
         },
     )
 
@@ -349,9 +376,9 @@ class Gate:
         """``(refusal or None, the rate-limit key charged or None)``; ``local_addr`` is the
         address the connection reached (its ``getsockname()`` host)."""
         settings = self.settings
-        host = headers.get("Host")
-        if not host_allowed(host, local_addr, self.trusted_hosts):
-            return host_refused(host), None
+        refused = self.check_host(headers.get("Host"), local_addr)
+        if refused is not None:
+            return refused, None
         origin = headers.get("Origin")
         if origin is not None and not origin_allowed(origin, settings.allowed_origins):
             return (
@@ -407,6 +434,13 @@ class Gate:
             if content_length is not None and content_length > settings.max_body_bytes:
                 return too_large(settings, settings.max_body_bytes, ""), charged
         return None, charged
+
+    def check_host(self, host: str | None, local_addr: str | None) -> Refusal | None:
+        """The DNS-rebinding guard (``host_allowed``): None to serve a request naming
+        ``host``, else 400 for a malformed value or 421 for a name this daemon does not serve."""
+        if host_allowed(host, local_addr, self.trusted_hosts):
+            return None
+        return host_refused(host) if host_name(host) is not None else bad_host(host)  # type: ignore[arg-type]
 
     def principal(self, headers: Any, *, query_token: Callable[[], str | None] | None = None) -> Principal | None:
         """Who a request that passed ``check`` comes from: the principal of its key (a

@@ -49,7 +49,7 @@ from roost.kernel import (
     AgentUnavailable,
     Event,
     EventKind,
-    InvalidText,
+    InvalidInput,
     InvalidTraceContext,
     Output,
     RecursionLimitExceeded,
@@ -57,7 +57,7 @@ from roost.kernel import (
     ToolNotFound,
     TraceContext,
     agent_tool_name,
-    check_text,
+    check_json_input,
     is_mapping,
 )
 from roost.kernel import jsonrpc as rpc
@@ -853,9 +853,9 @@ class McpServer:
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         params = call.params
-        try:  # text the agents' store could not keep (a lone surrogate): refused up front
-            check_text(params, "params")
-        except InvalidText as exc:
+        try:  # a lone surrogate or a non-finite number (see check_json_input): refused up front
+            check_json_input(params, "params")
+        except InvalidInput as exc:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         name = rpc.param(params, "name", str)
         arguments = rpc.param(params, "arguments", dict, default={}) or {}

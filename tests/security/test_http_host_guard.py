@@ -107,7 +107,9 @@ async def test_a_forged_host_is_refused_with_421_in_the_route_shape_at_every_ent
         assert "http.allowed_hosts" in answer["error"]["message"]
     else:  # A2A HTTP+JSON: AIP-193
         assert answer["error"]["code"] == 421 and "http.allowed_hosts" in answer["error"]["message"]
-    assert fields["content-type"].startswith("application/json")
+    # A2A 1.0 HTTP+JSON answers in its own media type, the daemon's errors there too.
+    media = "application/a2a+json" if "/rest/" in path else "application/json"
+    assert fields["content-type"].startswith(media), fields["content-type"]
 
 
 ALLOWED = ["localhost", "localhost:{port}", "LOCALHOST.:{port}", "127.0.0.1:{port}", "[::1]:{port}", "roost.test", "roost.test:{port}"]

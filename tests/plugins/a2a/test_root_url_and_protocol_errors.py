@@ -66,24 +66,22 @@ async def test_root_endpoint_without_metadata_agent_reaches_the_primary_on_every
     assert named.json()["task"]["artifacts"][0]["parts"][0]["text"] == "Reviewer: approved. The draft is clear and complete."
 
 
-async def test_default_agent_names_the_primary_and_a_wrong_one_is_a_clear_error(tmp_path):
+async def test_default_agent_names_the_primary_and_a_wrong_one_stops_the_daemon(tmp_path):
+    """A ``default_agent`` that names no A2A agent (here: one with A2A off, and a typo) is a
+    ConfigError once the agents are loaded, with a did-you-mean; the daemon never listens."""
     from a2a_helpers import make_config, serve
+    from roost.kernel import ConfigError
 
     async with serve(make_config(tmp_path, a2a={"default_agent": "asker"})) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         assert (await http.get("/.well-known/agent-card.json")).json()["name"] == "asker"
-    async with serve(make_config(tmp_path, a2a={"default_agent": "hidden"}, home=tmp_path / "h2")) as (kernel, url), httpx.AsyncClient(
-        base_url=url, timeout=10
-    ) as http:
-        card = await http.get("/.well-known/agent-card.json")
-        sent = await http.post("/a2a/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg()}}, headers=V1)
-        named = await http.post(
-            "/a2a/jsonrpc",
-            json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": msg(metadata={"agent": "echo"})}},
-            headers=V1,
-        )
-    assert card.status_code == 404 and "a2a.default_agent" in card.json()["error"]["message"]
-    assert sent.json()["error"]["code"] == -32602 and "a2a.default_agent" in sent.json()["error"]["message"]
-    assert named.json()["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: hi"
+    for i, (name, phrase) in enumerate([("hidden", "not reachable over A2A"), ("askr", "did you mean 'asker'?")]):
+        with pytest.raises(Exception) as raised:  # the ConfigError may come inside exception groups
+            async with serve(make_config(tmp_path, a2a={"default_agent": name}, home=tmp_path / f"h{i}")):
+                raise AssertionError("the daemon served")
+        error = raised.value
+        while isinstance(error, BaseExceptionGroup):
+            error = error.exceptions[0]
+        assert isinstance(error, ConfigError) and "a2a.default_agent" in str(error) and phrase in str(error), error
 
 
 # ---- item 2: the seed's 0.1 client shape -----------------------------------------------------------

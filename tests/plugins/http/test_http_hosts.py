@@ -35,16 +35,21 @@ TRUSTED = LOOPBACK_HOSTS | {"roost.example.com"}
         ("localhost/x", "127.0.0.1", False),
         ("localhost:http", "127.0.0.1", False),
         ("::1", "::1", False),  # an IPv6 address must be bracketed in Host
-        ("", "127.0.0.1", False),
+        ("", "127.0.0.1", True),  # an empty Host is no Host (Quart fills in "" for HTTP/1.0)
         ("évil.example", "127.0.0.1", False),
+        ("evil..example", "127.0.0.1", False),  # an empty label: Werkzeug's IDNA refuses it
+        ("localhost..", "127.0.0.1", False),
+        ("a" * 64 + ".example", "127.0.0.1", False),  # a label over 63 characters
     ],
 )
 def test_host_allowed(host, local, allowed):
     assert host_allowed(host, local, frozenset(TRUSTED)) is allowed
 
 
-def test_a_star_allows_every_host():
+def test_a_star_allows_every_host_name_but_never_a_malformed_one():
     assert host_allowed("anything.example", None, frozenset({"*"}))
+    for malformed in ("evil..example", "a" * 64, ".".join(["a" * 63] * 4), "user@localhost", "x/y"):
+        assert not host_allowed(malformed, None, frozenset({"*"})), malformed
 
 
 def test_split_host():
