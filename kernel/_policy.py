@@ -151,28 +151,6 @@ class Exposure:
         self._verdicts[id(spec)] = (spec, exposed)
         return exposed
 
-    def filter(self, specs: Iterable[ToolSpec]) -> list[ToolSpec]:
-        """The exposed subset of ``specs``, in order."""
-        return [s for s in specs if self.is_exposed(s)]
-
-    def check(self, spec: ToolSpec, *, agent: str = "", surface: str = "") -> None:
-        """Raise ``ToolDenied`` unless the tool is exposed, naming the setting to change."""
-        if self.is_exposed(spec):
-            return
-        who = f"agent {agent!r}" if agent else "this agent"
-        via = f" over {surface}" if surface else ""
-        private = _first_match(spec, self.private)
-        if private is not None:
-            raise ToolDenied(
-                f"tool {_names(spec)} of {who} is not exposed{via}: it matches private_tools "
-                f"pattern {private!r}, and private wins; remove that pattern from private_tools "
-                "in its agent.json to expose it"
-            )
-        raise ToolDenied(
-            f"tool {_names(spec)} of {who} is not exposed{via}: tools are private unless "
-            f"listed; add {spec.name!r} to expose_tools in its agent.json"
-        )
-
 
 # --------------------------------------------------------------------------------------
 # Argument validation

@@ -5,15 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ._errors import ToolNameCollision, ToolNotFound
 from ._trace import TraceContext, new_call_id
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 # MCP 2025-11-25: tool names SHOULD be 1-128 chars of A-Z a-z 0-9 _ - .
 WIRE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -37,10 +34,6 @@ def namespaced(server: str, tool: str) -> str:
 def agent_tool_name(agent: str) -> str:
     """The tool through which other agents ask ``agent``: ``agent_{name}``."""
     return f"agent_{normalise_name(agent)}"
-
-
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return None if value is None else dict(value)
 
 
 @attrs.frozen
@@ -180,11 +173,11 @@ class Tool:
 
 
 class ToolRegistry:
-    """Every tool the kernel knows, by registry name, with a map back to original names."""
+    """Every tool the kernel knows, by registry name (``ToolSpec.original_name`` maps a
+    namespaced name back to the one its provider knows it by)."""
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
-        self._original: dict[str, str] = {}
         self.version = 0
         """Bumped on every change, so that views built from the registry can be cached."""
 
@@ -203,25 +196,17 @@ class ToolRegistry:
                 "or disable a plugin"
             )
         self._tools[name] = tool
-        self._original[name] = tool.spec.original_name or name
         self.version += 1
 
     def unregister(self, name: str) -> None:
         if self._tools.pop(name, None) is not None:
             self.version += 1
-        self._original.pop(name, None)
 
     def get(self, name: str) -> Tool:
         try:
             return self._tools[name]
         except KeyError:
             raise ToolNotFound(name, list(self._tools)) from None
-
-    def original_name(self, name: str) -> str:
-        """The name the provider of ``name`` knows it by (e.g. the MCP server's own name)."""
-        if name not in self._original:
-            raise ToolNotFound(name, list(self._tools))
-        return self._original[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -231,6 +216,3 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec for t in sorted(self._tools.values(), key=lambda t: t.spec.name)]
-
-    def tools(self) -> list[Tool]:
-        return [self._tools[n] for n in sorted(self._tools)]
