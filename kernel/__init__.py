@@ -341,7 +341,6 @@ __all__ = [
     "validate_arguments",
     "AgentReply",
     "AgentRuntime",
-    # an agent's MCP surface, which every transport drives
     "MESSAGE_TOOL",
     "AgentSurface",
     "SurfaceCall",

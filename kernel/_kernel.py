@@ -38,7 +38,6 @@ from ._frozen import frozen_builder
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
 from ._jsonrpc import make_encoder
-from ._loop import NO_TAINT
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
@@ -109,7 +108,6 @@ def _audit_json_encoder() -> Callable[[Any], str]:
 
 
 _MAX_PLANS = 4096
-_tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
 _UNKNOWN = object()
 
 
@@ -305,24 +303,20 @@ class Kernel:
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
-        own = agent_tool_name(manifest.name)
-        return tuple(s for s in self.registry.specs() if s.name != own and caps.allows(s))
+        own = self._agent_tools.get(agent_tool_name(manifest.name))  # an agent does not ask itself
+        return tuple(s for s in self.registry.specs() if (own is None or s is not own.spec) and caps.allows(s))
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
-        return list(self._cached(("exposed", agent), manifest, lambda: self._exposed_specs(manifest)))
-
-    def _exposed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
-        exposure = self._exposure(manifest)
-        return tuple(s for s in self.registry.specs() if not self._is_agent_tool(s) and exposure.is_exposed(s))
+        exposure = self._exposure(manifest)  # its surface keeps the list per registry version
+        return [s for s in self.registry.specs() if not self._is_agent_tool(s) and exposure.is_exposed(s)]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
-        """True for the kernel's own ``agent_<name>`` tools: they ask an agent, and are
-        neither exposed (an agent is asked on its own surface) nor published as tool
-        events (the ask is one)."""
+        """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
+        on its own surface), their calls not published as tool events (the ask is one)."""
         tool = self._agent_tools.get(spec.name)
         return tool is not None and tool.spec is spec
 
@@ -714,16 +708,12 @@ class Kernel:
         self, target: str, spec: ToolSpec, call: ToolCall, agent: str, timeout_s: float, outputs: Any
     ) -> ToolResult:
         """The ``agent_{target}`` tool called by ``agent``: a JSON-RPC ``tools/call`` of the
-        target's ``message`` tool, asked with the tool's timeout as the ask's deadline."""
+        target's ``message`` tool (its surface applies the depth limit), asked with the
+        tool's timeout as the ask's deadline."""
         if target in self.agent_errors:
             raise AgentUnavailable(target, self.agent_errors[target])
         caller = call.caller or agent
         origin = call.trace or TraceContext.new(caller, max_depth=self.max_depth_for(caller))
-        try:
-            origin.check_hop(target, max_depth=self.max_depth_for(target))
-        except RecursionLimitExceeded as exc:
-            self.breaker_tripped(exc, caller=caller, target=target)
-            raise
         if len(origin.path) > 2:  # bouncing more than twice takes four hops (A, B, A, B)
             check_ping_pong(origin.path + (target,))
         params = {"name": "message", "arguments": {"message": call.arguments["message"]}, "_meta": origin.to_meta()}
@@ -822,21 +812,7 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
     result = response.get("result")
     if not is_mapping(result):
         return ToolResult.error("peer returned a response without a result")
-    blocks = result.get("content") or ()
-    for block in blocks:
-        if not is_mapping(block):
-            blocks = [b for b in blocks if is_mapping(b)]
-            break
-    content = tuple(blocks)
-    structured = result.get("structuredContent")
-    if structured is not None and not is_mapping(structured):
-        structured = None
-    is_error = bool(result.get("isError", False))
-    if is_error:
-        tripped = RecursionLimitExceeded.from_mcp_result(result)
-        if tripped is not None:
-            raise tripped
-    return _tool_result(content, structured, is_error, NO_TAINT)
+    return ToolResult.from_mcp(result)
 
 
 @asynccontextmanager

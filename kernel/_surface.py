@@ -35,7 +35,6 @@ from ._jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    RECURSION_LIMIT,
     SERVER_ERROR,
     JsonRpcError,
     param,
@@ -93,8 +92,6 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     """The JSON-RPC error an MCP server answers when serving ``method`` raised ``exc``."""
     if isinstance(exc, JsonRpcError):
         return exc
-    if isinstance(exc, RecursionLimitExceeded):
-        return JsonRpcError(RECURSION_LIMIT, str(exc), exc.to_dict())
     if isinstance(exc, RoostError):
         # A StoreError (by its code: the store module loads only when used): storage
         # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
@@ -106,11 +103,10 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
 
 
 class SurfaceCall:
-    """A ``tools/call`` the surface accepted (``AgentSurface.prepare``).
-
-    ``tool``: the exposed tool to run, None for the ``message`` tool; ``trace``: the
-    caller's context with this agent as its last hop; ``refused``: the call's result when
-    it must not run (the depth breaker tripped, or its arguments are invalid)."""
+    """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
+    (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
+    ``refused``, the result of a call that must not run (the depth breaker tripped, or its
+    arguments are invalid)."""
 
     __slots__ = ("arguments", "refused", "tool", "trace")
 
@@ -232,9 +228,7 @@ class AgentSurface:
         ``AgentRuntime.handle_message``)."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
             return JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object").to_response(None).to_dict()
-        req_id = request.get("id")
-        method = request.get("method")
-        params = request.get("params")
+        req_id, method, params = request.get("id"), request.get("method"), request.get("params")
         try:
             if params is not None and not is_mapping(params):
                 raise JsonRpcError(INVALID_PARAMS, "params: expected an object (MCP uses named parameters)")

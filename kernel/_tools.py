@@ -9,7 +9,8 @@ from typing import Any
 
 import attrs
 
-from ._errors import ToolNameCollision, ToolNotFound
+from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
+from ._frozen import frozen_builder
 from ._trace import TraceContext, new_call_id
 
 # MCP 2025-11-25: tool names SHOULD be 1-128 chars of A-Z a-z 0-9 _ - .
@@ -132,6 +133,25 @@ class ToolResult:
             parts.append(json.dumps(self.structured_content, ensure_ascii=False))
         return "\n".join(parts)
 
+    @classmethod
+    def from_mcp(cls, result: Mapping[str, Any]) -> ToolResult:
+        """The ToolResult of an MCP ``CallToolResult`` (content blocks that are not objects
+        are dropped); raises RecursionLimitExceeded for a call refused at the depth limit."""
+        is_error = bool(result.get("isError", False))
+        if is_error:
+            tripped = RecursionLimitExceeded.from_mcp_result(result)
+            if tripped is not None:
+                raise tripped
+        blocks = result.get("content") or ()
+        for block in blocks:
+            if not is_mapping(block):
+                blocks = [b for b in blocks if is_mapping(b)]
+                break
+        structured = result.get("structuredContent")
+        if structured is not None and not is_mapping(structured):
+            structured = {"result": structured}
+        return _tool_result(tuple(blocks), structured, is_error, frozenset())
+
     def with_taint(self, *labels: str) -> ToolResult:
         return attrs.evolve(self, taint=self.taint | frozenset(labels))
 
@@ -141,6 +161,9 @@ class ToolResult:
         if self.structured_content is not None:
             out["structuredContent"] = dict(self.structured_content)
         return out
+
+
+_tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
 
 
 @attrs.frozen

@@ -212,9 +212,8 @@ class TraceContext:
 
     @classmethod
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
-        """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or, when
-        ``meta`` carries no context, ``new(hop, max_depth=max_depth)``: what a callee reads
-        from a request."""
+        """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or ``new(hop, ...)``
+        when ``meta`` carries no context: what a callee reads from a request."""
         if meta.__class__ is dict:
             child = _exact_hop(meta, hop, max_depth)
             if child is not None:

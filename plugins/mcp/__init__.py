@@ -8,8 +8,8 @@ the protocol and HTTP modules load on first use.
 Plugins may add resources and prompts to the ``/mcp`` surface (``McpHookSpecs``); tools
 reach the MCP client that called them with ``report_progress``, ``report_log``,
 ``request_client`` and their kin. The server's public names are re-exported here, each
-loaded on first use from its seam's module: ``_server`` (sessions, dispatch), ``_catalog``
-(entries, cards, artifacts), ``_tool_context``, ``_watch`` (progress and log forwarding),
+loaded on first use from its seam's module: ``_server`` (sessions, dispatch, what the
+surfaces offer), ``_tool_context``, ``_watch`` (progress and log forwarding),
 ``_connection`` (serving a message stream).
 """
 
@@ -64,24 +64,18 @@ def roost_services(kernel: Any) -> list[ServiceDescriptor]:
 
 # Each re-exported name → the private module that defines it (loaded on first use; not
 # listed by dir(), so that registering this module as a plugin loads none of them).
-_EXPORTS: dict[str, str] = {}
-for _module, _names in (
-    ("_server", "DEFAULT_PAGE_SIZE PROMPTS_CHANGED_EVENT RESOURCES_CHANGED_EVENT McpServer ServerSession change_notifications"),
-    (
-        "_catalog",
-        "ARTIFACT_TTL_S ArtifactShelf PromptEntry ResourceEntry TemplateEntry ToolEntry agent_card "
-        "agent_manifest_view artifact_shelf",
-    ),
-    (
-        "_tool_context",
-        "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input report_log "
+_EXPORTS = {
+    name: module
+    for module, names in {
+        "_server": "ARTIFACT_TTL_S DEFAULT_PAGE_SIZE PROMPTS_CHANGED_EVENT RESOURCES_CHANGED_EVENT ArtifactShelf "
+        "McpServer PromptEntry ResourceEntry ServerSession TemplateEntry ToolEntry agent_card agent_manifest_view "
+        "artifact_shelf change_notifications",
+        "_tool_context": "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input report_log "
         "report_progress request_client request_state require_client_capability",
-    ),
-    ("_connection", "MAX_IN_FLIGHT serve_connection"),
-):
-    for _name in _names.split():
-        _EXPORTS[_name] = _module
-del _module, _names, _name
+        "_connection": "MAX_IN_FLIGHT serve_connection",
+    }.items()
+    for name in names.split()
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,11 +13,9 @@ the request's notifications (progress, log messages) and requests to the client.
   surface: each one's ``message`` as ``agent_{name}`` (its in-host name) and its exposed
   tools; a tool exposed by several agents is listed once per agent as ``{agent}_{tool}``.
 
-Private and unexposed tools are never listed and never callable, under any name.
-Artifacts an agent hands over reach the client as content blocks whose
-``roost://artifacts/...`` URIs ``resources/read`` resolves (``ArtifactShelf``). A session
-may name its caller's principal (``ServerSession.principal``, from the HTTP caller's API
-key): the conversations its ``message`` calls start are that principal's.
+Private and unexposed tools are never listed and never callable, under any name. The
+artifacts of an answer are kept (``ArtifactShelf``) for ``resources/read`` of their URIs; a
+``message`` call starts a conversation of the session's principal (from its API key).
 """
 
 from __future__ import annotations
@@ -27,7 +25,10 @@ import hmac
 import json
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import attrs
@@ -51,19 +52,6 @@ from roost.kernel import (
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._catalog import (
-    ARTIFACT_TTL_S,
-    MAX_KEPT_ARTIFACTS,
-    STATELESS_SCOPE,
-    PromptEntry,
-    ResourceEntry,
-    TemplateEntry,
-    ToolEntry,
-    agent_card,
-    agent_manifest_view,
-    artifact_shelf,
-    extras,
-)
 from ._tool_context import _client_channel
 from ._watch import _RunWatcher
 
@@ -157,6 +145,207 @@ class _Call:
         return self.session.log_level or "info"
 
 
+# ---- what the surfaces offer: entries, cards, plugins' extras -------------------------------
+
+
+@attrs.frozen
+class ToolEntry:
+    """A tool as one surface lists it: wire name, MCP ``Tool`` object, and what it runs:
+    ``target`` on ``agent``'s surface (``message``, or an exposed tool's name)."""
+
+    name: str
+    mcp: Mapping[str, Any]
+    agent: str
+    target: str
+
+
+@attrs.frozen
+class ResourceEntry:
+    """A readable resource: ``read()`` returns its text."""
+
+    uri: str
+    name: str
+    mime_type: str
+    description: str
+    read: Callable[[], Any] = attrs.field(eq=False, repr=False)
+    title: str | None = None
+
+    def to_mcp(self) -> dict[str, Any]:
+        out = {"uri": self.uri, "name": self.name, "mimeType": self.mime_type, "description": self.description}
+        if self.title:
+            out["title"] = self.title
+        return out
+
+
+@attrs.frozen
+class PromptEntry:
+    """A prompt: ``render(arguments)`` returns the ``messages`` list of ``prompts/get``."""
+
+    name: str
+    description: str
+    arguments: tuple[Mapping[str, Any], ...]
+    render: Callable[..., Any] = attrs.field(eq=False, repr=False)
+    title: str | None = None
+    input_requests: Mapping[str, Mapping[str, Any]] | None = None
+    """Input the prompt needs from the client first (keyed like MRTR ``inputRequests``);
+    then ``render(arguments, inputs)`` gets the client's answers by key."""
+
+    def to_mcp(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "description": self.description}
+        if self.arguments:
+            out["arguments"] = [dict(a) for a in self.arguments]
+        if self.title:
+            out["title"] = self.title
+        return out
+
+
+@attrs.frozen
+class TemplateEntry:
+    """A resource template (RFC 6570 level 1, ``{var}`` segments): ``read(uri, values)``
+    returns the text (or a contents mapping) of the concrete resource."""
+
+    uri_template: str
+    name: str
+    mime_type: str
+    description: str
+    read: Callable[[str, Mapping[str, str]], Any] = attrs.field(eq=False, repr=False)
+
+    def to_mcp(self) -> dict[str, Any]:
+        return {"uriTemplate": self.uri_template, "name": self.name, "mimeType": self.mime_type, "description": self.description}
+
+    def match(self, uri: str) -> dict[str, str] | None:
+        import re
+
+        pattern = "".join(
+            f"(?P<{part[1:-1]}>[^/]+)" if part.startswith("{") and part.endswith("}") else re.escape(part)
+            for part in re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", self.uri_template)
+        )
+        found = re.fullmatch(pattern, uri)
+        return found.groupdict() if found else None
+
+
+def agent_card(kernel: Any, name: str) -> dict[str, Any]:
+    """A JSON description of an agent (its "card"): identity, skills and endpoints."""
+    m = kernel.agents[name]
+    status, error = kernel.agent_status(name)  # as /api/agents reports it
+    return {
+        "name": m.name,
+        "description": m.description,
+        "version": m.version,
+        "skills": [
+            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags), "examples": list(s.examples)}
+            for s in m.a2a.skills
+        ],
+        "a2a": {"enabled": bool(m.a2a.enabled)},
+        "mcp": {"endpoint": f"/agents/{name}/mcp", "tools": [s.name for s in kernel.surface(name).tools()]},
+        "status": status,
+        "error": error,
+    }
+
+
+def agent_manifest_view(kernel: Any, name: str) -> dict[str, Any]:
+    """The public parts of an agent's manifest (no filesystem paths, no secrets)."""
+    m = kernel.agents[name]
+    return {
+        "name": m.name,
+        "description": m.description,
+        "version": m.version,
+        "model": {"provider": m.model.provider, "name": m.model.name},
+        "capabilities": {"tools": list(m.capabilities.tools)},
+        "mcp": {"expose_tools": list(m.mcp.expose_tools), "private_tools": list(m.mcp.private_tools)},
+        "a2a": {"enabled": bool(m.a2a.enabled), "skills": [s.id for s in m.a2a.skills]},
+        "limits": {"max_turns": m.limits.max_turns, "tool_timeout_s": m.limits.tool_timeout_s, "max_depth": m.limits.max_depth},
+        "sandbox": m.sandbox,
+    }
+
+
+def extras(kernel: Any, hook_name: str, kind: type) -> list[Any]:
+    """The ``kind`` entries plugins add through the hook ``hook_name`` (``roost_mcp_resources``,
+    ``roost_mcp_resource_templates``, ``roost_mcp_prompts``); a plugin raising is logged."""
+    plugins = getattr(kernel, "plugins", None)
+    hook = getattr(getattr(plugins, "hook", None), hook_name, None)
+    if hook is None:
+        return []
+    out: list[Any] = []
+    for impl in hook.get_hookimpls():
+        try:
+            result = impl.function(**({"kernel": kernel} if "kernel" in impl.argnames else {}))
+        except Exception:
+            log.exception("plugin %s: %s raised", impl.plugin_name, hook_name)
+            continue
+        out.extend(entry for entry in result or () if isinstance(entry, kind))
+    return out
+
+
+# ---- artifacts ------------------------------------------------------------------------------
+
+ARTIFACT_TTL_S = 3600.0
+MAX_KEPT_ARTIFACTS = 256
+MAX_KEPT_ARTIFACT_BYTES = 64 * 1024 * 1024
+STATELESS_SCOPE = "stateless"
+
+
+class ArtifactShelf:
+    """The artifacts a kernel's MCP surfaces handed to clients, so that ``resources/read``
+    of their URIs returns them. In memory, bounded (the newest ``max_items`` and
+    ``max_bytes``), each kept ``ttl_s`` and readable only in the ``scope`` that received it
+    (an MCP session's id, or ``STATELESS_SCOPE``)."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = ARTIFACT_TTL_S,
+        max_items: int = MAX_KEPT_ARTIFACTS,
+        max_bytes: int = MAX_KEPT_ARTIFACT_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s, self.max_items, self.max_bytes = ttl_s, max_items, max_bytes
+        self._clock = clock
+        # id → (expires, scope, output, size), oldest first (one TTL: also soonest to expire)
+        self._items: OrderedDict[str, tuple[float, str, Output, int]] = OrderedDict()
+        self._bytes = 0
+
+    def keep(self, scope: str, outputs: Iterable[Output]) -> None:
+        now = self._clock()
+        for output in outputs:
+            size = output.size
+            old = self._items.pop(output.id, None)
+            if old is not None:
+                self._bytes -= old[3]
+            if size <= self.max_bytes:
+                self._items[output.id] = (now + self.ttl_s, scope, output, size)
+                self._bytes += size
+        self._evict(now)
+
+    def get(self, scope: str, artifact_id: str) -> Output | None:
+        """The artifact ``artifact_id`` if ``scope`` received it and it is still kept."""
+        self._evict(self._clock())
+        item = self._items.get(artifact_id)
+        return item[2] if item is not None and item[1] == scope else None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _evict(self, now: float) -> None:
+        while self._items:
+            ident, (expires, _, _, size) = next(iter(self._items.items()))
+            if expires > now and len(self._items) <= self.max_items and self._bytes <= self.max_bytes:
+                return
+            del self._items[ident]
+            self._bytes -= size
+
+
+_shelves: weakref.WeakKeyDictionary[Any, ArtifactShelf] = weakref.WeakKeyDictionary()
+
+
+def artifact_shelf(kernel: Any) -> ArtifactShelf:
+    """The kernel's one ``ArtifactShelf`` (shared by its MCP surfaces and transports)."""
+    shelf = _shelves.get(kernel)
+    if shelf is None:
+        shelf = _shelves[kernel] = ArtifactShelf()
+    return shelf
+
+
 def server_version() -> str:
     try:
         from importlib import metadata
@@ -219,7 +408,7 @@ class McpServer:
         """The agents this surface serves (sorted)."""
         if self.agent is not None:
             return [self.agent]
-        return sorted(a for a in self.kernel.agents if a not in getattr(self.kernel, "agent_errors", {}))
+        return sorted(a for a in self.kernel.agents if a not in self.kernel.agent_errors)
 
     def capabilities(self) -> dict[str, Any]:
         return {
@@ -271,11 +460,7 @@ class McpServer:
     def _tool_index(self) -> dict[str, ToolEntry]:
         """``tools()`` by wire name, rebuilt only when the registry or the agents change."""
         kernel = self.kernel
-        registry = getattr(kernel, "registry", None)
-        version = getattr(registry, "version", None)
-        if version is None:
-            return {e.name: e for e in self.tools()}
-        key = (id(registry), version, id(kernel.agents), len(kernel.agents), len(getattr(kernel, "agent_errors", ())))
+        key = (id(kernel.registry), kernel.registry.version, id(kernel.agents), len(kernel.agents), len(kernel.agent_errors))
         if self._index_key != key:
             self._index = {e.name: e for e in self.tools()}
             self._index_key = key
@@ -612,7 +797,7 @@ class McpServer:
             check_text(params, "params")
         except InvalidText as exc:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
-        for agent, reason in getattr(self.kernel, "agent_errors", {}).items():
+        for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:
                 raise AgentUnavailable(agent, reason)
         raise unknown_tool_error(name, index)
@@ -677,18 +862,18 @@ class McpServer:
         if call.notify is None:
             raise rpc.JsonRpcError(rpc.METHOD_NOT_FOUND, "subscriptions/listen needs a streaming transport")
         wanted = rpc.param(call.params, "notifications", dict)
-        honoured: dict[str, Any] = {}
-        for key in ("toolsListChanged", "resourcesListChanged", "promptsListChanged"):
-            if wanted.get(key) is True:
-                honoured[key] = True
-        subscription = str(call.request.id)
-        tag = {p.META_SUBSCRIPTION_ID: subscription}
+        keys = {
+            p.NOTIFY_TOOLS_CHANGED: "toolsListChanged",
+            p.NOTIFY_RESOURCES_CHANGED: "resourcesListChanged",
+            p.NOTIFY_PROMPTS_CHANGED: "promptsListChanged",
+        }
+        honoured = {key: True for key in keys.values() if wanted.get(key) is True}
+        tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
             await call.notify({"jsonrpc": "2.0", "method": p.NOTIFY_SUBSCRIPTIONS_ACK, "params": {"notifications": honoured, p.META: tag}})
             async for event in events:
                 for method in change_notifications(event):
-                    key = {p.NOTIFY_TOOLS_CHANGED: "toolsListChanged", p.NOTIFY_RESOURCES_CHANGED: "resourcesListChanged", p.NOTIFY_PROMPTS_CHANGED: "promptsListChanged"}[method]
-                    if honoured.get(key):
+                    if keys[method] in honoured:
                         await call.notify({"jsonrpc": "2.0", "method": method, "params": {p.META: tag}})
         return {}
 

@@ -816,7 +816,7 @@ def test_results_read_from_json_rpc_keep_mapping_blocks_and_drop_the_rest():
     block = MappingProxyType({"type": "text", "text": "a"})
     response = {"result": {"content": [block, "junk", {"type": "text", "text": "b"}], "structuredContent": ["x"]}}
     result = result_from_jsonrpc(response)
-    assert result.content == (block, {"type": "text", "text": "b"}) and result.structured_content is None
+    assert result.content == (block, {"type": "text", "text": "b"}) and result.structured_content == {"result": ["x"]}
     assert result.as_text() == "a\nb" and not result.is_error
     proxy = MappingProxyType({"result": MappingProxyType({"content": [block], "isError": True})})
     result = result_from_jsonrpc(proxy)
