@@ -133,6 +133,14 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     )
     from ._proctrace import ProcessTraces
     from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+    from ._surface import (
+        MESSAGE_TOOL,
+        AgentSurface,
+        SurfaceCall,
+        ask_tool_spec,
+        jsonrpc_error,
+        unknown_tool_error,
+    )
     from ._tools import (
         TAINT_UNTRUSTED,
         Tool,
@@ -204,6 +212,7 @@ for _module, _names in (
         "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
         "agent_tool_name namespaced normalise_name",
     ),
+    ("_surface", "MESSAGE_TOOL AgentSurface SurfaceCall ask_tool_spec jsonrpc_error unknown_tool_error"),
     ("_trace", "DEFAULT_MAX_DEPTH TraceContext"),
 ):
     for _name in _names.split():
@@ -340,6 +349,12 @@ __all__ = [
     "validate_arguments",
     "AgentReply",
     "AgentRuntime",
+    "MESSAGE_TOOL",
+    "AgentSurface",
+    "SurfaceCall",
+    "ask_tool_spec",
+    "jsonrpc_error",
+    "unknown_tool_error",
     "Kernel",
     "open_kernel",
     "result_from_jsonrpc",

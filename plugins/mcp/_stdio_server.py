@@ -103,22 +103,17 @@ async def stdio_loop(
 # ---- in-process ---------------------------------------------------------------------------------
 
 
-async def serve_kernel_stdio(kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream) -> None:
-    """Serve ``kernel``'s host surface (like ``/mcp``) on a pair of byte streams."""
-    from ._server import McpServer, serve_connection
+async def serve_kernel_stdio(
+    kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, agent: str | None = None
+) -> None:
+    """Serve ``kernel``'s host surface (like ``/mcp``), or ``agent``'s own surface (like
+    ``/agents/<agent>/mcp``), on a pair of byte streams."""
+    from ._connection import serve_connection
+    from ._server import McpServer
 
-    server = McpServer(kernel)
+    server = McpServer(kernel, agent=agent)
 
-    async def serve(receive: Receive, send: Send) -> None:
-        async def safe_send(message: Any) -> None:
-            try:
-                await send(message)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-
-        await serve_connection(server, receive, safe_send)
-
-    await stdio_loop(receive_stream, send_stream, serve)
+    await stdio_loop(receive_stream, send_stream, partial(serve_connection, server))
 
 
 # ---- bridge to a running daemon ---------------------------------------------------------------
@@ -427,7 +422,8 @@ def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], envi
 async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
     needs nothing from the kernel — then boot the kernel and serve everything else."""
-    from ._server import McpServer, serve_connection
+    from ._connection import serve_connection
+    from ._server import McpServer
 
     server = McpServer(None)
     session = server.new_session()
@@ -449,17 +445,11 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
             return held.pop()
         return await receive()
 
-    async def safe_send(message: Any) -> None:
-        try:
-            await send(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
     from roost.kernel import open_kernel  # after the answer: it loads most of the kernel
 
     async with open_kernel(config) as kernel:
         server.kernel = kernel
-        await serve_connection(server, receive_rest, safe_send, session=session)
+        await serve_connection(server, receive_rest, send, session=session)
 
 
 __all__ = [
