@@ -20,6 +20,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         reply_kind,
     )
     from ._agent import AgentReply, AgentRuntime
+    from ._audit import AuditRecord
     from ._config import (
         AgentsConfig,
         HttpConfig,
@@ -126,7 +127,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         truncate_result,
         validate_arguments,
     )
-    from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+    from ._sqlite import SqliteDatabase, StoreError
+    from ._store import SqliteStore, Store, StoredMessage, open_store
     from ._tools import (
         TAINT_UNTRUSTED,
         Tool,
@@ -154,6 +156,7 @@ for _module, _names in (
         "reply_kind",
     ),
     ("_agent", "AgentReply AgentRuntime"),
+    ("_audit", "AuditRecord"),
     (
         "_config",
         "AgentsConfig HttpConfig KernelConfig PluginsConfig RoostConfig TaintConfig "
@@ -191,7 +194,8 @@ for _module, _names in (
         "Capabilities Exposure LoopGuard TaintTracker ToolSchemaInvalid check_ping_pong "
         "resolve_timeout truncate truncate_result validate_arguments",
     ),
-    ("_store", "AuditRecord SqliteStore Store StoredMessage StoreError open_store"),
+    ("_sqlite", "SqliteDatabase StoreError"),
+    ("_store", "SqliteStore Store StoredMessage open_store"),
     (
         "_tools",
         "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
@@ -289,6 +293,7 @@ __all__ = [
     "ScriptCall",
     "ScriptRule",
     "ScriptStep",
+    "SqliteDatabase",
     "SqliteStore",
     "Store",
     "StoreError",

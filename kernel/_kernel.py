@@ -19,6 +19,14 @@ import attrs
 import trio
 
 from ._agent import AgentReply, AgentRuntime, Conversation
+from ._audit import (
+    OUTCOMES,
+    AuditRecord,
+    _audit_arguments,
+    _known_outcome,
+    _optional_text,
+    _required_text,
+)
 from ._errors import (
     AgentNotFound,
     AgentUnavailable,
@@ -51,14 +59,6 @@ from ._policy import (
     resolve_timeout,
     truncate_result,
     validate_arguments,
-)
-from ._store import (
-    OUTCOMES,
-    AuditRecord,
-    _audit_arguments,
-    _known_outcome,
-    _optional_text,
-    _required_text,
 )
 from ._tools import (
     TAINT_UNTRUSTED,
@@ -476,15 +476,13 @@ class Kernel:
                         trace=trace,
                     )
                 )
-            # The audit row, written behind (no coroutine of its own unless the writer is behind).
+            # The audit row, stored before the result is returned (also when cancelled).
             record = self._audit_record(agent, call, trace, duration_ms, outcome, error, conversation)
-            try:
-                logged = self.store.log_tool_call_nowait(record)
-            except Exception:
-                log.exception("could not write the audit record of %s", call.name)
-            else:
-                if not logged:  # the writer is behind: yield to it, or wait for room
-                    await self._log_audit(record, call)
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.store.record_tool_call(record)
+                except Exception:
+                    log.exception("could not write the audit record of %s", call.name)
 
     async def _run_checked(
         self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
@@ -562,14 +560,6 @@ class Kernel:
             raise ToolNotFound(name, [s.name for s in self.exposed_tools(agent)])
         call = ToolCall(name=name, arguments=dict(arguments), caller=agent, trace=trace)
         return await self.call_tool(agent, call, check_capability=False)
-
-    async def _log_audit(self, record: AuditRecord, call: ToolCall) -> None:
-        """Log ``record`` once the writer has room (it is behind: yield to it, or wait);
-        a cancelled caller's record is logged all the same (``log_tool_call`` is no cancel point)."""
-        try:
-            await self.store.log_tool_call(record)
-        except Exception:
-            log.exception("could not write the audit record of %s", call.name)
 
     def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
         """The audit record of ``call``. One without error is built without attrs'

@@ -136,15 +136,15 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
 
         await insert("dup")
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._writer.write, "hold", hold)
+            nursery.start_soon(store.write, "hold", hold)
             assert await trio.to_thread.run_sync(entered.wait, 10)
-            before = store._writer.batches
+            before = store.batches
             for i in range(10):
                 nursery.start_soon(insert, f"t{i}")
             nursery.start_soon(insert, "dup")  # already stored: UNIQUE violation
             await trio.testing.wait_all_tasks_blocked()
             release.set()
-        assert store._writer.batches == before + 2  # the hold, then all eleven together
+        assert store.batches == before + 2  # the hold, then all eleven together
         assert all(outcomes[f"t{i}"] == ["ok"] for i in range(10))
         assert outcomes["dup"][0] == "ok" and "UNIQUE" in outcomes["dup"][1] and "could not store a task" in outcomes["dup"][1]
     async with open_task_store(db, max_tasks=100) as store:  # committed means durable
@@ -439,7 +439,7 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
             assert release.wait(10)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._writer.write, "hold", hold)
+            nursery.start_soon(store.write, "hold", hold)
             assert await trio.to_thread.run_sync(entered.wait, 10)
             nursery.start_soon(
                 partial(store.insert, id="two", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
