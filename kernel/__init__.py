@@ -43,6 +43,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         AskTimeout,
         ConfigError,
         InvalidText,
+        InvalidTraceContext,
         LoopDetected,
         MailboxFull,
         ManifestError,
@@ -72,7 +73,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         hookimpl,
         hookspec,
     )
-    from ._jsonrpc import Correlator, Dispatcher, JsonRpcError
+    from ._jsonrpc import Correlator, JsonRpcError
     from ._kernel import Kernel, open_kernel, result_from_jsonrpc
     from ._loop import (
         Completion,
@@ -127,6 +128,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         truncate_result,
         validate_arguments,
     )
+    from ._proctrace import ProcessTraces
     from ._sqlite import SqliteDatabase, StoreError
     from ._store import SqliteStore, Store, StoredMessage, open_store
     from ._tools import (
@@ -166,7 +168,7 @@ for _module, _names in (
     (
         "_errors",
         "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
-        "InvalidText LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
+        "InvalidText InvalidTraceContext LoopDetected MailboxFull ManifestError PluginError RecursionLimitExceeded RoostError "
         "SandboxError TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
         "ToolNameCollision ToolNotFound ToolTimeout check_text is_mapping json_type_name",
     ),
@@ -176,7 +178,7 @@ for _module, _names in (
         "ENTRY_POINT_GROUP McpServerDescriptor ProviderDescriptor RouteDescriptor "
         "ServiceDescriptor ToolVeto hookimpl hookspec",
     ),
-    ("_jsonrpc", "Correlator Dispatcher JsonRpcError"),
+    ("_jsonrpc", "Correlator JsonRpcError"),
     ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
@@ -194,6 +196,7 @@ for _module, _names in (
         "Capabilities Exposure LoopGuard TaintTracker ToolSchemaInvalid check_ping_pong "
         "resolve_timeout truncate truncate_result validate_arguments",
     ),
+    ("_proctrace", "ProcessTraces"),
     ("_sqlite", "SqliteDatabase StoreError"),
     ("_store", "SqliteStore Store StoredMessage open_store"),
     (
@@ -219,6 +222,7 @@ __all__ = [
     "AskTimeout",
     "ConfigError",
     "InvalidText",
+    "InvalidTraceContext",
     "check_text",
     "Event",
     "EventKind",
@@ -254,6 +258,7 @@ __all__ = [
     "ToolTimeout",
     "ToolVeto",
     "TraceContext",
+    "ProcessTraces",
     "agent_tool_name",
     "hookimpl",
     "hookspec",
@@ -271,7 +276,6 @@ __all__ = [
     "DeadlineTimer",
     # JSON-RPC (the full sans-I/O API is the ``jsonrpc`` namespace)
     "Correlator",
-    "Dispatcher",
     "JsonRpcError",
     "jsonrpc",
     # manifests, configuration, data paths, store

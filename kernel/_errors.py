@@ -29,6 +29,10 @@ def json_type_name(value: object) -> str:
     return type(value).__name__
 
 
+# Where an MCP tool result's ``_meta`` carries roost's error object (``RoostError.to_dict``).
+META_ERROR = "io.roost/error"
+
+
 class RoostError(Exception):
     """Base class of every error roost raises on purpose.
 
@@ -166,16 +170,70 @@ class RecursionLimitExceeded(ToolError):
 
     code = "recursion_limit"
 
-    def __init__(self, path: Sequence[str], max_depth: int) -> None:
+    def __init__(self, path: Sequence[str], max_depth: int, depth: int | None = None) -> None:
         self.path = tuple(path)
         self.max_depth = max_depth
+        # The depth the refused hop would have had: the caller's claimed depth + 1, which
+        # may be far more than the hops named in ``path`` (a caller says "depth 999999").
+        self.depth = max(depth or 0, len(self.path))
         super().__init__(
-            f"call chain would reach depth {len(self.path)}, past the limit of {max_depth}: "
+            f"call chain would reach depth {self.depth}, past the limit of {max_depth}: "
             + " → ".join(self.path)
         )
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "path": list(self.path), "max_depth": self.max_depth}
+        return {**super().to_dict(), "path": list(self.path), "max_depth": self.max_depth, "depth": self.depth}
+
+    def to_mcp_result(self) -> dict:
+        """The MCP ``CallToolResult`` of the refused call: a tool execution error
+        (``isError``), so that the calling model reads why and stops, with this error's
+        ``to_dict()`` in the result's ``_meta`` under ``io.roost/error`` for programs."""
+        return {
+            "content": [{"type": "text", "text": str(self)}],
+            "isError": True,
+            "_meta": {META_ERROR: self.to_dict()},
+        }
+
+    @classmethod
+    def from_mcp_result(cls, result: Any) -> RecursionLimitExceeded | None:
+        """The error ``to_mcp_result`` describes; None for any other result."""
+        meta = result.get("_meta") if is_mapping(result) and result.get("isError") else None
+        data = meta.get(META_ERROR) if is_mapping(meta) else None
+        if is_mapping(data) and data.get("code") == cls.code:
+            return cls.from_dict(data)
+        return None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RecursionLimitExceeded:
+        """The error a peer described with ``to_dict()`` (MCP error data, result ``_meta``)."""
+        path = data.get("path")
+        hops = [str(hop) for hop in path[:64]] if isinstance(path, list) else []
+
+        def count(key: str) -> int:
+            value = data.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+        return cls(hops, count("max_depth"), count("depth"))
+
+
+class InvalidTraceContext(RoostError):
+    """A trace carrier (an HTTP header, ``_meta``, A2A metadata, the environment) holds a
+    depth that is not a whole number from 0 to 999,999,999. ``field`` names it; each
+    protocol edge answers 400 / -32602."""
+
+    code = "invalid_trace_context"
+
+    def __init__(self, field: str, value: Any) -> None:
+        self.field = field
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        self.problem = (
+            f"expected the caller's call depth, a whole number from 0 to 999999999, got {shown}; "
+            "send the depth your own caller gave you (or omit it to start a trace)"
+        )
+        super().__init__(f"{field}: {self.problem}")
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
 
 
 class SandboxError(ToolError):

@@ -1,6 +1,7 @@
-"""Sans-I/O JSON-RPC 2.0: parse and validate, build replies, correlate ids, dispatch.
+"""Sans-I/O JSON-RPC 2.0: parse and validate, build replies, correlate ids, frame lines.
 
-No I/O here: transports (MCP, A2A) feed bytes in and send what comes out. ``parse`` only
+No I/O here: transports (MCP, A2A) feed bytes in and send what comes out. The error codes
+are defined here once; every protocol edge imports them. ``parse`` only
 ever raises ``JsonRpcError``, whose message names the offending field. Whether a batch
 is allowed is the protocol's choice (``allow_batch``): MCP 2025-06-18 and later forbid
 them, JSON-RPC 2.0 itself allows them.
@@ -9,17 +10,13 @@ them, JSON-RPC 2.0 itself allows them.
 from __future__ import annotations
 
 import json
-import logging
 import math
-import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, RoostError, ToolArgumentsInvalid, check_text, is_mapping
-
-log = logging.getLogger("roost.jsonrpc")
+from ._errors import InvalidText, check_text, is_mapping
 
 VERSION = "2.0"
 
@@ -28,8 +25,10 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-# -32000 .. -32099 are for implementation-defined server errors; roost errors use this one.
+# -32000 .. -32099 are for implementation-defined server errors; roost errors use this one,
 SERVER_ERROR = -32000
+# and this one when a call chain passes its depth limit (``RecursionLimitExceeded``).
+RECURSION_LIMIT = -32010
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
@@ -200,10 +199,6 @@ def error_response(id: Id, code: int, message: str, data: Any = None) -> ErrorRe
     return ErrorResponse(id, ErrorObject(code, message, data))
 
 
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")
-
-
 def make_encoder(
     *,
     separators: tuple[str, str] = (",", ":"),
@@ -211,35 +206,8 @@ def make_encoder(
     allow_nan: bool = False,
     check_circular: bool = False,
 ) -> Callable[[Any], str]:
-    """``json.JSONEncoder(ensure_ascii=False, separators=..., default=..., allow_nan=...,
-    check_circular=...).encode``, with its C encoder built once, not per call (``encode``
-    builds one, which costs as much as encoding a small message). Without
-    ``check_circular`` a circular value raises RecursionError; with it, the encoder keeps
-    the markers of the encoding under way (emptied after one that failed, so every call
-    starts afresh): use such an encoder on one thread only."""
-    from json.encoder import c_make_encoder, encode_basestring
-
-    item_separator, key_separator = separators
-    if c_make_encoder is not None:
-        markers: dict[int, Any] | None = {} if check_circular else None
-        try:
-            chunks = c_make_encoder(
-                markers, default or _not_json, encode_basestring, None, key_separator, item_separator, False, False, allow_nan
-            )
-        except TypeError:  # another C signature: use the pure-Python encoder
-            pass
-        else:
-            if markers is None:
-                return lambda value: "".join(chunks(value, 0))
-
-            def encode(value: Any) -> str:
-                try:
-                    return "".join(chunks(value, 0))
-                except BaseException:
-                    markers.clear()
-                    raise
-
-            return encode
+    """``json.JSONEncoder(ensure_ascii=False, ...).encode``: one encoder, built once, to
+    reuse. Without ``check_circular`` a circular value raises RecursionError."""
     return json.JSONEncoder(
         ensure_ascii=False, separators=separators, default=default, allow_nan=allow_nan, check_circular=check_circular
     ).encode
@@ -251,9 +219,9 @@ _ENCODE_LENIENT = make_encoder(allow_nan=True)
 
 def dumps(value: Any, *, allow_nan: bool = False) -> str:
     """Compact JSON text (no spaces, non-ASCII characters kept): ``json.dumps(value,
-    ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)``, without building
-    an encoder per call. Raises TypeError (not JSON), ValueError (NaN or infinity without
-    ``allow_nan``) or RecursionError (nested too deeply, or circular)."""
+    ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)``. Raises TypeError
+    (not JSON), ValueError (NaN or infinity without ``allow_nan``) or RecursionError
+    (nested too deeply, or circular)."""
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
@@ -551,6 +519,83 @@ def _wanted(types: tuple[type, ...]) -> str:
     return " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
 
 
+# ---- framing: one JSON text per line (NDJSON) -------------------------------------------
+
+
+@attrs.frozen
+class Oversize:
+    """A message (a line, a framed body) of at least ``size`` bytes, over ``limit``; it was
+    skipped and the stream goes on."""
+
+    size: int
+    limit: int
+
+
+class LineFramer:
+    """Sans-I/O newline framing (NDJSON, MCP stdio): feed bytes, get the complete lines.
+
+    A line ends at LF; a CR before it is dropped; blank lines are skipped. A line longer
+    than ``max_bytes`` is not kept: it is skipped up to its newline and reported once, in
+    its place, as ``Oversize``. Each byte fed is searched once, however it is chunked.
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(f"max_bytes: expected a positive integer, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self._partial = bytearray()  # the start of a line whose end has not come
+        self._skipped = 0  # bytes of an oversize line dropped so far (0: not skipping one)
+
+    @property
+    def pending(self) -> bool:
+        """True when part of a line is held (a stream that ends here cut a line short)."""
+        return bool(self._partial) or self._skipped > 0
+
+    def feed(self, data: bytes) -> list[bytes | Oversize]:
+        """Add bytes read from the peer; return the lines (and ``Oversize``) they complete."""
+        out: list[bytes | Oversize] = []
+        start = 0
+        if self._skipped or self._partial:
+            newline = data.find(b"\n")
+            if newline < 0:
+                self._hold(data)
+                return out
+            if self._skipped:
+                out.append(Oversize(self._skipped + newline + 1, self.max_bytes))
+                self._skipped = 0
+            else:
+                self._partial += data[:newline]
+                self._line(bytes(self._partial), out)
+                self._partial.clear()
+            start = newline + 1
+        newline = data.find(b"\n", start)
+        while newline >= 0:
+            self._line(data[start:newline], out)
+            start = newline + 1
+            newline = data.find(b"\n", start)
+        if start < len(data):
+            self._hold(data[start:] if start else data)
+        return out
+
+    def _hold(self, rest: bytes) -> None:
+        """Keep the start of a line (or count it, past ``max_bytes``: a CR may follow)."""
+        if self._skipped:
+            self._skipped += len(rest)
+        elif len(self._partial) + len(rest) > self.max_bytes + 1:
+            self._skipped = len(self._partial) + len(rest)
+            self._partial.clear()
+        else:
+            self._partial += rest
+
+    def _line(self, line: bytes, out: list[bytes | Oversize]) -> None:
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        if len(line) > self.max_bytes:
+            out.append(Oversize(len(line), self.max_bytes))
+        elif line and not line.isspace():
+            out.append(line)
+
+
 # ---- client side: ids and correlation ---------------------------------------------------
 
 
@@ -636,167 +681,26 @@ class Correlator:
         return len(self._pending)
 
 
-# ---- server side: dispatch --------------------------------------------------------------
-
-MethodHandler = Callable[[Request | Notification], Awaitable[Any]]
-"""``await handler(message)`` returns the result; raise JsonRpcError to answer an error."""
-
-
-class Dispatcher:
-    """A method table. ``handle`` runs the handler and maps what it raises to errors:
-
-    JsonRpcError → that error; RoostError → SERVER_ERROR (INVALID_PARAMS for invalid tool
-    arguments) with ``data`` = ``err.to_dict()``; anything else → INTERNAL_ERROR with a
-    safe message and a reference to the logged traceback.
-    """
-
-    def __init__(self) -> None:
-        self._methods: dict[str, MethodHandler] = {}
-
-    def register(self, method: str, handler: MethodHandler, *, replace: bool = False) -> None:
-        if not isinstance(method, str) or not method:
-            raise ValueError(f"method: expected a non-empty string, got {method!r}")
-        if not callable(handler):
-            raise TypeError(f"handler: expected an async callable, got {type(handler).__name__}")
-        if method in self._methods and not replace:
-            raise ValueError(
-                f"method {method!r} is already registered; pass replace=True to replace it"
-            )
-        self._methods[method] = handler
-
-    def method(self, name: str) -> Callable[[MethodHandler], MethodHandler]:
-        """Decorator form of ``register``."""
-
-        def decorate(handler: MethodHandler) -> MethodHandler:
-            self.register(name, handler)
-            return handler
-
-        return decorate
-
-    def methods(self) -> list[str]:
-        return sorted(self._methods)
-
-    def __contains__(self, method: object) -> bool:
-        return method in self._methods
-
-    async def handle(self, message: Request | Notification) -> Response | ErrorResponse | None:
-        """Run ``message``; the response for a request, None for a notification."""
-        if not isinstance(message, (Request, Notification)):
-            raise TypeError(
-                f"message: expected a Request or Notification, got {type(message).__name__}"
-            )
-        is_request = isinstance(message, Request)
-        handler = self._methods.get(message.method)
-        if handler is None:
-            if not is_request:
-                return None
-            known = self.methods()
-            hint = f"; available: {', '.join(known[:20])}" if known else ""
-            return error_response(
-                message.id,
-                METHOD_NOT_FOUND,
-                f"method {message.method!r} not found{hint}",
-                {"method": message.method},
-            )
-        try:
-            result = await handler(message)
-        except JsonRpcError as exc:
-            error = ErrorObject(exc.code, exc.message, exc.data)
-        except RoostError as exc:
-            code = INVALID_PARAMS if isinstance(exc, ToolArgumentsInvalid) else SERVER_ERROR
-            error = ErrorObject(code, str(exc), exc.to_dict())
-        except Exception as exc:
-            ref = secrets.token_hex(6)
-            log.error("JSON-RPC method %r failed (ref %s)", message.method, ref, exc_info=exc)
-            error = ErrorObject(
-                INTERNAL_ERROR,
-                f"internal error in {message.method!r}; the server logged it as {ref}",
-                {"ref": ref},
-            )
-        else:
-            return Response(message.id, result) if is_request else None
-        if not is_request:
-            log.warning("notification %r failed: %s %s", message.method, error.code, error.message)
-            return None
-        return ErrorResponse(message.id, error)
-
-    async def handle_batch(self, batch: Batch) -> list[Response | ErrorResponse]:
-        """Run every item in order; invalid items are answered with their error."""
-        out: list[Response | ErrorResponse] = []
-        for item in batch.items:
-            if isinstance(item, JsonRpcError):
-                out.append(item.to_response())
-            elif isinstance(item, (Request, Notification)):
-                reply = await self.handle(item)
-                if reply is not None:
-                    out.append(reply)
-            else:
-                log.warning("ignoring a response (id %r) sent to a JSON-RPC server", item.id)
-        return out
-
-    async def handle_bytes(
-        self,
-        data: bytes | bytearray | memoryview | str,
-        *,
-        allow_batch: bool = False,
-        max_bytes: int | None = DEFAULT_MAX_BYTES,
-    ) -> bytes | None:
-        """Parse, run and encode: the bytes to send back, or None when there is nothing
-        to send (notifications only, or a stray response)."""
-        try:
-            parsed = parse(data, allow_batch=allow_batch, max_bytes=max_bytes)
-        except JsonRpcError as exc:
-            return _encode_safely(exc.to_response())
-        if isinstance(parsed, Batch):
-            replies = await self.handle_batch(parsed)
-            if not replies:
-                return None
-            return _encode_safely(replies)
-        if isinstance(parsed, (Response, ErrorResponse)):
-            log.warning("ignoring a response (id %r) sent to a JSON-RPC server", parsed.id)
-            return None
-        reply = await self.handle(parsed)
-        return None if reply is None else _encode_safely(reply)
-
-
-def _encode_safely(reply: Response | ErrorResponse | list[Response | ErrorResponse]) -> bytes:
-    """Encode; a result that is not JSON becomes an INTERNAL_ERROR for that request."""
-    try:
-        return encode(reply)
-    except JsonRpcError:
-        replies = reply if isinstance(reply, list) else [reply]
-        fixed = []
-        for item in replies:
-            try:
-                encode(item)
-            except JsonRpcError as exc:
-                log.error("the reply to request %r is not JSON: %s", item.id, exc.message)
-                item = error_response(
-                    item.id, INTERNAL_ERROR, "internal error: the result is not JSON"
-                )
-            fixed.append(item)
-        return encode(fixed if isinstance(reply, list) else fixed[0])
-
-
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "LineFramer",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
+    "RECURSION_LIMIT",
     "SERVER_ERROR",
     "VERSION",
     "Batch",
     "Correlator",
-    "Dispatcher",
     "ErrorObject",
     "ErrorResponse",
     "Id",
     "JsonRpcError",
     "Message",
-    "MethodHandler",
     "Notification",
+    "Oversize",
     "Params",
     "Request",
     "Response",

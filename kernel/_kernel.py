@@ -60,6 +60,7 @@ from ._policy import (
     truncate_result,
     validate_arguments,
 )
+from ._proctrace import ProcessTraces
 from ._tools import (
     TAINT_UNTRUSTED,
     Tool,
@@ -153,6 +154,9 @@ class Kernel:
         self.actors = actors
         self.tap: EventTap = actors.tap
         self.registry = ToolRegistry()
+        # The processes tools run for agents' runs (bash), with each run's trace context:
+        # the HTTP entries continue that trace for a loopback caller among them.
+        self.process_traces = ProcessTraces()
         self.providers: dict[str, ProviderDescriptor] = {}
         self.agents: dict[str, Any] = {}
         self.agent_errors: dict[str, str] = {}
@@ -789,7 +793,7 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
         message = err.get("message", "error") if isinstance(err, Mapping) else str(err)
         data = err.get("data") if isinstance(err, Mapping) else None
         if isinstance(data, Mapping) and data.get("code") == "recursion_limit":
-            raise RecursionLimitExceeded(data.get("path") or (), int(data.get("max_depth") or 0))
+            raise RecursionLimitExceeded.from_dict(data)
         return ToolResult.error(str(message))
     result = response.get("result")
     if not is_mapping(result):
@@ -803,7 +807,12 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
     structured = result.get("structuredContent")
     if structured is not None and not is_mapping(structured):
         structured = None
-    return _tool_result(content, structured, bool(result.get("isError", False)), NO_TAINT)
+    is_error = bool(result.get("isError", False))
+    if is_error:
+        tripped = RecursionLimitExceeded.from_mcp_result(result)
+        if tripped is not None:
+            raise tripped
+    return _tool_result(content, structured, is_error, NO_TAINT)
 
 
 @asynccontextmanager

@@ -9,19 +9,20 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ._errors import RoostError, ToolArgumentsInvalid, ToolDenied, ToolNotFound, is_mapping
+from ._errors import (
+    InvalidTraceContext,
+    RecursionLimitExceeded,
+    ToolArgumentsInvalid,
+    ToolDenied,
+    ToolNotFound,
+    is_mapping,
+)
+from ._jsonrpc import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
     from ._agent import AgentReply, AgentRuntime
-
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-# roost's application errors (JSON-RPC reserves -32000..-32099 for implementations).
-RECURSION_LIMIT = -32010
 
 
 def message_tool_schema(agent: str, description: str) -> dict[str, Any]:
@@ -78,9 +79,11 @@ async def handle(
         return _error(req_id, INVALID_PARAMS, "params.arguments: expected an object")
     try:
         trace = TraceContext.for_hop(params.get("_meta"), agent.name, max_depth=kernel.max_depth_for(agent.name))
-    except RoostError as exc:
+    except InvalidTraceContext as exc:
+        return _error(req_id, INVALID_PARAMS, str(exc), exc.to_dict())
+    except RecursionLimitExceeded as exc:
         kernel.breaker_tripped(exc, caller=caller, target=agent.name)
-        return _error(req_id, RECURSION_LIMIT, str(exc), exc.to_dict())
+        return {"jsonrpc": "2.0", "id": req_id, "result": exc.to_mcp_result()}
 
     if name == "message":
         text = arguments.get("message")

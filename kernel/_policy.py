@@ -198,82 +198,15 @@ _by_identity: collections.OrderedDict[int, tuple[Any, jsonschema.Draft202012Vali
 
 
 def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
-    return _compiled(spec)[0]
-
-
-def _compiled(spec: ToolSpec) -> tuple[jsonschema.Draft202012Validator, Any]:
-    """The schema's validator and its fast checker (None when the schema is not simple)."""
     schema = spec.input_schema
     hit = _by_identity.get(id(schema))
     if hit is not None and hit[0] is schema:
-        return hit[1], hit[2]
+        return hit[1]
     validator = _build_validator(spec)
-    checker = _simple_checker(schema)
-    _by_identity[id(schema)] = (schema, validator, checker)
+    _by_identity[id(schema)] = (schema, validator)
     if len(_by_identity) > _VALIDATOR_CACHE_SIZE:
         _by_identity.popitem(last=False)
-    return validator, checker
-
-
-# JSON Schema types a fast check can confirm exactly (bool is not a number in JSON Schema;
-# a float is left to jsonschema, which counts 1.0 as an integer).
-_SIMPLE_TYPES: dict[str, Any] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-    "null": lambda v: v is None,
-}
-_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
-
-
-def _simple_checker(schema: Any) -> Any:
-    """For the common tool schema — an object of typed properties, ``required``,
-    ``additionalProperties: false`` — a function that returns True only for arguments the
-    schema accepts (False means "ask jsonschema", which also words the errors). None for
-    any other schema. jsonschema's ``iter_errors`` costs tens of microseconds per call."""
-    if not isinstance(schema, Mapping) or schema.get("type") != "object":
-        return None
-    if not set(schema) <= _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}:
-        return None
-    properties = schema.get("properties", {})
-    required = schema.get("required", [])
-    extra = schema.get("additionalProperties", True)
-    if not isinstance(properties, Mapping) or not isinstance(required, list) or not isinstance(extra, bool):
-        return None
-    if not all(isinstance(name, str) for name in required):
-        return None
-    checks: dict[str, Any] = {}
-    for name, prop in properties.items():
-        if not isinstance(prop, Mapping) or not set(prop) <= _ANNOTATIONS | {"type"}:
-            return None
-        kind = prop.get("type")
-        if kind is None:
-            checks[name] = None  # any value
-        elif isinstance(kind, str) and kind in _SIMPLE_TYPES:
-            checks[name] = _SIMPLE_TYPES[kind]
-        else:
-            return None
-    required_names = tuple(required)
-
-    def check(arguments: Any) -> bool:
-        if not isinstance(arguments, dict):
-            return False
-        for name in required_names:
-            if name not in arguments:
-                return False
-        for name, value in arguments.items():
-            if name in checks:
-                test = checks[name]
-                if test is not None and not test(value):
-                    return False
-            elif not extra:
-                return False
-        return True
-
-    return check
+    return validator
 
 
 def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
@@ -326,12 +259,11 @@ def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
 
 
 def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
-    """A quick check of arguments against ``spec``'s schema, for callers that keep it: True
-    means ``validate_arguments`` would accept them; False means ask it (it words the
-    errors). None when the schema has no quick check, or is invalid (``validate_arguments``
-    reports that)."""
+    """``is_valid`` of ``spec``'s schema validator, for callers that keep it: True means
+    ``validate_arguments`` accepts the arguments; False means ask it (it words the errors).
+    None when the schema is invalid (``validate_arguments`` reports that)."""
     try:
-        return _compiled(spec)[1]
+        return _validator_for(spec).is_valid
     except ToolSchemaInvalid:
         return None
 
@@ -348,9 +280,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
             f"arguments of tool {spec.name!r} must be a JSON object, got "
             f"{_json_type(arguments)}; pass the parameters by name as in its inputSchema"
         )
-    validator, fast_check = _compiled(spec)
-    if fast_check is not None and fast_check(arguments):
-        return
+    validator = _validator_for(spec)
     import referencing.exceptions  # loaded with jsonschema by _build_validator
 
     try:

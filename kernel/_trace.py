@@ -5,8 +5,14 @@ a trace at depth 1 (path ``A``); A calling B gives depth 2 (``A → B``), and so
 ``child()`` refuses a hop that would pass ``max_depth`` (default 5), so with the default
 the sixth agent of ``A → B → C → D → E → F`` is refused and the error names that path.
 
-The context travels in MCP ``params._meta``, in A2A message metadata and in HTTP headers,
-so the breaker holds across processes.
+The context travels in MCP ``params._meta``, in A2A message metadata, in HTTP headers and,
+for the processes a tool starts (``bash``), in their environment (``TRACEPARENT``,
+``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``), so the breaker holds across processes.
+
+Reading a carrier: a depth must be a whole number from 0 to 999,999,999 (``InvalidTraceContext``
+otherwise; an empty value counts as absent); a malformed ``traceparent`` is ignored, as W3C
+asks. When one request brings several carriers, ``deepest`` picks the one to continue: the
+deepest, whole, so that no carrier can lower the count.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import RecursionLimitExceeded, is_mapping
+from ._errors import InvalidTraceContext, RecursionLimitExceeded, is_mapping
 from ._frozen import frozen_builder
 
 DEFAULT_MAX_DEPTH = 5
@@ -34,6 +40,15 @@ HEADER_TRACE_ID = "X-Roost-Trace-Id"
 HEADER_DEPTH = "X-Roost-Trace-Depth"
 HEADER_PATH = "X-Roost-Trace-Path"
 HEADER_OPENSTARRY = "X-OpenStarry-Trace-ID"
+TRACE_HEADERS = frozenset(h.lower() for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY))
+
+# The environment of a process a tool starts for an agent's run (OpenTelemetry's
+# environment carrier names TRACEPARENT); a client in it forwards them as the headers.
+ENV_TRACEPARENT = "TRACEPARENT"
+ENV_DEPTH = "ROOST_TRACE_DEPTH"
+ENV_PATH = "ROOST_TRACE_PATH"
+
+MAX_DEPTH_VALUE = 999_999_999
 
 _TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -123,6 +138,9 @@ class TraceContext:
     max_depth: int = DEFAULT_MAX_DEPTH
     parent_span_id: str | None = None
 
+    # The HTTP headers that carry a context (lowercase), as ``from_headers`` reads them.
+    header_names = TRACE_HEADERS
+
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
@@ -142,7 +160,7 @@ class TraceContext:
         """Raise RecursionLimitExceeded exactly when ``child(hop, max_depth=...)`` would."""
         limit = self.max_depth if max_depth is None else min(self.max_depth, max_depth)
         if len(self.path) + 1 > limit or self.depth + 1 > limit:
-            raise RecursionLimitExceeded(self.path + (hop,), limit)
+            raise RecursionLimitExceeded(self.path + (hop,), limit, self.depth + 1)
 
     @property
     def traceparent(self) -> str:
@@ -171,13 +189,25 @@ class TraceContext:
         params["_meta"] = meta
         return params
 
+    def deepen_meta(self, params: MutableMapping[str, Any], *, field: str = "params._meta") -> None:
+        """Put this context into ``params["_meta"]`` unless the context already there is
+        deeper (``deepest``): how a transport adds what it knows of the caller (HTTP
+        headers, its environment) to a request's own carrier. Raises InvalidTraceContext
+        (naming ``field``) for a malformed depth there."""
+        current = TraceContext.from_meta(params.get("_meta"), field=field)
+        chosen = deepest(current, self)
+        if chosen is not current:
+            chosen.inject_meta(params)
+
     @classmethod
-    def from_meta(cls, meta: Any) -> TraceContext | None:
+    def from_meta(cls, meta: Any, *, field: str = "_meta") -> TraceContext | None:
         """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent.
 
-        Malformed values are ignored rather than trusted: a bad depth never lowers the count.
+        A depth that is not a whole number from 0 to 999,999,999 raises InvalidTraceContext
+        naming ``field`` (where ``meta`` sits, e.g. ``params._meta``); a depth below the
+        length of the path counts as that length; a bad ``traceparent`` is ignored.
         """
-        fields = _fields_from_meta(meta)
+        fields = _fields_from_meta(meta, field)
         return None if fields is None else cls(*fields)
 
     @classmethod
@@ -188,7 +218,7 @@ class TraceContext:
             child = _exact_hop(meta, hop, max_depth)
             if child is not None:
                 return child
-        fields = _fields_from_meta(meta)
+        fields = _fields_from_meta(meta, "_meta")
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
         return _hop(*fields, hop, max_depth)  # child() without building the parent first
@@ -211,18 +241,42 @@ class TraceContext:
         """Read a context from HTTP headers (case-insensitive); None if absent.
 
         Accepts ``traceparent``, ``X-Roost-Trace-Id`` / ``-Depth`` / ``-Path`` and, on input,
-        ``X-OpenStarry-Trace-ID``.
+        ``X-OpenStarry-Trace-ID``. A malformed depth raises InvalidTraceContext.
         """
         lower = {str(k).lower(): str(v) for k, v in headers.items()}
-        parent = _parse_traceparent(lower.get(HEADER_TRACEPARENT.lower()))
         trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
-        trace_id = _normalise_trace_id(trace_id)
-        depth = _parse_int(lower.get(HEADER_DEPTH.lower()), saturate=True)
-        raw_path = lower.get(HEADER_PATH.lower())
-        path = _parse_path(raw_path.split(",")) if raw_path else ()
+        return cls._from_text(
+            lower.get(HEADER_TRACEPARENT.lower()),
+            _normalise_trace_id(trace_id),
+            lower.get(HEADER_DEPTH.lower()),
+            lower.get(HEADER_PATH.lower()),
+            HEADER_DEPTH,
+        )
+
+    # ---- the environment of a child process --------------------------------------------
+    def to_env(self) -> dict[str, str]:
+        """``TRACEPARENT``, ``ROOST_TRACE_DEPTH`` and ``ROOST_TRACE_PATH`` for a child
+        process: a client in it forwards them as ``traceparent`` / ``X-Roost-Trace-*``."""
+        return {ENV_TRACEPARENT: self.traceparent, ENV_DEPTH: str(self.depth), ENV_PATH: ",".join(self.path)}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> TraceContext | None:
+        """The context ``to_env`` put in ``environ`` (e.g. ``os.environ``); None if absent."""
+        return cls._from_text(environ.get(ENV_TRACEPARENT), None, environ.get(ENV_DEPTH), environ.get(ENV_PATH), ENV_DEPTH)
+
+    @classmethod
+    def _from_text(cls, traceparent, trace_id, depth_text, path_text, depth_field) -> TraceContext | None:
+        parent = _parse_traceparent(traceparent)
+        depth = _parse_depth(depth_text, depth_field)
+        path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
         if parent is None and trace_id is None and depth is None and not path:
             return None
         return cls._assemble(parent, trace_id, depth, path, None)
+
+    @staticmethod
+    def deepest(*contexts: TraceContext | None) -> TraceContext | None:
+        """The context to continue of several a request brings: see ``_trace.deepest``."""
+        return deepest(*contexts)
 
     @classmethod
     def _assemble(cls, parent, trace_id, depth, path, max_depth) -> TraceContext:
@@ -243,7 +297,7 @@ def _hop(
         limit = min(limit, max_depth)
     path = path + (hop,)
     if len(path) > limit or depth + 1 > limit:
-        raise RecursionLimitExceeded(path, limit)
+        raise RecursionLimitExceeded(path, limit, depth + 1)
     return _trace_context(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
 
 
@@ -258,12 +312,34 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
     return tid, span, depth, path, limit
 
 
-def _fields_from_meta(meta: Any) -> _Fields | None:
+def deepest(*contexts: TraceContext | None) -> TraceContext | None:
+    """The context to continue when one request brings several (HTTP headers, ``_meta`` or
+    A2A metadata, the calling process): the deepest, taken whole (trace id, parent span,
+    path), so that no carrier can lower the count — a forged lower depth never resets a
+    chain. A tie goes to the one listed first; the strictest ``max_depth`` of them applies.
+    None when none is given."""
+    best: TraceContext | None = None
+    limit = 0
+    for ctx in contexts:
+        if ctx is None:
+            continue
+        if best is None:
+            best, limit = ctx, ctx.max_depth
+            continue
+        if ctx.depth > best.depth:
+            best = ctx
+        limit = min(limit, ctx.max_depth)
+    if best is None or best.max_depth == limit:
+        return best
+    return attrs.evolve(best, max_depth=limit)
+
+
+def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     """The context fields ``meta`` carries (see ``TraceContext.from_meta``); None if none."""
     if not is_mapping(meta):
         return None
     parent = _parse_traceparent(meta.get(META_TRACEPARENT))
-    depth = _parse_int(meta.get(META_DEPTH), saturate=True)
+    depth = _parse_depth(meta.get(META_DEPTH), f'{field}["{META_DEPTH}"]')
     path = _parse_path(meta.get(META_PATH))
     max_depth = _parse_int(meta.get(META_MAX_DEPTH))
     if parent is None and depth is None and not path:
@@ -330,12 +406,31 @@ def _normalise_trace_id(value: str | None) -> str | None:
 _BIG = 10_000
 
 
-def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
-    """A count below 10,000 from an int or a string of ASCII digits; None if malformed.
+def _parse_depth(value: Any, field: str) -> int | None:
+    """A depth from 0 to ``MAX_DEPTH_VALUE``, from an int or a string of ASCII digits; None
+    when absent (None, or an empty string: what ``-H "X-Roost-Trace-Depth: $VAR"`` sends with
+    the variable unset). Anything else raises InvalidTraceContext naming ``field``: a bad
+    depth is refused, never read as "no depth" (which would restart the count)."""
+    if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
+        if 0 <= value <= MAX_DEPTH_VALUE:
+            return int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        # isascii first: "²" and "١٢" pass isdigit() but are no decimal numbers here
+        if text.isascii() and text.isdigit():
+            digits = text.lstrip("0") or "0"
+            if len(digits) <= len(str(MAX_DEPTH_VALUE)):
+                return int(digits)
+    elif value is None:
+        return None
+    raise InvalidTraceContext(field, value)
 
-    With ``saturate`` a larger count becomes 10,000 rather than None, so that a huge
-    inbound depth is treated as too deep instead of as absent.
-    """
+
+def _parse_int(value: Any) -> int | None:
+    """A count from 1 to 9,999 from an int or a string of ASCII digits; None if malformed
+    (a limit: a bad one is ignored, and the callee's own limit applies anyway)."""
     if value.__class__ is not int:  # an int (as to_meta writes it) needs only the bounds
         if isinstance(value, bool):
             return None
@@ -347,10 +442,8 @@ def _parse_int(value: Any, *, saturate: bool = False) -> int | None:
             value = int(text) if len(text) <= 6 else _BIG
         if not isinstance(value, int):
             return None
-    if value < 0:
+    if value < 0 or value >= _BIG:
         return None
-    if value >= _BIG:
-        return _BIG if saturate else None
     return value
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import OutputPart, is_mapping
+from roost.kernel import OutputPart, is_mapping, jsonrpc
 from roost.kernel import json_type_name as _jtype
 from roost.kernel._ids import uuid7
 
@@ -27,11 +27,11 @@ V01 = "0.1"
 DIALECTS = (V1, V03, V01)
 
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
+PARSE_ERROR = jsonrpc.PARSE_ERROR
+INVALID_REQUEST = jsonrpc.INVALID_REQUEST
+METHOD_NOT_FOUND = jsonrpc.METHOD_NOT_FOUND
+INVALID_PARAMS = jsonrpc.INVALID_PARAMS
+INTERNAL_ERROR = jsonrpc.INTERNAL_ERROR
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
 PUSH_NOT_SUPPORTED = -32003
@@ -41,6 +41,9 @@ INVALID_AGENT_RESPONSE = -32006
 EXTENDED_CARD_NOT_CONFIGURED = -32007
 EXTENSION_SUPPORT_REQUIRED = -32008
 VERSION_NOT_SUPPORTED = -32009
+# roost's own (JSON-RPC leaves -32000..-32099 to implementations): the depth breaker refused
+# the call; the same code MCP used for it.
+RECURSION_LIMIT = -32010
 
 _REASONS = {
     PARSE_ERROR: ("PARSE_ERROR", 400, "INVALID_ARGUMENT"),
@@ -57,6 +60,7 @@ _REASONS = {
     EXTENDED_CARD_NOT_CONFIGURED: ("EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400, "FAILED_PRECONDITION"),
     EXTENSION_SUPPORT_REQUIRED: ("EXTENSION_SUPPORT_REQUIRED", 400, "FAILED_PRECONDITION"),
     VERSION_NOT_SUPPORTED: ("VERSION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
+    RECURSION_LIMIT: ("RECURSION_LIMIT", 508, "RESOURCE_EXHAUSTED"),
 }
 
 

@@ -31,7 +31,15 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import RouteDescriptor, StoreError, TraceContext, is_mapping, jsonrpc
+from roost.kernel import (
+    InvalidTraceContext,
+    RecursionLimitExceeded,
+    RouteDescriptor,
+    StoreError,
+    TraceContext,
+    is_mapping,
+    jsonrpc,
+)
 from roost.plugins.http import principal_of
 from roost.plugins.http._plain import PlainRequest, PlainResponse
 
@@ -263,18 +271,38 @@ class A2AService:
         """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
         params: p.SendParams = op.params
         target = await self.agent_for_send(agent, params, owner)
-        meta_trace = TraceContext.from_meta(params.message.metadata) or TraceContext.from_meta(params.metadata)
+        trace = self._caller_trace(params, trace, target)
         tasks = self._tasks()
         send = tasks.send_and_wait if wait else tasks.send
         return await send(
             target,
             params.message,
             params.options,
-            trace=meta_trace or trace,
+            trace=trace,
             dialect=op.dialect,
             task_id=params.task_id,
             owner=owner,
         )
+
+    def _caller_trace(self, params: p.SendParams, headers: TraceContext | None, target: str) -> TraceContext | None:
+        """The caller's context: the deepest of the message's metadata, the request's
+        metadata and the trace headers (``headers``), so that none can lower the count. A
+        hop past the limit is refused here, before a task exists (-32010, HTTP 508)."""
+        try:
+            trace = TraceContext.deepest(
+                TraceContext.from_meta(params.message.metadata, field="message.metadata"),
+                TraceContext.from_meta(params.metadata, field="metadata"),
+                headers,
+            )
+        except InvalidTraceContext as exc:
+            raise invalid_trace(exc) from None
+        if trace is not None:
+            try:
+                trace.check_hop(target, max_depth=self.kernel.max_depth_for(target))
+            except RecursionLimitExceeded as exc:
+                self.kernel.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "a2a", target=target)
+                raise m.A2AError(m.RECURSION_LIMIT, str(exc)) from None
+        return trace
 
     async def open_stream(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str
@@ -558,6 +586,19 @@ async def _list_agents(service: A2AService, req: PlainRequest, stream_ok: bool) 
     return _card_response(req, {"agents": cards, "total": len(cards)})
 
 
+def invalid_trace(exc: InvalidTraceContext) -> m.A2AError:
+    """-32602 (HTTP 400) naming the carrier of a malformed depth."""
+    return m.invalid(exc.field, exc.problem)
+
+
+def header_trace(headers: Any) -> TraceContext | None:
+    """The context a request's ``traceparent`` / ``X-Roost-Trace-*`` headers carry."""
+    try:
+        return TraceContext.from_headers(headers)
+    except InvalidTraceContext as exc:
+        raise invalid_trace(exc) from None
+
+
 async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name: str | None = None) -> Any:
     headers = req.headers
     try:
@@ -573,8 +614,8 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name
     streaming = op.op in p.STREAMING_OPS
     if streaming and not stream_ok:
         return None
-    trace = TraceContext.from_headers(headers)
     try:
+        trace = header_trace(headers)
         if streaming:
             events = await service.open_stream(op, name, trace, service.owner_of(req))
             return SseAnswer(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
@@ -603,10 +644,10 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
         if op.op in p.STREAMING_OPS:
             if not stream_ok:
                 return None
-            events = await service.open_stream(op, name, TraceContext.from_headers(req.headers), service.owner_of(req))
+            events = await service.open_stream(op, name, header_trace(req.headers), service.owner_of(req))
             return SseAnswer(_events_v03(events) if legacy_prefix else events)
         result = await service.execute(
-            op, name, TraceContext.from_headers(req.headers), req.base_url if op.op == "card" else "", service.owner_of(req)
+            op, name, header_trace(req.headers), req.base_url if op.op == "card" else "", service.owner_of(req)
         )
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
@@ -629,7 +670,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest, stream_ok: bool) 
         if is_mapping(params) and ("jsonrpc" in params or "method" in params):
             return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "", service.owner_of(req))
+        result = await service.execute(op, None, header_trace(req.headers), "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -645,7 +686,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
             lp = service.settings.listen_path
             raise m.A2AError(m.METHOD_NOT_FOUND, f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc")
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
-        result = await service.execute(op, None, TraceContext.from_headers(req.headers), "", service.owner_of(req))
+        result = await service.execute(op, None, header_trace(req.headers), "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01))
     return _json(p.result_json(m.V01, rpc_id, result))

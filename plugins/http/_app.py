@@ -23,6 +23,7 @@ from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
     AgentNotFound,
     InvalidText,
+    InvalidTraceContext,
     PluginFailure,
     RoostError,
     RouteDescriptor,
@@ -34,6 +35,7 @@ from roost.kernel import (
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
+from . import _trace_headers
 from ._auth import principal_of
 from ._common import (
     ErrorShapes,
@@ -133,6 +135,7 @@ def create_app(
     app.request_class = _request_class(app, state)
     app.asgi_app = _without_trailing_slash(app.asgi_app)  # type: ignore[method-assign]
     _install_gates(app, state)
+    _trace_headers.install(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
     _install_plugin_routes(app, state)
@@ -490,7 +493,10 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     async def send_message(name: str):
         require_agent(name)
         message, session_id, timeout = parse_message_body(await _read_json_object())
-        trace = TraceContext.from_headers(request.headers)
+        try:
+            trace = TraceContext.from_headers(request.headers)
+        except InvalidTraceContext as exc:
+            raise InvalidRequest(exc.field, str(exc)) from None
         # A session belongs to the principal that made it: the same id sent by another
         # principal names another session (its own, new), never this one.
         reply = await kernel.send(

@@ -56,6 +56,7 @@ from ._h1 import (
     render_response,
 )
 from ._plain import PlainRequest, PlainResponse
+from ._trace_headers import fast_lane_headers
 
 log = logging.getLogger("roost.http")
 access_log = logging.getLogger("roost.http.access")
@@ -293,8 +294,9 @@ class FastLane:
             await _linger(stream)
             return False
         # the path as routed (no trailing slash), as Quart's request.path has it too
+        headers = await fast_lane_headers(state, head.method, head.headers, stream)
         request = PlainRequest(
-            head.method, canonical_path(head.path), head.headers, body, query=head.query, remote_addr=remote_addr, base_url=base_url,
+            head.method, canonical_path(head.path), headers, body, query=head.query, remote_addr=remote_addr, base_url=base_url,
             principal=state.gate.principal(head.headers),
         )
         io.deadline = math.inf  # a handler may take as long as its agent does

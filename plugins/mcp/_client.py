@@ -617,8 +617,6 @@ class McpClient:
             if not answered:
                 self._pending.pop(request.id, None)
                 self._correlator.forget(request.id)
-                if getattr(self.transport, "in_flight", 0) > 0:
-                    self.transport.in_flight -= 1  # no answer will come to count it down
                 if not self.closed.is_set():
                     await self._cancel_at_server(request.id, method, reason)
         if not answered:

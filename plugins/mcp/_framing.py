@@ -8,7 +8,7 @@ Feed it bytes, get events back:
 
 * ``Frame(message, size)`` — one decoded JSON value (object, array, ...);
 * ``NotJson(line, error)`` — a line that is not JSON (a stray log line, garbage);
-* ``Oversize(size)`` — a message over the limit, already drained; the stream goes on.
+* ``Oversize(size, limit)`` — a message over the limit, already drained; the stream goes on.
 
 Nothing here raises on bad input.
 """
@@ -22,6 +22,8 @@ import attrs
 from roost.kernel import jsonrpc
 
 from ._protocol import MAX_MESSAGE_BYTES
+
+Oversize = jsonrpc.Oversize
 
 NDJSON = "ndjson"
 CONTENT_LENGTH = "content-length"
@@ -44,14 +46,6 @@ class NotJson:
 
     line: str
     error: str
-
-
-@attrs.frozen
-class Oversize:
-    """A message of ``size`` bytes (at least) over ``limit``; it was skipped."""
-
-    size: int
-    limit: int
 
 
 FrameEvent = Frame | NotJson | Oversize
@@ -81,38 +75,37 @@ class StdioFramer:
     """Incremental decoder and encoder for one stdio stream direction pair.
 
     ``mode`` is None until the peer's first bytes decide it (``ndjson`` unless they start
-    with ``Content-Length:``); set ``mode`` up front to force one.
+    with ``Content-Length:``); set ``mode`` up front to force one. NDJSON lines are cut by
+    ``jsonrpc.LineFramer``.
     """
 
     def __init__(self, *, max_bytes: int = MAX_MESSAGE_BYTES, mode: str | None = None) -> None:
         if mode not in (None, NDJSON, CONTENT_LENGTH):
             raise ValueError(f"mode: expected {NDJSON!r} or {CONTENT_LENGTH!r}, got {mode!r}")
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes: expected a positive integer, got {max_bytes!r}")
+        self._lines = jsonrpc.LineFramer(max_bytes)  # checks max_bytes
         self.max_bytes = max_bytes
         self.mode = mode
-        self._buf = bytearray()
-        self._scan = 0  # bytes of _buf already searched for a newline
-        self._drain_line = False  # skipping the rest of an oversize line
-        self._drained = 0
+        self._buf = bytearray()  # Content-Length framing, and bytes before the mode is known
         self._drain_body = 0  # bytes of an oversize framed body still to skip
         self._body_len: int | None = None  # Content-Length of the body being read
 
     # ---- decoding ---------------------------------------------------------------------
     def feed(self, data: bytes) -> list[FrameEvent]:
         """Add bytes read from the peer; return the events they complete."""
-        events: list[FrameEvent] = []
-        if data:
-            self._buf += data
-        while True:
-            if self.mode is None and not self._decide_mode():
-                return events
+        if self.mode == NDJSON:
+            return [line if isinstance(line, Oversize) else _decode(line) for line in self._lines.feed(data)]
+        self._buf += data
+        if self.mode is None:
+            if not self._decide_mode():
+                return []
             if self.mode == NDJSON:
-                self._lines(events)
-                return events
+                held = bytes(self._buf)
+                self._buf.clear()
+                return self.feed(held)
+        events: list[FrameEvent] = []
+        while True:
             before = len(events)
-            progressed = self._step_headers(events)
-            if not progressed and len(events) == before:
+            if not self._step_headers(events) and len(events) == before:
                 return events
 
     def _decide_mode(self) -> bool:
@@ -126,41 +119,6 @@ class StdioFramer:
             return False  # could still become "Content-Length:"; wait for more
         self.mode = CONTENT_LENGTH if probe == _HEADER_PREFIX else NDJSON
         return True
-
-    def _lines(self, events: list[FrameEvent]) -> None:
-        """Every complete line in the buffer becomes an event; the rest waits for more
-        (or, past ``max_bytes``, is skipped up to its newline)."""
-        buf = self._buf
-        start = 0
-        newline = buf.find(b"\n", self._scan)
-        while newline >= 0:
-            line = bytes(buf[start:newline])
-            start = newline + 1
-            if self._drain_line:
-                self._drain_line = False
-                events.append(Oversize(self._drained + len(line) + 1, self.max_bytes))
-                self._drained = 0
-            else:
-                line = line.rstrip(b"\r")
-                if len(line) > self.max_bytes:
-                    events.append(Oversize(len(line), self.max_bytes))
-                else:
-                    line = line.strip()
-                    if line:
-                        events.append(_decode(line))
-            newline = buf.find(b"\n", start)
-        if start:
-            del buf[:start]
-        self._scan = len(buf)
-        if self._drain_line:
-            self._drained += len(buf)
-            buf.clear()
-            self._scan = 0
-        elif len(buf) > self.max_bytes:
-            self._drain_line = True
-            self._drained = len(buf)
-            buf.clear()
-            self._scan = 0
 
     def _step_headers(self, events: list[FrameEvent]) -> bool:
         if self._drain_body:
@@ -221,9 +179,9 @@ class StdioFramer:
         return payload + b"\n"
 
     @property
-    def buffered(self) -> int:
-        """Bytes held while waiting for the rest of a message."""
-        return len(self._buf)
+    def pending(self) -> bool:
+        """True while part of a message is held (waiting for the rest of it)."""
+        return bool(self._buf) or self._body_len is not None or self._lines.pending
 
 
 __all__ = ["CONTENT_LENGTH", "NDJSON", "Frame", "FrameEvent", "NotJson", "Oversize", "StdioFramer"]

@@ -19,6 +19,9 @@ principal when API keys are configured, else its address) holds at most
 past a bound closes the oldest *idle* one (the caller's own, resp. anyone's) rather than
 being refused. A session with a request in flight or a GET stream open is never idle; an
 idle one closes after ``http.mcp_session_idle_s`` (default 10 minutes).
+A ``tools/call`` continues the deeper of the trace contexts its ``params._meta`` and its
+``traceparent`` / ``X-Roost-Trace-*`` headers carry (the headers as ``/api`` reads them),
+so the depth breaker trips here as it does there.
 
 Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
 The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
@@ -38,7 +41,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound
+from roost.kernel import AgentNotFound, InvalidTraceContext, TraceContext
 from roost.kernel import jsonrpc as rpc
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -366,6 +369,8 @@ class McpEndpoint:
             parsed = rpc.parse_message(message)
         except rpc.JsonRpcError as exc:
             raise _HttpError(400, exc.to_response()) from None
+        if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
+            _carry_header_trace(request.headers, parsed.id, message)
         params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         # Stateless when the body says so, or when a session-less request names a 2026 version.
@@ -621,6 +626,24 @@ def _stateless_session(server: McpServer) -> ServerSession:
     session = server.new_session()
     session.principal = _caller(request)[0]
     return session
+
+
+def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
+    """Put the trace context of the request's ``traceparent`` / ``X-Roost-Trace-*`` headers
+    into the ``tools/call``'s ``params._meta`` when it is deeper than the one there (the
+    server reads ``_meta``; a forged lower depth in either never wins). A malformed depth
+    header: 400 with -32602 naming it."""
+    try:
+        sent = TraceContext.from_headers(headers)
+    except InvalidTraceContext as exc:
+        raise _HttpError(400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})) from None
+    params = message.get("params") if isinstance(message, dict) else None
+    if sent is None or not isinstance(params, dict):
+        return
+    try:
+        sent.deepen_meta(params)
+    except InvalidTraceContext:
+        pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
 async def _run_into(server: McpServer, session: ServerSession, message: Any, stream: EventLog, scope: trio.CancelScope) -> None:

@@ -288,7 +288,11 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 
 
 def tool_result_from_mcp(result: Mapping[str, Any]) -> ToolResult:
-    """A kernel ToolResult from an MCP ``CallToolResult``."""
+    """A kernel ToolResult from an MCP ``CallToolResult``; raises RecursionLimitExceeded
+    for the result of a call the server refused at its depth limit."""
+    tripped = RecursionLimitExceeded.from_mcp_result(result)
+    if tripped is not None:
+        raise tripped
     content = tuple(dict(b) for b in result.get("content") or () if isinstance(b, Mapping))
     structured = result.get("structuredContent")
     if structured is not None and not isinstance(structured, Mapping):
@@ -298,8 +302,9 @@ def tool_result_from_mcp(result: Mapping[str, Any]) -> ToolResult:
 
 def _raise_if_breaker(exc: McpProtocolError) -> None:
     data = exc.data
+    # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
     if isinstance(data, Mapping) and (data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT):
-        raise RecursionLimitExceeded(tuple(data.get("path") or ()), int(data.get("max_depth") or 0)) from None
+        raise RecursionLimitExceeded.from_dict(data) from None
 
 
 # ---- the manager -------------------------------------------------------------------------

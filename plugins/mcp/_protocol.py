@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 import attrs
-from roost.kernel import is_mapping
+from roost.kernel import is_mapping, jsonrpc
 from roost.kernel import jsonrpc as _jsonrpc
 
 INVALID_PARAMS = _jsonrpc.INVALID_PARAMS
@@ -147,9 +147,8 @@ URL_ELICITATION_REQUIRED = -32042
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
-RECURSION_LIMIT = -32010
-"""roost: the call chain would pass the depth limit (data names the path); the same code
-the kernel's in-memory path uses."""
+RECURSION_LIMIT = jsonrpc.RECURSION_LIMIT
+"""roost: the call chain would pass the depth limit (data names the path)."""
 REQUEST_CANCELLED = -32800
 """roost: a request was cancelled (never sent to a peer, used for local bookkeeping)."""
 

@@ -50,6 +50,7 @@ from roost.kernel import (
     Event,
     EventKind,
     InvalidText,
+    InvalidTraceContext,
     Output,
     RecursionLimitExceeded,
     RoostError,
@@ -862,13 +863,20 @@ class McpServer:
         entry = index.get(name)
         if entry is None:
             self._unknown_tool(name, index)
-        caller = TraceContext.from_meta(call.meta.raw) if call.meta.raw else None
+        try:  # an HTTP transport has put its headers' context here already (the deeper one)
+            caller = TraceContext.from_meta(call.meta.raw, field="params._meta") if call.meta.raw else None
+        except InvalidTraceContext as exc:
+            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         origin = caller if caller is not None else _external_root()
         watcher = _RunWatcher(self.kernel, call, origin.trace_id, heartbeat=entry.target is None)
         with _client_channel(origin.trace_id, call) as channel:
             if call.stateless:
                 self._read_round_trip(call, channel)
-            result = await self._run_call(call, entry, name, arguments, origin, watcher)
+            try:
+                result = await self._run_call(call, entry, name, arguments, origin, watcher)
+            except RecursionLimitExceeded as exc:
+                # Refused by the depth breaker: a tool execution error the calling model reads.
+                return exc.to_mcp_result()
         if channel.input_required is not None:
             requests, state = channel.input_required
             return p.input_required_result(requests, request_state=self._seal_state(state) if state is not None else None)

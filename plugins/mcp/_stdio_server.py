@@ -25,7 +25,7 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
-from .transports._base import BatchedWriter, PipeReader
+from .transports._base import BatchedWriter
 
 log = logging.getLogger("roost.mcp.stdio")
 
@@ -61,28 +61,19 @@ async def stdio_loop(
     It raises ``trio.EndOfChannel`` when the peer closes its end.
     """
     framer = StdioFramer(max_bytes=max_bytes)
-    reader = PipeReader(receive_stream)
     pending: deque[Any] = deque()
-    # Replies that queue up go out in one write: with many requests in flight, a write per
-    # reply (each waking the client) costs more than the replies themselves.
+    # Replies that queue up while one is written go out together in the next write.
     writer = BatchedWriter(send_stream)
-    # Requests read and not yet answered: with others in flight, a reply waits one
-    # scheduler tick so that replies ready meanwhile share its write (each write wakes
-    # the client); a lone request's reply goes out at once.
-    unanswered = [0]
 
     async def receive() -> Any:
         while not pending:
-            data = await reader.receive_some(READ_CHUNK)
+            data = await receive_stream.receive_some(READ_CHUNK)
             if not data:
                 raise trio.EndOfChannel
             pending.extend(framer.feed(data))
         event = pending.popleft()
         if isinstance(event, Frame):
-            message = event.message
-            if isinstance(message, dict) and "method" in message and message.get("id") is not None:
-                unanswered[0] += 1
-            return message
+            return event.message
         if isinstance(event, NotJson):
             log.warning("stdin: not JSON (%s): %s", event.error, event.line)
             return rpc.JsonRpcError(rpc.PARSE_ERROR, f"parse error: {event.error}; send one JSON-RPC object per line")
@@ -104,9 +95,7 @@ async def stdio_loop(
                 return
             error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}")
             data = framer.encode(encode_message(error.to_dict()))
-        if isinstance(message, dict) and "method" not in message and message.get("id") is not None:
-            unanswered[0] = max(0, unanswered[0] - 1)  # a response
-        await writer.send(data, others_in_flight=unanswered[0] > 1)
+        await writer.send(data)
 
     await serve(receive, send)
 
@@ -145,18 +134,16 @@ async def live_daemon_url(home: Any) -> str | None:
 
 async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
-    from roost.plugins.mcp.transports.sse import SseParser
+    from .transports.sse import sse_events
 
-    parser = SseParser()
     try:
-        async for chunk in response.aiter_text():
-            for event in parser.feed(chunk):
-                try:
-                    message = json.loads(event.data) if event.data else None
-                except ValueError:
-                    continue
-                if message is not None:
-                    await deliver(message)
+        async for event in sse_events(response, max_bytes=p.MAX_MESSAGE_BYTES):
+            try:
+                message = json.loads(event.data) if event.data else None
+            except ValueError:
+                continue
+            if message is not None:
+                await deliver(message)
     except ValueError as exc:  # an event over the 10 MB message limit
         log.warning("daemon stream dropped: %s", exc)
 
@@ -387,10 +374,49 @@ async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = N
             log.info("roost mcp: bridging to the daemon at %s", url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
             bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
-            await stdio_loop(receive_stream, send_stream, bridge.serve)
+            await stdio_loop(receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ))
             return 0
-        await stdio_loop(receive_stream, send_stream, partial(_serve_booting, config))
+        await stdio_loop(receive_stream, send_stream, with_inherited_trace(partial(_serve_booting, config), os.environ))
     return 0
+
+
+def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], environ: Any) -> Callable[[Receive, Send], Awaitable[None]]:
+    """``serve`` with the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``:
+    set when an agent's ``bash`` started this process) put into each ``tools/call``'s
+    ``params._meta`` when it is deeper than the one there, so that calls made through this
+    server continue the run's chain. A malformed ``ROOST_TRACE_DEPTH`` fails every
+    ``tools/call`` with -32602 naming it."""
+    from roost.kernel import InvalidTraceContext, TraceContext
+
+    try:
+        inherited = TraceContext.from_env(environ)
+        invalid = None
+    except InvalidTraceContext as exc:
+        inherited, invalid = None, exc
+    if inherited is None and invalid is None:
+        return serve
+
+    async def traced(receive: Receive, send: Send) -> None:
+        async def receive_traced() -> Any:
+            while True:
+                message = await receive()
+                if not isinstance(message, dict) or message.get("method") != p.TOOLS_CALL:
+                    return message
+                params = message.get("params")
+                if invalid is not None:
+                    error = rpc.error_response(message.get("id"), rpc.INVALID_PARAMS, str(invalid), {"field": invalid.field})
+                    await send(error.to_dict())
+                    continue
+                if isinstance(params, dict):
+                    try:
+                        inherited.deepen_meta(params)
+                    except InvalidTraceContext:
+                        pass  # a malformed _meta depth: the server answers -32602 naming it
+                return message
+
+        await serve(receive_traced, send)
+
+    return traced
 
 
 async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
@@ -431,4 +457,14 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
         await serve_connection(server, receive_rest, safe_send, session=session)
 
 
-__all__ = ["DaemonBridge", "encode_message", "is_jsonrpc_message", "isolate_stdout", "live_daemon_url", "run_stdio", "serve_kernel_stdio", "stdio_loop"]
+__all__ = [
+    "DaemonBridge",
+    "encode_message",
+    "is_jsonrpc_message",
+    "isolate_stdout",
+    "live_daemon_url",
+    "run_stdio",
+    "serve_kernel_stdio",
+    "stdio_loop",
+    "with_inherited_trace",
+]

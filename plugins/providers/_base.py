@@ -16,9 +16,7 @@ from roost.kernel import ToolCall
 from roost.kernel._loop import Completion, CompletionRequest, StreamDelta
 
 from ._context import context_window_for, fit_context
-from ._http import HttpClient, ProviderResponseError, ProviderSettings, StreamInterrupted
-from ._ndjson import NdjsonDecoder, NdjsonError
-from ._sse import SseDecoder
+from ._http import HttpClient, ProviderResponseError, ProviderSettings
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
 
@@ -142,21 +140,12 @@ class HttpProvider:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=True)
         assembler = self.wire.assembler()
-        decoder: SseDecoder | NdjsonDecoder = SseDecoder() if self.wire.stream_format == "sse" else NdjsonDecoder()
-        async for chunk in self.http.stream_text(url, self.wire.body(request, model, stream=True)):
-            for event in self._decode(decoder, chunk):
-                text = assembler.feed(event)
-                if text:
-                    yield StreamDelta(text=text)
-        if decoder.pending and not assembler.done:
-            raise StreamInterrupted(f"{self.name}: the stream ended in the middle of an event; try again")
+        body = self.wire.body(request, model, stream=True)
+        async for event in self.http.stream_events(url, body, self.wire.stream_format):
+            text = assembler.feed(event)
+            if text:
+                yield StreamDelta(text=text)
         yield StreamDelta(completion=assembler.finish())
-
-    def _decode(self, decoder: SseDecoder | NdjsonDecoder, chunk: str) -> list[Any]:
-        try:
-            return decoder.feed(chunk)
-        except (NdjsonError, ValueError) as exc:
-            raise ProviderResponseError(f"{self.name}: malformed stream from {self.settings.base_url}: {exc}") from None
 
 
 def sse_json(event: Any, provider: str) -> Any:

@@ -6,6 +6,7 @@ put into an error message (vendor messages are scrubbed of them too).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import email.utils
 import json
@@ -18,13 +19,15 @@ from typing import Any
 
 import attrs
 import httpx
+import httpx_sse
 import trio
-from roost.kernel import ConfigError, RoostError, json_type_name
+from roost.kernel import ConfigError, RoostError, json_type_name, jsonrpc
 
 log = logging.getLogger("roost.providers")
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
+MAX_STREAM_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event or NDJSON line of a model's stream
 
 
 class ProviderError(RoostError):
@@ -277,8 +280,40 @@ def vendor_message(body: bytes) -> str:
     return text.strip()[:_MAX_ERROR_TEXT]
 
 
+async def sse_events(response: httpx.Response, *, max_bytes: int) -> AsyncIterator[httpx_sse.ServerSentEvent]:
+    """The Server-Sent Events of ``response`` as they arrive, decoded by ``httpx-sse``
+    (WHATWG rules; ``id`` is the last event id, ``retry`` kept). Bounded: when more than
+    ``max_bytes`` arrive without completing an event, raises ValueError."""
+    unfinished = 0  # bytes read since the last complete event
+
+    async def counted() -> AsyncIterator[bytes]:
+        nonlocal unfinished
+        async for chunk in response.aiter_bytes():
+            unfinished += len(chunk)
+            if unfinished > max_bytes:
+                raise ValueError(f"an SSE event is over the limit of {max_bytes} bytes")
+            yield chunk
+
+    # The caller chose SSE: decode it whatever content type the server named (SSE is UTF-8).
+    bounded = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=counted())
+    async with contextlib.aclosing(httpx_sse.EventSource(bounded).aiter_sse()) as events:
+        async for event in events:
+            unfinished = 0
+            yield event
+
+
+def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
+    """The JSON value of one NDJSON line; ValueError saying what is wrong with it."""
+    if isinstance(line, jsonrpc.Oversize):
+        raise ValueError(f"a line of the stream is over the limit of {line.limit} bytes")
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise ValueError(f"a line of the stream is not JSON ({exc}): {line[:200].decode('utf-8', 'replace')!r}") from None
+
+
 class HttpClient:
-    """POSTs JSON to one vendor with bounded retries; streams responses line by line."""
+    """POSTs JSON to one vendor with bounded retries; streams SSE or NDJSON responses."""
 
     def __init__(self, settings: ProviderSettings, auth_headers: Mapping[str, str]) -> None:
         self.settings = settings
@@ -310,27 +345,38 @@ class HttpClient:
                 f"{self.settings.redact(raw[:200].decode('utf-8', 'replace'))!r}"
             ) from None
 
-    async def stream_text(self, url: str, body: Mapping[str, Any]) -> AsyncIterator[str]:
-        """POST ``body`` and yield the response body as text chunks as they arrive.
+    async def stream_events(self, url: str, body: Mapping[str, Any], stream_format: str) -> AsyncIterator[Any]:
+        """POST ``body`` and yield the response's events as they arrive: SSE events
+        (``httpx_sse.ServerSentEvent``) or, for ``ndjson``, the decoded JSON of each line.
 
         Retries happen only before the first byte; a connection lost afterwards raises
         ``StreamInterrupted``. Cancelling the caller closes the connection.
         """
+        provider = self.settings.provider
         async with self._client() as client:
             response = await self._send(client, url, body, stream=True)
             try:
-                async for chunk in response.aiter_text():
-                    yield chunk
+                if stream_format == "sse":
+                    async for event in sse_events(response, max_bytes=MAX_STREAM_EVENT_BYTES):
+                        if event.data:  # not an id or retry alone (httpx-sse hands those over too)
+                            yield event
+                else:
+                    lines = jsonrpc.LineFramer(MAX_STREAM_EVENT_BYTES)
+                    async for chunk in response.aiter_bytes():
+                        for line in lines.feed(chunk):
+                            yield _ndjson_value(line)
             except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 raise StreamInterrupted(
-                    f"{self.settings.provider}: the connection was lost in the middle of the "
+                    f"{provider}: the connection was lost in the middle of the "
                     f"stream ({type(exc).__name__}); try again"
                 ) from None
             except httpx.TimeoutException:
                 raise ProviderUnavailable(
-                    f"{self.settings.provider}: the stream stalled for more than "
-                    f"{self.settings.timeout_s:g}s (raise timeout_s in [providers.{self.settings.provider}])"
+                    f"{provider}: the stream stalled for more than "
+                    f"{self.settings.timeout_s:g}s (raise timeout_s in [providers.{provider}])"
                 ) from None
+            except ValueError as exc:  # not JSON, or over MAX_STREAM_EVENT_BYTES
+                raise ProviderResponseError(f"{provider}: malformed stream from {self.settings.base_url}: {exc}") from None
             finally:
                 await response.aclose()
 

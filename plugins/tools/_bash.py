@@ -3,7 +3,10 @@
 - Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
   dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (the
   agent's own temp dir), ``LANG``, and the names in the env allowlist (their values come
-  from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value).
+  from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value);
+  and the run's trace context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``),
+  while the process is registered with it in ``kernel.process_traces``
+  (``roost.kernel.ProcessTraces``), so that the daemon knows a call from it by its pid.
 - Files (Landlock): the agent's file-access model (``_sandbox.FileAccess``) — read and
   write its workspace, temp dir and ``files.write``; read ``files.read`` and the system
   trees programs need; nothing else. In ``read-only`` mode it writes only its temp dir;
@@ -30,10 +33,20 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import trio
-from roost.kernel import SandboxError, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
+from roost.kernel import (
+    SandboxError,
+    Tool,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    ToolSpec,
+    TraceContext,
+)
 
 from . import _landlock, _sandbox_exec
 from ._sandbox import FileAccess, ToolsSettings, file_access
@@ -211,14 +224,18 @@ async def run_command(
     env: dict[str, str],
     timeout_s: float,
     max_chars: int,
+    track: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict:
     """Run ``argv`` in a new process group; return exit code, output and flags.
 
     The group is killed when the process exits, times out, or this call is cancelled.
+    ``track(pid)`` registers the process (``ProcessTraces.register``); what it returns is
+    called once everything the process started is gone.
     """
     # Bytes kept per stream: enough for ``max_chars`` characters of UTF-8.
     stdout, stderr = _Capture(max_chars * 4), _Capture(max_chars * 4)
     timed_out = False
+    release: Callable[[], None] | None = None
     process = await trio.lowlevel.open_process(
         argv,
         cwd=str(cwd),
@@ -229,6 +246,8 @@ async def run_command(
         start_new_session=True,
     )
     try:
+        if track is not None:
+            release = track(process.pid)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stdout.drain, process.stdout)
             nursery.start_soon(stderr.drain, process.stderr)
@@ -241,11 +260,15 @@ async def run_command(
             nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_GRACE_S
         drained = not nursery.cancel_scope.cancelled_caught
     finally:
-        with trio.CancelScope(shield=True):
-            await _stop(process)
-            for stream in (process.stdout, process.stderr):
-                if stream is not None:
-                    await stream.aclose()
+        try:
+            with trio.CancelScope(shield=True):
+                await _stop(process)
+                for stream in (process.stdout, process.stderr):
+                    if stream is not None:
+                        await stream.aclose()
+        finally:
+            if release is not None:
+                release()
     out, err = stdout.text(), stderr.text()
     out, err, cut = _split_budget(out, err, max_chars)
     truncated = cut or stdout.total > len(stdout.data) or stderr.total > len(stderr.data)
@@ -363,6 +386,11 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         env = child_environment(workspace, allowlist, access.temp)
         if _landlock.landlock_status().available:
             env["PATH"] = access.bash_path(env["PATH"]) or DEFAULT_PATH
+        # The run's trace context, for a client in the command to forward (TRACEPARENT,
+        # ROOST_TRACE_DEPTH, ROOST_TRACE_PATH); the daemon also knows it by the pid.
+        trace = ctx.trace or TraceContext.new(ctx.agent)
+        env.update(trace.to_env())
+        processes = getattr(ctx.kernel, "process_traces", None)
         run = await run_command(
             command_argv(
                 command,
@@ -374,6 +402,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
             env=env,
             timeout_s=timeout,
             max_chars=min(settings.bash_max_output_chars, ctx.max_output_chars),
+            track=None if processes is None else partial(processes.register, trace=trace),
         )
         return ToolResult(
             content=({"type": "text", "text": format_output(run, timeout)},),

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from roost.kernel import AgentNotFound, ToolArgumentsInvalid, jsonrpc
+from roost.kernel import jsonrpc
 from roost.kernel._jsonrpc import (
     DEFAULT_MAX_BYTES,
     INTERNAL_ERROR,
@@ -19,11 +18,12 @@ from roost.kernel._jsonrpc import (
     SERVER_ERROR,
     Batch,
     Correlator,
-    Dispatcher,
     ErrorObject,
     ErrorResponse,
     JsonRpcError,
+    LineFramer,
     Notification,
+    Oversize,
     Request,
     Response,
     TooManyPending,
@@ -380,184 +380,46 @@ def test_correlator_round_trip_through_the_wire():
     assert corr.feed(answer) is req
 
 
-# ---- dispatcher ---------------------------------------------------------------------------
+# ---- line framing (NDJSON) ------------------------------------------------------------------
 
 
-def make_dispatcher() -> tuple[Dispatcher, list]:
-    dispatcher = Dispatcher()
-    seen: list = []
-
-    @dispatcher.method("subtract")
-    async def subtract(message):
-        params = message.params
-        if isinstance(params, list):
-            return params[0] - params[1]
-        return param(params, "minuend", float) - param(params, "subtrahend", float)
-
-    async def update(message):
-        seen.append(message.params)
-
-    async def fails(message):
-        raise RuntimeError("secret path /etc/shadow")
-
-    async def rpc_error(message):
-        raise JsonRpcError(-32001, "Task not found", {"taskId": "t1"})
-
-    async def roost_error(message):
-        raise AgentNotFound("ghost", ["alpha"])
-
-    async def bad_arguments(message):
-        raise ToolArgumentsInvalid("arguments.path: expected a string")
-
-    async def not_json(message):
-        return {"value": object()}
-
-    dispatcher.register("update", update)
-    dispatcher.register("fails", fails)
-    dispatcher.register("rpc_error", rpc_error)
-    dispatcher.register("roost_error", roost_error)
-    dispatcher.register("bad_arguments", bad_arguments)
-    dispatcher.register("not_json", not_json)
-    return dispatcher, seen
+def test_line_framer_joins_chunks_drops_cr_and_skips_blank_lines():
+    framer = LineFramer(max_bytes=100)
+    assert framer.feed(b'{"a":') == [] and framer.pending
+    assert framer.feed(b'1}\r\n{"b":2}\n\n  \r\n{"c"') == [b'{"a":1}', b'{"b":2}']
+    assert framer.feed(b":3}\n") == [b'{"c":3}'] and not framer.pending
+    text = b'{"x":1}\r\n\n{"y":2}\n'
+    for cut in range(len(text) + 1):  # wherever the chunks are cut, CR LF included
+        framer = LineFramer()
+        assert framer.feed(text[:cut]) + framer.feed(text[cut:]) == [b'{"x":1}', b'{"y":2}'], cut
 
 
-async def test_dispatch_request_and_notification():
-    dispatcher, seen = make_dispatcher()
-    assert await dispatcher.handle(Request("subtract", [42, 23], 1)) == Response(1, 19)
-    assert await dispatcher.handle(Request("subtract", {"subtrahend": 23, "minuend": 42}, 2)) == (
-        Response(2, 19)
-    )
-    assert await dispatcher.handle(Notification("update", [1, 2])) is None
-    assert seen == [[1, 2]]
+def test_line_framer_reports_an_oversize_line_in_its_place_and_reads_on():
+    framer = LineFramer(max_bytes=10)
+    assert framer.feed(b"ok\n" + b"x" * 8) == [b"ok"]
+    assert framer.feed(b"y" * 8) == [] and framer.pending  # over the limit: skipped, not held
+    assert framer.feed(b"zz\nfine\n") == [Oversize(19, 10), b"fine"]
+    assert framer.feed(b"0123456789A\r\n0123456789\r\n") == [Oversize(11, 10), b"0123456789"]
+    with pytest.raises(ValueError, match="max_bytes"):
+        LineFramer(max_bytes=0)
 
 
-async def test_dispatch_unknown_method():
-    dispatcher, _ = make_dispatcher()
-    reply = await dispatcher.handle(Request("foobar", None, "1"))
-    assert isinstance(reply, ErrorResponse) and reply.id == "1"
-    assert reply.error.code == METHOD_NOT_FOUND
-    assert "'foobar' not found" in reply.error.message and "subtract" in reply.error.message
-    assert await dispatcher.handle(Notification("foobar")) is None
+def test_line_framer_is_linear_in_the_bytes_fed():
+    # Each byte is searched once: a long line fed in small chunks costs as many calls of
+    # bytes.find as chunks, not a rescan of everything held (which grew quadratically).
+    counted = []
 
+    class Chunk(bytes):
+        def find(self, *args):
+            counted.append(len(self) - (args[1] if len(args) > 1 else 0))
+            return super().find(*args)
 
-async def test_dispatch_maps_exceptions_to_errors(caplog):
-    dispatcher, _ = make_dispatcher()
-    rpc = await dispatcher.handle(Request("rpc_error", None, 1))
-    assert rpc.error == ErrorObject(-32001, "Task not found", {"taskId": "t1"})
-
-    roost = await dispatcher.handle(Request("roost_error", None, 2))
-    assert roost.error.code == SERVER_ERROR
-    assert roost.error.data == {
-        "code": "agent_not_found",
-        "message": "unknown agent 'ghost'; known agents: alpha",
-    }
-
-    bad_args = await dispatcher.handle(Request("bad_arguments", None, 3))
-    assert bad_args.error.code == INVALID_PARAMS
-    assert bad_args.error.data["code"] == "invalid_arguments"
-
-    invalid = await dispatcher.handle(Request("subtract", {"minuend": "x"}, 4))
-    assert invalid.error.code == INVALID_PARAMS
-    assert invalid.error.message == "params.minuend: expected a number, got string"
-
-    caplog.set_level(logging.ERROR, logger="roost.jsonrpc")
-    internal = await dispatcher.handle(Request("fails", None, 5))
-    assert internal.error.code == INTERNAL_ERROR
-    wire = encode(internal).decode()
-    assert "shadow" not in wire and "RuntimeError" not in wire and "Traceback" not in wire
-    ref = internal.error.data["ref"]
-    assert ref in internal.error.message
-    record = next(r for r in caplog.records if r.name == "roost.jsonrpc")
-    assert ref in record.getMessage() and record.exc_info[0] is RuntimeError
-
-
-async def test_notification_errors_are_logged_not_answered(caplog):
-    dispatcher, _ = make_dispatcher()
-    caplog.set_level(logging.WARNING, logger="roost.jsonrpc")
-    assert await dispatcher.handle(Notification("rpc_error")) is None
-    assert await dispatcher.handle(Notification("fails")) is None
-    assert any("Task not found" in r.getMessage() for r in caplog.records)
-
-
-async def test_handle_bytes_end_to_end():
-    dispatcher, seen = make_dispatcher()
-    out = await dispatcher.handle_bytes(
-        b'{"jsonrpc":"2.0","method":"subtract","params":[42,23],"id":1}'
-    )
-    assert json.loads(out) == {"jsonrpc": "2.0", "id": 1, "result": 19}
-    assert (
-        await dispatcher.handle_bytes(b'{"jsonrpc":"2.0","method":"update","params":[5]}') is None
-    )
-    parse_error = json.loads(await dispatcher.handle_bytes(b'{"jsonrpc": "2.0", "method"'))
-    assert parse_error["error"]["code"] == PARSE_ERROR and parse_error["id"] is None
-    invalid = json.loads(
-        await dispatcher.handle_bytes(b'{"jsonrpc":"2.0","method":1,"params":"bar","id":8}')
-    )
-    assert invalid["error"]["code"] == INVALID_REQUEST and invalid["id"] == 8
-    assert await dispatcher.handle_bytes(b'{"jsonrpc":"2.0","result":1,"id":1}') is None
-
-
-async def test_handle_bytes_result_that_is_not_json_becomes_internal_error(caplog):
-    dispatcher, _ = make_dispatcher()
-    out = json.loads(await dispatcher.handle_bytes(raw(method="not_json", id=4)))
-    assert out == {
-        "jsonrpc": "2.0",
-        "id": 4,
-        "error": {"code": INTERNAL_ERROR, "message": "internal error: the result is not JSON"},
-    }
-
-
-async def test_handle_bytes_batch_per_spec():
-    dispatcher, seen = make_dispatcher()
-    out = await dispatcher.handle_bytes(
-        b'[{"jsonrpc": "2.0", "method": "subtract", "params": [1,2], "id": "1"},'
-        b'{"jsonrpc": "2.0", "method": "update", "params": [7]},'
-        b'{"jsonrpc": "2.0", "method": "subtract", "params": [42,23], "id": "2"},'
-        b'{"foo": "boo"},'
-        b'{"jsonrpc": "2.0", "method": "foo.get", "params": {"name": "myself"}, "id": "5"},'
-        b'{"jsonrpc": "2.0", "result": 1, "id": 99},'
-        b'{"jsonrpc": "2.0", "method": "not_json", "id": "9"}]',
-        allow_batch=True,
-    )
-    replies = json.loads(out)
-    assert [r["id"] for r in replies] == ["1", "2", None, "5", "9"]
-    assert replies[0]["result"] == -1 and replies[1]["result"] == 19
-    assert replies[2]["error"]["code"] == INVALID_REQUEST
-    assert replies[3]["error"]["code"] == METHOD_NOT_FOUND
-    assert replies[4]["error"]["code"] == INTERNAL_ERROR
-    assert seen == [[7]]
-    only_notifications = (
-        b'[{"jsonrpc":"2.0","method":"update","params":[1]},{"jsonrpc":"2.0","method":"update"}]'
-    )
-    assert await dispatcher.handle_bytes(only_notifications, allow_batch=True) is None
-    empty = json.loads(await dispatcher.handle_bytes(b"[]", allow_batch=True))
-    assert empty["error"]["code"] == INVALID_REQUEST
-    refused = json.loads(await dispatcher.handle_bytes(b"[1]"))
-    assert refused["error"]["code"] == INVALID_REQUEST and "batches" in refused["error"]["message"]
-    invalid_items = json.loads(await dispatcher.handle_bytes(b"[1,2,3]", allow_batch=True))
-    assert [r["error"]["code"] for r in invalid_items] == [INVALID_REQUEST] * 3
-
-
-def test_dispatcher_register_rejects_bad_input():
-    dispatcher = Dispatcher()
-
-    async def handler(message):
-        return None
-
-    dispatcher.register("m", handler)
-    with pytest.raises(ValueError, match="already registered"):
-        dispatcher.register("m", handler)
-    dispatcher.register("m", handler, replace=True)
-    with pytest.raises(ValueError, match="method"):
-        dispatcher.register("", handler)
-    with pytest.raises(TypeError, match="handler"):
-        dispatcher.register("x", None)  # type: ignore[arg-type]
-    assert "m" in dispatcher and dispatcher.methods() == ["m"]
-
-
-async def test_dispatcher_handle_rejects_responses():
-    with pytest.raises(TypeError, match="Request or Notification"):
-        await Dispatcher().handle(Response(1, 2))  # type: ignore[arg-type]
+    framer = LineFramer(max_bytes=2 << 20)
+    line = b"x" * (1 << 20)
+    for i in range(0, len(line), 4096):
+        assert framer.feed(Chunk(line[i : i + 4096])) == []
+    assert framer.feed(Chunk(b"\n")) == [line]
+    assert sum(counted) <= len(line) + 2 * 4096
 
 
 # ---- properties ---------------------------------------------------------------------------
@@ -676,4 +538,5 @@ def test_loads_reads_what_json_loads_reads(text):
 
 
 def test_jsonrpc_namespace_is_exported():
-    assert jsonrpc.parse is parse and jsonrpc.Dispatcher is Dispatcher
+    assert jsonrpc.parse is parse and jsonrpc.LineFramer is LineFramer
+    assert not hasattr(jsonrpc, "Dispatcher")  # unused: MCP and A2A dispatch their own methods

@@ -108,19 +108,36 @@ def test_a2a_metadata_aliases():
 @pytest.mark.parametrize(
     ("meta", "depth"),
     [
-        ({META_DEPTH: "abc", META_PATH: ["A", "B", "C"]}, 3),  # bad depth: the path counts
         ({META_DEPTH: 1, META_PATH: ["A", "B", "C"]}, 3),  # a lower depth never wins
-        ({META_DEPTH: True, META_PATH: ["A", "B"]}, 2),
-        ({META_DEPTH: -4, META_PATH: ["A"]}, 1),
         ({META_DEPTH: "4"}, 4),
+        ({META_DEPTH: " 04 "}, 4),
+        ({META_DEPTH: "", META_PATH: ["A", "B"]}, 2),  # empty: absent (the path counts)
         ({META_DEPTH: 7}, 7),
         ({META_PATH: "not a list", META_DEPTH: 2}, 2),
     ],
 )
-def test_malformed_depth_never_lowers_the_count(meta, depth):
+def test_a_depth_below_the_path_never_lowers_the_count(meta, depth):
     ctx = TraceContext.from_meta(meta)
     assert ctx is not None and ctx.depth == depth
     assert len(ctx.path) == depth
+
+
+@pytest.mark.parametrize("depth", ["abc", True, -4, "-1", 2.0, "1e3", "0x10", "+3", "²", "١٢", [3], {}, 10**9, "9" * 5000])
+def test_a_malformed_depth_is_refused_naming_its_carrier(depth):
+    # Regression (issue 15): a bad depth was ignored, i.e. read as "no depth", which
+    # restarted the count at 1 unless a path came with it; a huge one was cut to 10,000.
+    from roost.kernel import InvalidTraceContext
+
+    with pytest.raises(InvalidTraceContext) as info:
+        TraceContext.from_meta({META_DEPTH: depth, META_PATH: ["A", "B"]}, field="params._meta")
+    assert info.value.field == f'params._meta["{META_DEPTH}"]'
+    assert str(info.value).startswith(info.value.field + ": expected the caller's call depth")
+    assert info.value.to_dict()["code"] == "invalid_trace_context"
+    with pytest.raises(InvalidTraceContext) as info:
+        TraceContext.from_headers({HEADER_DEPTH: str(depth)} if not isinstance(depth, str) else {HEADER_DEPTH: depth})
+    assert info.value.field == "X-Roost-Trace-Depth"
+    with pytest.raises(InvalidTraceContext):
+        TraceContext.for_hop({META_DEPTH: depth}, "X", max_depth=5)
 
 
 def test_an_inbound_depth_past_the_limit_is_refused_on_the_next_hop():
@@ -129,22 +146,30 @@ def test_an_inbound_depth_past_the_limit_is_refused_on_the_next_hop():
         ctx.child("X")
 
 
-@pytest.mark.parametrize("depth", [10_000, 10**9, "99999999999", "9" * 5000])
-def test_a_huge_depth_is_treated_as_too_deep_not_as_absent(depth):
-    # Regression: depths of 10,000 or more were dropped and the trace restarted at depth 1.
-    ctx = TraceContext.from_meta({META_DEPTH: depth, META_PATH: ["A"]})
-    assert ctx is not None and ctx.depth >= 10_000
-    with pytest.raises(RecursionLimitExceeded):
-        ctx.child("B")
-    from_headers = TraceContext.from_headers({HEADER_DEPTH: str(depth)})
-    assert from_headers is not None and from_headers.depth >= 10_000
+@pytest.mark.parametrize("depth", [10_000, 999_999, 10**9 - 1, "999999999", "0000999999"])
+def test_a_huge_depth_trips_and_the_error_names_the_real_depth(depth):
+    # Regression (issue 15): "X-Roost-Trace-Depth: 999999" tripped with "would reach depth 2".
+    claimed = int(depth)
+    for ctx in (
+        TraceContext.from_meta({META_DEPTH: depth, META_PATH: ["A"]}),
+        TraceContext.from_headers({HEADER_DEPTH: str(depth)}),
+        TraceContext.from_env({"ROOST_TRACE_DEPTH": str(depth)}),
+    ):
+        assert ctx is not None and ctx.depth == claimed
+        with pytest.raises(RecursionLimitExceeded) as info:
+            ctx.child("B")
+        assert f"would reach depth {claimed + 1}, past the limit of 5" in str(info.value)
+        assert info.value.depth == claimed + 1 and info.value.to_dict()["depth"] == claimed + 1
+        with pytest.raises(RecursionLimitExceeded, match=f"depth {claimed + 1},"):
+            ctx.check_hop("B")
 
 
-@pytest.mark.parametrize("depth", ["²", "١٢", "1e3", "0x10", " ", "", "-1", "+3", "٣"])
-def test_odd_depth_strings_never_crash(depth):
-    # Regression: "²" passes str.isdigit() but int() rejects it, which raised ValueError.
+@pytest.mark.parametrize("depth", [" ", ""])
+def test_an_empty_depth_header_counts_as_absent(depth):
+    # What `curl -H "X-Roost-Trace-Depth: $ROOST_TRACE_DEPTH"` sends outside an agent's run.
     ctx = TraceContext.from_headers({HEADER_DEPTH: depth, HEADER_PATH: "A,B"})
     assert ctx is not None and ctx.depth == 2
+    assert TraceContext.from_headers({HEADER_DEPTH: depth, HEADER_PATH: depth}) is None
 
 
 def test_max_depth_from_the_wire():
@@ -345,7 +370,7 @@ def _reference_hop(meta, hop, max_depth):
     """What for_hop did before its fast path: the general parser, then _hop."""
     from roost.kernel._trace import _fields_from_meta, _hop
 
-    fields = _fields_from_meta(meta)
+    fields = _fields_from_meta(meta, "_meta")
     return None if fields is None else _hop(*fields, hop, max_depth)
 
 
@@ -371,10 +396,8 @@ def _same_hop(a: TraceContext, b: TraceContext) -> bool:
         {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01\n"},
         {META_TRACEPARENT: 7},
         {META_DEPTH: "2"},
-        {META_DEPTH: True},
         {META_DEPTH: 1},  # less than the path: the path counts
         {META_DEPTH: 10**6},
-        {META_DEPTH: -1},
         {META_PATH: ("a", "b")},
         {META_PATH: ["a", " b"]},
         {META_PATH: ["a", ""]},
@@ -418,3 +441,67 @@ def test_for_hop_of_what_to_meta_wrote_is_the_child():
     ctx = chain("a", "b", max_depth=7)
     got = TraceContext.for_hop(ctx.to_meta(), "c", max_depth=9)
     assert _same_hop(got, ctx.child("c", max_depth=9)) and got.parent_span_id == ctx.span_id
+
+
+# ---- issue 15: carriers combined, the environment carrier --------------------------------
+
+
+def test_deepest_takes_the_deeper_carrier_whole_and_the_strictest_limit():
+    shallow = chain("A", max_depth=9)
+    deep = chain("X", "Y", "Z")
+    assert TraceContext.deepest(shallow, deep) is deep
+    assert TraceContext.deepest(None, shallow, None) is shallow
+    assert TraceContext.deepest() is None and TraceContext.deepest(None) is None
+    tie = chain("P", "Q", "R", max_depth=7)
+    assert TraceContext.deepest(tie, deep).trace_id == tie.trace_id  # a tie: the first listed
+    assert TraceContext.deepest(tie, deep).max_depth == 5  # the strictest limit
+    assert TraceContext.deepest(deep, tie).trace_id == deep.trace_id
+    strict = chain("A", max_depth=2)
+    merged = TraceContext.deepest(deep, strict)
+    assert (merged.trace_id, merged.path, merged.max_depth) == (deep.trace_id, deep.path, 2)
+
+
+def test_a_forged_lower_depth_in_one_carrier_never_resets_the_chain():
+    deep = chain("A", "B", "C", "D", "E")
+    params = {"name": "message", "_meta": {META_DEPTH: 0, "progressToken": 3}}
+    deep.deepen_meta(params)  # the headers say 5, _meta says 0: 5 wins
+    assert params["_meta"][META_DEPTH] == 5 and params["_meta"]["progressToken"] == 3
+    with pytest.raises(RecursionLimitExceeded, match="depth 6"):
+        TraceContext.for_hop(params["_meta"], "F", max_depth=5)
+    deeper = {"_meta": chain("A", "B", "C", "D", "E").to_meta()}
+    kept = dict(deeper["_meta"])
+    chain("A").deepen_meta(deeper)  # the headers say 1, _meta says 5: _meta stays
+    assert deeper["_meta"] == kept
+    empty: dict = {}
+    deep.deepen_meta(empty)
+    assert TraceContext.from_meta(empty["_meta"]).depth == 5
+
+
+def test_environment_round_trip_for_a_child_process():
+    sender = chain("A", "B")
+    env = sender.to_env()
+    assert env == {"TRACEPARENT": sender.traceparent, "ROOST_TRACE_DEPTH": "2", "ROOST_TRACE_PATH": "A,B"}
+    got = TraceContext.from_env({**env, "PATH": "/bin"})
+    assert (got.trace_id, got.span_id, got.depth, got.path) == (sender.trace_id, sender.span_id, 2, ("A", "B"))
+    assert TraceContext.from_env({"PATH": "/bin"}) is None
+    assert TraceContext.from_env({"ROOST_TRACE_DEPTH": "", "ROOST_TRACE_PATH": ""}) is None
+    from roost.kernel import InvalidTraceContext
+
+    with pytest.raises(InvalidTraceContext, match="^ROOST_TRACE_DEPTH: "):
+        TraceContext.from_env({"ROOST_TRACE_DEPTH": "-3"})
+    # the headers a tool author's curl sends from that environment continue the chain
+    headers = {"traceparent": env["TRACEPARENT"], HEADER_DEPTH: env["ROOST_TRACE_DEPTH"], HEADER_PATH: env["ROOST_TRACE_PATH"]}
+    assert TraceContext.from_headers(headers).child("C").path == ("A", "B", "C")
+
+
+def test_a_trip_travels_as_an_mcp_tool_error_and_back():
+    with pytest.raises(RecursionLimitExceeded) as info:
+        TraceContext.from_headers({HEADER_DEPTH: "999999"}).child("w")
+    result = info.value.to_mcp_result()
+    assert result["isError"] is True and "would reach depth 1000000" in result["content"][0]["text"]
+    back = RecursionLimitExceeded.from_mcp_result(result)
+    assert (back.path, back.max_depth, back.depth) == (info.value.path, 5, 1_000_000)
+    assert str(back) == str(info.value)
+    assert RecursionLimitExceeded.from_mcp_result({"isError": True, "content": []}) is None
+    assert RecursionLimitExceeded.from_mcp_result({**result, "isError": False}) is None
+    assert RecursionLimitExceeded.from_mcp_result("junk") is None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http
 import json
-import os
 import random
 import re
 from collections.abc import Iterator, Mapping
@@ -17,14 +16,14 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import trio
-from roost.kernel._errors import RoostError
+from roost.kernel import RoostError, jsonrpc
 
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
 
 # ---- HTTP errors from a peer (shared by the MCP HTTP transports and the A2A client) ------
 
-HTTP_ERROR = -32000  # the JSON-RPC code of an HTTP failure that came without one
+HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
 HTTP_RETRY_STATUSES = frozenset({429, 503})
 MAX_HTTP_RETRIES = 8
 MAX_HTTP_RETRY_WAIT_S = 30.0
@@ -119,37 +118,6 @@ def remaining_s(deadline: float) -> float:
     return min(deadline, trio.current_effective_deadline()) - trio.current_time()
 
 
-def _has_fd(stream: Any) -> bool:
-    try:
-        stream.fileno()
-    except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream in tests)
-        return False
-    return True
-
-
-def _write_some(stream: Any, data: bytes) -> int:
-    """Write what the pipe takes without waiting; 0 when it takes nothing or fails (then
-    ``send_all`` raises the matching Trio error: closed, broken). The descriptor is read
-    each time: a closed ``FdStream`` reports -1, never a number since reused."""
-    try:
-        return os.write(stream.fileno(), data)
-    except OSError:  # BlockingIOError included
-        return 0
-
-
-async def write_now(stream: Any, data: bytes) -> None:
-    """``stream.send_all(data)``, but written at once when the pipe has room: Trio's
-    ``FdStream.send_all`` yields to every other ready task before it writes, which puts
-    whatever they do (say, a database commit) in front of a reply that is ready."""
-    if not _has_fd(stream):
-        await stream.send_all(data)
-        return
-    await trio.lowlevel.checkpoint_if_cancelled()
-    sent = _write_some(stream, data)
-    if sent < len(data):
-        await stream.send_all(data[sent:])
-
-
 WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
 WRITE_STALL_S = 30.0  # a taken round the peer has not drained within this: the pipe is given up
 
@@ -189,34 +157,26 @@ class _Round:
 
 
 class BatchedWriter:
-    """Writes framed messages to a pipe; messages that queue up while one is being written
-    (or, with ``others_in_flight``, that ready tasks add during one scheduler tick) go out
-    together in one write: each write wakes the peer. The senders of a write are woken
-    together once it is done. The queue is bounded by the senders waiting. A sender
-    cancelled before its message was taken sends nothing; once taken, a message is written
-    whole even if its sender (or the sender writing the round) is cancelled meanwhile — a
-    cut would lose the rest of the round and glue a partial line onto the next — within
-    ``WRITE_STALL_S``, after which the pipe counts as broken. A sender cancelled after its
-    message was taken may get ``Cancelled`` though the message went out. A failed write
-    raises in the sender that wrote, and in every sender whose message it held.
+    """Sends framed messages on a Trio stream with ``send_all``; the messages that queue up
+    while one ``send_all`` runs go out together in the next (each write wakes the peer).
+    The senders of a write are woken together once it is done; the queue is bounded by
+    the senders waiting. A sender cancelled before its message was taken sends nothing;
+    once taken, a message is written whole even if its sender (or the sender writing the
+    round) is cancelled meanwhile — a cut would lose the rest of the round and glue a
+    partial line onto the next — within ``WRITE_STALL_S``, after which the stream counts as
+    broken. A sender cancelled after its message was taken may get ``Cancelled`` though the
+    message went out. A failed write raises in the sender that wrote, and in every sender
+    whose message it held.
     """
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: trio.abc.SendStream) -> None:
         self.stream = stream
-        self._pipe = _has_fd(stream)
         self._writing = False  # a sender is writing (rounds, until none is left)
         self._round = _Round()  # the messages the next write takes
         self.error: BaseException | None = None  # the write that failed, if one did
 
-    async def send(self, data: bytes, *, others_in_flight: bool = False) -> None:
-        if self._pipe and not others_in_flight and not self._writing and not self._round.messages:
-            # Nobody is writing or waiting to: write at once. Queueing is needed only for
-            # what the pipe does not take now (later senders line up behind the rest).
-            await trio.lowlevel.checkpoint_if_cancelled()
-            sent = _write_some(self.stream, data)
-            if sent == len(data):
-                return
-            data = data[sent:]
+    async def send(self, data: bytes) -> None:
+        await trio.lowlevel.checkpoint_if_cancelled()
         mine = self._round
         mine.messages.append(data)
         while self._writing:
@@ -233,25 +193,21 @@ class BatchedWriter:
                 if mine.error is not None:
                     raise mine.error  # ours went out in a write that failed
                 return
-        await self._write_rounds(others_in_flight)
+        await self._write_rounds()
 
-    async def _write_rounds(self, others_in_flight: bool) -> None:
+    async def _write_rounds(self) -> None:
         """Be the writer: write the queued rounds (ours first) until none is left."""
         self._writing = True
         try:
-            if others_in_flight:
-                # Let the tasks that are ready add theirs to this write; a lone message
-                # goes out at once.
-                await trio.lowlevel.cancel_shielded_checkpoint()
             while self._round.messages:
                 taken, self._round = self._round, _Round()
                 try:
                     with trio.CancelScope(shield=True, deadline=trio.current_time() + WRITE_STALL_S) as stall:
                         while taken.messages:
-                            await write_now(self.stream, take_batch(taken.messages))
+                            await self.stream.send_all(take_batch(taken.messages))
                     if stall.cancelled_caught:
                         raise trio.BrokenResourceError(f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe")
-                except Exception as exc:  # broken, stalled or closed pipe: later senders learn it too
+                except Exception as exc:  # broken, stalled or closed stream: later senders learn it too
                     self.error = exc
                     taken.finish(exc)
                     raise
@@ -262,50 +218,6 @@ class BatchedWriter:
             self._writing = False
             if self._round.messages:  # left early (failed or cancelled): one of them writes
                 self._round.hand_over()
-
-
-class PipeReader:
-    """Reads a pipe (``trio.lowlevel.FdStream``) with one scheduler round trip less per
-    message than ``receive_some``, which first yields to every other ready task even when
-    the reply it waits for is already there.
-
-    Fair all the same: a read that follows a read which did not have to wait yields first,
-    so a peer that floods the pipe cannot keep the event loop to itself. In request/reply
-    traffic every read waits for its data, so no extra yield is paid; and once a read after
-    a wait has emptied the pipe, the next one waits at once instead of first trying a read
-    that would fail.
-    """
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        try:
-            self._fd: int | None = stream.fileno()
-        except (AttributeError, OSError, ValueError):  # not a pipe (e.g. a memory stream)
-            self._fd = None
-        self._waited = True
-        self._emptied = False  # the last read took less than asked: the pipe was empty
-
-    async def receive_some(self, max_bytes: int) -> bytes:
-        if self._fd is None:
-            return await self.stream.receive_some(max_bytes)
-        if self._waited and self._emptied:  # more data would be new: wait for it (a checkpoint)
-            await trio.lowlevel.wait_readable(self._fd)
-        elif self._waited:
-            await trio.lowlevel.checkpoint_if_cancelled()
-            self._waited = False
-        else:  # data came back to back: let the other tasks run before reading more
-            await trio.lowlevel.checkpoint()
-        while True:
-            try:
-                data = os.read(self._fd, max_bytes)
-            except BlockingIOError:  # nothing yet: wait (a checkpoint), then read
-                self._waited = True
-                await trio.lowlevel.wait_readable(self._fd)
-                continue
-            except OSError:  # closed or broken: let receive_some raise the matching Trio error
-                return await self.stream.receive_some(max_bytes)
-            self._emptied = len(data) < max_bytes
-            return data
 
 
 @contextmanager

@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -55,12 +56,12 @@ from ._base import (
     single_errors,
 )
 from .sse import (
-    SseParser,
     json_messages,
     open_guarded_client,
     read_error_body,
     refusal_hint,
     retry_after_s,
+    sse_events,
 )
 
 log = logging.getLogger("roost.mcp.http")
@@ -142,6 +143,11 @@ def mcp_param_headers(schema: Any, arguments: Any) -> dict[str, str]:
 
     walk(schema, arguments)
     return out
+
+
+def _retry_wait_s(retry_ms: int) -> float:
+    """A server's SSE ``retry`` (milliseconds) as seconds to wait, within 0..MAX_RETRY_WAIT_S."""
+    return min(max(retry_ms, 0) / 1000, MAX_RETRY_WAIT_S)
 
 
 @attrs.frozen
@@ -362,24 +368,24 @@ class HttpTransport:
     async def _read_sse(self, response: httpx.Response, wire_id: Any, request_id: Any) -> tuple[bool, str | None]:
         """Forward the stream's messages; ``(answered, why not)``. A broken handshake-era
         stream with event ids is resumed with a GET."""
-        parser = SseParser()
         answered = False
         failure: str | None = "the response stream ended without an answer"
+        last_event_id, retry_ms = "", None
         try:
-            async for chunk in response.aiter_text():
-                for event in parser.feed(chunk):
-                    if event.event != "message":
-                        continue
-                    for item in json_messages(event.data):
-                        item, is_answer = _as_answer_to(item, wire_id, request_id)
-                        answered = answered or is_answer
-                        await self._push(item)
+            async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
+                last_event_id, retry_ms = event.id, event.retry if event.retry is not None else retry_ms
+                if event.event != "message":
+                    continue
+                for item in json_messages(event.data):
+                    item, is_answer = _as_answer_to(item, wire_id, request_id)
+                    answered = answered or is_answer
+                    await self._push(item)
         except httpx.HTTPError as exc:
             failure = f"the response stream broke: {type(exc).__name__}: {exc}"
-        if not answered and not self.modern and parser.last_event_id is not None:
-            if parser.retry_ms is not None:
-                await trio.sleep(min(parser.retry_ms / 1000, MAX_RETRY_WAIT_S))
-            answered = await self._resume(parser.last_event_id, request_id)
+        if not answered and not self.modern and last_event_id:
+            if retry_ms is not None:
+                await trio.sleep(_retry_wait_s(retry_ms))
+            answered = await self._resume(last_event_id, request_id)
         return answered, (None if answered else failure)
 
     async def _resume(self, last_event_id: str, request_id: Any) -> bool:
@@ -390,11 +396,9 @@ class HttpTransport:
                 async with self.http.stream("GET", self.url, headers=headers) as response:
                     if response.status_code != 200:
                         return False
-                    parser = SseParser()
-                    async for chunk in response.aiter_text():
-                        for event in parser.feed(chunk):
-                            if event.id:
-                                last_event_id = event.id
+                    async with contextlib.aclosing(sse_events(response, max_bytes=MAX_MESSAGE_BYTES)) as events:
+                        async for event in events:
+                            last_event_id = event.id or last_event_id
                             for item in json_messages(event.data):
                                 await self._push(item)
                                 if item.get("id") == request_id and "method" not in item:
@@ -424,7 +428,7 @@ class HttpTransport:
         failures = 0
         while self.closed_reason is None and failures < GET_STREAM_RETRIES:
             if retry_ms is not None and (failures or last_event_id):
-                await trio.sleep(min(retry_ms / 1000, MAX_RETRY_WAIT_S))
+                await trio.sleep(_retry_wait_s(retry_ms))
             headers = {**self._headers(), "Accept": "text/event-stream"}
             if last_event_id:
                 headers[HEADER_LAST_EVENT_ID] = last_event_id
@@ -441,16 +445,13 @@ class HttpTransport:
                         await trio.sleep(0.5 * failures)
                         continue
                     failures = 0
-                    parser = SseParser()
-                    async for chunk in response.aiter_text():
-                        for event in parser.feed(chunk):
-                            if event.id:
-                                last_event_id = event.id
-                            if event.retry is not None:
-                                retry_ms = event.retry
-                            if event.event == "message":
-                                for item in json_messages(event.data):
-                                    await self._push(item)
+                    async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
+                        last_event_id = event.id or last_event_id
+                        if event.retry is not None:
+                            retry_ms = event.retry
+                        if event.event == "message":
+                            for item in json_messages(event.data):
+                                await self._push(item)
             except (httpx.HTTPError, ValueError) as exc:
                 ready()
                 log.info("MCP server %s: GET stream broke (%s); reconnecting", self.name, exc)

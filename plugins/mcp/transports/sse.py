@@ -4,8 +4,7 @@ Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
 ``endpoint`` event naming where to POST, then POSTs every message there; every server
 message (responses included) arrives on the SSE stream as a ``message`` event.
 
-Also home of what both HTTP transports share: ``SseParser`` (sans-I/O Server-Sent Events),
-``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
+Also home of what both HTTP transports share: ``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
 made to the address that was checked, never to a second DNS answer) and the reading of
 error responses. A request the server refuses (HTTP 4xx/5xx on its POST) is answered at
 once with a JSON-RPC error for its id, as on Streamable HTTP.
@@ -20,11 +19,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import attrs
 import httpx
 import trio
 from roost.kernel._netguard import AddressPins, Resolver, check_url, pin_url
-from roost.plugins.providers._http import retry_after_s
+from roost.plugins.providers._http import retry_after_s, sse_events
 
 from ._base import (
     ERROR_BODY_BYTES,
@@ -41,90 +39,6 @@ from ._base import (
 log = logging.getLogger("roost.mcp.sse")
 
 ALLOW_HINT = "allow_local = true on this [[mcp_servers]] entry (or tools.allow_private_network = true)"
-
-
-@attrs.frozen
-class SseEvent:
-    """One dispatched Server-Sent Event."""
-
-    event: str = "message"
-    data: str = ""
-    id: str | None = None
-    retry: int | None = None
-
-
-class SseParser:
-    """Sans-I/O SSE parser (WHATWG rules): feed text, get complete events.
-
-    Lines end in CRLF, LF or CR; ``:`` starts a comment; an event is dispatched at a
-    blank line; a pending line or event over ``max_bytes`` raises ValueError.
-    """
-
-    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._line = ""
-        self._pending_cr = False
-        self._event = ""
-        self._data: list[str] = []
-        self._size = 0
-        self._id: str | None = None
-        self._retry: int | None = None
-        self.last_event_id: str | None = None
-        self.retry_ms: int | None = None
-
-    def feed(self, text: str) -> list[SseEvent]:
-        events: list[SseEvent] = []
-        start = 0
-        if self._pending_cr and text.startswith("\n"):
-            start = 1
-        self._pending_cr = False
-        i = start
-        length = len(text)
-        while i < length:
-            ch = text[i]
-            if ch == "\r" or ch == "\n":
-                self._line += text[start:i]
-                self._take_line(self._line, events)
-                self._line = ""
-                if ch == "\r":
-                    if i + 1 < length and text[i + 1] == "\n":
-                        i += 1
-                    elif i + 1 == length:
-                        self._pending_cr = True
-                start = i + 1
-            i += 1
-        self._line += text[start:]
-        if len(self._line) > self.max_bytes:
-            raise ValueError(f"an SSE line is over {self.max_bytes} bytes")
-        return events
-
-    def _take_line(self, line: str, events: list[SseEvent]) -> None:
-        if not line:
-            if self._data or self._event:
-                data = "\n".join(self._data)
-                events.append(SseEvent(self._event or "message", data, self._id, self._retry))
-            self._event, self._data, self._size, self._retry = "", [], 0, None
-            return
-        if line.startswith(":"):
-            return
-        name, sep, value = line.partition(":")
-        if sep and value.startswith(" "):
-            value = value[1:]
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._size += len(value) + 1
-            if self._size > self.max_bytes:
-                raise ValueError(f"an SSE event is over {self.max_bytes} bytes")
-            self._data.append(value)
-        elif name == "id":
-            if "\0" not in value:
-                self._id = value
-                self.last_event_id = value
-        elif name == "retry":
-            if value.isdigit():
-                self._retry = int(value)
-                self.retry_ms = int(value)
 
 
 def json_messages(data: str) -> list[dict[str, Any]]:
@@ -318,19 +232,17 @@ async def open_sse_transport(
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
                             raise TransportError(f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream")
-                        parser = SseParser()
-                        async for chunk in response.aiter_text():
-                            for event in parser.feed(chunk):
-                                if event.event == "endpoint" and not started:
-                                    endpoint = urljoin(url, event.data.strip())
-                                    if not same_origin(endpoint, url):
-                                        raise TransportError(f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused")
-                                    transport.endpoint = endpoint
-                                    started = True
-                                    task_status.started()
-                                elif event.event == "message" and started:
-                                    for message in json_messages(event.data):
-                                        await send_channel.send(message)
+                        async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
+                            if event.event == "endpoint" and not started:
+                                endpoint = urljoin(url, event.data.strip())
+                                if not same_origin(endpoint, url):
+                                    raise TransportError(f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused")
+                                transport.endpoint = endpoint
+                                started = True
+                                task_status.started()
+                            elif event.event == "message" and started:
+                                for message in json_messages(event.data):
+                                    await send_channel.send(message)
                     transport.closed_reason = "the server closed the SSE stream"
                 except (httpx.HTTPError, ValueError) as exc:
                     transport.closed_reason = f"the SSE stream broke ({type(exc).__name__}: {exc})"
@@ -355,8 +267,7 @@ async def open_sse_transport(
 
 __all__ = [
     "PinnedTransport",
-    "SseEvent",
-    "SseParser",
+    "sse_events",
     "SseTransport",
     "check_server_url",
     "json_messages",

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -26,11 +25,11 @@ from typing import Any
 import trio
 from roost.kernel import jsonrpc
 
+from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
 from ._base import (
     INCOMING_BUFFER,
     MAX_MESSAGE_BYTES,
     BatchedWriter,
-    PipeReader,
     TransportClosed,
     TransportError,
     single_errors,
@@ -67,64 +66,6 @@ def check_command(command: str) -> None:
         )
 
 
-class LineSplitter:
-    """Sans-I/O NDJSON framing with a size cap: feed bytes, get complete lines.
-
-    A line longer than ``max_bytes`` is discarded up to its newline and reported once
-    through ``oversized`` (the count of dropped lines).
-    """
-
-    def __init__(self, max_bytes: int = MAX_MESSAGE_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._buffer = bytearray()
-        self._discarding = False
-        self.oversized = 0
-
-    def feed(self, data: bytes) -> list[bytes]:
-        lines: list[bytes] = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                rest = data[start:]
-                if not self._discarding:
-                    self._buffer += rest
-                    if len(self._buffer) > self.max_bytes:
-                        self._buffer.clear()
-                        self._discarding = True
-                        self.oversized += 1
-                return lines
-            piece = data[start:newline]
-            start = newline + 1
-            if self._discarding:
-                self._discarding = False
-                continue
-            if self._buffer:
-                self._buffer += piece
-                line = bytes(self._buffer)
-                self._buffer.clear()
-            else:
-                line = bytes(piece)
-            if len(line) > self.max_bytes:
-                self.oversized += 1
-                continue
-            line = line.rstrip(b"\r")
-            if line.strip():
-                lines.append(line)
-
-
-def decode_line(line: bytes) -> dict[str, Any] | None:
-    """A JSON object from one line, or None when the line is not one."""
-    try:
-        if line[:1] == b"{" and line[1:2] != b"\x00":  # UTF-8, as json.loads would detect it
-            value = jsonrpc.loads(line.decode("utf-8", "surrogatepass"))
-        else:
-            value = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 class StdioTransport:
     """A running server process; see ``open_stdio_transport``."""
 
@@ -135,7 +76,6 @@ class StdioTransport:
         self.process = process
         self.incoming = incoming
         self.closed_reason: str | None = None
-        self.in_flight = 0  # requests sent and not answered (kept by the reader and send)
         # If set (by the client session), the reader hands each message to this synchronous
         # function instead of the ``incoming`` channel: one task hop less per reply.
         # ``incoming`` still ends when the server goes away.
@@ -157,12 +97,8 @@ class StdioTransport:
             )
         if self.closed_reason is not None or self.process.stdin is None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
-        if "method" in message and message.get("id") is not None:
-            self.in_flight += 1
         try:
-            # With others in flight, ready tasks add their requests to one write (each write
-            # wakes the server); a lone request goes out at once.
-            await self._writer.send(data, others_in_flight=self.in_flight > 1)
+            await self._writer.send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
             raise TransportClosed(self._write_error) from None
@@ -175,54 +111,9 @@ class StdioTransport:
 
 
 async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
-    splitter = LineSplitter()
+    framer = StdioFramer(mode=NDJSON)
     stream = transport.process.stdout
     assert stream is not None
-    reader = PipeReader(stream)
-    if True:
-        while True:
-            try:
-                chunk = await reader.receive_some(_READ_CHUNK)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                chunk = b""
-            if not chunk:
-                return
-            for line in splitter.feed(chunk):
-                message = decode_line(line)
-                if message is None:
-                    transport.skipped_lines += 1
-                    log.warning(
-                        "MCP server %s wrote a non-JSON line on stdout (skipped): %.200r",
-                        transport.name,
-                        line,
-                    )
-                    continue
-                if isinstance(message, dict) and "method" not in message and transport.in_flight:
-                    transport.in_flight -= 1  # a response
-                if transport.deliver is not None:
-                    try:
-                        transport.deliver(message)
-                    except Exception:  # one bad message must not end the connection
-                        log.exception("MCP server %s: handling a message failed", transport.name)
-                    continue
-                try:  # no scheduler round trip while the reader keeps up
-                    send.send_nowait(message)
-                except trio.WouldBlock:
-                    await send.send(message)
-            if splitter.oversized > transport.oversized_lines:
-                log.error(
-                    "MCP server %s sent a message over %d bytes; it was dropped",
-                    transport.name,
-                    MAX_MESSAGE_BYTES,
-                )
-                transport.oversized_lines = splitter.oversized
-
-
-async def _pump_stderr(transport: StdioTransport) -> None:
-    stream = transport.process.stderr
-    assert stream is not None
-    server_log = logging.getLogger(f"roost.mcp.server.{transport.name}")
-    splitter = LineSplitter(max_bytes=_STDERR_LINE_MAX * 4)
     while True:
         try:
             chunk = await stream.receive_some(_READ_CHUNK)
@@ -230,8 +121,44 @@ async def _pump_stderr(transport: StdioTransport) -> None:
             return
         if not chunk:
             return
-        for line in splitter.feed(chunk):
-            server_log.info("%s", line.decode("utf-8", "replace")[:_STDERR_LINE_MAX])
+        for event in framer.feed(chunk):
+            if isinstance(event, Oversize):
+                transport.oversized_lines += 1
+                log.error("MCP server %s sent a message of %d bytes, over the limit of %d; it was dropped", transport.name, event.size, event.limit)
+                continue
+            if not isinstance(event, Frame) or not isinstance(event.message, dict):
+                transport.skipped_lines += 1
+                what = f"{event.error}: {event.line}" if isinstance(event, NotJson) else f"a JSON {jsonrpc.json_type(event.message)}"
+                log.warning("MCP server %s wrote a line on stdout that is not a JSON object (skipped): %s", transport.name, what)
+                continue
+            message = event.message
+            if transport.deliver is not None:
+                try:
+                    transport.deliver(message)
+                except Exception:  # one bad message must not end the connection
+                    log.exception("MCP server %s: handling a message failed", transport.name)
+                continue
+            try:  # no scheduler round trip while the reader keeps up
+                send.send_nowait(message)
+            except trio.WouldBlock:
+                await send.send(message)
+
+
+async def _pump_stderr(transport: StdioTransport) -> None:
+    stream = transport.process.stderr
+    assert stream is not None
+    server_log = logging.getLogger(f"roost.mcp.server.{transport.name}")
+    lines = jsonrpc.LineFramer(max_bytes=_STDERR_LINE_MAX * 4)
+    while True:
+        try:
+            chunk = await stream.receive_some(_READ_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
+        for line in lines.feed(chunk):
+            if isinstance(line, bytes):
+                server_log.info("%s", line.decode("utf-8", "replace")[:_STDERR_LINE_MAX])
 
 
 def _signal_group(process: trio.Process, sig: int) -> None:
@@ -363,11 +290,9 @@ async def open_stdio_transport(
 
 
 __all__ = [
-    "LineSplitter",
     "StdioTransport",
     "check_command",
     "child_environment",
-    "decode_line",
     "open_stdio_transport",
     "wrapped_command",
 ]

@@ -202,12 +202,14 @@ async def test_the_depth_breaker_holds_across_a2a(http):
     from roost.kernel import TraceContext
 
     meta = TraceContext("0" * 32, "1" * 16, 5, ("a", "b", "c", "d", "e")).to_meta()
-    task = (await rpc(http, "SendMessage", {"message": msg("too deep", metadata=meta)}))["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_FAILED"
-    assert "depth" in task["status"]["message"]["parts"][0]["text"]
+    # Refused before a task exists (issue 15): an error, not a task that failed.
+    error = (await rpc(http, "SendMessage", {"message": msg("too deep", metadata=meta)}))["error"]
+    assert error["code"] == -32010 and "would reach depth 6" in error["message"]
     headers = {**V1, "X-Roost-Trace-Depth": "5", "X-Roost-Trace-Path": "a,b,c,d,e"}
-    task = (await rpc(http, "SendMessage", {"message": msg("too deep")}, headers=headers))["result"]["task"]
-    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    error = (await rpc(http, "SendMessage", {"message": msg("too deep")}, headers=headers))["error"]
+    assert error["code"] == -32010 and "a → b → c → d → e → " in error["message"]
+    listed = (await rpc(http, "ListTasks", {}))["result"]
+    assert listed["tasks"] == []
     assert deep  # the metadata keys the kernel reads are TraceContext's
 
 

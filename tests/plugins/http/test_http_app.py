@@ -101,19 +101,22 @@ async def test_trace_at_max_depth_trips_the_breaker_with_508(make_kernel):
     assert error["path"] == ["a", "b", "c", "d", "e", "echo"]
 
 
-async def test_malformed_trace_headers_are_ignored_not_fatal(make_kernel):
+async def test_malformed_trace_ids_are_ignored_and_a_malformed_depth_is_refused(make_kernel):
     kernel = make_kernel()
-    headers = {
-        "traceparent": "00-zz-yy-01",
-        "X-Roost-Trace-Depth": "-3",
-        "X-Roost-Trace-Id": "x" * 5000,
-    }
+    headers = {"traceparent": "00-zz-yy-01", "X-Roost-Trace-Id": "x" * 5000}
     async with serving(kernel) as client:
         response = await client.post(
             "/api/agents/echo/message", json={"message": "hi"}, headers=headers
         )
+        refused = await client.post(
+            "/api/agents/echo/message", json={"message": "hi"}, headers={**headers, "X-Roost-Trace-Depth": "-3"}
+        )
     assert response.status_code == 200
     assert kernel.sent[0]["trace"].depth == 1
+    # Issue 15: a bad depth was read as none, restarting the count; now it is refused.
+    assert refused.status_code == 400 and len(kernel.sent) == 1
+    assert error_of(refused)["field"] == "X-Roost-Trace-Depth"
+    assert "whole number" in error_of(refused)["message"]
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from roost.kernel import TraceContext
-from roost.plugins.mcp._client import ClientOptions, McpProtocolError, open_mcp_client
+from roost.plugins.mcp._client import ClientOptions, open_mcp_client
 from roost.plugins.mcp.transports.http import open_http_transport
 
 ROOST = str(Path(sys.executable).parent / "roost")
@@ -129,7 +129,7 @@ async def test_agents_in_two_daemons_call_each_other_and_the_breaker_holds_acros
     assert "a1 → a2 → a3 → a4 → a5 → b1" in json.dumps(deep, ensure_ascii=False)
     assert "b1 got" not in json.dumps(deep)
 
-    # The same refusal seen as the JSON-RPC error B sends over the wire.
+    # The same refusal seen as the tool execution error B sends over the wire.
     trace = TraceContext.new("x1")
     for hop in ("x2", "x3", "x4", "x5"):
         trace = trace.child(hop)
@@ -137,8 +137,7 @@ async def test_agents_in_two_daemons_call_each_other_and_the_breaker_holds_acros
         async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
             shallow = await client.call_tool("message", {"message": "hi"}, meta=TraceContext.new("x1").to_meta())
             assert "b1 got: hi" in json.dumps(shallow)
-            with pytest.raises(McpProtocolError) as info:
-                await client.call_tool("message", {"message": "hi"}, meta=trace.to_meta())
-    assert info.value.rpc_code is not None and info.value.rpc_code < 0
-    assert "x1 → x2 → x3 → x4 → x5 → b1" in str(info.value)
-    assert info.value.data["path"] == ["x1", "x2", "x3", "x4", "x5", "b1"]
+            refused = await client.call_tool("message", {"message": "hi"}, meta=trace.to_meta())
+    assert refused["isError"] is True
+    assert "x1 → x2 → x3 → x4 → x5 → b1" in refused["content"][0]["text"]
+    assert refused["_meta"]["io.roost/error"]["path"] == ["x1", "x2", "x3", "x4", "x5", "b1"]

@@ -36,7 +36,7 @@ def test_oversize_line_is_drained_and_reported_then_the_next_message_is_read():
     events = framer.feed(big[:150]) + framer.feed(big[150:] + b'\n{"next":1}\n')
     assert isinstance(events[0], Oversize) and events[0].size > 100 and events[0].limit == 100
     assert frames(events) == [{"next": 1}]
-    assert framer.buffered == 0
+    assert not framer.pending
 
 
 def test_oversize_line_in_one_chunk():
@@ -86,10 +86,10 @@ def test_bad_constructor_arguments_name_the_field():
 def test_many_lines_in_one_chunk_after_draining_an_oversize_one():
     framer = StdioFramer(max_bytes=10)
     assert frames(framer.feed(b'{"a":1}\n' + b"x" * 15)) == [{"a": 1}]  # the tail is over the limit
-    assert framer.feed(b"y" * 5) == [] and framer.buffered == 0
+    assert framer.feed(b"y" * 5) == [] and framer.pending  # skipping the rest of the line
     events = framer.feed(b'z\n{"b":2}\r\n  \n{"c":3}\n{"d"')
     assert events[0] == Oversize(22, 10)  # 15 + 5 + "z" + its newline
-    assert frames(events) == [{"b": 2}, {"c": 3}] and framer.buffered == 4
+    assert frames(events) == [{"b": 2}, {"c": 3}] and framer.pending
     assert frames(framer.feed(b":4}\n")) == [{"d": 4}]
 
 

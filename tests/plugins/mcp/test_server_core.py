@@ -242,11 +242,14 @@ async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
             deep = deep.child(hop)
         params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
         reply = await client.request("tools/call", params)
-        assert reply["error"]["code"] == p.RECURSION_LIMIT
-        assert reply["error"]["data"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
+        # A tool execution error (isError), so that the calling model reads why it stopped.
+        assert reply["result"]["isError"] is True
+        assert "a → b → c → d → e → alpha" in reply["result"]["content"][0]["text"]
+        assert reply["result"]["_meta"]["io.roost/error"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
         params = deep.inject_meta({"name": "echo", "arguments": {"text": "x"}})
         reply = await client.request("tools/call", params)
-        assert reply["error"]["code"] == p.RECURSION_LIMIT
+        assert reply["result"]["isError"] is True
+        assert reply["result"]["_meta"]["io.roost/error"]["code"] == "recursion_limit"
         nursery.cancel_scope.cancel()
 
 
@@ -281,8 +284,8 @@ async def test_breaker_error_is_not_masked_when_progress_is_requested(kernel):
         params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
         params["_meta"]["progressToken"] = "p"
         reply = await client.request("tools/call", params)
-        assert reply["error"]["code"] == p.RECURSION_LIMIT
-        assert reply["error"]["data"]["path"][-1] == "alpha"
+        assert reply["result"]["isError"] is True
+        assert reply["result"]["_meta"]["io.roost/error"]["path"][-1] == "alpha"
         nursery.cancel_scope.cancel()
 
 

@@ -182,24 +182,24 @@ async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
 
 
 async def test_bridge_relays_each_json_event_of_a_daemon_sse_stream():
+    import httpx
     from roost.plugins.mcp._stdio_server import _relay_sse
 
-    class Response:
-        async def aiter_text(self):
-            for chunk in [
-                ': keep-alive\r\n\r\nda',
-                'ta: {"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\r\n',
-                "event: message\ndata: not json\n\n",
-                'data: {"jsonrpc": "2.0",\ndata:  "id": 7, "result": {}}\n\n',
-            ]:
-                yield chunk
+    async def body():
+        for chunk in [
+            ': keep-alive\r\n\r\nda',
+            'ta: {"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\r\n',
+            "event: message\ndata: not json\n\n",
+            'data: {"jsonrpc": "2.0",\ndata:  "id": 7, "result": {}}\n\n',
+        ]:
+            yield chunk.encode()
 
     got = []
 
     async def deliver(message):
         got.append(message)
 
-    await _relay_sse(Response(), deliver)
+    await _relay_sse(httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body()), deliver)
     assert got == [
         {"jsonrpc": "2.0", "method": "notifications/progress"},
         {"jsonrpc": "2.0", "id": 7, "result": {}},

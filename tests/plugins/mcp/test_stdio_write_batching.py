@@ -157,85 +157,6 @@ async def test_large_client_messages_queued_together_are_written_in_bounded_batc
     assert len(stream.writes) == 4 and max(len(w) for w in stream.writes) < 2 * len(big)
 
 
-# ---- writing and reading pipes without an extra scheduler round trip ------------------------
-
-
-async def test_a_ready_reply_is_written_before_other_ready_tasks_run():
-    # Regression: FdStream.send_all yields first, so a ready audit commit (or anything else
-    # ready) ran before the reply went out, adding its time to every call's latency.
-    import os
-
-    from roost.plugins.mcp.transports._base import PipeReader, write_now
-
-    r, w = os.pipe()
-    async with trio.lowlevel.FdStream(r) as stream, trio.lowlevel.FdStream(w) as writer:
-        reader = PipeReader(stream)
-        ran = []
-
-        async def other():
-            ran.append("other")
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(other)
-            await write_now(writer, b"reply\n")
-            assert ran == []  # written before the other ready task got to run
-            assert await reader.receive_some(100) == b"reply\n"
-
-
-async def test_writes_larger_than_the_pipe_and_reads_of_an_empty_pipe_still_complete():
-    import os
-
-    from roost.plugins.mcp.transports._base import PipeReader, write_now
-
-    r, w = os.pipe()
-    payload = bytes(range(256)) * 4096  # 1 MiB: far more than a pipe holds
-    got = bytearray()
-    async with trio.lowlevel.FdStream(r) as stream, trio.lowlevel.FdStream(w) as writer:
-        reader = PipeReader(stream)
-        async with trio.open_nursery() as nursery:
-
-            async def drain():
-                while len(got) < len(payload):
-                    got.extend(await reader.receive_some(65536))  # waits whenever the pipe is empty
-
-            nursery.start_soon(drain)
-            await write_now(writer, payload)
-    assert bytes(got) == payload
-
-
-async def test_a_peer_flooding_the_pipe_cannot_freeze_the_event_loop():
-    # Regression: reads that never had to wait never yielded, so an MCP server writing
-    # to its stdout without pause stopped every other task (timers, HTTP, agents).
-    import os
-
-    from roost.plugins.mcp.transports._base import PipeReader
-
-    r, w = os.pipe()
-    os.set_blocking(w, False)
-    ticks = 0
-    async with trio.lowlevel.FdStream(r) as stream:
-        reader = PipeReader(stream)
-        line = b'{"jsonrpc":"2.0","method":"notifications/message","params":{}}\n' * 64
-
-        async def ticker():
-            nonlocal ticks
-            while True:
-                await trio.sleep(0)
-                ticks += 1
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
-            for _ in range(200):  # the pipe always has data: refill before every read
-                try:
-                    os.write(w, line)
-                except BlockingIOError:
-                    pass
-                await reader.receive_some(65536)
-            nursery.cancel_scope.cancel()
-    os.close(w)
-    assert ticks >= 150  # the other task ran between (almost) every pair of reads
-
-
 async def test_messages_queued_behind_a_writer_that_is_cancelled_still_go_out():
     # The writer's own message was taken: it is written whole though the writer is
     # cancelled; those queued behind it follow, in order, in one write.
@@ -296,31 +217,6 @@ async def test_a_round_taken_by_a_writer_that_is_cancelled_mid_way_is_written_wh
         hold.set()
     assert [m["id"] for m in stream.messages()] == ["first", "b", "c", "d"]
 
-
-
-async def test_after_a_read_that_emptied_the_pipe_the_next_one_waits_for_new_data_or_the_end():
-    import os
-
-    from roost.plugins.mcp.transports._base import PipeReader
-
-    r, w = os.pipe()
-    async with trio.lowlevel.FdStream(r) as stream:
-        reader = PipeReader(stream)
-        async with trio.open_nursery() as nursery:
-
-            async def write_later(data):
-                await trio.sleep(0.01)
-                os.write(w, data)
-
-            nursery.start_soon(write_later, b"one\n")
-            assert await reader.receive_some(100) == b"one\n"  # waited, emptied the pipe
-            nursery.start_soon(write_later, b"two\n")
-            assert await reader.receive_some(100) == b"two\n"
-            os.write(w, b"three\n")  # already there when asked: read after one wait
-            assert await reader.receive_some(100) == b"three\n"
-            os.close(w)
-            with trio.fail_after(5):
-                assert await reader.receive_some(100) == b""
 
 
 async def test_a_peer_that_reads_nothing_gives_up_the_pipe_after_the_stall_bound(monkeypatch):

@@ -13,32 +13,11 @@ from roost.kernel._netguard import UrlRefused
 from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp.transports.http import http_error_message, open_http_transport
 from roost.plugins.mcp.transports.sse import (
-    SseEvent,
-    SseParser,
     json_messages,
     open_sse_transport,
     same_origin,
 )
 from test_client_interop import sdk_http, sdk_sse  # noqa: F401  (module-scoped server fixtures)
-
-
-def test_sse_parser_handles_line_endings_comments_and_multiline_data():
-    parser = SseParser()
-    events = parser.feed(": keep-alive\r\nevent: endpoint\r\ndata: /messages?s=1\r\n\r\n")
-    assert events == [SseEvent("endpoint", "/messages?s=1")]
-    assert parser.feed("id: 7\ndata: {\"a\":\ndata: 1}\n") == []
-    (event,) = parser.feed("\n")
-    assert event.data == '{"a":\n1}' and event.id == "7" and parser.last_event_id == "7"
-    # A CR at the end of one chunk and LF at the start of the next is one line break.
-    assert parser.feed("data: x\r") == []
-    assert parser.feed("\n\r\n") == [SseEvent("message", "x", "7")]
-
-
-def test_sse_parser_refuses_an_endless_event():
-    parser = SseParser(max_bytes=100)
-    with pytest.raises(ValueError, match="over 100 bytes"):
-        for _ in range(20):
-            parser.feed("data: " + "x" * 20 + "\n")
 
 
 def test_json_messages_and_origins():

@@ -118,3 +118,53 @@ async def test_handshake_era_does_not_reissue(nursery, version):
         answer, _ = await receive_answer(transport, 9)
     assert len(server.received) == 1
     assert "error" in answer
+
+
+class ResumingServer:
+    """Handshake era: a POSTed request's SSE stream carries an event id and a ``retry``,
+    then breaks; a GET with ``Last-Event-ID`` gets the rest of it (the answer)."""
+
+    def __init__(self) -> None:
+        self.resumed_from: list[str] = []
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            request_line, *header_lines = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+            if request_line.startswith("GET"):
+                self.resumed_from.append(headers.get("last-event-id", ""))
+                answer = {"jsonrpc": "2.0", "id": 11, "result": RESULT}
+                event = f"id: e2\nevent: message\ndata: {json.dumps(answer)}\n\n".encode()
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    + f"Content-Length: {len(event)}\r\nConnection: close\r\n\r\n".encode() + event
+                )
+                return
+            while len(body) < int(headers["content-length"]):
+                body += await stream.receive_some(65536)
+            progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": 1}}
+            event = f"id: e1\r\nretry: 20\r\nevent: message\r\ndata: {json.dumps(progress)}\r\n\r\n".encode()
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + f"{len(event):x}\r\n".encode() + event + b"\r\n"
+            )  # and close without the final chunk: the stream breaks after event e1
+
+
+async def test_handshake_era_resumes_a_broken_stream_from_its_last_event_id(nursery):
+    server = ResumingServer()
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+    url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/mcp"
+    async with open_http_transport(url, allow_loopback=True, timeout_secs=10) as transport:
+        transport.set_protocol_version(p.LATEST_HANDSHAKE_VERSION)
+        await transport.send({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "work", "arguments": {}}})
+        answer, notes = await receive_answer(transport, 11)
+    assert answer == {"jsonrpc": "2.0", "id": 11, "result": RESULT}
+    assert server.resumed_from == ["e1"]  # the id of the last event the broken stream gave
+    assert [n["method"] for n in notes] == ["notifications/progress"]

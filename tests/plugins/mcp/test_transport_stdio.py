@@ -13,54 +13,10 @@ import pytest
 import trio
 from roost.plugins.mcp.transports._base import TransportError
 from roost.plugins.mcp.transports.stdio import (
-    LineSplitter,
     check_command,
     child_environment,
-    decode_line,
     open_stdio_transport,
 )
-
-
-def test_line_splitter_joins_chunks_and_drops_oversized_lines():
-    splitter = LineSplitter(max_bytes=10)
-    assert splitter.feed(b'{"a":') == []
-    assert splitter.feed(b'1}\n{"b":2}\r\n\n') == [b'{"a":1}', b'{"b":2}']
-    assert splitter.feed(b"x" * 8) == []
-    assert splitter.feed(b"y" * 8) == []  # now over the cap: discarded up to the newline
-    assert splitter.feed(b"zz\nok\n") == [b"ok"]
-    assert splitter.oversized == 1
-    assert splitter.feed(b"0123456789A\nfine\n") == [b"fine"]
-    assert splitter.oversized == 2
-
-
-def test_decode_line_accepts_only_objects():
-    assert decode_line(b'{"jsonrpc":"2.0"}') == {"jsonrpc": "2.0"}
-    assert decode_line(b"[1,2]") is None
-    assert decode_line(b"not json") is None
-    assert decode_line(b'"str"') is None
-
-
-def test_decode_line_reads_what_json_loads_reads():
-    import json
-
-    lines = [
-        b'{"a":"\xc3\xa9","b":[1,2.5,null,true]}',
-        b'{"a": 1} ',  # trailing space
-        b'{"a":1}{"b":2}',  # extra data: not one object
-        b'{"a":NaN}',  # json.loads accepts NaN
-        b'{"a":"\xff"}',  # not UTF-8
-        '{"a":1}'.encode("utf-16-le"),  # json.loads detects UTF-16
-        b"\xef\xbb\xbf" + b'{"a":1}',  # UTF-8 BOM
-        b'{"a":"\\ud800"}',  # a lone surrogate escape
-    ]
-    for line in lines:
-        try:
-            expected = json.loads(line)
-        except ValueError:
-            expected = None
-        expected = expected if isinstance(expected, dict) else None
-        got = decode_line(line)
-        assert repr(got) == repr(expected), line
 
 
 def test_environment_is_cleared_except_path_home_and_listed():
@@ -168,3 +124,37 @@ def test_killing_roost_with_sigkill_leaves_no_child():
         if roost.poll() is None:
             roost.kill()
             roost.wait(10)
+
+
+FLOOD = """import fcntl, sys
+fcntl.fcntl(1, 1031, 1 << 20)  # F_SETPIPE_SZ: a pipe that always has data for the reader
+line = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}\\n' * 512
+while True:
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_a_server_flooding_its_stdout_does_not_starve_other_tasks():
+    # The reader uses Trio's receive_some, which checkpoints before every read: however
+    # fast the server writes, a timer task keeps running. (A reader that never yields
+    # freezes the loop; then not even fail_after fires and pytest's timeout ends the test.)
+    received = 0
+
+    def deliver(message):  # synchronous: no task hop that would yield for the reader
+        nonlocal received
+        received += 1
+
+    async with open_stdio_transport(sys.executable, ["-c", FLOOD], name="flood") as transport:
+        transport.deliver = deliver
+        with trio.fail_after(60):
+            while received < 10_000:  # the flood is under way
+                await trio.sleep(0.001)
+            start, ticks = received, 0
+            while ticks < 100:  # 100 timer wake-ups while the server floods
+                await trio.sleep(0.001)
+                ticks += 1
+            while received < start + 100_000:  # and the flood went on meanwhile
+                await trio.sleep(0.001)
+    assert transport.skipped_lines == 0 and transport.oversized_lines == 0

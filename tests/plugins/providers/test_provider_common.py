@@ -1,9 +1,11 @@
-"""The shared pieces: SSE and NDJSON decoders, the context guard, Retry-After."""
+"""The shared pieces: SSE events (httpx-sse, bounded), the context guard, Retry-After."""
 
 from __future__ import annotations
 
 import email.utils
+import time
 
+import httpx
 import pytest
 from fake_vendor import Reply
 from roost.kernel._loop import CompletionRequest, Message
@@ -13,37 +15,56 @@ from roost.plugins.providers._context import (
     request_tokens,
     shortened_count,
 )
-from roost.plugins.providers._http import ProviderSettings, backoff_s, retry_after_s
-from roost.plugins.providers._ndjson import NdjsonDecoder, NdjsonError
-from roost.plugins.providers._sse import SseDecoder, SseEvent
+from roost.plugins.providers._http import ProviderSettings, backoff_s, retry_after_s, sse_events
 from roost.plugins.providers.openai import create_openai
 
 
-def test_sse_events_split_anywhere_across_chunks():
-    text = "event: a\r\ndata: {\"x\":\r\ndata: 1}\r\n\r\n: comment\n\ndata:no-space\n\n"
-    for cut in range(len(text) + 1):
-        decoder = SseDecoder()
-        events = decoder.feed(text[:cut]) + decoder.feed(text[cut:])
-        assert events == [SseEvent('{"x":\n1}', "a"), SseEvent("no-space")], cut
-        assert not decoder.pending
+def sse_response(chunks: list[bytes]) -> httpx.Response:
+    async def body():
+        for chunk in chunks:
+            yield chunk
+
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body())
 
 
-def test_sse_pending_reports_a_half_received_event():
-    decoder = SseDecoder()
-    assert decoder.feed("data: {\"a\": 1}\n") == []
-    assert decoder.pending
+async def events_of(chunks: list[bytes], max_bytes: int = 1 << 24) -> list[tuple]:
+    return [(e.event, e.data, e.id, e.retry) async for e in sse_events(sse_response(chunks), max_bytes=max_bytes)]
 
 
-def test_ndjson_lines_split_across_chunks():
-    decoder = NdjsonDecoder()
-    assert decoder.feed('{"a": 1}\n{"b"') == [{"a": 1}]
-    assert decoder.pending
-    assert decoder.feed(': 2}\n\n') == [{"b": 2}] and not decoder.pending
+async def test_sse_events_split_anywhere_across_chunks():
+    # CRLF, CR and LF line ends (a CR LF pair may be cut), comments, multi-line data, a
+    # missing space after the colon, id and retry; U+2028 inside JSON is not a line end.
+    text = 'event: a\r\ndata: {"x":\r\ndata: 1}\r\n\r\n: comment\n\nid: 7\rretry: 50\rdata:no-space\u2028\r\r'
+    raw = text.encode()
+    expected = [("a", '{"x":\n1}', "", None), ("message", "no-space\u2028", "7", 50)]
+    for cut in range(len(raw) + 1):
+        assert await events_of([raw[:cut], raw[cut:]]) == expected, cut
 
 
-def test_ndjson_bad_line_is_named():
-    with pytest.raises(NdjsonError, match="not JSON"):
-        NdjsonDecoder().feed("{oops}\n")
+async def test_sse_events_cost_is_linear_in_the_event_size():
+    # Regression: the providers' decoder re-scanned and re-copied its buffer on every chunk,
+    # so one 256 KiB event fed in 4 KiB chunks cost 264 ms of event loop, growing with the
+    # square of its size. Eight times the bytes must cost about eight times the CPU.
+    async def cost(size: int) -> float:
+        raw = b"data: " + b"x" * size + b"\n\n"
+        chunks = [raw[i : i + 4096] for i in range(0, len(raw), 4096)]
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            (event,) = await events_of(chunks)
+            best = min(best, time.process_time() - start)
+            assert len(event[1]) == size
+        return best
+
+    small, large = await cost(256 * 1024), await cost(2 * 1024 * 1024)
+    assert large < 20 * max(small, 1e-4), (small, large)  # linear: ~8x; quadratic: ~64x
+
+
+async def test_an_sse_event_over_the_limit_is_refused():
+    chunks = [b"data: " + b"x" * 100 + b"\n"] * 20  # never a blank line: one endless event
+    with pytest.raises(ValueError, match="over the limit of 1000 bytes"):
+        await events_of(chunks, max_bytes=1000)
+    assert len(await events_of([b"data: 1\n\n"] * 200, max_bytes=1000)) == 200  # the limit is per event
 
 
 def request_with_tool_outputs(*sizes):

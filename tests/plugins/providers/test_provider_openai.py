@@ -8,6 +8,7 @@ import openai
 import pytest
 import trio
 from fake_vendor import Reply, sse
+from httpx_sse import ServerSentEvent as SseEvent
 from provider_kernel import NOTES, run_agent
 from roost.kernel import ToolCall, ToolSpec
 from roost.kernel._loop import CompletionRequest, Message
@@ -19,7 +20,6 @@ from roost.plugins.providers._http import (
     ProviderUnavailable,
     StreamInterrupted,
 )
-from roost.plugins.providers._sse import SseEvent
 from roost.plugins.providers.openai import (
     ChatStreamAssembler,
     build_body,
@@ -222,7 +222,7 @@ def test_tool_arguments_that_are_not_json_become_a_call_that_fails_with_a_clear_
 def test_stream_assembler_joins_tool_call_fragments():
     assembler = ChatStreamAssembler()
     for raw in tool_stream():
-        assembler.feed(SseEvent(raw.decode().removeprefix("data: ").strip()))
+        assembler.feed(SseEvent(data=raw.decode().removeprefix("data: ").strip()))
     completion = assembler.finish()
     assert [(c.id, dict(c.arguments)) for c in completion.tool_calls] == [
         ("call_DdmO9pD3xa9XTPNJ32zg2hcA", {"city": "Paris"}),
@@ -232,7 +232,7 @@ def test_stream_assembler_joins_tool_call_fragments():
 
 def test_a_stream_without_finish_is_reported_as_cut():
     assembler = ChatStreamAssembler()
-    assembler.feed(SseEvent(json.dumps(chunk({"content": "Hel"}))))
+    assembler.feed(SseEvent(data=json.dumps(chunk({"content": "Hel"}))))
     with pytest.raises(StreamInterrupted, match="ended before the model finished"):
         assembler.finish()
 
