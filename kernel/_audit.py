@@ -19,10 +19,8 @@ OUTCOMES = ("ok", "error", "denied", "timeout", "cancelled")
 MAX_AUDIT_CHARS = 8192
 TRUNCATED_MARK = "…[truncated]"
 
-INSERT_AUDIT = (
-    "INSERT INTO audit (ts, trace_id, span_id, agent, tool, arguments, duration_ms, "
-    "outcome, error, session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
+AUDIT_COLUMNS = ("ts", "trace_id", "span_id", "agent", "tool", "arguments", "duration_ms", "outcome", "error", "session_id")
+INSERT_AUDIT = f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' * len(AUDIT_COLUMNS))})"
 
 
 def _truncate(text: str, limit: int = MAX_AUDIT_CHARS) -> str:
@@ -101,8 +99,7 @@ def audit_row(record: Any) -> tuple:
 def read_audit(conn: sqlite3.Connection, where: list[str], params: list[Any], limit: int) -> list[AuditRecord]:
     """Audit records matching ``where`` (SQL conditions joined by AND), newest first."""
     sql = (
-        "SELECT ts, trace_id, span_id, agent, tool, arguments, duration_ms, outcome, error, "
-        "session_id FROM audit"
+        f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY id DESC LIMIT ?"
     )

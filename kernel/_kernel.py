@@ -480,13 +480,12 @@ class Kernel:
                         trace=trace,
                     )
                 )
-            # The audit row, stored before the result is returned (also when cancelled).
+            # The audit row, stored before the result is returned (no cancel point).
             record = self._audit_record(agent, call, trace, duration_ms, outcome, error, conversation)
-            with trio.CancelScope(shield=True):
-                try:
-                    await self.store.record_tool_call(record)
-                except Exception:
-                    log.exception("could not write the audit record of %s", call.name)
+            try:
+                await self.store.record_tool_call(record)
+            except Exception:
+                log.exception("could not write the audit record of %s", call.name)
 
     async def _run_checked(
         self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None

@@ -1,26 +1,26 @@
 """SQLite infrastructure shared by the kernel's store and plugins' stores (A2A tasks).
 
-``SqliteDatabase``: one database file, one connection in WAL mode, used by one worker
-thread at a time (``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``), so the event
-loop never waits on disk or on a lock. A subclass names its schema (``migrations``) and
-adds its queries on top of ``read`` and ``write``.
+``SqliteDatabase``: one database file, one connection in WAL mode, used only by one thread
+of the database's own. ``read`` and ``write`` queue their work for that thread and wait for
+its answer, so the event loop never waits on disk, on a lock or on SQLite. A subclass names
+its schema (``migrations``) and adds its queries on top of ``read`` and ``write``.
 
-Group commit (``GroupCommitter``): the first writer to arrive takes every write queued so
-far to the worker thread and runs them in ONE transaction (``BEGIN IMMEDIATE`` … one
-``COMMIT``), each in its own SAVEPOINT, so one failing write is rolled back alone and only
-its caller sees the error; writes that queue while that batch is on the thread form the
-next one. Every caller returns only after the commit that holds its write: nothing is
-acknowledged before it is stored. The queue is bounded. Cancelling a caller: a write still
-queued is withdrawn and never runs; one already taken into a batch commits anyway (its
-caller sees ``Cancelled``). No background task.
+Group commit: the writes queued while the thread is busy are its next batch, run in ONE
+transaction (``BEGIN IMMEDIATE`` … one ``COMMIT``), each in its own SAVEPOINT, so one
+failing write is rolled back alone and only its caller sees the error. A read runs after
+the writes queued before it. A write returns only after the commit that holds it: nothing
+is acknowledged before it is stored. ``wait=False`` writes behind: queued and committed
+with the next batch, for what nobody is answered about. The queue is bounded. Cancelling a
+caller: a write still queued is withdrawn and never runs; one already taken into a batch
+commits anyway (its caller sees ``Cancelled``, or with ``shield`` its answer).
 
 Durability (``[store] synchronous``): ``"normal"`` commits to the WAL without an fsync (a
 returned write survives roost being killed; a power loss may lose the last commits);
 ``"full"`` fsyncs every batch before anyone is answered, except a batch of only writes
 marked ``durable=False`` (nothing is acknowledged on their strength: the next durable
 commit's fsync covers them, the WAL being one sequential file). Checkpoints are SQLite's
-automatic ones, on the worker thread. A locked database (another process writing) is
-waited for on the worker thread, up to ``BUSY_TIMEOUT_MS``.
+automatic ones, on the database's thread. A database locked by another process is waited
+for there, up to ``BUSY_TIMEOUT_MS``.
 
 The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations,
 each in its own transaction. A database from a newer roost, a file that is not SQLite, a
@@ -222,22 +222,25 @@ class SqliteDatabase:
                 del self._queue[: self.max_batch]
                 for op in batch:
                     op.state = "running"
-            writes: list[_Op] = []  # in queue order: a read sees the writes queued before it
-            for op in batch:
-                if op.write:
-                    writes.append(op)
-                    continue
-                if writes:
-                    self._commit(writes)
-                    writes = []
-                try:
-                    op.result = op.work(self._conn)
-                except Exception as exc:
-                    op.error = self._wrap(op.operation, exc)
-            if writes:
-                self._commit(writes)
+            self._run(batch)
             self._token.run_sync_soon(self._deliver, batch)
         self._conn.close()
+
+    def _run(self, batch: list[_Op]) -> None:
+        writes: list[_Op] = []  # in queue order: a read sees the writes queued before it
+        for op in batch:
+            if op.write:
+                writes.append(op)
+                continue
+            if writes:
+                self._commit(writes)
+                writes = []
+            try:
+                op.result = op.work(self._conn)
+            except Exception as exc:
+                op.error = self._wrap(op.operation, exc)
+        if writes:
+            self._commit(writes)
 
     def _commit(self, batch: list[_Op]) -> None:
         """BEGIN, one SAVEPOINT per write (none when alone), COMMIT."""

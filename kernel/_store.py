@@ -199,6 +199,16 @@ class Store(Protocol):
         output_tokens: int,
     ) -> None: ...
 
+    async def log_usage(
+        self,
+        agent: str,
+        session_id: str | None,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+    ) -> None: ...
+
     async def usage_by_agent(self) -> dict[str, dict]: ...
 
 
@@ -544,9 +554,10 @@ class SqliteStore(SqliteDatabase):
     # -- audit log and token usage --
 
     async def record_tool_call(self, record: AuditRecord) -> None:
-        """Append one tool call to the audit log (committed before this returns)."""
+        """Append one tool call to the audit log, committed before this returns. Not a
+        cancel point: a cancelled caller's record is stored all the same."""
         row = audit_row(record)
-        await self.write("record a tool call", lambda conn: conn.execute(INSERT_AUDIT, row))
+        await self.write("record a tool call", lambda conn: conn.execute(INSERT_AUDIT, row), shield=True)
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -924,4 +925,66 @@ async def test_a_shielded_write_behind_a_full_batch_is_still_written(tmp_path, m
             gate.release.set()
         agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
     assert answered == [True]
-    assert agents == ["gate", "b", "c", "shielded"]
+    assert agents[0] == "gate" and sorted(agents[1:3]) == ["b", "c"] and agents[3] == "shielded"
+
+
+# ---- a real daemon killed with SIGKILL -------------------------------------------------------
+
+
+def _scripted_agent(directory, name, **manifest):
+    script = {"rules": manifest.pop("rules", []), "default_reply": "{message}"}
+    path = directory / name / "agent.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"name": name, "description": name, "model": {"provider": "scripted", "script": script}, **manifest}))
+
+
+async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered(tmp_path):
+    # Regression: audit rows were written behind, a couple of milliseconds after the reply,
+    # so a daemon killed right after answering lost the audit rows of its last calls.
+    from roost.plugins.mcp._client import ClientOptions, open_mcp_client
+    from roost.plugins.mcp.transports.http import open_http_transport
+
+    roost = os.path.join(os.path.dirname(sys.executable), "roost")
+    if not os.path.exists(roost):
+        pytest.skip("the roost console script is not installed (run make install)")
+    _scripted_agent(tmp_path / "agents", "worker", mcp={"expose_tools": ["list"]})
+    home = tmp_path / "home"
+    (tmp_path / "roost.toml").write_text(f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+    env.update(ROOST_HOME=str(home), ROOST_CONFIG=str(tmp_path / "roost.toml"))
+    process = await trio.lowlevel.open_process(
+        [roost, "run", "--host", "127.0.0.1", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    answered = 0
+    try:
+        with trio.fail_after(60):
+            output = b""
+            while b"listening on " not in output or not output.endswith(b"\n"):
+                chunk = await process.stdout.receive_some()
+                assert chunk, f"roost run exited: {output.decode(errors='replace')}"
+                output += chunk
+            url = output.decode().split("listening on ", 1)[1].split()[0]
+            async with open_http_transport(f"{url}/agents/worker/mcp", allow_loopback=True) as transport:
+                async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
+
+                    async def call():
+                        nonlocal answered
+                        result = await client.call_tool("list", {})
+                        assert not result.get("isError"), result
+                        answered += 1
+
+                    for _ in range(5):
+                        async with trio.open_nursery() as nursery:
+                            for _ in range(16):
+                                nursery.start_soon(call)
+                    process.kill()  # SIGKILL at once after the last answer: no close, no checkpoint
+    finally:
+        process.kill()
+        with trio.fail_after(10):
+            await process.wait()
+    conn = sqlite3.connect(home / "roost.db")  # what a restarted daemon finds
+    try:
+        (audited,) = conn.execute("SELECT COUNT(*) FROM audit WHERE agent = 'worker' AND tool = 'list'").fetchone()
+    finally:
+        conn.close()
+    assert answered == 80 and audited == answered
