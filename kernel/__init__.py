@@ -131,6 +131,14 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     from ._proctrace import ProcessTraces
     from ._sqlite import SqliteDatabase, StoreError
     from ._store import SqliteStore, Store, StoredMessage, open_store
+    from ._surface import (
+        MESSAGE_TOOL,
+        AgentSurface,
+        SurfaceCall,
+        ask_tool_spec,
+        jsonrpc_error,
+        unknown_tool_error,
+    )
     from ._tools import (
         TAINT_UNTRUSTED,
         Tool,
@@ -204,6 +212,7 @@ for _module, _names in (
         "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
         "agent_tool_name namespaced normalise_name",
     ),
+    ("_surface", "MESSAGE_TOOL AgentSurface SurfaceCall ask_tool_spec jsonrpc_error unknown_tool_error"),
     ("_trace", "DEFAULT_MAX_DEPTH TraceContext"),
 ):
     for _name in _names.split():
@@ -337,6 +346,12 @@ __all__ = [
     "validate_arguments",
     "AgentReply",
     "AgentRuntime",
+    "MESSAGE_TOOL",
+    "AgentSurface",
+    "SurfaceCall",
+    "ask_tool_spec",
+    "jsonrpc_error",
+    "unknown_tool_error",
     "Kernel",
     "open_kernel",
     "result_from_jsonrpc",

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import _mcp_local
 from ._actor import DirectAsk, direct_ask_of
 from ._errors import RoostError
 from ._events import Event, EventKind
@@ -41,8 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._kernel import Kernel
 
 log = logging.getLogger("roost.agent")
-
-MESSAGE_TOOL = "message"
 
 ROUTER_PROMPT = (
     "Classify the user's request. Answer with exactly one word: 'simple' if a small, fast "
@@ -196,7 +193,7 @@ class AgentRuntime:
                 owner=payload.get("owner"),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
-            return await _mcp_local.handle(self, event.payload, event.source, direct_ask_of(event))  # handle_jsonrpc
+            return await self.kernel.surface(self.name).handle(event.payload, direct_ask=direct_ask_of(event))
         raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
 
     async def handle_message(
@@ -493,7 +490,3 @@ class AgentRuntime:
             )
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
-
-    async def handle_jsonrpc(self, request: Any, caller: str) -> dict[str, Any]:
-        """Answer one MCP JSON-RPC request addressed to this agent."""
-        return await _mcp_local.handle(self, request, caller)

@@ -327,9 +327,6 @@ class HttpConfig:
     # The URL clients reach the daemon at (links in agent cards); default: the bound address.
     public_url: str | None = _check(_Str("an http:// or https:// URL"), default=None)
     keep_alive_s: float = _check(_Float(), default=5.0)
-    head_timeout_s: float = _check(_Float(), default=10.0)
-    # Default (unset): derived from the open-file limit (ulimit -n).
-    max_connections: int | None = _check(_Int(1, 1_000_000), default=None)
 
     @property
     def host_principal(self) -> str:

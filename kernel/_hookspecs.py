@@ -30,30 +30,30 @@ class ProviderDescriptor:
 
 @attrs.frozen
 class RouteDescriptor:
-    """An HTTP route served by the daemon. ``handler`` is a quart-trio view function.
+    """An HTTP route served by the daemon.
 
-    ``max_body_bytes`` caps this HTTP route's request bodies (chunked ones too); None keeps the
-    daemon's ``http.max_body_bytes``. ``fast_handler`` (optional) serves the route without
-    Quart: ``async (roost.plugins.http.PlainRequest, **path_args) -> PlainResponse | None``,
-    after the same auth, rate-limit, Origin and size checks; None hands the request to
-    ``handler`` (e.g. for a streamed answer).
+    ``handler`` is ``async (roost.plugins.http.PlainRequest, **path_args) ->
+    roost.plugins.http.PlainResponse`` (a body of bytes, or an async iterable of bytes to
+    stream, e.g. server-sent events); the daemon calls it after its Host, Origin, bearer
+    auth, rate-limit and body-size checks, with the body read. ``path`` takes werkzeug
+    rules (``/x/<name>``, ``<path:rest>``) and is served with and without a trailing slash
+    (same handler, no redirect). ``methods`` lists what the handler takes (GET brings HEAD;
+    an OPTIONS request on a route without OPTIONS is answered as a CORS preflight).
 
-    The route is served with and without a trailing slash (``/mcp`` and ``/mcp/``, same
-    handler, no redirect). ``render_error`` (optional) shapes every error the daemon itself
-    answers for this route (401, 403, 404, 405, 413, 429, 5xx, an unhandled exception):
-    ``(HTTP status, roost error code such as "rate_limited", message) -> (body bytes,
-    content type)``; status and headers (Retry-After, WWW-Authenticate) stay the daemon's.
-    None keeps roost's ``{"error": {"code", "message"}}``. A path no route matches takes
-    the renderer of the route sharing the most leading path segments with it.
+    ``max_body_bytes`` caps this route's request bodies (chunked ones too); None keeps the
+    daemon's ``http.max_body_bytes``. ``render_error`` (optional) shapes every error the
+    daemon itself answers for this route (401, 403, 404, 405, 413, 429, 5xx, an unhandled
+    exception): ``(HTTP status, roost error code such as "rate_limited", message) -> (body
+    bytes, content type)``; status and headers (Retry-After, WWW-Authenticate) stay the
+    daemon's. None keeps roost's ``{"error": {"code", "message"}}``. A path no route matches
+    takes the renderer of the route sharing the most leading path segments with it.
     """
 
     path: str
     handler: Callable[..., Any] = attrs.field(eq=False, repr=False)
     methods: tuple[str, ...] = ("GET",)
-    websocket: bool = False
     public: bool = False  # True: no bearer auth (like /health)
     max_body_bytes: int | None = None
-    fast_handler: Callable[..., Any] | None = attrs.field(default=None, eq=False, repr=False)
     render_error: Callable[[int, str, str], tuple[bytes, str]] | None = attrs.field(
         default=None, eq=False, repr=False
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import logging
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,7 +38,6 @@ from ._errors import (
     ToolDenied,
     ToolError,
     ToolNameCollision,
-    ToolNotFound,
     ToolTimeout,
     is_mapping,
 )
@@ -48,7 +46,6 @@ from ._frozen import frozen_builder
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
 from ._jsonrpc import make_encoder
-from ._loop import NO_TAINT
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
@@ -61,6 +58,7 @@ from ._policy import (
     validate_arguments,
 )
 from ._proctrace import ProcessTraces
+from ._surface import AgentSurface, ask_tool_spec, message_arguments_ok
 from ._tools import (
     TAINT_UNTRUSTED,
     Tool,
@@ -110,7 +108,6 @@ def _audit_json_encoder() -> Callable[[Any], str]:
 
 
 _MAX_PLANS = 4096
-_tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
 _UNKNOWN = object()
 
 
@@ -172,8 +169,10 @@ class Kernel:
         self._plans: dict[tuple[str, str], _CallPlan] = {}
         self._allowed: dict[str, tuple[Any, ToolRegistry, int, tuple[ToolSpec, ...]]] = {}
         self._audit_json = _audit_json_encoder()
-        # The handlers of the agent_* tools, and the agent each one asks.
-        self._agent_handlers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
+        # one of them is decided by identity, never by a field a plugin could set too.
+        self._agent_tools: dict[str, Tool] = {}
+        self._surfaces: dict[str, AgentSurface] = {}
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -236,6 +235,24 @@ class Kernel:
             except RecursionLimitExceeded as exc:
                 self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
                 raise
+        return await self._deliver(
+            agent, message, trace, session_id=session_id, timeout=timeout, stream=stream,
+            new_session=new_session, principal=principal,
+        )
+
+    async def _deliver(
+        self,
+        agent: str,
+        message: str,
+        trace: TraceContext,
+        *,
+        session_id: str | None = None,
+        timeout: float | None = None,
+        stream: bool = False,
+        new_session: bool = False,
+        principal: str | None = None,
+    ) -> AgentReply:
+        """``send``'s delivery, ``trace`` already naming ``agent`` as its last hop."""
         run_id = uuid7_hex()  # from the id pool: no syscall per message
         try:
             answer = await self.actors.ask_payload(
@@ -286,19 +303,32 @@ class Kernel:
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
-        own = agent_tool_name(manifest.name)
-        return tuple(s for s in self.registry.specs() if s.name != own and caps.allows(s))
+        own = self._agent_tools.get(agent_tool_name(manifest.name))  # an agent does not ask itself
+        return tuple(s for s in self.registry.specs() if (own is None or s is not own.spec) and caps.allows(s))
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
-        return list(self._cached(("exposed", agent), manifest, lambda: self._exposed_specs(manifest)))
+        exposure = self._exposure(manifest)  # its surface keeps the list per registry version
+        return [s for s in self.registry.specs() if not self._is_agent_tool(s) and exposure.is_exposed(s)]
 
-    def _exposed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
-        exposure = self._exposure(manifest)
-        return tuple(s for s in self.registry.specs() if s.owner != "agents" and exposure.is_exposed(s))
+    def _is_agent_tool(self, spec: ToolSpec) -> bool:
+        """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
+        on its own surface), their calls not published as tool events (the ask is one)."""
+        tool = self._agent_tools.get(spec.name)
+        return tool is not None and tool.spec is spec
+
+    def surface(self, agent: str) -> AgentSurface:
+        """The MCP surface of ``agent`` (``message`` plus its exposed tools) that every
+        transport drives; raises AgentNotFound."""
+        surface = self._surfaces.get(agent)
+        if surface is None:
+            if agent not in self.agents:
+                raise AgentNotFound(agent, list(self.agents))
+            surface = self._surfaces[agent] = AgentSurface(self, agent)
+        return surface
 
     def _cached(
         self, key: tuple[str, str], manifest: Any, build: Any, *, follows_registry: bool = True
@@ -370,10 +400,7 @@ class Kernel:
         if hit is not None and hit.manifest is manifest and hit.tool is tool:
             return hit
         tools_cfg = self.config.tools
-        try:
-            asks = self._agent_handlers.get(tool.handler)
-        except TypeError:  # a handler that cannot be weakly referenced is not the kernel's
-            asks = None
+        asks = spec.original_name if self._agent_tools.get(spec.name) is tool else None
         plan = _CallPlan(
             manifest,
             tool,
@@ -387,6 +414,8 @@ class Kernel:
             env_allowlist=tuple(tools_cfg.env_allowlist) + tuple(manifest.env_allowlist),
             workspace=self.workspace_for(manifest),
         )
+        if asks is not None:
+            plan.arguments_check = message_arguments_ok  # the ask tool's schema, checked quickly
         if len(self._plans) >= _MAX_PLANS:
             self._plans.clear()  # tools come and go (MCP servers): never grow without bound
         self._plans[key] = plan
@@ -470,7 +499,7 @@ class Kernel:
         finally:
             duration_ms = (time.monotonic() - started) * 1000
             # Nobody watching: an event nobody can observe is not built (hot path).
-            if (spec is None or spec.owner != "agents") and self.tap.wants(EventKind.EXEC_TOOL_RESULT):
+            if (spec is None or not self._is_agent_tool(spec)) and self.tap.wants(EventKind.EXEC_TOOL_RESULT):
                 self.publish(
                     Event(
                         EventKind.EXEC_TOOL_RESULT,
@@ -510,7 +539,7 @@ class Kernel:
             if warning:
                 log.warning("%s", warning)
             conversation.loop_guard.check(call)
-        if spec.owner != "agents" and self.tap.wants(EventKind.EXEC_TOOL_CALL):
+        if plan.asks is None and self.tap.wants(EventKind.EXEC_TOOL_CALL):
             self.publish(
                 Event(
                     EventKind.EXEC_TOOL_CALL,
@@ -550,19 +579,6 @@ class Kernel:
                     result = replacement
         return result
 
-    async def call_exposed(
-        self, agent: str, name: str, arguments: Mapping[str, Any], *, trace: TraceContext | None
-    ) -> ToolResult:
-        """Run a tool that ``agent`` exposes, for a caller on an MCP/A2A surface.
-
-        A private or unexposed tool is reported exactly like an unknown one.
-        """
-        manifest = self._require_agent(agent)
-        spec = self.registry.get(name).spec if name in self.registry else None
-        if spec is None or spec.owner == "agents" or not self._exposure(manifest).is_exposed(spec):
-            raise ToolNotFound(name, [s.name for s in self.exposed_tools(agent)])
-        call = ToolCall(name=name, arguments=dict(arguments), caller=agent, trace=trace)
-        return await self.call_tool(agent, call, check_capability=False)
 
     def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
         """The audit record of ``call``. One without error is built without attrs'
@@ -663,42 +679,31 @@ class Kernel:
         log.error("plugin %s: %s", name, error)
         self.publish(Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload={"plugin": name, "error": error}))
 
-    def _agent_tool(self, target: str) -> Tool:
-        manifest = self.agents[target]
-        spec = ToolSpec(
-            name=agent_tool_name(target),
-            title=f"Ask {target}",
-            description=f"Ask the {target} agent. {manifest.description}".strip(),
-            input_schema={
-                "type": "object",
-                "properties": {"message": {"type": "string", "description": f"What to ask {target}"}},
-                "required": ["message"],
-                "additionalProperties": False,
-            },
-            owner="agents",
-            original_name=target,
-        )
+    def _add_agent_tool(self, target: str) -> None:
+        """Register ``agent_<target>``, the tool through which agents ask ``target``."""
+        spec = ask_tool_spec(target, self.agents[target].description, name=agent_tool_name(target))
 
         async def ask_agent(call: ToolCall, ctx: ToolContext) -> ToolResult:
             return await self._ask_agent(target, spec, call, ctx.agent, ctx.timeout_s, ctx.outputs)
 
-        self._agent_handlers[ask_agent] = target
-        return Tool(spec, ask_agent)
+        tool = Tool(spec, ask_agent)
+        try:
+            self.registry.register(tool)
+        except ToolNameCollision as exc:
+            self._plugin_failure("agents", str(exc))
+        else:
+            self._agent_tools[spec.name] = tool
 
     async def _ask_agent(
         self, target: str, spec: ToolSpec, call: ToolCall, agent: str, timeout_s: float, outputs: Any
     ) -> ToolResult:
         """The ``agent_{target}`` tool called by ``agent``: a JSON-RPC ``tools/call`` of the
-        target's ``message`` tool, asked with the tool's timeout as the ask's deadline."""
+        target's ``message`` tool (its surface applies the depth limit), asked with the
+        tool's timeout as the ask's deadline."""
         if target in self.agent_errors:
             raise AgentUnavailable(target, self.agent_errors[target])
         caller = call.caller or agent
         origin = call.trace or TraceContext.new(caller, max_depth=self.max_depth_for(caller))
-        try:
-            origin.check_hop(target, max_depth=self.max_depth_for(target))
-        except RecursionLimitExceeded as exc:
-            self.breaker_tripped(exc, caller=caller, target=target)
-            raise
         if len(origin.path) > 2:  # bouncing more than twice takes four hops (A, B, A, B)
             check_ping_pong(origin.path + (target,))
         params = {"name": "message", "arguments": {"message": call.arguments["message"]}, "_meta": origin.to_meta()}
@@ -797,21 +802,7 @@ def result_from_jsonrpc(response: Any) -> ToolResult:
     result = response.get("result")
     if not is_mapping(result):
         return ToolResult.error("peer returned a response without a result")
-    blocks = result.get("content") or ()
-    for block in blocks:
-        if not is_mapping(block):
-            blocks = [b for b in blocks if is_mapping(b)]
-            break
-    content = tuple(blocks)
-    structured = result.get("structuredContent")
-    if structured is not None and not is_mapping(structured):
-        structured = None
-    is_error = bool(result.get("isError", False))
-    if is_error:
-        tripped = RecursionLimitExceeded.from_mcp_result(result)
-        if tripped is not None:
-            raise tripped
-    return _tool_result(content, structured, is_error, NO_TAINT)
+    return ToolResult.from_mcp(result)
 
 
 @asynccontextmanager
@@ -873,7 +864,7 @@ async def open_kernel(
                 found[manifest.name] = manifest
             kernel.agents = dict(sorted(found.items()))
             for name in kernel.agents:
-                kernel._register_tools([kernel._agent_tool(name)], "agents")
+                kernel._add_agent_tool(name)
             specs = kernel.registry.specs()
             for manifest in kernel.agents.values():
                 for warning in tool_pattern_warnings(manifest, specs):

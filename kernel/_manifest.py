@@ -156,7 +156,9 @@ class A2AConfig:
 
 @attrs.frozen
 class AgentLimits:
-    """Per-agent bounds on turns, tool time, call depth and concurrency."""
+    """Per-agent bounds on turns, tool time, call depth and concurrency, and on what one
+    ``bash`` command may use: address space per process (MiB), processes, and the size of
+    its private ``$TMPDIR`` (MiB)."""
 
     max_turns: int = 10
     tool_timeout_s: float = 60.0
@@ -164,6 +166,9 @@ class AgentLimits:
     max_concurrent_tools: int = 4
     max_concurrent_messages: int = 8
     tool_timeouts: Mapping[str, float] = attrs.field(factory=dict)
+    bash_memory_mb: int = 4096
+    bash_processes: int = 512
+    bash_tmp_mb: int = 512
 
     def timeout_for(self, tool: str) -> float:
         """The timeout for ``tool``: its own override, else ``tool_timeout_s``."""

@@ -121,9 +121,6 @@ class Capabilities:
         )
 
 
-_MAX_VERDICTS = 4096
-
-
 @attrs.frozen
 class Exposure:
     """Which tools an agent offers to others over MCP/A2A: deny by default, private wins."""
@@ -134,44 +131,10 @@ class Exposure:
     private: tuple[str, ...] = attrs.field(
         default=(), converter=lambda v: _patterns(v, "private_tools")
     )
-    # Verdicts by spec (kept alive, so the id stays its own): a call from an MCP or A2A
-    # surface asks every time, and the glob matching costs more than the lookup.
-    _verdicts: dict[int, tuple[ToolSpec, bool]] = attrs.field(
-        factory=dict, init=False, eq=False, repr=False
-    )
-
     def is_exposed(self, spec: ToolSpec) -> bool:
-        """True when an ``expose`` pattern matches and no ``private`` pattern does."""
-        hit = self._verdicts.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            return hit[1]
-        exposed = _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
-        if len(self._verdicts) >= _MAX_VERDICTS:
-            self._verdicts.clear()  # tools come and go (MCP servers): never grow without bound
-        self._verdicts[id(spec)] = (spec, exposed)
-        return exposed
-
-    def filter(self, specs: Iterable[ToolSpec]) -> list[ToolSpec]:
-        """The exposed subset of ``specs``, in order."""
-        return [s for s in specs if self.is_exposed(s)]
-
-    def check(self, spec: ToolSpec, *, agent: str = "", surface: str = "") -> None:
-        """Raise ``ToolDenied`` unless the tool is exposed, naming the setting to change."""
-        if self.is_exposed(spec):
-            return
-        who = f"agent {agent!r}" if agent else "this agent"
-        via = f" over {surface}" if surface else ""
-        private = _first_match(spec, self.private)
-        if private is not None:
-            raise ToolDenied(
-                f"tool {_names(spec)} of {who} is not exposed{via}: it matches private_tools "
-                f"pattern {private!r}, and private wins; remove that pattern from private_tools "
-                "in its agent.json to expose it"
-            )
-        raise ToolDenied(
-            f"tool {_names(spec)} of {who} is not exposed{via}: tools are private unless "
-            f"listed; add {spec.name!r} to expose_tools in its agent.json"
-        )
+        """True when an ``expose`` pattern matches and no ``private`` pattern does (asked
+        when the exposed tools are listed, which the kernel caches per registry version)."""
+        return _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
 
 
 # --------------------------------------------------------------------------------------

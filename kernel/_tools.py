@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
-from ._errors import ToolNameCollision, ToolNotFound
+from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
+from ._frozen import frozen_builder
 from ._trace import TraceContext, new_call_id
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 # MCP 2025-11-25: tool names SHOULD be 1-128 chars of A-Z a-z 0-9 _ - .
 WIRE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -37,10 +35,6 @@ def namespaced(server: str, tool: str) -> str:
 def agent_tool_name(agent: str) -> str:
     """The tool through which other agents ask ``agent``: ``agent_{name}``."""
     return f"agent_{normalise_name(agent)}"
-
-
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return None if value is None else dict(value)
 
 
 @attrs.frozen
@@ -139,6 +133,25 @@ class ToolResult:
             parts.append(json.dumps(self.structured_content, ensure_ascii=False))
         return "\n".join(parts)
 
+    @classmethod
+    def from_mcp(cls, result: Mapping[str, Any]) -> ToolResult:
+        """The ToolResult of an MCP ``CallToolResult`` (content blocks that are not objects
+        are dropped); raises RecursionLimitExceeded for a call refused at the depth limit."""
+        is_error = bool(result.get("isError", False))
+        if is_error:
+            tripped = RecursionLimitExceeded.from_mcp_result(result)
+            if tripped is not None:
+                raise tripped
+        blocks = result.get("content") or ()
+        for block in blocks:
+            if not is_mapping(block):
+                blocks = [b for b in blocks if is_mapping(b)]
+                break
+        structured = result.get("structuredContent")
+        if structured is not None and not is_mapping(structured):
+            structured = {"result": structured}
+        return _tool_result(tuple(blocks), structured, is_error, frozenset())
+
     def with_taint(self, *labels: str) -> ToolResult:
         return attrs.evolve(self, taint=self.taint | frozenset(labels))
 
@@ -148,6 +161,9 @@ class ToolResult:
         if self.structured_content is not None:
             out["structuredContent"] = dict(self.structured_content)
         return out
+
+
+_tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
 
 
 @attrs.frozen
@@ -180,11 +196,11 @@ class Tool:
 
 
 class ToolRegistry:
-    """Every tool the kernel knows, by registry name, with a map back to original names."""
+    """Every tool the kernel knows, by registry name (``ToolSpec.original_name`` maps a
+    namespaced name back to the one its provider knows it by)."""
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
-        self._original: dict[str, str] = {}
         self.version = 0
         """Bumped on every change, so that views built from the registry can be cached."""
 
@@ -203,25 +219,17 @@ class ToolRegistry:
                 "or disable a plugin"
             )
         self._tools[name] = tool
-        self._original[name] = tool.spec.original_name or name
         self.version += 1
 
     def unregister(self, name: str) -> None:
         if self._tools.pop(name, None) is not None:
             self.version += 1
-        self._original.pop(name, None)
 
     def get(self, name: str) -> Tool:
         try:
             return self._tools[name]
         except KeyError:
             raise ToolNotFound(name, list(self._tools)) from None
-
-    def original_name(self, name: str) -> str:
-        """The name the provider of ``name`` knows it by (e.g. the MCP server's own name)."""
-        if name not in self._original:
-            raise ToolNotFound(name, list(self._tools))
-        return self._original[name]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -231,6 +239,3 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec for t in sorted(self._tools.values(), key=lambda t: t.spec.name)]
-
-    def tools(self) -> list[Tool]:
-        return [self._tools[n] for n in sorted(self._tools)]

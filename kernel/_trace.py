@@ -211,14 +211,14 @@ class TraceContext:
         return None if fields is None else cls(*fields)
 
     @classmethod
-    def for_hop(cls, meta: Any, hop: str, *, max_depth: int) -> TraceContext:
-        """``from_meta(meta).child(hop, max_depth=max_depth)``, or, when ``meta`` carries no
-        context, ``new(hop, max_depth=max_depth)``: what a callee reads from a request."""
+    def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
+        """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or ``new(hop, ...)``
+        when ``meta`` carries no context: what a callee reads from a request."""
         if meta.__class__ is dict:
             child = _exact_hop(meta, hop, max_depth)
             if child is not None:
                 return child
-        fields = _fields_from_meta(meta, "_meta")
+        fields = _fields_from_meta(meta, field)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
         return _hop(*fields, hop, max_depth)  # child() without building the parent first

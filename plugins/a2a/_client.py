@@ -5,8 +5,10 @@ Every URL is checked against SSRF rules (after DNS) before it is fetched; reques
 after 30 s (streams: between events); ``User-Agent: roost/<version> A2A``. A request
 answered HTTP 429 or 503 is sent again after the server's ``Retry-After`` (bounded in count,
 and never past the 30 s or the caller's deadline); any other HTTP error fails at once,
-naming the status and the server's message. Pass ``transport=httpx.MockTransport(...)``
-to test without a network.
+naming the status and the server's message. What an agent sends is read up to a cap, never
+whole first: a card 1 MiB, a JSON-RPC answer or one SSE event ``MAX_ANSWER_BYTES``, an
+error body its first 64 KiB; past the cap the call fails at once naming the limit and the
+URL. Pass ``transport=httpx.MockTransport(...)`` to test without a network.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ import attrs
 import httpx
 import trio
 from roost.kernel import TraceContext, UrlRefused, check_url
-from roost.plugins.mcp.transports._base import (
+from roost.plugins.http.client import (
     ERROR_BODY_BYTES,
+    ResponseTooLarge,
     http_error_text,
     http_retry_wait,
     http_status_line,
+    read_body,
+    read_error_body,
     remaining_s,
+    retry_after_s,
+    sse_events,
 )
-from roost.plugins.mcp.transports.sse import read_error_body
-from roost.plugins.providers._http import retry_after_s
 
 from . import _models as m
 
@@ -40,6 +45,8 @@ DEFAULT_TIMEOUT_S = 30.0
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 MAX_CARD_BYTES = 1_048_576
+# A JSON-RPC answer or one SSE event: a task with its files (16 MiB, base64) and history.
+MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
 def _version() -> str:
@@ -189,21 +196,19 @@ class A2AClient:
         last = ""
         for candidate in candidates:
             await self._check(candidate)
-            response = await self._send_with_retries(
-                "GET", candidate, headers={"A2A-Version": "1.0", "Accept": "application/json"}
+            status, body = await self._send_with_retries(
+                "GET", candidate, MAX_CARD_BYTES, "the agent card", headers={"A2A-Version": "1.0", "Accept": "application/json"}
             )
-            if response.status_code == 404:
+            if status == 404:
                 last = f"{candidate}: 404"
                 continue
-            if response.status_code >= 400:
-                raise _refused(response.status_code, response.content, candidate)
-            if response.status_code != 200:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(response.status_code)}")
-            if len(response.content) > MAX_CARD_BYTES:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is larger than 1 MiB")
+            if status >= 400:
+                raise _refused(status, body, candidate)
+            if status != 200:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(status)}")
             try:
-                card = response.json()
-            except ValueError:
+                card = json.loads(body)
+            except (ValueError, RecursionError):
                 raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is not JSON") from None
             return parse_card(card, candidate)
         raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"no agent card found ({last}); is {url} an A2A agent?")
@@ -231,23 +236,30 @@ class A2AClient:
         body, headers = self._request(agent, op, params)
         if trace is not None:
             headers.update(trace.to_headers())
-        response = await self._send_with_retries("POST", url, json=body, headers=headers)
-        return _result(response, url)
+        status, answer = await self._send_with_retries("POST", url, MAX_ANSWER_BYTES, "the JSON-RPC answer", json=body, headers=headers)
+        return _result(status, answer, url)
 
-    async def _send_with_retries(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+    async def _send_with_retries(self, method: str, url: str, limit: int, what: str, **kwargs: Any) -> tuple[int, bytes]:
         """One request, sent again while the answer is HTTP 429/503 and the server's
         ``Retry-After`` fits (``http_retry_wait``: bounded in count, within ``timeout`` and
-        the caller's deadline); returns the last answer."""
+        the caller's deadline); the last answer's status and body: at most ``limit`` bytes
+        of a success (more fails at once, naming ``what``), an error's first 64 KiB."""
         deadline = trio.current_time() + self.timeout
         retries = 0
         while True:
             try:
-                response = await self._http.request(method, url, **kwargs)
+                async with self._http.stream(method, url, **kwargs) as response:
+                    if response.status_code >= 400:
+                        body = await read_error_body(response)
+                    else:
+                        body = await read_body(response, limit, what=what)
             except httpx.HTTPError as exc:
                 raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+            except ResponseTooLarge as exc:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
             wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
             if wait is None:
-                return response
+                return response.status_code, body
             retries += 1
             log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
             await trio.sleep(wait)
@@ -386,6 +398,8 @@ class A2AClient:
                         return
             except httpx.HTTPError as exc:
                 raise A2AClientError(m.INTERNAL_ERROR, f"stream from {url} failed: {type(exc).__name__}: {exc}") from None
+            except ResponseTooLarge as exc:
+                raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
             wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
             if wait is None:
                 raise _refused(response.status_code, error_body, url)
@@ -395,34 +409,23 @@ class A2AClient:
 
 
 async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncIterator[m.Event]:
-    """The events of a streamed answer (or the one result of a plain JSON answer)."""
+    """The events of a streamed answer (or the one result of a plain JSON answer), each
+    read up to ``MAX_ANSWER_BYTES``."""
     if "text/event-stream" not in response.headers.get("content-type", ""):
-        await response.aread()
-        yield _event(_result(response, url), info)
+        body = await read_body(response, MAX_ANSWER_BYTES, what="the JSON-RPC answer")
+        yield _event(_result(response.status_code, body, url), info)
         return
-    async for data in _sse_data(response):
+    async for event in sse_events(response, max_bytes=MAX_ANSWER_BYTES):
+        if not event.data:  # an id or retry alone
+            continue
         try:
-            envelope = json.loads(data)
-        except ValueError:
+            envelope = json.loads(event.data)
+        except (ValueError, RecursionError):
             raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON") from None
         if isinstance(envelope, Mapping) and "error" in envelope:
             raise _rpc_error(envelope["error"])
         result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
         yield _event(result, info)
-
-
-async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    lines: list[str] = []
-    async for line in response.aiter_lines():
-        if line == "":
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-            continue
-        if line.startswith("data:"):
-            lines.append(line[5:].lstrip(" "))
-    if lines:
-        yield "\n".join(lines)
 
 
 def _rpc_error(error: Any) -> A2AClientError:
@@ -432,19 +435,20 @@ def _rpc_error(error: Any) -> A2AClientError:
     return A2AClientError(code, str(error.get("message", "error")), data=error.get("data"))
 
 
-def _result(response: httpx.Response, url: str) -> Any:
-    if response.status_code >= 400:
-        raise _refused(response.status_code, response.content, url)
+def _result(status: int, body: bytes, url: str) -> Any:
+    """The ``result`` of a JSON-RPC answer (HTTP ``status`` with ``body``), or the error."""
+    if status >= 400:
+        raise _refused(status, body, url)
     try:
-        envelope = response.json()
-    except ValueError:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {response.status_code} with a body that is not JSON") from None
+        envelope = json.loads(body)
+    except (ValueError, RecursionError):
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} with a body that is not JSON") from None
     if not isinstance(envelope, Mapping):
         raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered with a JSON {type(envelope).__name__}, not an object")
     if "error" in envelope:
         raise _rpc_error(envelope["error"])
     if "result" not in envelope:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {response.status_code} without a result")
+        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} without a result")
     return envelope["result"]
 
 

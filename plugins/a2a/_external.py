@@ -198,10 +198,12 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
 def status_route(kernel: Any) -> RouteDescriptor:
     """``GET /api/a2a/external_agents``: each external agent and its discovery state."""
 
-    async def list_external_agents() -> dict[str, Any]:
+    async def list_external_agents(request: Any) -> Any:
+        from roost.plugins.http import PlainResponse
+
         from ._server import service_for
 
         service = service_for(kernel)
-        return {"external_agents": external_status(service) if service is not None else []}
+        return PlainResponse.json({"external_agents": external_status(service) if service is not None else []})
 
     return RouteDescriptor("/api/a2a/external_agents", list_external_agents, methods=("GET",))

@@ -7,8 +7,9 @@ link-local, private and loopback addresses, after DNS) when the config is set an
 for every delivery, and each delivery connects only to the addresses that check approved
 (``PinnedTransport``, shared with the MCP HTTP client), on every retry: a DNS-rebinding
 name cannot answer the check with a public address and the connection with 127.0.0.1.
-Redirects are not followed (a 3xx is a failed attempt). ``Authorization: <scheme>
-<credentials>`` and ``X-A2A-Notification-Token`` carry what the client configured.
+Redirects are not followed (a 3xx is a failed attempt); the webhook's status is its whole
+answer (its body is never read). ``Authorization: <scheme> <credentials>`` and
+``X-A2A-Notification-Token`` carry what the client configured.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import attrs
 import httpx
 import trio
 from roost.kernel import AddressPins, UrlRefused, check_url
-from roost.plugins.mcp.transports.sse import PinnedTransport
+from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
 
@@ -142,11 +143,13 @@ class PushDispatcher:
         for attempt in range(1, self.settings.retries + 1):
             try:
                 await pins.addresses(config.url)  # checked on the first attempt, pinned for the rest
-                response = await client.post(config.url, content=payload, headers=headers)
-                if 200 <= response.status_code < 300:
+                # The status is the whole answer: the body, however long, is never read.
+                async with client.stream("POST", config.url, content=payload, headers=headers) as response:
+                    status = response.status_code
+                if 200 <= status < 300:
                     self.delivered += 1
                     return True
-                problem = f"HTTP {response.status_code}"
+                problem = f"HTTP {status}"
             except UrlRefused as exc:
                 log.warning("push to %s refused: %s", config.url, exc)
                 break

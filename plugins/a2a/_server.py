@@ -29,7 +29,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
 import trio
 from roost.kernel import (
     InvalidTraceContext,
@@ -40,8 +39,7 @@ from roost.kernel import (
     is_mapping,
     jsonrpc,
 )
-from roost.plugins.http import principal_of
-from roost.plugins.http._plain import PlainRequest, PlainResponse
+from roost.plugins.http import PlainRequest, PlainResponse, principal_of
 
 from . import _models as m
 from . import _protocol as p
@@ -419,18 +417,9 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 
 # ---- HTTP layer ------------------------------------------------------------------------------
 #
-# Each route is one server-neutral function ``(service, PlainRequest, ..., stream_ok) ->
-# PlainResponse | SseAnswer | None``. ``make_routes`` serves it twice: as the route's
-# ``fast_handler`` (the daemon's fast lane, which cannot stream: a streaming request makes it
-# return None and the daemon hands the request to Quart) and as the quart view.
-
-
-@attrs.frozen
-class SseAnswer:
-    """A streamed answer: the events, and how to wrap each (JSON-RPC) before sending."""
-
-    events: AsyncIterator[dict]
-    wrap: Any = None
+# Each route is one function ``(service, PlainRequest, **path_args) -> PlainResponse``;
+# ``make_routes`` makes it the route's handler behind the A2A checks (service up, api key,
+# agent named in the path).
 
 
 def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
@@ -448,10 +437,9 @@ def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
     return _json(card, headers=headers)
 
 
-def _sse(answer: SseAnswer):
-    from quart import Response
-
-    events, wrap = answer.events, answer.wrap
+def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
+    """A streamed answer: each event (wrapped by ``wrap``, e.g. in a JSON-RPC response) as
+    a server-sent event."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -461,14 +449,8 @@ def _sse(answer: SseAnswer):
         except m.A2AError as exc:  # an error after the stream began ends it with an error event
             yield f"data: {json.dumps(wrap_error(exc) if wrap else exc.rest_error())}\n\n".encode()
 
-    response = Response(
-        body(),
-        status=200,
-        content_type="text/event-stream; charset=utf-8",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
-    response.timeout = None
-    return response
+    headers = (("Cache-Control", "no-store"), ("X-Accel-Buffering", "no"))
+    return PlainResponse(200, body(), "text/event-stream; charset=utf-8", headers)
 
 
 def wrap_error(exc: m.A2AError) -> dict:
@@ -556,32 +538,32 @@ def _gate(service: A2AService | None, req: PlainRequest, binding: str, args: Map
     return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(service, req, binding, args)
 
 
-# The routes: ``(service, req, stream_ok, **path_args)``.
+# The routes: ``(service, req, **path_args)``.
 
 
-async def _root_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+async def _root_card(service: A2AService, req: PlainRequest) -> PlainResponse:
     primary = service.primary_agent()
     if primary is None:
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
     return _card_response(req, build_card(service, primary, req.base_url, root=True))
 
 
-async def _root_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+async def _root_legacy_card(service: A2AService, req: PlainRequest) -> PlainResponse:
     primary = service.primary_agent()
     if primary is None:
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
     return _card_response(req, legacy_card(service, primary, req.base_url))
 
 
-async def _agent_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
+async def _agent_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
     return _card_response(req, build_card(service, name, req.base_url))
 
 
-async def _agent_legacy_card(service: A2AService, req: PlainRequest, stream_ok: bool, name: str) -> Any:
+async def _agent_legacy_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
     return _card_response(req, legacy_card(service, name, req.base_url))
 
 
-async def _list_agents(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+async def _list_agents(service: A2AService, req: PlainRequest) -> PlainResponse:
     cards = [build_card(service, n, req.base_url) for n in service.a2a_agents()]
     return _card_response(req, {"agents": cards, "total": len(cards)})
 
@@ -599,7 +581,7 @@ def header_trace(headers: Any) -> TraceContext | None:
         raise invalid_trace(exc) from None
 
 
-async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name: str | None = None) -> Any:
+async def _jsonrpc(service: A2AService, req: PlainRequest, name: str | None = None) -> PlainResponse:
     headers = req.headers
     try:
         p.check_content_type(headers.get("Content-Type"))
@@ -612,20 +594,18 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, stream_ok: bool, name
     except m.A2AError as exc:
         return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)))
     streaming = op.op in p.STREAMING_OPS
-    if streaming and not stream_ok:
-        return None
     try:
         trace = header_trace(headers)
         if streaming:
             events = await service.open_stream(op, name, trace, service.owner_of(req))
-            return SseAnswer(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
+            return _sse(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
         result = await service.execute(op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req))
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect))
     return _json(p.result_json(op.dialect, op.id, result))
 
 
-async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_path: str, name: str | None = None) -> Any:
+async def _rest(service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None) -> PlainResponse:
     legacy_prefix = rest_path.startswith("v1/")
     path = rest_path[3:] if legacy_prefix else rest_path
     content_type = "application/json" if legacy_prefix else A2A_JSON
@@ -642,10 +622,8 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
-            if not stream_ok:
-                return None
             events = await service.open_stream(op, name, header_trace(req.headers), service.owner_of(req))
-            return SseAnswer(_events_v03(events) if legacy_prefix else events)
+            return _sse(_events_v03(events) if legacy_prefix else events)
         result = await service.execute(
             op, name, header_trace(req.headers), req.base_url if op.op == "card" else "", service.owner_of(req)
         )
@@ -656,11 +634,11 @@ async def _rest(service: A2AService, req: PlainRequest, stream_ok: bool, rest_pa
     return _json(result, content_type=content_type)
 
 
-async def _agent_rest(service: A2AService, req: PlainRequest, stream_ok: bool, name: str, rest_path: str) -> Any:
-    return await _rest(service, req, stream_ok, rest_path, name)
+async def _agent_rest(service: A2AService, req: PlainRequest, name: str, rest_path: str) -> PlainResponse:
+    return await _rest(service, req, rest_path, name)
 
 
-async def _legacy_send(service: A2AService, req: PlainRequest, stream_ok: bool) -> Any:
+async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
     """The seed's ``tasks/send``: bare params answered with the bare task, or a JSON-RPC
     envelope (as the seed's client sends it) answered with a JSON-RPC response."""
     try:
@@ -692,7 +670,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     return _json(p.result_json(m.V01, rpc_id, result))
 
 
-async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
+async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
     try:
         params = {"id": task_id}
         if "historyLength" in req.args:
@@ -704,7 +682,7 @@ async def _legacy_get(service: A2AService, req: PlainRequest, stream_ok: bool, t
     return _json(result)
 
 
-async def _legacy_cancel(service: A2AService, req: PlainRequest, stream_ok: bool, task_id: str) -> Any:
+async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
     try:
         result = await service.execute(
             p.Operation("cancel", p.TaskQuery(task_id), m.V01), None, None, "", service.owner_of(req)
@@ -714,37 +692,27 @@ async def _legacy_cancel(service: A2AService, req: PlainRequest, stream_ok: bool
     return _json(result)
 
 
-def _serve_twice(kernel: Any, core: Any, binding: str, *, auth: bool = True) -> tuple[Any, Any]:
-    """``(quart view, fast handler)`` of one neutral route function; ``binding`` (card,
-    jsonrpc, rest, v01) is the shape its errors take."""
+def _handler(kernel: Any, core: Any, binding: str, *, auth: bool = True) -> Any:
+    """The route handler of ``core``: the A2A checks first; ``binding`` (card, jsonrpc, rest,
+    v01) is the shape its errors take."""
 
-    async def run(req: PlainRequest, stream_ok: bool, args: dict[str, Any]) -> Any:
+    async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
         service = service_for(kernel)
         bad = _gate(service, req, binding, args, auth=auth)
         if bad is not None:
             return bad
-        return await core(service, req, stream_ok, **args)
+        return await core(service, req, **args)
 
-    async def fast(req: PlainRequest, **args: Any) -> PlainResponse | None:
-        return await run(req, False, args)
-
-    async def view(**args: Any) -> Any:
-        from quart import request
-
-        answer = await run(await PlainRequest.from_quart(request), True, args)
-        return _sse(answer) if isinstance(answer, SseAnswer) else answer.to_quart()
-
-    return view, fast
+    return handler
 
 
 def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin (each with a quart view and a fast handler)."""
+    """The daemon routes of the A2A plugin."""
     lp = settings.listen_path
 
     def route(path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False) -> RouteDescriptor:
-        view, fast = _serve_twice(kernel, core, binding, auth=not public)
         render_error = render_jsonrpc_error if binding == "jsonrpc" else render_rest_error
-        return RouteDescriptor(path, view, methods, public=public, fast_handler=fast, render_error=render_error)
+        return RouteDescriptor(path, _handler(kernel, core, binding, auth=not public), methods, public=public, render_error=render_error)
 
     methods_all = ("GET", "POST", "DELETE")
     return [

@@ -270,8 +270,8 @@ class TaskManager:
     ) -> m.Task:
         """Run (or continue) a task with ``message`` in the caller's task until it finishes
         or asks for input; returns it as it then stands (a blocking send). If the caller is
-        cancelled meanwhile (the daemon is stopping; Quart cancels a request whose client
-        went away, the fast lane does not), so is the run, and the task is stored as failed.
+        cancelled meanwhile (the daemon is stopping), so is the run, and the task is stored
+        as failed; a client that goes away does not cancel it.
 
         Nobody but the caller knows a new task's id before it settles, so its first row
         waits: it is written when the task settles, or once the run has taken

@@ -1,8 +1,9 @@
-"""roost.plugins.http — the daemon: a quart-trio app served by hypercorn's trio worker.
+"""roost.plugins.http — the daemon, served by ``hypercorn.trio.serve``.
 
 Endpoints: ``GET /health`` (public), ``GET /api/agents``, ``GET /api/agents/{name}``,
 ``POST /api/agents/{name}/message``, ``GET /api/tools[?agent=NAME]``, the websocket
-``/api/events[?kinds=EXEC:,AGENT:REPLY]``, and routes from the ``roost_http_routes`` hook.
+``/api/events[?kinds=EXEC:,AGENT:REPLY]`` (a quart-trio app), and routes from the
+``roost_http_routes`` hook (plain handlers: ``PlainRequest`` → ``PlainResponse``).
 
 Importing this package is cheap: Quart and Hypercorn load on first use of ``create_app``,
 ``serve`` or ``open_daemon`` (the CLI's start-up time depends on it).

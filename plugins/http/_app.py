@@ -1,8 +1,10 @@
-"""The quart-trio application: REST API, event websocket, plugin routes.
+"""The quart-trio application: REST API, event websocket; the plugin routes' table.
 
 Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status,
 or in the shape of the route's protocol when its ``RouteDescriptor.render_error`` says so;
 no traceback ever reaches a client. Every route answers with and without a trailing slash.
+Plugin routes are rules of the app's URL map without a view: ``_asgi.DaemonApp`` serves
+them with their plain handlers, so the map decides 404 and 405 for every path.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import attrs
 import trio
 from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
-from quart_trio.wrappers import TrioRequest
 from roost.kernel import (
     AgentNotFound,
     InvalidText,
@@ -76,8 +77,8 @@ class DaemonState:
     body_limits: dict[str, int] = attrs.field(factory=dict)
     # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
     route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(factory=dict)
-    # Plain handlers the fast lane calls directly (endpoint -> RouteDescriptor.fast_handler).
-    fast_handlers: dict[str, Callable[..., Any]] = attrs.field(factory=dict)
+    # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
+    routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
     # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
     error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     gate: Gate = attrs.field(default=None)
@@ -132,8 +133,6 @@ def create_app(
         version=roost_version(),
     )
     app.extensions["roost"] = state
-    app.request_class = _request_class(app, state)
-    app.asgi_app = _without_trailing_slash(app.asgi_app)  # type: ignore[method-assign]
     _install_gates(app, state)
     _trace_headers.install(app, state)
     _install_error_handlers(app, state)
@@ -143,42 +142,6 @@ def create_app(
         (rule.rule, rule.methods or (), rule.endpoint) for rule in app.url_map.iter_rules()
     )
     return app
-
-
-def _without_trailing_slash(asgi_app: Any) -> Any:
-    """ASGI middleware: route ``/x/`` as ``/x`` (see ``canonical_path``); the fast lane's
-    ``route_for`` does the same, so both serve the same handler."""
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        path = scope.get("path")
-        if scope.get("type") in ("http", "websocket") and isinstance(path, str) and path.endswith("/"):
-            canonical = canonical_path(path)
-            if canonical != path:
-                raw = scope.get("raw_path")
-                scope = {**scope, "path": canonical}
-                if isinstance(raw, bytes):
-                    scope["raw_path"] = raw.rstrip(b"/") or b"/"
-        await asgi_app(scope, receive, send)
-
-    return app
-
-
-def _request_class(app: QuartTrio, state: DaemonState) -> type[TrioRequest]:
-    """A request class whose body cap is its route's ``max_body_bytes``.
-
-    The cap must be known when the request object (and its body buffer) is made, before
-    any view runs, so that a chunked body is cut off at the route's limit as it arrives.
-    """
-
-    class RoutedRequest(TrioRequest):
-        def __init__(self, method: str, scheme: str, path: str, *args: Any, **kwargs: Any) -> None:
-            kwargs["max_content_length"] = _body_limit(
-                app, state, method, path, kwargs.get("max_content_length")
-            )
-            super().__init__(method, scheme, path, *args, **kwargs)
-            self.max_content_length = kwargs["max_content_length"]
-
-    return RoutedRequest
 
 
 _ROUTE_CACHE_MAX = 4096
@@ -203,19 +166,6 @@ def route_for(app: QuartTrio, state: DaemonState, method: str, path: str) -> tup
         cache.clear()
     cache[key] = found
     return found
-
-
-def _body_limit(app: QuartTrio, state: DaemonState, method: str, path: str, default: Any) -> Any:
-    if not state.body_limits:
-        return default
-    found = route_for(app, state, method, path)
-    return default if found is None else state.body_limits.get(found[0], default)
-
-
-def body_limit_of(req: Any, settings: HttpSettings) -> int:
-    """The body cap that applies to ``req`` (its route's, else ``http.max_body_bytes``)."""
-    limit = getattr(req, "max_content_length", None)
-    return limit if isinstance(limit, int) else settings.max_body_bytes
 
 
 def daemon_state(app: QuartTrio) -> DaemonState:
@@ -295,8 +245,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 
 
 def _too_large(app: QuartTrio, settings: HttpSettings):
-    limit = body_limit_of(request, settings) if has_request_context() else settings.max_body_bytes
-    return refusal_response(app, too_large(settings, limit, _current().path))
+    return refusal_response(app, too_large(settings, settings.max_body_bytes, _current().path))
 
 
 # ---- error handlers -------------------------------------------------------------------
@@ -620,38 +569,30 @@ def _add_plugin_route(
         return f"route #{index} path {route.path!r} must start with '/'"
     if not callable(route.handler):
         return f"route {route.path} handler is not callable"
-    fast = getattr(route, "fast_handler", None)
-    if fast is not None and not callable(fast):
-        return f"route {route.path} fast_handler is not callable"
-    render_error = getattr(route, "render_error", None)
+    render_error = route.render_error
     if render_error is not None and not callable(render_error):
         return f"route {route.path} render_error is not callable"
     cap = route.max_body_bytes
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
-    methods = {m.upper() for m in route.methods} if not route.websocket else set()
+    methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes
     for rule in app.url_map.iter_rules():
-        if rule.rule != path or bool(getattr(rule, "websocket", False)) != route.websocket:
-            continue
-        if route.websocket or methods & set(rule.methods or ()):
+        if rule.rule == path and not getattr(rule, "websocket", False) and methods & set(rule.methods or ()):
             return f"route {route.path} collides with an existing route; the first one is kept"
     endpoint = f"plugin.{plugin}.{index}"
     try:
-        if route.websocket:
-            app.add_websocket(path, endpoint, route.handler)
-        else:
-            app.add_url_rule(path, endpoint, route.handler, methods=sorted(methods))
+        # A rule without a view: _asgi.DaemonApp calls route.handler for it.
+        app.add_url_rule(path, endpoint, None, methods=sorted(methods))
     except Exception as exc:
         return f"route {route.path} could not be added: {type(exc).__name__}: {exc}"
+    state.routes[endpoint] = (route.handler, frozenset(methods))
     if render_error is not None:
         state.error_shapes.by_endpoint[endpoint] = render_error
     if route.public:
         state.public_endpoints.add(endpoint)
-    if cap is not None and not route.websocket:
+    if cap is not None:
         state.body_limits[endpoint] = cap
-    if fast is not None and not route.websocket:
-        state.fast_handlers[endpoint] = fast
     return None
 
 

@@ -1,23 +1,277 @@
-"""An ASGI wrapper that keeps hypercorn's per-request queue moving after a response.
+"""The daemon's ASGI app: plugin routes answered by their plain handlers, the rest by Quart.
 
-Hypercorn hands request-body chunks to the app through a small bounded queue. If the
-app answers without reading the whole body (a 413, a 401 to a big POST, a 404), the
-connection's reader blocks on that full queue forever, and the connection and its task
-leak. This wrapper (1) marks such responses ``Connection: close`` so the server ends the
-connection instead of waiting for the rest of the body, (2) after the app returns,
-reads and discards what is still queued until the server reports the end, and (3) sends
-the last message of a response shielded from the app's cancellation (see ``closing_send``).
+``DaemonApp`` routes every request by its path, trailing slashes ignored (``canonical_path``).
+A request for a plugin route passes the shared ``Gate`` and its body cap here and goes to
+the route's handler (``_plain``), without Quart; everything else — the REST API,
+``/api/events``, and the answers for unknown paths and methods — goes to the quart-trio
+app, wrapped in ``DrainingApp``. A handler is not cancelled when its client goes away (it
+may await ``request.disconnected()``); a streamed answer ends then.
+
+Hypercorn hands a request body to the app through a small bounded queue: an answer that
+leaves part of a body unread says ``Connection: close`` and reads that queue until the
+server reports the end, or the connection's reader would wait on it for good.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import trio
+from roost.kernel import RoostError
 
+from ._app import DaemonState, route_for
+from ._common import (
+    Refusal,
+    canonical_path,
+    common_headers,
+    connection_base_url,
+    internal_error,
+    refusal_for,
+    render_refusal,
+    too_large,
+)
+from ._plain import Headers, PlainRequest, PlainResponse
+from ._trace_headers import caller_headers
+
+log = logging.getLogger("roost.http")
+
+BODY_TIMEOUT_S = 30.0
 DRAIN_DEADLINE_S = 30.0
 WEBSOCKET_DRAIN_IDLE_S = 0.1
 FINAL_SEND_DEADLINE_S = 30.0
+_NO_LENGTH = frozenset({204, 304})
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        self.refusal = refusal
+
+
+class _Gone(Exception):
+    """The client disconnected."""
+
+
+class DaemonApp:
+    """The ASGI app hypercorn serves: ``app`` is the quart-trio app of ``create_app``."""
+
+    def __init__(self, app: Any, state: DaemonState) -> None:
+        self.app = app
+        self.state = state
+        self.quart = DrainingApp(app)
+        # common_headers of a request without Origin, for an answer with no headers of its own
+        self._plain_headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value, _ in common_headers(state.settings, None)
+        ]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http" or kind == "websocket":
+            path = scope["path"]
+            if path.endswith("/") and len(path) > 1:
+                raw = scope.get("raw_path")
+                scope = {**scope, "path": canonical_path(path)}
+                if isinstance(raw, bytes):
+                    scope["raw_path"] = raw.rstrip(b"/") or b"/"
+            if kind == "http":
+                found = route_for(self.app, self.state, scope["method"], scope["path"])
+                if found is not None:
+                    route = self.state.routes.get(found[0])
+                    if route is not None:
+                        await self.serve_route(route, found[0], found[1], scope, receive, send)
+                        return
+        await self.quart(scope, receive, send)
+
+    async def serve_route(
+        self,
+        route: tuple[Callable[..., Any], frozenset[str]],
+        endpoint: str,
+        args: dict[str, Any],
+        scope: dict[str, Any],
+        receive: Any,
+        send: Any,
+    ) -> None:
+        """One request for a plugin route: checks, body, handler, answer."""
+        state = self.state
+        handler, methods = route
+        headers = Headers.from_asgi(scope["headers"])
+        method = scope["method"]
+        path = scope["path"]
+        client, server = scope.get("client"), scope.get("server")
+        remote = str(client[0]) if client else None
+        renderer = state.error_shapes.by_endpoint.get(endpoint)
+        origin = headers.get("origin")
+        # An OPTIONS request on a route that does not take OPTIONS is a CORS preflight.
+        preflight = method == "OPTIONS" and "OPTIONS" not in methods
+        length = _content_length(headers)
+        pending = bool(length) or "transfer-encoding" in headers
+        refusal, _ = state.gate.check(
+            endpoint,
+            headers,
+            remote,
+            length,
+            local_addr=str(server[0]) if server else None,
+            is_preflight=preflight,
+        )
+        limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
+        body = b""
+        try:
+            if refusal is None and length is not None and length > limit:
+                raise _Refused(too_large(state.settings, limit, path))
+            if refusal is None and pending:
+                body = await _read_body(receive, limit, state, path)
+                pending = False
+        except _Refused as exc:
+            refusal = exc.refusal
+        except _Gone:
+            return
+        if refusal is not None:
+            await self._answer(send, receive, _refusal_response(refusal, renderer), origin, close=pending)
+            return
+        if preflight:
+            allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
+            await self._answer(send, receive, PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),)), origin)
+            return
+        rewritten = await caller_headers(state.kernel, method, headers.items(), client, server)
+        request = PlainRequest(
+            method,
+            path,
+            headers if rewritten is None else Headers(rewritten),
+            body,
+            query=scope.get("query_string", b""),
+            remote_addr=remote,
+            base_url=connection_base_url(state.public_url, server),
+            principal=state.gate.principal(headers),
+            receive=receive,
+        )
+        response = await _call(handler, request, args, renderer)
+        await send(self._start(response, origin))
+        if isinstance(response.body, (bytes, bytearray)):
+            await send({"type": "http.response.body", "body": bytes(response.body), "more_body": False})
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def end_when_gone() -> None:
+                await request.disconnected()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(end_when_gone)
+            await _stream(response.body, send)
+            nursery.cancel_scope.cancel()
+        if not request.gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _answer(self, send: Any, receive: Any, response: PlainResponse, origin: str | None, *, close: bool = False) -> None:
+        """Send a complete answer; ``close``: part of the body is unread, so the connection
+        closes after it, and the queue is read meanwhile."""
+        async with trio.open_nursery() as nursery:
+            if close:
+                nursery.start_soon(_drain, receive)
+            await send(self._start(response, origin, close=close))
+            await send({"type": "http.response.body", "body": bytes(response.body), "more_body": False})  # type: ignore[arg-type]
+
+    def _start(self, response: PlainResponse, origin: str | None, *, close: bool = False) -> dict[str, Any]:
+        headers: list[tuple[bytes, bytes]] = []
+        if response.content_type:
+            headers.append((b"content-type", response.content_type.encode("latin-1")))
+        extra = response.headers
+        if extra or origin is not None:
+            pairs = list(extra)
+            present = {name.lower() for name, _ in pairs}
+            for name, value, replace in common_headers(self.state.settings, origin):
+                lower = name.lower()
+                if replace and lower in present:
+                    pairs = [(n, v) for n, v in pairs if n.lower() != lower]
+                if replace or lower not in present:
+                    pairs.append((name, value))
+            headers += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in pairs]
+        else:
+            headers += self._plain_headers
+        body = response.body
+        if isinstance(body, (bytes, bytearray)) and response.status not in _NO_LENGTH:
+            headers.append((b"content-length", b"%d" % len(body)))
+        if close:
+            headers.append((b"connection", b"close"))
+        return {"type": "http.response.start", "status": response.status, "headers": headers}
+
+
+def _content_length(headers: Headers) -> int | None:
+    value = headers.get("content-length")
+    if value is None:
+        return None
+    try:
+        return int(value)  # hypercorn's parser (h11) has checked it
+    except ValueError:
+        return None
+
+
+async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) -> bytes:
+    """The whole request body; ``_Refused`` (413, 408) past ``limit`` bytes or
+    ``BODY_TIMEOUT_S``, ``_Gone`` when the client leaves."""
+    body = b""
+    parts: list[bytes] = []
+    size = 0
+    with trio.move_on_after(BODY_TIMEOUT_S):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Gone
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise _Refused(too_large(state.settings, limit, path))
+                parts.append(chunk)
+            if not message.get("more_body", False):
+                body = parts[0] if len(parts) == 1 else b"".join(parts)
+                return bytes(body)
+    raise _Refused(
+        Refusal(408, {"code": "request_timeout", "message": f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"})
+    )
+
+
+async def _drain(receive: Any) -> None:
+    """Read and drop what is left of a request body (bounded in time)."""
+    with trio.move_on_after(DRAIN_DEADLINE_S):
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                return
+
+
+async def _call(handler: Callable[..., Any], request: PlainRequest, args: dict[str, Any], renderer: Any) -> PlainResponse:
+    """``handler``'s answer; an error it raises becomes the route's error answer."""
+    try:
+        response = await handler(request, **args)
+        if isinstance(response, PlainResponse):
+            return response
+        raise TypeError(f"a route handler must return a PlainResponse, got {type(response).__name__}")
+    except RoostError as exc:
+        return _refusal_response(refusal_for(exc, request.path), renderer)
+    except Exception as exc:
+        log.error("unexpected error serving %s", request.path, exc_info=exc)
+        return _refusal_response(internal_error(), renderer)
+
+
+async def _stream(chunks: Any, send: Any) -> None:
+    """Send each piece of a streamed body as it comes (the stream ends on an error)."""
+    try:
+        async for chunk in chunks:
+            if chunk:
+                await send({"type": "http.response.body", "body": bytes(chunk), "more_body": True})
+    except Exception:
+        log.exception("a streamed answer failed; it ends here")
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _refusal_response(refusal: Refusal, renderer: Any) -> PlainResponse:
+    body, content_type = render_refusal(refusal, renderer)
+    return PlainResponse(refusal.status, body, content_type, tuple(refusal.headers.items()))
 
 
 def _has_body(scope: dict[str, Any]) -> bool:
@@ -31,7 +285,10 @@ def _has_body(scope: dict[str, Any]) -> bool:
 
 
 class DrainingApp:
-    """Wrap ``app`` (any ASGI app); lifespan and everything else pass straight through."""
+    """Wrap the quart app: (1) an answer sent before the whole body was read says
+    ``Connection: close``, (2) after the app returns, what is still queued is read until
+    the server reports the end, and (3) the last message of an answer is sent shielded
+    from the app's cancellation (see ``closing_send``)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

@@ -1,9 +1,9 @@
-"""What every HTTP request of the daemon goes through, whichever server parsed it.
+"""What every HTTP request of the daemon goes through, whichever handler answers it.
 
 Plain functions, no Quart: the quart app's ``before_request``/``after_request``/error
-handlers and the fast lane (``_fastlane``) both call them, so a request meets the same
-path matching (trailing slash or not), Origin check, bearer auth, GCRA rate limit, body
-caps, headers and error shapes (a route's own ``render_error``) either way.
+handlers and the plugin-route dispatch (``_asgi``) both call them, so a request meets the
+same path matching (trailing slash or not), Origin check, bearer auth, GCRA rate limit,
+body caps, headers and error shapes (a route's own ``render_error``) either way.
 """
 
 from __future__ import annotations
@@ -174,27 +174,8 @@ def host_refused(host: str) -> Refusal:
     )
 
 
-def overloaded_response() -> bytes:
-    """The fixed answer to a connection over ``http.max_connections`` (then closed)."""
-    return _OVERLOADED
-
-
 def internal_error() -> Refusal:
     return Refusal(500, {"code": "internal_error", "message": "internal error; the daemon log has the details"})
-
-
-_OVERLOADED_BODY = error_body(
-    {
-        "code": "too_many_connections",
-        "message": "the daemon is at its connection limit (http.max_connections in roost.toml); "
-        "retry in a moment, and reuse connections",
-    }
-)
-_OVERLOADED = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-    b"retry-after: 1\r\nconnection: close\r\ncache-control: no-store\r\n"
-    b"x-content-type-options: nosniff\r\ncontent-length: %d\r\n\r\n" % len(_OVERLOADED_BODY)
-) + _OVERLOADED_BODY
 
 
 # ---- public URLs ---------------------------------------------------------------------------

@@ -1,43 +1,100 @@
-"""Server-neutral request and response values for route handlers that need no Quart.
+"""The one handler type of plugin routes: ``async handler(PlainRequest, **path_args) -> PlainResponse``.
 
-A plugin route's ``fast_handler`` receives a ``PlainRequest`` from the daemon's fast lane;
-the same handler code can serve its quart view through ``PlainRequest.from_quart`` and
-``PlainResponse.to_quart``.
+The daemon calls a route's handler once its checks passed (Host, Origin, bearer auth, rate
+limit, body cap), with the body read. ``PlainResponse.body`` is bytes, or an async iterable
+of bytes for a streamed answer (server-sent events): each piece is sent as it comes, and
+the stream is closed when the client goes away. A handler that should stop when its client
+goes away awaits ``request.disconnected()`` beside its work.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
 
 import attrs
+import trio
+
+
+class Headers:
+    """Request headers: ``get`` is case-insensitive (first value wins), ``items`` keeps all."""
+
+    __slots__ = ("_first", "_items")
+
+    def __init__(self, items: list[tuple[str, str]]) -> None:
+        self._items = items
+        first: dict[str, str] = {}
+        for name, value in items:
+            first.setdefault(name.lower(), value)
+        self._first = first
+
+    @classmethod
+    def from_asgi(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
+        """The headers of an ASGI scope (names lowercased, latin-1)."""
+        return cls([(bytes(n).decode("latin-1").lower(), bytes(v).decode("latin-1")) for n, v in raw])
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._first.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return self._first[name.lower()]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._items)
+
+    def __iter__(self):
+        return iter(self._first)
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def __repr__(self) -> str:
+        return f"Headers({[n for n, _ in self._items]!r})"
+
+
+def _header_pairs(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple((str(name), str(value)) for name, value in items)
 
 
 @attrs.frozen
 class PlainResponse:
-    """A complete response: ``status``, ``body`` bytes, content type and extra headers."""
+    """An answer: ``status``, ``body`` (bytes, or an async iterable of bytes to stream),
+    content type (empty: none) and extra headers (a mapping or ``(name, value)`` pairs)."""
 
     status: int
-    body: bytes
+    body: bytes | AsyncIterable[bytes] = b""
     content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_header_pairs)
 
-    def to_quart(self) -> Any:
-        """The same response as a quart ``Response``."""
-        from quart import Response
-
-        return Response(self.body, status=self.status, content_type=self.content_type, headers=list(self.headers))
+    @classmethod
+    def json(
+        cls,
+        data: Any,
+        status: int = 200,
+        *,
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+    ) -> PlainResponse:
+        """``data`` as UTF-8 JSON."""
+        body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+        return cls(status, body, content_type, headers)  # type: ignore[arg-type]
 
 
 class PlainRequest:
     """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
-    is the query string (first value of each name), ``base_url`` the daemon's public base
-    URL (``http.public_url``, else the address the connection reached; never the ``Host``
-    header) to build links from, ``principal`` who sent it (see
-    ``roost.plugins.http.Principal``; None on a public route called without a valid key)."""
+    is the query string (first value of each name), ``path`` the path as routed (no
+    trailing slash), ``base_url`` the daemon's public base URL (``http.public_url``, else
+    the address the connection reached; never the ``Host`` header) to build links from,
+    ``principal`` who sent it (see ``roost.plugins.http.Principal``; None on a public route
+    called without a valid key)."""
 
-    __slots__ = ("method", "path", "headers", "body", "remote_addr", "base_url", "principal", "_query", "_args")
+    __slots__ = ("method", "path", "headers", "body", "remote_addr", "base_url", "principal", "gone", "_query", "_args", "_receive")
 
     def __init__(
         self,
@@ -51,6 +108,7 @@ class PlainRequest:
         remote_addr: str | None = None,
         base_url: str = "http://127.0.0.1",
         principal: Any = None,
+        receive: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
     ) -> None:
         self.method = method
         self.path = path
@@ -61,6 +119,8 @@ class PlainRequest:
         self._query = query
         self._args = args
         self.base_url = base_url
+        self.gone = False  # the client went away
+        self._receive = receive
 
     @property
     def args(self) -> Mapping[str, str]:
@@ -72,21 +132,10 @@ class PlainRequest:
             self._args = args
         return self._args
 
-    @classmethod
-    async def from_quart(cls, request: Any) -> PlainRequest:
-        """The current quart request, body read (its route's body cap applies)."""
-        from quart import current_app
-
-        from ._common import connection_base_url
-
-        state = current_app.extensions.get("roost")
-        return cls(
-            request.method,
-            request.path,
-            request.headers,
-            await request.get_data(cache=False),
-            args=request.args,
-            remote_addr=request.remote_addr,
-            base_url=connection_base_url(getattr(state, "public_url", None), request.server),
-            principal=getattr(request, "principal", None),
-        )
+    async def disconnected(self) -> None:
+        """Return once the client has gone away (never, for a request made in-process)."""
+        while not self.gone:
+            if self._receive is None:
+                await trio.sleep_forever()
+            elif (await self._receive())["type"] == "http.disconnect":  # type: ignore[misc]
+                self.gone = True

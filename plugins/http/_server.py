@@ -1,56 +1,75 @@
-"""Serving the daemon: the fast lane (``_fastlane``) in front of hypercorn's trio
-connection server, plus ``<home>/daemon.json`` bookkeeping.
+"""Serving the daemon with hypercorn's public API (``hypercorn.trio.serve`` and ``Config``),
+plus ``<home>/daemon.json`` bookkeeping.
 
-``_worker_serve`` is hypercorn's ``trio.run.worker_serve`` (lifespan, worker context,
-listeners, graceful shutdown) with one change: the fast lane accepts the connections
-(bounded by ``http.max_connections``) and hands anything it does not serve itself to
-hypercorn's ``TCPServer``. It uses hypercorn internals, so pyproject pins hypercorn's minor
-version. Hypercorn's own limits are set through its public ``Config``: its keep-alive idle
-timeout is ``http.keep_alive_s``.
+The listening socket is ours (hypercorn serves it as ``fd://N``), so it carries options the
+connections inherit: ``TCP_USER_TIMEOUT`` aborts a connection whose peer has not taken our
+data for ``SEND_TIMEOUT_S`` (a client that stops reading its answer), ``TCP_NODELAY``.
+A connection with no request under way — before its first request head is complete, or
+between requests — is closed after ``http.keep_alive_s`` (hypercorn's keep-alive timeout),
+so idle connections give their file descriptors back. When accept() runs out of
+descriptors, Trio's accept loop waits and retries; ``_AcceptErrors`` turns its log lines
+(a traceback ten times a second) into one warning now and then that names the fix.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import trio
 from hypercorn.config import Config as HyperConfig
-from hypercorn.trio.lifespan import Lifespan
-from hypercorn.trio.statsd import StatsdLogger
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+from hypercorn.trio import serve as hypercorn_serve
 
-from ._app import create_app, daemon_state, route_for
-from ._asgi import DrainingApp
+from ._app import create_app, daemon_state
+from ._asgi import DaemonApp
 from ._common import base_url, daemon_public_url, loopback_for
 from ._daemonfile import DaemonInfo, remove_daemon_file, write_daemon_file
-from ._fastlane import FastLane
-from ._settings import HttpSettings
+from ._settings import HttpSettings, fd_limit
 
 log = logging.getLogger("roost.http")
 
 DEFAULT_GRACEFUL_TIMEOUT = 5.0
 WEBSOCKET_MAX_MESSAGE_BYTES = 64 * 1024
+SEND_TIMEOUT_S = 30.0
+BACKLOG = 128
+WARN_EVERY_S = 10.0
+ACCEPT_LOGGER = "trio.serve_listeners"  # where trio.serve_listeners reports failed accepts
 
 
-def _hyper_config(host: str, port: int, graceful_timeout: float, settings: HttpSettings) -> HyperConfig:
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, non-blocking TCP socket for ``host:port`` (port 0: a free one); OSError
+    (e.g. the port is in use) as bind() raises it."""
+    host = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(SEND_TIMEOUT_S * 1000))
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> HyperConfig:
     config = HyperConfig()
-    bind_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    config.bind = [f"{bind_host}:{port}"]
+    config.bind = [f"fd://{fd}"]
+    config.backlog = BACKLOG
     config.graceful_timeout = graceful_timeout
-    # Idle between requests: closed after http.keep_alive_s (the timer does not run while a
-    # request, a stream or a websocket is under way). The wait for a later request's head
-    # counts as idle, so it is bounded by the same limit.
+    # No request under way (the first head included): closed after http.keep_alive_s. The
+    # timer does not run while a request, a stream or a websocket is under way.
     config.keep_alive_timeout = settings.keep_alive_s
     config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
+    config.include_server_header = False
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
     # hypercorn formats the access-log fields of every request whenever an access logger is
@@ -60,6 +79,44 @@ def _hyper_config(host: str, port: int, graceful_timeout: float, settings: HttpS
         # %(r)s is the request line without the query string, so ?token= never reaches a log.
         config.access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
     return config
+
+
+class _AcceptErrors(logging.Filter):
+    """Drop trio's log lines for accept() failing for want of descriptors or memory; log
+    one warning every ``WARN_EVERY_S`` instead, naming the limit and the fix."""
+
+    def __init__(self, settings: HttpSettings) -> None:
+        super().__init__()
+        self.settings = settings
+        self.limit = fd_limit()  # read now: out of descriptors, an import could not open its file
+        self.last = -WARN_EVERY_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self.last >= WARN_EVERY_S:
+            self.last = now
+            name = str(record.args[0]) if isinstance(record.args, tuple) and record.args else ""
+            want = "memory" if name in ("ENOMEM", "ENOBUFS") else "file descriptors"
+            log.warning(
+                "cannot accept connections: out of %s (open-file limit: %s); waiting for "
+                "connections to close (idle ones close after http.keep_alive_s = %g s). Raise "
+                "the open-file limit (ulimit -n) or lower http.keep_alive_s in roost.toml",
+                want,
+                self.limit or "unlimited",
+                self.settings.keep_alive_s,
+            )
+        return False
+
+
+@contextmanager
+def _quiet_accept_errors(settings: HttpSettings) -> Iterator[None]:
+    accept_log = logging.getLogger(ACCEPT_LOGGER)
+    quiet = _AcceptErrors(settings)
+    accept_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        accept_log.removeFilter(quiet)
 
 
 async def serve(
@@ -92,21 +149,27 @@ async def serve(
             await shutdown_trigger()
         state.closing.set()
 
-    hyper_config = _hyper_config(host, port, graceful_timeout, state.settings)
+    sock = listen_socket(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    state.public_url = daemon_public_url(state.settings.public_url, bound_host, bound_port)
+    # hypercorn owns the descriptor from here and closes it when it stops listening
+    config = _hyper_config(sock.detach(), graceful_timeout, state.settings)
     home = Path(kernel.config.home)
     owner: DaemonInfo | None = None
     try:
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(partial(_worker_serve, app, hyper_config, shutdown_trigger=trigger))
-            bound_host, bound_port = _parse_bind(binds[0]) if binds else (host, port)
-            if write_daemon_json:
-                # Clients on this host connect through loopback: a wildcard address would
-                # reach the daemon but name a Host it does not serve.
-                owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
-            log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
-            task_status.started((bound_host, bound_port))
+        with _quiet_accept_errors(state.settings):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(
+                    partial(hypercorn_serve, DaemonApp(app, state), config, shutdown_trigger=trigger, mode="asgi")
+                )
+                if write_daemon_json:
+                    # Clients on this host connect through loopback: a wildcard address would
+                    # reach the daemon but name a Host it does not serve.
+                    owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
+                log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
+                task_status.started((bound_host, bound_port))
     except BaseExceptionGroup as group:
-        if owner is None:  # failed while starting: surface the cause (e.g. port in use) plainly
+        if owner is None:  # failed while starting: surface the cause plainly
             cause = _sole_cause(group)
             if cause is not None:
                 raise cause from None
@@ -115,64 +178,6 @@ async def serve(
         state.closing.set()
         if owner is not None:
             remove_daemon_file(home, owner)
-
-
-async def _worker_serve(
-    app: Any,
-    config: HyperConfig,
-    *,
-    shutdown_trigger: Callable[[], Awaitable[Any]],
-    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """hypercorn's ``worker_serve`` (plain HTTP only), connections entering the fast lane."""
-    asgi = wrap_app(DrainingApp(app), config.wsgi_max_body_size, "asgi")
-    state = daemon_state(app)
-    config.set_statsd_logger_class(StatsdLogger)
-    lifespan_state: dict[str, Any] = {}
-    lifespan = Lifespan(asgi, config, lifespan_state)
-    context = WorkerContext(None)
-
-    async with trio.open_nursery() as lifespan_nursery:
-        await lifespan_nursery.start(lifespan.handle_lifespan)
-        await lifespan.wait_for_startup()
-
-        async with trio.open_nursery() as server_nursery:
-            sockets = config.create_sockets()
-            listeners = []
-            binds = []
-            for sock in sockets.insecure_sockets:
-                sock.listen(config.backlog)
-                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
-                bind = repr_socket_addr(sock.family, sock.getsockname())
-                binds.append(f"http://{bind}")
-                await config.log.info(f"Running on http://{bind} (CTRL + C to quit)")
-            if binds:
-                state.public_url = daemon_public_url(state.settings.public_url, *_parse_bind(binds[0]))
-            connection_state = ConnectionState(lifespan_state.copy())
-
-            async def hand_off(stream: Any) -> None:
-                await TCPServer(asgi, config, context, connection_state, stream).run()
-
-            lane = FastLane(state, partial(route_for, app, state), hand_off)
-            task_status.started(binds)
-            try:
-                async with trio.open_nursery(strict_exception_groups=True) as nursery:
-                    nursery.start_soon(raise_shutdown, shutdown_trigger)
-                    nursery.start_soon(raise_shutdown, context.terminate.wait)
-                    for listener in listeners:
-                        nursery.start_soon(lane.serve_listener, listener, server_nursery)
-                    await trio.sleep_forever()
-            except BaseExceptionGroup as error:
-                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
-                if other_errors is not None:
-                    raise other_errors from None
-            finally:
-                lane.close()
-                await context.terminated.set()
-                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
-
-        await lifespan.wait_for_shutdown()
-        lifespan_nursery.cancel_scope.cancel()
 
 
 def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
@@ -187,11 +192,6 @@ def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
 
     walk(group)
     return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], Exception) else None
-
-
-def _parse_bind(bind: str) -> tuple[str, int]:
-    parts = urlsplit(bind)
-    return parts.hostname or "127.0.0.1", int(parts.port or 0)
 
 
 @asynccontextmanager

@@ -26,12 +26,6 @@ from ._auth import (
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
 DEFAULT_KEEP_ALIVE_S = 5.0
-DEFAULT_HEAD_TIMEOUT_S = 10.0
-# File descriptors kept free of client connections: SQLite (database, WAL and shm files per
-# connection), child processes' pipes (bash, MCP stdio servers), outbound HTTP clients,
-# the listening sockets and the event loop's own.
-MIN_FD_HEADROOM = 128
-DEFAULT_MAX_CONNECTIONS_CAP = 10_000
 
 
 def fd_limit() -> int | None:
@@ -43,15 +37,6 @@ def fd_limit() -> int | None:
     except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux/macOS
         return None
     return None if soft == resource.RLIM_INFINITY else int(soft)
-
-
-def default_max_connections(limit: int | None) -> int:
-    """Connections the daemon keeps open at once by default: the open-file limit less a
-    headroom of a quarter of it (at least ``MIN_FD_HEADROOM``), at least 16, at most 10,000."""
-    if limit is None:
-        return 1000
-    headroom = max(MIN_FD_HEADROOM, limit // 4)
-    return max(16, min(limit - headroom, DEFAULT_MAX_CONNECTIONS_CAP))
 
 
 def _keys_of(settings: HttpSettings) -> tuple[tuple[bytes, Principal], ...]:
@@ -80,9 +65,8 @@ class HttpSettings:
     allowed_hosts: tuple[str, ...] = ()
     # The base URL links are built from (cards' interface URLs); None: the bound address.
     public_url: str | None = None
+    # A connection with no request under way (its first head included) closes after this.
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
-    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
-    max_connections: int = 1000
     keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
         default=attrs.Factory(_keys_of, takes_self=True), repr=False
     )
@@ -173,8 +157,6 @@ class HttpSettings:
             allowed_hosts=_allowed_hosts(getattr(http_config, "allowed_hosts", ()) or ()),
             public_url=_public_url(getattr(http_config, "public_url", None)),
             keep_alive_s=_seconds(http_config, "keep_alive_s", DEFAULT_KEEP_ALIVE_S),
-            head_timeout_s=_seconds(http_config, "head_timeout_s", DEFAULT_HEAD_TIMEOUT_S),
-            max_connections=_max_connections(getattr(http_config, "max_connections", None)),
             keys=keys,
         )
 
@@ -233,22 +215,3 @@ def _public_url(raw: object) -> str | None:
             f"'https://roost.example.com' or 'http://192.168.1.5:8470' ({problem}), got {raw!r}"
         )
     return raw.strip().rstrip("/")  # type: ignore[union-attr]
-
-
-def _max_connections(raw: object) -> int:
-    limit = fd_limit()
-    if raw is None:
-        return default_max_connections(limit)
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise ConfigError(
-            f"http.max_connections must be a positive integer, got {raw!r}; leave it out to "
-            "derive it from the open-file limit (ulimit -n)"
-        )
-    if limit is not None and raw >= limit:
-        raise ConfigError(
-            f"http.max_connections = {raw} is not below this process's open-file limit ({limit}): "
-            "at that many connections the daemon could not open its stores or start tools; "
-            f"lower it (the default here is {default_max_connections(limit)}) or raise the limit "
-            "(ulimit -n)"
-        )
-    return raw

@@ -44,7 +44,8 @@ async def caller_headers(
 
 
 def install(app: Any, state: Any) -> None:
-    """Apply ``caller_headers`` to the requests Quart serves (after the daemon's gates)."""
+    """Apply ``caller_headers`` to the requests Quart serves (after the daemon's gates);
+    plugin routes get it where their ``PlainRequest`` is made (``_asgi``)."""
     from quart import request
 
     @app.before_request
@@ -61,15 +62,3 @@ def install(app: Any, state: Any) -> None:
             for name, value in rewritten:
                 if name.lower() in TraceContext.header_names:
                     request.headers.add(name, value)
-
-
-async def fast_lane_headers(state: Any, method: str, headers: Any, stream: Any) -> Any:
-    """``headers`` of a fast-lane request (``_h1.Headers``), rewritten by ``caller_headers``."""
-    if method != "POST" or not getattr(state.kernel, "process_traces", None):
-        return headers
-    try:
-        peer, local = stream.socket.getpeername(), stream.socket.getsockname()
-    except (AttributeError, OSError):
-        return headers
-    rewritten = await caller_headers(state.kernel, method, headers.items(), peer, local)
-    return headers if rewritten is None else type(headers)(rewritten)

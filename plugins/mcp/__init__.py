@@ -5,9 +5,12 @@ Streamable HTTP endpoints ``/mcp`` and ``/agents/<name>/mcp`` and runs the servi
 owns their sessions. The stdio server is ``roost mcp``. Importing this package is cheap;
 the protocol and HTTP modules load on first use.
 
-Plugins may add resources and prompts to the ``/mcp`` surface by implementing
-``roost_mcp_resources(kernel)`` / ``roost_mcp_prompts(kernel)`` (see ``McpHookSpecs``),
-returning ``ResourceEntry`` / ``PromptEntry`` objects from ``roost.plugins.mcp._server``.
+Plugins may add resources and prompts to the ``/mcp`` surface (``McpHookSpecs``); tools
+reach the MCP client that called them with ``report_progress``, ``report_log``,
+``request_client`` and their kin. The server's public names are re-exported here, each
+loaded on first use from its seam's module: ``_server`` (sessions, dispatch, what the
+surfaces offer), ``_tool_context``, ``_watch`` (progress and log forwarding),
+``_connection`` (serving a message stream).
 """
 
 from __future__ import annotations
@@ -59,25 +62,31 @@ def roost_services(kernel: Any) -> list[ServiceDescriptor]:
     return [ServiceDescriptor("mcp-http", run_hub, start_timeout_s=5.0)]
 
 
-def report_progress(ctx: Any, progress: float, total: float | None = None, message: str | None = None) -> None:
-    """From inside a tool: report progress to the MCP client that called it (if it asked)."""
-    from ._server import report_progress as impl
-
-    impl(ctx, progress, total, message)
-
-
-async def request_client(ctx: Any, method: str, params: Any = None, *, timeout_s: float = 60.0) -> Any:
-    """From inside a tool: ask the MCP client that called it (sampling, elicitation, roots)."""
-    from ._server import request_client as impl
-
-    return await impl(ctx, method, params, timeout_s=timeout_s)
-
-
-def report_log(ctx: Any, level: str, data: Any, logger: str | None = None) -> None:
-    """From inside a tool: send a log message to the MCP client (if it set a log level)."""
-    from ._server import report_log as impl
-
-    impl(ctx, level, data, logger)
+# Each re-exported name → the private module that defines it (loaded on first use; not
+# listed by dir(), so that registering this module as a plugin loads none of them).
+_EXPORTS = {
+    name: module
+    for module, names in {
+        "_server": "ARTIFACT_TTL_S DEFAULT_PAGE_SIZE PROMPTS_CHANGED_EVENT RESOURCES_CHANGED_EVENT ArtifactShelf "
+        "McpServer PromptEntry ResourceEntry ServerSession TemplateEntry ToolEntry agent_card agent_manifest_view "
+        "artifact_shelf change_notifications",
+        "_tool_context": "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input report_log "
+        "report_progress request_client request_state require_client_capability",
+        "_connection": "MAX_IN_FLIGHT serve_connection",
+    }.items()
+    for name in names.split()
+}
 
 
-__all__ = ["McpHookSpecs", "report_log", "report_progress", "request_client", "roost_http_routes", "roost_services"]
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["McpHookSpecs", "roost_http_routes", "roost_services", *_EXPORTS]

@@ -35,12 +35,11 @@ import trio
 from roost.kernel import DeadlineTimer
 from roost.kernel import _jsonrpc as jsonrpc
 from roost.kernel._errors import RoostError, is_mapping
+from roost.plugins.http.client import http_retry_wait, remaining_s
 
 from .transports._base import (
     TransportClosed,
     TransportError,
-    http_retry_wait,
-    remaining_s,
     single_errors,
 )
 

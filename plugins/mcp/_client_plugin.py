@@ -45,11 +45,13 @@ def roost_services(kernel: Any) -> list[ServiceDescriptor]:
 
 @hookimpl
 def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
-    async def list_servers() -> dict[str, Any]:
+    async def list_servers(request: Any) -> Any:
+        from roost.plugins.http import PlainResponse
+
         manager = manager_for(kernel)
         if manager is None:
-            return {"configured": [], "connected": [], "errors": ["the MCP client service is not running"]}
-        return manager.status()
+            return PlainResponse.json({"configured": [], "connected": [], "errors": ["the MCP client service is not running"]})
+        return PlainResponse.json(manager.status())
 
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
 

@@ -36,14 +36,15 @@ import logging
 import secrets
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import attrs
 import trio
 from roost.kernel import AgentNotFound, InvalidTraceContext, TraceContext
 from roost.kernel import jsonrpc as rpc
-from werkzeug.exceptions import RequestEntityTooLarge
+from roost.plugins.http import PlainRequest, PlainResponse
 
 from . import _protocol as p
 from ._server import McpServer, ServerSession
@@ -273,16 +274,12 @@ class _HttpError(Exception):
         self.headers = dict(headers or {})
 
 
-def _json_response(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Any:
-    from quart import Response
-
+def _json_response(status: int, body: Any, headers: Mapping[str, str] | None = None) -> PlainResponse:
     if hasattr(body, "to_dict"):
         body = body.to_dict()
-    text = "" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=str)
-    response = Response(text, status=status, headers=dict(headers or {}))
-    if text:
-        response.headers["Content-Type"] = "application/json"
-    return response
+    if body is None:
+        return PlainResponse(status, b"", "", headers or {})
+    return PlainResponse.json(body, status, headers=headers or {})
 
 
 def _jsonrpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> _HttpError:
@@ -316,7 +313,7 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
 
 
 class McpEndpoint:
-    """The view functions of one MCP endpoint (``agent`` None: the host surface)."""
+    """The route handler of one MCP endpoint (``agent`` None: the host surface)."""
 
     def __init__(self, kernel: Any, agent_param: bool) -> None:
         self.kernel = kernel
@@ -328,24 +325,20 @@ class McpEndpoint:
         except AgentNotFound as exc:
             raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
 
-    async def view(self, name: str | None = None) -> Any:
-        from quart import request
-
+    async def handle(self, request: PlainRequest, name: str | None = None) -> PlainResponse:
         try:
             if request.method == "POST":
-                return await self._post(name)
+                return await self._post(request, name)
             if request.method == "GET":
-                return await self._get(name)
+                return await self._get(request, name)
             if request.method == "DELETE":
-                return await self._delete(name)
+                return await self._delete(request, name)
             raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
         except _HttpError as exc:
             return _json_response(exc.status, exc.body, exc.headers)
 
     # ---- POST -------------------------------------------------------------------------------
-    async def _post(self, name: str | None) -> Any:
-        from quart import request
-
+    async def _post(self, request: PlainRequest, name: str | None) -> PlainResponse:
         server = self._server(name)
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if ctype != "application/json":
@@ -354,11 +347,7 @@ class McpEndpoint:
         if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
             raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream")
         try:
-            raw = await request.get_data(cache=False)
-        except RequestEntityTooLarge:
-            raise _jsonrpc_error(413, rpc.INVALID_REQUEST, _TOO_LARGE) from None
-        try:
-            message = json.loads(raw.decode("utf-8"))
+            message = json.loads(request.body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
             raise _jsonrpc_error(400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})") from None
         except RecursionError:
@@ -379,12 +368,10 @@ class McpEndpoint:
             or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
         )
         if stateless:
-            return await self._post_stateless(server, parsed, message)
-        return await self._post_session(server, name, parsed, message)
+            return await self._post_stateless(request, server, parsed, message)
+        return await self._post_session(request, server, name, parsed, message)
 
-    def _check_modern_headers(self, parsed: Any) -> None:
-        from quart import request
-
+    def _check_modern_headers(self, request: PlainRequest, parsed: Any) -> None:
         request_id = getattr(parsed, "id", None)
         params = parsed.params if isinstance(parsed.params, Mapping) else {}
         meta = params.get("_meta") or {}
@@ -414,22 +401,20 @@ class McpEndpoint:
             if decoded is None or decoded != body_name:
                 raise _HttpError(400, p.header_mismatch_error(f"{p.HEADER_NAME} header value {header_name!r} does not match body value {body_name!r}").to_response(request_id))
 
-    async def _post_stateless(self, server: McpServer, parsed: Any, message: Any) -> Any:
-        from quart import request
-
+    async def _post_stateless(self, request: PlainRequest, server: McpServer, parsed: Any, message: Any) -> PlainResponse:
         if isinstance(parsed, rpc.Request):
             try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
                 p.check_stateless_meta(p.read_request_meta(parsed.params))
             except rpc.JsonRpcError as exc:
                 if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
                     raise _HttpError(400, exc.to_response(parsed.id)) from None
-        self._check_modern_headers(parsed)
+        self._check_modern_headers(request, parsed)
         if isinstance(parsed, rpc.Notification):
-            await server.handle(_stateless_session(server), message)
+            await server.handle(_stateless_session(server, request), message)
             return _json_response(202, None)
         if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
             return _json_response(202, None)
-        session = _stateless_session(server)
+        session = _stateless_session(server, request)
         wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(request.headers.get("Accept"), "text/event-stream")
         hub = hub_for(self.kernel)
         if wants_stream and hub.nursery is not None:
@@ -437,23 +422,24 @@ class McpEndpoint:
             scope = trio.CancelScope()
             hub.nursery.start_soon(_run_into, server, session, message, stream, scope)
             try:
-                await stream.first()
+                answered, _ = await _unless_gone(request, stream.first)
             except BaseException:
-                scope.cancel()  # the client left before anything happened
+                scope.cancel()
                 raise
+            if not answered:
+                scope.cancel()  # the client left before anything happened
+                return _json_response(202, None)
             if stream.closed and len(stream.events) == 1:
                 # Answered before any notification: plain JSON, with the status an error needs.
                 reply = json.loads(stream.events[0][1])
                 return _json_response(_status_for_error(reply.get("error"), True), reply)
             return self._sse(stream, 0, cancel_on_close=scope, with_ids=False)
-        reply = await server.handle(session, message)
-        if reply is None:
+        answered, reply = await _unless_gone(request, partial(server.handle, session, message))
+        if not answered or reply is None:
             return _json_response(202, None)
         return _json_response(_status_for_error(reply.get("error"), True), reply)
 
-    async def _post_session(self, server: McpServer, name: str | None, parsed: Any, message: Any) -> Any:
-        from quart import request
-
+    async def _post_session(self, request: PlainRequest, server: McpServer, name: str | None, parsed: Any, message: Any) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
@@ -473,19 +459,17 @@ class McpEndpoint:
                 hub.close_session(session.state.id)
                 return _json_response(200 if reply else 202, reply)
             return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
-        session = self._session(name, request_id)
+        session = self._session(request, name, request_id)
         session.active += 1  # not idle (never closed to make room) until answered
         try:
-            return await self._on_session(server, session, parsed, message, header_version)
+            return await self._on_session(request, server, session, parsed, message, header_version)
         finally:
             session.active -= 1
             session.last_seen = trio.current_time()
 
     async def _on_session(
-        self, server: McpServer, session: HttpSession, parsed: Any, message: Any, header_version: str | None
-    ) -> Any:
-        from quart import request
-
+        self, request: PlainRequest, server: McpServer, session: HttpSession, parsed: Any, message: Any, header_version: str | None
+    ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
         if header_version is not None:
@@ -513,9 +497,7 @@ class McpEndpoint:
         reply = await server.handle(session.state, message)
         return _json_response(200, reply) if reply is not None else _json_response(202, None)
 
-    def _session(self, name: str | None, request_id: Any = None) -> HttpSession:
-        from quart import request
-
+    def _session(self, request: PlainRequest, name: str | None, request_id: Any = None) -> HttpSession:
         session_id = request.headers.get(p.HEADER_SESSION_ID)
         if not session_id:
             raise _jsonrpc_error(
@@ -531,15 +513,13 @@ class McpEndpoint:
         return session
 
     # ---- GET and DELETE ----------------------------------------------------------------------
-    async def _get(self, name: str | None) -> Any:
-        from quart import request
-
+    async def _get(self, request: PlainRequest, name: str | None) -> PlainResponse:
         self._server(name)
         if not request.headers.get(p.HEADER_SESSION_ID):
             raise _HttpError(405, _daemon_error(405, "method_not_allowed", "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"), {"Allow": "POST, DELETE"})
         if not _accepts(request.headers.get("Accept"), "text/event-stream"):
             raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "GET opens an SSE stream: Accept must list text/event-stream")
-        session = self._session(name)
+        session = self._session(request, name)
         session.last_seen = trio.current_time()
         last = request.headers.get(p.HEADER_LAST_EVENT_ID)
         if last:
@@ -555,8 +535,8 @@ class McpEndpoint:
         session.standalone = EventLog(secrets.token_hex(8))
         return self._sse(session.standalone, 0, standalone_of=session)
 
-    async def _delete(self, name: str | None) -> Any:
-        session = self._session(name)
+    async def _delete(self, request: PlainRequest, name: str | None) -> PlainResponse:
+        session = self._session(request, name)
         hub_for(self.kernel).close_session(session.state.id)
         return _json_response(204, None)
 
@@ -570,9 +550,7 @@ class McpEndpoint:
         cancel_on_close: trio.CancelScope | None = None,
         standalone_of: HttpSession | None = None,
         with_ids: bool = True,
-    ) -> Any:
-        from quart import Response
-
+    ) -> PlainResponse:
         async def body() -> AsyncIterator[bytes]:
             try:
                 if prime:
@@ -590,11 +568,25 @@ class McpEndpoint:
                     stream.close()
                     standalone_of.standalone = None
 
-        response = Response(body(), status=200, content_type="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        response.headers["X-Accel-Buffering"] = "no"
-        response.timeout = None  # streams live as long as their request
-        return response
+        headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+        return PlainResponse(200, body(), "text/event-stream", headers)
+
+
+async def _unless_gone(request: PlainRequest, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+    """``(True, await work())``, or ``(False, None)`` once the client has gone away first:
+    at 2026-07-28, closing the response stream cancels the request."""
+    answered, result = False, None
+    async with trio.open_nursery() as nursery:
+
+        async def cancel_when_gone() -> None:
+            await request.disconnected()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(cancel_when_gone)
+        result = await work()
+        answered = True
+        nursery.cancel_scope.cancel()
+    return answered, result
 
 
 async def _run_on_session(server: McpServer, session: HttpSession, message: Any, stream: EventLog) -> None:
@@ -619,10 +611,8 @@ def _caller(request: Any) -> tuple[str | None, Hashable]:
     return principal.name, ("addr", request.remote_addr)
 
 
-def _stateless_session(server: McpServer) -> ServerSession:
+def _stateless_session(server: McpServer, request: PlainRequest) -> ServerSession:
     """The one-request session of a stateless (2026-07-28) call, naming its principal."""
-    from quart import request
-
     session = server.new_session()
     session.principal = _caller(request)[0]
     return session
@@ -676,6 +666,8 @@ def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
 def render_error(status: int, code: str, message: str) -> tuple[bytes, str]:
     """``RouteDescriptor.render_error`` of the MCP endpoints: the daemon's own errors (401,
     403 Origin, 404, 405, 413, 429, 500) as ``_daemon_error``."""
+    if code == "body_too_large":
+        message = _TOO_LARGE
     body = json.dumps(_daemon_error(status, code, message), ensure_ascii=False, separators=(",", ":"))
     return body.encode(), "application/json"
 
@@ -687,17 +679,17 @@ def mcp_routes(kernel: Any) -> list[Any]:
     host = McpEndpoint(kernel, agent_param=False)
     per_agent = McpEndpoint(kernel, agent_param=True)
 
-    async def host_view() -> Any:
-        return await host.view(None)
+    async def host_handler(request: PlainRequest) -> PlainResponse:
+        return await host.handle(request, None)
 
-    async def agent_view(name: str) -> Any:
-        return await per_agent.view(name)
+    async def agent_handler(request: PlainRequest, name: str) -> PlainResponse:
+        return await per_agent.handle(request, name)
 
     methods = ("POST", "GET", "DELETE")
     cap = p.MAX_MESSAGE_BYTES
     return [
-        RouteDescriptor("/mcp", host_view, methods=methods, max_body_bytes=cap, render_error=render_error),
-        RouteDescriptor("/agents/<name>/mcp", agent_view, methods=methods, max_body_bytes=cap, render_error=render_error),
+        RouteDescriptor("/mcp", host_handler, methods=methods, max_body_bytes=cap, render_error=render_error),
+        RouteDescriptor("/agents/<name>/mcp", agent_handler, methods=methods, max_body_bytes=cap, render_error=render_error),
     ]
 
 

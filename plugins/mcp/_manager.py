@@ -287,19 +287,6 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 # ---- results -----------------------------------------------------------------------------
 
 
-def tool_result_from_mcp(result: Mapping[str, Any]) -> ToolResult:
-    """A kernel ToolResult from an MCP ``CallToolResult``; raises RecursionLimitExceeded
-    for the result of a call the server refused at its depth limit."""
-    tripped = RecursionLimitExceeded.from_mcp_result(result)
-    if tripped is not None:
-        raise tripped
-    content = tuple(dict(b) for b in result.get("content") or () if isinstance(b, Mapping))
-    structured = result.get("structuredContent")
-    if structured is not None and not isinstance(structured, Mapping):
-        structured = {"result": structured}
-    return ToolResult(content=content, structured_content=structured, is_error=bool(result.get("isError", False)))
-
-
 def _raise_if_breaker(exc: McpProtocolError) -> None:
     data = exc.data
     # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
@@ -596,7 +583,7 @@ class McpManager:
                 return ToolResult.error(str(exc))
             except McpError as exc:
                 return ToolResult.error(str(exc))
-            return tool_result_from_mcp(result)
+            return ToolResult.from_mcp(result)
 
         return Tool(spec, call_remote)
 
@@ -779,5 +766,4 @@ __all__ = [
     "collect_server_configs",
     "open_transport",
     "parse_server_config",
-    "tool_result_from_mcp",
 ]

@@ -103,22 +103,17 @@ async def stdio_loop(
 # ---- in-process ---------------------------------------------------------------------------------
 
 
-async def serve_kernel_stdio(kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream) -> None:
-    """Serve ``kernel``'s host surface (like ``/mcp``) on a pair of byte streams."""
-    from ._server import McpServer, serve_connection
+async def serve_kernel_stdio(
+    kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, agent: str | None = None
+) -> None:
+    """Serve ``kernel``'s host surface (like ``/mcp``), or ``agent``'s own surface (like
+    ``/agents/<agent>/mcp``), on a pair of byte streams."""
+    from ._connection import serve_connection
+    from ._server import McpServer
 
-    server = McpServer(kernel)
+    server = McpServer(kernel, agent=agent)
 
-    async def serve(receive: Receive, send: Send) -> None:
-        async def safe_send(message: Any) -> None:
-            try:
-                await send(message)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-
-        await serve_connection(server, receive, safe_send)
-
-    await stdio_loop(receive_stream, send_stream, serve)
+    await stdio_loop(receive_stream, send_stream, partial(serve_connection, server))
 
 
 # ---- bridge to a running daemon ---------------------------------------------------------------
@@ -134,7 +129,7 @@ async def live_daemon_url(home: Any) -> str | None:
 
 async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
-    from .transports.sse import sse_events
+    from roost.plugins.http.client import sse_events
 
     try:
         async for event in sse_events(response, max_bytes=p.MAX_MESSAGE_BYTES):
@@ -258,6 +253,7 @@ class DaemonBridge:
 
     async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
         import httpx
+        from roost.plugins.http.client import ResponseTooLarge, read_body, read_error_body
 
         request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
         answered = False
@@ -281,7 +277,7 @@ class DaemonBridge:
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
                 ctype = response.headers.get("content-type", "")
                 if status in (401, 403):
-                    await fail(self._refusal(status, await response.aread()), status)
+                    await fail(self._refusal(status, await read_error_body(response)), status)
                     return
                 if status == 202:
                     if isinstance(message, dict) and message.get("method") == p.INITIALIZED and not self._stream_open:
@@ -293,7 +289,11 @@ class DaemonBridge:
                     await _relay_sse(response, deliver)
                     await fail(f"the roost daemon's stream ended without an answer (HTTP {status})", status)
                     return
-                raw = await response.aread()
+                try:
+                    raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
+                except ResponseTooLarge as exc:
+                    await fail(str(exc), status)
+                    return
                 try:
                     reply = json.loads(raw)
                 except ValueError:
@@ -422,7 +422,8 @@ def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], envi
 async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
     needs nothing from the kernel — then boot the kernel and serve everything else."""
-    from ._server import McpServer, serve_connection
+    from ._connection import serve_connection
+    from ._server import McpServer
 
     server = McpServer(None)
     session = server.new_session()
@@ -444,17 +445,11 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
             return held.pop()
         return await receive()
 
-    async def safe_send(message: Any) -> None:
-        try:
-            await send(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
     from roost.kernel import open_kernel  # after the answer: it loads most of the kernel
 
     async with open_kernel(config) as kernel:
         server.kernel = kernel
-        await serve_connection(server, receive_rest, safe_send, session=session)
+        await serve_connection(server, receive_rest, send, session=session)
 
 
 __all__ = [

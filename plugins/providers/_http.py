@@ -2,32 +2,37 @@
 
 Keys come only from the environment (``api_key_env``); they are never logged and never
 put into an error message (vendor messages are scrubbed of them too).
+An answer is read up to ``MAX_ANSWER_BYTES`` (16 MiB; when streamed, per SSE event or
+NDJSON line), an error body's first 64 KiB (``roost.plugins.http.client``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import email.utils
 import json
 import logging
 import os
 import random
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import attrs
 import httpx
-import httpx_sse
 import trio
 from roost.kernel import ConfigError, RoostError, json_type_name, jsonrpc
+from roost.plugins.http.client import (
+    ResponseTooLarge,
+    read_body,
+    read_error_body,
+    retry_after_s,
+    sse_events,
+)
 
 log = logging.getLogger("roost.providers")
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
-MAX_STREAM_EVENT_BYTES = 16 * 1024 * 1024  # one SSE event or NDJSON line of a model's stream
+MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model's answer, or one SSE event or NDJSON line of its stream
 
 
 class ProviderError(RoostError):
@@ -229,29 +234,6 @@ def _shown(value: Any) -> str:
 # ---- the client -------------------------------------------------------------------------
 
 
-def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | None) -> float:
     """How long to wait before retry ``attempt`` (1-based), never past ``max_retry_wait_s``."""
     if server_wait is not None:
@@ -278,28 +260,6 @@ def vendor_message(body: bytes) -> str:
         elif isinstance(err, str):
             return err[:_MAX_ERROR_TEXT]
     return text.strip()[:_MAX_ERROR_TEXT]
-
-
-async def sse_events(response: httpx.Response, *, max_bytes: int) -> AsyncIterator[httpx_sse.ServerSentEvent]:
-    """The Server-Sent Events of ``response`` as they arrive, decoded by ``httpx-sse``
-    (WHATWG rules; ``id`` is the last event id, ``retry`` kept). Bounded: when more than
-    ``max_bytes`` arrive without completing an event, raises ValueError."""
-    unfinished = 0  # bytes read since the last complete event
-
-    async def counted() -> AsyncIterator[bytes]:
-        nonlocal unfinished
-        async for chunk in response.aiter_bytes():
-            unfinished += len(chunk)
-            if unfinished > max_bytes:
-                raise ValueError(f"an SSE event is over the limit of {max_bytes} bytes")
-            yield chunk
-
-    # The caller chose SSE: decode it whatever content type the server named (SSE is UTF-8).
-    bounded = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=counted())
-    async with contextlib.aclosing(httpx_sse.EventSource(bounded).aiter_sse()) as events:
-        async for event in events:
-            unfinished = 0
-            yield event
 
 
 def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
@@ -331,11 +291,7 @@ class HttpClient:
     async def post_json(self, url: str, body: Mapping[str, Any]) -> Any:
         """POST ``body``; the decoded JSON answer, or a ``ProviderError`` saying why not."""
         async with self._client() as client:
-            response = await self._send(client, url, body, stream=False)
-            try:
-                raw = response.content
-            finally:
-                await response.aclose()
+            _, raw = await self._send(client, url, body, stream=False)
         try:
             return json.loads(raw)
         except ValueError as exc:
@@ -354,14 +310,14 @@ class HttpClient:
         """
         provider = self.settings.provider
         async with self._client() as client:
-            response = await self._send(client, url, body, stream=True)
+            response, _ = await self._send(client, url, body, stream=True)
             try:
                 if stream_format == "sse":
-                    async for event in sse_events(response, max_bytes=MAX_STREAM_EVENT_BYTES):
+                    async for event in sse_events(response, max_bytes=MAX_ANSWER_BYTES):
                         if event.data:  # not an id or retry alone (httpx-sse hands those over too)
                             yield event
                 else:
-                    lines = jsonrpc.LineFramer(MAX_STREAM_EVENT_BYTES)
+                    lines = jsonrpc.LineFramer(MAX_ANSWER_BYTES)
                     async for chunk in response.aiter_bytes():
                         for line in lines.feed(chunk):
                             yield _ndjson_value(line)
@@ -375,14 +331,17 @@ class HttpClient:
                     f"{provider}: the stream stalled for more than "
                     f"{self.settings.timeout_s:g}s (raise timeout_s in [providers.{provider}])"
                 ) from None
-            except ValueError as exc:  # not JSON, or over MAX_STREAM_EVENT_BYTES
+            except ValueError as exc:  # not JSON, or over MAX_ANSWER_BYTES
                 raise ProviderResponseError(f"{provider}: malformed stream from {self.settings.base_url}: {exc}") from None
             finally:
                 await response.aclose()
 
     async def _send(
         self, client: httpx.AsyncClient, url: str, body: Mapping[str, Any], *, stream: bool
-    ) -> httpx.Response:
+    ) -> tuple[httpx.Response, bytes]:
+        """POST ``body`` with bounded retries. ``stream``: the response, open, for the caller
+        to read and close; else the closed response and its body (at most
+        ``MAX_ANSWER_BYTES``; a longer answer is a ``ProviderResponseError`` at once)."""
         s = self.settings
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         attempts = s.max_retries + 1
@@ -394,11 +353,16 @@ class HttpClient:
                     request = client.build_request("POST", url, content=payload)
                     response = await client.send(request, stream=True)
                     if response.status_code < 400:
-                        if not stream:
-                            await response.aread()
-                        return response
-                    error_body = await response.aread()
+                        if stream:
+                            return response, b""
+                        try:
+                            return response, await read_body(response, MAX_ANSWER_BYTES, what="the answer")
+                        finally:
+                            await response.aclose()
+                    error_body = await read_error_body(response)
                     await response.aclose()
+            except ResponseTooLarge as exc:
+                raise ProviderResponseError(f"{s.provider}: {s.redact(str(exc))}") from None
             except httpx.ConnectError as exc:
                 last = f"could not connect to {s.base_url} ({_reason(exc)})"
             except (httpx.TimeoutException, trio.TooSlowError):

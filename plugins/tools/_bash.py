@@ -1,22 +1,29 @@
 """The ``bash`` tool: ``bash -c`` in the workspace, isolated, confined, time-limited.
 
 - Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
-  dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (the
-  agent's own temp dir), ``LANG``, and the names in the env allowlist (their values come
+  dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (a
+  private tmpfs for this command), ``LANG``, and the names in the env allowlist (their values come
   from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value);
   and the run's trace context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``),
   while the process is registered with it in ``kernel.process_traces``
   (``roost.kernel.ProcessTraces``), so that the daemon knows a call from it by its pid.
 - Files (Landlock): the agent's file-access model (``_sandbox.FileAccess``) — read and
-  write its workspace, temp dir and ``files.write``; read ``files.read`` and the system
-  trees programs need; nothing else. In ``read-only`` mode it writes only its temp dir;
+  write its workspace, ``$TMPDIR`` and ``files.write``; read ``files.read`` and the system
+  trees programs need; nothing else. In ``read-only`` mode it writes only ``$TMPDIR``;
   ``rwx`` leaves files unconfined.
-- Network (Landlock ABI 4): no TCP connect or bind except the manifest's
-  ``network.connect`` / ``network.bind`` ports (``rwx``: unrestricted).
-- Processes: a PID namespace with its own ``/proc`` where the kernel allows one, Landlock
-  signal and abstract-socket scoping (ABI 6), no CAP_SYS_PTRACE; roost itself is
-  non-dumpable, so neither its memory nor its ``/proc/<pid>/environ`` is readable by a
-  child. Whatever this kernel cannot enforce is logged loudly once at start.
+- Network: without a granted port, a network namespace of its own (only its ``lo``);
+  with ``network.connect`` / ``network.bind`` ports, the host's network with TCP refused
+  by Landlock (ABI 4) except to those ports, and a seccomp filter (``_seccomp``) that
+  refuses sockets Landlock does not filter (MPTCP, SCTP, raw, packet, vsock...). ``rwx``:
+  unrestricted.
+- Processes: no capabilities at all, even when roost runs as root; a PID namespace with
+  its own ``/proc`` where the kernel allows one, Landlock signal and abstract-socket
+  scoping (ABI 6); roost itself is non-dumpable, so neither its memory nor its
+  ``/proc/<pid>/environ`` is readable by a child.
+- Resources (manifest ``limits.bash_*``): address space per process (RLIMIT_AS), processes
+  per command (pid_max of its PID namespace, RLIMIT_NPROC in a user namespace), the size
+  of ``$TMPDIR``; ``oom_score_adj`` 1000, so the OOM killer takes bash before roost.
+  Whatever this kernel cannot enforce is logged loudly once at start.
 - Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session. It
   dies with roost (parent-death signal), and when bash exits everything it left behind is
   killed at once; on timeout or cancellation roost asks the supervisor to do the same
@@ -48,8 +55,8 @@ from roost.kernel import (
     TraceContext,
 )
 
-from . import _landlock, _sandbox_exec
-from ._sandbox import FileAccess, ToolsSettings, file_access
+from . import _landlock, _sandbox_exec, _seccomp
+from ._sandbox import BashLimits, FileAccess, ToolsSettings, file_access
 
 log = logging.getLogger("roost.tools.bash")
 
@@ -65,10 +72,10 @@ _warned = False
 
 
 @functools.cache
-def namespaces_status() -> tuple[bool, str]:
-    """Whether bash can run in its own PID namespace here (probed once, for real)."""
+def _probe() -> dict[str, str]:
+    """``{"pidns": why, "netns": why}``: "" where it works here (probed once, for real)."""
     if not sys.platform.startswith("linux"):
-        return False, f"not supported on {sys.platform}"
+        return dict.fromkeys(("pidns", "netns"), f"not supported on {sys.platform}")
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--probe"],
@@ -78,10 +85,34 @@ def namespaces_status() -> tuple[bool, str]:
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"the probe failed: {exc}"
-    if done.returncode == 0:
-        return True, ""
-    return False, done.stderr.strip().removeprefix("roost sandbox: ") or f"exit {done.returncode}"
+        return dict.fromkeys(("pidns", "netns"), f"the probe failed: {exc}")
+    found = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    other = done.stderr.strip().removeprefix("roost sandbox: ") or f"exit {done.returncode}"
+    return {k: "" if found.get(k) == "ok" else found.get(k) or other for k in ("pidns", "netns")}
+
+
+def namespaces_status() -> tuple[bool, str]:
+    """Whether bash can run in its own PID namespace here, and why not."""
+    why = _probe()["pidns"]
+    return not why, why
+
+
+def network_namespace_status() -> tuple[bool, str]:
+    """Whether bash can also get a network namespace of its own here, and why not."""
+    why = _probe()["netns"]
+    return not why, why
+
+
+def process_cap_status() -> tuple[bool, str]:
+    """Whether the kernel can bound the processes of one bash command here, and why not."""
+    if not namespaces_status()[0]:
+        return False, "it needs bash's PID namespace (or user namespace)"
+    if os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
+        return False, (
+            "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
+            "per-namespace pid_max"
+        )
+    return True, ""
 
 
 def protect_process() -> bool:
@@ -100,7 +131,22 @@ def unenforced() -> list[str]:
     if not ok:
         missing.append(
             f"a PID namespace for bash ({why}): bash sees other processes in /proc (their "
-            "environment and memory stay closed: roost is non-dumpable)"
+            "environment and memory stay closed: roost is non-dumpable), and its $TMPDIR "
+            "is a directory on roost's disk with no size cap"
+        )
+    elif not network_namespace_status()[0]:
+        missing.append(
+            f"a network namespace for bash ({network_namespace_status()[1]}): without "
+            "granted ports bash shares the host's network (UDP included; TCP refused by "
+            "Landlock)"
+        )
+    ok, why = process_cap_status()
+    if not ok:
+        missing.append(f"a cap on the processes of one bash command ({why})")
+    if not _seccomp.available():
+        missing.append(
+            f"bash's socket filter (no seccomp filter for {os.uname().machine}): non-TCP "
+            "stream protocols such as MPTCP pass Landlock's TCP rules"
         )
     return missing
 
@@ -140,14 +186,30 @@ def child_environment(
 
 
 def command_argv(
-    command: str, access: FileAccess, *, connect: tuple[int, ...] = (), bind: tuple[int, ...] = ()
+    command: str,
+    access: FileAccess,
+    *,
+    connect: tuple[int, ...] = (),
+    bind: tuple[int, ...] = (),
+    limits: BashLimits | None = None,
 ) -> list[str]:
     """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
-    isolates it, applies Landlock for ``access`` and reaps everything the command leaves."""
+    isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
+    command leaves."""
     bash = shutil.which("bash") or "/bin/bash"
     argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
+    confined = access.mode != "rwx"
+    limits = limits or BashLimits.of(None)
     if namespaces_status()[0]:
         argv.append("--pidns")
+        # Without a granted port, bash needs no network: a namespace of its own reaches
+        # nothing on the host, by any protocol.
+        if confined and not connect and not bind and network_namespace_status()[0]:
+            argv.append("--netns")
+        argv += ["--tmp", str(access.temp), str(limits.tmp_mb)]
+    argv += ["--memory", str(limits.memory_mb), "--processes", str(limits.processes)]
+    if confined and _seccomp.available():
+        argv.append("--sockets")
     if _landlock.landlock_status().available:
         argv.append("--landlock")
         argv += access.landlock_args()
@@ -326,8 +388,9 @@ def bash_tool(settings: ToolsSettings) -> Tool:
             f"(stdout, then stderr; at most {settings.bash_max_output_chars} characters) and "
             "exit code. The environment is minimal (PATH, HOME=workspace, TMPDIR, LANG and "
             "allowed variables); in sandbox mode files can only be written in the workspace "
-            "and $TMPDIR, and TCP is off unless the agent's manifest allows ports. Each call "
-            "is a fresh shell: `cd` and variables do not persist. "
+            "and $TMPDIR, and there is no network unless the agent's manifest allows ports. "
+            "Each call is a fresh shell: `cd`, variables and files in $TMPDIR (private to "
+            "the call) do not persist; keep files in the workspace. "
             f"Times out after {max_timeout:g} s at most; background processes are killed "
             "when the command ends."
         ),
@@ -397,6 +460,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                 access,
                 connect=tuple(getattr(network, "connect", ())),
                 bind=tuple(getattr(network, "bind", ())),
+                limits=BashLimits.of(manifest),
             ),
             cwd=workspace,
             env=env,

@@ -1,12 +1,17 @@
 """The file tools: ``read``, ``write``, ``edit``, ``list``, ``glob`` and ``grep``.
 
 Paths are relative to the agent's workspace (absolute paths are allowed). Each path is
-checked against the agent's file-access model (``_sandbox.FileAccess``: its workspace,
-its temp dir and the roots its manifest grants; nothing else) and then opened beneath
+checked against the agent's file-access model (``_sandbox.FileAccess``: its workspace
+and the roots its manifest grants; nothing else) and then opened beneath
 that root without following any symbolic link (``_beneath``), so a path swapped between
 the check and the open cannot lead elsewhere. Only regular files are opened for content
 (opened non-blocking, then ``fstat``-checked): a FIFO or device is refused, never waited
 on. ``write`` and ``edit`` refuse a file with other hard links.
+
+Memory stays bounded whatever the file: ``read`` scans in chunks and keeps at most
+``MAX_LINE_CHARS`` of a line (a sparse file of one huge "line" costs no memory), ``edit``
+refuses files over ``MAX_EDIT_BYTES`` and ``grep`` skips files over
+``MAX_GREP_FILE_BYTES``.
 
 The blocking work runs in a worker thread under the agent's own limiter (one agent's
 stuck threads cannot starve the others or the daemon) and is abandoned on cancellation,
@@ -17,7 +22,6 @@ themselves at the call's deadline.
 from __future__ import annotations
 
 import errno
-import io
 import os
 import re
 import stat
@@ -51,6 +55,8 @@ MAX_LINE_CHARS = 2000
 BINARY_SNIFF_BYTES = 8192
 MAX_LISTED = 1000
 MAX_GREP_FILE_BYTES = 10_000_000
+MAX_EDIT_BYTES = 10 * 1024 * 1024
+_READ_CHUNK = 1 << 16
 MAX_GREP_LINE_CHARS = 500
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 # Leave the kernel's timeout some room so a walk reports what it found before it.
@@ -208,8 +214,8 @@ READ_SPEC = ToolSpec(
         "Read a text file and return its lines numbered like `cat -n` (number, tab, line). "
         f"Returns up to {DEFAULT_READ_LINES} lines from `offset`; use `offset` and `limit` "
         "to page through long files. Binary files are refused. Paths are relative to the "
-        "workspace unless absolute; only the workspace, the agent's temp dir and roots its "
-        "manifest grants can be read, and symbolic links are not followed."
+        "workspace unless absolute; only the workspace and roots the agent's manifest "
+        "grants can be read, and symbolic links are not followed."
     ),
     input_schema={
         "type": "object",
@@ -234,12 +240,58 @@ READ_SPEC = ToolSpec(
 )
 
 
+class _Lines:
+    """The lines of a binary file (without their end, ``\\r\\n`` or ``\\n``), each cut to
+    its first ``keep`` bytes, as ``(bytes, cut)``. Holds at most one chunk and ``keep``
+    bytes whatever the file (the rest of a cut line is skipped, never kept), and raises
+    ``_Refused`` past ``deadline`` (``time.monotonic()``)."""
+
+    def __init__(self, f: Any, keep: int, deadline: float, what: str) -> None:
+        self.f, self.keep, self.deadline, self.what = f, keep, deadline, what
+        self.buffer = b""
+
+    def _fill(self) -> bool:
+        if not self.buffer:
+            if time.monotonic() > self.deadline:
+                raise _Refused(f"{self.what}: reading the file ran out of time; give a smaller offset")
+            self.buffer = self.f.read(_READ_CHUNK)
+        return bool(self.buffer)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
+        line, skipping = bytearray(), False
+        while self._fill():
+            end = self.buffer.find(b"\n")
+            if end < 0:
+                piece, self.buffer = self.buffer, b""
+            else:
+                piece, self.buffer = self.buffer[:end], self.buffer[end + 1 :]
+            if skipping:  # the rest of a line already given, cut
+                skipping = end < 0
+                continue
+            room = self.keep - len(line)
+            if len(piece) > room:
+                yield bytes(line + piece[:room]), True
+                line, skipping = bytearray(), end < 0
+            elif end >= 0:
+                yield bytes((line + piece).removesuffix(b"\r")), False
+                line = bytearray()
+            else:
+                line += piece
+        if line:
+            yield bytes(line), False
+
+    def pending(self) -> bool:
+        """Whether anything follows what was given (reads at most one chunk)."""
+        return self._fill()
+
+
 async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
     offset = _int_arg(args, "offset", 1, minimum=1, maximum=10**9)
     limit = _int_arg(args, "limit", DEFAULT_READ_LINES, minimum=1, maximum=100_000)
     budget = ctx.max_output_chars
+    deadline = _deadline(ctx)
 
     def work(access: FileAccess) -> ToolResult:
         fd, info = _open_regular(access.locate(raw), READ_FLAGS, raw, "read")
@@ -253,20 +305,22 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
             used = 0
             last = offset - 1
             more = False
-            text = io.TextIOWrapper(f, encoding="utf-8", errors="replace", newline=None)
-            for number, line in enumerate(text, start=1):
+            # Up to 4 bytes a character: enough bytes for MAX_LINE_CHARS characters.
+            lines = _Lines(f, MAX_LINE_CHARS * 4, deadline, repr(raw))
+            for number, (data, cut) in enumerate(lines, start=1):
                 if number < offset:
                     continue
-                if number >= offset + limit or used >= budget:
-                    more = True
-                    break
-                line = line.rstrip("\n")
-                if len(line) > MAX_LINE_CHARS:
+                line = data.decode("utf-8", errors="replace")
+                if cut or len(line) > MAX_LINE_CHARS:
                     line = line[:MAX_LINE_CHARS] + " … [line truncated]"
                 entry = f"{number:>6}\t{line}"
                 out.append(entry)
                 used += len(entry) + 1
                 last = number
+                if number + 1 >= offset + limit or used >= budget:
+                    # Whatever follows (the rest of a cut line included) is "more".
+                    more = lines.pending()
+                    break
         if not out:
             if info.st_size == 0:
                 return ToolResult.text(f"{raw!r} is empty (0 bytes)")
@@ -291,9 +345,9 @@ WRITE_SPEC = ToolSpec(
     title="Write a file",
     description=(
         "Create or overwrite a text file with `content` (UTF-8), creating parent directories "
-        "as needed. In sandbox mode only paths inside the workspace, the agent's temp dir "
-        "($TMPDIR in bash) or roots its manifest grants can be written; in read-only mode "
-        "nothing can. Prefer `edit` for changing part of a file."
+        "as needed. In sandbox mode only paths inside the workspace or roots the agent's "
+        "manifest grants can be written; in read-only mode nothing can. Prefer `edit` for "
+        "changing part of a file."
     ),
     input_schema={
         "type": "object",
@@ -451,8 +505,19 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 raise
             raise _Refused(f"cannot edit {raw!r}: it {what}; use write to create a file") from None
         _one_link(fd, info, raw, "edit")
+        if info.st_size > MAX_EDIT_BYTES:
+            os.close(fd)
+            raise _Refused(
+                f"cannot edit {raw!r}: it is {info.st_size} bytes, over edit's limit of "
+                f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
+            )
         with os.fdopen(fd, "r+b") as f:
-            data = f.read()
+            data = f.read(MAX_EDIT_BYTES + 1)
+            if len(data) > MAX_EDIT_BYTES:  # it grew since fstat
+                return ToolResult.error(
+                    f"cannot edit {raw!r}: it is over edit's limit of "
+                    f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
+                )
             if _is_binary(data[:BINARY_SNIFF_BYTES]):
                 return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
             try:

@@ -3,8 +3,9 @@
 What an agent may touch (``file_access(ctx)``), enforced by the file tools here and for
 ``bash`` by Landlock (``FileAccess.landlock_args``):
 
-- **read and write**: its workspace, its own temp dir (``<data dir>/tmp/<agent>``; bash
-  gets it as ``TMPDIR``) and the roots in its manifest's ``files.write``;
+- **read and write**: its workspace and the roots in its manifest's ``files.write``;
+  ``bash`` also its ``$TMPDIR``: a private tmpfs mounted for each command on
+  ``<data dir>/tmp/<agent>`` (empty at the start, gone at the end; see ``_sandbox_exec``);
 - **read**: the roots in ``files.read``; ``bash`` also reads the system trees programs need
   (``SYSTEM_READ_ROOTS``) minus the secrets in ``SYSTEM_DENY``;
 - **nothing else**: not the user's home, not roost's data directory, not another agent's
@@ -12,7 +13,7 @@ What an agent may touch (``file_access(ctx)``), enforced by the file tools here 
   inside one of them reaches it.
 
 Modes (``ToolContext.sandbox``): ``sandbox`` as above; ``read-only`` the same, but the file
-tools write nothing and bash writes only its temp dir; ``rwx`` no file confinement.
+tools write nothing and bash writes only its ``$TMPDIR``; ``rwx`` no file confinement.
 
 A path is checked lexically (``..`` folded, never a symlink resolved) against the roots,
 then opened beneath the root's directory fd following no symlink (``_beneath``), so what
@@ -32,7 +33,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
+from roost.kernel import AgentLimits, ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -73,8 +74,9 @@ def data_home(ctx: ToolContext) -> Path | None:
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
-    """The agent's own temp dir (created 0700): ``<data dir>/tmp/<agent>``; outside a kernel,
-    ``<agent>`` under one private directory per process."""
+    """Where bash's ``$TMPDIR`` is (created 0700): ``<data dir>/tmp/<agent>``; outside a
+    kernel, ``<agent>`` under one private directory per process. Each command gets a
+    private tmpfs mounted there where namespaces work, else this directory itself."""
     global _fallback_temp
     home = data_home(ctx)
     if home is not None:
@@ -170,7 +172,6 @@ class FileAccess:
     def read_roots(self) -> list[Root]:
         return [
             Root(self.workspace, "its workspace"),
-            Root(self.temp, "its temp dir"),
             *(Root(p, READ_GRANT) for p in self.read),
             *(Root(p, WRITE_GRANT) for p in self.write),
         ]
@@ -178,11 +179,7 @@ class FileAccess:
     def write_roots(self) -> list[Root]:
         if self.mode == "read-only":
             return []
-        return [
-            Root(self.workspace, "its workspace"),
-            Root(self.temp, "its temp dir"),
-            *(Root(p, WRITE_GRANT) for p in self.write),
-        ]
+        return [Root(self.workspace, "its workspace"), *(Root(p, WRITE_GRANT) for p in self.write)]
 
     def locate(self, raw: str, *, write: bool = False) -> Located:
         """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
@@ -191,8 +188,8 @@ class FileAccess:
         if write and self.mode == "read-only":
             raise SandboxError(
                 f"cannot write {raw!r}: agent {self.agent!r} runs in read-only mode, which "
-                'refuses every write; set "sandbox": "sandbox" (workspace and temp dir) or '
-                '"rwx" in its agent.json to allow writes'
+                'refuses every write; set "sandbox": "sandbox" (its workspace) or "rwx" in its '
+                "agent.json to allow writes"
             )
         path = Path(os.path.normpath(self.workspace / raw))
         if self.mode == "rwx":
@@ -205,7 +202,7 @@ class FileAccess:
             also = f" and {', '.join(granted)}" if granted else ""
             raise SandboxError(
                 f"cannot {verb} {raw!r}: {path} is outside what agent {self.agent!r} may "
-                f"{verb} — its workspace {self.workspace}, its temp dir {self.temp}{also}; "
+                f"{verb} — its workspace {self.workspace}{also}; "
                 f'to allow it, add "{path}" (or a directory above it) to "{grant}" in its '
                 "agent.json"
             )
@@ -261,6 +258,22 @@ class FileAccess:
             for p in dict.fromkeys(paths):
                 args += [flag, p]
         return args
+
+
+@attrs.frozen
+class BashLimits:
+    """What one bash command may use: address space per process and size of its private
+    ``$TMPDIR`` (MiB), processes at once (the manifest's ``limits.bash_*``)."""
+
+    memory_mb: int
+    processes: int
+    tmp_mb: int
+
+    @classmethod
+    def of(cls, manifest: Any) -> BashLimits:
+        """The limits of ``manifest`` (the defaults when None)."""
+        limits = getattr(manifest, "limits", None) or AgentLimits()
+        return cls(limits.bash_memory_mb, limits.bash_processes, limits.bash_tmp_mb)
 
 
 def file_access(ctx: ToolContext) -> FileAccess:

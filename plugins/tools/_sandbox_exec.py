@@ -1,6 +1,7 @@
 """The process that runs a bash command for the ``bash`` tool: isolate, confine, run, reap.
 
-    python -I -S _sandbox_exec.py [--parent PID] [--pidns] [--landlock [RULES]] -- CMD ...
+    python -I -S _sandbox_exec.py [--parent PID] [--pidns [--netns] [--tmp DIR MB]]
+        [--memory MB] [--processes N] [--sockets] [--landlock [RULES]] -- CMD ...
 
 RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (each repeatable), ``--no-files``
 (leave files unconfined), ``--tcp`` with ``--connect PORT`` / ``--bind PORT`` (refuse
@@ -10,17 +11,27 @@ other TCP), ``--no-scope`` (let signals and abstract unix sockets out).
    fires when the parent *thread* exits, so it only prompts a check, and the parent is
    also polled) and exits at once if the parent is already gone (it died before prctl).
    Becomes a child subreaper, so whatever the command leaves behind is re-parented here.
+   Sets ``oom_score_adj`` to 1000: under memory pressure the kernel kills the command's
+   processes before roost.
 2. With ``--pidns``, the command runs in new PID and mount namespaces (and a user
    namespace when not root): an init process mounts a fresh ``/proc`` that shows only the
    command's own processes, so the command cannot see, signal or read any other process.
    When the command exits, init exits and the kernel kills everything left in the
-   namespace at once.
+   namespace at once. ``--netns`` adds a network namespace with only a loopback of its
+   own (nothing on the host is reachable); ``--tmp DIR MB`` mounts a private tmpfs of at
+   most MB MiB on DIR (it vanishes with the namespace); ``--processes N`` caps the
+   namespace's PIDs (per-namespace ``pid_max``, Linux >= 6.14: between N and N + 300
+   processes, whoever runs roost).
 3. Without namespaces, everything left behind is killed and reaped here: one ``/proc``
    scan per round, every process found killed, every child reaped (a setsid'd
    ``sleep 100 &`` included).
-4. The command itself runs with the Landlock rules applied (``--landlock``; if they
-   cannot be, it exits with 126 rather than run unconfined), without CAP_SYS_PTRACE in
-   its bounding set, and with default signal handling.
+4. The command itself runs with no capabilities at all (bounding, permitted, effective,
+   inheritable and ambient sets emptied, securebits locked so that uid 0 regains none on
+   exec, ``no_new_privs``), the Landlock rules applied (``--landlock``), the resource
+   limits (``--memory``: RLIMIT_AS; ``--processes``: RLIMIT_NPROC in a user namespace of
+   its own, where it binds), the socket filter (``--sockets``, ``_seccomp``) and default
+   signal handling. If any of that cannot be applied it exits with 126 rather than run
+   less confined.
 5. On SIGTERM/SIGINT/SIGHUP (roost's timeout or cancellation) or when the parent is gone
    (roost was SIGKILLed), kills the whole tree at once and exits with 128 + the signal.
 
@@ -31,10 +42,13 @@ Standard library only, run with ``-I -S`` so that it starts fast.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import importlib.util
 import os
+import resource
 import select
 import signal
+import struct
 import sys
 from pathlib import Path
 
@@ -42,14 +56,29 @@ SANDBOX_EXIT_CODE = 126
 EXEC_FAILED_EXIT_CODE = 127
 USAGE_EXIT_CODE = 2
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
 PR_SET_CHILD_SUBREAPER = 36
-CAP_SYS_PTRACE = 19
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CAP_SETPCAP = 8
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# NOROOT, NO_SETUID_FIXUP, KEEP_CAPS off and NO_CAP_AMBIENT_RAISE, each locked: uid 0
+# gains no capability on exec or setuid, and none can be raised again.
+SECURE_BITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+OOM_SCORE_ADJ = 1000
+# After the PIDs up to pid_max are used once, the kernel hands out PIDs from 300 up only:
+# pid_max = N + 300 leaves room for N processes at any time.
+RESERVED_PIDS = 300
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WATCHED = {signal.SIGCHLD, PARENT_DEATH_SIGNAL, *STOP_SIGNALS}
@@ -63,14 +92,28 @@ def _prctl(option: int, value: int) -> bool:
     return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), 0, 0, 0) == 0
 
 
+def _kernel_at_least(major: int, minor: int) -> bool:
+    try:
+        release = os.uname().release.split("-", 1)[0].split(".")
+        return (int(release[0]), int(release[1])) >= (major, minor)
+    except (ValueError, IndexError):
+        return False
+
+
+# Linux 6.14 made /proc/sys/kernel/pid_max per PID namespace; before, writing it from a
+# namespace (as root) would change the host's.
+PER_NAMESPACE_PID_MAX = _kernel_at_least(6, 14)
+
+
 def _fail(message: str, code: int = SANDBOX_EXIT_CODE) -> int:
     os.write(2, f"roost sandbox: {message}\n".encode())
     return code
 
 
-def _load_landlock():
-    path = Path(__file__).with_name("_landlock.py")
-    spec = importlib.util.spec_from_file_location("_roost_landlock", path)
+def _load(name: str):
+    """A sibling module by file (this process runs with ``-I -S``, not as a package)."""
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_roost{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -93,6 +136,13 @@ class Options:
         self.connect: list[int] = []
         self.bind: list[int] = []
         self.scope = True
+        self.netns = False
+        self.tmp: str | None = None
+        self.tmp_mb = 0
+        self.memory_mb = 0
+        self.processes = 0
+        self.sockets = False
+        self.userns = False  # set by main: the namespaces include a user namespace
         self.command: list[str] = []
 
 
@@ -100,13 +150,19 @@ def parse(argv: list[str]) -> Options:
     opts, i = Options(), 0
     lists = {"--read": opts.read, "--write": opts.write, "--deny": opts.deny}
     ports = {"--connect": opts.connect, "--bind": opts.bind}
-    flags = {"--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp"}
+    numbers = {"--memory": "memory_mb", "--processes": "processes"}
+    flags = {
+        "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
+        "--sockets": "sockets",
+    }  # fmt: skip
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             opts.command = argv[i + 1 :]
             if not opts.command:
                 raise ValueError("no command after '--'")
+            if (opts.netns or opts.tmp) and not opts.pidns:
+                raise ValueError("--netns and --tmp need --pidns")
             return opts
         if arg in flags:
             setattr(opts, flags[arg], True)
@@ -126,6 +182,12 @@ def parse(argv: list[str]) -> Options:
         elif arg == "--parent" and i + 1 < len(argv) and argv[i + 1].isdigit():
             opts.parent = int(argv[i + 1])
             i += 2
+        elif arg in numbers and i + 1 < len(argv) and argv[i + 1].isdigit() and int(argv[i + 1]) > 0:
+            setattr(opts, numbers[arg], int(argv[i + 1]))
+            i += 2
+        elif arg == "--tmp" and i + 2 < len(argv) and argv[i + 2].isdigit() and int(argv[i + 2]) > 0:
+            opts.tmp, opts.tmp_mb = argv[i + 1], int(argv[i + 2])
+            i += 3
         else:
             raise ValueError(f"unexpected argument {arg!r}")
     raise ValueError("missing '--' before the command")
@@ -204,15 +266,37 @@ def exit_code(status: int) -> int:
 # ---- namespaces ------------------------------------------------------------------------
 
 
-def enter_namespaces() -> str | None:
-    """Unshare PID and mount namespaces (and a user namespace when not root) for our
-    future children; None on success, else why not."""
-    flags = CLONE_NEWPID | CLONE_NEWNS
+def _errno_text(what: str) -> str:
+    return f"{what}: {os.strerror(ctypes.get_errno())}"
+
+
+def loopback_up() -> str | None:
+    """Bring up ``lo`` in our (new) network namespace; None on success, else why not."""
+    fd = _libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM: any socket of the namespace will do
+    if fd < 0:
+        return _errno_text("socket")
+    try:
+        request = bytearray(struct.pack("16sH22x", b"lo", 0))
+        fcntl.ioctl(fd, SIOCGIFFLAGS, request)
+        flags = struct.unpack_from("H", request, 16)[0] | IFF_UP
+        struct.pack_into("H", request, 16, flags)
+        fcntl.ioctl(fd, SIOCSIFFLAGS, request)
+    except OSError as exc:
+        return f"cannot bring up lo: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    return None
+
+
+def enter_namespaces(*, netns: bool = False) -> str | None:
+    """Unshare PID and mount namespaces (and a user namespace when not root, a network
+    namespace with ``netns``) for our future children; None on success, else why not."""
+    flags = CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWNET if netns else 0)
     uid, gid = os.geteuid(), os.getegid()
     if uid != 0:
         flags |= CLONE_NEWUSER
     if _libc.unshare(ctypes.c_int(flags)) != 0:
-        return f"unshare: {os.strerror(ctypes.get_errno())}"
+        return _errno_text("unshare")
     if uid != 0:
         try:
             for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
@@ -220,50 +304,124 @@ def enter_namespaces() -> str | None:
                     f.write(text)
         except OSError as exc:
             return f"cannot map the user namespace: {exc.strerror or exc}"
-    return None
+    return loopback_up() if netns else None
+
+
+def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
+    _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    return _libc.mount(source, target, fstype, flags, data) == 0
 
 
 def mount_private_proc() -> str | None:
     """In a new mount namespace: stop mounts propagating out, then a /proc of our own PID
     namespace. None on success, else why not."""
-    _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
-    if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return f"cannot make mounts private: {os.strerror(ctypes.get_errno())}"
-    if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
-        return f"cannot mount /proc: {os.strerror(ctypes.get_errno())}"
+    if not _mount(None, b"/", None, MS_REC | MS_PRIVATE, None):
+        return _errno_text("cannot make mounts private")
+    if not _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
+        return _errno_text("cannot mount /proc")
+    return None
+
+
+def mount_tmp(path: str, size_mb: int) -> str | None:
+    """A private tmpfs of at most ``size_mb`` MiB on ``path``; None on success."""
+    options = f"size={size_mb}m,mode=0700".encode()
+    if not _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options):
+        return _errno_text(f"cannot mount a tmpfs on {path}")
+    return None
+
+
+def cap_pids(processes: int) -> str | None:
+    """Bound the PIDs of our (new) PID namespace; None on success, else why not."""
+    if not PER_NAMESPACE_PID_MAX:
+        return None  # only RLIMIT_NPROC (set on the command) can bound them
+    try:
+        with open("/proc/sys/kernel/pid_max", "w") as f:
+            f.write(str(processes + RESERVED_PIDS))
+    except OSError as exc:
+        return f"cannot set the namespace's pid_max: {exc.strerror or exc}"
     return None
 
 
 def probe() -> int:
-    """Exit 0 if the PID namespace with its own /proc works here, else 1 and the reason."""
-    why = enter_namespaces()
-    if why is not None:
-        return _fail(why, 1)
-    pid = os.fork()
-    if pid == 0:
-        why = mount_private_proc()
-        if why is None and os.getpid() == 1 and Path("/proc/1").exists() and not Path("/proc/2").exists():
-            os._exit(0)
-        os.write(2, f"roost sandbox: {why or 'the new /proc shows other processes'}\n".encode())
-        os._exit(1)
-    _, status = os.waitpid(pid, 0)
-    return exit_code(status)
+    """Print ``pidns: ok`` and ``netns: ok`` (or the reason) for what works here; exit 0
+    if the PID namespace with its own /proc does."""
+    results = {}
+    for name, netns in (("pidns", False), ("netns", True)):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            why = enter_namespaces(netns=netns)
+            if why is None:
+                init = os.fork()
+                if init == 0:
+                    why = mount_private_proc()
+                    alone = os.getpid() == 1 and Path("/proc/1").exists() and not Path("/proc/2").exists()
+                    if why is None and not alone:
+                        why = "the new /proc shows other processes"
+                    if why is None:
+                        os._exit(0)
+                    os.write(write, why.encode())
+                    os._exit(1)
+                _, status = os.waitpid(init, 0)
+                os._exit(exit_code(status))
+            os.write(write, why.encode())
+            os._exit(1)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            why = f.read().decode(errors="replace")
+        _, status = os.waitpid(pid, 0)
+        results[name] = "ok" if exit_code(status) == 0 else why or f"exit {exit_code(status)}"
+    os.write(1, "".join(f"{k}: {v}\n" for k, v in results.items()).encode())
+    return 0 if results["pidns"] == "ok" else 1
 
 
 # ---- the command -----------------------------------------------------------------------
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> str | None:
+    """Leave this process (and what it executes) no capability at all, root or not;
+    None on success, else what failed."""
+    header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
+    if _libc.capget(ctypes.byref(header), data) != 0:
+        return _errno_text("capget")
+    if data[0].effective >> CAP_SETPCAP & 1:  # root, or a user namespace of our own
+        if not _prctl(PR_SET_SECUREBITS, SECURE_BITS):
+            return _errno_text("prctl(PR_SET_SECUREBITS)")
+        cap = 0
+        while _libc.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) >= 0:
+            if not _prctl(PR_CAPBSET_DROP, cap):
+                return _errno_text(f"prctl(PR_CAPBSET_DROP, {cap})")
+            cap += 1
+    _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
+    if _libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
+        return _errno_text("capset")
+    if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
+        return _errno_text("prctl(PR_SET_NO_NEW_PRIVS)")
+    return None
+
+
 def exec_confined(opts: Options, original_mask: set) -> None:
-    """Become the command: Landlock, no CAP_SYS_PTRACE, default signals. Never returns."""
+    """Become the command: no capabilities, Landlock, limits, socket filter, default
+    signals. Never returns."""
     try:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
-        if os.geteuid() == 0:
-            # Root could otherwise read other processes' memory and environment.
-            _prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE)
+        why = drop_capabilities()
+        if why is not None:
+            os._exit(_fail(f"cannot drop capabilities ({why}); refusing to run the command with them"))
+        seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
-            landlock = _load_landlock()
+            landlock = _load("_landlock")
             rules = landlock.Rules(
                 read=tuple(opts.read),
                 write=tuple(opts.write),
@@ -280,6 +438,21 @@ def exec_confined(opts: Options, original_mask: set) -> None:
                 os._exit(
                     _fail(f"Landlock could not be applied ({exc}); refusing to run the command unconfined")
                 )
+        try:
+            if seccomp is not None:
+                seccomp.install(own_netns=opts.netns)
+            if opts.processes and opts.userns:  # RLIMIT_NPROC never binds uid 0 of the host
+                resource.setrlimit(resource.RLIMIT_NPROC, (opts.processes, opts.processes))
+            if opts.memory_mb:  # last: this process allocates nothing more before exec
+                limit = opts.memory_mb << 20
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (OSError, ValueError) as exc:
+            os._exit(
+                _fail(
+                    f"the socket filter or the resource limits could not be applied ({exc}); "
+                    "refusing to run the command without them"
+                )
+            )
         os.execv(opts.command[0], opts.command)
     except BaseException as exc:
         os.write(2, f"roost sandbox: cannot run {opts.command[0]!r}: {exc}\n".encode())
@@ -287,15 +460,20 @@ def exec_confined(opts: Options, original_mask: set) -> None:
 
 
 def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
-    """PID 1 of the new namespace: a private /proc, then the command; its status is ours.
-    Returning ends the namespace: the kernel kills whatever is left in it."""
+    """PID 1 of the new namespace: a private /proc (and temp dir, and PID cap), then the
+    command; its status is ours. Returning ends the namespace: the kernel kills whatever is
+    left in it."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # If the supervisor died before prctl, nobody would tell us: its end of the pipe is shut.
     if select.select([outer_alive], [], [], 0)[0]:
         return SANDBOX_EXIT_CODE
     why = mount_private_proc()
+    if why is None and opts.tmp:
+        why = mount_tmp(opts.tmp, opts.tmp_mb)
+    if why is None and opts.processes:
+        why = cap_pids(opts.processes)
     if why is not None:
-        return _fail(f"{why}; refusing to run the command without its own /proc")
+        return _fail(f"{why}; refusing to run the command without its own namespaces")
     pid = os.fork()
     if pid == 0:
         exec_confined(opts, original_mask)
@@ -344,9 +522,9 @@ def main(argv: list[str] | None = None) -> int:
         opts = parse(argv)
     except ValueError as exc:
         return _fail(
-            f"{exc}; usage: [--parent PID] [--pidns] [--landlock [--read DIR] [--write DIR] "
-            "[--deny PATH] [--no-files] [--tcp [--connect PORT] [--bind PORT]] [--no-scope]] "
-            "-- COMMAND ...",
+            f"{exc}; usage: [--parent PID] [--pidns [--netns] [--tmp DIR MB]] [--memory MB] "
+            "[--processes N] [--sockets] [--landlock [--read DIR] [--write DIR] [--deny PATH] "
+            "[--no-files] [--tcp [--connect PORT] [--bind PORT]] [--no-scope]] -- COMMAND ...",
             USAGE_EXIT_CODE,
         )
     original_mask = signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
@@ -356,11 +534,17 @@ def main(argv: list[str] | None = None) -> int:
         if os.getppid() != opts.parent:
             return 128 + signal.SIGKILL  # the parent died before prctl could take effect
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ))
+    except OSError as exc:
+        return _fail(f"cannot set oom_score_adj: {exc.strerror or exc}")
     alive_r = alive_w = -1
     if opts.pidns:
-        why = enter_namespaces()
+        opts.userns = os.geteuid() != 0
+        why = enter_namespaces(netns=opts.netns)
         if why is not None:
-            return _fail(f"{why}; refusing to run the command without its own PID namespace")
+            return _fail(f"{why}; refusing to run the command without its own namespaces")
         alive_r, alive_w = os.pipe()
     child = os.fork()
     if child == 0:

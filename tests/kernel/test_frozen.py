@@ -12,7 +12,6 @@ def test_frozen_builders_make_what_the_class_makes():
     from roost.kernel import Event, ToolResult
     from roost.kernel._actor import _event
     from roost.kernel._agent import AgentReply, _agent_reply
-    from roost.kernel._kernel import _tool_result
     from roost.kernel._loop import (
         CompletionRequest,
         LoopResult,
@@ -22,6 +21,7 @@ def test_frozen_builders_make_what_the_class_makes():
         message_of,
         request_of,
     )
+    from roost.kernel._tools import _tool_result
     from roost.kernel._trace import _trace_context
 
     ctx = TraceContext.new("a")

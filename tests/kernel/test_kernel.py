@@ -223,18 +223,20 @@ async def test_exposure_private_tools_are_never_listed_nor_callable(config):
         exposed = {s.name for s in kernel.exposed_tools("worker")}
         assert {"read", "list"} <= exposed and "bash" not in exposed and "write" not in exposed
         # Over the in-memory MCP transport: tools/list and tools/call.
-        runtime = kernel._runtimes["worker"]
-        listed = await runtime.handle_jsonrpc({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, "test")
+        surface = kernel.surface("worker")
+        listed = await surface.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         names = {t["name"] for t in listed["result"]["tools"]}
         assert "message" in names and "bash" not in names
-        denied = await runtime.handle_jsonrpc(
+        denied = await surface.handle(
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-             "params": {"name": "bash", "arguments": {"command": "true"}}}, "test")
-        assert denied["error"]["code"] == -32602 and "unknown tool" in denied["error"]["message"]
-        missing = await runtime.handle_jsonrpc(
+             "params": {"name": "bash", "arguments": {"command": "true"}}})
+        assert denied["error"]["code"] == -32602 and "unknown tool: bash" in denied["error"]["message"]
+        missing = await surface.handle(
             {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-             "params": {"name": "nope", "arguments": {}}}, "test")
-        assert missing["error"] == denied["error"] | {"message": "unknown tool: nope"}
+             "params": {"name": "nope", "arguments": {}}})
+        assert missing["error"] == {
+            "code": -32602, "message": "unknown tool: nope; see tools/list", "data": {"tool": "nope"}
+        }
 
 
 async def test_history_and_audit_survive_a_restart(config):
@@ -484,7 +486,7 @@ async def test_cancelling_a_run_asked_by_another_agent_answers_cancelled(config)
         audit = await kernel.store.audit()
     [result] = results
     assert result.is_error and result.as_text() == "cancelled"
-    assert result.structured_content == {"agent": "a", "text": "cancelled", "stop_reason": "cancelled"}
+    assert result.structured_content == {"agent": "a", "text": "cancelled", "session_id": None, "stop_reason": "cancelled"}
     assert sorted((r.agent, r.tool, r.outcome, r.error) for r in audit) == [
         ("a", "sleepy", "cancelled", "the call was cancelled"),
         ("b", "agent_a", "error", "cancelled"),
@@ -814,7 +816,7 @@ def test_results_read_from_json_rpc_keep_mapping_blocks_and_drop_the_rest():
     block = MappingProxyType({"type": "text", "text": "a"})
     response = {"result": {"content": [block, "junk", {"type": "text", "text": "b"}], "structuredContent": ["x"]}}
     result = result_from_jsonrpc(response)
-    assert result.content == (block, {"type": "text", "text": "b"}) and result.structured_content is None
+    assert result.content == (block, {"type": "text", "text": "b"}) and result.structured_content == {"result": ["x"]}
     assert result.as_text() == "a\nb" and not result.is_error
     proxy = MappingProxyType({"result": MappingProxyType({"content": [block], "isError": True})})
     result = result_from_jsonrpc(proxy)
@@ -880,3 +882,58 @@ async def test_a_send_cancelled_before_it_starts_runs_nothing_and_stores_nothing
         assert replies == []
         sessions = await kernel.store.sessions()
     assert [(s["id"], s["message_count"]) for s in sessions] == [("s1", 2)]
+
+
+class AgentsOwnedTool:
+    """A plugin whose tool declares ``owner="agents"``, like the kernel's agent tools."""
+
+    @hookimpl
+    def roost_tools(self, config):
+        async def lookup(call, ctx):
+            return ToolResult.text(f"found {call.arguments.get('q', '')}")
+
+        return [Tool(ToolSpec("lookup", "Look something up", owner="agents"), lookup)]
+
+
+async def test_a_plugin_tool_owned_by_agents_is_exposed_audited_and_tapped_like_any_other(config):
+    # What broke: ``spec.owner == "agents"`` marked the kernel's agent_<name> tools, so a
+    # plugin's tool declaring that owner was never exposed and never on the event tap.
+    a = agent("a", tools=["lookup"], mcp={"expose_tools": ["lookup", "agent_*"]})
+    tool_events = (EventKind.EXEC_TOOL_CALL, EventKind.EXEC_TOOL_RESULT)
+    async with open_kernel(config, agents=[a, agent("b")], plugins=[AgentsOwnedTool()]) as kernel:
+        # The kernel's own agent tools are still neither exposed nor listed on the surface.
+        assert [s.name for s in kernel.exposed_tools("a")] == ["lookup"]
+        assert [s.name for s in kernel.surface("a").tools()] == ["lookup", "message"]
+        async with kernel.tap.subscribe(buffer=16, kinds=tool_events) as events:
+            result = await kernel.call_tool("a", ToolCall("lookup", {"q": "x"}))
+            seen = [events.receive_nowait().kind for _ in range(2)]
+            surface = kernel.surface("a")
+            exposed = await surface.call_tool(surface.prepare({"name": "lookup", "arguments": {"q": "y"}}))
+            seen += [events.receive_nowait().kind for _ in range(2)]
+            with pytest.raises(trio.WouldBlock):
+                events.receive_nowait()
+        audit = await kernel.store.audit(agent="a")
+    assert result.as_text() == "found x" and exposed["content"][0]["text"] == "found y"
+    assert seen == [*tool_events, *tool_events]
+    assert [r.tool for r in audit] == ["lookup", "lookup"]
+
+
+async def test_the_agent_tools_are_the_kernels_not_a_plugins_of_the_same_name(config):
+    # A plugin's tool named like an agent tool wins the name (registered first), and is then
+    # an ordinary tool: exposed when listed, its calls published as tool events.
+    class Impostor:
+        @hookimpl
+        def roost_tools(self, config):
+            async def fake(call, ctx):
+                return ToolResult.text("not b")
+
+            return [Tool(ToolSpec("agent_b", "Not an agent", owner="agents"), fake)]
+
+    a = agent("a", tools=["agent_b"], mcp={"expose_tools": ["agent_b"]})
+    async with open_kernel(config, agents=[a, agent("b")], plugins=[Impostor()]) as kernel:
+        assert [s.name for s in kernel.exposed_tools("a")] == ["agent_b"]
+        async with kernel.tap.subscribe(buffer=16, kinds=(EventKind.EXEC_TOOL_CALL,)) as events:
+            result = await kernel.call_tool("a", ToolCall("agent_b", {}))
+            assert events.receive_nowait().payload["tool"] == "agent_b"
+        assert any("agent_b" in f.error for f in kernel.plugins.failures)
+    assert result.as_text() == "not b"

@@ -2,7 +2,7 @@
 sends same-origin requests (no ``Origin`` header on a GET) carrying ``Host: <that name>``.
 
 Against a real ``roost run`` (no API key, the default), every entry point — Quart's
-(``/health``, ``/api``, MCP, the websocket) and the fast lane's (A2A) — refuses a forged
+(``/health``, ``/api``, the websocket) and the plugin routes' plain handlers (MCP, A2A) — refuses a forged
 ``Host`` with 421 in the route's own error shape and leaks nothing; loopback names, the
 bound address and ``http.allowed_hosts`` are served; card URLs name the bound address
 whatever ``Host`` says; the official a2a-sdk and mcp clients work with 127.0.0.1 and
@@ -72,26 +72,26 @@ def jsonrpc(method: str, params: dict) -> bytes:
 MCP_INIT = jsonrpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}})
 WEBSOCKET = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
 
-# (entry point, lane, method, path, body, headers, error shape)
+# (entry point, handler, method, path, body, headers, error shape)
 ENTRIES = [
     ("health", "quart", "GET", "/health", b"", {}, "roost"),
     ("api-agents", "quart", "GET", "/api/agents", b"", {}, "roost"),
     ("api-message", "quart", "POST", "/api/agents/alpha/message", b'{"message": "hi"}', {}, "roost"),
     ("api-events-websocket", "quart", "GET", "/api/events", b"", WEBSOCKET, "roost"),
-    ("mcp", "quart", "POST", "/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
-    ("agent-mcp", "quart", "POST", "/agents/alpha/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
-    ("a2a-rest-tasks", "fast", "GET", "/a2a/rest/tasks?historyLength=10", b"", V1, "rest"),
-    ("a2a-jsonrpc-list", "fast", "POST", "/a2a/jsonrpc", jsonrpc("ListTasks", {"historyLength": 10}), V1, "jsonrpc"),
-    ("a2a-jsonrpc-send", "fast", "POST", "/a2a/agents/alpha/jsonrpc", jsonrpc("SendMessage", {"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}), V1, "jsonrpc"),
-    ("a2a-card", "fast", "GET", "/.well-known/agent-card.json", b"", {}, "rest"),
-    ("a2a-legacy-task", "fast", "GET", "/a2a/tasks/whatever?historyLength=10", b"", {}, "rest"),
+    ("mcp", "plain", "POST", "/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
+    ("agent-mcp", "plain", "POST", "/agents/alpha/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
+    ("a2a-rest-tasks", "plain", "GET", "/a2a/rest/tasks?historyLength=10", b"", V1, "rest"),
+    ("a2a-jsonrpc-list", "plain", "POST", "/a2a/jsonrpc", jsonrpc("ListTasks", {"historyLength": 10}), V1, "jsonrpc"),
+    ("a2a-jsonrpc-send", "plain", "POST", "/a2a/agents/alpha/jsonrpc", jsonrpc("SendMessage", {"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}), V1, "jsonrpc"),
+    ("a2a-card", "plain", "GET", "/.well-known/agent-card.json", b"", {}, "rest"),
+    ("a2a-legacy-task", "plain", "GET", "/a2a/tasks/whatever?historyLength=10", b"", {}, "rest"),
 ]
 ATTACKS = ["evil.example", "evil.example:{port}", "localhost.evil.example:{port}", "127.0.0.1.nip.io:{port}"]
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e[0] for e in ENTRIES])
-async def test_a_forged_host_is_refused_with_421_in_the_route_shape_on_both_lanes(daemon, entry, attack):
+async def test_a_forged_host_is_refused_with_421_in_the_route_shape_at_every_entry(daemon, entry, attack):
     _, _, method, path, body, headers, shape = entry
     host = attack.format(port=daemon.port)
     status, fields, raw = await raw_request(daemon.port, method, path, host, body=body, headers=headers)

@@ -7,116 +7,15 @@ reason in ``closed_reason``); ``send`` hands one message to the peer.
 
 from __future__ import annotations
 
-import http
-import json
-import random
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 import trio
-from roost.kernel import RoostError, jsonrpc
+from roost.kernel import RoostError
 
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
-
-# ---- HTTP errors from a peer (shared by the MCP HTTP transports and the A2A client) ------
-
-HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
-HTTP_RETRY_STATUSES = frozenset({429, 503})
-MAX_HTTP_RETRIES = 8
-MAX_HTTP_RETRY_WAIT_S = 30.0
-ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
-_TAGS = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
-_SPACE = re.compile(r"\s+")
-
-
-def http_status_line(status: int) -> str:
-    """``HTTP 401 Unauthorized`` (the number alone for a status without a standard phrase)."""
-    try:
-        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return f"HTTP {status}"
-
-
-def http_error_text(body: bytes, limit: int = 300) -> str:
-    """The server's own words in an error response: the message of a JSON error (JSON-RPC,
-    roost's REST shape, AIP-193), else the body's text with HTML tags dropped; cut short."""
-    if not body:
-        return ""
-    text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        value = None
-    if isinstance(value, Mapping):
-        error = value.get("error")
-        for candidate in (error.get("message") if isinstance(error, Mapping) else error, value.get("message"), value.get("detail")):
-            if isinstance(candidate, str) and candidate.strip():
-                text = candidate
-                break
-    else:
-        text = _TAGS.sub(" ", text)
-    text = _SPACE.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def http_retry_wait(status: int, retry_after: float | None, retries: int, remaining: float) -> float | None:
-    """Seconds to wait before retrying a request answered with HTTP ``status``, or None when
-    it is not retried: only 429 and 503 are, at most ``MAX_HTTP_RETRIES`` times, after the
-    server's ``Retry-After`` (else 0.5 s doubling), and never when the wait would end past
-    the call's deadline (``remaining`` seconds away) or exceed ``MAX_HTTP_RETRY_WAIT_S``."""
-    if status not in HTTP_RETRY_STATUSES or retries >= MAX_HTTP_RETRIES:
-        return None
-    wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
-    # Callers told the same Retry-After would all come back in the same instant.
-    wait += random.uniform(0.0, 0.05 + 0.2 * wait)
-    if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining:
-        return None
-    return wait
-
-
-def http_error_message(
-    request_id: Any, status: int, body: bytes, *, retry_after: float | None = None, hint: str | None = None
-) -> dict[str, Any]:
-    """The JSON-RPC response for a request that got no JSON-RPC answer: HTTP ``status``
-    with ``body``, or (status 0) no HTTP answer at all, ``body`` saying why.
-
-    A JSON-RPC error in the body keeps its code and data; the message names the status,
-    the server's words and ``hint``; ``data`` gains ``httpStatus`` (and ``retryAfter``).
-    """
-    code: int = HTTP_ERROR
-    data: Any = None
-    try:
-        value = json.loads(body) if body else None
-    except (ValueError, RecursionError):
-        value = None
-    error = value.get("error") if isinstance(value, dict) else None
-    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
-        code, data = error["code"], error.get("data")
-    text = http_error_text(body)
-    if status:
-        message = http_status_line(status) + (f": {text}" if text else "")
-    else:
-        message = text or "no answer from the server"
-    if hint:
-        message += f" ({hint})"
-    facts: dict[str, Any] = {"httpStatus": status}
-    if retry_after is not None:
-        facts["retryAfter"] = retry_after
-    if data is None:
-        data = facts
-    elif isinstance(data, dict):
-        data = {**data, **facts}
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
-
-
-def remaining_s(deadline: float) -> float:
-    """Seconds until ``deadline`` (``trio.current_time()`` based) or the caller's own
-    cancel-scope deadline, whichever is sooner."""
-    return min(deadline, trio.current_effective_deadline()) - trio.current_time()
-
 
 WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
 WRITE_STALL_S = 30.0  # a taken round the peer has not drained within this: the pipe is given up
@@ -267,18 +166,10 @@ class ClientTransport(Protocol):
 
 
 __all__ = [
-    "HTTP_ERROR",
-    "HTTP_RETRY_STATUSES",
     "INCOMING_BUFFER",
-    "MAX_HTTP_RETRIES",
     "MAX_MESSAGE_BYTES",
     "ClientTransport",
     "TransportClosed",
     "TransportError",
-    "http_error_message",
-    "http_error_text",
-    "http_retry_wait",
-    "http_status_line",
-    "remaining_s",
     "single_errors",
 ]

@@ -18,6 +18,9 @@
   words, with ``data.httpStatus`` (0: no HTTP answer) and ``data.retryAfter`` (seconds);
   the client retries 429/503 from there. Nothing is dropped, so no call waits out its
   timeout because of an HTTP-level error.
+- What a server sends is read up to a cap, never whole first: a JSON answer or one SSE
+  event at most ``MAX_MESSAGE_BYTES`` (10 MiB), an error body's first 64 KiB; past the
+  cap the request gets a JSON-RPC error naming the limit and the server, at once.
 - The URL is checked against SSRF rules (after DNS) before connecting, and every request
   connects to the checked address (``PinnedTransport``): DNS rebinding cannot redirect it.
 """
@@ -36,6 +39,15 @@ import attrs
 import httpx
 import trio
 from roost.kernel._netguard import Resolver
+from roost.plugins.http.client import (
+    ResponseTooLarge,
+    http_error_text,
+    http_status_line,
+    read_body,
+    read_error_body,
+    retry_after_s,
+    sse_events,
+)
 
 from .._protocol import (
     HEADER_LAST_EVENT_ID,
@@ -50,19 +62,9 @@ from ._base import (
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
-    http_error_message,
-    http_error_text,
-    http_status_line,
     single_errors,
 )
-from .sse import (
-    json_messages,
-    open_guarded_client,
-    read_error_body,
-    refusal_hint,
-    retry_after_s,
-    sse_events,
-)
+from .sse import http_error_message, json_messages, open_guarded_client, refusal_hint
 
 log = logging.getLogger("roost.mcp.http")
 
@@ -256,18 +258,20 @@ class HttpTransport:
             return
         headers = {**self._headers(message), "Content-Type": "application/json"}
         try:
-            response = await self.http.post(self.url, content=body, headers=headers)
+            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+                status = response.status_code
+                error_body = await read_error_body(response)  # a notification's answer is 202, no body
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
-        if response.status_code == 404 and self.session_id and not self.modern:
+        if status == 404 and self.session_id and not self.modern:
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
-        if response.status_code >= 400:
-            text = http_error_text(response.content)
-            hint = refusal_hint(self.name, self.headers, response.status_code)
+        if status >= 400:
+            text = http_error_text(error_body)
+            hint = refusal_hint(self.name, self.headers, status)
             raise TransportError(
                 f"MCP server {self.name!r} refused {message.get('method', 'a message')} with "
-                f"{http_status_line(response.status_code)}" + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
+                f"{http_status_line(status)}" + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
             )
 
     async def _push(self, message: dict[str, Any]) -> None:
@@ -334,9 +338,10 @@ class HttpTransport:
                     return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
-                    data = await response.aread()
-                    if len(data) > MAX_MESSAGE_BYTES:
-                        await self._push(http_error_message(request_id, status, b"the response is over the 10 MB limit"))
+                    try:
+                        data = await read_body(response, MAX_MESSAGE_BYTES, what="the JSON answer")
+                    except ResponseTooLarge as exc:
+                        await self._push(http_error_message(request_id, status, str(exc).encode()))
                         return _Outcome(answered=True)
                     for item in json_messages(data.decode("utf-8", "replace")):
                         item, is_answer = _as_answer_to(item, wire_id, request_id)
@@ -462,7 +467,8 @@ class HttpTransport:
         if self.session_id and not self.modern:
             with trio.move_on_after(DELETE_TIMEOUT_S):
                 try:
-                    await self.http.delete(self.url, headers=self._headers())
+                    async with self.http.stream("DELETE", self.url, headers=self._headers()):
+                        pass  # the answer's body says nothing we need
                 except httpx.HTTPError:
                     pass
 

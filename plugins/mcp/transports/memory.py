@@ -55,15 +55,9 @@ def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTr
 async def serve_memory(server: Any, end: MemoryTransport, **kwargs: Any) -> None:
     """Serve ``server`` (an ``McpServer``) on the server end of a memory pair until the
     client end closes."""
-    from .._server import serve_connection
+    from .._connection import serve_connection
 
-    async def send(message: Any) -> None:
-        try:
-            await end.send(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the client went away
-
-    await serve_connection(server, end.receive, send, **kwargs)
+    await serve_connection(server, end.receive, end.send, **kwargs)
 
 
 __all__ = ["MemoryTransport", "memory_pair", "serve_memory"]

@@ -4,10 +4,12 @@ Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
 ``endpoint`` event naming where to POST, then POSTs every message there; every server
 message (responses included) arrives on the SSE stream as a ``message`` event.
 
-Also home of what both HTTP transports share: ``PinnedTransport`` / ``open_guarded_client`` (the SSRF guard, with every connection
-made to the address that was checked, never to a second DNS answer) and the reading of
-error responses. A request the server refuses (HTTP 4xx/5xx on its POST) is answered at
-once with a JSON-RPC error for its id, as on Streamable HTTP.
+Also home of what both HTTP transports share: ``open_guarded_client`` (the SSRF guard,
+with every connection made to the address that was checked, never to a second DNS
+answer) and ``http_error_message``. A request the server refuses (HTTP 4xx/5xx on its
+POST) is answered at once with a JSON-RPC error for its id, as on Streamable HTTP. What a
+server sends is read up to a cap (``roost.plugins.http.client``): an error body's first
+64 KiB, ``MAX_MESSAGE_BYTES`` per SSE event.
 """
 
 from __future__ import annotations
@@ -21,18 +23,22 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import trio
-from roost.kernel._netguard import AddressPins, Resolver, check_url, pin_url
-from roost.plugins.providers._http import retry_after_s, sse_events
+from roost.kernel import AddressPins, check_url, jsonrpc
+from roost.kernel._netguard import Resolver
+from roost.plugins.http.client import (
+    PinnedTransport,
+    http_error_text,
+    http_status_line,
+    read_error_body,
+    retry_after_s,
+    sse_events,
+)
 
 from ._base import (
-    ERROR_BODY_BYTES,
     INCOMING_BUFFER,
     MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
-    http_error_message,
-    http_error_text,
-    http_status_line,
     single_errors,
 )
 
@@ -59,19 +65,44 @@ async def check_server_url(url: str, *, allow_private: bool, allow_loopback: boo
     await check_url(url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT)
 
 
-async def read_error_body(response: httpx.Response) -> bytes:
-    """At most ``ERROR_BODY_BYTES`` of an error response's body (the rest is not read)."""
-    chunks: list[bytes] = []
-    size = 0
+# ---- HTTP errors from a peer (the MCP HTTP transports) ---------------------------------
+
+HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
+
+
+def http_error_message(
+    request_id: Any, status: int, body: bytes, *, retry_after: float | None = None, hint: str | None = None
+) -> dict[str, Any]:
+    """The JSON-RPC response for a request that got no JSON-RPC answer: HTTP ``status``
+    with ``body``, or (status 0) no HTTP answer at all, ``body`` saying why.
+
+    A JSON-RPC error in the body keeps its code and data; the message names the status,
+    the server's words and ``hint``; ``data`` gains ``httpStatus`` (and ``retryAfter``).
+    """
+    code: int = HTTP_ERROR
+    data: Any = None
     try:
-        async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= ERROR_BODY_BYTES:
-                break
-    except httpx.HTTPError:
-        pass  # what arrived is enough to say what went wrong
-    return b"".join(chunks)[:ERROR_BODY_BYTES]
+        value = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        value = None
+    error = value.get("error") if isinstance(value, dict) else None
+    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+        code, data = error["code"], error.get("data")
+    text = http_error_text(body)
+    if status:
+        message = http_status_line(status) + (f": {text}" if text else "")
+    else:
+        message = text or "no answer from the server"
+    if hint:
+        message += f" ({hint})"
+    facts: dict[str, Any] = {"httpStatus": status}
+    if retry_after is not None:
+        facts["retryAfter"] = retry_after
+    if data is None:
+        data = facts
+    elif isinstance(data, dict):
+        data = {**data, **facts}
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
 
 
 def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | None:
@@ -82,39 +113,6 @@ def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | No
     if any(k.lower() == "authorization" for k in headers):
         return f"the server refused the Authorization header in {where}; check the key"
     return f"this server wants credentials: set them in {where}, e.g. Authorization = \"Bearer <key>\""
-
-
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that sends each request to an address ``pins`` approved for its
-    origin (checked once per origin), keeping the name in ``Host`` and in TLS SNI.
-
-    httpx would otherwise resolve the host again when it connects, and a DNS-rebinding
-    name could answer the check with a public address and the connect with a private one.
-    """
-
-    def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
-        self.pins = pins
-        self._inner = inner or httpx.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        addresses = await self.pins.addresses(str(request.url))
-        last_error: Exception | None = None
-        for address in addresses:
-            target = pin_url(str(request.url), address)
-            headers = request.headers.copy()
-            headers["Host"] = target.host_header
-            extensions = dict(request.extensions)
-            if target.sni_hostname:
-                extensions["sni_hostname"] = target.sni_hostname
-            pinned = httpx.Request(request.method, target.url, headers=headers, stream=request.stream, extensions=extensions)
-            try:
-                return await self._inner.handle_async_request(pinned)
-            except httpx.ConnectError as exc:
-                last_error = exc
-        raise httpx.ConnectError(f"could not connect to any checked address of {request.url.host}: {last_error}", request=request)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 @asynccontextmanager
@@ -166,23 +164,24 @@ class SseTransport:
         if len(body) > MAX_MESSAGE_BYTES:
             raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
         try:
-            response = await self.http.post(
-                self.endpoint, content=body, headers={**self.headers, "Content-Type": "application/json"}
-            )
+            async with self.http.stream(
+                "POST", self.endpoint, content=body, headers={**self.headers, "Content-Type": "application/json"}
+            ) as response:
+                status = response.status_code
+                error_body = await read_error_body(response)  # the answer is on the stream: this is 202 text
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})") from None
-        status = response.status_code
         if status < 400:
             return
         hint = refusal_hint(self.name, self.headers, status)
         if "method" in message and "id" in message and self._send_channel is not None:
-            answer = http_error_message(message["id"], status, response.content[:ERROR_BODY_BYTES], retry_after=retry_after_s(response.headers), hint=hint)
+            answer = http_error_message(message["id"], status, error_body, retry_after=retry_after_s(response.headers), hint=hint)
             try:
                 await self._send_channel.send(answer)
                 return
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 pass  # the stream has ended: say so below
-        text = http_error_text(response.content)
+        text = http_error_text(error_body)
         raise TransportError(
             f"MCP server {self.name!r} refused {message.get('method', 'a message')} with {http_status_line(status)}"
             + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
@@ -266,15 +265,13 @@ async def open_sse_transport(
 
 
 __all__ = [
-    "PinnedTransport",
-    "sse_events",
+    "HTTP_ERROR",
     "SseTransport",
     "check_server_url",
+    "http_error_message",
     "json_messages",
     "open_guarded_client",
     "open_sse_transport",
-    "read_error_body",
     "refusal_hint",
-    "retry_after_s",
     "same_origin",
 ]

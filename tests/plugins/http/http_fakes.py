@@ -40,8 +40,6 @@ class FakeHttpConfig:
     allowed_hosts: tuple[str, ...] = ()
     public_url: str | None = None
     keep_alive_s: float = 5.0
-    head_timeout_s: float = 10.0
-    max_connections: int | None = None
 
 
 @attrs.frozen

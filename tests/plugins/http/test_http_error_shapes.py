@@ -1,13 +1,11 @@
 """Trailing slashes and per-route error shapes (``RouteDescriptor.render_error``) in the HTTP
-layer, on a real daemon socket, on both request paths: the fast lane (routes with a
-``fast_handler``) and hypercorn + Quart (everything else, and fast requests declined)."""
+layer, on a real daemon socket: plugin routes, and the paths and methods no route serves."""
 
 import json
 
 import pytest
 import trio
 from http_fakes import serving
-from quart import request
 from roost.kernel import RouteDescriptor, hookimpl
 from roost.plugins.http import PlainResponse, create_app
 
@@ -19,27 +17,19 @@ def shaped(status: int, code: str, message: str) -> tuple[bytes, str]:
     return json.dumps({"proto_error": {"status": status, "code": code, "message": message}}).encode(), "application/x-proto"
 
 
-async def fast_handler(req, **args):
+async def handler(req, **args):
     if req.headers.get("x-boom"):
         raise RuntimeError("kaboom: secret detail")
-    if req.headers.get("x-decline"):
-        return None  # the request goes on to Quart
-    return PlainResponse(200, json.dumps({"via": "fast", "path": req.path, "args": args}).encode())
-
-
-async def quart_handler(**args):
-    if request.headers.get("x-boom"):
-        raise RuntimeError("kaboom: secret detail")
-    return {"via": "quart", "path": request.path, "args": args}
+    return PlainResponse.json({"path": req.path, "args": args})
 
 
 class ProtoPlugin:
     @hookimpl
     def roost_http_routes(self, kernel):
         return [
-            RouteDescriptor("/proto/<name>/rpc", quart_handler, ("POST",), fast_handler=fast_handler, render_error=shaped),
-            RouteDescriptor("/quartonly/", quart_handler, ("POST",), render_error=shaped),
-            RouteDescriptor("/plain", quart_handler, ("POST",), fast_handler=fast_handler),
+            RouteDescriptor("/proto/<name>/rpc", handler, ("POST",), render_error=shaped),
+            RouteDescriptor("/slashed/", handler, ("POST",), render_error=shaped),
+            RouteDescriptor("/plain", handler, ("POST",)),
         ]
 
 
@@ -57,61 +47,45 @@ def proto(response, status: int, code: str) -> dict:
     return body
 
 
-def fast(response) -> bool:
-    """hypercorn names itself in a ``server`` header; the fast lane does not."""
-    return "server" not in response.headers
-
-
-async def test_trailing_slash_serves_the_same_handler_on_both_lanes(make_kernel):
+async def test_trailing_slash_serves_the_same_handler(make_kernel):
     async with serving(make(make_kernel)) as client:
         plain = await client.post("/proto/a/rpc")
         slashed = await client.post("/proto/a/rpc/")
-        declined = await client.post("/proto/a/rpc/", headers={"X-Decline": "1"})
         # registered with a slash, served with and without one
-        quart_bare = await client.post("/quartonly")
-        quart_slashed = await client.post("/quartonly/")
+        registered_bare = await client.post("/slashed")
+        registered_slashed = await client.post("/slashed/")
         api = await client.get("/api/agents/")
         health = await client.get("/health/")
-    assert plain.status_code == slashed.status_code == 200
-    assert plain.json() == slashed.json() == {"via": "fast", "path": "/proto/a/rpc", "args": {"name": "a"}}
-    assert fast(plain) and fast(slashed)
-    assert declined.status_code == 200 and not fast(declined)
-    assert declined.json() == {"via": "quart", "path": "/proto/a/rpc", "args": {"name": "a"}}
-    assert quart_bare.json() == quart_slashed.json() == {"via": "quart", "path": "/quartonly", "args": {}}
+    assert plain.json() == slashed.json() == {"path": "/proto/a/rpc", "args": {"name": "a"}}
+    assert registered_bare.json() == registered_slashed.json() == {"path": "/slashed", "args": {}}
     assert api.status_code == 200 and [a["name"] for a in api.json()["agents"]] == ["echo", "coder"]
-    assert health.status_code == 200
     # never a redirect
-    assert all(r.status_code == 200 for r in (plain, slashed, declined, quart_bare, quart_slashed, api, health))
+    assert all(r.status_code == 200 for r in (plain, slashed, registered_bare, registered_slashed, api, health))
 
 
-async def test_daemon_errors_on_a_route_use_its_render_error_on_both_lanes(make_kernel, caplog):
+async def test_daemon_errors_on_a_route_use_its_render_error(make_kernel, caplog):
     async with serving(make(make_kernel, api_key=KEY, max_body_bytes=2048, allowed_origins=("http://ok.example",))) as client:
         auth = {"Authorization": f"Bearer {KEY}"}
         unauthorized = await client.post("/proto/a/rpc/")
         forbidden = await client.post("/proto/a/rpc", headers={**auth, "Origin": "http://evil.example"})
         too_large = await client.post("/proto/a/rpc", headers=auth, content=b"x" * 5000)
-        crash_fast = await client.post("/proto/a/rpc", headers={**auth, "X-Boom": "1"})
-        crash_quart = await client.post("/quartonly", headers={**auth, "X-Boom": "1"})
+        crash = await client.post("/proto/a/rpc", headers={**auth, "X-Boom": "1"})
         no_route = await client.post("/proto/a/rpc/extra", headers=auth)
         wrong_method = await client.get("/proto/a/rpc", headers=auth)
-        unauthorized_quart = await client.post("/quartonly")
+        unauthorized_slashed = await client.post("/slashed")
         # routes without render_error keep roost's shape
         plain_crash = await client.post("/plain", headers={**auth, "X-Boom": "1"})
         api_missing = await client.get("/api/nothing-here", headers=auth)
     proto(unauthorized, 401, "unauthorized")
     assert unauthorized.headers["www-authenticate"] == 'Bearer realm="roost"'
-    assert fast(unauthorized)
     proto(forbidden, 403, "origin_forbidden")
     assert "http.max_body_bytes" in proto(too_large, 413, "body_too_large")["message"]
-    body = proto(crash_fast, 500, "internal_error")
+    body = proto(crash, 500, "internal_error")
     assert "kaboom" not in body["message"]
-    assert fast(crash_fast)
-    proto(crash_quart, 500, "internal_error")
-    assert not fast(crash_quart)
     proto(no_route, 404, "not_found")
     proto(wrong_method, 405, "method_not_allowed")
     assert "POST" in wrong_method.headers["allow"]
-    proto(unauthorized_quart, 401, "unauthorized")
+    proto(unauthorized_slashed, 401, "unauthorized")
     assert plain_crash.status_code == 500 and plain_crash.json()["error"]["code"] == "internal_error"
     assert api_missing.status_code == 404 and api_missing.json()["error"]["code"] == "not_found"
 
@@ -120,12 +94,11 @@ async def test_rate_limit_answer_uses_render_error(make_kernel):
     kernel = make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=1, rate_limit_loopback=True)
     async with serving(kernel) as client:
         assert (await client.post("/proto/a/rpc")).status_code == 200
-        limited_fast = await client.post("/proto/a/rpc")
-        limited_quart = await client.post("/quartonly/")
-    for limited in (limited_fast, limited_quart):
-        proto(limited, 429, "rate_limited")
-        assert int(limited.headers["retry-after"]) >= 1
-    assert fast(limited_fast) and not fast(limited_quart)
+        limited = await client.post("/proto/a/rpc")
+        limited_slashed = await client.post("/slashed/")
+    for answer in (limited, limited_slashed):
+        proto(answer, 429, "rate_limited")
+        assert int(answer.headers["retry-after"]) >= 1
 
 
 async def test_a_chunked_body_over_the_limit_uses_render_error(make_kernel):
@@ -202,7 +175,7 @@ def test_render_error_must_be_callable(make_kernel):
     class Bad:
         @hookimpl
         def roost_http_routes(self, kernel):
-            return [RouteDescriptor("/bad", quart_handler, ("POST",), render_error="not a function")]
+            return [RouteDescriptor("/bad", handler, ("POST",), render_error="not a function")]
 
     kernel = make_kernel()
     kernel.plugins.register(Bad(), name="bad")

@@ -10,7 +10,6 @@ from roost.kernel import ConfigError, default_config, open_kernel
 from roost.plugins.http import HttpSettings, open_daemon
 from roost.plugins.http._auth import LOOPBACK_HOSTS, host_allowed, split_host
 from roost.plugins.http._common import connection_base_url, daemon_public_url
-from roost.plugins.http._settings import default_max_connections, fd_limit
 
 TRUSTED = LOOPBACK_HOSTS | {"roost.example.com"}
 
@@ -72,28 +71,10 @@ def test_allowed_hosts_and_public_url_are_checked_and_normalised():
 
 
 def test_connection_settings_are_checked():
-    s = settings(keep_alive_s=2, head_timeout_s=3, max_connections=50)
-    assert (s.keep_alive_s, s.head_timeout_s, s.max_connections) == (2.0, 3.0, 50)
-    for name in ("keep_alive_s", "head_timeout_s"):
-        for bad in (0, -1, 7200, float("nan"), True, "5"):
-            with pytest.raises(ConfigError, match=rf"http\.{name}"):
-                settings(**{name: bad})
-    for bad in (0, -5, True, 2.5):
-        with pytest.raises(ConfigError, match=r"http\.max_connections"):
-            settings(max_connections=bad)
-    limit = fd_limit()
-    if limit is not None:
-        with pytest.raises(ConfigError, match=r"http\.max_connections .*open-file limit"):
-            settings(max_connections=limit)
-        assert settings().max_connections == default_max_connections(limit) < limit
-
-
-def test_default_max_connections_leaves_room_for_the_daemon():
-    assert default_max_connections(256) == 128
-    assert default_max_connections(1024) == 768
-    assert default_max_connections(1 << 20) == 10_000
-    assert default_max_connections(64) == 16
-    assert default_max_connections(None) == 1000
+    assert settings(keep_alive_s=2).keep_alive_s == 2.0
+    for bad in (0, -1, 7200, float("nan"), True, "5"):
+        with pytest.raises(ConfigError, match=r"http\.keep_alive_s"):
+            settings(keep_alive_s=bad)
 
 
 def test_public_urls_never_come_from_the_host_header():
@@ -122,30 +103,29 @@ def card_urls(card: dict) -> list[str]:
     return [card["url"]] + [i["url"] for i in card.get("supportedInterfaces", [])]
 
 
-async def test_card_urls_use_http_public_url_on_both_lanes(a2a_config):
+async def test_card_urls_use_http_public_url(a2a_config):
     config = a2a_config(public_url="https://roost.example.com/base")
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             with trio.fail_after(10):
-                fast = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1"})
-                # Expect: sends the request past the fast lane, to the quart view of the route
-                quart = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
+                plain = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1"})
+                expect = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
                 public = await http.get("/a2a/agents", headers={"Host": "roost.example.com"})
                 forged = await http.get("/a2a/agents", headers={"Host": "evil.example"})
-    for answer in (fast, quart):
+    for answer in (plain, expect):
         assert answer.status_code == 200, answer.text
         assert all(u.startswith("https://roost.example.com/base/a2a/agents/echo/") for u in card_urls(answer.json()))
     assert public.status_code == 200  # public_url's host is served
     assert forged.status_code == 421 and forged.json()["error"]["code"] == 421
 
 
-async def test_card_urls_default_to_the_bound_address_on_both_lanes(a2a_config):
+async def test_card_urls_default_to_the_bound_address(a2a_config):
     async with open_kernel(a2a_config()) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             with trio.fail_after(10):
-                fast = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1"})
-                quart = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
-    for answer in (fast, quart):
+                plain = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1"})
+                expect = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
+    for answer in (plain, expect):
         assert answer.status_code == 200, answer.text
         assert all(u.startswith(f"{url}/a2a/") for u in card_urls(answer.json())), card_urls(answer.json())
 

@@ -29,3 +29,36 @@ def test_http_entry_point_loads_as_a_plugin():
     pm.load_entry_points()
     assert "http" in pm.loaded
     assert not [f for f in pm.failures if f.name == "http"]
+
+
+def test_no_private_modules_of_dependencies_are_imported():
+    """Regression: the daemon served through a copy of hypercorn's private ``worker_serve``
+    (``TCPServer``, ``Lifespan``, ``WorkerContext``) and pinned hypercorn's minor version.
+    Only the documented hypercorn API (``hypercorn.config``, ``hypercorn.trio``), and no
+    underscored module of any dependency."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import roost.kernel
+    import roost.plugins
+
+    roots = [Path(roost.kernel.__file__).parent, Path(roost.plugins.__path__[0])]
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top == "roost" or top in sys.stdlib_module_names:
+                        continue
+                    private = any(part.startswith("_") for part in name.split(".")[1:])
+                    if private or (top == "hypercorn" and name not in ("hypercorn.config", "hypercorn.trio")):
+                        found.append(f"{path.name}:{node.lineno} {name}")
+    assert not found, found

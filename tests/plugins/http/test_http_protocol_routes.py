@@ -1,9 +1,6 @@
 """The A2A and MCP endpoints of a real daemon (real kernel, scripted agent, 127.0.0.1) as
 clients nobody here wrote meet them: trailing slashes, the daemon's own errors in each
-protocol's shape (read with the official SDKs' models), and no self-throttling on one host.
-
-A2A JSON-RPC and HTTP+JSON requests are served by the fast lane; streaming A2A requests,
-``/mcp`` and ``/agents/<name>/mcp`` by hypercorn + Quart."""
+protocol's shape (read with the official SDKs' models), and no self-throttling on one host."""
 
 from __future__ import annotations
 
@@ -69,11 +66,6 @@ async def daemon(config):
             yield client
 
 
-def fast_lane(response: httpx.Response) -> bool:
-    """hypercorn names itself in a ``server`` header; the fast lane does not."""
-    return "server" not in response.headers
-
-
 def error_info(detail: dict) -> error_details_pb2.ErrorInfo:
     """A ``google.rpc.ErrorInfo`` read by protobuf's own JSON parser (so it is well formed)."""
     packed = json_format.ParseDict(detail, any_pb2.Any())
@@ -115,31 +107,31 @@ def mcp_error(response: httpx.Response, status: int, rpc_code: int) -> McpJsonRp
 
 async def test_a2a_and_mcp_endpoints_answer_with_a_trailing_slash_as_without(tmp_path):
     async with daemon(make_config(tmp_path)) as client:
-        # the fast lane: A2A JSON-RPC, as a conformance kit joins base URL and "/"
+        # A2A JSON-RPC, as a conformance kit joins base URL and "/"
         bare = await client.post(f"{WORKER}/jsonrpc", json=send_message("one"), headers=A2A)
         async with httpx.AsyncClient(base_url=f"{client.base_url}{WORKER}/jsonrpc", timeout=10) as kit:
             slashed = await kit.post("/", json=send_message("one"), headers=A2A)
         assert str(slashed.request.url).endswith("/jsonrpc/")
         task_id = slashed.json()["result"]["task"]["id"]
         got = await client.post(f"{WORKER}/jsonrpc/", json=get_task(task_id), headers=A2A)
-        # the fast lane: A2A HTTP+JSON
+        # A2A HTTP+JSON
         rest_sent = await client.post(f"{WORKER}/rest/message:send/", json=send_message("two")["params"], headers=A2A)
         rest_got = await client.get(f"{WORKER}/rest/tasks/{task_id}/", headers=A2A)
-        # hypercorn + Quart: a streamed A2A answer, and MCP
+        # a streamed A2A answer, and MCP
         streamed = await client.post(f"{WORKER}/jsonrpc/", json=send_message("three", method="SendStreamingMessage"), headers=A2A)
         mcp_bare = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
         mcp_slashed = await client.post("/mcp/", json=MCP_INIT, headers=MCP_HEADERS)
         agent_mcp = await client.post("/agents/worker/mcp/", json=MCP_INIT, headers=MCP_HEADERS)
     for reply in (bare, slashed):
-        assert reply.status_code == 200 and fast_lane(reply)
+        assert reply.status_code == 200
         task = reply.json()["result"]["task"]
         assert task["status"]["state"] == "TASK_STATE_COMPLETED"
         assert task["artifacts"][0]["parts"][0]["text"] == "done: one"
     assert got.status_code == 200 and got.json()["result"]["id"] == task_id
-    assert rest_sent.status_code == 200 and fast_lane(rest_sent)
+    assert rest_sent.status_code == 200
     assert rest_sent.json()["task"]["artifacts"][0]["parts"][0]["text"] == "done: two"
     assert rest_got.status_code == 200 and rest_got.json()["id"] == task_id
-    assert streamed.status_code == 200 and not fast_lane(streamed)
+    assert streamed.status_code == 200
     assert streamed.headers["content-type"].startswith("text/event-stream")
     assert "done: three" in streamed.text
     for reply in (mcp_bare, mcp_slashed, agent_mcp):
@@ -256,12 +248,11 @@ async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(tm
         card.supported_interfaces.extend(rest_ifaces)
         sdk = ClientFactory(ClientConfig(streaming=False, supported_protocol_bindings=["HTTP+JSON"])).create(card)
         monkeypatch.setattr(a2a_server.A2AService, "execute", crash)
-        monkeypatch.setattr(a2a_server.A2AService, "open_stream", crash)  # on Quart: streams are not fast
+        monkeypatch.setattr(a2a_server.A2AService, "open_stream", crash)
         monkeypatch.setattr(mcp_http, "hub_for", crash)
         try:
             rpc = await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)
             rest = await client.get(f"{WORKER}/rest/tasks/x", headers=A2A)
-            # (from here on the connection is hypercorn's)
             streamed = await client.post(f"{WORKER}/jsonrpc", json=send_message("s", method="SendStreamingMessage"), headers=A2A)
             mcp = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
             # the official a2a-sdk HTTP+JSON client reads it as A2A's InternalError
@@ -269,7 +260,6 @@ async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(tm
                 await sdk.get_task(GetTaskRequest(id="x"))
         finally:
             await sdk.close()
-    assert fast_lane(rpc) and fast_lane(rest) and not fast_lane(streamed)
     for response in (rpc, streamed):
         info = a2a_jsonrpc(response, 500, -32603)
         assert (info.reason, info.domain) == ("INTERNAL_ERROR", "a2a-protocol.org")

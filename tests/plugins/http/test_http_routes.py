@@ -4,30 +4,26 @@ import json
 
 import pytest
 from http_fakes import serving
-from quart import request, websocket
 from roost.kernel import RoostError, RouteDescriptor, hookimpl
-from trio_websocket import open_websocket_url
+from roost.plugins.http import PlainResponse
 
 KEY = "route-test-key"
 
 
-async def hello():
-    return {"hello": "world"}
+async def hello(request):
+    return PlainResponse.json({"hello": "world"})
 
 
-async def echo():
-    data = await request.get_json()
-    return {"echo": data}
+async def echo(request):
+    return PlainResponse.json({"echo": json.loads(request.body)})
 
 
-async def fails():
+async def fails(request):
     raise RoostError("the plugin could not do it")
 
 
-async def ws_echo():
-    await websocket.accept()
-    message = await websocket.receive()
-    await websocket.send("echo:" + message)
+async def not_a_response(request):
+    return {"a dict": "is not a PlainResponse"}
 
 
 class GoodPlugin:
@@ -38,8 +34,8 @@ class GoodPlugin:
             RouteDescriptor("/plugin/hello", hello, public=True),
             RouteDescriptor("/plugin/echo", echo, methods=("POST",)),
             RouteDescriptor("/plugin/fails", fails),
-            RouteDescriptor("/plugin/ws", ws_echo, websocket=True),
             RouteDescriptor("/plugin/opts", hello, methods=("OPTIONS",)),
+            RouteDescriptor("/plugin/wrong", not_a_response),
         ]
 
 
@@ -83,6 +79,9 @@ async def test_plugin_routes_are_served_with_auth_unless_public(kernel_with_plug
             "/plugin/opts", headers={"Access-Control-Request-Method": "GET"}
         )
         options = await client.options("/plugin/opts", headers=auth)
+        # A route without OPTIONS answers a preflight itself, without the key.
+        preflight = await client.options("/plugin/echo", headers={"Access-Control-Request-Method": "POST"})
+        wrong = await client.get("/plugin/wrong", headers=auth)
         health = await client.get("/health")
     assert public.json() == {"hello": "world"}
     assert extra.status_code == 200
@@ -96,14 +95,8 @@ async def test_plugin_routes_are_served_with_auth_unless_public(kernel_with_plug
     assert health.json()["status"] == "ok"  # the daemon's /health kept its place
     assert options_no_key.status_code == 401
     assert options.json() == {"hello": "world"}
-
-
-async def test_plugin_websocket_route(kernel_with_plugins):
-    async with serving(kernel_with_plugins) as client:
-        url = client.roost_url.replace("http://", "ws://") + f"/plugin/ws?token={KEY}"
-        async with open_websocket_url(url) as ws:
-            await ws.send_message("hi")
-            assert await ws.get_message() == "echo:hi"
+    assert preflight.status_code == 200 and set(preflight.headers["allow"].split(", ")) == {"OPTIONS", "POST"}
+    assert wrong.status_code == 500 and wrong.json()["error"]["code"] == "internal_error"
 
 
 async def test_bad_plugin_routes_are_recorded_as_failures_not_fatal(kernel_with_plugins):
@@ -119,3 +112,11 @@ async def test_bad_plugin_routes_are_recorded_as_failures_not_fatal(kernel_with_
     assert "/health collides" in sloppy
     assert "must start with '/'" in sloppy
     assert "expected roost.kernel.RouteDescriptor" in sloppy
+
+
+def test_a_route_has_one_handler_type():
+    """Regression: routes could carry two handlers (a Quart view and a ``fast_handler``)."""
+    import attrs
+
+    assert [f.name for f in attrs.fields(RouteDescriptor) if "handler" in f.name] == ["handler"]
+    assert "websocket" not in attrs.fields_dict(RouteDescriptor)

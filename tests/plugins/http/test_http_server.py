@@ -6,9 +6,8 @@ from functools import partial
 
 import trio
 from http_fakes import serving
-from quart import Response
 from roost.kernel import Event, RouteDescriptor, hookimpl
-from roost.plugins.http import create_app, daemon_file, read_daemon_file, serve
+from roost.plugins.http import PlainResponse, create_app, daemon_file, read_daemon_file, serve
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 
@@ -184,10 +183,10 @@ async def read_response(stream) -> bytes:
 
 
 async def test_quart_connections_honour_connection_close_and_the_keep_alive_limit(make_kernel):
-    """Regression: connections served by hypercorn (every route but the fast lane's) never
-    closed: not on ``Connection: close`` and not when idle, so idle clients kept their file
-    descriptors for good. quart-trio cancelled the request's task in the middle of
-    hypercorn's end-of-request bookkeeping, which arms the idle timer or closes."""
+    """Regression: connections answered by Quart never closed: not on ``Connection: close``
+    and not when idle, so idle clients kept their file descriptors for good. quart-trio
+    cancelled the request's task in the middle of hypercorn's end-of-request bookkeeping,
+    which arms the idle timer or closes."""
     async with serving(make_kernel(keep_alive_s=0.5)) as client:
         port = int(client.roost_url.rsplit(":", 1)[1])
         closing = await trio.open_tcp_stream("127.0.0.1", port)
@@ -215,13 +214,13 @@ class StreamingPlugin:
 
     @hookimpl
     def roost_http_routes(self, kernel):
-        async def events():
+        async def events(request):
             async def body():
                 yield b"data: first\n\n"
                 await self.release.wait()
                 yield b"data: second\n\n"
 
-            return Response(body(), content_type="text/event-stream")
+            return PlainResponse(200, body(), "text/event-stream")
 
         return [RouteDescriptor("/stream", events, ("GET",))]
 

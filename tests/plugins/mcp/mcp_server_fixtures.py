@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl
 from roost.kernel._manifest import parse_manifest
-from roost.plugins.mcp._server import report_log, report_progress
+from roost.plugins.mcp import report_log, report_progress
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 

@@ -19,8 +19,8 @@ from roost.kernel import ToolCall
 from roost.kernel._config import default_config
 from roost.kernel._kernel import open_kernel
 from roost.kernel._manifest import parse_manifest
+from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
-from roost.plugins.mcp._server import McpServer
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}

@@ -104,7 +104,7 @@ def output(ident: str, size: int = 10) -> Output:
 
 
 def test_the_shelf_keeps_artifacts_for_their_ttl_in_their_scope_only():
-    from roost.plugins.mcp._server import ArtifactShelf
+    from roost.plugins.mcp import ArtifactShelf
 
     clock = Clock()
     shelf = ArtifactShelf(ttl_s=60, clock=clock)
@@ -118,7 +118,7 @@ def test_the_shelf_keeps_artifacts_for_their_ttl_in_their_scope_only():
 
 
 def test_the_shelf_is_bounded_by_count_and_bytes_oldest_out_first():
-    from roost.plugins.mcp._server import ArtifactShelf
+    from roost.plugins.mcp import ArtifactShelf
 
     shelf = ArtifactShelf(max_items=3, max_bytes=100, clock=Clock())
     shelf.keep("s", [output(f"a{i}") for i in range(5)])

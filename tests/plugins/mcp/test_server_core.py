@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 import trio.testing
+from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
-from roost.plugins.mcp._server import McpServer
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
@@ -373,7 +373,7 @@ async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel)
     # call caused must still reach the client before that call's reply — also when the
     # tool reports and returns without a checkpoint in between.
     from roost.kernel import Tool, ToolResult
-    from roost.plugins.mcp._server import report_progress
+    from roost.plugins.mcp import report_progress
 
     async def steps_at_once(call, ctx):
         for i in range(1, 4):
@@ -411,7 +411,8 @@ async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_han
     from types import SimpleNamespace
 
     from roost.kernel import Event, EventTap, TraceContext
-    from roost.plugins.mcp._server import LOG_EVENT, _EventRouter
+    from roost.plugins.mcp import LOG_EVENT
+    from roost.plugins.mcp._watch import _EventRouter
 
     tap = EventTap()
     router = _EventRouter()
@@ -460,7 +461,8 @@ class ScriptedServer:
 
 
 async def test_a_connection_serves_its_requests_one_after_another_in_one_task():
-    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+    from roost.plugins.mcp import ServerSession
+    from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
@@ -479,7 +481,8 @@ async def test_a_connection_serves_its_requests_one_after_another_in_one_task():
 
 
 async def test_a_cancelled_request_ends_its_task_and_the_next_request_gets_a_new_one():
-    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+    from roost.plugins.mcp import ServerSession
+    from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
@@ -502,7 +505,8 @@ async def test_a_cancelled_request_ends_its_task_and_the_next_request_gets_a_new
 async def test_a_request_cancelled_after_its_last_checkpoint_is_still_answered():
     # As with a cancel scope of its own per request: a cancel that finds no checkpoint
     # left does not stop the request, and its reply goes out (outside the spent scope).
-    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+    from roost.plugins.mcp import ServerSession
+    from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
@@ -523,7 +527,8 @@ async def test_a_request_cancelled_after_its_last_checkpoint_is_still_answered()
 
 
 async def test_requests_beyond_the_limit_wait_for_a_free_task():
-    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+    from roost.plugins.mcp import ServerSession
+    from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
@@ -551,7 +556,8 @@ async def test_requests_beyond_the_limit_wait_for_a_free_task():
 
 
 async def test_a_cancel_makes_room_at_once_for_a_request_waiting_for_a_task():
-    from roost.plugins.mcp._server import ServerSession, _RequestWorkers
+    from roost.plugins.mcp import ServerSession
+    from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
@@ -584,7 +590,7 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
 
     from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, open_kernel
     from roost.kernel._manifest import parse_manifest
-    from roost.plugins.mcp._server import request_client
+    from roost.plugins.mcp import request_client
 
     class AskingTool:
         @hookimpl
@@ -614,3 +620,15 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
                     pass
             nursery.cancel_scope.cancel()
     assert reply["result"]["content"][0]["text"] == "accept:Friday"
+
+
+def test_the_server_names_are_reexported_from_the_package():
+    # What broke: the server was one 1,500-line module; split along its seams, its public
+    # names are re-exported by roost.plugins.mcp, each from the module that defines it.
+    import roost.plugins.mcp as mcp
+
+    for name in mcp.__all__:
+        value = getattr(mcp, name)
+        if callable(value) and name in mcp._EXPORTS:
+            assert value.__module__ == f"roost.plugins.mcp.{mcp._EXPORTS[name]}", name
+    assert mcp.McpServer.__module__ == "roost.plugins.mcp._server"

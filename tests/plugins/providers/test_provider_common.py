@@ -9,13 +9,14 @@ import httpx
 import pytest
 from fake_vendor import Reply
 from roost.kernel._loop import CompletionRequest, Message
+from roost.plugins.http.client import retry_after_s, sse_events
 from roost.plugins.providers._context import (
     MARKER_PREFIX,
     fit_context,
     request_tokens,
     shortened_count,
 )
-from roost.plugins.providers._http import ProviderSettings, backoff_s, retry_after_s, sse_events
+from roost.plugins.providers._http import ProviderSettings, backoff_s
 from roost.plugins.providers.openai import create_openai
 
 

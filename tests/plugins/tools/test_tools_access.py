@@ -118,9 +118,11 @@ def test_data_dir_and_other_workspaces_are_carved_out_of_a_granted_root(tmp_path
     for path, what in ((home / "roost.db", "roost's data directory"), (other / "x", "agent 'other''s workspace")):
         with pytest.raises(Exception, match=what):
             access.locate(str(path))
-    # Its own workspace and temp dir inside the data dir stay its own.
+    # Its own workspace inside the data dir stays its own; bash's temp dir (a private
+    # tmpfs per command) is no file tool's root.
     assert access.locate("f.txt").root == (home / "workspaces" / "me").resolve()
-    assert access.locate(str(access.temp / "t")).root == access.temp
+    with pytest.raises(Exception, match="roost's data directory"):
+        access.locate(str(access.temp / "t"))
     below = access.denied_below(access.locate(str(tmp_path)))
     assert below == {"home", "home/workspaces/other"}
 

@@ -66,7 +66,9 @@ async def test_read_outside_the_agents_roots_is_refused_naming_the_grant(dirs):
         message = str(info.value)
         assert f"cannot read {path!r}" in message and str(outside / "o.txt") in message
         assert '"files.read"' in message
-    assert "temp" in (await run("read", context(ws), path=str(temp / "t.txt"))).as_text()
+    # bash's $TMPDIR is a private tmpfs per command: no file tool's root.
+    with pytest.raises(SandboxError, match="outside what agent 'tester' may read"):
+        await run("read", context(ws), path=str(temp / "t.txt"))
 
 
 async def test_read_refuses_binary_and_directories_and_missing(dirs):
@@ -100,6 +102,40 @@ async def test_read_caps_long_lines_and_total_output(dirs):
     assert "read again with offset=" in text
 
 
+async def test_read_of_a_huge_line_keeps_only_what_it_shows(dirs):
+    """A sparse file of one 256 MiB "line" (text, then a hole of NUL bytes): read shows the
+    first characters, truncated, from bounded chunks — never the whole line in memory —
+    and the next page skips the rest of the line the same way."""
+    import resource
+
+    ws, _, _ = dirs
+    path = ws / "sparse.txt"
+    path.write_bytes(b"a" * 8192)
+    os.truncate(path, 256 << 20)
+    with path.open("ab") as f:
+        f.write(b"\nsecond line\r\nlast without newline")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    first = (await run("read", context(ws), path="sparse.txt", limit=1)).as_text()
+    rest = (await run("read", context(ws), path="sparse.txt", offset=2)).as_text()
+    grew_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak) // 1024
+    assert first.startswith("     1\t" + "a" * 2000 + " … [line truncated]"), first[:100]
+    assert "read again with offset=2" in first
+    assert rest.splitlines() == ["     2\tsecond line", "     3\tlast without newline"], rest
+    assert grew_mib < 64, f"read held {grew_mib} MiB"
+
+
+async def test_read_handles_crlf_and_cut_lines_at_chunk_edges(dirs):
+    ws, _, _ = dirs
+    long = "é" * 3000  # 6,000 bytes: cut at MAX_LINE_CHARS characters, not bytes
+    text = "one\r\n" + long + "\n" + "x" * 70_000 + "\nend\n"
+    (ws / "mixed.txt").write_text(text, encoding="utf-8", newline="")
+    lines = (await run("read", context(ws), path="mixed.txt")).as_text().splitlines()
+    assert lines[0] == "     1\tone"
+    assert lines[1] == "     2\t" + "é" * 2000 + " … [line truncated]"
+    assert lines[2] == "     3\t" + "x" * 2000 + " … [line truncated]"
+    assert lines[3:] == ["     4\tend"]
+
+
 async def test_read_does_not_follow_symlinks_out_or_in(dirs):
     ws, _, outside = dirs
     (outside / "target.txt").write_text("via link\n")
@@ -125,10 +161,12 @@ async def test_write_creates_parents_and_reports(dirs):
     assert "overwrote" in again.as_text() and (ws / "a/b/c.txt").read_text() == ""
 
 
-async def test_write_into_the_temp_dir_is_allowed(dirs):
+async def test_write_into_bashs_temp_dir_is_refused(dirs):
+    """The directory bash's private $TMPDIR is mounted on is no file tool's root."""
     ws, temp, _ = dirs
-    await run("write", context(ws), path=str(temp / "scratch.txt"), content="ok")
-    assert (temp / "scratch.txt").read_text() == "ok"
+    with pytest.raises(SandboxError, match="outside what agent 'tester' may write"):
+        await run("write", context(ws), path=str(temp / "scratch.txt"), content="ok")
+    assert not (temp / "scratch.txt").exists()
 
 
 @pytest.mark.parametrize("path", ["../outside/evil.txt", "sub/../../outside/evil.txt"])
@@ -253,6 +291,18 @@ async def test_edit_refuses_noop_missing_and_binary(dirs):
     assert missing.is_error and "does not exist; use write" in missing.as_text()
     binary = await run("edit", context(ws), path="b.bin", old_string="a", new_string="b")
     assert binary.is_error and "binary" in binary.as_text()
+
+
+async def test_edit_refuses_a_file_over_its_size_limit_without_reading_it(dirs):
+    from roost.plugins.tools._fs import MAX_EDIT_BYTES
+
+    ws, _, _ = dirs
+    path = ws / "big.txt"
+    path.write_text("needle\n")
+    os.truncate(path, MAX_EDIT_BYTES + 1)  # sparse: no disk, and nothing is read
+    result = await run("edit", context(ws), path="big.txt", old_string="needle", new_string="pin")
+    assert result.is_error and "over edit's limit of 10 MiB" in result.as_text(), result.as_text()
+    assert path.read_bytes()[:6] == b"needle"
 
 
 async def test_edit_through_symlink_out_of_the_workspace_is_refused(dirs):

@@ -1,30 +1,25 @@
-"""The fast lane on real sockets: fast routes, hand-off to hypercorn, the shared checks."""
+"""Connections to the daemon on real sockets: plugin routes and the REST API on one
+connection (keep-alive, pipelining), the shared checks, deadlines, big answers, slow
+readers, malformed requests and graceful shutdown."""
 
 import json
+import socket
 from functools import partial
 
+import pytest
 import trio
 from http_fakes import serving
-from quart import request
 from roost.kernel import AgentNotFound, RouteDescriptor, hookimpl
 from roost.plugins.http import PlainResponse, serve
-from roost.plugins.http import _fastlane as fastlane
-from roost.plugins.http._h1 import CHUNKED_OVERHEAD
+from roost.plugins.http import _server as server
 from trio_websocket import open_websocket_url
 
 KEY = "s3cret-key"
 
 
 async def fast_echo(req, **args):
-    if req.headers.get("x-decline"):
-        return None
-    body = {"via": "fast", "size": len(req.body), "args": args, "q": dict(req.args), "method": req.method}
+    body = {"via": "plain", "size": len(req.body), "args": args, "q": dict(req.args), "method": req.method}
     return PlainResponse(200, json.dumps(body).encode(), headers=(("X-Echo", "1"),))
-
-
-async def quart_echo(**args):
-    data = await request.get_data(cache=False)
-    return {"via": "quart", "size": len(data), "args": args, "method": request.method}
 
 
 async def fast_boom(req):
@@ -33,11 +28,6 @@ async def fast_boom(req):
 
 async def fast_missing(req):
     raise AgentNotFound("ghost", ["echo"])
-
-
-async def quart_slow():
-    await trio.sleep(0.5)
-    return {"slow": True}
 
 
 async def fast_slow(req):
@@ -75,7 +65,7 @@ BIG = b"x" * (8 * 1024 * 1024)
 
 
 async def fast_ticks(req):
-    # answers without ever waiting: only the fast lane's own I/O can yield between requests
+    # answers without ever waiting: only the server's own I/O can yield between requests
     return PlainResponse(200, json.dumps({"ticks": TICKS[0]}).encode())
 
 
@@ -87,15 +77,14 @@ class FastPlugin:
     @hookimpl
     def roost_http_routes(self, kernel):
         return [
-            RouteDescriptor("/ticks", quart_echo, ("POST",), fast_handler=fast_ticks),
-            RouteDescriptor("/big", quart_echo, ("POST",), fast_handler=fast_big),
-            RouteDescriptor("/fast/<name>", quart_echo, ("GET", "POST"), fast_handler=fast_echo),
-            RouteDescriptor("/open", quart_echo, ("POST",), public=True, fast_handler=fast_echo),
-            RouteDescriptor("/boom", quart_echo, ("POST",), fast_handler=fast_boom),
-            RouteDescriptor("/missing", quart_echo, ("POST",), fast_handler=fast_missing),
-            RouteDescriptor("/slow", quart_echo, ("POST",), fast_handler=fast_slow),
-            RouteDescriptor("/slow-quart", quart_slow, ("POST",)),
-            RouteDescriptor("/hold", quart_echo, ("POST",), fast_handler=fast_hold),
+            RouteDescriptor("/ticks", fast_ticks, ("POST",)),
+            RouteDescriptor("/big", fast_big, ("POST",)),
+            RouteDescriptor("/fast/<name>", fast_echo, ("GET", "POST")),
+            RouteDescriptor("/open", fast_echo, ("POST",), public=True),
+            RouteDescriptor("/boom", fast_boom, ("POST",)),
+            RouteDescriptor("/missing", fast_missing, ("POST",)),
+            RouteDescriptor("/slow", fast_slow, ("POST",)),
+            RouteDescriptor("/hold", fast_hold, ("POST",)),
         ]
 
 
@@ -174,21 +163,24 @@ def post(path, body=b"{}", extra=b""):
     return b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
 
 
-async def test_fast_route_is_answered_by_the_fast_lane_with_the_common_headers(make_kernel):
+async def test_plugin_route_answers_with_the_common_headers(make_kernel):
     async with serving(make(make_kernel)) as client:
         response = await client.post("/fast/abc?x=1&x=2&y=", content=b"hello")
         assert response.status_code == 200
-        assert response.json() == {"via": "fast", "size": 5, "args": {"name": "abc"}, "q": {"x": "1", "y": ""}, "method": "POST"}
+        assert response.json() == {"via": "plain", "size": 5, "args": {"name": "abc"}, "q": {"x": "1", "y": ""}, "method": "POST"}
         assert response.headers["x-echo"] == "1"
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.headers["cache-control"] == "no-store"
         assert response.headers["content-type"] == "application/json"
-        # HEAD and OPTIONS stay with Quart
-        assert (await client.head("/fast/abc")).status_code == 200
-        assert (await client.options("/fast/abc")).status_code == 200
+        assert "server" not in response.headers  # the daemon does not name its server software
+        head = await client.head("/fast/abc")  # HEAD: the GET answer without its body
+        assert head.status_code == 200 and head.content == b""
+        assert int(head.headers["content-length"]) > 0
+        options = await client.options("/fast/abc")
+        assert options.status_code == 200 and set(options.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "POST"}
 
 
-async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kernel):
+async def test_pipelined_keep_alive_mixes_plugin_routes_and_the_rest_api(make_kernel):
     async with serving(make(make_kernel)) as client:
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(
@@ -202,28 +194,13 @@ async def test_pipelined_keep_alive_mixes_fast_and_handed_off_requests(make_kern
         assert json.loads(replies[0][2])["args"] == {"name": "one"}
         assert json.loads(replies[1][2])["method"] == "GET"
         assert json.loads(replies[2][2])["status"] == "ok"
-        # once handed off, the connection stays with hypercorn and Quart
-        assert json.loads(replies[3][2]) == {"via": "quart", "size": 3, "args": {"name": "three"}, "method": "POST"}
+        assert json.loads(replies[3][2]) == {"via": "plain", "size": 3, "args": {"name": "three"}, "q": {}, "method": "POST"}
         await raw.stream.send_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert (await raw.response())[0] == 200
         await raw.aclose()
 
 
-async def test_a_declined_request_is_served_by_quart_and_counted_once(make_kernel):
-    # burst 2: a declined request charged twice would make the second request a 429
-    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2, rate_limit_loopback=True)) as client:
-        first = await client.post("/fast/d", content=b"ab", headers={"X-Decline": "1"})
-        assert first.json() == {"via": "quart", "size": 2, "args": {"name": "d"}, "method": "POST"}
-    async with serving(make(make_kernel, rate_limit_per_s=0.001, rate_limit_burst=2, rate_limit_loopback=True)) as client:
-        raw = await Raw.open(port_of(client))
-        await raw.stream.send_all(post("/fast/a", b"x", b"X-Decline: yes\r\n") + post("/fast/b"))
-        assert [(await raw.response())[0] for _ in range(2)] == [200, 200]
-        await raw.stream.send_all(post("/fast/c"))
-        status, headers, _ = await raw.response()
-        assert status == 429 and int(headers["retry-after"]) >= 1
-
-
-async def test_websocket_upgrade_is_handed_to_hypercorn(make_kernel):
+async def test_websocket_upgrade_is_served(make_kernel):
     kernel = make(make_kernel)
     async with serving(kernel) as client:
         url = client.roost_url.replace("http://", "ws://") + "/api/events?kinds=AGENT:REPLY"
@@ -244,16 +221,17 @@ async def test_bearer_auth_applies_unless_public(make_kernel):
         wrong = await client.post("/fast/a", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and "wrong" in wrong.json()["error"]["message"]
         ok = await client.post("/fast/a", headers={"Authorization": f"Bearer {KEY}"})
-        assert ok.status_code == 200 and ok.json()["via"] == "fast"
+        assert ok.status_code == 200 and ok.json()["via"] == "plain"
         assert (await client.post("/open", content=b"x")).status_code == 200
 
 
-async def test_a_refused_request_keeps_the_connection_when_its_body_is_here(make_kernel):
+async def test_a_refused_request_with_its_body_unread_says_close_and_closes(make_kernel):
     async with serving(make(make_kernel, api_key=KEY)) as client:
         raw = await Raw.open(port_of(client))
-        await raw.stream.send_all(post("/fast/a", b"abc") + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode()))
+        # a refused request without a body keeps the connection
+        await raw.stream.send_all(post("/fast/a", b"") + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode()))
         assert [(await raw.response())[0] for _ in range(2)] == [401, 200]
-        # a body still on its way: answer, then close
+        # one with a body (here still on its way): answered, then closed
         await raw.stream.send_all(b"POST /fast/c HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc")
         status, headers, _ = await raw.response()
         assert status == 401 and headers["connection"] == "close"
@@ -302,21 +280,38 @@ async def test_oversized_bodies_are_413_and_the_connection_closes(make_kernel):
         assert ok.json()["size"] == 600
 
 
-async def test_malformed_requests_get_400_and_the_connection_closes(make_kernel):
+async def test_malformed_requests_get_an_error_status_and_the_connection_closes(make_kernel):
     async with serving(make(make_kernel)) as client:
         for bad, status in [
             (b"GARBAGE\r\n\r\n", 400),
             (b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nContent-Length: nope\r\n\r\n", 400),
-            (b"GET / HTTP/3.0\r\nHost: localhost\r\n\r\n", 505),
-            (b"GET / HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+            # a head that grows past 16 KiB without ending
+            (b"GET / HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 20_000, 431),
         ]:
             raw = await Raw.open(port_of(client))
             await raw.stream.send_all(bad)
-            got, headers, body = await raw.response()
+            got, headers, _ = await raw.response()
             assert got == status and headers["connection"] == "close"
-            assert json.loads(body)["error"]["message"]
             assert await raw.closed()
         assert (await client.get("/health")).status_code == 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hypercorn answers a request its parser (h11) refuses by itself, with an empty body, "
+    "and h11 takes any HTTP/x.y version; its public API has no hook to shape those answers",
+)
+async def test_malformed_requests_are_answered_with_a_json_message_and_505_for_other_versions(make_kernel):
+    async with serving(make(make_kernel)) as client:
+        for bad, status in [
+            (b"GARBAGE\r\n\r\n", 400),
+            (b"GET / HTTP/3.0\r\nHost: localhost\r\n\r\n", 505),
+        ]:
+            raw = await Raw.open(port_of(client))
+            await raw.stream.send_all(bad)
+            got, _, body = await raw.response()
+            assert got == status and json.loads(body)["error"]["message"]
+            await raw.aclose()
 
 
 async def test_handler_errors_use_the_daemon_error_shapes(make_kernel, caplog):
@@ -341,8 +336,8 @@ async def test_http_10_gets_an_answer_then_close(make_kernel):
         assert await raw.closed()
 
 
-async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kernel):
-    async with serving(make(make_kernel, head_timeout_s=0.3)) as client:
+async def test_idle_and_slow_connections_are_closed_at_the_keep_alive_limit(make_kernel):
+    async with serving(make(make_kernel, keep_alive_s=0.3)) as client:
         slow = await Raw.open(port_of(client))
         await slow.stream.send_all(b"POST /fast/a HTTP/1.1\r\n")  # never finishes its head
         with trio.fail_after(5):
@@ -352,20 +347,18 @@ async def test_idle_and_slow_connections_are_closed_at_their_deadlines(make_kern
             assert await silent.closed()
 
 
-async def test_a_handler_slower_than_the_io_deadlines_is_not_cut_off(make_kernel, monkeypatch):
-    """The connection's I/O deadlines (head, body, send) never bound the handler itself."""
-    for name in ("BODY_TIMEOUT_S", "SEND_TIMEOUT_S"):
-        monkeypatch.setattr(fastlane, name, 0.2)
-    async with serving(make(make_kernel, head_timeout_s=0.2, keep_alive_s=0.2)) as client:
-        for paths in (("/slow", "/slow"), ("/slow-quart",)):  # after a send deadline passed; handed off
-            raw = await Raw.open(port_of(client))
-            for path in paths:
-                await raw.stream.send_all(post(path))
-                status, _, body = await raw.response()
-                assert status == 200 and json.loads(body) == {"slow": True}
+async def test_a_handler_slower_than_the_idle_limit_is_not_cut_off(make_kernel):
+    """The keep-alive limit bounds a connection with no request under way, never a handler."""
+    async with serving(make(make_kernel, keep_alive_s=0.2)) as client:
+        raw = await Raw.open(port_of(client))
+        for _ in range(2):
+            await raw.stream.send_all(post("/slow"))
+            status, _, body = await raw.response()
+            assert status == 200 and json.loads(body) == {"slow": True}
+        await raw.aclose()
 
 
-async def test_graceful_shutdown_closes_idle_fast_connections(make_kernel):
+async def test_graceful_shutdown_closes_idle_connections(make_kernel):
     kernel = make(make_kernel)
     stop = trio.Event()
     with trio.fail_after(10):
@@ -400,23 +393,16 @@ async def test_graceful_shutdown_closes_connections_that_never_sent_a_request(ma
             assert await busy.closed()
 
 
-async def test_chunk_extension_flood_is_refused_early(make_kernel):
+async def test_a_chunk_extension_flood_is_bounded_by_the_decoded_body_cap(make_kernel):
     """Regression: a chunked body of tiny chunks with long extensions was buffered raw
-    (~1000x the body limit) on any fast route, including unauthenticated public ones."""
+    (~1000x the body limit). The parser streams chunk framing (nothing kept raw); the cap
+    counts decoded bytes, so a flood of 1-byte chunks ends at the cap."""
     async with serving(make(make_kernel, api_key=KEY, max_body_bytes=1000)) as client:
         head = b"POST /open HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
-        # extensions longer than a chunk-size line may be: 400 at the first one
-        raw = await Raw.open(port_of(client))
-        await raw.stream.send_all(head + (b"1;" + b"a" * 1000 + b"\r\nX\r\n") * 50)
-        status, headers, body = await raw.response()
-        assert status == 400 and headers["connection"] == "close"
-        assert "too long" in json.loads(body)["error"]["message"]
-        assert await raw.closed()
-        # legal but heavy extensions: 413 once the framing passes limit + 64 KiB, long
-        # before the (1000-byte) decoded limit is reached
         raw = await Raw.open(port_of(client))
         chunk = b"1;" + b"a" * 200 + b"\r\nX\r\n"
-        await raw.stream.send_all(head + chunk * (CHUNKED_OVERHEAD // len(chunk) + 50))
+        with trio.fail_after(10):
+            await raw.stream.send_all(head + chunk * 1001 + b"0\r\n\r\n")
         status, headers, body = await raw.response()
         assert status == 413 and headers["connection"] == "close"
         assert json.loads(body)["error"]["code"] == "body_too_large"
@@ -427,26 +413,12 @@ async def test_chunk_extension_flood_is_refused_early(make_kernel):
             head + b'3;a=b;c="d e"\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n' + head + b"1\r\nz\r\n0\r\n\r\n"
         )
         replies = [await raw.response() for _ in range(2)]
-        assert [(s, json.loads(b)["size"], json.loads(b)["via"]) for s, _, b in replies] == [(200, 5, "fast"), (200, 1, "fast")]
+        assert [(s, json.loads(b)["size"]) for s, _, b in replies] == [(200, 5), (200, 1)]
         await raw.aclose()
 
 
-async def test_a_declined_chunked_request_is_replayed_to_quart_intact(make_kernel):
-    # the fast lane drops chunk framing as it decodes, so the hand-off replays a re-framed body
-    async with serving(make(make_kernel)) as client:
-        raw = await Raw.open(port_of(client))
-        await raw.stream.send_all(
-            b"POST /fast/d HTTP/1.1\r\nHost: localhost\r\nX-Decline: 1\r\nTransfer-Encoding: chunked\r\n\r\n"
-            b"3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nX-Trailer: t\r\n\r\n" + b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
-        )
-        status, _, body = await raw.response()
-        assert status == 200 and json.loads(body) == {"via": "quart", "size": 7, "args": {"name": "d"}, "method": "POST"}
-        assert (await raw.response())[0] == 200
-        await raw.aclose()
-
-
-async def test_http2_prior_knowledge_is_handed_to_hypercorn(make_kernel):
-    """Regression: the HTTP/2 preface got an HTTP/1.1 505 from the fast lane."""
+async def test_http2_prior_knowledge_is_served(make_kernel):
+    """Regression: the HTTP/2 preface got an HTTP/1.1 505."""
     async with serving(make(make_kernel)) as client:
         raw = await Raw.open(port_of(client))
         settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
@@ -455,13 +427,13 @@ async def test_http2_prior_knowledge_is_handed_to_hypercorn(make_kernel):
             while len(raw.buffer) < 9:
                 await raw._fill()
         assert not raw.buffer.startswith(b"HTTP/")
-        assert raw.buffer[3] == 0x04  # hypercorn's h2 server opens with its SETTINGS frame
+        assert raw.buffer[3] == 0x04  # the h2 server opens with its SETTINGS frame
         await raw.aclose()
 
 
 async def test_pipelined_requests_that_never_wait_still_let_other_tasks_run(make_kernel):
-    """A send that the socket takes at once does not yield; a pipelined request (read with
-    an earlier one) yields for itself, so one connection cannot starve the others."""
+    """Handlers that answer without waiting, pipelined on one connection: the other tasks
+    still run between the requests, so one connection cannot starve the others."""
 
     async def ticker():
         while True:
@@ -474,8 +446,8 @@ async def test_pipelined_requests_that_never_wait_still_let_other_tasks_run(make
             raw = await Raw.open(port_of(client))
             await raw.stream.send_all(post("/ticks") * 50)
             seen = [json.loads((await raw.response())[2])["ticks"] for _ in range(50)]
-            # one schedule point per request: the ticker runs about once per request (Trio
-            # orders the tasks of one pass at random, so not strictly between every two)
+            # the ticker runs about once per request or more (Trio orders the tasks of one
+            # pass at random, so not strictly between every two)
             assert seen[-1] - seen[0] >= 25, seen
             await raw.aclose()
             nursery.cancel_scope.cancel()
@@ -492,11 +464,15 @@ async def test_a_response_larger_than_the_socket_buffer_arrives_whole(make_kerne
 
 
 async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_kernel, monkeypatch):
-    monkeypatch.setattr(fastlane, "SEND_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(server, "SEND_TIMEOUT_S", 0.3)
     async with serving(make(make_kernel)) as client:
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(post("/big"))
-        await trio.sleep(1.0)  # the server's send waits for room, then gives up
+        # Not reading: the server's send waits for room, then the kernel aborts the
+        # connection (TCP_USER_TIMEOUT). Wait (without reading) for its end to go.
+        with trio.fail_after(10):
+            while server_end_established(raw.stream.socket):
+                await trio.sleep(0.05)
         with trio.fail_after(5):
             received = 0
             try:
@@ -505,10 +481,30 @@ async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_k
             except trio.BrokenResourceError:
                 pass
         assert received < len(BIG)
+        assert (await client.post("/fast/a")).status_code == 200  # the daemon serves on
 
 
+def server_end_established(client: socket.socket) -> bool:
+    """Whether the server's end of ``client``'s connection is still established (Linux)."""
+    mine, theirs = client.getsockname()[1], client.getpeername()[1]
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if int(local.rsplit(":", 1)[1], 16) == theirs and int(remote.rsplit(":", 1)[1], 16) == mine:
+                return state == "01"
+    return False
+
+
+NO_CAP = (
+    "hypercorn's public API has no connection cap (its accept loop is trio.serve_listeners); "
+    "idle connections close after http.keep_alive_s instead, and at the open-file limit "
+    "accept() waits (see tests/security/test_http_connection_limits.py)"
+)
+
+
+@pytest.mark.xfail(run=False, reason=NO_CAP)
 async def test_at_the_connection_limit_the_longest_idle_connection_makes_room(make_kernel):
-    async with serving(make(make_kernel, max_connections=3, keep_alive_s=30, head_timeout_s=30)) as client:
+    async with serving(make(make_kernel, max_connections=3, keep_alive_s=30)) as client:
         port = port_of(client)
         idle = []
         for _ in range(3):  # each served once, then idle between requests
@@ -526,6 +522,7 @@ async def test_at_the_connection_limit_the_longest_idle_connection_makes_room(ma
             await raw.aclose()
 
 
+@pytest.mark.xfail(run=False, reason=NO_CAP)
 async def test_over_the_connection_limit_with_none_idle_a_newcomer_gets_503(make_kernel, caplog):
     Holds.reset()
     async with serving(make(make_kernel, max_connections=3)) as client:
@@ -541,7 +538,6 @@ async def test_over_the_connection_limit_with_none_idle_a_newcomer_gets_503(make
         status, headers, body = await refused.response()
         assert status == 503 and headers["retry-after"] == "1" and headers["connection"] == "close"
         assert json.loads(body)["error"]["code"] == "too_many_connections"
-        assert "http.max_connections" in json.loads(body)["error"]["message"]
         assert await refused.closed()
         Holds.release.set()
         for raw in busy:  # the connections under way are not disturbed
@@ -549,4 +545,3 @@ async def test_over_the_connection_limit_with_none_idle_a_newcomer_gets_503(make
             await raw.aclose()
         await refused.aclose()
         assert (await client.post("/fast/a")).status_code == 200  # room again
-    assert any("connection limit reached" in r.getMessage() for r in caplog.records)

@@ -1,5 +1,5 @@
-"""A2A through the daemon's fast lane: one keep-alive connection carrying fast requests,
-a streamed (SSE) request handed to Quart, and what follows it."""
+"""A2A on one keep-alive connection: pipelined requests, a streamed (SSE) answer among
+them, and what follows it."""
 
 import json
 from urllib.parse import urlsplit

@@ -1,0 +1,266 @@
+"""An agent's MCP surface, sans I/O: the one code path that every transport drives.
+
+Every agent is an MCP server: ``message`` ("ask this agent") plus the tools its manifest
+exposes. ``AgentSurface`` (``kernel.surface(name)``) lists them and answers ``tools/call``
+— exposure, argument validation, the trace context in ``params._meta`` and the depth
+breaker, the shape of every error — whichever transport carried the request. In memory,
+the kernel routes a JSON-RPC request to the agent's actor as ``EXEC:TOOL_CALL`` and
+``handle`` answers it: another agent asks once, so the conversation stays in memory. Over
+stdio and HTTP the MCP plugin's server calls ``prepare`` and ``ask`` / ``call_tool`` for a
+principal, whose conversation is stored as ``kernel.send`` stores it, and adds what
+belongs to the session (initialize, eras, resources, prompts, progress, cancellation).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ._errors import (
+    AgentNotFound,
+    InvalidText,
+    InvalidTraceContext,
+    RecursionLimitExceeded,
+    RoostError,
+    ToolArgumentsInvalid,
+    ToolNotFound,
+    check_text,
+    is_mapping,
+)
+from ._jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    SERVER_ERROR,
+    JsonRpcError,
+    param,
+)
+from ._tools import ToolCall, ToolResult, ToolSpec
+from ._trace import TraceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._actor import DirectAsk
+    from ._agent import AgentReply
+    from ._kernel import Kernel
+
+log = logging.getLogger("roost.kernel.surface")
+
+MESSAGE_TOOL = "message"
+"""The tool of an agent's own surface through which a caller asks it."""
+
+
+def ask_tool_spec(agent: str, description: str = "", *, name: str = MESSAGE_TOOL) -> ToolSpec:
+    """The tool through which a caller asks ``agent``: ``message`` on the agent's own
+    surface; ``agent_<name>`` in-host and on the host surface. One schema, one wording."""
+    return ToolSpec(
+        name=name,
+        title=f"Ask {agent}",
+        description=f"Ask the {agent} agent and get its answer. {description}".strip(),
+        input_schema={
+            "type": "object",
+            "properties": {"message": {"type": "string", "minLength": 1, "description": f"What to ask {agent}"}},
+            "required": ["message"],
+            "additionalProperties": False,
+        },
+        owner="agents",
+        original_name=agent,
+    )
+
+
+def message_arguments_ok(arguments: Any) -> bool:
+    """True when ``arguments`` are a plain ``{"message": "<non-empty text>"}``, which the
+    ``message`` tool's schema accepts: every ask's quick check (asks are the in-host hot
+    path). False means: ask the schema's validator, which words what is wrong."""
+    if arguments.__class__ is not dict or len(arguments) != 1:
+        return False
+    text = arguments.get("message")
+    return text.__class__ is str and text != ""
+
+
+def unknown_tool_error(name: str, known: Any) -> JsonRpcError:
+    """The error for a ``tools/call`` of a tool the surface does not list (private and
+    unexposed tools included: they are indistinguishable from absent ones)."""
+    hint = ToolNotFound(name, known).hint
+    return JsonRpcError(INVALID_PARAMS, f"unknown tool: {name}{hint}; see tools/list", {"tool": name})
+
+
+def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
+    """The JSON-RPC error an MCP server answers when serving ``method`` raised ``exc``."""
+    if isinstance(exc, JsonRpcError):
+        return exc
+    if isinstance(exc, RoostError):
+        # A StoreError (by its code: the store module loads only when used): storage
+        # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
+        code = INTERNAL_ERROR if exc.code == "store_error" else SERVER_ERROR
+        return JsonRpcError(code, str(exc), exc.to_dict())
+    ref = secrets.token_hex(6)
+    log.error("MCP method %r failed (ref %s)", method, ref, exc_info=exc)
+    return JsonRpcError(INTERNAL_ERROR, f"internal error in {method!r}; the server logged it as {ref}")
+
+
+class SurfaceCall:
+    """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
+    (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
+    ``refused``, the result of a call that must not run (the depth breaker tripped, or its
+    arguments are invalid)."""
+
+    __slots__ = ("arguments", "refused", "tool", "trace")
+
+    def __init__(self, tool: str | None, arguments: Mapping[str, Any], trace: Any, refused: Any) -> None:
+        self.tool, self.arguments, self.trace, self.refused = tool, arguments, trace, refused
+
+
+class AgentSurface:
+    """The MCP surface of one agent (``Kernel.surface``): ``message`` plus its exposed tools."""
+
+    def __init__(self, kernel: Kernel, agent: str) -> None:
+        self.kernel = kernel
+        self.agent = agent
+        self._cache: tuple[Any, Any, int, dict[str, ToolSpec]] | None = None  # see _index
+
+    # ---- tools/list ---------------------------------------------------------------------
+    def tools(self) -> list[ToolSpec]:
+        """What ``tools/list`` lists, sorted by name: ``message`` and the exposed tools (an
+        exposed tool called ``message`` is hidden behind the agent's own)."""
+        return list(self._index().values())
+
+    def _index(self) -> dict[str, ToolSpec]:
+        """The tools by name, rebuilt when the manifest or the registry changes."""
+        kernel = self.kernel
+        manifest = kernel.agents.get(self.agent)
+        registry = kernel.registry
+        hit = self._cache
+        if hit is not None and hit[0] is manifest and hit[1] is registry and hit[2] == registry.version:
+            return hit[3]
+        if manifest is None:
+            raise AgentNotFound(self.agent, list(kernel.agents))
+        specs = {spec.name: spec for spec in kernel.exposed_tools(self.agent)}
+        specs[MESSAGE_TOOL] = ask_tool_spec(self.agent, manifest.description)
+        index = {name: specs[name] for name in sorted(specs)}
+        self._cache = (manifest, registry, registry.version, index)
+        return index
+
+    # ---- tools/call ----------------------------------------------------------------------
+    def prepare(self, params: Any, *, tool: str | None = None) -> SurfaceCall:
+        """Check a ``tools/call``'s ``params`` and read its trace context; raises
+        ``JsonRpcError`` for a request the protocol refuses (bad params, unknown tool, a
+        malformed ``_meta`` depth). ``tool``: the name on this surface when the caller used
+        another one (the host surface's ``agent_<name>``, ``<agent>_<tool>``)."""
+        if not is_mapping(params):
+            params = param(params, "name", str)  # raises, naming what params should be
+        try:  # text the agents' store could not keep (a lone surrogate): refused up front
+            check_text(params, "params")
+        except InvalidText as exc:
+            raise JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        name = param(params, "name", str)
+        arguments = param(params, "arguments", dict, default={}) or {}
+        index = self._index()
+        spec = index.get(tool or name)
+        if spec is None:
+            raise unknown_tool_error(name, index)
+        kernel = self.kernel
+        agent = self.agent
+        tool = None if spec.name == MESSAGE_TOOL else spec.name
+        try:
+            trace = TraceContext.for_hop(
+                params.get("_meta"), agent, max_depth=kernel.max_depth_for(agent), field="params._meta"
+            )
+        except InvalidTraceContext as exc:
+            raise JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        except RecursionLimitExceeded as exc:
+            # Refused by the depth breaker: a tool execution error the calling model reads.
+            caller = exc.path[-2] if len(exc.path) > 1 else "mcp-client"
+            kernel.breaker_tripped(exc, caller=caller, target=agent)
+            return SurfaceCall(tool, arguments, None, exc.to_mcp_result())
+        if tool is not None:
+            return SurfaceCall(tool, arguments, trace, None)  # call_tool validates
+        if message_arguments_ok(arguments):
+            return SurfaceCall(None, arguments, trace, None)
+        from ._policy import validate_arguments  # here: roost mcp answers initialize without it
+
+        try:  # words what is wrong, naming the tool as the caller did
+            validate_arguments(spec if name == spec.name else ToolSpec(name, input_schema=spec.input_schema), arguments)
+        except ToolArgumentsInvalid as exc:
+            return SurfaceCall(None, arguments, trace, ToolResult.error(str(exc)).to_mcp())
+        return SurfaceCall(None, arguments, trace, None)
+
+    async def call_tool(self, call: SurfaceCall) -> dict[str, Any]:
+        """Run the exposed tool of ``call`` through the kernel's tool pipeline, with the
+        agent's limits (a caller gets its exposed tools, whatever its capabilities); the
+        ``CallToolResult`` (a failure is an ``isError`` result)."""
+        index = self._index()
+        if call.tool not in index:  # gone since ``prepare``
+            raise unknown_tool_error(str(call.tool), index)
+        tool_call = ToolCall(call.tool, dict(call.arguments), caller=self.agent, trace=call.trace)
+        return (await self.kernel.call_tool(self.agent, tool_call, check_capability=False)).to_mcp()
+
+    async def ask(
+        self,
+        call: SurfaceCall,
+        *,
+        principal: str | None = None,
+        session_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AgentReply:
+        """Ask the agent the ``message`` of ``call`` through its mailbox, as ``kernel.send``
+        does: a conversation of ``principal`` (default: the host principal), continued when
+        ``session_id`` names one of theirs."""
+        assert call.tool is None and call.refused is None
+        self.kernel._require_agent(self.agent)
+        return await self.kernel._deliver(
+            self.agent, call.arguments["message"], call.trace, session_id=session_id, timeout=timeout, principal=principal
+        )
+
+    @staticmethod
+    def answer(reply: AgentReply) -> dict[str, Any]:
+        """The ``message`` tool's ``CallToolResult`` of ``reply`` (``session_id`` is None
+        for a one-shot ask)."""
+        return reply.to_mcp(session_id=reply.session_id or None)
+
+    # ---- the in-memory transport ----------------------------------------------------------
+    async def handle(self, request: Any, *, direct_ask: DirectAsk | None = None) -> dict[str, Any]:
+        """Answer one JSON-RPC request routed to the agent's actor (``EXEC:TOOL_CALL``);
+        ``direct_ask``: the request is that ask's, running in the asker's task (see
+        ``AgentRuntime.handle_message``)."""
+        if not is_mapping(request) or request.get("jsonrpc") != "2.0":
+            return JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object").to_response(None).to_dict()
+        req_id, method, params = request.get("id"), request.get("method"), request.get("params")
+        try:
+            if params is not None and not is_mapping(params):
+                raise JsonRpcError(INVALID_PARAMS, "params: expected an object (MCP uses named parameters)")
+            if method == "tools/list":
+                return {"jsonrpc": "2.0", "id": req_id, "result": {"tools": [s.to_mcp() for s in self.tools()]}}
+            if method != "tools/call":
+                raise JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method})
+            call = self.prepare(params)
+            if call.refused is not None:
+                return {"jsonrpc": "2.0", "id": req_id, "result": call.refused}
+            if call.tool is not None:
+                return {"jsonrpc": "2.0", "id": req_id, "result": await self.call_tool(call)}
+            # A one-shot ask, run here in the agent's actor: its history stays in memory.
+            self.kernel._require_agent(self.agent)
+            answer_as = partial(_response, req_id)
+            reply = await self.kernel._runtimes[self.agent].handle_message(
+                call.arguments["message"],
+                session_id=None,
+                trace=call.trace,
+                run_id=str(req_id) if req_id is not None else None,
+                persist=False,
+                direct_ask=direct_ask,
+                answer_as=answer_as,
+            )
+            return answer_as(reply)
+        except Exception as exc:
+            return jsonrpc_error(exc, str(method)).to_response(req_id).to_dict()
+
+
+def _response(req_id: Any, reply: AgentReply) -> dict[str, Any]:
+    """The JSON-RPC response of a ``message`` call's reply (a cancelled one's too)."""
+    return {"jsonrpc": "2.0", "id": req_id, "result": AgentSurface.answer(reply)}
+
+
+__all__ = ["MESSAGE_TOOL", "AgentSurface", "SurfaceCall", "ask_tool_spec", "jsonrpc_error", "unknown_tool_error"]

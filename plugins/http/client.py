@@ -1,0 +1,253 @@
+"""roost as an HTTP client: what the A2A client and push deliveries, the MCP HTTP
+transports and the model providers share, over httpx's public API.
+
+Every answer roost reads from a peer is streamed and read up to a byte cap: ``read_body``
+(a whole answer: ``ResponseTooLarge`` naming the limit and the peer as soon as more is
+announced or arrives), ``read_error_body`` (the first 64 KiB of an error body, enough to
+say what went wrong) and ``sse_events`` (Server-Sent Events, capped per event). Whatever
+a peer sends or announces, roost holds at most the cap. Also here: the status line and
+text of an HTTP error, ``Retry-After`` and the retry rule for 429/503, and
+``PinnedTransport`` (each connection made to an address the SSRF check approved).
+
+A public module of the ``http`` plugin (whose package import stays cheap: Quart and
+Hypercorn load only with the server) rather than the kernel, which stays free of any
+HTTP library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import http
+import json
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+import httpx_sse
+import trio
+from roost.kernel import AddressPins, pin_url
+
+ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
+HTTP_RETRY_STATUSES = frozenset({429, 503})
+MAX_HTTP_RETRIES = 8
+MAX_HTTP_RETRY_WAIT_S = 30.0
+_TAGS = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
+_SPACE = re.compile(r"\s+")
+
+
+# ---- reading at most a cap --------------------------------------------------------------
+
+
+class ResponseTooLarge(ValueError):
+    """A peer's answer (or one event of it) is over the cap roost reads; the rest was not
+    read. ``peer`` is the URL (no query), ``limit`` the cap in bytes."""
+
+    def __init__(self, what: str, peer: str, limit: int) -> None:
+        self.what, self.peer, self.limit = what, peer, limit
+        super().__init__(f"{what} from {peer} is over the limit of {limit} bytes ({size_text(limit)}); roost read no further")
+
+
+def size_text(n: int) -> str:
+    """``16 MiB``, ``64 KiB`` or ``123 bytes``."""
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def peer_of(response: httpx.Response) -> str:
+    """The URL ``response`` answers, without user info, query or fragment (they may hold
+    secrets); ``the peer`` for a response that came from no request."""
+    try:
+        url = response.request.url
+    except RuntimeError:
+        return "the peer"
+    return str(url.copy_with(userinfo=b"", query=None, fragment=None))
+
+
+async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
+    """The body of a streamed ``response``, at most ``limit`` bytes of it (decoded, so a
+    compressed body counts at its real size). Raises ``ResponseTooLarge`` at once when the
+    ``Content-Length`` says more, or as soon as more arrives; the rest is never read."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ResponseTooLarge(what, peer_of(response), limit)
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise ResponseTooLarge(what, peer_of(response), limit)
+    return bytes(body)
+
+
+async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTES) -> bytes:
+    """At most the first ``limit`` bytes of a body that only has to say what went wrong
+    (an error response); the rest is not read, and a broken connection ends it early."""
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) >= limit:
+                break
+    except httpx.HTTPError:
+        pass  # what arrived is enough to say what went wrong
+    return bytes(body[:limit])
+
+
+async def sse_events(response: httpx.Response, *, max_bytes: int) -> AsyncIterator[httpx_sse.ServerSentEvent]:
+    """The Server-Sent Events of ``response`` as they arrive, decoded by ``httpx-sse``
+    (WHATWG rules: lines end at CR, LF or CR LF only; ``id`` is the last event id,
+    ``retry`` kept). Bounded: when more than ``max_bytes`` arrive without completing an
+    event, raises ``ResponseTooLarge`` (a ValueError) naming the limit and the peer."""
+    unfinished = 0  # bytes read since the last complete event
+
+    async def counted() -> AsyncIterator[bytes]:
+        nonlocal unfinished
+        async for chunk in response.aiter_bytes():
+            unfinished += len(chunk)
+            if unfinished > max_bytes:
+                raise ResponseTooLarge("an SSE event", peer_of(response), max_bytes)
+            yield chunk
+
+    # The caller chose SSE: decode it whatever content type the server named (SSE is UTF-8).
+    bounded = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=counted())
+    async with contextlib.aclosing(httpx_sse.EventSource(bounded).aiter_sse()) as events:
+        async for event in events:
+            unfinished = 0
+            yield event
+
+
+# ---- HTTP errors and retries --------------------------------------------------------------
+
+
+def http_status_line(status: int) -> str:
+    """``HTTP 401 Unauthorized`` (the number alone for a status without a standard phrase)."""
+    try:
+        return f"HTTP {status} {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def http_error_text(body: bytes, limit: int = 300) -> str:
+    """The server's own words in an error response: the message of a JSON error (JSON-RPC,
+    roost's REST shape, AIP-193), else the body's text with HTML tags dropped; cut short."""
+    if not body:
+        return ""
+    text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, Mapping):
+        error = value.get("error")
+        for candidate in (error.get("message") if isinstance(error, Mapping) else error, value.get("message"), value.get("detail")):
+            if isinstance(candidate, str) and candidate.strip():
+                text = candidate
+                break
+    else:
+        text = _TAGS.sub(" ", text)
+    text = _SPACE.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def http_retry_wait(status: int, retry_after: float | None, retries: int, remaining: float) -> float | None:
+    """Seconds to wait before retrying a request answered with HTTP ``status``, or None when
+    it is not retried: only 429 and 503 are, at most ``MAX_HTTP_RETRIES`` times, after the
+    server's ``Retry-After`` (else 0.5 s doubling), and never when the wait would end past
+    the call's deadline (``remaining`` seconds away) or exceed ``MAX_HTTP_RETRY_WAIT_S``."""
+    if status not in HTTP_RETRY_STATUSES or retries >= MAX_HTTP_RETRIES:
+        return None
+    wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
+    # Callers told the same Retry-After would all come back in the same instant.
+    wait += random.uniform(0.0, 0.05 + 0.2 * wait)
+    if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining:
+        return None
+    return wait
+
+
+def remaining_s(deadline: float) -> float:
+    """Seconds until ``deadline`` (``trio.current_time()`` based) or the caller's own
+    cancel-scope deadline, whichever is sooner."""
+    return min(deadline, trio.current_effective_deadline()) - trio.current_time()
+
+
+# ---- connections to checked addresses only ------------------------------------------------
+
+
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that sends each request to an address ``pins`` approved for its
+    origin (checked once per origin), keeping the name in ``Host`` and in TLS SNI.
+
+    httpx would otherwise resolve the host again when it connects, and a DNS-rebinding
+    name could answer the check with a public address and the connect with a private one.
+    """
+
+    def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
+        self.pins = pins
+        self._inner = inner or httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        addresses = await self.pins.addresses(str(request.url))
+        last_error: Exception | None = None
+        for address in addresses:
+            target = pin_url(str(request.url), address)
+            headers = request.headers.copy()
+            headers["Host"] = target.host_header
+            extensions = dict(request.extensions)
+            if target.sni_hostname:
+                extensions["sni_hostname"] = target.sni_hostname
+            pinned = httpx.Request(request.method, target.url, headers=headers, stream=request.stream, extensions=extensions)
+            try:
+                return await self._inner.handle_async_request(pinned)
+            except httpx.ConnectError as exc:
+                last_error = exc
+        raise httpx.ConnectError(f"could not connect to any checked address of {request.url.host}: {last_error}", request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+__all__ = [
+    "ERROR_BODY_BYTES",
+    "HTTP_RETRY_STATUSES",
+    "MAX_HTTP_RETRIES",
+    "MAX_HTTP_RETRY_WAIT_S",
+    "PinnedTransport",
+    "ResponseTooLarge",
+    "http_error_text",
+    "http_retry_wait",
+    "http_status_line",
+    "peer_of",
+    "read_body",
+    "read_error_body",
+    "remaining_s",
+    "retry_after_s",
+    "size_text",
+    "sse_events",
+]

@@ -1,0 +1,191 @@
+"""While a ``tools/call`` runs: forward the events of its trace to its MCP client —
+progress (when the request has a progress token) and tool log messages (when the client
+set a log level)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+from roost.kernel import Event, EventKind
+
+from . import _protocol as p
+from ._tool_context import LOG_EVENT, PROGRESS_EVENT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._server import _Call
+
+log = logging.getLogger("roost.mcp.server")
+
+
+class _RunWatcher:
+    """While a tools/call runs: forward progress (if the request has a progressToken) and
+    tool log messages (if the client set a log level) belonging to its trace."""
+
+    _KINDS = (EventKind.AGENT_TOKEN, EventKind.EXEC_TOOL_CALL, EventKind.EXEC_TOOL_RESULT, PROGRESS_EVENT, LOG_EVENT)
+
+    def __init__(self, kernel: Any, call: _Call, trace_id: str, heartbeat: bool) -> None:
+        self.heartbeat = heartbeat  # an agent run: report each step; else only the tool's own
+        self.kernel = kernel
+        self.call = call
+        self.trace_id = trace_id
+        self.token = call.meta.progress_token
+        self._count = 0
+        self._reported: float | None = None
+        self._last_sent = -1.0
+
+    def _kinds(self) -> tuple[str, ...]:
+        """The event kinds this call needs to see (none: nothing to forward)."""
+        if self.call.notify is None:
+            return ()
+        kinds: tuple[str, ...] = (LOG_EVENT,) if self.call.log_level is not None else ()
+        if self.token is not None:
+            # Only an agent run reports its steps; a tool call only its own progress, so
+            # it need not wake for every other call's tool events.
+            kinds += self._KINDS[:-1] if self.heartbeat else (PROGRESS_EVENT,)
+        return kinds
+
+    async def run(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` while forwarding; its exceptions propagate unwrapped."""
+        kinds = self._kinds()
+        if not kinds:
+            return await fn()
+        router = self.call.session.event_router
+        if router is not None and router.active and router.kinds.issuperset(kinds):
+            return await router.watch(self, fn)
+        # No connection's router (HTTP), or one that does not see these kinds: its own.
+        router = _EventRouter(kinds)
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run, self.kernel)
+            try:
+                result = await router.watch(self, fn)
+            except Exception as exc:  # raised below as itself, not in the nursery's group
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return result
+
+    async def _handle(self, event: Event) -> None:
+        notify = self.call.notify
+        assert notify is not None
+        if event.trace is None or event.trace.trace_id != self.trace_id:
+            return
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        if event.kind == LOG_EVENT:
+            level = payload.get("level", "info")
+            if p.log_level_allows(self.call.log_level, level):
+                await notify({"jsonrpc": "2.0", "method": p.NOTIFY_MESSAGE, "params": p.log_params(level, payload.get("data"), payload.get("logger"))})
+            return
+        if self.token is None:
+            return
+        if event.kind == PROGRESS_EVENT and not self.heartbeat:
+            value = payload.get("progress")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and (self._reported is None or value > self._reported):
+                self._reported = value  # progress must increase; a repeat or a step back is dropped
+                await notify({"jsonrpc": "2.0", "method": p.NOTIFY_PROGRESS, "params": p.progress_params(self.token, value, payload.get("total"), payload.get("message"))})
+            return
+        if not self.heartbeat:
+            return
+        self._count += 1  # an agent at work: every step it takes is progress
+        now = trio.current_time()
+        if event.kind == EventKind.AGENT_TOKEN and now - self._last_sent < 0.05:
+            return  # coalesce streamed tokens
+        self._last_sent = now
+        if event.kind == EventKind.EXEC_TOOL_CALL:
+            message = f"{event.source}: calling {payload.get('tool')}"
+        elif event.kind == EventKind.EXEC_TOOL_RESULT:
+            message = f"{event.target}: {payload.get('tool')} {payload.get('outcome')}"
+        elif event.kind == PROGRESS_EVENT:
+            message = str(payload.get("message") or f"{event.source}: working")
+        else:
+            message = f"{event.source} is answering"
+        await notify({"jsonrpc": "2.0", "method": p.NOTIFY_PROGRESS, "params": p.progress_params(self.token, self._count, None, message)})
+
+
+class _EventRouter:
+    """One tap subscription (for ``kinds``) whose events go to the watcher of the call on
+    their trace. A stream connection keeps one for tool progress and log events, rather
+    than a subscription and a forwarding task per call, which with many calls in flight
+    cost more than the calls."""
+
+    FLUSH_TIMEOUT_S = 5.0
+
+    def __init__(self, kinds: tuple[str, ...] = (PROGRESS_EVENT, LOG_EVENT)) -> None:
+        self.kinds = frozenset(kinds)
+        self.watchers: dict[str, list[_RunWatcher]] = {}
+        self._tap: Any = None
+        self._events: trio.MemoryReceiveChannel[Event] | None = None
+        self._taken = 0
+        self._handled = 0
+        self._waiting = False
+        self._moved = trio.Event()
+
+    @property
+    def active(self) -> bool:
+        return self._events is not None
+
+    async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._tap = kernel.tap
+        async with kernel.tap.subscribe(buffer=256, kinds=tuple(self.kinds)) as events:
+            self._events = events
+            task_status.started()
+            try:
+                while True:
+                    self._waiting = True
+                    try:
+                        event = await events.receive()
+                    except trio.EndOfChannel:
+                        break
+                    finally:
+                        self._waiting = False
+                    self._taken += 1
+                    try:
+                        if event.trace is not None:
+                            for watcher in list(self.watchers.get(event.trace.trace_id, ())):
+                                await watcher._handle(event)
+                    except Exception:  # one bad notification must not end the connection
+                        log.exception("forwarding %s to the MCP client failed", event.kind)
+                    finally:
+                        self._handled += 1
+                        self._moved.set()
+                        self._moved = trio.Event()
+            finally:
+                self._events = None
+                self._moved.set()
+
+    async def watch(self, watcher: _RunWatcher, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
+        wait until the events published during the run have been forwarded."""
+        self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        try:
+            published = self._tap.published
+            result = await fn()
+            if self._tap.published != published:  # else the run published nothing to wait for
+                await self._flush()
+        finally:
+            mine = self.watchers.get(watcher.trace_id, [])
+            if watcher in mine:
+                mine.remove(watcher)
+            if not mine:
+                self.watchers.pop(watcher.trace_id, None)
+        return result
+
+    async def _flush(self) -> None:
+        events = self._events
+        if events is None:
+            return
+        # Publishing hands events to the channel at once: everything the run published is
+        # handled, being handled, in the buffer, or handed to the router while it waited
+        # (then it is still marked waiting though no longer queued as a receiver).
+        stats = events.statistics()
+        in_transit = 1 if self._waiting and stats.tasks_waiting_receive == 0 else 0
+        target = self._taken + stats.current_buffer_used + in_transit
+        if self._handled >= target:
+            return
+        with trio.move_on_after(self.FLUSH_TIMEOUT_S):
+            while self._handled < target and self._events is not None:
+                await self._moved.wait()
