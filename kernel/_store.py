@@ -1,7 +1,7 @@
 """The app store: sessions and their history, the tool-call audit log and token usage.
 
 ``Store`` is the protocol; ``SqliteStore`` the default, an ``SqliteDatabase`` (see
-``_sqlite``): reads and group-committed writes run on a worker thread, and every write
+``_sqlite``): reads and group-committed writes run on the database's own thread; every write
 returns only after its transaction is committed — nothing is acknowledged before it is
 stored. That includes a tool call's audit row (``record_tool_call``), stored before the
 call's result is returned.

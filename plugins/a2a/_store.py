@@ -2,9 +2,9 @@
 
 Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
 plugin owns the JSON. The store is a ``roost.kernel.SqliteDatabase``: reads and group
-commits on a worker thread, a write returns only after it is committed, with the kernel
-store's durability (``[store] synchronous``), and the schema upgraded by ``user_version``
-migrations. At most ``max_tasks`` rows are kept: when a new task would pass the bound, the
+commits on the database's own thread, a write returns only after it is committed, with the
+kernel store's durability (``[store] synchronous``), and the schema upgraded by
+``user_version`` migrations. At most ``max_tasks`` rows are kept: when a new task would pass the bound, the
 oldest *terminal* tasks are evicted; if every stored task is still running, the new one is
 refused.
 
@@ -145,7 +145,7 @@ class TaskStore(SqliteDatabase):
         # Rows promised by ``reserve()`` and not written yet: room every insert leaves free.
         self._reserved = 0
         # Plain inserts under way: their rows are not in ``_count`` until their work has run
-        # (on a worker thread, possibly after a ``reserve()``), so ``reserve`` counts them.
+        # (on the database's thread, possibly after a ``reserve()``), so ``reserve`` counts them.
         self._inserting = 0
 
     def reserve(self) -> bool:
