@@ -6,12 +6,12 @@
   SDK client + SDK server (``MCPServer``, stdio subprocess), both serving one echo tool.
   Floor: a hand-written NDJSON echo (``_mcp_ndjson_echo.py``) driven by a bare Trio client.
   roost's number includes what the SDK's does not: the kernel's policy pipeline (argument
-  validation, timeout, events) and the audit record of every call written to SQLite (by the
-  store's write-behind audit writer, which the reply does not wait for).
+  validation, timeout, events) and the audit record of every call, committed to SQLite
+  before the reply (concurrent calls share a commit).
 - in-host agent→agent: ``kernel.call_tool`` of ``agent_<name>`` (the in-memory MCP path:
   a JSON-RPC ``tools/call`` routed as ``EXEC:TOOL_CALL`` to a scripted agent that answers at
-  once; the one-shot run keeps its history in memory, its token usage is committed to SQLite
-  before the reply, the caller's audit row is written behind) vs the SDK
+  once; the one-shot run keeps its history in memory and writes its token usage behind, the
+  caller's audit row is committed to SQLite before the reply) vs the SDK
   client and server in one process over the SDK's in-memory streams.
 - ``roost mcp`` start-up: wall clock from spawning the process to reading its
   ``initialize`` response (best of 5), next to a bare interpreter start.

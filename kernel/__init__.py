@@ -20,6 +20,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         reply_kind,
     )
     from ._agent import AgentReply, AgentRuntime
+    from ._audit import AuditRecord
     from ._config import (
         AgentsConfig,
         HttpConfig,
@@ -132,7 +133,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         validate_arguments,
     )
     from ._proctrace import ProcessTraces
-    from ._store import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+    from ._sqlite import SqliteDatabase, StoreError
+    from ._store import SqliteStore, Store, StoredMessage, open_store
     from ._surface import (
         MESSAGE_TOOL,
         AgentSurface,
@@ -168,6 +170,7 @@ for _module, _names in (
         "reply_kind",
     ),
     ("_agent", "AgentReply AgentRuntime"),
+    ("_audit", "AuditRecord"),
     (
         "_config",
         "AgentsConfig HttpConfig KernelConfig PluginsConfig RoostConfig TaintConfig "
@@ -206,7 +209,8 @@ for _module, _names in (
         "resolve_timeout truncate truncate_result validate_arguments",
     ),
     ("_proctrace", "ProcessTraces"),
-    ("_store", "AuditRecord SqliteStore Store StoredMessage StoreError open_store"),
+    ("_sqlite", "SqliteDatabase StoreError"),
+    ("_store", "SqliteStore Store StoredMessage open_store"),
     (
         "_tools",
         "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
@@ -310,6 +314,7 @@ __all__ = [
     "ScriptCall",
     "ScriptRule",
     "ScriptStep",
+    "SqliteDatabase",
     "SqliteStore",
     "Store",
     "StoreError",

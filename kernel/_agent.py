@@ -406,7 +406,7 @@ class AgentRuntime:
             await kernel.store.finish_exchange(
                 session_id, self.name, [m.to_record() for m in result.messages], usage=usage, owner=owner
             )
-        elif usage is not None:  # a one-shot run: its usage is written behind, like the audit
+        elif usage is not None:  # a one-shot run: its usage is written behind
             await self._log_usage(None, usage)
         return _agent_reply(
             self.name,
@@ -457,10 +457,8 @@ class AgentRuntime:
 
     async def _log_usage(self, session_id: str | None, usage: tuple[str, str, int, int]) -> None:
         """Record ``usage`` (provider, model, input, output tokens) written behind."""
-        store = self.kernel.store
         try:
-            if not store.log_usage_nowait(self.name, session_id, *usage):
-                await store.log_usage(self.name, session_id, *usage)
+            await self.kernel.store.log_usage(self.name, session_id, *usage)
         except RoostError as exc:  # accounting lost, not the answer
             log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
 

@@ -18,6 +18,14 @@ import attrs
 import trio
 
 from ._agent import AgentReply, AgentRuntime, Conversation
+from ._audit import (
+    OUTCOMES,
+    AuditRecord,
+    _audit_arguments,
+    _known_outcome,
+    _optional_text,
+    _required_text,
+)
 from ._errors import (
     AgentNotFound,
     AgentUnavailable,
@@ -50,14 +58,6 @@ from ._policy import (
     validate_arguments,
 )
 from ._proctrace import ProcessTraces
-from ._store import (
-    OUTCOMES,
-    AuditRecord,
-    _audit_arguments,
-    _known_outcome,
-    _optional_text,
-    _required_text,
-)
 from ._surface import AgentSurface, ask_tool_spec, message_arguments_ok
 from ._tools import (
     TAINT_UNTRUSTED,
@@ -509,15 +509,12 @@ class Kernel:
                         trace=trace,
                     )
                 )
-            # The audit row, written behind (no coroutine of its own unless the writer is behind).
+            # The audit row, stored before the result is returned (no cancel point).
             record = self._audit_record(agent, call, trace, duration_ms, outcome, error, conversation)
             try:
-                logged = self.store.log_tool_call_nowait(record)
+                await self.store.record_tool_call(record)
             except Exception:
                 log.exception("could not write the audit record of %s", call.name)
-            else:
-                if not logged:  # the writer is behind: yield to it, or wait for room
-                    await self._log_audit(record, call)
 
     async def _run_checked(
         self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
@@ -582,13 +579,6 @@ class Kernel:
                     result = replacement
         return result
 
-    async def _log_audit(self, record: AuditRecord, call: ToolCall) -> None:
-        """Log ``record`` once the writer has room (it is behind: yield to it, or wait);
-        a cancelled caller's record is logged all the same (``log_tool_call`` is no cancel point)."""
-        try:
-            await self.store.log_tool_call(record)
-        except Exception:
-            log.exception("could not write the audit record of %s", call.name)
 
     def _audit_record(self, agent, call, trace, duration_ms, outcome, error, conversation) -> AuditRecord:
         """The audit record of ``call``. One without error is built without attrs'

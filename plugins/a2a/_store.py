@@ -1,13 +1,12 @@
 """The A2A task store: SQLite (``<home>/a2a.db``), bounded, survives a restart.
 
 Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
-plugin owns the JSON. Reads run in a worker thread on one connection used by one thread
-at a time; a write returns only after it is committed. Writes go through the kernel
-store's ``GroupCommitter``, with the kernel store's durability: inline commits without an
-fsync by default, or, with ``[store] synchronous = "full"``, group commits where writes
-that queue up while a commit is on disk share the next transaction (one fsync). At most ``max_tasks`` rows
-are kept: when a new task would pass the bound, the oldest *terminal* tasks are evicted;
-if every stored task is still running, the new one is refused.
+plugin owns the JSON. The store is a ``roost.kernel.SqliteDatabase``: reads and group
+commits on the database's own thread, a write returns only after it is committed, with the
+kernel store's durability (``[store] synchronous``), and the schema upgraded by
+``user_version`` migrations. At most ``max_tasks`` rows are kept: when a new task would pass the bound, the
+oldest *terminal* tasks are evicted; if every stored task is still running, the new one is
+refused.
 
 Each task belongs to a principal (``owner``, the caller's API key name): readers pass the
 caller's principal and never see another's tasks. Tasks stored before schema 3 are given
@@ -23,51 +22,55 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
-import trio
-from roost.kernel import RoostError, jsonrpc
-from roost.kernel._store import (
-    MEMORY,
-    GroupCommitter,
-    apply_durability,
-    storage_failure,
-    synchronous_mode,
-)
+from roost.kernel import RoostError, SqliteDatabase, jsonrpc
 
 log = logging.getLogger("roost.a2a")
-_T = TypeVar("_T")
-SCHEMA_VERSION = 3
-# A task's artifacts (files included, base64) live in their own column, so that listing
-# tasks never reads or decodes them unless asked; ``size`` (bytes of both) bounds the store.
-_COLUMNS_V2 = (("artifacts", "TEXT"), ("size", "INTEGER NOT NULL DEFAULT 0"))
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 # Only a write this big checks the byte bound: below it, max_tasks bounds the bytes anyway
 # (1000 small tasks are a few MB), and every write stays one statement.
 _BIG_ROW = 64 * 1024
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS tasks (
-        id TEXT PRIMARY KEY,
-        context_id TEXT NOT NULL,
-        agent TEXT NOT NULL,
-        state TEXT NOT NULL,
-        terminal INTEGER NOT NULL,
-        data TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS tasks_by_update ON tasks (updated_at, id)",
-    "CREATE INDEX IF NOT EXISTS tasks_by_context ON tasks (context_id, updated_at)",
-    # Eviction walks tasks_by_update for the oldest terminal ones; a (terminal, updated_at)
-    # index of its own cost every write two more index updates (~10 µs each per commit).
-    "DROP INDEX IF EXISTS tasks_terminal",
-    """CREATE TABLE IF NOT EXISTS push_configs (
-        task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
-        id TEXT NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (task_id, id)
-    )""",
+# Migration i takes the schema from version i to i + 1. Append, never edit.
+_MIGRATIONS = (
+    (
+        """CREATE TABLE tasks (
+            id TEXT PRIMARY KEY,
+            context_id TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            state TEXT NOT NULL,
+            terminal INTEGER NOT NULL,
+            data TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )""",
+        "CREATE INDEX tasks_by_update ON tasks (updated_at, id)",
+        "CREATE INDEX tasks_by_context ON tasks (context_id, updated_at)",
+        """CREATE TABLE push_configs (
+            task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+            id TEXT NOT NULL,
+            data TEXT NOT NULL,
+            PRIMARY KEY (task_id, id)
+        )""",
+    ),
+    # 2: a task's artifacts (files included, base64) live in their own column, so that
+    # listing tasks never reads them unless asked; ``size`` (bytes of both) bounds the
+    # store. Old rows keep their artifacts in data.
+    (
+        "ALTER TABLE tasks ADD COLUMN artifacts TEXT",
+        "ALTER TABLE tasks ADD COLUMN size INTEGER NOT NULL DEFAULT 0",
+        "UPDATE tasks SET size = length(data)",
+    ),
+    # 3: tasks belong to a principal; existing ones are given :legacy_owner. (Also the
+    # indexes of schema 2 as it last was: SUM(size) from an index; eviction walks
+    # tasks_by_update, without an index of its own.)
+    (
+        "ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT 'local'",
+        "UPDATE tasks SET owner = :legacy_owner",
+        "CREATE INDEX IF NOT EXISTS tasks_by_size ON tasks (size)",
+        "DROP INDEX IF EXISTS tasks_terminal",
+    ),
 )
 
 
@@ -122,18 +125,19 @@ def _split(data: dict) -> tuple[str, str | None, int]:
 _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at, owner"
 
 
-class TaskStore:
+class TaskStore(SqliteDatabase):
     """Async SQLite task store; open it with ``open_task_store``."""
 
+    migrations = _MIGRATIONS
+    error = TaskStorageFailed
+    what = "task store"
+
     def __init__(
-        self, conn: sqlite3.Connection, path: str, max_tasks: int, synchronous: str = "NORMAL", max_bytes: int = DEFAULT_MAX_BYTES
+        self, conn: sqlite3.Connection, path: str, synchronous: str, *, max_tasks: int, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> None:
-        self.path = path
+        super().__init__(conn, path, synchronous)
         self.max_tasks = max_tasks
         self.max_bytes = max_bytes
-        self._conn: sqlite3.Connection | None = conn
-        self._limiter = trio.CapacityLimiter(1)
-        self._writer = GroupCommitter(self._connection, self._limiter, self._error, synchronous=synchronous, path=path)
         # How many rows the table holds, kept by this store's inserts so an insert does not
         # count the table (O(n)) each time; None: unknown (count on the next insert). It may
         # be one too high, never too low; eviction or refusal always follows a fresh count.
@@ -141,31 +145,8 @@ class TaskStore:
         # Rows promised by ``reserve()`` and not written yet: room every insert leaves free.
         self._reserved = 0
         # Plain inserts under way: their rows are not in ``_count`` until their work has run
-        # (on a worker thread, possibly after a ``reserve()``), so ``reserve`` counts them.
+        # (on the database's thread, possibly after a ``reserve()``), so ``reserve`` counts them.
         self._inserting = 0
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise TaskStoreError(f"{self.path}: the task store is closed; cannot write")
-        return self._conn
-
-    def _error(self, what: str, exc: BaseException) -> TaskStoreError:
-        error = TaskStorageFailed(storage_failure(self.path, what, exc))
-        error.__cause__ = exc
-        return error
-
-    async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        def call() -> _T:
-            conn = self._conn
-            if conn is None:
-                raise TaskStoreError(f"{self.path}: the task store is closed; cannot {what}")
-            try:
-                self._writer.allow_waiting(conn)
-                return work(conn)
-            except (sqlite3.Error, UnicodeError) as exc:
-                raise self._error(what, exc) from exc
-
-        return await trio.to_thread.run_sync(call, limiter=self._limiter)
 
     def reserve(self) -> bool:
         """Hold room for one task whose row is written later, by ``insert(reserved=True)``
@@ -244,7 +225,7 @@ class TaskStore:
         if not reserved:
             self._inserting += 1
         try:
-            evicted = await self._writer.write("store a task", work, durable=durable, shield=shield)
+            evicted = await self.write("store a task", work, durable=durable, shield=shield)
         except BaseException:
             self._count = None  # the transaction may not have committed: count again
             raise
@@ -289,7 +270,7 @@ class TaskStore:
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
-            return await self._writer.write("update a task", work, shield=shield)
+            return await self.write("update a task", work, shield=shield)
         except BaseException:
             self._count = None  # an eviction may not have committed: count again
             raise
@@ -299,7 +280,7 @@ class TaskStore:
             r = conn.execute(f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)).fetchone()
             return _row(r, r[9]) if r else None
 
-        return await self._run("read a task", work)
+        return await self.read("read a task", work)
 
     async def list(
         self,
@@ -348,7 +329,7 @@ class TaskStore:
             ).fetchall()
             return [_row(r, r[9]) for r in rows], total
 
-        return await self._run("list tasks", work)
+        return await self.read("list tasks", work)
 
     async def fail_unfinished(self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]) -> list[str]:
         """Mark tasks left in ``states`` (in flight when the daemon died) as failed.
@@ -373,7 +354,7 @@ class TaskStore:
                 changed.append(row.id)
             return changed
 
-        return await self._writer.write("recover unfinished tasks", work)
+        return await self.write("recover unfinished tasks", work)
 
     async def put_push_config(self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10) -> None:
         def work(conn: sqlite3.Connection) -> None:
@@ -387,61 +368,21 @@ class TaskStore:
                 (task_id, config_id, json.dumps(data, ensure_ascii=False)),
             )
 
-        await self._writer.write("store a push config", work)
+        await self.write("store a push config", work)
 
     async def push_configs(self, task_id: str) -> list[dict]:
         def work(conn: sqlite3.Connection) -> list[dict]:
             rows = conn.execute("SELECT data FROM push_configs WHERE task_id = ? ORDER BY rowid", (task_id,))
             return [json.loads(r[0]) for r in rows]
 
-        return await self._run("read push configs", work)
+        return await self.read("read push configs", work)
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
             cur = conn.execute("DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id))
             return cur.rowcount > 0
 
-        return await self._writer.write("delete a push config", work)
-
-    async def aclose(self) -> None:
-        def close() -> None:
-            self._writer.close()
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await trio.to_thread.run_sync(close, limiter=self._limiter)
-
-
-def _connect(path: str, synchronous: str, legacy_owner: str = "local") -> sqlite3.Connection:
-    if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        conn.execute("PRAGMA busy_timeout = 5000")
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version > SCHEMA_VERSION:
-            conn.close()
-            raise TaskStoreError(f"{path}: written by a newer roost (task schema {version}); upgrade roost")
-        conn.execute("PRAGMA journal_mode = WAL")
-        apply_durability(conn, synchronous)
-        conn.execute("PRAGMA foreign_keys = ON")
-        for statement in _SCHEMA:
-            conn.execute(statement)
-        present = {r[1] for r in conn.execute("PRAGMA table_info(tasks)")}
-        for name, declaration in _COLUMNS_V2:  # schema 1 → 2; old rows keep artifacts in data
-            if name not in present:
-                conn.execute(f"ALTER TABLE tasks ADD COLUMN {name} {declaration}")
-        if "size" not in present:
-            conn.execute("UPDATE tasks SET size = length(data)")
-        if "owner" not in present:  # schema 2 → 3: tasks belong to a principal
-            quoted = "'" + legacy_owner.replace("'", "''") + "'"
-            conn.execute(f"ALTER TABLE tasks ADD COLUMN owner TEXT NOT NULL DEFAULT {quoted}")
-        conn.execute("CREATE INDEX IF NOT EXISTS tasks_by_size ON tasks (size)")  # SUM(size) from the index
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    except sqlite3.DatabaseError as exc:
-        raise TaskStoreError(f"{path}: cannot open the A2A task database: {exc}") from exc
-    return conn
+        return await self.write("delete a push config", work)
 
 
 @asynccontextmanager
@@ -449,21 +390,16 @@ async def open_task_store(
     path: Path | str,
     *,
     max_tasks: int = 1000,
-    synchronous: str = "NORMAL",
+    synchronous: str = "normal",
     max_bytes: int = DEFAULT_MAX_BYTES,
     legacy_owner: str = "local",
 ) -> AsyncIterator[TaskStore]:
-    """Open (creating if needed) the task store at ``path`` (``":memory:"`` for tests).
-    ``synchronous`` is the kernel store's setting (``[store] synchronous``);
+    """Open (creating and upgrading if needed) the task store at ``path`` (``":memory:"``
+    for tests). ``synchronous`` is the kernel store's setting (``[store] synchronous``);
     ``legacy_owner`` the principal given the tasks stored before tasks had owners."""
-    mode = synchronous_mode(synchronous, TaskStoreError)
-    text = str(path) if str(path) == MEMORY else str(Path(path).expanduser().absolute())
-    conn = await trio.to_thread.run_sync(_connect, text, mode, legacy_owner)
-    store = TaskStore(conn, text, max_tasks, mode, max_bytes)
-    # Known from the start, so the first blocking sends may defer their rows (``reserve``).
-    store._count = await store._run("count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
-    try:
+    async with TaskStore.open(
+        path, synchronous=synchronous, params={"legacy_owner": legacy_owner}, max_tasks=max_tasks, max_bytes=max_bytes
+    ) as store:
+        # Known from the start, so the first blocking sends may defer their rows (``reserve``).
+        store._count = await store.read("count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
         yield store
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()

@@ -546,9 +546,9 @@ async def test_a_tool_call_with_nan_arguments_fails_as_its_result_and_the_run_is
 
 async def test_a_new_sessions_first_exchange_is_written_in_one_transaction(config):
     async with open_kernel(config, agents=[agent("a")]) as kernel:
-        before = kernel.store._writer.batches
+        before = kernel.store.batches
         reply = await kernel.send("a", "hello")
-        assert kernel.store._writer.batches - before == 1
+        assert kernel.store.batches - before == 1
         history = await kernel.store.history(reply.session_id)
         assert [(m.role, m.content) for m in history] == [("user", "hello"), ("assistant", "hello")]
         again = await kernel.send("a", "more", session_id=reply.session_id)  # an existing session
@@ -605,8 +605,8 @@ class StoreWorkDuringRun:
 
 
 def slow_write(store):
-    """A long write on a worker thread (as another session's start_exchange is)."""
-    return store.write("other", lambda conn: time.sleep(0.6), offload=True)
+    """A long write on the database thread."""
+    return store.write("other", lambda conn: time.sleep(0.6))
 
 
 def slow_read(store):
@@ -728,8 +728,8 @@ def test_the_kernel_builds_audit_records_through_the_store_classs_own_slots():
     # store's AuditRecord changes its fields, that shortcut turns itself off (and this fails).
     import attrs
     from roost.kernel import AuditRecord
+    from roost.kernel._audit import MAX_AUDIT_CHARS
     from roost.kernel._kernel import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _build_audit
-    from roost.kernel._store import MAX_AUDIT_CHARS
 
     assert _build_audit is not AuditRecord
     assert tuple(f.name for f in attrs.fields(AuditRecord)) == _AUDIT_FIELDS
@@ -741,7 +741,7 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
     # to an existing field would have been skipped silently by the shortcut.
     import attrs
     from roost.kernel import _kernel
-    from roost.kernel._store import AuditRecord
+    from roost.kernel._audit import AuditRecord
 
     def positive(instance, attribute, value):  # a new check the shortcut knows nothing of
         if value < 0:

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from functools import partial
 
 import pytest
 import trio
 from roost.kernel import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+from roost.kernel import _audit as audit_module
+from roost.kernel import _sqlite as sqlite_module
 from roost.kernel import _store as store_module
-from roost.kernel._store import BUSY_WINDOW_S, YIELD_EVERY_S
 
 
 def msg(role: str, content: str | None, **data) -> dict:
@@ -84,90 +85,64 @@ def _pragmas(conn):
     )
 
 
-async def test_file_uses_wal_and_normal_sync_with_checkpoints_off_the_connection(tmp_path):
+async def test_file_uses_wal_and_normal_sync_with_automatic_checkpoints(tmp_path):
     async with open_store(tmp_path / "roost.db") as store:
-        pragmas = await store._run("read pragmas", _pragmas)
-    # NORMAL is 1; autocheckpoint 0: checkpoints run in a worker thread instead.
-    assert pragmas == ("wal", 1, 0, store_module.schema_version())
+        pragmas = await store.read("read pragmas", _pragmas)
+    # NORMAL is 1; SQLite's own checkpoints, on the database's thread.
+    assert pragmas == ("wal", 1, 1000, store_module.schema_version())
 
 
 async def test_full_sync_is_kept_for_those_who_ask(tmp_path):
     async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         await store.append_messages("s", "a", [msg("user", "x")])
-        pragmas = await store._run("read pragmas", _pragmas)
-        assert store._writer.inline_batches == 0  # FULL: every batch runs on a worker thread
+        pragmas = await store.read("read pragmas", _pragmas)
     assert pragmas == ("wal", 2, 1000, store_module.schema_version())
 
 
-async def test_normal_sync_commits_inline_without_a_thread(tmp_path, monkeypatch):
-    async with open_store(tmp_path / "roost.db") as store:
-
-        def no_threads(*args, **kwargs):
-            raise AssertionError("a NORMAL write went to a worker thread")
-
-        monkeypatch.setattr(trio.to_thread, "run_sync", no_threads)
-        await store.append_messages("s", "a", [msg("user", "inline")])
-        await store.record_tool_call(AuditRecord(agent="a", tool="t"))
-        monkeypatch.undo()
-        assert store._writer.inline_batches == 2
-        assert [m.content for m in await store.history("s")] == ["inline"]
-
-
-async def test_concurrent_normal_writes_share_one_inline_transaction(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "BUSY_WINDOW_S", 3600.0)  # no timing in this test
-    async with open_store(tmp_path / "roost.db") as store:
-        before = store._writer.batches
-        async with trio.open_nursery() as nursery:
-            for i in range(20):
-                nursery.start_soon(store.append_messages, f"s{i}", "a", [msg("user", f"m{i}")])
-        # The first runs alone (nothing showed it company was coming); the rest join one.
-        assert store._writer.batches - before <= 2
-        assert store._writer.inline_batches == store._writer.batches
-        assert len(await store.sessions(limit=100)) == 20
-
-
-async def test_a_write_waits_off_the_loop_while_another_process_holds_the_lock(tmp_path):
+async def test_the_event_loop_never_waits_for_a_commit(tmp_path):
+    # Regression: commits ran on the event loop's thread (synchronous = normal), so a big
+    # or slow commit stopped every task. Every read and write now runs on the database's
+    # own thread; here a write waits 2 s for another process's lock while a task ticks.
     db = tmp_path / "roost.db"
+    threads: set[str] = set()
+
+    def row(name):
+        def work(conn):
+            threads.add(threading.current_thread().name)
+            conn.execute(_INSERT_USAGE_ROW, (name,))
+
+        return work
+
     async with open_store(db) as store:
+        await store.write("plain write", row("plain"))  # (on main: inline, on the loop)
         other = sqlite3.connect(db, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # as another roost process writing would
-        done = trio.Event()
+        written = trio.Event()
+        ticks, longest_gap = 0, 0.0
 
-        async def write():
-            await store.append_messages("s", "a", [msg("user", "after the lock")])
-            done.set()
+        async def write_behind_the_lock():
+            await store.write("locked write", row("locked"))
+            written.set()
 
-        ticks = 0
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(write)
-            for _ in range(10):  # the event loop keeps running while the write waits
-                await trio.sleep(0.02)
-                ticks += 1
-            assert not done.is_set()
+        async def release_the_lock_after_2_s():
+            await trio.sleep(2)
             other.execute("COMMIT")
             other.close()
-            with trio.fail_after(10):
-                await done.wait()
-        assert ticks == 10
-        assert store._writer.inline_batches == 0
-        assert [m.content for m in await store.history("s")] == ["after the lock"]
 
-
-async def test_inline_commits_checkpoint_the_wal_in_a_worker_thread(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY_COMMITS", 5)
-    calls = []
-    real = store_module.WalCheckpointer.__call__
-
-    def counting(self):
-        calls.append(threading.current_thread() is threading.main_thread())
-        real(self)
-
-    monkeypatch.setattr(store_module.WalCheckpointer, "__call__", counting)
-    async with open_store(tmp_path / "roost.db") as store:
-        for i in range(12):
-            await store.append_messages("s", "a", [msg("user", str(i))])
-        assert calls == [False, False]  # twice, never on the event loop's thread
-        assert len(await store.history("s")) == 12
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write_behind_the_lock)
+                nursery.start_soon(release_the_lock_after_2_s)
+                last = time.perf_counter()
+                while not written.is_set():
+                    with trio.fail_after(0.5):  # the loop is never held for long
+                        await trio.sleep(0.01)
+                    now = time.perf_counter()
+                    ticks, longest_gap, last = ticks + 1, max(longest_gap, now - last), now
+        agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
+    assert agents == ["plain", "locked"]
+    assert ticks >= 50 and longest_gap < 0.5
+    assert threading.main_thread().name not in threads and len(threads) == 1
 
 
 def test_an_acknowledged_write_survives_the_process_being_killed(tmp_path):
@@ -372,9 +347,9 @@ def test_audit_record_validates_and_truncates():
     with pytest.raises(StoreError, match="AuditRecord.agent"):
         AuditRecord(agent="", tool="t")
     big = AuditRecord(agent="a", tool="t", arguments={"text": "x" * 100_000}, error="e" * 100_000)
-    assert len(big.arguments) == store_module.MAX_AUDIT_CHARS
-    assert big.arguments.endswith(store_module.TRUNCATED_MARK)
-    assert len(big.error) == store_module.MAX_AUDIT_CHARS
+    assert len(big.arguments) == audit_module.MAX_AUDIT_CHARS
+    assert big.arguments.endswith(audit_module.TRUNCATED_MARK)
+    assert len(big.error) == audit_module.MAX_AUDIT_CHARS
     odd = AuditRecord(agent="a", tool="t", arguments={"when": {1, 2}})
     assert "when" in odd.arguments
 
@@ -485,7 +460,7 @@ async def test_empty_file_becomes_a_database(tmp_path):
     db.touch()
     async with open_store(db) as store:
         await store.ensure_session("s", "a")
-    assert db.read_bytes().startswith(store_module.SQLITE_HEADER)
+    assert db.read_bytes().startswith(sqlite_module.SQLITE_HEADER)
 
 
 async def test_closed_store_refuses_calls():
@@ -503,17 +478,17 @@ async def test_forward_migration_keeps_data(tmp_path, monkeypatch):
     async with open_store(db) as store:
         await store.append_messages("s", "a", [msg("user", "old data")])
     version_two = ("CREATE TABLE tasks (id TEXT PRIMARY KEY)",)
-    monkeypatch.setattr(store_module, "_MIGRATIONS", (*store_module._MIGRATIONS, version_two))
+    monkeypatch.setattr(SqliteStore, "migrations", (*SqliteStore.migrations, version_two))
     async with open_store(db) as store:
         assert [m.content for m in await store.history("s")] == ["old data"]
-        version, tables = await store._run(
+        version, tables = await store.read(
             "inspect",
             lambda conn: (
                 conn.execute("PRAGMA user_version").fetchone()[0],
                 {r[0] for r in conn.execute("SELECT name FROM sqlite_master")},
             ),
         )
-    assert version == store_module.schema_version() and "tasks" in tables
+    assert version == len(SqliteStore.migrations) and "tasks" in tables
 
 
 async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch):
@@ -522,7 +497,7 @@ async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch)
         await store.append_messages("s", "a", [msg("user", "precious")])
     broken = ("CREATE TABLE half (id INTEGER)", "THIS IS NOT SQL")
     current = store_module.schema_version()
-    monkeypatch.setattr(store_module, "_MIGRATIONS", (*store_module._MIGRATIONS, broken))
+    monkeypatch.setattr(SqliteStore, "migrations", (*SqliteStore.migrations, broken))
     with pytest.raises(StoreError, match=f"upgrading the schema from version {current} failed"):
         async with open_store(db):
             pass  # pragma: no cover
@@ -560,7 +535,7 @@ async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
     from roost.kernel._store import open_store
 
     async with open_store(tmp_path / "x.db") as store:
-        await store.start_exchange("started", "a", msg("user", "one"), fresh=True)
+        await store.start_exchange("started", "a", msg("user", "one"))
         await store.finish_exchange("started", "a", [msg("assistant", "two")])
         await store.finish_exchange("finished", "a", [msg("user", "one"), msg("assistant", "two")])
         await store.append_messages("appended", "a", [msg("user", str(i)) for i in range(3)])
@@ -578,7 +553,7 @@ async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
         assert {s["id"]: s["message_count"] for s in await store.sessions()} == counts
 
 
-# ---- group commit (synchronous = full; NORMAL takes this path only when the lock is held) --
+# ---- group commit ----------------------------------------------------------------------
 
 
 class _Gate:
@@ -611,13 +586,13 @@ async def test_queued_writes_commit_together_in_one_transaction(tmp_path):
         gate = _Gate()
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
-            batches_before = store._writer.batches
+            batches_before = store.batches
             for i in range(20):
                 nursery.start_soon(store.append_messages, f"s{i}", "a", [msg("user", f"m{i}")])
             await trio.testing.wait_all_tasks_blocked()
             gate.release.set()
         # The gate's own batch, then all 20 writes in exactly one more transaction.
-        assert store._writer.batches == batches_before + 2
+        assert store.batches == batches_before + 2
         rows = await _rows(store, "SELECT session_id, content FROM messages ORDER BY session_id")
     assert sorted(rows) == sorted((f"s{i}", f"m{i}") for i in range(20))
 
@@ -691,7 +666,7 @@ async def test_a_cancelled_write_still_queued_never_runs(tmp_path):
             gate.release.set()
         assert [m.content for m in await store.history("kept")] == ["kept"]
         assert await store.history("dropped") == []
-        assert store._writer._pending == []
+        assert store._queue == []
 
 
 async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
@@ -721,30 +696,26 @@ async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
 
 
 async def test_a_shielded_write_is_committed_and_answered_even_when_cancelled(tmp_path):
-    insert = "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, ?, 'p', '', 0, 0)"
-
     def row(name):
-        return lambda conn: conn.execute(insert, (name,)).lastrowid
+        return lambda conn: conn.execute(_INSERT_USAGE_ROW, (name,)).lastrowid
 
-    async with open_store(tmp_path / "roost.db") as store:  # NORMAL: inline commits
-        writer = store._writer
+    async with open_store(tmp_path / "roost.db") as store:
         with trio.CancelScope() as scope:
             scope.cancel()
-            inline = await writer.write("inline", row("inline"), shield=True)  # no wait: no scope needed
+            alone = await store.write("alone", row("alone"), shield=True)
             await trio.lowlevel.checkpoint()
-        assert scope.cancelled_caught and isinstance(inline, int)
-        # Behind another batch (a gate holds the database thread), it must wait: still shielded.
+        assert scope.cancelled_caught and isinstance(alone, int)
+        # Behind another batch (a gate holds the database thread), cancelled while it waits.
         gate, answers = _Gate(), []
 
         async def behind(scope):
             with scope:
-                answers.append(await writer.write("behind", row("behind"), shield=True))
+                answers.append(await store.write("behind", row("behind"), shield=True))
                 await trio.lowlevel.checkpoint()
 
         scope = trio.CancelScope()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(writer.write, "gate", gate.work, offload=True))
-            assert await trio.to_thread.run_sync(gate.entered.wait, 10)
+            await gate.hold(store, nursery)
             nursery.start_soon(behind, scope)
             await trio.testing.wait_all_tasks_blocked()
             scope.cancel()  # while it waits for the gate's batch
@@ -752,7 +723,7 @@ async def test_a_shielded_write_is_committed_and_answered_even_when_cancelled(tm
             gate.release.set()
         assert scope.cancelled_caught and len(answers) == 1
         agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
-    assert agents == ["inline", "gate", "behind"]
+    assert agents == ["alone", "gate", "behind"]
 
 
 async def test_group_commits_survive_a_restart(tmp_path):
@@ -768,37 +739,25 @@ async def test_group_commits_survive_a_restart(tmp_path):
     assert seqs == [(f"s{k}", n) for k in range(4) for n in range(1, 11)]
 
 
-async def test_the_write_queue_is_bounded():
-    import threading
+async def test_the_write_queue_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(SqliteStore, "max_pending", 2)
+    async with open_store(tmp_path / "roost.db") as store:
+        gate, done = _Gate(), []
 
-    from roost.kernel._store import GroupCommitter
+        async def write(name):
+            await store.write(name, lambda c: c.execute(_INSERT_USAGE_ROW, (name,)))
+            done.append(name)
 
-    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    limiter = trio.CapacityLimiter(1)
-    committer = GroupCommitter(lambda: conn, limiter, lambda op, exc: StoreError(f"{op}: {exc}"), max_pending=2)
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(c):
-        entered.set()
-        release.wait(10)
-        c.execute("INSERT INTO t VALUES (0)")
-
-    try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(committer.write, "slow", slow)
-            assert await trio.to_thread.run_sync(entered.wait, 10)
-            nursery.start_soon(committer.write, "second", lambda c: c.execute("INSERT INTO t VALUES (1)"))
-            nursery.start_soon(committer.write, "third", lambda c: c.execute("INSERT INTO t VALUES (2)"))
-            await trio.testing.wait_all_tasks_blocked()
-            # Two slots: the slow write and the second one; the third waits for a slot.
-            assert len(committer._pending) == 1
-            release.set()
-        assert sorted(r[0] for r in conn.execute("SELECT x FROM t")) == [0, 1, 2]
-        with pytest.raises(ValueError, match="max_pending"):
-            GroupCommitter(lambda: conn, limiter, lambda op, exc: exc, max_pending=0)
-    finally:
-        conn.close()
+            await gate.hold(store, nursery)  # taken by the thread: the queue is empty
+            for name in ("one", "two", "three"):
+                nursery.start_soon(write, name)
+                await trio.testing.wait_all_tasks_blocked()
+            # Two slots: the third waits for room, not in the queue.
+            assert [op.operation for op in store._queue] == ["one", "two"]
+            gate.release.set()
+        agents = sorted(r[0] for r in await _rows(store, "SELECT agent FROM usage"))
+    assert sorted(done) == ["one", "three", "two"] and agents == ["gate", "one", "three", "two"]
 
 
 async def test_writes_after_close_fail_with_a_clear_error(tmp_path):
@@ -852,240 +811,83 @@ async def test_a_normal_store_never_asks_for_full_sync(tmp_path):
     assert mode == 1
 
 
-# ---- the write-behind audit log ------------------------------------------------------
+# ---- audit rows and usage ----------------------------------------------------------------
 
 
-async def test_logged_tool_calls_are_read_back_at_once_and_share_a_transaction(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
-        before = store._writer.batches
-        async with trio.open_nursery() as nursery:
-            for i in range(30):
-                nursery.start_soon(store.log_tool_call, AuditRecord(agent="a", tool=f"t{i}"))
-        # audit() includes every row logged before it, committed.
-        assert len(await store.audit(limit=100)) == 30
-        assert store._writer.batches - before <= 2  # not one transaction per row
+async def test_a_tool_calls_audit_row_is_stored_when_the_call_returns(tmp_path):
+    # Regression: audit rows were written behind (the reply did not wait for its row), so a
+    # row was missing from the database when its caller already had the result.
+    from roost.kernel import ToolCall, default_config, open_kernel
+    from roost.kernel._manifest import parse_manifest
 
-
-async def test_rows_logged_just_before_close_survive_a_restart(tmp_path):
-    db = tmp_path / "roost.db"
-    async with open_store(db) as store:
-        await store.log_tool_call(AuditRecord(agent="a", tool="last words"))
-    async with open_store(db) as store:
-        assert [r.tool for r in await store.audit()] == ["last words"]
-
-
-async def test_the_audit_backlog_is_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 3)
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.0)  # the writer takes row 0 at once
-    db = tmp_path / "roost.db"
-    async with open_store(db) as store:
-        other = sqlite3.connect(db, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")  # the writer's batch waits for this lock
-        logged = []
-
-        async def log(i):
-            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
-            logged.append(i)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(log, 0)
-            await trio.testing.wait_all_tasks_blocked()  # the writer took row 0, waits for the lock
-            for i in range(1, 8):
-                nursery.start_soon(log, i)
-            await trio.testing.wait_all_tasks_blocked()
-            assert len(logged) == 4  # row 0, then three in the backlog; the rest wait
-            other.execute("COMMIT")
-            other.close()
-        assert sorted(logged) == list(range(8))
-        assert len(await store.audit(limit=100)) == 8
-
-
-async def test_the_audit_writer_gathers_rows_until_a_reader_wants_them(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)  # only a reader ends the wait
-    async with open_store(tmp_path / "roost.db") as store:
-        before = store._writer.batches
-        for i in range(5):  # one after another, as sequential calls log them
-            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
-            await trio.sleep(0)
-        assert store._writer.batches == before  # still gathering
-        with trio.fail_after(5):
-            records = await store.audit()
-        assert [r.tool for r in records] == ["t4", "t3", "t2", "t1", "t0"]
-        assert store._writer.batches == before + 1  # one transaction for all five
-
-
-async def test_the_gathering_writer_is_woken_by_a_full_batch_not_by_every_row(tmp_path, monkeypatch):
-    # Regression: every logged row woke the gathering writer (a task switch per tool call).
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_ROWS", 4)
-    async with open_store(tmp_path / "roost.db") as store:
-        before = store._writer.batches
-        assert store.log_tool_call_nowait(AuditRecord(agent="a", tool="t0"))  # wakes the idle writer
-        await trio.sleep(0)
-        await trio.sleep(0)
-        for i in (1, 2):
-            assert store.log_tool_call_nowait(AuditRecord(agent="a", tool=f"t{i}"))
-            assert not store._audit_wake.is_set()  # gathering: no wake-up for this row
-        assert store.log_tool_call_nowait(AuditRecord(agent="a", tool="t3"))
-        assert store._audit_wake.is_set()  # the batch is full: write it now
-        with trio.fail_after(5):
-            while store._writer.batches == before:
-                await trio.sleep(0.001)
-        assert [r.tool for r in await store.audit()] == ["t3", "t2", "t1", "t0"]
-
-
-async def test_cancelling_the_store_from_outside_still_writes_the_logged_rows(tmp_path):
-    # Regression: an outer cancel (e.g. shutdown) hit the writer while it gathered rows:
-    # they were dropped, and the close waited 30 s for them.
-    db = tmp_path / "roost.db"
-    with trio.fail_after(10):
-        with trio.CancelScope() as outer:
-            async with open_store(db) as store:
-                for i in range(5):
-                    assert store.log_tool_call_nowait(AuditRecord(agent="a", tool=f"t{i}"))
-                await trio.sleep(0)  # the writer wakes and starts gathering
-                outer.cancel()
-                await trio.sleep(1)
-    async with open_store(db) as store:
-        assert len(await store.audit()) == 5
-
-
-async def test_a_row_sqlite_cannot_take_costs_only_itself(tmp_path):
-    # Regression: one bad value failed the whole batch, dropping the rows of every call
-    # that finished in the same moment. A lone surrogate (JSON "\ud800") was such a value.
-    async with open_store(tmp_path / "roost.db") as store:
-        for i in range(10):
-            await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
-        await store.log_tool_call(AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}')))
-        store._audit_backlog.append(
-            (store_module._INSERT_AUDIT, (0.0, None, None, "a", "unbindable", {"not": "sql"}, 0.0, "ok", None, None))
+    def agent(name, tools):
+        script = {"rules": [], "default_reply": "{message}"}
+        return parse_manifest(
+            {"name": name, "description": name, "model": {"provider": "scripted", "script": script}, "capabilities": {"tools": tools}}
         )
-        store._audit_logged += 1
-        records = await store.audit(limit=100)
-    tools = {r.tool for r in records}
-    assert tools == {f"t{i}" for i in range(10)} | {"evil"}  # only the unbindable row is lost
-    (evil,) = [r for r in records if r.tool == "evil"]
-    assert "\\ud800" in evil.arguments  # stored, escaped
+
+    config = default_config(home=tmp_path, agents={"bundled": False})
+    async with open_kernel(config, agents=[agent("caller", ["agent_callee"]), agent("callee", [])]) as kernel:
+        db = kernel.store.path
+        for i in range(5):
+            result = await kernel.call_tool("caller", ToolCall("agent_callee", {"message": f"hello {i}"}))
+            assert result.as_text() == f"hello {i}"
+            other = sqlite3.connect(db)  # as another process would read it, at this moment
+            try:
+                rows = other.execute("SELECT tool, arguments FROM audit WHERE agent = 'caller' ORDER BY id").fetchall()
+            finally:
+                other.close()
+            assert len(rows) == i + 1 and json.loads(rows[-1][1]) == {"message": f"hello {i}"}
+            assert rows[-1][0] == "agent_callee"
 
 
-async def test_a_loop_of_inline_writes_lets_other_tasks_run(tmp_path):
-    # Regression: a write committed inline with nothing else going on returned without
-    # yielding, so a loop of writes kept timers and I/O from ever running. Writes yield at
-    # least every YIELD_EVERY_S (not after each one: a scheduler pass costs a third of one).
-    ticks = 0
-
-    async def ticker():  # a timer, like a deadline or a heartbeat
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.sleep(YIELD_EVERY_S / 4)
-
-    async with open_store(tmp_path / "roost.db") as store:
-        await store.append_messages("s", "a", [msg("user", "warm up")])
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(ticker)
-            await trio.sleep(0)
-            start, began = ticks, time.perf_counter()
-            writes = 0
-            # Until the timer has ticked 10 times (about 10 × YIELD_EVERY_S), bounded: a
-            # loop whose writes never yield runs into the bound with no tick at all. (Not a
-            # fixed time span: on a loaded machine the process may sleep through much of it.)
-            while ticks - start < 10 and time.perf_counter() - began < 5.0:
-                await store.append_messages("s", "a", [msg("user", "again")])
-                writes += 1
-                # Work between writes, so they are not back to back (those yield anyway, to
-                # let other writers join the batch).
-                spun = time.perf_counter()
-                while time.perf_counter() - spun < 2 * BUSY_WINDOW_S:
-                    pass
-            nursery.cancel_scope.cancel()
-        assert store._writer.inline_batches >= writes
-    assert ticks - start >= 10  # about one per YIELD_EVERY_S of writing
-
-
-async def test_a_cancelled_inline_write_raises_cancelled(tmp_path):
-    async with open_store(tmp_path / "roost.db") as store:
-        await store.append_messages("s", "a", [msg("user", "warm up")])
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            await store.append_messages("s", "a", [msg("user", "again")])
-        assert scope.cancelled_caught
-
-
-async def test_reading_a_history_never_runs_on_the_event_loop(tmp_path, monkeypatch):
-    # Regression (review): with inline commits, start_exchange read and decoded a whole
-    # session history on the event loop; a long session blocked every other task.
-    async with open_store(tmp_path / "roost.db") as store:
-        await store.start_exchange("s", "a", msg("user", "first"), fresh=True)
-        threads = []
-        real = trio.to_thread.run_sync
-
-        async def spy(fn, *args, **kwargs):
-            threads.append(getattr(fn, "__name__", fn))
-            return await real(fn, *args, **kwargs)
-
-        monkeypatch.setattr(trio.to_thread, "run_sync", spy)
-        inline_before = store._writer.inline_batches
-        history = await store.start_exchange("s", "a", msg("user", "second"))
-        assert [m.content for m in history] == ["first"]
-        assert threads and store._writer.inline_batches == inline_before  # a worker thread ran it
-        threads.clear()
-        assert await store.start_exchange("new", "a", msg("user", "hi"), fresh=True) == []
-        assert threads == []  # a session the caller just made up has no history: inline
-
-
-async def test_usage_logged_behind_is_counted_by_the_next_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 3600.0)  # only the reader ends the wait
-    async with open_store(tmp_path / "roost.db") as store:
-        for _ in range(3):
-            assert store.log_usage_nowait("a", None, "scripted", "", 5, 7)
-        with pytest.raises(StoreError, match="input_tokens"):
-            store.log_usage_nowait("a", None, "scripted", "", -1, 7)  # checked at once, as before
-        with trio.fail_after(5):
-            usage = await store.usage_by_agent()
-        assert usage == {"a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}}
-
-
-async def test_callers_that_never_yield_still_let_the_audit_writer_keep_up(tmp_path):
-    # Regression: calls answered without waiting for anything (an agent asking a scripted
-    # one) never yielded, so the writer first ran when MAX_AUDIT_BACKLOG rows were waiting
-    # and every later call fell back to a transaction of its own for its usage row.
-    async with open_store(tmp_path / "roost.db") as store:
-        longest = 0
-        before = store._writer.batches
-        for i in range(3 * store_module.AUDIT_YIELD_ROWS):  # no other checkpoint in this loop
-            record = AuditRecord(agent="a", tool=f"t{i}")
-            if not store.log_tool_call_nowait(record):
-                await store.log_tool_call(record)
-            if not store.log_usage_nowait("a", None, "scripted", "", 1, 1):
-                await store.log_usage("a", None, "scripted", "", 1, 1)
-            longest = max(longest, len(store._audit_backlog))
-        assert longest < 2 * store_module.AUDIT_YIELD_ROWS < store_module.MAX_AUDIT_BACKLOG  # never near full
-        assert store._writer.batches - before >= 2  # the writer ran during the loop, in batches
-        assert len(await store.audit(limit=10_000)) == 3 * store_module.AUDIT_YIELD_ROWS
-        usage = await store.usage_by_agent()
-    assert usage["a"]["requests"] == 3 * store_module.AUDIT_YIELD_ROWS
-
-
-async def test_a_full_audit_backlog_that_does_not_drain_is_a_store_error_not_a_timeout(tmp_path, monkeypatch):
-    # Regression (review): the wait for room raised trio.TooSlowError, which a one-shot
-    # agent run (logging its usage) did not expect: its actor crashed.
-    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 1)
-    monkeypatch.setattr(store_module, "AUDIT_FLUSH_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.0)
+async def test_usage_logged_behind_is_read_by_the_next_read_and_survives_a_restart(tmp_path):
     db = tmp_path / "roost.db"
     async with open_store(db) as store:
-        other = sqlite3.connect(db, isolation_level=None)
-        other.execute("BEGIN IMMEDIATE")  # the writer cannot commit: the backlog cannot drain
-        try:
-            await store.log_tool_call(AuditRecord(agent="a", tool="t0"))  # taken by the writer
-            await trio.testing.wait_all_tasks_blocked()
-            await store.log_tool_call(AuditRecord(agent="a", tool="t1"))  # waits in the backlog
-            with pytest.raises(StoreError, match="behind"):
-                await store.log_usage("a", None, "scripted", "", 1, 1)
-        finally:
-            other.execute("COMMIT")
-            other.close()
+        for _ in range(3):
+            await store.log_usage("a", None, "scripted", "", 5, 7)
+        with pytest.raises(StoreError, match="input_tokens"):
+            await store.log_usage("a", None, "scripted", "", -1, 7)  # checked at once
+        # Queued before this read: the database's thread commits it first.
+        assert await store.usage_by_agent() == {"a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}}
+        await store.log_usage("b", None, "scripted", "", 1, 1)  # queued just before close
+    async with open_store(db) as store:
+        assert (await store.usage_by_agent())["b"]["requests"] == 1
+
+
+async def test_logging_usage_is_no_cancel_point_and_waits_only_for_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(SqliteStore, "max_pending", 1)
+    async with open_store(tmp_path / "roost.db") as store:
+        gate = _Gate()
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await store.log_usage("a", None, "scripted", "", 1, 2)  # queued at once
+                gate.release.set()
+                await store.log_usage("a", None, "scripted", "", 1, 2)  # waits for room (shielded)
+            assert not scope.cancelled_caught  # nothing in there was a cancel point
+        assert (await store.usage_by_agent())["a"]["requests"] == 2
+
+
+async def test_a_row_sqlite_cannot_take_is_stored_escaped(tmp_path):
+    # A lone surrogate (JSON "\ud800" decodes to one) cannot be encoded as UTF-8.
+    async with open_store(tmp_path / "roost.db") as store:
+        await store.record_tool_call(AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}')))
+        (evil,) = await store.audit()
+    assert "\\ud800" in evil.arguments
+
+
+async def test_a_failed_write_behind_is_logged_and_costs_only_itself(tmp_path, caplog):
+    async with open_store(tmp_path / "roost.db") as store:
+        gate = _Gate()
+        async with trio.open_nursery() as nursery:
+            await gate.hold(store, nursery)
+            await store.write("break things", lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"), wait=False)
+            await store.log_usage("a", None, "scripted", "", 1, 1)
+            gate.release.set()
+        assert (await store.usage_by_agent())["a"]["requests"] == 1
+    assert "could not break things" in caplog.text and "no_such_table" in caplog.text
 
 
 def test_usage_names_of_a_str_subclass_without_a_hash_are_accepted():
@@ -1100,69 +902,89 @@ def test_usage_names_of_a_str_subclass_without_a_hash_are_accepted():
     assert row[1] == "agent" and row[5:] == (1, 2)
 
 
-async def test_logging_a_tool_call_or_usage_is_no_cancel_point(tmp_path, monkeypatch):
-    # The kernel logs a call's audit row without a shielding scope of its own: the store
-    # must log it even when the caller is already cancelled, also when it has to wait.
-    monkeypatch.setattr(store_module, "MAX_AUDIT_BACKLOG", 2)
-    monkeypatch.setattr(store_module, "AUDIT_GATHER_S", 0.05)
+async def test_a_shielded_write_behind_a_full_batch_is_still_written(tmp_path, monkeypatch):
+    # Regression (review): a shielded write queued behind max_batch others was withdrawn
+    # on cancel once the batch before it had gone.
+    monkeypatch.setattr(SqliteStore, "max_batch", 1)
     async with open_store(tmp_path / "roost.db") as store:
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            for i in range(4):  # the third waits for the writer (shielded, bounded)
-                await store.log_tool_call(AuditRecord(agent="a", tool=f"t{i}"))
-            await store.log_usage("a", None, "scripted", "", 1, 2)
-        assert not scope.cancelled_caught  # nothing in there was a cancel point
-        tools = sorted(r.tool for r in await store.audit(agent="a"))
-        usage = await store.usage_by_agent()
-    assert tools == ["t0", "t1", "t2", "t3"]
-    assert usage["a"]["requests"] == 1
+        gate, answered = _Gate(), []
 
+        async def shielded():
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await store.write("shielded", lambda c: c.execute(_INSERT_USAGE_ROW, ("shielded",)), shield=True)
+                answered.append(True)
 
-async def test_a_shielded_write_behind_a_full_batch_is_still_written(tmp_path):
-    # Regression (review): a shielded write queued behind max_batch others led a batch
-    # without itself, then waited unshielded for the next one and was withdrawn on cancel.
-    from roost.kernel._store import CHECKPOINT_EVERY_COMMITS, GroupCommitter
-
-    path = str(tmp_path / "x.db")
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE t (name TEXT)")
-    writer = GroupCommitter(
-        lambda: conn, trio.CapacityLimiter(1), lambda op, exc: StoreError(f"{op}: {exc}"), max_batch=1, synchronous="NORMAL", path=path
-    )
-    gate = threading.Event()
-
-    def row(name, pause=0.0):
-        def work(c):
-            if name == "first":
-                gate.wait(10)
-            time.sleep(pause)
-            c.execute("INSERT INTO t VALUES (?)", (name,))
-
-        return work
-
-    answered = []
-
-    async def first_then_shielded():
-        await writer.write("first", row("first"), offload=True)  # held on a worker thread by the gate
-        writer._commits_since_checkpoint = CHECKPOINT_EVERY_COMMITS - 1  # the next lead checkpoints
-        with trio.CancelScope() as scope:
-            scope.cancel()
-            await writer.write("shielded", row("shielded"), shield=True)
-            answered.append(True)
-
-    try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(first_then_shielded)
+            await gate.hold(store, nursery)
+            for name in ("b", "c"):
+                nursery.start_soon(store.write, name, lambda c, name=name: c.execute(_INSERT_USAGE_ROW, (name,)))
             await trio.testing.wait_all_tasks_blocked()
-            nursery.start_soon(writer.write, "b", row("b"))
-            nursery.start_soon(partial(writer.write, "slow", row("slow", 0.3), offload=True))
-            nursery.start_soon(writer.write, "c", row("c"))
+            nursery.start_soon(shielded)
             await trio.testing.wait_all_tasks_blocked()
-            gate.set()
-        names = sorted(r[0] for r in conn.execute("SELECT name FROM t"))
-    finally:
-        writer.close()
-        conn.close()
+            gate.release.set()
+        agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
     assert answered == [True]
-    assert names == ["b", "c", "first", "shielded", "slow"]
+    assert agents[0] == "gate" and sorted(agents[1:3]) == ["b", "c"] and agents[3] == "shielded"
+
+
+# ---- a real daemon killed with SIGKILL -------------------------------------------------------
+
+
+def _scripted_agent(directory, name, **manifest):
+    script = {"rules": manifest.pop("rules", []), "default_reply": "{message}"}
+    path = directory / name / "agent.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"name": name, "description": name, "model": {"provider": "scripted", "script": script}, **manifest}))
+
+
+async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered(tmp_path):
+    # Regression: audit rows were written behind, a couple of milliseconds after the reply,
+    # so a daemon killed right after answering lost the audit rows of its last calls.
+    from roost.plugins.mcp._client import ClientOptions, open_mcp_client
+    from roost.plugins.mcp.transports.http import open_http_transport
+
+    roost = os.path.join(os.path.dirname(sys.executable), "roost")
+    if not os.path.exists(roost):
+        pytest.skip("the roost console script is not installed (run make install)")
+    _scripted_agent(tmp_path / "agents", "worker", mcp={"expose_tools": ["list"]})
+    home = tmp_path / "home"
+    (tmp_path / "roost.toml").write_text(f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+    env.update(ROOST_HOME=str(home), ROOST_CONFIG=str(tmp_path / "roost.toml"))
+    process = await trio.lowlevel.open_process(
+        [roost, "run", "--host", "127.0.0.1", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    answered = 0
+    try:
+        with trio.fail_after(60):
+            output = b""
+            while b"listening on " not in output or not output.endswith(b"\n"):
+                chunk = await process.stdout.receive_some()
+                assert chunk, f"roost run exited: {output.decode(errors='replace')}"
+                output += chunk
+            url = output.decode().split("listening on ", 1)[1].split()[0]
+            async with open_http_transport(f"{url}/agents/worker/mcp", allow_loopback=True) as transport:
+                async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
+
+                    async def call():
+                        nonlocal answered
+                        result = await client.call_tool("list", {})
+                        assert not result.get("isError"), result
+                        answered += 1
+
+                    for _ in range(5):
+                        async with trio.open_nursery() as nursery:
+                            for _ in range(16):
+                                nursery.start_soon(call)
+                    process.kill()  # SIGKILL at once after the last answer: no close, no checkpoint
+    finally:
+        process.kill()
+        with trio.fail_after(10):
+            await process.wait()
+    conn = sqlite3.connect(home / "roost.db")  # what a restarted daemon finds
+    try:
+        (audited,) = conn.execute("SELECT COUNT(*) FROM audit WHERE agent = 'worker' AND tool = 'list'").fetchone()
+    finally:
+        conn.close()
+    assert answered == 80 and audited == answered

@@ -22,10 +22,12 @@ FULL = "database or disk is full"
 
 async def _disk(store, *, full: bool) -> None:
     """Fill (no page more than it has now) or free the database behind ``store``."""
-    async with store._limiter:  # the connection is used by one thread at a time
-        conn = store._conn
+
+    def limit(conn):  # on the database's thread, the one that uses its connection
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count = {pages if full else 1 << 30}")
+
+    await store.read("fill or free the disk", limit)
 
 
 def _storage_error(response: httpx.Response) -> str:

@@ -3,7 +3,9 @@ and in-flight tasks of a dead daemon are marked failed with a reason on the next
 
 from __future__ import annotations
 
+import sqlite3
 from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
@@ -136,15 +138,15 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
 
         await insert("dup")
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._writer.write, "hold", hold)
+            nursery.start_soon(store.write, "hold", hold)
             assert await trio.to_thread.run_sync(entered.wait, 10)
-            before = store._writer.batches
+            before = store.batches
             for i in range(10):
                 nursery.start_soon(insert, f"t{i}")
             nursery.start_soon(insert, "dup")  # already stored: UNIQUE violation
             await trio.testing.wait_all_tasks_blocked()
             release.set()
-        assert store._writer.batches == before + 2  # the hold, then all eleven together
+        assert store.batches == before + 2  # the hold, then all eleven together
         assert all(outcomes[f"t{i}"] == ["ok"] for i in range(10))
         assert outcomes["dup"][0] == "ok" and "UNIQUE" in outcomes["dup"][1] and "could not store a task" in outcomes["dup"][1]
     async with open_task_store(db, max_tasks=100) as store:  # committed means durable
@@ -439,7 +441,7 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
             assert release.wait(10)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store._writer.write, "hold", hold)
+            nursery.start_soon(store.write, "hold", hold)
             assert await trio.to_thread.run_sync(entered.wait, 10)
             nursery.start_soon(
                 partial(store.insert, id="two", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
@@ -450,3 +452,76 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
             finally:
                 release.set()
         assert not store.reserve() and store._reserved == 0
+
+
+# ---- the schema: migrations by user_version --------------------------------------------
+
+MAIN_SCHEMA_3 = Path(__file__).resolve().parents[2] / "fixtures" / "a2a_schema3_main.sql"
+
+
+def _database(path, script: str, version: int) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(script)
+        conn.execute(f"PRAGMA user_version = {version}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def test_an_a2a_db_written_by_main_opens_without_loss(tmp_path):
+    db = tmp_path / "a2a.db"
+    _database(db, MAIN_SCHEMA_3.read_text(encoding="utf-8"), 3)
+    async with open_task_store(db, legacy_owner="someone-else") as store:
+        rows, total = await store.list(with_artifacts=True)
+        configs = await store.push_configs("t-run")
+        await store.insert(id="new", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        mine, _ = await store.list(owner="alice", with_artifacts=True)
+    assert total == 3 and {(r.id, r.owner, r.state) for r in rows} == {
+        ("t-done", "alice", "TASK_STATE_COMPLETED"),
+        ("t-run", "local", "TASK_STATE_WORKING"),
+        ("t-bob", "bob", "TASK_STATE_INPUT_REQUIRED"),
+    }
+    assert [r.id for r in mine] == ["t-done"]
+    assert mine[0].data["task"]["artifacts"] == [{"artifactId": "a1", "parts": [{"text": "echo: keep me"}]}]
+    assert next(r for r in rows if r.id == "t-bob").data["note"] == "é ✓"
+    assert configs == [{"url": "https://example.com/hook", "token": "s3cret"}]
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 4
+    finally:
+        conn.close()
+
+
+_SCHEMA_2 = """
+CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, agent TEXT NOT NULL, state TEXT NOT NULL,
+    terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    artifacts TEXT, size INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX tasks_by_update ON tasks (updated_at, id);
+CREATE INDEX tasks_by_context ON tasks (context_id, updated_at);
+CREATE INDEX tasks_terminal ON tasks (terminal, updated_at);
+CREATE TABLE push_configs (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE, id TEXT NOT NULL,
+    data TEXT NOT NULL, PRIMARY KEY (task_id, id));
+INSERT INTO tasks VALUES ('old', 'c', 'echo', 'TASK_STATE_COMPLETED', 1, '{"task": {"id": "old"}}', 1.0, 1.0, NULL, 22);
+"""
+
+
+async def test_a_schema_2_db_is_upgraded_and_its_tasks_go_to_the_host_principal(tmp_path):
+    db = tmp_path / "a2a.db"
+    _database(db, _SCHEMA_2, 2)
+    async with open_task_store(db, legacy_owner="host") as store:
+        (row,), total = await store.list()
+        indexes = await store.read("indexes", lambda c: {r[1] for r in c.execute("PRAGMA index_list(tasks)")})
+    assert (total, row.id, row.owner, row.data) == (1, "old", "host", {"task": {"id": "old"}})
+    assert "tasks_terminal" not in indexes and "tasks_by_size" in indexes
+
+
+async def test_an_a2a_db_from_a_newer_roost_is_refused_and_left_untouched(tmp_path):
+    db = tmp_path / "a2a.db"
+    _database(db, _SCHEMA_2, 99)
+    before = db.read_bytes()
+    with pytest.raises(TaskStoreError, match=r"newer roost \(schema version 99"):
+        async with open_task_store(db):
+            pass  # pragma: no cover
+    assert db.read_bytes() == before
