@@ -9,7 +9,6 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ import attrs
 import trio
 
 from ._actor import DirectAsk, direct_ask_of
-from ._errors import RoostError, SessionConflict
+from ._errors import RoostError
 from ._events import Event, EventKind
 from ._frozen import frozen_builder
 from ._ids import uuid7_hex
@@ -34,7 +33,6 @@ from ._loop import (
 )
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
-from ._store import StoreError
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -331,10 +329,7 @@ class AgentRuntime:
         # a run that calls no tool (most agent-to-agent answers) needs none.
         conversation: Conversation | None = None
         if session_id is not None and first is None:
-            try:
-                stored = await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
-            except StoreError as exc:
-                raise _session_conflict(exc, session_id, self.name) or exc from None
+            stored = await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
             history = [Message.from_record(m.role, m.content, m.data) for m in stored]
             for old in history:
                 if old.role == "tool" and old.taint:
@@ -494,13 +489,3 @@ class AgentRuntime:
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
 
-
-# The store's refusal of a caller's session id that names another agent's session.
-_OTHER_AGENTS_SESSION = re.compile(r"session .* belongs to agent '(.*)', not ")
-
-
-def _session_conflict(exc: StoreError, session_id: str, agent: str) -> SessionConflict | None:
-    """The caller's mistake the store reported as a ``StoreError`` (it detects it inside
-    the write): a ``SessionConflict`` naming ``session_id``, not a storage failure."""
-    found = _OTHER_AGENTS_SESSION.match(str(exc))
-    return None if found is None else SessionConflict(session_id, agent, found[1])

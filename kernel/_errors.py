@@ -318,7 +318,8 @@ class InvalidNumber(InvalidInput):
 
 class SessionConflict(RoostError):
     """A caller's ``session_id`` names a session of another agent: a session belongs to
-    the agent it was made with (the HTTP API answers 409, A2A names ``contextId``)."""
+    the agent it was made with. The store raises it where it finds the session (the HTTP
+    API answers 409; A2A refuses such a ``contextId`` with -32602 before making a task)."""
 
     code = "session_conflict"
 

@@ -10,6 +10,8 @@ Sessions belong to a principal (``owner``; see ``roost.plugins.http.Principal``)
 session is named by ``(owner, id)``, so the same id chosen by two principals names two
 sessions, and one never reads the other's history. Sessions stored before schema 2 are
 given the ``legacy_owner`` that ``open_store`` is told (the kernel's host principal).
+A session also stays with the agent it was made with: writing to it as another agent
+raises ``SessionConflict`` (the caller's mistake, not a ``StoreError``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ._audit import INSERT_AUDIT, AuditRecord, audit_row, read_audit
-from ._errors import InvalidText, check_text
+from ._errors import InvalidText, SessionConflict, check_text
 from ._jsonrpc import make_encoder
 from ._sqlite import SqliteDatabase, StoreError
 
@@ -155,6 +157,8 @@ class Store(Protocol):
     """What the kernel needs from persistence; ``SqliteStore`` is the default."""
 
     async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None: ...
+
+    async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None: ...
 
     async def append_messages(
         self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]], *, owner: str = DEFAULT_OWNER
@@ -361,15 +365,26 @@ class SqliteStore(SqliteDatabase):
                 (owner, session_id, agent, now, now, messages),
             )
             return True
-        if row[0] != agent:
-            raise StoreError(
-                f"session {session_id!r} belongs to agent {row[0]!r}, not {agent!r}; "
-                "use a new session id"
-            )
+        if row[0] != agent:  # the caller's mistake, not a storage failure
+            raise SessionConflict(session_id, agent, row[0])
         return False
 
+    async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None:
+        """The agent ``owner``'s session ``session_id`` belongs to; None if there is none."""
+        _check_id("session_id", session_id)
+        _check_id("owner", owner)
+
+        def work(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
+            ).fetchone()
+            return None if row is None else row[0]
+
+        return await self.read("read a session", work)
+
     async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None:
-        """Create ``owner``'s session for ``agent`` if it does not exist yet."""
+        """Create ``owner``'s session for ``agent`` if it does not exist yet; a session of
+        another agent raises ``SessionConflict``."""
         _check_id("session_id", session_id)
         _check_id("agent", agent)
         _check_id("owner", owner)

@@ -44,6 +44,9 @@ VERSION_NOT_SUPPORTED = -32009
 # roost's own (JSON-RPC leaves -32000..-32099 to implementations): the depth breaker refused
 # the call; the same code MCP used for it.
 RECURSION_LIMIT = -32010
+# A caller holds a2a.max_open_tasks_per_caller unfinished tasks: JSON-RPC's server error,
+# as the daemon's own 429s on JSON-RPC routes; HTTP+JSON 429.
+TOO_MANY_OPEN_TASKS = -32000
 
 _REASONS = {
     PARSE_ERROR: ("PARSE_ERROR", 400, "INVALID_ARGUMENT"),
@@ -61,6 +64,7 @@ _REASONS = {
     EXTENSION_SUPPORT_REQUIRED: ("EXTENSION_SUPPORT_REQUIRED", 400, "FAILED_PRECONDITION"),
     VERSION_NOT_SUPPORTED: ("VERSION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
     RECURSION_LIMIT: ("RECURSION_LIMIT", 508, "RESOURCE_EXHAUSTED"),
+    TOO_MANY_OPEN_TASKS: ("TOO_MANY_OPEN_TASKS", 429, "RESOURCE_EXHAUSTED"),
 }
 
 

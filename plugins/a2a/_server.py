@@ -104,7 +104,14 @@ class A2AService:
                         transport=push_transport,
                     )
                     await nursery.start(self.push.run)
-                self.tasks = TaskManager(kernel, store, nursery, push=self.push)
+                self.tasks = TaskManager(
+                    kernel,
+                    store,
+                    nursery,
+                    push=self.push,
+                    open_per_caller=self.settings.open_tasks_per_caller,
+                    input_required_ttl_s=self.settings.input_required_ttl_s,
+                )
                 await self.tasks.recover()
                 _SERVICES[kernel] = self
                 if self.settings.external_agents:

@@ -18,9 +18,16 @@ _KEYS = (
     "push_notifications",
     "push_allow_private",
     "max_tasks",
+    "max_open_tasks_per_caller",
+    "input_required_ttl_s",
     "default_agent",
     "external_agents",
 )
+
+
+def default_open_tasks_per_caller(max_tasks: int) -> int:
+    """``a2a.max_open_tasks_per_caller`` left out: a tenth of ``max_tasks`` (at least 1)."""
+    return max(1, max_tasks // 10)
 
 
 @attrs.frozen
@@ -40,8 +47,18 @@ class A2ASettings:
     push_notifications: bool = False
     push_allow_private: bool = False
     max_tasks: int = 1000
+    # Unfinished tasks one principal may hold; None: max(1, max_tasks // 10).
+    max_open_tasks_per_caller: int | None = None
+    input_required_ttl_s: float = 3600.0  # a task waiting for input this long expires
     default_agent: str | None = None
     external_agents: tuple[ExternalAgent, ...] = ()
+
+    @property
+    def open_tasks_per_caller(self) -> int:
+        """``max_open_tasks_per_caller`` as it applies (by default a tenth of ``max_tasks``)."""
+        if self.max_open_tasks_per_caller is not None:
+            return self.max_open_tasks_per_caller
+        return default_open_tasks_per_caller(self.max_tasks)
 
     @classmethod
     def from_config(cls, raw: Any) -> A2ASettings:
@@ -69,6 +86,19 @@ class A2ASettings:
         max_tasks = raw.get("max_tasks", 1000)
         if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or not 1 <= max_tasks <= 10_000_000:
             raise ConfigError(f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}")
+        per_caller = raw.get("max_open_tasks_per_caller")
+        if per_caller is not None and (
+            isinstance(per_caller, bool) or not isinstance(per_caller, int) or not 1 <= per_caller <= max_tasks
+        ):
+            raise ConfigError(
+                f"a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks ({max_tasks}), "
+                f"got {per_caller!r} (leave it out for a tenth of max_tasks)"
+            )
+        ttl = raw.get("input_required_ttl_s", 3600.0)
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= 31_536_000:
+            raise ConfigError(
+                f"a2a.input_required_ttl_s: expected seconds from 1 to 31536000 (a year), got {ttl!r}"
+            )
         default_agent = raw.get("default_agent")
         if default_agent is not None and not isinstance(default_agent, str):
             raise ConfigError(f"a2a.default_agent: expected an agent name, got {default_agent!r}")
@@ -107,6 +137,8 @@ class A2ASettings:
             push_notifications=flag("push_notifications", False),
             push_allow_private=flag("push_allow_private", False),
             max_tasks=max_tasks,
+            max_open_tasks_per_caller=per_caller,
+            input_required_ttl_s=float(ttl),
             default_agent=default_agent,
             external_agents=tuple(externals),
         )

@@ -84,6 +84,10 @@ class TaskStorageFailed(TaskStoreError):
     """The database failed (e.g. the disk is full): nothing of the operation was kept."""
 
 
+class TaskStoreFull(TaskStoreError):
+    """Every one of the ``max_tasks`` stored tasks is unfinished: a new one is refused."""
+
+
 @attrs.frozen
 class TaskRow:
     """One stored task; ``owner`` is the principal that made it."""
@@ -206,7 +210,7 @@ class TaskStore(SqliteDatabase):
                 ]
                 if len(evicted) < excess:
                     unfinished = count - len(evicted) + max(held, 0)
-                    raise TaskStoreError(
+                    raise TaskStoreFull(
                         f"the task store holds {unfinished} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
                         "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
                     )
@@ -330,6 +334,16 @@ class TaskStore(SqliteDatabase):
             return [_row(r, r[9]) for r in rows], total
 
         return await self.read("list tasks", work)
+
+    async def unfinished(self) -> list[tuple[str, str, str, float]]:
+        """``(id, owner, state, updated_at)`` of every unfinished task, least recently updated first."""
+
+        def work(conn: sqlite3.Connection) -> list[tuple[str, str, str, float]]:
+            return conn.execute(
+                "SELECT id, owner, state, updated_at FROM tasks WHERE terminal = 0 ORDER BY updated_at, id"
+            ).fetchall()
+
+        return await self.read("list unfinished tasks", work)
 
     async def fail_unfinished(self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]) -> list[str]:
         """Mark tasks left in ``states`` (in flight when the daemon died) as failed.

@@ -13,7 +13,15 @@ the two; one that falls behind the bounded log is resynchronised with a fresh sn
 A task belongs to the principal that made it (``owner``): every reader names the caller's
 principal, and another principal's task is "not found" (-32001), exactly like a task that
 never existed, so its existence does not leak. Its run's session (the context id) is the
-owner's too: the same context id from another principal names another conversation.
+owner's too: the same context id from another principal names another conversation; one
+that names the owner's conversation with another agent is refused up front (-32602 naming
+``message.contextId``), before a task exists.
+
+No caller can shut the others out of the store (``max_tasks``): each principal holds at
+most ``open_per_caller`` unfinished tasks (``a2a.max_open_tasks_per_caller``; one more is
+refused with -32000, HTTP 429, naming the setting), and a task left waiting for input
+expires after ``input_required_ttl_s`` idle (``a2a.input_required_ttl_s``): it is stored
+failed with the reason, announced like any change, and then evictable as finished tasks are.
 """
 
 from __future__ import annotations
@@ -23,17 +31,26 @@ import collections
 import json
 import logging
 import math
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
-from roost.kernel import Output, RecursionLimitExceeded, RoostError, StoreError, TraceContext
+from roost.kernel import (
+    Output,
+    RecursionLimitExceeded,
+    RoostError,
+    SessionConflict,
+    StoreError,
+    TraceContext,
+)
 
 from . import _inbox
 from . import _models as m
-from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError
+from ._settings import default_open_tasks_per_caller
+from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError, TaskStoreFull
 
 log = logging.getLogger("roost.a2a")
 
@@ -70,6 +87,7 @@ class LiveTask:
     # stored): a blocking send answers with this error instead of the task.
     store_error: Exception | None = None
     unstored: bool = False  # its outcome could not be stored: it ended failed in memory only
+    changing: bool = False  # a send or a cancel is storing its next state: it does not expire
 
     def append(self, event: m.Event) -> None:
         self.seq += 1
@@ -140,13 +158,23 @@ class TaskManager:
         *,
         push: Any = None,
         run_timeout_s: float | None = None,
+        open_per_caller: int | None = None,
+        input_required_ttl_s: float = 3600.0,
     ) -> None:
         self.kernel = kernel
         self.store = store
         self.nursery = nursery
         self.push = push
         self.run_timeout_s = run_timeout_s or float(getattr(getattr(kernel.config, "kernel", None), "ask_timeout_s", 300.0))
+        self.open_per_caller = open_per_caller or default_open_tasks_per_caller(store.max_tasks)
+        self.input_required_ttl_s = input_required_ttl_s
         self.live: dict[str, LiveTask] = {}
+        # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
+        self._open: dict[str, set[str]] = {}
+        # Tasks waiting for input → when they expire (trio clock), soonest first; one task
+        # expires them while there are any.
+        self._waiting: dict[str, float] = {}
+        self._expiring = False
         # Blocking sends' tasks whose first row waits (see send_and_wait): id → (when to
         # write it, the task), oldest first; one task writes them while there are any.
         self._deferred: dict[str, tuple[float, LiveTask]] = {}
@@ -170,6 +198,14 @@ class TaskManager:
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
         if changed:
             log.warning("A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed))
+        # Tasks still waiting for input count against their owners' bound, and expire
+        # ``input_required_ttl_s`` after their last change, daemon restarts or not.
+        now, wall = trio.current_time(), time.time()
+        for task_id, owner, state, updated_at in await self.store.unfinished():
+            self._open.setdefault(owner, set()).add(task_id)
+            if state in m.INTERRUPTED_STATES:
+                idle = min(max(0.0, wall - updated_at), self.input_required_ttl_s)
+                self._wait_for_input(task_id, now + self.input_required_ttl_s - idle)
         return changed
 
     # ---- reading ----------------------------------------------------------------------
@@ -328,6 +364,7 @@ class TaskManager:
         if live is not None:
             await self._continue(live, message)
         else:
+            await self._check_context(agent, message, owner)
             lazy = blocking and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
             live = await self._create(agent, message, dialect, task_id, owner, durable=not lazy, defer=defer)
@@ -349,12 +386,19 @@ class TaskManager:
         durable: bool = True,
         defer: bool = False,
     ) -> LiveTask:
-        """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later."""
+        """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later;
+        counted against ``owner``'s bound of unfinished tasks (refused past it)."""
         tid = task_id or m.new_id()
         fresh_context = not message.context_id
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
+        try:
+            self._claim(owner, tid)
+        except m.A2AError:
+            if defer:
+                self.store.release()
+            raise
         if defer:
             live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False, reserved=True)
             self.live[tid] = live
@@ -374,9 +418,14 @@ class TaskManager:
                 owner=owner,
                 durable=durable,
             )
-        except TaskStoreError as exc:
+        except BaseException as exc:
+            self._unclaim(owner, tid)
+            if not isinstance(exc, TaskStoreError):
+                raise
             if "UNIQUE" in str(exc):
                 raise m.invalid("id", f"task id {tid!r} is already in use") from None
+            if isinstance(exc, TaskStoreFull):  # a passing condition, not a storage failure
+                raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
         await self._forget(evicted)
         live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
@@ -405,10 +454,13 @@ class TaskManager:
         live.store_error = None
         live.unstored = False
         new = attrs.evolve(task, history=task.history + (message,), status=m.TaskStatus(m.SUBMITTED, None, m.now_iso()))
+        live.changing = True
         try:
             await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
         except TaskStoreError as exc:
             raise storage_failed(exc) from None
+        finally:
+            live.changing = False
 
     async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
         """Store ``task``, then announce ``events`` (to subscribers and webhooks).
@@ -419,6 +471,7 @@ class TaskManager:
         if task.status.state != m.WORKING:
             await self._store(live, task)
         live.task = task
+        self._track(live)
         for event in events:
             live.append(event)
             if self.push is not None:
@@ -568,7 +621,110 @@ class TaskManager:
         msg = m.agent_message(f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id)
         status = m.TaskStatus(m.FAILED, msg, m.now_iso())
         live.task = task.moved_to(status)
+        self._track(live)
         live.append(m.StatusUpdate(task.id, task.context_id, status))
+
+    # ---- bounds: open tasks per caller, waiting for input -------------------------------------
+    async def _check_context(self, agent: str, message: m.Message, owner: str) -> None:
+        """-32602 naming ``message.contextId`` if it names ``owner``'s conversation with
+        another agent (its run could only fail): refused before a task exists."""
+        store = getattr(self.kernel, "store", None)
+        if not message.context_id or store is None:
+            return
+        found = await store.session_agent(message.context_id, owner=owner)
+        if found is not None and found != agent:
+            raise m.invalid("message.contextId", str(SessionConflict(message.context_id, agent, found)))
+
+    def _claim(self, owner: str, task_id: str) -> None:
+        """Count the new task ``task_id`` as ``owner``'s; refused past ``open_per_caller``."""
+        mine = self._open.setdefault(owner, set())
+        if len(mine) >= self.open_per_caller:
+            raise m.A2AError(
+                m.TOO_MANY_OPEN_TASKS,
+                f"you have {len(mine)} unfinished tasks, the most one caller may hold "
+                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel the ones "
+                f"waiting for input (they expire after a2a.input_required_ttl_s = {self.input_required_ttl_s:g} s), "
+                "or wait for some to finish",
+            )
+        mine.add(task_id)
+
+    def _unclaim(self, owner: str, task_id: str) -> None:
+        mine = self._open.get(owner)
+        if mine is not None:
+            mine.discard(task_id)
+            if not mine:
+                del self._open[owner]
+
+    def _track(self, live: LiveTask) -> None:
+        """After ``live`` changed: a finished task no longer counts against its owner, one
+        waiting for input expires ``input_required_ttl_s`` from now, any other does not."""
+        task_id = live.task.id
+        if live.task.terminal:
+            self._unclaim(live.owner, task_id)
+            self._waiting.pop(task_id, None)
+        elif live.task.status.state in m.INTERRUPTED_STATES:
+            self._wait_for_input(task_id, trio.current_time() + self.input_required_ttl_s)
+        else:
+            self._waiting.pop(task_id, None)
+
+    def _wait_for_input(self, task_id: str, due: float) -> None:
+        self._waiting.pop(task_id, None)  # re-added last: later than every other
+        self._waiting[task_id] = due
+        if not self._expiring:
+            self._expiring = True
+            self.nursery.start_soon(self._expire_waiting)
+
+    async def _expire_waiting(self) -> None:
+        """While tasks wait for input, expire each at its time (the soonest is first); then end."""
+        try:
+            while self._waiting:
+                task_id, due = next(iter(self._waiting.items()))
+                if due > trio.current_time():
+                    await trio.sleep_until(due)
+                    continue
+                del self._waiting[task_id]
+                try:
+                    await self._expire(task_id)
+                except Exception:
+                    retry = min(self.input_required_ttl_s, 60.0)
+                    log.exception("A2A task %s: could not expire it; trying again in %g s", task_id, retry)
+                    if task_id not in self._waiting:
+                        self._wait_for_input(task_id, trio.current_time() + retry)
+        finally:
+            self._expiring = False
+
+    async def _expire(self, task_id: str) -> None:
+        """Fail the task ``task_id`` if it still waits for input: stored, then announced."""
+        live = self.live.get(task_id)
+        if live is None:
+            row = await self.store.get(task_id)
+            live = self.live.get(task_id)  # another request may have loaded it meanwhile
+            if live is None:
+                if row is None or row.terminal:
+                    return
+                try:
+                    task = m.task_from_json(row.data["task"])
+                except (m.A2AError, KeyError, TypeError) as exc:  # not ours: trying again would not help
+                    log.error("A2A task %s: its stored row is unreadable (%s); it cannot expire", task_id, exc)
+                    return
+                live = LiveTask(task, row.agent, row.data.get("dialect", m.V1), row.owner)
+                live.done.set()
+                self.live[task_id] = live
+        if live.running or live.changing or live.task.status.state not in m.INTERRUPTED_STATES:
+            return
+        live.running, live.done = True, trio.Event()  # a send or cancel meanwhile waits for this
+        try:
+            await self._status(
+                live,
+                m.FAILED,
+                f"this task waited for input longer than a2a.input_required_ttl_s ({self.input_required_ttl_s:g} s) "
+                "and expired; send your answer as a new message (in the same contextId to keep the conversation)",
+            )
+        finally:
+            live.running = False
+            live.done.set()
+        if live.task.terminal:
+            self.live.pop(task_id, None)
 
     async def _forget(self, evicted: list[str]) -> None:
         """Evicted tasks leave memory, and the files they brought leave the workspaces
@@ -677,7 +833,11 @@ class TaskManager:
             with trio.move_on_after(CANCEL_WAIT_S):
                 await live.done.wait()
         else:
-            await self._status(live, m.CANCELED)
+            live.changing = True
+            try:
+                await self._status(live, m.CANCELED)
+            finally:
+                live.changing = False
             self.live.pop(task_id, None)
         return live.task
 

@@ -12,7 +12,15 @@ import time
 
 import pytest
 import trio
-from roost.kernel import AuditRecord, SqliteStore, Store, StoredMessage, StoreError, open_store
+from roost.kernel import (
+    AuditRecord,
+    SessionConflict,
+    SqliteStore,
+    Store,
+    StoredMessage,
+    StoreError,
+    open_store,
+)
 from roost.kernel import _audit as audit_module
 from roost.kernel import _sqlite as sqlite_module
 from roost.kernel import _store as store_module
@@ -203,14 +211,30 @@ async def test_sessions_are_listed_newest_first_and_by_agent():
         assert len(await store.sessions()) == 3
 
 
-async def test_a_session_belongs_to_one_agent():
+async def test_a_session_of_another_agent_is_a_session_conflict_raised_by_the_store():
+    # Regression: the store raised a StoreError (a storage failure, 503) and the agent
+    # matched its text to turn it into the caller's mistake; now the store says so itself.
     async with open_store(":memory:") as store:
         await store.ensure_session("s", "a")
-        with pytest.raises(StoreError, match="session 's' belongs to agent 'a', not 'b'"):
+        with pytest.raises(SessionConflict, match="session 's' belongs to agent 'a', not 'b'") as caught:
             await store.append_messages("s", "b", [msg("user", "x")])
-        with pytest.raises(StoreError, match="belongs to agent"):
+        assert (caught.value.session_id, caught.value.agent, caught.value.owner_agent) == ("s", "b", "a")
+        assert not isinstance(caught.value, StoreError)
+        with pytest.raises(SessionConflict):
             await store.ensure_session("s", "b")
+        with pytest.raises(SessionConflict):
+            await store.start_exchange("s", "b", msg("user", "x"))
         assert await store.history("s") == []
+
+
+async def test_session_agent_names_the_agent_of_the_owners_session():
+    async with open_store(":memory:") as store:
+        await store.ensure_session("s", "a", owner="alice")
+        assert await store.session_agent("s", owner="alice") == "a"
+        assert await store.session_agent("s", owner="bob") is None  # bob's "s" is another session
+        assert await store.session_agent("nothing", owner="alice") is None
+        with pytest.raises(StoreError, match="session_id"):
+            await store.session_agent("", owner="alice")
 
 
 # ---- concurrency -----------------------------------------------------------------------
@@ -548,7 +572,7 @@ async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
             ("started", 1),
             ("started", 2),
         ]
-        with pytest.raises(StoreError, match="belongs to agent"):
+        with pytest.raises(SessionConflict, match="belongs to agent"):
             await store.finish_exchange("finished", "b", [msg("user", "x")])
         assert {s["id"]: s["message_count"] for s in await store.sessions()} == counts
 
@@ -607,7 +631,7 @@ async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
             try:
                 await store.append_messages(session, agent, [msg("user", name)])
                 outcomes[name] = "ok"
-            except StoreError as exc:
+            except (StoreError, SessionConflict) as exc:
                 outcomes[name] = exc
 
         async with trio.open_nursery() as nursery:
@@ -618,7 +642,7 @@ async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
             await trio.testing.wait_all_tasks_blocked()
             gate.release.set()
         assert outcomes["good1"] == "ok" and outcomes["good2"] == "ok"
-        assert isinstance(outcomes["bad"], StoreError) and "belongs to agent 'alice'" in str(outcomes["bad"])
+        assert isinstance(outcomes["bad"], SessionConflict) and "belongs to agent 'alice'" in str(outcomes["bad"])
         assert [m.content for m in await store.history("g1")] == ["good1"]
         assert [m.content for m in await store.history("g2")] == ["good2"]
         assert await store.history("owned") == []  # the failed item left nothing behind

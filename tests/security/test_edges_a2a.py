@@ -75,12 +75,9 @@ async def test_a_reused_context_id_is_no_storage_failure_and_a_session_id_is_409
     assert status == ("ready", None)
     assert again.status_code == 200 and again.json()["reply"] == "echo: still mine"
     assert mine.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-    body = reused.json()
-    assert "error" not in body, body  # not -32603 "storage failed"
-    state = body["result"]["task"]["status"]
-    assert state["state"] == "TASK_STATE_FAILED"
-    text = state["message"]["parts"][0]["text"]
-    assert "session_conflict" in text and "'ctx-1' belongs to agent 'echo'" in text and "contextId" in text, text
+    error = reused.json()["error"]  # not -32603 "storage failed": -32602 up front, no task made
+    assert error["code"] == -32602 and error["message"].startswith("message.contextId:"), error
+    assert "'ctx-1' belongs to agent 'echo'" in error["message"] and "contextId" in error["message"], error
 
 
 async def test_the_daemons_errors_take_each_a2a_routes_media_type(tmp_path):
