@@ -20,6 +20,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         reply_kind,
     )
     from ._agent import AgentReply, AgentRuntime
+    from ._api import KernelAPI
     from ._audit import AuditRecord
     from ._config import (
         AgentsConfig,
@@ -77,6 +78,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         hookimpl,
         hookspec,
     )
+    from ._ids import uuid7
     from ._jsonrpc import Correlator, JsonRpcError
     from ._kernel import Kernel, open_kernel, result_from_jsonrpc
     from ._loop import (
@@ -112,12 +114,21 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     from ._netguard import (
         AddressPins,
         PinnedTarget,
+        Resolver,
         UrlRefused,
         check_url,
         classify_address,
         pin_url,
     )
-    from ._outputs import MAX_FILE_BYTES, Output, OutputPart, Outputs, outputs_to_json
+    from ._outputs import (
+        MAX_FILE_BYTES,
+        MAX_RUN_BYTES,
+        MAX_RUN_PARTS,
+        Output,
+        OutputPart,
+        Outputs,
+        outputs_to_json,
+    )
     from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
     from ._plugins import PluginFailure, PluginManager
     from ._policy import (
@@ -170,6 +181,7 @@ for _module, _names in (
         "reply_kind",
     ),
     ("_agent", "AgentReply AgentRuntime"),
+    ("_api", "KernelAPI"),
     ("_audit", "AuditRecord"),
     (
         "_config",
@@ -199,8 +211,9 @@ for _module, _names in (
         "ModelConfig ModelRef ModelScript ScriptCall ScriptRule ScriptStep bundled_agents_dir "
         "load_agents load_manifest parse_manifest validate_files",
     ),
-    ("_netguard", "AddressPins PinnedTarget UrlRefused check_url classify_address pin_url"),
-    ("_outputs", "MAX_FILE_BYTES Output OutputPart Outputs outputs_to_json"),
+    ("_ids", "uuid7"),
+    ("_netguard", "AddressPins PinnedTarget Resolver UrlRefused check_url classify_address pin_url"),
+    ("_outputs", "MAX_FILE_BYTES MAX_RUN_BYTES MAX_RUN_PARTS Output OutputPart Outputs outputs_to_json"),
     ("_paths", "data_dir database_path resolve_data_dir workspaces_dir"),
     ("_plugins", "PluginFailure PluginManager"),
     (
@@ -261,6 +274,8 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "MAX_FILE_BYTES",
+    "MAX_RUN_BYTES",
+    "MAX_RUN_PARTS",
     "Output",
     "OutputPart",
     "Outputs",
@@ -341,6 +356,7 @@ __all__ = [
     "Exposure",
     "LoopGuard",
     "PinnedTarget",
+    "Resolver",
     "TaintTracker",
     "ToolSchemaInvalid",
     "UrlRefused",
@@ -361,6 +377,7 @@ __all__ = [
     "jsonrpc_error",
     "unknown_tool_error",
     "Kernel",
+    "KernelAPI",
     "open_kernel",
     "result_from_jsonrpc",
     "Completion",
@@ -373,6 +390,7 @@ __all__ = [
     "run_loop",
     "ServiceDescriptor",
     "is_mapping",
+    "uuid7",
     "json_type_name",
 ]
 

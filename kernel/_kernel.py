@@ -46,6 +46,7 @@ from ._frozen import frozen_builder
 from ._hookspecs import ProviderDescriptor, ServiceDescriptor, ToolVeto
 from ._ids import uuid7_hex
 from ._jsonrpc import make_encoder
+from ._loop import Provider
 from ._outputs import output_from_json
 from ._plugins import PluginFailure, PluginManager, collect
 from ._policy import (
@@ -161,6 +162,8 @@ class Kernel:
         # What loaded but is likely a mistake (an expose_tools entry matching no tool, …).
         self.load_warnings: list[str] = []
         self.service_errors: dict[str, str] = {}
+        # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
+        self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
         self.started_at = time.time()
         # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
@@ -280,6 +283,12 @@ class Kernel:
         runtime = self._runtimes.get(agent)
         if runtime is not None:
             runtime.cancel(run_id)
+
+    def provider_for(self, agent: str) -> Provider | None:
+        """The model provider of ``agent`` (its main model's; None if the agent is unknown
+        or unavailable), e.g. to answer an MCP server's ``sampling/createMessage``."""
+        runtime = self._runtimes.get(agent)
+        return runtime.provider if runtime is not None else None
 
     def list_tools(self, agent: str | None = None) -> list[ToolSpec]:
         """All registered tools, or the ones ``agent`` may call."""
@@ -633,7 +642,7 @@ class Kernel:
 
     # ---- boot ---------------------------------------------------------------------------
     async def _start_services(self, nursery: trio.Nursery) -> None:
-        for plugin, descriptors in _hook_results(self.plugins, "roost_services", kernel=self):
+        for plugin, descriptors in self.plugins.call_each("roost_services", kernel=self):
             for desc in descriptors:
                 if not isinstance(desc, ServiceDescriptor):
                     self._plugin_failure(plugin, f"roost_services returned {type(desc).__name__}")
@@ -832,7 +841,7 @@ async def open_kernel(
         pm.load_entry_points(disabled=config.plugins.disabled)
     for i, plugin in enumerate(plugins):
         pm.register_named(getattr(plugin, "__name__", f"plugin-{i}"), plugin)
-    provider_results = _hook_results(pm, "roost_providers")
+    provider_results = pm.call_each("roost_providers")
     _check_config(pm, config, provider_results)  # a bad setting stops the boot here
     home = ensure_private_dir(Path(config.home))
 
@@ -843,7 +852,7 @@ async def open_kernel(
             kernel = Kernel(config, pm, store, actors)
             for failure in pm.failures:
                 kernel.publish(Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload=attrs.asdict(failure)))
-            for name, impl_result in _hook_results(pm, "roost_tools", config=config):
+            for name, impl_result in pm.call_each("roost_tools", config=config):
                 kernel._register_tools(impl_result, name)
             for name, impl_result in provider_results:
                 for desc in impl_result:
@@ -896,14 +905,14 @@ async def open_kernel(
                 kernel.publish(
                     Event(EventKind.KERNEL_STARTED, "kernel", payload={"agents": list(kernel.agents), "tools": len(kernel.registry)})
                 )
-                _call_safely(pm, "roost_kernel_started", kernel=kernel)
+                pm.call_each("roost_kernel_started", kernel=kernel)  # a plugin raising is recorded
                 try:
                     yield kernel
                 except Exception as exc:
                     # Re-raised below as itself, not wrapped in the services nursery's group.
                     body_error = exc
                 finally:
-                    _call_safely(pm, "roost_kernel_stopping", kernel=kernel)
+                    pm.call_each("roost_kernel_stopping", kernel=kernel)
                     kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
                     services.cancel_scope.cancel()
             if body_error is not None:
@@ -941,26 +950,3 @@ def _check_config(pm: PluginManager, config: Any, provider_results: list[tuple[s
         raise ConfigError(problems[0])
     if problems:
         raise ConfigError(f"{len(problems)} problems in the configuration:\n  " + "\n  ".join(problems))
-
-
-def _hook_results(pm: PluginManager, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:
-    """Call a hook plugin by plugin, so one plugin raising is reported and skipped."""
-    out = []
-    hook = getattr(pm.hook, hook_name)
-    for impl in hook.get_hookimpls():
-        name = pm.get_name(impl.plugin) or repr(impl.plugin)
-        try:
-            fn = impl.function
-            argnames = impl.argnames
-            result = fn(**{k: v for k, v in kwargs.items() if k in argnames})
-        except Exception as exc:
-            pm.failures.append(PluginFailure(name, "register", f"{hook_name} raised {type(exc).__name__}: {exc}"))
-            log.error("plugin %s: %s raised %s", name, hook_name, exc)
-            continue
-        out.append((name, collect([result])))
-    return out
-
-
-def _call_safely(pm: PluginManager, hook_name: str, **kwargs: Any) -> None:
-    """Call a notification hook; a plugin raising is recorded in ``pm.failures``."""
-    _hook_results(pm, hook_name, **kwargs)

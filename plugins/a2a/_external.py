@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import (
+    KernelAPI,
     Output,
     Outputs,
     RouteDescriptor,
@@ -195,7 +196,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         return
 
 
-def status_route(kernel: Any) -> RouteDescriptor:
+def status_route(kernel: KernelAPI) -> RouteDescriptor:
     """``GET /api/a2a/external_agents``: each external agent and its discovery state."""
 
     async def list_external_agents(request: Any) -> Any:

@@ -12,19 +12,19 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from roost.kernel._hookspecs import RouteDescriptor, ServiceDescriptor, hookimpl
+from roost.kernel import KernelAPI, RouteDescriptor, ServiceDescriptor, hookimpl
 
 from ._manager import McpManager, check_config_servers
 
 _managers: weakref.WeakKeyDictionary[Any, McpManager] = weakref.WeakKeyDictionary()
 
 
-def manager_for(kernel: Any) -> McpManager | None:
+def manager_for(kernel: KernelAPI) -> McpManager | None:
     """The MCP manager running in ``kernel`` (None before the service started)."""
     return _managers.get(kernel)
 
 
-async def _run_manager(kernel: Any, *, task_status: Any) -> None:
+async def _run_manager(kernel: KernelAPI, *, task_status: Any) -> None:
     manager = McpManager.from_kernel(kernel)
     _managers[kernel] = manager
     try:
@@ -39,12 +39,12 @@ def roost_check_config(config: Any) -> None:
 
 
 @hookimpl
-def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
     return [ServiceDescriptor("mcp-client", _run_manager, start_timeout_s=10.0)]
 
 
 @hookimpl
-def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     async def list_servers(request: Any) -> Any:
         from roost.plugins.http import PlainResponse
 
