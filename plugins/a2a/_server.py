@@ -26,7 +26,6 @@ import hmac
 import json
 import logging
 import math
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,7 +56,7 @@ from ._tasks import TaskManager, storage_failed
 log = logging.getLogger("roost.a2a")
 
 CARD_CACHE_CONTROL = "public, max-age=300"
-_SERVICES: weakref.WeakKeyDictionary[Any, A2AService] = weakref.WeakKeyDictionary()
+_SERVICE = "roost.plugins.a2a.service"  # its key in kernel.extensions
 _INPUT_MODES = ["text/plain", "application/json"]
 _OUTPUT_MODES = ["text/plain"]
 # An agent that can hand over artifacts (the artifact tool, or another agent's via agent_*
@@ -74,7 +73,7 @@ def _output_modes(kernel: KernelAPI, name: str) -> list[str]:
 
 def service_for(kernel: KernelAPI) -> A2AService | None:
     """The running A2A service of ``kernel`` (None before it started)."""
-    return _SERVICES.get(kernel)
+    return kernel.extensions.get(_SERVICE)
 
 
 class A2AService:
@@ -88,6 +87,7 @@ class A2AService:
         self.ready = trio.Event()
         self.external_cards: dict[str, Any] = {}
         self.external_errors: dict[str, str] = {}
+        self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED, push_transport: Any = None) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
@@ -114,7 +114,7 @@ class A2AService:
                     input_required_ttl_s=self.settings.input_required_ttl_s,
                 )
                 await self.tasks.recover()
-                _SERVICES[kernel] = self
+                kernel.extensions[_SERVICE] = self
                 if self.settings.external_agents:
                     from ._external import discover_external_agents
 
@@ -124,7 +124,7 @@ class A2AService:
                 try:
                     await trio.sleep_forever()
                 finally:
-                    _SERVICES.pop(kernel, None)
+                    kernel.extensions.pop(_SERVICE, None)
                     nursery.cancel_scope.cancel()
 
     # ---- agents ----------------------------------------------------------------------

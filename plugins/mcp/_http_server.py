@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
 from functools import partial
@@ -244,14 +243,14 @@ class McpHttpHub:
                 self.close_session(sid)
 
 
-_hubs: weakref.WeakKeyDictionary[Any, McpHttpHub] = weakref.WeakKeyDictionary()
+_HUB = "roost.plugins.mcp.http_hub"  # its key in kernel.extensions
 
 
 def hub_for(kernel: KernelAPI) -> McpHttpHub:
     """The hub of ``kernel`` (created on first use)."""
-    hub = _hubs.get(kernel)
+    hub = kernel.extensions.get(_HUB)
     if hub is None:
-        hub = _hubs[kernel] = McpHttpHub(kernel)
+        hub = kernel.extensions[_HUB] = McpHttpHub(kernel)
     return hub
 
 

@@ -26,7 +26,6 @@ import json
 import logging
 import secrets
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NoReturn
@@ -335,14 +334,14 @@ class ArtifactShelf:
             self._bytes -= size
 
 
-_shelves: weakref.WeakKeyDictionary[Any, ArtifactShelf] = weakref.WeakKeyDictionary()
+_SHELF = "roost.plugins.mcp.artifacts"  # its key in kernel.extensions
 
 
 def artifact_shelf(kernel: KernelAPI) -> ArtifactShelf:
     """The kernel's one ``ArtifactShelf`` (shared by its MCP surfaces and transports)."""
-    shelf = _shelves.get(kernel)
+    shelf = kernel.extensions.get(_SHELF)
     if shelf is None:
-        shelf = _shelves[kernel] = ArtifactShelf()
+        shelf = kernel.extensions[_SHELF] = ArtifactShelf()
     return shelf
 
 

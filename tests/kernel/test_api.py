@@ -60,3 +60,15 @@ def test_call_each_answers_plugin_by_plugin_and_records_one_that_raises():
     assert [(f.name, f.error) for f in pm.failures] == [
         ("broken", "roost_mcp_servers raised RuntimeError: no servers today")
     ]
+
+
+async def test_two_kernels_in_one_process_keep_their_plugins_state_apart(tmp_path):
+    from roost.plugins.mcp._client_plugin import manager_for
+
+    async with (
+        open_kernel(default_config(home=tmp_path / "a")) as a,
+        open_kernel(default_config(home=tmp_path / "b")) as b,
+    ):
+        assert a.extensions is not b.extensions
+        assert manager_for(a).kernel is a and manager_for(b).kernel is b
+    assert manager_for(a) is None  # its service stopped with its kernel
