@@ -20,11 +20,11 @@ from roost.kernel import (
     ToolSpec,
     ToolVeto,
     TraceContext,
+    default_config,
     hookimpl,
+    open_kernel,
+    parse_manifest,
 )
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ class ServicePlugin:
 
     @hookimpl
     def roost_services(self, kernel):
-        from roost.kernel._hookspecs import ServiceDescriptor
+        from roost.kernel import ServiceDescriptor
 
         async def adds_a_tool(kernel, *, task_status):
             async def late(call, ctx):
@@ -740,8 +740,7 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
     # Regression (review): the off-switch compared field names only, so a validator added
     # to an existing field would have been skipped silently by the shortcut.
     import attrs
-    from roost.kernel import _kernel
-    from roost.kernel._audit import AuditRecord
+    from roost.kernel import AuditRecord, _kernel
 
     def positive(instance, attribute, value):  # a new check the shortcut knows nothing of
         if value < 0:
