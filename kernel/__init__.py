@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     from ._agent import AgentReply, AgentRuntime
     from ._api import KernelAPI
     from ._audit import AuditRecord
+    from ._boot import open_kernel
     from ._config import (
         AgentsConfig,
         HttpConfig,
@@ -80,7 +81,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     )
     from ._ids import uuid7
     from ._jsonrpc import Correlator, JsonRpcError
-    from ._kernel import Kernel, open_kernel, result_from_jsonrpc
+    from ._kernel import Kernel
     from ._loop import (
         Completion,
         CompletionRequest,
@@ -111,6 +112,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         validate_files,
     )
     from ._manifest import schema as manifest_schema
+    from ._messaging import result_from_jsonrpc
     from ._netguard import (
         AddressPins,
         PinnedTarget,
@@ -203,7 +205,9 @@ for _module, _names in (
         "ServiceDescriptor ToolVeto hookimpl hookspec",
     ),
     ("_jsonrpc", "Correlator JsonRpcError"),
-    ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
+    ("_boot", "open_kernel"),
+    ("_kernel", "Kernel"),
+    ("_messaging", "result_from_jsonrpc"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
         "_manifest",
