@@ -28,7 +28,7 @@ class EchoTools:
 
 
 def echo_agent():
-    from roost.kernel._manifest import parse_manifest
+    from roost.kernel import parse_manifest
 
     return parse_manifest(
         {

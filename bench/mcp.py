@@ -150,8 +150,7 @@ async def _bare_stdio(n: int, seconds: float) -> dict[str, float]:
 
 
 async def _roost_in_host(n: int, seconds: float) -> dict[str, float]:
-    from roost.kernel import ToolCall, default_config, open_kernel
-    from roost.kernel._manifest import parse_manifest
+    from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
 
     def agent(name: str, tools: list[str]) -> Any:
         script = {"rules": [], "default_reply": "{message}"}

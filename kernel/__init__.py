@@ -20,7 +20,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         reply_kind,
     )
     from ._agent import AgentReply, AgentRuntime
+    from ._api import KernelAPI
     from ._audit import AuditRecord
+    from ._boot import open_kernel
     from ._config import (
         AgentsConfig,
         HttpConfig,
@@ -77,8 +79,9 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         hookimpl,
         hookspec,
     )
+    from ._ids import uuid7
     from ._jsonrpc import Correlator, JsonRpcError
-    from ._kernel import Kernel, open_kernel, result_from_jsonrpc
+    from ._kernel import Kernel
     from ._loop import (
         Completion,
         CompletionRequest,
@@ -109,15 +112,25 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         validate_files,
     )
     from ._manifest import schema as manifest_schema
+    from ._messaging import result_from_jsonrpc
     from ._netguard import (
         AddressPins,
         PinnedTarget,
+        Resolver,
         UrlRefused,
         check_url,
         classify_address,
         pin_url,
     )
-    from ._outputs import MAX_FILE_BYTES, Output, OutputPart, Outputs, outputs_to_json
+    from ._outputs import (
+        MAX_FILE_BYTES,
+        MAX_RUN_BYTES,
+        MAX_RUN_PARTS,
+        Output,
+        OutputPart,
+        Outputs,
+        outputs_to_json,
+    )
     from ._paths import data_dir, database_path, resolve_data_dir, workspaces_dir
     from ._plugins import PluginFailure, PluginManager
     from ._policy import (
@@ -170,6 +183,7 @@ for _module, _names in (
         "reply_kind",
     ),
     ("_agent", "AgentReply AgentRuntime"),
+    ("_api", "KernelAPI"),
     ("_audit", "AuditRecord"),
     (
         "_config",
@@ -191,7 +205,9 @@ for _module, _names in (
         "ServiceDescriptor ToolVeto hookimpl hookspec",
     ),
     ("_jsonrpc", "Correlator JsonRpcError"),
-    ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
+    ("_boot", "open_kernel"),
+    ("_kernel", "Kernel"),
+    ("_messaging", "result_from_jsonrpc"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
         "_manifest",
@@ -199,8 +215,9 @@ for _module, _names in (
         "ModelConfig ModelRef ModelScript ScriptCall ScriptRule ScriptStep bundled_agents_dir "
         "load_agents load_manifest parse_manifest validate_files",
     ),
-    ("_netguard", "AddressPins PinnedTarget UrlRefused check_url classify_address pin_url"),
-    ("_outputs", "MAX_FILE_BYTES Output OutputPart Outputs outputs_to_json"),
+    ("_ids", "uuid7"),
+    ("_netguard", "AddressPins PinnedTarget Resolver UrlRefused check_url classify_address pin_url"),
+    ("_outputs", "MAX_FILE_BYTES MAX_RUN_BYTES MAX_RUN_PARTS Output OutputPart Outputs outputs_to_json"),
     ("_paths", "data_dir database_path resolve_data_dir workspaces_dir"),
     ("_plugins", "PluginFailure PluginManager"),
     (
@@ -261,6 +278,8 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "MAX_FILE_BYTES",
+    "MAX_RUN_BYTES",
+    "MAX_RUN_PARTS",
     "Output",
     "OutputPart",
     "Outputs",
@@ -341,6 +360,7 @@ __all__ = [
     "Exposure",
     "LoopGuard",
     "PinnedTarget",
+    "Resolver",
     "TaintTracker",
     "ToolSchemaInvalid",
     "UrlRefused",
@@ -361,6 +381,7 @@ __all__ = [
     "jsonrpc_error",
     "unknown_tool_error",
     "Kernel",
+    "KernelAPI",
     "open_kernel",
     "result_from_jsonrpc",
     "Completion",
@@ -373,6 +394,7 @@ __all__ = [
     "run_loop",
     "ServiceDescriptor",
     "is_mapping",
+    "uuid7",
     "json_type_name",
 ]
 

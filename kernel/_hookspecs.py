@@ -6,10 +6,13 @@ Hooks are synchronous and return descriptors; the kernel does the async work.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._api import KernelAPI
 
 PROJECT = "roost"
 ENTRY_POINT_GROUP = "roost.plugins"
@@ -80,8 +83,9 @@ class McpServerDescriptor:
 class ServiceDescriptor:
     """A long-running task a plugin needs (e.g. MCP connections), run in the kernel's nursery.
 
-    ``run(kernel, task_status=...)`` must call ``task_status.started()`` once ready; the
-    kernel waits for that (up to ``start_timeout_s``) before it reports itself started.
+    ``run(kernel, task_status=...)`` (``kernel``: a ``KernelAPI``) must call
+    ``task_status.started()`` once ready; the kernel waits for that (up to
+    ``start_timeout_s``) before it reports itself started.
     A service that raises is reported and stopped; it never takes the kernel down.
     """
 
@@ -122,19 +126,19 @@ class RoostHookSpecs:
         """Return MCP servers to connect to, in addition to the config file's."""
 
     @hookspec
-    def roost_http_routes(self, kernel: Any) -> Sequence[RouteDescriptor]:
+    def roost_http_routes(self, kernel: KernelAPI) -> Sequence[RouteDescriptor]:
         """Return extra HTTP routes for the daemon."""
 
     @hookspec
-    def roost_services(self, kernel: Any) -> Sequence[ServiceDescriptor]:
+    def roost_services(self, kernel: KernelAPI) -> Sequence[ServiceDescriptor]:
         """Return long-running services the kernel should run while it is up."""
 
     @hookspec
-    def roost_kernel_started(self, kernel: Any) -> None:
+    def roost_kernel_started(self, kernel: KernelAPI) -> None:
         """Called once the kernel is up (synchronous; do not block)."""
 
     @hookspec
-    def roost_kernel_stopping(self, kernel: Any) -> None:
+    def roost_kernel_stopping(self, kernel: KernelAPI) -> None:
         """Called when graceful shutdown begins (synchronous; do not block)."""
 
     @hookspec

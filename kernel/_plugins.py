@@ -70,6 +70,25 @@ class PluginManager(pluggy.PluginManager):
             return False
         return self.register_named(name, plugin)
 
+    def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:
+        """Call the hook ``hook_name`` plugin by plugin, each with the ``kwargs`` it takes;
+        returns ``(plugin name, its results flattened)`` per plugin. A plugin that raises is
+        recorded in ``failures`` (and logged) and skipped; the others still answer."""
+        out = []
+        for impl in getattr(self.hook, hook_name).get_hookimpls():
+            name = self.get_name(impl.plugin) or repr(impl.plugin)
+            try:
+                argnames = impl.argnames
+                result = impl.function(**{k: v for k, v in kwargs.items() if k in argnames})
+            except Exception as exc:
+                self.failures.append(
+                    PluginFailure(name, "register", f"{hook_name} raised {type(exc).__name__}: {exc}")
+                )
+                log.error("plugin %s: %s raised %s", name, hook_name, exc)
+                continue
+            out.append((name, collect([result])))
+        return out
+
     def _fail(self, name: str, stage: str, exc: BaseException) -> None:
         failure = PluginFailure(name, stage, f"{type(exc).__name__}: {exc}")
         self.failures.append(failure)

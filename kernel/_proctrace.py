@@ -44,10 +44,20 @@ Endpoint = tuple[str, int]
 
 
 class ProcessTraces:
-    """Trace contexts of the processes tools run for agents, by pid (bounded)."""
+    """Trace contexts of the processes tools run for agents, by pid (bounded).
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+    A look-up visits at most ``max_processes`` processes and ``max_fds`` descriptors."""
+
+    def __init__(
+        self,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        max_processes: int = MAX_PROCESSES,
+        max_fds: int = MAX_FDS,
+    ) -> None:
         self.capacity = capacity
+        self.max_processes = max_processes
+        self.max_fds = max_fds
         self._by_pid: dict[int, TraceContext] = {}
         self._limiter = trio.CapacityLimiter(2)
 
@@ -82,7 +92,9 @@ class ProcessTraces:
         if client is None or server is None or not _is_loopback(client[0]):
             return None
         roots = dict(self._by_pid)
-        found = await trio.to_thread.run_sync(find_owner, client, server, tuple(roots), limiter=self._limiter)
+        found = await trio.to_thread.run_sync(
+            find_owner, client, server, tuple(roots), self.max_processes, self.max_fds, limiter=self._limiter
+        )
         if found is None:
             return None
         if found == -1:  # past the bounds: assume the deepest running context, never none
@@ -189,16 +201,22 @@ def _holds(pid: int, link: str, budget: list[int]) -> bool:
     return False
 
 
-def find_owner(client: Endpoint, server: Endpoint, roots: tuple[int, ...]) -> int | None:
+def find_owner(
+    client: Endpoint,
+    server: Endpoint,
+    roots: tuple[int, ...],
+    max_processes: int = MAX_PROCESSES,
+    max_fds: int = MAX_FDS,
+) -> int | None:
     """The root among ``roots`` whose process tree (itself and its descendants) holds the
     client socket of ``client`` → ``server``; None if none does; -1 when the search went
-    past ``MAX_PROCESSES`` / ``MAX_FDS`` first. Blocking: run it in a thread."""
+    past ``max_processes`` / ``max_fds`` first. Blocking: run it in a thread."""
     inode = socket_inode(client, server)
     if inode is None:
         return None
     link = f"socket:[{inode}]"
-    processes = MAX_PROCESSES
-    budget = [MAX_FDS]
+    processes = max_processes
+    budget = [max_fds]
     try:
         for root in roots:
             stack = [root]

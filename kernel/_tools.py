@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
 from ._frozen import frozen_builder
 from ._trace import TraceContext, new_call_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._api import KernelAPI
 
 # MCP 2025-11-25: tool names SHOULD be 1-128 chars of A-Z a-z 0-9 _ - .
 WIRE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -177,8 +180,9 @@ class ToolContext:
     env_allowlist: tuple[str, ...] = ()
     timeout_s: float = 60.0
     max_output_chars: int = 50_000
-    # Set by the kernel: lets a tool reach the kernel (e.g. to ask another agent).
-    kernel: Any = attrs.field(default=None, eq=False, repr=False)
+    # Set by the kernel: lets a tool reach the kernel (e.g. to ask another agent). None
+    # when the tool runs outside a kernel (tests, a tool called directly).
+    kernel: KernelAPI | None = attrs.field(default=None, eq=False, repr=False)
     # The running agent's outputs (``Outputs``): what it hands over beside its answer.
     # None when the call is not part of an agent's run (e.g. a tool called over MCP).
     outputs: Any = attrs.field(default=None, eq=False, repr=False)

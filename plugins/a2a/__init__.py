@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from roost.kernel import ConfigError, RouteDescriptor, ServiceDescriptor, hookimpl
+from roost.kernel import ConfigError, KernelAPI, RouteDescriptor, ServiceDescriptor, hookimpl
 
 from ._client import A2AClient, AgentInfo, discover
 from ._models import A2AError
@@ -33,9 +33,9 @@ __all__ = [
 ]
 
 
-def _settings(kernel: Any) -> A2ASettings | None:
+def _settings(kernel: KernelAPI) -> A2ASettings | None:
     try:
-        return A2ASettings.from_config(getattr(kernel.config, "a2a", None))
+        return A2ASettings.from_config(kernel.config.a2a)
     except ConfigError as exc:
         log.error("A2A is off: %s", exc)
         raise
@@ -47,7 +47,7 @@ def roost_check_config(config: Any) -> None:
 
 
 @hookimpl
-def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     settings = _settings(kernel)
     if settings is None or not settings.enabled:
         return []
@@ -61,7 +61,7 @@ def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
 
 
 @hookimpl
-def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
     settings = _settings(kernel)
     if settings is None or not settings.enabled:
         return []

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from typing import Any
 
 import attrs
 import trio
 from roost.kernel import (
+    KernelAPI,
     Output,
     Outputs,
     RouteDescriptor,
@@ -58,12 +58,9 @@ class PeerState:
         return attrs.asdict(self)
 
 
-_status: weakref.WeakKeyDictionary[Any, dict[str, PeerState]] = weakref.WeakKeyDictionary()
-
-
 def external_status(service: Any) -> list[dict[str, Any]]:
     """Every configured external agent and its state (the body of the status route)."""
-    known = _status.get(service, {})
+    known = service.external_peers
     return [
         (known.get(a.name) or PeerState(a.name, a.url)).public() for a in service.settings.external_agents
     ]
@@ -149,7 +146,7 @@ def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
 async def discover_external_agents(service: Any) -> None:
     """Discover every configured external agent concurrently, each until it answers, and
     register its tool (runs in the A2A service's nursery until the kernel stops)."""
-    peers = _status.setdefault(service, {})
+    peers = service.external_peers
     async with trio.open_nursery() as nursery:
         for agent in service.settings.external_agents:
             peers[agent.name] = PeerState(agent.name, agent.url)
@@ -195,7 +192,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         return
 
 
-def status_route(kernel: Any) -> RouteDescriptor:
+def status_route(kernel: KernelAPI) -> RouteDescriptor:
     """``GET /api/a2a/external_agents``: each external agent and its discovery state."""
 
     async def list_external_agents(request: Any) -> Any:

@@ -17,9 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import OutputPart, is_mapping, jsonrpc
+from roost.kernel import OutputPart, is_mapping, jsonrpc, uuid7
 from roost.kernel import json_type_name as _jtype
-from roost.kernel._ids import uuid7
 
 V1 = "1.0"
 V03 = "0.3"

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import AddressPins, UrlRefused, check_url
+from roost.kernel import AddressPins, Resolver, UrlRefused, check_url
 from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
@@ -53,11 +53,20 @@ class Delivery:
 class PushDispatcher:
     """Delivers task events to webhooks; run ``run()`` in a nursery, then ``notify()``."""
 
-    def __init__(self, store: Any, settings: PushSettings | None = None, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        settings: PushSettings | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
         """``transport``: what the pinned connections go through (tests); by default each
-        delivery gets a fresh one, so no connection is shared between webhooks."""
+        delivery gets a fresh one, so no connection is shared between webhooks.
+        ``resolver``: how webhook hosts are looked up (default: the system's DNS)."""
         self.store = store
         self.settings = settings or PushSettings()
+        self.resolver = resolver
         self._send, self._receive = trio.open_memory_channel[Delivery](QUEUE_SIZE)
         self._transport = transport
         self._tls: Any = None  # one TLS context for every delivery's transport (made on first use)
@@ -72,6 +81,7 @@ class PushDispatcher:
                 url,
                 allow_private=self.settings.allow_private,
                 allow_loopback=self.settings.allow_loopback,
+                resolver=self.resolver,
                 allow_hint=ALLOW_HINT,
             )
         except UrlRefused as exc:
@@ -114,7 +124,10 @@ class PushDispatcher:
         URL's host is resolved and checked once; every attempt connects to an address that
         check approved (never to a second DNS answer)."""
         pins = AddressPins(
-            allow_private=self.settings.allow_private, allow_loopback=self.settings.allow_loopback, allow_hint=ALLOW_HINT
+            allow_private=self.settings.allow_private,
+            allow_loopback=self.settings.allow_loopback,
+            resolver=self.resolver,
+            allow_hint=ALLOW_HINT,
         )
         inner = self._transport
         if inner is None:

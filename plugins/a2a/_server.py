@@ -26,7 +26,6 @@ import hmac
 import json
 import logging
 import math
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import trio
 from roost.kernel import (
     ConfigError,
     InvalidTraceContext,
+    KernelAPI,
     RecursionLimitExceeded,
     RouteDescriptor,
     StoreError,
@@ -56,7 +56,7 @@ from ._tasks import TaskManager, storage_failed
 log = logging.getLogger("roost.a2a")
 
 CARD_CACHE_CONTROL = "public, max-age=300"
-_SERVICES: weakref.WeakKeyDictionary[Any, A2AService] = weakref.WeakKeyDictionary()
+_SERVICE = "roost.plugins.a2a.service"  # its key in kernel.extensions
 _INPUT_MODES = ["text/plain", "application/json"]
 _OUTPUT_MODES = ["text/plain"]
 # An agent that can hand over artifacts (the artifact tool, or another agent's via agent_*
@@ -64,22 +64,22 @@ _OUTPUT_MODES = ["text/plain"]
 _ARTIFACT_OUTPUT_MODES = ["text/plain", "application/json", "application/octet-stream"]
 
 
-def _output_modes(kernel: Any, name: str) -> list[str]:
+def _output_modes(kernel: KernelAPI, name: str) -> list[str]:
     hands_over = any(
         spec.name == "artifact" or spec.owner in ("agents", "a2a") for spec in kernel.list_tools(name)
     )
     return list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES)
 
 
-def service_for(kernel: Any) -> A2AService | None:
+def service_for(kernel: KernelAPI) -> A2AService | None:
     """The running A2A service of ``kernel`` (None before it started)."""
-    return _SERVICES.get(kernel)
+    return kernel.extensions.get(_SERVICE)
 
 
 class A2AService:
     """Everything A2A needs while the kernel runs: settings, task manager, push dispatcher."""
 
-    def __init__(self, kernel: Any, settings: A2ASettings) -> None:
+    def __init__(self, kernel: KernelAPI, settings: A2ASettings) -> None:
         self.kernel = kernel
         self.settings = settings
         self.tasks: TaskManager | None = None
@@ -87,12 +87,13 @@ class A2AService:
         self.ready = trio.Event()
         self.external_cards: dict[str, Any] = {}
         self.external_errors: dict[str, str] = {}
+        self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
-    async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED, push_transport: Any = None) -> None:
+    async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED, push_transport: Any = None) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
         home = Path(kernel.config.home)
-        synchronous = getattr(getattr(kernel.config, "store", None), "synchronous", "normal")
-        legacy_owner = getattr(kernel, "host_principal", "local")  # who owns tasks from before principals
+        synchronous = kernel.config.store.synchronous
+        legacy_owner = kernel.host_principal  # who owns tasks from before principals
         async with open_task_store(
             home / "a2a.db", max_tasks=self.settings.max_tasks, synchronous=synchronous, legacy_owner=legacy_owner
         ) as store:
@@ -113,7 +114,7 @@ class A2AService:
                     input_required_ttl_s=self.settings.input_required_ttl_s,
                 )
                 await self.tasks.recover()
-                _SERVICES[kernel] = self
+                kernel.extensions[_SERVICE] = self
                 if self.settings.external_agents:
                     from ._external import discover_external_agents
 
@@ -123,7 +124,7 @@ class A2AService:
                 try:
                     await trio.sleep_forever()
                 finally:
-                    _SERVICES.pop(kernel, None)
+                    kernel.extensions.pop(_SERVICE, None)
                     nursery.cancel_scope.cancel()
 
     # ---- agents ----------------------------------------------------------------------
@@ -200,7 +201,7 @@ class A2AService:
         """The principal a request's tasks belong to (see ``roost.plugins.http.Principal``);
         the kernel's host principal for a request the daemon did not authenticate."""
         principal = principal_of(req)
-        return principal.name if principal is not None else getattr(self.kernel, "host_principal", "local")
+        return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str, owner: str
@@ -343,7 +344,7 @@ def agent_unavailable(name: str, reason: str) -> m.A2AError:
     return m.A2AError(m.INTERNAL_ERROR, f"agent {name!r} is unavailable: {reason}", unavailable=True, jsonrpc_status=503)
 
 
-def check_default_agent(kernel: Any, settings: A2ASettings) -> None:
+def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A-enabled
     agent: checked once the agents are loaded, it stops the boot rather than serve a root
     URL that refuses everything."""
@@ -353,7 +354,7 @@ def check_default_agent(kernel: Any, settings: A2ASettings) -> None:
     man = kernel.agents.get(name)
     if man is not None and man.a2a.enabled:
         return
-    where = getattr(kernel.config, "where", "roost.toml")
+    where = kernel.config.where
     enabled = [n for n, a in kernel.agents.items() if a.a2a.enabled]
     known = ", ".join(enabled) or "none"
     if man is not None:
@@ -365,7 +366,7 @@ def check_default_agent(kernel: Any, settings: A2ASettings) -> None:
         close = difflib.get_close_matches(name, list(kernel.agents), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         problem = f"no agent is called {name!r}; {hint}A2A agents: {known}"
-        if getattr(kernel, "manifest_errors", None):
+        if kernel.manifest_errors:
             problem += " (some agent manifests failed to load; see the errors above)"
     raise ConfigError(f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent")
 
@@ -438,8 +439,8 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
         "protocolVersion": "0.3",
         "url": f"{endpoint}/jsonrpc",
     }
-    http = getattr(kernel.config, "http", None)
-    if service.settings.api_key or getattr(http, "api_key", None) or getattr(http, "keys", None):
+    http = kernel.config.http
+    if service.settings.api_key or http.api_key or http.keys:
         card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
         card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     if extended:
@@ -786,7 +787,7 @@ async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -
     return _json(result)
 
 
-def _handler(kernel: Any, core: Any, binding: str, *, auth: bool = True) -> Any:
+def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -> Any:
     """The route handler of ``core``: the A2A checks first; ``binding`` (card, jsonrpc, rest,
     v01) is the shape its errors take."""
 
@@ -800,7 +801,7 @@ def _handler(kernel: Any, core: Any, binding: str, *, auth: bool = True) -> Any:
     return handler
 
 
-def make_routes(kernel: Any, settings: A2ASettings) -> list[RouteDescriptor]:
+def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescriptor]:
     """The daemon routes of the A2A plugin."""
     lp = settings.listen_path
 

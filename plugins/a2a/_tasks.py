@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import (
+    KernelAPI,
     Output,
     RecursionLimitExceeded,
     RoostError,
@@ -152,7 +153,7 @@ class TaskManager:
 
     def __init__(
         self,
-        kernel: Any,
+        kernel: KernelAPI,
         store: TaskStore,
         nursery: trio.Nursery,
         *,
@@ -165,7 +166,7 @@ class TaskManager:
         self.store = store
         self.nursery = nursery
         self.push = push
-        self.run_timeout_s = run_timeout_s or float(getattr(getattr(kernel.config, "kernel", None), "ask_timeout_s", 300.0))
+        self.run_timeout_s = run_timeout_s or float(kernel.config.kernel.ask_timeout_s)
         self.open_per_caller = open_per_caller or default_open_tasks_per_caller(store.max_tasks)
         self.input_required_ttl_s = input_required_ttl_s
         self.live: dict[str, LiveTask] = {}
@@ -335,11 +336,9 @@ class TaskManager:
         blocking: bool,
     ) -> LiveTask:
         """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
-        agent_status = getattr(self.kernel, "agent_status", None)
-        if agent_status is not None:
-            status, reason = agent_status(agent)
-            if status == "stopped":
-                raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
+        status, reason = self.kernel.agent_status(agent)
+        if status == "stopped":
+            raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
         if options.accepted_output_modes and not any(
             _mode_accepts(mode, media) for mode in options.accepted_output_modes for media in _ANSWER_TYPES
         ):
@@ -628,10 +627,9 @@ class TaskManager:
     async def _check_context(self, agent: str, message: m.Message, owner: str) -> None:
         """-32602 naming ``message.contextId`` if it names ``owner``'s conversation with
         another agent (its run could only fail): refused before a task exists."""
-        store = getattr(self.kernel, "store", None)
-        if not message.context_id or store is None:
+        if not message.context_id:
             return
-        found = await store.session_agent(message.context_id, owner=owner)
+        found = await self.kernel.store.session_agent(message.context_id, owner=owner)
         if found is not None and found != agent:
             raise m.invalid("message.contextId", str(SessionConflict(message.context_id, agent, found)))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import trio
-from roost.kernel import RoostError
+from roost.kernel import KernelAPI, RoostError
 from roost.plugins.http import DaemonInfo, find_daemon, resolve_api_key
 
 from ._client import DaemonClient, TokenRuns
@@ -59,14 +59,13 @@ async def _daemon(config: Any) -> tuple[DaemonInfo | None, DaemonClient | None]:
 MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
 
 
-def _mcp_manager(kernel: Any) -> Any:
-    """The MCP client manager running in ``kernel``, or None (plugin disabled, fake kernel)."""
+def _mcp_manager(kernel: KernelAPI) -> Any:
+    """The MCP client manager running in ``kernel``, or None (plugin disabled)."""
     try:
         from roost.plugins.mcp._client_plugin import manager_for
-
-        return manager_for(kernel)
-    except (ImportError, TypeError):
+    except ImportError:
         return None
+    return manager_for(kernel)
 
 
 def _outcome(entry: Mapping[str, Any]) -> str | None:
@@ -78,7 +77,7 @@ def _outcome(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def wait_for_mcp_servers(kernel: Any, err: TextIO) -> None:
+async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
     """Wait until each configured MCP server is connected or has failed, each at most its
     ``timeout_secs``, saying so on ``err``: a one-shot command that lists or runs tools
     right after boot would otherwise miss every ``mcp_*`` tool."""
@@ -413,7 +412,7 @@ async def run_command(
     return 0
 
 
-def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> None:
+def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str) -> None:
     """What ``roost run`` prints once listening."""
     from ._main import roost_version
 
@@ -429,23 +428,23 @@ def banner(out: TextIO, kernel: Any, url: str, settings: Any, *, host: str) -> N
                 out,
                 f"  warning: listening on {host} without an API key: anyone who can reach it can drive your agents",
             )
-    for name, error in sorted(getattr(kernel, "agent_errors", {}).items()):
+    for name, error in sorted(kernel.agent_errors.items()):
         say(out, f"  agent {name} unavailable: {error}")
-    for error in getattr(kernel, "manifest_errors", ()):
+    for error in kernel.manifest_errors:
         say(out, f"  manifest skipped: {error}")
-    for warning in getattr(kernel, "load_warnings", ()):
+    for warning in kernel.load_warnings:
         say(out, f"  warning: {warning}")
     sandbox = _sandbox_line()
     if sandbox:
         say(out, sandbox)
-    failures = list(getattr(kernel.plugins, "failures", ()))
+    failures = list(kernel.plugins.failures)
     if failures:
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
     say(out, f"  MCP clients (IDE config): {json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}")
     if settings.api_key:
-        say(out, f"    (add your key to its \"env\" as {getattr(kernel.config.http, 'api_key_env', None) or 'ROOST_API_KEY'})")
+        say(out, f"    (add your key to its \"env\" as {kernel.config.http.api_key_env})")
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
 
 

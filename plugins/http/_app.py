@@ -26,6 +26,7 @@ from roost.kernel import (
     ConfigError,
     InvalidInput,
     InvalidTraceContext,
+    KernelAPI,
     PluginFailure,
     RoostError,
     RouteDescriptor,
@@ -66,7 +67,7 @@ _MESSAGE_FIELDS = ("message", "session_id", "timeout")
 class DaemonState:
     """What the app's handlers share; ``closing`` is set when graceful shutdown begins."""
 
-    kernel: Any
+    kernel: KernelAPI
     settings: HttpSettings
     limiter: Gcra
     event_buffer: int
@@ -107,7 +108,7 @@ def roost_version() -> str:
 
 
 def create_app(
-    kernel: Any,
+    kernel: KernelAPI,
     *,
     settings: HttpSettings | None = None,
     env: Mapping[str, str] | None = None,
@@ -439,8 +440,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
 
     async def agents_with_usage() -> list[dict[str, Any]]:
         """``kernel.agent_info()`` plus each agent's recorded token usage."""
-        store = getattr(kernel, "store", None)
-        usage = await store.usage_by_agent() if store is not None else {}
+        usage = await kernel.store.usage_by_agent()
         empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
         return [{**info, "usage": usage.get(info.get("name"), empty)} for info in kernel.agent_info()]
 
@@ -547,9 +547,7 @@ async def forward_events(
 
 
 def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
-    plugins = getattr(state.kernel, "plugins", None)
-    if plugins is None:
-        return
+    plugins = state.kernel.plugins
     hook = plugins.hook.roost_http_routes
     for impl in hook.get_hookimpls():
         if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):

@@ -25,6 +25,7 @@ from typing import Any
 import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve as hypercorn_serve
+from roost.kernel import KernelAPI
 
 from ._app import create_app, daemon_state
 from ._asgi import DaemonApp
@@ -120,7 +121,7 @@ def _quiet_accept_errors(settings: HttpSettings) -> Iterator[None]:
 
 
 async def serve(
-    kernel: Any,
+    kernel: KernelAPI,
     *,
     host: str = "127.0.0.1",
     port: int = 8470,
@@ -196,7 +197,7 @@ def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
 
 @asynccontextmanager
 async def open_daemon(
-    kernel: Any,
+    kernel: KernelAPI,
     host: str = "127.0.0.1",
     port: int = 0,
     *,

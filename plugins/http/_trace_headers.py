@@ -14,18 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from roost.kernel import InvalidTraceContext, TraceContext
+from roost.kernel import InvalidTraceContext, KernelAPI, TraceContext
 
 
 async def caller_headers(
-    kernel: Any, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
+    kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
 ) -> list[tuple[str, str]] | None:
     """The request's headers with the trace headers the calling process's run calls for
     (``peer`` → ``local``: the connection's two ``(host, port)`` ends); None when they
     stay as they are (not a POST, no registered run holds the connection, or the caller
     already sent a context as deep). A malformed depth header is left for the entry to
     refuse (400)."""
-    processes = getattr(kernel, "process_traces", None)
+    processes = kernel.process_traces
     if method != "POST" or not processes:
         return None
     found = await processes.caller_of(peer, local)
@@ -50,7 +50,7 @@ def install(app: Any, state: Any) -> None:
 
     @app.before_request
     async def _process_trace() -> None:
-        if request.method != "POST" or not getattr(state.kernel, "process_traces", None):
+        if request.method != "POST" or not state.kernel.process_traces:
             return
         scope = request.scope
         rewritten = await caller_headers(

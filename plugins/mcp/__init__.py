@@ -17,37 +17,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from roost.kernel import RouteDescriptor, ServiceDescriptor, hookimpl, hookspec
+from roost.kernel import KernelAPI, RouteDescriptor, ServiceDescriptor, hookimpl, hookspec
 
 
 class McpHookSpecs:
     """Hooks of the MCP server plugin (optional; other plugins implement them)."""
 
     @hookspec
-    def roost_mcp_resources(self, kernel: Any) -> list[Any]:
+    def roost_mcp_resources(self, kernel: KernelAPI) -> list[Any]:
         """Return extra ``ResourceEntry`` objects for the ``/mcp`` surface."""
 
     @hookspec
-    def roost_mcp_resource_templates(self, kernel: Any) -> list[Any]:
+    def roost_mcp_resource_templates(self, kernel: KernelAPI) -> list[Any]:
         """Return extra ``TemplateEntry`` objects for the ``/mcp`` surface."""
 
     @hookspec
-    def roost_mcp_prompts(self, kernel: Any) -> list[Any]:
+    def roost_mcp_prompts(self, kernel: KernelAPI) -> list[Any]:
         """Return extra ``PromptEntry`` objects for the ``/mcp`` surface."""
 
 
-def _add_specs(kernel: Any) -> None:
-    plugins = getattr(kernel, "plugins", None)
-    if plugins is not None and not getattr(plugins, "_roost_mcp_specs", False):
-        try:
-            plugins.add_hookspecs(McpHookSpecs)
-            plugins._roost_mcp_specs = True
-        except Exception:  # a fake plugin manager in tests; the hooks are optional anyway
-            pass
+def _add_specs(kernel: KernelAPI) -> None:
+    """Teach the kernel's plugin manager this plugin's hooks (once per kernel)."""
+    hook = getattr(kernel.plugins.hook, "roost_mcp_resources", None)  # pluggy's HookRelay
+    if hook is None or not hook.has_spec():
+        kernel.plugins.add_hookspecs(McpHookSpecs)
 
 
 @hookimpl
-def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     from ._http_server import mcp_routes
 
     _add_specs(kernel)
@@ -55,7 +52,7 @@ def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
 
 
 @hookimpl
-def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
     from ._http_server import run_hub
 
     _add_specs(kernel)

@@ -32,9 +32,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import DeadlineTimer
-from roost.kernel import _jsonrpc as jsonrpc
-from roost.kernel._errors import RoostError, is_mapping
+from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
 from .transports._base import (

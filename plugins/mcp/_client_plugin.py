@@ -9,28 +9,27 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
-from roost.kernel._hookspecs import RouteDescriptor, ServiceDescriptor, hookimpl
+from roost.kernel import KernelAPI, RouteDescriptor, ServiceDescriptor, hookimpl
 
 from ._manager import McpManager, check_config_servers
 
-_managers: weakref.WeakKeyDictionary[Any, McpManager] = weakref.WeakKeyDictionary()
+_MANAGER = "roost.plugins.mcp.manager"  # its key in kernel.extensions
 
 
-def manager_for(kernel: Any) -> McpManager | None:
+def manager_for(kernel: KernelAPI) -> McpManager | None:
     """The MCP manager running in ``kernel`` (None before the service started)."""
-    return _managers.get(kernel)
+    return kernel.extensions.get(_MANAGER)
 
 
-async def _run_manager(kernel: Any, *, task_status: Any) -> None:
+async def _run_manager(kernel: KernelAPI, *, task_status: Any) -> None:
     manager = McpManager.from_kernel(kernel)
-    _managers[kernel] = manager
+    kernel.extensions[_MANAGER] = manager
     try:
         await manager.run(task_status=task_status)
     finally:
-        _managers.pop(kernel, None)
+        kernel.extensions.pop(_MANAGER, None)
 
 
 @hookimpl
@@ -39,12 +38,12 @@ def roost_check_config(config: Any) -> None:
 
 
 @hookimpl
-def roost_services(kernel: Any) -> list[ServiceDescriptor]:
+def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
     return [ServiceDescriptor("mcp-client", _run_manager, start_timeout_s=10.0)]
 
 
 @hookimpl
-def roost_http_routes(kernel: Any) -> list[RouteDescriptor]:
+def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     async def list_servers(request: Any) -> Any:
         from roost.plugins.http import PlainResponse
 

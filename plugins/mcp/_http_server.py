@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
 from functools import partial
@@ -42,7 +41,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound, InvalidTraceContext, TraceContext
+from roost.kernel import AgentNotFound, InvalidTraceContext, KernelAPI, TraceContext
 from roost.kernel import jsonrpc as rpc
 from roost.plugins.http import PlainRequest, PlainResponse
 
@@ -52,8 +51,6 @@ from ._server import McpServer, ServerSession
 log = logging.getLogger("roost.mcp.http")
 
 MAX_SESSIONS = 1000
-SESSION_IDLE_S = 600.0  # default of http.mcp_session_idle_s
-SESSIONS_PER_CALLER = 100  # default of http.mcp_sessions_per_caller
 REPLAY_EVENTS = 256
 KEEPALIVE_S = 15.0
 MAX_IN_FLIGHT_PER_SESSION = 64
@@ -159,14 +156,13 @@ class McpHttpHub:
     plugin's service runs) a nursery in which handshake-era work outlives a dropped
     connection so it can be resumed."""
 
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: KernelAPI) -> None:
         self.kernel = kernel
         self.servers: dict[str | None, McpServer] = {}
         self.sessions: dict[str, HttpSession] = {}
         self.nursery: trio.Nursery | None = None
-        http = getattr(getattr(kernel, "config", None), "http", None)
-        self.idle_s = float(getattr(http, "mcp_session_idle_s", SESSION_IDLE_S))
-        self.per_caller = int(getattr(http, "mcp_sessions_per_caller", SESSIONS_PER_CALLER))
+        self.idle_s = float(kernel.config.http.mcp_session_idle_s)
+        self.per_caller = int(kernel.config.http.mcp_sessions_per_caller)
         self.max_sessions = MAX_SESSIONS
 
     def server_for(self, agent: str | None) -> McpServer:
@@ -247,18 +243,18 @@ class McpHttpHub:
                 self.close_session(sid)
 
 
-_hubs: weakref.WeakKeyDictionary[Any, McpHttpHub] = weakref.WeakKeyDictionary()
+_HUB = "roost.plugins.mcp.http_hub"  # its key in kernel.extensions
 
 
-def hub_for(kernel: Any) -> McpHttpHub:
+def hub_for(kernel: KernelAPI) -> McpHttpHub:
     """The hub of ``kernel`` (created on first use)."""
-    hub = _hubs.get(kernel)
+    hub = kernel.extensions.get(_HUB)
     if hub is None:
-        hub = _hubs[kernel] = McpHttpHub(kernel)
+        hub = kernel.extensions[_HUB] = McpHttpHub(kernel)
     return hub
 
 
-async def run_hub(kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def run_hub(kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
     """The ``mcp-http`` service: owns the nursery of the kernel's MCP HTTP sessions."""
     await hub_for(kernel).run(task_status=task_status)
 
@@ -315,7 +311,7 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
 class McpEndpoint:
     """The route handler of one MCP endpoint (``agent`` None: the host surface)."""
 
-    def __init__(self, kernel: Any, agent_param: bool) -> None:
+    def __init__(self, kernel: KernelAPI, agent_param: bool) -> None:
         self.kernel = kernel
         self.agent_param = agent_param
 
@@ -672,7 +668,7 @@ def render_error(status: int, code: str, message: str) -> tuple[bytes, str]:
     return body.encode(), "application/json"
 
 
-def mcp_routes(kernel: Any) -> list[Any]:
+def mcp_routes(kernel: KernelAPI) -> list[Any]:
     """The daemon routes: ``/mcp`` and ``/agents/<name>/mcp`` (POST, GET, DELETE)."""
     from roost.kernel import RouteDescriptor
 

@@ -28,15 +28,19 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel._errors import ConfigError, RecursionLimitExceeded, RoostError
-from roost.kernel._events import Event
-from roost.kernel._hookspecs import McpServerDescriptor
-from roost.kernel._tools import (
+from roost.kernel import (
+    ConfigError,
+    Event,
+    KernelAPI,
+    McpServerDescriptor,
+    RecursionLimitExceeded,
+    RoostError,
     Tool,
     ToolCall,
     ToolContext,
     ToolResult,
     ToolSpec,
+    jsonrpc,
     namespaced,
     normalise_name,
 )
@@ -219,7 +223,7 @@ def check_config_servers(config: Any) -> None:
         seen[key] = index
 
 
-def collect_server_configs(kernel: Any) -> tuple[list[ServerConfig], list[str]]:
+def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[str]]:
     """Every server to connect: the config file, then agents, then plugins. Returns
     (configs, errors); a duplicate name is an error and the later entry is skipped."""
     configs: list[ServerConfig] = []
@@ -239,19 +243,15 @@ def collect_server_configs(kernel: Any) -> tuple[list[ServerConfig], list[str]]:
         seen[key] = origin
         configs.append(cfg)
 
-    where = getattr(kernel.config, "where", "roost.toml")
-    for index, raw in enumerate(getattr(kernel.config, "mcp_servers", ()) or ()):
+    where = kernel.config.where
+    for index, raw in enumerate(kernel.config.mcp_servers):
         add(raw, f"{where}: mcp_servers[{index}]", "roost.toml")
-    for agent_name, manifest in sorted(getattr(kernel, "agents", {}).items()):
-        for index, desc in enumerate(getattr(manifest, "mcp_servers", ()) or ()):
+    for agent_name, manifest in sorted(kernel.agents.items()):
+        for index, desc in enumerate(manifest.mcp_servers):
             add(desc, f"agent {agent_name}: mcp_servers[{index}]", f"agent:{agent_name}", agent_name)
-    plugins = getattr(kernel, "plugins", None)
-    if plugins is not None:
-        from roost.kernel._kernel import _hook_results
-
-        for plugin, results in _hook_results(plugins, "roost_mcp_servers", config=kernel.config):
-            for index, desc in enumerate(results):
-                add(desc, f"plugin {plugin}: roost_mcp_servers[{index}]", f"plugin:{plugin}")
+    for plugin, results in kernel.plugins.call_each("roost_mcp_servers", config=kernel.config):
+        for index, desc in enumerate(results):
+            add(desc, f"plugin {plugin}: roost_mcp_servers[{index}]", f"plugin:{plugin}")
     return configs, errors
 
 
@@ -317,18 +317,17 @@ class ServerState:
 class McpManager:
     """Connects and supervises every configured MCP server for one kernel."""
 
-    def __init__(self, kernel: Any, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()) -> None:
+    def __init__(self, kernel: KernelAPI, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()) -> None:
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
         self.config_errors: list[str] = list(errors)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
-        tools_cfg = getattr(getattr(kernel, "config", None), "tools", None)
-        self.allow_private = bool(getattr(tools_cfg, "allow_private_network", False))
+        self.allow_private = kernel.config.tools.allow_private_network
         self.backoff_base_s = BACKOFF_BASE_S
         self.backoff_max_s = BACKOFF_MAX_S
 
     @classmethod
-    def from_kernel(cls, kernel: Any) -> McpManager:
+    def from_kernel(cls, kernel: KernelAPI) -> McpManager:
         configs, errors = collect_server_configs(kernel)
         for error in errors:
             log.error("MCP server configuration skipped: %s", error)
@@ -702,12 +701,11 @@ class McpManager:
 
     async def _sample(self, params: Mapping[str, Any], context: ServerRequestContext) -> dict[str, Any]:
         """Answer ``sampling/createMessage`` with the calling agent's own provider."""
-        from roost.kernel import _jsonrpc as jsonrpc
-        from roost.kernel._loop import CompletionRequest, Message
+        from roost.kernel import CompletionRequest, Message  # the agent loop's types, on use
 
         agent = context.caller
-        runtime = self.kernel._runtimes.get(agent) if agent else None
-        if runtime is None:
+        provider = self.kernel.provider_for(agent) if agent else None
+        if provider is None:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_REQUEST,
                 "sampling: no agent is calling this server right now, so there is no model to answer with",
@@ -730,11 +728,11 @@ class McpManager:
             messages=tuple(messages),
             parameters={"max_tokens": max_tokens} if isinstance(max_tokens, int) else {},
         )
-        completion = await runtime.provider.complete(request)
+        completion = await provider.complete(request)
         return {
             "role": "assistant",
             "content": {"type": "text", "text": completion.text},
-            "model": getattr(runtime.provider, "name", "roost"),
+            "model": getattr(provider, "name", "roost"),  # not part of the Provider protocol
             "stopReason": "maxTokens" if completion.stop_reason == "max_tokens" else "endTurn",
         }
 

@@ -26,7 +26,6 @@ import json
 import logging
 import secrets
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, NoReturn
@@ -41,6 +40,7 @@ from roost.kernel import (
     Event,
     EventKind,
     InvalidInput,
+    KernelAPI,
     Output,
     SurfaceCall,
     agent_tool_name,
@@ -224,7 +224,7 @@ class TemplateEntry:
         return found.groupdict() if found else None
 
 
-def agent_card(kernel: Any, name: str) -> dict[str, Any]:
+def agent_card(kernel: KernelAPI, name: str) -> dict[str, Any]:
     """A JSON description of an agent (its "card"): identity, skills and endpoints."""
     m = kernel.agents[name]
     status, error = kernel.agent_status(name)  # as /api/agents reports it
@@ -243,7 +243,7 @@ def agent_card(kernel: Any, name: str) -> dict[str, Any]:
     }
 
 
-def agent_manifest_view(kernel: Any, name: str) -> dict[str, Any]:
+def agent_manifest_view(kernel: KernelAPI, name: str) -> dict[str, Any]:
     """The public parts of an agent's manifest (no filesystem paths, no secrets)."""
     m = kernel.agents[name]
     return {
@@ -259,11 +259,10 @@ def agent_manifest_view(kernel: Any, name: str) -> dict[str, Any]:
     }
 
 
-def extras(kernel: Any, hook_name: str, kind: type) -> list[Any]:
+def extras(kernel: KernelAPI, hook_name: str, kind: type) -> list[Any]:
     """The ``kind`` entries plugins add through the hook ``hook_name`` (``roost_mcp_resources``,
     ``roost_mcp_resource_templates``, ``roost_mcp_prompts``); a plugin raising is logged."""
-    plugins = getattr(kernel, "plugins", None)
-    hook = getattr(getattr(plugins, "hook", None), hook_name, None)
+    hook = getattr(kernel.plugins.hook, hook_name, None)  # none until a plugin implements it
     if hook is None:
         return []
     out: list[Any] = []
@@ -335,14 +334,14 @@ class ArtifactShelf:
             self._bytes -= size
 
 
-_shelves: weakref.WeakKeyDictionary[Any, ArtifactShelf] = weakref.WeakKeyDictionary()
+_SHELF = "roost.plugins.mcp.artifacts"  # its key in kernel.extensions
 
 
-def artifact_shelf(kernel: Any) -> ArtifactShelf:
+def artifact_shelf(kernel: KernelAPI) -> ArtifactShelf:
     """The kernel's one ``ArtifactShelf`` (shared by its MCP surfaces and transports)."""
-    shelf = _shelves.get(kernel)
+    shelf = kernel.extensions.get(_SHELF)
     if shelf is None:
-        shelf = _shelves[kernel] = ArtifactShelf()
+        shelf = kernel.extensions[_SHELF] = ArtifactShelf()
     return shelf
 
 
@@ -367,7 +366,7 @@ class McpServer:
 
     def __init__(
         self,
-        kernel: Any,
+        kernel: KernelAPI | None,
         *,
         agent: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,

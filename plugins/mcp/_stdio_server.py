@@ -18,7 +18,7 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from roost.kernel import jsonrpc as rpc
@@ -26,6 +26,9 @@ from roost.kernel import jsonrpc as rpc
 from . import _protocol as p
 from ._framing import Frame, NotJson, Oversize, StdioFramer
 from .transports._base import BatchedWriter
+
+if TYPE_CHECKING:  # pragma: no cover
+    from roost.kernel import KernelAPI
 
 log = logging.getLogger("roost.mcp.stdio")
 
@@ -104,7 +107,7 @@ async def stdio_loop(
 
 
 async def serve_kernel_stdio(
-    kernel: Any, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, agent: str | None = None
+    kernel: KernelAPI, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, agent: str | None = None
 ) -> None:
     """Serve ``kernel``'s host surface (like ``/mcp``), or ``agent``'s own surface (like
     ``/agents/<agent>/mcp``), on a pair of byte streams."""

@@ -33,7 +33,7 @@ def report_log(ctx: Any, level: str, data: Any, logger: str | None = None) -> No
 
 
 def _publish(ctx: Any, kind: str, payload: dict[str, Any]) -> None:
-    kernel = getattr(ctx, "kernel", None)
+    kernel = ctx.kernel
     if kernel is not None and ctx.trace is not None:
         kernel.publish(Event(kind, ctx.agent, payload=payload, trace=ctx.trace))
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import Event, EventKind
+from roost.kernel import Event, EventKind, KernelAPI
 
 from . import _protocol as p
 from ._tool_context import LOG_EVENT, PROGRESS_EVENT
@@ -26,7 +26,7 @@ class _RunWatcher:
 
     _KINDS = (EventKind.AGENT_TOKEN, EventKind.EXEC_TOOL_CALL, EventKind.EXEC_TOOL_RESULT, PROGRESS_EVENT, LOG_EVENT)
 
-    def __init__(self, kernel: Any, call: _Call, trace_id: str, heartbeat: bool) -> None:
+    def __init__(self, kernel: KernelAPI, call: _Call, trace_id: str, heartbeat: bool) -> None:
         self.heartbeat = heartbeat  # an agent run: report each step; else only the tool's own
         self.kernel = kernel
         self.call = call
@@ -128,7 +128,7 @@ class _EventRouter:
     def active(self) -> bool:
         return self._events is not None
 
-    async def run(self, kernel: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._tap = kernel.tap
         async with kernel.tap.subscribe(buffer=256, kinds=tuple(self.kinds)) as events:
             self._events = events

@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import attrs
-from roost.kernel import ToolCall
-from roost.kernel._loop import Completion, CompletionRequest, StreamDelta
+from roost.kernel import Completion, CompletionRequest, StreamDelta, ToolCall
 
 from ._context import context_window_for, fit_context
 from ._http import HttpClient, ProviderResponseError, ProviderSettings

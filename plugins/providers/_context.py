@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-from roost.kernel._loop import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message
 
 # Per-vendor defaults (tokens) when neither the agent nor roost.toml says otherwise.
 DEFAULT_CONTEXT_WINDOWS = {

@@ -14,8 +14,15 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
-from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
+from roost.kernel import (
+    Completion,
+    CompletionRequest,
+    Message,
+    ProviderDescriptor,
+    ToolCall,
+    Usage,
+    hookimpl,
+)
 
 from ._base import (
     HttpProvider,

@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import ProviderDescriptor, hookimpl
-from roost.kernel._loop import Completion, CompletionRequest, Message, Usage
+from roost.kernel import Completion, CompletionRequest, Message, ProviderDescriptor, Usage, hookimpl
 
 from ._base import (
     HttpProvider,

@@ -15,8 +15,16 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from roost.kernel import ProviderDescriptor, ToolCall, hookimpl
-from roost.kernel._loop import Completion, CompletionRequest, Message, StreamDelta, Usage
+from roost.kernel import (
+    Completion,
+    CompletionRequest,
+    Message,
+    ProviderDescriptor,
+    StreamDelta,
+    ToolCall,
+    Usage,
+    hookimpl,
+)
 
 _PLACEHOLDER = re.compile(r"\{(message|answer|results|result(?:\[(\d+)\])?|agent)\}")
 DEFAULT_REPLY = "{message}"

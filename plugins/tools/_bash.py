@@ -443,7 +443,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                 'or fix "workspace" in its agent.json'
             )
         kernel = ctx.kernel
-        manifest = getattr(kernel, "agents", {}).get(ctx.agent) if kernel is not None else None
+        manifest = kernel.agents.get(ctx.agent) if kernel is not None else None
         network = getattr(manifest, "network", None)
         allowlist = tuple(dict.fromkeys((*settings.env_allowlist, *ctx.env_allowlist)))
         env = child_environment(workspace, allowlist, access.temp)
@@ -453,7 +453,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         # ROOST_TRACE_DEPTH, ROOST_TRACE_PATH); the daemon also knows it by the pid.
         trace = ctx.trace or TraceContext.new(ctx.agent)
         env.update(trace.to_env())
-        processes = getattr(ctx.kernel, "process_traces", None)
+        processes = kernel.process_traces if kernel is not None else None
         run = await run_command(
             command_argv(
                 command,

@@ -69,8 +69,7 @@ def _real(path: Path | str) -> Path:
 
 def data_home(ctx: ToolContext) -> Path | None:
     """roost's data directory when the call runs in a kernel, else None."""
-    home = getattr(getattr(ctx.kernel, "config", None), "home", None)
-    return _real(home) if home else None
+    return _real(ctx.kernel.config.home) if ctx.kernel is not None else None
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
@@ -281,8 +280,8 @@ def file_access(ctx: ToolContext) -> FileAccess:
     mode = check_mode(ctx)
     workspace = workspace_of(ctx)
     temp = temp_dir_of(ctx)
-    kernel = ctx.kernel
-    manifest = getattr(kernel, "agents", {}).get(ctx.agent) if kernel is not None else None
+    agents = ctx.kernel.agents if ctx.kernel is not None else {}
+    manifest = agents.get(ctx.agent)
     files = getattr(manifest, "files", None)
     read = tuple(_real(p) for p in getattr(files, "read", ()))
     write = tuple(_real(p) for p in getattr(files, "write", ()))
@@ -290,7 +289,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
     home = data_home(ctx)
     if home is not None:
         deny.append((home, "roost's data directory"))
-        for name, other in getattr(kernel, "agents", {}).items():
+        for name, other in agents.items():
             if name != ctx.agent and hasattr(other, "workspace_dir"):
                 deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))

@@ -13,8 +13,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 import conformance_plugin  # noqa: E402
-from roost.kernel._config import default_config  # noqa: E402
-from roost.kernel._kernel import open_kernel  # noqa: E402
+from roost.kernel import default_config, open_kernel  # noqa: E402
 from roost.plugins.http import serve  # noqa: E402
 
 

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from roost.kernel import ConfigError, hookimpl, load_config
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
+from roost.kernel import ConfigError, default_config, hookimpl, load_config, open_kernel
 
 ROOST = Path(sys.executable).parent / "roost"
 

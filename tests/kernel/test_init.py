@@ -100,3 +100,18 @@ def test_a_light_name_loads_only_its_own_module():
 
 def test_a_name_loads_its_module_when_used():
     assert "roost.kernel._kernel" in _modules_after("from roost.kernel import Kernel")
+
+
+def test_ruff_refuses_every_private_kernel_module_outside_the_kernel():
+    # A new kernel/_x.py without its banned-api entry would be importable by plugins.
+    import tomllib
+
+    pyproject = tomllib.loads((INIT.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    lint = pyproject["tool"]["ruff"]["lint"]
+    banned = lint["flake8-tidy-imports"]["banned-api"]
+    modules = {f"roost.kernel.{p.stem}" for p in INIT.parent.glob("_*.py") if p.stem != "__init__"}
+    assert "TID" in lint["select"] and set(banned) == modules
+    for module, entry in banned.items():  # the public names it offers are that module's
+        offered = entry["msg"].partition("import ")[2].rstrip("`")
+        for name in filter(None, offered.split(", ")):
+            assert name == "..." or kernel._PUBLIC[name][0] == module.rpartition(".")[2], module

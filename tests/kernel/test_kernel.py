@@ -20,11 +20,11 @@ from roost.kernel import (
     ToolSpec,
     ToolVeto,
     TraceContext,
+    default_config,
     hookimpl,
+    open_kernel,
+    parse_manifest,
 )
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
 
 
 @pytest.fixture
@@ -275,7 +275,7 @@ class ServicePlugin:
 
     @hookimpl
     def roost_services(self, kernel):
-        from roost.kernel._hookspecs import ServiceDescriptor
+        from roost.kernel import ServiceDescriptor
 
         async def adds_a_tool(kernel, *, task_status):
             async def late(call, ctx):
@@ -669,7 +669,7 @@ def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
     # markers must start empty on every call, also after an encoding that failed.
     import json
 
-    from roost.kernel._kernel import _audit_json_encoder
+    from roost.kernel._toolcalls import _audit_json_encoder
 
     reference = json.JSONEncoder(ensure_ascii=False, default=repr)
     encode = _audit_json_encoder()
@@ -729,7 +729,7 @@ def test_the_kernel_builds_audit_records_through_the_store_classs_own_slots():
     import attrs
     from roost.kernel import AuditRecord
     from roost.kernel._audit import MAX_AUDIT_CHARS
-    from roost.kernel._kernel import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _build_audit
+    from roost.kernel._toolcalls import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _build_audit
 
     assert _build_audit is not AuditRecord
     assert tuple(f.name for f in attrs.fields(AuditRecord)) == _AUDIT_FIELDS
@@ -740,8 +740,7 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
     # Regression (review): the off-switch compared field names only, so a validator added
     # to an existing field would have been skipped silently by the shortcut.
     import attrs
-    from roost.kernel import _kernel
-    from roost.kernel._audit import AuditRecord
+    from roost.kernel import AuditRecord, _toolcalls
 
     def positive(instance, attribute, value):  # a new check the shortcut knows nothing of
         if value < 0:
@@ -750,7 +749,7 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
     real = attrs.fields
     fields = [f.evolve(validator=positive) if f.name == "duration_ms" else f for f in real(AuditRecord)]
     monkeypatch.setattr(attrs, "fields", lambda cls: fields if cls is AuditRecord else real(cls))
-    assert _kernel._audit_builder() is AuditRecord
+    assert _toolcalls._audit_builder() is AuditRecord
 
 
 async def test_audit_records_of_the_kernel_equal_the_validated_ones_and_bad_values_still_fail(config):

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import trio
-from roost.kernel import LoopDetected, ToolCall, ToolResult
-from roost.kernel._loop import Completion, CompletionRequest, Message, StreamDelta, run_loop
+from roost.kernel import (
+    Completion,
+    CompletionRequest,
+    LoopDetected,
+    Message,
+    StreamDelta,
+    ToolCall,
+    ToolResult,
+    run_loop,
+)
 
 
 class ListProvider:

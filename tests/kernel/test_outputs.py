@@ -7,10 +7,17 @@ import json
 
 import pytest
 import trio
-from roost.kernel import AgentReply, Output, OutputPart, Outputs, ToolArgumentsInvalid, ToolCall
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import (
+    AgentReply,
+    Output,
+    OutputPart,
+    Outputs,
+    ToolArgumentsInvalid,
+    ToolCall,
+    default_config,
+    open_kernel,
+    parse_manifest,
+)
 from roost.kernel._outputs import MAX_RUN_BYTES, output_from_json
 
 MAKER_STEPS = [
@@ -117,7 +124,7 @@ def test_mcp_blocks_for_every_kind_of_part():
 def test_a_run_at_its_bounds_fits_one_mcp_stdio_message():
     # Regression: a file's base64 was sent twice (content block and structuredContent), so
     # a 4 MiB file — within the documented limit — made the stdio reply too large to send.
-    from roost.kernel._outputs import MAX_FILE_BYTES
+    from roost.kernel import MAX_FILE_BYTES
     from roost.plugins.mcp._framing import MAX_MESSAGE_BYTES
 
     outputs = Outputs()

@@ -537,7 +537,7 @@ async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch)
 
 
 async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
-    from roost.kernel._store import open_store
+    from roost.kernel import open_store
 
     async with open_store(tmp_path / "x.db") as store:
         before = await store.start_exchange("s", "a", {"role": "user", "content": "one", "data": {}})
@@ -556,7 +556,7 @@ async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
 async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
     # A new session is inserted with its first messages already counted (no UPDATE after
     # the INSERT); every way of creating one must still count right, and so must later appends.
-    from roost.kernel._store import open_store
+    from roost.kernel import open_store
 
     async with open_store(tmp_path / "x.db") as store:
         await store.start_exchange("started", "a", msg("user", "one"))
@@ -841,8 +841,7 @@ async def test_a_normal_store_never_asks_for_full_sync(tmp_path):
 async def test_a_tool_calls_audit_row_is_stored_when_the_call_returns(tmp_path):
     # Regression: audit rows were written behind (the reply did not wait for its row), so a
     # row was missing from the database when its caller already had the result.
-    from roost.kernel import ToolCall, default_config, open_kernel
-    from roost.kernel._manifest import parse_manifest
+    from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
 
     def agent(name, tools):
         script = {"rules": [], "default_reply": "{message}"}

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from roost.kernel import validate_files
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
+from roost.kernel import default_config, open_kernel, validate_files
 
 ROOST = Path(sys.executable).parent / "roost"
 

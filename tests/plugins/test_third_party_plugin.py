@@ -12,13 +12,10 @@ import importlib
 import shutil
 import subprocess
 import sys
-from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 from roost.kernel import ENTRY_POINT_GROUP, PluginManager, ToolCall, ToolContext
-from roost.kernel import _plugins as plugins_module
-from roost.kernel._plugins import collect
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "roost-hello-plugin"
 DIST = "roost-hello-plugin"
@@ -59,7 +56,7 @@ async def test_installed_plugin_is_discovered_and_its_tool_works(installed_hello
     pm.load_entry_points()
     assert "hello" in pm.loaded and "tools" in pm.loaded
 
-    tools = {t.spec.name: t for t in collect(pm.hook.roost_tools(config=None))}
+    tools = {t.spec.name: t for _, found in pm.call_each("roost_tools", config=None) for t in found}
     assert "hello" in tools and "bash" in tools  # third-party and built-in side by side
     hello = tools["hello"]
     assert hello.spec.qualified_name == "hello:hello"
@@ -88,15 +85,14 @@ def test_uninstalled_plugin_is_gone_again():
     assert "hello_broken" not in {f.name for f in pm.failures}
 
 
-def test_broken_entry_point_is_skipped_without_installing_anything(monkeypatch):
-    # The same guarantee without pip: an entry point whose module raises at import.
-    real = plugins_module.entry_points
-
-    def with_broken(*, group):
-        broken = EntryPoint("exploding", "roost_no_such_module_for_tests", ENTRY_POINT_GROUP)
-        return [*real(group=group), broken]
-
-    monkeypatch.setattr(plugins_module, "entry_points", with_broken)
+def test_broken_entry_point_is_skipped_without_installing_anything(monkeypatch, tmp_path):
+    # The same guarantee without pip: a distribution on sys.path whose entry point's module
+    # raises at import (it does not exist).
+    dist = tmp_path / "roost_exploding_for_tests-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: roost-exploding-for-tests\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nexploding = roost_no_such_module_for_tests\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     pm = PluginManager()
     pm.load_entry_points()
     assert [f.name for f in pm.failures if f.name == "exploding"] == ["exploding"]

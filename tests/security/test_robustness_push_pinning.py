@@ -16,7 +16,6 @@ import types
 
 import httpx
 import trio
-from roost.kernel import _netguard
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._push import PushDispatcher, PushSettings
 
@@ -52,7 +51,7 @@ class LoopbackOnly(httpx.AsyncBaseTransport):
         await self._real.aclose()
 
 
-async def test_push_delivery_connects_only_to_the_checked_address_not_a_rebound_one(nursery, monkeypatch):
+async def test_push_delivery_connects_only_to_the_checked_address_not_a_rebound_one(nursery):
     accepted: list[str] = []
 
     async def record(stream: trio.SocketStream) -> None:
@@ -63,9 +62,8 @@ async def test_push_delivery_connects_only_to_the_checked_address_not_a_rebound_
     listeners = await nursery.start(functools.partial(trio.serve_tcp, record, 0, host="127.0.0.1"))
     port = listeners[0].socket.getsockname()[1]
     resolver = RebindingResolver(first=PUBLIC, later="127.0.0.1")
-    monkeypatch.setattr(_netguard, "_system_resolver", resolver)  # what check_url asks
     transport = LoopbackOnly()
-    dispatcher = PushDispatcher(None, PushSettings(retries=3, backoff_s=0.01), transport=transport)
+    dispatcher = PushDispatcher(None, PushSettings(retries=3, backoff_s=0.01), transport=transport, resolver=resolver)
     await nursery.start(dispatcher.run)
 
     config = m.PushConfig(task_id="t1", id="c1", url=f"http://localhost:{port}/hook")

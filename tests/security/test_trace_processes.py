@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import trio
-from roost.kernel import ProcessTraces, RoostError, TraceContext, _proctrace
+from roost.kernel import ProcessTraces, RoostError, TraceContext
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 
@@ -90,7 +90,7 @@ async def test_a_connection_from_outside_every_registered_tree_is_nobodys():
             await sleeper.wait()
 
 
-async def test_a_tree_past_the_bounds_counts_as_the_deepest_running_run(monkeypatch):
+async def test_a_tree_past_the_bounds_counts_as_the_deepest_running_run():
     # A command that forks more processes than a look-up visits cannot hide in the crowd.
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
@@ -101,10 +101,9 @@ async def test_a_tree_past_the_bounds_counts_as_the_deepest_running_run(monkeypa
             deep = chain("a", "b", "c", "d")
             traces.register(process.pid, chain("a"))
             traces.register(2**22 + 9, deep)
-            monkeypatch.setattr(_proctrace, "MAX_PROCESSES", 1)
+            traces.max_processes = 1
             assert await traces.caller_of(peer, conn.getsockname()) == deep
-            monkeypatch.setattr(_proctrace, "MAX_PROCESSES", 4096)
-            monkeypatch.setattr(_proctrace, "MAX_FDS", 1)
+            traces.max_processes, traces.max_fds = 4096, 1
             assert await traces.caller_of(peer, conn.getsockname()) == deep
         finally:
             await _finish(process, conn)
@@ -121,23 +120,6 @@ def test_the_table_is_bounded_and_a_full_table_refuses_to_register():
     first()  # idempotent
     traces.register(103, chain("c"))
     assert len(traces) == 2
-
-
-def test_socket_inode_reads_both_tables_and_ignores_what_it_cannot_match():
-    import os
-
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        client = socket.create_connection(listener.getsockname())
-        conn, peer = listener.accept()
-        with client, conn:
-            inode = _proctrace.socket_inode(peer, conn.getsockname())
-            assert inode == os.fstat(client.fileno()).st_ino
-            # as a dual-stack server sees the same peer
-            assert _proctrace.socket_inode((f"::ffff:{peer[0]}", peer[1]), (f"::ffff:{conn.getsockname()[0]}", conn.getsockname()[1])) == inode
-            assert _proctrace.socket_inode(("127.0.0.1", 1), conn.getsockname()) is None
-            assert _proctrace.socket_inode(("not an address", 1), conn.getsockname()) is None
 
 
 async def test_the_bash_tool_registers_its_command_and_gives_it_the_runs_context(tmp_path):

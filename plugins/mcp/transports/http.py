@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel._netguard import Resolver
+from roost.kernel import Resolver
 from roost.plugins.http.client import (
     ResponseTooLarge,
     http_error_text,

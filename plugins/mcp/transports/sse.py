@@ -23,8 +23,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import trio
-from roost.kernel import AddressPins, check_url, jsonrpc
-from roost.kernel._netguard import Resolver
+from roost.kernel import AddressPins, Resolver, check_url, jsonrpc
 from roost.plugins.http.client import (
     PinnedTransport,
     http_error_text,

@@ -19,6 +19,7 @@ from roost.kernel import (
     EventKind,
     EventTap,
     PluginManager,
+    ProcessTraces,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -62,12 +63,28 @@ class FakeManifest:
     model: FakeModel = FakeModel()
 
 
+class FakeStore:
+    """No usage recorded yet."""
+
+    async def usage_by_agent(self) -> dict[str, dict]:
+        return {}
+
+
 class FakeKernel:
-    """Agents answer ``echo: <message>``; ``fail_with`` makes ``send`` raise instead."""
+    """Agents answer ``echo: <message>``; ``fail_with`` makes ``send`` raise instead.
+
+    It has the members of ``roost.kernel.KernelAPI`` that the daemon and the CLI use."""
 
     def __init__(self, config: FakeConfig, agents: tuple[str, ...] = ("echo", "coder")) -> None:
         self.config = config
         self.agents = {n: FakeManifest(n, description=f"the {n} agent") for n in agents}
+        self.agent_errors: dict[str, str] = {}
+        self.manifest_errors: list[Exception] = []
+        self.load_warnings: list[str] = []
+        self.host_principal = "local"
+        self.store = FakeStore()
+        self.process_traces = ProcessTraces()
+        self.extensions: dict[str, Any] = {}
         self.tap = EventTap()
         self.plugins = PluginManager()
         self.sent: list[dict[str, Any]] = []

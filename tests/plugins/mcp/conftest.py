@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 from mcp_server_fixtures import McpTestTools, standard_agents
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
+from roost.kernel import default_config, open_kernel
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import trio
-from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, parse_manifest
 from roost.plugins.mcp import report_log, report_progress
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}

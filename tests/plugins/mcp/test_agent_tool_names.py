@@ -15,10 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 from mcp_server_fixtures import make_agent
-from roost.kernel import ToolCall
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
 from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from roost.kernel import Output, OutputPart, Outputs
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
+from roost.kernel import Output, OutputPart, Outputs, default_config, open_kernel
 from roost.plugins.http import open_daemon
 
 HERE = Path(__file__).parent

@@ -10,11 +10,15 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
-from roost.kernel import EventKind, ToolCall, TraceContext
-from roost.kernel._config import default_config
-from roost.kernel._errors import ConfigError
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import (
+    ConfigError,
+    EventKind,
+    ToolCall,
+    TraceContext,
+    default_config,
+    open_kernel,
+    parse_manifest,
+)
 from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp._manager import collect_server_configs, parse_server_config
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from roost.kernel import McpServerDescriptor, ToolCall
-from roost.kernel._kernel import open_kernel
+from roost.kernel import McpServerDescriptor, ToolCall, open_kernel
 from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp._manager import collect_server_configs, parse_server_config
 from test_manager import RAW, agent, make_config, wait_until

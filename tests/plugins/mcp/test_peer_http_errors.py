@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from roost.kernel import EventKind, ToolCall, default_config, open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import EventKind, ToolCall, default_config, open_kernel, parse_manifest
 from roost.plugins.mcp import _manager
 from roost.plugins.mcp._client import ClientOptions, McpProtocolError, open_mcp_client
 from roost.plugins.mcp._client_plugin import manager_for

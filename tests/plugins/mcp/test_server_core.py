@@ -303,7 +303,7 @@ async def test_agent_progress_reports_each_step_of_a_run(kernel):
 
 async def test_stateless_message_tool_asks_back_with_an_input_required_result(config, tools_plugin):
     from mcp_server_fixtures import make_agent
-    from roost.kernel._kernel import open_kernel
+    from roost.kernel import open_kernel
 
     asker = make_agent(
         "asker",
@@ -588,8 +588,7 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
     # request task; with every task waiting on such answers, it stalled until the timeout.
     from functools import partial
 
-    from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, open_kernel
-    from roost.kernel._manifest import parse_manifest
+    from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, open_kernel, parse_manifest
     from roost.plugins.mcp import request_client
 
     class AskingTool:

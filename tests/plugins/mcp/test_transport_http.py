@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from roost.kernel import ToolCall
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
-from roost.kernel._netguard import UrlRefused
+from roost.kernel import ToolCall, UrlRefused, default_config, open_kernel, parse_manifest
 from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp.transports.http import http_error_message, open_http_transport
 from roost.plugins.mcp.transports.sse import (

@@ -77,8 +77,8 @@ LAUNCHER = textwrap.dedent(
 ROOST = textwrap.dedent(
     """
     import sys, trio
-    from roost.kernel._config import default_config
-    from roost.kernel._kernel import open_kernel
+    from roost.kernel import default_config
+    from roost.kernel import open_kernel
 
     async def main():
         server = {"name": "npx", "timeout_secs": 10, "env": ["ROOST_TEST_PIDS"],

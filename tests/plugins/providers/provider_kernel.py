@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import (
+    Tool,
+    ToolResult,
+    ToolSpec,
+    default_config,
+    hookimpl,
+    open_kernel,
+    parse_manifest,
+)
 
 NOTES = "the launch code is 4242\n"
 

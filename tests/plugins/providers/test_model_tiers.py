@@ -15,9 +15,7 @@ import sqlite3
 import httpx
 import pytest
 from fake_vendor import FakeVendor, Reply
-from roost.kernel._config import default_config
-from roost.kernel._kernel import open_kernel
-from roost.kernel._manifest import parse_manifest
+from roost.kernel import default_config, open_kernel, parse_manifest
 from roost.plugins.http import open_daemon
 
 NO_RETRY = {"max_retries": 0, "retry_backoff_s": 0.0}

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 from fake_vendor import Reply
-from roost.kernel._loop import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message
 from roost.plugins.http.client import retry_after_s, sse_events
 from roost.plugins.providers._context import (
     MARKER_PREFIX,

@@ -10,8 +10,7 @@ from fake_vendor import Reply, sse
 from google import genai
 from google.genai import types
 from provider_kernel import run_agent
-from roost.kernel import ToolCall, ToolSpec
-from roost.kernel._loop import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message, ToolCall, ToolSpec
 from roost.plugins.providers._http import (
     ProviderAuthError,
     ProviderConfigError,

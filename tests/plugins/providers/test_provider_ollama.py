@@ -7,8 +7,7 @@ import pytest
 import trio
 from fake_vendor import Reply, ndjson
 from provider_kernel import run_agent
-from roost.kernel import ToolCall, ToolSpec
-from roost.kernel._loop import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message, ToolCall, ToolSpec
 from roost.plugins.providers._http import (
     ProviderResponseError,
     ProviderUnavailable,

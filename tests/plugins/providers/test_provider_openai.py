@@ -10,8 +10,7 @@ import trio
 from fake_vendor import Reply, sse
 from httpx_sse import ServerSentEvent as SseEvent
 from provider_kernel import NOTES, run_agent
-from roost.kernel import ToolCall, ToolSpec
-from roost.kernel._loop import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message, ToolCall, ToolSpec
 from roost.plugins.providers._http import (
     ProviderAuthError,
     ProviderConfigError,
@@ -500,9 +499,7 @@ async def test_a_model_repeating_the_same_call_is_stopped_by_the_loop_guard(vend
 
 
 async def test_a_missing_key_makes_only_that_agent_unavailable(tmp_path, monkeypatch):
-    from roost.kernel._config import default_config
-    from roost.kernel._kernel import open_kernel
-    from roost.kernel._manifest import parse_manifest
+    from roost.kernel import default_config, open_kernel, parse_manifest
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     agents = [

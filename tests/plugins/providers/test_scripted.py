@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from roost.kernel import ToolResult
-from roost.kernel._loop import CompletionRequest, Message, run_loop
+from roost.kernel import CompletionRequest, Message, ToolResult, run_loop
 from roost.plugins.providers.scripted import ScriptedProvider, roost_providers
 
 SCRIPT = {

@@ -8,13 +8,13 @@ import os
 import pytest
 from roost.kernel import (
     MAX_FILE_BYTES,
+    MAX_RUN_PARTS,
     Outputs,
     ToolArgumentsInvalid,
     ToolCall,
     ToolContext,
     validate_arguments,
 )
-from roost.kernel._outputs import MAX_RUN_PARTS
 from roost.plugins.tools import build_tools
 
 TOOL = {t.spec.name: t for t in build_tools()}["artifact"]

@@ -8,7 +8,6 @@ import types
 import jsonschema
 import pytest
 from roost.kernel import ConfigError, PluginManager, Tool, ToolContext, ToolsConfig, normalise_name
-from roost.kernel._plugins import collect
 from roost.plugins import tools as tools_plugin
 from roost.plugins.tools import (
     TOOL_NAMES,
@@ -33,7 +32,7 @@ def test_registered_through_the_entry_point_like_any_plugin():
     pm = PluginManager()
     pm.load_entry_points()
     assert "tools" in pm.loaded
-    names = [t.spec.name for t in collect(pm.hook.roost_tools(config=None))]
+    names = [t.spec.name for _, tools in pm.call_each("roost_tools", config=None) for t in tools]
     assert set(EXPECTED) <= set(names)
 
 

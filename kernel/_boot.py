@@ -1,0 +1,298 @@
+"""Boot: ``async with open_kernel(config) as kernel:``.
+
+Plugins → configuration check → store → tools and providers → agents (manifests, their
+``agent_<name>`` tools, providers, one actor each) → plugin services → ``KERNEL:STARTED``.
+The kernel owns the root nursery (through the actor system); leaving the block shuts
+everything down within the configured deadline.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ._agent import AgentRuntime
+from ._errors import ConfigError, RoostError, ToolNameCollision
+from ._events import Event, EventKind
+from ._hookspecs import ProviderDescriptor, ServiceDescriptor
+from ._kernel import Kernel
+from ._plugins import PluginFailure, PluginManager
+from ._tools import Tool
+
+log = logging.getLogger("roost.kernel")
+
+
+@asynccontextmanager
+async def open_kernel(
+    config: Any = None,
+    *,
+    agents: Sequence[Any] = (),
+    plugins: Sequence[Any] = (),
+    load_entry_points: bool = True,
+) -> AsyncIterator[Kernel]:
+    """Boot a kernel; leaving the block shuts it down gracefully within the deadline.
+
+    ``agents`` adds in-memory manifests (beside the configured ones); ``plugins`` adds
+    plugin objects (modules or instances with hookimpls) beside the entry points.
+    """
+    from ._actor import RestartPolicy, open_actor_system
+    from ._config import load_config
+    from ._manifest import load_agents, tool_pattern_warnings
+    from ._paths import database_path, ensure_private_dir
+    from ._store import open_store
+
+    if config is None:
+        config = load_config()
+
+    pm = PluginManager()
+    if load_entry_points:
+        pm.load_entry_points(disabled=config.plugins.disabled)
+    for i, plugin in enumerate(plugins):
+        pm.register_named(getattr(plugin, "__name__", f"plugin-{i}"), plugin)
+    provider_results = pm.call_each("roost_providers")
+    _check_config(pm, config, provider_results)  # a bad setting stops the boot here
+    home = ensure_private_dir(Path(config.home))
+
+    async with open_store(
+        database_path(home),
+        synchronous=config.store.synchronous,
+        legacy_owner=config.http.host_principal,
+    ) as store:
+        async with open_actor_system(shutdown_timeout_s=config.kernel.shutdown_timeout_s) as actors:
+            kernel = Kernel(config, pm, store, actors)
+            for failure in pm.failures:
+                kernel.publish(
+                    Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload=attrs.asdict(failure))
+                )
+            for name, impl_result in pm.call_each("roost_tools", config=config):
+                _register_tools(kernel, impl_result, name)
+            for name, impl_result in provider_results:
+                for desc in impl_result:
+                    if isinstance(desc, ProviderDescriptor):
+                        kernel.providers.setdefault(desc.name, desc)
+                    else:
+                        _plugin_failure(
+                            kernel, name, f"roost_providers returned {type(desc).__name__}"
+                        )
+
+            found, errors = load_agents(
+                [Path(d) for d in config.agents.dirs],
+                include_bundled=config.agents.bundled,
+                config_file=getattr(config, "where", "roost.toml"),
+            )
+            kernel.manifest_errors.extend(errors)
+            for err in errors:
+                log.error("agent manifest skipped: %s", err)
+            for manifest in agents:
+                found[manifest.name] = manifest
+            kernel.agents = dict(sorted(found.items()))
+            for name in kernel.agents:
+                _add_agent_tool(kernel, name)
+            specs = kernel.registry.specs()
+            for manifest in kernel.agents.values():
+                for warning in tool_pattern_warnings(manifest, specs):
+                    kernel.load_warnings.append(warning)
+                    log.warning("%s", warning)
+            for name, manifest in kernel.agents.items():
+                try:
+                    provider = _create_provider(kernel, manifest)
+                    tiers = _create_tiers(kernel, manifest)
+                except Exception as exc:
+                    kernel.agent_errors[name] = str(exc)
+                    log.error("agent %s is unavailable: %s", name, exc)
+                    continue
+                runtime = AgentRuntime(kernel, name, provider, tiers=tiers)
+                kernel._runtimes[name] = runtime
+                actors.spawn(
+                    name,
+                    lambda runtime=runtime: runtime,
+                    mailbox_size=config.kernel.mailbox_size,
+                    concurrency=max(
+                        config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages
+                    ),
+                    # The kernel cancels an agent's run whenever its caller stops waiting
+                    # anyway, so the run may as well execute in the caller's task.
+                    direct_asks=True,
+                    restart=RestartPolicy(cooldown_s=config.kernel.restart_cooldown_s),
+                )
+            body_error: Exception | None = None
+            async with trio.open_nursery() as services:
+                await _start_services(kernel, services)
+                kernel.publish(
+                    Event(
+                        EventKind.KERNEL_STARTED,
+                        "kernel",
+                        payload={"agents": list(kernel.agents), "tools": len(kernel.registry)},
+                    )
+                )
+                pm.call_each("roost_kernel_started", kernel=kernel)  # a plugin raising is recorded
+                try:
+                    yield kernel
+                except Exception as exc:
+                    # Re-raised below as itself, not wrapped in the services nursery's group.
+                    body_error = exc
+                finally:
+                    pm.call_each("roost_kernel_stopping", kernel=kernel)
+                    kernel.publish(Event(EventKind.KERNEL_STOPPING, "kernel"))
+                    services.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
+
+
+def _check_config(
+    pm: PluginManager, config: Any, provider_results: list[tuple[str, list[Any]]]
+) -> None:
+    """Each plugin checks the settings it reads (``roost_check_config``), and every
+    ``[providers.<name>]`` table must name an installed (or disabled) provider; raises one
+    ``ConfigError`` with every problem, each naming the config file."""
+    where = getattr(config, "where", "roost.toml")
+    problems: list[str] = []
+    for impl in pm.hook.roost_check_config.get_hookimpls():
+        try:
+            impl.function(**({"config": config} if "config" in impl.argnames else {}))
+        except ConfigError as exc:
+            text = str(exc)
+            problems.append(text if text.startswith(where) else f"{where}: {text}")
+        except Exception as exc:  # a broken check is the plugin's failure, not the config's
+            name = pm.get_name(impl.plugin) or repr(impl.plugin)
+            pm.failures.append(
+                PluginFailure(
+                    name, "register", f"roost_check_config raised {type(exc).__name__}: {exc}"
+                )
+            )
+            log.error("plugin %s: roost_check_config raised %s", name, exc)
+    installed = sorted(
+        {
+            d.name
+            for _, descs in provider_results
+            for d in descs
+            if isinstance(d, ProviderDescriptor)
+        }
+    )
+    sections = config.providers if isinstance(getattr(config, "providers", None), Mapping) else {}
+    disabled = set(getattr(getattr(config, "plugins", None), "disabled", ()))
+    for section in sections:
+        if section not in installed and section not in disabled:
+            close = difflib.get_close_matches(section, installed, n=1)
+            hint = f" — did you mean [providers.{close[0]}]?" if close else ";"
+            problems.append(
+                f"{where}: [providers.{section}]: no installed provider is called {section!r}"
+                f"{hint} installed providers: {', '.join(installed) or 'none'}"
+            )
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} problems in the configuration:\n  " + "\n  ".join(problems)
+        )
+
+
+async def _start_services(kernel: Kernel, nursery: trio.Nursery) -> None:
+    for plugin, descriptors in kernel.plugins.call_each("roost_services", kernel=kernel):
+        for desc in descriptors:
+            if not isinstance(desc, ServiceDescriptor):
+                _plugin_failure(kernel, plugin, f"roost_services returned {type(desc).__name__}")
+                continue
+            with trio.move_on_after(desc.start_timeout_s) as scope:
+                await nursery.start(_run_service, kernel, desc)
+            if scope.cancelled_caught:
+                _service_failed(
+                    kernel, desc.name, f"did not start within {desc.start_timeout_s:g} s"
+                )
+
+
+async def _run_service(
+    kernel: Kernel, desc: ServiceDescriptor, *, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    started = False
+
+    class _Status:
+        def started(self, value: Any = None) -> None:
+            nonlocal started
+            started = True
+            task_status.started(value)
+
+    try:
+        await desc.run(kernel, task_status=_Status())
+    except Exception as exc:  # a failing service is reported; the kernel stays up
+        log.exception("service %s failed", desc.name)
+        _service_failed(kernel, desc.name, f"{type(exc).__name__}: {exc}")
+    if not started:
+        task_status.started(None)
+
+
+def _service_failed(kernel: Kernel, name: str, error: str) -> None:
+    kernel.service_errors[name] = error
+    kernel.publish(
+        Event(EventKind.KERNEL_SERVICE_ERROR, "kernel", payload={"service": name, "error": error})
+    )
+
+
+def _register_tools(kernel: Kernel, tools: Iterable[Any], source: str) -> None:
+    for tool in tools:
+        if not isinstance(tool, Tool):
+            _plugin_failure(
+                kernel,
+                source,
+                f"roost_tools returned {type(tool).__name__}, expected roost.kernel.Tool",
+            )
+            continue
+        try:
+            kernel.registry.register(tool)
+        except ToolNameCollision as exc:
+            _plugin_failure(kernel, tool.spec.owner, str(exc))
+
+
+def _add_agent_tool(kernel: Kernel, target: str) -> None:
+    """Register ``agent_<target>``, the tool through which agents ask ``target``."""
+    tool = kernel._agent_tool(target)
+    try:
+        kernel.registry.register(tool)
+    except ToolNameCollision as exc:
+        _plugin_failure(kernel, "agents", str(exc))
+    else:
+        kernel._agent_tools[tool.spec.name] = tool
+
+
+def _plugin_failure(kernel: Kernel, name: str, error: str) -> None:
+    kernel.plugins.failures.append(PluginFailure(name, "register", error))
+    log.error("plugin %s: %s", name, error)
+    kernel.publish(
+        Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload={"plugin": name, "error": error})
+    )
+
+
+def _create_provider(kernel: Kernel, manifest: Any, model: Any = None) -> Any:
+    """The provider for ``model`` (default: the manifest's main model)."""
+    model = manifest.model if model is None else model
+    name = model.provider
+    descriptor = kernel.providers.get(name)
+    if descriptor is None:
+        known = ", ".join(sorted(kernel.providers)) or "none"
+        raise RoostError(
+            f"model.provider {name!r} is not installed (installed providers: {known}); "
+            "install its plugin or choose another provider in agent.json"
+        )
+    settings = (
+        dict(kernel.config.providers.get(name, {}))
+        if isinstance(kernel.config.providers, Mapping)
+        else {}
+    )
+    return descriptor.factory(model, settings)
+
+
+def _create_tiers(kernel: Kernel, manifest: Any) -> tuple[Any, Any] | None:
+    """(fast, complex) providers when the manifest names both model tiers, else None."""
+    if manifest.model.fast is None or manifest.model.complex is None:
+        return None
+    return (
+        _create_provider(kernel, manifest, manifest.model.for_tier("fast")),
+        _create_provider(kernel, manifest, manifest.model.for_tier("complex")),
+    )

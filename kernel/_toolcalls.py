@@ -1,0 +1,430 @@
+"""The tool pipeline: ``Kernel.call_tool`` and what it reuses from call to call.
+
+One call: registry lookup → capability check → argument validation →
+``roost_before_tool_call`` vetoes → taint check → loop guard → ``EXEC:TOOL_CALL`` → the
+handler under its timeout (or, for an ``agent_<name>`` tool, the ask: see ``_messaging``)
+→ truncation → taint labels → ``roost_after_tool_call`` → ``EXEC:TOOL_RESULT`` → the audit
+row, stored before the result is returned. ``ToolCalls`` is the part of ``Kernel`` that does
+it (a mixin: it works on the kernel's own state, set up in ``Kernel.__init__``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._audit import (
+    OUTCOMES,
+    AuditRecord,
+    _audit_arguments,
+    _known_outcome,
+    _optional_text,
+    _required_text,
+)
+from ._errors import (
+    LoopDetected,
+    RecursionLimitExceeded,
+    RoostError,
+    ToolArgumentsInvalid,
+    ToolDenied,
+    ToolError,
+    ToolTimeout,
+)
+from ._events import Event, EventKind
+from ._frozen import frozen_builder
+from ._hookspecs import ToolVeto
+from ._jsonrpc import make_encoder
+from ._plugins import collect
+from ._policy import argument_check, resolve_timeout, truncate_result, validate_arguments
+from ._surface import message_arguments_ok
+from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
+from ._trace import TraceContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._agent import Conversation
+
+log = logging.getLogger("roost.kernel")
+
+_AUDIT_ARGS_MAX = (
+    4_000  # within the store's MAX_AUDIT_CHARS: its converter would not cut them again
+)
+_AUDIT_FIELDS = (
+    "ts",
+    "trace_id",
+    "span_id",
+    "agent",
+    "tool",
+    "arguments",
+    "duration_ms",
+    "outcome",
+    "error",
+    "session_id",
+)
+
+
+# The validators and converters whose work ``_audit_record`` does itself before it takes
+# the builder (non-empty agent and tool, a known outcome, arguments within the limit, no
+# error text to cut).
+_AUDIT_CHECKS = {
+    "agent": (_required_text, None),
+    "tool": (_required_text, None),
+    "arguments": (None, _audit_arguments),
+    "outcome": (_known_outcome, None),
+    "error": (None, _optional_text),
+}
+
+
+def _audit_builder() -> Callable[..., AuditRecord]:
+    """AuditRecord's builder (values in ``_AUDIT_FIELDS`` order); the class itself, so that
+    every record is validated, when its fields or their checks are no longer these."""
+    if tuple(f.name for f in attrs.fields(AuditRecord)) != _AUDIT_FIELDS:
+        return AuditRecord
+    return frozen_builder(AuditRecord, checked_by_caller=_AUDIT_CHECKS)
+
+
+_build_audit = _audit_builder()
+
+
+def _audit_json_encoder() -> Callable[[Any], str]:
+    """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
+    writes them, without an encoder built per call. One per kernel: it keeps the markers
+    of the encoding under way (a kernel encodes on its own thread only)."""
+    return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
+
+
+_MAX_PLANS = 4096
+_UNKNOWN = object()
+
+
+class _CallPlan:
+    """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
+
+    __slots__ = (
+        "manifest",
+        "tool",
+        "asks",
+        "allowed",
+        "timeout_s",
+        "env_allowlist",
+        "workspace",
+        "arguments_check",
+    )
+
+    def __init__(
+        self,
+        manifest: Any,
+        tool: Tool,
+        *,
+        asks: str | None,
+        allowed: bool,
+        timeout_s: float,
+        env_allowlist: tuple[str, ...],
+        workspace: Path,
+    ) -> None:
+        self.manifest = manifest
+        self.tool = tool
+        self.asks = asks  # the agent this tool asks, when it is one of the kernel's agent_* tools
+        self.allowed = allowed
+        self.timeout_s = timeout_s
+        self.env_allowlist = env_allowlist
+        self.workspace = workspace
+        # The tool schema's quick argument check (``argument_check``), got on first use.
+        self.arguments_check: Any = _UNKNOWN
+
+
+class ToolCalls:
+    """The tool pipeline of ``Kernel`` (see the module's docstring)."""
+
+    def _plan(self, manifest: Any, tool: Tool) -> _CallPlan:
+        """What the policy decides for ``manifest`` calling ``tool`` that does not change
+        from call to call; rebuilt when either is replaced (reload, re-registration)."""
+        spec = tool.spec
+        key = (manifest.name, spec.name)
+        hit = self._plans.get(key)
+        if hit is not None and hit.manifest is manifest and hit.tool is tool:
+            return hit
+        tools_cfg = self.config.tools
+        asks = spec.original_name if self._agent_tools.get(spec.name) is tool else None
+        plan = _CallPlan(
+            manifest,
+            tool,
+            asks=asks,
+            allowed=self._capabilities(manifest).allows(spec),
+            timeout_s=resolve_timeout(
+                spec,
+                agent_default=manifest.limits.tool_timeout_s or tools_cfg.timeout_s,
+                overrides=manifest.limits.tool_timeouts,
+            ),
+            env_allowlist=tuple(tools_cfg.env_allowlist) + tuple(manifest.env_allowlist),
+            workspace=self.workspace_for(manifest),
+        )
+        if asks is not None:
+            plan.arguments_check = message_arguments_ok  # the ask tool's schema, checked quickly
+        if len(self._plans) >= _MAX_PLANS:
+            self._plans.clear()  # tools come and go (MCP servers): never grow without bound
+        self._plans[key] = plan
+        return plan
+
+    def _context(
+        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None
+    ) -> ToolContext:
+        return ToolContext(
+            agent=manifest.name,
+            workspace=plan.workspace,
+            sandbox=manifest.sandbox,
+            trace=trace,
+            env_allowlist=plan.env_allowlist,
+            timeout_s=plan.timeout_s,
+            max_output_chars=self.config.tools.max_output_chars,
+            kernel=self,
+            outputs=outputs,
+        )
+
+    async def call_tool(
+        self,
+        agent: str,
+        call: ToolCall,
+        *,
+        conversation: Conversation | None = None,
+        check_capability: bool = True,
+    ) -> ToolResult:
+        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline.
+
+        Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
+        so that the agentic loop can stop.
+        """
+        manifest = self._require_agent(agent)
+        started = time.monotonic()
+        trace = call.trace
+        outcome = "ok"
+        error: str | None = None
+        spec: ToolSpec | None = None
+        try:
+            try:
+                tool = self.registry.get(call.name)
+                spec = tool.spec
+                if call.arguments_error is not None:
+                    raise ToolArgumentsInvalid(
+                        f"{call.arguments_error} — call {spec.name} again with its arguments "
+                        "as one JSON object matching its inputSchema"
+                    )
+                plan = self._plan(manifest, tool)
+                if check_capability and not plan.allowed:
+                    self._capabilities(manifest).check(spec)  # raises, saying how to allow it
+                result = await self._run_checked(manifest, plan, tool, call, conversation)
+            except LoopDetected:
+                outcome, error = "denied", "loop detected"
+                raise
+            except trio.Cancelled:
+                outcome, error = "cancelled", "the call was cancelled"
+                raise
+            except ToolTimeout as exc:
+                outcome, error = "timeout", str(exc)
+                result = ToolResult.error(str(exc))
+            except ToolError as exc:
+                outcome = (
+                    "denied"
+                    if exc.code
+                    in {
+                        "tool_denied",
+                        "taint_violation",
+                        "sandbox_violation",
+                        "invalid_arguments",
+                        "recursion_limit",
+                        "tool_not_found",
+                    }
+                    else "error"
+                )
+                error = str(exc)
+                if isinstance(exc, RecursionLimitExceeded):
+                    self.breaker_tripped(exc, caller=agent, target=call.name)
+                result = ToolResult.error(str(exc))
+            if result.is_error and error is None:
+                outcome, error = "error", result.as_text()[:500]
+            return result
+        finally:
+            duration_ms = (time.monotonic() - started) * 1000
+            # Nobody watching: an event nobody can observe is not built (hot path).
+            if (spec is None or not self._is_agent_tool(spec)) and self.tap.wants(
+                EventKind.EXEC_TOOL_RESULT
+            ):
+                self.publish(
+                    Event(
+                        EventKind.EXEC_TOOL_RESULT,
+                        call.name,
+                        target=agent,
+                        payload={
+                            "call_id": call.id,
+                            "tool": call.name,
+                            "outcome": outcome,
+                            "error": error,
+                            "duration_ms": round(duration_ms, 3),
+                        },
+                        trace=trace,
+                    )
+                )
+            # The audit row, stored before the result is returned (no cancel point).
+            record = self._audit_record(
+                agent, call, trace, duration_ms, outcome, error, conversation
+            )
+            try:
+                await self.store.record_tool_call(record)
+            except Exception:
+                log.exception("could not write the audit record of %s", call.name)
+
+    async def _run_checked(
+        self,
+        manifest: Any,
+        plan: _CallPlan,
+        tool: Tool,
+        call: ToolCall,
+        conversation: Conversation | None,
+    ) -> ToolResult:
+        spec = tool.spec
+        check = plan.arguments_check
+        if check is _UNKNOWN:
+            check = plan.arguments_check = argument_check(spec)
+        if check is None or not check(call.arguments):
+            validate_arguments(spec, call.arguments)  # raises, naming what is wrong
+        outputs = conversation.outputs if conversation is not None else None
+        context: ToolContext | None = None  # made when a hook or the tool needs it
+        hooks = self.plugins.hook
+        if hooks.roost_before_tool_call.get_hookimpls():
+            context = self._context(manifest, plan, call.trace, outputs)
+            for veto in collect(
+                hooks.roost_before_tool_call(call=call, spec=spec, context=context)
+            ):
+                if isinstance(veto, ToolVeto):
+                    raise ToolDenied(
+                        f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}"
+                    )
+        if conversation is not None:
+            policy = manifest.taint_policy or self.config.taint.policy
+            warning = conversation.taint.check(
+                call, sinks=tuple(self.config.taint.sinks), policy=policy
+            )
+            if warning:
+                log.warning("%s", warning)
+            conversation.loop_guard.check(call)
+        if plan.asks is None and self.tap.wants(EventKind.EXEC_TOOL_CALL):
+            self.publish(
+                Event(
+                    EventKind.EXEC_TOOL_CALL,
+                    manifest.name,
+                    target=spec.name,
+                    payload={
+                        "call_id": call.id,
+                        "tool": spec.name,
+                        "arguments": dict(call.arguments),
+                    },
+                    trace=call.trace,
+                )
+            )
+        if plan.asks is not None:
+            # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
+            # and the kernel's own handler needs no ToolContext. Awaited here, not through
+            # _invoke (one coroutine less), with the same handling of failures.
+            try:
+                result = await self._ask_agent(
+                    plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
+                )
+            except (ToolError, LoopDetected):
+                raise
+            except Exception as exc:
+                result = _failure_result(spec, exc)
+        else:
+            if context is None:
+                context = self._context(manifest, plan, call.trace, outputs)
+            with trio.move_on_after(context.timeout_s) as scope:
+                result = await _invoke(spec, tool.handler, call, context)
+            if scope.cancelled_caught:
+                raise _timed_out(spec, context.timeout_s)
+        if not isinstance(result, ToolResult):
+            result = ToolResult.error(
+                f"tool {spec.name} returned {type(result).__name__}, not a ToolResult"
+            )
+        result = truncate_result(result, self.config.tools.max_output_chars)
+        if spec.untrusted:
+            result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")
+        if conversation is not None:
+            conversation.taint.observe(result)
+        if hooks.roost_after_tool_call.get_hookimpls():
+            for replacement in collect(
+                hooks.roost_after_tool_call(call=call, spec=spec, result=result)
+            ):
+                if isinstance(replacement, ToolResult):
+                    result = replacement
+        return result
+
+    def _audit_record(
+        self, agent, call, trace, duration_ms, outcome, error, conversation
+    ) -> AuditRecord:
+        """The audit record of ``call``. One without error is built without attrs'
+        validators and converters (they cost as much as the rest of the audit): its ids,
+        times, session and outcome are the kernel's own and its arguments text is already
+        cut to ``_AUDIT_ARGS_MAX``, so only ``agent`` and ``tool`` need the checks, made
+        here. Any other record (an error text to cut, a bad name) goes through the
+        validating constructor."""
+        arguments = call.arguments
+        try:
+            args = self._audit_json(arguments if arguments.__class__ is dict else dict(arguments))
+        except (TypeError, ValueError):
+            args = repr(call.arguments)
+        tool = call.name
+        values = (
+            time.time(),
+            trace.trace_id if trace else None,
+            trace.span_id if trace else None,
+            agent,
+            tool,
+            args[:_AUDIT_ARGS_MAX],
+            duration_ms,
+            outcome,
+            error,
+            conversation.session_id if conversation else None,
+        )
+        if (
+            _build_audit is AuditRecord
+            or error is not None
+            or agent.__class__ is not str
+            or tool.__class__ is not str
+            or not agent
+            or not tool
+            or outcome not in OUTCOMES
+        ):
+            return AuditRecord(**dict(zip(_AUDIT_FIELDS, values, strict=True)))
+        return _build_audit(*values)
+
+
+async def _invoke(spec: ToolSpec, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    """``await handler(*args)`` for the tool ``spec``; its failures become error results,
+    never crashes."""
+    try:
+        return await handler(*args)
+    except (ToolError, LoopDetected):
+        raise
+    except Exception as exc:
+        return _failure_result(spec, exc)
+
+
+def _failure_result(spec: ToolSpec, exc: Exception) -> ToolResult:
+    """The error result of the tool ``spec`` that raised ``exc`` (call it in the ``except``
+    clause, so that a crash is logged with its traceback): a buggy tool must not take the
+    agent down."""
+    if isinstance(exc, RoostError):
+        return ToolResult.error(str(exc))
+    log.exception("tool %s raised", spec.name)
+    return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+
+
+def _timed_out(spec: ToolSpec, timeout_s: float) -> ToolTimeout:
+    return ToolTimeout(
+        f"tool {spec.name} did not finish within {timeout_s:g} s "
+        "(set limits.tool_timeouts in agent.json to allow longer)"
+    )
