@@ -20,7 +20,7 @@ def test_uuid7_is_a_version_7_rfc_uuid_that_starts_with_the_time_in_ms():
 
 def test_ids_made_later_sort_later_and_never_repeat():
     first = [uuid7() for _ in range(2000)]
-    time.sleep(0.002)
+    time.sleep(0.002)  # the wall clock passes a millisecond: the subject
     second = [uuid7() for _ in range(2000)]
     assert max(first) < min(second)  # a later millisecond sorts after
     assert len(set(first + second)) == 4000
