@@ -17,11 +17,19 @@ import trio
 POLL_S = 0.01
 
 
+Description = str | Callable[[], str]
+
+
+def _failure(predicate: Callable[[], Any], what: Description, timeout: float) -> AssertionError:
+    said = what() if callable(what) else what
+    return AssertionError(f"never true: {said or predicate} (waited {timeout:g} s)")
+
+
 async def wait_until(
-    predicate: Callable[[], Any | Awaitable[Any]], what: str = "", *, timeout: float = 10.0
+    predicate: Callable[[], Any | Awaitable[Any]], what: Description = "", *, timeout: float = 10.0
 ) -> Any:
     """Checkpoint until ``predicate()`` (plain or async) is truthy and return its value;
-    fail naming ``what`` after ``timeout`` seconds."""
+    fail naming ``what`` (a text, or a function giving it then) after ``timeout`` seconds."""
     try:
         with trio.fail_after(timeout):
             while True:
@@ -32,10 +40,12 @@ async def wait_until(
                     return value
                 await trio.sleep(POLL_S)
     except trio.TooSlowError:
-        raise AssertionError(f"never true: {what or predicate} (waited {timeout:g} s)") from None
+        raise _failure(predicate, what, timeout) from None
 
 
-def wait_until_sync(predicate: Callable[[], Any], what: str = "", *, timeout: float = 10.0) -> Any:
+def wait_until_sync(
+    predicate: Callable[[], Any], what: Description = "", *, timeout: float = 10.0
+) -> Any:
     """``wait_until`` for code outside Trio (a thread, a plain test driving processes)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -43,5 +53,5 @@ def wait_until_sync(predicate: Callable[[], Any], what: str = "", *, timeout: fl
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"never true: {what or predicate} (waited {timeout:g} s)")
+            raise _failure(predicate, what, timeout)
         time.sleep(POLL_S)
