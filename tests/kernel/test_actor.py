@@ -26,6 +26,7 @@ from roost.kernel import (
 )
 from roost.kernel._actor import direct_ask_of
 from roost.kernel._deadlines import HEAP_SLACK
+from waiting import wait_until
 
 
 def echo_factory():
@@ -198,7 +199,7 @@ async def test_abandoned_ask_is_not_handled(autojump_clock):
     assert "given-up" not in rec.seen
 
 
-async def test_many_concurrent_asks_each_get_their_own_reply():
+async def test_many_concurrent_asks_each_get_their_own_reply(autojump_clock):
     async def handle(ctx, event):
         await trio.sleep(0.001 * (event.payload % 3))
         return event.payload * 2
@@ -554,7 +555,7 @@ async def test_stop_lets_in_flight_finish_and_fails_queued_asks():
     assert "stopped on request" in str(outcomes["queued"])
 
 
-async def test_graceful_shutdown_finishes_in_flight_and_fails_queued():
+async def test_graceful_shutdown_finishes_in_flight_and_fails_queued(autojump_clock):
     rec = Recorder()
     outcomes: dict[str, object] = {}
 
@@ -795,7 +796,7 @@ async def test_an_ask_with_nothing_queued_runs_in_the_askers_task():
         assert ran_in[1] is not trio.lowlevel.current_task()
 
 
-async def test_direct_asks_keep_the_concurrency_limit_and_first_come_first_served():
+async def test_direct_asks_keep_the_concurrency_limit_and_first_come_first_served(autojump_clock):
     running, peak, order = 0, 0, []
 
     def factory():
@@ -878,7 +879,7 @@ async def test_a_direct_handler_finishing_after_the_deadline_is_still_a_timeout(
             await system.ask("slow", "X", timeout=0.1)
 
 
-async def test_stop_waits_for_a_direct_handler_that_shields_its_cleanup():
+async def test_stop_waits_for_a_direct_handler_that_shields_its_cleanup(autojump_clock):
     # Regression: a cancelled actor's wait for its direct handlers was skipped (-inf
     # deadline arithmetic): stop() returned and the name could be reused while it ran.
     finished = []
@@ -959,7 +960,7 @@ async def test_an_asks_own_deadline_is_a_timeout_even_while_its_actor_stops_grac
         assert isinstance(errors[0], AskTimeout)
 
 
-async def test_by_default_a_handler_outlives_an_asker_that_gave_up():
+async def test_by_default_a_handler_outlives_an_asker_that_gave_up(autojump_clock):
     done = trio.Event()
 
     def factory():
@@ -1007,9 +1008,7 @@ def test_a_told_letter_in_the_mailbox_is_never_overtaken_by_a_direct_ask():
                 gates["L1"].set()
                 await trio.testing.wait_all_tasks_blocked()
                 gates["L2"].set()
-            with trio.fail_after(5):
-                while not ("X" in order and "L4" in order):
-                    await trio.sleep(0.01)
+            await wait_until(lambda: "X" in order and "L4" in order, "X and L4 handled")
         return order
 
     for _ in range(30):
@@ -1058,16 +1057,14 @@ def stoppable_factory(asks: list):
     return factory
 
 
-async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_given():
+async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_given(autojump_clock):
     asks: list = []
     async with open_actor_system(shutdown_timeout_s=0.1) as system:  # the worker's handler never ends
         system.spawn("w", stoppable_factory(asks), direct_asks=True)
         system.spawn("mailbox", stoppable_factory(asks))  # run by a worker: no DirectAsk
 
         async def cancel_soon(answer):
-            with trio.fail_after(5):
-                while not asks:
-                    await trio.sleep(0.01)
+            await wait_until(lambda: asks, "the handler started")
             asks.pop().cancel(lambda: answer)
             asks.clear()
 
@@ -1084,7 +1081,7 @@ async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_gi
         assert asks == [None]
 
 
-async def test_a_direct_handler_cancelled_as_its_deadline_passes_is_still_a_timeout():
+async def test_a_direct_handler_cancelled_as_its_deadline_passes_is_still_a_timeout(autojump_clock):
     # The handler reacts only after the ask's deadline (a shielded pause): the ask times
     # out, as it would have without the cancel; the answer is not used.
     asks: list = []
@@ -1103,7 +1100,7 @@ async def test_a_direct_handler_cancelled_as_its_deadline_passes_is_still_a_time
                 await system.ask("w", "X", 0.3, timeout=0.1)
 
 
-async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_through():
+async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_through(autojump_clock):
     asks: list = []
     async with open_actor_system() as system:
         system.spawn("w", stoppable_factory(asks), direct_asks=True)
@@ -1188,7 +1185,7 @@ async def test_an_ended_direct_ask_lets_go_of_its_event():
         assert system._ask_timer.entries == []  # once none is live, none is kept
 
 
-async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline():
+async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline(autojump_clock):
     # Shutting down stops the timer; the asks it watched get their deadlines back in their
     # scopes (the shutdown's grace period is longer here).
     outcome = []
@@ -1209,7 +1206,7 @@ async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_dea
     assert len(outcome) == 1 and outcome[0] < 5
 
 
-async def test_a_direct_handler_cancelled_by_its_actors_stop_is_not_a_timeout():
+async def test_a_direct_handler_cancelled_by_its_actors_stop_is_not_a_timeout(autojump_clock):
     async with open_actor_system() as system:
         system.spawn("w", sleeper_factory, direct_asks=True)
         async with trio.open_nursery() as nursery:

@@ -6,6 +6,7 @@ import time
 import uuid
 
 from roost.kernel._ids import uuid7, uuid7_hex
+from waiting import wait_until_sync
 
 
 def test_uuid7_is_a_version_7_rfc_uuid_that_starts_with_the_time_in_ms():
@@ -20,7 +21,8 @@ def test_uuid7_is_a_version_7_rfc_uuid_that_starts_with_the_time_in_ms():
 
 def test_ids_made_later_sort_later_and_never_repeat():
     first = [uuid7() for _ in range(2000)]
-    time.sleep(0.002)
+    last_ms = int(uuid.UUID(max(first)).hex[:12], 16)
+    wait_until_sync(lambda: time.time_ns() // 1_000_000 > last_ms, "the next millisecond")
     second = [uuid7() for _ in range(2000)]
     assert max(first) < min(second)  # a later millisecond sorts after
     assert len(set(first + second)) == 4000

@@ -64,7 +64,7 @@ async def test_tool_results_are_fed_back_to_the_provider():
     assert second[2].tool_call_id == "c1" and second[2].content == "t:1"
 
 
-async def test_independent_calls_run_concurrently_within_the_bound():
+async def test_independent_calls_run_concurrently_within_the_bound(autojump_clock):
     running = 0
     peak = 0
 

@@ -110,7 +110,7 @@ async def test_full_sync_is_kept_for_those_who_ask(tmp_path):
 async def test_the_event_loop_never_waits_for_a_commit(tmp_path):
     # Regression: commits ran on the event loop's thread (synchronous = normal), so a big
     # or slow commit stopped every task. Every read and write now runs on the database's
-    # own thread; here a write waits 2 s for another process's lock while a task ticks.
+    # own thread; here a write waits for another process's lock while a task ticks.
     db = tmp_path / "roost.db"
     threads: set[str] = set()
 
@@ -125,28 +125,31 @@ async def test_the_event_loop_never_waits_for_a_commit(tmp_path):
         await store.write("plain write", row("plain"))  # (on main: inline, on the loop)
         other = sqlite3.connect(db, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # as another roost process writing would
-        written = trio.Event()
+        written, ticked = trio.Event(), trio.Event()
         ticks, longest_gap = 0, 0.0
 
         async def write_behind_the_lock():
             await store.write("locked write", row("locked"))
             written.set()
 
-        async def release_the_lock_after_2_s():
-            await trio.sleep(2)
+        async def release_the_lock_once_ticked():
+            await ticked.wait()
+            assert not written.is_set()  # the write was waiting for the lock all along
             other.execute("COMMIT")
             other.close()
 
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(write_behind_the_lock)
-                nursery.start_soon(release_the_lock_after_2_s)
+                nursery.start_soon(release_the_lock_once_ticked)
                 last = time.perf_counter()
                 while not written.is_set():
                     with trio.fail_after(0.5):  # the loop is never held for long
-                        await trio.sleep(0.01)
+                        await trio.sleep(0.01)  # a tick of real time: the subject
                     now = time.perf_counter()
                     ticks, longest_gap, last = ticks + 1, max(longest_gap, now - last), now
+                    if ticks == 50:
+                        ticked.set()
         agents = [r[0] for r in await _rows(store, "SELECT agent FROM usage ORDER BY id")]
     assert agents == ["plain", "locked"]
     assert ticks >= 50 and longest_gap < 0.5

@@ -15,12 +15,11 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
-import trio
 from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
+from waiting import wait_until_sync
 
 ROOST = Path(sys.executable).with_name("roost")
 TOOLS = ["read", "write", "edit", "list", "glob", "grep", "bash"]
@@ -171,12 +170,13 @@ class Daemon(Target):
             stderr=subprocess.PIPE,
         )
         self.pid = self.proc.pid
-        deadline = time.monotonic() + 60
-        while not daemon_json.exists():
+
+        def started() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the daemon exited: {self.proc.stderr.read().decode()}")
-            assert time.monotonic() < deadline, "the daemon did not start within 60 s"
-            time.sleep(0.05)
+            return daemon_json.exists()
+
+        wait_until_sync(started, "the daemon started (wrote daemon.json)", timeout=60)
         self.port = json.loads(daemon_json.read_text())["port"]
         return self
 
@@ -252,15 +252,6 @@ def marked(marker: str) -> list[int]:
                 pass
     return pids
 
-
-async def wait_for(predicate, what: str, timeout: float) -> None:
-    """Poll ``predicate`` until true; fail naming ``what`` after ``timeout`` seconds."""
-    try:
-        with trio.fail_after(timeout):
-            while not predicate():
-                await trio.sleep(0.05)
-    except trio.TooSlowError:
-        raise AssertionError(f"{what} (waited {timeout:g} s)") from None
 
 
 def open_kernel_target(tmp_path: Path, monkeypatch, *, agents: list[dict] = AGENTS):

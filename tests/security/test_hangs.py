@@ -9,6 +9,7 @@ anyway is abandoned on cancellation.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -16,7 +17,8 @@ import time
 
 import trio
 from roost.kernel import ToolCall, ToolContext
-from security_targets import SHUTDOWN_TIMEOUT_S, Daemon, open_kernel_target, wait_for
+from security_targets import SHUTDOWN_TIMEOUT_S, Daemon, open_kernel_target
+from waiting import wait_until
 
 FLOOD = 50  # more than Trio's default thread limit (40)
 
@@ -43,7 +45,7 @@ async def test_a_fifo_flood_neither_hangs_the_daemon_nor_stops_sigterm(tmp_path)
             assert "bash-ok" in (await daemon.call("victim", "bash", {"command": "echo bash-ok"})).text
         started = time.monotonic()
         daemon.proc.send_signal(signal.SIGTERM)
-        await wait_for(lambda: daemon.proc.poll() is not None, "SIGTERM did not stop the daemon", 60)
+        await trio.to_thread.run_sync(functools.partial(daemon.proc.wait, timeout=60))  # its exit
         took = time.monotonic() - started
         assert daemon.proc.returncode == 0, daemon.proc.stderr.read().decode()[-2000:]
         assert took < SHUTDOWN_TIMEOUT_S + 2, f"shutdown took {took:.1f} s"
@@ -58,7 +60,7 @@ async def test_a_fifo_flood_neither_hangs_the_daemon_nor_stops_sigterm(tmp_path)
 
 
 async def test_one_agents_stuck_threads_do_not_starve_another_agent(tmp_path, monkeypatch):
-    from roost.plugins.tools._sandbox import FILE_THREADS_PER_AGENT, agent_thread
+    from roost.plugins.tools._sandbox import FILE_THREADS_PER_AGENT, agent_thread, thread_limiter
 
     opener, _, _ = open_kernel_target(tmp_path, monkeypatch)
     release = threading.Event()
@@ -70,7 +72,10 @@ async def test_one_agents_stuck_threads_do_not_starve_another_agent(tmp_path, mo
                 async with trio.open_nursery() as nursery:
                     for _ in range(FILE_THREADS_PER_AGENT * 3):
                         nursery.start_soon(agent_thread, stuck, release.wait)
-                    await trio.sleep(0.2)  # let them take every slot of attacker's limiter
+                    limiter = thread_limiter("attacker")
+                    await wait_until(
+                        lambda: limiter.borrowed_tokens == FILE_THREADS_PER_AGENT, "every slot of attacker's limiter taken"
+                    )
                     result = await kernel.call_tool("victim", ToolCall(name="read", arguments={"path": "f.txt"}))
                     assert "victim can read" in result.as_text()
                     # The stuck ones are abandoned on cancellation: nothing waits for them.

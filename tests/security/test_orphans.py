@@ -17,7 +17,8 @@ import time
 import pytest
 import trio
 from roost.kernel import ToolCall
-from security_targets import Daemon, marked, open_kernel_target, wait_for
+from security_targets import Daemon, marked, open_kernel_target
+from waiting import wait_until
 
 # Under the default limits.bash_processes (512): the point is reaping many at once.
 MANY = 400
@@ -41,10 +42,10 @@ async def test_sigkilled_daemon_leaves_no_bash_process_behind(tmp_path):
 
             nursery.start_soon(call)
             # Both sleeps (and bash and its supervisor, whose argv holds the mark) run.
-            await wait_for(lambda: len(marked(mark)) >= 3, "bash never started its sleeps", 30)
+            await wait_until(lambda: len(marked(mark)) >= 3, "bash started its sleeps", timeout=30)
             daemon.proc.send_signal(signal.SIGKILL)
             daemon.proc.wait(timeout=10)
-            await wait_for(lambda: not marked(mark), f"processes outlived the daemon: {marked(mark)}", 10)
+            await wait_until(lambda: not marked(mark), lambda: f"no process outlived the daemon: {marked(mark)}")
             nursery.cancel_scope.cancel()
     finally:
         for pid in marked(mark):  # on a failing build, do not leave them to the next test
@@ -81,5 +82,5 @@ async def test_a_command_leaving_thousands_of_processes_is_reaped_at_once(tmp_pa
         took = time.monotonic() - started
     assert "spawned" in result.as_text(), result.as_text()
     assert not result.is_error and result.structured_content["timed_out"] is False, result.as_text()
-    await wait_for(lambda: not marked(mark), f"{len(marked(mark))} processes were left behind", 10)
+    await wait_until(lambda: not marked(mark), lambda: f"none left behind: {len(marked(mark))} are")
     assert took < 20, f"the call took {took:.1f} s"

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from waiting import wait_until_sync
 
 ROOST = str(Path(sys.executable).parent / "roost")
 V1 = {"A2A-Version": "1.0", "Content-Type": "application/json"}
@@ -105,16 +105,16 @@ def daemon(tmp_path_factory):
         proc = subprocess.Popen([ROOST, "run"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
+
+        def healthy() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited: {(root / 'daemon.log').read_text()[-2000:]}")
             try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
+                return httpx.get(url + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the daemon did not start: {(root / 'daemon.log').read_text()[-2000:]}")
-            time.sleep(0.1)
+                return False
+
+        wait_until_sync(healthy, lambda: f"the daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}", timeout=30)
         with httpx.Client(base_url=url, timeout=30) as http:
             yield http, proc, root / "daemon.log"
     finally:

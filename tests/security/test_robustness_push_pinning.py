@@ -18,6 +18,7 @@ import httpx
 import trio
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._push import PushDispatcher, PushSettings
+from waiting import wait_until
 
 PUBLIC = "93.184.216.34"  # a public address the check approves; never connected to here
 
@@ -70,9 +71,7 @@ async def test_push_delivery_connects_only_to_the_checked_address_not_a_rebound_
     task = m.Task("t1", "ctx", m.TaskStatus(m.WORKING, None, m.now_iso()), (), ())
     live = types.SimpleNamespace(push=[config], dialect=m.V1, task=task)
     await dispatcher.notify(live, m.StatusUpdate("t1", "ctx", task.status))
-    with trio.fail_after(10):
-        while dispatcher.delivered + dispatcher.failed < 1:
-            await trio.sleep(0.01)
+    await wait_until(lambda: dispatcher.delivered + dispatcher.failed >= 1, "the delivery ended")
     await transport.aclose()
 
     assert accepted == [], "the webhook reached the loopback-only listener"

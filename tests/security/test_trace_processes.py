@@ -30,12 +30,8 @@ async def _connection_from(process_command: str, listener: socket.socket) -> tup
     )
     listener.setblocking(False)
     with trio.fail_after(10):
-        while True:
-            try:
-                conn, peer = listener.accept()
-                break
-            except BlockingIOError:
-                await trio.sleep(0.01)
+        await trio.lowlevel.wait_readable(listener)  # a connection is waiting
+    conn, peer = listener.accept()
     return process, conn, peer
 
 

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 import trio
 from roost.kernel import Tool, ToolResult, ToolSpec, default_config, hookimpl, open_kernel
+from waiting import wait_until
 
 SLEEP_STARTED: list[str] = []
 SLEEP_CANCELLED: list[str] = []
@@ -20,7 +21,7 @@ class SlowToolPlugin:
         async def sleepy(call, ctx):
             SLEEP_STARTED.append(call.id)
             try:
-                await trio.sleep(float(call.arguments.get("seconds", 30)))
+                await trio.sleep(float(call.arguments.get("seconds", 30)))  # the work to cancel
             except trio.Cancelled:
                 SLEEP_CANCELLED.append(call.id)
                 raise
@@ -137,16 +138,18 @@ async def sdk_server():
     sock.close()
     try:
         async with httpx.AsyncClient(timeout=2) as http:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        if (await http.get(base + "/.well-known/agent-card.json")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"the a2a-sdk server exited with {proc.returncode}")
-                    await trio.sleep(0.1)
+
+            async def serving():
+                try:
+                    if (await http.get(base + "/.well-known/agent-card.json")).status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the a2a-sdk server exited with {proc.returncode}")
+                return False
+
+            await wait_until(serving, "the a2a-sdk server serves its card", timeout=30)
         yield base
     finally:
         with trio.CancelScope(shield=True):

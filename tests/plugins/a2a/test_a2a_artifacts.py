@@ -14,6 +14,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.card_resolver import A2ACardResolver
 from a2a.types import Message, Part, Role, SendMessageRequest, a2a_pb2
 from a2a_helpers import REPORT_CSV, serve
+from waiting import wait_until
 
 V1 = {"A2A-Version": "1.0"}
 REPORT_B64 = base64.b64encode(REPORT_CSV.encode()).decode()
@@ -171,9 +172,7 @@ async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_pat
             a2a={"external_agents": [{"name": "maker", "url": f"{url}/a2a/agents/maker"}]},
         )
         async with open_kernel(local) as kernel:
-            with trio.fail_after(15):
-                while "a2a_maker" not in kernel.registry:
-                    await trio.sleep(0.05)
+            await wait_until(lambda: "a2a_maker" in kernel.registry, "the a2a_maker tool", timeout=15)
             reply = await kernel.send("delegator", "q3 numbers")
     assert reply.text.startswith("remote: made q3 numbers")
     by_name = {o.name: o for o in reply.outputs}

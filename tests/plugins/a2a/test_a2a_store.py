@@ -4,6 +4,7 @@ and in-flight tasks of a dead daemon are marked failed with a reason on the next
 from __future__ import annotations
 
 import sqlite3
+import time
 from functools import partial
 from pathlib import Path
 
@@ -13,8 +14,14 @@ import trio
 import trio.testing
 from a2a_helpers import SLEEP_STARTED, make_config, serve
 from roost.plugins.a2a._store import TaskStoreError, open_task_store
+from waiting import wait_until, wait_until_sync
 
 V1 = {"A2A-Version": "1.0"}
+
+
+def after(stamp: float) -> None:
+    """Return once the wall clock (the store's ``updated_at``) has passed ``stamp``."""
+    wait_until_sync(lambda: time.time() > stamp, "the wall clock passed a row's time")
 
 
 async def send(http, text, path="/a2a/agents/echo/jsonrpc", **config):
@@ -31,14 +38,13 @@ async def get(http, tid, path="/a2a/agents/echo/jsonrpc"):
 
 
 async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_path):
+    SLEEP_STARTED.clear()
     config = make_config(tmp_path)
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         done = (await send(http, "keep me"))["result"]["task"]["id"]
         asked = (await send(http, "a question", path="/a2a/agents/asker/jsonrpc"))["result"]["task"]["id"]
         running = (await send(http, "never ends", path="/a2a/agents/slow/jsonrpc", returnImmediately=True))["result"]["task"]["id"]
-        with trio.fail_after(5):
-            while not SLEEP_STARTED:
-                await trio.sleep(0.01)
+        await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started", timeout=5)
         # Simulate a crash: the row stays "working" because the process never got to write more.
         from roost.plugins.a2a._server import service_for
 
@@ -77,7 +83,7 @@ async def test_only_terminal_tasks_are_evicted_oldest_first():
     async with open_task_store(":memory:", max_tasks=3) as store:
         await store.insert(id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={"n": 0})
         await store.insert(id="old", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 1})
-        await trio.sleep(0.01)
+        after((await store.get("old")).updated_at)  # "new" is newer, though it sorts first
         await store.insert(id="new", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 2})
         evicted = await store.insert(id="x", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
         assert evicted == ["old"]
@@ -198,9 +204,7 @@ async def test_a_blocking_sends_task_is_written_once_when_it_settles(tmp_path, m
         blocking_writes, writes[:] = list(writes), []
         early = await send(http, "tell me at once", returnImmediately=True)
         assert "result" in early
-        with trio.fail_after(5):
-            while len(writes) < 2:
-                await trio.sleep(0.01)
+        await wait_until(lambda: len(writes) >= 2, "the early task's two writes", timeout=5)
         from roost.plugins.a2a._server import service_for
 
         store = service_for(kernel).tasks.store
@@ -215,7 +219,6 @@ async def test_a_blocking_sends_task_is_written_once_when_it_settles(tmp_path, m
 
 async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp_path):
     from roost.plugins.a2a._server import service_for
-    from roost.plugins.a2a._tasks import FIRST_ROW_AFTER_S
 
     SLEEP_STARTED.clear()
     config = make_config(tmp_path)
@@ -228,12 +231,14 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(blocking_send)
-            with trio.fail_after(10):
-                while not SLEEP_STARTED:
-                    await trio.sleep(0.01)
-            await trio.sleep(FIRST_ROW_AFTER_S + 0.2)
-            r = await http.post(path, json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}, headers=V1)
-            listed = r.json()["result"]["tasks"]
+            await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
+
+            async def listed_tasks():
+                r = await http.post(path, json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}, headers=V1)
+                return r.json()["result"]["tasks"]
+
+            # Listed once its run has taken FIRST_ROW_AFTER_S (the tool runs for 30 s).
+            listed = await wait_until(listed_tasks, "the running task listed")
             assert len(listed) == 1, listed
             tid = listed[0]["id"]
             # Stored unfinished: a crash now would be recovered as failed on the next start.
@@ -286,9 +291,9 @@ async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(tm
         assert store._reserved == 0
         # The send failed (no task id was acknowledged), and no row was written for it.
         assert lost["error"]["code"] == -32603 and "storage failed" in lost["error"]["message"]
-        from roost.plugins.a2a._tasks import FIRST_ROW_AFTER_S
-
-        await trio.sleep(FIRST_ROW_AFTER_S + 0.2)
+        tasks = service_for(kernel).tasks
+        # The writer of deferred first rows has had its turn (it ends once none is due).
+        await wait_until(lambda: not tasks._deferred and not tasks._writing_deferred, "the deferred row writer idle")
         assert (await store.list(limit=10))[0] == []
         monkeypatch.setattr(TaskStore, "insert", insert)
         kept = await send(http, "kept")
@@ -323,7 +328,7 @@ async def test_the_store_is_bounded_in_bytes_evicting_old_finished_tasks(tmp_pat
         await store.insert(id="running", context_id="c", agent="a", state="working", terminal=False, data=_data("running"))
         for i in range(5):
             await store.insert(id=f"t{i}", context_id="c", agent="a", state="completed", terminal=True, data=_data(f"t{i}"))
-            await trio.sleep(0.01)
+            after((await store.get(f"t{i}")).updated_at)  # each update later than the one before
             evicted = await store.update(f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(100_000)]))
         rows, total = await store.list()
     assert evicted  # the last update made room by evicting the oldest finished tasks
@@ -384,9 +389,8 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
         for i in range(2):  # two more tasks: the first is evicted (max_tasks = 2)
             await send(http, f"t{i}")
         assert (await get(http, first))["error"]["code"] == -32001
-        with trio.fail_after(5):  # removed in the background
-            while (inbox / folder_of(first)).exists():
-                await trio.sleep(0.01)
+        # removed in the background
+        await wait_until(lambda: not (inbox / folder_of(first)).exists(), "the evicted task's folder removed", timeout=5)
 
 
 async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_stored(tmp_path, monkeypatch):
@@ -418,11 +422,12 @@ async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_st
             nursery.start_soon(blocking)
             with trio.fail_after(5):
                 await held.wait()  # the run is storing its settled state
-            await trio.sleep(0.2)  # the writer is due meanwhile
+            tasks = service_for(kernel).tasks
+            await wait_until(lambda: not tasks._deferred, "the writer due meanwhile took the task")
             go.set()
         tid = replies[0]["result"]["task"]["id"]
-        await trio.sleep(0.1)
-        row = await service_for(kernel).tasks.store.get(tid)
+        await wait_until(lambda: not tasks._writing_deferred, "the deferred row writer done")
+        row = await tasks.store.get(tid)
     assert replies[0]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert row.state == "TASK_STATE_COMPLETED"
 

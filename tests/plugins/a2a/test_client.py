@@ -12,6 +12,7 @@ from a2a_helpers import sdk_server
 from roost.plugins.a2a import A2AClient, A2AError
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._client import USER_AGENT, parse_card, task_text
+from waiting import wait_until
 
 
 @pytest.fixture
@@ -41,9 +42,7 @@ async def test_roost_client_against_the_a2a_sdk_server(sdk_url):
                     seen.append(event)
 
             nursery.start_soon(follow)
-            with trio.fail_after(10):
-                while not seen:
-                    await trio.sleep(0.05)
+            await wait_until(lambda: seen, "the subscription's first event")
             canceled = await client.cancel(info, slow.id)
         assert canceled.status.state == m.CANCELED
         assert seen[-1].status.state == m.CANCELED

@@ -10,6 +10,7 @@ import httpx
 import trio
 from a2a_helpers import SlowToolPlugin, sdk_server, write_agent
 from roost.kernel import EventKind, default_config, open_kernel
+from waiting import wait_until
 
 
 def kernel_config(tmp_path, externals, agents_rules):
@@ -25,9 +26,7 @@ def kernel_config(tmp_path, externals, agents_rules):
 
 
 async def wait_for_tool(kernel, name):
-    with trio.fail_after(15):
-        while name not in kernel.registry:
-            await trio.sleep(0.05)
+    await wait_until(lambda: name in kernel.registry, f"the tool {name}", timeout=15)
 
 
 async def test_external_sdk_agent_is_a_tool_and_its_result_is_tainted(tmp_path):
@@ -45,9 +44,7 @@ async def test_external_sdk_agent_is_a_tool_and_its_result_is_tainted(tmp_path):
             reply = await kernel.send("delegator", "ping")
             history = await kernel.store.history(reply.session_id)
             service = service_for(kernel)
-            with trio.fail_after(10):
-                while "ghost" not in service.external_errors:
-                    await trio.sleep(0.05)
+            await wait_until(lambda: "ghost" in service.external_errors, "ghost's discovery error")
     assert spec.untrusted and "SDK Echo" in spec.description
     assert reply.text == "remote said: echo: ping"
     tool_messages = [h for h in history if h.role == "tool"]

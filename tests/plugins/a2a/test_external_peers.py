@@ -19,6 +19,7 @@ from a2a_helpers import make_config, serve, write_agent
 from roost.kernel import EventKind, ToolCall, default_config, open_kernel
 from roost.plugins.a2a import A2AClient, A2AError, _external
 from roost.plugins.a2a import _models as m
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "fixtures"))
 from peer_stub import running_stub  # noqa: E402
@@ -95,17 +96,17 @@ async def test_an_external_agent_that_starts_late_gets_its_tool(tmp_path, monkey
     port = free_port()
     config = caller_config(tmp_path, [{"name": "late", "url": f"http://127.0.0.1:{port}"}], http={"port": 0})
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as api:
-        booted = trio.current_time()
         async with httpx.AsyncClient(base_url=api, timeout=10) as http:
-            with trio.fail_after(10):
-                while True:
-                    (late,) = (await http.get("/api/a2a/external_agents")).json()["external_agents"]
-                    if late["status"] == "failed":
-                        break
-                    await trio.sleep(0.05)
+
+            async def failed(after_attempts=1):
+                (late,) = (await http.get("/api/a2a/external_agents")).json()["external_agents"]
+                return late if late["status"] == "failed" and late["attempts"] >= after_attempts else None
+
+            late = await wait_until(failed, "the first discovery failed")
             out = io.StringIO()
             await agents_command(config, as_json=False, out=out, err=io.StringIO())
-            await trio.sleep_until(booted + 3.5)  # the peer comes up well after A booted
+            # The peer comes up only after a fourth attempt failed (more than the old code made).
+            await wait_until(lambda: failed(4), "a fourth discovery attempt failed")
             async with kernel.tap.subscribe(kinds=[EventKind.KERNEL_TOOLS_CHANGED]) as events:
                 async with running_stub(port):
                     with trio.fail_after(15):
@@ -129,9 +130,9 @@ async def test_an_external_agent_that_wants_a_key_we_lack_fails_at_once_and_head
             {"name": "withkey", "url": f"{b_url}/a2a/agents/echo", "headers": {"Authorization": f"Bearer {key}"}},
         ]
         async with open_kernel(caller_config(tmp_path, externals)) as kernel:
-            with trio.fail_after(15):
-                while "a2a_nokey" not in kernel.registry or "a2a_withkey" not in kernel.registry:
-                    await trio.sleep(0.05)
+            await wait_until(
+                lambda: "a2a_nokey" in kernel.registry and "a2a_withkey" in kernel.registry, "both tools", timeout=15
+            )
             with trio.fail_after(2):
                 refused = await kernel.call_tool("caller", ToolCall("a2a_nokey", {"message": "hi"}))
             allowed = await kernel.call_tool("caller", ToolCall("a2a_withkey", {"message": "hi"}))

@@ -11,6 +11,7 @@ import trio
 from a2a_helpers import make_config, serve
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
+from waiting import wait_until
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -67,9 +68,10 @@ async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook
         r = await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
         task = r.json()["result"]["task"]
         listed = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "ListTaskPushNotificationConfigs", "params": {"taskId": task["id"]}}, headers=V1)).json()
-        with trio.fail_after(10):
-            while not any("statusUpdate" in b and b["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" for _, b in received):
-                await trio.sleep(0.05)
+        await wait_until(
+            lambda: any("statusUpdate" in b and b["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" for _, b in received),
+            "the input-required update delivered",
+        )
         cfg_id = listed["result"]["configs"][0]["id"]
         deleted = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 3, "method": "DeleteTaskPushNotificationConfig", "params": {"taskId": task["id"], "id": cfg_id}}, headers=V1)).json()
     assert listed["result"]["configs"][0]["url"] == hook_url + "/hook"

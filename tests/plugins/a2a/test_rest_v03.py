@@ -14,6 +14,7 @@ import pytest
 import trio
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a import _rest03 as rest03
+from waiting import wait_until
 
 REFERENCE = Path(__file__).resolve().parents[2] / "fixtures" / "a2a_reference"
 V1_SEND = "/a2a/agents/echo/rest/v1/message:send"
@@ -602,19 +603,18 @@ async def test_sdk_03_rest_client_subscribes_and_cancels(daemon):
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stream)
-                while not streamed:
-                    await trio.sleep(0.02)
+                await wait_until(lambda: streamed, "the first streamed event")
                 task = streamed[0].task
                 assert task.status.state in (a2a_pb2.TASK_STATE_SUBMITTED, a2a_pb2.TASK_STATE_WORKING)
                 nursery.start_soon(follow, task.id)
-                while not seen:
-                    await trio.sleep(0.02)
+                await wait_until(lambda: seen, "the subscription's first event")
                 before = len(SLEEP_CANCELLED)
-                while len(SLEEP_CANCELLED) == before:
+
+                async def cancel():
                     canceled = await transport.cancel_task(CancelTaskRequest(id=task.id))
-                    if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED:
-                        break
-                    await trio.sleep(0.05)
+                    return canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+
+                canceled = await wait_until(cancel, "the task canceled")
     assert canceled.id == task.id and canceled.status.state == a2a_pb2.TASK_STATE_CANCELED
     assert len(SLEEP_CANCELLED) > before, "the agent's tool call was not cancelled"
     assert seen[0].WhichOneof("payload") == "task" and seen[0].task.id == task.id

@@ -20,6 +20,7 @@ from a2a.types import (
     a2a_pb2,
 )
 from a2a_helpers import SLEEP_CANCELLED
+from waiting import wait_until
 
 MODES = [
     pytest.param("JSONRPC", "1.0", id="jsonrpc-1.0"),
@@ -101,14 +102,14 @@ async def test_sdk_client_cancel_and_subscribe(daemon, binding, version):
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(follow)
-                while not seen:
-                    await trio.sleep(0.02)
+                await wait_until(lambda: seen, "the subscription's first event")
                 before = len(SLEEP_CANCELLED)
-                while len(SLEEP_CANCELLED) == before:
+
+                async def cancel():
                     canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
-                    if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED:
-                        break
-                    await trio.sleep(0.05)
+                    return canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+
+                canceled = await wait_until(cancel, "the task canceled")
             listed = await client.list_tasks(ListTasksRequest(page_size=10)) if version == "1.0" else None
     finally:
         await client.close()

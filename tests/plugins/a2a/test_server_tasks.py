@@ -10,6 +10,7 @@ import httpx
 import pytest
 import trio
 from a2a_helpers import SLEEP_STARTED
+from waiting import wait_until
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -24,8 +25,9 @@ async def rpc(client, method, params, *, headers=V1, path="/a2a/agents/echo/json
     return r.json()
 
 
-async def sse(client, path, payload, headers=V1):
-    events = []
+async def sse(client, path, payload, headers=V1, *, received=None):
+    """The stream's events; ``received`` (a list, if given) gets each one as it arrives."""
+    events = [] if received is None else received
     async with client.stream("POST", path, json=payload, headers={**headers, "Accept": "text/event-stream"}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         async for line in r.aiter_lines():
@@ -58,12 +60,12 @@ async def test_return_immediately_then_get_task_until_done(http):
     body = await rpc(http, "SendMessage", {"message": msg("quick"), "configuration": {"returnImmediately": True}})
     task = body["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
-    with trio.fail_after(5):
-        while True:
-            got = (await rpc(http, "GetTask", {"id": task["id"]}))["result"]
-            if got["status"]["state"] == "TASK_STATE_COMPLETED":
-                break
-            await trio.sleep(0.02)
+
+    async def completed():
+        got = (await rpc(http, "GetTask", {"id": task["id"]}))["result"]
+        return got if got["status"]["state"] == "TASK_STATE_COMPLETED" else None
+
+    got = await wait_until(completed, "the task completed", timeout=5)
     assert got["artifacts"][0]["parts"][0]["text"] == "echo: quick"
 
 
@@ -104,23 +106,15 @@ async def test_list_tasks_filters_and_pages(http):
 
 
 async def test_subscribe_replays_from_the_start_then_follows_live(http):
+    SLEEP_STARTED.clear()
     task = (await rpc(http, "SendMessage", {"message": msg("slowly"), "configuration": {"returnImmediately": True}}, path="/a2a/agents/slow/jsonrpc"))["result"]["task"]
     with trio.fail_after(10):
-        while not SLEEP_STARTED:
-            await trio.sleep(0.01)
+        await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
         events: list = []
         async with trio.open_nursery() as nursery:
-
-            async def follow():
-                events.extend(await sse(http, "/a2a/agents/slow/jsonrpc", {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task["id"]}}))
-
-            nursery.start_soon(follow)
-            while not events and True:
-                await trio.sleep(0.05)
-                got = (await rpc(http, "GetTask", {"id": task["id"]}, path="/a2a/agents/slow/jsonrpc"))["result"]
-                if got["status"]["state"] == "TASK_STATE_WORKING":
-                    break
-            await trio.sleep(0.1)
+            follow = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task["id"]}}
+            nursery.start_soon(lambda: sse(http, "/a2a/agents/slow/jsonrpc", follow, received=events))
+            await wait_until(lambda: events, "the replay of the task")  # subscribed: now a live event
             await rpc(http, "CancelTask", {"id": task["id"]}, path="/a2a/agents/slow/jsonrpc")
     first = events[0]["result"]["task"]
     # the replay: the task as it stands, with everything that happened before subscribing
@@ -319,8 +313,7 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
             async with trio.open_nursery() as nursery:
 
                 async def cancel_once_working():
-                    while not SLEEP_STARTED:
-                        await trio.sleep(0.01)
+                    await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
                     scope.cancel()
 
                 nursery.start_soon(cancel_once_working)

@@ -7,8 +7,8 @@ import json
 
 import httpx
 import pytest
-import trio
 from a2a_helpers import SLEEP_STARTED, make_config, serve
+from waiting import wait_until
 
 V1 = {"A2A-Version": "1.0"}
 EP = "/a2a/agents/echo/jsonrpc"
@@ -60,10 +60,9 @@ async def test_3_1_4_list_tasks_omits_artifacts_always_has_next_page_token_newes
 
 async def test_3_1_5_cancel_returns_the_updated_task_and_refuses_finished_ones(http):
     path = "/a2a/agents/slow/jsonrpc"
+    SLEEP_STARTED.clear()
     task = (await rpc(http, "SendMessage", {"message": msg(), "configuration": {"returnImmediately": True}}, path))["result"]["task"]
-    with trio.fail_after(5):
-        while not SLEEP_STARTED:
-            await trio.sleep(0.01)
+    await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started", timeout=5)
     canceled = (await rpc(http, "CancelTask", {"id": task["id"]}, path))["result"]
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
     assert (await rpc(http, "CancelTask", {"id": task["id"]}, path))["error"]["code"] == -32002

@@ -21,6 +21,7 @@ from roost.plugins.cli._commands import (
     watch_command,
 )
 from roost.plugins.http import find_daemon, open_daemon, write_daemon_file
+from waiting import wait_until
 
 
 def streams():
@@ -230,9 +231,7 @@ async def test_stale_or_dead_daemon_files_are_ignored(fake_config):
 
 
 async def wait_for_subscriber(kernel, count=1):
-    with trio.fail_after(5):
-        while kernel.tap.subscriber_count < count:
-            await trio.sleep(0.01)
+    await wait_until(lambda: kernel.tap.subscriber_count >= count, f"{count} tap subscriber(s)", timeout=5)
 
 
 async def test_watch_prints_one_line_per_event(fake_config):
@@ -287,9 +286,7 @@ async def test_watch_stops_cleanly_when_asked(fake_config):
             nursery.start_soon(watch)
             await wait_for_subscriber(kernel)
             kernel.tap.publish(Event("TEST:ONE", "test", payload={"n": 1}))
-            with trio.fail_after(5):
-                while not out.getvalue():
-                    await trio.sleep(0.01)
+            await wait_until(out.getvalue, "the event printed", timeout=5)
             stop.set()
     assert results == [0]
     assert json.loads(out.getvalue())["payload"] == {"n": 1}

@@ -6,11 +6,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from roost.plugins.cli import build_parser, main
 from roost.plugins.cli._main import _leaf, describe_error
+from waiting import wait_until_sync
 
 ROOST = Path(sys.executable).with_name("roost")
 
@@ -198,11 +198,12 @@ def test_run_serves_then_stops_on_sigterm(tmp_path):
         env=env,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not daemon_json.exists():
+
+        def started() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "daemon did not start"
-            time.sleep(0.05)
+            return daemon_json.exists()
+
+        wait_until_sync(started, "the daemon started", timeout=30)
         sent = run_roost("--config", str(config), "send", "pinger", "via daemon", env=env)
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout == "pong: via daemon\n"

@@ -11,11 +11,7 @@ from roost.kernel import default_config, open_kernel
 from roost.plugins.cli._client import DaemonClient
 from roost.plugins.cli._commands import watch_command
 from roost.plugins.http import find_daemon, open_daemon
-
-
-async def until(predicate):
-    while not predicate():
-        await trio.sleep(0.01)
+from waiting import wait_until
 
 
 async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled_agents(tmp_path):
@@ -31,7 +27,7 @@ async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled
             async with trio.open_nursery() as nursery:
                 for out, as_json in ((text_out, False), (json_out, True)):
                     nursery.start_soon(partial_watch(config, out, as_json, replied(out)))
-                await until(lambda: kernel.tap.subscriber_count >= 2)
+                await wait_until(lambda: kernel.tap.subscriber_count >= 2, "both watchers subscribed")
                 client = DaemonClient(await find_daemon(config.home))
                 reply = await client.send("coordinator", "Write a haiku about trio")
     assert not reply["is_error"]
@@ -57,7 +53,7 @@ async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled
 def partial_watch(config, out, as_json, done):
     async def watch():
         await watch_command(
-            config, kinds=[], as_json=as_json, count=None, out=out, err=io.StringIO(), stop=lambda: until(done)
+            config, kinds=[], as_json=as_json, count=None, out=out, err=io.StringIO(), stop=lambda: wait_until(done, "the reply watched", timeout=30)
         )
 
     return watch

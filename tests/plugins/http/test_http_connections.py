@@ -8,11 +8,13 @@ from functools import partial
 
 import pytest
 import trio
+import trio.testing
 from http_fakes import serving
 from roost.kernel import AgentNotFound, RouteDescriptor, hookimpl
 from roost.plugins.http import PlainResponse, serve
 from roost.plugins.http import _server as server
 from trio_websocket import open_websocket_url
+from waiting import wait_until
 
 KEY = "s3cret-key"
 
@@ -31,7 +33,7 @@ async def fast_missing(req):
 
 
 async def fast_slow(req):
-    await trio.sleep(0.5)
+    await trio.sleep(0.5)  # a handler slower than the idle limit: the subject
     return PlainResponse(200, b'{"slow": true}')
 
 
@@ -387,7 +389,7 @@ async def test_graceful_shutdown_closes_connections_that_never_sent_a_request(ma
             busy = await Raw.open(port)
             await busy.stream.send_all(post("/fast/a"))
             assert (await busy.response())[0] == 200  # the server is up and serving
-            await trio.sleep(0.2)  # let the silent connection reach its first read
+            await trio.testing.wait_all_tasks_blocked()  # the silent connection at its first read
             stop.set()
             assert await silent.closed()  # now, not at the 30 s graceful deadline
             assert await busy.closed()
@@ -470,9 +472,7 @@ async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_k
         await raw.stream.send_all(post("/big"))
         # Not reading: the server's send waits for room, then the kernel aborts the
         # connection (TCP_USER_TIMEOUT). Wait (without reading) for its end to go.
-        with trio.fail_after(10):
-            while server_end_established(raw.stream.socket):
-                await trio.sleep(0.05)
+        await wait_until(lambda: not server_end_established(raw.stream.socket), "the server's end gone")
         with trio.fail_after(5):
             received = 0
             try:

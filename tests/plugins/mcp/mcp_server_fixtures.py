@@ -30,11 +30,10 @@ class McpTestTools:
         async def sleepy(call, ctx):
             self.sleepy_started.set()
             try:
-                await trio.sleep(3600)
+                await trio.sleep_forever()
             except trio.Cancelled:
                 self.sleepy_cancelled.set()
                 raise
-            return ToolResult.text("never")
 
         async def steps(call, ctx):
             for i in range(1, 4):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from roost.plugins.mcp._client import ClientOptions, McpProtocolError, open_mcp_
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.mcp.transports.sse import open_sse_transport
 from roost.plugins.mcp.transports.stdio import open_stdio_transport
+from waiting import wait_until_sync
 
 SDK_SERVER = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "sdk_server.py")
 
@@ -30,17 +30,22 @@ def start_sdk_server(mode: str):
     proc = subprocess.Popen(
         [sys.executable, SDK_SERVER, mode, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 20
-    while True:
+
+    def listening() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the SDK {mode} server exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
+            return True
         except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait(5)
-                raise RuntimeError(f"the SDK {mode} server did not start") from None
-            time.sleep(0.05)
+            return False
+
+    try:
+        wait_until_sync(listening, f"the SDK {mode} server listening", timeout=20)
+    except BaseException:
+        proc.kill()
+        proc.wait(5)
+        raise
     return proc, port
 
 

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ import pytest
 from roost.kernel import TraceContext
 from roost.plugins.mcp._client import ClientOptions, open_mcp_client
 from roost.plugins.mcp.transports.http import open_http_transport
+from waiting import wait_until_sync
 
 ROOST = str(Path(sys.executable).parent / "roost")
 
@@ -57,17 +57,21 @@ def start_daemon(root: Path, port: int, toml_extra: str = ""):
     log = open(root / "daemon.log", "wb")
     proc = subprocess.Popen([ROOST, "run"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited: {(root / 'daemon.log').read_text()[-2000:]}")
         try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return proc, url
+            return httpx.get(url + "/health", timeout=1).status_code == 200
         except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop(proc)
-            raise RuntimeError(f"daemon did not start: {(root / 'daemon.log').read_text()[-2000:]}")
-        time.sleep(0.1)
+            return False
+
+    try:
+        wait_until_sync(healthy, lambda: f"daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}", timeout=30)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, url
 
 
 def stop(proc) -> None:
@@ -108,14 +112,11 @@ def daemons(tmp_path):
 
 
 def wait_for_tool(a_url: str, name: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def connected():
         body = httpx.get(a_url + "/api/mcp/servers", timeout=5).json()
-        for server in body["connected"]:
-            if name in server["tools"]:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} never appeared: {body}")
+        return any(name in server["tools"] for server in body["connected"])
+
+    wait_until_sync(connected, f"{name} appeared", timeout=30)
 
 
 async def test_agents_in_two_daemons_call_each_other_and_the_breaker_holds_across(daemons):

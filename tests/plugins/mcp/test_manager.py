@@ -21,6 +21,7 @@ from roost.kernel import (
 )
 from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp._manager import collect_server_configs, parse_server_config
+from waiting import wait_until
 
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
 
@@ -39,12 +40,6 @@ def agent(name, tools=("mcp_*",), rules=(), servers=()):
 
 def make_config(tmp_path, servers, **extra):
     return default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=list(servers), **extra)
-
-
-async def wait_until(predicate, timeout=20.0):
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
 
 
 TIME_SERVER = {

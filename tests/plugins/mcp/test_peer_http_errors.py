@@ -20,6 +20,7 @@ from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.mcp.transports.sse import open_sse_transport
 from test_cross_process import ROOST, start_daemon, stop, write_agent
+from waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "fixtures"))
 from peer_stub import running_stub  # noqa: E402
@@ -135,9 +136,7 @@ async def test_an_mcp_http_server_that_starts_late_is_found(tmp_path, monkeypatc
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
         manager = manager_for(kernel)
         state = manager.states["late"]
-        with trio.fail_after(20):
-            while state.restarts < 12:
-                await trio.sleep(0.02)
+        await wait_until(lambda: state.restarts >= 12, "12 failed connection attempts", timeout=20)
         entry = manager.status()["configured"][0]
         assert entry["status"] in ("failed", "connecting") and "cannot reach" in entry["error"]
         async with kernel.tap.subscribe(kinds=[EventKind.KERNEL_TOOLS_CHANGED]) as events:
@@ -202,9 +201,7 @@ async def test_a_sixty_call_fan_out_to_another_daemon_over_mcp_and_a2a_waits_out
     durations: list[float] = []
     results = []
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
-        with trio.fail_after(30):
-            while "mcp_b_message" not in kernel.registry or "a2a_b1" not in kernel.registry:
-                await trio.sleep(0.05)
+        await wait_until(lambda: "mcp_b_message" in kernel.registry and "a2a_b1" in kernel.registry, "both tools", timeout=30)
 
         async def call(tool: str, i: int) -> None:
             start = time.monotonic()
@@ -236,9 +233,10 @@ async def test_a_daemon_that_requires_a_key_we_lack_is_refused_at_once_and_says_
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
         manager = manager_for(kernel)
-        with trio.fail_after(10):
-            while manager.states["nokey"].status != "failed" or "mcp_withkey_message" not in kernel.registry:
-                await trio.sleep(0.02)
+        await wait_until(
+            lambda: manager.states["nokey"].status == "failed" and "mcp_withkey_message" in kernel.registry,
+            "nokey failed and withkey connected",
+        )
         status = {s["name"]: s for s in manager.status()["configured"]}
         reply = await kernel.call_tool("caller", ToolCall("mcp_withkey_message", {"message": "with the key"}))
     assert "HTTP 401 Unauthorized" in status["nokey"]["error"] and "transport.headers" in status["nokey"]["error"]

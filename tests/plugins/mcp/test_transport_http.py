@@ -14,6 +14,7 @@ from roost.plugins.mcp.transports.sse import (
     same_origin,
 )
 from test_client_interop import sdk_http, sdk_sse  # noqa: F401  (module-scoped server fixtures)
+from waiting import wait_until
 
 
 def test_json_messages_and_origins():
@@ -84,11 +85,8 @@ async def test_manager_connects_over_http_and_sse(tmp_path, sdk_http, sdk_sse): 
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[agent()]) as kernel:
         manager = manager_for(kernel)
-        with trio.fail_after(20):
-            while not ("mcp_web_echo" in kernel.registry and "mcp_old_echo" in kernel.registry):
-                await trio.sleep(0.02)
-            while manager.states["blocked"].last_error is None:
-                await trio.sleep(0.02)
+        await wait_until(lambda: "mcp_web_echo" in kernel.registry and "mcp_old_echo" in kernel.registry, "both tools", timeout=20)
+        await wait_until(lambda: manager.states["blocked"].last_error, "the blocked server's error", timeout=20)
         assert "loopback" in manager.states["blocked"].last_error
         assert (await kernel.call_tool("a", ToolCall("mcp_web_add_numbers", {"a": 1, "b": 2}))).as_text() == "3"
         assert (await kernel.call_tool("a", ToolCall("mcp_old_echo", {"text": "sse"}))).as_text() == "sse"
@@ -133,9 +131,7 @@ async def test_progress_and_logs_reach_the_event_stream(tmp_path, sdk_http):  # 
     servers = [{"name": "web", "allow_local": True, "protocol": "2025-11-25", "transport": {"type": "http", "url": sdk_http}}]
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[agent()]) as kernel:
-        with trio.fail_after(20):
-            while "mcp_web_steps" not in kernel.registry:
-                await trio.sleep(0.02)
+        await wait_until(lambda: "mcp_web_steps" in kernel.registry, "the steps tool", timeout=20)
         async with kernel.tap.subscribe(kinds=["MCP:PROGRESS", "MCP:LOG"]) as events:
             result = await kernel.call_tool("a", ToolCall("mcp_web_steps", {"count": 2}))
             assert result.as_text() == "did 2 steps"
@@ -155,6 +151,4 @@ async def test_global_allow_private_network_also_admits_loopback_servers(tmp_pat
         home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers, tools={"allow_private_network": True}
     )
     async with open_kernel(config, agents=[agent()]) as kernel:
-        with trio.fail_after(20):
-            while "mcp_web_echo" not in kernel.registry:
-                await trio.sleep(0.02)
+        await wait_until(lambda: "mcp_web_echo" in kernel.registry, "the echo tool", timeout=20)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from roost.plugins.mcp.transports.stdio import wrapped_command
+from waiting import wait_until_sync
 
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
 SUPERVISOR = str(Path(wrapped_command("x", [])[3]))
@@ -35,15 +36,6 @@ def running(pid: int) -> bool:
 
 def in_proc(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def children_of(pid: int) -> list[int]:
@@ -120,10 +112,11 @@ def test_sigkilled_roost_leaves_no_server_grandchild_or_escaped_helper(tmp_path)
         # The supervisor reaps every descendant, so they leave /proc entirely; the
         # supervisor itself is reaped by whoever inherits it (here maybe never: PID 1).
         descendants = [pids["launcher"], pids["server"], pids["escapee"]]
-        assert wait_for(lambda: not any(in_proc(pid) for pid in descendants)), {
-            name: pid for name, pid in pids.items() if in_proc(pid)
-        }
-        assert wait_for(lambda: not running(pids["supervisor"]))
+        wait_until_sync(
+            lambda: not any(in_proc(pid) for pid in descendants),
+            lambda: f"descendants gone; left: { {name: pid for name, pid in pids.items() if in_proc(pid)} }",
+        )
+        wait_until_sync(lambda: not running(pids["supervisor"]), "the supervisor ended")
     finally:
         if roost.poll() is None:
             roost.kill()
@@ -161,7 +154,7 @@ def test_server_exit_kills_what_it_left_and_passes_on_its_status():
         assert running(helper)
         supervised.stdin.close()  # roost's first shutdown step: the server sees EOF
         assert supervised.wait(10) == 3
-        assert wait_for(lambda: not in_proc(helper))
+        wait_until_sync(lambda: not in_proc(helper), "the helper reaped")
     finally:
         if supervised.poll() is None:
             supervised.kill()
@@ -189,7 +182,8 @@ def test_sigterm_ends_a_server_that_ignores_it_within_the_grace():
         supervised.send_signal(signal.SIGTERM)
         code = supervised.wait(10)
         assert code == 128 + signal.SIGKILL  # the server ignored SIGTERM, so it was killed
-        assert not in_proc(server[0]) and wait_for(lambda: not in_proc(helper))
+        assert not in_proc(server[0])
+        wait_until_sync(lambda: not in_proc(helper), "the helper reaped")
     finally:
         if supervised.poll() is None:
             supervised.kill()
@@ -206,8 +200,10 @@ def test_server_survives_the_exit_of_the_thread_that_started_it():
     thread.join()
     supervised = started[0]
     try:
-        assert wait_for(lambda: any(running(p) for p in children_of(supervised.pid)), 5)
-        time.sleep(1.0)  # two parent polls and the (already delivered) death signal
+        wait_until_sync(lambda: any(running(p) for p in children_of(supervised.pid)), "the server started", timeout=5)
+        # Nothing may happen: give the supervisor two parent polls (PARENT_POLL_S) and the
+        # (already delivered) death signal to wrongly kill it. This wait is the subject.
+        time.sleep(1.0)
         assert supervised.poll() is None
         assert any(running(p) for p in children_of(supervised.pid))
         supervised.stdin.close()

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import trio
@@ -17,6 +16,7 @@ from roost.plugins.mcp.transports.stdio import (
     child_environment,
     open_stdio_transport,
 )
+from waiting import wait_until, wait_until_sync
 
 
 def test_environment_is_cleared_except_path_home_and_listed():
@@ -47,9 +47,7 @@ async def test_stderr_goes_to_the_log(caplog):
     script = "import sys; sys.stderr.write('server says hi\\n'); sys.stderr.flush(); sys.stdin.read()"
     with caplog.at_level("INFO", logger="roost.mcp.server.noisy"):
         async with open_stdio_transport(sys.executable, ["-c", script], name="noisy"):
-            with trio.fail_after(10):
-                while "server says hi" not in caplog.text:
-                    await trio.sleep(0.02)
+            await wait_until(lambda: "server says hi" in caplog.text, "the server's stderr logged")
 
 
 async def test_a_server_ignoring_stdin_and_sigterm_is_killed_and_reaped(monkeypatch):
@@ -116,10 +114,7 @@ def test_killing_roost_with_sigkill_leaves_no_child():
         assert _alive(child_pid)
         roost.kill()
         roost.wait(10)
-        deadline = time.monotonic() + 10
-        while _alive(child_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child_pid), "the MCP server outlived roost"
+        wait_until_sync(lambda: not _alive(child_pid), "the MCP server ended with roost")
     finally:
         if roost.poll() is None:
             roost.kill()
@@ -149,12 +144,10 @@ async def test_a_server_flooding_its_stdout_does_not_starve_other_tasks():
     async with open_stdio_transport(sys.executable, ["-c", FLOOD], name="flood") as transport:
         transport.deliver = deliver
         with trio.fail_after(60):
-            while received < 10_000:  # the flood is under way
-                await trio.sleep(0.001)
+            await wait_until(lambda: received >= 10_000, "the flood under way", timeout=60)
             start, ticks = received, 0
             while ticks < 100:  # 100 timer wake-ups while the server floods
-                await trio.sleep(0.001)
+                await trio.sleep(0.001)  # a timer's wake-up: the subject
                 ticks += 1
-            while received < start + 100_000:  # and the flood went on meanwhile
-                await trio.sleep(0.001)
+            await wait_until(lambda: received >= start + 100_000, "the flood went on", timeout=60)
     assert transport.skipped_lines == 0 and transport.oversized_lines == 0

@@ -18,6 +18,7 @@ from roost.plugins.tools import (
     landlock_status,
 )
 from roost.plugins.tools._bash import child_environment, command_argv
+from waiting import wait_until
 
 BASH = {t.spec.name: t for t in build_tools()}["bash"]
 needs_landlock = pytest.mark.skipif(
@@ -65,12 +66,9 @@ def marked(marker: str) -> list[int]:
     return pids
 
 
-async def wait_until_reaped(marker: str) -> bool:
+async def wait_until_reaped(marker: str) -> None:
     """Every process marked ``marker`` gone entirely: not running, not a zombie."""
-    with trio.move_on_after(5):
-        while marked(marker):
-            await trio.sleep(0.02)
-    return not marked(marker)
+    await wait_until(lambda: not marked(marker), lambda: f"processes {marked(marker)} reaped", timeout=5)
 
 
 def unique_sleep() -> str:
@@ -166,13 +164,13 @@ async def test_timeout_kills_the_command(tmp_path):
 async def test_backgrounded_child_does_not_outlive_the_call(tmp_path):
     mark = unique_sleep()
     await bash(context(tmp_path), f"sleep {mark} & echo $!")
-    assert await wait_until_reaped(mark), f"background sleep {mark} is still running"
+    await wait_until_reaped(mark), f"background sleep {mark} is still running"
 
 
 async def test_child_that_left_the_session_is_reaped_too(tmp_path):
     mark = unique_sleep()
     await bash(context(tmp_path), f"setsid sleep {mark} > /dev/null 2>&1 & echo $!")
-    assert await wait_until_reaped(mark), f"setsid sleep {mark} survived the call"
+    await wait_until_reaped(mark), f"setsid sleep {mark} survived the call"
 
 
 async def test_killed_command_reports_128_plus_the_signal(tmp_path):
@@ -184,14 +182,14 @@ async def test_backgrounded_child_holding_the_pipe_is_killed_on_timeout(tmp_path
     mark = unique_sleep()
     result = await bash(context(tmp_path), f"(sleep {mark}; echo late) & wait", timeout=0.5)
     assert result.structured_content["timed_out"]
-    assert await wait_until_reaped(mark)
+    await wait_until_reaped(mark)
 
 
 async def test_cancelling_the_call_kills_the_process_group(tmp_path):
     mark = unique_sleep()
     with trio.move_on_after(1.0):
         await bash(context(tmp_path), f"sleep {mark} & wait")
-    assert await wait_until_reaped(mark)
+    await wait_until_reaped(mark)
 
 
 async def test_output_is_capped_and_marked(tmp_path):

@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from roost.plugins.tools import _landlock, _sandbox, _sandbox_exec, landlock_status
+from waiting import wait_until_sync
 
 needs_landlock = pytest.mark.skipif(
     not landlock_status().available, reason=f"needs Landlock: {landlock_status().reason}"
@@ -114,10 +114,7 @@ def test_sigterm_kills_and_reaps_the_command_tree(tmp_path):
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.02)
+        wait_until_sync(lambda: pid_file.exists() and pid_file.read_text().strip(), "the command started")
         child = int(pid_file.read_text())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 128 + signal.SIGTERM
