@@ -39,6 +39,8 @@ class EventKind:
     ACTOR_STOPPED = "ACTOR:STOPPED"
     ACTOR_REPLY = "ACTOR:REPLY"
     TAP_DROPPED = "TAP:DROPPED"
+    TRACE_SPAN_START = "TRACE:SPAN_START"
+    TRACE_SPAN_END = "TRACE:SPAN_END"
 
 
 # Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
@@ -146,6 +148,9 @@ class EventTap:
         self._subscribers: dict[int, _Subscriber] = {}
         self._next = 0
         self.published = 0
+        # kind -> whether a subscriber takes it, for ``wants`` (asked on hot paths: spans,
+        # tokens, tool events); forgotten whenever the subscribers change.
+        self._wanted: dict[str, bool] = {}
 
     def publish(self, event: Event) -> None:
         """Deliver without blocking (safe to call from any task)."""
@@ -161,7 +166,14 @@ class EventTap:
     def wants(self, kind: str) -> bool:
         """Whether any subscriber would receive events of ``kind`` (so producing them is
         worth it: e.g. the kernel streams tokens only while someone watches)."""
-        return bool(self._subscribers) and any(sub.accepts(kind) for sub in self._subscribers.values())
+        if not self._subscribers:
+            return False
+        wanted = self._wanted.get(kind)
+        if wanted is None:
+            if len(self._wanted) >= 256:  # kinds are few; a caller inventing them is bounded
+                self._wanted.clear()
+            wanted = self._wanted[kind] = any(sub.accepts(kind) for sub in self._subscribers.values())
+        return wanted
 
     @asynccontextmanager
     async def subscribe(
@@ -180,11 +192,13 @@ class EventTap:
         key = self._next
         self._next += 1
         self._subscribers[key] = _Subscriber(send, kinds)
+        self._wanted.clear()
         try:
             async with receive:
                 yield receive
         finally:
             sub = self._subscribers.pop(key, None)
+            self._wanted.clear()
             if sub is not None:
                 sub.send.close()
 

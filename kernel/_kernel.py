@@ -58,6 +58,7 @@ from ._policy import (
     validate_arguments,
 )
 from ._proctrace import ProcessTraces
+from ._spans import NO_SPAN, SpanKind, start_span
 from ._surface import AgentSurface, ask_tool_spec, message_arguments_ok
 from ._tools import (
     TAINT_UNTRUSTED,
@@ -109,6 +110,7 @@ def _audit_json_encoder() -> Callable[[Any], str]:
 
 _MAX_PLANS = 4096
 _UNKNOWN = object()
+_tool_call = frozen_builder(ToolCall)  # name, arguments, id, caller, trace, arguments_error
 
 
 class _CallPlan:
@@ -179,10 +181,25 @@ class Kernel:
         """Make ``event`` observable on the tap (the API's event stream)."""
         self.tap.publish(event)
 
-    def breaker_tripped(self, exc: RoostError, *, caller: str, target: str) -> None:
+    def breaker_tripped(
+        self, exc: RoostError, *, caller: str, target: str, trace: TraceContext | None = None
+    ) -> None:
+        """Publish ``KERNEL:BREAKER`` for a refused hop; ``trace``: the span it was refused in."""
         self.publish(
-            Event(EventKind.KERNEL_BREAKER, "kernel", target=target, payload={"caller": caller, **exc.to_dict()})
+            Event(
+                EventKind.KERNEL_BREAKER,
+                "kernel",
+                target=target,
+                payload={"caller": caller, **exc.to_dict()},
+                trace=trace,
+            )
         )
+
+    def start_span(self, kind: str, name: str, trace: TraceContext, *, source: str = "kernel", **attributes: Any) -> Any:
+        """Open the span ``trace`` names (a ``Span``: ``set``, ``mark``, ``end``); it
+        publishes ``TRACE:SPAN_START`` now and ``TRACE:SPAN_END`` at ``end()``. ``NO_SPAN``
+        (does nothing) while nobody subscribes to ``TRACE:`` events."""
+        return start_span(self.tap, kind, name, trace, source=source, **attributes)
 
     # ---- agents ------------------------------------------------------------------------
     def max_depth_for(self, agent: str) -> int:
@@ -233,7 +250,7 @@ class Kernel:
             try:
                 trace = trace.child(agent, max_depth=limit)
             except RecursionLimitExceeded as exc:
-                self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
+                self.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "?", target=agent, trace=trace)
                 raise
         return await self._deliver(
             agent, message, trace, session_id=session_id, timeout=timeout, stream=stream,
@@ -422,7 +439,7 @@ class Kernel:
         return plan
 
     def _context(
-        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None
+        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None, span: Any = None
     ) -> ToolContext:
         return ToolContext(
             agent=manifest.name,
@@ -434,6 +451,7 @@ class Kernel:
             max_output_chars=self.config.tools.max_output_chars,
             kernel=self,
             outputs=outputs,
+            span=span if span is not None else NO_SPAN,
         )
 
     def workspace_for(self, manifest: Any) -> Path:
@@ -461,7 +479,17 @@ class Kernel:
         """
         manifest = self._require_agent(agent)
         started = time.monotonic()
-        trace = call.trace
+        # The call is a span of its own, inside its caller's: what a callee (an agent, an
+        # MCP server, an A2A peer) sees as its parent.
+        traced = call.trace is not None
+        if traced:
+            trace = call.trace.nested()
+        else:  # a call from outside any run: one starts at the agent
+            trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
+        call = _tool_call(call.name, call.arguments, call.id, call.caller, trace, call.arguments_error)
+        span = NO_SPAN
+        if self.tap.subscriber_count:
+            span = start_span(self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id)
         outcome = "ok"
         error: str | None = None
         spec: ToolSpec | None = None
@@ -477,9 +505,10 @@ class Kernel:
                 plan = self._plan(manifest, tool)
                 if check_capability and not plan.allowed:
                     self._capabilities(manifest).check(spec)  # raises, saying how to allow it
-                result = await self._run_checked(manifest, plan, tool, call, conversation)
-            except LoopDetected:
+                result = await self._run_checked(manifest, plan, tool, call, conversation, span)
+            except LoopDetected as exc:
                 outcome, error = "denied", "loop detected"
+                span.mark_refusal(exc)
                 raise
             except trio.Cancelled:
                 outcome, error = "cancelled", "the call was cancelled"
@@ -490,14 +519,19 @@ class Kernel:
             except ToolError as exc:
                 outcome = "denied" if exc.code in {"tool_denied", "taint_violation", "sandbox_violation", "invalid_arguments", "recursion_limit", "tool_not_found"} else "error"
                 error = str(exc)
-                if isinstance(exc, RecursionLimitExceeded):
-                    self.breaker_tripped(exc, caller=agent, target=call.name)
+                # A refusal by an agent of this kernel was published by its surface.
+                if isinstance(exc, RecursionLimitExceeded) and (spec is None or not self._is_agent_tool(spec)):
+                    self.breaker_tripped(exc, caller=agent, target=call.name, trace=trace)
+                span.mark_refusal(exc)
                 result = ToolResult.error(str(exc))
             if result.is_error and error is None:
                 outcome, error = "error", result.as_text()[:500]
             return result
         finally:
             duration_ms = (time.monotonic() - started) * 1000
+            if span.recording:
+                span.set(outcome=outcome, owner=spec.owner if spec is not None else None)
+                span.end(error)
             # Nobody watching: an event nobody can observe is not built (hot path).
             if (spec is None or not self._is_agent_tool(spec)) and self.tap.wants(EventKind.EXEC_TOOL_RESULT):
                 self.publish(
@@ -510,14 +544,15 @@ class Kernel:
                     )
                 )
             # The audit row, stored before the result is returned (no cancel point).
-            record = self._audit_record(agent, call, trace, duration_ms, outcome, error, conversation)
+            # A call that came without a trace is audited without one, as it always was.
+            record = self._audit_record(agent, call, trace if traced else None, duration_ms, outcome, error, conversation)
             try:
                 await self.store.record_tool_call(record)
             except Exception:
                 log.exception("could not write the audit record of %s", call.name)
 
     async def _run_checked(
-        self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None
+        self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None, span: Any
     ) -> ToolResult:
         spec = tool.spec
         check = plan.arguments_check
@@ -529,7 +564,7 @@ class Kernel:
         context: ToolContext | None = None  # made when a hook or the tool needs it
         hooks = self.plugins.hook
         if hooks.roost_before_tool_call.get_hookimpls():
-            context = self._context(manifest, plan, call.trace, outputs)
+            context = self._context(manifest, plan, call.trace, outputs, span)
             for veto in collect(hooks.roost_before_tool_call(call=call, spec=spec, context=context)):
                 if isinstance(veto, ToolVeto):
                     raise ToolDenied(f"{spec.name} refused by plugin {veto.plugin or '?'}: {veto.reason}")
@@ -561,7 +596,7 @@ class Kernel:
                 result = _failure_result(spec, exc)
         else:
             if context is None:
-                context = self._context(manifest, plan, call.trace, outputs)
+                context = self._context(manifest, plan, call.trace, outputs, span)
             with trio.move_on_after(context.timeout_s) as scope:
                 result = await _invoke(spec, tool.handler, call, context)
             if scope.cancelled_caught:

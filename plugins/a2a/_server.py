@@ -37,6 +37,7 @@ from roost.kernel import (
     InvalidTraceContext,
     RecursionLimitExceeded,
     RouteDescriptor,
+    SpanKind,
     StoreError,
     TraceContext,
     is_mapping,
@@ -312,7 +313,11 @@ class A2AService:
             try:
                 trace.check_hop(target, max_depth=self.kernel.max_depth_for(target))
             except RecursionLimitExceeded as exc:
-                self.kernel.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "a2a", target=target)
+                self.kernel.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "a2a", target=target, trace=trace)
+                # The refused send is a server span of its own, ended at once, marked.
+                span = self.kernel.start_span(SpanKind.A2A_SERVER, f"A2A {target}", trace.nested(), source="a2a", agent=target)
+                span.mark_refusal(exc)
+                span.end(str(exc))
                 raise m.A2AError(m.RECURSION_LIMIT, str(exc)) from None
         return trace
 

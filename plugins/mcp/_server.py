@@ -42,6 +42,8 @@ from roost.kernel import (
     EventKind,
     InvalidInput,
     Output,
+    RecursionLimitExceeded,
+    SpanKind,
     SurfaceCall,
     agent_tool_name,
     check_json_input,
@@ -764,9 +766,30 @@ class McpServer:
                     'missing); send {"action": "accept", "content": {"answer": "..."}}'
                 )
             params = {**params, "arguments": {"message": answer}}
-        prepared = surface.prepare(params, tool=target)
+        prepared = surface.prepare(params, tool=target, server=True)
+        # The server's span: a child of the caller's, the agent's run or tool call its child.
+        name = str(params.get("name"))
+        span = self.kernel.start_span(
+            SpanKind.MCP_SERVER, f"tools/call {name}", prepared.server, source=f"mcp:{agent}",
+            agent=agent, tool=name, principal=call.session.principal, stateless=call.stateless,
+        )
         if prepared.refused is not None:
+            tripped = RecursionLimitExceeded.from_mcp_result(prepared.refused)
+            if tripped is not None:
+                span.mark_refusal(tripped)
+            span.end(_error_text(prepared.refused))
             return prepared.refused
+        try:
+            result = await self._run_tools_call(call, surface, prepared, session_id)
+        except BaseException as exc:
+            span.end("cancelled" if isinstance(exc, trio.Cancelled) else f"{type(exc).__name__}: {exc}")
+            raise
+        span.end(_error_text(result))
+        return result
+
+    async def _run_tools_call(
+        self, call: _Call, surface: AgentSurface, prepared: SurfaceCall, session_id: str | None
+    ) -> dict[str, Any]:
         trace_id = prepared.trace.trace_id
         watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
         with _client_channel(trace_id, call) as channel:
@@ -911,3 +934,13 @@ def _answer_from(responses: Any) -> str | None:
     if isinstance(content, Mapping) and isinstance(content.get("answer"), str) and content["answer"]:
         return content["answer"]
     return None
+
+
+def _error_text(result: Any) -> str | None:
+    """A failed ``CallToolResult``'s text (cut to 500 characters), else None."""
+    if not is_mapping(result) or not result.get("isError"):
+        return None
+    for block in result.get("content") or ():
+        if is_mapping(block) and block.get("type") == "text":
+            return str(block.get("text", ""))[:500]
+    return "error"
