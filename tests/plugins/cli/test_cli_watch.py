@@ -27,11 +27,12 @@ async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled
 
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1):
         assert {"coordinator", "worker", "reviewer"} <= set(kernel.agents)
+        following = kernel.tap.subscriber_count  # the daemon's own (its trace history)
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 for out, as_json in ((text_out, False), (json_out, True)):
                     nursery.start_soon(partial_watch(config, out, as_json, replied(out)))
-                await until(lambda: kernel.tap.subscriber_count >= 2)
+                await until(lambda: kernel.tap.subscriber_count >= following + 2)
                 client = DaemonClient(await find_daemon(config.home))
                 reply = await client.send("coordinator", "Write a haiku about trio")
     assert not reply["is_error"]
