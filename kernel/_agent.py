@@ -325,7 +325,10 @@ class AgentRuntime:
         """``_run``'s work, as the run's span (``trace`` names it); ``first``: this is a
         new session's first exchange."""
         tap = self.kernel.tap
-        span = start_span(tap, SpanKind.AGENT, self.name, trace, source=self.name, agent=self.name) if tap.subscriber_count else NO_SPAN
+        span = NO_SPAN
+        if tap.subscriber_count:
+            name = self.name
+            span = start_span(tap, SpanKind.AGENT, name, trace, source=name, agent=name)
         if not span.recording:
             return await self._converse(user, session_id, trace, stream, first, owner, NO_SPAN)
         if session_id is not None:
@@ -399,7 +402,10 @@ class AgentRuntime:
             if span.recording:  # each model call a span of its own
                 provider = _TracedProvider(provider, kernel.tap, trace, self.name)
                 if tiers is not None:
-                    tiers = tuple(_TracedProvider(p, kernel.tap, trace, self.name) for p in tiers)  # type: ignore[assignment]
+                    fast, complex_ = (
+                        _TracedProvider(p, kernel.tap, trace, self.name) for p in tiers
+                    )
+                    tiers = (fast, complex_)
             if tiers is not None:
                 provider, model = await self._route(user.content, tiers, session_id)
                 # The tier's own model and parameters, for its own provider.

@@ -172,7 +172,8 @@ class EventTap:
         if wanted is None:
             if len(self._wanted) >= 256:  # kinds are few; a caller inventing them is bounded
                 self._wanted.clear()
-            wanted = self._wanted[kind] = any(sub.accepts(kind) for sub in self._subscribers.values())
+            subscribers = self._subscribers.values()
+            wanted = self._wanted[kind] = any(sub.accepts(kind) for sub in subscribers)
         return wanted
 
     @asynccontextmanager

@@ -195,7 +195,15 @@ class Kernel:
             )
         )
 
-    def start_span(self, kind: str, name: str, trace: TraceContext, *, source: str = "kernel", **attributes: Any) -> Any:
+    def start_span(
+        self,
+        kind: str,
+        name: str,
+        trace: TraceContext,
+        *,
+        source: str = "kernel",
+        **attributes: Any,
+    ) -> Any:
         """Open the span ``trace`` names (a ``Span``: ``set``, ``mark``, ``end``); it
         publishes ``TRACE:SPAN_START`` now and ``TRACE:SPAN_END`` at ``end()``. ``NO_SPAN``
         (does nothing) while nobody subscribes to ``TRACE:`` events."""
@@ -250,7 +258,8 @@ class Kernel:
             try:
                 trace = trace.child(agent, max_depth=limit)
             except RecursionLimitExceeded as exc:
-                self.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "?", target=agent, trace=trace)
+                caller = trace.path[-1] if trace.path else "?"
+                self.breaker_tripped(exc, caller=caller, target=agent, trace=trace)
                 raise
         return await self._deliver(
             agent, message, trace, session_id=session_id, timeout=timeout, stream=stream,
@@ -439,7 +448,12 @@ class Kernel:
         return plan
 
     def _context(
-        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None, span: Any = None
+        self,
+        manifest: Any,
+        plan: _CallPlan,
+        trace: TraceContext | None,
+        outputs: Any = None,
+        span: Any = None,
     ) -> ToolContext:
         return ToolContext(
             agent=manifest.name,
@@ -486,10 +500,15 @@ class Kernel:
             trace = call.trace.nested()
         else:  # a call from outside any run: one starts at the agent
             trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
-        call = _tool_call(call.name, call.arguments, call.id, call.caller, trace, call.arguments_error)
+        call = _tool_call(
+            call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
+        )
         span = NO_SPAN
         if self.tap.subscriber_count:
-            span = start_span(self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id)
+            span = start_span(
+                self.tap, SpanKind.TOOL, call.name, trace,
+                source=agent, agent=agent, call_id=call.id,
+            )
         outcome = "ok"
         error: str | None = None
         spec: ToolSpec | None = None
@@ -520,7 +539,9 @@ class Kernel:
                 outcome = "denied" if exc.code in {"tool_denied", "taint_violation", "sandbox_violation", "invalid_arguments", "recursion_limit", "tool_not_found"} else "error"
                 error = str(exc)
                 # A refusal by an agent of this kernel was published by its surface.
-                if isinstance(exc, RecursionLimitExceeded) and (spec is None or not self._is_agent_tool(spec)):
+                if isinstance(exc, RecursionLimitExceeded) and (
+                    spec is None or not self._is_agent_tool(spec)
+                ):
                     self.breaker_tripped(exc, caller=agent, target=call.name, trace=trace)
                 span.mark_refusal(exc)
                 result = ToolResult.error(str(exc))
@@ -545,14 +566,23 @@ class Kernel:
                 )
             # The audit row, stored before the result is returned (no cancel point).
             # A call that came without a trace is audited without one, as it always was.
-            record = self._audit_record(agent, call, trace if traced else None, duration_ms, outcome, error, conversation)
+            audited = trace if traced else None
+            record = self._audit_record(
+                agent, call, audited, duration_ms, outcome, error, conversation
+            )
             try:
                 await self.store.record_tool_call(record)
             except Exception:
                 log.exception("could not write the audit record of %s", call.name)
 
     async def _run_checked(
-        self, manifest: Any, plan: _CallPlan, tool: Tool, call: ToolCall, conversation: Conversation | None, span: Any
+        self,
+        manifest: Any,
+        plan: _CallPlan,
+        tool: Tool,
+        call: ToolCall,
+        conversation: Conversation | None,
+        span: Any,
     ) -> ToolResult:
         spec = tool.spec
         check = plan.arguments_check

@@ -108,7 +108,8 @@ class Span:
         """``mark`` for the refusal ``exc`` (by its error code), if it is one."""
         kind = _MARKS.get(getattr(exc, "code", ""))
         if kind == "breaker":
-            self.mark(kind, str(exc), depth=exc.depth, max_depth=exc.max_depth, path=list(exc.path))  # type: ignore[attr-defined]
+            hop: Any = exc  # a RecursionLimitExceeded
+            self.mark(kind, str(exc), depth=hop.depth, max_depth=hop.max_depth, path=list(hop.path))
         elif kind is not None:
             self.mark(kind, str(exc))
 

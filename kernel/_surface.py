@@ -112,7 +112,12 @@ class SurfaceCall:
     __slots__ = ("arguments", "refused", "server", "tool", "trace")
 
     def __init__(
-        self, tool: str | None, arguments: Mapping[str, Any], trace: Any, refused: Any, server: Any = None
+        self,
+        tool: str | None,
+        arguments: Mapping[str, Any],
+        trace: Any,
+        refused: Any,
+        server: Any = None,
     ) -> None:
         self.tool, self.arguments, self.trace, self.refused = tool, arguments, trace, refused
         self.server = server
@@ -180,7 +185,9 @@ class AgentSurface:
                 span = remote.nested() if remote is not None else TraceContext.root(max_depth=limit)
                 trace = span.child(agent, max_depth=limit)
             else:
-                trace = TraceContext.for_hop(params.get("_meta"), agent, max_depth=limit, field="params._meta")
+                trace = TraceContext.for_hop(
+                    params.get("_meta"), agent, max_depth=limit, field="params._meta"
+                )
         except InvalidTraceContext as exc:
             raise JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         except RecursionLimitExceeded as exc:
@@ -193,7 +200,9 @@ class AgentSurface:
             # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
             # child of the caller's (or the server's), not of a hop span nobody records.
             if trace.parent_span_id is not None:
-                trace = TraceContext(trace.trace_id, trace.parent_span_id, trace.depth, trace.path, trace.max_depth)
+                trace = TraceContext(
+                    trace.trace_id, trace.parent_span_id, trace.depth, trace.path, trace.max_depth
+                )
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):
             return SurfaceCall(None, arguments, trace, None, span)

@@ -160,7 +160,9 @@ class TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
         if self.__class__ is TraceContext:
-            return _trace_context(self.trace_id, _new_span_id(), self.depth, self.path, self.max_depth, self.span_id)
+            return _trace_context(
+                self.trace_id, _new_span_id(), self.depth, self.path, self.max_depth, self.span_id
+            )
         return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
 
     @classmethod

@@ -139,10 +139,13 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
     """What a tool call's span says of the A2A agent it reaches: ``peer`` ("a2a"),
     ``peer_name``, ``peer_url`` and, for a roost daemon (its card's provider is roost),
     ``peer_dashboard``: the daemon's base URL."""
-    out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": info.jsonrpc_url or info.rest_url or agent.url}
+    url = info.jsonrpc_url or info.rest_url or agent.url
+    out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": url}
     provider = info.card.get("provider")
-    if isinstance(provider, dict) and provider.get("organization") == "roost" and isinstance(provider.get("url"), str):
-        out["peer_dashboard"] = provider["url"].rstrip("/")
+    if isinstance(provider, dict) and provider.get("organization") == "roost":
+        base = provider.get("url")
+        if isinstance(base, str):
+            out["peer_dashboard"] = base.rstrip("/")
     return out
 
 

@@ -536,7 +536,10 @@ class TaskManager:
         """Run ``live`` with ``message`` as the server's span: a child of the caller's span
         (``trace``; none: a new trace), and the agent's run its child."""
         kernel = self.kernel
-        server = trace.nested() if trace is not None else TraceContext.root(max_depth=kernel.max_depth_for(live.agent))
+        if trace is not None:
+            server = trace.nested()
+        else:
+            server = TraceContext.root(max_depth=kernel.max_depth_for(live.agent))
         span = kernel.start_span(
             SpanKind.A2A_SERVER, f"A2A {live.agent}", server, source="a2a", agent=live.agent,
             task_id=live.task.id, context_id=live.task.context_id, principal=live.owner,

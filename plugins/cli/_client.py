@@ -158,9 +158,8 @@ def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
     if str(event.get("kind", "")).startswith("TRACE:SPAN") and isinstance(payload, Mapping):
         detail = span_summary(payload)
     else:
-        detail = (
-            "" if payload in (None, {}, []) else json.dumps(payload, ensure_ascii=False, default=str)
-        )
+        empty = payload in (None, {}, [])
+        detail = "" if empty else json.dumps(payload, ensure_ascii=False, default=str)
     if len(detail) > width:
         detail = detail[: width - 1] + "…"
     return f"{_clock(event.get('ts'))}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()

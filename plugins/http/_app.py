@@ -236,7 +236,8 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         server = req.server
 
         def socket_token() -> str | None:  # a page's key rides as a subprotocol, or ?token=
-            return subprotocol_token(req.headers.get("Sec-WebSocket-Protocol")) or req.args.get("token")
+            offered = req.headers.get("Sec-WebSocket-Protocol")
+            return subprotocol_token(offered) or req.args.get("token")
 
         refusal, _ = state.gate.check(
             req.endpoint,
@@ -250,7 +251,9 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         )
         if refusal is not None:
             return refusal_response(app, refusal, req)
-        req.principal = state.gate.principal(req.headers, query_token=socket_token if is_websocket else None)
+        req.principal = state.gate.principal(
+            req.headers, query_token=socket_token if is_websocket else None
+        )
         return None
 
     @app.before_request

@@ -86,7 +86,8 @@ def install(app: Any, state: Any) -> None:
                 403,
                 {
                     "code": "forbidden",
-                    "message": "traces show every caller's work, so only an admin principal may read them: "
+                    "message": "traces show every caller's work, so only an admin principal "
+                    "may read them: "
                     "the key of http.api_key, or one with admin = true under [http.keys.<name>]",
                 },
             ),
@@ -116,7 +117,8 @@ def install(app: Any, state: Any) -> None:
         log = state.traces
         spans = log.spans(trace_id) if log is not None else None
         if spans is None:
-            message = f"trace {trace_id[:64]!r} is not held here (the newest {state.trace_history} traces are)"
+            kept = state.trace_history
+            message = f"trace {trace_id[:64]!r} is not held here (the newest {kept} traces are)"
             return refusal_response(
                 app, Refusal(404, {"code": "trace_not_found", "message": message})
             )

@@ -288,7 +288,9 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 # ---- results -----------------------------------------------------------------------------
 
 
-def peer_attributes(config: ServerConfig, server_info: Mapping[str, Any], tool: str) -> dict[str, Any]:
+def peer_attributes(
+    config: ServerConfig, server_info: Mapping[str, Any], tool: str
+) -> dict[str, Any]:
     """What a tool call's span says of the MCP server it reaches: ``peer`` ("mcp"),
     ``peer_name``, ``peer_tool``, ``peer_url`` (HTTP transports) and, for a roost daemon
     (its ``serverInfo`` name starts with "roost"), ``peer_dashboard``: its base URL."""

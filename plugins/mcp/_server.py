@@ -782,7 +782,8 @@ class McpServer:
         try:
             result = await self._run_tools_call(call, surface, prepared, session_id)
         except BaseException as exc:
-            span.end("cancelled" if isinstance(exc, trio.Cancelled) else f"{type(exc).__name__}: {exc}")
+            cancelled = isinstance(exc, trio.Cancelled)
+            span.end("cancelled" if cancelled else f"{type(exc).__name__}: {exc}")
             raise
         span.end(_error_text(result))
         return result

@@ -179,7 +179,8 @@ async def test_an_agents_bash_gets_its_runs_trace_context_in_its_environment(tmp
     command = 'echo "$TRACEPARENT $ROOST_TRACE_DEPTH $ROOST_TRACE_PATH"'
     async with open_kernel(config) as kernel:
         async with kernel.tap.subscribe(kinds=("TRACE:SPAN_END",)) as spans:
-            result = await kernel.call_tool("sh", ToolCall("bash", {"command": command}, caller="sh", trace=run))
+            call = ToolCall("bash", {"command": command}, caller="sh", trace=run)
+            result = await kernel.call_tool("sh", call)
             span = spans.receive_nowait().payload
         fresh = await kernel.call_tool("sh", ToolCall("bash", {"command": command}, caller="sh"))
         assert len(kernel.process_traces) == 0

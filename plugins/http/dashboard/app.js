@@ -38,7 +38,8 @@ function randomHex(bytes) {
 
 function ms(value) {
   if (value === null || value === undefined) return "";
-  return value < 1000 ? `${value.toFixed(value < 10 ? 2 : 1)} ms` : `${(value / 1000).toFixed(2)} s`;
+  if (value >= 1000) return `${(value / 1000).toFixed(2)} s`;
+  return `${value.toFixed(value < 10 ? 2 : 1)} ms`;
 }
 
 function plural(n, word) {
@@ -87,7 +88,8 @@ async function api(path, options = {}) {
   }
   const body = await response.json().catch(() => null);
   if (!response.ok) {
-    const error = new Error((body && body.error && body.error.message) || `${path}: HTTP ${response.status}`);
+    const said = body && body.error && body.error.message;
+    const error = new Error(said || `${path}: HTTP ${response.status}`);
     error.status = response.status;
     throw error;
   }
@@ -114,7 +116,8 @@ $("key-button").addEventListener("click", askForKey);
 
 function base64url(text) {
   const bytes = new TextEncoder().encode(text);
-  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  const text64 = btoa(String.fromCharCode(...bytes));
+  return text64.replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
 function connect() {
@@ -169,7 +172,9 @@ function badge(status) {
 
 function list(label, items) {
   if (!items || !items.length) return null;
-  return h("details", "list", h("summary", null, `${label} (${items.length})`), h("div", "names", items.join(", ")));
+  return h("details", "list",
+    h("summary", null, `${label} (${items.length})`),
+    h("div", "names", items.join(", ")));
 }
 
 async function loadAgents() {
@@ -181,10 +186,12 @@ async function loadAgents() {
   $("agents").replaceChildren(...agents.map((a) => {
     const usage = a.usage || {};
     return h("div", "card",
-      h("div", "title", h("b", null, a.name), badge(a.status), a.a2a_enabled ? h("span", "tag", "A2A") : null),
+      h("div", "title", h("b", null, a.name), badge(a.status),
+        a.a2a_enabled ? h("span", "tag", "A2A") : null),
       h("div", "dim", `${a.provider}${a.model ? " · " + a.model : ""}`),
       a.error ? h("div", "error-text", a.error) : null,
-      h("div", "small", `tokens in ${usage.input_tokens || 0} · out ${usage.output_tokens || 0} · ${plural(usage.requests || 0, "request")}`),
+      h("div", "small", `tokens in ${usage.input_tokens || 0} · out ${usage.output_tokens || 0}`
+        + ` · ${plural(usage.requests || 0, "request")}`),
       list("tools", a.tools),
       list("exposed over MCP", a.expose_tools),
       list("private", a.private_tools));
@@ -215,7 +222,8 @@ async function loadA2A() {
   const listed = await api("/a2a/rest/tasks?historyLength=20&includeArtifacts=true&pageSize=20",
     { headers: { "A2A-Version": "1.0" } });
   const tasks = listed.tasks || [];
-  $("a2a-tasks").replaceChildren(...(tasks.length ? tasks.map(taskCard) : [h("p", "dim", "no tasks")]));
+  const cards = tasks.length ? tasks.map(taskCard) : [h("p", "dim", "no tasks")];
+  $("a2a-tasks").replaceChildren(...cards);
   renderAll();
 }
 
@@ -226,8 +234,10 @@ function taskCard(task) {
   const last = history.length ? history[history.length - 1] : null;
   const text = last ? (last.parts || []).map((p) => p.text || "").join(" ").trim() : "";
   return h("div", "card",
-    h("div", "title", h("b", "mono", task.id.slice(0, 8)), badge(String(status.state || "").replace("TASK_STATE_", "").toLowerCase())),
-    h("div", "dim small", `context ${(task.contextId || "").slice(0, 8)} · ${plural(history.length, "message")}`),
+    h("div", "title", h("b", "mono", task.id.slice(0, 8)),
+      badge(String(status.state || "").replace("TASK_STATE_", "").toLowerCase())),
+    h("div", "dim small",
+      `context ${(task.contextId || "").slice(0, 8)} · ${plural(history.length, "message")}`),
     text ? h("div", "small clip", text) : null,
     list("artifacts", artifacts));
 }
@@ -255,7 +265,8 @@ function traceOf(id) {
 function addSpan(span) {
   const trace = traceOf(span.trace_id);
   const known = trace.spans.get(span.span_id);
-  if (known && known.status !== "running" && span.status === "running") return; // its end came first
+  // A span's end is final: a start seen after it (history and stream overlap) is old news.
+  if (known && known.status !== "running" && span.status === "running") return;
   trace.spans.set(span.span_id, span);
   later(`trace:${trace.id}`, async () => render(trace), 50);
 }
@@ -302,15 +313,20 @@ function render(trace) {
     h("span", "grow"),
     marks.length ? h("span", "mark", [...new Set(marks)].join(", ")) : null,
     errors ? h("span", "badge bad", plural(errors, "error")) : null,
-    h("span", running ? "dur running" : "dur", running ? `running ${ms((now - begin) * 1000)}` : ms(total * 1000)),
-    h("span", "dim small", `${plural(spans.length, "span")} · ${spans.length ? clock(begin) : ""}`),
+    running
+      ? h("span", "dur running", `running ${ms((now - begin) * 1000)}`)
+      : h("span", "dur", ms(total * 1000)),
+    h("span", "dim small", plural(spans.length, "span")
+      + (spans.length ? ` · ${clock(begin)}` : "")),
     h("span", "dim mono small", trace.id.slice(0, 8)));
 
   const models = $("show-models").checked;
   const row = (span, depth) => {
     const kids = (children.get(span.span_id) || []).filter((k) => models || k.kind !== "model");
-    const node = h("li", `span kind-${span.kind.replace(".", "-")} ${span.status}`, spanRow(span, begin, total, now, trace.id));
-    const tokens = span.kind === "agent" && span.status === "running" ? state.tokens.get(span.span_id) : null;
+    const cls = `span kind-${span.kind.replace(".", "-")} ${span.status}`;
+    const node = h("li", cls, spanRow(span, begin, total, now, trace.id));
+    const runs = span.kind === "agent" && span.status === "running";
+    const tokens = runs ? state.tokens.get(span.span_id) : null;
     if (tokens) node.append(h("div", "tokens", tokens.slice(-160)));
     if (kids.length) node.append(h("ul", null, kids.map((k) => row(k, depth + 1))));
     return node;
@@ -333,7 +349,9 @@ function spanRow(span, begin, total, now, traceId) {
   if ((span.kind === "agent" || span.kind === "model") && a.input_tokens !== undefined) {
     detail.push(`${a.input_tokens}→${a.output_tokens} tokens`);
   }
-  if (span.kind === "agent" && a.stop_reason && a.stop_reason !== "end_turn") detail.push(a.stop_reason);
+  if (span.kind === "agent" && a.stop_reason && a.stop_reason !== "end_turn") {
+    detail.push(a.stop_reason);
+  }
   if (span.kind === "a2a.server" && a.state) detail.push(`task ${a.state}`);
   if (span.kind === "tool" && a.outcome && a.outcome !== "ok") detail.push(a.outcome);
 
@@ -351,12 +369,16 @@ function spanRow(span, begin, total, now, traceId) {
     peerLink(span, traceId),
     h("span", "grow"),
     bar,
-    h("span", running ? "dur running" : "dur", running ? ms((now - span.start) * 1000) : ms(span.duration_ms)),
+    running
+      ? h("span", "dur running", ms((now - span.start) * 1000))
+      : h("span", "dur", ms(span.duration_ms)),
     span.error ? h("div", "error-text", span.error) : null);
 }
 
 function markBadge(mark) {
-  const text = mark.kind === "breaker" ? `breaker: depth ${mark.depth} > ${mark.max_depth}` : mark.kind.replace("_", " ");
+  const text = mark.kind === "breaker"
+    ? `breaker: depth ${mark.depth} > ${mark.max_depth}`
+    : mark.kind.replace("_", " ");
   const node = h("span", `mark ${mark.kind}`, text);
   node.title = mark.message || "";
   return node;

@@ -82,3 +82,21 @@ def test_token_runs_are_bounded_in_runs_and_in_text():
     assert len(ended) == 2 and '"b"' in ended[0] and "AGENT:REPLY" in ended[1]
     assert [line.split()[3] for line in runs.flush()] == ["c"]
     assert runs.flush() == []
+
+
+def test_a_span_event_is_one_short_line_naming_what_it_met():
+    from roost.plugins.cli._client import event_line
+
+    record = {
+        "kind": "tool", "name": "agent_reviewer", "duration_ms": 0.4, "status": "error",
+        "error": "call chain would reach depth 6", "marks": [{"kind": "breaker", "depth": 6}],
+        "attributes": {"agent": "worker", "call_id": "call_" + "0" * 200},
+    }
+    line = event_line({"kind": "TRACE:SPAN_END", "source": "worker", "payload": record, "ts": 1.0})
+    assert line.endswith(
+        "TRACE:SPAN_END     worker  tool agent_reviewer 0.4 ms error [breaker]: "
+        "call chain would reach depth 6"
+    )
+    opened = {**record, "status": "running", "duration_ms": None, "error": None, "marks": []}
+    start = event_line({"kind": "TRACE:SPAN_START", "source": "worker", "payload": opened})
+    assert start.endswith("worker  tool agent_reviewer running")

@@ -51,12 +51,15 @@ const walk = (list, depth) => {
   for (const li of list.children) {
     const row = li.querySelector(":scope > .row");
     rows.push({
-      depth, kind: row.querySelector(".kind").textContent, name: row.querySelector(".name").textContent,
+      depth,
+      kind: row.querySelector(".kind").textContent,
+      name: row.querySelector(".name").textContent,
       dur: row.querySelector(".dur").textContent, status: li.classList.contains("error") ? "error"
         : li.classList.contains("running") ? "running" : "ok",
       marks: [...row.querySelectorAll(".mark")].map((m) => m.textContent),
       color: getComputedStyle(row.querySelector(".name")).color,
-      markColor: row.querySelector(".mark") ? getComputedStyle(row.querySelector(".mark")).backgroundColor : null,
+      markColor: row.querySelector(".mark")
+        ? getComputedStyle(row.querySelector(".mark")).backgroundColor : null,
     });
     const sub = li.querySelector(":scope > ul");
     if (sub) walk(sub, depth + 1);

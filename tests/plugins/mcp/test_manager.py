@@ -185,7 +185,8 @@ async def test_caller_trace_rides_in_meta(tmp_path):
         await wait_until(lambda: "mcp_raw_meta" in kernel.registry)
         trace = TraceContext.new("a").child("b")
         async with kernel.tap.subscribe(kinds=("TRACE:SPAN_END",)) as spans:
-            result = await kernel.call_tool("a", ToolCall("mcp_raw_meta", {}, caller="b", trace=trace))
+            call = ToolCall("mcp_raw_meta", {}, caller="b", trace=trace)
+            result = await kernel.call_tool("a", call)
             with trio.fail_after(5):
                 span = (await spans.receive()).payload
         meta = json.loads(result.as_text())
