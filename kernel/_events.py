@@ -148,9 +148,12 @@ class EventTap:
         self._subscribers: dict[int, _Subscriber] = {}
         self._next = 0
         self.published = 0
-        # kind -> whether a subscriber takes it, for ``wants`` (asked on hot paths: spans,
-        # tokens, tool events); forgotten whenever the subscribers change.
-        self._wanted: dict[str, bool] = {}
+        # What the subscribers take, counted, for ``wants`` (asked on hot paths: spans,
+        # tokens, tool events) at a cost that does not grow with the subscribers: how many
+        # take everything, and each exact kind and namespace prefix asked for.
+        self._takes_all = 0
+        self._exact: dict[str, int] = {}
+        self._prefixes: dict[str, int] = {}
 
     def publish(self, event: Event) -> None:
         """Deliver without blocking (safe to call from any task)."""
@@ -168,13 +171,24 @@ class EventTap:
         worth it: e.g. the kernel streams tokens only while someone watches)."""
         if not self._subscribers:
             return False
-        wanted = self._wanted.get(kind)
-        if wanted is None:
-            if len(self._wanted) >= 256:  # kinds are few; a caller inventing them is bounded
-                self._wanted.clear()
-            subscribers = self._subscribers.values()
-            wanted = self._wanted[kind] = any(sub.accepts(kind) for sub in subscribers)
-        return wanted
+        if self._takes_all or kind in self._exact:
+            return True
+        for prefix in self._prefixes:
+            if kind.startswith(prefix):
+                return True
+        return False
+
+    def _count(self, sub: _Subscriber, step: int) -> None:
+        if not sub.kinds:
+            self._takes_all += step
+            return
+        for counts, kinds in ((self._exact, sub._exact), (self._prefixes, sub._prefixes)):
+            for kind in kinds:
+                left = counts.get(kind, 0) + step
+                if left:
+                    counts[kind] = left
+                else:
+                    del counts[kind]
 
     @asynccontextmanager
     async def subscribe(
@@ -192,15 +206,15 @@ class EventTap:
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._subscribers[key] = _Subscriber(send, kinds)
-        self._wanted.clear()
+        self._subscribers[key] = added = _Subscriber(send, kinds)
+        self._count(added, 1)
         try:
             async with receive:
                 yield receive
         finally:
             sub = self._subscribers.pop(key, None)
-            self._wanted.clear()
             if sub is not None:
+                self._count(sub, -1)
                 sub.send.close()
 
 
