@@ -58,7 +58,7 @@ from ._policy import (
     validate_arguments,
 )
 from ._proctrace import ProcessTraces
-from ._spans import NO_SPAN, SpanKind, start_span
+from ._spans import NO_SPAN, SpanKind, start_span, tracing
 from ._surface import AgentSurface, ask_tool_spec, message_arguments_ok
 from ._tools import (
     TAINT_UNTRUSTED,
@@ -194,6 +194,12 @@ class Kernel:
                 trace=trace,
             )
         )
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events): a
+        caller may skip building a span's attributes when not."""
+        return bool(self.tap.subscriber_count) and tracing(self.tap)
 
     def start_span(
         self,

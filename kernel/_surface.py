@@ -40,7 +40,7 @@ from ._jsonrpc import (
     param,
 )
 from ._tools import ToolCall, ToolResult, ToolSpec
-from ._trace import TraceContext
+from ._trace import TraceContext, _trace_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
@@ -200,8 +200,9 @@ class AgentSurface:
             # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
             # child of the caller's (or the server's), not of a hop span nobody records.
             if trace.parent_span_id is not None:
-                trace = TraceContext(
-                    trace.trace_id, trace.parent_span_id, trace.depth, trace.path, trace.max_depth
+                trace = _trace_context(
+                    trace.trace_id, trace.parent_span_id, trace.depth, trace.path,
+                    trace.max_depth, None,
                 )
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):

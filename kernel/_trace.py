@@ -170,6 +170,8 @@ class TraceContext:
         """A new trace's first span before any agent (depth 0, an empty path): what a server
         hop without a caller's context opens, so that the agent it starts (``child``, depth
         1) is its child."""
+        if cls is TraceContext:
+            return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None)
         return cls(_new_trace_id(), _new_span_id(), 0, (), max_depth)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:

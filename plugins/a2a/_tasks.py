@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import (
+    NO_SPAN,
     Output,
     RecursionLimitExceeded,
     RoostError,
@@ -540,10 +541,15 @@ class TaskManager:
             server = trace.nested()
         else:
             server = TraceContext.root(max_depth=kernel.max_depth_for(live.agent))
-        span = kernel.start_span(
-            SpanKind.A2A_SERVER, f"A2A {live.agent}", server, source="a2a", agent=live.agent,
-            task_id=live.task.id, context_id=live.task.context_id, principal=live.owner,
-        )
+        span = NO_SPAN
+        if kernel.tracing:
+            span = kernel.start_span(
+                SpanKind.A2A_SERVER, f"A2A {live.agent}", server, source="a2a", agent=live.agent,
+                task_id=live.task.id, context_id=live.task.context_id, principal=live.owner,
+            )
+        if not span.recording:
+            await self._run_task(live, message, server)
+            return
         try:
             await self._run_task(live, message, server)
         finally:

@@ -35,6 +35,7 @@ import attrs
 import trio
 from roost.kernel import (
     MESSAGE_TOOL,
+    NO_SPAN,
     AgentNotFound,
     AgentSurface,
     AgentUnavailable,
@@ -768,11 +769,13 @@ class McpServer:
             params = {**params, "arguments": {"message": answer}}
         prepared = surface.prepare(params, tool=target, server=True)
         # The server's span: a child of the caller's, the agent's run or tool call its child.
-        name = str(params.get("name"))
-        span = self.kernel.start_span(
-            SpanKind.MCP_SERVER, f"tools/call {name}", prepared.server, source=f"mcp:{agent}",
-            agent=agent, tool=name, principal=call.session.principal, stateless=call.stateless,
-        )
+        span = NO_SPAN
+        if self.kernel.tracing:
+            name = str(params.get("name"))
+            span = self.kernel.start_span(
+                SpanKind.MCP_SERVER, f"tools/call {name}", prepared.server, source=f"mcp:{agent}",
+                agent=agent, tool=name, principal=call.session.principal, stateless=call.stateless,
+            )
         if prepared.refused is not None:
             tripped = RecursionLimitExceeded.from_mcp_result(prepared.refused)
             if tripped is not None:
@@ -785,7 +788,8 @@ class McpServer:
             cancelled = isinstance(exc, trio.Cancelled)
             span.end("cancelled" if cancelled else f"{type(exc).__name__}: {exc}")
             raise
-        span.end(_error_text(result))
+        if span.recording:
+            span.end(_error_text(result))
         return result
 
     async def _run_tools_call(
