@@ -29,6 +29,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, NoReturn
 
 import attrs
@@ -783,27 +784,31 @@ class McpServer:
             span.end(_error_text(prepared.refused))
             return prepared.refused
         try:
-            result = await self._run_tools_call(call, surface, prepared, session_id)
+            trace_id = prepared.trace.trace_id
+            watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
+            with _client_channel(trace_id, call) as channel:
+                if call.stateless:
+                    self._read_round_trip(call, channel)
+                if prepared.tool is not None:
+                    result = await watcher.run(lambda: surface.call_tool(prepared))
+                else:
+                    ask = partial(self._ask_agent, call, surface, prepared, session_id)
+                    result = await watcher.run(ask)
+            result = self._settled(call, channel, result)
         except BaseException as exc:
-            cancelled = isinstance(exc, trio.Cancelled)
-            span.end("cancelled" if cancelled else f"{type(exc).__name__}: {exc}")
+            if span.recording:
+                cancelled = isinstance(exc, trio.Cancelled)
+                span.end("cancelled" if cancelled else f"{type(exc).__name__}: {exc}")
             raise
         if span.recording:
             span.end(_error_text(result))
         return result
 
-    async def _run_tools_call(
-        self, call: _Call, surface: AgentSurface, prepared: SurfaceCall, session_id: str | None
+    def _settled(
+        self, call: _Call, channel: _client_channel, result: dict[str, Any]
     ) -> dict[str, Any]:
-        trace_id = prepared.trace.trace_id
-        watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
-        with _client_channel(trace_id, call) as channel:
-            if call.stateless:
-                self._read_round_trip(call, channel)
-            if prepared.tool is not None:
-                result = await watcher.run(lambda: surface.call_tool(prepared))
-            else:
-                result = await watcher.run(lambda: self._ask_agent(call, surface, prepared, session_id))
+        """A ``tools/call``'s answer once its run ended: ``result``, or the question the
+        run asks (``input_required``), or the error of a client capability it lacks."""
         if channel.input_required is not None:
             requests, state = channel.input_required
             return p.input_required_result(requests, request_state=self._seal_state(state) if state is not None else None)
