@@ -510,7 +510,7 @@ class Kernel:
             call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
         )
         span = NO_SPAN
-        if self.tap.subscriber_count:
+        if self.tap.subscriber_count and tracing(self.tap):
             span = start_span(
                 self.tap, SpanKind.TOOL, call.name, trace,
                 source=agent, agent=agent, call_id=call.id,
