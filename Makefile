@@ -42,13 +42,19 @@ NODE_CACHE := .cache/node/node_modules/@modelcontextprotocol/conformance/package
 $(NODE_CACHE): tests/conformance/install.sh
 	@$$(command -v timeout >/dev/null && echo timeout 300) bash tests/conformance/install.sh >/dev/null || echo "warning: could not install the MCP conformance suite (npm needed); its tests will be skipped" >&2
 
+# Debian's chromium and chromedriver for the dashboard's browser test (no browser download):
+# installed when missing where this runs as root with apt-get; elsewhere that test is skipped.
+CHROMEDRIVER := /usr/bin/chromedriver
+$(CHROMEDRIVER):
+	@$$(command -v timeout >/dev/null && echo timeout 600) bash tests/plugins/http/install_chromium.sh || echo "warning: could not install chromium and chromium-driver; the dashboard's browser test will be skipped" >&2
+
 run: $(RUNTIME)
 	$(BIN)/roost run
 
 demo: $(RUNTIME)
 	$(BIN)/roost demo
 
-test: $(TESTING) $(NODE_CACHE)
+test: $(TESTING) $(NODE_CACHE) $(CHROMEDRIVER)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 conformance: $(TESTING) $(NODE_CACHE)

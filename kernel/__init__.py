@@ -146,6 +146,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         validate_arguments,
     )
     from ._proctrace import ProcessTraces
+    from ._spans import NO_SPAN, Span, SpanKind
     from ._sqlite import SqliteDatabase, StoreError
     from ._store import SqliteStore, Store, StoredMessage, open_store
     from ._surface import (
@@ -226,6 +227,7 @@ for _module, _names in (
         "resolve_timeout truncate truncate_result validate_arguments",
     ),
     ("_proctrace", "ProcessTraces"),
+    ("_spans", "NO_SPAN Span SpanKind"),
     ("_sqlite", "SqliteDatabase StoreError"),
     ("_store", "SqliteStore Store StoredMessage open_store"),
     (
@@ -295,6 +297,9 @@ __all__ = [
     "ToolVeto",
     "TraceContext",
     "ProcessTraces",
+    "NO_SPAN",
+    "Span",
+    "SpanKind",
     "agent_tool_name",
     "hookimpl",
     "hookspec",

@@ -9,7 +9,7 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from ._loop import (
 )
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
+from ._spans import NO_SPAN, SpanKind, start_span, tracing
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -312,7 +313,7 @@ class AgentRuntime:
                     await self._store_user_message(first, session_id, user, owner)
                 raise
 
-    async def _exchange(
+    def _exchange(
         self,
         user: Message,
         session_id: str | None,
@@ -320,8 +321,48 @@ class AgentRuntime:
         stream: bool,
         first: _FirstExchange | None,
         owner: str = "local",
+    ) -> Awaitable[AgentReply]:
+        """``_run``'s work (to await), as the run's span (``trace`` names it) while spans are
+        recorded; ``first``: this is a new session's first exchange. Untraced, the work
+        itself: no coroutine of its own around it."""
+        tap = self.kernel.tap
+        if tap.subscriber_count and tracing(tap):
+            return self._traced(user, session_id, trace, stream, first, owner)
+        return self._converse(user, session_id, trace, stream, first, owner, NO_SPAN)
+
+    async def _traced(
+        self,
+        user: Message,
+        session_id: str | None,
+        trace: TraceContext,
+        stream: bool,
+        first: _FirstExchange | None,
+        owner: str,
     ) -> AgentReply:
-        """``_run``'s work; ``first``: this is a new session's first exchange."""
+        name = self.name
+        span = start_span(self.kernel.tap, SpanKind.AGENT, name, trace, source=name, agent=name)
+        if session_id is not None:
+            span.set(session_id=session_id)
+        try:
+            reply = await self._converse(user, session_id, trace, stream, first, owner, span)
+        except BaseException as exc:
+            span.end(_failure(exc))
+            raise
+        span.set(stop_reason=reply.stop_reason, turns=reply.turns)
+        span.end(reply.text[:500] if reply.is_error else None)
+        return reply
+
+    async def _converse(
+        self,
+        user: Message,
+        session_id: str | None,
+        trace: TraceContext,
+        stream: bool,
+        first: _FirstExchange | None,
+        owner: str,
+        span: Any,
+    ) -> AgentReply:
+        """``_exchange``'s work; ``span``: the run's (``NO_SPAN`` untraced)."""
         kernel = self.kernel
         manifest = kernel.agents[self.name]  # self.manifest
         history = []
@@ -367,8 +408,16 @@ class AgentRuntime:
         model = manifest.model
         try:
             provider = self.provider
-            if self.tiers is not None:
-                provider, model = await self._route(user.content, self.tiers, session_id)
+            tiers = self.tiers
+            if span.recording:  # each model call a span of its own
+                provider = _TracedProvider(provider, kernel.tap, trace, self.name)
+                if tiers is not None:
+                    fast, complex_ = (
+                        _TracedProvider(p, kernel.tap, trace, self.name) for p in tiers
+                    )
+                    tiers = (fast, complex_)
+            if tiers is not None:
+                provider, model = await self._route(user.content, tiers, session_id)
                 # The tier's own model and parameters, for its own provider.
                 request = attrs.evolve(request, model=model.name or "", parameters=dict(model.parameters or {}))
             result: LoopResult = await run_loop(
@@ -387,6 +436,13 @@ class AgentRuntime:
                 await self._store_user_message(first, session_id, user, owner)
             outputs = conversation.handed_over() if conversation is not None else ()
             return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", outputs)
+        if span.recording:
+            span.set(
+                provider=provider.name,
+                model=model.name or "",
+                input_tokens=result.usage.input_tokens,
+                output_tokens=result.usage.output_tokens,
+            )
         usage = None
         if result.usage.input_tokens or result.usage.output_tokens:
             usage = (
@@ -489,3 +545,67 @@ class AgentRuntime:
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
 
+
+
+def _failure(exc: BaseException) -> str:
+    """What a span that ended by ``exc`` says went wrong."""
+    if isinstance(exc, trio.Cancelled):
+        return "cancelled"
+    if isinstance(exc, RoostError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _TracedProvider:
+    """``provider`` with each model call a ``model`` span inside the run's ``trace``: the
+    provider and model, the tokens in and out, the stop reason."""
+
+    def __init__(self, provider: Provider, tap: Any, trace: TraceContext, agent: str) -> None:
+        self.inner = provider
+        self.name = provider.name
+        self._tap = tap
+        self._trace = trace
+        self._agent = agent
+
+    def _span(self, request: CompletionRequest, streamed: bool) -> Any:
+        name = f"{self.name} {request.model}".strip()
+        return start_span(
+            self._tap, SpanKind.MODEL, name, self._trace.nested(), source=self._agent,
+            agent=self._agent, provider=self.name, model=request.model, streamed=streamed,
+        )
+
+    @staticmethod
+    def _ended(span: Any, completion: Any) -> None:
+        span.set(
+            input_tokens=completion.usage.input_tokens,
+            output_tokens=completion.usage.output_tokens,
+            stop_reason=completion.stop_reason,
+            tool_calls=len(completion.tool_calls),
+        )
+        span.end()
+
+    async def complete(self, request: CompletionRequest) -> Any:
+        span = self._span(request, False)
+        try:
+            completion = await self.inner.complete(request)
+        except BaseException as exc:
+            span.end(_failure(exc))
+            raise
+        self._ended(span, completion)
+        return completion
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[Any]:
+        span = self._span(request, True)
+        completion = None
+        try:
+            async for delta in self.inner.stream(request):
+                if delta.completion is not None:
+                    completion = delta.completion
+                yield delta
+        except BaseException as exc:
+            span.end(_failure(exc))
+            raise
+        finally:
+            if completion is not None:
+                self._ended(span, completion)
+            span.end("the stream ended without a completion")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._manifest import AgentManifest
     from ._plugins import PluginManager
     from ._proctrace import ProcessTraces
+    from ._spans import Span
     from ._store import Store
     from ._surface import AgentSurface
     from ._tools import Tool, ToolRegistry, ToolSpec
@@ -115,8 +116,20 @@ class KernelAPI(Protocol):
     def max_depth_for(self, agent: str) -> int:
         """The depth limit of a chain that reaches ``agent``."""
 
-    def breaker_tripped(self, exc: RoostError, *, caller: str, target: str) -> None:
-        """Publish ``KERNEL:BREAKER`` for a hop refused by the depth breaker."""
+    def breaker_tripped(
+        self, exc: RoostError, *, caller: str, target: str, trace: TraceContext | None = None
+    ) -> None:
+        """Publish ``KERNEL:BREAKER`` for a hop refused by the depth breaker (``trace``:
+        the span it was refused in)."""
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are recorded now (someone follows ``TRACE:`` events)."""
+
+    def start_span(
+        self, kind: str, name: str, trace: TraceContext, *, source: str = "kernel", **attributes: Any
+    ) -> Span:
+        """Open the span ``trace`` names; ``NO_SPAN`` while nobody follows spans."""
 
     def workspace_for(self, manifest: AgentManifest) -> Path:
         """The agent's workspace directory, created on first use."""

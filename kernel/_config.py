@@ -327,6 +327,9 @@ class HttpConfig:
     # The URL clients reach the daemon at (links in agent cards); default: the bound address.
     public_url: str | None = _check(_Str("an http:// or https:// URL"), default=None)
     keep_alive_s: float = _check(_Float(), default=5.0)
+    # The spans of this many recent traces are kept in memory for the dashboard and
+    # GET /api/traces; 0 keeps none (spans are then recorded only while someone watches).
+    trace_history: int = _check(_Int(0, 10_000), default=100)
 
     @property
     def host_principal(self) -> str:

@@ -39,6 +39,8 @@ class EventKind:
     ACTOR_STOPPED = "ACTOR:STOPPED"
     ACTOR_REPLY = "ACTOR:REPLY"
     TAP_DROPPED = "TAP:DROPPED"
+    TRACE_SPAN_START = "TRACE:SPAN_START"
+    TRACE_SPAN_END = "TRACE:SPAN_END"
 
 
 # Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
@@ -146,6 +148,12 @@ class EventTap:
         self._subscribers: dict[int, _Subscriber] = {}
         self._next = 0
         self.published = 0
+        # What the subscribers take, counted, for ``wants`` (asked on hot paths: spans,
+        # tokens, tool events) at a cost that does not grow with the subscribers: how many
+        # take everything, and each exact kind and namespace prefix asked for.
+        self._takes_all = 0
+        self._exact: dict[str, int] = {}
+        self._prefixes: dict[str, int] = {}
 
     def publish(self, event: Event) -> None:
         """Deliver without blocking (safe to call from any task)."""
@@ -161,7 +169,26 @@ class EventTap:
     def wants(self, kind: str) -> bool:
         """Whether any subscriber would receive events of ``kind`` (so producing them is
         worth it: e.g. the kernel streams tokens only while someone watches)."""
-        return bool(self._subscribers) and any(sub.accepts(kind) for sub in self._subscribers.values())
+        if not self._subscribers:
+            return False
+        if self._takes_all or kind in self._exact:
+            return True
+        for prefix in self._prefixes:
+            if kind.startswith(prefix):
+                return True
+        return False
+
+    def _count(self, sub: _Subscriber, step: int) -> None:
+        if not sub.kinds:
+            self._takes_all += step
+            return
+        for counts, kinds in ((self._exact, sub._exact), (self._prefixes, sub._prefixes)):
+            for kind in kinds:
+                left = counts.get(kind, 0) + step
+                if left:
+                    counts[kind] = left
+                else:
+                    del counts[kind]
 
     @asynccontextmanager
     async def subscribe(
@@ -179,13 +206,15 @@ class EventTap:
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._subscribers[key] = _Subscriber(send, kinds)
+        self._subscribers[key] = added = _Subscriber(send, kinds)
+        self._count(added, 1)
         try:
             async with receive:
                 yield receive
         finally:
             sub = self._subscribers.pop(key, None)
             if sub is not None:
+                self._count(sub, -1)
                 sub.send.close()
 
 

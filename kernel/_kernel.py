@@ -18,9 +18,11 @@ from ._messaging import Messaging
 from ._plugins import PluginManager
 from ._policy import Capabilities, Exposure
 from ._proctrace import ProcessTraces
+from ._spans import start_span, tracing
 from ._surface import AgentSurface
 from ._toolcalls import ToolCalls, _audit_json_encoder, _CallPlan
 from ._tools import Tool, ToolRegistry, ToolSpec, agent_tool_name
+from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import ActorSystem
@@ -74,10 +76,39 @@ class Kernel(ToolCalls, Messaging):
         """Make ``event`` observable on the tap (the API's event stream)."""
         self.tap.publish(event)
 
-    def breaker_tripped(self, exc: RoostError, *, caller: str, target: str) -> None:
+    def breaker_tripped(
+        self, exc: RoostError, *, caller: str, target: str, trace: TraceContext | None = None
+    ) -> None:
+        """Publish ``KERNEL:BREAKER`` for a refused hop; ``trace``: the span it was refused in."""
         self.publish(
-            Event(EventKind.KERNEL_BREAKER, "kernel", target=target, payload={"caller": caller, **exc.to_dict()})
+            Event(
+                EventKind.KERNEL_BREAKER,
+                "kernel",
+                target=target,
+                payload={"caller": caller, **exc.to_dict()},
+                trace=trace,
+            )
         )
+
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events): a
+        caller may skip building a span's attributes when not."""
+        return bool(self.tap.subscriber_count) and tracing(self.tap)
+
+    def start_span(
+        self,
+        kind: str,
+        name: str,
+        trace: TraceContext,
+        *,
+        source: str = "kernel",
+        **attributes: Any,
+    ) -> Any:
+        """Open the span ``trace`` names (a ``Span``: ``set``, ``mark``, ``end``); it
+        publishes ``TRACE:SPAN_START`` now and ``TRACE:SPAN_END`` at ``end()``. ``NO_SPAN``
+        (does nothing) while nobody subscribes to ``TRACE:`` events."""
+        return start_span(self.tap, kind, name, trace, source=source, **attributes)
 
     # ---- agents ------------------------------------------------------------------------
     def max_depth_for(self, agent: str) -> int:

@@ -73,7 +73,8 @@ class Messaging:
             try:
                 trace = trace.child(agent, max_depth=limit)
             except RecursionLimitExceeded as exc:
-                self.breaker_tripped(exc, caller=trace.path[-1], target=agent)
+                caller = trace.path[-1] if trace.path else "?"
+                self.breaker_tripped(exc, caller=caller, target=agent, trace=trace)
                 raise
         return await self._deliver(
             agent,

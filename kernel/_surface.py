@@ -40,7 +40,7 @@ from ._jsonrpc import (
     param,
 )
 from ._tools import ToolCall, ToolResult, ToolSpec
-from ._trace import TraceContext
+from ._trace import TraceContext, _trace_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
@@ -106,12 +106,21 @@ class SurfaceCall:
     """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
     (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
     ``refused``, the result of a call that must not run (the depth breaker tripped, or its
-    arguments are invalid)."""
+    arguments are invalid); ``server``, the context of the server's own span (``prepare``
+    with ``server=True``), whose child ``trace`` is."""
 
-    __slots__ = ("arguments", "refused", "tool", "trace")
+    __slots__ = ("arguments", "refused", "server", "tool", "trace")
 
-    def __init__(self, tool: str | None, arguments: Mapping[str, Any], trace: Any, refused: Any) -> None:
+    def __init__(
+        self,
+        tool: str | None,
+        arguments: Mapping[str, Any],
+        trace: Any,
+        refused: Any,
+        server: Any = None,
+    ) -> None:
         self.tool, self.arguments, self.trace, self.refused = tool, arguments, trace, refused
+        self.server = server
 
 
 class AgentSurface:
@@ -145,11 +154,14 @@ class AgentSurface:
         return index
 
     # ---- tools/call ----------------------------------------------------------------------
-    def prepare(self, params: Any, *, tool: str | None = None) -> SurfaceCall:
+    def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
         """Check a ``tools/call``'s ``params`` and read its trace context; raises
         ``JsonRpcError`` for a request the protocol refuses (bad params, unknown tool, a
         malformed ``_meta`` depth). ``tool``: the name on this surface when the caller used
-        another one (the host surface's ``agent_<name>``, ``<agent>_<tool>``)."""
+        another one (the host surface's ``agent_<name>``, ``<agent>_<tool>``). ``server``:
+        the request came over a transport whose server opens a span of its own for it
+        (``SurfaceCall.server``, a child of the caller's span, or a new trace's root), so
+        the agent's run is that span's child rather than the caller's."""
         if not is_mapping(params):
             params = param(params, "name", str)  # raises, naming what params should be
         try:  # a lone surrogate or a non-finite number (see check_json_input): refused up front
@@ -165,28 +177,43 @@ class AgentSurface:
         kernel = self.kernel
         agent = self.agent
         tool = None if spec.name == MESSAGE_TOOL else spec.name
+        limit = kernel.max_depth_for(agent)
+        span = None
         try:
-            trace = TraceContext.for_hop(
-                params.get("_meta"), agent, max_depth=kernel.max_depth_for(agent), field="params._meta"
-            )
+            if server:
+                remote = TraceContext.from_meta(params.get("_meta"), field="params._meta")
+                span = remote.nested() if remote is not None else TraceContext.root(max_depth=limit)
+                trace = span.child(agent, max_depth=limit)
+            else:
+                trace = TraceContext.for_hop(
+                    params.get("_meta"), agent, max_depth=limit, field="params._meta"
+                )
         except InvalidTraceContext as exc:
             raise JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         except RecursionLimitExceeded as exc:
             # Refused by the depth breaker: a tool execution error the calling model reads.
             caller = exc.path[-2] if len(exc.path) > 1 else "mcp-client"
-            kernel.breaker_tripped(exc, caller=caller, target=agent)
-            return SurfaceCall(tool, arguments, None, exc.to_mcp_result())
+            where = span or TraceContext.from_meta(params.get("_meta"))
+            kernel.breaker_tripped(exc, caller=caller, target=agent, trace=where)
+            return SurfaceCall(tool, arguments, None, exc.to_mcp_result(), span)
         if tool is not None:
-            return SurfaceCall(tool, arguments, trace, None)  # call_tool validates
+            # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
+            # child of the caller's (or the server's), not of a hop span nobody records.
+            if trace.parent_span_id is not None:
+                trace = _trace_context(
+                    trace.trace_id, trace.parent_span_id, trace.depth, trace.path,
+                    trace.max_depth, None,
+                )
+            return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):
-            return SurfaceCall(None, arguments, trace, None)
+            return SurfaceCall(None, arguments, trace, None, span)
         from ._policy import validate_arguments  # here: roost mcp answers initialize without it
 
         try:  # words what is wrong, naming the tool as the caller did
             validate_arguments(spec if name == spec.name else ToolSpec(name, input_schema=spec.input_schema), arguments)
         except ToolArgumentsInvalid as exc:
-            return SurfaceCall(None, arguments, trace, ToolResult.error(str(exc)).to_mcp())
-        return SurfaceCall(None, arguments, trace, None)
+            return SurfaceCall(None, arguments, trace, ToolResult.error(str(exc)).to_mcp(), span)
+        return SurfaceCall(None, arguments, trace, None, span)
 
     async def call_tool(self, call: SurfaceCall) -> dict[str, Any]:
         """Run the exposed tool of ``call`` through the kernel's tool pipeline, with the

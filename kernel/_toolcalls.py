@@ -42,6 +42,7 @@ from ._hookspecs import ToolVeto
 from ._jsonrpc import make_encoder
 from ._plugins import collect
 from ._policy import argument_check, resolve_timeout, truncate_result, validate_arguments
+from ._spans import NO_SPAN, SpanKind, start_span, tracing
 from ._surface import message_arguments_ok
 from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
 from ._trace import TraceContext
@@ -100,6 +101,7 @@ def _audit_json_encoder() -> Callable[[Any], str]:
 
 _MAX_PLANS = 4096
 _UNKNOWN = object()
+_tool_call = frozen_builder(ToolCall)  # name, arguments, id, caller, trace, arguments_error
 
 
 class _CallPlan:
@@ -172,7 +174,12 @@ class ToolCalls:
         return plan
 
     def _context(
-        self, manifest: Any, plan: _CallPlan, trace: TraceContext | None, outputs: Any = None
+        self,
+        manifest: Any,
+        plan: _CallPlan,
+        trace: TraceContext | None,
+        outputs: Any = None,
+        span: Any = None,
     ) -> ToolContext:
         return ToolContext(
             agent=manifest.name,
@@ -184,6 +191,7 @@ class ToolCalls:
             max_output_chars=self.config.tools.max_output_chars,
             kernel=self,
             outputs=outputs,
+            span=span if span is not None else NO_SPAN,
         )
 
     async def call_tool(
@@ -201,7 +209,27 @@ class ToolCalls:
         """
         manifest = self._require_agent(agent)
         started = time.monotonic()
-        trace = call.trace
+        # The call is a span of its own, inside its caller's: what a callee (an agent, an
+        # MCP server, an A2A peer) sees as its parent.
+        traced = call.trace is not None
+        if traced:
+            trace = call.trace.nested()
+        else:  # a call from outside any run: one starts at the agent
+            trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
+        call = _tool_call(
+            call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
+        )
+        span = NO_SPAN
+        if self.tap.subscriber_count and tracing(self.tap):
+            span = start_span(
+                self.tap,
+                SpanKind.TOOL,
+                call.name,
+                trace,
+                source=agent,
+                agent=agent,
+                call_id=call.id,
+            )
         outcome = "ok"
         error: str | None = None
         spec: ToolSpec | None = None
@@ -217,9 +245,10 @@ class ToolCalls:
                 plan = self._plan(manifest, tool)
                 if check_capability and not plan.allowed:
                     self._capabilities(manifest).check(spec)  # raises, saying how to allow it
-                result = await self._run_checked(manifest, plan, tool, call, conversation)
-            except LoopDetected:
+                result = await self._run_checked(manifest, plan, tool, call, conversation, span)
+            except LoopDetected as exc:
                 outcome, error = "denied", "loop detected"
+                span.mark_refusal(exc)
                 raise
             except trio.Cancelled:
                 outcome, error = "cancelled", "the call was cancelled"
@@ -242,14 +271,21 @@ class ToolCalls:
                     else "error"
                 )
                 error = str(exc)
-                if isinstance(exc, RecursionLimitExceeded):
-                    self.breaker_tripped(exc, caller=agent, target=call.name)
+                # A refusal by an agent of this kernel was published by its surface.
+                if isinstance(exc, RecursionLimitExceeded) and (
+                    spec is None or not self._is_agent_tool(spec)
+                ):
+                    self.breaker_tripped(exc, caller=agent, target=call.name, trace=trace)
+                span.mark_refusal(exc)
                 result = ToolResult.error(str(exc))
             if result.is_error and error is None:
                 outcome, error = "error", result.as_text()[:500]
             return result
         finally:
             duration_ms = (time.monotonic() - started) * 1000
+            if span.recording:
+                span.set(outcome=outcome, owner=spec.owner if spec is not None else None)
+                span.end(error)
             # Nobody watching: an event nobody can observe is not built (hot path).
             if (spec is None or not self._is_agent_tool(spec)) and self.tap.wants(
                 EventKind.EXEC_TOOL_RESULT
@@ -270,8 +306,10 @@ class ToolCalls:
                     )
                 )
             # The audit row, stored before the result is returned (no cancel point).
+            # A call that came without a trace is audited without one, as it always was.
+            audited = trace if traced else None
             record = self._audit_record(
-                agent, call, trace, duration_ms, outcome, error, conversation
+                agent, call, audited, duration_ms, outcome, error, conversation
             )
             try:
                 await self.store.record_tool_call(record)
@@ -285,6 +323,7 @@ class ToolCalls:
         tool: Tool,
         call: ToolCall,
         conversation: Conversation | None,
+        span: Any,
     ) -> ToolResult:
         spec = tool.spec
         check = plan.arguments_check
@@ -296,7 +335,7 @@ class ToolCalls:
         context: ToolContext | None = None  # made when a hook or the tool needs it
         hooks = self.plugins.hook
         if hooks.roost_before_tool_call.get_hookimpls():
-            context = self._context(manifest, plan, call.trace, outputs)
+            context = self._context(manifest, plan, call.trace, outputs, span)
             for veto in collect(
                 hooks.roost_before_tool_call(call=call, spec=spec, context=context)
             ):
@@ -340,7 +379,7 @@ class ToolCalls:
                 result = _failure_result(spec, exc)
         else:
             if context is None:
-                context = self._context(manifest, plan, call.trace, outputs)
+                context = self._context(manifest, plan, call.trace, outputs, span)
             with trio.move_on_after(context.timeout_s) as scope:
                 result = await _invoke(spec, tool.handler, call, context)
             if scope.cancelled_caught:

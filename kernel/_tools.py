@@ -11,6 +11,7 @@ import attrs
 
 from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
 from ._frozen import frozen_builder
+from ._spans import NO_SPAN
 from ._trace import TraceContext, new_call_id
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -186,6 +187,9 @@ class ToolContext:
     # The running agent's outputs (``Outputs``): what it hands over beside its answer.
     # None when the call is not part of an agent's run (e.g. a tool called over MCP).
     outputs: Any = attrs.field(default=None, eq=False, repr=False)
+    # The call's span (``Span``; ``NO_SPAN`` while nobody traces): a tool that reaches a
+    # peer adds what names it (``peer_url`` and the like) with ``span.set``.
+    span: Any = attrs.field(default=NO_SPAN, eq=False, repr=False)
 
 
 ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]

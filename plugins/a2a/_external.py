@@ -105,6 +105,8 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
 
     async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
         trace = call.trace or ctx.trace
+        if ctx.span.recording:  # the call's span is the client hop: name the peer
+            ctx.span.set(peer_attributes(agent, info))
         async with A2AClient(**client_options) as client:
             try:
                 outcome = await client.send(
@@ -128,6 +130,20 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         return ToolResult.text(f"{note}\n{text}".strip(), is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED))
 
     return Tool(spec, handler)
+
+
+def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
+    """What a tool call's span says of the A2A agent it reaches: ``peer`` ("a2a"),
+    ``peer_name``, ``peer_url`` and, for a roost daemon (its card's provider is roost),
+    ``peer_dashboard``: the daemon's base URL."""
+    url = info.jsonrpc_url or info.rest_url or agent.url
+    out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": url}
+    provider = info.card.get("provider")
+    if isinstance(provider, dict) and provider.get("organization") == "roost":
+        base = provider.get("url")
+        if isinstance(base, str):
+            out["peer_dashboard"] = base.rstrip("/")
+    return out
 
 
 def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:

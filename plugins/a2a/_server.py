@@ -37,6 +37,7 @@ from roost.kernel import (
     KernelAPI,
     RecursionLimitExceeded,
     RouteDescriptor,
+    SpanKind,
     StoreError,
     TraceContext,
     is_mapping,
@@ -313,7 +314,14 @@ class A2AService:
             try:
                 trace.check_hop(target, max_depth=self.kernel.max_depth_for(target))
             except RecursionLimitExceeded as exc:
-                self.kernel.breaker_tripped(exc, caller=trace.path[-1] if trace.path else "a2a", target=target)
+                caller = trace.path[-1] if trace.path else "a2a"
+                self.kernel.breaker_tripped(exc, caller=caller, target=target, trace=trace)
+                # The refused send is a server span of its own, ended at once, marked.
+                span = self.kernel.start_span(
+                    SpanKind.A2A_SERVER, f"A2A {target}", trace.nested(), source="a2a", agent=target
+                )
+                span.mark_refusal(exc)
+                span.end(str(exc))
                 raise m.A2AError(m.RECURSION_LIMIT, str(exc)) from None
         return trace
 

@@ -39,11 +39,13 @@ from typing import Any
 import attrs
 import trio
 from roost.kernel import (
+    NO_SPAN,
     KernelAPI,
     Output,
     RecursionLimitExceeded,
     RoostError,
     SessionConflict,
+    SpanKind,
     StoreError,
     TraceContext,
 )
@@ -531,6 +533,32 @@ class TaskManager:
         await self._commit(live, task.moved_to(status, artifacts), events)
 
     async def _run(self, live: LiveTask, message: m.Message, trace: TraceContext | None) -> None:
+        """Run ``live`` with ``message`` as the server's span: a child of the caller's span
+        (``trace``; none: a new trace), and the agent's run its child."""
+        kernel = self.kernel
+        if trace is not None:
+            server = trace.nested()
+        else:
+            server = TraceContext.root(max_depth=kernel.max_depth_for(live.agent))
+        span = NO_SPAN
+        if kernel.tracing:
+            span = kernel.start_span(
+                SpanKind.A2A_SERVER, f"A2A {live.agent}", server, source="a2a", agent=live.agent,
+                task_id=live.task.id, context_id=live.task.context_id, principal=live.owner,
+            )
+        if not span.recording:
+            await self._run_task(live, message, server)
+            return
+        try:
+            await self._run_task(live, message, server)
+        finally:
+            status = live.task.status
+            failed = status.state in (m.FAILED, m.REJECTED, m.CANCELED) or not live.settled
+            span.set(state=m.state_to_json(status.state, m.V03))
+            reason = status.message.text()[:500] if status.message is not None else None
+            span.end((reason or f"task {m.state_to_json(status.state, m.V03)}") if failed else None)
+
+    async def _run_task(self, live: LiveTask, message: m.Message, trace: TraceContext) -> None:
         task = live.task
         outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (m.FAILED, "the agent did not answer", ())
         try:

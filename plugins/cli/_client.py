@@ -155,12 +155,29 @@ def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
     if event.get("target"):
         route += f" → {event['target']}"
     payload = event.get("payload")
-    detail = (
-        "" if payload in (None, {}, []) else json.dumps(payload, ensure_ascii=False, default=str)
-    )
+    if str(event.get("kind", "")).startswith("TRACE:SPAN") and isinstance(payload, Mapping):
+        detail = span_summary(payload)
+    else:
+        empty = payload in (None, {}, [])
+        detail = "" if empty else json.dumps(payload, ensure_ascii=False, default=str)
     if len(detail) > width:
         detail = detail[: width - 1] + "…"
     return f"{_clock(event.get('ts'))}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()
+
+
+def span_summary(span: Mapping[str, Any]) -> str:
+    """A span record (``TRACE:SPAN_START`` / ``TRACE:SPAN_END``) in a few words: its kind
+    and name, how long it took, how it ended and what it met (breaker, taint, loop guard)."""
+    text = f"{span.get('kind', '?')} {span.get('name', '?')}"
+    if isinstance(span.get("duration_ms"), (int, float)):
+        text += f" {span['duration_ms']:.1f} ms"
+    text += f" {span.get('status', '?')}"
+    marks = [m.get("kind") for m in span.get("marks") or () if isinstance(m, Mapping)]
+    if marks:
+        text += " [" + ", ".join(str(m) for m in marks) + "]"
+    if span.get("error"):
+        text += f": {span['error']}"
+    return text
 
 
 TOKEN_KIND = "AGENT:TOKEN"

@@ -418,6 +418,7 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
 
     names = list(kernel.agents)
     say(out, f"roost {roost_version()} · listening on {url}")
+    say(out, f"  dashboard: {url}/")
     say(out, f"  agents ({len(names)}): {', '.join(names) if names else 'none'}")
     if settings.keys:
         say(out, f"  auth: bearer token required ({settings.api_key_source})")

@@ -38,8 +38,8 @@ from roost.kernel import (
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
-from . import _trace_headers
-from ._auth import principal_of
+from . import _dashboard, _trace_headers
+from ._auth import WEBSOCKET_PROTOCOL, principal_of, subprotocol_token
 from ._common import (
     ErrorShapes,
     Gate,
@@ -54,6 +54,7 @@ from ._common import (
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
+from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
 
@@ -86,6 +87,9 @@ class DaemonState:
     gate: Gate = attrs.field(default=None)
     # The base URL links are built from, set once bound (see _common.daemon_public_url).
     public_url: str | None = None
+    # Recent traces' spans for the dashboard (a _traces.TraceLog; None: http.trace_history 0).
+    traces: Any = None
+    trace_history: int = 0
 
     def __attrs_post_init__(self) -> None:
         if self.gate is None:
@@ -135,10 +139,14 @@ def create_app(
         version=roost_version(),
     )
     app.extensions["roost"] = state
+    history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
+    if isinstance(history, int) and history > 0:
+        state.traces, state.trace_history = TraceLog(history), history
     _install_gates(app, state)
     _trace_headers.install(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
+    _dashboard.install(app, state)
     _install_plugin_routes(app, state)
     state.error_shapes.set_routes(
         (rule.rule, rule.methods or (), rule.endpoint) for rule in app.url_map.iter_rules()
@@ -227,6 +235,11 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             and bool(getattr(rule, "provide_automatic_options", False))
         )
         server = req.server
+
+        def socket_token() -> str | None:  # a page's key rides as a subprotocol, or ?token=
+            offered = req.headers.get("Sec-WebSocket-Protocol")
+            return subprotocol_token(offered) or req.args.get("token")
+
         refusal, _ = state.gate.check(
             req.endpoint,
             req.headers,
@@ -235,12 +248,12 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             local_addr=str(server[0]) if server else None,
             is_websocket=is_websocket,
             is_preflight=is_preflight,
-            query_token=lambda: req.args.get("token"),
+            query_token=socket_token,
         )
         if refusal is not None:
             return refusal_response(app, refusal, req)
         req.principal = state.gate.principal(
-            req.headers, query_token=(lambda: req.args.get("token")) if is_websocket else None
+            req.headers, query_token=socket_token if is_websocket else None
         )
         return None
 
@@ -507,7 +520,8 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         kinds = parse_kinds(websocket.args.get("kinds"))
         # Subscribe before accepting, so nothing published after the handshake is missed.
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
-            await websocket.accept()
+            offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
+            await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
             await forward_events(state, rx, websocket.send, websocket.receive)
         code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
         await websocket.close(code, reason)

@@ -8,6 +8,7 @@ the one principal ``local``. Tasks and sessions belong to the principal that mad
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import hmac
@@ -162,6 +163,30 @@ def tokens_match(presented: str | None, expected: str) -> bool:
     a = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
     b = hashlib.sha256(expected.encode("utf-8", "surrogatepass")).digest()
     return hmac.compare_digest(a, b)
+
+
+WEBSOCKET_PROTOCOL = "roost"
+"""The websocket subprotocol a page asks for (the one the daemon accepts, never echoing a key)."""
+BEARER_PROTOCOL = "roost.bearer."
+
+
+def subprotocol_token(header: str | None) -> str | None:
+    """The key a browser page sent as the websocket subprotocol ``roost.bearer.<key as
+    base64url, unpadded>`` beside ``roost``: a page cannot set ``Authorization`` on a
+    websocket, and a key in the URL (``?token=``) may end up in logs. None if absent or
+    malformed."""
+    if not header:
+        return None
+    for item in header.split(","):
+        item = item.strip()
+        if item.startswith(BEARER_PROTOCOL):
+            encoded = item[len(BEARER_PROTOCOL) :]
+            try:
+                key = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return key or None
+    return None
 
 
 def token_fingerprint(token: str) -> str:

@@ -415,7 +415,12 @@ class Gate:
                             "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
                             "with your key (http.api_key or the variable named by http.api_key_env, "
                             "or one of [http.keys])"
-                            + (" (browsers may pass ?token=<key> on websockets)" if is_websocket else ""),
+                            + (
+                                " (a browser page passes it as the websocket subprotocol "
+                                "roost.bearer.<key in unpadded base64url>, beside roost)"
+                                if is_websocket
+                                else ""
+                            ),
                         },
                         {"WWW-Authenticate": 'Bearer realm="roost"'},
                     ),

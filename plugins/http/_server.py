@@ -32,6 +32,7 @@ from ._asgi import DaemonApp
 from ._common import base_url, daemon_public_url, loopback_for
 from ._daemonfile import DaemonInfo, remove_daemon_file, write_daemon_file
 from ._settings import HttpSettings, fd_limit
+from ._traces import follow as follow_traces
 
 log = logging.getLogger("roost.http")
 
@@ -160,6 +161,8 @@ async def serve(
     try:
         with _quiet_accept_errors(state.settings):
             async with trio.open_nursery() as nursery:
+                if state.traces is not None:  # until shutdown begins: then the server drains
+                    await nursery.start(follow_traces, kernel, state.traces, state.closing)
                 await nursery.start(
                     partial(hypercorn_serve, DaemonApp(app, state), config, shutdown_trigger=trigger, mode="asgi")
                 )

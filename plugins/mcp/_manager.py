@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -285,6 +286,22 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 
 
 # ---- results -----------------------------------------------------------------------------
+
+
+def peer_attributes(
+    config: ServerConfig, server_info: Mapping[str, Any], tool: str
+) -> dict[str, Any]:
+    """What a tool call's span says of the MCP server it reaches: ``peer`` ("mcp"),
+    ``peer_name``, ``peer_tool``, ``peer_url`` (HTTP transports) and, for a roost daemon
+    (its ``serverInfo`` name starts with "roost"), ``peer_dashboard``: its base URL."""
+    out: dict[str, Any] = {"peer": "mcp", "peer_name": config.name, "peer_tool": tool}
+    if config.url:
+        out["peer_url"] = config.url
+        name = server_info.get("name") if isinstance(server_info, Mapping) else None
+        if isinstance(name, str) and name.startswith("roost"):
+            parts = urlsplit(config.url)
+            out["peer_dashboard"] = f"{parts.scheme}://{parts.netloc}"
+    return out
 
 
 def _raise_if_breaker(exc: McpProtocolError) -> None:
@@ -567,6 +584,8 @@ class McpManager:
             trace = call.trace or ctx.trace
             meta = trace.to_meta() if trace is not None else None
             caller = call.caller or ctx.agent
+            if ctx.span.recording:  # the call's span is the client hop: name the peer
+                ctx.span.set(peer_attributes(state.config, client.server_info, original))
 
             def progress(params: Mapping[str, Any]) -> None:
                 manager.kernel.publish(

@@ -28,12 +28,14 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import Any, NoReturn
 
 import attrs
 import trio
 from roost.kernel import (
     MESSAGE_TOOL,
+    NO_SPAN,
     AgentNotFound,
     AgentSurface,
     AgentUnavailable,
@@ -42,6 +44,8 @@ from roost.kernel import (
     InvalidInput,
     KernelAPI,
     Output,
+    RecursionLimitExceeded,
+    SpanKind,
     SurfaceCall,
     agent_tool_name,
     check_json_input,
@@ -763,18 +767,47 @@ class McpServer:
                     'missing); send {"action": "accept", "content": {"answer": "..."}}'
                 )
             params = {**params, "arguments": {"message": answer}}
-        prepared = surface.prepare(params, tool=target)
+        prepared = surface.prepare(params, tool=target, server=True)
+        # The server's span: a child of the caller's, the agent's run or tool call its child.
+        span = NO_SPAN
+        if self.kernel.tracing:
+            name = str(params.get("name"))
+            span = self.kernel.start_span(
+                SpanKind.MCP_SERVER, f"tools/call {name}", prepared.server, source=f"mcp:{agent}",
+                agent=agent, tool=name, principal=call.session.principal, stateless=call.stateless,
+            )
         if prepared.refused is not None:
+            tripped = RecursionLimitExceeded.from_mcp_result(prepared.refused)
+            if tripped is not None:
+                span.mark_refusal(tripped)
+            span.end(_error_text(prepared.refused))
             return prepared.refused
-        trace_id = prepared.trace.trace_id
-        watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
-        with _client_channel(trace_id, call) as channel:
-            if call.stateless:
-                self._read_round_trip(call, channel)
-            if prepared.tool is not None:
-                result = await watcher.run(lambda: surface.call_tool(prepared))
-            else:
-                result = await watcher.run(lambda: self._ask_agent(call, surface, prepared, session_id))
+        try:
+            trace_id = prepared.trace.trace_id
+            watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
+            with _client_channel(trace_id, call) as channel:
+                if call.stateless:
+                    self._read_round_trip(call, channel)
+                if prepared.tool is not None:
+                    result = await watcher.run(lambda: surface.call_tool(prepared))
+                else:
+                    ask = partial(self._ask_agent, call, surface, prepared, session_id)
+                    result = await watcher.run(ask)
+            result = self._settled(call, channel, result)
+        except BaseException as exc:
+            if span.recording:
+                cancelled = isinstance(exc, trio.Cancelled)
+                span.end("cancelled" if cancelled else f"{type(exc).__name__}: {exc}")
+            raise
+        if span.recording:
+            span.end(_error_text(result))
+        return result
+
+    def _settled(
+        self, call: _Call, channel: _client_channel, result: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A ``tools/call``'s answer once its run ended: ``result``, or the question the
+        run asks (``input_required``), or the error of a client capability it lacks."""
         if channel.input_required is not None:
             requests, state = channel.input_required
             return p.input_required_result(requests, request_state=self._seal_state(state) if state is not None else None)
@@ -910,3 +943,13 @@ def _answer_from(responses: Any) -> str | None:
     if isinstance(content, Mapping) and isinstance(content.get("answer"), str) and content["answer"]:
         return content["answer"]
     return None
+
+
+def _error_text(result: Any) -> str | None:
+    """A failed ``CallToolResult``'s text (cut to 500 characters), else None."""
+    if not is_mapping(result) or not result.get("isError"):
+        return None
+    for block in result.get("content") or ():
+        if is_mapping(block) and block.get("type") == "text":
+            return str(block.get("text", ""))[:500]
+    return "error"

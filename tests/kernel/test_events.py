@@ -226,3 +226,15 @@ async def test_wants_tells_whether_any_subscriber_takes_a_kind():
         async with tap.subscribe():
             assert tap.wants("AGENT:TOKEN")
     assert not tap.wants("EXEC:TOOL_CALL")
+
+
+async def test_what_wants_remembers_is_forgotten_when_subscribers_come_and_go():
+    tap = EventTap()
+    async with tap.subscribe(kinds=("EXEC:",)):
+        assert not tap.wants("TRACE:SPAN_END")  # remembered...
+        async with tap.subscribe(kinds=("TRACE:",)):
+            assert tap.wants("TRACE:SPAN_END")  # ...and forgotten when one came
+            assert not tap.wants("AGENT:TOKEN")
+        assert not tap.wants("TRACE:SPAN_END")  # ...and when it left
+        assert tap.wants("EXEC:TOOL_CALL")
+    assert not tap.wants("EXEC:TOOL_CALL")

@@ -156,9 +156,14 @@ async def test_an_agents_bash_gets_its_runs_trace_context_in_its_environment(tmp
     run = chain("a", "sh")
     command = 'echo "$TRACEPARENT $ROOST_TRACE_DEPTH $ROOST_TRACE_PATH"'
     async with open_kernel(config) as kernel:
-        result = await kernel.call_tool("sh", ToolCall("bash", {"command": command}, caller="sh", trace=run))
+        async with kernel.tap.subscribe(kinds=("TRACE:SPAN_END",)) as spans:
+            call = ToolCall("bash", {"command": command}, caller="sh", trace=run)
+            result = await kernel.call_tool("sh", call)
+            span = spans.receive_nowait().payload
         fresh = await kernel.call_tool("sh", ToolCall("bash", {"command": command}, caller="sh"))
         assert len(kernel.process_traces) == 0
-    assert result.as_text().split()[:3] == [run.traceparent, "2", "a,sh"]
+    # the bash call's own span, a child of the run's: what a client in the command continues
+    assert span["parent_span_id"] == run.span_id and span["name"] == "bash"
+    assert result.as_text().split()[:3] == [f"00-{run.trace_id}-{span['span_id']}-01", "2", "a,sh"]
     # a call outside any run (no trace) starts one at the agent, never at depth 0
     assert fresh.as_text().split()[1:3] == ["1", "sh"]

@@ -23,11 +23,14 @@ async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled
 
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1):
         assert {"coordinator", "worker", "reviewer"} <= set(kernel.agents)
+        following = kernel.tap.subscriber_count  # the daemon's own (its trace history)
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:
                 for out, as_json in ((text_out, False), (json_out, True)):
                     nursery.start_soon(partial_watch(config, out, as_json, replied(out)))
-                await wait_until(lambda: kernel.tap.subscriber_count >= 2, "both watchers subscribed")
+                await wait_until(
+                    lambda: kernel.tap.subscriber_count >= following + 2, "both watchers subscribed"
+                )
                 client = DaemonClient(await find_daemon(config.home))
                 reply = await client.send("coordinator", "Write a haiku about trio")
     assert not reply["is_error"]
@@ -77,3 +80,21 @@ def test_token_runs_are_bounded_in_runs_and_in_text():
     assert len(ended) == 2 and '"b"' in ended[0] and "AGENT:REPLY" in ended[1]
     assert [line.split()[3] for line in runs.flush()] == ["c"]
     assert runs.flush() == []
+
+
+def test_a_span_event_is_one_short_line_naming_what_it_met():
+    from roost.plugins.cli._client import event_line
+
+    record = {
+        "kind": "tool", "name": "agent_reviewer", "duration_ms": 0.4, "status": "error",
+        "error": "call chain would reach depth 6", "marks": [{"kind": "breaker", "depth": 6}],
+        "attributes": {"agent": "worker", "call_id": "call_" + "0" * 200},
+    }
+    line = event_line({"kind": "TRACE:SPAN_END", "source": "worker", "payload": record, "ts": 1.0})
+    assert line.endswith(
+        "TRACE:SPAN_END     worker  tool agent_reviewer 0.4 ms error [breaker]: "
+        "call chain would reach depth 6"
+    )
+    opened = {**record, "status": "running", "duration_ms": None, "error": None, "marks": []}
+    start = event_line({"kind": "TRACE:SPAN_START", "source": "worker", "payload": opened})
+    assert start.endswith("worker  tool agent_reviewer running")

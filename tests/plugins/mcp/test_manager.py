@@ -183,11 +183,18 @@ async def test_caller_trace_rides_in_meta(tmp_path):
     async with open_kernel(make_config(tmp_path, [raw()]), agents=[agent("a")]) as kernel:
         await wait_until(lambda: "mcp_raw_meta" in kernel.registry)
         trace = TraceContext.new("a").child("b")
-        result = await kernel.call_tool("a", ToolCall("mcp_raw_meta", {}, caller="b", trace=trace))
+        async with kernel.tap.subscribe(kinds=("TRACE:SPAN_END",)) as spans:
+            call = ToolCall("mcp_raw_meta", {}, caller="b", trace=trace)
+            result = await kernel.call_tool("a", call)
+            with trio.fail_after(5):
+                span = (await spans.receive()).payload
         meta = json.loads(result.as_text())
         assert meta["io.roost/trace-path"] == ["a", "b"]
         assert meta["io.roost/trace-depth"] == 2
-        assert meta["traceparent"] == trace.traceparent
+        # The server sees the tool call's span as its parent: a child of the caller's span.
+        assert meta["traceparent"] == f"00-{trace.trace_id}-{span['span_id']}-01"
+        assert (span["name"], span["parent_span_id"]) == ("mcp_raw_meta", trace.span_id)
+        assert (span["attributes"]["peer"], span["attributes"]["peer_name"]) == ("mcp", "raw")
 
 
 async def test_sampling_uses_the_calling_agents_provider_only_when_enabled(tmp_path):

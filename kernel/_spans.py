@@ -1,0 +1,211 @@
+"""Spans: the units of work of a trace, each observable when it starts and when it ends.
+
+Every unit of work is a span with a ``TraceContext`` of its own — its span id and its
+parent's: an agent's run, each tool call inside it, each model call, a ``tools/call``
+served over MCP and a message served over A2A. ``Kernel.start_span`` opens one: it
+publishes ``TRACE:SPAN_START`` at once and ``TRACE:SPAN_END`` with the span's whole record
+at ``end()``, both with the span's context as the event's ``trace``. A tool call's span is
+the one a callee sees as its parent (the ``traceparent`` sent over MCP ``_meta``, HTTP
+headers and A2A metadata), so a tree that crosses processes joins up by ids alone.
+
+While nobody subscribes to ``TRACE:`` events a span is ``NO_SPAN``, which records nothing:
+the contexts (and so the ids that travel) are made all the same, the events are not.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ._events import Event, EventKind, EventTap, new_event_id
+from ._frozen import frozen_builder
+from ._trace import TraceContext
+
+_event = frozen_builder(Event)  # kind, source, target, payload, trace, id, reply_to, ts
+
+
+class SpanKind:
+    """What a span stands for (``kind`` in its record)."""
+
+    AGENT = "agent"
+    TOOL = "tool"
+    MODEL = "model"
+    MCP_SERVER = "mcp.server"
+    A2A_SERVER = "a2a.server"
+
+
+# A refusal's error code → the mark it leaves on the span where it happened.
+_MARKS = {"recursion_limit": "breaker", "taint_violation": "taint", "loop_detected": "loop_guard"}
+
+
+class Span:
+    """One unit of work while it runs; ``end()`` publishes its record (once)."""
+
+    __slots__ = (
+        "_t0",
+        "_tap",
+        "attributes",
+        "ended",
+        "kind",
+        "marks",
+        "name",
+        "source",
+        "start",
+        "trace",
+    )
+
+    recording = True
+
+    def __init__(
+        self,
+        tap: EventTap,
+        kind: str,
+        name: str,
+        trace: TraceContext,
+        source: str,
+        attributes: dict[str, Any],
+    ) -> None:
+        self._tap = tap
+        self.kind = kind
+        self.name = name
+        self.trace = trace
+        self.source = source
+        self.attributes = attributes
+        self.marks: list[dict[str, Any]] = []
+        self.ended = False
+        self.start = time.time()
+        self._t0 = time.perf_counter()
+        # The start's record holds a copy: a subscriber may read it after the span changed.
+        record = self._record(None, None, "running", None, dict(attributes), [])
+        tap.publish(
+            _event(
+                EventKind.TRACE_SPAN_START,
+                source,
+                None,
+                record,
+                trace,
+                new_event_id(),
+                None,
+                self.start,
+            )
+        )
+
+    def set(self, attributes: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        """Add attributes (JSON values) to the span's record."""
+        if attributes:
+            self.attributes.update(attributes)
+        if more:
+            self.attributes.update(more)
+
+    def mark(self, kind: str, message: str, **fields: Any) -> None:
+        """Note something that happened in the span: ``breaker`` (the depth breaker refused
+        a hop: ``depth``, ``max_depth``, ``path``), ``taint`` (untrusted data kept from a
+        tool) or ``loop_guard`` (a repeated call or a ping-pong stopped)."""
+        self.marks.append({"kind": kind, "ts": time.time(), "message": message, **fields})
+
+    def mark_refusal(self, exc: BaseException) -> None:
+        """``mark`` for the refusal ``exc`` (by its error code), if it is one."""
+        kind = _MARKS.get(getattr(exc, "code", ""))
+        if kind == "breaker":
+            hop: Any = exc  # a RecursionLimitExceeded
+            self.mark(kind, str(exc), depth=hop.depth, max_depth=hop.max_depth, path=list(hop.path))
+        elif kind is not None:
+            self.mark(kind, str(exc))
+
+    def end(self, error: str | None = None) -> None:
+        """End the span, failed with ``error`` if given; publishes ``TRACE:SPAN_END``."""
+        if self.ended:
+            return
+        self.ended = True
+        duration = time.perf_counter() - self._t0
+        end = self.start + duration
+        status = "ok" if error is None else "error"
+        record = self._record(end, duration, status, error, self.attributes, self.marks)
+        self._tap.publish(
+            _event(
+                EventKind.TRACE_SPAN_END,
+                self.source,
+                None,
+                record,
+                self.trace,
+                new_event_id(),
+                None,
+                end,
+            )
+        )
+
+    def _record(
+        self,
+        end: float | None,
+        duration: float | None,
+        status: str,
+        error: str | None,
+        attributes: Any,
+        marks: Any,
+    ) -> dict[str, Any]:
+        trace = self.trace
+        return {
+            "trace_id": trace.trace_id,
+            "span_id": trace.span_id,
+            "parent_span_id": trace.parent_span_id,
+            "kind": self.kind,
+            "name": self.name,
+            "start": self.start,
+            "end": end,
+            "duration_ms": None if duration is None else round(duration * 1000, 3),
+            "status": status,
+            "error": error,
+            "attributes": attributes,
+            "marks": marks,
+        }
+
+
+class _NoSpan:
+    """The span of work nobody traces: every method does nothing."""
+
+    __slots__ = ()
+
+    recording = False
+    ended = True
+    attributes: Mapping[str, Any] = {}
+
+    def set(self, attributes: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        pass
+
+    def mark(self, kind: str, message: str, **fields: Any) -> None:
+        pass
+
+    def mark_refusal(self, exc: BaseException) -> None:
+        pass
+
+    def end(self, error: str | None = None) -> None:
+        pass
+
+
+NO_SPAN: Any = _NoSpan()
+"""The span ``start_span`` returns while nobody subscribes to ``TRACE:`` events."""
+
+
+def tracing(tap: EventTap) -> bool:
+    """Whether anyone would receive span events (so spans are worth recording)."""
+    return tap.wants(EventKind.TRACE_SPAN_END) or tap.wants(EventKind.TRACE_SPAN_START)
+
+
+def start_span(
+    tap: EventTap,
+    kind: str,
+    name: str,
+    trace: TraceContext,
+    *,
+    source: str = "kernel",
+    **attributes: Any,
+) -> Any:
+    """Open the span ``trace`` names (its span id, its parent's): a ``Span``, or ``NO_SPAN``
+    while nobody subscribes to ``TRACE:`` events."""
+    if not tap.subscriber_count or not tracing(tap):
+        return NO_SPAN
+    return Span(tap, kind, name, trace, source, attributes)
+
+
+__all__ = ["NO_SPAN", "Span", "SpanKind", "start_span", "tracing"]

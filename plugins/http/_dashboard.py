@@ -1,0 +1,125 @@
+"""The dashboard: plain static files at ``/`` (no data in them, so public) and the spans
+of recent traces (``GET /api/traces``, ``GET /api/traces/<id>``: admins, like the event
+stream they come from).
+
+The page runs only the daemon's own script and style (a strict Content-Security-Policy:
+no inline code, no other origin) and renders every value as text.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from quart import request
+
+from ._auth import principal_of, split_host
+from ._common import InvalidRequest, Refusal
+
+FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
+DEFAULT_TRACES = 20
+
+
+def read_files() -> dict[str, bytes]:
+    """The dashboard's files, shipped as package data (``roost.plugins.http/dashboard``)."""
+    folder = resources.files(__package__).joinpath("dashboard")
+    return {name: folder.joinpath(name).read_bytes() for name in FILES}
+
+
+def content_security_policy(host: str | None) -> str:
+    """The page's policy: its own script, style and API; websockets to the host it was
+    loaded from (named as well as ``'self'``, which some browsers do not apply to ws:)."""
+    sockets = ""
+    if host and split_host(host) is not None:
+        sockets = f" ws://{host} wss://{host}"
+    return (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        f"connect-src 'self'{sockets}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+def page_headers(host: str | None) -> dict[str, str]:
+    return {
+        "Content-Security-Policy": content_security_policy(host),
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",
+        "Cross-Origin-Opener-Policy": "same-origin",
+    }
+
+
+def install(app: Any, state: Any) -> None:
+    """Add the dashboard's routes to the daemon's app."""
+    from ._app import refusal_response
+
+    files = read_files()
+
+    def serve(name: str) -> Any:
+        return app.response_class(
+            files[name], content_type=FILES[name], headers=page_headers(request.headers.get("Host"))
+        )
+
+    @app.get("/")
+    async def dashboard() -> Any:
+        return serve("index.html")
+
+    @app.get("/dashboard/<name>")
+    async def dashboard_file(name: str) -> Any:
+        if name not in FILES or name == "index.html":
+            return refusal_response(
+                app, Refusal(404, {"code": "not_found", "message": f"no dashboard file {name!r}"})
+            )
+        return serve(name)
+
+    state.public_endpoints.update(("dashboard", "dashboard_file"))
+
+    def refused() -> Any:
+        principal = principal_of(request)
+        if principal is not None and principal.admin:
+            return None
+        return refusal_response(
+            app,
+            Refusal(
+                403,
+                {
+                    "code": "forbidden",
+                    "message": "traces show every caller's work, so only an admin principal "
+                    "may read them: "
+                    "the key of http.api_key, or one with admin = true under [http.keys.<name>]",
+                },
+            ),
+        )
+
+    @app.get("/api/traces")
+    async def list_traces() -> Any:
+        if (refusal := refused()) is not None:
+            return refusal
+        raw = request.args.get("limit", str(DEFAULT_TRACES))
+        if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+            raise InvalidRequest(
+                "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
+            )
+        log = state.traces
+        traces = log.recent(int(raw)) if log is not None else []
+        return {
+            "traces": traces,
+            "kept": len(log) if log is not None else 0,
+            "history": state.trace_history,
+        }
+
+    @app.get("/api/traces/<trace_id>")
+    async def get_trace(trace_id: str) -> Any:
+        if (refusal := refused()) is not None:
+            return refusal
+        log = state.traces
+        spans = log.spans(trace_id) if log is not None else None
+        if spans is None:
+            kept = state.trace_history
+            message = f"trace {trace_id[:64]!r} is not held here (the newest {kept} traces are)"
+            return refusal_response(
+                app, Refusal(404, {"code": "trace_not_found", "message": message})
+            )
+        return {"trace_id": trace_id, "spans": spans}

@@ -1,0 +1,98 @@
+"""The spans of recent traces, kept in memory for the dashboard (``GET /api/traces``).
+
+The daemon follows the kernel's ``TRACE:`` events for as long as it serves and keeps the
+newest ``http.trace_history`` traces (a span's end record replaces its start record), each
+at most ``MAX_SPANS`` spans: what a dashboard shows when it opens, and what a link from
+another daemon's dashboard (``/#trace=<id>``) finds here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import trio
+from roost.kernel import EventKind
+
+MAX_SPANS = 2_000  # per trace; a runaway fan-out keeps its first spans
+BATCH_WAIT_S = 0.05  # a busy kernel wakes the log at most this often
+BUFFER = 10_000  # events that may wait meanwhile (more are dropped, and counted)
+
+
+class TraceLog:
+    """The newest ``max_traces`` traces' span records, by trace id (bounded)."""
+
+    def __init__(self, max_traces: int) -> None:
+        self.max_traces = max_traces
+        self._traces: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
+        self.dropped = 0
+
+    def add(self, record: Any) -> None:
+        """Keep one span record (a ``TRACE:SPAN_START`` or ``TRACE:SPAN_END`` payload)."""
+        if not isinstance(record, dict):
+            return
+        trace_id, span_id = record.get("trace_id"), record.get("span_id")
+        if not isinstance(trace_id, str) or not isinstance(span_id, str):
+            return
+        spans = self._traces.get(trace_id)
+        if spans is None:
+            spans = self._traces[trace_id] = {}
+            while len(self._traces) > self.max_traces:
+                self._traces.popitem(last=False)
+        if span_id in spans or len(spans) < MAX_SPANS:
+            spans[span_id] = record
+
+    def spans(self, trace_id: str) -> list[dict[str, Any]] | None:
+        """The spans of ``trace_id`` in the order they began; None if not held."""
+        spans = self._traces.get(trace_id)
+        return None if spans is None else sorted(spans.values(), key=_start)
+
+    def recent(self, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` traces, newest first: ``{"trace_id", "spans"}`` each."""
+        out = []
+        for trace_id in reversed(self._traces):
+            if len(out) >= limit:
+                break
+            out.append({"trace_id": trace_id, "spans": self.spans(trace_id)})
+        return out
+
+    def __len__(self) -> int:
+        return len(self._traces)
+
+
+def _start(record: dict[str, Any]) -> float:
+    start = record.get("start")
+    return start if isinstance(start, (int, float)) else 0.0
+
+
+async def follow(
+    kernel: Any, log: TraceLog, closing: trio.Event, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Feed ``log`` from ``kernel``'s span events until ``closing`` is set. Subscribed
+    before ``task_status.started()``, so nothing published after that is missed; woken at
+    most every ``BATCH_WAIT_S`` while spans keep coming."""
+    async with kernel.tap.subscribe(buffer=BUFFER, kinds=("TRACE:",)) as events:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+
+            async def stop() -> None:
+                await closing.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stop)
+            async for event in events:
+                _take(log, event)
+                await trio.sleep(BATCH_WAIT_S)
+                while True:
+                    try:
+                        _take(log, events.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            nursery.cancel_scope.cancel()
+
+
+def _take(log: TraceLog, event: Any) -> None:
+    if event.kind == EventKind.TAP_DROPPED:
+        log.dropped += event.payload.get("dropped", 0)
+    else:
+        log.add(event.payload)
