@@ -648,21 +648,27 @@ def _manifest_files(location: Path) -> list[Path]:
 
 
 def _add_unique(
-    manifest: AgentManifest, source: str, found: dict[str, AgentManifest], errors: list
+    manifest: AgentManifest,
+    source: str,
+    found: dict[str, AgentManifest],
+    by_tool: dict[str, AgentManifest],
+    errors: list,
 ) -> None:
+    """Add ``manifest`` to ``found`` unless an agent with its name, or one that becomes the
+    same ``agent_<name>`` tool, is there already (``by_tool`` indexes ``found`` by it)."""
     tool = agent_tool_name(manifest.name)
-    for other in found.values():
-        if agent_tool_name(other.name) == tool:
-            if other.name == manifest.name:
-                problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
-            else:
-                problem = (
-                    f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
-                    f"(both would be called as tool {tool!r})"
-                )
-            errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
-            return
-    found[manifest.name] = manifest
+    other = by_tool.get(tool)
+    if other is None:
+        found[manifest.name] = by_tool[tool] = manifest
+        return
+    if other.name == manifest.name:
+        problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
+    else:
+        problem = (
+            f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
+            f"(both would be called as tool {tool!r})"
+        )
+    errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
 
 
 def load_agents(
@@ -676,6 +682,7 @@ def load_agents(
     ``dirs`` came from (named in the error for a missing directory).
     """
     found: dict[str, AgentManifest] = {}
+    by_tool: dict[str, AgentManifest] = {}
     errors: list[ManifestError] = []
     locations: list[Path] = []
     if include_bundled:
@@ -703,7 +710,7 @@ def load_agents(
             manifest, problems = _check_file(file, str(file))
             errors += problems
             if manifest is not None:
-                _add_unique(manifest, str(file), found, errors)
+                _add_unique(manifest, str(file), found, by_tool, errors)
     return found, errors
 
 
@@ -746,6 +753,7 @@ def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = 
     """
     errors: list[ManifestError] = []
     found: dict[str, AgentManifest] = {}
+    by_tool: dict[str, AgentManifest] = {}
     for given in paths:
         location = Path(given)
         files = _manifest_files(location) if location.is_dir() else [location]
@@ -757,7 +765,7 @@ def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = 
             manifest, problems = _check_file(file, str(file))
             errors += problems
             if manifest is not None:
-                _add_unique(manifest, str(file), found, errors)
+                _add_unique(manifest, str(file), found, by_tool, errors)
     if warnings is not None and found:
         specs = _installed_tool_specs() + [ToolSpec(agent_tool_name(n), owner="agents") for n in found]
         for manifest in found.values():
