@@ -14,8 +14,9 @@ import functools
 import importlib.resources
 import importlib.util
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,13 +256,42 @@ def schema() -> dict[str, Any]:
     return copy.deepcopy(_validator().schema)
 
 
+# How many (reference, value) pairs ``_validator`` remembers as valid.
+_VALID_REFS_MAX = 4096
+
+
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
+    """Draft 2020-12 validation of ``agent.json.schema``, whose ``$ref`` keyword remembers
+    the values it found valid: agents made from one template share their ``model``,
+    ``limits`` or ``mcp_servers`` entries, and each is checked once per boot, not once per
+    agent. The schema has one ``$id`` and no dynamic references, so a reference at one
+    place in it always means the same subschema; what is remembered is keyed by that
+    place and the value's canonical JSON, and only a value without errors is remembered
+    (errors are always found afresh)."""
     import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+    from jsonschema import validators
 
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
-    return jsonschema.Draft202012Validator(loaded)
+    check_ref = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
+    valid: set[tuple[int, str]] = set()
+    canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+    def ref(validator: Any, ref: str, instance: Any, schema: Any) -> Iterator[Any]:
+        try:
+            key = (id(schema), canonical(instance))
+        except (TypeError, ValueError):  # not JSON (an in-memory manifest): check it each time
+            key = None
+        if key is not None and key in valid:
+            return
+        errors = list(check_ref(validator, ref, instance, schema))
+        if not errors and key is not None and len(valid) < _VALID_REFS_MAX:
+            valid.add(key)
+        yield from errors
+
+    remembering = validators.extend(jsonschema.Draft202012Validator, {"$ref": ref})
+    return remembering(loaded)
 
 
 def bundled_agents_dir() -> Path:
@@ -441,7 +471,12 @@ def _reject_constant(name: str) -> Any:
 def _read_text(path: Path, limit: int) -> str:
     """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
     with path.open("rb") as handle:
-        raw = handle.read(limit + 1)
+        # As much as its size says, plus one byte to see the end: read(limit + 1) would
+        # allocate a buffer of the limit for every small file.
+        want = min(os.fstat(handle.fileno()).st_size, limit) + 1
+        raw = handle.read(want)
+        if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on
+            raw += handle.read(limit + 1 - len(raw))
     if len(raw) > limit:
         raise ValueError(f"file is larger than {limit} bytes")
     try:

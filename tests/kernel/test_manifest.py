@@ -419,6 +419,26 @@ def test_duplicate_names_report_both_files():
     assert err.pointer == "/name"
 
 
+def test_a_model_found_valid_once_is_still_checked_in_its_place():
+    """Validation remembers the referenced values it found valid (agents from one template
+    share them); that never hides an error, here or elsewhere in the manifest."""
+    model = {"provider": "scripted", "script": {"rules": [{"match": ".", "reply": "ok"}]}}
+    assert parse_manifest(base(model=model)).model.provider == "scripted"
+    assert parse_manifest(base(name="again", model=dict(model))).name == "again"
+    # The same model beside a bad field: the field is still reported.
+    err = error_of(base(model=dict(model), limits={"max_turns": 0}))
+    assert err.pointer == "/limits/max_turns"
+    # A model one value away from the remembered one is checked afresh, every time.
+    bad = {"provider": "scripted", "script": {"rules": [{"match": ".", "reply": 5}]}}
+    for _ in range(2):
+        assert error_of(base(model=bad)).pointer == "/model/script/rules/0/reply"
+    # The same mapping changed in place after it was found valid.
+    changed = base(model={"provider": "scripted", "script": {"rules": [{"match": "."}]}})
+    parse_manifest(changed)
+    changed["model"]["script"]["rules"][0]["reply"] = ["not", "text"]
+    assert error_of(changed).pointer == "/model/script/rules/0/reply"
+
+
 def _write_agents(root: Path, count: int) -> Path:
     for i in range(count):
         folder = root / f"a{i:05d}"
