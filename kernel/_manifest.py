@@ -679,7 +679,19 @@ def _manifest_files(location: Path) -> list[Path]:
         return [location]
     if (location / MANIFEST_FILENAME).is_file():
         return [location / MANIFEST_FILENAME]
-    return sorted(location.glob(f"*/{MANIFEST_FILENAME}"))
+    # <location>/<name>/agent.json, by name (what sorted(glob(...)) gives, without building
+    # and comparing a Path per folder first).
+    try:
+        with os.scandir(location) as entries:
+            names = sorted(e.name for e in entries)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        file = location / name / MANIFEST_FILENAME
+        if file.is_file():
+            found.append(file)
+    return found
 
 
 def _add_unique(
@@ -759,9 +771,12 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
     that matches none of the tools ``specs`` (e.g. an OpenStarry-style ``fs:read_file``),
     naming the entry and the likely tool. Patterns for MCP and A2A tools are left out:
     those tools arrive when their servers connect."""
+    if not manifest.mcp.expose_tools and not manifest.mcp.private_tools:
+        return []
     from ._policy import matches
 
-    specs = list(specs)
+    if not isinstance(specs, (list, tuple)):  # not copied per agent: a host may have thousands
+        specs = list(specs)
     where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
     out = []
     for field, patterns in (("expose_tools", manifest.mcp.expose_tools), ("private_tools", manifest.mcp.private_tools)):
