@@ -738,7 +738,8 @@ class ActorSystem:
                     f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
                     f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
                 )
-        if not as_event and not self.tap.subscriber_count:  # nobody would see the reply event
+        # Nobody would see the reply event: skip building it.
+        if not as_event and not self.tap.wants(REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY)):
             return result.payload if isinstance(result, Event) else result
         reply = self._reply(actor, event, result)
         self.tap.publish(reply)
