@@ -303,6 +303,8 @@ class Kernel:
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
+        if not caps.patterns:
+            return ()  # allowed nothing: no need to look through every tool
         own = self._agent_tools.get(agent_tool_name(manifest.name))  # an agent does not ask itself
         return tuple(s for s in self.registry.specs() if (own is None or s is not own.spec) and caps.allows(s))
 
@@ -352,10 +354,14 @@ class Kernel:
         cause = self.actors.stop_cause(agent)
         return ("ready", None) if cause is None else ("stopped", cause)
 
-    def agent_info(self) -> list[dict[str, Any]]:
-        """A JSON-ready description of every agent (for the API and ``roost agents``)."""
+    def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
+        ``roost agents``); AgentNotFound for an unknown ``agent``."""
+        if agent is not None and agent not in self.agents:
+            raise AgentNotFound(agent, list(self.agents))
         out = []
-        for name, m in sorted(self.agents.items()):
+        chosen = sorted(self.agents.items()) if agent is None else [(agent, self.agents[agent])]
+        for name, m in chosen:
             status, reason = self.agent_status(name)
             out.append(
                 {

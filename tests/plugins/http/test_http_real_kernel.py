@@ -105,3 +105,35 @@ async def test_a_message_reply_carries_the_agents_artifacts(config):
     # The event stream describes the files; it does not carry them.
     (part,) = event["payload"]["outputs"][0]["parts"]
     assert part["raw"] == "<2 bytes>"
+
+
+async def _first_get_agent_seconds(tmp_path, count: int) -> float:
+    """Seconds of the first ``GET /api/agents/a0`` on a daemon with ``count`` agents that
+    may each call ``read`` (so each has a tool list to work out)."""
+    import time
+
+    from roost.kernel import parse_manifest
+    from roost.plugins.http import open_daemon
+
+    manifests = [
+        parse_manifest({"name": f"a{i}", "description": "x", "capabilities": {"tools": ["read"]}})
+        for i in range(count)
+    ]
+    config = default_config(home=str(tmp_path / f"home{count}"), agents={"bundled": False})
+    async with open_kernel(config, agents=manifests) as kernel:
+        async with open_daemon(kernel, graceful_timeout=1) as url, httpx.AsyncClient(base_url=url) as client:
+            start = time.perf_counter()
+            reply = await client.get("/api/agents/a0", timeout=120)
+            seconds = time.perf_counter() - start
+    assert reply.status_code == 200 and reply.json()["tools"] == ["read"]
+    return seconds
+
+
+async def test_get_one_agent_does_not_describe_every_agent(tmp_path):
+    """``GET /api/agents/{name}`` worked out every agent's tool list (each against every
+    tool) and kept one: 46 s with 10,000 agents. Twice the agents must not take four
+    times as long."""
+    await _first_get_agent_seconds(tmp_path, 10)  # warm up
+    small = min([await _first_get_agent_seconds(tmp_path / f"s{i}", 600) for i in range(2)])
+    large = min([await _first_get_agent_seconds(tmp_path / f"l{i}", 1200) for i in range(2)])
+    assert large / small < 2.8, f"2x the agents took {large / small:.1f}x as long"
