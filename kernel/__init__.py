@@ -79,6 +79,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     )
     from ._jsonrpc import Correlator, JsonRpcError
     from ._kernel import Kernel, open_kernel, result_from_jsonrpc
+    from ._limits import child_open_file_limit, raise_open_file_limit
     from ._loop import (
         Completion,
         CompletionRequest,
@@ -192,6 +193,7 @@ for _module, _names in (
     ),
     ("_jsonrpc", "Correlator JsonRpcError"),
     ("_kernel", "Kernel open_kernel result_from_jsonrpc"),
+    ("_limits", "child_open_file_limit raise_open_file_limit"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
         "_manifest",
@@ -322,6 +324,7 @@ __all__ = [
     "TaintConfig",
     "ToolsConfig",
     "bundled_agents_dir",
+    "child_open_file_limit",
     "data_dir",
     "database_path",
     "default_config",
@@ -332,6 +335,7 @@ __all__ = [
     "manifest_schema",
     "open_store",
     "parse_manifest",
+    "raise_open_file_limit",
     "resolve_data_dir",
     "validate_files",
     "workspaces_dir",
