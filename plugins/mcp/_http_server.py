@@ -55,6 +55,9 @@ MAX_SESSIONS = 1000
 SESSION_IDLE_S = 600.0  # default of http.mcp_session_idle_s
 SESSIONS_PER_CALLER = 100  # default of http.mcp_sessions_per_caller
 REPLAY_EVENTS = 256
+# A session's finished streams kept for resumption (the newest): a client that lost one
+# reconnects at once; holding every one a long session streamed would hold its answers.
+FINISHED_STREAMS_KEPT = 16
 KEEPALIVE_S = 15.0
 MAX_IN_FLIGHT_PER_SESSION = 64
 SSE_RETRY_MS = 1000
@@ -146,11 +149,13 @@ class HttpSession:
         return bool(self.active or self.state.in_flight) or (self.standalone is not None and not self.standalone.closed)
 
     def new_stream(self) -> EventLog:
+        """A stream for one request's answer, kept for resumption (``Last-Event-ID``) while
+        it runs and, once finished, until ``FINISHED_STREAMS_KEPT`` newer ones finished."""
+        finished = [sid for sid, s in self.streams.items() if s.closed]  # oldest first
+        for sid in finished[: max(0, len(finished) - FINISHED_STREAMS_KEPT + 1)]:
+            del self.streams[sid]
         stream = EventLog(secrets.token_hex(8))
         self.streams[stream.stream_id] = stream
-        while len(self.streams) > REPLAY_EVENTS:  # forget the oldest finished streams
-            oldest = next(iter(self.streams))
-            self.streams.pop(oldest)
         return stream
 
 

@@ -237,3 +237,27 @@ async def test_sse_stream_ends_with_events_that_came_while_the_consumer_was_send
                 log.append({"n": 3})
                 log.close()
     assert seen == [1, 2, 3]
+
+
+async def test_a_session_keeps_only_its_latest_finished_streams(base_url, kernel):
+    """Every streamed tools/call left its finished stream (and its events) in the session
+    for resumption, up to 256 per session: a thousand busy sessions held a quarter of a
+    million. A session keeps the last few finished ones; the latest still resumes."""
+    from roost.plugins.mcp._http_server import FINISHED_STREAMS_KEPT, hub_for
+
+    calls = FINISHED_STREAMS_KEPT + 24
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        first_ids = []
+        for i in range(calls):
+            call = {"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": str(i)}}}
+            r = await client.post(base_url + "/mcp", json=call, headers=headers)
+            assert r.headers["content-type"].startswith("text/event-stream")
+            first_ids.append([line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")][0])
+        session = hub_for(kernel).sessions[headers[p.HEADER_SESSION_ID]]
+        assert len(session.streams) == FINISHED_STREAMS_KEPT
+        resume = {**headers, "Accept": "text/event-stream"}
+        r = await client.get(base_url + "/mcp", headers={**resume, "Last-Event-ID": first_ids[-1]})
+        assert r.status_code == 200 and sse_messages(r.text)[-1]["id"] == 100 + calls - 1
+        r = await client.get(base_url + "/mcp", headers={**resume, "Last-Event-ID": first_ids[0]})
+        assert r.status_code == 404
