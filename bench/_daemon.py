@@ -99,7 +99,8 @@ def get(port: int, path: str, timeout: float = 5.0) -> tuple[int, Any]:
 
 
 class Daemon:
-    """``roost run --port PORT`` with ``ROOST_CONFIG=config``; ``start()`` waits for ``/health``."""
+    """``roost run --port PORT`` (or ``command --port PORT``) with ``ROOST_CONFIG=config``;
+    ``start()`` waits for ``/health``."""
 
     def __init__(
         self,
@@ -107,8 +108,11 @@ class Daemon:
         port: int | None = None,
         env: Mapping[str, str] | None = None,
         log: Path | None = None,
+        command: list[str] | None = None,
     ) -> None:
         self.config = config
+        # What runs it (``--port PORT`` is appended): ``roost run`` unless told otherwise.
+        self.command = command or [str(Path(sys.executable).with_name("roost")), "run"]
         self.port = port or free_port()
         self.env = {**os.environ, "ROOST_CONFIG": str(config), **(env or {})}
         self.env.pop("ROOST_HOME", None)
@@ -127,12 +131,11 @@ class Daemon:
 
     def start(self, timeout: float = 60.0) -> float:
         """Start it; seconds from spawning the process to ``/health`` answering 200."""
-        roost = Path(sys.executable).with_name("roost")
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # closed below
         try:
             started = time.perf_counter()
             self.proc = subprocess.Popen(
-                [str(roost), "run", "--port", str(self.port)], env=self.env, stdout=out, stderr=out
+                [*self.command, "--port", str(self.port)], env=self.env, stdout=out, stderr=out
             )
         finally:
             if self.log:

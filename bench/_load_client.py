@@ -2,16 +2,17 @@
 ``python -m bench._load_client SPEC_JSON``.
 
 SPEC: ``{"base": "http://127.0.0.1:PORT", "surface": "a2a" | "a2a_stream" | "mcp" | "rest"
-| "mixed", "callers": N, "requests": R, "agents": [names], "start_at": epoch seconds,
+| "mixed" | "mcp_open", "callers": N, "requests": R, "agents": [names], "start_at": epoch seconds,
 "timeout_s": per request, "tag": text put in every message, "headers": {...}, "out": a file
 for the result (default: stdout)}``.
 
 Each of the N callers opens its own keep-alive connection when ``start_at`` comes (so the
 daemon sees N connects at once) and sends R requests one after another, each bounded by
-``timeout_s``. ``mixed`` gives caller k the surface ``SURFACES[k % 4]``. Prints one JSON
-object: per surface the latencies of the answered requests (seconds), the errors by kind,
-and (``"acked"``) what the daemon acknowledged: A2A task ids, REST session ids, MCP session
-ids — so a soak can look for them after a crash.
+``timeout_s``. ``mixed`` gives caller k the surface ``SURFACES[k % 4]``; a request of
+``mcp_open`` opens an MCP session and abandons it (no DELETE). Prints one JSON object: per
+surface the latencies of the answered requests (seconds), the errors by kind, and
+(``"acked"``) what the daemon acknowledged: ``[task id, context id]`` of A2A tasks, REST
+session ids, MCP session ids — so a soak can look for them after a crash.
 
 The HTTP client is ``_a2a_load.Connection`` (raw sockets, pre-encoded requests): httpx
 would cost the client more CPU per request than the daemon spends on it.
@@ -79,7 +80,7 @@ class Caller:
             self.conn = Connection(
                 f"{base}/a2a/agents/{self.agent}/jsonrpc", {**A2A_HEADERS, **extra}
             )
-        elif surface == "mcp":
+        elif surface in ("mcp", "mcp_open"):
             self.conn = Connection(f"{base}/agents/{self.agent}/mcp", {**MCP_ACCEPT, **extra})
         else:
             self.conn = Connection(f"{base}/api/agents/{self.agent}/message", extra)
@@ -96,6 +97,9 @@ class Caller:
             await self._a2a(i, "SendStreamingMessage")
         elif self.surface == "mcp":
             await self._mcp(i)
+        elif self.surface == "mcp_open":  # a session opened and abandoned: no DELETE
+            await self._mcp_initialize()
+            await self.conn.aclose()
         else:
             await self._rest(i)
 
@@ -111,7 +115,7 @@ class Caller:
             task = _rpc_result(response).get("task") or {}
             if task.get("status", {}).get("state") != COMPLETED:
                 raise Refused(f"task {task.get('status', {}).get('state')}")
-            self.acked.append(task["id"])
+            self.acked.append([task["id"], task["contextId"]])
             return
         if response.status != 200 or not response.headers.get("content-type", "").startswith(
             "text/event-stream"
@@ -122,10 +126,11 @@ class Caller:
         if errors:
             raise Refused(f"jsonrpc {errors[0].get('code')}")
         states = [_state_of(e.get("result") or {}) for e in events]
-        task_ids = [_task_id_of(e.get("result") or {}) for e in events]
         if COMPLETED not in states:
             raise Refused(f"stream ended in {next((s for s in reversed(states) if s), 'nothing')}")
-        self.acked.append(next(t for t in task_ids if t))
+        self.acked.append(
+            next(_ids_of(e.get("result") or {}) for e in events if _ids_of(e.get("result") or {}))
+        )
 
     async def _mcp(self, i: int) -> None:
         if self.session is None:
@@ -197,11 +202,13 @@ def _state_of(result: dict[str, Any]) -> str | None:
     return None
 
 
-def _task_id_of(result: dict[str, Any]) -> str | None:
+def _ids_of(result: dict[str, Any]) -> list[str] | None:
+    """``[task id, context id]`` of a stream event, if it names them."""
     if isinstance(result.get("task"), dict):
-        return result["task"].get("id")
+        return [result["task"].get("id"), result["task"].get("contextId")]
     if isinstance(result.get("statusUpdate"), dict):
-        return result["statusUpdate"].get("taskId")
+        update = result["statusUpdate"]
+        return [update.get("taskId"), update.get("contextId")]
     return None
 
 
@@ -230,8 +237,10 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                     errors[caller.surface]["timeout"] += 1
                 except Refused as exc:
                     errors[caller.surface][exc.kind] += 1
-                except (LoadError, OSError, ValueError, KeyError) as exc:
+                except (LoadError, OSError, ValueError, KeyError, trio.BrokenResourceError) as exc:
                     errors[caller.surface][f"{type(exc).__name__}: {str(exc)[:60]}"] += 1
+                    if isinstance(exc, OSError):  # nobody listening (a restart): not a busy loop
+                        await trio.sleep(0.1)
                 else:
                     latencies[caller.surface].append(time.perf_counter() - start)
         finally:
