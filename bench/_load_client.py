@@ -85,7 +85,8 @@ class Caller:
         else:
             self.conn = Connection(f"{base}/api/agents/{self.agent}/message", extra)
         self.session: str | None = None
-        self.acked: list[str] = []
+        self.acked: list[Any] = []
+        self.handshakes: list[float] = []  # MCP initialize + initialized, seconds each
 
     def text(self, i: int) -> str:
         return f"{self.spec.get('tag', 'load')} c{self.index} r{i}"
@@ -160,6 +161,7 @@ class Caller:
             raise Refused("tool error")
 
     async def _mcp_initialize(self) -> None:
+        started = time.perf_counter()
         init = {
             "jsonrpc": "2.0",
             "id": 0,
@@ -183,6 +185,7 @@ class Caller:
             raise Refused(_status_kind(note))
         self.session = session
         self.acked.append(session)
+        self.handshakes.append(time.perf_counter() - started)
 
     async def _rest(self, i: int) -> None:
         response = await self.conn.post({"message": self.text(i)})
@@ -255,6 +258,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     acked: dict[str, list[str]] = {s: [] for s in surfaces}
     for caller in callers:
         acked[caller.surface] += caller.acked
+    handshakes = [t for caller in callers for t in caller.handshakes]
     return {
         "started": started,
         "ended": time.time(),
@@ -262,6 +266,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "errors": {s: dict(c) for s, c in errors.items()},
         "acked": acked,
         "cpu_s": time.process_time(),
+        "handshakes": handshakes,
     }
 
 

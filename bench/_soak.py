@@ -213,6 +213,7 @@ def drive(
     merged["started"] = min(r["started"] for r in results)
     merged["ended"] = max(r["ended"] for r in results)
     merged["client_cpu_s"] = sum(r["cpu_s"] for r in results)
+    merged["handshakes"] = sorted(t for r in results for t in r.get("handshakes", ()))
     return merged
 
 
