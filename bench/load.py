@@ -83,7 +83,13 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
             for kind, n in s["errors"].items():
                 if not kind.startswith("http 429"):  # the documented refusal under a bound
                     unexplained[f"{surface}: {kind}"] = n
-            note = (
+            handshakes = many.get("handshakes") or []
+            if handshakes:  # MCP: each caller's initialize + initialized, before its first call
+                p50, p99 = handshakes[len(handshakes) // 2], handshakes[int(0.99 * len(handshakes))]
+                label_note = f"sessions opened: p50 {p50:.2f} s, p99 {p99:.2f} s; "
+            else:
+                label_note = ""
+            note = label_note + (
                 f"{s['answered']:,} answered; p50 {s['p50'] or 0:.2f} s, max {s['max'] or 0:.2f} s; "
                 f"RSS {_mb(before)}/{_mb(peak[0])}/{_mb(after)} MB (before/peak/after), {fds} fds after"
             )

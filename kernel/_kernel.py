@@ -173,6 +173,7 @@ class Kernel:
         # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}
         self._surfaces: dict[str, AgentSurface] = {}
+        self._exposable_cache: tuple[Any, tuple[ToolSpec, ...]] = (None, ())
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -314,7 +315,18 @@ class Kernel:
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
         exposure = self._exposure(manifest)  # its surface keeps the list per registry version
-        return [s for s in self.registry.specs() if not self._is_agent_tool(s) and exposure.is_exposed(s)]
+        if not exposure.expose:
+            return []
+        return [s for s in self._exposable() if exposure.is_exposed(s)]
+
+    def _exposable(self) -> tuple[ToolSpec, ...]:
+        """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
+        registry version: with thousands of agents those are most of the registry."""
+        registry = self.registry
+        key = (id(registry), registry.version)
+        if self._exposable_cache[0] != key:
+            self._exposable_cache = (key, tuple(s for s in registry.specs() if not self._is_agent_tool(s)))
+        return self._exposable_cache[1]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
