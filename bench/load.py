@@ -7,8 +7,10 @@
   ``_load_client``) connect at once and each sends its requests one after another, each
   bounded by 60 s. Throughput is answered requests over the wall time; the floor is the
   same surface with 32 callers in the same run (the ratio shows what 1,000 cost). The
-  notes give p50/max latency, the daemon's RSS before/at peak/after and its open
-  descriptors after. Without API keys every caller is the principal ``local`` at
+  notes give p50/max latency, the daemon's RSS before/at peak/after, its open
+  descriptors after and its CPU time (a daemon is one Python process: CPU seconds close to
+  the wall time mean it was saturated, and then a caller waits about callers /
+  throughput). Without API keys every caller is the principal ``local`` at
   127.0.0.1, so the bench's ``roost.toml`` raises the bounds that are per caller: 1,000
   MCP sessions (``http.mcp_sessions_per_caller``, default 100) and 1,000 open A2A tasks
   (``a2a.max_open_tasks_per_caller``, default 100, so ``a2a.max_tasks`` = 10,000) —
@@ -70,7 +72,7 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
         for surface, label in SURFACES.items():
             few = drive(daemon.base, root, surface=surface, processes=1, callers=FEW,
                         requests=10 if quick else 40, agents=names, tag=f"{surface}-few")  # fmt: skip
-            before = daemon.rss_kb()
+            before, cpu = daemon.rss_kb(), daemon.cpu_s()
             peak = [before]
 
             def sample(peak: list[int] = peak) -> None:
@@ -78,7 +80,7 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
 
             many = drive(daemon.base, root, surface=surface, processes=PROCESSES, callers=CALLERS,
                          requests=requests, agents=names, tag=surface, sample=sample)  # fmt: skip
-            after, fds = daemon.rss_kb(), daemon.fds()
+            after, fds, cpu = daemon.rss_kb(), daemon.fds(), daemon.cpu_s() - cpu
             s, f = summary(many), summary(few)
             for kind, n in s["errors"].items():
                 if not kind.startswith("http 429"):  # the documented refusal under a bound
@@ -91,7 +93,8 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
                 label_note = ""
             note = label_note + (
                 f"{s['answered']:,} answered; p50 {s['p50'] or 0:.2f} s, max {s['max'] or 0:.2f} s; "
-                f"RSS {_mb(before)}/{_mb(peak[0])}/{_mb(after)} MB (before/peak/after), {fds} fds after"
+                f"RSS {_mb(before)}/{_mb(peak[0])}/{_mb(after)} MB (before/peak/after), {fds} fds after; "
+                f"daemon CPU {cpu:.1f} s in {s['wall_s']:.1f} s ({1000 * cpu / max(1, s['answered']):.1f} ms a request)"
             )
             rows.append(Row(f"{label} ×{CALLERS:,}: throughput", s["throughput"], "req/s",
                             f["throughput"], f"{FEW} callers", Target("ratio", ">=", 0.8), note))  # fmt: skip
