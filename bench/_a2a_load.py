@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import socket
 import struct
+from typing import Any
 from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -30,10 +32,36 @@ class LoadError(Exception):
     """The server answered something this client cannot use (status, framing, size)."""
 
 
+@attrs.frozen
+class Response:
+    """One complete HTTP response: status, headers (names lowercased), body, and whether
+    the server will close the connection after it."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    closing: bool
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def sse_data(self) -> list[Any]:
+        """The decoded ``data`` of each event of a complete ``text/event-stream`` body
+        (events without data, such as keep-alive comments, are left out)."""
+        out = []
+        for block in self.body.replace(b"\r\n", b"\n").split(b"\n\n"):
+            lines = [
+                line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+            ]
+            data = b"\n".join(lines).strip()
+            if data:
+                out.append(json.loads(data))
+        return out
+
+
 class ResponseReader:
-    """Sans-I/O: feed it received bytes; ``next_reply()`` returns the decoded JSON body of a
-    complete 200 response (None while more bytes are needed) and whether the server will
-    close the connection."""
+    """Sans-I/O: feed it received bytes; ``next_response()`` returns each complete response
+    (None while more bytes are needed), ``next_reply()`` the decoded JSON body of a 200."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -44,7 +72,7 @@ class ResponseReader:
             raise LoadError("the server closed the connection mid-response")
         self._buffer += data
 
-    def next_reply(self) -> tuple[dict, bool] | None:
+    def next_response(self) -> Response | None:
         if self._head is None:
             end = self._buffer.find(b"\r\n\r\n")
             if end < 0:
@@ -67,9 +95,15 @@ class ResponseReader:
         if payload is None:
             return None
         self._head = None
-        if status != 200:
-            raise LoadError(f"HTTP {status}: {payload[:300]!r}")
-        return json.loads(payload), headers.get("connection", "").lower() == "close"
+        return Response(status, headers, payload, headers.get("connection", "").lower() == "close")
+
+    def next_reply(self) -> tuple[dict, bool] | None:
+        response = self.next_response()
+        if response is None:
+            return None
+        if response.status != 200:
+            raise LoadError(f"HTTP {response.status}: {response.body[:300]!r}")
+        return response.json(), response.closing
 
     def _take_chunked(self) -> bytes | None:
         """The whole chunked body once it has arrived (taken from the buffer), else None."""
@@ -116,12 +150,13 @@ class _Request:
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._head = (
             f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\n{extra}Content-Length: "
+            f"Content-Type: application/json\r\n{extra}"
         ).encode()
 
-    def encode(self, body: dict) -> bytes:
+    def encode(self, body: dict, headers: dict[str, str] | None = None) -> bytes:
         data = json.dumps(body, separators=(",", ":")).encode()
-        return self._head + str(len(data)).encode() + b"\r\n\r\n" + data
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode() if headers else b""
+        return b"%s%sContent-Length: %d\r\n\r\n%s" % (self._head, extra, len(data), data)
 
 
 class Connection:
@@ -139,15 +174,28 @@ class Connection:
 
     async def post_json(self, body: dict) -> dict:
         """POST ``body``; the decoded JSON reply (LoadError unless the status is 200)."""
-        if self._stream is None:
-            self._stream = await trio.open_tcp_stream(self._request.host, self._request.port)
-        await self._stream.send_all(self._request.encode(body))
-        while (reply := self._reader.next_reply()) is None:
-            self._reader.feed(await self._stream.receive_some(65536))
-        payload, closing = reply
-        if closing:
+        response = await self.post(body)
+        if response.status != 200:
+            raise LoadError(f"HTTP {response.status}: {response.body[:300]!r}")
+        return response.json()
+
+    async def post(self, body: dict, headers: dict[str, str] | None = None) -> Response:
+        """POST ``body`` (with ``headers`` beside the connection's own); the whole response.
+        A failure leaves the connection closed (the next call opens a new one)."""
+        try:
+            if self._stream is None:
+                self._stream = await trio.open_tcp_stream(self._request.host, self._request.port)
+            await self._stream.send_all(self._request.encode(body, headers))
+            while (response := self._reader.next_response()) is None:
+                self._reader.feed(await self._stream.receive_some(65536))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+            self._reader = ResponseReader()
+            raise
+        if response.closing:
             await self.aclose()
-        return payload
+        return response
 
 
 class BlockingConnection:

@@ -82,6 +82,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
     from ._ids import uuid7
     from ._jsonrpc import Correlator, JsonRpcError
     from ._kernel import Kernel
+    from ._limits import child_open_file_limit, raise_open_file_limit
     from ._loop import (
         Completion,
         CompletionRequest,
@@ -208,6 +209,7 @@ for _module, _names in (
     ("_jsonrpc", "Correlator JsonRpcError"),
     ("_boot", "open_kernel"),
     ("_kernel", "Kernel"),
+    ("_limits", "child_open_file_limit raise_open_file_limit"),
     ("_messaging", "result_from_jsonrpc"),
     ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
     (
@@ -346,6 +348,7 @@ __all__ = [
     "TaintConfig",
     "ToolsConfig",
     "bundled_agents_dir",
+    "child_open_file_limit",
     "data_dir",
     "database_path",
     "default_config",
@@ -356,6 +359,7 @@ __all__ = [
     "manifest_schema",
     "open_store",
     "parse_manifest",
+    "raise_open_file_limit",
     "resolve_data_dir",
     "validate_files",
     "workspaces_dir",

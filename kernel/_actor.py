@@ -317,6 +317,7 @@ class _Actor:
         "done",
         "factory",
         "handler",
+        "idle",
         "inline",
         "inline_idle",
         "name",
@@ -331,6 +332,8 @@ class _Actor:
         "slots",
         "stop_cause",
         "waiting",
+        "workers",
+        "worker_count",
     )
 
     def __init__(
@@ -368,6 +371,11 @@ class _Actor:
         self.inline: set[DirectAsk] = set()
         self.waiting: set[trio.CancelScope] = set()  # direct asks waiting for a slot
         self.inline_idle: trio.Event | None = None
+        # Workers take letters from the mailbox; they start as letters need them, up to
+        # ``concurrency`` (an idle actor has one). ``idle`` counts those waiting for one.
+        self.workers: trio.Nursery | None = None
+        self.worker_count = 1
+        self.idle = 0
 
 
 def _describe(exc: BaseException) -> str:
@@ -730,7 +738,8 @@ class ActorSystem:
                     f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
                     f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
                 )
-        if not as_event and not self.tap.subscriber_count:  # nobody would see the reply event
+        # Nobody would see the reply event: skip building it.
+        if not as_event and not self.tap.wants(REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY)):
             return result.payload if isinstance(result, Event) else result
         reply = self._reply(actor, event, result)
         self.tap.publish(reply)
@@ -831,8 +840,8 @@ class ActorSystem:
                     await self._serve(actor)
                 else:
                     async with trio.open_nursery() as workers:
-                        for i in range(actor.concurrency):
-                            workers.start_soon(self._serve, actor, name=f"actor:{actor.name}#{i}")
+                        actor.workers = workers
+                        await self._serve(actor)
         except BaseException:
             cancelled = True
             raise
@@ -866,10 +875,17 @@ class ActorSystem:
     async def _serve(self, actor: _Actor) -> None:
         receive = actor.receive
         while True:
+            actor.idle += 1
             try:
                 event, slot = await receive.receive()
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 return
+            finally:
+                actor.idle -= 1
+            if not actor.idle and actor.worker_count < actor.concurrency and actor.workers is not None:
+                # Every worker is busy now: one more takes the next letter.
+                actor.workers.start_soon(self._serve, actor, name=f"actor:{actor.name}#{actor.worker_count}")
+                actor.worker_count += 1
             if slot is not None and slot.done:
                 actor.pending -= 1
                 continue  # the asker gave up before we got to it: nobody wants the result

@@ -110,8 +110,8 @@ class KernelAPI(Protocol):
     def agent_status(self, agent: str) -> tuple[str, str | None]:
         """``(status, reason)``: "ready", "unavailable" or "stopped"."""
 
-    def agent_info(self) -> list[dict[str, Any]]:
-        """A JSON-ready description of every agent."""
+    def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """A JSON-ready description of every agent, or of ``agent`` alone."""
 
     def max_depth_for(self, agent: str) -> int:
         """The depth limit of a chain that reaches ``agent``."""

@@ -142,25 +142,38 @@ class EventTap:
 
     A subscriber that cannot keep up loses events rather than slowing the kernel; the
     number lost is reported to it in a ``TAP:DROPPED`` event once it catches up.
+    Subscribers are indexed by the kinds they take, so an event costs only as much as the
+    subscribers that want it (every MCP session, say, follows tool-list changes only).
     """
 
     def __init__(self) -> None:
         self._subscribers: dict[int, _Subscriber] = {}
+        self._everything: dict[int, _Subscriber] = {}  # no kinds: every event
+        self._exact: dict[str, dict[int, _Subscriber]] = {}
+        self._prefixed: dict[str, dict[int, _Subscriber]] = {}  # "EXEC:" -> its subscribers
         self._next = 0
         self.published = 0
-        # What the subscribers take, counted, for ``wants`` (asked on hot paths: spans,
-        # tokens, tool events) at a cost that does not grow with the subscribers: how many
-        # take everything, and each exact kind and namespace prefix asked for.
-        self._takes_all = 0
-        self._exact: dict[str, int] = {}
-        self._prefixes: dict[str, int] = {}
 
     def publish(self, event: Event) -> None:
         """Deliver without blocking (safe to call from any task)."""
         self.published += 1
-        if self._subscribers:
-            for sub in list(self._subscribers.values()):
+        if not self._subscribers:
+            return
+        targets = self._targets(event.kind)
+        if targets:
+            for sub in list(targets.values()):
                 sub.offer(event)
+
+    def _targets(self, kind: str) -> dict[int, _Subscriber]:
+        """The subscribers taking ``kind``, each once."""
+        found = self._everything
+        exact = self._exact.get(kind)
+        if exact:
+            found = {**found, **exact} if found else exact
+        for prefix, subs in self._prefixed.items():
+            if kind.startswith(prefix):
+                found = {**found, **subs} if found else subs
+        return found
 
     @property
     def subscriber_count(self) -> int:
@@ -169,26 +182,35 @@ class EventTap:
     def wants(self, kind: str) -> bool:
         """Whether any subscriber would receive events of ``kind`` (so producing them is
         worth it: e.g. the kernel streams tokens only while someone watches)."""
+        # Asked on hot paths (spans, tokens, tool events): no dict is built here.
         if not self._subscribers:
             return False
-        if self._takes_all or kind in self._exact:
+        if self._everything or kind in self._exact:
             return True
-        for prefix in self._prefixes:
-            if kind.startswith(prefix):
-                return True
-        return False
+        return any(kind.startswith(prefix) for prefix in self._prefixed)
 
-    def _count(self, sub: _Subscriber, step: int) -> None:
+    def _add(self, key: int, sub: _Subscriber) -> None:
+        self._subscribers[key] = sub
         if not sub.kinds:
-            self._takes_all += step
+            self._everything[key] = sub
             return
-        for counts, kinds in ((self._exact, sub._exact), (self._prefixes, sub._prefixes)):
-            for kind in kinds:
-                left = counts.get(kind, 0) + step
-                if left:
-                    counts[kind] = left
-                else:
-                    del counts[kind]
+        for kind in sub.kinds:
+            index = self._prefixed if kind.endswith(":") else self._exact
+            index.setdefault(kind, {})[key] = sub
+
+    def _remove(self, key: int) -> _Subscriber | None:
+        sub = self._subscribers.pop(key, None)
+        if sub is None:
+            return None
+        self._everything.pop(key, None)
+        for kind in sub.kinds or ():
+            index = self._prefixed if kind.endswith(":") else self._exact
+            subs = index.get(kind)
+            if subs is not None:
+                subs.pop(key, None)
+                if not subs:
+                    del index[kind]
+        return sub
 
     @asynccontextmanager
     async def subscribe(
@@ -206,35 +228,26 @@ class EventTap:
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._subscribers[key] = added = _Subscriber(send, kinds)
-        self._count(added, 1)
+        self._add(key, _Subscriber(send, kinds))
         try:
             async with receive:
                 yield receive
         finally:
-            sub = self._subscribers.pop(key, None)
+            sub = self._remove(key)
             if sub is not None:
-                self._count(sub, -1)
                 sub.send.close()
 
 
 class _Subscriber:
+    """One subscription: its channel and the kinds it takes (None: all; a kind ending in
+    ``:`` is a namespace). The tap offers it only events of those kinds."""
+
     def __init__(self, send: trio.MemorySendChannel[Event], kinds: tuple[str, ...] | None):
         self.send = send
         self.kinds = kinds
         self.dropped = 0
-        # Every publish is offered to every subscriber: keep the filter a set lookup.
-        self._exact = frozenset(k for k in kinds or () if not k.endswith(":"))
-        self._prefixes = tuple(k for k in kinds or () if k.endswith(":"))
-
-    def accepts(self, kind: str) -> bool:
-        return not self.kinds or kind in self._exact or bool(
-            self._prefixes and kind.startswith(self._prefixes)
-        )
 
     def offer(self, event: Event) -> None:
-        if not self.accepts(event.kind):
-            return
         try:
             if self.dropped:
                 self.send.send_nowait(

@@ -70,6 +70,7 @@ class Kernel(ToolCalls, Messaging):
         # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}
         self._surfaces: dict[str, AgentSurface] = {}
+        self._exposable_cache: tuple[Any, tuple[ToolSpec, ...]] = (None, ())
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -155,6 +156,8 @@ class Kernel(ToolCalls, Messaging):
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
+        if not caps.patterns:
+            return ()  # allowed nothing: no need to look through every tool
         own = self._agent_tools.get(agent_tool_name(manifest.name))  # an agent does not ask itself
         return tuple(s for s in self.registry.specs() if (own is None or s is not own.spec) and caps.allows(s))
 
@@ -164,7 +167,18 @@ class Kernel(ToolCalls, Messaging):
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
         exposure = self._exposure(manifest)  # its surface keeps the list per registry version
-        return [s for s in self.registry.specs() if not self._is_agent_tool(s) and exposure.is_exposed(s)]
+        if not exposure.expose:
+            return []
+        return [s for s in self._exposable() if exposure.is_exposed(s)]
+
+    def _exposable(self) -> tuple[ToolSpec, ...]:
+        """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
+        registry version: with thousands of agents those are most of the registry."""
+        registry = self.registry
+        key = (id(registry), registry.version)
+        if self._exposable_cache[0] != key:
+            self._exposable_cache = (key, tuple(s for s in registry.specs() if not self._is_agent_tool(s)))
+        return self._exposable_cache[1]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
@@ -204,10 +218,14 @@ class Kernel(ToolCalls, Messaging):
         cause = self.actors.stop_cause(agent)
         return ("ready", None) if cause is None else ("stopped", cause)
 
-    def agent_info(self) -> list[dict[str, Any]]:
-        """A JSON-ready description of every agent (for the API and ``roost agents``)."""
+    def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
+        ``roost agents``); AgentNotFound for an unknown ``agent``."""
+        if agent is not None and agent not in self.agents:
+            raise AgentNotFound(agent, list(self.agents))
         out = []
-        for name, m in sorted(self.agents.items()):
+        chosen = sorted(self.agents.items()) if agent is None else [(agent, self.agents[agent])]
+        for name, m in chosen:
             status, reason = self.agent_status(name)
             out.append(
                 {

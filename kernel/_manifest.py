@@ -14,8 +14,9 @@ import functools
 import importlib.resources
 import importlib.util
 import json
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,13 +256,42 @@ def schema() -> dict[str, Any]:
     return copy.deepcopy(_validator().schema)
 
 
+# How many (reference, value) pairs ``_validator`` remembers as valid.
+_VALID_REFS_MAX = 4096
+
+
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
+    """Draft 2020-12 validation of ``agent.json.schema``, whose ``$ref`` keyword remembers
+    the values it found valid: agents made from one template share their ``model``,
+    ``limits`` or ``mcp_servers`` entries, and each is checked once per boot, not once per
+    agent. The schema has one ``$id`` and no dynamic references, so a reference at one
+    place in it always means the same subschema; what is remembered is keyed by that
+    place and the value's canonical JSON, and only a value without errors is remembered
+    (errors are always found afresh)."""
     import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+    from jsonschema import validators
 
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
-    return jsonschema.Draft202012Validator(loaded)
+    check_ref = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
+    valid: set[tuple[int, str]] = set()
+    canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+    def ref(validator: Any, ref: str, instance: Any, schema: Any) -> Iterator[Any]:
+        try:
+            key = (id(schema), canonical(instance))
+        except (TypeError, ValueError):  # not JSON (an in-memory manifest): check it each time
+            key = None
+        if key is not None and key in valid:
+            return
+        errors = list(check_ref(validator, ref, instance, schema))
+        if not errors and key is not None and len(valid) < _VALID_REFS_MAX:
+            valid.add(key)
+        yield from errors
+
+    remembering = validators.extend(jsonschema.Draft202012Validator, {"$ref": ref})
+    return remembering(loaded)
 
 
 def bundled_agents_dir() -> Path:
@@ -441,7 +471,12 @@ def _reject_constant(name: str) -> Any:
 def _read_text(path: Path, limit: int) -> str:
     """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
     with path.open("rb") as handle:
-        raw = handle.read(limit + 1)
+        # As much as its size says, plus one byte to see the end: read(limit + 1) would
+        # allocate a buffer of the limit for every small file.
+        want = min(os.fstat(handle.fileno()).st_size, limit) + 1
+        raw = handle.read(want)
+        if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on
+            raw += handle.read(limit + 1 - len(raw))
     if len(raw) > limit:
         raise ValueError(f"file is larger than {limit} bytes")
     try:
@@ -644,25 +679,43 @@ def _manifest_files(location: Path) -> list[Path]:
         return [location]
     if (location / MANIFEST_FILENAME).is_file():
         return [location / MANIFEST_FILENAME]
-    return sorted(location.glob(f"*/{MANIFEST_FILENAME}"))
+    # <location>/<name>/agent.json, by name (what sorted(glob(...)) gives, without building
+    # and comparing a Path per folder first).
+    try:
+        with os.scandir(location) as entries:
+            names = sorted(e.name for e in entries)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        file = location / name / MANIFEST_FILENAME
+        if file.is_file():
+            found.append(file)
+    return found
 
 
 def _add_unique(
-    manifest: AgentManifest, source: str, found: dict[str, AgentManifest], errors: list
+    manifest: AgentManifest,
+    source: str,
+    found: dict[str, AgentManifest],
+    by_tool: dict[str, AgentManifest],
+    errors: list,
 ) -> None:
+    """Add ``manifest`` to ``found`` unless an agent with its name, or one that becomes the
+    same ``agent_<name>`` tool, is there already (``by_tool`` indexes ``found`` by it)."""
     tool = agent_tool_name(manifest.name)
-    for other in found.values():
-        if agent_tool_name(other.name) == tool:
-            if other.name == manifest.name:
-                problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
-            else:
-                problem = (
-                    f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
-                    f"(both would be called as tool {tool!r})"
-                )
-            errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
-            return
-    found[manifest.name] = manifest
+    other = by_tool.get(tool)
+    if other is None:
+        found[manifest.name] = by_tool[tool] = manifest
+        return
+    if other.name == manifest.name:
+        problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
+    else:
+        problem = (
+            f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
+            f"(both would be called as tool {tool!r})"
+        )
+    errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
 
 
 def load_agents(
@@ -676,6 +729,7 @@ def load_agents(
     ``dirs`` came from (named in the error for a missing directory).
     """
     found: dict[str, AgentManifest] = {}
+    by_tool: dict[str, AgentManifest] = {}
     errors: list[ManifestError] = []
     locations: list[Path] = []
     if include_bundled:
@@ -703,7 +757,7 @@ def load_agents(
             manifest, problems = _check_file(file, str(file))
             errors += problems
             if manifest is not None:
-                _add_unique(manifest, str(file), found, errors)
+                _add_unique(manifest, str(file), found, by_tool, errors)
     return found, errors
 
 
@@ -717,9 +771,12 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
     that matches none of the tools ``specs`` (e.g. an OpenStarry-style ``fs:read_file``),
     naming the entry and the likely tool. Patterns for MCP and A2A tools are left out:
     those tools arrive when their servers connect."""
+    if not manifest.mcp.expose_tools and not manifest.mcp.private_tools:
+        return []
     from ._policy import matches
 
-    specs = list(specs)
+    if not isinstance(specs, (list, tuple)):  # not copied per agent: a host may have thousands
+        specs = list(specs)
     where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
     out = []
     for field, patterns in (("expose_tools", manifest.mcp.expose_tools), ("private_tools", manifest.mcp.private_tools)):
@@ -746,6 +803,7 @@ def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = 
     """
     errors: list[ManifestError] = []
     found: dict[str, AgentManifest] = {}
+    by_tool: dict[str, AgentManifest] = {}
     for given in paths:
         location = Path(given)
         files = _manifest_files(location) if location.is_dir() else [location]
@@ -757,7 +815,7 @@ def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = 
             manifest, problems = _check_file(file, str(file))
             errors += problems
             if manifest is not None:
-                _add_unique(manifest, str(file), found, errors)
+                _add_unique(manifest, str(file), found, by_tool, errors)
     if warnings is not None and found:
         specs = _installed_tool_specs() + [ToolSpec(agent_tool_name(n), owner="agents") for n in found]
         for manifest in found.values():

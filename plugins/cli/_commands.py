@@ -6,11 +6,13 @@ Each writes results to ``out`` and progress to ``err`` and returns an exit code.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -368,11 +370,14 @@ async def run_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
     stop: Callable[[], Awaitable[Any]] | None = None,
+    own_process: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or ``stop``).
 
-    Reports the base URL through ``task_status`` once serving.
+    Reports the base URL through ``task_status`` once serving. ``own_process``: the
+    process is this daemon's alone (the ``roost run`` command), so it may tune
+    process-wide settings for it (see ``_boot``).
     """
     from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
@@ -386,7 +391,8 @@ async def run_command(
             "stop it first, or set ROOST_HOME to use another data directory"
         )
     say(err, "booting kernel…")
-    async with _opener(open_kernel)(config) as kernel:
+    async with AsyncExitStack() as stack:
+        kernel = await _boot(stack, _opener(open_kernel)(config), own_process)
         say(err, f"loaded {len(kernel.agents)} agents")
         trigger = stop if stop is not None else partial(wait_for_signal, err)
         bind_error: OSError | None = None
@@ -410,6 +416,32 @@ async def run_command(
         say(err, "daemon stopped; shutting down the kernel…")
     say(err, "stopped")
     return 0
+
+
+async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
+    """Enter the kernel context ``opening`` on ``stack``; the kernel.
+
+    In a process of its own, the soft open-file limit is raised to the hard one (children
+    get the operator's back: ``roost.kernel.child_open_file_limit``), the cyclic garbage
+    collector is off while the kernel boots
+    (thousands of agents allocate only what lives as long as the kernel: the collector
+    would walk it over and over, finding nothing), and what the boot allocated is then
+    frozen out of every later collection (``gc.freeze``), so that collections under load
+    walk only what requests allocate."""
+    if not own_process:
+        return await stack.enter_async_context(opening)
+    from roost.kernel import raise_open_file_limit
+
+    raise_open_file_limit()  # a thousand callers need more than a soft limit of 1,024
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        kernel = await stack.enter_async_context(opening)
+    finally:
+        if enabled:
+            gc.enable()
+    gc.freeze()
+    return kernel
 
 
 def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str) -> None:

@@ -238,7 +238,9 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = _load_config(args)
     if command == "run":
         return trio.run(
-            partial(c.run_command, config, host=args.host, port=args.port, out=out, err=err)
+            partial(
+                c.run_command, config, host=args.host, port=args.port, out=out, err=err, own_process=True
+            )
         )
     if command == "demo":
         from ._demo import run_demo

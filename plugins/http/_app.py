@@ -451,11 +451,11 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     state.public_endpoints.add("health")
     state.unlimited_endpoints.add("health")
 
-    async def agents_with_usage() -> list[dict[str, Any]]:
-        """``kernel.agent_info()`` plus each agent's recorded token usage."""
+    async def agents_with_usage(name: str | None = None) -> list[dict[str, Any]]:
+        """``kernel.agent_info(name)`` plus each agent's recorded token usage."""
         usage = await kernel.store.usage_by_agent()
         empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
-        return [{**info, "usage": usage.get(info.get("name"), empty)} for info in kernel.agent_info()]
+        return [{**info, "usage": usage.get(info.get("name"), empty)} for info in kernel.agent_info(name)]
 
     @app.get("/api/agents")
     async def list_agents():
@@ -464,10 +464,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     @app.get("/api/agents/<name>")
     async def get_agent(name: str):
         require_agent(name)
-        for info in await agents_with_usage():
-            if info.get("name") == name:
-                return info
-        raise AgentNotFound(name, list(kernel.agents))
+        return (await agents_with_usage(name))[0]
 
     @app.post("/api/agents/<name>/message")
     async def send_message(name: str):

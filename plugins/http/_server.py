@@ -39,7 +39,10 @@ log = logging.getLogger("roost.http")
 DEFAULT_GRACEFUL_TIMEOUT = 5.0
 WEBSOCKET_MAX_MESSAGE_BYTES = 64 * 1024
 SEND_TIMEOUT_S = 30.0
-BACKLOG = 128
+# Connections the kernel completes and queues while the daemon is busy (capped by
+# net.core.somaxconn): past it, a client's SYN is dropped and it retries only after 1 s, 3 s,
+# 7 s... A thousand callers connecting at once must not wait for that.
+BACKLOG = 4096
 WARN_EVERY_S = 10.0
 ACCEPT_LOGGER = "trio.serve_listeners"  # where trio.serve_listeners reports failed accepts
 

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -52,6 +53,9 @@ log = logging.getLogger("roost.mcp.http")
 
 MAX_SESSIONS = 1000
 REPLAY_EVENTS = 256
+# A session's finished streams kept for resumption (the newest): a client that lost one
+# reconnects at once; holding every one a long session streamed would hold its answers.
+FINISHED_STREAMS_KEPT = 16
 KEEPALIVE_S = 15.0
 MAX_IN_FLIGHT_PER_SESSION = 64
 SSE_RETRY_MS = 1000
@@ -136,6 +140,13 @@ class HttpSession:
     last_seen: float = 0.0
     active: int = 0  # requests being served on it (from lookup to answer)
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    hub: Any = None  # the McpHttpHub holding it, which keeps sessions by last use
+
+    def touch(self) -> None:
+        """Used now: the most recently used session of its hub."""
+        self.last_seen = trio.current_time()
+        if self.hub is not None:
+            self.hub.used(self)
 
     @property
     def busy(self) -> bool:
@@ -143,11 +154,13 @@ class HttpSession:
         return bool(self.active or self.state.in_flight) or (self.standalone is not None and not self.standalone.closed)
 
     def new_stream(self) -> EventLog:
+        """A stream for one request's answer, kept for resumption (``Last-Event-ID``) while
+        it runs and, once finished, until ``FINISHED_STREAMS_KEPT`` newer ones finished."""
+        finished = [sid for sid, s in self.streams.items() if s.closed]  # oldest first
+        for sid in finished[: max(0, len(finished) - FINISHED_STREAMS_KEPT + 1)]:
+            del self.streams[sid]
         stream = EventLog(secrets.token_hex(8))
         self.streams[stream.stream_id] = stream
-        while len(self.streams) > REPLAY_EVENTS:  # forget the oldest finished streams
-            oldest = next(iter(self.streams))
-            self.streams.pop(oldest)
         return stream
 
 
@@ -159,11 +172,15 @@ class McpHttpHub:
     def __init__(self, kernel: KernelAPI) -> None:
         self.kernel = kernel
         self.servers: dict[str | None, McpServer] = {}
-        self.sessions: dict[str, HttpSession] = {}
+        # Sessions by last use, least recent first (all, and each caller's): making room and
+        # expiring look at the oldest only, not at every session.
+        self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
+        self._by_caller: dict[Hashable, OrderedDict[str, HttpSession]] = {}
         self.nursery: trio.Nursery | None = None
         self.idle_s = float(kernel.config.http.mcp_session_idle_s)
         self.per_caller = int(kernel.config.http.mcp_sessions_per_caller)
         self.max_sessions = MAX_SESSIONS
+        self._next_expiry = -math.inf
 
     def server_for(self, agent: str | None) -> McpServer:
         server = self.servers.get(agent)
@@ -178,8 +195,8 @@ class McpHttpHub:
         bound its own oldest idle session is closed, past ``max_sessions`` anyone's; only
         when every session in the way is busy is the new one refused."""
         self._expire()
-        mine = [s for s in self.sessions.values() if s.caller == caller]
-        if len(mine) >= self.per_caller and not self._close_oldest_idle(mine):
+        mine = self._by_caller.get(caller) or {}
+        if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
             raise _HttpError(429, rpc.error_response(None, rpc.SERVER_ERROR, (
                 f"this caller has {len(mine)} MCP sessions, all busy (at most {self.per_caller}: "
                 "http.mcp_sessions_per_caller); end unused ones with DELETE"
@@ -190,8 +207,9 @@ class McpHttpHub:
             )), {"Retry-After": "1"})
         state = server.new_session()
         state.principal = owner
-        session = HttpSession(server, state, endpoint, owner, caller, last_seen=trio.current_time())
+        session = HttpSession(server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self)
         self.sessions[session.state.id] = session
+        self._by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
         if self.nursery is not None:
             self.nursery.start_soon(self._watch, session)
         return session
@@ -204,10 +222,24 @@ class McpHttpHub:
         with session.scope:
             await session.server.watch_changes(session.state, push)
 
+    def used(self, session: HttpSession) -> None:
+        """``session`` was used now (``HttpSession.touch``): it moves to the recent end."""
+        sid = session.state.id
+        if self.sessions.get(sid) is session:
+            self.sessions.move_to_end(sid)
+            mine = self._by_caller.get(session.caller)
+            if mine is not None and sid in mine:
+                mine.move_to_end(sid)
+
     def close_session(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)
         if session is None:
             return False
+        mine = self._by_caller.get(session.caller)
+        if mine is not None:
+            mine.pop(session_id, None)
+            if not mine:
+                del self._by_caller[session.caller]
         session.state.closed = True
         session.state.cancel_all()
         session.scope.cancel()
@@ -218,18 +250,29 @@ class McpHttpHub:
         return True
 
     def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
-        """Close the least recently used idle session among ``sessions``; False if all are busy."""
-        oldest = min((s for s in sessions if not s.busy), key=lambda s: s.last_seen, default=None)
+        """Close the least recently used idle session among ``sessions`` (least recently
+        used first); False if all are busy."""
+        oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
         log.info("MCP session %s closed to make room (idle %.0f s)", oldest.state.id[:8], trio.current_time() - oldest.last_seen)
         return self.close_session(oldest.state.id)
 
     def _expire(self) -> None:
+        """Close the sessions idle for ``idle_s`` (looked for at most every ``idle_s / 10``,
+        and a second at most: busy old sessions, a GET stream say, are passed over)."""
         now = trio.current_time()
-        for sid, session in list(self.sessions.items()):
-            if now - session.last_seen > self.idle_s and not session.busy:
-                self.close_session(sid)
+        if now < self._next_expiry:
+            return
+        self._next_expiry = now + min(1.0, self.idle_s / 10)
+        expired = []
+        for sid, session in self.sessions.items():  # least recently used first
+            if now - session.last_seen <= self.idle_s:
+                break
+            if not session.busy:
+                expired.append(sid)
+        for sid in expired:
+            self.close_session(sid)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -461,7 +504,7 @@ class McpEndpoint:
             return await self._on_session(request, server, session, parsed, message, header_version)
         finally:
             session.active -= 1
-            session.last_seen = trio.current_time()
+            session.touch()
 
     async def _on_session(
         self, request: PlainRequest, server: McpServer, session: HttpSession, parsed: Any, message: Any, header_version: str | None
@@ -477,7 +520,7 @@ class McpEndpoint:
                     f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this session negotiated {session.state.protocol_version!r}",
                     request_id,
                 )
-        session.last_seen = trio.current_time()
+        session.touch()
         if not isinstance(parsed, rpc.Request):
             await server.handle(session.state, message)
             return _json_response(202, None)
@@ -516,7 +559,7 @@ class McpEndpoint:
         if not _accepts(request.headers.get("Accept"), "text/event-stream"):
             raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "GET opens an SSE stream: Accept must list text/event-stream")
         session = self._session(request, name)
-        session.last_seen = trio.current_time()
+        session.touch()
         last = request.headers.get(p.HEADER_LAST_EVENT_ID)
         if last:
             stream_id, _, seq = last.rpartition(".")
@@ -591,7 +634,7 @@ async def _run_on_session(server: McpServer, session: HttpSession, message: Any,
         await _run_into(server, session.state, message, stream, trio.CancelScope())
     finally:
         session.active -= 1
-        session.last_seen = trio.current_time()
+        session.touch()
 
 
 def _caller(request: Any) -> tuple[str | None, Hashable]:

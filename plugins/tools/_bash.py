@@ -53,6 +53,7 @@ from roost.kernel import (
     ToolResult,
     ToolSpec,
     TraceContext,
+    child_open_file_limit,
 )
 
 from . import _landlock, _sandbox_exec, _seccomp
@@ -208,6 +209,9 @@ def command_argv(
             argv.append("--netns")
         argv += ["--tmp", str(access.temp), str(limits.tmp_mb)]
     argv += ["--memory", str(limits.memory_mb), "--processes", str(limits.processes)]
+    nofile = child_open_file_limit()
+    if nofile is not None:  # roost raised its own: the command gets the operator's back
+        argv += ["--nofile", str(nofile)]
     if confined and _seccomp.available():
         argv.append("--sockets")
     if _landlock.landlock_status().available:

@@ -141,6 +141,7 @@ class Options:
         self.tmp_mb = 0
         self.memory_mb = 0
         self.processes = 0
+        self.nofile = 0  # the soft open-file limit to restore (0: leave it)
         self.sockets = False
         self.userns = False  # set by main: the namespaces include a user namespace
         self.command: list[str] = []
@@ -150,7 +151,7 @@ def parse(argv: list[str]) -> Options:
     opts, i = Options(), 0
     lists = {"--read": opts.read, "--write": opts.write, "--deny": opts.deny}
     ports = {"--connect": opts.connect, "--bind": opts.bind}
-    numbers = {"--memory": "memory_mb", "--processes": "processes"}
+    numbers = {"--memory": "memory_mb", "--processes": "processes", "--nofile": "nofile"}
     flags = {
         "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
         "--sockets": "sockets",
@@ -443,6 +444,9 @@ def exec_confined(opts: Options, original_mask: set) -> None:
                 seccomp.install(own_netns=opts.netns)
             if opts.processes and opts.userns:  # RLIMIT_NPROC never binds uid 0 of the host
                 resource.setrlimit(resource.RLIMIT_NPROC, (opts.processes, opts.processes))
+            if opts.nofile:
+                hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+                resource.setrlimit(resource.RLIMIT_NOFILE, (opts.nofile, hard))
             if opts.memory_mb:  # last: this process allocates nothing more before exec
                 limit = opts.memory_mb << 20
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

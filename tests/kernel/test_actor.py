@@ -8,6 +8,7 @@ import math
 
 import pytest
 import trio
+import trio.testing
 from roost.kernel import (
     ActorContext,
     ActorCrashed,
@@ -309,6 +310,50 @@ async def test_concurrency_handles_events_at_the_same_time():
             for i in range(3):
                 nursery.start_soon(system.ask, "pool", "X", i)
     assert peak == 3
+
+
+def _tasks_named(prefix: str) -> list[str]:
+    found = []
+    pending = [trio.lowlevel.current_root_task()]
+    while pending:
+        task = pending.pop()
+        if task.name.startswith(prefix):
+            found.append(task.name)
+        for nursery in task.child_nurseries:
+            pending.extend(nursery.child_tasks)
+    return found
+
+
+async def test_an_idle_actor_starts_no_worker_pool_up_front():
+    """Each agent's actor (concurrency 8) started 8 worker tasks at once: with 10,000
+    agents, 90,000 idle tasks. Workers start when letters need them, up to the limit."""
+    release = trio.Event()
+    all_in = trio.Event()
+    peak = 0
+    inside = 0
+
+    async def handle(ctx, event):
+        nonlocal inside, peak
+        inside += 1
+        peak = max(peak, inside)
+        if peak == 8:
+            all_in.set()
+        with trio.fail_after(5):
+            await release.wait()
+        inside -= 1
+
+    async with open_actor_system() as system:
+        system.spawn("pool", lambda: handle, concurrency=8)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(_tasks_named("actor:pool")) == 1
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(system.tell, Event("X", "src", "pool", i))
+            with trio.fail_after(5):
+                await all_in.wait()
+            assert len(_tasks_named("actor:pool")) == 8
+            release.set()
+    assert peak == 8
 
 
 # ---- back-pressure ----------------------------------------------------------------------

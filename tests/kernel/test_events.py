@@ -238,3 +238,48 @@ async def test_what_wants_remembers_is_forgotten_when_subscribers_come_and_go():
         assert not tap.wants("TRACE:SPAN_END")  # ...and when it left
         assert tap.wants("EXEC:TOOL_CALL")
     assert not tap.wants("EXEC:TOOL_CALL")
+
+
+def _publish_seconds(tap: EventTap, kind: str, count: int = 5_000) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(count):
+            tap.publish(Event(kind, "s"))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+async def test_publishing_does_not_walk_subscribers_of_other_kinds():
+    """Every MCP HTTP session subscribes to the tool-list changes; each event walked all of
+    those subscribers to find none that wanted it. An event costs the same with 2,000
+    subscribers of other kinds as with 10 (walking them would be ~200 times slower)."""
+    from contextlib import AsyncExitStack
+
+    tap = EventTap()
+    changes = ("KERNEL:TOOLS_CHANGED", "MCP:")
+    async with AsyncExitStack() as stack:
+        for _ in range(10):
+            await stack.enter_async_context(tap.subscribe(kinds=changes))
+        few = _publish_seconds(tap, EventKind.AGENT_MESSAGE)
+        for _ in range(1990):
+            await stack.enter_async_context(tap.subscribe(kinds=changes))
+        many = _publish_seconds(tap, EventKind.AGENT_MESSAGE)
+        assert not tap.wants(EventKind.AGENT_MESSAGE)
+    ratio = many / few
+    assert ratio < 5, f"2,000 subscribers of other kinds made publishing {ratio:.0f}x slower"
+
+
+async def test_a_subscriber_with_overlapping_kinds_gets_each_event_once():
+    tap = EventTap()
+    overlapping = ("EXEC:", EventKind.EXEC_TOOL_CALL)
+    async with tap.subscribe(kinds=overlapping) as events, tap.subscribe() as every:
+        tap.publish(Event(EventKind.EXEC_TOOL_CALL, "s"))
+        tap.publish(Event(EventKind.AGENT_REPLY, "s"))
+        assert events.receive_nowait().kind == EventKind.EXEC_TOOL_CALL
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        kinds = [every.receive_nowait().kind for _ in range(2)]
+        assert kinds == [EventKind.EXEC_TOOL_CALL, EventKind.AGENT_REPLY]

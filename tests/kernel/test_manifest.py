@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import jsonschema
@@ -416,6 +417,59 @@ def test_duplicate_names_report_both_files():
     assert err.file == str(second / "worker" / "agent.json")
     assert str((first / "worker" / "agent.json").absolute()) in err.expected
     assert err.pointer == "/name"
+
+
+def test_a_model_found_valid_once_is_still_checked_in_its_place():
+    """Validation remembers the referenced values it found valid (agents from one template
+    share them); that never hides an error, here or elsewhere in the manifest."""
+    model = {"provider": "scripted", "script": {"rules": [{"match": ".", "reply": "ok"}]}}
+    assert parse_manifest(base(model=model)).model.provider == "scripted"
+    assert parse_manifest(base(name="again", model=dict(model))).name == "again"
+    # The same model beside a bad field: the field is still reported.
+    err = error_of(base(model=dict(model), limits={"max_turns": 0}))
+    assert err.pointer == "/limits/max_turns"
+    # A model one value away from the remembered one is checked afresh, every time.
+    bad = {"provider": "scripted", "script": {"rules": [{"match": ".", "reply": 5}]}}
+    for _ in range(2):
+        assert error_of(base(model=bad)).pointer == "/model/script/rules/0/reply"
+    # The same mapping changed in place after it was found valid.
+    changed = base(model={"provider": "scripted", "script": {"rules": [{"match": "."}]}})
+    parse_manifest(changed)
+    changed["model"]["script"]["rules"][0]["reply"] = ["not", "text"]
+    assert error_of(changed).pointer == "/model/script/rules/0/reply"
+
+
+def _write_agents(root: Path, count: int) -> Path:
+    for i in range(count):
+        folder = root / f"a{i:05d}"
+        folder.mkdir(parents=True)
+        (folder / "agent.json").write_text(json.dumps(base(name=f"a{i:05d}")))
+    return root
+
+
+def _load_seconds(*roots: Path, rounds: int = 5) -> list[float]:
+    """The best time of ``load_agents`` on each root, over interleaved rounds (the machine
+    is shared: a burst of load elsewhere hits every root alike)."""
+    best = [float("inf")] * len(roots)
+    for _ in range(rounds):
+        for i, root in enumerate(roots):
+            start = time.perf_counter()
+            agents, errors = load_agents([root], include_bundled=False)
+            best[i] = min(best[i], time.perf_counter() - start)
+            assert errors == []
+    return best
+
+
+def test_duplicate_name_check_is_not_quadratic(tmp_path):
+    """Each new agent's name was compared with every agent loaded before it: 10,000
+    manifests took most of 15 s. Twice the manifests must take about twice the time
+    (quadratic would be four times)."""
+    small = _write_agents(tmp_path / "small", 1500)
+    large = _write_agents(tmp_path / "large", 3000)
+    load_agents([small], include_bundled=False)  # warm up: the schema validator is built once
+    small_s, large_s = _load_seconds(small, large)
+    ratio = large_s / small_s
+    assert ratio < 2.8, f"loading 2x the manifests took {ratio:.2f}x the time"
 
 
 def test_names_that_become_the_same_tool_clash():

@@ -1,13 +1,14 @@
 """The supervisor an MCP stdio server runs under, so nothing it starts outlives roost.
 
-    python -I -S _pdeathsig.py PPID -- COMMAND [ARGS...]
+    python -I -S _pdeathsig.py PPID [--nofile SOFT] -- COMMAND [ARGS...]
 
 roost starts this in a new session (so it leads a process group); it then:
 
 1. asks for a signal when its parent dies (``PR_SET_PDEATHSIG``) and becomes a child
    subreaper (``PR_SET_CHILD_SUBREAPER``): every process the server leaves behind, even
    one that called ``setsid``, is re-parented to this supervisor, not to PID 1;
-2. forks; the child execs the server with the inherited stdin/stdout/stderr, so the
+2. forks; the child (with the soft open-file limit ``SOFT``, the operator's, when roost
+   raised its own) execs the server with the inherited stdin/stdout/stderr, so the
    protocol flows between roost and the server directly; the supervisor lets go of its
    own stdin/stdout (so EOF propagates) and waits;
 3. when the server exits, kills and reaps every remaining descendant and exits with the
@@ -169,8 +170,12 @@ def _release_stdio() -> None:
 
 def main(argv: list[str]) -> int:
     """Supervise ``COMMAND``; return the exit status to use."""
+    nofile = 0
+    if len(argv) > 3 and argv[1] == "--nofile" and argv[2].isdigit():
+        nofile = int(argv[2])
+        argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        sys.stderr.write("usage: _pdeathsig.py PPID -- COMMAND [ARGS...]\n")
+        sys.stderr.write("usage: _pdeathsig.py PPID [--nofile SOFT] -- COMMAND [ARGS...]\n")
         return USAGE_EXIT_CODE
     parent_pid = int(argv[0])
     command = argv[2:]
@@ -187,6 +192,11 @@ def main(argv: list[str]) -> int:
     if pid == 0:
         try:
             signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
+            if nofile:
+                import resource
+
+                hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
             os.execvp(command[0], command)
         except BaseException as exc:
             os.write(2, f"cannot run {command[0]!r}: {exc}\n".encode())

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from roost.kernel import jsonrpc
+from roost.kernel import child_open_file_limit, jsonrpc
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
 from ._base import (
@@ -209,17 +209,11 @@ _SUPERVISOR = str(Path(__file__).with_name("_pdeathsig.py"))
 
 
 def wrapped_command(command: str, args: Sequence[str]) -> list[str]:
-    """The argv that runs ``command`` under the supervisor (stdlib only: ``-I -S``)."""
-    return [
-        sys.executable,
-        "-I",
-        "-S",
-        _SUPERVISOR,
-        str(os.getpid()),
-        "--",
-        command,
-        *args,
-    ]
+    """The argv that runs ``command`` under the supervisor (stdlib only: ``-I -S``); the
+    server gets the operator's open-file limit back if roost raised its own."""
+    nofile = child_open_file_limit()
+    limit = ["--nofile", str(nofile)] if nofile is not None else []
+    return [sys.executable, "-I", "-S", _SUPERVISOR, str(os.getpid()), *limit, "--", command, *args]
 
 
 @asynccontextmanager

@@ -134,7 +134,7 @@ class FakeKernel:
             return [t for t in self.tools if t.name == "read"]
         return list(self.tools)
 
-    def agent_info(self) -> list[dict[str, Any]]:
+    def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
         return [
             {
                 "name": m.name,
@@ -147,6 +147,7 @@ class FakeKernel:
                 "status": "ready",
             }
             for m in self.agents.values()
+            if agent is None or m.name == agent
         ]
 
     async def call_tool(self, agent: str, call: ToolCall) -> ToolResult:

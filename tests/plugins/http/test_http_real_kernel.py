@@ -105,3 +105,78 @@ async def test_a_message_reply_carries_the_agents_artifacts(config):
     # The event stream describes the files; it does not carry them.
     (part,) = event["payload"]["outputs"][0]["parts"]
     assert part["raw"] == "<2 bytes>"
+
+
+async def _first_get_agent_seconds(tmp_path, count: int) -> float:
+    """Seconds of the first ``GET /api/agents/a0`` on a daemon with ``count`` agents that
+    may each call ``read`` (so each has a tool list to work out)."""
+    import time
+
+    from roost.kernel import parse_manifest
+    from roost.plugins.http import open_daemon
+
+    manifests = [
+        parse_manifest({"name": f"a{i}", "description": "x", "capabilities": {"tools": ["read"]}})
+        for i in range(count)
+    ]
+    config = default_config(home=str(tmp_path / f"home{count}"), agents={"bundled": False})
+    async with open_kernel(config, agents=manifests) as kernel:
+        async with open_daemon(kernel, graceful_timeout=1) as url, httpx.AsyncClient(base_url=url) as client:
+            start = time.perf_counter()
+            reply = await client.get("/api/agents/a0", timeout=120)
+            seconds = time.perf_counter() - start
+    assert reply.status_code == 200 and reply.json()["tools"] == ["read"]
+    return seconds
+
+
+async def test_get_one_agent_does_not_describe_every_agent(tmp_path):
+    """``GET /api/agents/{name}`` worked out every agent's tool list (each against every
+    tool) and kept one: 46 s with 10,000 agents. Twice the agents must not take four
+    times as long."""
+    await _first_get_agent_seconds(tmp_path, 10)  # warm up
+    small = min([await _first_get_agent_seconds(tmp_path / f"s{i}", 600) for i in range(2)])
+    large = min([await _first_get_agent_seconds(tmp_path / f"l{i}", 1200) for i in range(2)])
+    assert large / small < 2.8, f"2x the agents took {large / small:.1f}x as long"
+
+
+async def _first_call_seconds(tmp_path, count: int, method: str, path: str, body=None) -> float:
+    """Seconds of the first ``method path`` on a daemon with ``count`` agents that each
+    expose ``read`` (so each has an exposed tool list to work out)."""
+    import time
+
+    from roost.kernel import parse_manifest
+    from roost.plugins.http import open_daemon
+
+    manifests = [
+        parse_manifest({"name": f"a{i}", "description": "x", "mcp": {"expose_tools": ["read"]}})
+        for i in range(count)
+    ]
+    config = default_config(home=str(tmp_path / f"home{count}"), agents={"bundled": False})
+    headers = {"Accept": "application/json, text/event-stream"}
+    async with open_kernel(config, agents=manifests) as kernel:
+        async with open_daemon(kernel, graceful_timeout=1) as url, httpx.AsyncClient(base_url=url, headers=headers) as client:
+            if path == "/mcp":  # a session first
+                init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+                reply = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
+                headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
+                await client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            start = time.perf_counter()
+            reply = await client.request(method, path, json=body, headers=headers, timeout=120)
+            seconds = time.perf_counter() - start
+    assert reply.status_code == 200, reply.text
+    return seconds
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("GET", "/a2a/agents", None), ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})],
+    ids=["a2a-agents", "mcp-tools-list"],
+)
+async def test_listing_every_agent_is_linear(tmp_path, method, path, body):
+    """Each agent's exposed tools were picked out of the whole registry, which holds an
+    ``agent_<name>`` tool per agent: ``GET /a2a/agents`` and the host's ``tools/list``
+    took 19 s each with 10,000 agents. Twice the agents must not take four times as long."""
+    await _first_call_seconds(tmp_path / "w", 10, method, path, body)  # warm up
+    small = min([await _first_call_seconds(tmp_path / f"s{i}", 600, method, path, body) for i in range(2)])
+    large = min([await _first_call_seconds(tmp_path / f"l{i}", 1200, method, path, body) for i in range(2)])
+    assert large / small < 2.8, f"2x the agents took {large / small:.1f}x as long"

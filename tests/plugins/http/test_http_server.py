@@ -4,6 +4,7 @@ import json
 import os
 from functools import partial
 
+import pytest
 import trio
 from http_fakes import serving
 from roost.kernel import Event, RouteDescriptor, hookimpl
@@ -253,3 +254,54 @@ async def test_streams_and_websockets_are_not_cut_by_the_idle_limit(make_kernel)
                     received += chunk
             for stream in (sse, idle):
                 await stream.aclose()
+
+
+async def test_a_thousand_clients_connecting_at_once_are_all_queued(make_kernel):
+    """The listen backlog was 128: with 1,000 callers connecting while the daemon was busy,
+    the kernel dropped the SYNs past it and those clients waited out TCP's retransmission
+    (1 s, 3 s, 7 s, 15 s...). Here the event loop is held, so nothing is accepted: every
+    connect must still complete at once, queued by the kernel."""
+    import resource
+    import socket
+
+    count = 1000
+    try:
+        with open("/proc/sys/net/core/somaxconn", encoding="ascii") as cap:
+            if int(cap.read()) < count:
+                pytest.skip("net.core.somaxconn caps every listen backlog below 1,000 here")
+    except OSError:
+        pass
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 2 * count + 200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 2 * count + 200), hard))
+    clients: list[socket.socket] = []
+    kernel = make_kernel()
+    try:
+        async with serving(kernel) as client:
+            port = int(client.roost_url.rsplit(":", 1)[1])
+            # Blocking connects, without yielding to Trio: the daemon accepts none of them.
+            for _ in range(count):
+                sock = socket.socket()
+                sock.settimeout(0.5)  # a dropped SYN is retried only after 1 s
+                clients.append(sock)
+                try:
+                    sock.connect(("127.0.0.1", port))
+                except TimeoutError:
+                    break
+            connected = sum(_connected(sock) for sock in clients)
+            for sock in clients:
+                sock.close()
+            clients.clear()
+    finally:
+        for sock in clients:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert connected == count
+
+
+def _connected(sock) -> bool:
+    try:
+        sock.getpeername()
+    except OSError:
+        return False
+    return True

@@ -236,3 +236,59 @@ async def test_sse_stream_ends_with_events_that_came_while_the_consumer_was_send
                 log.append({"n": 3})
                 log.close()
     assert seen == [1, 2, 3]
+
+
+async def test_a_session_keeps_only_its_latest_finished_streams(base_url, kernel):
+    """Every streamed tools/call left its finished stream (and its events) in the session
+    for resumption, up to 256 per session: a thousand busy sessions held a quarter of a
+    million. A session keeps the last few finished ones; the latest still resumes."""
+    from roost.plugins.mcp._http_server import FINISHED_STREAMS_KEPT, hub_for
+
+    calls = FINISHED_STREAMS_KEPT + 24
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        first_ids = []
+        for i in range(calls):
+            call = {"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": str(i)}}}
+            r = await client.post(base_url + "/mcp", json=call, headers=headers)
+            assert r.headers["content-type"].startswith("text/event-stream")
+            first_ids.append([line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")][0])
+        session = hub_for(kernel).sessions[headers[p.HEADER_SESSION_ID]]
+        assert len(session.streams) == FINISHED_STREAMS_KEPT
+        resume = {**headers, "Accept": "text/event-stream"}
+        r = await client.get(base_url + "/mcp", headers={**resume, "Last-Event-ID": first_ids[-1]})
+        assert r.status_code == 200 and sse_messages(r.text)[-1]["id"] == 100 + calls - 1
+        r = await client.get(base_url + "/mcp", headers={**resume, "Last-Event-ID": first_ids[0]})
+        assert r.status_code == 404
+
+
+def _open_seconds(hub, server, bound: int, extra: int = 500) -> float:
+    """Seconds to open ``extra`` sessions on a hub full at ``bound`` (each one closes the
+    least recently used idle session to make room)."""
+    import time
+
+    hub.max_sessions = hub.per_caller = bound
+    for sid in list(hub.sessions):
+        hub.close_session(sid)
+    for _ in range(bound):
+        hub.open_session(server, None, owner="local", caller=("addr", "127.0.0.1"))
+    start = time.perf_counter()
+    for _ in range(extra):
+        hub.open_session(server, None, owner="local", caller=("addr", "127.0.0.1"))
+    seconds = time.perf_counter() - start
+    assert len(hub.sessions) == bound
+    return seconds
+
+
+async def test_opening_a_session_at_the_bound_does_not_walk_every_session(kernel):
+    """Each initialize listed the caller's sessions, looked through all of them for expired
+    ones and, at the bound, for the least recently used idle one: with 1,000 sessions the
+    handshakes of 1,000 new MCP callers took seconds (p99 4.9 s under load). Opening one at
+    a bound of 2,000 costs about what it costs at 200."""
+    from roost.plugins.mcp._http_server import hub_for
+
+    hub = hub_for(kernel)
+    server = hub.server_for(None)
+    small = min(_open_seconds(hub, server, 200) for _ in range(2))
+    large = min(_open_seconds(hub, server, 2000) for _ in range(2))
+    assert large / small < 3, f"at 10x the sessions an initialize took {large / small:.1f}x as long"

@@ -214,8 +214,11 @@ def test_server_survives_the_exit_of_the_thread_that_started_it():
             supervised.wait(10)
 
 
-@pytest.mark.parametrize("argv", [[], ["12", "sleep"], ["abc", "--", "sleep"], ["12", "--"]])
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["12", "sleep"], ["abc", "--", "sleep"], ["12", "--"], ["12", "--nofile", "x", "--", "sleep"]],
+)
 def test_bad_arguments_are_a_usage_error(argv):
     done = subprocess.run([sys.executable, "-I", "-S", SUPERVISOR, *argv], capture_output=True, text=True, timeout=10)
     assert done.returncode == 2
-    assert "usage: _pdeathsig.py PPID -- COMMAND" in done.stderr
+    assert "usage: _pdeathsig.py PPID [--nofile SOFT] -- COMMAND" in done.stderr

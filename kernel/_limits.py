@@ -1,0 +1,44 @@
+"""The open-file limit: raised for a daemon serving many connections, restored for the
+processes it starts.
+
+A soft ``RLIMIT_NOFILE`` of 1,024 (a common default) is too low for a daemon with a
+thousand callers: ``accept()`` fails and SQLite cannot open its files. ``roost run`` raises
+its soft limit to the hard one (``raise_open_file_limit``); child processes inherit limits,
+so whatever starts one (an agent's ``bash``, an MCP stdio server) gives it the operator's
+soft limit back (``child_open_file_limit``): a program that still uses ``select()`` or
+sizes tables by the limit gets what it would have got without roost.
+"""
+
+from __future__ import annotations
+
+# The operator's soft limit, set when raise_open_file_limit raised it (None: unchanged).
+_operator_soft: int | None = None
+
+# What the soft limit is raised to when the hard limit is unlimited (Linux's nr_open default).
+_UNLIMITED_CAP = 1 << 20
+
+
+def raise_open_file_limit() -> tuple[int, int] | None:
+    """Raise this process's soft open-file limit to its hard limit; ``(before, after)``,
+    or None when there was nothing to raise (or the platform has no such limit). Call it
+    once, at the start of a process that is the daemon's alone."""
+    global _operator_soft
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = _UNLIMITED_CAP if hard == resource.RLIM_INFINITY else hard
+        if soft == resource.RLIM_INFINITY or soft >= target:
+            return None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, OSError, ValueError):  # not POSIX, or a limit we may not set
+        return None
+    if _operator_soft is None:
+        _operator_soft = soft
+    return soft, target
+
+
+def child_open_file_limit() -> int | None:
+    """The soft open-file limit a child process should run with (the operator's, from
+    before ``raise_open_file_limit``), or None when roost did not change it."""
+    return _operator_soft
