@@ -35,14 +35,14 @@ def tables(kernel: Any) -> dict[str, Any]:
     import trio
     from roost.plugins.a2a._server import service_for
     from roost.plugins.mcp._http_server import hub_for
-    from roost.plugins.mcp._server import _shelves
+    from roost.plugins.mcp._server import artifact_shelf
 
     hub = hub_for(kernel)
     sessions = list(hub.sessions.values())
     service = service_for(kernel)
     tasks = service.tasks if service is not None else None
     runtimes = list(kernel._runtimes.values())
-    shelf = _shelves.get(kernel)
+    shelf = artifact_shelf(kernel)
     trio_tasks = 0
     pending = [trio.lowlevel.current_root_task()]
     while pending:
@@ -72,7 +72,7 @@ def tables(kernel: Any) -> dict[str, Any]:
         "call_plans": len(kernel._plans),
         "surfaces": len(kernel._surfaces),
         "agents": len(kernel.agents),
-        "artifacts": len(shelf._items) if shelf is not None else 0,
+        "artifacts": len(shelf._items),
     }
 
 
