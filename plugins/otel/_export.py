@@ -92,9 +92,12 @@ class SpanExport:
                             self._take(await events.receive(), records)
                     await self._export(records, trio.current_time() + self.settings.timeout_s)
             finally:
-                with trio.CancelScope(shield=True) as scope:
-                    scope.deadline = trio.current_time() + self.settings.timeout_s
-                    await self._flush(events, scope.deadline)
+                deadline = trio.current_time() + self.settings.timeout_s
+                # Every wait in the flush is bounded by ``deadline`` itself; the scope's own,
+                # later deadline is only a backstop (Trio delivers a cancellation to the
+                # outermost cancelled scope, which would skip the flush's accounting).
+                with trio.CancelScope(shield=True, deadline=deadline + 1.0):
+                    await self._flush(events, deadline)
                 # Not in a thread: it only sets flags and closes idle connections (an export
                 # still running is left to end by itself), and it must run even when the
                 # flush used all of the time.
