@@ -110,8 +110,10 @@ class SpanExport:
             log.warning("telemetry: %d spans dropped: the exporter is slower than the kernel", lost)
             return records
         record = event.payload
+        trace = event.trace
         try:
-            sampled = self._sampler.should_sample(
+            # Left out by the caller (its traceparent's flags), else by the ratio.
+            sampled = (trace is None or trace.sampled) and self._sampler.should_sample(
                 None, int(record["trace_id"], 16), record["name"]
             ).decision.is_sampled()
         except (KeyError, TypeError, ValueError):

@@ -152,6 +152,7 @@ def test_sampling_decides_by_trace_id_alone_so_daemons_agree():
 
     class End:
         kind = "TRACE:SPAN_END"
+        trace = None
 
         def __init__(self, trace_id, name):
             self.payload = {"trace_id": trace_id, "name": name}

@@ -7,6 +7,7 @@ hold the shutdown past ``timeout_s``; sampling 0 sends nothing."""
 from __future__ import annotations
 
 import os
+from contextlib import asynccontextmanager
 
 import httpx
 import pytest
@@ -49,6 +50,52 @@ def caller_traceparent() -> tuple[str, str, str]:
     return f"00-{trace_id}-{span_id}-01", trace_id, span_id
 
 
+@asynccontextmanager
+async def two_daemons(tmp_path, protocol, endpoint):
+    """Daemon A, whose agent ``caller`` asks daemon B's ``b1`` over ``protocol``, both
+    exporting to ``endpoint``: yields (A's URL, B's URL, A, B)."""
+
+    def telemetry(service):
+        return {"endpoint": endpoint, "service_name": service, "timeout_s": 5}
+
+    b_config = config(tmp_path / "b", telemetry("roost-b"))
+    async with (
+        open_kernel(b_config, agents=[agent("b1", reply="b1 got: {message}")]) as b,
+        open_daemon(b, graceful_timeout=1) as b_url,
+    ):
+        if protocol == "a2a":
+            peer = {"name": "b", "url": f"{b_url}/a2a/agents/b1"}
+            extra, tool = {"a2a": {"external_agents": [peer]}}, "a2a_b"
+        else:
+            server = {
+                "name": "b",
+                "allow_local": True,
+                "transport": {"type": "http", "url": f"{b_url}/agents/b1/mcp"},
+            }
+            extra, tool = {"mcp_servers": [server]}, "mcp_b_message"
+        a_config = config(tmp_path / "a", telemetry("roost-a"), **extra)
+        caller = agent("caller", tools=[tool], forward=tool)
+        async with (
+            open_kernel(a_config, agents=[caller]) as a,
+            open_daemon(a, graceful_timeout=1) as a_url,
+        ):
+            await wait_until(lambda: tool in a.registry, f"{tool} registered", timeout=20)
+            yield a_url, b_url, a, b
+
+
+async def ask_caller(a_url, traceparent):
+    """``hello`` to A's ``caller`` over its REST API with a client's ``traceparent``."""
+    async with httpx.AsyncClient(timeout=20) as http:
+        answer = await http.post(
+            f"{a_url}/api/agents/caller/message",
+            json={"message": "hello"},
+            headers={"traceparent": traceparent},
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["reply"] == "b1 got: hello"
+    return answer.json()
+
+
 @pytest.mark.parametrize("protocol", ["a2a", "mcp"])
 async def test_a_chain_across_two_daemons_is_one_exported_trace_under_the_callers_span(
     tmp_path, protocol
@@ -56,51 +103,15 @@ async def test_a_chain_across_two_daemons_is_one_exported_trace_under_the_caller
     receiver = OtlpReceiver()
     async with trio.open_nursery() as nursery:
         endpoint = await nursery.start(receiver.serve)
+        async with two_daemons(tmp_path, protocol, endpoint) as (a_url, b_url, _, _):
+            traceparent, trace_id, client_span = caller_traceparent()
+            assert (await ask_caller(a_url, traceparent))["trace_id"] == trace_id
 
-        def telemetry(service):
-            return {"endpoint": endpoint, "service_name": service, "timeout_s": 5}
+            def both_runs(r):
+                runs = {(s["service"], s["name"]) for s in r.spans if s["trace_id"] == trace_id}
+                return {("roost-a", "invoke_agent caller"), ("roost-b", "invoke_agent b1")} <= runs
 
-        b_config = config(tmp_path / "b", telemetry("roost-b"))
-        async with (
-            open_kernel(b_config, agents=[agent("b1", reply="b1 got: {message}")]) as b,
-            open_daemon(b, graceful_timeout=1) as b_url,
-        ):
-            if protocol == "a2a":
-                peer = {"name": "b", "url": f"{b_url}/a2a/agents/b1"}
-                extra, tool = {"a2a": {"external_agents": [peer]}}, "a2a_b"
-            else:
-                server = {
-                    "name": "b",
-                    "allow_local": True,
-                    "transport": {"type": "http", "url": f"{b_url}/agents/b1/mcp"},
-                }
-                extra, tool = {"mcp_servers": [server]}, "mcp_b_message"
-            a_config = config(tmp_path / "a", telemetry("roost-a"), **extra)
-            caller = agent("caller", tools=[tool], forward=tool)
-            async with (
-                open_kernel(a_config, agents=[caller]) as a,
-                open_daemon(a, graceful_timeout=1) as a_url,
-            ):
-                await wait_until(lambda: tool in a.registry, f"{tool} registered", timeout=20)
-                traceparent, trace_id, client_span = caller_traceparent()
-                async with httpx.AsyncClient(timeout=20) as http:
-                    answer = await http.post(
-                        f"{a_url}/api/agents/caller/message",
-                        json={"message": "hello"},
-                        headers={"traceparent": traceparent},
-                    )
-                assert answer.status_code == 200, answer.text
-                assert answer.json()["reply"] == "b1 got: hello"
-                assert answer.json()["trace_id"] == trace_id
-
-                def both_runs(r):
-                    runs = {(s["service"], s["name"]) for s in r.spans if s["trace_id"] == trace_id}
-                    return {
-                        ("roost-a", "invoke_agent caller"),
-                        ("roost-b", "invoke_agent b1"),
-                    } <= runs
-
-                await receiver.wait_for(both_runs)
+            await receiver.wait_for(both_runs)
         nursery.cancel_scope.cancel()
 
     spans = [s for s in receiver.spans if s["trace_id"] == trace_id]
@@ -131,6 +142,30 @@ async def test_a_chain_across_two_daemons_is_one_exported_trace_under_the_caller
     assert {s["scope"] for s in spans} == {"roost"}
     assert receiver.requests[0]["headers"]["content-type"] == "application/x-protobuf"
     assert receiver.requests[0]["target"] == "/v1/traces"
+
+
+async def test_a_trace_its_caller_left_unsampled_is_exported_by_neither_daemon(tmp_path):
+    receiver = OtlpReceiver()
+    async with trio.open_nursery() as nursery:
+        endpoint = await nursery.start(receiver.serve)
+        async with two_daemons(tmp_path, "a2a", endpoint) as (a_url, _, a, b):
+            traceparent, trace_id, _ = caller_traceparent()
+            await ask_caller(a_url, traceparent[:-2] + "00")  # flags 00: not sampled
+            a_stats, b_stats = a.extensions[EXTENSION], b.extensions[EXTENSION]
+            # A: the run, its two model calls and the hop; B: the server span, the run and
+            # its model call — every one left out on both sides
+            await wait_until(lambda: a_stats.sampled_out >= 4 and b_stats.sampled_out >= 3)
+            # a sampled request after it is exported, so the export itself works
+            sampled, sampled_id, _ = caller_traceparent()
+            await ask_caller(a_url, sampled)
+            await receiver.wait_for(
+                lambda r: (
+                    {s["service"] for s in r.spans if s["trace_id"] == sampled_id}
+                    == {"roost-a", "roost-b"}
+                )
+            )
+        nursery.cancel_scope.cancel()
+    assert not [s for s in receiver.spans if s["trace_id"] == trace_id]
 
 
 async def test_a_trickling_receiver_does_not_hold_the_shutdown_past_timeout_s(tmp_path):
