@@ -6,7 +6,7 @@ waits), turns each record into an OpenTelemetry ``ReadableSpan`` with roost's ow
 and parent ids, and hands batches to a ``SpanExporter`` in a worker thread, one export at a
 time. Each export, and the flush at shutdown, is bounded by ``telemetry.timeout_s``: an
 export still running then is abandoned (its thread ends when the exporter's request does)
-and the next one waits for it, at most that long again, or is dropped and counted.
+and counted as failed; the next one waits for it, at most that long again, or fails too.
 
 Imported only when ``[telemetry]`` is enabled: this is where OpenTelemetry is loaded.
 """
@@ -53,8 +53,8 @@ class ExportStats:
 
     exported: int = 0
     failed: int = 0  # handed to the exporter, which reported failure or timed out
-    dropped: int = 0  # never handed over: the tap's buffer was full, or an export was stuck
-    sampled_out: int = 0  # left out by ``telemetry.sampling``
+    dropped: int = 0  # never handed over: the tap's buffer was full
+    sampled_out: int = 0  # left out by the caller's traceparent flags or ``telemetry.sampling``
     batches: int = 0  # export calls that returned (either way)
 
 
@@ -62,9 +62,10 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
     """The OTLP/HTTP (protobuf) exporter ``[telemetry]`` describes."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(
-        endpoint=settings.endpoint, headers=dict(settings.headers), timeout=settings.timeout_s
-    )
+    # No headers configured: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, which
+    # keeps a collector's key out of roost.toml.
+    headers = dict(settings.headers) if settings.headers else None
+    return OTLPSpanExporter(endpoint=settings.endpoint, headers=headers, timeout=settings.timeout_s)
 
 
 class SpanExport:

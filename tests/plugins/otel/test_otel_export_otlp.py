@@ -204,3 +204,23 @@ async def test_sampling_zero_sends_nothing_to_the_receiver(tmp_path):
         nursery.cancel_scope.cancel()
     assert reply.text == "hello"
     assert receiver.requests == [] and stats.exported == 0
+
+
+@pytest.mark.parametrize("from_env", [False, True])
+async def test_headers_reach_the_collector_from_the_table_or_the_environment(
+    tmp_path, monkeypatch, from_env
+):
+    receiver = OtlpReceiver()
+    telemetry = {}
+    if from_env:  # OpenTelemetry's own variable: a key that stays out of roost.toml
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=from%20env")
+    else:
+        telemetry["headers"] = {"X-Collector-Key": "from table"}
+    async with trio.open_nursery() as nursery:
+        telemetry["endpoint"] = await nursery.start(receiver.serve)
+        async with open_kernel(config(tmp_path, telemetry), agents=[agent("a1")]) as kernel:
+            await kernel.send("a1", "hello")
+            await receiver.wait_for(lambda r: r.requests)
+        nursery.cancel_scope.cancel()
+    expected = "from env" if from_env else "from table"
+    assert receiver.requests[0]["headers"]["x-collector-key"] == expected
