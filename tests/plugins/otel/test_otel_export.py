@@ -4,11 +4,14 @@ links, model calls carry the GenAI attributes, and a refused hop is an error wit
 
 from __future__ import annotations
 
+import threading
+
 import trio
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from roost.kernel import default_config, open_kernel
 from roost.plugins.otel import TelemetrySettings
+from roost.plugins.otel import _export as otel_export
 from roost.plugins.otel._export import SpanExport, Translator
 from waiting import wait_until
 
@@ -235,3 +238,53 @@ def test_span_kinds_follow_where_the_work_goes():
         1_700_000_000_000_000_000,
         1_700_000_000_500_000_000,
     )
+
+
+class BlockedExporter(InMemorySpanExporter):
+    """An exporter whose exports wait until ``release`` is set (at most 20 s)."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.waiting = threading.Event()
+
+    def export(self, spans):
+        self.waiting.set()
+        self.release.wait(20)
+        return super().export(spans)
+
+
+async def test_a_stuck_exporter_never_holds_the_kernel_and_what_overflows_is_counted(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(otel_export, "BUFFER", 4)
+    exporter = BlockedExporter()
+    export = SpanExport(TelemetrySettings(enabled=True, timeout_s=30), exporter)
+    async with open_kernel(default_config(home=str(tmp_path / "home"))) as kernel:
+        async with kernel.tap.subscribe(buffer=1000, kinds=("TRACE:SPAN_END",)) as all_ends:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(export.run, kernel)
+                await kernel.send("coordinator", "Write a haiku")
+                await wait_until(exporter.waiting.is_set, "an export under way")
+                # While it hangs, runs go on at full speed; their spans overflow the buffer.
+                with trio.fail_after(10):
+                    for _ in range(3):
+                        assert not (await kernel.send("coordinator", "Write a haiku")).is_error
+                exporter.release.set()
+                # the next span to reach the export brings the count of those lost
+                await kernel.send("coordinator", "Write a haiku")
+                await wait_until(lambda: export.stats.dropped > 0, "the overflow counted")
+                nursery.cancel_scope.cancel()
+            ended = len([e async for e in _drain(all_ends)])
+    assert ended > 40  # four runs of the three agents
+    exported = len(exporter.get_finished_spans())
+    assert 0 < exported == export.stats.exported
+    assert exported + export.stats.dropped <= ended and not export.stats.failed
+
+
+async def _drain(channel):
+    while True:
+        try:
+            yield channel.receive_nowait()
+        except trio.WouldBlock:
+            return
