@@ -389,7 +389,7 @@ _SECTIONS: dict[str, type] = {
     "plugins": PluginsConfig,
     "store": StoreConfig,
 }
-_PLAIN = ("providers", "mcp_servers", "a2a")
+_PLAIN = ("providers", "mcp_servers", "a2a", "telemetry")
 _TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 
 
@@ -397,8 +397,9 @@ _TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 class RoostConfig:
     """The whole configuration. ``source`` is the file it came from (None: defaults only).
 
-    ``providers``, ``mcp_servers`` and ``a2a`` are kept as plain data; secrets in them are
-    hidden from ``repr``.
+    ``providers``, ``mcp_servers``, ``a2a`` and ``telemetry`` are kept as plain data, each
+    checked by the plugin that reads it (``roost_check_config``); secrets in them are hidden
+    from ``repr``.
     """
 
     home: Path
@@ -412,6 +413,7 @@ class RoostConfig:
     providers: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict, repr=_redacting_repr)
     mcp_servers: tuple[Mapping[str, Any], ...] = attrs.field(default=(), repr=_redacting_repr)
     a2a: Mapping[str, Any] = attrs.field(factory=dict, repr=_redacting_repr)
+    telemetry: Mapping[str, Any] = attrs.field(factory=dict, repr=_redacting_repr)
     source: Path | None = None
 
     @property

@@ -202,7 +202,7 @@ class AgentSurface:
             if trace.parent_span_id is not None:
                 trace = _trace_context(
                     trace.trace_id, trace.parent_span_id, trace.depth, trace.path,
-                    trace.max_depth, None,
+                    trace.max_depth, None, trace.sampled,
                 )
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):

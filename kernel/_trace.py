@@ -137,6 +137,9 @@ class TraceContext:
     path: tuple[str, ...]
     max_depth: int = DEFAULT_MAX_DEPTH
     parent_span_id: str | None = None
+    # W3C's sampled flag as the caller sent it (its ``traceparent`` flags ``00``: False);
+    # carried on to every hop, so that no daemon records a trace its caller left out.
+    sampled: bool = True
 
     # The HTTP headers that carry a context (lowercase), as ``from_headers`` reads them.
     header_names = TRACE_HEADERS
@@ -145,7 +148,9 @@ class TraceContext:
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
         if cls is TraceContext:
-            return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None)
+            return _trace_context(
+                _new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True
+            )
         return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
@@ -154,14 +159,18 @@ class TraceContext:
         Raises RecursionLimitExceeded when the chain would pass the limit; the stricter of
         this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
         """
-        return _hop(self.trace_id, self.span_id, self.depth, self.path, self.max_depth, hop, max_depth)
+        return _hop(
+            self.trace_id, self.span_id, self.depth, self.path, self.max_depth, hop, max_depth,
+            self.sampled,
+        )
 
     def nested(self) -> TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
         if self.__class__ is TraceContext:
             return _trace_context(
-                self.trace_id, _new_span_id(), self.depth, self.path, self.max_depth, self.span_id
+                self.trace_id, _new_span_id(), self.depth, self.path, self.max_depth,
+                self.span_id, self.sampled,
             )
         return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
 
@@ -171,7 +180,7 @@ class TraceContext:
         hop without a caller's context opens, so that the agent it starts (``child``, depth
         1) is its child."""
         if cls is TraceContext:
-            return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None)
+            return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
         return cls(_new_trace_id(), _new_span_id(), 0, (), max_depth)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
@@ -182,7 +191,7 @@ class TraceContext:
 
     @property
     def traceparent(self) -> str:
-        return f"00-{self.trace_id}-{self.span_id}-01"
+        return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
 
     def path_text(self) -> str:
         return " → ".join(self.path)
@@ -226,7 +235,9 @@ class TraceContext:
         length of the path counts as that length; a bad ``traceparent`` is ignored.
         """
         fields = _fields_from_meta(meta, field)
-        return None if fields is None else cls(*fields)
+        if fields is None:
+            return None
+        return cls(*fields, sampled=_sampled(meta.get(META_TRACEPARENT)))
 
     @classmethod
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
@@ -239,7 +250,8 @@ class TraceContext:
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
-        return _hop(*fields, hop, max_depth)  # child() without building the parent first
+        # child() without building the parent first
+        return _hop(*fields, hop, max_depth, _sampled(meta.get(META_TRACEPARENT)))
 
     # ---- A2A message metadata ------------------------------------------------------
     to_metadata = to_meta
@@ -289,7 +301,9 @@ class TraceContext:
         path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
         if parent is None and trace_id is None and depth is None and not path:
             return None
-        return cls._assemble(parent, trace_id, depth, path, None)
+        context = cls._assemble(parent, trace_id, depth, path, None)
+        sampled = _sampled(traceparent)
+        return context if sampled else attrs.evolve(context, sampled=False)
 
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
@@ -303,20 +317,29 @@ class TraceContext:
 
 _Fields = tuple[str, str, int, tuple[str, ...], int]
 
-# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id), for the kernel's own values.
+# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), for the
+# kernel's own values.
 _trace_context = frozen_builder(TraceContext)
 
 
 def _hop(
-    trace_id: str, span_id: str, depth: int, path: tuple[str, ...], limit: int, hop: str, max_depth: int | None
+    trace_id: str,
+    span_id: str,
+    depth: int,
+    path: tuple[str, ...],
+    limit: int,
+    hop: str,
+    max_depth: int | None,
+    sampled: bool = True,
 ) -> TraceContext:
-    """``TraceContext(trace_id, span_id, depth, path, limit).child(hop, max_depth=max_depth)``."""
+    """``TraceContext(trace_id, span_id, depth, path, limit, sampled=sampled).child(hop,
+    max_depth=max_depth)``."""
     if max_depth is not None:
         limit = min(limit, max_depth)
     path = path + (hop,)
     if len(path) > limit or depth + 1 > limit:
         raise RecursionLimitExceeded(path, limit, depth + 1)
-    return _trace_context(trace_id, _new_span_id(), depth + 1, path, limit, span_id)
+    return _trace_context(trace_id, _new_span_id(), depth + 1, path, limit, span_id, sampled)
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
@@ -389,7 +412,7 @@ def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceCo
     ids = _ids(traceparent)
     if ids is None:
         return None
-    return _hop(*ids, depth, tuple(path), limit, hop, max_depth)
+    return _hop(*ids, depth, tuple(path), limit, hop, max_depth, traceparent[54] in _SAMPLED_DIGITS)
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:
@@ -401,6 +424,22 @@ def _parse_traceparent(value: Any) -> tuple[str, str] | None:
         if _TRACEPARENT.match(value) is None:
             return None
     return _ids(value)
+
+
+# The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
+_SAMPLED_DIGITS = frozenset("13579bdf")
+
+
+def _sampled(value: Any) -> bool:
+    """The sampled flag of a ``traceparent`` value: False only for a well-formed one whose
+    flags leave it out (``…-00``); a missing or malformed one (ignored) counts as sampled."""
+    if not isinstance(value, str):
+        return True
+    if _TRACEPARENT.match(value) is None:
+        value = value.strip().lower()
+        if _TRACEPARENT.match(value) is None:
+            return True
+    return value[54] in _SAMPLED_DIGITS or _ids(value) is None
 
 
 def _ids(traceparent: str) -> tuple[str, str] | None:

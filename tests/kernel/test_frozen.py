@@ -26,7 +26,7 @@ def test_frozen_builders_make_what_the_class_makes():
 
     ctx = TraceContext.new("a")
     cases = [
-        (_trace_context, TraceContext, ("t" * 32, "s" * 16, 2, ("a", "b"), 5, "p" * 16)),
+        (_trace_context, TraceContext, ("t" * 32, "s" * 16, 2, ("a", "b"), 5, "p" * 16, False)),
         (message_of, Message, ("user", "hi", (), None, None, False, frozenset())),
         (request_of, CompletionRequest, ("a", "sys", (), (), "m", {"t": 1})),
         (_loop_result, LoopResult, ("x", (), 1, "end_turn", Usage(1, 2), False)),

@@ -368,20 +368,22 @@ def _parse_traceparent(value):
 
 def _reference_hop(meta, hop, max_depth):
     """What for_hop did before its fast path: the general parser, then _hop."""
-    from roost.kernel._trace import _fields_from_meta, _hop
+    from roost.kernel._trace import _fields_from_meta, _hop, _sampled
 
     fields = _fields_from_meta(meta, "_meta")
-    return None if fields is None else _hop(*fields, hop, max_depth)
+    sampled = _sampled(meta.get(META_TRACEPARENT))
+    return None if fields is None else _hop(*fields, hop, max_depth, sampled)
 
 
 def _same_hop(a: TraceContext, b: TraceContext) -> bool:
     # The new span id is random: everything else must match.
-    return (a.trace_id, a.depth, a.path, a.max_depth, a.parent_span_id) == (
+    return (a.trace_id, a.depth, a.path, a.max_depth, a.parent_span_id, a.sampled) == (
         b.trace_id,
         b.depth,
         b.path,
         b.max_depth,
         b.parent_span_id,
+        b.sampled,
     )
 
 
@@ -394,6 +396,10 @@ def _same_hop(a: TraceContext, b: TraceContext) -> bool:
         {META_TRACEPARENT: "00-" + "0" * 32 + "-" + "b" * 16 + "-01"},  # invalid ids: a new trace
         {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "0" * 16 + "-01"},
         {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01\n"},
+        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-00"},  # not sampled
+        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-02"},  # another flag only
+        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-0B"},
+        {META_TRACEPARENT: "00-" + "0" * 32 + "-" + "b" * 16 + "-00"},  # ignored: sampled
         {META_TRACEPARENT: 7},
         {META_DEPTH: "2"},
         {META_DEPTH: 1},  # less than the path: the path counts
@@ -441,6 +447,29 @@ def test_for_hop_of_what_to_meta_wrote_is_the_child():
     ctx = chain("a", "b", max_depth=7)
     got = TraceContext.for_hop(ctx.to_meta(), "c", max_depth=9)
     assert _same_hop(got, ctx.child("c", max_depth=9)) and got.parent_span_id == ctx.span_id
+
+
+def test_a_callers_unsampled_flag_is_kept_on_every_hop_and_sent_on():
+    unsampled = "00-" + "a" * 32 + "-" + "b" * 16 + "-00"
+    carriers = [
+        TraceContext.from_headers({"traceparent": unsampled}),
+        TraceContext.from_meta({META_TRACEPARENT: unsampled}),
+        TraceContext.from_env({"TRACEPARENT": unsampled}),
+        TraceContext.for_hop({META_TRACEPARENT: unsampled, META_DEPTH: 1, META_PATH: ["x"], META_MAX_DEPTH: 5}, "c", max_depth=5),
+        TraceContext.for_hop({META_TRACEPARENT: unsampled.upper().replace("X", "x")}, "c", max_depth=5),
+    ]
+    for ctx in carriers:
+        assert ctx.trace_id == "a" * 32 and not ctx.sampled
+        for hop in (ctx.child("d"), ctx.nested(), ctx.child("d").nested().child("e")):
+            assert not hop.sampled and hop.traceparent.endswith("-00")
+            assert TraceContext.for_hop(hop.to_meta(), "f", max_depth=9).sampled is False
+            assert TraceContext.from_headers(hop.to_headers()).sampled is False
+    # sampled, another flag only, or no valid traceparent: sampled (W3C: ignore what is bad)
+    for flags in ("01", "03", "02", "0b"):
+        ctx = TraceContext.from_headers({"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-" + flags})
+        assert ctx.sampled is (flags != "02")
+    assert TraceContext.from_headers({"traceparent": "00-" + "0" * 32 + "-" + "b" * 16 + "-00", HEADER_DEPTH: "1"}).sampled
+    assert TraceContext.new("a").sampled and TraceContext.root().sampled
 
 
 # ---- issue 15: carriers combined, the environment carrier --------------------------------
