@@ -14,7 +14,8 @@ from typing import Any, Protocol
 import trio
 from roost.kernel import RoostError
 
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+from .._protocol import MAX_MESSAGE_BYTES
+
 INCOMING_BUFFER = 256
 
 WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
