@@ -5,10 +5,11 @@ first use (PEP 562), so a process pays only for the parts it touches: ``roost mc
 ``initialize`` before the agent loop, the store and the manifests are imported.
 """
 
+import functools as _functools
 import importlib as _importlib
 import typing as _typing
 
-if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` below says the same
+if _typing.TYPE_CHECKING:  # what type checkers and editors see, and the table ``_public`` reads
     from . import _jsonrpc as jsonrpc
     from ._actor import (
         ActorContext,
@@ -170,77 +171,6 @@ if _typing.TYPE_CHECKING:  # what type checkers and editors see; ``_PUBLIC`` bel
         normalise_name,
     )
     from ._trace import DEFAULT_MAX_DEPTH, TraceContext
-
-# Each public name → (its private module, its name there; "" for the module itself). The
-# imports above, this table and ``__all__`` list the same names (tests/kernel/test_init.py).
-_PUBLIC: dict[str, tuple[str, str]] = {
-    "jsonrpc": ("_jsonrpc", ""),
-    "manifest_schema": ("_manifest", "schema"),
-}
-for _module, _names in (
-    (
-        "_actor",
-        "ActorContext ActorHandler ActorRef ActorSystem RestartPolicy open_actor_system "
-        "reply_kind",
-    ),
-    ("_agent", "AgentReply AgentRuntime"),
-    ("_api", "KernelAPI"),
-    ("_audit", "AuditRecord"),
-    (
-        "_config",
-        "AgentsConfig HttpConfig KernelConfig PluginsConfig RoostConfig TaintConfig "
-        "ToolsConfig default_config find_config_file load_config",
-    ),
-    ("_deadlines", "DeadlineTimer"),
-    (
-        "_errors",
-        "ActorCrashed ActorError ActorStopped AgentNotFound AgentUnavailable AskTimeout ConfigError "
-        "InvalidInput InvalidNumber InvalidText InvalidTraceContext LoopDetected MailboxFull ManifestError PluginError "
-        "RecursionLimitExceeded RoostError SandboxError SessionConflict TaintViolation ToolArgumentsInvalid ToolDenied ToolError "
-        "ToolNameCollision ToolNotFound ToolTimeout check_json_input check_text is_mapping json_type_name",
-    ),
-    ("_events", "Event EventKind EventTap"),
-    (
-        "_hookspecs",
-        "ENTRY_POINT_GROUP McpServerDescriptor ProviderDescriptor RouteDescriptor "
-        "ServiceDescriptor ToolVeto hookimpl hookspec",
-    ),
-    ("_jsonrpc", "Correlator JsonRpcError"),
-    ("_boot", "open_kernel"),
-    ("_kernel", "Kernel"),
-    ("_messaging", "result_from_jsonrpc"),
-    ("_loop", "Completion CompletionRequest LoopResult Message Provider StreamDelta Usage run_loop"),
-    (
-        "_manifest",
-        "A2AConfig A2ASkill AgentCapabilities AgentLimits AgentManifest McpExposure "
-        "ModelConfig ModelRef ModelScript ScriptCall ScriptRule ScriptStep bundled_agents_dir "
-        "load_agents load_manifest parse_manifest validate_files",
-    ),
-    ("_ids", "uuid7"),
-    ("_netguard", "AddressPins PinnedTarget Resolver UrlRefused check_url classify_address pin_url"),
-    ("_outputs", "MAX_FILE_BYTES MAX_RUN_BYTES MAX_RUN_PARTS Output OutputPart Outputs outputs_to_json"),
-    ("_paths", "data_dir database_path resolve_data_dir workspaces_dir"),
-    ("_plugins", "PluginFailure PluginManager"),
-    (
-        "_policy",
-        "Capabilities Exposure LoopGuard TaintTracker ToolSchemaInvalid check_ping_pong "
-        "resolve_timeout truncate truncate_result validate_arguments",
-    ),
-    ("_proctrace", "ProcessTraces"),
-    ("_spans", "NO_SPAN Span SpanKind"),
-    ("_sqlite", "SqliteDatabase StoreError"),
-    ("_store", "SqliteStore Store StoredMessage open_store"),
-    (
-        "_tools",
-        "TAINT_UNTRUSTED Tool ToolCall ToolContext ToolRegistry ToolResult ToolSpec "
-        "agent_tool_name namespaced normalise_name",
-    ),
-    ("_surface", "MESSAGE_TOOL AgentSurface SurfaceCall ask_tool_spec jsonrpc_error unknown_tool_error"),
-    ("_trace", "DEFAULT_MAX_DEPTH TraceContext"),
-):
-    for _name in _names.split():
-        _PUBLIC[_name] = (_module, _name)
-del _module, _names, _name
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
@@ -404,10 +334,25 @@ __all__ = [
 ]
 
 
+@_functools.cache
+def _public() -> dict[str, tuple[str, str]]:
+    """Each public name → (its private module, its name there; "" for the module itself),
+    read once from the ``TYPE_CHECKING`` imports above, the one list of them."""
+    import ast
+
+    with open(__file__, encoding="utf-8") as f:
+        block = next(node for node in ast.parse(f.read()).body if isinstance(node, ast.If))
+    return {
+        alias.asname or alias.name: (node.module or alias.name, alias.name if node.module else "")
+        for node in block.body
+        for alias in node.names
+    }
+
+
 def __getattr__(name: str) -> _typing.Any:
     """Load a public name's module on first use."""
     try:
-        module_name, attribute = _PUBLIC[name]
+        module_name, attribute = _public()[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     try:
@@ -421,4 +366,4 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *__all__})
