@@ -150,7 +150,8 @@ class ClientOptions:
         if not (isinstance(self.timeout_secs, (int, float)) and self.timeout_secs > 0):
             raise ValueError(f"timeout_secs: expected a positive number, got {self.timeout_secs!r}")
         if self.log_level is not None and self.log_level not in proto.LOG_LEVELS:
-            raise ValueError(f"log_level: expected one of {', '.join(proto.LOG_LEVELS)}, got {self.log_level!r}")
+            levels = ", ".join(proto.LOG_LEVELS)
+            raise ValueError(f"log_level: expected one of {levels}, got {self.log_level!r}")
 
 
 # ---- sans-I/O core -----------------------------------------------------------------------
@@ -230,7 +231,8 @@ class ClientProtocol:
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
         return proto.stateless_meta(
-            self.client_info(), self.capabilities(), version=version, log_level=self.options.log_level
+            self.client_info(), self.capabilities(), version=version,
+            log_level=self.options.log_level,
         )
 
     def discover_params(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
@@ -263,8 +265,9 @@ class ClientProtocol:
         """Modern results may identify the server in ``_meta``; remember it."""
         if is_mapping(result):
             meta = result.get("_meta")
-            if meta is not None and is_mapping(meta) and is_mapping(meta.get(proto.META_SERVER_INFO)):
-                self.server_info = dict(meta[proto.META_SERVER_INFO])
+            info = meta.get(proto.META_SERVER_INFO) if is_mapping(meta) else None
+            if is_mapping(info):
+                self.server_info = dict(info)
 
     @staticmethod
     def retry_params(params: Mapping[str, Any], result: Mapping[str, Any], responses: Mapping[str, Any]) -> dict[str, Any]:

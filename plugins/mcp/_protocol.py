@@ -365,22 +365,22 @@ def initialize_result(
     return out
 
 
+# How long a client may cache what roost answers, and for whom: not at all, only itself.
+CACHE_FIELDS = {"ttlMs": 0, "cacheScope": "private"}
+
+
 def discover_result(
     capabilities: Mapping[str, Any],
     server_info: Mapping[str, Any],
     *,
-    supported: Sequence[str] = SUPPORTED_VERSIONS,
     instructions: str | None = None,
-    ttl_ms: int = 0,
-    cache_scope: str = "private",
 ) -> dict[str, Any]:
     """A 2026-07-28 ``server/discover`` result (cacheable, with ``resultType``)."""
     out: dict[str, Any] = {
         "resultType": RESULT_COMPLETE,
-        "supportedVersions": list(supported),
+        "supportedVersions": list(SUPPORTED_VERSIONS),
         "capabilities": dict(capabilities),
-        "ttlMs": ttl_ms,
-        "cacheScope": cache_scope,
+        **CACHE_FIELDS,
         META: {META_SERVER_INFO: dict(server_info)},
     }
     if instructions:
@@ -392,12 +392,7 @@ CACHEABLE_METHODS = frozenset({TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURC
 
 
 def finish_stateless_result(
-    method: str,
-    result: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    ttl_ms: int = 0,
-    cache_scope: str = "private",
+    method: str, result: Mapping[str, Any], server_info: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Add what 2026-07-28 requires of every result: ``resultType`` (default complete),
     ``serverInfo`` in ``_meta``, and ``ttlMs``/``cacheScope`` on cacheable results."""
@@ -407,8 +402,8 @@ def finish_stateless_result(
     meta.setdefault(META_SERVER_INFO, dict(server_info))
     out[META] = meta
     if method in CACHEABLE_METHODS:
-        out.setdefault("ttlMs", ttl_ms)
-        out.setdefault("cacheScope", cache_scope)
+        for key, value in CACHE_FIELDS.items():
+            out.setdefault(key, value)
     return out
 
 

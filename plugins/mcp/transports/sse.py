@@ -112,13 +112,17 @@ def encode_body(message: Mapping[str, Any]) -> bytes:
     return body
 
 
-def refused(name: str, headers: Mapping[str, str], message: Mapping[str, Any], status: int, body: bytes) -> TransportError:
+def refused(
+    name: str, headers: Mapping[str, str], message: Mapping[str, Any], status: int, body: bytes
+) -> TransportError:
     """The error for a POST of ``message`` that the server refused with HTTP ``status``."""
     text = http_error_text(body)
     hint = refusal_hint(name, headers, status)
+    what = message.get("method", "a message")
     return TransportError(
-        f"MCP server {name!r} refused {message.get('method', 'a message')} with {http_status_line(status)}"
-        + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
+        f"MCP server {name!r} refused {what} with {http_status_line(status)}"
+        + (f": {text}" if text else "")
+        + (f" ({hint})" if hint else "")
     )
 
 

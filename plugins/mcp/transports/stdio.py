@@ -99,7 +99,8 @@ class StdioTransport:
         try:
             await self._writer.send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise TransportClosed(f"MCP server {self.name!r} stopped reading its input ({exc})") from None
+            reason = f"MCP server {self.name!r} stopped reading its input ({exc})"
+            raise TransportClosed(reason) from None
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass
