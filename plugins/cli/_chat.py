@@ -14,6 +14,7 @@ import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, TextIO
 
 import trio
@@ -85,7 +86,7 @@ async def _converse(
     """The prompt loop: read a line, run ``turn`` (which prints tokens as they come)."""
     session = session_id or uuid.uuid4().hex
     say(err, f"chatting with {agent} (session {session}); /new for a new session, /quit to leave")
-    async with _stdin_lines() if read_line is None else _given(read_line) as next_line:
+    async with _stdin_lines() if read_line is None else nullcontext(read_line) as next_line:
         while True:
             out.write(PROMPT)
             out.flush()
@@ -164,19 +165,6 @@ def _print_token(event: Any, session: str, out: TextIO, printed: list[str]) -> N
         printed.append(text)
         out.write(text)
         out.flush()
-
-
-class _given:
-    """Use a test's line reader as the chat's input."""
-
-    def __init__(self, read_line: LineReader) -> None:
-        self._read = read_line
-
-    async def __aenter__(self) -> LineReader:
-        return self._read
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 class _stdin_lines:
