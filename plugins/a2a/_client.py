@@ -58,6 +58,12 @@ def _version() -> str:
 
 
 USER_AGENT = f"roost/{_version()} A2A"
+# Operation → JSON-RPC method, per protocol (the server's tables, turned around).
+_METHODS = {
+    m.V1: {op: method for method, op in m.V1_METHODS.items()},
+    m.V03: {op: method for method, op in m.V03_METHODS.items()},
+    m.V01: {op: method for method, op in {**m.V03_METHODS, **m.V01_METHODS}.items()},
+}
 
 
 class A2AClientError(m.A2AError):
@@ -219,13 +225,8 @@ class A2AClient:
 
     # ---- JSON-RPC --------------------------------------------------------------------------
     def _request(self, agent: AgentInfo, op: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        names = {
-            m.V1: {"send": "SendMessage", "stream": "SendStreamingMessage", "get": "GetTask", "cancel": "CancelTask", "subscribe": "SubscribeToTask"},
-            m.V03: {"send": "message/send", "stream": "message/stream", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
-            m.V01: {"send": "tasks/send", "stream": "tasks/sendSubscribe", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
-        }[agent.protocol]
         self._ids += 1
-        body = {"jsonrpc": "2.0", "id": self._ids, "method": names[op], "params": params}
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": _METHODS[agent.protocol][op], "params": params}
         headers = {"Content-Type": "application/json"}
         if agent.protocol == m.V1:
             headers["A2A-Version"] = "1.0"

@@ -24,6 +24,35 @@ V1 = "1.0"
 V03 = "0.3"
 V01 = "0.1"
 
+# JSON-RPC method → operation, per dialect (0.1 adds its own send and stream to 0.3's).
+V1_METHODS = {
+    "SendMessage": "send",
+    "SendStreamingMessage": "stream",
+    "GetTask": "get",
+    "ListTasks": "list",
+    "CancelTask": "cancel",
+    "SubscribeToTask": "subscribe",
+    "CreateTaskPushNotificationConfig": "push_set",
+    "GetTaskPushNotificationConfig": "push_get",
+    "ListTaskPushNotificationConfigs": "push_list",
+    "DeleteTaskPushNotificationConfig": "push_delete",
+    "GetExtendedAgentCard": "card",
+}
+V03_METHODS = {
+    "message/send": "send",
+    "message/stream": "stream",
+    "tasks/get": "get",
+    "tasks/list": "list",
+    "tasks/cancel": "cancel",
+    "tasks/resubscribe": "subscribe",
+    "tasks/pushNotificationConfig/set": "push_set",
+    "tasks/pushNotificationConfig/get": "push_get",
+    "tasks/pushNotificationConfig/list": "push_list",
+    "tasks/pushNotificationConfig/delete": "push_delete",
+    "agent/getAuthenticatedExtendedCard": "card",
+}
+V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
+
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
 PARSE_ERROR = jsonrpc.PARSE_ERROR
 INVALID_REQUEST = jsonrpc.INVALID_REQUEST
