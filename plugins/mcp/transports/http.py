@@ -53,11 +53,11 @@ from .._protocol import (
     HEADER_NAME,
     HEADER_PROTOCOL_VERSION,
     HEADER_SESSION_ID,
+    MAX_MESSAGE_BYTES,
     encode_header_value,
 )
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     TransportClosed,
     single_errors,
 )
@@ -504,6 +504,3 @@ async def open_http_transport(
                     # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
                     # would raise Cancelled over whatever the block raised, and lose it.
                     send_channel.close()
-
-
-__all__ = ["HttpTransport", "http_error_message", "mcp_param_headers", "open_http_transport", "x_mcp_header_problem"]

@@ -33,9 +33,9 @@ from roost.plugins.http.client import (
     sse_events,
 )
 
+from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
     single_errors,
@@ -277,18 +277,3 @@ async def open_sse_transport(
                     if transport.closed_reason is None:
                         transport.closed_reason = "the connection was closed"
                     nursery.cancel_scope.cancel()
-
-
-__all__ = [
-    "HTTP_ERROR",
-    "SseTransport",
-    "check_server_url",
-    "encode_body",
-    "http_error_message",
-    "json_messages",
-    "open_guarded_client",
-    "open_sse_transport",
-    "refusal_hint",
-    "refused",
-    "same_origin",
-]

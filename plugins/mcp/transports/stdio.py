@@ -26,9 +26,9 @@ import trio
 from roost.kernel import jsonrpc
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
+from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     BatchedWriter,
     TransportClosed,
     TransportError,
@@ -279,12 +279,3 @@ async def open_stdio_transport(
                 _signal_group(process, signal.SIGKILL)
                 with trio.move_on_after(KILL_GRACE_S):
                     await process.wait()
-
-
-__all__ = [
-    "StdioTransport",
-    "check_command",
-    "child_environment",
-    "open_stdio_transport",
-    "wrapped_command",
-]
