@@ -26,8 +26,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -851,39 +851,38 @@ class McpClient:
         return dict(result) if isinstance(result, Mapping) else {}
 
 
-@contextmanager
-def _delivering(transport: Any, client: McpClient) -> Iterator[None]:
-    """While the block runs, a transport that can (stdio) hands replies straight to
-    ``client`` from its reader, one task hop less per call than its ``incoming`` channel."""
-    if not hasattr(transport, "deliver"):
-        yield
-        return
-    transport.deliver = client._dispatch
-    try:
-        yield
-    finally:
-        if transport.deliver == client._dispatch:
-            transport.deliver = None  # the transport may outlive this client
+@asynccontextmanager
+async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpClient]:
+    """A client of ``transport`` whose reader runs until the block ends. Meanwhile a
+    transport that can (stdio) hands replies straight to the client from its own reader,
+    one task hop less per call than its ``incoming`` channel."""
+    async with trio.open_nursery() as nursery:
+        client = McpClient(transport, options, nursery)
+        nursery.start_soon(client._read)
+        delivers = hasattr(transport, "deliver")
+        if delivers:
+            transport.deliver = client._dispatch
+        try:
+            yield client
+        finally:
+            if delivers and transport.deliver == client._dispatch:
+                transport.deliver = None  # the transport may outlive this client
+            nursery.cancel_scope.cancel()
 
 
 @asynccontextmanager
-async def open_mcp_client(transport: Any, options: ClientOptions | None = None, *, era: str | None = None) -> AsyncIterator[McpClient]:
+async def open_mcp_client(
+    transport: Any, options: ClientOptions | None = None, *, era: str | None = None
+) -> AsyncIterator[McpClient]:
     """Start a session over ``transport`` (already open) and yield the client.
 
     The handshake or discovery happens before the block runs; leaving the block stops
     the reader. Raises McpError when the session cannot be set up.
     """
-    options = options or ClientOptions()
     with single_errors():
-        async with trio.open_nursery() as nursery:
-            client = McpClient(transport, options, nursery)
-            nursery.start_soon(client._read)
-            try:
-                with _delivering(transport, client):
-                    await client.start(era=era)
-                    yield client
-            finally:
-                nursery.cancel_scope.cancel()
+        async with _running(transport, options or ClientOptions()) as client:
+            await client.start(era=era)
+            yield client
 
 
 async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
@@ -895,21 +894,14 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
     """
     options = ClientOptions(server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout)
     try:
-        async with trio.open_nursery() as nursery:
-            client = McpClient(transport, options, nursery)
-            nursery.start_soon(client._read)
+        async with _running(transport, options) as client:
             try:
-                with _delivering(transport, client):
-                    await client.discover(timeout=timeout)
-                return "modern"
+                await client.discover(timeout=timeout)
             except McpProtocolError as exc:
-                if exc.rpc_code in MODERN_ERROR_CODES:
-                    return "modern"
-                return "legacy"
+                return "modern" if exc.rpc_code in MODERN_ERROR_CODES else "legacy"
             except McpError:
                 return "legacy"
-            finally:
-                nursery.cancel_scope.cancel()
+            return "modern"
     except (TransportClosed, TransportError):
         return "legacy"
 
