@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import trio
 
-from ._commands import CliError, KernelOpener, _daemon, _opener, say, wait_for_mcp_servers
+from ._commands import CliError, KernelOpener, _daemon, _opener, drain, say, wait_for_mcp_servers
 
 LineReader = Callable[[], Awaitable[str | None]]
 PROMPT = "you › "
@@ -67,11 +67,8 @@ async def chat_command(
                     reply = await kernel.send(agent, text, session_id=session, stream=True)
                     nursery.cancel_scope.cancel()
                 # Tokens are published before the reply: the rest are in the buffer now.
-                while True:
-                    try:
-                        _print_token(tokens.receive_nowait(), session, out, printed)
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
+                for event in drain(tokens):
+                    _print_token(event, session, out, printed)
             return reply.text, reply.is_error, str(reply.stop_reason)
 
         return await _converse(agent, session_id, turn, out, err, read_line)
