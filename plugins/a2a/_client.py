@@ -226,7 +226,8 @@ class A2AClient:
     # ---- JSON-RPC --------------------------------------------------------------------------
     def _request(self, agent: AgentInfo, op: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
         self._ids += 1
-        body = {"jsonrpc": "2.0", "id": self._ids, "method": _METHODS[agent.protocol][op], "params": params}
+        method = _METHODS[agent.protocol][op]
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
         headers = {"Content-Type": "application/json"}
         if agent.protocol == m.V1:
             headers["A2A-Version"] = "1.0"
