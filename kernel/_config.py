@@ -223,17 +223,12 @@ class _Keys:
             sources = [f for f in ("key_env", "key_file") if f in entry]
             if len(sources) != 1:
                 raise _Bad(f".{name}", _ONE_SOURCE, entry)
-            item: dict[str, Any] = {"name": name}
-            if "key_env" in entry:
-                try:
-                    item["key_env"] = _ENV_NAME(entry["key_env"])
-                except _Bad:
-                    raise _Bad(f".{name}.key_env", _ENV_NAME, entry["key_env"]) from None
-            else:
-                try:
-                    item["key_file"] = _Str("a file path")(entry["key_file"])
-                except _Bad:
-                    raise _Bad(f".{name}.key_file", _Str("a file path"), entry["key_file"]) from None
+            source = sources[0]
+            check = _ENV_NAME if source == "key_env" else _Str("a file path")
+            try:
+                item: dict[str, Any] = {"name": name, source: check(entry[source])}
+            except _Bad:
+                raise _Bad(f".{name}.{source}", check, entry[source]) from None
             admin = entry.get("admin", False)
             if not isinstance(admin, bool):
                 raise _Bad(f".{name}.admin", _Bool(), admin)

@@ -132,11 +132,6 @@ DEFAULT_OWNER = "local"
 """The owner of a session when the caller names none (the principal of a daemon without keys)."""
 
 
-def schema_version() -> int:
-    """The schema version this roost writes (the number of migrations)."""
-    return len(_MIGRATIONS)
-
-
 # ---- records ---------------------------------------------------------------------------
 
 
@@ -227,6 +222,12 @@ def _check_id(name: str, value: Any) -> str:
     if not value.isascii():
         _unicode_checked(name, value)
     return value
+
+
+def _check_ids(**ids: Any) -> None:
+    """``_check_id`` for each of ``ids`` (name=value)."""
+    for name, value in ids.items():
+        _check_id(name, value)
 
 
 def _check_text(name: str, value: Any) -> str:
@@ -371,8 +372,7 @@ class SqliteStore(SqliteDatabase):
 
     async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None:
         """The agent ``owner``'s session ``session_id`` belongs to; None if there is none."""
-        _check_id("session_id", session_id)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, owner=owner)
 
         def work(conn: sqlite3.Connection) -> str | None:
             row = conn.execute(
@@ -385,9 +385,7 @@ class SqliteStore(SqliteDatabase):
     async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None:
         """Create ``owner``'s session for ``agent`` if it does not exist yet; a session of
         another agent raises ``SessionConflict``."""
-        _check_id("session_id", session_id)
-        _check_id("agent", agent)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, agent=agent, owner=owner)
         now = time.time()
         await self.write("ensure a session", lambda c: self._ensure(c, owner, session_id, agent, now))
 
@@ -435,9 +433,7 @@ class SqliteStore(SqliteDatabase):
 
         Creates ``owner``'s session if needed. Returns once they are committed.
         """
-        _check_id("session_id", session_id)
-        _check_id("agent", agent)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
         now = time.time()
         await self.write(
@@ -455,17 +451,12 @@ class SqliteStore(SqliteDatabase):
         """Begin one exchange in a single transaction: create ``owner``'s session if needed,
         read its history so far, and append ``message`` (the user's). Returns the history
         before ``message``."""
-        _check_id("session_id", session_id)
-        _check_id("agent", agent)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages([message])
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            if self._ensure(conn, owner, session_id, agent, now, len(rows)):  # new: no history yet
-                self._insert_messages(conn, owner, session_id, 0, rows, now)
-                return []
-            history = [
+            history = [  # none yet for a new session
                 StoredMessage(sid, seq, role, content, json.loads(data), ts)
                 for sid, seq, role, content, data, ts in conn.execute(
                     "SELECT session_id, seq, role, content, data, ts FROM messages "
@@ -492,22 +483,9 @@ class SqliteStore(SqliteDatabase):
         session and, when given, the ``usage`` (provider, model, input_tokens,
         output_tokens) of its model calls.
         ``shield``: written and answered even if the caller is cancelled meanwhile."""
-        _check_id("session_id", session_id)
-        _check_id("agent", agent)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
-        usage_row = None
-        if usage is not None:
-            provider, model, input_tokens, output_tokens = usage
-            usage_row = (
-                time.time(),
-                agent,
-                session_id,
-                _check_id("provider", provider),
-                _check_text("model", model),
-                _check_count("input_tokens", input_tokens),
-                _check_count("output_tokens", output_tokens),
-            )
+        usage_row = None if usage is None else _usage_row(agent, session_id, *usage)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> None:
@@ -522,8 +500,7 @@ class SqliteStore(SqliteDatabase):
         self, session_id: str, *, limit: int | None = None, owner: str = DEFAULT_OWNER
     ) -> list[StoredMessage]:
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
-        _check_id("session_id", session_id)
-        _check_id("owner", owner)
+        _check_ids(session_id=session_id, owner=owner)
         limit = _check_limit(limit, optional=True)
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def _settings(kernel: KernelAPI) -> A2ASettings | None:
+def _settings(kernel: KernelAPI) -> A2ASettings:
     try:
         return A2ASettings.from_config(kernel.config.a2a)
     except ConfigError as exc:
@@ -49,7 +49,7 @@ def roost_check_config(config: Any) -> None:
 @hookimpl
 def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     settings = _settings(kernel)
-    if settings is None or not settings.enabled:
+    if not settings.enabled:
         return []
     from ._external import status_route
     from ._server import check_default_agent, make_routes
@@ -63,7 +63,7 @@ def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
 @hookimpl
 def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
     settings = _settings(kernel)
-    if settings is None or not settings.enabled:
+    if not settings.enabled:
         return []
     from ._server import A2AService
 

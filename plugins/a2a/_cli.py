@@ -25,11 +25,10 @@ def _event_line(event: m.Event) -> str:
     return "message " + event.text()
 
 
-async def a2a_command(args: Any, *, out: TextIO, err: TextIO, client_options: dict | None = None) -> int:
+async def a2a_command(args: Any, *, out: TextIO, err: TextIO) -> int:
     """Run ``roost a2a ...``; returns the exit code. The user chose the URL, so private and
     loopback hosts are allowed (metadata and link-local addresses are still refused)."""
-    options = client_options if client_options is not None else {"allow_private": True, "allow_loopback": True}
-    async with A2AClient(**options) as client:
+    async with A2AClient(allow_private=True, allow_loopback=True) as client:
         try:
             info = await client.discover(args.url)
             if args.a2a_command == "discover":

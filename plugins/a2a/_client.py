@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from importlib import metadata as _metadata
 from typing import Any
 from urllib.parse import urljoin
@@ -57,6 +58,12 @@ def _version() -> str:
 
 
 USER_AGENT = f"roost/{_version()} A2A"
+# Operation → JSON-RPC method, per protocol (the server's tables, turned around).
+_METHODS = {
+    m.V1: {op: method for method, op in m.V1_METHODS.items()},
+    m.V03: {op: method for method, op in m.V03_METHODS.items()},
+    m.V01: {op: method for method, op in {**m.V03_METHODS, **m.V01_METHODS}.items()},
+}
 
 
 class A2AClientError(m.A2AError):
@@ -218,13 +225,9 @@ class A2AClient:
 
     # ---- JSON-RPC --------------------------------------------------------------------------
     def _request(self, agent: AgentInfo, op: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-        names = {
-            m.V1: {"send": "SendMessage", "stream": "SendStreamingMessage", "get": "GetTask", "cancel": "CancelTask", "subscribe": "SubscribeToTask"},
-            m.V03: {"send": "message/send", "stream": "message/stream", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
-            m.V01: {"send": "tasks/send", "stream": "tasks/sendSubscribe", "get": "tasks/get", "cancel": "tasks/cancel", "subscribe": "tasks/resubscribe"},
-        }[agent.protocol]
         self._ids += 1
-        body = {"jsonrpc": "2.0", "id": self._ids, "method": names[op], "params": params}
+        method = _METHODS[agent.protocol][op]
+        body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
         headers = {"Content-Type": "application/json"}
         if agent.protocol == m.V1:
             headers["A2A-Version"] = "1.0"
@@ -240,26 +243,41 @@ class A2AClient:
         return _result(status, answer, url)
 
     async def _send_with_retries(self, method: str, url: str, limit: int, what: str, **kwargs: Any) -> tuple[int, bytes]:
-        """One request, sent again while the answer is HTTP 429/503 and the server's
+        """One request (see ``_response``); the last answer's status and body: at most
+        ``limit`` bytes of a success (more fails at once, naming ``what``), an error's first
+        64 KiB."""
+        async with self._response(method, url, f"cannot reach {url}", **kwargs) as (response, body):
+            if response.status_code < 400:
+                body = await read_body(response, limit, what=what)
+            return response.status_code, body
+
+    @asynccontextmanager
+    async def _response(
+        self, method: str, url: str, failed: str, **kwargs: Any
+    ) -> AsyncIterator[tuple[httpx.Response, bytes]]:
+        """The answer to one request, sent again while it is HTTP 429/503 and the server's
         ``Retry-After`` fits (``http_retry_wait``: bounded in count, within ``timeout`` and
-        the caller's deadline); the last answer's status and body: at most ``limit`` bytes
-        of a success (more fails at once, naming ``what``), an error's first 64 KiB."""
+        the caller's deadline): a success open for the block to read, an error with its
+        first 64 KiB. A failure to talk to ``url`` (or a body past its cap) while the block
+        reads raises ``A2AClientError``, the former starting with ``failed``."""
         deadline = trio.current_time() + self.timeout
         retries = 0
         while True:
             try:
                 async with self._http.stream(method, url, **kwargs) as response:
-                    if response.status_code >= 400:
-                        body = await read_error_body(response)
-                    else:
-                        body = await read_body(response, limit, what=what)
+                    if response.status_code < 400:
+                        yield response, b""
+                        return
+                    body = await read_error_body(response)
             except httpx.HTTPError as exc:
-                raise A2AClientError(m.INTERNAL_ERROR, f"cannot reach {url}: {type(exc).__name__}: {exc}") from None
+                reason = f"{failed}: {type(exc).__name__}: {exc}"
+                raise A2AClientError(m.INTERNAL_ERROR, reason) from None
             except ResponseTooLarge as exc:
                 raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
             wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
             if wait is None:
-                return response.status_code, body
+                yield response, body
+                return
             retries += 1
             log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
             await trio.sleep(wait)
@@ -269,7 +287,7 @@ class A2AClient:
             raise A2AClientError(m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint")
         return agent.jsonrpc_url
 
-    def _message(
+    def _send_params(
         self,
         agent: AgentInfo,
         message: str | m.Message,
@@ -278,7 +296,10 @@ class A2AClient:
         task_id: str | None,
         metadata: Mapping[str, Any] | None,
         trace: TraceContext | None,
+        return_immediately: bool | None,
     ) -> dict[str, Any]:
+        """The params of a send in ``agent``'s protocol (``return_immediately`` None: a
+        stream's, without configuration); ``metadata`` and the trace join the message's."""
         if isinstance(message, str):
             message = m.Message(m.new_id(), m.ROLE_USER, (m.Part(text=message),))
         meta = dict(message.metadata or {})
@@ -291,18 +312,16 @@ class A2AClient:
             task_id=(task_id or message.task_id) if agent.protocol != m.V01 else None,
             metadata=meta or None,
         )
-        return message.to_json(agent.protocol)
-
-    def _send_params(self, agent: AgentInfo, message: dict[str, Any], *, task_id: str | None, context_id: str | None, return_immediately: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"message": message}
-        if agent.protocol == m.V1:
-            params["configuration"] = {"returnImmediately": return_immediately}
-        elif agent.protocol == m.V03:
-            params["configuration"] = {"blocking": not return_immediately}
-        else:
+        params: dict[str, Any] = {"message": message.to_json(agent.protocol)}
+        if agent.protocol == m.V01:
             params["id"] = task_id or m.new_id()
             if context_id:
                 params["sessionId"] = context_id
+        elif return_immediately is not None:
+            if agent.protocol == m.V1:
+                params["configuration"] = {"returnImmediately": return_immediately}
+            else:
+                params["configuration"] = {"blocking": not return_immediately}
         return params
 
     async def send(
@@ -318,8 +337,10 @@ class A2AClient:
     ) -> m.Task | m.Message:
         """Send a message; returns the task (or a direct message reply)."""
         info = await self._agent(agent)
-        msg = self._message(info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace)
-        params = self._send_params(info, msg, task_id=task_id, context_id=context_id, return_immediately=return_immediately)
+        params = self._send_params(
+            info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace,
+            return_immediately=return_immediately,
+        )
         result = await self._call(info, "send", params, trace)
         return _task_or_message(result, info)
 
@@ -366,9 +387,10 @@ class A2AClient:
     ) -> AsyncIterator[m.Event]:
         """Send a message and yield the task's events as they come (SSE)."""
         info = await self._agent(agent)
-        msg = self._message(info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace)
-        params = self._send_params(info, msg, task_id=task_id, context_id=context_id, return_immediately=False)
-        params.pop("configuration", None)
+        params = self._send_params(
+            info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace,
+            return_immediately=None,
+        )
         async for event in self._stream(info, "stream", params, trace):
             yield event
 
@@ -385,27 +407,13 @@ class A2AClient:
         headers["Accept"] = "text/event-stream"
         if trace is not None:
             headers.update(trace.to_headers())
-        deadline = trio.current_time() + self.timeout
-        retries = 0
-        while True:
-            try:
-                async with self._http.stream("POST", url, json=body, headers=headers) as response:
-                    if response.status_code >= 400:
-                        error_body = await read_error_body(response)
-                    else:
-                        async for event in _events(response, url, info):
-                            yield event
-                        return
-            except httpx.HTTPError as exc:
-                raise A2AClientError(m.INTERNAL_ERROR, f"stream from {url} failed: {type(exc).__name__}: {exc}") from None
-            except ResponseTooLarge as exc:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
-            wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
-            if wait is None:
-                raise _refused(response.status_code, error_body, url)
-            retries += 1
-            log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
-            await trio.sleep(wait)
+        failed = f"stream from {url} failed"
+        answer = self._response("POST", url, failed, json=body, headers=headers)
+        async with answer as (response, error):
+            if response.status_code >= 400:
+                raise _refused(response.status_code, error, url)
+            async for event in _events(response, url, info):
+                yield event
 
 
 async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncIterator[m.Event]:

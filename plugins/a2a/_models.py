@@ -23,7 +23,35 @@ from roost.kernel import json_type_name as _jtype
 V1 = "1.0"
 V03 = "0.3"
 V01 = "0.1"
-DIALECTS = (V1, V03, V01)
+
+# JSON-RPC method → operation, per dialect (0.1 adds its own send and stream to 0.3's).
+V1_METHODS = {
+    "SendMessage": "send",
+    "SendStreamingMessage": "stream",
+    "GetTask": "get",
+    "ListTasks": "list",
+    "CancelTask": "cancel",
+    "SubscribeToTask": "subscribe",
+    "CreateTaskPushNotificationConfig": "push_set",
+    "GetTaskPushNotificationConfig": "push_get",
+    "ListTaskPushNotificationConfigs": "push_list",
+    "DeleteTaskPushNotificationConfig": "push_delete",
+    "GetExtendedAgentCard": "card",
+}
+V03_METHODS = {
+    "message/send": "send",
+    "message/stream": "stream",
+    "tasks/get": "get",
+    "tasks/list": "list",
+    "tasks/cancel": "cancel",
+    "tasks/resubscribe": "subscribe",
+    "tasks/pushNotificationConfig/set": "push_set",
+    "tasks/pushNotificationConfig/get": "push_get",
+    "tasks/pushNotificationConfig/list": "push_list",
+    "tasks/pushNotificationConfig/delete": "push_delete",
+    "agent/getAuthenticatedExtendedCard": "card",
+}
+V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
 
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
 PARSE_ERROR = jsonrpc.PARSE_ERROR
@@ -366,27 +394,11 @@ class Part:
     @classmethod
     def from_output(cls, part: OutputPart) -> Part:
         """An agent's output part (the ``artifact`` tool) as an A2A part."""
-        return cls(
-            text=part.text,
-            raw=part.raw,
-            url=part.url,
-            data=part.data,
-            has_data=part.has_data,
-            filename=part.filename,
-            media_type=part.media_type,
-        )
+        return cls(**attrs.asdict(part, recurse=False))
 
     def to_output(self) -> OutputPart:
         """This part as an output an asking agent's run can hand on (``from_output`` back)."""
-        return OutputPart(
-            text=self.text,
-            raw=self.raw,
-            url=self.url,
-            data=self.data,
-            has_data=self.has_data,
-            filename=self.filename,
-            media_type=self.media_type,
-        )
+        return OutputPart(**{f.name: getattr(self, f.name) for f in attrs.fields(OutputPart)})
 
 
 _URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
@@ -881,10 +893,6 @@ def push_config_from_json(value: Any, field: str = "params", *, task_id: str | N
         auth_scheme=scheme,
         credentials=credentials,
     )
-
-
-def text_part(text: str) -> Part:
-    return Part(text=text)
 
 
 def agent_message(text: str, *, context_id: str, task_id: str) -> Message:

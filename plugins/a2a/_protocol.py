@@ -22,33 +22,6 @@ VERSION_HEADER = "A2A-Version"
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 
-V1_METHODS = {
-    "SendMessage": "send",
-    "SendStreamingMessage": "stream",
-    "GetTask": "get",
-    "ListTasks": "list",
-    "CancelTask": "cancel",
-    "SubscribeToTask": "subscribe",
-    "CreateTaskPushNotificationConfig": "push_set",
-    "GetTaskPushNotificationConfig": "push_get",
-    "ListTaskPushNotificationConfigs": "push_list",
-    "DeleteTaskPushNotificationConfig": "push_delete",
-    "GetExtendedAgentCard": "card",
-}
-V03_METHODS = {
-    "message/send": "send",
-    "message/stream": "stream",
-    "tasks/get": "get",
-    "tasks/list": "list",
-    "tasks/cancel": "cancel",
-    "tasks/resubscribe": "subscribe",
-    "tasks/pushNotificationConfig/set": "push_set",
-    "tasks/pushNotificationConfig/get": "push_get",
-    "tasks/pushNotificationConfig/list": "push_list",
-    "tasks/pushNotificationConfig/delete": "push_delete",
-    "agent/getAuthenticatedExtendedCard": "card",
-}
-V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
 STREAMING_OPS = frozenset({"stream", "subscribe"})
 _NO_CONFIG: Mapping[str, Any] = {}  # never mutated
 
@@ -147,24 +120,24 @@ def parse_envelope(body: bytes) -> tuple[Any, str, Any]:
 
 def resolve_method(method: str, version: str) -> tuple[str, str]:
     """(op, dialect) for ``method`` under the negotiated ``version``."""
-    if method in V1_METHODS:
+    if method in m.V1_METHODS:
         if version != m.V1:
             raise m.A2AError(
                 m.VERSION_NOT_SUPPORTED,
                 f"{method} is a 1.0 method but the request speaks A2A {version} "
                 "(no A2A-Version header means 0.3); send the header A2A-Version: 1.0",
             )
-        return V1_METHODS[method], m.V1
-    if method in V03_METHODS or method in V01_METHODS:
+        return m.V1_METHODS[method], m.V1
+    if method in m.V03_METHODS or method in m.V01_METHODS:
         if version == m.V1:
             raise m.A2AError(
                 m.VERSION_NOT_SUPPORTED,
                 f"{method} is an A2A 0.3/0.1 method but the request says A2A-Version: 1.0; "
                 "use the 1.0 method names or drop the header",
             )
-        if method in V01_METHODS:
-            return V01_METHODS[method], m.V01
-        return V03_METHODS[method], m.V03
+        if method in m.V01_METHODS:
+            return m.V01_METHODS[method], m.V01
+        return m.V03_METHODS[method], m.V03
     raise m.A2AError(m.METHOD_NOT_FOUND, f"Method not found: {method[:100]!r}")
 
 
@@ -326,7 +299,7 @@ def parse_jsonrpc(body: bytes, version_header: str | None, version_query: str | 
     except m.A2AError as exc:
         exc.rpc_id = rpc_id  # type: ignore[attr-defined]
         if not hasattr(exc, "dialect"):
-            exc.dialect = m.V1 if method in V1_METHODS else m.V03  # type: ignore[attr-defined]
+            exc.dialect = m.V1 if method in m.V1_METHODS else m.V03  # type: ignore[attr-defined]
         raise
 
 

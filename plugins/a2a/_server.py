@@ -27,6 +27,7 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ class A2AService:
         self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
-    async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED, push_transport: Any = None) -> None:
+    async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
         home = Path(kernel.config.home)
         synchronous = kernel.config.store.synchronous
@@ -103,7 +104,6 @@ class A2AService:
                     self.push = PushDispatcher(
                         store,
                         PushSettings(allow_private=self.settings.push_allow_private, allow_loopback=self.settings.push_allow_private),
-                        transport=push_transport,
                     )
                     await nursery.start(self.push.run)
                 self.tasks = TaskManager(
@@ -636,18 +636,17 @@ def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResp
     return primary
 
 
-async def _root_card(service: A2AService, req: PlainRequest) -> PlainResponse:
-    primary = _primary_or_error(service, req)
-    if isinstance(primary, PlainResponse):
-        return primary
-    return _card_response(req, build_card(service, primary, req.base_url, root=True))
+def _root_card_route(card: Any) -> Any:
+    """The route of the host's root card built by ``card(service, name, base_url)``: the
+    primary agent's."""
 
+    async def route(service: A2AService, req: PlainRequest) -> PlainResponse:
+        primary = _primary_or_error(service, req)
+        if isinstance(primary, PlainResponse):
+            return primary
+        return _card_response(req, card(service, primary, req.base_url))
 
-async def _root_legacy_card(service: A2AService, req: PlainRequest) -> PlainResponse:
-    primary = _primary_or_error(service, req)
-    if isinstance(primary, PlainResponse):
-        return primary
-    return _card_response(req, legacy_card(service, primary, req.base_url))
+    return route
 
 
 async def _agent_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
@@ -729,15 +728,7 @@ async def _rest(service: A2AService, req: PlainRequest, rest_path: str, name: st
     return _json(result, content_type=content_type)
 
 
-async def _agent_rest(service: A2AService, req: PlainRequest, name: str, rest_path: str) -> PlainResponse:
-    return await _rest(service, req, rest_path, name)
-
-
 async def _rest03(service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None) -> PlainResponse:
-    return await _rest(service, req, "v1/" + rest_path, name)
-
-
-async def _agent_rest03(service: A2AService, req: PlainRequest, name: str, rest_path: str) -> PlainResponse:
     return await _rest(service, req, "v1/" + rest_path, name)
 
 
@@ -817,9 +808,11 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         return RouteDescriptor(path, _handler(kernel, core, binding, auth=not public), methods, public=public, render_error=_renderer(binding))
 
     methods_all = ("GET", "POST", "DELETE")
+    root_card = _root_card_route(partial(build_card, root=True))
+    root_legacy_card = _root_card_route(legacy_card)
     return [
-        route("/.well-known/agent-card.json", _root_card, ("GET",), "card", public=True),
-        route("/.well-known/agent.json", _root_legacy_card, ("GET",), "card", public=True),
+        route("/.well-known/agent-card.json", root_card, ("GET",), "card", public=True),
+        route("/.well-known/agent.json", root_legacy_card, ("GET",), "card", public=True),
         route(f"{lp}/agents", _list_agents, ("GET",), "card", public=True),
         route(f"{lp}/agents/<name>/.well-known/agent-card.json", _agent_card, ("GET",), "card", public=True),
         route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), "card", public=True),
@@ -828,9 +821,9 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         # The 0.3 paths have routes of their own so that the daemon's errors there are in
         # their media type (application/json; 1.0's is application/a2a+json).
         route(f"{lp}/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
-        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", _agent_rest03, methods_all, "rest03"),
+        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
         route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
-        route(f"{lp}/agents/<name>/rest/<path:rest_path>", _agent_rest, methods_all, "rest"),
+        route(f"{lp}/agents/<name>/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),
         route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",), "v01"),
         route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",), "v01"),

@@ -256,7 +256,6 @@ class TaskStore(SqliteDatabase):
         conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
         if evicted:
             self._count = None  # count again (update; an insert sets the count itself)
-        if evicted:
             log.info("A2A task store over %d bytes: evicted %d finished task(s)", self.max_bytes, len(evicted))
         return evicted
 
@@ -300,22 +299,15 @@ class TaskStore(SqliteDatabase):
     ) -> tuple[list[TaskRow], int]:
         """Tasks (of ``owner``, else everyone's) newest first (by last update) and the total
         matching count; their artifacts only ``with_artifacts`` (they may hold files)."""
-        where, args = [], []
-        if owner is not None:
-            where.append("owner = ?")
-            args.append(owner)
-        if context_id is not None:
-            where.append("context_id = ?")
-            args.append(context_id)
-        if state is not None:
-            where.append("state = ?")
-            args.append(state)
-        if agent is not None:
-            where.append("agent = ?")
-            args.append(agent)
-        if updated_after is not None:
-            where.append("updated_at > ?")
-            args.append(updated_after)
+        given = {
+            "owner = ?": owner,
+            "context_id = ?": context_id,
+            "state = ?": state,
+            "agent = ?": agent,
+            "updated_at > ?": updated_after,
+        }
+        where = [column for column, value in given.items() if value is not None]
+        args: list[Any] = [value for value in given.values() if value is not None]
         clause = (" WHERE " + " AND ".join(where)) if where else ""
 
         def work(conn: sqlite3.Connection) -> tuple[list[TaskRow], int]:

@@ -14,11 +14,12 @@ import os
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from typing import Any, TextIO
 
 import trio
 
-from ._commands import CliError, KernelOpener, _daemon, _opener, say, wait_for_mcp_servers
+from ._commands import CliError, KernelOpener, _daemon, _opener, drain, say, wait_for_mcp_servers
 
 LineReader = Callable[[], Awaitable[str | None]]
 PROMPT = "you › "
@@ -66,11 +67,8 @@ async def chat_command(
                     reply = await kernel.send(agent, text, session_id=session, stream=True)
                     nursery.cancel_scope.cancel()
                 # Tokens are published before the reply: the rest are in the buffer now.
-                while True:
-                    try:
-                        _print_token(tokens.receive_nowait(), session, out, printed)
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
+                for event in drain(tokens):
+                    _print_token(event, session, out, printed)
             return reply.text, reply.is_error, str(reply.stop_reason)
 
         return await _converse(agent, session_id, turn, out, err, read_line)
@@ -85,7 +83,7 @@ async def _converse(
     """The prompt loop: read a line, run ``turn`` (which prints tokens as they come)."""
     session = session_id or uuid.uuid4().hex
     say(err, f"chatting with {agent} (session {session}); /new for a new session, /quit to leave")
-    async with _stdin_lines() if read_line is None else _given(read_line) as next_line:
+    async with _stdin_lines() if read_line is None else nullcontext(read_line) as next_line:
         while True:
             out.write(PROMPT)
             out.flush()
@@ -164,19 +162,6 @@ def _print_token(event: Any, session: str, out: TextIO, printed: list[str]) -> N
         printed.append(text)
         out.write(text)
         out.flush()
-
-
-class _given:
-    """Use a test's line reader as the chat's input."""
-
-    def __init__(self, read_line: LineReader) -> None:
-        self._read = read_line
-
-    async def __aenter__(self) -> LineReader:
-        return self._read
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
 
 
 class _stdin_lines:

@@ -36,6 +36,16 @@ def say(stream: TextIO, text: str = "") -> None:
     print(text, file=stream, flush=True)
 
 
+def drain(channel: Any) -> list[Any]:
+    """What ``channel`` holds now, without waiting."""
+    items = []
+    while True:
+        try:
+            items.append(channel.receive_nowait())
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return items
+
+
 def _opener(open_kernel: KernelOpener | None) -> KernelOpener:
     if open_kernel is not None:
         return open_kernel

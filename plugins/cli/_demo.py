@@ -22,6 +22,8 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
     import trio
     from roost.kernel import EventKind, default_config, open_kernel
 
+    from ._commands import drain
+
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="roost-demo-") as tmp:
         if config is None:
@@ -42,7 +44,7 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
                 say()
                 say(f"1. coordinator ← {COLLABORATION_MESSAGE!r}")
                 reply = await kernel.send("coordinator", COLLABORATION_MESSAGE, timeout=60)
-                collected = _drain(events)
+                collected = drain(events)
             say()
             say("trace tree (every hop is an EXEC:TOOL_CALL event routed by the kernel):")
             for line in trace_tree(collected, reply.trace_id):
@@ -61,7 +63,7 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
                 say(f"2. coordinator ← {RUNAWAY_MESSAGE!r}  (coordinator → worker → reviewer → coordinator → …)")
                 with trio.move_on_after(60):
                     runaway = await kernel.send("coordinator", RUNAWAY_MESSAGE, timeout=60)
-                trips = _drain(breaker)
+                trips = drain(breaker)
             if not trips:
                 say("error: the depth breaker did not trip")
                 return 1
@@ -72,17 +74,6 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
         say()
         say("demo finished.")
     return 0
-
-
-def _drain(channel: Any) -> list[Any]:
-    import trio
-
-    items = []
-    while True:
-        try:
-            items.append(channel.receive_nowait())
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return items
 
 
 def trace_tree(events: list[Any], trace_id: str) -> list[str]:

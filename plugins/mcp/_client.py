@@ -26,8 +26,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -54,14 +54,6 @@ LATEST_HANDSHAKE_VERSION = proto.LATEST_HANDSHAKE_VERSION
 LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
 PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
 
-META_PROTOCOL_VERSION = proto.META_PROTOCOL_VERSION
-META_CLIENT_INFO = proto.META_CLIENT_INFO
-META_CLIENT_CAPABILITIES = proto.META_CLIENT_CAPABILITIES
-META_LOG_LEVEL = proto.META_LOG_LEVEL
-META_SERVER_INFO = proto.META_SERVER_INFO
-
-HEADER_MISMATCH = proto.HEADER_MISMATCH
-MISSING_REQUIRED_CLIENT_CAPABILITY = proto.MISSING_REQUIRED_CLIENT_CAPABILITY
 UNSUPPORTED_PROTOCOL_VERSION = proto.UNSUPPORTED_PROTOCOL_VERSION
 MODERN_ERROR_CODES = proto.MODERN_ERROR_CODES
 
@@ -70,7 +62,6 @@ INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get
 REFUSALS = frozenset({0, 401, 403, 407, 429})
 CANCEL_SEND_TIMEOUT_S = 2.0
 HANDLER_TIMEOUT_S = 120.0
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class McpError(RoostError):
@@ -158,28 +149,12 @@ class ClientOptions:
             )
         if not (isinstance(self.timeout_secs, (int, float)) and self.timeout_secs > 0):
             raise ValueError(f"timeout_secs: expected a positive number, got {self.timeout_secs!r}")
-        if self.log_level is not None and self.log_level not in LOG_LEVELS:
-            raise ValueError(f"log_level: expected one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+        if self.log_level is not None and self.log_level not in proto.LOG_LEVELS:
+            levels = ", ".join(proto.LOG_LEVELS)
+            raise ValueError(f"log_level: expected one of {levels}, got {self.log_level!r}")
 
 
 # ---- sans-I/O core -----------------------------------------------------------------------
-
-
-def is_modern_error(message: Mapping[str, Any] | jsonrpc.ErrorResponse) -> bool:
-    """True when an error response is one only a 2026-07-28 server sends."""
-    if isinstance(message, jsonrpc.ErrorResponse):
-        return message.error.code in MODERN_ERROR_CODES
-    error = message.get("error") if isinstance(message, Mapping) else None
-    return isinstance(error, Mapping) and error.get("code") in MODERN_ERROR_CODES
-
-
-def result_type(result: Any) -> str:
-    """``resultType`` of a result; a result without one (older servers) is complete."""
-    if is_mapping(result):
-        value = result.get("resultType")
-        if isinstance(value, str):
-            return value
-    return "complete"
 
 
 def pick_modern_version(supported: Any) -> str | None:
@@ -224,7 +199,7 @@ class ClientProtocol:
     def initialize_params(self) -> dict[str, Any]:
         wanted = self.options.protocol
         version = wanted if wanted in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
-        return {"protocolVersion": version, "capabilities": self.capabilities(), "clientInfo": self.client_info()}
+        return proto.initialize_params(self.client_info(), self.capabilities(), version=version)
 
     def accept_initialize(self, result: Any) -> None:
         if not isinstance(result, Mapping):
@@ -241,25 +216,24 @@ class ClientProtocol:
                 f"initialize: protocol = {pinned!r} is configured but the server speaks {version!r}; "
                 "set protocol = \"auto\" or the server's version"
             )
+        self._adopt("handshake", version, result, result.get("serverInfo"))
+
+    def _adopt(self, era: str, version: str, result: Mapping[str, Any], info: Any) -> None:
+        """Take the era, version, capabilities, ``info`` and instructions a server gave."""
         caps = result.get("capabilities")
-        info = result.get("serverInfo")
-        self.era = "handshake"
+        instructions = result.get("instructions")
+        self.era = era
         self.protocol_version = version
         self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
         self.server_info = dict(info) if isinstance(info, Mapping) else {}
-        instructions = result.get("instructions")
         self.instructions = instructions if isinstance(instructions, str) else None
 
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
-        meta = {
-            META_PROTOCOL_VERSION: version,
-            META_CLIENT_INFO: self.client_info(),
-            META_CLIENT_CAPABILITIES: self.capabilities(),
-        }
-        if self.options.log_level is not None:
-            meta[META_LOG_LEVEL] = self.options.log_level
-        return meta
+        return proto.stateless_meta(
+            self.client_info(), self.capabilities(), version=version,
+            log_level=self.options.log_level,
+        )
 
     def discover_params(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
         return {"_meta": self.modern_meta(version)}
@@ -274,34 +248,26 @@ class ClientProtocol:
                 "server/discover: the server supports none of roost's modern versions "
                 f"(it offers {result.get('supportedVersions')!r}; roost has {', '.join(MODERN_VERSIONS)})"
             )
-        caps = result.get("capabilities")
         info = result.get("serverInfo")
         meta = result.get("_meta")
         if not isinstance(info, Mapping) and isinstance(meta, Mapping):
-            info = meta.get(META_SERVER_INFO)
-        self.era = "modern"
-        self.protocol_version = version
-        self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
-        self.server_info = dict(info) if isinstance(info, Mapping) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+            info = meta.get(proto.META_SERVER_INFO)
+        self._adopt("modern", version, result, info)
         return version
 
     def decorate(self, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """Params ready to send: in the modern era, ``_meta`` gains the per-request fields."""
-        out = dict(params or {})
         if self.era == "modern" and self.protocol_version:
-            meta = dict(out.get("_meta") or {})
-            meta.update(self.modern_meta(self.protocol_version))
-            out["_meta"] = meta
-        return out
+            return proto.with_meta(params, self.modern_meta(self.protocol_version))
+        return dict(params or {})
 
     def note_server_info(self, result: Any) -> None:
         """Modern results may identify the server in ``_meta``; remember it."""
         if is_mapping(result):
             meta = result.get("_meta")
-            if meta is not None and is_mapping(meta) and is_mapping(meta.get(META_SERVER_INFO)):
-                self.server_info = dict(meta[META_SERVER_INFO])
+            info = meta.get(proto.META_SERVER_INFO) if is_mapping(meta) else None
+            if is_mapping(info):
+                self.server_info = dict(info)
 
     @staticmethod
     def retry_params(params: Mapping[str, Any], result: Mapping[str, Any], responses: Mapping[str, Any]) -> dict[str, Any]:
@@ -697,7 +663,7 @@ class McpClient:
                         continue
                 raise
             self.protocol.note_server_info(result)
-            if result_type(result) != "input_required":
+            if proto.result_type(result) != "input_required":
                 return result
             if method not in INPUT_REQUIRED_METHODS:
                 raise McpProtocolError(f"MCP server {self.name!r} answered {method} with input_required, which the protocol does not allow for it")
@@ -885,39 +851,38 @@ class McpClient:
         return dict(result) if isinstance(result, Mapping) else {}
 
 
-@contextmanager
-def _delivering(transport: Any, client: McpClient) -> Iterator[None]:
-    """While the block runs, a transport that can (stdio) hands replies straight to
-    ``client`` from its reader, one task hop less per call than its ``incoming`` channel."""
-    if not hasattr(transport, "deliver"):
-        yield
-        return
-    transport.deliver = client._dispatch
-    try:
-        yield
-    finally:
-        if transport.deliver == client._dispatch:
-            transport.deliver = None  # the transport may outlive this client
+@asynccontextmanager
+async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpClient]:
+    """A client of ``transport`` whose reader runs until the block ends. Meanwhile a
+    transport that can (stdio) hands replies straight to the client from its own reader,
+    one task hop less per call than its ``incoming`` channel."""
+    async with trio.open_nursery() as nursery:
+        client = McpClient(transport, options, nursery)
+        nursery.start_soon(client._read)
+        delivers = hasattr(transport, "deliver")
+        if delivers:
+            transport.deliver = client._dispatch
+        try:
+            yield client
+        finally:
+            if delivers and transport.deliver == client._dispatch:
+                transport.deliver = None  # the transport may outlive this client
+            nursery.cancel_scope.cancel()
 
 
 @asynccontextmanager
-async def open_mcp_client(transport: Any, options: ClientOptions | None = None, *, era: str | None = None) -> AsyncIterator[McpClient]:
+async def open_mcp_client(
+    transport: Any, options: ClientOptions | None = None, *, era: str | None = None
+) -> AsyncIterator[McpClient]:
     """Start a session over ``transport`` (already open) and yield the client.
 
     The handshake or discovery happens before the block runs; leaving the block stops
     the reader. Raises McpError when the session cannot be set up.
     """
-    options = options or ClientOptions()
     with single_errors():
-        async with trio.open_nursery() as nursery:
-            client = McpClient(transport, options, nursery)
-            nursery.start_soon(client._read)
-            try:
-                with _delivering(transport, client):
-                    await client.start(era=era)
-                    yield client
-            finally:
-                nursery.cancel_scope.cancel()
+        async with _running(transport, options or ClientOptions()) as client:
+            await client.start(era=era)
+            yield client
 
 
 async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
@@ -929,43 +894,14 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
     """
     options = ClientOptions(server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout)
     try:
-        async with trio.open_nursery() as nursery:
-            client = McpClient(transport, options, nursery)
-            nursery.start_soon(client._read)
+        async with _running(transport, options) as client:
             try:
-                with _delivering(transport, client):
-                    await client.discover(timeout=timeout)
-                return "modern"
+                await client.discover(timeout=timeout)
             except McpProtocolError as exc:
-                if exc.rpc_code in MODERN_ERROR_CODES:
-                    return "modern"
-                return "legacy"
+                return "modern" if exc.rpc_code in MODERN_ERROR_CODES else "legacy"
             except McpError:
                 return "legacy"
-            finally:
-                nursery.cancel_scope.cancel()
+            return "modern"
     except (TransportClosed, TransportError):
         return "legacy"
 
-
-__all__ = [
-    "HANDSHAKE_VERSIONS",
-    "LATEST_HANDSHAKE_VERSION",
-    "LATEST_MODERN_VERSION",
-    "MODERN_VERSIONS",
-    "PROTOCOL_CHOICES",
-    "SUPPORTED_VERSIONS",
-    "ClientOptions",
-    "ClientProtocol",
-    "McpClient",
-    "McpConnectionClosed",
-    "McpError",
-    "McpProtocolError",
-    "McpTimeout",
-    "ServerRequestContext",
-    "is_modern_error",
-    "open_mcp_client",
-    "pick_modern_version",
-    "probe_era",
-    "result_type",
-]

@@ -50,8 +50,6 @@ SUPPORTED_VERSIONS: tuple[str, ...] = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
 """Every version roost speaks, newest first (the order ``supported`` lists use)."""
 LATEST_HANDSHAKE_VERSION = V2025_11_25
 LATEST_VERSION = V2026_07_28
-DEFAULT_HTTP_VERSION = V2025_03_26
-"""What an HTTP request without ``MCP-Protocol-Version`` is taken to speak (2025-06-18 rule)."""
 
 ERA_HANDSHAKE = "handshake"
 ERA_STATELESS = "stateless"
@@ -62,11 +60,6 @@ _VERSION_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 def is_stateless_version(version: str | None) -> bool:
     """True for 2026-07-28 and later-style versions roost speaks statelessly."""
     return version in STATELESS_VERSIONS
-
-
-def is_handshake_version(version: str | None) -> bool:
-    """True for a version negotiated with ``initialize``."""
-    return version in HANDSHAKE_VERSIONS
 
 
 def negotiate_version(requested: Any) -> str:
@@ -83,11 +76,6 @@ def negotiate_version(requested: Any) -> str:
 def version_at_least(version: str, minimum: str) -> bool:
     """Whether date-shaped ``version`` is ``minimum`` or newer."""
     return bool(_VERSION_SHAPE.match(version)) and version >= minimum
-
-
-def supports_json_batches(version: str) -> bool:
-    """JSON-RPC batches exist in 2025-03-26 only (added there, removed in 2025-06-18)."""
-    return version == V2025_03_26
 
 
 # ---- methods ----------------------------------------------------------------------------
@@ -117,9 +105,7 @@ NOTIFY_PROGRESS = "notifications/progress"
 NOTIFY_MESSAGE = "notifications/message"
 NOTIFY_TOOLS_CHANGED = "notifications/tools/list_changed"
 NOTIFY_RESOURCES_CHANGED = "notifications/resources/list_changed"
-NOTIFY_RESOURCE_UPDATED = "notifications/resources/updated"
 NOTIFY_PROMPTS_CHANGED = "notifications/prompts/list_changed"
-NOTIFY_ROOTS_CHANGED = "notifications/roots/list_changed"
 NOTIFY_SUBSCRIPTIONS_ACK = "notifications/subscriptions/acknowledged"
 
 HANDSHAKE_ONLY_METHODS = frozenset({INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE})
@@ -143,27 +129,14 @@ RESULT_INPUT_REQUIRED = "input_required"
 
 RESOURCE_NOT_FOUND_LEGACY = -32002
 """Resource not found up to 2025-11-25 (2026-07-28 uses -32602)."""
-URL_ELICITATION_REQUIRED = -32042
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 RECURSION_LIMIT = jsonrpc.RECURSION_LIMIT
 """roost: the call chain would pass the depth limit (data names the path)."""
-REQUEST_CANCELLED = -32800
-"""roost: a request was cancelled (never sent to a peer, used for local bookkeeping)."""
 
 MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
 """Errors only a 2026-07-28 server sends: seeing one identifies a modern server."""
-
-
-def is_modern_error(error: Any) -> bool:
-    """Whether a JSON-RPC error object (or response) identifies a 2026-era server."""
-    if isinstance(error, Mapping) and "error" in error:
-        error = error["error"]
-    if not isinstance(error, Mapping):
-        return False
-    code = error.get("code")
-    return isinstance(code, int) and not isinstance(code, bool) and code in MODERN_ERROR_CODES
 
 
 def unsupported_version_error(requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS) -> JsonRpcError:
@@ -186,7 +159,6 @@ def header_mismatch_error(message: str) -> JsonRpcError:
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 """The largest JSON-RPC message roost reads or writes on any MCP transport."""
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
 _NOT_TOOL_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
 
 HEADER_SESSION_ID = "Mcp-Session-Id"
@@ -196,11 +168,6 @@ HEADER_NAME = "Mcp-Name"
 HEADER_LAST_EVENT_ID = "Last-Event-ID"
 _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
-
-
-def is_valid_tool_name(name: Any) -> bool:
-    """MCP 2025-11-25: 1-128 characters of ``A-Z a-z 0-9 _ - .``."""
-    return isinstance(name, str) and bool(TOOL_NAME.match(name))
 
 
 def safe_tool_name(name: str) -> str:
@@ -398,22 +365,22 @@ def initialize_result(
     return out
 
 
+# How long a client may cache what roost answers, and for whom: not at all, only itself.
+CACHE_FIELDS = {"ttlMs": 0, "cacheScope": "private"}
+
+
 def discover_result(
     capabilities: Mapping[str, Any],
     server_info: Mapping[str, Any],
     *,
-    supported: Sequence[str] = SUPPORTED_VERSIONS,
     instructions: str | None = None,
-    ttl_ms: int = 0,
-    cache_scope: str = "private",
 ) -> dict[str, Any]:
     """A 2026-07-28 ``server/discover`` result (cacheable, with ``resultType``)."""
     out: dict[str, Any] = {
         "resultType": RESULT_COMPLETE,
-        "supportedVersions": list(supported),
+        "supportedVersions": list(SUPPORTED_VERSIONS),
         "capabilities": dict(capabilities),
-        "ttlMs": ttl_ms,
-        "cacheScope": cache_scope,
+        **CACHE_FIELDS,
         META: {META_SERVER_INFO: dict(server_info)},
     }
     if instructions:
@@ -425,12 +392,7 @@ CACHEABLE_METHODS = frozenset({TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURC
 
 
 def finish_stateless_result(
-    method: str,
-    result: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    ttl_ms: int = 0,
-    cache_scope: str = "private",
+    method: str, result: Mapping[str, Any], server_info: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Add what 2026-07-28 requires of every result: ``resultType`` (default complete),
     ``serverInfo`` in ``_meta``, and ``ttlMs``/``cacheScope`` on cacheable results."""
@@ -440,8 +402,8 @@ def finish_stateless_result(
     meta.setdefault(META_SERVER_INFO, dict(server_info))
     out[META] = meta
     if method in CACHEABLE_METHODS:
-        out.setdefault("ttlMs", ttl_ms)
-        out.setdefault("cacheScope", cache_scope)
+        for key, value in CACHE_FIELDS.items():
+            out.setdefault(key, value)
     return out
 
 
@@ -547,87 +509,6 @@ def paginate(
     return page, (encode_cursor(str(page[-1].get(key, ""))) if more and page else None)
 
 
-# ---- validators (for the client side) -----------------------------------------------------
-
-
-class ProtocolViolation(JsonRpcError):
-    """A peer's message breaks the MCP schema; the message names the field."""
-
-
-def _need(obj: Any, field: str, types: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(obj, Mapping):
-        raise ProtocolViolation(INVALID_PARAMS, f"{where}: expected an object, got {json_type(obj)}")
-    if field not in obj:
-        raise ProtocolViolation(INVALID_PARAMS, f"{where}.{field}: missing")
-    value = obj[field]
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,))):
-        raise ProtocolViolation(INVALID_PARAMS, f"{where}.{field}: expected {_names(types)}, got {json_type(value)}")
-    return value
-
-
-def _names(types: type | tuple[type, ...]) -> str:
-    names = {str: "a string", dict: "an object", list: "an array", int: "an integer", bool: "a boolean", Mapping: "an object"}
-    seq = types if isinstance(types, tuple) else (types,)
-    return " or ".join(names.get(t, t.__name__) for t in seq)
-
-
-def validate_initialize_result(result: Any) -> dict[str, Any]:
-    """Check a server's ``initialize`` result; returns it as a dict."""
-    version = _need(result, "protocolVersion", str, "result")
-    _need(result, "capabilities", Mapping, "result")
-    info = _need(result, "serverInfo", Mapping, "result")
-    _need(info, "name", str, "result.serverInfo")
-    if version not in HANDSHAKE_VERSIONS:
-        raise ProtocolViolation(
-            INVALID_PARAMS,
-            f"result.protocolVersion: the server chose {version!r}, which roost does not speak "
-            f"(roost speaks {', '.join(HANDSHAKE_VERSIONS)})",
-        )
-    return dict(result)
-
-
-def validate_discover_result(result: Any) -> dict[str, Any]:
-    """Check a ``server/discover`` result; returns it as a dict."""
-    versions = _need(result, "supportedVersions", list, "result")
-    if not all(isinstance(v, str) for v in versions):
-        raise ProtocolViolation(INVALID_PARAMS, "result.supportedVersions: expected an array of strings")
-    _need(result, "capabilities", Mapping, "result")
-    return dict(result)
-
-
-def validate_tool(tool: Any, where: str = "tool") -> dict[str, Any]:
-    """Check one ``Tool`` of a ``tools/list`` result."""
-    _need(tool, "name", str, where)
-    schema = _need(tool, "inputSchema", Mapping, where)
-    if schema.get("type") != "object":
-        raise ProtocolViolation(INVALID_PARAMS, f'{where}.inputSchema.type: expected "object"')
-    return dict(tool)
-
-
-def validate_list_tools_result(result: Any) -> dict[str, Any]:
-    """Check a ``tools/list`` result (each tool, and the optional ``nextCursor``)."""
-    tools = _need(result, "tools", list, "result")
-    for i, tool in enumerate(tools):
-        validate_tool(tool, f"result.tools[{i}]")
-    cursor = result.get("nextCursor")
-    if cursor is not None and not isinstance(cursor, str):
-        raise ProtocolViolation(INVALID_PARAMS, f"result.nextCursor: expected a string, got {json_type(cursor)}")
-    return dict(result)
-
-
-def validate_call_tool_result(result: Any) -> dict[str, Any]:
-    """Check a ``tools/call`` result (content array, optional isError)."""
-    if isinstance(result, Mapping) and result.get("resultType") == RESULT_INPUT_REQUIRED:
-        return dict(result)
-    content = _need(result, "content", list, "result")
-    for i, block in enumerate(content):
-        _need(block, "type", str, f"result.content[{i}]")
-    is_error = result.get("isError", False)
-    if not isinstance(is_error, bool):
-        raise ProtocolViolation(INVALID_PARAMS, f"result.isError: expected a boolean, got {json_type(is_error)}")
-    return dict(result)
-
-
 def result_type(result: Any) -> str:
     """A result's ``resultType``; absent (pre-2026 servers) means complete."""
     if isinstance(result, Mapping):
@@ -636,16 +517,3 @@ def result_type(result: Any) -> str:
             return value
     return RESULT_COMPLETE
 
-
-__all__ = [name for name in dir() if name.isupper() or name in {
-    "RequestMeta", "ProtocolViolation", "check_stateless_meta", "cancelled_params", "decode_cursor",
-    "decode_header_value", "discover_result", "encode_cursor", "encode_header_value",
-    "finish_stateless_result", "header_mismatch_error", "implementation", "initialize_params",
-    "initialize_result", "input_required_result", "is_handshake_version", "is_modern_error",
-    "is_stateless_version", "is_valid_tool_name", "log_level_allows", "log_params",
-    "negotiate_version", "paginate", "progress_params", "read_request_meta", "request_era",
-    "result_type", "safe_tool_name", "stateless_meta", "supports_json_batches", "text_content",
-    "tool_error_result", "unsupported_version_error", "validate_call_tool_result",
-    "validate_discover_result", "validate_initialize_result", "validate_list_tools_result",
-    "validate_tool", "version_at_least", "with_meta",
-}]

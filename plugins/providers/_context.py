@@ -8,11 +8,10 @@ assistant message are kept whole as long as possible. Pure functions, no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import CompletionRequest, Message
+from roost.kernel import CompletionRequest
 
 # Per-vendor defaults (tokens) when neither the agent nor roost.toml says otherwise.
 DEFAULT_CONTEXT_WINDOWS = {
@@ -93,8 +92,3 @@ def shorten(text: str, remove_at_least: int) -> str:
 def _cut(text: str, keep: int) -> str:
     removed = len(text) - keep
     return text[:keep] + ("\n" if keep else "") + MARKER.format(removed=removed)
-
-
-def shortened_count(messages: Sequence[Message]) -> int:
-    """How many messages carry the shortening marker (for tests and diagnostics)."""
-    return sum(1 for m in messages if MARKER_PREFIX in m.content)

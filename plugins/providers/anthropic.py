@@ -177,19 +177,15 @@ class MessagesStreamAssembler:
 
 
 class MessagesWire:
+    """The Messages API wire format (a ``Wire``)."""
+
     stream_format = "sse"
+    body = staticmethod(build_body)
+    parse = staticmethod(parse_message)
+    assembler = MessagesStreamAssembler
 
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return f"{base_url}/v1/messages"
-
-    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        return build_body(request, model, stream=stream)
-
-    def parse(self, data: Any) -> Completion:
-        return parse_message(data)
-
-    def assembler(self) -> MessagesStreamAssembler:
-        return MessagesStreamAssembler()
 
 
 def create_anthropic(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:

@@ -141,19 +141,15 @@ class ChatStreamAssembler:
 
 
 class OllamaWire:
+    """The ``/api/chat`` wire format (a ``Wire``)."""
+
     stream_format = "ndjson"
+    body = staticmethod(build_body)
+    parse = staticmethod(parse_response)
+    assembler = ChatStreamAssembler
 
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return f"{base_url}/api/chat"
-
-    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        return build_body(request, model, stream=stream)
-
-    def parse(self, data: Any) -> Completion:
-        return parse_response(data)
-
-    def assembler(self) -> ChatStreamAssembler:
-        return ChatStreamAssembler()
 
 
 def create_ollama(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:

@@ -28,14 +28,14 @@ def _type_checking_imports() -> dict[str, tuple[str, str]]:
 
 def test_the_static_imports_the_lazy_table_and_all_name_the_same_things():
     static = _type_checking_imports()
-    assert static == kernel._PUBLIC
+    assert static == kernel._public()
     assert sorted(kernel.__all__) == sorted(static)
     assert len(set(kernel.__all__)) == len(kernel.__all__)
 
 
 @pytest.mark.parametrize("name", kernel.__all__)
 def test_each_public_name_is_the_object_of_its_module(name):
-    module_name, attribute = kernel._PUBLIC[name]
+    module_name, attribute = kernel._public()[name]
     module = sys.modules.get(f"roost.kernel.{module_name}") or __import__(f"roost.kernel.{module_name}", fromlist=["_"])
     expected = getattr(module, attribute) if attribute else module
     assert getattr(kernel, name) is expected
@@ -51,7 +51,7 @@ def test_an_unknown_name_is_an_attribute_error_naming_it():
 def test_dir_lists_the_public_names_and_no_stray_helpers():
     listed = set(dir(kernel))
     assert set(kernel.__all__) <= listed
-    assert not {"importlib", "typing", "annotations", "TYPE_CHECKING", "Any"} & listed
+    assert not {"importlib", "functools", "typing", "annotations", "TYPE_CHECKING", "Any"} & listed
 
 
 def test_a_module_failing_with_attribute_error_is_an_import_error_with_its_cause(monkeypatch):
@@ -114,4 +114,4 @@ def test_ruff_refuses_every_private_kernel_module_outside_the_kernel():
     for module, entry in banned.items():  # the public names it offers are that module's
         offered = entry["msg"].partition("import ")[2].rstrip("`")
         for name in filter(None, offered.split(", ")):
-            assert name == "..." or kernel._PUBLIC[name][0] == module.rpartition(".")[2], module
+            assert name == "..." or kernel._public()[name][0] == module.rpartition(".")[2], module

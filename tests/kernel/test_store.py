@@ -97,14 +97,14 @@ async def test_file_uses_wal_and_normal_sync_with_automatic_checkpoints(tmp_path
     async with open_store(tmp_path / "roost.db") as store:
         pragmas = await store.read("read pragmas", _pragmas)
     # NORMAL is 1; SQLite's own checkpoints, on the database's thread.
-    assert pragmas == ("wal", 1, 1000, store_module.schema_version())
+    assert pragmas == ("wal", 1, 1000, len(store_module.SqliteStore.migrations))
 
 
 async def test_full_sync_is_kept_for_those_who_ask(tmp_path):
     async with open_store(tmp_path / "roost.db", synchronous="full") as store:
         await store.append_messages("s", "a", [msg("user", "x")])
         pragmas = await store.read("read pragmas", _pragmas)
-    assert pragmas == ("wal", 2, 1000, store_module.schema_version())
+    assert pragmas == ("wal", 2, 1000, len(store_module.SqliteStore.migrations))
 
 
 async def test_the_event_loop_never_waits_for_a_commit(tmp_path):
@@ -523,7 +523,7 @@ async def test_failed_migration_rolls_back_and_keeps_data(tmp_path, monkeypatch)
     async with open_store(db) as store:
         await store.append_messages("s", "a", [msg("user", "precious")])
     broken = ("CREATE TABLE half (id INTEGER)", "THIS IS NOT SQL")
-    current = store_module.schema_version()
+    current = len(store_module.SqliteStore.migrations)
     monkeypatch.setattr(SqliteStore, "migrations", (*SqliteStore.migrations, broken))
     with pytest.raises(StoreError, match=f"upgrading the schema from version {current} failed"):
         async with open_store(db):

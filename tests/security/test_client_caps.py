@@ -26,7 +26,8 @@ import pytest
 import trio
 from roost.plugins.a2a._client import MAX_ANSWER_BYTES, MAX_CARD_BYTES, A2AClient, A2AClientError
 from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
-from roost.plugins.mcp.transports._base import MAX_MESSAGE_BYTES, TransportError
+from roost.plugins.mcp._protocol import MAX_MESSAGE_BYTES
+from roost.plugins.mcp.transports._base import TransportError
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.providers._http import MAX_ANSWER_BYTES as MAX_MODEL_ANSWER_BYTES
 from roost.plugins.providers._http import HttpClient, ProviderResponseError, ProviderSettings

@@ -14,7 +14,6 @@ from typing import Any, Protocol
 import trio
 from roost.kernel import RoostError
 
-MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 INCOMING_BUFFER = 256
 
 WRITE_BATCH_BYTES = 1 << 20  # messages queued behind a busy pipe go out together, up to this
@@ -163,13 +162,3 @@ class ClientTransport(Protocol):
         """Abort the transport-level exchange of a request (HTTP: close its stream).
 
         Returns True when closing the stream is itself the cancellation signal."""
-
-
-__all__ = [
-    "INCOMING_BUFFER",
-    "MAX_MESSAGE_BYTES",
-    "ClientTransport",
-    "TransportClosed",
-    "TransportError",
-    "single_errors",
-]

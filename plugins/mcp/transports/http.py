@@ -41,8 +41,6 @@ import trio
 from roost.kernel import Resolver
 from roost.plugins.http.client import (
     ResponseTooLarge,
-    http_error_text,
-    http_status_line,
     read_body,
     read_error_body,
     retry_after_s,
@@ -55,16 +53,22 @@ from .._protocol import (
     HEADER_NAME,
     HEADER_PROTOCOL_VERSION,
     HEADER_SESSION_ID,
+    MAX_MESSAGE_BYTES,
     encode_header_value,
 )
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     TransportClosed,
-    TransportError,
     single_errors,
 )
-from .sse import http_error_message, json_messages, open_guarded_client, refusal_hint
+from .sse import (
+    encode_body,
+    http_error_message,
+    json_messages,
+    open_guarded_client,
+    refusal_hint,
+    refused,
+)
 
 log = logging.getLogger("roost.mcp.http")
 
@@ -248,9 +252,7 @@ class HttpTransport:
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason}")
-        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        if len(body) > MAX_MESSAGE_BYTES:
-            raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
+        body = encode_body(message)
         if "method" in message and "id" in message:
             scope = trio.CancelScope()
             self._streams[message["id"]] = scope
@@ -267,12 +269,7 @@ class HttpTransport:
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
-            text = http_error_text(error_body)
-            hint = refusal_hint(self.name, self.headers, status)
-            raise TransportError(
-                f"MCP server {self.name!r} refused {message.get('method', 'a message')} with "
-                f"{http_status_line(status)}" + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
-            )
+            raise refused(self.name, self.headers, message, status, error_body)
 
     async def _push(self, message: dict[str, Any]) -> None:
         try:
@@ -507,6 +504,3 @@ async def open_http_transport(
                     # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
                     # would raise Cancelled over whatever the block raised, and lose it.
                     send_channel.close()
-
-
-__all__ = ["HttpTransport", "http_error_message", "mcp_param_headers", "open_http_transport", "x_mcp_header_problem"]

@@ -58,6 +58,3 @@ async def serve_memory(server: Any, end: MemoryTransport, **kwargs: Any) -> None
     from .._connection import serve_connection
 
     await serve_connection(server, end.receive, end.send, **kwargs)
-
-
-__all__ = ["MemoryTransport", "memory_pair", "serve_memory"]

@@ -33,9 +33,9 @@ from roost.plugins.http.client import (
     sse_events,
 )
 
+from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     TransportClosed,
     TransportError,
     single_errors,
@@ -104,6 +104,28 @@ def http_error_message(
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
 
 
+def encode_body(message: Mapping[str, Any]) -> bytes:
+    """``message`` as compact UTF-8 JSON; over ``MAX_MESSAGE_BYTES`` it is refused."""
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    if len(body) > MAX_MESSAGE_BYTES:
+        raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
+    return body
+
+
+def refused(
+    name: str, headers: Mapping[str, str], message: Mapping[str, Any], status: int, body: bytes
+) -> TransportError:
+    """The error for a POST of ``message`` that the server refused with HTTP ``status``."""
+    text = http_error_text(body)
+    hint = refusal_hint(name, headers, status)
+    what = message.get("method", "a message")
+    return TransportError(
+        f"MCP server {name!r} refused {what} with {http_status_line(status)}"
+        + (f": {text}" if text else "")
+        + (f" ({hint})" if hint else "")
+    )
+
+
 def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | None:
     """What to configure when the server refuses our credentials (HTTP 401/403)."""
     if status not in (401, 403):
@@ -159,9 +181,7 @@ class SseTransport:
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None or self.endpoint is None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'not connected'}")
-        body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        if len(body) > MAX_MESSAGE_BYTES:
-            raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
+        body = encode_body(message)
         try:
             async with self.http.stream(
                 "POST", self.endpoint, content=body, headers={**self.headers, "Content-Type": "application/json"}
@@ -172,19 +192,15 @@ class SseTransport:
             raise TransportClosed(f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})") from None
         if status < 400:
             return
-        hint = refusal_hint(self.name, self.headers, status)
         if "method" in message and "id" in message and self._send_channel is not None:
+            hint = refusal_hint(self.name, self.headers, status)
             answer = http_error_message(message["id"], status, error_body, retry_after=retry_after_s(response.headers), hint=hint)
             try:
                 await self._send_channel.send(answer)
                 return
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 pass  # the stream has ended: say so below
-        text = http_error_text(error_body)
-        raise TransportError(
-            f"MCP server {self.name!r} refused {message.get('method', 'a message')} with {http_status_line(status)}"
-            + (f": {text}" if text else "") + (f" ({hint})" if hint else "")
-        )
+        raise refused(self.name, self.headers, message, status, error_body)
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass
@@ -261,16 +277,3 @@ async def open_sse_transport(
                     if transport.closed_reason is None:
                         transport.closed_reason = "the connection was closed"
                     nursery.cancel_scope.cancel()
-
-
-__all__ = [
-    "HTTP_ERROR",
-    "SseTransport",
-    "check_server_url",
-    "http_error_message",
-    "json_messages",
-    "open_guarded_client",
-    "open_sse_transport",
-    "refusal_hint",
-    "same_origin",
-]

@@ -26,9 +26,9 @@ import trio
 from roost.kernel import child_open_file_limit, jsonrpc
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
+from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
-    MAX_MESSAGE_BYTES,
     BatchedWriter,
     TransportClosed,
     TransportError,
@@ -81,7 +81,6 @@ class StdioTransport:
         # ``incoming`` still ends when the server goes away.
         self.deliver: Any = None
         self._writer = BatchedWriter(process.stdin)
-        self._write_error: str | None = None
         self.skipped_lines = 0
         self.oversized_lines = 0
 
@@ -100,8 +99,8 @@ class StdioTransport:
         try:
             await self._writer.send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._write_error = f"MCP server {self.name!r} stopped reading its input ({exc})"
-            raise TransportClosed(self._write_error) from None
+            reason = f"MCP server {self.name!r} stopped reading its input ({exc})"
+            raise TransportClosed(reason) from None
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
         pass
@@ -192,17 +191,10 @@ async def _shutdown(transport: StdioTransport) -> None:
                 await process.wait()
         else:
             # The leader is gone; make sure nothing it started lingers in its group.
-            _signal_group_quietly(process.pid, signal.SIGKILL)
+            _signal_group(process, signal.SIGKILL)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
-
-
-def _signal_group_quietly(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 _SUPERVISOR = str(Path(__file__).with_name("_pdeathsig.py"))
@@ -281,12 +273,3 @@ async def open_stdio_transport(
                 _signal_group(process, signal.SIGKILL)
                 with trio.move_on_after(KILL_GRACE_S):
                     await process.wait()
-
-
-__all__ = [
-    "StdioTransport",
-    "check_command",
-    "child_environment",
-    "open_stdio_transport",
-    "wrapped_command",
-]
