@@ -13,21 +13,21 @@ from __future__ import annotations
 import html
 import html.parser
 import re
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import httpx
 import trio
 from roost.kernel import (
     TAINT_UNTRUSTED,
+    AddressPins,
     Tool,
     ToolCall,
     ToolContext,
     ToolResult,
     ToolSpec,
     UrlRefused,
-    check_url,
-    pin_url,
 )
+from roost.plugins.http.client import PinnedTransport
 
 from ._sandbox import ToolsSettings
 
@@ -144,38 +144,20 @@ def _is_text(content_type: str) -> bool:
 async def fetch(
     url: str,
     *,
-    settings: ToolsSettings,
+    pins: AddressPins,
     client: httpx.AsyncClient,
     max_bytes: int,
 ) -> tuple[str, httpx.Response, bytes, bool]:
-    """GET ``url`` following up to ``MAX_REDIRECTS`` checked redirects.
+    """GET ``url`` following up to ``MAX_REDIRECTS`` checked redirects, with ``client``
+    connecting only to the addresses ``pins`` approved (its ``PinnedTransport``).
 
     Returns the final URL, the response, up to ``max_bytes`` of body and whether the body
     was cut. Raises ``UrlRefused`` when a hop is refused.
     """
-    allow = settings.allow_private_network
     current = url
     for _hop in range(MAX_REDIRECTS + 1):
-        addresses = await check_url(current, allow_private=allow, allow_loopback=allow)
-        parts = urlsplit(current)
-        last_error: Exception | None = None
-        for address in addresses:
-            target = pin_url(current, address)
-            request = client.build_request(
-                "GET",
-                target.url,
-                headers={"Host": target.host_header},
-                extensions={"sni_hostname": target.sni_hostname} if target.sni_hostname else {},
-            )
-            try:
-                response = await client.send(request, stream=True)
-            except httpx.ConnectError as exc:
-                last_error = exc
-                continue
-            break
-        else:
-            raise httpx.ConnectError(f"could not connect to {parts.hostname}: {last_error}")
-        try:
+        await pins.addresses(current)  # refused here, naming why, before any request
+        async with client.stream("GET", current) as response:
             location = response.headers.get("location")
             if response.status_code in _REDIRECT_CODES and location:
                 current = urljoin(current, location)
@@ -189,8 +171,6 @@ async def fetch(
                     cut = True
                     break
             return current, response, bytes(body), cut
-        finally:
-            await response.aclose()
     raise UrlRefused(url, f"more than {MAX_REDIRECTS} redirects; fetch the final URL directly")
 
 
@@ -247,17 +227,17 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         timeout = httpx.Timeout(settings.web_timeout_s, connect=min(10.0, settings.web_timeout_s))
         try:
             with trio.fail_after(settings.web_timeout_s + 2):
+                allow = settings.allow_private_network
+                pins = AddressPins(allow_private=allow, allow_loopback=allow)
                 async with httpx.AsyncClient(
+                    transport=PinnedTransport(pins),
                     follow_redirects=False,
                     trust_env=False,
                     timeout=timeout,
                     headers={"User-Agent": USER_AGENT, "Accept": "text/html, text/*, */*;q=0.5"},
                 ) as client:
                     final, response, body, cut = await fetch(
-                        url.strip(),
-                        settings=settings,
-                        client=client,
-                        max_bytes=settings.web_max_bytes,
+                        url.strip(), pins=pins, client=client, max_bytes=settings.web_max_bytes
                     )
         except trio.TooSlowError:
             return ToolResult.error(

@@ -11,10 +11,10 @@ import pytest
 import trio
 from roost.kernel import (
     TAINT_UNTRUSTED,
+    AddressPins,
     ToolCall,
     ToolContext,
     UrlRefused,
-    check_url,
     validate_arguments,
 )
 from roost.plugins.tools import ToolsSettings, _web, build_tools, html_to_text
@@ -134,7 +134,7 @@ async def test_connection_goes_to_the_checked_address_not_a_second_lookup(server
         assert host == "pinned.roost.invalid"
         return ["127.0.0.1"]
 
-    monkeypatch.setattr(_web, "check_url", functools.partial(check_url, resolver=resolver))
+    monkeypatch.setattr(_web, "AddressPins", functools.partial(AddressPins, resolver=resolver))
     server.routes["/"] = lambda p, h: (200, {"Content-Type": "text/plain"}, h["host"].encode())
     result = await fetch(f"http://pinned.roost.invalid:{server.port}/")
     assert not result.is_error, result.as_text()
