@@ -169,6 +169,7 @@ if _typing.TYPE_CHECKING:
     from ._tools import normalise_name as normalise_name
     from ._trace import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
     from ._trace import TraceContext as TraceContext
+    from ._version import roost_version as roost_version
 
 
 @_functools.cache

@@ -17,14 +17,13 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from importlib import metadata as _metadata
 from typing import Any
 from urllib.parse import urljoin
 
 import attrs
 import httpx
 import trio
-from roost.kernel import TraceContext, UrlRefused, check_url
+from roost.kernel import TraceContext, UrlRefused, check_url, roost_version
 from roost.plugins.http.client import (
     ERROR_BODY_BYTES,
     ResponseTooLarge,
@@ -50,14 +49,7 @@ MAX_CARD_BYTES = 1_048_576
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
 
-def _version() -> str:
-    try:
-        return _metadata.version("roost")
-    except _metadata.PackageNotFoundError:  # pragma: no cover
-        return "0"
-
-
-USER_AGENT = f"roost/{_version()} A2A"
+USER_AGENT = f"roost/{roost_version()} A2A"
 # Operation → JSON-RPC method, per protocol (the server's tables, turned around).
 _METHODS = {
     m.V1: {op: method for method, op in m.V1_METHODS.items()},

@@ -456,7 +456,7 @@ async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
 
 def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str) -> None:
     """What ``roost run`` prints once listening."""
-    from ._main import roost_version
+    from roost.kernel import roost_version
 
     names = list(kernel.agents)
     say(out, f"roost {roost_version()} · listening on {url}")

@@ -26,16 +26,6 @@ configuration: --config FILE, else $ROOST_CONFIG, else ./roost.toml, else defaul
 """
 
 
-def roost_version() -> str:
-    """The installed roost version."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("roost")
-    except metadata.PackageNotFoundError:  # pragma: no cover - bare checkout
-        return "0+unknown"
-
-
 def _port(text: str) -> int:
     try:
         value = int(text)
@@ -209,6 +199,8 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     command = args.command
     if command == "version":
         import platform
+
+        from roost.kernel import roost_version
 
         print(f"roost {roost_version()} (Python {platform.python_version()})", file=out)
         return 0

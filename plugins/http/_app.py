@@ -14,7 +14,6 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping
-from importlib import metadata
 from typing import Any
 
 import attrs
@@ -34,6 +33,7 @@ from roost.kernel import (
     TraceContext,
     check_json_input,
     outputs_to_json,
+    roost_version,
 )
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
@@ -101,14 +101,6 @@ class DaemonState:
                 self.unlimited_endpoints,
                 self.body_limits,
             )
-
-
-def roost_version() -> str:
-    """The installed roost version."""
-    try:
-        return metadata.version("roost")
-    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        return "0+unknown"
 
 
 def create_app(

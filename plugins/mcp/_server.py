@@ -51,6 +51,7 @@ from roost.kernel import (
     check_json_input,
     is_mapping,
     jsonrpc_error,
+    roost_version,
     unknown_tool_error,
 )
 from roost.kernel import jsonrpc as rpc
@@ -349,15 +350,6 @@ def artifact_shelf(kernel: KernelAPI) -> ArtifactShelf:
     return shelf
 
 
-def server_version() -> str:
-    try:
-        from importlib import metadata
-
-        return metadata.version("roost")
-    except Exception:  # pragma: no cover - bare checkout
-        return "0+unknown"
-
-
 def _artifact_scope(call: _Call) -> str:
     if not call.stateless:
         return call.session.id
@@ -384,7 +376,7 @@ class McpServer:
         self.agent = agent
         self.page_size = page_size
         self.call_timeout_s = call_timeout_s
-        self.server_info = p.implementation(SERVER_NAME if agent is None else f"roost-{agent}", server_version())
+        self.server_info = p.implementation(SERVER_NAME if agent is None else f"roost-{agent}", roost_version())
         self._state_key = secrets.token_bytes(32)
         self._index: dict[str, ToolEntry] = {}
         self._index_key: tuple[Any, ...] | None = None

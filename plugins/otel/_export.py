@@ -17,7 +17,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from importlib import metadata
 from typing import Any
 
 import attrs
@@ -28,7 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from roost.kernel import EventKind, KernelAPI
+from roost.kernel import EventKind, KernelAPI, roost_version
 from roost.kernel import SpanKind as RoostKind
 
 from ._settings import TelemetrySettings
@@ -193,10 +192,7 @@ class Translator:
     """A span record of the kernel (``TRACE:SPAN_END``'s payload) → a ``ReadableSpan``."""
 
     def __init__(self, service_name: str) -> None:
-        try:
-            version = metadata.version("roost")
-        except metadata.PackageNotFoundError:  # pragma: no cover - a bare checkout
-            version = "0+unknown"
+        version = roost_version()
         self.resource = Resource.create({"service.name": service_name, "service.version": version})
         self.scope = InstrumentationScope("roost", version)
 
