@@ -98,3 +98,21 @@ def test_a_span_event_is_one_short_line_naming_what_it_met():
     opened = {**record, "status": "running", "duration_ms": None, "error": None, "marks": []}
     start = event_line({"kind": "TRACE:SPAN_START", "source": "worker", "payload": opened})
     assert start.endswith("worker  tool agent_reviewer running")
+
+
+def test_a_span_line_shows_control_characters_escaped_never_raw():
+    # A span's name and error are an agent's or a peer's text (a tool name a model made up,
+    # a failed tool's output): raw, an escape sequence in them would clear, retitle or
+    # rewrite the operator's terminal (or set its clipboard, OSC 52).
+    from roost.plugins.cli._client import event_line
+
+    record = {
+        "kind": "tool", "name": "bash\x1b[2J", "duration_ms": 1.0, "status": "error",
+        "error": "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07done\r\x9b1A\u202etxt.exe",
+        "marks": [], "attributes": {},
+    }
+    event = {"kind": "TRACE:SPAN_END", "source": "worker\x1b[8m", "payload": record, "ts": 1.0}
+    line = event_line(event, width=500)
+    assert line.isprintable(), repr(line)
+    assert "bash\\x1b[2J" in line and "\\x1b]52;c;" in line and "\\x07done\\r\\x9b1A" in line
+    assert "\\u202etxt.exe" in line and "worker\\x1b[8m" in line
