@@ -65,7 +65,16 @@ def peer_of(response: httpx.Response) -> str:
         url = response.request.url
     except RuntimeError:
         return "the peer"
-    return str(url.copy_with(userinfo=b"", query=None, fragment=None))
+    return public_url(url)
+
+
+def public_url(url: str | httpx.URL) -> str:
+    """``url`` without user info, query or fragment (they may hold secrets): what may be
+    shown, logged or exported; "" for text that is no URL."""
+    try:
+        return str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return ""
 
 
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
@@ -244,6 +253,7 @@ __all__ = [
     "http_retry_wait",
     "http_status_line",
     "peer_of",
+    "public_url",
     "read_body",
     "read_error_body",
     "remaining_s",
