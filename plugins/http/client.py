@@ -82,7 +82,7 @@ async def read_body(response: httpx.Response, limit: int, *, what: str = "the an
     compressed body counts at its real size). Raises ``ResponseTooLarge`` at once when the
     ``Content-Length`` says more, or as soon as more arrives; the rest is never read."""
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ResponseTooLarge(what, peer_of(response), limit)
     body = bytearray()
     async for chunk in response.aiter_bytes():
