@@ -261,19 +261,23 @@ _VALID_REFS_MAX = 4096
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    """Draft 2020-12 validation of ``agent.json.schema``, whose ``$ref`` keyword remembers
-    the values it found valid: agents made from one template share their ``model``,
-    ``limits`` or ``mcp_servers`` entries, and each is checked once per boot, not once per
-    agent. The schema has one ``$id`` and no dynamic references, so a reference at one
-    place in it always means the same subschema; what is remembered is keyed by that
-    place and the value's canonical JSON, and only a value without errors is remembered
-    (errors are always found afresh)."""
+def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
+    """Draft 2020-12 validation of ``agent.json.schema``; with ``remember``, its ``$ref``
+    keyword remembers the values it found valid: agents made from one template share their
+    ``model``, ``limits`` or ``mcp_servers`` entries, and each is checked once per boot,
+    not once per agent. The schema has one ``$id`` and no dynamic references, so a
+    reference at one place in it always means the same subschema; what is remembered is
+    keyed by that place and the value's canonical JSON, and only a value without errors
+    is remembered (errors are always found afresh). Only for values decoded from JSON
+    text, which their JSON names exactly: an in-memory tuple has a list's JSON but is no
+    array."""
     import jsonschema  # here, not at the top: it costs ~40 ms of every process start
     from jsonschema import validators
 
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
+    if not remember:
+        return jsonschema.Draft202012Validator(loaded)
     check_ref = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
     valid: set[tuple[int, str]] = set()
     canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
@@ -281,7 +285,7 @@ def _validator() -> jsonschema.Draft202012Validator:
     def ref(validator: Any, ref: str, instance: Any, schema: Any) -> Iterator[Any]:
         try:
             key = (id(schema), canonical(instance))
-        except (TypeError, ValueError):  # not JSON (an in-memory manifest): check it each time
+        except ValueError:  # NaN or an infinity (no JSON text holds one): checked each time
             key = None
         if key is not None and key in valid:
             return
@@ -599,7 +603,7 @@ def _check(
     from jsonschema.exceptions import best_match
 
     errors: list[ManifestError] = []
-    raw = list(_validator().iter_errors(data))
+    raw = list(_validator(remember=path is not None).iter_errors(data))  # path: JSON text
     best = best_match(raw)
     if best is not None:
         raw.remove(best)

@@ -38,6 +38,33 @@ class SpanKind:
 # A refusal's error code → the mark it leaves on the span where it happened.
 _MARKS = {"recursion_limit": "breaker", "taint_violation": "taint", "loop_detected": "loop_guard"}
 
+# What a record names comes from outside: a tool name a model made up, the path a caller
+# claims, a peer's error. Recent records are kept (the dashboard's history) and exported,
+# so each text is cut to MAX_TEXT characters and a breaker's path to its first and last
+# hops: a record stays small however large what it names.
+MAX_TEXT = 500
+_MAX_MARK_HOPS = 16
+_MAX_HOP = 128
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def _clipped(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every text cut to ``MAX_TEXT`` characters (in place)."""
+    for key, value in values.items():
+        if value.__class__ is str and len(value) > MAX_TEXT:
+            values[key] = _clip(value)
+    return values
+
+
+def _short_path(path: tuple[str, ...]) -> list[str]:
+    half = _MAX_MARK_HOPS // 2
+    if len(path) > _MAX_MARK_HOPS:
+        path = path[:half] + ("…",) + path[-half:]
+    return [hop[:_MAX_HOP] for hop in path]
+
 
 class Span:
     """One unit of work while it runs; ``end()`` publishes its record (once)."""
@@ -68,10 +95,10 @@ class Span:
     ) -> None:
         self._tap = tap
         self.kind = kind
-        self.name = name
+        self.name = _clip(name)
         self.trace = trace
         self.source = source
-        self.attributes = attributes
+        self.attributes = _clipped(attributes)
         self.marks: list[dict[str, Any]] = []
         self.ended = False
         self.start = time.time()
@@ -97,19 +124,21 @@ class Span:
             self.attributes.update(attributes)
         if more:
             self.attributes.update(more)
+        _clipped(self.attributes)
 
     def mark(self, kind: str, message: str, **fields: Any) -> None:
         """Note something that happened in the span: ``breaker`` (the depth breaker refused
         a hop: ``depth``, ``max_depth``, ``path``), ``taint`` (untrusted data kept from a
         tool) or ``loop_guard`` (a repeated call or a ping-pong stopped)."""
-        self.marks.append({"kind": kind, "ts": time.time(), "message": message, **fields})
+        self.marks.append({"kind": kind, "ts": time.time(), "message": _clip(message), **fields})
 
     def mark_refusal(self, exc: BaseException) -> None:
         """``mark`` for the refusal ``exc`` (by its error code), if it is one."""
         kind = _MARKS.get(getattr(exc, "code", ""))
         if kind == "breaker":
             hop: Any = exc  # a RecursionLimitExceeded
-            self.mark(kind, str(exc), depth=hop.depth, max_depth=hop.max_depth, path=list(hop.path))
+            path = _short_path(hop.path)
+            self.mark(kind, str(exc), depth=hop.depth, max_depth=hop.max_depth, path=path)
         elif kind is not None:
             self.mark(kind, str(exc))
 
@@ -118,6 +147,8 @@ class Span:
         if self.ended:
             return
         self.ended = True
+        if error is not None:
+            error = _clip(error)
         duration = time.perf_counter() - self._t0
         end = self.start + duration
         status = "ok" if error is None else "error"

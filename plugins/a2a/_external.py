@@ -29,6 +29,7 @@ from roost.kernel import (
     ToolResult,
     ToolSpec,
 )
+from roost.plugins.http.client import public_url
 
 from . import _models as m
 from ._client import A2AClient, AgentInfo, task_text
@@ -136,13 +137,13 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
     """What a tool call's span says of the A2A agent it reaches: ``peer`` ("a2a"),
     ``peer_name``, ``peer_url`` and, for a roost daemon (its card's provider is roost),
     ``peer_dashboard``: the daemon's base URL."""
-    url = info.jsonrpc_url or info.rest_url or agent.url
+    url = public_url(info.jsonrpc_url or info.rest_url or agent.url)  # no key in a span
     out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": url}
     provider = info.card.get("provider")
     if isinstance(provider, dict) and provider.get("organization") == "roost":
         base = provider.get("url")
-        if isinstance(base, str):
-            out["peer_dashboard"] = base.rstrip("/")
+        if isinstance(base, str) and public_url(base):
+            out["peer_dashboard"] = public_url(base).rstrip("/")
     return out
 
 

@@ -36,7 +36,7 @@ def negotiate_version(header: str | None, query: str | None = None) -> str:
         return m.V03
     text = str(raw).strip()
     pieces = text.split(".")
-    if len(pieces) >= 2 and all(p.isdigit() for p in pieces[:2]):
+    if len(pieces) >= 2 and all(p.isascii() and p.isdigit() for p in pieces[:2]):
         major_minor = f"{int(pieces[0])}.{int(pieces[1])}"
         if major_minor in SUPPORTED_VERSIONS:
             return major_minor
@@ -195,7 +195,7 @@ def _int(params: Mapping[str, Any], key: str, lo: int, hi: int, field: str | Non
     value = params.get(key)
     if value is None:
         return None
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise m.invalid(field or key, f"must be an integer from {lo} to {hi}, got {value!r}")

@@ -162,7 +162,17 @@ def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
         detail = "" if empty else json.dumps(payload, ensure_ascii=False, default=str)
     if len(detail) > width:
         detail = detail[: width - 1] + "…"
-    return f"{_clock(event.get('ts'))}  {event.get('kind', '?'):<18} {route}  {detail}".rstrip()
+    line = f"{_clock(event.get('ts'))}  {event.get('kind', '?'):<18} {route}  {detail}"
+    return _printable(line.rstrip())
+
+
+def _printable(text: str) -> str:
+    """``text`` with every character a terminal would not print shown as its escape
+    (``\\x1b``): a span's name and error are an agent's or a peer's text, and an escape
+    sequence in them could clear, retitle or rewrite the operator's terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def span_summary(span: Mapping[str, Any]) -> str:
@@ -239,4 +249,4 @@ class TokenRuns:
         if len(text) > self.width:
             text = text[: self.width - 1] + f"… ({run['chars']} chars)"
         kind = f"{TOKEN_KIND} ×{run['count']}"
-        return f"{_clock(run['ts'])}  {kind:<18} {run['source']}  {text}"
+        return _printable(f"{_clock(run['ts'])}  {kind:<18} {run['source']}  {text}")

@@ -338,8 +338,8 @@ async def watch_command(
                         event = json.loads(text)
                     except ValueError:
                         continue
-                    if runs is None:
-                        say(out, json.dumps(event, ensure_ascii=False))
+                    if runs is None:  # as the daemon sent it: JSON text UTF-8 can carry
+                        say(out, text)
                     elif isinstance(event, dict):
                         for line in runs.feed(event):
                             say(out, line)

@@ -542,8 +542,22 @@ async def forward_events(
         nursery.start_soon(discard_inbound)
         nursery.start_soon(stop_on_close, nursery.cancel_scope)
         async for event in events:
-            await send(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
+            await send(_event_text(event))
         nursery.cancel_scope.cancel()
+
+
+def _event_text(event: Any) -> str:
+    """``event`` as the JSON text of a websocket message."""
+    data = event.to_dict()
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (a model's "\ud800", legal in JSON escapes, not in UTF-8):
+            # escaped, as jsonrpc.encode does, rather than ending the stream.
+            text = json.dumps(data, default=str)
+    return text
 
 
 # ---- plugin routes -----------------------------------------------------------------------

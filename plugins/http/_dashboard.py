@@ -98,7 +98,7 @@ def install(app: Any, state: Any) -> None:
         if (refusal := refused()) is not None:
             return refusal
         raw = request.args.get("limit", str(DEFAULT_TRACES))
-        if not raw.isdigit() or not 1 <= int(raw) <= 10_000:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10_000:
             raise InvalidRequest(
                 "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
             )

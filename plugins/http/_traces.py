@@ -2,8 +2,9 @@
 
 The daemon follows the kernel's ``TRACE:`` events for as long as it serves and keeps the
 newest ``http.trace_history`` traces (a span's end record replaces its start record), each
-at most ``MAX_SPANS`` spans: what a dashboard shows when it opens, and what a link from
-another daemon's dashboard (``/#trace=<id>``) finds here.
+at most ``MAX_SPANS`` spans and ``MAX_KEPT_SPANS`` in all (the oldest traces make room):
+what a dashboard shows when it opens, and what a link from another daemon's dashboard
+(``/#trace=<id>``) finds here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import trio
 from roost.kernel import EventKind
 
 MAX_SPANS = 2_000  # per trace; a runaway fan-out keeps its first spans
+# In all: one caller can fill every trace it starts (a refused call is a span, and cheap).
+MAX_KEPT_SPANS = 10_000
 BATCH_WAIT_S = 0.05  # a busy kernel wakes the log at most this often
 BUFFER = 10_000  # events that may wait meanwhile (more are dropped, and counted)
 
@@ -25,6 +28,7 @@ class TraceLog:
     def __init__(self, max_traces: int) -> None:
         self.max_traces = max_traces
         self._traces: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
+        self._kept = 0  # span records in all
         self.dropped = 0
 
     def add(self, record: Any) -> None:
@@ -38,9 +42,15 @@ class TraceLog:
         if spans is None:
             spans = self._traces[trace_id] = {}
             while len(self._traces) > self.max_traces:
-                self._traces.popitem(last=False)
-        if span_id in spans or len(spans) < MAX_SPANS:
+                self._kept -= len(self._traces.popitem(last=False)[1])
+        if span_id in spans:
             spans[span_id] = record
+        elif len(spans) < MAX_SPANS:
+            spans[span_id] = record
+            self._kept += 1
+            while self._kept > MAX_KEPT_SPANS:  # another trace holds spans: MAX_SPANS is less
+                oldest = next(t for t in self._traces if t != trace_id)
+                self._kept -= len(self._traces.pop(oldest))
 
     def spans(self, trace_id: str) -> list[dict[str, Any]] | None:
         """The spans of ``trace_id`` in the order they began; None if not held."""

@@ -65,7 +65,16 @@ def peer_of(response: httpx.Response) -> str:
         url = response.request.url
     except RuntimeError:
         return "the peer"
-    return str(url.copy_with(userinfo=b"", query=None, fragment=None))
+    return public_url(url)
+
+
+def public_url(url: str | httpx.URL) -> str:
+    """``url`` without user info, query or fragment (they may hold secrets): what may be
+    shown, logged or exported; "" for text that is no URL."""
+    try:
+        return str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return ""
 
 
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
@@ -73,7 +82,7 @@ async def read_body(response: httpx.Response, limit: int, *, what: str = "the an
     compressed body counts at its real size). Raises ``ResponseTooLarge`` at once when the
     ``Content-Length`` says more, or as soon as more arrives; the rest is never read."""
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ResponseTooLarge(what, peer_of(response), limit)
     body = bytearray()
     async for chunk in response.aiter_bytes():
@@ -244,6 +253,7 @@ __all__ = [
     "http_retry_wait",
     "http_status_line",
     "peer_of",
+    "public_url",
     "read_body",
     "read_error_body",
     "remaining_s",

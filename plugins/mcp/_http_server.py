@@ -566,7 +566,7 @@ class McpEndpoint:
             stream = session.streams.get(stream_id)
             if session.standalone is not None and session.standalone.stream_id == stream_id:
                 stream = session.standalone
-            if stream is None or not seq.isdigit():
+            if stream is None or not (seq.isascii() and seq.isdigit()):
                 raise _jsonrpc_error(404, rpc.INVALID_REQUEST, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume")
             return self._sse(stream, int(seq))
         if session.standalone is not None and not session.standalone.closed:

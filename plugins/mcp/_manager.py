@@ -45,6 +45,7 @@ from roost.kernel import (
     namespaced,
     normalise_name,
 )
+from roost.plugins.http.client import public_url
 
 from ._client import (
     PROTOCOL_CHOICES,
@@ -296,10 +297,10 @@ def peer_attributes(
     (its ``serverInfo`` name starts with "roost"), ``peer_dashboard``: its base URL."""
     out: dict[str, Any] = {"peer": "mcp", "peer_name": config.name, "peer_tool": tool}
     if config.url:
-        out["peer_url"] = config.url
+        out["peer_url"] = url = public_url(config.url)  # a key in it is no span's business
         name = server_info.get("name") if isinstance(server_info, Mapping) else None
         if isinstance(name, str) and name.startswith("roost"):
-            parts = urlsplit(config.url)
+            parts = urlsplit(url)
             out["peer_dashboard"] = f"{parts.scheme}://{parts.netloc}"
     return out
 

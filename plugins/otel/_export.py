@@ -209,8 +209,9 @@ class Translator:
         error = record.get("error")
         status = Status(StatusCode.UNSET)  # OK is for an operator to say, not instrumentation
         if record.get("status") == "error":
-            status = Status(StatusCode.ERROR, str(error or "error"))
+            status = Status(StatusCode.ERROR, _utf8(str(error or "error")))
         name, otel_kind, semconv = _convention(kind, str(record.get("name", kind)), attributes)
+        name = _utf8(name)
         values = {f"roost.{k}": v for k, v in attributes.items()}
         values["roost.kind"] = kind
         values.update(semconv)
@@ -309,7 +310,9 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in values.items():
         if value is None:
             continue
-        if isinstance(value, (str, bool, int, float)):
+        if isinstance(value, str):
+            out[key] = _utf8(value)
+        elif isinstance(value, (bool, int, float)):
             out[key] = value
         elif (
             isinstance(value, (list, tuple))
@@ -317,10 +320,22 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
             and all(isinstance(v, (str, bool, int, float)) for v in value)
             and len({type(v) for v in value}) == 1
         ):
-            out[key] = tuple(value)
+            out[key] = tuple(_utf8(v) if isinstance(v, str) else v for v in value)
         else:
-            out[key] = json.dumps(value, default=str, ensure_ascii=False)
+            out[key] = _utf8(json.dumps(value, default=str, ensure_ascii=False))
     return out
+
+
+def _utf8(text: str) -> str:
+    """``text`` as protobuf can carry it: a lone surrogate (a model's "\\ud800", legal in
+    JSON, not in UTF-8) as its escape. Otherwise the exporter refuses the whole batch."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 __all__ = ["EXTENSION", "ExportStats", "SpanExport", "Translator", "exporter_for"]

@@ -439,6 +439,15 @@ def test_a_model_found_valid_once_is_still_checked_in_its_place():
     assert error_of(changed).pointer == "/model/script/rules/0/reply"
 
 
+
+def test_a_tuple_never_passes_where_the_same_list_was_found_valid():
+    """The remembered values were keyed by their JSON text, which a tuple shares with a
+    list: after a manifest gave ``files.read`` as ``["/srv"]``, an in-memory one giving it
+    as ``("/srv",)`` (not an array) passed; before, it did not."""
+    assert error_of(base(files={"read": ("/srv",)})).pointer == "/files/read"
+    parse_manifest(base(files={"read": ["/srv"]}))
+    assert error_of(base(files={"read": ("/srv",)})).pointer == "/files/read"
+
 def _write_agents(root: Path, count: int) -> Path:
     for i in range(count):
         folder = root / f"a{i:05d}"

@@ -4,11 +4,14 @@ derived from those events alone."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import trio
 from roost.kernel import (
     NO_SPAN,
     EventKind,
+    RecursionLimitExceeded,
     SpanKind,
     Tool,
     ToolCall,
@@ -304,3 +307,30 @@ def test_a_nested_context_is_a_new_span_of_the_same_hop():
         root.span_id,
         4,
     )
+
+
+async def test_a_span_record_stays_small_whatever_a_model_caller_or_peer_puts_in_it(config):
+    # What a span records comes from outside: a tool name a model made up, the path a caller
+    # claims (64 hops of 128 characters in MCP _meta) or a peer's breaker error (hops of any
+    # length), a peer's error text. The dashboard keeps thousands of records and the
+    # exporter sends them, so each must stay small however large what it names.
+    huge = "x" * 100_000
+    async with open_kernel(config, agents=[agent("a", tools=["*"])]) as kernel:
+        async with kernel.tap.subscribe(buffer=100, kinds=("TRACE:",)) as events:
+            await kernel.call_tool("a", ToolCall(huge, {}, id="call_" + huge))
+            span = kernel.start_span(
+                SpanKind.TOOL, "mcp_peer_tool", TraceContext.new("a"), source="a", peer_tool=huge
+            )
+            peer_said = {"code": "recursion_limit", "path": [huge] * 64, "depth": 65, "max_depth": 5}
+            span.mark_refusal(RecursionLimitExceeded.from_dict(peer_said))
+            span.end(huge)
+            records = [e.payload for e in drain(events)]
+    assert len(records) == 4
+    for record in records:
+        assert len(json.dumps(record)) < 8_000, record["name"][:40]
+    not_found, marked = records[1], records[3]
+    assert not_found["name"].startswith("xxx") and not_found["status"] == "error"
+    assert not_found["attributes"]["outcome"] == "denied"
+    (mark,) = marked["marks"]
+    assert (mark["kind"], mark["depth"], mark["max_depth"]) == ("breaker", 65, 5)
+    assert marked["error"].startswith("xxx") and marked["error"].endswith("…")

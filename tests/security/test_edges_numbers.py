@@ -117,3 +117,42 @@ def test_check_json_input_passes_finite_json_and_check_text_still_ignores_number
     raw = b'{"id": "3e5f-1e9", "n": [1.5e10, 2e-5, 12345678901234567890], "t": "Infinity and beyond"}'
     check_json_input(json.loads(raw), raw=raw)
     check_text({"n": float("inf")})  # the store's check: text only
+
+
+async def test_a_number_written_with_other_unicode_digits_is_refused_naming_the_field(tmp_path):
+    # str.isdigit() takes "²" (and every superscript digit), which int() refuses: each
+    # edge that checked a number's text with isdigit() then answered 500 "internal error",
+    # a traceback in the log per request.
+    sup = "\u00b2"  # ² (also a Latin-1 byte, so a header can carry it)
+    mcp = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    client = {"name": "t", "version": "1"}
+    init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+    ask = {"name": "message", "arguments": {"message": "hi"}}
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": ask}
+    list_tasks = {"jsonrpc": "2.0", "id": 3, "method": "ListTasks", "params": {}}
+    page_size = {**list_tasks, "params": {"pageSize": sup}}
+    config = make_config(tmp_path)
+    async with serve(config) as (_, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+        answers = {
+            "limit": await http.get(f"/api/traces?limit={sup}"),
+            "historyLength": await http.get(
+                f"/a2a/agents/echo/rest/tasks?historyLength={sup}", headers=V1
+            ),
+            "pageSize": await http.post("/a2a/jsonrpc", json=page_size, headers=V1),
+            "A2A-Version": await http.post(f"/a2a/jsonrpc?A2A-Version=1.{sup}", json=list_tasks),
+        }
+        opened = await http.post("/agents/echo/mcp", json=init, headers=mcp)
+        session = {**mcp, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        streamed = await http.post("/agents/echo/mcp", json=call, headers=session)
+        event_id = next(line for line in streamed.text.splitlines() if line.startswith("id: "))
+        stream_id = event_id[4:].rpartition(".")[0]
+        resume = {**session, "Last-Event-ID": f"{stream_id}.{sup}".encode("latin-1")}
+        answers["Last-Event-ID"] = await http.get("/agents/echo/mcp", headers=resume)
+    for field, response in answers.items():
+        answer = response.json()
+        if "jsonrpc" in answer and response.status_code == 200:  # JSON-RPC: in its own shape
+            assert answer["error"]["code"] in (-32602, -32009), (field, answer)  # -32009: version
+        else:
+            assert 400 <= response.status_code < 500, (field, response.status_code, answer)
+        assert field in response.text, (field, response.text)

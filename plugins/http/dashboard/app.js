@@ -6,10 +6,11 @@ const KEY = "roost.key"; // the API key, kept for this tab only (sessionStorage)
 const KINDS = "TRACE:,AGENT:TOKEN,AGENT:REPLY,KERNEL:,ACTOR:,MCP:SERVER";
 const MAX_TRACES = 30;
 const MAX_TOKENS = 4000; // characters of streamed text kept per run
+const MAX_RUNS = 100; // runs whose streamed text is kept (the newest; a page may stay open)
 
 const state = {
   traces: new Map(), // trace id -> {id, spans: Map(span id -> record), el, sent}
-  tokens: new Map(), // run span id -> its streamed text so far
+  tokens: new Map(), // run span id -> its streamed text so far (the newest MAX_RUNS runs)
   peers: new Map(), // "mcp:<name>" / "a2a:<name>" -> connected?
   sent: null, // the trace id of the message sent from this page
   socket: null,
@@ -275,7 +276,9 @@ function addToken(event) {
   const trace = event.trace || {};
   const text = (event.payload && event.payload.text) || "";
   const sofar = (state.tokens.get(trace.span_id) || "") + text;
+  state.tokens.delete(trace.span_id); // re-added as the newest
   state.tokens.set(trace.span_id, sofar.slice(-MAX_TOKENS));
+  if (state.tokens.size > MAX_RUNS) state.tokens.delete(state.tokens.keys().next().value);
   if (trace.trace_id === state.sent && trace.depth === 1) {
     const reply = $("reply");
     reply.textContent = state.tokens.get(trace.span_id);

@@ -98,3 +98,63 @@ def test_a_span_event_is_one_short_line_naming_what_it_met():
     opened = {**record, "status": "running", "duration_ms": None, "error": None, "marks": []}
     start = event_line({"kind": "TRACE:SPAN_START", "source": "worker", "payload": opened})
     assert start.endswith("worker  tool agent_reviewer running")
+
+
+def test_a_span_line_shows_control_characters_escaped_never_raw():
+    # A span's name and error are an agent's or a peer's text (a tool name a model made up,
+    # a failed tool's output): raw, an escape sequence in them would clear, retitle or
+    # rewrite the operator's terminal (or set its clipboard, OSC 52).
+    from roost.plugins.cli._client import event_line
+
+    record = {
+        "kind": "tool", "name": "bash\x1b[2J", "duration_ms": 1.0, "status": "error",
+        "error": "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07done\r\x9b1A\u202etxt.exe",
+        "marks": [], "attributes": {},
+    }
+    event = {"kind": "TRACE:SPAN_END", "source": "worker\x1b[8m", "payload": record, "ts": 1.0}
+    line = event_line(event, width=500)
+    assert line.isprintable(), repr(line)
+    assert "bash\\x1b[2J" in line and "\\x1b]52;c;" in line and "\\x07done\\r\\x9b1A" in line
+    assert "\\u202etxt.exe" in line and "worker\\x1b[8m" in line
+
+
+async def test_watch_json_prints_an_event_holding_a_lone_surrogate_as_the_daemon_sent_it(
+    tmp_path,
+):
+    # A model named a tool "rea\ud800" (the six characters \ud800 in its JSON). The daemon
+    # sends that escaped; watch --json decoded and re-encoded it with ensure_ascii=False, and
+    # printing the lone surrogate to a UTF-8 stdout ended the watch with an error.
+    from roost.kernel import RoostError, parse_manifest
+
+    script = {"rules": [{"match": ".", "steps": [{"tool": "rea\ud800", "arguments": {}}]}]}
+    evil = parse_manifest(
+        {
+            "name": "evil",
+            "description": "calls a tool whose name no tool has",
+            "model": {"provider": "scripted", "script": script},
+            "capabilities": {"tools": ["read"]},
+        }
+    )
+    config = default_config(home=tmp_path / "home", agents={"bundled": False})
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # as a terminal's stdout encodes
+
+    def named_tool():
+        out.flush()
+        return b'"name": "rea\\ud800"' in out.buffer.getvalue()
+
+    async with open_kernel(config, agents=[evil]) as kernel, open_daemon(kernel, graceful_timeout=1):
+        following = kernel.tap.subscriber_count
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial_watch(config, out, True, named_tool))
+                await wait_until(
+                    lambda: kernel.tap.subscriber_count > following, "the watcher subscribed"
+                )
+                try:
+                    await kernel.send("evil", "go")
+                except RoostError:
+                    pass  # whether such a run can be stored is not this test's business
+    out.flush()
+    lines = out.buffer.getvalue().decode().splitlines()
+    names = [json.loads(line)["payload"].get("name") for line in lines]
+    assert "rea\ud800" in names

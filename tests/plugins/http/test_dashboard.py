@@ -12,7 +12,7 @@ import pytest
 import trio
 from roost.kernel import default_config, open_kernel
 from roost.plugins.http import open_daemon
-from roost.plugins.http._traces import MAX_SPANS, TraceLog
+from roost.plugins.http._traces import MAX_KEPT_SPANS, MAX_SPANS, TraceLog
 from trio_websocket import ConnectionRejected, open_websocket_url
 
 ADMIN_KEY = "admin-key-for-the-dashboard-test"
@@ -148,3 +148,67 @@ def test_the_trace_log_keeps_the_newest_traces_and_a_span_s_latest_record():
     for i in range(MAX_SPANS + 10):
         log.add(span("t3", f"s{i}"))
     assert len(log.spans("t3")) == MAX_SPANS
+
+
+def test_the_trace_log_holds_a_bounded_number_of_spans_in_all():
+    # One caller can fill every trace it starts to MAX_SPANS (a breaker refusal is cheap):
+    # the history must not hold max_traces * MAX_SPANS records.
+    log = TraceLog(max_traces=100)
+    for t in range(100):
+        for i in range(MAX_SPANS):
+            log.add(span(f"t{t}", f"s{i}"))
+    held = [t["trace_id"] for t in log.recent(100)]
+    assert sum(len(log.spans(t)) for t in held) <= MAX_KEPT_SPANS
+    assert held[0] == "t99" and len(log.spans("t99")) == MAX_SPANS  # the newest, whole
+    assert log.spans("t0") is None  # the oldest went first
+    # the oldest trace, still growing, makes room by dropping the next oldest
+    log = TraceLog(max_traces=100)
+    log.add(span("slow", "first"))
+    for i in range(MAX_KEPT_SPANS - 1):
+        log.add(span(f"busy{i // MAX_SPANS}", f"s{i}"))
+    log.add(span("slow", "second", start=1.0))
+    assert [s["span_id"] for s in log.spans("slow")] == ["first", "second"]
+    assert log.spans("busy0") is None and log.spans("busy1") is not None
+
+
+async def test_a_callers_refused_calls_keep_small_records_in_the_history(keyed):
+    # bob (no admin) claims a 64-hop path of 128-character names in MCP _meta: the breaker
+    # refuses at once, and the refusal's span names that path (three times, uncut: 16 KB a
+    # span, so 100 traces of 2,000 such calls held 3 GB).
+    path = [f"hop{i:02d}".ljust(128, "y") for i in range(64)]
+    trace_id = "ab" * 16
+    meta = {
+        "traceparent": f"00-{trace_id}-{'cd' * 8}-01",
+        "io.roost/trace-depth": 64,
+        "io.roost/trace-path": path,
+    }
+    mcp = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+    async with open_kernel(keyed) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            bob = {**bearer(BOB_KEY), **mcp}
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "bob", "version": "1"},
+                },
+            }
+            opened = await http.post("/agents/worker/mcp", json=init, headers=bob)
+            bob["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            params = {"name": "message", "arguments": {"message": "hi"}, "_meta": meta}
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+            refused = await http.post("/agents/worker/mcp", json=call, headers=bob)
+            assert "past the limit of 5" in refused.text
+            with trio.fail_after(10):
+                while True:
+                    held = await http.get(f"/api/traces/{trace_id}", headers=bearer(ADMIN_KEY))
+                    if held.status_code == 200 and held.json()["spans"][0]["end"] is not None:
+                        break
+                    await trio.sleep(0.05)
+    (record,) = held.json()["spans"]
+    (mark,) = record["marks"]
+    assert (record["kind"], mark["kind"], mark["depth"]) == ("mcp.server", "breaker", 65)
+    assert len(json.dumps(record)) < 4_000

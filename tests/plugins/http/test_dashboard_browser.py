@@ -334,3 +334,35 @@ def test_a_tree_that_crossed_into_another_daemon_links_to_its_part_there(tmp_pat
             assert [r["name"] for r in rows if r["depth"] == 1] == ["worker", "worker"]
             assert any(r["name"] == "reviewer" for r in rows)
             browser.save_screenshot(str(ARTIFACTS / "dashboard-peer.png"))
+
+
+def test_an_open_page_keeps_the_streamed_text_of_a_bounded_number_of_runs(daemon, browser):
+    # The page kept every run's streamed text (up to 4,000 characters) for as long as it
+    # was open, keyed by the run's span: a dashboard left open on a busy daemon grew
+    # without bound. Only running runs show their text; the newest runs' is enough.
+    import httpx
+
+    browser.get(daemon + "/")
+    WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "live").text == "live")
+    runs = 300
+    with httpx.Client(base_url=daemon, timeout=30) as http:
+        for i in range(runs):
+            trace_id = f"{i + 1:032x}"
+            answer = http.post(
+                "/api/agents/reviewer/message",
+                json={"message": f"review number {i}"},
+                headers={"traceparent": f"00-{trace_id}-{'1' * 16}-01"},
+            )
+            assert answer.status_code == 200, answer.text
+
+    def last_run_ended(d):
+        return d.execute_script(
+            "const t = state.traces.get(arguments[0]);"
+            "return !!t && [...t.spans.values()].some("
+            "  (s) => s.kind === 'agent' && s.status !== 'running');",
+            trace_id,
+        )
+
+    WebDriverWait(browser, 30).until(last_run_ended)
+    kept = browser.execute_script("return state.tokens.size")
+    assert 0 < kept <= 100, f"streamed text of {kept} runs kept after {runs}"

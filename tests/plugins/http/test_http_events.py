@@ -101,3 +101,37 @@ async def test_client_messages_are_ignored_and_do_not_stall_the_stream(make_kern
 def test_event_buffer_must_be_positive(make_kernel):
     with pytest.raises(ValueError, match="event_buffer"):
         create_app(make_kernel(), event_buffer=0)
+
+
+async def test_an_event_holding_a_lone_surrogate_keeps_the_stream_open(tmp_path):
+    # A model wrote a tool call named "rea\ud800" (the six characters \ud800 in its JSON):
+    # the tool span's name, and the events naming the call, hold a lone surrogate, which
+    # UTF-8 cannot carry. It closed every /api/events stream (the dashboard, roost watch).
+    from roost.kernel import RoostError, default_config, open_kernel, parse_manifest
+    from roost.plugins.http import open_daemon
+
+    script = {"rules": [{"match": ".", "steps": [{"tool": "rea\ud800", "arguments": {}}]}]}
+    evil = parse_manifest(
+        {
+            "name": "evil",
+            "description": "calls a tool whose name no tool has",
+            "model": {"provider": "scripted", "script": script},
+            "capabilities": {"tools": ["read"]},
+        }
+    )
+    config = default_config(home=str(tmp_path / "home"), http={"port": 0})
+    async with open_kernel(config, agents=[evil]) as kernel:
+        async with open_daemon(kernel, graceful_timeout=1) as url:
+            ws = url.replace("http://", "ws://") + "/api/events?kinds=TRACE:,EXEC:,TEST:"
+            async with open_websocket_url(ws) as socket:
+                try:
+                    await kernel.send("evil", "go")
+                except RoostError:
+                    pass  # whether such a run can be stored is not this test's business
+                kernel.publish(Event("TEST:AFTER", "test"))
+                seen = []
+                with trio.fail_after(10):
+                    while not seen or seen[-1]["kind"] != "TEST:AFTER":
+                        seen.append(json.loads(await socket.get_message()))
+    names = [e["payload"]["name"] for e in seen if e["kind"] == "TRACE:SPAN_START"]
+    assert "rea\ud800" in names  # as it was, escaped in the JSON text

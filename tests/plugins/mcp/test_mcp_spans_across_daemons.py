@@ -141,3 +141,31 @@ async def test_an_mcp_hop_to_another_daemon_joins_the_two_trees_and_the_breaker_
         assert span["status"] == "error" and (mark["kind"], mark["depth"]) == ("breaker", 6)
     assert served["parent_span_id"] == hop["span_id"] and served["trace_id"] == deep.trace_id
     assert [t.trace.span_id for t in b_trips] == [served["span_id"]]
+
+
+async def test_a_peer_url_holding_credentials_is_recorded_without_them(tmp_path):
+    # An MCP server's URL may carry its key (user info, a query parameter): the spans of
+    # calls to it go to the dashboard, the event stream and an OpenTelemetry collector
+    # (url.full), which must not receive the key.
+    async with open_kernel(config(tmp_path / "b"), agents=[agent("b1")]) as b:
+        async with open_daemon(b, graceful_timeout=1) as b_url:
+            secret_url = b_url.replace("http://", "http://bob:s3cret@") + "/agents/b1/mcp"
+            server = {
+                "name": "b",
+                "timeout_secs": 20,
+                "allow_local": True,
+                "transport": {"type": "http", "url": secret_url + "?api_key=s3cret"},
+            }
+            a_config = config(tmp_path / "a", mcp_servers=[server])
+            caller = agent("caller", tools=["mcp_b_*"], forward="mcp_b_message")
+            async with open_kernel(a_config, agents=[caller]) as a:
+                await wait_for_tool(a, "mcp_b_message")
+                async with a.tap.subscribe(buffer=1000, kinds=("TRACE:",)) as a_events:
+                    reply = await a.send("caller", "hello")
+                    a_spans = spans_of(a_events)
+    assert reply.text == "hello"
+    (hop,) = [s for s in a_spans if s["kind"] == SpanKind.TOOL]
+    attributes = hop["attributes"]
+    assert attributes["peer_url"] == f"{b_url}/agents/b1/mcp"
+    assert attributes["peer_dashboard"] == b_url
+    assert "s3cret" not in repr(a_spans)

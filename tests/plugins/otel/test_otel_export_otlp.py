@@ -224,3 +224,41 @@ async def test_headers_reach_the_collector_from_the_table_or_the_environment(
         nursery.cancel_scope.cancel()
     expected = "from env" if from_env else "from table"
     assert receiver.requests[0]["headers"]["x-collector-key"] == expected
+
+
+async def test_a_span_holding_a_lone_surrogate_does_not_fail_the_batch_it_is_in(tmp_path):
+    # A model named a tool "rea\ud800" (the six characters \ud800 in its JSON): its span's
+    # name holds a lone surrogate, which protobuf cannot encode. The exporter refused the
+    # whole batch, so every span exported with it (anyone's, up to 512) was lost.
+    from roost.kernel import RoostError
+
+    script = {"rules": [{"match": ".", "steps": [{"tool": "rea\ud800", "arguments": {}}]}]}
+    evil = parse_manifest(
+        {
+            "name": "evil",
+            "description": "calls a tool whose name no tool has",
+            "model": {"provider": "scripted", "script": script},
+            "capabilities": {"tools": ["read"]},
+        }
+    )
+    receiver = OtlpReceiver()
+    async with trio.open_nursery() as nursery:
+        endpoint = await nursery.start(receiver.serve)
+        kernel_config = config(tmp_path, {"endpoint": endpoint})
+        async with open_kernel(kernel_config, agents=[evil, agent("good")]) as kernel:
+            stats = kernel.extensions[EXTENSION]
+            async with trio.open_nursery() as both:  # ended together: exported together
+
+                async def run_evil():
+                    try:
+                        await kernel.send("evil", "go")
+                    except RoostError:
+                        pass  # whether such a run can be stored is not this test's business
+
+                both.start_soon(run_evil)
+                both.start_soon(kernel.send, "good", "hello")
+            await wait_until(lambda: stats.exported + stats.failed >= 6, "both runs exported")
+        nursery.cancel_scope.cancel()
+    names = {s["name"] for s in receiver.spans}
+    assert {"invoke_agent good", "invoke_agent evil", "execute_tool rea\\ud800"} <= names
+    assert stats.failed == 0
