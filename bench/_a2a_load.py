@@ -51,7 +51,9 @@ class Response:
         out = []
         for block in self.body.replace(b"\r\n", b"\n").split(b"\n\n"):
             lines = [
-                line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+                line[5:].removeprefix(b" ")
+                for line in block.split(b"\n")
+                if line.startswith(b"data:")
             ]
             data = b"\n".join(lines).strip()
             if data:
@@ -215,7 +217,9 @@ class BlockingConnection:
     def post_json(self, body: dict) -> dict:
         """POST ``body``; the decoded JSON reply (LoadError unless the status is 200)."""
         if self._sock is None:
-            sock = socket.create_connection((self._request.host, self._request.port), timeout=BLOCKING_TIMEOUT_S)
+            sock = socket.create_connection(
+                (self._request.host, self._request.port), timeout=BLOCKING_TIMEOUT_S
+            )
             # Plain blocking calls bounded by the kernel (a Python timeout adds a poll per call).
             sock.settimeout(None)
             limit = struct.pack("ll", int(BLOCKING_TIMEOUT_S), 0)

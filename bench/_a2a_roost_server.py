@@ -24,7 +24,11 @@ async def main(home: Path, port: int) -> None:
                 "name": "echo",
                 "description": "Echoes text",
                 "version": "0.1.0",
-                "model": {"provider": "scripted", "name": "rules", "script": {"rules": [{"match": ".", "reply": "echo: {message}"}]}},
+                "model": {
+                    "provider": "scripted",
+                    "name": "rules",
+                    "script": {"rules": [{"match": ".", "reply": "echo: {message}"}]},
+                },
             }
         )
     )

@@ -59,8 +59,12 @@ def main() -> None:
         name="SDK Echo",
         description="Echoes text (official a2a-sdk server).",
         supported_interfaces=[
-            AgentInterface(url=f"{base}/a2a/jsonrpc", protocol_binding="JSONRPC", protocol_version="1.0"),
-            AgentInterface(url=f"{base}/a2a/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"),
+            AgentInterface(
+                url=f"{base}/a2a/jsonrpc", protocol_binding="JSONRPC", protocol_version="1.0"
+            ),
+            AgentInterface(
+                url=f"{base}/a2a/rest", protocol_binding="HTTP+JSON", protocol_version="1.0"
+            ),
         ],
         version="0.0.1",
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
@@ -68,7 +72,9 @@ def main() -> None:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="Echo", description="Echo input text", tags=["echo"])],
     )
-    handler = DefaultRequestHandler(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card)
+    handler = DefaultRequestHandler(
+        agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card
+    )
     routes = [
         *create_agent_card_routes(card),
         *create_jsonrpc_routes(handler, "/a2a/jsonrpc", enable_v0_3_compat=True),

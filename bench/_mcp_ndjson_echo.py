@@ -15,7 +15,11 @@ def main() -> None:
             continue  # a notification
         params = request.get("params") or {}
         text = (params.get("arguments") or {}).get("text", "")
-        reply = {"jsonrpc": "2.0", "id": request["id"], "result": {"content": [{"type": "text", "text": text}], "isError": False}}
+        reply = {
+            "jsonrpc": "2.0",
+            "id": request["id"],
+            "result": {"content": [{"type": "text", "text": text}], "isError": False},
+        }
         out.write(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
         out.flush()
 

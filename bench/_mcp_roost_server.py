@@ -34,7 +34,10 @@ def echo_agent():
         {
             "name": "echoer",
             "description": "Serves the echo tool",
-            "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "{message}"}},
+            "model": {
+                "provider": "scripted",
+                "script": {"rules": [], "default_reply": "{message}"},
+            },
             "mcp": {"expose_tools": ["echo"]},
         }
     )

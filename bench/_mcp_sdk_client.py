@@ -44,14 +44,20 @@ async def _measure(client, n: int, seconds: float, concurrency: int) -> dict:
     start = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(concurrency)))
     throughput = done / (time.perf_counter() - start)
-    return {"p50_ms": statistics.median(samples) * 1000, "sequential_per_s": n / sum(samples), "throughput_per_s": throughput}
+    return {
+        "p50_ms": statistics.median(samples) * 1000,
+        "sequential_per_s": n / sum(samples),
+        "throughput_per_s": throughput,
+    }
 
 
 async def main(kind: str, n: int, seconds: float, concurrency: int) -> dict:
     from mcp import Client, StdioServerParameters
 
     if kind == "stdio":
-        target = StdioServerParameters(command=sys.executable, args=["-P", str(HERE / "_mcp_sdk_server.py")])
+        target = StdioServerParameters(
+            command=sys.executable, args=["-P", str(HERE / "_mcp_sdk_server.py")]
+        )
     elif kind == "memory":
         sys.path.insert(0, str(HERE))
         from _mcp_sdk_server import server as target  # type: ignore[import-not-found]
@@ -62,5 +68,10 @@ async def main(kind: str, n: int, seconds: float, concurrency: int) -> dict:
 
 
 if __name__ == "__main__":
-    kind, n, seconds, concurrency = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    kind, n, seconds, concurrency = (
+        sys.argv[1],
+        int(sys.argv[2]),
+        float(sys.argv[3]),
+        int(sys.argv[4]),
+    )
     print(json.dumps(asyncio.run(main(kind, n, seconds, concurrency))))

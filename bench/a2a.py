@@ -48,7 +48,13 @@ def _body(i: int) -> dict:
         "jsonrpc": "2.0",
         "id": i,
         "method": "SendMessage",
-        "params": {"message": {"messageId": f"m-{i}", "role": "ROLE_USER", "parts": [{"text": f"hello {i}"}]}},
+        "params": {
+            "message": {
+                "messageId": f"m-{i}",
+                "role": "ROLE_USER",
+                "parts": [{"text": f"hello {i}"}],
+            }
+        },
     }
 
 
@@ -67,7 +73,10 @@ async def _wait_ready(card_url: str, proc: subprocess.Popen) -> None:
 
 
 def _completed(reply: dict) -> bool:
-    return reply.get("result", {}).get("task", {}).get("status", {}).get("state") == "TASK_STATE_COMPLETED"
+    return (
+        reply.get("result", {}).get("task", {}).get("status", {}).get("state")
+        == "TASK_STATE_COMPLETED"
+    )
 
 
 def _sequential(rpc_url: str, n: int) -> float:
@@ -86,7 +95,9 @@ def _sequential(rpc_url: str, n: int) -> float:
 
 
 async def _measure(rpc_url: str, seconds: float, sequential_n: int) -> tuple[float, float]:
-    sequential = await trio.to_thread.run_sync(_sequential, rpc_url, sequential_n, abandon_on_cancel=True)
+    sequential = await trio.to_thread.run_sync(
+        _sequential, rpc_url, sequential_n, abandon_on_cancel=True
+    )
     conns = [Connection(rpc_url, HEADERS) for _ in range(CLIENTS)]
     try:
         done = 0
@@ -127,7 +138,10 @@ async def _sdk_server() -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(512)
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    proc = subprocess.Popen([sys.executable, "-P", str(HERE / "_a2a_sdk_server.py"), str(sock.fileno()), base], pass_fds=(sock.fileno(),))
+    proc = subprocess.Popen(
+        [sys.executable, "-P", str(HERE / "_a2a_sdk_server.py"), str(sock.fileno()), base],
+        pass_fds=(sock.fileno(),),
+    )
     sock.close()
     try:
         await _wait_ready(base + "/.well-known/agent-card.json", proc)
@@ -141,7 +155,9 @@ async def _roost_server() -> AsyncIterator[str]:
     """roost's daemon with the echo agent; yields its JSON-RPC URL."""
     with tempfile.TemporaryDirectory(prefix="roost-bench-a2a-") as home:
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-P", str(HERE / "_a2a_roost_server.py"), home, str(port)])
+        proc = subprocess.Popen(
+            [sys.executable, "-P", str(HERE / "_a2a_roost_server.py"), home, str(port)]
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             await _wait_ready(base + "/.well-known/agent-card.json", proc)
@@ -150,7 +166,9 @@ async def _roost_server() -> AsyncIterator[str]:
             _stop(proc)
 
 
-async def _bench(seconds: float, n: int, rounds: int) -> tuple[dict[str, list[tuple[float, float]]], str]:
+async def _bench(
+    seconds: float, n: int, rounds: int
+) -> tuple[dict[str, list[tuple[float, float]]], str]:
     """Both servers up at once, measured in alternating rounds (so a burst of load from
     elsewhere on the machine hits both alike); the per-server results of every round."""
     results: dict[str, list[tuple[float, float]]] = {"roost": [], "sdk": []}
@@ -182,6 +200,22 @@ def run(quick: bool) -> list[Row]:
     target = Target("ratio", ">=", 2.0)
     note = note or f"median of {rounds} alternating rounds"
     return [
-        Row("A2A SendMessage round trips (1 client)", seq["roost"], "req/s", seq["sdk"], "a2a-sdk", target, note),
-        Row(f"A2A completed tasks ({CLIENTS} clients)", conc["roost"], "tasks/s", conc["sdk"], "a2a-sdk", target, note),
+        Row(
+            "A2A SendMessage round trips (1 client)",
+            seq["roost"],
+            "req/s",
+            seq["sdk"],
+            "a2a-sdk",
+            target,
+            note,
+        ),
+        Row(
+            f"A2A completed tasks ({CLIENTS} clients)",
+            conc["roost"],
+            "tasks/s",
+            conc["sdk"],
+            "a2a-sdk",
+            target,
+            note,
+        ),
     ]

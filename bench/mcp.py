@@ -41,13 +41,19 @@ INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"},
+    },
 }
 
 Call = Callable[[int], Awaitable[None]]
 
 
-async def _measure(call: Call, n: int, seconds: float, concurrency: int = IN_FLIGHT) -> dict[str, float]:
+async def _measure(
+    call: Call, n: int, seconds: float, concurrency: int = IN_FLIGHT
+) -> dict[str, float]:
     """p50 (ms) of ``n`` sequential calls, then calls/s with ``concurrency`` in flight."""
     for i in range(20):  # warm up
         await call(-i - 1)
@@ -71,7 +77,10 @@ async def _measure(call: Call, n: int, seconds: float, concurrency: int = IN_FLI
     async with trio.open_nursery() as nursery:
         for k in range(concurrency):
             nursery.start_soon(worker, k)
-    return {"p50_ms": statistics.median(samples) * 1000, "throughput_per_s": done / (time.perf_counter() - start)}
+    return {
+        "p50_ms": statistics.median(samples) * 1000,
+        "throughput_per_s": done / (time.perf_counter() - start),
+    }
 
 
 # ---- roost over stdio --------------------------------------------------------------------------
@@ -84,7 +93,9 @@ async def _roost_stdio(n: int, seconds: float) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="roost-bench-mcp-") as home:
         args = ["-P", str(HERE / "_mcp_roost_server.py"), home]
         async with open_stdio_transport(sys.executable, args, name="bench") as transport:
-            async with open_mcp_client(transport, ClientOptions(server_name="bench", timeout_secs=60)) as client:
+            async with open_mcp_client(
+                transport, ClientOptions(server_name="bench", timeout_secs=60)
+            ) as client:
 
                 async def call(i: int) -> None:
                     result = await client.call_tool("echo", {"text": f"hello {i}"})
@@ -99,7 +110,9 @@ async def _roost_stdio(n: int, seconds: float) -> dict[str, float]:
 
 async def _bare_stdio(n: int, seconds: float) -> dict[str, float]:
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-P", str(HERE / "_mcp_ndjson_echo.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        [sys.executable, "-P", str(HERE / "_mcp_ndjson_echo.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     waiting: dict[int, Any] = {}
     answers: dict[int, Any] = {}
@@ -121,10 +134,17 @@ async def _bare_stdio(n: int, seconds: float) -> dict[str, float]:
 
     async def call(i: int) -> None:
         done = waiting[i] = trio.Event()
-        request = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": f"hello {i}"}}}
+        request = {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": f"hello {i}"}},
+        }
         assert process.stdin is not None
         async with write_lock:
-            await process.stdin.send_all(json.dumps(request, separators=(",", ":")).encode() + b"\n")
+            await process.stdin.send_all(
+                json.dumps(request, separators=(",", ":")).encode() + b"\n"
+            )
         await done.wait()
         if answers.pop(i)["result"]["content"][0]["text"] != f"hello {i}":
             raise RuntimeError("the bare echo answered wrong")
@@ -155,15 +175,24 @@ async def _roost_in_host(n: int, seconds: float) -> dict[str, float]:
     def agent(name: str, tools: list[str]) -> Any:
         script = {"rules": [], "default_reply": "{message}"}
         return parse_manifest(
-            {"name": name, "description": name, "model": {"provider": "scripted", "script": script}, "capabilities": {"tools": tools}}
+            {
+                "name": name,
+                "description": name,
+                "model": {"provider": "scripted", "script": script},
+                "capabilities": {"tools": tools},
+            }
         )
 
     with tempfile.TemporaryDirectory(prefix="roost-bench-mcp-") as home:
         config = default_config(home=home, agents={"bundled": False})
-        async with open_kernel(config, agents=[agent("caller", ["agent_callee"]), agent("callee", [])]) as kernel:
+        async with open_kernel(
+            config, agents=[agent("caller", ["agent_callee"]), agent("callee", [])]
+        ) as kernel:
 
             async def call(i: int) -> None:
-                result = await kernel.call_tool("caller", ToolCall("agent_callee", {"message": f"hello {i}"}))
+                result = await kernel.call_tool(
+                    "caller", ToolCall("agent_callee", {"message": f"hello {i}"})
+                )
                 if result.is_error or result.as_text() != f"hello {i}":
                     raise RuntimeError(f"the callee answered {result!r}")
 
@@ -175,7 +204,15 @@ async def _roost_in_host(n: int, seconds: float) -> dict[str, float]:
 
 def _sdk(kind: str, n: int, seconds: float) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-P", str(HERE / "_mcp_sdk_client.py"), kind, str(n), str(seconds), str(IN_FLIGHT)],
+        [
+            sys.executable,
+            "-P",
+            str(HERE / "_mcp_sdk_client.py"),
+            kind,
+            str(n),
+            str(seconds),
+            str(IN_FLIGHT),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -190,7 +227,9 @@ def _sdk(kind: str, n: int, seconds: float) -> dict[str, float]:
 def _spawn_to_initialize(argv: list[str], env: dict[str, str]) -> float:
     """Seconds from spawning ``argv`` to reading its answer to ``initialize``."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    )
     try:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
@@ -216,7 +255,9 @@ def _initialize_latency(runs: int) -> float:
         config = Path(home) / "roost.toml"
         config.write_text(f'home = "{home}"\n', encoding="utf-8")
         env = {**os.environ, "ROOST_CONFIG": str(config)}
-        return min(_spawn_to_initialize([str(roost), "mcp", "--no-daemon"], env) for _ in range(runs))
+        return min(
+            _spawn_to_initialize([str(roost), "mcp", "--no-daemon"], env) for _ in range(runs)
+        )
 
 
 def _python_start(runs: int) -> float:
@@ -269,7 +310,15 @@ def run(quick: bool) -> list[Row]:
     roost_p50 = _median(roost_stdio, "p50_ms")
     roost_tput = _median(roost_stdio, "throughput_per_s")
     return [
-        Row("MCP stdio tools/call p50", roost_p50, "ms", sdk(sdk_stdio, "p50_ms"), sdk_label, Target("ratio", "<=", 0.5), note),
+        Row(
+            "MCP stdio tools/call p50",
+            roost_p50,
+            "ms",
+            sdk(sdk_stdio, "p50_ms"),
+            sdk_label,
+            Target("ratio", "<=", 0.5),
+            note,
+        ),
         Row(
             f"MCP stdio tools/call ({IN_FLIGHT} in flight)",
             roost_tput,
@@ -279,9 +328,28 @@ def run(quick: bool) -> list[Row]:
             Target("ratio", ">=", 5.0),
             note,
         ),
-        Row("MCP stdio p50 vs bare NDJSON echo", roost_p50, "ms", _median(bare, "p50_ms"), "hand-written echo"),
-        Row("MCP stdio calls/s vs bare NDJSON echo", roost_tput, "calls/s", _median(bare, "throughput_per_s"), "hand-written echo"),
-        Row("in-host agent→agent call p50", _median(roost_host, "p50_ms"), "ms", sdk(sdk_memory, "p50_ms"), memory_label, note=note),
+        Row(
+            "MCP stdio p50 vs bare NDJSON echo",
+            roost_p50,
+            "ms",
+            _median(bare, "p50_ms"),
+            "hand-written echo",
+        ),
+        Row(
+            "MCP stdio calls/s vs bare NDJSON echo",
+            roost_tput,
+            "calls/s",
+            _median(bare, "throughput_per_s"),
+            "hand-written echo",
+        ),
+        Row(
+            "in-host agent→agent call p50",
+            _median(roost_host, "p50_ms"),
+            "ms",
+            sdk(sdk_memory, "p50_ms"),
+            memory_label,
+            note=note,
+        ),
         Row(
             f"in-host agent→agent calls ({IN_FLIGHT} in flight)",
             _median(roost_host, "throughput_per_s"),

@@ -200,7 +200,9 @@ def __getattr__(name: str) -> _typing.Any:
         value = getattr(module, attribute) if attribute else module
     except AttributeError as exc:
         # Not an AttributeError: Python would report it as "no such name", losing the cause.
-        raise ImportError(f"{__name__}.{name}: loading {__name__}.{module_name} failed: {exc!r}") from exc
+        raise ImportError(
+            f"{__name__}.{name}: loading {__name__}.{module_name} failed: {exc!r}"
+        ) from exc
     globals()[name] = value  # later lookups are plain attribute reads
     return value
 

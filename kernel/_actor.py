@@ -229,7 +229,9 @@ class DirectAsk:
 
     __slots__ = ("actor", "answer", "deadline", "done", "event", "scope")
 
-    def __init__(self, actor: _Actor, event: Event, scope: trio.CancelScope, deadline: float) -> None:
+    def __init__(
+        self, actor: _Actor, event: Event, scope: trio.CancelScope, deadline: float
+    ) -> None:
         self.actor = actor
         self.event: Event | None = event
         self.scope = scope
@@ -415,7 +417,11 @@ class ActorSystem:
         # system shuts down, or its nursery is cancelled from outside), the asks in flight,
         # and later ones, get their deadlines back on their scopes.
         self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
-            nursery, _ask_ended, _expire_ask, hand_back=_hand_back_deadline, name="actors:ask-deadlines"
+            nursery,
+            _ask_ended,
+            _expire_ask,
+            hand_back=_hand_back_deadline,
+            name="actors:ask-deadlines",
         )
         self._ask_numbers = itertools.count()
         self._asks_live = 0
@@ -463,7 +469,9 @@ class ActorSystem:
             )
         handler = self._make_handler(name, handler_factory)
         context = ActorContext(name, self, 0)
-        actor = _Actor(name, handler_factory, handler, context, mailbox_size, concurrency, restart, direct_asks)
+        actor = _Actor(
+            name, handler_factory, handler, context, mailbox_size, concurrency, restart, direct_asks
+        )
         self._actors[name] = actor
         self._stopped.pop(name, None)
         cooling = self._cooling.pop(name, None)
@@ -635,7 +643,14 @@ class ActorSystem:
         return await self._ask(target, kind, payload, source, trace, timeout, False)
 
     def _ask(
-        self, target: str, kind: str, payload: Any, source: str, trace: TraceContext | None, timeout: float, as_event: bool
+        self,
+        target: str,
+        kind: str,
+        payload: Any,
+        source: str,
+        trace: TraceContext | None,
+        timeout: float,
+        as_event: bool,
     ) -> Awaitable[Any]:
         """The checks and the event of an ask, then the awaitable that completes it (one
         coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
@@ -651,7 +666,9 @@ class ActorSystem:
             return self._ask_directly(actor, event, source, timeout, as_event)
         return self._ask_by_mail(actor, event, source, timeout, as_event)
 
-    async def _ask_by_mail(self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool) -> Any:
+    async def _ask_by_mail(
+        self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
+    ) -> Any:
         """``ask`` through ``actor``'s mailbox, answered by one of its workers."""
         target, kind = actor.name, event.kind
         slot = _ReplySlot()
@@ -675,13 +692,19 @@ class ActorSystem:
             f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
         )
 
-    async def _ask_directly(self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool) -> Any:
+    async def _ask_directly(
+        self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
+    ) -> Any:
         """``ask`` with the handler run in this task once one of ``actor.slots`` is free;
         the reply event, or (``as_event`` False) its payload."""
         ask_deadline = self._clock.current_time() + timeout
         # The scope's own deadline is only a stopping actor's; the timer keeps the ask's.
         stop_deadline = actor.scope.deadline
-        scope = trio.CancelScope() if stop_deadline == math.inf else trio.CancelScope(deadline=stop_deadline)
+        scope = (
+            trio.CancelScope()
+            if stop_deadline == math.inf
+            else trio.CancelScope(deadline=stop_deadline)
+        )
         direct = DirectAsk(actor, event, scope, ask_deadline)
         holding = False
         ask_token = None
@@ -748,7 +771,9 @@ class ActorSystem:
     @staticmethod
     def _reply(actor: _Actor, event: Event, result: Any) -> Event:
         if isinstance(result, Event):
-            return result if result.reply_to == event.id else attrs.evolve(result, reply_to=event.id)
+            return (
+                result if result.reply_to == event.id else attrs.evolve(result, reply_to=event.id)
+            )
         return Event(
             REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY),
             actor.name,
@@ -815,8 +840,14 @@ class ActorSystem:
                 return
             restarts = actor.restarts + 1
             actor = _Actor(
-                name, actor.factory, handler, ActorContext(name, self, restarts), actor.size,
-                actor.concurrency, actor.policy, actor.direct,
+                name,
+                actor.factory,
+                handler,
+                ActorContext(name, self, restarts),
+                actor.size,
+                actor.concurrency,
+                actor.policy,
+                actor.direct,
             )
             actor.restarts = restarts
             self._actors[name] = actor
@@ -856,7 +887,9 @@ class ActorSystem:
                 latest = max(min(ask.scope.deadline, ask.deadline) for ask in actor.inline)
                 actor.inline_idle = trio.Event()
                 with trio.CancelScope(shield=True):
-                    with trio.move_on_at(max(min(latest, now + self.shutdown_timeout_s), now) + _INLINE_EXIT_S):
+                    with trio.move_on_at(
+                        max(min(latest, now + self.shutdown_timeout_s), now) + _INLINE_EXIT_S
+                    ):
                         await actor.inline_idle.wait()
             if self._actors.get(actor.name) is actor:
                 del self._actors[actor.name]
@@ -882,9 +915,15 @@ class ActorSystem:
                 return
             finally:
                 actor.idle -= 1
-            if not actor.idle and actor.worker_count < actor.concurrency and actor.workers is not None:
+            if (
+                not actor.idle
+                and actor.worker_count < actor.concurrency
+                and actor.workers is not None
+            ):
                 # Every worker is busy now: one more takes the next letter.
-                actor.workers.start_soon(self._serve, actor, name=f"actor:{actor.name}#{actor.worker_count}")
+                actor.workers.start_soon(
+                    self._serve, actor, name=f"actor:{actor.name}#{actor.worker_count}"
+                )
                 actor.worker_count += 1
             if slot is not None and slot.done:
                 actor.pending -= 1
@@ -921,7 +960,13 @@ class ActorSystem:
                     if slot is not None:
                         slot.fail(exc)
                     else:
-                        log.warning("actor %r could not handle %s (event %s): %s", actor.name, event.kind, event.id, exc)
+                        log.warning(
+                            "actor %r could not handle %s (event %s): %s",
+                            actor.name,
+                            event.kind,
+                            event.id,
+                            exc,
+                        )
                     continue
                 except Exception as exc:
                     error = self._crashed(actor, event, exc)
@@ -963,7 +1008,9 @@ class ActorSystem:
                 trace=event.trace,
             )
         )
-        error = ActorCrashed(f"actor {actor.name!r} crashed handling {event.kind} (event {event.id}): {text}")
+        error = ActorCrashed(
+            f"actor {actor.name!r} crashed handling {event.kind} (event {event.id}): {text}"
+        )
         error.__cause__ = exc
         error.__suppress_context__ = True
         if actor.stop_cause is not None:

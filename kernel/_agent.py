@@ -73,7 +73,12 @@ class AgentReply:
         the outputs as ``artifacts`` (A2A part shapes; a file's bytes appear once, in its
         content block, which its part names by index)."""
         content: list[dict[str, Any]] = [{"type": "text", "text": self.text}]
-        body: dict[str, Any] = {"agent": self.agent, "text": self.text, **structured, "stop_reason": self.stop_reason}
+        body: dict[str, Any] = {
+            "agent": self.agent,
+            "text": self.text,
+            **structured,
+            "stop_reason": self.stop_reason,
+        }
         if self.outputs:
             blocks, body["artifacts"] = outputs_to_mcp(self.outputs, len(content))
             content += blocks
@@ -91,7 +96,9 @@ def _as_is(reply: AgentReply) -> AgentReply:
 class Conversation:
     """Per-run guards: the taint tracker and the loop guard of one conversation."""
 
-    def __init__(self, kernel: Kernel, agent: str, session_id: str | None, trace: TraceContext) -> None:
+    def __init__(
+        self, kernel: Kernel, agent: str, session_id: str | None, trace: TraceContext
+    ) -> None:
         self.agent = agent
         self.session_id = session_id
         self.trace = trace
@@ -194,7 +201,9 @@ class AgentRuntime:
                 owner=payload.get("owner"),
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
-            return await self.kernel.surface(self.name).handle(event.payload, direct_ask=direct_ask_of(event))
+            return await self.kernel.surface(self.name).handle(
+                event.payload, direct_ask=direct_ask_of(event)
+            )
         raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
 
     async def handle_message(
@@ -229,16 +238,27 @@ class AgentRuntime:
         run_id = run_id or uuid7_hex()
         if persist:
             new_session = new_session or session_id is None
-            session_id = session_id or uuid7_hex()  # time-ordered: the store's indexes grow at their end
+            session_id = (
+                session_id or uuid7_hex()
+            )  # time-ordered: the store's indexes grow at their end
         else:
             session_id = None
         if session_id is None:  # what _run does for an in-memory run, one call less
             if trace is None:
                 trace = TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
-            run = self._exchange(message_of("user", text, (), None, None, False, NO_TAINT), None, trace, stream, None)
+            run = self._exchange(
+                message_of("user", text, (), None, None, False, NO_TAINT), None, trace, stream, None
+            )
         else:
             owner = owner or self.kernel.host_principal
-            run = self._run(text, session_id=session_id, trace=trace, stream=stream, new_session=new_session, owner=owner)
+            run = self._run(
+                text,
+                session_id=session_id,
+                trace=trace,
+                stream=stream,
+                new_session=new_session,
+                owner=owner,
+            )
         if direct_ask is not None:
             # What cancel() needs to stop it (a tuple costs less than a closure).
             self._runs[run_id] = (direct_ask, answer_as or _as_is, session_id, trace)
@@ -257,7 +277,13 @@ class AgentRuntime:
 
     def _cancelled_reply(self, session_id: str | None, trace: TraceContext | None) -> AgentReply:
         return AgentReply(
-            self.name, "cancelled", session_id or "", trace.trace_id if trace else "", True, 0, "cancelled"
+            self.name,
+            "cancelled",
+            session_id or "",
+            trace.trace_id if trace else "",
+            True,
+            0,
+            "cancelled",
         )
 
     @asynccontextmanager
@@ -301,7 +327,9 @@ class AgentRuntime:
         not in two. Whatever happens to the run (an error, a cancellation, that write
         failing) its user message is still stored."""
         async with self._session_lock((owner, session_id)):
-            trace = trace or TraceContext.new(self.name, max_depth=self.kernel.max_depth_for(self.name))
+            trace = trace or TraceContext.new(
+                self.name, max_depth=self.kernel.max_depth_for(self.name)
+            )
             user = Message("user", text)
             if not new_session:
                 return await self._exchange(user, session_id, trace, stream, None, owner)
@@ -370,7 +398,9 @@ class AgentRuntime:
         # a run that calls no tool (most agent-to-agent answers) needs none.
         conversation: Conversation | None = None
         if session_id is not None and first is None:
-            stored = await kernel.store.start_exchange(session_id, self.name, user.to_record(), owner=owner)
+            stored = await kernel.store.start_exchange(
+                session_id, self.name, user.to_record(), owner=owner
+            )
             history = [Message.from_record(m.role, m.content, m.data) for m in stored]
             for old in history:
                 if old.role == "tool" and old.taint:
@@ -401,7 +431,12 @@ class AgentRuntime:
 
             def on_token(piece: str) -> None:
                 kernel.publish(
-                    Event(EventKind.AGENT_TOKEN, self.name, payload={"text": piece, "session_id": session_id}, trace=trace)
+                    Event(
+                        EventKind.AGENT_TOKEN,
+                        self.name,
+                        payload={"text": piece, "session_id": session_id},
+                        trace=trace,
+                    )
                 )
 
         limits = manifest.limits
@@ -419,7 +454,9 @@ class AgentRuntime:
             if tiers is not None:
                 provider, model = await self._route(user.content, tiers, session_id)
                 # The tier's own model and parameters, for its own provider.
-                request = attrs.evolve(request, model=model.name or "", parameters=dict(model.parameters or {}))
+                request = attrs.evolve(
+                    request, model=model.name or "", parameters=dict(model.parameters or {})
+                )
             result: LoopResult = await run_loop(
                 provider,
                 request,
@@ -435,7 +472,16 @@ class AgentRuntime:
                 assert session_id is not None
                 await self._store_user_message(first, session_id, user, owner)
             outputs = conversation.handed_over() if conversation is not None else ()
-            return AgentReply(self.name, f"error: {exc}", session_id or "", trace.trace_id, True, 0, "error", outputs)
+            return AgentReply(
+                self.name,
+                f"error: {exc}",
+                session_id or "",
+                trace.trace_id,
+                True,
+                0,
+                "error",
+                outputs,
+            )
         if span.recording:
             span.set(
                 provider=provider.name,
@@ -452,10 +498,16 @@ class AgentRuntime:
                 result.usage.output_tokens,
             )
         if session_id is not None and first is not None:
-            await self._finish_first_exchange(first, session_id, user, result.messages, usage, owner)
+            await self._finish_first_exchange(
+                first, session_id, user, result.messages, usage, owner
+            )
         elif session_id is not None:
             await kernel.store.finish_exchange(
-                session_id, self.name, [m.to_record() for m in result.messages], usage=usage, owner=owner
+                session_id,
+                self.name,
+                [m.to_record() for m in result.messages],
+                usage=usage,
+                owner=owner,
             )
         elif usage is not None:  # a one-shot run: its usage is written behind
             await self._log_usage(None, usage)
@@ -496,15 +548,24 @@ class AgentRuntime:
             await self._store_user_message(first, session_id, user, owner)
             raise
 
-    async def _store_user_message(self, first: _FirstExchange, session_id: str, user: Message, owner: str) -> None:
+    async def _store_user_message(
+        self, first: _FirstExchange, session_id: str, user: Message, owner: str
+    ) -> None:
         """Store the message of a new session's first run that did not finish. Shielded, so
         a cancelled run still records it (bounded as ``_finish_first_exchange`` explains)."""
         first.user_stored = True
         with trio.CancelScope(shield=True):
             try:
-                await self.kernel.store.append_messages(session_id, self.name, [user.to_record()], owner=owner)
+                await self.kernel.store.append_messages(
+                    session_id, self.name, [user.to_record()], owner=owner
+                )
             except RoostError as exc:
-                log.warning("agent %s: could not store the message of session %s: %s", self.name, session_id, exc)
+                log.warning(
+                    "agent %s: could not store the message of session %s: %s",
+                    self.name,
+                    session_id,
+                    exc,
+                )
 
     async def _log_usage(self, session_id: str | None, usage: tuple[str, str, int, int]) -> None:
         """Record ``usage`` (provider, model, input, output tokens) written behind."""
@@ -533,7 +594,12 @@ class AgentRuntime:
             )
         )
         if verdict.usage.input_tokens or verdict.usage.output_tokens:
-            usage = (fast.name, fast_model.name or "", verdict.usage.input_tokens, verdict.usage.output_tokens)
+            usage = (
+                fast.name,
+                fast_model.name or "",
+                verdict.usage.input_tokens,
+                verdict.usage.output_tokens,
+            )
             await self._log_usage(session_id, usage)
         simple = verdict.text.strip().lower().startswith("simple")
         self.kernel.publish(
@@ -544,7 +610,6 @@ class AgentRuntime:
             )
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
-
 
 
 def _failure(exc: BaseException) -> str:
@@ -570,8 +635,15 @@ class _TracedProvider:
     def _span(self, request: CompletionRequest, streamed: bool) -> Any:
         name = f"{self.name} {request.model}".strip()
         return start_span(
-            self._tap, SpanKind.MODEL, name, self._trace.nested(), source=self._agent,
-            agent=self._agent, provider=self.name, model=request.model, streamed=streamed,
+            self._tap,
+            SpanKind.MODEL,
+            name,
+            self._trace.nested(),
+            source=self._agent,
+            agent=self._agent,
+            provider=self.name,
+            model=request.model,
+            streamed=streamed,
         )
 
     @staticmethod

@@ -127,7 +127,13 @@ class KernelAPI(Protocol):
         """Whether spans are recorded now (someone follows ``TRACE:`` events)."""
 
     def start_span(
-        self, kind: str, name: str, trace: TraceContext, *, source: str = "kernel", **attributes: Any
+        self,
+        kind: str,
+        name: str,
+        trace: TraceContext,
+        *,
+        source: str = "kernel",
+        **attributes: Any,
     ) -> Span:
         """Open the span ``trace`` names; ``NO_SPAN`` while nobody follows spans."""
 

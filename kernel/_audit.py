@@ -19,8 +19,21 @@ OUTCOMES = ("ok", "error", "denied", "timeout", "cancelled")
 MAX_AUDIT_CHARS = 8192
 TRUNCATED_MARK = "…[truncated]"
 
-AUDIT_COLUMNS = ("ts", "trace_id", "span_id", "agent", "tool", "arguments", "duration_ms", "outcome", "error", "session_id")
-INSERT_AUDIT = f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' * len(AUDIT_COLUMNS))})"
+AUDIT_COLUMNS = (
+    "ts",
+    "trace_id",
+    "span_id",
+    "agent",
+    "tool",
+    "arguments",
+    "duration_ms",
+    "outcome",
+    "error",
+    "session_id",
+)
+INSERT_AUDIT = (
+    f"INSERT INTO audit ({', '.join(AUDIT_COLUMNS)}) VALUES ({', '.join('?' * len(AUDIT_COLUMNS))})"
+)
 
 
 def _truncate(text: str, limit: int = MAX_AUDIT_CHARS) -> str:
@@ -47,7 +60,9 @@ def _required_text(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
 
 def _known_outcome(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value not in OUTCOMES:
-        raise StoreError(f"AuditRecord.outcome: expected one of {', '.join(OUTCOMES)}; got {value!r}")
+        raise StoreError(
+            f"AuditRecord.outcome: expected one of {', '.join(OUTCOMES)}; got {value!r}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -96,7 +111,9 @@ def audit_row(record: Any) -> tuple:
     )
 
 
-def read_audit(conn: sqlite3.Connection, where: list[str], params: list[Any], limit: int) -> list[AuditRecord]:
+def read_audit(
+    conn: sqlite3.Connection, where: list[str], params: list[Any], limit: int
+) -> list[AuditRecord]:
     """Audit records matching ``where`` (SQL conditions joined by AND), newest first."""
     sql = (
         f"SELECT {', '.join(AUDIT_COLUMNS)} FROM audit"
@@ -104,4 +121,7 @@ def read_audit(conn: sqlite3.Connection, where: list[str], params: list[Any], li
         + " ORDER BY id DESC LIMIT ?"
     )
     names = [f.name for f in attrs.fields(AuditRecord)]
-    return [AuditRecord(**dict(zip(names, row, strict=True))) for row in conn.execute(sql, (*params, limit))]
+    return [
+        AuditRecord(**dict(zip(names, row, strict=True)))
+        for row in conn.execute(sql, (*params, limit))
+    ]

@@ -187,7 +187,9 @@ class _Described:
 
 
 _KEY_FIELDS = ("key_env", "key_file", "admin")
-_ONE_SOURCE = _Described("a table with exactly one of key_env = \"VARIABLE\" or key_file = \"path\" (and optionally admin = true)")
+_ONE_SOURCE = _Described(
+    'a table with exactly one of key_env = "VARIABLE" or key_file = "path" (and optionally admin = true)'
+)
 
 
 @attrs.frozen
@@ -195,7 +197,7 @@ class _Keys:
     """``[http.keys.<name>]`` tables: each names where its principal's key is."""
 
     def describe(self) -> str:
-        return "a table of named keys, e.g. [http.keys.alice] with key_env = \"ALICE_KEY\""
+        return 'a table of named keys, e.g. [http.keys.alice] with key_env = "ALICE_KEY"'
 
     def __call__(self, value: Any) -> tuple[dict[str, Any], ...]:
         if not isinstance(value, dict):
@@ -235,6 +237,8 @@ class _Keys:
             item["admin"] = admin
             out.append(item)
         return tuple(out)
+
+
 _AGENT_NAME = _Str(
     "an agent name (lowercase letters, digits, '_' or '-')", r"[a-z][a-z0-9_-]{0,62}"
 )

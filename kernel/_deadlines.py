@@ -35,7 +35,18 @@ class DeadlineTimer(Generic[_T]):
     does every item pushed later; without ``hand_back`` their deadlines are forgotten.
     """
 
-    __slots__ = ("_at", "_ended", "_expire", "_hand_back", "_name", "_nursery", "_scope", "entries", "slack", "stopped")
+    __slots__ = (
+        "_at",
+        "_ended",
+        "_expire",
+        "_hand_back",
+        "_name",
+        "_nursery",
+        "_scope",
+        "entries",
+        "slack",
+        "stopped",
+    )
 
     def __init__(
         self,

@@ -183,7 +183,12 @@ class RecursionLimitExceeded(ToolError):
         )
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "path": list(self.path), "max_depth": self.max_depth, "depth": self.depth}
+        return {
+            **super().to_dict(),
+            "path": list(self.path),
+            "max_depth": self.max_depth,
+            "depth": self.depth,
+        }
 
     def to_mcp_result(self) -> dict:
         """The MCP ``CallToolResult`` of the refused call: a tool execution error
@@ -212,7 +217,9 @@ class RecursionLimitExceeded(ToolError):
 
         def count(key: str) -> int:
             value = data.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+            return (
+                value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+            )
 
         return cls(hops, count("max_depth"), count("depth"))
 
@@ -296,7 +303,9 @@ class InvalidText(InvalidInput):
 
     def __init__(self, field: str, char: str) -> None:
         self.char = char
-        super().__init__(field, f"contains a lone surrogate (U+{ord(char):04X}); send valid Unicode")
+        super().__init__(
+            field, f"contains a lone surrogate (U+{ord(char):04X}); send valid Unicode"
+        )
 
 
 class InvalidNumber(InvalidInput):
@@ -371,7 +380,9 @@ def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
 _MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE]|[0-9]{309}")
 
 
-def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
+def check_text(
+    value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
+) -> None:
     """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
     value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
 
@@ -383,7 +394,9 @@ def check_text(value: Any, field: str = "", *, raw: bytes | bytearray | memoryvi
     _walk(value, field, numbers=False)
 
 
-def check_json_input(value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None) -> None:
+def check_json_input(
+    value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
+) -> None:
     """The one check every JSON entry uses (REST, MCP, A2A) on what a caller sent: raise
     ``InvalidText`` (a lone surrogate: no store could keep it) or ``InvalidNumber`` (NaN or
     an infinity: no JSON answer could carry it back), both ``InvalidInput`` naming the

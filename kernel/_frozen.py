@@ -30,10 +30,15 @@ def frozen_builder(
         cls.__bases__ == (object,)
         and cls.__new__ is object.__new__
         # attrs' own __init__ (a hand-written one may do more than fill the slots)
-        and getattr(getattr(init, "__code__", None), "co_filename", "").startswith("<attrs generated")
-        and set(getattr(cls, "__slots__", ("__dict__",))) <= {f.name for f in fields} | {"__weakref__"}
+        and getattr(getattr(init, "__code__", None), "co_filename", "").startswith(
+            "<attrs generated"
+        )
+        and set(getattr(cls, "__slots__", ("__dict__",)))
+        <= {f.name for f in fields} | {"__weakref__"}
         and not any(hasattr(cls, hook) for hook in ("__attrs_pre_init__", "__attrs_post_init__"))
-        and all(f.init and (f.validator, f.converter) == known.get(f.name, (None, None)) for f in fields)
+        and all(
+            f.init and (f.validator, f.converter) == known.get(f.name, (None, None)) for f in fields
+        )
     )
     setters = [getattr(cls.__dict__.get(f.name), "__set__", None) for f in fields]
     if not plain or None in setters:

@@ -209,7 +209,11 @@ def make_encoder(
     """``json.JSONEncoder(ensure_ascii=False, ...).encode``: one encoder, built once, to
     reuse. Without ``check_circular`` a circular value raises RecursionError."""
     return json.JSONEncoder(
-        ensure_ascii=False, separators=separators, default=default, allow_nan=allow_nan, check_circular=check_circular
+        ensure_ascii=False,
+        separators=separators,
+        default=default,
+        allow_nan=allow_nan,
+        check_circular=check_circular,
     ).encode
 
 
@@ -455,12 +459,16 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
         if isinstance(code, float) and math.isfinite(code) and code.is_integer():
             code = int(code)
         else:
-            raise _invalid(msg_id, f"{prefix}error.code: expected an integer, got {json_type(code)}")
+            raise _invalid(
+                msg_id, f"{prefix}error.code: expected an integer, got {json_type(code)}"
+            )
     message = error.get("message", _MISSING)
     if message is _MISSING:
         raise _invalid(msg_id, f"{prefix}error.message: missing; an error needs a message string")
     if not isinstance(message, str):
-        raise _invalid(msg_id, f"{prefix}error.message: expected a string, got {json_type(message)}")
+        raise _invalid(
+            msg_id, f"{prefix}error.message: expected a string, got {json_type(message)}"
+        )
     return ErrorResponse(msg_id, ErrorObject(code, message, error.get("data")))
 
 

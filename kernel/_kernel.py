@@ -36,7 +36,9 @@ if TYPE_CHECKING:  # pragma: no cover
 class Kernel(ToolCalls, Messaging):
     """The running kernel. Obtain one with ``open_kernel``."""
 
-    def __init__(self, config: RoostConfig, plugins: PluginManager, store: Store, actors: ActorSystem) -> None:
+    def __init__(
+        self, config: RoostConfig, plugins: PluginManager, store: Store, actors: ActorSystem
+    ) -> None:
         self.config = config
         # Who in-process callers are (``kernel.send`` without a principal): see
         # ``HttpConfig.host_principal``.
@@ -148,7 +150,12 @@ class Kernel(ToolCalls, Messaging):
         # Every run asks: its own cache, checked without building a key or a builder.
         hit = self._allowed.get(manifest.name)
         registry = self.registry
-        if hit is not None and hit[0] is manifest and hit[1] is registry and hit[2] == registry.version:
+        if (
+            hit is not None
+            and hit[0] is manifest
+            and hit[1] is registry
+            and hit[2] == registry.version
+        ):
             return hit[3]
         specs = self._allowed_specs(manifest)
         self._allowed[manifest.name] = (manifest, registry, registry.version, specs)
@@ -159,7 +166,11 @@ class Kernel(ToolCalls, Messaging):
         if not caps.patterns:
             return ()  # allowed nothing: no need to look through every tool
         own = self._agent_tools.get(agent_tool_name(manifest.name))  # an agent does not ask itself
-        return tuple(s for s in self.registry.specs() if (own is None or s is not own.spec) and caps.allows(s))
+        return tuple(
+            s
+            for s in self.registry.specs()
+            if (own is None or s is not own.spec) and caps.allows(s)
+        )
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
@@ -177,7 +188,10 @@ class Kernel(ToolCalls, Messaging):
         registry = self.registry
         key = (id(registry), registry.version)
         if self._exposable_cache[0] != key:
-            self._exposable_cache = (key, tuple(s for s in registry.specs() if not self._is_agent_tool(s)))
+            self._exposable_cache = (
+                key,
+                tuple(s for s in registry.specs() if not self._is_agent_tool(s)),
+            )
         return self._exposable_cache[1]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
@@ -277,10 +291,14 @@ class Kernel(ToolCalls, Messaging):
         Raises ToolNameCollision; publishes ``KERNEL:TOOLS_CHANGED``.
         """
         self.registry.register(tool)
-        self.publish(Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"added": [tool.spec.name]}))
+        self.publish(
+            Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"added": [tool.spec.name]})
+        )
 
     def remove_tool(self, name: str) -> None:
         """Unregister a tool while running; publishes ``KERNEL:TOOLS_CHANGED``."""
         if name in self.registry:
             self.registry.unregister(name)
-            self.publish(Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"removed": [name]}))
+            self.publish(
+                Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"removed": [name]})
+            )

@@ -35,7 +35,8 @@ class Message:
         data: dict[str, Any] = {}
         if self.tool_calls:
             data["tool_calls"] = [
-                {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in self.tool_calls
+                {"id": c.id, "name": c.name, "arguments": dict(c.arguments)}
+                for c in self.tool_calls
             ]
         if self.tool_call_id:
             data["tool_call_id"] = self.tool_call_id
@@ -72,7 +73,9 @@ class Usage:
     output_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
 
 
 _NO_USAGE = Usage()
@@ -137,7 +140,9 @@ ExecuteTool = Callable[[ToolCall], Awaitable[ToolResult]]
 
 # The classes' constructors with every field given, for the values of the loop (and the
 # agent runtime) on their hot path.
-message_of = frozen_builder(Message)  # role, content, tool_calls, tool_call_id, name, is_error, taint
+message_of = frozen_builder(
+    Message
+)  # role, content, tool_calls, tool_call_id, name, is_error, taint
 request_of = frozen_builder(CompletionRequest)  # agent, system, messages, tools, model, parameters
 _loop_result = frozen_builder(LoopResult)  # text, messages, turns, stop_reason, usage, is_error
 NO_TAINT: frozenset[str] = frozenset()
@@ -178,13 +183,19 @@ async def run_loop(
             # would be a conversation no model accepts.
             return LoopResult(f"error: {exc}", (), turn - 1, "error", usage, is_error=True)
         if completion.tool_calls:
-            completion = attrs.evolve(completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls))
+            completion = attrs.evolve(
+                completion, tool_calls=tuple(_storable_call(c) for c in completion.tool_calls)
+            )
         usage = completion.usage if turn == 1 else usage + completion.usage
-        assistant = message_of("assistant", completion.text, completion.tool_calls, None, None, False, NO_TAINT)
+        assistant = message_of(
+            "assistant", completion.text, completion.tool_calls, None, None, False, NO_TAINT
+        )
         history.append(assistant)
         added.append(assistant)
         if not completion.tool_calls:
-            return _loop_result(completion.text, tuple(added), turn, completion.stop_reason, usage, False)
+            return _loop_result(
+                completion.text, tuple(added), turn, completion.stop_reason, usage, False
+            )
 
         if limiter is None:
             limiter = trio.CapacityLimiter(max(1, max_concurrent_tools))

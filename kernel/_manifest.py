@@ -783,11 +783,18 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
         specs = list(specs)
     where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
     out = []
-    for field, patterns in (("expose_tools", manifest.mcp.expose_tools), ("private_tools", manifest.mcp.private_tools)):
+    for field, patterns in (
+        ("expose_tools", manifest.mcp.expose_tools),
+        ("private_tools", manifest.mcp.private_tools),
+    ):
         for index, pattern in enumerate(patterns):
-            if pattern.startswith(_RUNTIME_TOOL_PREFIXES) or any(matches(s, pattern) for s in specs):
+            if pattern.startswith(_RUNTIME_TOOL_PREFIXES) or any(
+                matches(s, pattern) for s in specs
+            ):
                 continue
-            close = difflib.get_close_matches(pattern.rsplit(":", 1)[-1], [s.name for s in specs], n=1)
+            close = difflib.get_close_matches(
+                pattern.rsplit(":", 1)[-1], [s.name for s in specs], n=1
+            )
             hint = f"; did you mean {close[0]!r}?" if close else ""
             out.append(
                 f"{where}: at /mcp/{field}/{index}: {pattern!r} matches no tool{hint} (a pattern matches "
@@ -797,7 +804,9 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
     return out
 
 
-def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = None) -> list[ManifestError]:
+def validate_files(
+    paths: Iterable[str | Path], *, warnings: list[str] | None = None
+) -> list[ManifestError]:
     """Every problem in the given manifests (or directories of them), for ``roost validate``.
 
     Reports all errors of each file, plus agent names defined more than once among them.
@@ -821,7 +830,9 @@ def validate_files(paths: Iterable[str | Path], *, warnings: list[str] | None = 
             if manifest is not None:
                 _add_unique(manifest, str(file), found, by_tool, errors)
     if warnings is not None and found:
-        specs = _installed_tool_specs() + [ToolSpec(agent_tool_name(n), owner="agents") for n in found]
+        specs = _installed_tool_specs() + [
+            ToolSpec(agent_tool_name(n), owner="agents") for n in found
+        ]
         for manifest in found.values():
             warnings += tool_pattern_warnings(manifest, specs)
     return errors
@@ -837,7 +848,13 @@ def _installed_tool_specs() -> list[Any]:
     specs = []
     for impl in pm.hook.roost_tools.get_hookimpls():
         try:
-            tools = collect([impl.function(**({"config": default_config()} if "config" in impl.argnames else {}))])
+            tools = collect(
+                [
+                    impl.function(
+                        **({"config": default_config()} if "config" in impl.argnames else {})
+                    )
+                ]
+            )
         except Exception:  # a broken plugin is reported when roost runs; here it lists nothing
             continue
         specs += [t.spec for t in tools if hasattr(t, "spec")]

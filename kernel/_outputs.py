@@ -130,12 +130,23 @@ class Output:
             if not whole and uri != part_uri:
                 continue
             if part.raw is not None:
-                item = {"uri": part_uri, "mimeType": part.media_type or "application/octet-stream",
-                        "blob": base64.b64encode(part.raw).decode("ascii")}
+                item = {
+                    "uri": part_uri,
+                    "mimeType": part.media_type or "application/octet-stream",
+                    "blob": base64.b64encode(part.raw).decode("ascii"),
+                }
             elif part.text is not None:
-                item = {"uri": self.uri, "mimeType": part.media_type or "text/plain", "text": part.text}
+                item = {
+                    "uri": self.uri,
+                    "mimeType": part.media_type or "text/plain",
+                    "text": part.text,
+                }
             elif part.has_data:
-                item = {"uri": self.uri, "mimeType": "application/json", "text": json.dumps(part.data, ensure_ascii=False)}
+                item = {
+                    "uri": self.uri,
+                    "mimeType": "application/json",
+                    "text": json.dumps(part.data, ensure_ascii=False),
+                }
             else:
                 item = {"uri": self.uri, "mimeType": "text/uri-list", "text": part.url or ""}
             out.append(item)
@@ -170,7 +181,9 @@ class Outputs:
         if old is None:
             new = Output(name, (part,), description)
         else:
-            new = attrs.evolve(old, parts=old.parts + (part,), description=description or old.description)
+            new = attrs.evolve(
+                old, parts=old.parts + (part,), description=description or old.description
+            )
         self._by_name[name] = new
         self._parts += 1
         self._bytes += size
@@ -213,7 +226,9 @@ def outputs_to_json(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
     return [o.to_json() for o in outputs]
 
 
-def outputs_to_mcp(outputs: tuple[Output, ...], first_index: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def outputs_to_mcp(
+    outputs: tuple[Output, ...], first_index: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The content blocks of ``outputs`` (which will sit at ``first_index`` onwards in the
     result's ``content``) and their ``structuredContent.artifacts``: there a file's bytes
     are not repeated but referred to as ``{"content": <index of its block>}``."""
@@ -234,7 +249,11 @@ def output_from_json(value: Any, content: Any = ()) -> Output | None:
     """An ``Output`` back from ``Output.to_json``, or from an MCP result's
     ``structuredContent.artifacts`` entry whose file parts refer to blocks of ``content``;
     None if ``value`` is not one."""
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not isinstance(value.get("parts"), list):
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("name"), str)
+        or not isinstance(value.get("parts"), list)
+    ):
         return None
     parts = []
     for raw in value["parts"]:
@@ -279,4 +298,8 @@ def _block_bytes(content: Any, index: int) -> str | None:
     if block.get("type") in ("image", "audio"):
         return block.get("data")
     resource = block.get("resource")
-    return resource.get("blob") if block.get("type") == "resource" and isinstance(resource, dict) else None
+    return (
+        resource.get("blob")
+        if block.get("type") == "resource" and isinstance(resource, dict)
+        else None
+    )

@@ -82,7 +82,9 @@ class PluginManager(pluggy.PluginManager):
                 result = impl.function(**{k: v for k, v in kwargs.items() if k in argnames})
             except Exception as exc:
                 self.failures.append(
-                    PluginFailure(name, "register", f"{hook_name} raised {type(exc).__name__}: {exc}")
+                    PluginFailure(
+                        name, "register", f"{hook_name} raised {type(exc).__name__}: {exc}"
+                    )
                 )
                 log.error("plugin %s: %s raised %s", name, hook_name, exc)
                 continue

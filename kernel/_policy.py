@@ -131,10 +131,13 @@ class Exposure:
     private: tuple[str, ...] = attrs.field(
         default=(), converter=lambda v: _patterns(v, "private_tools")
     )
+
     def is_exposed(self, spec: ToolSpec) -> bool:
         """True when an ``expose`` pattern matches and no ``private`` pattern does (asked
         when the exposed tools are listed, which the kernel caches per registry version)."""
-        return _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
+        return (
+            _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -274,8 +277,6 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
         + "; ".join(lines)
         + " — fix them to match the tool's inputSchema"
     )
-
-
 
 
 # --------------------------------------------------------------------------------------

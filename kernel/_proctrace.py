@@ -93,7 +93,13 @@ class ProcessTraces:
             return None
         roots = dict(self._by_pid)
         found = await trio.to_thread.run_sync(
-            find_owner, client, server, tuple(roots), self.max_processes, self.max_fds, limiter=self._limiter
+            find_owner,
+            client,
+            server,
+            tuple(roots),
+            self.max_processes,
+            self.max_fds,
+            limiter=self._limiter,
         )
         if found is None:
             return None
@@ -136,7 +142,10 @@ def _hex_forms(host: str, port: int) -> set[str]:
     words.append(ipaddress.IPv6Address(f"::ffff:{ip}").packed if ip.version == 4 else ip.packed)
     forms = set()
     for raw in words:
-        forms.add("".join(f"{struct.unpack('=I', raw[i : i + 4])[0]:08X}" for i in range(0, len(raw), 4)) + tail)
+        forms.add(
+            "".join(f"{struct.unpack('=I', raw[i : i + 4])[0]:08X}" for i in range(0, len(raw), 4))
+            + tail
+        )
     return forms
 
 
@@ -153,7 +162,11 @@ def socket_inode(client: Endpoint, server: Endpoint) -> int | None:
                 next(f, None)  # the header line
                 for line in f:
                     fields = line.split()
-                    if len(fields) < 10 or fields[1] not in want_client or fields[2] not in want_server:
+                    if (
+                        len(fields) < 10
+                        or fields[1] not in want_client
+                        or fields[2] not in want_server
+                    ):
                         continue
                     if fields[9].isdigit() and int(fields[9]):  # 0: a socket already closed
                         return int(fields[9])

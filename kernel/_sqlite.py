@@ -123,7 +123,9 @@ class SqliteDatabase:
     max_pending = MAX_PENDING_WRITES
     max_batch = MAX_BATCH
 
-    def __init__(self, connection: sqlite3.Connection, path: str, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self, connection: sqlite3.Connection, path: str, synchronous: str = "NORMAL"
+    ) -> None:
         self.path = path
         self.batches = 0  # how many batches the thread ran (for tests and benches)
         self._conn = connection
@@ -136,7 +138,9 @@ class SqliteDatabase:
         self._closed = trio.Event()
         self._room = trio.Event()  # set (and replaced) after each batch
         self._token = trio.lowlevel.current_trio_token()
-        trio.lowlevel.start_thread_soon(self._serve, self._stopped, name=f"roost sqlite {Path(path).name}")
+        trio.lowlevel.start_thread_soon(
+            self._serve, self._stopped, name=f"roost sqlite {Path(path).name}"
+        )
 
     @property
     def closed(self) -> bool:
@@ -165,7 +169,9 @@ class SqliteDatabase:
         written and answered even if the caller is cancelled meanwhile; ``wait=False``:
         written behind (returns None at once, committed with the next batch, a failure
         logged) — it waits only for room in the queue and is no cancel point."""
-        return await self._submit(_Op(operation, work, True, durable), shield=shield or not wait, wait=wait)
+        return await self._submit(
+            _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
+        )
 
     async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read-only ``work(conn)`` on the database's thread and return its result."""
@@ -324,7 +330,9 @@ class SqliteDatabase:
             raise cls.error(f"path: expected a file path or ':memory:', got {path!r}")
         mode = synchronous_mode(synchronous, cls.error)
         text = MEMORY if str(path) == MEMORY else str(Path(path).expanduser().absolute())
-        conn = await trio.to_thread.run_sync(_connect, text, mode, cls.migrations, dict(params or {}), cls.error)
+        conn = await trio.to_thread.run_sync(
+            _connect, text, mode, cls.migrations, dict(params or {}), cls.error
+        )
         database = cls(conn, text, mode, **kwargs)
         try:
             yield database
@@ -344,10 +352,18 @@ def _refuse_foreign_file(path: Path, error: type[Exception]) -> None:
     except OSError as exc:
         raise error(f"{path}: cannot read the database: {exc.strerror or exc}") from exc
     if header and header != SQLITE_HEADER:
-        raise error(f"{path}: not an SQLite database; it was left untouched — move it away or choose another path")
+        raise error(
+            f"{path}: not an SQLite database; it was left untouched — move it away or choose another path"
+        )
 
 
-def _migrate(conn: sqlite3.Connection, path: str, migrations: Migrations, params: dict, error: type[Exception]) -> None:
+def _migrate(
+    conn: sqlite3.Connection,
+    path: str,
+    migrations: Migrations,
+    params: dict,
+    error: type[Exception],
+) -> None:
     while True:
         version = None
         conn.execute("BEGIN IMMEDIATE")
@@ -371,7 +387,9 @@ def _migrate(conn: sqlite3.Connection, path: str, migrations: Migrations, params
         conn.execute("COMMIT")
 
 
-def _connect(path: str, synchronous: str, migrations: Migrations, params: dict, error: type[Exception]) -> sqlite3.Connection:
+def _connect(
+    path: str, synchronous: str, migrations: Migrations, params: dict, error: type[Exception]
+) -> sqlite3.Connection:
     if path != MEMORY:
         _refuse_foreign_file(Path(path), error)
         try:

@@ -151,12 +151,19 @@ class StoredMessage:
 class Store(Protocol):
     """What the kernel needs from persistence; ``SqliteStore`` is the default."""
 
-    async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None: ...
+    async def ensure_session(
+        self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
+    ) -> None: ...
 
     async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None: ...
 
     async def append_messages(
-        self, session_id: str, agent: str, messages: Sequence[Mapping[str, Any]], *, owner: str = DEFAULT_OWNER
+        self,
+        session_id: str,
+        agent: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        owner: str = DEFAULT_OWNER,
     ) -> None: ...
 
     async def start_exchange(
@@ -305,7 +312,11 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         if not isinstance(data, Mapping):
             raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
         try:
-            encoded = "{}" if type(data) is dict and not data else _encode_data(dict(data) if type(data) is not dict else data)
+            encoded = (
+                "{}"
+                if type(data) is dict and not data
+                else _encode_data(dict(data) if type(data) is not dict else data)
+            )
         except (TypeError, ValueError, RecursionError) as exc:
             reason = "nested too deep" if isinstance(exc, RecursionError) else exc
             raise StoreError(
@@ -318,12 +329,16 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
     return rows
 
 
-
 # ---- the SQLite store ------------------------------------------------------------------
 
 
 def _usage_row(
-    agent: str, session_id: str | None, provider: str, model: str, input_tokens: int, output_tokens: int
+    agent: str,
+    session_id: str | None,
+    provider: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
 ) -> tuple:
     return (
         time.time(),
@@ -334,7 +349,6 @@ def _usage_row(
         _check_count("input_tokens", input_tokens),
         _check_count("output_tokens", output_tokens),
     )
-
 
 
 _INSERT_USAGE = (
@@ -352,7 +366,12 @@ class SqliteStore(SqliteDatabase):
 
     @staticmethod
     def _ensure(
-        conn: sqlite3.Connection, owner: str, session_id: str, agent: str, now: float, messages: int = 0
+        conn: sqlite3.Connection,
+        owner: str,
+        session_id: str,
+        agent: str,
+        now: float,
+        messages: int = 0,
     ) -> bool:
         """Create the session if needed (inside the write transaction); True if it is new.
         A new session is created counting the ``messages`` its caller is about to add."""
@@ -382,18 +401,30 @@ class SqliteStore(SqliteDatabase):
 
         return await self.read("read a session", work)
 
-    async def ensure_session(self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER) -> None:
+    async def ensure_session(
+        self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
+    ) -> None:
         """Create ``owner``'s session for ``agent`` if it does not exist yet; a session of
         another agent raises ``SessionConflict``."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         now = time.time()
-        await self.write("ensure a session", lambda c: self._ensure(c, owner, session_id, agent, now))
+        await self.write(
+            "ensure a session", lambda c: self._ensure(c, owner, session_id, agent, now)
+        )
 
     def _append(
-        self, conn: sqlite3.Connection, owner: str, session_id: str, agent: str, rows: list, now: float
+        self,
+        conn: sqlite3.Connection,
+        owner: str,
+        session_id: str,
+        agent: str,
+        rows: list,
+        now: float,
     ) -> None:
         """Append ``rows``, creating the session if needed."""
-        if self._ensure(conn, owner, session_id, agent, now, len(rows)):  # new: counted, nothing before
+        if self._ensure(
+            conn, owner, session_id, agent, now, len(rows)
+        ):  # new: counted, nothing before
             self._insert_messages(conn, owner, session_id, 0, rows, now)
             return
         (last,) = conn.execute(
@@ -549,7 +580,9 @@ class SqliteStore(SqliteDatabase):
         """Append one tool call to the audit log, committed before this returns. Not a
         cancel point: a cancelled caller's record is stored all the same."""
         row = audit_row(record)
-        await self.write("record a tool call", lambda conn: conn.execute(INSERT_AUDIT, row), shield=True)
+        await self.write(
+            "record a tool call", lambda conn: conn.execute(INSERT_AUDIT, row), shield=True
+        )
 
     async def audit(
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
@@ -563,7 +596,9 @@ class SqliteStore(SqliteDatabase):
         if trace_id is not None:
             where.append("trace_id = ?")
             params.append(_check_id("trace_id", trace_id))
-        return await self.read("read the audit log", lambda conn: read_audit(conn, where, params, limit))
+        return await self.read(
+            "read the audit log", lambda conn: read_audit(conn, where, params, limit)
+        )
 
     async def record_usage(
         self,
@@ -622,5 +657,7 @@ async def open_store(
     when the block exits, after any operation still running.
     """
     _check_id("legacy_owner", legacy_owner)
-    async with SqliteStore.open(path, synchronous=synchronous, params={"legacy_owner": legacy_owner}) as store:
+    async with SqliteStore.open(
+        path, synchronous=synchronous, params={"legacy_owner": legacy_owner}
+    ) as store:
         yield store

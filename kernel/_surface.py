@@ -62,7 +62,9 @@ def ask_tool_spec(agent: str, description: str = "", *, name: str = MESSAGE_TOOL
         description=f"Ask the {agent} agent and get its answer. {description}".strip(),
         input_schema={
             "type": "object",
-            "properties": {"message": {"type": "string", "minLength": 1, "description": f"What to ask {agent}"}},
+            "properties": {
+                "message": {"type": "string", "minLength": 1, "description": f"What to ask {agent}"}
+            },
             "required": ["message"],
             "additionalProperties": False,
         },
@@ -85,7 +87,9 @@ def unknown_tool_error(name: str, known: Any) -> JsonRpcError:
     """The error for a ``tools/call`` of a tool the surface does not list (private and
     unexposed tools included: they are indistinguishable from absent ones)."""
     hint = ToolNotFound(name, known).hint
-    return JsonRpcError(INVALID_PARAMS, f"unknown tool: {name}{hint}; see tools/list", {"tool": name})
+    return JsonRpcError(
+        INVALID_PARAMS, f"unknown tool: {name}{hint}; see tools/list", {"tool": name}
+    )
 
 
 def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
@@ -99,7 +103,9 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
         return JsonRpcError(code, str(exc), exc.to_dict())
     ref = secrets.token_hex(6)
     log.error("MCP method %r failed (ref %s)", method, ref, exc_info=exc)
-    return JsonRpcError(INTERNAL_ERROR, f"internal error in {method!r}; the server logged it as {ref}")
+    return JsonRpcError(
+        INTERNAL_ERROR, f"internal error in {method!r}; the server logged it as {ref}"
+    )
 
 
 class SurfaceCall:
@@ -143,7 +149,12 @@ class AgentSurface:
         manifest = kernel.agents.get(self.agent)
         registry = kernel.registry
         hit = self._cache
-        if hit is not None and hit[0] is manifest and hit[1] is registry and hit[2] == registry.version:
+        if (
+            hit is not None
+            and hit[0] is manifest
+            and hit[1] is registry
+            and hit[2] == registry.version
+        ):
             return hit[3]
         if manifest is None:
             raise AgentNotFound(self.agent, list(kernel.agents))
@@ -201,8 +212,13 @@ class AgentSurface:
             # child of the caller's (or the server's), not of a hop span nobody records.
             if trace.parent_span_id is not None:
                 trace = _trace_context(
-                    trace.trace_id, trace.parent_span_id, trace.depth, trace.path,
-                    trace.max_depth, None, trace.sampled,
+                    trace.trace_id,
+                    trace.parent_span_id,
+                    trace.depth,
+                    trace.path,
+                    trace.max_depth,
+                    None,
+                    trace.sampled,
                 )
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):
@@ -210,7 +226,10 @@ class AgentSurface:
         from ._policy import validate_arguments  # here: roost mcp answers initialize without it
 
         try:  # words what is wrong, naming the tool as the caller did
-            validate_arguments(spec if name == spec.name else ToolSpec(name, input_schema=spec.input_schema), arguments)
+            validate_arguments(
+                spec if name == spec.name else ToolSpec(name, input_schema=spec.input_schema),
+                arguments,
+            )
         except ToolArgumentsInvalid as exc:
             return SurfaceCall(None, arguments, trace, ToolResult.error(str(exc)).to_mcp(), span)
         return SurfaceCall(None, arguments, trace, None, span)
@@ -239,7 +258,12 @@ class AgentSurface:
         assert call.tool is None and call.refused is None
         self.kernel._require_agent(self.agent)
         return await self.kernel._deliver(
-            self.agent, call.arguments["message"], call.trace, session_id=session_id, timeout=timeout, principal=principal
+            self.agent,
+            call.arguments["message"],
+            call.trace,
+            session_id=session_id,
+            timeout=timeout,
+            principal=principal,
         )
 
     @staticmethod
@@ -254,15 +278,27 @@ class AgentSurface:
         ``direct_ask``: the request is that ask's, running in the asker's task (see
         ``AgentRuntime.handle_message``)."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
-            return JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object").to_response(None).to_dict()
+            return (
+                JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
+                .to_response(None)
+                .to_dict()
+            )
         req_id, method, params = request.get("id"), request.get("method"), request.get("params")
         try:
             if params is not None and not is_mapping(params):
-                raise JsonRpcError(INVALID_PARAMS, "params: expected an object (MCP uses named parameters)")
+                raise JsonRpcError(
+                    INVALID_PARAMS, "params: expected an object (MCP uses named parameters)"
+                )
             if method == "tools/list":
-                return {"jsonrpc": "2.0", "id": req_id, "result": {"tools": [s.to_mcp() for s in self.tools()]}}
+                return {
+                    "jsonrpc": "2.0",
+                    "id": req_id,
+                    "result": {"tools": [s.to_mcp() for s in self.tools()]},
+                }
             if method != "tools/call":
-                raise JsonRpcError(METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method})
+                raise JsonRpcError(
+                    METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method}
+                )
             call = self.prepare(params)
             if call.refused is not None:
                 return {"jsonrpc": "2.0", "id": req_id, "result": call.refused}
@@ -290,4 +326,11 @@ def _response(req_id: Any, reply: AgentReply) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": req_id, "result": AgentSurface.answer(reply)}
 
 
-__all__ = ["MESSAGE_TOOL", "AgentSurface", "SurfaceCall", "ask_tool_spec", "jsonrpc_error", "unknown_tool_error"]
+__all__ = [
+    "MESSAGE_TOOL",
+    "AgentSurface",
+    "SurfaceCall",
+    "ask_tool_spec",
+    "jsonrpc_error",
+    "unknown_tool_error",
+]

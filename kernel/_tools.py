@@ -128,7 +128,9 @@ class ToolResult:
                 if "text" in resource:
                     parts.append(str(resource["text"]))
                 else:
-                    parts.append(f"[resource {resource.get('uri', '')} ({resource.get('mimeType', 'binary')})]")
+                    parts.append(
+                        f"[resource {resource.get('uri', '')} ({resource.get('mimeType', 'binary')})]"
+                    )
             else:
                 parts.append(f"[{block.get('type', 'unknown')} content]")
         if not parts and self.structured_content is not None:

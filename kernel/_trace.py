@@ -40,7 +40,10 @@ HEADER_TRACE_ID = "X-Roost-Trace-Id"
 HEADER_DEPTH = "X-Roost-Trace-Depth"
 HEADER_PATH = "X-Roost-Trace-Path"
 HEADER_OPENSTARRY = "X-OpenStarry-Trace-ID"
-TRACE_HEADERS = frozenset(h.lower() for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY))
+TRACE_HEADERS = frozenset(
+    h.lower()
+    for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY)
+)
 
 # The environment of a process a tool starts for an agent's run (OpenTelemetry's
 # environment carrier names TRACEPARENT); a client in it forwards them as the headers.
@@ -160,7 +163,13 @@ class TraceContext:
         this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
         """
         return _hop(
-            self.trace_id, self.span_id, self.depth, self.path, self.max_depth, hop, max_depth,
+            self.trace_id,
+            self.span_id,
+            self.depth,
+            self.path,
+            self.max_depth,
+            hop,
+            max_depth,
             self.sampled,
         )
 
@@ -169,8 +178,13 @@ class TraceContext:
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
         if self.__class__ is TraceContext:
             return _trace_context(
-                self.trace_id, _new_span_id(), self.depth, self.path, self.max_depth,
-                self.span_id, self.sampled,
+                self.trace_id,
+                _new_span_id(),
+                self.depth,
+                self.path,
+                self.max_depth,
+                self.span_id,
+                self.sampled,
             )
         return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
 
@@ -287,15 +301,27 @@ class TraceContext:
     def to_env(self) -> dict[str, str]:
         """``TRACEPARENT``, ``ROOST_TRACE_DEPTH`` and ``ROOST_TRACE_PATH`` for a child
         process: a client in it forwards them as ``traceparent`` / ``X-Roost-Trace-*``."""
-        return {ENV_TRACEPARENT: self.traceparent, ENV_DEPTH: str(self.depth), ENV_PATH: ",".join(self.path)}
+        return {
+            ENV_TRACEPARENT: self.traceparent,
+            ENV_DEPTH: str(self.depth),
+            ENV_PATH: ",".join(self.path),
+        }
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TraceContext | None:
         """The context ``to_env`` put in ``environ`` (e.g. ``os.environ``); None if absent."""
-        return cls._from_text(environ.get(ENV_TRACEPARENT), None, environ.get(ENV_DEPTH), environ.get(ENV_PATH), ENV_DEPTH)
+        return cls._from_text(
+            environ.get(ENV_TRACEPARENT),
+            None,
+            environ.get(ENV_DEPTH),
+            environ.get(ENV_PATH),
+            ENV_DEPTH,
+        )
 
     @classmethod
-    def _from_text(cls, traceparent, trace_id, depth_text, path_text, depth_field) -> TraceContext | None:
+    def _from_text(
+        cls, traceparent, trace_id, depth_text, path_text, depth_field
+    ) -> TraceContext | None:
         parent = _parse_traceparent(traceparent)
         depth = _parse_depth(depth_text, depth_field)
         path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
@@ -508,7 +534,13 @@ def _clean_hops(hops: list[Any] | tuple[Any, ...]) -> bool:
     """Whether every hop is as ``to_meta`` writes it: a non-empty string of at most
     ``_MAX_HOP_LEN`` characters, without surrounding whitespace."""
     for v in hops:
-        if v.__class__ is not str or not v or len(v) > _MAX_HOP_LEN or v[0].isspace() or v[-1].isspace():
+        if (
+            v.__class__ is not str
+            or not v
+            or len(v) > _MAX_HOP_LEN
+            or v[0].isspace()
+            or v[-1].isspace()
+        ):
             return False
     return True
 

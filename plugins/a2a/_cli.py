@@ -41,13 +41,25 @@ async def a2a_command(args: Any, *, out: TextIO, err: TextIO) -> int:
                     _say(out, f"endpoint: {info.jsonrpc_url or info.rest_url}")
                     _say(out, f"streaming: {'yes' if info.streaming else 'no'}")
                     for skill in info.skills:
-                        _say(out, f"  skill {skill.get('id')}: {skill.get('name')} — {skill.get('description', '')}")
+                        _say(
+                            out,
+                            f"  skill {skill.get('id')}: {skill.get('name')} — {skill.get('description', '')}",
+                        )
                 return 0
             if args.stream:
-                async for event in client.stream(info, args.message, context_id=args.context, task_id=args.task):
-                    _say(out, json.dumps(m.event_to_json(event), ensure_ascii=False) if args.json else _event_line(event))
+                async for event in client.stream(
+                    info, args.message, context_id=args.context, task_id=args.task
+                ):
+                    _say(
+                        out,
+                        json.dumps(m.event_to_json(event), ensure_ascii=False)
+                        if args.json
+                        else _event_line(event),
+                    )
                 return 0
-            outcome = await client.send(info, args.message, context_id=args.context, task_id=args.task)
+            outcome = await client.send(
+                info, args.message, context_id=args.context, task_id=args.task
+            )
         except m.A2AError as exc:
             _say(err, f"roost a2a: error {exc.code}: {exc.message}")
             return 1

@@ -62,7 +62,9 @@ class A2AClientError(m.A2AError):
     """The remote agent could not be reached or answered something unusable.
     ``peer_status`` is the HTTP status of a refused request (None otherwise)."""
 
-    def __init__(self, code: int, message: str, *, peer_status: int | None = None, data: Any = None) -> None:
+    def __init__(
+        self, code: int, message: str, *, peer_status: int | None = None, data: Any = None
+    ) -> None:
         super().__init__(code, message)
         self.peer_status = peer_status
         self.data = data
@@ -77,10 +79,19 @@ def _refused(status: int, body: bytes, url: str) -> A2AClientError:
     except (ValueError, RecursionError):
         value = None
     error = value.get("error") if isinstance(value, Mapping) else None
-    if isinstance(error, Mapping) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+    if (
+        isinstance(error, Mapping)
+        and type(error.get("code")) is int
+        and isinstance(error.get("message"), str)
+    ):
         code, data = error["code"], error.get("data")
     text = http_error_text(body)
-    return A2AClientError(code, f"{url} answered {http_status_line(status)}" + (f": {text}" if text else ""), peer_status=status, data=data)
+    return A2AClientError(
+        code,
+        f"{url} answered {http_status_line(status)}" + (f": {text}" if text else ""),
+        peer_status=status,
+        data=data,
+    )
 
 
 @attrs.frozen
@@ -101,7 +112,9 @@ class AgentInfo:
 def parse_card(card: Any, card_url: str) -> AgentInfo:
     """Classify and read a 1.0, 0.3 or 0.1 agent card."""
     if not isinstance(card, Mapping):
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} is not a JSON object")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} is not a JSON object"
+        )
     name = card.get("name")
     if not isinstance(name, str) or not name:
         raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} has no name")
@@ -131,7 +144,10 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
         protocol = m.V03 if version.startswith("0.3") or "preferredTransport" in card else m.V01
         jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
     if jsonrpc_url is None and rest_url is None:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} names no endpoint (url or supportedInterfaces)")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE,
+            f"the agent card at {card_url} names no endpoint (url or supportedInterfaces)",
+        )
     return AgentInfo(
         name=name,
         description=str(card.get("description") or ""),
@@ -163,7 +179,9 @@ class A2AClient:
         self.allow_loopback = allow_loopback
         self._resolver = resolver
         base_headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
-        self._http = httpx.AsyncClient(transport=transport, timeout=timeout, headers=base_headers, follow_redirects=False)
+        self._http = httpx.AsyncClient(
+            transport=transport, timeout=timeout, headers=base_headers, follow_redirects=False
+        )
         self._ids = 0
 
     async def __aenter__(self) -> A2AClient:
@@ -178,7 +196,10 @@ class A2AClient:
     async def _check(self, url: str) -> None:
         try:
             await check_url(
-                url, allow_private=self.allow_private, allow_loopback=self.allow_loopback, resolver=self._resolver
+                url,
+                allow_private=self.allow_private,
+                allow_loopback=self.allow_loopback,
+                resolver=self._resolver,
             )
         except UrlRefused as exc:
             raise A2AClientError(m.INVALID_PARAMS, f"refusing to contact {url}: {exc}") from None
@@ -196,7 +217,11 @@ class A2AClient:
         for candidate in candidates:
             await self._check(candidate)
             status, body = await self._send_with_retries(
-                "GET", candidate, MAX_CARD_BYTES, "the agent card", headers={"A2A-Version": "1.0", "Accept": "application/json"}
+                "GET",
+                candidate,
+                MAX_CARD_BYTES,
+                "the agent card",
+                headers={"A2A-Version": "1.0", "Accept": "application/json"},
             )
             if status == 404:
                 last = f"{candidate}: 404"
@@ -204,19 +229,27 @@ class A2AClient:
             if status >= 400:
                 raise _refused(status, body, candidate)
             if status != 200:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(status)}")
+                raise A2AClientError(
+                    m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(status)}"
+                )
             try:
                 card = json.loads(body)
             except (ValueError, RecursionError):
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is not JSON") from None
+                raise A2AClientError(
+                    m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is not JSON"
+                ) from None
             return parse_card(card, candidate)
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"no agent card found ({last}); is {url} an A2A agent?")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"no agent card found ({last}); is {url} an A2A agent?"
+        )
 
     async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
         return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
 
     # ---- JSON-RPC --------------------------------------------------------------------------
-    def _request(self, agent: AgentInfo, op: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    def _request(
+        self, agent: AgentInfo, op: str, params: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, str]]:
         self._ids += 1
         method = _METHODS[agent.protocol][op]
         body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
@@ -225,16 +258,22 @@ class A2AClient:
             headers["A2A-Version"] = "1.0"
         return body, headers
 
-    async def _call(self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None = None) -> Any:
+    async def _call(
+        self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None = None
+    ) -> Any:
         url = self._endpoint(agent)
         await self._check(url)
         body, headers = self._request(agent, op, params)
         if trace is not None:
             headers.update(trace.to_headers())
-        status, answer = await self._send_with_retries("POST", url, MAX_ANSWER_BYTES, "the JSON-RPC answer", json=body, headers=headers)
+        status, answer = await self._send_with_retries(
+            "POST", url, MAX_ANSWER_BYTES, "the JSON-RPC answer", json=body, headers=headers
+        )
         return _result(status, answer, url)
 
-    async def _send_with_retries(self, method: str, url: str, limit: int, what: str, **kwargs: Any) -> tuple[int, bytes]:
+    async def _send_with_retries(
+        self, method: str, url: str, limit: int, what: str, **kwargs: Any
+    ) -> tuple[int, bytes]:
         """One request (see ``_response``); the last answer's status and body: at most
         ``limit`` bytes of a success (more fails at once, naming ``what``), an error's first
         64 KiB."""
@@ -266,17 +305,26 @@ class A2AClient:
                 raise A2AClientError(m.INTERNAL_ERROR, reason) from None
             except ResponseTooLarge as exc:
                 raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
-            wait = http_retry_wait(response.status_code, retry_after_s(response.headers), retries, remaining_s(deadline))
+            wait = http_retry_wait(
+                response.status_code,
+                retry_after_s(response.headers),
+                retries,
+                remaining_s(deadline),
+            )
             if wait is None:
                 yield response, body
                 return
             retries += 1
-            log.info("%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait)
+            log.info(
+                "%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait
+            )
             await trio.sleep(wait)
 
     def _endpoint(self, agent: AgentInfo) -> str:
         if agent.jsonrpc_url is None:
-            raise A2AClientError(m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint")
+            raise A2AClientError(
+                m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint"
+            )
         return agent.jsonrpc_url
 
     def _send_params(
@@ -330,13 +378,20 @@ class A2AClient:
         """Send a message; returns the task (or a direct message reply)."""
         info = await self._agent(agent)
         params = self._send_params(
-            info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace,
+            info,
+            message,
+            context_id=context_id,
+            task_id=task_id,
+            metadata=metadata,
+            trace=trace,
             return_immediately=return_immediately,
         )
         result = await self._call(info, "send", params, trace)
         return _task_or_message(result, info)
 
-    async def get(self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None) -> m.Task:
+    async def get(
+        self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
+    ) -> m.Task:
         info = await self._agent(agent)
         params: dict[str, Any] = {"id": task_id}
         if history_length is not None:
@@ -380,7 +435,12 @@ class A2AClient:
         """Send a message and yield the task's events as they come (SSE)."""
         info = await self._agent(agent)
         params = self._send_params(
-            info, message, context_id=context_id, task_id=task_id, metadata=metadata, trace=trace,
+            info,
+            message,
+            context_id=context_id,
+            task_id=task_id,
+            metadata=metadata,
+            trace=trace,
             return_immediately=None,
         )
         async for event in self._stream(info, "stream", params, trace):
@@ -392,7 +452,9 @@ class A2AClient:
         async for event in self._stream(info, "subscribe", {"id": task_id}, None):
             yield event
 
-    async def _stream(self, info: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None) -> AsyncIterator[m.Event]:
+    async def _stream(
+        self, info: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None
+    ) -> AsyncIterator[m.Event]:
         url = self._endpoint(info)
         await self._check(url)
         body, headers = self._request(info, op, params)
@@ -421,7 +483,9 @@ async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncI
         try:
             envelope = json.loads(event.data)
         except (ValueError, RecursionError):
-            raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON") from None
+            raise A2AClientError(
+                m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON"
+            ) from None
         if isinstance(envelope, Mapping) and "error" in envelope:
             raise _rpc_error(envelope["error"])
         result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
@@ -442,30 +506,48 @@ def _result(status: int, body: bytes, url: str) -> Any:
     try:
         envelope = json.loads(body)
     except (ValueError, RecursionError):
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} with a body that is not JSON") from None
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} with a body that is not JSON"
+        ) from None
     if not isinstance(envelope, Mapping):
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered with a JSON {type(envelope).__name__}, not an object")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE,
+            f"{url} answered with a JSON {type(envelope).__name__}, not an object",
+        )
     if "error" in envelope:
         raise _rpc_error(envelope["error"])
     if "result" not in envelope:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} without a result")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} without a result"
+        )
     return envelope["result"]
 
 
 def _event(result: Any, info: AgentInfo) -> m.Event:
     try:
-        if info.protocol == m.V01 and isinstance(result, Mapping) and "id" in result and "taskId" not in result:
+        if (
+            info.protocol == m.V01
+            and isinstance(result, Mapping)
+            and "id" in result
+            and "taskId" not in result
+        ):
             if "artifact" in result:
                 return m.event_from_json({"artifactUpdate": {**result, "taskId": result["id"]}})
             if "status" in result and "sessionId" not in result:
                 return m.event_from_json({"statusUpdate": {**result, "taskId": result["id"]}})
         return m.event_from_json(result)
     except m.A2AError as exc:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent sent an unreadable event: {exc}") from None
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"the agent sent an unreadable event: {exc}"
+        ) from None
 
 
 def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
-    if isinstance(result, Mapping) and isinstance(result.get("message"), Mapping) and "task" not in result:
+    if (
+        isinstance(result, Mapping)
+        and isinstance(result.get("message"), Mapping)
+        and "task" not in result
+    ):
         return m.message_from_json(result["message"])
     if isinstance(result, Mapping) and result.get("kind") == "message":
         return m.message_from_json(result)
@@ -478,7 +560,9 @@ def _as_task(result: Any, info: AgentInfo) -> m.Task:
     try:
         return m.task_from_json(result)
     except m.A2AError as exc:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent answered with an unreadable task: {exc}") from None
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"the agent answered with an unreadable task: {exc}"
+        ) from None
 
 
 async def discover(url: str, **client_options: Any) -> AgentInfo:

@@ -63,7 +63,8 @@ def external_status(service: Any) -> list[dict[str, Any]]:
     """Every configured external agent and its state (the body of the status route)."""
     known = service.external_peers
     return [
-        (known.get(a.name) or PeerState(a.name, a.url)).public() for a in service.settings.external_agents
+        (known.get(a.name) or PeerState(a.name, a.url)).public()
+        for a in service.settings.external_agents
     ]
 
 
@@ -87,14 +88,22 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
     spec = ToolSpec(
         name=tool_name(agent.name),
         title=f"Ask {info.name} (A2A)",
-        description=(f"Send a message to the external A2A agent {info.name}: {info.description}"
-                     + (f" Skills: {skills}." if skills else "")).strip(),
+        description=(
+            f"Send a message to the external A2A agent {info.name}: {info.description}"
+            + (f" Skills: {skills}." if skills else "")
+        ).strip(),
         input_schema={
             "type": "object",
             "properties": {
                 "message": {"type": "string", "description": f"What to ask {info.name}"},
-                "context_id": {"type": "string", "description": "Continue an earlier conversation (optional)"},
-                "task_id": {"type": "string", "description": "Answer a task that asked for input (optional)"},
+                "context_id": {
+                    "type": "string",
+                    "description": "Continue an earlier conversation (optional)",
+                },
+                "task_id": {
+                    "type": "string",
+                    "description": "Answer a task that asked for input (optional)",
+                },
             },
             "required": ["message"],
             "additionalProperties": False,
@@ -118,7 +127,9 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
                     trace=trace,
                 )
             except m.A2AError as exc:
-                return ToolResult.error(f"A2A agent {info.name} failed: {exc.message}{_credentials_hint(agent, exc)}")
+                return ToolResult.error(
+                    f"A2A agent {info.name} failed: {exc.message}{_credentials_hint(agent, exc)}"
+                )
         if isinstance(outcome, m.Message):
             return ToolResult.text(outcome.text())
         if ctx.outputs is not None:
@@ -128,7 +139,10 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         if outcome.status.state == m.COMPLETED:
             return ToolResult.text(text)
         note = f"[task {outcome.id} in context {outcome.context_id} is {state}]"
-        return ToolResult.text(f"{note}\n{text}".strip(), is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED))
+        return ToolResult.text(
+            f"{note}\n{text}".strip(),
+            is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED),
+        )
 
     return Tool(spec, handler)
 
@@ -157,7 +171,9 @@ def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
         try:
             outputs.adopt(Output(artifact.name or "artifact", parts, artifact.description))
         except ToolArgumentsInvalid as exc:
-            log.warning("artifact %r from A2A agent %s not handed on: %s", artifact.name, agent, exc)
+            log.warning(
+                "artifact %r from A2A agent %s not handed on: %s", artifact.name, agent, exc
+            )
 
 
 async def discover_external_agents(service: Any) -> None:
@@ -173,7 +189,11 @@ async def discover_external_agents(service: Any) -> None:
 async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> None:
     # The operator configured this URL, so private and loopback hosts are allowed; metadata
     # and link-local addresses are still refused by the SSRF guard.
-    options: dict[str, Any] = {"allow_private": True, "allow_loopback": True, "headers": dict(agent.headers)}
+    options: dict[str, Any] = {
+        "allow_private": True,
+        "allow_loopback": True,
+        "headers": dict(agent.headers),
+    }
     delay = DISCOVERY_BACKOFF_S
     while True:
         peer.status, peer.next_retry_at = "connecting", None
@@ -181,7 +201,9 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         try:
             async with A2AClient(**options) as client:  # each request bounded by its timeout
                 info = await client.discover(agent.url)
-        except Exception as exc:  # whatever it was (a bad card, a refusal, a crash): try again later
+        except (
+            Exception
+        ) as exc:  # whatever it was (a bad card, a refusal, a crash): try again later
             if isinstance(exc, m.A2AError):
                 reason = exc.message + _credentials_hint(agent, exc)
             else:
@@ -190,7 +212,11 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             service.external_errors[agent.name] = reason
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",
-                agent.name, agent.url, peer.attempts, delay, reason,
+                agent.name,
+                agent.url,
+                peer.attempts,
+                delay,
+                reason,
             )
             await trio.sleep(delay)
             delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
@@ -205,7 +231,13 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             log.error("A2A external agent %s: cannot register its tool: %s", agent.name, exc)
             return
         peer.status, peer.error, peer.tool = "connected", None, tool_name(agent.name)
-        log.info("A2A external agent %s (%s) found after %d attempt(s): tool %s", agent.name, agent.url, peer.attempts, peer.tool)
+        log.info(
+            "A2A external agent %s (%s) found after %d attempt(s): tool %s",
+            agent.name,
+            agent.url,
+            peer.attempts,
+            peer.tool,
+        )
         return
 
 
@@ -218,6 +250,8 @@ def status_route(kernel: KernelAPI) -> RouteDescriptor:
         from ._server import service_for
 
         service = service_for(kernel)
-        return PlainResponse.json({"external_agents": external_status(service) if service is not None else []})
+        return PlainResponse.json(
+            {"external_agents": external_status(service) if service is not None else []}
+        )
 
     return RouteDescriptor("/api/a2a/external_agents", list_external_agents, methods=("GET",))

@@ -68,15 +68,25 @@ def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, An
         details = m.A2AError(rpc_code, message).details()[:1]
     else:
         reason = re.sub(r"[^A-Z0-9]+", "_", code.upper()).strip("_") or "ERROR"
-        details = [{"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ROOST_DOMAIN, "metadata": {}}]
-    details[0]["metadata"] = {**details[0]["metadata"], "httpStatus": str(status), "roostCode": code}
+        details = [
+            {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ROOST_DOMAIN, "metadata": {}}
+        ]
+    details[0]["metadata"] = {
+        **details[0]["metadata"],
+        "httpStatus": str(status),
+        "roostCode": code,
+    }
     return rpc_code, details
 
 
 def render_jsonrpc_error(status: int, code: str, message: str) -> tuple[bytes, str]:
     """A daemon error on the A2A JSON-RPC binding: a JSON-RPC error response, ``id`` null."""
     rpc_code, details = _error(status, code, message)
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": rpc_code, "message": message, "data": details}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": rpc_code, "message": message, "data": details},
+    }
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
 
 
@@ -84,7 +94,14 @@ def render_json_error(status: int, code: str, message: str) -> tuple[bytes, str]
     """A daemon error on an A2A route answered in ``application/json`` (the 0.3 HTTP+JSON
     paths, the cards, the 0.1 routes): an AIP-193 error object."""
     _, details = _error(status, code, message)
-    body = {"error": {"code": status, "status": canonical_status(status), "message": message, "details": details}}
+    body = {
+        "error": {
+            "code": status,
+            "status": canonical_status(status),
+            "message": message,
+            "details": details,
+        }
+    }
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
 
 

@@ -85,10 +85,14 @@ def save_files(workspace: Path, task_id: str, parts: Sequence[m.Part]) -> list[s
         for n, i in enumerate(wanted):
             raw = parts[i].raw or b""
             if n >= MAX_FILES_PER_MESSAGE or files >= MAX_TASK_FILES:
-                out[i] = f"(not saved: at most {MAX_FILES_PER_MESSAGE} files a message and {MAX_TASK_FILES} a task)"
+                out[i] = (
+                    f"(not saved: at most {MAX_FILES_PER_MESSAGE} files a message and {MAX_TASK_FILES} a task)"
+                )
                 continue
             if total + len(raw) > MAX_TASK_BYTES:
-                out[i] = f"(not saved: a task's files may total at most {MAX_TASK_BYTES // (1024 * 1024)} MiB)"
+                out[i] = (
+                    f"(not saved: a task's files may total at most {MAX_TASK_BYTES // (1024 * 1024)} MiB)"
+                )
                 continue
             base = safe_name(parts[i].filename, i)
             name = base
@@ -96,7 +100,12 @@ def save_files(workspace: Path, task_id: str, parts: Sequence[m.Part]) -> list[s
                 taken[base] = taken.get(base, 1) + 1
                 name = f"{taken[base]}-{base}"
             taken[name] = 1
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=task_dir)
+            fd = os.open(
+                name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=task_dir,
+            )
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)
             files += 1

@@ -87,7 +87,11 @@ _REASONS = {
     UNSUPPORTED_OPERATION: ("UNSUPPORTED_OPERATION", 400, "FAILED_PRECONDITION"),
     CONTENT_TYPE_NOT_SUPPORTED: ("CONTENT_TYPE_NOT_SUPPORTED", 415, "INVALID_ARGUMENT"),
     INVALID_AGENT_RESPONSE: ("INVALID_AGENT_RESPONSE", 502, "INTERNAL"),
-    EXTENDED_CARD_NOT_CONFIGURED: ("EXTENDED_AGENT_CARD_NOT_CONFIGURED", 400, "FAILED_PRECONDITION"),
+    EXTENDED_CARD_NOT_CONFIGURED: (
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        400,
+        "FAILED_PRECONDITION",
+    ),
     EXTENSION_SUPPORT_REQUIRED: ("EXTENSION_SUPPORT_REQUIRED", 400, "FAILED_PRECONDITION"),
     VERSION_NOT_SUPPORTED: ("VERSION_NOT_SUPPORTED", 400, "FAILED_PRECONDITION"),
     RECURSION_LIMIT: ("RECURSION_LIMIT", 508, "RESOURCE_EXHAUSTED"),
@@ -166,7 +170,14 @@ class A2AError(Exception):
     def rest_error(self) -> dict[str, Any]:
         """The body of an HTTP+JSON error response (google.rpc.Status shape)."""
         _, status, name = self._reasons()
-        return {"error": {"code": status, "status": name, "message": self.message, "details": self.details()}}
+        return {
+            "error": {
+                "code": status,
+                "status": name,
+                "message": self.message,
+                "details": self.details(),
+            }
+        }
 
     def __repr__(self) -> str:
         return f"A2AError({self.code}, {self.message!r})"
@@ -185,7 +196,10 @@ def unavailable(message: str) -> A2AError:
 
 def push_not_supported() -> A2AError:
     """-32003: this server has push notifications off."""
-    return A2AError(PUSH_NOT_SUPPORTED, "Push notifications are not supported: set a2a.push_notifications = true in roost.toml")
+    return A2AError(
+        PUSH_NOT_SUPPORTED,
+        "Push notifications are not supported: set a2a.push_notifications = true in roost.toml",
+    )
 
 
 # -- states and roles ----------------------------------------------------------------------
@@ -264,8 +278,6 @@ def _obj(value: Any, field: str) -> Mapping[str, Any]:
     if not is_mapping(value):
         raise invalid(field, f"must be an object, got {_jtype(value)}")
     return value
-
-
 
 
 def _opt_str(obj: Mapping[str, Any], key: str, field: str, *, max_len: int = 1024) -> str | None:
@@ -439,7 +451,12 @@ def part_from_json(value: Any, field: str = "part") -> Part:
         name = _opt_str(file, "name", f"{field}.file.name")
         mime = _opt_str(file, "mimeType", f"{field}.file.mimeType")
         if file.get("bytes") is not None:
-            return Part(raw=_b64(file["bytes"], f"{field}.file.bytes"), filename=name, media_type=mime, metadata=meta)
+            return Part(
+                raw=_b64(file["bytes"], f"{field}.file.bytes"),
+                filename=name,
+                media_type=mime,
+                metadata=meta,
+            )
         uri = _opt_str(file, "uri", f"{field}.file.uri", max_len=8192)
         if not uri:
             raise invalid(f"{field}.file", "needs 'bytes' (base64) or 'uri'")
@@ -454,7 +471,9 @@ def part_from_json(value: Any, field: str = "part") -> Part:
     if not present:
         raise invalid(field, "a part needs exactly one of text, raw, url or data")
     if len(present) > 1:
-        raise invalid(field, f"a part has exactly one of text, raw, url or data; got {', '.join(present)}")
+        raise invalid(
+            field, f"a part has exactly one of text, raw, url or data; got {', '.join(present)}"
+        )
     key = present[0]
     if key == "text":
         text = obj["text"]
@@ -462,7 +481,9 @@ def part_from_json(value: Any, field: str = "part") -> Part:
             raise invalid(f"{field}.text", f"must be a string, got {_jtype(text)}")
         return Part(text=text, filename=filename or None, media_type=media or None, metadata=meta)
     if key == "raw":
-        return Part(raw=_b64(obj["raw"], f"{field}.raw"), filename=filename, media_type=media, metadata=meta)
+        return Part(
+            raw=_b64(obj["raw"], f"{field}.raw"), filename=filename, media_type=media, metadata=meta
+        )
     if key == "url":
         url = _opt_str(obj, "url", f"{field}.url", max_len=8192)
         return Part(url=url, filename=filename, media_type=media, metadata=meta)
@@ -534,8 +555,11 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
         raise A2AError(
             INVALID_PARAMS,
             f"{field}: must be an object with messageId, role and parts, got {_jtype(value)}",
-            fields=[(f"{field}.messageId", "Field is required."), (f"{field}.role", "Field is required."),
-                    (f"{field}.parts", "Field must contain at least one element.")],
+            fields=[
+                (f"{field}.messageId", "Field is required."),
+                (f"{field}.role", "Field is required."),
+                (f"{field}.parts", "Field must contain at least one element."),
+            ],
         )
     problems: list[tuple[str, str]] = []
     message_id = value.get("messageId")
@@ -544,7 +568,9 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
     if message_id is None:
         problems.append((f"{field}.messageId", "Field is required."))
     elif not isinstance(message_id, str) or not message_id or len(message_id) > 256:
-        problems.append((f"{field}.messageId", "must be a non-empty string of at most 256 characters"))
+        problems.append(
+            (f"{field}.messageId", "must be a non-empty string of at most 256 characters")
+        )
     role_raw = value.get("role")
     role = None
     if role_raw is None:
@@ -554,7 +580,9 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
     elif isinstance(role_raw, str) and role_raw.lower() in _OLD_TO_ROLE:
         role = _OLD_TO_ROLE[role_raw.lower()]
     else:
-        problems.append((f"{field}.role", f"unknown role {str(role_raw)[:80]!r}; use ROLE_USER or ROLE_AGENT"))
+        problems.append(
+            (f"{field}.role", f"unknown role {str(role_raw)[:80]!r}; use ROLE_USER or ROLE_AGENT")
+        )
     raw_parts = value.get("parts", value.get("content"))
     parts: tuple[Part, ...] = ()
     if raw_parts is None or raw_parts == []:
@@ -639,7 +667,9 @@ def status_from_json(value: Any, field: str = "status") -> TaskStatus:
     msg = obj.get("message")
     return TaskStatus(
         state=state_from_json(obj.get("state"), f"{field}.state"),
-        message=message_from_json(msg, f"{field}.message", dialect=V01 if "messageId" not in (msg or {}) else V1)
+        message=message_from_json(
+            msg, f"{field}.message", dialect=V01 if "messageId" not in (msg or {}) else V1
+        )
         if isinstance(msg, Mapping)
         else None,
         timestamp=_opt_str(obj, "timestamp", f"{field}.timestamp"),
@@ -665,10 +695,16 @@ class Task:
         """This task in ``status``, with ``artifacts`` added and the status message (if any)
         appended to the history (the hot path's ``attrs.evolve``, without its field walk)."""
         history = self.history if status.message is None else (*self.history, status.message)
-        return Task(self.id, self.context_id, status, self.artifacts + artifacts, history, self.metadata)
+        return Task(
+            self.id, self.context_id, status, self.artifacts + artifacts, history, self.metadata
+        )
 
     def to_json(
-        self, dialect: str = V1, *, history_length: int | None = None, include_artifacts: bool = True
+        self,
+        dialect: str = V1,
+        *,
+        history_length: int | None = None,
+        include_artifacts: bool = True,
     ) -> dict[str, Any]:
         history = self.history
         if history_length is not None:
@@ -705,10 +741,18 @@ def task_from_json(value: Any, field: str = "task") -> Task:
     return Task(
         id=tid,
         context_id=obj.get("contextId") or obj.get("sessionId") or "",
-        status=status_from_json(obj.get("status") or {"state": "TASK_STATE_UNSPECIFIED"}, f"{field}.status"),
-        artifacts=tuple(artifact_from_json(a, f"{field}.artifacts[{i}]") for i, a in enumerate(artifacts)),
+        status=status_from_json(
+            obj.get("status") or {"state": "TASK_STATE_UNSPECIFIED"}, f"{field}.status"
+        ),
+        artifacts=tuple(
+            artifact_from_json(a, f"{field}.artifacts[{i}]") for i, a in enumerate(artifacts)
+        ),
         history=tuple(
-            message_from_json(m, f"{field}.history[{i}]", dialect=V1 if isinstance(m, Mapping) and "messageId" in m else V01)
+            message_from_json(
+                m,
+                f"{field}.history[{i}]",
+                dialect=V1 if isinstance(m, Mapping) and "messageId" in m else V01,
+            )
             for i, m in enumerate(history)
         ),
         metadata=_opt_meta(obj, "metadata", f"{field}.metadata"),
@@ -783,7 +827,12 @@ def event_to_json(event: Event, dialect: str = V1) -> dict[str, Any]:
     body = event.to_json(dialect)
     if dialect != V1:
         return body
-    key = {Task: "task", Message: "message", StatusUpdate: "statusUpdate", ArtifactUpdate: "artifactUpdate"}[type(event)]
+    key = {
+        Task: "task",
+        Message: "message",
+        StatusUpdate: "statusUpdate",
+        ArtifactUpdate: "artifactUpdate",
+    }[type(event)]
     return {key: body}
 
 
@@ -852,15 +901,25 @@ class PushConfig:
             auth = _drop_none({"scheme": self.auth_scheme, "credentials": self.credentials})
         if dialect == V1:
             return _drop_none(
-                {"taskId": self.task_id, "id": self.id, "url": self.url, "token": self.token, "authentication": auth}
+                {
+                    "taskId": self.task_id,
+                    "id": self.id,
+                    "url": self.url,
+                    "token": self.token,
+                    "authentication": auth,
+                }
             )
         if auth is not None:
             auth = _drop_none({"schemes": [self.auth_scheme], "credentials": self.credentials})
-        inner = _drop_none({"id": self.id, "url": self.url, "token": self.token, "authentication": auth})
+        inner = _drop_none(
+            {"id": self.id, "url": self.url, "token": self.token, "authentication": auth}
+        )
         return {"taskId": self.task_id, "pushNotificationConfig": inner}
 
 
-def push_config_from_json(value: Any, field: str = "params", *, task_id: str | None = None) -> PushConfig:
+def push_config_from_json(
+    value: Any, field: str = "params", *, task_id: str | None = None
+) -> PushConfig:
     """Read a push config: the 1.0 flat shape or the 0.3 ``pushNotificationConfig`` wrapper."""
     obj = _obj(value, field)
     inner = obj.get("pushNotificationConfig")
@@ -883,8 +942,12 @@ def push_config_from_json(value: Any, field: str = "params", *, task_id: str | N
         if scheme is None and isinstance(auth.get("schemes"), list) and auth["schemes"]:
             scheme = auth["schemes"][0]
         if not isinstance(scheme, str) or not scheme:
-            raise invalid(f"{inner_field}.authentication.scheme", "must be a scheme such as 'Bearer'")
-        credentials = _opt_str(auth, "credentials", f"{inner_field}.authentication.credentials", max_len=4096)
+            raise invalid(
+                f"{inner_field}.authentication.scheme", "must be a scheme such as 'Bearer'"
+            )
+        credentials = _opt_str(
+            auth, "credentials", f"{inner_field}.authentication.credentials", max_len=4096
+        )
     return PushConfig(
         task_id=tid,
         id=_opt_str(inner, "id", f"{inner_field}.id", max_len=256) or new_id(),

@@ -52,7 +52,9 @@ def check_content_type(content_type: str | None) -> None:
     if not content_type or content_type == "application/json":
         return
     media = content_type.split(";", 1)[0].strip().lower()
-    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
         return
     raise m.A2AError(
         m.CONTENT_TYPE_NOT_SUPPORTED,
@@ -112,7 +114,10 @@ def parse_envelope(body: bytes) -> tuple[Any, str, Any]:
         err.rpc_id = exc.id  # type: ignore[attr-defined]
         raise err from None
     if not isinstance(message, jsonrpc.Request):
-        err = m.A2AError(m.INVALID_REQUEST, "expected a JSON-RPC request with an id (notifications and responses are not accepted)")
+        err = m.A2AError(
+            m.INVALID_REQUEST,
+            "expected a JSON-RPC request with an id (notifications and responses are not accepted)",
+        )
         err.rpc_id = None  # type: ignore[attr-defined]
         raise err
     return message.id, message.method, message.params
@@ -191,7 +196,9 @@ def _opt_id(params: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def _int(params: Mapping[str, Any], key: str, lo: int, hi: int, field: str | None = None) -> int | None:
+def _int(
+    params: Mapping[str, Any], key: str, lo: int, hi: int, field: str | None = None
+) -> int | None:
     value = params.get(key)
     if value is None:
         return None
@@ -227,13 +234,22 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
         raise m.invalid("configuration.returnImmediately", "must be true or false")
     modes = raw_config.get("acceptedOutputModes") or []
     if not isinstance(modes, list) or not all(isinstance(x, str) for x in modes):
-        raise m.invalid("configuration.acceptedOutputModes", "must be an array of media types such as 'text/plain'")
+        raise m.invalid(
+            "configuration.acceptedOutputModes",
+            "must be an array of media types such as 'text/plain'",
+        )
     push = None
-    raw_push = raw_config.get("taskPushNotificationConfig", raw_config.get("pushNotificationConfig"))
+    raw_push = raw_config.get(
+        "taskPushNotificationConfig", raw_config.get("pushNotificationConfig")
+    )
     if raw_push is not None:
         if not isinstance(raw_push, Mapping):
-            raise m.invalid("configuration.taskPushNotificationConfig", "must be an object with a url")
-        push = m.push_config_from_json(raw_push, "configuration.taskPushNotificationConfig", task_id="pending")
+            raise m.invalid(
+                "configuration.taskPushNotificationConfig", "must be an object with a url"
+            )
+        push = m.push_config_from_json(
+            raw_push, "configuration.taskPushNotificationConfig", task_id="pending"
+        )
     options = SendOptions(
         return_immediately=return_immediately,
         history_length=_int(raw_config, "historyLength", 0, 10_000, "configuration.historyLength"),
@@ -285,7 +301,9 @@ def parse_list(params: Mapping[str, Any]) -> ListQuery:
 PUSH_OPS = frozenset({"push_set", "push_get", "push_list", "push_delete"})
 
 
-def parse_jsonrpc(body: bytes, version_header: str | None, version_query: str | None = None, *, push: bool = True) -> Operation:
+def parse_jsonrpc(
+    body: bytes, version_header: str | None, version_query: str | None = None, *, push: bool = True
+) -> Operation:
     """Parse one JSON-RPC request body. Errors carry ``rpc_id`` (the request id, if read).
 
     ``push=False``: push-config methods are -32003 whatever their params."""

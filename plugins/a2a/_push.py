@@ -102,7 +102,11 @@ class PushDispatcher:
                 self._send.send_nowait(Delivery(config, body))
             except trio.WouldBlock:
                 self.dropped += 1
-                log.warning("push queue full: dropped a notification for task %s to %s", config.task_id, config.url)
+                log.warning(
+                    "push queue full: dropped a notification for task %s to %s",
+                    config.task_id,
+                    config.url,
+                )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Deliver queued notifications until cancelled."""
@@ -135,7 +139,10 @@ class PushDispatcher:
                 self._tls = httpx.create_ssl_context()
             inner = httpx.AsyncHTTPTransport(verify=self._tls)
         client = httpx.AsyncClient(
-            timeout=self.settings.timeout_s, transport=PinnedTransport(pins, inner), follow_redirects=False, trust_env=False
+            timeout=self.settings.timeout_s,
+            transport=PinnedTransport(pins, inner),
+            follow_redirects=False,
+            trust_env=False,
         )
         try:
             return await self._attempts(client, pins, delivery)
@@ -144,7 +151,9 @@ class PushDispatcher:
                 with trio.CancelScope(shield=True):
                     await client.aclose()
 
-    async def _attempts(self, client: httpx.AsyncClient, pins: AddressPins, delivery: Delivery) -> bool:
+    async def _attempts(
+        self, client: httpx.AsyncClient, pins: AddressPins, delivery: Delivery
+    ) -> bool:
         config = delivery.config
         headers = {"Content-Type": "application/json"}
         if config.auth_scheme:
@@ -155,9 +164,13 @@ class PushDispatcher:
         delay = self.settings.backoff_s
         for attempt in range(1, self.settings.retries + 1):
             try:
-                await pins.addresses(config.url)  # checked on the first attempt, pinned for the rest
+                await pins.addresses(
+                    config.url
+                )  # checked on the first attempt, pinned for the rest
                 # The status is the whole answer: the body, however long, is never read.
-                async with client.stream("POST", config.url, content=payload, headers=headers) as response:
+                async with client.stream(
+                    "POST", config.url, content=payload, headers=headers
+                ) as response:
                     status = response.status_code
                 if 200 <= status < 300:
                     self.delivered += 1

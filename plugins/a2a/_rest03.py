@@ -32,9 +32,7 @@ from . import _models as m
 from . import _protocol as p
 
 CANCELLED_03 = "TASK_STATE_CANCELLED"
-_FINAL_STATES = frozenset(
-    {m.COMPLETED, m.CANCELED, m.FAILED, m.REJECTED, *m.INTERRUPTED_STATES}
-)
+_FINAL_STATES = frozenset({m.COMPLETED, m.CANCELED, m.FAILED, m.REJECTED, *m.INTERRUPTED_STATES})
 
 
 # ---- requests: 0.3 → 1.0 JSON -------------------------------------------------------------
@@ -48,7 +46,10 @@ _FINAL_STATES = frozenset(
 # errors name the field as the client wrote it (``parse_send``).
 
 _MESSAGE_FIELDS = (("messageId", "message_id"), ("contextId", "context_id"), ("taskId", "task_id"))
-_CONFIG_FIELDS = (("acceptedOutputModes", "accepted_output_modes"), ("historyLength", "history_length"))
+_CONFIG_FIELDS = (
+    ("acceptedOutputModes", "accepted_output_modes"),
+    ("historyLength", "history_length"),
+)
 _FILE_FIELDS = (  # 0.3 FilePart: JSON name, proto name, the 1.0 part field
     ("fileWithBytes", "file_with_bytes", "raw"),
     ("fileWithUri", "file_with_uri", "url"),
@@ -62,7 +63,9 @@ def _key(obj: Mapping[str, Any], camel: str, snake: str, path: str) -> str | Non
     proto name ``snake``; None if neither. Both at once is refused (as protobuf does)."""
     if camel in obj and snake != camel and snake in obj:
         field = f"{path}.{snake}" if path else snake
-        raise m.invalid(field, f"is the proto name of {camel!r}, which is given too; send one of them")
+        raise m.invalid(
+            field, f"is the proto name of {camel!r}, which is given too; send one of them"
+        )
     return camel if camel in obj else snake if snake in obj else None
 
 
@@ -90,7 +93,9 @@ def _part_in(part: Any, path: str, names: dict[str, str], ten: str) -> Any:
                 out[field] = file[key]
                 names[f"{ten}.{field}"] = f"{where}.{key}"
         if "raw" in out and "url" in out:
-            raise m.invalid(where, "has both fileWithBytes and fileWithUri; a file part carries one of them")
+            raise m.invalid(
+                where, "has both fileWithBytes and fileWithUri; a file part carries one of them"
+            )
         if "raw" not in out and "url" not in out:
             raise m.invalid(
                 where,
@@ -124,7 +129,10 @@ def message_in(message: Any, path: str = "message", names: dict[str, str] | None
     if "content" in out:
         content = out.pop("content")
         if isinstance(content, list):
-            content = [_part_in(p, f"{path}.content[{i}]", names, f"message.parts[{i}]") for i, p in enumerate(content)]
+            content = [
+                _part_in(p, f"{path}.content[{i}]", names, f"message.parts[{i}]")
+                for i, p in enumerate(content)
+            ]
         out["parts"] = content
     return out
 
@@ -151,11 +159,17 @@ def send_body_in(body: Mapping[str, Any], names: dict[str, str] | None = None) -
                 config[camel] = config.pop(key)
                 names[f"configuration.{camel}"] = f"configuration.{key}"
         key = _key(config, "pushNotification", "push_notification", "configuration")
-        if key is not None and "pushNotificationConfig" not in config and "taskPushNotificationConfig" not in config:
+        if (
+            key is not None
+            and "pushNotificationConfig" not in config
+            and "taskPushNotificationConfig" not in config
+        ):
             config["pushNotificationConfig"] = config.pop(key)
             names["configuration.taskPushNotificationConfig"] = f"configuration.{key}"
         elif "pushNotificationConfig" in config and "taskPushNotificationConfig" not in config:
-            names["configuration.taskPushNotificationConfig"] = "configuration.pushNotificationConfig"
+            names["configuration.taskPushNotificationConfig"] = (
+                "configuration.pushNotificationConfig"
+            )
         out["configuration"] = config
     return out
 
@@ -184,7 +198,9 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
         said = "; ".join(f"{f}: {problem}" for f, problem in exc.fields)
         message = exc.message
         if message.endswith(said):
-            message = message[: len(message) - len(said)] + "; ".join(f"{f}: {problem}" for f, problem in fields)
+            message = message[: len(message) - len(said)] + "; ".join(
+                f"{f}: {problem}" for f, problem in fields
+            )
         raise m.A2AError(exc.code, message, fields=fields) from None
 
 
@@ -208,7 +224,10 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
             raise m.invalid("config", 'must be an object: {"pushNotificationConfig": {"url": ...}}')
         parent = body.get("parent")
         if parent not in (None, "") and parent != f"tasks/{task_id}":
-            raise m.invalid("parent", f"must be 'tasks/{task_id}', the task in the path; got {str(parent)[:300]!r}")
+            raise m.invalid(
+                "parent",
+                f"must be 'tasks/{task_id}', the task in the path; got {str(parent)[:300]!r}",
+            )
         id_key = _key(body, "configId", "config_id", "") or "configId"
         config_id = body.get(id_key)
     elif isinstance(_field(body, "pushNotificationConfig", "push_notification_config"), Mapping):
@@ -219,19 +238,31 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
             'is required: the push-notification config to create, as {"parent": "tasks/<id>", '
             '"config": {"pushNotificationConfig": {"url": ...}}}',
         )
-    inner_key = _key(config, "pushNotificationConfig", "push_notification_config", where) or "pushNotificationConfig"
+    inner_key = (
+        _key(config, "pushNotificationConfig", "push_notification_config", where)
+        or "pushNotificationConfig"
+    )
     inner, inner_field = config.get(inner_key), f"{where}.{inner_key}"
     if not isinstance(inner, Mapping):
-        raise m.invalid(inner_field, 'is required: an object such as {"url": "https://..."} (the webhook)')
+        raise m.invalid(
+            inner_field, 'is required: an object such as {"url": "https://..."} (the webhook)'
+        )
     name = config.get("name")
-    if name not in (None, "") and not (isinstance(name, str) and name.startswith(f"tasks/{task_id}/pushNotificationConfigs/")):
-        raise m.invalid(f"{where}.name", f"must be 'tasks/{task_id}/pushNotificationConfigs/<config id>'; got {str(name)[:300]!r}")
+    if name not in (None, "") and not (
+        isinstance(name, str) and name.startswith(f"tasks/{task_id}/pushNotificationConfigs/")
+    ):
+        raise m.invalid(
+            f"{where}.name",
+            f"must be 'tasks/{task_id}/pushNotificationConfigs/<config id>'; got {str(name)[:300]!r}",
+        )
     inner = dict(inner)
     if config_id not in (None, ""):
         if not isinstance(config_id, str):
             raise m.invalid(id_key, "must be a string: the id of the new config")
         if inner.get("id") not in (None, "", config_id):
-            raise m.invalid(id_key, f"differs from {inner_field}.id ({str(inner['id'])[:300]!r}); send one id")
+            raise m.invalid(
+                id_key, f"differs from {inner_field}.id ({str(inner['id'])[:300]!r}); send one id"
+            )
         inner["id"] = config_id
     return m.push_config_from_json(inner, inner_field, task_id=task_id)
 
@@ -241,7 +272,9 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
 
 def _part_out(part: Mapping[str, Any]) -> dict[str, Any]:
     if "raw" in part or "url" in part:
-        file: dict[str, Any] = {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
+        file: dict[str, Any] = (
+            {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
+        )
         if "mediaType" in part:
             file["mimeType"] = part["mediaType"]
         if "filename" in part:
@@ -359,7 +392,9 @@ def card_out(card: Mapping[str, Any]) -> dict[str, Any]:
     if interfaces:
         out["additionalInterfaces"] = interfaces
     caps = card.get("capabilities") or {}
-    out["capabilities"] = {k: caps[k] for k in ("streaming", "pushNotifications", "extensions") if k in caps}
+    out["capabilities"] = {
+        k: caps[k] for k in ("streaming", "pushNotifications", "extensions") if k in caps
+    }
     out["supportsAuthenticatedExtendedCard"] = bool(caps.get("extendedAgentCard"))
     if "securityRequirements" in card:
         out["security"] = card["securityRequirements"]
@@ -384,7 +419,9 @@ def result_out(op: str, result: Any) -> Any:
     if op in ("push_set", "push_get") and isinstance(result, Mapping):
         return push_config_out(result)
     if op == "push_list" and isinstance(result, Mapping):
-        listed: dict[str, Any] = {"configs": [push_config_out(c) for c in result.get("configs", ())]}
+        listed: dict[str, Any] = {
+            "configs": [push_config_out(c) for c in result.get("configs", ())]
+        }
         if result.get("nextPageToken"):
             listed["nextPageToken"] = result["nextPageToken"]
         return listed

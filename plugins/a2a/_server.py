@@ -68,7 +68,8 @@ _ARTIFACT_OUTPUT_MODES = ["text/plain", "application/json", "application/octet-s
 
 def _output_modes(kernel: KernelAPI, name: str) -> list[str]:
     hands_over = any(
-        spec.name == "artifact" or spec.owner in ("agents", "a2a") for spec in kernel.list_tools(name)
+        spec.name == "artifact" or spec.owner in ("agents", "a2a")
+        for spec in kernel.list_tools(name)
     )
     return list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES)
 
@@ -97,13 +98,19 @@ class A2AService:
         synchronous = kernel.config.store.synchronous
         legacy_owner = kernel.host_principal  # who owns tasks from before principals
         async with open_task_store(
-            home / "a2a.db", max_tasks=self.settings.max_tasks, synchronous=synchronous, legacy_owner=legacy_owner
+            home / "a2a.db",
+            max_tasks=self.settings.max_tasks,
+            synchronous=synchronous,
+            legacy_owner=legacy_owner,
         ) as store:
             async with trio.open_nursery() as nursery:
                 if self.settings.push_notifications:
                     self.push = PushDispatcher(
                         store,
-                        PushSettings(allow_private=self.settings.push_allow_private, allow_loopback=self.settings.push_allow_private),
+                        PushSettings(
+                            allow_private=self.settings.push_allow_private,
+                            allow_loopback=self.settings.push_allow_private,
+                        ),
                     )
                     await nursery.start(self.push.run)
                 self.tasks = TaskManager(
@@ -130,7 +137,11 @@ class A2AService:
 
     # ---- agents ----------------------------------------------------------------------
     def a2a_agents(self) -> list[str]:
-        return [n for n, man in self.kernel.agents.items() if man.a2a.enabled and n not in self.kernel.agent_errors]
+        return [
+            n
+            for n, man in self.kernel.agents.items()
+            if man.a2a.enabled and n not in self.kernel.agent_errors
+        ]
 
     def is_a2a_agent(self, name: str) -> bool:
         """``name in a2a_agents()``, without listing them."""
@@ -158,7 +169,7 @@ class A2AService:
                 f"a2a.default_agent {self.settings.default_agent!r} is not an agent reachable over A2A "
                 f"(A2A agents: {known}); fix it in roost.toml"
             )
-        return "no agent is reachable over A2A (enable one with \"a2a\": {\"enabled\": true} in its agent.json)"
+        return 'no agent is reachable over A2A (enable one with "a2a": {"enabled": true} in its agent.json)'
 
     def unavailable_reason(self, name: str) -> str | None:
         """Why an A2A agent cannot answer now (e.g. its provider's key is missing), else None."""
@@ -171,9 +182,13 @@ class A2AService:
             raise agent_unavailable(name, reason)
         if not self.is_a2a_agent(name):
             known = ", ".join(self.a2a_agents()) or "none"
-            raise m.A2AError(m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}")
+            raise m.A2AError(
+                m.INVALID_PARAMS, f"agent {name!r} is not reachable over A2A; A2A agents: {known}"
+            )
 
-    async def agent_for_send(self, route_agent: str | None, params: p.SendParams, owner: str) -> str:
+    async def agent_for_send(
+        self, route_agent: str | None, params: p.SendParams, owner: str
+    ) -> str:
         """The agent a message goes to: the endpoint's agent; at the root endpoints the one
         named in ``metadata.agent``, else the owner of the task it continues, else the
         primary agent."""
@@ -205,7 +220,12 @@ class A2AService:
         return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str, owner: str
+        self,
+        op: p.Operation,
+        agent: str | None,
+        trace: TraceContext | None,
+        base_url: str,
+        owner: str,
     ) -> Any:
         """Run a non-streaming operation for the principal ``owner`` (who sees only its own
         tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
@@ -216,7 +236,12 @@ class A2AService:
             raise storage_failed(exc) from None
 
     async def _execute(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, base_url: str, owner: str
+        self,
+        op: p.Operation,
+        agent: str | None,
+        trace: TraceContext | None,
+        base_url: str,
+        owner: str,
     ) -> Any:
         tasks = self._tasks()
         d = op.dialect
@@ -245,7 +270,12 @@ class A2AService:
                 owner=owner,
             )
             return {
-                "tasks": [t.to_json(d, history_length=q.history_length, include_artifacts=q.include_artifacts) for t in found],
+                "tasks": [
+                    t.to_json(
+                        d, history_length=q.history_length, include_artifacts=q.include_artifacts
+                    )
+                    for t in found
+                ],
                 "nextPageToken": token,
                 "pageSize": q.page_size,
                 "totalSize": total,
@@ -258,7 +288,10 @@ class A2AService:
             for config in configs:
                 if op.params.id in (None, config.id):
                     return config.to_json(d)
-            raise m.A2AError(m.TASK_NOT_FOUND, f"task {op.params.task_id} has no push-notification config {op.params.id!r}")
+            raise m.A2AError(
+                m.TASK_NOT_FOUND,
+                f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
+            )
         if op.op == "push_list":
             configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
             listed = [c.to_json(d) for c in configs]
@@ -280,7 +313,13 @@ class A2AService:
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str, *, wait: bool = False
+        self,
+        op: p.Operation,
+        agent: str | None,
+        trace: TraceContext | None,
+        owner: str,
+        *,
+        wait: bool = False,
     ) -> Any:
         """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
         params: p.SendParams = op.params
@@ -298,7 +337,9 @@ class A2AService:
             owner=owner,
         )
 
-    def _caller_trace(self, params: p.SendParams, headers: TraceContext | None, target: str) -> TraceContext | None:
+    def _caller_trace(
+        self, params: p.SendParams, headers: TraceContext | None, target: str
+    ) -> TraceContext | None:
         """The caller's context: the deepest of the message's metadata, the request's
         metadata and the trace headers (``headers``), so that none can lower the count. A
         hop past the limit is refused here, before a task exists (-32010, HTTP 508)."""
@@ -342,14 +383,21 @@ class A2AService:
 
     def _tasks(self) -> TaskManager:
         if self.tasks is None:
-            raise m.A2AError(m.INTERNAL_ERROR, "the A2A service is not running yet; retry in a moment")
+            raise m.A2AError(
+                m.INTERNAL_ERROR, "the A2A service is not running yet; retry in a moment"
+            )
         return self.tasks
 
 
 def agent_unavailable(name: str, reason: str) -> m.A2AError:
     """-32603, HTTP 503 on every binding (JSON-RPC included): the agent is configured but
     cannot answer now (e.g. its provider's key is missing); ``reason`` says why."""
-    return m.A2AError(m.INTERNAL_ERROR, f"agent {name!r} is unavailable: {reason}", unavailable=True, jsonrpc_status=503)
+    return m.A2AError(
+        m.INTERNAL_ERROR,
+        f"agent {name!r} is unavailable: {reason}",
+        unavailable=True,
+        jsonrpc_status=503,
+    )
 
 
 def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
@@ -367,7 +415,7 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     known = ", ".join(enabled) or "none"
     if man is not None:
         problem = (
-            f"agent {name!r} is not reachable over A2A; enable it with \"a2a\": {{\"enabled\": true}} "
+            f'agent {name!r} is not reachable over A2A; enable it with "a2a": {{"enabled": true}} '
             f"in its agent.json, or name another (A2A agents: {known})"
         )
     else:
@@ -376,7 +424,9 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
         problem = f"no agent is called {name!r}; {hint}A2A agents: {known}"
         if kernel.manifest_errors:
             problem += " (some agent manifests failed to load; see the errors above)"
-    raise ConfigError(f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent")
+    raise ConfigError(
+        f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent"
+    )
 
 
 def _reply_dialect(dialect: str, origin: str) -> str:
@@ -399,7 +449,9 @@ def _agent_base(service: A2AService, name: str | None, base_url: str) -> str:
     return lp if name is None else f"{lp}/agents/{name}"
 
 
-def build_card(service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False) -> dict[str, Any]:
+def build_card(
+    service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
+) -> dict[str, Any]:
     """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read).
 
     ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
@@ -420,10 +472,22 @@ def build_card(service: A2AService, name: str, base_url: str, *, extended: bool 
     ]
     for spec in kernel.exposed_tools(name):
         skills.append(
-            {"id": f"tool:{spec.name}", "name": spec.title or spec.name, "description": spec.description or spec.name, "tags": ["tool"]}
+            {
+                "id": f"tool:{spec.name}",
+                "name": spec.title or spec.name,
+                "description": spec.description or spec.name,
+                "tags": ["tool"],
+            }
         )
     if not skills:
-        skills.append({"id": "chat", "name": name, "description": manifest.description or f"Talk to {name}", "tags": ["chat"]})
+        skills.append(
+            {
+                "id": "chat",
+                "name": name,
+                "description": manifest.description or f"Talk to {name}",
+                "tags": ["chat"],
+            }
+        )
     card: dict[str, Any] = {
         "name": name,
         "description": manifest.description or f"roost agent {name}",
@@ -464,10 +528,17 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
         "description": manifest.description or f"roost agent {name}",
         "url": f"{base_url.rstrip('/')}{service.settings.listen_path}",
         "version": manifest.version or "0.0.0",
-        "capabilities": {"streaming": True, "pushNotifications": service.settings.push_notifications, "stateTransitionHistory": True},
+        "capabilities": {
+            "streaming": True,
+            "pushNotifications": service.settings.push_notifications,
+            "stateTransitionHistory": True,
+        },
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
-        "skills": [{"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)} for s in manifest.a2a.skills],
+        "skills": [
+            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
+            for s in manifest.a2a.skills
+        ],
     }
 
 
@@ -478,8 +549,15 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 # agent named in the path).
 
 
-def _json(body: Any, status: int = 200, content_type: str = "application/json", headers: Mapping[str, str] | None = None) -> PlainResponse:
-    return PlainResponse(status, _dumps(body).encode(), content_type, tuple(headers.items()) if headers else ())
+def _json(
+    body: Any,
+    status: int = 200,
+    content_type: str = "application/json",
+    headers: Mapping[str, str] | None = None,
+) -> PlainResponse:
+    return PlainResponse(
+        status, _dumps(body).encode(), content_type, tuple(headers.items()) if headers else ()
+    )
 
 
 def _dumps(body: Any) -> str:
@@ -489,7 +567,9 @@ def _dumps(body: Any) -> str:
     try:
         return jsonrpc.dumps(body)
     except ValueError:
-        log.warning("A2A: an answer held a non-finite number (stored before inputs were checked); sent null for it")
+        log.warning(
+            "A2A: an answer held a non-finite number (stored before inputs were checked); sent null for it"
+        )
         return jsonrpc.dumps(_finite(body))
 
 
@@ -533,7 +613,9 @@ def wrap_error(exc: m.A2AError) -> dict:
     return p.error_json(None, exc)
 
 
-def _daemon_error(binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> PlainResponse:
+def _daemon_error(
+    binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> PlainResponse:
     """A refusal made before the A2A protocol is involved, in the binding's shape (the
     same renderers the HTTP layer uses for its own errors on these routes)."""
     body, content_type = _renderer(binding)(status, code, message)
@@ -541,7 +623,9 @@ def _daemon_error(binding: str, status: int, code: str, message: str, headers: M
 
 
 def _problem(binding: str) -> PlainResponse:
-    return _daemon_error(binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)")
+    return _daemon_error(
+        binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)"
+    )
 
 
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
@@ -580,7 +664,9 @@ def _renderer(binding: str) -> Any:
 def _peek(req: PlainRequest) -> tuple[Any, str]:
     """The JSON-RPC id and dialect of a request refused before it was parsed (best effort)."""
     try:
-        dialect = p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+        dialect = p.negotiate_version(
+            req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+        )
     except m.A2AError:
         dialect = m.V1
     try:
@@ -590,7 +676,13 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
     return rpc_id, dialect
 
 
-def _error(binding: str, req: PlainRequest, args: Mapping[str, Any], exc: m.A2AError, status: int | None = None) -> PlainResponse:
+def _error(
+    binding: str,
+    req: PlainRequest,
+    args: Mapping[str, Any],
+    exc: m.A2AError,
+    status: int | None = None,
+) -> PlainResponse:
     """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
     unless ``status``), else the AIP-193 error object with the error's HTTP status."""
     if binding == "jsonrpc":
@@ -599,7 +691,9 @@ def _error(binding: str, req: PlainRequest, args: Mapping[str, Any], exc: m.A2AE
     return _json(exc.rest_error(), status or exc.http_status, _media_type(binding))
 
 
-def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Mapping[str, Any]) -> PlainResponse | None:
+def _route_agent(
+    service: A2AService, req: PlainRequest, binding: str, args: Mapping[str, Any]
+) -> PlainResponse | None:
     name = args.get("name")
     if name is None or service.is_a2a_agent(name):
         return None
@@ -615,10 +709,19 @@ def _route_agent(service: A2AService, req: PlainRequest, binding: str, args: Map
     return _error(binding, req, args, exc, 404)
 
 
-def _gate(service: A2AService | None, req: PlainRequest, binding: str, args: Mapping[str, Any], *, auth: bool = True) -> PlainResponse | None:
+def _gate(
+    service: A2AService | None,
+    req: PlainRequest,
+    binding: str,
+    args: Mapping[str, Any],
+    *,
+    auth: bool = True,
+) -> PlainResponse | None:
     if service is None:
         return _problem(binding)
-    return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(service, req, binding, args)
+    return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(
+        service, req, binding, args
+    )
 
 
 # The routes: ``(service, req, **path_args)``.
@@ -675,7 +778,9 @@ def header_trace(headers: Any) -> TraceContext | None:
         raise invalid_trace(exc) from None
 
 
-async def _jsonrpc(service: A2AService, req: PlainRequest, name: str | None = None) -> PlainResponse:
+async def _jsonrpc(
+    service: A2AService, req: PlainRequest, name: str | None = None
+) -> PlainResponse:
     headers = req.headers
     try:
         p.check_content_type(headers.get("Content-Type"))
@@ -683,29 +788,41 @@ async def _jsonrpc(service: A2AService, req: PlainRequest, name: str | None = No
         return _error("jsonrpc", req, {}, exc)
     try:
         op = p.parse_jsonrpc(
-            req.body, headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER), push=service.settings.push_notifications
+            req.body,
+            headers.get(p.VERSION_HEADER),
+            req.args.get(p.VERSION_HEADER),
+            push=service.settings.push_notifications,
         )
     except m.A2AError as exc:
-        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)), exc.jsonrpc_status)
+        return _json(
+            p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)),
+            exc.jsonrpc_status,
+        )
     streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
         if streaming:
             events = await service.open_stream(op, name, trace, service.owner_of(req))
             return _sse(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-        result = await service.execute(op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req))
+        result = await service.execute(
+            op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req)
+        )
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
     return _json(p.result_json(op.dialect, op.id, result))
 
 
-async def _rest(service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None) -> PlainResponse:
+async def _rest(
+    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
+) -> PlainResponse:
     legacy_prefix = rest_path.startswith("v1/")
     path = rest_path[3:] if legacy_prefix else rest_path
     content_type = "application/json" if legacy_prefix else A2A_JSON
     try:
         if not legacy_prefix:
-            version = p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
+            version = p.negotiate_version(
+                req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+            )
             if version != m.V1:
                 raise m.A2AError(
                     m.VERSION_NOT_SUPPORTED,
@@ -716,10 +833,16 @@ async def _rest(service: A2AService, req: PlainRequest, rest_path: str, name: st
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(op, name, header_trace(req.headers), service.owner_of(req))
+            events = await service.open_stream(
+                op, name, header_trace(req.headers), service.owner_of(req)
+            )
             return _sse(_events_v03(events) if legacy_prefix else events)
         result = await service.execute(
-            op, name, header_trace(req.headers), req.base_url if op.op == "card" else "", service.owner_of(req)
+            op,
+            name,
+            header_trace(req.headers),
+            req.base_url if op.op == "card" else "",
+            service.owner_of(req),
         )
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
@@ -728,7 +851,9 @@ async def _rest(service: A2AService, req: PlainRequest, rest_path: str, name: st
     return _json(result, content_type=content_type)
 
 
-async def _rest03(service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None) -> PlainResponse:
+async def _rest03(
+    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
+) -> PlainResponse:
     return await _rest(service, req, "v1/" + rest_path, name)
 
 
@@ -742,7 +867,9 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         if is_mapping(params) and ("jsonrpc" in params or "method" in params):
             return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(op, None, header_trace(req.headers), "", service.owner_of(req))
+        result = await service.execute(
+            op, None, header_trace(req.headers), "", service.owner_of(req)
+        )
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -756,9 +883,14 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     try:
         if method != "tasks/send":
             lp = service.settings.listen_path
-            raise m.A2AError(m.METHOD_NOT_FOUND, f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc")
+            raise m.A2AError(
+                m.METHOD_NOT_FOUND,
+                f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc",
+            )
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
-        result = await service.execute(op, None, header_trace(req.headers), "", service.owner_of(req))
+        result = await service.execute(
+            op, None, header_trace(req.headers), "", service.owner_of(req)
+        )
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
     return _json(p.result_json(m.V01, rpc_id, result))
@@ -779,7 +911,11 @@ async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> P
 async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
     try:
         result = await service.execute(
-            p.Operation("cancel", p.TaskQuery(task_id), m.V01), None, None, "", service.owner_of(req)
+            p.Operation("cancel", p.TaskQuery(task_id), m.V01),
+            None,
+            None,
+            "",
+            service.owner_of(req),
         )
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
@@ -804,8 +940,16 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
     """The daemon routes of the A2A plugin."""
     lp = settings.listen_path
 
-    def route(path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False) -> RouteDescriptor:
-        return RouteDescriptor(path, _handler(kernel, core, binding, auth=not public), methods, public=public, render_error=_renderer(binding))
+    def route(
+        path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False
+    ) -> RouteDescriptor:
+        return RouteDescriptor(
+            path,
+            _handler(kernel, core, binding, auth=not public),
+            methods,
+            public=public,
+            render_error=_renderer(binding),
+        )
 
     methods_all = ("GET", "POST", "DELETE")
     root_card = _root_card_route(partial(build_card, root=True))
@@ -814,8 +958,20 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         route("/.well-known/agent-card.json", root_card, ("GET",), "card", public=True),
         route("/.well-known/agent.json", root_legacy_card, ("GET",), "card", public=True),
         route(f"{lp}/agents", _list_agents, ("GET",), "card", public=True),
-        route(f"{lp}/agents/<name>/.well-known/agent-card.json", _agent_card, ("GET",), "card", public=True),
-        route(f"{lp}/agents/<name>/.well-known/agent.json", _agent_legacy_card, ("GET",), "card", public=True),
+        route(
+            f"{lp}/agents/<name>/.well-known/agent-card.json",
+            _agent_card,
+            ("GET",),
+            "card",
+            public=True,
+        ),
+        route(
+            f"{lp}/agents/<name>/.well-known/agent.json",
+            _agent_legacy_card,
+            ("GET",),
+            "card",
+            public=True,
+        ),
         route(f"{lp}/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         # The 0.3 paths have routes of their own so that the daemon's errors there are in
@@ -841,7 +997,15 @@ def _loads(body: bytes) -> Any:
 
 def _query_params(args: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("contextId", "status", "pageSize", "pageToken", "historyLength", "statusTimestampAfter", "includeArtifacts"):
+    for key in (
+        "contextId",
+        "status",
+        "pageSize",
+        "pageToken",
+        "historyLength",
+        "statusTimestampAfter",
+        "includeArtifacts",
+    ):
         if key in args:
             out[key] = args[key]
     return out
@@ -852,7 +1016,9 @@ async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
         yield rest03.event_out(event)
 
 
-def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False, push: bool = True) -> p.Operation:
+def _rest_operation(
+    request: PlainRequest, path: str, *, v03: bool = False, push: bool = True
+) -> p.Operation:
     """Map an HTTP+JSON request (method + path) to an operation, method for method.
 
     ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths). ``push=False``:
@@ -869,17 +1035,23 @@ def _rest_operation(request: PlainRequest, path: str, *, v03: bool = False, push
     if path in ("message:send", "message:stream") and method == "POST":
         op = "send" if path == "message:send" else "stream"
         data = body()
-        return p.Operation(op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1)
+        return p.Operation(
+            op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1
+        )
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
-    if method == "GET" and (path == "extendedAgentCard" or (v03 and path == "card")):  # 0.3: GET /v1/card
+    if method == "GET" and (
+        path == "extendedAgentCard" or (v03 and path == "card")
+    ):  # 0.3: GET /v1/card
         return p.Operation("card", None, m.V1)
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
         if ident.endswith(":cancel") and method == "POST":
             return p.Operation("cancel", p.TaskQuery(_path_id(ident[: -len(":cancel")])), m.V1)
         if ident.endswith(":subscribe") and method in ("GET", "POST"):
-            return p.Operation("subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), m.V1)
+            return p.Operation(
+                "subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), m.V1
+            )
         if method == "GET" and ":" not in ident:
             params: dict[str, Any] = {"id": _path_id(ident)}
             for key in ("historyLength", "history_length") if v03 else ("historyLength",):

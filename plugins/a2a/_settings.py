@@ -36,7 +36,9 @@ class ExternalAgent:
 
     name: str
     url: str
-    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)  # sent on every request (credentials)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, repr=False
+    )  # sent on every request (credentials)
 
 
 @attrs.frozen
@@ -66,7 +68,9 @@ class A2ASettings:
         if raw is None:
             return cls()
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"a2a: expected a table ([a2a] in roost.toml), got {type(raw).__name__}")
+            raise ConfigError(
+                f"a2a: expected a table ([a2a] in roost.toml), got {type(raw).__name__}"
+            )
         unknown = sorted(set(raw) - set(_KEYS))
         if unknown:
             raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(_KEYS)}")
@@ -82,13 +86,23 @@ class A2ASettings:
             raise ConfigError(f"a2a.listen_path: expected a path such as '/a2a', got {path!r}")
         key = raw.get("api_key")
         if key is not None and (not isinstance(key, str) or len(key) < 8):
-            raise ConfigError("a2a.api_key: expected a string of at least 8 characters (or leave it out)")
+            raise ConfigError(
+                "a2a.api_key: expected a string of at least 8 characters (or leave it out)"
+            )
         max_tasks = raw.get("max_tasks", 1000)
-        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or not 1 <= max_tasks <= 10_000_000:
-            raise ConfigError(f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}")
+        if (
+            isinstance(max_tasks, bool)
+            or not isinstance(max_tasks, int)
+            or not 1 <= max_tasks <= 10_000_000
+        ):
+            raise ConfigError(
+                f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}"
+            )
         per_caller = raw.get("max_open_tasks_per_caller")
         if per_caller is not None and (
-            isinstance(per_caller, bool) or not isinstance(per_caller, int) or not 1 <= per_caller <= max_tasks
+            isinstance(per_caller, bool)
+            or not isinstance(per_caller, int)
+            or not 1 <= per_caller <= max_tasks
         ):
             raise ConfigError(
                 f"a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks ({max_tasks}), "
@@ -104,7 +118,9 @@ class A2ASettings:
             raise ConfigError(f"a2a.default_agent: expected an agent name, got {default_agent!r}")
         externals_raw = raw.get("external_agents", [])
         if not isinstance(externals_raw, list):
-            raise ConfigError("a2a.external_agents: expected an array of tables ([[a2a.external_agents]] name, url)")
+            raise ConfigError(
+                "a2a.external_agents: expected an array of tables ([[a2a.external_agents]] name, url)"
+            )
         externals: list[ExternalAgent] = []
         seen: set[str] = set()
         for i, item in enumerate(externals_raw):
@@ -115,19 +131,26 @@ class A2ASettings:
             if extra:
                 close = difflib.get_close_matches(str(extra[0]), ["name", "url", "headers"], n=1)
                 hint = f" — did you mean {close[0]!r}?" if close else " —"
-                raise ConfigError(f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url, headers")
+                raise ConfigError(
+                    f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url, headers"
+                )
             name, url = item.get("name"), item.get("url")
             if not isinstance(name, str) or not _NAME.match(name):
-                raise ConfigError(f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}")
+                raise ConfigError(
+                    f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}"
+                )
             if name in seen:
                 raise ConfigError(f"{where}.name: {name!r} is listed twice")
             if not isinstance(url, str) or not re.match(r"^https?://", url):
                 raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
             headers = item.get("headers", {})
             if not isinstance(headers, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v for k, v in headers.items()
+                isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v
+                for k, v in headers.items()
             ):
-                raise ConfigError(f'{where}.headers: expected a table of header names to string values, e.g. {{ Authorization = "Bearer <key>" }}')
+                raise ConfigError(
+                    f'{where}.headers: expected a table of header names to string values, e.g. {{ Authorization = "Bearer <key>" }}'
+                )
             seen.add(name)
             externals.append(ExternalAgent(name, url, dict(headers)))
         return cls(

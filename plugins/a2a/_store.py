@@ -137,7 +137,13 @@ class TaskStore(SqliteDatabase):
     what = "task store"
 
     def __init__(
-        self, conn: sqlite3.Connection, path: str, synchronous: str, *, max_tasks: int, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        conn: sqlite3.Connection,
+        path: str,
+        synchronous: str,
+        *,
+        max_tasks: int,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         super().__init__(conn, path, synchronous)
         self.max_tasks = max_tasks
@@ -156,7 +162,10 @@ class TaskStore(SqliteDatabase):
         """Hold room for one task whose row is written later, by ``insert(reserved=True)``
         (or given back with ``release()``). False, holding nothing, when that room is not
         known to be free without evicting: then insert the row now."""
-        if self._count is None or self._count + self._inserting + self._reserved + 1 > self.max_tasks:
+        if (
+            self._count is None
+            or self._count + self._inserting + self._reserved + 1 > self.max_tasks
+        ):
             return False
         self._reserved += 1
         return True
@@ -205,7 +214,8 @@ class TaskStore(SqliteDatabase):
                 evicted = [
                     r[0]
                     for r in conn.execute(
-                        "SELECT id FROM tasks WHERE terminal = 1 ORDER BY updated_at, id LIMIT ?", (excess,)
+                        "SELECT id FROM tasks WHERE terminal = 1 ORDER BY updated_at, id LIMIT ?",
+                        (excess,),
                     )
                 ]
                 if len(evicted) < excess:
@@ -217,7 +227,19 @@ class TaskStore(SqliteDatabase):
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
             conn.execute(
                 f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (id, context_id, agent, state, int(terminal), encoded, now, now, owner, artifacts, size),
+                (
+                    id,
+                    context_id,
+                    agent,
+                    state,
+                    int(terminal),
+                    encoded,
+                    now,
+                    now,
+                    owner,
+                    artifacts,
+                    size,
+                ),
             )
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
             # Kept unless more than one row was evicted: if this transaction does not commit,
@@ -247,7 +269,8 @@ class TaskStore(SqliteDatabase):
         if total <= self.max_bytes:
             return evicted
         for tid, size in conn.execute(
-            "SELECT id, size FROM tasks WHERE terminal = 1 AND id != ? ORDER BY updated_at, id", (keep,)
+            "SELECT id, size FROM tasks WHERE terminal = 1 AND id != ? ORDER BY updated_at, id",
+            (keep,),
         ).fetchall():
             if total <= self.max_bytes:
                 break
@@ -256,10 +279,16 @@ class TaskStore(SqliteDatabase):
         conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
         if evicted:
             self._count = None  # count again (update; an insert sets the count itself)
-            log.info("A2A task store over %d bytes: evicted %d finished task(s)", self.max_bytes, len(evicted))
+            log.info(
+                "A2A task store over %d bytes: evicted %d finished task(s)",
+                self.max_bytes,
+                len(evicted),
+            )
         return evicted
 
-    async def update(self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False) -> list[str]:
+    async def update(
+        self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
+    ) -> list[str]:
         """Replace a task's state and data; returns the ids of finished tasks evicted to stay
         within ``max_bytes``. ``shield``: written and answered even if the caller is cancelled."""
         encoded, artifacts, size = _split(data)
@@ -280,7 +309,9 @@ class TaskStore(SqliteDatabase):
 
     async def get(self, id: str) -> TaskRow | None:
         def work(conn: sqlite3.Connection) -> TaskRow | None:
-            r = conn.execute(f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)).fetchone()
+            r = conn.execute(
+                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)
+            ).fetchone()
             return _row(r, r[9]) if r else None
 
         return await self.read("read a task", work)
@@ -337,7 +368,9 @@ class TaskStore(SqliteDatabase):
 
         return await self.read("list unfinished tasks", work)
 
-    async def fail_unfinished(self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]) -> list[str]:
+    async def fail_unfinished(
+        self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]
+    ) -> list[str]:
         """Mark tasks left in ``states`` (in flight when the daemon died) as failed.
 
         ``reason_data(data)`` returns the new ``(state, data)`` of each; returns the ids changed.
@@ -346,7 +379,8 @@ class TaskStore(SqliteDatabase):
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)
             rows = conn.execute(
-                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE terminal = 0 AND state IN ({marks})", states
+                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE terminal = 0 AND state IN ({marks})",
+                states,
             ).fetchall()
             changed = []
             for r in rows:
@@ -362,13 +396,18 @@ class TaskStore(SqliteDatabase):
 
         return await self.write("recover unfinished tasks", work)
 
-    async def put_push_config(self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10) -> None:
+    async def put_push_config(
+        self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10
+    ) -> None:
         def work(conn: sqlite3.Connection) -> None:
             (n,) = conn.execute(
-                "SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id != ?", (task_id, config_id)
+                "SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id != ?",
+                (task_id, config_id),
             ).fetchone()
             if n >= max_per_task:
-                raise TaskStoreError(f"task {task_id} already has {n} push-notification configs (at most {max_per_task})")
+                raise TaskStoreError(
+                    f"task {task_id} already has {n} push-notification configs (at most {max_per_task})"
+                )
             conn.execute(
                 "INSERT OR REPLACE INTO push_configs (task_id, id, data) VALUES (?, ?, ?)",
                 (task_id, config_id, json.dumps(data, ensure_ascii=False)),
@@ -378,14 +417,18 @@ class TaskStore(SqliteDatabase):
 
     async def push_configs(self, task_id: str) -> list[dict]:
         def work(conn: sqlite3.Connection) -> list[dict]:
-            rows = conn.execute("SELECT data FROM push_configs WHERE task_id = ? ORDER BY rowid", (task_id,))
+            rows = conn.execute(
+                "SELECT data FROM push_configs WHERE task_id = ? ORDER BY rowid", (task_id,)
+            )
             return [json.loads(r[0]) for r in rows]
 
         return await self.read("read push configs", work)
 
     async def delete_push_config(self, task_id: str, config_id: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute("DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id))
+            cur = conn.execute(
+                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+            )
             return cur.rowcount > 0
 
         return await self.write("delete a push config", work)
@@ -404,8 +447,14 @@ async def open_task_store(
     for tests). ``synchronous`` is the kernel store's setting (``[store] synchronous``);
     ``legacy_owner`` the principal given the tasks stored before tasks had owners."""
     async with TaskStore.open(
-        path, synchronous=synchronous, params={"legacy_owner": legacy_owner}, max_tasks=max_tasks, max_bytes=max_bytes
+        path,
+        synchronous=synchronous,
+        params={"legacy_owner": legacy_owner},
+        max_tasks=max_tasks,
+        max_bytes=max_bytes,
     ) as store:
         # Known from the start, so the first blocking sends may defer their rows (``reserve``).
-        store._count = await store.read("count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0])
+        store._count = await store.read(
+            "count the tasks", lambda c: c.execute("SELECT COUNT(*) FROM tasks").fetchone()[0]
+        )
         yield store

@@ -137,7 +137,9 @@ def parse_page_token(token: str) -> tuple[float, str]:
             raise ValueError
         return float(ts), tid
     except (ValueError, TypeError):
-        raise m.invalid("pageToken", "is not a token this server issued; pass nextPageToken from the last page") from None
+        raise m.invalid(
+            "pageToken", "is not a token this server issued; pass nextPageToken from the last page"
+        ) from None
 
 
 @attrs.frozen
@@ -195,12 +197,16 @@ class TaskManager:
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
                 return m.FAILED, {**data, "error": reason}
             msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
-            task = attrs.evolve(task, status=m.TaskStatus(m.FAILED, msg, m.now_iso()), history=task.history + (msg,))
+            task = attrs.evolve(
+                task, status=m.TaskStatus(m.FAILED, msg, m.now_iso()), history=task.history + (msg,)
+            )
             return m.FAILED, {**data, "task": task.to_json(m.V1)}
 
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
         if changed:
-            log.warning("A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed))
+            log.warning(
+                "A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed)
+            )
         # Tasks still waiting for input count against their owners' bound, and expire
         # ``input_required_ttl_s`` after their last change, daemon restarts or not.
         now, wall = trio.current_time(), time.time()
@@ -212,7 +218,9 @@ class TaskManager:
         return changed
 
     # ---- reading ----------------------------------------------------------------------
-    async def find(self, task_id: str, *, agent: str | None = None, owner: str) -> tuple[m.Task, str, str]:
+    async def find(
+        self, task_id: str, *, agent: str | None = None, owner: str
+    ) -> tuple[m.Task, str, str]:
         """``owner``'s task ``task_id`` → (task, agent, dialect); -32001 if unknown, another
         agent's or another principal's (the same answer, so nothing leaks)."""
         live = self.live.get(task_id)
@@ -222,7 +230,11 @@ class TaskManager:
             row = await self.store.get(task_id) if isinstance(task_id, str) and task_id else None
             if row is None:
                 raise self._not_found(task_id)
-            task, served_by, dialect = m.task_from_json(row.data["task"]), row.agent, row.data.get("dialect", m.V1)
+            task, served_by, dialect = (
+                m.task_from_json(row.data["task"]),
+                row.agent,
+                row.data.get("dialect", m.V1),
+            )
             made_by = row.owner
         if made_by != owner or (agent is not None and served_by != agent):
             raise self._not_found(task_id)
@@ -230,7 +242,10 @@ class TaskManager:
 
     @staticmethod
     def _not_found(task_id: Any) -> m.A2AError:
-        return m.A2AError(m.TASK_NOT_FOUND, f"Task not found: {str(task_id)[:200]!r} (it never existed, or was evicted)")
+        return m.A2AError(
+            m.TASK_NOT_FOUND,
+            f"Task not found: {str(task_id)[:200]!r} (it never existed, or was evicted)",
+        )
 
     async def _load_live(self, task_id: str, agent: str | None, owner: str) -> LiveTask:
         live = self.live.get(task_id)
@@ -273,7 +288,10 @@ class TaskManager:
         )
         more = len(rows) > page_size
         rows = rows[:page_size]
-        tasks = [self.live[r.id].task if r.id in self.live else m.task_from_json(r.data["task"]) for r in rows]
+        tasks = [
+            self.live[r.id].task if r.id in self.live else m.task_from_json(r.data["task"])
+            for r in rows
+        ]
         return tasks, (_page_token(rows[-1]) if more and rows else ""), total
 
     # ---- sending ------------------------------------------------------------------------
@@ -342,7 +360,9 @@ class TaskManager:
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
         if options.accepted_output_modes and not any(
-            _mode_accepts(mode, media) for mode in options.accepted_output_modes for media in _ANSWER_TYPES
+            _mode_accepts(mode, media)
+            for mode in options.accepted_output_modes
+            for media in _ANSWER_TYPES
         ):
             raise m.A2AError(
                 m.CONTENT_TYPE_NOT_SUPPORTED,
@@ -352,7 +372,9 @@ class TaskManager:
         if options.push is not None and self.push is None:
             raise m.push_not_supported()
         if options.push is not None:
-            await self.push.check_url(options.push.url, field="configuration.taskPushNotificationConfig.url")
+            await self.push.check_url(
+                options.push.url, field="configuration.taskPushNotificationConfig.url"
+            )
         existing = message.task_id or task_id
         live: LiveTask | None = None
         if existing:
@@ -368,9 +390,13 @@ class TaskManager:
             await self._check_context(agent, message, owner)
             lazy = blocking and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
-            live = await self._create(agent, message, dialect, task_id, owner, durable=not lazy, defer=defer)
+            live = await self._create(
+                agent, message, dialect, task_id, owner, durable=not lazy, defer=defer
+            )
         if options.push is not None:
-            await self.set_push(attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner)
+            await self.set_push(
+                attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner
+            )
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
@@ -401,7 +427,15 @@ class TaskManager:
                 self.store.release()
             raise
         if defer:
-            live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False, reserved=True)
+            live = LiveTask(
+                task,
+                agent,
+                dialect,
+                owner,
+                fresh_context=fresh_context,
+                stored=False,
+                reserved=True,
+            )
             self.live[tid] = live
             self._deferred[tid] = (trio.current_time() + FIRST_ROW_AFTER_S, live)
             if not self._writing_deferred:
@@ -448,13 +482,18 @@ class TaskManager:
             )
         if message.context_id and message.context_id != task.context_id:
             raise m.invalid(
-                "message.contextId", f"task {task.id} belongs to context {task.context_id!r}, not {message.context_id!r}"
+                "message.contextId",
+                f"task {task.id} belongs to context {task.context_id!r}, not {message.context_id!r}",
             )
         message = attrs.evolve(message, task_id=task.id, context_id=task.context_id)
         live.cancel_requested = False
         live.store_error = None
         live.unstored = False
-        new = attrs.evolve(task, history=task.history + (message,), status=m.TaskStatus(m.SUBMITTED, None, m.now_iso()))
+        new = attrs.evolve(
+            task,
+            history=task.history + (message,),
+            status=m.TaskStatus(m.SUBMITTED, None, m.now_iso()),
+        )
         live.changing = True
         try:
             await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
@@ -488,7 +527,9 @@ class TaskManager:
             with trio.CancelScope(shield=True):
                 await live.first_row.wait()  # bounded: set when that (shielded) write ends
         if live.stored:
-            evicted = await self.store.update(task.id, state=task.status.state, terminal=task.terminal, data=data, shield=True)
+            evicted = await self.store.update(
+                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=True
+            )
         else:
             live.first_row = trio.Event()
             try:
@@ -520,14 +561,24 @@ class TaskManager:
             await self._store(live, live.task)
 
     async def _status(
-        self, live: LiveTask, state: str, text: str | None = None, *, artifacts: tuple[m.Artifact, ...] = ()
+        self,
+        live: LiveTask,
+        state: str,
+        text: str | None = None,
+        *,
+        artifacts: tuple[m.Artifact, ...] = (),
     ) -> None:
         task = live.task
-        msg = m.agent_message(text, context_id=task.context_id, task_id=task.id) if text is not None else None
+        msg = (
+            m.agent_message(text, context_id=task.context_id, task_id=task.id)
+            if text is not None
+            else None
+        )
         status = m.TaskStatus(state, msg, m.now_iso())
         artifacts = _within_task_bound(task, artifacts)
         events: list[m.Event] = [
-            m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True) for artifact in artifacts
+            m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True)
+            for artifact in artifacts
         ]
         events.append(m.StatusUpdate(task.id, task.context_id, status))
         await self._commit(live, task.moved_to(status, artifacts), events)
@@ -543,8 +594,14 @@ class TaskManager:
         span = NO_SPAN
         if kernel.tracing:
             span = kernel.start_span(
-                SpanKind.A2A_SERVER, f"A2A {live.agent}", server, source="a2a", agent=live.agent,
-                task_id=live.task.id, context_id=live.task.context_id, principal=live.owner,
+                SpanKind.A2A_SERVER,
+                f"A2A {live.agent}",
+                server,
+                source="a2a",
+                agent=live.agent,
+                task_id=live.task.id,
+                context_id=live.task.context_id,
+                principal=live.owner,
             )
         if not span.recording:
             await self._run_task(live, message, server)
@@ -560,7 +617,11 @@ class TaskManager:
 
     async def _run_task(self, live: LiveTask, message: m.Message, trace: TraceContext) -> None:
         task = live.task
-        outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (m.FAILED, "the agent did not answer", ())
+        outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (
+            m.FAILED,
+            "the agent did not answer",
+            (),
+        )
         try:
             with trio.CancelScope() as scope:
                 live.scope = scope
@@ -600,17 +661,31 @@ class TaskManager:
                     elif reply.is_error:
                         outcome = (m.FAILED, reply.text, handed)
                     else:
-                        response = m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response")
+                        response = m.Artifact(
+                            m.new_id(), (m.Part(text=reply.text),), name="response"
+                        )
                         outcome = (m.COMPLETED, None, (response, *handed))
                     # What the client said it cannot take is left out (the answer stays: the
                     # send was refused up front unless the client accepts text or JSON).
-                    outcome = (*outcome[:2], _accepted(outcome[2], live.accepted_modes, keep=outcome[2][:1] if outcome[0] == m.COMPLETED else ()))
+                    outcome = (
+                        *outcome[:2],
+                        _accepted(
+                            outcome[2],
+                            live.accepted_modes,
+                            keep=outcome[2][:1] if outcome[0] == m.COMPLETED else (),
+                        ),
+                    )
             if scope.cancelled_caught or live.cancel_requested:
                 outcome = (m.CANCELED, None, ())
             state, message, artifacts = outcome
             await self._status(live, state, message, artifacts=artifacts)
         except Exception as exc:
-            log.error("A2A task %s: could not store its outcome: %s", task.id, exc, exc_info=not isinstance(exc, TaskStorageFailed))
+            log.error(
+                "A2A task %s: could not store its outcome: %s",
+                task.id,
+                exc,
+                exc_info=not isinstance(exc, TaskStorageFailed),
+            )
             self._unstored(live, exc)
         except BaseException:
             # Cancelled from outside: its request was cancelled (send_and_wait) or the service
@@ -645,7 +720,9 @@ class TaskManager:
         live.unstored = True
         task = live.task
         text = f"{exc}" if str(exc).startswith("storage failed") else f"storage failed: {exc}"
-        msg = m.agent_message(f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id)
+        msg = m.agent_message(
+            f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id
+        )
         status = m.TaskStatus(m.FAILED, msg, m.now_iso())
         live.task = task.moved_to(status)
         self._track(live)
@@ -659,7 +736,9 @@ class TaskManager:
             return
         found = await self.kernel.store.session_agent(message.context_id, owner=owner)
         if found is not None and found != agent:
-            raise m.invalid("message.contextId", str(SessionConflict(message.context_id, agent, found)))
+            raise m.invalid(
+                "message.contextId", str(SessionConflict(message.context_id, agent, found))
+            )
 
     def _claim(self, owner: str, task_id: str) -> None:
         """Count the new task ``task_id`` as ``owner``'s; refused past ``open_per_caller``."""
@@ -713,7 +792,9 @@ class TaskManager:
                     await self._expire(task_id)
                 except Exception:
                     retry = min(self.input_required_ttl_s, 60.0)
-                    log.exception("A2A task %s: could not expire it; trying again in %g s", task_id, retry)
+                    log.exception(
+                        "A2A task %s: could not expire it; trying again in %g s", task_id, retry
+                    )
                     if task_id not in self._waiting:
                         self._wait_for_input(task_id, trio.current_time() + retry)
         finally:
@@ -730,8 +811,16 @@ class TaskManager:
                     return
                 try:
                     task = m.task_from_json(row.data["task"])
-                except (m.A2AError, KeyError, TypeError) as exc:  # not ours: trying again would not help
-                    log.error("A2A task %s: its stored row is unreadable (%s); it cannot expire", task_id, exc)
+                except (
+                    m.A2AError,
+                    KeyError,
+                    TypeError,
+                ) as exc:  # not ours: trying again would not help
+                    log.error(
+                        "A2A task %s: its stored row is unreadable (%s); it cannot expire",
+                        task_id,
+                        exc,
+                    )
                     return
                 live = LiveTask(task, row.agent, row.data.get("dialect", m.V1), row.owner)
                 live.done.set()
@@ -778,9 +867,13 @@ class TaskManager:
             return message.text()
         try:
             workspace = self.kernel.workspace_for(self.kernel.agents[live.agent])
-            saved = await trio.to_thread.run_sync(_inbox.save_files, workspace, live.task.id, message.parts)
+            saved = await trio.to_thread.run_sync(
+                _inbox.save_files, workspace, live.task.id, message.parts
+            )
         except (OSError, KeyError) as exc:
-            log.warning("A2A task %s: could not save its files in the workspace: %s", live.task.id, exc)
+            log.warning(
+                "A2A task %s: could not save its files in the workspace: %s", live.task.id, exc
+            )
             problem = f"(not saved: {getattr(exc, 'strerror', None) or exc})"
             saved = [problem if p.raw is not None else None for p in message.parts]
         pieces = []
@@ -816,7 +909,9 @@ class TaskManager:
         every later event until it settles (bounded in time)."""
         return self._follow(live, live.task, live.seq)
 
-    async def _follow(self, live: LiveTask, snapshot: m.Task, cursor: int) -> AsyncIterator[m.Event]:
+    async def _follow(
+        self, live: LiveTask, snapshot: m.Task, cursor: int
+    ) -> AsyncIterator[m.Event]:
         yield snapshot
         with trio.move_on_after(self.run_timeout_s + 30):
             while True:
@@ -868,7 +963,9 @@ class TaskManager:
         return live.task
 
     # ---- push configs ----------------------------------------------------------------------
-    async def set_push(self, config: m.PushConfig, *, agent: str | None, owner: str) -> m.PushConfig:
+    async def set_push(
+        self, config: m.PushConfig, *, agent: str | None, owner: str
+    ) -> m.PushConfig:
         if self.push is None:
             raise m.push_not_supported()
         await self.find(config.task_id, agent=agent, owner=owner)
@@ -877,7 +974,11 @@ class TaskManager:
         if live is not None:  # the config's row refers to the task's
             await self._ensure_row(live)
         try:
-            await self.store.put_push_config(config.task_id, config.id, config.to_json(m.V1) | {"credentials": config.credentials})
+            await self.store.put_push_config(
+                config.task_id,
+                config.id,
+                config.to_json(m.V1) | {"credentials": config.credentials},
+            )
         except TaskStorageFailed as exc:
             raise storage_failed(exc) from None
         except TaskStoreError as exc:
@@ -887,13 +988,17 @@ class TaskManager:
             live.push = None  # reload on next event
         return config
 
-    async def push_configs(self, task_id: str, *, agent: str | None, owner: str) -> list[m.PushConfig]:
+    async def push_configs(
+        self, task_id: str, *, agent: str | None, owner: str
+    ) -> list[m.PushConfig]:
         if self.push is None:
             raise m.push_not_supported()
         await self.find(task_id, agent=agent, owner=owner)
         return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
 
-    async def delete_push(self, task_id: str, config_id: str, *, agent: str | None, owner: str) -> None:
+    async def delete_push(
+        self, task_id: str, config_id: str, *, agent: str | None, owner: str
+    ) -> None:
         if self.push is None:
             raise m.push_not_supported()
         await self.find(task_id, agent=agent, owner=owner)
@@ -929,7 +1034,9 @@ def iso_to_epoch(value: str, field: str) -> float:
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except (ValueError, AttributeError):
-        raise m.invalid(field, f"must be an ISO 8601 timestamp such as 2026-01-02T03:04:05.000Z, got {value!r}") from None
+        raise m.invalid(
+            field, f"must be an ISO 8601 timestamp such as 2026-01-02T03:04:05.000Z, got {value!r}"
+        ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     ts = parsed.timestamp()
@@ -971,9 +1078,15 @@ def _accepted(
         if any(artifact is k for k in keep):
             out.append(artifact)
             continue
-        parts = tuple(p for p in artifact.parts if any(_mode_accepts(mode, _media_type(p)) for mode in modes))
+        parts = tuple(
+            p for p in artifact.parts if any(_mode_accepts(mode, _media_type(p)) for mode in modes)
+        )
         if parts:
-            out.append(artifact if len(parts) == len(artifact.parts) else attrs.evolve(artifact, parts=parts))
+            out.append(
+                artifact
+                if len(parts) == len(artifact.parts)
+                else attrs.evolve(artifact, parts=parts)
+            )
     return tuple(out)
 
 
@@ -1000,7 +1113,11 @@ def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Art
             if part.raw is not None and len(part.raw) > room:
                 name = f" {part.filename}" if part.filename else ""
                 limit = MAX_TASK_FILE_BYTES // (1024 * 1024)
-                parts.append(m.Part(text=f"[file{name} left out: this task's files may total at most {limit} MiB]"))
+                parts.append(
+                    m.Part(
+                        text=f"[file{name} left out: this task's files may total at most {limit} MiB]"
+                    )
+                )
                 continue
             room -= len(part.raw or b"")
             parts.append(part)

@@ -60,7 +60,9 @@ async def chat_command(
             raise CliError(f"agent {agent} is unavailable: {kernel.agent_errors[agent]}")
         await wait_for_mcp_servers(kernel, err)
 
-        async def turn(text: str, session: str, printed: list[str], out: TextIO) -> tuple[str, bool, str]:
+        async def turn(
+            text: str, session: str, printed: list[str], out: TextIO
+        ) -> tuple[str, bool, str]:
             async with kernel.tap.subscribe(kinds=(EventKind.AGENT_TOKEN,)) as tokens:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_print_tokens, tokens, session, out, printed)
@@ -78,7 +80,12 @@ Turn = Callable[[str, str, list[str], TextIO], Awaitable[tuple[str, bool, str]]]
 
 
 async def _converse(
-    agent: str, session_id: str | None, turn: Turn, out: TextIO, err: TextIO, read_line: LineReader | None
+    agent: str,
+    session_id: str | None,
+    turn: Turn,
+    out: TextIO,
+    err: TextIO,
+    read_line: LineReader | None,
 ) -> int:
     """The prompt loop: read a line, run ``turn`` (which prints tokens as they come)."""
     session = session_id or uuid.uuid4().hex
@@ -111,7 +118,9 @@ async def _converse(
 def _daemon_turn(client: Any, ws: Any, agent: str) -> Turn:
     """One turn through the daemon: post the message, print its tokens from the event stream."""
 
-    async def turn(text: str, session: str, printed: list[str], out: TextIO) -> tuple[str, bool, str]:
+    async def turn(
+        text: str, session: str, printed: list[str], out: TextIO
+    ) -> tuple[str, bool, str]:
         replied = trio.Event()
 
         async def follow() -> None:
@@ -186,4 +195,3 @@ class _stdin_lines:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode("utf-8", "replace")
-

@@ -32,8 +32,6 @@ class DaemonUnreachable(ConnectionError):
     """No answer from the daemon's address."""
 
 
-
-
 def _error_from(response: httpx.Response) -> DaemonError:
     try:
         error = response.json()["error"]
@@ -222,7 +220,9 @@ class TokenRuns:
         source, span = str(event.get("source") or "?"), self._span(event)
         if event.get("kind") != TOKEN_KIND:
             done = [k for k in self._runs if k[0] == source or (span and k[1] == span)]
-            return [self._line(self._runs.pop(k)) for k in done] + [event_line(event, width=self.width)]
+            return [self._line(self._runs.pop(k)) for k in done] + [
+                event_line(event, width=self.width)
+            ]
         payload = event.get("payload")
         text = str(payload.get("text", "")) if isinstance(payload, Mapping) else ""
         lines = []
@@ -231,7 +231,13 @@ class TokenRuns:
         if run is None:
             if len(self._runs) >= self.max_runs:
                 lines.append(self._line(self._runs.pop(next(iter(self._runs)))))
-            run = self._runs[key] = {"ts": event.get("ts"), "source": source, "count": 0, "chars": 0, "text": ""}
+            run = self._runs[key] = {
+                "ts": event.get("ts"),
+                "source": source,
+                "count": 0,
+                "chars": 0,
+                "text": "",
+            }
         run["count"] += 1
         run["chars"] += len(text)
         if len(run["text"]) <= self.width:

@@ -115,11 +115,16 @@ async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
                 if outcome == "connected":
                     say(err, f"MCP server {name!r} connected ({tools.get(name, 0)} tools)")
                 elif outcome == "failed":
-                    reason = str(entry.get("error") or entry.get("status")).removeprefix(f"MCP server {name!r}: ")
+                    reason = str(entry.get("error") or entry.get("status")).removeprefix(
+                        f"MCP server {name!r}: "
+                    )
                     say(err, f"MCP server {name!r} failed: {reason}; going on without its tools")
                 elif trio.current_time() >= deadlines[name]:
-                    say(err, f"MCP server {name!r} did not connect within {entry.get('timeout_secs', 0):g} s "
-                             "(its timeout_secs); going on without its tools")
+                    say(
+                        err,
+                        f"MCP server {name!r} did not connect within {entry.get('timeout_secs', 0):g} s "
+                        "(its timeout_secs); going on without its tools",
+                    )
                 else:
                     continue
                 del deadlines[name]
@@ -485,9 +490,12 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
-    say(out, f"  MCP clients (IDE config): {json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}")
+    say(
+        out,
+        f"  MCP clients (IDE config): {json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}",
+    )
     if settings.api_key:
-        say(out, f"    (add your key to its \"env\" as {kernel.config.http.api_key_env})")
+        say(out, f'    (add your key to its "env" as {kernel.config.http.api_key_env})')
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
 
 

@@ -15,7 +15,9 @@ COLLABORATION_MESSAGE = "Write a haiku about Trio nurseries"
 RUNAWAY_MESSAGE = "runaway: keep passing this along forever"
 
 
-async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str | None = None) -> int:
+async def run_demo(
+    config: Any = None, out: TextIO | None = None, *, home: str | None = None
+) -> int:
     """Run the demo, printing to ``out``; returns a process exit code."""
     import sys
 
@@ -53,14 +55,20 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
             say(f"reply: {reply.text}")
             for output in reply.outputs:  # handed over by the worker, adopted up the chain
                 sizes = ", ".join(
-                    f"{p.media_type or 'file'}, {len(p.raw)} bytes" if p.raw is not None else (p.media_type or "text")
+                    f"{p.media_type or 'file'}, {len(p.raw)} bytes"
+                    if p.raw is not None
+                    else (p.media_type or "text")
                     for p in output.parts
                 )
                 say(f"artifact: {output.name} ({sizes}) — {output.description or 'no description'}")
 
-            async with kernel.tap.subscribe(buffer=10_000, kinds=(EventKind.KERNEL_BREAKER,)) as breaker:
+            async with kernel.tap.subscribe(
+                buffer=10_000, kinds=(EventKind.KERNEL_BREAKER,)
+            ) as breaker:
                 say()
-                say(f"2. coordinator ← {RUNAWAY_MESSAGE!r}  (coordinator → worker → reviewer → coordinator → …)")
+                say(
+                    f"2. coordinator ← {RUNAWAY_MESSAGE!r}  (coordinator → worker → reviewer → coordinator → …)"
+                )
                 with trio.move_on_after(60):
                     runaway = await kernel.send("coordinator", RUNAWAY_MESSAGE, timeout=60)
                 trips = drain(breaker)
@@ -68,7 +76,9 @@ async def run_demo(config: Any = None, out: TextIO | None = None, *, home: str |
                 say("error: the depth breaker did not trip")
                 return 1
             trip = trips[0].payload
-            say(f"breaker tripped: hop {len(trip['path'])} refused, the depth limit is {trip['max_depth']}:")
+            say(
+                f"breaker tripped: hop {len(trip['path'])} refused, the depth limit is {trip['max_depth']}:"
+            )
             say("  " + " → ".join(trip["path"]))
             say(f"reply: {runaway.text}")
         say()

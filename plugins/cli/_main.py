@@ -162,9 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)",
     )
-    mcp.add_argument(
-        "--no-daemon", action="store_true", help="always boot an in-process kernel"
-    )
+    mcp.add_argument("--no-daemon", action="store_true", help="always boot an in-process kernel")
 
     sub.add_parser("version", parents=[common], help="print the version")
     return parser
@@ -231,7 +229,13 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if command == "run":
         return trio.run(
             partial(
-                c.run_command, config, host=args.host, port=args.port, out=out, err=err, own_process=True
+                c.run_command,
+                config,
+                host=args.host,
+                port=args.port,
+                out=out,
+                err=err,
+                own_process=True,
             )
         )
     if command == "demo":

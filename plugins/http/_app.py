@@ -64,6 +64,7 @@ MAX_KINDS = 32
 _KIND = re.compile(r"^[A-Za-z0-9_.\-]{1,64}:[A-Za-z0-9_.\-]{0,64}$")
 _MESSAGE_FIELDS = ("message", "session_id", "timeout")
 
+
 @attrs.define
 class DaemonState:
     """What the app's handlers share; ``closing`` is set when graceful shutdown begins."""
@@ -79,7 +80,9 @@ class DaemonState:
     # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
     body_limits: dict[str, int] = attrs.field(factory=dict)
     # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
-    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(factory=dict)
+    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(
+        factory=dict
+    )
     # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
     routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
     # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
@@ -165,7 +168,9 @@ class _QuartApp(QuartTrio):
 _ROUTE_CACHE_MAX = 4096
 
 
-def route_for(app: QuartTrio, state: DaemonState, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
+def route_for(
+    app: QuartTrio, state: DaemonState, method: str, path: str
+) -> tuple[str, dict[str, Any]] | None:
     """``(endpoint, view args)`` of the HTTP route quart would pick for ``path`` (trailing
     slashes ignored), or None (no such route, wrong method, a redirect or a websocket
     rule). Cached; the cache is bounded."""
@@ -301,7 +306,9 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return refusal_response(app, Refusal(status, {"code": _snake(exc.name), "message": message}, headers))
+        return refusal_response(
+            app, Refusal(status, {"code": _snake(exc.name), "message": message}, headers)
+        )
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -447,7 +454,10 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         """``kernel.agent_info(name)`` plus each agent's recorded token usage."""
         usage = await kernel.store.usage_by_agent()
         empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
-        return [{**info, "usage": usage.get(info.get("name"), empty)} for info in kernel.agent_info(name)]
+        return [
+            {**info, "usage": usage.get(info.get("name"), empty)}
+            for info in kernel.agent_info(name)
+        ]
 
     @app.get("/api/agents")
     async def list_agents():
@@ -469,7 +479,11 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         # A session belongs to the principal that made it: the same id sent by another
         # principal names another session (its own, new), never this one.
         reply = await kernel.send(
-            name, message, session_id=session_id, trace=trace, timeout=timeout,
+            name,
+            message,
+            session_id=session_id,
+            trace=trace,
+            timeout=timeout,
             principal=_principal_name(request),
         )
         body = {
@@ -501,11 +515,18 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         principal = principal_of(websocket)
         if principal is None or not principal.admin:
             # Events show every caller's messages: admins only (no key configured: everyone).
-            return refusal_response(app, Refusal(403, {
-                "code": "forbidden",
-                "message": "the event stream shows every caller's work, so only an admin principal may "
-                "read it: the key of http.api_key, or one with admin = true under [http.keys.<name>]",
-            }), websocket)
+            return refusal_response(
+                app,
+                Refusal(
+                    403,
+                    {
+                        "code": "forbidden",
+                        "message": "the event stream shows every caller's work, so only an admin principal may "
+                        "read it: the key of http.api_key, or one with admin = true under [http.keys.<name>]",
+                    },
+                ),
+                websocket,
+            )
         kinds = parse_kinds(websocket.args.get("kinds"))
         # Subscribe before accepting, so nothing published after the handshake is missed.
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
@@ -613,7 +634,11 @@ def _add_plugin_route(
     methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes
     for rule in app.url_map.iter_rules():
-        if rule.rule == path and not getattr(rule, "websocket", False) and methods & set(rule.methods or ()):
+        if (
+            rule.rule == path
+            and not getattr(rule, "websocket", False)
+            and methods & set(rule.methods or ())
+        ):
             return f"route {route.path} collides with an existing route; the first one is kept"
     endpoint = f"plugin.{plugin}.{index}"
     try:

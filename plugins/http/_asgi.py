@@ -84,20 +84,37 @@ class DaemonApp:
                         return
                 # Quart's request context parses Host before any check runs: a value it
                 # cannot take is refused here (the gate checks it again, cached).
-                if await self._refused_host(scope, receive, send, None if found is None else found[0]):
+                if await self._refused_host(
+                    scope, receive, send, None if found is None else found[0]
+                ):
                     return
         await self.quart(scope, receive, send)
 
-    async def _refused_host(self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None) -> bool:
+    async def _refused_host(
+        self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
+    ) -> bool:
         """Answer a request the Host guard refuses (in the shape of its route); True if it did."""
-        host = next((bytes(v).decode("latin-1") for n, v in scope["headers"] if bytes(n).lower() == b"host"), None)
+        host = next(
+            (
+                bytes(v).decode("latin-1")
+                for n, v in scope["headers"]
+                if bytes(n).lower() == b"host"
+            ),
+            None,
+        )
         server = scope.get("server")
         refusal = self.state.gate.check_host(host, str(server[0]) if server else None)
         if refusal is None:
             return False
         headers = Headers.from_asgi(scope["headers"])
         renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
-        await self._answer(send, receive, _refusal_response(refusal, renderer), headers.get("origin"), close=_has_body(scope))
+        await self._answer(
+            send,
+            receive,
+            _refusal_response(refusal, renderer),
+            headers.get("origin"),
+            close=_has_body(scope),
+        )
         return True
 
     async def serve_route(
@@ -144,11 +161,18 @@ class DaemonApp:
         except _Gone:
             return
         if refusal is not None:
-            await self._answer(send, receive, _refusal_response(refusal, renderer), origin, close=pending)
+            await self._answer(
+                send, receive, _refusal_response(refusal, renderer), origin, close=pending
+            )
             return
         if preflight:
             allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
-            await self._answer(send, receive, PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),)), origin)
+            await self._answer(
+                send,
+                receive,
+                PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),)),
+                origin,
+            )
             return
         rewritten = await caller_headers(state.kernel, method, headers.items(), client, server)
         request = PlainRequest(
@@ -165,7 +189,9 @@ class DaemonApp:
         response = await _call(handler, request, args, renderer)
         await send(self._start(response, origin))
         if isinstance(response.body, (bytes, bytearray)):
-            await send({"type": "http.response.body", "body": bytes(response.body), "more_body": False})
+            await send(
+                {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
+            )
             return
         async with trio.open_nursery() as nursery:
 
@@ -179,16 +205,28 @@ class DaemonApp:
         if not request.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _answer(self, send: Any, receive: Any, response: PlainResponse, origin: str | None, *, close: bool = False) -> None:
+    async def _answer(
+        self,
+        send: Any,
+        receive: Any,
+        response: PlainResponse,
+        origin: str | None,
+        *,
+        close: bool = False,
+    ) -> None:
         """Send a complete answer; ``close``: part of the body is unread, so the connection
         closes after it, and the queue is read meanwhile."""
         async with trio.open_nursery() as nursery:
             if close:
                 nursery.start_soon(_drain, receive)
             await send(self._start(response, origin, close=close))
-            await send({"type": "http.response.body", "body": bytes(response.body), "more_body": False})  # type: ignore[arg-type]
+            await send(
+                {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
+            )  # type: ignore[arg-type]
 
-    def _start(self, response: PlainResponse, origin: str | None, *, close: bool = False) -> dict[str, Any]:
+    def _start(
+        self, response: PlainResponse, origin: str | None, *, close: bool = False
+    ) -> dict[str, Any]:
         headers: list[tuple[bytes, bytes]] = []
         if response.content_type:
             headers.append((b"content-type", response.content_type.encode("latin-1")))
@@ -244,7 +282,13 @@ async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) ->
                 body = parts[0] if len(parts) == 1 else b"".join(parts)
                 return bytes(body)
     raise _Refused(
-        Refusal(408, {"code": "request_timeout", "message": f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"})
+        Refusal(
+            408,
+            {
+                "code": "request_timeout",
+                "message": f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
+            },
+        )
     )
 
 
@@ -257,13 +301,17 @@ async def _drain(receive: Any) -> None:
                 return
 
 
-async def _call(handler: Callable[..., Any], request: PlainRequest, args: dict[str, Any], renderer: Any) -> PlainResponse:
+async def _call(
+    handler: Callable[..., Any], request: PlainRequest, args: dict[str, Any], renderer: Any
+) -> PlainResponse:
     """``handler``'s answer; an error it raises becomes the route's error answer."""
     try:
         response = await handler(request, **args)
         if isinstance(response, PlainResponse):
             return response
-        raise TypeError(f"a route handler must return a PlainResponse, got {type(response).__name__}")
+        raise TypeError(
+            f"a route handler must return a PlainResponse, got {type(response).__name__}"
+        )
     except RoostError as exc:
         return _refusal_response(refusal_for(exc, request.path), renderer)
     except Exception as exc:

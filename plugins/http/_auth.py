@@ -63,23 +63,31 @@ def read_key_file(path: str, field: str) -> str:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError(f"{field}: cannot open {path}: {exc.strerror or exc}; point it at a file holding the key") from None
+        raise ConfigError(
+            f"{field}: cannot open {path}: {exc.strerror or exc}; point it at a file holding the key"
+        ) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{field}: {path} is not a regular file; put the key in a plain file (chmod 600)")
+            raise ConfigError(
+                f"{field}: {path} is not a regular file; put the key in a plain file (chmod 600)"
+            )
         if info.st_mode & 0o077:
             raise ConfigError(
                 f"{field}: {path} may be read by others (mode {stat.S_IMODE(info.st_mode):04o}); "
                 f"run: chmod 600 {path}"
             )
         if hasattr(os, "getuid") and info.st_uid != os.getuid():
-            raise ConfigError(f"{field}: {path} belongs to another user; the key file must be yours (chown it, chmod 600)")
+            raise ConfigError(
+                f"{field}: {path} belongs to another user; the key file must be yours (chown it, chmod 600)"
+            )
         data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_KEY_FILE_BYTES:
-        raise ConfigError(f"{field}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes; it must hold just the key")
+        raise ConfigError(
+            f"{field}: {path} is larger than {MAX_KEY_FILE_BYTES} bytes; it must hold just the key"
+        )
     try:
         key = data.decode("utf-8").strip()
     except UnicodeDecodeError:
@@ -117,9 +125,13 @@ def resolve_keys(
         digest = key_digest(key)
         for other, principal in out:
             if hmac.compare_digest(other, digest):
-                raise ConfigError(f"{field}: its key is the same as {principal.name!r}'s; every principal needs its own key")
+                raise ConfigError(
+                    f"{field}: its key is the same as {principal.name!r}'s; every principal needs its own key"
+                )
         out.append((digest, Principal(entry.name, admin=entry.admin)))
     return tuple(out)
+
+
 # A DNS name (or IPv4 address) as the URL layer below Quart takes it: labels of 1-63
 # characters, 253 in all. An empty label ("evil..example") or a longer one is malformed.
 _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")

@@ -161,7 +161,11 @@ def rate_limited(retry_after: float) -> Refusal:
 
 def too_large(settings: HttpSettings, limit: int, path: str) -> Refusal:
     """413 naming the limit and where it is set."""
-    where = "http.max_body_bytes in roost.toml" if limit == settings.max_body_bytes else f"the limit of {path}"
+    where = (
+        "http.max_body_bytes in roost.toml"
+        if limit == settings.max_body_bytes
+        else f"the limit of {path}"
+    )
     return Refusal(
         413,
         {
@@ -202,7 +206,9 @@ def bad_host(host: str) -> Refusal:
 
 
 def internal_error() -> Refusal:
-    return Refusal(500, {"code": "internal_error", "message": "internal error; the daemon log has the details"})
+    return Refusal(
+        500, {"code": "internal_error", "message": "internal error; the daemon log has the details"}
+    )
 
 
 # ---- public URLs ---------------------------------------------------------------------------
@@ -283,11 +289,16 @@ def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[by
                 refusal.status, str(error.get("code", "error")), str(error.get("message", ""))
             )
         except Exception:
-            log.exception("render_error failed for a %s answer; sent roost's error shape", refusal.status)
+            log.exception(
+                "render_error failed for a %s answer; sent roost's error shape", refusal.status
+            )
         else:
             if isinstance(body, (bytes, bytearray)) and isinstance(content_type, str):
                 return bytes(body), content_type
-            log.error("render_error must return (bytes, str), got a %s; sent roost's error shape", type(body).__name__)
+            log.error(
+                "render_error must return (bytes, str), got a %s; sent roost's error shape",
+                type(body).__name__,
+            )
     return refusal.body(), "application/json"
 
 
@@ -305,7 +316,10 @@ class ErrorShapes:
         """Index ``(rule path, methods, endpoint)`` of every route, in registration order."""
         self._routes = [
             (
-                tuple(None if "<" in part else part for part in canonical_path(path).strip("/").split("/")),
+                tuple(
+                    None if "<" in part else part
+                    for part in canonical_path(path).strip("/").split("/")
+                ),
                 frozenset(methods),
                 self.by_endpoint.get(endpoint),
             )
@@ -447,7 +461,9 @@ class Gate:
             return None
         return host_refused(host) if host_name(host) is not None else bad_host(host)  # type: ignore[arg-type]
 
-    def principal(self, headers: Any, *, query_token: Callable[[], str | None] | None = None) -> Principal | None:
+    def principal(
+        self, headers: Any, *, query_token: Callable[[], str | None] | None = None
+    ) -> Principal | None:
         """Who a request that passed ``check`` comes from: the principal of its key (a
         websocket may pass it as ``query_token``), ``local`` when no key is configured,
         None on a public route called without a valid key."""

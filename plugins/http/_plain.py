@@ -33,7 +33,9 @@ class Headers:
     @classmethod
     def from_asgi(cls, raw: Iterable[tuple[bytes, bytes]]) -> Headers:
         """The headers of an ASGI scope (names lowercased, latin-1)."""
-        return cls([(bytes(n).decode("latin-1").lower(), bytes(v).decode("latin-1")) for n, v in raw])
+        return cls(
+            [(bytes(n).decode("latin-1").lower(), bytes(v).decode("latin-1")) for n, v in raw]
+        )
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._first.get(name.lower(), default)
@@ -57,7 +59,9 @@ class Headers:
         return f"Headers({[n for n, _ in self._items]!r})"
 
 
-def _header_pairs(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+def _header_pairs(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]],
+) -> tuple[tuple[str, str], ...]:
     items = headers.items() if isinstance(headers, Mapping) else headers
     return tuple((str(name), str(value)) for name, value in items)
 
@@ -94,7 +98,19 @@ class PlainRequest:
     ``principal`` who sent it (see ``roost.plugins.http.Principal``; None on a public route
     called without a valid key)."""
 
-    __slots__ = ("method", "path", "headers", "body", "remote_addr", "base_url", "principal", "gone", "_query", "_args", "_receive")
+    __slots__ = (
+        "method",
+        "path",
+        "headers",
+        "body",
+        "remote_addr",
+        "base_url",
+        "principal",
+        "gone",
+        "_query",
+        "_args",
+        "_receive",
+    )
 
     def __init__(
         self,

@@ -167,7 +167,13 @@ async def serve(
                 if state.traces is not None:  # until shutdown begins: then the server drains
                     await nursery.start(follow_traces, kernel, state.traces, state.closing)
                 await nursery.start(
-                    partial(hypercorn_serve, DaemonApp(app, state), config, shutdown_trigger=trigger, mode="asgi")
+                    partial(
+                        hypercorn_serve,
+                        DaemonApp(app, state),
+                        config,
+                        shutdown_trigger=trigger,
+                        mode="asgi",
+                    )
                 )
                 if write_daemon_json:
                     # Clients on this host connect through loopback: a wildcard address would

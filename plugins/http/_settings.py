@@ -145,7 +145,11 @@ class HttpSettings:
         keys = resolve_keys(http_config, env, key)
         named = [p.name for _, p in keys if p.name != "default"]
         if named:
-            source = (source + " (principal default); " if key is not None else "") + "[http.keys]: " + ", ".join(named)
+            source = (
+                (source + " (principal default); " if key is not None else "")
+                + "[http.keys]: "
+                + ", ".join(named)
+            )
         return cls(
             api_key=key,
             api_key_source=source,
@@ -165,7 +169,12 @@ def _seconds(http_config: object, name: str, default: float) -> float:
     value = getattr(http_config, name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 < value <= 3600:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= 3600
+    ):
         raise ConfigError(
             f"http.{name} must be a number of seconds between 0 and 3600, got {value!r}; "
             f"set e.g. {name} = {default:g} under [http] in roost.toml"
@@ -205,7 +214,11 @@ def _public_url(raw: object) -> str | None:
             parts.port  # noqa: B018 - raises ValueError for a bad port
         except ValueError:
             parts = None
-        if parts is None or parts.scheme not in ("http", "https") or host_name(parts.netloc) is None:
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or host_name(parts.netloc) is None
+        ):
             problem = "it is not an http:// or https:// URL with a host"
         elif parts.query or parts.fragment:
             problem = "it has a query or a fragment"

@@ -54,7 +54,11 @@ def install(app: Any, state: Any) -> None:
             return
         scope = request.scope
         rewritten = await caller_headers(
-            state.kernel, request.method, request.headers.items(), scope.get("client"), scope.get("server")
+            state.kernel,
+            request.method,
+            request.headers.items(),
+            scope.get("client"),
+            scope.get("server"),
         )
         if rewritten is not None:
             for name in TraceContext.header_names:

@@ -47,7 +47,9 @@ class ResponseTooLarge(ValueError):
 
     def __init__(self, what: str, peer: str, limit: int) -> None:
         self.what, self.peer, self.limit = what, peer, limit
-        super().__init__(f"{what} from {peer} is over the limit of {limit} bytes ({size_text(limit)}); roost read no further")
+        super().__init__(
+            f"{what} from {peer} is over the limit of {limit} bytes ({size_text(limit)}); roost read no further"
+        )
 
 
 def size_text(n: int) -> str:
@@ -106,7 +108,9 @@ async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTE
     return bytes(body[:limit])
 
 
-async def sse_events(response: httpx.Response, *, max_bytes: int) -> AsyncIterator[httpx_sse.ServerSentEvent]:
+async def sse_events(
+    response: httpx.Response, *, max_bytes: int
+) -> AsyncIterator[httpx_sse.ServerSentEvent]:
     """The Server-Sent Events of ``response`` as they arrive, decoded by ``httpx-sse``
     (WHATWG rules: lines end at CR, LF or CR LF only; ``id`` is the last event id,
     ``retry`` kept). Bounded: when more than ``max_bytes`` arrive without completing an
@@ -152,7 +156,11 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
         value = None
     if isinstance(value, Mapping):
         error = value.get("error")
-        for candidate in (error.get("message") if isinstance(error, Mapping) else error, value.get("message"), value.get("detail")):
+        for candidate in (
+            error.get("message") if isinstance(error, Mapping) else error,
+            value.get("message"),
+            value.get("detail"),
+        ):
             if isinstance(candidate, str) and candidate.strip():
                 text = candidate
                 break
@@ -185,7 +193,9 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def http_retry_wait(status: int, retry_after: float | None, retries: int, remaining: float) -> float | None:
+def http_retry_wait(
+    status: int, retry_after: float | None, retries: int, remaining: float
+) -> float | None:
     """Seconds to wait before retrying a request answered with HTTP ``status``, or None when
     it is not retried: only 429 and 503 are, at most ``MAX_HTTP_RETRIES`` times, after the
     server's ``Retry-After`` (else 0.5 s doubling), and never when the wait would end past
@@ -231,12 +241,21 @@ class PinnedTransport(httpx.AsyncBaseTransport):
             extensions = dict(request.extensions)
             if target.sni_hostname:
                 extensions["sni_hostname"] = target.sni_hostname
-            pinned = httpx.Request(request.method, target.url, headers=headers, stream=request.stream, extensions=extensions)
+            pinned = httpx.Request(
+                request.method,
+                target.url,
+                headers=headers,
+                stream=request.stream,
+                extensions=extensions,
+            )
             try:
                 return await self._inner.handle_async_request(pinned)
             except httpx.ConnectError as exc:
                 last_error = exc
-        raise httpx.ConnectError(f"could not connect to any checked address of {request.url.host}: {last_error}", request=request)
+        raise httpx.ConnectError(
+            f"could not connect to any checked address of {request.url.host}: {last_error}",
+            request=request,
+        )
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -118,7 +118,9 @@ class ServerRequestContext:
 
 
 SamplingHandler = Callable[[Mapping[str, Any], ServerRequestContext], Awaitable[Mapping[str, Any]]]
-ElicitationHandler = Callable[[Mapping[str, Any], ServerRequestContext], Awaitable[Mapping[str, Any]]]
+ElicitationHandler = Callable[
+    [Mapping[str, Any], ServerRequestContext], Awaitable[Mapping[str, Any]]
+]
 RootsProvider = Callable[[ServerRequestContext], Sequence[Mapping[str, Any]]]
 NotificationHandler = Callable[[str, Mapping[str, Any]], None]
 ProgressHandler = Callable[[Mapping[str, Any]], None]
@@ -214,7 +216,7 @@ class ClientProtocol:
         if pinned in HANDSHAKE_VERSIONS and version != pinned:
             raise McpProtocolError(
                 f"initialize: protocol = {pinned!r} is configured but the server speaks {version!r}; "
-                "set protocol = \"auto\" or the server's version"
+                'set protocol = "auto" or the server\'s version'
             )
         self._adopt("handshake", version, result, result.get("serverInfo"))
 
@@ -231,7 +233,9 @@ class ClientProtocol:
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
         return proto.stateless_meta(
-            self.client_info(), self.capabilities(), version=version,
+            self.client_info(),
+            self.capabilities(),
+            version=version,
             log_level=self.options.log_level,
         )
 
@@ -270,7 +274,9 @@ class ClientProtocol:
                 self.server_info = dict(info)
 
     @staticmethod
-    def retry_params(params: Mapping[str, Any], result: Mapping[str, Any], responses: Mapping[str, Any]) -> dict[str, Any]:
+    def retry_params(
+        params: Mapping[str, Any], result: Mapping[str, Any], responses: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """The params of the retry after an ``input_required`` result."""
         out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
         if responses:
@@ -383,7 +389,9 @@ class McpClient:
             message = jsonrpc.parse_message(raw)
         except jsonrpc.JsonRpcError as exc:
             if not self._fail_invalid_answer(raw, exc):
-                log.warning("MCP server %s sent an invalid message (ignored): %s", self.name, exc.message)
+                log.warning(
+                    "MCP server %s sent an invalid message (ignored): %s", self.name, exc.message
+                )
             return
         if isinstance(message, (jsonrpc.Response, jsonrpc.ErrorResponse)):
             try:
@@ -410,7 +418,9 @@ class McpClient:
         if pending is None:
             return False
         self._correlator.forget(request_id)
-        pending.error = McpProtocolError(f"MCP server {self.name!r} answered {pending.method} with an invalid response: {exc.message}")
+        pending.error = McpProtocolError(
+            f"MCP server {self.name!r} answered {pending.method} with an invalid response: {exc.message}"
+        )
         pending.done.set()
         return True
 
@@ -446,10 +456,18 @@ class McpClient:
             except jsonrpc.JsonRpcError as exc:
                 reply = jsonrpc.ErrorResponse(request.id, exc.to_error())
             except trio.TooSlowError:
-                reply = jsonrpc.error_response(request.id, jsonrpc.INTERNAL_ERROR, f"{request.method}: no answer within {HANDLER_TIMEOUT_S:g} s")
+                reply = jsonrpc.error_response(
+                    request.id,
+                    jsonrpc.INTERNAL_ERROR,
+                    f"{request.method}: no answer within {HANDLER_TIMEOUT_S:g} s",
+                )
             except Exception as exc:
                 log.exception("answering %s from %s failed", request.method, self.name)
-                reply = jsonrpc.error_response(request.id, jsonrpc.INTERNAL_ERROR, f"{request.method} failed: {type(exc).__name__}: {exc}")
+                reply = jsonrpc.error_response(
+                    request.id,
+                    jsonrpc.INTERNAL_ERROR,
+                    f"{request.method} failed: {type(exc).__name__}: {exc}",
+                )
         self._server_requests.pop(request.id, None)
         if scope.cancelled_caught:
             return  # the server cancelled it: no response is sent
@@ -458,7 +476,9 @@ class McpClient:
         except (TransportClosed, TransportError) as exc:
             log.info("could not answer %s from %s: %s", request.method, self.name, exc)
 
-    async def answer_input_request(self, method: str, params: Mapping[str, Any], caller: str | None) -> Any:
+    async def answer_input_request(
+        self, method: str, params: Mapping[str, Any], caller: str | None
+    ) -> Any:
         """Answer a server-to-client request (handshake era) or an input request (MRTR).
 
         Raises JsonRpcError when the feature is not enabled for this server.
@@ -468,7 +488,9 @@ class McpClient:
             return {}
         if method == "roots/list":
             if self.options.roots is None:
-                raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, "roots are not offered to this server")
+                raise jsonrpc.JsonRpcError(
+                    jsonrpc.METHOD_NOT_FOUND, "roots are not offered to this server"
+                )
             return {"roots": [dict(r) for r in self.options.roots(context)]}
         if method == "sampling/createMessage":
             if self.options.sampling is None:
@@ -479,9 +501,13 @@ class McpClient:
             return dict(await self.options.sampling(params, context))
         if method == "elicitation/create":
             if self.options.elicitation is None:
-                raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, "elicitation is not enabled for this server")
+                raise jsonrpc.JsonRpcError(
+                    jsonrpc.METHOD_NOT_FOUND, "elicitation is not enabled for this server"
+                )
             return dict(await self.options.elicitation(params, context))
-        raise jsonrpc.JsonRpcError(jsonrpc.METHOD_NOT_FOUND, f"method {method!r} not found on this client")
+        raise jsonrpc.JsonRpcError(
+            jsonrpc.METHOD_NOT_FOUND, f"method {method!r} not found on this client"
+        )
 
     # ---- sending -------------------------------------------------------------------------
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
@@ -509,7 +535,9 @@ class McpClient:
         retries = 0
         while True:
             try:
-                return await self._exchange_once(method, params, timeout=timeout, on_progress=on_progress, caller=caller)
+                return await self._exchange_once(
+                    method, params, timeout=timeout, on_progress=on_progress, caller=caller
+                )
             except McpProtocolError as exc:
                 data = exc.data if isinstance(exc.data, Mapping) else {}
                 status = data.get("httpStatus")
@@ -517,14 +545,26 @@ class McpClient:
                     raise
                 retry_after = data.get("retryAfter")
                 wait = http_retry_wait(
-                    status, retry_after if isinstance(retry_after, (int, float)) else None, retries, remaining_s(deadline)
+                    status,
+                    retry_after if isinstance(retry_after, (int, float)) else None,
+                    retries,
+                    remaining_s(deadline),
                 )
                 if wait is None:
                     if retries:
-                        raise McpProtocolError(f"{exc} (after {retries} retries)", rpc_code=exc.rpc_code, data=exc.data) from None
+                        raise McpProtocolError(
+                            f"{exc} (after {retries} retries)", rpc_code=exc.rpc_code, data=exc.data
+                        ) from None
                     raise
                 retries += 1
-                log.info("MCP server %s answered %s with HTTP %s; retry %d in %.1f s", self.name, method, status, retries, wait)
+                log.info(
+                    "MCP server %s answered %s with HTTP %s; retry %d in %.1f s",
+                    self.name,
+                    method,
+                    status,
+                    retries,
+                    wait,
+                )
                 await trio.sleep(wait)
                 timeout = max(0.0, deadline - trio.current_time())
 
@@ -538,7 +578,9 @@ class McpClient:
         caller: str | None,
     ) -> Any:
         if self.closed.is_set():
-            raise McpConnectionClosed(f"MCP server {self.name!r} is disconnected: {self.closed_reason}")
+            raise McpConnectionClosed(
+                f"MCP server {self.name!r} is disconnected: {self.closed_reason}"
+            )
         params = dict(params) if params is not None else None
         token = None
         if on_progress is not None:
@@ -562,7 +604,9 @@ class McpClient:
             await self.transport.send(request.to_dict())
             if not (pending.done.is_set() or math.isinf(timeout)):
                 # The heap stays within twice ``max_pending`` entries (plus its slack).
-                self._timer.push(trio.current_time() + timeout, request.id, pending, len(self._pending))
+                self._timer.push(
+                    trio.current_time() + timeout, request.id, pending, len(self._pending)
+                )
             await pending.done.wait()
             # Set without an answer: the deadline passed (see _expire_request).
             answered = pending.message is not None or pending.error is not None
@@ -584,7 +628,9 @@ class McpClient:
                     await self._cancel_at_server(request.id, method, reason)
         if not answered:
             if math.isinf(timeout):
-                raise McpConnectionClosed(f"MCP server {self.name!r}: {method} ended without an answer")
+                raise McpConnectionClosed(
+                    f"MCP server {self.name!r}: {method} ended without an answer"
+                )
             raise McpTimeout(
                 f"MCP server {self.name!r} did not answer {method} within {timeout:g} s "
                 "(the request was cancelled; raise timeout_secs for this server if it needs longer)"
@@ -616,7 +662,9 @@ class McpClient:
                 return  # on Streamable HTTP, closing the stream is the cancellation
             with trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
                 try:
-                    await self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+                    await self.notify(
+                        "notifications/cancelled", {"requestId": request_id, "reason": reason}
+                    )
                 except (TransportClosed, TransportError):
                     pass
 
@@ -666,7 +714,9 @@ class McpClient:
             if proto.result_type(result) != "input_required":
                 return result
             if method not in INPUT_REQUIRED_METHODS:
-                raise McpProtocolError(f"MCP server {self.name!r} answered {method} with input_required, which the protocol does not allow for it")
+                raise McpProtocolError(
+                    f"MCP server {self.name!r} answered {method} with input_required, which the protocol does not allow for it"
+                )
             rounds += 1
             if rounds > self.options.max_input_rounds:
                 raise McpProtocolError(
@@ -683,11 +733,15 @@ class McpClient:
         out: dict[str, Any] = {}
         for key, item in requests.items():
             if not isinstance(item, Mapping) or not isinstance(item.get("method"), str):
-                raise McpProtocolError(f"MCP server {self.name!r}: inputRequests.{key} has no method")
+                raise McpProtocolError(
+                    f"MCP server {self.name!r}: inputRequests.{key} has no method"
+                )
             item_params = item.get("params") if isinstance(item.get("params"), Mapping) else {}
             try:
                 with trio.fail_after(HANDLER_TIMEOUT_S):
-                    out[str(key)] = await self.answer_input_request(item["method"], item_params, caller)
+                    out[str(key)] = await self.answer_input_request(
+                        item["method"], item_params, caller
+                    )
             except jsonrpc.JsonRpcError as exc:
                 raise McpProtocolError(
                     f"MCP server {self.name!r} needs {item['method']} to finish this call, but: {exc.message}",
@@ -698,7 +752,11 @@ class McpClient:
     # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
         result = await self._exchange(
-            "initialize", self.protocol.initialize_params(), timeout=None, on_progress=None, caller=None
+            "initialize",
+            self.protocol.initialize_params(),
+            timeout=None,
+            on_progress=None,
+            caller=None,
         )
         self.protocol.accept_initialize(result)
         self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
@@ -708,17 +766,31 @@ class McpClient:
             await listen()
         if self.options.log_level and "logging" in self.protocol.server_capabilities:
             try:
-                await self._exchange("logging/setLevel", {"level": self.options.log_level}, timeout=None, on_progress=None, caller=None)
+                await self._exchange(
+                    "logging/setLevel",
+                    {"level": self.options.log_level},
+                    timeout=None,
+                    on_progress=None,
+                    caller=None,
+                )
             except McpError as exc:
                 log.info("MCP server %s refused logging/setLevel: %s", self.name, exc)
 
     async def discover(self, *, timeout: float | None = None) -> Mapping[str, Any]:
         """Send ``server/discover`` and adopt the modern era; raises McpProtocolError."""
-        version = self.options.protocol if self.options.protocol in MODERN_VERSIONS else LATEST_MODERN_VERSION
+        version = (
+            self.options.protocol
+            if self.options.protocol in MODERN_VERSIONS
+            else LATEST_MODERN_VERSION
+        )
         self.transport.set_protocol_version(version, modern=True)
         try:
             result = await self._exchange(
-                "server/discover", self.protocol.discover_params(version), timeout=timeout, on_progress=None, caller=None
+                "server/discover",
+                self.protocol.discover_params(version),
+                timeout=timeout,
+                on_progress=None,
+                caller=None,
             )
         except McpProtocolError as exc:
             if exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION:
@@ -727,7 +799,11 @@ class McpClient:
                 if retry is not None:  # retry once with what the server lists
                     self.transport.set_protocol_version(retry, modern=True)
                     result = await self._exchange(
-                        "server/discover", self.protocol.discover_params(retry), timeout=timeout, on_progress=None, caller=None
+                        "server/discover",
+                        self.protocol.discover_params(retry),
+                        timeout=timeout,
+                        on_progress=None,
+                        caller=None,
                     )
                 else:
                     raise
@@ -760,18 +836,28 @@ class McpClient:
             status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
             if status in REFUSALS:
                 raise  # unreachable, or refusing us: initialize would fare no better
-            log.info("MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc)
+            log.info(
+                "MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc
+            )
             self.protocol.era = None
             return "legacy"
         return "modern"
 
-    async def listen(self, *, tools: bool = True, prompts: bool = True, resources: bool = True) -> Any:
+    async def listen(
+        self, *, tools: bool = True, prompts: bool = True, resources: bool = True
+    ) -> Any:
         """2026-07-28 ``subscriptions/listen``: hold a long-lived request open so that the
         server's list-change notifications reach ``on_notification``. Returns when the
         server ends the subscription; cancel the caller to stop listening."""
-        wanted = {"toolsListChanged": tools, "promptsListChanged": prompts, "resourcesListChanged": resources}
+        wanted = {
+            "toolsListChanged": tools,
+            "promptsListChanged": prompts,
+            "resourcesListChanged": resources,
+        }
         params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
-        return await self._exchange("subscriptions/listen", params, timeout=math.inf, on_progress=None, caller=None)
+        return await self._exchange(
+            "subscriptions/listen", params, timeout=math.inf, on_progress=None, caller=None
+        )
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
@@ -781,7 +867,9 @@ class McpClient:
         else:
             await self.request("ping", timeout=timeout)
 
-    async def _list_all(self, method: str, key: str, *, timeout: float | None) -> list[dict[str, Any]]:
+    async def _list_all(
+        self, method: str, key: str, *, timeout: float | None
+    ) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
@@ -789,18 +877,26 @@ class McpClient:
             params = {"cursor": cursor} if cursor is not None else None
             result = await self.request(method, params, timeout=timeout)
             if not isinstance(result, Mapping):
-                raise McpProtocolError(f"MCP server {self.name!r}: {method} result is not an object")
+                raise McpProtocolError(
+                    f"MCP server {self.name!r}: {method} result is not an object"
+                )
             page = result.get(key)
             if not isinstance(page, list):
-                raise McpProtocolError(f"MCP server {self.name!r}: {method} result has no {key} array")
+                raise McpProtocolError(
+                    f"MCP server {self.name!r}: {method} result has no {key} array"
+                )
             items.extend(dict(i) for i in page if isinstance(i, Mapping))
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return items
             if cursor in seen:
-                raise McpProtocolError(f"MCP server {self.name!r}: {method} repeated the cursor {cursor!r}")
+                raise McpProtocolError(
+                    f"MCP server {self.name!r}: {method} repeated the cursor {cursor!r}"
+                )
             seen.add(cursor)
-        raise McpProtocolError(f"MCP server {self.name!r}: {method} returned more than {self.options.max_list_pages} pages")
+        raise McpProtocolError(
+            f"MCP server {self.name!r}: {method} returned more than {self.options.max_list_pages} pages"
+        )
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
         """Every tool, following ``nextCursor`` pagination (on HTTP, tools with invalid
@@ -823,7 +919,9 @@ class McpClient:
         params: dict[str, Any] = {"name": name, "arguments": dict(arguments or {})}
         if meta:
             params["_meta"] = dict(meta)
-        result = await self.request("tools/call", params, timeout=timeout, on_progress=on_progress, caller=caller)
+        result = await self.request(
+            "tools/call", params, timeout=timeout, on_progress=on_progress, caller=caller
+        )
         if not is_mapping(result):
             raise McpProtocolError(f"MCP server {self.name!r}: tools/call result is not an object")
         return dict(result)
@@ -831,10 +929,16 @@ class McpClient:
     async def list_resources(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
         return await self._list_all("resources/list", "resources", timeout=timeout)
 
-    async def list_resource_templates(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        return await self._list_all("resources/templates/list", "resourceTemplates", timeout=timeout)
+    async def list_resource_templates(
+        self, *, timeout: float | None = None
+    ) -> list[dict[str, Any]]:
+        return await self._list_all(
+            "resources/templates/list", "resourceTemplates", timeout=timeout
+        )
 
-    async def read_resource(self, uri: str, *, timeout: float | None = None, caller: str | None = None) -> dict[str, Any]:
+    async def read_resource(
+        self, uri: str, *, timeout: float | None = None, caller: str | None = None
+    ) -> dict[str, Any]:
         result = await self.request("resources/read", {"uri": uri}, timeout=timeout, caller=caller)
         return dict(result) if isinstance(result, Mapping) else {}
 
@@ -842,7 +946,12 @@ class McpClient:
         return await self._list_all("prompts/list", "prompts", timeout=timeout)
 
     async def get_prompt(
-        self, name: str, arguments: Mapping[str, str] | None = None, *, timeout: float | None = None, caller: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, str] | None = None,
+        *,
+        timeout: float | None = None,
+        caller: str | None = None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {"name": name}
         if arguments:
@@ -892,7 +1001,9 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
     Anything else — another error, silence until ``timeout``, the process exiting — is
     legacy (the caller then uses ``initialize`` on a fresh connection).
     """
-    options = ClientOptions(server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout)
+    options = ClientOptions(
+        server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout
+    )
     try:
         async with _running(transport, options) as client:
             try:
@@ -904,4 +1015,3 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
             return "modern"
     except (TransportClosed, TransportError):
         return "legacy"
-

@@ -49,7 +49,13 @@ def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
 
         manager = manager_for(kernel)
         if manager is None:
-            return PlainResponse.json({"configured": [], "connected": [], "errors": ["the MCP client service is not running"]})
+            return PlainResponse.json(
+                {
+                    "configured": [],
+                    "connected": [],
+                    "errors": ["the MCP client service is not running"],
+                }
+            )
         return PlainResponse.json(manager.status())
 
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]

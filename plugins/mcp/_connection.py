@@ -105,7 +105,14 @@ class _RequestWorkers:
     to the next but their context variables, which roost's code sets and resets in pairs.
     """
 
-    def __init__(self, server: McpServer, session: ServerSession, send: Notify, nursery: trio.Nursery, limit: int) -> None:
+    def __init__(
+        self,
+        server: McpServer,
+        session: ServerSession,
+        send: Notify,
+        nursery: trio.Nursery,
+        limit: int,
+    ) -> None:
         self._server = server
         self._session = session
         self._send = send
@@ -154,7 +161,9 @@ class _RequestWorkers:
         try:
             with trio.CancelScope() as scope:
                 while True:
-                    reply = await self._server.handle(self._session, message, notify=self._send, scope=scope)
+                    reply = await self._server.handle(
+                        self._session, message, notify=self._send, scope=scope
+                    )
                     if scope.cancel_called:
                         break  # cancelled after its last checkpoint: answered all the same, below
                     if reply is not None:

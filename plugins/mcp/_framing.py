@@ -64,7 +64,9 @@ def _decode(body: bytes) -> Frame | NotJson:
     try:
         return Frame(jsonrpc.loads(text), len(body))
     except json.JSONDecodeError as exc:
-        return NotJson(_preview(body), f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}")
+        return NotJson(
+            _preview(body), f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        )
     except RecursionError:
         return NotJson(_preview(body), "JSON nested too deeply")
     except ValueError as exc:  # e.g. an integer past Python's digit limit (not a JSONDecodeError)
@@ -93,7 +95,10 @@ class StdioFramer:
     def feed(self, data: bytes) -> list[FrameEvent]:
         """Add bytes read from the peer; return the events they complete."""
         if self.mode == NDJSON:
-            return [line if isinstance(line, Oversize) else _decode(line) for line in self._lines.feed(data)]
+            return [
+                line if isinstance(line, Oversize) else _decode(line)
+                for line in self._lines.feed(data)
+            ]
         self._buf += data
         if self.mode is None:
             if not self._decide_mode():
@@ -134,7 +139,12 @@ class StdioFramer:
                 sep = 2
             if end < 0:
                 if len(self._buf) > _MAX_HEADER_BYTES:
-                    events.append(NotJson(_preview(bytes(self._buf)), "header block too long or missing Content-Length"))
+                    events.append(
+                        NotJson(
+                            _preview(bytes(self._buf)),
+                            "header block too long or missing Content-Length",
+                        )
+                    )
                     self._buf.clear()
                 return False
             header_block = bytes(self._buf[:end])
@@ -148,7 +158,9 @@ class StdioFramer:
                     except ValueError:
                         length = None
             if length is None or length < 0:
-                events.append(NotJson(_preview(header_block), "missing or malformed Content-Length header"))
+                events.append(
+                    NotJson(_preview(header_block), "missing or malformed Content-Length header")
+                )
                 return True
             if length > self.max_bytes:
                 events.append(Oversize(length, self.max_bytes))
@@ -175,7 +187,9 @@ class StdioFramer:
         if self.mode == CONTENT_LENGTH:
             return b"Content-Length: %d\r\n\r\n" % len(payload) + payload
         if b"\n" in payload:
-            raise ValueError("an NDJSON message must not contain a raw newline; encode it compactly")
+            raise ValueError(
+                "an NDJSON message must not contain a raw newline; encode it compactly"
+            )
         return payload + b"\n"
 
     @property

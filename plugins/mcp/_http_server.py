@@ -77,7 +77,12 @@ class EventLog:
     def append(self, message: Any) -> None:
         if self.closed:
             return
-        self.events.append((self.next_seq, json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)))
+        self.events.append(
+            (
+                self.next_seq,
+                json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str),
+            )
+        )
         self.next_seq += 1
         self._wake()
 
@@ -97,7 +102,9 @@ class EventLog:
     def event_id(self, seq: int) -> str:
         return f"{self.stream_id}.{seq}"
 
-    async def follow(self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[tuple[int, str] | None]:
+    async def follow(
+        self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S
+    ) -> AsyncIterator[tuple[int, str] | None]:
         """Yield ``(seq, data)`` for events after ``after`` as they come, until closed;
         ``None`` now and then while idle (send a keep-alive comment)."""
         while True:
@@ -151,7 +158,9 @@ class HttpSession:
     @property
     def busy(self) -> bool:
         """A request in flight or a GET stream open: not idle, never closed to make room."""
-        return bool(self.active or self.state.in_flight) or (self.standalone is not None and not self.standalone.closed)
+        return bool(self.active or self.state.in_flight) or (
+            self.standalone is not None and not self.standalone.closed
+        )
 
     def new_stream(self) -> EventLog:
         """A stream for one request's answer, kept for resumption (``Last-Event-ID``) while
@@ -189,7 +198,12 @@ class McpHttpHub:
         return server
 
     def open_session(
-        self, server: McpServer, endpoint: str | None, *, owner: str | None = None, caller: Hashable = None
+        self,
+        server: McpServer,
+        endpoint: str | None,
+        *,
+        owner: str | None = None,
+        caller: Hashable = None,
     ) -> HttpSession:
         """A new session of ``owner``, counted against ``caller``'s bound. Past the caller's
         bound its own oldest idle session is closed, past ``max_sessions`` anyone's; only
@@ -197,17 +211,35 @@ class McpHttpHub:
         self._expire()
         mine = self._by_caller.get(caller) or {}
         if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
-            raise _HttpError(429, rpc.error_response(None, rpc.SERVER_ERROR, (
-                f"this caller has {len(mine)} MCP sessions, all busy (at most {self.per_caller}: "
-                "http.mcp_sessions_per_caller); end unused ones with DELETE"
-            )), {"Retry-After": "1"})
-        if len(self.sessions) >= self.max_sessions and not self._close_oldest_idle(self.sessions.values()):
-            raise _HttpError(503, rpc.error_response(None, rpc.SERVER_ERROR, (
-                f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
-            )), {"Retry-After": "1"})
+            raise _HttpError(
+                429,
+                rpc.error_response(
+                    None,
+                    rpc.SERVER_ERROR,
+                    (
+                        f"this caller has {len(mine)} MCP sessions, all busy (at most {self.per_caller}: "
+                        "http.mcp_sessions_per_caller); end unused ones with DELETE"
+                    ),
+                ),
+                {"Retry-After": "1"},
+            )
+        if len(self.sessions) >= self.max_sessions and not self._close_oldest_idle(
+            self.sessions.values()
+        ):
+            raise _HttpError(
+                503,
+                rpc.error_response(
+                    None,
+                    rpc.SERVER_ERROR,
+                    (f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"),
+                ),
+                {"Retry-After": "1"},
+            )
         state = server.new_session()
         state.principal = owner
-        session = HttpSession(server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self)
+        session = HttpSession(
+            server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self
+        )
         self.sessions[session.state.id] = session
         self._by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
         if self.nursery is not None:
@@ -255,7 +287,11 @@ class McpHttpHub:
         oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
-        log.info("MCP session %s closed to make room (idle %.0f s)", oldest.state.id[:8], trio.current_time() - oldest.last_seen)
+        log.info(
+            "MCP session %s closed to make room (idle %.0f s)",
+            oldest.state.id[:8],
+            trio.current_time() - oldest.last_seen,
+        )
         return self.close_session(oldest.state.id)
 
     def _expire(self) -> None:
@@ -306,14 +342,18 @@ async def run_hub(kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNO
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, body: Any = None, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(status)
         self.status = status
         self.body = body
         self.headers = dict(headers or {})
 
 
-def _json_response(status: int, body: Any, headers: Mapping[str, str] | None = None) -> PlainResponse:
+def _json_response(
+    status: int, body: Any, headers: Mapping[str, str] | None = None
+) -> PlainResponse:
     if hasattr(body, "to_dict"):
         body = body.to_dict()
     if body is None:
@@ -321,7 +361,9 @@ def _json_response(status: int, body: Any, headers: Mapping[str, str] | None = N
     return PlainResponse.json(body, status, headers=headers or {})
 
 
-def _jsonrpc_error(status: int, code: int, message: str, request_id: Any = None, data: Any = None) -> _HttpError:
+def _jsonrpc_error(
+    status: int, code: int, message: str, request_id: Any = None, data: Any = None
+) -> _HttpError:
     return _HttpError(status, rpc.error_response(request_id, code, message, data))
 
 
@@ -342,9 +384,19 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
     if not stateless or not isinstance(error, Mapping):
         return 200
     code = error.get("code")
-    if code in (p.UNSUPPORTED_PROTOCOL_VERSION, p.HEADER_MISMATCH, p.MISSING_REQUIRED_CLIENT_CAPABILITY, rpc.INVALID_REQUEST):
+    if code in (
+        p.UNSUPPORTED_PROTOCOL_VERSION,
+        p.HEADER_MISMATCH,
+        p.MISSING_REQUIRED_CLIENT_CAPABILITY,
+        rpc.INVALID_REQUEST,
+    ):
         return 400
-    if code == rpc.INVALID_PARAMS and p.META_PROTOCOL_VERSION in str(error.get("message", "")) or code == rpc.INVALID_PARAMS and p.META_CLIENT_CAPABILITIES in str(error.get("message", "")):
+    if (
+        code == rpc.INVALID_PARAMS
+        and p.META_PROTOCOL_VERSION in str(error.get("message", ""))
+        or code == rpc.INVALID_PARAMS
+        and p.META_CLIENT_CAPABILITIES in str(error.get("message", ""))
+    ):
         return 400
     if code == rpc.METHOD_NOT_FOUND:
         return 404
@@ -381,18 +433,32 @@ class McpEndpoint:
         server = self._server(name)
         ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if ctype != "application/json":
-            raise _jsonrpc_error(415, rpc.INVALID_REQUEST, f"Content-Type must be application/json, got {ctype or 'none'}")
+            raise _jsonrpc_error(
+                415,
+                rpc.INVALID_REQUEST,
+                f"Content-Type must be application/json, got {ctype or 'none'}",
+            )
         accept = request.headers.get("Accept")
         if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
-            raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream")
+            raise _jsonrpc_error(
+                406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
+            )
         try:
             message = json.loads(request.body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            raise _jsonrpc_error(400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})") from None
+            raise _jsonrpc_error(
+                400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})"
+            ) from None
         except RecursionError:
-            raise _jsonrpc_error(400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply") from None
+            raise _jsonrpc_error(
+                400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply"
+            ) from None
         if isinstance(message, list):
-            raise _jsonrpc_error(400, rpc.INVALID_REQUEST, "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST")
+            raise _jsonrpc_error(
+                400,
+                rpc.INVALID_REQUEST,
+                "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST",
+            )
         try:
             parsed = rpc.parse_message(message)
         except rpc.JsonRpcError as exc:
@@ -404,7 +470,10 @@ class McpEndpoint:
         # Stateless when the body says so, or when a session-less request names a 2026 version.
         stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
             p.request_era(params) == p.ERA_STATELESS
-            or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
+            or (
+                p.is_stateless_version(header_version)
+                and not request.headers.get(p.HEADER_SESSION_ID)
+            )
         )
         if stateless:
             return await self._post_stateless(request, server, parsed, message)
@@ -417,30 +486,60 @@ class McpEndpoint:
         body_version = meta.get(p.META_PROTOCOL_VERSION)
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if header_version is None:
-            raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_PROTOCOL_VERSION} header is required").to_response(request_id))
+            raise _HttpError(
+                400,
+                p.header_mismatch_error(
+                    f"the {p.HEADER_PROTOCOL_VERSION} header is required"
+                ).to_response(request_id),
+            )
         if header_version != body_version:
-            raise _HttpError(400, p.header_mismatch_error(
-                f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} does not match body value {body_version!r}"
-            ).to_response(request_id))
+            raise _HttpError(
+                400,
+                p.header_mismatch_error(
+                    f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} does not match body value {body_version!r}"
+                ).to_response(request_id),
+            )
         if not p.is_stateless_version(body_version):
             raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
         if isinstance(parsed, rpc.Notification):
             return
         method = request.headers.get(p.HEADER_METHOD)
         if method is None:
-            raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_METHOD} header is required").to_response(request_id))
+            raise _HttpError(
+                400,
+                p.header_mismatch_error(f"the {p.HEADER_METHOD} header is required").to_response(
+                    request_id
+                ),
+            )
         if method != parsed.method:
-            raise _HttpError(400, p.header_mismatch_error(f"{p.HEADER_METHOD} header value {method!r} does not match body value {parsed.method!r}").to_response(request_id))
+            raise _HttpError(
+                400,
+                p.header_mismatch_error(
+                    f"{p.HEADER_METHOD} header value {method!r} does not match body value {parsed.method!r}"
+                ).to_response(request_id),
+            )
         if parsed.method in (p.TOOLS_CALL, p.RESOURCES_READ, p.PROMPTS_GET):
             body_name = params.get("uri" if parsed.method == p.RESOURCES_READ else "name")
             header_name = request.headers.get(p.HEADER_NAME)
             if header_name is None:
-                raise _HttpError(400, p.header_mismatch_error(f"the {p.HEADER_NAME} header is required for {parsed.method}").to_response(request_id))
+                raise _HttpError(
+                    400,
+                    p.header_mismatch_error(
+                        f"the {p.HEADER_NAME} header is required for {parsed.method}"
+                    ).to_response(request_id),
+                )
             decoded = p.decode_header_value(header_name)
             if decoded is None or decoded != body_name:
-                raise _HttpError(400, p.header_mismatch_error(f"{p.HEADER_NAME} header value {header_name!r} does not match body value {body_name!r}").to_response(request_id))
+                raise _HttpError(
+                    400,
+                    p.header_mismatch_error(
+                        f"{p.HEADER_NAME} header value {header_name!r} does not match body value {body_name!r}"
+                    ).to_response(request_id),
+                )
 
-    async def _post_stateless(self, request: PlainRequest, server: McpServer, parsed: Any, message: Any) -> PlainResponse:
+    async def _post_stateless(
+        self, request: PlainRequest, server: McpServer, parsed: Any, message: Any
+    ) -> PlainResponse:
         if isinstance(parsed, rpc.Request):
             try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
                 p.check_stateless_meta(p.read_request_meta(parsed.params))
@@ -454,7 +553,9 @@ class McpEndpoint:
         if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
             return _json_response(202, None)
         session = _stateless_session(server, request)
-        wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(request.headers.get("Accept"), "text/event-stream")
+        wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(
+            request.headers.get("Accept"), "text/event-stream"
+        )
         hub = hub_for(self.kernel)
         if wants_stream and hub.nursery is not None:
             stream = EventLog(secrets.token_hex(8))
@@ -478,7 +579,9 @@ class McpEndpoint:
             return _json_response(202, None)
         return _json_response(_status_for_error(reply.get("error"), True), reply)
 
-    async def _post_session(self, request: PlainRequest, server: McpServer, name: str | None, parsed: Any, message: Any) -> PlainResponse:
+    async def _post_session(
+        self, request: PlainRequest, server: McpServer, name: str | None, parsed: Any, message: Any
+    ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
@@ -487,7 +590,12 @@ class McpEndpoint:
             if request.headers.get(p.HEADER_SESSION_ID):
                 session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
                 if session is None or session.owner != owner:
-                    raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize without Mcp-Session-Id", request_id)
+                    raise _jsonrpc_error(
+                        404,
+                        rpc.INVALID_REQUEST,
+                        "unknown or ended MCP session; initialize without Mcp-Session-Id",
+                        request_id,
+                    )
             session = hub.open_session(server, name, owner=owner, caller=caller)
             session.active += 1
             try:
@@ -507,16 +615,25 @@ class McpEndpoint:
             session.touch()
 
     async def _on_session(
-        self, request: PlainRequest, server: McpServer, session: HttpSession, parsed: Any, message: Any, header_version: str | None
+        self,
+        request: PlainRequest,
+        server: McpServer,
+        session: HttpSession,
+        parsed: Any,
+        message: Any,
+        header_version: str | None,
     ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
         if header_version is not None:
             if header_version not in p.SUPPORTED_VERSIONS:
-                raise _HttpError(400, p.unsupported_version_error(header_version).to_response(request_id))
+                raise _HttpError(
+                    400, p.unsupported_version_error(header_version).to_response(request_id)
+                )
             if header_version != session.state.protocol_version:
                 raise _jsonrpc_error(
-                    400, rpc.INVALID_REQUEST,
+                    400,
+                    rpc.INVALID_REQUEST,
                     f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this session negotiated {session.state.protocol_version!r}",
                     request_id,
                 )
@@ -525,8 +642,15 @@ class McpEndpoint:
             await server.handle(session.state, message)
             return _json_response(202, None)
         if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
-            raise _jsonrpc_error(429, rpc.SERVER_ERROR, f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})", request_id)
-        wants_stream = parsed.method == p.TOOLS_CALL and _accepts(request.headers.get("Accept"), "text/event-stream")
+            raise _jsonrpc_error(
+                429,
+                rpc.SERVER_ERROR,
+                f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
+                request_id,
+            )
+        wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
+            request.headers.get("Accept"), "text/event-stream"
+        )
         if wants_stream and hub.nursery is not None:
             stream = session.new_stream()
             session.active += 1  # until the request is answered (_run_on_session)
@@ -536,11 +660,14 @@ class McpEndpoint:
         reply = await server.handle(session.state, message)
         return _json_response(200, reply) if reply is not None else _json_response(202, None)
 
-    def _session(self, request: PlainRequest, name: str | None, request_id: Any = None) -> HttpSession:
+    def _session(
+        self, request: PlainRequest, name: str | None, request_id: Any = None
+    ) -> HttpSession:
         session_id = request.headers.get(p.HEADER_SESSION_ID)
         if not session_id:
             raise _jsonrpc_error(
-                400, rpc.INVALID_REQUEST,
+                400,
+                rpc.INVALID_REQUEST,
                 f"{p.HEADER_SESSION_ID} header required: send initialize first (or, at {p.LATEST_VERSION}, "
                 f"put the protocol version in params._meta)",
                 request_id,
@@ -548,16 +675,33 @@ class McpEndpoint:
         session = hub_for(self.kernel).sessions.get(session_id)
         # Another principal's session is unknown, exactly like one that never existed.
         if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
-            raise _jsonrpc_error(404, rpc.INVALID_REQUEST, "unknown or ended MCP session; initialize a new one", request_id)
+            raise _jsonrpc_error(
+                404,
+                rpc.INVALID_REQUEST,
+                "unknown or ended MCP session; initialize a new one",
+                request_id,
+            )
         return session
 
     # ---- GET and DELETE ----------------------------------------------------------------------
     async def _get(self, request: PlainRequest, name: str | None) -> PlainResponse:
         self._server(name)
         if not request.headers.get(p.HEADER_SESSION_ID):
-            raise _HttpError(405, _daemon_error(405, "method_not_allowed", "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"), {"Allow": "POST, DELETE"})
+            raise _HttpError(
+                405,
+                _daemon_error(
+                    405,
+                    "method_not_allowed",
+                    "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
+                ),
+                {"Allow": "POST, DELETE"},
+            )
         if not _accepts(request.headers.get("Accept"), "text/event-stream"):
-            raise _jsonrpc_error(406, rpc.INVALID_REQUEST, "GET opens an SSE stream: Accept must list text/event-stream")
+            raise _jsonrpc_error(
+                406,
+                rpc.INVALID_REQUEST,
+                "GET opens an SSE stream: Accept must list text/event-stream",
+            )
         session = self._session(request, name)
         session.touch()
         last = request.headers.get(p.HEADER_LAST_EVENT_ID)
@@ -567,10 +711,18 @@ class McpEndpoint:
             if session.standalone is not None and session.standalone.stream_id == stream_id:
                 stream = session.standalone
             if stream is None or not (seq.isascii() and seq.isdigit()):
-                raise _jsonrpc_error(404, rpc.INVALID_REQUEST, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume")
+                raise _jsonrpc_error(
+                    404,
+                    rpc.INVALID_REQUEST,
+                    f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume",
+                )
             return self._sse(stream, int(seq))
         if session.standalone is not None and not session.standalone.closed:
-            raise _jsonrpc_error(409, rpc.INVALID_REQUEST, "this session already has an open GET stream; close it first")
+            raise _jsonrpc_error(
+                409,
+                rpc.INVALID_REQUEST,
+                "this session already has an open GET stream; close it first",
+            )
         session.standalone = EventLog(secrets.token_hex(8))
         return self._sse(session.standalone, 0, standalone_of=session)
 
@@ -611,7 +763,9 @@ class McpEndpoint:
         return PlainResponse(200, body(), "text/event-stream", headers)
 
 
-async def _unless_gone(request: PlainRequest, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+async def _unless_gone(
+    request: PlainRequest, work: Callable[[], Awaitable[Any]]
+) -> tuple[bool, Any]:
     """``(True, await work())``, or ``(False, None)`` once the client has gone away first:
     at 2026-07-28, closing the response stream cancels the request."""
     answered, result = False, None
@@ -628,7 +782,9 @@ async def _unless_gone(request: PlainRequest, work: Callable[[], Awaitable[Any]]
     return answered, result
 
 
-async def _run_on_session(server: McpServer, session: HttpSession, message: Any, stream: EventLog) -> None:
+async def _run_on_session(
+    server: McpServer, session: HttpSession, message: Any, stream: EventLog
+) -> None:
     """``_run_into`` for a session's streamed request; the caller counted it as active."""
     try:
         await _run_into(server, session.state, message, stream, trio.CancelScope())
@@ -665,7 +821,9 @@ def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
     try:
         sent = TraceContext.from_headers(headers)
     except InvalidTraceContext as exc:
-        raise _HttpError(400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})) from None
+        raise _HttpError(
+            400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})
+        ) from None
     params = message.get("params") if isinstance(message, dict) else None
     if sent is None or not isinstance(params, dict):
         return
@@ -675,7 +833,13 @@ def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
         pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
-async def _run_into(server: McpServer, session: ServerSession, message: Any, stream: EventLog, scope: trio.CancelScope) -> None:
+async def _run_into(
+    server: McpServer,
+    session: ServerSession,
+    message: Any,
+    stream: EventLog,
+    scope: trio.CancelScope,
+) -> None:
     """Run one request, writing its notifications and response into ``stream``."""
 
     async def notify(note: Any) -> None:
@@ -707,7 +871,9 @@ def render_error(status: int, code: str, message: str) -> tuple[bytes, str]:
     403 Origin, 404, 405, 413, 429, 500) as ``_daemon_error``."""
     if code == "body_too_large":
         message = _TOO_LARGE
-    body = json.dumps(_daemon_error(status, code, message), ensure_ascii=False, separators=(",", ":"))
+    body = json.dumps(
+        _daemon_error(status, code, message), ensure_ascii=False, separators=(",", ":")
+    )
     return body.encode(), "application/json"
 
 
@@ -727,9 +893,25 @@ def mcp_routes(kernel: KernelAPI) -> list[Any]:
     methods = ("POST", "GET", "DELETE")
     cap = p.MAX_MESSAGE_BYTES
     return [
-        RouteDescriptor("/mcp", host_handler, methods=methods, max_body_bytes=cap, render_error=render_error),
-        RouteDescriptor("/agents/<name>/mcp", agent_handler, methods=methods, max_body_bytes=cap, render_error=render_error),
+        RouteDescriptor(
+            "/mcp", host_handler, methods=methods, max_body_bytes=cap, render_error=render_error
+        ),
+        RouteDescriptor(
+            "/agents/<name>/mcp",
+            agent_handler,
+            methods=methods,
+            max_body_bytes=cap,
+            render_error=render_error,
+        ),
     ]
 
 
-__all__ = ["EventLog", "HttpSession", "McpEndpoint", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]
+__all__ = [
+    "EventLog",
+    "HttpSession",
+    "McpEndpoint",
+    "McpHttpHub",
+    "hub_for",
+    "mcp_routes",
+    "run_hub",
+]

@@ -131,10 +131,14 @@ def _unknown(where: str, key: str, valid: Sequence[str], table: str) -> ConfigEr
 
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(valid), n=1)
     hint = f" — did you mean {close[0]!r}?" if close else " —"
-    return ConfigError(f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}")
+    return ConfigError(
+        f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}"
+    )
 
 
-def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str = "roost.toml", agent: str | None = None) -> ServerConfig:
+def parse_server_config(
+    raw: Any, *, where: str = "mcp_servers[0]", origin: str = "roost.toml", agent: str | None = None
+) -> ServerConfig:
     """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
     if isinstance(raw, McpServerDescriptor):
         raw = {
@@ -147,23 +151,45 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
             "allow_local": raw.allow_local,
         }
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: expected a table with name and transport, got {type(raw).__name__}")
+        raise ConfigError(
+            f"{where}: expected a table with name and transport, got {type(raw).__name__}"
+        )
     unknown = [k for k in raw if k not in _SERVER_KEYS]
     if unknown:
         raise _unknown(where, str(unknown[0]), _SERVER_KEYS, "[[mcp_servers]]")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail(where, "name", f"expected 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {name!r}")
+        raise _fail(
+            where,
+            "name",
+            f"expected 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {name!r}",
+        )
     where = f"{where} ({name})"
     timeout = raw.get("timeout_secs", 30.0)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
-        raise _fail(where, "timeout_secs", f"expected a number of seconds above 0 (at most 86400), got {timeout!r}")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout <= 86400
+    ):
+        raise _fail(
+            where,
+            "timeout_secs",
+            f"expected a number of seconds above 0 (at most 86400), got {timeout!r}",
+        )
     env = raw.get("env", ())
-    if not isinstance(env, (list, tuple)) or not all(isinstance(e, str) and _ENV_NAME.match(e) for e in env):
-        raise _fail(where, "env", f"expected an array of environment variable names like [\"GITHUB_TOKEN\"], got {env!r}")
+    if not isinstance(env, (list, tuple)) or not all(
+        isinstance(e, str) and _ENV_NAME.match(e) for e in env
+    ):
+        raise _fail(
+            where,
+            "env",
+            f'expected an array of environment variable names like ["GITHUB_TOKEN"], got {env!r}',
+        )
     protocol = raw.get("protocol", "auto")
     if protocol not in PROTOCOL_CHOICES:
-        raise _fail(where, "protocol", f"expected one of {', '.join(PROTOCOL_CHOICES)}, got {protocol!r}")
+        raise _fail(
+            where, "protocol", f"expected one of {', '.join(PROTOCOL_CHOICES)}, got {protocol!r}"
+        )
     sampling = raw.get("sampling", False)
     if not isinstance(sampling, bool):
         raise _fail(where, "sampling", f"expected true or false, got {sampling!r}")
@@ -172,21 +198,45 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
         raise _fail(where, "allow_local", f"expected true or false, got {allow_local!r}")
     transport = raw.get("transport")
     if not isinstance(transport, Mapping):
-        raise _fail(where, "transport", "missing; add a [mcp_servers.transport] table with type = \"stdio\", \"http\" or \"sse\"")
+        raise _fail(
+            where,
+            "transport",
+            'missing; add a [mcp_servers.transport] table with type = "stdio", "http" or "sse"',
+        )
     kind = transport.get("type")
     if kind not in TRANSPORT_TYPES:
-        raise _fail(where, "transport.type", f"expected \"stdio\", \"http\" or \"sse\", got {kind!r}")
-    common = dict(name=name, transport=kind, timeout_secs=float(timeout), env=tuple(env), protocol=protocol,
-                  sampling=sampling, allow_local=allow_local, origin=origin, agent=agent)
+        raise _fail(where, "transport.type", f'expected "stdio", "http" or "sse", got {kind!r}')
+    common = dict(
+        name=name,
+        transport=kind,
+        timeout_secs=float(timeout),
+        env=tuple(env),
+        protocol=protocol,
+        sampling=sampling,
+        allow_local=allow_local,
+        origin=origin,
+        agent=agent,
+    )
     if kind == "stdio":
         unknown = [k for k in transport if k not in _STDIO_KEYS]
         if unknown:
-            raise _unknown(where, f"transport.{unknown[0]}", _STDIO_KEYS, '[mcp_servers.transport] (type = "stdio")')
+            raise _unknown(
+                where,
+                f"transport.{unknown[0]}",
+                _STDIO_KEYS,
+                '[mcp_servers.transport] (type = "stdio")',
+            )
         command = transport.get("command")
         if not isinstance(command, str) or not command.strip():
-            raise _fail(where, "transport.command", "missing; name the server program, e.g. command = \"npx\"")
+            raise _fail(
+                where, "transport.command", 'missing; name the server program, e.g. command = "npx"'
+            )
         if ".." in command:
-            raise _fail(where, "transport.command", f"{command!r} contains '..'; use an absolute path or a program on PATH")
+            raise _fail(
+                where,
+                "transport.command",
+                f"{command!r} contains '..'; use an absolute path or a program on PATH",
+            )
         args = transport.get("args", ())
         if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
             raise _fail(where, "transport.args", f"expected an array of strings, got {args!r}")
@@ -196,17 +246,31 @@ def parse_server_config(raw: Any, *, where: str = "mcp_servers[0]", origin: str 
         return ServerConfig(command=command, args=tuple(args), cwd=cwd, **common)
     unknown = [k for k in transport if k not in _HTTP_KEYS]
     if unknown:
-        raise _unknown(where, f"transport.{unknown[0]}", _HTTP_KEYS, f'[mcp_servers.transport] (type = "{kind}")')
+        raise _unknown(
+            where,
+            f"transport.{unknown[0]}",
+            _HTTP_KEYS,
+            f'[mcp_servers.transport] (type = "{kind}")',
+        )
     url = transport.get("url")
     if not isinstance(url, str) or not url.strip():
-        raise _fail(where, "transport.url", f"missing; an {kind} transport needs url = \"https://host/mcp\"")
+        raise _fail(
+            where, "transport.url", f'missing; an {kind} transport needs url = "https://host/mcp"'
+        )
     if not re.match(r"^https?://[^/\s]+", url.strip(), re.IGNORECASE):
-        raise _fail(where, "transport.url", f"expected an absolute http:// or https:// URL, got {url!r}")
+        raise _fail(
+            where, "transport.url", f"expected an absolute http:// or https:// URL, got {url!r}"
+        )
     headers = transport.get("headers", {})
     if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v for k, v in headers.items()
+        isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v
+        for k, v in headers.items()
     ):
-        raise _fail(where, "transport.headers", "expected a table of header names to string values (no line breaks)")
+        raise _fail(
+            where,
+            "transport.headers",
+            "expected a table of header names to string values (no line breaks)",
+        )
     return ServerConfig(url=url.strip(), headers=dict(headers), **common)
 
 
@@ -240,7 +304,9 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
             return
         key = normalise_name(cfg.name)
         if key in seen:
-            errors.append(f"{where}: name: {cfg.name!r} is already used by the server from {seen[key]}; rename one")
+            errors.append(
+                f"{where}: name: {cfg.name!r} is already used by the server from {seen[key]}; rename one"
+            )
             return
         seen[key] = origin
         configs.append(cfg)
@@ -250,7 +316,9 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
         add(raw, f"{where}: mcp_servers[{index}]", "roost.toml")
     for agent_name, manifest in sorted(kernel.agents.items()):
         for index, desc in enumerate(manifest.mcp_servers):
-            add(desc, f"agent {agent_name}: mcp_servers[{index}]", f"agent:{agent_name}", agent_name)
+            add(
+                desc, f"agent {agent_name}: mcp_servers[{index}]", f"agent:{agent_name}", agent_name
+            )
     for plugin, results in kernel.plugins.call_each("roost_mcp_servers", config=kernel.config):
         for index, desc in enumerate(results):
             add(desc, f"plugin {plugin}: roost_mcp_servers[{index}]", f"plugin:{plugin}")
@@ -266,22 +334,32 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
     if cfg.transport == "stdio":
         from .transports.stdio import open_stdio_transport
 
-        async with open_stdio_transport(cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env) as t:
+        async with open_stdio_transport(
+            cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
+        ) as t:
             yield t
     elif cfg.transport == "http":
         from .transports.http import open_http_transport
 
         async with open_http_transport(
-            cfg.url or "", headers=cfg.headers, name=cfg.name, timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local, allow_loopback=allow_private or cfg.allow_local,
+            cfg.url or "",
+            headers=cfg.headers,
+            name=cfg.name,
+            timeout_secs=cfg.timeout_secs,
+            allow_private=allow_private or cfg.allow_local,
+            allow_loopback=allow_private or cfg.allow_local,
         ) as t:
             yield t
     else:
         from .transports.sse import open_sse_transport
 
         async with open_sse_transport(
-            cfg.url or "", headers=cfg.headers, name=cfg.name, timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local, allow_loopback=allow_private or cfg.allow_local,
+            cfg.url or "",
+            headers=cfg.headers,
+            name=cfg.name,
+            timeout_secs=cfg.timeout_secs,
+            allow_private=allow_private or cfg.allow_local,
+            allow_loopback=allow_private or cfg.allow_local,
         ) as t:
             yield t
 
@@ -308,7 +386,9 @@ def peer_attributes(
 def _raise_if_breaker(exc: McpProtocolError) -> None:
     data = exc.data
     # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
-    if isinstance(data, Mapping) and (data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT):
+    if isinstance(data, Mapping) and (
+        data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT
+    ):
         raise RecursionLimitExceeded.from_dict(data) from None
 
 
@@ -321,7 +401,9 @@ class ServerState:
 
     config: ServerConfig
     client: McpClient | None = None
-    status: str = "pending"  # pending | connecting | connected | failed (retried at next_retry_at) | stopped
+    status: str = (
+        "pending"  # pending | connecting | connected | failed (retried at next_retry_at) | stopped
+    )
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
     remote_tools: list[dict[str, Any]] = attrs.field(factory=list)
@@ -335,7 +417,9 @@ class ServerState:
 class McpManager:
     """Connects and supervises every configured MCP server for one kernel."""
 
-    def __init__(self, kernel: KernelAPI, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()) -> None:
+    def __init__(
+        self, kernel: KernelAPI, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()
+    ) -> None:
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
         self.config_errors: list[str] = list(errors)
@@ -381,15 +465,23 @@ class McpManager:
                         "connected_at": state.connected_at,
                     }
                 )
-        return {"configured": configured, "connected": connected, "errors": list(self.config_errors)}
+        return {
+            "configured": configured,
+            "connected": connected,
+            "errors": list(self.config_errors),
+        }
 
     def client(self, server: str) -> McpClient:
         """The live client of ``server``; raises McpError when it is not connected."""
         state = self.states.get(server)
         if state is None:
-            raise McpError(f"unknown MCP server {server!r}; configured: {', '.join(self.states) or 'none'}")
+            raise McpError(
+                f"unknown MCP server {server!r}; configured: {', '.join(self.states) or 'none'}"
+            )
         if state.client is None or state.status != "connected":
-            raise McpError(f"MCP server {server!r} is not connected ({state.last_error or state.status}); roost reconnects in the background")
+            raise McpError(
+                f"MCP server {server!r} is not connected ({state.last_error or state.status}); roost reconnects in the background"
+            )
         return state.client
 
     # ---- running ------------------------------------------------------------------------
@@ -426,7 +518,12 @@ class McpManager:
                     delay = self.backoff_base_s
                 state.status, state.next_retry_at = "failed", time.time() + delay
                 state.restarts += 1
-                log.warning("MCP server %s is down (retrying in %g s): %s", state.config.name, delay, state.last_error)
+                log.warning(
+                    "MCP server %s is down (retrying in %g s): %s",
+                    state.config.name,
+                    delay,
+                    state.last_error,
+                )
                 self._publish(state, "down")
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.backoff_max_s)
@@ -439,7 +536,9 @@ class McpManager:
             with trio.fail_after(PROBE_TIMEOUT_S + 10):
                 async with open_transport(cfg) as probe_transport:
                     state.era = await probe_era(
-                        probe_transport, timeout=min(cfg.timeout_secs, PROBE_TIMEOUT_S), server_name=cfg.name
+                        probe_transport,
+                        timeout=min(cfg.timeout_secs, PROBE_TIMEOUT_S),
+                        server_name=cfg.name,
                     )
             log.info("MCP server %s speaks the %s era", cfg.name, state.era)
         refresh_send, refresh_receive = trio.open_memory_channel[str](1)
@@ -455,11 +554,16 @@ class McpManager:
                     state.last_error = None
                     self._publish(state, "connected")
                     log.info(
-                        "MCP server %s connected (%s, %d tools)", cfg.name, client.protocol_version, len(state.tools)
+                        "MCP server %s connected (%s, %d tools)",
+                        cfg.name,
+                        client.protocol_version,
+                        len(state.tools),
                     )
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._refresher, state, client, refresh_receive)
-                        if client.era == "modern" and _announces_changes(client.server_capabilities):
+                        if client.era == "modern" and _announces_changes(
+                            client.server_capabilities
+                        ):
                             nursery.start_soon(self._listen, state, client)
                         await client.closed.wait()
                         state.last_error = client.closed_reason
@@ -487,7 +591,9 @@ class McpManager:
         if method == "notifications/message":
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
-            self.kernel.publish(Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)}))
+            self.kernel.publish(
+                Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
+            )
         elif method == "notifications/tools/list_changed" or (
             method in ("notifications/resources/list_changed", "notifications/prompts/list_changed")
         ):
@@ -512,19 +618,30 @@ class McpManager:
                 log.warning("MCP server %s: refreshing tools failed: %s", state.config.name, exc)
 
     def _publish(self, state: ServerState, what: str) -> None:
-        payload = {"server": state.config.name, "status": what, "error": state.last_error, "next_retry_at": state.next_retry_at}
+        payload = {
+            "server": state.config.name,
+            "status": what,
+            "error": state.last_error,
+            "next_retry_at": state.next_retry_at,
+        }
         self.kernel.publish(Event(EVENT_SERVER, f"mcp:{state.config.name}", payload=payload))
 
     # ---- tools --------------------------------------------------------------------------
     async def _sync_tools(self, state: ServerState, client: McpClient) -> None:
-        remote = await client.list_tools() if "tools" in client.server_capabilities or client.era == "handshake" else []
+        remote = (
+            await client.list_tools()
+            if "tools" in client.server_capabilities or client.era == "handshake"
+            else []
+        )
         wanted: dict[str, Tool] = {}
         for item in remote:
             tool = self._make_tool(state, item)
             if tool is not None and tool.spec.name not in wanted:
                 wanted[tool.spec.name] = tool
         offers = await self._offers(state, client)
-        for tool in self._extra_tools(state, client, {t.spec.original_name for t in wanted.values()}, offers):
+        for tool in self._extra_tools(
+            state, client, {t.spec.original_name for t in wanted.values()}, offers
+        ):
             wanted.setdefault(tool.spec.name, tool)
         registry = self.kernel.registry
         for name in list(state.tools):
@@ -590,12 +707,23 @@ class McpManager:
 
             def progress(params: Mapping[str, Any]) -> None:
                 manager.kernel.publish(
-                    Event(EVENT_PROGRESS, f"mcp:{server}", target=caller, payload={"server": server, "tool": original, **dict(params)}, trace=trace)
+                    Event(
+                        EVENT_PROGRESS,
+                        f"mcp:{server}",
+                        target=caller,
+                        payload={"server": server, "tool": original, **dict(params)},
+                        trace=trace,
+                    )
                 )
 
             try:
                 result = await client.call_tool(
-                    original, call.arguments, meta=meta, timeout=state.config.timeout_secs, on_progress=progress, caller=caller
+                    original,
+                    call.arguments,
+                    meta=meta,
+                    timeout=state.config.timeout_secs,
+                    on_progress=progress,
+                    caller=caller,
                 )
             except McpProtocolError as exc:
                 _raise_if_breaker(exc)
@@ -615,7 +743,11 @@ class McpManager:
         with nothing behind it would only add noise to the agents' tool lists)."""
         offers = set()
         caps = client.server_capabilities
-        checks = (("resources", client.list_resources), ("resources", client.list_resource_templates), ("prompts", client.list_prompts))
+        checks = (
+            ("resources", client.list_resources),
+            ("resources", client.list_resource_templates),
+            ("prompts", client.list_prompts),
+        )
         for kind, lister in checks:
             if kind in caps and kind not in offers:
                 try:
@@ -625,7 +757,9 @@ class McpManager:
                     log.info("MCP server %s: listing %s failed: %s", state.config.name, kind, exc)
         return offers
 
-    def _extra_tools(self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]) -> list[Tool]:
+    def _extra_tools(
+        self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]
+    ) -> list[Tool]:
         server = state.config.name
         caps = offers
         out: list[Tool] = []
@@ -657,22 +791,38 @@ class McpManager:
 
             async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_resources()
-                text = "\n".join(f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip() for r in items)
-                return ToolResult(({"type": "text", "text": text or "(no resources)"},), {"resources": items})
+                text = "\n".join(
+                    f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip()
+                    for r in items
+                )
+                return ToolResult(
+                    ({"type": "text", "text": text or "(no resources)"},), {"resources": items}
+                )
 
             async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                result = await self.client(server).read_resource(str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent)
+                result = await self.client(server).read_resource(
+                    str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
+                )
                 blocks = []
                 for item in result.get("contents") or ():
                     if isinstance(item, Mapping):
                         blocks.append({"type": "resource", "resource": dict(item)})
                 return ToolResult(tuple(blocks))
 
-            add("list_resources", f"List the resources of MCP server {server}.", empty, list_resources)
+            add(
+                "list_resources",
+                f"List the resources of MCP server {server}.",
+                empty,
+                list_resources,
+            )
             add(
                 "read_resource",
                 f"Read a resource of MCP server {server} by URI.",
-                {"type": "object", "properties": {"uri": {"type": "string", "description": "the resource URI"}}, "required": ["uri"]},
+                {
+                    "type": "object",
+                    "properties": {"uri": {"type": "string", "description": "the resource URI"}},
+                    "required": ["uri"],
+                },
                 read_resource,
             )
         if "prompts" in caps:
@@ -680,16 +830,22 @@ class McpManager:
             async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_prompts()
                 text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
-                return ToolResult(({"type": "text", "text": text or "(no prompts)"},), {"prompts": items})
+                return ToolResult(
+                    ({"type": "text", "text": text or "(no prompts)"},), {"prompts": items}
+                )
 
             async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 args = call.arguments.get("arguments") or {}
-                result = await self.client(server).get_prompt(str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent)
+                result = await self.client(server).get_prompt(
+                    str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent
+                )
                 lines = []
                 for message in result.get("messages") or ():
                     content = message.get("content") if isinstance(message, Mapping) else None
                     text = content.get("text") if isinstance(content, Mapping) else None
-                    lines.append(f"{message.get('role', '?')}: {text if text is not None else '[non-text content]'}")
+                    lines.append(
+                        f"{message.get('role', '?')}: {text if text is not None else '[non-text content]'}"
+                    )
                 return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
 
             add("list_prompts", f"List the prompts of MCP server {server}.", empty, list_prompts)
@@ -719,7 +875,9 @@ class McpManager:
         path = Path(self.kernel.workspace_for(manifest)).resolve()
         return [{"uri": path.as_uri(), "name": f"{agent} workspace"}]
 
-    async def _sample(self, params: Mapping[str, Any], context: ServerRequestContext) -> dict[str, Any]:
+    async def _sample(
+        self, params: Mapping[str, Any], context: ServerRequestContext
+    ) -> dict[str, Any]:
         """Answer ``sampling/createMessage`` with the calling agent's own provider."""
         from roost.kernel import CompletionRequest, Message  # the agent loop's types, on use
 
@@ -733,14 +891,22 @@ class McpManager:
         messages = []
         for index, item in enumerate(params.get("messages") or ()):
             if not isinstance(item, Mapping):
-                raise jsonrpc.JsonRpcError(jsonrpc.INVALID_PARAMS, f"params.messages[{index}]: expected an object")
+                raise jsonrpc.JsonRpcError(
+                    jsonrpc.INVALID_PARAMS, f"params.messages[{index}]: expected an object"
+                )
             content = item.get("content")
             blocks = content if isinstance(content, list) else [content]
-            text = "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text")
+            text = "\n".join(
+                str(b.get("text", ""))
+                for b in blocks
+                if isinstance(b, Mapping) and b.get("type") == "text"
+            )
             role = "assistant" if item.get("role") == "assistant" else "user"
             messages.append(Message(role=role, content=text))
         if not messages:
-            raise jsonrpc.JsonRpcError(jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message")
+            raise jsonrpc.JsonRpcError(
+                jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
+            )
         max_tokens = params.get("maxTokens")
         request = CompletionRequest(
             agent=agent,
@@ -758,7 +924,10 @@ class McpManager:
 
 
 def _announces_changes(caps: Mapping[str, Any]) -> bool:
-    return any(isinstance(caps.get(k), Mapping) and caps[k].get("listChanged") for k in ("tools", "prompts", "resources"))
+    return any(
+        isinstance(caps.get(k), Mapping) and caps[k].get("listChanged")
+        for k in ("tools", "prompts", "resources")
+    )
 
 
 _LEVELS = {

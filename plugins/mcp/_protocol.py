@@ -108,7 +108,9 @@ NOTIFY_RESOURCES_CHANGED = "notifications/resources/list_changed"
 NOTIFY_PROMPTS_CHANGED = "notifications/prompts/list_changed"
 NOTIFY_SUBSCRIPTIONS_ACK = "notifications/subscriptions/acknowledged"
 
-HANDSHAKE_ONLY_METHODS = frozenset({INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE})
+HANDSHAKE_ONLY_METHODS = frozenset(
+    {INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE}
+)
 """Methods the 2026-07-28 revision removed (they still work in a handshake session)."""
 
 # ---- _meta keys -------------------------------------------------------------------------
@@ -135,17 +137,24 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 RECURSION_LIMIT = jsonrpc.RECURSION_LIMIT
 """roost: the call chain would pass the depth limit (data names the path)."""
 
-MODERN_ERROR_CODES = frozenset({HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION})
+MODERN_ERROR_CODES = frozenset(
+    {HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION}
+)
 """Errors only a 2026-07-28 server sends: seeing one identifies a modern server."""
 
 
-def unsupported_version_error(requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS) -> JsonRpcError:
+def unsupported_version_error(
+    requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS
+) -> JsonRpcError:
     """The ``UnsupportedProtocolVersion`` error (-32022) listing what roost speaks."""
     shown = requested if isinstance(requested, str) else json_type(requested)
     return JsonRpcError(
         UNSUPPORTED_PROTOCOL_VERSION,
         f"Unsupported protocol version {shown!r}; this server speaks {', '.join(supported)}",
-        {"supported": list(supported), "requested": requested if isinstance(requested, str) else None},
+        {
+            "supported": list(supported),
+            "requested": requested if isinstance(requested, str) else None,
+        },
     )
 
 
@@ -190,7 +199,11 @@ def encode_header_value(value: str) -> str:
 
 def decode_header_value(value: str) -> str | None:
     """Undo ``encode_header_value``; None if a base64 sentinel value is malformed."""
-    if value.startswith(_B64_PREFIX) and value.endswith(_B64_SUFFIX) and len(value) >= len(_B64_PREFIX) + len(_B64_SUFFIX):
+    if (
+        value.startswith(_B64_PREFIX)
+        and value.endswith(_B64_SUFFIX)
+        and len(value) >= len(_B64_PREFIX) + len(_B64_SUFFIX)
+    ):
         body = value[len(_B64_PREFIX) : len(value) - len(_B64_SUFFIX)]
         try:
             return base64.b64decode(body, validate=True).decode("utf-8")
@@ -236,7 +249,9 @@ def read_request_meta(params: Any) -> RequestMeta:
     if meta is None:
         return _NO_META
     if not isinstance(meta, Mapping):
-        raise JsonRpcError(INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}")
+        raise JsonRpcError(
+            INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}"
+        )
     version = meta.get(META_PROTOCOL_VERSION)
     if version is not None and not isinstance(version, str):
         raise JsonRpcError(
@@ -246,21 +261,27 @@ def read_request_meta(params: Any) -> RequestMeta:
         )
     info = meta.get(META_CLIENT_INFO)
     if info is not None and not isinstance(info, Mapping):
-        raise JsonRpcError(INVALID_PARAMS, f"params._meta[{META_CLIENT_INFO!r}]: expected an object, got {json_type(info)}")
+        raise JsonRpcError(
+            INVALID_PARAMS,
+            f"params._meta[{META_CLIENT_INFO!r}]: expected an object, got {json_type(info)}",
+        )
     caps = meta.get(META_CLIENT_CAPABILITIES)
     if caps is not None and not isinstance(caps, Mapping):
         raise JsonRpcError(
-            INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, got {json_type(caps)}"
+            INVALID_PARAMS,
+            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, got {json_type(caps)}",
         )
     level = meta.get(META_LOG_LEVEL)
     if level is not None and level not in LOG_LEVELS:
         raise JsonRpcError(
-            INVALID_PARAMS, f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, got {level!r}"
+            INVALID_PARAMS,
+            f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, got {level!r}",
         )
     token = meta.get(META_PROGRESS_TOKEN)
     if token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
         raise JsonRpcError(
-            INVALID_PARAMS, f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}"
+            INVALID_PARAMS,
+            f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}",
         )
     return RequestMeta(version, info, caps, level, token, dict(meta))
 
@@ -344,7 +365,11 @@ def initialize_params(
     version: str = LATEST_HANDSHAKE_VERSION,
 ) -> dict[str, Any]:
     """``initialize`` params of a handshake-era client."""
-    return {"protocolVersion": version, "capabilities": dict(capabilities or {}), "clientInfo": dict(client_info)}
+    return {
+        "protocolVersion": version,
+        "capabilities": dict(capabilities or {}),
+        "clientInfo": dict(client_info),
+    }
 
 
 def initialize_result(
@@ -388,7 +413,9 @@ def discover_result(
     return out
 
 
-CACHEABLE_METHODS = frozenset({TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCES_READ, RESOURCES_TEMPLATES_LIST})
+CACHEABLE_METHODS = frozenset(
+    {TOOLS_LIST, PROMPTS_LIST, RESOURCES_LIST, RESOURCES_READ, RESOURCES_TEMPLATES_LIST}
+)
 
 
 def finish_stateless_result(
@@ -503,7 +530,9 @@ def paginate(
     start = 0
     if cursor is not None:
         after = decode_cursor(cursor)
-        start = next((i for i, item in enumerate(ordered) if str(item.get(key, "")) > after), len(ordered))
+        start = next(
+            (i for i, item in enumerate(ordered) if str(item.get(key, "")) > after), len(ordered)
+        )
     page = ordered[start : start + page_size]
     more = start + page_size < len(ordered)
     return page, (encode_cursor(str(page[-1].get(key, ""))) if more and page else None)
@@ -516,4 +545,3 @@ def result_type(result: Any) -> str:
         if isinstance(value, str):
             return value
     return RESULT_COMPLETE
-

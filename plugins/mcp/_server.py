@@ -129,7 +129,12 @@ class _Call:
     __slots__ = ("session", "request", "meta", "stateless", "notify")
 
     def __init__(
-        self, session: ServerSession, request: rpc.Request, meta: p.RequestMeta, stateless: bool, notify: Notify | None
+        self,
+        session: ServerSession,
+        request: rpc.Request,
+        meta: p.RequestMeta,
+        stateless: bool,
+        notify: Notify | None,
     ) -> None:
         self.session = session
         self.request = request
@@ -176,7 +181,12 @@ class ResourceEntry:
     title: str | None = None
 
     def to_mcp(self) -> dict[str, Any]:
-        out = {"uri": self.uri, "name": self.name, "mimeType": self.mime_type, "description": self.description}
+        out = {
+            "uri": self.uri,
+            "name": self.name,
+            "mimeType": self.mime_type,
+            "description": self.description,
+        }
         if self.title:
             out["title"] = self.title
         return out
@@ -216,13 +226,20 @@ class TemplateEntry:
     read: Callable[[str, Mapping[str, str]], Any] = attrs.field(eq=False, repr=False)
 
     def to_mcp(self) -> dict[str, Any]:
-        return {"uriTemplate": self.uri_template, "name": self.name, "mimeType": self.mime_type, "description": self.description}
+        return {
+            "uriTemplate": self.uri_template,
+            "name": self.name,
+            "mimeType": self.mime_type,
+            "description": self.description,
+        }
 
     def match(self, uri: str) -> dict[str, str] | None:
         import re
 
         pattern = "".join(
-            f"(?P<{part[1:-1]}>[^/]+)" if part.startswith("{") and part.endswith("}") else re.escape(part)
+            f"(?P<{part[1:-1]}>[^/]+)"
+            if part.startswith("{") and part.endswith("}")
+            else re.escape(part)
             for part in re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", self.uri_template)
         )
         found = re.fullmatch(pattern, uri)
@@ -238,11 +255,20 @@ def agent_card(kernel: KernelAPI, name: str) -> dict[str, Any]:
         "description": m.description,
         "version": m.version,
         "skills": [
-            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags), "examples": list(s.examples)}
+            {
+                "id": s.id,
+                "name": s.name,
+                "description": s.description,
+                "tags": list(s.tags),
+                "examples": list(s.examples),
+            }
             for s in m.a2a.skills
         ],
         "a2a": {"enabled": bool(m.a2a.enabled)},
-        "mcp": {"endpoint": f"/agents/{name}/mcp", "tools": [s.name for s in kernel.surface(name).tools()]},
+        "mcp": {
+            "endpoint": f"/agents/{name}/mcp",
+            "tools": [s.name for s in kernel.surface(name).tools()],
+        },
         "status": status,
         "error": error,
     }
@@ -257,9 +283,16 @@ def agent_manifest_view(kernel: KernelAPI, name: str) -> dict[str, Any]:
         "version": m.version,
         "model": {"provider": m.model.provider, "name": m.model.name},
         "capabilities": {"tools": list(m.capabilities.tools)},
-        "mcp": {"expose_tools": list(m.mcp.expose_tools), "private_tools": list(m.mcp.private_tools)},
+        "mcp": {
+            "expose_tools": list(m.mcp.expose_tools),
+            "private_tools": list(m.mcp.private_tools),
+        },
         "a2a": {"enabled": bool(m.a2a.enabled), "skills": [s.id for s in m.a2a.skills]},
-        "limits": {"max_turns": m.limits.max_turns, "tool_timeout_s": m.limits.tool_timeout_s, "max_depth": m.limits.max_depth},
+        "limits": {
+            "max_turns": m.limits.max_turns,
+            "tool_timeout_s": m.limits.tool_timeout_s,
+            "max_depth": m.limits.max_depth,
+        },
         "sandbox": m.sandbox,
     }
 
@@ -333,7 +366,11 @@ class ArtifactShelf:
     def _evict(self, now: float) -> None:
         while self._items:
             ident, (expires, _, _, size) = next(iter(self._items.items()))
-            if expires > now and len(self._items) <= self.max_items and self._bytes <= self.max_bytes:
+            if (
+                expires > now
+                and len(self._items) <= self.max_items
+                and self._bytes <= self.max_bytes
+            ):
                 return
             del self._items[ident]
             self._bytes -= size
@@ -376,7 +413,9 @@ class McpServer:
         self.agent = agent
         self.page_size = page_size
         self.call_timeout_s = call_timeout_s
-        self.server_info = p.implementation(SERVER_NAME if agent is None else f"roost-{agent}", roost_version())
+        self.server_info = p.implementation(
+            SERVER_NAME if agent is None else f"roost-{agent}", roost_version()
+        )
         self._state_key = secrets.token_bytes(32)
         self._index: dict[str, ToolEntry] = {}
         self._index_key: tuple[Any, ...] | None = None
@@ -429,14 +468,19 @@ class McpServer:
         agent's ``message`` as ``agent_{name}`` and its exposed tools."""
         kernel = self.kernel
         if self.agent is not None:
-            return [ToolEntry(s.name, s.to_mcp(), self.agent, s.name) for s in kernel.surface(self.agent).tools()]
+            return [
+                ToolEntry(s.name, s.to_mcp(), self.agent, s.name)
+                for s in kernel.surface(self.agent).tools()
+            ]
         entries: list[ToolEntry] = []
         exposers: dict[str, list[tuple[str, Any]]] = {}
         for agent in self.agents:
             for spec in kernel.surface(agent).tools():
                 if spec.name == MESSAGE_TOOL:
                     name = agent_tool_name(agent)
-                    entries.append(ToolEntry(name, {**spec.to_mcp(), "name": name}, agent, MESSAGE_TOOL))
+                    entries.append(
+                        ToolEntry(name, {**spec.to_mcp(), "name": name}, agent, MESSAGE_TOOL)
+                    )
                 else:
                     exposers.setdefault(spec.name, []).append((agent, spec))
         taken = {e.name for e in entries}
@@ -455,7 +499,13 @@ class McpServer:
     def _tool_index(self) -> dict[str, ToolEntry]:
         """``tools()`` by wire name, rebuilt only when the registry or the agents change."""
         kernel = self.kernel
-        key = (id(kernel.registry), kernel.registry.version, id(kernel.agents), len(kernel.agents), len(kernel.agent_errors))
+        key = (
+            id(kernel.registry),
+            kernel.registry.version,
+            id(kernel.agents),
+            len(kernel.agents),
+            len(kernel.agent_errors),
+        )
         if self._index_key != key:
             self._index = {e.name: e for e in self.tools()}
             self._index_key = key
@@ -466,12 +516,32 @@ class McpServer:
         out: list[ResourceEntry] = []
         for agent in self.agents:
             for kind, view, what in (
-                ("card", agent_card, f"The card of the {agent} agent: who it is, its skills and endpoints"),
-                ("manifest", agent_manifest_view, f"The manifest (agent.json, public parts) of the {agent} agent"),
+                (
+                    "card",
+                    agent_card,
+                    f"The card of the {agent} agent: who it is, its skills and endpoints",
+                ),
+                (
+                    "manifest",
+                    agent_manifest_view,
+                    f"The manifest (agent.json, public parts) of the {agent} agent",
+                ),
             ):
-                read = lambda agent=agent, view=view: json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)  # noqa: E731
+
+                def read(agent: str = agent, view: Any = view) -> str:
+                    return json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)
+
                 uri = f"roost://agents/{agent}/{kind}"
-                out.append(ResourceEntry(uri, f"{agent}-{kind}", "application/json", what, read, title=f"{agent} {kind}"))
+                out.append(
+                    ResourceEntry(
+                        uri,
+                        f"{agent}-{kind}",
+                        "application/json",
+                        what,
+                        read,
+                        title=f"{agent} {kind}",
+                    )
+                )
         if self.agent is None:
             out.extend(extras(kernel, "roost_mcp_resources", ResourceEntry))
         return sorted(out, key=lambda r: r.uri)
@@ -484,8 +554,12 @@ class McpServer:
                 continue
             out.append(
                 PromptEntry(
-                    p.safe_tool_name(agent), f"The system prompt of the {agent} agent", (),
-                    lambda _args, text=m.system_prompt: [{"role": "user", "content": p.text_content(text)}],
+                    p.safe_tool_name(agent),
+                    f"The system prompt of the {agent} agent",
+                    (),
+                    lambda _args, text=m.system_prompt: [
+                        {"role": "user", "content": p.text_content(text)}
+                    ],
                     title=f"{agent} system prompt",
                 )
             )
@@ -540,11 +614,21 @@ class McpServer:
             return None
         assert isinstance(parsed, rpc.Request)
         if parsed.id is None:
-            return rpc.error_response(None, rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer").to_dict()
+            return rpc.error_response(
+                None, rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
+            ).to_dict()
         if parsed.params is not None and not is_mapping(parsed.params):
-            return rpc.error_response(parsed.id, rpc.INVALID_PARAMS, "params: expected an object (MCP uses named parameters)").to_dict()
+            return rpc.error_response(
+                parsed.id,
+                rpc.INVALID_PARAMS,
+                "params: expected an object (MCP uses named parameters)",
+            ).to_dict()
         if parsed.id in session.in_flight:
-            return rpc.error_response(parsed.id, rpc.INVALID_REQUEST, f"id {parsed.id!r} is already in use by a request in flight; use a new id").to_dict()
+            return rpc.error_response(
+                parsed.id,
+                rpc.INVALID_REQUEST,
+                f"id {parsed.id!r} is already in use by a request in flight; use a new id",
+            ).to_dict()
         if scope is None:
             with trio.CancelScope() as scope:
                 return await self._respond(session, parsed, notify, scope)
@@ -552,17 +636,27 @@ class McpServer:
         return await self._respond(session, parsed, notify, scope)
 
     async def _respond(
-        self, session: ServerSession, request: rpc.Request, notify: Notify | None, scope: trio.CancelScope
+        self,
+        session: ServerSession,
+        request: rpc.Request,
+        notify: Notify | None,
+        scope: trio.CancelScope,
     ) -> dict[str, Any]:
         """Run ``request`` cancellable through ``scope``; its response (errors included)."""
         session.in_flight[request.id] = scope
         try:
             result = await self._request(session, request, notify)
         except Exception as exc:
-            return rpc.ErrorResponse(request.id, jsonrpc_error(exc, request.method).to_error()).to_dict()
+            return rpc.ErrorResponse(
+                request.id, jsonrpc_error(exc, request.method).to_error()
+            ).to_dict()
         finally:
             session.in_flight.pop(request.id, None)
-        return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}  # rpc.Response(...).to_dict()
+        return {
+            "jsonrpc": rpc.VERSION,
+            "id": request.id,
+            "result": result,
+        }  # rpc.Response(...).to_dict()
 
     def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
         params = note.params if isinstance(note.params, Mapping) else {}
@@ -574,7 +668,9 @@ class McpServer:
                 session.cancel(request_id)
         # progress, roots/list_changed and unknown notifications need nothing from us.
 
-    async def _request(self, session: ServerSession, request: rpc.Request, notify: Notify | None) -> Any:
+    async def _request(
+        self, session: ServerSession, request: rpc.Request, notify: Notify | None
+    ) -> Any:
         params = request.params if is_mapping(request.params) else {}
         stateless = p.request_era(params) == p.ERA_STATELESS
         if request.method == p.INITIALIZE and not stateless:
@@ -600,7 +696,9 @@ class McpServer:
                 )
         if handler is None:
             raise rpc.JsonRpcError(
-                rpc.METHOD_NOT_FOUND, f"method {request.method!r} not found", {"method": request.method}
+                rpc.METHOD_NOT_FOUND,
+                f"method {request.method!r} not found",
+                {"method": request.method},
             )
         result = await handler(_Call(session, request, meta, stateless, notify))
         if stateless:
@@ -610,7 +708,10 @@ class McpServer:
     # ---- lifecycle ----------------------------------------------------------------------------
     def _initialize(self, session: ServerSession, params: Mapping[str, Any]) -> dict[str, Any]:
         if session.handshake_done:
-            raise rpc.JsonRpcError(rpc.INVALID_REQUEST, "initialize: this session is already initialized; start a new session")
+            raise rpc.JsonRpcError(
+                rpc.INVALID_REQUEST,
+                "initialize: this session is already initialized; start a new session",
+            )
         requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             raise rpc.JsonRpcError(
@@ -625,26 +726,38 @@ class McpServer:
         session.client_capabilities = dict(caps)
         session.client_info = dict(info) if isinstance(info, Mapping) else None
         return p.initialize_result(
-            session.protocol_version, self.capabilities(), self.server_info, instructions=self.instructions()
+            session.protocol_version,
+            self.capabilities(),
+            self.server_info,
+            instructions=self.instructions(),
         )
 
     async def _ping(self, call: _Call) -> dict[str, Any]:
         return {}
 
     async def _discover(self, call: _Call) -> dict[str, Any]:
-        return p.discover_result(self.capabilities(), self.server_info, instructions=self.instructions())
+        return p.discover_result(
+            self.capabilities(), self.server_info, instructions=self.instructions()
+        )
 
     async def _set_level(self, call: _Call) -> dict[str, Any]:
         level = rpc.param(call.params, "level", str)
         if level not in p.LOG_LEVELS:
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.level: expected one of {', '.join(p.LOG_LEVELS)}, got {level!r}")
+            raise rpc.JsonRpcError(
+                rpc.INVALID_PARAMS,
+                f"params.level: expected one of {', '.join(p.LOG_LEVELS)}, got {level!r}",
+            )
         call.session.log_level = level
         return {}
 
     # ---- lists ----------------------------------------------------------------------------------
-    def _page(self, call: _Call, field: str, items: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    def _page(
+        self, call: _Call, field: str, items: list[dict[str, Any]], key: str
+    ) -> dict[str, Any]:
         """The page of ``items`` the request's cursor asks for, as ``{field: [...], "nextCursor": ...}``."""
-        page, cursor = p.paginate(items, call.params.get("cursor"), key=key, page_size=self.page_size)
+        page, cursor = p.paginate(
+            items, call.params.get("cursor"), key=key, page_size=self.page_size
+        )
         return {field: page, "nextCursor": cursor} if cursor else {field: page}
 
     async def _tools_list(self, call: _Call) -> dict[str, Any]:
@@ -656,10 +769,15 @@ class McpServer:
     def templates(self) -> list[TemplateEntry]:
         if self.agent is not None:
             return []
-        return sorted(extras(self.kernel, "roost_mcp_resource_templates", TemplateEntry), key=lambda t: t.uri_template)
+        return sorted(
+            extras(self.kernel, "roost_mcp_resource_templates", TemplateEntry),
+            key=lambda t: t.uri_template,
+        )
 
     async def _templates_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "resourceTemplates", [t.to_mcp() for t in self.templates()], "uriTemplate")
+        return self._page(
+            call, "resourceTemplates", [t.to_mcp() for t in self.templates()], "uriTemplate"
+        )
 
     async def _subscribe(self, call: _Call) -> dict[str, Any]:
         call.session.subscriptions.add(rpc.param(call.params, "uri", str))
@@ -675,7 +793,10 @@ class McpServer:
         for template in () if found else self.templates():
             values = template.match(uri)
             if values is not None:
-                found = (template.mime_type, lambda template=template, values=values: template.read(uri, values))
+                found = (
+                    template.mime_type,
+                    lambda template=template, values=values: template.read(uri, values),
+                )
                 break
         if found is not None:
             value = found[1]()
@@ -707,12 +828,18 @@ class McpServer:
         arguments = rpc.param(call.params, "arguments", dict, default={}) or {}
         for key, value in arguments.items():
             if not isinstance(value, str):
-                raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.arguments.{key}: expected a string, got {rpc.json_type(value)}")
+                raise rpc.JsonRpcError(
+                    rpc.INVALID_PARAMS,
+                    f"params.arguments.{key}: expected a string, got {rpc.json_type(value)}",
+                )
         for entry in self.prompts():
             if entry.name == name:
                 for arg in entry.arguments:
                     if arg.get("required") and arg.get("name") not in arguments:
-                        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.arguments.{arg.get('name')}: required by prompt {name!r}")
+                        raise rpc.JsonRpcError(
+                            rpc.INVALID_PARAMS,
+                            f"params.arguments.{arg.get('name')}: required by prompt {name!r}",
+                        )
                 if not entry.input_requests:
                     messages = entry.render(arguments)
                     return {"description": entry.description, "messages": list(messages)}
@@ -721,10 +848,14 @@ class McpServer:
                     self._read_round_trip(call, channel)
                 inputs = await channel.gather(entry.input_requests)
                 if inputs is None:
-                    return p.input_required_result(channel.input_required[0] if channel.input_required else {})
+                    return p.input_required_result(
+                        channel.input_required[0] if channel.input_required else {}
+                    )
                 messages = entry.render(arguments, inputs)
                 return {"description": entry.description, "messages": list(messages)}
-        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list")
+        raise rpc.JsonRpcError(
+            rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list"
+        )
 
     async def _complete(self, call: _Call) -> dict[str, Any]:
         rpc.param(call.params, "ref", dict)
@@ -749,7 +880,11 @@ class McpServer:
             agent = self.agent
         surface = self.kernel.surface(agent)
         session_id = None
-        if call.stateless and params.get("requestState") is not None and (target or params.get("name")) == MESSAGE_TOOL:
+        if (
+            call.stateless
+            and params.get("requestState") is not None
+            and (target or params.get("name")) == MESSAGE_TOOL
+        ):
             # The retry of a question the agent asked: its answer continues that session.
             session_id = self._open_state(params.get("requestState"))
             answer = _answer_from(params.get("inputResponses"))
@@ -765,8 +900,14 @@ class McpServer:
         if self.kernel.tracing:
             name = str(params.get("name"))
             span = self.kernel.start_span(
-                SpanKind.MCP_SERVER, f"tools/call {name}", prepared.server, source=f"mcp:{agent}",
-                agent=agent, tool=name, principal=call.session.principal, stateless=call.stateless,
+                SpanKind.MCP_SERVER,
+                f"tools/call {name}",
+                prepared.server,
+                source=f"mcp:{agent}",
+                agent=agent,
+                tool=name,
+                principal=call.session.principal,
+                stateless=call.stateless,
             )
         if prepared.refused is not None:
             tripped = RecursionLimitExceeded.from_mcp_result(prepared.refused)
@@ -802,7 +943,9 @@ class McpServer:
         run asks (``input_required``), or the error of a client capability it lacks."""
         if channel.input_required is not None:
             requests, state = channel.input_required
-            return p.input_required_result(requests, request_state=self._seal_state(state) if state is not None else None)
+            return p.input_required_result(
+                requests, request_state=self._seal_state(state) if state is not None else None
+            )
         if channel.missing:
             needed = sorted(channel.missing)
             raise rpc.JsonRpcError(
@@ -813,7 +956,9 @@ class McpServer:
             )
         return result
 
-    def _unknown_tool(self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]) -> NoReturn:
+    def _unknown_tool(
+        self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]
+    ) -> NoReturn:
         """Raise the error for a tool the host surface does not have: text that cannot be
         kept says so first; an agent that is configured but cannot answer says why; a
         misspelt name gets the right one."""
@@ -830,7 +975,10 @@ class McpServer:
         self, call: _Call, surface: AgentSurface, prepared: SurfaceCall, session_id: str | None
     ) -> dict[str, Any]:
         reply = await surface.ask(
-            prepared, principal=call.session.principal, session_id=session_id, timeout=self.call_timeout_s
+            prepared,
+            principal=call.session.principal,
+            session_id=session_id,
+            timeout=self.call_timeout_s,
         )
         if reply.outputs:  # so that resources/read of their URIs returns them
             artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
@@ -844,7 +992,9 @@ class McpServer:
                             "message": reply.text,
                             "requestedSchema": {
                                 "type": "object",
-                                "properties": {"answer": {"type": "string", "description": "Your answer"}},
+                                "properties": {
+                                    "answer": {"type": "string", "description": "Your answer"}
+                                },
                                 "required": ["answer"],
                             },
                         },
@@ -863,10 +1013,16 @@ class McpServer:
         if responses is None:
             return
         if not isinstance(responses, Mapping):
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.inputResponses: expected an object keyed like inputRequests, got {rpc.json_type(responses)}")
+            raise rpc.JsonRpcError(
+                rpc.INVALID_PARAMS,
+                f"params.inputResponses: expected an object keyed like inputRequests, got {rpc.json_type(responses)}",
+            )
         for key, value in responses.items():
             if not isinstance(value, Mapping):
-                raise rpc.JsonRpcError(rpc.INVALID_PARAMS, f"params.inputResponses.{key}: expected the result object of that input request, got {rpc.json_type(value)}")
+                raise rpc.JsonRpcError(
+                    rpc.INVALID_PARAMS,
+                    f"params.inputResponses.{key}: expected the result object of that input request, got {rpc.json_type(value)}",
+                )
         channel.responses_in = dict(responses)
 
     def _seal_state(self, session_id: str) -> str:
@@ -876,15 +1032,22 @@ class McpServer:
     def _open_state(self, state: Any) -> str:
         if isinstance(state, str) and "." in state:
             session_id, _, tag = state.rpartition(".")
-            expected = hmac.new(self._state_key, session_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+            expected = hmac.new(
+                self._state_key, session_id.encode("utf-8"), hashlib.sha256
+            ).hexdigest()[:32]
             if hmac.compare_digest(tag.encode("utf-8", "replace"), expected.encode("ascii")):
                 return session_id
-        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, "params.requestState: not a state this server issued; retry the original request without it")
+        raise rpc.JsonRpcError(
+            rpc.INVALID_PARAMS,
+            "params.requestState: not a state this server issued; retry the original request without it",
+        )
 
     # ---- subscriptions/listen (2026-07-28) -------------------------------------------------------
     async def _listen(self, call: _Call) -> dict[str, Any]:
         if call.notify is None:
-            raise rpc.JsonRpcError(rpc.METHOD_NOT_FOUND, "subscriptions/listen needs a streaming transport")
+            raise rpc.JsonRpcError(
+                rpc.METHOD_NOT_FOUND, "subscriptions/listen needs a streaming transport"
+            )
         wanted = rpc.param(call.params, "notifications", dict)
         keys = {
             p.NOTIFY_TOOLS_CHANGED: "toolsListChanged",
@@ -894,11 +1057,19 @@ class McpServer:
         honoured = {key: True for key in keys.values() if wanted.get(key) is True}
         tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
-            await call.notify({"jsonrpc": "2.0", "method": p.NOTIFY_SUBSCRIPTIONS_ACK, "params": {"notifications": honoured, p.META: tag}})
+            await call.notify(
+                {
+                    "jsonrpc": "2.0",
+                    "method": p.NOTIFY_SUBSCRIPTIONS_ACK,
+                    "params": {"notifications": honoured, p.META: tag},
+                }
+            )
             async for event in events:
                 for method in change_notifications(event):
                     if keys[method] in honoured:
-                        await call.notify({"jsonrpc": "2.0", "method": method, "params": {p.META: tag}})
+                        await call.notify(
+                            {"jsonrpc": "2.0", "method": method, "params": {p.META: tag}}
+                        )
         return {}
 
     async def watch_changes(self, session: ServerSession, send: Notify) -> None:
@@ -932,7 +1103,11 @@ def _answer_from(responses: Any) -> str | None:
     if not isinstance(answer, Mapping) or answer.get("action") != "accept":
         return None
     content = answer.get("content")
-    if isinstance(content, Mapping) and isinstance(content.get("answer"), str) and content["answer"]:
+    if (
+        isinstance(content, Mapping)
+        and isinstance(content.get("answer"), str)
+        and content["answer"]
+    ):
         return content["answer"]
     return None
 

@@ -46,7 +46,9 @@ def encode_message(message: Any) -> bytes:
     except (TypeError, ValueError, RecursionError) as exc:
         request_id = message.get("id") if isinstance(message, dict) else None
         log.error("cannot encode a reply as JSON: %s", exc)
-        error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON")
+        error = rpc.error_response(
+            request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON"
+        )
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
 
 
@@ -79,7 +81,9 @@ async def stdio_loop(
             return event.message
         if isinstance(event, NotJson):
             log.warning("stdin: not JSON (%s): %s", event.error, event.line)
-            return rpc.JsonRpcError(rpc.PARSE_ERROR, f"parse error: {event.error}; send one JSON-RPC object per line")
+            return rpc.JsonRpcError(
+                rpc.PARSE_ERROR, f"parse error: {event.error}; send one JSON-RPC object per line"
+            )
         assert isinstance(event, Oversize)
         log.warning("stdin: dropped a message of %d bytes (limit %d)", event.size, event.limit)
         return rpc.JsonRpcError(
@@ -96,7 +100,9 @@ async def stdio_loop(
             if request_id is None:
                 log.error("dropping an outgoing notification: %s", exc)
                 return
-            error = rpc.error_response(request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}")
+            error = rpc.error_response(
+                request_id, rpc.INTERNAL_ERROR, f"the result is too large to send: {exc}"
+            )
             data = framer.encode(encode_message(error.to_dict()))
         await writer.send(data)
 
@@ -107,7 +113,11 @@ async def stdio_loop(
 
 
 async def serve_kernel_stdio(
-    kernel: KernelAPI, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, agent: str | None = None
+    kernel: KernelAPI,
+    receive_stream: trio.abc.ReceiveStream,
+    send_stream: trio.abc.SendStream,
+    *,
+    agent: str | None = None,
 ) -> None:
     """Serve ``kernel``'s host surface (like ``/mcp``), or ``agent``'s own surface (like
     ``/agents/<agent>/mcp``), on a pair of byte streams."""
@@ -162,7 +172,14 @@ class DaemonBridge:
     Every request gets a JSON-RPC answer: the daemon's, or an error saying why there is
     none (refused key, HTTP error, unreachable daemon, a stream that ended early)."""
 
-    def __init__(self, base_url: str, api_key: str | None, *, timeout_s: float = 600.0, key_env: str = "ROOST_API_KEY") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        *,
+        timeout_s: float = 600.0,
+        key_env: str = "ROOST_API_KEY",
+    ) -> None:
         self.endpoint = base_url.rstrip("/") + "/mcp"
         self.api_key = api_key
         self.key_env = key_env
@@ -173,7 +190,10 @@ class DaemonBridge:
         self._told: set[str] = set()  # problems already said on stderr (once each)
 
     def _headers(self, message: Any) -> dict[str, str]:
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         params = message.get("params") if isinstance(message, dict) else None
@@ -217,7 +237,9 @@ class DaemonBridge:
                             continue
                         token = object()
                         await limiter.acquire_on_behalf_of(token)
-                        nursery.start_soon(self._relay_one, client, message, send, nursery, limiter, token)
+                        nursery.start_soon(
+                            self._relay_one, client, message, send, nursery, limiter, token
+                        )
                     with trio.move_on_after(5):
                         while limiter.borrowed_tokens:
                             await trio.sleep(0.01)
@@ -248,7 +270,9 @@ class DaemonBridge:
                 "server entry), or run roost mcp --no-daemon"
             )
         else:
-            message = f"the roost daemon at {self.endpoint} answered HTTP {status}" + (f": {detail}" if detail else "")
+            message = f"the roost daemon at {self.endpoint} answered HTTP {status}" + (
+                f": {detail}" if detail else ""
+            )
         if str(status) not in self._told:
             self._told.add(str(status))
             log.error("roost mcp: %s", message)
@@ -258,7 +282,9 @@ class DaemonBridge:
         import httpx
         from roost.plugins.http.client import ResponseTooLarge, read_body, read_error_body
 
-        request_id = message.get("id") if isinstance(message, dict) and "method" in message else None
+        request_id = (
+            message.get("id") if isinstance(message, dict) and "method" in message else None
+        )
         answered = False
 
         async def deliver(reply: Any) -> None:
@@ -274,23 +300,38 @@ class DaemonBridge:
 
         body = encode_message(message)
         try:
-            async with client.stream("POST", self.endpoint, content=body, headers=self._headers(message)) as response:
+            async with client.stream(
+                "POST", self.endpoint, content=body, headers=self._headers(message)
+            ) as response:
                 status = response.status_code
-                if isinstance(message, dict) and message.get("method") == p.INITIALIZE and status == 200:
+                if (
+                    isinstance(message, dict)
+                    and message.get("method") == p.INITIALIZE
+                    and status == 200
+                ):
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
                 ctype = response.headers.get("content-type", "")
                 if status in (401, 403):
                     await fail(self._refusal(status, await read_error_body(response)), status)
                     return
                 if status == 202:
-                    if isinstance(message, dict) and message.get("method") == p.INITIALIZED and not self._stream_open:
+                    if (
+                        isinstance(message, dict)
+                        and message.get("method") == p.INITIALIZED
+                        and not self._stream_open
+                    ):
                         self._stream_open = True
                         nursery.start_soon(self._listen, client, send)
-                    await fail(f"the roost daemon at {self.endpoint} accepted the request without answering it", status)
+                    await fail(
+                        f"the roost daemon at {self.endpoint} accepted the request without answering it",
+                        status,
+                    )
                     return
                 if ctype.startswith("text/event-stream"):
                     await _relay_sse(response, deliver)
-                    await fail(f"the roost daemon's stream ended without an answer (HTTP {status})", status)
+                    await fail(
+                        f"the roost daemon's stream ended without an answer (HTTP {status})", status
+                    )
                     return
                 try:
                     raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
@@ -301,18 +342,25 @@ class DaemonBridge:
                     reply = json.loads(raw)
                 except ValueError:
                     reply = None
-                if is_jsonrpc_message(reply) and (request_id is None or reply.get("id") == request_id):
+                if is_jsonrpc_message(reply) and (
+                    request_id is None or reply.get("id") == request_id
+                ):
                     await deliver(reply)
                 elif status >= 400:
                     await fail(self._refusal(status, raw), status)
                 else:
-                    await fail(f"the roost daemon answered HTTP {status} without a JSON-RPC response", status)
+                    await fail(
+                        f"the roost daemon answered HTTP {status} without a JSON-RPC response",
+                        status,
+                    )
         except httpx.HTTPError as exc:
             await fail(f"the roost daemon at {self.endpoint} is unreachable: {exc}")
 
     async def _forward(self, reply: Any, send: Send) -> None:
         if not is_jsonrpc_message(reply):
-            log.warning("roost mcp: dropped a message from the daemon that is not JSON-RPC: %.200s", reply)
+            log.warning(
+                "roost mcp: dropped a message from the daemon that is not JSON-RPC: %.200s", reply
+            )
             return
         if isinstance(reply.get("result"), dict) and "protocolVersion" in reply["result"]:
             version = reply["result"]["protocolVersion"]
@@ -325,7 +373,12 @@ class DaemonBridge:
         import httpx
 
         try:
-            async with client.stream("GET", self.endpoint, headers={**self._headers({}), "Accept": "text/event-stream"}, timeout=httpx.Timeout(None, connect=10.0)) as response:
+            async with client.stream(
+                "GET",
+                self.endpoint,
+                headers={**self._headers({}), "Accept": "text/event-stream"},
+                timeout=httpx.Timeout(None, connect=10.0),
+            ) as response:
                 if response.status_code != 200:
                     return
                 await _relay_sse(response, partial(self._forward, send=send))
@@ -359,7 +412,9 @@ def isolate_stdout() -> int:
     return protocol_fd
 
 
-async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True) -> int:
+async def run_stdio(
+    config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True
+) -> int:
     """Serve MCP on stdio until the client closes stdin; returns the exit code.
 
     Bridges to a live daemon for ``config.home`` when there is one (``prefer_daemon``),
@@ -377,13 +432,21 @@ async def run_stdio(config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = N
             log.info("roost mcp: bridging to the daemon at %s", url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
             bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
-            await stdio_loop(receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ))
+            await stdio_loop(
+                receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ)
+            )
             return 0
-        await stdio_loop(receive_stream, send_stream, with_inherited_trace(partial(_serve_booting, config), os.environ))
+        await stdio_loop(
+            receive_stream,
+            send_stream,
+            with_inherited_trace(partial(_serve_booting, config), os.environ),
+        )
     return 0
 
 
-def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], environ: Any) -> Callable[[Receive, Send], Awaitable[None]]:
+def with_inherited_trace(
+    serve: Callable[[Receive, Send], Awaitable[None]], environ: Any
+) -> Callable[[Receive, Send], Awaitable[None]]:
     """``serve`` with the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``:
     set when an agent's ``bash`` started this process) put into each ``tools/call``'s
     ``params._meta`` when it is deeper than the one there, so that calls made through this
@@ -407,7 +470,12 @@ def with_inherited_trace(serve: Callable[[Receive, Send], Awaitable[None]], envi
                     return message
                 params = message.get("params")
                 if invalid is not None:
-                    error = rpc.error_response(message.get("id"), rpc.INVALID_PARAMS, str(invalid), {"field": invalid.field})
+                    error = rpc.error_response(
+                        message.get("id"),
+                        rpc.INVALID_PARAMS,
+                        str(invalid),
+                        {"field": invalid.field},
+                    )
                     await send(error.to_dict())
                     continue
                 if isinstance(params, dict):
@@ -435,7 +503,11 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
         first = await receive()
     except trio.EndOfChannel:
         return
-    opening = isinstance(first, dict) and first.get("method") in (p.INITIALIZE, p.DISCOVER) and "id" in first
+    opening = (
+        isinstance(first, dict)
+        and first.get("method") in (p.INITIALIZE, p.DISCOVER)
+        and "id" in first
+    )
     if opening:
         reply = await server.handle(session, first)
         if reply is not None:

@@ -22,7 +22,9 @@ LOG_EVENT = "EXEC:LOG"
 """Event kind a tool publishes to log to the MCP client (payload: level, data, logger)."""
 
 
-def report_progress(ctx: Any, progress: float, total: float | None = None, message: str | None = None) -> None:
+def report_progress(
+    ctx: Any, progress: float, total: float | None = None, message: str | None = None
+) -> None:
     """From inside a tool: report progress to the MCP client that called it (if it asked)."""
     _publish(ctx, PROGRESS_EVENT, {"progress": progress, "total": total, "message": message})
 
@@ -47,7 +49,11 @@ class ClientRequestFailed(RoostError):
     code = "mcp_client_request_failed"
 
 
-_CAPABILITY_FOR = {p.SAMPLING_CREATE_MESSAGE: "sampling", p.ELICITATION_CREATE: "elicitation", p.ROOTS_LIST: "roots"}
+_CAPABILITY_FOR = {
+    p.SAMPLING_CREATE_MESSAGE: "sampling",
+    p.ELICITATION_CREATE: "elicitation",
+    p.ROOTS_LIST: "roots",
+}
 
 
 class _client_channel:
@@ -78,16 +84,24 @@ class _client_channel:
         """Raise unless the client declared ``capability``; the call then answers -32021."""
         if capability is not None and capability not in self.client_capabilities():
             self.missing.add(capability)
-            raise ClientRequestFailed(f"the MCP client did not declare the {capability!r} capability this tool needs")
+            raise ClientRequestFailed(
+                f"the MCP client did not declare the {capability!r} capability this tool needs"
+            )
 
-    async def request(self, method: str, params: Mapping[str, Any] | None, *, timeout_s: float = 60.0) -> Any:
+    async def request(
+        self, method: str, params: Mapping[str, Any] | None, *, timeout_s: float = 60.0
+    ) -> Any:
         """Send ``method`` to the client (handshake era) and return its result."""
         self.require(_CAPABILITY_FOR.get(method))
         call = self.call
         if call.notify is None:
-            raise ClientRequestFailed(f"{method}: this transport cannot carry requests to the client")
+            raise ClientRequestFailed(
+                f"{method}: this transport cannot carry requests to the client"
+            )
         if call.stateless:
-            raise ClientRequestFailed(f"{method}: server-to-client requests do not exist at {call.meta.protocol_version}")
+            raise ClientRequestFailed(
+                f"{method}: server-to-client requests do not exist at {call.meta.protocol_version}"
+            )
         session = call.session
         session.next_outgoing_id += 1
         request_id = f"roost-{session.next_outgoing_id}"
@@ -101,16 +115,30 @@ class _client_channel:
             with trio.move_on_after(timeout_s) as scope:
                 reply = await receive.receive()
             if scope.cancelled_caught:
-                await call.notify({"jsonrpc": "2.0", "method": p.NOTIFY_CANCELLED, "params": p.cancelled_params(request_id, "timed out")})
-                raise ClientRequestFailed(f"{method}: the MCP client did not answer within {timeout_s:g} s")
+                await call.notify(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": p.NOTIFY_CANCELLED,
+                        "params": p.cancelled_params(request_id, "timed out"),
+                    }
+                )
+                raise ClientRequestFailed(
+                    f"{method}: the MCP client did not answer within {timeout_s:g} s"
+                )
         finally:
             session.outgoing.pop(request_id, None)
         if isinstance(reply, rpc.ErrorResponse):
-            raise ClientRequestFailed(f"{method}: the MCP client answered error {reply.error.code}: {reply.error.message}")
+            raise ClientRequestFailed(
+                f"{method}: the MCP client answered error {reply.error.code}: {reply.error.message}"
+            )
         return reply.result
 
     async def gather(
-        self, requests: Mapping[str, Mapping[str, Any]], *, state: str | None = None, timeout_s: float = 60.0
+        self,
+        requests: Mapping[str, Mapping[str, Any]],
+        *,
+        state: str | None = None,
+        timeout_s: float = 60.0,
     ) -> dict[str, Any] | None:
         """``gather_input``'s work; None: the call answers ``input_required``."""
         if self.call.stateless:
@@ -120,7 +148,9 @@ class _client_channel:
             self.input_required = ({k: dict(v) for k, v in requests.items()}, state)
             return None
         return {
-            key: await self.request(str(item.get("method")), item.get("params") or {}, timeout_s=timeout_s)
+            key: await self.request(
+                str(item.get("method")), item.get("params") or {}, timeout_s=timeout_s
+            )
             for key, item in requests.items()
         }
 
@@ -154,7 +184,11 @@ def request_state(ctx: Any) -> str | None:
 
 
 async def gather_input(
-    ctx: Any, requests: Mapping[str, Mapping[str, Any]], *, state: str | None = None, timeout_s: float = 60.0
+    ctx: Any,
+    requests: Mapping[str, Mapping[str, Any]],
+    *,
+    state: str | None = None,
+    timeout_s: float = 60.0,
 ) -> dict[str, Any] | None:
     """From inside a tool: get input from the client. ``requests`` maps a key to
     ``{"method": "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
@@ -170,7 +204,9 @@ async def gather_input(
     return await channel.gather(requests, state=state, timeout_s=timeout_s)
 
 
-async def request_client(ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0) -> Any:
+async def request_client(
+    ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
+) -> Any:
     """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``,
     ``elicitation/create``) to the MCP client whose ``tools/call`` is running this tool,
     and return its result. Handshake-era sessions only; raises ClientRequestFailed when

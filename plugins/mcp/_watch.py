@@ -24,7 +24,13 @@ class _RunWatcher:
     """While a tools/call runs: forward progress (if the request has a progressToken) and
     tool log messages (if the client set a log level) belonging to its trace."""
 
-    _KINDS = (EventKind.AGENT_TOKEN, EventKind.EXEC_TOOL_CALL, EventKind.EXEC_TOOL_RESULT, PROGRESS_EVENT, LOG_EVENT)
+    _KINDS = (
+        EventKind.AGENT_TOKEN,
+        EventKind.EXEC_TOOL_CALL,
+        EventKind.EXEC_TOOL_RESULT,
+        PROGRESS_EVENT,
+        LOG_EVENT,
+    )
 
     def __init__(self, kernel: KernelAPI, call: _Call, trace_id: str, heartbeat: bool) -> None:
         self.heartbeat = heartbeat  # an agent run: report each step; else only the tool's own
@@ -78,15 +84,33 @@ class _RunWatcher:
         if event.kind == LOG_EVENT:
             level = payload.get("level", "info")
             if p.log_level_allows(self.call.log_level, level):
-                await notify({"jsonrpc": "2.0", "method": p.NOTIFY_MESSAGE, "params": p.log_params(level, payload.get("data"), payload.get("logger"))})
+                await notify(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": p.NOTIFY_MESSAGE,
+                        "params": p.log_params(level, payload.get("data"), payload.get("logger")),
+                    }
+                )
             return
         if self.token is None:
             return
         if event.kind == PROGRESS_EVENT and not self.heartbeat:
             value = payload.get("progress")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and (self._reported is None or value > self._reported):
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and (self._reported is None or value > self._reported)
+            ):
                 self._reported = value  # progress must increase; a repeat or a step back is dropped
-                await notify({"jsonrpc": "2.0", "method": p.NOTIFY_PROGRESS, "params": p.progress_params(self.token, value, payload.get("total"), payload.get("message"))})
+                await notify(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": p.NOTIFY_PROGRESS,
+                        "params": p.progress_params(
+                            self.token, value, payload.get("total"), payload.get("message")
+                        ),
+                    }
+                )
             return
         if not self.heartbeat:
             return
@@ -103,7 +127,13 @@ class _RunWatcher:
             message = str(payload.get("message") or f"{event.source}: working")
         else:
             message = f"{event.source} is answering"
-        await notify({"jsonrpc": "2.0", "method": p.NOTIFY_PROGRESS, "params": p.progress_params(self.token, self._count, None, message)})
+        await notify(
+            {
+                "jsonrpc": "2.0",
+                "method": p.NOTIFY_PROGRESS,
+                "params": p.progress_params(self.token, self._count, None, message),
+            }
+        )
 
 
 class _EventRouter:

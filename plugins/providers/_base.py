@@ -125,9 +125,19 @@ class HttpProvider:
         model = request.model or self.model
         request = attrs.evolve(request, parameters=parameters, model=model)
         window = context_window_for(self.name, parameters, self.settings.context_window)
-        reserve = parameters.get("max_tokens") or parameters.get("max_completion_tokens") or self._reserve_output
-        reserve = reserve if isinstance(reserve, int) and not isinstance(reserve, bool) else self._reserve_output
-        return fit_context(request, context_window=window, reserve_output=min(reserve, window // 4)), model
+        reserve = (
+            parameters.get("max_tokens")
+            or parameters.get("max_completion_tokens")
+            or self._reserve_output
+        )
+        reserve = (
+            reserve
+            if isinstance(reserve, int) and not isinstance(reserve, bool)
+            else self._reserve_output
+        )
+        return fit_context(
+            request, context_window=window, reserve_output=min(reserve, window // 4)
+        ), model
 
     async def complete(self, request: CompletionRequest) -> Completion:
         request, model = self.prepare(request)

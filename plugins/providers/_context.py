@@ -38,9 +38,13 @@ def request_tokens(request: CompletionRequest) -> int:
     for m in request.messages:
         total += 4 + estimate_tokens(m.content)
         for call in m.tool_calls:
-            total += estimate_tokens(call.name) + estimate_tokens(json.dumps(dict(call.arguments), default=str))
+            total += estimate_tokens(call.name) + estimate_tokens(
+                json.dumps(dict(call.arguments), default=str)
+            )
     for spec in request.tools:
-        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(json.dumps(dict(spec.input_schema), default=str))
+        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(
+            json.dumps(dict(spec.input_schema), default=str)
+        )
     return total
 
 
@@ -52,7 +56,9 @@ def context_window_for(provider: str, parameters: dict[str, Any], configured: in
     return configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
 
 
-def fit_context(request: CompletionRequest, *, context_window: int, reserve_output: int = 0) -> CompletionRequest:
+def fit_context(
+    request: CompletionRequest, *, context_window: int, reserve_output: int = 0
+) -> CompletionRequest:
     """``request`` with its oldest tool outputs shortened until it fits the budget.
 
     The budget is ``context_window * 0.9 - reserve_output`` tokens (estimated). If even

@@ -32,7 +32,9 @@ log = logging.getLogger("roost.providers")
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
-MAX_ANSWER_BYTES = 16 * 1024 * 1024  # a model's answer, or one SSE event or NDJSON line of its stream
+MAX_ANSWER_BYTES = (
+    16 * 1024 * 1024
+)  # a model's answer, or one SSE event or NDJSON line of its stream
 
 
 class ProviderError(RoostError):
@@ -110,7 +112,9 @@ _NUMBERS: dict[str, tuple[type, float, float]] = {
 KNOWN_SETTINGS = ("base_url", "api_key_env", "headers", *_NUMBERS)
 
 
-def check_settings(provider: str, raw: Mapping[str, Any] | None, *, known: tuple[str, ...] = KNOWN_SETTINGS) -> dict[str, Any]:
+def check_settings(
+    provider: str, raw: Mapping[str, Any] | None, *, known: tuple[str, ...] = KNOWN_SETTINGS
+) -> dict[str, Any]:
     """The settings of ``[providers.<provider>]``, checked (only those given; no defaults,
     no key); raises ProviderConfigError (a ConfigError) naming the key and the fix."""
     raw = dict(raw or {})
@@ -147,13 +151,19 @@ def check_settings(provider: str, raw: Mapping[str, Any] | None, *, known: tuple
         if not isinstance(headers, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
-            raise ProviderConfigError(f"{where}.headers: expected a table of strings, got {_shown(headers)}")
+            raise ProviderConfigError(
+                f"{where}.headers: expected a table of strings, got {_shown(headers)}"
+            )
         out["headers"] = dict(headers)
     for name, (kind, low, high) in _NUMBERS.items():
         if name not in raw:
             continue
         value = raw[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (kind is int and not isinstance(value, int))
+        ):
             raise ProviderConfigError(
                 f"{where}.{name}: expected {'an integer' if kind is int else 'a number'}, got {_shown(value)}"
             )
@@ -163,7 +173,9 @@ def check_settings(provider: str, raw: Mapping[str, Any] | None, *, known: tuple
     return out
 
 
-def check_config_providers(config: Any, *providers: str, known: tuple[str, ...] = KNOWN_SETTINGS) -> None:
+def check_config_providers(
+    config: Any, *providers: str, known: tuple[str, ...] = KNOWN_SETTINGS
+) -> None:
     """``roost_check_config`` for a provider plugin: check the ``[providers.<name>]``
     tables of ``providers`` in ``config`` (those present)."""
     tables = getattr(config, "providers", None)
@@ -223,12 +235,20 @@ def model_name(provider: str, model: Any, example: str) -> str:
 
 
 def model_parameters(model: Any) -> dict[str, Any]:
-    params = model.get("parameters") if isinstance(model, Mapping) else getattr(model, "parameters", None)
+    params = (
+        model.get("parameters")
+        if isinstance(model, Mapping)
+        else getattr(model, "parameters", None)
+    )
     return dict(params or {})
 
 
 def _shown(value: Any) -> str:
-    return f"{value!r}" if isinstance(value, (str, int, float)) and not isinstance(value, bool) else json_type_name(value)
+    return (
+        f"{value!r}"
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        else json_type_name(value)
+    )
 
 
 # ---- the client -------------------------------------------------------------------------
@@ -269,7 +289,9 @@ def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
     try:
         return json.loads(line)
     except ValueError as exc:
-        raise ValueError(f"a line of the stream is not JSON ({exc}): {line[:200].decode('utf-8', 'replace')!r}") from None
+        raise ValueError(
+            f"a line of the stream is not JSON ({exc}): {line[:200].decode('utf-8', 'replace')!r}"
+        ) from None
 
 
 class HttpClient:
@@ -301,7 +323,9 @@ class HttpClient:
                 f"{self.settings.redact(raw[:200].decode('utf-8', 'replace'))!r}"
             ) from None
 
-    async def stream_events(self, url: str, body: Mapping[str, Any], stream_format: str) -> AsyncIterator[Any]:
+    async def stream_events(
+        self, url: str, body: Mapping[str, Any], stream_format: str
+    ) -> AsyncIterator[Any]:
         """POST ``body`` and yield the response's events as they arrive: SSE events
         (``httpx_sse.ServerSentEvent``) or, for ``ndjson``, the decoded JSON of each line.
 
@@ -332,7 +356,9 @@ class HttpClient:
                     f"{self.settings.timeout_s:g}s (raise timeout_s in [providers.{provider}])"
                 ) from None
             except ValueError as exc:  # not JSON, or over MAX_ANSWER_BYTES
-                raise ProviderResponseError(f"{provider}: malformed stream from {self.settings.base_url}: {exc}") from None
+                raise ProviderResponseError(
+                    f"{provider}: malformed stream from {self.settings.base_url}: {exc}"
+                ) from None
             finally:
                 await response.aclose()
 
@@ -356,7 +382,9 @@ class HttpClient:
                         if stream:
                             return response, b""
                         try:
-                            return response, await read_body(response, MAX_ANSWER_BYTES, what="the answer")
+                            return response, await read_body(
+                                response, MAX_ANSWER_BYTES, what="the answer"
+                            )
                         finally:
                             await response.aclose()
                     error_body = await read_error_body(response)
@@ -393,7 +421,9 @@ class HttpClient:
                     )
             if attempt < attempts:
                 delay = backoff_s(s, attempt, wait)
-                log.warning("%s: %s; retry %d/%d in %.1fs", s.provider, last, attempt, s.max_retries, delay)
+                log.warning(
+                    "%s: %s; retry %d/%d in %.1fs", s.provider, last, attempt, s.max_retries, delay
+                )
                 await trio.sleep(delay)
         raise ProviderUnavailable(f"{s.provider}: {last} (gave up after {attempts} attempts)")
 

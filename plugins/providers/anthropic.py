@@ -27,7 +27,12 @@ ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
-_STOP = {"end_turn": "end_turn", "stop_sequence": "end_turn", "tool_use": "tool_use", "max_tokens": "max_tokens"}
+_STOP = {
+    "end_turn": "end_turn",
+    "stop_sequence": "end_turn",
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+}
 
 
 # ---- sans-I/O: requests ------------------------------------------------------------------
@@ -39,13 +44,22 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]
     turns: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "tool":
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": m.tool_call_id or "",
+                "content": m.content,
+            }
             if m.is_error:
                 block["is_error"] = True
             _append(turns, "user", [block])
         elif m.role == "assistant":
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)} for c in m.tool_calls]
+            blocks: list[dict[str, Any]] = (
+                [{"type": "text", "text": m.content}] if m.content else []
+            )
+            blocks += [
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+                for c in m.tool_calls
+            ]
             if blocks:  # the API refuses empty assistant turns
                 _append(turns, "assistant", blocks)
         else:
@@ -75,7 +89,8 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         body["system"] = request.system
     if request.tools:
         body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)} for t in request.tools
+            {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+            for t in request.tools
         ]
     body.update(params)
     if stream:
@@ -89,14 +104,21 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
 def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:
     if not isinstance(data, Mapping):
         return prior
-    inputs = sum(int(data.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
-    return Usage(inputs or prior.input_tokens, int(data.get("output_tokens") or 0) or prior.output_tokens)
+    inputs = sum(
+        int(data.get(k) or 0)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+    return Usage(
+        inputs or prior.input_tokens, int(data.get("output_tokens") or 0) or prior.output_tokens
+    )
 
 
 def _raise_if_error(data: Mapping[str, Any]) -> None:
     if data.get("type") == "error":
         err = data.get("error") if isinstance(data.get("error"), Mapping) else {}
-        raise ProviderResponseError(f"anthropic reported {err.get('type', 'an error')}: {err.get('message', '')}")
+        raise ProviderResponseError(
+            f"anthropic reported {err.get('type', 'an error')}: {err.get('message', '')}"
+        )
 
 
 def parse_message(data: Any) -> Completion:
@@ -113,7 +135,14 @@ def parse_message(data: Any) -> Completion:
             text.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
             name = str(block.get("name") or "")
-            calls.append(make_tool_call(name, block.get("input"), "anthropic", str(block["id"]) if block.get("id") else None))
+            calls.append(
+                make_tool_call(
+                    name,
+                    block.get("input"),
+                    "anthropic",
+                    str(block["id"]) if block.get("id") else None,
+                )
+            )
     stop = "tool_use" if calls else _STOP.get(str(data.get("stop_reason")), "end_turn")
     return Completion("".join(text), tuple(calls), stop, parse_usage(data.get("usage")))
 
@@ -140,8 +169,15 @@ class MessagesStreamAssembler:
             message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
             self._usage = parse_usage(message.get("usage"), self._usage)
         elif kind == "content_block_start":
-            block = data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
-            entry = {"type": block.get("type"), "id": block.get("id"), "name": block.get("name"), "json": ""}
+            block = (
+                data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
+            )
+            entry = {
+                "type": block.get("type"),
+                "id": block.get("id"),
+                "name": block.get("name"),
+                "json": "",
+            }
             self._blocks[int(data.get("index", len(self._blocks)))] = entry
             if block.get("type") == "text" and block.get("text"):
                 self._text.append(block["text"])
@@ -153,7 +189,10 @@ class MessagesStreamAssembler:
                 self._text.append(piece)
                 return piece
             if delta.get("type") == "input_json_delta":
-                entry = self._blocks.setdefault(int(data.get("index", 0)), {"type": "tool_use", "id": None, "name": "", "json": ""})
+                entry = self._blocks.setdefault(
+                    int(data.get("index", 0)),
+                    {"type": "tool_use", "id": None, "name": "", "json": ""},
+                )
                 entry["json"] += str(delta.get("partial_json", ""))
         elif kind == "message_delta":
             delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
@@ -168,7 +207,9 @@ class MessagesStreamAssembler:
         if not self._done:
             raise StreamInterrupted("anthropic: the stream ended before message_stop; try again")
         calls = tuple(
-            make_tool_call(b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None)
+            make_tool_call(
+                b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None
+            )
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
         )
@@ -188,17 +229,25 @@ class MessagesWire:
         return f"{base_url}/v1/messages"
 
 
-def create_anthropic(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+def create_anthropic(
+    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> HttpProvider:
     """Factory for ``model.provider = "anthropic"`` (``ANTHROPIC_API_KEY``)."""
     name = model_name("anthropic", model, "claude-sonnet-4-5")
     s = load_settings(
-        "anthropic", settings, default_base_url=ANTHROPIC_BASE_URL, default_key_env="ANTHROPIC_API_KEY",
-        key_required=True, env=env,
+        "anthropic",
+        settings,
+        default_base_url=ANTHROPIC_BASE_URL,
+        default_key_env="ANTHROPIC_API_KEY",
+        key_required=True,
+        env=env,
     )
     auth = {"anthropic-version": ANTHROPIC_VERSION}
     if s.api_key:
         auth["x-api-key"] = s.api_key
-    return HttpProvider("anthropic", MessagesWire(), s, auth, model=name, parameters=model_parameters(model))
+    return HttpProvider(
+        "anthropic", MessagesWire(), s, auth, model=name, parameters=model_parameters(model)
+    )
 
 
 @hookimpl
@@ -210,6 +259,9 @@ def roost_check_config(config: Any) -> None:
 def roost_providers() -> list[ProviderDescriptor]:
     return [
         ProviderDescriptor(
-            "anthropic", create_anthropic, "Anthropic Messages API (Claude)", requires_env=("ANTHROPIC_API_KEY",)
+            "anthropic",
+            create_anthropic,
+            "Anthropic Messages API (Claude)",
+            requires_env=("ANTHROPIC_API_KEY",),
         )
     ]

@@ -72,7 +72,9 @@ class GeminiWire:
         for m in messages:
             if m.role == "tool":
                 response = {"error": m.content} if m.is_error else {"result": m.content}
-                part: dict[str, Any] = {"functionResponse": {"name": m.name or "", "response": response}}
+                part: dict[str, Any] = {
+                    "functionResponse": {"name": m.name or "", "response": response}
+                }
                 if m.tool_call_id and not m.tool_call_id.startswith(LOCAL_ID_PREFIX):
                     part["functionResponse"]["id"] = m.tool_call_id
                 _append(turns, "user", part)
@@ -99,7 +101,11 @@ class GeminiWire:
             body["tools"] = [
                 {
                     "functionDeclarations": [
-                        {"name": t.name, "description": t.description, "parametersJsonSchema": dict(t.input_schema)}
+                        {
+                            "name": t.name,
+                            "description": t.description,
+                            "parametersJsonSchema": dict(t.input_schema),
+                        }
                         for t in request.tools
                     ]
                 }
@@ -115,17 +121,24 @@ class GeminiWire:
         data = expect_mapping(data, "the response", "gemini")
         if data.get("error"):
             err = data["error"]
-            raise ProviderResponseError(f"gemini reported an error: {err.get('message') if isinstance(err, Mapping) else err}")
+            raise ProviderResponseError(
+                f"gemini reported an error: {err.get('message') if isinstance(err, Mapping) else err}"
+            )
         usage = None
         meta = data.get("usageMetadata")
         if isinstance(meta, Mapping):
             usage = Usage(
                 int(meta.get("promptTokenCount") or 0),
-                int(meta.get("candidatesTokenCount") or 0) + int(meta.get("thoughtsTokenCount") or 0),
+                int(meta.get("candidatesTokenCount") or 0)
+                + int(meta.get("thoughtsTokenCount") or 0),
             )
         candidates = data.get("candidates")
         if not candidates:
-            feedback = data.get("promptFeedback") if isinstance(data.get("promptFeedback"), Mapping) else {}
+            feedback = (
+                data.get("promptFeedback")
+                if isinstance(data.get("promptFeedback"), Mapping)
+                else {}
+            )
             if feedback.get("blockReason"):
                 raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
             return [], [], None, usage
@@ -202,12 +215,23 @@ def _append(turns: list[dict[str, Any]], role: str, part: dict[str, Any]) -> Non
         turns.append({"role": role, "parts": [part]})
 
 
-def create_gemini(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+def create_gemini(
+    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> HttpProvider:
     """Factory for ``model.provider = "gemini"`` (``GEMINI_API_KEY``)."""
     name = model_name("gemini", model, "gemini-2.5-flash")
-    s = load_settings("gemini", settings, default_base_url=GEMINI_BASE_URL, default_key_env="GEMINI_API_KEY", key_required=True, env=env)
+    s = load_settings(
+        "gemini",
+        settings,
+        default_base_url=GEMINI_BASE_URL,
+        default_key_env="GEMINI_API_KEY",
+        key_required=True,
+        env=env,
+    )
     auth = {"x-goog-api-key": s.api_key} if s.api_key else {}
-    return HttpProvider("gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model))
+    return HttpProvider(
+        "gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model)
+    )
 
 
 @hookimpl
@@ -217,4 +241,11 @@ def roost_check_config(config: Any) -> None:
 
 @hookimpl
 def roost_providers() -> list[ProviderDescriptor]:
-    return [ProviderDescriptor("gemini", create_gemini, "Google Gemini generateContent", requires_env=("GEMINI_API_KEY",))]
+    return [
+        ProviderDescriptor(
+            "gemini",
+            create_gemini,
+            "Google Gemini generateContent",
+            requires_env=("GEMINI_API_KEY",),
+        )
+    ]

@@ -50,7 +50,10 @@ def to_ollama_messages(system: str, messages: tuple[Message, ...]) -> list[dict[
             if m.content or not m.tool_calls:
                 entry["content"] = m.content
             if m.tool_calls:
-                entry["tool_calls"] = [{"function": {"name": c.name, "arguments": dict(c.arguments)}} for c in m.tool_calls]
+                entry["tool_calls"] = [
+                    {"function": {"name": c.name, "arguments": dict(c.arguments)}}
+                    for c in m.tool_calls
+                ]
             out.append(entry)
         else:
             out.append({"role": "user", "content": m.content})
@@ -60,10 +63,20 @@ def to_ollama_messages(system: str, messages: tuple[Message, ...]) -> list[dict[
 def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
     """The ``POST /api/chat`` body; ``stream`` is always explicit (Ollama streams by default)."""
     params = passthrough_parameters(request.parameters)
-    body: dict[str, Any] = {"model": model, "messages": to_ollama_messages(request.system, request.messages)}
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": to_ollama_messages(request.system, request.messages),
+    }
     if request.tools:
         body["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": dict(t.input_schema),
+                },
+            }
             for t in request.tools
         ]
     body["stream"] = stream
@@ -79,10 +92,16 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
 def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
-        fn = expect_mapping(expect_mapping(raw, f"message.tool_calls[{i}]", "ollama").get("function"), f"message.tool_calls[{i}].function", "ollama")
+        fn = expect_mapping(
+            expect_mapping(raw, f"message.tool_calls[{i}]", "ollama").get("function"),
+            f"message.tool_calls[{i}].function",
+            "ollama",
+        )
         name = str(fn.get("name") or "")
         # Ollama gives no call id; roost makes one so results pair with their calls.
-        calls.append(make_tool_call(name, fn.get("arguments"), "ollama", "call_" + uuid.uuid4().hex[:16]))
+        calls.append(
+            make_tool_call(name, fn.get("arguments"), "ollama", "call_" + uuid.uuid4().hex[:16])
+        )
     return calls
 
 
@@ -108,7 +127,9 @@ def parse_response(data: Any) -> Completion:
     data = _check(data)
     message = expect_mapping(data.get("message"), "message", "ollama")
     calls = _calls(message)
-    return Completion(str(message.get("content") or ""), tuple(calls), _stop(data, calls), _usage(data))
+    return Completion(
+        str(message.get("content") or ""), tuple(calls), _stop(data, calls), _usage(data)
+    )
 
 
 class ChatStreamAssembler:
@@ -136,8 +157,15 @@ class ChatStreamAssembler:
 
     def finish(self) -> Completion:
         if self._final is None:
-            raise StreamInterrupted("ollama: the stream ended before a chunk with done=true; try again")
-        return Completion("".join(self._text), tuple(self._calls), _stop(self._final, self._calls), _usage(self._final))
+            raise StreamInterrupted(
+                "ollama: the stream ended before a chunk with done=true; try again"
+            )
+        return Completion(
+            "".join(self._text),
+            tuple(self._calls),
+            _stop(self._final, self._calls),
+            _usage(self._final),
+        )
 
 
 class OllamaWire:
@@ -152,12 +180,23 @@ class OllamaWire:
         return f"{base_url}/api/chat"
 
 
-def create_ollama(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+def create_ollama(
+    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> HttpProvider:
     """Factory for ``model.provider = "ollama"`` (no key needed locally)."""
     name = model_name("ollama", model, "llama3.2")
-    s = load_settings("ollama", settings, default_base_url=OLLAMA_BASE_URL, default_key_env=None, key_required=False, env=env)
+    s = load_settings(
+        "ollama",
+        settings,
+        default_base_url=OLLAMA_BASE_URL,
+        default_key_env=None,
+        key_required=False,
+        env=env,
+    )
     auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-    return HttpProvider("ollama", OllamaWire(), s, auth, model=name, parameters=model_parameters(model))
+    return HttpProvider(
+        "ollama", OllamaWire(), s, auth, model=name, parameters=model_parameters(model)
+    )
 
 
 @hookimpl

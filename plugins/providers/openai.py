@@ -34,7 +34,12 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 OPENROUTER_HEADERS = {"HTTP-Referer": "https://github.com/roost-agents/roost", "X-Title": "roost"}
 
-_FINISH = {"stop": "end_turn", "tool_calls": "tool_use", "function_call": "tool_use", "length": "max_tokens"}
+_FINISH = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+}
 
 
 # ---- sans-I/O: requests ------------------------------------------------------------------
@@ -55,7 +60,10 @@ def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False)},
+                        "function": {
+                            "name": c.name,
+                            "arguments": json.dumps(dict(c.arguments), ensure_ascii=False),
+                        },
                     }
                     for c in m.tool_calls
                 ]
@@ -71,7 +79,11 @@ def to_openai_tools(request: CompletionRequest) -> list[dict[str, Any]]:
     return [
         {
             "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": dict(t.input_schema)},
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.input_schema),
+            },
         }
         for t in request.tools
     ]
@@ -79,7 +91,10 @@ def to_openai_tools(request: CompletionRequest) -> list[dict[str, Any]]:
 
 def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
     """The ``POST /chat/completions`` body; no ``tools`` key when the agent has none."""
-    body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages), "model": model}
+    body: dict[str, Any] = {
+        "messages": to_openai_messages(request.system, request.messages),
+        "model": model,
+    }
     body.update(passthrough_parameters(request.parameters))
     tools = to_openai_tools(request)
     if tools:
@@ -112,19 +127,25 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
     raise_if_error(data, provider)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
-        raise ProviderResponseError(f"{provider}: the response has no choices: {json.dumps(data)[:200]}")
+        raise ProviderResponseError(
+            f"{provider}: the response has no choices: {json.dumps(data)[:200]}"
+        )
     choice = expect_mapping(choices[0], "choices[0]", provider)
     message = expect_mapping(choice.get("message"), "choices[0].message", provider)
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
         raw = expect_mapping(raw, f"choices[0].message.tool_calls[{i}]", provider)
-        fn = expect_mapping(raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider)
+        fn = expect_mapping(
+            raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider
+        )
         name = str(fn.get("name") or "")
         call_id = raw.get("id")
         calls.append(make_tool_call(name, fn.get("arguments"), provider, call_id))
     finish = str(choice.get("finish_reason") or "stop")
     stop = "tool_use" if calls else _FINISH.get(finish, "end_turn")
-    return Completion(str(message.get("content") or ""), tuple(calls), stop, parse_usage(data.get("usage")))
+    return Completion(
+        str(message.get("content") or ""), tuple(calls), stop, parse_usage(data.get("usage"))
+    )
 
 
 class ChatStreamAssembler:
@@ -220,28 +241,59 @@ class ChatCompletionsWire:
 
 
 def _create(
-    provider: str, model: Any, settings: Mapping[str, Any] | None, *, base_url: str, key_env: str,
-    extra_headers: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
+    provider: str,
+    model: Any,
+    settings: Mapping[str, Any] | None,
+    *,
+    base_url: str,
+    key_env: str,
+    extra_headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> HttpProvider:
-    name = model_name(provider, model, "gpt-4o-mini" if provider == "openai" else "openai/gpt-4o-mini")
+    name = model_name(
+        provider, model, "gpt-4o-mini" if provider == "openai" else "openai/gpt-4o-mini"
+    )
     s = load_settings(
-        provider, settings, default_base_url=base_url, default_key_env=key_env, key_required=True,
-        env=env, extra_headers=extra_headers,
+        provider,
+        settings,
+        default_base_url=base_url,
+        default_key_env=key_env,
+        key_required=True,
+        env=env,
+        extra_headers=extra_headers,
     )
     auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-    return HttpProvider(provider, ChatCompletionsWire(provider), s, auth, model=name, parameters=model_parameters(model))
+    return HttpProvider(
+        provider,
+        ChatCompletionsWire(provider),
+        s,
+        auth,
+        model=name,
+        parameters=model_parameters(model),
+    )
 
 
-def create_openai(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+def create_openai(
+    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> HttpProvider:
     """Factory for ``model.provider = "openai"`` (``OPENAI_API_KEY``)."""
-    return _create("openai", model, settings, base_url=OPENAI_BASE_URL, key_env="OPENAI_API_KEY", env=env)
+    return _create(
+        "openai", model, settings, base_url=OPENAI_BASE_URL, key_env="OPENAI_API_KEY", env=env
+    )
 
 
-def create_openrouter(model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None) -> HttpProvider:
+def create_openrouter(
+    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
+) -> HttpProvider:
     """Factory for ``model.provider = "openrouter"`` (``OPENROUTER_API_KEY``)."""
     return _create(
-        "openrouter", model, settings, base_url=OPENROUTER_BASE_URL, key_env="OPENROUTER_API_KEY",
-        extra_headers=OPENROUTER_HEADERS, env=env,
+        "openrouter",
+        model,
+        settings,
+        base_url=OPENROUTER_BASE_URL,
+        key_env="OPENROUTER_API_KEY",
+        extra_headers=OPENROUTER_HEADERS,
+        env=env,
     )
 
 
@@ -254,11 +306,15 @@ def roost_check_config(config: Any) -> None:
 def roost_providers() -> list[ProviderDescriptor]:
     return [
         ProviderDescriptor(
-            "openai", create_openai, "OpenAI Chat Completions, or any compatible server via base_url",
+            "openai",
+            create_openai,
+            "OpenAI Chat Completions, or any compatible server via base_url",
             requires_env=("OPENAI_API_KEY",),
         ),
         ProviderDescriptor(
-            "openrouter", create_openrouter, "OpenRouter (OpenAI format, many vendors' models)",
+            "openrouter",
+            create_openrouter,
+            "OpenRouter (OpenAI format, many vendors' models)",
             requires_env=("OPENROUTER_API_KEY",),
         ),
     ]

@@ -81,11 +81,15 @@ class ScriptedProvider:
                 return _answer(self._default, values, request)
             if rule.ask and steps_done == 0:
                 text = _render(rule.ask, values)
-                return Completion(text=text, stop_reason="input_required", usage=_usage(request, text))
+                return Completion(
+                    text=text, stop_reason="input_required", usage=_usage(request, text)
+                )
 
         if steps_done < len(rule.steps):
             calls = tuple(
-                ToolCall(name=step["tool"], arguments=_render_value(step.get("arguments", {}), values))
+                ToolCall(
+                    name=step["tool"], arguments=_render_value(step.get("arguments", {}), values)
+                )
                 for step in rule.steps[steps_done]
             )
             return Completion(tool_calls=calls, stop_reason="tool_use", usage=_usage(request, ""))
@@ -111,7 +115,11 @@ class ScriptedProvider:
             return None
         original = messages[origin].content
         for rule in self._rules:
-            if rule.ask and rule.matches(original) and _render(rule.ask, {"message": original}) == asked:
+            if (
+                rule.ask
+                and rule.matches(original)
+                and _render(rule.ask, {"message": original}) == asked
+            ):
                 return rule, original
         return None
 
@@ -185,7 +193,9 @@ def _usage(request: CompletionRequest, text: str) -> Usage:
 
 def _answer(template: str, values: Mapping[str, Any], request: CompletionRequest) -> Completion:
     text = _render(template, values)
-    return Completion(text, (), "end_turn", _usage(request, text))  # (text, tool_calls, stop_reason, usage)
+    return Completion(
+        text, (), "end_turn", _usage(request, text)
+    )  # (text, tool_calls, stop_reason, usage)
 
 
 def script_as_dict(script: Any) -> Mapping[str, Any] | None:

@@ -136,14 +136,18 @@ def _read_workspace_file(raw: str, ctx: ToolContext) -> tuple[bytes, str]:
     try:
         fd = _open_in_workspace(raw, root)
     except FileNotFoundError:
-        raise ToolArgumentsInvalid(f"arguments.path: no such file in your workspace: {raw!r}") from None
+        raise ToolArgumentsInvalid(
+            f"arguments.path: no such file in your workspace: {raw!r}"
+        ) from None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise ToolArgumentsInvalid(
                 f"arguments.path: {raw!r} passes through a symbolic link or a non-directory; "
                 "hand over a file you wrote in your workspace, by its own path"
             ) from None
-        raise ToolArgumentsInvalid(f"arguments.path: cannot open {raw!r}: {exc.strerror or exc}") from None
+        raise ToolArgumentsInvalid(
+            f"arguments.path: cannot open {raw!r}: {exc.strerror or exc}"
+        ) from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if stat.S_ISDIR(info.st_mode):

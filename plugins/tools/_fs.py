@@ -146,9 +146,13 @@ def _open_regular(loc: Located, flags: int, raw: str, verb: str) -> tuple[int, o
         info = os.fstat(fd)
         kind = regular_file_kind(info.st_mode)
         if kind == "a directory":
-            raise _Refused(f"{raw!r} is a directory; use the list tool to see its entries", errno.EISDIR)
+            raise _Refused(
+                f"{raw!r} is a directory; use the list tool to see its entries", errno.EISDIR
+            )
         if kind is not None:
-            raise _Refused(f"cannot {verb} {raw!r}: it is {kind}; the file tools open regular files only")
+            raise _Refused(
+                f"cannot {verb} {raw!r}: it is {kind}; the file tools open regular files only"
+            )
     except BaseException:
         os.close(fd)
         raise
@@ -253,7 +257,9 @@ class _Lines:
     def _fill(self) -> bool:
         if not self.buffer:
             if time.monotonic() > self.deadline:
-                raise _Refused(f"{self.what}: reading the file ran out of time; give a smaller offset")
+                raise _Refused(
+                    f"{self.what}: reading the file ran out of time; give a smaller offset"
+                )
             self.buffer = self.f.read(_READ_CHUNK)
         return bool(self.buffer)
 
@@ -388,7 +394,10 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
         raise _explain(exc, raw, loc, "write") from None
     try:
         try:
-            fd, existed = os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd), False
+            fd, existed = (
+                os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd),
+                False,
+            )
         except FileExistsError:
             fd, existed = os.open(name, _WRITE_FLAGS, dir_fd=dir_fd), True
     except IsADirectoryError:
@@ -401,7 +410,9 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
     kind = regular_file_kind(info.st_mode)
     if kind is not None:
         os.close(fd)
-        raise _Refused(f"cannot write {raw!r}: it is {kind}; the file tools write regular files only")
+        raise _Refused(
+            f"cannot write {raw!r}: it is {kind}; the file tools write regular files only"
+        )
     _one_link(fd, info, raw, "write")
     return fd, existed
 
@@ -421,7 +432,9 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
             os.close(fd)
         lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
         verb = "overwrote" if existed else "created"
-        return ToolResult.text(f"{verb} {_shown(loc.path, access)} ({len(data)} bytes, {lines} lines)")
+        return ToolResult.text(
+            f"{verb} {_shown(loc.path, access)} ({len(data)} bytes, {lines} lines)"
+        )
 
     return await _in_thread(ctx, work)
 
@@ -495,6 +508,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "arguments.new_string: is identical to old_string, so the edit would change "
             "nothing; give the replacement text"
         )
+
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw, write=True)
         try:
@@ -594,7 +608,9 @@ def _open_dir(loc: Located, raw: str, verb: str) -> int:
         if exc.code == errno.ENOENT:
             raise _Refused(f"no such directory: {raw!r} ({loc.path})", exc.code) from None
         if exc.code == errno.ENOTDIR and os.path.lexists(loc.path) and not os.path.isdir(loc.path):
-            raise _Refused(f"{raw!r} is a file, not a directory; use read to see it", exc.code) from None
+            raise _Refused(
+                f"{raw!r} is a file, not a directory; use read to see it", exc.code
+            ) from None
         raise
 
 
@@ -610,7 +626,11 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
         try:
             with os.scandir(fd) as it:
                 entries = sorted(
-                    (e for e in it if (hidden or not e.name.startswith(".")) and e.name not in denied),
+                    (
+                        e
+                        for e in it
+                        if (hidden or not e.name.startswith(".")) and e.name not in denied
+                    ),
                     key=lambda e: e.name,
                 )
             lines = []

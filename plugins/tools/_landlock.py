@@ -69,7 +69,9 @@ FILE_ACCESS = (
     | ACCESS_FS_IOCTL_DEV
 )
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom")
-DEVICE_ACCESS = ACCESS_FS_READ_FILE | ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE | ACCESS_FS_IOCTL_DEV
+DEVICE_ACCESS = (
+    ACCESS_FS_READ_FILE | ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE | ACCESS_FS_IOCTL_DEV
+)
 
 
 def fs_access_for_abi(abi: int) -> int:
@@ -131,7 +133,9 @@ class LandlockStatus:
     def describe(self) -> str:
         if self.available:
             return f"Landlock ABI {self.abi}: bash file access is confined by the kernel"
-        return f"Landlock unavailable ({self.reason}): bash file access is NOT confined by the kernel"
+        return (
+            f"Landlock unavailable ({self.reason}): bash file access is NOT confined by the kernel"
+        )
 
 
 class Rules:
@@ -336,7 +340,11 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
                     allow(path, handled_fs)
         if handled_net:
             for port in rules.connect:
-                add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(ACCESS_NET_CONNECT_TCP, port), f"connect {port}")
+                add(
+                    LANDLOCK_RULE_NET_PORT,
+                    _NetPortAttr(ACCESS_NET_CONNECT_TCP, port),
+                    f"connect {port}",
+                )
             for port in rules.bind:
                 add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(ACCESS_NET_BIND_TCP, port), f"bind {port}")
         check(

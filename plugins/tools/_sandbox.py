@@ -107,7 +107,9 @@ def thread_limiter(agent: str) -> trio.CapacityLimiter:
 async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
     """``fn()`` in a worker thread under the agent's limiter; on cancellation (a timeout,
     shutdown) the thread is abandoned rather than waited for."""
-    return await trio.to_thread.run_sync(fn, limiter=thread_limiter(ctx.agent), abandon_on_cancel=True)
+    return await trio.to_thread.run_sync(
+        fn, limiter=thread_limiter(ctx.agent), abandon_on_cancel=True
+    )
 
 
 def path_argument(arguments: Any, name: str = "path", *, default: str | None = None) -> str:
@@ -234,7 +236,11 @@ class FileAccess:
             return path
         roots = [_real(p) for p in SYSTEM_READ_ROOTS]
         roots += [self.workspace, self.temp, *self.read, *self.write]
-        kept = [d for d in path.split(":") if os.path.isabs(d) and any(_inside(_real(d), r) for r in roots)]
+        kept = [
+            d
+            for d in path.split(":")
+            if os.path.isabs(d) and any(_inside(_real(d), r) for r in roots)
+        ]
         return ":".join(dict.fromkeys(kept))
 
     def landlock_args(self) -> list[str]:

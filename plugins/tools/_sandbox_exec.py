@@ -183,10 +183,14 @@ def parse(argv: list[str]) -> Options:
         elif arg == "--parent" and i + 1 < len(argv) and argv[i + 1].isdigit():
             opts.parent = int(argv[i + 1])
             i += 2
-        elif arg in numbers and i + 1 < len(argv) and argv[i + 1].isdigit() and int(argv[i + 1]) > 0:
+        elif (
+            arg in numbers and i + 1 < len(argv) and argv[i + 1].isdigit() and int(argv[i + 1]) > 0
+        ):
             setattr(opts, numbers[arg], int(argv[i + 1]))
             i += 2
-        elif arg == "--tmp" and i + 2 < len(argv) and argv[i + 2].isdigit() and int(argv[i + 2]) > 0:
+        elif (
+            arg == "--tmp" and i + 2 < len(argv) and argv[i + 2].isdigit() and int(argv[i + 2]) > 0
+        ):
             opts.tmp, opts.tmp_mb = argv[i + 1], int(argv[i + 2])
             i += 3
         else:
@@ -300,7 +304,11 @@ def enter_namespaces(*, netns: bool = False) -> str | None:
         return _errno_text("unshare")
     if uid != 0:
         try:
-            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            for name, text in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{uid} {uid} 1"),
+                ("gid_map", f"{gid} {gid} 1"),
+            ):
                 with open(f"/proc/self/{name}", "w") as f:
                     f.write(text)
         except OSError as exc:
@@ -308,7 +316,9 @@ def enter_namespaces(*, netns: bool = False) -> str | None:
     return loopback_up() if netns else None
 
 
-def _mount(source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None) -> bool:
+def _mount(
+    source: bytes, target: bytes, fstype: bytes | None, flags: int, data: bytes | None
+) -> bool:
     _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     return _libc.mount(source, target, fstype, flags, data) == 0
 
@@ -357,7 +367,11 @@ def probe() -> int:
                 init = os.fork()
                 if init == 0:
                     why = mount_private_proc()
-                    alone = os.getpid() == 1 and Path("/proc/1").exists() and not Path("/proc/2").exists()
+                    alone = (
+                        os.getpid() == 1
+                        and Path("/proc/1").exists()
+                        and not Path("/proc/2").exists()
+                    )
                     if why is None and not alone:
                         why = "the new /proc shows other processes"
                     if why is None:
@@ -385,7 +399,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def drop_capabilities() -> str | None:
@@ -419,7 +437,9 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
         why = drop_capabilities()
         if why is not None:
-            os._exit(_fail(f"cannot drop capabilities ({why}); refusing to run the command with them"))
+            os._exit(
+                _fail(f"cannot drop capabilities ({why}); refusing to run the command with them")
+            )
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
             landlock = _load("_landlock")
@@ -437,7 +457,9 @@ def exec_confined(opts: Options, original_mask: set) -> None:
                 landlock.restrict_self(rules)
             except Exception as exc:  # fail closed: never run unconfined by accident
                 os._exit(
-                    _fail(f"Landlock could not be applied ({exc}); refusing to run the command unconfined")
+                    _fail(
+                        f"Landlock could not be applied ({exc}); refusing to run the command unconfined"
+                    )
                 )
         try:
             if seccomp is not None:

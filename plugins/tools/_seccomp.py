@@ -164,6 +164,11 @@ def install(*, own_netns: bool) -> None:
         (PR_SET_NO_NEW_PRIVS, 1, 0),  # required to load a filter without CAP_SYS_ADMIN
         (PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog)),
     ):
-        if libc.prctl(ctypes.c_int(args[0]), ctypes.c_ulong(args[1]), ctypes.c_ulong(args[2]), 0, 0) != 0:
+        if (
+            libc.prctl(
+                ctypes.c_int(args[0]), ctypes.c_ulong(args[1]), ctypes.c_ulong(args[2]), 0, 0
+            )
+            != 0
+        ):
             err = ctypes.get_errno()
             raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")

@@ -50,7 +50,11 @@ def arguments_for(schema: Any) -> dict[str, Any]:
         return {}
     props = schema.get("properties") or {}
     required = schema.get("required") or []
-    return {name: sample_value(props.get(name)) for name in props if name in required or "default" in (props.get(name) or {})}
+    return {
+        name: sample_value(props.get(name))
+        for name in props
+        if name in required or "default" in (props.get(name) or {})
+    }
 
 
 async def elicit(params, context):
@@ -62,7 +66,12 @@ async def elicit(params, context):
 
 
 async def sample(params, context):
-    return {"role": "assistant", "content": {"type": "text", "text": "This is a test response from roost"}, "model": "roost-conformance", "stopReason": "endTurn"}
+    return {
+        "role": "assistant",
+        "content": {"type": "text", "text": "This is a test response from roost"},
+        "model": "roost-conformance",
+        "stopReason": "endTurn",
+    }
 
 
 def roots(context):
@@ -72,23 +81,35 @@ def roots(context):
 async def main(url: str) -> int:
     version = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION") or "auto"
     options = ClientOptions(
-        server_name="conformance", protocol=version if version != "draft" else "2026-07-28", timeout_secs=30,
-        elicitation=elicit, sampling=sample, roots=roots,
+        server_name="conformance",
+        protocol=version if version != "draft" else "2026-07-28",
+        timeout_secs=30,
+        elicitation=elicit,
+        sampling=sample,
+        roots=roots,
     )
-    async with open_http_transport(url, name="conformance", allow_loopback=True, allow_private=True) as transport:
+    async with open_http_transport(
+        url, name="conformance", allow_loopback=True, allow_private=True
+    ) as transport:
         async with open_mcp_client(transport, options) as client:
             tools = await client.list_tools()
             context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
             listed = {t["name"] for t in tools}
             if isinstance(context.get("toolCalls"), list):  # the scenario names the calls to make
-                calls = [(c["name"], c.get("arguments") or {}) for c in context["toolCalls"] if c.get("name") in listed]
+                calls = [
+                    (c["name"], c.get("arguments") or {})
+                    for c in context["toolCalls"]
+                    if c.get("name") in listed
+                ]
             else:
                 calls = [(t["name"], arguments_for(t.get("inputSchema"))) for t in tools]
             for name, arguments in calls:
                 tool = {"name": name}
                 try:
                     result = await client.call_tool(name, arguments)
-                    print(json.dumps({"tool": tool["name"], "isError": result.get("isError", False)}))
+                    print(
+                        json.dumps({"tool": tool["name"], "isError": result.get("isError", False)})
+                    )
                 except McpError as exc:
                     print(json.dumps({"tool": tool["name"], "error": str(exc)}))
     return 0

@@ -23,9 +23,15 @@ async def main(home: str, port: int) -> None:
         agents={"bundled": False},
         http={"rate_limit_per_s": 10000, "rate_limit_burst": 10000},
     )
-    async with open_kernel(config, agents=[conformance_plugin.conformance_agent()], plugins=[conformance_plugin]) as kernel:
+    async with open_kernel(
+        config, agents=[conformance_plugin.conformance_agent()], plugins=[conformance_plugin]
+    ) as kernel:
         async with trio.open_nursery() as nursery:
-            host, bound = await nursery.start(lambda task_status: serve(kernel, host="127.0.0.1", port=port, task_status=task_status))
+            host, bound = await nursery.start(
+                lambda task_status: serve(
+                    kernel, host="127.0.0.1", port=port, task_status=task_status
+                )
+            )
             print(f"http://{host}:{bound}", flush=True)
 
 

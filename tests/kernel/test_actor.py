@@ -892,7 +892,9 @@ async def test_stop_fails_direct_asks_waiting_for_a_slot_and_lets_the_running_on
             await trio.testing.wait_all_tasks_blocked()
             rec.gate.set()
     assert outcomes["block"] == {"generation": 1, "payload": "block"}
-    assert isinstance(outcomes["waiting"], ActorStopped) and "stopped on request" in str(outcomes["waiting"])
+    assert isinstance(outcomes["waiting"], ActorStopped) and "stopped on request" in str(
+        outcomes["waiting"]
+    )
     assert rec.seen == ["block"]
 
 
@@ -985,7 +987,9 @@ async def test_stop_fails_a_queued_ask_at_once_even_when_a_worker_holds_it_waiti
     assert "told" not in rec.seen and "queued" not in rec.seen
 
 
-async def test_an_asks_own_deadline_is_a_timeout_even_while_its_actor_stops_gracefully(autojump_clock):
+async def test_an_asks_own_deadline_is_a_timeout_even_while_its_actor_stops_gracefully(
+    autojump_clock,
+):
     # Regression: any cancellation while the actor was stopping was reported as ActorStopped.
     rec = Recorder()
     async with open_actor_system() as system:
@@ -1072,12 +1076,20 @@ async def test_ask_payload_answers_like_ask_and_watchers_still_see_the_reply_eve
         system.spawn("direct", factory, direct_asks=True)
         system.spawn("mailbox", factory)  # answered by a worker, not in the asker's task
         for name in ("direct", "mailbox"):
-            assert await system.ask_payload(name, "X", "a") == (await system.ask(name, "X", "a")).payload == "pong:a"
+            assert (
+                await system.ask_payload(name, "X", "a")
+                == (await system.ask(name, "X", "a")).payload
+                == "pong:a"
+            )
         async with system.tap.subscribe(kinds=(EventKind.ACTOR_REPLY,)) as events:
             assert await system.ask_payload("direct", "X", "b") == "pong:b"
             with trio.fail_after(5):
                 reply = await events.receive()
-        assert reply.kind == EventKind.ACTOR_REPLY and reply.payload == "pong:b" and reply.source == "direct"
+        assert (
+            reply.kind == EventKind.ACTOR_REPLY
+            and reply.payload == "pong:b"
+            and reply.source == "direct"
+        )
         with pytest.raises(AgentNotFound):
             await system.ask_payload("nobody", "X")
 
@@ -1104,7 +1116,9 @@ def stoppable_factory(asks: list):
 
 async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_given(autojump_clock):
     asks: list = []
-    async with open_actor_system(shutdown_timeout_s=0.1) as system:  # the worker's handler never ends
+    async with open_actor_system(
+        shutdown_timeout_s=0.1
+    ) as system:  # the worker's handler never ends
         system.spawn("w", stoppable_factory(asks), direct_asks=True)
         system.spawn("mailbox", stoppable_factory(asks))  # run by a worker: no DirectAsk
 
@@ -1116,7 +1130,11 @@ async def test_a_direct_handler_cancelled_through_its_ask_answers_what_it_was_gi
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_soon, "stopped")
             reply = await system.ask("w", "X", timeout=10)
-        assert reply.payload == "stopped" and reply.source == "w" and reply.kind == EventKind.ACTOR_REPLY
+        assert (
+            reply.payload == "stopped"
+            and reply.source == "w"
+            and reply.kind == EventKind.ACTOR_REPLY
+        )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(cancel_soon, "again")
             assert await system.ask_payload("w", "X", timeout=10) == "again"
@@ -1145,7 +1163,9 @@ async def test_a_direct_handler_cancelled_as_its_deadline_passes_is_still_a_time
                 await system.ask("w", "X", 0.3, timeout=0.1)
 
 
-async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_through(autojump_clock):
+async def test_a_direct_handler_cancelled_with_its_asker_lets_the_cancellation_through(
+    autojump_clock,
+):
     asks: list = []
     async with open_actor_system() as system:
         system.spawn("w", stoppable_factory(asks), direct_asks=True)
@@ -1230,7 +1250,9 @@ async def test_an_ended_direct_ask_lets_go_of_its_event():
         assert system._ask_timer.entries == []  # once none is live, none is kept
 
 
-async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline(autojump_clock):
+async def test_direct_asks_in_flight_at_shutdown_still_time_out_at_their_own_deadline(
+    autojump_clock,
+):
     # Shutting down stops the timer; the asks it watched get their deadlines back in their
     # scopes (the shutdown's grace period is longer here).
     outcome = []
@@ -1293,7 +1315,9 @@ async def test_an_actor_spawned_by_a_direct_handler_can_stop_itself_at_once(auto
         assert trio.current_time() == start
 
 
-async def test_direct_asks_keep_their_deadlines_after_the_systems_nursery_is_cancelled(autojump_clock):
+async def test_direct_asks_keep_their_deadlines_after_the_systems_nursery_is_cancelled(
+    autojump_clock,
+):
     # Regression (review): the shared deadline timer died with the nursery, and an ask made
     # afterwards (shielded, to a still-running actor) waited for its handler, not its timeout.
     def factory():

@@ -346,5 +346,7 @@ async def test_store_full_sync_reaches_the_database(tmp_path):
 
     config = default_config(home=tmp_path, store={"synchronous": "full"}, agents={"bundled": False})
     async with open_kernel(config) as kernel:
-        mode = await kernel.store.read("probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        mode = await kernel.store.read(
+            "probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0]
+        )
     assert config.store.synchronous == "full" and mode == 2

@@ -47,11 +47,26 @@ timeout_s = 3
 """
 
 CASES = [
-    (MCP_TYPO, "mcp_servers[0]: unknown key 'timeout_sec' — did you mean 'timeout_secs'? valid keys in [[mcp_servers]]: name, timeout_secs, env, transport"),
-    (TRANSPORT_TYPO, "mcp_servers[0] (fs): unknown key 'transport.ulr' — did you mean 'url'? valid keys in [mcp_servers.transport] (type = \"http\"): type, url, headers"),
-    (A2A_TYPO, "a2a.external_agents[0].ulr: unknown key — did you mean 'url'? valid keys in [[a2a.external_agents]]: name, url, headers"),
-    (PROVIDER_TYPO, "unknown key 'providers.openai.base_ur' — did you mean 'base_url'? valid keys in [providers.openai]: base_url, api_key_env"),
-    (PROVIDER_NAME_TYPO, "[providers.opnai]: no installed provider is called 'opnai' — did you mean [providers.openai]?"),
+    (
+        MCP_TYPO,
+        "mcp_servers[0]: unknown key 'timeout_sec' — did you mean 'timeout_secs'? valid keys in [[mcp_servers]]: name, timeout_secs, env, transport",
+    ),
+    (
+        TRANSPORT_TYPO,
+        "mcp_servers[0] (fs): unknown key 'transport.ulr' — did you mean 'url'? valid keys in [mcp_servers.transport] (type = \"http\"): type, url, headers",
+    ),
+    (
+        A2A_TYPO,
+        "a2a.external_agents[0].ulr: unknown key — did you mean 'url'? valid keys in [[a2a.external_agents]]: name, url, headers",
+    ),
+    (
+        PROVIDER_TYPO,
+        "unknown key 'providers.openai.base_ur' — did you mean 'base_url'? valid keys in [providers.openai]: base_url, api_key_env",
+    ),
+    (
+        PROVIDER_NAME_TYPO,
+        "[providers.opnai]: no installed provider is called 'opnai' — did you mean [providers.openai]?",
+    ),
 ]
 
 
@@ -62,7 +77,9 @@ def write_config(tmp_path: Path, body: str) -> Path:
 
 
 @pytest.mark.parametrize("body, message", CASES)
-async def test_a_typo_stops_the_kernel_booting_naming_the_file_the_key_and_the_valid_keys(tmp_path, body, message):
+async def test_a_typo_stops_the_kernel_booting_naming_the_file_the_key_and_the_valid_keys(
+    tmp_path, body, message
+):
     config = load_config(write_config(tmp_path, body), env={})
     with pytest.raises(ConfigError) as caught:
         async with open_kernel(config):
@@ -75,7 +92,9 @@ async def run_roost(*args: str, env: dict[str, str] | None = None) -> trio.Compl
     if not ROOST.exists():
         pytest.skip("the roost console script is not installed (make install)")
     with trio.fail_after(60):
-        return await trio.run_process([str(ROOST), *args], capture_stdout=True, capture_stderr=True, check=False, env=env)
+        return await trio.run_process(
+            [str(ROOST), *args], capture_stdout=True, capture_stderr=True, check=False, env=env
+        )
 
 
 @pytest.mark.parametrize("body, message", [CASES[0], CASES[2], CASES[3]])
@@ -92,7 +111,9 @@ async def test_a_one_shot_command_names_the_file_from_roost_config(tmp_path):
     import os
 
     config = write_config(tmp_path, TRANSPORT_TYPO)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")} | {"ROOST_CONFIG": str(config)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")} | {
+        "ROOST_CONFIG": str(config)
+    }
     done = await run_roost("agents", env=env)
     assert done.returncode != 0
     assert f"roost: error: {config}: {CASES[1][1]}" in done.stderr.decode()
@@ -107,7 +128,12 @@ async def test_every_problem_is_reported_at_once(tmp_path):
 
 
 async def test_a_section_of_a_disabled_provider_plugin_is_no_error(tmp_path):
-    config = default_config(home=tmp_path / "home", agents={"bundled": False}, providers={"gemini": {"timeout_s": 3}}, plugins={"disabled": ["gemini"]})
+    config = default_config(
+        home=tmp_path / "home",
+        agents={"bundled": False},
+        providers={"gemini": {"timeout_s": 3}},
+        plugins={"disabled": ["gemini"]},
+    )
     async with open_kernel(config) as kernel:
         assert "gemini" not in kernel.providers
 
@@ -127,19 +153,31 @@ class ThirdPartyPlugin:
 async def test_a_third_party_plugin_checks_its_settings_at_boot(tmp_path):
     config = load_config(write_config(tmp_path, "[providers.speech]\nvoise = 'x'\n"), env={})
     plugin = ThirdPartyPlugin(ConfigError("providers.speech: 'voice' is required"))
-    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'my-settings.toml'}: providers.speech: 'voice' is required"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{tmp_path / 'my-settings.toml'}: providers.speech: 'voice' is required",
+    ):
         async with open_kernel(config, plugins=[plugin, SpeechProvider()]):
             pytest.fail("booted")
 
 
 async def test_a_check_that_crashes_is_the_plugins_failure_not_the_configs(tmp_path):
-    config = default_config(home=tmp_path / "home", agents={"bundled": False}, providers={"scripted": {}})
+    config = default_config(
+        home=tmp_path / "home", agents={"bundled": False}, providers={"scripted": {}}
+    )
     plugin = ThirdPartyPlugin(RuntimeError("bug"))
     async with open_kernel(config, plugins=[plugin]) as kernel:
-        assert not any("roost_check_config" in f.error for f in kernel.plugins.failures)  # not called: no [providers.speech]
-    config = default_config(home=tmp_path / "home", agents={"bundled": False}, providers={"speech": {}})
+        assert not any(
+            "roost_check_config" in f.error for f in kernel.plugins.failures
+        )  # not called: no [providers.speech]
+    config = default_config(
+        home=tmp_path / "home", agents={"bundled": False}, providers={"speech": {}}
+    )
     async with open_kernel(config, plugins=[plugin, SpeechProvider()]) as kernel:
-        assert any("roost_check_config raised RuntimeError: bug" in f.error for f in kernel.plugins.failures)
+        assert any(
+            "roost_check_config raised RuntimeError: bug" in f.error
+            for f in kernel.plugins.failures
+        )
 
 
 class SpeechProvider:
@@ -152,7 +190,9 @@ class SpeechProvider:
 
 async def test_a_missing_agents_dir_names_the_config_file(tmp_path):
     config = tmp_path / "my-settings.toml"
-    config.write_text(f'home = "{tmp_path / "home"}"\n[agents]\nbundled = false\ndirs = ["nowhere"]\n')
+    config.write_text(
+        f'home = "{tmp_path / "home"}"\n[agents]\nbundled = false\ndirs = ["nowhere"]\n'
+    )
     async with open_kernel(load_config(config, env={})) as kernel:
         [error] = kernel.manifest_errors
         assert str(error).endswith(f"agents directory not found; fix [agents].dirs in {config}")

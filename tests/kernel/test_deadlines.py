@@ -54,7 +54,12 @@ async def test_items_expire_at_their_deadlines_in_order(autojump_clock):
         for name, after in [("c", 30.0), ("a", 10.0), ("b", 20.0), ("a2", 10.0)]:
             rec.push(Item(name), after)
         await trio.sleep(100)
-        assert rec.expired == [("a", start + 10), ("a2", start + 10), ("b", start + 20), ("c", start + 30)]
+        assert rec.expired == [
+            ("a", start + 10),
+            ("a2", start + 10),
+            ("b", start + 20),
+            ("c", start + 30),
+        ]
         assert rec.timer.entries == []
         nursery.cancel_scope.cancel()
 
@@ -106,7 +111,9 @@ async def test_the_heap_is_rebuilt_without_ended_entries_once_they_outnumber_the
 
 async def test_the_slack_is_per_timer():
     async with trio.open_nursery() as nursery:
-        timer: DeadlineTimer[Item] = DeadlineTimer(nursery, operator.attrgetter("ended"), print, slack=0)
+        timer: DeadlineTimer[Item] = DeadlineTimer(
+            nursery, operator.attrgetter("ended"), print, slack=0
+        )
         for n in range(100):
             item = Item(str(n))
             timer.push(trio.current_time() + 60, n, item, 1)

@@ -14,7 +14,11 @@ INIT = Path(kernel.__file__)
 def _type_checking_imports() -> dict[str, tuple[str, str]]:
     """The names the ``if TYPE_CHECKING:`` block imports: name → (module, name there)."""
     tree = ast.parse(INIT.read_text(encoding="utf-8"))
-    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING")
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "_typing.TYPE_CHECKING"
+    )
     names: dict[str, tuple[str, str]] = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
@@ -36,7 +40,9 @@ def test_the_static_imports_the_lazy_table_and_all_name_the_same_things():
 @pytest.mark.parametrize("name", kernel.__all__)
 def test_each_public_name_is_the_object_of_its_module(name):
     module_name, attribute = kernel._public()[name]
-    module = sys.modules.get(f"roost.kernel.{module_name}") or __import__(f"roost.kernel.{module_name}", fromlist=["_"])
+    module = sys.modules.get(f"roost.kernel.{module_name}") or __import__(
+        f"roost.kernel.{module_name}", fromlist=["_"]
+    )
     expected = getattr(module, attribute) if attribute else module
     assert getattr(kernel, name) is expected
 
@@ -67,7 +73,9 @@ def test_a_module_failing_with_attribute_error_is_an_import_error_with_its_cause
         return real_import(name, package)
 
     monkeypatch.setattr(kernel._importlib, "import_module", broken)
-    with pytest.raises(ImportError, match="loading roost.kernel._netguard failed.*ip_address") as caught:
+    with pytest.raises(
+        ImportError, match="loading roost.kernel._netguard failed.*ip_address"
+    ) as caught:
         exec("from roost.kernel import check_url", {})
     assert isinstance(caught.value.__cause__, AttributeError)
 
@@ -86,7 +94,9 @@ def _modules_after(code: str) -> list[str]:
         "roost.kernel._store",
     ]
     script = f"import sys\n{code}\nprint(','.join(m for m in {heavy!r} if m in sys.modules))"
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
     return [m for m in result.stdout.strip().split(",") if m]
 
 

@@ -272,7 +272,9 @@ def test_encode_escapes_lone_surrogates_instead_of_failing():
 
 def test_a_lone_surrogate_in_the_method_or_id_is_an_invalid_request_naming_it():
     # Regression (issue 15): echoed in the answer, it made the server fail to encode it (500).
-    with pytest.raises(JsonRpcError, match=r"^method: contains a lone surrogate \(U\+D800\)") as info:
+    with pytest.raises(
+        JsonRpcError, match=r"^method: contains a lone surrogate \(U\+D800\)"
+    ) as info:
         parse(b'{"jsonrpc":"2.0","method":"\\ud800","id":1}')
     assert info.value.code == INVALID_REQUEST and info.value.id == 1
     with pytest.raises(JsonRpcError, match=r"^id: contains a lone surrogate \(U\+DFFF\)") as info:
@@ -506,7 +508,9 @@ def test_encode_then_parse_is_identity(message):
 def test_dumps_writes_what_json_dumps_writes(value):
     for allow_nan in (False, True):
         try:
-            expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)
+            expected = json.dumps(
+                value, ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan
+            )
         except ValueError as exc:
             with pytest.raises(ValueError, match="Out of range float"):
                 jsonrpc.dumps(value, allow_nan=allow_nan)
@@ -525,7 +529,11 @@ def test_dumps_refuses_what_is_not_json():
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(st.text(max_size=60) | json_values.map(json.dumps) | json_values.map(lambda v: f" {json.dumps(v)}\n"))
+@given(
+    st.text(max_size=60)
+    | json_values.map(json.dumps)
+    | json_values.map(lambda v: f" {json.dumps(v)}\n")
+)
 def test_loads_reads_what_json_loads_reads(text):
     try:
         expected = json.loads(text)

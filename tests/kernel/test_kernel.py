@@ -38,7 +38,10 @@ def agent(name, *, tools=(), rules=(), default_reply="{message}", **extra):
     data = {
         "name": name,
         "description": f"test agent {name}",
-        "model": {"provider": "scripted", "script": {"rules": list(rules), "default_reply": default_reply}},
+        "model": {
+            "provider": "scripted",
+            "script": {"rules": list(rules), "default_reply": default_reply},
+        },
         "capabilities": {"tools": list(tools)},
     }
     data.update(extra)
@@ -69,7 +72,11 @@ class FixtureTools:
         async def crash(call, ctx):
             raise ValueError("boom")
 
-        schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+        schema = {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        }
         return [
             Tool(ToolSpec("echo", "echo", schema, owner="test"), echo),
             Tool(ToolSpec("sleepy", "sleeps", owner="test"), sleepy),
@@ -104,7 +111,9 @@ async def test_bundled_agents_collaborate_over_kernel_routed_mcp_calls(config):
                     break
         assert not reply.is_error
         assert "approved" in reply.text
-        agent_calls = [e for e in seen if e.kind == EventKind.EXEC_TOOL_CALL and "jsonrpc" in e.payload]
+        agent_calls = [
+            e for e in seen if e.kind == EventKind.EXEC_TOOL_CALL and "jsonrpc" in e.payload
+        ]
         hops = [(e.source, e.target, e.trace.depth) for e in agent_calls]
         assert hops == [("coordinator", "worker", 1), ("worker", "reviewer", 2)]
         # The very JSON-RPC message MCP sends, with the trace in params._meta.
@@ -133,8 +142,12 @@ async def test_runaway_chain_trips_the_breaker_at_depth_5_naming_the_path(config
 
 async def test_per_agent_max_depth_is_the_stricter_limit(config):
     a = agent("a", tools=["agent_b"], rules=[call_rule(".", "agent_b", {"message": "{message}"})])
-    b = agent("b", tools=["agent_c"], rules=[call_rule(".", "agent_c", {"message": "{message}"})],
-              limits={"max_depth": 2})
+    b = agent(
+        "b",
+        tools=["agent_c"],
+        rules=[call_rule(".", "agent_c", {"message": "{message}"})],
+        limits={"max_depth": 2},
+    )
     c = agent("c")
     async with open_kernel(config, agents=[a, b, c]) as kernel:
         reply = await kernel.send("a", "hello")
@@ -192,9 +205,16 @@ async def test_tainted_data_may_not_flow_into_bash_unchanged(config):
     a = agent(
         "a",
         tools=["fetch", "bash"],
-        rules=[{"match": ".", "steps": [{"tool": "fetch", "arguments": {}},
-                                        {"tool": "bash", "arguments": {"command": "{result}"}}],
-                "reply": "{result}"}],
+        rules=[
+            {
+                "match": ".",
+                "steps": [
+                    {"tool": "fetch", "arguments": {}},
+                    {"tool": "bash", "arguments": {"command": "{result}"}},
+                ],
+                "reply": "{result}",
+            }
+        ],
     )
     async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("a", "install it")
@@ -203,8 +223,12 @@ async def test_tainted_data_may_not_flow_into_bash_unchanged(config):
 
 async def test_the_same_call_repeated_is_stopped_by_the_loop_guard(config):
     step = {"tool": "echo", "arguments": {"text": "again"}}
-    a = agent("a", tools=["echo"], rules=[{"match": ".", "steps": [step] * 8, "reply": "done"}],
-              limits={"max_turns": 20})
+    a = agent(
+        "a",
+        tools=["echo"],
+        rules=[{"match": ".", "steps": [step] * 8, "reply": "done"}],
+        limits={"max_turns": 20},
+    )
     async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("a", "go")
     assert reply.stop_reason == "loop_detected" and reply.is_error
@@ -229,14 +253,28 @@ async def test_exposure_private_tools_are_never_listed_nor_callable(config):
         names = {t["name"] for t in listed["result"]["tools"]}
         assert "message" in names and "bash" not in names
         denied = await surface.handle(
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-             "params": {"name": "bash", "arguments": {"command": "true"}}})
-        assert denied["error"]["code"] == -32602 and "unknown tool: bash" in denied["error"]["message"]
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "bash", "arguments": {"command": "true"}},
+            }
+        )
+        assert (
+            denied["error"]["code"] == -32602 and "unknown tool: bash" in denied["error"]["message"]
+        )
         missing = await surface.handle(
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-             "params": {"name": "nope", "arguments": {}}})
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "nope", "arguments": {}},
+            }
+        )
         assert missing["error"] == {
-            "code": -32602, "message": "unknown tool: nope; see tools/list", "data": {"tool": "nope"}
+            "code": -32602,
+            "message": "unknown tool: nope; see tools/list",
+            "data": {"tool": "nope"},
         }
 
 
@@ -254,7 +292,11 @@ async def test_history_and_audit_survive_a_restart(config):
 
 
 async def test_an_agent_called_by_another_keeps_its_one_shot_history_in_memory(config):
-    caller = agent("caller", tools=["agent_callee"], rules=[call_rule(".", "agent_callee", {"message": "{message}"})])
+    caller = agent(
+        "caller",
+        tools=["agent_callee"],
+        rules=[call_rule(".", "agent_callee", {"message": "{message}"})],
+    )
     callee = agent("callee", tools=["echo"], rules=[call_rule(".", "echo", {"text": "{message}"})])
     async with open_kernel(config, agents=[caller, callee], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("caller", "ping")
@@ -265,7 +307,10 @@ async def test_an_agent_called_by_another_keeps_its_one_shot_history_in_memory(c
     # Only the caller's session is stored: nobody can continue the callee's one-shot run.
     assert [(s["agent"], s["message_count"]) for s in sessions] == [("caller", 4)]
     # Both hops stay in the audit log under the one trace.
-    assert {(r.agent, r.tool, r.outcome) for r in audit} == {("caller", "agent_callee", "ok"), ("callee", "echo", "ok")}
+    assert {(r.agent, r.tool, r.outcome) for r in audit} == {
+        ("caller", "agent_callee", "ok"),
+        ("callee", "echo", "ok"),
+    }
     # The callee's token usage is still counted (written behind, read back in full).
     assert usage["callee"]["requests"] >= 1 and usage["caller"]["requests"] >= 1
 
@@ -394,7 +439,9 @@ class TierProvider:
                 self.requests.append(request)
                 if request.system.startswith("Classify"):
                     assert request.tools == ()  # the router call offers no tools
-                    return Completion(text="complex" if "hard" in request.messages[-1].content else "simple")
+                    return Completion(
+                        text="complex" if "hard" in request.messages[-1].content else "simple"
+                    )
                 return Completion(text=f"{self.model} answered")
 
             async def stream(self, request):
@@ -404,18 +451,26 @@ class TierProvider:
 
 
 async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_the_complex(config):
-    a = parse_manifest({
-        "name": "router",
-        "description": "routes",
-        "model": {"provider": "tiers", "name": "main",
-                  "fast": {"provider": "tiers", "name": "small"},
-                  "complex": {"provider": "tiers", "name": "big"}},
-    })
+    a = parse_manifest(
+        {
+            "name": "router",
+            "description": "routes",
+            "model": {
+                "provider": "tiers",
+                "name": "main",
+                "fast": {"provider": "tiers", "name": "small"},
+                "complex": {"provider": "tiers", "name": "big"},
+            },
+        }
+    )
     async with open_kernel(config, agents=[a], plugins=[TierProvider()]) as kernel:
         async with kernel.tap.subscribe(kinds=(EventKind.AGENT_ROUTED,)) as routed:
             easy = await kernel.send("router", "what is 2+2")
             hard = await kernel.send("router", "a hard proof")
-            tiers = [routed.receive_nowait().payload["tier"], routed.receive_nowait().payload["tier"]]
+            tiers = [
+                routed.receive_nowait().payload["tier"],
+                routed.receive_nowait().payload["tier"],
+            ]
     assert (easy.text, hard.text) == ("small answered", "big answered")
     assert tiers == ["fast", "complex"]
 
@@ -452,7 +507,10 @@ async def test_asking_a_slow_agent_times_out_like_any_tool_and_stops_its_work(co
                 await trio.sleep(0.01)
         audit = await kernel.store.audit(agent="boss")
     assert result.is_error
-    assert "tool agent_sleeper did not finish within 0.3 s (set limits.tool_timeouts" in result.as_text()
+    assert (
+        "tool agent_sleeper did not finish within 0.3 s (set limits.tool_timeouts"
+        in result.as_text()
+    )
     assert [(r.tool, r.outcome) for r in audit] == [("agent_sleeper", "timeout")]
 
 
@@ -475,7 +533,11 @@ async def test_cancelling_a_run_asked_by_another_agent_answers_cancelled(config)
         async with trio.open_nursery() as nursery:
 
             async def ask_a():
-                results.append(await kernel.call_tool("b", ToolCall("agent_a", {"message": "work"}, id="call_1")))
+                results.append(
+                    await kernel.call_tool(
+                        "b", ToolCall("agent_a", {"message": "work"}, id="call_1")
+                    )
+                )
 
             nursery.start_soon(ask_a)
             assert await _running_run(runtime) == "call_1"
@@ -484,7 +546,12 @@ async def test_cancelling_a_run_asked_by_another_agent_answers_cancelled(config)
         audit = await kernel.store.audit()
     [result] = results
     assert result.is_error and result.as_text() == "cancelled"
-    assert result.structured_content == {"agent": "a", "text": "cancelled", "session_id": None, "stop_reason": "cancelled"}
+    assert result.structured_content == {
+        "agent": "a",
+        "text": "cancelled",
+        "session_id": None,
+        "stop_reason": "cancelled",
+    }
     assert sorted((r.agent, r.tool, r.outcome, r.error) for r in audit) == [
         ("a", "sleepy", "cancelled", "the call was cancelled"),
         ("b", "agent_a", "error", "cancelled"),
@@ -505,7 +572,12 @@ async def test_cancelling_a_sent_message_replies_cancelled_and_keeps_the_user_me
                 nursery.start_soon(send)
                 assert runtime.cancel(await _running_run(runtime))
             [reply] = replies
-            assert (reply.text, reply.stop_reason, reply.is_error, reply.turns) == ("cancelled", "cancelled", True, 0)
+            assert (reply.text, reply.stop_reason, reply.is_error, reply.turns) == (
+                "cancelled",
+                "cancelled",
+                True,
+                0,
+            )
             assert reply.session_id == (session_id or reply.session_id) and reply.trace_id
             history = await kernel.store.history(reply.session_id)
             assert [m.role for m in history][-1:] == ["user"] and history[-1].content == "work"
@@ -520,7 +592,11 @@ async def test_cancelling_a_run_started_outside_any_ask_replies_cancelled(config
         async with trio.open_nursery() as nursery:
 
             async def run():
-                replies.append(await runtime.handle_message("work", session_id=None, trace=None, run_id="r1", persist=False))
+                replies.append(
+                    await runtime.handle_message(
+                        "work", session_id=None, trace=None, run_id="r1", persist=False
+                    )
+                )
 
             nursery.start_soon(run)
             assert await _running_run(runtime) == "r1"
@@ -533,7 +609,11 @@ async def test_cancelling_a_run_started_outside_any_ask_replies_cancelled(config
 async def test_a_tool_call_with_nan_arguments_fails_as_its_result_and_the_run_is_stored(config):
     # Regression: NaN in a model's tool arguments (Python's JSON decoder accepts it) made
     # storing the exchange fail, which crashed the agent's actor.
-    a = agent("a", tools=["echo"], rules=[call_rule(".", "echo", {"text": float("nan")}, reply="got: {result}")])
+    a = agent(
+        "a",
+        tools=["echo"],
+        rules=[call_rule(".", "echo", {"text": float("nan")}, reply="got: {result}")],
+    )
     async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("a", "go")
         history = await kernel.store.history(reply.session_id)
@@ -614,7 +694,9 @@ def slow_read(store, running):
     return store.read("slow read", lambda conn: running.set() or time.sleep(1.0))
 
 
-async def test_a_cancel_while_a_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(config):
+async def test_a_cancel_while_a_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(
+    config,
+):
     # Regression (review): the first exchange's write, queued behind another batch, was
     # withdrawn by the caller's timeout, and the new session was never stored at all.
     a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
@@ -640,7 +722,9 @@ async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_use
 
         store.finish_exchange = failing
         try:
-            with pytest.raises(StoreError, match="disk I/O"):  # the request fails; the actor did not crash
+            with pytest.raises(
+                StoreError, match="disk I/O"
+            ):  # the request fails; the actor did not crash
                 await kernel.send("a", "hello", session_id="s-fail", new_session=True)
         finally:
             store.finish_exchange = real
@@ -648,7 +732,9 @@ async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_use
     assert [(m.role, m.content) for m in history] == [("user", "hello")]
 
 
-async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_stored_and_reported_stored(config):
+async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_stored_and_reported_stored(
+    config,
+):
     # Regression (review): a 10 s timer around the first exchange's write could withdraw it
     # (nothing stored at all) or report as failed a write that had committed; the write now
     # has no timer of its own, so a long wait (here 1 s) ends stored and reported stored.
@@ -661,7 +747,12 @@ async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_st
             reply = await kernel.send("a", "work", session_id="s-new", new_session=True)
         history = await kernel.store.history("s-new")
     assert not reply.is_error and reply.text == "ok"
-    assert [(m.role, m.content) for m in history] == [("user", "work"), ("assistant", ""), ("tool", "ok"), ("assistant", "ok")]
+    assert [(m.role, m.content) for m in history] == [
+        ("user", "work"),
+        ("assistant", ""),
+        ("tool", "ok"),
+        ("assistant", "ok"),
+    ]
 
 
 def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
@@ -680,7 +771,14 @@ def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
     a["b"] = b
     values = [
         {"message": 'héllo "q" \u2028'},
-        {"f": float("nan"), "i": float("-inf"), "n": None, "b": [1, 2.5, True], "o": object, "t": (1, 2)},
+        {
+            "f": float("nan"),
+            "i": float("-inf"),
+            "n": None,
+            "b": [1, 2.5, True],
+            "o": object,
+            "t": (1, 2),
+        },
         {1: 2, None: 3, 2.5: "x", False: True},
     ]
     for value in values:
@@ -692,7 +790,11 @@ def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
             reference.encode(bad)
         assert encode(values[0]) == reference.encode(values[0])
     del a["b"]  # no longer circular: the markers of the failed encoding must be gone
-    assert encode({"a": a, "b": b}) == reference.encode({"a": a, "b": b}) == '{"a": {}, "b": {"a": {}}}'
+    assert (
+        encode({"a": a, "b": b})
+        == reference.encode({"a": a, "b": b})
+        == '{"a": {}, "b": {"a": {}}}'
+    )
 
 
 async def test_agent_tools_run_through_their_handler_too_and_odd_handlers_still_run(config):
@@ -711,13 +813,17 @@ async def test_agent_tools_run_through_their_handler_too_and_odd_handlers_still_
             return [Tool(ToolSpec("odd", "odd handler", owner="test"), SlotsHandler())]
 
     caller = agent("caller", tools=["agent_callee", "odd"])
-    async with open_kernel(config, agents=[caller, agent("callee")], plugins=[OddTools()]) as kernel:
+    async with open_kernel(
+        config, agents=[caller, agent("callee")], plugins=[OddTools()]
+    ) as kernel:
         assert (await kernel.call_tool("caller", ToolCall("odd", {}))).as_text() == "slots:caller"
         tool = kernel.registry.get("agent_callee")
         context = ToolContext(agent="caller", workspace=config.home, timeout_s=5.0)
         result = await tool.handler(ToolCall("agent_callee", {"message": "hi"}), context)
         assert result.as_text() == "hi" and not result.is_error
-        assert (await kernel.call_tool("caller", ToolCall("agent_callee", {"message": "ho"}))).as_text() == "ho"
+        assert (
+            await kernel.call_tool("caller", ToolCall("agent_callee", {"message": "ho"}))
+        ).as_text() == "ho"
 
 
 # ---- the in-host agent-to-agent path: what its shortcuts must keep ---------------------------
@@ -747,12 +853,16 @@ def test_the_audit_shortcut_turns_itself_off_when_a_field_gains_a_check(monkeypa
             raise ValueError("negative")
 
     real = attrs.fields
-    fields = [f.evolve(validator=positive) if f.name == "duration_ms" else f for f in real(AuditRecord)]
+    fields = [
+        f.evolve(validator=positive) if f.name == "duration_ms" else f for f in real(AuditRecord)
+    ]
     monkeypatch.setattr(attrs, "fields", lambda cls: fields if cls is AuditRecord else real(cls))
     assert _toolcalls._audit_builder() is AuditRecord
 
 
-async def test_audit_records_of_the_kernel_equal_the_validated_ones_and_bad_values_still_fail(config):
+async def test_audit_records_of_the_kernel_equal_the_validated_ones_and_bad_values_still_fail(
+    config,
+):
     from roost.kernel import AuditRecord
 
     caller = agent("caller", tools=["agent_callee"])
@@ -783,16 +893,27 @@ async def test_audit_records_of_the_kernel_equal_the_validated_ones_and_bad_valu
         result = await kernel.call_tool("caller", call)
         (row,) = await kernel.store.audit(agent="caller")
     assert result.as_text() == "hi"
-    assert (row.tool, row.arguments, row.outcome, row.error) == ("agent_callee", '{"message": "hi"}', "ok", None)
+    assert (row.tool, row.arguments, row.outcome, row.error) == (
+        "agent_callee",
+        '{"message": "hi"}',
+        "ok",
+        None,
+    )
 
 
 async def test_arguments_of_an_agent_tool_are_still_checked_against_its_schema(config):
     caller = agent("caller", tools=["agent_callee"])
     async with open_kernel(config, agents=[caller, agent("callee")]) as kernel:
-        for arguments, expected in (({}, "message"), ({"message": 3}, "arguments.message"), ({"message": "a", "x": 1}, "x")):
+        for arguments, expected in (
+            ({}, "message"),
+            ({"message": 3}, "arguments.message"),
+            ({"message": "a", "x": 1}, "x"),
+        ):
             result = await kernel.call_tool("caller", ToolCall("agent_callee", arguments))
             assert result.is_error and expected in result.as_text(), (arguments, result.as_text())
-        assert (await kernel.call_tool("caller", ToolCall("agent_callee", {"message": "ok"}))).as_text() == "ok"
+        assert (
+            await kernel.call_tool("caller", ToolCall("agent_callee", {"message": "ok"}))
+        ).as_text() == "ok"
         outcomes = [r.outcome for r in await kernel.store.audit(agent="caller")]
     assert sorted(outcomes) == ["denied", "denied", "denied", "ok"]
 
@@ -813,15 +934,25 @@ def test_results_read_from_json_rpc_keep_mapping_blocks_and_drop_the_rest():
     from roost.kernel import result_from_jsonrpc
 
     block = MappingProxyType({"type": "text", "text": "a"})
-    response = {"result": {"content": [block, "junk", {"type": "text", "text": "b"}], "structuredContent": ["x"]}}
+    response = {
+        "result": {
+            "content": [block, "junk", {"type": "text", "text": "b"}],
+            "structuredContent": ["x"],
+        }
+    }
     result = result_from_jsonrpc(response)
-    assert result.content == (block, {"type": "text", "text": "b"}) and result.structured_content == {"result": ["x"]}
+    assert result.content == (
+        block,
+        {"type": "text", "text": "b"},
+    ) and result.structured_content == {"result": ["x"]}
     assert result.as_text() == "a\nb" and not result.is_error
     proxy = MappingProxyType({"result": MappingProxyType({"content": [block], "isError": True})})
     result = result_from_jsonrpc(proxy)
     assert result.content == (block,) and result.is_error
     assert result_from_jsonrpc({"result": "no"}).is_error and result_from_jsonrpc("no").is_error
-    assert result_from_jsonrpc({"result": {"content": "text", "structuredContent": {"k": 1}}}).structured_content == {"k": 1}
+    assert result_from_jsonrpc(
+        {"result": {"content": "text", "structuredContent": {"k": 1}}}
+    ).structured_content == {"k": 1}
 
 
 async def test_agents_asking_each_other_back_and_forth_are_stopped_by_the_ping_pong_check(config):
@@ -834,7 +965,11 @@ async def test_agents_asking_each_other_back_and_forth_are_stopped_by_the_ping_p
         audit = await kernel.store.audit(trace_id=reply.trace_id)
     refused = [r for r in audit if r.outcome == "denied"]
     assert [(r.agent, r.tool, r.error) for r in refused] == [("a", "agent_b", "loop detected")]
-    assert sorted((r.agent, r.tool) for r in audit) == [("a", "agent_b"), ("a", "agent_b"), ("b", "agent_a")]
+    assert sorted((r.agent, r.tool) for r in audit) == [
+        ("a", "agent_b"),
+        ("a", "agent_b"),
+        ("b", "agent_a"),
+    ]
 
 
 def test_as_text_of_one_text_block_is_its_text():
@@ -843,7 +978,10 @@ def test_as_text_of_one_text_block_is_its_text():
     assert ToolResult(({"type": "text"},)).as_text() == ""
     assert ToolResult(({"type": "image", "data": "x"},)).as_text() == "[image content]"
     assert ToolResult((), {"k": "é"}).as_text() == '{"k": "é"}'
-    assert ToolResult(({"type": "text", "text": "a"}, {"type": "text", "text": "b"})).as_text() == "a\nb"
+    assert (
+        ToolResult(({"type": "text", "text": "a"}, {"type": "text", "text": "b"})).as_text()
+        == "a\nb"
+    )
 
 
 async def test_untrusted_results_in_a_sessions_history_still_taint_its_next_run(tmp_path):
@@ -907,7 +1045,9 @@ async def test_a_plugin_tool_owned_by_agents_is_exposed_audited_and_tapped_like_
             result = await kernel.call_tool("a", ToolCall("lookup", {"q": "x"}))
             seen = [events.receive_nowait().kind for _ in range(2)]
             surface = kernel.surface("a")
-            exposed = await surface.call_tool(surface.prepare({"name": "lookup", "arguments": {"q": "y"}}))
+            exposed = await surface.call_tool(
+                surface.prepare({"name": "lookup", "arguments": {"q": "y"}})
+            )
             seen += [events.receive_nowait().kind for _ in range(2)]
             with pytest.raises(trio.WouldBlock):
                 events.receive_nowait()

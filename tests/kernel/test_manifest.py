@@ -439,7 +439,6 @@ def test_a_model_found_valid_once_is_still_checked_in_its_place():
     assert error_of(changed).pointer == "/model/script/rules/0/reply"
 
 
-
 def test_a_tuple_never_passes_where_the_same_list_was_found_valid():
     """The remembered values were keyed by their JSON text, which a tuple shares with a
     list: after a manifest gave ``files.read`` as ``["/srv"]``, an in-memory one giving it
@@ -447,6 +446,7 @@ def test_a_tuple_never_passes_where_the_same_list_was_found_valid():
     assert error_of(base(files={"read": ("/srv",)})).pointer == "/files/read"
     parse_manifest(base(files={"read": ["/srv"]}))
     assert error_of(base(files={"read": ("/srv",)})).pointer == "/files/read"
+
 
 def _write_agents(root: Path, count: int) -> Path:
     for i in range(count):
@@ -556,7 +556,9 @@ def _server(**options):
 
 
 def test_mcp_server_client_options_are_accepted():
-    m = parse_manifest(base(mcp_servers=[_server(protocol="2025-06-18", sampling=True, allow_local=True)]))
+    m = parse_manifest(
+        base(mcp_servers=[_server(protocol="2025-06-18", sampling=True, allow_local=True)])
+    )
     server = m.mcp_servers[0]
     assert (server.protocol, server.sampling, server.allow_local) == ("2025-06-18", True, True)
     plain = parse_manifest(base(mcp_servers=[_server()])).mcp_servers[0]

@@ -238,11 +238,41 @@ def test_url_refused_is_a_sandbox_error_with_details():
 @pytest.mark.parametrize(
     "url, address, pinned, host_header, sni",
     [
-        ("https://example.com/a?b=1#frag", "93.184.216.34", "https://93.184.216.34/a?b=1", "example.com", "example.com"),
-        ("http://example.com:8080", "93.184.216.34", "http://93.184.216.34:8080/", "example.com:8080", None),
-        ("https://example.com:8443/x", "2606:2800::1", "https://[2606:2800::1]:8443/x", "example.com:8443", "example.com"),
-        ("https://[2606:2800::1]/x", "2606:2800::1", "https://[2606:2800::1]/x", "[2606:2800::1]", None),
-        ("https://93.184.216.34/", "93.184.216.34", "https://93.184.216.34/", "93.184.216.34", None),
+        (
+            "https://example.com/a?b=1#frag",
+            "93.184.216.34",
+            "https://93.184.216.34/a?b=1",
+            "example.com",
+            "example.com",
+        ),
+        (
+            "http://example.com:8080",
+            "93.184.216.34",
+            "http://93.184.216.34:8080/",
+            "example.com:8080",
+            None,
+        ),
+        (
+            "https://example.com:8443/x",
+            "2606:2800::1",
+            "https://[2606:2800::1]:8443/x",
+            "example.com:8443",
+            "example.com",
+        ),
+        (
+            "https://[2606:2800::1]/x",
+            "2606:2800::1",
+            "https://[2606:2800::1]/x",
+            "[2606:2800::1]",
+            None,
+        ),
+        (
+            "https://93.184.216.34/",
+            "93.184.216.34",
+            "https://93.184.216.34/",
+            "93.184.216.34",
+            None,
+        ),
     ],
 )
 def test_pin_url_connects_to_the_address_and_keeps_the_name(url, address, pinned, host_header, sni):

@@ -38,11 +38,19 @@ def agent(name, tools, rules):
     )
 
 
-MAKER = agent("maker", ["write", "artifact"], [{"match": ".", "steps": MAKER_STEPS, "reply": "made"}])
+MAKER = agent(
+    "maker", ["write", "artifact"], [{"match": ".", "steps": MAKER_STEPS, "reply": "made"}]
+)
 BOSS = agent(
     "boss",
     ["agent_maker"],
-    [{"match": ".", "steps": [{"tool": "agent_maker", "arguments": {"message": "{message}"}}], "reply": "boss: {result}"}],
+    [
+        {
+            "match": ".",
+            "steps": [{"tool": "agent_maker", "arguments": {"message": "{message}"}}],
+            "reply": "boss: {result}",
+        }
+    ],
 )
 
 
@@ -56,10 +64,20 @@ async def test_a_run_returns_what_the_agent_handed_over(config):
         reply = await kernel.send("maker", "birds")
     assert not reply.is_error and reply.text == "made"
     notes, facts = reply.outputs
-    assert (notes.name, notes.parts[0].raw, notes.parts[0].media_type) == ("notes", b"hello", "text/plain")
+    assert (notes.name, notes.parts[0].raw, notes.parts[0].media_type) == (
+        "notes",
+        b"hello",
+        "text/plain",
+    )
     assert facts.parts[0].data == {"topic": "birds"}
     as_json = json.loads(json.dumps(reply.to_dict()))
-    assert as_json["outputs"][0]["parts"] == [{"raw": base64.b64encode(b"hello").decode(), "filename": "notes.txt", "mediaType": "text/plain"}]
+    assert as_json["outputs"][0]["parts"] == [
+        {
+            "raw": base64.b64encode(b"hello").decode(),
+            "filename": "notes.txt",
+            "mediaType": "text/plain",
+        }
+    ]
 
 
 async def test_an_asked_agents_outputs_reach_the_caller_and_its_caller(config):
@@ -68,7 +86,10 @@ async def test_an_asked_agents_outputs_reach_the_caller_and_its_caller(config):
         reply = await kernel.send("boss", "owls")
     # The tool result an asking agent's model reads: the answer, then the artifacts.
     assert direct.content[0] == {"type": "text", "text": "made"}
-    assert direct.content[1]["type"] == "resource" and direct.content[1]["resource"]["mimeType"] == "text/plain"
+    assert (
+        direct.content[1]["type"] == "resource"
+        and direct.content[1]["resource"]["mimeType"] == "text/plain"
+    )
     assert direct.content[2] == {"type": "text", "text": '{"topic": "birds"}'}
     assert "[resource roost://artifacts/" in direct.as_text()
     # ...and, like ADK's AgentTool, the asking run hands them on to whoever asked it.
@@ -103,7 +124,9 @@ def test_mcp_blocks_for_every_kind_of_part():
         "artifacts": [{"artifactId": "out-1", "name": "bundle", "parts": shapes}],
     }
     # ...from which the outputs are rebuilt whole (how an asking agent adopts them).
-    assert output_from_json(result["structuredContent"]["artifacts"][0], result["content"]) == output
+    assert (
+        output_from_json(result["structuredContent"]["artifacts"][0], result["content"]) == output
+    )
     assert result["content"] == [
         {"type": "text", "text": "answer"},
         {"type": "text", "text": "t"},
@@ -112,13 +135,20 @@ def test_mcp_blocks_for_every_kind_of_part():
         {"type": "audio", "data": base64.b64encode(b"RIFF").decode(), "mimeType": "audio/wav"},
         {
             "type": "resource",
-            "resource": {"uri": "roost://artifacts/out-1/my%20report.pdf", "mimeType": "application/pdf", "blob": base64.b64encode(b"%PDF").decode()},
+            "resource": {
+                "uri": "roost://artifacts/out-1/my%20report.pdf",
+                "mimeType": "application/pdf",
+                "blob": base64.b64encode(b"%PDF").decode(),
+            },
         },
         {"type": "resource_link", "uri": "https://e.com/x.zip", "name": "x.zip"},
     ]
     # No outputs: no artifacts key, one text block.
     plain = AgentReply("maker", "answer", "s", "t").to_mcp()
-    assert plain["content"] == [{"type": "text", "text": "answer"}] and "artifacts" not in plain["structuredContent"]
+    assert (
+        plain["content"] == [{"type": "text", "text": "answer"}]
+        and "artifacts" not in plain["structuredContent"]
+    )
 
 
 def test_a_run_at_its_bounds_fits_one_mcp_stdio_message():
@@ -147,10 +177,23 @@ def test_an_asked_agents_artifacts_are_adopted_whole_or_not_at_all():
 
 def test_outputs_round_trip_through_json_and_junk_is_ignored():
     output = Output(
-        "x", (OutputPart(raw=b"\0\1", filename="b.bin"), OutputPart(data=None, has_data=True), OutputPart(url="https://e.com")), "d"
+        "x",
+        (
+            OutputPart(raw=b"\0\1", filename="b.bin"),
+            OutputPart(data=None, has_data=True),
+            OutputPart(url="https://e.com"),
+        ),
+        "d",
     )
     assert output_from_json(output.to_json()) == output
-    for junk in (None, [], {"name": "x"}, {"name": "x", "parts": [{"raw": "%%%"}]}, {"name": 1, "parts": []}, {"name": "x", "parts": [{}]}):
+    for junk in (
+        None,
+        [],
+        {"name": "x"},
+        {"name": "x", "parts": [{"raw": "%%%"}]},
+        {"name": 1, "parts": []},
+        {"name": "x", "parts": [{}]},
+    ):
         assert output_from_json(junk) is None
 
 

@@ -125,7 +125,9 @@ def test_bad_exposure_patterns_name_the_field():
 
 def test_exposure_tells_tools_apart_by_owner_not_only_by_name():
     exposure = Exposure(expose=("mcp:*",), private=("mcp:github:*",))
-    same_name_other_owner = ToolSpec(name="mcp_github_create_issue", owner="mcp:gitlab", original_name="create_issue")
+    same_name_other_owner = ToolSpec(
+        name="mcp_github_create_issue", owner="mcp:gitlab", original_name="create_issue"
+    )
     assert not exposure.is_exposed(GH_ISSUE)
     assert exposure.is_exposed(same_name_other_owner)
     assert not exposure.is_exposed(READ)
@@ -575,13 +577,21 @@ TYPED_SCHEMA = {
 TYPED = ToolSpec(name="typed", input_schema=TYPED_SCHEMA)
 _json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["s", "i", "n", "b", "a", "o", "z", "any", "extra"]), _json_values, max_size=5))
+@given(
+    st.dictionaries(
+        st.sampled_from(["s", "i", "n", "b", "a", "o", "z", "any", "extra"]),
+        _json_values,
+        max_size=5,
+    )
+)
 def test_argument_validation_agrees_with_jsonschema(arguments):
     import jsonschema
 
@@ -604,7 +614,11 @@ def test_argument_errors_name_the_field_under_draft_2020_12():
             "type": "object",
             "properties": {
                 "path": {"type": "string"},
-                "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+                "pair": {
+                    "type": "array",
+                    "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                    "items": False,
+                },
                 "kind": {"$ref": "#/$defs/kind"},
             },
             "dependentRequired": {"pair": ["path"]},
@@ -614,13 +628,17 @@ def test_argument_errors_name_the_field_under_draft_2020_12():
     validate_arguments(spec, {"path": "x", "pair": ["a", 1], "kind": "a"})
     with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: 5 is not of type 'string'"):
         validate_arguments(spec, {"path": 5})
-    with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.pair\[1\]: 'x' is not of type 'integer'"):
+    with pytest.raises(
+        ToolArgumentsInvalid, match=r"arguments\.pair\[1\]: 'x' is not of type 'integer'"
+    ):
         validate_arguments(spec, {"path": "p", "pair": ["a", "x"]})
     with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.pair: Expected at most 2 items"):
         validate_arguments(spec, {"path": "p", "pair": ["a", 1, 2]})
     with pytest.raises(ToolArgumentsInvalid, match=r"arguments: 'path' is a dependency of 'pair'"):
         validate_arguments(spec, {"pair": ["a", 1]})
-    with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.kind: 'c' is not one of \['a', 'b'\]"):
+    with pytest.raises(
+        ToolArgumentsInvalid, match=r"arguments\.kind: 'c' is not one of \['a', 'b'\]"
+    ):
         validate_arguments(spec, {"kind": "c"})
 
 

@@ -321,7 +321,12 @@ async def test_a_span_record_stays_small_whatever_a_model_caller_or_peer_puts_in
             span = kernel.start_span(
                 SpanKind.TOOL, "mcp_peer_tool", TraceContext.new("a"), source="a", peer_tool=huge
             )
-            peer_said = {"code": "recursion_limit", "path": [huge] * 64, "depth": 65, "max_depth": 5}
+            peer_said = {
+                "code": "recursion_limit",
+                "path": [huge] * 64,
+                "depth": 65,
+                "max_depth": 5,
+            }
             span.mark_refusal(RecursionLimitExceeded.from_dict(peer_said))
             span.end(huge)
             records = [e.payload for e in drain(events)]

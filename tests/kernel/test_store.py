@@ -168,7 +168,9 @@ def test_an_acknowledged_write_survives_the_process_being_killed(tmp_path):
         "        await trio.sleep(60)\n"
         "trio.run(main)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script, str(db)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(db)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "stored"
     finally:
@@ -219,9 +221,15 @@ async def test_a_session_of_another_agent_is_a_session_conflict_raised_by_the_st
     # matched its text to turn it into the caller's mistake; now the store says so itself.
     async with open_store(":memory:") as store:
         await store.ensure_session("s", "a")
-        with pytest.raises(SessionConflict, match="session 's' belongs to agent 'a', not 'b'") as caught:
+        with pytest.raises(
+            SessionConflict, match="session 's' belongs to agent 'a', not 'b'"
+        ) as caught:
             await store.append_messages("s", "b", [msg("user", "x")])
-        assert (caught.value.session_id, caught.value.agent, caught.value.owner_agent) == ("s", "b", "a")
+        assert (caught.value.session_id, caught.value.agent, caught.value.owner_agent) == (
+            "s",
+            "b",
+            "a",
+        )
         assert not isinstance(caught.value, StoreError)
         with pytest.raises(SessionConflict):
             await store.ensure_session("s", "b")
@@ -306,12 +314,18 @@ async def test_non_json_data_is_refused_and_nothing_is_stored():
             await store.append_messages("s", "a", [msg("user", "x", score=float("nan"))])
         circular: dict = {}
         circular["self"] = circular
-        with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(Circular reference"):
-            await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": circular}])
+        with pytest.raises(
+            StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(Circular reference"
+        ):
+            await store.append_messages(
+                "s", "a", [{"role": "user", "content": "x", "data": circular}]
+            )
         deep = inner = {}
         for _ in range(100_000):
             inner["a"] = inner = {}
-        with pytest.raises(StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(nested too deep"):
+        with pytest.raises(
+            StoreError, match=r"messages\[0\]\.data: not JSON-serialisable \(nested too deep"
+        ):
             await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": deep}])
         assert await store.history("s") == []
 
@@ -321,7 +335,9 @@ async def test_message_data_may_be_any_mapping_and_reads_back_as_written():
 
     async with open_store(":memory:") as store:
         data = MappingProxyType({"n": 1, "text": "é", "items": [None, True, 2.5]})
-        await store.append_messages("s", "a", [{"role": "user", "content": "x", "data": data}, msg("user", "y")])
+        await store.append_messages(
+            "s", "a", [{"role": "user", "content": "x", "data": data}, msg("user", "y")]
+        )
         assert [m.data for m in await store.history("s")] == [dict(data), {}]
 
 
@@ -543,12 +559,16 @@ async def test_an_exchange_takes_two_transactions_and_keeps_order(tmp_path):
     from roost.kernel import open_store
 
     async with open_store(tmp_path / "x.db") as store:
-        before = await store.start_exchange("s", "a", {"role": "user", "content": "one", "data": {}})
+        before = await store.start_exchange(
+            "s", "a", {"role": "user", "content": "one", "data": {}}
+        )
         assert before == []
         await store.finish_exchange(
             "s", "a", [{"role": "assistant", "content": "two", "data": {}}], usage=("p", "m", 3, 4)
         )
-        before = await store.start_exchange("s", "a", {"role": "user", "content": "three", "data": {}})
+        before = await store.start_exchange(
+            "s", "a", {"role": "user", "content": "three", "data": {}}
+        )
         assert [m.content for m in before] == ["one", "two"]
         assert [m.content for m in await store.history("s")] == ["one", "two", "three"]
         assert (await store.usage_by_agent())["a"]["input_tokens"] == 3
@@ -571,7 +591,10 @@ async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
         counts = {s["id"]: s["message_count"] for s in await store.sessions()}
         assert counts == {"started": 2, "finished": 2, "appended": 4, "empty": 0}
         seqs = await _rows(store, "SELECT session_id, seq FROM messages ORDER BY session_id, seq")
-        assert seqs == [("appended", n) for n in (1, 2, 3, 4)] + [("finished", 1), ("finished", 2)] + [
+        assert seqs == [("appended", n) for n in (1, 2, 3, 4)] + [
+            ("finished", 1),
+            ("finished", 2),
+        ] + [
             ("started", 1),
             ("started", 2),
         ]
@@ -596,7 +619,9 @@ class _Gate:
     def work(self, conn):
         self.entered.set()
         assert self.release.wait(10), "gate never released"
-        conn.execute("INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, 'gate', 'p', '', 0, 0)")
+        conn.execute(
+            "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, 'gate', 'p', '', 0, 0)"
+        )
         return "gate"
 
     async def hold(self, store, nursery) -> None:
@@ -645,7 +670,9 @@ async def test_a_failing_write_among_good_ones_fails_alone(tmp_path):
             await trio.testing.wait_all_tasks_blocked()
             gate.release.set()
         assert outcomes["good1"] == "ok" and outcomes["good2"] == "ok"
-        assert isinstance(outcomes["bad"], SessionConflict) and "belongs to agent 'alice'" in str(outcomes["bad"])
+        assert isinstance(outcomes["bad"], SessionConflict) and "belongs to agent 'alice'" in str(
+            outcomes["bad"]
+        )
         assert [m.content for m in await store.history("g1")] == ["good1"]
         assert [m.content for m in await store.history("g2")] == ["good2"]
         assert await store.history("owned") == []  # the failed item left nothing behind
@@ -664,14 +691,24 @@ async def test_a_sqlite_error_in_one_item_names_its_operation_and_spares_the_res
 
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
-            nursery.start_soon(run, "insert one", lambda c: c.execute(_INSERT_USAGE_ROW, ("one",)).rowcount)
-            nursery.start_soon(run, "break things", lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"))
-            nursery.start_soon(run, "insert two", lambda c: c.execute(_INSERT_USAGE_ROW, ("two",)).rowcount)
+            nursery.start_soon(
+                run, "insert one", lambda c: c.execute(_INSERT_USAGE_ROW, ("one",)).rowcount
+            )
+            nursery.start_soon(
+                run, "break things", lambda c: c.execute("INSERT INTO no_such_table VALUES (1)")
+            )
+            nursery.start_soon(
+                run, "insert two", lambda c: c.execute(_INSERT_USAGE_ROW, ("two",)).rowcount
+            )
             await trio.testing.wait_all_tasks_blocked()
             gate.release.set()
         assert results["insert one"] == 1 and results["insert two"] == 1
         error = results["break things"]
-        assert isinstance(error, StoreError) and "could not break things" in str(error) and "no_such_table" in str(error)
+        assert (
+            isinstance(error, StoreError)
+            and "could not break things" in str(error)
+            and "no_such_table" in str(error)
+        )
         agents = await _rows(store, "SELECT agent FROM usage ORDER BY agent")
     assert agents == [("gate",), ("one",), ("two",)]
 
@@ -849,18 +886,29 @@ async def test_a_tool_calls_audit_row_is_stored_when_the_call_returns(tmp_path):
     def agent(name, tools):
         script = {"rules": [], "default_reply": "{message}"}
         return parse_manifest(
-            {"name": name, "description": name, "model": {"provider": "scripted", "script": script}, "capabilities": {"tools": tools}}
+            {
+                "name": name,
+                "description": name,
+                "model": {"provider": "scripted", "script": script},
+                "capabilities": {"tools": tools},
+            }
         )
 
     config = default_config(home=tmp_path, agents={"bundled": False})
-    async with open_kernel(config, agents=[agent("caller", ["agent_callee"]), agent("callee", [])]) as kernel:
+    async with open_kernel(
+        config, agents=[agent("caller", ["agent_callee"]), agent("callee", [])]
+    ) as kernel:
         db = kernel.store.path
         for i in range(5):
-            result = await kernel.call_tool("caller", ToolCall("agent_callee", {"message": f"hello {i}"}))
+            result = await kernel.call_tool(
+                "caller", ToolCall("agent_callee", {"message": f"hello {i}"})
+            )
             assert result.as_text() == f"hello {i}"
             other = sqlite3.connect(db)  # as another process would read it, at this moment
             try:
-                rows = other.execute("SELECT tool, arguments FROM audit WHERE agent = 'caller' ORDER BY id").fetchall()
+                rows = other.execute(
+                    "SELECT tool, arguments FROM audit WHERE agent = 'caller' ORDER BY id"
+                ).fetchall()
             finally:
                 other.close()
             assert len(rows) == i + 1 and json.loads(rows[-1][1]) == {"message": f"hello {i}"}
@@ -875,7 +923,9 @@ async def test_usage_logged_behind_is_read_by_the_next_read_and_survives_a_resta
         with pytest.raises(StoreError, match="input_tokens"):
             await store.log_usage("a", None, "scripted", "", -1, 7)  # checked at once
         # Queued before this read: the database's thread commits it first.
-        assert await store.usage_by_agent() == {"a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}}
+        assert await store.usage_by_agent() == {
+            "a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}
+        }
         await store.log_usage("b", None, "scripted", "", 1, 1)  # queued just before close
     async with open_store(db) as store:
         assert (await store.usage_by_agent())["b"]["requests"] == 1
@@ -899,7 +949,9 @@ async def test_logging_usage_is_no_cancel_point_and_waits_only_for_room(tmp_path
 async def test_a_row_sqlite_cannot_take_is_stored_escaped(tmp_path):
     # A lone surrogate (JSON "\ud800" decodes to one) cannot be encoded as UTF-8.
     async with open_store(tmp_path / "roost.db") as store:
-        await store.record_tool_call(AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}')))
+        await store.record_tool_call(
+            AuditRecord(agent="a", tool="evil", arguments=json.loads('{"x": "\\ud800"}'))
+        )
         (evil,) = await store.audit()
     assert "\\ud800" in evil.arguments
 
@@ -909,7 +961,11 @@ async def test_a_failed_write_behind_is_logged_and_costs_only_itself(tmp_path, c
         gate = _Gate()
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
-            await store.write("break things", lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"), wait=False)
+            await store.write(
+                "break things",
+                lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"),
+                wait=False,
+            )
             await store.log_usage("a", None, "scripted", "", 1, 1)
             gate.release.set()
         assert (await store.usage_by_agent())["a"]["requests"] == 1
@@ -938,13 +994,17 @@ async def test_a_shielded_write_behind_a_full_batch_is_still_written(tmp_path, m
         async def shielded():
             with trio.CancelScope() as scope:
                 scope.cancel()
-                await store.write("shielded", lambda c: c.execute(_INSERT_USAGE_ROW, ("shielded",)), shield=True)
+                await store.write(
+                    "shielded", lambda c: c.execute(_INSERT_USAGE_ROW, ("shielded",)), shield=True
+                )
                 answered.append(True)
 
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery)
             for name in ("b", "c"):
-                nursery.start_soon(store.write, name, lambda c, name=name: c.execute(_INSERT_USAGE_ROW, (name,)))
+                nursery.start_soon(
+                    store.write, name, lambda c, name=name: c.execute(_INSERT_USAGE_ROW, (name,))
+                )
             await trio.testing.wait_all_tasks_blocked()
             nursery.start_soon(shielded)
             await trio.testing.wait_all_tasks_blocked()
@@ -961,7 +1021,16 @@ def _scripted_agent(directory, name, **manifest):
     script = {"rules": manifest.pop("rules", []), "default_reply": "{message}"}
     path = directory / name / "agent.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"name": name, "description": name, "model": {"provider": "scripted", "script": script}, **manifest}))
+    path.write_text(
+        json.dumps(
+            {
+                "name": name,
+                "description": name,
+                "model": {"provider": "scripted", "script": script},
+                **manifest,
+            }
+        )
+    )
 
 
 async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered(tmp_path):
@@ -975,11 +1044,16 @@ async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered
         pytest.skip("the roost console script is not installed (run make install)")
     _scripted_agent(tmp_path / "agents", "worker", mcp={"expose_tools": ["list"]})
     home = tmp_path / "home"
-    (tmp_path / "roost.toml").write_text(f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    (tmp_path / "roost.toml").write_text(
+        f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
     env.update(ROOST_HOME=str(home), ROOST_CONFIG=str(tmp_path / "roost.toml"))
     process = await trio.lowlevel.open_process(
-        [roost, "run", "--host", "127.0.0.1", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [roost, "run", "--host", "127.0.0.1", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     answered = 0
     try:
@@ -990,8 +1064,12 @@ async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered
                 assert chunk, f"roost run exited: {output.decode(errors='replace')}"
                 output += chunk
             url = output.decode().split("listening on ", 1)[1].split()[0]
-            async with open_http_transport(f"{url}/agents/worker/mcp", allow_loopback=True) as transport:
-                async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
+            async with open_http_transport(
+                f"{url}/agents/worker/mcp", allow_loopback=True
+            ) as transport:
+                async with open_mcp_client(
+                    transport, ClientOptions(protocol="2025-11-25")
+                ) as client:
 
                     async def call():
                         nonlocal answered
@@ -1010,7 +1088,9 @@ async def test_a_daemon_killed_after_answering_has_stored_everything_it_answered
             await process.wait()
     conn = sqlite3.connect(home / "roost.db")  # what a restarted daemon finds
     try:
-        (audited,) = conn.execute("SELECT COUNT(*) FROM audit WHERE agent = 'worker' AND tool = 'list'").fetchone()
+        (audited,) = conn.execute(
+            "SELECT COUNT(*) FROM audit WHERE agent = 'worker' AND tool = 'list'"
+        ).fetchone()
     finally:
         conn.close()
     assert answered == 80 and audited == answered

@@ -25,7 +25,10 @@ MANIFEST = {
     "description": "an agent ported from OpenStarry",
     "model": {"provider": "scripted"},
     # fs:read_file matches nothing; read and tools:list do; mcp_github_* waits for its server.
-    "mcp": {"expose_tools": ["fs:read_file", "read", "tools:list", "mcp_github_*"], "private_tools": ["fs:write_file"]},
+    "mcp": {
+        "expose_tools": ["fs:read_file", "read", "tools:list", "mcp_github_*"],
+        "private_tools": ["fs:write_file"],
+    },
 }
 
 
@@ -46,12 +49,16 @@ def expected(path: Path) -> list[str]:
 
 async def test_the_kernel_warns_at_load_naming_the_entries(tmp_path, caplog):
     path = write_manifest(tmp_path)
-    config = default_config(home=tmp_path / "home", agents={"bundled": False, "dirs": [str(tmp_path / "agents")]})
+    config = default_config(
+        home=tmp_path / "home", agents={"bundled": False, "dirs": [str(tmp_path / "agents")]}
+    )
     with caplog.at_level(logging.WARNING, logger="roost.kernel"):
         async with open_kernel(config) as kernel:
             assert kernel.load_warnings == expected(path)
             assert [s.name for s in kernel.exposed_tools("starry")] == ["list", "read"]
-    assert [r.getMessage() for r in caplog.records if "matches no tool" in r.getMessage()] == expected(path)
+    assert [
+        r.getMessage() for r in caplog.records if "matches no tool" in r.getMessage()
+    ] == expected(path)
 
 
 def test_validate_files_reports_them_as_warnings_not_errors(tmp_path):
@@ -66,21 +73,44 @@ async def test_roost_validate_prints_them_and_exits_zero(tmp_path):
         pytest.skip("the roost console script is not installed (make install)")
     path = write_manifest(tmp_path)
     with trio.fail_after(60):
-        done = await trio.run_process([str(ROOST), "validate", str(path)], capture_stdout=True, capture_stderr=True, check=False)
+        done = await trio.run_process(
+            [str(ROOST), "validate", str(path)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr.decode()
-    assert done.stdout.decode().splitlines() == [f"OK     {path}"] + [f"WARN   {w}" for w in expected(path)]
+    assert done.stdout.decode().splitlines() == [f"OK     {path}"] + [
+        f"WARN   {w}" for w in expected(path)
+    ]
 
 
 async def test_roost_run_shows_them_in_its_banner(tmp_path):
     from roost.plugins.cli._commands import run_command
 
     path = write_manifest(tmp_path)
-    config = default_config(home=tmp_path / "home", agents={"bundled": False, "dirs": [str(tmp_path / "agents")]}, http={"port": 0})
+    config = default_config(
+        home=tmp_path / "home",
+        agents={"bundled": False, "dirs": [str(tmp_path / "agents")]},
+        http={"port": 0},
+    )
     out = io.StringIO()
     stop = trio.Event()
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(partial(run_command, config, host="127.0.0.1", port=0, out=out, err=io.StringIO(), stop=stop.wait))
+            await nursery.start(
+                partial(
+                    run_command,
+                    config,
+                    host="127.0.0.1",
+                    port=0,
+                    out=out,
+                    err=io.StringIO(),
+                    stop=stop.wait,
+                )
+            )
             stop.set()
     banner = out.getvalue().splitlines()
-    assert [line for line in banner if line.startswith("  warning: ")] == [f"  warning: {w}" for w in expected(path)]
+    assert [line for line in banner if line.startswith("  warning: ")] == [
+        f"  warning: {w}" for w in expected(path)
+    ]

@@ -122,7 +122,10 @@ def test_a_depth_below_the_path_never_lowers_the_count(meta, depth):
     assert len(ctx.path) == depth
 
 
-@pytest.mark.parametrize("depth", ["abc", True, -4, "-1", 2.0, "1e3", "0x10", "+3", "²", "١٢", [3], {}, 10**9, "9" * 5000])
+@pytest.mark.parametrize(
+    "depth",
+    ["abc", True, -4, "-1", 2.0, "1e3", "0x10", "+3", "²", "١٢", [3], {}, 10**9, "9" * 5000],
+)
 def test_a_malformed_depth_is_refused_naming_its_carrier(depth):
     # Regression (issue 15): a bad depth was ignored, i.e. read as "no depth", which
     # restarted the count at 1 unless a path came with it; a huge one was cut to 10,000.
@@ -134,7 +137,9 @@ def test_a_malformed_depth_is_refused_naming_its_carrier(depth):
     assert str(info.value).startswith(info.value.field + ": expected the caller's call depth")
     assert info.value.to_dict()["code"] == "invalid_trace_context"
     with pytest.raises(InvalidTraceContext) as info:
-        TraceContext.from_headers({HEADER_DEPTH: str(depth)} if not isinstance(depth, str) else {HEADER_DEPTH: depth})
+        TraceContext.from_headers(
+            {HEADER_DEPTH: str(depth)} if not isinstance(depth, str) else {HEADER_DEPTH: depth}
+        )
     assert info.value.field == "X-Roost-Trace-Depth"
     with pytest.raises(InvalidTraceContext):
         TraceContext.for_hop({META_DEPTH: depth}, "X", max_depth=5)
@@ -206,7 +211,14 @@ def test_path_is_bounded():
     [
         (chain("A", "B").to_meta(), True),
         (chain("A", "B", "C", max_depth=3).to_meta(), True),
-        ({META_TRACEPARENT: " 00-" + "AB" * 16 + "-" + "cd" * 8 + "-01 ", META_DEPTH: "2", META_PATH: [" A ", "", "B"]}, True),
+        (
+            {
+                META_TRACEPARENT: " 00-" + "AB" * 16 + "-" + "cd" * 8 + "-01 ",
+                META_DEPTH: "2",
+                META_PATH: [" A ", "", "B"],
+            },
+            True,
+        ),
         ({META_DEPTH: 7}, False),
         ({META_PATH: ["x" * 300], META_MAX_DEPTH: 9, META_TRACEPARENT: "garbage"}, False),
     ],
@@ -227,7 +239,11 @@ def test_for_hop_is_from_meta_then_child(meta, keeps_ids):
         assert got == expected
         return
     assert isinstance(got, TraceContext)
-    assert (got.depth, got.path, got.max_depth) == (expected.depth, expected.path, expected.max_depth)
+    assert (got.depth, got.path, got.max_depth) == (
+        expected.depth,
+        expected.path,
+        expected.max_depth,
+    )
     assert got.parent_span_id is not None and TRACEPARENT.match(got.traceparent)
     if keeps_ids:  # the caller's ids, not made-up ones
         assert (got.trace_id, got.parent_span_id) == (incoming.trace_id, incoming.span_id)
@@ -312,7 +328,9 @@ def test_check_hop_refuses_exactly_the_hops_child_refuses():
 
 def test_new_trace_ids_start_with_the_time_so_the_audit_index_grows_at_its_end():
     before = int(time.time())
-    ids = [TraceContext.new("a").trace_id for _ in range(1000)] + [TraceContext.new("a").span_id for _ in range(3)]
+    ids = [TraceContext.new("a").trace_id for _ in range(1000)] + [
+        TraceContext.new("a").span_id for _ in range(3)
+    ]
     after = int(time.time())
     traces = ids[:1000]
     assert len(set(traces)) == 1000 and all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces)
@@ -438,7 +456,11 @@ def test_for_hop_reads_every_meta_as_the_general_parser_does(change):
             assert got.depth == 1 and got.path == ("c",)
         elif _parse_traceparent(meta[META_TRACEPARENT]) is None:
             # no valid parent: each starts a trace id (and parent span) of its own
-            assert (got.depth, got.path, got.max_depth) == (expected.depth, expected.path, expected.max_depth)
+            assert (got.depth, got.path, got.max_depth) == (
+                expected.depth,
+                expected.path,
+                expected.max_depth,
+            )
         else:
             assert _same_hop(got, expected)
 
@@ -455,8 +477,14 @@ def test_a_callers_unsampled_flag_is_kept_on_every_hop_and_sent_on():
         TraceContext.from_headers({"traceparent": unsampled}),
         TraceContext.from_meta({META_TRACEPARENT: unsampled}),
         TraceContext.from_env({"TRACEPARENT": unsampled}),
-        TraceContext.for_hop({META_TRACEPARENT: unsampled, META_DEPTH: 1, META_PATH: ["x"], META_MAX_DEPTH: 5}, "c", max_depth=5),
-        TraceContext.for_hop({META_TRACEPARENT: unsampled.upper().replace("X", "x")}, "c", max_depth=5),
+        TraceContext.for_hop(
+            {META_TRACEPARENT: unsampled, META_DEPTH: 1, META_PATH: ["x"], META_MAX_DEPTH: 5},
+            "c",
+            max_depth=5,
+        ),
+        TraceContext.for_hop(
+            {META_TRACEPARENT: unsampled.upper().replace("X", "x")}, "c", max_depth=5
+        ),
     ]
     for ctx in carriers:
         assert ctx.trace_id == "a" * 32 and not ctx.sampled
@@ -466,9 +494,13 @@ def test_a_callers_unsampled_flag_is_kept_on_every_hop_and_sent_on():
             assert TraceContext.from_headers(hop.to_headers()).sampled is False
     # sampled, another flag only, or no valid traceparent: sampled (W3C: ignore what is bad)
     for flags in ("01", "03", "02", "0b"):
-        ctx = TraceContext.from_headers({"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-" + flags})
+        ctx = TraceContext.from_headers(
+            {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-" + flags}
+        )
         assert ctx.sampled is (flags != "02")
-    assert TraceContext.from_headers({"traceparent": "00-" + "0" * 32 + "-" + "b" * 16 + "-00", HEADER_DEPTH: "1"}).sampled
+    assert TraceContext.from_headers(
+        {"traceparent": "00-" + "0" * 32 + "-" + "b" * 16 + "-00", HEADER_DEPTH: "1"}
+    ).sampled
     assert TraceContext.new("a").sampled and TraceContext.root().sampled
 
 
@@ -509,9 +541,18 @@ def test_a_forged_lower_depth_in_one_carrier_never_resets_the_chain():
 def test_environment_round_trip_for_a_child_process():
     sender = chain("A", "B")
     env = sender.to_env()
-    assert env == {"TRACEPARENT": sender.traceparent, "ROOST_TRACE_DEPTH": "2", "ROOST_TRACE_PATH": "A,B"}
+    assert env == {
+        "TRACEPARENT": sender.traceparent,
+        "ROOST_TRACE_DEPTH": "2",
+        "ROOST_TRACE_PATH": "A,B",
+    }
     got = TraceContext.from_env({**env, "PATH": "/bin"})
-    assert (got.trace_id, got.span_id, got.depth, got.path) == (sender.trace_id, sender.span_id, 2, ("A", "B"))
+    assert (got.trace_id, got.span_id, got.depth, got.path) == (
+        sender.trace_id,
+        sender.span_id,
+        2,
+        ("A", "B"),
+    )
     assert TraceContext.from_env({"PATH": "/bin"}) is None
     assert TraceContext.from_env({"ROOST_TRACE_DEPTH": "", "ROOST_TRACE_PATH": ""}) is None
     from roost.kernel import InvalidTraceContext
@@ -519,7 +560,11 @@ def test_environment_round_trip_for_a_child_process():
     with pytest.raises(InvalidTraceContext, match="^ROOST_TRACE_DEPTH: "):
         TraceContext.from_env({"ROOST_TRACE_DEPTH": "-3"})
     # the headers a tool author's curl sends from that environment continue the chain
-    headers = {"traceparent": env["TRACEPARENT"], HEADER_DEPTH: env["ROOST_TRACE_DEPTH"], HEADER_PATH: env["ROOST_TRACE_PATH"]}
+    headers = {
+        "traceparent": env["TRACEPARENT"],
+        HEADER_DEPTH: env["ROOST_TRACE_DEPTH"],
+        HEADER_PATH: env["ROOST_TRACE_PATH"],
+    }
     assert TraceContext.from_headers(headers).child("C").path == ("A", "B", "C")
 
 

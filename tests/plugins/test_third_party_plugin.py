@@ -90,8 +90,12 @@ def test_broken_entry_point_is_skipped_without_installing_anything(monkeypatch, 
     # raises at import (it does not exist).
     dist = tmp_path / "roost_exploding_for_tests-0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: roost-exploding-for-tests\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nexploding = roost_no_such_module_for_tests\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: roost-exploding-for-tests\nVersion: 0\n"
+    )
+    (dist / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nexploding = roost_no_such_module_for_tests\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     pm = PluginManager()
     pm.load_entry_points()

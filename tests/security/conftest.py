@@ -41,5 +41,3 @@ async def kernel_target(tmp_path, monkeypatch) -> Iterator[KernelTarget]:
         target = KernelTarget(kernel, home, user_home)
         target.plant()
         yield target
-
-

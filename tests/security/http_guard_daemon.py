@@ -18,7 +18,9 @@ ROOST = Path(sys.executable).parent / "roost"
 _BANNER = re.compile(rb"listening on (http://127\.0\.0\.1:(\d+))")
 
 
-def write_agent(agents: Path, name: str, *, reply: str = "{message}", mcp: dict | None = None) -> None:
+def write_agent(
+    agents: Path, name: str, *, reply: str = "{message}", mcp: dict | None = None
+) -> None:
     """A scripted agent that answers ``reply``, reachable over A2A (and MCP as configured)."""
     path = agents / name / "agent.json"
     path.parent.mkdir(parents=True)
@@ -57,7 +59,9 @@ class Daemon:
             self.proc.stdout.close()
 
 
-def start_daemon(root: Path, http_toml: str = "", *, nofile: int | None = None, timeout: float = 60) -> Daemon:
+def start_daemon(
+    root: Path, http_toml: str = "", *, nofile: int | None = None, timeout: float = 60
+) -> Daemon:
     """Start ``roost run`` for the agents under ``root/agents``; returns once it listens."""
     home = root / "home"
     config = root / "roost.toml"
@@ -78,7 +82,9 @@ def start_daemon(root: Path, http_toml: str = "", *, nofile: int | None = None, 
         argv = [sys.executable, "-c", launcher, *argv]
     stderr_path = root / "daemon.stderr"
     with stderr_path.open("wb") as stderr:
-        proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+        )
     seen = b""
     deadline = time.monotonic() + timeout
     fd = proc.stdout.fileno()
@@ -89,6 +95,8 @@ def start_daemon(root: Path, http_toml: str = "", *, nofile: int | None = None, 
         if not chunk:
             daemon = Daemon(proc, "http://127.0.0.1:0", stderr_path)
             daemon.stop()
-            raise RuntimeError(f"roost run did not start: {seen.decode(errors='replace')}\n{daemon.stderr()[-3000:]}")
+            raise RuntimeError(
+                f"roost run did not start: {seen.decode(errors='replace')}\n{daemon.stderr()[-3000:]}"
+            )
         seen += chunk
     return Daemon(proc, match[1].decode(), stderr_path)

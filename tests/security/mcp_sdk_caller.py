@@ -20,9 +20,16 @@ async def main(url: str, tool: str, local_address: str, key: str = "") -> dict:
 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     http = httpx2.AsyncClient(
-        transport=httpx2.AsyncHTTPTransport(local_address=local_address), headers=headers, timeout=30
+        transport=httpx2.AsyncHTTPTransport(local_address=local_address),
+        headers=headers,
+        timeout=30,
     )
-    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=30) as client:
+    async with (
+        http,
+        Client(
+            streamable_http_client(url, http_client=http), mode="legacy", read_timeout_seconds=30
+        ) as client,
+    ):
         tools = await client.list_tools()
         answer = await client.call_tool(tool, {"message": "hello from another caller"})
         return {

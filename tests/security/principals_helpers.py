@@ -108,7 +108,12 @@ def make_config(tmp_path: Path, *, keys: bool = True, api_key: str | None = None
     if not agents.exists():
         _write_agent(agents, "recall", "recall")
         _write_agent(agents, "waiter", "waiter")
-    settings: dict[str, Any] = {"port": 0, "rate_limit_per_s": 100000, "rate_limit_burst": 100000, **http}
+    settings: dict[str, Any] = {
+        "port": 0,
+        "rate_limit_per_s": 100000,
+        "rate_limit_burst": 100000,
+        **http,
+    }
     if keys:
         settings["keys"] = {
             "alice": {"key_env": ENV["alice"]},

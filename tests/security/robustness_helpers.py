@@ -93,15 +93,36 @@ async def serve(config):
             yield kernel, url
 
 
-def a2a_send(text_part: Any, *, message_extra: dict | None = None, params_extra: dict | None = None, rpc_id: Any = 1) -> dict:
+def a2a_send(
+    text_part: Any,
+    *,
+    message_extra: dict | None = None,
+    params_extra: dict | None = None,
+    rpc_id: Any = 1,
+) -> dict:
     """A JSON-RPC SendMessage (1.0) with one part."""
-    message = {"role": "ROLE_USER", "messageId": "m-1", "parts": [text_part], **(message_extra or {})}
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": "SendMessage", "params": {"message": message, **(params_extra or {})}}
+    message = {
+        "role": "ROLE_USER",
+        "messageId": "m-1",
+        "parts": [text_part],
+        **(message_extra or {}),
+    }
+    return {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "method": "SendMessage",
+        "params": {"message": message, **(params_extra or {})},
+    }
 
 
 def mcp_call(tool: str, arguments: Any, rpc_id: Any = 1) -> dict:
     """A stateless (2026-07-28) MCP tools/call."""
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": {"name": tool, "arguments": arguments, "_meta": MCP_META}}
+    return {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": MCP_META},
+    }
 
 
 def mcp_headers(tool: str) -> dict[str, str]:

@@ -39,7 +39,11 @@ def manifest(name: str, sandbox: str, **extra) -> dict:
     }
 
 
-AGENTS = [manifest("attacker", "sandbox"), manifest("auditor", "read-only"), manifest("victim", "sandbox")]
+AGENTS = [
+    manifest("attacker", "sandbox"),
+    manifest("auditor", "read-only"),
+    manifest("victim", "sandbox"),
+]
 
 
 class Outcome:
@@ -222,11 +226,23 @@ class Daemon(Target):
                 },
             )
             assert init.status_code == 200, init.text
-            session = {"Mcp-Session-Id": init.headers["mcp-session-id"], "MCP-Protocol-Version": MCP_VERSION}
-            await client.post(path, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            session = {
+                "Mcp-Session-Id": init.headers["mcp-session-id"],
+                "MCP-Protocol-Version": MCP_VERSION,
+            }
+            await client.post(
+                path,
+                json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                headers=session,
+            )
             response = await client.post(
                 path,
-                json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": arguments}},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": arguments},
+                },
                 headers=session,
             )
         message = _rpc_result(response)
@@ -251,7 +267,6 @@ def marked(marker: str) -> list[int]:
             except OSError:
                 pass
     return pids
-
 
 
 def open_kernel_target(tmp_path: Path, monkeypatch, *, agents: list[dict] = AGENTS):

@@ -39,24 +39,38 @@ def _config(tmp_path, **a2a: Any):
             "port": 0,
             "rate_limit_per_s": 100000,
             "rate_limit_burst": 100000,
-            "keys": {name: {"key_env": f"ROOST_TEST_KEY_{name.upper()}"} for name in ("alice", "bob", "ops")},
+            "keys": {
+                name: {"key_env": f"ROOST_TEST_KEY_{name.upper()}"}
+                for name in ("alice", "bob", "ops")
+            },
         },
         a2a={"default_agent": "recall", **a2a},
     )
 
 
 def _message(text: str, **extra: Any) -> dict:
-    return {"role": "ROLE_USER", "messageId": secrets.token_hex(8), "parts": [{"text": text}], **extra}
+    return {
+        "role": "ROLE_USER",
+        "messageId": secrets.token_hex(8),
+        "parts": [{"text": text}],
+        **extra,
+    }
 
 
-async def _rpc(http: httpx.AsyncClient, who: str, method: str, params: dict, agent: str = "recall") -> dict:
+async def _rpc(
+    http: httpx.AsyncClient, who: str, method: str, params: dict, agent: str = "recall"
+) -> dict:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    response = await http.post(f"/a2a/agents/{agent}/jsonrpc", json=body, headers={**V1, **bearer(who)})
+    response = await http.post(
+        f"/a2a/agents/{agent}/jsonrpc", json=body, headers={**V1, **bearer(who)}
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
 
-async def _send(http: httpx.AsyncClient, who: str, text: str, agent: str = "recall", **extra: Any) -> dict:
+async def _send(
+    http: httpx.AsyncClient, who: str, text: str, agent: str = "recall", **extra: Any
+) -> dict:
     return await _rpc(http, who, "SendMessage", {"message": _message(text, **extra)}, agent)
 
 
@@ -83,7 +97,10 @@ async def test_one_principal_cannot_fill_the_a2a_task_store_for_everyone(tmp_pat
             "port": 0,
             "rate_limit_per_s": 100000,
             "rate_limit_burst": 100000,
-            "keys": {name: {"key_env": f"ROOST_TEST_KEY_{name.upper()}"} for name in ("alice", "bob", "ops")},
+            "keys": {
+                name: {"key_env": f"ROOST_TEST_KEY_{name.upper()}"}
+                for name in ("alice", "bob", "ops")
+            },
         },
         a2a={"default_agent": "recall", "max_tasks": 10},
     )
@@ -95,9 +112,17 @@ async def test_one_principal_cannot_fill_the_a2a_task_store_for_everyone(tmp_pat
                     "jsonrpc": "2.0",
                     "id": 1,
                     "method": "SendMessage",
-                    "params": {"message": {"role": "ROLE_USER", "messageId": secrets.token_hex(8), "parts": [{"text": text}]}},
+                    "params": {
+                        "message": {
+                            "role": "ROLE_USER",
+                            "messageId": secrets.token_hex(8),
+                            "parts": [{"text": text}],
+                        }
+                    },
                 }
-                response = await http.post("/a2a/agents/recall/jsonrpc", json=body, headers={**V1, **bearer(who)})
+                response = await http.post(
+                    "/a2a/agents/recall/jsonrpc", json=body, headers={**V1, **bearer(who)}
+                )
                 return response.json()
 
             for i in range(12):
@@ -109,7 +134,9 @@ async def test_one_principal_cannot_fill_the_a2a_task_store_for_everyone(tmp_pat
 # ---- a2a.max_open_tasks_per_caller ----------------------------------------------------------
 
 
-async def test_a_principal_at_its_open_task_bound_is_refused_and_the_others_are_served(tmp_path, monkeypatch):
+async def test_a_principal_at_its_open_task_bound_is_refused_and_the_others_are_served(
+    tmp_path, monkeypatch
+):
     """Alice holds 3 input-required tasks (the bound): her 4th new task is refused on
     JSON-RPC (-32000) and HTTP+JSON (429 RESOURCE_EXHAUSTED), naming the setting, and no
     task is made for it; bob is served meanwhile; alice may still answer her own open
@@ -121,18 +148,27 @@ async def test_a_principal_at_its_open_task_bound_is_refused_and_the_others_are_
             opened = [(await _send(http, "alice", f"ask {i}"))["result"]["task"] for i in range(3)]
             refused = await _send(http, "alice", "ask one more")
             rest = await http.post(
-                "/a2a/agents/recall/rest/message:send", json={"message": _message("ask again")}, headers={**V1, **bearer("alice")}
+                "/a2a/agents/recall/rest/message:send",
+                json={"message": _message("ask again")},
+                headers={**V1, **bearer("alice")},
             )
             listed = await _listed(http, "alice", "recall")
             bob = [await _send(http, "bob", f"ask {i}") for i in range(3)]
-            answered = await _send(http, "alice", "fine", taskId=opened[0]["id"], contextId=opened[0]["contextId"])
+            answered = await _send(
+                http, "alice", "fine", taskId=opened[0]["id"], contextId=opened[0]["contextId"]
+            )
             reopened = await _send(http, "alice", "ask after one finished")
     assert all(t["status"]["state"] == INPUT_REQUIRED for t in opened), opened
     error = refused["error"]
-    assert error["code"] == -32000 and "a2a.max_open_tasks_per_caller = 3" in error["message"], error
+    assert error["code"] == -32000 and "a2a.max_open_tasks_per_caller = 3" in error["message"], (
+        error
+    )
     assert error["data"][0]["reason"] == "TOO_MANY_OPEN_TASKS", error
     assert rest.status_code == 429, rest.text
-    assert rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED" and "max_open_tasks_per_caller" in rest.text
+    assert (
+        rest.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        and "max_open_tasks_per_caller" in rest.text
+    )
     assert listed == 3  # nothing was made for the refused sends
     assert all(b["result"]["task"]["status"]["state"] == INPUT_REQUIRED for b in bob), bob
     assert answered["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answered
@@ -214,17 +250,27 @@ def _push(url: str) -> dict:
     return {"configuration": {"taskPushNotificationConfig": {"url": url, "token": "t"}}}
 
 
-async def test_a_task_left_waiting_for_input_expires_and_frees_its_callers_room(tmp_path, monkeypatch, webhook):
+async def test_a_task_left_waiting_for_input_expires_and_frees_its_callers_room(
+    tmp_path, monkeypatch, webhook
+):
     """With ``a2a.input_required_ttl_s`` = 1, alice's input-required task ends failed with
     the reason, announced (its webhook gets the change) and stored so; alice (bound: 1
     open task) may open a new one; and the expired task is evicted like a finished one."""
     hook, wait_for = webhook
     set_key_env(monkeypatch)
     config = _config(
-        tmp_path, max_tasks=3, max_open_tasks_per_caller=1, input_required_ttl_s=1, push_notifications=True, push_allow_private=True
+        tmp_path,
+        max_tasks=3,
+        max_open_tasks_per_caller=1,
+        input_required_ttl_s=1,
+        push_notifications=True,
+        push_allow_private=True,
     )
     with trio.fail_after(30):
-        async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+        async with (
+            serve(config) as (kernel, url),
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+        ):
             params = {"message": _message("ask me"), **_push(hook)}
             task = (await _rpc(http, "alice", "SendMessage", params))["result"]["task"]
             blocked = await _send(http, "alice", "ask me too")
@@ -248,7 +294,9 @@ async def test_a_task_left_waiting_for_input_expires_and_frees_its_callers_room(
     assert evicted["error"]["code"] == -32001, evicted
 
 
-async def test_a_task_waiting_for_input_across_a_restart_still_counts_and_expires(tmp_path, monkeypatch, webhook):
+async def test_a_task_waiting_for_input_across_a_restart_still_counts_and_expires(
+    tmp_path, monkeypatch, webhook
+):
     """After a restart, a task still waiting for input counts against its owner's bound and
     expires ``input_required_ttl_s`` after its last change."""
     hook, wait_for = webhook
@@ -259,7 +307,9 @@ async def test_a_task_waiting_for_input_across_a_restart_still_counts_and_expire
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:
                 params = {"message": _message("ask me"), **_push(hook)}
                 task = (await _rpc(http, "alice", "SendMessage", params))["result"]["task"]
-        async with serve(_config(tmp_path, max_open_tasks_per_caller=1, input_required_ttl_s=1, **push)) as (_, url):
+        async with serve(
+            _config(tmp_path, max_open_tasks_per_caller=1, input_required_ttl_s=1, **push)
+        ) as (_, url):
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:
                 blocked = await _send(http, "alice", "ask me too")
                 update = await wait_for("TASK_STATE_FAILED")
@@ -273,18 +323,28 @@ async def test_a_task_waiting_for_input_across_a_restart_still_counts_and_expire
 # ---- a contextId of another agent's conversation --------------------------------------------
 
 
-async def test_a_context_id_of_another_agents_session_is_refused_before_a_task_exists(tmp_path, monkeypatch):
+async def test_a_context_id_of_another_agents_session_is_refused_before_a_task_exists(
+    tmp_path, monkeypatch
+):
     """Alice's conversation with ``recall`` (made over REST, and one made over A2A) sent to
     ``waiter`` as ``contextId``: -32602 naming ``message.contextId`` on JSON-RPC, 400 on
     HTTP+JSON, no task made. Bob's own conversation of that id is his (served); a REST
     ``session_id`` of another agent is still 409."""
     set_key_env(monkeypatch)
     with trio.fail_after(60):
-        async with serve(_config(tmp_path)) as (_, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
-            made = await http.post("/api/agents/recall/message", json={"message": "hi"}, headers=bearer("alice"))
+        async with (
+            serve(_config(tmp_path)) as (_, url),
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+        ):
+            made = await http.post(
+                "/api/agents/recall/message", json={"message": "hi"}, headers=bearer("alice")
+            )
             session = made.json()["session_id"]
             over_a2a = (await _send(http, "alice", "hi"))["result"]["task"]["contextId"]
-            rpc = [await _send(http, "alice", "hi", agent="waiter", contextId=ctx) for ctx in (session, over_a2a)]
+            rpc = [
+                await _send(http, "alice", "hi", agent="waiter", contextId=ctx)
+                for ctx in (session, over_a2a)
+            ]
             rest = await http.post(
                 "/a2a/agents/waiter/rest/message:send",
                 json={"message": _message("hi", contextId=session)},
@@ -293,14 +353,21 @@ async def test_a_context_id_of_another_agents_session_is_refused_before_a_task_e
             listed = await _listed(http, "alice", "waiter")
             bobs = await _send(http, "bob", "hi", agent="waiter", contextId=session)
             conflict = await http.post(
-                "/api/agents/waiter/message", json={"message": "hi", "session_id": session}, headers=bearer("alice")
+                "/api/agents/waiter/message",
+                json={"message": "hi", "session_id": session},
+                headers=bearer("alice"),
             )
     for answer in rpc:
         error = answer["error"]
         assert error["code"] == -32602, answer
-        assert error["message"].startswith("message.contextId:") and "belongs to agent 'recall', not 'waiter'" in error["message"]
+        assert (
+            error["message"].startswith("message.contextId:")
+            and "belongs to agent 'recall', not 'waiter'" in error["message"]
+        )
     assert rest.status_code == 400, rest.text
     assert rest.json()["error"]["status"] == "INVALID_ARGUMENT" and "message.contextId" in rest.text
     assert listed == 0
     assert bobs["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", bobs
-    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "session_conflict", conflict.text
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "session_conflict", (
+        conflict.text
+    )

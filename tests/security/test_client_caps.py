@@ -53,7 +53,13 @@ class _HugeAnswer(BaseHTTPRequestHandler):
             "name": "huge",
             "description": "answers with 512 MiB",
             "version": "1",
-            "supportedInterfaces": [{"url": f"http://127.0.0.1:{port}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "supportedInterfaces": [
+                {
+                    "url": f"http://127.0.0.1:{port}/rpc",
+                    "protocolBinding": "JSONRPC",
+                    "protocolVersion": "1.0",
+                }
+            ],
             "capabilities": {},
             "defaultInputModes": ["text/plain"],
             "defaultOutputModes": ["text/plain"],
@@ -114,8 +120,12 @@ print(usage.ru_maxrss)
 def _peak_rss_of(argv: list[str], env: dict, timeout: float = 120) -> tuple[int, bytes]:
     """Run ``argv``; its peak RSS in bytes (``wait4``'s ru_maxrss) and its stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCHER, *argv], env=env, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        [sys.executable, "-c", _LAUNCHER, *argv],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -133,7 +143,9 @@ def test_roost_as_a_client_does_not_buffer_an_unbounded_answer(tmp_path, client,
     HTTP client (``[[mcp_servers]]`` type http) read a peer's whole body before checking
     its size (MCP: "over the 10 MB limit" — after holding all of it): a peer answering
     512 MiB took the CLI to ~1.5 GB; a few GiB kill the daemon that talks to it."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HugeAnswer if framing == "length" else _HugeChunkedAnswer)
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), _HugeAnswer if framing == "length" else _HugeChunkedAnswer
+    )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
@@ -143,7 +155,7 @@ def test_roost_as_a_client_does_not_buffer_an_unbounded_answer(tmp_path, client,
     else:
         config = tmp_path / "roost.toml"
         config.write_text(
-            '[agents]\nbundled = false\n[tools]\nallow_private_network = true\n'
+            "[agents]\nbundled = false\n[tools]\nallow_private_network = true\n"
             f'[[mcp_servers]]\nname = "huge"\ntimeout_secs = 30\n[mcp_servers.transport]\ntype = "http"\nurl = "{url}/mcp"\n'
         )
         argv = [str(ROOST), "--config", str(config), "tools"]
@@ -152,7 +164,9 @@ def test_roost_as_a_client_does_not_buffer_an_unbounded_answer(tmp_path, client,
     finally:
         server.shutdown()
         server.server_close()
-    assert peak < 400 * MiB, f"roost {client} client peaked at {peak // MiB} MiB for a 512 MiB answer: {err[-300:]!r}"
+    assert peak < 400 * MiB, (
+        f"roost {client} client peaked at {peak // MiB} MiB for a 512 MiB answer: {err[-300:]!r}"
+    )
 
 
 # ---- a peer that sends a little more than the cap, then holds the connection open ----------
@@ -184,7 +198,9 @@ async def _serve_one(stream: trio.SocketStream, route: Route) -> None:
         body, buffer = buffer[:length], buffer[length:]
         status, ctype, answer, endless = route(method, path, body)
         framing = "Transfer-Encoding: chunked" if endless else f"Content-Length: {len(answer)}"
-        await stream.send_all(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n{framing}\r\n\r\n".encode())
+        await stream.send_all(
+            f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n{framing}\r\n\r\n".encode()
+        )
         if not endless:
             await stream.send_all(answer)
             continue
@@ -195,7 +211,9 @@ async def _serve_one(stream: trio.SocketStream, route: Route) -> None:
 
 
 async def _peer(nursery: trio.Nursery, route: Route) -> str:
-    listeners = await nursery.start(partial(trio.serve_tcp, lambda s: _serve_one(s, route), 0, host="127.0.0.1"))
+    listeners = await nursery.start(
+        partial(trio.serve_tcp, lambda s: _serve_one(s, route), 0, host="127.0.0.1")
+    )
     return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
 
 
@@ -205,7 +223,9 @@ def _card(port_url: str, *, streaming: bool = False) -> bytes:
             "name": "peer",
             "description": "a test peer",
             "version": "1",
-            "supportedInterfaces": [{"url": f"{port_url}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+            "supportedInterfaces": [
+                {"url": f"{port_url}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            ],
             "capabilities": {"streaming": streaming},
             "defaultInputModes": ["text/plain"],
             "defaultOutputModes": ["text/plain"],
@@ -226,7 +246,10 @@ async def _fails_at_once(call: Awaitable, error: type[Exception]) -> str:
 
 
 async def test_an_agent_card_over_its_cap_fails_at_once_naming_the_limit(nursery):
-    base = await _peer(nursery, lambda method, path, body: (200, "application/json", b" " * (MAX_CARD_BYTES + 1), True))
+    base = await _peer(
+        nursery,
+        lambda method, path, body: (200, "application/json", b" " * (MAX_CARD_BYTES + 1), True),
+    )
     async with _client() as client:
         message = await _fails_at_once(client.discover(base), A2AClientError)
     assert f"{base}/.well-known/agent-card.json" in message and "1 MiB" in message, message
@@ -262,7 +285,11 @@ async def test_an_a2a_sse_event_over_its_cap_fails_at_once_naming_the_limit(nurs
                 pass
 
     message = await _fails_at_once(follow(), A2AClientError)
-    assert f"{base}/rpc" in message and "SSE event" in message and f"{MAX_ANSWER_BYTES // MiB} MiB" in message, message
+    assert (
+        f"{base}/rpc" in message
+        and "SSE event" in message
+        and f"{MAX_ANSWER_BYTES // MiB} MiB" in message
+    ), message
 
 
 async def test_an_a2a_sse_event_may_hold_a_line_separator(nursery):
@@ -270,7 +297,11 @@ async def test_an_a2a_sse_event_may_hold_a_line_separator(nursery):
     also split on U+2028 and lost the event's JSON."""
     base = ""
     text = "one\u2028two"
-    event = {"jsonrpc": "2.0", "id": 1, "result": {"message": {"messageId": "m1", "role": "ROLE_AGENT", "parts": [{"text": text}]}}}
+    event = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {"message": {"messageId": "m1", "role": "ROLE_AGENT", "parts": [{"text": text}]}},
+    }
 
     def route(method: str, path: str, body: bytes) -> Answer:
         if method == "GET":
@@ -300,9 +331,14 @@ async def test_an_a2a_error_body_is_read_only_in_part(nursery):
 
 
 async def test_an_mcp_json_answer_over_its_cap_fails_at_once_naming_the_limit(nursery):
-    base = await _peer(nursery, lambda method, path, body: (200, "application/json", b" " * (MAX_MESSAGE_BYTES + 1), True))
+    base = await _peer(
+        nursery,
+        lambda method, path, body: (200, "application/json", b" " * (MAX_MESSAGE_BYTES + 1), True),
+    )
     with trio.fail_after(15):
-        async with open_http_transport(base + "/mcp", name="big", allow_private=True, allow_loopback=True) as transport:
+        async with open_http_transport(
+            base + "/mcp", name="big", allow_private=True, allow_loopback=True
+        ) as transport:
             await transport.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
             answer = await transport.incoming.receive()
     message = answer["error"]["message"]
@@ -310,38 +346,71 @@ async def test_an_mcp_json_answer_over_its_cap_fails_at_once_naming_the_limit(nu
 
 
 async def test_an_mcp_sse_event_over_its_cap_fails_at_once_naming_the_limit(nursery):
-    base = await _peer(nursery, lambda method, path, body: (200, "text/event-stream", b"data: " + b"x" * (MAX_MESSAGE_BYTES + 1), True))
+    base = await _peer(
+        nursery,
+        lambda method, path, body: (
+            200,
+            "text/event-stream",
+            b"data: " + b"x" * (MAX_MESSAGE_BYTES + 1),
+            True,
+        ),
+    )
     with trio.fail_after(15):
-        async with open_http_transport(base + "/mcp", name="big", allow_private=True, allow_loopback=True) as transport:
+        async with open_http_transport(
+            base + "/mcp", name="big", allow_private=True, allow_loopback=True
+        ) as transport:
             await transport.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
             answer = await transport.incoming.receive()
     message = answer["error"]["message"]
-    assert answer["id"] == 1 and "SSE event" in message and f"{base}/mcp" in message and "10 MiB" in message, message
+    assert (
+        answer["id"] == 1
+        and "SSE event" in message
+        and f"{base}/mcp" in message
+        and "10 MiB" in message
+    ), message
 
 
 async def test_an_mcp_notification_refused_with_an_endless_body_fails_at_once(nursery):
-    base = await _peer(nursery, lambda method, path, body: (500, "text/plain", b"broken " * (1 << 18), True))
+    base = await _peer(
+        nursery, lambda method, path, body: (500, "text/plain", b"broken " * (1 << 18), True)
+    )
     with trio.fail_after(15):
-        async with open_http_transport(base + "/mcp", name="big", allow_private=True, allow_loopback=True) as transport:
+        async with open_http_transport(
+            base + "/mcp", name="big", allow_private=True, allow_loopback=True
+        ) as transport:
             with pytest.raises(TransportError) as caught:
                 await transport.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert "HTTP 500" in str(caught.value) and "broken" in str(caught.value), caught.value
 
 
 async def test_a_model_answer_over_its_cap_fails_at_once_naming_the_limit(nursery):
-    base = await _peer(nursery, lambda method, path, body: (200, "application/json", b" " * (MAX_MODEL_ANSWER_BYTES + 1), True))
+    base = await _peer(
+        nursery,
+        lambda method, path, body: (
+            200,
+            "application/json",
+            b" " * (MAX_MODEL_ANSWER_BYTES + 1),
+            True,
+        ),
+    )
     settings = ProviderSettings(provider="openai", base_url=base, api_key_env=None, max_retries=0)
-    message = await _fails_at_once(HttpClient(settings, {}).post_json(base + "/v1/chat/completions", {}), ProviderResponseError)
+    message = await _fails_at_once(
+        HttpClient(settings, {}).post_json(base + "/v1/chat/completions", {}), ProviderResponseError
+    )
     assert base in message and f"{MAX_MODEL_ANSWER_BYTES // MiB} MiB" in message, message
 
 
 async def test_a_webhook_answer_is_not_read(nursery):
     """A push webhook's answer body means nothing to roost: a 2xx is a delivery, however
     long the body that follows (main read all of it first, and waited for its end)."""
-    base = await _peer(nursery, lambda method, path, body: (200, "text/plain", b"ok " * (1 << 20), True))
+    base = await _peer(
+        nursery, lambda method, path, body: (200, "text/plain", b"ok " * (1 << 20), True)
+    )
     from roost.plugins.a2a import _models as m
 
-    dispatcher = PushDispatcher(None, PushSettings(allow_private=True, allow_loopback=True, timeout_s=60, retries=1))
+    dispatcher = PushDispatcher(
+        None, PushSettings(allow_private=True, allow_loopback=True, timeout_s=60, retries=1)
+    )
     config = m.PushConfig(task_id="t1", id="c1", url=base + "/hook")
     with trio.fail_after(15):
         assert await dispatcher.deliver(Delivery(config, {"statusUpdate": {}}))

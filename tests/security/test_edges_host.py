@@ -18,7 +18,9 @@ import trio
 from http_guard_daemon import ROOST, start_daemon, write_agent
 from roost.kernel import default_config, open_kernel
 
-pytestmark = pytest.mark.skipif(not ROOST.exists(), reason="the roost console script is not installed (make install)")
+pytestmark = pytest.mark.skipif(
+    not ROOST.exists(), reason="the roost console script is not installed (make install)"
+)
 
 MCP_PING = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
 WEBSOCKET = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
@@ -29,10 +31,23 @@ ENTRIES = [
     ("unknown path", "GET /nowhere", "", b"", "roost"),
     ("websocket", "GET /api/events", WEBSOCKET, b"", "roost"),
     ("mcp", "POST /mcp", "Accept: application/json, text/event-stream\r\n", MCP_PING, "jsonrpc"),
-    ("a2a jsonrpc", "POST /a2a/jsonrpc", "A2A-Version: 1.0\r\n", b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}', "jsonrpc"),
+    (
+        "a2a jsonrpc",
+        "POST /a2a/jsonrpc",
+        "A2A-Version: 1.0\r\n",
+        b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}',
+        "jsonrpc",
+    ),
     ("a2a card", "GET /.well-known/agent-card.json", "", b"", "rest"),
 ]
-MALFORMED = ["evil..example", "a" * 64 + ".example", ".".join(["a" * 63] * 4), "localhost..:8470", "[::1", "user@localhost"]
+MALFORMED = [
+    "evil..example",
+    "a" * 64 + ".example",
+    ".".join(["a" * 63] * 4),
+    "localhost..:8470",
+    "[::1",
+    "user@localhost",
+]
 
 
 @pytest.fixture(scope="module", params=["default", "star"])
@@ -85,7 +100,9 @@ async def test_malformed_hosts_leave_no_traceback_in_the_log(daemon):
     for host in MALFORMED:
         for _, line, extra, body, _ in ENTRIES:
             await _raw(daemon.port, _request(line, host, extra, body))
-    assert "Traceback" not in daemon.stderr() and "BadHost" not in daemon.stderr(), daemon.stderr()[-2000:]
+    assert "Traceback" not in daemon.stderr() and "BadHost" not in daemon.stderr(), daemon.stderr()[
+        -2000:
+    ]
 
 
 @pytest.mark.parametrize(
@@ -94,12 +111,19 @@ async def test_malformed_hosts_leave_no_traceback_in_the_log(daemon):
         ("GET /health", "", b"", b'"status":"ok"'),
         ("GET /api/agents", "", b"", b'"alpha"'),
         ("GET /.well-known/agent-card.json", "", b"", b'"name":"alpha"'),
-        ("POST /a2a/jsonrpc", "A2A-Version: 1.0\r\n", b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}', b'"result":'),
+        (
+            "POST /a2a/jsonrpc",
+            "A2A-Version: 1.0\r\n",
+            b'{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}',
+            b'"result":',
+        ),
     ],
     ids=["health", "api", "a2a-card", "a2a-jsonrpc"],
 )
 @pytest.mark.parametrize("host", [None, ""], ids=["http10-no-host", "empty-host"])
-async def test_a_request_without_a_host_name_is_served_on_every_lane(daemon, line, extra, body, expect, host):
+async def test_a_request_without_a_host_name_is_served_on_every_lane(
+    daemon, line, extra, body, expect, host
+):
     version = "1.0" if host is None else "1.1"
     answer = await _raw(daemon.port, _request(line, host, extra, body, version))
     assert answer.split(b" ", 2)[1] == b"200", answer[:400]
@@ -111,7 +135,9 @@ async def test_quart_never_answers_a_werkzeug_error_from_its_request_context_wit
     adapter refuses is the request's routing error, answered by roost's error handlers."""
     from roost.plugins.http import create_app
 
-    config = default_config(env={}, home=str(tmp_path / "home"), agents={"dirs": [], "bundled": False})
+    config = default_config(
+        env={}, home=str(tmp_path / "home"), agents={"dirs": [], "bundled": False}
+    )
     async with open_kernel(config) as kernel:
         app = create_app(kernel)
         sent: list[dict] = []
@@ -126,9 +152,18 @@ async def test_quart_never_answers_a_werkzeug_error_from_its_request_context_wit
             sent.append(message)
 
         scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-            "path": "/health", "raw_path": b"/health", "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"evil..example")], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8470),
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/health",
+            "raw_path": b"/health",
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"evil..example")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 8470),
             "extensions": {},
         }
         with trio.fail_after(10):

@@ -23,18 +23,83 @@ TOKENS = ["1e400", "-1e400", "1" + "0" * 300 + "e99", "NaN", "Infinity", "-Infin
 # (name, path, body with HOLE where the number goes, headers, the field the error names)
 EDGES = [
     ("rest timeout", "/api/agents/echo/message", {"message": "hi", "timeout": HOLE}, {}, "timeout"),
-    ("mcp tools/call", "/mcp", mcp_call("agent_echo", {"message": "hi", "n": HOLE}), mcp_headers("agent_echo"), "params.arguments.n"),
-    ("mcp agent endpoint", "/agents/echo/mcp", mcp_call("message", {"message": "hi", "n": HOLE}), mcp_headers("message"), "params.arguments.n"),
-    ("a2a 1.0 data part", "/a2a/agents/echo/jsonrpc", a2a_send({"data": [HOLE]}), V1, "message.parts[0].data[0]"),
-    ("a2a 1.0 metadata", "/a2a/jsonrpc", a2a_send({"text": "hi"}, params_extra={"metadata": {"n": HOLE}}), V1, "metadata.n"),
-    ("a2a 0.3", "/a2a/agents/echo/jsonrpc", {**a2a_send({"kind": "data", "data": {"n": HOLE}}), "method": "message/send"}, {}, "message.parts[0].data.n"),
-    ("a2a rest 1.0", "/a2a/agents/echo/rest/message:send", a2a_send({"data": {"n": HOLE}})["params"], V1, "message.parts[0].data.n"),
-    ("a2a rest 0.3", "/a2a/rest/v1/message:send", {"message": {"messageId": "m", "role": "ROLE_USER", "content": [{"data": {"data": {"n": HOLE}}}]}}, {}, "message.content[0].data.data.n"),
-    ("a2a 0.1 tasks/send", "/a2a/tasks/send", {"id": "t-01", "message": {"role": "user", "parts": [{"type": "data", "data": {"n": HOLE}}]}}, {}, "message.parts[0].data.n"),
+    (
+        "mcp tools/call",
+        "/mcp",
+        mcp_call("agent_echo", {"message": "hi", "n": HOLE}),
+        mcp_headers("agent_echo"),
+        "params.arguments.n",
+    ),
+    (
+        "mcp agent endpoint",
+        "/agents/echo/mcp",
+        mcp_call("message", {"message": "hi", "n": HOLE}),
+        mcp_headers("message"),
+        "params.arguments.n",
+    ),
+    (
+        "a2a 1.0 data part",
+        "/a2a/agents/echo/jsonrpc",
+        a2a_send({"data": [HOLE]}),
+        V1,
+        "message.parts[0].data[0]",
+    ),
+    (
+        "a2a 1.0 metadata",
+        "/a2a/jsonrpc",
+        a2a_send({"text": "hi"}, params_extra={"metadata": {"n": HOLE}}),
+        V1,
+        "metadata.n",
+    ),
+    (
+        "a2a 0.3",
+        "/a2a/agents/echo/jsonrpc",
+        {**a2a_send({"kind": "data", "data": {"n": HOLE}}), "method": "message/send"},
+        {},
+        "message.parts[0].data.n",
+    ),
+    (
+        "a2a rest 1.0",
+        "/a2a/agents/echo/rest/message:send",
+        a2a_send({"data": {"n": HOLE}})["params"],
+        V1,
+        "message.parts[0].data.n",
+    ),
+    (
+        "a2a rest 0.3",
+        "/a2a/rest/v1/message:send",
+        {
+            "message": {
+                "messageId": "m",
+                "role": "ROLE_USER",
+                "content": [{"data": {"data": {"n": HOLE}}}],
+            }
+        },
+        {},
+        "message.content[0].data.data.n",
+    ),
+    (
+        "a2a 0.1 tasks/send",
+        "/a2a/tasks/send",
+        {
+            "id": "t-01",
+            "message": {"role": "user", "parts": [{"type": "data", "data": {"n": HOLE}}]},
+        },
+        {},
+        "message.parts[0].data.n",
+    ),
     (
         "a2a 0.1 envelope",
         "/a2a/tasks/send",
-        {"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {"id": "t-02", "message": {"role": "user", "parts": [{"type": "data", "data": {"n": HOLE}}]}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tasks/send",
+            "params": {
+                "id": "t-02",
+                "message": {"role": "user", "parts": [{"type": "data", "data": {"n": HOLE}}]},
+            },
+        },
         {},
         "message.parts[0].data.n",
     ),
@@ -53,10 +118,17 @@ def _strict(text: str):
 
 
 async def test_a_non_finite_number_is_refused_at_every_edge_naming_the_field(tmp_path):
-    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        serve(make_config(tmp_path)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         for name, path, body, headers, field in EDGES:
             for token in TOKENS:
-                response = await http.post(path, content=_with(body, token), headers={"Content-Type": "application/json", **headers})
+                response = await http.post(
+                    path,
+                    content=_with(body, token),
+                    headers={"Content-Type": "application/json", **headers},
+                )
                 answer = _strict(response.text)  # the refusal itself is JSON
                 error = answer["error"]
                 if "jsonrpc" in answer:
@@ -66,8 +138,16 @@ async def test_a_non_finite_number_is_refused_at_every_edge_naming_the_field(tmp
                         assert token.lstrip("-") in ("NaN", "Infinity"), (name, token, answer)
                         continue
                 else:
-                    assert 400 <= response.status_code < 500, (name, token, response.status_code, answer)
-                assert error["message"].startswith(f"{field}: is ") and "which JSON cannot carry" in error["message"], (name, token, error)
+                    assert 400 <= response.status_code < 500, (
+                        name,
+                        token,
+                        response.status_code,
+                        answer,
+                    )
+                assert (
+                    error["message"].startswith(f"{field}: is ")
+                    and "which JSON cannot carry" in error["message"]
+                ), (name, token, error)
         listed = await http.get("/a2a/agents/echo/rest/tasks", headers=V1)
         legacy = await http.get("/a2a/tasks/t-01")
         agents = (await http.get("/api/agents")).json()["agents"]
@@ -78,19 +158,31 @@ async def test_a_non_finite_number_is_refused_at_every_edge_naming_the_field(tmp
 
 async def test_finite_numbers_still_pass_everywhere(tmp_path):
     body = a2a_send({"data": {"n": 1.5, "big": 1e308, "tiny": 5e-324, "int": 10**30}})
-    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        serve(make_config(tmp_path)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         response = await http.post("/a2a/agents/echo/jsonrpc", json=body, headers=V1)
     task = _strict(response.text)["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED", task
-    assert task["history"][0]["parts"][0]["data"] == {"n": 1.5, "big": 1e308, "tiny": 5e-324, "int": 10**30}
+    assert task["history"][0]["parts"][0]["data"] == {
+        "n": 1.5,
+        "big": 1e308,
+        "tiny": 5e-324,
+        "int": 10**30,
+    }
 
 
 def test_an_answer_holding_a_non_finite_number_is_still_json():
     """A value stored before inputs were checked goes out as null, never as NaN/Infinity."""
     from roost.plugins.a2a._server import _json
 
-    response = _json({"task": {"data": [1.0, float("inf"), {"v": float("nan")}], "n": -float("inf")}})
-    assert _strict(response.body.decode()) == {"task": {"data": [1.0, None, {"v": None}], "n": None}}
+    response = _json(
+        {"task": {"data": [1.0, float("inf"), {"v": float("nan")}], "n": -float("inf")}}
+    )
+    assert _strict(response.body.decode()) == {
+        "task": {"data": [1.0, None, {"v": None}], "n": None}
+    }
 
 
 @pytest.mark.parametrize(
@@ -98,7 +190,11 @@ def test_an_answer_holding_a_non_finite_number_is_still_json():
     [
         (b'{"a": [1e400]}', "p.a[0]", InvalidNumber),
         (b'{"a": {"b": -1E+400}}', "p.a.b", InvalidNumber),
-        (b'{"a": ' + b"1" + b"0" * 300 + b"e99}", "p.a", InvalidNumber),  # a 2-digit exponent overflows too
+        (
+            b'{"a": ' + b"1" + b"0" * 300 + b"e99}",
+            "p.a",
+            InvalidNumber,
+        ),  # a 2-digit exponent overflows too
         (b'{"a": ' + b"1" * 400 + b".5}", "p.a", InvalidNumber),  # no exponent: 400 digits
         (b'{"a": NaN}', "p.a", InvalidNumber),
         (b'{"a": [1, "x", -Infinity]}', "p.a[2]", InvalidNumber),
@@ -114,7 +210,9 @@ def test_check_json_input_names_the_field_whatever_the_raw_text(raw, field, erro
 
 
 def test_check_json_input_passes_finite_json_and_check_text_still_ignores_numbers():
-    raw = b'{"id": "3e5f-1e9", "n": [1.5e10, 2e-5, 12345678901234567890], "t": "Infinity and beyond"}'
+    raw = (
+        b'{"id": "3e5f-1e9", "n": [1.5e10, 2e-5, 12345678901234567890], "t": "Infinity and beyond"}'
+    )
     check_json_input(json.loads(raw), raw=raw)
     check_text({"n": float("inf")})  # the store's check: text only
 

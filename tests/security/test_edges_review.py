@@ -40,11 +40,13 @@ def _raw(port: int, data: bytes, timeout: float = 10) -> bytes:
     return out
 
 
-
-
 @pytest.mark.parametrize(
     "method,path,body",
-    [("GET", "/health", b""), ("GET", "/api/agents", b""), ("POST", "/mcp", b'{"jsonrpc":"2.0","id":1,"method":"ping"}')],
+    [
+        ("GET", "/health", b""),
+        ("GET", "/api/agents", b""),
+        ("POST", "/mcp", b'{"jsonrpc":"2.0","id":1,"method":"ping"}'),
+    ],
     ids=["health", "api", "mcp"],
 )
 async def test_a_host_with_an_empty_label_is_refused_not_a_500(daemon: Daemon, method, path, body):
@@ -69,14 +71,18 @@ async def test_a_host_with_an_empty_label_is_refused_not_a_500(daemon: Daemon, m
 async def test_an_http10_request_without_host_is_served(daemon: Daemon):
     """README: "A request without Host (HTTP/1.0 tools; browsers always send one) is served."
     On the hypercorn lane it gets 421 "does not serve requests for host ''"."""
-    answer = await trio.to_thread.run_sync(_raw, _alive(daemon).port, b"GET /health HTTP/1.0\r\n\r\n")
+    answer = await trio.to_thread.run_sync(
+        _raw, _alive(daemon).port, b"GET /health HTTP/1.0\r\n\r\n"
+    )
     assert answer.startswith(b"HTTP/1.1 200"), answer[:400]
 
 
 # ---- issue 14, item 4: error shapes and statuses -------------------------------------------
 
 
-async def test_a_session_id_of_another_agent_is_a_client_error_not_a_storage_failure(daemon: Daemon):
+async def test_a_session_id_of_another_agent_is_a_client_error_not_a_storage_failure(
+    daemon: Daemon,
+):
     """A caller that reuses its own ``session_id`` with another agent is told 503
     ``store_error`` "storage failed: session … belongs to agent 'attacker'" (A2A: -32603
     for a reused ``contextId``): a retryable server failure for a mistake of the request."""
@@ -85,7 +91,9 @@ async def test_a_session_id_of_another_agent_is_a_client_error_not_a_storage_fai
     async with httpx.AsyncClient(base_url=d.url, timeout=30, headers=headers) as http:
         first = await http.post("/api/agents/attacker/message", json={"message": "hi"})
         session = first.json()["session_id"]
-        second = await http.post("/api/agents/victim/message", json={"message": "hi", "session_id": session})
+        second = await http.post(
+            "/api/agents/victim/message", json={"message": "hi", "session_id": session}
+        )
     assert second.status_code in (400, 409), (second.status_code, second.text)
     assert second.json()["error"]["code"] != "store_error", second.text
 
@@ -94,9 +102,13 @@ async def test_http_json_daemon_errors_carry_the_a2a_media_type(daemon: Daemon):
     """HTTP+JSON 1.0 answers ``application/a2a+json`` (README); the handler's own errors do
     (404 task not found), the daemon's (401, 405, 413, 421, 429) are ``application/json``."""
     async with httpx.AsyncClient(base_url=_alive(daemon).url, timeout=30) as http:
-        response = await http.post("/a2a/rest/message:send", json={}, headers={"A2A-Version": "1.0"})
+        response = await http.post(
+            "/a2a/rest/message:send", json={}, headers={"A2A-Version": "1.0"}
+        )
     assert response.status_code == 401
-    assert response.headers["content-type"].startswith("application/a2a+json"), response.headers["content-type"]
+    assert response.headers["content-type"].startswith("application/a2a+json"), response.headers[
+        "content-type"
+    ]
 
 
 # ---- issue 14, item 6: roost as a client reads what a peer sends, all of it ------------------
@@ -114,7 +126,11 @@ def test_a_typo_in_a2a_default_agent_stops_roost_run(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
     proc = subprocess.Popen(
         [str(ROOST), "--config", str(config), "run", "--port", "0"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         seen = b""
@@ -176,7 +192,9 @@ async def test_a_task_never_serves_non_finite_numbers_as_json(tmp_path):
 
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["first-agent", "a2a.default_agent"])
-async def test_an_unavailable_primary_agent_answers_503_at_the_root(tmp_path, monkeypatch, explicit):
+async def test_an_unavailable_primary_agent_answers_503_at_the_root(
+    tmp_path, monkeypatch, explicit
+):
     """The primary agent (``a2a.default_agent``, else the A2A agent whose name sorts first)
     is left out when it is unavailable (here: no ANTHROPIC_API_KEY). Implicitly, the root
     card and root sends silently move to the next agent (``zzz`` answers messages meant for
@@ -188,20 +206,40 @@ async def test_an_unavailable_primary_agent_answers_503_at_the_root(tmp_path, mo
     agents = tmp_path / "agents"
     (agents / "aaa").mkdir(parents=True)
     (agents / "aaa" / "agent.json").write_text(
-        json.dumps({"name": "aaa", "description": "needs a key", "model": {"provider": "anthropic", "name": "claude-sonnet-4-5"}, "a2a": {"enabled": True}})
+        json.dumps(
+            {
+                "name": "aaa",
+                "description": "needs a key",
+                "model": {"provider": "anthropic", "name": "claude-sonnet-4-5"},
+                "a2a": {"enabled": True},
+            }
+        )
     )
     write_agent(agents, "zzz", reply="I am zzz")
-    daemon = await trio.to_thread.run_sync(start_daemon, tmp_path, '[a2a]\ndefault_agent = "aaa"\n' if explicit else "")
+    daemon = await trio.to_thread.run_sync(
+        start_daemon, tmp_path, '[a2a]\ndefault_agent = "aaa"\n' if explicit else ""
+    )
     try:
         async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as http:
             body = {
                 "jsonrpc": "2.0",
                 "id": 1,
                 "method": "SendMessage",
-                "params": {"message": {"role": "ROLE_USER", "messageId": "m-root", "parts": [{"text": "hi"}]}},
+                "params": {
+                    "message": {
+                        "role": "ROLE_USER",
+                        "messageId": "m-root",
+                        "parts": [{"text": "hi"}],
+                    }
+                },
             }
             response = await http.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
     finally:
         daemon.stop()
-    assert "I am zzz" not in response.text, f"the root sent aaa's message to zzz: {response.text[:300]}"
-    assert response.status_code == 503 and "ANTHROPIC_API_KEY" in response.text, (response.status_code, response.text[:300])
+    assert "I am zzz" not in response.text, (
+        f"the root sent aaa's message to zzz: {response.text[:300]}"
+    )
+    assert response.status_code == 503 and "ANTHROPIC_API_KEY" in response.text, (
+        response.status_code,
+        response.text[:300],
+    )

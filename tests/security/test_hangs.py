@@ -31,7 +31,9 @@ async def test_a_fifo_flood_neither_hangs_the_daemon_nor_stops_sigterm(tmp_path)
         answers = []
 
         async def one(i: int) -> None:
-            tool, args = ("read", {"path": "pipe"}) if i % 2 else ("grep", {"pattern": "x", "path": "pipe"})
+            tool, args = (
+                ("read", {"path": "pipe"}) if i % 2 else ("grep", {"pattern": "x", "path": "pipe"})
+            )
             answers.append(await daemon.call("attacker", tool, args))
 
         with trio.fail_after(30):
@@ -42,7 +44,9 @@ async def test_a_fifo_flood_neither_hangs_the_daemon_nor_stops_sigterm(tmp_path)
             # Every tool still works for everyone: a file tool, bash, another agent.
             (daemon.workspace("attacker") / "ok.txt").write_text("still fine\n")
             assert "still fine" in (await daemon.call("attacker", "read", {"path": "ok.txt"})).text
-            assert "bash-ok" in (await daemon.call("victim", "bash", {"command": "echo bash-ok"})).text
+            assert (
+                "bash-ok" in (await daemon.call("victim", "bash", {"command": "echo bash-ok"})).text
+            )
         started = time.monotonic()
         daemon.proc.send_signal(signal.SIGTERM)
         await trio.to_thread.run_sync(functools.partial(daemon.proc.wait, timeout=60))  # its exit
@@ -74,9 +78,12 @@ async def test_one_agents_stuck_threads_do_not_starve_another_agent(tmp_path, mo
                         nursery.start_soon(agent_thread, stuck, release.wait)
                     limiter = thread_limiter("attacker")
                     await wait_until(
-                        lambda: limiter.borrowed_tokens == FILE_THREADS_PER_AGENT, "every slot of attacker's limiter taken"
+                        lambda: limiter.borrowed_tokens == FILE_THREADS_PER_AGENT,
+                        "every slot of attacker's limiter taken",
                     )
-                    result = await kernel.call_tool("victim", ToolCall(name="read", arguments={"path": "f.txt"}))
+                    result = await kernel.call_tool(
+                        "victim", ToolCall(name="read", arguments={"path": "f.txt"})
+                    )
                     assert "victim can read" in result.as_text()
                     # The stuck ones are abandoned on cancellation: nothing waits for them.
                     nursery.cancel_scope.cancel()

@@ -18,7 +18,9 @@ from http_guard_daemon import ROOST, start_daemon, write_agent
 KEEP_ALIVE_S = 1.0
 SILENT, HALF_HEAD, KEPT_ALIVE = 220, 40, 40
 
-pytestmark = pytest.mark.skipif(not ROOST.exists(), reason="the roost console script is not installed (make install)")
+pytestmark = pytest.mark.skipif(
+    not ROOST.exists(), reason="the roost console script is not installed (make install)"
+)
 
 
 async def read_response(stream: trio.SocketStream) -> bytes:
@@ -29,7 +31,11 @@ async def read_response(stream: trio.SocketStream) -> bytes:
         assert chunk, f"closed before a response: {data!r}"
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
     while len(body) < length:
         chunk = await stream.receive_some(65536)
         assert chunk, "closed in the middle of a response"
@@ -71,7 +77,12 @@ async def test_idle_and_half_open_connections_cannot_lock_clients_out(tmp_path):
                 health = await http.get("/health")
             assert health.status_code == 200, health.text
             message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "still there?"}]}
-            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": message},
+            }
             with trio.fail_after(10):
                 sent = await http.post("/a2a/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
             assert sent.status_code == 200, sent.text

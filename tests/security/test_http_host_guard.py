@@ -23,13 +23,20 @@ SECRET = "my bank PIN is 4711"
 V1 = {"A2A-Version": "1.0"}
 SDK_CLIENT = Path(__file__).resolve().parents[1] / "plugins" / "mcp" / "sdk_client.py"
 
-pytestmark = pytest.mark.skipif(not ROOST.exists(), reason="the roost console script is not installed (make install)")
+pytestmark = pytest.mark.skipif(
+    not ROOST.exists(), reason="the roost console script is not installed (make install)"
+)
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
     root = tmp_path_factory.mktemp("host-guard")
-    write_agent(root / "agents", "alpha", reply="alpha heard: {message}", mcp={"expose_tools": ["list", "read"], "private_tools": ["read"]})
+    write_agent(
+        root / "agents",
+        "alpha",
+        reply="alpha heard: {message}",
+        mcp={"expose_tools": ["list", "read"], "private_tools": ["read"]},
+    )
     daemon = start_daemon(root, 'allowed_hosts = ["roost.test"]\n')
     try:
         # A task whose history holds the user's text: what a rebinding page would read.
@@ -42,7 +49,9 @@ def daemon(tmp_path_factory):
         daemon.stop()
 
 
-async def raw_request(port: int, method: str, path: str, host: str, *, body: bytes = b"", headers: dict | None = None) -> tuple[int, dict, bytes]:
+async def raw_request(
+    port: int, method: str, path: str, host: str, *, body: bytes = b"", headers: dict | None = None
+) -> tuple[int, dict, bytes]:
     """One request over a fresh socket with exactly this ``Host``; ``(status, headers, body)``."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
@@ -69,32 +78,96 @@ def jsonrpc(method: str, params: dict) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).encode()
 
 
-MCP_INIT = jsonrpc("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}})
-WEBSOCKET = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+MCP_INIT = jsonrpc(
+    "initialize",
+    {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"},
+    },
+)
+WEBSOCKET = {
+    "Upgrade": "websocket",
+    "Connection": "Upgrade",
+    "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+    "Sec-WebSocket-Version": "13",
+}
 
 # (entry point, handler, method, path, body, headers, error shape)
 ENTRIES = [
     ("health", "quart", "GET", "/health", b"", {}, "roost"),
     ("api-agents", "quart", "GET", "/api/agents", b"", {}, "roost"),
-    ("api-message", "quart", "POST", "/api/agents/alpha/message", b'{"message": "hi"}', {}, "roost"),
+    (
+        "api-message",
+        "quart",
+        "POST",
+        "/api/agents/alpha/message",
+        b'{"message": "hi"}',
+        {},
+        "roost",
+    ),
     ("api-events-websocket", "quart", "GET", "/api/events", b"", WEBSOCKET, "roost"),
-    ("mcp", "plain", "POST", "/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
-    ("agent-mcp", "plain", "POST", "/agents/alpha/mcp", MCP_INIT, {"Accept": "application/json, text/event-stream"}, "jsonrpc"),
+    (
+        "mcp",
+        "plain",
+        "POST",
+        "/mcp",
+        MCP_INIT,
+        {"Accept": "application/json, text/event-stream"},
+        "jsonrpc",
+    ),
+    (
+        "agent-mcp",
+        "plain",
+        "POST",
+        "/agents/alpha/mcp",
+        MCP_INIT,
+        {"Accept": "application/json, text/event-stream"},
+        "jsonrpc",
+    ),
     ("a2a-rest-tasks", "plain", "GET", "/a2a/rest/tasks?historyLength=10", b"", V1, "rest"),
-    ("a2a-jsonrpc-list", "plain", "POST", "/a2a/jsonrpc", jsonrpc("ListTasks", {"historyLength": 10}), V1, "jsonrpc"),
-    ("a2a-jsonrpc-send", "plain", "POST", "/a2a/agents/alpha/jsonrpc", jsonrpc("SendMessage", {"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}), V1, "jsonrpc"),
+    (
+        "a2a-jsonrpc-list",
+        "plain",
+        "POST",
+        "/a2a/jsonrpc",
+        jsonrpc("ListTasks", {"historyLength": 10}),
+        V1,
+        "jsonrpc",
+    ),
+    (
+        "a2a-jsonrpc-send",
+        "plain",
+        "POST",
+        "/a2a/agents/alpha/jsonrpc",
+        jsonrpc(
+            "SendMessage",
+            {"message": {"messageId": "x", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        ),
+        V1,
+        "jsonrpc",
+    ),
     ("a2a-card", "plain", "GET", "/.well-known/agent-card.json", b"", {}, "rest"),
     ("a2a-legacy-task", "plain", "GET", "/a2a/tasks/whatever?historyLength=10", b"", {}, "rest"),
 ]
-ATTACKS = ["evil.example", "evil.example:{port}", "localhost.evil.example:{port}", "127.0.0.1.nip.io:{port}"]
+ATTACKS = [
+    "evil.example",
+    "evil.example:{port}",
+    "localhost.evil.example:{port}",
+    "127.0.0.1.nip.io:{port}",
+]
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e[0] for e in ENTRIES])
-async def test_a_forged_host_is_refused_with_421_in_the_route_shape_at_every_entry(daemon, entry, attack):
+async def test_a_forged_host_is_refused_with_421_in_the_route_shape_at_every_entry(
+    daemon, entry, attack
+):
     _, _, method, path, body, headers, shape = entry
     host = attack.format(port=daemon.port)
-    status, fields, raw = await raw_request(daemon.port, method, path, host, body=body, headers=headers)
+    status, fields, raw = await raw_request(
+        daemon.port, method, path, host, body=body, headers=headers
+    )
     assert status == 421, raw[:300]
     text = raw.decode()
     assert SECRET not in text and "alpha heard" not in text
@@ -112,7 +185,15 @@ async def test_a_forged_host_is_refused_with_421_in_the_route_shape_at_every_ent
     assert fields["content-type"].startswith(media), fields["content-type"]
 
 
-ALLOWED = ["localhost", "localhost:{port}", "LOCALHOST.:{port}", "127.0.0.1:{port}", "[::1]:{port}", "roost.test", "roost.test:{port}"]
+ALLOWED = [
+    "localhost",
+    "localhost:{port}",
+    "LOCALHOST.:{port}",
+    "127.0.0.1:{port}",
+    "[::1]:{port}",
+    "roost.test",
+    "roost.test:{port}",
+]
 
 
 @pytest.mark.parametrize("host", ALLOWED)
@@ -120,11 +201,18 @@ async def test_allowed_hosts_are_served_and_card_urls_name_the_bound_address(dae
     host = host.format(port=daemon.port)
     status, _, raw = await raw_request(daemon.port, "GET", "/api/agents", host)
     assert status == 200 and b"alpha" in raw
-    status, _, raw = await raw_request(daemon.port, "GET", "/a2a/rest/tasks?historyLength=10", host, headers=V1)
+    status, _, raw = await raw_request(
+        daemon.port, "GET", "/a2a/rest/tasks?historyLength=10", host, headers=V1
+    )
     assert status == 200 and SECRET in raw.decode()
     # The card URLs come from the bound address (or http.public_url), never from Host.
     bound = f"http://127.0.0.1:{daemon.port}/"
-    for path in ("/.well-known/agent-card.json", "/a2a/agents/alpha/.well-known/agent-card.json", "/.well-known/agent.json", "/a2a/agents"):
+    for path in (
+        "/.well-known/agent-card.json",
+        "/a2a/agents/alpha/.well-known/agent-card.json",
+        "/.well-known/agent.json",
+        "/a2a/agents",
+    ):
         status, _, raw = await raw_request(daemon.port, "GET", path, host)
         assert status == 200, raw[:300]
         cards = json.loads(raw)
@@ -136,7 +224,10 @@ async def test_allowed_hosts_are_served_and_card_urls_name_the_bound_address(dae
 async def run_mcp_sdk(url: str) -> dict:
     with trio.fail_after(90):
         done = await trio.run_process(
-            [sys.executable, str(SDK_CLIENT), url, "legacy", "read"], capture_stdout=True, capture_stderr=True, check=False
+            [sys.executable, str(SDK_CLIENT), url, "legacy", "read"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
         )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -154,7 +245,9 @@ async def test_official_clients_work_with_loopback_urls_and_a_rebound_name_does_
     client = ClientFactory(ClientConfig(streaming=False)).create(card)
     try:
         with trio.fail_after(30):
-            message = Message(message_id=f"m-{name}", role=Role.ROLE_USER, parts=[Part(text="hello sdk")])
+            message = Message(
+                message_id=f"m-{name}", role=Role.ROLE_USER, parts=[Part(text="hello sdk")]
+            )
             events = [e async for e in client.send_message(SendMessageRequest(message=message))]
     finally:
         await client.close()
@@ -166,7 +259,16 @@ async def test_official_clients_work_with_loopback_urls_and_a_rebound_name_does_
     assert seen["answer"] == ["alpha heard: hello from the SDK"] and not seen["answer_is_error"]
 
     # The same requests under a name the attacker controls get nothing.
-    async with httpx.AsyncClient(timeout=20, headers={"Host": f"rebound.example:{daemon.port}"}) as http:
+    async with httpx.AsyncClient(
+        timeout=20, headers={"Host": f"rebound.example:{daemon.port}"}
+    ) as http:
         card = await http.get(f"{base}/a2a/agents/alpha/.well-known/agent-card.json")
-        mcp = await http.post(f"{base}/mcp", content=MCP_INIT, headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        mcp = await http.post(
+            f"{base}/mcp",
+            content=MCP_INIT,
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+            },
+        )
     assert card.status_code == 421 and mcp.status_code == 421

@@ -35,7 +35,11 @@ INIT = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "flood", "version": "1"}},
+    "params": {
+        "protocolVersion": LEGACY,
+        "capabilities": {},
+        "clientInfo": {"name": "flood", "version": "1"},
+    },
 }
 FLOOD = 1200
 
@@ -47,17 +51,29 @@ async def initialize(http: httpx.AsyncClient, path: str, headers: dict | None = 
     done = await http.post(
         path,
         json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        headers={**HEADERS, **(headers or {}), "Mcp-Session-Id": sid, "MCP-Protocol-Version": LEGACY},
+        headers={
+            **HEADERS,
+            **(headers or {}),
+            "Mcp-Session-Id": sid,
+            "MCP-Protocol-Version": LEGACY,
+        },
     )
     assert done.status_code == 202, done.text
     return sid
 
 
-async def tools_list(http: httpx.AsyncClient, path: str, sid: str, headers: dict | None = None) -> httpx.Response:
+async def tools_list(
+    http: httpx.AsyncClient, path: str, sid: str, headers: dict | None = None
+) -> httpx.Response:
     return await http.post(
         path,
         json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        headers={**HEADERS, **(headers or {}), "Mcp-Session-Id": sid, "MCP-Protocol-Version": LEGACY},
+        headers={
+            **HEADERS,
+            **(headers or {}),
+            "Mcp-Session-Id": sid,
+            "MCP-Protocol-Version": LEGACY,
+        },
     )
 
 
@@ -91,24 +107,46 @@ async def sdk_call(url: str, tool: str, local_address: str, key: str = "") -> di
     return json.loads(done.stdout)
 
 
-async def test_a_flood_of_sessions_from_one_address_locks_no_one_else_out_and_spares_busy_sessions(tmp_path):
-    async with serve(make_config(tmp_path, keys=False)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=60) as http:
+async def test_a_flood_of_sessions_from_one_address_locks_no_one_else_out_and_spares_busy_sessions(
+    tmp_path,
+):
+    async with (
+        serve(make_config(tmp_path, keys=False)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=60) as http,
+    ):
         with trio.fail_after(240):
             # Before the flood, the flooding caller (127.0.0.1) holds three sessions:
             idle = await initialize(http, "/mcp")  # idle: made room for the flood
             streaming = await initialize(http, "/mcp")  # a GET stream open: never idle
             working = await initialize(http, "/agents/waiter/mcp")  # a tools/call in flight
-            get_headers = {"Accept": "text/event-stream", "Mcp-Session-Id": streaming, "MCP-Protocol-Version": LEGACY}
+            get_headers = {
+                "Accept": "text/event-stream",
+                "Mcp-Session-Id": streaming,
+                "MCP-Protocol-Version": LEGACY,
+            }
             answered: list[httpx.Response] = []
-            async with trio.open_nursery() as nursery, http.stream("GET", "/mcp", headers=get_headers) as stream:
+            async with (
+                trio.open_nursery() as nursery,
+                http.stream("GET", "/mcp", headers=get_headers) as stream,
+            ):
                 assert stream.status_code == 200
 
                 async def call_in_flight() -> None:
                     answered.append(
                         await http.post(
                             "/agents/waiter/mcp",
-                            json={"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "message", "arguments": {"message": "wait"}}},
-                            headers={**HEADERS, "Accept": "application/json", "Mcp-Session-Id": working, "MCP-Protocol-Version": LEGACY},
+                            json={
+                                "jsonrpc": "2.0",
+                                "id": 7,
+                                "method": "tools/call",
+                                "params": {"name": "message", "arguments": {"message": "wait"}},
+                            },
+                            headers={
+                                **HEADERS,
+                                "Accept": "application/json",
+                                "Mcp-Session-Id": working,
+                                "MCP-Protocol-Version": LEGACY,
+                            },
                         )
                     )
 
@@ -123,9 +161,14 @@ async def test_a_flood_of_sessions_from_one_address_locks_no_one_else_out_and_sp
                 # Another caller (another address) is not locked out, on either endpoint,
                 # using the official SDK client.
                 host = await sdk_call(f"{url}/mcp", "agent_recall", "127.0.0.2")
-                assert host["answer"] == ["heard: hello from another caller"] and not host["is_error"]
+                assert (
+                    host["answer"] == ["heard: hello from another caller"] and not host["is_error"]
+                )
                 agent = await sdk_call(f"{url}/agents/recall/mcp", "message", "127.0.0.2")
-                assert agent["answer"] == ["heard: hello from another caller"] and not agent["is_error"]
+                assert (
+                    agent["answer"] == ["heard: hello from another caller"]
+                    and not agent["is_error"]
+                )
 
                 # The busy sessions of the flooding caller survived it; the idle one made room.
                 assert (await tools_list(http, "/mcp", streaming)).status_code == 200
@@ -135,7 +178,9 @@ async def test_a_flood_of_sessions_from_one_address_locks_no_one_else_out_and_sp
             assert answered[0].json()["result"]["content"][0]["text"] == "done: wait"
 
 
-async def test_with_keys_each_principal_has_its_own_bound_and_its_own_sessions(tmp_path, monkeypatch):
+async def test_with_keys_each_principal_has_its_own_bound_and_its_own_sessions(
+    tmp_path, monkeypatch
+):
     set_key_env(monkeypatch)
     config = make_config(tmp_path, mcp_sessions_per_caller=5)
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=60) as http:
@@ -145,10 +190,19 @@ async def test_with_keys_each_principal_has_its_own_bound_and_its_own_sessions(t
             # Another principal's session id is unknown to bob, exactly as an ended one.
             assert (await tools_list(http, "/mcp", alices, bearer("bob"))).status_code == 404
             stream = await http.get(
-                "/mcp", headers={**bearer("bob"), "Accept": "text/event-stream", "Mcp-Session-Id": alices, "MCP-Protocol-Version": LEGACY}
+                "/mcp",
+                headers={
+                    **bearer("bob"),
+                    "Accept": "text/event-stream",
+                    "Mcp-Session-Id": alices,
+                    "MCP-Protocol-Version": LEGACY,
+                },
             )
             assert stream.status_code == 404
-            deleted = await http.delete("/mcp", headers={**bearer("bob"), "Mcp-Session-Id": alices, "MCP-Protocol-Version": LEGACY})
+            deleted = await http.delete(
+                "/mcp",
+                headers={**bearer("bob"), "Mcp-Session-Id": alices, "MCP-Protocol-Version": LEGACY},
+            )
             assert deleted.status_code == 404
             assert (await tools_list(http, "/mcp", alices, bearer("alice"))).status_code == 200
             # Alice opening many sessions closes only her own idle ones; bob's stays.
@@ -166,7 +220,11 @@ async def test_idle_sessions_close_after_the_configured_time_busy_ones_stay(tmp_
         with trio.fail_after(60):
             idle = await initialize(http, "/mcp")
             streaming = await initialize(http, "/mcp")
-            get_headers = {"Accept": "text/event-stream", "Mcp-Session-Id": streaming, "MCP-Protocol-Version": LEGACY}
+            get_headers = {
+                "Accept": "text/event-stream",
+                "Mcp-Session-Id": streaming,
+                "MCP-Protocol-Version": LEGACY,
+            }
             async with http.stream("GET", "/mcp", headers=get_headers) as stream:
                 assert stream.status_code == 200
                 await trio.sleep_until(trio.current_time() + 0.6)  # both now idle that long

@@ -36,7 +36,9 @@ async def test_sigkilled_daemon_leaves_no_bash_process_behind(tmp_path):
 
             async def call() -> None:
                 try:
-                    await daemon.call("attacker", "bash", {"command": f"sleep {mark} & sleep {mark}"})
+                    await daemon.call(
+                        "attacker", "bash", {"command": f"sleep {mark} & sleep {mark}"}
+                    )
                 except Exception:  # the daemon is killed under it
                     pass
 
@@ -45,7 +47,9 @@ async def test_sigkilled_daemon_leaves_no_bash_process_behind(tmp_path):
             await wait_until(lambda: len(marked(mark)) >= 3, "bash started its sleeps", timeout=30)
             daemon.proc.send_signal(signal.SIGKILL)
             daemon.proc.wait(timeout=10)
-            await wait_until(lambda: not marked(mark), lambda: f"no process outlived the daemon: {marked(mark)}")
+            await wait_until(
+                lambda: not marked(mark), lambda: f"no process outlived the daemon: {marked(mark)}"
+            )
             nursery.cancel_scope.cancel()
     finally:
         for pid in marked(mark):  # on a failing build, do not leave them to the next test
@@ -57,7 +61,9 @@ async def test_sigkilled_daemon_leaves_no_bash_process_behind(tmp_path):
 
 
 @pytest.mark.parametrize("pidns", [True, False], ids=["pid-namespace", "no-namespace"])
-async def test_a_command_leaving_thousands_of_processes_is_reaped_at_once(tmp_path, monkeypatch, pidns):
+async def test_a_command_leaving_thousands_of_processes_is_reaped_at_once(
+    tmp_path, monkeypatch, pidns
+):
     from roost.plugins.tools import _bash
 
     if pidns and not _bash.namespaces_status()[0]:

@@ -44,9 +44,14 @@ def _storage_error(response: httpx.Response) -> str:
 
 
 async def test_a2a_never_acknowledges_a_task_it_could_not_store(tmp_path):
-    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        serve(make_config(tmp_path)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         tasks = service_for(kernel).tasks.store
-        warm = await http.post("/a2a/agents/echo/jsonrpc", json=a2a_send({"text": "warm up"}), headers=V1)
+        warm = await http.post(
+            "/a2a/agents/echo/jsonrpc", json=a2a_send({"text": "warm up"}), headers=V1
+        )
         acknowledged = {warm.json()["result"]["task"]["id"]}
         await _disk(tasks, full=True)
         sends = [
@@ -60,13 +65,17 @@ async def test_a2a_never_acknowledges_a_task_it_could_not_store(tmp_path):
             if result is not None:  # an answer names a task: it must be stored
                 acknowledged.add((result.get("task") or result)["id"])
             _storage_error(response)
-        rest = await http.post("/a2a/agents/echo/rest/message:send", json=a2a_send({"text": BIG})["params"], headers=V1)
+        rest = await http.post(
+            "/a2a/agents/echo/rest/message:send", json=a2a_send({"text": BIG})["params"], headers=V1
+        )
         _storage_error(rest)
         assert rest.json()["error"]["status"] == "UNAVAILABLE"
         status_while_full = kernel.agent_status("echo")
         await _disk(tasks, full=False)
         # Space is back: the same agent works without a restart, and is stored.
-        after = await http.post("/a2a/agents/echo/jsonrpc", json=a2a_send({"text": BIG}), headers=V1)
+        after = await http.post(
+            "/a2a/agents/echo/jsonrpc", json=a2a_send({"text": BIG}), headers=V1
+        )
         kept = after.json()["result"]["task"]
         acknowledged.add(kept["id"])
         listed = (await http.get("/a2a/agents/echo/rest/tasks", headers=V1)).json()["tasks"]
@@ -77,20 +86,33 @@ async def test_a2a_never_acknowledges_a_task_it_could_not_store(tmp_path):
 
 
 async def test_a_full_disk_fails_each_request_but_never_stops_the_agent(tmp_path):
-    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        serve(make_config(tmp_path)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         first = await http.post("/api/agents/echo/message", json={"message": "hi"})
         session = first.json()["session_id"]
         await _disk(kernel.store, full=True)
         for i in range(6):  # more than the restart budget (3 in a minute)
             body = {"message": BIG} if i % 2 else {"message": BIG, "session_id": session}
             _storage_error(await http.post("/api/agents/echo/message", json=body))
-        _storage_error(await http.post("/mcp", json=mcp_call("agent_echo", {"message": BIG}), headers=mcp_headers("agent_echo")))
+        _storage_error(
+            await http.post(
+                "/mcp",
+                json=mcp_call("agent_echo", {"message": BIG}),
+                headers=mcp_headers("agent_echo"),
+            )
+        )
         # A2A: the agent's session could not be stored, so the blocking send fails too.
-        _storage_error(await http.post("/a2a/agents/echo/jsonrpc", json=a2a_send({"text": BIG}), headers=V1))
+        _storage_error(
+            await http.post("/a2a/agents/echo/jsonrpc", json=a2a_send({"text": BIG}), headers=V1)
+        )
         agents = {a["name"]: a["status"] for a in (await http.get("/api/agents")).json()["agents"]}
         await _disk(kernel.store, full=False)
         with trio.fail_after(10):
-            again = await http.post("/api/agents/echo/message", json={"message": "after", "session_id": session})
+            again = await http.post(
+                "/api/agents/echo/message", json={"message": "after", "session_id": session}
+            )
         history = [m.content for m in await kernel.store.history(session)]
 
     assert agents == {"echo": "ready", "fragile": "ready"}

@@ -62,15 +62,38 @@ def dump(value: Any) -> str:
     return json.dumps(value)
 
 
-odd_chars = st.sampled_from(["\ud800", "\udfff", "\udbff\udbff", "\x00", "\u2028", "\ufeff", "\U0001f600", "\\", '"', "\n"])
-texts = st.lists(st.one_of(st.characters(blacklist_categories=()), odd_chars), max_size=12).map("".join)
-raw_numbers = st.sampled_from(["9" * 5000, "-" + "9" * 4400, "1e999", "-1e999", "1" + "0" * 400, "1e-999", "0.0000000000000000000001"]).map(Raw)
+odd_chars = st.sampled_from(
+    ["\ud800", "\udfff", "\udbff\udbff", "\x00", "\u2028", "\ufeff", "\U0001f600", "\\", '"', "\n"]
+)
+texts = st.lists(st.one_of(st.characters(blacklist_categories=()), odd_chars), max_size=12).map(
+    "".join
+)
+raw_numbers = st.sampled_from(
+    [
+        "9" * 5000,
+        "-" + "9" * 4400,
+        "1e999",
+        "-1e999",
+        "1" + "0" * 400,
+        "1e-999",
+        "0.0000000000000000000001",
+    ]
+).map(Raw)
 deep = st.integers(min_value=1, max_value=3000).map(lambda n: Raw("[" * n + "]" * n))
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False, allow_infinity=False),
-    texts, raw_numbers, deep,
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    texts,
+    raw_numbers,
+    deep,
 )
-values = st.recursive(leaves, lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(texts, kids, max_size=3)), max_leaves=10)
+values = st.recursive(
+    leaves,
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(texts, kids, max_size=3)),
+    max_leaves=10,
+)
 text_or_value = st.one_of(texts, values)
 
 
@@ -86,13 +109,26 @@ def daemon(tmp_path_factory):
         pytest.skip("the roost console script is not installed (run make install)")
     root = tmp_path_factory.mktemp("fuzz")
     for name in ("echo", "asker"):
-        rules = [{"match": "(?i)question", "ask": "Which?", "reply": "chose {answer}"}] if name == "asker" else []
+        rules = (
+            [{"match": "(?i)question", "ask": "Which?", "reply": "chose {answer}"}]
+            if name == "asker"
+            else []
+        )
         path = root / "agents" / name / "agent.json"
         path.parent.mkdir(parents=True)
-        path.write_text(json.dumps({
-            "name": name, "description": name, "a2a": {"enabled": True},
-            "model": {"provider": "scripted", "script": {"rules": rules, "default_reply": "echo: {message}"}},
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "name": name,
+                    "description": name,
+                    "a2a": {"enabled": True},
+                    "model": {
+                        "provider": "scripted",
+                        "script": {"rules": rules, "default_reply": "echo: {message}"},
+                    },
+                }
+            )
+        )
     port = _free_port()
     (root / "roost.toml").write_text(
         f'home = "{root / "home"}"\n[agents]\ndirs = ["{root / "agents"}"]\nbundled = false\n'
@@ -102,19 +138,32 @@ def daemon(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
     env.update(ROOST_HOME=str(root / "home"), ROOST_CONFIG=str(root / "roost.toml"))
     with open(root / "daemon.log", "wb") as log:
-        proc = subprocess.Popen([ROOST, "run"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [ROOST, "run"],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
 
         def healthy() -> bool:
             if proc.poll() is not None:
-                raise RuntimeError(f"the daemon exited: {(root / 'daemon.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"the daemon exited: {(root / 'daemon.log').read_text()[-2000:]}"
+                )
             try:
                 return httpx.get(url + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_until_sync(healthy, lambda: f"the daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}", timeout=30)
+        wait_until_sync(
+            healthy,
+            lambda: f"the daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}",
+            timeout=30,
+        )
         with httpx.Client(base_url=url, timeout=30) as http:
             yield http, proc, root / "daemon.log"
     finally:
@@ -137,7 +186,9 @@ def _jsonrpc_answer(response: httpx.Response) -> dict:
     assert isinstance(body, dict) and body.get("jsonrpc") == "2.0", body
     assert ("result" in body) != ("error" in body), body
     if "error" in body:
-        assert isinstance(body["error"]["code"], int) and isinstance(body["error"]["message"], str), body
+        assert isinstance(body["error"]["code"], int) and isinstance(
+            body["error"]["message"], str
+        ), body
     return body
 
 
@@ -164,7 +215,11 @@ def test_fuzzing_the_three_edges_never_reaches_a_crash(daemon):
             {"message": "hi", value if isinstance(value, str) else "x": other},
             value,
         ][shape]
-        response = http.post("/api/agents/echo/message", content=dump(body).encode(), headers={"Content-Type": "application/json"})
+        response = http.post(
+            "/api/agents/echo/message",
+            content=dump(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         _rest_answer(response)
 
     @FUZZ
@@ -175,13 +230,24 @@ def test_fuzzing_the_three_edges_never_reaches_a_crash(daemon):
             {"name": name, "arguments": {"message": value}, "_meta": META},
             {"name": name, "arguments": value, "_meta": META},
             {"name": value, "arguments": {"message": "hi"}, "_meta": META},
-            {"name": name, "arguments": {"message": "hi", "extra": other}, "_meta": {**META, "x": value}},
+            {
+                "name": name,
+                "arguments": {"message": "hi", "extra": other},
+                "_meta": {**META, "x": value},
+            },
             value,
         ][shape]
-        message = {"jsonrpc": "2.0", "id": other if shape == 3 else 1, "method": "tools/call", "params": params}
+        message = {
+            "jsonrpc": "2.0",
+            "id": other if shape == 3 else 1,
+            "method": "tools/call",
+            "params": params,
+        }
         headers = {
-            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
             "Mcp-Name": name if shape != 2 else "x",
         }
         _jsonrpc_answer(http.post("/mcp", content=dump(message).encode(), headers=headers))
@@ -190,7 +256,12 @@ def test_fuzzing_the_three_edges_never_reaches_a_crash(daemon):
     @given(shape=st.integers(min_value=0, max_value=7), value=text_or_value, other=values)
     def a2a(shape: int, value: Any, other: Any) -> None:
         def send(message: Any, **params: Any) -> dict:
-            return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message, **params}}
+            return {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": message, **params},
+            }
 
         def msg(**extra: Any) -> dict:
             return {"role": "ROLE_USER", "messageId": "m1", "parts": [{"text": "hi"}], **extra}
@@ -203,9 +274,16 @@ def test_fuzzing_the_three_edges_never_reaches_a_crash(daemon):
             send(value),
             send(msg(), configuration=value, metadata=other),
             {"jsonrpc": "2.0", "id": other, "method": "GetTask", "params": {"id": value}},
-            {"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {"contextId": value, "pageSize": other}},
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "ListTasks",
+                "params": {"contextId": value, "pageSize": other},
+            },
         ][shape]
-        _jsonrpc_answer(http.post("/a2a/agents/echo/jsonrpc", content=dump(body).encode(), headers=V1))
+        _jsonrpc_answer(
+            http.post("/a2a/agents/echo/jsonrpc", content=dump(body).encode(), headers=V1)
+        )
 
     rest()
     mcp()

@@ -45,7 +45,9 @@ class LoopbackOnly(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.hosts.append(request.url.host)
         if request.url.host not in ("localhost", "127.0.0.1"):
-            raise httpx.ConnectError(f"test transport: {request.url.host} is off limits", request=request)
+            raise httpx.ConnectError(
+                f"test transport: {request.url.host} is off limits", request=request
+            )
         return await self._real.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -64,7 +66,9 @@ async def test_push_delivery_connects_only_to_the_checked_address_not_a_rebound_
     port = listeners[0].socket.getsockname()[1]
     resolver = RebindingResolver(first=PUBLIC, later="127.0.0.1")
     transport = LoopbackOnly()
-    dispatcher = PushDispatcher(None, PushSettings(retries=3, backoff_s=0.01), transport=transport, resolver=resolver)
+    dispatcher = PushDispatcher(
+        None, PushSettings(retries=3, backoff_s=0.01), transport=transport, resolver=resolver
+    )
     await nursery.start(dispatcher.run)
 
     config = m.PushConfig(task_id="t1", id="c1", url=f"http://localhost:{port}/hook")
@@ -94,7 +98,9 @@ async def test_push_delivery_to_an_allowed_loopback_webhook_still_arrives(nurser
 
     listeners = await nursery.start(functools.partial(trio.serve_tcp, record, 0, host="127.0.0.1"))
     port = listeners[0].socket.getsockname()[1]
-    dispatcher = PushDispatcher(None, PushSettings(retries=1, allow_private=True, allow_loopback=True))
+    dispatcher = PushDispatcher(
+        None, PushSettings(retries=1, allow_private=True, allow_loopback=True)
+    )
     config = m.PushConfig(task_id="t1", id="c1", url=f"http://localhost:{port}/hook", token="tok")
     from roost.plugins.a2a._push import Delivery
 

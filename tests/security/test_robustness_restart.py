@@ -30,7 +30,9 @@ async def test_an_actor_past_its_restart_budget_restarts_after_its_cool_down(aut
                 with pytest.raises(ActorCrashed):
                     await system.ask("a", "X", "crash")
             cause = system.stop_cause("a")
-            assert "restart budget of 1" in cause and "restarts by itself" in cause and "boom" in cause
+            assert (
+                "restart budget of 1" in cause and "restarts by itself" in cause and "boom" in cause
+            )
             with pytest.raises(ActorStopped, match="restarts by itself"):
                 await system.ask("a", "X", "hi")
             started = trio.current_time()
@@ -65,33 +67,66 @@ async def test_a_stop_during_the_cool_down_keeps_it_stopped_and_shutdown_does_no
             assert "restarts by itself" in system.stop_cause("b")
 
 
-async def test_an_agent_past_its_restart_budget_is_reported_stopped_everywhere_and_comes_back(tmp_path):
+async def test_an_agent_past_its_restart_budget_is_reported_stopped_everywhere_and_comes_back(
+    tmp_path,
+):
     async with serve(make_config(tmp_path, restart_cooldown_s=1.0)) as (kernel, url):
-        async with httpx.AsyncClient(base_url=url, timeout=30) as http, kernel.tap.subscribe(kinds=(EventKind.ACTOR_RESTARTED,)) as events:
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+            kernel.tap.subscribe(kinds=(EventKind.ACTOR_RESTARTED,)) as events,
+        ):
             for _ in range(4):  # a bug in the agent (here its provider), four times in a minute
-                crashed = await http.post("/api/agents/fragile/message", json={"message": "crash now"})
-                assert crashed.status_code == 500 and crashed.json()["error"]["code"] == "actor_crashed"
+                crashed = await http.post(
+                    "/api/agents/fragile/message", json={"message": "crash now"}
+                )
+                assert (
+                    crashed.status_code == 500
+                    and crashed.json()["error"]["code"] == "actor_crashed"
+                )
             agents = {a["name"]: a for a in (await http.get("/api/agents")).json()["agents"]}
             rest = await http.post("/api/agents/fragile/message", json={"message": "hello"})
-            a2a = await http.post("/a2a/agents/fragile/jsonrpc", json=a2a_send({"text": "hello"}), headers=V1)
-            a2a_rest = await http.post("/a2a/agents/fragile/rest/message:send", json=a2a_send({"text": "hello"})["params"], headers=V1)
-            mcp = await http.post("/mcp", json=mcp_call("agent_fragile", {"message": "hello"}), headers=mcp_headers("agent_fragile"))
+            a2a = await http.post(
+                "/a2a/agents/fragile/jsonrpc", json=a2a_send({"text": "hello"}), headers=V1
+            )
+            a2a_rest = await http.post(
+                "/a2a/agents/fragile/rest/message:send",
+                json=a2a_send({"text": "hello"})["params"],
+                headers=V1,
+            )
+            mcp = await http.post(
+                "/mcp",
+                json=mcp_call("agent_fragile", {"message": "hello"}),
+                headers=mcp_headers("agent_fragile"),
+            )
             card = await http.post(
                 "/mcp",
-                json={"jsonrpc": "2.0", "id": 2, "method": "resources/read", "params": {"uri": "roost://agents/fragile/card", "_meta": MCP_META}},
-                headers={**mcp_headers("x"), "Mcp-Method": "resources/read", "Mcp-Name": "roost://agents/fragile/card"},
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "resources/read",
+                    "params": {"uri": "roost://agents/fragile/card", "_meta": MCP_META},
+                },
+                headers={
+                    **mcp_headers("x"),
+                    "Mcp-Method": "resources/read",
+                    "Mcp-Name": "roost://agents/fragile/card",
+                },
             )
             tasks = (await http.get("/a2a/agents/fragile/rest/tasks", headers=V1)).json()["tasks"]
             with trio.fail_after(30):
                 while (await events.receive()).payload.get("after") != "cool-down":
                     pass
             back = await http.post("/api/agents/fragile/message", json={"message": "hello"})
-            after = {a["name"]: a["status"] for a in (await http.get("/api/agents")).json()["agents"]}
+            after = {
+                a["name"]: a["status"] for a in (await http.get("/api/agents")).json()["agents"]
+            }
 
     assert agents["echo"]["status"] == "ready"
     assert agents["fragile"]["status"] == "stopped"
     reason = agents["fragile"]["error"]
-    assert "restart budget of 3" in reason and "restarts by itself" in reason and "blew up" in reason
+    assert (
+        "restart budget of 3" in reason and "restarts by itself" in reason and "blew up" in reason
+    )
     assert rest.status_code == 503 and "restarts by itself" in rest.json()["error"]["message"]
     error = a2a.json()["error"]
     assert error["code"] == -32603 and "agent 'fragile' is stopped" in error["message"]

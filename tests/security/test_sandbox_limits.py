@@ -29,7 +29,9 @@ from security_targets import Daemon, manifest, open_kernel_target
 LANDLOCK = landlock_status()
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 MiB = 1024 * 1024
-needs_pidns = pytest.mark.skipif(not namespaces_status()[0], reason=f"no PID namespace here: {namespaces_status()[1]}")
+needs_pidns = pytest.mark.skipif(
+    not namespaces_status()[0], reason=f"no PID namespace here: {namespaces_status()[1]}"
+)
 
 
 def _alive(daemon: Daemon) -> Daemon:
@@ -117,7 +119,9 @@ EOF"""
         done.set()
 
     async def legitimate_caller() -> None:  # another client using the daemon meanwhile
-        async with httpx.AsyncClient(base_url=d.url, headers={"Authorization": f"Bearer {d.api_key}"}) as http:
+        async with httpx.AsyncClient(
+            base_url=d.url, headers={"Authorization": f"Bearer {d.api_key}"}
+        ) as http:
             while not done.is_set():
                 await http.get("/api/agents")
                 with trio.move_on_after(0.1):
@@ -127,7 +131,9 @@ EOF"""
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sniff)
             nursery.start_soon(legitimate_caller)
-    assert d.api_key not in outcome.text, f"a sandboxed bash read the daemon's API key off the wire: {outcome}"
+    assert d.api_key not in outcome.text, (
+        f"a sandboxed bash read the daemon's API key off the wire: {outcome}"
+    )
 
 
 @pytest.mark.skipif(not ROOT, reason="roost runs as root only here: bash keeps root's capabilities")
@@ -136,7 +142,9 @@ async def test_bash_has_no_capabilities_when_roost_runs_as_root(daemon: Daemon):
     addresses on the host's ``lo``), CAP_NET_RAW, CAP_SYS_ADMIN, CAP_SYS_TIME, CAP_BPF,
     CAP_MKNOD... A sandboxed command needs none of them."""
     with trio.fail_after(60):
-        outcome = await _alive(daemon).call("attacker", "bash", {"command": "grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"})
+        outcome = await _alive(daemon).call(
+            "attacker", "bash", {"command": "grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status"}
+        )
     for line in outcome.text.splitlines():
         if line.startswith(("CapEff:", "CapPrm:")):
             assert line.split()[1] == "0000000000000000", f"bash runs with capabilities: {outcome}"
@@ -144,7 +152,10 @@ async def test_bash_has_no_capabilities_when_roost_runs_as_root(daemon: Daemon):
 
 @pytest.mark.parametrize(
     "tool,arguments",
-    [("read", {"path": "sparse.txt", "limit": 1}), ("edit", {"path": "sparse.txt", "old_string": "zzz", "new_string": "y"})],
+    [
+        ("read", {"path": "sparse.txt", "limit": 1}),
+        ("edit", {"path": "sparse.txt", "old_string": "zzz", "new_string": "y"}),
+    ],
     ids=["read", "edit"],
 )
 async def test_a_sparse_file_does_not_balloon_the_daemon(daemon: Daemon, tool, arguments):
@@ -164,7 +175,9 @@ async def test_a_sparse_file_does_not_balloon_the_daemon(daemon: Daemon, tool, a
         grew = (_status_kib(d.pid, "VmHWM") - before) * 1024
     finally:
         path.unlink()
-    assert grew < 200 * MiB, f"{tool} of a sparse file raised the daemon's peak RSS by {grew // MiB} MiB: {outcome}"
+    assert grew < 200 * MiB, (
+        f"{tool} of a sparse file raised the daemon's peak RSS by {grew // MiB} MiB: {outcome}"
+    )
 
 
 async def test_bash_memory_is_bounded(daemon: Daemon):
@@ -219,20 +232,27 @@ async def test_a_full_temp_dir_does_not_stop_the_other_agents(tmp_path):
     try:
         daemon.start()
         with trio.fail_after(60):
-            fill = await daemon.call("attacker", "bash", {"command": "dd if=/dev/zero of=$TMPDIR/fill bs=1M count=128; df -h ."})
+            fill = await daemon.call(
+                "attacker",
+                "bash",
+                {"command": "dd if=/dev/zero of=$TMPDIR/fill bs=1M count=128; df -h ."},
+            )
             async with httpx.AsyncClient(base_url=daemon.url, timeout=30) as http:
                 response = await http.post(
                     "/api/agents/victim/message",
                     json={"message": "hello"},
                     headers={"Authorization": f"Bearer {daemon.api_key}"},
                 )
-        assert response.status_code == 200, f"after {fill.text[-200:]!r}: {response.status_code} {response.text}"
+        assert response.status_code == 200, (
+            f"after {fill.text[-200:]!r}: {response.status_code} {response.text}"
+        )
     finally:
         daemon.stop()
         subprocess.run(["umount", "-l", str(home)], check=False)
 
 
 # ---- the fixes, pinned down -----------------------------------------------------------------
+
 
 @pytest.mark.skipif(not ROOT, reason="roost runs as root only here")
 async def test_bash_as_root_cannot_mknod_change_addresses_or_read_the_kernel_log(kernel_target):
@@ -283,7 +303,9 @@ async def test_without_granted_ports_bash_has_a_network_of_its_own(kernel_target
 
 
 @pytest.mark.skipif(not LANDLOCK.tcp, reason="needs Landlock ABI 4 (TCP rules)")
-async def test_with_a_granted_port_mptcp_and_raw_sockets_are_refused(tmp_path, monkeypatch, listeners):
+async def test_with_a_granted_port_mptcp_and_raw_sockets_are_refused(
+    tmp_path, monkeypatch, listeners
+):
     """A granted port puts bash on the host's network, where Landlock filters TCP only: the
     socket filter refuses MPTCP (and SCTP, packet, vsock...) sockets there, so a grant of
     one port reaches no other; TCP to the granted port still works."""
@@ -302,11 +324,29 @@ for name, args in [("sctp", (socket.AF_INET, socket.SOCK_STREAM, 132)), ("packet
 EOF"""
     async with opener as kernel:
         with trio.fail_after(60):
-            mptcp = await kernel.call_tool("granted", ToolCall(name="bash", arguments={"command": MPTCP_CONNECT.format(port=port + 1 if port < 65535 else port - 1)}))
-            others = await kernel.call_tool("granted", ToolCall(name="bash", arguments={"command": probe}))
-            tcp = await kernel.call_tool("granted", ToolCall(name="bash", arguments={"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo TCP-OK"}))
+            mptcp = await kernel.call_tool(
+                "granted",
+                ToolCall(
+                    name="bash",
+                    arguments={
+                        "command": MPTCP_CONNECT.format(port=port + 1 if port < 65535 else port - 1)
+                    },
+                ),
+            )
+            others = await kernel.call_tool(
+                "granted", ToolCall(name="bash", arguments={"command": probe})
+            )
+            tcp = await kernel.call_tool(
+                "granted",
+                ToolCall(
+                    name="bash",
+                    arguments={"command": f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo TCP-OK"},
+                ),
+            )
     assert "SOCKET-REFUSED EPROTONOSUPPORT" in mptcp.as_text(), mptcp.as_text()
-    assert "OPENED" not in others.as_text() and others.as_text().count("REFUSED") == 4, others.as_text()
+    assert "OPENED" not in others.as_text() and others.as_text().count("REFUSED") == 4, (
+        others.as_text()
+    )
     assert "TCP-OK" in tcp.as_text(), tcp.as_text()
 
 
@@ -321,9 +361,15 @@ async def test_tmpdir_is_private_to_each_command_and_capped(tmp_path, monkeypatc
 
         async def bash(command: str) -> str:
             with trio.fail_after(60):
-                return (await kernel.call_tool("small", ToolCall(name="bash", arguments={"command": command}))).as_text()
+                return (
+                    await kernel.call_tool(
+                        "small", ToolCall(name="bash", arguments={"command": command})
+                    )
+                ).as_text()
 
-        filled = await bash("echo kept > $TMPDIR/note; dd if=/dev/zero of=$TMPDIR/fill bs=1M count=16; ls $TMPDIR")
+        filled = await bash(
+            "echo kept > $TMPDIR/note; dd if=/dev/zero of=$TMPDIR/fill bs=1M count=16; ls $TMPDIR"
+        )
         later = await bash("ls -A $TMPDIR; echo listed")
     assert "No space left on device" in filled and "note" in filled, filled
     assert later.split()[0] == "listed", later
@@ -355,7 +401,11 @@ print("STARTED", started)
 EOF"""
     async with opener as kernel:
         with trio.fail_after(60):
-            outcome = (await kernel.call_tool("small", ToolCall(name="bash", arguments={"command": command}))).as_text()
+            outcome = (
+                await kernel.call_tool(
+                    "small", ToolCall(name="bash", arguments={"command": command})
+                )
+            ).as_text()
     assert "NOT-MAPPED" in outcome, outcome
     started = int(outcome.split("STARTED", 1)[1].split()[0])
     assert started < 64 + _sandbox_exec.RESERVED_PIDS, outcome
@@ -364,8 +414,12 @@ EOF"""
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-@pytest.mark.skipif(not ROOT or not shutil.which("setpriv"), reason="needs root and setpriv to become nobody")
-@pytest.mark.skipif(not Path(SYSTEM_PYTHON).exists(), reason=f"needs {SYSTEM_PYTHON} (readable by nobody)")
+@pytest.mark.skipif(
+    not ROOT or not shutil.which("setpriv"), reason="needs root and setpriv to become nobody"
+)
+@pytest.mark.skipif(
+    not Path(SYSTEM_PYTHON).exists(), reason=f"needs {SYSTEM_PYTHON} (readable by nobody)"
+)
 @needs_pidns
 def test_the_same_isolation_holds_for_an_unprivileged_user():
     """roost run by a normal user: the supervisor (here as ``nobody``) creates a user
@@ -383,7 +437,11 @@ def _run_as_nobody(root: Path) -> None:
     exec_file = Path(_sandbox_exec.__file__)
     plugin_copy = root / "tools"
     plugin_copy.mkdir()
-    for name in ("_sandbox_exec.py", "_landlock.py", "_seccomp.py"):  # the tree may be closed to nobody
+    for name in (
+        "_sandbox_exec.py",
+        "_landlock.py",
+        "_seccomp.py",
+    ):  # the tree may be closed to nobody
         shutil.copy(exec_file.with_name(name), plugin_copy / name)
     tmp = root / "tmpdir"
     tmp.mkdir()
@@ -409,10 +467,21 @@ print("STARTED", n)'
         str(plugin_copy / "_sandbox_exec.py"), "--pidns", "--netns", "--tmp", str(tmp), "16",
         "--memory", "512", "--processes", "64", "--sockets", "--", "/bin/bash", "-c", script,
     ]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)}, cwd=tmp)
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp)},
+        cwd=tmp,
+    )
     out = done.stdout
     assert done.returncode == 0, (done.returncode, out, done.stderr)
-    caps = [line.split()[1] for line in out.splitlines() if line.startswith(("CapEff", "CapPrm", "CapBnd"))]
+    caps = [
+        line.split()[1]
+        for line in out.splitlines()
+        if line.startswith(("CapEff", "CapPrm", "CapBnd"))
+    ]
     assert caps == ["0000000000000000"] * 3, out
     assert out.splitlines()[3].split() == ["lo"], out
     assert "AS 524288 NPROC 64" in out and "No space left on device" in out, out
@@ -433,5 +502,11 @@ def test_an_unknown_architecture_syscall_kills_instead_of_passing_the_filter(tmp
         "_seccomp.install(own_netns=False); print('installed', flush=True); "
         "ctypes.CDLL(None).syscall(0x40000000 | 39)"  # x32 getpid
     )
-    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
-    assert done.stdout.strip() == "installed" and done.returncode == -signal.SIGSYS, (done.returncode, done.stdout, done.stderr)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout.strip() == "installed" and done.returncode == -signal.SIGSYS, (
+        done.returncode,
+        done.stdout,
+        done.stderr,
+    )

@@ -67,7 +67,8 @@ async def test_write_never_lands_outside_while_a_parent_is_swapped_for_a_symlink
             with trio.fail_after(120):
                 for i in range(ATTEMPTS):
                     result = await kernel.call_tool(
-                        "attacker", ToolCall(name="write", arguments={"path": f"d/f{i}.txt", "content": "x"})
+                        "attacker",
+                        ToolCall(name="write", arguments={"path": f"d/f{i}.txt", "content": "x"}),
                     )
                     if result.is_error:
                         assert "symbolic link" in result.as_text(), result.as_text()

@@ -43,7 +43,14 @@ FIVE = ["a", "b", "c", "d", "e"]
 ROOST = Path(sys.executable).parent / "roost"
 
 
-def write_agent(directory: Path, name: str, rules: list, *, tools: tuple[str, ...] = (), network: dict | None = None) -> None:
+def write_agent(
+    directory: Path,
+    name: str,
+    rules: list,
+    *,
+    tools: tuple[str, ...] = (),
+    network: dict | None = None,
+) -> None:
     manifest: dict[str, Any] = {
         "name": name,
         "description": f"{name} (trace test agent)",
@@ -54,7 +61,9 @@ def write_agent(directory: Path, name: str, rules: list, *, tools: tuple[str, ..
     if tools:
         manifest["capabilities"] = {"tools": list(tools)}
     if network is not None and "network" in attrs.fields_dict(AgentManifest):
-        manifest["network"] = network  # bash may reach the daemon's port (when the sandbox has such rules)
+        manifest["network"] = (
+            network  # bash may reach the daemon's port (when the sandbox has such rules)
+        )
     path = directory / name / "agent.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(manifest))
@@ -91,21 +100,45 @@ async def serve(config, port: int = 0):
 
 def _mcp(path: str, tool: str):
     def build(meta: dict | None) -> tuple[str, dict, dict]:
-        body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": tool, "arguments": {"message": "hi"}, "_meta": {**MCP_META, **(meta or {})}}}
-        headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": MCP_VERSION, "Mcp-Method": "tools/call", "Mcp-Name": tool}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": {"message": "hi"},
+                "_meta": {**MCP_META, **(meta or {})},
+            },
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": MCP_VERSION,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": tool,
+        }
         return path, body, headers
 
     return build
 
 
 def _a2a_jsonrpc(meta: dict | None) -> tuple[str, dict, dict]:
-    message = {"role": "ROLE_USER", "messageId": "m-1", "parts": [{"text": "hi"}], **({"metadata": meta} if meta else {})}
+    message = {
+        "role": "ROLE_USER",
+        "messageId": "m-1",
+        "parts": [{"text": "hi"}],
+        **({"metadata": meta} if meta else {}),
+    }
     body = {"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": message}}
     return "/a2a/agents/worker/jsonrpc", body, {"A2A-Version": "1.0"}
 
 
 def _a2a_rest(meta: dict | None) -> tuple[str, dict, dict]:
-    message = {"role": "ROLE_USER", "messageId": "m-1", "parts": [{"text": "hi"}], **({"metadata": meta} if meta else {})}
+    message = {
+        "role": "ROLE_USER",
+        "messageId": "m-1",
+        "parts": [{"text": "hi"}],
+        **({"metadata": meta} if meta else {}),
+    }
     return "/a2a/agents/worker/rest/message:send", {"message": message}, {"A2A-Version": "1.0"}
 
 
@@ -134,7 +167,9 @@ def tripped(entry: str, response: httpx.Response, depth: int) -> None:
         assert body["error"]["code"] == -32010 and phrase in body["error"]["message"], body
     else:
         assert response.status_code == 508, body
-        assert body["error"]["status"] == "RESOURCE_EXHAUSTED" and phrase in body["error"]["message"]
+        assert (
+            body["error"]["status"] == "RESOURCE_EXHAUSTED" and phrase in body["error"]["message"]
+        )
 
 
 def refused_as_invalid(entry: str, response: httpx.Response, field: str) -> None:
@@ -149,7 +184,10 @@ def refused_as_invalid(entry: str, response: httpx.Response, field: str) -> None
     else:
         assert body["error"]["code"] == -32602, body
         message = body["error"]["message"]
-    assert message.startswith(f"{field}: expected the caller's call depth, a whole number"), (entry, message)
+    assert message.startswith(f"{field}: expected the caller's call depth, a whole number"), (
+        entry,
+        message,
+    )
 
 
 ENTRIES = {
@@ -159,7 +197,12 @@ ENTRIES = {
     "a2a-jsonrpc": _a2a_jsonrpc,
     "a2a-rest": _a2a_rest,
 }
-BODY_FIELD = {"mcp": 'params._meta["io.roost/trace-depth"]', "agent-mcp": 'params._meta["io.roost/trace-depth"]', "a2a-jsonrpc": 'message.metadata["io.roost/trace-depth"]', "a2a-rest": 'message.metadata["io.roost/trace-depth"]'}
+BODY_FIELD = {
+    "mcp": 'params._meta["io.roost/trace-depth"]',
+    "agent-mcp": 'params._meta["io.roost/trace-depth"]',
+    "a2a-jsonrpc": 'message.metadata["io.roost/trace-depth"]',
+    "a2a-rest": 'message.metadata["io.roost/trace-depth"]',
+}
 
 FIVE_HEADERS = {"X-Roost-Trace-Depth": "5", "X-Roost-Trace-Path": ",".join(FIVE)}
 FIVE_META = {DEPTH: 5, PATH: FIVE}
@@ -189,7 +232,9 @@ async def daemon(tmp_path):
 
 
 @pytest.mark.parametrize(("entry", "headers", "meta", "expected"), CASES)
-async def test_every_entry_trips_or_refuses_every_depth_attack(daemon, entry, headers, meta, expected):
+async def test_every_entry_trips_or_refuses_every_depth_attack(
+    daemon, entry, headers, meta, expected
+):
     kernel, http = daemon
     path, body, entry_headers = ENTRIES[entry](meta)
     async with kernel.tap.subscribe(buffer=64, kinds=(EventKind.KERNEL_BREAKER,)) as events:
@@ -198,10 +243,14 @@ async def test_every_entry_trips_or_refuses_every_depth_attack(daemon, entry, he
             tripped(entry, response, expected)
             with trio.fail_after(5):  # the trip is observable on the event stream too
                 async for event in events:
-                    assert event.payload["depth"] == expected and event.payload["path"][-1] == "worker"
+                    assert (
+                        event.payload["depth"] == expected and event.payload["path"][-1] == "worker"
+                    )
                     break
         else:
-            refused_as_invalid(entry, response, BODY_FIELD[entry] if expected == "body" else expected)
+            refused_as_invalid(
+                entry, response, BODY_FIELD[entry] if expected == "body" else expected
+            )
     listed = await http.get("/a2a/agents/worker/rest/tasks", headers={"A2A-Version": "1.0"})
     assert listed.json()["tasks"] == []  # nothing was started, not even a task that failed
 
@@ -213,19 +262,35 @@ def _line(message: Any) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
-async def _roost_mcp(config: Path, env: dict[str, str], calls: list[dict], *extra: str) -> dict[Any, dict]:
+async def _roost_mcp(
+    config: Path, env: dict[str, str], calls: list[dict], *extra: str
+) -> dict[Any, dict]:
     """Spawn ``roost mcp`` (its environment: ``env``), make ``calls`` after initialize;
     the answers by id."""
     if not ROOST.exists():
         pytest.skip("the roost console script is not installed (make install)")
-    init = {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": "init",
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
     messages = [init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *calls]
     want = {m["id"] for m in messages if "id" in m}
     async with trio.open_nursery() as nursery:
         process = await nursery.start(
             lambda task_status: trio.run_process(
-                [str(ROOST), "mcp", *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                env={"ROOST_CONFIG": str(config), "PATH": "/usr/bin:/bin", **env}, check=False, task_status=task_status,
+                [str(ROOST), "mcp", *extra],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env={"ROOST_CONFIG": str(config), "PATH": "/usr/bin:/bin", **env},
+                check=False,
+                task_status=task_status,
             )
         )
         await process.stdin.send_all(_line(init))
@@ -276,7 +341,9 @@ async def test_roost_mcp_on_stdio_trips_or_refuses_every_depth_attack(tmp_path, 
             results: dict[str, dict] = {}
 
             async def one(name: str, env: dict, meta: dict | None) -> None:
-                results[name] = (await _roost_mcp(toml, env, [_stdio_call(name, meta)], *extra))[name]
+                results[name] = (await _roost_mcp(toml, env, [_stdio_call(name, meta)], *extra))[
+                    name
+                ]
 
             for name, env, meta, _ in STDIO_ATTACKS:
                 nursery.start_soon(one, name, env, meta)
@@ -285,11 +352,15 @@ async def test_roost_mcp_on_stdio_trips_or_refuses_every_depth_attack(tmp_path, 
         if isinstance(expected, int):
             result = reply["result"]
             assert result["isError"] is True, (name, reply)
-            assert f"would reach depth {expected}, past the limit of 5" in result["content"][0]["text"], (name, reply)
+            assert (
+                f"would reach depth {expected}, past the limit of 5" in result["content"][0]["text"]
+            ), (name, reply)
             assert result["_meta"]["io.roost/error"]["depth"] == expected
         else:
             assert reply["error"]["code"] == -32602, (name, reply)
-            assert reply["error"]["message"].startswith(f"{expected}: expected the caller's call depth"), (name, reply)
+            assert reply["error"]["message"].startswith(
+                f"{expected}: expected the caller's call depth"
+            ), (name, reply)
 
 
 # ---- the bash attack, end to end ----------------------------------------------------------------
@@ -311,13 +382,27 @@ AGAIN = {"message": "again"}
 REST = ("/api/agents/looper/message", AGAIN)
 A2A = (
     "/a2a/agents/looper/jsonrpc",
-    {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"role": "ROLE_USER", "messageId": "m", "parts": [{"text": "again"}]}}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {
+            "message": {"role": "ROLE_USER", "messageId": "m", "parts": [{"text": "again"}]}
+        },
+    },
 )
 MCP = (
     "/agents/looper/mcp",
-    {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "message", "arguments": AGAIN, "_meta": MCP_META}},
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "message", "arguments": AGAIN, "_meta": MCP_META},
+    },
 )
-MCP_HEADERS = f"-H 'MCP-Protocol-Version: {MCP_VERSION}' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: message'"
+MCP_HEADERS = (
+    f"-H 'MCP-Protocol-Version: {MCP_VERSION}' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: message'"
+)
 FORWARD = '-H "traceparent: $TRACEPARENT" -H "X-Roost-Trace-Depth: $ROOST_TRACE_DEPTH" -H "X-Roost-Trace-Path: $ROOST_TRACE_PATH"'
 FORGED = "-H 'X-Roost-Trace-Depth: 0' -H 'traceparent: 00-11111111111111111111111111111111-2222222222222222-01'"
 # curl in a new session whose parent exits at once: re-parented away from bash (to the
@@ -351,15 +436,26 @@ async def test_an_agents_bash_calling_the_daemon_trips_the_breaker_at_depth_5(tm
         write_agent(
             agents,
             "looper",
-            [{"match": ".", "steps": [{"tool": "bash", "arguments": {"command": command}}], "reply": "level: {result}"}],
+            [
+                {
+                    "match": ".",
+                    "steps": [{"tool": "bash", "arguments": {"command": command}}],
+                    "reply": "level: {result}",
+                }
+            ],
             tools=("bash",),
             network={"connect": [port]},
         )
 
     config = make_config(tmp_path, port, looper)
-    async with serve(config, port) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=120) as http:
+    async with (
+        serve(config, port) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=120) as http,
+    ):
         breakers, runs = [], []
-        async with kernel.tap.subscribe(buffer=256, kinds=(EventKind.KERNEL_BREAKER, EventKind.AGENT_MESSAGE)) as events:
+        async with kernel.tap.subscribe(
+            buffer=256, kinds=(EventKind.KERNEL_BREAKER, EventKind.AGENT_MESSAGE)
+        ) as events:
             with trio.fail_after(60):  # 5 levels take ~2 s; unbroken, the chain never ends
                 reply = await http.post("/api/agents/looper/message", json={"message": "go"})
                 async for event in events:
@@ -374,5 +470,8 @@ async def test_an_agents_bash_calling_the_daemon_trips_the_breaker_at_depth_5(tm
     # the innermost curl got the refusal, and its text climbed back up every level
     assert body["reply"].startswith("level: ")
     if "[output truncated]" not in body["reply"]:  # an MCP result says its text twice: it grows
-        assert body["reply"].count("level: ") == 5 and "would reach depth 6, past the limit of 5" in body["reply"]
+        assert (
+            body["reply"].count("level: ") == 5
+            and "would reach depth 6, past the limit of 5" in body["reply"]
+        )
     assert {r.trace.trace_id for r in runs} == {body["trace_id"]}  # one chain, one trace

@@ -23,7 +23,9 @@ def chain(*hops: str) -> TraceContext:
     return ctx
 
 
-async def _connection_from(process_command: str, listener: socket.socket) -> tuple[trio.Process, socket.socket, tuple]:
+async def _connection_from(
+    process_command: str, listener: socket.socket
+) -> tuple[trio.Process, socket.socket, tuple]:
     host, port = listener.getsockname()[:2]
     process = await trio.lowlevel.open_process(
         ["bash", "-c", process_command.format(python=sys.executable, host=host, port=port)]
@@ -151,8 +153,19 @@ async def test_an_agents_bash_gets_its_runs_trace_context_in_its_environment(tmp
 
     agent = tmp_path / "agents" / "sh" / "agent.json"
     agent.parent.mkdir(parents=True)
-    agent.write_text(json.dumps({"name": "sh", "description": "sh", "model": {"provider": "scripted", "name": "rules"}, "capabilities": {"tools": ["bash"]}}))
-    config = default_config(home=str(tmp_path / "home"), agents={"dirs": [str(tmp_path / "agents")], "bundled": False})
+    agent.write_text(
+        json.dumps(
+            {
+                "name": "sh",
+                "description": "sh",
+                "model": {"provider": "scripted", "name": "rules"},
+                "capabilities": {"tools": ["bash"]},
+            }
+        )
+    )
+    config = default_config(
+        home=str(tmp_path / "home"), agents={"dirs": [str(tmp_path / "agents")], "bundled": False}
+    )
     run = chain("a", "sh")
     command = 'echo "$TRACEPARENT $ROOST_TRACE_DEPTH $ROOST_TRACE_PATH"'
     async with open_kernel(config) as kernel:

@@ -100,12 +100,18 @@ class BatchedWriter:
             while self._round.messages:
                 taken, self._round = self._round, _Round()
                 try:
-                    with trio.CancelScope(shield=True, deadline=trio.current_time() + WRITE_STALL_S) as stall:
+                    with trio.CancelScope(
+                        shield=True, deadline=trio.current_time() + WRITE_STALL_S
+                    ) as stall:
                         while taken.messages:
                             await self.stream.send_all(take_batch(taken.messages))
                     if stall.cancelled_caught:
-                        raise trio.BrokenResourceError(f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe")
-                except Exception as exc:  # broken, stalled or closed stream: later senders learn it too
+                        raise trio.BrokenResourceError(
+                            f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe"
+                        )
+                except (
+                    Exception
+                ) as exc:  # broken, stalled or closed stream: later senders learn it too
                     self.error = exc
                     taken.finish(exc)
                     raise

@@ -163,7 +163,9 @@ class _Outcome:
     failure: str | None = None
 
 
-def _as_answer_to(item: dict[str, Any], wire_id: Any, request_id: Any) -> tuple[dict[str, Any], bool]:
+def _as_answer_to(
+    item: dict[str, Any], wire_id: Any, request_id: Any
+) -> tuple[dict[str, Any], bool]:
     """``item`` with a re-issued request's id put back to the caller's, and whether it is
     the answer to that request."""
     if "method" in item or "id" not in item or item["id"] != wire_id:
@@ -178,7 +180,16 @@ class HttpTransport:
 
     kind = "http"
 
-    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, nursery: trio.Nursery, send_channel: Any, incoming: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        headers: Mapping[str, str],
+        http: httpx.AsyncClient,
+        nursery: trio.Nursery,
+        send_channel: Any,
+        incoming: Any,
+    ) -> None:
         self.name = name
         self.url = url
         self.headers = dict(headers)
@@ -203,7 +214,9 @@ class HttpTransport:
             schema = tool.get("inputSchema")
             problem = x_mcp_header_problem(schema)
             if problem:
-                log.warning("MCP server %s: tool %r rejected: %s", self.name, tool.get("name"), problem)
+                log.warning(
+                    "MCP server %s: tool %r rejected: %s", self.name, tool.get("name"), problem
+                )
                 continue
             self._tool_schemas[str(tool.get("name"))] = schema
             kept.append(tool)
@@ -220,12 +233,26 @@ class HttpTransport:
         if self.modern and message is not None and isinstance(message.get("method"), str):
             out[HEADER_METHOD] = message["method"]
             params = message.get("params")
-            if isinstance(params, Mapping) and message["method"] in ("tools/call", "prompts/get", "resources/read"):
-                target = params.get("uri") if message["method"] == "resources/read" else params.get("name")
+            if isinstance(params, Mapping) and message["method"] in (
+                "tools/call",
+                "prompts/get",
+                "resources/read",
+            ):
+                target = (
+                    params.get("uri")
+                    if message["method"] == "resources/read"
+                    else params.get("name")
+                )
                 if isinstance(target, str):
                     out[HEADER_NAME] = encode_header_value(target)
-                if message["method"] == "tools/call" and isinstance(target, str) and target in self._tool_schemas:
-                    out.update(mcp_param_headers(self._tool_schemas[target], params.get("arguments")))
+                if (
+                    message["method"] == "tools/call"
+                    and isinstance(target, str)
+                    and target in self._tool_schemas
+                ):
+                    out.update(
+                        mcp_param_headers(self._tool_schemas[target], params.get("arguments"))
+                    )
         return out
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
@@ -260,9 +287,13 @@ class HttpTransport:
             return
         headers = {**self._headers(message), "Content-Type": "application/json"}
         try:
-            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+            async with self.http.stream(
+                "POST", self.url, content=body, headers=headers
+            ) as response:
                 status = response.status_code
-                error_body = await read_error_body(response)  # a notification's answer is 202, no body
+                error_body = await read_error_body(
+                    response
+                )  # a notification's answer is 202, no body
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
         if status == 404 and self.session_id and not self.modern:
@@ -282,7 +313,9 @@ class HttpTransport:
             self.closed_reason = reason
             await self._send_channel.aclose()
 
-    async def _exchange(self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope) -> None:
+    async def _exchange(
+        self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
+    ) -> None:
         """POST one request and forward its answer. At 2026-07-28 a broken response stream
         loses the request (no resumption), so it is re-issued once under a new request id;
         the answer is handed on under the caller's id."""
@@ -296,9 +329,14 @@ class HttpTransport:
                     retry = {**message, "id": f"roost-reissue-{self._reissued}"}
                     log.info(
                         "MCP server %s: the response stream of request %r broke (%s); re-issuing it as %r",
-                        self.name, request_id, outcome.failure, retry["id"],
+                        self.name,
+                        request_id,
+                        outcome.failure,
+                        retry["id"],
                     )
-                    retry_body = json.dumps(retry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+                    retry_body = json.dumps(
+                        retry, ensure_ascii=False, separators=(",", ":")
+                    ).encode("utf-8")
                     outcome = await self._attempt(retry, retry_body, request_id)
         finally:
             self._streams.pop(request_id, None)
@@ -314,21 +352,31 @@ class HttpTransport:
         answered = False
         started = False
         try:
-            async with self.http.stream("POST", self.url, content=body, headers=headers) as response:
+            async with self.http.stream(
+                "POST", self.url, content=body, headers=headers
+            ) as response:
                 started = True
                 if message.get("method") == "initialize":
                     session = response.headers.get(HEADER_SESSION_ID)
                     if session:
                         self.session_id = session
                 status = response.status_code
-                if status == 404 and self.session_id and not self.modern and message.get("method") != "initialize":
+                if (
+                    status == 404
+                    and self.session_id
+                    and not self.modern
+                    and message.get("method") != "initialize"
+                ):
                     await self._lost("the server ended the session (HTTP 404)")
                     return _Outcome(answered=True)
                 if status >= 400:
                     data = await read_error_body(response)
                     await self._push(
                         http_error_message(
-                            request_id, status, data, retry_after=retry_after_s(response.headers),
+                            request_id,
+                            status,
+                            data,
+                            retry_after=retry_after_s(response.headers),
                             hint=refusal_hint(self.name, self.headers, status),
                         )
                     )
@@ -345,7 +393,10 @@ class HttpTransport:
                         answered = answered or is_answer
                         await self._push(item)
                     if not answered:
-                        return _Outcome(answered=False, failure="the JSON response held no answer to the request")
+                        return _Outcome(
+                            answered=False,
+                            failure="the JSON response held no answer to the request",
+                        )
                 elif ctype == "text/event-stream":
                     answered, failure = await self._read_sse(response, wire_id, request_id)
                     if not answered:
@@ -353,13 +404,19 @@ class HttpTransport:
                 elif status == 202:
                     return _Outcome(answered=True)  # nothing to wait for
                 else:
-                    await self._push(http_error_message(request_id, status, f"unexpected content type {ctype!r}".encode()))
+                    await self._push(
+                        http_error_message(
+                            request_id, status, f"unexpected content type {ctype!r}".encode()
+                        )
+                    )
                     return _Outcome(answered=True)
         except httpx.HTTPError as exc:
             if answered:
                 return _Outcome(answered=True)
             # Lost after the request went out: the response stream broke.
-            broken = started or isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+            broken = started or isinstance(
+                exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+            )
             failure = f"{'the HTTP request to' if broken else 'cannot reach'} {self.url} failed: {type(exc).__name__}: {exc}"
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
@@ -367,7 +424,9 @@ class HttpTransport:
             return _Outcome(answered=True)
         return _Outcome(answered=True)
 
-    async def _read_sse(self, response: httpx.Response, wire_id: Any, request_id: Any) -> tuple[bool, str | None]:
+    async def _read_sse(
+        self, response: httpx.Response, wire_id: Any, request_id: Any
+    ) -> tuple[bool, str | None]:
         """Forward the stream's messages; ``(answered, why not)``. A broken handshake-era
         stream with event ids is resumed with a GET."""
         answered = False
@@ -375,7 +434,10 @@ class HttpTransport:
         last_event_id, retry_ms = "", None
         try:
             async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
-                last_event_id, retry_ms = event.id, event.retry if event.retry is not None else retry_ms
+                last_event_id, retry_ms = (
+                    event.id,
+                    event.retry if event.retry is not None else retry_ms,
+                )
                 if event.event != "message":
                     continue
                 for item in json_messages(event.data):
@@ -393,12 +455,18 @@ class HttpTransport:
     async def _resume(self, last_event_id: str, request_id: Any) -> bool:
         """GET with ``Last-Event-ID`` to get the rest of a broken stream."""
         for _attempt in range(GET_STREAM_RETRIES):
-            headers = {**self._headers(), HEADER_LAST_EVENT_ID: last_event_id, "Accept": "text/event-stream"}
+            headers = {
+                **self._headers(),
+                HEADER_LAST_EVENT_ID: last_event_id,
+                "Accept": "text/event-stream",
+            }
             try:
                 async with self.http.stream("GET", self.url, headers=headers) as response:
                     if response.status_code != 200:
                         return False
-                    async with contextlib.aclosing(sse_events(response, max_bytes=MAX_MESSAGE_BYTES)) as events:
+                    async with contextlib.aclosing(
+                        sse_events(response, max_bytes=MAX_MESSAGE_BYTES)
+                    ) as events:
                         async for event in events:
                             last_event_id = event.id or last_event_id
                             for item in json_messages(event.data):
@@ -487,12 +555,18 @@ async def open_http_transport(
     every request connects to the checked address (no second lookup to rebind)."""
     timeout = httpx.Timeout(timeout_secs, read=None)
     async with open_guarded_client(
-        url, timeout=timeout, allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
+        url,
+        timeout=timeout,
+        allow_private=allow_private,
+        allow_loopback=allow_loopback,
+        resolver=resolver,
     ) as http:
         send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
         with single_errors():
             async with trio.open_nursery() as nursery:
-                transport = HttpTransport(name, url, headers or {}, http, nursery, send_channel, receive_channel)
+                transport = HttpTransport(
+                    name, url, headers or {}, http, nursery, send_channel, receive_channel
+                )
                 try:
                     yield transport
                 finally:

@@ -49,7 +49,9 @@ def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTr
         raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
     to_server_send, to_server_recv = trio.open_memory_channel[Any](buffer)
     to_client_send, to_client_recv = trio.open_memory_channel[Any](buffer)
-    return MemoryTransport(to_server_send, to_client_recv), MemoryTransport(to_client_send, to_server_recv)
+    return MemoryTransport(to_server_send, to_client_recv), MemoryTransport(
+        to_client_send, to_server_recv
+    )
 
 
 async def serve_memory(server: Any, end: MemoryTransport, **kwargs: Any) -> None:

@@ -43,7 +43,9 @@ from ._base import (
 
 log = logging.getLogger("roost.mcp.sse")
 
-ALLOW_HINT = "allow_local = true on this [[mcp_servers]] entry (or tools.allow_private_network = true)"
+ALLOW_HINT = (
+    "allow_local = true on this [[mcp_servers]] entry (or tools.allow_private_network = true)"
+)
 
 
 def json_messages(data: str) -> list[dict[str, Any]]:
@@ -61,7 +63,9 @@ def json_messages(data: str) -> list[dict[str, Any]]:
 
 async def check_server_url(url: str, *, allow_private: bool, allow_loopback: bool) -> None:
     """The SSRF guard for a configured MCP server URL (after DNS resolution)."""
-    await check_url(url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT)
+    await check_url(
+        url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT
+    )
 
 
 # ---- HTTP errors from a peer (the MCP HTTP transports) ---------------------------------
@@ -70,7 +74,12 @@ HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that c
 
 
 def http_error_message(
-    request_id: Any, status: int, body: bytes, *, retry_after: float | None = None, hint: str | None = None
+    request_id: Any,
+    status: int,
+    body: bytes,
+    *,
+    retry_after: float | None = None,
+    hint: str | None = None,
 ) -> dict[str, Any]:
     """The JSON-RPC response for a request that got no JSON-RPC answer: HTTP ``status``
     with ``body``, or (status 0) no HTTP answer at all, ``body`` saying why.
@@ -85,7 +94,11 @@ def http_error_message(
     except (ValueError, RecursionError):
         value = None
     error = value.get("error") if isinstance(value, dict) else None
-    if isinstance(error, dict) and type(error.get("code")) is int and isinstance(error.get("message"), str):
+    if (
+        isinstance(error, dict)
+        and type(error.get("code")) is int
+        and isinstance(error.get("message"), str)
+    ):
         code, data = error["code"], error.get("data")
     text = http_error_text(body)
     if status:
@@ -101,7 +114,11 @@ def http_error_message(
         data = facts
     elif isinstance(data, dict):
         data = {**data, **facts}
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {"code": code, "message": message, "data": data},
+    }
 
 
 def encode_body(message: Mapping[str, Any]) -> bytes:
@@ -133,7 +150,9 @@ def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | No
     where = f"transport.headers of the [[mcp_servers]] entry {name!r}"
     if any(k.lower() == "authorization" for k in headers):
         return f"the server refused the Authorization header in {where}; check the key"
-    return f"this server wants credentials: set them in {where}, e.g. Authorization = \"Bearer <key>\""
+    return (
+        f'this server wants credentials: set them in {where}, e.g. Authorization = "Bearer <key>"'
+    )
 
 
 @asynccontextmanager
@@ -148,9 +167,16 @@ async def open_guarded_client(
     """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused`` if it
     may not be used) and every request connects to the checked address. Environment
     proxies are ignored (a proxy would resolve the name itself)."""
-    pins = AddressPins(allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver, allow_hint=ALLOW_HINT)
+    pins = AddressPins(
+        allow_private=allow_private,
+        allow_loopback=allow_loopback,
+        resolver=resolver,
+        allow_hint=ALLOW_HINT,
+    )
     await pins.addresses(url)
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False, transport=PinnedTransport(pins)) as http:
+    async with httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, trust_env=False, transport=PinnedTransport(pins)
+    ) as http:
         yield http
 
 
@@ -168,7 +194,15 @@ class SseTransport:
 
     kind = "sse"
 
-    def __init__(self, name: str, url: str, headers: Mapping[str, str], http: httpx.AsyncClient, incoming: Any, send_channel: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        headers: Mapping[str, str],
+        http: httpx.AsyncClient,
+        incoming: Any,
+        send_channel: Any = None,
+    ) -> None:
         self.name = name
         self.url = url
         self.headers = dict(headers)
@@ -176,25 +210,42 @@ class SseTransport:
         self.incoming = incoming
         self.endpoint: str | None = None
         self.closed_reason: str | None = None
-        self._send_channel = send_channel  # the stream reader's: answers to refused requests go there too
+        self._send_channel = (
+            send_channel  # the stream reader's: answers to refused requests go there too
+        )
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None or self.endpoint is None:
-            raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'not connected'}")
+            raise TransportClosed(
+                f"MCP server {self.name!r} is gone: {self.closed_reason or 'not connected'}"
+            )
         body = encode_body(message)
         try:
             async with self.http.stream(
-                "POST", self.endpoint, content=body, headers={**self.headers, "Content-Type": "application/json"}
+                "POST",
+                self.endpoint,
+                content=body,
+                headers={**self.headers, "Content-Type": "application/json"},
             ) as response:
                 status = response.status_code
-                error_body = await read_error_body(response)  # the answer is on the stream: this is 202 text
+                error_body = await read_error_body(
+                    response
+                )  # the answer is on the stream: this is 202 text
         except httpx.HTTPError as exc:
-            raise TransportClosed(f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})") from None
+            raise TransportClosed(
+                f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})"
+            ) from None
         if status < 400:
             return
         if "method" in message and "id" in message and self._send_channel is not None:
             hint = refusal_hint(self.name, self.headers, status)
-            answer = http_error_message(message["id"], status, error_body, retry_after=retry_after_s(response.headers), hint=hint)
+            answer = http_error_message(
+                message["id"],
+                status,
+                error_body,
+                retry_after=retry_after_s(response.headers),
+                hint=hint,
+            )
             try:
                 await self._send_channel.send(answer)
                 return
@@ -225,7 +276,11 @@ async def open_sse_transport(
     checked against SSRF rules once; every request goes to the checked address."""
     timeout = httpx.Timeout(timeout_secs, read=None)
     async with open_guarded_client(
-        url, timeout=timeout, allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
+        url,
+        timeout=timeout,
+        allow_private=allow_private,
+        allow_loopback=allow_loopback,
+        resolver=resolver,
     ) as http:
         send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
         transport = SseTransport(name, url, headers or {}, http, receive_channel, send_channel)
@@ -239,18 +294,27 @@ async def open_sse_transport(
                         status = response.status_code
                         if status != 200:
                             text = http_error_text(await read_error_body(response))
-                            hint = refusal_hint(name, transport.headers, status) or "is this an HTTP+SSE endpoint?"
+                            hint = (
+                                refusal_hint(name, transport.headers, status)
+                                or "is this an HTTP+SSE endpoint?"
+                            )
                             raise TransportError(
-                                f"MCP server {name!r}: GET {url} answered {http_status_line(status)}" + (f": {text}" if text else "") + f" ({hint})"
+                                f"MCP server {name!r}: GET {url} answered {http_status_line(status)}"
+                                + (f": {text}" if text else "")
+                                + f" ({hint})"
                             )
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
-                            raise TransportError(f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream")
+                            raise TransportError(
+                                f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream"
+                            )
                         async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
                             if event.event == "endpoint" and not started:
                                 endpoint = urljoin(url, event.data.strip())
                                 if not same_origin(endpoint, url):
-                                    raise TransportError(f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused")
+                                    raise TransportError(
+                                        f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused"
+                                    )
                                 transport.endpoint = endpoint
                                 started = True
                                 task_status.started()
@@ -261,16 +325,22 @@ async def open_sse_transport(
                 except (httpx.HTTPError, ValueError) as exc:
                     transport.closed_reason = f"the SSE stream broke ({type(exc).__name__}: {exc})"
                     if not started:
-                        raise TransportError(f"MCP server {name!r}: {transport.closed_reason}") from None
+                        raise TransportError(
+                            f"MCP server {name!r}: {transport.closed_reason}"
+                        ) from None
                 if not started:
-                    raise TransportError(f"MCP server {name!r}: the SSE stream ended before its endpoint event")
+                    raise TransportError(
+                        f"MCP server {name!r}: the SSE stream ended before its endpoint event"
+                    )
 
         with single_errors():
             async with trio.open_nursery() as nursery:
                 with trio.move_on_after(timeout_secs) as scope:
                     await nursery.start(read_stream)
                 if scope.cancelled_caught:
-                    raise TransportError(f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s from {url}")
+                    raise TransportError(
+                        f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s from {url}"
+                    )
                 try:
                     yield transport
                 finally:

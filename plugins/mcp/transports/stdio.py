@@ -45,7 +45,9 @@ _READ_CHUNK = 65536
 _STDERR_LINE_MAX = 4000
 
 
-def child_environment(names: Sequence[str], source: Mapping[str, str] | None = None) -> dict[str, str]:
+def child_environment(
+    names: Sequence[str], source: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment for a server: PATH, HOME and ``names`` that are set, nothing else."""
     source = os.environ if source is None else source
     env = {}
@@ -59,7 +61,9 @@ def child_environment(names: Sequence[str], source: Mapping[str, str] | None = N
 def check_command(command: str) -> None:
     """Reject an empty command or one containing ``..`` (path traversal)."""
     if not isinstance(command, str) or not command.strip():
-        raise TransportError("transport.command: expected a non-empty string naming the server program")
+        raise TransportError(
+            "transport.command: expected a non-empty string naming the server program"
+        )
     if ".." in command:
         raise TransportError(
             f"transport.command: {command!r} contains '..'; use an absolute path or a program on PATH"
@@ -95,7 +99,9 @@ class StdioTransport:
                 f"message is {len(data)} bytes, over the 10 MB limit of the stdio transport"
             )
         if self.closed_reason is not None or self.process.stdin is None:
-            raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}")
+            raise TransportClosed(
+                f"MCP server {self.name!r} is gone: {self.closed_reason or 'stdin closed'}"
+            )
         try:
             await self._writer.send(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -123,12 +129,25 @@ async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
         for event in framer.feed(chunk):
             if isinstance(event, Oversize):
                 transport.oversized_lines += 1
-                log.error("MCP server %s sent a message of %d bytes, over the limit of %d; it was dropped", transport.name, event.size, event.limit)
+                log.error(
+                    "MCP server %s sent a message of %d bytes, over the limit of %d; it was dropped",
+                    transport.name,
+                    event.size,
+                    event.limit,
+                )
                 continue
             if not isinstance(event, Frame) or not isinstance(event.message, dict):
                 transport.skipped_lines += 1
-                what = f"{event.error}: {event.line}" if isinstance(event, NotJson) else f"a JSON {jsonrpc.json_type(event.message)}"
-                log.warning("MCP server %s wrote a line on stdout that is not a JSON object (skipped): %s", transport.name, what)
+                what = (
+                    f"{event.error}: {event.line}"
+                    if isinstance(event, NotJson)
+                    else f"a JSON {jsonrpc.json_type(event.message)}"
+                )
+                log.warning(
+                    "MCP server %s wrote a line on stdout that is not a JSON object (skipped): %s",
+                    transport.name,
+                    what,
+                )
                 continue
             message = event.message
             if transport.deliver is not None:

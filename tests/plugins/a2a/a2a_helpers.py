@@ -43,9 +43,18 @@ MAKER_RULES = [
         "match": ".",
         "steps": [
             {"tool": "write", "arguments": {"path": "report.csv", "content": REPORT_CSV}},
-            {"tool": "artifact", "arguments": {"name": "report", "path": "report.csv", "description": "the numbers"}},
-            {"tool": "artifact", "arguments": {"name": "summary", "data": {"topic": "{message}", "rows": 1}}},
-            {"tool": "artifact", "arguments": {"name": "source", "url": "https://example.com/data/report.pdf"}},
+            {
+                "tool": "artifact",
+                "arguments": {"name": "report", "path": "report.csv", "description": "the numbers"},
+            },
+            {
+                "tool": "artifact",
+                "arguments": {"name": "summary", "data": {"topic": "{message}", "rows": 1}},
+            },
+            {
+                "tool": "artifact",
+                "arguments": {"name": "source", "url": "https://example.com/data/report.pdf"},
+            },
         ],
         "reply": "made {message}",
     }
@@ -80,18 +89,38 @@ def make_config(tmp_path, *, a2a=None, http=None, home=None):
             agents,
             "echo",
             [{"match": "^boom", "reply": "{message}"}, {"match": ".", "reply": "echo: {message}"}],
-            skills=[{"id": "echo", "name": "Echo", "description": "Echoes text", "tags": ["echo"], "examples": ["hi"]}],
+            skills=[
+                {
+                    "id": "echo",
+                    "name": "Echo",
+                    "description": "Echoes text",
+                    "tags": ["echo"],
+                    "examples": ["hi"],
+                }
+            ],
         )
         write_agent(
             agents,
             "asker",
-            [{"match": "(?i)question", "ask": "Which file?", "reply": "You chose {answer} for {message}"}],
+            [
+                {
+                    "match": "(?i)question",
+                    "ask": "Which file?",
+                    "reply": "You chose {answer} for {message}",
+                }
+            ],
             default_reply="say question",
         )
         write_agent(
             agents,
             "slow",
-            [{"match": ".", "steps": [{"tool": "sleepy", "arguments": {"seconds": 30}}], "reply": "done {result}"}],
+            [
+                {
+                    "match": ".",
+                    "steps": [{"tool": "sleepy", "arguments": {"seconds": 30}}],
+                    "reply": "done {result}",
+                }
+            ],
             tools=["sleepy"],
         )
         write_agent(agents, "hidden", [{"match": ".", "reply": "nope"}], enabled=False)
@@ -113,9 +142,9 @@ async def serve(config):
             yield kernel, url
 
 
-
-
-SDK_SERVER = __import__("pathlib").Path(__file__).resolve().parents[3] / "bench" / "_a2a_sdk_server.py"
+SDK_SERVER = (
+    __import__("pathlib").Path(__file__).resolve().parents[3] / "bench" / "_a2a_sdk_server.py"
+)
 
 
 @asynccontextmanager

@@ -22,6 +22,13 @@ async def bundled(tmp_path):
     Yields the daemon's base URL."""
     from roost.kernel import default_config
 
-    async with serve(default_config(env={}, home=str(tmp_path / "home"), http={"port": 0})) as (kernel, url):
-        assert sorted(a for a, man in kernel.agents.items() if man.a2a.enabled) == ["coordinator", "reviewer", "worker"]
+    async with serve(default_config(env={}, home=str(tmp_path / "home"), http={"port": 0})) as (
+        kernel,
+        url,
+    ):
+        assert sorted(a for a, man in kernel.agents.items() if man.a2a.enabled) == [
+            "coordinator",
+            "reviewer",
+            "worker",
+        ]
         yield url.rstrip("/")

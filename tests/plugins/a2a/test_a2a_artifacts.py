@@ -30,7 +30,11 @@ async def http(daemon):
 
 async def _send_v1(http, text="q3 numbers"):
     message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": text}]}
-    r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}, headers=V1)
+    r = await http.post(
+        PATH,
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}},
+        headers=V1,
+    )
     assert r.status_code == 200, r.text
     return r.json()["result"]["task"]
 
@@ -40,10 +44,16 @@ def _check_v1_artifacts(artifacts):
     assert [a["name"] for a in artifacts] == ["response", "report", "summary", "source"]
     assert by_name["response"]["parts"] == [{"text": "made q3 numbers"}]
     assert by_name["report"]["description"] == "the numbers"
-    assert by_name["report"]["parts"] == [{"raw": REPORT_B64, "filename": "report.csv", "mediaType": "text/csv"}]
+    assert by_name["report"]["parts"] == [
+        {"raw": REPORT_B64, "filename": "report.csv", "mediaType": "text/csv"}
+    ]
     assert by_name["summary"]["parts"] == [{"data": {"topic": "q3 numbers", "rows": 1}}]
     assert by_name["source"]["parts"] == [
-        {"url": "https://example.com/data/report.pdf", "filename": "report.pdf", "mediaType": "application/pdf"}
+        {
+            "url": "https://example.com/data/report.pdf",
+            "filename": "report.pdf",
+            "mediaType": "application/pdf",
+        }
     ]
     assert len({a["artifactId"] for a in artifacts}) == 4
 
@@ -52,38 +62,73 @@ async def test_v1_send_message_carries_file_data_and_url_artifacts(http):
     task = await _send_v1(http)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     _check_v1_artifacts(task["artifacts"])
-    r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}, headers=V1)
+    r = await http.post(
+        PATH,
+        json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}},
+        headers=V1,
+    )
     _check_v1_artifacts(r.json()["result"]["artifacts"])
 
 
 async def test_v03_shapes_of_the_artifacts(http):
-    message = {"messageId": "m-1", "role": "user", "kind": "message", "parts": [{"kind": "text", "text": "q3 numbers"}]}
-    r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}})
+    message = {
+        "messageId": "m-1",
+        "role": "user",
+        "kind": "message",
+        "parts": [{"kind": "text", "text": "q3 numbers"}],
+    }
+    r = await http.post(
+        PATH,
+        json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}},
+    )
     task = r.json()["result"]
     assert task["kind"] == "task" and task["status"]["state"] == "completed"
     parts = {a["name"]: a["parts"] for a in task["artifacts"]}
-    assert parts["report"] == [{"kind": "file", "file": {"bytes": REPORT_B64, "mimeType": "text/csv", "name": "report.csv"}}]
+    assert parts["report"] == [
+        {
+            "kind": "file",
+            "file": {"bytes": REPORT_B64, "mimeType": "text/csv", "name": "report.csv"},
+        }
+    ]
     assert parts["summary"] == [{"kind": "data", "data": {"topic": "q3 numbers", "rows": 1}}]
     assert parts["source"] == [
-        {"kind": "file", "file": {"uri": "https://example.com/data/report.pdf", "mimeType": "application/pdf", "name": "report.pdf"}}
+        {
+            "kind": "file",
+            "file": {
+                "uri": "https://example.com/data/report.pdf",
+                "mimeType": "application/pdf",
+                "name": "report.pdf",
+            },
+        }
     ]
 
 
 async def test_v03_rest_shapes_of_the_artifacts(http):
-    body = {"message": {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "q3 numbers"}]}}
+    body = {
+        "message": {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "q3 numbers"}]}
+    }
     r = await http.post("/a2a/agents/maker/rest/v1/message:send", json=body)
     assert r.status_code == 200, r.text
     parts = {a["name"]: a["parts"] for a in r.json()["task"]["artifacts"]}
-    assert parts["report"] == [{"file": {"fileWithBytes": REPORT_B64, "mimeType": "text/csv", "name": "report.csv"}}]
+    assert parts["report"] == [
+        {"file": {"fileWithBytes": REPORT_B64, "mimeType": "text/csv", "name": "report.csv"}}
+    ]
     assert parts["summary"] == [{"data": {"data": {"topic": "q3 numbers", "rows": 1}}}]
     assert parts["source"][0]["file"]["fileWithUri"] == "https://example.com/data/report.pdf"
 
 
 async def test_streaming_announces_each_artifact(http):
     message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "q3 numbers"}]}
-    payload = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": message}}
+    payload = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendStreamingMessage",
+        "params": {"message": message},
+    }
     events = []
-    async with http.stream("POST", PATH, json=payload, headers={**V1, "Accept": "text/event-stream"}) as r:
+    async with http.stream(
+        "POST", PATH, json=payload, headers={**V1, "Accept": "text/event-stream"}
+    ) as r:
         async for line in r.aiter_lines():
             if line.startswith("data: "):
                 events.append(json.loads(line[6:])["result"])
@@ -96,10 +141,16 @@ async def test_the_sdk_client_reads_file_data_and_url_parts(daemon):
     kernel, url = daemon
     async with httpx.AsyncClient(timeout=10) as http:
         card = await A2ACardResolver(http, f"{url}/a2a/agents/maker").get_agent_card()
-    client = ClientFactory(ClientConfig(streaming=False, supported_protocol_bindings=["JSONRPC"])).create(card)
+    client = ClientFactory(
+        ClientConfig(streaming=False, supported_protocol_bindings=["JSONRPC"])
+    ).create(card)
     try:
         with trio.fail_after(20):
-            request = SendMessageRequest(message=Message(message_id="m-1", role=Role.ROLE_USER, parts=[Part(text="q3 numbers")]))
+            request = SendMessageRequest(
+                message=Message(
+                    message_id="m-1", role=Role.ROLE_USER, parts=[Part(text="q3 numbers")]
+                )
+            )
             events = [e async for e in client.send_message(request)]
     finally:
         await client.close()
@@ -107,7 +158,11 @@ async def test_the_sdk_client_reads_file_data_and_url_parts(daemon):
     assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED
     by_name = {a.name: a for a in task.artifacts}
     report = by_name["report"].parts[0]
-    assert report.raw == REPORT_CSV.encode() and report.media_type == "text/csv" and report.filename == "report.csv"
+    assert (
+        report.raw == REPORT_CSV.encode()
+        and report.media_type == "text/csv"
+        and report.filename == "report.csv"
+    )
     summary = by_name["summary"].parts[0]
     assert summary.WhichOneof("content") == "data"
     assert summary.data.struct_value["topic"] == "q3 numbers"
@@ -120,7 +175,11 @@ async def test_artifacts_survive_a_daemon_restart(config):
             task = await _send_v1(http)
     async with serve(config) as (kernel, url):
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-            r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}}, headers=V1)
+            r = await http.post(
+                PATH,
+                json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}},
+                headers=V1,
+            )
     _check_v1_artifacts(r.json()["result"]["artifacts"])
 
 
@@ -164,7 +223,11 @@ async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_pat
 
     async with serve(config) as (_, url):
         agents = tmp_path / "asking-agents"
-        rule = {"match": ".", "steps": [{"tool": "a2a_maker", "arguments": {"message": "{message}"}}], "reply": "remote: {result}"}
+        rule = {
+            "match": ".",
+            "steps": [{"tool": "a2a_maker", "arguments": {"message": "{message}"}}],
+            "reply": "remote: {result}",
+        }
         write_agent(agents, "delegator", [rule], tools=["a2a_*"])
         local = default_config(
             home=str(tmp_path / "home2"),
@@ -172,12 +235,21 @@ async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_pat
             a2a={"external_agents": [{"name": "maker", "url": f"{url}/a2a/agents/maker"}]},
         )
         async with open_kernel(local) as kernel:
-            await wait_until(lambda: "a2a_maker" in kernel.registry, "the a2a_maker tool", timeout=15)
+            await wait_until(
+                lambda: "a2a_maker" in kernel.registry, "the a2a_maker tool", timeout=15
+            )
             reply = await kernel.send("delegator", "q3 numbers")
     assert reply.text.startswith("remote: made q3 numbers")
     by_name = {o.name: o for o in reply.outputs}
-    assert sorted(by_name) == ["report", "source", "summary"]  # the text answer is the result, not an artifact
-    assert by_name["report"].parts[0].raw == REPORT_CSV.encode() and by_name["report"].parts[0].media_type == "text/csv"
+    assert sorted(by_name) == [
+        "report",
+        "source",
+        "summary",
+    ]  # the text answer is the result, not an artifact
+    assert (
+        by_name["report"].parts[0].raw == REPORT_CSV.encode()
+        and by_name["report"].parts[0].media_type == "text/csv"
+    )
     assert by_name["summary"].parts[0].data == {"topic": "q3 numbers", "rows": 1}
     assert by_name["source"].parts[0].url == "https://example.com/data/report.pdf"
 
@@ -185,7 +257,11 @@ async def test_an_external_a2a_agents_files_reach_the_asking_run(config, tmp_pat
 async def test_cards_say_which_agents_may_answer_with_data_and_files(http):
     maker = (await http.get("/a2a/agents/maker/.well-known/agent-card.json")).json()
     echo = (await http.get("/a2a/agents/echo/.well-known/agent-card.json")).json()
-    assert maker["defaultOutputModes"] == ["text/plain", "application/json", "application/octet-stream"]
+    assert maker["defaultOutputModes"] == [
+        "text/plain",
+        "application/json",
+        "application/octet-stream",
+    ]
     assert echo["defaultOutputModes"] == ["text/plain"]
 
 
@@ -202,13 +278,19 @@ async def test_cards_say_which_agents_may_answer_with_data_and_files(http):
 async def test_accepted_output_modes_leave_out_what_the_client_cannot_take(http, modes, names):
     message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "q3 numbers"}]}
     params = {"message": message, "configuration": {"acceptedOutputModes": modes}}
-    r = await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, headers=V1)
+    r = await http.post(
+        PATH,
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params},
+        headers=V1,
+    )
     task = r.json()["result"]["task"]
     assert [a["name"] for a in task["artifacts"]] == names
 
 
 async def test_v03_rest_get_task_reads_history_length_in_either_spelling(http):
-    body = {"message": {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "q3 numbers"}]}}
+    body = {
+        "message": {"messageId": "m-1", "role": "ROLE_USER", "content": [{"text": "q3 numbers"}]}
+    }
     task = (await http.post("/a2a/agents/maker/rest/v1/message:send", json=body)).json()["task"]
     assert (await http.get(f"/a2a/agents/maker/rest/v1/tasks/{task['id']}")).json()["history"]
     for key in ("historyLength", "history_length"):
@@ -233,7 +315,13 @@ async def test_the_up_front_check_and_the_filter_read_modes_alike(http, modes, o
     # artifact filter understood wildcards, parameters and the 0.1 names.
     message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "q3 numbers"}]}
     params = {"message": message, "configuration": {"acceptedOutputModes": modes}}
-    body = (await http.post(PATH, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}, headers=V1)).json()
+    body = (
+        await http.post(
+            PATH,
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params},
+            headers=V1,
+        )
+    ).json()
     assert ("result" in body) is ok and (ok or body["error"]["code"] == -32005), body
 
 

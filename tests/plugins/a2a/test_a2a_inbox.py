@@ -11,8 +11,13 @@ from roost.plugins.a2a import _models as m
 
 
 def test_folders_are_hashes_of_the_task_id():
-    names = {_inbox.folder_of(t) for t in ("..", ".", "a/b", "a_b", "job:1", "job 1", "тест1", "абв1", "x" * 300, "x" * 299)}
-    assert len(names) == 10 and all(n.startswith("t-") and "/" not in n and "." not in n for n in names)
+    names = {
+        _inbox.folder_of(t)
+        for t in ("..", ".", "a/b", "a_b", "job:1", "job 1", "тест1", "абв1", "x" * 300, "x" * 299)
+    }
+    assert len(names) == 10 and all(
+        n.startswith("t-") and "/" not in n and "." not in n for n in names
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,9 +43,14 @@ def test_files_are_bounded_per_message_and_per_task(tmp_path):
     saved = _inbox.save_files(tmp_path, "t", parts)
     assert sum(1 for s in saved if s and s.startswith("inbox/")) == _inbox.MAX_FILES_PER_MESSAGE
     assert saved[-1].startswith("(not saved: at most")
-    big = [m.Part(raw=b"\0" * (_inbox.MAX_TASK_BYTES - 100), filename="big.bin"), m.Part(raw=b"\0" * 200, filename="more.bin")]
+    big = [
+        m.Part(raw=b"\0" * (_inbox.MAX_TASK_BYTES - 100), filename="big.bin"),
+        m.Part(raw=b"\0" * 200, filename="more.bin"),
+    ]
     saved = _inbox.save_files(tmp_path, "u", big)
-    assert saved[0].startswith("inbox/") and saved[1].startswith("(not saved: a task's files may total at most 16 MiB")
+    assert saved[0].startswith("inbox/") and saved[1].startswith(
+        "(not saved: a task's files may total at most 16 MiB"
+    )
 
 
 def test_many_clashing_names_cost_one_step_each(tmp_path):

@@ -21,6 +21,7 @@ def message(text, mid):
 
 async def read_response(stream, buffer):
     """(status, headers, body, rest of buffer); chunked bodies are de-chunked."""
+
     async def fill():
         nonlocal buffer
         data = await stream.receive_some(65536)
@@ -31,7 +32,9 @@ async def read_response(stream, buffer):
         await fill()
     head, buffer = buffer.split(b"\r\n\r\n", 1)
     lines = head.decode().split("\r\n")
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    headers = {
+        k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+    }
     if headers.get("transfer-encoding") == "chunked":
         body = b""
         while True:
@@ -66,18 +69,25 @@ async def test_pipelined_send_stream_and_get_on_one_connection(daemon):
         status, headers, body, buffer = await read_response(stream, buffer)
         assert status == 200 and headers["content-type"] == "application/json"
         first = json.loads(body)
-        assert first["id"] == 1 and first["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert (
+            first["id"] == 1
+            and first["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        )
 
         status, headers, body, buffer = await read_response(stream, buffer)
         assert status == 200 and headers["content-type"].startswith("text/event-stream")
-        events = [json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: ")]
+        events = [
+            json.loads(line[6:]) for line in body.decode().split("\n") if line.startswith("data: ")
+        ]
         assert all(e["id"] == 2 for e in events)
         assert events[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
         assert any("artifactUpdate" in e["result"] for e in events)
 
         status, _, body, buffer = await read_response(stream, buffer)
         third = json.loads(body)
-        assert third["id"] == 3 and third["result"]["task"]["artifacts"][0]["parts"] == [{"text": "echo: three"}]
+        assert third["id"] == 3 and third["result"]["task"]["artifacts"][0]["parts"] == [
+            {"text": "echo: three"}
+        ]
 
         task_id = first["result"]["task"]["id"]
         await stream.send_all(rpc("GetTask", {"id": task_id}, 4))
@@ -96,7 +106,9 @@ async def test_streaming_first_then_fast_requests_on_fresh_connections(daemon):
         ) as response:
             assert response.status_code == 200
             lines = [line async for line in response.aiter_lines() if line.startswith("data: ")]
-        assert json.loads(lines[-1][6:])["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert (
+            json.loads(lines[-1][6:])["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        )
         sent = await http.post("/a2a/agents/echo/rest/message:send", json=message("rest", "m-r"))
         assert sent.status_code == 200 and sent.headers["content-type"] == "application/a2a+json"
         assert sent.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
@@ -104,5 +116,7 @@ async def test_streaming_first_then_fast_requests_on_fresh_connections(daemon):
         assert listed.status_code == 200 and listed.json()["pageSize"] == 1
         card = await http.get("/.well-known/agent-card.json")
         assert card.status_code == 200 and card.json()["url"].startswith(url)
-        again = await http.get("/.well-known/agent-card.json", headers={"If-None-Match": card.headers["etag"]})
+        again = await http.get(
+            "/.well-known/agent-card.json", headers={"If-None-Match": card.headers["etag"]}
+        )
         assert again.status_code == 304 and again.content == b""

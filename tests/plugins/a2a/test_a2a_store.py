@@ -28,12 +28,18 @@ async def send(http, text, path="/a2a/agents/echo/jsonrpc", **config):
     body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
     if config:
         body["configuration"] = config
-    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+    r = await http.post(
+        path, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1
+    )
     return r.json()
 
 
 async def get(http, tid, path="/a2a/agents/echo/jsonrpc"):
-    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": tid}}, headers=V1)
+    r = await http.post(
+        path,
+        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": tid}},
+        headers=V1,
+    )
     return r.json()
 
 
@@ -42,8 +48,12 @@ async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_
     config = make_config(tmp_path)
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         done = (await send(http, "keep me"))["result"]["task"]["id"]
-        asked = (await send(http, "a question", path="/a2a/agents/asker/jsonrpc"))["result"]["task"]["id"]
-        running = (await send(http, "never ends", path="/a2a/agents/slow/jsonrpc", returnImmediately=True))["result"]["task"]["id"]
+        asked = (await send(http, "a question", path="/a2a/agents/asker/jsonrpc"))["result"][
+            "task"
+        ]["id"]
+        running = (
+            await send(http, "never ends", path="/a2a/agents/slow/jsonrpc", returnImmediately=True)
+        )["result"]["task"]["id"]
         await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started", timeout=5)
         # Simulate a crash: the row stays "working" because the process never got to write more.
         from roost.plugins.a2a._server import service_for
@@ -56,8 +66,24 @@ async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_
         kept = (await get(http, done))["result"]
         waiting = (await get(http, asked, "/a2a/agents/asker/jsonrpc"))["result"]
         failed = (await get(http, running, "/a2a/agents/slow/jsonrpc"))["result"]
-        answer = {"messageId": "m2", "role": "ROLE_USER", "taskId": asked, "parts": [{"text": "x.md"}]}
-        resumed = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {"message": answer}}, headers=V1)).json()
+        answer = {
+            "messageId": "m2",
+            "role": "ROLE_USER",
+            "taskId": asked,
+            "parts": [{"text": "x.md"}],
+        }
+        resumed = (
+            await http.post(
+                "/a2a/agents/asker/jsonrpc",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "SendMessage",
+                    "params": {"message": answer},
+                },
+                headers=V1,
+            )
+        ).json()
     assert kept["status"]["state"] == "TASK_STATE_COMPLETED"
     assert kept["artifacts"][0]["parts"][0]["text"] == "echo: keep me"
     assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -81,17 +107,49 @@ class _Frozen:
 
 async def test_only_terminal_tasks_are_evicted_oldest_first():
     async with open_task_store(":memory:", max_tasks=3) as store:
-        await store.insert(id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={"n": 0})
-        await store.insert(id="old", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 1})
+        await store.insert(
+            id="run",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_WORKING",
+            terminal=False,
+            data={"n": 0},
+        )
+        await store.insert(
+            id="old",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_COMPLETED",
+            terminal=True,
+            data={"n": 1},
+        )
         after((await store.get("old")).updated_at)  # "new" is newer, though it sorts first
-        await store.insert(id="new", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={"n": 2})
-        evicted = await store.insert(id="x", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        await store.insert(
+            id="new",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_COMPLETED",
+            terminal=True,
+            data={"n": 2},
+        )
+        evicted = await store.insert(
+            id="x", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
         assert evicted == ["old"]
         assert await store.get("run") is not None and await store.get("old") is None
-        evicted = await store.insert(id="y", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        evicted = await store.insert(
+            id="y", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
         assert evicted == ["new"]
         with pytest.raises(TaskStoreError, match="max_tasks"):
-            await store.insert(id="z", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+            await store.insert(
+                id="z",
+                context_id="c",
+                agent="a",
+                state="TASK_STATE_WORKING",
+                terminal=False,
+                data={},
+            )
         rows, total = await store.list()
         assert total == 3 and {r.id for r in rows} == {"run", "x", "y"}
 
@@ -99,14 +157,34 @@ async def test_only_terminal_tasks_are_evicted_oldest_first():
 async def test_inserts_below_the_bound_do_not_count_the_table_and_the_bound_still_holds():
     async with open_task_store(":memory:", max_tasks=4) as store:
         counts = []
-        store._conn.set_trace_callback(lambda sql: counts.append(sql) if "COUNT(*) FROM tasks" in sql else None)
+        store._conn.set_trace_callback(
+            lambda sql: counts.append(sql) if "COUNT(*) FROM tasks" in sql else None
+        )
         for i in range(3):
-            await store.insert(id=f"t{i}", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+            await store.insert(
+                id=f"t{i}",
+                context_id="c",
+                agent="a",
+                state="TASK_STATE_COMPLETED",
+                terminal=True,
+                data={},
+            )
         assert counts == []  # counted once when opened; the inserts keep the count
         with pytest.raises(TaskStoreError, match="already|UNIQUE"):
-            await store.insert(id="t0", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
-        await store.insert(id="t3", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
-        evicted = await store.insert(id="t4", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+            await store.insert(
+                id="t0",
+                context_id="c",
+                agent="a",
+                state="TASK_STATE_COMPLETED",
+                terminal=True,
+                data={},
+            )
+        await store.insert(
+            id="t3", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={}
+        )
+        evicted = await store.insert(
+            id="t4", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
         rows, total = await store.list()
     assert evicted == ["t0"] and total == 4 and {r.id for r in rows} == {"t1", "t2", "t3", "t4"}
 
@@ -115,7 +193,13 @@ async def test_max_tasks_bound_through_the_server(tmp_path):
     config = make_config(tmp_path, a2a={"max_tasks": 3})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         ids = [(await send(http, f"t{i}"))["result"]["task"]["id"] for i in range(5)]
-        listed = (await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}, headers=V1)).json()["result"]
+        listed = (
+            await http.post(
+                "/a2a/agents/echo/jsonrpc",
+                json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}},
+                headers=V1,
+            )
+        ).json()["result"]
         gone = await get(http, ids[0])
     assert listed["totalSize"] == 3
     assert {t["id"] for t in listed["tasks"]} == set(ids[2:])
@@ -137,7 +221,14 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
 
         async def insert(tid):
             try:
-                await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_SUBMITTED", terminal=False, data={"id": tid})
+                await store.insert(
+                    id=tid,
+                    context_id="c",
+                    agent="a",
+                    state="TASK_STATE_SUBMITTED",
+                    terminal=False,
+                    data={"id": tid},
+                )
                 outcomes.setdefault(tid, []).append("ok")
             except TaskStoreError as exc:
                 outcomes.setdefault(tid, []).append(str(exc))
@@ -154,7 +245,11 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
             release.set()
         assert store.batches == before + 2  # the hold, then all eleven together
         assert all(outcomes[f"t{i}"] == ["ok"] for i in range(10))
-        assert outcomes["dup"][0] == "ok" and "UNIQUE" in outcomes["dup"][1] and "could not store a task" in outcomes["dup"][1]
+        assert (
+            outcomes["dup"][0] == "ok"
+            and "UNIQUE" in outcomes["dup"][1]
+            and "could not store a task" in outcomes["dup"][1]
+        )
     async with open_task_store(db, max_tasks=100) as store:  # committed means durable
         rows, total = await store.list(limit=50)
     assert total == 11 and {r.id for r in rows} == {"dup", *(f"t{i}" for i in range(10))}
@@ -166,7 +261,14 @@ async def test_a_full_store_refuses_only_the_insert_that_does_not_fit():
 
         async def insert(tid):
             try:
-                await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+                await store.insert(
+                    id=tid,
+                    context_id="c",
+                    agent="a",
+                    state="TASK_STATE_WORKING",
+                    terminal=False,
+                    data={},
+                )
                 results.append((tid, "ok"))
             except TaskStoreError as exc:
                 results.append((tid, "full" if "unfinished tasks" in str(exc) else str(exc)))
@@ -214,7 +316,10 @@ async def test_a_blocking_sends_task_is_written_once_when_it_settles(tmp_path, m
     # Nobody could know the blocking task's id before it settled: one durable write.
     assert blocking_writes == [("insert", "TASK_STATE_COMPLETED", True)]
     # A task announced at once is stored at once, durably, then updated.
-    assert writes == [("insert", "TASK_STATE_SUBMITTED", True), ("update", "TASK_STATE_COMPLETED", True)]
+    assert writes == [
+        ("insert", "TASK_STATE_SUBMITTED", True),
+        ("update", "TASK_STATE_COMPLETED", True),
+    ]
 
 
 async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp_path):
@@ -234,7 +339,11 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
             await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
 
             async def listed_tasks():
-                r = await http.post(path, json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}}, headers=V1)
+                r = await http.post(
+                    path,
+                    json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}},
+                    headers=V1,
+                )
                 return r.json()["result"]["tasks"]
 
             # Listed once its run has taken FIRST_ROW_AFTER_S (the tool runs for 30 s).
@@ -244,7 +353,11 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
             # Stored unfinished: a crash now would be recovered as failed on the next start.
             row = await service_for(kernel).tasks.store.get(tid)
             assert row is not None and not row.terminal
-            r = await http.post(path, json={"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": tid}}, headers=V1)
+            r = await http.post(
+                path,
+                json={"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": tid}},
+                headers=V1,
+            )
             assert r.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
         row = await service_for(kernel).tasks.store.get(tid)
     assert replies[0]["result"]["task"]["id"] == tid
@@ -254,17 +367,44 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
 
 async def test_room_reserved_for_deferred_rows_counts_against_max_tasks():
     async with open_task_store(":memory:", max_tasks=3) as store:
-        await store.insert(id="done", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        await store.insert(
+            id="done",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_COMPLETED",
+            terminal=True,
+            data={},
+        )
         assert store.reserve() and store.reserve()
         assert not store.reserve()  # 1 row + 2 held = max_tasks
         # An insert now must leave the held room free: the finished task makes way.
-        evicted = await store.insert(id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        evicted = await store.insert(
+            id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
         assert evicted == ["done"]
         # Full of unfinished tasks and held room: refused up front.
         with pytest.raises(TaskStoreError, match="unfinished"):
-            await store.insert(id="more", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+            await store.insert(
+                id="more",
+                context_id="c",
+                agent="a",
+                state="TASK_STATE_WORKING",
+                terminal=False,
+                data={},
+            )
         for tid in ("r1", "r2"):  # the reserved rows always fit
-            assert await store.insert(id=tid, context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={}, reserved=True) == []
+            assert (
+                await store.insert(
+                    id=tid,
+                    context_id="c",
+                    agent="a",
+                    state="TASK_STATE_COMPLETED",
+                    terminal=True,
+                    data={},
+                    reserved=True,
+                )
+                == []
+            )
         assert not store.reserve()  # their room is theirs now
         _, total = await store.list()
         store.release()  # nothing held: stays at zero
@@ -272,7 +412,9 @@ async def test_room_reserved_for_deferred_rows_counts_against_max_tasks():
     assert total == 3
 
 
-async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(tmp_path, monkeypatch):
+async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(
+    tmp_path, monkeypatch
+):
     from roost.plugins.a2a._server import service_for
     from roost.plugins.a2a._store import TaskStore
 
@@ -293,7 +435,10 @@ async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(tm
         assert lost["error"]["code"] == -32603 and "storage failed" in lost["error"]["message"]
         tasks = service_for(kernel).tasks
         # The writer of deferred first rows has had its turn (it ends once none is due).
-        await wait_until(lambda: not tasks._deferred and not tasks._writing_deferred, "the deferred row writer idle")
+        await wait_until(
+            lambda: not tasks._deferred and not tasks._writing_deferred,
+            "the deferred row writer idle",
+        )
         assert (await store.list(limit=10))[0] == []
         monkeypatch.setattr(TaskStore, "insert", insert)
         kept = await send(http, "kept")
@@ -315,7 +460,14 @@ def _file(n):
 async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
     # Regression: listing decoded every task's files on the event loop (818 ms for 30 tasks).
     async with open_task_store(tmp_path / "a2a.db") as store:
-        await store.insert(id="t", context_id="c", agent="a", state="completed", terminal=True, data=_data("t", [_file(1000)]))
+        await store.insert(
+            id="t",
+            context_id="c",
+            agent="a",
+            state="completed",
+            terminal=True,
+            data=_data("t", [_file(1000)]),
+        )
         (row,), _ = await store.list()
         (full,), _ = await store.list(with_artifacts=True)
         got = await store.get("t")
@@ -325,15 +477,33 @@ async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
 
 async def test_the_store_is_bounded_in_bytes_evicting_old_finished_tasks(tmp_path):
     async with open_task_store(tmp_path / "a2a.db", max_bytes=300_000) as store:
-        await store.insert(id="running", context_id="c", agent="a", state="working", terminal=False, data=_data("running"))
+        await store.insert(
+            id="running",
+            context_id="c",
+            agent="a",
+            state="working",
+            terminal=False,
+            data=_data("running"),
+        )
         for i in range(5):
-            await store.insert(id=f"t{i}", context_id="c", agent="a", state="completed", terminal=True, data=_data(f"t{i}"))
+            await store.insert(
+                id=f"t{i}",
+                context_id="c",
+                agent="a",
+                state="completed",
+                terminal=True,
+                data=_data(f"t{i}"),
+            )
             after((await store.get(f"t{i}")).updated_at)  # each update later than the one before
-            evicted = await store.update(f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(100_000)]))
+            evicted = await store.update(
+                f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(100_000)])
+            )
         rows, total = await store.list()
     assert evicted  # the last update made room by evicting the oldest finished tasks
     kept = {r.id for r in rows}
-    assert "running" in kept and "t4" in kept and "t0" not in kept  # unfinished ones are never evicted
+    assert (
+        "running" in kept and "t4" in kept and "t0" not in kept
+    )  # unfinished ones are never evicted
     assert total == len(kept) and len(kept) <= 5
 
 
@@ -348,7 +518,8 @@ async def test_a_schema_1_database_is_upgraded_and_keeps_its_artifacts(tmp_path)
         "terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)"
     )
     conn.execute(
-        "INSERT INTO tasks VALUES ('old', 'c', 'a', 'completed', 1, ?, 1.0, 1.0)", (json.dumps(_data("old", [_file(10)])),)
+        "INSERT INTO tasks VALUES ('old', 'c', 'a', 'completed', 1, ?, 1.0, 1.0)",
+        (json.dumps(_data("old", [_file(10)])),),
     )
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
@@ -367,10 +538,17 @@ def test_one_task_keeps_a_bounded_weight_of_files_over_its_turns():
 
     big = m.Artifact("a", (m.Part(raw=b"\0" * (MAX_TASK_FILE_BYTES - 10), filename="big.bin"),))
     task = m.Task("t", "c", m.TaskStatus(m.INPUT_REQUIRED), (big,))
-    new = (m.Artifact("b", (m.Part(raw=b"\0" * 5), m.Part(raw=b"\0" * 20, filename="more.bin"), m.Part(text="hi"))),)
+    new = (
+        m.Artifact(
+            "b",
+            (m.Part(raw=b"\0" * 5), m.Part(raw=b"\0" * 20, filename="more.bin"), m.Part(text="hi")),
+        ),
+    )
     (kept,) = _within_task_bound(task, new)
     assert kept.parts[0].raw == b"\0" * 5 and kept.parts[2].text == "hi"
-    assert kept.parts[1].text == "[file more.bin left out: this task's files may total at most 16 MiB]"
+    assert (
+        kept.parts[1].text == "[file more.bin left out: this task's files may total at most 16 MiB]"
+    )
 
 
 async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
@@ -379,8 +557,18 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
     config = make_config(tmp_path, a2a={"max_tasks": 2})
     blob = {"raw": base64.b64encode(b"payload").decode(), "filename": "f.bin"}
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "with a file"}, blob]}}
-        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+        body = {
+            "message": {
+                "messageId": "m",
+                "role": "ROLE_USER",
+                "parts": [{"text": "with a file"}, blob],
+            }
+        }
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+            headers=V1,
+        )
         first = r.json()["result"]["task"]["id"]
         from roost.plugins.a2a._inbox import folder_of
 
@@ -390,10 +578,16 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
             await send(http, f"t{i}")
         assert (await get(http, first))["error"]["code"] == -32001
         # removed in the background
-        await wait_until(lambda: not (inbox / folder_of(first)).exists(), "the evicted task's folder removed", timeout=5)
+        await wait_until(
+            lambda: not (inbox / folder_of(first)).exists(),
+            "the evicted task's folder removed",
+            timeout=5,
+        )
 
 
-async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_stored(tmp_path, monkeypatch):
+async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_stored(
+    tmp_path, monkeypatch
+):
     # Regression (review): the writer of deferred first rows woke while the run was storing
     # its settled state, waited for that write, then wrote the task as it stood when it woke
     # ("working") over it.
@@ -412,7 +606,10 @@ async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_st
         return await insert(self, **kwargs)
 
     monkeypatch.setattr(TaskStore, "insert", slow_first_row)
-    async with serve(make_config(tmp_path)) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with (
+        serve(make_config(tmp_path)) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=10) as http,
+    ):
         replies = []
         async with trio.open_nursery() as nursery:
 
@@ -438,7 +635,9 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
     import threading
 
     async with open_task_store(tmp_path / "a2a.db", max_tasks=2, synchronous="full") as store:
-        await store.insert(id="one", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+        await store.insert(
+            id="one", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
         entered, release = threading.Event(), threading.Event()
 
         def hold(conn):  # keeps the database thread busy so the insert below waits
@@ -449,7 +648,15 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
             nursery.start_soon(store.write, "hold", hold)
             assert await trio.to_thread.run_sync(entered.wait, 10)
             nursery.start_soon(
-                partial(store.insert, id="two", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={})
+                partial(
+                    store.insert,
+                    id="two",
+                    context_id="c",
+                    agent="a",
+                    state="TASK_STATE_WORKING",
+                    terminal=False,
+                    data={},
+                )
             )
             await trio.testing.wait_all_tasks_blocked()
             try:
@@ -480,7 +687,14 @@ async def test_an_a2a_db_written_by_main_opens_without_loss(tmp_path):
     async with open_task_store(db, legacy_owner="someone-else") as store:
         rows, total = await store.list(with_artifacts=True)
         configs = await store.push_configs("t-run")
-        await store.insert(id="new", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={})
+        await store.insert(
+            id="new",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_COMPLETED",
+            terminal=True,
+            data={},
+        )
         mine, _ = await store.list(owner="alice", with_artifacts=True)
     assert total == 3 and {(r.id, r.owner, r.state) for r in rows} == {
         ("t-done", "alice", "TASK_STATE_COMPLETED"),
@@ -488,7 +702,9 @@ async def test_an_a2a_db_written_by_main_opens_without_loss(tmp_path):
         ("t-bob", "bob", "TASK_STATE_INPUT_REQUIRED"),
     }
     assert [r.id for r in mine] == ["t-done"]
-    assert mine[0].data["task"]["artifacts"] == [{"artifactId": "a1", "parts": [{"text": "echo: keep me"}]}]
+    assert mine[0].data["task"]["artifacts"] == [
+        {"artifactId": "a1", "parts": [{"text": "echo: keep me"}]}
+    ]
     assert next(r for r in rows if r.id == "t-bob").data["note"] == "é ✓"
     assert configs == [{"url": "https://example.com/hook", "token": "s3cret"}]
     conn = sqlite3.connect(db)
@@ -517,7 +733,9 @@ async def test_a_schema_2_db_is_upgraded_and_its_tasks_go_to_the_host_principal(
     _database(db, _SCHEMA_2, 2)
     async with open_task_store(db, legacy_owner="host") as store:
         (row,), total = await store.list()
-        indexes = await store.read("indexes", lambda c: {r[1] for r in c.execute("PRAGMA index_list(tasks)")})
+        indexes = await store.read(
+            "indexes", lambda c: {r[1] for r in c.execute("PRAGMA index_list(tasks)")}
+        )
     assert (total, row.id, row.owner, row.data) == (1, "old", "host", {"task": {"id": "old"}})
     assert "tasks_terminal" not in indexes and "tasks_by_size" in indexes
 

@@ -32,7 +32,10 @@ async def test_roost_client_against_the_a2a_sdk_server(sdk_url):
         events = [e async for e in client.stream(info, "streamed")]
         assert isinstance(events[0], m.Task)
         assert events[-1].status.state == m.COMPLETED
-        assert any(isinstance(e, m.ArtifactUpdate) and e.artifact.parts[0].text == "echo: streamed" for e in events)
+        assert any(
+            isinstance(e, m.ArtifactUpdate) and e.artifact.parts[0].text == "echo: streamed"
+            for e in events
+        )
         slow = await client.send(info, "slow: cancel me", return_immediately=True)
         seen = []
         async with trio.open_nursery() as nursery:
@@ -72,16 +75,33 @@ async def test_roost_client_against_roost_in_each_protocol(daemon, protocol):
         assert second.id == first.id and second.status.state == m.COMPLETED
         assert task_text(second) == "You chose b.md for a question"
         events = [e async for e in client.stream(info, "plain")]
-        assert events[-1].status.state == m.COMPLETED if protocol != "0.1" else events[-1].status.state == m.COMPLETED
+        assert (
+            events[-1].status.state == m.COMPLETED
+            if protocol != "0.1"
+            else events[-1].status.state == m.COMPLETED
+        )
 
 
 async def test_discover_reads_1_0_0_3_and_0_1_cards_and_falls_back_to_the_legacy_path():
     cards = {
         "http://a.test/.well-known/agent-card.json": {
-            "name": "new", "supportedInterfaces": [{"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}], "capabilities": {"streaming": True},
+            "name": "new",
+            "supportedInterfaces": [
+                {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            ],
+            "capabilities": {"streaming": True},
         },
-        "http://b.test/.well-known/agent-card.json": {"name": "mid", "url": "http://b.test/rpc", "protocolVersion": "0.3.0", "capabilities": {}},
-        "http://c.test/.well-known/agent.json": {"name": "old", "url": "http://c.test/a2a", "capabilities": {"streaming": False}},
+        "http://b.test/.well-known/agent-card.json": {
+            "name": "mid",
+            "url": "http://b.test/rpc",
+            "protocolVersion": "0.3.0",
+            "capabilities": {},
+        },
+        "http://c.test/.well-known/agent.json": {
+            "name": "old",
+            "url": "http://c.test/a2a",
+            "capabilities": {"streaming": False},
+        },
     }
     seen_agents = []
 
@@ -102,10 +122,22 @@ async def test_discover_reads_1_0_0_3_and_0_1_cards_and_falls_back_to_the_legacy
     assert (a.protocol, a.jsonrpc_url, a.streaming) == ("1.0", "http://a.test/rpc", True)
     assert (b.protocol, b.jsonrpc_url) == ("0.3", "http://b.test/rpc")
     assert (c.protocol, c.jsonrpc_url) == ("0.1", "http://c.test/a2a")
-    assert set(seen_agents) == {USER_AGENT} and USER_AGENT.startswith("roost/") and USER_AGENT.endswith(" A2A")
+    assert (
+        set(seen_agents) == {USER_AGENT}
+        and USER_AGENT.startswith("roost/")
+        and USER_AGENT.endswith(" A2A")
+    )
 
 
-@pytest.mark.parametrize("url", ["http://169.254.169.254/latest", "http://127.0.0.1:9/x", "file:///etc/passwd", "http://10.0.0.1/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest",
+        "http://127.0.0.1:9/x",
+        "file:///etc/passwd",
+        "http://10.0.0.1/",
+    ],
+)
 async def test_the_client_refuses_ssrf_targets(url):
     async with A2AClient() as client:
         with pytest.raises(A2AError, match="refusing"):
@@ -121,12 +153,22 @@ async def test_the_client_sends_trace_context_in_metadata_and_headers():
         captured["headers"] = dict(request.headers)
         captured["body"] = json.loads(request.content)
         task = {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": captured["body"]["id"], "result": {"task": task}})
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": captured["body"]["id"], "result": {"task": task}}
+        )
 
     async def resolver(host, port):
         return ["93.184.216.34"]
 
-    info = parse_card({"name": "x", "supportedInterfaces": [{"url": "http://x.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}]}, "http://x.test/")
+    info = parse_card(
+        {
+            "name": "x",
+            "supportedInterfaces": [
+                {"url": "http://x.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+            ],
+        },
+        "http://x.test/",
+    )
     trace = TraceContext.new("caller").child("middle")
     async with A2AClient(transport=httpx.MockTransport(handler), resolver=resolver) as client:
         task = await client.send(info, "hi", trace=trace)
@@ -138,6 +180,11 @@ async def test_the_client_sends_trace_context_in_metadata_and_headers():
 
 
 async def test_bad_cards_are_reported_not_crashed():
-    for card in ([], {"name": ""}, {"name": "x"}, {"name": "x", "supportedInterfaces": [{"protocolBinding": "GRPC", "url": "x"}]}):
+    for card in (
+        [],
+        {"name": ""},
+        {"name": "x"},
+        {"name": "x", "supportedInterfaces": [{"protocolBinding": "GRPC", "url": "x"}]},
+    ):
         with pytest.raises(A2AError):
             parse_card(card, "http://x.test/")

@@ -34,7 +34,21 @@ async def test_external_sdk_agent_is_a_tool_and_its_result_is_tainted(tmp_path):
         config = kernel_config(
             tmp_path,
             [{"name": "sdkecho", "url": sdk_url}, {"name": "ghost", "url": "http://127.0.0.1:9/"}],
-            [("delegator", [{"match": ".", "steps": [{"tool": "a2a_sdkecho", "arguments": {"message": "{message}"}}], "reply": "remote said: {result}"}], ["a2a_*"])],
+            [
+                (
+                    "delegator",
+                    [
+                        {
+                            "match": ".",
+                            "steps": [
+                                {"tool": "a2a_sdkecho", "arguments": {"message": "{message}"}}
+                            ],
+                            "reply": "remote said: {result}",
+                        }
+                    ],
+                    ["a2a_*"],
+                )
+            ],
         )
         async with open_kernel(config) as kernel:
             from roost.plugins.a2a._server import service_for
@@ -61,7 +75,19 @@ async def test_the_depth_breaker_holds_across_a2a_hops(tmp_path):
     config = kernel_config(
         tmp_path,
         [{"name": "self", "url": me}],
-        [("looper", [{"match": ".", "steps": [{"tool": "a2a_self", "arguments": {"message": "{message}"}}], "reply": "{result}"}], ["a2a_self"])],
+        [
+            (
+                "looper",
+                [
+                    {
+                        "match": ".",
+                        "steps": [{"tool": "a2a_self", "arguments": {"message": "{message}"}}],
+                        "reply": "{result}",
+                    }
+                ],
+                ["a2a_self"],
+            )
+        ],
     )
     from roost.plugins.http import open_daemon
 
@@ -69,14 +95,22 @@ async def test_the_depth_breaker_holds_across_a2a_hops(tmp_path):
         async with open_daemon(kernel, port=port, graceful_timeout=1) as url:
             await wait_for_tool(kernel, "a2a_self")
             breaker = []
-            async with kernel.tap.subscribe(buffer=100, kinds=(EventKind.KERNEL_BREAKER,)) as events:
+            async with kernel.tap.subscribe(
+                buffer=100, kinds=(EventKind.KERNEL_BREAKER,)
+            ) as events:
                 with trio.fail_after(30):
                     reply = await kernel.send("looper", "around and around")
                     async for event in events:
                         breaker.append(event)
                         break
             async with httpx.AsyncClient(base_url=url) as http:
-                listed = (await http.post("/a2a/agents/looper/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}, headers={"A2A-Version": "1.0"})).json()
+                listed = (
+                    await http.post(
+                        "/a2a/agents/looper/jsonrpc",
+                        json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}},
+                        headers={"A2A-Version": "1.0"},
+                    )
+                ).json()
     assert "depth" in reply.text
     assert breaker and breaker[0].payload["path"][:2] == ["looper", "looper"]
     assert listed["result"]["totalSize"] <= 5  # the chain stopped at the depth limit

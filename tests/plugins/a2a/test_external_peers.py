@@ -66,7 +66,9 @@ async def test_an_http_error_fails_an_a2a_call_at_once_naming_the_status(status,
 
 
 async def test_an_a2a_call_answered_429_with_retry_after_is_retried_and_succeeds():
-    async with running_stub(fail_status=429, fail_body="rest", fail_count=2, retry_after="1") as url:
+    async with running_stub(
+        fail_status=429, fail_body="rest", fail_count=2, retry_after="1"
+    ) as url:
         async with A2AClient(allow_loopback=True, timeout=60) as client:
             info = await client.discover(url)
             start = time.monotonic()
@@ -94,13 +96,19 @@ async def test_an_external_agent_that_starts_late_gets_its_tool(tmp_path, monkey
     from roost.plugins.http import open_daemon
 
     port = free_port()
-    config = caller_config(tmp_path, [{"name": "late", "url": f"http://127.0.0.1:{port}"}], http={"port": 0})
+    config = caller_config(
+        tmp_path, [{"name": "late", "url": f"http://127.0.0.1:{port}"}], http={"port": 0}
+    )
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as api:
         async with httpx.AsyncClient(base_url=api, timeout=10) as http:
 
             async def failed(after_attempts=1):
                 (late,) = (await http.get("/api/a2a/external_agents")).json()["external_agents"]
-                return late if late["status"] == "failed" and late["attempts"] >= after_attempts else None
+                return (
+                    late
+                    if late["status"] == "failed" and late["attempts"] >= after_attempts
+                    else None
+                )
 
             late = await wait_until(failed, "the first discovery failed")
             out = io.StringIO()
@@ -113,25 +121,41 @@ async def test_an_external_agent_that_starts_late_gets_its_tool(tmp_path, monkey
                         async for event in events:
                             if "a2a_late" in event.payload.get("added", ()):
                                 break
-                    reply = await kernel.call_tool("caller", ToolCall("a2a_late", {"message": "found you"}))
-                    (found,) = (await http.get("/api/a2a/external_agents")).json()["external_agents"]
+                    reply = await kernel.call_tool(
+                        "caller", ToolCall("a2a_late", {"message": "found you"})
+                    )
+                    (found,) = (await http.get("/api/a2a/external_agents")).json()[
+                        "external_agents"
+                    ]
     assert "cannot reach" in late["error"] and late["next_retry_at"] is not None
     pending = [line for line in out.getvalue().splitlines() if line.startswith("pending:")]
-    assert len(pending) == 1 and "A2A agent late" in pending[0] and "is failed: cannot reach" in pending[0]
+    assert (
+        len(pending) == 1
+        and "A2A agent late" in pending[0]
+        and "is failed: cannot reach" in pending[0]
+    )
     assert reply.as_text() == "stub got: found you"
     assert found["status"] == "connected" and found["tool"] == "a2a_late" and found["attempts"] >= 4
 
 
-async def test_an_external_agent_that_wants_a_key_we_lack_fails_at_once_and_headers_fix_it(tmp_path):
+async def test_an_external_agent_that_wants_a_key_we_lack_fails_at_once_and_headers_fix_it(
+    tmp_path,
+):
     key = "peer-test-key-123"
     async with serve(make_config(tmp_path, http={"api_key": key})) as (_b, b_url):
         externals = [
             {"name": "nokey", "url": f"{b_url}/a2a/agents/echo"},
-            {"name": "withkey", "url": f"{b_url}/a2a/agents/echo", "headers": {"Authorization": f"Bearer {key}"}},
+            {
+                "name": "withkey",
+                "url": f"{b_url}/a2a/agents/echo",
+                "headers": {"Authorization": f"Bearer {key}"},
+            },
         ]
         async with open_kernel(caller_config(tmp_path, externals)) as kernel:
             await wait_until(
-                lambda: "a2a_nokey" in kernel.registry and "a2a_withkey" in kernel.registry, "both tools", timeout=15
+                lambda: "a2a_nokey" in kernel.registry and "a2a_withkey" in kernel.registry,
+                "both tools",
+                timeout=15,
             )
             with trio.fail_after(2):
                 refused = await kernel.call_tool("caller", ToolCall("a2a_nokey", {"message": "hi"}))

@@ -16,7 +16,17 @@ def sample_task():
     )
     msg = m.Message("m1", m.ROLE_USER, parts, context_id="c", task_id="t")
     art = m.Artifact("a1", parts, name="out")
-    return m.Task("t", "c", m.TaskStatus(m.INPUT_REQUIRED, m.agent_message("q?", context_id="c", task_id="t"), "2026-01-01T00:00:00.000Z"), (art,), (msg,))
+    return m.Task(
+        "t",
+        "c",
+        m.TaskStatus(
+            m.INPUT_REQUIRED,
+            m.agent_message("q?", context_id="c", task_id="t"),
+            "2026-01-01T00:00:00.000Z",
+        ),
+        (art,),
+        (msg,),
+    )
 
 
 @pytest.mark.parametrize("dialect", [m.V1, m.V03, m.V01])
@@ -26,7 +36,10 @@ def test_task_round_trips_through_every_dialect(dialect):
     assert back.id == task.id and back.context_id == task.context_id
     assert back.status.state == task.status.state
     assert [pt.kind for pt in back.artifacts[0].parts] == ["text", "file", "file", "data"]
-    assert back.history[0].parts[1].raw == b"\x00\x01" and back.history[0].parts[2].url == "https://x/y.png"
+    assert (
+        back.history[0].parts[1].raw == b"\x00\x01"
+        and back.history[0].parts[2].url == "https://x/y.png"
+    )
     assert back.history[0].parts[3].data == {"a": [1, None]}
 
 
@@ -34,17 +47,34 @@ def test_dialect_spellings():
     task = sample_task()
     v03 = task.to_json(m.V03)
     assert v03["kind"] == "task" and v03["status"]["state"] == "input-required"
-    assert v03["history"][0]["role"] == "user" and v03["history"][0]["parts"][1]["file"]["bytes"] == base64.b64encode(b"\x00\x01").decode()
+    assert (
+        v03["history"][0]["role"] == "user"
+        and v03["history"][0]["parts"][1]["file"]["bytes"] == base64.b64encode(b"\x00\x01").decode()
+    )
     v01 = task.to_json(m.V01)
-    assert v01["sessionId"] == "c" and "contextId" not in v01 and v01["history"][0]["parts"][0] == {"type": "text", "text": "hi"}
+    assert (
+        v01["sessionId"] == "c"
+        and "contextId" not in v01
+        and v01["history"][0]["parts"][0] == {"type": "text", "text": "hi"}
+    )
     v1 = task.to_json(m.V1)
-    assert v1["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" and v1["history"][0]["role"] == "ROLE_USER"
+    assert (
+        v1["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        and v1["history"][0]["role"] == "ROLE_USER"
+    )
     assert m.event_to_json(m.StatusUpdate("t", "c", task.status), m.V03)["final"] is True
 
 
 @pytest.mark.parametrize(
     "header,query,expected",
-    [(None, None, "0.3"), ("1.0", None, "1.0"), ("1.0.7", None, "1.0"), ("0.3", None, "0.3"), (None, "1.0", "1.0"), ("", "1.0", "1.0")],
+    [
+        (None, None, "0.3"),
+        ("1.0", None, "1.0"),
+        ("1.0.7", None, "1.0"),
+        ("0.3", None, "0.3"),
+        (None, "1.0", "1.0"),
+        ("", "1.0", "1.0"),
+    ],
 )
 def test_version_negotiation(header, query, expected):
     assert p.negotiate_version(header, query) == expected
@@ -61,7 +91,13 @@ def test_method_tables_per_version():
 
 
 def test_v03_blocking_false_means_return_immediately():
-    params = p.parse_send({"message": {"messageId": "x", "role": "user", "parts": [{"kind": "text", "text": "a"}]}, "configuration": {"blocking": False}}, m.V03)
+    params = p.parse_send(
+        {
+            "message": {"messageId": "x", "role": "user", "parts": [{"kind": "text", "text": "a"}]},
+            "configuration": {"blocking": False},
+        },
+        m.V03,
+    )
     assert params.options.return_immediately is True
 
 

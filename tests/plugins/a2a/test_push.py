@@ -63,17 +63,54 @@ async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook
     failures["left"] = 1  # the first attempt fails: delivery must retry
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        push = {"url": hook_url + "/hook", "token": "tok-1", "authentication": {"scheme": "Bearer", "credentials": "hook-secret"}}
-        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a question"}]}, "configuration": {"taskPushNotificationConfig": push}}
-        r = await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+        push = {
+            "url": hook_url + "/hook",
+            "token": "tok-1",
+            "authentication": {"scheme": "Bearer", "credentials": "hook-secret"},
+        }
+        body = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "a question"}]},
+            "configuration": {"taskPushNotificationConfig": push},
+        }
+        r = await http.post(
+            "/a2a/agents/asker/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+            headers=V1,
+        )
         task = r.json()["result"]["task"]
-        listed = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "ListTaskPushNotificationConfigs", "params": {"taskId": task["id"]}}, headers=V1)).json()
+        listed = (
+            await http.post(
+                "/a2a/agents/asker/jsonrpc",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "ListTaskPushNotificationConfigs",
+                    "params": {"taskId": task["id"]},
+                },
+                headers=V1,
+            )
+        ).json()
         await wait_until(
-            lambda: any("statusUpdate" in b and b["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED" for _, b in received),
+            lambda: any(
+                "statusUpdate" in b
+                and b["statusUpdate"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+                for _, b in received
+            ),
             "the input-required update delivered",
         )
         cfg_id = listed["result"]["configs"][0]["id"]
-        deleted = (await http.post("/a2a/agents/asker/jsonrpc", json={"jsonrpc": "2.0", "id": 3, "method": "DeleteTaskPushNotificationConfig", "params": {"taskId": task["id"], "id": cfg_id}}, headers=V1)).json()
+        deleted = (
+            await http.post(
+                "/a2a/agents/asker/jsonrpc",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "DeleteTaskPushNotificationConfig",
+                    "params": {"taskId": task["id"], "id": cfg_id},
+                },
+                headers=V1,
+            )
+        ).json()
     assert listed["result"]["configs"][0]["url"] == hook_url + "/hook"
     headers, _ = received[0]
     assert headers["authorization"] == "Bearer hook-secret"
@@ -84,23 +121,61 @@ async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook
 
 
 @pytest.mark.parametrize(
-    "url", ["http://169.254.169.254/latest/meta-data", "http://[fd00:ec2::254]/", "http://metadata.google.internal/"]
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data",
+        "http://[fd00:ec2::254]/",
+        "http://metadata.google.internal/",
+    ],
 )
 async def test_webhook_url_pointing_at_a_metadata_address_is_refused(tmp_path, url):
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
-    async with serve(config) as (kernel, base), httpx.AsyncClient(base_url=base, timeout=10) as http:
-        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}}, headers=V1)
+    async with (
+        serve(config) as (kernel, base),
+        httpx.AsyncClient(base_url=base, timeout=10) as http,
+    ):
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}
+                },
+            },
+            headers=V1,
+        )
         tid = r.json()["result"]["task"]["id"]
-        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "CreateTaskPushNotificationConfig", "params": {"taskId": tid, "url": url}}, headers=V1)
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "CreateTaskPushNotificationConfig",
+                "params": {"taskId": tid, "url": url},
+            },
+            headers=V1,
+        )
     err = r.json()["error"]
     assert err["code"] == -32602 and err["data"][0]["metadata"]["errors"][0]["field"] == "url"
 
 
 async def test_loopback_webhook_is_refused_unless_allowed(tmp_path):
     config = make_config(tmp_path, a2a={"push_notifications": True})
-    async with serve(config) as (kernel, base), httpx.AsyncClient(base_url=base, timeout=10) as http:
-        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}, "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/h"}}}
-        r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1)
+    async with (
+        serve(config) as (kernel, base),
+        httpx.AsyncClient(base_url=base, timeout=10) as http,
+    ):
+        body = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": "http://127.0.0.1:9/h"}},
+        }
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+            headers=V1,
+        )
     assert r.json()["error"]["code"] == -32602
     assert "push_allow_private" in r.json()["error"]["message"]
 

@@ -46,8 +46,19 @@ def test_a_03_message_becomes_a_10_message_with_its_parts_intact():
                 "role": "ROLE_USER",
                 "content": [
                     {"text": "hi"},
-                    {"file": {"fileWithBytes": raw, "mimeType": "application/octet-stream", "name": "a.bin"}},
-                    {"file": {"fileWithUri": "https://example.com/a.pdf", "mimeType": "application/pdf"}},
+                    {
+                        "file": {
+                            "fileWithBytes": raw,
+                            "mimeType": "application/octet-stream",
+                            "name": "a.bin",
+                        }
+                    },
+                    {
+                        "file": {
+                            "fileWithUri": "https://example.com/a.pdf",
+                            "mimeType": "application/pdf",
+                        }
+                    },
                     {"data": {"data": {"k": [1, 2]}}},
                 ],
             },
@@ -56,7 +67,11 @@ def test_a_03_message_becomes_a_10_message_with_its_parts_intact():
     )
     parts = [m.part_from_json(p) for p in body["message"]["parts"]]
     assert parts[0].text == "hi"
-    assert parts[1].raw == b"\x00\x01binary" and parts[1].filename == "a.bin" and parts[1].media_type == "application/octet-stream"
+    assert (
+        parts[1].raw == b"\x00\x01binary"
+        and parts[1].filename == "a.bin"
+        and parts[1].media_type == "application/octet-stream"
+    )
     assert parts[2].url == "https://example.com/a.pdf" and parts[2].media_type == "application/pdf"
     assert parts[3].data == {"k": [1, 2]}
     assert "content" not in body["message"]
@@ -72,8 +87,16 @@ def test_10_results_become_03_shapes():
     task = {
         "id": "t",
         "contextId": "c",
-        "status": {"state": m.CANCELED, "message": {"messageId": "s", "role": "ROLE_AGENT", "parts": [{"text": "stopped"}]}},
-        "artifacts": [{"artifactId": "a", "parts": [{"raw": "AAE=", "filename": "f", "mediaType": "x/y"}, {"data": {"n": 1}}]}],
+        "status": {
+            "state": m.CANCELED,
+            "message": {"messageId": "s", "role": "ROLE_AGENT", "parts": [{"text": "stopped"}]},
+        },
+        "artifacts": [
+            {
+                "artifactId": "a",
+                "parts": [{"raw": "AAE=", "filename": "f", "mediaType": "x/y"}, {"data": {"n": 1}}],
+            }
+        ],
         "history": [{"messageId": "h", "role": "ROLE_USER", "parts": [{"url": "https://e.com/x"}]}],
     }
     out = rest03.result_out("get", task)
@@ -85,8 +108,12 @@ def test_10_results_become_03_shapes():
     ]
     assert out["history"][0]["content"] == [{"file": {"fileWithUri": "https://e.com/x"}}]
     assert "parts" not in out["history"][0]
-    working = rest03.event_out({"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.WORKING}}})
-    done = rest03.event_out({"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.INPUT_REQUIRED}}})
+    working = rest03.event_out(
+        {"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.WORKING}}}
+    )
+    done = rest03.event_out(
+        {"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.INPUT_REQUIRED}}}
+    )
     assert working["statusUpdate"]["final"] is False and done["statusUpdate"]["final"] is True
     assert task["status"]["state"] == m.CANCELED  # the input is not modified
 
@@ -104,7 +131,9 @@ async def test_v1_message_send_answers_like_the_reference(http):
     assert set(task) == set(expected["task"])
     assert task["status"]["state"] == expected["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     user = task["history"][0]
-    assert set(user) == set(expected["task"]["history"][0]) and user["content"] == [{"text": "rest v0.3"}]
+    assert set(user) == set(expected["task"]["history"][0]) and user["content"] == [
+        {"text": "rest v0.3"}
+    ]
     assert task["artifacts"][0]["parts"][0]["text"] == "echo: rest v0.3"
     got = await http.get(f"/a2a/agents/echo/rest/v1/tasks/{task['id']}")
     assert got.status_code == 200 and got.json()["history"][0]["content"] == [{"text": "rest v0.3"}]
@@ -122,15 +151,23 @@ async def test_v1_file_and_data_parts_reach_the_task_intact(http):
     )
     assert r.status_code == 200, r.text
     content = r.json()["task"]["history"][0]["content"]
-    assert content[1] == {"file": {"fileWithBytes": raw, "mimeType": "application/pdf", "name": "doc.pdf"}}
+    assert content[1] == {
+        "file": {"fileWithBytes": raw, "mimeType": "application/pdf", "name": "doc.pdf"}
+    }
     assert content[2] == {"data": {"data": {"rows": [1, 2, 3]}}}
 
 
 async def test_v1_message_stream_sends_03_events_ending_with_a_final_update(http):
-    async with http.stream("POST", "/a2a/agents/echo/rest/v1/message:stream", json=_message({"text": "stream me"})) as r:
+    async with http.stream(
+        "POST", "/a2a/agents/echo/rest/v1/message:stream", json=_message({"text": "stream me"})
+    ) as r:
         assert r.status_code == 200
-        events = [json.loads(line[6:]) async for line in r.aiter_lines() if line.startswith("data: ")]
-    assert next(iter(events[0])) == "task" and events[0]["task"]["history"][0]["content"] == [{"text": "stream me"}]
+        events = [
+            json.loads(line[6:]) async for line in r.aiter_lines() if line.startswith("data: ")
+        ]
+    assert next(iter(events[0])) == "task" and events[0]["task"]["history"][0]["content"] == [
+        {"text": "stream me"}
+    ]
     updates = [e["statusUpdate"] for e in events if "statusUpdate" in e]
     assert updates[-1]["final"] is True and updates[-1]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert all(u["final"] is False for u in updates[:-1])
@@ -141,9 +178,17 @@ async def test_v1_message_stream_sends_03_events_ending_with_a_final_update(http
 async def test_v1_bad_parts_get_a_clear_error(http):
     r = await http.post(V1_SEND, json=_message({"file": {"fileWithBytes": "%%% not base64"}}))
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == "Validation failed: message.content[0].file.fileWithBytes: is not valid base64"
-    r = await http.post(V1_SEND, json={"message": {"messageId": "x", "role": "ROLE_USER", "content": []}})
-    assert r.status_code == 400 and "message.content: Field must contain at least one element" in r.text
+    assert (
+        r.json()["error"]["message"]
+        == "Validation failed: message.content[0].file.fileWithBytes: is not valid base64"
+    )
+    r = await http.post(
+        V1_SEND, json={"message": {"messageId": "x", "role": "ROLE_USER", "content": []}}
+    )
+    assert (
+        r.status_code == 400
+        and "message.content: Field must contain at least one element" in r.text
+    )
 
 
 async def test_v1_cancel_of_a_finished_task_is_refused(http):
@@ -185,9 +230,22 @@ def test_03_push_config_bodies_are_read_in_either_spelling():
     config = rest03.push_config_in(sdk_style, "t1")
     assert (config.task_id, config.id, config.url, config.token) == ("t1", "c1", HOOK, "tok")
     assert (config.auth_scheme, config.credentials) == ("Bearer", "sec")
-    camel = rest03.push_config_in({"parent": "tasks/t1", "configId": "c2", "config": {"pushNotificationConfig": {"url": HOOK}}}, "t1")
+    camel = rest03.push_config_in(
+        {
+            "parent": "tasks/t1",
+            "configId": "c2",
+            "config": {"pushNotificationConfig": {"url": HOOK}},
+        },
+        "t1",
+    )
     assert (camel.id, camel.url) == ("c2", HOOK)
-    bare = rest03.push_config_in({"name": "tasks/t1/pushNotificationConfigs/c3", "pushNotificationConfig": {"id": "c3", "url": HOOK}}, "t1")
+    bare = rest03.push_config_in(
+        {
+            "name": "tasks/t1/pushNotificationConfigs/c3",
+            "pushNotificationConfig": {"id": "c3", "url": HOOK},
+        },
+        "t1",
+    )
     assert bare.id == "c3"  # the proto's HTTP rule: body is the config itself
     fresh = rest03.push_config_in({"config": {"pushNotificationConfig": {"url": HOOK}}}, "t1")
     assert fresh.id  # no id anywhere: the server makes one
@@ -200,17 +258,51 @@ def test_03_push_config_bodies_are_read_in_either_spelling():
         ({"parent": "tasks/t1", "configId": "c"}, "config"),
         ({"url": HOOK}, "config"),  # the 1.0 flat shape is not a 0.3 body
         ({"config": "x"}, "config"),
-        ({"config": {"name": "tasks/t1/pushNotificationConfigs/c"}}, "config.pushNotificationConfig"),
-        ({"config": {"pushNotificationConfig": {"token": "t"}}}, "config.pushNotificationConfig.url"),
+        (
+            {"config": {"name": "tasks/t1/pushNotificationConfigs/c"}},
+            "config.pushNotificationConfig",
+        ),
+        (
+            {"config": {"pushNotificationConfig": {"token": "t"}}},
+            "config.pushNotificationConfig.url",
+        ),
         ({"parent": "tasks/other", "config": {"pushNotificationConfig": {"url": HOOK}}}, "parent"),
-        ({"config": {"name": "tasks/other/pushNotificationConfigs/c", "pushNotificationConfig": {"url": HOOK}}}, "config.name"),
-        ({"configId": "a", "config": {"pushNotificationConfig": {"id": "b", "url": HOOK}}}, "configId"),
+        (
+            {
+                "config": {
+                    "name": "tasks/other/pushNotificationConfigs/c",
+                    "pushNotificationConfig": {"url": HOOK},
+                }
+            },
+            "config.name",
+        ),
+        (
+            {"configId": "a", "config": {"pushNotificationConfig": {"id": "b", "url": HOOK}}},
+            "configId",
+        ),
         # proto field names, as the a2a-sdk's 0.3 REST client writes them
         ({"config_id": 5, "config": {"push_notification_config": {"url": HOOK}}}, "config_id"),
         ({"config": {"push_notification_config": "x"}}, "config.push_notification_config"),
-        ({"config": {"push_notification_config": {"token": "t"}}}, "config.push_notification_config.url"),
-        ({"config": {"push_notification_config": {"url": HOOK, "authentication": {"schemes": []}}}}, "config.push_notification_config.authentication.scheme"),
-        ({"config_id": "a", "configId": "a", "config": {"pushNotificationConfig": {"url": HOOK}}}, "config_id"),
+        (
+            {"config": {"push_notification_config": {"token": "t"}}},
+            "config.push_notification_config.url",
+        ),
+        (
+            {
+                "config": {
+                    "push_notification_config": {"url": HOOK, "authentication": {"schemes": []}}
+                }
+            },
+            "config.push_notification_config.authentication.scheme",
+        ),
+        (
+            {
+                "config_id": "a",
+                "configId": "a",
+                "config": {"pushNotificationConfig": {"url": HOOK}},
+            },
+            "config_id",
+        ),
     ],
 )
 def test_bad_03_push_config_bodies_name_the_field(body, field):
@@ -221,13 +313,26 @@ def test_bad_03_push_config_bodies_name_the_field(body, field):
 
 
 def test_10_push_configs_and_cards_become_03_shapes():
-    flat = {"taskId": "t1", "id": "c1", "url": HOOK, "token": "tok", "authentication": {"scheme": "Bearer", "credentials": "sec"}}
+    flat = {
+        "taskId": "t1",
+        "id": "c1",
+        "url": HOOK,
+        "token": "tok",
+        "authentication": {"scheme": "Bearer", "credentials": "sec"},
+    }
     expected = {
         "name": "tasks/t1/pushNotificationConfigs/c1",
-        "pushNotificationConfig": {"id": "c1", "url": HOOK, "token": "tok", "authentication": {"schemes": ["Bearer"], "credentials": "sec"}},
+        "pushNotificationConfig": {
+            "id": "c1",
+            "url": HOOK,
+            "token": "tok",
+            "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
+        },
     }
     assert rest03.result_out("push_set", flat) == rest03.result_out("push_get", flat) == expected
-    assert rest03.result_out("push_list", {"configs": [flat], "nextPageToken": ""}) == {"configs": [expected]}
+    assert rest03.result_out("push_list", {"configs": [flat], "nextPageToken": ""}) == {
+        "configs": [expected]
+    }
     assert rest03.result_out("push_delete", {}) == {}
     _strict_03(expected, "TaskPushNotificationConfig")
     card = {
@@ -242,7 +347,15 @@ def test_10_push_configs_and_cards_become_03_shapes():
         "capabilities": {"streaming": True, "pushNotifications": False, "extendedAgentCard": True},
         "defaultInputModes": ["text/plain"],
         "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "s", "name": "S", "description": "sd", "tags": ["t"], "securityRequirements": [{"schemes": {"b": {"list": []}}}]}],
+        "skills": [
+            {
+                "id": "s",
+                "name": "S",
+                "description": "sd",
+                "tags": ["t"],
+                "securityRequirements": [{"schemes": {"b": {"list": []}}}],
+            }
+        ],
         "securitySchemes": {"b": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}},
         "securityRequirements": [{"schemes": {"b": {"list": []}}}],
         "preferredTransport": "JSONRPC",
@@ -256,7 +369,10 @@ def test_10_push_configs_and_cards_become_03_shapes():
     ]
     assert out["capabilities"] == {"streaming": True, "pushNotifications": False}
     assert out["supportsAuthenticatedExtendedCard"] is True
-    assert out["security"] == card["securityRequirements"] and out["skills"][0]["security"] == card["securityRequirements"]
+    assert (
+        out["security"] == card["securityRequirements"]
+        and out["skills"][0]["security"] == card["securityRequirements"]
+    )
     assert not {"supportedInterfaces", "securityRequirements"} & set(out)
     _strict_03(out, "AgentCard")
 
@@ -266,7 +382,10 @@ async def push_http(tmp_path):
     from a2a_helpers import make_config, serve
 
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
-    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as client:
+    async with (
+        serve(config) as (kernel, url),
+        httpx.AsyncClient(base_url=url, timeout=10) as client,
+    ):
         yield client, url
 
 
@@ -275,8 +394,20 @@ async def test_v1_push_configs_set_get_list_delete_in_03_shapes(push_http):
     tid = (await http.post(V1_SEND, json=_message({"text": "hook me"}))).json()["task"]["id"]
     base = f"/a2a/agents/echo/rest/v1/tasks/{tid}/pushNotificationConfigs"
     name = f"tasks/{tid}/pushNotificationConfigs/c1"
-    inner = {"id": "c1", "url": HOOK, "token": "tok", "authentication": {"schemes": ["Bearer"], "credentials": "sec"}}
-    created = await http.post(base, json={"parent": f"tasks/{tid}", "configId": "c1", "config": {"name": name, "pushNotificationConfig": inner}})
+    inner = {
+        "id": "c1",
+        "url": HOOK,
+        "token": "tok",
+        "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
+    }
+    created = await http.post(
+        base,
+        json={
+            "parent": f"tasks/{tid}",
+            "configId": "c1",
+            "config": {"name": name, "pushNotificationConfig": inner},
+        },
+    )
     got = await http.get(f"{base}/c1")
     listed = await http.get(base)
     deleted = await http.delete(f"{base}/c1")
@@ -299,10 +430,14 @@ async def test_v1_push_config_body_without_config_is_a_clear_400(push_http):
     r = await http.post(base, json={"parent": f"tasks/{tid}", "configId": "c1"})
     assert r.status_code == 400
     error = r.json()["error"]
-    assert error["status"] == "INVALID_ARGUMENT" and error["message"].startswith("config: is required")
+    assert error["status"] == "INVALID_ARGUMENT" and error["message"].startswith(
+        "config: is required"
+    )
     assert error["details"][0]["metadata"]["errors"][0]["field"] == "config"
     r = await http.post(base, json={"config": {"pushNotificationConfig": {"token": "t"}}})
-    assert r.status_code == 400 and "config.pushNotificationConfig.url" in r.json()["error"]["message"]
+    assert (
+        r.status_code == 400 and "config.pushNotificationConfig.url" in r.json()["error"]["message"]
+    )
 
 
 async def test_v1_card_is_the_03_extended_card_behind_the_api_key(tmp_path):
@@ -328,7 +463,11 @@ async def test_v1_card_is_the_03_extended_card_behind_the_api_key(tmp_path):
         "skills", "supportsAuthenticatedExtendedCard",
     }  # fmt: skip
     assert card["name"] == "echo" and card["description"].endswith("(extended card)")
-    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (f"{root_url}/jsonrpc", "JSONRPC", "0.3")
+    assert (card["url"], card["preferredTransport"], card["protocolVersion"]) == (
+        f"{root_url}/jsonrpc",
+        "JSONRPC",
+        "0.3",
+    )
     assert card["additionalInterfaces"] == [
         {"url": f"{root_url}/rest", "transport": "HTTP+JSON"},
         {"url": f"{root_url}/jsonrpc", "transport": "JSONRPC"},
@@ -337,7 +476,13 @@ async def test_v1_card_is_the_03_extended_card_behind_the_api_key(tmp_path):
     assert card["supportsAuthenticatedExtendedCard"] is True
     assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
     assert card["security"] == [{"schemes": {"bearer": {"list": []}}}]
-    assert card["skills"][0] == {"id": "echo", "name": "Echo", "description": "Echoes text", "tags": ["echo"], "examples": ["hi"]}
+    assert card["skills"][0] == {
+        "id": "echo",
+        "name": "Echo",
+        "description": "Echoes text",
+        "tags": ["echo"],
+        "examples": ["hi"],
+    }
     _strict_03(card, "AgentCard")
 
 
@@ -353,24 +498,48 @@ async def test_sdk_03_rest_client_sets_and_gets_push_configs_and_reads_the_card(
     from a2a.types import GetExtendedAgentCardRequest, GetTaskPushNotificationConfigRequest, a2a_pb2
     from a2a_helpers import make_config, serve
 
-    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True, "api_key": AUTH["Authorization"][7:]})
+    config = make_config(
+        tmp_path,
+        a2a={
+            "push_notifications": True,
+            "push_allow_private": True,
+            "api_key": AUTH["Authorization"][7:],
+        },
+    )
     async with serve(config) as (kernel, url), httpx.AsyncClient(timeout=10, headers=AUTH) as raw:
-        tid = (await raw.post(url + V1_SEND, json=_message({"text": "hook me"}))).json()["task"]["id"]
-        transport = CompatRestTransport(raw, None, f"{url}/a2a/agents/echo/rest", is_shared_httpx=True)
+        tid = (await raw.post(url + V1_SEND, json=_message({"text": "hook me"}))).json()["task"][
+            "id"
+        ]
+        transport = CompatRestTransport(
+            raw, None, f"{url}/a2a/agents/echo/rest", is_shared_httpx=True
+        )
         wanted = a2a_pb2.TaskPushNotificationConfig(
-            task_id=tid, id="c1", url=HOOK, token="tok", authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="sec")
+            task_id=tid,
+            id="c1",
+            url=HOOK,
+            token="tok",
+            authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="sec"),
         )
         created = await transport.create_task_push_notification_config(wanted)
-        got = await transport.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(task_id=tid, id="c1"))
+        got = await transport.get_task_push_notification_config(
+            GetTaskPushNotificationConfigRequest(task_id=tid, id="c1")
+        )
         card = await transport.get_extended_agent_card(GetExtendedAgentCardRequest())
-        stored = (await raw.get(f"{url}/a2a/agents/echo/rest/v1/tasks/{tid}/pushNotificationConfigs")).json()
+        stored = (
+            await raw.get(f"{url}/a2a/agents/echo/rest/v1/tasks/{tid}/pushNotificationConfigs")
+        ).json()
     for config in (created, got):
         assert (config.task_id, config.id, config.url, config.token) == (tid, "c1", HOOK, "tok")
-        assert (config.authentication.scheme, config.authentication.credentials) == ("Bearer", "sec")
+        assert (config.authentication.scheme, config.authentication.credentials) == (
+            "Bearer",
+            "sec",
+        )
     assert [c["pushNotificationConfig"]["id"] for c in stored["configs"]] == ["c1"]
     assert card.name == "echo" and card.description.endswith("(extended card)")
     assert card.capabilities.push_notifications and card.capabilities.extended_agent_card
-    assert {(i.protocol_binding, i.url) for i in card.supported_interfaces} >= {("HTTP+JSON", f"{url}/a2a/agents/echo/rest")}
+    assert {(i.protocol_binding, i.url) for i in card.supported_interfaces} >= {
+        ("HTTP+JSON", f"{url}/a2a/agents/echo/rest")
+    }
 
 
 # ---- proto field names: proto JSON parsers accept a field by its JSON name or its proto name,
@@ -393,10 +562,15 @@ async def _sdk_03_send_body(request):
 
     def handler(request):
         sent.append(json.loads(request.content))
-        return httpx.Response(200, json={"message": {"messageId": "a", "role": "ROLE_AGENT", "content": [{"text": "ok"}]}})
+        return httpx.Response(
+            200,
+            json={"message": {"messageId": "a", "role": "ROLE_AGENT", "content": [{"text": "ok"}]}},
+        )
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as raw:
-        await CompatRestTransport(raw, None, "http://agent/rest", is_shared_httpx=True).send_message(request)
+        await CompatRestTransport(
+            raw, None, "http://agent/rest", is_shared_httpx=True
+        ).send_message(request)
     return sent[0]
 
 
@@ -404,14 +578,21 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
     from a2a.types import Part, SendMessageRequest, a2a_pb2
 
     message = _sdk_user_message("hi", context_id="c1", task_id="t1", extensions=["urn:x"])
-    message.parts.append(Part(url="https://example.com/a.pdf", media_type="application/pdf", filename="a.pdf"))
+    message.parts.append(
+        Part(url="https://example.com/a.pdf", media_type="application/pdf", filename="a.pdf")
+    )
     message.parts.append(Part())
     message.parts[-1].data.struct_value.update({"rows": [1, 2]})
     message.metadata.update({"k": "v"})
     push = a2a_pb2.TaskPushNotificationConfig(
-        id="p1", url=HOOK, token="tok", authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="sec")
+        id="p1",
+        url=HOOK,
+        token="tok",
+        authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="sec"),
     )
-    config = a2a_pb2.SendMessageConfiguration(accepted_output_modes=["text/plain"], history_length=3, task_push_notification_config=push)
+    config = a2a_pb2.SendMessageConfiguration(
+        accepted_output_modes=["text/plain"], history_length=3, task_push_notification_config=push
+    )
     body = await _sdk_03_send_body(SendMessageRequest(message=message, configuration=config))
     assert body == {
         "request": {
@@ -421,7 +602,13 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
             "role": "ROLE_USER",
             "content": [
                 {"text": "hi"},
-                {"file": {"file_with_uri": "https://example.com/a.pdf", "mime_type": "application/pdf", "name": "a.pdf"}},
+                {
+                    "file": {
+                        "file_with_uri": "https://example.com/a.pdf",
+                        "mime_type": "application/pdf",
+                        "name": "a.pdf",
+                    }
+                },
                 {"data": {"data": {"rows": [1.0, 2.0]}}},
             ],
             "metadata": {"k": "v"},
@@ -429,7 +616,12 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
         },
         "configuration": {
             "accepted_output_modes": ["text/plain"],
-            "push_notification": {"id": "p1", "url": HOOK, "token": "tok", "authentication": {"schemes": ["Bearer"], "credentials": "sec"}},
+            "push_notification": {
+                "id": "p1",
+                "url": HOOK,
+                "token": "tok",
+                "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
+            },
             "history_length": 3,
             "blocking": True,
         },
@@ -442,7 +634,13 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
             "role": "ROLE_USER",
             "content": [
                 {"text": "hi"},
-                {"file": {"fileWithUri": "https://example.com/a.pdf", "mimeType": "application/pdf", "name": "a.pdf"}},
+                {
+                    "file": {
+                        "fileWithUri": "https://example.com/a.pdf",
+                        "mimeType": "application/pdf",
+                        "name": "a.pdf",
+                    }
+                },
                 {"data": {"data": {"rows": [1.0, 2.0]}}},
             ],
             "metadata": {"k": "v"},
@@ -450,25 +648,47 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
         },
         "configuration": {
             "acceptedOutputModes": ["text/plain"],
-            "pushNotification": {"id": "p1", "url": HOOK, "token": "tok", "authentication": {"schemes": ["Bearer"], "credentials": "sec"}},
+            "pushNotification": {
+                "id": "p1",
+                "url": HOOK,
+                "token": "tok",
+                "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
+            },
             "historyLength": 3,
             "blocking": True,
         },
     }
     params = rest03.parse_send("send", body)
     assert params == rest03.parse_send("send", twin)
-    assert (params.message.message_id, params.message.context_id, params.message.task_id) == ("m-hi", "c1", "t1")
+    assert (params.message.message_id, params.message.context_id, params.message.task_id) == (
+        "m-hi",
+        "c1",
+        "t1",
+    )
     assert [p.text for p in params.message.parts[:1]] == ["hi"]
     assert (params.message.parts[1].url, params.message.parts[1].media_type, params.message.parts[1].filename) == (
         "https://example.com/a.pdf", "application/pdf", "a.pdf",
     )  # fmt: skip
     assert params.message.parts[2].data == {"rows": [1.0, 2.0]}
     options = params.options
-    assert (options.history_length, options.accepted_output_modes, options.return_immediately) == (3, ("text/plain",), False)
-    assert (options.push.id, options.push.url, options.push.auth_scheme, options.push.credentials) == ("p1", HOOK, "Bearer", "sec")
+    assert (options.history_length, options.accepted_output_modes, options.return_immediately) == (
+        3,
+        ("text/plain",),
+        False,
+    )
+    assert (
+        options.push.id,
+        options.push.url,
+        options.push.auth_scheme,
+        options.push.credentials,
+    ) == ("p1", HOOK, "Bearer", "sec")
     raw = base64.b64encode(b"\x00\x01").decode()
-    file_part = {"file": {"file_with_bytes": raw, "mime_type": "application/octet-stream", "name": "a.bin"}}
-    read = rest03.parse_send("send", {"request": {"message_id": "x", "role": "ROLE_USER", "content": [file_part]}})
+    file_part = {
+        "file": {"file_with_bytes": raw, "mime_type": "application/octet-stream", "name": "a.bin"}
+    }
+    read = rest03.parse_send(
+        "send", {"request": {"message_id": "x", "role": "ROLE_USER", "content": [file_part]}}
+    )
     assert (read.message.parts[0].raw, read.message.parts[0].filename) == (b"\x00\x01", "a.bin")
 
 
@@ -478,11 +698,31 @@ _OK = {"message_id": "x", "role": "ROLE_USER", "content": [{"text": "a"}]}
 @pytest.mark.parametrize(
     "body,field",
     [
-        ({"request": {**_OK, "content": [{"file": {"file_with_bytes": "%%% not base64"}}]}}, "request.content[0].file.file_with_bytes"),
-        ({"request": {**_OK, "content": [{"file": {"file_with_uri": 7}}]}}, "request.content[0].file.file_with_uri"),
-        ({"request": {**_OK, "content": [{"file": {"file_with_uri": "https://e.com/a", "mime_type": 1}}]}}, "request.content[0].file.mime_type"),
-        ({"request": {**_OK, "content": [{"file": {"mime_type": "text/plain"}}]}}, "request.content[0].file"),
-        ({"request": {**_OK, "content": [{"text": "a", "data": {"data": {}}}]}}, "request.content[0]"),
+        (
+            {"request": {**_OK, "content": [{"file": {"file_with_bytes": "%%% not base64"}}]}},
+            "request.content[0].file.file_with_bytes",
+        ),
+        (
+            {"request": {**_OK, "content": [{"file": {"file_with_uri": 7}}]}},
+            "request.content[0].file.file_with_uri",
+        ),
+        (
+            {
+                "request": {
+                    **_OK,
+                    "content": [{"file": {"file_with_uri": "https://e.com/a", "mime_type": 1}}],
+                }
+            },
+            "request.content[0].file.mime_type",
+        ),
+        (
+            {"request": {**_OK, "content": [{"file": {"mime_type": "text/plain"}}]}},
+            "request.content[0].file",
+        ),
+        (
+            {"request": {**_OK, "content": [{"text": "a", "data": {"data": {}}}]}},
+            "request.content[0]",
+        ),
         ({"request": {**_OK, "content": [{}]}}, "request.content[0]"),
         ({"request": {**_OK, "content": []}}, "request.content"),
         ({"request": {"role": "ROLE_USER", "content": [{"text": "a"}]}}, "request.message_id"),
@@ -494,9 +734,18 @@ _OK = {"message_id": "x", "role": "ROLE_USER", "content": [{"text": "a"}]}
         ({"request": "hi"}, "request"),
         ({"configuration": {}}, "message"),
         ({"request": _OK, "configuration": {"history_length": -1}}, "configuration.history_length"),
-        ({"request": _OK, "configuration": {"accepted_output_modes": "text/plain"}}, "configuration.accepted_output_modes"),
-        ({"request": _OK, "configuration": {"push_notification": {"token": "t"}}}, "configuration.push_notification.url"),
-        ({"request": _OK, "configuration": {"push_notification": "x"}}, "configuration.push_notification"),
+        (
+            {"request": _OK, "configuration": {"accepted_output_modes": "text/plain"}},
+            "configuration.accepted_output_modes",
+        ),
+        (
+            {"request": _OK, "configuration": {"push_notification": {"token": "t"}}},
+            "configuration.push_notification.url",
+        ),
+        (
+            {"request": _OK, "configuration": {"push_notification": "x"}},
+            "configuration.push_notification",
+        ),
         ({"request": _OK, "configuration": {"blocking": "yes"}}, "configuration.blocking"),
     ],
 )
@@ -515,11 +764,21 @@ async def test_v1_message_send_reads_proto_field_names(http):
             "role": "ROLE_USER",
             "content": [
                 {"text": "snake case"},
-                {"file": {"file_with_uri": "https://example.com/a.pdf", "mime_type": "application/pdf", "name": "a.pdf"}},
+                {
+                    "file": {
+                        "file_with_uri": "https://example.com/a.pdf",
+                        "mime_type": "application/pdf",
+                        "name": "a.pdf",
+                    }
+                },
                 {"data": {"data": {"n": 1}}},
             ],
         },
-        "configuration": {"accepted_output_modes": ["text/plain"], "history_length": 1, "blocking": True},
+        "configuration": {
+            "accepted_output_modes": ["text/plain"],
+            "history_length": 1,
+            "blocking": True,
+        },
     }
     r = await http.post(V1_SEND, json=body)
     assert r.status_code == 200, r.text
@@ -530,21 +789,45 @@ async def test_v1_message_send_reads_proto_field_names(http):
     assert full["history"][0]["messageId"] == "snake-1"
     assert full["history"][0]["content"] == [
         {"text": "snake case"},
-        {"file": {"fileWithUri": "https://example.com/a.pdf", "mimeType": "application/pdf", "name": "a.pdf"}},
+        {
+            "file": {
+                "fileWithUri": "https://example.com/a.pdf",
+                "mimeType": "application/pdf",
+                "name": "a.pdf",
+            }
+        },
         {"data": {"data": {"n": 1}}},
     ]
 
 
 async def test_v1_bad_proto_field_name_body_gets_a_clear_error(http):
-    bad = {"request": {"message_id": "x", "role": "ROLE_USER", "content": [{"file": {"file_with_bytes": "%%% not base64", "name": "a"}}]}}
+    bad = {
+        "request": {
+            "message_id": "x",
+            "role": "ROLE_USER",
+            "content": [{"file": {"file_with_bytes": "%%% not base64", "name": "a"}}],
+        }
+    }
     r = await http.post(V1_SEND, json=bad)
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["status"] == "INVALID_ARGUMENT"
-    assert error["message"] == "Validation failed: request.content[0].file.file_with_bytes: is not valid base64"
-    assert error["details"][0]["metadata"]["errors"] == [{"field": "request.content[0].file.file_with_bytes", "message": "is not valid base64"}]
-    r = await http.post("/a2a/agents/echo/rest/v1/message:stream", json={"request": {"role": "ROLE_USER", "content": [{"text": "a"}]}})
-    assert r.status_code == 400 and r.json()["error"]["message"] == "Validation failed: request.message_id: Field is required."
+    assert (
+        error["message"]
+        == "Validation failed: request.content[0].file.file_with_bytes: is not valid base64"
+    )
+    assert error["details"][0]["metadata"]["errors"] == [
+        {"field": "request.content[0].file.file_with_bytes", "message": "is not valid base64"}
+    ]
+    r = await http.post(
+        "/a2a/agents/echo/rest/v1/message:stream",
+        json={"request": {"role": "ROLE_USER", "content": [{"text": "a"}]}},
+    )
+    assert (
+        r.status_code == 400
+        and r.json()["error"]["message"]
+        == "Validation failed: request.message_id: Field is required."
+    )
 
 
 def _compat_rest(raw, url, agent):
@@ -561,21 +844,40 @@ async def test_sdk_03_rest_client_sends_streams_and_gets(daemon):
     async with httpx.AsyncClient(timeout=10) as raw:
         transport = _compat_rest(raw, url, "echo")
         with trio.fail_after(20):
-            sent = await transport.send_message(SendMessageRequest(message=_sdk_user_message("hello 0.3 rest")))
+            sent = await transport.send_message(
+                SendMessageRequest(message=_sdk_user_message("hello 0.3 rest"))
+            )
             got = await transport.get_task(GetTaskRequest(id=sent.task.id))
-            events = [e async for e in transport.send_message_streaming(SendMessageRequest(message=_sdk_user_message("stream 0.3 rest")))]
+            events = [
+                e
+                async for e in transport.send_message_streaming(
+                    SendMessageRequest(message=_sdk_user_message("stream 0.3 rest"))
+                )
+            ]
     assert sent.WhichOneof("payload") == "task"
     task = sent.task
     assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED
     assert task.artifacts[0].parts[0].text == "echo: hello 0.3 rest"
-    assert task.history[0].parts[0].text == "hello 0.3 rest" and task.history[0].message_id == "m-hello 0.3 "
-    assert (got.id, got.context_id, got.status.state) == (task.id, task.context_id, a2a_pb2.TASK_STATE_COMPLETED)
+    assert (
+        task.history[0].parts[0].text == "hello 0.3 rest"
+        and task.history[0].message_id == "m-hello 0.3 "
+    )
+    assert (got.id, got.context_id, got.status.state) == (
+        task.id,
+        task.context_id,
+        a2a_pb2.TASK_STATE_COMPLETED,
+    )
     assert got.artifacts[0].parts[0].text == "echo: hello 0.3 rest"
     kinds = [e.WhichOneof("payload") for e in events]
     assert kinds[0] == "task" and "artifact_update" in kinds and kinds[-1] == "status_update"
     assert events[0].task.history[0].parts[0].text == "stream 0.3 rest"
-    artifact = next(e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update")
-    assert artifact.task_id == events[0].task.id and artifact.artifact.parts[0].text == "echo: stream 0.3 rest"
+    artifact = next(
+        e.artifact_update for e in events if e.WhichOneof("payload") == "artifact_update"
+    )
+    assert (
+        artifact.task_id == events[0].task.id
+        and artifact.artifact.parts[0].text == "echo: stream 0.3 rest"
+    )
     assert events[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED
 
 
@@ -593,7 +895,9 @@ async def test_sdk_03_rest_client_subscribes_and_cancels(daemon):
         transport = _compat_rest(raw, url, "slow")
 
         async def stream():
-            async for event in transport.send_message_streaming(SendMessageRequest(message=_sdk_user_message("take your time"))):
+            async for event in transport.send_message_streaming(
+                SendMessageRequest(message=_sdk_user_message("take your time"))
+            ):
                 streamed.append(event)
 
         async def follow(task_id):
@@ -605,14 +909,19 @@ async def test_sdk_03_rest_client_subscribes_and_cancels(daemon):
                 nursery.start_soon(stream)
                 await wait_until(lambda: streamed, "the first streamed event")
                 task = streamed[0].task
-                assert task.status.state in (a2a_pb2.TASK_STATE_SUBMITTED, a2a_pb2.TASK_STATE_WORKING)
+                assert task.status.state in (
+                    a2a_pb2.TASK_STATE_SUBMITTED,
+                    a2a_pb2.TASK_STATE_WORKING,
+                )
                 nursery.start_soon(follow, task.id)
                 await wait_until(lambda: seen, "the subscription's first event")
                 before = len(SLEEP_CANCELLED)
 
                 async def cancel():
                     canceled = await transport.cancel_task(CancelTaskRequest(id=task.id))
-                    return canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+                    return (
+                        canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+                    )
 
                 canceled = await wait_until(cancel, "the task canceled")
     assert canceled.id == task.id and canceled.status.state == a2a_pb2.TASK_STATE_CANCELED

@@ -32,7 +32,11 @@ MODES = [
 async def sdk_client(url: str, agent: str, binding: str, version: str, *, streaming: bool):
     async with httpx.AsyncClient(timeout=10) as http:
         card = await A2ACardResolver(http, f"{url}/a2a/agents/{agent}").get_agent_card()
-    keep = [i for i in card.supported_interfaces if i.protocol_binding == binding and i.protocol_version == version]
+    keep = [
+        i
+        for i in card.supported_interfaces
+        if i.protocol_binding == binding and i.protocol_version == version
+    ]
     assert keep, f"the card offers no {binding} {version} interface"
     del card.supported_interfaces[:]
     card.supported_interfaces.extend(keep)
@@ -55,7 +59,9 @@ async def test_sdk_client_send_and_get(daemon, binding, version, streaming):
     client = await sdk_client(url, "echo", binding, version, streaming=streaming)
     try:
         with trio.fail_after(20):
-            events = await collect(client.send_message(SendMessageRequest(message=user_message("hello sdk"))))
+            events = await collect(
+                client.send_message(SendMessageRequest(message=user_message("hello sdk")))
+            )
             assert events, "no response"
             if streaming:
                 kinds = [e.WhichOneof("payload") for e in events]
@@ -107,10 +113,16 @@ async def test_sdk_client_cancel_and_subscribe(daemon, binding, version):
 
                 async def cancel():
                     canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
-                    return canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+                    return (
+                        canceled if canceled.status.state == a2a_pb2.TASK_STATE_CANCELED else None
+                    )
 
                 canceled = await wait_until(cancel, "the task canceled")
-            listed = await client.list_tasks(ListTasksRequest(page_size=10)) if version == "1.0" else None
+            listed = (
+                await client.list_tasks(ListTasksRequest(page_size=10))
+                if version == "1.0"
+                else None
+            )
     finally:
         await client.close()
         await streamer.close()
@@ -137,7 +149,12 @@ def answer_of(events, streaming: bool) -> str:
     """The text of the task's ``response`` artifact, from the client's events."""
     if streaming:
         assert events[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED, events[-1]
-        texts = [p.text for e in events if e.WhichOneof("payload") == "artifact_update" for p in e.artifact_update.artifact.parts]
+        texts = [
+            p.text
+            for e in events
+            if e.WhichOneof("payload") == "artifact_update"
+            for p in e.artifact_update.artifact.parts
+        ]
         return "".join(texts)
     task = events[0].task
     assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task
@@ -146,23 +163,35 @@ def answer_of(events, streaming: bool) -> str:
 
 @pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
 @pytest.mark.parametrize("streaming", [False, True], ids=["blocking", "streaming"])
-async def test_sdk_client_at_the_root_url_reaches_the_coordinator_and_per_agent_urls_their_agent(bundled, binding, streaming):
+async def test_sdk_client_at_the_root_url_reaches_the_coordinator_and_per_agent_urls_their_agent(
+    bundled, binding, streaming
+):
     url = bundled
     card, client = await root_client(url, binding, streaming=streaming)
-    worker_card, worker = await root_client(f"{url}/a2a/agents/worker", binding, streaming=streaming)
+    worker_card, worker = await root_client(
+        f"{url}/a2a/agents/worker", binding, streaming=streaming
+    )
     try:
         with trio.fail_after(30):
-            root_events = await collect(client.send_message(SendMessageRequest(message=user_message("hi"))))
-            worker_events = await collect(worker.send_message(SendMessageRequest(message=user_message("hi"))))
+            root_events = await collect(
+                client.send_message(SendMessageRequest(message=user_message("hi")))
+            )
+            worker_events = await collect(
+                worker.send_message(SendMessageRequest(message=user_message("hi")))
+            )
     finally:
         await client.close()
         await worker.close()
     assert card.name == "coordinator" and worker_card.name == "worker"
-    assert answer_of(root_events, streaming).startswith("Done. The worker reports: I wrote draft.md")
+    assert answer_of(root_events, streaming).startswith(
+        "Done. The worker reports: I wrote draft.md"
+    )
     assert answer_of(worker_events, streaming).startswith('I wrote draft.md for "hi".')
 
 
-async def test_metadata_agent_at_the_root_endpoint_reaches_that_agent_and_its_task_continues_there(bundled):
+async def test_metadata_agent_at_the_root_endpoint_reaches_that_agent_and_its_task_continues_there(
+    bundled,
+):
     """No ``metadata.agent``: the coordinator. ``metadata.agent = "worker"``: the worker, and
     a follow-up to the worker's task needs no ``metadata.agent`` again."""
     from google.protobuf.struct_pb2 import Struct
@@ -173,10 +202,22 @@ async def test_metadata_agent_at_the_root_endpoint_reaches_that_agent_and_its_ta
     to_worker.update({"agent": "worker"})
     try:
         with trio.fail_after(30):
-            plain = (await collect(client.send_message(SendMessageRequest(message=user_message("hello")))))[0].task
-            asked = (await collect(client.send_message(SendMessageRequest(message=user_message("a question", metadata=to_worker)))))[0].task
+            plain = (
+                await collect(
+                    client.send_message(SendMessageRequest(message=user_message("hello")))
+                )
+            )[0].task
+            asked = (
+                await collect(
+                    client.send_message(
+                        SendMessageRequest(message=user_message("a question", metadata=to_worker))
+                    )
+                )
+            )[0].task
             follow = user_message("notes.md", task_id=asked.id, context_id=asked.context_id)
-            answered = (await collect(client.send_message(SendMessageRequest(message=follow))))[0].task
+            answered = (await collect(client.send_message(SendMessageRequest(message=follow))))[
+                0
+            ].task
     finally:
         await client.close()
     assert plain.artifacts[0].parts[0].text.startswith("Done. The worker reports:")

@@ -15,7 +15,11 @@ def msg(text="hi", **extra):
 
 
 async def rpc(client, method, params, *, headers=V1, path="/a2a/agents/echo/jsonrpc", rid=1):
-    r = await client.post(path, json={"jsonrpc": "2.0", "id": rid, "method": method, "params": params}, headers=headers)
+    r = await client.post(
+        path,
+        json={"jsonrpc": "2.0", "id": rid, "method": method, "params": params},
+        headers=headers,
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -52,7 +56,9 @@ async def test_cancel_of_a_finished_task_is_32002(http):
 
 async def test_push_config_when_disabled_is_32003(http):
     tid = await completed_task(http)
-    body = await rpc(http, "CreateTaskPushNotificationConfig", {"taskId": tid, "url": "http://127.0.0.1:9/hook"})
+    body = await rpc(
+        http, "CreateTaskPushNotificationConfig", {"taskId": tid, "url": "http://127.0.0.1:9/hook"}
+    )
     assert body["error"]["code"] == -32003
     assert "push_notifications" in body["error"]["message"]
 
@@ -75,7 +81,11 @@ async def test_extended_card_without_api_key_is_32004(http):
 
 
 async def test_unacceptable_output_modes_are_32005(http):
-    body = await rpc(http, "SendMessage", {"message": msg(), "configuration": {"acceptedOutputModes": ["image/png"]}})
+    body = await rpc(
+        http,
+        "SendMessage",
+        {"message": msg(), "configuration": {"acceptedOutputModes": ["image/png"]}},
+    )
     assert body["error"]["code"] == -32005
     assert "acceptedOutputModes" in body["error"]["message"]
 
@@ -93,12 +103,26 @@ async def test_v1_method_without_version_header_is_32009(http):
 
 
 async def test_v03_method_with_v1_header_is_32009_not_32603(http):
-    body = await rpc(http, "message/send", {"message": {"kind": "message", "messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "x"}]}})
+    body = await rpc(
+        http,
+        "message/send",
+        {
+            "message": {
+                "kind": "message",
+                "messageId": "m",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "x"}],
+            }
+        },
+    )
     assert body["error"]["code"] == -32009
 
 
 async def test_version_query_parameter_is_honoured(http):
-    r = await http.post("/a2a/agents/echo/jsonrpc?A2A-Version=1.0", json={"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": "x"}})
+    r = await http.post(
+        "/a2a/agents/echo/jsonrpc?A2A-Version=1.0",
+        json={"jsonrpc": "2.0", "id": 8, "method": "GetTask", "params": {"id": "x"}},
+    )
     assert r.json()["error"]["code"] == -32001  # reached the 1.0 handler
 
 
@@ -108,14 +132,25 @@ async def test_patch_version_is_accepted(http):
 
 
 async def test_batch_is_32600(http):
-    r = await http.post("/a2a/agents/echo/jsonrpc", content=json.dumps([{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}]), headers=V1)
+    r = await http.post(
+        "/a2a/agents/echo/jsonrpc",
+        content=json.dumps(
+            [{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}]
+        ),
+        headers=V1,
+    )
     body = r.json()
     assert body["error"]["code"] == -32600 and body["id"] is None
 
 
 @pytest.mark.parametrize(
     "payload",
-    [{"id": 1, "method": "GetTask"}, {"jsonrpc": "1.0", "id": 1, "method": "GetTask"}, {"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}, {"jsonrpc": "2.0", "id": 1, "method": 5}],
+    [
+        {"id": 1, "method": "GetTask"},
+        {"jsonrpc": "1.0", "id": 1, "method": "GetTask"},
+        {"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"},
+        {"jsonrpc": "2.0", "id": 1, "method": 5},
+    ],
     ids=["no-jsonrpc", "wrong-jsonrpc", "object-id", "numeric-method"],
 )
 async def test_invalid_request_is_32600(http, payload):
@@ -129,9 +164,13 @@ async def test_unknown_method_is_32601(http):
 
 
 async def test_missing_role_is_32602_naming_the_field(http):
-    body = await rpc(http, "SendMessage", {"message": {"messageId": "m-17", "parts": [{"text": "no role"}]}})
+    body = await rpc(
+        http, "SendMessage", {"message": {"messageId": "m-17", "parts": [{"text": "no role"}]}}
+    )
     assert body["error"]["code"] == -32602
-    assert body["error"]["data"][0]["metadata"]["errors"] == [{"field": "message.role", "message": "Field is required."}]
+    assert body["error"]["data"][0]["metadata"]["errors"] == [
+        {"field": "message.role", "message": "Field is required."}
+    ]
     assert body["error"]["data"][1]["fieldViolations"][0]["field"] == "message.role"
 
 
@@ -141,7 +180,10 @@ async def test_a_role_that_is_not_a_string_is_32602_not_a_crash(http, role):
     body = await rpc(http, "SendMessage", {"message": msg() | {"role": role}})
     assert body["error"]["code"] == -32602
     assert body["error"]["data"][0]["metadata"]["errors"][0]["field"] == "message.role"
-    r = await http.post("/a2a/agents/echo/rest/v1/message:send", json={"message": {"messageId": "m", "role": role, "content": [{"text": "x"}]}})
+    r = await http.post(
+        "/a2a/agents/echo/rest/v1/message:send",
+        json={"message": {"messageId": "m", "role": role, "content": [{"text": "x"}]}},
+    )
     assert r.status_code == 400 and "role" in r.text
 
 
@@ -158,12 +200,24 @@ async def test_no_parts_is_32602_naming_the_field(http):
         ({"text": 5}, "message.parts[0].text"),
         ({"text": "a", "url": "http://x"}, "message.parts[0]"),
         ({"raw": "%%%not base64"}, "message.parts[0].raw"),
-        ({"raw": "%%%"}, "message.parts[0].raw"),  # was taken as empty bytes by the URL-safe fallback
+        (
+            {"raw": "%%%"},
+            "message.parts[0].raw",
+        ),  # was taken as empty bytes by the URL-safe fallback
         ({"raw": "ab!c"}, "message.parts[0].raw"),
         ({"kind": "video"}, "message.parts[0].kind"),
         ("just a string", "message.parts[0]"),
     ],
-    ids=["empty", "text-not-string", "two-payloads", "bad-base64", "stray-characters-only", "stray-character", "unknown-kind", "not-an-object"],
+    ids=[
+        "empty",
+        "text-not-string",
+        "two-payloads",
+        "bad-base64",
+        "stray-characters-only",
+        "stray-character",
+        "unknown-kind",
+        "not-an-object",
+    ],
 )
 async def test_bad_part_is_32602_naming_the_field(http, part, field):
     body = await rpc(http, "SendMessage", {"message": msg() | {"parts": [part]}})
@@ -188,7 +242,11 @@ async def test_message_not_an_object_lists_every_missing_field(http):
         ("ListTasks", {"pageToken": "garbage!"}, "pageToken"),
         ("ListTasks", {"status": "sleeping"}, "status"),
         ("ListTasks", {"statusTimestampAfter": "yesterday"}, "statusTimestampAfter"),
-        ("SendMessage", {"message": msg(), "configuration": {"returnImmediately": "yes"}}, "configuration.returnImmediately"),
+        (
+            "SendMessage",
+            {"message": msg(), "configuration": {"returnImmediately": "yes"}},
+            "configuration.returnImmediately",
+        ),
         ("SendMessage", {"message": msg(role="ROLE_AGENT")}, "message.role"),
     ],
 )
@@ -211,7 +269,11 @@ async def test_parse_error_is_32700(http):
 
 async def test_oversize_body_is_refused_with_413(http):
     big = "x" * (1_048_576 + 10)
-    r = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg(big)}}, headers=V1)
+    r = await http.post(
+        "/a2a/agents/echo/jsonrpc",
+        json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": msg(big)}},
+        headers=V1,
+    )
     assert r.status_code == 413
     assert "max_body_bytes" in r.json()["error"]["message"]
 
@@ -228,7 +290,11 @@ async def test_message_to_an_unknown_task_is_32001(http):
 
 
 async def test_unknown_agent_endpoint_is_404(http):
-    r = await http.post("/a2a/agents/ghost/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+    r = await http.post(
+        "/a2a/agents/ghost/jsonrpc",
+        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+        headers=V1,
+    )
     assert r.status_code == 404 and "echo" in r.json()["error"]["message"]
 
 
@@ -251,7 +317,9 @@ async def test_rest_errors_use_http_status_and_google_rpc_status(http):
     r = await http.post("/a2a/agents/echo/rest/message:send", json={"message": msg()})
     assert r.status_code == 400
     assert r.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
-    r = await http.post("/a2a/agents/echo/rest/message:send", json={"message": {"messageId": "m"}}, headers=V1)
+    r = await http.post(
+        "/a2a/agents/echo/rest/message:send", json={"message": {"messageId": "m"}}, headers=V1
+    )
     assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT"
     r = await http.post("/a2a/agents/echo/rest/nothing:here", json={}, headers=V1)
     assert r.status_code == 404

@@ -20,7 +20,9 @@ def msg(text="hi", mid="m-1", **extra):
 
 
 async def rpc(client, method, params, *, headers=V1, path="/a2a/agents/echo/jsonrpc"):
-    r = await client.post(path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    r = await client.post(
+        path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -28,7 +30,9 @@ async def rpc(client, method, params, *, headers=V1, path="/a2a/agents/echo/json
 async def sse(client, path, payload, headers=V1, *, received=None):
     """The stream's events; ``received`` (a list, if given) gets each one as it arrives."""
     events = [] if received is None else received
-    async with client.stream("POST", path, json=payload, headers={**headers, "Accept": "text/event-stream"}) as r:
+    async with client.stream(
+        "POST", path, json=payload, headers={**headers, "Accept": "text/event-stream"}
+    ) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         async for line in r.aiter_lines():
             if line.startswith("data: "):
@@ -44,11 +48,20 @@ async def http(daemon):
 
 
 async def test_input_required_then_the_same_task_continues_with_its_history(http):
-    first = (await rpc(http, "SendMessage", {"message": msg("a question for you")}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]
+    first = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": msg("a question for you")},
+            path="/a2a/agents/asker/jsonrpc",
+        )
+    )["result"]["task"]
     assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert first["status"]["message"]["parts"][0]["text"] == "Which file?"
     answer = msg("notes.md", mid="m-2", taskId=first["id"])
-    second = (await rpc(http, "SendMessage", {"message": answer}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]
+    second = (
+        await rpc(http, "SendMessage", {"message": answer}, path="/a2a/agents/asker/jsonrpc")
+    )["result"]["task"]
     assert second["id"] == first["id"] and second["contextId"] == first["contextId"]
     assert second["status"]["state"] == "TASK_STATE_COMPLETED"
     assert second["artifacts"][0]["parts"][0]["text"] == "You chose notes.md for a question for you"
@@ -57,7 +70,9 @@ async def test_input_required_then_the_same_task_continues_with_its_history(http
 
 
 async def test_return_immediately_then_get_task_until_done(http):
-    body = await rpc(http, "SendMessage", {"message": msg("quick"), "configuration": {"returnImmediately": True}})
+    body = await rpc(
+        http, "SendMessage", {"message": msg("quick"), "configuration": {"returnImmediately": True}}
+    )
     task = body["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
 
@@ -70,10 +85,22 @@ async def test_return_immediately_then_get_task_until_done(http):
 
 
 async def test_get_task_history_length(http):
-    tid = (await rpc(http, "SendMessage", {"message": msg("a question")}, path="/a2a/agents/asker/jsonrpc"))["result"]["task"]["id"]
+    tid = (
+        await rpc(
+            http, "SendMessage", {"message": msg("a question")}, path="/a2a/agents/asker/jsonrpc"
+        )
+    )["result"]["task"]["id"]
     full = (await rpc(http, "GetTask", {"id": tid}, path="/a2a/agents/asker/jsonrpc"))["result"]
-    one = (await rpc(http, "GetTask", {"id": tid, "historyLength": 1}, path="/a2a/agents/asker/jsonrpc"))["result"]
-    none = (await rpc(http, "GetTask", {"id": tid, "historyLength": 0}, path="/a2a/agents/asker/jsonrpc"))["result"]
+    one = (
+        await rpc(
+            http, "GetTask", {"id": tid, "historyLength": 1}, path="/a2a/agents/asker/jsonrpc"
+        )
+    )["result"]
+    none = (
+        await rpc(
+            http, "GetTask", {"id": tid, "historyLength": 0}, path="/a2a/agents/asker/jsonrpc"
+        )
+    )["result"]
     assert len(full["history"]) == 2
     assert one["history"] == full["history"][-1:]
     assert "history" not in none
@@ -83,7 +110,11 @@ async def test_list_tasks_filters_and_pages(http):
     ids = []
     ctx = "ctx-list"
     for i in range(5):
-        ids.append((await rpc(http, "SendMessage", {"message": msg(f"n{i}", mid=f"m{i}", contextId=ctx)}))["result"]["task"]["id"])
+        ids.append(
+            (await rpc(http, "SendMessage", {"message": msg(f"n{i}", mid=f"m{i}", contextId=ctx)}))[
+                "result"
+            ]["task"]["id"]
+        )
     await rpc(http, "SendMessage", {"message": msg("other")})
     seen = []
     token = None
@@ -99,22 +130,44 @@ async def test_list_tasks_filters_and_pages(http):
         if not token:
             break
     assert sorted(seen) == sorted(ids) and len(seen) == 5
-    done = (await rpc(http, "ListTasks", {"status": "TASK_STATE_COMPLETED", "includeArtifacts": True}))["result"]
+    done = (
+        await rpc(http, "ListTasks", {"status": "TASK_STATE_COMPLETED", "includeArtifacts": True})
+    )["result"]
     assert done["totalSize"] == 6 and "artifacts" in done["tasks"][0]
-    rest = (await http.get("/a2a/agents/echo/rest/tasks", params={"contextId": ctx, "pageSize": 10}, headers=V1)).json()
+    rest = (
+        await http.get(
+            "/a2a/agents/echo/rest/tasks", params={"contextId": ctx, "pageSize": 10}, headers=V1
+        )
+    ).json()
     assert rest["totalSize"] == 5
 
 
 async def test_subscribe_replays_from_the_start_then_follows_live(http):
     SLEEP_STARTED.clear()
-    task = (await rpc(http, "SendMessage", {"message": msg("slowly"), "configuration": {"returnImmediately": True}}, path="/a2a/agents/slow/jsonrpc"))["result"]["task"]
+    task = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": msg("slowly"), "configuration": {"returnImmediately": True}},
+            path="/a2a/agents/slow/jsonrpc",
+        )
+    )["result"]["task"]
     with trio.fail_after(10):
         await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
         events: list = []
         async with trio.open_nursery() as nursery:
-            follow = {"jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": {"id": task["id"]}}
-            nursery.start_soon(lambda: sse(http, "/a2a/agents/slow/jsonrpc", follow, received=events))
-            await wait_until(lambda: events, "the replay of the task")  # subscribed: now a live event
+            follow = {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "SubscribeToTask",
+                "params": {"id": task["id"]},
+            }
+            nursery.start_soon(
+                lambda: sse(http, "/a2a/agents/slow/jsonrpc", follow, received=events)
+            )
+            await wait_until(
+                lambda: events, "the replay of the task"
+            )  # subscribed: now a live event
             await rpc(http, "CancelTask", {"id": task["id"]}, path="/a2a/agents/slow/jsonrpc")
     first = events[0]["result"]["task"]
     # the replay: the task as it stands, with everything that happened before subscribing
@@ -128,7 +181,16 @@ async def test_streaming_events_arrive_in_order_for_many_concurrent_streams(http
     results = {}
 
     async def one(i):
-        results[i] = await sse(http, "/a2a/agents/echo/jsonrpc", {"jsonrpc": "2.0", "id": i, "method": "SendStreamingMessage", "params": {"message": msg(f"s{i}", mid=f"m{i}")}})
+        results[i] = await sse(
+            http,
+            "/a2a/agents/echo/jsonrpc",
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "SendStreamingMessage",
+                "params": {"message": msg(f"s{i}", mid=f"m{i}")},
+            },
+        )
 
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
@@ -138,7 +200,9 @@ async def test_streaming_events_arrive_in_order_for_many_concurrent_streams(http
         kinds = [next(iter(e["result"])) for e in events]
         assert kinds == ["task", "statusUpdate", "artifactUpdate", "statusUpdate"], kinds
         assert events[-1]["result"]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        assert events[2]["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"] == f"echo: s{i}"
+        assert (
+            events[2]["result"]["artifactUpdate"]["artifact"]["parts"][0]["text"] == f"echo: s{i}"
+        )
 
 
 async def test_file_and_data_parts_reach_the_agent_intact(daemon, http):
@@ -146,17 +210,30 @@ async def test_file_and_data_parts_reach_the_agent_intact(daemon, http):
     raw = bytes(range(256))
     parts = [
         {"text": "look"},
-        {"raw": base64.b64encode(raw).decode(), "mediaType": "application/octet-stream", "filename": "blob.bin"},
+        {
+            "raw": base64.b64encode(raw).decode(),
+            "mediaType": "application/octet-stream",
+            "filename": "blob.bin",
+        },
         {"url": "https://example.com/a.png", "mediaType": "image/png", "filename": "a.png"},
         {"data": {"k": [1, 2, {"z": None}]}},
     ]
-    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
+    task = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}},
+        )
+    )["result"]["task"]
     echoed = task["artifacts"][0]["parts"][0]["text"]
     # A file sent with its bytes is saved in the agent's workspace, where its tools can open it.
     from roost.plugins.a2a._inbox import folder_of
 
     where = f"inbox/{folder_of(task['id'])}/blob.bin"
-    assert f"[file blob.bin (application/octet-stream, 256 bytes) saved in your workspace as {where}]" in echoed
+    assert (
+        f"[file blob.bin (application/octet-stream, 256 bytes) saved in your workspace as {where}]"
+        in echoed
+    )
     assert (kernel.workspace_for(kernel.agents["echo"]) / where).read_bytes() == raw
     assert "https://example.com/a.png" in echoed
     assert json.loads(echoed.split("```json\n")[1].split("\n```")[0]) == {"k": [1, 2, {"z": None}]}
@@ -170,7 +247,13 @@ async def test_sent_files_get_safe_unique_names_in_the_workspace(daemon, http):
         {"raw": base64.b64encode(b"two").decode(), "filename": "passwd"},
         {"raw": base64.b64encode(b"three").decode()},
     ]
-    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}))["result"]["task"]
+    task = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}},
+        )
+    )["result"]["task"]
     from roost.plugins.a2a._inbox import folder_of
 
     inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox" / folder_of(task["id"])
@@ -184,9 +267,16 @@ async def test_root_endpoint_routes_by_metadata_agent_else_to_the_first_agent_by
     config = make_config(tmp_path, a2a={"default_agent": None})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         unnamed = await rpc(http, "SendMessage", {"message": msg("hi")}, path="/a2a/jsonrpc")
-        named = await rpc(http, "SendMessage", {"message": msg("hi", metadata={"agent": "echo"})}, path="/a2a/jsonrpc")
+        named = await rpc(
+            http,
+            "SendMessage",
+            {"message": msg("hi", metadata={"agent": "echo"})},
+            path="/a2a/jsonrpc",
+        )
         card = (await http.get("/.well-known/agent-card.json")).json()
-    assert unnamed["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "say question"  # asker < echo < maker < slow
+    assert (
+        unnamed["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "say question"
+    )  # asker < echo < maker < slow
     assert named["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: hi"
     assert card["name"] == "asker" and card["url"] == f"{url}/a2a/jsonrpc"
 
@@ -220,7 +310,12 @@ async def test_cards_have_etag_and_cache_control_and_answer_304(http):
     assert bindings == {("JSONRPC", "1.0"), ("HTTP+JSON", "1.0"), ("JSONRPC", "0.3")}
     assert card["skills"][0]["id"] == "echo"
     listing = (await http.get("/a2a/agents")).json()
-    assert listing["total"] == 4 and {c["name"] for c in listing["agents"]} == {"echo", "asker", "slow", "maker"}
+    assert listing["total"] == 4 and {c["name"] for c in listing["agents"]} == {
+        "echo",
+        "asker",
+        "slow",
+        "maker",
+    }
     legacy = (await http.get("/.well-known/agent.json")).json()
     assert legacy["name"] == "echo" and legacy["url"].endswith("/a2a")
     per_agent = (await http.get("/a2a/agents/asker/.well-known/agent-card.json")).json()
@@ -233,10 +328,22 @@ async def test_bearer_auth_when_api_key_is_set_cards_stay_public(tmp_path):
     config = make_config(tmp_path, a2a={"api_key": "s3cret-key-123"})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         card = await http.get("/.well-known/agent-card.json")
-        refused = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+        refused = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers=V1,
+        )
         auth = {**V1, "Authorization": "Bearer s3cret-key-123"}
-        ok = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=auth)
-        extended = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}}, headers=auth)
+        ok = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers=auth,
+        )
+        extended = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}},
+            headers=auth,
+        )
     assert card.status_code == 200 and card.json()["capabilities"]["extendedAgentCard"] is True
     assert refused.status_code == 401
     assert refused.headers["WWW-Authenticate"] == 'Bearer realm="roost-a2a"'
@@ -252,7 +359,11 @@ async def test_a2a_api_key_refusal_is_in_each_bindings_shape(tmp_path):
 
     config = make_config(tmp_path, a2a={"api_key": "s3cret-key-123"})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        rpc_refused = await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+        rpc_refused = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers=V1,
+        )
         rest_refused = await http.get("/a2a/agents/echo/rest/tasks/x", headers=V1)
     assert rpc_refused.status_code == rest_refused.status_code == 401
     body = rpc_refused.json()
@@ -260,7 +371,11 @@ async def test_a2a_api_key_refusal_is_in_each_bindings_shape(tmp_path):
     error = JSONRPCError.model_validate(body["error"])
     assert isinstance(error.code, int) and "a2a.api_key" in error.message
     rest = rest_refused.json()["error"]
-    assert rest["code"] == 401 and rest["status"] == "UNAUTHENTICATED" and "a2a.api_key" in rest["message"]
+    assert (
+        rest["code"] == 401
+        and rest["status"] == "UNAUTHENTICATED"
+        and "a2a.api_key" in rest["message"]
+    )
     assert rest["details"][0]["reason"] == "UNAUTHORIZED"
 
 
@@ -273,10 +388,18 @@ async def test_a_linked_inbox_never_leads_files_outside_the_workspace(daemon, ht
     workspace = kernel.workspace_for(kernel.agents["echo"])
     os.symlink(outside, workspace / "inbox")  # as an agent with bash could
     part = {"raw": base64.b64encode(b"secret").decode(), "filename": "f.bin"}
-    task = (await rpc(http, "SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [part]}}))["result"]["task"]
+    task = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [part]}},
+        )
+    )["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert list(outside.iterdir()) == []  # nothing written through the link
-    assert "[file f.bin (6 bytes) (not saved: " in task["artifacts"][0]["parts"][0]["text"]  # and the agent is told
+    assert (
+        "[file f.bin (6 bytes) (not saved: " in task["artifacts"][0]["parts"][0]["text"]
+    )  # and the agent is told
 
 
 async def test_a_client_chosen_task_id_never_becomes_a_path(daemon, http):
@@ -287,15 +410,24 @@ async def test_a_client_chosen_task_id_never_becomes_a_path(daemon, http):
     (workspace / "precious.txt").write_text("keep me")
     part = {"type": "file", "file": {"bytes": base64.b64encode(b"x").decode(), "name": "f.bin"}}
     for tid in ("..", ".", "a/b", "job:1", "job 1"):
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {"id": tid, "message": {"role": "user", "parts": [part]}}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tasks/send",
+            "params": {"id": tid, "message": {"role": "user", "parts": [part]}},
+        }
         r = await http.post("/a2a/agents/echo/jsonrpc", json=body)
         assert r.status_code == 200 and "result" in r.json(), r.text
     folders = sorted(p.name for p in (workspace / "inbox").iterdir())
     assert len(folders) == 5 and all(name.startswith("t-") for name in folders)  # one each, hashed
-    assert not (workspace / "f.bin").exists() and (workspace / "precious.txt").read_text() == "keep me"
+    assert (
+        not (workspace / "f.bin").exists() and (workspace / "precious.txt").read_text() == "keep me"
+    )
 
 
-async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_stored_failed(tmp_path):
+async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_stored_failed(
+    tmp_path,
+):
     # A blocking send runs in its request's task: when that is cancelled (its client went
     # away, the daemon is stopping), the agent's work stops and the task must not be left
     # "working" forever.
@@ -317,10 +449,17 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
                     scope.cancel()
 
                 nursery.start_soon(cancel_once_working)
-                await tasks.send_and_wait("slow", message, SendOptions(), trace=None, dialect=m.V1, owner="local")
+                await tasks.send_and_wait(
+                    "slow", message, SendOptions(), trace=None, dialect=m.V1, owner="local"
+                )
         assert scope.cancelled_caught
         found, _, total = await tasks.list(
-            agent="slow", context_id=None, state=None, page_size=10, page_token=None, updated_after=None,
+            agent="slow",
+            context_id=None,
+            state=None,
+            page_size=10,
+            page_token=None,
+            updated_after=None,
             owner="local",
         )
         row = await tasks.store.get(found[0].id)

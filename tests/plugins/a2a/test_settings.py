@@ -7,11 +7,19 @@ from roost.plugins.a2a import A2ASettings, ExternalAgent
 
 def test_defaults():
     s = A2ASettings.from_config({})
-    assert (s.enabled, s.listen_path, s.push_notifications, s.max_tasks, s.external_agents) == (True, "/a2a", False, 1000, ())
+    assert (s.enabled, s.listen_path, s.push_notifications, s.max_tasks, s.external_agents) == (
+        True,
+        "/a2a",
+        False,
+        1000,
+        (),
+    )
 
 
 def test_external_agents_are_read():
-    s = A2ASettings.from_config({"external_agents": [{"name": "far-away", "url": "https://agent.example/"}]})
+    s = A2ASettings.from_config(
+        {"external_agents": [{"name": "far-away", "url": "https://agent.example/"}]}
+    )
     assert s.external_agents == (ExternalAgent("far-away", "https://agent.example/"),)
 
 
@@ -26,10 +34,24 @@ def test_external_agents_are_read():
         ({"push_notifications": 1}, "a2a.push_notifications"),
         ({"bogus": 1}, "a2a.bogus"),
         ({"external_agents": {"name": "x"}}, "a2a.external_agents"),
-        ({"external_agents": [{"name": "Bad Name", "url": "http://x"}]}, "a2a.external_agents[0].name"),
+        (
+            {"external_agents": [{"name": "Bad Name", "url": "http://x"}]},
+            "a2a.external_agents[0].name",
+        ),
         ({"external_agents": [{"name": "x", "url": "ftp://x"}]}, "a2a.external_agents[0].url"),
-        ({"external_agents": [{"name": "x", "url": "http://x", "extra": 1}]}, "a2a.external_agents[0].extra"),
-        ({"external_agents": [{"name": "x", "url": "http://a"}, {"name": "x", "url": "http://b"}]}, "a2a.external_agents[1].name"),
+        (
+            {"external_agents": [{"name": "x", "url": "http://x", "extra": 1}]},
+            "a2a.external_agents[0].extra",
+        ),
+        (
+            {
+                "external_agents": [
+                    {"name": "x", "url": "http://a"},
+                    {"name": "x", "url": "http://b"},
+                ]
+            },
+            "a2a.external_agents[1].name",
+        ),
     ],
 )
 def test_bad_values_name_the_key(raw, key):

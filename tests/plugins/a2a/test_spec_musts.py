@@ -19,13 +19,21 @@ def msg(text="hi", **extra):
 
 
 async def rpc(http, method, params, path=EP, headers=V1):
-    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+    r = await http.post(
+        path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers
+    )
     return r.json()
 
 
 async def stream(http, method, params, path=EP):
-    r = await http.post(path, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers={**V1, "Accept": "text/event-stream"})
-    return [json.loads(line[6:])["result"] for line in r.text.splitlines() if line.startswith("data: ")]
+    r = await http.post(
+        path,
+        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        headers={**V1, "Accept": "text/event-stream"},
+    )
+    return [
+        json.loads(line[6:])["result"] for line in r.text.splitlines() if line.startswith("data: ")
+    ]
 
 
 @pytest.fixture
@@ -49,7 +57,10 @@ async def test_3_1_2_stream_begins_with_the_task_and_closes_at_a_terminal_state(
 
 
 async def test_3_1_4_list_tasks_omits_artifacts_always_has_next_page_token_newest_first(http):
-    ids = [(await rpc(http, "SendMessage", {"message": msg(f"t{i}")}))["result"]["task"]["id"] for i in range(3)]
+    ids = [
+        (await rpc(http, "SendMessage", {"message": msg(f"t{i}")}))["result"]["task"]["id"]
+        for i in range(3)
+    ]
     page = (await rpc(http, "ListTasks", {}))["result"]
     assert page["nextPageToken"] == ""
     assert all("artifacts" not in t for t in page["tasks"])
@@ -61,7 +72,14 @@ async def test_3_1_4_list_tasks_omits_artifacts_always_has_next_page_token_newes
 async def test_3_1_5_cancel_returns_the_updated_task_and_refuses_finished_ones(http):
     path = "/a2a/agents/slow/jsonrpc"
     SLEEP_STARTED.clear()
-    task = (await rpc(http, "SendMessage", {"message": msg(), "configuration": {"returnImmediately": True}}, path))["result"]["task"]
+    task = (
+        await rpc(
+            http,
+            "SendMessage",
+            {"message": msg(), "configuration": {"returnImmediately": True}},
+            path,
+        )
+    )["result"]["task"]
     await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started", timeout=5)
     canceled = (await rpc(http, "CancelTask", {"id": task["id"]}, path))["result"]
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
@@ -72,18 +90,34 @@ async def test_3_1_6_subscribe_first_event_is_the_task_and_terminal_tasks_are_re
     path = "/a2a/agents/asker/jsonrpc"
     task = (await rpc(http, "SendMessage", {"message": msg("a question")}, path))["result"]["task"]
     events = await stream(http, "SubscribeToTask", {"id": task["id"]}, path)
-    assert events[0]["task"]["id"] == task["id"]  # interrupted task: the stream gives its state and ends
+    assert (
+        events[0]["task"]["id"] == task["id"]
+    )  # interrupted task: the stream gives its state and ends
     done = (await rpc(http, "SendMessage", {"message": msg()}))["result"]["task"]
-    r = await http.post(EP, json={"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": done["id"]}}, headers=V1)
+    r = await http.post(
+        EP,
+        json={"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": done["id"]}},
+        headers=V1,
+    )
     assert r.json()["error"]["code"] == -32004
 
 
-async def test_3_1_7_to_3_1_10_push_config_persists_get_fails_when_missing_delete_is_idempotent(tmp_path):
+async def test_3_1_7_to_3_1_10_push_config_persists_get_fails_when_missing_delete_is_idempotent(
+    tmp_path,
+):
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         tid = (await rpc(http, "SendMessage", {"message": msg()}))["result"]["task"]["id"]
-        created = (await rpc(http, "CreateTaskPushNotificationConfig", {"taskId": tid, "id": "c1", "url": "http://127.0.0.1:9/h"}))["result"]
-        got = (await rpc(http, "GetTaskPushNotificationConfig", {"taskId": tid, "id": "c1"}))["result"]
+        created = (
+            await rpc(
+                http,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": tid, "id": "c1", "url": "http://127.0.0.1:9/h"},
+            )
+        )["result"]
+        got = (await rpc(http, "GetTaskPushNotificationConfig", {"taskId": tid, "id": "c1"}))[
+            "result"
+        ]
         listed = (await rpc(http, "ListTaskPushNotificationConfigs", {"taskId": tid}))["result"]
         first = await rpc(http, "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": "c1"})
         second = await rpc(http, "DeleteTaskPushNotificationConfig", {"taskId": tid, "id": "c1"})
@@ -102,7 +136,9 @@ async def test_3_2_4_history_length_zero_omits_history(http):
 
 
 async def test_3_2_6_unsupported_a2a_version_is_version_not_supported(http):
-    assert (await rpc(http, "GetTask", {"id": "x"}, headers={"A2A-Version": "9.9"}))["error"]["code"] == -32009
+    assert (await rpc(http, "GetTask", {"id": "x"}, headers={"A2A-Version": "9.9"}))["error"][
+        "code"
+    ] == -32009
 
 
 async def test_3_3_2_validation_errors_name_the_parameter_and_not_found_does_not_leak(http):
@@ -117,5 +153,9 @@ async def test_3_3_2_validation_errors_name_the_parameter_and_not_found_does_not
 async def test_3_3_2_authentication_errors_reject_missing_credentials(tmp_path):
     config = make_config(tmp_path, a2a={"api_key": "0123456789abcdef"})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        r = await http.post(EP, json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, headers=V1)
+        r = await http.post(
+            EP,
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers=V1,
+        )
     assert r.status_code == 401 and "Bearer" in r.headers["www-authenticate"]

@@ -31,7 +31,9 @@ def exchange(name: str) -> tuple[dict, dict | list | None, list]:
             body = json.loads(raw)
         except ValueError:
             body = raw
-    response_part = text.split("\n< \n", 1)[1].split(">>> request body:")[0] if "\n< \n" in text else ""
+    response_part = (
+        text.split("\n< \n", 1)[1].split(">>> request body:")[0] if "\n< \n" in text else ""
+    )
     responses = []
     for line in response_part.splitlines():
         line = line.strip()
@@ -67,7 +69,9 @@ async def http(daemon):
 
 async def replay(http, name, path="/a2a/agents/echo/jsonrpc"):
     headers, body, expected = exchange(name)
-    send_headers = {k: v for k, v in headers.items() if k.lower() in ("a2a-version", "accept", "content-type")}
+    send_headers = {
+        k: v for k, v in headers.items() if k.lower() in ("a2a-version", "accept", "content-type")
+    }
     if isinstance(body, str):
         r = await http.post(path, content=body.encode(), headers=send_headers)
     else:
@@ -87,9 +91,13 @@ async def test_send_message_result_has_the_reference_shape(http):
     assert keys(mine["result"]) == {"task"}
     assert keys(mine["result"]["task"]) == keys(ref["result"]["task"])
     assert shape(mine["result"]["task"]["history"][0]) == shape(ref["result"]["task"]["history"][0])
-    assert keys(mine["result"]["task"]["artifacts"][0]) == keys(ref["result"]["task"]["artifacts"][0])
+    assert keys(mine["result"]["task"]["artifacts"][0]) == keys(
+        ref["result"]["task"]["artifacts"][0]
+    )
     assert mine["result"]["task"]["status"]["state"] == ref["result"]["task"]["status"]["state"]
-    assert TIMESTAMP_MS.match(mine["result"]["task"]["status"]["timestamp"])  # milliseconds, per spec
+    assert TIMESTAMP_MS.match(
+        mine["result"]["task"]["status"]["timestamp"]
+    )  # milliseconds, per spec
     assert r.headers["content-type"] == "application/json"
 
 
@@ -134,7 +142,10 @@ async def test_errors_have_the_reference_code_and_details(http, name):
         assert mine["data"][0]["@type"] == ref["data"][0]["@type"]
         if "errors" in ref["data"][0]["metadata"]:
             ref_fields = sorted(e["field"] for e in ref["data"][0]["metadata"]["errors"])
-            my_fields = sorted(e["field"].replace("messageId", "message_id") for e in mine["data"][0]["metadata"]["errors"])
+            my_fields = sorted(
+                e["field"].replace("messageId", "message_id")
+                for e in mine["data"][0]["metadata"]["errors"]
+            )
             assert my_fields == ref_fields
 
 
@@ -172,14 +183,33 @@ async def test_v01_tasks_send_is_accepted_in_the_seed_shape(http):
     assert result["status"]["state"] == "completed"
     assert result["artifacts"][0]["parts"][0] == {"type": "text", "text": "echo: hello v0.1"}
     assert result["artifacts"][0]["index"] == 0
-    got = (await http.post("/a2a/agents/echo/jsonrpc", json={"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": "task-legacy-1"}})).json()["result"]
+    got = (
+        await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tasks/get",
+                "params": {"id": "task-legacy-1"},
+            },
+        )
+    ).json()["result"]
     assert got["sessionId"] == "s1" and "kind" not in got
-    with_v1 = (await http.post("/a2a/agents/echo/jsonrpc", json=body, headers={"A2A-Version": "1.0"})).json()
+    with_v1 = (
+        await http.post("/a2a/agents/echo/jsonrpc", json=body, headers={"A2A-Version": "1.0"})
+    ).json()
     assert with_v1["error"]["code"] == -32009
 
 
 async def test_v01_rest_routes(http):
-    r = await http.post("/a2a/tasks/send", json={"id": "legacy-2", "sessionId": "s2", "message": {"role": "user", "parts": [{"type": "text", "text": "old"}]}})
+    r = await http.post(
+        "/a2a/tasks/send",
+        json={
+            "id": "legacy-2",
+            "sessionId": "s2",
+            "message": {"role": "user", "parts": [{"type": "text", "text": "old"}]},
+        },
+    )
     assert r.status_code == 200
     task = r.json()
     assert task["id"] == "legacy-2" and task["status"]["state"] == "completed"
@@ -204,14 +234,20 @@ async def test_list_tasks_has_the_reference_shape_without_empty_defaults(http):
 
 async def test_rest_binding_has_the_reference_shapes(http):
     headers, body, expected = exchange("20_rest_message_send.txt")
-    r = await http.post("/a2a/agents/echo/rest/message:send", json=body, headers={"A2A-Version": "1.0"})
+    r = await http.post(
+        "/a2a/agents/echo/rest/message:send", json=body, headers={"A2A-Version": "1.0"}
+    )
     assert r.headers["content-type"] == "application/a2a+json"
     assert keys(r.json()) == keys(expected[0]) == {"task"}
     tid = r.json()["task"]["id"]
     got = await http.get(f"/a2a/agents/echo/rest/tasks/{tid}", headers={"A2A-Version": "1.0"})
     assert got.json()["id"] == tid
     headers, body, expected = exchange("21_rest_message_stream_sse.txt")
-    r = await http.post("/a2a/agents/echo/rest/message:stream", json=body, headers={"A2A-Version": "1.0", "Accept": "text/event-stream"})
+    r = await http.post(
+        "/a2a/agents/echo/rest/message:stream",
+        json=body,
+        headers={"A2A-Version": "1.0", "Accept": "text/event-stream"},
+    )
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
     assert next(iter(events[0])) == next(iter(expected[0])) == "task"
     assert next(iter(events[-1])) == "statusUpdate"
@@ -221,7 +257,10 @@ async def test_rest_binding_has_the_reference_shapes(http):
     assert r.json()["error"]["status"] == expected[0]["error"]["status"]
     _, body, expected = exchange("23_rest_no_version_header.txt")
     r = await http.post("/a2a/agents/echo/rest/message:send", json=body)
-    assert r.status_code == 400 and r.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    assert (
+        r.status_code == 400
+        and r.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    )
     r = await http.get("/a2a/agents/echo/rest/tasks/nope?A2A-Version=1.0")
     assert r.status_code == 404  # roost honours the query parameter (the SDK does not)
     _, body, expected = exchange("24_rest_v03_v1_prefix.txt")

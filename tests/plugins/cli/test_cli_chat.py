@@ -13,9 +13,15 @@ ECHO = parse_manifest(
     {
         "name": "echo",
         "description": "echoes",
-        "model": {"provider": "scripted", "script": {"rules": [
-            {"match": "(?i)^name (.+)", "reply": "noted"},
-        ], "default_reply": "you said: {message}"}},
+        "model": {
+            "provider": "scripted",
+            "script": {
+                "rules": [
+                    {"match": "(?i)^name (.+)", "reply": "noted"},
+                ],
+                "default_reply": "you said: {message}",
+            },
+        },
     }
 )
 
@@ -37,8 +43,13 @@ async def test_chat_streams_replies_and_keeps_one_session(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     config = default_config(home=tmp_path)
     code = await chat_command(
-        config, "echo", session_id="s1", out=out, err=err,
-        read_line=feeder("hello there", "second line", "/quit"), open_kernel=opener,
+        config,
+        "echo",
+        session_id="s1",
+        out=out,
+        err=err,
+        read_line=feeder("hello there", "second line", "/quit"),
+        open_kernel=opener,
     )
     assert code == 0
     text = out.getvalue()
@@ -52,8 +63,12 @@ async def test_chat_streams_replies_and_keeps_one_session(tmp_path):
 async def test_chat_ends_at_end_of_input_and_new_starts_a_session(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     code = await chat_command(
-        default_config(home=tmp_path), "echo", out=out, err=err,
-        read_line=feeder("a", "/new", "b"), open_kernel=opener,
+        default_config(home=tmp_path),
+        "echo",
+        out=out,
+        err=err,
+        read_line=feeder("a", "/new", "b"),
+        open_kernel=opener,
     )
     assert code == 0 and "new session" in err.getvalue()
 
@@ -61,8 +76,12 @@ async def test_chat_ends_at_end_of_input_and_new_starts_a_session(tmp_path):
 async def test_chat_with_an_unknown_agent_names_the_known_ones(tmp_path):
     with pytest.raises(AgentNotFound, match="known agents"):
         await chat_command(
-            default_config(home=tmp_path), "ghost", out=io.StringIO(), err=io.StringIO(),
-            read_line=feeder(), open_kernel=opener,
+            default_config(home=tmp_path),
+            "ghost",
+            out=io.StringIO(),
+            err=io.StringIO(),
+            read_line=feeder(),
+            open_kernel=opener,
         )
 
 

@@ -231,7 +231,9 @@ async def test_stale_or_dead_daemon_files_are_ignored(fake_config):
 
 
 async def wait_for_subscriber(kernel, count=1):
-    await wait_until(lambda: kernel.tap.subscriber_count >= count, f"{count} tap subscriber(s)", timeout=5)
+    await wait_until(
+        lambda: kernel.tap.subscriber_count >= count, f"{count} tap subscriber(s)", timeout=5
+    )
 
 
 async def test_watch_prints_one_line_per_event(fake_config):

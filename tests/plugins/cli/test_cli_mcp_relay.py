@@ -49,11 +49,15 @@ SDK_CLIENT = textwrap.dedent(
 
 
 @pytest.mark.parametrize("key", [None, "not-the-key"], ids=["no-key", "wrong-key"])
-async def test_sdk_client_gets_a_jsonrpc_error_naming_the_key_from_roost_mcp_relaying_to_a_keyed_daemon(tmp_path, key):
+async def test_sdk_client_gets_a_jsonrpc_error_naming_the_key_from_roost_mcp_relaying_to_a_keyed_daemon(
+    tmp_path, key
+):
     if not ROOST.exists():
         pytest.skip("the roost console script is not installed (make install)")
     home = tmp_path / "home"
-    config = default_config(home=home, agents={"bundled": False}, http={"api_key": "the-daemon-key"})
+    config = default_config(
+        home=home, agents={"bundled": False}, http={"api_key": "the-daemon-key"}
+    )
     env = {"ROOST_HOME": str(home), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     if key is not None:
         env["ROOST_API_KEY"] = key
@@ -62,13 +66,18 @@ async def test_sdk_client_gets_a_jsonrpc_error_naming_the_key_from_roost_mcp_rel
         with trio.fail_after(40):
             done = await trio.run_process(
                 [sys.executable, "-c", SDK_CLIENT, str(ROOST), json.dumps(env)],
-                capture_stdout=True, capture_stderr=True, cwd=str(tmp_path), check=False,
+                capture_stdout=True,
+                capture_stderr=True,
+                cwd=str(tmp_path),
+                check=False,
             )
         elapsed = time.monotonic() - started
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
     assert "hang" not in result, "the SDK client hung on what roost mcp wrote"
     assert result.get("error"), result
-    assert "ROOST_API_KEY" in result["message"] and "requires an API key" in result["message"], result
+    assert "ROOST_API_KEY" in result["message"] and "requires an API key" in result["message"], (
+        result
+    )
     assert elapsed < 15, f"the error took {elapsed:.1f} s"
     # said on stderr too, where the IDE's MCP log shows it
     assert b"set ROOST_API_KEY" in done.stderr
@@ -84,7 +93,11 @@ CANNED = {
     "sse/no-answer": (200, "text/event-stream", b'data: {"not": "rpc"}\n\n'),
     "accepted": (202, "application/json", b""),
     # an HTTP-level refusal in JSON-RPC shape whose id is null
-    "rpc/null-id": (401, "application/json", b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "unauthorized"}}'),
+    "rpc/null-id": (
+        401,
+        "application/json",
+        b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": "unauthorized"}}',
+    ),
 }
 
 
@@ -98,7 +111,11 @@ async def canned_daemon(stream: trio.SocketStream) -> None:
         body += await stream.receive_some(65536)
     message = json.loads(body)
     if message["method"] == "ok":
-        status, ctype, payload = 200, "application/json", json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode()
+        status, ctype, payload = (
+            200,
+            "application/json",
+            json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {}}).encode(),
+        )
     else:
         status, ctype, payload = CANNED[message["method"]]
     head = f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
@@ -126,7 +143,9 @@ async def test_bridge_answers_every_request_in_jsonrpc_whatever_the_daemon_sends
         nursery.cancel_scope.cancel()
     by_id = {}
     for message in lines:
-        assert message.get("jsonrpc") == "2.0" and ("result" in message) != ("error" in message), message
+        assert message.get("jsonrpc") == "2.0" and ("result" in message) != ("error" in message), (
+            message
+        )
         assert message["id"] not in by_id, f"answered twice: {message}"
         by_id[message["id"]] = message
     by_method = {m: by_id[i] for i, m in enumerate(methods, 1)}
@@ -136,4 +155,3 @@ async def test_bridge_answers_every_request_in_jsonrpc_whatever_the_daemon_sends
     assert "HTTP 500" in by_method["http/500"]["error"]["message"]
     assert "ended without an answer" in by_method["sse/no-answer"]["error"]["message"]
     assert "ROOST_API_KEY" in by_method["rpc/null-id"]["error"]["message"]
-

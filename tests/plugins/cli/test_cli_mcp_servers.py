@@ -25,10 +25,21 @@ ROOST = Path(sys.executable).parent / "roost"
 CLOCK = {
     "name": "clock",
     "description": "tells the time through the time MCP server",
-    "model": {"provider": "scripted", "script": {"rules": [
-        {"match": "^time", "steps": [{"tool": "mcp_time_get_current_time", "arguments": {"timezone": "UTC"}}],
-         "reply": "now: {result}"},
-    ], "default_reply": "ask me the time"}},
+    "model": {
+        "provider": "scripted",
+        "script": {
+            "rules": [
+                {
+                    "match": "^time",
+                    "steps": [
+                        {"tool": "mcp_time_get_current_time", "arguments": {"timezone": "UTC"}}
+                    ],
+                    "reply": "now: {result}",
+                },
+            ],
+            "default_reply": "ask me the time",
+        },
+    },
     "capabilities": {"tools": ["mcp_time_*"]},
 }
 
@@ -57,7 +68,12 @@ async def roost(tmp_path: Path, *args: str, stdin: bytes = b"") -> subprocess.Co
     with trio.fail_after(90):
         return await trio.run_process(
             [str(ROOST), "--config", str(tmp_path / "roost.toml"), *args],
-            stdin=stdin, capture_stdout=True, capture_stderr=True, env=env, cwd=str(tmp_path), check=False,
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            env=env,
+            cwd=str(tmp_path),
+            check=False,
         )
 
 
@@ -92,7 +108,9 @@ async def test_roost_chat_without_a_daemon_runs_an_mcp_tool_on_the_first_message
     done = await roost(tmp_path, "chat", "clock", stdin=b"time please\n")
     err = done.stderr.decode()
     assert done.returncode == 0, err
-    assert "clock › now: " in done.stdout.decode() and '"timezone": "UTC"' in done.stdout.decode(), done.stdout
+    assert (
+        "clock › now: " in done.stdout.decode() and '"timezone": "UTC"' in done.stdout.decode()
+    ), done.stdout
     assert "waiting for MCP server 'time'" in err
 
 
@@ -122,26 +140,39 @@ class Writes(io.StringIO):
 
 
 async def test_roost_chat_uses_a_running_daemon_and_streams_its_reply(tmp_path):
-    echo = parse_manifest({
-        "name": "echo",
-        "description": "echoes",
-        "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "you said: {message}"}},
-    })
+    echo = parse_manifest(
+        {
+            "name": "echo",
+            "description": "echoes",
+            "model": {
+                "provider": "scripted",
+                "script": {"rules": [], "default_reply": "you said: {message}"},
+            },
+        }
+    )
     config = default_config(home=tmp_path / "home", agents={"bundled": False})
     out, err = Writes(), io.StringIO()
     async with open_kernel(config, agents=[echo]) as kernel:
         async with open_daemon(kernel, graceful_timeout=1) as url:
             with trio.fail_after(30):
                 code = await chat_command(
-                    config, "echo", session_id="chat-1", out=out, err=err,
-                    read_line=feeder("hello there", "again", "/quit"), open_kernel=no_kernel,
+                    config,
+                    "echo",
+                    session_id="chat-1",
+                    out=out,
+                    err=err,
+                    read_line=feeder("hello there", "again", "/quit"),
+                    open_kernel=no_kernel,
                 )
         history = await kernel.store.history("chat-1")
     assert code == 0
     assert f"via the daemon at {url}" in err.getvalue()
     text = out.getvalue()
     # each reply once: streamed token by token, not repeated whole afterwards
-    assert text.count("echo › you said: hello there\n") == 1 and text.count("you said: hello there") == 1
+    assert (
+        text.count("echo › you said: hello there\n") == 1
+        and text.count("you said: hello there") == 1
+    )
     assert text.count("echo › you said: again\n") == 1
     assert "there" in out.writes and "you said: hello there" not in out.writes, out.writes
     assert [m.content for m in history if m.role == "user"] == ["hello there", "again"]

@@ -57,13 +57,20 @@ def test_building_roost_emits_no_warnings_about_our_packaging(tmp_path):
     out = tmp_path / "dist"
     out.mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", BUILD, str(out)], cwd=source, capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-c", BUILD, str(out)],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     ours = [w for w in result["warnings"] if not any(note in w for note in SETUPTOOLS_NOTES)]
     assert ours == [], "\n\n".join(w[:600] for w in ours)
-    wheel = next(out / name for name in result["built"] if name.endswith(".whl") and "editable" not in name)
+    wheel = next(
+        out / name for name in result["built"] if name.endswith(".whl") and "editable" not in name
+    )
     names = set(zipfile.ZipFile(wheel).namelist())
     for agent in ("coordinator", "reviewer", "worker"):  # the bundled agents ship as data
         assert f"roost/agents/{agent}/agent.json" in names
@@ -108,7 +115,9 @@ def test_readme_puts_roost_on_path_before_its_first_roost_command():
 
 
 def make_dry_run(project: Path, target: str) -> str:
-    done = subprocess.run(["make", "-n", target], cwd=project, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        ["make", "-n", target], cwd=project, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -126,7 +135,9 @@ def test_make_run_installs_runtime_dependencies_only_and_each_extras_set_once(tm
 
     run = make_dry_run(tmp_path, "run")
     installs = [line for line in run.splitlines() if "pip" in line and " install " in line]
-    assert installs and all("[" not in line and "requirements-" not in line for line in installs), run
+    assert installs and all("[" not in line and "requirements-" not in line for line in installs), (
+        run
+    )
     assert re.search(r"pip .*install -e \.(\s|$)", run), run
 
     # what `make run` leaves behind: `make test` then adds the test extras, nothing else
@@ -134,11 +145,17 @@ def test_make_run_installs_runtime_dependencies_only_and_each_extras_set_once(tm
     for stamp in stamps:
         (tmp_path / stamp).touch()
     test = make_dry_run(tmp_path, "test")
-    assert "install -e" not in test and "requirements-test.txt" in test and "requirements-lint" not in test, test
+    assert (
+        "install -e" not in test
+        and "requirements-test.txt" in test
+        and "requirements-lint" not in test
+    ), test
     for stamp in re.findall(r"touch (\S+)", test):
         (tmp_path / stamp).touch()
     again = make_dry_run(tmp_path, "run") + make_dry_run(tmp_path, "test")
-    assert not re.search(r"pip .*install", again), again  # switching back and forth installs nothing
+    assert not re.search(r"pip .*install", again), (
+        again
+    )  # switching back and forth installs nothing
 
 
 async def test_roost_run_prints_an_ide_config_that_starts_roost_without_path(fake_config, tmp_path):
@@ -148,8 +165,14 @@ async def test_roost_run_prints_an_ide_config_that_starts_roost_without_path(fak
     async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: run_command(
-                config, host="127.0.0.1", port=0, out=out, err=io.StringIO(),
-                open_kernel=fakes.open_fake_kernel, stop=stop.wait, task_status=task_status,
+                config,
+                host="127.0.0.1",
+                port=0,
+                out=out,
+                err=io.StringIO(),
+                open_kernel=fakes.open_fake_kernel,
+                stop=stop.wait,
+                task_status=task_status,
             )
         )
         stop.set()
@@ -163,6 +186,9 @@ async def test_roost_run_prints_an_ide_config_that_starts_roost_without_path(fak
     # as an IDE starts it: no shell, no activated venv, a bare PATH
     with trio.fail_after(60):
         done = await trio.run_process(
-            [command, "version"], env={"PATH": "/usr/bin:/bin", **entry["env"]}, capture_stdout=True, check=False
+            [command, "version"],
+            env={"PATH": "/usr/bin:/bin", **entry["env"]},
+            capture_stdout=True,
+            check=False,
         )
     assert done.returncode == 0 and done.stdout.startswith(b"roost ")

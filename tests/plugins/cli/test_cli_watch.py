@@ -48,23 +48,40 @@ async def test_watch_prints_one_line_per_run_of_streamed_tokens_with_the_bundled
     assert f"×{sum(1 for e in tokens if e['source'] == 'coordinator')}" in token_lines[2]
     assert len(lines) == len(raw) - len(tokens) + 3
     # each run's line comes before the event that ends it
-    reviewer_result = next(i for i, line in enumerate(lines) if "EXEC:TOOL_RESULT" in line and "reviewer → worker" in line)
+    reviewer_result = next(
+        i
+        for i, line in enumerate(lines)
+        if "EXEC:TOOL_RESULT" in line and "reviewer → worker" in line
+    )
     assert lines.index(token_lines[0]) < reviewer_result
-    assert lines.index(token_lines[2]) < next(i for i, line in enumerate(lines) if "AGENT:REPLY" in line)
+    assert lines.index(token_lines[2]) < next(
+        i for i, line in enumerate(lines) if "AGENT:REPLY" in line
+    )
 
 
 def partial_watch(config, out, as_json, done):
     async def watch():
         await watch_command(
-            config, kinds=[], as_json=as_json, count=None, out=out, err=io.StringIO(), stop=lambda: wait_until(done, "the reply watched", timeout=30)
+            config,
+            kinds=[],
+            as_json=as_json,
+            count=None,
+            out=out,
+            err=io.StringIO(),
+            stop=lambda: wait_until(done, "the reply watched", timeout=30),
         )
 
     return watch
 
 
 def token(source, span, text, ts=1.0):
-    return {"kind": "AGENT:TOKEN", "source": source, "payload": {"text": text, "session_id": None},
-            "trace": {"span_id": span}, "ts": ts}
+    return {
+        "kind": "AGENT:TOKEN",
+        "source": source,
+        "payload": {"text": text, "session_id": None},
+        "trace": {"span_id": span},
+        "ts": ts,
+    }
 
 
 def test_token_runs_are_bounded_in_runs_and_in_text():
@@ -75,8 +92,15 @@ def test_token_runs_are_bounded_in_runs_and_in_text():
     assert runs.feed(token("a", "s1", "y" * 1000)) == []  # kept: at most width characters
     assert runs.feed(token("b", "s2", "b")) == []
     evicted = runs.feed(token("c", "s3", "c"))  # a third open run: the oldest goes out
-    assert len(evicted) == 1 and "×2" in evicted[0] and "(1030 chars)" in evicted[0] and len(evicted[0]) < 120
-    ended = runs.feed({"kind": "AGENT:REPLY", "source": "b", "payload": {}, "trace": {"span_id": "s2"}, "ts": 2.0})
+    assert (
+        len(evicted) == 1
+        and "×2" in evicted[0]
+        and "(1030 chars)" in evicted[0]
+        and len(evicted[0]) < 120
+    )
+    ended = runs.feed(
+        {"kind": "AGENT:REPLY", "source": "b", "payload": {}, "trace": {"span_id": "s2"}, "ts": 2.0}
+    )
     assert len(ended) == 2 and '"b"' in ended[0] and "AGENT:REPLY" in ended[1]
     assert [line.split()[3] for line in runs.flush()] == ["c"]
     assert runs.flush() == []
@@ -86,8 +110,12 @@ def test_a_span_event_is_one_short_line_naming_what_it_met():
     from roost.plugins.cli._client import event_line
 
     record = {
-        "kind": "tool", "name": "agent_reviewer", "duration_ms": 0.4, "status": "error",
-        "error": "call chain would reach depth 6", "marks": [{"kind": "breaker", "depth": 6}],
+        "kind": "tool",
+        "name": "agent_reviewer",
+        "duration_ms": 0.4,
+        "status": "error",
+        "error": "call chain would reach depth 6",
+        "marks": [{"kind": "breaker", "depth": 6}],
         "attributes": {"agent": "worker", "call_id": "call_" + "0" * 200},
     }
     line = event_line({"kind": "TRACE:SPAN_END", "source": "worker", "payload": record, "ts": 1.0})
@@ -107,9 +135,13 @@ def test_a_span_line_shows_control_characters_escaped_never_raw():
     from roost.plugins.cli._client import event_line
 
     record = {
-        "kind": "tool", "name": "bash\x1b[2J", "duration_ms": 1.0, "status": "error",
+        "kind": "tool",
+        "name": "bash\x1b[2J",
+        "duration_ms": 1.0,
+        "status": "error",
         "error": "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07done\r\x9b1A\u202etxt.exe",
-        "marks": [], "attributes": {},
+        "marks": [],
+        "attributes": {},
     }
     event = {"kind": "TRACE:SPAN_END", "source": "worker\x1b[8m", "payload": record, "ts": 1.0}
     line = event_line(event, width=500)
@@ -142,7 +174,10 @@ async def test_watch_json_prints_an_event_holding_a_lone_surrogate_as_the_daemon
         out.flush()
         return b'"name": "rea\\ud800"' in out.buffer.getvalue()
 
-    async with open_kernel(config, agents=[evil]) as kernel, open_daemon(kernel, graceful_timeout=1):
+    async with (
+        open_kernel(config, agents=[evil]) as kernel,
+        open_daemon(kernel, graceful_timeout=1),
+    ):
         following = kernel.tap.subscriber_count
         with trio.fail_after(30):
             async with trio.open_nursery() as nursery:

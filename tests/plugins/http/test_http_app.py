@@ -109,7 +109,9 @@ async def test_malformed_trace_ids_are_ignored_and_a_malformed_depth_is_refused(
             "/api/agents/echo/message", json={"message": "hi"}, headers=headers
         )
         refused = await client.post(
-            "/api/agents/echo/message", json={"message": "hi"}, headers={**headers, "X-Roost-Trace-Depth": "-3"}
+            "/api/agents/echo/message",
+            json={"message": "hi"},
+            headers={**headers, "X-Roost-Trace-Depth": "-3"},
         )
     assert response.status_code == 200
     assert kernel.sent[0]["trace"].depth == 1

@@ -20,7 +20,13 @@ KEY = "s3cret-key"
 
 
 async def fast_echo(req, **args):
-    body = {"via": "plain", "size": len(req.body), "args": args, "q": dict(req.args), "method": req.method}
+    body = {
+        "via": "plain",
+        "size": len(req.body),
+        "args": args,
+        "q": dict(req.args),
+        "method": req.method,
+    }
     return PlainResponse(200, json.dumps(body).encode(), headers=(("X-Echo", "1"),))
 
 
@@ -162,14 +168,25 @@ class Raw:
 
 
 def post(path, body=b"{}", extra=b""):
-    return b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
+    return b"POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        path.encode(),
+        len(body),
+        extra,
+        body,
+    )
 
 
 async def test_plugin_route_answers_with_the_common_headers(make_kernel):
     async with serving(make(make_kernel)) as client:
         response = await client.post("/fast/abc?x=1&x=2&y=", content=b"hello")
         assert response.status_code == 200
-        assert response.json() == {"via": "plain", "size": 5, "args": {"name": "abc"}, "q": {"x": "1", "y": ""}, "method": "POST"}
+        assert response.json() == {
+            "via": "plain",
+            "size": 5,
+            "args": {"name": "abc"},
+            "q": {"x": "1", "y": ""},
+            "method": "POST",
+        }
         assert response.headers["x-echo"] == "1"
         assert response.headers["x-content-type-options"] == "nosniff"
         assert response.headers["cache-control"] == "no-store"
@@ -179,7 +196,12 @@ async def test_plugin_route_answers_with_the_common_headers(make_kernel):
         assert head.status_code == 200 and head.content == b""
         assert int(head.headers["content-length"]) > 0
         options = await client.options("/fast/abc")
-        assert options.status_code == 200 and set(options.headers["allow"].split(", ")) == {"GET", "HEAD", "OPTIONS", "POST"}
+        assert options.status_code == 200 and set(options.headers["allow"].split(", ")) == {
+            "GET",
+            "HEAD",
+            "OPTIONS",
+            "POST",
+        }
 
 
 async def test_pipelined_keep_alive_mixes_plugin_routes_and_the_rest_api(make_kernel):
@@ -196,7 +218,13 @@ async def test_pipelined_keep_alive_mixes_plugin_routes_and_the_rest_api(make_ke
         assert json.loads(replies[0][2])["args"] == {"name": "one"}
         assert json.loads(replies[1][2])["method"] == "GET"
         assert json.loads(replies[2][2])["status"] == "ok"
-        assert json.loads(replies[3][2]) == {"via": "plain", "size": 3, "args": {"name": "three"}, "q": {}, "method": "POST"}
+        assert json.loads(replies[3][2]) == {
+            "via": "plain",
+            "size": 3,
+            "args": {"name": "three"},
+            "q": {},
+            "method": "POST",
+        }
         await raw.stream.send_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert (await raw.response())[0] == 200
         await raw.aclose()
@@ -207,7 +235,9 @@ async def test_websocket_upgrade_is_served(make_kernel):
     async with serving(kernel) as client:
         url = client.roost_url.replace("http://", "ws://") + "/api/events?kinds=AGENT:REPLY"
         async with open_websocket_url(url) as ws:
-            assert (await client.post("/api/agents/echo/message", json={"message": "hi"})).status_code == 200
+            assert (
+                await client.post("/api/agents/echo/message", json={"message": "hi"})
+            ).status_code == 200
             with trio.fail_after(5):
                 event = json.loads(await ws.get_message())
         assert event["kind"] == "AGENT:REPLY"
@@ -231,17 +261,24 @@ async def test_a_refused_request_with_its_body_unread_says_close_and_closes(make
     async with serving(make(make_kernel, api_key=KEY)) as client:
         raw = await Raw.open(port_of(client))
         # a refused request without a body keeps the connection
-        await raw.stream.send_all(post("/fast/a", b"") + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode()))
+        await raw.stream.send_all(
+            post("/fast/a", b"")
+            + post("/fast/b", b"", b"Authorization: Bearer %s\r\n" % KEY.encode())
+        )
         assert [(await raw.response())[0] for _ in range(2)] == [401, 200]
         # one with a body (here still on its way): answered, then closed
-        await raw.stream.send_all(b"POST /fast/c HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc")
+        await raw.stream.send_all(
+            b"POST /fast/c HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\nabc"
+        )
         status, headers, _ = await raw.response()
         assert status == 401 and headers["connection"] == "close"
         assert await raw.closed()
 
 
 async def test_rate_limit_is_429_with_retry_after(make_kernel):
-    async with serving(make(make_kernel, rate_limit_per_s=0.01, rate_limit_burst=2, rate_limit_loopback=True)) as client:
+    async with serving(
+        make(make_kernel, rate_limit_per_s=0.01, rate_limit_burst=2, rate_limit_loopback=True)
+    ) as client:
         codes = [(await client.post("/fast/a")).status_code for _ in range(3)]
         assert codes == [200, 200, 429]
         limited = await client.post("/fast/a")
@@ -268,11 +305,15 @@ async def test_oversized_bodies_are_413_and_the_connection_closes(make_kernel):
         assert "http.max_body_bytes" in error["message"]
         raw = await Raw.open(port_of(client))
         chunk = b"100\r\n" + b"x" * 256 + b"\r\n"
-        await raw.stream.send_all(b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk * 5)
+        await raw.stream.send_all(
+            b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + chunk * 5
+        )
         status, headers, body = await raw.response()
         assert status == 413 and headers["connection"] == "close"
         assert json.loads(body)["error"]["code"] == "body_too_large"
         assert await raw.closed()
+
         # a chunked body within the cap is fine
         async def pieces():
             yield b"x" * 300
@@ -303,7 +344,9 @@ async def test_malformed_requests_get_an_error_status_and_the_connection_closes(
     reason="hypercorn answers a request its parser (h11) refuses by itself, with an empty body, "
     "and h11 takes any HTTP/x.y version; its public API has no hook to shape those answers",
 )
-async def test_malformed_requests_are_answered_with_a_json_message_and_505_for_other_versions(make_kernel):
+async def test_malformed_requests_are_answered_with_a_json_message_and_505_for_other_versions(
+    make_kernel,
+):
     async with serving(make(make_kernel)) as client:
         for bad, status in [
             (b"GARBAGE\r\n\r\n", 400),
@@ -320,7 +363,12 @@ async def test_handler_errors_use_the_daemon_error_shapes(make_kernel, caplog):
     async with serving(make(make_kernel)) as client:
         boom = await client.post("/boom")
         assert boom.status_code == 500
-        assert boom.json() == {"error": {"code": "internal_error", "message": "internal error; the daemon log has the details"}}
+        assert boom.json() == {
+            "error": {
+                "code": "internal_error",
+                "message": "internal error; the daemon log has the details",
+            }
+        }
         assert "secret detail" not in boom.text
         missing = await client.post("/missing")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "agent_not_found"
@@ -366,7 +414,15 @@ async def test_graceful_shutdown_closes_idle_connections(make_kernel):
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(
-                partial(serve, kernel, host="127.0.0.1", port=0, shutdown_trigger=stop.wait, graceful_timeout=30, write_daemon_json=False)
+                partial(
+                    serve,
+                    kernel,
+                    host="127.0.0.1",
+                    port=0,
+                    shutdown_trigger=stop.wait,
+                    graceful_timeout=30,
+                    write_daemon_json=False,
+                )
             )
             raw = await Raw.open(port)
             await raw.stream.send_all(post("/fast/a"))
@@ -383,7 +439,15 @@ async def test_graceful_shutdown_closes_connections_that_never_sent_a_request(ma
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             host, port = await nursery.start(
-                partial(serve, kernel, host="127.0.0.1", port=0, shutdown_trigger=stop.wait, graceful_timeout=30, write_daemon_json=False)
+                partial(
+                    serve,
+                    kernel,
+                    host="127.0.0.1",
+                    port=0,
+                    shutdown_trigger=stop.wait,
+                    graceful_timeout=30,
+                    write_daemon_json=False,
+                )
             )
             silent = await Raw.open(port)  # connects, never sends a byte
             busy = await Raw.open(port)
@@ -412,7 +476,10 @@ async def test_a_chunk_extension_flood_is_bounded_by_the_decoded_body_cap(make_k
         # valid chunked bodies, with legal extensions and trailers, are still served
         raw = await Raw.open(port_of(client))
         await raw.stream.send_all(
-            head + b'3;a=b;c="d e"\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n' + head + b"1\r\nz\r\n0\r\n\r\n"
+            head
+            + b'3;a=b;c="d e"\r\nabc\r\n2\r\nde\r\n0\r\nX-Trailer: t\r\n\r\n'
+            + head
+            + b"1\r\nz\r\n0\r\n\r\n"
         )
         replies = [await raw.response() for _ in range(2)]
         assert [(s, json.loads(b)["size"]) for s, _, b in replies] == [(200, 5), (200, 1)]
@@ -472,7 +539,9 @@ async def test_a_client_that_stops_reading_is_closed_at_the_send_deadline(make_k
         await raw.stream.send_all(post("/big"))
         # Not reading: the server's send waits for room, then the kernel aborts the
         # connection (TCP_USER_TIMEOUT). Wait (without reading) for its end to go.
-        await wait_until(lambda: not server_end_established(raw.stream.socket), "the server's end gone")
+        await wait_until(
+            lambda: not server_end_established(raw.stream.socket), "the server's end gone"
+        )
         with trio.fail_after(5):
             received = 0
             try:
@@ -490,7 +559,10 @@ def server_end_established(client: socket.socket) -> bool:
     with open("/proc/net/tcp") as table:
         for line in table.readlines()[1:]:
             local, remote, state = line.split()[1:4]
-            if int(local.rsplit(":", 1)[1], 16) == theirs and int(remote.rsplit(":", 1)[1], 16) == mine:
+            if (
+                int(local.rsplit(":", 1)[1], 16) == theirs
+                and int(remote.rsplit(":", 1)[1], 16) == mine
+            ):
                 return state == "01"
     return False
 

@@ -74,7 +74,10 @@ async def test_find_daemon_checks_health_over_plain_http(tmp_path):
             request += await stream.receive_some(4096)
         assert request.startswith(b"GET /health ")
         body = b'{"status": "ok"}'
-        await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(body), body)
+        )
 
     async with trio.open_nursery() as nursery:
         listeners = await nursery.start(partial(trio.serve_tcp, health, 0, host="127.0.0.1"))

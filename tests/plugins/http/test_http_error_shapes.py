@@ -14,7 +14,9 @@ KEY = "s3cret-key"
 
 def shaped(status: int, code: str, message: str) -> tuple[bytes, str]:
     """A protocol's error shape, made up for the test: easy to tell from roost's own."""
-    return json.dumps({"proto_error": {"status": status, "code": code, "message": message}}).encode(), "application/x-proto"
+    return json.dumps(
+        {"proto_error": {"status": status, "code": code, "message": message}}
+    ).encode(), "application/x-proto"
 
 
 async def handler(req, **args):
@@ -60,14 +62,21 @@ async def test_trailing_slash_serves_the_same_handler(make_kernel):
     assert registered_bare.json() == registered_slashed.json() == {"path": "/slashed", "args": {}}
     assert api.status_code == 200 and [a["name"] for a in api.json()["agents"]] == ["echo", "coder"]
     # never a redirect
-    assert all(r.status_code == 200 for r in (plain, slashed, registered_bare, registered_slashed, api, health))
+    assert all(
+        r.status_code == 200
+        for r in (plain, slashed, registered_bare, registered_slashed, api, health)
+    )
 
 
 async def test_daemon_errors_on_a_route_use_its_render_error(make_kernel, caplog):
-    async with serving(make(make_kernel, api_key=KEY, max_body_bytes=2048, allowed_origins=("http://ok.example",))) as client:
+    async with serving(
+        make(make_kernel, api_key=KEY, max_body_bytes=2048, allowed_origins=("http://ok.example",))
+    ) as client:
         auth = {"Authorization": f"Bearer {KEY}"}
         unauthorized = await client.post("/proto/a/rpc/")
-        forbidden = await client.post("/proto/a/rpc", headers={**auth, "Origin": "http://evil.example"})
+        forbidden = await client.post(
+            "/proto/a/rpc", headers={**auth, "Origin": "http://evil.example"}
+        )
         too_large = await client.post("/proto/a/rpc", headers=auth, content=b"x" * 5000)
         crash = await client.post("/proto/a/rpc", headers={**auth, "X-Boom": "1"})
         no_route = await client.post("/proto/a/rpc/extra", headers=auth)
@@ -86,7 +95,9 @@ async def test_daemon_errors_on_a_route_use_its_render_error(make_kernel, caplog
     proto(wrong_method, 405, "method_not_allowed")
     assert "POST" in wrong_method.headers["allow"]
     proto(unauthorized_slashed, 401, "unauthorized")
-    assert plain_crash.status_code == 500 and plain_crash.json()["error"]["code"] == "internal_error"
+    assert (
+        plain_crash.status_code == 500 and plain_crash.json()["error"]["code"] == "internal_error"
+    )
     assert api_missing.status_code == 404 and api_missing.json()["error"]["code"] == "not_found"
 
 
@@ -110,7 +121,9 @@ async def test_a_chunked_body_over_the_limit_uses_render_error(make_kernel):
             chunk = b"x" * 4096
             await stream.send_all(
                 b"POST /proto/a/rpc/ HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + b"%x\r\n" % len(chunk) + chunk + b"\r\n0\r\n\r\n"
+                + b"%x\r\n" % len(chunk)
+                + chunk
+                + b"\r\n0\r\n\r\n"
             )
             data = b""
             while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}}"):
@@ -163,7 +176,9 @@ def test_a_path_no_route_matches_takes_the_nearest_routes_shape():
         ]
     )
     assert shapes.for_request("rpc", "POST", "/anything") is jsonrpc  # a matched route: its own
-    assert shapes.for_request(None, "POST", "/a2a/agents/w/bogus") is jsonrpc  # method decides a tie
+    assert (
+        shapes.for_request(None, "POST", "/a2a/agents/w/bogus") is jsonrpc
+    )  # method decides a tie
     assert shapes.for_request(None, "GET", "/a2a/agents/w/bogus") is rest  # first registered
     assert shapes.for_request(None, "GET", "/a2a/agents/w/jsonrpc/") is jsonrpc  # 405
     assert shapes.for_request(None, "POST", "/mcp/extra") is jsonrpc

@@ -63,14 +63,24 @@ def settings(**http):
 
 
 def test_allowed_hosts_and_public_url_are_checked_and_normalised():
-    s = settings(allowed_hosts=("Roost.Example.com", "192.168.1.5", "::1", "[fe80::1]", "*"), public_url="https://Pub.example/base/")
+    s = settings(
+        allowed_hosts=("Roost.Example.com", "192.168.1.5", "::1", "[fe80::1]", "*"),
+        public_url="https://Pub.example/base/",
+    )
     assert s.allowed_hosts == ("roost.example.com", "192.168.1.5", "::1", "fe80::1", "*")
     assert s.public_url == "https://Pub.example/base"
     assert "pub.example" in s.trusted_hosts and "localhost" in s.trusted_hosts
     for bad in ("https://roost.example.com", "roost.example.com:8470", "a b", "", "x/y"):
         with pytest.raises(ConfigError, match=r"http\.allowed_hosts\[0\]"):
             settings(allowed_hosts=(bad,))
-    for bad in ("roost.example.com", "ftp://x", "http://", "http://x?q=1", "http://a@b", "http://x:99999"):
+    for bad in (
+        "roost.example.com",
+        "ftp://x",
+        "http://",
+        "http://x?q=1",
+        "http://a@b",
+        "http://x:99999",
+    ):
         with pytest.raises(ConfigError, match=r"http\.public_url"):
             settings(public_url=bad)
 
@@ -96,10 +106,27 @@ def test_public_urls_never_come_from_the_host_header():
 def a2a_config(tmp_path):
     agent = tmp_path / "agents" / "echo" / "agent.json"
     agent.parent.mkdir(parents=True)
-    agent.write_text(json.dumps({"name": "echo", "description": "echo", "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "{message}"}}, "a2a": {"enabled": True}}))
+    agent.write_text(
+        json.dumps(
+            {
+                "name": "echo",
+                "description": "echo",
+                "model": {
+                    "provider": "scripted",
+                    "script": {"rules": [], "default_reply": "{message}"},
+                },
+                "a2a": {"enabled": True},
+            }
+        )
+    )
 
     def make(**http):
-        return default_config(env={}, home=str(tmp_path / "home"), agents={"dirs": [str(tmp_path / "agents")], "bundled": False}, http={"port": 0, **http})
+        return default_config(
+            env={},
+            home=str(tmp_path / "home"),
+            agents={"dirs": [str(tmp_path / "agents")], "bundled": False},
+            http={"port": 0, **http},
+        )
 
     return make
 
@@ -113,13 +140,21 @@ async def test_card_urls_use_http_public_url(a2a_config):
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             with trio.fail_after(10):
-                plain = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1"})
-                expect = await http.get("/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
+                plain = await http.get(
+                    "/a2a/agents/echo/.well-known/agent-card.json", headers={"Host": "localhost:1"}
+                )
+                expect = await http.get(
+                    "/a2a/agents/echo/.well-known/agent-card.json",
+                    headers={"Host": "localhost:1", "Expect": "100-continue"},
+                )
                 public = await http.get("/a2a/agents", headers={"Host": "roost.example.com"})
                 forged = await http.get("/a2a/agents", headers={"Host": "evil.example"})
     for answer in (plain, expect):
         assert answer.status_code == 200, answer.text
-        assert all(u.startswith("https://roost.example.com/base/a2a/agents/echo/") for u in card_urls(answer.json()))
+        assert all(
+            u.startswith("https://roost.example.com/base/a2a/agents/echo/")
+            for u in card_urls(answer.json())
+        )
     assert public.status_code == 200  # public_url's host is served
     assert forged.status_code == 421 and forged.json()["error"]["code"] == 421
 
@@ -128,11 +163,18 @@ async def test_card_urls_default_to_the_bound_address(a2a_config):
     async with open_kernel(a2a_config()) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             with trio.fail_after(10):
-                plain = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1"})
-                expect = await http.get("/.well-known/agent-card.json", headers={"Host": "localhost:1", "Expect": "100-continue"})
+                plain = await http.get(
+                    "/.well-known/agent-card.json", headers={"Host": "localhost:1"}
+                )
+                expect = await http.get(
+                    "/.well-known/agent-card.json",
+                    headers={"Host": "localhost:1", "Expect": "100-continue"},
+                )
     for answer in (plain, expect):
         assert answer.status_code == 200, answer.text
-        assert all(u.startswith(f"{url}/a2a/") for u in card_urls(answer.json())), card_urls(answer.json())
+        assert all(u.startswith(f"{url}/a2a/") for u in card_urls(answer.json())), card_urls(
+            answer.json()
+        )
 
 
 def test_daemon_json_names_a_loopback_address_for_a_wildcard_bind():

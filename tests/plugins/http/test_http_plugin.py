@@ -59,6 +59,8 @@ def test_no_private_modules_of_dependencies_are_imported():
                     if top == "roost" or top in sys.stdlib_module_names:
                         continue
                     private = any(part.startswith("_") for part in name.split(".")[1:])
-                    if private or (top == "hypercorn" and name not in ("hypercorn.config", "hypercorn.trio")):
+                    if private or (
+                        top == "hypercorn" and name not in ("hypercorn.config", "hypercorn.trio")
+                    ):
                         found.append(f"{path.name}:{node.lineno} {name}")
     assert not found, found

@@ -23,7 +23,11 @@ MCP_INIT = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
 }
 WORKER = "/a2a/agents/worker"
 
@@ -47,13 +51,19 @@ def make_config(tmp_path, **http):
                 "name": "worker",
                 "description": "worker (scripted)",
                 "version": "0.1.0",
-                "model": {"provider": "scripted", "name": "rules", "script": {"rules": [{"match": ".", "reply": "done: {message}"}]}},
+                "model": {
+                    "provider": "scripted",
+                    "name": "rules",
+                    "script": {"rules": [{"match": ".", "reply": "done: {message}"}]},
+                },
                 "a2a": {"enabled": True},
             }
         )
     )
     return default_config(
-        home=str(tmp_path / "home"), agents={"dirs": [str(agents)], "bundled": False}, http={"port": 0, **http}
+        home=str(tmp_path / "home"),
+        agents={"dirs": [str(agents)], "bundled": False},
+        http={"port": 0, **http},
     )
 
 
@@ -74,7 +84,9 @@ def error_info(detail: dict) -> error_details_pb2.ErrorInfo:
     return info
 
 
-def a2a_jsonrpc(response: httpx.Response, status: int, rpc_code: int) -> error_details_pb2.ErrorInfo:
+def a2a_jsonrpc(
+    response: httpx.Response, status: int, rpc_code: int
+) -> error_details_pb2.ErrorInfo:
     """An A2A JSON-RPC error with ``id`` null and the ErrorInfo ``data`` array; HTTP status kept."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
@@ -109,16 +121,24 @@ async def test_a2a_and_mcp_endpoints_answer_with_a_trailing_slash_as_without(tmp
     async with daemon(make_config(tmp_path)) as client:
         # A2A JSON-RPC, as a conformance kit joins base URL and "/"
         bare = await client.post(f"{WORKER}/jsonrpc", json=send_message("one"), headers=A2A)
-        async with httpx.AsyncClient(base_url=f"{client.base_url}{WORKER}/jsonrpc", timeout=10) as kit:
+        async with httpx.AsyncClient(
+            base_url=f"{client.base_url}{WORKER}/jsonrpc", timeout=10
+        ) as kit:
             slashed = await kit.post("/", json=send_message("one"), headers=A2A)
         assert str(slashed.request.url).endswith("/jsonrpc/")
         task_id = slashed.json()["result"]["task"]["id"]
         got = await client.post(f"{WORKER}/jsonrpc/", json=get_task(task_id), headers=A2A)
         # A2A HTTP+JSON
-        rest_sent = await client.post(f"{WORKER}/rest/message:send/", json=send_message("two")["params"], headers=A2A)
+        rest_sent = await client.post(
+            f"{WORKER}/rest/message:send/", json=send_message("two")["params"], headers=A2A
+        )
         rest_got = await client.get(f"{WORKER}/rest/tasks/{task_id}/", headers=A2A)
         # a streamed A2A answer, and MCP
-        streamed = await client.post(f"{WORKER}/jsonrpc/", json=send_message("three", method="SendStreamingMessage"), headers=A2A)
+        streamed = await client.post(
+            f"{WORKER}/jsonrpc/",
+            json=send_message("three", method="SendStreamingMessage"),
+            headers=A2A,
+        )
         mcp_bare = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
         mcp_slashed = await client.post("/mcp/", json=MCP_INIT, headers=MCP_HEADERS)
         agent_mcp = await client.post("/agents/worker/mcp/", json=MCP_INIT, headers=MCP_HEADERS)
@@ -151,24 +171,36 @@ async def test_daemon_errors_on_a2a_and_mcp_routes_are_in_the_protocol_shape(tmp
         mcp_401 = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
         # 403: an Origin that is not allowed
         evil = {**auth, "Origin": "http://evil.example"}
-        rpc_403 = await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers={**A2A, **evil})
+        rpc_403 = await client.post(
+            f"{WORKER}/jsonrpc", json=get_task("x"), headers={**A2A, **evil}
+        )
         rest_403 = await client.get(f"{WORKER}/rest/tasks/x", headers={**A2A, **evil})
         mcp_403 = await client.post("/mcp", json=MCP_INIT, headers={**MCP_HEADERS, **evil})
         # 413: over http.max_body_bytes (A2A) or the MCP message limit
         big = send_message("x" * 8000)
         rpc_413 = await client.post(f"{WORKER}/jsonrpc", json=big, headers={**A2A, **auth})
-        rest_413 = await client.post(f"{WORKER}/rest/message:send", json=big["params"], headers={**A2A, **auth})
+        rest_413 = await client.post(
+            f"{WORKER}/rest/message:send", json=big["params"], headers={**A2A, **auth}
+        )
         # 404 (no such route under the protocol's prefix) and 405 (wrong method)
-        rpc_404 = await client.post(f"{WORKER}/jsonrpx", json=get_task("x"), headers={**A2A, **auth})
+        rpc_404 = await client.post(
+            f"{WORKER}/jsonrpx", json=get_task("x"), headers={**A2A, **auth}
+        )
         rpc_405 = await client.get(f"{WORKER}/jsonrpc", headers={**A2A, **auth})
         mcp_404 = await client.post("/mcp/extra", json=MCP_INIT, headers={**MCP_HEADERS, **auth})
         mcp_405 = await client.put("/mcp", json=MCP_INIT, headers={**MCP_HEADERS, **auth})
         api_404 = await client.get("/api/nothing", headers=auth)
         # the MCP endpoint's own HTTP errors: an unknown agent, GET without a session
-        mcp_ghost = await client.post("/agents/ghost/mcp", json=MCP_INIT, headers={**MCP_HEADERS, **auth})
+        mcp_ghost = await client.post(
+            "/agents/ghost/mcp", json=MCP_INIT, headers={**MCP_HEADERS, **auth}
+        )
         mcp_get = await client.get("/mcp", headers={"Accept": "text/event-stream", **auth})
 
-    assert rpc_401.headers["www-authenticate"] == rest_401.headers["www-authenticate"] == 'Bearer realm="roost"'
+    assert (
+        rpc_401.headers["www-authenticate"]
+        == rest_401.headers["www-authenticate"]
+        == 'Bearer realm="roost"'
+    )
     assert a2a_jsonrpc(rpc_401, 401, -32000).reason == "UNAUTHORIZED"
     assert a2a_rest(rest_401, 401, "UNAUTHENTICATED").reason == "UNAUTHORIZED"
     assert "Authorization: Bearer" in mcp_error(mcp_401, 401, -32000).error.message
@@ -179,7 +211,11 @@ async def test_daemon_errors_on_a2a_and_mcp_routes_are_in_the_protocol_shape(tmp
     assert "http.allowed_origins" in mcp_error(mcp_403, 403, -32000).error.message
 
     info = a2a_jsonrpc(rpc_413, 413, -32600)
-    assert (info.reason, info.domain, info.metadata["roostCode"]) == ("INVALID_REQUEST", "a2a-protocol.org", "body_too_large")
+    assert (info.reason, info.domain, info.metadata["roostCode"]) == (
+        "INVALID_REQUEST",
+        "a2a-protocol.org",
+        "body_too_large",
+    )
     assert a2a_rest(rest_413, 413, "INVALID_ARGUMENT").metadata["roostCode"] == "body_too_large"
 
     assert a2a_jsonrpc(rpc_404, 404, -32601).reason == "METHOD_NOT_FOUND"
@@ -216,9 +252,13 @@ async def test_mcp_body_over_the_message_limit_is_a_jsonrpc_error(tmp_path):
 
 
 async def test_rate_limit_answers_on_a2a_and_mcp_routes_are_in_the_protocol_shape(tmp_path):
-    config = make_config(tmp_path, rate_limit_per_s=0.001, rate_limit_burst=1, rate_limit_loopback=True)
+    config = make_config(
+        tmp_path, rate_limit_per_s=0.001, rate_limit_burst=1, rate_limit_loopback=True
+    )
     async with daemon(config) as client:
-        assert (await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)).status_code == 200
+        assert (
+            await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)
+        ).status_code == 200
         rpc = await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)
         rest = await client.get(f"{WORKER}/rest/tasks/x", headers=A2A)
         mcp = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
@@ -230,7 +270,9 @@ async def test_rate_limit_answers_on_a2a_and_mcp_routes_are_in_the_protocol_shap
     assert mcp_error(mcp, 429, -32000).error.data == {"code": "rate_limited", "httpStatus": 429}
 
 
-async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(tmp_path, monkeypatch):
+async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(
+    tmp_path, monkeypatch
+):
     from a2a.client import ClientConfig, ClientFactory
     from a2a.client.card_resolver import A2ACardResolver
     from a2a.types import GetTaskRequest
@@ -246,14 +288,20 @@ async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(tm
         rest_ifaces = [i for i in card.supported_interfaces if i.protocol_binding == "HTTP+JSON"]
         del card.supported_interfaces[:]
         card.supported_interfaces.extend(rest_ifaces)
-        sdk = ClientFactory(ClientConfig(streaming=False, supported_protocol_bindings=["HTTP+JSON"])).create(card)
+        sdk = ClientFactory(
+            ClientConfig(streaming=False, supported_protocol_bindings=["HTTP+JSON"])
+        ).create(card)
         monkeypatch.setattr(a2a_server.A2AService, "execute", crash)
         monkeypatch.setattr(a2a_server.A2AService, "open_stream", crash)
         monkeypatch.setattr(mcp_http, "hub_for", crash)
         try:
             rpc = await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)
             rest = await client.get(f"{WORKER}/rest/tasks/x", headers=A2A)
-            streamed = await client.post(f"{WORKER}/jsonrpc", json=send_message("s", method="SendStreamingMessage"), headers=A2A)
+            streamed = await client.post(
+                f"{WORKER}/jsonrpc",
+                json=send_message("s", method="SendStreamingMessage"),
+                headers=A2A,
+            )
             mcp = await client.post("/mcp", json=MCP_INIT, headers=MCP_HEADERS)
             # the official a2a-sdk HTTP+JSON client reads it as A2A's InternalError
             with trio.fail_after(10), pytest.raises(InternalError):
@@ -274,7 +322,9 @@ async def test_a_rapid_local_run_of_500_a2a_requests_is_never_throttled(tmp_path
     async with daemon(make_config(tmp_path)) as client:
         with trio.fail_after(60):
             for i in range(250):
-                rpc = await client.post(f"{WORKER}/jsonrpc", json=get_task(f"nope-{i}", i), headers=A2A)
+                rpc = await client.post(
+                    f"{WORKER}/jsonrpc", json=get_task(f"nope-{i}", i), headers=A2A
+                )
                 rest = await client.get(f"{WORKER}/rest/tasks/nope-{i}", headers=A2A)
                 statuses += [rpc.status_code, rest.status_code]
                 assert rpc.json()["error"]["code"] == -32001  # TaskNotFound, from the A2A handler

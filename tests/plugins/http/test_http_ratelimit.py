@@ -110,7 +110,14 @@ def make_gate(**settings):
 
     http = HttpSettings(**settings)
     frozen_clock = 1000.0  # no time passes: only the burst is available
-    return Gate(http, Gcra(http.rate_limit_per_s, http.rate_limit_burst), lambda: frozen_clock, set(), set(), {})
+    return Gate(
+        http,
+        Gcra(http.rate_limit_per_s, http.rate_limit_burst),
+        lambda: frozen_clock,
+        set(),
+        set(),
+        {},
+    )
 
 
 def answers(gate, addr, n, headers=None):
@@ -143,6 +150,11 @@ def test_rate_limit_loopback_is_read_and_checked_from_config():
     from roost.plugins.http import HttpSettings
 
     assert HttpSettings.from_config(default_config().http).rate_limit_loopback is False
-    assert HttpSettings.from_config(default_config(http={"rate_limit_loopback": True}).http).rate_limit_loopback is True
+    assert (
+        HttpSettings.from_config(
+            default_config(http={"rate_limit_loopback": True}).http
+        ).rate_limit_loopback
+        is True
+    )
     with pytest.raises(ConfigError, match="rate_limit_loopback"):
         default_config(http={"rate_limit_loopback": "yes"})

@@ -35,7 +35,14 @@ MAKE_STEPS = [
 @pytest.fixture
 def config(tmp_path):
     agents = tmp_path / "agents"
-    scripted_agent(agents, "pinger", [{"match": "^make", "steps": MAKE_STEPS, "reply": "made"}, {"match": ".", "reply": "pong: {message}"}])
+    scripted_agent(
+        agents,
+        "pinger",
+        [
+            {"match": "^make", "steps": MAKE_STEPS, "reply": "made"},
+            {"match": ".", "reply": "pong: {message}"},
+        ],
+    )
     return default_config(
         home=str(tmp_path / "home"),
         agents={"dirs": [str(agents)], "bundled": False},
@@ -91,7 +98,9 @@ async def test_a_message_reply_carries_the_agents_artifacts(config):
 
     async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-            async with open_websocket_url(url.replace("http", "ws") + "/api/events?kinds=AGENT:REPLY") as ws:
+            async with open_websocket_url(
+                url.replace("http", "ws") + "/api/events?kinds=AGENT:REPLY"
+            ) as ws:
                 made = await client.post("/api/agents/pinger/message", json={"message": "make it"})
                 with trio.fail_after(5):
                     event = json.loads(await ws.get_message())
@@ -99,7 +108,9 @@ async def test_a_message_reply_carries_the_agents_artifacts(config):
     body = made.json()
     assert made.status_code == 200 and body["reply"] == "made"
     blob, facts = body["artifacts"]
-    assert blob["name"] == "blob" and blob["parts"] == [{"raw": "QUI=", "filename": "out.bin", "mediaType": "application/octet-stream"}]
+    assert blob["name"] == "blob" and blob["parts"] == [
+        {"raw": "QUI=", "filename": "out.bin", "mediaType": "application/octet-stream"}
+    ]
     assert facts["parts"] == [{"data": {"ok": True}}]
     assert "artifacts" not in plain.json()
     # The event stream describes the files; it does not carry them.
@@ -121,7 +132,10 @@ async def _first_get_agent_seconds(tmp_path, count: int) -> float:
     ]
     config = default_config(home=str(tmp_path / f"home{count}"), agents={"bundled": False})
     async with open_kernel(config, agents=manifests) as kernel:
-        async with open_daemon(kernel, graceful_timeout=1) as url, httpx.AsyncClient(base_url=url) as client:
+        async with (
+            open_daemon(kernel, graceful_timeout=1) as url,
+            httpx.AsyncClient(base_url=url) as client,
+        ):
             start = time.perf_counter()
             reply = await client.get("/api/agents/a0", timeout=120)
             seconds = time.perf_counter() - start
@@ -154,12 +168,28 @@ async def _first_call_seconds(tmp_path, count: int, method: str, path: str, body
     config = default_config(home=str(tmp_path / f"home{count}"), agents={"bundled": False})
     headers = {"Accept": "application/json, text/event-stream"}
     async with open_kernel(config, agents=manifests) as kernel:
-        async with open_daemon(kernel, graceful_timeout=1) as url, httpx.AsyncClient(base_url=url, headers=headers) as client:
+        async with (
+            open_daemon(kernel, graceful_timeout=1) as url,
+            httpx.AsyncClient(base_url=url, headers=headers) as client,
+        ):
             if path == "/mcp":  # a session first
-                init = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-                reply = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init})
-                headers = {"Mcp-Session-Id": reply.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-06-18"}
-                await client.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+                init = {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                }
+                reply = await client.post(
+                    "/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}
+                )
+                headers = {
+                    "Mcp-Session-Id": reply.headers["mcp-session-id"],
+                    "MCP-Protocol-Version": "2025-06-18",
+                }
+                await client.post(
+                    "/mcp",
+                    json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    headers=headers,
+                )
             start = time.perf_counter()
             reply = await client.request(method, path, json=body, headers=headers, timeout=120)
             seconds = time.perf_counter() - start
@@ -169,7 +199,10 @@ async def _first_call_seconds(tmp_path, count: int, method: str, path: str, body
 
 @pytest.mark.parametrize(
     ("method", "path", "body"),
-    [("GET", "/a2a/agents", None), ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})],
+    [
+        ("GET", "/a2a/agents", None),
+        ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    ],
     ids=["a2a-agents", "mcp-tools-list"],
 )
 async def test_listing_every_agent_is_linear(tmp_path, method, path, body):
@@ -177,6 +210,10 @@ async def test_listing_every_agent_is_linear(tmp_path, method, path, body):
     ``agent_<name>`` tool per agent: ``GET /a2a/agents`` and the host's ``tools/list``
     took 19 s each with 10,000 agents. Twice the agents must not take four times as long."""
     await _first_call_seconds(tmp_path / "w", 10, method, path, body)  # warm up
-    small = min([await _first_call_seconds(tmp_path / f"s{i}", 600, method, path, body) for i in range(2)])
-    large = min([await _first_call_seconds(tmp_path / f"l{i}", 1200, method, path, body) for i in range(2)])
+    small = min(
+        [await _first_call_seconds(tmp_path / f"s{i}", 600, method, path, body) for i in range(2)]
+    )
+    large = min(
+        [await _first_call_seconds(tmp_path / f"l{i}", 1200, method, path, body) for i in range(2)]
+    )
     assert large / small < 2.8, f"2x the agents took {large / small:.1f}x as long"

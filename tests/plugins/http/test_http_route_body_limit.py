@@ -24,8 +24,12 @@ class BigBodyPlugin:
     def roost_http_routes(self, kernel):
         return [
             RouteDescriptor("/big", size_of_body, methods=("POST",), max_body_bytes=ROUTE_CAP),
-            RouteDescriptor("/big/<name>", size_of_body, methods=("POST",), max_body_bytes=ROUTE_CAP),
-            RouteDescriptor("/big-ignored", ignore_body, methods=("POST",), max_body_bytes=ROUTE_CAP),
+            RouteDescriptor(
+                "/big/<name>", size_of_body, methods=("POST",), max_body_bytes=ROUTE_CAP
+            ),
+            RouteDescriptor(
+                "/big-ignored", ignore_body, methods=("POST",), max_body_bytes=ROUTE_CAP
+            ),
             RouteDescriptor("/small", size_of_body, methods=("POST",)),
         ]
 

@@ -80,7 +80,9 @@ async def test_plugin_routes_are_served_with_auth_unless_public(kernel_with_plug
         )
         options = await client.options("/plugin/opts", headers=auth)
         # A route without OPTIONS answers a preflight itself, without the key.
-        preflight = await client.options("/plugin/echo", headers={"Access-Control-Request-Method": "POST"})
+        preflight = await client.options(
+            "/plugin/echo", headers={"Access-Control-Request-Method": "POST"}
+        )
         wrong = await client.get("/plugin/wrong", headers=auth)
         health = await client.get("/health")
     assert public.json() == {"hello": "world"}
@@ -95,7 +97,10 @@ async def test_plugin_routes_are_served_with_auth_unless_public(kernel_with_plug
     assert health.json()["status"] == "ok"  # the daemon's /health kept its place
     assert options_no_key.status_code == 401
     assert options.json() == {"hello": "world"}
-    assert preflight.status_code == 200 and set(preflight.headers["allow"].split(", ")) == {"OPTIONS", "POST"}
+    assert preflight.status_code == 200 and set(preflight.headers["allow"].split(", ")) == {
+        "OPTIONS",
+        "POST",
+    }
     assert wrong.status_code == 500 and wrong.json()["error"]["code"] == "internal_error"
 
 

@@ -77,7 +77,9 @@ async def test_the_key_never_reaches_the_logs(make_kernel, caplog):
 
 
 async def test_rate_limit_answers_429_with_retry_after(make_kernel):
-    async with serving(make_kernel(rate_limit_per_s=0.5, rate_limit_burst=3, rate_limit_loopback=True)) as client:
+    async with serving(
+        make_kernel(rate_limit_per_s=0.5, rate_limit_burst=3, rate_limit_loopback=True)
+    ) as client:
         statuses = [(await client.get("/api/agents")).status_code for _ in range(3)]
         limited = await client.get("/api/agents")
         health = [(await client.get("/health")).status_code for _ in range(10)]
@@ -90,7 +92,9 @@ async def test_rate_limit_answers_429_with_retry_after(make_kernel):
 
 
 async def test_failed_auth_attempts_are_rate_limited_too(make_kernel):
-    kernel = make_kernel(api_key=KEY, rate_limit_per_s=0.5, rate_limit_burst=2, rate_limit_loopback=True)
+    kernel = make_kernel(
+        api_key=KEY, rate_limit_per_s=0.5, rate_limit_burst=2, rate_limit_loopback=True
+    )
     async with serving(kernel) as client:
         bad = {"Authorization": "Bearer guess"}
         statuses = [(await client.get("/api/agents", headers=bad)).status_code for _ in range(3)]
@@ -98,7 +102,9 @@ async def test_failed_auth_attempts_are_rate_limited_too(make_kernel):
 
 
 async def test_rate_limit_applies_to_websocket_handshakes(make_kernel):
-    async with serving(make_kernel(rate_limit_per_s=0.5, rate_limit_burst=1, rate_limit_loopback=True)) as client:
+    async with serving(
+        make_kernel(rate_limit_per_s=0.5, rate_limit_burst=1, rate_limit_loopback=True)
+    ) as client:
         async with open_websocket_url(ws_url(client)):
             pass
         with pytest.raises(ConnectionRejected) as refused:

@@ -119,7 +119,11 @@ async def test_unread_request_body_does_not_wedge_the_connection(make_kernel):
         port = int(client.roost_url.rsplit(":", 1)[1])
         for path in [b"/nowhere", b"/api/agents/echo/message"]:
             stream = await trio.open_tcp_stream("127.0.0.1", port)
-            head = b"POST " + path + b" HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+            head = (
+                b"POST "
+                + path
+                + b" HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
             chunks = b"".join(b"40\r\n" + b"x" * 64 + b"\r\n" for _ in range(200))
             await stream.send_all(head + chunks + b"0\r\n\r\n")
             received = b""
@@ -191,7 +195,9 @@ async def test_quart_connections_honour_connection_close_and_the_keep_alive_limi
     async with serving(make_kernel(keep_alive_s=0.5)) as client:
         port = int(client.roost_url.rsplit(":", 1)[1])
         closing = await trio.open_tcp_stream("127.0.0.1", port)
-        await closing.send_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        await closing.send_all(
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
         with trio.fail_after(0.4):  # before the idle limit could be the reason
             answer = await read_until_closed(closing)
         assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" in answer.lower()
@@ -233,7 +239,9 @@ async def test_streams_and_websockets_are_not_cut_by_the_idle_limit(make_kernel)
     kernel.plugins.register(plugin, name="streaming")
     async with serving(kernel) as client:
         port = int(client.roost_url.rsplit(":", 1)[1])
-        async with open_websocket_url(client.roost_url.replace("http://", "ws://") + "/api/events") as ws:
+        async with open_websocket_url(
+            client.roost_url.replace("http://", "ws://") + "/api/events"
+        ) as ws:
             sse = await trio.open_tcp_stream("127.0.0.1", port)
             await sse.send_all(b"GET /stream HTTP/1.1\r\nHost: localhost\r\n\r\n")
             received = b""

@@ -51,11 +51,16 @@ class McpTestTools:
         ]
 
 
-def make_agent(name, *, expose=(), private=(), tools=(), rules=(), default_reply="{agent}:{message}", prompt=""):
+def make_agent(
+    name, *, expose=(), private=(), tools=(), rules=(), default_reply="{agent}:{message}", prompt=""
+):
     data = {
         "name": name,
         "description": f"test agent {name}",
-        "model": {"provider": "scripted", "script": {"rules": list(rules), "default_reply": default_reply}},
+        "model": {
+            "provider": "scripted",
+            "script": {"rules": list(rules), "default_reply": default_reply},
+        },
         "capabilities": {"tools": list(tools)},
         "mcp": {"expose_tools": list(expose), "private_tools": list(private)},
     }
@@ -71,7 +76,13 @@ def standard_agents():
             expose=["echo", "secret", "shared", "sleepy", "steps"],
             private=["secret"],
             tools=["agent_beta", "echo"],
-            rules=[{"match": "^ask beta (.*)", "steps": [{"tool": "agent_beta", "arguments": {"message": "{message}"}}], "reply": "beta said {result}"}],
+            rules=[
+                {
+                    "match": "^ask beta (.*)",
+                    "steps": [{"tool": "agent_beta", "arguments": {"message": "{message}"}}],
+                    "reply": "beta said {result}",
+                }
+            ],
             prompt="You are alpha.",
         ),
         make_agent("beta", expose=["shared"], tools=["agent_alpha"], prompt="You are beta."),

@@ -23,7 +23,9 @@ async def read_all(client, uris: list[str]) -> dict:
     for uri in uris:
         try:
             result = await client.read_resource(uri)
-            out[uri] = [c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in result.contents]
+            out[uri] = [
+                c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in result.contents
+            ]
         except MCPError as exc:
             out[uri] = {"error_code": exc.error.code, "message": exc.error.message}
     return out
@@ -35,7 +37,9 @@ async def main(url: str, mode: str, tool: str, message: str) -> dict:
     out: dict = {}
     async with Client(url, mode=mode, read_timeout_seconds=30) as client:
         reply = await client.call_tool(tool, {"message": message})
-        blocks = [c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in reply.content]
+        blocks = [
+            c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in reply.content
+        ]
         embedded = [b["resource"] for b in blocks if b.get("type") == "resource"]
         text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         out["embedded"] = embedded

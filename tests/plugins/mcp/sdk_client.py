@@ -19,7 +19,9 @@ async def main(target: str, mode: str, private_tool: str = "read", make: str = "
 
     if target.startswith("stdio:"):
         _, exe, config = target.split(":", 2)
-        server = StdioServerParameters(command=exe, args=["mcp", "--no-daemon"], env={"ROOST_CONFIG": config})
+        server = StdioServerParameters(
+            command=exe, args=["mcp", "--no-daemon"], env={"ROOST_CONFIG": config}
+        )
     else:
         server = target
     out: dict = {}
@@ -34,7 +36,10 @@ async def main(target: str, mode: str, private_tool: str = "read", make: str = "
         out["answer_is_error"] = bool(answer.is_error)
         try:
             private = await client.call_tool(private_tool, {"path": "x"})
-            out["private"] = {"is_error": bool(private.is_error), "text": [getattr(c, "text", "") for c in private.content]}
+            out["private"] = {
+                "is_error": bool(private.is_error),
+                "text": [getattr(c, "text", "") for c in private.content],
+            }
         except MCPError as exc:
             out["private"] = {"error_code": exc.error.code, "message": exc.error.message}
         resources = await client.list_resources()
@@ -50,7 +55,10 @@ async def main(target: str, mode: str, private_tool: str = "read", make: str = "
         if make:  # the agent hands over artifacts: how do they reach an MCP client?
             made = await client.call_tool("agent_alpha", {"message": "make a report"})
             out["made"] = {
-                "blocks": [c.model_dump(mode="json", exclude_none=True, by_alias=True) for c in made.content],
+                "blocks": [
+                    c.model_dump(mode="json", exclude_none=True, by_alias=True)
+                    for c in made.content
+                ],
                 "structured": made.structured_content,
             }
         if "steps" in out["tools"]:

@@ -49,9 +49,13 @@ async def test_the_sdk_reads_the_artifact_the_coordinators_reply_links(bundled_k
     assert embedded["blob"] == draft and embedded["mimeType"] == "text/markdown"
     # The link in the reply's text and the embedded resource are one URI...
     assert seen["linked"] == [embedded["uri"]]
-    assert embedded["uri"].startswith("roost://artifacts/") and embedded["uri"].endswith("/draft.md")
+    assert embedded["uri"].startswith("roost://artifacts/") and embedded["uri"].endswith(
+        "/draft.md"
+    )
     # ...and resources/read returns the artifact.
-    assert seen["read"][embedded["uri"]] == [{"uri": embedded["uri"], "mimeType": "text/markdown", "blob": draft}]
+    assert seen["read"][embedded["uri"]] == [
+        {"uri": embedded["uri"], "mimeType": "text/markdown", "blob": draft}
+    ]
     # The artifact's own URI (no file name) reads all its parts: here the one file.
     assert seen["read"][embedded["uri"].rsplit("/", 1)[0]] == seen["read"][embedded["uri"]]
     if mode == "legacy":  # another session cannot read what this one received
@@ -61,7 +65,9 @@ async def test_the_sdk_reads_the_artifact_the_coordinators_reply_links(bundled_k
 
 def test_an_adopted_artifact_keeps_its_id():
     worker = Outputs()
-    handed = worker.add("draft.md", OutputPart(raw=b"x", media_type="text/markdown", filename="draft.md"))
+    handed = worker.add(
+        "draft.md", OutputPart(raw=b"x", media_type="text/markdown", filename="draft.md")
+    )
     caller = Outputs()
     own = caller.add("draft.md", OutputPart(text="mine"))
     caller.adopt(handed)
@@ -84,8 +90,15 @@ def test_an_artifact_reads_whole_or_by_its_file_uri():
     file_uri = "roost://artifacts/art-1/my%20report.pdf"
     assert Output.id_in_uri(file_uri) == Output.id_in_uri(output.uri) == "art-1"
     assert Output.id_in_uri("roost://agents/a/card") is None
-    assert output.resource_contents(file_uri) == [{"uri": file_uri, "mimeType": "application/pdf", "blob": "JVBERg=="}]
-    assert [c["mimeType"] for c in output.resource_contents(output.uri)] == ["text/markdown", "application/json", "application/pdf", "text/uri-list"]
+    assert output.resource_contents(file_uri) == [
+        {"uri": file_uri, "mimeType": "application/pdf", "blob": "JVBERg=="}
+    ]
+    assert [c["mimeType"] for c in output.resource_contents(output.uri)] == [
+        "text/markdown",
+        "application/json",
+        "application/pdf",
+        "text/uri-list",
+    ]
     assert output.resource_contents("roost://artifacts/art-1/other.pdf") == []
 
 
@@ -122,6 +135,9 @@ def test_the_shelf_is_bounded_by_count_and_bytes_oldest_out_first():
     shelf.keep("s", [output(f"a{i}") for i in range(5)])
     assert [i for i in ("a0", "a1", "a2", "a3", "a4") if shelf.get("s", i)] == ["a2", "a3", "a4"]
     shelf.keep("s", [output("big", 90)])
-    assert [i for i in ("a2", "a3", "a4", "big") if shelf.get("s", i)] == ["a4", "big"]  # 10 + 90 bytes
+    assert [i for i in ("a2", "a3", "a4", "big") if shelf.get("s", i)] == [
+        "a4",
+        "big",
+    ]  # 10 + 90 bytes
     shelf.keep("s", [output("huge", 101)])  # larger than the whole shelf: not kept
     assert shelf.get("s", "huge") is None and shelf.get("s", "big") is not None

@@ -26,18 +26,30 @@ class FakeServer:
         self.received.append(message)
         method, request_id = message.get("method"), message.get("id")
         if method == "initialize":
-            result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "fake", "version": "1"}}
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "serverInfo": {"name": "fake", "version": "1"},
+            }
             self._to_client.send_nowait({"jsonrpc": "2.0", "id": request_id, "result": result})
         elif method == "tools/call":
             name = message["params"]["name"]
             if name == "echo":
-                self._to_client.send_nowait({"jsonrpc": "2.0", "id": request_id, "result": {"content": [], "n": message["params"]["arguments"]["n"]}})
+                self._to_client.send_nowait(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "result": {"content": [], "n": message["params"]["arguments"]["n"]},
+                    }
+                )
             elif name == "later":
                 self.held[message["params"]["arguments"]["key"]] = message
 
     def release(self, key):
         message = self.held.pop(key)
-        self._to_client.send_nowait({"jsonrpc": "2.0", "id": message["id"], "result": {"content": [], "key": key}})
+        self._to_client.send_nowait(
+            {"jsonrpc": "2.0", "id": message["id"], "result": {"content": [], "key": key}}
+        )
 
     def cancels(self):
         return [m["params"] for m in self.received if m.get("method") == "notifications/cancelled"]

@@ -28,7 +28,9 @@ def free_port() -> int:
 def start_sdk_server(mode: str):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, SDK_SERVER, mode, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, SDK_SERVER, mode, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
     def listening() -> bool:
@@ -71,7 +73,9 @@ async def exercise(client):
     assert (await client.call_tool("echo", {"text": "héllo"}))["content"][0]["text"] == "héllo"
     assert (await client.call_tool("add-numbers", {"a": 2, "b": 40}))["content"][0]["text"] == "42"
     progress = []
-    result = await client.call_tool("steps", {"count": 3}, on_progress=lambda p: progress.append(p["progress"]))
+    result = await client.call_tool(
+        "steps", {"count": 3}, on_progress=lambda p: progress.append(p["progress"])
+    )
     assert result["content"][0]["text"] == "did 3 steps"
     assert progress == [1, 2, 3]
     bad = await client.call_tool("add-numbers", {"a": "x"})
@@ -84,7 +88,10 @@ async def exercise(client):
     assert "Ada" in prompt["messages"][0]["content"]["text"]
 
 
-@pytest.mark.parametrize("protocol, era", [("2025-11-25", "handshake"), ("2025-03-26", "handshake"), ("2026-07-28", "modern")])
+@pytest.mark.parametrize(
+    "protocol, era",
+    [("2025-11-25", "handshake"), ("2025-03-26", "handshake"), ("2026-07-28", "modern")],
+)
 async def test_sdk_server_over_stdio(protocol, era):
     notes = []
     options = ClientOptions(protocol=protocol, on_notification=lambda m, p: notes.append((m, p)))
@@ -94,7 +101,9 @@ async def test_sdk_server_over_stdio(protocol, era):
             assert client.server_info["name"] == "sdk-fixture"
             await exercise(client)
             await client.ping()
-    assert ("notifications/message", {"level": "info", "data": "starting steps"}) in [(m, {k: p[k] for k in ("level", "data") if k in p}) for m, p in notes]
+    assert ("notifications/message", {"level": "info", "data": "starting steps"}) in [
+        (m, {k: p[k] for k in ("level", "data") if k in p}) for m, p in notes
+    ]
 
 
 async def test_sdk_stdio_server_probes_as_modern_and_auto_uses_it():
@@ -124,12 +133,18 @@ async def test_sdk_timeout_then_connection_still_usable():
 
             with pytest.raises(McpTimeout):
                 await client.call_tool("slow", {"seconds": 30}, timeout=0.3)
-            assert (await client.call_tool("echo", {"text": "still here"}))["content"][0]["text"] == "still here"
+            assert (await client.call_tool("echo", {"text": "still here"}))["content"][0][
+                "text"
+            ] == "still here"
 
 
-@pytest.mark.parametrize("protocol, era", [("auto", "modern"), ("2025-11-25", "handshake"), ("2026-07-28", "modern")])
+@pytest.mark.parametrize(
+    "protocol, era", [("auto", "modern"), ("2025-11-25", "handshake"), ("2026-07-28", "modern")]
+)
 async def test_sdk_server_over_streamable_http(sdk_http, protocol, era):
-    async with open_http_transport(sdk_http, name="sdk", allow_loopback=True, timeout_secs=10) as transport:
+    async with open_http_transport(
+        sdk_http, name="sdk", allow_loopback=True, timeout_secs=10
+    ) as transport:
         async with open_mcp_client(transport, ClientOptions(protocol=protocol)) as client:
             assert client.era == era
             assert (transport.session_id is not None) == (era == "handshake")
@@ -137,7 +152,9 @@ async def test_sdk_server_over_streamable_http(sdk_http, protocol, era):
 
 
 async def test_sdk_server_over_legacy_http_sse(sdk_sse):
-    async with open_sse_transport(sdk_sse, name="sdk", allow_loopback=True, timeout_secs=10) as transport:
+    async with open_sse_transport(
+        sdk_sse, name="sdk", allow_loopback=True, timeout_secs=10
+    ) as transport:
         assert transport.endpoint.startswith(sdk_sse.rsplit("/", 1)[0])
         async with open_mcp_client(transport, ClientOptions(protocol="auto")) as client:
             assert client.era == "handshake"
@@ -145,11 +162,16 @@ async def test_sdk_server_over_legacy_http_sse(sdk_sse):
 
 
 async def test_mcp_server_time_over_stdio():
-    async with open_stdio_transport(sys.executable, ["-m", "mcp_server_time", "--local-timezone", "UTC"], name="time") as transport:
+    async with open_stdio_transport(
+        sys.executable, ["-m", "mcp_server_time", "--local-timezone", "UTC"], name="time"
+    ) as transport:
         async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
             names = sorted(t["name"] for t in await client.list_tools())
             assert names == ["convert_time", "get_current_time"]
-            result = await client.call_tool("convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"})
+            result = await client.call_tool(
+                "convert_time",
+                {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+            )
             assert "Asia/Tokyo" in result["content"][0]["text"]
             bad = await client.call_tool("get_current_time", {"timezone": "Not/AZone"})
             assert bad["isError"] is True

@@ -37,7 +37,10 @@ def logged(path):
 
 
 async def test_handshake_and_paginated_tools_list():
-    async with raw_server() as transport, open_mcp_client(transport, ClientOptions(server_name="raw")) as client:
+    async with (
+        raw_server() as transport,
+        open_mcp_client(transport, ClientOptions(server_name="raw")) as client,
+    ):
         assert client.era == "handshake"
         assert client.protocol_version == "2025-11-25"
         assert client.server_info["name"] == "raw"
@@ -58,7 +61,9 @@ async def test_many_calls_in_flight_on_one_connection():
         async with trio.open_nursery() as nursery:
             for i in range(32):
                 nursery.start_soon(one, i)
-        assert {i: r["content"][0]["text"] for i, r in results.items()} == {i: f"alpha:{i}" for i in range(32)}
+        assert {i: r["content"][0]["text"] for i, r in results.items()} == {
+            i: f"alpha:{i}" for i in range(32)
+        }
 
 
 async def test_server_that_never_answers_times_out_and_gets_cancelled(tmp_path):
@@ -68,9 +73,15 @@ async def test_server_that_never_answers_times_out_and_gets_cancelled(tmp_path):
             with pytest.raises(McpTimeout, match="did not answer tools/call within 0.5 s"):
                 await client.call_tool("hang")
             # The connection is still usable afterwards.
-            assert (await client.call_tool("alpha", {"text": "x"}))["content"][0]["text"] == "alpha:x"
+            assert (await client.call_tool("alpha", {"text": "x"}))["content"][0][
+                "text"
+            ] == "alpha:x"
     messages = logged(log_path)
-    hang_id = next(m["id"] for m in messages if m.get("method") == "tools/call" and m["params"]["name"] == "hang")
+    hang_id = next(
+        m["id"]
+        for m in messages
+        if m.get("method") == "tools/call" and m["params"]["name"] == "hang"
+    )
     cancels = [m for m in messages if m.get("method") == "notifications/cancelled"]
     assert cancels and cancels[0]["params"]["requestId"] == hang_id
     assert cancels[0]["params"]["reason"] == "timeout"
@@ -88,7 +99,10 @@ async def test_cancelling_the_caller_sends_cancelled(tmp_path):
 
 
 async def test_server_exiting_mid_call_fails_the_call_at_once():
-    async with raw_server() as transport, open_mcp_client(transport, ClientOptions(timeout_secs=60)) as client:
+    async with (
+        raw_server() as transport,
+        open_mcp_client(transport, ClientOptions(timeout_secs=60)) as client,
+    ):
         with trio.fail_after(10):  # far below timeout_secs: the failure must not wait for it
             with pytest.raises(McpConnectionClosed, match="exited with code 5"):
                 await client.call_tool("exit")
@@ -105,7 +119,10 @@ async def test_garbage_on_stdout_is_skipped():
 
 
 async def test_nine_megabyte_message_arrives_and_eleven_is_dropped():
-    async with raw_server() as transport, open_mcp_client(transport, ClientOptions(timeout_secs=20)) as client:
+    async with (
+        raw_server() as transport,
+        open_mcp_client(transport, ClientOptions(timeout_secs=20)) as client,
+    ):
         big = await client.call_tool("big")
         assert len(big["content"][0]["text"]) == 9 * 1024 * 1024
         small = await client.call_tool("huge")
@@ -125,7 +142,12 @@ async def test_sampling_handler_answers_with_the_caller_known():
 
     async def sample(params, context):
         seen.append((context.caller, params["messages"][0]["content"]["text"]))
-        return {"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m", "stopReason": "endTurn"}
+        return {
+            "role": "assistant",
+            "content": {"type": "text", "text": "Paris"},
+            "model": "m",
+            "stopReason": "endTurn",
+        }
 
     options = ClientOptions(sampling=sample)
     async with raw_server() as transport, open_mcp_client(transport, options) as client:
@@ -138,7 +160,9 @@ async def test_roots_are_offered_when_a_provider_is_set():
     options = ClientOptions(roots=lambda ctx: [{"uri": "file:///work/alice", "name": "alice"}])
     async with raw_server() as transport, open_mcp_client(transport, options) as client:
         result = await client.call_tool("roots", caller="alice")
-        assert json.loads(result["content"][0]["text"]) == [{"uri": "file:///work/alice", "name": "alice"}]
+        assert json.loads(result["content"][0]["text"]) == [
+            {"uri": "file:///work/alice", "name": "alice"}
+        ]
 
 
 async def test_list_changed_notification_reaches_the_handler():
@@ -159,7 +183,10 @@ async def test_modern_server_input_required_round_trip(tmp_path):
         return {"action": "accept", "content": {"yes": True}}
 
     options = ClientOptions(protocol="2026-07-28", elicitation=elicit)
-    async with raw_server("modern", log_path) as transport, open_mcp_client(transport, options) as client:
+    async with (
+        raw_server("modern", log_path) as transport,
+        open_mcp_client(transport, options) as client,
+    ):
         assert client.era == "modern"
         assert client.protocol_version == "2026-07-28"
         assert [t["name"] for t in await client.list_tools()] == ["alpha", "confirm", "grow"]
@@ -168,7 +195,9 @@ async def test_modern_server_input_required_round_trip(tmp_path):
     assert asked == ["sure?"]
     calls = [m for m in logged(log_path) if m.get("method") == "tools/call"]
     assert len(calls) == 2 and calls[0]["id"] != calls[1]["id"]
-    assert "inputResponses" not in calls[0]["params"] and calls[1]["params"]["requestState"] == "st-1"
+    assert (
+        "inputResponses" not in calls[0]["params"] and calls[1]["params"]["requestState"] == "st-1"
+    )
     for message in logged(log_path):
         if "id" in message:  # every request carries the per-request _meta
             meta = message["params"]["_meta"]
@@ -200,7 +229,10 @@ async def test_probe_finds_each_era_and_never_confuses_a_strict_legacy_server():
         # It exits on the unexpected first message: that is a legacy signal, not a crash.
         assert await probe_era(transport, timeout=3) == "legacy"
     # ...and a fresh process opened with initialize works.
-    async with raw_server("strict-legacy") as transport, open_mcp_client(transport, era="legacy") as client:
+    async with (
+        raw_server("strict-legacy") as transport,
+        open_mcp_client(transport, era="legacy") as client,
+    ):
         assert client.era == "handshake"
         assert (await client.call_tool("alpha", {"text": "ok"}))["content"][0]["text"] == "alpha:ok"
 
@@ -215,11 +247,18 @@ def test_protocol_core_builds_and_checks_messages():
     modern = ClientProtocol(ClientOptions())
     with pytest.raises(McpProtocolError, match="none of roost's modern versions"):
         modern.accept_discover({"supportedVersions": ["2030-01-01"]})
-    assert modern.accept_discover({"supportedVersions": ["2025-11-25", "2026-07-28"], "capabilities": {"tools": {}}}) == "2026-07-28"
+    assert (
+        modern.accept_discover(
+            {"supportedVersions": ["2025-11-25", "2026-07-28"], "capabilities": {"tools": {}}}
+        )
+        == "2026-07-28"
+    )
     params = modern.decorate({"name": "x", "_meta": {"traceparent": "t"}})
     assert params["_meta"]["traceparent"] == "t"
     assert params["_meta"]["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
-    retry = ClientProtocol.retry_params({"name": "x", "requestState": "old"}, {"resultType": "input_required"}, {})
+    retry = ClientProtocol.retry_params(
+        {"name": "x", "requestState": "old"}, {"resultType": "input_required"}, {}
+    )
     assert "requestState" not in retry  # not echoed when the server sent none
 
 

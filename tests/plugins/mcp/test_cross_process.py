@@ -35,14 +35,21 @@ def write_agent(directory: Path, name: str, tools=(), rules=(), default_reply="{
     manifest = {
         "name": name,
         "description": f"{name} (scripted)",
-        "model": {"provider": "scripted", "script": {"rules": list(rules), "default_reply": default_reply}},
+        "model": {
+            "provider": "scripted",
+            "script": {"rules": list(rules), "default_reply": default_reply},
+        },
         "capabilities": {"tools": list(tools)},
     }
     path.write_text(json.dumps(manifest))
 
 
 def forward(tool: str) -> dict:
-    return {"match": ".", "steps": [{"tool": tool, "arguments": {"message": "{message}"}}], "reply": "{result}"}
+    return {
+        "match": ".",
+        "steps": [{"tool": tool, "arguments": {"message": "{message}"}}],
+        "reply": "{result}",
+    }
 
 
 def start_daemon(root: Path, port: int, toml_extra: str = ""):
@@ -55,7 +62,14 @@ def start_daemon(root: Path, port: int, toml_extra: str = ""):
     env["ROOST_HOME"] = str(home)
     env["ROOST_CONFIG"] = str(root / "roost.toml")
     log = open(root / "daemon.log", "wb")
-    proc = subprocess.Popen([ROOST, "run"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [ROOST, "run"],
+        cwd=root,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -67,7 +81,11 @@ def start_daemon(root: Path, port: int, toml_extra: str = ""):
             return False
 
     try:
-        wait_until_sync(healthy, lambda: f"daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}", timeout=30)
+        wait_until_sync(
+            healthy,
+            lambda: f"daemon healthy: {(root / 'daemon.log').read_text()[-2000:]}",
+            timeout=30,
+        )
     except BaseException:
         stop(proc)
         raise
@@ -96,7 +114,9 @@ def daemons(tmp_path):
         agents = a_root / "agents"
         write_agent(agents, "caller", tools=["mcp_b_*"], rules=[forward("mcp_b_message")])
         for i in range(1, 5):
-            write_agent(agents, f"a{i}", tools=[f"agent_a{i + 1}"], rules=[forward(f"agent_a{i + 1}")])
+            write_agent(
+                agents, f"a{i}", tools=[f"agent_a{i + 1}"], rules=[forward(f"agent_a{i + 1}")]
+            )
         write_agent(agents, "a5", tools=["mcp_b_*"], rules=[forward("mcp_b_message")])
         server = (
             f'[[mcp_servers]]\nname = "b"\ntimeout_secs = 30\nallow_local = true\n'
@@ -123,7 +143,9 @@ async def test_agents_in_two_daemons_call_each_other_and_the_breaker_holds_acros
     a_url, b_url = daemons
     wait_for_tool(a_url, "mcp_b_message")
     async with httpx.AsyncClient(base_url=a_url, timeout=60) as http:
-        ok = (await http.post("/api/agents/caller/message", json={"message": "hello over MCP"})).json()
+        ok = (
+            await http.post("/api/agents/caller/message", json={"message": "hello over MCP"})
+        ).json()
         assert "b1 got: hello over MCP" in json.dumps(ok)
         deep = (await http.post("/api/agents/a1/message", json={"message": "go deep"})).json()
     # a1 → a2 → a3 → a4 → a5 in daemon A, then b1 in daemon B would be the sixth hop.
@@ -136,7 +158,9 @@ async def test_agents_in_two_daemons_call_each_other_and_the_breaker_holds_acros
         trace = trace.child(hop)
     async with open_http_transport(f"{b_url}/agents/b1/mcp", allow_loopback=True) as transport:
         async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
-            shallow = await client.call_tool("message", {"message": "hi"}, meta=TraceContext.new("x1").to_meta())
+            shallow = await client.call_tool(
+                "message", {"message": "hi"}, meta=TraceContext.new("x1").to_meta()
+            )
             assert "b1 got: hi" in json.dumps(shallow)
             refused = await client.call_tool("message", {"message": "hi"}, meta=trace.to_meta())
     assert refused["isError"] is True

@@ -30,7 +30,10 @@ def agent(name, tools=("mcp_*",), rules=(), servers=()):
     data = {
         "name": name,
         "description": f"test agent {name}",
-        "model": {"provider": "scripted", "script": {"rules": list(rules), "default_reply": "{message}"}},
+        "model": {
+            "provider": "scripted",
+            "script": {"rules": list(rules), "default_reply": "{message}"},
+        },
         "capabilities": {"tools": list(tools)},
     }
     if servers:
@@ -39,18 +42,29 @@ def agent(name, tools=("mcp_*",), rules=(), servers=()):
 
 
 def make_config(tmp_path, servers, **extra):
-    return default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=list(servers), **extra)
+    return default_config(
+        home=tmp_path / "home", agents={"bundled": False}, mcp_servers=list(servers), **extra
+    )
 
 
 TIME_SERVER = {
     "name": "time",
     "timeout_secs": 20,
-    "transport": {"type": "stdio", "command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]},
+    "transport": {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+    },
 }
 
 
 def raw(name="raw", mode="legacy", **extra):
-    return {"name": name, "timeout_secs": 10, "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, mode]}, **extra}
+    return {
+        "name": name,
+        "timeout_secs": 10,
+        "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, mode]},
+        **extra,
+    }
 
 
 # ---- configuration ------------------------------------------------------------------------
@@ -61,19 +75,55 @@ def raw(name="raw", mode="legacy", **extra):
     [
         ({"transport": {"type": "stdio", "command": "x"}}, r"name: expected 1-64 letters"),
         ({"name": "a"}, r"transport: missing; add a \[mcp_servers.transport\] table"),
-        ({"name": "a", "transport": {"type": "ftp"}}, r"transport.type: expected \"stdio\", \"http\" or \"sse\", got 'ftp'"),
+        (
+            {"name": "a", "transport": {"type": "ftp"}},
+            r"transport.type: expected \"stdio\", \"http\" or \"sse\", got 'ftp'",
+        ),
         ({"name": "a", "transport": {"type": "stdio"}}, r"transport.command: missing"),
-        ({"name": "a", "transport": {"type": "stdio", "command": "../bin/evil"}}, r"transport.command: '../bin/evil' contains '..'"),
-        ({"name": "a", "transport": {"type": "stdio", "command": "x", "args": "-y"}}, r"transport.args: expected an array of strings"),
-        ({"name": "a", "transport": {"type": "http"}}, r"transport.url: missing; an http transport needs url"),
-        ({"name": "a", "transport": {"type": "sse", "url": "ftp://x"}}, r"transport.url: expected an absolute http"),
-        ({"name": "a", "transport": {"type": "http", "url": "http://x", "headers": {"A": 1}}}, r"transport.headers: expected a table"),
-        ({"name": "a", "timeout_secs": -1, "transport": {"type": "stdio", "command": "x"}}, r"timeout_secs: expected a number of seconds above 0"),
-        ({"name": "a", "env": ["BAD-NAME"], "transport": {"type": "stdio", "command": "x"}}, r"env: expected an array of environment variable names"),
-        ({"name": "a", "protocol": "v9", "transport": {"type": "stdio", "command": "x"}}, r"protocol: expected one of auto"),
-        ({"name": "a", "sampling": "yes", "transport": {"type": "stdio", "command": "x"}}, r"sampling: expected true or false"),
-        ({"name": "a", "colour": "red", "transport": {"type": "stdio", "command": "x"}}, r"unknown key 'colour' — valid keys in \[\[mcp_servers\]\]: name, "),
-        ({"name": "a", "transport": {"type": "stdio", "command": "x", "url": "http://x"}}, r"unknown key 'transport.url' — valid keys in \[mcp_servers.transport\] \(type = \"stdio\"\): type, command"),
+        (
+            {"name": "a", "transport": {"type": "stdio", "command": "../bin/evil"}},
+            r"transport.command: '../bin/evil' contains '..'",
+        ),
+        (
+            {"name": "a", "transport": {"type": "stdio", "command": "x", "args": "-y"}},
+            r"transport.args: expected an array of strings",
+        ),
+        (
+            {"name": "a", "transport": {"type": "http"}},
+            r"transport.url: missing; an http transport needs url",
+        ),
+        (
+            {"name": "a", "transport": {"type": "sse", "url": "ftp://x"}},
+            r"transport.url: expected an absolute http",
+        ),
+        (
+            {"name": "a", "transport": {"type": "http", "url": "http://x", "headers": {"A": 1}}},
+            r"transport.headers: expected a table",
+        ),
+        (
+            {"name": "a", "timeout_secs": -1, "transport": {"type": "stdio", "command": "x"}},
+            r"timeout_secs: expected a number of seconds above 0",
+        ),
+        (
+            {"name": "a", "env": ["BAD-NAME"], "transport": {"type": "stdio", "command": "x"}},
+            r"env: expected an array of environment variable names",
+        ),
+        (
+            {"name": "a", "protocol": "v9", "transport": {"type": "stdio", "command": "x"}},
+            r"protocol: expected one of auto",
+        ),
+        (
+            {"name": "a", "sampling": "yes", "transport": {"type": "stdio", "command": "x"}},
+            r"sampling: expected true or false",
+        ),
+        (
+            {"name": "a", "colour": "red", "transport": {"type": "stdio", "command": "x"}},
+            r"unknown key 'colour' — valid keys in \[\[mcp_servers\]\]: name, ",
+        ),
+        (
+            {"name": "a", "transport": {"type": "stdio", "command": "x", "url": "http://x"}},
+            r"unknown key 'transport.url' — valid keys in \[mcp_servers.transport\] \(type = \"stdio\"\): type, command",
+        ),
         ("just a string", r"expected a table with name and transport"),
     ],
 )
@@ -84,18 +134,48 @@ def test_bad_server_config_names_the_field_and_the_fix(raw_config, message):
 
 def test_good_server_configs_parse():
     cfg = parse_server_config(
-        {"name": "github", "timeout_secs": 30, "env": ["GITHUB_TOKEN"], "transport": {"type": "stdio", "command": "npx", "args": ["-y", "srv"]}}
+        {
+            "name": "github",
+            "timeout_secs": 30,
+            "env": ["GITHUB_TOKEN"],
+            "transport": {"type": "stdio", "command": "npx", "args": ["-y", "srv"]},
+        }
     )
-    assert (cfg.transport, cfg.command, cfg.args, cfg.env, cfg.protocol, cfg.sampling) == ("stdio", "npx", ("-y", "srv"), ("GITHUB_TOKEN",), "auto", False)
-    cfg = parse_server_config({"name": "remote", "protocol": "2026-07-28", "transport": {"type": "http", "url": "https://h/mcp", "headers": {"Authorization": "Bearer s"}}})
-    assert cfg.url == "https://h/mcp" and cfg.public()["headers"] == ["Authorization"]  # values never shown
+    assert (cfg.transport, cfg.command, cfg.args, cfg.env, cfg.protocol, cfg.sampling) == (
+        "stdio",
+        "npx",
+        ("-y", "srv"),
+        ("GITHUB_TOKEN",),
+        "auto",
+        False,
+    )
+    cfg = parse_server_config(
+        {
+            "name": "remote",
+            "protocol": "2026-07-28",
+            "transport": {
+                "type": "http",
+                "url": "https://h/mcp",
+                "headers": {"Authorization": "Bearer s"},
+            },
+        }
+    )
+    assert cfg.url == "https://h/mcp" and cfg.public()["headers"] == [
+        "Authorization"
+    ]  # values never shown
 
 
 @pytest.mark.parametrize(
     "servers, message",
     [
-        ([raw("dup"), raw("dup")], r"^roost.toml: mcp_servers\[1\]: name: 'dup' is already used by mcp_servers\[0\]"),
-        ([raw("ok"), {"name": "broken", "transport": {"type": "nope"}}], r"^roost.toml: mcp_servers\[1\] \(broken\): transport.type"),
+        (
+            [raw("dup"), raw("dup")],
+            r"^roost.toml: mcp_servers\[1\]: name: 'dup' is already used by mcp_servers\[0\]",
+        ),
+        (
+            [raw("ok"), {"name": "broken", "transport": {"type": "nope"}}],
+            r"^roost.toml: mcp_servers\[1\] \(broken\): transport.type",
+        ),
     ],
 )
 async def test_a_bad_or_duplicate_config_entry_stops_the_boot(tmp_path, servers, message):
@@ -106,7 +186,15 @@ async def test_a_bad_or_duplicate_config_entry_stops_the_boot(tmp_path, servers,
 
 
 async def test_a_name_an_agent_reuses_is_reported_and_boot_goes_on(tmp_path):
-    manifest = agent("a", servers=[{"name": "dup", "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, "legacy"]}}])
+    manifest = agent(
+        "a",
+        servers=[
+            {
+                "name": "dup",
+                "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, "legacy"]},
+            }
+        ],
+    )
     async with open_kernel(make_config(tmp_path, [raw("dup")]), agents=[manifest]) as kernel:
         manager = manager_for(kernel)
         assert list(manager.states) == ["dup"]
@@ -115,7 +203,13 @@ async def test_a_name_an_agent_reuses_is_reported_and_boot_goes_on(tmp_path):
 
 
 async def test_a_server_that_cannot_start_is_logged_and_boot_goes_on(tmp_path):
-    servers = [{"name": "ghost", "timeout_secs": 5, "transport": {"type": "stdio", "command": "/nonexistent/mcp-server"}}]
+    servers = [
+        {
+            "name": "ghost",
+            "timeout_secs": 5,
+            "transport": {"type": "stdio", "command": "/nonexistent/mcp-server"},
+        }
+    ]
     async with open_kernel(make_config(tmp_path, servers), agents=[agent("a")]) as kernel:
         manager = manager_for(kernel)
         await wait_until(lambda: manager.states["ghost"].restarts >= 1)
@@ -129,14 +223,26 @@ async def test_a_server_that_cannot_start_is_logged_and_boot_goes_on(tmp_path):
 
 
 async def test_mcp_server_time_tools_through_the_kernel(tmp_path):
-    rules = [{"match": "^time", "steps": [{"tool": "mcp_time_get_current_time", "arguments": {"timezone": "UTC"}}], "reply": "now: {result}"}]
-    async with open_kernel(make_config(tmp_path, [TIME_SERVER]), agents=[agent("clock", rules=rules)]) as kernel:
+    rules = [
+        {
+            "match": "^time",
+            "steps": [{"tool": "mcp_time_get_current_time", "arguments": {"timezone": "UTC"}}],
+            "reply": "now: {result}",
+        }
+    ]
+    async with open_kernel(
+        make_config(tmp_path, [TIME_SERVER]), agents=[agent("clock", rules=rules)]
+    ) as kernel:
         manager = manager_for(kernel)
         await wait_until(lambda: "mcp_time_get_current_time" in kernel.registry)
         spec = kernel.registry.get("mcp_time_get_current_time").spec
-        assert spec.original_name == "get_current_time" and spec.owner == "mcp:time" and spec.untrusted
+        assert (
+            spec.original_name == "get_current_time" and spec.owner == "mcp:time" and spec.untrusted
+        )
         assert "mcp_time_convert_time" in [s.name for s in kernel.list_tools("clock")]
-        result = await kernel.call_tool("clock", ToolCall("mcp_time_get_current_time", {"timezone": "UTC"}))
+        result = await kernel.call_tool(
+            "clock", ToolCall("mcp_time_get_current_time", {"timezone": "UTC"})
+        )
         assert not result.is_error
         assert json.loads(result.as_text())["timezone"] == "UTC"
         assert "untrusted" in result.taint
@@ -144,7 +250,10 @@ async def test_mcp_server_time_tools_through_the_kernel(tmp_path):
         assert reply.text.startswith("now: ") and '"timezone": "UTC"' in reply.text
         connected = manager.status()["connected"]
         assert connected[0]["name"] == "time" and connected[0]["tools_count"] == 2
-        assert sorted(connected[0]["tools"]) == ["mcp_time_convert_time", "mcp_time_get_current_time"]
+        assert sorted(connected[0]["tools"]) == [
+            "mcp_time_convert_time",
+            "mcp_time_get_current_time",
+        ]
 
 
 # ---- supervision ---------------------------------------------------------------------------
@@ -199,9 +308,13 @@ async def test_caller_trace_rides_in_meta(tmp_path):
 
 async def test_sampling_uses_the_calling_agents_provider_only_when_enabled(tmp_path):
     servers = [raw("on", sampling=True), raw("off")]
-    sampler = agent("sampler", rules=[{"match": "capital", "reply": "Paris, says the scripted model"}])
+    sampler = agent(
+        "sampler", rules=[{"match": "capital", "reply": "Paris, says the scripted model"}]
+    )
     async with open_kernel(make_config(tmp_path, servers), agents=[sampler]) as kernel:
-        await wait_until(lambda: "mcp_on_sample" in kernel.registry and "mcp_off_sample" in kernel.registry)
+        await wait_until(
+            lambda: "mcp_on_sample" in kernel.registry and "mcp_off_sample" in kernel.registry
+        )
         on = await kernel.call_tool("sampler", ToolCall("mcp_on_sample", {}))
         assert on.as_text() == "model said: Paris, says the scripted model"
         off = await kernel.call_tool("sampler", ToolCall("mcp_off_sample", {}))
@@ -218,7 +331,15 @@ async def test_roots_are_the_calling_agents_workspace(tmp_path):
 
 
 async def test_agent_manifest_servers_are_connected(tmp_path):
-    own = agent("owner", servers=[{"name": "mine", "transport": {"type": "stdio", "command": sys.executable, "args": [RAW]}}])
+    own = agent(
+        "owner",
+        servers=[
+            {
+                "name": "mine",
+                "transport": {"type": "stdio", "command": sys.executable, "args": [RAW]},
+            }
+        ],
+    )
     async with open_kernel(make_config(tmp_path, []), agents=[own]) as kernel:
         configs, errors = collect_server_configs(kernel)
         assert [(c.name, c.origin) for c in configs] == [("mine", "agent:owner")] and errors == []
@@ -228,8 +349,18 @@ async def test_agent_manifest_servers_are_connected(tmp_path):
 async def test_api_route_lists_configured_and_connected(tmp_path):
     from roost.plugins.http import open_daemon
 
-    config = make_config(tmp_path, [TIME_SERVER, {"name": "ghost", "transport": {"type": "stdio", "command": "/nonexistent/x"}}], http={"port": 0})
-    async with open_kernel(config, agents=[agent("a")]) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+    config = make_config(
+        tmp_path,
+        [
+            TIME_SERVER,
+            {"name": "ghost", "transport": {"type": "stdio", "command": "/nonexistent/x"}},
+        ],
+        http={"port": 0},
+    )
+    async with (
+        open_kernel(config, agents=[agent("a")]) as kernel,
+        open_daemon(kernel, graceful_timeout=1) as url,
+    ):
         await wait_until(lambda: "mcp_time_get_current_time" in kernel.registry)
         async with httpx.AsyncClient(base_url=url, timeout=10) as http:
             body = (await http.get("/api/mcp/servers")).json()
@@ -243,14 +374,20 @@ async def test_auto_mode_probes_on_a_throwaway_process_and_picks_each_era(tmp_pa
     servers = [raw("modern", "modern"), raw("strict", "strict-legacy")]
     async with open_kernel(make_config(tmp_path, servers), agents=[agent("a")]) as kernel:
         manager = manager_for(kernel)
-        await wait_until(lambda: "mcp_modern_confirm" in kernel.registry and "mcp_strict_alpha" in kernel.registry)
+        await wait_until(
+            lambda: (
+                "mcp_modern_confirm" in kernel.registry and "mcp_strict_alpha" in kernel.registry
+            )
+        )
         assert manager.states["modern"].era == "modern" and manager.states["strict"].era == "legacy"
         status = {c["name"]: c for c in manager.status()["connected"]}
         assert status["modern"]["protocol_version"] == "2026-07-28"
         assert status["strict"]["protocol_version"] == "2025-11-25"
         # The strict legacy server exited on the probe, yet the real process never restarted.
         assert manager.states["strict"].restarts == 0
-        assert (await kernel.call_tool("a", ToolCall("mcp_strict_alpha", {"text": "x"}))).as_text() == "alpha:x"
+        assert (
+            await kernel.call_tool("a", ToolCall("mcp_strict_alpha", {"text": "x"}))
+        ).as_text() == "alpha:x"
         # Elicitation is denied by default: the modern server's input request cannot be met.
         denied = await kernel.call_tool("a", ToolCall("mcp_modern_confirm", {}))
         assert denied.is_error and "elicitation" in denied.as_text()
@@ -258,7 +395,9 @@ async def test_auto_mode_probes_on_a_throwaway_process_and_picks_each_era(tmp_pa
 
 async def test_modern_server_list_changes_arrive_through_subscriptions_listen(tmp_path):
     # The modern fixture only announces list changes on an open subscriptions/listen.
-    async with open_kernel(make_config(tmp_path, [raw("modern", "modern")]), agents=[agent("a")]) as kernel:
+    async with open_kernel(
+        make_config(tmp_path, [raw("modern", "modern")]), agents=[agent("a")]
+    ) as kernel:
         await wait_until(lambda: "mcp_modern_grow" in kernel.registry)
         await kernel.call_tool("a", ToolCall("mcp_modern_grow", {}))
         await wait_until(lambda: "mcp_modern_gamma" in kernel.registry)

@@ -12,7 +12,12 @@ from test_manager import RAW, agent, make_config, wait_until
 
 
 def stdio_raw(name, mode="legacy", **options):
-    return {"name": name, "timeout_secs": 10, "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, mode]}, **options}
+    return {
+        "name": name,
+        "timeout_secs": 10,
+        "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, mode]},
+        **options,
+    }
 
 
 def test_agent_json_schema_protocol_choices_match_the_client():
@@ -24,7 +29,13 @@ def test_agent_json_schema_protocol_choices_match_the_client():
 
 
 def test_descriptor_options_reach_the_server_config():
-    desc = McpServerDescriptor("remote", {"type": "http", "url": "http://127.0.0.1:1/mcp"}, protocol="2025-06-18", sampling=True, allow_local=True)
+    desc = McpServerDescriptor(
+        "remote",
+        {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+        protocol="2025-06-18",
+        sampling=True,
+        allow_local=True,
+    )
     cfg = parse_server_config(desc, origin="agent:a", agent="a")
     assert (cfg.protocol, cfg.sampling, cfg.allow_local) == ("2025-06-18", True, True)
     assert cfg.public()["allow_local"] is True
@@ -54,7 +65,11 @@ async def test_agent_manifest_protocol_and_sampling_are_used(tmp_path):
         stdio_raw("sampler", "legacy", sampling=True),
         stdio_raw("plain", "legacy"),
     ]
-    owner = agent("owner", rules=[{"match": "capital", "reply": "Paris, from the owner's model"}], servers=servers)
+    owner = agent(
+        "owner",
+        rules=[{"match": "capital", "reply": "Paris, from the owner's model"}],
+        servers=servers,
+    )
     async with open_kernel(make_config(tmp_path, []), agents=[owner]) as kernel:
         configs, errors = collect_server_configs(kernel)
         assert errors == []
@@ -62,7 +77,12 @@ async def test_agent_manifest_protocol_and_sampling_are_used(tmp_path):
         assert (by_name["modern"].protocol, by_name["sampler"].sampling) == ("2026-07-28", True)
         assert (by_name["plain"].protocol, by_name["plain"].sampling) == ("auto", False)
         manager = manager_for(kernel)
-        await wait_until(lambda: all(f"mcp_{n}_sample" in kernel.registry for n in ("sampler", "plain")) and "mcp_modern_confirm" in kernel.registry)
+        await wait_until(
+            lambda: (
+                all(f"mcp_{n}_sample" in kernel.registry for n in ("sampler", "plain"))
+                and "mcp_modern_confirm" in kernel.registry
+            )
+        )
         await wait_until(lambda: manager.states["mispinned"].last_error)
         connected = {c["name"]: c for c in manager.status()["connected"]}
         assert connected["modern"]["protocol_version"] == "2026-07-28"
@@ -79,8 +99,17 @@ async def test_agent_manifest_allow_local_lets_a_loopback_http_server_through(tm
 
     async with open_daemon(kernel) as url:
         servers = [
-            {"name": "local", "timeout_secs": 10, "allow_local": True, "transport": {"type": "http", "url": url + "/mcp"}},
-            {"name": "guarded", "timeout_secs": 10, "transport": {"type": "http", "url": url + "/mcp"}},
+            {
+                "name": "local",
+                "timeout_secs": 10,
+                "allow_local": True,
+                "transport": {"type": "http", "url": url + "/mcp"},
+            },
+            {
+                "name": "guarded",
+                "timeout_secs": 10,
+                "transport": {"type": "http", "url": url + "/mcp"},
+            },
         ]
         caller = agent("caller", servers=servers)
         async with open_kernel(make_config(tmp_path / "b", []), agents=[caller]) as other:

@@ -16,7 +16,12 @@ async def base_url(kernel):
 
 
 def echo_call(request_id: int, text: str) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": text}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}},
+    }
 
 
 async def test_message_over_the_daemon_cap_but_under_10_mb_is_served(base_url, kernel):
@@ -35,8 +40,14 @@ async def test_message_over_the_daemon_cap_but_under_10_mb_is_served(base_url, k
 
 @pytest.mark.parametrize("path", ["/mcp", "/agents/alpha/mcp"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["content-length", "chunked"])
-async def test_oversize_mcp_message_is_rejected_with_json_rpc_413_and_the_session_survives(base_url, path, streamed):
-    body = (b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"' + b"x" * (p.MAX_MESSAGE_BYTES + 10) + b'"}}')
+async def test_oversize_mcp_message_is_rejected_with_json_rpc_413_and_the_session_survives(
+    base_url, path, streamed
+):
+    body = (
+        b'{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"'
+        + b"x" * (p.MAX_MESSAGE_BYTES + 10)
+        + b'"}}'
+    )
 
     async def chunks():
         for start in range(0, len(body), 1 << 20):
@@ -44,13 +55,17 @@ async def test_oversize_mcp_message_is_rejected_with_json_rpc_413_and_the_sessio
 
     async with httpx.AsyncClient(timeout=30) as client:
         headers = await open_session(client, base_url, path)
-        r = await client.post(base_url + path, content=chunks() if streamed else body, headers=headers)
+        r = await client.post(
+            base_url + path, content=chunks() if streamed else body, headers=headers
+        )
         assert ("content-length" in r.request.headers) is not streamed
         assert r.status_code == 413, r.text[:300]
         error = r.json()["error"]
         assert r.json()["jsonrpc"] == "2.0"
         assert error["code"] == -32600
         assert "10 MB" in error["message"] and str(p.MAX_MESSAGE_BYTES) in error["message"]
-        after = await client.post(base_url + path, json={"jsonrpc": "2.0", "id": 10, "method": "ping"}, headers=headers)
+        after = await client.post(
+            base_url + path, json={"jsonrpc": "2.0", "id": 10, "method": "ping"}, headers=headers
+        )
     assert after.status_code == 200
     assert after.json() == {"jsonrpc": "2.0", "id": 10, "result": {}}

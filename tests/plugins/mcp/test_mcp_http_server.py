@@ -10,7 +10,16 @@ import trio
 from roost.plugins.http import open_daemon
 from roost.plugins.mcp import _protocol as p
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 MODERN_META = p.stateless_meta({"name": "t", "version": "1"})
 
@@ -35,7 +44,9 @@ async def open_session(client, url, path="/mcp"):
     assert r.status_code == 200, r.text
     sid = r.headers[p.HEADER_SESSION_ID]
     headers = {**ACCEPT, p.HEADER_SESSION_ID: sid, p.HEADER_PROTOCOL_VERSION: "2025-11-25"}
-    r = await client.post(url + path, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+    r = await client.post(
+        url + path, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+    )
     assert r.status_code == 202
     return headers
 
@@ -51,34 +62,65 @@ def modern(method, params=None, request_id=1):
 async def test_session_lifecycle_json_and_sse_and_delete(base_url):
     async with httpx.AsyncClient(timeout=10) as client:
         headers = await open_session(client, base_url)
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
+        r = await client.post(
+            base_url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers=headers,
+        )
         assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
         names = [t["name"] for t in r.json()["result"]["tools"]]
         assert "agent_alpha" in names and not any("secret" in n for n in names)
-        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "hi"}},
+        }
         r = await client.post(base_url + "/mcp", json=call, headers=headers)
         assert r.headers["content-type"].startswith("text/event-stream")
         replies = [m for m in sse_messages(r.text) if m.get("id") == 3]
         assert replies[0]["result"]["content"][0]["text"] == "echo:hi:alpha"
         r = await client.delete(base_url + "/mcp", headers=headers)
         assert r.status_code == 204
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "ping"}, headers=headers)
+        r = await client.post(
+            base_url + "/mcp", json={"jsonrpc": "2.0", "id": 4, "method": "ping"}, headers=headers
+        )
         assert r.status_code == 404
 
 
 async def test_session_header_rules(base_url):
     async with httpx.AsyncClient(timeout=10) as client:
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=ACCEPT)
+        r = await client.post(
+            base_url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers=ACCEPT,
+        )
         assert r.status_code == 400 and "Mcp-Session-Id" in r.json()["error"]["message"]
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers={**ACCEPT, p.HEADER_SESSION_ID: "nope"})
+        r = await client.post(
+            base_url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**ACCEPT, p.HEADER_SESSION_ID: "nope"},
+        )
         assert r.status_code == 404
         headers = await open_session(client, base_url)
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers={**headers, p.HEADER_PROTOCOL_VERSION: "1999-01-01"})
+        r = await client.post(
+            base_url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            headers={**headers, p.HEADER_PROTOCOL_VERSION: "1999-01-01"},
+        )
         assert r.status_code == 400
-        r = await client.post(base_url + "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers={**headers, p.HEADER_PROTOCOL_VERSION: "2025-06-18"})
+        r = await client.post(
+            base_url + "/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            headers={**headers, p.HEADER_PROTOCOL_VERSION: "2025-06-18"},
+        )
         assert r.status_code == 400 and "negotiated" in r.json()["error"]["message"]
         # a session opened at /mcp is not valid at an agent's endpoint
-        r = await client.post(base_url + "/agents/beta/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "ping"}, headers=headers)
+        r = await client.post(
+            base_url + "/agents/beta/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
+            headers=headers,
+        )
         assert r.status_code == 404
 
 
@@ -88,9 +130,13 @@ async def test_bad_bodies_are_rejected_with_json_rpc_errors(base_url):
         assert r.status_code == 400 and r.json()["error"]["code"] == -32700
         r = await client.post(base_url + "/mcp", json=[INIT], headers=ACCEPT)
         assert r.status_code == 400 and r.json()["error"]["code"] == -32600
-        r = await client.post(base_url + "/mcp", content=b"{}", headers={**ACCEPT, "Content-Type": "text/plain"})
+        r = await client.post(
+            base_url + "/mcp", content=b"{}", headers={**ACCEPT, "Content-Type": "text/plain"}
+        )
         assert r.status_code == 415
-        r = await client.post(base_url + "/mcp", json=INIT, headers={**ACCEPT, "Origin": "https://evil.example"})
+        r = await client.post(
+            base_url + "/mcp", json=INIT, headers={**ACCEPT, "Origin": "https://evil.example"}
+        )
         assert r.status_code == 403
         r = await client.post(base_url + "/agents/nobody/mcp", json=INIT, headers=ACCEPT)
         assert r.status_code == 404
@@ -99,11 +145,24 @@ async def test_bad_bodies_are_rejected_with_json_rpc_errors(base_url):
 async def test_agent_endpoint_serves_message_and_exposed_tools_only(base_url):
     async with httpx.AsyncClient(timeout=10) as client:
         headers = await open_session(client, base_url, "/agents/alpha/mcp")
-        r = await client.post(base_url + "/agents/alpha/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers)
+        r = await client.post(
+            base_url + "/agents/alpha/mcp",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers=headers,
+        )
         names = [t["name"] for t in r.json()["result"]["tools"]]
         assert names == ["echo", "message", "shared", "sleepy", "steps"]
-        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "secret", "arguments": {}}}
-        r = await client.post(base_url + "/agents/alpha/mcp", json=call, headers={**headers, "Accept": "application/json"})
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "secret", "arguments": {}},
+        }
+        r = await client.post(
+            base_url + "/agents/alpha/mcp",
+            json=call,
+            headers={**headers, "Accept": "application/json"},
+        )
         assert r.json()["error"]["code"] == -32602
 
 
@@ -115,14 +174,24 @@ async def test_stateless_requests_on_the_same_endpoint(base_url):
         assert "2026-07-28" in r.json()["result"]["supportedVersions"]
         body, headers = modern("tools/call", {"name": "echo", "arguments": {"text": "x"}})
         r = await client.post(base_url + "/mcp", json=body, headers=headers)
-        reply = [m for m in sse_messages(r.text) if "id" in m][0] if r.headers["content-type"].startswith("text/event-stream") else r.json()
+        reply = (
+            [m for m in sse_messages(r.text) if "id" in m][0]
+            if r.headers["content-type"].startswith("text/event-stream")
+            else r.json()
+        )
         assert reply["result"]["resultType"] == "complete"
         body, headers = modern("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-        r = await client.post(base_url + "/mcp", json=body, headers={**headers, p.HEADER_NAME: "other"})
+        r = await client.post(
+            base_url + "/mcp", json=body, headers={**headers, p.HEADER_NAME: "other"}
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == -32020
         body, headers = modern("tools/list", {})
         body["params"]["_meta"][p.META_PROTOCOL_VERSION] = "2099-01-01"
-        r = await client.post(base_url + "/mcp", json=body, headers={**headers, p.HEADER_PROTOCOL_VERSION: "2099-01-01"})
+        r = await client.post(
+            base_url + "/mcp",
+            json=body,
+            headers={**headers, p.HEADER_PROTOCOL_VERSION: "2099-01-01"},
+        )
         assert r.status_code == 400 and r.json()["error"]["code"] == -32022
         body, headers = modern("nope/nothing", {})
         r = await client.post(base_url + "/mcp", json=body, headers=headers)
@@ -139,10 +208,16 @@ async def test_get_stream_delivers_list_changed(base_url, kernel):
 
     async with httpx.AsyncClient(timeout=10) as client:
         headers = await open_session(client, base_url)
-        async with client.stream("GET", base_url + "/mcp", headers={**headers, "Accept": "text/event-stream"}) as r:
+        async with client.stream(
+            "GET", base_url + "/mcp", headers={**headers, "Accept": "text/event-stream"}
+        ) as r:
             assert r.status_code == 200
-            r2 = await client.get(base_url + "/mcp", headers={**headers, "Accept": "text/event-stream"})
-            assert r2.status_code == 409  # the GET stream is registered (its session watches since opened)
+            r2 = await client.get(
+                base_url + "/mcp", headers={**headers, "Accept": "text/event-stream"}
+            )
+            assert (
+                r2.status_code == 409
+            )  # the GET stream is registered (its session watches since opened)
             kernel.add_tool(Tool(ToolSpec("latecomer", owner="mcptest"), noop))
             with trio.fail_after(5):
                 async for line in r.aiter_lines():
@@ -154,15 +229,25 @@ async def test_get_stream_delivers_list_changed(base_url, kernel):
 async def test_sse_stream_resumes_with_last_event_id(base_url):
     async with httpx.AsyncClient(timeout=10) as client:
         headers = await open_session(client, base_url)
-        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "steps", "arguments": {}, "_meta": {"progressToken": 1}}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "method": "tools/call",
+            "params": {"name": "steps", "arguments": {}, "_meta": {"progressToken": 1}},
+        }
         r = await client.post(base_url + "/mcp", json=call, headers=headers)
         ids = [line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")]
         assert len(ids) >= 3
         first_real = ids[1]  # ids[0] primes the stream
-        r = await client.get(base_url + "/mcp", headers={**headers, "Accept": "text/event-stream", "Last-Event-ID": first_real})
+        r = await client.get(
+            base_url + "/mcp",
+            headers={**headers, "Accept": "text/event-stream", "Last-Event-ID": first_real},
+        )
         replayed = sse_messages(r.text)
         assert replayed and replayed[-1]["id"] == 7
-        assert [m["params"]["progress"] for m in replayed if m.get("method") == "notifications/progress"] == [2, 3]
+        assert [
+            m["params"]["progress"] for m in replayed if m.get("method") == "notifications/progress"
+        ] == [2, 3]
 
 
 async def test_stateless_client_disconnect_cancels_the_work(base_url, tools_plugin):
@@ -171,7 +256,9 @@ async def test_stateless_client_disconnect_cancels_the_work(base_url, tools_plug
         async with trio.open_nursery() as nursery:
 
             async def call():
-                async with client.stream("POST", base_url + "/mcp", json=body, headers=headers) as r:
+                async with client.stream(
+                    "POST", base_url + "/mcp", json=body, headers=headers
+                ) as r:
                     await r.aread()
 
             nursery.start_soon(call)
@@ -185,11 +272,18 @@ async def test_stateless_client_disconnect_cancels_the_work(base_url, tools_plug
 async def test_delete_ends_the_session_and_cancels_its_work(base_url, tools_plugin):
     async with httpx.AsyncClient(timeout=10) as client:
         headers = await open_session(client, base_url)
-        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "sleepy", "arguments": {}}}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "sleepy", "arguments": {}},
+        }
         async with trio.open_nursery() as nursery:
 
             async def run():
-                async with client.stream("POST", base_url + "/mcp", json=call, headers=headers) as r:
+                async with client.stream(
+                    "POST", base_url + "/mcp", json=call, headers=headers
+                ) as r:
                     await r.aread()
 
             nursery.start_soon(run)
@@ -209,7 +303,9 @@ async def test_stateless_headers_are_required_and_checked(base_url):
         r = await client.post(base_url + "/mcp", json=body, headers=headers)
         assert r.status_code == 400 and r.json()["error"]["code"] == -32020
         body, headers = modern("tools/list", {})
-        r = await client.post(base_url + "/mcp", json=body, headers={**headers, p.HEADER_METHOD: "prompts/list"})
+        r = await client.post(
+            base_url + "/mcp", json=body, headers={**headers, p.HEADER_METHOD: "prompts/list"}
+        )
         assert r.status_code == 400 and "Mcp-Method" in r.json()["error"]["message"]
         body, headers = modern("tools/list", {})
         del body["params"]["_meta"]
@@ -249,10 +345,17 @@ async def test_a_session_keeps_only_its_latest_finished_streams(base_url, kernel
         headers = await open_session(client, base_url)
         first_ids = []
         for i in range(calls):
-            call = {"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": str(i)}}}
+            call = {
+                "jsonrpc": "2.0",
+                "id": 100 + i,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": str(i)}},
+            }
             r = await client.post(base_url + "/mcp", json=call, headers=headers)
             assert r.headers["content-type"].startswith("text/event-stream")
-            first_ids.append([line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")][0])
+            first_ids.append(
+                [line[3:].strip() for line in r.text.splitlines() if line.startswith("id:")][0]
+            )
         session = hub_for(kernel).sessions[headers[p.HEADER_SESSION_ID]]
         assert len(session.streams) == FINISHED_STREAMS_KEPT
         resume = {**headers, "Accept": "text/event-stream"}

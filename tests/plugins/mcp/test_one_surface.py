@@ -25,7 +25,11 @@ INIT = {
     "jsonrpc": "2.0",
     "id": 0,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
@@ -90,9 +94,17 @@ async def over_http(kernel):
         endpoint = url + "/agents/alpha/mcp"
         r = await client.post(endpoint, json=INIT, headers=ACCEPT)
         assert r.status_code == 200, r.text
-        headers = {**ACCEPT, "Accept": "application/json", "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
-                   "Mcp-Protocol-Version": "2025-11-25"}
-        await client.post(endpoint, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        headers = {
+            **ACCEPT,
+            "Accept": "application/json",
+            "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
+            "Mcp-Protocol-Version": "2025-11-25",
+        }
+        await client.post(
+            endpoint,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers=headers,
+        )
         for label, request in requests():
             r = await client.post(endpoint, content=json.dumps(request).encode(), headers=headers)
             out[label] = r.json()
@@ -137,21 +149,44 @@ async def test_every_transport_answers_the_agent_surface_like_the_in_memory_path
     ok = local["ask"]["result"]
     assert ok["content"] == [{"type": "text", "text": "alpha:hi"}] and not ok["isError"]
     assert local["exposed tool"]["result"]["content"][0]["text"] == "echo:hi:alpha"
-    for label in ("empty message", "extra argument", "message not a string", "no arguments", "exposed tool, bad arguments"):
+    for label in (
+        "empty message",
+        "extra argument",
+        "message not a string",
+        "no arguments",
+        "exposed tool, bad arguments",
+    ):
         result = local[label]["result"]
-        assert result["isError"] and "invalid arguments for tool" in result["content"][0]["text"], label
+        assert result["isError"] and "invalid arguments for tool" in result["content"][0]["text"], (
+            label
+        )
     assert "should be non-empty" in local["empty message"]["result"]["content"][0]["text"]
     assert "'urgent' was unexpected" in local["extra argument"]["result"]["content"][0]["text"]
-    for label, name in (("unknown tool", "nope"), ("private tool", "secret"), ("unexposed tool", "write")):
+    for label, name in (
+        ("unknown tool", "nope"),
+        ("private tool", "secret"),
+        ("unexposed tool", "write"),
+    ):
         # Private and unexposed tools are indistinguishable from absent ones.
         assert local[label]["error"] == {
-            "code": -32602, "message": f"unknown tool: {name}; see tools/list", "data": {"tool": name}
+            "code": -32602,
+            "message": f"unknown tool: {name}; see tools/list",
+            "data": {"tool": name},
         }, label
     assert "did you mean message?" in local["misspelt message tool"]["error"]["message"]
     for label in ("depth trip via _meta", "depth trip, exposed tool"):
         tripped = local[label]["result"]
-        assert tripped["isError"] and tripped["_meta"]["io.roost/error"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
-    assert local["bad _meta depth"]["error"]["data"] == {"field": 'params._meta["io.roost/trace-depth"]'}
+        assert tripped["isError"] and tripped["_meta"]["io.roost/error"]["path"] == [
+            "a",
+            "b",
+            "c",
+            "d",
+            "e",
+            "alpha",
+        ]
+    assert local["bad _meta depth"]["error"]["data"] == {
+        "field": 'params._meta["io.roost/trace-depth"]'
+    }
     assert local["lone surrogate"]["error"]["data"] == {"field": "params.arguments.message"}
     assert local["name not a string"]["error"]["code"] == -32602
     assert local["arguments not an object"]["error"]["code"] == -32602

@@ -39,14 +39,22 @@ def caller_agent(tools=("mcp_*", "a2a_*")):
         {
             "name": "caller",
             "description": "calls peers",
-            "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "{message}"}},
+            "model": {
+                "provider": "scripted",
+                "script": {"rules": [], "default_reply": "{message}"},
+            },
             "capabilities": {"tools": list(tools)},
         }
     )
 
 
 def server_entry(name: str, url: str, **transport) -> dict:
-    return {"name": name, "timeout_secs": TIMEOUT, "allow_local": True, "transport": {"type": "http", "url": url, **transport}}
+    return {
+        "name": name,
+        "timeout_secs": TIMEOUT,
+        "allow_local": True,
+        "transport": {"type": "http", "url": url, **transport},
+    }
 
 
 # ---- a refusal fails the call at once ------------------------------------------------------
@@ -65,7 +73,9 @@ REFUSALS = [
 async def test_an_http_error_on_a_call_fails_it_at_once_naming_the_status(status, body, expected):
     # The handshake (initialize, notifications/initialized) passes; the call is refused.
     async with running_stub(fail_status=status, fail_body=body, fail_from=3) as url:
-        async with open_http_transport(url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT) as transport:
+        async with open_http_transport(
+            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
+        ) as transport:
             options = ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
             async with open_mcp_client(transport, options) as client:
                 with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
@@ -77,9 +87,13 @@ async def test_an_http_error_on_a_call_fails_it_at_once_naming_the_status(status
 
 
 @pytest.mark.parametrize("status, body, expected", REFUSALS[:3])
-async def test_an_http_error_on_a_legacy_sse_call_fails_it_at_once_naming_the_status(status, body, expected):
+async def test_an_http_error_on_a_legacy_sse_call_fails_it_at_once_naming_the_status(
+    status, body, expected
+):
     async with running_stub(fail_status=status, fail_body=body, fail_from=3) as url:
-        async with open_sse_transport(url + "/sse", allow_loopback=True, timeout_secs=TIMEOUT) as transport:
+        async with open_sse_transport(
+            url + "/sse", allow_loopback=True, timeout_secs=TIMEOUT
+        ) as transport:
             options = ClientOptions(protocol="2024-11-05", timeout_secs=TIMEOUT)
             async with open_mcp_client(transport, options) as client:
                 with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
@@ -92,7 +106,9 @@ async def test_a_refused_initialize_fails_the_connection_at_once(body):
     async with running_stub(fail_status=503, fail_body=body, retry_after="120") as url:
         start = time.monotonic()
         with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
-            async with open_http_transport(url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT) as transport:
+            async with open_http_transport(
+                url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
+            ) as transport:
                 async with open_mcp_client(transport, ClientOptions(timeout_secs=TIMEOUT)):
                     pass
     # Retry-After: 120 would end past the 60 s deadline: not waited for.
@@ -104,9 +120,15 @@ async def test_a_refused_initialize_fails_the_connection_at_once(body):
 
 @pytest.mark.parametrize("body", ["rest", "jsonrpc"])
 async def test_a_call_answered_429_with_retry_after_is_retried_and_succeeds(body):
-    async with running_stub(fail_status=429, fail_body=body, fail_from=3, fail_count=2, retry_after="1") as url:
-        async with open_http_transport(url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT) as transport:
-            async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)) as client:
+    async with running_stub(
+        fail_status=429, fail_body=body, fail_from=3, fail_count=2, retry_after="1"
+    ) as url:
+        async with open_http_transport(
+            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
+        ) as transport:
+            async with open_mcp_client(
+                transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
+            ) as client:
                 start = time.monotonic()
                 with trio.fail_after(15):
                     result = await client.call_tool("echo", {"text": "again"})
@@ -116,9 +138,15 @@ async def test_a_call_answered_429_with_retry_after_is_retried_and_succeeds(body
 
 
 async def test_a_retry_after_past_the_calls_deadline_fails_at_once():
-    async with running_stub(fail_status=429, fail_body="rest", fail_from=3, retry_after="30") as url:
-        async with open_http_transport(url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT) as transport:
-            async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)) as client:
+    async with running_stub(
+        fail_status=429, fail_body="rest", fail_from=3, retry_after="30"
+    ) as url:
+        async with open_http_transport(
+            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
+        ) as transport:
+            async with open_mcp_client(
+                transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
+            ) as client:
                 with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
                     await client.call_tool("echo", {"text": "x"}, timeout=10)
     assert "HTTP 429 Too Many Requests: stub refuses with 429" in str(info.value)
@@ -132,7 +160,11 @@ async def test_an_mcp_http_server_that_starts_late_is_found(tmp_path, monkeypatc
     monkeypatch.setattr(_manager, "BACKOFF_BASE_S", 0.05)
     monkeypatch.setattr(_manager, "BACKOFF_MAX_S", 0.05)
     port = free_port()
-    config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=[server_entry("late", f"http://127.0.0.1:{port}/mcp")])
+    config = default_config(
+        home=tmp_path / "home",
+        agents={"bundled": False},
+        mcp_servers=[server_entry("late", f"http://127.0.0.1:{port}/mcp")],
+    )
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
         manager = manager_for(kernel)
         state = manager.states["late"]
@@ -145,7 +177,9 @@ async def test_an_mcp_http_server_that_starts_late_is_found(tmp_path, monkeypatc
                     async for event in events:
                         if "mcp_late_echo" in event.payload.get("added", ()):
                             break
-                result = await kernel.call_tool("caller", ToolCall("mcp_late_echo", {"text": "found"}))
+                result = await kernel.call_tool(
+                    "caller", ToolCall("mcp_late_echo", {"text": "found"})
+                )
                 assert manager.status()["configured"][0]["status"] == "connected"
     assert result.as_text() == "echo:found"
 
@@ -172,7 +206,11 @@ def throttled_daemon_b(tmp_path_factory):
         pytest.skip("the roost console script is not installed (run make install)")
     root = tmp_path_factory.mktemp("throttled")
     write_agent(root / "agents", "b1", default_reply="b1 got: {message}")
-    proc, url = start_daemon(root, free_port(), "rate_limit_loopback = true\nrate_limit_per_s = 20\nrate_limit_burst = 40\n")
+    proc, url = start_daemon(
+        root,
+        free_port(),
+        "rate_limit_loopback = true\nrate_limit_per_s = 20\nrate_limit_burst = 40\n",
+    )
     yield url
     stop(proc)
 
@@ -190,7 +228,9 @@ def keyed_daemon_b(tmp_path_factory):
 
 
 @pytest.mark.parametrize("b", ["daemon_b", "throttled_daemon_b"])
-async def test_a_sixty_call_fan_out_to_another_daemon_over_mcp_and_a2a_waits_out_no_timeout(tmp_path, request, b):
+async def test_a_sixty_call_fan_out_to_another_daemon_over_mcp_and_a2a_waits_out_no_timeout(
+    tmp_path, request, b
+):
     daemon_b = request.getfixturevalue(b)
     config = default_config(
         home=tmp_path / "home",
@@ -201,7 +241,11 @@ async def test_a_sixty_call_fan_out_to_another_daemon_over_mcp_and_a2a_waits_out
     durations: list[float] = []
     results = []
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
-        await wait_until(lambda: "mcp_b_message" in kernel.registry and "a2a_b1" in kernel.registry, "both tools", timeout=30)
+        await wait_until(
+            lambda: "mcp_b_message" in kernel.registry and "a2a_b1" in kernel.registry,
+            "both tools",
+            timeout=30,
+        )
 
         async def call(tool: str, i: int) -> None:
             start = time.monotonic()
@@ -219,7 +263,9 @@ async def test_a_sixty_call_fan_out_to_another_daemon_over_mcp_and_a2a_waits_out
     assert sum("b1 got: m" in r.as_text() for r in results) == 120
 
 
-async def test_a_daemon_that_requires_a_key_we_lack_is_refused_at_once_and_says_so(tmp_path, keyed_daemon_b):
+async def test_a_daemon_that_requires_a_key_we_lack_is_refused_at_once_and_says_so(
+    tmp_path, keyed_daemon_b
+):
     url = f"{keyed_daemon_b}/agents/b1/mcp"
     # The session: refused at once, naming the status, the server's words and the fix.
     with trio.fail_after(2), pytest.raises(McpProtocolError) as info:
@@ -229,17 +275,28 @@ async def test_a_daemon_that_requires_a_key_we_lack_is_refused_at_once_and_says_
     assert "HTTP 401 Unauthorized" in str(info.value) and "Authorization" in str(info.value)
     assert "transport.headers" in str(info.value)
     # The manager says failed, with that reason — and connects once the key is configured.
-    servers = [server_entry("nokey", url), server_entry("withkey", url, headers={"Authorization": "Bearer peer-test-key-123"})]
+    servers = [
+        server_entry("nokey", url),
+        server_entry("withkey", url, headers={"Authorization": "Bearer peer-test-key-123"}),
+    ]
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[caller_agent()]) as kernel:
         manager = manager_for(kernel)
         await wait_until(
-            lambda: manager.states["nokey"].status == "failed" and "mcp_withkey_message" in kernel.registry,
+            lambda: (
+                manager.states["nokey"].status == "failed"
+                and "mcp_withkey_message" in kernel.registry
+            ),
             "nokey failed and withkey connected",
         )
         status = {s["name"]: s for s in manager.status()["configured"]}
-        reply = await kernel.call_tool("caller", ToolCall("mcp_withkey_message", {"message": "with the key"}))
-    assert "HTTP 401 Unauthorized" in status["nokey"]["error"] and "transport.headers" in status["nokey"]["error"]
+        reply = await kernel.call_tool(
+            "caller", ToolCall("mcp_withkey_message", {"message": "with the key"})
+        )
+    assert (
+        "HTTP 401 Unauthorized" in status["nokey"]["error"]
+        and "transport.headers" in status["nokey"]["error"]
+    )
     assert status["nokey"]["next_retry_at"] > time.time() - 5
     assert status["withkey"]["status"] == "connected"
     assert "b1 got: with the key" in reply.as_text()

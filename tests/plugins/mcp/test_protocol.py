@@ -9,19 +9,27 @@ from roost.plugins.mcp import _protocol as p
 
 def test_version_negotiation_and_eras():
     assert p.negotiate_version("2025-03-26") == "2025-03-26"
-    assert p.negotiate_version("2026-07-28") == p.LATEST_HANDSHAKE_VERSION  # not a handshake version
+    assert (
+        p.negotiate_version("2026-07-28") == p.LATEST_HANDSHAKE_VERSION
+    )  # not a handshake version
     assert p.negotiate_version(None) == p.LATEST_HANDSHAKE_VERSION
     assert p.SUPPORTED_VERSIONS[0] == "2026-07-28"
     assert p.is_stateless_version("2026-07-28") and not p.is_stateless_version("2025-11-25")
 
 
 def test_request_era_and_meta_reading():
-    meta = p.stateless_meta({"name": "c", "version": "1"}, {"sampling": {}}, log_level="info", progress_token=7)
+    meta = p.stateless_meta(
+        {"name": "c", "version": "1"}, {"sampling": {}}, log_level="info", progress_token=7
+    )
     params = {"_meta": meta}
     assert p.request_era(params) == p.ERA_STATELESS
     assert p.request_era({"_meta": "junk"}) == p.ERA_HANDSHAKE
     read = p.read_request_meta(params)
-    assert read.protocol_version == "2026-07-28" and read.progress_token == 7 and read.log_level == "info"
+    assert (
+        read.protocol_version == "2026-07-28"
+        and read.progress_token == 7
+        and read.log_level == "info"
+    )
     p.check_stateless_meta(read)
 
 
@@ -76,8 +84,14 @@ def test_header_value_encoding_round_trips():
 
 def test_results_and_builders():
     result = p.finish_stateless_result("tools/list", {"tools": []}, {"name": "s", "version": "1"})
-    assert result["resultType"] == "complete" and result["ttlMs"] == 0 and result["cacheScope"] == "private"
-    assert "ttlMs" not in p.finish_stateless_result("tools/call", {"content": []}, {"name": "s", "version": "1"})
+    assert (
+        result["resultType"] == "complete"
+        and result["ttlMs"] == 0
+        and result["cacheScope"] == "private"
+    )
+    assert "ttlMs" not in p.finish_stateless_result(
+        "tools/call", {"content": []}, {"name": "s", "version": "1"}
+    )
     irr = p.input_required_result({"k": {"method": "roots/list", "params": {}}}, request_state="s")
     assert p.result_type(irr) == "input_required" and p.result_type({}) == "complete"
     with pytest.raises(ValueError):
@@ -85,4 +99,3 @@ def test_results_and_builders():
     assert p.log_level_allows("warning", "error") and not p.log_level_allows("warning", "info")
     assert not p.log_level_allows(None, "emergency")
     assert p.safe_tool_name("a b/c") == "a_b_c"
-

@@ -8,7 +8,11 @@ from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
-INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+INIT = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"},
+}
 MODERN = p.stateless_meta({"name": "t", "version": "1"})
 
 
@@ -58,7 +62,11 @@ async def handshake(client):
 async def test_initialize_negotiates_a_known_version_and_falls_back_to_latest(kernel):
     async with trio.open_nursery() as nursery:
         server = McpServer(kernel)
-        for asked, got in [("2025-06-18", "2025-06-18"), ("2024-11-05", "2024-11-05"), ("1999-01-01", p.LATEST_HANDSHAKE_VERSION)]:
+        for asked, got in [
+            ("2025-06-18", "2025-06-18"),
+            ("2024-11-05", "2024-11-05"),
+            ("1999-01-01", p.LATEST_HANDSHAKE_VERSION),
+        ]:
             client = await open_client(nursery, server)
             reply = await client.request("initialize", {**INIT, "protocolVersion": asked})
             assert reply["result"]["protocolVersion"] == got
@@ -91,7 +99,9 @@ async def test_agent_surface_offers_message_and_that_agents_tools(kernel):
         await handshake(client)
         names = [t["name"] for t in (await client.request("tools/list"))["result"]["tools"]]
         assert names == ["message", "shared"]
-        reply = await client.request("tools/call", {"name": "message", "arguments": {"message": "hi"}})
+        reply = await client.request(
+            "tools/call", {"name": "message", "arguments": {"message": "hi"}}
+        )
         assert reply["result"]["content"][0]["text"] == "beta:hi"
         assert reply["result"]["structuredContent"]["stop_reason"] == "end_turn"
         nursery.cancel_scope.cancel()
@@ -101,13 +111,19 @@ async def test_message_tool_asks_the_agent_and_bad_arguments_are_tool_errors(ker
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
-        reply = await client.request("tools/call", {"name": "agent_alpha", "arguments": {"message": "ask beta hello"}})
+        reply = await client.request(
+            "tools/call", {"name": "agent_alpha", "arguments": {"message": "ask beta hello"}}
+        )
         assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hello"
-        reply = await client.request("tools/call", {"name": "agent_alpha", "arguments": {"message": 3}})
+        reply = await client.request(
+            "tools/call", {"name": "agent_alpha", "arguments": {"message": 3}}
+        )
         assert reply["result"]["isError"] is True
         assert "arguments.message" in reply["result"]["content"][0]["text"]
         reply = await client.request("tools/call", {"name": "echo", "arguments": {}})
-        assert reply["result"]["isError"] is True  # schema violation: a tool error the model can fix
+        assert (
+            reply["result"]["isError"] is True
+        )  # schema violation: a tool error the model can fix
         nursery.cancel_scope.cancel()
 
 
@@ -115,12 +131,19 @@ async def test_stateless_requests_need_no_initialize_and_carry_result_type(kerne
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         found = (await client.request("server/discover", {}, modern=True))["result"]
-        assert found["supportedVersions"][0] == "2026-07-28" and "2025-11-25" in found["supportedVersions"]
+        assert (
+            found["supportedVersions"][0] == "2026-07-28"
+            and "2025-11-25" in found["supportedVersions"]
+        )
         assert found["resultType"] == "complete"
         listed = (await client.request("tools/list", {}, modern=True))["result"]
         assert listed["resultType"] == "complete" and listed["cacheScope"] in ("public", "private")
         assert listed["_meta"][p.META_SERVER_INFO]["name"] == "roost"
-        called = (await client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}}, modern=True))["result"]
+        called = (
+            await client.request(
+                "tools/call", {"name": "echo", "arguments": {"text": "x"}}, modern=True
+            )
+        )["result"]
         assert called["content"][0]["text"] == "echo:x:alpha" and called["resultType"] == "complete"
         # ping and logging/setLevel are gone at 2026-07-28
         assert (await client.request("ping", {}, modern=True))["error"]["code"] == -32601
@@ -136,7 +159,9 @@ async def test_unsupported_stateless_version_lists_supported_ones(kernel):
         assert reply["error"]["data"]["supported"][0] == "2026-07-28"
         params = {"_meta": {p.META_PROTOCOL_VERSION: "2026-07-28"}}  # no clientCapabilities
         reply = await client.request("tools/list", params)
-        assert reply["error"]["code"] == -32602 and "clientCapabilities" in reply["error"]["message"]
+        assert (
+            reply["error"]["code"] == -32602 and "clientCapabilities" in reply["error"]["message"]
+        )
         nursery.cancel_scope.cancel()
 
 
@@ -172,7 +197,9 @@ async def test_resources_and_prompts_describe_each_agent(kernel):
         await handshake(client)
         uris = [r["uri"] for r in (await client.request("resources/list"))["result"]["resources"]]
         assert "roost://agents/alpha/card" in uris and "roost://agents/beta/manifest" in uris
-        read = (await client.request("resources/read", {"uri": "roost://agents/alpha/manifest"}))["result"]
+        read = (await client.request("resources/read", {"uri": "roost://agents/alpha/manifest"}))[
+            "result"
+        ]
         assert '"private_tools"' in read["contents"][0]["text"]
         missing = await client.request("resources/read", {"uri": "roost://agents/nobody/card"})
         assert missing["error"]["code"] == -32002
@@ -205,7 +232,14 @@ async def test_cancelled_notification_stops_the_tool_and_no_response_is_sent(ker
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
-        await client.end.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "sleepy", "arguments": {}}})
+        await client.end.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "slow",
+                "method": "tools/call",
+                "params": {"name": "sleepy", "arguments": {}},
+            }
+        )
         with trio.fail_after(5):
             await tools_plugin.sleepy_started.wait()
         await client.notify("notifications/cancelled", {"requestId": "slow", "reason": "user"})
@@ -221,12 +255,18 @@ async def test_progress_and_log_notifications_reach_the_caller(kernel):
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
         await client.request("logging/setLevel", {"level": "info"})
-        reply = await client.request("tools/call", {"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok"}})
+        reply = await client.request(
+            "tools/call", {"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok"}}
+        )
         assert reply["result"]["content"][0]["text"] == "3 steps done"
-        progress = [n["params"] for n in client.notes if n.get("method") == "notifications/progress"]
+        progress = [
+            n["params"] for n in client.notes if n.get("method") == "notifications/progress"
+        ]
         assert [x["progress"] for x in progress] == [1, 2, 3]
         assert all(x["progressToken"] == "tok" and x["total"] == 3 for x in progress)
-        logs = [n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"]
+        logs = [
+            n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"
+        ]
         assert logs == ["did step 1", "did step 2", "did step 3"]
         nursery.cancel_scope.cancel()
 
@@ -245,7 +285,14 @@ async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
         # A tool execution error (isError), so that the calling model reads why it stopped.
         assert reply["result"]["isError"] is True
         assert "a → b → c → d → e → alpha" in reply["result"]["content"][0]["text"]
-        assert reply["result"]["_meta"]["io.roost/error"]["path"] == ["a", "b", "c", "d", "e", "alpha"]
+        assert reply["result"]["_meta"]["io.roost/error"]["path"] == [
+            "a",
+            "b",
+            "c",
+            "d",
+            "e",
+            "alpha",
+        ]
         params = deep.inject_meta({"name": "echo", "arguments": {"text": "x"}})
         reply = await client.request("tools/call", params)
         assert reply["result"]["isError"] is True
@@ -293,10 +340,18 @@ async def test_agent_progress_reports_each_step_of_a_run(kernel):
     async with trio.open_nursery() as nursery:
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
-        params = {"name": "agent_alpha", "arguments": {"message": "ask beta hi"}, "_meta": {"progressToken": 9}}
+        params = {
+            "name": "agent_alpha",
+            "arguments": {"message": "ask beta hi"},
+            "_meta": {"progressToken": 9},
+        }
         reply = await client.request("tools/call", params)
         assert reply["result"]["content"][0]["text"] == "beta said beta:ask beta hi"
-        progress = [n["params"]["progress"] for n in client.notes if n.get("method") == "notifications/progress"]
+        progress = [
+            n["params"]["progress"]
+            for n in client.notes
+            if n.get("method") == "notifications/progress"
+        ]
         assert progress and progress == sorted(set(progress))  # strictly increasing
         nursery.cancel_scope.cancel()
 
@@ -312,10 +367,19 @@ async def test_stateless_message_tool_asks_back_with_an_input_required_result(co
     async with open_kernel(config, agents=[asker], plugins=[tools_plugin]) as kernel:
         async with trio.open_nursery() as nursery:
             client = await open_client(nursery, McpServer(kernel))
-            first = (await client.request("tools/call", {"name": "agent_asker", "arguments": {"message": "book a table"}}, modern=True))["result"]
+            first = (
+                await client.request(
+                    "tools/call",
+                    {"name": "agent_asker", "arguments": {"message": "book a table"}},
+                    modern=True,
+                )
+            )["result"]
             assert first["resultType"] == "input_required"
             request = first["inputRequests"]["answer"]
-            assert request["method"] == "elicitation/create" and "Which day?" in request["params"]["message"]
+            assert (
+                request["method"] == "elicitation/create"
+                and "Which day?" in request["params"]["message"]
+            )
             retry = {
                 "name": "agent_asker",
                 "arguments": {"message": "book a table"},
@@ -323,7 +387,10 @@ async def test_stateless_message_tool_asks_back_with_an_input_required_result(co
                 "requestState": first["requestState"],
             }
             done = (await client.request("tools/call", retry, modern=True))["result"]
-            assert done["resultType"] == "complete" and done["content"][0]["text"] == "Booked for Friday."
+            assert (
+                done["resultType"] == "complete"
+                and done["content"][0]["text"] == "Booked for Friday."
+            )
             state = first["requestState"]
             # Flip the last character (replacing it with a fixed one is a no-op when it
             # already is that character, which made this test fail now and then).
@@ -343,9 +410,14 @@ async def test_tools_call_sees_tools_removed_and_added_while_serving(kernel):
         client = await open_client(nursery, McpServer(kernel))
         await handshake(client)
         echo = {"name": "echo", "arguments": {"text": "a"}}
-        assert (await client.request("tools/call", echo))["result"]["content"][0]["text"] == "echo:a:alpha"
+        assert (await client.request("tools/call", echo))["result"]["content"][0][
+            "text"
+        ] == "echo:a:alpha"
         missing = await client.request("tools/call", {"name": "steps", "arguments": {}})
-        assert missing["error"]["code"] == -32602 and "unknown tool: steps" in missing["error"]["message"]
+        assert (
+            missing["error"]["code"] == -32602
+            and "unknown tool: steps" in missing["error"]["message"]
+        )
         kernel.add_tool(Tool(steps.spec, steps.handler))
         back = await client.request("tools/call", {"name": "steps", "arguments": {}})
         assert back["result"]["content"][0]["text"] == "3 steps done"
@@ -362,7 +434,9 @@ async def test_tool_logs_reach_a_handshake_client_without_a_progress_token(kerne
         await handshake(client)
         reply = await client.request("tools/call", {"name": "steps", "arguments": {}})
         assert reply["result"]["content"][0]["text"] == "3 steps done"
-        logs = [n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"]
+        logs = [
+            n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"
+        ]
         assert logs == ["did step 1", "did step 2", "did step 3"]
         assert not [n for n in client.notes if n.get("method") == "notifications/progress"]
         nursery.cancel_scope.cancel()
@@ -386,19 +460,25 @@ async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel)
     async with trio.open_nursery() as nursery:
         client_end, server_end = memory_pair(buffer=1024)
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
-        await client_end.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT})
+        await client_end.send(
+            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT}
+        )
         await client_end.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         calls = 40
         for i in range(calls):
             params = {"name": "steps", "arguments": {}, "_meta": {"progressToken": f"t{i}"}}
-            await client_end.send({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params})
+            await client_end.send(
+                {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}
+            )
         seen: dict[str, list[float]] = {}
         replies = 0
         with trio.fail_after(10):
             while replies < calls:
                 message = await client_end.receive()
                 if message.get("method") == "notifications/progress":
-                    seen.setdefault(message["params"]["progressToken"], []).append(message["params"]["progress"])
+                    seen.setdefault(message["params"]["progressToken"], []).append(
+                        message["params"]["progress"]
+                    )
                 elif isinstance(message.get("id"), int):
                     replies += 1
                     assert seen.get(f"t{message['id']}") == [1, 2, 3], message
@@ -430,7 +510,9 @@ async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_han
         await nursery.start(router.run, SimpleNamespace(tap=tap))
         router.watchers[trace.trace_id] = [Watcher()]
         await trio.testing.wait_all_tasks_blocked()
-        tap.publish(Event(LOG_EVENT, "a", payload={"level": "info", "data": "last words"}, trace=trace))
+        tap.publish(
+            Event(LOG_EVENT, "a", payload={"level": "info", "data": "last words"}, trace=trace)
+        )
         await router._flush()  # no checkpoint between publishing and flushing
         assert forwarded == ["last words"]
         nursery.cancel_scope.cancel()
@@ -596,25 +678,52 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
         def roost_tools(self, config):
             async def ask(call, ctx):
                 schema = {"type": "object", "properties": {"day": {"type": "string"}}}
-                answer = await request_client(ctx, "elicitation/create", {"message": "Which day?", "requestedSchema": schema}, timeout_s=30)
+                answer = await request_client(
+                    ctx,
+                    "elicitation/create",
+                    {"message": "Which day?", "requestedSchema": schema},
+                    timeout_s=30,
+                )
                 return ToolResult.text(f"{answer['action']}:{answer['content']['day']}")
 
             return [Tool(ToolSpec("ask_user", "Asks the user", owner="test"), ask)]
 
     script = {"rules": [], "default_reply": "{message}"}
-    agent = parse_manifest({"name": "asker", "description": "asks", "model": {"provider": "scripted", "script": script}, "mcp": {"expose_tools": ["ask_user"]}})
+    agent = parse_manifest(
+        {
+            "name": "asker",
+            "description": "asks",
+            "model": {"provider": "scripted", "script": script},
+            "mcp": {"expose_tools": ["ask_user"]},
+        }
+    )
     async with open_kernel(config, agents=[agent], plugins=[AskingTool()]) as kernel:
         client_end, server_end = memory_pair()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(serve_memory, McpServer(kernel), server_end, max_in_flight=1))
+            nursery.start_soon(
+                partial(serve_memory, McpServer(kernel), server_end, max_in_flight=1)
+            )
             client = Client(client_end)
             await client.request("initialize", {**INIT, "capabilities": {"elicitation": {}}})
             await client.notify("notifications/initialized")
-            await client_end.send({"jsonrpc": "2.0", "id": "call", "method": "tools/call", "params": {"name": "ask_user", "arguments": {}}})
+            await client_end.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "call",
+                    "method": "tools/call",
+                    "params": {"name": "ask_user", "arguments": {}},
+                }
+            )
             with trio.fail_after(10):
                 while (asked := await client_end.receive()).get("method") != "elicitation/create":
                     pass
-                await client_end.send({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"day": "Friday"}}})
+                await client_end.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": asked["id"],
+                        "result": {"action": "accept", "content": {"day": "Friday"}},
+                    }
+                )
                 while (reply := await client_end.receive()).get("id") != "call":
                     pass
             nursery.cancel_scope.cancel()

@@ -24,7 +24,10 @@ MODES = ["legacy", "2026-07-28"]
 async def run_sdk(*args: str) -> dict:
     with trio.fail_after(60):
         done = await trio.run_process(
-            [sys.executable, str(HERE / "sdk_client.py"), *args], capture_stdout=True, capture_stderr=True, check=False
+            [sys.executable, str(HERE / "sdk_client.py"), *args],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
         )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     return json.loads(done.stdout.decode().strip().splitlines()[-1])
@@ -49,16 +52,25 @@ MAKE_RULE = {
 def stdio_config(tmp_path):
     agent = tmp_path / "agents" / "alpha" / "agent.json"
     agent.parent.mkdir(parents=True)
-    agent.write_text(json.dumps({
-        "name": "alpha",
-        "description": "alpha agent",
-        "system_prompt": "You are alpha.",
-        "model": {"provider": "scripted", "script": {"rules": [MAKE_RULE], "default_reply": "alpha heard: {message}"}},
-        "capabilities": {"tools": ["write", "artifact"]},
-        "mcp": {"expose_tools": ["list", "read"], "private_tools": ["read"]},
-    }))
+    agent.write_text(
+        json.dumps(
+            {
+                "name": "alpha",
+                "description": "alpha agent",
+                "system_prompt": "You are alpha.",
+                "model": {
+                    "provider": "scripted",
+                    "script": {"rules": [MAKE_RULE], "default_reply": "alpha heard: {message}"},
+                },
+                "capabilities": {"tools": ["write", "artifact"]},
+                "mcp": {"expose_tools": ["list", "read"], "private_tools": ["read"]},
+            }
+        )
+    )
     config = tmp_path / "roost.toml"
-    config.write_text(f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    config.write_text(
+        f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+    )
     return config
 
 
@@ -79,15 +91,28 @@ async def test_sdk_client_over_stdio(stdio_config, mode):
     blocks = seen["made"]["blocks"]
     assert blocks[0] == {"type": "text", "text": "made it"}
     report = blocks[1]
-    assert report["type"] == "resource" and report["resource"]["blob"] == csv and report["resource"]["mimeType"] == "text/csv"
-    assert report["resource"]["uri"].startswith("roost://artifacts/") and report["resource"]["uri"].endswith("/report.csv")
+    assert (
+        report["type"] == "resource"
+        and report["resource"]["blob"] == csv
+        and report["resource"]["mimeType"] == "text/csv"
+    )
+    assert report["resource"]["uri"].startswith("roost://artifacts/") and report["resource"][
+        "uri"
+    ].endswith("/report.csv")
     assert blocks[2] == {"type": "image", "data": svg, "mimeType": "image/svg+xml"}
     assert blocks[3] == {"type": "text", "text": '{"rows": 1}'}
-    assert blocks[4] == {"type": "resource_link", "uri": "https://example.com/r.pdf", "name": "r.pdf", "mimeType": "application/pdf"}
+    assert blocks[4] == {
+        "type": "resource_link",
+        "uri": "https://example.com/r.pdf",
+        "name": "r.pdf",
+        "mimeType": "application/pdf",
+    }
     artifacts = seen["made"]["structured"]["artifacts"]
     assert [a["name"] for a in artifacts] == ["report", "chart", "stats", "source"]
     # A file's bytes travel once: its part names the content block that carries them.
-    assert artifacts[0]["parts"] == [{"content": 1, "size": 8, "filename": "report.csv", "mediaType": "text/csv"}]
+    assert artifacts[0]["parts"] == [
+        {"content": 1, "size": 8, "filename": "report.csv", "mediaType": "text/csv"}
+    ]
     assert artifacts[2]["parts"] == [{"data": {"rows": 1}}]
 
 

@@ -15,7 +15,16 @@ from roost.plugins.http import open_daemon
 from roost.plugins.mcp._stdio_server import serve_kernel_stdio
 
 ROOST = Path(sys.executable).parent / "roost"
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def line(message) -> bytes:
@@ -58,7 +67,11 @@ async def test_stdio_answers_ndjson_and_survives_garbage_and_oversize(kernel):
         await client.send(b"this is not json\n")
         error = await client.read_line()
         assert error["id"] is None and error["error"]["code"] == -32700
-        await client.send(b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"' + b"x" * (10 * 1024 * 1024) + b'"}}\n')
+        await client.send(
+            b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"pad":"'
+            + b"x" * (10 * 1024 * 1024)
+            + b'"}}\n'
+        )
         error = await client.read_line()
         assert error["error"]["code"] == -32600 and "over the limit" in error["error"]["message"]
         await client.send(line({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
@@ -76,7 +89,9 @@ async def test_stdio_answers_a_content_length_peer_in_that_framing(kernel):
         await client_stream.send_all(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         data = b""
         with trio.fail_after(10):
-            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(data.split(b"\r\n")[0].split(b":")[1]):
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+                data.split(b"\r\n")[0].split(b":")[1]
+            ):
                 data += await client_stream.receive_some(65536)
         header, _, payload = data.partition(b"\r\n\r\n")
         assert header.lower().startswith(b"content-length:")
@@ -89,7 +104,17 @@ async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(line(INIT) + line({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "agent_beta", "arguments": {"message": "bye"}}}))
+        await client.send(
+            line(INIT)
+            + line(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 2,
+                    "method": "tools/call",
+                    "params": {"name": "agent_beta", "arguments": {"message": "bye"}},
+                }
+            )
+        )
         await client_stream.send_eof()
         assert (await client.read_until_id(2))["result"]["content"][0]["text"] == "beta:bye"
 
@@ -97,14 +122,26 @@ async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
 def write_config(tmp_path: Path, home: Path) -> Path:
     agent = tmp_path / "agents" / "solo" / "agent.json"
     agent.parent.mkdir(parents=True)
-    agent.write_text(json.dumps({
-        "name": "solo",
-        "description": "solo agent",
-        "model": {"provider": "scripted", "script": {"rules": [], "default_reply": "solo: {message}"}},
-        "mcp": {"expose_tools": ["list", "read", "write"], "private_tools": ["read", "write"]},
-    }))
+    agent.write_text(
+        json.dumps(
+            {
+                "name": "solo",
+                "description": "solo agent",
+                "model": {
+                    "provider": "scripted",
+                    "script": {"rules": [], "default_reply": "solo: {message}"},
+                },
+                "mcp": {
+                    "expose_tools": ["list", "read", "write"],
+                    "private_tools": ["read", "write"],
+                },
+            }
+        )
+    )
     config = tmp_path / "roost.toml"
-    config.write_text(f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n')
+    config.write_text(
+        f'home = "{home}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+    )
     return config
 
 
@@ -116,7 +153,15 @@ async def run_roost_mcp(config: Path, messages: list[dict], expect_ids: set, *, 
     env = {"ROOST_CONFIG": str(config), "PATH": "/usr/bin:/bin"}
     async with trio.open_nursery() as nursery:
         process = await nursery.start(
-            lambda task_status: trio.run_process([str(ROOST), "mcp", *extra_args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, check=False, task_status=task_status)
+            lambda task_status: trio.run_process(
+                [str(ROOST), "mcp", *extra_args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                check=False,
+                task_status=task_status,
+            )
         )
         await process.stdin.send_all(b"".join(line(m) for m in messages))
         lines, buffer = [], b""
@@ -142,9 +187,24 @@ async def test_roost_mcp_subprocess_keeps_stdout_clean_and_private_tools_out(tmp
             INIT,
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-            {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "read", "arguments": {"path": "x"}}},
-            {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "solo_read", "arguments": {"path": "x"}}},
-            {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "agent_solo", "arguments": {"message": "hi"}}},
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "read", "arguments": {"path": "x"}},
+            },
+            {
+                "jsonrpc": "2.0",
+                "id": 4,
+                "method": "tools/call",
+                "params": {"name": "solo_read", "arguments": {"path": "x"}},
+            },
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "agent_solo", "arguments": {"message": "hi"}},
+            },
         ],
         {1, 2, 3, 4, 5},
         extra_args=("--no-daemon",),
@@ -168,8 +228,18 @@ async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
                 INIT,
                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
                 {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "via daemon"}}},
-                {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "secret", "arguments": {}}},
+                {
+                    "jsonrpc": "2.0",
+                    "id": 3,
+                    "method": "tools/call",
+                    "params": {"name": "echo", "arguments": {"text": "via daemon"}},
+                },
+                {
+                    "jsonrpc": "2.0",
+                    "id": 4,
+                    "method": "tools/call",
+                    "params": {"name": "secret", "arguments": {}},
+                },
             ],
             {1, 2, 3, 4},
         )
@@ -187,7 +257,7 @@ async def test_bridge_relays_each_json_event_of_a_daemon_sse_stream():
 
     async def body():
         for chunk in [
-            ': keep-alive\r\n\r\nda',
+            ": keep-alive\r\n\r\nda",
             'ta: {"jsonrpc": "2.0", "method": "notifications/progress"}\r\n\r\n',
             "event: message\ndata: not json\n\n",
             'data: {"jsonrpc": "2.0",\ndata:  "id": 7, "result": {}}\n\n',
@@ -199,7 +269,9 @@ async def test_bridge_relays_each_json_event_of_a_daemon_sse_stream():
     async def deliver(message):
         got.append(message)
 
-    await _relay_sse(httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body()), deliver)
+    await _relay_sse(
+        httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body()), deliver
+    )
     assert got == [
         {"jsonrpc": "2.0", "method": "notifications/progress"},
         {"jsonrpc": "2.0", "id": 7, "result": {}},
@@ -225,15 +297,30 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await client_out.send_all(line(INIT))
             await client.read_until_id(INIT["id"])
             await client_out.send_all(
-                line({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "sleepy", "arguments": {}}})
-                + line({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "slow"}})
+                line(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "slow",
+                        "method": "tools/call",
+                        "params": {"name": "sleepy", "arguments": {}},
+                    }
+                )
+                + line(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": "slow"},
+                    }
+                )
                 + line({"jsonrpc": "2.0", "id": "after", "method": "ping"})
             )
             assert (await client.read_until_id("after"))["result"] == {}
             with trio.move_on_after(0.3):
                 await tools_plugin.sleepy_cancelled.wait()
             # Stopped: either it never started, or it started and was cancelled.
-            assert tools_plugin.sleepy_cancelled.is_set() or not tools_plugin.sleepy_started.is_set()
+            assert (
+                tools_plugin.sleepy_cancelled.is_set() or not tools_plugin.sleepy_started.is_set()
+            )
             nursery.cancel_scope.cancel()
         for stream in (server_in, client_out, client_in, server_out):
             await stream.aclose()
@@ -267,7 +354,9 @@ try:
 except Answered:
     pass
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["answer"]["result"]["protocolVersion"] == "2025-11-25"

@@ -218,7 +218,6 @@ async def test_a_round_taken_by_a_writer_that_is_cancelled_mid_way_is_written_wh
     assert [m["id"] for m in stream.messages()] == ["first", "b", "c", "d"]
 
 
-
 async def test_a_peer_that_reads_nothing_gives_up_the_pipe_after_the_stall_bound(monkeypatch):
     # A taken round is written whole even if its writer is cancelled, but not forever: a
     # peer that drains nothing for WRITE_STALL_S makes the pipe count as broken.

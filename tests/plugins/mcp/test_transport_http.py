@@ -27,26 +27,55 @@ def test_json_messages_and_origins():
 
 
 def test_http_errors_become_json_rpc_errors_for_the_request():
-    kept = http_error_message(4, 400, b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"Unsupported","data":{"supported":["2026-07-28"]}}}')
+    kept = http_error_message(
+        4,
+        400,
+        b'{"jsonrpc":"2.0","id":null,"error":{"code":-32022,"message":"Unsupported","data":{"supported":["2026-07-28"]}}}',
+    )
     assert kept == {
         "jsonrpc": "2.0",
         "id": 4,
-        "error": {"code": -32022, "message": "HTTP 400 Bad Request: Unsupported", "data": {"supported": ["2026-07-28"], "httpStatus": 400}},
+        "error": {
+            "code": -32022,
+            "message": "HTTP 400 Bad Request: Unsupported",
+            "data": {"supported": ["2026-07-28"], "httpStatus": 400},
+        },
     }
     wrapped = http_error_message(5, 404, b"Not Found")
     assert wrapped["id"] == 5 and wrapped["error"]["code"] == -32000
-    assert wrapped["error"]["data"] == {"httpStatus": 404} and wrapped["error"]["message"] == "HTTP 404 Not Found: Not Found"
+    assert (
+        wrapped["error"]["data"] == {"httpStatus": 404}
+        and wrapped["error"]["message"] == "HTTP 404 Not Found: Not Found"
+    )
     # roost's REST error shape (a string code) is not JSON-RPC: wrapped, its message kept.
-    rest = http_error_message(6, 429, b'{"error":{"code":"rate_limited","message":"too many requests"}}', retry_after=1.0)
-    assert rest["error"] == {"code": -32000, "message": "HTTP 429 Too Many Requests: too many requests", "data": {"httpStatus": 429, "retryAfter": 1.0}}
-    html = http_error_message(7, 500, b"<html><head><title>Oops</title><style>p{}</style></head><body><p>it broke</p></body></html>")
+    rest = http_error_message(
+        6, 429, b'{"error":{"code":"rate_limited","message":"too many requests"}}', retry_after=1.0
+    )
+    assert rest["error"] == {
+        "code": -32000,
+        "message": "HTTP 429 Too Many Requests: too many requests",
+        "data": {"httpStatus": 429, "retryAfter": 1.0},
+    }
+    html = http_error_message(
+        7,
+        500,
+        b"<html><head><title>Oops</title><style>p{}</style></head><body><p>it broke</p></body></html>",
+    )
     assert html["error"]["message"] == "HTTP 500 Internal Server Error: Oops it broke"
-    assert http_error_message(8, 403, b"", hint="set the key")["error"]["message"] == "HTTP 403 Forbidden (set the key)"
+    assert (
+        http_error_message(8, 403, b"", hint="set the key")["error"]["message"]
+        == "HTTP 403 Forbidden (set the key)"
+    )
 
 
 @pytest.mark.parametrize(
     "url, rule",
-    [("http://169.254.169.254/mcp", "metadata"), ("http://127.0.0.1:9/mcp", "loopback"), ("http://10.0.0.1/mcp", "private"), ("file:///etc/passwd", None)],
+    [
+        ("http://169.254.169.254/mcp", "metadata"),
+        ("http://127.0.0.1:9/mcp", "loopback"),
+        ("http://10.0.0.1/mcp", "private"),
+        ("file:///etc/passwd", None),
+    ],
 )
 async def test_server_urls_are_checked_against_ssrf(url, rule):
     for opener in (open_http_transport, open_sse_transport):
@@ -73,7 +102,14 @@ async def test_session_ends_with_delete_and_a_dead_session_closes_the_connection
 
 
 def agent():
-    return parse_manifest({"name": "a", "description": "d", "model": {"provider": "scripted", "script": {"rules": []}}, "capabilities": {"tools": ["mcp_*"]}})
+    return parse_manifest(
+        {
+            "name": "a",
+            "description": "d",
+            "model": {"provider": "scripted", "script": {"rules": []}},
+            "capabilities": {"tools": ["mcp_*"]},
+        }
+    )
 
 
 async def test_manager_connects_over_http_and_sse(tmp_path, sdk_http, sdk_sse):  # noqa: F811
@@ -85,15 +121,31 @@ async def test_manager_connects_over_http_and_sse(tmp_path, sdk_http, sdk_sse): 
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[agent()]) as kernel:
         manager = manager_for(kernel)
-        await wait_until(lambda: "mcp_web_echo" in kernel.registry and "mcp_old_echo" in kernel.registry, "both tools", timeout=20)
-        await wait_until(lambda: manager.states["blocked"].last_error, "the blocked server's error", timeout=20)
+        await wait_until(
+            lambda: "mcp_web_echo" in kernel.registry and "mcp_old_echo" in kernel.registry,
+            "both tools",
+            timeout=20,
+        )
+        await wait_until(
+            lambda: manager.states["blocked"].last_error, "the blocked server's error", timeout=20
+        )
         assert "loopback" in manager.states["blocked"].last_error
-        assert (await kernel.call_tool("a", ToolCall("mcp_web_add_numbers", {"a": 1, "b": 2}))).as_text() == "3"
-        assert (await kernel.call_tool("a", ToolCall("mcp_old_echo", {"text": "sse"}))).as_text() == "sse"
-        assert "mcp_web_read_resource" in kernel.registry and "mcp_web_get_prompt" in kernel.registry
-        read = await kernel.call_tool("a", ToolCall("mcp_web_read_resource", {"uri": "fixture://greeting"}))
+        assert (
+            await kernel.call_tool("a", ToolCall("mcp_web_add_numbers", {"a": 1, "b": 2}))
+        ).as_text() == "3"
+        assert (
+            await kernel.call_tool("a", ToolCall("mcp_old_echo", {"text": "sse"}))
+        ).as_text() == "sse"
+        assert (
+            "mcp_web_read_resource" in kernel.registry and "mcp_web_get_prompt" in kernel.registry
+        )
+        read = await kernel.call_tool(
+            "a", ToolCall("mcp_web_read_resource", {"uri": "fixture://greeting"})
+        )
         assert read.as_text() == "hello from the fixture"
-        prompt = await kernel.call_tool("a", ToolCall("mcp_old_get_prompt", {"name": "greet", "arguments": {"name": "Ada"}}))
+        prompt = await kernel.call_tool(
+            "a", ToolCall("mcp_old_get_prompt", {"name": "greet", "arguments": {"name": "Ada"}})
+        )
         assert "Ada" in prompt.as_text()
         status = {c["name"]: c for c in manager.status()["connected"]}
         assert status["web"]["era"] == "modern" and status["old"]["era"] == "handshake"
@@ -107,28 +159,58 @@ def test_x_mcp_header_validation_and_mirroring():
         "properties": {
             "region": {"type": "string", "x-mcp-header": "Region"},
             "count": {"type": "integer", "x-mcp-header": "Count"},
-            "nested": {"type": "object", "properties": {"flag": {"type": "boolean", "x-mcp-header": "Flag"}}},
+            "nested": {
+                "type": "object",
+                "properties": {"flag": {"type": "boolean", "x-mcp-header": "Flag"}},
+            },
             "plain": {"type": "string"},
         },
     }
     assert x_mcp_header_problem(good) is None
-    headers = mcp_param_headers(good, {"region": "Hello, 世界", "count": 42, "nested": {"flag": False}, "plain": "x"})
-    assert headers == {"Mcp-Param-Region": "=?base64?SGVsbG8sIOS4lueVjA==?=", "Mcp-Param-Count": "42", "Mcp-Param-Flag": "false"}
+    headers = mcp_param_headers(
+        good, {"region": "Hello, 世界", "count": 42, "nested": {"flag": False}, "plain": "x"}
+    )
+    assert headers == {
+        "Mcp-Param-Region": "=?base64?SGVsbG8sIOS4lueVjA==?=",
+        "Mcp-Param-Count": "42",
+        "Mcp-Param-Flag": "false",
+    }
     assert mcp_param_headers(good, {"region": None}) == {}
     bad = [
         {"type": "object", "properties": {"a": {"type": "number", "x-mcp-header": "A"}}},
         {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": ""}}},
         {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "Bad Name"}}},
-        {"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}},
-        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}},
-        {"type": "object", "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]},
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "string", "x-mcp-header": "X"},
+                "b": {"type": "string", "x-mcp-header": "x"},
+            },
+        },
+        {
+            "type": "object",
+            "properties": {
+                "a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}
+            },
+        },
+        {
+            "type": "object",
+            "anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}],
+        },
     ]
     for schema in bad:
         assert x_mcp_header_problem(schema), schema
 
 
 async def test_progress_and_logs_reach_the_event_stream(tmp_path, sdk_http):  # noqa: F811
-    servers = [{"name": "web", "allow_local": True, "protocol": "2025-11-25", "transport": {"type": "http", "url": sdk_http}}]
+    servers = [
+        {
+            "name": "web",
+            "allow_local": True,
+            "protocol": "2025-11-25",
+            "transport": {"type": "http", "url": sdk_http},
+        }
+    ]
     config = default_config(home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers)
     async with open_kernel(config, agents=[agent()]) as kernel:
         await wait_until(lambda: "mcp_web_steps" in kernel.registry, "the steps tool", timeout=20)
@@ -138,7 +220,9 @@ async def test_progress_and_logs_reach_the_event_stream(tmp_path, sdk_http):  # 
             seen = []
             with trio.move_on_after(5):
                 async for event in events:
-                    seen.append((event.kind, event.payload.get("progress", event.payload.get("data"))))
+                    seen.append(
+                        (event.kind, event.payload.get("progress", event.payload.get("data")))
+                    )
                     if len(seen) == 3:
                         break
         assert ("MCP:LOG", "starting steps") in seen
@@ -148,7 +232,10 @@ async def test_progress_and_logs_reach_the_event_stream(tmp_path, sdk_http):  # 
 async def test_global_allow_private_network_also_admits_loopback_servers(tmp_path, sdk_http):  # noqa: F811
     servers = [{"name": "web", "transport": {"type": "http", "url": sdk_http}}]
     config = default_config(
-        home=tmp_path / "home", agents={"bundled": False}, mcp_servers=servers, tools={"allow_private_network": True}
+        home=tmp_path / "home",
+        agents={"bundled": False},
+        mcp_servers=servers,
+        tools={"allow_private_network": True},
     )
     async with open_kernel(config, agents=[agent()]) as kernel:
         await wait_until(lambda: "mcp_web_echo" in kernel.registry, "the echo tool", timeout=20)

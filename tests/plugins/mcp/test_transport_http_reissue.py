@@ -37,36 +37,51 @@ class DroppingServer:
                 data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
-            length = next(int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:"))
+            length = next(
+                int(h.split(":", 1)[1])
+                for h in lines[1:]
+                if h.lower().startswith("content-length:")
+            )
             while len(body) < length:
                 body += await stream.receive_some(65536)
             message = json.loads(body)
             self.received.append(message)
-            progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": 1}}
+            progress = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "t", "progress": 1},
+            }
             if len(self.received) <= self.drops:
                 event = f"event: message\ndata: {json.dumps(progress)}\n\n".encode()
                 await stream.send_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                    + f"{len(event):x}\r\n".encode() + event + b"\r\n"
+                    + f"{len(event):x}\r\n".encode()
+                    + event
+                    + b"\r\n"
                 )
                 return  # close without the final chunk: the response stream breaks
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": RESULT}
             event = f"event: message\ndata: {json.dumps(answer)}\n\n".encode()
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                + f"Content-Length: {len(event)}\r\nConnection: close\r\n\r\n".encode() + event
+                + f"Content-Length: {len(event)}\r\nConnection: close\r\n\r\n".encode()
+                + event
             )
 
 
 async def start(nursery, drops: int) -> tuple[DroppingServer, str]:
     server = DroppingServer(drops)
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
     server.port = listeners[0].socket.getsockname()[1]
     return server, f"http://127.0.0.1:{server.port}/mcp"
 
 
 def call(request_id: int) -> dict:
-    params = p.with_meta({"name": "work", "arguments": {}}, p.stateless_meta({"name": "t", "version": "1"}))
+    params = p.with_meta(
+        {"name": "work", "arguments": {}}, p.stateless_meta({"name": "t", "version": "1"})
+    )
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
@@ -91,7 +106,9 @@ async def test_broken_stream_is_reissued_once_with_a_new_id(nursery):
     assert answer == {"jsonrpc": "2.0", "id": 7, "result": RESULT}  # the caller's own id
     first, second = server.received
     assert first["id"] == 7 and second["id"] != 7
-    assert {k: v for k, v in second.items() if k != "id"} == {k: v for k, v in first.items() if k != "id"}
+    assert {k: v for k, v in second.items() if k != "id"} == {
+        k: v for k, v in first.items() if k != "id"
+    }
     assert [n["method"] for n in notes] == ["notifications/progress"]
 
 
@@ -113,7 +130,12 @@ async def test_handshake_era_does_not_reissue(nursery, version):
     server, url = await start(nursery, drops=5)
     async with open_http_transport(url, allow_loopback=True, timeout_secs=10) as transport:
         transport.set_protocol_version(version)
-        message = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "work", "arguments": {}}}
+        message = {
+            "jsonrpc": "2.0",
+            "id": 9,
+            "method": "tools/call",
+            "params": {"name": "work", "arguments": {}},
+        }
         await transport.send(message)
         answer, _ = await receive_answer(transport, 9)
     assert len(server.received) == 1
@@ -137,33 +159,51 @@ class ResumingServer:
                 data += chunk
             head, _, body = data.partition(b"\r\n\r\n")
             request_line, *header_lines = head.decode("latin-1").split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+            headers = {
+                k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)
+            }
             if request_line.startswith("GET"):
                 self.resumed_from.append(headers.get("last-event-id", ""))
                 answer = {"jsonrpc": "2.0", "id": 11, "result": RESULT}
                 event = f"id: e2\nevent: message\ndata: {json.dumps(answer)}\n\n".encode()
                 await stream.send_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                    + f"Content-Length: {len(event)}\r\nConnection: close\r\n\r\n".encode() + event
+                    + f"Content-Length: {len(event)}\r\nConnection: close\r\n\r\n".encode()
+                    + event
                 )
                 return
             while len(body) < int(headers["content-length"]):
                 body += await stream.receive_some(65536)
-            progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": 1}}
+            progress = {
+                "jsonrpc": "2.0",
+                "method": "notifications/progress",
+                "params": {"progressToken": "t", "progress": 1},
+            }
             event = f"id: e1\r\nretry: 20\r\nevent: message\r\ndata: {json.dumps(progress)}\r\n\r\n".encode()
             await stream.send_all(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-                + f"{len(event):x}\r\n".encode() + event + b"\r\n"
+                + f"{len(event):x}\r\n".encode()
+                + event
+                + b"\r\n"
             )  # and close without the final chunk: the stream breaks after event e1
 
 
 async def test_handshake_era_resumes_a_broken_stream_from_its_last_event_id(nursery):
     server = ResumingServer()
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
     url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/mcp"
     async with open_http_transport(url, allow_loopback=True, timeout_secs=10) as transport:
         transport.set_protocol_version(p.LATEST_HANDSHAKE_VERSION)
-        await transport.send({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "work", "arguments": {}}})
+        await transport.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 11,
+                "method": "tools/call",
+                "params": {"name": "work", "arguments": {}},
+            }
+        )
         answer, notes = await receive_answer(transport, 11)
     assert answer == {"jsonrpc": "2.0", "id": 11, "result": RESULT}
     assert server.resumed_from == ["e1"]  # the id of the last event the broken stream gave

@@ -22,7 +22,9 @@ from waiting import wait_until_sync
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
 SUPERVISOR = str(Path(wrapped_command("x", [])[3]))
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux prctl and /proc")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="needs Linux prctl and /proc"
+)
 
 
 def running(pid: int) -> bool:
@@ -114,7 +116,9 @@ def test_sigkilled_roost_leaves_no_server_grandchild_or_escaped_helper(tmp_path)
         descendants = [pids["launcher"], pids["server"], pids["escapee"]]
         wait_until_sync(
             lambda: not any(in_proc(pid) for pid in descendants),
-            lambda: f"descendants gone; left: { {name: pid for name, pid in pids.items() if in_proc(pid)} }",
+            lambda: (
+                f"descendants gone; left: { {name: pid for name, pid in pids.items() if in_proc(pid)} }"
+            ),
         )
         wait_until_sync(lambda: not running(pids["supervisor"]), "the supervisor ended")
     finally:
@@ -128,7 +132,17 @@ def test_sigkilled_roost_leaves_no_server_grandchild_or_escaped_helper(tmp_path)
 
 def start_supervised(script: str, **popen: object) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-I", "-S", SUPERVISOR, str(os.getpid()), "--", sys.executable, "-c", script],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            SUPERVISOR,
+            str(os.getpid()),
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
@@ -195,12 +209,20 @@ def test_server_survives_the_exit_of_the_thread_that_started_it():
     # PR_SET_PDEATHSIG fires on the parent *thread's* exit: the old wrapper's SIGKILL
     # then killed every stdio MCP server about ten seconds after it started.
     started: list[subprocess.Popen] = []
-    thread = threading.Thread(target=lambda: started.append(start_supervised("import sys; sys.stdin.read()", stdin=subprocess.PIPE)))
+    thread = threading.Thread(
+        target=lambda: started.append(
+            start_supervised("import sys; sys.stdin.read()", stdin=subprocess.PIPE)
+        )
+    )
     thread.start()
     thread.join()
     supervised = started[0]
     try:
-        wait_until_sync(lambda: any(running(p) for p in children_of(supervised.pid)), "the server started", timeout=5)
+        wait_until_sync(
+            lambda: any(running(p) for p in children_of(supervised.pid)),
+            "the server started",
+            timeout=5,
+        )
         # Nothing may happen: give the supervisor two parent polls (PARENT_POLL_S) and the
         # (already delivered) death signal to wrongly kill it. This wait is the subject.
         time.sleep(1.0)
@@ -216,9 +238,17 @@ def test_server_survives_the_exit_of_the_thread_that_started_it():
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["12", "sleep"], ["abc", "--", "sleep"], ["12", "--"], ["12", "--nofile", "x", "--", "sleep"]],
+    [
+        [],
+        ["12", "sleep"],
+        ["abc", "--", "sleep"],
+        ["12", "--"],
+        ["12", "--nofile", "x", "--", "sleep"],
+    ],
 )
 def test_bad_arguments_are_a_usage_error(argv):
-    done = subprocess.run([sys.executable, "-I", "-S", SUPERVISOR, *argv], capture_output=True, text=True, timeout=10)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", SUPERVISOR, *argv], capture_output=True, text=True, timeout=10
+    )
     assert done.returncode == 2
     assert "usage: _pdeathsig.py PPID [--nofile SOFT] -- COMMAND" in done.stderr

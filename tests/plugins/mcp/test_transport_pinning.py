@@ -44,7 +44,9 @@ async def daemon_port(kernel):
 async def test_http_transport_uses_the_checked_address_for_every_request(daemon_port):
     resolver = RebindingResolver()
     url = f"http://{NAME}:{daemon_port}/mcp"
-    async with open_http_transport(url, allow_loopback=True, timeout_secs=10, resolver=resolver) as transport:
+    async with open_http_transport(
+        url, allow_loopback=True, timeout_secs=10, resolver=resolver
+    ) as transport:
         async with open_mcp_client(transport, ClientOptions(protocol="2025-11-25")) as client:
             names = [tool["name"] for tool in await client.list_tools()]
             result = await client.call_tool("echo", {"text": "pinned"})
@@ -58,7 +60,9 @@ async def test_http_transport_uses_the_checked_address_for_every_request(daemon_
 async def test_http_transport_refuses_a_name_that_resolves_to_a_forbidden_address(daemon_port):
     resolver = RebindingResolver(first="169.254.169.254")
     with pytest.raises(UrlRefused) as info:
-        async with open_http_transport(f"http://{NAME}:{daemon_port}/mcp", allow_loopback=True, resolver=resolver):
+        async with open_http_transport(
+            f"http://{NAME}:{daemon_port}/mcp", allow_loopback=True, resolver=resolver
+        ):
             pass
     assert info.value.rule == "metadata"
 
@@ -87,7 +91,9 @@ class TinySseServer:
                     return
                 data += chunk
             head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-            host = next((h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("host:")), "")
+            host = next(
+                (h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("host:")), ""
+            )
             self.requests.append((head[0], host))
             if head[0].startswith("GET /sse"):
                 await stream.send_all(
@@ -95,18 +101,27 @@ class TinySseServer:
                     b"event: endpoint\ndata: /messages\n\n"
                 )
                 await trio.sleep_forever()
-            await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await stream.send_all(
+                b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
 
 
 async def test_sse_transport_uses_the_checked_address_and_keeps_the_host_header(nursery):
     server = TinySseServer()
-    listeners = await nursery.start(functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1"))
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
     server.port = listeners[0].socket.getsockname()[1]
     resolver = RebindingResolver()
     url = f"http://{NAME}:{server.port}/sse"
-    async with open_sse_transport(url, allow_loopback=True, timeout_secs=10, resolver=resolver) as transport:
+    async with open_sse_transport(
+        url, allow_loopback=True, timeout_secs=10, resolver=resolver
+    ) as transport:
         assert transport.endpoint == f"http://{NAME}:{server.port}/messages"
         await transport.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    assert [line.split(" ")[:2] for line, _ in server.requests] == [["GET", "/sse"], ["POST", "/messages"]]
+    assert [line.split(" ")[:2] for line, _ in server.requests] == [
+        ["GET", "/sse"],
+        ["POST", "/messages"],
+    ]
     assert {host for _, host in server.requests} == {f"{NAME}:{server.port}"}
     assert resolver.calls == [(NAME, server.port)]

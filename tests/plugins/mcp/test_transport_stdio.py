@@ -21,7 +21,11 @@ from waiting import wait_until, wait_until_sync
 
 def test_environment_is_cleared_except_path_home_and_listed():
     source = {"PATH": "/bin", "HOME": "/h", "SECRET": "s", "GITHUB_TOKEN": "t", "OTHER": "o"}
-    assert child_environment(["GITHUB_TOKEN", "MISSING"], source) == {"PATH": "/bin", "HOME": "/h", "GITHUB_TOKEN": "t"}
+    assert child_environment(["GITHUB_TOKEN", "MISSING"], source) == {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "GITHUB_TOKEN": "t",
+    }
 
 
 @pytest.mark.parametrize("command", ["", "   ", "../evil", "/opt/../bin/sh", "bin/..x"])
@@ -34,7 +38,9 @@ async def test_child_sees_only_the_allowed_environment(monkeypatch):
     monkeypatch.setenv("ROOST_TEST_SECRET", "do-not-leak")
     monkeypatch.setenv("ROOST_TEST_ALLOWED", "fine")
     script = "import json,os,sys; sys.stdout.write(json.dumps({'env': dict(os.environ)}) + '\\n'); sys.stdout.flush(); sys.stdin.read()"
-    async with open_stdio_transport(sys.executable, ["-c", script], env=["ROOST_TEST_ALLOWED"]) as transport:
+    async with open_stdio_transport(
+        sys.executable, ["-c", script], env=["ROOST_TEST_ALLOWED"]
+    ) as transport:
         with trio.fail_after(10):
             message = await transport.incoming.receive()
     env = message["env"]
@@ -44,7 +50,9 @@ async def test_child_sees_only_the_allowed_environment(monkeypatch):
 
 
 async def test_stderr_goes_to_the_log(caplog):
-    script = "import sys; sys.stderr.write('server says hi\\n'); sys.stderr.flush(); sys.stdin.read()"
+    script = (
+        "import sys; sys.stderr.write('server says hi\\n'); sys.stderr.flush(); sys.stdin.read()"
+    )
     with caplog.at_level("INFO", logger="roost.mcp.server.noisy"):
         async with open_stdio_transport(sys.executable, ["-c", script], name="noisy"):
             await wait_until(lambda: "server says hi" in caplog.text, "the server's stderr logged")

@@ -74,7 +74,11 @@ class FakeVendor:
         self.replies.extend(replies)
 
     async def start(self, nursery: trio.Nursery) -> FakeVendor:
-        listeners = await nursery.start(lambda task_status: trio.serve_tcp(self.handle, 0, host="127.0.0.1", task_status=task_status))
+        listeners = await nursery.start(
+            lambda task_status: trio.serve_tcp(
+                self.handle, 0, host="127.0.0.1", task_status=task_status
+            )
+        )
         self.port = listeners[0].socket.getsockname()[1]
         return self
 
@@ -85,7 +89,11 @@ class FakeVendor:
             if request is None:
                 return
             self.requests.append(request)
-            reply = self.replies.popleft() if self.replies else Reply(500, {"error": {"message": "no reply queued"}})
+            reply = (
+                self.replies.popleft()
+                if self.replies
+                else Reply(500, {"error": {"message": "no reply queued"}})
+            )
             if callable(reply):
                 reply = reply(request)
             await _write_reply(stream, reply)
@@ -144,7 +152,12 @@ async def _read_chunked(stream: trio.SocketStream, data: bytes) -> bytes:
 
 
 async def _write_reply(stream: trio.SocketStream, reply: Reply) -> None:
-    reason = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error"}.get(reply.status, "Status")
+    reason = {
+        200: "OK",
+        401: "Unauthorized",
+        429: "Too Many Requests",
+        500: "Internal Server Error",
+    }.get(reply.status, "Status")
     headers = {"content-type": reply.content_type, "connection": "close", **reply.headers}
     if reply.chunks is not None:
         headers["transfer-encoding"] = "chunked"

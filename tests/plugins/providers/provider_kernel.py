@@ -28,7 +28,9 @@ class FakeMcpTools:
             return ToolResult.text(f"lookup({call.arguments.get('key')}) = blue")
 
         schema = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
-        spec = ToolSpec("mcp_x_lookup", "look a key up", schema, owner="mcp:x", original_name="lookup")
+        spec = ToolSpec(
+            "mcp_x_lookup", "look a key up", schema, owner="mcp:x", original_name="lookup"
+        )
         return [Tool(spec, lookup)]
 
 
@@ -45,7 +47,9 @@ def manifest(provider: str, model: str = "test-model", *, max_turns: int = 10, p
     )
 
 
-async def run_agent(tmp_path, provider: str, settings: dict, message: str, *, stream: bool = False, **manifest_kw):
+async def run_agent(
+    tmp_path, provider: str, settings: dict, message: str, *, stream: bool = False, **manifest_kw
+):
     """Boot a kernel with one agent on ``provider`` and send it ``message``; (reply, tools)."""
     home = tmp_path / "home"
     workspace = home / "workspaces" / "worker"
@@ -53,7 +57,9 @@ async def run_agent(tmp_path, provider: str, settings: dict, message: str, *, st
     (workspace / "notes.txt").write_text(NOTES)
     config = default_config(home=home, agents={"bundled": False}, providers={provider: settings})
     tools = FakeMcpTools()
-    async with open_kernel(config, agents=[manifest(provider, **manifest_kw)], plugins=[tools]) as kernel:
+    async with open_kernel(
+        config, agents=[manifest(provider, **manifest_kw)], plugins=[tools]
+    ) as kernel:
         assert "worker" not in kernel.agent_errors, kernel.agent_errors
         reply = await kernel.send("worker", message, stream=stream, timeout=20)
         usage = await _usage(kernel)

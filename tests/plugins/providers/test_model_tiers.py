@@ -26,14 +26,25 @@ def chat(text=None, tokens=(0, 0), calls=()):
     message = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = [
-            {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}} for cid, name, args in calls
+            {
+                "id": cid,
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for cid, name, args in calls
         ]
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
         "model": "whatever",
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1], "total_tokens": sum(tokens)},
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": tokens[0],
+            "completion_tokens": tokens[1],
+            "total_tokens": sum(tokens),
+        },
     }
 
 
@@ -60,8 +71,16 @@ def tiered_agent():
                 "provider": "openai",
                 "name": "gpt-4o-mini",
                 "parameters": {"temperature": 0.9},
-                "fast": {"provider": "openai", "name": "gpt-4.1-nano", "parameters": {"temperature": 0}},
-                "complex": {"provider": "anthropic", "name": "claude-sonnet-4-5", "parameters": {"max_tokens": 777}},
+                "fast": {
+                    "provider": "openai",
+                    "name": "gpt-4.1-nano",
+                    "parameters": {"temperature": 0},
+                },
+                "complex": {
+                    "provider": "anthropic",
+                    "name": "claude-sonnet-4-5",
+                    "parameters": {"max_tokens": 777},
+                },
             },
         }
     )
@@ -69,7 +88,11 @@ def tiered_agent():
 
 def usage_rows(config):
     with sqlite3.connect(config.database_path) as db:
-        return sorted(db.execute("SELECT agent, provider, model, input_tokens, output_tokens FROM usage").fetchall())
+        return sorted(
+            db.execute(
+                "SELECT agent, provider, model, input_tokens, output_tokens FROM usage"
+            ).fetchall()
+        )
 
 
 @pytest.fixture
@@ -110,14 +133,19 @@ async def test_a_complex_message_goes_to_the_complex_tiers_vendor_with_its_model
 
 async def test_a_simple_message_stays_with_the_fast_tier_and_its_model(tmp_path, vendors):
     openai_vendor, anthropic_vendor = vendors
-    openai_vendor.queue(Reply(json=chat("simple", tokens=(7, 1))), Reply(json=chat("hi!", tokens=(9, 2))))
+    openai_vendor.queue(
+        Reply(json=chat("simple", tokens=(7, 1))), Reply(json=chat("hi!", tokens=(9, 2)))
+    )
     config = tier_config(tmp_path, openai_vendor, anthropic_vendor)
     async with open_kernel(config, agents=[tiered_agent()]) as kernel:
         reply = await kernel.send("worker", "say hi", timeout=20)
     assert reply.text == "hi!"
     assert [r.json["model"] for r in openai_vendor.requests] == ["gpt-4.1-nano", "gpt-4.1-nano"]
     assert anthropic_vendor.requests == []
-    assert usage_rows(config) == [("worker", "openai", "gpt-4.1-nano", 7, 1), ("worker", "openai", "gpt-4.1-nano", 9, 2)]
+    assert usage_rows(config) == [
+        ("worker", "openai", "gpt-4.1-nano", 7, 1),
+        ("worker", "openai", "gpt-4.1-nano", 9, 2),
+    ]
 
 
 async def test_a_run_that_fails_after_billed_calls_records_their_usage(tmp_path, vendors):
@@ -127,9 +155,18 @@ async def test_a_run_that_fails_after_billed_calls_records_their_usage(tmp_path,
         Reply(400, {"error": {"message": "context too long", "type": "invalid_request_error"}}),
     )
     manifest = parse_manifest(
-        {"name": "worker", "description": "d", "model": {"provider": "openai", "name": "gpt-4o-mini"}, "capabilities": {"tools": ["read"]}}
+        {
+            "name": "worker",
+            "description": "d",
+            "model": {"provider": "openai", "name": "gpt-4o-mini"},
+            "capabilities": {"tools": ["read"]},
+        }
     )
-    config = default_config(home=tmp_path / "home", agents={"bundled": False}, providers={"openai": {"base_url": openai_vendor.url + "/v1", **NO_RETRY}})
+    config = default_config(
+        home=tmp_path / "home",
+        agents={"bundled": False},
+        providers={"openai": {"base_url": openai_vendor.url + "/v1", **NO_RETRY}},
+    )
     workspace = config.home / "workspaces" / "worker"
     workspace.mkdir(parents=True)
     (workspace / "notes.txt").write_text("notes\n")
@@ -143,7 +180,13 @@ async def test_a_run_that_fails_after_billed_calls_records_their_usage(tmp_path,
 
 async def test_an_agent_without_its_api_key_answers_503_with_the_reason(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    manifest = parse_manifest({"name": "worker", "description": "d", "model": {"provider": "openai", "name": "gpt-4o-mini"}})
+    manifest = parse_manifest(
+        {
+            "name": "worker",
+            "description": "d",
+            "model": {"provider": "openai", "name": "gpt-4o-mini"},
+        }
+    )
     config = default_config(home=tmp_path / "home", agents={"bundled": False})
     async with open_kernel(config, agents=[manifest]) as kernel, open_daemon(kernel) as url:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -151,4 +194,7 @@ async def test_an_agent_without_its_api_key_answers_503_with_the_reason(tmp_path
     assert answer.status_code == 503
     error = answer.json()["error"]
     assert error["code"] == "agent_unavailable"
-    assert error["message"] == "agent 'worker' is unavailable: provider 'openai' needs an API key: set OPENAI_API_KEY or choose another provider (model.provider in agent.json)"
+    assert (
+        error["message"]
+        == "agent 'worker' is unavailable: provider 'openai' needs an API key: set OPENAI_API_KEY or choose another provider (model.provider in agent.json)"
+    )

@@ -25,7 +25,8 @@ KEY = "sk-ant-test-0123456789"
 ENV = {"ANTHROPIC_API_KEY": KEY}
 FAST = {"max_retries": 0, "retry_backoff_s": 0.0}
 WEATHER = ToolSpec(
-    "get_weather", "Current weather for a city",
+    "get_weather",
+    "Current weather for a city",
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
 
@@ -41,7 +42,12 @@ def message(*content, stop="end_turn"):
         "content": list(content),
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {"input_tokens": 2095, "output_tokens": 503, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+        "usage": {
+            "input_tokens": 2095,
+            "output_tokens": 503,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
     }
 
 
@@ -55,27 +61,71 @@ def tool_use(tid, name, args):
 
 def text_stream(*pieces):
     return sse(
-        {"type": "message_start", "message": {**message(), "content": [], "stop_reason": None, "usage": {"input_tokens": 25, "output_tokens": 1}}},
+        {
+            "type": "message_start",
+            "message": {
+                **message(),
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 25, "output_tokens": 1},
+            },
+        },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "ping"},
-        *[{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}} for p in pieces],
+        *[
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+            for p in pieces
+        ],
         {"type": "content_block_stop", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 15}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 15},
+        },
         {"type": "message_stop"},
         named=True,
     )
 
 
-def tool_stream(tid="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="get_weather", parts=('{"city": ', '"Paris"}')):
+def tool_stream(
+    tid="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="get_weather", parts=('{"city": ', '"Paris"}')
+):
     return sse(
-        {"type": "message_start", "message": {**message(), "content": [], "stop_reason": None, "usage": {"input_tokens": 472, "output_tokens": 2}}},
+        {
+            "type": "message_start",
+            "message": {
+                **message(),
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 472, "output_tokens": 2},
+            },
+        },
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Checking."}},
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "Checking."},
+        },
         {"type": "content_block_stop", "index": 0},
-        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": tid, "name": name, "input": {}}},
-        *[{"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": p}} for p in parts],
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": tid, "name": name, "input": {}},
+        },
+        *[
+            {
+                "type": "content_block_delta",
+                "index": 1,
+                "delta": {"type": "input_json_delta", "partial_json": p},
+            }
+            for p in parts
+        ],
         {"type": "content_block_stop", "index": 1},
-        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None}, "usage": {"output_tokens": 89}},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 89},
+        },
         {"type": "message_stop"},
         named=True,
     )
@@ -83,7 +133,13 @@ def tool_stream(tid="toolu_01T1x1fJ34qAmk2tNTrN7Up6", name="get_weather", parts=
 
 FIXTURES = [
     Reply(json=message(text("Hi! My name is Claude."))),
-    Reply(json=message(text("Let me check."), tool_use("toolu_01A09q90qw90lq917835lq9", "get_weather", {"city": "Paris"}), stop="tool_use")),
+    Reply(
+        json=message(
+            text("Let me check."),
+            tool_use("toolu_01A09q90qw90lq917835lq9", "get_weather", {"city": "Paris"}),
+            stop="tool_use",
+        )
+    ),
     Reply(chunks=text_stream("Hello", "!"), content_type="text/event-stream"),
     Reply(chunks=tool_stream(), content_type="text/event-stream"),
 ]
@@ -92,7 +148,8 @@ FIXTURES = [
 def conversation():
     call = ToolCall("get_weather", {"city": "Paris"}, id="toolu_1")
     return CompletionRequest(
-        agent="a", system="You are terse.",
+        agent="a",
+        system="You are terse.",
         messages=(
             Message("user", "Weather in Paris?"),
             Message("assistant", "Checking.", tool_calls=(call,)),
@@ -100,26 +157,50 @@ def conversation():
             Message("assistant", "It is 18C."),
             Message("user", "And now?"),
         ),
-        tools=(WEATHER,), model="claude-test", parameters={"stop_sequences": ["END"], "max_tokens": 1024},
+        tools=(WEATHER,),
+        model="claude-test",
+        parameters={"stop_sequences": ["END"], "max_tokens": 1024},
     )
 
 
 SDK_MESSAGES = [
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": [
-        {"type": "text", "text": "Checking."},
-        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
-    ]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C and sunny"}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Checking."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "get_weather",
+                "input": {"city": "Paris"},
+            },
+        ],
+    },
+    {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C and sunny"}],
+    },
     {"role": "assistant", "content": "It is 18C."},
     {"role": "user", "content": "And now?"},
 ]
-SDK_TOOLS = [{"name": "get_weather", "description": "Current weather for a city",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+SDK_TOOLS = [
+    {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "input_schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+]
 
 
 def provider(vendor, **settings):
-    return create_anthropic({"name": "claude-test"}, {"base_url": vendor.url, **FAST, **settings}, env=ENV)
+    return create_anthropic(
+        {"name": "claude-test"}, {"base_url": vendor.url, **FAST, **settings}, env=ENV
+    )
 
 
 def sdk(vendor):
@@ -135,13 +216,17 @@ async def collect(p, request):
 
 
 def test_tool_results_and_a_following_user_message_share_one_user_turn():
-    turns = to_anthropic_messages((
-        Message("user", "go"),
-        Message("assistant", "", tool_calls=(ToolCall("a", {}, id="t1"), ToolCall("b", {}, id="t2"))),
-        Message("tool", "ra", tool_call_id="t1"),
-        Message("tool", "boom", tool_call_id="t2", is_error=True),
-        Message("user", "and?"),
-    ))
+    turns = to_anthropic_messages(
+        (
+            Message("user", "go"),
+            Message(
+                "assistant", "", tool_calls=(ToolCall("a", {}, id="t1"), ToolCall("b", {}, id="t2"))
+            ),
+            Message("tool", "ra", tool_call_id="t1"),
+            Message("tool", "boom", tool_call_id="t2", is_error=True),
+            Message("user", "and?"),
+        )
+    )
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     assert turns[2]["content"] == [
         {"type": "tool_result", "tool_use_id": "t1", "content": "ra"},
@@ -151,8 +236,12 @@ def test_tool_results_and_a_following_user_message_share_one_user_turn():
 
 
 def test_empty_assistant_turns_are_not_sent():
-    turns = to_anthropic_messages((Message("user", "a"), Message("assistant", ""), Message("user", "b")))
-    assert turns == [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    turns = to_anthropic_messages(
+        (Message("user", "a"), Message("assistant", ""), Message("user", "b"))
+    )
+    assert turns == [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+    ]
 
 
 def test_no_tools_key_without_tools_and_max_tokens_defaults():
@@ -163,16 +252,24 @@ def test_no_tools_key_without_tools_and_max_tokens_defaults():
 def test_parse_message_with_text_and_tool_use():
     completion = parse_message(FIXTURES[1].json)
     assert completion.text == "Let me check." and completion.stop_reason == "tool_use"
-    assert completion.tool_calls == (ToolCall("get_weather", {"city": "Paris"}, id="toolu_01A09q90qw90lq917835lq9"),)
+    assert completion.tool_calls == (
+        ToolCall("get_weather", {"city": "Paris"}, id="toolu_01A09q90qw90lq917835lq9"),
+    )
 
 
 def test_an_error_object_is_reported():
-    with pytest.raises(ProviderResponseError, match="anthropic reported overloaded_error: Overloaded"):
-        parse_message({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    with pytest.raises(
+        ProviderResponseError, match="anthropic reported overloaded_error: Overloaded"
+    ):
+        parse_message(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        )
 
 
 def test_missing_key_says_which_variable_to_set():
-    with pytest.raises(ProviderConfigError, match="set ANTHROPIC_API_KEY or choose another provider"):
+    with pytest.raises(
+        ProviderConfigError, match="set ANTHROPIC_API_KEY or choose another provider"
+    ):
         create_anthropic({"name": "claude-test"}, {}, env={})
 
 
@@ -182,24 +279,46 @@ def test_missing_key_says_which_variable_to_set():
 async def test_roost_sends_what_the_official_sdk_sends(vendor):
     vendor.queue(Reply(json=message(text("ok"))), Reply(json=message(text("ok"))))
     client = sdk(vendor)
-    await trio.to_thread.run_sync(lambda: client.messages.create(
-        model="claude-test", max_tokens=1024, system="You are terse.", messages=SDK_MESSAGES, tools=SDK_TOOLS, stop_sequences=["END"]))
+    await trio.to_thread.run_sync(
+        lambda: client.messages.create(
+            model="claude-test",
+            max_tokens=1024,
+            system="You are terse.",
+            messages=SDK_MESSAGES,
+            tools=SDK_TOOLS,
+            stop_sequences=["END"],
+        )
+    )
     await provider(vendor).complete(conversation())
     theirs, ours = vendor.requests
     assert (ours.path, ours.json) == (theirs.path, theirs.json)
     assert ours.headers["content-type"] == theirs.headers["content-type"]
     # The SDK may authenticate with a bearer token; roost uses the documented x-api-key.
-    assert KEY in (theirs.headers.get("x-api-key"), theirs.headers.get("authorization", "").removeprefix("Bearer "))
+    assert KEY in (
+        theirs.headers.get("x-api-key"),
+        theirs.headers.get("authorization", "").removeprefix("Bearer "),
+    )
     assert ours.headers["x-api-key"] == KEY and ours.headers["anthropic-version"] == "2023-06-01"
 
 
 async def test_roost_streams_what_the_official_sdk_streams(vendor):
-    vendor.queue(*[Reply(chunks=text_stream("a"), content_type="text/event-stream") for _ in range(2)])
+    vendor.queue(
+        *[Reply(chunks=text_stream("a"), content_type="text/event-stream") for _ in range(2)]
+    )
     client = sdk(vendor)
 
     def run_sdk():
-        return list(client.messages.create(model="claude-test", max_tokens=1024, system="You are terse.",
-                                           messages=SDK_MESSAGES, tools=SDK_TOOLS, stop_sequences=["END"], stream=True))
+        return list(
+            client.messages.create(
+                model="claude-test",
+                max_tokens=1024,
+                system="You are terse.",
+                messages=SDK_MESSAGES,
+                tools=SDK_TOOLS,
+                stop_sequences=["END"],
+                stream=True,
+            )
+        )
 
     await trio.to_thread.run_sync(run_sdk)
     await collect(provider(vendor), conversation())
@@ -213,11 +332,19 @@ async def test_the_official_sdk_and_roost_read_every_fixture_alike(vendor):
     for fixture in FIXTURES:
         vendor.queue(fixture, fixture)
         if fixture.chunks is None:
-            msg = await trio.to_thread.run_sync(lambda: client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]))
+            msg = await trio.to_thread.run_sync(
+                lambda: client.messages.create(
+                    model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                )
+            )
         else:
+
             def run_sdk():
-                with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+                with client.messages.stream(
+                    model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                ) as s:
                     return s.get_final_message()
+
             msg = await trio.to_thread.run_sync(run_sdk)
         sdk_text = "".join(b.text for b in msg.content if b.type == "text")
         sdk_calls = [(b.id, b.name, b.input) for b in msg.content if b.type == "tool_use"]
@@ -235,7 +362,15 @@ async def test_the_official_sdk_and_roost_read_every_fixture_alike(vendor):
 
 
 async def test_401_names_the_env_var_and_never_the_key(vendor):
-    vendor.queue(Reply(401, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}))
+    vendor.queue(
+        Reply(
+            401,
+            {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": "invalid x-api-key"},
+            },
+        )
+    )
     with pytest.raises(ProviderAuthError) as info:
         await provider(vendor).complete(conversation())
     assert "check ANTHROPIC_API_KEY" in str(info.value) and KEY not in str(info.value)
@@ -254,14 +389,19 @@ async def test_a_stream_that_ends_cleanly_before_message_stop_is_cut(vendor):
 
 
 async def test_an_error_event_inside_the_stream(vendor):
-    chunks = text_stream("a")[:3] + sse({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, named=True)
+    chunks = text_stream("a")[:3] + sse(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        named=True,
+    )
     vendor.queue(Reply(chunks=chunks, content_type="text/event-stream"))
     with pytest.raises(ProviderResponseError, match="overloaded_error"):
         await collect(provider(vendor), conversation())
 
 
 async def test_streamed_tool_arguments_that_are_not_json(vendor):
-    vendor.queue(Reply(chunks=tool_stream(parts=('{"city": ', "Paris}")), content_type="text/event-stream"))
+    vendor.queue(
+        Reply(chunks=tool_stream(parts=('{"city": ', "Paris}")), content_type="text/event-stream")
+    )
     _, completion = await collect(provider(vendor), conversation())
     (call,) = completion.tool_calls
     assert call.arguments == {} and "not valid JSON" in call.arguments_error
@@ -277,7 +417,9 @@ async def test_malformed_json_from_the_vendor(vendor):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(vendor, tmp_path, monkeypatch, stream):
+async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(
+    vendor, tmp_path, monkeypatch, stream
+):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     if stream:
         vendor.queue(
@@ -287,23 +429,56 @@ async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(
         )
     else:
         vendor.queue(
-            Reply(json=message(tool_use("toolu_r", "read", {"path": "notes.txt"}), stop="tool_use")),
-            Reply(json=message(tool_use("toolu_m", "mcp_x_lookup", {"key": "colour"}), stop="tool_use")),
+            Reply(
+                json=message(tool_use("toolu_r", "read", {"path": "notes.txt"}), stop="tool_use")
+            ),
+            Reply(
+                json=message(
+                    tool_use("toolu_m", "mcp_x_lookup", {"key": "colour"}), stop="tool_use"
+                )
+            ),
             Reply(json=message(text("The code is 4242 and the colour is blue."))),
         )
-    reply, tools, usage = await run_agent(tmp_path, "anthropic", {"base_url": vendor.url, **FAST}, "what is in notes.txt?", stream=stream)
+    reply, tools, usage = await run_agent(
+        tmp_path,
+        "anthropic",
+        {"base_url": vendor.url, **FAST},
+        "what is in notes.txt?",
+        stream=stream,
+    )
     assert reply.text.endswith("The code is 4242 and the colour is blue.") and reply.turns == 3
     assert tools.calls == [{"key": "colour"}]
     first, second, third = (r.json for r in vendor.requests)
-    assert first["system"] == "You are terse." and {t["name"] for t in first["tools"]} >= {"read", "mcp_x_lookup"}
+    assert first["system"] == "You are terse." and {t["name"] for t in first["tools"]} >= {
+        "read",
+        "mcp_x_lookup",
+    }
     (result,) = [b for b in second["messages"][-1]["content"] if b["type"] == "tool_result"]
     assert result["tool_use_id"] == "toolu_r" and "4242" in result["content"]
-    assert third["messages"][-1]["content"][-1] == {"type": "tool_result", "tool_use_id": "toolu_m", "content": "lookup(colour) = blue"}
+    assert third["messages"][-1]["content"][-1] == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_m",
+        "content": "lookup(colour) = blue",
+    }
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
 
 
-async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(vendor, tmp_path, monkeypatch):
+async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(
+    vendor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-    vendor.queue(*[Reply(json=message(tool_use(f"t{i}", "read", {"path": "notes.txt", "offset": i + 1}), stop="tool_use")) for i in range(10)])
-    reply, _, _ = await run_agent(tmp_path, "anthropic", {"base_url": vendor.url, **FAST}, "go", max_turns=2)
+    vendor.queue(
+        *[
+            Reply(
+                json=message(
+                    tool_use(f"t{i}", "read", {"path": "notes.txt", "offset": i + 1}),
+                    stop="tool_use",
+                )
+            )
+            for i in range(10)
+        ]
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "anthropic", {"base_url": vendor.url, **FAST}, "go", max_turns=2
+    )
     assert reply.stop_reason == "max_turns" and len(vendor.requests) == 2

@@ -28,7 +28,10 @@ def sse_response(chunks: list[bytes]) -> httpx.Response:
 
 
 async def events_of(chunks: list[bytes], max_bytes: int = 1 << 24) -> list[tuple]:
-    return [(e.event, e.data, e.id, e.retry) async for e in sse_events(sse_response(chunks), max_bytes=max_bytes)]
+    return [
+        (e.event, e.data, e.id, e.retry)
+        async for e in sse_events(sse_response(chunks), max_bytes=max_bytes)
+    ]
 
 
 async def test_sse_events_split_anywhere_across_chunks():
@@ -64,7 +67,9 @@ async def test_an_sse_event_over_the_limit_is_refused():
     chunks = [b"data: " + b"x" * 100 + b"\n"] * 20  # never a blank line: one endless event
     with pytest.raises(ValueError, match="over the limit of 1000 bytes"):
         await events_of(chunks, max_bytes=1000)
-    assert len(await events_of([b"data: 1\n\n"] * 200, max_bytes=1000)) == 200  # the limit is per event
+    assert (
+        len(await events_of([b"data: 1\n\n"] * 200, max_bytes=1000)) == 200
+    )  # the limit is per event
 
 
 def request_with_tool_outputs(*sizes):
@@ -109,8 +114,24 @@ def attrs_evolve(request, **kw):
 
 
 async def test_each_provider_applies_the_context_guard_before_sending(vendor):
-    vendor.queue(Reply(json={"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
-    p = create_openai({"name": "m", "parameters": {"context_window": 4_000, "max_tokens": 100}}, {"base_url": vendor.url}, env={})
+    vendor.queue(
+        Reply(
+            json={
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ]
+            }
+        )
+    )
+    p = create_openai(
+        {"name": "m", "parameters": {"context_window": 4_000, "max_tokens": 100}},
+        {"base_url": vendor.url},
+        env={},
+    )
     await p.complete(request_with_tool_outputs(30_000, 100))
     sent = vendor.requests[0].json["messages"]
     assert MARKER_PREFIX in sent[2]["content"] and sent[3]["content"] == "out1:" + "x" * 100
@@ -132,4 +153,6 @@ def test_backoff_honours_the_server_but_never_waits_past_the_cap():
 
 def test_settings_repr_never_shows_the_key():
     s = ProviderSettings("x", "http://h", "K", api_key="sk-secret-123")
-    assert "sk-secret-123" not in repr(s) and s.redact("bad key sk-secret-123") == "bad key [redacted]"
+    assert (
+        "sk-secret-123" not in repr(s) and s.redact("bad key sk-secret-123") == "bad key [redacted]"
+    )

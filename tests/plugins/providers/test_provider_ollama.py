@@ -27,40 +27,88 @@ def final(content="", calls=(), reason="stop"):
     if calls:
         message["tool_calls"] = [{"function": {"name": n, "arguments": a}} for n, a in calls]
     return {
-        "model": "llama3.2", "created_at": "2023-12-12T14:13:43.416799Z", "message": message,
-        "done": True, "done_reason": reason, "total_duration": 5191566416, "load_duration": 2154458,
-        "prompt_eval_count": 26, "prompt_eval_duration": 383809000, "eval_count": 298, "eval_duration": 4799921000,
+        "model": "llama3.2",
+        "created_at": "2023-12-12T14:13:43.416799Z",
+        "message": message,
+        "done": True,
+        "done_reason": reason,
+        "total_duration": 5191566416,
+        "load_duration": 2154458,
+        "prompt_eval_count": 26,
+        "prompt_eval_duration": 383809000,
+        "eval_count": 298,
+        "eval_duration": 4799921000,
     }
 
 
 def part(content):
-    return {"model": "llama3.2", "created_at": "2023-08-04T08:52:19.385406455-07:00", "message": {"role": "assistant", "content": content}, "done": False}
+    return {
+        "model": "llama3.2",
+        "created_at": "2023-08-04T08:52:19.385406455-07:00",
+        "message": {"role": "assistant", "content": content},
+        "done": False,
+    }
 
 
 FIXTURES = [
     Reply(json=final("Hello! How are you today?")),
     Reply(json=final(calls=[("get_weather", {"city": "Toronto"})])),
     Reply(chunks=ndjson(part("The"), part(" sky"), final()), content_type="application/x-ndjson"),
-    Reply(chunks=ndjson(part(""), {**part(""), "message": {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]}}, final()), content_type="application/x-ndjson"),
+    Reply(
+        chunks=ndjson(
+            part(""),
+            {
+                **part(""),
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+                    ],
+                },
+            },
+            final(),
+        ),
+        content_type="application/x-ndjson",
+    ),
 ]
 
 
 def conversation():
     call = ToolCall("get_weather", {"city": "Paris"}, id="c1")
     return CompletionRequest(
-        agent="a", system="You are terse.",
-        messages=(Message("user", "Weather?"), Message("assistant", "", tool_calls=(call,)), Message("tool", "18C", tool_call_id="c1", name="get_weather")),
-        tools=(WEATHER,), parameters={"temperature": 0.2, "num_ctx": 8192},
+        agent="a",
+        system="You are terse.",
+        messages=(
+            Message("user", "Weather?"),
+            Message("assistant", "", tool_calls=(call,)),
+            Message("tool", "18C", tool_call_id="c1", name="get_weather"),
+        ),
+        tools=(WEATHER,),
+        parameters={"temperature": 0.2, "num_ctx": 8192},
     )
 
 
 SDK_MESSAGES = [
     {"role": "system", "content": "You are terse."},
     {"role": "user", "content": "Weather?"},
-    {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    },
     {"role": "tool", "content": "18C", "tool_name": "get_weather"},
 ]
-SDK_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city", "parameters": SCHEMA}}]
+SDK_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": SCHEMA,
+        },
+    }
+]
 
 
 def provider(vendor, **settings):
@@ -79,7 +127,13 @@ async def test_roost_sends_what_the_official_client_sends(vendor, stream):
     client = ollama.Client(host=vendor.url, timeout=10)
 
     def run_sdk():
-        r = client.chat(model="llama3.2", messages=SDK_MESSAGES, tools=SDK_TOOLS, options={"temperature": 0.2, "num_ctx": 8192}, stream=stream)
+        r = client.chat(
+            model="llama3.2",
+            messages=SDK_MESSAGES,
+            tools=SDK_TOOLS,
+            options={"temperature": 0.2, "num_ctx": 8192},
+            stream=stream,
+        )
         return list(r) if stream else r
 
     await trio.to_thread.run_sync(run_sdk)
@@ -89,7 +143,10 @@ async def test_roost_sends_what_the_official_client_sends(vendor, stream):
         await provider(vendor).complete(conversation())
     theirs, ours = vendor.requests
     assert ours.path == theirs.path == "/api/chat"
-    assert ours.json["messages"] == theirs.json["messages"], (ours.json["messages"], theirs.json["messages"])
+    assert ours.json["messages"] == theirs.json["messages"], (
+        ours.json["messages"],
+        theirs.json["messages"],
+    )
     assert ours.json == theirs.json
 
 
@@ -99,13 +156,27 @@ async def test_the_official_client_and_roost_read_every_fixture_alike(vendor):
     for fixture in FIXTURES:
         vendor.queue(fixture, fixture)
         streaming = fixture.chunks is not None
-        chunks = await trio.to_thread.run_sync(lambda s=streaming: list(client.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}], stream=True)) if s else [client.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}])])
+        chunks = await trio.to_thread.run_sync(
+            lambda s=streaming: (
+                list(
+                    client.chat(
+                        model="llama3.2", messages=[{"role": "user", "content": "hi"}], stream=True
+                    )
+                )
+                if s
+                else [client.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}])]
+            )
+        )
         if streaming:
             _, completion = await collect(provider(vendor), request)
         else:
             completion = await provider(vendor).complete(request)
         assert completion.text == "".join(c.message.content or "" for c in chunks)
-        sdk_calls = [(t.function.name, dict(t.function.arguments)) for c in chunks for t in c.message.tool_calls or ()]
+        sdk_calls = [
+            (t.function.name, dict(t.function.arguments))
+            for c in chunks
+            for t in c.message.tool_calls or ()
+        ]
         assert [(c.name, dict(c.arguments)) for c in completion.tool_calls] == sdk_calls
         assert completion.usage.output_tokens == chunks[-1].eval_count
 
@@ -113,12 +184,25 @@ async def test_the_official_client_and_roost_read_every_fixture_alike(vendor):
 def test_max_tokens_becomes_num_predict_and_keep_alive_stays_on_top():
     from roost.plugins.providers.ollama import build_body
 
-    body = build_body(CompletionRequest("a", "", (Message("user", "x"),), parameters={"max_tokens": 50, "keep_alive": "5m"}), "m", stream=False)
-    assert body["options"] == {"num_predict": 50} and body["keep_alive"] == "5m" and body["stream"] is False and "tools" not in body
+    body = build_body(
+        CompletionRequest(
+            "a", "", (Message("user", "x"),), parameters={"max_tokens": 50, "keep_alive": "5m"}
+        ),
+        "m",
+        stream=False,
+    )
+    assert (
+        body["options"] == {"num_predict": 50}
+        and body["keep_alive"] == "5m"
+        and body["stream"] is False
+        and "tools" not in body
+    )
 
 
 async def test_an_error_line_in_the_stream(vendor):
-    vendor.queue(Reply(chunks=ndjson(part("a"), {"error": "model runner has unexpectedly stopped"})))
+    vendor.queue(
+        Reply(chunks=ndjson(part("a"), {"error": "model runner has unexpectedly stopped"}))
+    )
     with pytest.raises(ProviderResponseError, match="model runner has unexpectedly stopped"):
         await collect(provider(vendor), conversation())
 
@@ -142,19 +226,44 @@ async def test_a_stream_without_done_is_cut(vendor):
 
 
 async def test_connection_refused_says_so(closed_port):
-    p = create_ollama({"name": "llama3.2"}, {"base_url": f"http://127.0.0.1:{closed_port}", **FAST}, env={})
+    p = create_ollama(
+        {"name": "llama3.2"}, {"base_url": f"http://127.0.0.1:{closed_port}", **FAST}, env={}
+    )
     with pytest.raises(ProviderUnavailable, match="connection refused; is the server running"):
         await p.complete(conversation())
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(vendor, tmp_path, stream):
-    bodies = [final(calls=[("read", {"path": "notes.txt"})]), final(calls=[("mcp_x_lookup", {"key": "colour"})]), final("The code is 4242 and the colour is blue.")]
+async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(
+    vendor, tmp_path, stream
+):
+    bodies = [
+        final(calls=[("read", {"path": "notes.txt"})]),
+        final(calls=[("mcp_x_lookup", {"key": "colour"})]),
+        final("The code is 4242 and the colour is blue."),
+    ]
     vendor.queue(*[Reply(chunks=ndjson(b)) if stream else Reply(json=b) for b in bodies])
-    reply, tools, usage = await run_agent(tmp_path, "ollama", {"base_url": vendor.url, **FAST}, "what is in notes.txt?", stream=stream)
-    assert reply.text == "The code is 4242 and the colour is blue." and reply.turns == 3 and tools.calls == [{"key": "colour"}]
+    reply, tools, usage = await run_agent(
+        tmp_path, "ollama", {"base_url": vendor.url, **FAST}, "what is in notes.txt?", stream=stream
+    )
+    assert (
+        reply.text == "The code is 4242 and the colour is blue."
+        and reply.turns == 3
+        and tools.calls == [{"key": "colour"}]
+    )
     first, second, third = (r.json for r in vendor.requests)
-    assert first["messages"][0] == {"role": "system", "content": "You are terse."} and first["stream"] is stream
-    assert second["messages"][-1]["role"] == "tool" and second["messages"][-1]["tool_name"] == "read" and "4242" in second["messages"][-1]["content"]
-    assert third["messages"][-1] == {"role": "tool", "content": "lookup(colour) = blue", "tool_name": "mcp_x_lookup"}
+    assert (
+        first["messages"][0] == {"role": "system", "content": "You are terse."}
+        and first["stream"] is stream
+    )
+    assert (
+        second["messages"][-1]["role"] == "tool"
+        and second["messages"][-1]["tool_name"] == "read"
+        and "4242" in second["messages"][-1]["content"]
+    )
+    assert third["messages"][-1] == {
+        "role": "tool",
+        "content": "lookup(colour) = blue",
+        "tool_name": "mcp_x_lookup",
+    }
     assert usage == {"input_tokens": 78, "output_tokens": 894, "requests": 1}

@@ -51,7 +51,12 @@ def text_completion(text="Hello! How can I assist you today?", finish="stop"):
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None, "annotations": []},
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": [],
+                },
                 "logprobs": None,
                 "finish_reason": finish,
             }
@@ -61,7 +66,12 @@ def text_completion(text="Hello! How can I assist you today?", finish="stop"):
             "completion_tokens": 10,
             "total_tokens": 29,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
         },
         "service_tier": "default",
         "system_fingerprint": "fp_06737a9306",
@@ -81,7 +91,11 @@ def tool_completion(*calls):
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": name, "arguments": args},
+                        }
                         for cid, name, args in calls
                     ],
                 },
@@ -100,7 +114,9 @@ def chunk(delta, finish=None, usage=None, choices=True):
         "created": 1694268190,
         "model": "gpt-4o-mini",
         "system_fingerprint": "fp_44709d6fcb",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}] if choices else [],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+        if choices
+        else [],
         **({"usage": usage} if usage else {}),
     }
 
@@ -110,21 +126,45 @@ def text_stream(*pieces):
         chunk({"role": "assistant", "content": "", "refusal": None}),
         *[chunk({"content": p}) for p in pieces],
         chunk({}, finish="stop"),
-        chunk({}, usage={"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}, choices=False),
+        chunk(
+            {},
+            usage={"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+            choices=False,
+        ),
         done=True,
     )
 
 
 def tool_stream():
     return sse(
-        chunk({"role": "assistant", "content": None, "tool_calls": [
-            {"index": 0, "id": "call_DdmO9pD3xa9XTPNJ32zg2hcA", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
-        ]}),
+        chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_DdmO9pD3xa9XTPNJ32zg2hcA",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                ],
+            }
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Paris"}'}}]}),
-        chunk({"tool_calls": [
-            {"index": 1, "id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
-        ]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+                    }
+                ]
+            }
+        ),
         chunk({}, finish="tool_calls"),
         done=True,
     )
@@ -162,19 +202,37 @@ def sdk_messages():
     return [
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-        ]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
         {"role": "assistant", "content": "It is 18C."},
         {"role": "user", "content": "And now?"},
     ]
 
 
-SDK_TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}}]
+SDK_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 
 
 def provider(vendor, **settings):
@@ -196,24 +254,32 @@ async def collect(p, request):
 def test_body_has_no_tools_key_when_the_agent_may_call_none():
     request = CompletionRequest("a", "", (Message("user", "classify: spam?"),), model="m")
     body = build_body(request, "m", stream=False)
-    assert "tools" not in body and body["messages"] == [{"role": "user", "content": "classify: spam?"}]
+    assert "tools" not in body and body["messages"] == [
+        {"role": "user", "content": "classify: spam?"}
+    ]
 
 
 def test_context_window_is_roosts_own_parameter_and_is_not_sent():
-    request = CompletionRequest("a", "", (Message("user", "x"),), parameters={"context_window": 9000, "top_p": 0.5})
+    request = CompletionRequest(
+        "a", "", (Message("user", "x"),), parameters={"context_window": 9000, "top_p": 0.5}
+    )
     body = build_body(request, "m", stream=False)
     assert "context_window" not in body and body["top_p"] == 0.5
 
 
 def test_parse_tool_calls_decodes_their_json_arguments():
-    completion = parse_completion(tool_completion(("call_abc123", "get_weather", '{"city": "Boston"}')))
+    completion = parse_completion(
+        tool_completion(("call_abc123", "get_weather", '{"city": "Boston"}'))
+    )
     assert completion.stop_reason == "tool_use"
     assert completion.tool_calls == (ToolCall("get_weather", {"city": "Boston"}, id="call_abc123"),)
     assert (completion.usage.input_tokens, completion.usage.output_tokens) == (82, 17)
 
 
 def test_tool_arguments_that_are_not_json_become_a_call_that_fails_with_a_clear_error():
-    (call,) = parse_completion(tool_completion(("c1", "get_weather", '{"city": Boston}'))).tool_calls
+    (call,) = parse_completion(
+        tool_completion(("c1", "get_weather", '{"city": Boston}'))
+    ).tool_calls
     assert call.id == "c1" and call.arguments == {}
     assert "tool 'get_weather' with arguments that are not valid JSON" in call.arguments_error
 
@@ -253,7 +319,10 @@ def test_custom_base_url_runs_without_a_key():
     ("settings", "message"),
     [
         ({"api_key": "sk-x"}, r"providers.openai.api_key: keys are read only from the environment"),
-        ({"timeout": 3}, r"unknown key 'providers.openai.timeout' — did you mean 'timeout_s'\? valid keys in \[providers.openai\]: base_url"),
+        (
+            {"timeout": 3},
+            r"unknown key 'providers.openai.timeout' — did you mean 'timeout_s'\? valid keys in \[providers.openai\]: base_url",
+        ),
         ({"base_url": "ftp://x"}, r"base_url: expected an http:// or https:// URL, got 'ftp://x'"),
         ({"max_retries": "3"}, r"max_retries: expected an integer, got '3'"),
         ({"max_retries": 99}, r"max_retries: expected 0 to 10, got 99"),
@@ -266,7 +335,9 @@ def test_bad_settings_name_the_field_and_the_fix(settings, message):
 
 
 def test_missing_model_name_is_a_clear_error():
-    with pytest.raises(ProviderConfigError, match=r"model.name: provider 'openai' needs a model name"):
+    with pytest.raises(
+        ProviderConfigError, match=r"model.name: provider 'openai' needs a model name"
+    ):
         create_openai({"provider": "openai"}, {}, env=ENV)
 
 
@@ -281,24 +352,34 @@ async def test_roost_sends_what_the_official_sdk_sends(vendor):
     vendor.queue(Reply(json=text_completion()), Reply(json=text_completion()))
     client = sdk(vendor)
     await trio.to_thread.run_sync(
-        lambda: client.chat.completions.create(model="gpt-4o-mini", messages=sdk_messages(), tools=SDK_TOOLS, temperature=0.2)
+        lambda: client.chat.completions.create(
+            model="gpt-4o-mini", messages=sdk_messages(), tools=SDK_TOOLS, temperature=0.2
+        )
     )
     await provider(vendor).complete(conversation())
     theirs, ours = vendor.requests
-    assert (ours.method, ours.path) == (theirs.method, theirs.path) == ("POST", "/v1/chat/completions")
+    assert (
+        (ours.method, ours.path) == (theirs.method, theirs.path) == ("POST", "/v1/chat/completions")
+    )
     assert ours.json == theirs.json
     assert ours.headers["authorization"] == theirs.headers["authorization"] == f"Bearer {KEY}"
     assert ours.headers["content-type"] == theirs.headers["content-type"]
 
 
 async def test_roost_streams_what_the_official_sdk_streams(vendor):
-    vendor.queue(*[Reply(chunks=text_stream("a"), content_type="text/event-stream") for _ in range(2)])
+    vendor.queue(
+        *[Reply(chunks=text_stream("a"), content_type="text/event-stream") for _ in range(2)]
+    )
     client = sdk(vendor)
 
     def run_sdk():
         stream = client.chat.completions.create(
-            model="gpt-4o-mini", messages=sdk_messages(), tools=SDK_TOOLS, temperature=0.2,
-            stream=True, stream_options={"include_usage": True},
+            model="gpt-4o-mini",
+            messages=sdk_messages(),
+            tools=SDK_TOOLS,
+            temperature=0.2,
+            stream=True,
+            stream_options={"include_usage": True},
         )
         return [c for c in stream]
 
@@ -317,12 +398,19 @@ async def test_the_official_sdk_and_roost_read_every_fixture_alike(vendor):
 
         def run_sdk(streaming=streaming):
             if not streaming:
-                r = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+                r = client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+                )
                 msg = r.choices[0].message
-                calls = [(c.id, c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or ()]
+                calls = [
+                    (c.id, c.function.name, json.loads(c.function.arguments))
+                    for c in msg.tool_calls or ()
+                ]
                 return msg.content or "", calls
             text, calls = "", {}
-            for c in client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True):
+            for c in client.chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True
+            ):
                 for choice in c.choices:
                     text += choice.delta.content or ""
                     for frag in choice.delta.tool_calls or ():
@@ -346,19 +434,35 @@ async def test_the_official_sdk_and_roost_read_every_fixture_alike(vendor):
 
 async def test_openrouter_sends_its_attribution_headers(vendor):
     vendor.queue(Reply(json=text_completion()))
-    p = create_openrouter({"name": "openai/gpt-4o-mini"}, {"base_url": vendor.url + "/api/v1", **FAST}, env=ENV)
+    p = create_openrouter(
+        {"name": "openai/gpt-4o-mini"}, {"base_url": vendor.url + "/api/v1", **FAST}, env=ENV
+    )
     await p.complete(CompletionRequest("a", "", (Message("user", "hi"),)))
     (req,) = vendor.requests
     assert req.path == "/api/v1/chat/completions"
     assert req.headers["http-referer"].startswith("https://") and req.headers["x-title"] == "roost"
-    assert req.headers["authorization"] == f"Bearer {KEY}" and req.json["model"] == "openai/gpt-4o-mini"
+    assert (
+        req.headers["authorization"] == f"Bearer {KEY}"
+        and req.json["model"] == "openai/gpt-4o-mini"
+    )
 
 
 # ---- errors ---------------------------------------------------------------------------------
 
 
 async def test_401_names_the_env_var_and_never_the_key(vendor):
-    vendor.queue(Reply(401, {"error": {"message": f"Incorrect API key provided: {KEY}", "type": "invalid_request_error", "code": "invalid_api_key"}}))
+    vendor.queue(
+        Reply(
+            401,
+            {
+                "error": {
+                    "message": f"Incorrect API key provided: {KEY}",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
+        )
+    )
     with pytest.raises(ProviderAuthError) as info:
         await provider(vendor).complete(conversation())
     assert "check OPENAI_API_KEY" in str(info.value) and KEY not in str(info.value)
@@ -383,40 +487,59 @@ async def test_connection_refused(closed_port):
 
 
 async def test_a_stream_cut_in_the_middle(vendor):
-    vendor.queue(Reply(chunks=text_stream("Hel", "lo")[:2], content_type="text/event-stream", cut=True))
+    vendor.queue(
+        Reply(chunks=text_stream("Hel", "lo")[:2], content_type="text/event-stream", cut=True)
+    )
     with pytest.raises(StreamInterrupted):
         await collect(provider(vendor), conversation())
 
 
 async def test_a_429_storm_ends_after_bounded_retries_with_a_clear_error(vendor):
     for _ in range(10):
-        vendor.queue(Reply(429, {"error": {"message": "Rate limit reached"}}, headers={"retry-after": "0"}))
+        vendor.queue(
+            Reply(429, {"error": {"message": "Rate limit reached"}}, headers={"retry-after": "0"})
+        )
     with pytest.raises(ProviderRateLimited, match=r"kept answering HTTP 429 .* after 3 attempts"):
         await provider(vendor, max_retries=2).complete(conversation())
     assert len(vendor.requests) == 3
 
 
 async def test_a_503_is_retried_then_succeeds(vendor):
-    vendor.queue(Reply(503, {"error": {"message": "overloaded"}}, headers={"retry-after-ms": "1"}), Reply(json=text_completion("ok")))
+    vendor.queue(
+        Reply(503, {"error": {"message": "overloaded"}}, headers={"retry-after-ms": "1"}),
+        Reply(json=text_completion("ok")),
+    )
     completion = await provider(vendor, max_retries=1).complete(conversation())
     assert completion.text == "ok" and len(vendor.requests) == 2
 
 
 async def test_a_400_is_not_retried_and_shows_the_vendor_message(vendor):
-    vendor.queue(Reply(400, {"error": {"message": "Invalid 'messages[1].role'", "type": "invalid_request_error"}}))
+    vendor.queue(
+        Reply(
+            400,
+            {"error": {"message": "Invalid 'messages[1].role'", "type": "invalid_request_error"}},
+        )
+    )
     with pytest.raises(ProviderResponseError, match=r"HTTP 400: Invalid 'messages\[1\].role'"):
         await provider(vendor, max_retries=3).complete(conversation())
     assert len(vendor.requests) == 1
 
 
 async def test_an_error_event_inside_the_stream(vendor):
-    vendor.queue(Reply(chunks=sse({"error": {"message": "server overloaded mid-stream"}}), content_type="text/event-stream"))
+    vendor.queue(
+        Reply(
+            chunks=sse({"error": {"message": "server overloaded mid-stream"}}),
+            content_type="text/event-stream",
+        )
+    )
     with pytest.raises(ProviderResponseError, match="server overloaded mid-stream"):
         await collect(provider(vendor), conversation())
 
 
 async def test_cancelling_the_caller_aborts_the_http_stream(vendor):
-    vendor.queue(Reply(chunks=text_stream("first")[:2], content_type="text/event-stream", hold=True))
+    vendor.queue(
+        Reply(chunks=text_stream("first")[:2], content_type="text/event-stream", hold=True)
+    )
     seen = []
     with trio.CancelScope() as scope:
         async for delta in provider(vendor).stream(conversation()):
@@ -439,62 +562,151 @@ def loop_replies():
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(vendor, tmp_path, monkeypatch, stream):
+async def test_a_tool_loop_through_the_kernel_reads_then_calls_mcp_then_answers(
+    vendor, tmp_path, monkeypatch, stream
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     if stream:
         vendor.queue(
-            Reply(chunks=sse(chunk({"tool_calls": [{"index": 0, "id": "call_r", "type": "function", "function": {"name": "read", "arguments": '{"path": "notes.txt"}'}}]}), chunk({}, "tool_calls"), done=True)),
-            Reply(chunks=sse(chunk({"tool_calls": [{"index": 0, "id": "call_m", "type": "function", "function": {"name": "mcp_x_lookup", "arguments": '{"key": "colour"}'}}]}), chunk({}, "tool_calls"), done=True)),
+            Reply(
+                chunks=sse(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_r",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "read",
+                                        "arguments": '{"path": "notes.txt"}',
+                                    },
+                                }
+                            ]
+                        }
+                    ),
+                    chunk({}, "tool_calls"),
+                    done=True,
+                )
+            ),
+            Reply(
+                chunks=sse(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "call_m",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "mcp_x_lookup",
+                                        "arguments": '{"key": "colour"}',
+                                    },
+                                }
+                            ]
+                        }
+                    ),
+                    chunk({}, "tool_calls"),
+                    done=True,
+                )
+            ),
             Reply(chunks=text_stream("The code is 4242 ", "and the colour is blue.")),
         )
     else:
         vendor.queue(*loop_replies())
-    reply, tools, usage = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "what is in notes.txt?", stream=stream)
+    reply, tools, usage = await run_agent(
+        tmp_path,
+        "openai",
+        {"base_url": vendor.url + "/v1", **FAST},
+        "what is in notes.txt?",
+        stream=stream,
+    )
     assert reply.text == "The code is 4242 and the colour is blue." and not reply.is_error
     assert reply.turns == 3 and tools.calls == [{"key": "colour"}]
     first, second, third = (r.json for r in vendor.requests)
     assert first["messages"][0] == {"role": "system", "content": "You are terse."}
     assert {t["function"]["name"] for t in first["tools"]} >= {"read", "mcp_x_lookup"}
     read_result = second["messages"][-1]
-    assert read_result["role"] == "tool" and read_result["tool_call_id"] == "call_r" and "4242" in read_result["content"]
+    assert (
+        read_result["role"] == "tool"
+        and read_result["tool_call_id"] == "call_r"
+        and "4242" in read_result["content"]
+    )
     assert NOTES.strip() in read_result["content"]
-    assert third["messages"][-1] == {"role": "tool", "tool_call_id": "call_m", "content": "lookup(colour) = blue"}
+    assert third["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_m",
+        "content": "lookup(colour) = blue",
+    }
     assert usage and usage["input_tokens"] > 0 and usage["output_tokens"] > 0
 
 
-async def test_a_call_to_an_unknown_tool_goes_back_to_the_model_as_an_error(vendor, tmp_path, monkeypatch):
+async def test_a_call_to_an_unknown_tool_goes_back_to_the_model_as_an_error(
+    vendor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    vendor.queue(Reply(json=tool_completion(("call_x", "delete_everything", "{}"))), Reply(json=text_completion("Sorry.")))
-    reply, _, _ = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go")
+    vendor.queue(
+        Reply(json=tool_completion(("call_x", "delete_everything", "{}"))),
+        Reply(json=text_completion("Sorry.")),
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
+    )
     assert reply.text == "Sorry."
     result = vendor.requests[1].json["messages"][-1]
     assert result["tool_call_id"] == "call_x" and "delete_everything" in result["content"]
 
 
-async def test_invalid_tool_arguments_go_back_to_the_model_so_it_can_retry(vendor, tmp_path, monkeypatch):
+async def test_invalid_tool_arguments_go_back_to_the_model_so_it_can_retry(
+    vendor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     vendor.queue(
         Reply(json=tool_completion(("call_x", "read", "{path: notes.txt"))),
         Reply(json=text_completion("Fixed it.")),
     )
-    reply, _, _ = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go")
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
+    )
     assert reply.text == "Fixed it." and not reply.is_error
     result = vendor.requests[1].json["messages"][-1]
     assert result["tool_call_id"] == "call_x"
     assert "not valid JSON" in result["content"] and "inputSchema" in result["content"]
 
 
-async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(vendor, tmp_path, monkeypatch):
+async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(
+    vendor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    vendor.queue(*[Reply(json=tool_completion((f"c{i}", "read", json.dumps({"path": "notes.txt", "offset": i + 1})))) for i in range(20)])
-    reply, _, _ = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go", max_turns=3)
+    vendor.queue(
+        *[
+            Reply(
+                json=tool_completion(
+                    (f"c{i}", "read", json.dumps({"path": "notes.txt", "offset": i + 1}))
+                )
+            )
+            for i in range(20)
+        ]
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go", max_turns=3
+    )
     assert reply.stop_reason == "max_turns" and reply.is_error and len(vendor.requests) == 3
 
 
-async def test_a_model_repeating_the_same_call_is_stopped_by_the_loop_guard(vendor, tmp_path, monkeypatch):
+async def test_a_model_repeating_the_same_call_is_stopped_by_the_loop_guard(
+    vendor, tmp_path, monkeypatch
+):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    vendor.queue(*[Reply(json=tool_completion((f"c{i}", "read", '{"path": "notes.txt"}'))) for i in range(20)])
-    reply, _, _ = await run_agent(tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go", max_turns=15)
+    vendor.queue(
+        *[
+            Reply(json=tool_completion((f"c{i}", "read", '{"path": "notes.txt"}')))
+            for i in range(20)
+        ]
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go", max_turns=15
+    )
     assert reply.stop_reason == "loop_detected" and reply.is_error and len(vendor.requests) < 15
 
 
@@ -503,10 +715,14 @@ async def test_a_missing_key_makes_only_that_agent_unavailable(tmp_path, monkeyp
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     agents = [
-        parse_manifest({"name": "smart", "description": "d", "model": {"provider": "openai", "name": "gpt-4o"}}),
+        parse_manifest(
+            {"name": "smart", "description": "d", "model": {"provider": "openai", "name": "gpt-4o"}}
+        ),
         parse_manifest({"name": "offline", "description": "d", "model": {"provider": "scripted"}}),
     ]
-    async with open_kernel(default_config(home=tmp_path, agents={"bundled": False}), agents=agents) as kernel:
+    async with open_kernel(
+        default_config(home=tmp_path, agents={"bundled": False}), agents=agents
+    ) as kernel:
         assert "set OPENAI_API_KEY or choose another provider" in kernel.agent_errors["smart"]
         reply = await kernel.send("offline", "still here", timeout=10)
         assert reply.text == "still here"

@@ -11,7 +11,12 @@ SCRIPT = {
             "match": "(?i)review",
             "steps": [
                 {"tool": "read", "arguments": {"path": "{message}"}},
-                {"parallel": [{"tool": "a", "arguments": {"q": "1"}}, {"tool": "b", "arguments": {"q": "2"}}]},
+                {
+                    "parallel": [
+                        {"tool": "a", "arguments": {"q": "1"}},
+                        {"tool": "b", "arguments": {"q": "2"}},
+                    ]
+                },
             ],
             "reply": "first={result[0]} last={result} all={results}",
         },

@@ -32,8 +32,12 @@ from roost.plugins.tools import (
 )
 
 LANDLOCK = landlock_status()
-needs_landlock = pytest.mark.skipif(not LANDLOCK.available, reason=f"needs Landlock: {LANDLOCK.reason}")
-needs_tcp = pytest.mark.skipif(not LANDLOCK.tcp, reason=f"needs Landlock ABI 4 (have {LANDLOCK.abi})")
+needs_landlock = pytest.mark.skipif(
+    not LANDLOCK.available, reason=f"needs Landlock: {LANDLOCK.reason}"
+)
+needs_tcp = pytest.mark.skipif(
+    not LANDLOCK.tcp, reason=f"needs Landlock ABI 4 (have {LANDLOCK.abi})"
+)
 TOOLS = ["read", "write", "list", "glob", "grep", "bash"]
 
 
@@ -67,7 +71,11 @@ def test_grants_parse_relative_to_the_manifest_and_default_to_none(tmp_path):
     plain = parse_manifest(agent("a"), base_dir=tmp_path)
     assert plain.files.read == () and plain.files.write == () and plain.network.connect == ()
     granted = parse_manifest(
-        agent("a", files={"read": ["data", "/srv/x"], "write": ["~/out"]}, network={"connect": [443], "bind": [8080]}),
+        agent(
+            "a",
+            files={"read": ["data", "/srv/x"], "write": ["~/out"]},
+            network={"connect": [443], "bind": [8080]},
+        ),
         base_dir=tmp_path,
     )
     assert granted.files.read == (tmp_path / "data", Path("/srv/x"))
@@ -112,10 +120,15 @@ def test_data_dir_and_other_workspaces_are_carved_out_of_a_granted_root(tmp_path
             "other": parse_manifest(agent("other")),
         }
 
-    access = file_access(ToolContext(agent="me", workspace=home / "workspaces" / "me", kernel=Kernel()))
+    access = file_access(
+        ToolContext(agent="me", workspace=home / "workspaces" / "me", kernel=Kernel())
+    )
     assert access.temp == (home / "tmp" / "me").resolve() and access.temp.is_dir()
     assert access.locate(str(tmp_path / "mine.txt")).root == tmp_path.resolve()
-    for path, what in ((home / "roost.db", "roost's data directory"), (other / "x", "agent 'other''s workspace")):
+    for path, what in (
+        (home / "roost.db", "roost's data directory"),
+        (other / "x", "agent 'other''s workspace"),
+    ):
         with pytest.raises(Exception, match=what):
             access.locate(str(path))
     # Its own workspace inside the data dir stays its own; bash's temp dir (a private
@@ -147,7 +160,9 @@ def test_bash_path_keeps_only_directories_bash_may_read(tmp_path):
 def test_missing_landlock_features_are_listed_per_abi():
     assert _landlock.LandlockStatus(True, 7, "").missing() == []
     old = _landlock.LandlockStatus(True, 3, "").missing()
-    assert any("TCP" in m and "ABI 4" in m for m in old) and any("signals" in m and "ABI 6" in m for m in old)
+    assert any("TCP" in m and "ABI 4" in m for m in old) and any(
+        "signals" in m and "ABI 6" in m for m in old
+    )
     assert len(_landlock.LandlockStatus(False, 0, "no").missing()) == 3
 
 
@@ -161,7 +176,9 @@ def test_the_process_hosting_the_tools_is_not_dumpable():
 
 
 @needs_landlock
-async def test_a_read_grant_opens_a_root_to_the_file_tools_and_bash_but_not_for_writing(tmp_path, shared):
+async def test_a_read_grant_opens_a_root_to_the_file_tools_and_bash_but_not_for_writing(
+    tmp_path, shared
+):
     config = default_config(home=tmp_path / "home", agents={"bundled": False})
     agents = [
         parse_manifest(agent("granted", files={"read": [str(shared)]})),
@@ -172,7 +189,9 @@ async def test_a_read_grant_opens_a_root_to_the_file_tools_and_bash_but_not_for_
         assert "shared notes" in (await call(kernel, "granted", "read", path=path)).as_text()
         refused = await call(kernel, "plain", "read", path=path)
         assert refused.is_error and '"files.read"' in refused.as_text()
-        ran = await call(kernel, "granted", "bash", command=f"cat {path}; echo x > {shared}/out/new; echo rc=$?")
+        ran = await call(
+            kernel, "granted", "bash", command=f"cat {path}; echo x > {shared}/out/new; echo rc=$?"
+        )
         assert "shared notes" in ran.as_text() and "rc=1" in ran.as_text()
         written = await call(kernel, "granted", "write", path=f"{shared}/out/new", content="x")
         assert written.is_error and '"files.write"' in written.as_text()
@@ -184,15 +203,21 @@ async def test_a_write_grant_lets_the_file_tools_and_bash_write_there(tmp_path, 
     config = default_config(home=tmp_path / "home", agents={"bundled": False})
     agents = [parse_manifest(agent("writer", files={"write": [str(shared / "out")]}))]
     async with open_kernel(config, agents=agents) as kernel:
-        assert not (await call(kernel, "writer", "write", path=f"{shared}/out/a", content="a")).is_error
+        assert not (
+            await call(kernel, "writer", "write", path=f"{shared}/out/a", content="a")
+        ).is_error
         ran = await call(kernel, "writer", "bash", command=f"echo b > {shared}/out/b && echo wrote")
         assert "wrote" in ran.as_text()
-        assert (shared / "out" / "a").read_text() == "a" and (shared / "out" / "b").read_text() == "b\n"
+        assert (shared / "out" / "a").read_text() == "a" and (
+            shared / "out" / "b"
+        ).read_text() == "b\n"
 
 
 async def test_each_agent_has_its_own_temp_dir_as_tmpdir(tmp_path):
     config = default_config(home=tmp_path / "home", agents={"bundled": False})
-    async with open_kernel(config, agents=[parse_manifest(agent("a")), parse_manifest(agent("b"))]) as kernel:
+    async with open_kernel(
+        config, agents=[parse_manifest(agent("a")), parse_manifest(agent("b"))]
+    ) as kernel:
         a = (await call(kernel, "a", "bash", command="echo $TMPDIR")).as_text().splitlines()[0]
         b = (await call(kernel, "b", "bash", command="echo $TMPDIR")).as_text().splitlines()[0]
     home = (tmp_path / "home").resolve()
@@ -254,5 +279,7 @@ async def test_file_tools_and_bash_use_the_same_temp_dir_outside_a_kernel(tmp_pa
     assert file_access(ctx).temp == tmp_path / "tmp" / "solo"
     bash = {t.spec.name: t for t in build_tools()}["bash"]
     with trio.fail_after(30):
-        result = await bash.handler(ToolCall(name="bash", arguments={"command": "echo $TMPDIR"}), ctx)
+        result = await bash.handler(
+            ToolCall(name="bash", arguments={"command": "echo $TMPDIR"}), ctx
+        )
     assert result.as_text().startswith(str(tmp_path / "tmp" / "solo"))

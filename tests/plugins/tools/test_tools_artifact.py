@@ -28,7 +28,9 @@ def ws(tmp_path):
 
 
 def context(workspace, outputs=None) -> ToolContext:
-    return ToolContext(agent="maker", workspace=workspace, outputs=Outputs() if outputs is None else outputs)
+    return ToolContext(
+        agent="maker", workspace=workspace, outputs=Outputs() if outputs is None else outputs
+    )
 
 
 async def run(ctx, **arguments):
@@ -51,7 +53,11 @@ async def test_text_data_file_and_url_parts(ws):
     assert (notes.name, notes.description, notes.parts[0].text) == ("notes", "my notes", "hello")
     assert stats.parts[0].has_data and stats.parts[0].data == {"n": [1, 2]}
     part = chart.parts[0]
-    assert (part.raw, part.filename, part.media_type) == (b"\x89PNG\r\n\x1a\nfake", "chart.png", "image/png")
+    assert (part.raw, part.filename, part.media_type) == (
+        b"\x89PNG\r\n\x1a\nfake",
+        "chart.png",
+        "image/png",
+    )
     assert (paper.parts[0].url, paper.parts[0].filename, paper.parts[0].media_type) == (
         "https://example.org/papers/x.pdf?dl=1",
         "x.pdf",
@@ -65,7 +71,9 @@ async def test_the_same_name_adds_a_part_and_keeps_one_artifact(ws):
     result = await run(ctx, name="log", text="two", media_type="text/markdown")
     assert "part 2" in result.as_text()
     (log,) = ctx.outputs.snapshot()
-    assert [p.text for p in log.parts] == ["one", "two"] and log.parts[1].media_type == "text/markdown"
+    assert [p.text for p in log.parts] == ["one", "two"] and log.parts[
+        1
+    ].media_type == "text/markdown"
 
 
 async def test_a_file_outside_the_workspace_is_refused(ws, tmp_path):
@@ -75,15 +83,21 @@ async def test_a_file_outside_the_workspace_is_refused(ws, tmp_path):
     os.symlink(tmp_path, ws / "up")
     ctx = context(ws)
     for path in (str(secret), "../secret.txt", "sub/../../secret.txt"):
-        with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: .* is outside your workspace"):
+        with pytest.raises(
+            ToolArgumentsInvalid, match=r"arguments\.path: .* is outside your workspace"
+        ):
             await run(ctx, name="x", path=path)
     for path in ("link.txt", "up/secret.txt", str(ws / "up" / "secret.txt")):
-        with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: .* passes through a symbolic link"):
+        with pytest.raises(
+            ToolArgumentsInvalid, match=r"arguments\.path: .* passes through a symbolic link"
+        ):
             await run(ctx, name="x", path=path)
     assert len(ctx.outputs) == 0
 
 
-async def test_a_directory_swapped_for_a_symlink_after_any_check_cannot_lead_outside(ws, tmp_path, monkeypatch):
+async def test_a_directory_swapped_for_a_symlink_after_any_check_cannot_lead_outside(
+    ws, tmp_path, monkeypatch
+):
     # Regression: the path was checked with realpath, then opened; a directory on the way
     # swapped for a symlink in between handed over a file from outside the workspace.
     from roost.plugins.tools import _artifact
@@ -122,9 +136,15 @@ async def test_a_path_with_a_nul_character_gets_a_clear_error(ws):
     "arguments, pattern",
     [
         ({"name": "x"}, r"exactly one of text, data, path or url \(got none\)"),
-        ({"name": "x", "text": "a", "url": "https://e.com/a"}, r"exactly one of .* \(got text, url\)"),
+        (
+            {"name": "x", "text": "a", "url": "https://e.com/a"},
+            r"exactly one of .* \(got text, url\)",
+        ),
         ({"name": "x", "url": "file:///etc/passwd"}, r"arguments\.url: expected an http\(s\) URL"),
-        ({"name": "x", "text": "a", "media_type": "not a type"}, r"arguments\.media_type: .* is not a media type"),
+        (
+            {"name": "x", "text": "a", "media_type": "not a type"},
+            r"arguments\.media_type: .* is not a media type",
+        ),
         ({"name": "   ", "text": "a"}, r"arguments\.name: expected a non-empty string"),
         ({"name": "x", "path": "missing.bin"}, r"arguments\.path: no such file in your workspace"),
         ({"name": "x", "path": "."}, r"arguments\.path: '\.' is (a directory|not a regular file)"),
@@ -143,7 +163,9 @@ async def test_a_fifo_is_refused_without_waiting_for_a_writer(ws):
 
 async def test_a_file_over_the_limit_is_refused(ws):
     (ws / "big.bin").write_bytes(b"\0" * (MAX_FILE_BYTES + 1))
-    with pytest.raises(ToolArgumentsInvalid, match=r"arguments\.path: 'big\.bin' is larger than 4 MiB"):
+    with pytest.raises(
+        ToolArgumentsInvalid, match=r"arguments\.path: 'big\.bin' is larger than 4 MiB"
+    ):
         await run(context(ws), name="x", path="big.bin")
 
 
@@ -151,7 +173,10 @@ async def test_one_run_hands_over_a_bounded_number_of_parts(ws):
     ctx = context(ws)
     for i in range(MAX_RUN_PARTS):
         await run(ctx, name=f"a{i}", text="x")
-    with pytest.raises(ToolArgumentsInvalid, match=f"already handed over {MAX_RUN_PARTS} of the {MAX_RUN_PARTS} artifact parts"):
+    with pytest.raises(
+        ToolArgumentsInvalid,
+        match=f"already handed over {MAX_RUN_PARTS} of the {MAX_RUN_PARTS} artifact parts",
+    ):
         await run(ctx, name="one-more", text="x")
 
 

@@ -68,7 +68,9 @@ def marked(marker: str) -> list[int]:
 
 async def wait_until_reaped(marker: str) -> None:
     """Every process marked ``marker`` gone entirely: not running, not a zombie."""
-    await wait_until(lambda: not marked(marker), lambda: f"processes {marked(marker)} reaped", timeout=5)
+    await wait_until(
+        lambda: not marked(marker), lambda: f"processes {marked(marker)} reaped", timeout=5
+    )
 
 
 def unique_sleep() -> str:
@@ -146,7 +148,9 @@ def test_command_argv_runs_bash_under_the_supervisor(tmp_path):
     confined = command_argv("ls", file_access(context(tmp_path)), connect=(443,))
     if landlock_status().available:
         assert "--landlock" in confined and "--no-files" in free
-        assert ["--write", str(tmp_path.resolve())] in [confined[i : i + 2] for i in range(len(confined))]
+        assert ["--write", str(tmp_path.resolve())] in [
+            confined[i : i + 2] for i in range(len(confined))
+        ]
         at = confined.index("--tcp")
         assert confined[at : at + 3] == ["--tcp", "--connect", "443"]
     assert confined[confined.index("--") + 1 :][1:] == ["-c", "ls"]

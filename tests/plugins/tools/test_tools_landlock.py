@@ -114,7 +114,9 @@ def test_sigterm_kills_and_reaps_the_command_tree(tmp_path):
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_until_sync(lambda: pid_file.exists() and pid_file.read_text().strip(), "the command started")
+        wait_until_sync(
+            lambda: pid_file.exists() and pid_file.read_text().strip(), "the command started"
+        )
         child = int(pid_file.read_text())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 128 + signal.SIGTERM
@@ -160,7 +162,12 @@ def test_landlock_confines_writes_to_the_allowed_dirs(dirs):
 def test_landlock_with_no_writable_dirs_allows_reads_only(dirs):
     _, outside = dirs
     done = supervise(
-        "--landlock", *SYSTEM, "--", BASH, "-c", f"head -c 1 /etc/passwd; echo x > {outside}/f; echo rc=$?"
+        "--landlock",
+        *SYSTEM,
+        "--",
+        BASH,
+        "-c",
+        f"head -c 1 /etc/passwd; echo x > {outside}/f; echo rc=$?",
     )
     assert "rc=1" in done.stdout and not (outside / "f").exists()
 

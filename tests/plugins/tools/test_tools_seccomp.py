@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from roost.plugins.tools import _seccomp
 
-needs_filter = pytest.mark.skipif(not _seccomp.available(), reason="no seccomp filter for this machine")
+needs_filter = pytest.mark.skipif(
+    not _seccomp.available(), reason="no seccomp filter for this machine"
+)
 
 # (name, socket arguments); what each gets is in EXPECTED.
 SOCKETS = {
@@ -66,7 +68,16 @@ def test_the_filter_assembles_for_each_architecture(machine):
 @pytest.mark.parametrize("own_netns", [False, True], ids=["host-network", "own-network"])
 def test_only_sockets_the_policy_can_judge_are_created(own_netns):
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", PROBE, str(Path(_seccomp.__file__).parent), str(int(own_netns)), json.dumps(SOCKETS)],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            PROBE,
+            str(Path(_seccomp.__file__).parent),
+            str(int(own_netns)),
+            json.dumps(SOCKETS),
+        ],
         capture_output=True,
         text=True,
         timeout=30,
