@@ -65,6 +65,7 @@ bench: $(TESTING)
 	$(BIN)/python -m bench
 
 lint: $(LINTING)
+	$(BIN)/ruff format --check kernel plugins tests bench
 	$(BIN)/ruff check kernel plugins tests bench
 	$(BIN)/roost validate agents/*/agent.json
 

@@ -177,7 +177,8 @@ def drive(
         out = workdir / f"client-{tag}-{k}.json"
         out.unlink(missing_ok=True)
         spec = {
-            "base": base, "surface": surface, "callers": per_process, "first_index": k * per_process,
+            "base": base, "surface": surface, "callers": per_process,
+            "first_index": k * per_process,
             "requests": requests, "agents": agents, "start_at": start_at, "timeout_s": timeout_s,
             "tag": tag, "out": str(out), "stop_at": stop_at or 0, "headers": headers or {},
         }  # fmt: skip

@@ -71,7 +71,8 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
     try:
         for surface, label in SURFACES.items():
             few = drive(daemon.base, root, surface=surface, processes=1, callers=FEW,
-                        requests=10 if quick else 40, agents=names, tag=f"{surface}-few")  # fmt: skip
+                        requests=10 if quick else 40, agents=names,
+                        tag=f"{surface}-few")  # fmt: skip
             before, cpu = daemon.rss_kb(), daemon.cpu_s()
             peak = [before]
 
@@ -92,12 +93,14 @@ def _load(root: Path, quick: bool) -> tuple[list[Row], dict[str, int]]:
             else:
                 label_note = ""
             note = label_note + (
-                f"{s['answered']:,} answered; p50 {s['p50'] or 0:.2f} s, max {s['max'] or 0:.2f} s; "
-                f"RSS {_mb(before)}/{_mb(peak[0])}/{_mb(after)} MB (before/peak/after), {fds} fds after; "
-                f"daemon CPU {cpu:.1f} s in {s['wall_s']:.1f} s ({1000 * cpu / max(1, s['answered']):.1f} ms a request)"
+                f"{s['answered']:,} answered; p50 {s['p50'] or 0:.2f} s, "
+                f"max {s['max'] or 0:.2f} s; RSS {_mb(before)}/{_mb(peak[0])}/{_mb(after)} MB "
+                f"(before/peak/after), {fds} fds after; daemon CPU {cpu:.1f} s "
+                f"in {s['wall_s']:.1f} s ({1000 * cpu / max(1, s['answered']):.1f} ms a request)"
             )
             rows.append(Row(f"{label} ×{CALLERS:,}: throughput", s["throughput"], "req/s",
-                            f["throughput"], f"{FEW} callers", Target("ratio", ">=", 0.8), note))  # fmt: skip
+                            f["throughput"], f"{FEW} callers", Target("ratio", ">=", 0.8),
+                            note))  # fmt: skip
             errors = ", ".join(f"{k} ×{n}" for k, n in s["errors"].items()) or "no errors"
             rows.append(Row(f"{label} ×{CALLERS:,}: p99", s["p99"], "s", f["p99"], f"{FEW} callers",
                             Target("value", "<=", 1.0), errors))  # fmt: skip
@@ -151,7 +154,8 @@ def _mesh(root: Path, quick: bool) -> list[Row]:
     try:
         callers = 20 if quick else 50
         result = drive(daemon.base, root, surface="rest", processes=2, callers=callers,
-                       requests=2 if quick else 6, agents=tops, tag="mesh", timeout_s=120)  # fmt: skip
+                       requests=2 if quick else 6, agents=tops, tag="mesh",
+                       timeout_s=120)  # fmt: skip
     finally:
         daemon.stop()
     s = summary(result)
@@ -183,8 +187,9 @@ def _leak(root: Path, quick: bool) -> list[Row]:
     base, after = result["baseline"], result["after"]
     errors = sum(sum(p["errors"].values()) for p in result["phases"].values())
     tables = "; ".join(result["problems"]) or (
-        f"tables at rest: {after['mcp_sessions']} MCP sessions (bound {after['mcp_sessions_per_caller_bound']} "
-        f"per caller), 0 runs, 0 open tasks, {after['tap_subscribers']} subscribers"
+        f"tables at rest: {after['mcp_sessions']} MCP sessions "
+        f"(bound {after['mcp_sessions_per_caller_bound']} per caller), 0 runs, 0 open tasks, "
+        f"{after['tap_subscribers']} subscribers"
     )
     return [
         Row(

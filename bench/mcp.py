@@ -199,7 +199,7 @@ async def _roost_in_host(n: int, seconds: float) -> dict[str, float]:
             return await _measure(call, n, seconds)
 
 
-# ---- the SDK, in a subprocess (asyncio) --------------------------------------------------------------
+# ---- the SDK, in a subprocess (asyncio) ----------------------------------------------------------
 
 
 def _sdk(kind: str, n: int, seconds: float) -> dict[str, float]:
@@ -221,7 +221,7 @@ def _sdk(kind: str, n: int, seconds: float) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ---- roost mcp start-up ----------------------------------------------------------------------------
+# ---- roost mcp start-up --------------------------------------------------------------------------
 
 
 def _spawn_to_initialize(argv: list[str], env: dict[str, str]) -> float:
@@ -269,7 +269,7 @@ def _python_start(runs: int) -> float:
     return best
 
 
-# ---- the table -------------------------------------------------------------------------------------
+# ---- the table -----------------------------------------------------------------------------------
 
 
 def _median(runs: list[dict[str, float]], key: str) -> float:

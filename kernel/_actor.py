@@ -758,8 +758,9 @@ class ActorSystem:
                 if actor.stop_cause is not None and limit < ask_deadline:  # the stop cut it short
                     raise self._cancelled_error(actor, event)
                 raise AskTimeout(
-                    f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply within "
-                    f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+                    f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) "
+                    f"and got no reply within {timeout:g}s; the actor is busy or stuck: "
+                    "raise the timeout or check its handler"
                 )
         # Nobody would see the reply event: skip building it.
         if not as_event and not self.tap.wants(REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY)):

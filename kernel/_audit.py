@@ -54,7 +54,8 @@ def _optional_text(value: Any) -> str | None:
 def _required_text(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, str) or not value:
         raise StoreError(
-            f"{type(instance).__name__}.{attribute.name}: expected a non-empty string, got {value!r}"
+            f"{type(instance).__name__}.{attribute.name}: expected "
+            f"a non-empty string, got {value!r}"
         )
 
 

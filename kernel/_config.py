@@ -4,8 +4,8 @@ Lookup order: an explicit path (``--config``), else ``$ROOST_CONFIG``, else ``./
 else the defaults. Then the environment overrides: ``ROOST_HOME``, ``ROOST_HOST``,
 ``ROOST_PORT``, ``ROOST_API_KEY`` (or the variable named by ``http.api_key_env``) and
 ``ROOST_MAX_DEPTH``. Named API keys (``[http.keys.<name>]``) name where their secret is —
-an environment variable or a file — never the secret itself. Every bad value is a ``ConfigError`` naming the key, what was
-expected and where the value came from.
+an environment variable or a file — never the secret itself. Every bad value is a
+``ConfigError`` naming the key, what was expected and where the value came from.
 """
 
 from __future__ import annotations
@@ -188,7 +188,8 @@ class _Described:
 
 _KEY_FIELDS = ("key_env", "key_file", "admin")
 _ONE_SOURCE = _Described(
-    'a table with exactly one of key_env = "VARIABLE" or key_file = "path" (and optionally admin = true)'
+    'a table with exactly one of key_env = "VARIABLE" or '
+    'key_file = "path" (and optionally admin = true)'
 )
 
 
@@ -206,9 +207,13 @@ class _Keys:
         for name, entry in value.items():
             if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
                 what = (
-                    f"a name other than {LOCAL_PRINCIPAL!r} (the principal of a daemon without keys)"
+                    f"a name other than {LOCAL_PRINCIPAL!r} (the principal "
+                    "of a daemon without keys)"
                     if name == LOCAL_PRINCIPAL
-                    else "a principal name: 1-64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
+                    else (
+                        "a principal name: 1-64 letters, digits, '_', '.', "
+                        "'@' or '-', starting with a letter or digit"
+                    )
                 )
                 raise _Bad(f".{name}", _Described(what), name)
             if not isinstance(entry, dict):
@@ -216,8 +221,8 @@ class _Keys:
             for field in entry:
                 if field not in _KEY_FIELDS:
                     why = (
-                        "key_env or key_file (a secret never goes in roost.toml: put it in an environment "
-                        "variable or a file only you can read, chmod 600)"
+                        "key_env or key_file (a secret never goes in roost.toml: put it "
+                        "in an environment variable or a file only you can read, chmod 600)"
                         if field in ("key", "api_key", "secret", "token", "value")
                         else f"only {', '.join(_KEY_FIELDS)}"
                     )

@@ -134,7 +134,10 @@ def _tool_hint(name: str, known: list[str]) -> str:
     ):
         if candidate is not None and candidate != name and candidate in known:
             if candidate.startswith("agent_"):
-                return f"; did you mean {candidate}? (an agent's tool is agent_<its name, lowercase, '-' → '_'>)"
+                return (
+                    f"; did you mean {candidate}? (an agent's tool is agent_<its "
+                    "name, lowercase, '-' → '_'>)"
+                )
             return f"; did you mean {candidate}?"
     close = difflib.get_close_matches(name, known, n=3)
     return f"; did you mean {', '.join(close)}?" if close else ""
@@ -321,7 +324,8 @@ class InvalidNumber(InvalidInput):
         super().__init__(
             field,
             f"is {shown}, which JSON cannot carry (a NaN or Infinity literal, or a number beyond "
-            "the range of a 64-bit float such as 1e400); send a finite number, or the value as a string",
+            "the range of a 64-bit float such as 1e400); send a finite number, "
+            "or the value as a string",
         )
 
 
@@ -371,7 +375,8 @@ def _probe(raw: bytes | bytearray | memoryview | str) -> bytes | bytearray:
 
 
 def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
-    # A lone surrogate can only come from a \uD800-\uDFFF escape (raw surrogate bytes are not UTF-8).
+    # A lone surrogate can only come from a \uD800-\uDFFF escape (raw surrogate bytes are not
+    # UTF-8).
     return b"\\ud" in probe or b"\\uD" in probe
 
 

@@ -236,7 +236,9 @@ def _storable_call(call: ToolCall) -> ToolCall:
         return attrs.evolve(
             call,
             arguments={},
-            arguments_error=f"the arguments are not valid JSON ({exc}); NaN and Infinity are not JSON numbers",
+            arguments_error=(
+                f"the arguments are not valid JSON ({exc}); NaN and Infinity are not JSON numbers"
+            ),
         )
     return call
 

@@ -797,9 +797,9 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
             )
             hint = f"; did you mean {close[0]!r}?" if close else ""
             out.append(
-                f"{where}: at /mcp/{field}/{index}: {pattern!r} matches no tool{hint} (a pattern matches "
-                "a tool's name, e.g. 'read', or its owner-qualified name, e.g. 'tools:read'; "
-                "see `roost tools`)"
+                f"{where}: at /mcp/{field}/{index}: {pattern!r} matches no tool{hint} "
+                "(a pattern matches a tool's name, e.g. 'read', or its owner-qualified "
+                "name, e.g. 'tools:read'; see `roost tools`)"
             )
     return out
 

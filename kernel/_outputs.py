@@ -206,13 +206,14 @@ class Outputs:
     def _check_room(self, parts: int, size: int) -> None:
         if self._parts + parts > MAX_RUN_PARTS:
             raise ToolArgumentsInvalid(
-                f"this run already handed over {self._parts} of the {MAX_RUN_PARTS} artifact parts one answer "
-                "may carry; put more into one file or one data part"
+                f"this run already handed over {self._parts} of the {MAX_RUN_PARTS} artifact "
+                "parts one answer may carry; put more into one file or one data part"
             )
         if self._bytes + size > MAX_RUN_BYTES:
             raise ToolArgumentsInvalid(
-                f"the artifacts of one answer may weigh at most {MAX_RUN_BYTES // (1024 * 1024)} MiB; "
-                f"this ({size} bytes) does not fit (already {self._bytes} bytes): hand over a URL instead"
+                "the artifacts of one answer may weigh at most "
+                f"{MAX_RUN_BYTES // (1024 * 1024)} MiB; this ({size} bytes) does not fit "
+                f"(already {self._bytes} bytes): hand over a URL instead"
             )
 
     def snapshot(self) -> tuple[Output, ...]:

@@ -353,7 +353,8 @@ def _refuse_foreign_file(path: Path, error: type[Exception]) -> None:
         raise error(f"{path}: cannot read the database: {exc.strerror or exc}") from exc
     if header and header != SQLITE_HEADER:
         raise error(
-            f"{path}: not an SQLite database; it was left untouched — move it away or choose another path"
+            f"{path}: not an SQLite database; it was left untouched — "
+            "move it away or choose another path"
         )
 
 

@@ -278,7 +278,8 @@ def _encode_data(data: dict) -> str:
 def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise StoreError(
-            f"messages: expected a list of {{role, content, data}} dicts, got {type(messages).__name__}"
+            "messages: expected a list of {role, content, data} dicts, "
+            f"got {type(messages).__name__}"
         )
     rows = []
     for index, message in enumerate(messages):

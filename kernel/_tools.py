@@ -129,7 +129,8 @@ class ToolResult:
                     parts.append(str(resource["text"]))
                 else:
                     parts.append(
-                        f"[resource {resource.get('uri', '')} ({resource.get('mimeType', 'binary')})]"
+                        f"[resource {resource.get('uri', '')} "
+                        f"({resource.get('mimeType', 'binary')})]"
                     )
             else:
                 parts.append(f"[{block.get('type', 'unknown')} content]")

@@ -43,7 +43,8 @@ async def a2a_command(args: Any, *, out: TextIO, err: TextIO) -> int:
                     for skill in info.skills:
                         _say(
                             out,
-                            f"  skill {skill.get('id')}: {skill.get('name')} — {skill.get('description', '')}",
+                            f"  skill {skill.get('id')}: {skill.get('name')} — "
+                            f"{skill.get('description', '')}",
                         )
                 return 0
             if args.stream:

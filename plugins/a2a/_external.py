@@ -79,7 +79,10 @@ def _credentials_hint(agent: ExternalAgent, exc: m.A2AError) -> str:
     where = f"the [[a2a.external_agents]] entry {agent.name!r}"
     if any(k.lower() == "authorization" for k in agent.headers):
         return f" (the agent refused the Authorization header in {where}; check the key)"
-    return f' (the agent wants credentials: set headers = {{ Authorization = "Bearer <key>" }} in {where})'
+    return (
+        ' (the agent wants credentials: set headers = { Authorization = "Bearer <key>" } '
+        f"in {where})"
+    )
 
 
 def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[str, Any]) -> Tool:

@@ -86,12 +86,14 @@ def save_files(workspace: Path, task_id: str, parts: Sequence[m.Part]) -> list[s
             raw = parts[i].raw or b""
             if n >= MAX_FILES_PER_MESSAGE or files >= MAX_TASK_FILES:
                 out[i] = (
-                    f"(not saved: at most {MAX_FILES_PER_MESSAGE} files a message and {MAX_TASK_FILES} a task)"
+                    f"(not saved: at most {MAX_FILES_PER_MESSAGE} files "
+                    f"a message and {MAX_TASK_FILES} a task)"
                 )
                 continue
             if total + len(raw) > MAX_TASK_BYTES:
                 out[i] = (
-                    f"(not saved: a task's files may total at most {MAX_TASK_BYTES // (1024 * 1024)} MiB)"
+                    "(not saved: a task's files may total at most "
+                    f"{MAX_TASK_BYTES // (1024 * 1024)} MiB)"
                 )
                 continue
             base = safe_name(parts[i].filename, i)

@@ -58,7 +58,8 @@ def check_content_type(content_type: str | None) -> None:
         return
     raise m.A2AError(
         m.CONTENT_TYPE_NOT_SUPPORTED,
-        f"Content-Type {content_type[:80]!r} is not JSON; send the body as Content-Type: application/json",
+        f"Content-Type {content_type[:80]!r} is not JSON; send the body "
+        "as Content-Type: application/json",
     )
 
 

@@ -80,8 +80,8 @@ def _part_in(part: Any, path: str, names: dict[str, str], ten: str) -> Any:
         raise m.invalid(
             path,
             f'a part holds exactly one of text, file or data{got}: {{"text": "..."}}, '
-            '{"file": {"fileWithBytes": "<base64>" | "fileWithUri": "https://...", "mimeType": ...}} '
-            'or {"data": {"data": {...}}}',
+            '{"file": {"fileWithBytes": "<base64>" | "fileWithUri": "https://...", '
+            '"mimeType": ...}} or {"data": {"data": {...}}}',
         )
     out = {k: v for k, v in part.items() if k not in ("file", "data")}
     file = part.get("file")
@@ -146,8 +146,8 @@ def send_body_in(body: Mapping[str, Any], names: dict[str, str] | None = None) -
     if key is None or not isinstance(body[key], Mapping):
         raise m.invalid(
             key or "message",
-            ("must be an object" if key else "is required")
-            + ': the message to send, as {"messageId": "...", "role": "ROLE_USER", "content": [{"text": "..."}]}',
+            ("must be an object" if key else "is required") + ": the message to send, as "
+            '{"messageId": "...", "role": "ROLE_USER", "content": [{"text": "..."}]}',
         )
     out["message"] = message_in(out.pop(key), key, names)
     config = body.get("configuration")
@@ -253,7 +253,8 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     ):
         raise m.invalid(
             f"{where}.name",
-            f"must be 'tasks/{task_id}/pushNotificationConfigs/<config id>'; got {str(name)[:300]!r}",
+            f"must be 'tasks/{task_id}/pushNotificationConfigs/<config id>'; "
+            f"got {str(name)[:300]!r}",
         )
     inner = dict(inner)
     if config_id not in (None, ""):
@@ -344,7 +345,8 @@ def event_out(event: Mapping[str, Any]) -> dict[str, Any]:
 
 def push_config_out(config: Mapping[str, Any]) -> dict[str, Any]:
     """A 1.0 ``TaskPushNotificationConfig`` (flat: ``taskId``, ``id``, ``url``, ...) as the 0.3
-    proto's ``{"name": "tasks/{task_id}/pushNotificationConfigs/{id}", "pushNotificationConfig"}``."""
+    proto's
+    ``{"name": "tasks/{task_id}/pushNotificationConfigs/{id}", "pushNotificationConfig"}``."""
     inner = {k: config[k] for k in ("id", "url", "token") if config.get(k) is not None}
     auth = config.get("authentication")
     if isinstance(auth, Mapping):

@@ -166,10 +166,13 @@ class A2AService:
         known = ", ".join(self.a2a_agents()) or "none"
         if self.settings.default_agent:
             return (
-                f"a2a.default_agent {self.settings.default_agent!r} is not an agent reachable over A2A "
-                f"(A2A agents: {known}); fix it in roost.toml"
+                f"a2a.default_agent {self.settings.default_agent!r} is not an agent "
+                f"reachable over A2A (A2A agents: {known}); fix it in roost.toml"
             )
-        return 'no agent is reachable over A2A (enable one with "a2a": {"enabled": true} in its agent.json)'
+        return (
+            'no agent is reachable over A2A (enable one with "a2a": '
+            '{"enabled": true} in its agent.json)'
+        )
 
     def unavailable_reason(self, name: str) -> str | None:
         """Why an A2A agent cannot answer now (e.g. its provider's key is missing), else None."""
@@ -303,7 +306,8 @@ class A2AService:
             if not self.settings.api_key:
                 raise m.A2AError(
                     m.UNSUPPORTED_OPERATION,
-                    "The agent does not support authenticated extended cards (set a2a.api_key to enable them)",
+                    "The agent does not support authenticated extended cards "
+                    "(set a2a.api_key to enable them)",
                 )
             name = agent or self.primary_agent()
             if name is None:
@@ -321,7 +325,8 @@ class A2AService:
         *,
         wait: bool = False,
     ) -> Any:
-        """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it settled)."""
+        """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it
+        settled)."""
         params: p.SendParams = op.params
         target = await self.agent_for_send(agent, params, owner)
         trace = self._caller_trace(params, trace, target)
@@ -444,7 +449,8 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 
 
 def _agent_base(service: A2AService, name: str | None, base_url: str) -> str:
-    """Where ``name``'s endpoints are; None: the root endpoints (which route by ``metadata.agent``)."""
+    """Where ``name``'s endpoints are; None: the root endpoints (which route by
+    ``metadata.agent``)."""
     lp = f"{base_url.rstrip('/')}{service.settings.listen_path}"
     return lp if name is None else f"{lp}/agents/{name}"
 
@@ -568,7 +574,8 @@ def _dumps(body: Any) -> str:
         return jsonrpc.dumps(body)
     except ValueError:
         log.warning(
-            "A2A: an answer held a non-finite number (stored before inputs were checked); sent null for it"
+            "A2A: an answer held a non-finite number (stored before inputs "
+            "were checked); sent null for it"
         )
         return jsonrpc.dumps(_finite(body))
 
@@ -704,7 +711,8 @@ def _route_agent(
     lp = service.settings.listen_path
     exc = m.A2AError(
         m.METHOD_NOT_FOUND,
-        f"no A2A agent {str(name)[:100]!r} here; A2A agents: {known} (each at {lp}/agents/<name>/..., the primary one at {lp}/...)",
+        f"no A2A agent {str(name)[:100]!r} here; A2A agents: {known} (each "
+        f"at {lp}/agents/<name>/..., the primary one at {lp}/...)",
     )
     return _error(binding, req, args, exc, 404)
 
@@ -827,7 +835,8 @@ async def _rest(
                 raise m.A2AError(
                     m.VERSION_NOT_SUPPORTED,
                     f"the HTTP+JSON binding here speaks A2A 1.0 but the request speaks {version} "
-                    "(no A2A-Version header means 0.3); send A2A-Version: 1.0, or use the /v1/ paths for 0.3",
+                    "(no A2A-Version header means 0.3); send A2A-Version: "
+                    "1.0, or use the /v1/ paths for 0.3",
                 )
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
@@ -885,7 +894,8 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
             lp = service.settings.listen_path
             raise m.A2AError(
                 m.METHOD_NOT_FOUND,
-                f"{lp}/tasks/send takes the method tasks/send; send {method[:100]!r} to {lp}/jsonrpc",
+                f"{lp}/tasks/send takes the method tasks/send; "
+                f"send {method[:100]!r} to {lp}/jsonrpc",
             )
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
         result = await service.execute(

@@ -105,13 +105,14 @@ class A2ASettings:
             or not 1 <= per_caller <= max_tasks
         ):
             raise ConfigError(
-                f"a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks ({max_tasks}), "
-                f"got {per_caller!r} (leave it out for a tenth of max_tasks)"
+                "a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks "
+                f"({max_tasks}), got {per_caller!r} (leave it out for a tenth of max_tasks)"
             )
         ttl = raw.get("input_required_ttl_s", 3600.0)
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= 31_536_000:
             raise ConfigError(
-                f"a2a.input_required_ttl_s: expected seconds from 1 to 31536000 (a year), got {ttl!r}"
+                "a2a.input_required_ttl_s: expected seconds from 1 "
+                f"to 31536000 (a year), got {ttl!r}"
             )
         default_agent = raw.get("default_agent")
         if default_agent is not None and not isinstance(default_agent, str):
@@ -119,7 +120,8 @@ class A2ASettings:
         externals_raw = raw.get("external_agents", [])
         if not isinstance(externals_raw, list):
             raise ConfigError(
-                "a2a.external_agents: expected an array of tables ([[a2a.external_agents]] name, url)"
+                "a2a.external_agents: expected an array of tables "
+                "([[a2a.external_agents]] name, url)"
             )
         externals: list[ExternalAgent] = []
         seen: set[str] = set()
@@ -132,12 +134,14 @@ class A2ASettings:
                 close = difflib.get_close_matches(str(extra[0]), ["name", "url", "headers"], n=1)
                 hint = f" — did you mean {close[0]!r}?" if close else " —"
                 raise ConfigError(
-                    f"{where}.{extra[0]}: unknown key{hint} valid keys in [[a2a.external_agents]]: name, url, headers"
+                    f"{where}.{extra[0]}: unknown key{hint} valid keys "
+                    "in [[a2a.external_agents]]: name, url, headers"
                 )
             name, url = item.get("name"), item.get("url")
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ConfigError(
-                    f"{where}.name: expected a lowercase name (letters, digits, _ or -), got {name!r}"
+                    f"{where}.name: expected a lowercase name (letters, "
+                    f"digits, _ or -), got {name!r}"
                 )
             if name in seen:
                 raise ConfigError(f"{where}.name: {name!r} is listed twice")
@@ -149,7 +153,8 @@ class A2ASettings:
                 for k, v in headers.items()
             ):
                 raise ConfigError(
-                    f'{where}.headers: expected a table of header names to string values, e.g. {{ Authorization = "Bearer <key>" }}'
+                    f"{where}.headers: expected a table of header names to string values, "
+                    'e.g. { Authorization = "Bearer <key>" }'
                 )
             seen.add(name)
             externals.append(ExternalAgent(name, url, dict(headers)))

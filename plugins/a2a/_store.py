@@ -4,9 +4,9 @@ Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); 
 plugin owns the JSON. The store is a ``roost.kernel.SqliteDatabase``: reads and group
 commits on the database's own thread, a write returns only after it is committed, with the
 kernel store's durability (``[store] synchronous``), and the schema upgraded by
-``user_version`` migrations. At most ``max_tasks`` rows are kept: when a new task would pass the bound, the
-oldest *terminal* tasks are evicted; if every stored task is still running, the new one is
-refused.
+``user_version`` migrations. At most ``max_tasks`` rows are kept: when a new task would pass
+the bound, the oldest *terminal* tasks are evicted; if every stored task is still running, the
+new one is refused.
 
 Each task belongs to a principal (``owner``, the caller's API key name): readers pass the
 caller's principal and never see another's tasks. Tasks stored before schema 3 are given
@@ -191,8 +191,8 @@ class TaskStore(SqliteDatabase):
         reserved: bool = False,
         shield: bool = False,
     ) -> list[str]:
-        """Store a new task of ``owner``, evicting the oldest terminal tasks past ``max_tasks`` (room held
-        by ``reserve()`` counts as taken).
+        """Store a new task of ``owner``, evicting the oldest terminal tasks past ``max_tasks``
+        (room held by ``reserve()`` counts as taken).
 
         Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
         ``durable=False``: committed without its own fsync, for a task nobody is told about
@@ -221,12 +221,14 @@ class TaskStore(SqliteDatabase):
                 if len(evicted) < excess:
                     unfinished = count - len(evicted) + max(held, 0)
                     raise TaskStoreFull(
-                        f"the task store holds {unfinished} unfinished tasks (a2a.max_tasks = {self.max_tasks}); "
+                        f"the task store holds {unfinished} unfinished tasks "
+                        f"(a2a.max_tasks = {self.max_tasks}); "
                         "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
             conn.execute(
-                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     id,
                     context_id,
@@ -296,7 +298,8 @@ class TaskStore(SqliteDatabase):
 
         def work(conn: sqlite3.Connection) -> list[str]:
             conn.execute(
-                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, size = ? WHERE id = ?",
+                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, "
+                "artifacts = ?, size = ? WHERE id = ?",
                 (state, int(terminal), encoded, now, artifacts, size, id),
             )
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
@@ -351,7 +354,8 @@ class TaskStore(SqliteDatabase):
             page_clause = (" WHERE " + " AND ".join(page_where)) if page_where else ""
             extra = ", artifacts" if with_artifacts else ", NULL"
             rows = conn.execute(
-                f"SELECT {_COLUMNS}{extra} FROM tasks{page_clause} ORDER BY updated_at DESC, id DESC LIMIT ?",
+                f"SELECT {_COLUMNS}{extra} FROM tasks{page_clause} "
+                "ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*page_args, limit),
             ).fetchall()
             return [_row(r, r[9]) for r in rows], total
@@ -359,11 +363,13 @@ class TaskStore(SqliteDatabase):
         return await self.read("list tasks", work)
 
     async def unfinished(self) -> list[tuple[str, str, str, float]]:
-        """``(id, owner, state, updated_at)`` of every unfinished task, least recently updated first."""
+        """``(id, owner, state, updated_at)`` of every unfinished task, least recently updated
+        first."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[str, str, str, float]]:
             return conn.execute(
-                "SELECT id, owner, state, updated_at FROM tasks WHERE terminal = 0 ORDER BY updated_at, id"
+                "SELECT id, owner, state, updated_at FROM tasks "
+                "WHERE terminal = 0 ORDER BY updated_at, id"
             ).fetchall()
 
         return await self.read("list unfinished tasks", work)
@@ -379,7 +385,8 @@ class TaskStore(SqliteDatabase):
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)
             rows = conn.execute(
-                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE terminal = 0 AND state IN ({marks})",
+                f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE terminal "
+                f"= 0 AND state IN ({marks})",
                 states,
             ).fetchall()
             changed = []
@@ -388,7 +395,8 @@ class TaskStore(SqliteDatabase):
                 state, data = reason_data(row.data)
                 encoded, artifacts, size = _split(data)
                 conn.execute(
-                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ?, artifacts = ?, size = ? WHERE id = ?",
+                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ?, "
+                    "artifacts = ?, size = ? WHERE id = ?",
                     (state, encoded, time.time(), artifacts, size, row.id),
                 )
                 changed.append(row.id)
@@ -406,7 +414,8 @@ class TaskStore(SqliteDatabase):
             ).fetchone()
             if n >= max_per_task:
                 raise TaskStoreError(
-                    f"task {task_id} already has {n} push-notification configs (at most {max_per_task})"
+                    f"task {task_id} already has {n} push-notification "
+                    f"configs (at most {max_per_task})"
                 )
             conn.execute(
                 "INSERT OR REPLACE INTO push_configs (task_id, id, data) VALUES (?, ?, ?)",

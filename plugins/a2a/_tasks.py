@@ -61,7 +61,10 @@ EVENT_LOG_MAX = 256
 CANCEL_WAIT_S = 10.0
 FIRST_ROW_AFTER_S = 0.1  # a blocking send's task is stored once its run takes this long
 STOPPED_WRITE_S = 5.0  # how long a stopped task's run may take to store it as failed
-STOPPED_REASON = "this task was stopped before it finished (the roost daemon is stopping, or its request was cancelled); send the message again"
+STOPPED_REASON = (
+    "this task was stopped before it finished (the roost daemon is stopping, "
+    "or its request was cancelled); send the message again"
+)
 _ANSWER_TYPES = ("text/plain", "application/json")  # what every agent can answer in
 
 
@@ -366,8 +369,9 @@ class TaskManager:
         ):
             raise m.A2AError(
                 m.CONTENT_TYPE_NOT_SUPPORTED,
-                f"configuration.acceptedOutputModes {list(options.accepted_output_modes)[:5]} excludes everything "
-                "this agent produces (text/plain, application/json); accept text/plain",
+                f"configuration.acceptedOutputModes {list(options.accepted_output_modes)[:5]} "
+                "excludes everything this agent produces (text/plain, application/json); "
+                "accept text/plain",
             )
         if options.push is not None and self.push is None:
             raise m.push_not_supported()
@@ -472,18 +476,20 @@ class TaskManager:
         if task.terminal:
             raise m.A2AError(
                 m.UNSUPPORTED_OPERATION,
-                f"task {task.id} is {m.state_to_json(task.status.state, m.V03)} and takes no more messages; "
-                "start a new task (omit taskId) in the same contextId to go on",
+                f"task {task.id} is {m.state_to_json(task.status.state, m.V03)} and takes no "
+                "more messages; start a new task (omit taskId) in the same contextId to go on",
             )
         if live.running or task.status.state not in m.INTERRUPTED_STATES:
             raise m.A2AError(
                 m.UNSUPPORTED_OPERATION,
-                f"task {task.id} is still working; wait until it asks for input (or cancel it) before sending to it",
+                f"task {task.id} is still working; wait until it asks for input "
+                "(or cancel it) before sending to it",
             )
         if message.context_id and message.context_id != task.context_id:
             raise m.invalid(
                 "message.contextId",
-                f"task {task.id} belongs to context {task.context_id!r}, not {message.context_id!r}",
+                f"task {task.id} belongs to context {task.context_id!r}, "
+                f"not {message.context_id!r}",
             )
         message = attrs.evolve(message, task_id=task.id, context_id=task.context_id)
         live.cancel_requested = False
@@ -747,9 +753,9 @@ class TaskManager:
             raise m.A2AError(
                 m.TOO_MANY_OPEN_TASKS,
                 f"you have {len(mine)} unfinished tasks, the most one caller may hold "
-                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel the ones "
-                f"waiting for input (they expire after a2a.input_required_ttl_s = {self.input_required_ttl_s:g} s), "
-                "or wait for some to finish",
+                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel "
+                "the ones waiting for input (they expire after a2a.input_required_ttl_s "
+                f"= {self.input_required_ttl_s:g} s), or wait for some to finish",
             )
         mine.add(task_id)
 
@@ -832,8 +838,9 @@ class TaskManager:
             await self._status(
                 live,
                 m.FAILED,
-                f"this task waited for input longer than a2a.input_required_ttl_s ({self.input_required_ttl_s:g} s) "
-                "and expired; send your answer as a new message (in the same contextId to keep the conversation)",
+                "this task waited for input longer than a2a.input_required_ttl_s "
+                f"({self.input_required_ttl_s:g} s) and expired; send your answer as "
+                "a new message (in the same contextId to keep the conversation)",
             )
         finally:
             live.running = False
@@ -935,7 +942,8 @@ class TaskManager:
         if live.task.terminal:
             raise m.A2AError(
                 m.UNSUPPORTED_OPERATION,
-                f"Task {task_id} is in terminal state: {live.task.status.state}; use GetTask to read it",
+                f"Task {task_id} is in terminal state: {live.task.status.state}; "
+                "use GetTask to read it",
             )
         return live
 
@@ -945,7 +953,8 @@ class TaskManager:
         if live.task.terminal:
             raise m.A2AError(
                 m.TASK_NOT_CANCELABLE,
-                f"Task cannot be canceled: {task_id} is already {m.state_to_json(live.task.status.state, m.V03)}",
+                f"Task cannot be canceled: {task_id} is already "
+                f"{m.state_to_json(live.task.status.state, m.V03)}",
             )
         live.cancel_requested = True
         if live.running:
@@ -1115,7 +1124,10 @@ def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Art
                 limit = MAX_TASK_FILE_BYTES // (1024 * 1024)
                 parts.append(
                     m.Part(
-                        text=f"[file{name} left out: this task's files may total at most {limit} MiB]"
+                        text=(
+                            f"[file{name} left out: this task's files may "
+                            f"total at most {limit} MiB]"
+                        )
                     )
                 )
                 continue

@@ -122,7 +122,8 @@ class DaemonClient:
 
     @asynccontextmanager
     async def events(self, kinds: Sequence[str] = ()) -> AsyncIterator[Any]:
-        """Open ``/api/events`` (optionally filtered by kinds); yields a trio-websocket connection."""
+        """Open ``/api/events`` (optionally filtered by kinds); yields a trio-websocket
+        connection."""
         from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
         query = "?" + urlencode({"kinds": ",".join(kinds)}) if kinds else ""

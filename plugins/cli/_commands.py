@@ -122,8 +122,9 @@ async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
                 elif trio.current_time() >= deadlines[name]:
                     say(
                         err,
-                        f"MCP server {name!r} did not connect within {entry.get('timeout_secs', 0):g} s "
-                        "(its timeout_secs); going on without its tools",
+                        f"MCP server {name!r} did not connect within "
+                        f"{entry.get('timeout_secs', 0):g} s (its timeout_secs); "
+                        "going on without its tools",
                     )
                 else:
                     continue
@@ -210,7 +211,10 @@ def _pending_peer_lines(peers: Sequence[Mapping[str, Any]]) -> list[str]:
         if peer.get("status") == "connected":
             continue
         what = "MCP server" if peer.get("kind") == "mcp" else "A2A agent"
-        line = f"pending: {what} {peer.get('name')} ({peer.get('url') or peer.get('command')}) is {peer.get('status')}"
+        line = (
+            f"pending: {what} {peer.get('name')} ({peer.get('url') or peer.get('command')}) "
+            f"is {peer.get('status')}"
+        )
         if peer.get("error"):
             line += f": {peer['error']}"
         if isinstance(peer.get("next_retry_at"), (int, float)):
@@ -315,8 +319,8 @@ async def watch_command(
     info, client = await _daemon(config)
     if client is None:
         raise CliError(
-            f"no roost daemon is running for {config.home} (no live {Path(config.home) / 'daemon.json'}); "
-            "start one with: roost run"
+            f"no roost daemon is running for {config.home} (no live "
+            f"{Path(config.home) / 'daemon.json'}); start one with: roost run"
         )
     from trio_websocket import ConnectionClosed
 
@@ -353,7 +357,8 @@ async def watch_command(
                 reason = closed.reason
                 say(
                     err,
-                    f"the daemon closed the stream ({reason.code}{': ' + reason.reason if reason.reason else ''})",
+                    "the daemon closed the stream "
+                    f"({reason.code}{': ' + reason.reason if reason.reason else ''})",
                 )
             nursery.cancel_scope.cancel()
     for line in runs.flush() if runs is not None else ():
@@ -370,7 +375,8 @@ async def wait_for_signal(
             if err is not None:
                 say(
                     err,
-                    f"\nreceived {signal.Signals(signum).name}; stopping (press Ctrl-C again to force)",
+                    f"\nreceived {signal.Signals(signum).name}; stopping "
+                    "(press Ctrl-C again to force)",
                 )
             return signum
     return 0  # pragma: no cover - the receiver never ends by itself
@@ -402,8 +408,8 @@ async def run_command(
     running = await find_daemon(config.home)
     if running is not None:
         raise CliError(
-            f"a roost daemon is already running for {config.home} at {running.url} (pid {running.pid}); "
-            "stop it first, or set ROOST_HOME to use another data directory"
+            f"a roost daemon is already running for {config.home} at {running.url} (pid "
+            f"{running.pid}); stop it first, or set ROOST_HOME to use another data directory"
         )
     say(err, "booting kernel…")
     async with AsyncExitStack() as stack:
@@ -426,7 +432,8 @@ async def run_command(
                 task_status.started(url)
         if bind_error is not None:
             raise CliError(
-                f"cannot listen on {host}:{port}: {bind_error.strerror or bind_error}; pick another --port"
+                f"cannot listen on {host}:{port}: {bind_error.strerror or bind_error}; "
+                "pick another --port"
             ) from bind_error
         say(err, "daemon stopped; shutting down the kernel…")
     say(err, "stopped")
@@ -474,7 +481,8 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         if host not in ("127.0.0.1", "localhost", "::1"):
             say(
                 out,
-                f"  warning: listening on {host} without an API key: anyone who can reach it can drive your agents",
+                f"  warning: listening on {host} without an API key: "
+                "anyone who can reach it can drive your agents",
             )
     for name, error in sorted(kernel.agent_errors.items()):
         say(out, f"  agent {name} unavailable: {error}")
@@ -492,7 +500,8 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
     say(
         out,
-        f"  MCP clients (IDE config): {json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}",
+        "  MCP clients (IDE config): "
+        f"{json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}",
     )
     if settings.api_key:
         say(out, f'    (add your key to its "env" as {kernel.config.http.api_key_env})')

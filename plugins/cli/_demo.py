@@ -67,7 +67,8 @@ async def run_demo(
             ) as breaker:
                 say()
                 say(
-                    f"2. coordinator ← {RUNAWAY_MESSAGE!r}  (coordinator → worker → reviewer → coordinator → …)"
+                    f"2. coordinator ← {RUNAWAY_MESSAGE!r}  (coordinator → "
+                    "worker → reviewer → coordinator → …)"
                 )
                 with trio.move_on_after(60):
                     runaway = await kernel.send("coordinator", RUNAWAY_MESSAGE, timeout=60)
@@ -77,7 +78,8 @@ async def run_demo(
                 return 1
             trip = trips[0].payload
             say(
-                f"breaker tripped: hop {len(trip['path'])} refused, the depth limit is {trip['max_depth']}:"
+                f"breaker tripped: hop {len(trip['path'])} refused, "
+                f"the depth limit is {trip['max_depth']}:"
             )
             say("  " + " → ".join(trip["path"]))
             say(f"reply: {runaway.text}")
@@ -98,9 +100,15 @@ def trace_tree(events: list[Any], trace_id: str) -> list[str]:
         payload = ev.payload if isinstance(ev.payload, dict) else {}
         if "jsonrpc" in payload:  # an agent asked another agent over the in-memory MCP transport
             args = payload.get("params", {}).get("arguments", {})
-            what = f"{ev.source} → {ev.target}  (MCP tools/call message: {_short(args.get('message', ''))})"
+            what = (
+                f"{ev.source} → {ev.target}  (MCP tools/call message: "
+                f"{_short(args.get('message', ''))})"
+            )
         else:
-            what = f"{ev.source} → {payload.get('tool', ev.target)}  {_short(str(payload.get('arguments', '')))}"
+            what = (
+                f"{ev.source} → {payload.get('tool', ev.target)}  "
+                f"{_short(str(payload.get('arguments', '')))}"
+            )
         lines.append("  " * (depth - 1) + "└─ " + what)
     return lines
 

@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="KIND",
         default=[],
-        help="only these kinds: exact (AGENT:REPLY) or a namespace (EXEC:); space- or comma-separated",
+        help=(
+            "only these kinds: exact (AGENT:REPLY) or a namespace (EXEC:); "
+            "space- or comma-separated"
+        ),
     )
     watch.add_argument("--count", type=_positive_int, metavar="N", help="exit after N events")
     watch.add_argument("--json", action="store_true", help="print each event as a JSON line")

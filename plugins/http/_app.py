@@ -521,8 +521,11 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
                     403,
                     {
                         "code": "forbidden",
-                        "message": "the event stream shows every caller's work, so only an admin principal may "
-                        "read it: the key of http.api_key, or one with admin = true under [http.keys.<name>]",
+                        "message": (
+                            "the event stream shows every caller's work, so only "
+                            "an admin principal may read it: the key of http.api_key, "
+                            "or one with admin = true under [http.keys.<name>]"
+                        ),
                     },
                 ),
                 websocket,
@@ -607,7 +610,8 @@ def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
             _route_failure(
                 plugins,
                 name,
-                f"roost_http_routes must return a list of RouteDescriptor, got {type(result).__name__}",
+                "roost_http_routes must return a list of RouteDescriptor, "
+                f"got {type(result).__name__}",
             )
             continue
         for index, route in enumerate(result):

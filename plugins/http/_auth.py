@@ -64,7 +64,8 @@ def read_key_file(path: str, field: str) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(
-            f"{field}: cannot open {path}: {exc.strerror or exc}; point it at a file holding the key"
+            f"{field}: cannot open {path}: {exc.strerror or exc}; "
+            "point it at a file holding the key"
         ) from None
     try:
         info = os.fstat(fd)
@@ -79,7 +80,8 @@ def read_key_file(path: str, field: str) -> str:
             )
         if hasattr(os, "getuid") and info.st_uid != os.getuid():
             raise ConfigError(
-                f"{field}: {path} belongs to another user; the key file must be yours (chown it, chmod 600)"
+                f"{field}: {path} belongs to another user; the key file "
+                "must be yours (chown it, chmod 600)"
             )
         data = os.read(fd, MAX_KEY_FILE_BYTES + 1)
     finally:
@@ -111,14 +113,15 @@ def resolve_keys(
         if any(principal.name == entry.name for _, principal in out):
             raise ConfigError(
                 f"{field}: the principal {entry.name!r} is already the one of http.api_key "
-                "(ROOST_API_KEY or the variable named by http.api_key_env); give this key another name"
+                "(ROOST_API_KEY or the variable named by http.api_key_env); "
+                "give this key another name"
             )
         if entry.key_env:
             key = env.get(entry.key_env, "").strip()
             if not key:
                 raise ConfigError(
-                    f"{field}.key_env: the environment variable {entry.key_env} is not set (or blank); "
-                    f"export it with {entry.name}'s key, or remove [{field}]"
+                    f"{field}.key_env: the environment variable {entry.key_env} is not set "
+                    f"(or blank); export it with {entry.name}'s key, or remove [{field}]"
                 )
         else:
             key = read_key_file(entry.key_file, f"{field}.key_file")
@@ -126,7 +129,8 @@ def resolve_keys(
         for other, principal in out:
             if hmac.compare_digest(other, digest):
                 raise ConfigError(
-                    f"{field}: its key is the same as {principal.name!r}'s; every principal needs its own key"
+                    f"{field}: its key is the same as {principal.name!r}'s; "
+                    "every principal needs its own key"
                 )
         out.append((digest, Principal(entry.name, admin=entry.admin)))
     return tuple(out)

@@ -198,9 +198,11 @@ def bad_host(host: str) -> Refusal:
         400,
         {
             "code": "bad_host",
-            "message": f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
-            "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
-            "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1",
+            "message": (
+                f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
+                "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
+                "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1"
+            ),
         },
     )
 
@@ -427,8 +429,8 @@ class Gate:
                         {
                             "code": "unauthorized",
                             "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
-                            "with your key (http.api_key or the variable named by http.api_key_env, "
-                            "or one of [http.keys])"
+                            "with your key (http.api_key or the variable named "
+                            "by http.api_key_env, or one of [http.keys])"
                             + (
                                 " (a browser page passes it as the websocket subprotocol "
                                 "roost.bearer.<key in unpadded base64url>, beside roost)"

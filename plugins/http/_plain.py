@@ -1,4 +1,5 @@
-"""The one handler type of plugin routes: ``async handler(PlainRequest, **path_args) -> PlainResponse``.
+"""The one handler type of plugin routes:
+``async handler(PlainRequest, **path_args) -> PlainResponse``.
 
 The daemon calls a route's handler once its checks passed (Host, Origin, bearer auth, rate
 limit, body cap), with the body read. ``PlainResponse.body`` is bytes, or an async iterable

@@ -106,8 +106,8 @@ class HttpSettings:
             or rate <= 0
         ):
             raise ConfigError(
-                f"http.rate_limit_per_s must be a positive number (requests per second), got {rate!r}; "
-                "set e.g. rate_limit_per_s = 20 under [http] in roost.toml"
+                "http.rate_limit_per_s must be a positive number (requests per second), "
+                f"got {rate!r}; set e.g. rate_limit_per_s = 20 under [http] in roost.toml"
             )
         burst = getattr(http_config, "rate_limit_burst", 40)
         if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:

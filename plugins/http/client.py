@@ -48,7 +48,8 @@ class ResponseTooLarge(ValueError):
     def __init__(self, what: str, peer: str, limit: int) -> None:
         self.what, self.peer, self.limit = what, peer, limit
         super().__init__(
-            f"{what} from {peer} is over the limit of {limit} bytes ({size_text(limit)}); roost read no further"
+            f"{what} from {peer} is over the limit of {limit} bytes "
+            f"({size_text(limit)}); roost read no further"
         )
 
 

@@ -64,11 +64,15 @@ def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
 _EXPORTS = {
     name: module
     for module, names in {
-        "_server": "ARTIFACT_TTL_S DEFAULT_PAGE_SIZE PROMPTS_CHANGED_EVENT RESOURCES_CHANGED_EVENT ArtifactShelf "
-        "McpServer PromptEntry ResourceEntry ServerSession TemplateEntry ToolEntry agent_card agent_manifest_view "
-        "artifact_shelf change_notifications",
-        "_tool_context": "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input report_log "
-        "report_progress request_client request_state require_client_capability",
+        "_server": (
+            "ARTIFACT_TTL_S DEFAULT_PAGE_SIZE PROMPTS_CHANGED_EVENT RESOURCES_CHANGED_EVENT "
+            "ArtifactShelf McpServer PromptEntry ResourceEntry ServerSession TemplateEntry "
+            "ToolEntry agent_card agent_manifest_view artifact_shelf change_notifications"
+        ),
+        "_tool_context": (
+            "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input "
+            "report_log report_progress request_client request_state require_client_capability"
+        ),
         "_connection": "MAX_IN_FLIGHT serve_connection",
     }.items()
     for name in names.split()

@@ -215,8 +215,8 @@ class ClientProtocol:
         pinned = self.options.protocol
         if pinned in HANDSHAKE_VERSIONS and version != pinned:
             raise McpProtocolError(
-                f"initialize: protocol = {pinned!r} is configured but the server speaks {version!r}; "
-                'set protocol = "auto" or the server\'s version'
+                f"initialize: protocol = {pinned!r} is configured but the server speaks "
+                f'{version!r}; set protocol = "auto" or the server\'s version'
             )
         self._adopt("handshake", version, result, result.get("serverInfo"))
 
@@ -250,7 +250,8 @@ class ClientProtocol:
         if version is None:
             raise McpProtocolError(
                 "server/discover: the server supports none of roost's modern versions "
-                f"(it offers {result.get('supportedVersions')!r}; roost has {', '.join(MODERN_VERSIONS)})"
+                f"(it offers {result.get('supportedVersions')!r}; "
+                f"roost has {', '.join(MODERN_VERSIONS)})"
             )
         info = result.get("serverInfo")
         meta = result.get("_meta")
@@ -419,7 +420,8 @@ class McpClient:
             return False
         self._correlator.forget(request_id)
         pending.error = McpProtocolError(
-            f"MCP server {self.name!r} answered {pending.method} with an invalid response: {exc.message}"
+            f"MCP server {self.name!r} answered {pending.method} with "
+            f"an invalid response: {exc.message}"
         )
         pending.done.set()
         return True
@@ -496,7 +498,8 @@ class McpClient:
             if self.options.sampling is None:
                 raise jsonrpc.JsonRpcError(
                     jsonrpc.METHOD_NOT_FOUND,
-                    f"sampling is disabled for MCP server {self.name!r} (set sampling = true in its [[mcp_servers]] entry)",
+                    f"sampling is disabled for MCP server {self.name!r} "
+                    "(set sampling = true in its [[mcp_servers]] entry)",
                 )
             return dict(await self.options.sampling(params, context))
         if method == "elicitation/create":
@@ -642,7 +645,8 @@ class McpClient:
             raise error
         if isinstance(message, jsonrpc.ErrorResponse):
             raise McpProtocolError(
-                f"MCP server {self.name!r} answered {method} with error {message.error.code}: {message.error.message}",
+                f"MCP server {self.name!r} answered {method} with error "
+                f"{message.error.code}: {message.error.message}",
                 rpc_code=message.error.code,
                 data=message.error.data,
             )
@@ -715,12 +719,14 @@ class McpClient:
                 return result
             if method not in INPUT_REQUIRED_METHODS:
                 raise McpProtocolError(
-                    f"MCP server {self.name!r} answered {method} with input_required, which the protocol does not allow for it"
+                    f"MCP server {self.name!r} answered {method} with input_required, "
+                    "which the protocol does not allow for it"
                 )
             rounds += 1
             if rounds > self.options.max_input_rounds:
                 raise McpProtocolError(
-                    f"MCP server {self.name!r} still asked for input after {self.options.max_input_rounds} rounds of {method}"
+                    f"MCP server {self.name!r} still asked for input after "
+                    f"{self.options.max_input_rounds} rounds of {method}"
                 )
             responses = await self._answer_input_requests(result.get("inputRequests"), caller)
             current = ClientProtocol.retry_params(current, result, responses)
@@ -744,7 +750,8 @@ class McpClient:
                     )
             except jsonrpc.JsonRpcError as exc:
                 raise McpProtocolError(
-                    f"MCP server {self.name!r} needs {item['method']} to finish this call, but: {exc.message}",
+                    f"MCP server {self.name!r} needs {item['method']} to finish "
+                    f"this call, but: {exc.message}",
                     rpc_code=exc.code,
                 ) from None
         return out
@@ -895,7 +902,8 @@ class McpClient:
                 )
             seen.add(cursor)
         raise McpProtocolError(
-            f"MCP server {self.name!r}: {method} returned more than {self.options.max_list_pages} pages"
+            f"MCP server {self.name!r}: {method} returned more than "
+            f"{self.options.max_list_pages} pages"
         )
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:

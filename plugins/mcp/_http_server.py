@@ -217,8 +217,9 @@ class McpHttpHub:
                     None,
                     rpc.SERVER_ERROR,
                     (
-                        f"this caller has {len(mine)} MCP sessions, all busy (at most {self.per_caller}: "
-                        "http.mcp_sessions_per_caller); end unused ones with DELETE"
+                        f"this caller has {len(mine)} MCP sessions, all busy (at most "
+                        f"{self.per_caller}: http.mcp_sessions_per_caller); "
+                        "end unused ones with DELETE"
                     ),
                 ),
                 {"Retry-After": "1"},
@@ -368,8 +369,9 @@ def _jsonrpc_error(
 
 
 _TOO_LARGE = (
-    f"message too large: MCP messages over HTTP are limited to {p.MAX_MESSAGE_BYTES} bytes (10 MB); "
-    "send smaller arguments or pass large data by reference (e.g. a resource URI)"
+    "message too large: MCP messages over HTTP are limited to "
+    f"{p.MAX_MESSAGE_BYTES} bytes (10 MB); send smaller arguments or pass large data by "
+    "reference (e.g. a resource URI)"
 )
 
 
@@ -496,7 +498,8 @@ class McpEndpoint:
             raise _HttpError(
                 400,
                 p.header_mismatch_error(
-                    f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} does not match body value {body_version!r}"
+                    f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} "
+                    f"does not match body value {body_version!r}"
                 ).to_response(request_id),
             )
         if not p.is_stateless_version(body_version):
@@ -515,7 +518,8 @@ class McpEndpoint:
             raise _HttpError(
                 400,
                 p.header_mismatch_error(
-                    f"{p.HEADER_METHOD} header value {method!r} does not match body value {parsed.method!r}"
+                    f"{p.HEADER_METHOD} header value {method!r} does not "
+                    f"match body value {parsed.method!r}"
                 ).to_response(request_id),
             )
         if parsed.method in (p.TOOLS_CALL, p.RESOURCES_READ, p.PROMPTS_GET):
@@ -533,7 +537,8 @@ class McpEndpoint:
                 raise _HttpError(
                     400,
                     p.header_mismatch_error(
-                        f"{p.HEADER_NAME} header value {header_name!r} does not match body value {body_name!r}"
+                        f"{p.HEADER_NAME} header value {header_name!r} does not "
+                        f"match body value {body_name!r}"
                     ).to_response(request_id),
                 )
 
@@ -634,7 +639,8 @@ class McpEndpoint:
                 raise _jsonrpc_error(
                     400,
                     rpc.INVALID_REQUEST,
-                    f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this session negotiated {session.state.protocol_version!r}",
+                    f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
+                    f"session negotiated {session.state.protocol_version!r}",
                     request_id,
                 )
         session.touch()
@@ -668,8 +674,8 @@ class McpEndpoint:
             raise _jsonrpc_error(
                 400,
                 rpc.INVALID_REQUEST,
-                f"{p.HEADER_SESSION_ID} header required: send initialize first (or, at {p.LATEST_VERSION}, "
-                f"put the protocol version in params._meta)",
+                f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
+                f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
                 request_id,
             )
         session = hub_for(self.kernel).sessions.get(session_id)
@@ -692,7 +698,8 @@ class McpEndpoint:
                 _daemon_error(
                     405,
                     "method_not_allowed",
-                    "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
+                    "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 "
+                    "use subscriptions/listen",
                 ),
                 {"Allow": "POST, DELETE"},
             )

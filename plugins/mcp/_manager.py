@@ -162,7 +162,8 @@ def parse_server_config(
         raise _fail(
             where,
             "name",
-            f"expected 1-64 letters, digits, '_', '.' or '-' starting with a letter or digit, got {name!r}",
+            "expected 1-64 letters, digits, '_', '.' or '-' starting with "
+            f"a letter or digit, got {name!r}",
         )
     where = f"{where} ({name})"
     timeout = raw.get("timeout_secs", 30.0)
@@ -284,7 +285,8 @@ def check_config_servers(config: Any) -> None:
         key = normalise_name(cfg.name)
         if key in seen:
             raise ConfigError(
-                f"{where}: mcp_servers[{index}]: name: {cfg.name!r} is already used by mcp_servers[{seen[key]}]; rename one"
+                f"{where}: mcp_servers[{index}]: name: {cfg.name!r} is already "
+                f"used by mcp_servers[{seen[key]}]; rename one"
             )
         seen[key] = index
 
@@ -305,7 +307,8 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
         key = normalise_name(cfg.name)
         if key in seen:
             errors.append(
-                f"{where}: name: {cfg.name!r} is already used by the server from {seen[key]}; rename one"
+                f"{where}: name: {cfg.name!r} is already used by the server "
+                f"from {seen[key]}; rename one"
             )
             return
         seen[key] = origin
@@ -480,13 +483,15 @@ class McpManager:
             )
         if state.client is None or state.status != "connected":
             raise McpError(
-                f"MCP server {server!r} is not connected ({state.last_error or state.status}); roost reconnects in the background"
+                f"MCP server {server!r} is not connected ({state.last_error or state.status}); "
+                "roost reconnects in the background"
             )
         return state.client
 
     # ---- running ------------------------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Supervise every server until cancelled. Ready at once: servers connect in the background."""
+        """Supervise every server until cancelled. Ready at once: servers connect in the
+        background."""
         async with trio.open_nursery() as nursery:
             for state in self.states.values():
                 nursery.start_soon(self._supervise, state)
@@ -697,7 +702,8 @@ class McpManager:
             if client is None:
                 st = manager.states[server]
                 return ToolResult.error(
-                    f"MCP server {server!r} is not connected ({st.last_error or st.status}); roost reconnects in the background"
+                    f"MCP server {server!r} is not connected ({st.last_error or st.status}); "
+                    "roost reconnects in the background"
                 )
             trace = call.trace or ctx.trace
             meta = trace.to_meta() if trace is not None else None
@@ -844,7 +850,8 @@ class McpManager:
                     content = message.get("content") if isinstance(message, Mapping) else None
                     text = content.get("text") if isinstance(content, Mapping) else None
                     lines.append(
-                        f"{message.get('role', '?')}: {text if text is not None else '[non-text content]'}"
+                        f"{message.get('role', '?')}: "
+                        f"{text if text is not None else '[non-text content]'}"
                     )
                 return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
 
@@ -886,7 +893,8 @@ class McpManager:
         if provider is None:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_REQUEST,
-                "sampling: no agent is calling this server right now, so there is no model to answer with",
+                "sampling: no agent is calling this server right now, "
+                "so there is no model to answer with",
             )
         messages = []
         for index, item in enumerate(params.get("messages") or ()):

@@ -269,13 +269,15 @@ def read_request_meta(params: Any) -> RequestMeta:
     if caps is not None and not isinstance(caps, Mapping):
         raise JsonRpcError(
             INVALID_PARAMS,
-            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, got {json_type(caps)}",
+            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, "
+            f"got {json_type(caps)}",
         )
     level = meta.get(META_LOG_LEVEL)
     if level is not None and level not in LOG_LEVELS:
         raise JsonRpcError(
             INVALID_PARAMS,
-            f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, got {level!r}",
+            f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, "
+            f"got {level!r}",
         )
     token = meta.get(META_PROGRESS_TOKEN)
     if token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):

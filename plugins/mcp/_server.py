@@ -458,7 +458,8 @@ class McpServer:
             m = self.kernel.agents[self.agent]
             return f"The roost agent {self.agent}: {m.description} Ask it with the message tool."
         return (
-            "roost hosts AI agents. Ask one with its agent_{name} tool (the agent's name lowercased, "
+            "roost hosts AI agents. Ask one with its agent_{name} tool "
+            "(the agent's name lowercased, "
             "'-' → '_'); the other tools are those the agents expose."
         )
 
@@ -691,7 +692,8 @@ class McpServer:
             if request.method not in (p.PING, p.DISCOVER) and not session.handshake_done:
                 raise rpc.JsonRpcError(
                     rpc.INVALID_PARAMS,
-                    f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required (protocol {p.LATEST_VERSION}); "
+                    f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required "
+                    f"(protocol {p.LATEST_VERSION}); "
                     "or open a session with initialize first",
                 )
         if handler is None:
@@ -716,7 +718,8 @@ class McpServer:
         if not isinstance(requested, str):
             raise rpc.JsonRpcError(
                 rpc.INVALID_PARAMS,
-                f"params.protocolVersion: required, a version string such as {p.LATEST_HANDSHAKE_VERSION!r}",
+                "params.protocolVersion: required, a version string such as "
+                f"{p.LATEST_HANDSHAKE_VERSION!r}",
             )
         caps = params.get("capabilities", {})
         if not isinstance(caps, Mapping):
@@ -754,7 +757,8 @@ class McpServer:
     def _page(
         self, call: _Call, field: str, items: list[dict[str, Any]], key: str
     ) -> dict[str, Any]:
-        """The page of ``items`` the request's cursor asks for, as ``{field: [...], "nextCursor": ...}``."""
+        """The page of ``items`` the request's cursor asks for, as
+        ``{field: [...], "nextCursor": ...}``."""
         page, cursor = p.paginate(
             items, call.params.get("cursor"), key=key, page_size=self.page_size
         )
@@ -814,8 +818,9 @@ class McpServer:
                 return {"contents": contents}
             raise rpc.JsonRpcError(
                 code,
-                f"Resource not found: {uri}; an artifact is kept for {ARTIFACT_TTL_S / 60:g} minutes after the "
-                f"answer that carried it (the newest {MAX_KEPT_ARTIFACTS}), for the MCP session that received it",
+                f"Resource not found: {uri}; an artifact is kept for {ARTIFACT_TTL_S / 60:g} "
+                f"minutes after the answer that carried it (the newest {MAX_KEPT_ARTIFACTS}), "
+                "for the MCP session that received it",
                 {"uri": uri},
             )
         raise rpc.JsonRpcError(code, f"Resource not found: {uri}; see resources/list", {"uri": uri})
@@ -890,7 +895,8 @@ class McpServer:
             answer = _answer_from(params.get("inputResponses"))
             if answer is None:
                 return p.tool_error_result(
-                    "inputResponses.answer: the agent's question was not answered (declined, cancelled or "
+                    "inputResponses.answer: the agent's question was not "
+                    "answered (declined, cancelled or "
                     'missing); send {"action": "accept", "content": {"answer": "..."}}'
                 )
             params = {**params, "arguments": {"message": answer}}
@@ -1015,13 +1021,15 @@ class McpServer:
         if not isinstance(responses, Mapping):
             raise rpc.JsonRpcError(
                 rpc.INVALID_PARAMS,
-                f"params.inputResponses: expected an object keyed like inputRequests, got {rpc.json_type(responses)}",
+                "params.inputResponses: expected an object keyed like inputRequests, "
+                f"got {rpc.json_type(responses)}",
             )
         for key, value in responses.items():
             if not isinstance(value, Mapping):
                 raise rpc.JsonRpcError(
                     rpc.INVALID_PARAMS,
-                    f"params.inputResponses.{key}: expected the result object of that input request, got {rpc.json_type(value)}",
+                    f"params.inputResponses.{key}: expected the result object of that "
+                    f"input request, got {rpc.json_type(value)}",
                 )
         channel.responses_in = dict(responses)
 
@@ -1039,7 +1047,8 @@ class McpServer:
                 return session_id
         raise rpc.JsonRpcError(
             rpc.INVALID_PARAMS,
-            "params.requestState: not a state this server issued; retry the original request without it",
+            "params.requestState: not a state this server issued; "
+            "retry the original request without it",
         )
 
     # ---- subscriptions/listen (2026-07-28) -------------------------------------------------------

@@ -88,7 +88,8 @@ async def stdio_loop(
         log.warning("stdin: dropped a message of %d bytes (limit %d)", event.size, event.limit)
         return rpc.JsonRpcError(
             rpc.INVALID_REQUEST,
-            f"message of {event.size} bytes is over the limit of {event.limit} bytes; it was skipped",
+            f"message of {event.size} bytes is over the limit "
+            f"of {event.limit} bytes; it was skipped",
         )
 
     async def send(message: Any) -> None:
@@ -264,10 +265,10 @@ class DaemonBridge:
         if status in (401, 403):
             given = "a key that it refused" if self.api_key else "no key"
             message = (
-                f"the roost daemon at {self.endpoint} requires an API key and roost mcp sent {given} "
-                f"(HTTP {status}{': ' + detail if detail and status == 403 else ''}); set {self.key_env} to "
-                "the daemon's key in the environment of roost mcp (the \"env\" of your MCP client's "
-                "server entry), or run roost mcp --no-daemon"
+                f"the roost daemon at {self.endpoint} requires an API key and roost mcp sent "
+                f"{given} (HTTP {status}{': ' + detail if detail and status == 403 else ''}); "
+                f"set {self.key_env} to the daemon's key in the environment of roost mcp (the "
+                '"env" of your MCP client\'s server entry), or run roost mcp --no-daemon'
             )
         else:
             message = f"the roost daemon at {self.endpoint} answered HTTP {status}" + (
@@ -323,7 +324,8 @@ class DaemonBridge:
                         self._stream_open = True
                         nursery.start_soon(self._listen, client, send)
                     await fail(
-                        f"the roost daemon at {self.endpoint} accepted the request without answering it",
+                        f"the roost daemon at {self.endpoint} accepted "
+                        "the request without answering it",
                         status,
                     )
                     return

@@ -87,7 +87,8 @@ def make_tool_call(name: str, raw: Any, provider: str, call_id: str | None = Non
 def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ProviderResponseError(
-            f"{provider}: {what} is not a JSON object as the API documents; got {type(value).__name__}"
+            f"{provider}: {what} is not a JSON object as the API documents; "
+            f"got {type(value).__name__}"
         )
     return value
 

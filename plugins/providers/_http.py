@@ -129,7 +129,8 @@ def check_settings(
         close = difflib.get_close_matches(str(unknown[0]), list(known), n=1)
         hint = f" — did you mean {close[0]!r}?" if close else " —"
         raise ProviderConfigError(
-            f"unknown key '{where}.{unknown[0]}'{hint} valid keys in [{where}]: {', '.join(known) or 'none'}"
+            f"unknown key '{where}.{unknown[0]}'{hint} valid keys in [{where}]: "
+            f"{', '.join(known) or 'none'}"
         )
     out: dict[str, Any] = {}
     if "base_url" in raw:
@@ -143,7 +144,8 @@ def check_settings(
         key_env = raw["api_key_env"]
         if not isinstance(key_env, str) or not key_env.strip():
             raise ProviderConfigError(
-                f"{where}.api_key_env: expected the name of an environment variable, got {_shown(key_env)}"
+                f"{where}.api_key_env: expected the name of an environment "
+                f"variable, got {_shown(key_env)}"
             )
         out["api_key_env"] = key_env
     if "headers" in raw:
@@ -165,7 +167,8 @@ def check_settings(
             or (kind is int and not isinstance(value, int))
         ):
             raise ProviderConfigError(
-                f"{where}.{name}: expected {'an integer' if kind is int else 'a number'}, got {_shown(value)}"
+                f"{where}.{name}: expected {'an integer' if kind is int else 'a number'}, "
+                f"got {_shown(value)}"
             )
         if not low <= value <= high:
             raise ProviderConfigError(f"{where}.{name}: expected {low:g} to {high:g}, got {value}")
@@ -404,7 +407,8 @@ class HttpClient:
                     env = s.api_key_env or "the API key variable"
                     missing = "" if s.api_key else f" ({env} is not set)"
                     raise ProviderAuthError(
-                        f"{s.provider} rejected the request with HTTP {status}: check {env}{missing}"
+                        f"{s.provider} rejected the request with HTTP {status}: "
+                        f"check {env}{missing}"
                         + (f" — the server said: {message}" if message else "")
                     )
                 if status not in RETRY_STATUSES:

@@ -122,7 +122,8 @@ class GeminiWire:
         if data.get("error"):
             err = data["error"]
             raise ProviderResponseError(
-                f"gemini reported an error: {err.get('message') if isinstance(err, Mapping) else err}"
+                "gemini reported an error: "
+                f"{err.get('message') if isinstance(err, Mapping) else err}"
             )
         usage = None
         meta = data.get("usageMetadata")

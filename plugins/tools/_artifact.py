@@ -83,7 +83,8 @@ def _optional_str(arguments: Any, key: str, *, limit: int = MAX_NAME_CHARS) -> s
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
         raise ToolArgumentsInvalid(
-            f"arguments.{key}: expected a non-empty string of at most {limit} characters, got {value!r:.80}"
+            f"arguments.{key}: expected a non-empty string of at most "
+            f"{limit} characters, got {value!r:.80}"
         )
     return value
 
@@ -93,7 +94,8 @@ def _media_type(arguments: Any, filename: str | None) -> str | None:
     if media is not None:
         if not _MEDIA_TYPE.match(media):
             raise ToolArgumentsInvalid(
-                f"arguments.media_type: {media!r} is not a media type; write it like text/csv or image/png"
+                f"arguments.media_type: {media!r} is not a media type; "
+                "write it like text/csv or image/png"
             )
         return media.lower()
     if filename:
@@ -156,8 +158,8 @@ def _read_workspace_file(raw: str, ctx: ToolContext) -> tuple[bytes, str]:
             raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is not a regular file")
         if info.st_nlink > 1:
             raise ToolArgumentsInvalid(
-                f"arguments.path: {raw!r} has other hard links, so it may be a file from outside your "
-                "workspace; hand over a copy"
+                f"arguments.path: {raw!r} has other hard links, so it may be a file "
+                "from outside your workspace; hand over a copy"
             )
         data = f.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:

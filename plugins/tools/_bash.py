@@ -410,7 +410,10 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                     "type": "number",
                     "exclusiveMinimum": 0,
                     "maximum": max_timeout,
-                    "description": f"Seconds before the command is killed (default and maximum {max_timeout:g}).",
+                    "description": (
+                        "Seconds before the command is killed (default and "
+                        f"maximum {max_timeout:g})."
+                    ),
                 },
             },
             "required": ["command"],

@@ -562,8 +562,8 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
         noun = "occurrence" if replaced == 1 else "occurrences"
         snippet = _snippet(updated, first_line, new.count("\n") + 1)
         return ToolResult.text(
-            f"replaced {replaced} {noun} in {_shown(loc.path, access)}; around line {first_line} now:\n"
-            + snippet
+            f"replaced {replaced} {noun} in {_shown(loc.path, access)}; "
+            f"around line {first_line} now:\n" + snippet
         )
 
     return await _in_thread(ctx, work)
@@ -908,7 +908,8 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
             kind = regular_file_kind(os.fstat(fd).st_mode)
             if kind not in (None, "a directory"):
                 raise _Refused(
-                    f"cannot grep {raw!r}: it is {kind}; grep searches regular files and directories"
+                    f"cannot grep {raw!r}: it is {kind}; grep searches "
+                    "regular files and directories"
                 )
             files = _grep_files(fd, loc.path.name, access.denied_below(loc), deadline)
             for rel, data in files:

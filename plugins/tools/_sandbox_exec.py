@@ -458,7 +458,8 @@ def exec_confined(opts: Options, original_mask: set) -> None:
             except Exception as exc:  # fail closed: never run unconfined by accident
                 os._exit(
                     _fail(
-                        f"Landlock could not be applied ({exc}); refusing to run the command unconfined"
+                        f"Landlock could not be applied ({exc}); refusing "
+                        "to run the command unconfined"
                     )
                 )
         try:

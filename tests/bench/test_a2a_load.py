@@ -101,10 +101,16 @@ def test_the_blocking_connection_posts_and_reads_over_a_real_socket():
 
 def test_any_status_is_read_whole_with_its_headers_and_sse_events():
     reader = ResponseReader()
-    stream = b'event: message\r\ndata: {"a": 1}\r\n\r\n: keepalive\r\n\r\nid: 7\r\ndata: {"b":\r\ndata: 2}\r\n\r\n'
+    stream = (
+        b'event: message\r\ndata: {"a": 1}\r\n\r\n: keepalive\r\n\r\n'
+        b'id: 7\r\ndata: {"b":\r\ndata: 2}\r\n\r\n'
+    )
     reader.feed(
         b"HTTP/1.1 429 Too Many\r\nRetry-After: 1\r\nContent-Length: 2\r\n\r\n{}"
-        + b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         + b"%x\r\n%s\r\n0\r\n\r\n" % (len(stream), stream)
     )
     refused = reader.next_response()

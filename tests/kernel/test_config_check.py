@@ -49,23 +49,28 @@ timeout_s = 3
 CASES = [
     (
         MCP_TYPO,
-        "mcp_servers[0]: unknown key 'timeout_sec' — did you mean 'timeout_secs'? valid keys in [[mcp_servers]]: name, timeout_secs, env, transport",
+        "mcp_servers[0]: unknown key 'timeout_sec' — did you mean 'timeout_secs'? "
+        "valid keys in [[mcp_servers]]: name, timeout_secs, env, transport",
     ),
     (
         TRANSPORT_TYPO,
-        "mcp_servers[0] (fs): unknown key 'transport.ulr' — did you mean 'url'? valid keys in [mcp_servers.transport] (type = \"http\"): type, url, headers",
+        "mcp_servers[0] (fs): unknown key 'transport.ulr' — did you mean 'url'? "
+        'valid keys in [mcp_servers.transport] (type = "http"): type, url, headers',
     ),
     (
         A2A_TYPO,
-        "a2a.external_agents[0].ulr: unknown key — did you mean 'url'? valid keys in [[a2a.external_agents]]: name, url, headers",
+        "a2a.external_agents[0].ulr: unknown key — did you mean 'url'? "
+        "valid keys in [[a2a.external_agents]]: name, url, headers",
     ),
     (
         PROVIDER_TYPO,
-        "unknown key 'providers.openai.base_ur' — did you mean 'base_url'? valid keys in [providers.openai]: base_url, api_key_env",
+        "unknown key 'providers.openai.base_ur' — did you mean 'base_url'? "
+        "valid keys in [providers.openai]: base_url, api_key_env",
     ),
     (
         PROVIDER_NAME_TYPO,
-        "[providers.opnai]: no installed provider is called 'opnai' — did you mean [providers.openai]?",
+        "[providers.opnai]: no installed provider is called 'opnai' — "
+        "did you mean [providers.openai]?",
     ),
 ]
 

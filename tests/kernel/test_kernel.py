@@ -694,7 +694,7 @@ def slow_read(store, running):
     return store.read("slow read", lambda conn: running.set() or time.sleep(1.0))
 
 
-async def test_a_cancel_while_a_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(
+async def test_cancel_while_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(
     config,
 ):
     # Regression (review): the first exchange's write, queued behind another batch, was
@@ -732,7 +732,7 @@ async def test_a_new_sessions_first_exchange_failing_to_be_written_keeps_the_use
     assert [(m.role, m.content) for m in history] == [("user", "hello")]
 
 
-async def test_a_new_sessions_first_exchange_that_waits_long_for_the_store_is_stored_and_reported_stored(
+async def test_new_sessions_first_exchange_waiting_long_for_the_store_is_stored_and_reported_stored(
     config,
 ):
     # Regression (review): a 10 s timer around the first exchange's write could withdraw it

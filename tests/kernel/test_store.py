@@ -620,7 +620,8 @@ class _Gate:
         self.entered.set()
         assert self.release.wait(10), "gate never released"
         conn.execute(
-            "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, 'gate', 'p', '', 0, 0)"
+            "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) "
+            "VALUES (0, 'gate', 'p', '', 0, 0)"
         )
         return "gate"
 
@@ -713,7 +714,10 @@ async def test_a_sqlite_error_in_one_item_names_its_operation_and_spares_the_res
     assert agents == [("gate",), ("one",), ("two",)]
 
 
-_INSERT_USAGE_ROW = "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) VALUES (0, ?, 'p', '', 0, 0)"
+_INSERT_USAGE_ROW = (
+    "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) "
+    "VALUES (0, ?, 'p', '', 0, 0)"
+)
 
 
 async def test_a_cancelled_write_still_queued_never_runs(tmp_path):

@@ -40,10 +40,15 @@ def write_manifest(tmp_path: Path) -> Path:
 
 
 def expected(path: Path) -> list[str]:
-    tail = "(a pattern matches a tool's name, e.g. 'read', or its owner-qualified name, e.g. 'tools:read'; see `roost tools`)"
+    tail = (
+        "(a pattern matches a tool's name, e.g. 'read', or its owner-qualified name, "
+        "e.g. 'tools:read'; see `roost tools`)"
+    )
     return [
-        f"{path}: at /mcp/expose_tools/0: 'fs:read_file' matches no tool; did you mean 'read'? {tail}",
-        f"{path}: at /mcp/private_tools/0: 'fs:write_file' matches no tool; did you mean 'write'? {tail}",
+        f"{path}: at /mcp/expose_tools/0: 'fs:read_file' matches no tool; "
+        f"did you mean 'read'? {tail}",
+        f"{path}: at /mcp/private_tools/0: 'fs:write_file' matches no tool; "
+        f"did you mean 'write'? {tail}",
     ]
 
 

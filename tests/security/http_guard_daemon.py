@@ -66,7 +66,8 @@ def start_daemon(
     home = root / "home"
     config = root / "roost.toml"
     config.write_text(
-        f'home = "{home}"\n[agents]\ndirs = ["{root / "agents"}"]\nbundled = false\n[http]\n{http_toml}'
+        f'home = "{home}"\n[agents]\ndirs = ["{root / "agents"}"]\n'
+        f"bundled = false\n[http]\n{http_toml}"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
     env["ROOST_HOME"] = str(home)
@@ -96,7 +97,8 @@ def start_daemon(
             daemon = Daemon(proc, "http://127.0.0.1:0", stderr_path)
             daemon.stop()
             raise RuntimeError(
-                f"roost run did not start: {seen.decode(errors='replace')}\n{daemon.stderr()[-3000:]}"
+                f"roost run did not start: {seen.decode(errors='replace')}\n"
+                f"{daemon.stderr()[-3000:]}"
             )
         seen += chunk
     return Daemon(proc, match[1].decode(), stderr_path)

@@ -156,7 +156,8 @@ def test_roost_as_a_client_does_not_buffer_an_unbounded_answer(tmp_path, client,
         config = tmp_path / "roost.toml"
         config.write_text(
             "[agents]\nbundled = false\n[tools]\nallow_private_network = true\n"
-            f'[[mcp_servers]]\nname = "huge"\ntimeout_secs = 30\n[mcp_servers.transport]\ntype = "http"\nurl = "{url}/mcp"\n'
+            '[[mcp_servers]]\nname = "huge"\ntimeout_secs = 30\n[mcp_servers.transport]\n'
+            f'type = "http"\nurl = "{url}/mcp"\n'
         )
         argv = [str(ROOST), "--config", str(config), "tools"]
     try:

@@ -23,7 +23,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 MCP_PING = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
-WEBSOCKET = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+WEBSOCKET = (
+    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+)
 # (name, request line + headers after Host, body, error shape)
 ENTRIES = [
     ("health", "GET /health", "", b"", "roost"),

@@ -2,8 +2,8 @@
 sends same-origin requests (no ``Origin`` header on a GET) carrying ``Host: <that name>``.
 
 Against a real ``roost run`` (no API key, the default), every entry point — Quart's
-(``/health``, ``/api``, the websocket) and the plugin routes' plain handlers (MCP, A2A) — refuses a forged
-``Host`` with 421 in the route's own error shape and leaks nothing; loopback names, the
+(``/health``, ``/api``, the websocket) and the plugin routes' plain handlers (MCP, A2A) — refuses
+a forged ``Host`` with 421 in the route's own error shape and leaks nothing; loopback names, the
 bound address and ``http.allowed_hosts`` are served; card URLs name the bound address
 whatever ``Host`` says; the official a2a-sdk and mcp clients work with 127.0.0.1 and
 localhost URLs."""

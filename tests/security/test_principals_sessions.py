@@ -227,14 +227,21 @@ async def test_sessions_stored_before_principals_belong_to_the_host_principal(tm
     db = tmp_path / "roost.db"
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute(
-        "CREATE TABLE sessions (id TEXT PRIMARY KEY, agent TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, message_count INTEGER NOT NULL DEFAULT 0)"
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, agent TEXT NOT NULL, "
+        "created_at REAL NOT NULL, updated_at REAL NOT NULL, "
+        "message_count INTEGER NOT NULL DEFAULT 0)"
     )
     conn.execute(
-        "CREATE TABLE messages (session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE, seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, data TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (session_id, seq))"
+        "CREATE TABLE messages (session_id TEXT NOT NULL REFERENCES sessions (id) "
+        "ON DELETE CASCADE, seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL, "
+        "data TEXT NOT NULL, ts REAL NOT NULL, PRIMARY KEY (session_id, seq))"
     )
     for table in (
-        "audit (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, trace_id TEXT, span_id TEXT, agent TEXT, tool TEXT, arguments TEXT, duration_ms REAL, outcome TEXT, error TEXT, session_id TEXT)",
-        "usage (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, agent TEXT, session_id TEXT, provider TEXT, model TEXT, input_tokens INTEGER, output_tokens INTEGER)",
+        "audit (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, trace_id TEXT, "
+        "span_id TEXT, agent TEXT, tool TEXT, arguments TEXT, duration_ms REAL, "
+        "outcome TEXT, error TEXT, session_id TEXT)",
+        "usage (id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL, agent TEXT, session_id TEXT, "
+        "provider TEXT, model TEXT, input_tokens INTEGER, output_tokens INTEGER)",
     ):
         conn.execute(f"CREATE TABLE {table}")
     conn.execute("INSERT INTO sessions VALUES ('old', 'recall', 1.0, 2.0, 1)")

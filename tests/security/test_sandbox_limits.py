@@ -314,8 +314,10 @@ async def test_with_a_granted_port_mptcp_and_raw_sockets_are_refused(
     opener, _, _ = open_kernel_target(tmp_path, monkeypatch, agents=[granted])
     probe = """python3 - <<'EOF'
 import errno, socket
-for name, args in [("sctp", (socket.AF_INET, socket.SOCK_STREAM, 132)), ("packet", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
-                   ("vsock", (socket.AF_VSOCK, socket.SOCK_STREAM, 0)), ("raw", (socket.AF_INET, socket.SOCK_RAW, 1))]:
+for name, args in [("sctp", (socket.AF_INET, socket.SOCK_STREAM, 132)),
+                   ("packet", (socket.AF_PACKET, socket.SOCK_RAW, 0)),
+                   ("vsock", (socket.AF_VSOCK, socket.SOCK_STREAM, 0)),
+                   ("raw", (socket.AF_INET, socket.SOCK_RAW, 1))]:
     try:
         socket.socket(*args).close()
         print(name, "OPENED")
@@ -463,7 +465,8 @@ except OSError: pass
 print("STARTED", n)'
 """
     argv = [
-        "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", SYSTEM_PYTHON, "-I", "-S",
+        "setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+        SYSTEM_PYTHON, "-I", "-S",
         str(plugin_copy / "_sandbox_exec.py"), "--pidns", "--netns", "--tmp", str(tmp), "16",
         "--memory", "512", "--processes", "64", "--sockets", "--", "/bin/bash", "-c", script,
     ]  # fmt: skip
@@ -498,7 +501,8 @@ def test_an_unknown_architecture_syscall_kills_instead_of_passing_the_filter(tmp
     if os.uname().machine != "x86_64":
         pytest.skip("x32 is an x86_64 ABI")
     code = (
-        f"import sys; sys.path.insert(0, {str(Path(_seccomp.__file__).parent)!r}); import _seccomp, ctypes; "
+        f"import sys; sys.path.insert(0, {str(Path(_seccomp.__file__).parent)!r}); "
+        "import _seccomp, ctypes; "
         "_seccomp.install(own_netns=False); print('installed', flush=True); "
         "ctypes.CDLL(None).syscall(0x40000000 | 39)"  # x32 getpid
     )

@@ -82,6 +82,7 @@ async def test_write_never_lands_outside_while_a_parent_is_swapped_for_a_symlink
     assert escaped == [], f"{len(escaped)} of {ATTEMPTS} writes landed outside the workspace"
     assert swaps and swaps[0] > ATTEMPTS, f"the race barely ran ({swaps})"
     assert written + refused == ATTEMPTS and written > 0 and refused > 0, (written, refused)
-    inside = {p.name for d in ("d", "swap") if (workspace / d).is_dir() and not (workspace / d).is_symlink()
+    inside = {p.name for d in ("d", "swap")
+              if (workspace / d).is_dir() and not (workspace / d).is_symlink()
               for p in (workspace / d).iterdir()}  # fmt: skip
     assert len(inside) == written

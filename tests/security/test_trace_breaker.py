@@ -375,7 +375,11 @@ def _free_port() -> int:
 def _curl(path: str, body: dict, headers: str = "") -> str:
     """A curl of the daemon's ``path`` (``PORT`` replaced later) with JSON ``body``."""
     data = json.dumps(body, separators=(",", ":"))
-    return f"curl -s -m 60 -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' {headers} -d '{data}' http://127.0.0.1:PORT{path}"
+    return (
+        "curl -s -m 60 -H 'Content-Type: application/json' "
+        "-H 'Accept: application/json, text/event-stream' "
+        f"{headers} -d '{data}' http://127.0.0.1:PORT{path}"
+    )
 
 
 AGAIN = {"message": "again"}
@@ -403,13 +407,20 @@ MCP = (
 MCP_HEADERS = (
     f"-H 'MCP-Protocol-Version: {MCP_VERSION}' -H 'Mcp-Method: tools/call' -H 'Mcp-Name: message'"
 )
-FORWARD = '-H "traceparent: $TRACEPARENT" -H "X-Roost-Trace-Depth: $ROOST_TRACE_DEPTH" -H "X-Roost-Trace-Path: $ROOST_TRACE_PATH"'
-FORGED = "-H 'X-Roost-Trace-Depth: 0' -H 'traceparent: 00-11111111111111111111111111111111-2222222222222222-01'"
+FORWARD = (
+    '-H "traceparent: $TRACEPARENT" -H "X-Roost-Trace-Depth: $ROOST_TRACE_DEPTH" '
+    '-H "X-Roost-Trace-Path: $ROOST_TRACE_PATH"'
+)
+FORGED = (
+    "-H 'X-Roost-Trace-Depth: 0' -H 'traceparent: "
+    "00-11111111111111111111111111111111-2222222222222222-01'"
+)
 # curl in a new session whose parent exits at once: re-parented away from bash (to the
 # sandbox supervisor, a child subreaper), it must still count as the run's.
 DOUBLE_FORK = (
     """echo '{"message": "again"}' > body.json; f=$(mktemp ./reply.XXXXXX); """
-    """setsid -f sh -c 'curl -s -m 60 -H "Content-Type: application/json" --data @body.json -o "$0.part" """
+    """setsid -f sh -c 'curl -s -m 60 -H "Content-Type: application/json" """
+    """--data @body.json -o "$0.part" """
     """http://127.0.0.1:PORT/api/agents/looper/message && mv "$0.part" "$0"' "$f"; """
     'until [ -s "$f" ]; do sleep 0.05; done; cat "$f"'
 )

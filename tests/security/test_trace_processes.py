@@ -13,7 +13,10 @@ from roost.kernel import ProcessTraces, RoostError, TraceContext
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc")
 
 # A grandchild (bash forks it: the command is not bash's last) that connects and waits.
-CLIENT = "{python} -c 'import socket,sys; s=socket.create_connection((sys.argv[1], int(sys.argv[2]))); s.recv(1)' {host} {port}; true"
+CLIENT = (
+    "{python} -c 'import socket,sys; s=socket.create_connection((sys.argv[1], "
+    "int(sys.argv[2]))); s.recv(1)' {host} {port}; true"
+)
 
 
 def chain(*hops: str) -> TraceContext:

@@ -100,11 +100,17 @@ def x_mcp_header_problem(schema: Any) -> str | None:
         if "x-mcp-header" in node:
             value = node["x-mcp-header"]
             if not reachable or where == "":
-                return f"x-mcp-header at {where or 'the root'} is not on a property reachable through properties"
+                return (
+                    f"x-mcp-header at {where or 'the root'} is not on a property "
+                    "reachable through properties"
+                )
             if not isinstance(value, str) or not value or not _TCHAR.match(value):
                 return f"x-mcp-header {value!r} at {where} is not a valid HTTP header name token"
             if node.get("type") not in _PRIMITIVES:
-                return f"x-mcp-header {value!r} at {where} is on a {node.get('type')!r} property (only string, integer, boolean)"
+                return (
+                    f"x-mcp-header {value!r} at {where} is on a {node.get('type')!r} "
+                    "property (only string, integer, boolean)"
+                )
             if value.lower() in seen:
                 return f"x-mcp-header {value!r} is used twice"
             seen.add(value.lower())
@@ -328,7 +334,8 @@ class HttpTransport:
                     self._reissued += 1
                     retry = {**message, "id": f"roost-reissue-{self._reissued}"}
                     log.info(
-                        "MCP server %s: the response stream of request %r broke (%s); re-issuing it as %r",
+                        "MCP server %s: the response stream of request %r "
+                        "broke (%s); re-issuing it as %r",
                         self.name,
                         request_id,
                         outcome.failure,
@@ -417,7 +424,10 @@ class HttpTransport:
             broken = started or isinstance(
                 exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
             )
-            failure = f"{'the HTTP request to' if broken else 'cannot reach'} {self.url} failed: {type(exc).__name__}: {exc}"
+            failure = (
+                f"{'the HTTP request to' if broken else 'cannot reach'} {self.url} "
+                f"failed: {type(exc).__name__}: {exc}"
+            )
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
             await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))

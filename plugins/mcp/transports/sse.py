@@ -299,21 +299,24 @@ async def open_sse_transport(
                                 or "is this an HTTP+SSE endpoint?"
                             )
                             raise TransportError(
-                                f"MCP server {name!r}: GET {url} answered {http_status_line(status)}"
+                                f"MCP server {name!r}: GET {url} answered "
+                                f"{http_status_line(status)}"
                                 + (f": {text}" if text else "")
                                 + f" ({hint})"
                             )
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
                             raise TransportError(
-                                f"MCP server {name!r}: GET {url} answered {ctype or 'no content type'}, not text/event-stream"
+                                f"MCP server {name!r}: GET {url} answered "
+                                f"{ctype or 'no content type'}, not text/event-stream"
                             )
                         async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
                             if event.event == "endpoint" and not started:
                                 endpoint = urljoin(url, event.data.strip())
                                 if not same_origin(endpoint, url):
                                     raise TransportError(
-                                        f"MCP server {name!r} named an endpoint on another origin ({endpoint}); refused"
+                                        f"MCP server {name!r} named an endpoint on "
+                                        f"another origin ({endpoint}); refused"
                                     )
                                 transport.endpoint = endpoint
                                 started = True
@@ -339,7 +342,8 @@ async def open_sse_transport(
                     await nursery.start(read_stream)
                 if scope.cancelled_caught:
                     raise TransportError(
-                        f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s from {url}"
+                        f"MCP server {name!r}: no endpoint event within "
+                        f"{timeout_secs:g} s from {url}"
                     )
                 try:
                     yield transport

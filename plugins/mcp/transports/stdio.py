@@ -66,7 +66,8 @@ def check_command(command: str) -> None:
         )
     if ".." in command:
         raise TransportError(
-            f"transport.command: {command!r} contains '..'; use an absolute path or a program on PATH"
+            f"transport.command: {command!r} contains '..'; use an absolute "
+            "path or a program on PATH"
         )
 
 
@@ -130,7 +131,8 @@ async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
             if isinstance(event, Oversize):
                 transport.oversized_lines += 1
                 log.error(
-                    "MCP server %s sent a message of %d bytes, over the limit of %d; it was dropped",
+                    "MCP server %s sent a message of %d bytes, over the limit "
+                    "of %d; it was dropped",
                     transport.name,
                     event.size,
                     event.limit,

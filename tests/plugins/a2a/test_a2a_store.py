@@ -514,8 +514,9 @@ async def test_a_schema_1_database_is_upgraded_and_keeps_its_artifacts(tmp_path)
     path = tmp_path / "a2a.db"
     conn = sqlite3.connect(path)
     conn.execute(
-        "CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, agent TEXT NOT NULL, state TEXT NOT NULL, "
-        "terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)"
+        "CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, "
+        "agent TEXT NOT NULL, state TEXT NOT NULL, terminal INTEGER NOT NULL, "
+        "data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)"
     )
     conn.execute(
         "INSERT INTO tasks VALUES ('old', 'c', 'a', 'completed', 1, ?, 1.0, 1.0)",
@@ -716,15 +717,16 @@ async def test_an_a2a_db_written_by_main_opens_without_loss(tmp_path):
 
 
 _SCHEMA_2 = """
-CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, agent TEXT NOT NULL, state TEXT NOT NULL,
-    terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL,
-    artifacts TEXT, size INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE tasks (id TEXT PRIMARY KEY, context_id TEXT NOT NULL, agent TEXT NOT NULL,
+    state TEXT NOT NULL, terminal INTEGER NOT NULL, data TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, artifacts TEXT, size INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX tasks_by_update ON tasks (updated_at, id);
 CREATE INDEX tasks_by_context ON tasks (context_id, updated_at);
 CREATE INDEX tasks_terminal ON tasks (terminal, updated_at);
-CREATE TABLE push_configs (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE, id TEXT NOT NULL,
-    data TEXT NOT NULL, PRIMARY KEY (task_id, id));
-INSERT INTO tasks VALUES ('old', 'c', 'echo', 'TASK_STATE_COMPLETED', 1, '{"task": {"id": "old"}}', 1.0, 1.0, NULL, 22);
+CREATE TABLE push_configs (task_id TEXT NOT NULL REFERENCES tasks (id) ON DELETE CASCADE,
+    id TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY (task_id, id));
+INSERT INTO tasks VALUES ('old', 'c', 'echo', 'TASK_STATE_COMPLETED', 1, '{"task": {"id": "old"}}',
+    1.0, 1.0, NULL, 22);
 """
 
 

@@ -458,8 +458,9 @@ async def test_v1_card_is_the_03_extended_card_behind_the_api_key(tmp_path):
     }
     assert at_root["url"] == f"{url}/a2a/jsonrpc"
     assert set(card) == {
-        "protocolVersion", "name", "description", "url", "preferredTransport", "additionalInterfaces", "provider",
-        "version", "capabilities", "securitySchemes", "security", "defaultInputModes", "defaultOutputModes",
+        "protocolVersion", "name", "description", "url", "preferredTransport",
+        "additionalInterfaces", "provider", "version", "capabilities", "securitySchemes",
+        "security", "defaultInputModes", "defaultOutputModes",
         "skills", "supportsAuthenticatedExtendedCard",
     }  # fmt: skip
     assert card["name"] == "echo" and card["description"].endswith("(extended card)")
@@ -544,7 +545,8 @@ async def test_sdk_03_rest_client_sets_and_gets_push_configs_and_reads_the_card(
 
 # ---- proto field names: proto JSON parsers accept a field by its JSON name or its proto name,
 # and the a2a-sdk's 0.3 REST client (CompatRestTransport) writes the proto names
-# ({"request": {"message_id", "content": [...]}, "configuration": {"accepted_output_modes", ...}}) --
+# ({"request": {"message_id", "content": [...]},
+#   "configuration": {"accepted_output_modes", ...}}) --
 
 
 def _sdk_user_message(text, **kw):
@@ -666,7 +668,8 @@ async def test_the_sdk_03_rest_clients_send_body_reads_like_its_json_name_twin()
         "t1",
     )
     assert [p.text for p in params.message.parts[:1]] == ["hi"]
-    assert (params.message.parts[1].url, params.message.parts[1].media_type, params.message.parts[1].filename) == (
+    assert (params.message.parts[1].url, params.message.parts[1].media_type,
+            params.message.parts[1].filename) == (
         "https://example.com/a.pdf", "application/pdf", "a.pdf",
     )  # fmt: skip
     assert params.message.parts[2].data == {"rows": [1.0, 2.0]}

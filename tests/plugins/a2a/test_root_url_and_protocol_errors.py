@@ -116,7 +116,7 @@ async def test_default_agent_names_the_primary_and_a_wrong_one_stops_the_daemon(
         ), error
 
 
-# ---- item 2: the seed's 0.1 client shape -----------------------------------------------------------
+# ---- item 2: the seed's 0.1 client shape ---------------------------------------------------------
 
 
 async def test_v01_tasks_send_takes_the_jsonrpc_envelope_and_answers_with_one(http):
@@ -164,7 +164,7 @@ async def test_v01_envelope_errors_are_jsonrpc_errors_with_the_same_id(http):
     assert bare.status_code == 400 and bare.json()["error"]["status"] == "INVALID_ARGUMENT"
 
 
-# ---- item 4: errors in each binding's shape ---------------------------------------------------------
+# ---- item 4: errors in each binding's shape ------------------------------------------------------
 
 
 @pytest.mark.parametrize(

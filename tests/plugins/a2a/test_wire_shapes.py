@@ -1,6 +1,7 @@
 """roost's wire shapes against the exchanges captured from the official SDK
-(tests/fixtures/a2a_reference/, a copy of shared/reference/a2a/), minus the SDK deviations that reference lists
-(microsecond timestamps, the ignored ?A2A-Version, -32603 for 0.3-with-1.0, empty defaults)."""
+(tests/fixtures/a2a_reference/, a copy of shared/reference/a2a/), minus the SDK deviations that
+reference lists (microsecond timestamps, the ignored ?A2A-Version, -32603 for 0.3-with-1.0, empty
+defaults)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,9 @@ SDK_CLIENT = textwrap.dedent(
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     async def main():
-        server = StdioServerParameters(command=sys.argv[1], args=["mcp"], env=json.loads(sys.argv[2]))
+        server = StdioServerParameters(
+            command=sys.argv[1], args=["mcp"], env=json.loads(sys.argv[2])
+        )
         try:
             with anyio.fail_after(20):
                 async with stdio_client(server) as (read, write):
@@ -49,7 +51,7 @@ SDK_CLIENT = textwrap.dedent(
 
 
 @pytest.mark.parametrize("key", [None, "not-the-key"], ids=["no-key", "wrong-key"])
-async def test_sdk_client_gets_a_jsonrpc_error_naming_the_key_from_roost_mcp_relaying_to_a_keyed_daemon(
+async def test_sdk_client_gets_jsonrpc_error_naming_the_key_from_roost_mcp_relaying_to_keyed_daemon(
     tmp_path, key
 ):
     if not ROOST.exists():
@@ -118,7 +120,10 @@ async def canned_daemon(stream: trio.SocketStream) -> None:
         )
     else:
         status, ctype, payload = CANNED[message["method"]]
-    head = f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    head = (
+        f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    )
     await stream.send_all(head.encode() + payload)
     await stream.aclose()
 

@@ -74,8 +74,8 @@ def test_run_raises_the_open_file_limit_and_children_get_the_operators_back(tmp_
     }
     agents = write_agents(tmp_path / "agents", ["shell"], script, capabilities={"tools": ["bash"]})
     extra = (
-        f'[[mcp_servers]]\nname = "raw"\ntimeout_secs = 20\n[mcp_servers.transport]\ntype = "stdio"\n'
-        f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(RAW)}]\n"
+        '[[mcp_servers]]\nname = "raw"\ntimeout_secs = 20\n[mcp_servers.transport]\n'
+        f'type = "stdio"\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(RAW)}]\n'
     )
     config = write_config(tmp_path, agents_dir=agents, home=tmp_path / "home", extra=extra)
     port = free_port()

@@ -37,8 +37,10 @@ BUILD = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            built = [build_meta.build_sdist(out), build_meta.build_wheel(out), build_meta.build_editable(out)]
-    print(json.dumps({"built": built, "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
+            built = [build_meta.build_sdist(out), build_meta.build_wheel(out),
+                     build_meta.build_editable(out)]
+    print(json.dumps({"built": built,
+                      "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}))
     """
 )
 

@@ -120,7 +120,8 @@ async def test_a_chunked_body_over_the_limit_uses_render_error(make_kernel):
             stream = await trio.open_tcp_stream("127.0.0.1", port)
             chunk = b"x" * 4096
             await stream.send_all(
-                b"POST /proto/a/rpc/ HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"POST /proto/a/rpc/ HTTP/1.1\r\nHost: localhost\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
                 + b"%x\r\n" % len(chunk)
                 + chunk
                 + b"\r\n0\r\n\r\n"

@@ -9,7 +9,8 @@ from roost.kernel import PluginManager
 def test_importing_the_plugin_does_not_load_quart_or_hypercorn():
     code = (
         "import sys, roost.plugins.http\n"
-        "print(sorted(m for m in ('quart', 'quart_trio', 'hypercorn', 'werkzeug') if m in sys.modules))"
+        "print(sorted(m for m in ('quart', 'quart_trio', 'hypercorn', 'werkzeug') "
+        "if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -144,8 +144,8 @@ async def test_an_unavailable_agent_over_mcp_says_why(tmp_path, monkeypatch):
         )
         assert reply["error"]["data"]["code"] == "agent_unavailable"
         assert (
-            "agent 'gpt-helper' is unavailable: provider 'openai' needs an API key: set OPENAI_API_KEY"
-            in reply["error"]["message"]
+            "agent 'gpt-helper' is unavailable: provider 'openai' needs "
+            "an API key: set OPENAI_API_KEY" in reply["error"]["message"]
         )
         nursery.cancel_scope.cancel()
 
@@ -166,7 +166,8 @@ async def test_roost_mcp_over_stdio_names_agents_the_same_way(tmp_path):
     )
     config = tmp_path / "roost.toml"
     config.write_text(
-        f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+        f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\n'
+        "bundled = false\n"
     )
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},

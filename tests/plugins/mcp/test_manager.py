@@ -122,7 +122,8 @@ def raw(name="raw", mode="legacy", **extra):
         ),
         (
             {"name": "a", "transport": {"type": "stdio", "command": "x", "url": "http://x"}},
-            r"unknown key 'transport.url' — valid keys in \[mcp_servers.transport\] \(type = \"stdio\"\): type, command",
+            r"unknown key 'transport.url' — valid keys in \[mcp_servers.transport\] "
+            r"\(type = \"stdio\"\): type, command",
         ),
         ("just a string", r"expected a table with name and transport"),
     ],

@@ -69,7 +69,8 @@ def stdio_config(tmp_path):
     )
     config = tmp_path / "roost.toml"
     config.write_text(
-        f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+        f'home = "{tmp_path / "home"}"\n[agents]\ndirs = ["{tmp_path / "agents"}"]\n'
+        "bundled = false\n"
     )
     return config
 

@@ -344,7 +344,8 @@ async def receive():
 
 async def send(message):
     heavy = ["jsonschema", "sqlite3", "httpx", "werkzeug", "roost.kernel._kernel",
-             "roost.kernel._manifest", "roost.kernel._policy", "roost.kernel._loop", "roost.kernel._store",
+             "roost.kernel._manifest", "roost.kernel._policy", "roost.kernel._loop",
+             "roost.kernel._store",
              "roost.kernel._plugins"]
     print(json.dumps({{"answer": message, "loaded": [m for m in heavy if m in sys.modules]}}))
     raise Answered

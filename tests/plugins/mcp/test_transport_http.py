@@ -59,7 +59,8 @@ def test_http_errors_become_json_rpc_errors_for_the_request():
     html = http_error_message(
         7,
         500,
-        b"<html><head><title>Oops</title><style>p{}</style></head><body><p>it broke</p></body></html>",
+        b"<html><head><title>Oops</title><style>p{}</style></head>"
+        b"<body><p>it broke</p></body></html>",
     )
     assert html["error"]["message"] == "HTTP 500 Internal Server Error: Oops it broke"
     assert (

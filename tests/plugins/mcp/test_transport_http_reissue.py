@@ -54,7 +54,8 @@ class DroppingServer:
             if len(self.received) <= self.drops:
                 event = f"event: message\ndata: {json.dumps(progress)}\n\n".encode()
                 await stream.send_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Transfer-Encoding: chunked\r\n\r\n"
                     + f"{len(event):x}\r\n".encode()
                     + event
                     + b"\r\n"
@@ -179,9 +180,12 @@ class ResumingServer:
                 "method": "notifications/progress",
                 "params": {"progressToken": "t", "progress": 1},
             }
-            event = f"id: e1\r\nretry: 20\r\nevent: message\r\ndata: {json.dumps(progress)}\r\n\r\n".encode()
+            event = (
+                f"id: e1\r\nretry: 20\r\nevent: message\r\ndata: {json.dumps(progress)}\r\n\r\n"
+            ).encode()
             await stream.send_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
                 + f"{len(event):x}\r\n".encode()
                 + event
                 + b"\r\n"

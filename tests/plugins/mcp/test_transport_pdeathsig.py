@@ -117,7 +117,8 @@ def test_sigkilled_roost_leaves_no_server_grandchild_or_escaped_helper(tmp_path)
         wait_until_sync(
             lambda: not any(in_proc(pid) for pid in descendants),
             lambda: (
-                f"descendants gone; left: { {name: pid for name, pid in pids.items() if in_proc(pid)} }"
+                "descendants gone; left: "
+                f"{ {name: pid for name, pid in pids.items() if in_proc(pid)} }"
             ),
         )
         wait_until_sync(lambda: not running(pids["supervisor"]), "the supervisor ended")

@@ -97,8 +97,8 @@ class TinySseServer:
             self.requests.append((head[0], host))
             if head[0].startswith("GET /sse"):
                 await stream.send_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
-                    b"event: endpoint\ndata: /messages\n\n"
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Cache-Control: no-cache\r\n\r\nevent: endpoint\ndata: /messages\n\n"
                 )
                 await trio.sleep_forever()
             await stream.send_all(

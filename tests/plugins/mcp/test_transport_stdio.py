@@ -37,7 +37,10 @@ def test_bad_commands_are_refused(command):
 async def test_child_sees_only_the_allowed_environment(monkeypatch):
     monkeypatch.setenv("ROOST_TEST_SECRET", "do-not-leak")
     monkeypatch.setenv("ROOST_TEST_ALLOWED", "fine")
-    script = "import json,os,sys; sys.stdout.write(json.dumps({'env': dict(os.environ)}) + '\\n'); sys.stdout.flush(); sys.stdin.read()"
+    script = (
+        "import json,os,sys; sys.stdout.write(json.dumps({'env': dict(os.environ)}) "
+        "+ '\\n'); sys.stdout.flush(); sys.stdin.read()"
+    )
     async with open_stdio_transport(
         sys.executable, ["-c", script], env=["ROOST_TEST_ALLOWED"]
     ) as transport:
@@ -110,7 +113,8 @@ def test_killing_roost_with_sigkill_leaves_no_child():
         import sys, trio
         from roost.plugins.mcp.transports.stdio import open_stdio_transport
         async def main():
-            async with open_stdio_transport(sys.executable, ["-c", "import sys; sys.stdin.read(); import time; time.sleep(3600)"]) as t:
+            code = "import sys; sys.stdin.read(); import time; time.sleep(3600)"
+            async with open_stdio_transport(sys.executable, ["-c", code]) as t:
                 print(t.pid, flush=True)
                 await trio.sleep(3600)
         trio.run(main)
@@ -131,7 +135,8 @@ def test_killing_roost_with_sigkill_leaves_no_child():
 
 FLOOD = """import fcntl, sys
 fcntl.fcntl(1, 1031, 1 << 20)  # F_SETPIPE_SZ: a pipe that always has data for the reader
-line = b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}\\n' * 512
+line = (b'{"jsonrpc":"2.0","method":"notifications/message",'
+        b'"params":{"level":"info","data":"x"}}\\n') * 512
 while True:
     sys.stdout.buffer.write(line)
     sys.stdout.buffer.flush()

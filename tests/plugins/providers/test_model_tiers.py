@@ -194,7 +194,7 @@ async def test_an_agent_without_its_api_key_answers_503_with_the_reason(tmp_path
     assert answer.status_code == 503
     error = answer.json()["error"]
     assert error["code"] == "agent_unavailable"
-    assert (
-        error["message"]
-        == "agent 'worker' is unavailable: provider 'openai' needs an API key: set OPENAI_API_KEY or choose another provider (model.provider in agent.json)"
+    assert error["message"] == (
+        "agent 'worker' is unavailable: provider 'openai' needs an API key: "
+        "set OPENAI_API_KEY or choose another provider (model.provider in agent.json)"
     )

@@ -37,7 +37,10 @@ async def events_of(chunks: list[bytes], max_bytes: int = 1 << 24) -> list[tuple
 async def test_sse_events_split_anywhere_across_chunks():
     # CRLF, CR and LF line ends (a CR LF pair may be cut), comments, multi-line data, a
     # missing space after the colon, id and retry; U+2028 inside JSON is not a line end.
-    text = 'event: a\r\ndata: {"x":\r\ndata: 1}\r\n\r\n: comment\n\nid: 7\rretry: 50\rdata:no-space\u2028\r\r'
+    text = (
+        'event: a\r\ndata: {"x":\r\ndata: 1}\r\n\r\n: comment\n\n'
+        "id: 7\rretry: 50\rdata:no-space\u2028\r\r"
+    )
     raw = text.encode()
     expected = [("a", '{"x":\n1}', "", None), ("message", "no-space\u2028", "7", 50)]
     for cut in range(len(raw) + 1):

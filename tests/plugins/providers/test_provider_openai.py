@@ -321,7 +321,8 @@ def test_custom_base_url_runs_without_a_key():
         ({"api_key": "sk-x"}, r"providers.openai.api_key: keys are read only from the environment"),
         (
             {"timeout": 3},
-            r"unknown key 'providers.openai.timeout' — did you mean 'timeout_s'\? valid keys in \[providers.openai\]: base_url",
+            r"unknown key 'providers.openai.timeout' — did you mean 'timeout_s'\? "
+            r"valid keys in \[providers.openai\]: base_url",
         ),
         ({"base_url": "ftp://x"}, r"base_url: expected an http:// or https:// URL, got 'ftp://x'"),
         ({"max_retries": "3"}, r"max_retries: expected an integer, got '3'"),

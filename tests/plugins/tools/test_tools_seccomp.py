@@ -53,7 +53,8 @@ except OSError as exc:
     out["socketpair-unix"] = errno.errorcode.get(exc.errno)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-out["io_uring_setup"] = "ok" if libc.syscall(425, 8, ctypes.create_string_buffer(120)) >= 0 else errno.errorcode.get(ctypes.get_errno())
+ok = libc.syscall(425, 8, ctypes.create_string_buffer(120)) >= 0
+out["io_uring_setup"] = "ok" if ok else errno.errorcode.get(ctypes.get_errno())
 print(json.dumps(out))
 """
 
