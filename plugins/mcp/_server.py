@@ -917,7 +917,8 @@ class McpServer:
             return prepared.refused
         try:
             trace_id = prepared.trace.trace_id
-            watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
+            heartbeat = prepared.tool is None
+            watcher = _RunWatcher(self.kernel, call, prepared.server, heartbeat=heartbeat)
             with _client_channel(trace_id, call) as channel:
                 if call.stateless:
                     self._read_round_trip(call, channel)
