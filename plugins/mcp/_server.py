@@ -918,8 +918,10 @@ class McpServer:
         try:
             trace_id = prepared.trace.trace_id
             heartbeat = prepared.tool is None
-            watcher = _RunWatcher(self.kernel, call, prepared.server, heartbeat=heartbeat)
-            with _client_channel(trace_id, call) as channel:
+            watcher = _RunWatcher(
+                self.kernel, call, prepared.server, prepared.trace, heartbeat=heartbeat
+            )
+            with _client_channel(trace_id, call, watcher.spans) as channel:
                 if call.stateless:
                     self._read_round_trip(call, channel)
                 if prepared.tool is not None:

@@ -47,14 +47,17 @@ class _RunWatcher:
         LOG_EVENT,
     )
 
-    def __init__(self, kernel: KernelAPI, call: _Call, span: TraceContext, heartbeat: bool) -> None:
-        # An agent's run: report each step, and follow the spans below ``span`` (the call's
-        # server span); else a tool's: report the tool's own events, those of ``span``'s child.
+    def __init__(
+        self, kernel: KernelAPI, call: _Call, span: TraceContext, run: TraceContext, heartbeat: bool
+    ) -> None:
+        # ``span``: the call's server span; ``run``: the agent's run below it (a tool call:
+        # the server span again). An agent's run: report each step, and follow the spans
+        # below; else a tool's: report the tool's own events, those of ``span``'s child.
         self.heartbeat = heartbeat
         self.kernel = kernel
         self.call = call
         self.trace_id = span.trace_id
-        self.spans = {span.span_id}
+        self.spans = {span.span_id, run.span_id}
         self.token = call.meta.progress_token
         self._count = 0
         self._reported: float | None = None

@@ -122,13 +122,14 @@ AGENTS = [
         "alpha",
         [
             {"match": "^hold", "steps": [{"tool": "hold", "arguments": {}}], "reply": "held"},
+            {"match": "^ask", "steps": [{"tool": "ask", "arguments": {}}], "reply": "{result}"},
             {
                 "match": "^relay",
                 "steps": [{"tool": "agent_beta", "arguments": {"message": "chat"}}],
                 "reply": "relayed",
             },
         ],
-        ["hold", "agent_beta"],
+        ["hold", "agent_beta", "ask"],
         ["victim", "hold", "ask"],
     ),
     _agent(
@@ -356,3 +357,74 @@ async def test_a_call_still_receives_the_logs_of_work_two_agent_hops_below_it(ke
     assert reply["result"]["content"][0]["text"] == "relayed"
     logs = [n["params"]["data"] for n in client.notes if n["method"] == "notifications/message"]
     assert logs == ["nested log"]
+
+
+async def test_a_tool_on_a_stolen_trace_id_asks_its_own_client_not_the_owners(kernel, gate):
+    # Regression: a tool's requests to "its" client (elicitation, sampling, roots) went to
+    # the first tools/call registered on the trace id: eve's tool asked alice's client.
+    server = McpServer(kernel)
+    async with trio.open_nursery() as nursery:
+        alice = await connect(nursery, server, "alice")
+        eve = await connect(nursery, server, "eve")
+        alice_done: list = []
+        await alice_calls_victim(nursery, alice, alice_done)
+        with trio.fail_after(10):
+            await gate.started.wait()
+        params = {"name": "ask", "arguments": {}, "_meta": stolen_meta(gate, False)}
+        eve_reply = await eve.request("tools/call", params)
+        gate.go.set()
+        with trio.fail_after(10):
+            while not alice_done:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert eve_reply["result"]["content"][0]["text"] == "answered by eve"
+    assert not [n for n in alice.notes if n["method"] == "elicitation/create"]
+
+
+async def test_the_owners_tool_never_asks_a_client_that_called_on_its_trace_id(kernel, gate):
+    # Regression: alice's work with no MCP client of its own (run in-process, over REST or
+    # A2A) sent its requests to whoever had a tools/call on its trace id: eve read alice's
+    # question and her answer went back into alice's tool.
+    from roost.kernel import ToolCall, TraceContext
+
+    server = McpServer(kernel)
+    result: list = []
+    async with trio.open_nursery() as nursery:
+        eve = await connect(nursery, server, "eve")
+
+        async def alice() -> None:
+            call = ToolCall("victim_asks", {}, caller="alpha", trace=TraceContext.new("alpha"))
+            result.append(await kernel.call_tool("alpha", call, check_capability=False))
+
+        nursery.start_soon(alice)
+        with trio.fail_after(10):
+            await gate.started.wait()
+        eve_done: list = []
+
+        async def eavesdrop() -> None:
+            params = {"name": "hold", "arguments": {}, "_meta": stolen_meta(gate, False)}
+            eve_done.append(await eve.request("tools/call", params))
+
+        nursery.start_soon(eavesdrop)
+        with trio.fail_after(10):
+            await gate.held.wait()
+        gate.go.set()
+        with trio.fail_after(10):
+            while not result:
+                await trio.sleep(0.01)
+        gate.release.set()
+        with trio.fail_after(10):
+            while not eve_done:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert result[0].as_text() == "no client"
+    assert "secret question" not in json.dumps(eve.notes)
+
+
+async def test_the_tools_of_a_calls_own_agent_run_still_ask_its_client(kernel):
+    async with trio.open_nursery() as nursery:
+        client = await connect(nursery, McpServer(kernel), "me")
+        params = {"name": "agent_alpha", "arguments": {"message": "ask"}}
+        reply = await client.request("tools/call", params)
+        nursery.cancel_scope.cancel()
+    assert reply["result"]["content"][0]["text"] == "answered by me"
