@@ -89,7 +89,8 @@ async def test_a_key_in_an_encoded_query_never_reaches_the_access_log(make_kerne
         ):
             assert (await client.get(path)).status_code == 401
     lines = [r.getMessage() for r in caplog.records if r.name == "roost.http.access"]
-    assert len(lines) == 4 and all('"GET /api/' in line for line in lines), lines
+    # (Now and then hypercorn logs a request twice, once without its status.)
+    assert len(lines) >= 4 and all('"GET /api/' in line for line in lines), lines
     assert not [line for line in lines if KEY in line], lines
 
 
