@@ -151,6 +151,7 @@ class EventTap:
         self._everything: dict[int, _Subscriber] = {}  # no kinds: every event
         self._exact: dict[str, dict[int, _Subscriber]] = {}
         self._prefixed: dict[str, dict[int, _Subscriber]] = {}  # "EXEC:" -> its subscribers
+        self._keys: dict[trio.MemoryReceiveChannel[Event], int] = {}  # see retune
         self._next = 0
         self.published = 0
 
@@ -229,13 +230,30 @@ class EventTap:
         key = self._next
         self._next += 1
         self._add(key, _Subscriber(send, kinds))
+        self._keys[receive] = key
         try:
             async with receive:
                 yield receive
         finally:
+            del self._keys[receive]
             sub = self._remove(key)
             if sub is not None:
                 sub.send.close()
+
+    def retune(
+        self, events: trio.MemoryReceiveChannel[Event], kinds: tuple[str, ...] | None
+    ) -> None:
+        """From now on, give the open subscription that receives on ``events`` the events of
+        ``kinds`` (as ``subscribe`` reads them); what it was given before stays queued."""
+        key = self._keys.get(events)
+        if key is None:
+            raise ValueError("events: not the channel of an open subscription to this tap")
+        if isinstance(kinds, str):
+            kinds = (kinds,)
+        sub = self._remove(key)
+        assert sub is not None
+        sub.kinds = kinds
+        self._add(key, sub)
 
 
 class _Subscriber:

@@ -120,10 +120,21 @@ class UrlRefused(SandboxError):
         self.url = url
         self.address = address
         self.rule = rule
-        super().__init__(f"refused to fetch {url!r}: {reason}")
+        super().__init__(f"refused to fetch {_shown(url)!r}: {reason}")
 
     def to_dict(self) -> dict:
-        return {**super().to_dict(), "url": self.url, "address": self.address, "rule": self.rule}
+        shown = _shown(self.url)
+        return {**super().to_dict(), "url": shown, "address": self.address, "rule": self.rule}
+
+
+def _shown(url: str) -> str:
+    """``url`` as a refusal names it: without user info, query or fragment, which may hold
+    credentials (the kernel's own of the plugins' ``public_url``, which needs httpx)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.partition("?")[0].partition("#")[0].rpartition("@")[2]
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:

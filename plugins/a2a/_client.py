@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import attrs
 import httpx
@@ -30,6 +30,7 @@ from roost.plugins.http.client import (
     http_error_text,
     http_retry_wait,
     http_status_line,
+    public_url,
     read_body,
     read_error_body,
     remaining_s,
@@ -88,7 +89,7 @@ def _refused(status: int, body: bytes, url: str) -> A2AClientError:
     text = http_error_text(body)
     return A2AClientError(
         code,
-        f"{url} answered {http_status_line(status)}" + (f": {text}" if text else ""),
+        f"{public_url(url)} answered {http_status_line(status)}" + (f": {text}" if text else ""),
         peer_status=status,
         data=data,
     )
@@ -113,11 +114,14 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
     """Classify and read a 1.0, 0.3 or 0.1 agent card."""
     if not isinstance(card, Mapping):
         raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} is not a JSON object"
+            m.INVALID_AGENT_RESPONSE,
+            f"the agent card at {public_url(card_url)} is not a JSON object",
         )
     name = card.get("name")
     if not isinstance(name, str) or not name:
-        raise A2AClientError(m.INVALID_AGENT_RESPONSE, f"the agent card at {card_url} has no name")
+        raise A2AClientError(
+            m.INVALID_AGENT_RESPONSE, f"the agent card at {public_url(card_url)} has no name"
+        )
     caps = card.get("capabilities") if isinstance(card.get("capabilities"), Mapping) else {}
     skills = tuple(s for s in card.get("skills") or () if isinstance(s, Mapping))
     interfaces = card.get("supportedInterfaces")
@@ -146,7 +150,8 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
     if jsonrpc_url is None and rest_url is None:
         raise A2AClientError(
             m.INVALID_AGENT_RESPONSE,
-            f"the agent card at {card_url} names no endpoint (url or supportedInterfaces)",
+            f"the agent card at {public_url(card_url)} names no endpoint "
+            "(url or supportedInterfaces)",
         )
     return AgentInfo(
         name=name,
@@ -202,17 +207,23 @@ class A2AClient:
                 resolver=self._resolver,
             )
         except UrlRefused as exc:
-            raise A2AClientError(m.INVALID_PARAMS, f"refusing to contact {url}: {exc}") from None
+            raise A2AClientError(
+                m.INVALID_PARAMS, f"refusing to contact {public_url(url)}: {exc}"
+            ) from None
 
     # ---- discovery ----------------------------------------------------------------------
     async def discover(self, url: str) -> AgentInfo:
         """Fetch the agent card: ``url`` itself if it ends in ``.json``, else the 1.0 path,
         then the legacy ``/.well-known/agent.json``."""
-        if url.rstrip("/").endswith(".json"):
+        parts = urlsplit(url)
+        if parts.path.rstrip("/").endswith(".json"):
             candidates = [url]
-        else:
-            base = url.rstrip("/")
-            candidates = [base + CARD_PATH, base + LEGACY_CARD_PATH]
+        else:  # the card's path after the URL's own; its query (a key, say) stays
+            base = parts.path.rstrip("/")
+            candidates = [
+                urlunsplit(parts._replace(path=base + path))
+                for path in (CARD_PATH, LEGACY_CARD_PATH)
+            ]
         last = ""
         for candidate in candidates:
             await self._check(candidate)
@@ -224,23 +235,26 @@ class A2AClient:
                 headers={"A2A-Version": "1.0", "Accept": "application/json"},
             )
             if status == 404:
-                last = f"{candidate}: 404"
+                last = f"{public_url(candidate)}: 404"
                 continue
             if status >= 400:
                 raise _refused(status, body, candidate)
             if status != 200:
                 raise A2AClientError(
-                    m.INVALID_AGENT_RESPONSE, f"{candidate} answered {http_status_line(status)}"
+                    m.INVALID_AGENT_RESPONSE,
+                    f"{public_url(candidate)} answered {http_status_line(status)}",
                 )
             try:
                 card = json.loads(body)
             except (ValueError, RecursionError):
                 raise A2AClientError(
-                    m.INVALID_AGENT_RESPONSE, f"the agent card at {candidate} is not JSON"
+                    m.INVALID_AGENT_RESPONSE,
+                    f"the agent card at {public_url(candidate)} is not JSON",
                 ) from None
             return parse_card(card, candidate)
         raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"no agent card found ({last}); is {url} an A2A agent?"
+            m.INVALID_AGENT_RESPONSE,
+            f"no agent card found ({last}); is {public_url(url)} an A2A agent?",
         )
 
     async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
@@ -277,7 +291,8 @@ class A2AClient:
         """One request (see ``_response``); the last answer's status and body: at most
         ``limit`` bytes of a success (more fails at once, naming ``what``), an error's first
         64 KiB."""
-        async with self._response(method, url, f"cannot reach {url}", **kwargs) as (response, body):
+        failed = f"cannot reach {public_url(url)}"
+        async with self._response(method, url, failed, **kwargs) as (response, body):
             if response.status_code < 400:
                 body = await read_body(response, limit, what=what)
             return response.status_code, body
@@ -316,7 +331,11 @@ class A2AClient:
                 return
             retries += 1
             log.info(
-                "%s answered HTTP %d; retry %d in %.1f s", url, response.status_code, retries, wait
+                "%s answered HTTP %d; retry %d in %.1f s",
+                public_url(url),
+                response.status_code,
+                retries,
+                wait,
             )
             await trio.sleep(wait)
 
@@ -461,7 +480,7 @@ class A2AClient:
         headers["Accept"] = "text/event-stream"
         if trace is not None:
             headers.update(trace.to_headers())
-        failed = f"stream from {url} failed"
+        failed = f"stream from {public_url(url)} failed"
         answer = self._response("POST", url, failed, json=body, headers=headers)
         async with answer as (response, error):
             if response.status_code >= 400:
@@ -484,7 +503,7 @@ async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncI
             envelope = json.loads(event.data)
         except (ValueError, RecursionError):
             raise A2AClientError(
-                m.INVALID_AGENT_RESPONSE, f"{url} sent an event that is not JSON"
+                m.INVALID_AGENT_RESPONSE, f"{public_url(url)} sent an event that is not JSON"
             ) from None
         if isinstance(envelope, Mapping) and "error" in envelope:
             raise _rpc_error(envelope["error"])
@@ -507,18 +526,19 @@ def _result(status: int, body: bytes, url: str) -> Any:
         envelope = json.loads(body)
     except (ValueError, RecursionError):
         raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} with a body that is not JSON"
+            m.INVALID_AGENT_RESPONSE,
+            f"{public_url(url)} answered HTTP {status} with a body that is not JSON",
         ) from None
     if not isinstance(envelope, Mapping):
         raise A2AClientError(
             m.INVALID_AGENT_RESPONSE,
-            f"{url} answered with a JSON {type(envelope).__name__}, not an object",
+            f"{public_url(url)} answered with a JSON {type(envelope).__name__}, not an object",
         )
     if "error" in envelope:
         raise _rpc_error(envelope["error"])
     if "result" not in envelope:
         raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"{url} answered HTTP {status} without a result"
+            m.INVALID_AGENT_RESPONSE, f"{public_url(url)} answered HTTP {status} without a result"
         )
     return envelope["result"]
 

@@ -56,7 +56,8 @@ class PeerState:
     tool: str | None = None
 
     def public(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        """Its status entry; the URL without user info, query or fragment (credentials)."""
+        return {**attrs.asdict(self), "url": public_url(self.url)}
 
 
 def external_status(service: Any) -> list[dict[str, Any]]:
@@ -216,7 +217,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",
                 agent.name,
-                agent.url,
+                public_url(agent.url),
                 peer.attempts,
                 delay,
                 reason,
@@ -237,7 +238,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         log.info(
             "A2A external agent %s (%s) found after %d attempt(s): tool %s",
             agent.name,
-            agent.url,
+            public_url(agent.url),
             peer.attempts,
             peer.tool,
         )

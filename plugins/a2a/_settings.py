@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 from roost.kernel import ConfigError
+from roost.plugins.http.client import public_url
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 _KEYS = (
@@ -146,7 +147,10 @@ class A2ASettings:
             if name in seen:
                 raise ConfigError(f"{where}.name: {name!r} is listed twice")
             if not isinstance(url, str) or not re.match(r"^https?://", url):
-                raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
+                shown = public_url(url) if isinstance(url, str) else repr(url)
+                raise ConfigError(
+                    f"{where}.url: expected an http:// or https:// URL, got {shown!r}"
+                )
             headers = item.get("headers", {})
             if not isinstance(headers, Mapping) or not all(
                 isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v

@@ -14,6 +14,7 @@ descriptors, Trio's accept loop waits and retries; ``_AcceptErrors`` turns its l
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -81,9 +82,33 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     # set, logged or not; set it only when that logger would write something.
     if access.isEnabledFor(logging.INFO):
         config.accesslog = access
-        # %(r)s is the request line without the query string, so ?token= never reaches a log.
+        config.logger_class = _AccessLog  # so that ?token= never reaches a log
         config.access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
     return config
+
+
+_TOKEN_VALUE = re.compile(r"(token=)[^;&/?#]*", re.IGNORECASE)
+
+
+def _logged_path(path: str) -> str:
+    """``path`` (decoded) as the access log shows it: up to a ``?`` — a percent-encoded one
+    (``/api/events%3Ftoken=<key>``) decodes into it — and with no ``token=`` value."""
+    return _TOKEN_VALUE.sub(r"\1…", path.partition("?")[0])
+
+
+class _AccessLog(HyperConfig.logger_class):  # type: ignore[misc,valid-type]
+    """hypercorn's logger (``Config.logger_class``, whose ``atoms`` hypercorn lets one
+    override) with an access log that never shows a key: the request line (``%(r)s``, and
+    ``%(R)s``) holds the path without the query (where browsers pass ``?token=``), cut by
+    ``_logged_path``; the query fields are empty."""
+
+    def atoms(self, request: Any, response: Any, request_time: float) -> Any:
+        atoms = super().atoms(request, response, request_time)
+        path = _logged_path(str(request.get("path", "")))
+        atoms["r"] = atoms["R"] = f"{atoms['m']} {path} {atoms['H']}"
+        atoms["U"] = atoms["Uq"] = path
+        atoms["q"] = ""
+        return atoms
 
 
 class _AcceptErrors(logging.Filter):

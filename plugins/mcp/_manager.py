@@ -101,7 +101,8 @@ class ServerConfig:
     agent: str | None = None
 
     def public(self) -> dict[str, Any]:
-        """What ``GET /api/mcp/servers`` shows (no header values, no env values)."""
+        """What ``GET /api/mcp/servers`` shows (no header values, no env values, the URL
+        without user info, query or fragment)."""
         out: dict[str, Any] = {
             "name": self.name,
             "transport": self.transport,
@@ -116,7 +117,7 @@ class ServerConfig:
             out["args"] = list(self.args)
             out["env"] = list(self.env)
         else:
-            out["url"] = self.url
+            out["url"] = public_url(self.url or "")
             out["headers"] = sorted(self.headers)
         return out
 
@@ -259,9 +260,9 @@ def parse_server_config(
             where, "transport.url", f'missing; an {kind} transport needs url = "https://host/mcp"'
         )
     if not re.match(r"^https?://[^/\s]+", url.strip(), re.IGNORECASE):
-        raise _fail(
-            where, "transport.url", f"expected an absolute http:// or https:// URL, got {url!r}"
-        )
+        shown = public_url(url.strip())  # the errors are listed by GET /api/mcp/servers
+        got = f", got {shown!r}" if shown else ""
+        raise _fail(where, "transport.url", f"expected an absolute http:// or https:// URL{got}")
     headers = transport.get("headers", {})
     if not isinstance(headers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v

@@ -923,8 +923,11 @@ class McpServer:
             return prepared.refused
         try:
             trace_id = prepared.trace.trace_id
-            watcher = _RunWatcher(self.kernel, call, trace_id, heartbeat=prepared.tool is None)
-            with _client_channel(trace_id, call) as channel:
+            heartbeat = prepared.tool is None
+            watcher = _RunWatcher(
+                self.kernel, call, prepared.server, prepared.trace, heartbeat=heartbeat
+            )
+            with _client_channel(trace_id, call, watcher.spans) as channel:
                 if call.stateless:
                     self._read_round_trip(call, channel)
                 if prepared.tool is not None:

@@ -40,7 +40,7 @@ def _publish(ctx: Any, kind: str, payload: dict[str, Any]) -> None:
         kernel.publish(Event(kind, ctx.agent, payload=payload, trace=ctx.trace))
 
 
-_channels: dict[str, _client_channel] = {}
+_channels: dict[str, list[_client_channel]] = {}  # by trace id; see _channel_of
 
 
 class ClientRequestFailed(RoostError):
@@ -58,22 +58,27 @@ _CAPABILITY_FOR = {
 
 class _client_channel:
     """While a request runs (a tools/call: registered under its trace), what reaches its
-    client: requests, capability checks, the stateless era's input round trips."""
+    client: requests, capability checks, the stateless era's input round trips. ``spans``:
+    the call's own work (its watcher's spans, see ``_watch``); a tool reaches the channel
+    only from within them, never from elsewhere on the same trace."""
 
-    def __init__(self, trace_id: str, call: _Call) -> None:
-        self.trace_id, self.call = trace_id, call
+    def __init__(self, trace_id: str, call: _Call, spans: set[str] | frozenset[str] = frozenset()):
+        self.trace_id, self.call, self.spans = trace_id, call, spans
         self.missing: set[str] = set()
         self.responses_in: Mapping[str, Any] = {}
         self.state_in: str | None = None
         self.input_required: tuple[dict[str, Any], str | None] | None = None
 
     def __enter__(self) -> _client_channel:
-        _channels.setdefault(self.trace_id, self)
+        _channels.setdefault(self.trace_id, []).append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if _channels.get(self.trace_id) is self:
-            del _channels[self.trace_id]
+        mine = _channels.get(self.trace_id, [])
+        if self in mine:
+            mine.remove(self)
+        if not mine:
+            _channels.pop(self.trace_id, None)
 
     def client_capabilities(self) -> Mapping[str, Any]:
         if self.call.stateless:
@@ -156,9 +161,16 @@ class _client_channel:
 
 
 def _channel_of(ctx: Any) -> _client_channel | None:
-    """The channel of the ``tools/call`` whose trace the tool context ``ctx`` is on."""
+    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
+    its trace, its span or its parent among the call's spans (the trace id alone is known
+    to every peer the trace reached)."""
     trace = getattr(ctx, "trace", None)
-    return _channels.get(trace.trace_id) if trace is not None else None
+    if trace is None:
+        return None
+    for channel in _channels.get(trace.trace_id, ()):
+        if trace.span_id in channel.spans or trace.parent_span_id in channel.spans:
+            return channel
+    return None
 
 
 def require_client_capability(ctx: Any, capability: str) -> None:

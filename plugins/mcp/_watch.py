@@ -1,6 +1,14 @@
-"""While a ``tools/call`` runs: forward the events of its trace to its MCP client —
+"""While a ``tools/call`` runs: forward the events of its own work to its MCP client —
 progress (when the request has a progress token) and tool log messages (when the client
-set a log level)."""
+set a log level).
+
+Its own work is what runs below its server span, not its trace: a caller may continue any
+trace id it has learned (``traceparent``), so the trace id alone would hand it another
+principal's events. A tool call's events are its tool's, whose span is the server span's
+child. An agent's run reaches further (its tool calls, the agents it asks, their tools),
+so its watcher also follows ``TRACE:SPAN_START`` on its trace — a span is announced before
+any event of its own, in the same channel — keeping the spans that descend from its own,
+and forwards an event only when the event's span or its parent is one of them."""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import Event, EventKind, KernelAPI
+from roost.kernel import Event, EventKind, KernelAPI, TraceContext
 
 from . import _protocol as p
 from ._tool_context import LOG_EVENT, PROGRESS_EVENT
@@ -20,9 +28,16 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("roost.mcp.server")
 
 
+SPAN_START = EventKind.TRACE_SPAN_START
+
+
 class _RunWatcher:
     """While a tools/call runs: forward progress (if the request has a progressToken) and
-    tool log messages (if the client set a log level) belonging to its trace."""
+    tool log messages (if the client set a log level) of the work below its span."""
+
+    # The spans an agent's run follows at most: work past them is not reported to the
+    # caller (it is never someone else's).
+    MAX_SPANS = 4096
 
     _KINDS = (
         EventKind.AGENT_TOKEN,
@@ -32,11 +47,17 @@ class _RunWatcher:
         LOG_EVENT,
     )
 
-    def __init__(self, kernel: KernelAPI, call: _Call, trace_id: str, heartbeat: bool) -> None:
-        self.heartbeat = heartbeat  # an agent run: report each step; else only the tool's own
+    def __init__(
+        self, kernel: KernelAPI, call: _Call, span: TraceContext, run: TraceContext, heartbeat: bool
+    ) -> None:
+        # ``span``: the call's server span; ``run``: the agent's run below it (a tool call:
+        # the server span again). An agent's run: report each step, and follow the spans
+        # below; else a tool's: report the tool's own events, those of ``span``'s child.
+        self.heartbeat = heartbeat
         self.kernel = kernel
         self.call = call
-        self.trace_id = trace_id
+        self.trace_id = span.trace_id
+        self.spans = {span.span_id, run.span_id}
         self.token = call.meta.progress_token
         self._count = 0
         self._reported: float | None = None
@@ -62,7 +83,7 @@ class _RunWatcher:
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
         # No connection's router (HTTP), or one that does not see these kinds: its own.
-        router = _EventRouter(kinds)
+        router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run, self.kernel)
@@ -78,8 +99,16 @@ class _RunWatcher:
     async def _handle(self, event: Event) -> None:
         notify = self.call.notify
         assert notify is not None
-        if event.trace is None or event.trace.trace_id != self.trace_id:
+        trace = event.trace
+        if trace is None or trace.trace_id != self.trace_id:
             return
+        spans = self.spans
+        if event.kind == SPAN_START:  # an agent's run follows the spans below its own
+            if self.heartbeat and trace.parent_span_id in spans and len(spans) < self.MAX_SPANS:
+                spans.add(trace.span_id)
+            return
+        if trace.span_id not in spans and trace.parent_span_id not in spans:
+            return  # the same trace, but not this call's work
         payload = event.payload if isinstance(event.payload, Mapping) else {}
         if event.kind == LOG_EVENT:
             level = payload.get("level", "info")
@@ -147,6 +176,7 @@ class _EventRouter:
     def __init__(self, kinds: tuple[str, ...] = (PROGRESS_EVENT, LOG_EVENT)) -> None:
         self.kinds = frozenset(kinds)
         self.watchers: dict[str, list[_RunWatcher]] = {}
+        self._following = 0  # watchers of agent runs, which take TRACE:SPAN_START too
         self._tap: Any = None
         self._events: trio.MemoryReceiveChannel[Event] | None = None
         self._taken = 0
@@ -172,17 +202,22 @@ class _EventRouter:
                         break
                     finally:
                         self._waiting = False
-                    self._taken += 1
-                    try:
-                        if event.trace is not None:
-                            for watcher in list(self.watchers.get(event.trace.trace_id, ())):
-                                await watcher._handle(event)
-                    except Exception:  # one bad notification must not end the connection
-                        log.exception("forwarding %s to the MCP client failed", event.kind)
-                    finally:
-                        self._handled += 1
-                        self._moved.set()
-                        self._moved = trio.Event()
+                    while True:  # and what else is queued, before waking those who wait
+                        self._taken += 1
+                        try:
+                            if event.trace is not None:
+                                for watcher in list(self.watchers.get(event.trace.trace_id, ())):
+                                    await watcher._handle(event)
+                        except Exception:  # one bad notification must not end the connection
+                            log.exception("forwarding %s to the MCP client failed", event.kind)
+                        finally:
+                            self._handled += 1
+                        try:
+                            event = events.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    self._moved.set()
+                    self._moved = trio.Event()
             finally:
                 self._events = None
                 self._moved.set()
@@ -191,6 +226,11 @@ class _EventRouter:
         """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
         wait until the events published during the run have been forwarded."""
         self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        follow = watcher.heartbeat and SPAN_START not in self.kinds
+        if follow:
+            self._following += 1
+            if self._following == 1:
+                self._retune(self.kinds | {SPAN_START})
         try:
             published = self._tap.published
             result = await fn()
@@ -202,7 +242,16 @@ class _EventRouter:
                 mine.remove(watcher)
             if not mine:
                 self.watchers.pop(watcher.trace_id, None)
+            if follow:
+                self._following -= 1
+                if not self._following:
+                    self._retune(self.kinds)
         return result
+
+    def _retune(self, kinds: frozenset[str]) -> None:
+        """Take ``kinds`` from now on (while the subscription is open)."""
+        if self._events is not None:
+            self._tap.retune(self._events, tuple(kinds))
 
     async def _flush(self) -> None:
         events = self._events

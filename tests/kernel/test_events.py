@@ -283,3 +283,22 @@ async def test_a_subscriber_with_overlapping_kinds_gets_each_event_once():
             events.receive_nowait()
         kinds = [every.receive_nowait().kind for _ in range(2)]
         assert kinds == [EventKind.EXEC_TOOL_CALL, EventKind.AGENT_REPLY]
+
+
+async def test_retune_changes_the_kinds_a_subscription_takes_and_keeps_what_it_queued():
+    tap = EventTap()
+    async with tap.subscribe(kinds=("EXEC:PROGRESS",)) as events:
+        tap.publish(Event("EXEC:PROGRESS", "s"))
+        tap.publish(Event("TRACE:SPAN_START", "s"))  # not taken yet
+        tap.retune(events, ("EXEC:PROGRESS", "TRACE:"))
+        assert tap.wants("TRACE:SPAN_START")
+        tap.publish(Event("TRACE:SPAN_START", "s"))
+        tap.retune(events, "EXEC:PROGRESS")
+        assert not tap.wants("TRACE:SPAN_START")
+        tap.publish(Event("TRACE:SPAN_START", "s"))
+        got = [events.receive_nowait().kind for _ in range(2)]
+        assert got == ["EXEC:PROGRESS", "TRACE:SPAN_START"]
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+    with pytest.raises(ValueError, match="events: not the channel of an open subscription"):
+        tap.retune(events, ())

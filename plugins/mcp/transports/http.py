@@ -41,6 +41,7 @@ import trio
 from roost.kernel import Resolver
 from roost.plugins.http.client import (
     ResponseTooLarge,
+    public_url,
     read_body,
     read_error_body,
     retry_after_s,
@@ -424,10 +425,9 @@ class HttpTransport:
             broken = started or isinstance(
                 exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
             )
-            failure = (
-                f"{'the HTTP request to' if broken else 'cannot reach'} {self.url} "
-                f"failed: {type(exc).__name__}: {exc}"
-            )
+            doing = "the HTTP request to" if broken else "cannot reach"
+            shown = public_url(self.url)
+            failure = f"{doing} {shown} failed: {type(exc).__name__}: {exc}"
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
             await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))

@@ -28,6 +28,7 @@ from roost.plugins.http.client import (
     PinnedTransport,
     http_error_text,
     http_status_line,
+    public_url,
     read_error_body,
     retry_after_s,
     sse_events,
@@ -299,7 +300,7 @@ async def open_sse_transport(
                                 or "is this an HTTP+SSE endpoint?"
                             )
                             raise TransportError(
-                                f"MCP server {name!r}: GET {url} answered "
+                                f"MCP server {name!r}: GET {public_url(url)} answered "
                                 f"{http_status_line(status)}"
                                 + (f": {text}" if text else "")
                                 + f" ({hint})"
@@ -307,7 +308,7 @@ async def open_sse_transport(
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
                             raise TransportError(
-                                f"MCP server {name!r}: GET {url} answered "
+                                f"MCP server {name!r}: GET {public_url(url)} answered "
                                 f"{ctype or 'no content type'}, not text/event-stream"
                             )
                         async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
@@ -342,8 +343,8 @@ async def open_sse_transport(
                     await nursery.start(read_stream)
                 if scope.cancelled_caught:
                     raise TransportError(
-                        f"MCP server {name!r}: no endpoint event within "
-                        f"{timeout_secs:g} s from {url}"
+                        f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s "
+                        f"from {public_url(url)}"
                     )
                 try:
                     yield transport

@@ -76,6 +76,24 @@ async def test_the_key_never_reaches_the_logs(make_kernel, caplog):
     assert not [r for r in server_side if KEY in r.getMessage()]
 
 
+async def test_a_key_in_an_encoded_query_never_reaches_the_access_log(make_kernel, caplog):
+    # Regression: the access log's request line is the decoded path, so a key sent with
+    # its "?" percent-encoded (a client that encoded the whole URL) was logged whole.
+    caplog.set_level(logging.INFO, logger="roost.http.access")
+    async with serving(make_kernel(api_key=KEY)) as client:
+        for path in (
+            f"/api/events%3Ftoken={KEY}",
+            f"/api/events%3ftoken%3D{KEY}",
+            f"/api/agents;token={KEY}",
+            f"/api/agents?x=1&token={KEY}",
+        ):
+            assert (await client.get(path)).status_code == 401
+    lines = [r.getMessage() for r in caplog.records if r.name == "roost.http.access"]
+    # (Now and then hypercorn logs a request twice, once without its status.)
+    assert len(lines) >= 4 and all('"GET /api/' in line for line in lines), lines
+    assert not [line for line in lines if KEY in line], lines
+
+
 async def test_rate_limit_answers_429_with_retry_after(make_kernel):
     async with serving(
         make_kernel(rate_limit_per_s=0.5, rate_limit_burst=3, rate_limit_loopback=True)
