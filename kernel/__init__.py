@@ -118,6 +118,7 @@ if _typing.TYPE_CHECKING:
     from ._netguard import check_url as check_url
     from ._netguard import classify_address as classify_address
     from ._netguard import pin_url as pin_url
+    from ._netguard import public_url as public_url
     from ._outputs import MAX_FILE_BYTES as MAX_FILE_BYTES
     from ._outputs import MAX_RUN_BYTES as MAX_RUN_BYTES
     from ._outputs import MAX_RUN_PARTS as MAX_RUN_PARTS

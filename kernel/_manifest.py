@@ -271,7 +271,7 @@ def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
     is remembered (errors are always found afresh). Only for values decoded from JSON
     text, which their JSON names exactly: an in-memory tuple has a list's JSON but is no
     array."""
-    import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+    import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
     loaded = json.loads(_schema_text())

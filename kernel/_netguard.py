@@ -120,20 +120,22 @@ class UrlRefused(SandboxError):
         self.url = url
         self.address = address
         self.rule = rule
-        super().__init__(f"refused to fetch {_shown(url)!r}: {reason}")
+        super().__init__(f"refused to fetch {public_url(url) or 'an invalid URL'!r}: {reason}")
 
     def to_dict(self) -> dict:
-        shown = _shown(self.url)
+        shown = public_url(self.url)
         return {**super().to_dict(), "url": shown, "address": self.address, "rule": self.rule}
 
 
-def _shown(url: str) -> str:
-    """``url`` as a refusal names it: without user info, query or fragment, which may hold
-    credentials (the kernel's own of the plugins' ``public_url``, which needs httpx)."""
+def public_url(url: str) -> str:
+    """``url`` without user info, query or fragment, which may hold secrets: what may be
+    shown, logged or exported; "" for what is not a URL."""
+    if not isinstance(url, str):
+        return ""
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url.partition("?")[0].partition("#")[0].rpartition("@")[2]
+        return ""
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 

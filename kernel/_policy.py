@@ -187,7 +187,7 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
             f"tool {_names(spec)} has an invalid inputSchema: expected a JSON object, got "
             f"{type(schema).__name__}; this is a bug in {spec.owner!r}, not in your arguments"
         )
-    import jsonschema  # here, not at the top: it costs ~40 ms of every process start
+    import jsonschema  # here, not at the top: slow to import, and most starts never need it
 
     try:
         jsonschema.Draft202012Validator.check_schema(schema)

@@ -108,8 +108,7 @@ _prefix_text = ""
 def _new_trace_id() -> str:
     # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
     # random bits: ids made together sort together, so the audit log's index by trace id
-    # grows at its end instead of dirtying a random page per row (random ids cost each
-    # audit row ~2x the CPU and ~10x the WAL bytes once the log is large).
+    # grows at its end instead of dirtying a random page per row.
     # The prefix is formatted once per second (the text is written before the second it
     # belongs to, so a thread racing at the turn of a second gets the old or the new text,
     # both valid).

@@ -23,14 +23,13 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import attrs
 import httpx
 import trio
-from roost.kernel import TraceContext, UrlRefused, check_url, roost_version
+from roost.kernel import TraceContext, UrlRefused, check_url, public_url, roost_version
 from roost.plugins.http.client import (
     ERROR_BODY_BYTES,
     ResponseTooLarge,
     http_error_text,
     http_retry_wait,
     http_status_line,
-    public_url,
     read_body,
     read_error_body,
     remaining_s,

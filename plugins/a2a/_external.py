@@ -28,8 +28,8 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     ToolSpec,
+    public_url,
 )
-from roost.plugins.http.client import public_url
 
 from . import _models as m
 from ._client import A2AClient, AgentInfo, task_text

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import ConfigError
-from roost.plugins.http.client import public_url
+from roost.kernel import ConfigError, public_url
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 _KEYS = (

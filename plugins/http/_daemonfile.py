@@ -97,7 +97,7 @@ def daemon_http_client(url: str, **options: Any) -> Any:
     """An ``httpx.AsyncClient`` for the daemon at ``url`` (``DaemonInfo.url``).
 
     The daemon speaks plain HTTP on this host, so a TLS context has nothing to verify:
-    the client skips loading the CA bundle, which costs ~50 ms per client. An ``https``
+    the client skips loading the CA bundle, which is slow. An ``https``
     URL keeps full verification."""
     import httpx  # lazily: importing this module must stay cheap (CLI start-up)
 

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 import httpx_sse
 import trio
-from roost.kernel import AddressPins, pin_url
+from roost.kernel import AddressPins, pin_url, public_url
 
 ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
 HTTP_RETRY_STATUSES = frozenset({429, 503})
@@ -68,16 +68,7 @@ def peer_of(response: httpx.Response) -> str:
         url = response.request.url
     except RuntimeError:
         return "the peer"
-    return public_url(url)
-
-
-def public_url(url: str | httpx.URL) -> str:
-    """``url`` without user info, query or fragment (they may hold secrets): what may be
-    shown, logged or exported; "" for text that is no URL."""
-    try:
-        return str(httpx.URL(url).copy_with(userinfo=b"", query=None, fragment=None))
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return ""
+    return public_url(str(url))
 
 
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
@@ -273,7 +264,6 @@ __all__ = [
     "http_retry_wait",
     "http_status_line",
     "peer_of",
-    "public_url",
     "read_body",
     "read_error_body",
     "remaining_s",

@@ -44,8 +44,8 @@ from roost.kernel import (
     jsonrpc,
     namespaced,
     normalise_name,
+    public_url,
 )
-from roost.plugins.http.client import public_url
 
 from ._client import (
     PROTOCOL_CHOICES,

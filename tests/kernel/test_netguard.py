@@ -6,7 +6,7 @@ import ipaddress
 import socket
 
 import pytest
-from roost.kernel import SandboxError, UrlRefused, check_url, classify_address
+from roost.kernel import SandboxError, UrlRefused, check_url, classify_address, public_url
 from roost.kernel._netguard import AddressPins, parse_ipv4_literal, pin_url
 
 
@@ -230,6 +230,28 @@ def test_url_refused_is_a_sandbox_error_with_details():
     err = UrlRefused("http://x/", "because", address="10.0.0.1", rule="private")
     assert isinstance(err, SandboxError)
     assert err.to_dict()["rule"] == "private" and err.code == "url_refused"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://user:s3cret@example.com/a/b?key=s3cret#s3cret", "https://example.com/a/b"),
+        ("http://127.0.0.1:8470/mcp", "http://127.0.0.1:8470/mcp"),
+        ("http://[::1]:1/x?token=s3cret", "http://[::1]:1/x"),
+        ("example.com/path?key=s3cret", "example.com/path"),
+        ("http://[unclosed/?key=s3cret", ""),  # no URL: nothing of it is shown
+        (None, ""),
+    ],
+)
+def test_public_url_drops_credentials_query_and_fragment(url, shown):
+    assert public_url(url) == shown
+
+
+def test_url_refused_never_shows_credentials():
+    err = UrlRefused("https://u:s3cret@example.com/?key=s3cret", "because")
+    assert "s3cret" not in str(err) and "s3cret" not in repr(err.to_dict())
+    assert "example.com" in str(err)
+    assert "an invalid URL" in str(UrlRefused("http://[s3cret", "because"))
 
 
 # ---- pinning -------------------------------------------------------------------------------

@@ -38,10 +38,9 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import Resolver
+from roost.kernel import Resolver, public_url
 from roost.plugins.http.client import (
     ResponseTooLarge,
-    public_url,
     read_body,
     read_error_body,
     retry_after_s,

@@ -23,12 +23,11 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, check_url, jsonrpc
+from roost.kernel import AddressPins, Resolver, check_url, jsonrpc, public_url
 from roost.plugins.http.client import (
     PinnedTransport,
     http_error_text,
     http_status_line,
-    public_url,
     read_error_body,
     retry_after_s,
     sse_events,
