@@ -212,6 +212,7 @@ def drive(
             bucket = merged["errors"].setdefault(s, {})
             for kind, n in counts.items():
                 bucket[kind] = bucket.get(kind, 0) + n
+    merged["asked"] = None if stop_at else per_process * processes * requests
     merged["started"] = min(r["started"] for r in results)
     merged["ended"] = max(r["ended"] for r in results)
     merged["client_cpu_s"] = sum(r["cpu_s"] for r in results)
@@ -226,7 +227,8 @@ def percentile(sorted_values: list[float], q: float) -> float | None:
 
 
 def summary(result: dict[str, Any], surface: str | None = None) -> dict[str, Any]:
-    """Throughput, p50/p99/max latency (s) and errors of one surface (None: all)."""
+    """Throughput, p50/p99/max latency (s) and errors of one surface (None: all); with all,
+    how many requests were sent (``asked``, None for a run until a given time)."""
     surfaces = [surface] if surface else list(result["latencies"])
     latencies = sorted(x for s in surfaces for x in result["latencies"].get(s, ()))
     errors: dict[str, int] = {}
@@ -236,6 +238,7 @@ def summary(result: dict[str, Any], surface: str | None = None) -> dict[str, Any
     wall = max(1e-9, result["ended"] - result["started"])
     return {
         "answered": len(latencies),
+        "asked": None if surface else result.get("asked"),
         "throughput": len(latencies) / wall,
         "p50": percentile(latencies, 0.50),
         "p99": percentile(latencies, 0.99),
@@ -298,6 +301,12 @@ def leak(
     common = {"processes": processes, "callers": callers, "agents": names, "sample": sample}
     phases: dict[str, Any] = {}
     try:
+        # Every client is 127.0.0.1, one caller to the daemon: with as many sessions in
+        # their handshake as http.mcp_sessions_per_caller allows, a new one rightly closes
+        # the oldest idle of them. Openers stay at half the bound: only abandoned ones close.
+        openers = max(1, min(callers, daemon.stats()["mcp_sessions_per_caller_bound"] // 2))
+        per_opener = max(1, openers // processes) * processes
+        opening = {**common, "callers": openers}
         phases["warm"] = drive(
             daemon.base,
             workdir,
@@ -310,9 +319,9 @@ def leak(
             daemon.base,
             workdir,
             surface="mcp_open",
-            requests=max(1, warm_sessions // per_caller),
+            requests=max(1, warm_sessions // per_opener),
             tag="warmopen",
-            **common,
+            **opening,
         )
         baseline = daemon.settle()
         peak[0] = 0
@@ -328,9 +337,9 @@ def leak(
             daemon.base,
             workdir,
             surface="mcp_open",
-            requests=max(1, sessions // per_caller),
+            requests=max(1, sessions // per_opener),
             tag="open",
-            **common,
+            **opening,
         )
         # The clients have gone, but a loaded daemon may not have read every closed
         # connection's end yet: wait (bounded) for its tasks to come back, as a leak won't.

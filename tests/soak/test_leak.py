@@ -21,6 +21,8 @@ def test_rss_returns_and_every_table_stays_bounded(tmp_path):
     print(json.dumps({k: v for k, v in result.items() if k != "phases"}, indent=1))
     for name, phase in result["phases"].items():
         assert phase["errors"] == {}, (name, phase["errors"])
-    assert result["phases"]["mixed"]["answered"] == 4000
-    assert result["phases"]["open"]["answered"] == 2000
+        assert phase["answered"] == phase["asked"], name
+    # The callers share the requests out evenly, so a few fewer may be asked for.
+    assert 3900 <= result["phases"]["mixed"]["asked"] <= 4000
+    assert 1900 <= result["phases"]["open"]["asked"] <= 2000
     assert result["problems"] == []
