@@ -342,22 +342,13 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
             cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
         ) as t:
             yield t
-    elif cfg.transport == "http":
-        from .transports.http import open_http_transport
-
-        async with open_http_transport(
-            cfg.url or "",
-            headers=cfg.headers,
-            name=cfg.name,
-            timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local,
-            allow_loopback=allow_private or cfg.allow_local,
-        ) as t:
-            yield t
     else:
-        from .transports.sse import open_sse_transport
+        if cfg.transport == "http":
+            from .transports.http import open_http_transport as opener
+        else:
+            from .transports.sse import open_sse_transport as opener
 
-        async with open_sse_transport(
+        async with opener(
             cfg.url or "",
             headers=cfg.headers,
             name=cfg.name,
@@ -410,7 +401,6 @@ class ServerState:
     )
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
-    remote_tools: list[dict[str, Any]] = attrs.field(factory=list)
     last_error: str | None = None
     restarts: int = 0
     connected_at: float | None = None
@@ -511,9 +501,7 @@ class McpManager:
                 try:
                     await self._connect_once(state)
                     state.last_error = state.last_error or "the connection ended"
-                except McpError as exc:
-                    state.last_error = str(exc)
-                except RoostError as exc:
+                except RoostError as exc:  # McpError included
                     state.last_error = str(exc)
                 except (OSError, trio.TooSlowError) as exc:
                     state.last_error = f"{type(exc).__name__}: {exc}"
@@ -600,8 +588,10 @@ class McpManager:
             self.kernel.publish(
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
-        elif method == "notifications/tools/list_changed" or (
-            method in ("notifications/resources/list_changed", "notifications/prompts/list_changed")
+        elif method in (
+            "notifications/tools/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/prompts/list_changed",
         ):
             if state.refresh is not None:
                 try:
@@ -666,7 +656,6 @@ class McpManager:
             except RoostError as exc:
                 log.error("MCP server %s: tool %s skipped: %s", state.config.name, name, exc)
         state.tools = sorted(kept)
-        state.remote_tools = remote
 
     def _unregister(self, state: ServerState) -> None:
         for name in state.tools:
@@ -699,13 +688,10 @@ class McpManager:
         manager = self
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
-            client = manager.client(server) if manager._connected(server) else None
-            if client is None:
-                st = manager.states[server]
-                return ToolResult.error(
-                    f"MCP server {server!r} is not connected ({st.last_error or st.status}); "
-                    "roost reconnects in the background"
-                )
+            try:
+                client = manager.client(server)
+            except McpError as exc:  # not connected (roost reconnects in the background)
+                return ToolResult.error(str(exc))
             trace = call.trace or ctx.trace
             meta = trace.to_meta() if trace is not None else None
             caller = call.caller or ctx.agent
@@ -741,10 +727,6 @@ class McpManager:
 
         return Tool(spec, call_remote)
 
-    def _connected(self, server: str) -> bool:
-        state = self.states.get(server)
-        return state is not None and state.client is not None and state.status == "connected"
-
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
         """Which of resources / prompts the server really has (a declared capability
         with nothing behind it would only add noise to the agents' tool lists)."""
@@ -768,7 +750,6 @@ class McpManager:
         self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]
     ) -> list[Tool]:
         server = state.config.name
-        caps = offers
         out: list[Tool] = []
 
         def add(name: str, description: str, schema: Mapping[str, Any], run: Any) -> None:
@@ -794,7 +775,7 @@ class McpManager:
             out.append(Tool(spec, handler))
 
         empty = {"type": "object", "properties": {}, "additionalProperties": False}
-        if "resources" in caps:
+        if "resources" in offers:
 
             async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_resources()
@@ -832,7 +813,7 @@ class McpManager:
                 },
                 read_resource,
             )
-        if "prompts" in caps:
+        if "prompts" in offers:
 
             async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_prompts()
