@@ -523,9 +523,9 @@ class McpClient:
         method: str,
         params: Mapping[str, Any] | None,
         *,
-        timeout: float | None,
-        on_progress: ProgressHandler | None,
-        caller: str | None,
+        timeout: float | None = None,
+        on_progress: ProgressHandler | None = None,
+        caller: str | None = None,
     ) -> Any:
         """One request and its answer; raises McpProtocolError for an error response.
 
@@ -758,13 +758,7 @@ class McpClient:
 
     # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
-        result = await self._exchange(
-            "initialize",
-            self.protocol.initialize_params(),
-            timeout=None,
-            on_progress=None,
-            caller=None,
-        )
+        result = await self._exchange("initialize", self.protocol.initialize_params())
         self.protocol.accept_initialize(result)
         self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
         await self.notify("notifications/initialized")
@@ -773,13 +767,7 @@ class McpClient:
             await listen()
         if self.options.log_level and "logging" in self.protocol.server_capabilities:
             try:
-                await self._exchange(
-                    "logging/setLevel",
-                    {"level": self.options.log_level},
-                    timeout=None,
-                    on_progress=None,
-                    caller=None,
-                )
+                await self._exchange("logging/setLevel", {"level": self.options.log_level})
             except McpError as exc:
                 log.info("MCP server %s refused logging/setLevel: %s", self.name, exc)
 
@@ -791,31 +779,18 @@ class McpClient:
             else LATEST_MODERN_VERSION
         )
         self.transport.set_protocol_version(version, modern=True)
+        params = self.protocol.discover_params(version)
         try:
-            result = await self._exchange(
-                "server/discover",
-                self.protocol.discover_params(version),
-                timeout=timeout,
-                on_progress=None,
-                caller=None,
-            )
+            result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
-            if exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION:
-                supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-                retry = pick_modern_version(supported)
-                if retry is not None:  # retry once with what the server lists
-                    self.transport.set_protocol_version(retry, modern=True)
-                    result = await self._exchange(
-                        "server/discover",
-                        self.protocol.discover_params(retry),
-                        timeout=timeout,
-                        on_progress=None,
-                        caller=None,
-                    )
-                else:
-                    raise
-            else:
+            supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
+            retry = pick_modern_version(supported)
+            if exc.rpc_code != UNSUPPORTED_PROTOCOL_VERSION or retry is None:
                 raise
+            # retry once with what the server lists
+            self.transport.set_protocol_version(retry, modern=True)
+            params = self.protocol.discover_params(retry)
+            result = await self._exchange("server/discover", params, timeout=timeout)
         chosen = self.protocol.accept_discover(result)
         self.transport.set_protocol_version(chosen, modern=True)
         return result
@@ -862,9 +837,7 @@ class McpClient:
             "resourcesListChanged": resources,
         }
         params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
-        return await self._exchange(
-            "subscriptions/listen", params, timeout=math.inf, on_progress=None, caller=None
-        )
+        return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
