@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -193,15 +194,7 @@ class DaemonApp:
                 {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
             )
             return
-        async with trio.open_nursery() as nursery:
-
-            async def end_when_gone() -> None:
-                await request.disconnected()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(end_when_gone)
-            await _stream(response.body, send)
-            nursery.cancel_scope.cancel()
+        await request.unless_gone(partial(_stream, response.body, send))
         if not request.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
