@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -236,29 +235,21 @@ class HttpTransport:
             out[HEADER_PROTOCOL_VERSION] = self.protocol_version
         if self.session_id and not self.modern:
             out[HEADER_SESSION_ID] = self.session_id
-        if self.modern and message is not None and isinstance(message.get("method"), str):
-            out[HEADER_METHOD] = message["method"]
-            params = message.get("params")
-            if isinstance(params, Mapping) and message["method"] in (
+        method = message.get("method") if self.modern and message is not None else None
+        if isinstance(method, str):
+            out[HEADER_METHOD] = method
+            params = message.get("params")  # type: ignore[union-attr]
+            if isinstance(params, Mapping) and method in (
                 "tools/call",
                 "prompts/get",
                 "resources/read",
             ):
-                target = (
-                    params.get("uri")
-                    if message["method"] == "resources/read"
-                    else params.get("name")
-                )
+                target = params.get("uri" if method == "resources/read" else "name")
                 if isinstance(target, str):
                     out[HEADER_NAME] = encode_header_value(target)
-                if (
-                    message["method"] == "tools/call"
-                    and isinstance(target, str)
-                    and target in self._tool_schemas
-                ):
-                    out.update(
-                        mcp_param_headers(self._tool_schemas[target], params.get("arguments"))
-                    )
+                    if method == "tools/call" and target in self._tool_schemas:
+                        schema = self._tool_schemas[target]
+                        out.update(mcp_param_headers(schema, params.get("arguments")))
         return out
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
@@ -297,9 +288,8 @@ class HttpTransport:
                 "POST", self.url, content=body, headers=headers
             ) as response:
                 status = response.status_code
-                error_body = await read_error_body(
-                    response
-                )  # a notification's answer is 202, no body
+                # a notification's answer is 202, no body
+                error_body = await read_error_body(response)
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
         if status == 404 and self.session_id and not self.modern:
@@ -341,10 +331,7 @@ class HttpTransport:
                         outcome.failure,
                         retry["id"],
                     )
-                    retry_body = json.dumps(
-                        retry, ensure_ascii=False, separators=(",", ":")
-                    ).encode("utf-8")
-                    outcome = await self._attempt(retry, retry_body, request_id)
+                    outcome = await self._attempt(retry, encode_body(retry), request_id)
         finally:
             self._streams.pop(request_id, None)
         if not outcome.answered and not scope.cancel_called:
@@ -562,10 +549,9 @@ async def open_http_transport(
 
     ``url`` is checked against SSRF rules once (``resolver`` replaces DNS in tests) and
     every request connects to the checked address (no second lookup to rebind)."""
-    timeout = httpx.Timeout(timeout_secs, read=None)
     async with open_guarded_client(
         url,
-        timeout=timeout,
+        timeout_secs=timeout_secs,
         allow_private=allow_private,
         allow_loopback=allow_loopback,
         resolver=resolver,
