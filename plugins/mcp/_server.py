@@ -83,7 +83,6 @@ class ServerSession:
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
-    initialized: bool = False
     client_info: Mapping[str, Any] | None = None
     client_capabilities: Mapping[str, Any] | None = None
     log_level: str | None = None
@@ -661,13 +660,11 @@ class McpServer:
 
     def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
         params = note.params if isinstance(note.params, Mapping) else {}
-        if note.method == p.INITIALIZED:
-            session.initialized = True
-        elif note.method == p.NOTIFY_CANCELLED:
+        if note.method == p.NOTIFY_CANCELLED:
             request_id = params.get("requestId")
             if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
                 session.cancel(request_id)
-        # progress, roots/list_changed and unknown notifications need nothing from us.
+        # initialized, progress, roots/list_changed and unknown ones need nothing from us.
 
     async def _request(
         self, session: ServerSession, request: rpc.Request, notify: Notify | None
@@ -1036,17 +1033,17 @@ class McpServer:
                 )
         channel.responses_in = dict(responses)
 
+    def _state_tag(self, session_id: str) -> bytes:
+        digest = hmac.new(self._state_key, session_id.encode("utf-8"), hashlib.sha256)
+        return digest.hexdigest()[:32].encode("ascii")
+
     def _seal_state(self, session_id: str) -> str:
-        tag = hmac.new(self._state_key, session_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
-        return f"{session_id}.{tag}"
+        return f"{session_id}.{self._state_tag(session_id).decode()}"
 
     def _open_state(self, state: Any) -> str:
         if isinstance(state, str) and "." in state:
             session_id, _, tag = state.rpartition(".")
-            expected = hmac.new(
-                self._state_key, session_id.encode("utf-8"), hashlib.sha256
-            ).hexdigest()[:32]
-            if hmac.compare_digest(tag.encode("utf-8", "replace"), expected.encode("ascii")):
+            if hmac.compare_digest(tag.encode("utf-8", "replace"), self._state_tag(session_id)):
                 return session_id
         raise rpc.JsonRpcError(
             rpc.INVALID_PARAMS,

@@ -261,7 +261,9 @@ class DaemonBridge:
 
     def _refusal(self, status: int, body: bytes) -> str:
         """Why the daemon refused, naming the fix (said once on stderr, too)."""
-        detail = _error_text(body)
+        from roost.plugins.http.client import http_error_text
+
+        detail = http_error_text(body)
         if status in (401, 403):
             given = "a key that it refused" if self.api_key else "no key"
             message = (
@@ -386,18 +388,6 @@ class DaemonBridge:
                 await _relay_sse(response, partial(self._forward, send=send))
         except httpx.HTTPError as exc:
             log.warning("lost the daemon's notification stream: %s", exc)
-
-
-def _error_text(body: bytes) -> str:
-    """The message inside an error body (JSON-RPC, roost's REST shape, or text), short."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace").strip()
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"][:300]
-    return ""
 
 
 # ---- the command ----------------------------------------------------------------------------
