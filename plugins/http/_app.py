@@ -45,6 +45,7 @@ from ._common import (
     Gate,
     InvalidRequest,
     Refusal,
+    admin_only,
     canonical_path,
     common_headers,
     internal_error,
@@ -515,21 +516,10 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         principal = principal_of(websocket)
         if principal is None or not principal.admin:
             # Events show every caller's messages: admins only (no key configured: everyone).
-            return refusal_response(
-                app,
-                Refusal(
-                    403,
-                    {
-                        "code": "forbidden",
-                        "message": (
-                            "the event stream shows every caller's work, so only "
-                            "an admin principal may read it: the key of http.api_key, "
-                            "or one with admin = true under [http.keys.<name>]"
-                        ),
-                    },
-                ),
-                websocket,
+            reason = (
+                "the event stream shows every caller's work, so only an admin principal may read it"
             )
+            return refusal_response(app, admin_only(reason), websocket)
         kinds = parse_kinds(websocket.args.get("kinds"))
         # Subscribe before accepting, so nothing published after the handshake is missed.
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:

@@ -207,6 +207,18 @@ def bad_host(host: str) -> Refusal:
     )
 
 
+def admin_only(reason: str) -> Refusal:
+    """403 for a principal that is not an admin; ``reason`` says why, the fix follows."""
+    return Refusal(
+        403,
+        {
+            "code": "forbidden",
+            "message": f"{reason}: the key of http.api_key, or one with admin = true under "
+            "[http.keys.<name>]",
+        },
+    )
+
+
 def internal_error() -> Refusal:
     return Refusal(
         500, {"code": "internal_error", "message": "internal error; the daemon log has the details"}

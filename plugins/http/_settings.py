@@ -23,8 +23,6 @@ from ._auth import (
     split_host,
 )
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8470
 DEFAULT_KEEP_ALIVE_S = 5.0
 
 
