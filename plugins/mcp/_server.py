@@ -1066,19 +1066,12 @@ class McpServer:
         honoured = {key: True for key in keys.values() if wanted.get(key) is True}
         tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
-            await call.notify(
-                {
-                    "jsonrpc": "2.0",
-                    "method": p.NOTIFY_SUBSCRIPTIONS_ACK,
-                    "params": {"notifications": honoured, p.META: tag},
-                }
-            )
+            ack = {"notifications": honoured, p.META: tag}
+            await call.notify(rpc.Notification(p.NOTIFY_SUBSCRIPTIONS_ACK, ack).to_dict())
             async for event in events:
                 for method in change_notifications(event):
                     if keys[method] in honoured:
-                        await call.notify(
-                            {"jsonrpc": "2.0", "method": method, "params": {p.META: tag}}
-                        )
+                        await call.notify(rpc.Notification(method, {p.META: tag}).to_dict())
         return {}
 
     async def watch_changes(self, session: ServerSession, send: Notify) -> None:
@@ -1088,7 +1081,7 @@ class McpServer:
                 if not session.handshake_done or session.closed:
                     continue
                 for method in change_notifications(event):
-                    await send({"jsonrpc": "2.0", "method": method})
+                    await send(rpc.Notification(method).to_dict())
 
 
 def change_notifications(event: Event) -> list[str]:
