@@ -126,13 +126,19 @@ def _fail(where: str, field: str, expected: str) -> ConfigError:
     return ConfigError(f"{where}: {field}: {expected}")
 
 
-def _unknown(where: str, key: str, valid: Sequence[str], table: str) -> ConfigError:
-    """An unknown key: the key, the likely one, the valid keys and the table they are in."""
+def _known_keys(
+    where: str, entries: Mapping[str, Any], valid: Sequence[str], table: str, prefix: str = ""
+) -> None:
+    """Refuse an unknown key, naming it, the likely one, the valid keys and their table."""
+    unknown = [k for k in entries if k not in valid]
+    if not unknown:
+        return
     import difflib
 
+    key = f"{prefix}{unknown[0]}"
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(valid), n=1)
     hint = f" — did you mean {close[0]!r}?" if close else " —"
-    return ConfigError(
+    raise ConfigError(
         f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}"
     )
 
@@ -155,9 +161,7 @@ def parse_server_config(
         raise ConfigError(
             f"{where}: expected a table with name and transport, got {type(raw).__name__}"
         )
-    unknown = [k for k in raw if k not in _SERVER_KEYS]
-    if unknown:
-        raise _unknown(where, str(unknown[0]), _SERVER_KEYS, "[[mcp_servers]]")
+    _known_keys(where, raw, _SERVER_KEYS, "[[mcp_servers]]")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail(
@@ -192,12 +196,9 @@ def parse_server_config(
         raise _fail(
             where, "protocol", f"expected one of {', '.join(PROTOCOL_CHOICES)}, got {protocol!r}"
         )
-    sampling = raw.get("sampling", False)
-    if not isinstance(sampling, bool):
-        raise _fail(where, "sampling", f"expected true or false, got {sampling!r}")
-    allow_local = raw.get("allow_local", False)
-    if not isinstance(allow_local, bool):
-        raise _fail(where, "allow_local", f"expected true or false, got {allow_local!r}")
+    for flag in ("sampling", "allow_local"):
+        if not isinstance(raw.get(flag, False), bool):
+            raise _fail(where, flag, f"expected true or false, got {raw[flag]!r}")
     transport = raw.get("transport")
     if not isinstance(transport, Mapping):
         raise _fail(
@@ -214,20 +215,14 @@ def parse_server_config(
         timeout_secs=float(timeout),
         env=tuple(env),
         protocol=protocol,
-        sampling=sampling,
-        allow_local=allow_local,
+        sampling=raw.get("sampling", False),
+        allow_local=raw.get("allow_local", False),
         origin=origin,
         agent=agent,
     )
+    keys = _STDIO_KEYS if kind == "stdio" else _HTTP_KEYS
+    _known_keys(where, transport, keys, f'[mcp_servers.transport] (type = "{kind}")', "transport.")
     if kind == "stdio":
-        unknown = [k for k in transport if k not in _STDIO_KEYS]
-        if unknown:
-            raise _unknown(
-                where,
-                f"transport.{unknown[0]}",
-                _STDIO_KEYS,
-                '[mcp_servers.transport] (type = "stdio")',
-            )
         command = transport.get("command")
         if not isinstance(command, str) or not command.strip():
             raise _fail(
@@ -246,14 +241,6 @@ def parse_server_config(
         if cwd is not None and (not isinstance(cwd, str) or not cwd):
             raise _fail(where, "transport.cwd", f"expected a directory path, got {cwd!r}")
         return ServerConfig(command=command, args=tuple(args), cwd=cwd, **common)
-    unknown = [k for k in transport if k not in _HTTP_KEYS]
-    if unknown:
-        raise _unknown(
-            where,
-            f"transport.{unknown[0]}",
-            _HTTP_KEYS,
-            f'[mcp_servers.transport] (type = "{kind}")',
-        )
     url = transport.get("url")
     if not isinstance(url, str) or not url.strip():
         raise _fail(
