@@ -95,19 +95,12 @@ class DaemonApp:
         self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
     ) -> bool:
         """Answer a request the Host guard refuses (in the shape of its route); True if it did."""
-        host = next(
-            (
-                bytes(v).decode("latin-1")
-                for n, v in scope["headers"]
-                if bytes(n).lower() == b"host"
-            ),
-            None,
-        )
+        headers = Headers.from_asgi(scope["headers"])
         server = scope.get("server")
-        refusal = self.state.gate.check_host(host, str(server[0]) if server else None)
+        local = str(server[0]) if server else None
+        refusal = self.state.gate.check_host(headers.get("host"), local)
         if refusal is None:
             return False
-        headers = Headers.from_asgi(scope["headers"])
         renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
         await self._answer(
             send,
