@@ -211,30 +211,16 @@ class McpHttpHub:
         self._expire()
         mine = self._by_caller.get(caller) or {}
         if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
-            raise _HttpError(
+            raise _busy(
                 429,
-                rpc.error_response(
-                    None,
-                    rpc.SERVER_ERROR,
-                    (
-                        f"this caller has {len(mine)} MCP sessions, all busy (at most "
-                        f"{self.per_caller}: http.mcp_sessions_per_caller); "
-                        "end unused ones with DELETE"
-                    ),
-                ),
-                {"Retry-After": "1"},
+                f"this caller has {len(mine)} MCP sessions, all busy (at most "
+                f"{self.per_caller}: http.mcp_sessions_per_caller); end unused ones with DELETE",
             )
         if len(self.sessions) >= self.max_sessions and not self._close_oldest_idle(
             self.sessions.values()
         ):
-            raise _HttpError(
-                503,
-                rpc.error_response(
-                    None,
-                    rpc.SERVER_ERROR,
-                    (f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"),
-                ),
-                {"Retry-After": "1"},
+            raise _busy(
+                503, f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
             )
         state = server.new_session()
         state.principal = owner
@@ -366,6 +352,13 @@ def _jsonrpc_error(
     status: int, code: int, message: str, request_id: Any = None, data: Any = None
 ) -> _HttpError:
     return _HttpError(status, rpc.error_response(request_id, code, message, data))
+
+
+def _busy(status: int, message: str) -> _HttpError:
+    """No room for another session now: 429/503 asking to retry in a second."""
+    return _HttpError(
+        status, rpc.error_response(None, rpc.SERVER_ERROR, message), {"Retry-After": "1"}
+    )
 
 
 _TOO_LARGE = (
