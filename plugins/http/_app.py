@@ -273,10 +273,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         return response
 
 
-def _too_large(app: QuartTrio, settings: HttpSettings):
-    return refusal_response(app, too_large(settings, settings.max_body_bytes, _current().path))
-
-
 # ---- error handlers -------------------------------------------------------------------
 
 
@@ -302,7 +298,8 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
                 f"method {req.method} is not allowed on {req.path}; allowed: {allowed or 'none'}"
             )
         elif status == 413:
-            return _too_large(app, state.settings)
+            settings = state.settings
+            return refusal_response(app, too_large(settings, settings.max_body_bytes, req.path))
         elif status == 400 and type(exc).__name__ == "WebsocketMismatch":
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:

@@ -133,14 +133,6 @@ async def serve_kernel_stdio(
 # ---- bridge to a running daemon ---------------------------------------------------------------
 
 
-async def live_daemon_url(home: Any) -> str | None:
-    """The base URL of the daemon serving ``home``, if one is alive and healthy."""
-    from roost.plugins.http import find_daemon
-
-    info = await find_daemon(home)
-    return info.url if info is not None else None
-
-
 async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
     from roost.plugins.http.client import sse_events
@@ -417,10 +409,11 @@ async def run_stdio(
     receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
     send_stream = trio.lowlevel.FdStream(stdout_fd)
     async with receive_stream, send_stream:
-        url = await live_daemon_url(config.home) if prefer_daemon else None
-        if url is not None:
-            from roost.plugins.http import resolve_api_key
+        from roost.plugins.http import find_daemon, resolve_api_key
 
+        daemon = await find_daemon(config.home) if prefer_daemon else None  # alive and healthy
+        if daemon is not None:
+            url = daemon.url
             log.info("roost mcp: bridging to the daemon at %s", url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
             bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
@@ -524,7 +517,6 @@ __all__ = [
     "encode_message",
     "is_jsonrpc_message",
     "isolate_stdout",
-    "live_daemon_url",
     "run_stdio",
     "serve_kernel_stdio",
     "stdio_loop",
