@@ -44,6 +44,7 @@ from ._auth import (
     origin_allowed,
     token_fingerprint,
 )
+from ._daemonfile import base_url
 from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
@@ -226,12 +227,6 @@ def internal_error() -> Refusal:
 
 
 # ---- public URLs ---------------------------------------------------------------------------
-
-
-def base_url(host: str, port: int) -> str:
-    """``http://host:port`` (IPv6 hosts bracketed)."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}"
 
 
 def is_wildcard(host: str) -> bool:
