@@ -649,6 +649,4 @@ def _add_plugin_route(
 
 def _route_failure(plugins: Any, name: str, error: str) -> None:
     log.error("plugin %r: %s", name, error)
-    failures = getattr(plugins, "failures", None)
-    if isinstance(failures, list):
-        failures.append(PluginFailure(name, "routes", error))
+    plugins.failures.append(PluginFailure(name, "routes", error))

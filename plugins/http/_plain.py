@@ -121,7 +121,6 @@ class PlainRequest:
         body: bytes,
         *,
         query: bytes = b"",
-        args: Mapping[str, str] | None = None,
         remote_addr: str | None = None,
         base_url: str = "http://127.0.0.1",
         principal: Any = None,
@@ -134,7 +133,7 @@ class PlainRequest:
         self.remote_addr = remote_addr
         self.principal = principal
         self._query = query
-        self._args = args
+        self._args: Mapping[str, str] | None = None  # parsed from _query on first use
         self.base_url = base_url
         self.gone = False  # the client went away
         self._receive = receive
@@ -146,7 +145,7 @@ class PlainRequest:
             if self._query:
                 for name, value in parse_qsl(self._query.decode("latin-1"), keep_blank_values=True):
                     args.setdefault(name, value)
-            self._args = args
+            self._args: Mapping[str, str] | None = None  # parsed from _query on first use
         return self._args
 
     async def disconnected(self) -> None:
