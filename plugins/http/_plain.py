@@ -145,7 +145,7 @@ class PlainRequest:
             if self._query:
                 for name, value in parse_qsl(self._query.decode("latin-1"), keep_blank_values=True):
                     args.setdefault(name, value)
-            self._args: Mapping[str, str] | None = None  # parsed from _query on first use
+            self._args = args
         return self._args
 
     async def disconnected(self) -> None:
