@@ -35,6 +35,7 @@ import trio
 from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
+from . import _protocol as proto
 from .transports._base import (
     TransportClosed,
     TransportError,
@@ -43,19 +44,12 @@ from .transports._base import (
 
 log = logging.getLogger("roost.mcp.client")
 
-# ---- protocol constants (shared with the server half: plugins/mcp/_protocol.py) ----------
-
-from . import _protocol as proto  # noqa: E402
-
-HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))  # oldest first
+# Versions oldest first (the protocol module lists them newest first).
+HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))
 MODERN_VERSIONS = tuple(reversed(proto.STATELESS_VERSIONS))
 SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
-LATEST_HANDSHAKE_VERSION = proto.LATEST_HANDSHAKE_VERSION
 LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
 PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
-
-UNSUPPORTED_PROTOCOL_VERSION = proto.UNSUPPORTED_PROTOCOL_VERSION
-MODERN_ERROR_CODES = proto.MODERN_ERROR_CODES
 
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 # HTTP answers to the era probe that say nothing about the era (0: no HTTP answer at all).
@@ -200,7 +194,7 @@ class ClientProtocol:
     # handshake era
     def initialize_params(self) -> dict[str, Any]:
         wanted = self.options.protocol
-        version = wanted if wanted in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+        version = wanted if wanted in HANDSHAKE_VERSIONS else proto.LATEST_HANDSHAKE_VERSION
         return proto.initialize_params(self.client_info(), self.capabilities(), version=version)
 
     def accept_initialize(self, result: Any) -> None:
@@ -702,7 +696,7 @@ class McpClient:
                 )
             except McpProtocolError as exc:
                 if (
-                    exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION
+                    exc.rpc_code == proto.UNSUPPORTED_PROTOCOL_VERSION
                     and self.protocol.era == "modern"
                     and not version_retried
                 ):
@@ -785,7 +779,7 @@ class McpClient:
         except McpProtocolError as exc:
             supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
             retry = pick_modern_version(supported)
-            if exc.rpc_code != UNSUPPORTED_PROTOCOL_VERSION or retry is None:
+            if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or retry is None:
                 raise
             # retry once with what the server lists
             self.transport.set_protocol_version(retry, modern=True)
@@ -813,7 +807,7 @@ class McpClient:
         try:
             await self.discover()
         except McpProtocolError as exc:
-            if exc.rpc_code in MODERN_ERROR_CODES:
+            if exc.rpc_code in proto.MODERN_ERROR_CODES:
                 raise  # a modern server that refuses us: falling back would be wrong
             status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
             if status in REFUSALS:
@@ -990,7 +984,7 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
             try:
                 await client.discover(timeout=timeout)
             except McpProtocolError as exc:
-                return "modern" if exc.rpc_code in MODERN_ERROR_CODES else "legacy"
+                return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
             except McpError:
                 return "legacy"
             return "modern"
