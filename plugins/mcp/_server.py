@@ -296,6 +296,16 @@ def agent_manifest_view(kernel: KernelAPI, name: str) -> dict[str, Any]:
     }
 
 
+_AGENT_VIEWS = (  # the resources of each agent: (kind, view, description)
+    ("card", agent_card, "The card of the {} agent: who it is, its skills and endpoints"),
+    ("manifest", agent_manifest_view, "The manifest (agent.json, public parts) of the {} agent"),
+)
+
+
+def _json_view(view: Callable[[KernelAPI, str], Any], kernel: KernelAPI, agent: str) -> str:
+    return json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)
+
+
 def extras(kernel: KernelAPI, hook_name: str, kind: type) -> list[Any]:
     """The ``kind`` entries plugins add through the hook ``hook_name`` (``roost_mcp_resources``,
     ``roost_mcp_resource_templates``, ``roost_mcp_prompts``); a plugin raising is logged."""
@@ -512,36 +522,20 @@ class McpServer:
         return self._index
 
     def resources(self) -> list[ResourceEntry]:
+        """Each agent's card and manifest (JSON), and on the host surface plugins' extras."""
         kernel = self.kernel
-        out: list[ResourceEntry] = []
-        for agent in self.agents:
-            for kind, view, what in (
-                (
-                    "card",
-                    agent_card,
-                    f"The card of the {agent} agent: who it is, its skills and endpoints",
-                ),
-                (
-                    "manifest",
-                    agent_manifest_view,
-                    f"The manifest (agent.json, public parts) of the {agent} agent",
-                ),
-            ):
-
-                def read(agent: str = agent, view: Any = view) -> str:
-                    return json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)
-
-                uri = f"roost://agents/{agent}/{kind}"
-                out.append(
-                    ResourceEntry(
-                        uri,
-                        f"{agent}-{kind}",
-                        "application/json",
-                        what,
-                        read,
-                        title=f"{agent} {kind}",
-                    )
-                )
+        out = [
+            ResourceEntry(
+                f"roost://agents/{agent}/{kind}",
+                f"{agent}-{kind}",
+                "application/json",
+                what.format(agent),
+                partial(_json_view, view, kernel, agent),
+                title=f"{agent} {kind}",
+            )
+            for agent in self.agents
+            for kind, view, what in _AGENT_VIEWS
+        ]
         if self.agent is None:
             out.extend(extras(kernel, "roost_mcp_resources", ResourceEntry))
         return sorted(out, key=lambda r: r.uri)
