@@ -495,9 +495,9 @@ class McpEndpoint:
         if isinstance(parsed, rpc.Notification):
             return
         check(p.HEADER_METHOD, parsed.method)
-        if parsed.method in (p.TOOLS_CALL, p.RESOURCES_READ, p.PROMPTS_GET):
-            body_name = params.get("uri" if parsed.method == p.RESOURCES_READ else "name")
-            check(p.HEADER_NAME, body_name, p.decode_header_value, f" for {parsed.method}")
+        key = p.NAMED_METHODS.get(parsed.method)
+        if key is not None:
+            check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
 
     async def _post_stateless(
         self, request: PlainRequest, server: McpServer, parsed: Any, message: Any

@@ -178,6 +178,23 @@ _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
 
 
+NAMED_METHODS = {TOOLS_CALL: "name", PROMPTS_GET: "name", RESOURCES_READ: "uri"}
+"""2026-07-28 methods whose target rides in the ``Mcp-Name`` header: the param it names."""
+
+
+def request_headers(message: Mapping[str, Any]) -> dict[str, str]:
+    """The ``Mcp-Method`` and ``Mcp-Name`` headers of a 2026-07-28 request over HTTP."""
+    method = message.get("method")
+    if not isinstance(method, str):
+        return {}
+    out = {HEADER_METHOD: method}
+    key = NAMED_METHODS.get(method)
+    params = message.get("params")
+    if key is not None and isinstance(params, Mapping) and isinstance(params.get(key), str):
+        out[HEADER_NAME] = encode_header_value(params[key])
+    return out
+
+
 def safe_tool_name(name: str) -> str:
     """``name`` with characters MCP does not allow replaced by ``_``, cut to 128."""
     cleaned = _NOT_TOOL_CHAR.sub("_", name)[:128]

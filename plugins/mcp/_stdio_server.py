@@ -195,11 +195,7 @@ class DaemonBridge:
             version = params["_meta"].get(p.META_PROTOCOL_VERSION)
         if isinstance(version, str):
             headers[p.HEADER_PROTOCOL_VERSION] = version
-            if isinstance(message.get("method"), str):
-                headers[p.HEADER_METHOD] = message["method"]
-                name = params.get("name", params.get("uri"))
-                if isinstance(name, str):
-                    headers[p.HEADER_NAME] = p.encode_header_value(name)
+            headers.update(p.request_headers(message))
         else:
             if self.session_id:
                 headers[p.HEADER_SESSION_ID] = self.session_id

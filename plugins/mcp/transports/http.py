@@ -48,12 +48,11 @@ from roost.plugins.http.client import (
 
 from .._protocol import (
     HEADER_LAST_EVENT_ID,
-    HEADER_METHOD,
-    HEADER_NAME,
     HEADER_PROTOCOL_VERSION,
     HEADER_SESSION_ID,
     MAX_MESSAGE_BYTES,
     encode_header_value,
+    request_headers,
 )
 from ._base import (
     INCOMING_BUFFER,
@@ -235,21 +234,14 @@ class HttpTransport:
             out[HEADER_PROTOCOL_VERSION] = self.protocol_version
         if self.session_id and not self.modern:
             out[HEADER_SESSION_ID] = self.session_id
-        method = message.get("method") if self.modern and message is not None else None
-        if isinstance(method, str):
-            out[HEADER_METHOD] = method
-            params = message.get("params")  # type: ignore[union-attr]
-            if isinstance(params, Mapping) and method in (
-                "tools/call",
-                "prompts/get",
-                "resources/read",
-            ):
-                target = params.get("uri" if method == "resources/read" else "name")
-                if isinstance(target, str):
-                    out[HEADER_NAME] = encode_header_value(target)
-                    if method == "tools/call" and target in self._tool_schemas:
-                        schema = self._tool_schemas[target]
-                        out.update(mcp_param_headers(schema, params.get("arguments")))
+        if self.modern and message is not None:
+            out.update(request_headers(message))
+            params = message.get("params")
+            if message.get("method") == "tools/call" and isinstance(params, Mapping):
+                name = params.get("name")
+                if isinstance(name, str) and name in self._tool_schemas:
+                    schema = self._tool_schemas[name]
+                    out.update(mcp_param_headers(schema, params.get("arguments")))
         return out
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
