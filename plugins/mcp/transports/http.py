@@ -328,7 +328,7 @@ class HttpTransport:
             self._streams.pop(request_id, None)
         if not outcome.answered and not scope.cancel_called:
             failure = outcome.failure or "the response stream ended without an answer"
-            await self._push(http_error_message(request_id, 0, failure.encode()))
+            await self._answer_error(request_id, 0, failure.encode())
 
     async def _attempt(self, message: Mapping[str, Any], body: bytes, request_id: Any) -> _Outcome:
         """One POST of ``message`` (whose id may be a re-issue id); answers are forwarded
@@ -356,24 +356,19 @@ class HttpTransport:
                     await self._lost("the server ended the session (HTTP 404)")
                     return _Outcome(answered=True)
                 if status >= 400:
-                    data = await read_error_body(response)
-                    await self._push(
-                        http_error_message(
-                            request_id,
-                            status,
-                            data,
-                            retry_after=retry_after_s(response.headers),
-                            hint=refusal_hint(self.name, self.headers, status),
-                        )
+                    return await self._answer_error(
+                        request_id,
+                        status,
+                        await read_error_body(response),
+                        retry_after=retry_after_s(response.headers),
+                        hint=refusal_hint(self.name, self.headers, status),
                     )
-                    return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
                     try:
                         data = await read_body(response, MAX_MESSAGE_BYTES, what="the JSON answer")
                     except ResponseTooLarge as exc:
-                        await self._push(http_error_message(request_id, status, str(exc).encode()))
-                        return _Outcome(answered=True)
+                        return await self._answer_error(request_id, status, str(exc).encode())
                     for item in json_messages(data.decode("utf-8", "replace")):
                         item, is_answer = _as_answer_to(item, wire_id, request_id)
                         answered = answered or is_answer
@@ -390,12 +385,8 @@ class HttpTransport:
                 elif status == 202:
                     return _Outcome(answered=True)  # nothing to wait for
                 else:
-                    await self._push(
-                        http_error_message(
-                            request_id, status, f"unexpected content type {ctype!r}".encode()
-                        )
-                    )
-                    return _Outcome(answered=True)
+                    unexpected = f"unexpected content type {ctype!r}".encode()
+                    return await self._answer_error(request_id, status, unexpected)
         except httpx.HTTPError as exc:
             if answered:
                 return _Outcome(answered=True)
@@ -408,8 +399,15 @@ class HttpTransport:
             failure = f"{doing} {shown} failed: {type(exc).__name__}: {exc}"
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
-            await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
-            return _Outcome(answered=True)
+            return await self._answer_error(request_id, 0, f"bad SSE stream: {exc}".encode())
+        return _Outcome(answered=True)
+
+    async def _answer_error(
+        self, request_id: Any, status: int, body: bytes, **facts: Any
+    ) -> _Outcome:
+        """Answer ``request_id`` with the JSON-RPC error for an HTTP failure (``facts``:
+        ``retry_after``, ``hint``; see ``http_error_message``)."""
+        await self._push(http_error_message(request_id, status, body, **facts))
         return _Outcome(answered=True)
 
     async def _read_sse(
