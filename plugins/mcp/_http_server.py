@@ -546,7 +546,6 @@ class McpEndpoint:
     ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
             owner, caller = _caller(request)
             if request.headers.get(p.HEADER_SESSION_ID):
@@ -571,7 +570,7 @@ class McpEndpoint:
         session = self._session(request, name, request_id)
         session.active += 1  # not idle (never closed to make room) until answered
         try:
-            return await self._on_session(request, server, session, parsed, message, header_version)
+            return await self._on_session(request, server, session, parsed, message)
         finally:
             session.active -= 1
             session.touch()
@@ -583,10 +582,10 @@ class McpEndpoint:
         session: HttpSession,
         parsed: Any,
         message: Any,
-        header_version: str | None,
     ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if header_version is not None:
             if header_version not in p.SUPPORTED_VERSIONS:
                 raise _HttpError(
