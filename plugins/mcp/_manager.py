@@ -622,9 +622,8 @@ class McpManager:
             if tool is not None and tool.spec.name not in wanted:
                 wanted[tool.spec.name] = tool
         offers = await self._offers(state, client)
-        for tool in self._extra_tools(
-            state, client, {t.spec.original_name for t in wanted.values()}, offers
-        ):
+        taken = {t.spec.original_name for t in wanted.values()}
+        for tool in self._extra_tools(state, taken, offers):
             wanted.setdefault(tool.spec.name, tool)
         registry = self.kernel.registry
         for name in list(state.tools):
@@ -733,9 +732,7 @@ class McpManager:
                     log.info("MCP server %s: listing %s failed: %s", state.config.name, kind, exc)
         return offers
 
-    def _extra_tools(
-        self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]
-    ) -> list[Tool]:
+    def _extra_tools(self, state: ServerState, taken: set[Any], offers: set[str]) -> list[Tool]:
         server = state.config.name
         out: list[Tool] = []
 
