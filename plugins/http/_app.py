@@ -45,6 +45,7 @@ from ._common import (
     Gate,
     InvalidRequest,
     Refusal,
+    admin_only,
     canonical_path,
     common_headers,
     internal_error,
@@ -272,10 +273,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         return response
 
 
-def _too_large(app: QuartTrio, settings: HttpSettings):
-    return refusal_response(app, too_large(settings, settings.max_body_bytes, _current().path))
-
-
 # ---- error handlers -------------------------------------------------------------------
 
 
@@ -301,7 +298,8 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
                 f"method {req.method} is not allowed on {req.path}; allowed: {allowed or 'none'}"
             )
         elif status == 413:
-            return _too_large(app, state.settings)
+            settings = state.settings
+            return refusal_response(app, too_large(settings, settings.max_body_bytes, req.path))
         elif status == 400 and type(exc).__name__ == "WebsocketMismatch":
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
@@ -515,21 +513,10 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         principal = principal_of(websocket)
         if principal is None or not principal.admin:
             # Events show every caller's messages: admins only (no key configured: everyone).
-            return refusal_response(
-                app,
-                Refusal(
-                    403,
-                    {
-                        "code": "forbidden",
-                        "message": (
-                            "the event stream shows every caller's work, so only "
-                            "an admin principal may read it: the key of http.api_key, "
-                            "or one with admin = true under [http.keys.<name>]"
-                        ),
-                    },
-                ),
-                websocket,
+            reason = (
+                "the event stream shows every caller's work, so only an admin principal may read it"
             )
+            return refusal_response(app, admin_only(reason), websocket)
         kinds = parse_kinds(websocket.args.get("kinds"))
         # Subscribe before accepting, so nothing published after the handshake is missed.
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
@@ -662,6 +649,4 @@ def _add_plugin_route(
 
 def _route_failure(plugins: Any, name: str, error: str) -> None:
     log.error("plugin %r: %s", name, error)
-    failures = getattr(plugins, "failures", None)
-    if isinstance(failures, list):
-        failures.append(PluginFailure(name, "routes", error))
+    plugins.failures.append(PluginFailure(name, "routes", error))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -94,19 +95,12 @@ class DaemonApp:
         self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
     ) -> bool:
         """Answer a request the Host guard refuses (in the shape of its route); True if it did."""
-        host = next(
-            (
-                bytes(v).decode("latin-1")
-                for n, v in scope["headers"]
-                if bytes(n).lower() == b"host"
-            ),
-            None,
-        )
+        headers = Headers.from_asgi(scope["headers"])
         server = scope.get("server")
-        refusal = self.state.gate.check_host(host, str(server[0]) if server else None)
+        local = str(server[0]) if server else None
+        refusal = self.state.gate.check_host(headers.get("host"), local)
         if refusal is None:
             return False
-        headers = Headers.from_asgi(scope["headers"])
         renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
         await self._answer(
             send,
@@ -193,15 +187,7 @@ class DaemonApp:
                 {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
             )
             return
-        async with trio.open_nursery() as nursery:
-
-            async def end_when_gone() -> None:
-                await request.disconnected()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(end_when_gone)
-            await _stream(response.body, send)
-            nursery.cancel_scope.cancel()
+        await request.unless_gone(partial(_stream, response.body, send))
         if not request.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -44,6 +44,7 @@ from ._auth import (
     origin_allowed,
     token_fingerprint,
 )
+from ._daemonfile import base_url
 from ._settings import HttpSettings
 
 log = logging.getLogger("roost.http")
@@ -207,6 +208,18 @@ def bad_host(host: str) -> Refusal:
     )
 
 
+def admin_only(reason: str) -> Refusal:
+    """403 for a principal that is not an admin; ``reason`` says why, the fix follows."""
+    return Refusal(
+        403,
+        {
+            "code": "forbidden",
+            "message": f"{reason}: the key of http.api_key, or one with admin = true under "
+            "[http.keys.<name>]",
+        },
+    )
+
+
 def internal_error() -> Refusal:
     return Refusal(
         500, {"code": "internal_error", "message": "internal error; the daemon log has the details"}
@@ -214,12 +227,6 @@ def internal_error() -> Refusal:
 
 
 # ---- public URLs ---------------------------------------------------------------------------
-
-
-def base_url(host: str, port: int) -> str:
-    """``http://host:port`` (IPv6 hosts bracketed)."""
-    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
-    return f"http://{shown}:{port}"
 
 
 def is_wildcard(host: str) -> bool:

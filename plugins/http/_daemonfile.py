@@ -27,11 +27,16 @@ class DaemonInfo:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return base_url(self.host, self.port)
 
     def to_dict(self) -> dict:
         return {"pid": self.pid, "host": self.host, "port": self.port, "started": self.started}
+
+
+def base_url(host: str, port: int) -> str:
+    """``http://host:port`` (IPv6 hosts bracketed)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}"
 
 
 def daemon_file(home: Path | str) -> Path:

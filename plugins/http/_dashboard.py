@@ -14,7 +14,7 @@ from typing import Any
 from quart import request
 
 from ._auth import principal_of, split_host
-from ._common import InvalidRequest, Refusal
+from ._common import InvalidRequest, Refusal, admin_only
 
 FILES = {
     "index.html": "text/html; charset=utf-8",
@@ -80,18 +80,8 @@ def install(app: Any, state: Any) -> None:
         principal = principal_of(request)
         if principal is not None and principal.admin:
             return None
-        return refusal_response(
-            app,
-            Refusal(
-                403,
-                {
-                    "code": "forbidden",
-                    "message": "traces show every caller's work, so only an admin principal "
-                    "may read them: "
-                    "the key of http.api_key, or one with admin = true under [http.keys.<name>]",
-                },
-            ),
-        )
+        reason = "traces show every caller's work, so only an admin principal may read them"
+        return refusal_response(app, admin_only(reason))
 
     @app.get("/api/traces")
     async def list_traces() -> Any:

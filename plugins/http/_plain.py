@@ -5,7 +5,7 @@ The daemon calls a route's handler once its checks passed (Host, Origin, bearer 
 limit, body cap), with the body read. ``PlainResponse.body`` is bytes, or an async iterable
 of bytes for a streamed answer (server-sent events): each piece is sent as it comes, and
 the stream is closed when the client goes away. A handler that should stop when its client
-goes away awaits ``request.disconnected()`` beside its work.
+goes away awaits ``request.disconnected()`` beside its work (``request.unless_gone``).
 """
 
 from __future__ import annotations
@@ -121,7 +121,6 @@ class PlainRequest:
         body: bytes,
         *,
         query: bytes = b"",
-        args: Mapping[str, str] | None = None,
         remote_addr: str | None = None,
         base_url: str = "http://127.0.0.1",
         principal: Any = None,
@@ -134,7 +133,7 @@ class PlainRequest:
         self.remote_addr = remote_addr
         self.principal = principal
         self._query = query
-        self._args = args
+        self._args: Mapping[str, str] | None = None  # parsed from _query on first use
         self.base_url = base_url
         self.gone = False  # the client went away
         self._receive = receive
@@ -156,3 +155,19 @@ class PlainRequest:
                 await trio.sleep_forever()
             elif (await self._receive())["type"] == "http.disconnect":  # type: ignore[misc]
                 self.gone = True
+
+    async def unless_gone(self, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+        """``(True, await work())``, or ``(False, None)`` when the client goes away first
+        (``work`` is then cancelled)."""
+        answered, result = False, None
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_when_gone() -> None:
+                await self.disconnected()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(cancel_when_gone)
+            result = await work()
+            answered = True
+            nursery.cancel_scope.cancel()
+        return answered, result

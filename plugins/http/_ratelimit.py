@@ -62,12 +62,6 @@ class Gcra:
         self._tat[key] = tat + self._interval
         return True, 0.0
 
-    def refund(self, key: Hashable) -> None:
-        """Give back the last request ``check`` allowed for ``key`` (it is counted elsewhere)."""
-        tat = self._tat.get(key)
-        if tat is not None:
-            self._tat[key] = tat - self._interval
-
     def _make_room(self, now: float) -> None:
         # Drop expired keys from the cold end, then evict the coldest if still full.
         while self._tat:

@@ -17,8 +17,8 @@ import logging
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -138,17 +138,6 @@ class _AcceptErrors(logging.Filter):
         return False
 
 
-@contextmanager
-def _quiet_accept_errors(settings: HttpSettings) -> Iterator[None]:
-    accept_log = logging.getLogger(ACCEPT_LOGGER)
-    quiet = _AcceptErrors(settings)
-    accept_log.addFilter(quiet)
-    try:
-        yield
-    finally:
-        accept_log.removeFilter(quiet)
-
-
 async def serve(
     kernel: KernelAPI,
     *,
@@ -186,26 +175,28 @@ async def serve(
     config = _hyper_config(sock.detach(), graceful_timeout, state.settings)
     home = Path(kernel.config.home)
     owner: DaemonInfo | None = None
+    accept_log = logging.getLogger(ACCEPT_LOGGER)
+    quiet = _AcceptErrors(state.settings)
+    accept_log.addFilter(quiet)
     try:
-        with _quiet_accept_errors(state.settings):
-            async with trio.open_nursery() as nursery:
-                if state.traces is not None:  # until shutdown begins: then the server drains
-                    await nursery.start(follow_traces, kernel, state.traces, state.closing)
-                await nursery.start(
-                    partial(
-                        hypercorn_serve,
-                        DaemonApp(app, state),
-                        config,
-                        shutdown_trigger=trigger,
-                        mode="asgi",
-                    )
+        async with trio.open_nursery() as nursery:
+            if state.traces is not None:  # until shutdown begins: then the server drains
+                await nursery.start(follow_traces, kernel, state.traces, state.closing)
+            await nursery.start(
+                partial(
+                    hypercorn_serve,
+                    DaemonApp(app, state),
+                    config,
+                    shutdown_trigger=trigger,
+                    mode="asgi",
                 )
-                if write_daemon_json:
-                    # Clients on this host connect through loopback: a wildcard address would
-                    # reach the daemon but name a Host it does not serve.
-                    owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
-                log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
-                task_status.started((bound_host, bound_port))
+            )
+            if write_daemon_json:
+                # Clients on this host connect through loopback: a wildcard address would
+                # reach the daemon but name a Host it does not serve.
+                owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
+            log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
+            task_status.started((bound_host, bound_port))
     except BaseExceptionGroup as group:
         if owner is None:  # failed while starting: surface the cause plainly
             cause = _sole_cause(group)
@@ -213,23 +204,19 @@ async def serve(
                 raise cause from None
         raise
     finally:
+        accept_log.removeFilter(quiet)
         state.closing.set()
         if owner is not None:
             remove_daemon_file(home, owner)
 
 
 def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
-    leaves: list[BaseException] = []
-
-    def walk(exc: BaseException) -> None:
-        if isinstance(exc, BaseExceptionGroup):
-            for inner in exc.exceptions:
-                walk(inner)
-        else:
-            leaves.append(exc)
-
-    walk(group)
-    return leaves[0] if len(leaves) == 1 and isinstance(leaves[0], Exception) else None
+    """The one exception ``group`` holds (a group is never empty: one leaf means one child
+    at every level), unless it is a BaseException such as Cancelled."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, Exception) and not isinstance(exc, BaseExceptionGroup) else None
 
 
 @asynccontextmanager

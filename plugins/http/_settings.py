@@ -23,8 +23,6 @@ from ._auth import (
     split_host,
 )
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8470
 DEFAULT_KEEP_ALIVE_S = 5.0
 
 
@@ -40,9 +38,7 @@ def fd_limit() -> int | None:
 
 
 def _keys_of(settings: HttpSettings) -> tuple[tuple[bytes, Principal], ...]:
-    if settings.api_key is None:
-        return ()
-    return ((key_digest(settings.api_key), Principal("default", admin=True)),)
+    return resolve_keys(None, {}, settings.api_key)  # the api_key alone, as "default"
 
 
 @attrs.frozen

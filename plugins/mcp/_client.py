@@ -35,6 +35,7 @@ import trio
 from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
+from . import _protocol as proto
 from .transports._base import (
     TransportClosed,
     TransportError,
@@ -43,19 +44,12 @@ from .transports._base import (
 
 log = logging.getLogger("roost.mcp.client")
 
-# ---- protocol constants (shared with the server half: plugins/mcp/_protocol.py) ----------
-
-from . import _protocol as proto  # noqa: E402
-
-HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))  # oldest first
+# Versions oldest first (the protocol module lists them newest first).
+HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))
 MODERN_VERSIONS = tuple(reversed(proto.STATELESS_VERSIONS))
 SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
-LATEST_HANDSHAKE_VERSION = proto.LATEST_HANDSHAKE_VERSION
 LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
 PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
-
-UNSUPPORTED_PROTOCOL_VERSION = proto.UNSUPPORTED_PROTOCOL_VERSION
-MODERN_ERROR_CODES = proto.MODERN_ERROR_CODES
 
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 # HTTP answers to the era probe that say nothing about the era (0: no HTTP answer at all).
@@ -200,7 +194,7 @@ class ClientProtocol:
     # handshake era
     def initialize_params(self) -> dict[str, Any]:
         wanted = self.options.protocol
-        version = wanted if wanted in HANDSHAKE_VERSIONS else LATEST_HANDSHAKE_VERSION
+        version = wanted if wanted in HANDSHAKE_VERSIONS else proto.LATEST_HANDSHAKE_VERSION
         return proto.initialize_params(self.client_info(), self.capabilities(), version=version)
 
     def accept_initialize(self, result: Any) -> None:
@@ -523,9 +517,9 @@ class McpClient:
         method: str,
         params: Mapping[str, Any] | None,
         *,
-        timeout: float | None,
-        on_progress: ProgressHandler | None,
-        caller: str | None,
+        timeout: float | None = None,
+        on_progress: ProgressHandler | None = None,
+        caller: str | None = None,
     ) -> Any:
         """One request and its answer; raises McpProtocolError for an error response.
 
@@ -702,7 +696,7 @@ class McpClient:
                 )
             except McpProtocolError as exc:
                 if (
-                    exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION
+                    exc.rpc_code == proto.UNSUPPORTED_PROTOCOL_VERSION
                     and self.protocol.era == "modern"
                     and not version_retried
                 ):
@@ -758,13 +752,7 @@ class McpClient:
 
     # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
-        result = await self._exchange(
-            "initialize",
-            self.protocol.initialize_params(),
-            timeout=None,
-            on_progress=None,
-            caller=None,
-        )
+        result = await self._exchange("initialize", self.protocol.initialize_params())
         self.protocol.accept_initialize(result)
         self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
         await self.notify("notifications/initialized")
@@ -773,13 +761,7 @@ class McpClient:
             await listen()
         if self.options.log_level and "logging" in self.protocol.server_capabilities:
             try:
-                await self._exchange(
-                    "logging/setLevel",
-                    {"level": self.options.log_level},
-                    timeout=None,
-                    on_progress=None,
-                    caller=None,
-                )
+                await self._exchange("logging/setLevel", {"level": self.options.log_level})
             except McpError as exc:
                 log.info("MCP server %s refused logging/setLevel: %s", self.name, exc)
 
@@ -791,31 +773,18 @@ class McpClient:
             else LATEST_MODERN_VERSION
         )
         self.transport.set_protocol_version(version, modern=True)
+        params = self.protocol.discover_params(version)
         try:
-            result = await self._exchange(
-                "server/discover",
-                self.protocol.discover_params(version),
-                timeout=timeout,
-                on_progress=None,
-                caller=None,
-            )
+            result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
-            if exc.rpc_code == UNSUPPORTED_PROTOCOL_VERSION:
-                supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-                retry = pick_modern_version(supported)
-                if retry is not None:  # retry once with what the server lists
-                    self.transport.set_protocol_version(retry, modern=True)
-                    result = await self._exchange(
-                        "server/discover",
-                        self.protocol.discover_params(retry),
-                        timeout=timeout,
-                        on_progress=None,
-                        caller=None,
-                    )
-                else:
-                    raise
-            else:
+            supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
+            retry = pick_modern_version(supported)
+            if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or retry is None:
                 raise
+            # retry once with what the server lists
+            self.transport.set_protocol_version(retry, modern=True)
+            params = self.protocol.discover_params(retry)
+            result = await self._exchange("server/discover", params, timeout=timeout)
         chosen = self.protocol.accept_discover(result)
         self.transport.set_protocol_version(chosen, modern=True)
         return result
@@ -838,7 +807,7 @@ class McpClient:
         try:
             await self.discover()
         except McpProtocolError as exc:
-            if exc.rpc_code in MODERN_ERROR_CODES:
+            if exc.rpc_code in proto.MODERN_ERROR_CODES:
                 raise  # a modern server that refuses us: falling back would be wrong
             status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
             if status in REFUSALS:
@@ -862,9 +831,7 @@ class McpClient:
             "resourcesListChanged": resources,
         }
         params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
-        return await self._exchange(
-            "subscriptions/listen", params, timeout=math.inf, on_progress=None, caller=None
-        )
+        return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
@@ -1017,7 +984,7 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
             try:
                 await client.discover(timeout=timeout)
             except McpProtocolError as exc:
-                return "modern" if exc.rpc_code in MODERN_ERROR_CODES else "legacy"
+                return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
             except McpError:
                 return "legacy"
             return "modern"

@@ -36,7 +36,7 @@ import logging
 import math
 import secrets
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import AsyncIterator, Hashable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -211,30 +211,16 @@ class McpHttpHub:
         self._expire()
         mine = self._by_caller.get(caller) or {}
         if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
-            raise _HttpError(
+            raise _busy(
                 429,
-                rpc.error_response(
-                    None,
-                    rpc.SERVER_ERROR,
-                    (
-                        f"this caller has {len(mine)} MCP sessions, all busy (at most "
-                        f"{self.per_caller}: http.mcp_sessions_per_caller); "
-                        "end unused ones with DELETE"
-                    ),
-                ),
-                {"Retry-After": "1"},
+                f"this caller has {len(mine)} MCP sessions, all busy (at most "
+                f"{self.per_caller}: http.mcp_sessions_per_caller); end unused ones with DELETE",
             )
         if len(self.sessions) >= self.max_sessions and not self._close_oldest_idle(
             self.sessions.values()
         ):
-            raise _HttpError(
-                503,
-                rpc.error_response(
-                    None,
-                    rpc.SERVER_ERROR,
-                    (f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"),
-                ),
-                {"Retry-After": "1"},
+            raise _busy(
+                503, f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
             )
         state = server.new_session()
         state.principal = owner
@@ -368,6 +354,13 @@ def _jsonrpc_error(
     return _HttpError(status, rpc.error_response(request_id, code, message, data))
 
 
+def _busy(status: int, message: str) -> _HttpError:
+    """No room for another session now: 429/503 asking to retry in a second."""
+    return _HttpError(
+        status, rpc.error_response(None, rpc.SERVER_ERROR, message), {"Retry-After": "1"}
+    )
+
+
 _TOO_LARGE = (
     "message too large: MCP messages over HTTP are limited to "
     f"{p.MAX_MESSAGE_BYTES} bytes (10 MB); send smaller arguments or pass large data by "
@@ -393,13 +386,10 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
         rpc.INVALID_REQUEST,
     ):
         return 400
-    if (
-        code == rpc.INVALID_PARAMS
-        and p.META_PROTOCOL_VERSION in str(error.get("message", ""))
-        or code == rpc.INVALID_PARAMS
-        and p.META_CLIENT_CAPABILITIES in str(error.get("message", ""))
-    ):
-        return 400
+    if code == rpc.INVALID_PARAMS:
+        message = str(error.get("message", ""))
+        if p.META_PROTOCOL_VERSION in message or p.META_CLIENT_CAPABILITIES in message:
+            return 400
     if code == rpc.METHOD_NOT_FOUND:
         return 404
     return 200
@@ -486,61 +476,28 @@ class McpEndpoint:
         params = parsed.params if isinstance(parsed.params, Mapping) else {}
         meta = params.get("_meta") or {}
         body_version = meta.get(p.META_PROTOCOL_VERSION)
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
-        if header_version is None:
-            raise _HttpError(
-                400,
-                p.header_mismatch_error(
-                    f"the {p.HEADER_PROTOCOL_VERSION} header is required"
-                ).to_response(request_id),
-            )
-        if header_version != body_version:
-            raise _HttpError(
-                400,
-                p.header_mismatch_error(
-                    f"{p.HEADER_PROTOCOL_VERSION} header value {header_version!r} "
-                    f"does not match body value {body_version!r}"
-                ).to_response(request_id),
-            )
+
+        def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
+            """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
+            the body."""
+            sent = request.headers.get(header)
+            if sent is None:
+                problem = f"the {header} header is required{what}"
+            elif (value := decode(sent)) is None or value != body_value:
+                problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
+            else:
+                return
+            raise _HttpError(400, p.header_mismatch_error(problem).to_response(request_id))
+
+        check(p.HEADER_PROTOCOL_VERSION, body_version)
         if not p.is_stateless_version(body_version):
             raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
         if isinstance(parsed, rpc.Notification):
             return
-        method = request.headers.get(p.HEADER_METHOD)
-        if method is None:
-            raise _HttpError(
-                400,
-                p.header_mismatch_error(f"the {p.HEADER_METHOD} header is required").to_response(
-                    request_id
-                ),
-            )
-        if method != parsed.method:
-            raise _HttpError(
-                400,
-                p.header_mismatch_error(
-                    f"{p.HEADER_METHOD} header value {method!r} does not "
-                    f"match body value {parsed.method!r}"
-                ).to_response(request_id),
-            )
-        if parsed.method in (p.TOOLS_CALL, p.RESOURCES_READ, p.PROMPTS_GET):
-            body_name = params.get("uri" if parsed.method == p.RESOURCES_READ else "name")
-            header_name = request.headers.get(p.HEADER_NAME)
-            if header_name is None:
-                raise _HttpError(
-                    400,
-                    p.header_mismatch_error(
-                        f"the {p.HEADER_NAME} header is required for {parsed.method}"
-                    ).to_response(request_id),
-                )
-            decoded = p.decode_header_value(header_name)
-            if decoded is None or decoded != body_name:
-                raise _HttpError(
-                    400,
-                    p.header_mismatch_error(
-                        f"{p.HEADER_NAME} header value {header_name!r} does not "
-                        f"match body value {body_name!r}"
-                    ).to_response(request_id),
-                )
+        check(p.HEADER_METHOD, parsed.method)
+        key = p.NAMED_METHODS.get(parsed.method)
+        if key is not None:
+            check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
 
     async def _post_stateless(
         self, request: PlainRequest, server: McpServer, parsed: Any, message: Any
@@ -567,7 +524,7 @@ class McpEndpoint:
             scope = trio.CancelScope()
             hub.nursery.start_soon(_run_into, server, session, message, stream, scope)
             try:
-                answered, _ = await _unless_gone(request, stream.first)
+                answered, _ = await request.unless_gone(stream.first)
             except BaseException:
                 scope.cancel()
                 raise
@@ -579,7 +536,7 @@ class McpEndpoint:
                 reply = json.loads(stream.events[0][1])
                 return _json_response(_status_for_error(reply.get("error"), True), reply)
             return self._sse(stream, 0, cancel_on_close=scope, with_ids=False)
-        answered, reply = await _unless_gone(request, partial(server.handle, session, message))
+        answered, reply = await request.unless_gone(partial(server.handle, session, message))
         if not answered or reply is None:
             return _json_response(202, None)
         return _json_response(_status_for_error(reply.get("error"), True), reply)
@@ -589,7 +546,6 @@ class McpEndpoint:
     ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
             owner, caller = _caller(request)
             if request.headers.get(p.HEADER_SESSION_ID):
@@ -614,7 +570,7 @@ class McpEndpoint:
         session = self._session(request, name, request_id)
         session.active += 1  # not idle (never closed to make room) until answered
         try:
-            return await self._on_session(request, server, session, parsed, message, header_version)
+            return await self._on_session(request, server, session, parsed, message)
         finally:
             session.active -= 1
             session.touch()
@@ -626,10 +582,10 @@ class McpEndpoint:
         session: HttpSession,
         parsed: Any,
         message: Any,
-        header_version: str | None,
     ) -> PlainResponse:
         hub = hub_for(self.kernel)
         request_id = getattr(parsed, "id", None)
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if header_version is not None:
             if header_version not in p.SUPPORTED_VERSIONS:
                 raise _HttpError(
@@ -768,25 +724,6 @@ class McpEndpoint:
 
         headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
         return PlainResponse(200, body(), "text/event-stream", headers)
-
-
-async def _unless_gone(
-    request: PlainRequest, work: Callable[[], Awaitable[Any]]
-) -> tuple[bool, Any]:
-    """``(True, await work())``, or ``(False, None)`` once the client has gone away first:
-    at 2026-07-28, closing the response stream cancels the request."""
-    answered, result = False, None
-    async with trio.open_nursery() as nursery:
-
-        async def cancel_when_gone() -> None:
-            await request.disconnected()
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(cancel_when_gone)
-        result = await work()
-        answered = True
-        nursery.cancel_scope.cancel()
-    return answered, result
 
 
 async def _run_on_session(

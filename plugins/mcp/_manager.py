@@ -126,13 +126,19 @@ def _fail(where: str, field: str, expected: str) -> ConfigError:
     return ConfigError(f"{where}: {field}: {expected}")
 
 
-def _unknown(where: str, key: str, valid: Sequence[str], table: str) -> ConfigError:
-    """An unknown key: the key, the likely one, the valid keys and the table they are in."""
+def _known_keys(
+    where: str, entries: Mapping[str, Any], valid: Sequence[str], table: str, prefix: str = ""
+) -> None:
+    """Refuse an unknown key, naming it, the likely one, the valid keys and their table."""
+    unknown = [k for k in entries if k not in valid]
+    if not unknown:
+        return
     import difflib
 
+    key = f"{prefix}{unknown[0]}"
     close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(valid), n=1)
     hint = f" — did you mean {close[0]!r}?" if close else " —"
-    return ConfigError(
+    raise ConfigError(
         f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}"
     )
 
@@ -155,9 +161,7 @@ def parse_server_config(
         raise ConfigError(
             f"{where}: expected a table with name and transport, got {type(raw).__name__}"
         )
-    unknown = [k for k in raw if k not in _SERVER_KEYS]
-    if unknown:
-        raise _unknown(where, str(unknown[0]), _SERVER_KEYS, "[[mcp_servers]]")
+    _known_keys(where, raw, _SERVER_KEYS, "[[mcp_servers]]")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail(
@@ -192,12 +196,9 @@ def parse_server_config(
         raise _fail(
             where, "protocol", f"expected one of {', '.join(PROTOCOL_CHOICES)}, got {protocol!r}"
         )
-    sampling = raw.get("sampling", False)
-    if not isinstance(sampling, bool):
-        raise _fail(where, "sampling", f"expected true or false, got {sampling!r}")
-    allow_local = raw.get("allow_local", False)
-    if not isinstance(allow_local, bool):
-        raise _fail(where, "allow_local", f"expected true or false, got {allow_local!r}")
+    for flag in ("sampling", "allow_local"):
+        if not isinstance(raw.get(flag, False), bool):
+            raise _fail(where, flag, f"expected true or false, got {raw[flag]!r}")
     transport = raw.get("transport")
     if not isinstance(transport, Mapping):
         raise _fail(
@@ -214,20 +215,14 @@ def parse_server_config(
         timeout_secs=float(timeout),
         env=tuple(env),
         protocol=protocol,
-        sampling=sampling,
-        allow_local=allow_local,
+        sampling=raw.get("sampling", False),
+        allow_local=raw.get("allow_local", False),
         origin=origin,
         agent=agent,
     )
+    keys = _STDIO_KEYS if kind == "stdio" else _HTTP_KEYS
+    _known_keys(where, transport, keys, f'[mcp_servers.transport] (type = "{kind}")', "transport.")
     if kind == "stdio":
-        unknown = [k for k in transport if k not in _STDIO_KEYS]
-        if unknown:
-            raise _unknown(
-                where,
-                f"transport.{unknown[0]}",
-                _STDIO_KEYS,
-                '[mcp_servers.transport] (type = "stdio")',
-            )
         command = transport.get("command")
         if not isinstance(command, str) or not command.strip():
             raise _fail(
@@ -246,14 +241,6 @@ def parse_server_config(
         if cwd is not None and (not isinstance(cwd, str) or not cwd):
             raise _fail(where, "transport.cwd", f"expected a directory path, got {cwd!r}")
         return ServerConfig(command=command, args=tuple(args), cwd=cwd, **common)
-    unknown = [k for k in transport if k not in _HTTP_KEYS]
-    if unknown:
-        raise _unknown(
-            where,
-            f"transport.{unknown[0]}",
-            _HTTP_KEYS,
-            f'[mcp_servers.transport] (type = "{kind}")',
-        )
     url = transport.get("url")
     if not isinstance(url, str) or not url.strip():
         raise _fail(
@@ -342,22 +329,13 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
             cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
         ) as t:
             yield t
-    elif cfg.transport == "http":
-        from .transports.http import open_http_transport
-
-        async with open_http_transport(
-            cfg.url or "",
-            headers=cfg.headers,
-            name=cfg.name,
-            timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local,
-            allow_loopback=allow_private or cfg.allow_local,
-        ) as t:
-            yield t
     else:
-        from .transports.sse import open_sse_transport
+        if cfg.transport == "http":
+            from .transports.http import open_http_transport as opener
+        else:
+            from .transports.sse import open_sse_transport as opener
 
-        async with open_sse_transport(
+        async with opener(
             cfg.url or "",
             headers=cfg.headers,
             name=cfg.name,
@@ -410,7 +388,6 @@ class ServerState:
     )
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
-    remote_tools: list[dict[str, Any]] = attrs.field(factory=list)
     last_error: str | None = None
     restarts: int = 0
     connected_at: float | None = None
@@ -511,9 +488,7 @@ class McpManager:
                 try:
                     await self._connect_once(state)
                     state.last_error = state.last_error or "the connection ended"
-                except McpError as exc:
-                    state.last_error = str(exc)
-                except RoostError as exc:
+                except RoostError as exc:  # McpError included
                     state.last_error = str(exc)
                 except (OSError, trio.TooSlowError) as exc:
                     state.last_error = f"{type(exc).__name__}: {exc}"
@@ -600,8 +575,10 @@ class McpManager:
             self.kernel.publish(
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
-        elif method == "notifications/tools/list_changed" or (
-            method in ("notifications/resources/list_changed", "notifications/prompts/list_changed")
+        elif method in (
+            "notifications/tools/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/prompts/list_changed",
         ):
             if state.refresh is not None:
                 try:
@@ -645,9 +622,8 @@ class McpManager:
             if tool is not None and tool.spec.name not in wanted:
                 wanted[tool.spec.name] = tool
         offers = await self._offers(state, client)
-        for tool in self._extra_tools(
-            state, client, {t.spec.original_name for t in wanted.values()}, offers
-        ):
+        taken = {t.spec.original_name for t in wanted.values()}
+        for tool in self._extra_tools(state, taken, offers):
             wanted.setdefault(tool.spec.name, tool)
         registry = self.kernel.registry
         for name in list(state.tools):
@@ -666,7 +642,6 @@ class McpManager:
             except RoostError as exc:
                 log.error("MCP server %s: tool %s skipped: %s", state.config.name, name, exc)
         state.tools = sorted(kept)
-        state.remote_tools = remote
 
     def _unregister(self, state: ServerState) -> None:
         for name in state.tools:
@@ -699,13 +674,10 @@ class McpManager:
         manager = self
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
-            client = manager.client(server) if manager._connected(server) else None
-            if client is None:
-                st = manager.states[server]
-                return ToolResult.error(
-                    f"MCP server {server!r} is not connected ({st.last_error or st.status}); "
-                    "roost reconnects in the background"
-                )
+            try:
+                client = manager.client(server)
+            except McpError as exc:  # not connected (roost reconnects in the background)
+                return ToolResult.error(str(exc))
             trace = call.trace or ctx.trace
             meta = trace.to_meta() if trace is not None else None
             caller = call.caller or ctx.agent
@@ -741,10 +713,6 @@ class McpManager:
 
         return Tool(spec, call_remote)
 
-    def _connected(self, server: str) -> bool:
-        state = self.states.get(server)
-        return state is not None and state.client is not None and state.status == "connected"
-
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
         """Which of resources / prompts the server really has (a declared capability
         with nothing behind it would only add noise to the agents' tool lists)."""
@@ -764,11 +732,8 @@ class McpManager:
                     log.info("MCP server %s: listing %s failed: %s", state.config.name, kind, exc)
         return offers
 
-    def _extra_tools(
-        self, state: ServerState, client: McpClient, taken: set[Any], offers: set[str]
-    ) -> list[Tool]:
+    def _extra_tools(self, state: ServerState, taken: set[Any], offers: set[str]) -> list[Tool]:
         server = state.config.name
-        caps = offers
         out: list[Tool] = []
 
         def add(name: str, description: str, schema: Mapping[str, Any], run: Any) -> None:
@@ -794,7 +759,7 @@ class McpManager:
             out.append(Tool(spec, handler))
 
         empty = {"type": "object", "properties": {}, "additionalProperties": False}
-        if "resources" in caps:
+        if "resources" in offers:
 
             async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_resources()
@@ -832,7 +797,7 @@ class McpManager:
                 },
                 read_resource,
             )
-        if "prompts" in caps:
+        if "prompts" in offers:
 
             async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 items = await self.client(server).list_prompts()

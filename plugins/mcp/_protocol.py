@@ -23,7 +23,6 @@ import binascii
 import json
 import re
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -179,6 +178,23 @@ _B64_PREFIX = "=?base64?"
 _B64_SUFFIX = "?="
 
 
+NAMED_METHODS = {TOOLS_CALL: "name", PROMPTS_GET: "name", RESOURCES_READ: "uri"}
+"""2026-07-28 methods whose target rides in the ``Mcp-Name`` header: the param it names."""
+
+
+def request_headers(message: Mapping[str, Any]) -> dict[str, str]:
+    """The ``Mcp-Method`` and ``Mcp-Name`` headers of a 2026-07-28 request over HTTP."""
+    method = message.get("method")
+    if not isinstance(method, str):
+        return {}
+    out = {HEADER_METHOD: method}
+    key = NAMED_METHODS.get(method)
+    params = message.get("params")
+    if key is not None and isinstance(params, Mapping) and isinstance(params.get(key), str):
+        out[HEADER_NAME] = encode_header_value(params[key])
+    return out
+
+
 def safe_tool_name(name: str) -> str:
     """``name`` with characters MCP does not allow replaced by ``_``, cut to 128."""
     cleaned = _NOT_TOOL_CHAR.sub("_", name)[:128]
@@ -224,22 +240,17 @@ class RequestMeta:
     client_capabilities: Mapping[str, Any] | None = None
     log_level: str | None = None
     progress_token: str | int | None = None
-    raw: Mapping[str, Any] = attrs.field(factory=dict)
-
-    @property
-    def era(self) -> str:
-        return ERA_STATELESS if self.protocol_version is not None else ERA_HANDSHAKE
 
 
 # What a request without ``_meta`` reads as (most handshake-era requests): built once.
-_NO_META = RequestMeta(raw=MappingProxyType({}))
+_NO_META = RequestMeta()
 
 
 def read_request_meta(params: Any) -> RequestMeta:
     """Read ``params._meta``; raises JsonRpcError(INVALID_PARAMS) naming a malformed field.
 
     A present but non-string protocol version, a non-object ``_meta`` or a progress token
-    that is neither a string nor an integer are errors; unknown keys are kept in ``raw``.
+    that is neither a string nor an integer are errors; unknown keys are ignored.
     """
     if params is None:
         return _NO_META
@@ -285,7 +296,7 @@ def read_request_meta(params: Any) -> RequestMeta:
             INVALID_PARAMS,
             f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}",
         )
-    return RequestMeta(version, info, caps, level, token, dict(meta))
+    return RequestMeta(version, info, caps, level, token)
 
 
 def request_era(params: Any) -> str:
@@ -352,12 +363,9 @@ def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def implementation(name: str, version: str, *, title: str | None = None) -> dict[str, Any]:
+def implementation(name: str, version: str) -> dict[str, Any]:
     """An MCP ``Implementation`` object (clientInfo / serverInfo)."""
-    out: dict[str, Any] = {"name": name, "version": version}
-    if title:
-        out["title"] = title
-    return out
+    return {"name": name, "version": version}
 
 
 def initialize_params(

@@ -83,7 +83,6 @@ class ServerSession:
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
-    initialized: bool = False
     client_info: Mapping[str, Any] | None = None
     client_capabilities: Mapping[str, Any] | None = None
     log_level: str | None = None
@@ -295,6 +294,16 @@ def agent_manifest_view(kernel: KernelAPI, name: str) -> dict[str, Any]:
         },
         "sandbox": m.sandbox,
     }
+
+
+_AGENT_VIEWS = (  # the resources of each agent: (kind, view, description)
+    ("card", agent_card, "The card of the {} agent: who it is, its skills and endpoints"),
+    ("manifest", agent_manifest_view, "The manifest (agent.json, public parts) of the {} agent"),
+)
+
+
+def _json_view(view: Callable[[KernelAPI, str], Any], kernel: KernelAPI, agent: str) -> str:
+    return json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)
 
 
 def extras(kernel: KernelAPI, hook_name: str, kind: type) -> list[Any]:
@@ -513,36 +522,20 @@ class McpServer:
         return self._index
 
     def resources(self) -> list[ResourceEntry]:
+        """Each agent's card and manifest (JSON), and on the host surface plugins' extras."""
         kernel = self.kernel
-        out: list[ResourceEntry] = []
-        for agent in self.agents:
-            for kind, view, what in (
-                (
-                    "card",
-                    agent_card,
-                    f"The card of the {agent} agent: who it is, its skills and endpoints",
-                ),
-                (
-                    "manifest",
-                    agent_manifest_view,
-                    f"The manifest (agent.json, public parts) of the {agent} agent",
-                ),
-            ):
-
-                def read(agent: str = agent, view: Any = view) -> str:
-                    return json.dumps(view(kernel, agent), ensure_ascii=False, indent=2)
-
-                uri = f"roost://agents/{agent}/{kind}"
-                out.append(
-                    ResourceEntry(
-                        uri,
-                        f"{agent}-{kind}",
-                        "application/json",
-                        what,
-                        read,
-                        title=f"{agent} {kind}",
-                    )
-                )
+        out = [
+            ResourceEntry(
+                f"roost://agents/{agent}/{kind}",
+                f"{agent}-{kind}",
+                "application/json",
+                what.format(agent),
+                partial(_json_view, view, kernel, agent),
+                title=f"{agent} {kind}",
+            )
+            for agent in self.agents
+            for kind, view, what in _AGENT_VIEWS
+        ]
         if self.agent is None:
             out.extend(extras(kernel, "roost_mcp_resources", ResourceEntry))
         return sorted(out, key=lambda r: r.uri)
@@ -661,13 +654,11 @@ class McpServer:
 
     def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
         params = note.params if isinstance(note.params, Mapping) else {}
-        if note.method == p.INITIALIZED:
-            session.initialized = True
-        elif note.method == p.NOTIFY_CANCELLED:
+        if note.method == p.NOTIFY_CANCELLED:
             request_id = params.get("requestId")
             if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
                 session.cancel(request_id)
-        # progress, roots/list_changed and unknown notifications need nothing from us.
+        # initialized, progress, roots/list_changed and unknown ones need nothing from us.
 
     async def _request(
         self, session: ServerSession, request: rpc.Request, notify: Notify | None
@@ -1036,17 +1027,17 @@ class McpServer:
                 )
         channel.responses_in = dict(responses)
 
+    def _state_tag(self, session_id: str) -> bytes:
+        digest = hmac.new(self._state_key, session_id.encode("utf-8"), hashlib.sha256)
+        return digest.hexdigest()[:32].encode("ascii")
+
     def _seal_state(self, session_id: str) -> str:
-        tag = hmac.new(self._state_key, session_id.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
-        return f"{session_id}.{tag}"
+        return f"{session_id}.{self._state_tag(session_id).decode()}"
 
     def _open_state(self, state: Any) -> str:
         if isinstance(state, str) and "." in state:
             session_id, _, tag = state.rpartition(".")
-            expected = hmac.new(
-                self._state_key, session_id.encode("utf-8"), hashlib.sha256
-            ).hexdigest()[:32]
-            if hmac.compare_digest(tag.encode("utf-8", "replace"), expected.encode("ascii")):
+            if hmac.compare_digest(tag.encode("utf-8", "replace"), self._state_tag(session_id)):
                 return session_id
         raise rpc.JsonRpcError(
             rpc.INVALID_PARAMS,
@@ -1069,19 +1060,12 @@ class McpServer:
         honoured = {key: True for key in keys.values() if wanted.get(key) is True}
         tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
-            await call.notify(
-                {
-                    "jsonrpc": "2.0",
-                    "method": p.NOTIFY_SUBSCRIPTIONS_ACK,
-                    "params": {"notifications": honoured, p.META: tag},
-                }
-            )
+            ack = {"notifications": honoured, p.META: tag}
+            await call.notify(rpc.Notification(p.NOTIFY_SUBSCRIPTIONS_ACK, ack).to_dict())
             async for event in events:
                 for method in change_notifications(event):
                     if keys[method] in honoured:
-                        await call.notify(
-                            {"jsonrpc": "2.0", "method": method, "params": {p.META: tag}}
-                        )
+                        await call.notify(rpc.Notification(method, {p.META: tag}).to_dict())
         return {}
 
     async def watch_changes(self, session: ServerSession, send: Notify) -> None:
@@ -1091,7 +1075,7 @@ class McpServer:
                 if not session.handshake_done or session.closed:
                     continue
                 for method in change_notifications(event):
-                    await send({"jsonrpc": "2.0", "method": method})
+                    await send(rpc.Notification(method).to_dict())
 
 
 def change_notifications(event: Event) -> list[str]:

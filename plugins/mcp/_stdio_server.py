@@ -133,14 +133,6 @@ async def serve_kernel_stdio(
 # ---- bridge to a running daemon ---------------------------------------------------------------
 
 
-async def live_daemon_url(home: Any) -> str | None:
-    """The base URL of the daemon serving ``home``, if one is alive and healthy."""
-    from roost.plugins.http import find_daemon
-
-    info = await find_daemon(home)
-    return info.url if info is not None else None
-
-
 async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -> None:
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
     from roost.plugins.http.client import sse_events
@@ -203,11 +195,7 @@ class DaemonBridge:
             version = params["_meta"].get(p.META_PROTOCOL_VERSION)
         if isinstance(version, str):
             headers[p.HEADER_PROTOCOL_VERSION] = version
-            if isinstance(message.get("method"), str):
-                headers[p.HEADER_METHOD] = message["method"]
-                name = params.get("name", params.get("uri"))
-                if isinstance(name, str):
-                    headers[p.HEADER_NAME] = p.encode_header_value(name)
+            headers.update(p.request_headers(message))
         else:
             if self.session_id:
                 headers[p.HEADER_SESSION_ID] = self.session_id
@@ -261,7 +249,9 @@ class DaemonBridge:
 
     def _refusal(self, status: int, body: bytes) -> str:
         """Why the daemon refused, naming the fix (said once on stderr, too)."""
-        detail = _error_text(body)
+        from roost.plugins.http.client import http_error_text
+
+        detail = http_error_text(body)
         if status in (401, 403):
             given = "a key that it refused" if self.api_key else "no key"
             message = (
@@ -388,18 +378,6 @@ class DaemonBridge:
             log.warning("lost the daemon's notification stream: %s", exc)
 
 
-def _error_text(body: bytes) -> str:
-    """The message inside an error body (JSON-RPC, roost's REST shape, or text), short."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body[:200].decode("utf-8", "replace").strip()
-    error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return error["message"][:300]
-    return ""
-
-
 # ---- the command ----------------------------------------------------------------------------
 
 
@@ -427,10 +405,11 @@ async def run_stdio(
     receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
     send_stream = trio.lowlevel.FdStream(stdout_fd)
     async with receive_stream, send_stream:
-        url = await live_daemon_url(config.home) if prefer_daemon else None
-        if url is not None:
-            from roost.plugins.http import resolve_api_key
+        from roost.plugins.http import find_daemon, resolve_api_key
 
+        daemon = await find_daemon(config.home) if prefer_daemon else None  # alive and healthy
+        if daemon is not None:
+            url = daemon.url
             log.info("roost mcp: bridging to the daemon at %s", url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
             bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
@@ -534,7 +513,6 @@ __all__ = [
     "encode_message",
     "is_jsonrpc_message",
     "isolate_stdout",
-    "live_daemon_url",
     "run_stdio",
     "serve_kernel_stdio",
     "stdio_loop",

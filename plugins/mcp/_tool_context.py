@@ -113,20 +113,12 @@ class _client_channel:
         send, receive = trio.open_memory_channel[Any](1)
         session.outgoing[request_id] = send
         try:
-            message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-            if params is not None:
-                message["params"] = dict(params)
-            await call.notify(message)
+            await call.notify(rpc.Request(method, params, request_id).to_dict())
             with trio.move_on_after(timeout_s) as scope:
                 reply = await receive.receive()
             if scope.cancelled_caught:
-                await call.notify(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": p.NOTIFY_CANCELLED,
-                        "params": p.cancelled_params(request_id, "timed out"),
-                    }
-                )
+                cancelled = p.cancelled_params(request_id, "timed out")
+                await call.notify(rpc.Notification(p.NOTIFY_CANCELLED, cancelled).to_dict())
                 raise ClientRequestFailed(
                     f"{method}: the MCP client did not answer within {timeout_s:g} s"
                 )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from roost.kernel import Event, EventKind, KernelAPI, TraceContext
+from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._tool_context import LOG_EVENT, PROGRESS_EVENT
@@ -113,13 +114,8 @@ class _RunWatcher:
         if event.kind == LOG_EVENT:
             level = payload.get("level", "info")
             if p.log_level_allows(self.call.log_level, level):
-                await notify(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": p.NOTIFY_MESSAGE,
-                        "params": p.log_params(level, payload.get("data"), payload.get("logger")),
-                    }
-                )
+                params = p.log_params(level, payload.get("data"), payload.get("logger"))
+                await notify(rpc.Notification(p.NOTIFY_MESSAGE, params).to_dict())
             return
         if self.token is None:
             return
@@ -131,15 +127,10 @@ class _RunWatcher:
                 and (self._reported is None or value > self._reported)
             ):
                 self._reported = value  # progress must increase; a repeat or a step back is dropped
-                await notify(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": p.NOTIFY_PROGRESS,
-                        "params": p.progress_params(
-                            self.token, value, payload.get("total"), payload.get("message")
-                        ),
-                    }
+                params = p.progress_params(
+                    self.token, value, payload.get("total"), payload.get("message")
                 )
+                await notify(rpc.Notification(p.NOTIFY_PROGRESS, params).to_dict())
             return
         if not self.heartbeat:
             return
@@ -156,13 +147,8 @@ class _RunWatcher:
             message = str(payload.get("message") or f"{event.source}: working")
         else:
             message = f"{event.source} is answering"
-        await notify(
-            {
-                "jsonrpc": "2.0",
-                "method": p.NOTIFY_PROGRESS,
-                "params": p.progress_params(self.token, self._count, None, message),
-            }
-        )
+        params = p.progress_params(self.token, self._count, None, message)
+        await notify(rpc.Notification(p.NOTIFY_PROGRESS, params).to_dict())
 
 
 class _EventRouter:

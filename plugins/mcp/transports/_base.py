@@ -1,15 +1,17 @@
 """What every client transport offers the MCP client session.
 
-A transport moves whole JSON-RPC messages (decoded JSON objects). Incoming messages
-arrive on ``incoming`` (a bounded channel closed when the connection ends, with the
-reason in ``closed_reason``); ``send`` hands one message to the peer.
+A transport (stdio, Streamable HTTP, HTTP+SSE) moves whole JSON-RPC messages (decoded
+JSON objects). Incoming messages arrive on ``incoming`` (a bounded channel closed when the
+connection ends, with the reason in ``closed_reason``); ``send`` hands one message to the
+peer (``TransportClosed`` once it is gone); ``set_protocol_version`` tells it the
+negotiated version (HTTP sends it as a header); ``cancel_request`` aborts a request's
+exchange and returns True when that is itself the cancellation (closing its HTTP stream).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
 
 import trio
 from roost.kernel import RoostError
@@ -149,22 +151,3 @@ class TransportError(RoostError):
     """The transport could not be opened or refused a message."""
 
     code = "mcp_transport_error"
-
-
-class ClientTransport(Protocol):
-    """The interface of stdio, Streamable HTTP and HTTP+SSE client transports."""
-
-    kind: str
-    incoming: Any  # trio.MemoryReceiveChannel[dict]
-    closed_reason: str | None
-
-    async def send(self, message: Mapping[str, Any]) -> None:
-        """Deliver one JSON-RPC message; raises TransportClosed when the peer is gone."""
-
-    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
-        """Tell the transport the negotiated version (HTTP sends it as a header)."""
-
-    def cancel_request(self, request_id: Any) -> bool:
-        """Abort the transport-level exchange of a request (HTTP: close its stream).
-
-        Returns True when closing the stream is itself the cancellation signal."""

@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -49,12 +48,11 @@ from roost.plugins.http.client import (
 
 from .._protocol import (
     HEADER_LAST_EVENT_ID,
-    HEADER_METHOD,
-    HEADER_NAME,
     HEADER_PROTOCOL_VERSION,
     HEADER_SESSION_ID,
     MAX_MESSAGE_BYTES,
     encode_header_value,
+    request_headers,
 )
 from ._base import (
     INCOMING_BUFFER,
@@ -236,29 +234,14 @@ class HttpTransport:
             out[HEADER_PROTOCOL_VERSION] = self.protocol_version
         if self.session_id and not self.modern:
             out[HEADER_SESSION_ID] = self.session_id
-        if self.modern and message is not None and isinstance(message.get("method"), str):
-            out[HEADER_METHOD] = message["method"]
+        if self.modern and message is not None:
+            out.update(request_headers(message))
             params = message.get("params")
-            if isinstance(params, Mapping) and message["method"] in (
-                "tools/call",
-                "prompts/get",
-                "resources/read",
-            ):
-                target = (
-                    params.get("uri")
-                    if message["method"] == "resources/read"
-                    else params.get("name")
-                )
-                if isinstance(target, str):
-                    out[HEADER_NAME] = encode_header_value(target)
-                if (
-                    message["method"] == "tools/call"
-                    and isinstance(target, str)
-                    and target in self._tool_schemas
-                ):
-                    out.update(
-                        mcp_param_headers(self._tool_schemas[target], params.get("arguments"))
-                    )
+            if message.get("method") == "tools/call" and isinstance(params, Mapping):
+                name = params.get("name")
+                if isinstance(name, str) and name in self._tool_schemas:
+                    schema = self._tool_schemas[name]
+                    out.update(mcp_param_headers(schema, params.get("arguments")))
         return out
 
     def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
@@ -297,9 +280,8 @@ class HttpTransport:
                 "POST", self.url, content=body, headers=headers
             ) as response:
                 status = response.status_code
-                error_body = await read_error_body(
-                    response
-                )  # a notification's answer is 202, no body
+                # a notification's answer is 202, no body
+                error_body = await read_error_body(response)
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
         if status == 404 and self.session_id and not self.modern:
@@ -341,15 +323,12 @@ class HttpTransport:
                         outcome.failure,
                         retry["id"],
                     )
-                    retry_body = json.dumps(
-                        retry, ensure_ascii=False, separators=(",", ":")
-                    ).encode("utf-8")
-                    outcome = await self._attempt(retry, retry_body, request_id)
+                    outcome = await self._attempt(retry, encode_body(retry), request_id)
         finally:
             self._streams.pop(request_id, None)
         if not outcome.answered and not scope.cancel_called:
             failure = outcome.failure or "the response stream ended without an answer"
-            await self._push(http_error_message(request_id, 0, failure.encode()))
+            await self._answer_error(request_id, 0, failure.encode())
 
     async def _attempt(self, message: Mapping[str, Any], body: bytes, request_id: Any) -> _Outcome:
         """One POST of ``message`` (whose id may be a re-issue id); answers are forwarded
@@ -377,24 +356,19 @@ class HttpTransport:
                     await self._lost("the server ended the session (HTTP 404)")
                     return _Outcome(answered=True)
                 if status >= 400:
-                    data = await read_error_body(response)
-                    await self._push(
-                        http_error_message(
-                            request_id,
-                            status,
-                            data,
-                            retry_after=retry_after_s(response.headers),
-                            hint=refusal_hint(self.name, self.headers, status),
-                        )
+                    return await self._answer_error(
+                        request_id,
+                        status,
+                        await read_error_body(response),
+                        retry_after=retry_after_s(response.headers),
+                        hint=refusal_hint(self.name, self.headers, status),
                     )
-                    return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
                     try:
                         data = await read_body(response, MAX_MESSAGE_BYTES, what="the JSON answer")
                     except ResponseTooLarge as exc:
-                        await self._push(http_error_message(request_id, status, str(exc).encode()))
-                        return _Outcome(answered=True)
+                        return await self._answer_error(request_id, status, str(exc).encode())
                     for item in json_messages(data.decode("utf-8", "replace")):
                         item, is_answer = _as_answer_to(item, wire_id, request_id)
                         answered = answered or is_answer
@@ -411,12 +385,8 @@ class HttpTransport:
                 elif status == 202:
                     return _Outcome(answered=True)  # nothing to wait for
                 else:
-                    await self._push(
-                        http_error_message(
-                            request_id, status, f"unexpected content type {ctype!r}".encode()
-                        )
-                    )
-                    return _Outcome(answered=True)
+                    unexpected = f"unexpected content type {ctype!r}".encode()
+                    return await self._answer_error(request_id, status, unexpected)
         except httpx.HTTPError as exc:
             if answered:
                 return _Outcome(answered=True)
@@ -429,8 +399,15 @@ class HttpTransport:
             failure = f"{doing} {shown} failed: {type(exc).__name__}: {exc}"
             return _Outcome(answered=False, broken=broken, failure=failure)
         except ValueError as exc:
-            await self._push(http_error_message(request_id, 0, f"bad SSE stream: {exc}".encode()))
-            return _Outcome(answered=True)
+            return await self._answer_error(request_id, 0, f"bad SSE stream: {exc}".encode())
+        return _Outcome(answered=True)
+
+    async def _answer_error(
+        self, request_id: Any, status: int, body: bytes, **facts: Any
+    ) -> _Outcome:
+        """Answer ``request_id`` with the JSON-RPC error for an HTTP failure (``facts``:
+        ``retry_after``, ``hint``; see ``http_error_message``)."""
+        await self._push(http_error_message(request_id, status, body, **facts))
         return _Outcome(answered=True)
 
     async def _read_sse(
@@ -562,10 +539,9 @@ async def open_http_transport(
 
     ``url`` is checked against SSRF rules once (``resolver`` replaces DNS in tests) and
     every request connects to the checked address (no second lookup to rebind)."""
-    timeout = httpx.Timeout(timeout_secs, read=None)
     async with open_guarded_client(
         url,
-        timeout=timeout,
+        timeout_secs=timeout_secs,
         allow_private=allow_private,
         allow_loopback=allow_loopback,
         resolver=resolver,

@@ -23,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, check_url, jsonrpc, public_url
+from roost.kernel import AddressPins, Resolver, jsonrpc, public_url
 from roost.plugins.http.client import (
     PinnedTransport,
     http_error_text,
@@ -61,13 +61,6 @@ def json_messages(data: str) -> list[dict[str, Any]]:
     return []
 
 
-async def check_server_url(url: str, *, allow_private: bool, allow_loopback: bool) -> None:
-    """The SSRF guard for a configured MCP server URL (after DNS resolution)."""
-    await check_url(
-        url, allow_private=allow_private, allow_loopback=allow_loopback, allow_hint=ALLOW_HINT
-    )
-
-
 # ---- HTTP errors from a peer (the MCP HTTP transports) ---------------------------------
 
 HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
@@ -100,13 +93,10 @@ def http_error_message(
         and isinstance(error.get("message"), str)
     ):
         code, data = error["code"], error.get("data")
-    text = http_error_text(body)
     if status:
-        message = http_status_line(status) + (f": {text}" if text else "")
+        message = status_report(status, body, hint)
     else:
-        message = text or "no answer from the server"
-    if hint:
-        message += f" ({hint})"
+        message = (http_error_text(body) or "no answer from the server") + _aside(hint)
     facts: dict[str, Any] = {"httpStatus": status}
     if retry_after is not None:
         facts["retryAfter"] = retry_after
@@ -121,6 +111,16 @@ def http_error_message(
     }
 
 
+def status_report(status: int, body: bytes, hint: str | None = None) -> str:
+    """``HTTP 401 Unauthorized: <the server's words> (<hint>)``."""
+    text = http_error_text(body)
+    return http_status_line(status) + (f": {text}" if text else "") + _aside(hint)
+
+
+def _aside(hint: str | None) -> str:
+    return f" ({hint})" if hint else ""
+
+
 def encode_body(message: Mapping[str, Any]) -> bytes:
     """``message`` as compact UTF-8 JSON; over ``MAX_MESSAGE_BYTES`` it is refused."""
     body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -133,14 +133,9 @@ def refused(
     name: str, headers: Mapping[str, str], message: Mapping[str, Any], status: int, body: bytes
 ) -> TransportError:
     """The error for a POST of ``message`` that the server refused with HTTP ``status``."""
-    text = http_error_text(body)
-    hint = refusal_hint(name, headers, status)
     what = message.get("method", "a message")
-    return TransportError(
-        f"MCP server {name!r} refused {what} with {http_status_line(status)}"
-        + (f": {text}" if text else "")
-        + (f" ({hint})" if hint else "")
-    )
+    report = status_report(status, body, refusal_hint(name, headers, status))
+    return TransportError(f"MCP server {name!r} refused {what} with {report}")
 
 
 def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | None:
@@ -159,14 +154,15 @@ def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | No
 async def open_guarded_client(
     url: str,
     *,
-    timeout: httpx.Timeout,
+    timeout_secs: float,
     allow_private: bool,
     allow_loopback: bool,
     resolver: Resolver | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused`` if it
     may not be used) and every request connects to the checked address. Environment
-    proxies are ignored (a proxy would resolve the name itself)."""
+    proxies are ignored (a proxy would resolve the name itself). Reads wait as long as
+    the server takes (streams stay open); the rest is bounded by ``timeout_secs``."""
     pins = AddressPins(
         allow_private=allow_private,
         allow_loopback=allow_loopback,
@@ -175,7 +171,10 @@ async def open_guarded_client(
     )
     await pins.addresses(url)
     async with httpx.AsyncClient(
-        timeout=timeout, follow_redirects=False, trust_env=False, transport=PinnedTransport(pins)
+        timeout=httpx.Timeout(timeout_secs, read=None),
+        follow_redirects=False,
+        trust_env=False,
+        transport=PinnedTransport(pins),
     ) as http:
         yield http
 
@@ -210,9 +209,8 @@ class SseTransport:
         self.incoming = incoming
         self.endpoint: str | None = None
         self.closed_reason: str | None = None
-        self._send_channel = (
-            send_channel  # the stream reader's: answers to refused requests go there too
-        )
+        # the stream reader's: answers to refused requests go there too
+        self._send_channel = send_channel
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None or self.endpoint is None:
@@ -228,9 +226,8 @@ class SseTransport:
                 headers={**self.headers, "Content-Type": "application/json"},
             ) as response:
                 status = response.status_code
-                error_body = await read_error_body(
-                    response
-                )  # the answer is on the stream: this is 202 text
+                # the answer is on the stream: this body is 202's text
+                error_body = await read_error_body(response)
         except httpx.HTTPError as exc:
             raise TransportClosed(
                 f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})"
@@ -274,10 +271,9 @@ async def open_sse_transport(
     """Open the SSE stream at ``url``, wait (up to ``timeout_secs``) for the ``endpoint``
     event and yield the transport. The endpoint must have the stream's origin. The URL is
     checked against SSRF rules once; every request goes to the checked address."""
-    timeout = httpx.Timeout(timeout_secs, read=None)
     async with open_guarded_client(
         url,
-        timeout=timeout,
+        timeout_secs=timeout_secs,
         allow_private=allow_private,
         allow_loopback=allow_loopback,
         resolver=resolver,
@@ -293,16 +289,13 @@ async def open_sse_transport(
                     async with http.stream("GET", url, headers=request_headers) as response:
                         status = response.status_code
                         if status != 200:
-                            text = http_error_text(await read_error_body(response))
                             hint = (
                                 refusal_hint(name, transport.headers, status)
                                 or "is this an HTTP+SSE endpoint?"
                             )
+                            report = status_report(status, await read_error_body(response), hint)
                             raise TransportError(
-                                f"MCP server {name!r}: GET {public_url(url)} answered "
-                                f"{http_status_line(status)}"
-                                + (f": {text}" if text else "")
-                                + f" ({hint})"
+                                f"MCP server {name!r}: GET {public_url(url)} answered {report}"
                             )
                         ctype = response.headers.get("content-type", "")
                         if not ctype.startswith("text/event-stream"):
