@@ -26,7 +26,9 @@ from roost.kernel import (
 
 from ._base import (
     HttpProvider,
+    expect_answer,
     expect_mapping,
+    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
@@ -35,9 +37,6 @@ from ._http import (
     ProviderResponseError,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
 )
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -118,13 +117,7 @@ class GeminiWire:
     # -- responses --
 
     def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
-        data = expect_mapping(data, "the response", "gemini")
-        if data.get("error"):
-            err = data["error"]
-            raise ProviderResponseError(
-                "gemini reported an error: "
-                f"{err.get('message') if isinstance(err, Mapping) else err}"
-            )
+        data = expect_answer(data, "the response", "gemini")
         usage = None
         meta = data.get("usageMetadata")
         if isinstance(meta, Mapping):
@@ -186,10 +179,6 @@ class GeminiStreamAssembler:
         self._finish: str | None = None
         self._usage = Usage()
 
-    @property
-    def done(self) -> bool:
-        return self._finish is not None
-
     def feed(self, event: Any) -> str:
         texts, calls, finish, usage = self._wire._parts(sse_json(event, "gemini"))
         self._calls += calls
@@ -220,18 +209,16 @@ def create_gemini(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "gemini"`` (``GEMINI_API_KEY``)."""
-    name = model_name("gemini", model, "gemini-2.5-flash")
-    s = load_settings(
+    return http_provider(
         "gemini",
+        GeminiWire(),
+        model,
         settings,
-        default_base_url=GEMINI_BASE_URL,
-        default_key_env="GEMINI_API_KEY",
-        key_required=True,
+        example="gemini-2.5-flash",
+        base_url=GEMINI_BASE_URL,
+        key_env="GEMINI_API_KEY",
+        auth=lambda key: {"x-goog-api-key": key} if key else {},
         env=env,
-    )
-    auth = {"x-goog-api-key": s.api_key} if s.api_key else {}
-    return HttpProvider(
-        "gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model)
     )
 
 
