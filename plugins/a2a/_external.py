@@ -225,7 +225,6 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             await trio.sleep(delay)
             delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
             continue
-        service.external_cards[agent.name] = info
         service.external_errors.pop(agent.name, None)
         try:
             service.kernel.add_tool(external_tool(agent, info, options))

@@ -322,7 +322,7 @@ def parse_jsonrpc(
         raise
 
 
-def result_json(dialect: str, rpc_id: Any, result: Any) -> dict[str, Any]:
+def result_json(rpc_id: Any, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "result": result}
 
 

@@ -88,7 +88,6 @@ class A2AService:
         self.tasks: TaskManager | None = None
         self.push: PushDispatcher | None = None
         self.ready = trio.Event()
-        self.external_cards: dict[str, Any] = {}
         self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
@@ -223,18 +222,13 @@ class A2AService:
         return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
-        self,
-        op: p.Operation,
-        agent: str | None,
-        trace: TraceContext | None,
-        base_url: str,
-        owner: str,
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the principal ``owner`` (who sees only its own
+        """Run a non-streaming operation for the request's principal (who sees only its own
         tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
         it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, base_url, owner)
+            return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
 
@@ -372,11 +366,12 @@ class A2AService:
         return trace
 
     async def open_stream(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> AsyncIterator[dict]:
-        """Start a streaming operation for ``owner`` (errors raise here, before any byte is
-        sent) and return the iterator of its events rendered in ``op.dialect``."""
+        """Start a streaming operation for the request's principal (errors raise here, before
+        any byte is sent) and return the iterator of its events rendered in ``op.dialect``."""
         tasks = self._tasks()
+        owner = self.owner_of(req)
         try:
             if op.op == "stream":
                 live = await self._send(op, agent, trace, owner)
@@ -610,14 +605,11 @@ def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
                 payload = wrap(event) if wrap else event
                 yield f"data: {_dumps(payload)}\n\n".encode()
         except m.A2AError as exc:  # an error after the stream began ends it with an error event
-            yield f"data: {_dumps(wrap_error(exc) if wrap else exc.rest_error())}\n\n".encode()
+            error = p.error_json(None, exc) if wrap else exc.rest_error()
+            yield f"data: {_dumps(error)}\n\n".encode()
 
     headers = (("Cache-Control", "no-store"), ("X-Accel-Buffering", "no"))
     return PlainResponse(200, body(), "text/event-stream; charset=utf-8", headers)
-
-
-def wrap_error(exc: m.A2AError) -> dict:
-    return p.error_json(None, exc)
 
 
 def _daemon_error(
@@ -627,12 +619,6 @@ def _daemon_error(
     same renderers the HTTP layer uses for its own errors on these routes)."""
     body, content_type = _renderer(binding)(status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
-
-
-def _problem(binding: str) -> PlainResponse:
-    return _daemon_error(
-        binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)"
-    )
 
 
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
@@ -684,11 +670,7 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
 
 
 def _error(
-    binding: str,
-    req: PlainRequest,
-    args: Mapping[str, Any],
-    exc: m.A2AError,
-    status: int | None = None,
+    binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
     """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
     unless ``status``), else the AIP-193 error object with the error's HTTP status."""
@@ -706,7 +688,7 @@ def _route_agent(
         return None
     reason = service.unavailable_reason(name)
     if reason is not None:
-        return _error(binding, req, args, agent_unavailable(name, reason))
+        return _error(binding, req, agent_unavailable(name, reason))
     known = ", ".join(service.a2a_agents()) or "none"
     lp = service.settings.listen_path
     exc = m.A2AError(
@@ -714,7 +696,7 @@ def _route_agent(
         f"no A2A agent {str(name)[:100]!r} here; A2A agents: {known} (each "
         f"at {lp}/agents/<name>/..., the primary one at {lp}/...)",
     )
-    return _error(binding, req, args, exc, 404)
+    return _error(binding, req, exc, 404)
 
 
 def _gate(
@@ -726,7 +708,9 @@ def _gate(
     auth: bool = True,
 ) -> PlainResponse | None:
     if service is None:
-        return _problem(binding)
+        return _daemon_error(
+            binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)"
+        )
     return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(
         service, req, binding, args
     )
@@ -743,7 +727,7 @@ def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResp
         return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
     reason = service.unavailable_reason(primary)
     if reason is not None:
-        return _error("card", req, {}, agent_unavailable(primary, reason))
+        return _error("card", req, agent_unavailable(primary, reason))
     return primary
 
 
@@ -793,7 +777,7 @@ async def _jsonrpc(
     try:
         p.check_content_type(headers.get("Content-Type"))
     except m.A2AError as exc:
-        return _error("jsonrpc", req, {}, exc)
+        return _error("jsonrpc", req, exc)
     try:
         op = p.parse_jsonrpc(
             req.body,
@@ -810,14 +794,12 @@ async def _jsonrpc(
     try:
         trace = header_trace(headers)
         if streaming:
-            events = await service.open_stream(op, name, trace, service.owner_of(req))
-            return _sse(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-        result = await service.execute(
-            op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req)
-        )
+            events = await service.open_stream(op, name, trace, req)
+            return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
+        result = await service.execute(op, name, trace, req)
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
-    return _json(p.result_json(op.dialect, op.id, result))
+    return _json(p.result_json(op.id, result))
 
 
 async def _rest(
@@ -842,17 +824,9 @@ async def _rest(
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(
-                op, name, header_trace(req.headers), service.owner_of(req)
-            )
+            events = await service.open_stream(op, name, header_trace(req.headers), req)
             return _sse(_events_v03(events) if legacy_prefix else events)
-        result = await service.execute(
-            op,
-            name,
-            header_trace(req.headers),
-            req.base_url if op.op == "card" else "",
-            service.owner_of(req),
-        )
+        result = await service.execute(op, name, header_trace(req.headers), req)
         if legacy_prefix:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
@@ -876,9 +850,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         if is_mapping(params) and ("jsonrpc" in params or "method" in params):
             return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(
-            op, None, header_trace(req.headers), "", service.owner_of(req)
-        )
+        result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -898,12 +870,10 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
                 f"send {method[:100]!r} to {lp}/jsonrpc",
             )
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
-        result = await service.execute(
-            op, None, header_trace(req.headers), "", service.owner_of(req)
-        )
+        result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
-    return _json(p.result_json(m.V01, rpc_id, result))
+    return _json(p.result_json(rpc_id, result))
 
 
 async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
@@ -912,7 +882,7 @@ async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> P
         if "historyLength" in req.args:
             params["historyLength"] = req.args["historyLength"]
         op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
-        result = await service.execute(op, None, None, "", service.owner_of(req))
+        result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -920,13 +890,8 @@ async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> P
 
 async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
     try:
-        result = await service.execute(
-            p.Operation("cancel", p.TaskQuery(task_id), m.V01),
-            None,
-            None,
-            "",
-            service.owner_of(req),
-        )
+        op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
+        result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
