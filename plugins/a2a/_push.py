@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, UrlRefused, check_url
+from roost.kernel import AddressPins, Resolver, UrlRefused
 from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
@@ -74,16 +74,19 @@ class PushDispatcher:
         self.failed = 0
         self.dropped = 0
 
+    def _pins(self) -> AddressPins:
+        """A fresh set of pins under this dispatcher's SSRF rules."""
+        return AddressPins(
+            allow_private=self.settings.allow_private,
+            allow_loopback=self.settings.allow_loopback,
+            resolver=self.resolver,
+            allow_hint=ALLOW_HINT,
+        )
+
     async def check_url(self, url: str, *, field: str) -> None:
         """-32602 naming ``field`` if ``url`` may not receive notifications."""
         try:
-            await check_url(
-                url,
-                allow_private=self.settings.allow_private,
-                allow_loopback=self.settings.allow_loopback,
-                resolver=self.resolver,
-                allow_hint=ALLOW_HINT,
-            )
+            await self._pins().addresses(url)
         except UrlRefused as exc:
             raise m.invalid(field, f"webhook URL refused: {exc}") from None
 
@@ -127,12 +130,7 @@ class PushDispatcher:
         """POST one notification, retrying with backoff; True once a 2xx came back. The
         URL's host is resolved and checked once; every attempt connects to an address that
         check approved (never to a second DNS answer)."""
-        pins = AddressPins(
-            allow_private=self.settings.allow_private,
-            allow_loopback=self.settings.allow_loopback,
-            resolver=self.resolver,
-            allow_hint=ALLOW_HINT,
-        )
+        pins = self._pins()
         inner = self._transport
         if inner is None:
             if self._tls is None:
