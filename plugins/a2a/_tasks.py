@@ -257,9 +257,14 @@ class TaskManager:
                 raise self._not_found(task_id)
             return live
         task, served_by, dialect = await self.find(task_id, agent=agent, owner=owner)
-        live = self.live.get(task_id)  # another request may have loaded it meanwhile
+        return self._hold(task_id, task, served_by, dialect, owner)
+
+    def _hold(self, task_id: str, task: m.Task, agent: str, dialect: str, owner: str) -> LiveTask:
+        """The ``LiveTask`` of a stored task just read: the one another request loaded
+        meanwhile, else a new idle one, kept in memory unless the task is finished."""
+        live = self.live.get(task_id)
         if live is None:
-            live = LiveTask(task, served_by, dialect, owner)
+            live = LiveTask(task, agent, dialect, owner)
             live.done.set()
             if not task.terminal:
                 self.live[task_id] = live
@@ -725,9 +730,10 @@ class TaskManager:
         live.store_error = exc
         live.unstored = True
         task = live.task
-        text = f"{exc}" if str(exc).startswith("storage failed") else f"storage failed: {exc}"
         msg = m.agent_message(
-            f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id
+            f"{storage_failed(exc).message}; this task's outcome was not kept",
+            context_id=task.context_id,
+            task_id=task.id,
         )
         status = m.TaskStatus(m.FAILED, msg, m.now_iso())
         live.task = task.moved_to(status)
@@ -817,20 +823,16 @@ class TaskManager:
                     return
                 try:
                     task = m.task_from_json(row.data["task"])
-                except (
-                    m.A2AError,
-                    KeyError,
-                    TypeError,
-                ) as exc:  # not ours: trying again would not help
+                except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
                     log.error(
                         "A2A task %s: its stored row is unreadable (%s); it cannot expire",
                         task_id,
                         exc,
                     )
                     return
-                live = LiveTask(task, row.agent, row.data.get("dialect", m.V1), row.owner)
-                live.done.set()
-                self.live[task_id] = live
+                live = self._hold(
+                    task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
+                )
         if live.running or live.changing or live.task.status.state not in m.INTERRUPTED_STATES:
             return
         live.running, live.done = True, trio.Event()  # a send or cancel meanwhile waits for this
