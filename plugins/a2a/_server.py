@@ -731,25 +731,18 @@ def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResp
     return primary
 
 
-def _root_card_route(card: Any) -> Any:
-    """The route of the host's root card built by ``card(service, name, base_url)``: the
-    primary agent's."""
+def _card_route(card: Any) -> Any:
+    """The route of a card built by ``card(service, name, base_url)``: the agent's named in
+    the path, else (the host's root card) the primary agent's."""
 
-    async def route(service: A2AService, req: PlainRequest) -> PlainResponse:
-        primary = _primary_or_error(service, req)
-        if isinstance(primary, PlainResponse):
-            return primary
-        return _card_response(req, card(service, primary, req.base_url))
+    async def route(service: A2AService, req: PlainRequest, name: str | None = None) -> Any:
+        if name is None:
+            name = _primary_or_error(service, req)
+            if isinstance(name, PlainResponse):
+                return name
+        return _card_response(req, card(service, name, req.base_url))
 
     return route
-
-
-async def _agent_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
-    return _card_response(req, build_card(service, name, req.base_url))
-
-
-async def _agent_legacy_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
-    return _card_response(req, legacy_card(service, name, req.base_url))
 
 
 async def _list_agents(service: A2AService, req: PlainRequest) -> PlainResponse:
@@ -876,21 +869,19 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     return _json(p.result_json(rpc_id, result))
 
 
-async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
+async def _legacy_task(
+    service: A2AService, req: PlainRequest, task_id: str, *, cancel: bool = False
+) -> PlainResponse:
+    """The seed's ``GET /a2a/tasks/{id}`` (``historyLength`` in the query) and ``POST
+    /a2a/tasks/{id}/cancel``."""
     try:
-        params = {"id": task_id}
-        if "historyLength" in req.args:
-            params["historyLength"] = req.args["historyLength"]
-        op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
-        result = await service.execute(op, None, None, req)
-    except m.A2AError as exc:
-        return _json(exc.rest_error(), exc.http_status)
-    return _json(result)
-
-
-async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
-    try:
-        op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
+        if cancel:
+            op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
+        else:
+            params = {"id": task_id}
+            if "historyLength" in req.args:
+                params["historyLength"] = req.args["historyLength"]
+            op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
         result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
@@ -926,27 +917,16 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
             render_error=_renderer(binding),
         )
 
+    def card(path: str, build: Any) -> RouteDescriptor:
+        return route(path, _card_route(build), ("GET",), "card", public=True)
+
     methods_all = ("GET", "POST", "DELETE")
-    root_card = _root_card_route(partial(build_card, root=True))
-    root_legacy_card = _root_card_route(legacy_card)
     return [
-        route("/.well-known/agent-card.json", root_card, ("GET",), "card", public=True),
-        route("/.well-known/agent.json", root_legacy_card, ("GET",), "card", public=True),
+        card("/.well-known/agent-card.json", partial(build_card, root=True)),
+        card("/.well-known/agent.json", legacy_card),
         route(f"{lp}/agents", _list_agents, ("GET",), "card", public=True),
-        route(
-            f"{lp}/agents/<name>/.well-known/agent-card.json",
-            _agent_card,
-            ("GET",),
-            "card",
-            public=True,
-        ),
-        route(
-            f"{lp}/agents/<name>/.well-known/agent.json",
-            _agent_legacy_card,
-            ("GET",),
-            "card",
-            public=True,
-        ),
+        card(f"{lp}/agents/<name>/.well-known/agent-card.json", build_card),
+        card(f"{lp}/agents/<name>/.well-known/agent.json", legacy_card),
         route(f"{lp}/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         # The 0.3 paths have routes of their own so that the daemon's errors there are in
@@ -956,8 +936,8 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/agents/<name>/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),
-        route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",), "v01"),
-        route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",), "v01"),
+        route(f"{lp}/tasks/<task_id>", _legacy_task, ("GET",), "v01"),
+        route(f"{lp}/tasks/<task_id>/cancel", partial(_legacy_task, cancel=True), ("POST",), "v01"),
     ]
 
 
