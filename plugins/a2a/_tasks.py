@@ -614,17 +614,16 @@ class TaskManager:
                 context_id=live.task.context_id,
                 principal=live.owner,
             )
-        if not span.recording:
-            await self._run_task(live, message, server)
-            return
         try:
             await self._run_task(live, message, server)
         finally:
-            status = live.task.status
-            failed = status.state in (m.FAILED, m.REJECTED, m.CANCELED) or not live.settled
-            span.set(state=m.state_to_json(status.state, m.V03))
-            reason = status.message.text()[:500] if status.message is not None else None
-            span.end((reason or f"task {m.state_to_json(status.state, m.V03)}") if failed else None)
+            if span.recording:
+                status = live.task.status
+                state = m.state_to_json(status.state, m.V03)
+                failed = status.state in (m.FAILED, m.REJECTED, m.CANCELED) or not live.settled
+                span.set(state=state)
+                reason = status.message.text()[:500] if status.message is not None else None
+                span.end((reason or f"task {state}") if failed else None)
 
     async def _run_task(self, live: LiveTask, message: m.Message, trace: TraceContext) -> None:
         task = live.task
