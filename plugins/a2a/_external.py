@@ -205,9 +205,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         try:
             async with A2AClient(**options) as client:  # each request bounded by its timeout
                 info = await client.discover(agent.url)
-        except (
-            Exception
-        ) as exc:  # whatever it was (a bad card, a refusal, a crash): try again later
+        except Exception as exc:  # whatever it was (a bad card, a refusal, a crash): try again
             if isinstance(exc, m.A2AError):
                 reason = exc.message + _credentials_hint(agent, exc)
             else:

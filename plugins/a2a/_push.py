@@ -162,9 +162,8 @@ class PushDispatcher:
         delay = self.settings.backoff_s
         for attempt in range(1, self.settings.retries + 1):
             try:
-                await pins.addresses(
-                    config.url
-                )  # checked on the first attempt, pinned for the rest
+                # Checked on the first attempt, pinned for the rest.
+                await pins.addresses(config.url)
                 # The status is the whole answer: the body, however long, is never read.
                 async with client.stream(
                     "POST", config.url, content=payload, headers=headers

@@ -36,9 +36,8 @@ class ExternalAgent:
 
     name: str
     url: str
-    headers: Mapping[str, str] = attrs.field(
-        factory=dict, repr=False
-    )  # sent on every request (credentials)
+    # Sent on every request (credentials).
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
 
 
 @attrs.frozen

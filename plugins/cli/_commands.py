@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import trio
 from roost.kernel import KernelAPI, RoostError
-from roost.plugins.http import DaemonInfo, find_daemon, resolve_api_key
+from roost.plugins.http import find_daemon, resolve_api_key
 
 from ._client import DaemonClient, TokenRuns
 
@@ -59,11 +59,10 @@ def api_key_for(config: Any, env: Mapping[str, str] | None = None) -> str | None
     return resolve_api_key(config.http, os.environ if env is None else env)[0]
 
 
-async def _daemon(config: Any) -> tuple[DaemonInfo | None, DaemonClient | None]:
+async def _daemon(config: Any) -> DaemonClient | None:
+    """A client of the daemon running for ``config.home``, or None when none is."""
     info = await find_daemon(config.home)
-    if info is None:
-        return None, None
-    return info, DaemonClient(info, api_key_for(config))
+    return None if info is None else DaemonClient(info, api_key_for(config))
 
 
 # ---- MCP servers of an in-process kernel ------------------------------------------
@@ -178,7 +177,7 @@ async def agents_command(
     config: Any, *, as_json: bool, out: TextIO, err: TextIO, open_kernel: KernelOpener | None = None
 ) -> int:
     """``roost agents``: from the running daemon, else from an in-process kernel."""
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     peers: list[dict[str, Any]] = []
     if client is not None:
         agents = await client.agents()
@@ -233,7 +232,7 @@ async def tools_command(
     open_kernel: KernelOpener | None = None,
 ) -> int:
     """``roost tools [--agent NAME]``: every tool, or those ``NAME`` may call."""
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is not None:
         tools = await client.tools(agent)
     else:
@@ -272,9 +271,9 @@ async def send_command(
     """
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is not None:
-        say(err, f"sending to {agent} via the daemon at {info.url}…")  # type: ignore[union-attr]
+        say(err, f"sending to {agent} via the daemon at {client.info.url}…")
         reply = await client.send(agent, message, session_id=session_id, timeout=timeout)
     else:
         say(err, "booting kernel…")
@@ -316,7 +315,7 @@ async def watch_command(
 
     ``stop`` ends the watch when it returns (default: SIGINT or SIGTERM).
     """
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is None:
         raise CliError(
             f"no roost daemon is running for {config.home} (no live "
@@ -329,10 +328,10 @@ async def watch_command(
     async with client.events(kinds) as ws:
         say(
             err,
-            f"watching {info.url}/api/events"
+            f"watching {client.info.url}/api/events"
             + (f" (kinds: {', '.join(kinds)})" if kinds else "")
             + " · Ctrl-C to stop",
-        )  # type: ignore[union-attr]
+        )
         async with trio.open_nursery() as nursery:
 
             async def stop_watching() -> None:

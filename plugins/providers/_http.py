@@ -32,9 +32,8 @@ log = logging.getLogger("roost.providers")
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
-MAX_ANSWER_BYTES = (
-    16 * 1024 * 1024
-)  # a model's answer, or one SSE event or NDJSON line of its stream
+# A model's answer, or one SSE event or NDJSON line of its stream.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class ProviderError(RoostError):

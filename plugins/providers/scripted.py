@@ -193,9 +193,7 @@ def _usage(request: CompletionRequest, text: str) -> Usage:
 
 def _answer(template: str, values: Mapping[str, Any], request: CompletionRequest) -> Completion:
     text = _render(template, values)
-    return Completion(
-        text, (), "end_turn", _usage(request, text)
-    )  # (text, tool_calls, stop_reason, usage)
+    return Completion(text, (), "end_turn", _usage(request, text))
 
 
 def script_as_dict(script: Any) -> Mapping[str, Any] | None:
