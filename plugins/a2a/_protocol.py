@@ -23,14 +23,11 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 
 STREAMING_OPS = frozenset({"stream", "subscribe"})
-_NO_CONFIG: Mapping[str, Any] = {}  # never mutated
 
 
 def negotiate_version(header: str | None, query: str | None = None) -> str:
     """The dialect a request speaks: ``A2A-Version`` header, else the query parameter,
     else 0.3 (the spec's rule for a missing header). Patch versions are ignored."""
-    if header in SUPPORTED_VERSIONS:  # the usual exact spelling: nothing to normalise
-        return header  # type: ignore[return-value]
     raw = header if header not in (None, "") else query
     if raw is None or not str(raw).strip():
         return m.V03
@@ -220,7 +217,7 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
         raise m.invalid("message.role", "a client's message must have role ROLE_USER ('user')")
     raw_config = params.get("configuration")
     if raw_config is None:
-        raw_config = _NO_CONFIG
+        raw_config = {}
     if not is_mapping(raw_config):
         raise m.invalid("configuration", "must be an object")
     return_immediately = raw_config.get("returnImmediately")
