@@ -159,7 +159,8 @@ def parse_params(op: str, params: Any, dialect: str, *, raw: bytes | None = None
     if op in ("send", "stream"):
         return parse_send(params, dialect)
     if op in ("get", "cancel", "subscribe"):
-        return TaskQuery(_task_id(params, "id"), _history_length(params) if op == "get" else None)
+        history = _int(params, "historyLength", 0, 10_000) if op == "get" else None
+        return TaskQuery(_task_id(params, "id"), history)
     if op == "list":
         return parse_list(params)
     if op == "push_set":
@@ -205,10 +206,6 @@ def _int(
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise m.invalid(field or key, f"must be an integer from {lo} to {hi}, got {value!r}")
     return value
-
-
-def _history_length(params: Mapping[str, Any], field: str = "historyLength") -> int | None:
-    return _int(params, "historyLength", 0, 10_000, field)
 
 
 def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
@@ -290,7 +287,7 @@ def parse_list(params: Mapping[str, Any]) -> ListQuery:
         state=state,
         page_size=_int(params, "pageSize", 1, MAX_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
         page_token=page_token or None,
-        history_length=_history_length(params),
+        history_length=_int(params, "historyLength", 0, 10_000),
         updated_after=updated_after,
         include_artifacts=include,
     )

@@ -349,7 +349,7 @@ class A2AService:
                 headers,
             )
         except InvalidTraceContext as exc:
-            raise invalid_trace(exc) from None
+            raise m.invalid(exc.field, exc.problem) from None
         if trace is not None:
             try:
                 trace.check_hop(target, max_depth=self.kernel.max_depth_for(target))
@@ -750,17 +750,12 @@ async def _list_agents(service: A2AService, req: PlainRequest) -> PlainResponse:
     return _card_response(req, {"agents": cards, "total": len(cards)})
 
 
-def invalid_trace(exc: InvalidTraceContext) -> m.A2AError:
-    """-32602 (HTTP 400) naming the carrier of a malformed depth."""
-    return m.invalid(exc.field, exc.problem)
-
-
 def header_trace(headers: Any) -> TraceContext | None:
     """The context a request's ``traceparent`` / ``X-Roost-Trace-*`` headers carry."""
     try:
         return TraceContext.from_headers(headers)
     except InvalidTraceContext as exc:
-        raise invalid_trace(exc) from None
+        raise m.invalid(exc.field, exc.problem) from None
 
 
 async def _jsonrpc(
@@ -796,13 +791,17 @@ async def _jsonrpc(
 
 
 async def _rest(
-    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
+    service: A2AService,
+    req: PlainRequest,
+    rest_path: str,
+    name: str | None = None,
+    *,
+    v03: bool = False,
 ) -> PlainResponse:
-    legacy_prefix = rest_path.startswith("v1/")
-    path = rest_path[3:] if legacy_prefix else rest_path
-    content_type = "application/json" if legacy_prefix else A2A_JSON
+    """The HTTP+JSON binding: 1.0, or with ``v03`` 0.3 (its ``/v1/`` paths)."""
+    content_type = "application/json" if v03 else A2A_JSON
     try:
-        if not legacy_prefix:
+        if not v03:
             version = p.negotiate_version(
                 req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
             )
@@ -815,22 +814,16 @@ async def _rest(
                 )
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
-        op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
+        op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
             events = await service.open_stream(op, name, header_trace(req.headers), req)
-            return _sse(_events_v03(events) if legacy_prefix else events)
+            return _sse(_events_v03(events) if v03 else events)
         result = await service.execute(op, name, header_trace(req.headers), req)
-        if legacy_prefix:
+        if v03:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
-
-
-async def _rest03(
-    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
-) -> PlainResponse:
-    return await _rest(service, req, "v1/" + rest_path, name)
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
@@ -921,6 +914,7 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         return route(path, _card_route(build), ("GET",), "card", public=True)
 
     methods_all = ("GET", "POST", "DELETE")
+    rest_v03 = partial(_rest, v03=True)
     return [
         card("/.well-known/agent-card.json", partial(build_card, root=True)),
         card("/.well-known/agent.json", legacy_card),
@@ -931,8 +925,8 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
         route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         # The 0.3 paths have routes of their own so that the daemon's errors there are in
         # their media type (application/json; 1.0's is application/a2a+json).
-        route(f"{lp}/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
-        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
+        route(f"{lp}/rest/v1/<path:rest_path>", rest_v03, methods_all, "rest03"),
+        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", rest_v03, methods_all, "rest03"),
         route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/agents/<name>/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),
