@@ -164,9 +164,7 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
 
 
 def tool_dict(spec: Any) -> dict[str, Any]:
-    """A tool as the API lists it (from a ``ToolSpec`` or an API dict)."""
-    if isinstance(spec, Mapping):
-        return dict(spec)
+    """A ``ToolSpec`` as the daemon's API lists it."""
     return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
 
 

@@ -194,15 +194,13 @@ class ChatCompletionsWire:
     """The Chat Completions wire format."""
 
     stream_format = "sse"
+    body = staticmethod(build_body)
 
     def __init__(self, provider: str = "openai") -> None:
         self.provider = provider
 
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return f"{base_url}/chat/completions"
-
-    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        return build_body(request, model, stream=stream)
 
     def parse(self, data: Any) -> Completion:
         return parse_completion(data, self.provider)
