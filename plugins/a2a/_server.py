@@ -250,7 +250,9 @@ class A2AService:
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            return task.to_json(_reply_dialect(d, origin), history_length=op.params.history_length)
+            # A task made in the 0.1 shape reads back in it, unless the request speaks 1.0.
+            dialect = m.V01 if origin == m.V01 and d != m.V1 else d
+            return task.to_json(dialect, history_length=op.params.history_length)
         if op.op == "cancel":
             task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
             return task.to_json(d)
@@ -427,10 +429,6 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     raise ConfigError(
         f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent"
     )
-
-
-def _reply_dialect(dialect: str, origin: str) -> str:
-    return m.V01 if origin == m.V01 and dialect != m.V1 else dialect
 
 
 async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator[dict]:
@@ -944,22 +942,6 @@ def _loads(body: bytes) -> Any:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None
 
 
-def _query_params(args: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in (
-        "contextId",
-        "status",
-        "pageSize",
-        "pageToken",
-        "historyLength",
-        "statusTimestampAfter",
-        "includeArtifacts",
-    ):
-        if key in args:
-            out[key] = args[key]
-    return out
-
-
 async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
     async for event in events:
         yield rest03.event_out(event)
@@ -988,7 +970,7 @@ def _rest_operation(
             op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1
         )
     if path == "tasks" and method == "GET":
-        return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
+        return p.Operation("list", p.parse_list(request.args), m.V1)
     if method == "GET" and (
         path == "extendedAgentCard" or (v03 and path == "card")
     ):  # 0.3: GET /v1/card
