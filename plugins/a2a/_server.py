@@ -697,23 +697,6 @@ def _route_agent(
     return _error(binding, req, exc, 404)
 
 
-def _gate(
-    service: A2AService | None,
-    req: PlainRequest,
-    binding: str,
-    args: Mapping[str, Any],
-    *,
-    auth: bool = True,
-) -> PlainResponse | None:
-    if service is None:
-        return _daemon_error(
-            binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)"
-        )
-    return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(
-        service, req, binding, args
-    )
-
-
 # The routes: ``(service, req, **path_args)``.
 
 
@@ -885,7 +868,15 @@ def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -
 
     async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
         service = service_for(kernel)
-        bad = _gate(service, req, binding, args, auth=auth)
+        if service is None:
+            return _daemon_error(
+                binding,
+                503,
+                "a2a_unavailable",
+                "the A2A service is not running (see the daemon log)",
+            )
+        bad = _auth_failure(service, req.headers, binding) if auth else None
+        bad = bad or _route_agent(service, req, binding, args)
         if bad is not None:
             return bad
         return await core(service, req, **args)
