@@ -700,27 +700,19 @@ def _route_agent(
 # The routes: ``(service, req, **path_args)``.
 
 
-def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResponse:
-    """The primary agent for a root card, else the answer: 404 without one, 503 with the
-    reason when it is unavailable (as its own card's route answers)."""
-    primary = service.primary_agent()
-    if primary is None:
-        return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
-    reason = service.unavailable_reason(primary)
-    if reason is not None:
-        return _error("card", req, agent_unavailable(primary, reason))
-    return primary
-
-
 def _card_route(card: Any) -> Any:
     """The route of a card built by ``card(service, name, base_url)``: the agent's named in
-    the path, else (the host's root card) the primary agent's."""
+    the path, else (the host's root card) the primary agent's: 404 without one, 503 with the
+    reason when it is unavailable (as its own card's route answers)."""
 
     async def route(service: A2AService, req: PlainRequest, name: str | None = None) -> Any:
         if name is None:
-            name = _primary_or_error(service, req)
-            if isinstance(name, PlainResponse):
-                return name
+            name = service.primary_agent()
+            if name is None:
+                return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
+            reason = service.unavailable_reason(name)
+            if reason is not None:
+                return _error("card", req, agent_unavailable(name, reason))
         return _card_response(req, card(service, name, req.base_url))
 
     return route
