@@ -403,7 +403,7 @@ class A2AClient:
             return_immediately=return_immediately,
         )
         result = await self._call(info, "send", params, trace)
-        return _task_or_message(result, info)
+        return _task_or_message(result)
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -412,11 +412,11 @@ class A2AClient:
         params: dict[str, Any] = {"id": task_id}
         if history_length is not None:
             params["historyLength"] = history_length
-        return _as_task(await self._call(info, "get", params), info)
+        return _as_task(await self._call(info, "get", params))
 
     async def cancel(self, agent: AgentInfo | str, task_id: str) -> m.Task:
         info = await self._agent(agent)
-        return _as_task(await self._call(info, "cancel", {"id": task_id}), info)
+        return _as_task(await self._call(info, "cancel", {"id": task_id}))
 
     async def wait(
         self,
@@ -555,7 +555,7 @@ def _event(result: Any, info: AgentInfo) -> m.Event:
         ) from None
 
 
-def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
+def _task_or_message(result: Any) -> m.Task | m.Message:
     if (
         isinstance(result, Mapping)
         and isinstance(result.get("message"), Mapping)
@@ -564,10 +564,10 @@ def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
         return m.message_from_json(result["message"])
     if isinstance(result, Mapping) and result.get("kind") == "message":
         return m.message_from_json(result)
-    return _as_task(result, info)
+    return _as_task(result)
 
 
-def _as_task(result: Any, info: AgentInfo) -> m.Task:
+def _as_task(result: Any) -> m.Task:
     if isinstance(result, Mapping) and isinstance(result.get("task"), Mapping):
         result = result["task"]
     try:
