@@ -200,9 +200,7 @@ class TaskManager:
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
                 return m.FAILED, {**data, "error": reason}
             msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
-            task = attrs.evolve(
-                task, status=m.TaskStatus(m.FAILED, msg, m.now_iso()), history=task.history + (msg,)
-            )
+            task = task.moved_to(m.TaskStatus(m.FAILED, msg, m.now_iso()))
             return m.FAILED, {**data, "task": task.to_json(m.V1)}
 
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
