@@ -11,18 +11,6 @@ import attrs
 from roost.kernel import ConfigError, public_url
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
-_KEYS = (
-    "enabled",
-    "listen_path",
-    "api_key",
-    "push_notifications",
-    "push_allow_private",
-    "max_tasks",
-    "max_open_tasks_per_caller",
-    "input_required_ttl_s",
-    "default_agent",
-    "external_agents",
-)
 
 
 def default_open_tasks_per_caller(max_tasks: int) -> int:
@@ -70,9 +58,10 @@ class A2ASettings:
             raise ConfigError(
                 f"a2a: expected a table ([a2a] in roost.toml), got {type(raw).__name__}"
             )
-        unknown = sorted(set(raw) - set(_KEYS))
+        keys = [field.name for field in attrs.fields(cls)]
+        unknown = sorted(set(raw) - set(keys))
         if unknown:
-            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(_KEYS)}")
+            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(keys)}")
 
         def flag(key: str, default: bool) -> bool:
             value = raw.get(key, default)
