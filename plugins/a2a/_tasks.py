@@ -231,12 +231,8 @@ class TaskManager:
             row = await self.store.get(task_id) if isinstance(task_id, str) and task_id else None
             if row is None:
                 raise self._not_found(task_id)
-            task, served_by, dialect = (
-                m.task_from_json(row.data["task"]),
-                row.agent,
-                row.data.get("dialect", m.V1),
-            )
-            made_by = row.owner
+            task = m.task_from_json(row.data["task"])
+            served_by, dialect, made_by = row.agent, row.data.get("dialect", m.V1), row.owner
         if made_by != owner or (agent is not None and served_by != agent):
             raise self._not_found(task_id)
         return task, served_by, dialect
