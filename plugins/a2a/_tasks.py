@@ -621,11 +621,8 @@ class TaskManager:
 
     async def _run_task(self, live: LiveTask, message: m.Message, trace: TraceContext) -> None:
         task = live.task
-        outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (
-            m.FAILED,
-            "the agent did not answer",
-            (),
-        )
+        state, reason = m.FAILED, "the agent did not answer"
+        artifacts: tuple[m.Artifact, ...] = ()
         try:
             with trio.CancelScope() as scope:
                 live.scope = scope
@@ -645,44 +642,37 @@ class TaskManager:
                         principal=live.owner,
                     )
                 except RecursionLimitExceeded as exc:
-                    outcome = (m.FAILED, str(exc), ())
+                    reason = str(exc)
                 except StoreError as exc:  # the agent's session could not be stored
                     live.store_error = exc
-                    outcome = (m.FAILED, str(exc), ())
+                    reason = str(exc)
                 except RoostError as exc:
-                    outcome = (m.FAILED, f"{exc.code}: {exc}", ())
+                    reason = f"{exc.code}: {exc}"
                 except Exception as exc:  # the agent must never take the A2A service down
                     log.exception("A2A task %s failed", task.id)
-                    outcome = (m.FAILED, f"internal error: {type(exc).__name__}", ())
+                    reason = f"internal error: {type(exc).__name__}"
                 else:
                     # What the agent handed over (the artifact tool) is kept when it answers, asks
                     # or fails; a cancelled run's (like its answer) is not.
                     handed = tuple(_artifact(o) for o in reply.outputs)
+                    answer: tuple[m.Artifact, ...] = ()
                     if reply.stop_reason == "cancelled":
-                        outcome = (m.CANCELED, None, ())
+                        state, reason, handed = m.CANCELED, None, ()
                     elif reply.stop_reason == "input_required":
-                        outcome = (m.INPUT_REQUIRED, reply.text, handed)
+                        state, reason = m.INPUT_REQUIRED, reply.text
                     elif reply.is_error:
-                        outcome = (m.FAILED, reply.text, handed)
+                        state, reason = m.FAILED, reply.text
                     else:
-                        response = m.Artifact(
-                            m.new_id(), (m.Part(text=reply.text),), name="response"
+                        state, reason = m.COMPLETED, None
+                        answer = (
+                            m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response"),
                         )
-                        outcome = (m.COMPLETED, None, (response, *handed))
                     # What the client said it cannot take is left out (the answer stays: the
                     # send was refused up front unless the client accepts text or JSON).
-                    outcome = (
-                        *outcome[:2],
-                        _accepted(
-                            outcome[2],
-                            live.accepted_modes,
-                            keep=outcome[2][:1] if outcome[0] == m.COMPLETED else (),
-                        ),
-                    )
+                    artifacts = _accepted((*answer, *handed), live.accepted_modes, keep=answer)
             if scope.cancelled_caught or live.cancel_requested:
-                outcome = (m.CANCELED, None, ())
-            state, message, artifacts = outcome
-            await self._status(live, state, message, artifacts=artifacts)
+                state, reason, artifacts = m.CANCELED, None, ()
+            await self._status(live, state, reason, artifacts=artifacts)
         except Exception as exc:
             log.error(
                 "A2A task %s: could not store its outcome: %s",
