@@ -765,11 +765,9 @@ class StatusUpdate:
         return is_terminal(self.status.state) or self.status.state in INTERRUPTED_STATES
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
-        out: dict[str, Any] = {"taskId": self.task_id}
         if dialect == V01:
-            out = {"id": self.task_id, "status": self.status.to_json(V01), "final": self.final}
-            return out
-        out["contextId"] = self.context_id
+            return {"id": self.task_id, "status": self.status.to_json(V01), "final": self.final}
+        out: dict[str, Any] = {"taskId": self.task_id, "contextId": self.context_id}
         out["status"] = self.status.to_json(dialect)
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
