@@ -103,6 +103,9 @@ class A2AError(Exception):
     """An A2A protocol error: a JSON-RPC code, a message that says how to fix it, and for
     invalid params the offending fields (``[(field, problem), ...]``)."""
 
+    rpc_id: Any = None  # the id of the JSON-RPC request it answers, once that was read
+    dialect: str = V1  # the dialect of the JSON-RPC method it answers, once that was read
+
     def __init__(
         self,
         code: int,

@@ -109,15 +109,13 @@ def parse_envelope(body: bytes) -> tuple[Any, str, Any]:
     except jsonrpc.JsonRpcError as exc:
         code = m.PARSE_ERROR if exc.code == jsonrpc.PARSE_ERROR else m.INVALID_REQUEST
         err = m.A2AError(code, exc.message)
-        err.rpc_id = exc.id  # type: ignore[attr-defined]
+        err.rpc_id = exc.id
         raise err from None
     if not isinstance(message, jsonrpc.Request):
-        err = m.A2AError(
+        raise m.A2AError(
             m.INVALID_REQUEST,
             "expected a JSON-RPC request with an id (notifications and responses are not accepted)",
         )
-        err.rpc_id = None  # type: ignore[attr-defined]
-        raise err
     return message.id, message.method, message.params
 
 
@@ -310,9 +308,8 @@ def parse_jsonrpc(
             raise m.push_not_supported()
         return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id, method)
     except m.A2AError as exc:
-        exc.rpc_id = rpc_id  # type: ignore[attr-defined]
-        if not hasattr(exc, "dialect"):
-            exc.dialect = m.V1 if method in m.V1_METHODS else m.V03  # type: ignore[attr-defined]
+        exc.rpc_id = rpc_id
+        exc.dialect = m.V1 if method in m.V1_METHODS else m.V03
         raise
 
 

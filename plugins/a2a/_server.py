@@ -663,7 +663,7 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
     try:
         rpc_id = p.parse_envelope(req.body)[0]
     except m.A2AError as exc:
-        rpc_id = getattr(exc, "rpc_id", None)
+        rpc_id = exc.rpc_id
     return rpc_id, dialect
 
 
@@ -747,10 +747,7 @@ async def _jsonrpc(
             push=service.settings.push_notifications,
         )
     except m.A2AError as exc:
-        return _json(
-            p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)),
-            exc.jsonrpc_status,
-        )
+        return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
     streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
@@ -819,7 +816,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     try:
         rpc_id, method, params = p.parse_envelope(req.body)
     except m.A2AError as exc:
-        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, m.V01), exc.jsonrpc_status)
+        return _json(p.error_json(exc.rpc_id, exc, m.V01), exc.jsonrpc_status)
     try:
         if method != "tasks/send":
             lp = service.settings.listen_path
