@@ -90,12 +90,14 @@ class PushDispatcher:
         except UrlRefused as exc:
             raise m.invalid(field, f"webhook URL refused: {exc}") from None
 
+    async def configs(self, task_id: str) -> list[m.PushConfig]:
+        """The push configs stored for ``task_id`` (as ``TaskManager.set_push`` stores them)."""
+        return [_config(data) for data in await self.store.push_configs(task_id)]
+
     async def notify(self, live: Any, event: m.Event) -> None:
         """Queue ``event`` for every webhook of ``live``'s task (never blocks on delivery)."""
         if live.push is None:
-            from ._tasks import _push_from_row
-
-            live.push = [_push_from_row(d) for d in await self.store.push_configs(live.task.id)]
+            live.push = await self.configs(live.task.id)
         if not live.push:
             return
         dialect = m.V1 if live.dialect == m.V1 else m.V03
@@ -184,3 +186,15 @@ class PushDispatcher:
                 delay *= 2
         self.failed += 1
         return False
+
+
+def _config(data: dict) -> m.PushConfig:
+    auth = data.get("authentication") or {}
+    return m.PushConfig(
+        task_id=data["taskId"],
+        id=data["id"],
+        url=data["url"],
+        token=data.get("token"),
+        auth_scheme=auth.get("scheme"),
+        credentials=data.get("credentials"),
+    )

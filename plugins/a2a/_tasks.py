@@ -988,7 +988,7 @@ class TaskManager:
         if self.push is None:
             raise m.push_not_supported()
         await self.find(task_id, agent=agent, owner=owner)
-        return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
+        return await self.push.configs(task_id)
 
     async def delete_push(
         self, task_id: str, config_id: str, *, agent: str | None, owner: str
@@ -1007,18 +1007,6 @@ def storage_failed(exc: BaseException) -> m.A2AError:
     where and why, e.g. the disk is full): nothing it would have acknowledged was kept."""
     text = str(exc)
     return m.unavailable(text if text.startswith("storage failed") else f"storage failed: {text}")
-
-
-def _push_from_row(data: dict) -> m.PushConfig:
-    auth = data.get("authentication") or {}
-    return m.PushConfig(
-        task_id=data["taskId"],
-        id=data["id"],
-        url=data["url"],
-        token=data.get("token"),
-        auth_scheme=auth.get("scheme"),
-        credentials=data.get("credentials"),
-    )
 
 
 def iso_to_epoch(value: str, field: str) -> float:
