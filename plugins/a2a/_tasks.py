@@ -574,11 +574,9 @@ class TaskManager:
         artifacts: tuple[m.Artifact, ...] = (),
     ) -> None:
         task = live.task
-        msg = (
-            m.agent_message(text, context_id=task.context_id, task_id=task.id)
-            if text is not None
-            else None
-        )
+        msg = None
+        if text is not None:
+            msg = m.agent_message(text, context_id=task.context_id, task_id=task.id)
         status = m.TaskStatus(state, msg, m.now_iso())
         artifacts = _within_task_bound(task, artifacts)
         events: list[m.Event] = [

@@ -128,12 +128,8 @@ class GeminiWire:
             )
         candidates = data.get("candidates")
         if not candidates:
-            feedback = (
-                data.get("promptFeedback")
-                if isinstance(data.get("promptFeedback"), Mapping)
-                else {}
-            )
-            if feedback.get("blockReason"):
+            feedback = data.get("promptFeedback")
+            if isinstance(feedback, Mapping) and feedback.get("blockReason"):
                 raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
             return [], [], None, usage
         candidate = expect_mapping(candidates[0], "candidates[0]", "gemini")
