@@ -87,20 +87,16 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.push: PushDispatcher | None = None
-        self.ready = trio.Event()
         self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
-        home = Path(kernel.config.home)
-        synchronous = kernel.config.store.synchronous
-        legacy_owner = kernel.host_principal  # who owns tasks from before principals
         async with open_task_store(
-            home / "a2a.db",
+            Path(kernel.config.home) / "a2a.db",
             max_tasks=self.settings.max_tasks,
-            synchronous=synchronous,
-            legacy_owner=legacy_owner,
+            synchronous=kernel.config.store.synchronous,
+            legacy_owner=kernel.host_principal,  # who owns tasks from before principals
         ) as store:
             async with trio.open_nursery() as nursery:
                 if self.settings.push_notifications:
@@ -126,7 +122,6 @@ class A2AService:
                     from ._external import discover_external_agents
 
                     nursery.start_soon(discover_external_agents, self)
-                self.ready.set()
                 task_status.started()
                 try:
                     await trio.sleep_forever()
