@@ -72,7 +72,6 @@ class PushDispatcher:
         self._tls: Any = None  # one TLS context for every delivery's transport (made on first use)
         self.delivered = 0
         self.failed = 0
-        self.dropped = 0
 
     def _pins(self) -> AddressPins:
         """A fresh set of pins under this dispatcher's SSRF rules."""
@@ -106,7 +105,6 @@ class PushDispatcher:
             try:
                 self._send.send_nowait(Delivery(config, body))
             except trio.WouldBlock:
-                self.dropped += 1
                 log.warning(
                     "push queue full: dropped a notification for task %s to %s",
                     config.task_id,
