@@ -13,11 +13,6 @@ from roost.kernel import ConfigError, public_url
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 
 
-def default_open_tasks_per_caller(max_tasks: int) -> int:
-    """``a2a.max_open_tasks_per_caller`` left out: a tenth of ``max_tasks`` (at least 1)."""
-    return max(1, max_tasks // 10)
-
-
 @attrs.frozen
 class ExternalAgent:
     """An A2A agent elsewhere, offered to local agents as the tool ``a2a_{name}``."""
@@ -47,7 +42,7 @@ class A2ASettings:
         """``max_open_tasks_per_caller`` as it applies (by default a tenth of ``max_tasks``)."""
         if self.max_open_tasks_per_caller is not None:
             return self.max_open_tasks_per_caller
-        return default_open_tasks_per_caller(self.max_tasks)
+        return max(1, self.max_tasks // 10)
 
     @classmethod
     def from_config(cls, raw: Any) -> A2ASettings:

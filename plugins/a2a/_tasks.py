@@ -52,7 +52,6 @@ from roost.kernel import (
 
 from . import _inbox
 from . import _models as m
-from ._settings import default_open_tasks_per_caller
 from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError, TaskStoreFull
 
 log = logging.getLogger("roost.a2a")
@@ -165,8 +164,8 @@ class TaskManager:
         nursery: trio.Nursery,
         *,
         push: Any = None,
+        open_per_caller: int,
         run_timeout_s: float | None = None,
-        open_per_caller: int | None = None,
         input_required_ttl_s: float = 3600.0,
     ) -> None:
         self.kernel = kernel
@@ -174,7 +173,7 @@ class TaskManager:
         self.nursery = nursery
         self.push = push
         self.run_timeout_s = run_timeout_s or float(kernel.config.kernel.ask_timeout_s)
-        self.open_per_caller = open_per_caller or default_open_tasks_per_caller(store.max_tasks)
+        self.open_per_caller = open_per_caller
         self.input_required_ttl_s = input_required_ttl_s
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
