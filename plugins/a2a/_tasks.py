@@ -165,14 +165,13 @@ class TaskManager:
         *,
         push: Any = None,
         open_per_caller: int,
-        run_timeout_s: float | None = None,
         input_required_ttl_s: float = 3600.0,
     ) -> None:
         self.kernel = kernel
         self.store = store
         self.nursery = nursery
         self.push = push
-        self.run_timeout_s = run_timeout_s or float(kernel.config.kernel.ask_timeout_s)
+        self.run_timeout_s = float(kernel.config.kernel.ask_timeout_s)
         self.open_per_caller = open_per_caller
         self.input_required_ttl_s = input_required_ttl_s
         self.live: dict[str, LiveTask] = {}
