@@ -363,11 +363,9 @@ async def watch_command(
     return 0
 
 
-async def wait_for_signal(
-    err: TextIO | None = None, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)
-) -> int:
-    """Wait for one of ``signals`` (Ctrl-C, SIGTERM); returns its number."""
-    with trio.open_signal_receiver(*signals) as received:
+async def wait_for_signal(err: TextIO | None = None) -> int:
+    """Wait for Ctrl-C (SIGINT) or SIGTERM; returns its number."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async for signum in received:
             if err is not None:
                 say(
