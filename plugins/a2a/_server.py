@@ -436,13 +436,6 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 # ---- cards ---------------------------------------------------------------------------------
 
 
-def _agent_base(service: A2AService, name: str | None, base_url: str) -> str:
-    """Where ``name``'s endpoints are; None: the root endpoints (which route by
-    ``metadata.agent``)."""
-    lp = f"{base_url.rstrip('/')}{service.settings.listen_path}"
-    return lp if name is None else f"{lp}/agents/{name}"
-
-
 def build_card(
     service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
 ) -> dict[str, Any]:
@@ -451,7 +444,9 @@ def build_card(
     ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
     kernel = service.kernel
     manifest = kernel.agents[name]
-    endpoint = _agent_base(service, None if root else name, base_url)
+    endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
+    if not root:  # the root endpoints route by metadata.agent
+        endpoint += f"/agents/{name}"
     skills = [
         {
             "id": s.id,
