@@ -142,17 +142,14 @@ class GeminiWire:
                 name = str(fc.get("name") or "")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
                 calls.append(make_tool_call(name, fc.get("args"), "gemini", call_id))
-                if part.get("thoughtSignature"):
-                    self._remember(call_id, str(part["thoughtSignature"]))
+                if part.get("thoughtSignature"):  # kept to send back with the call; bounded
+                    self.signatures[call_id] = str(part["thoughtSignature"])
+                    while len(self.signatures) > _MAX_SIGNATURES:
+                        self.signatures.popitem(last=False)
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 texts.append(part["text"])
         finish = candidate.get("finishReason")
         return texts, calls, str(finish) if finish else None, usage
-
-    def _remember(self, call_id: str, signature: str) -> None:
-        self.signatures[call_id] = signature
-        while len(self.signatures) > _MAX_SIGNATURES:
-            self.signatures.popitem(last=False)
 
     def parse(self, data: Any) -> Completion:
         texts, calls, finish, usage = self._parts(data)
