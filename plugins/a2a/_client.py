@@ -260,25 +260,30 @@ class A2AClient:
         return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
 
     # ---- JSON-RPC --------------------------------------------------------------------------
-    def _request(
-        self, agent: AgentInfo, op: str, params: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, str]]:
+    async def _request(
+        self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None
+    ) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """The JSON-RPC endpoint of ``agent`` (checked), and the body and headers of ``op``."""
+        url = agent.jsonrpc_url
+        if url is None:
+            raise A2AClientError(
+                m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint"
+            )
+        await self._check(url)
         self._ids += 1
         method = _METHODS[agent.protocol][op]
         body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
         headers = {"Content-Type": "application/json"}
         if agent.protocol == m.V1:
             headers["A2A-Version"] = "1.0"
-        return body, headers
+        if trace is not None:
+            headers.update(trace.to_headers())
+        return url, body, headers
 
     async def _call(
         self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None = None
     ) -> Any:
-        url = self._endpoint(agent)
-        await self._check(url)
-        body, headers = self._request(agent, op, params)
-        if trace is not None:
-            headers.update(trace.to_headers())
+        url, body, headers = await self._request(agent, op, params, trace)
         status, answer = await self._send_with_retries(
             "POST", url, MAX_ANSWER_BYTES, "the JSON-RPC answer", json=body, headers=headers
         )
@@ -337,13 +342,6 @@ class A2AClient:
                 wait,
             )
             await trio.sleep(wait)
-
-    def _endpoint(self, agent: AgentInfo) -> str:
-        if agent.jsonrpc_url is None:
-            raise A2AClientError(
-                m.UNSUPPORTED_OPERATION, f"agent {agent.name} offers no JSON-RPC endpoint"
-            )
-        return agent.jsonrpc_url
 
     def _send_params(
         self,
@@ -405,7 +403,7 @@ class A2AClient:
             return_immediately=return_immediately,
         )
         result = await self._call(info, "send", params, trace)
-        return _task_or_message(result, info)
+        return _task_or_message(result)
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -414,11 +412,11 @@ class A2AClient:
         params: dict[str, Any] = {"id": task_id}
         if history_length is not None:
             params["historyLength"] = history_length
-        return _as_task(await self._call(info, "get", params), info)
+        return _as_task(await self._call(info, "get", params))
 
     async def cancel(self, agent: AgentInfo | str, task_id: str) -> m.Task:
         info = await self._agent(agent)
-        return _as_task(await self._call(info, "cancel", {"id": task_id}), info)
+        return _as_task(await self._call(info, "cancel", {"id": task_id}))
 
     async def wait(
         self,
@@ -473,12 +471,8 @@ class A2AClient:
     async def _stream(
         self, info: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None
     ) -> AsyncIterator[m.Event]:
-        url = self._endpoint(info)
-        await self._check(url)
-        body, headers = self._request(info, op, params)
+        url, body, headers = await self._request(info, op, params, trace)
         headers["Accept"] = "text/event-stream"
-        if trace is not None:
-            headers.update(trace.to_headers())
         failed = f"stream from {public_url(url)} failed"
         answer = self._response("POST", url, failed, json=body, headers=headers)
         async with answer as (response, error):
@@ -561,7 +555,7 @@ def _event(result: Any, info: AgentInfo) -> m.Event:
         ) from None
 
 
-def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
+def _task_or_message(result: Any) -> m.Task | m.Message:
     if (
         isinstance(result, Mapping)
         and isinstance(result.get("message"), Mapping)
@@ -570,10 +564,10 @@ def _task_or_message(result: Any, info: AgentInfo) -> m.Task | m.Message:
         return m.message_from_json(result["message"])
     if isinstance(result, Mapping) and result.get("kind") == "message":
         return m.message_from_json(result)
-    return _as_task(result, info)
+    return _as_task(result)
 
 
-def _as_task(result: Any, info: AgentInfo) -> m.Task:
+def _as_task(result: Any) -> m.Task:
     if isinstance(result, Mapping) and isinstance(result.get("task"), Mapping):
         result = result["task"]
     try:

@@ -205,9 +205,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
         try:
             async with A2AClient(**options) as client:  # each request bounded by its timeout
                 info = await client.discover(agent.url)
-        except (
-            Exception
-        ) as exc:  # whatever it was (a bad card, a refusal, a crash): try again later
+        except Exception as exc:  # whatever it was (a bad card, a refusal, a crash): try again
             if isinstance(exc, m.A2AError):
                 reason = exc.message + _credentials_hint(agent, exc)
             else:
@@ -225,7 +223,6 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             await trio.sleep(delay)
             delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
             continue
-        service.external_cards[agent.name] = info
         service.external_errors.pop(agent.name, None)
         try:
             service.kernel.add_tool(external_tool(agent, info, options))

@@ -71,11 +71,7 @@ def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, An
         details = [
             {"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ROOST_DOMAIN, "metadata": {}}
         ]
-    details[0]["metadata"] = {
-        **details[0]["metadata"],
-        "httpStatus": str(status),
-        "roostCode": code,
-    }
+    details[0]["metadata"] = {"httpStatus": str(status), "roostCode": code}  # was {}: no fields
     return rpc_code, details
 
 

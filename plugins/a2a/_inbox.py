@@ -58,6 +58,15 @@ def _open_dir(name: str, parent: int, *, create: bool) -> int:
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
 
 
+def _open_inbox(workspace: Path, *, create: bool) -> int:
+    """``<workspace>/inbox`` (made if ``create``), opened without following a link."""
+    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _open_dir("inbox", root, create=create)
+    finally:
+        os.close(root)
+
+
 def save_files(workspace: Path, task_id: str, parts: Sequence[m.Part]) -> list[str | None]:
     """Save the parts with bytes; for each part its workspace-relative path, a note in
     brackets saying why it was not saved, or None (not a file with bytes)."""
@@ -66,15 +75,11 @@ def save_files(workspace: Path, task_id: str, parts: Sequence[m.Part]) -> list[s
     if not wanted:
         return out
     folder = folder_of(task_id)
-    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    inbox = _open_inbox(workspace, create=True)
     try:
-        inbox = _open_dir("inbox", root, create=True)
-        try:
-            task_dir = _open_dir(folder, inbox, create=True)
-        finally:
-            os.close(inbox)
+        task_dir = _open_dir(folder, inbox, create=True)
     finally:
-        os.close(root)
+        os.close(inbox)
     try:
         taken: dict[str, int] = {}
         files = total = 0
@@ -124,15 +129,9 @@ def remove_task_folders(workspaces: Iterable[Path], task_ids: Sequence[str]) -> 
     folders = [folder_of(t) for t in task_ids]
     for workspace in workspaces:
         try:
-            root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            inbox = _open_inbox(workspace, create=False)
         except OSError:
             continue
-        try:
-            inbox = _open_dir("inbox", root, create=False)
-        except OSError:
-            os.close(root)
-            continue
-        os.close(root)
         try:
             for folder in folders:
                 try:

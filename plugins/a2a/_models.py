@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import time as _time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -102,6 +102,9 @@ _REASONS = {
 class A2AError(Exception):
     """An A2A protocol error: a JSON-RPC code, a message that says how to fix it, and for
     invalid params the offending fields (``[(field, problem), ...]``)."""
+
+    rpc_id: Any = None  # the id of the JSON-RPC request it answers, once that was read
+    dialect: str = V1  # the dialect of the JSON-RPC method it answers, once that was read
 
     def __init__(
         self,
@@ -252,23 +255,14 @@ def state_to_json(state: str, dialect: str) -> str:
     return state if dialect == V1 else _STATE_TO_OLD.get(state, "unknown")
 
 
-_second: tuple[int, str] = (-1, "")
-
-
 def now_iso() -> str:
     """Now as ISO 8601 UTC with milliseconds (``2026-01-02T03:04:05.678Z``)."""
-    global _second
-    t = _time.time()
-    whole = int(t)
-    if _second[0] != whole:  # the date part is formatted once a second
-        _second = (whole, _time.strftime("%Y-%m-%dT%H:%M:%S.", _time.gmtime(whole)))
-    return f"{_second[1]}{min(int((t - whole) * 1000), 999):03d}Z"
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def new_id() -> str:
-    """A time-ordered (version 7) UUID as text: task and context ids made one after another
-    sort in that order, so the task store's indexes grow at their end (see kernel/_ids.py)."""
-    return uuid7()
+# Time-ordered (version 7) UUIDs as text: task and context ids made one after another sort
+# in that order, so the task store's indexes grow at their end (see kernel/_ids.py).
+new_id = uuid7
 
 
 # -- helpers for reading JSON --------------------------------------------------------------
@@ -774,11 +768,9 @@ class StatusUpdate:
         return is_terminal(self.status.state) or self.status.state in INTERRUPTED_STATES
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
-        out: dict[str, Any] = {"taskId": self.task_id}
         if dialect == V01:
-            out = {"id": self.task_id, "status": self.status.to_json(V01), "final": self.final}
-            return out
-        out["contextId"] = self.context_id
+            return {"id": self.task_id, "status": self.status.to_json(V01), "final": self.final}
+        out: dict[str, Any] = {"taskId": self.task_id, "contextId": self.context_id}
         out["status"] = self.status.to_json(dialect)
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)

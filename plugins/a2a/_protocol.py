@@ -23,14 +23,11 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 
 STREAMING_OPS = frozenset({"stream", "subscribe"})
-_NO_CONFIG: Mapping[str, Any] = {}  # never mutated
 
 
 def negotiate_version(header: str | None, query: str | None = None) -> str:
     """The dialect a request speaks: ``A2A-Version`` header, else the query parameter,
     else 0.3 (the spec's rule for a missing header). Patch versions are ignored."""
-    if header in SUPPORTED_VERSIONS:  # the usual exact spelling: nothing to normalise
-        return header  # type: ignore[return-value]
     raw = header if header not in (None, "") else query
     if raw is None or not str(raw).strip():
         return m.V03
@@ -112,15 +109,13 @@ def parse_envelope(body: bytes) -> tuple[Any, str, Any]:
     except jsonrpc.JsonRpcError as exc:
         code = m.PARSE_ERROR if exc.code == jsonrpc.PARSE_ERROR else m.INVALID_REQUEST
         err = m.A2AError(code, exc.message)
-        err.rpc_id = exc.id  # type: ignore[attr-defined]
+        err.rpc_id = exc.id
         raise err from None
     if not isinstance(message, jsonrpc.Request):
-        err = m.A2AError(
+        raise m.A2AError(
             m.INVALID_REQUEST,
             "expected a JSON-RPC request with an id (notifications and responses are not accepted)",
         )
-        err.rpc_id = None  # type: ignore[attr-defined]
-        raise err
     return message.id, message.method, message.params
 
 
@@ -162,7 +157,8 @@ def parse_params(op: str, params: Any, dialect: str, *, raw: bytes | None = None
     if op in ("send", "stream"):
         return parse_send(params, dialect)
     if op in ("get", "cancel", "subscribe"):
-        return TaskQuery(_task_id(params, "id"), _history_length(params) if op == "get" else None)
+        history = _int(params, "historyLength", 0, 10_000) if op == "get" else None
+        return TaskQuery(_task_id(params, "id"), history)
     if op == "list":
         return parse_list(params)
     if op == "push_set":
@@ -210,17 +206,13 @@ def _int(
     return value
 
 
-def _history_length(params: Mapping[str, Any], field: str = "historyLength") -> int | None:
-    return _int(params, "historyLength", 0, 10_000, field)
-
-
 def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
     message = m.message_from_json(params.get("message"), "message", dialect=dialect)
     if message.role != m.ROLE_USER:
         raise m.invalid("message.role", "a client's message must have role ROLE_USER ('user')")
     raw_config = params.get("configuration")
     if raw_config is None:
-        raw_config = _NO_CONFIG
+        raw_config = {}
     if not is_mapping(raw_config):
         raise m.invalid("configuration", "must be an object")
     return_immediately = raw_config.get("returnImmediately")
@@ -293,7 +285,7 @@ def parse_list(params: Mapping[str, Any]) -> ListQuery:
         state=state,
         page_size=_int(params, "pageSize", 1, MAX_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
         page_token=page_token or None,
-        history_length=_history_length(params),
+        history_length=_int(params, "historyLength", 0, 10_000),
         updated_after=updated_after,
         include_artifacts=include,
     )
@@ -316,13 +308,12 @@ def parse_jsonrpc(
             raise m.push_not_supported()
         return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id, method)
     except m.A2AError as exc:
-        exc.rpc_id = rpc_id  # type: ignore[attr-defined]
-        if not hasattr(exc, "dialect"):
-            exc.dialect = m.V1 if method in m.V1_METHODS else m.V03  # type: ignore[attr-defined]
+        exc.rpc_id = rpc_id
+        exc.dialect = m.V1 if method in m.V1_METHODS else m.V03
         raise
 
 
-def result_json(dialect: str, rpc_id: Any, result: Any) -> dict[str, Any]:
+def result_json(rpc_id: Any, result: Any) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "result": result}
 
 

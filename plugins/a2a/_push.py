@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, UrlRefused, check_url
+from roost.kernel import AddressPins, Resolver, UrlRefused
 from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
@@ -72,27 +72,31 @@ class PushDispatcher:
         self._tls: Any = None  # one TLS context for every delivery's transport (made on first use)
         self.delivered = 0
         self.failed = 0
-        self.dropped = 0
+
+    def _pins(self) -> AddressPins:
+        """A fresh set of pins under this dispatcher's SSRF rules."""
+        return AddressPins(
+            allow_private=self.settings.allow_private,
+            allow_loopback=self.settings.allow_loopback,
+            resolver=self.resolver,
+            allow_hint=ALLOW_HINT,
+        )
 
     async def check_url(self, url: str, *, field: str) -> None:
         """-32602 naming ``field`` if ``url`` may not receive notifications."""
         try:
-            await check_url(
-                url,
-                allow_private=self.settings.allow_private,
-                allow_loopback=self.settings.allow_loopback,
-                resolver=self.resolver,
-                allow_hint=ALLOW_HINT,
-            )
+            await self._pins().addresses(url)
         except UrlRefused as exc:
             raise m.invalid(field, f"webhook URL refused: {exc}") from None
+
+    async def configs(self, task_id: str) -> list[m.PushConfig]:
+        """The push configs stored for ``task_id`` (as ``TaskManager.set_push`` stores them)."""
+        return [_config(data) for data in await self.store.push_configs(task_id)]
 
     async def notify(self, live: Any, event: m.Event) -> None:
         """Queue ``event`` for every webhook of ``live``'s task (never blocks on delivery)."""
         if live.push is None:
-            from ._tasks import _push_from_row
-
-            live.push = [_push_from_row(d) for d in await self.store.push_configs(live.task.id)]
+            live.push = await self.configs(live.task.id)
         if not live.push:
             return
         dialect = m.V1 if live.dialect == m.V1 else m.V03
@@ -101,7 +105,6 @@ class PushDispatcher:
             try:
                 self._send.send_nowait(Delivery(config, body))
             except trio.WouldBlock:
-                self.dropped += 1
                 log.warning(
                     "push queue full: dropped a notification for task %s to %s",
                     config.task_id,
@@ -127,12 +130,7 @@ class PushDispatcher:
         """POST one notification, retrying with backoff; True once a 2xx came back. The
         URL's host is resolved and checked once; every attempt connects to an address that
         check approved (never to a second DNS answer)."""
-        pins = AddressPins(
-            allow_private=self.settings.allow_private,
-            allow_loopback=self.settings.allow_loopback,
-            resolver=self.resolver,
-            allow_hint=ALLOW_HINT,
-        )
+        pins = self._pins()
         inner = self._transport
         if inner is None:
             if self._tls is None:
@@ -164,9 +162,8 @@ class PushDispatcher:
         delay = self.settings.backoff_s
         for attempt in range(1, self.settings.retries + 1):
             try:
-                await pins.addresses(
-                    config.url
-                )  # checked on the first attempt, pinned for the rest
+                # Checked on the first attempt, pinned for the rest.
+                await pins.addresses(config.url)
                 # The status is the whole answer: the body, however long, is never read.
                 async with client.stream(
                     "POST", config.url, content=payload, headers=headers
@@ -187,3 +184,15 @@ class PushDispatcher:
                 delay *= 2
         self.failed += 1
         return False
+
+
+def _config(data: dict) -> m.PushConfig:
+    auth = data.get("authentication") or {}
+    return m.PushConfig(
+        task_id=data["taskId"],
+        id=data["id"],
+        url=data["url"],
+        token=data.get("token"),
+        auth_scheme=auth.get("scheme"),
+        credentials=data.get("credentials"),
+    )

@@ -87,21 +87,16 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.push: PushDispatcher | None = None
-        self.ready = trio.Event()
-        self.external_cards: dict[str, Any] = {}
         self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""
-        home = Path(kernel.config.home)
-        synchronous = kernel.config.store.synchronous
-        legacy_owner = kernel.host_principal  # who owns tasks from before principals
         async with open_task_store(
-            home / "a2a.db",
+            Path(kernel.config.home) / "a2a.db",
             max_tasks=self.settings.max_tasks,
-            synchronous=synchronous,
-            legacy_owner=legacy_owner,
+            synchronous=kernel.config.store.synchronous,
+            legacy_owner=kernel.host_principal,  # who owns tasks from before principals
         ) as store:
             async with trio.open_nursery() as nursery:
                 if self.settings.push_notifications:
@@ -127,7 +122,6 @@ class A2AService:
                     from ._external import discover_external_agents
 
                     nursery.start_soon(discover_external_agents, self)
-                self.ready.set()
                 task_status.started()
                 try:
                     await trio.sleep_forever()
@@ -223,18 +217,13 @@ class A2AService:
         return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
-        self,
-        op: p.Operation,
-        agent: str | None,
-        trace: TraceContext | None,
-        base_url: str,
-        owner: str,
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the principal ``owner`` (who sees only its own
+        """Run a non-streaming operation for the request's principal (who sees only its own
         tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
         it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, base_url, owner)
+            return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
 
@@ -256,7 +245,9 @@ class A2AService:
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            return task.to_json(_reply_dialect(d, origin), history_length=op.params.history_length)
+            # A task made in the 0.1 shape reads back in it, unless the request speaks 1.0.
+            dialect = m.V01 if origin == m.V01 and d != m.V1 else d
+            return task.to_json(dialect, history_length=op.params.history_length)
         if op.op == "cancel":
             task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
             return task.to_json(d)
@@ -355,7 +346,7 @@ class A2AService:
                 headers,
             )
         except InvalidTraceContext as exc:
-            raise invalid_trace(exc) from None
+            raise m.invalid(exc.field, exc.problem) from None
         if trace is not None:
             try:
                 trace.check_hop(target, max_depth=self.kernel.max_depth_for(target))
@@ -372,11 +363,12 @@ class A2AService:
         return trace
 
     async def open_stream(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, owner: str
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> AsyncIterator[dict]:
-        """Start a streaming operation for ``owner`` (errors raise here, before any byte is
-        sent) and return the iterator of its events rendered in ``op.dialect``."""
+        """Start a streaming operation for the request's principal (errors raise here, before
+        any byte is sent) and return the iterator of its events rendered in ``op.dialect``."""
         tasks = self._tasks()
+        owner = self.owner_of(req)
         try:
             if op.op == "stream":
                 live = await self._send(op, agent, trace, owner)
@@ -434,10 +426,6 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     )
 
 
-def _reply_dialect(dialect: str, origin: str) -> str:
-    return m.V01 if origin == m.V01 and dialect != m.V1 else dialect
-
-
 async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator[dict]:
     async for event in events:
         if dialect == m.V01 and isinstance(event, m.Task):
@@ -448,13 +436,6 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 # ---- cards ---------------------------------------------------------------------------------
 
 
-def _agent_base(service: A2AService, name: str | None, base_url: str) -> str:
-    """Where ``name``'s endpoints are; None: the root endpoints (which route by
-    ``metadata.agent``)."""
-    lp = f"{base_url.rstrip('/')}{service.settings.listen_path}"
-    return lp if name is None else f"{lp}/agents/{name}"
-
-
 def build_card(
     service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
 ) -> dict[str, Any]:
@@ -463,7 +444,9 @@ def build_card(
     ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
     kernel = service.kernel
     manifest = kernel.agents[name]
-    endpoint = _agent_base(service, None if root else name, base_url)
+    endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
+    if not root:  # the root endpoints route by metadata.agent
+        endpoint += f"/agents/{name}"
     skills = [
         {
             "id": s.id,
@@ -610,14 +593,11 @@ def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
                 payload = wrap(event) if wrap else event
                 yield f"data: {_dumps(payload)}\n\n".encode()
         except m.A2AError as exc:  # an error after the stream began ends it with an error event
-            yield f"data: {_dumps(wrap_error(exc) if wrap else exc.rest_error())}\n\n".encode()
+            error = p.error_json(None, exc) if wrap else exc.rest_error()
+            yield f"data: {_dumps(error)}\n\n".encode()
 
     headers = (("Cache-Control", "no-store"), ("X-Accel-Buffering", "no"))
     return PlainResponse(200, body(), "text/event-stream; charset=utf-8", headers)
-
-
-def wrap_error(exc: m.A2AError) -> dict:
-    return p.error_json(None, exc)
 
 
 def _daemon_error(
@@ -627,12 +607,6 @@ def _daemon_error(
     same renderers the HTTP layer uses for its own errors on these routes)."""
     body, content_type = _renderer(binding)(status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
-
-
-def _problem(binding: str) -> PlainResponse:
-    return _daemon_error(
-        binding, 503, "a2a_unavailable", "the A2A service is not running (see the daemon log)"
-    )
 
 
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
@@ -679,16 +653,12 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
     try:
         rpc_id = p.parse_envelope(req.body)[0]
     except m.A2AError as exc:
-        rpc_id = getattr(exc, "rpc_id", None)
+        rpc_id = exc.rpc_id
     return rpc_id, dialect
 
 
 def _error(
-    binding: str,
-    req: PlainRequest,
-    args: Mapping[str, Any],
-    exc: m.A2AError,
-    status: int | None = None,
+    binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
     """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
     unless ``status``), else the AIP-193 error object with the error's HTTP status."""
@@ -706,7 +676,7 @@ def _route_agent(
         return None
     reason = service.unavailable_reason(name)
     if reason is not None:
-        return _error(binding, req, args, agent_unavailable(name, reason))
+        return _error(binding, req, agent_unavailable(name, reason))
     known = ", ".join(service.a2a_agents()) or "none"
     lp = service.settings.listen_path
     exc = m.A2AError(
@@ -714,58 +684,28 @@ def _route_agent(
         f"no A2A agent {str(name)[:100]!r} here; A2A agents: {known} (each "
         f"at {lp}/agents/<name>/..., the primary one at {lp}/...)",
     )
-    return _error(binding, req, args, exc, 404)
-
-
-def _gate(
-    service: A2AService | None,
-    req: PlainRequest,
-    binding: str,
-    args: Mapping[str, Any],
-    *,
-    auth: bool = True,
-) -> PlainResponse | None:
-    if service is None:
-        return _problem(binding)
-    return (_auth_failure(service, req.headers, binding) if auth else None) or _route_agent(
-        service, req, binding, args
-    )
+    return _error(binding, req, exc, 404)
 
 
 # The routes: ``(service, req, **path_args)``.
 
 
-def _primary_or_error(service: A2AService, req: PlainRequest) -> str | PlainResponse:
-    """The primary agent for a root card, else the answer: 404 without one, 503 with the
+def _card_route(card: Any) -> Any:
+    """The route of a card built by ``card(service, name, base_url)``: the agent's named in
+    the path, else (the host's root card) the primary agent's: 404 without one, 503 with the
     reason when it is unavailable (as its own card's route answers)."""
-    primary = service.primary_agent()
-    if primary is None:
-        return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
-    reason = service.unavailable_reason(primary)
-    if reason is not None:
-        return _error("card", req, {}, agent_unavailable(primary, reason))
-    return primary
 
-
-def _root_card_route(card: Any) -> Any:
-    """The route of the host's root card built by ``card(service, name, base_url)``: the
-    primary agent's."""
-
-    async def route(service: A2AService, req: PlainRequest) -> PlainResponse:
-        primary = _primary_or_error(service, req)
-        if isinstance(primary, PlainResponse):
-            return primary
-        return _card_response(req, card(service, primary, req.base_url))
+    async def route(service: A2AService, req: PlainRequest, name: str | None = None) -> Any:
+        if name is None:
+            name = service.primary_agent()
+            if name is None:
+                return _json(m.A2AError(m.METHOD_NOT_FOUND, service.no_primary()).rest_error(), 404)
+            reason = service.unavailable_reason(name)
+            if reason is not None:
+                return _error("card", req, agent_unavailable(name, reason))
+        return _card_response(req, card(service, name, req.base_url))
 
     return route
-
-
-async def _agent_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
-    return _card_response(req, build_card(service, name, req.base_url))
-
-
-async def _agent_legacy_card(service: A2AService, req: PlainRequest, name: str) -> PlainResponse:
-    return _card_response(req, legacy_card(service, name, req.base_url))
 
 
 async def _list_agents(service: A2AService, req: PlainRequest) -> PlainResponse:
@@ -773,17 +713,12 @@ async def _list_agents(service: A2AService, req: PlainRequest) -> PlainResponse:
     return _card_response(req, {"agents": cards, "total": len(cards)})
 
 
-def invalid_trace(exc: InvalidTraceContext) -> m.A2AError:
-    """-32602 (HTTP 400) naming the carrier of a malformed depth."""
-    return m.invalid(exc.field, exc.problem)
-
-
 def header_trace(headers: Any) -> TraceContext | None:
     """The context a request's ``traceparent`` / ``X-Roost-Trace-*`` headers carry."""
     try:
         return TraceContext.from_headers(headers)
     except InvalidTraceContext as exc:
-        raise invalid_trace(exc) from None
+        raise m.invalid(exc.field, exc.problem) from None
 
 
 async def _jsonrpc(
@@ -793,7 +728,7 @@ async def _jsonrpc(
     try:
         p.check_content_type(headers.get("Content-Type"))
     except m.A2AError as exc:
-        return _error("jsonrpc", req, {}, exc)
+        return _error("jsonrpc", req, exc)
     try:
         op = p.parse_jsonrpc(
             req.body,
@@ -802,32 +737,31 @@ async def _jsonrpc(
             push=service.settings.push_notifications,
         )
     except m.A2AError as exc:
-        return _json(
-            p.error_json(getattr(exc, "rpc_id", None), exc, getattr(exc, "dialect", m.V1)),
-            exc.jsonrpc_status,
-        )
+        return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
     streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
         if streaming:
-            events = await service.open_stream(op, name, trace, service.owner_of(req))
-            return _sse(events, lambda e, rid=op.id: p.result_json(op.dialect, rid, e))
-        result = await service.execute(
-            op, name, trace, req.base_url if op.op == "card" else "", service.owner_of(req)
-        )
+            events = await service.open_stream(op, name, trace, req)
+            return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
+        result = await service.execute(op, name, trace, req)
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
-    return _json(p.result_json(op.dialect, op.id, result))
+    return _json(p.result_json(op.id, result))
 
 
 async def _rest(
-    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
+    service: A2AService,
+    req: PlainRequest,
+    rest_path: str,
+    name: str | None = None,
+    *,
+    v03: bool = False,
 ) -> PlainResponse:
-    legacy_prefix = rest_path.startswith("v1/")
-    path = rest_path[3:] if legacy_prefix else rest_path
-    content_type = "application/json" if legacy_prefix else A2A_JSON
+    """The HTTP+JSON binding: 1.0, or with ``v03`` 0.3 (its ``/v1/`` paths)."""
+    content_type = "application/json" if v03 else A2A_JSON
     try:
-        if not legacy_prefix:
+        if not v03:
             version = p.negotiate_version(
                 req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
             )
@@ -840,30 +774,16 @@ async def _rest(
                 )
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
-        op = _rest_operation(req, path, v03=legacy_prefix, push=service.settings.push_notifications)
+        op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(
-                op, name, header_trace(req.headers), service.owner_of(req)
-            )
-            return _sse(_events_v03(events) if legacy_prefix else events)
-        result = await service.execute(
-            op,
-            name,
-            header_trace(req.headers),
-            req.base_url if op.op == "card" else "",
-            service.owner_of(req),
-        )
-        if legacy_prefix:
+            events = await service.open_stream(op, name, header_trace(req.headers), req)
+            return _sse(_events_v03(events) if v03 else events)
+        result = await service.execute(op, name, header_trace(req.headers), req)
+        if v03:
             result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
-
-
-async def _rest03(
-    service: A2AService, req: PlainRequest, rest_path: str, name: str | None = None
-) -> PlainResponse:
-    return await _rest(service, req, "v1/" + rest_path, name)
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
@@ -876,9 +796,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         if is_mapping(params) and ("jsonrpc" in params or "method" in params):
             return await _legacy_envelope(service, req)
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(
-            op, None, header_trace(req.headers), "", service.owner_of(req)
-        )
+        result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -888,7 +806,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
     try:
         rpc_id, method, params = p.parse_envelope(req.body)
     except m.A2AError as exc:
-        return _json(p.error_json(getattr(exc, "rpc_id", None), exc, m.V01), exc.jsonrpc_status)
+        return _json(p.error_json(exc.rpc_id, exc, m.V01), exc.jsonrpc_status)
     try:
         if method != "tasks/send":
             lp = service.settings.listen_path
@@ -898,35 +816,26 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
                 f"send {method[:100]!r} to {lp}/jsonrpc",
             )
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
-        result = await service.execute(
-            op, None, header_trace(req.headers), "", service.owner_of(req)
-        )
+        result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
-    return _json(p.result_json(m.V01, rpc_id, result))
+    return _json(p.result_json(rpc_id, result))
 
 
-async def _legacy_get(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
+async def _legacy_task(
+    service: A2AService, req: PlainRequest, task_id: str, *, cancel: bool = False
+) -> PlainResponse:
+    """The seed's ``GET /a2a/tasks/{id}`` (``historyLength`` in the query) and ``POST
+    /a2a/tasks/{id}/cancel``."""
     try:
-        params = {"id": task_id}
-        if "historyLength" in req.args:
-            params["historyLength"] = req.args["historyLength"]
-        op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
-        result = await service.execute(op, None, None, "", service.owner_of(req))
-    except m.A2AError as exc:
-        return _json(exc.rest_error(), exc.http_status)
-    return _json(result)
-
-
-async def _legacy_cancel(service: A2AService, req: PlainRequest, task_id: str) -> PlainResponse:
-    try:
-        result = await service.execute(
-            p.Operation("cancel", p.TaskQuery(task_id), m.V01),
-            None,
-            None,
-            "",
-            service.owner_of(req),
-        )
+        if cancel:
+            op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
+        else:
+            params = {"id": task_id}
+            if "historyLength" in req.args:
+                params["historyLength"] = req.args["historyLength"]
+            op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
+        result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
     return _json(result)
@@ -938,7 +847,15 @@ def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -
 
     async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
         service = service_for(kernel)
-        bad = _gate(service, req, binding, args, auth=auth)
+        if service is None:
+            return _daemon_error(
+                binding,
+                503,
+                "a2a_unavailable",
+                "the A2A service is not running (see the daemon log)",
+            )
+        bad = _auth_failure(service, req.headers, binding) if auth else None
+        bad = bad or _route_agent(service, req, binding, args)
         if bad is not None:
             return bad
         return await core(service, req, **args)
@@ -961,38 +878,28 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
             render_error=_renderer(binding),
         )
 
+    def card(path: str, build: Any) -> RouteDescriptor:
+        return route(path, _card_route(build), ("GET",), "card", public=True)
+
     methods_all = ("GET", "POST", "DELETE")
-    root_card = _root_card_route(partial(build_card, root=True))
-    root_legacy_card = _root_card_route(legacy_card)
+    rest_v03 = partial(_rest, v03=True)
     return [
-        route("/.well-known/agent-card.json", root_card, ("GET",), "card", public=True),
-        route("/.well-known/agent.json", root_legacy_card, ("GET",), "card", public=True),
+        card("/.well-known/agent-card.json", partial(build_card, root=True)),
+        card("/.well-known/agent.json", legacy_card),
         route(f"{lp}/agents", _list_agents, ("GET",), "card", public=True),
-        route(
-            f"{lp}/agents/<name>/.well-known/agent-card.json",
-            _agent_card,
-            ("GET",),
-            "card",
-            public=True,
-        ),
-        route(
-            f"{lp}/agents/<name>/.well-known/agent.json",
-            _agent_legacy_card,
-            ("GET",),
-            "card",
-            public=True,
-        ),
+        card(f"{lp}/agents/<name>/.well-known/agent-card.json", build_card),
+        card(f"{lp}/agents/<name>/.well-known/agent.json", legacy_card),
         route(f"{lp}/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         route(f"{lp}/agents/<name>/jsonrpc", _jsonrpc, ("POST",), "jsonrpc"),
         # The 0.3 paths have routes of their own so that the daemon's errors there are in
         # their media type (application/json; 1.0's is application/a2a+json).
-        route(f"{lp}/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
-        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", _rest03, methods_all, "rest03"),
+        route(f"{lp}/rest/v1/<path:rest_path>", rest_v03, methods_all, "rest03"),
+        route(f"{lp}/agents/<name>/rest/v1/<path:rest_path>", rest_v03, methods_all, "rest03"),
         route(f"{lp}/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/agents/<name>/rest/<path:rest_path>", _rest, methods_all, "rest"),
         route(f"{lp}/tasks/send", _legacy_send, ("POST",), "v01"),
-        route(f"{lp}/tasks/<task_id>", _legacy_get, ("GET",), "v01"),
-        route(f"{lp}/tasks/<task_id>/cancel", _legacy_cancel, ("POST",), "v01"),
+        route(f"{lp}/tasks/<task_id>", _legacy_task, ("GET",), "v01"),
+        route(f"{lp}/tasks/<task_id>/cancel", partial(_legacy_task, cancel=True), ("POST",), "v01"),
     ]
 
 
@@ -1003,22 +910,6 @@ def _loads(body: bytes) -> Any:
         raise m.A2AError(m.PARSE_ERROR, f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None
-
-
-def _query_params(args: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in (
-        "contextId",
-        "status",
-        "pageSize",
-        "pageToken",
-        "historyLength",
-        "statusTimestampAfter",
-        "includeArtifacts",
-    ):
-        if key in args:
-            out[key] = args[key]
-    return out
 
 
 async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
@@ -1049,7 +940,7 @@ def _rest_operation(
             op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1
         )
     if path == "tasks" and method == "GET":
-        return p.Operation("list", p.parse_list(_query_params(request.args)), m.V1)
+        return p.Operation("list", p.parse_list(request.args), m.V1)
     if method == "GET" and (
         path == "extendedAgentCard" or (v03 and path == "card")
     ):  # 0.3: GET /v1/card

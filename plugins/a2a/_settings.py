@@ -11,23 +11,6 @@ import attrs
 from roost.kernel import ConfigError, public_url
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
-_KEYS = (
-    "enabled",
-    "listen_path",
-    "api_key",
-    "push_notifications",
-    "push_allow_private",
-    "max_tasks",
-    "max_open_tasks_per_caller",
-    "input_required_ttl_s",
-    "default_agent",
-    "external_agents",
-)
-
-
-def default_open_tasks_per_caller(max_tasks: int) -> int:
-    """``a2a.max_open_tasks_per_caller`` left out: a tenth of ``max_tasks`` (at least 1)."""
-    return max(1, max_tasks // 10)
 
 
 @attrs.frozen
@@ -36,9 +19,8 @@ class ExternalAgent:
 
     name: str
     url: str
-    headers: Mapping[str, str] = attrs.field(
-        factory=dict, repr=False
-    )  # sent on every request (credentials)
+    # Sent on every request (credentials).
+    headers: Mapping[str, str] = attrs.field(factory=dict, repr=False)
 
 
 @attrs.frozen
@@ -60,7 +42,7 @@ class A2ASettings:
         """``max_open_tasks_per_caller`` as it applies (by default a tenth of ``max_tasks``)."""
         if self.max_open_tasks_per_caller is not None:
             return self.max_open_tasks_per_caller
-        return default_open_tasks_per_caller(self.max_tasks)
+        return max(1, self.max_tasks // 10)
 
     @classmethod
     def from_config(cls, raw: Any) -> A2ASettings:
@@ -71,9 +53,10 @@ class A2ASettings:
             raise ConfigError(
                 f"a2a: expected a table ([a2a] in roost.toml), got {type(raw).__name__}"
             )
-        unknown = sorted(set(raw) - set(_KEYS))
+        keys = [field.name for field in attrs.fields(cls)]
+        unknown = sorted(set(raw) - set(keys))
         if unknown:
-            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(_KEYS)}")
+            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(keys)}")
 
         def flag(key: str, default: bool) -> bool:
             value = raw.get(key, default)

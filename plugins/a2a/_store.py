@@ -103,10 +103,11 @@ class TaskRow:
     owner: str = "local"
 
 
-def _row(r: tuple, artifacts: str | None = None) -> TaskRow:
+def _row(r: tuple) -> TaskRow:
+    """A row of ``SELECT {_COLUMNS}, artifacts`` (or ``NULL`` for them) as a ``TaskRow``."""
     data = json.loads(r[5])
-    if artifacts is not None and isinstance(data.get("task"), dict):
-        data["task"]["artifacts"] = json.loads(artifacts)
+    if r[9] is not None and isinstance(data.get("task"), dict):
+        data["task"]["artifacts"] = json.loads(r[9])
     return TaskRow(r[0], r[1], r[2], r[3], bool(r[4]), data, r[6], r[7], r[8])
 
 
@@ -127,6 +128,10 @@ def _split(data: dict) -> tuple[str, str | None, int]:
 
 
 _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at, owner"
+_UPDATE = (
+    "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, "
+    "size = ? WHERE id = ?"
+)
 
 
 class TaskStore(SqliteDatabase):
@@ -297,11 +302,7 @@ class TaskStore(SqliteDatabase):
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[str]:
-            conn.execute(
-                "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, "
-                "artifacts = ?, size = ? WHERE id = ?",
-                (state, int(terminal), encoded, now, artifacts, size, id),
-            )
+            conn.execute(_UPDATE, (state, int(terminal), encoded, now, artifacts, size, id))
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
@@ -315,7 +316,7 @@ class TaskStore(SqliteDatabase):
             r = conn.execute(
                 f"SELECT {_COLUMNS}, artifacts FROM tasks WHERE id = ?", (id,)
             ).fetchone()
-            return _row(r, r[9]) if r else None
+            return _row(r) if r else None
 
         return await self.read("read a task", work)
 
@@ -358,7 +359,7 @@ class TaskStore(SqliteDatabase):
                 "ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*page_args, limit),
             ).fetchall()
-            return [_row(r, r[9]) for r in rows], total
+            return [_row(r) for r in rows], total
 
         return await self.read("list tasks", work)
 
@@ -391,14 +392,10 @@ class TaskStore(SqliteDatabase):
             ).fetchall()
             changed = []
             for r in rows:
-                row = _row(r, r[9])
+                row = _row(r)
                 state, data = reason_data(row.data)
                 encoded, artifacts, size = _split(data)
-                conn.execute(
-                    "UPDATE tasks SET state = ?, terminal = 1, data = ?, updated_at = ?, "
-                    "artifacts = ?, size = ? WHERE id = ?",
-                    (state, encoded, time.time(), artifacts, size, row.id),
-                )
+                conn.execute(_UPDATE, (state, 1, encoded, time.time(), artifacts, size, row.id))
                 changed.append(row.id)
             return changed
 

@@ -52,7 +52,6 @@ from roost.kernel import (
 
 from . import _inbox
 from . import _models as m
-from ._settings import default_open_tasks_per_caller
 from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError, TaskStoreFull
 
 log = logging.getLogger("roost.a2a")
@@ -165,16 +164,15 @@ class TaskManager:
         nursery: trio.Nursery,
         *,
         push: Any = None,
-        run_timeout_s: float | None = None,
-        open_per_caller: int | None = None,
+        open_per_caller: int,
         input_required_ttl_s: float = 3600.0,
     ) -> None:
         self.kernel = kernel
         self.store = store
         self.nursery = nursery
         self.push = push
-        self.run_timeout_s = run_timeout_s or float(kernel.config.kernel.ask_timeout_s)
-        self.open_per_caller = open_per_caller or default_open_tasks_per_caller(store.max_tasks)
+        self.run_timeout_s = float(kernel.config.kernel.ask_timeout_s)
+        self.open_per_caller = open_per_caller
         self.input_required_ttl_s = input_required_ttl_s
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
@@ -200,9 +198,7 @@ class TaskManager:
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
                 return m.FAILED, {**data, "error": reason}
             msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
-            task = attrs.evolve(
-                task, status=m.TaskStatus(m.FAILED, msg, m.now_iso()), history=task.history + (msg,)
-            )
+            task = task.moved_to(m.TaskStatus(m.FAILED, msg, m.now_iso()))
             return m.FAILED, {**data, "task": task.to_json(m.V1)}
 
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
@@ -233,12 +229,8 @@ class TaskManager:
             row = await self.store.get(task_id) if isinstance(task_id, str) and task_id else None
             if row is None:
                 raise self._not_found(task_id)
-            task, served_by, dialect = (
-                m.task_from_json(row.data["task"]),
-                row.agent,
-                row.data.get("dialect", m.V1),
-            )
-            made_by = row.owner
+            task = m.task_from_json(row.data["task"])
+            served_by, dialect, made_by = row.agent, row.data.get("dialect", m.V1), row.owner
         if made_by != owner or (agent is not None and served_by != agent):
             raise self._not_found(task_id)
         return task, served_by, dialect
@@ -257,9 +249,14 @@ class TaskManager:
                 raise self._not_found(task_id)
             return live
         task, served_by, dialect = await self.find(task_id, agent=agent, owner=owner)
-        live = self.live.get(task_id)  # another request may have loaded it meanwhile
+        return self._hold(task_id, task, served_by, dialect, owner)
+
+    def _hold(self, task_id: str, task: m.Task, agent: str, dialect: str, owner: str) -> LiveTask:
+        """The ``LiveTask`` of a stored task just read: the one another request loaded
+        meanwhile, else a new idle one, kept in memory unless the task is finished."""
+        live = self.live.get(task_id)
         if live is None:
-            live = LiveTask(task, served_by, dialect, owner)
+            live = LiveTask(task, agent, dialect, owner)
             live.done.set()
             if not task.terminal:
                 self.live[task_id] = live
@@ -575,11 +572,9 @@ class TaskManager:
         artifacts: tuple[m.Artifact, ...] = (),
     ) -> None:
         task = live.task
-        msg = (
-            m.agent_message(text, context_id=task.context_id, task_id=task.id)
-            if text is not None
-            else None
-        )
+        msg = None
+        if text is not None:
+            msg = m.agent_message(text, context_id=task.context_id, task_id=task.id)
         status = m.TaskStatus(state, msg, m.now_iso())
         artifacts = _within_task_bound(task, artifacts)
         events: list[m.Event] = [
@@ -609,25 +604,21 @@ class TaskManager:
                 context_id=live.task.context_id,
                 principal=live.owner,
             )
-        if not span.recording:
-            await self._run_task(live, message, server)
-            return
         try:
             await self._run_task(live, message, server)
         finally:
-            status = live.task.status
-            failed = status.state in (m.FAILED, m.REJECTED, m.CANCELED) or not live.settled
-            span.set(state=m.state_to_json(status.state, m.V03))
-            reason = status.message.text()[:500] if status.message is not None else None
-            span.end((reason or f"task {m.state_to_json(status.state, m.V03)}") if failed else None)
+            if span.recording:
+                status = live.task.status
+                state = m.state_to_json(status.state, m.V03)
+                failed = status.state in (m.FAILED, m.REJECTED, m.CANCELED) or not live.settled
+                span.set(state=state)
+                reason = status.message.text()[:500] if status.message is not None else None
+                span.end((reason or f"task {state}") if failed else None)
 
     async def _run_task(self, live: LiveTask, message: m.Message, trace: TraceContext) -> None:
         task = live.task
-        outcome: tuple[str, str | None, tuple[m.Artifact, ...]] = (
-            m.FAILED,
-            "the agent did not answer",
-            (),
-        )
+        state, reason = m.FAILED, "the agent did not answer"
+        artifacts: tuple[m.Artifact, ...] = ()
         try:
             with trio.CancelScope() as scope:
                 live.scope = scope
@@ -647,44 +638,37 @@ class TaskManager:
                         principal=live.owner,
                     )
                 except RecursionLimitExceeded as exc:
-                    outcome = (m.FAILED, str(exc), ())
+                    reason = str(exc)
                 except StoreError as exc:  # the agent's session could not be stored
                     live.store_error = exc
-                    outcome = (m.FAILED, str(exc), ())
+                    reason = str(exc)
                 except RoostError as exc:
-                    outcome = (m.FAILED, f"{exc.code}: {exc}", ())
+                    reason = f"{exc.code}: {exc}"
                 except Exception as exc:  # the agent must never take the A2A service down
                     log.exception("A2A task %s failed", task.id)
-                    outcome = (m.FAILED, f"internal error: {type(exc).__name__}", ())
+                    reason = f"internal error: {type(exc).__name__}"
                 else:
                     # What the agent handed over (the artifact tool) is kept when it answers, asks
                     # or fails; a cancelled run's (like its answer) is not.
                     handed = tuple(_artifact(o) for o in reply.outputs)
+                    answer: tuple[m.Artifact, ...] = ()
                     if reply.stop_reason == "cancelled":
-                        outcome = (m.CANCELED, None, ())
+                        state, reason, handed = m.CANCELED, None, ()
                     elif reply.stop_reason == "input_required":
-                        outcome = (m.INPUT_REQUIRED, reply.text, handed)
+                        state, reason = m.INPUT_REQUIRED, reply.text
                     elif reply.is_error:
-                        outcome = (m.FAILED, reply.text, handed)
+                        state, reason = m.FAILED, reply.text
                     else:
-                        response = m.Artifact(
-                            m.new_id(), (m.Part(text=reply.text),), name="response"
+                        state, reason = m.COMPLETED, None
+                        answer = (
+                            m.Artifact(m.new_id(), (m.Part(text=reply.text),), name="response"),
                         )
-                        outcome = (m.COMPLETED, None, (response, *handed))
                     # What the client said it cannot take is left out (the answer stays: the
                     # send was refused up front unless the client accepts text or JSON).
-                    outcome = (
-                        *outcome[:2],
-                        _accepted(
-                            outcome[2],
-                            live.accepted_modes,
-                            keep=outcome[2][:1] if outcome[0] == m.COMPLETED else (),
-                        ),
-                    )
+                    artifacts = _accepted((*answer, *handed), live.accepted_modes, keep=answer)
             if scope.cancelled_caught or live.cancel_requested:
-                outcome = (m.CANCELED, None, ())
-            state, message, artifacts = outcome
-            await self._status(live, state, message, artifacts=artifacts)
+                state, reason, artifacts = m.CANCELED, None, ()
+            await self._status(live, state, reason, artifacts=artifacts)
         except Exception as exc:
             log.error(
                 "A2A task %s: could not store its outcome: %s",
@@ -725,9 +709,10 @@ class TaskManager:
         live.store_error = exc
         live.unstored = True
         task = live.task
-        text = f"{exc}" if str(exc).startswith("storage failed") else f"storage failed: {exc}"
         msg = m.agent_message(
-            f"{text}; this task's outcome was not kept", context_id=task.context_id, task_id=task.id
+            f"{storage_failed(exc).message}; this task's outcome was not kept",
+            context_id=task.context_id,
+            task_id=task.id,
         )
         status = m.TaskStatus(m.FAILED, msg, m.now_iso())
         live.task = task.moved_to(status)
@@ -817,20 +802,16 @@ class TaskManager:
                     return
                 try:
                     task = m.task_from_json(row.data["task"])
-                except (
-                    m.A2AError,
-                    KeyError,
-                    TypeError,
-                ) as exc:  # not ours: trying again would not help
+                except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
                     log.error(
                         "A2A task %s: its stored row is unreadable (%s); it cannot expire",
                         task_id,
                         exc,
                     )
                     return
-                live = LiveTask(task, row.agent, row.data.get("dialect", m.V1), row.owner)
-                live.done.set()
-                self.live[task_id] = live
+                live = self._hold(
+                    task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
+                )
         if live.running or live.changing or live.task.status.state not in m.INTERRUPTED_STATES:
             return
         live.running, live.done = True, trio.Event()  # a send or cancel meanwhile waits for this
@@ -1003,7 +984,7 @@ class TaskManager:
         if self.push is None:
             raise m.push_not_supported()
         await self.find(task_id, agent=agent, owner=owner)
-        return [_push_from_row(d) for d in await self.store.push_configs(task_id)]
+        return await self.push.configs(task_id)
 
     async def delete_push(
         self, task_id: str, config_id: str, *, agent: str | None, owner: str
@@ -1022,18 +1003,6 @@ def storage_failed(exc: BaseException) -> m.A2AError:
     where and why, e.g. the disk is full): nothing it would have acknowledged was kept."""
     text = str(exc)
     return m.unavailable(text if text.startswith("storage failed") else f"storage failed: {text}")
-
-
-def _push_from_row(data: dict) -> m.PushConfig:
-    auth = data.get("authentication") or {}
-    return m.PushConfig(
-        task_id=data["taskId"],
-        id=data["id"],
-        url=data["url"],
-        token=data.get("token"),
-        auth_scheme=auth.get("scheme"),
-        credentials=data.get("credentials"),
-    )
 
 
 def iso_to_epoch(value: str, field: str) -> float:

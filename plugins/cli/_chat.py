@@ -40,14 +40,14 @@ async def chat_command(
     """Chat with ``agent`` until end of input; returns an exit code."""
     from roost.kernel import AgentNotFound, EventKind
 
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is not None:
         agents = {a.get("name"): a for a in await client.agents()}
         if agent not in agents:
             raise AgentNotFound(agent, list(agents))
         if agents[agent].get("status") == "unavailable":
             raise CliError(f"agent {agent} is unavailable: {agents[agent].get('error')}")
-        say(err, f"chatting with {agent} via the daemon at {info.url}")  # type: ignore[union-attr]
+        say(err, f"chatting with {agent} via the daemon at {client.info.url}")
         async with client.events([EventKind.AGENT_TOKEN, EventKind.AGENT_REPLY]) as ws:
             turn = _daemon_turn(client, ws, agent)
             return await _converse(agent, session_id, turn, out, err, read_line)

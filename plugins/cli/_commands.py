@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import trio
 from roost.kernel import KernelAPI, RoostError
-from roost.plugins.http import DaemonInfo, find_daemon, resolve_api_key
+from roost.plugins.http import find_daemon, resolve_api_key
 
 from ._client import DaemonClient, TokenRuns
 
@@ -59,11 +59,10 @@ def api_key_for(config: Any, env: Mapping[str, str] | None = None) -> str | None
     return resolve_api_key(config.http, os.environ if env is None else env)[0]
 
 
-async def _daemon(config: Any) -> tuple[DaemonInfo | None, DaemonClient | None]:
+async def _daemon(config: Any) -> DaemonClient | None:
+    """A client of the daemon running for ``config.home``, or None when none is."""
     info = await find_daemon(config.home)
-    if info is None:
-        return None, None
-    return info, DaemonClient(info, api_key_for(config))
+    return None if info is None else DaemonClient(info, api_key_for(config))
 
 
 # ---- MCP servers of an in-process kernel ------------------------------------------
@@ -165,9 +164,7 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
 
 
 def tool_dict(spec: Any) -> dict[str, Any]:
-    """A tool as the API lists it (from a ``ToolSpec`` or an API dict)."""
-    if isinstance(spec, Mapping):
-        return dict(spec)
+    """A ``ToolSpec`` as the daemon's API lists it."""
     return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
 
 
@@ -178,7 +175,7 @@ async def agents_command(
     config: Any, *, as_json: bool, out: TextIO, err: TextIO, open_kernel: KernelOpener | None = None
 ) -> int:
     """``roost agents``: from the running daemon, else from an in-process kernel."""
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     peers: list[dict[str, Any]] = []
     if client is not None:
         agents = await client.agents()
@@ -233,7 +230,7 @@ async def tools_command(
     open_kernel: KernelOpener | None = None,
 ) -> int:
     """``roost tools [--agent NAME]``: every tool, or those ``NAME`` may call."""
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is not None:
         tools = await client.tools(agent)
     else:
@@ -272,9 +269,9 @@ async def send_command(
     """
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is not None:
-        say(err, f"sending to {agent} via the daemon at {info.url}…")  # type: ignore[union-attr]
+        say(err, f"sending to {agent} via the daemon at {client.info.url}…")
         reply = await client.send(agent, message, session_id=session_id, timeout=timeout)
     else:
         say(err, "booting kernel…")
@@ -316,7 +313,7 @@ async def watch_command(
 
     ``stop`` ends the watch when it returns (default: SIGINT or SIGTERM).
     """
-    info, client = await _daemon(config)
+    client = await _daemon(config)
     if client is None:
         raise CliError(
             f"no roost daemon is running for {config.home} (no live "
@@ -329,10 +326,10 @@ async def watch_command(
     async with client.events(kinds) as ws:
         say(
             err,
-            f"watching {info.url}/api/events"
+            f"watching {client.info.url}/api/events"
             + (f" (kinds: {', '.join(kinds)})" if kinds else "")
             + " · Ctrl-C to stop",
-        )  # type: ignore[union-attr]
+        )
         async with trio.open_nursery() as nursery:
 
             async def stop_watching() -> None:
@@ -366,11 +363,9 @@ async def watch_command(
     return 0
 
 
-async def wait_for_signal(
-    err: TextIO | None = None, signals: Iterable[int] = (signal.SIGINT, signal.SIGTERM)
-) -> int:
-    """Wait for one of ``signals`` (Ctrl-C, SIGTERM); returns its number."""
-    with trio.open_signal_receiver(*signals) as received:
+async def wait_for_signal(err: TextIO | None = None) -> int:
+    """Wait for Ctrl-C (SIGINT) or SIGTERM; returns its number."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async for signum in received:
             if err is not None:
                 say(

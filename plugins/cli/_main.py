@@ -320,11 +320,7 @@ def main(
     except Exception as exc:  # ExceptionGroup included
         if debug:
             raise
-        leaf = _leaf(exc)
-        if isinstance(leaf, KeyboardInterrupt):
-            print("interrupted", file=err)
-            return EXIT_INTERRUPTED
-        print(f"roost: error: {describe_error(leaf)}", file=err)
+        print(f"roost: error: {describe_error(_leaf(exc))}", file=err)
         return EXIT_ERROR
     except BaseExceptionGroup as group:  # e.g. KeyboardInterrupt inside a nursery
         if debug or not isinstance(_leaf(group), KeyboardInterrupt):

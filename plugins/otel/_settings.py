@@ -15,7 +15,6 @@ from typing import Any
 import attrs
 from roost.kernel import ConfigError
 
-_KEYS = ("enabled", "endpoint", "service_name", "sampling", "timeout_s", "headers")
 # What the exporter needs, by module (looked up without importing it).
 _MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 INSTALL_HINT = "pip install 'roost[otel]'"
@@ -43,13 +42,14 @@ class TelemetrySettings:
             raise ConfigError(
                 f"telemetry: expected a table ([telemetry] in roost.toml), got {type(raw).__name__}"
             )
-        unknown = sorted(set(raw) - set(_KEYS))
+        keys = [field.name for field in attrs.fields(cls)]
+        unknown = sorted(set(raw) - set(keys))
         if unknown:
-            close = difflib.get_close_matches(str(unknown[0]), _KEYS, n=1)
+            close = difflib.get_close_matches(str(unknown[0]), keys, n=1)
             hint = f" — did you mean {close[0]!r}?" if close else ";"
             raise ConfigError(
                 f"telemetry.{unknown[0]}: unknown key{hint} valid keys in [telemetry]: "
-                + ", ".join(_KEYS)
+                + ", ".join(keys)
             )
         enabled = raw.get("enabled", True)
         if not isinstance(enabled, bool):

@@ -8,16 +8,24 @@ comes back, applying the context guard first.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
 from roost.kernel import Completion, CompletionRequest, StreamDelta, ToolCall
 
 from ._context import context_window_for, fit_context
-from ._http import HttpClient, ProviderResponseError, ProviderSettings
+from ._http import (
+    HttpClient,
+    ProviderResponseError,
+    ProviderSettings,
+    load_settings,
+    model_name,
+    model_parameters,
+)
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
+RESERVE_OUTPUT = 4096  # tokens kept free for the answer when the agent sets no max_tokens
 
 
 class StreamAssembler(Protocol):
@@ -25,10 +33,6 @@ class StreamAssembler(Protocol):
 
     def feed(self, event: Any) -> str:
         """Take one decoded event; return the text it adds (maybe ``""``)."""
-
-    @property
-    def done(self) -> bool:
-        """True once the vendor said the response is complete."""
 
     def finish(self) -> Completion:
         """The whole completion; raises ``StreamInterrupted`` if the stream was incomplete."""
@@ -93,6 +97,32 @@ def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
     return value
 
 
+def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
+    """``expect_mapping``, and a ``ProviderResponseError`` if the object is the vendor's
+    ``error`` answer (the OpenAI, Gemini and Ollama shape)."""
+    data = expect_mapping(value, what, provider)
+    err = data.get("error")
+    if err:
+        message = err.get("message") if isinstance(err, Mapping) else err
+        raise ProviderResponseError(f"{provider} reported an error: {message}")
+    return data
+
+
+def function_tools(request: CompletionRequest) -> list[dict[str, Any]]:
+    """The request's tools as OpenAI-style ``function`` declarations (OpenAI, Ollama)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.input_schema),
+            },
+        }
+        for t in request.tools
+    ]
+
+
 def passthrough_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """Agent parameters meant for the vendor (roost's own, like ``context_window``, removed)."""
     return {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
@@ -110,7 +140,6 @@ class HttpProvider:
         *,
         model: str,
         parameters: Mapping[str, Any] | None = None,
-        reserve_output: int = 4096,
     ) -> None:
         self.name = name
         self.wire = wire
@@ -118,7 +147,6 @@ class HttpProvider:
         self.model = model
         self.parameters = dict(parameters or {})
         self.http = HttpClient(settings, auth_headers)
-        self._reserve_output = reserve_output
 
     def prepare(self, request: CompletionRequest) -> tuple[CompletionRequest, str]:
         """Merge the default parameters, pick the model and apply the context guard."""
@@ -126,16 +154,9 @@ class HttpProvider:
         model = request.model or self.model
         request = attrs.evolve(request, parameters=parameters, model=model)
         window = context_window_for(self.name, parameters, self.settings.context_window)
-        reserve = (
-            parameters.get("max_tokens")
-            or parameters.get("max_completion_tokens")
-            or self._reserve_output
-        )
-        reserve = (
-            reserve
-            if isinstance(reserve, int) and not isinstance(reserve, bool)
-            else self._reserve_output
-        )
+        reserve = parameters.get("max_tokens") or parameters.get("max_completion_tokens")
+        if not isinstance(reserve, int) or isinstance(reserve, bool):
+            reserve = RESERVE_OUTPUT
         return fit_context(
             request, context_window=window, reserve_output=min(reserve, window // 4)
         ), model
@@ -156,6 +177,47 @@ class HttpProvider:
             if text:
                 yield StreamDelta(text=text)
         yield StreamDelta(completion=assembler.finish())
+
+
+def http_provider(
+    provider: str,
+    wire: Wire,
+    model: Any,
+    settings: Mapping[str, Any] | None,
+    *,
+    example: str,
+    base_url: str,
+    key_env: str | None,
+    auth: Callable[[str | None], dict[str, str]],
+    env: Mapping[str, str] | None = None,
+    extra_headers: Mapping[str, str] | None = None,
+) -> HttpProvider:
+    """A vendor's factory: ``model.name`` (``example`` in the error without one) and
+    ``[providers.<provider>]`` checked, the key read from ``key_env`` (required when there
+    is one, unless ``base_url`` is overridden) and turned into headers by ``auth``."""
+    name = model_name(provider, model, example)
+    checked = load_settings(
+        provider,
+        settings,
+        default_base_url=base_url,
+        default_key_env=key_env,
+        key_required=key_env is not None,
+        env=env,
+        extra_headers=extra_headers,
+    )
+    return HttpProvider(
+        provider,
+        wire,
+        checked,
+        auth(checked.api_key),
+        model=name,
+        parameters=model_parameters(model),
+    )
+
+
+def bearer(key: str | None) -> dict[str, str]:
+    """``Authorization: Bearer <key>``, or no header without a key."""
+    return {"authorization": f"Bearer {key}"} if key else {}
 
 
 def sse_json(event: Any, provider: str) -> Any:

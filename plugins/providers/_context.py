@@ -91,10 +91,5 @@ def shorten(text: str, remove_at_least: int) -> str:
     if MARKER_PREFIX in text:
         return text
     keep = max(0, min(KEEP_HEAD_CHARS, len(text) - remove_at_least))
-    cut = _cut(text, keep)
+    cut = text[:keep] + ("\n" if keep else "") + MARKER.format(removed=len(text) - keep)
     return cut if len(cut) < len(text) else text
-
-
-def _cut(text: str, keep: int) -> str:
-    removed = len(text) - keep
-    return text[:keep] + ("\n" if keep else "") + MARKER.format(removed=removed)

@@ -32,9 +32,8 @@ log = logging.getLogger("roost.providers")
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
-MAX_ANSWER_BYTES = (
-    16 * 1024 * 1024
-)  # a model's answer, or one SSE event or NDJSON line of its stream
+# A model's answer, or one SSE event or NDJSON line of its stream.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class ProviderError(RoostError):
@@ -209,7 +208,6 @@ def load_settings(
     base_url = given.pop("base_url", default_base_url).rstrip("/")
     key_env = given.pop("api_key_env", default_key_env)
     headers = given.pop("headers", {})
-    numbers = given
     key = env.get(key_env) if key_env else None
     key = key.strip() if key else None
     if key_required and not key and base_url == default_base_url.rstrip("/"):
@@ -223,7 +221,7 @@ def load_settings(
         api_key_env=key_env,
         api_key=key or None,
         headers={**(extra_headers or {}), **headers},
-        **numbers,
+        **given,  # what is left: the numbers
     )
 
 
@@ -238,12 +236,9 @@ def model_name(provider: str, model: Any, example: str) -> str:
 
 
 def model_parameters(model: Any) -> dict[str, Any]:
-    params = (
-        model.get("parameters")
-        if isinstance(model, Mapping)
-        else getattr(model, "parameters", None)
-    )
-    return dict(params or {})
+    if isinstance(model, Mapping):
+        return dict(model.get("parameters") or {})
+    return dict(getattr(model, "parameters", None) or {})
 
 
 def _shown(value: Any) -> str:

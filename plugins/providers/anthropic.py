@@ -10,6 +10,7 @@ from roost.kernel import Completion, CompletionRequest, Message, ProviderDescrip
 from ._base import (
     HttpProvider,
     expect_mapping,
+    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
@@ -18,9 +19,6 @@ from ._http import (
     ProviderResponseError,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
 )
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -157,10 +155,6 @@ class MessagesStreamAssembler:
         self._usage = Usage()
         self._done = False
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def feed(self, event: Any) -> str:
         data = expect_mapping(sse_json(event, "anthropic"), "a stream event", "anthropic")
         _raise_if_error(data)
@@ -233,21 +227,21 @@ def create_anthropic(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "anthropic"`` (``ANTHROPIC_API_KEY``)."""
-    name = model_name("anthropic", model, "claude-sonnet-4-5")
-    s = load_settings(
+    return http_provider(
         "anthropic",
+        MessagesWire(),
+        model,
         settings,
-        default_base_url=ANTHROPIC_BASE_URL,
-        default_key_env="ANTHROPIC_API_KEY",
-        key_required=True,
+        example="claude-sonnet-4-5",
+        base_url=ANTHROPIC_BASE_URL,
+        key_env="ANTHROPIC_API_KEY",
+        auth=_auth,
         env=env,
     )
-    auth = {"anthropic-version": ANTHROPIC_VERSION}
-    if s.api_key:
-        auth["x-api-key"] = s.api_key
-    return HttpProvider(
-        "anthropic", MessagesWire(), s, auth, model=name, parameters=model_parameters(model)
-    )
+
+
+def _auth(key: str | None) -> dict[str, str]:
+    return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
 
 @hookimpl

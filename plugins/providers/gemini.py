@@ -26,7 +26,9 @@ from roost.kernel import (
 
 from ._base import (
     HttpProvider,
+    expect_answer,
     expect_mapping,
+    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
@@ -35,9 +37,6 @@ from ._http import (
     ProviderResponseError,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
 )
 
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -118,13 +117,7 @@ class GeminiWire:
     # -- responses --
 
     def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
-        data = expect_mapping(data, "the response", "gemini")
-        if data.get("error"):
-            err = data["error"]
-            raise ProviderResponseError(
-                "gemini reported an error: "
-                f"{err.get('message') if isinstance(err, Mapping) else err}"
-            )
+        data = expect_answer(data, "the response", "gemini")
         usage = None
         meta = data.get("usageMetadata")
         if isinstance(meta, Mapping):
@@ -135,12 +128,8 @@ class GeminiWire:
             )
         candidates = data.get("candidates")
         if not candidates:
-            feedback = (
-                data.get("promptFeedback")
-                if isinstance(data.get("promptFeedback"), Mapping)
-                else {}
-            )
-            if feedback.get("blockReason"):
+            feedback = data.get("promptFeedback")
+            if isinstance(feedback, Mapping) and feedback.get("blockReason"):
                 raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
             return [], [], None, usage
         candidate = expect_mapping(candidates[0], "candidates[0]", "gemini")
@@ -153,17 +142,14 @@ class GeminiWire:
                 name = str(fc.get("name") or "")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
                 calls.append(make_tool_call(name, fc.get("args"), "gemini", call_id))
-                if part.get("thoughtSignature"):
-                    self._remember(call_id, str(part["thoughtSignature"]))
+                if part.get("thoughtSignature"):  # kept to send back with the call; bounded
+                    self.signatures[call_id] = str(part["thoughtSignature"])
+                    while len(self.signatures) > _MAX_SIGNATURES:
+                        self.signatures.popitem(last=False)
             elif isinstance(part.get("text"), str) and not part.get("thought"):
                 texts.append(part["text"])
         finish = candidate.get("finishReason")
         return texts, calls, str(finish) if finish else None, usage
-
-    def _remember(self, call_id: str, signature: str) -> None:
-        self.signatures[call_id] = signature
-        while len(self.signatures) > _MAX_SIGNATURES:
-            self.signatures.popitem(last=False)
 
     def parse(self, data: Any) -> Completion:
         texts, calls, finish, usage = self._parts(data)
@@ -185,10 +171,6 @@ class GeminiStreamAssembler:
         self._calls: list[ToolCall] = []
         self._finish: str | None = None
         self._usage = Usage()
-
-    @property
-    def done(self) -> bool:
-        return self._finish is not None
 
     def feed(self, event: Any) -> str:
         texts, calls, finish, usage = self._wire._parts(sse_json(event, "gemini"))
@@ -220,18 +202,16 @@ def create_gemini(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "gemini"`` (``GEMINI_API_KEY``)."""
-    name = model_name("gemini", model, "gemini-2.5-flash")
-    s = load_settings(
+    return http_provider(
         "gemini",
+        GeminiWire(),
+        model,
         settings,
-        default_base_url=GEMINI_BASE_URL,
-        default_key_env="GEMINI_API_KEY",
-        key_required=True,
+        example="gemini-2.5-flash",
+        base_url=GEMINI_BASE_URL,
+        key_env="GEMINI_API_KEY",
+        auth=lambda key: {"x-goog-api-key": key} if key else {},
         env=env,
-    )
-    auth = {"x-goog-api-key": s.api_key} if s.api_key else {}
-    return HttpProvider(
-        "gemini", GeminiWire(), s, auth, model=name, parameters=model_parameters(model)
     )
 
 

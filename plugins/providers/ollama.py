@@ -23,17 +23,17 @@ from roost.kernel import (
 
 from ._base import (
     HttpProvider,
+    bearer,
+    expect_answer,
     expect_mapping,
+    function_tools,
+    http_provider,
     make_tool_call,
     passthrough_parameters,
 )
 from ._http import (
-    ProviderResponseError,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
 )
 
 OLLAMA_BASE_URL = "http://localhost:11434"
@@ -68,17 +68,7 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         "messages": to_ollama_messages(request.system, request.messages),
     }
     if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": dict(t.input_schema),
-                },
-            }
-            for t in request.tools
-        ]
+        body["tools"] = function_tools(request)
     body["stream"] = stream
     options = {k: v for k, v in params.items() if k not in TOP_LEVEL}
     if "max_tokens" in options:
@@ -105,13 +95,6 @@ def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
     return calls
 
 
-def _check(data: Any) -> Mapping[str, Any]:
-    data = expect_mapping(data, "the response", "ollama")
-    if data.get("error"):
-        raise ProviderResponseError(f"ollama reported an error: {data['error']}")
-    return data
-
-
 def _usage(data: Mapping[str, Any]) -> Usage:
     return Usage(int(data.get("prompt_eval_count") or 0), int(data.get("eval_count") or 0))
 
@@ -124,7 +107,7 @@ def _stop(data: Mapping[str, Any], calls: list[ToolCall]) -> str:
 
 def parse_response(data: Any) -> Completion:
     """A non-streamed ``/api/chat`` answer as a roost ``Completion``."""
-    data = _check(data)
+    data = expect_answer(data, "the response", "ollama")
     message = expect_mapping(data.get("message"), "message", "ollama")
     calls = _calls(message)
     return Completion(
@@ -140,12 +123,8 @@ class ChatStreamAssembler:
         self._calls: list[ToolCall] = []
         self._final: Mapping[str, Any] | None = None
 
-    @property
-    def done(self) -> bool:
-        return self._final is not None
-
     def feed(self, event: Any) -> str:
-        data = _check(event)
+        data = expect_answer(event, "the response", "ollama")
         message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
         self._calls += _calls(message)
         piece = str(message.get("content") or "")
@@ -184,18 +163,16 @@ def create_ollama(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "ollama"`` (no key needed locally)."""
-    name = model_name("ollama", model, "llama3.2")
-    s = load_settings(
+    return http_provider(
         "ollama",
+        OllamaWire(),
+        model,
         settings,
-        default_base_url=OLLAMA_BASE_URL,
-        default_key_env=None,
-        key_required=False,
+        example="llama3.2",
+        base_url=OLLAMA_BASE_URL,
+        key_env=None,
+        auth=bearer,
         env=env,
-    )
-    auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-    return HttpProvider(
-        "ollama", OllamaWire(), s, auth, model=name, parameters=model_parameters(model)
     )
 
 

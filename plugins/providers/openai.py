@@ -16,7 +16,11 @@ from roost.kernel import Completion, CompletionRequest, Message, ProviderDescrip
 
 from ._base import (
     HttpProvider,
+    bearer,
+    expect_answer,
     expect_mapping,
+    function_tools,
+    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
@@ -25,9 +29,6 @@ from ._http import (
     ProviderResponseError,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
 )
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -75,20 +76,6 @@ def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[
     return out
 
 
-def to_openai_tools(request: CompletionRequest) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": t.name,
-                "description": t.description,
-                "parameters": dict(t.input_schema),
-            },
-        }
-        for t in request.tools
-    ]
-
-
 def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
     """The ``POST /chat/completions`` body; no ``tools`` key when the agent has none."""
     body: dict[str, Any] = {
@@ -96,7 +83,7 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         "model": model,
     }
     body.update(passthrough_parameters(request.parameters))
-    tools = to_openai_tools(request)
+    tools = function_tools(request)
     if tools:
         body["tools"] = tools
     if stream:
@@ -114,17 +101,9 @@ def parse_usage(data: Any) -> Usage:
     return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
 
 
-def raise_if_error(data: Mapping[str, Any], provider: str) -> None:
-    err = data.get("error")
-    if err:
-        message = err.get("message") if isinstance(err, Mapping) else str(err)
-        raise ProviderResponseError(f"{provider} reported an error: {message}")
-
-
 def parse_completion(data: Any, provider: str = "openai") -> Completion:
     """A ``chat.completion`` object as a roost ``Completion``."""
-    data = expect_mapping(data, "the response", provider)
-    raise_if_error(data, provider)
+    data = expect_answer(data, "the response", provider)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ProviderResponseError(
@@ -159,16 +138,11 @@ class ChatStreamAssembler:
         self._usage = Usage()
         self._done = False
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def feed(self, event: Any) -> str:
         if event.data.strip() == "[DONE]":
             self._done = True
             return ""
-        chunk = expect_mapping(sse_json(event, self.provider), "a stream chunk", self.provider)
-        raise_if_error(chunk, self.provider)
+        chunk = expect_answer(sse_json(event, self.provider), "a stream chunk", self.provider)
         if chunk.get("usage"):
             self._usage = parse_usage(chunk["usage"])
         text = ""
@@ -220,15 +194,13 @@ class ChatCompletionsWire:
     """The Chat Completions wire format."""
 
     stream_format = "sse"
+    body = staticmethod(build_body)
 
     def __init__(self, provider: str = "openai") -> None:
         self.provider = provider
 
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return f"{base_url}/chat/completions"
-
-    def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
-        return build_body(request, model, stream=stream)
 
     def parse(self, data: Any) -> Completion:
         return parse_completion(data, self.provider)
@@ -240,45 +212,20 @@ class ChatCompletionsWire:
 # ---- factories and the plugin ------------------------------------------------------------
 
 
-def _create(
-    provider: str,
-    model: Any,
-    settings: Mapping[str, Any] | None,
-    *,
-    base_url: str,
-    key_env: str,
-    extra_headers: Mapping[str, str] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> HttpProvider:
-    name = model_name(
-        provider, model, "gpt-4o-mini" if provider == "openai" else "openai/gpt-4o-mini"
-    )
-    s = load_settings(
-        provider,
-        settings,
-        default_base_url=base_url,
-        default_key_env=key_env,
-        key_required=True,
-        env=env,
-        extra_headers=extra_headers,
-    )
-    auth = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
-    return HttpProvider(
-        provider,
-        ChatCompletionsWire(provider),
-        s,
-        auth,
-        model=name,
-        parameters=model_parameters(model),
-    )
-
-
 def create_openai(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "openai"`` (``OPENAI_API_KEY``)."""
-    return _create(
-        "openai", model, settings, base_url=OPENAI_BASE_URL, key_env="OPENAI_API_KEY", env=env
+    return http_provider(
+        "openai",
+        ChatCompletionsWire("openai"),
+        model,
+        settings,
+        example="gpt-4o-mini",
+        base_url=OPENAI_BASE_URL,
+        key_env="OPENAI_API_KEY",
+        auth=bearer,
+        env=env,
     )
 
 
@@ -286,14 +233,17 @@ def create_openrouter(
     model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
 ) -> HttpProvider:
     """Factory for ``model.provider = "openrouter"`` (``OPENROUTER_API_KEY``)."""
-    return _create(
+    return http_provider(
         "openrouter",
+        ChatCompletionsWire("openrouter"),
         model,
         settings,
+        example="openai/gpt-4o-mini",
         base_url=OPENROUTER_BASE_URL,
         key_env="OPENROUTER_API_KEY",
-        extra_headers=OPENROUTER_HEADERS,
+        auth=bearer,
         env=env,
+        extra_headers=OPENROUTER_HEADERS,
     )
 
 

@@ -76,7 +76,7 @@ class ScriptedProvider:
             values["answer"] = user_text
             rule = rule[0]
         else:
-            rule = self._matching_rule(user_text)
+            rule = next((r for r in self._rules if r.matches(user_text)), None)
             if rule is None:
                 return _answer(self._default, values, request)
             if rule.ask and steps_done == 0:
@@ -94,12 +94,6 @@ class ScriptedProvider:
             )
             return Completion(tool_calls=calls, stop_reason="tool_use", usage=_usage(request, ""))
         return _answer(rule.reply or self._default, values, request)
-
-    def _matching_rule(self, text: str) -> _Rule | None:
-        for rule in self._rules:
-            if rule.matches(text):
-                return rule
-        return None
 
     def _answered_rule(
         self, messages: Sequence[Message], user_index: int
@@ -193,9 +187,7 @@ def _usage(request: CompletionRequest, text: str) -> Usage:
 
 def _answer(template: str, values: Mapping[str, Any], request: CompletionRequest) -> Completion:
     text = _render(template, values)
-    return Completion(
-        text, (), "end_turn", _usage(request, text)
-    )  # (text, tool_calls, stop_reason, usage)
+    return Completion(text, (), "end_turn", _usage(request, text))
 
 
 def script_as_dict(script: Any) -> Mapping[str, Any] | None:
