@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import trio
 from roost.kernel import KernelAPI, RoostError
-from roost.plugins.http import find_daemon, resolve_api_key
+from roost.plugins.http import find_daemon, reply_json, resolve_api_key, tool_json
 
 from ._client import DaemonClient, TokenRuns
 
@@ -163,11 +163,6 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     return rows
 
 
-def tool_dict(spec: Any) -> dict[str, Any]:
-    """A ``ToolSpec`` as the daemon's API lists it."""
-    return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
-
-
 # ---- commands -------------------------------------------------------------------------
 
 
@@ -237,7 +232,7 @@ async def tools_command(
         say(err, "booting kernel…")
         async with _opener(open_kernel)(config) as kernel:
             await wait_for_mcp_servers(kernel, err)
-            tools = [tool_dict(s) for s in kernel.list_tools(agent)]
+            tools = [tool_json(s) for s in kernel.list_tools(agent)]
     if as_json:
         say(out, json.dumps(tools, indent=2, ensure_ascii=False, default=str))
     elif not tools:
@@ -283,14 +278,7 @@ async def send_command(
             await wait_for_mcp_servers(kernel, err)
             say(err, f"loaded {len(kernel.agents)} agents; sending to {agent}…")
             answer = await kernel.send(agent, message, session_id=session_id, timeout=timeout)
-            reply = {
-                "agent": answer.agent,
-                "reply": answer.text,
-                "session_id": answer.session_id,
-                "trace_id": answer.trace_id,
-                "is_error": answer.is_error,
-                "turns": answer.turns,
-            }
+            reply = reply_json(answer)
     if as_json:
         say(out, json.dumps(reply, indent=2, ensure_ascii=False))
     else:

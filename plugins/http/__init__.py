@@ -35,7 +35,15 @@ from ._ratelimit import Gcra
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._app import DaemonState, create_app, daemon_state, parse_kinds
-    from ._common import InvalidRequest, base_url, jsonrpc_error_code, loopback_for, status_for
+    from ._common import (
+        InvalidRequest,
+        base_url,
+        jsonrpc_error_code,
+        loopback_for,
+        reply_json,
+        status_for,
+        tool_json,
+    )
     from ._plain import PlainRequest, PlainResponse
     from ._server import open_daemon, serve
     from ._settings import HttpSettings
@@ -54,6 +62,8 @@ _LAZY = {
     "open_daemon": "._server",
     "base_url": "._common",
     "loopback_for": "._common",
+    "reply_json": "._common",
+    "tool_json": "._common",
     "HttpSettings": "._settings",
 }
 
@@ -82,10 +92,12 @@ __all__ = [
     "principal_of",
     "read_daemon_file",
     "remove_daemon_file",
+    "reply_json",
     "resolve_api_key",
     "serve",
     "status_for",
     "tokens_match",
+    "tool_json",
     "write_daemon_file",
 ]
 

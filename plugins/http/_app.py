@@ -29,10 +29,8 @@ from roost.kernel import (
     PluginFailure,
     RoostError,
     RouteDescriptor,
-    ToolSpec,
     TraceContext,
     check_json_input,
-    outputs_to_json,
     roost_version,
 )
 from roost.kernel import json_type_name as _json_type
@@ -51,7 +49,9 @@ from ._common import (
     internal_error,
     refusal_for,
     render_refusal,
+    reply_json,
     too_large,
+    tool_json,
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
@@ -321,10 +321,6 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
 # ---- the API ----------------------------------------------------------------------------
 
 
-def _tool_json(spec: ToolSpec) -> dict[str, Any]:
-    return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
-
-
 async def _read_json_object() -> dict[str, Any]:
     data = await request.get_data(cache=False)
     if not data or not data.strip():
@@ -484,16 +480,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             timeout=timeout,
             principal=_principal_name(request),
         )
-        body = {
-            "agent": reply.agent,
-            "reply": reply.text,
-            "session_id": reply.session_id,
-            "trace_id": reply.trace_id,
-            "is_error": reply.is_error,
-            "turns": reply.turns,
-        }
-        if reply.outputs:
-            body["artifacts"] = outputs_to_json(reply.outputs)
+        body = reply_json(reply)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
         return body, 200, headers
 
@@ -506,7 +493,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
                     "agent", "query parameter 'agent' must name an agent; omit it to list all tools"
                 )
             require_agent(agent)
-        return {"tools": [_tool_json(spec) for spec in kernel.list_tools(agent)]}
+        return {"tools": [tool_json(spec) for spec in kernel.list_tools(agent)]}
 
     @app.websocket("/api/events")
     async def events():

@@ -33,6 +33,7 @@ from roost.kernel import (
     ToolDenied,
     ToolNotFound,
     ToolTimeout,
+    outputs_to_json,
 )
 
 from ._auth import (
@@ -496,3 +497,23 @@ def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str
         out.append(("Access-Control-Allow-Origin", origin, True))
         out.extend((name, value, False) for name, value in CORS_HEADERS.items())
     return out
+
+
+def tool_json(spec: Any) -> dict[str, Any]:
+    """A ``ToolSpec`` as ``GET /api/tools`` lists it: its MCP shape, owner and full name."""
+    return {**spec.to_mcp(), "owner": spec.owner, "qualified_name": spec.qualified_name}
+
+
+def reply_json(reply: Any) -> dict[str, Any]:
+    """An ``AgentReply`` as ``POST /api/agents/{name}/message`` answers it."""
+    body = {
+        "agent": reply.agent,
+        "reply": reply.text,
+        "session_id": reply.session_id,
+        "trace_id": reply.trace_id,
+        "is_error": reply.is_error,
+        "turns": reply.turns,
+    }
+    if reply.outputs:
+        body["artifacts"] = outputs_to_json(reply.outputs)
+    return body

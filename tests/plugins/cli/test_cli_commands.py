@@ -524,3 +524,50 @@ def test_event_line_is_readable_and_bounded():
     assert "KERNEL:STARTED" in event_line(
         {"kind": "KERNEL:STARTED", "source": "kernel", "payload": {}}
     )
+
+
+async def test_send_json_in_process_carries_artifacts_like_the_daemon(tmp_path):
+    # roost send --json without a daemon left out the reply's "artifacts": the in-process
+    # path built its own copy of the daemon's reply body.
+    from roost.kernel import default_config, open_kernel
+
+    manifest = tmp_path / "agents" / "maker" / "agent.json"
+    manifest.parent.mkdir(parents=True)
+    steps = [{"tool": "artifact", "arguments": {"name": "facts", "data": {"ok": True}}}]
+    rules = [{"match": ".", "steps": steps, "reply": "made"}]
+    manifest.write_text(
+        json.dumps(
+            {
+                "name": "maker",
+                "description": "hands over an artifact (scripted)",
+                "version": "0.1.0",
+                "model": {"provider": "scripted", "name": "rules", "script": {"rules": rules}},
+                "capabilities": {"tools": ["artifact"]},
+            }
+        )
+    )
+    config = default_config(
+        home=str(tmp_path / "home"),
+        agents={"dirs": [str(manifest.parent.parent)], "bundled": False},
+        http={"port": 0},
+    )
+
+    async def send_json() -> dict:
+        out, err = streams()
+        code = await send_command(
+            config, "maker", "make", session_id=None, timeout=None, as_json=True, out=out, err=err
+        )
+        assert code == 0, err.getvalue()
+        return json.loads(out.getvalue())
+
+    with trio.fail_after(30):
+        in_process = await send_json()
+        async with open_kernel(config) as kernel, open_daemon(kernel, graceful_timeout=1):
+            via_daemon = await send_json()
+    assert in_process.keys() == via_daemon.keys()
+
+    def without_ids(reply: dict) -> list:
+        return [{k: v for k, v in a.items() if k != "artifactId"} for a in reply["artifacts"]]
+
+    assert without_ids(in_process) == without_ids(via_daemon)
+    assert without_ids(in_process) == [{"name": "facts", "parts": [{"data": {"ok": True}}]}]
