@@ -7,7 +7,6 @@ booted, and shut down, by ``_boot.open_kernel``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +60,6 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        self.started_at = time.time()
         # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
         # the manifest or the registry changes: they sit on every tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}

@@ -839,23 +839,16 @@ def validate_files(
 
 
 def _installed_tool_specs() -> list[Any]:
-    """The tools the installed plugins provide (``roost_tools`` with the default settings)."""
+    """The tools the installed plugins provide (``roost_tools`` with the default settings);
+    a broken plugin lists nothing here (it is reported when roost runs)."""
     from ._config import default_config
-    from ._plugins import PluginManager, collect
+    from ._plugins import PluginManager
 
     pm = PluginManager()
     pm.load_entry_points()
-    specs = []
-    for impl in pm.hook.roost_tools.get_hookimpls():
-        try:
-            tools = collect(
-                [
-                    impl.function(
-                        **({"config": default_config()} if "config" in impl.argnames else {})
-                    )
-                ]
-            )
-        except Exception:  # a broken plugin is reported when roost runs; here it lists nothing
-            continue
-        specs += [t.spec for t in tools if hasattr(t, "spec")]
-    return specs
+    return [
+        t.spec
+        for _name, tools in pm.call_each("roost_tools", config=default_config())
+        for t in tools
+        if hasattr(t, "spec")
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -60,15 +59,6 @@ class PluginManager(pluggy.PluginManager):
                 self._fail(ep.name, "import", exc)
                 continue
             self.register_named(ep.name, plugin)
-
-    def load_module(self, name: str, module_path: str) -> bool:
-        """Import ``module_path`` and register it as plugin ``name``."""
-        try:
-            plugin = importlib.import_module(module_path)
-        except Exception as exc:
-            self._fail(name, "import", exc)
-            return False
-        return self.register_named(name, plugin)
 
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:
         """Call the hook ``hook_name`` plugin by plugin, each with the ``kwargs`` it takes;

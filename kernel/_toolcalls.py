@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._audit import (
+    AUDIT_COLUMNS,
     OUTCOMES,
     AuditRecord,
     _audit_arguments,
@@ -55,18 +56,6 @@ log = logging.getLogger("roost.kernel")
 _AUDIT_ARGS_MAX = (
     4_000  # within the store's MAX_AUDIT_CHARS: its converter would not cut them again
 )
-_AUDIT_FIELDS = (
-    "ts",
-    "trace_id",
-    "span_id",
-    "agent",
-    "tool",
-    "arguments",
-    "duration_ms",
-    "outcome",
-    "error",
-    "session_id",
-)
 
 
 # The validators and converters whose work ``_audit_record`` does itself before it takes
@@ -82,9 +71,9 @@ _AUDIT_CHECKS = {
 
 
 def _audit_builder() -> Callable[..., AuditRecord]:
-    """AuditRecord's builder (values in ``_AUDIT_FIELDS`` order); the class itself, so that
+    """AuditRecord's builder (values in ``AUDIT_COLUMNS`` order); the class itself, so that
     every record is validated, when its fields or their checks are no longer these."""
-    if tuple(f.name for f in attrs.fields(AuditRecord)) != _AUDIT_FIELDS:
+    if tuple(f.name for f in attrs.fields(AuditRecord)) != AUDIT_COLUMNS:
         return AuditRecord
     return frozen_builder(AuditRecord, checked_by_caller=_AUDIT_CHECKS)
 
@@ -437,7 +426,7 @@ class ToolCalls:
             or not tool
             or outcome not in OUTCOMES
         ):
-            return AuditRecord(**dict(zip(_AUDIT_FIELDS, values, strict=True)))
+            return AuditRecord(**dict(zip(AUDIT_COLUMNS, values, strict=True)))
         return _build_audit(*values)
 
 
