@@ -30,6 +30,12 @@ def json_type_name(value: object) -> str:
     return type(value).__name__
 
 
+def json_pointer(parts: Iterable[Any]) -> str:
+    """The JSON Pointer (RFC 6901) of a path of keys and indexes: ``/a/0/b``; ``/`` for none."""
+    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
+    return "/" + "/".join(escaped) if escaped else "/"
+
+
 # Where an MCP tool result's ``_meta`` carries roost's error object (``RoostError.to_dict``).
 META_ERROR = "io.roost/error"
 

@@ -27,15 +27,13 @@ if TYPE_CHECKING:
     import jsonschema
     from jsonschema.exceptions import ValidationError
 
-from ._errors import ManifestError
+from ._errors import ManifestError, json_pointer
 from ._hookspecs import McpServerDescriptor
 from ._tools import ToolSpec, agent_tool_name, normalise_name
 from ._trace import DEFAULT_MAX_DEPTH
 
 MANIFEST_FILENAME = "agent.json"
 SCHEMA_RESOURCE = "agent.json.schema"
-SANDBOX_MODES = ("sandbox", "read-only", "rwx")
-TAINT_POLICIES = ("block", "warn", "allow")
 
 MAX_MANIFEST_BYTES = 1_048_576
 MAX_PROMPT_BYTES = 1_048_576
@@ -313,11 +311,6 @@ def bundled_agents_dir() -> Path:
 # ---- error wording ---------------------------------------------------------------------
 
 
-def _pointer(parts: Iterable[Any]) -> str:
-    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
-    return "/" + "/".join(escaped) if escaped else "/"
-
-
 def _got(instance: Any) -> str:
     if isinstance(instance, dict):
         return "an object"
@@ -411,7 +404,7 @@ _LEAF_KEYWORDS = {
 
 def _translate(error: ValidationError) -> list[tuple[str, str]]:
     """(pointer, expected) pairs for one jsonschema error."""
-    where = _pointer(error.absolute_path)
+    where = json_pointer(error.absolute_path)
     keyword = error.validator
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     instance = error.instance
@@ -434,7 +427,7 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.append(
                 (
-                    _pointer([*error.absolute_path, key]),
+                    json_pointer([*error.absolute_path, key]),
                     f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}",
                 )
             )

@@ -31,6 +31,7 @@ from ._errors import (
     ToolDenied,
     ToolError,
     is_mapping,
+    json_pointer,
 )
 from ._errors import json_type_name as _json_type
 from ._tools import ToolCall, ToolResult, ToolSpec
@@ -192,7 +193,7 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = _pointer(exc.absolute_path)
+        where = json_pointer(exc.absolute_path)
         raise ToolSchemaInvalid(
             f"tool {_names(spec)} has an invalid inputSchema at {where}: "
             f"{_clip(exc.message)}; this is a bug in {spec.owner!r}, not in your arguments"
@@ -202,11 +203,6 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
     if len(_validators) > _VALIDATOR_CACHE_SIZE:
         _validators.popitem(last=False)
     return validator
-
-
-def _pointer(path: Iterable[Any]) -> str:
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
-    return "/" + "/".join(parts) if parts else "/"
 
 
 def argument_path(path: Iterable[Any], root: str = "arguments") -> str:

@@ -237,6 +237,16 @@ def _check_ids(**ids: Any) -> None:
         _check_id(name, value)
 
 
+def _filters(**columns: Any) -> tuple[list[str], list[Any]]:
+    """``column = ?`` conditions and their checked ids, for the columns given (not None)."""
+    where, params = [], []
+    for column, value in columns.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(_check_id(column, value))
+    return where, params
+
+
 def _check_text(name: str, value: Any) -> str:
     if not isinstance(value, str) or len(value) > _MAX_ID_CHARS:
         raise StoreError(
@@ -352,6 +362,28 @@ def _usage_row(
     )
 
 
+def _session_agent(conn: sqlite3.Connection, owner: str, session_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def _messages(
+    conn: sqlite3.Connection, owner: str, session_id: str, limit: int = -1
+) -> list[StoredMessage]:
+    """The session's messages in order; the last ``limit`` of them (-1: all)."""
+    rows = conn.execute(
+        "SELECT session_id, seq, role, content, data, ts FROM messages "
+        "WHERE owner = ? AND session_id = ? ORDER BY seq DESC LIMIT ?",
+        (owner, session_id, limit),
+    ).fetchall()
+    return [
+        StoredMessage(sid, seq, role, content, json.loads(data), ts)
+        for sid, seq, role, content, data, ts in reversed(rows)
+    ]
+
+
 _INSERT_USAGE = (
     "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, output_tokens) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -376,31 +408,22 @@ class SqliteStore(SqliteDatabase):
     ) -> bool:
         """Create the session if needed (inside the write transaction); True if it is new.
         A new session is created counting the ``messages`` its caller is about to add."""
-        row = conn.execute(
-            "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
-        ).fetchone()
-        if row is None:
+        agent_now = _session_agent(conn, owner, session_id)
+        if agent_now is None:
             conn.execute(
                 "INSERT INTO sessions (owner, id, agent, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (owner, session_id, agent, now, now, messages),
             )
             return True
-        if row[0] != agent:  # the caller's mistake, not a storage failure
-            raise SessionConflict(session_id, agent, row[0])
+        if agent_now != agent:  # the caller's mistake, not a storage failure
+            raise SessionConflict(session_id, agent, agent_now)
         return False
 
     async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None:
         """The agent ``owner``'s session ``session_id`` belongs to; None if there is none."""
         _check_ids(session_id=session_id, owner=owner)
-
-        def work(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
-            ).fetchone()
-            return None if row is None else row[0]
-
-        return await self.read("read a session", work)
+        return await self.read("read a session", lambda c: _session_agent(c, owner, session_id))
 
     async def ensure_session(
         self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
@@ -488,14 +511,7 @@ class SqliteStore(SqliteDatabase):
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            history = [  # none yet for a new session
-                StoredMessage(sid, seq, role, content, json.loads(data), ts)
-                for sid, seq, role, content, data, ts in conn.execute(
-                    "SELECT session_id, seq, role, content, data, ts FROM messages "
-                    "WHERE owner = ? AND session_id = ? ORDER BY seq",
-                    (owner, session_id),
-                )
-            ]
+            history = _messages(conn, owner, session_id)  # none yet for a new session
             self._append(conn, owner, session_id, agent, rows, now)
             return history
 
@@ -534,33 +550,17 @@ class SqliteStore(SqliteDatabase):
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
         limit = _check_limit(limit, optional=True)
-
-        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            rows = conn.execute(
-                "SELECT session_id, seq, role, content, data, ts FROM messages "
-                "WHERE owner = ? AND session_id = ? ORDER BY seq DESC LIMIT ?",
-                (owner, session_id, -1 if limit is None else limit),
-            ).fetchall()
-            return [
-                StoredMessage(sid, seq, role, content, json.loads(data), ts)
-                for sid, seq, role, content, data, ts in reversed(rows)
-            ]
-
-        return await self.read("read history", work)
+        return await self.read(
+            "read history",
+            lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
+        )
 
     async def sessions(
         self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
     ) -> list[dict]:
         """Sessions (of ``owner``, else everyone's), most recently updated first: id, owner,
         agent, created_at, updated_at, message_count."""
-        where: list[str] = []
-        params: tuple[Any, ...] = ()
-        if agent is not None:
-            where.append("agent = ?")
-            params += (_check_id("agent", agent),)
-        if owner is not None:
-            where.append("owner = ?")
-            params += (_check_id("owner", owner),)
+        where, params = _filters(agent=agent, owner=owner)
         limit = _check_limit(limit, optional=False)
         sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
         if where:
@@ -590,13 +590,7 @@ class SqliteStore(SqliteDatabase):
     ) -> list[AuditRecord]:
         """Audit records, newest first, optionally only one agent's or one trace's."""
         limit = _check_limit(limit, optional=False)
-        where, params = [], []
-        if agent is not None:
-            where.append("agent = ?")
-            params.append(_check_id("agent", agent))
-        if trace_id is not None:
-            where.append("trace_id = ?")
-            params.append(_check_id("trace_id", trace_id))
+        where, params = _filters(agent=agent, trace_id=trace_id)
         return await self.read(
             "read the audit log", lambda conn: read_audit(conn, where, params, limit)
         )
