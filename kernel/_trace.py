@@ -326,7 +326,7 @@ class TraceContext:
         path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
         if parent is None and trace_id is None and depth is None and not path:
             return None
-        context = cls._assemble(parent, trace_id, depth, path, None)
+        context = cls(*_assemble_fields(parent, trace_id, depth, path, None))
         sampled = _sampled(traceparent)
         return context if sampled else attrs.evolve(context, sampled=False)
 
@@ -334,10 +334,6 @@ class TraceContext:
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
         """The context to continue of several a request brings: see ``_trace.deepest``."""
         return deepest(*contexts)
-
-    @classmethod
-    def _assemble(cls, parent, trace_id, depth, path, max_depth) -> TraceContext:
-        return cls(*_assemble_fields(parent, trace_id, depth, path, max_depth))
 
 
 _Fields = tuple[str, str, int, tuple[str, ...], int]
@@ -440,7 +436,8 @@ def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceCo
     return _hop(*ids, depth, tuple(path), limit, hop, max_depth, traceparent[54] in _SAMPLED_DIGITS)
 
 
-def _parse_traceparent(value: Any) -> tuple[str, str] | None:
+def _traceparent(value: Any) -> str | None:
+    """``value`` as a well-formed ``traceparent`` (lowercase, trimmed); None if it is not."""
     if not isinstance(value, str):
         return None
     # Most values arrive exactly as to_meta wrote them: normalise only those that do not match.
@@ -448,7 +445,12 @@ def _parse_traceparent(value: Any) -> tuple[str, str] | None:
         value = value.strip().lower()
         if _TRACEPARENT.match(value) is None:
             return None
-    return _ids(value)
+    return value
+
+
+def _parse_traceparent(value: Any) -> tuple[str, str] | None:
+    value = _traceparent(value)
+    return None if value is None else _ids(value)
 
 
 # The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
@@ -458,13 +460,8 @@ _SAMPLED_DIGITS = frozenset("13579bdf")
 def _sampled(value: Any) -> bool:
     """The sampled flag of a ``traceparent`` value: False only for a well-formed one whose
     flags leave it out (``…-00``); a missing or malformed one (ignored) counts as sampled."""
-    if not isinstance(value, str):
-        return True
-    if _TRACEPARENT.match(value) is None:
-        value = value.strip().lower()
-        if _TRACEPARENT.match(value) is None:
-            return True
-    return value[54] in _SAMPLED_DIGITS or _ids(value) is None
+    value = _traceparent(value)
+    return value is None or value[54] in _SAMPLED_DIGITS or _ids(value) is None
 
 
 def _ids(traceparent: str) -> tuple[str, str] | None:
