@@ -42,9 +42,8 @@ from roost.kernel import (
 from ._beneath import (
     DIR_FLAGS,
     READ_FLAGS,
-    make_dirs_beneath,
-    open_beneath,
-    open_root,
+    make_dirs_under,
+    open_under,
     regular_file_kind,
     walk,
 )
@@ -130,11 +129,7 @@ def _open(loc: Located, flags: int, raw: str, verb: str, mode: int = 0o666) -> i
     try:
         if loc.follow:
             return os.open(loc.path, flags | os.O_CLOEXEC, mode)
-        root = open_root(str(loc.root))
-        try:
-            return open_beneath(root, loc.rel, flags, mode)
-        finally:
-            os.close(root)
+        return open_under(str(loc.root), loc.rel, flags, mode)
     except OSError as exc:
         raise _explain(exc, raw, loc, verb) from None
 
@@ -385,11 +380,7 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
             os.makedirs(loc.path.parent, exist_ok=True)
             dir_fd = os.open(loc.path.parent, DIR_FLAGS)
         else:
-            root = open_root(str(loc.root))
-            try:
-                dir_fd = make_dirs_beneath(root, parent or ".")
-            finally:
-                os.close(root)
+            dir_fd = make_dirs_under(str(loc.root), parent or ".")
     except OSError as exc:
         raise _explain(exc, raw, loc, "write") from None
     try:
