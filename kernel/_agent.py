@@ -180,6 +180,10 @@ class AgentRuntime:
         return True
 
     @property
+    def running(self) -> list[str]:
+        return list(self._runs)
+
+    @property
     def manifest(self) -> Any:
         return self.kernel.agents[self.name]
 
