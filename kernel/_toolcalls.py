@@ -53,9 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("roost.kernel")
 
-_AUDIT_ARGS_MAX = (
-    4_000  # within the store's MAX_AUDIT_CHARS: its converter would not cut them again
-)
+# Within the store's MAX_AUDIT_CHARS: its converter would not cut them again.
+_AUDIT_ARGS_MAX = 4_000
 
 
 # The validators and converters whose work ``_audit_record`` does itself before it takes
