@@ -131,12 +131,10 @@ class Conversation:
         return self._loop_guard
 
 
+@attrs.define(eq=False)
 class _SessionLock:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = trio.Lock()
-        self.users = 0
+    lock: trio.Lock = attrs.Factory(trio.Lock)
+    users: int = 0
 
 
 @attrs.define

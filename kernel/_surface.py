@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ._errors import (
     AgentNotFound,
     InvalidInput,
@@ -108,6 +110,7 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     )
 
 
+@attrs.define(eq=False)
 class SurfaceCall:
     """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
     (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
@@ -115,18 +118,11 @@ class SurfaceCall:
     arguments are invalid); ``server``, the context of the server's own span (``prepare``
     with ``server=True``), whose child ``trace`` is."""
 
-    __slots__ = ("arguments", "refused", "server", "tool", "trace")
-
-    def __init__(
-        self,
-        tool: str | None,
-        arguments: Mapping[str, Any],
-        trace: Any,
-        refused: Any,
-        server: Any = None,
-    ) -> None:
-        self.tool, self.arguments, self.trace, self.refused = tool, arguments, trace, refused
-        self.server = server
+    tool: str | None
+    arguments: Mapping[str, Any]
+    trace: Any
+    refused: Any
+    server: Any = None
 
 
 class AgentSurface:

@@ -92,40 +92,19 @@ _UNKNOWN = object()
 _tool_call = frozen_builder(ToolCall)  # name, arguments, id, caller, trace, arguments_error
 
 
+@attrs.define(eq=False)
 class _CallPlan:
     """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
 
-    __slots__ = (
-        "manifest",
-        "tool",
-        "asks",
-        "allowed",
-        "timeout_s",
-        "env_allowlist",
-        "workspace",
-        "arguments_check",
-    )
-
-    def __init__(
-        self,
-        manifest: Any,
-        tool: Tool,
-        *,
-        asks: str | None,
-        allowed: bool,
-        timeout_s: float,
-        env_allowlist: tuple[str, ...],
-        workspace: Path,
-    ) -> None:
-        self.manifest = manifest
-        self.tool = tool
-        self.asks = asks  # the agent this tool asks, when it is one of the kernel's agent_* tools
-        self.allowed = allowed
-        self.timeout_s = timeout_s
-        self.env_allowlist = env_allowlist
-        self.workspace = workspace
-        # The tool schema's quick argument check (``argument_check``), got on first use.
-        self.arguments_check: Any = _UNKNOWN
+    manifest: Any
+    tool: Tool
+    asks: str | None  # the agent this tool asks, when it is one of the kernel's agent_* tools
+    allowed: bool
+    timeout_s: float
+    env_allowlist: tuple[str, ...]
+    workspace: Path
+    # The tool schema's quick argument check (``argument_check``), got on first use.
+    arguments_check: Any = _UNKNOWN
 
 
 class ToolCalls:
