@@ -487,14 +487,7 @@ class AgentRuntime:
                 input_tokens=result.usage.input_tokens,
                 output_tokens=result.usage.output_tokens,
             )
-        usage = None
-        if result.usage.input_tokens or result.usage.output_tokens:
-            usage = (
-                provider.name,
-                model.name or "",
-                result.usage.input_tokens,
-                result.usage.output_tokens,
-            )
+        usage = _usage(provider, model, result.usage)
         if session_id is not None and first is not None:
             await self._finish_first_exchange(
                 first, session_id, user, result.messages, usage, owner
@@ -591,13 +584,8 @@ class AgentRuntime:
                 parameters=dict(fast_model.parameters or {}),
             )
         )
-        if verdict.usage.input_tokens or verdict.usage.output_tokens:
-            usage = (
-                fast.name,
-                fast_model.name or "",
-                verdict.usage.input_tokens,
-                verdict.usage.output_tokens,
-            )
+        usage = _usage(fast, fast_model, verdict.usage)
+        if usage is not None:
             await self._log_usage(session_id, usage)
         simple = verdict.text.strip().lower().startswith("simple")
         self.kernel.publish(
@@ -608,6 +596,13 @@ class AgentRuntime:
             )
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
+
+
+def _usage(provider: Provider, model: Any, usage: Any) -> tuple[str, str, int, int] | None:
+    """What the store records of a model call's ``usage`` (None when it used no tokens)."""
+    if not (usage.input_tokens or usage.output_tokens):
+        return None
+    return provider.name, model.name or "", usage.input_tokens, usage.output_tokens
 
 
 def _failure(exc: BaseException) -> str:
