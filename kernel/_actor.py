@@ -342,6 +342,13 @@ class _Actor:
         self.slots = trio.Semaphore(self.concurrency)
 
 
+def _ask_timeout(source: str, actor: _Actor, event: Event, timeout: float) -> AskTimeout:
+    return AskTimeout(
+        f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply "
+        f"within {timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+    )
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -632,7 +639,6 @@ class ActorSystem:
         self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
     ) -> Any:
         """``ask`` through ``actor``'s mailbox, answered by one of its workers."""
-        target, kind = actor.name, event.kind
         slot = _ReplySlot()
         with trio.move_on_after(timeout):
             try:
@@ -649,10 +655,7 @@ class ActorSystem:
             return slot.reply if as_event else slot.reply.payload
         if slot.error is not None:
             raise slot.error
-        raise AskTimeout(
-            f"{source!r} asked {target!r} ({kind}, event {event.id}) and got no reply within "
-            f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
-        )
+        raise _ask_timeout(source, actor, event, timeout)
 
     async def _ask_directly(
         self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
@@ -719,11 +722,7 @@ class ActorSystem:
                     raise self._stopped_error(actor, event)
                 if actor.stop_cause is not None and limit < ask_deadline:  # the stop cut it short
                     raise self._cancelled_error(actor, event)
-                raise AskTimeout(
-                    f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) "
-                    f"and got no reply within {timeout:g}s; the actor is busy or stuck: "
-                    "raise the timeout or check its handler"
-                )
+                raise _ask_timeout(source, actor, event, timeout)
         # Nobody would see the reply event: skip building it.
         if not as_event and not self.tap.wants(REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY)):
             return result.payload if isinstance(result, Event) else result
