@@ -691,28 +691,33 @@ def _manifest_files(location: Path) -> list[Path]:
     return found
 
 
-def _add_unique(
-    manifest: AgentManifest,
-    source: str,
+def _load_files(
+    files: Iterable[Path],
     found: dict[str, AgentManifest],
     by_tool: dict[str, AgentManifest],
     errors: list,
 ) -> None:
-    """Add ``manifest`` to ``found`` unless an agent with its name, or one that becomes the
-    same ``agent_<name>`` tool, is there already (``by_tool`` indexes ``found`` by it)."""
-    tool = agent_tool_name(manifest.name)
-    other = by_tool.get(tool)
-    if other is None:
-        found[manifest.name] = by_tool[tool] = manifest
-        return
-    if other.name == manifest.name:
-        problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
-    else:
-        problem = (
-            f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
-            f"(both would be called as tool {tool!r})"
-        )
-    errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
+    """Check each file and add its manifest to ``found``, unless an agent with its name, or
+    one that becomes the same ``agent_<name>`` tool, is there already (``by_tool`` indexes
+    ``found`` by it); every problem goes to ``errors``."""
+    for file in files:
+        manifest, problems = _check_file(file, str(file))
+        errors += problems
+        if manifest is None:
+            continue
+        tool = agent_tool_name(manifest.name)
+        other = by_tool.get(tool)
+        if other is None:
+            found[manifest.name] = by_tool[tool] = manifest
+            continue
+        if other.name == manifest.name:
+            problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
+        else:
+            problem = (
+                f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
+                f"(both would be called as tool {tool!r})"
+            )
+        errors.append(ManifestError(str(file), "/name", problem + "; rename one of them"))
 
 
 def load_agents(
@@ -750,11 +755,7 @@ def load_agents(
                 )
             )
             continue
-        for file in _manifest_files(location):
-            manifest, problems = _check_file(file, str(file))
-            errors += problems
-            if manifest is not None:
-                _add_unique(manifest, str(file), found, by_tool, errors)
+        _load_files(_manifest_files(location), found, by_tool, errors)
     return found, errors
 
 
@@ -817,11 +818,7 @@ def validate_files(
             errors.append(
                 ManifestError(str(location), "/", f"no {MANIFEST_FILENAME} found in this directory")
             )
-        for file in files:
-            manifest, problems = _check_file(file, str(file))
-            errors += problems
-            if manifest is not None:
-                _add_unique(manifest, str(file), found, by_tool, errors)
+        _load_files(files, found, by_tool, errors)
     if warnings is not None and found:
         specs = _installed_tool_specs() + [
             ToolSpec(agent_tool_name(n), owner="agents") for n in found
