@@ -60,17 +60,16 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
-        # the manifest or the registry changes: they sit on every tool call's path.
+        # Per-agent views (capabilities, exposure, tool lists, surfaces, workspace) rebuilt
+        # only when the manifest or the registry changes (``_cached``): they sit on every
+        # tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
-        self._allowed: dict[str, tuple[Any, ToolRegistry, int, tuple[ToolSpec, ...]]] = {}
         self._audit_json = _audit_json_encoder()
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
         # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}
         self._surfaces: dict[str, AgentSurface] = {}
-        self._exposable_cache: tuple[Any, tuple[ToolSpec, ...]] = (None, ())
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -145,19 +144,9 @@ class Kernel(ToolCalls, Messaging):
 
     def allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         """The tools ``manifest``'s agent may call (cached; do not copy on the hot path)."""
-        # Every run asks: its own cache, checked without building a key or a builder.
-        hit = self._allowed.get(manifest.name)
-        registry = self.registry
-        if (
-            hit is not None
-            and hit[0] is manifest
-            and hit[1] is registry
-            and hit[2] == registry.version
-        ):
-            return hit[3]
-        specs = self._allowed_specs(manifest)
-        self._allowed[manifest.name] = (manifest, registry, registry.version, specs)
-        return specs
+        return self._cached(
+            ("allowed", manifest.name), manifest, lambda: self._allowed_specs(manifest)
+        )
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
@@ -183,14 +172,11 @@ class Kernel(ToolCalls, Messaging):
     def _exposable(self) -> tuple[ToolSpec, ...]:
         """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
         registry version: with thousands of agents those are most of the registry."""
-        registry = self.registry
-        key = (id(registry), registry.version)
-        if self._exposable_cache[0] != key:
-            self._exposable_cache = (
-                key,
-                tuple(s for s in registry.specs() if not self._is_agent_tool(s)),
-            )
-        return self._exposable_cache[1]
+        return self._cached(
+            ("exposable", ""),
+            None,
+            lambda: tuple(s for s in self.registry.specs() if not self._is_agent_tool(s)),
+        )
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
@@ -211,8 +197,8 @@ class Kernel(ToolCalls, Messaging):
     def _cached(
         self, key: tuple[str, str], manifest: Any, build: Any, *, follows_registry: bool = True
     ) -> Any:
-        """``build()`` for ``manifest``, rebuilt when the manifest changes (and, when
-        ``follows_registry``, when a tool is added or removed)."""
+        """``build()`` for ``manifest`` (None: for the kernel), rebuilt when the manifest
+        changes (and, when ``follows_registry``, when a tool is added or removed)."""
         hit = self._policy_cache.get(key)
         version = (id(self.registry), self.registry.version) if follows_registry else None
         if hit is not None and hit[0] is manifest and hit[1] == version:

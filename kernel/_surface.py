@@ -131,7 +131,6 @@ class AgentSurface:
     def __init__(self, kernel: Kernel, agent: str) -> None:
         self.kernel = kernel
         self.agent = agent
-        self._cache: tuple[Any, Any, int, dict[str, ToolSpec]] | None = None  # see _index
 
     # ---- tools/list ---------------------------------------------------------------------
     def tools(self) -> list[ToolSpec]:
@@ -143,22 +142,15 @@ class AgentSurface:
         """The tools by name, rebuilt when the manifest or the registry changes."""
         kernel = self.kernel
         manifest = kernel.agents.get(self.agent)
-        registry = kernel.registry
-        hit = self._cache
-        if (
-            hit is not None
-            and hit[0] is manifest
-            and hit[1] is registry
-            and hit[2] == registry.version
-        ):
-            return hit[3]
         if manifest is None:
             raise AgentNotFound(self.agent, list(kernel.agents))
-        specs = {spec.name: spec for spec in kernel.exposed_tools(self.agent)}
-        specs[MESSAGE_TOOL] = ask_tool_spec(self.agent, manifest.description)
-        index = {name: specs[name] for name in sorted(specs)}
-        self._cache = (manifest, registry, registry.version, index)
-        return index
+
+        def build() -> dict[str, ToolSpec]:
+            specs = {spec.name: spec for spec in kernel.exposed_tools(self.agent)}
+            specs[MESSAGE_TOOL] = ask_tool_spec(self.agent, manifest.description)
+            return {name: specs[name] for name in sorted(specs)}
+
+        return kernel._cached(("surface", self.agent), manifest, build)
 
     # ---- tools/call ----------------------------------------------------------------------
     def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
