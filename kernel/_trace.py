@@ -149,11 +149,7 @@ class TraceContext:
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
-        if cls is TraceContext:
-            return _trace_context(
-                _new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True
-            )
-        return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
+        return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
         """The context for calling ``hop`` from here.
@@ -175,26 +171,22 @@ class TraceContext:
     def nested(self) -> TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
-        if self.__class__ is TraceContext:
-            return _trace_context(
-                self.trace_id,
-                _new_span_id(),
-                self.depth,
-                self.path,
-                self.max_depth,
-                self.span_id,
-                self.sampled,
-            )
-        return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
+        return _trace_context(
+            self.trace_id,
+            _new_span_id(),
+            self.depth,
+            self.path,
+            self.max_depth,
+            self.span_id,
+            self.sampled,
+        )
 
     @classmethod
     def root(cls, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """A new trace's first span before any agent (depth 0, an empty path): what a server
         hop without a caller's context opens, so that the agent it starts (``child``, depth
         1) is its child."""
-        if cls is TraceContext:
-            return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
-        return cls(_new_trace_id(), _new_span_id(), 0, (), max_depth)
+        return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
         """Raise RecursionLimitExceeded exactly when ``child(hop, max_depth=...)`` would."""
