@@ -153,32 +153,11 @@ _MAX_REPORTED_ERRORS = 3
 _MAX_ERROR_MESSAGE = 300
 
 
-def _schema_key(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True, default=repr)
-
-
-# Validators by schema object: a spec keeps its schema for life, so the identity check
-# skips the canonical-JSON key on the hot path. Entries hold the schema, so ids stay valid.
-_by_identity: collections.OrderedDict[int, tuple[Any, jsonschema.Draft202012Validator]] = (
-    collections.OrderedDict()
-)
-
-
 def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
+    """The (cached) validator of ``spec``'s schema; ToolSchemaInvalid if it is no schema.
+    The kernel asks once per (agent, tool) plan, and again only for arguments it refuses."""
     schema = spec.input_schema
-    hit = _by_identity.get(id(schema))
-    if hit is not None and hit[0] is schema:
-        return hit[1]
-    validator = _build_validator(spec)
-    _by_identity[id(schema)] = (schema, validator)
-    if len(_by_identity) > _VALIDATOR_CACHE_SIZE:
-        _by_identity.popitem(last=False)
-    return validator
-
-
-def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
-    schema = spec.input_schema
-    key = _schema_key(schema)
+    key = json.dumps(schema, sort_keys=True, default=repr)
     cached = _validators.get(key)
     if cached is not None:
         _validators.move_to_end(key)
@@ -243,7 +222,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
             f"{_json_type(arguments)}; pass the parameters by name as in its inputSchema"
         )
     validator = _validator_for(spec)
-    import referencing.exceptions  # loaded with jsonschema by _build_validator
+    import referencing.exceptions  # loaded with jsonschema by _validator_for
 
     try:
         errors = sorted(
