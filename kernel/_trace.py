@@ -248,10 +248,6 @@ class TraceContext:
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
         """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or ``new(hop, ...)``
         when ``meta`` carries no context: what a callee reads from a request."""
-        if meta.__class__ is dict:
-            child = _exact_hop(meta, hop, max_depth)
-            if child is not None:
-                return child
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
@@ -399,33 +395,6 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     if parent is None and depth is None and not path:
         return None
     return _assemble_fields(parent, None, depth, path, max_depth)
-
-
-def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceContext | None:
-    """``_hop(*_fields_from_meta(meta), hop, max_depth)`` for a context exactly as
-    ``to_meta`` writes it (a valid lowercase ``traceparent``, int depth and max depth, a
-    list of clean hops no longer than the depth), read in one pass; None for anything
-    else, which the general parser then reads."""
-    traceparent = meta.get(META_TRACEPARENT)
-    depth = meta.get(META_DEPTH)
-    path = meta.get(META_PATH)
-    limit = meta.get(META_MAX_DEPTH)
-    if (
-        traceparent.__class__ is not str
-        or depth.__class__ is not int
-        or path.__class__ is not list
-        or limit.__class__ is not int
-        or not 0 < len(path) <= depth < _BIG
-        or not 0 < limit < _BIG
-        or len(path) > _MAX_PATH_ITEMS
-        or _TRACEPARENT.match(traceparent) is None
-        or not _clean_hops(path)
-    ):
-        return None
-    ids = _ids(traceparent)
-    if ids is None:
-        return None
-    return _hop(*ids, depth, tuple(path), limit, hop, max_depth, traceparent[54] in _SAMPLED_DIGITS)
 
 
 def _traceparent(value: Any) -> str | None:
