@@ -229,19 +229,9 @@ def dumps(value: Any, *, allow_nan: bool = False) -> str:
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
-_PLAIN_DECODER = json.JSONDecoder()
-
-
 def loads(text: str) -> Any:
-    """``json.loads(text)`` for a str, faster for text with no whitespace around the value
-    (what compact encoders send); anything else, errors included, goes to ``json.loads``."""
-    try:
-        value, end = _PLAIN_DECODER.raw_decode(text)
-    except ValueError:
-        return json.loads(text)  # leading whitespace, a BOM, or not JSON: its exact answer
-    if end != len(text):
-        return json.loads(text)
-    return value
+    """``json.loads(text)``, beside ``dumps``."""
+    return json.loads(text)
 
 
 def encode(message: Message | Iterable[Message]) -> bytes:
