@@ -334,16 +334,10 @@ class ToolCalls:
             )
         if plan.asks is not None:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
-            # and the kernel's own handler needs no ToolContext. Awaited here, not through
-            # _invoke (one coroutine less), with the same handling of failures.
-            try:
-                result = await self._ask_agent(
-                    plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
-                )
-            except (ToolError, LoopDetected):
-                raise
-            except Exception as exc:
-                result = _failure_result(spec, exc)
+            # and the kernel's own handler needs no ToolContext.
+            result = await _invoke(
+                spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
+            )
         else:
             if context is None:
                 context = self._context(manifest, plan, call.trace, outputs, span)
@@ -410,23 +404,16 @@ class ToolCalls:
 
 async def _invoke(spec: ToolSpec, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     """``await handler(*args)`` for the tool ``spec``; its failures become error results,
-    never crashes."""
+    never crashes: a buggy tool must not take the agent down (its crash is logged)."""
     try:
         return await handler(*args)
     except (ToolError, LoopDetected):
         raise
-    except Exception as exc:
-        return _failure_result(spec, exc)
-
-
-def _failure_result(spec: ToolSpec, exc: Exception) -> ToolResult:
-    """The error result of the tool ``spec`` that raised ``exc`` (call it in the ``except``
-    clause, so that a crash is logged with its traceback): a buggy tool must not take the
-    agent down."""
-    if isinstance(exc, RoostError):
+    except RoostError as exc:
         return ToolResult.error(str(exc))
-    log.exception("tool %s raised", spec.name)
-    return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:
+        log.exception("tool %s raised", spec.name)
+        return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
 
 
 def _timed_out(spec: ToolSpec, timeout_s: float) -> ToolTimeout:
