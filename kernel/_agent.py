@@ -9,7 +9,7 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from ._loop import (
 )
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
-from ._spans import NO_SPAN, SpanKind, start_span, tracing
+from ._spans import SpanKind, start_span
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -339,7 +339,7 @@ class AgentRuntime:
                     await self._store_user_message(first, session_id, user, owner)
                 raise
 
-    def _exchange(
+    async def _exchange(
         self,
         user: Message,
         session_id: str | None,
@@ -347,24 +347,9 @@ class AgentRuntime:
         stream: bool,
         first: _FirstExchange | None,
         owner: str = "local",
-    ) -> Awaitable[AgentReply]:
-        """``_run``'s work (to await), as the run's span (``trace`` names it) while spans are
-        recorded; ``first``: this is a new session's first exchange. Untraced, the work
-        itself: no coroutine of its own around it."""
-        tap = self.kernel.tap
-        if tap.subscriber_count and tracing(tap):
-            return self._traced(user, session_id, trace, stream, first, owner)
-        return self._converse(user, session_id, trace, stream, first, owner, NO_SPAN)
-
-    async def _traced(
-        self,
-        user: Message,
-        session_id: str | None,
-        trace: TraceContext,
-        stream: bool,
-        first: _FirstExchange | None,
-        owner: str,
     ) -> AgentReply:
+        """``_run``'s work as the run's span (``trace`` names it; ``NO_SPAN`` while nobody
+        traces); ``first``: this is a new session's first exchange."""
         name = self.name
         span = start_span(self.kernel.tap, SpanKind.AGENT, name, trace, source=name, agent=name)
         if session_id is not None:
@@ -388,7 +373,7 @@ class AgentRuntime:
         owner: str,
         span: Any,
     ) -> AgentReply:
-        """``_exchange``'s work; ``span``: the run's (``NO_SPAN`` untraced)."""
+        """``_exchange``'s work; ``span``: the run's."""
         kernel = self.kernel
         manifest = kernel.agents[self.name]  # self.manifest
         history = []

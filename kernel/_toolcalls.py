@@ -43,7 +43,7 @@ from ._hookspecs import ToolVeto
 from ._jsonrpc import make_encoder
 from ._plugins import collect
 from ._policy import argument_check, resolve_timeout, truncate_result, validate_arguments
-from ._spans import NO_SPAN, SpanKind, start_span, tracing
+from ._spans import NO_SPAN, SpanKind, start_span
 from ._surface import message_arguments_ok
 from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
 from ._trace import TraceContext
@@ -186,17 +186,9 @@ class ToolCalls:
         call = _tool_call(
             call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
         )
-        span = NO_SPAN
-        if self.tap.subscriber_count and tracing(self.tap):
-            span = start_span(
-                self.tap,
-                SpanKind.TOOL,
-                call.name,
-                trace,
-                source=agent,
-                agent=agent,
-                call_id=call.id,
-            )
+        span = start_span(
+            self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id
+        )
         outcome = "ok"
         error: str | None = None
         spec: ToolSpec | None = None
