@@ -19,7 +19,7 @@ from ._policy import Capabilities, Exposure
 from ._proctrace import ProcessTraces
 from ._spans import start_span, tracing
 from ._surface import AgentSurface
-from ._toolcalls import ToolCalls, _audit_json_encoder, _CallPlan
+from ._toolcalls import ToolCalls, _CallPlan
 from ._tools import Tool, ToolRegistry, ToolSpec, agent_tool_name
 from ._trace import TraceContext
 
@@ -65,7 +65,6 @@ class Kernel(ToolCalls, Messaging):
         # tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
-        self._audit_json = _audit_json_encoder()
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
         # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -271,18 +270,9 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
-# ``JSONEncoder.encode`` builds a C encoder per call; these are built once per thread.
-# They check for circular data (without the check, circular data is only stopped by the
-# recursion limit, and past a raised limit by a crash), so each keeps state of its own.
-_ENCODERS = threading.local()
-
-
-def _encode_data(data: dict) -> str:
-    try:
-        encode = _ENCODERS.data
-    except AttributeError:
-        encode = _ENCODERS.data = make_encoder(allow_nan=False, check_circular=True)
-    return encode(data)
+# Checks for circular data (without the check, circular data is only stopped by the
+# recursion limit, and past a raised limit by a crash); each call has markers of its own.
+_encode_data = make_encoder(allow_nan=False, check_circular=True)
 
 
 def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:

@@ -82,9 +82,11 @@ _build_audit = _audit_builder()
 
 def _audit_json_encoder() -> Callable[[Any], str]:
     """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
-    writes them, without an encoder built per call. One per kernel: it keeps the markers
-    of the encoding under way (a kernel encodes on its own thread only)."""
+    writes them, without an encoder built per call."""
     return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
+
+
+_audit_json = _audit_json_encoder()
 
 
 _MAX_PLANS = 4096
@@ -365,7 +367,7 @@ class ToolCalls:
         validating constructor."""
         arguments = call.arguments
         try:
-            args = self._audit_json(arguments if arguments.__class__ is dict else dict(arguments))
+            args = _audit_json(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
         tool = call.name
