@@ -313,11 +313,7 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         if not isinstance(data, Mapping):
             raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
         try:
-            encoded = (
-                "{}"
-                if type(data) is dict and not data
-                else _encode_data(dict(data) if type(data) is not dict else data)
-            )
+            encoded = _encode_data(data if type(data) is dict else dict(data))
         except (TypeError, ValueError, RecursionError) as exc:
             reason = "nested too deep" if isinstance(exc, RecursionError) else exc
             raise StoreError(
