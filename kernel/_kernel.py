@@ -117,11 +117,16 @@ class Kernel(ToolCalls, Messaging):
             limit = min(limit, manifest.limits.max_depth)
         return limit
 
-    def _require_agent(self, agent: str) -> AgentManifest:
-        """The manifest of ``agent``; AgentNotFound, or RoostError if it is unavailable."""
+    def _manifest(self, agent: str) -> AgentManifest:
+        """The manifest of ``agent``; AgentNotFound naming the known ones."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
+        return manifest
+
+    def _require_agent(self, agent: str) -> AgentManifest:
+        """The manifest of ``agent``; AgentNotFound, or RoostError if it is unavailable."""
+        manifest = self._manifest(agent)
         if agent in self.agent_errors:
             raise AgentUnavailable(agent, self.agent_errors[agent])
         return manifest
@@ -136,10 +141,7 @@ class Kernel(ToolCalls, Messaging):
         """All registered tools, or the ones ``agent`` may call."""
         if agent is None:
             return self.registry.specs()
-        manifest = self.agents.get(agent)
-        if manifest is None:
-            raise AgentNotFound(agent, list(self.agents))
-        return list(self.allowed_specs(manifest))
+        return list(self.allowed_specs(self._manifest(agent)))
 
     def allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         """The tools ``manifest``'s agent may call (cached; do not copy on the hot path)."""
@@ -160,10 +162,9 @@ class Kernel(ToolCalls, Messaging):
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
-        manifest = self.agents.get(agent)
-        if manifest is None:
-            raise AgentNotFound(agent, list(self.agents))
-        exposure = self._exposure(manifest)  # its surface keeps the list per registry version
+        exposure = self._exposure(
+            self._manifest(agent)
+        )  # its surface keeps the list per registry version
         if not exposure.expose:
             return []
         return [s for s in self._exposable() if exposure.is_exposed(s)]
@@ -188,8 +189,7 @@ class Kernel(ToolCalls, Messaging):
         transport drives; raises AgentNotFound."""
         surface = self._surfaces.get(agent)
         if surface is None:
-            if agent not in self.agents:
-                raise AgentNotFound(agent, list(self.agents))
+            self._manifest(agent)
             surface = self._surfaces[agent] = AgentSurface(self, agent)
         return surface
 
@@ -218,10 +218,8 @@ class Kernel(ToolCalls, Messaging):
     def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
         """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
         ``roost agents``); AgentNotFound for an unknown ``agent``."""
-        if agent is not None and agent not in self.agents:
-            raise AgentNotFound(agent, list(self.agents))
         out = []
-        chosen = sorted(self.agents.items()) if agent is None else [(agent, self.agents[agent])]
+        chosen = sorted(self.agents.items()) if agent is None else [(agent, self._manifest(agent))]
         for name, m in chosen:
             status, reason = self.agent_status(name)
             out.append(
