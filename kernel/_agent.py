@@ -291,17 +291,8 @@ class AgentRuntime:
             entry = self._session_locks[session_id] = _SessionLock()
         entry.users += 1
         try:
-            # A free lock is taken without the scheduling round ``acquire`` costs; still a
-            # cancel point, as ``acquire`` is (a run cancelled before it starts does not run).
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                entry.lock.acquire_nowait()
-            except trio.WouldBlock:
-                await entry.lock.acquire()
-            try:
+            async with entry.lock:
                 yield
-            finally:
-                entry.lock.release()
         finally:
             entry.users -= 1
             if entry.users == 0:
