@@ -160,9 +160,8 @@ class AgentRuntime:
         self.provider = provider
         # (fast, complex): the fast model classifies each message and routes it.
         self.tiers = tiers
-        # run id -> what stops that run: its scope's cancel, or for a direct ask's run
-        # (DirectAsk, answer_as, session id, trace)
-        self._runs: dict[str, Any] = {}
+        # run id -> what stops that run
+        self._runs: dict[str, Callable[[], Any]] = {}
         self._session_locks: dict[tuple[str, str], _SessionLock] = {}  # by (owner, session id)
 
     def cancel(self, run_id: str) -> bool:
@@ -170,11 +169,7 @@ class AgentRuntime:
         stop = self._runs.get(run_id)
         if stop is None:
             return False
-        if stop.__class__ is tuple:  # a direct ask's run: its answer is the cancelled reply
-            direct_ask, reply_as, session_id, trace = stop
-            direct_ask.cancel(lambda: reply_as(self._cancelled_reply(session_id, trace)))
-        else:
-            stop()
+        stop()
         return True
 
     @property
@@ -258,8 +253,11 @@ class AgentRuntime:
                 owner=owner,
             )
         if direct_ask is not None:
-            # What cancel() needs to stop it (a tuple costs less than a closure).
-            self._runs[run_id] = (direct_ask, answer_as or _as_is, session_id, trace)
+            # Stopped through the ask, which then answers the cancelled reply.
+            reply_as = answer_as or _as_is
+            self._runs[run_id] = lambda: direct_ask.cancel(
+                lambda: reply_as(self._cancelled_reply(session_id, trace))
+            )
             try:
                 return await run
             finally:
