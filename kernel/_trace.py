@@ -101,23 +101,11 @@ def _fresh_pool() -> None:
 os.register_at_fork(after_in_child=_fresh_pool)
 
 
-_prefix_second = -1
-_prefix_text = ""
-
-
 def _new_trace_id() -> str:
     # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
     # random bits: ids made together sort together, so the audit log's index by trace id
     # grows at its end instead of dirtying a random page per row.
-    # The prefix is formatted once per second (the text is written before the second it
-    # belongs to, so a thread racing at the turn of a second gets the old or the new text,
-    # both valid).
-    global _prefix_second, _prefix_text
-    second = int(time.time())
-    if second != _prefix_second:
-        _prefix_text = f"{second & 0xFFFFFFFF:08x}"
-        _prefix_second = second
-    return _prefix_text + _random_hex() + _random_hex()[:8]
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _random_hex() + _random_hex()[:8]
 
 
 # 64 random bits, never all zeros: exactly what a W3C span id must be.
