@@ -475,24 +475,7 @@ def _parse_int(value: Any) -> int | None:
     return value
 
 
-def _clean_hops(hops: list[Any] | tuple[Any, ...]) -> bool:
-    """Whether every hop is as ``to_meta`` writes it: a non-empty string of at most
-    ``_MAX_HOP_LEN`` characters, without surrounding whitespace."""
-    for v in hops:
-        if (
-            v.__class__ is not str
-            or not v
-            or len(v) > _MAX_HOP_LEN
-            or v[0].isspace()
-            or v[-1].isspace()
-        ):
-            return False
-    return True
-
-
 def _parse_path(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    if len(value) <= _MAX_PATH_ITEMS and _clean_hops(value):
-        return tuple(value)  # most paths arrive as to_meta wrote them
     return tuple([hop[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if (hop := str(v).strip())])
