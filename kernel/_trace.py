@@ -389,12 +389,8 @@ def _traceparent(value: Any) -> str | None:
     """``value`` as a well-formed ``traceparent`` (lowercase, trimmed); None if it is not."""
     if not isinstance(value, str):
         return None
-    # Most values arrive exactly as to_meta wrote them: normalise only those that do not match.
-    if _TRACEPARENT.match(value) is None:
-        value = value.strip().lower()
-        if _TRACEPARENT.match(value) is None:
-            return None
-    return value
+    value = value.strip().lower()
+    return value if _TRACEPARENT.match(value) else None
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:
