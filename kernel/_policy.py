@@ -290,8 +290,7 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     Blocks are kept in order; the block that crosses the budget is cut and marked, later
     text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
     """
-    if limit.__class__ is not int or limit < 0:
-        limit = _check_limit(limit)
+    limit = _check_limit(limit)
     total = 0
     for block in result.content:
         if block.get("type") == "text":
