@@ -623,8 +623,7 @@ class ActorSystem:
     ) -> Awaitable[Any]:
         """The checks and the event of an ask, then the awaitable that completes it (one
         coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
-        if timeout.__class__ is not float or not 0 < timeout < math.inf:
-            timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
+        timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
         actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
