@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, check_text, is_mapping
+from ._errors import InvalidText, _lone_surrogate, is_mapping
 
 VERSION = "2.0"
 
@@ -344,8 +344,7 @@ def _check_id(value: Any, where: str) -> Id:
     if value is None:
         return value
     if isinstance(value, str):
-        if not value.isascii():  # echoed in the response, which must be UTF-8
-            _check_unicode(value, f"{where}id")
+        _check_unicode(value, f"{where}id")  # echoed in the response, which must be UTF-8
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JsonRpcError(
@@ -359,10 +358,10 @@ def _check_id(value: Any, where: str) -> Id:
 
 def _check_unicode(text: str, field: str, msg_id: Id = None) -> None:
     """INVALID_REQUEST naming ``field`` if ``text`` holds a lone surrogate."""
-    try:
-        check_text(text, field)
-    except InvalidText as exc:
-        raise JsonRpcError(INVALID_REQUEST, str(exc), {"field": exc.field}, id=msg_id) from None
+    bad = _lone_surrogate(text)
+    if bad is not None:
+        problem = InvalidText(field, bad)
+        raise JsonRpcError(INVALID_REQUEST, str(problem), {"field": problem.field}, id=msg_id)
 
 
 def _invalid(msg_id: Id, text: str) -> JsonRpcError:
@@ -403,8 +402,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
             raise _invalid(msg_id, f"{prefix}method: expected a string, got {json_type(method)}")
         if not method:
             raise _invalid(msg_id, f"{prefix}method: must not be empty")
-        if not method.isascii():
-            _check_unicode(method, f"{prefix}method", msg_id)
+        _check_unicode(method, f"{prefix}method", msg_id)
         if "result" in obj or "error" in obj:
             raise _invalid(
                 msg_id,
