@@ -39,6 +39,7 @@ from ._jsonrpc import (
     METHOD_NOT_FOUND,
     SERVER_ERROR,
     JsonRpcError,
+    Response,
     param,
 )
 from ._tools import ToolCall, ToolResult, ToolSpec
@@ -278,20 +279,16 @@ class AgentSurface:
                     INVALID_PARAMS, "params: expected an object (MCP uses named parameters)"
                 )
             if method == "tools/list":
-                return {
-                    "jsonrpc": "2.0",
-                    "id": req_id,
-                    "result": {"tools": [s.to_mcp() for s in self.tools()]},
-                }
+                return Response(req_id, {"tools": [s.to_mcp() for s in self.tools()]}).to_dict()
             if method != "tools/call":
                 raise JsonRpcError(
                     METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method}
                 )
             call = self.prepare(params)
             if call.refused is not None:
-                return {"jsonrpc": "2.0", "id": req_id, "result": call.refused}
+                return Response(req_id, call.refused).to_dict()
             if call.tool is not None:
-                return {"jsonrpc": "2.0", "id": req_id, "result": await self.call_tool(call)}
+                return Response(req_id, await self.call_tool(call)).to_dict()
             # A one-shot ask, run here in the agent's actor: its history stays in memory.
             self.kernel._require_agent(self.agent)
             answer_as = partial(_response, req_id)
@@ -311,7 +308,7 @@ class AgentSurface:
 
 def _response(req_id: Any, reply: AgentReply) -> dict[str, Any]:
     """The JSON-RPC response of a ``message`` call's reply (a cancelled one's too)."""
-    return {"jsonrpc": "2.0", "id": req_id, "result": AgentSurface.answer(reply)}
+    return Response(req_id, AgentSurface.answer(reply)).to_dict()
 
 
 __all__ = [
