@@ -419,10 +419,7 @@ class AgentRuntime:
             if span.recording:  # each model call a span of its own
                 provider = _TracedProvider(provider, kernel.tap, trace, self.name)
                 if tiers is not None:
-                    fast, complex_ = (
-                        _TracedProvider(p, kernel.tap, trace, self.name) for p in tiers
-                    )
-                    tiers = (fast, complex_)
+                    tiers = tuple(_TracedProvider(p, kernel.tap, trace, self.name) for p in tiers)
             if tiers is not None:
                 provider, model = await self._route(user.content, tiers, session_id)
                 # The tier's own model and parameters, for its own provider.
