@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, _lone_surrogate, is_mapping
+from ._errors import InvalidText, _lone_surrogate, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -36,25 +36,6 @@ Id = str | int | float | None
 Params = Mapping[str, Any] | Sequence[Any] | None
 
 _MISSING: Any = object()
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a Python value's type (for error messages)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    return type(value).__name__
 
 
 class JsonRpcError(Exception):
