@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 from ._errors import ManifestError, json_pointer
 from ._hookspecs import McpServerDescriptor
+from ._paths import read_text
 from ._tools import ToolSpec, agent_tool_name, normalise_name
 from ._trace import DEFAULT_MAX_DEPTH
 
@@ -465,23 +466,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; use a number or a string")
 
 
-def _read_text(path: Path, limit: int) -> str:
-    """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
-    with path.open("rb") as handle:
-        # As much as its size says, plus one byte to see the end: read(limit + 1) would
-        # allocate a buffer of the limit for every small file.
-        want = min(os.fstat(handle.fileno()).st_size, limit) + 1
-        raw = handle.read(want)
-        if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on
-            raw += handle.read(limit + 1 - len(raw))
-    if len(raw) > limit:
-        raise ValueError(f"file is larger than {limit} bytes")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 text (byte {exc.start})") from None
-
-
 def _parse_json(text: str, source: str) -> tuple[Any, list[ManifestError]]:
     try:
         data = json.loads(
@@ -579,7 +563,7 @@ def _load_prompt(
     prompt_path = (base_dir or Path.cwd()) / Path(name).expanduser()
     pointer = "/system_prompt_file"
     try:
-        return _read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
+        return read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
     except FileNotFoundError:
         problem = f"prompt file not found: {prompt_path}"
     except IsADirectoryError:
@@ -629,7 +613,7 @@ def _check(
 
 def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[ManifestError]]:
     try:
-        text = _read_text(path, MAX_MANIFEST_BYTES)
+        text = read_text(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None, [ManifestError(source, "/", "file not found")]
     except IsADirectoryError:
