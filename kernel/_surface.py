@@ -43,7 +43,7 @@ from ._jsonrpc import (
     param,
 )
 from ._tools import ToolCall, ToolResult, ToolSpec
-from ._trace import TraceContext, _trace_context
+from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
@@ -200,15 +200,7 @@ class AgentSurface:
             # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
             # child of the caller's (or the server's), not of a hop span nobody records.
             if trace.parent_span_id is not None:
-                trace = _trace_context(
-                    trace.trace_id,
-                    trace.parent_span_id,
-                    trace.depth,
-                    trace.path,
-                    trace.max_depth,
-                    None,
-                    trace.sampled,
-                )
+                trace = attrs.evolve(trace, span_id=trace.parent_span_id, parent_span_id=None)
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):
             return SurfaceCall(None, arguments, trace, None, span)
