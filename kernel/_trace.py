@@ -159,15 +159,7 @@ class TraceContext:
     def nested(self) -> TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
-        return _trace_context(
-            self.trace_id,
-            _new_span_id(),
-            self.depth,
-            self.path,
-            self.max_depth,
-            self.span_id,
-            self.sampled,
-        )
+        return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
 
     @classmethod
     def root(cls, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
