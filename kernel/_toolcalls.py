@@ -91,7 +91,6 @@ _audit_json = _audit_json_encoder()
 
 _MAX_PLANS = 4096
 _UNKNOWN = object()
-_tool_call = frozen_builder(ToolCall)  # name, arguments, id, caller, trace, arguments_error
 
 
 @attrs.define(eq=False)
@@ -185,9 +184,7 @@ class ToolCalls:
             trace = call.trace.nested()
         else:  # a call from outside any run: one starts at the agent
             trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
-        call = _tool_call(
-            call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
-        )
+        call = attrs.evolve(call, trace=trace)
         span = start_span(
             self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id
         )
