@@ -156,6 +156,7 @@ def parse(argv: list[str]) -> Options:
         "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
         "--sockets": "sockets",
     }  # fmt: skip
+    negated = {"--no-files": "files", "--no-scope": "scope"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -168,11 +169,8 @@ def parse(argv: list[str]) -> Options:
         if arg in flags:
             setattr(opts, flags[arg], True)
             i += 1
-        elif arg == "--no-files":
-            opts.files = False
-            i += 1
-        elif arg == "--no-scope":
-            opts.scope = False
+        elif arg in negated:
+            setattr(opts, negated[arg], False)
             i += 1
         elif arg in lists and i + 1 < len(argv):
             lists[arg].append(argv[i + 1])
