@@ -162,9 +162,8 @@ class Kernel(ToolCalls, Messaging):
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
-        exposure = self._exposure(
-            self._manifest(agent)
-        )  # its surface keeps the list per registry version
+        # Its surface keeps the list per registry version.
+        exposure = self._exposure(self._manifest(agent))
         if not exposure.expose:
             return []
         return [s for s in self._exposable() if exposure.is_exposed(s)]
