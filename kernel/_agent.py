@@ -231,9 +231,8 @@ class AgentRuntime:
         run_id = run_id or uuid7_hex()
         if persist:
             new_session = new_session or session_id is None
-            session_id = (
-                session_id or uuid7_hex()
-            )  # time-ordered: the store's indexes grow at their end
+            # Time-ordered ids: the store's indexes grow at their end.
+            session_id = session_id or uuid7_hex()
         else:
             session_id = None
         if session_id is None:  # what _run does for an in-memory run, one call less

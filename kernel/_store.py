@@ -429,9 +429,8 @@ class SqliteStore(SqliteDatabase):
         now: float,
     ) -> None:
         """Append ``rows``, creating the session if needed."""
-        if self._ensure(
-            conn, owner, session_id, agent, now, len(rows)
-        ):  # new: counted, nothing before
+        if self._ensure(conn, owner, session_id, agent, now, len(rows)):
+            # A new session: created counting these rows, with none before them.
             self._insert_messages(conn, owner, session_id, 0, rows, now)
             return
         (last,) = conn.execute(
