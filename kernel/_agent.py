@@ -8,6 +8,7 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -103,32 +104,23 @@ class Conversation:
         self.session_id = session_id
         self.trace = trace
         self._repeats = kernel.config.kernel.loop_guard_repeats
-        self._outputs: Outputs | None = None
-        self._taint: TaintTracker | None = None
-        self._loop_guard: LoopGuard | None = None
 
     # Made on first use: a run that calls no tool (most agent-to-agent answers) needs none.
-    @property
+    @functools.cached_property
     def outputs(self) -> Outputs:
-        if self._outputs is None:
-            self._outputs = Outputs()
-        return self._outputs
+        return Outputs()
 
     def handed_over(self) -> tuple[Output, ...]:
         """The run's outputs so far (``Outputs.snapshot``)."""
-        return () if self._outputs is None else self._outputs.snapshot()
+        return self.outputs.snapshot() if "outputs" in vars(self) else ()
 
-    @property
+    @functools.cached_property
     def taint(self) -> TaintTracker:
-        if self._taint is None:
-            self._taint = TaintTracker()
-        return self._taint
+        return TaintTracker()
 
-    @property
+    @functools.cached_property
     def loop_guard(self) -> LoopGuard:
-        if self._loop_guard is None:
-            self._loop_guard = LoopGuard(max_repeats=self._repeats)
-        return self._loop_guard
+        return LoopGuard(max_repeats=self._repeats)
 
 
 @attrs.define(eq=False)
