@@ -216,6 +216,7 @@ class ActorRef:
         return self.name in self.system
 
 
+@attrs.define(eq=False)
 class DirectAsk:
     """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``).
 
@@ -227,19 +228,14 @@ class DirectAsk:
     then the ask fails or is cancelled as it would have been anyway.
     """
 
-    __slots__ = ("actor", "answer", "deadline", "done", "event", "scope")
-
-    def __init__(
-        self, actor: _Actor, event: Event, scope: trio.CancelScope, deadline: float
-    ) -> None:
-        self.actor = actor
-        self.event: Event | None = event
-        self.scope = scope
-        # The ask's own deadline: the system's timer cancels ``scope`` when it passes (the
-        # scope's Trio deadline is the actor's stop, if any).
-        self.deadline = deadline
-        self.answer: Callable[[], Any] | None = None
-        self.done = False
+    actor: _Actor
+    event: Event | None
+    scope: trio.CancelScope
+    # The ask's own deadline: the system's timer cancels ``scope`` when it passes (the
+    # scope's Trio deadline is the actor's stop, if any).
+    deadline: float
+    answer: Callable[[], Any] | None = None
+    done: bool = False
 
     def cancel(self, answer: Callable[[], Any]) -> None:
         """Stop the handler; the ask answers ``answer()`` (the first ``cancel`` wins)."""
@@ -278,16 +274,14 @@ def _hand_back_deadline(ask: DirectAsk, deadline: float) -> None:
     ask.scope.deadline = min(ask.scope.deadline, deadline)
 
 
+@attrs.define(eq=False)
 class _ReplySlot:
     """A one-shot place for the answer to one ask. The first outcome wins."""
 
-    __slots__ = ("done", "error", "ready", "reply")
-
-    def __init__(self) -> None:
-        self.ready = trio.Event()
-        self.done = False
-        self.reply: Event | None = None
-        self.error: BaseException | None = None
+    ready: trio.Event = attrs.Factory(trio.Event)
+    done: bool = False
+    reply: Event | None = None
+    error: BaseException | None = None
 
     def succeed(self, reply: Event) -> None:
         if not self.done:
@@ -310,74 +304,49 @@ class _ReplySlot:
 _Letter = tuple[Event, "_ReplySlot | None"]
 
 
+@attrs.define(eq=False)
 class _Actor:
-    __slots__ = (
-        "concurrency",
-        "context",
-        "crash_times",
-        "direct",
-        "done",
-        "factory",
-        "handler",
-        "idle",
-        "inline",
-        "inline_idle",
-        "name",
-        "pending",
-        "policy",
-        "receive",
-        "restarts",
-        "revive_at",
-        "scope",
-        "send",
-        "size",
-        "slots",
-        "stop_cause",
-        "waiting",
-        "workers",
-        "worker_count",
-    )
+    name: str
+    factory: Callable[[], ActorHandler]
+    handler: ActorHandler
+    context: ActorContext
+    size: int
+    concurrency: int
+    policy: RestartPolicy
+    direct: bool = False
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    done: trio.Event = attrs.Factory(trio.Event)
+    restarts: int = 0
+    crash_times: deque[float] | None = None  # created on the first crash
+    stop_cause: str | None = None
+    revive_at: float | None = None  # set when its restart budget ran out: cool-down end
+    # Letters posted and not yet started or dropped (in the mailbox, or taken by a
+    # worker that has not begun): a direct run must not overtake them.
+    pending: int = 0
+    inline: set[DirectAsk] = attrs.Factory(set)
+    waiting: set[trio.CancelScope] = attrs.Factory(set)  # direct asks waiting for a slot
+    inline_idle: trio.Event | None = None
+    # Workers take letters from the mailbox; they start as letters need them, up to
+    # ``concurrency`` (an idle actor has one). ``idle`` counts those waiting for one.
+    workers: trio.Nursery | None = None
+    worker_count: int = 1
+    idle: int = 0
+    send: trio.MemorySendChannel[_Letter] = attrs.field(init=False)
+    receive: trio.MemoryReceiveChannel[_Letter] = attrs.field(init=False)
+    # Handlers running at once, by a worker or directly in an asker's task, never
+    # exceed ``concurrency``; ``inline`` holds the direct ones.
+    slots: trio.Semaphore = attrs.field(init=False)
 
-    def __init__(
-        self,
-        name: str,
-        factory: Callable[[], ActorHandler],
-        handler: ActorHandler,
-        context: ActorContext,
-        size: int,
-        concurrency: int,
-        policy: RestartPolicy,
-        direct: bool = False,
-    ) -> None:
-        self.name = name
-        self.direct = direct
-        self.factory = factory
-        self.handler = handler
-        self.context = context
-        self.size = size
-        self.concurrency = concurrency
-        self.policy = policy
-        self.send, self.receive = trio.open_memory_channel[_Letter](size)
-        self.scope = trio.CancelScope()
-        self.done = trio.Event()
-        self.restarts = 0
-        self.crash_times: deque[float] | None = None  # created on the first crash
-        self.stop_cause: str | None = None
-        self.revive_at: float | None = None  # set when its restart budget ran out: cool-down end
-        # Handlers running at once, by a worker or directly in an asker's task, never
-        # exceed ``concurrency``; ``inline`` holds the direct ones.
-        self.slots = trio.Semaphore(concurrency)
-        # Letters posted and not yet started or dropped (in the mailbox, or taken by a
-        # worker that has not begun): a direct run must not overtake them.
-        self.pending = 0
-        self.inline: set[DirectAsk] = set()
-        self.waiting: set[trio.CancelScope] = set()  # direct asks waiting for a slot
-        self.inline_idle: trio.Event | None = None
-        # Workers take letters from the mailbox; they start as letters need them, up to
-        # ``concurrency`` (an idle actor has one). ``idle`` counts those waiting for one.
-        self.workers: trio.Nursery | None = None
-        self.worker_count = 1
-        self.idle = 0
+    def __attrs_post_init__(self) -> None:
+        self.send, self.receive = trio.open_memory_channel[_Letter](self.size)
+        self.slots = trio.Semaphore(self.concurrency)
+
+
+def _ask_timeout(source: str, actor: _Actor, event: Event, timeout: float) -> AskTimeout:
+    return AskTimeout(
+        f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) and got no reply "
+        f"within {timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
+    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -654,8 +623,7 @@ class ActorSystem:
     ) -> Awaitable[Any]:
         """The checks and the event of an ask, then the awaitable that completes it (one
         coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
-        if timeout.__class__ is not float or not 0 < timeout < math.inf:
-            timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
+        timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
         actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
@@ -670,7 +638,6 @@ class ActorSystem:
         self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
     ) -> Any:
         """``ask`` through ``actor``'s mailbox, answered by one of its workers."""
-        target, kind = actor.name, event.kind
         slot = _ReplySlot()
         with trio.move_on_after(timeout):
             try:
@@ -687,10 +654,7 @@ class ActorSystem:
             return slot.reply if as_event else slot.reply.payload
         if slot.error is not None:
             raise slot.error
-        raise AskTimeout(
-            f"{source!r} asked {target!r} ({kind}, event {event.id}) and got no reply within "
-            f"{timeout:g}s; the actor is busy or stuck: raise the timeout or check its handler"
-        )
+        raise _ask_timeout(source, actor, event, timeout)
 
     async def _ask_directly(
         self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
@@ -757,11 +721,7 @@ class ActorSystem:
                     raise self._stopped_error(actor, event)
                 if actor.stop_cause is not None and limit < ask_deadline:  # the stop cut it short
                     raise self._cancelled_error(actor, event)
-                raise AskTimeout(
-                    f"{source!r} asked {actor.name!r} ({event.kind}, event {event.id}) "
-                    f"and got no reply within {timeout:g}s; the actor is busy or stuck: "
-                    "raise the timeout or check its handler"
-                )
+                raise _ask_timeout(source, actor, event, timeout)
         # Nobody would see the reply event: skip building it.
         if not as_event and not self.tap.wants(REPLY_KINDS.get(event.kind, EventKind.ACTOR_REPLY)):
             return result.payload if isinstance(result, Event) else result
@@ -849,8 +809,8 @@ class ActorSystem:
                 actor.concurrency,
                 actor.policy,
                 actor.direct,
+                restarts=restarts,
             )
-            actor.restarts = restarts
             self._actors[name] = actor
             self._stopped.pop(name, None)
             log.warning("actor %r restarted after its cool-down", name)

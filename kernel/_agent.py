@@ -8,8 +8,9 @@ This is the in-memory MCP transport: the same messages, routed by the kernel.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from ._loop import (
 )
 from ._outputs import Output, Outputs, outputs_to_json, outputs_to_mcp
 from ._policy import LoopGuard, TaintTracker
-from ._spans import NO_SPAN, SpanKind, start_span, tracing
+from ._spans import SpanKind, start_span
 from ._tools import ToolCall, ToolResult
 from ._trace import TraceContext
 
@@ -103,40 +104,29 @@ class Conversation:
         self.session_id = session_id
         self.trace = trace
         self._repeats = kernel.config.kernel.loop_guard_repeats
-        self._outputs: Outputs | None = None
-        self._taint: TaintTracker | None = None
-        self._loop_guard: LoopGuard | None = None
 
     # Made on first use: a run that calls no tool (most agent-to-agent answers) needs none.
-    @property
+    @functools.cached_property
     def outputs(self) -> Outputs:
-        if self._outputs is None:
-            self._outputs = Outputs()
-        return self._outputs
+        return Outputs()
 
     def handed_over(self) -> tuple[Output, ...]:
         """The run's outputs so far (``Outputs.snapshot``)."""
-        return () if self._outputs is None else self._outputs.snapshot()
+        return self.outputs.snapshot() if "outputs" in vars(self) else ()
 
-    @property
+    @functools.cached_property
     def taint(self) -> TaintTracker:
-        if self._taint is None:
-            self._taint = TaintTracker()
-        return self._taint
+        return TaintTracker()
 
-    @property
+    @functools.cached_property
     def loop_guard(self) -> LoopGuard:
-        if self._loop_guard is None:
-            self._loop_guard = LoopGuard(max_repeats=self._repeats)
-        return self._loop_guard
+        return LoopGuard(max_repeats=self._repeats)
 
 
+@attrs.define(eq=False)
 class _SessionLock:
-    __slots__ = ("lock", "users")
-
-    def __init__(self) -> None:
-        self.lock = trio.Lock()
-        self.users = 0
+    lock: trio.Lock = attrs.Factory(trio.Lock)
+    users: int = 0
 
 
 @attrs.define
@@ -162,9 +152,8 @@ class AgentRuntime:
         self.provider = provider
         # (fast, complex): the fast model classifies each message and routes it.
         self.tiers = tiers
-        # run id -> what stops that run: its scope's cancel, or for a direct ask's run
-        # (DirectAsk, answer_as, session id, trace)
-        self._runs: dict[str, Any] = {}
+        # run id -> what stops that run
+        self._runs: dict[str, Callable[[], Any]] = {}
         self._session_locks: dict[tuple[str, str], _SessionLock] = {}  # by (owner, session id)
 
     def cancel(self, run_id: str) -> bool:
@@ -172,11 +161,7 @@ class AgentRuntime:
         stop = self._runs.get(run_id)
         if stop is None:
             return False
-        if stop.__class__ is tuple:  # a direct ask's run: its answer is the cancelled reply
-            direct_ask, reply_as, session_id, trace = stop
-            direct_ask.cancel(lambda: reply_as(self._cancelled_reply(session_id, trace)))
-        else:
-            stop()
+        stop()
         return True
 
     @property
@@ -238,9 +223,8 @@ class AgentRuntime:
         run_id = run_id or uuid7_hex()
         if persist:
             new_session = new_session or session_id is None
-            session_id = (
-                session_id or uuid7_hex()
-            )  # time-ordered: the store's indexes grow at their end
+            # Time-ordered ids: the store's indexes grow at their end.
+            session_id = session_id or uuid7_hex()
         else:
             session_id = None
         if session_id is None:  # what _run does for an in-memory run, one call less
@@ -260,8 +244,11 @@ class AgentRuntime:
                 owner=owner,
             )
         if direct_ask is not None:
-            # What cancel() needs to stop it (a tuple costs less than a closure).
-            self._runs[run_id] = (direct_ask, answer_as or _as_is, session_id, trace)
+            # Stopped through the ask, which then answers the cancelled reply.
+            reply_as = answer_as or _as_is
+            self._runs[run_id] = lambda: direct_ask.cancel(
+                lambda: reply_as(self._cancelled_reply(session_id, trace))
+            )
             try:
                 return await run
             finally:
@@ -293,17 +280,8 @@ class AgentRuntime:
             entry = self._session_locks[session_id] = _SessionLock()
         entry.users += 1
         try:
-            # A free lock is taken without the scheduling round ``acquire`` costs; still a
-            # cancel point, as ``acquire`` is (a run cancelled before it starts does not run).
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                entry.lock.acquire_nowait()
-            except trio.WouldBlock:
-                await entry.lock.acquire()
-            try:
+            async with entry.lock:
                 yield
-            finally:
-                entry.lock.release()
         finally:
             entry.users -= 1
             if entry.users == 0:
@@ -341,7 +319,7 @@ class AgentRuntime:
                     await self._store_user_message(first, session_id, user, owner)
                 raise
 
-    def _exchange(
+    async def _exchange(
         self,
         user: Message,
         session_id: str | None,
@@ -349,24 +327,9 @@ class AgentRuntime:
         stream: bool,
         first: _FirstExchange | None,
         owner: str = "local",
-    ) -> Awaitable[AgentReply]:
-        """``_run``'s work (to await), as the run's span (``trace`` names it) while spans are
-        recorded; ``first``: this is a new session's first exchange. Untraced, the work
-        itself: no coroutine of its own around it."""
-        tap = self.kernel.tap
-        if tap.subscriber_count and tracing(tap):
-            return self._traced(user, session_id, trace, stream, first, owner)
-        return self._converse(user, session_id, trace, stream, first, owner, NO_SPAN)
-
-    async def _traced(
-        self,
-        user: Message,
-        session_id: str | None,
-        trace: TraceContext,
-        stream: bool,
-        first: _FirstExchange | None,
-        owner: str,
     ) -> AgentReply:
+        """``_run``'s work as the run's span (``trace`` names it; ``NO_SPAN`` while nobody
+        traces); ``first``: this is a new session's first exchange."""
         name = self.name
         span = start_span(self.kernel.tap, SpanKind.AGENT, name, trace, source=name, agent=name)
         if session_id is not None:
@@ -390,7 +353,7 @@ class AgentRuntime:
         owner: str,
         span: Any,
     ) -> AgentReply:
-        """``_exchange``'s work; ``span``: the run's (``NO_SPAN`` untraced)."""
+        """``_exchange``'s work; ``span``: the run's."""
         kernel = self.kernel
         manifest = kernel.agents[self.name]  # self.manifest
         history = []
@@ -447,10 +410,7 @@ class AgentRuntime:
             if span.recording:  # each model call a span of its own
                 provider = _TracedProvider(provider, kernel.tap, trace, self.name)
                 if tiers is not None:
-                    fast, complex_ = (
-                        _TracedProvider(p, kernel.tap, trace, self.name) for p in tiers
-                    )
-                    tiers = (fast, complex_)
+                    tiers = tuple(_TracedProvider(p, kernel.tap, trace, self.name) for p in tiers)
             if tiers is not None:
                 provider, model = await self._route(user.content, tiers, session_id)
                 # The tier's own model and parameters, for its own provider.
@@ -489,14 +449,7 @@ class AgentRuntime:
                 input_tokens=result.usage.input_tokens,
                 output_tokens=result.usage.output_tokens,
             )
-        usage = None
-        if result.usage.input_tokens or result.usage.output_tokens:
-            usage = (
-                provider.name,
-                model.name or "",
-                result.usage.input_tokens,
-                result.usage.output_tokens,
-            )
+        usage = _usage(provider, model, result.usage)
         if session_id is not None and first is not None:
             await self._finish_first_exchange(
                 first, session_id, user, result.messages, usage, owner
@@ -593,13 +546,8 @@ class AgentRuntime:
                 parameters=dict(fast_model.parameters or {}),
             )
         )
-        if verdict.usage.input_tokens or verdict.usage.output_tokens:
-            usage = (
-                fast.name,
-                fast_model.name or "",
-                verdict.usage.input_tokens,
-                verdict.usage.output_tokens,
-            )
+        usage = _usage(fast, fast_model, verdict.usage)
+        if usage is not None:
             await self._log_usage(session_id, usage)
         simple = verdict.text.strip().lower().startswith("simple")
         self.kernel.publish(
@@ -610,6 +558,13 @@ class AgentRuntime:
             )
         )
         return (fast, fast_model) if simple else (complex_, models.for_tier("complex"))
+
+
+def _usage(provider: Provider, model: Any, usage: Any) -> tuple[str, str, int, int] | None:
+    """What the store records of a model call's ``usage`` (None when it used no tokens)."""
+    if not (usage.input_tokens or usage.output_tokens):
+        return None
+    return provider.name, model.name or "", usage.input_tokens, usage.output_tokens
 
 
 def _failure(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ._errors import _lone_surrogate
 from ._sqlite import StoreError
 
 OUTCOMES = ("ok", "error", "denied", "timeout", "cancelled")
@@ -85,13 +86,9 @@ class AuditRecord:
 def storable(text: str | None) -> str | None:
     """``text`` as SQLite can store it: a lone surrogate (JSON "\\ud800" decodes to one)
     cannot be encoded as UTF-8, and would fail the whole statement."""
-    if text is None or text.isascii():
+    if text is None or _lone_surrogate(text) is None:
         return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def audit_row(record: Any) -> tuple:

@@ -24,7 +24,7 @@ import attrs
 import cattrs
 
 from ._errors import ConfigError
-from ._paths import HOME_ENV, database_path, resolve_data_dir
+from ._paths import HOME_ENV, database_path, read_text, resolve_data_dir
 from ._trace import DEFAULT_MAX_DEPTH
 
 CONFIG_FILENAME = "roost.toml"
@@ -575,18 +575,13 @@ def _apply_env(config: RoostConfig, env: Mapping[str, str]) -> RoostConfig:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        text = read_text(path, MAX_CONFIG_BYTES)
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory; expected a {CONFIG_FILENAME} file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: file is larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not valid UTF-8 text (byte {exc.start})") from None
+    except ValueError as exc:  # too large, or not UTF-8
+        raise ConfigError(f"{path}: {exc}") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

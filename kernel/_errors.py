@@ -13,21 +13,39 @@ def is_mapping(value: Any) -> bool:
     return value.__class__ is dict or isinstance(value, Mapping)
 
 
-def json_type_name(value: object) -> str:
-    """How a value reads in an error message about JSON input: "a string", "an array", …"""
+def json_type(value: Any) -> str:
+    """The JSON name of a Python value's type (for error messages): "string", "integer", …"""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
     if isinstance(value, str):
-        return "a string"
+        return "string"
+    if isinstance(value, Mapping):
+        return "object"
     if isinstance(value, (list, tuple)):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
+        return "array"
     return type(value).__name__
+
+
+def json_type_name(value: object) -> str:
+    """How a value reads in an error message about JSON input: "a string", "an array", …"""
+    name = json_type(value)
+    if name in ("integer", "number"):
+        return "a number"
+    if name in ("boolean", "string"):
+        return f"a {name}"
+    return f"an {name}" if name in ("array", "object") else name
+
+
+def json_pointer(parts: Iterable[Any]) -> str:
+    """The JSON Pointer (RFC 6901) of a path of keys and indexes: ``/a/0/b``; ``/`` for none."""
+    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
+    return "/" + "/".join(escaped) if escaped else "/"
 
 
 # Where an MCP tool result's ``_meta`` carries roost's error object (``RoostError.to_dict``).

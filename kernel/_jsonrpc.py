@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, check_text, is_mapping
+from ._errors import InvalidText, _lone_surrogate, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -36,25 +36,6 @@ Id = str | int | float | None
 Params = Mapping[str, Any] | Sequence[Any] | None
 
 _MISSING: Any = object()
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a Python value's type (for error messages)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, Mapping):
-        return "object"
-    if isinstance(value, (list, tuple)):
-        return "array"
-    return type(value).__name__
 
 
 class JsonRpcError(Exception):
@@ -229,19 +210,9 @@ def dumps(value: Any, *, allow_nan: bool = False) -> str:
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
-_PLAIN_DECODER = json.JSONDecoder()
-
-
 def loads(text: str) -> Any:
-    """``json.loads(text)`` for a str, faster for text with no whitespace around the value
-    (what compact encoders send); anything else, errors included, goes to ``json.loads``."""
-    try:
-        value, end = _PLAIN_DECODER.raw_decode(text)
-    except ValueError:
-        return json.loads(text)  # leading whitespace, a BOM, or not JSON: its exact answer
-    if end != len(text):
-        return json.loads(text)
-    return value
+    """``json.loads(text)``, beside ``dumps``."""
+    return json.loads(text)
 
 
 def encode(message: Message | Iterable[Message]) -> bytes:
@@ -354,8 +325,7 @@ def _check_id(value: Any, where: str) -> Id:
     if value is None:
         return value
     if isinstance(value, str):
-        if not value.isascii():  # echoed in the response, which must be UTF-8
-            _check_unicode(value, f"{where}id")
+        _check_unicode(value, f"{where}id")  # echoed in the response, which must be UTF-8
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JsonRpcError(
@@ -369,10 +339,10 @@ def _check_id(value: Any, where: str) -> Id:
 
 def _check_unicode(text: str, field: str, msg_id: Id = None) -> None:
     """INVALID_REQUEST naming ``field`` if ``text`` holds a lone surrogate."""
-    try:
-        check_text(text, field)
-    except InvalidText as exc:
-        raise JsonRpcError(INVALID_REQUEST, str(exc), {"field": exc.field}, id=msg_id) from None
+    bad = _lone_surrogate(text)
+    if bad is not None:
+        problem = InvalidText(field, bad)
+        raise JsonRpcError(INVALID_REQUEST, str(problem), {"field": problem.field}, id=msg_id)
 
 
 def _invalid(msg_id: Id, text: str) -> JsonRpcError:
@@ -413,8 +383,7 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
             raise _invalid(msg_id, f"{prefix}method: expected a string, got {json_type(method)}")
         if not method:
             raise _invalid(msg_id, f"{prefix}method: must not be empty")
-        if not method.isascii():
-            _check_unicode(method, f"{prefix}method", msg_id)
+        _check_unicode(method, f"{prefix}method", msg_id)
         if "result" in obj or "error" in obj:
             raise _invalid(
                 msg_id,

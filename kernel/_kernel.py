@@ -7,7 +7,6 @@ booted, and shut down, by ``_boot.open_kernel``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,7 @@ from ._policy import Capabilities, Exposure
 from ._proctrace import ProcessTraces
 from ._spans import start_span, tracing
 from ._surface import AgentSurface
-from ._toolcalls import ToolCalls, _audit_json_encoder, _CallPlan
+from ._toolcalls import ToolCalls, _CallPlan
 from ._tools import Tool, ToolRegistry, ToolSpec, agent_tool_name
 from ._trace import TraceContext
 
@@ -61,18 +60,15 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        self.started_at = time.time()
-        # Per-agent views (capabilities, exposure, tool lists, workspace) rebuilt only when
-        # the manifest or the registry changes: they sit on every tool call's path.
+        # Per-agent views (capabilities, exposure, tool lists, surfaces, workspace) rebuilt
+        # only when the manifest or the registry changes (``_cached``): they sit on every
+        # tool call's path.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
-        self._allowed: dict[str, tuple[Any, ToolRegistry, int, tuple[ToolSpec, ...]]] = {}
-        self._audit_json = _audit_json_encoder()
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
         # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}
         self._surfaces: dict[str, AgentSurface] = {}
-        self._exposable_cache: tuple[Any, tuple[ToolSpec, ...]] = (None, ())
 
     # ---- events ----------------------------------------------------------------------
     def publish(self, event: Event) -> None:
@@ -121,11 +117,16 @@ class Kernel(ToolCalls, Messaging):
             limit = min(limit, manifest.limits.max_depth)
         return limit
 
-    def _require_agent(self, agent: str) -> AgentManifest:
-        """The manifest of ``agent``; AgentNotFound, or RoostError if it is unavailable."""
+    def _manifest(self, agent: str) -> AgentManifest:
+        """The manifest of ``agent``; AgentNotFound naming the known ones."""
         manifest = self.agents.get(agent)
         if manifest is None:
             raise AgentNotFound(agent, list(self.agents))
+        return manifest
+
+    def _require_agent(self, agent: str) -> AgentManifest:
+        """The manifest of ``agent``; AgentNotFound, or RoostError if it is unavailable."""
+        manifest = self._manifest(agent)
         if agent in self.agent_errors:
             raise AgentUnavailable(agent, self.agent_errors[agent])
         return manifest
@@ -140,26 +141,13 @@ class Kernel(ToolCalls, Messaging):
         """All registered tools, or the ones ``agent`` may call."""
         if agent is None:
             return self.registry.specs()
-        manifest = self.agents.get(agent)
-        if manifest is None:
-            raise AgentNotFound(agent, list(self.agents))
-        return list(self.allowed_specs(manifest))
+        return list(self.allowed_specs(self._manifest(agent)))
 
     def allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         """The tools ``manifest``'s agent may call (cached; do not copy on the hot path)."""
-        # Every run asks: its own cache, checked without building a key or a builder.
-        hit = self._allowed.get(manifest.name)
-        registry = self.registry
-        if (
-            hit is not None
-            and hit[0] is manifest
-            and hit[1] is registry
-            and hit[2] == registry.version
-        ):
-            return hit[3]
-        specs = self._allowed_specs(manifest)
-        self._allowed[manifest.name] = (manifest, registry, registry.version, specs)
-        return specs
+        return self._cached(
+            ("allowed", manifest.name), manifest, lambda: self._allowed_specs(manifest)
+        )
 
     def _allowed_specs(self, manifest: Any) -> tuple[ToolSpec, ...]:
         caps = self._capabilities(manifest)
@@ -174,10 +162,8 @@ class Kernel(ToolCalls, Messaging):
 
     def exposed_tools(self, agent: str) -> list[ToolSpec]:
         """The tools ``agent`` offers to others over MCP (expose_tools minus private_tools)."""
-        manifest = self.agents.get(agent)
-        if manifest is None:
-            raise AgentNotFound(agent, list(self.agents))
-        exposure = self._exposure(manifest)  # its surface keeps the list per registry version
+        # Its surface keeps the list per registry version.
+        exposure = self._exposure(self._manifest(agent))
         if not exposure.expose:
             return []
         return [s for s in self._exposable() if exposure.is_exposed(s)]
@@ -185,14 +171,11 @@ class Kernel(ToolCalls, Messaging):
     def _exposable(self) -> tuple[ToolSpec, ...]:
         """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
         registry version: with thousands of agents those are most of the registry."""
-        registry = self.registry
-        key = (id(registry), registry.version)
-        if self._exposable_cache[0] != key:
-            self._exposable_cache = (
-                key,
-                tuple(s for s in registry.specs() if not self._is_agent_tool(s)),
-            )
-        return self._exposable_cache[1]
+        return self._cached(
+            ("exposable", ""),
+            None,
+            lambda: tuple(s for s in self.registry.specs() if not self._is_agent_tool(s)),
+        )
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
@@ -205,16 +188,15 @@ class Kernel(ToolCalls, Messaging):
         transport drives; raises AgentNotFound."""
         surface = self._surfaces.get(agent)
         if surface is None:
-            if agent not in self.agents:
-                raise AgentNotFound(agent, list(self.agents))
+            self._manifest(agent)
             surface = self._surfaces[agent] = AgentSurface(self, agent)
         return surface
 
     def _cached(
         self, key: tuple[str, str], manifest: Any, build: Any, *, follows_registry: bool = True
     ) -> Any:
-        """``build()`` for ``manifest``, rebuilt when the manifest changes (and, when
-        ``follows_registry``, when a tool is added or removed)."""
+        """``build()`` for ``manifest`` (None: for the kernel), rebuilt when the manifest
+        changes (and, when ``follows_registry``, when a tool is added or removed)."""
         hit = self._policy_cache.get(key)
         version = (id(self.registry), self.registry.version) if follows_registry else None
         if hit is not None and hit[0] is manifest and hit[1] == version:
@@ -235,10 +217,8 @@ class Kernel(ToolCalls, Messaging):
     def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
         """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
         ``roost agents``); AgentNotFound for an unknown ``agent``."""
-        if agent is not None and agent not in self.agents:
-            raise AgentNotFound(agent, list(self.agents))
         out = []
-        chosen = sorted(self.agents.items()) if agent is None else [(agent, self.agents[agent])]
+        chosen = sorted(self.agents.items()) if agent is None else [(agent, self._manifest(agent))]
         for name, m in chosen:
             status, reason = self.agent_status(name)
             out.append(

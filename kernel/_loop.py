@@ -140,9 +140,8 @@ ExecuteTool = Callable[[ToolCall], Awaitable[ToolResult]]
 
 # The classes' constructors with every field given, for the values of the loop (and the
 # agent runtime) on their hot path.
-message_of = frozen_builder(
-    Message
-)  # role, content, tool_calls, tool_call_id, name, is_error, taint
+# message_of: role, content, tool_calls, tool_call_id, name, is_error, taint
+message_of = frozen_builder(Message)
 request_of = frozen_builder(CompletionRequest)  # agent, system, messages, tools, model, parameters
 _loop_result = frozen_builder(LoopResult)  # text, messages, turns, stop_reason, usage, is_error
 NO_TAINT: frozenset[str] = frozenset()
@@ -174,9 +173,9 @@ async def run_loop(
         req = request if turn == 1 else attrs.evolve(request, messages=tuple(history))
         try:
             if stream:
-                completion = await _infer(provider, req, stream=True, on_token=on_token)
+                completion = await _streamed(provider, req, on_token)
             else:
-                completion = await provider.complete(req)  # what _infer does, one call less
+                completion = await provider.complete(req)
         except RoostError as exc:
             # The model failed: the run ends with what its earlier calls used (billed all the
             # same). Its partial messages are not kept: a history cut after a tool call
@@ -243,15 +242,10 @@ def _storable_call(call: ToolCall) -> ToolCall:
     return call
 
 
-async def _infer(
-    provider: Provider,
-    request: CompletionRequest,
-    *,
-    stream: bool,
-    on_token: Callable[[str], None] | None,
+async def _streamed(
+    provider: Provider, request: CompletionRequest, on_token: Callable[[str], None] | None
 ) -> Completion:
-    if not stream:
-        return await provider.complete(request)
+    """The completion ``provider.stream`` ends with, each text delta given to ``on_token``."""
     final: Completion | None = None
     parts: list[str] = []
     async for delta in provider.stream(request):

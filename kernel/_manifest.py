@@ -27,15 +27,14 @@ if TYPE_CHECKING:
     import jsonschema
     from jsonschema.exceptions import ValidationError
 
-from ._errors import ManifestError
+from ._errors import ManifestError, json_pointer
 from ._hookspecs import McpServerDescriptor
+from ._paths import read_text
 from ._tools import ToolSpec, agent_tool_name, normalise_name
 from ._trace import DEFAULT_MAX_DEPTH
 
 MANIFEST_FILENAME = "agent.json"
 SCHEMA_RESOURCE = "agent.json.schema"
-SANDBOX_MODES = ("sandbox", "read-only", "rwx")
-TAINT_POLICIES = ("block", "warn", "allow")
 
 MAX_MANIFEST_BYTES = 1_048_576
 MAX_PROMPT_BYTES = 1_048_576
@@ -313,11 +312,6 @@ def bundled_agents_dir() -> Path:
 # ---- error wording ---------------------------------------------------------------------
 
 
-def _pointer(parts: Iterable[Any]) -> str:
-    escaped = [str(p).replace("~", "~0").replace("/", "~1") for p in parts]
-    return "/" + "/".join(escaped) if escaped else "/"
-
-
 def _got(instance: Any) -> str:
     if isinstance(instance, dict):
         return "an object"
@@ -411,7 +405,7 @@ _LEAF_KEYWORDS = {
 
 def _translate(error: ValidationError) -> list[tuple[str, str]]:
     """(pointer, expected) pairs for one jsonschema error."""
-    where = _pointer(error.absolute_path)
+    where = json_pointer(error.absolute_path)
     keyword = error.validator
     schema = error.schema if isinstance(error.schema, Mapping) else {}
     instance = error.instance
@@ -434,7 +428,7 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.append(
                 (
-                    _pointer([*error.absolute_path, key]),
+                    json_pointer([*error.absolute_path, key]),
                     f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}",
                 )
             )
@@ -470,23 +464,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; use a number or a string")
-
-
-def _read_text(path: Path, limit: int) -> str:
-    """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
-    with path.open("rb") as handle:
-        # As much as its size says, plus one byte to see the end: read(limit + 1) would
-        # allocate a buffer of the limit for every small file.
-        want = min(os.fstat(handle.fileno()).st_size, limit) + 1
-        raw = handle.read(want)
-        if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on
-            raw += handle.read(limit + 1 - len(raw))
-    if len(raw) > limit:
-        raise ValueError(f"file is larger than {limit} bytes")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not valid UTF-8 text (byte {exc.start})") from None
 
 
 def _parse_json(text: str, source: str) -> tuple[Any, list[ManifestError]]:
@@ -586,7 +563,7 @@ def _load_prompt(
     prompt_path = (base_dir or Path.cwd()) / Path(name).expanduser()
     pointer = "/system_prompt_file"
     try:
-        return _read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
+        return read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
     except FileNotFoundError:
         problem = f"prompt file not found: {prompt_path}"
     except IsADirectoryError:
@@ -636,7 +613,7 @@ def _check(
 
 def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[ManifestError]]:
     try:
-        text = _read_text(path, MAX_MANIFEST_BYTES)
+        text = read_text(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
         return None, [ManifestError(source, "/", "file not found")]
     except IsADirectoryError:
@@ -698,28 +675,33 @@ def _manifest_files(location: Path) -> list[Path]:
     return found
 
 
-def _add_unique(
-    manifest: AgentManifest,
-    source: str,
+def _load_files(
+    files: Iterable[Path],
     found: dict[str, AgentManifest],
     by_tool: dict[str, AgentManifest],
     errors: list,
 ) -> None:
-    """Add ``manifest`` to ``found`` unless an agent with its name, or one that becomes the
-    same ``agent_<name>`` tool, is there already (``by_tool`` indexes ``found`` by it)."""
-    tool = agent_tool_name(manifest.name)
-    other = by_tool.get(tool)
-    if other is None:
-        found[manifest.name] = by_tool[tool] = manifest
-        return
-    if other.name == manifest.name:
-        problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
-    else:
-        problem = (
-            f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
-            f"(both would be called as tool {tool!r})"
-        )
-    errors.append(ManifestError(source, "/name", problem + "; rename one of them"))
+    """Check each file and add its manifest to ``found``, unless an agent with its name, or
+    one that becomes the same ``agent_<name>`` tool, is there already (``by_tool`` indexes
+    ``found`` by it); every problem goes to ``errors``."""
+    for file in files:
+        manifest, problems = _check_file(file, str(file))
+        errors += problems
+        if manifest is None:
+            continue
+        tool = agent_tool_name(manifest.name)
+        other = by_tool.get(tool)
+        if other is None:
+            found[manifest.name] = by_tool[tool] = manifest
+            continue
+        if other.name == manifest.name:
+            problem = f"duplicate agent name {manifest.name!r}: already defined in {other.path}"
+        else:
+            problem = (
+                f"agent name {manifest.name!r} clashes with {other.name!r} from {other.path} "
+                f"(both would be called as tool {tool!r})"
+            )
+        errors.append(ManifestError(str(file), "/name", problem + "; rename one of them"))
 
 
 def load_agents(
@@ -757,11 +739,7 @@ def load_agents(
                 )
             )
             continue
-        for file in _manifest_files(location):
-            manifest, problems = _check_file(file, str(file))
-            errors += problems
-            if manifest is not None:
-                _add_unique(manifest, str(file), found, by_tool, errors)
+        _load_files(_manifest_files(location), found, by_tool, errors)
     return found, errors
 
 
@@ -824,11 +802,7 @@ def validate_files(
             errors.append(
                 ManifestError(str(location), "/", f"no {MANIFEST_FILENAME} found in this directory")
             )
-        for file in files:
-            manifest, problems = _check_file(file, str(file))
-            errors += problems
-            if manifest is not None:
-                _add_unique(manifest, str(file), found, by_tool, errors)
+        _load_files(files, found, by_tool, errors)
     if warnings is not None and found:
         specs = _installed_tool_specs() + [
             ToolSpec(agent_tool_name(n), owner="agents") for n in found
@@ -839,23 +813,16 @@ def validate_files(
 
 
 def _installed_tool_specs() -> list[Any]:
-    """The tools the installed plugins provide (``roost_tools`` with the default settings)."""
+    """The tools the installed plugins provide (``roost_tools`` with the default settings);
+    a broken plugin lists nothing here (it is reported when roost runs)."""
     from ._config import default_config
-    from ._plugins import PluginManager, collect
+    from ._plugins import PluginManager
 
     pm = PluginManager()
     pm.load_entry_points()
-    specs = []
-    for impl in pm.hook.roost_tools.get_hookimpls():
-        try:
-            tools = collect(
-                [
-                    impl.function(
-                        **({"config": default_config()} if "config" in impl.argnames else {})
-                    )
-                ]
-            )
-        except Exception:  # a broken plugin is reported when roost runs; here it lists nothing
-            continue
-        specs += [t.spec for t in tools if hasattr(t, "spec")]
-    return specs
+    return [
+        t.spec
+        for _name, tools in pm.call_each("roost_tools", config=default_config())
+        for t in tools
+        if hasattr(t, "spec")
+    ]

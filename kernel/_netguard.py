@@ -50,51 +50,46 @@ METADATA_ADDRESSES = frozenset(
     )
 )
 
+
+def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(map(ipaddress.ip_network, cidrs))
+
+
 # Rule name -> networks. Checked in this order after the metadata rule.
-_RULES: tuple[tuple[str, tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]], ...] = (
-    ("unspecified", tuple(map(ipaddress.ip_network, ("0.0.0.0/8", "::/128")))),
-    ("loopback", tuple(map(ipaddress.ip_network, ("127.0.0.0/8", "::1/128")))),
-    ("link-local", tuple(map(ipaddress.ip_network, ("169.254.0.0/16", "fe80::/10")))),
-    ("multicast", tuple(map(ipaddress.ip_network, ("224.0.0.0/4", "ff00::/8")))),
+_RULES = (
+    ("unspecified", _nets("0.0.0.0/8", "::/128")),
+    ("loopback", _nets("127.0.0.0/8", "::1/128")),
+    ("link-local", _nets("169.254.0.0/16", "fe80::/10")),
+    ("multicast", _nets("224.0.0.0/4", "ff00::/8")),
     (
         "private",
-        tuple(
-            map(
-                ipaddress.ip_network,
-                (
-                    "10.0.0.0/8",
-                    "172.16.0.0/12",
-                    "192.168.0.0/16",
-                    "100.64.0.0/10",  # carrier-grade NAT
-                    "fc00::/7",  # unique local
-                    "fec0::/10",  # deprecated site-local
-                ),
-            )
+        _nets(
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "100.64.0.0/10",  # carrier-grade NAT
+            "fc00::/7",  # unique local
+            "fec0::/10",  # deprecated site-local
         ),
     ),
     (
         "reserved",
-        tuple(
-            map(
-                ipaddress.ip_network,
-                (
-                    "192.0.0.0/24",  # IETF protocol assignments
-                    "192.0.2.0/24",  # documentation
-                    "198.18.0.0/15",  # benchmarking
-                    "198.51.100.0/24",  # documentation
-                    "203.0.113.0/24",  # documentation
-                    "240.0.0.0/4",  # reserved, includes 255.255.255.255
-                    "::/8",  # reserved, includes IPv4-compatible addresses
-                    "100::/64",  # discard-only
-                    "2001:db8::/32",  # documentation
-                    "2001::/23",  # IETF protocol assignments (Teredo, ORCHID, ...)
-                ),
-            )
+        _nets(
+            "192.0.0.0/24",  # IETF protocol assignments
+            "192.0.2.0/24",  # documentation
+            "198.18.0.0/15",  # benchmarking
+            "198.51.100.0/24",  # documentation
+            "203.0.113.0/24",  # documentation
+            "240.0.0.0/4",  # reserved, includes 255.255.255.255
+            "::/8",  # reserved, includes IPv4-compatible addresses
+            "100::/64",  # discard-only
+            "2001:db8::/32",  # documentation
+            "2001::/23",  # IETF protocol assignments (Teredo, ORCHID, ...)
         ),
     ),
 )
 
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_NAT64 = _nets("64:ff9b::/96", "64:ff9b:1::/48")
 
 _RULE_TEXT = {
     "metadata": "a cloud instance-metadata endpoint",

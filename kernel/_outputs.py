@@ -76,10 +76,8 @@ class OutputPart:
         media = self.media_type or "application/octet-stream"
         if self.raw is not None:
             encoded = base64.b64encode(self.raw).decode("ascii")
-            if media.startswith("image/"):
-                return {"type": "image", "data": encoded, "mimeType": media}
-            if media.startswith("audio/"):
-                return {"type": "audio", "data": encoded, "mimeType": media}
+            if media.startswith(("image/", "audio/")):
+                return {"type": media.split("/", 1)[0], "data": encoded, "mimeType": media}
             return {
                 "type": "resource",
                 "resource": {"uri": output.part_uri(self), "mimeType": media, "blob": encoded},

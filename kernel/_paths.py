@@ -59,3 +59,20 @@ def database_path(home: Path) -> Path:
 def workspaces_dir(home: Path) -> Path:
     """Where agents without an explicit ``workspace`` get theirs (``<home>/workspaces``)."""
     return home / WORKSPACES_DIRNAME
+
+
+def read_text(path: Path, limit: int) -> str:
+    """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
+    with path.open("rb") as handle:
+        # As much as its size says, plus one byte to see the end: read(limit + 1) would
+        # allocate a buffer of the limit for every small file.
+        want = min(os.fstat(handle.fileno()).st_size, limit) + 1
+        raw = handle.read(want)
+        if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on
+            raw += handle.read(limit + 1 - len(raw))
+    if len(raw) > limit:
+        raise ValueError(f"file is larger than {limit} bytes")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not valid UTF-8 text (byte {exc.start})") from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterable
 from importlib.metadata import entry_points
@@ -61,25 +60,22 @@ class PluginManager(pluggy.PluginManager):
                 continue
             self.register_named(ep.name, plugin)
 
-    def load_module(self, name: str, module_path: str) -> bool:
-        """Import ``module_path`` and register it as plugin ``name``."""
-        try:
-            plugin = importlib.import_module(module_path)
-        except Exception as exc:
-            self._fail(name, "import", exc)
-            return False
-        return self.register_named(name, plugin)
-
-    def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, list[Any]]]:
+    def call_each(
+        self, hook_name: str, *, answers: tuple[type[Exception], ...] = (), **kwargs: Any
+    ) -> list[tuple[str, list[Any]]]:
         """Call the hook ``hook_name`` plugin by plugin, each with the ``kwargs`` it takes;
         returns ``(plugin name, its results flattened)`` per plugin. A plugin that raises is
-        recorded in ``failures`` (and logged) and skipped; the others still answer."""
+        recorded in ``failures`` (and logged) and skipped; the others still answer. An
+        exception of a type in ``answers`` is that plugin's result instead (a hook such as
+        ``roost_check_config`` answers by raising)."""
         out = []
         for impl in getattr(self.hook, hook_name).get_hookimpls():
             name = self.get_name(impl.plugin) or repr(impl.plugin)
             try:
                 argnames = impl.argnames
                 result = impl.function(**{k: v for k, v in kwargs.items() if k in argnames})
+            except answers as exc:
+                result = exc
             except Exception as exc:
                 self.failures.append(
                     PluginFailure(

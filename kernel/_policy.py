@@ -31,6 +31,7 @@ from ._errors import (
     ToolDenied,
     ToolError,
     is_mapping,
+    json_pointer,
 )
 from ._errors import json_type_name as _json_type
 from ._tools import ToolCall, ToolResult, ToolSpec
@@ -152,32 +153,11 @@ _MAX_REPORTED_ERRORS = 3
 _MAX_ERROR_MESSAGE = 300
 
 
-def _schema_key(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True, default=repr)
-
-
-# Validators by schema object: a spec keeps its schema for life, so the identity check
-# skips the canonical-JSON key on the hot path. Entries hold the schema, so ids stay valid.
-_by_identity: collections.OrderedDict[int, tuple[Any, jsonschema.Draft202012Validator]] = (
-    collections.OrderedDict()
-)
-
-
 def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
+    """The (cached) validator of ``spec``'s schema; ToolSchemaInvalid if it is no schema.
+    The kernel asks once per (agent, tool) plan, and again only for arguments it refuses."""
     schema = spec.input_schema
-    hit = _by_identity.get(id(schema))
-    if hit is not None and hit[0] is schema:
-        return hit[1]
-    validator = _build_validator(spec)
-    _by_identity[id(schema)] = (schema, validator)
-    if len(_by_identity) > _VALIDATOR_CACHE_SIZE:
-        _by_identity.popitem(last=False)
-    return validator
-
-
-def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
-    schema = spec.input_schema
-    key = _schema_key(schema)
+    key = json.dumps(schema, sort_keys=True, default=repr)
     cached = _validators.get(key)
     if cached is not None:
         _validators.move_to_end(key)
@@ -192,7 +172,7 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = _pointer(exc.absolute_path)
+        where = json_pointer(exc.absolute_path)
         raise ToolSchemaInvalid(
             f"tool {_names(spec)} has an invalid inputSchema at {where}: "
             f"{_clip(exc.message)}; this is a bug in {spec.owner!r}, not in your arguments"
@@ -202,11 +182,6 @@ def _build_validator(spec: ToolSpec) -> jsonschema.Draft202012Validator:
     if len(_validators) > _VALIDATOR_CACHE_SIZE:
         _validators.popitem(last=False)
     return validator
-
-
-def _pointer(path: Iterable[Any]) -> str:
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
-    return "/" + "/".join(parts) if parts else "/"
 
 
 def argument_path(path: Iterable[Any], root: str = "arguments") -> str:
@@ -247,7 +222,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
             f"{_json_type(arguments)}; pass the parameters by name as in its inputSchema"
         )
     validator = _validator_for(spec)
-    import referencing.exceptions  # loaded with jsonschema by _build_validator
+    import referencing.exceptions  # loaded with jsonschema by _validator_for
 
     try:
         errors = sorted(
@@ -315,8 +290,7 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     Blocks are kept in order; the block that crosses the budget is cut and marked, later
     text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
     """
-    if limit.__class__ is not int or limit < 0:
-        limit = _check_limit(limit)
+    limit = _check_limit(limit)
     total = 0
     for block in result.content:
         if block.get("type") == "text":

@@ -140,13 +140,11 @@ def _hex_forms(host: str, port: int) -> set[str]:
     tail = f":{port:04X}"
     words = [ip.packed] if ip.version == 4 else []
     words.append(ipaddress.IPv6Address(f"::ffff:{ip}").packed if ip.version == 4 else ip.packed)
-    forms = set()
-    for raw in words:
-        forms.add(
-            "".join(f"{struct.unpack('=I', raw[i : i + 4])[0]:08X}" for i in range(0, len(raw), 4))
-            + tail
-        )
-    return forms
+    return {
+        "".join(f"{struct.unpack('=I', raw[i : i + 4])[0]:08X}" for i in range(0, len(raw), 4))
+        + tail
+        for raw in words
+    }
 
 
 def socket_inode(client: Endpoint, server: Endpoint) -> int | None:

@@ -18,11 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._events import Event, EventKind, EventTap, new_event_id
-from ._frozen import frozen_builder
+from ._events import Event, EventKind, EventTap
 from ._trace import TraceContext
-
-_event = frozen_builder(Event)  # kind, source, target, payload, trace, id, reply_to, ts
 
 
 class SpanKind:
@@ -105,18 +102,7 @@ class Span:
         self._t0 = time.perf_counter()
         # The start's record holds a copy: a subscriber may read it after the span changed.
         record = self._record(None, None, "running", None, dict(attributes), [])
-        tap.publish(
-            _event(
-                EventKind.TRACE_SPAN_START,
-                source,
-                None,
-                record,
-                trace,
-                new_event_id(),
-                None,
-                self.start,
-            )
-        )
+        tap.publish(Event(EventKind.TRACE_SPAN_START, source, None, record, trace, ts=self.start))
 
     def set(self, attributes: Mapping[str, Any] | None = None, /, **more: Any) -> None:
         """Add attributes (JSON values) to the span's record."""
@@ -154,16 +140,7 @@ class Span:
         status = "ok" if error is None else "error"
         record = self._record(end, duration, status, error, self.attributes, self.marks)
         self._tap.publish(
-            _event(
-                EventKind.TRACE_SPAN_END,
-                self.source,
-                None,
-                record,
-                self.trace,
-                new_event_id(),
-                None,
-                end,
-            )
+            Event(EventKind.TRACE_SPAN_END, self.source, None, record, self.trace, ts=end)
         )
 
     def _record(

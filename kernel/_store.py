@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -37,7 +36,8 @@ _MAX_ID_CHARS = 256
 
 
 def _unicode_checked(name: str, value: Any) -> None:
-    """StoreError naming ``name`` (and where inside it) if ``value`` holds a lone surrogate."""
+    """StoreError naming ``name`` (and where inside it) if ``value`` holds a lone surrogate
+    (quick for ASCII text: ``check_text`` looks no further)."""
     try:
         check_text(value, name)
     except InvalidText as exc:
@@ -226,8 +226,7 @@ def _check_id(name: str, value: Any) -> str:
         raise StoreError(f"{name}: expected a non-empty string, got {value!r}")
     if len(value) > _MAX_ID_CHARS:
         raise StoreError(f"{name}: expected at most {_MAX_ID_CHARS} characters, got {len(value)}")
-    if not value.isascii():
-        _unicode_checked(name, value)
+    _unicode_checked(name, value)
     return value
 
 
@@ -237,13 +236,22 @@ def _check_ids(**ids: Any) -> None:
         _check_id(name, value)
 
 
+def _filters(**columns: Any) -> tuple[list[str], list[Any]]:
+    """``column = ?`` conditions and their checked ids, for the columns given (not None)."""
+    where, params = [], []
+    for column, value in columns.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(_check_id(column, value))
+    return where, params
+
+
 def _check_text(name: str, value: Any) -> str:
     if not isinstance(value, str) or len(value) > _MAX_ID_CHARS:
         raise StoreError(
             f"{name}: expected a string of at most {_MAX_ID_CHARS} characters, got {value!r}"
         )
-    if not value.isascii():
-        _unicode_checked(name, value)
+    _unicode_checked(name, value)
     return value
 
 
@@ -261,18 +269,9 @@ def _check_count(name: str, value: Any) -> int:
     return value
 
 
-# ``JSONEncoder.encode`` builds a C encoder per call; these are built once per thread.
-# They check for circular data (without the check, circular data is only stopped by the
-# recursion limit, and past a raised limit by a crash), so each keeps state of its own.
-_ENCODERS = threading.local()
-
-
-def _encode_data(data: dict) -> str:
-    try:
-        encode = _ENCODERS.data
-    except AttributeError:
-        encode = _ENCODERS.data = make_encoder(allow_nan=False, check_circular=True)
-    return encode(data)
+# Checks for circular data (without the check, circular data is only stopped by the
+# recursion limit, and past a raised limit by a crash); each call has markers of its own.
+_encode_data = make_encoder(allow_nan=False, check_circular=True)
 
 
 def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
@@ -295,8 +294,7 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise StoreError(f"{where}.role: expected a non-empty string, got {role!r}")
-        if not role.isascii():
-            _unicode_checked(f"{where}.role", role)
+        _unicode_checked(f"{where}.role", role)
         content = message.get("content")
         if content is None:
             content = ""
@@ -305,19 +303,14 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
                 f"{where}.content: expected a string, got {type(content).__name__}; "
                 "put structured content under 'data'"
             )
-        if not content.isascii():
-            _unicode_checked(f"{where}.content", content)
+        _unicode_checked(f"{where}.content", content)
         data = message.get("data")
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
             raise StoreError(f"{where}.data: expected a dict, got {type(data).__name__}")
         try:
-            encoded = (
-                "{}"
-                if type(data) is dict and not data
-                else _encode_data(dict(data) if type(data) is not dict else data)
-            )
+            encoded = _encode_data(data if type(data) is dict else dict(data))
         except (TypeError, ValueError, RecursionError) as exc:
             reason = "nested too deep" if isinstance(exc, RecursionError) else exc
             raise StoreError(
@@ -352,6 +345,28 @@ def _usage_row(
     )
 
 
+def _session_agent(conn: sqlite3.Connection, owner: str, session_id: str) -> str | None:
+    row = conn.execute(
+        "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def _messages(
+    conn: sqlite3.Connection, owner: str, session_id: str, limit: int = -1
+) -> list[StoredMessage]:
+    """The session's messages in order; the last ``limit`` of them (-1: all)."""
+    rows = conn.execute(
+        "SELECT session_id, seq, role, content, data, ts FROM messages "
+        "WHERE owner = ? AND session_id = ? ORDER BY seq DESC LIMIT ?",
+        (owner, session_id, limit),
+    ).fetchall()
+    return [
+        StoredMessage(sid, seq, role, content, json.loads(data), ts)
+        for sid, seq, role, content, data, ts in reversed(rows)
+    ]
+
+
 _INSERT_USAGE = (
     "INSERT INTO usage (ts, agent, session_id, provider, model, input_tokens, output_tokens) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -376,31 +391,22 @@ class SqliteStore(SqliteDatabase):
     ) -> bool:
         """Create the session if needed (inside the write transaction); True if it is new.
         A new session is created counting the ``messages`` its caller is about to add."""
-        row = conn.execute(
-            "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
-        ).fetchone()
-        if row is None:
+        agent_now = _session_agent(conn, owner, session_id)
+        if agent_now is None:
             conn.execute(
                 "INSERT INTO sessions (owner, id, agent, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (owner, session_id, agent, now, now, messages),
             )
             return True
-        if row[0] != agent:  # the caller's mistake, not a storage failure
-            raise SessionConflict(session_id, agent, row[0])
+        if agent_now != agent:  # the caller's mistake, not a storage failure
+            raise SessionConflict(session_id, agent, agent_now)
         return False
 
     async def session_agent(self, session_id: str, *, owner: str = DEFAULT_OWNER) -> str | None:
         """The agent ``owner``'s session ``session_id`` belongs to; None if there is none."""
         _check_ids(session_id=session_id, owner=owner)
-
-        def work(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT agent FROM sessions WHERE owner = ? AND id = ?", (owner, session_id)
-            ).fetchone()
-            return None if row is None else row[0]
-
-        return await self.read("read a session", work)
+        return await self.read("read a session", lambda c: _session_agent(c, owner, session_id))
 
     async def ensure_session(
         self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
@@ -423,9 +429,8 @@ class SqliteStore(SqliteDatabase):
         now: float,
     ) -> None:
         """Append ``rows``, creating the session if needed."""
-        if self._ensure(
-            conn, owner, session_id, agent, now, len(rows)
-        ):  # new: counted, nothing before
+        if self._ensure(conn, owner, session_id, agent, now, len(rows)):
+            # A new session: created counting these rows, with none before them.
             self._insert_messages(conn, owner, session_id, 0, rows, now)
             return
         (last,) = conn.execute(
@@ -488,14 +493,7 @@ class SqliteStore(SqliteDatabase):
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            history = [  # none yet for a new session
-                StoredMessage(sid, seq, role, content, json.loads(data), ts)
-                for sid, seq, role, content, data, ts in conn.execute(
-                    "SELECT session_id, seq, role, content, data, ts FROM messages "
-                    "WHERE owner = ? AND session_id = ? ORDER BY seq",
-                    (owner, session_id),
-                )
-            ]
+            history = _messages(conn, owner, session_id)  # none yet for a new session
             self._append(conn, owner, session_id, agent, rows, now)
             return history
 
@@ -534,33 +532,17 @@ class SqliteStore(SqliteDatabase):
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
         limit = _check_limit(limit, optional=True)
-
-        def work(conn: sqlite3.Connection) -> list[StoredMessage]:
-            rows = conn.execute(
-                "SELECT session_id, seq, role, content, data, ts FROM messages "
-                "WHERE owner = ? AND session_id = ? ORDER BY seq DESC LIMIT ?",
-                (owner, session_id, -1 if limit is None else limit),
-            ).fetchall()
-            return [
-                StoredMessage(sid, seq, role, content, json.loads(data), ts)
-                for sid, seq, role, content, data, ts in reversed(rows)
-            ]
-
-        return await self.read("read history", work)
+        return await self.read(
+            "read history",
+            lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
+        )
 
     async def sessions(
         self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
     ) -> list[dict]:
         """Sessions (of ``owner``, else everyone's), most recently updated first: id, owner,
         agent, created_at, updated_at, message_count."""
-        where: list[str] = []
-        params: tuple[Any, ...] = ()
-        if agent is not None:
-            where.append("agent = ?")
-            params += (_check_id("agent", agent),)
-        if owner is not None:
-            where.append("owner = ?")
-            params += (_check_id("owner", owner),)
+        where, params = _filters(agent=agent, owner=owner)
         limit = _check_limit(limit, optional=False)
         sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
         if where:
@@ -590,13 +572,7 @@ class SqliteStore(SqliteDatabase):
     ) -> list[AuditRecord]:
         """Audit records, newest first, optionally only one agent's or one trace's."""
         limit = _check_limit(limit, optional=False)
-        where, params = [], []
-        if agent is not None:
-            where.append("agent = ?")
-            params.append(_check_id("agent", agent))
-        if trace_id is not None:
-            where.append("trace_id = ?")
-            params.append(_check_id("trace_id", trace_id))
+        where, params = _filters(agent=agent, trace_id=trace_id)
         return await self.read(
             "read the audit log", lambda conn: read_audit(conn, where, params, limit)
         )

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ._errors import (
     AgentNotFound,
     InvalidInput,
@@ -37,10 +39,11 @@ from ._jsonrpc import (
     METHOD_NOT_FOUND,
     SERVER_ERROR,
     JsonRpcError,
+    Response,
     param,
 )
 from ._tools import ToolCall, ToolResult, ToolSpec
-from ._trace import TraceContext, _trace_context
+from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._actor import DirectAsk
@@ -108,6 +111,7 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     )
 
 
+@attrs.define(eq=False)
 class SurfaceCall:
     """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
     (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
@@ -115,18 +119,11 @@ class SurfaceCall:
     arguments are invalid); ``server``, the context of the server's own span (``prepare``
     with ``server=True``), whose child ``trace`` is."""
 
-    __slots__ = ("arguments", "refused", "server", "tool", "trace")
-
-    def __init__(
-        self,
-        tool: str | None,
-        arguments: Mapping[str, Any],
-        trace: Any,
-        refused: Any,
-        server: Any = None,
-    ) -> None:
-        self.tool, self.arguments, self.trace, self.refused = tool, arguments, trace, refused
-        self.server = server
+    tool: str | None
+    arguments: Mapping[str, Any]
+    trace: Any
+    refused: Any
+    server: Any = None
 
 
 class AgentSurface:
@@ -135,7 +132,6 @@ class AgentSurface:
     def __init__(self, kernel: Kernel, agent: str) -> None:
         self.kernel = kernel
         self.agent = agent
-        self._cache: tuple[Any, Any, int, dict[str, ToolSpec]] | None = None  # see _index
 
     # ---- tools/list ---------------------------------------------------------------------
     def tools(self) -> list[ToolSpec]:
@@ -147,22 +143,15 @@ class AgentSurface:
         """The tools by name, rebuilt when the manifest or the registry changes."""
         kernel = self.kernel
         manifest = kernel.agents.get(self.agent)
-        registry = kernel.registry
-        hit = self._cache
-        if (
-            hit is not None
-            and hit[0] is manifest
-            and hit[1] is registry
-            and hit[2] == registry.version
-        ):
-            return hit[3]
         if manifest is None:
             raise AgentNotFound(self.agent, list(kernel.agents))
-        specs = {spec.name: spec for spec in kernel.exposed_tools(self.agent)}
-        specs[MESSAGE_TOOL] = ask_tool_spec(self.agent, manifest.description)
-        index = {name: specs[name] for name in sorted(specs)}
-        self._cache = (manifest, registry, registry.version, index)
-        return index
+
+        def build() -> dict[str, ToolSpec]:
+            specs = {spec.name: spec for spec in kernel.exposed_tools(self.agent)}
+            specs[MESSAGE_TOOL] = ask_tool_spec(self.agent, manifest.description)
+            return {name: specs[name] for name in sorted(specs)}
+
+        return kernel._cached(("surface", self.agent), manifest, build)
 
     # ---- tools/call ----------------------------------------------------------------------
     def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
@@ -211,15 +200,7 @@ class AgentSurface:
             # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
             # child of the caller's (or the server's), not of a hop span nobody records.
             if trace.parent_span_id is not None:
-                trace = _trace_context(
-                    trace.trace_id,
-                    trace.parent_span_id,
-                    trace.depth,
-                    trace.path,
-                    trace.max_depth,
-                    None,
-                    trace.sampled,
-                )
+                trace = attrs.evolve(trace, span_id=trace.parent_span_id, parent_span_id=None)
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
         if message_arguments_ok(arguments):
             return SurfaceCall(None, arguments, trace, None, span)
@@ -290,20 +271,16 @@ class AgentSurface:
                     INVALID_PARAMS, "params: expected an object (MCP uses named parameters)"
                 )
             if method == "tools/list":
-                return {
-                    "jsonrpc": "2.0",
-                    "id": req_id,
-                    "result": {"tools": [s.to_mcp() for s in self.tools()]},
-                }
+                return Response(req_id, {"tools": [s.to_mcp() for s in self.tools()]}).to_dict()
             if method != "tools/call":
                 raise JsonRpcError(
                     METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method}
                 )
             call = self.prepare(params)
             if call.refused is not None:
-                return {"jsonrpc": "2.0", "id": req_id, "result": call.refused}
+                return Response(req_id, call.refused).to_dict()
             if call.tool is not None:
-                return {"jsonrpc": "2.0", "id": req_id, "result": await self.call_tool(call)}
+                return Response(req_id, await self.call_tool(call)).to_dict()
             # A one-shot ask, run here in the agent's actor: its history stays in memory.
             self.kernel._require_agent(self.agent)
             answer_as = partial(_response, req_id)
@@ -323,7 +300,7 @@ class AgentSurface:
 
 def _response(req_id: Any, reply: AgentReply) -> dict[str, Any]:
     """The JSON-RPC response of a ``message`` call's reply (a cancelled one's too)."""
-    return {"jsonrpc": "2.0", "id": req_id, "result": AgentSurface.answer(reply)}
+    return Response(req_id, AgentSurface.answer(reply)).to_dict()
 
 
 __all__ = [

@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ._audit import (
+    AUDIT_COLUMNS,
     OUTCOMES,
     AuditRecord,
     _audit_arguments,
@@ -42,7 +43,7 @@ from ._hookspecs import ToolVeto
 from ._jsonrpc import make_encoder
 from ._plugins import collect
 from ._policy import argument_check, resolve_timeout, truncate_result, validate_arguments
-from ._spans import NO_SPAN, SpanKind, start_span, tracing
+from ._spans import NO_SPAN, SpanKind, start_span
 from ._surface import message_arguments_ok
 from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
 from ._trace import TraceContext
@@ -52,21 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("roost.kernel")
 
-_AUDIT_ARGS_MAX = (
-    4_000  # within the store's MAX_AUDIT_CHARS: its converter would not cut them again
-)
-_AUDIT_FIELDS = (
-    "ts",
-    "trace_id",
-    "span_id",
-    "agent",
-    "tool",
-    "arguments",
-    "duration_ms",
-    "outcome",
-    "error",
-    "session_id",
-)
+# Within the store's MAX_AUDIT_CHARS: its converter would not cut them again.
+_AUDIT_ARGS_MAX = 4_000
 
 
 # The validators and converters whose work ``_audit_record`` does itself before it takes
@@ -82,9 +70,9 @@ _AUDIT_CHECKS = {
 
 
 def _audit_builder() -> Callable[..., AuditRecord]:
-    """AuditRecord's builder (values in ``_AUDIT_FIELDS`` order); the class itself, so that
+    """AuditRecord's builder (values in ``AUDIT_COLUMNS`` order); the class itself, so that
     every record is validated, when its fields or their checks are no longer these."""
-    if tuple(f.name for f in attrs.fields(AuditRecord)) != _AUDIT_FIELDS:
+    if tuple(f.name for f in attrs.fields(AuditRecord)) != AUDIT_COLUMNS:
         return AuditRecord
     return frozen_builder(AuditRecord, checked_by_caller=_AUDIT_CHECKS)
 
@@ -94,50 +82,30 @@ _build_audit = _audit_builder()
 
 def _audit_json_encoder() -> Callable[[Any], str]:
     """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
-    writes them, without an encoder built per call. One per kernel: it keeps the markers
-    of the encoding under way (a kernel encodes on its own thread only)."""
+    writes them, without an encoder built per call."""
     return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
+
+
+_audit_json = _audit_json_encoder()
 
 
 _MAX_PLANS = 4096
 _UNKNOWN = object()
-_tool_call = frozen_builder(ToolCall)  # name, arguments, id, caller, trace, arguments_error
 
 
+@attrs.define(eq=False)
 class _CallPlan:
     """The per-(agent, tool) policy decisions a call reuses (see ``Kernel._plan``)."""
 
-    __slots__ = (
-        "manifest",
-        "tool",
-        "asks",
-        "allowed",
-        "timeout_s",
-        "env_allowlist",
-        "workspace",
-        "arguments_check",
-    )
-
-    def __init__(
-        self,
-        manifest: Any,
-        tool: Tool,
-        *,
-        asks: str | None,
-        allowed: bool,
-        timeout_s: float,
-        env_allowlist: tuple[str, ...],
-        workspace: Path,
-    ) -> None:
-        self.manifest = manifest
-        self.tool = tool
-        self.asks = asks  # the agent this tool asks, when it is one of the kernel's agent_* tools
-        self.allowed = allowed
-        self.timeout_s = timeout_s
-        self.env_allowlist = env_allowlist
-        self.workspace = workspace
-        # The tool schema's quick argument check (``argument_check``), got on first use.
-        self.arguments_check: Any = _UNKNOWN
+    manifest: Any
+    tool: Tool
+    asks: str | None  # the agent this tool asks, when it is one of the kernel's agent_* tools
+    allowed: bool
+    timeout_s: float
+    env_allowlist: tuple[str, ...]
+    workspace: Path
+    # The tool schema's quick argument check (``argument_check``), got on first use.
+    arguments_check: Any = _UNKNOWN
 
 
 class ToolCalls:
@@ -216,20 +184,10 @@ class ToolCalls:
             trace = call.trace.nested()
         else:  # a call from outside any run: one starts at the agent
             trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
-        call = _tool_call(
-            call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
+        call = attrs.evolve(call, trace=trace)
+        span = start_span(
+            self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id
         )
-        span = NO_SPAN
-        if self.tap.subscriber_count and tracing(self.tap):
-            span = start_span(
-                self.tap,
-                SpanKind.TOOL,
-                call.name,
-                trace,
-                source=agent,
-                agent=agent,
-                call_id=call.id,
-            )
         outcome = "ok"
         error: str | None = None
         spec: ToolSpec | None = None
@@ -367,16 +325,10 @@ class ToolCalls:
             )
         if plan.asks is not None:
             # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
-            # and the kernel's own handler needs no ToolContext. Awaited here, not through
-            # _invoke (one coroutine less), with the same handling of failures.
-            try:
-                result = await self._ask_agent(
-                    plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
-                )
-            except (ToolError, LoopDetected):
-                raise
-            except Exception as exc:
-                result = _failure_result(spec, exc)
+            # and the kernel's own handler needs no ToolContext.
+            result = await _invoke(
+                spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
+            )
         else:
             if context is None:
                 context = self._context(manifest, plan, call.trace, outputs, span)
@@ -412,7 +364,7 @@ class ToolCalls:
         validating constructor."""
         arguments = call.arguments
         try:
-            args = self._audit_json(arguments if arguments.__class__ is dict else dict(arguments))
+            args = _audit_json(arguments if arguments.__class__ is dict else dict(arguments))
         except (TypeError, ValueError):
             args = repr(call.arguments)
         tool = call.name
@@ -437,29 +389,22 @@ class ToolCalls:
             or not tool
             or outcome not in OUTCOMES
         ):
-            return AuditRecord(**dict(zip(_AUDIT_FIELDS, values, strict=True)))
+            return AuditRecord(**dict(zip(AUDIT_COLUMNS, values, strict=True)))
         return _build_audit(*values)
 
 
 async def _invoke(spec: ToolSpec, handler: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     """``await handler(*args)`` for the tool ``spec``; its failures become error results,
-    never crashes."""
+    never crashes: a buggy tool must not take the agent down (its crash is logged)."""
     try:
         return await handler(*args)
     except (ToolError, LoopDetected):
         raise
-    except Exception as exc:
-        return _failure_result(spec, exc)
-
-
-def _failure_result(spec: ToolSpec, exc: Exception) -> ToolResult:
-    """The error result of the tool ``spec`` that raised ``exc`` (call it in the ``except``
-    clause, so that a crash is logged with its traceback): a buggy tool must not take the
-    agent down."""
-    if isinstance(exc, RoostError):
+    except RoostError as exc:
         return ToolResult.error(str(exc))
-    log.exception("tool %s raised", spec.name)
-    return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:
+        log.exception("tool %s raised", spec.name)
+        return ToolResult.error(f"tool {spec.name} failed: {type(exc).__name__}: {exc}")
 
 
 def _timed_out(spec: ToolSpec, timeout_s: float) -> ToolTimeout:

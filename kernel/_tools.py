@@ -114,11 +114,6 @@ class ToolResult:
 
     def as_text(self) -> str:
         """All text content joined; other blocks summarised."""
-        if len(self.content) == 1:  # the common case: one text block
-            block = self.content[0]
-            if block.get("type") == "text":
-                text = block.get("text", "")
-                return text if text.__class__ is str else str(text)
         parts = []
         for block in self.content:
             if block.get("type") == "text":

@@ -101,23 +101,11 @@ def _fresh_pool() -> None:
 os.register_at_fork(after_in_child=_fresh_pool)
 
 
-_prefix_second = -1
-_prefix_text = ""
-
-
 def _new_trace_id() -> str:
     # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
     # random bits: ids made together sort together, so the audit log's index by trace id
     # grows at its end instead of dirtying a random page per row.
-    # The prefix is formatted once per second (the text is written before the second it
-    # belongs to, so a thread racing at the turn of a second gets the old or the new text,
-    # both valid).
-    global _prefix_second, _prefix_text
-    second = int(time.time())
-    if second != _prefix_second:
-        _prefix_text = f"{second & 0xFFFFFFFF:08x}"
-        _prefix_second = second
-    return _prefix_text + _random_hex() + _random_hex()[:8]
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _random_hex() + _random_hex()[:8]
 
 
 # 64 random bits, never all zeros: exactly what a W3C span id must be.
@@ -149,11 +137,7 @@ class TraceContext:
     @classmethod
     def new(cls, origin: str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
         """Start a trace whose first agent is ``origin`` (depth 1)."""
-        if cls is TraceContext:
-            return _trace_context(
-                _new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True
-            )
-        return cls(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth)
+        return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
         """The context for calling ``hop`` from here.
@@ -175,16 +159,6 @@ class TraceContext:
     def nested(self) -> TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
-        if self.__class__ is TraceContext:
-            return _trace_context(
-                self.trace_id,
-                _new_span_id(),
-                self.depth,
-                self.path,
-                self.max_depth,
-                self.span_id,
-                self.sampled,
-            )
         return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
 
     @classmethod
@@ -192,9 +166,7 @@ class TraceContext:
         """A new trace's first span before any agent (depth 0, an empty path): what a server
         hop without a caller's context opens, so that the agent it starts (``child``, depth
         1) is its child."""
-        if cls is TraceContext:
-            return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
-        return cls(_new_trace_id(), _new_span_id(), 0, (), max_depth)
+        return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
         """Raise RecursionLimitExceeded exactly when ``child(hop, max_depth=...)`` would."""
@@ -256,10 +228,6 @@ class TraceContext:
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
         """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or ``new(hop, ...)``
         when ``meta`` carries no context: what a callee reads from a request."""
-        if meta.__class__ is dict:
-            child = _exact_hop(meta, hop, max_depth)
-            if child is not None:
-                return child
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
@@ -326,7 +294,7 @@ class TraceContext:
         path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
         if parent is None and trace_id is None and depth is None and not path:
             return None
-        context = cls._assemble(parent, trace_id, depth, path, None)
+        context = cls(*_assemble_fields(parent, trace_id, depth, path, None))
         sampled = _sampled(traceparent)
         return context if sampled else attrs.evolve(context, sampled=False)
 
@@ -334,10 +302,6 @@ class TraceContext:
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
         """The context to continue of several a request brings: see ``_trace.deepest``."""
         return deepest(*contexts)
-
-    @classmethod
-    def _assemble(cls, parent, trace_id, depth, path, max_depth) -> TraceContext:
-        return cls(*_assemble_fields(parent, trace_id, depth, path, max_depth))
 
 
 _Fields = tuple[str, str, int, tuple[str, ...], int]
@@ -413,42 +377,17 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     return _assemble_fields(parent, None, depth, path, max_depth)
 
 
-def _exact_hop(meta: dict[str, Any], hop: str, max_depth: int | None) -> TraceContext | None:
-    """``_hop(*_fields_from_meta(meta), hop, max_depth)`` for a context exactly as
-    ``to_meta`` writes it (a valid lowercase ``traceparent``, int depth and max depth, a
-    list of clean hops no longer than the depth), read in one pass; None for anything
-    else, which the general parser then reads."""
-    traceparent = meta.get(META_TRACEPARENT)
-    depth = meta.get(META_DEPTH)
-    path = meta.get(META_PATH)
-    limit = meta.get(META_MAX_DEPTH)
-    if (
-        traceparent.__class__ is not str
-        or depth.__class__ is not int
-        or path.__class__ is not list
-        or limit.__class__ is not int
-        or not 0 < len(path) <= depth < _BIG
-        or not 0 < limit < _BIG
-        or len(path) > _MAX_PATH_ITEMS
-        or _TRACEPARENT.match(traceparent) is None
-        or not _clean_hops(path)
-    ):
+def _traceparent(value: Any) -> str | None:
+    """``value`` as a well-formed ``traceparent`` (lowercase, trimmed); None if it is not."""
+    if not isinstance(value, str):
         return None
-    ids = _ids(traceparent)
-    if ids is None:
-        return None
-    return _hop(*ids, depth, tuple(path), limit, hop, max_depth, traceparent[54] in _SAMPLED_DIGITS)
+    value = value.strip().lower()
+    return value if _TRACEPARENT.match(value) else None
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str] | None:
-    if not isinstance(value, str):
-        return None
-    # Most values arrive exactly as to_meta wrote them: normalise only those that do not match.
-    if _TRACEPARENT.match(value) is None:
-        value = value.strip().lower()
-        if _TRACEPARENT.match(value) is None:
-            return None
-    return _ids(value)
+    value = _traceparent(value)
+    return None if value is None else _ids(value)
 
 
 # The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
@@ -458,13 +397,8 @@ _SAMPLED_DIGITS = frozenset("13579bdf")
 def _sampled(value: Any) -> bool:
     """The sampled flag of a ``traceparent`` value: False only for a well-formed one whose
     flags leave it out (``…-00``); a missing or malformed one (ignored) counts as sampled."""
-    if not isinstance(value, str):
-        return True
-    if _TRACEPARENT.match(value) is None:
-        value = value.strip().lower()
-        if _TRACEPARENT.match(value) is None:
-            return True
-    return value[54] in _SAMPLED_DIGITS or _ids(value) is None
+    value = _traceparent(value)
+    return value is None or value[54] in _SAMPLED_DIGITS or _ids(value) is None
 
 
 def _ids(traceparent: str) -> tuple[str, str] | None:
@@ -529,24 +463,7 @@ def _parse_int(value: Any) -> int | None:
     return value
 
 
-def _clean_hops(hops: list[Any] | tuple[Any, ...]) -> bool:
-    """Whether every hop is as ``to_meta`` writes it: a non-empty string of at most
-    ``_MAX_HOP_LEN`` characters, without surrounding whitespace."""
-    for v in hops:
-        if (
-            v.__class__ is not str
-            or not v
-            or len(v) > _MAX_HOP_LEN
-            or v[0].isspace()
-            or v[-1].isspace()
-        ):
-            return False
-    return True
-
-
 def _parse_path(value: Any) -> tuple[str, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    if len(value) <= _MAX_PATH_ITEMS and _clean_hops(value):
-        return tuple(value)  # most paths arrive as to_meta wrote them
     return tuple([hop[:_MAX_HOP_LEN] for v in value[:_MAX_PATH_ITEMS] if (hop := str(v).strip())])

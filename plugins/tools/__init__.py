@@ -25,9 +25,7 @@ TOOL_NAMES = ("bash", "read", "write", "edit", "list", "glob", "grep", "web_fetc
 def build_tools(settings: ToolsSettings | None = None) -> list[Tool]:
     """Every built-in tool descriptor, configured by ``settings`` (defaults if None)."""
     settings = settings or ToolsSettings()
-    tools = [bash_tool(settings), *fs_tools(), web_fetch_tool(settings), artifact_tool()]
-    by_name = {t.spec.name: t for t in tools}
-    return [by_name[name] for name in TOOL_NAMES]
+    return [bash_tool(settings), *fs_tools(), web_fetch_tool(settings), artifact_tool()]
 
 
 @hookimpl

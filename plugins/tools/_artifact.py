@@ -29,7 +29,7 @@ from roost.kernel import (
     ToolSpec,
 )
 
-from ._beneath import READ_FLAGS, open_beneath, open_root
+from ._beneath import READ_FLAGS, open_under
 from ._sandbox import agent_thread, workspace_of
 
 _MEDIA_TYPE = re.compile(
@@ -125,11 +125,7 @@ def _open_in_workspace(raw: str, root: Path) -> int:
         raise ToolArgumentsInvalid(f"arguments.path: {raw!r} is a directory; name one file")
     if parts[0] == "..":
         raise _outside(raw, root)
-    fd = open_root(str(root))
-    try:
-        return open_beneath(fd, "/".join(parts), READ_FLAGS)
-    finally:
-        os.close(fd)
+    return open_under(str(root), "/".join(parts), READ_FLAGS)
 
 
 def _read_workspace_file(raw: str, ctx: ToolContext) -> tuple[bytes, str]:

@@ -120,11 +120,22 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o666) -> int:
     return _walk_open(dir_fd, rel, flags, mode)
 
 
-def make_dirs_beneath(dir_fd: int, rel: str) -> int:
-    """The fd of directory ``rel`` beneath ``dir_fd``, creating missing ones (``mkdir -p``)
-    without following a symlink; the caller closes it."""
-    fd = os.dup(dir_fd)
-    if split(rel) == ".":
+def open_under(root: str, rel: str, flags: int, mode: int = 0o666) -> int:
+    """``open_beneath`` the root directory ``root`` (trusted configuration: symlinks are
+    followed to reach the root itself)."""
+    fd = os.open(root, DIR_FLAGS)
+    try:
+        return open_beneath(fd, rel, flags, mode)
+    finally:
+        os.close(fd)
+
+
+def make_dirs_under(root: str, rel: str) -> int:
+    """The fd of directory ``rel`` beneath the root directory ``root``, creating missing
+    ones (``mkdir -p``) without following a symlink; the caller closes it."""
+    rel = split(rel)
+    fd = os.open(root, DIR_FLAGS)
+    if rel == ".":
         return fd
     try:
         for name in rel.split("/"):
@@ -142,11 +153,6 @@ def make_dirs_beneath(dir_fd: int, rel: str) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def open_root(path: str) -> int:
-    """An ``O_PATH`` fd of a root directory (trusted configuration: symlinks followed)."""
-    return os.open(path, DIR_FLAGS)
 
 
 def _entries(fd: int) -> list[os.DirEntry]:

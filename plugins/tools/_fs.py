@@ -26,7 +26,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from roost.kernel import (
@@ -42,9 +42,8 @@ from roost.kernel import (
 from ._beneath import (
     DIR_FLAGS,
     READ_FLAGS,
-    make_dirs_beneath,
-    open_beneath,
-    open_root,
+    make_dirs_under,
+    open_under,
     regular_file_kind,
     walk,
 )
@@ -130,11 +129,7 @@ def _open(loc: Located, flags: int, raw: str, verb: str, mode: int = 0o666) -> i
     try:
         if loc.follow:
             return os.open(loc.path, flags | os.O_CLOEXEC, mode)
-        root = open_root(str(loc.root))
-        try:
-            return open_beneath(root, loc.rel, flags, mode)
-        finally:
-            os.close(root)
+        return open_under(str(loc.root), loc.rel, flags, mode)
     except OSError as exc:
         raise _explain(exc, raw, loc, verb) from None
 
@@ -207,11 +202,36 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
     return await agent_thread(ctx, guarded)
 
 
+def _spec(
+    *,
+    name: str,
+    title: str,
+    description: str,
+    properties: dict[str, Any],
+    required: Sequence[str] = (),
+    **hints: bool,
+) -> ToolSpec:
+    """A file tool's spec: arguments ``properties`` (no others), ``required`` among them;
+    the annotations repeat the title, add ``hints`` and say the tool stays local."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    annotations = {"title": title, **hints, "openWorldHint": False}
+    return ToolSpec(
+        name=name,
+        title=title,
+        description=description,
+        input_schema=schema,
+        annotations=annotations,
+    )
+
+
 # --------------------------------------------------------------------------------------
 # read
 # --------------------------------------------------------------------------------------
 
-READ_SPEC = ToolSpec(
+READ_SPEC = _spec(
     name="read",
     title="Read a file",
     description=(
@@ -221,26 +241,22 @@ READ_SPEC = ToolSpec(
         "workspace unless absolute; only the workspace and roots the agent's manifest "
         "grants can be read, and symbolic links are not followed."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "minLength": 1, "description": "File to read."},
-            "offset": {
-                "type": "integer",
-                "minimum": 1,
-                "description": "First line to return (1-based, default 1).",
-            },
-            "limit": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 100000,
-                "description": f"How many lines to return (default {DEFAULT_READ_LINES}).",
-            },
+    properties={
+        "path": {"type": "string", "minLength": 1, "description": "File to read."},
+        "offset": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "First line to return (1-based, default 1).",
         },
-        "required": ["path"],
-        "additionalProperties": False,
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100000,
+            "description": f"How many lines to return (default {DEFAULT_READ_LINES}).",
+        },
     },
-    annotations={"title": "Read a file", "readOnlyHint": True, "openWorldHint": False},
+    required=["path"],
+    readOnlyHint=True,
 )
 
 
@@ -346,7 +362,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
 # write
 # --------------------------------------------------------------------------------------
 
-WRITE_SPEC = ToolSpec(
+WRITE_SPEC = _spec(
     name="write",
     title="Write a file",
     description=(
@@ -355,22 +371,14 @@ WRITE_SPEC = ToolSpec(
         "manifest grants can be written; in read-only mode nothing can. Prefer `edit` for "
         "changing part of a file."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "minLength": 1, "description": "File to write."},
-            "content": {"type": "string", "description": "The complete new file content."},
-        },
-        "required": ["path", "content"],
-        "additionalProperties": False,
+    properties={
+        "path": {"type": "string", "minLength": 1, "description": "File to write."},
+        "content": {"type": "string", "description": "The complete new file content."},
     },
-    annotations={
-        "title": "Write a file",
-        "readOnlyHint": False,
-        "destructiveHint": True,
-        "idempotentHint": True,
-        "openWorldHint": False,
-    },
+    required=["path", "content"],
+    readOnlyHint=False,
+    destructiveHint=True,
+    idempotentHint=True,
 )
 
 
@@ -385,11 +393,7 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
             os.makedirs(loc.path.parent, exist_ok=True)
             dir_fd = os.open(loc.path.parent, DIR_FLAGS)
         else:
-            root = open_root(str(loc.root))
-            try:
-                dir_fd = make_dirs_beneath(root, parent or ".")
-            finally:
-                os.close(root)
+            dir_fd = make_dirs_under(str(loc.root), parent or ".")
     except OSError as exc:
         raise _explain(exc, raw, loc, "write") from None
     try:
@@ -443,7 +447,7 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
 # edit
 # --------------------------------------------------------------------------------------
 
-EDIT_SPEC = ToolSpec(
+EDIT_SPEC = _spec(
     name="edit",
     title="Edit a file",
     description=(
@@ -451,31 +455,23 @@ EDIT_SPEC = ToolSpec(
         "(whitespace and indentation included) and occur exactly once, unless `replace_all` "
         "is true. Read the file first and copy the text without the line-number prefix."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "minLength": 1, "description": "File to edit."},
-            "old_string": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The exact text to replace.",
-            },
-            "new_string": {"type": "string", "description": "The text to put in its place."},
-            "replace_all": {
-                "type": "boolean",
-                "description": "Replace every occurrence instead of exactly one (default false).",
-            },
+    properties={
+        "path": {"type": "string", "minLength": 1, "description": "File to edit."},
+        "old_string": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The exact text to replace.",
         },
-        "required": ["path", "old_string", "new_string"],
-        "additionalProperties": False,
+        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "replace_all": {
+            "type": "boolean",
+            "description": "Replace every occurrence instead of exactly one (default false).",
+        },
     },
-    annotations={
-        "title": "Edit a file",
-        "readOnlyHint": False,
-        "destructiveHint": True,
-        "idempotentHint": False,
-        "openWorldHint": False,
-    },
+    required=["path", "old_string", "new_string"],
+    readOnlyHint=False,
+    destructiveHint=True,
+    idempotentHint=False,
 )
 
 
@@ -573,7 +569,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
 # list
 # --------------------------------------------------------------------------------------
 
-LIST_SPEC = ToolSpec(
+LIST_SPEC = _spec(
     name="list",
     title="List a directory",
     description=(
@@ -581,22 +577,18 @@ LIST_SPEC = ToolSpec(
         "target, files show their size in bytes. Hidden entries (starting with `.`) are "
         f"left out unless `include_hidden` is true. At most {MAX_LISTED} entries."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Directory to list (default: the workspace).",
-            },
-            "include_hidden": {
-                "type": "boolean",
-                "description": "Also list entries whose name starts with `.` (default false).",
-            },
+    properties={
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Directory to list (default: the workspace).",
         },
-        "additionalProperties": False,
+        "include_hidden": {
+            "type": "boolean",
+            "description": "Also list entries whose name starts with `.` (default false).",
+        },
     },
-    annotations={"title": "List a directory", "readOnlyHint": True, "openWorldHint": False},
+    readOnlyHint=True,
 )
 
 
@@ -661,7 +653,7 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
 # glob
 # --------------------------------------------------------------------------------------
 
-GLOB_SPEC = ToolSpec(
+GLOB_SPEC = _spec(
     name="glob",
     title="Find files by pattern",
     description=(
@@ -669,24 +661,20 @@ GLOB_SPEC = ToolSpec(
         "workspace), e.g. `**/*.py` or `src/*.json`; `**` matches any number of directories. "
         f"Returns paths relative to `path`, sorted, at most {MAX_LISTED}."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "pattern": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Glob pattern relative to `path`, e.g. `**/*.md`.",
-            },
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Directory to search from (default: the workspace).",
-            },
+    properties={
+        "pattern": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Glob pattern relative to `path`, e.g. `**/*.md`.",
         },
-        "required": ["pattern"],
-        "additionalProperties": False,
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Directory to search from (default: the workspace).",
+        },
     },
-    annotations={"title": "Find files by pattern", "readOnlyHint": True, "openWorldHint": False},
+    required=["pattern"],
+    readOnlyHint=True,
 )
 
 
@@ -748,7 +736,7 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
 # grep
 # --------------------------------------------------------------------------------------
 
-GREP_SPEC = ToolSpec(
+GREP_SPEC = _spec(
     name="grep",
     title="Search file contents",
     description=(
@@ -757,39 +745,35 @@ GREP_SPEC = ToolSpec(
         "are searched (e.g. `*.py` or `src/**/*.ts`). Returns `path:line: text` for each "
         "match. Binary files, files over 10 MB and VCS directories are skipped."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "pattern": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Regular expression to search for.",
-            },
-            "path": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Directory or file to search (default: the workspace).",
-            },
-            "glob": {
-                "type": "string",
-                "minLength": 1,
-                "description": "Only search files whose name or relative path matches this glob.",
-            },
-            "case_insensitive": {
-                "type": "boolean",
-                "description": "Ignore case (default false).",
-            },
-            "max_matches": {
-                "type": "integer",
-                "minimum": 1,
-                "maximum": 5000,
-                "description": "Stop after this many matching lines (default 200).",
-            },
+    properties={
+        "pattern": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Regular expression to search for.",
         },
-        "required": ["pattern"],
-        "additionalProperties": False,
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Directory or file to search (default: the workspace).",
+        },
+        "glob": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Only search files whose name or relative path matches this glob.",
+        },
+        "case_insensitive": {
+            "type": "boolean",
+            "description": "Ignore case (default false).",
+        },
+        "max_matches": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 5000,
+            "description": "Stop after this many matching lines (default 200).",
+        },
     },
-    annotations={"title": "Search file contents", "readOnlyHint": True, "openWorldHint": False},
+    required=["pattern"],
+    readOnlyHint=True,
 )
 
 

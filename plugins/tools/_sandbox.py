@@ -307,7 +307,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
 
 
 def _number(section: Any, name: str, default: float, *, integer: bool = False) -> Any:
-    value = getattr(section, name, None) if section is not None else None
+    value = getattr(section, name, None)
     if value is None:
         return default
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
@@ -335,8 +335,8 @@ class ToolsSettings:
     @classmethod
     def from_config(cls, config: Any) -> ToolsSettings:
         """Read ``config.tools`` defensively: missing fields take defaults, bad ones raise."""
-        section = getattr(config, "tools", None) if config is not None else None
-        allowlist = getattr(section, "env_allowlist", None) if section is not None else None
+        section = getattr(config, "tools", None)
+        allowlist = getattr(section, "env_allowlist", None)
         if allowlist is None:
             allowlist = ()
         if isinstance(allowlist, str) or not all(
@@ -346,7 +346,7 @@ class ToolsSettings:
                 f"tools.env_allowlist: expected a list of environment variable names, "
                 f"got {allowlist!r}"
             )
-        private = getattr(section, "allow_private_network", False) if section is not None else False
+        private = getattr(section, "allow_private_network", False)
         if not isinstance(private, bool):
             raise ConfigError(
                 f"tools.allow_private_network: expected true or false, got {private!r}"

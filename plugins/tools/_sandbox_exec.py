@@ -156,6 +156,7 @@ def parse(argv: list[str]) -> Options:
         "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
         "--sockets": "sockets",
     }  # fmt: skip
+    negated = {"--no-files": "files", "--no-scope": "scope"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -168,11 +169,8 @@ def parse(argv: list[str]) -> Options:
         if arg in flags:
             setattr(opts, flags[arg], True)
             i += 1
-        elif arg == "--no-files":
-            opts.files = False
-            i += 1
-        elif arg == "--no-scope":
-            opts.scope = False
+        elif arg in negated:
+            setattr(opts, negated[arg], False)
             i += 1
         elif arg in lists and i + 1 < len(argv):
             lists[arg].append(argv[i + 1])
@@ -513,31 +511,20 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
             return exit_code(status)
 
 
-class Supervisor:
-    """The waiting loop around the command (or its namespace's init), ``child``."""
-
-    def __init__(self, child: int, parent: int | None) -> None:
-        self.child = child
-        self.parent = parent
-        self.status: int | None = None
-
-    def parent_gone(self) -> bool:
-        return self.parent is not None and os.getppid() != self.parent
-
-    def wait(self) -> tuple[str, int]:
-        """("exited", 0) when the child exits, ("stop", signum) on a stop signal, or
-        ("orphaned", SIGKILL) when the parent is gone."""
-        while True:
-            info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
-            statuses: dict[int, int] = {}
-            _reap_ready(statuses)
-            if self.child in statuses:
-                self.status = statuses[self.child]
-                return "exited", 0
-            if info is not None and info.si_signo in STOP_SIGNALS:
-                return "stop", info.si_signo
-            if self.parent_gone():
-                return "orphaned", signal.SIGKILL
+def wait_for(child: int, parent: int | None) -> tuple[str, int, int | None]:
+    """Wait for the command (or its namespace's init), ``child``: ``("exited", 0, status)``
+    when it exits, ``("stop", signum, None)`` on a stop signal, or ``("orphaned", SIGKILL,
+    None)`` when the parent is gone."""
+    while True:
+        info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
+        statuses: dict[int, int] = {}
+        _reap_ready(statuses)
+        if child in statuses:
+            return "exited", 0, statuses[child]
+        if info is not None and info.si_signo in STOP_SIGNALS:
+            return "stop", info.si_signo, None
+        if parent is not None and os.getppid() != parent:
+            return "orphaned", signal.SIGKILL, None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -581,19 +568,18 @@ def main(argv: list[str] | None = None) -> int:
         exec_confined(opts, original_mask)
     if opts.pidns:
         os.close(alive_r)
-    supervisor = Supervisor(child, opts.parent)
-    outcome, signum = supervisor.wait()
+    outcome, signum, status = wait_for(child, opts.parent)
     if outcome != "exited":
         try:
             os.kill(child, signal.SIGKILL)  # in a namespace, its init: that ends it all
         except ProcessLookupError:
             pass
     statuses = kill_tree()
-    if supervisor.status is None:
-        supervisor.status = statuses.get(child)
+    if status is None:
+        status = statuses.get(child)
     if outcome != "exited":
         return 128 + signum
-    return exit_code(supervisor.status) if supervisor.status is not None else SANDBOX_EXIT_CODE
+    return exit_code(status) if status is not None else SANDBOX_EXIT_CODE
 
 
 if __name__ == "__main__":

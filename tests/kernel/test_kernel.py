@@ -834,8 +834,9 @@ def test_the_kernel_builds_audit_records_through_the_store_classs_own_slots():
     # store's AuditRecord changes its fields, that shortcut turns itself off (and this fails).
     import attrs
     from roost.kernel import AuditRecord
+    from roost.kernel._audit import AUDIT_COLUMNS as _AUDIT_FIELDS
     from roost.kernel._audit import MAX_AUDIT_CHARS
-    from roost.kernel._toolcalls import _AUDIT_ARGS_MAX, _AUDIT_FIELDS, _build_audit
+    from roost.kernel._toolcalls import _AUDIT_ARGS_MAX, _build_audit
 
     assert _build_audit is not AuditRecord
     assert tuple(f.name for f in attrs.fields(AuditRecord)) == _AUDIT_FIELDS
