@@ -16,7 +16,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -450,16 +450,35 @@ _converter.register_unstructure_hook(Path, str)
 # ---- building --------------------------------------------------------------------------
 
 
-def _fail_unknown(where: str, key: str, valid: list[str], section: str | None) -> ConfigError:
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" — did you mean {close[0]!r}?" if close else " —"
-    if section is None:
-        return ConfigError(
-            f"{where}: unknown key {key!r}{hint} valid top-level keys: {', '.join(valid)}"
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
+
+
+def header_table(value: object, where: str) -> dict[str, str]:
+    """``value`` checked as a table of HTTP header names to values (no line breaks, which
+    would start another header); raises ConfigError naming ``where`` and the fix."""
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str)
+        and _HEADER_NAME.match(k)
+        and isinstance(v, str)
+        and "\n" not in v
+        and "\r" not in v
+        for k, v in value.items()
+    ):
+        raise ConfigError(
+            f"{where}: expected a table of header names to string values without line breaks, "
+            'e.g. { Authorization = "Bearer <key>" }'
         )
+    return dict(value)
+
+
+def unknown_key(where: str, key: str, valid: Iterable[str], table: str) -> ConfigError:
+    """The error for ``key`` (dotted from ``where`` when nested) in ``table``, whose keys
+    are ``valid``: it names the key, the likely one and every valid key."""
+    valid = list(valid)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], valid, n=1)
+    hint = f" — did you mean {close[0]!r}?" if close else " —"
     return ConfigError(
-        f"{where}: unknown key '{section}.{key}'{hint} valid keys in [{section}]: "
-        + ", ".join(valid)
+        f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid) or 'none'}"
     )
 
 
@@ -482,7 +501,7 @@ def _section(cls: type, name: str, table: Any, where: str) -> Any:
     values = {}
     for key, value in table.items():
         if key not in fields:
-            raise _fail_unknown(where, key, list(fields), name)
+            raise unknown_key(where, f"{name}.{key}", fields, f"[{name}]")
         values[key] = _checked(fields[key], value, f"{name}.{key}", where)
     return _converter.structure(values, cls)
 
@@ -532,7 +551,7 @@ def _build(
         elif key in _PLAIN:
             values[key] = _plain(key, value, where)
         else:
-            raise _fail_unknown(where, key, list(_TOP_LEVEL), None)
+            raise unknown_key(where, key, _TOP_LEVEL, "the top level")
     if "agents" in values:
         dirs = tuple(str(_resolve_dir(d, base_dir)) for d in values["agents"].dirs)
         values["agents"] = attrs.evolve(values["agents"], dirs=dirs)

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, _lone_surrogate, is_mapping, json_type
+from ._errors import InvalidText, check_text, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -325,7 +325,8 @@ def _check_id(value: Any, where: str) -> Id:
     if value is None:
         return value
     if isinstance(value, str):
-        _check_unicode(value, f"{where}id")  # echoed in the response, which must be UTF-8
+        if not value.isascii():  # echoed in the response, which must be UTF-8
+            _check_unicode(value, f"{where}id")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise JsonRpcError(
@@ -339,10 +340,10 @@ def _check_id(value: Any, where: str) -> Id:
 
 def _check_unicode(text: str, field: str, msg_id: Id = None) -> None:
     """INVALID_REQUEST naming ``field`` if ``text`` holds a lone surrogate."""
-    bad = _lone_surrogate(text)
-    if bad is not None:
-        problem = InvalidText(field, bad)
-        raise JsonRpcError(INVALID_REQUEST, str(problem), {"field": problem.field}, id=msg_id)
+    try:
+        check_text(text, field)
+    except InvalidText as exc:
+        raise JsonRpcError(INVALID_REQUEST, str(exc), {"field": exc.field}, id=msg_id) from None
 
 
 def _invalid(msg_id: Id, text: str) -> JsonRpcError:
@@ -383,7 +384,8 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
             raise _invalid(msg_id, f"{prefix}method: expected a string, got {json_type(method)}")
         if not method:
             raise _invalid(msg_id, f"{prefix}method: must not be empty")
-        _check_unicode(method, f"{prefix}method", msg_id)
+        if not method.isascii():
+            _check_unicode(method, f"{prefix}method", msg_id)
         if "result" in obj or "error" in obj:
             raise _invalid(
                 msg_id,

@@ -36,8 +36,7 @@ _MAX_ID_CHARS = 256
 
 
 def _unicode_checked(name: str, value: Any) -> None:
-    """StoreError naming ``name`` (and where inside it) if ``value`` holds a lone surrogate
-    (quick for ASCII text: ``check_text`` looks no further)."""
+    """StoreError naming ``name`` (and where inside it) if ``value`` holds a lone surrogate."""
     try:
         check_text(value, name)
     except InvalidText as exc:
@@ -226,7 +225,8 @@ def _check_id(name: str, value: Any) -> str:
         raise StoreError(f"{name}: expected a non-empty string, got {value!r}")
     if len(value) > _MAX_ID_CHARS:
         raise StoreError(f"{name}: expected at most {_MAX_ID_CHARS} characters, got {len(value)}")
-    _unicode_checked(name, value)
+    if not value.isascii():
+        _unicode_checked(name, value)
     return value
 
 
@@ -251,7 +251,8 @@ def _check_text(name: str, value: Any) -> str:
         raise StoreError(
             f"{name}: expected a string of at most {_MAX_ID_CHARS} characters, got {value!r}"
         )
-    _unicode_checked(name, value)
+    if not value.isascii():
+        _unicode_checked(name, value)
     return value
 
 
@@ -294,7 +295,8 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise StoreError(f"{where}.role: expected a non-empty string, got {role!r}")
-        _unicode_checked(f"{where}.role", role)
+        if not role.isascii():
+            _unicode_checked(f"{where}.role", role)
         content = message.get("content")
         if content is None:
             content = ""
@@ -303,7 +305,8 @@ def _encode_messages(messages: Any) -> list[tuple[str, str, str]]:
                 f"{where}.content: expected a string, got {type(content).__name__}; "
                 "put structured content under 'data'"
             )
-        _unicode_checked(f"{where}.content", content)
+        if not content.isascii():
+            _unicode_checked(f"{where}.content", content)
         data = message.get("data")
         if data is None:
             data = {}

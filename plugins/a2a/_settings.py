@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import ConfigError, public_url
+from roost.kernel import ConfigError, header_table, public_url, unknown_key
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 
@@ -112,14 +111,10 @@ class A2ASettings:
             where = f"a2a.external_agents[{i}]"
             if not isinstance(item, Mapping):
                 raise ConfigError(f"{where}: expected a table with name and url")
-            extra = [k for k in item if k not in ("name", "url", "headers")]
+            valid = ("name", "url", "headers")
+            extra = [k for k in item if k not in valid]
             if extra:
-                close = difflib.get_close_matches(str(extra[0]), ["name", "url", "headers"], n=1)
-                hint = f" — did you mean {close[0]!r}?" if close else " —"
-                raise ConfigError(
-                    f"{where}.{extra[0]}: unknown key{hint} valid keys "
-                    "in [[a2a.external_agents]]: name, url, headers"
-                )
+                raise unknown_key(where, str(extra[0]), valid, "[[a2a.external_agents]]")
             name, url = item.get("name"), item.get("url")
             if not isinstance(name, str) or not _NAME.match(name):
                 raise ConfigError(
@@ -133,17 +128,9 @@ class A2ASettings:
                 raise ConfigError(
                     f"{where}.url: expected an http:// or https:// URL, got {shown!r}"
                 )
-            headers = item.get("headers", {})
-            if not isinstance(headers, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v
-                for k, v in headers.items()
-            ):
-                raise ConfigError(
-                    f"{where}.headers: expected a table of header names to string values, "
-                    'e.g. { Authorization = "Bearer <key>" }'
-                )
+            headers = header_table(item.get("headers", {}), f"{where}.headers")
             seen.add(name)
-            externals.append(ExternalAgent(name, url, dict(headers)))
+            externals.append(ExternalAgent(name, url, headers))
         return cls(
             enabled=flag("enabled", True),
             listen_path=path,

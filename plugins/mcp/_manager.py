@@ -41,10 +41,12 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     ToolSpec,
+    header_table,
     jsonrpc,
     namespaced,
     normalise_name,
     public_url,
+    unknown_key,
 )
 
 from ._client import (
@@ -131,16 +133,8 @@ def _known_keys(
 ) -> None:
     """Refuse an unknown key, naming it, the likely one, the valid keys and their table."""
     unknown = [k for k in entries if k not in valid]
-    if not unknown:
-        return
-    import difflib
-
-    key = f"{prefix}{unknown[0]}"
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(valid), n=1)
-    hint = f" — did you mean {close[0]!r}?" if close else " —"
-    raise ConfigError(
-        f"{where}: unknown key {key!r}{hint} valid keys in {table}: {', '.join(valid)}"
-    )
+    if unknown:
+        raise unknown_key(where, f"{prefix}{unknown[0]}", valid, table)
 
 
 def parse_server_config(
@@ -250,17 +244,8 @@ def parse_server_config(
         shown = public_url(url.strip())  # the errors are listed by GET /api/mcp/servers
         got = f", got {shown!r}" if shown else ""
         raise _fail(where, "transport.url", f"expected an absolute http:// or https:// URL{got}")
-    headers = transport.get("headers", {})
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) and "\n" not in v and "\r" not in v
-        for k, v in headers.items()
-    ):
-        raise _fail(
-            where,
-            "transport.headers",
-            "expected a table of header names to string values (no line breaks)",
-        )
-    return ServerConfig(url=url.strip(), headers=dict(headers), **common)
+    headers = header_table(transport.get("headers", {}), f"{where}: transport.headers")
+    return ServerConfig(url=url.strip(), headers=headers, **common)
 
 
 def check_config_servers(config: Any) -> None:

@@ -5,7 +5,6 @@ Reading it imports nothing of OpenTelemetry: a configuration without the table c
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import math
 import re
@@ -13,12 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import ConfigError
+from roost.kernel import ConfigError, header_table, unknown_key
 
 # What the exporter needs, by module (looked up without importing it).
 _MODULES = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 INSTALL_HINT = "pip install 'roost[otel]'"
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
 
 
 @attrs.frozen
@@ -45,12 +43,7 @@ class TelemetrySettings:
         keys = [field.name for field in attrs.fields(cls)]
         unknown = sorted(set(raw) - set(keys))
         if unknown:
-            close = difflib.get_close_matches(str(unknown[0]), keys, n=1)
-            hint = f" — did you mean {close[0]!r}?" if close else ";"
-            raise ConfigError(
-                f"telemetry.{unknown[0]}: unknown key{hint} valid keys in [telemetry]: "
-                + ", ".join(keys)
-            )
+            raise unknown_key("telemetry", str(unknown[0]), keys, "[telemetry]")
         enabled = raw.get("enabled", True)
         if not isinstance(enabled, bool):
             raise ConfigError(f"telemetry.enabled: expected true or false, got {enabled!r}")
@@ -67,20 +60,8 @@ class TelemetrySettings:
             )
         sampling = _number(raw, "sampling", 1.0, 0.0, 1.0, "a ratio from 0 to 1 (1: every trace)")
         timeout = _number(raw, "timeout_s", 5.0, 0.1, 300.0, "seconds from 0.1 to 300")
-        headers = raw.get("headers", {})
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(k, str)
-            and _HEADER_NAME.match(k)
-            and isinstance(v, str)
-            and "\n" not in v
-            and "\r" not in v
-            for k, v in headers.items()
-        ):
-            raise ConfigError(
-                "telemetry.headers: expected a table of header names to string values, e.g. "
-                '{ Authorization = "Bearer <key>" }'
-            )
-        return cls(enabled, endpoint, service.strip(), sampling, timeout, dict(headers))
+        headers = header_table(raw.get("headers", {}), "telemetry.headers")
+        return cls(enabled, endpoint, service.strip(), sampling, timeout, headers)
 
 
 def _is_url(value: Any) -> bool:

@@ -8,7 +8,6 @@ NDJSON line), an error body's first 64 KiB (``roost.plugins.http.client``).
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -19,7 +18,14 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import ConfigError, RoostError, json_type_name, jsonrpc
+from roost.kernel import (
+    ConfigError,
+    RoostError,
+    header_table,
+    json_type_name,
+    jsonrpc,
+    unknown_key,
+)
 from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
@@ -125,12 +131,7 @@ def check_settings(
         )
     unknown = [k for k in raw if k not in known]
     if unknown:
-        close = difflib.get_close_matches(str(unknown[0]), list(known), n=1)
-        hint = f" — did you mean {close[0]!r}?" if close else " —"
-        raise ProviderConfigError(
-            f"unknown key '{where}.{unknown[0]}'{hint} valid keys in [{where}]: "
-            f"{', '.join(known) or 'none'}"
-        )
+        raise ProviderConfigError(str(unknown_key(where, str(unknown[0]), known, f"[{where}]")))
     out: dict[str, Any] = {}
     if "base_url" in raw:
         base_url = raw["base_url"]
@@ -148,14 +149,10 @@ def check_settings(
             )
         out["api_key_env"] = key_env
     if "headers" in raw:
-        headers = raw["headers"]
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-        ):
-            raise ProviderConfigError(
-                f"{where}.headers: expected a table of strings, got {_shown(headers)}"
-            )
-        out["headers"] = dict(headers)
+        try:
+            out["headers"] = header_table(raw["headers"], f"{where}.headers")
+        except ConfigError as exc:
+            raise ProviderConfigError(str(exc)) from None
     for name, (kind, low, high) in _NUMBERS.items():
         if name not in raw:
             continue

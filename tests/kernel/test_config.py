@@ -15,6 +15,7 @@ from roost.kernel import (
     data_dir,
     default_config,
     find_config_file,
+    header_table,
     load_config,
     resolve_data_dir,
 )
@@ -167,7 +168,7 @@ def test_unknown_key_in_a_section_suggests_and_lists(tmp_path):
 def test_unknown_top_level_key(tmp_path):
     message = failure(tmp_path, "[htpp]\nport = 1\n")
     assert "unknown key 'htpp' — did you mean 'http'?" in message
-    assert "valid top-level keys: home, agents" in message
+    assert "valid keys in the top level: home, agents" in message
 
 
 def test_unknown_key_without_close_match(tmp_path):
@@ -350,3 +351,25 @@ async def test_store_full_sync_reaches_the_database(tmp_path):
             "probe", lambda c: c.execute("PRAGMA synchronous").fetchone()[0]
         )
     assert config.store.synchronous == "full" and mode == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"X-Key": "a\r\nX-Injected: 1"},  # a line break would start another header
+        {"X-Key": "a\nb"},
+        {"a b": "c"},  # not an HTTP token
+        {"": "c"},
+        {"X-Key": 1},
+        ["X-Key", "v"],
+        "X-Key: v",
+    ],
+)
+def test_header_table_refuses_what_is_no_header_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^peer\.headers: expected a table of header names"):
+        header_table(value, "peer.headers")
+
+
+def test_header_table_keeps_valid_headers():
+    headers = {"Authorization": "Bearer k", "X-Trace_ok.1": ""}
+    assert header_table(headers, "peer.headers") == headers

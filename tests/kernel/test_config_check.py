@@ -59,12 +59,12 @@ CASES = [
     ),
     (
         A2A_TYPO,
-        "a2a.external_agents[0].ulr: unknown key — did you mean 'url'? "
+        "a2a.external_agents[0]: unknown key 'ulr' — did you mean 'url'? "
         "valid keys in [[a2a.external_agents]]: name, url, headers",
     ),
     (
         PROVIDER_TYPO,
-        "unknown key 'providers.openai.base_ur' — did you mean 'base_url'? "
+        "providers.openai: unknown key 'base_ur' — did you mean 'base_url'? "
         "valid keys in [providers.openai]: base_url, api_key_env",
     ),
     (

@@ -41,7 +41,7 @@ def test_external_agents_are_read():
         ({"external_agents": [{"name": "x", "url": "ftp://x"}]}, "a2a.external_agents[0].url"),
         (
             {"external_agents": [{"name": "x", "url": "http://x", "extra": 1}]},
-            "a2a.external_agents[0].extra",
+            "a2a.external_agents[0]: unknown key 'extra'",
         ),
         (
             {

@@ -39,7 +39,7 @@ def test_the_table_turns_it_on_with_its_values():
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"endpont": "http://x"}, "telemetry.endpont: unknown key — did you mean 'endpoint'?"),
+        ({"endpont": "http://x"}, "telemetry: unknown key 'endpont' — did you mean 'endpoint'?"),
         ({"service_name": "x"}, "telemetry.endpoint: expected the OTLP/HTTP traces URL"),
         ({"endpoint": "127.0.0.1:4318"}, "telemetry.endpoint: expected the OTLP/HTTP traces URL"),
         (
@@ -70,7 +70,7 @@ async def test_a_typo_in_roost_toml_stops_the_boot_naming_the_file(tmp_path):
     with pytest.raises(ConfigError) as caught:
         async with open_kernel(config):
             pass
-    assert str(caught.value).startswith(f"{path}: telemetry.sample: unknown key")
+    assert str(caught.value).startswith(f"{path}: telemetry: unknown key 'sample'")
     assert not (tmp_path / "home").exists()  # nothing started
 
 

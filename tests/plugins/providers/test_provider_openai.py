@@ -321,13 +321,13 @@ def test_custom_base_url_runs_without_a_key():
         ({"api_key": "sk-x"}, r"providers.openai.api_key: keys are read only from the environment"),
         (
             {"timeout": 3},
-            r"unknown key 'providers.openai.timeout' — did you mean 'timeout_s'\? "
+            r"providers.openai: unknown key 'timeout' — did you mean 'timeout_s'\? "
             r"valid keys in \[providers.openai\]: base_url",
         ),
         ({"base_url": "ftp://x"}, r"base_url: expected an http:// or https:// URL, got 'ftp://x'"),
         ({"max_retries": "3"}, r"max_retries: expected an integer, got '3'"),
         ({"max_retries": 99}, r"max_retries: expected 0 to 10, got 99"),
-        ({"headers": {"X": 1}}, r"headers: expected a table of strings"),
+        ({"headers": {"X": 1}}, r"headers: expected a table of header names"),
     ],
 )
 def test_bad_settings_name_the_field_and_the_fix(settings, message):
