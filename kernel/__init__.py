@@ -67,6 +67,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import ToolTimeout as ToolTimeout
     from ._errors import check_json_input as check_json_input
     from ._errors import check_text as check_text
+    from ._errors import escape_lone_surrogates as escape_lone_surrogates
     from ._errors import is_mapping as is_mapping
     from ._errors import json_type_name as json_type_name
     from ._events import Event as Event

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import _lone_surrogate
+from ._errors import escape_lone_surrogates
 from ._sqlite import StoreError
 
 OUTCOMES = ("ok", "error", "denied", "timeout", "cancelled")
@@ -84,11 +84,8 @@ class AuditRecord:
 
 
 def storable(text: str | None) -> str | None:
-    """``text`` as SQLite can store it: a lone surrogate (JSON "\\ud800" decodes to one)
-    cannot be encoded as UTF-8, and would fail the whole statement."""
-    if text is None or _lone_surrogate(text) is None:
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` as SQLite can store it: a lone surrogate would fail the whole statement."""
+    return None if text is None else escape_lone_surrogates(text)
 
 
 def audit_row(record: Any) -> tuple:

@@ -380,6 +380,14 @@ def _lone_surrogate(text: str) -> str | None:
     return None
 
 
+def escape_lone_surrogates(text: str) -> str:
+    """``text`` as UTF-8 can carry it: each lone surrogate (JSON "\\ud800" decodes to one;
+    no UTF-8 encoder takes it) as its backslash escape; other text as it is."""
+    if _lone_surrogate(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _join(where: str, key: Any) -> str:
     if isinstance(key, int):
         return f"{where}[{key}]"

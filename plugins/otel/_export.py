@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from roost.kernel import EventKind, KernelAPI, roost_version
+from roost.kernel import EventKind, KernelAPI, escape_lone_surrogates, roost_version
 from roost.kernel import SpanKind as RoostKind
 
 from ._settings import TelemetrySettings
@@ -209,9 +209,9 @@ class Translator:
         error = record.get("error")
         status = Status(StatusCode.UNSET)  # OK is for an operator to say, not instrumentation
         if record.get("status") == "error":
-            status = Status(StatusCode.ERROR, _utf8(str(error or "error")))
+            status = Status(StatusCode.ERROR, escape_lone_surrogates(str(error or "error")))
         name, otel_kind, semconv = _convention(kind, str(record.get("name", kind)), attributes)
-        name = _utf8(name)
+        name = escape_lone_surrogates(name)
         values = {f"roost.{k}": v for k, v in attributes.items()}
         values["roost.kind"] = kind
         values.update(semconv)
@@ -305,13 +305,14 @@ def _nanos(seconds: float) -> int:
 
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     """OpenTelemetry attribute values: None is left out, a list of one type of scalar
-    becomes a tuple, anything else (a table, a mixed list) becomes its JSON text."""
+    becomes a tuple, anything else (a table, a mixed list) becomes its JSON text. Text
+    has its lone surrogates escaped: protobuf would refuse them, and the whole batch."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
             continue
         if isinstance(value, str):
-            out[key] = _utf8(value)
+            out[key] = escape_lone_surrogates(value)
         elif isinstance(value, (bool, int, float)):
             out[key] = value
         elif (
@@ -320,22 +321,10 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
             and all(isinstance(v, (str, bool, int, float)) for v in value)
             and len({type(v) for v in value}) == 1
         ):
-            out[key] = tuple(_utf8(v) if isinstance(v, str) else v for v in value)
+            out[key] = tuple(escape_lone_surrogates(v) if isinstance(v, str) else v for v in value)
         else:
-            out[key] = _utf8(json.dumps(value, default=str, ensure_ascii=False))
+            out[key] = escape_lone_surrogates(json.dumps(value, default=str, ensure_ascii=False))
     return out
-
-
-def _utf8(text: str) -> str:
-    """``text`` as protobuf can carry it: a lone surrogate (a model's "\\ud800", legal in
-    JSON, not in UTF-8) as its escape. Otherwise the exporter refuses the whole batch."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 __all__ = ["EXTENSION", "ExportStats", "SpanExport", "Translator", "exporter_for"]
