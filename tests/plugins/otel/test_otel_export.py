@@ -44,7 +44,11 @@ async def export_run(tmp_path, message: str, settings=None):
                     if s.parent is None and hexid(s.context.trace_id, 32) == reply.trace_id
                 ]
 
+            def accounted():  # the exporter has the spans before the export's count does
+                return export.stats.exported == len(exporter.get_finished_spans())
+
             await wait_until(root_exported, "the coordinator's run exported")
+            await wait_until(accounted, "the export counted")
             nursery.cancel_scope.cancel()
     return reply, export, exporter.get_finished_spans()
 
