@@ -7,7 +7,8 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -140,8 +141,9 @@ class EventTap:
 
     A subscriber that cannot keep up loses events rather than slowing the kernel; the
     number lost is reported to it in a ``TAP:DROPPED`` event once it catches up.
-    Subscribers are indexed by the kinds they take, so an event costs only as much as the
-    subscribers that want it (every MCP session, say, follows tool-list changes only).
+    Subscribers are indexed by the kinds they take, and those of some traces only by those
+    traces, so an event costs only as much as the subscribers that want it (every MCP
+    session, say, follows tool-list changes, and each call in flight its own trace).
     """
 
     def __init__(self) -> None:
@@ -149,6 +151,8 @@ class EventTap:
         self._everything: dict[int, _Subscriber] = {}  # no kinds: every event
         self._exact: dict[str, dict[int, _Subscriber]] = {}
         self._prefixed: dict[str, dict[int, _Subscriber]] = {}  # "EXEC:" -> its subscribers
+        self._traced: dict[str, dict[int, _Subscriber]] = {}  # trace id -> those of it alone
+        self._traced_kinds: Counter[tuple[str, ...] | None] = Counter()  # what they take
         self._keys: dict[trio.MemoryReceiveChannel[Event], int] = {}  # see retune
         self._next = 0
         self.published = 0
@@ -162,6 +166,12 @@ class EventTap:
         if targets:
             for sub in list(targets.values()):
                 sub.offer(event)
+        if self._traced and event.trace is not None:
+            traced = self._traced.get(event.trace.trace_id)
+            if traced:
+                for sub in list(traced.values()):
+                    if _takes(sub.kinds, event.kind):
+                        sub.offer(event)
 
     def _targets(self, kind: str) -> dict[int, _Subscriber]:
         """The subscribers taking ``kind``, each once."""
@@ -186,10 +196,17 @@ class EventTap:
             return False
         if self._everything or kind in self._exact:
             return True
-        return any(kind.startswith(prefix) for prefix in self._prefixed)
+        if any(kind.startswith(prefix) for prefix in self._prefixed):
+            return True
+        return any(_takes(kinds, kind) for kinds in self._traced_kinds)
 
     def _add(self, key: int, sub: _Subscriber) -> None:
         self._subscribers[key] = sub
+        if sub.traces is not None:
+            self._traced_kinds[sub.kinds] += 1
+            for trace_id in sub.traces:
+                self._traced.setdefault(trace_id, {})[key] = sub
+            return
         if not sub.kinds:
             self._everything[key] = sub
             return
@@ -201,6 +218,16 @@ class EventTap:
         sub = self._subscribers.pop(key, None)
         if sub is None:
             return None
+        if sub.traces is not None:
+            self._traced_kinds[sub.kinds] -= 1
+            if not self._traced_kinds[sub.kinds]:
+                del self._traced_kinds[sub.kinds]
+            for trace_id in sub.traces:
+                subs = self._traced[trace_id]
+                del subs[key]
+                if not subs:
+                    del self._traced[trace_id]
+            return sub
         self._everything.pop(key, None)
         for kind in sub.kinds or ():
             index = self._prefixed if kind.endswith(":") else self._exact
@@ -213,21 +240,25 @@ class EventTap:
 
     @asynccontextmanager
     async def subscribe(
-        self, *, buffer: int = 1000, kinds: tuple[str, ...] | None = None
+        self,
+        *,
+        buffer: int = 1000,
+        kinds: tuple[str, ...] | None = None,
+        traces: Iterable[str] | None = None,
     ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
         """``async with tap.subscribe() as events: async for ev in events: ...``
 
         ``kinds`` filters by exact kind or by namespace prefix (``"EXEC:"``); a single
-        string is one kind. ``buffer`` (at least 1) bounds what a slow reader may lag.
+        string is one kind. ``traces``: only events of these trace ids (None: of any).
+        ``buffer`` (at least 1) bounds what a slow reader may lag.
         """
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
-        if isinstance(kinds, str):
-            kinds = (kinds,)
+        kinds = _kind_tuple(kinds)
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._add(key, _Subscriber(send, kinds))
+        self._add(key, _Subscriber(send, kinds, _trace_set(traces)))
         self._keys[receive] = key
         try:
             async with receive:
@@ -239,28 +270,55 @@ class EventTap:
                 sub.send.close()
 
     def retune(
-        self, events: trio.MemoryReceiveChannel[Event], kinds: tuple[str, ...] | None
+        self,
+        events: trio.MemoryReceiveChannel[Event],
+        kinds: tuple[str, ...] | None,
+        traces: Iterable[str] | None = None,
     ) -> None:
         """From now on, give the open subscription that receives on ``events`` the events of
-        ``kinds`` (as ``subscribe`` reads them); what it was given before stays queued."""
+        ``kinds`` and ``traces`` (as ``subscribe`` reads them); what it was given before
+        stays queued."""
         key = self._keys.get(events)
         if key is None:
             raise ValueError("events: not the channel of an open subscription to this tap")
-        if isinstance(kinds, str):
-            kinds = (kinds,)
+        kinds = _kind_tuple(kinds)
         sub = self._remove(key)
         assert sub is not None
         sub.kinds = kinds
+        sub.traces = _trace_set(traces)
         self._add(key, sub)
 
 
-class _Subscriber:
-    """One subscription: its channel and the kinds it takes (None: all; a kind ending in
-    ``:`` is a namespace). The tap offers it only events of those kinds."""
+def _kind_tuple(kinds: str | Iterable[str] | None) -> tuple[str, ...] | None:
+    if isinstance(kinds, str):
+        return (kinds,)
+    return None if kinds is None else tuple(kinds)
 
-    def __init__(self, send: trio.MemorySendChannel[Event], kinds: tuple[str, ...] | None):
+
+def _trace_set(traces: Iterable[str] | None) -> frozenset[str] | None:
+    if isinstance(traces, str):
+        return frozenset((traces,))
+    return None if traces is None else frozenset(traces)
+
+
+def _takes(kinds: tuple[str, ...] | None, kind: str) -> bool:
+    """Whether a subscription to ``kinds`` takes an event of ``kind``."""
+    return not kinds or any(kind == k or (k.endswith(":") and kind.startswith(k)) for k in kinds)
+
+
+class _Subscriber:
+    """One subscription: its channel, the kinds it takes (None: all; a kind ending in
+    ``:`` is a namespace) and the trace ids (None: all). The tap offers it only those."""
+
+    def __init__(
+        self,
+        send: trio.MemorySendChannel[Event],
+        kinds: tuple[str, ...] | None,
+        traces: frozenset[str] | None = None,
+    ):
         self.send = send
         self.kinds = kinds
+        self.traces = traces
         self.dropped = 0
 
     def offer(self, event: Event) -> None:

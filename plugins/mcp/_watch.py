@@ -152,10 +152,12 @@ class _RunWatcher:
 
 
 class _EventRouter:
-    """One tap subscription (for ``kinds``) whose events go to the watcher of the call on
-    their trace. A stream connection keeps one for tool progress and log events, rather
-    than a subscription and a forwarding task per call, which with many calls in flight
-    cost more than the calls."""
+    """One tap subscription (for ``kinds``, on the traces of the calls it watches) whose
+    events go to the watcher of the call on their trace. A stream connection keeps one for
+    tool progress and log events, rather than a subscription and a forwarding task per
+    call, which with many calls in flight cost more than the calls; and a router is given
+    only its calls' traces, so a thousand calls in flight do not each wake for every
+    other call's spans."""
 
     FLUSH_TIMEOUT_S = 5.0
 
@@ -176,7 +178,7 @@ class _EventRouter:
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         self._tap = kernel.tap
-        async with kernel.tap.subscribe(buffer=256, kinds=tuple(self.kinds)) as events:
+        async with kernel.tap.subscribe(buffer=256, kinds=tuple(self.kinds), traces=()) as events:
             self._events = events
             task_status.started()
             try:
@@ -215,8 +217,7 @@ class _EventRouter:
         follow = watcher.heartbeat and SPAN_START not in self.kinds
         if follow:
             self._following += 1
-            if self._following == 1:
-                self._retune(self.kinds | {SPAN_START})
+        self._retune()
         try:
             published = self._tap.published
             result = await fn()
@@ -230,14 +231,15 @@ class _EventRouter:
                 self.watchers.pop(watcher.trace_id, None)
             if follow:
                 self._following -= 1
-                if not self._following:
-                    self._retune(self.kinds)
+            self._retune()
         return result
 
-    def _retune(self, kinds: frozenset[str]) -> None:
-        """Take ``kinds`` from now on (while the subscription is open)."""
+    def _retune(self) -> None:
+        """Take the events of the watched traces from now on (while the subscription is
+        open): ``kinds``, and span starts too while an agent run's watcher follows them."""
         if self._events is not None:
-            self._tap.retune(self._events, tuple(kinds))
+            kinds = self.kinds | {SPAN_START} if self._following else self.kinds
+            self._tap.retune(self._events, tuple(kinds), traces=tuple(self.watchers))
 
     async def _flush(self) -> None:
         events = self._events

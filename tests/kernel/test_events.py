@@ -302,3 +302,30 @@ async def test_retune_changes_the_kinds_a_subscription_takes_and_keeps_what_it_q
             events.receive_nowait()
     with pytest.raises(ValueError, match="events: not the channel of an open subscription"):
         tap.retune(events, ())
+
+
+async def test_a_subscription_to_some_traces_takes_only_their_events():
+    tap = EventTap()
+    mine, other = TraceContext.new("a"), TraceContext.new("b")
+    async with tap.subscribe(kinds=("EXEC:",), traces=[mine.trace_id]) as events:
+        assert tap.wants("EXEC:PROGRESS") and not tap.wants("AGENT:REPLY")
+        tap.publish(Event("EXEC:PROGRESS", "s", trace=other))  # another caller's trace
+        tap.publish(Event("EXEC:PROGRESS", "s"))  # no trace at all
+        tap.publish(Event("AGENT:REPLY", "s", trace=mine))  # not a kind it takes
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=1, trace=mine))
+        assert events.receive_nowait().payload == 1
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        tap.retune(events, ("EXEC:",), traces=[other.trace_id])
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=2, trace=mine))
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=3, trace=other))
+        assert events.receive_nowait().payload == 3
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        tap.retune(events, ("EXEC:",), traces=())  # no trace: nothing
+        tap.publish(Event("EXEC:PROGRESS", "s", trace=other))
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+    # Gone with the subscription: no index entry, nothing wanted.
+    assert not tap.wants("EXEC:PROGRESS") and tap.subscriber_count == 0
+    tap.publish(Event("EXEC:PROGRESS", "s", trace=other))

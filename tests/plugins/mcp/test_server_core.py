@@ -509,6 +509,7 @@ async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_han
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run, SimpleNamespace(tap=tap))
         router.watchers[trace.trace_id] = [Watcher()]
+        router._retune()  # as watch() does: the router takes its watchers' traces
         await trio.testing.wait_all_tasks_blocked()
         tap.publish(
             Event(LOG_EVENT, "a", payload={"level": "info", "data": "last words"}, trace=trace)
