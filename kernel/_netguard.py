@@ -372,7 +372,10 @@ class AddressPins:
 
     async def addresses(self, url: str) -> list[IPAddress]:
         """The approved addresses of ``url``'s origin; raises ``UrlRefused``."""
-        key = origin_of(url)
+        try:
+            key = origin_of(url)
+        except ValueError as exc:  # a bad port, an unclosed IPv6 bracket
+            raise UrlRefused(url, f"malformed URL ({exc})") from None
         async with self._lock:
             pinned = self._pins.get(key)
             if pinned is None:

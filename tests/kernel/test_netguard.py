@@ -320,6 +320,17 @@ async def test_address_pins_resolve_each_origin_once():
     assert info.value.rule == "metadata"
 
 
+@pytest.mark.parametrize("url", ["http://example.com:99999/h", "http://[::1/h", "http://h:port/"])
+async def test_address_pins_refuse_a_malformed_url_as_check_url_does(url):
+    # Regression: the origin was read before check_url ran, so urlsplit's ValueError
+    # escaped (an A2A webhook URL with a bad port crashed SendMessage).
+    with pytest.raises(UrlRefused) as pinned:
+        await AddressPins().addresses(url)
+    with pytest.raises(UrlRefused) as checked:
+        await check_url(url)
+    assert str(pinned.value) == str(checked.value) and "malformed URL" in str(pinned.value)
+
+
 async def test_address_pins_remember_nothing_refused():
     answers = iter([["10.0.0.5"], ["93.184.216.34"]])
 

@@ -196,3 +196,26 @@ async def test_delivery_gives_up_after_bounded_retries():
     ok = await dispatcher.deliver(Delivery(config, {"x": 1}))
     assert ok is False and len(attempts) == 3 and dispatcher.failed == 1
     assert attempts[2] - attempts[1] >= attempts[1] - attempts[0]  # backoff grows
+
+
+@pytest.mark.parametrize("url", ["http://example.com:99999/h", "http://[::1/h", "http://h:port/"])
+async def test_malformed_webhook_url_is_refused_naming_the_field(tmp_path, url):
+    # A URL that urlsplit cannot read (a bad port, an open IPv6 bracket) must get the -32602
+    # naming the field, as any refused webhook does, not an internal error.
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with (
+        serve(config) as (kernel, base),
+        httpx.AsyncClient(base_url=base, timeout=10) as http,
+    ):
+        body = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": url}},
+        }
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+            headers=V1,
+        )
+    err = r.json()["error"]
+    assert err["code"] == -32602, err
+    assert "webhook URL refused" in err["message"] and "malformed URL" in err["message"]
