@@ -450,23 +450,26 @@ _converter.register_unstructure_hook(Path, str)
 # ---- building --------------------------------------------------------------------------
 
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # an HTTP token (RFC 9110)
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110)
+# What httpx sends as a header value: ASCII, tab and visible characters (no line break, no
+# control character, nothing it would fail to encode when the request is made).
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 def header_table(value: object, where: str) -> dict[str, str]:
-    """``value`` checked as a table of HTTP header names to values (no line breaks, which
-    would start another header); raises ConfigError naming ``where`` and the fix."""
+    """``value`` checked as a table of HTTP header names to values of visible ASCII text
+    (a line break would start another header); raises ConfigError naming ``where`` and the
+    fix."""
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str)
-        and _HEADER_NAME.match(k)
+        and _HEADER_NAME.fullmatch(k)
         and isinstance(v, str)
-        and "\n" not in v
-        and "\r" not in v
+        and _HEADER_VALUE.fullmatch(v)
         for k, v in value.items()
     ):
         raise ConfigError(
-            f"{where}: expected a table of header names to string values without line breaks, "
-            'e.g. { Authorization = "Bearer <key>" }'
+            f"{where}: expected a table of header names to string values of visible ASCII "
+            'text without line breaks, e.g. { Authorization = "Bearer <key>" }'
         )
     return dict(value)
 

@@ -358,6 +358,10 @@ async def test_store_full_sync_reaches_the_database(tmp_path):
     [
         {"X-Key": "a\r\nX-Injected: 1"},  # a line break would start another header
         {"X-Key": "a\nb"},
+        {"X-Key\n": "a"},  # a name's trailing line break is no token character either
+        {"X-Key": "clé"},  # httpx encodes header values as ASCII: it would fail at request
+        {"X-Key": "\ud800"},
+        {"X-Key": "a\x00b"},
         {"a b": "c"},  # not an HTTP token
         {"": "c"},
         {"X-Key": 1},
