@@ -83,8 +83,9 @@ class _RunWatcher:
         router = self.call.session.event_router
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
-        # No connection's router (HTTP), or one that does not see these kinds: its own.
-        router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
+        # No connection's router (HTTP), or one that does not see these kinds: its own
+        # (which, like any router, takes span starts while it watches an agent's run).
+        router = _EventRouter(kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run, self.kernel)
