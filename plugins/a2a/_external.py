@@ -159,9 +159,9 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
     out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": url}
     provider = info.card.get("provider")
     if isinstance(provider, dict) and provider.get("organization") == "roost":
-        base = provider.get("url")
-        if isinstance(base, str) and public_url(base):
-            out["peer_dashboard"] = public_url(base).rstrip("/")
+        base = public_url(provider.get("url"))  # "" for no URL
+        if base:
+            out["peer_dashboard"] = base.rstrip("/")
     return out
 
 

@@ -31,6 +31,7 @@ from roost.kernel import (
     RouteDescriptor,
     TraceContext,
     check_json_input,
+    escape_lone_surrogates,
     roost_version,
 )
 from roost.kernel import json_type_name as _json_type
@@ -545,17 +546,10 @@ async def forward_events(
 
 
 def _event_text(event: Any) -> str:
-    """``event`` as the JSON text of a websocket message."""
-    data = event.to_dict()
-    text = json.dumps(data, ensure_ascii=False, default=str)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            # A lone surrogate (a model's "\ud800", legal in JSON escapes, not in UTF-8):
-            # escaped, as jsonrpc.encode does, rather than ending the stream.
-            text = json.dumps(data, default=str)
-    return text
+    """``event`` as the JSON text of a websocket message; a lone surrogate in it (a model's
+    "\\ud800", legal in JSON escapes, not in UTF-8) as its escape, rather than ending the
+    stream."""
+    return escape_lone_surrogates(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
 
 
 # ---- plugin routes -----------------------------------------------------------------------

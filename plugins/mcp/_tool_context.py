@@ -4,11 +4,11 @@ declared, and the stateless era's input round trips."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import Event, RoostError
+from roost.kernel import Event, RoostError, TraceContext
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
@@ -160,9 +160,15 @@ def _channel_of(ctx: Any) -> _client_channel | None:
     if trace is None:
         return None
     for channel in _channels.get(trace.trace_id, ()):
-        if trace.span_id in channel.spans or trace.parent_span_id in channel.spans:
+        if _of_call(trace, channel.spans):
             return channel
     return None
+
+
+def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
+    """Whether the work on ``trace`` is a call's own: its span or its parent among the
+    call's ``spans`` (its watcher's, see ``_watch``)."""
+    return trace.span_id in spans or trace.parent_span_id in spans
 
 
 def require_client_capability(ctx: Any, capability: str) -> None:

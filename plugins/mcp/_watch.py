@@ -21,7 +21,7 @@ from roost.kernel import Event, EventKind, KernelAPI, TraceContext
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._tool_context import LOG_EVENT, PROGRESS_EVENT
+from ._tool_context import LOG_EVENT, PROGRESS_EVENT, _of_call
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import _Call
@@ -83,8 +83,9 @@ class _RunWatcher:
         router = self.call.session.event_router
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
-        # No connection's router (HTTP), or one that does not see these kinds: its own.
-        router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
+        # No connection's router (HTTP), or one that does not see these kinds: its own
+        # (which, like any router, takes span starts while it watches an agent's run).
+        router = _EventRouter(kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run, self.kernel)
@@ -108,7 +109,7 @@ class _RunWatcher:
             if self.heartbeat and trace.parent_span_id in spans and len(spans) < self.MAX_SPANS:
                 spans.add(trace.span_id)
             return
-        if trace.span_id not in spans and trace.parent_span_id not in spans:
+        if not _of_call(trace, spans):
             return  # the same trace, but not this call's work
         payload = event.payload if isinstance(event.payload, Mapping) else {}
         if event.kind == LOG_EVENT:
