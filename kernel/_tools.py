@@ -212,7 +212,7 @@ class ToolRegistry:
 
     def register(self, tool: Tool) -> None:
         name = tool.spec.name
-        if not WIRE_NAME.match(name):
+        if not WIRE_NAME.fullmatch(name):
             raise ToolNameCollision(
                 f"tool name {name!r} from {tool.spec.owner} is not a valid MCP tool name "
                 "(1-128 characters of A-Z a-z 0-9 _ - .)"

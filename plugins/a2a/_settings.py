@@ -116,7 +116,7 @@ class A2ASettings:
             if extra:
                 raise unknown_key(where, str(extra[0]), valid, "[[a2a.external_agents]]")
             name, url = item.get("name"), item.get("url")
-            if not isinstance(name, str) or not _NAME.match(name):
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
                 raise ConfigError(
                     f"{where}.name: expected a lowercase name (letters, "
                     f"digits, _ or -), got {name!r}"
@@ -124,7 +124,7 @@ class A2ASettings:
             if name in seen:
                 raise ConfigError(f"{where}.name: {name!r} is listed twice")
             if not isinstance(url, str) or not re.match(r"^https?://", url):
-                shown = public_url(url) if isinstance(url, str) else repr(url)
+                shown = public_url(url) if isinstance(url, str) else url
                 raise ConfigError(
                     f"{where}.url: expected an http:// or https:// URL, got {shown!r}"
                 )

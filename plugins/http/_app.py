@@ -415,7 +415,7 @@ def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
     if len(kinds) > MAX_KINDS:
         raise InvalidRequest("kinds", f"at most {MAX_KINDS} kinds may be given, got {len(kinds)}")
     for kind in kinds:
-        if not _KIND.match(kind):
+        if not _KIND.fullmatch(kind):
             raise InvalidRequest(
                 "kinds",
                 f"invalid event kind {kind[:80]!r}: use NAMESPACE:NAME (e.g. AGENT:REPLY) "

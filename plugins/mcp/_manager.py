@@ -157,7 +157,7 @@ def parse_server_config(
         )
     _known_keys(where, raw, _SERVER_KEYS, "[[mcp_servers]]")
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise _fail(
             where,
             "name",
@@ -178,7 +178,7 @@ def parse_server_config(
         )
     env = raw.get("env", ())
     if not isinstance(env, (list, tuple)) or not all(
-        isinstance(e, str) and _ENV_NAME.match(e) for e in env
+        isinstance(e, str) and _ENV_NAME.fullmatch(e) for e in env
     ):
         raise _fail(
             where,

@@ -74,7 +74,7 @@ def negotiate_version(requested: Any) -> str:
 
 def version_at_least(version: str, minimum: str) -> bool:
     """Whether date-shaped ``version`` is ``minimum`` or newer."""
-    return bool(_VERSION_SHAPE.match(version)) and version >= minimum
+    return bool(_VERSION_SHAPE.fullmatch(version)) and version >= minimum
 
 
 # ---- methods ----------------------------------------------------------------------------

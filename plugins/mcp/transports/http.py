@@ -102,7 +102,7 @@ def x_mcp_header_problem(schema: Any) -> str | None:
                     f"x-mcp-header at {where or 'the root'} is not on a property "
                     "reachable through properties"
                 )
-            if not isinstance(value, str) or not value or not _TCHAR.match(value):
+            if not isinstance(value, str) or not value or not _TCHAR.fullmatch(value):
                 return f"x-mcp-header {value!r} at {where} is not a valid HTTP header name token"
             if node.get("type") not in _PRIMITIVES:
                 return (

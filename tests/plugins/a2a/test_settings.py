@@ -39,6 +39,12 @@ def test_external_agents_are_read():
             "a2a.external_agents[0].name",
         ),
         ({"external_agents": [{"name": "x", "url": "ftp://x"}]}, "a2a.external_agents[0].url"),
+        # "$" in a pattern also matched before a trailing line break
+        ({"external_agents": [{"name": "b1\n", "url": "http://x"}]}, "a2a.external_agents[0].name"),
+        (
+            {"external_agents": [{"name": "x", "url": 5}]},
+            "a2a.external_agents[0].url: expected an http:// or https:// URL, got 5",
+        ),
         (
             {"external_agents": [{"name": "x", "url": "http://x", "extra": 1}]},
             "a2a.external_agents[0]: unknown key 'extra'",

@@ -74,6 +74,10 @@ def raw(name="raw", mode="legacy", **extra):
     "raw_config, message",
     [
         ({"transport": {"type": "stdio", "command": "x"}}, r"name: expected 1-64 letters"),
+        (  # "$" in a pattern also matched before a trailing line break
+            {"name": "fs\n", "transport": {"type": "stdio", "command": "x"}},
+            r"name: expected 1-64 letters",
+        ),
         ({"name": "a"}, r"transport: missing; add a \[mcp_servers.transport\] table"),
         (
             {"name": "a", "transport": {"type": "ftp"}},
