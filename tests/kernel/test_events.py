@@ -245,10 +245,10 @@ def _publish_seconds(tap: EventTap, kind: str, count: int = 5_000) -> float:
 
     best = float("inf")
     for _ in range(3):
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: others' load on the machine does not count
         for _ in range(count):
             tap.publish(Event(kind, "s"))
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 
