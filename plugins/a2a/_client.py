@@ -343,11 +343,10 @@ class A2AClient:
             )
             await trio.sleep(wait)
 
+    @staticmethod
     def _send_params(
-        self,
         agent: AgentInfo,
         message: str | m.Message,
-        *,
         context_id: str | None,
         task_id: str | None,
         metadata: Mapping[str, Any] | None,
@@ -394,16 +393,9 @@ class A2AClient:
         """Send a message; returns the task (or a direct message reply)."""
         info = await self._agent(agent)
         params = self._send_params(
-            info,
-            message,
-            context_id=context_id,
-            task_id=task_id,
-            metadata=metadata,
-            trace=trace,
-            return_immediately=return_immediately,
+            info, message, context_id, task_id, metadata, trace, return_immediately
         )
-        result = await self._call(info, "send", params, trace)
-        return _task_or_message(result)
+        return _task_or_message(await self._call(info, "send", params, trace))
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -450,15 +442,7 @@ class A2AClient:
     ) -> AsyncIterator[m.Event]:
         """Send a message and yield the task's events as they come (SSE)."""
         info = await self._agent(agent)
-        params = self._send_params(
-            info,
-            message,
-            context_id=context_id,
-            task_id=task_id,
-            metadata=metadata,
-            trace=trace,
-            return_immediately=None,
-        )
+        params = self._send_params(info, message, context_id, task_id, metadata, trace, None)
         async for event in self._stream(info, "stream", params, trace):
             yield event
 

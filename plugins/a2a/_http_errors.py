@@ -13,8 +13,8 @@ headers (Retry-After, WWW-Authenticate) and get a body an A2A client can parse:
 * HTTP+JSON binding (and the card and 0.1 routes): AIP-193, ``{"error": {"code": <HTTP
   status>, "status": "<google.rpc.Code name>", "message", "details": [ErrorInfo]}}``, in
   the media type the route's own answers have: ``application/a2a+json`` on the 1.0
-  HTTP+JSON routes (``render_rest_error``), ``application/json`` on their 0.3 ``/v1/``
-  paths, the cards and the 0.1 routes (``render_json_error``).
+  HTTP+JSON routes, ``application/json`` on their 0.3 ``/v1/`` paths, the cards and the 0.1
+  routes (``render_error``).
 
 The ``google.rpc.ErrorInfo`` carries A2A's reason (domain ``a2a-protocol.org``) where the
 JSON-RPC code is one A2A names (INVALID_REQUEST, METHOD_NOT_FOUND, INTERNAL_ERROR), else
@@ -75,33 +75,23 @@ def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, An
     return rpc_code, details
 
 
-def render_jsonrpc_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on the A2A JSON-RPC binding: a JSON-RPC error response, ``id`` null."""
+def media_type(binding: str) -> str:
+    """The media type of a route's answers: ``application/a2a+json`` on the 1.0 HTTP+JSON
+    routes (binding ``rest``), ``application/json`` on every other A2A route."""
+    return A2A_JSON if binding == "rest" else "application/json"
+
+
+def render_error(binding: str, status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on a route of ``binding`` (``RouteDescriptor.render_error``, bound
+    with ``partial``): a JSON-RPC error response with ``id`` null, else an AIP-193 error
+    object, in the route's media type."""
     rpc_code, details = _error(status, code, message)
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": rpc_code, "message": message, "data": details},
-    }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
-
-
-def render_json_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on an A2A route answered in ``application/json`` (the 0.3 HTTP+JSON
-    paths, the cards, the 0.1 routes): an AIP-193 error object."""
-    _, details = _error(status, code, message)
-    body = {
-        "error": {
-            "code": status,
-            "status": canonical_status(status),
-            "message": message,
-            "details": details,
+    if binding == "jsonrpc":
+        error = {"code": rpc_code, "message": message, "data": details}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "error": error}
+    else:
+        status_name = canonical_status(status)
+        body = {
+            "error": {"code": status, "status": status_name, "message": message, "details": details}
         }
-    }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
-
-
-def render_rest_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on the A2A 1.0 HTTP+JSON binding: an AIP-193 error object in the
-    binding's media type, ``application/a2a+json`` (as its handler answers)."""
-    return render_json_error(status, code, message)[0], A2A_JSON
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), media_type(binding)

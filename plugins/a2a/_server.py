@@ -49,11 +49,11 @@ from roost.plugins.http import PlainRequest, PlainResponse, principal_of
 from . import _models as m
 from . import _protocol as p
 from . import _rest03 as rest03
-from ._http_errors import A2A_JSON, render_json_error, render_jsonrpc_error, render_rest_error
+from ._http_errors import A2A_JSON, media_type, render_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import TaskStoreError, open_task_store
-from ._tasks import TaskManager, storage_failed
+from ._tasks import LiveTask, TaskManager, storage_failed
 
 log = logging.getLogger("roost.a2a")
 
@@ -238,10 +238,8 @@ class A2AService:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
-            if op.params.options.return_immediately:
-                task = (await self._send(op, agent, trace, owner)).task
-            else:
-                task = await self._send(op, agent, trace, owner, wait=True)
+            wait = not op.params.options.return_immediately
+            task = (await self._send(op, agent, trace, owner, wait=wait)).task
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
@@ -315,22 +313,19 @@ class A2AService:
         owner: str,
         *,
         wait: bool = False,
-    ) -> Any:
-        """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it
-        settled)."""
+    ) -> LiveTask:
+        """Start ``owner``'s task, or with ``wait`` run it here until it settles."""
         params: p.SendParams = op.params
         target = await self.agent_for_send(agent, params, owner)
-        trace = self._caller_trace(params, trace, target)
-        tasks = self._tasks()
-        send = tasks.send_and_wait if wait else tasks.send
-        return await send(
+        return await self._tasks().send(
             target,
             params.message,
             params.options,
-            trace=trace,
+            trace=self._caller_trace(params, trace, target),
             dialect=op.dialect,
             task_id=params.task_id,
             owner=owner,
+            wait=wait,
         )
 
     def _caller_trace(
@@ -605,7 +600,7 @@ def _daemon_error(
 ) -> PlainResponse:
     """A refusal made before the A2A protocol is involved, in the binding's shape (the
     same renderers the HTTP layer uses for its own errors on these routes)."""
-    body, content_type = _renderer(binding)(status, code, message)
+    body, content_type = render_error(binding, status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
 
 
@@ -625,21 +620,6 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
         "A2A needs 'Authorization: Bearer <a2a.api_key>'",
         {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
     )
-
-
-def _media_type(binding: str) -> str:
-    """HTTP+JSON 1.0 (binding ``rest``) answers in ``application/a2a+json`` (the 1.0 spec's
-    media type for the binding, as the a2a-sdk sends it); its 0.3 ``/v1/`` paths
-    (``rest03``), cards and the 0.1 routes in ``application/json`` (the 0.3 spec)."""
-    return A2A_JSON if binding == "rest" else "application/json"
-
-
-def _renderer(binding: str) -> Any:
-    """The ``render_error`` of a route of ``binding``: the daemon's own errors there take
-    the shape and media type of the route's own answers."""
-    if binding == "jsonrpc":
-        return render_jsonrpc_error
-    return render_rest_error if binding == "rest" else render_json_error
 
 
 def _peek(req: PlainRequest) -> tuple[Any, str]:
@@ -665,7 +645,7 @@ def _error(
     if binding == "jsonrpc":
         rpc_id, dialect = _peek(req)
         return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
-    return _json(exc.rest_error(), status or exc.http_status, _media_type(binding))
+    return _json(exc.rest_error(), status or exc.http_status, media_type(binding))
 
 
 def _route_agent(
@@ -875,7 +855,7 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
             _handler(kernel, core, binding, auth=not public),
             methods,
             public=public,
-            render_error=_renderer(binding),
+            render_error=partial(render_error, binding),
         )
 
     def card(path: str, build: Any) -> RouteDescriptor:

@@ -1,7 +1,7 @@
 """Task lifecycle over the kernel.
 
 A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
-the A2A service owns, or, for a blocking send, in the request's task (``send_and_wait``);
+the A2A service owns, or, for a blocking send, in the request's task (``send(wait=True)``);
 ``CancelTask`` cancels the trio scope around it, which stops the agent's run inside its
 actor. Every change is stored before it is announced, and nothing is acknowledged (a task
 id returned, a stream's first event) before its row is committed; a store failure fails
@@ -181,7 +181,7 @@ class TaskManager:
         # expires them while there are any.
         self._waiting: dict[str, float] = {}
         self._expiring = False
-        # Blocking sends' tasks whose first row waits (see send_and_wait): id → (when to
+        # Blocking sends' tasks whose first row waits (see send): id → (when to
         # write it, the task), oldest first; one task writes them while there are any.
         self._deferred: dict[str, tuple[float, LiveTask]] = {}
         self._writing_deferred = False
@@ -305,30 +305,15 @@ class TaskManager:
         dialect: str,
         task_id: str | None = None,
         owner: str,
+        wait: bool = False,
     ) -> LiveTask:
         """Start (or continue) ``owner``'s task with ``message`` in the background; returns
-        once it is stored and started (a non-blocking or streaming send).
+        once it is stored and started (a non-blocking or streaming send). ``task_id`` is the
+        0.1 shape's client-chosen id (a new task takes it if unknown).
 
-        ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown)."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=False)
-        self.nursery.start_soon(self._run, live, message, trace)
-        return live
-
-    async def send_and_wait(
-        self,
-        agent: str,
-        message: m.Message,
-        options: SendOptions,
-        *,
-        trace: TraceContext | None,
-        dialect: str,
-        task_id: str | None = None,
-        owner: str,
-    ) -> m.Task:
-        """Run (or continue) a task with ``message`` in the caller's task until it finishes
-        or asks for input; returns it as it then stands (a blocking send). If the caller is
-        cancelled meanwhile (the daemon is stopping), so is the run, and the task is stored
-        as failed; a client that goes away does not cancel it.
+        ``wait`` (a blocking send): run it in the caller's task until it finishes or asks for
+        input. If the caller is cancelled meanwhile (the daemon is stopping), so is the run,
+        and the task is stored as failed; a client that goes away does not cancel it.
 
         Nobody but the caller knows a new task's id before it settles, so its first row
         waits: it is written when the task settles, or once the run has taken
@@ -338,11 +323,14 @@ class TaskManager:
         once. Otherwise (no room known, a client-chosen id) the first row is written now,
         skipping its own fsync: the settled state's durable commit covers it. With a webhook
         configured the task is announced early, so it is stored durably at once."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=True)
+        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=wait)
+        if not wait:
+            self.nursery.start_soon(self._run, live, message, trace)
+            return live
         await self._run(live, message, trace)
         if live.store_error is not None:
             raise storage_failed(live.store_error)
-        return live.task
+        return live
 
     async def _begin(
         self,
@@ -355,7 +343,7 @@ class TaskManager:
         *,
         blocking: bool,
     ) -> LiveTask:
-        """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
+        """The task ``message`` starts or continues, ready to run (see ``send``)."""
         status, reason = self.kernel.agent_status(agent)
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
@@ -522,7 +510,7 @@ class TaskManager:
 
     async def _store(self, live: LiveTask, task: m.Task) -> None:
         """Write ``task`` (``live``'s next state) as its row: an update, or its deferred
-        first row (see ``send_and_wait``). Shielded: a state change is never lost to a
+        first row (see ``send``). Shielded: a state change is never lost to a
         cancellation (and a first row whose write was abandoned half-way could be committed
         without ``live`` knowing)."""
         data = _data(task, live.agent, live.dialect)
@@ -678,7 +666,7 @@ class TaskManager:
             )
             self._unstored(live, exc)
         except BaseException:
-            # Cancelled from outside: its request was cancelled (send_and_wait) or the service
+            # Cancelled from outside: its request was cancelled (send(wait=True)) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
             if not live.settled:
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + STOPPED_WRITE_S):
@@ -876,7 +864,7 @@ class TaskManager:
 
     # ---- waiting, following --------------------------------------------------------------
     async def _write_deferred_rows(self) -> None:
-        """While blocking sends' tasks wait for their first row (see ``send_and_wait``),
+        """While blocking sends' tasks wait for their first row (see ``send``),
         write each one's once its run has taken ``FIRST_ROW_AFTER_S``; then end."""
         try:
             while self._deferred:

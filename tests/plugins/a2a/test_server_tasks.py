@@ -449,8 +449,14 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
                     scope.cancel()
 
                 nursery.start_soon(cancel_once_working)
-                await tasks.send_and_wait(
-                    "slow", message, SendOptions(), trace=None, dialect=m.V1, owner="local"
+                await tasks.send(
+                    "slow",
+                    message,
+                    SendOptions(),
+                    trace=None,
+                    dialect=m.V1,
+                    owner="local",
+                    wait=True,
                 )
         assert scope.cancelled_caught
         found, _, total = await tasks.list(
