@@ -1,26 +1,17 @@
 """The 0.3 HTTP+JSON binding (the ``/v1/...`` paths): its shapes, sans I/O.
 
-A2A 0.3's REST binding speaks the proto JSON of the 0.3 ``a2a.proto``, which differs from
-1.0 in a few places: a message carries its parts in ``content`` (not ``parts``); a file
-part is ``{"file": {"fileWithBytes" | "fileWithUri", "mimeType", "name"}}`` and a data
-part ``{"data": {"data": {...}}}``; the cancelled state is spelled
-``TASK_STATE_CANCELLED``; a status update says whether it is ``final``. Push-notification
-configs are resources: ``TaskPushNotificationConfig`` is ``{"name":
-"tasks/{task_id}/pushNotificationConfigs/{config_id}", "pushNotificationConfig": {"id",
-"url", "token", "authentication": {"schemes": [...], "credentials"}}}``, created by
-``{"parent": "tasks/{task_id}", "configId", "config": TaskPushNotificationConfig}`` and
-listed as ``{"configs": [...]}``. ``GET /v1/card`` answers the 0.3 ``AgentCard`` (``url``,
-``preferredTransport``, ``additionalInterfaces: [{url, transport}]``, ``security``,
-``supportsAuthenticatedExtendedCard``). Everything else (``{"task": ...}`` replies,
-``statusUpdate`` / ``artifactUpdate`` stream events, the ``TASK_STATE_*`` and ``ROLE_*``
-enums) is as in 1.0.
+It speaks the proto JSON of the 0.3 ``a2a.proto``, which differs from 1.0 in a few places:
+a message's parts are its ``content``; a file part is ``{"file": {"fileWithBytes" |
+"fileWithUri", "mimeType", "name"}}``, a data part ``{"data": {"data": {...}}}``; the state
+is spelled ``TASK_STATE_CANCELLED``; a status update says whether it is ``final``; a push
+config is the resource ``{"name": "tasks/{id}/pushNotificationConfigs/{cid}",
+"pushNotificationConfig": {...}}``; ``GET /v1/card`` answers the 0.3 ``AgentCard``.
 
-So the server works in 1.0 JSON and these functions translate at the edge: requests in
-(``parse_send`` via ``send_body_in``, ``push_config_in``) before the 1.0 parser sees them,
-results and events out (``result_out``, ``event_out``). Requests may name each field by its
-JSON name or by its proto name (``request``, ``message_id``, ``file_with_bytes``,
-``history_length``, ...), as proto JSON parsers must accept; errors name the field as the
-client wrote it.
+The server works in 1.0 JSON and these functions translate at the edge: requests in
+(``parse_send``, ``push_config_in``), results and events out (``result_out``,
+``event_out``). A request may name a field by its JSON name or its proto name
+(``request``, ``message_id``, ``file_with_bytes``: what the a2a-sdk's 0.3 REST client
+sends), as proto JSON parsers must accept; errors name the field as the client wrote it.
 """
 
 from __future__ import annotations
@@ -36,14 +27,8 @@ _FINAL_STATES = frozenset({m.COMPLETED, m.CANCELED, m.FAILED, m.REJECTED, *m.INT
 
 
 # ---- requests: 0.3 → 1.0 JSON -------------------------------------------------------------
-#
-# Proto JSON parsers accept a field by its JSON name (lowerCamelCase, or its ``json_name``)
-# and by its proto name; the a2a-sdk's 0.3 REST client writes the proto names
-# (``{"request": {"message_id", "content": [{"file": {"file_with_bytes", "mime_type"}}]},
-# "configuration": {"accepted_output_modes", "push_notification", "history_length"}}``).
-# The request functions read either spelling and note, in ``names``, under which name the
-# client wrote each field the 1.0 parser reads (1.0 path → the client's path), so that
-# errors name the field as the client wrote it (``parse_send``).
+# Each function notes in ``names`` under which name the client wrote each field the 1.0
+# parser reads (1.0 path → the client's path), so that errors name it that way.
 
 _MESSAGE_FIELDS = (("messageId", "message_id"), ("contextId", "context_id"), ("taskId", "task_id"))
 _CONFIG_FIELDS = (
@@ -138,8 +123,7 @@ def message_in(message: Any, path: str = "message", names: dict[str, str] | None
 
 
 def send_body_in(body: Mapping[str, Any], names: dict[str, str] | None = None) -> dict[str, Any]:
-    """A 0.3 ``message:send`` / ``message:stream`` body (``SendMessageRequest``: the message
-    as ``message`` or by its proto name ``request``) as the 1.0 body."""
+    """A 0.3 ``SendMessageRequest`` (the message as ``message`` or ``request``) as 1.0."""
     names = {} if names is None else names
     out = dict(body)
     key = _key(body, "message", "request", "")
@@ -185,9 +169,9 @@ def _as_written(field: str, names: Mapping[str, str]) -> str:
 
 
 def parse_send(op: str, body: Mapping[str, Any]) -> Any:
-    """The typed parameters of a 0.3 ``message:send`` / ``message:stream`` body: translated
-    (``send_body_in``) and read by the 1.0 parser; its errors name each field as the client
-    wrote it (``request.content[0].file.file_with_bytes``, not ``message.parts[0].raw``)."""
+    """The typed parameters of a 0.3 ``message:send`` / ``message:stream`` body, read by
+    the 1.0 parser; errors name each field as the client wrote it
+    (``request.content[0].file.file_with_bytes``, not ``message.parts[0].raw``)."""
     names: dict[str, str] = {}
     try:
         return p.parse_params(op, send_body_in(body, names), m.V1)
@@ -205,19 +189,16 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
 
 
 def _field(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
-    """A proto field by its JSON name or its proto name (proto JSON parsers accept both;
-    the a2a-sdk 0.3 REST client sends the proto names)."""
+    """A proto field by its JSON name or its proto name."""
     return obj[camel] if camel in obj else obj.get(snake)
 
 
 def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
-    """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``.
-
-    ``body`` is the 0.3 ``CreateTaskPushNotificationConfigRequest`` (``{"parent":
-    "tasks/{task_id}", "configId", "config": {"name", "pushNotificationConfig": {...}}}``,
-    what 0.3 clients send), or just its ``config`` (the proto's HTTP rule says ``body:
-    "config"``). The task is the one in the path; a ``parent`` or ``config.name`` naming
-    another task is refused, as is a ``configId`` that differs from the config's ``id``."""
+    """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``: ``body``
+    is the ``CreateTaskPushNotificationConfigRequest`` (``parent``, ``configId``, ``config``;
+    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``).
+    A ``parent``, ``config.name`` or ``configId`` that contradicts the path or ``id`` is
+    refused."""
     if "config" in body:
         config, where = body["config"], "config"
         if not isinstance(config, Mapping):
@@ -344,9 +325,7 @@ def event_out(event: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def push_config_out(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 ``TaskPushNotificationConfig`` (flat: ``taskId``, ``id``, ``url``, ...) as the 0.3
-    proto's
-    ``{"name": "tasks/{task_id}/pushNotificationConfigs/{id}", "pushNotificationConfig"}``."""
+    """A flat 1.0 ``TaskPushNotificationConfig`` as the 0.3 resource (``name``, ...)."""
     inner = {k: config[k] for k in ("id", "url", "token") if config.get(k) is not None}
     auth = config.get("authentication")
     if isinstance(auth, Mapping):
@@ -378,11 +357,8 @@ _SKILL_FIELDS_03 = ("id", "name", "description", "tags", "examples", "inputModes
 
 
 def card_out(card: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 agent card (carrying the 0.3 ``url`` / ``preferredTransport`` /
-    ``protocolVersion`` too) as the 0.3 proto's ``AgentCard``: ``supportedInterfaces`` become
-    ``additionalInterfaces`` (``{url, transport}``, the 0.3 ones; the HTTP+JSON interface
-    serves 0.3 under its ``/v1`` paths), ``securityRequirements`` become ``security``,
-    ``capabilities.extendedAgentCard`` becomes ``supportsAuthenticatedExtendedCard``."""
+    """A 1.0 agent card (with its 0.3 fields) as the 0.3 ``AgentCard``: the 0.3 interfaces
+    (and HTTP+JSON, which serves 0.3 under ``/v1``) as ``additionalInterfaces``."""
     out = {k: card[k] for k in _CARD_FIELDS_03 if k in card}
     interfaces: list[dict[str, Any]] = []
     for interface in card.get("supportedInterfaces", ()):

@@ -138,16 +138,12 @@ class A2AService:
         ]
 
     def is_a2a_agent(self, name: str) -> bool:
-        """``name in a2a_agents()``, without listing them."""
         man = self.kernel.agents.get(name)
         return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
 
     def primary_agent(self) -> str | None:
-        """The host's primary agent: ``a2a.default_agent``, else the A2A-enabled agent whose
-        name sorts first — available or not: an unavailable primary agent answers 503 with
-        its reason (``check_agent``), its messages never go to another agent. None when
-        there is no A2A agent, or ``default_agent`` names none (refused at boot, see
-        ``check_default_agent``)."""
+        """``a2a.default_agent``, else the A2A agent whose name sorts first; None if none.
+        Available or not: an unavailable one answers 503, never passing its messages on."""
         agents = self.kernel.agents
         default = self.settings.default_agent
         if default:
@@ -169,7 +165,7 @@ class A2AService:
         )
 
     def unavailable_reason(self, name: str) -> str | None:
-        """Why an A2A agent cannot answer now (e.g. its provider's key is missing), else None."""
+        """Why an A2A agent cannot answer now (e.g. no provider key), else None."""
         man = self.kernel.agents.get(name)
         return self.kernel.agent_errors.get(name) if man is not None and man.a2a.enabled else None
 
@@ -186,9 +182,8 @@ class A2AService:
     async def agent_for_send(
         self, route_agent: str | None, params: p.SendParams, owner: str
     ) -> str:
-        """The agent a message goes to: the endpoint's agent; at the root endpoints the one
-        named in ``metadata.agent``, else the owner of the task it continues, else the
-        primary agent."""
+        """The endpoint's agent; at the root, ``metadata.agent``, else the agent of the task it
+        continues, else the primary agent."""
         if route_agent:
             return route_agent
         for meta in (params.message.metadata, params.metadata):
@@ -211,17 +206,15 @@ class A2AService:
 
     # ---- operations --------------------------------------------------------------------
     def owner_of(self, req: PlainRequest) -> str:
-        """The principal a request's tasks belong to (see ``roost.plugins.http.Principal``);
-        the kernel's host principal for a request the daemon did not authenticate."""
+        """The principal a request's tasks belong to (the host's if not authenticated)."""
         principal = principal_of(req)
         return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the request's principal (who sees only its own
-        tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
-        it with -32603 (HTTP 503) saying so."""
+        """Run a non-streaming operation for the request's principal; its result in
+        ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
         try:
             return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
         except (TaskStoreError, StoreError) as exc:
@@ -331,9 +324,8 @@ class A2AService:
     def _caller_trace(
         self, params: p.SendParams, headers: TraceContext | None, target: str
     ) -> TraceContext | None:
-        """The caller's context: the deepest of the message's metadata, the request's
-        metadata and the trace headers (``headers``), so that none can lower the count. A
-        hop past the limit is refused here, before a task exists (-32010, HTTP 508)."""
+        """The deepest of the contexts in the message's and the request's metadata and the
+        headers (none can lower the count); a hop past the limit is refused here (-32010)."""
         try:
             trace = TraceContext.deepest(
                 TraceContext.from_meta(params.message.metadata, field="message.metadata"),
@@ -360,8 +352,8 @@ class A2AService:
     async def open_stream(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> AsyncIterator[dict]:
-        """Start a streaming operation for the request's principal (errors raise here, before
-        any byte is sent) and return the iterator of its events rendered in ``op.dialect``."""
+        """Start a streaming operation (errors raise here, before any byte is sent); its
+        events rendered in ``op.dialect``."""
         tasks = self._tasks()
         owner = self.owner_of(req)
         try:
@@ -382,8 +374,7 @@ class A2AService:
 
 
 def agent_unavailable(name: str, reason: str) -> m.A2AError:
-    """-32603, HTTP 503 on every binding (JSON-RPC included): the agent is configured but
-    cannot answer now (e.g. its provider's key is missing); ``reason`` says why."""
+    """-32603, HTTP 503 on every binding: the agent cannot answer now (``reason`` says why)."""
     return m.A2AError(
         m.INTERNAL_ERROR,
         f"agent {name!r} is unavailable: {reason}",
@@ -393,9 +384,8 @@ def agent_unavailable(name: str, reason: str) -> m.A2AError:
 
 
 def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
-    """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A-enabled
-    agent: checked once the agents are loaded, it stops the boot rather than serve a root
-    URL that refuses everything."""
+    """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A agent: it
+    stops the boot rather than serve a root URL that refuses everything."""
     name = settings.default_agent
     if not name:
         return
@@ -434,9 +424,8 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 def build_card(
     service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
 ) -> dict[str, Any]:
-    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read).
-
-    ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
+    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read);
+    ``root``: the host's root card, naming the root endpoints."""
     kernel = service.kernel
     manifest = kernel.agents[name]
     endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
@@ -527,10 +516,6 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 
 
 # ---- HTTP layer ------------------------------------------------------------------------------
-#
-# Each route is one function ``(service, PlainRequest, **path_args) -> PlainResponse``;
-# ``make_routes`` makes it the route's handler behind the A2A checks (service up, api key,
-# agent named in the path).
 
 
 def _json(
@@ -545,9 +530,8 @@ def _json(
 
 
 def _dumps(body: Any) -> str:
-    """JSON text, never with ``NaN`` / ``Infinity`` (not JSON: a strict parser refuses the
-    whole answer). Inputs with them are refused (``check_json_input``); one stored before
-    that was checked is sent with ``null`` in their place."""
+    """JSON text, never with ``NaN`` / ``Infinity`` (a strict parser refuses the whole
+    answer): one stored before inputs were checked for them is sent with ``null``."""
     try:
         return jsonrpc.dumps(body)
     except ValueError:
@@ -579,8 +563,7 @@ def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
 
 
 def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
-    """A streamed answer: each event (wrapped by ``wrap``, e.g. in a JSON-RPC response) as
-    a server-sent event."""
+    """Each event (wrapped by ``wrap``, e.g. in a JSON-RPC response) as a server-sent event."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -598,8 +581,7 @@ def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
 def _daemon_error(
     binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> PlainResponse:
-    """A refusal made before the A2A protocol is involved, in the binding's shape (the
-    same renderers the HTTP layer uses for its own errors on these routes)."""
+    """A refusal made before the A2A protocol is involved, in the binding's shape."""
     body, content_type = render_error(binding, status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
 
@@ -640,8 +622,7 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
 def _error(
     binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
-    """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
-    unless ``status``), else the AIP-193 error object with the error's HTTP status."""
+    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``)."""
     if binding == "jsonrpc":
         rpc_id, dialect = _peek(req)
         return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
@@ -667,13 +648,13 @@ def _route_agent(
     return _error(binding, req, exc, 404)
 
 
-# The routes: ``(service, req, **path_args)``.
+# Each route is ``(service, req, **path_args) -> PlainResponse``; ``make_routes`` puts it
+# behind the A2A checks (service up, api key, agent named in the path).
 
 
 def _card_route(card: Any) -> Any:
     """The route of a card built by ``card(service, name, base_url)``: the agent's named in
-    the path, else (the host's root card) the primary agent's: 404 without one, 503 with the
-    reason when it is unavailable (as its own card's route answers)."""
+    the path, else the primary agent's (404 without one, 503 when it is unavailable)."""
 
     async def route(service: A2AService, req: PlainRequest, name: str | None = None) -> Any:
         if name is None:
@@ -767,8 +748,8 @@ async def _rest(
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
-    """The seed's ``tasks/send``: bare params answered with the bare task, or a JSON-RPC
-    envelope (as the seed's client sends it) answered with a JSON-RPC response."""
+    """The seed's ``tasks/send``: bare params (answered with the bare task) or a JSON-RPC
+    envelope (answered in kind)."""
     try:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
@@ -822,8 +803,7 @@ async def _legacy_task(
 
 
 def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -> Any:
-    """The route handler of ``core``: the A2A checks first; ``binding`` (card, jsonrpc, rest,
-    v01) is the shape its errors take."""
+    """The route handler of ``core`` behind the A2A checks; errors in ``binding``'s shape."""
 
     async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
         service = service_for(kernel)
@@ -900,10 +880,8 @@ async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
 def _rest_operation(
     request: PlainRequest, path: str, *, v03: bool = False, push: bool = True
 ) -> p.Operation:
-    """Map an HTTP+JSON request (method + path) to an operation, method for method.
-
-    ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths). ``push=False``:
-    push-config operations are refused (-32003) before their body is read."""
+    """Map an HTTP+JSON request (method + path) to an operation; ``v03``: the 0.3 shapes.
+    ``push=False``: push-config operations are refused (-32003) before their body is read."""
     method = request.method
     parts = path.strip("/").split("/")
 

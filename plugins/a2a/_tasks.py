@@ -1,27 +1,20 @@
 """Task lifecycle over the kernel.
 
-A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
-the A2A service owns, or, for a blocking send, in the request's task (``send(wait=True)``);
-``CancelTask`` cancels the trio scope around it, which stops the agent's run inside its
-actor. Every change is stored before it is announced, and nothing is acknowledged (a task
-id returned, a stream's first event) before its row is committed; a store failure fails
-the request with -32603 "storage failed ..." (HTTP 503). Each live
-task keeps a bounded log of its events: a subscriber first gets the task as it stands
-(everything so far), then follows the log from that point, so no event is lost between
-the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
+A task's work is one ``kernel.send`` (session id = the task's context id) run in the
+service's nursery, or for a blocking send in the request's task; ``CancelTask`` cancels the
+scope around it, which stops the agent's run inside its actor. Every change is stored before
+it is announced, and nothing is acknowledged (a task id, a stream's first event) before its
+row is committed; a store failure fails the request with -32603 "storage failed ..." (HTTP
+503). A live task keeps a bounded log of its events: a subscriber gets the task as it stands,
+then follows the log from that point, so nothing is lost between the two (one that falls
+behind the log gets a fresh snapshot).
 
-A task belongs to the principal that made it (``owner``): every reader names the caller's
-principal, and another principal's task is "not found" (-32001), exactly like a task that
-never existed, so its existence does not leak. Its run's session (the context id) is the
-owner's too: the same context id from another principal names another conversation; one
-that names the owner's conversation with another agent is refused up front (-32602 naming
-``message.contextId``), before a task exists.
-
-No caller can shut the others out of the store (``max_tasks``): each principal holds at
-most ``open_per_caller`` unfinished tasks (``a2a.max_open_tasks_per_caller``; one more is
-refused with -32000, HTTP 429, naming the setting), and a task left waiting for input
-expires after ``input_required_ttl_s`` idle (``a2a.input_required_ttl_s``): it is stored
-failed with the reason, announced like any change, and then evictable as finished tasks are.
+A task belongs to the principal that made it (``owner``): another principal's task is "not
+found" (-32001), like one that never existed, so nothing leaks. Its context id names the
+owner's conversation; one with another agent is refused up front (-32602 naming
+``message.contextId``). No caller can shut the others out of the store: each holds at most
+``open_per_caller`` unfinished tasks (one more: -32000, HTTP 429, naming the setting), and a
+task waiting for input expires (stored failed) after ``input_required_ttl_s`` idle.
 """
 
 from __future__ import annotations
@@ -494,11 +487,9 @@ class TaskManager:
             live.changing = False
 
     async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
-        """Store ``task``, then announce ``events`` (to subscribers and webhooks).
-
-        ``working`` is not written: it is transient, readers see it through ``live``, and
-        after a crash a stored ``submitted`` is recovered exactly like ``working``.
-        """
+        """Store ``task``, then announce ``events`` (to subscribers and webhooks). ``working``
+        is not written: readers see it through ``live``, and after a crash a stored
+        ``submitted`` is recovered exactly like it."""
         if task.status.state != m.WORKING:
             await self._store(live, task)
         live.task = task
@@ -691,9 +682,8 @@ class TaskManager:
 
     def _unstored(self, live: LiveTask, exc: Exception) -> None:
         """The run's outcome could not be stored: the task ends failed in memory and its
-        followers are told, so nobody waits for it; a blocking send fails with ``exc``.
-        A task whose first row was never written is forgotten (nobody was told its id);
-        one that was stored is marked failed again when the daemon next starts."""
+        followers are told, so nobody waits for it; a blocking send fails with ``exc``. A
+        stored one is marked failed again when the daemon next starts."""
         live.store_error = exc
         live.unstored = True
         task = live.task
@@ -818,8 +808,7 @@ class TaskManager:
             self.live.pop(task_id, None)
 
     async def _forget(self, evicted: list[str]) -> None:
-        """Evicted tasks leave memory, and the files they brought leave the workspaces
-        (in the background, best effort: a task's own write never waits for it)."""
+        """Evicted tasks leave memory, and their files the workspaces (in the background)."""
         if not evicted:
             return
         for gone in evicted:
@@ -836,9 +825,8 @@ class TaskManager:
             log.exception("A2A: could not remove the files of %d evicted task(s)", len(task_ids))
 
     async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
-        """The message as the agent reads it: a file sent with its bytes is saved in the
-        agent's workspace (see ``_inbox``) and named there, so the agent's tools can open
-        it; text, data (JSON) and file URLs are inline."""
+        """The message as the agent reads it: a file with bytes is saved in its workspace
+        (``_inbox``) and named there, for its tools to open; anything else is inline."""
         if not any(p.raw is not None for p in message.parts):
             return message.text()
         try:
@@ -881,8 +869,7 @@ class TaskManager:
             self._writing_deferred = False
 
     def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:
-        """The task as it stands now (taken at this call, not at the first iteration), then
-        every later event until it settles (bounded in time)."""
+        """The task as it stands at this call, then every later event until it settles."""
         return self._follow(live, live.task, live.seq)
 
     async def _follow(
@@ -987,8 +974,7 @@ class TaskManager:
 
 
 def storage_failed(exc: BaseException) -> m.A2AError:
-    """-32603 (HTTP 503) for a request that failed because storage failed (``exc`` says
-    where and why, e.g. the disk is full): nothing it would have acknowledged was kept."""
+    """-32603 (HTTP 503): storage failed (``exc`` says where and why); nothing was kept."""
     text = str(exc)
     return m.unavailable(text if text.startswith("storage failed") else f"storage failed: {text}")
 
