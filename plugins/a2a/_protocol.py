@@ -322,6 +322,6 @@ def error_json(rpc_id: Any, error: m.A2AError, dialect: str = m.V1) -> dict[str,
 
 
 def send_result(task: m.Task, dialect: str, history_length: int | None = None) -> Any:
-    """The result of SendMessage: ``{"task": ...}`` in 1.0, the bare task otherwise."""
+    """The result of SendMessage: ``{"task": ...}`` in 1.0 (and 0.3 REST), else the bare task."""
     body = task.to_json(dialect, history_length=history_length)
-    return {"task": body} if dialect == m.V1 else body
+    return {"task": body} if dialect == m.V1 or dialect == m.REST03 else body

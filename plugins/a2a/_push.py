@@ -94,7 +94,7 @@ class PushDispatcher:
             live.push = await self.configs(live.task.id)
         if not live.push:
             return
-        dialect = m.V1 if live.dialect == m.V1 else m.V03
+        dialect = m.V03 if live.dialect in (m.V03, m.V01) else m.V1
         body = m.event_to_json(event, dialect)
         for config in live.push:
             try:

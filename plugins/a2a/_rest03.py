@@ -7,9 +7,9 @@ is spelled ``TASK_STATE_CANCELLED``; a status update says whether it is ``final`
 config is the resource ``{"name": "tasks/{id}/pushNotificationConfigs/{cid}",
 "pushNotificationConfig": {...}}``; ``GET /v1/card`` answers the 0.3 ``AgentCard``.
 
-The server works in 1.0 JSON and these functions translate at the edge: requests in
-(``parse_send``, ``push_config_in``), results and events out (``result_out``,
-``event_out``). A request may name a field by its JSON name or its proto name
+Requests are translated to 1.0 JSON here (``parse_send``, ``push_config_in``); results and
+events are written in these shapes by the models (dialect ``m.REST03``), the card by
+``card_out``. A request may name a field by its JSON name or its proto name
 (``request``, ``message_id``, ``file_with_bytes``: what the a2a-sdk's 0.3 REST client
 sends), as proto JSON parsers must accept; errors name the field as the client wrote it.
 """
@@ -21,10 +21,6 @@ from typing import Any
 
 from . import _models as m
 from . import _protocol as p
-
-CANCELLED_03 = "TASK_STATE_CANCELLED"
-_FINAL_STATES = frozenset({m.COMPLETED, m.CANCELED, m.FAILED, m.REJECTED, *m.INTERRUPTED_STATES})
-
 
 # ---- requests: 0.3 → 1.0 JSON -------------------------------------------------------------
 # Each function notes in ``names`` under which name the client wrote each field the 1.0
@@ -249,94 +245,7 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     return m.push_config_from_json(inner, inner_field, task_id=task_id)
 
 
-# ---- results and events: 1.0 → 0.3 JSON --------------------------------------------------
-
-
-def _part_out(part: Mapping[str, Any]) -> dict[str, Any]:
-    if "raw" in part or "url" in part:
-        file: dict[str, Any] = (
-            {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
-        )
-        if "mediaType" in part:
-            file["mimeType"] = part["mediaType"]
-        if "filename" in part:
-            file["name"] = part["filename"]
-        out: dict[str, Any] = {"file": file}
-    elif "data" in part:
-        out = {"data": {"data": m.data_as_object(part["data"])}}
-    else:
-        out = {"text": part.get("text", "")}
-    if "metadata" in part:
-        out["metadata"] = part["metadata"]
-    return out
-
-
-def message_out(message: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in message.items() if k != "parts"}
-    out["content"] = [_part_out(p) for p in message.get("parts", ())]
-    return out
-
-
-def _status_out(status: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(status)
-    if out.get("state") == m.CANCELED:
-        out["state"] = CANCELLED_03
-    if isinstance(out.get("message"), Mapping):
-        out["message"] = message_out(out["message"])
-    return out
-
-
-def _artifact_out(artifact: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(artifact)
-    out["parts"] = [_part_out(p) for p in artifact.get("parts", ())]
-    return out
-
-
-def task_out(task: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 task as 0.3 proto JSON."""
-    out = dict(task)
-    if isinstance(out.get("status"), Mapping):
-        out["status"] = _status_out(out["status"])
-    if "history" in out:
-        out["history"] = [message_out(x) for x in out["history"]]
-    if "artifacts" in out:
-        out["artifacts"] = [_artifact_out(a) for a in out["artifacts"]]
-    return out
-
-
-def event_out(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 stream event (``{"task"|"message"|"statusUpdate"|"artifactUpdate": ...}``,
-    also a SendMessage result) as its 0.3 counterpart."""
-    if "task" in event:
-        return {"task": task_out(event["task"])}
-    if "message" in event:
-        return {"message": message_out(event["message"])}
-    if "statusUpdate" in event:
-        update = dict(event["statusUpdate"])
-        state = update.get("status", {}).get("state")
-        update["status"] = _status_out(update.get("status", {}))
-        update["final"] = state in _FINAL_STATES
-        return {"statusUpdate": update}
-    if "artifactUpdate" in event:
-        update = dict(event["artifactUpdate"])
-        update["artifact"] = _artifact_out(update["artifact"])
-        return {"artifactUpdate": update}
-    return dict(event)
-
-
-def push_config_out(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A flat 1.0 ``TaskPushNotificationConfig`` as the 0.3 resource (``name``, ...)."""
-    inner = {k: config[k] for k in ("id", "url", "token") if config.get(k) is not None}
-    auth = config.get("authentication")
-    if isinstance(auth, Mapping):
-        inner["authentication"] = {"schemes": [auth["scheme"]] if auth.get("scheme") else []}
-        if auth.get("credentials") is not None:
-            inner["authentication"]["credentials"] = auth["credentials"]
-    return {
-        "name": f"tasks/{config.get('taskId', '')}/pushNotificationConfigs/{config.get('id', '')}",
-        "pushNotificationConfig": inner,
-    }
-
+# ---- the 0.3 card -------------------------------------------------------------------------
 
 _CARD_FIELDS_03 = (
     "protocolVersion",
@@ -384,27 +293,3 @@ def card_out(card: Mapping[str, Any]) -> dict[str, Any]:
         skills.append(entry)
     out["skills"] = skills
     return out
-
-
-def result_out(op: str, result: Any) -> Any:
-    """The result of operation ``op`` (rendered in 1.0) as the 0.3 binding answers it."""
-    if op == "send":
-        return event_out(result)
-    if op in ("get", "cancel"):
-        return task_out(result)
-    if op == "list" and isinstance(result, Mapping):
-        return {**result, "tasks": [task_out(t) for t in result.get("tasks", ())]}
-    if op in ("push_set", "push_get") and isinstance(result, Mapping):
-        return push_config_out(result)
-    if op == "push_list" and isinstance(result, Mapping):
-        listed: dict[str, Any] = {
-            "configs": [push_config_out(c) for c in result.get("configs", ())]
-        }
-        if result.get("nextPageToken"):
-            listed["nextPageToken"] = result["nextPageToken"]
-        return listed
-    if op == "push_delete":
-        return {}  # google.protobuf.Empty
-    if op == "card" and isinstance(result, Mapping):
-        return card_out(result)
-    return result

@@ -237,7 +237,7 @@ class A2AService:
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
             # A task made in the 0.1 shape reads back in it, unless the request speaks 1.0.
-            dialect = m.V01 if origin == m.V01 and d != m.V1 else d
+            dialect = m.V01 if origin == m.V01 and d == m.V03 else d
             return task.to_json(dialect, history_length=op.params.history_length)
         if op.op == "cancel":
             task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
@@ -280,10 +280,12 @@ class A2AService:
         if op.op == "push_list":
             configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
             listed = [c.to_json(d) for c in configs]
-            return {"configs": listed, "nextPageToken": ""} if d == m.V1 else listed
+            if d == m.V1:
+                return {"configs": listed, "nextPageToken": ""}
+            return {"configs": listed} if d == m.REST03 else listed
         if op.op == "push_delete":
             await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent, owner=owner)
-            return {} if d == m.V1 else None
+            return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
         if op.op == "card":
             if not self.settings.api_key:
                 raise m.A2AError(
@@ -295,7 +297,8 @@ class A2AService:
             if name is None:
                 raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
             self.check_agent(name)
-            return build_card(self, name, base_url, extended=True, root=agent is None)
+            card = build_card(self, name, base_url, extended=True, root=agent is None)
+            return rest03.card_out(card) if d == m.REST03 else card
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(
@@ -738,10 +741,8 @@ async def _rest(
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
             events = await service.open_stream(op, name, header_trace(req.headers), req)
-            return _sse(_events_v03(events) if v03 else events)
+            return _sse(events)
         result = await service.execute(op, name, header_trace(req.headers), req)
-        if v03:
-            result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
@@ -872,17 +873,13 @@ def _loads(body: bytes) -> Any:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None
 
 
-async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
-    async for event in events:
-        yield rest03.event_out(event)
-
-
 def _rest_operation(
     request: PlainRequest, path: str, *, v03: bool = False, push: bool = True
 ) -> p.Operation:
     """Map an HTTP+JSON request (method + path) to an operation; ``v03``: the 0.3 shapes.
     ``push=False``: push-config operations are refused (-32003) before their body is read."""
     method = request.method
+    d = m.REST03 if v03 else m.V1
     parts = path.strip("/").split("/")
 
     def body() -> Any:
@@ -895,44 +892,42 @@ def _rest_operation(
         op = "send" if path == "message:send" else "stream"
         data = body()
         return p.Operation(
-            op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1
+            op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), d
         )
     if path == "tasks" and method == "GET":
-        return p.Operation("list", p.parse_list(request.args), m.V1)
+        return p.Operation("list", p.parse_list(request.args), d)
     if method == "GET" and (
         path == "extendedAgentCard" or (v03 and path == "card")
     ):  # 0.3: GET /v1/card
-        return p.Operation("card", None, m.V1)
+        return p.Operation("card", None, d)
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
         if ident.endswith(":cancel") and method == "POST":
-            return p.Operation("cancel", p.TaskQuery(_path_id(ident[: -len(":cancel")])), m.V1)
+            return p.Operation("cancel", p.TaskQuery(_path_id(ident[: -len(":cancel")])), d)
         if ident.endswith(":subscribe") and method in ("GET", "POST"):
-            return p.Operation(
-                "subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), m.V1
-            )
+            return p.Operation("subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), d)
         if method == "GET" and ":" not in ident:
             params: dict[str, Any] = {"id": _path_id(ident)}
             for key in ("historyLength", "history_length") if v03 else ("historyLength",):
                 if key in request.args:  # 0.3 proto JSON: either spelling
                     params["historyLength"] = request.args[key]
-            return p.Operation("get", p.parse_params("get", params, m.V1), m.V1)
+            return p.Operation("get", p.parse_params("get", params, m.V1), d)
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
         if not push:
             raise m.push_not_supported()
         task_id = _path_id(parts[1])
         if len(parts) == 3 and method == "POST":
             if v03:
-                return p.Operation("push_set", rest03.push_config_in(body(), task_id), m.V1)
+                return p.Operation("push_set", rest03.push_config_in(body(), task_id), d)
             data = dict(body())
             data["taskId"] = task_id
-            return p.Operation("push_set", m.push_config_from_json(data), m.V1)
+            return p.Operation("push_set", m.push_config_from_json(data), d)
         if len(parts) == 3 and method == "GET":
-            return p.Operation("push_list", p.PushQuery(task_id), m.V1)
+            return p.Operation("push_list", p.PushQuery(task_id), d)
         if len(parts) == 4 and method == "GET":
-            return p.Operation("push_get", p.PushQuery(task_id, _path_id(parts[3])), m.V1)
+            return p.Operation("push_get", p.PushQuery(task_id, _path_id(parts[3])), d)
         if len(parts) == 4 and method == "DELETE":
-            return p.Operation("push_delete", p.PushQuery(task_id, _path_id(parts[3])), m.V1)
+            return p.Operation("push_delete", p.PushQuery(task_id, _path_id(parts[3])), d)
     raise m.A2AError(m.METHOD_NOT_FOUND, f"no A2A operation at {method} {path[:100]!r}")
 
 
