@@ -207,7 +207,6 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             else:
                 reason = f"{type(exc).__name__}: {exc}"
             peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
-            service.external_errors[agent.name] = reason
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",
                 agent.name,
@@ -219,12 +218,10 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             await trio.sleep(delay)
             delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
             continue
-        service.external_errors.pop(agent.name, None)
         try:
             service.kernel.add_tool(external_tool(agent, info, options))
         except Exception as exc:  # a name clash: trying again would not help
             peer.status, peer.error = "failed", f"cannot register its tool: {exc}"
-            service.external_errors[agent.name] = str(exc)
             log.error("A2A external agent %s: cannot register its tool: %s", agent.name, exc)
             return
         peer.status, peer.error, peer.tool = "connected", None, tool_name(agent.name)

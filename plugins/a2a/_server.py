@@ -87,7 +87,6 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.push: PushDispatcher | None = None
-        self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
