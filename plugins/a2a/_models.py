@@ -135,10 +135,6 @@ class A2AError(Exception):
         return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
 
     @property
-    def reason(self) -> str:
-        return self._reasons()[0]
-
-    @property
     def http_status(self) -> int:
         return self._reasons()[1]
 
@@ -150,7 +146,7 @@ class A2AError(Exception):
         out: list[dict[str, Any]] = [
             {
                 "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": self.reason,
+                "reason": self._reasons()[0],
                 "domain": "a2a-protocol.org",
                 "metadata": metadata,
             }

@@ -15,12 +15,11 @@ import attrs
 from roost.kernel import InvalidInput, check_json_input, is_mapping, jsonrpc
 
 from . import _models as m
-from ._tasks import SendOptions, iso_to_epoch
+from ._tasks import DEFAULT_PAGE_SIZE, ListQuery, SendOptions, iso_to_epoch
 
 SUPPORTED_VERSIONS = (m.V1, m.V03)
 VERSION_HEADER = "A2A-Version"
 MAX_PAGE_SIZE = 100
-DEFAULT_PAGE_SIZE = 50
 
 STREAMING_OPS = frozenset({"stream", "subscribe"})
 
@@ -83,17 +82,6 @@ class SendParams:
 class TaskQuery:
     id: str
     history_length: int | None = None
-
-
-@attrs.frozen
-class ListQuery:
-    context_id: str | None = None
-    state: str | None = None
-    page_size: int = DEFAULT_PAGE_SIZE
-    page_token: str | None = None
-    history_length: int | None = None
-    updated_after: float | None = None
-    include_artifacts: bool = False
 
 
 @attrs.frozen

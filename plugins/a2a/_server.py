@@ -242,17 +242,8 @@ class A2AService:
             task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
             return task.to_json(d)
         if op.op == "list":
-            q: p.ListQuery = op.params
-            found, token, total = await tasks.list(
-                agent=agent,
-                context_id=q.context_id,
-                state=q.state,
-                page_size=q.page_size,
-                page_token=q.page_token,
-                updated_after=q.updated_after,
-                include_artifacts=q.include_artifacts,
-                owner=owner,
-            )
+            q = op.params
+            found, token, total = await tasks.list(q, agent=agent, owner=owner)
             return {
                 "tasks": [
                     t.to_json(

@@ -147,6 +147,22 @@ class SendOptions:
     push: m.PushConfig | None = None
 
 
+DEFAULT_PAGE_SIZE = 50
+
+
+@attrs.frozen
+class ListQuery:
+    """ListTasks parameters."""
+
+    context_id: str | None = None
+    state: str | None = None
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str | None = None
+    history_length: int | None = None
+    updated_after: float | None = None
+    include_artifacts: bool = False
+
+
 class TaskManager:
     """Runs A2A tasks on a kernel and keeps them in a ``TaskStore``."""
 
@@ -256,31 +272,21 @@ class TaskManager:
         return live
 
     async def list(
-        self,
-        *,
-        agent: str | None,
-        context_id: str | None,
-        state: str | None,
-        page_size: int,
-        page_token: str | None,
-        updated_after: float | None,
-        include_artifacts: bool = True,
-        owner: str,
+        self, q: ListQuery, *, agent: str | None, owner: str
     ) -> tuple[list[m.Task], str, int]:
-        """``owner``'s tasks (never another principal's), newest first."""
-        before = parse_page_token(page_token) if page_token else None
+        """``owner``'s tasks (never another principal's) matching ``q``, newest first."""
         rows, total = await self.store.list(
             owner=owner,
-            context_id=context_id,
-            state=state,
+            context_id=q.context_id,
+            state=q.state,
             agent=agent,
-            updated_after=updated_after,
-            limit=page_size + 1,
-            before=before,
-            with_artifacts=include_artifacts,
+            updated_after=q.updated_after,
+            limit=q.page_size + 1,
+            before=parse_page_token(q.page_token) if q.page_token else None,
+            with_artifacts=q.include_artifacts,
         )
-        more = len(rows) > page_size
-        rows = rows[:page_size]
+        more = len(rows) > q.page_size
+        rows = rows[: q.page_size]
         tasks = [
             self.live[r.id].task if r.id in self.live else m.task_from_json(r.data["task"])
             for r in rows
