@@ -4,7 +4,8 @@ the 0.3 shape (``kind`` fields, lowercase states) and the seed's 0.1 shape (``ty
 
 Inside roost every object is a 1.0 model; ``*_from_json(obj, dialect)`` reads any of the
 three shapes (raising ``A2AError`` -32602 that names the field) and ``*.to_json(dialect)``
-writes one, or the 0.3 HTTP+JSON binding's proto JSON (``REST03``). Timestamps are ISO 8601 UTC with milliseconds, as the spec asks.
+writes one, or the 0.3 HTTP+JSON binding's proto JSON (``REST03``). Timestamps are ISO
+8601 UTC with milliseconds, as the spec asks.
 """
 
 from __future__ import annotations
