@@ -67,7 +67,6 @@ class Operation:
     params: Any
     dialect: str
     id: Any = None
-    method: str = ""
 
 
 @attrs.frozen
@@ -294,7 +293,7 @@ def parse_jsonrpc(
         op, dialect = resolve_method(method, version)
         if not push and op in PUSH_OPS:
             raise m.push_not_supported()
-        return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id, method)
+        return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id)
     except m.A2AError as exc:
         exc.rpc_id = rpc_id
         exc.dialect = m.V1 if method in m.V1_METHODS else m.V03

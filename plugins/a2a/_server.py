@@ -767,7 +767,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
                 f"{lp}/tasks/send takes the method tasks/send; "
                 f"send {method[:100]!r} to {lp}/jsonrpc",
             )
-        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
+        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id)
         result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
