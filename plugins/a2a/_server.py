@@ -235,7 +235,7 @@ class A2AService:
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            # A task made in the 0.1 shape reads back in it, unless the request speaks 1.0.
+            # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
             dialect = m.V01 if origin == m.V01 and d == m.V03 else d
             return task.to_json(dialect, history_length=op.params.history_length)
         if op.op == "cancel":
