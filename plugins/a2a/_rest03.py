@@ -184,11 +184,6 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
         raise m.A2AError(exc.code, message, fields=fields) from None
 
 
-def _field(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
-    """A proto field by its JSON name or its proto name."""
-    return obj[camel] if camel in obj else obj.get(snake)
-
-
 def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``: ``body``
     is the ``CreateTaskPushNotificationConfigRequest`` (``parent``, ``configId``, ``config``;
@@ -207,7 +202,9 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
             )
         id_key = _key(body, "configId", "config_id", "") or "configId"
         config_id = body.get(id_key)
-    elif isinstance(_field(body, "pushNotificationConfig", "push_notification_config"), Mapping):
+    elif isinstance(
+        body.get("pushNotificationConfig", body.get("push_notification_config")), Mapping
+    ):
         config, where, config_id, id_key = body, "body", None, "configId"
     else:
         raise m.invalid(
