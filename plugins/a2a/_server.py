@@ -130,11 +130,7 @@ class A2AService:
 
     # ---- agents ----------------------------------------------------------------------
     def a2a_agents(self) -> list[str]:
-        return [
-            n
-            for n, man in self.kernel.agents.items()
-            if man.a2a.enabled and n not in self.kernel.agent_errors
-        ]
+        return [n for n in self.kernel.agents if self.is_a2a_agent(n)]
 
     def is_a2a_agent(self, name: str) -> bool:
         man = self.kernel.agents.get(name)
