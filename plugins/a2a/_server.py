@@ -304,7 +304,8 @@ class A2AService:
             params.message,
             params.options,
             trace=self._caller_trace(params, trace, target),
-            dialect=op.dialect,
+            # 0.3 REST renders 1.0 tasks: stored (and pushed) as 1.0, as earlier daemons read it
+            dialect=m.V1 if op.dialect == m.REST03 else op.dialect,
             task_id=params.task_id,
             owner=owner,
             wait=wait,

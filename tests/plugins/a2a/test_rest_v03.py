@@ -926,3 +926,23 @@ async def test_sdk_03_rest_client_subscribes_and_cancels(daemon):
     for events in (streamed, seen):
         assert events[-1].status_update.task_id == task.id
         assert events[-1].status_update.status.state == a2a_pb2.TASK_STATE_CANCELED
+
+
+async def test_a_task_sent_over_the_03_paths_is_stored_in_the_10_dialect(daemon):
+    """The /v1/ paths render 1.0 tasks in 0.3 proto JSON; the task itself is a 1.0 task,
+    and its stored ``dialect`` (which webhooks' shape follows, and which daemons of earlier
+    versions read from the same a2a.db) says so, never the rendering's name."""
+    from roost.plugins.a2a._server import service_for
+
+    kernel, url = daemon
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        sent = await http.post(V1_SEND, json=_message({"text": "kept"}))
+        assert sent.status_code == 200, sent.text
+        async with http.stream(
+            "POST", "/a2a/agents/echo/rest/v1/message:stream", json=_message({"text": "s"})
+        ) as r:
+            first = await anext(line async for line in r.aiter_lines() if line.startswith("data"))
+    store = service_for(kernel).tasks.store
+    for task_id in (sent.json()["task"]["id"], json.loads(first[6:])["task"]["id"]):
+        row = await wait_until(lambda t=task_id: store.get(t), "the task's row")
+        assert row.data["dialect"] == m.V1
