@@ -136,6 +136,11 @@ class A2AError(Exception):
         return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
 
     @property
+    def reason(self) -> str:
+        """The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...)."""
+        return self._reasons()[0]
+
+    @property
     def http_status(self) -> int:
         return self._reasons()[1]
 
@@ -147,7 +152,7 @@ class A2AError(Exception):
         out: list[dict[str, Any]] = [
             {
                 "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": self._reasons()[0],
+                "reason": self.reason,
                 "domain": "a2a-protocol.org",
                 "metadata": metadata,
             }
