@@ -133,6 +133,7 @@ class A2AService:
         return [n for n in self.kernel.agents if self.is_a2a_agent(n)]
 
     def is_a2a_agent(self, name: str) -> bool:
+        """``name in a2a_agents()``, without listing them."""
         man = self.kernel.agents.get(name)
         return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
 
