@@ -2,13 +2,11 @@
 subscribe and poll with backoff — whichever protocol the agent speaks.
 
 Every URL is checked against SSRF rules (after DNS) before it is fetched; requests time out
-after 30 s (streams: between events); ``User-Agent: roost/<version> A2A``. A request
-answered HTTP 429 or 503 is sent again after the server's ``Retry-After`` (bounded in count,
-and never past the 30 s or the caller's deadline); any other HTTP error fails at once,
-naming the status and the server's message. What an agent sends is read up to a cap, never
-whole first: a card 1 MiB, a JSON-RPC answer or one SSE event ``MAX_ANSWER_BYTES``, an
-error body its first 64 KiB; past the cap the call fails at once naming the limit and the
-URL. Pass ``transport=httpx.MockTransport(...)`` to test without a network.
+after 30 s (streams: between events). HTTP 429 or 503 is retried after the server's
+``Retry-After`` (bounded in count, within the 30 s and the caller's deadline); any other
+HTTP error fails at once with the server's message. What an agent sends is read up to a cap
+(a card 1 MiB, an answer or SSE event ``MAX_ANSWER_BYTES``, an error body 64 KiB); past it
+the call fails naming the limit and the URL.
 """
 
 from __future__ import annotations
@@ -71,8 +69,8 @@ class A2AClientError(m.A2AError):
 
 
 def _refused(status: int, body: bytes, url: str) -> A2AClientError:
-    """The error for a request answered with HTTP ``status`` >= 400 (any body): the status
-    and the server's own message; a JSON-RPC error's code and data are kept."""
+    """The error for HTTP ``status`` >= 400: the status and the server's own message (a
+    JSON-RPC error's code and data kept)."""
     code, data = m.INTERNAL_ERROR, None
     try:
         value = json.loads(body[:ERROR_BODY_BYTES]) if body else None
@@ -292,9 +290,8 @@ class A2AClient:
     async def _send_with_retries(
         self, method: str, url: str, limit: int, what: str, **kwargs: Any
     ) -> tuple[int, bytes]:
-        """One request (see ``_response``); the last answer's status and body: at most
-        ``limit`` bytes of a success (more fails at once, naming ``what``), an error's first
-        64 KiB."""
+        """One request (``_response``): the status and body (of a success at most ``limit``
+        bytes, more fails naming ``what``; of an error its first 64 KiB)."""
         failed = f"cannot reach {public_url(url)}"
         async with self._response(method, url, failed, **kwargs) as (response, body):
             if response.status_code < 400:
@@ -306,10 +303,9 @@ class A2AClient:
         self, method: str, url: str, failed: str, **kwargs: Any
     ) -> AsyncIterator[tuple[httpx.Response, bytes]]:
         """The answer to one request, sent again while it is HTTP 429/503 and the server's
-        ``Retry-After`` fits (``http_retry_wait``: bounded in count, within ``timeout`` and
-        the caller's deadline): a success open for the block to read, an error with its
-        first 64 KiB. A failure to talk to ``url`` (or a body past its cap) while the block
-        reads raises ``A2AClientError``, the former starting with ``failed``."""
+        ``Retry-After`` fits (``http_retry_wait``): a success open for the block to read, an
+        error with its first 64 KiB. Failing to talk to ``url`` raises ``A2AClientError``
+        starting with ``failed``."""
         deadline = trio.current_time() + self.timeout
         retries = 0
         while True:
@@ -343,11 +339,10 @@ class A2AClient:
             )
             await trio.sleep(wait)
 
+    @staticmethod
     def _send_params(
-        self,
         agent: AgentInfo,
         message: str | m.Message,
-        *,
         context_id: str | None,
         task_id: str | None,
         metadata: Mapping[str, Any] | None,
@@ -355,7 +350,7 @@ class A2AClient:
         return_immediately: bool | None,
     ) -> dict[str, Any]:
         """The params of a send in ``agent``'s protocol (``return_immediately`` None: a
-        stream's, without configuration); ``metadata`` and the trace join the message's."""
+        stream's); ``metadata`` and the trace join the message's."""
         if isinstance(message, str):
             message = m.Message(m.new_id(), m.ROLE_USER, (m.Part(text=message),))
         meta = dict(message.metadata or {})
@@ -394,16 +389,9 @@ class A2AClient:
         """Send a message; returns the task (or a direct message reply)."""
         info = await self._agent(agent)
         params = self._send_params(
-            info,
-            message,
-            context_id=context_id,
-            task_id=task_id,
-            metadata=metadata,
-            trace=trace,
-            return_immediately=return_immediately,
+            info, message, context_id, task_id, metadata, trace, return_immediately
         )
-        result = await self._call(info, "send", params, trace)
-        return _task_or_message(result)
+        return _task_or_message(await self._call(info, "send", params, trace))
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -450,15 +438,7 @@ class A2AClient:
     ) -> AsyncIterator[m.Event]:
         """Send a message and yield the task's events as they come (SSE)."""
         info = await self._agent(agent)
-        params = self._send_params(
-            info,
-            message,
-            context_id=context_id,
-            task_id=task_id,
-            metadata=metadata,
-            trace=trace,
-            return_immediately=None,
-        )
+        params = self._send_params(info, message, context_id, task_id, metadata, trace, None)
         async for event in self._stream(info, "stream", params, trace):
             yield event
 
@@ -483,8 +463,7 @@ class A2AClient:
 
 
 async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncIterator[m.Event]:
-    """The events of a streamed answer (or the one result of a plain JSON answer), each
-    read up to ``MAX_ANSWER_BYTES``."""
+    """The events of a streamed answer (or the result of a plain JSON answer)."""
     if "text/event-stream" not in response.headers.get("content-type", ""):
         body = await read_body(response, MAX_ANSWER_BYTES, what="the JSON-RPC answer")
         yield _event(_result(response.status_code, body, url), info)
@@ -585,8 +564,7 @@ async def discover(url: str, **client_options: Any) -> AgentInfo:
 
 
 def task_text(task: m.Task | m.Message) -> str:
-    """The readable outcome of a task: its artifacts (a file's bytes only counted), else
-    its status message."""
+    """A task's artifacts as text (a file's bytes only counted), else its status message."""
     if isinstance(task, m.Message):
         return task.text()
     pieces = [p.summary() for a in task.artifacts for p in a.parts]

@@ -1,12 +1,10 @@
 """External A2A agents (``[[a2a.external_agents]]``), offered to local agents as tools.
 
-Each is discovered in the background at boot, never holding up the boot. One that cannot
-be reached (not started yet, down, refusing) is tried again for as long as the kernel runs,
-1 s doubling to a 60 s cap; its state (``external_status``, ``GET /api/a2a/external_agents``)
-says ``failed`` with the last error and the time of the next attempt. Once discovered, the
-tool ``a2a_{name}`` sends a message there (with the entry's ``headers``) and returns the
-answer, tainted as untrusted. The caller's trace context travels in the message metadata
-and the HTTP headers, so the depth breaker holds across A2A hops.
+Each is discovered in the background, never holding up the boot; one that cannot be reached
+is tried again while the kernel runs (1 s doubling to 60 s), its state (``GET
+/api/a2a/external_agents``) saying why. Once discovered, the tool ``a2a_{name}`` sends a
+message there (with the entry's ``headers``) and returns the answer, tainted as untrusted;
+the trace context travels along, so the depth breaker holds across A2A hops.
 """
 
 from __future__ import annotations
@@ -152,9 +150,8 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
 
 
 def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
-    """What a tool call's span says of the A2A agent it reaches: ``peer`` ("a2a"),
-    ``peer_name``, ``peer_url`` and, for a roost daemon (its card's provider is roost),
-    ``peer_dashboard``: the daemon's base URL."""
+    """What a tool call's span says of the A2A agent it reaches (for a roost daemon also
+    ``peer_dashboard``, its base URL)."""
     url = public_url(info.jsonrpc_url or info.rest_url or agent.url)  # no key in a span
     out: dict[str, Any] = {"peer": "a2a", "peer_name": agent.name, "peer_url": url}
     provider = info.card.get("provider")
@@ -166,8 +163,8 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
 
 
 def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
-    """The remote task's file and data parts become the asking run's outputs (its text is
-    the tool's result already), each artifact whole or not at all, within the run's bounds."""
+    """The remote task's file and data parts become the asking run's outputs (each artifact
+    whole or not at all, within the run's bounds)."""
     for artifact in task.artifacts:
         parts = tuple(p.to_output() for p in artifact.parts if p.text is None)
         if not parts:
@@ -181,8 +178,7 @@ def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
 
 
 async def discover_external_agents(service: Any) -> None:
-    """Discover every configured external agent concurrently, each until it answers, and
-    register its tool (runs in the A2A service's nursery until the kernel stops)."""
+    """Discover every external agent concurrently, each until it answers; register its tool."""
     peers = service.external_peers
     async with trio.open_nursery() as nursery:
         for agent in service.settings.external_agents:
@@ -211,7 +207,6 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             else:
                 reason = f"{type(exc).__name__}: {exc}"
             peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
-            service.external_errors[agent.name] = reason
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",
                 agent.name,
@@ -223,12 +218,10 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
             await trio.sleep(delay)
             delay = min(delay * 2, DISCOVERY_BACKOFF_MAX_S)
             continue
-        service.external_errors.pop(agent.name, None)
         try:
             service.kernel.add_tool(external_tool(agent, info, options))
         except Exception as exc:  # a name clash: trying again would not help
             peer.status, peer.error = "failed", f"cannot register its tool: {exc}"
-            service.external_errors[agent.name] = str(exc)
             log.error("A2A external agent %s: cannot register its tool: %s", agent.name, exc)
             return
         peer.status, peer.error, peer.tool = "connected", None, tool_name(agent.name)

@@ -1,25 +1,14 @@
 """The daemon's own errors on A2A routes, in A2A 1.0's shapes (``RouteDescriptor.render_error``).
 
-The HTTP layer answers some requests before an A2A handler sees them: 401 (bearer token),
-403 (Origin), 404/405 (no such route or method), 413 (body too large), 429 (rate limit) and
-500 (an unhandled exception). On A2A routes those answers keep their HTTP status and
-headers (Retry-After, WWW-Authenticate) and get a body an A2A client can parse:
-
-* JSON-RPC binding: ``{"jsonrpc": "2.0", "id": null, "error": {"code", "message", "data":
-  [ErrorInfo]}}``. Codes (``roost.plugins.http.jsonrpc_error_code``): -32601 no such route,
-  -32600 a request refused as sent (400, 405, 413, 415, ...), -32603 an unhandled exception,
-  and -32000 (JSON-RPC's implementation-defined server error, outside A2A's -32001..-32099)
-  for 401, 403, 429 and other roost errors.
-* HTTP+JSON binding (and the card and 0.1 routes): AIP-193, ``{"error": {"code": <HTTP
-  status>, "status": "<google.rpc.Code name>", "message", "details": [ErrorInfo]}}``, in
-  the media type the route's own answers have: ``application/a2a+json`` on the 1.0
-  HTTP+JSON routes (``render_rest_error``), ``application/json`` on their 0.3 ``/v1/``
-  paths, the cards and the 0.1 routes (``render_json_error``).
-
-The ``google.rpc.ErrorInfo`` carries A2A's reason (domain ``a2a-protocol.org``) where the
-JSON-RPC code is one A2A names (INVALID_REQUEST, METHOD_NOT_FOUND, INTERNAL_ERROR), else
-roost's code upper-cased (UNAUTHORIZED, ORIGIN_FORBIDDEN, RATE_LIMITED; domain ``roost``);
-its metadata names the HTTP status and roost's code (``httpStatus``, ``roostCode``).
+The HTTP layer answers some requests before an A2A handler sees them (401, 403 Origin,
+404/405, 413, 429, 500). On A2A routes those answers keep their status and headers and get
+a body an A2A client can parse: on the JSON-RPC binding a JSON-RPC error (``id`` null; the
+code from ``roost.plugins.http.jsonrpc_error_code``: -32601 no route, -32600 refused as
+sent, -32603 unhandled, else -32000, outside A2A's -32001..-32099); elsewhere an AIP-193
+error object (``{"error": {"code", "status", "message", "details"}}``) in the route's own
+media type. Its ``google.rpc.ErrorInfo`` carries A2A's reason where the code is one A2A
+names, else roost's code upper-cased (domain ``roost``), and in its metadata the HTTP
+status and roost's code (``httpStatus``, ``roostCode``).
 """
 
 from __future__ import annotations
@@ -75,33 +64,23 @@ def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, An
     return rpc_code, details
 
 
-def render_jsonrpc_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on the A2A JSON-RPC binding: a JSON-RPC error response, ``id`` null."""
+def media_type(binding: str) -> str:
+    """The media type of a route's answers: ``application/a2a+json`` on the 1.0 HTTP+JSON
+    routes (binding ``rest``), ``application/json`` on every other A2A route."""
+    return A2A_JSON if binding == "rest" else "application/json"
+
+
+def render_error(binding: str, status: int, code: str, message: str) -> tuple[bytes, str]:
+    """A daemon error on a route of ``binding`` (``RouteDescriptor.render_error``, bound
+    with ``partial``): a JSON-RPC error response with ``id`` null, else an AIP-193 error
+    object, in the route's media type."""
     rpc_code, details = _error(status, code, message)
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": rpc_code, "message": message, "data": details},
-    }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
-
-
-def render_json_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on an A2A route answered in ``application/json`` (the 0.3 HTTP+JSON
-    paths, the cards, the 0.1 routes): an AIP-193 error object."""
-    _, details = _error(status, code, message)
-    body = {
-        "error": {
-            "code": status,
-            "status": canonical_status(status),
-            "message": message,
-            "details": details,
+    if binding == "jsonrpc":
+        error = {"code": rpc_code, "message": message, "data": details}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "error": error}
+    else:
+        status_name = canonical_status(status)
+        body = {
+            "error": {"code": status, "status": status_name, "message": message, "details": details}
         }
-    }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
-
-
-def render_rest_error(status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on the A2A 1.0 HTTP+JSON binding: an AIP-193 error object in the
-    binding's media type, ``application/a2a+json`` (as its handler answers)."""
-    return render_json_error(status, code, message)[0], A2A_JSON
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(), media_type(binding)

@@ -4,7 +4,8 @@ the 0.3 shape (``kind`` fields, lowercase states) and the seed's 0.1 shape (``ty
 
 Inside roost every object is a 1.0 model; ``*_from_json(obj, dialect)`` reads any of the
 three shapes (raising ``A2AError`` -32602 that names the field) and ``*.to_json(dialect)``
-writes one. Timestamps are ISO 8601 UTC with milliseconds, as the spec asks.
+writes one, or the 0.3 HTTP+JSON binding's proto JSON (``REST03``). Timestamps are ISO
+8601 UTC with milliseconds, as the spec asks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from roost.kernel import json_type_name as _jtype
 V1 = "1.0"
 V03 = "0.3"
 V01 = "0.1"
+# The 0.3 HTTP+JSON binding (its ``/v1/`` paths) speaks the 0.3 proto's JSON: 1.0's shapes
+# but for a few (file and data parts, ``content``, ``final``, push configs; see _rest03).
+REST03 = "0.3-rest"
+_BARE_EVENTS = frozenset({V03, V01})  # stream events not wrapped as {"statusUpdate": ...}
 
 # JSON-RPC method → operation, per dialect (0.1 adds its own send and stream to 0.3's).
 V1_METHODS = {
@@ -132,6 +137,7 @@ class A2AError(Exception):
 
     @property
     def reason(self) -> str:
+        """The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...)."""
         return self._reasons()[0]
 
     @property
@@ -252,7 +258,11 @@ def state_from_json(value: Any, field: str = "state") -> str:
 
 
 def state_to_json(state: str, dialect: str) -> str:
-    return state if dialect == V1 else _STATE_TO_OLD.get(state, "unknown")
+    if dialect == V1:
+        return state
+    if dialect == REST03:
+        return "TASK_STATE_CANCELLED" if state == CANCELED else state
+    return _STATE_TO_OLD.get(state, "unknown")
 
 
 def now_iso() -> str:
@@ -348,22 +358,24 @@ class Part:
             if self.media_type is not None:
                 out["mediaType"] = self.media_type
             return out
-        tag = "kind" if dialect == V03 else "type"
+        rest = dialect == REST03  # no kind tag; fileWithBytes/fileWithUri; data in data
+        out = {} if rest else {"kind" if dialect == V03 else "type": self.kind}
         if self.text is not None:
-            out = {tag: "text", "text": self.text}
+            out["text"] = self.text
         elif self.has_data:
-            out = {tag: "data", "data": data_as_object(self.data)}
+            data = data_as_object(self.data)
+            out["data"] = {"data": data} if rest else data
         else:
             file: dict[str, Any] = {}
             if self.raw is not None:
-                file["bytes"] = base64.b64encode(self.raw).decode("ascii")
+                file["fileWithBytes" if rest else "bytes"] = base64.b64encode(self.raw).decode()
             else:
-                file["uri"] = self.url
+                file["fileWithUri" if rest else "uri"] = self.url
             if self.media_type is not None:
                 file["mimeType"] = self.media_type
             if self.filename is not None:
                 file["name"] = self.filename
-            out = {tag: "file", "file": file}
+            out["file"] = file
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
         return out
@@ -530,7 +542,7 @@ class Message:
             out["contextId"] = self.context_id
         if self.task_id:
             out["taskId"] = self.task_id
-        out["role"] = self.role if dialect == V1 else _ROLE_TO_OLD[self.role]
+        out["role"] = self.role if dialect == V1 or dialect == REST03 else _ROLE_TO_OLD[self.role]
         out["parts"] = [p.to_json(dialect) for p in self.parts]
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
@@ -538,8 +550,11 @@ class Message:
             out["extensions"] = list(self.extensions)
         if self.reference_task_ids:
             out["referenceTaskIds"] = list(self.reference_task_ids)
-        if dialect == V03:
-            out["kind"] = "message"
+        if dialect != V1:
+            if dialect == V03:
+                out["kind"] = "message"
+            else:  # REST03
+                out["content"] = out.pop("parts")
         return out
 
 
@@ -774,8 +789,9 @@ class StatusUpdate:
         out["status"] = self.status.to_json(dialect)
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
-        if dialect == V03:
-            out["kind"] = "status-update"
+        if dialect != V1:
+            if dialect == V03:
+                out["kind"] = "status-update"
             out["final"] = self.final
         return out
 
@@ -817,7 +833,7 @@ Event = Task | Message | StatusUpdate | ArtifactUpdate
 def event_to_json(event: Event, dialect: str = V1) -> dict[str, Any]:
     """A stream event: wrapped (``{"statusUpdate": ...}``) in 1.0, bare with ``kind`` in 0.3."""
     body = event.to_json(dialect)
-    if dialect != V1:
+    if dialect in _BARE_EVENTS:
         return body
     key = {
         Task: "task",
@@ -906,6 +922,9 @@ class PushConfig:
         inner = _drop_none(
             {"id": self.id, "url": self.url, "token": self.token, "authentication": auth}
         )
+        if dialect == REST03:  # a resource, named by its path
+            name = f"tasks/{self.task_id}/pushNotificationConfigs/{self.id}"
+            return {"name": name, "pushNotificationConfig": inner}
         return {"taskId": self.task_id, "pushNotificationConfig": inner}
 
 

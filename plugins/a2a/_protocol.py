@@ -15,12 +15,11 @@ import attrs
 from roost.kernel import InvalidInput, check_json_input, is_mapping, jsonrpc
 
 from . import _models as m
-from ._tasks import SendOptions, iso_to_epoch
+from ._tasks import DEFAULT_PAGE_SIZE, ListQuery, SendOptions, iso_to_epoch
 
 SUPPORTED_VERSIONS = (m.V1, m.V03)
 VERSION_HEADER = "A2A-Version"
 MAX_PAGE_SIZE = 100
-DEFAULT_PAGE_SIZE = 50
 
 STREAMING_OPS = frozenset({"stream", "subscribe"})
 
@@ -68,7 +67,6 @@ class Operation:
     params: Any
     dialect: str
     id: Any = None
-    method: str = ""
 
 
 @attrs.frozen
@@ -83,17 +81,6 @@ class SendParams:
 class TaskQuery:
     id: str
     history_length: int | None = None
-
-
-@attrs.frozen
-class ListQuery:
-    context_id: str | None = None
-    state: str | None = None
-    page_size: int = DEFAULT_PAGE_SIZE
-    page_token: str | None = None
-    history_length: int | None = None
-    updated_after: float | None = None
-    include_artifacts: bool = False
 
 
 @attrs.frozen
@@ -306,7 +293,7 @@ def parse_jsonrpc(
         op, dialect = resolve_method(method, version)
         if not push and op in PUSH_OPS:
             raise m.push_not_supported()
-        return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id, method)
+        return Operation(op, parse_params(op, params, dialect, raw=body), dialect, rpc_id)
     except m.A2AError as exc:
         exc.rpc_id = rpc_id
         exc.dialect = m.V1 if method in m.V1_METHODS else m.V03
@@ -322,6 +309,6 @@ def error_json(rpc_id: Any, error: m.A2AError, dialect: str = m.V1) -> dict[str,
 
 
 def send_result(task: m.Task, dialect: str, history_length: int | None = None) -> Any:
-    """The result of SendMessage: ``{"task": ...}`` in 1.0, the bare task otherwise."""
+    """The result of SendMessage: ``{"task": ...}`` in 1.0 (and 0.3 REST), else the bare task."""
     body = task.to_json(dialect, history_length=history_length)
-    return {"task": body} if dialect == m.V1 else body
+    return {"task": body} if dialect == m.V1 or dialect == m.REST03 else body

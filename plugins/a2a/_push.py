@@ -1,15 +1,11 @@
 """Push notifications: POST each task event to the webhooks configured for the task.
 
-Deliveries go through a bounded queue (full → the delivery is dropped and logged, the task
-never waits on a slow webhook) to a few workers; each delivery is retried a bounded number
-of times with exponential backoff. The URL is checked against SSRF rules (metadata,
-link-local, private and loopback addresses, after DNS) when the config is set and again
-for every delivery, and each delivery connects only to the addresses that check approved
-(``PinnedTransport``, shared with the MCP HTTP client), on every retry: a DNS-rebinding
-name cannot answer the check with a public address and the connection with 127.0.0.1.
-Redirects are not followed (a 3xx is a failed attempt); the webhook's status is its whole
-answer (its body is never read). ``Authorization: <scheme> <credentials>`` and
-``X-A2A-Notification-Token`` carry what the client configured.
+Deliveries go through a bounded queue (full: dropped and logged, a task never waits on a
+slow webhook) to a few workers, each retried a bounded number of times with backoff. The URL
+is checked against SSRF rules (after DNS) when the config is set and for every delivery,
+which connects only to the addresses that check approved (``PinnedTransport``), on every
+retry: a DNS-rebinding name cannot pass the check with a public address and connect to
+127.0.0.1. Redirects are not followed; the webhook's status is its whole answer.
 """
 
 from __future__ import annotations
@@ -61,9 +57,8 @@ class PushDispatcher:
         transport: httpx.AsyncBaseTransport | None = None,
         resolver: Resolver | None = None,
     ) -> None:
-        """``transport``: what the pinned connections go through (tests); by default each
-        delivery gets a fresh one, so no connection is shared between webhooks.
-        ``resolver``: how webhook hosts are looked up (default: the system's DNS)."""
+        """``transport``: what pinned connections go through (tests; by default a fresh one
+        per delivery); ``resolver``: how webhook hosts are looked up (default: DNS)."""
         self.store = store
         self.settings = settings or PushSettings()
         self.resolver = resolver
@@ -99,7 +94,7 @@ class PushDispatcher:
             live.push = await self.configs(live.task.id)
         if not live.push:
             return
-        dialect = m.V1 if live.dialect == m.V1 else m.V03
+        dialect = m.V03 if live.dialect in (m.V03, m.V01) else m.V1
         body = m.event_to_json(event, dialect)
         for config in live.push:
             try:
@@ -127,9 +122,7 @@ class PushDispatcher:
             limiter.release()
 
     async def deliver(self, delivery: Delivery) -> bool:
-        """POST one notification, retrying with backoff; True once a 2xx came back. The
-        URL's host is resolved and checked once; every attempt connects to an address that
-        check approved (never to a second DNS answer)."""
+        """POST one notification, retrying with backoff; True once a 2xx came back."""
         pins = self._pins()
         inner = self._transport
         if inner is None:

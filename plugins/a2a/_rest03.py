@@ -1,26 +1,17 @@
 """The 0.3 HTTP+JSON binding (the ``/v1/...`` paths): its shapes, sans I/O.
 
-A2A 0.3's REST binding speaks the proto JSON of the 0.3 ``a2a.proto``, which differs from
-1.0 in a few places: a message carries its parts in ``content`` (not ``parts``); a file
-part is ``{"file": {"fileWithBytes" | "fileWithUri", "mimeType", "name"}}`` and a data
-part ``{"data": {"data": {...}}}``; the cancelled state is spelled
-``TASK_STATE_CANCELLED``; a status update says whether it is ``final``. Push-notification
-configs are resources: ``TaskPushNotificationConfig`` is ``{"name":
-"tasks/{task_id}/pushNotificationConfigs/{config_id}", "pushNotificationConfig": {"id",
-"url", "token", "authentication": {"schemes": [...], "credentials"}}}``, created by
-``{"parent": "tasks/{task_id}", "configId", "config": TaskPushNotificationConfig}`` and
-listed as ``{"configs": [...]}``. ``GET /v1/card`` answers the 0.3 ``AgentCard`` (``url``,
-``preferredTransport``, ``additionalInterfaces: [{url, transport}]``, ``security``,
-``supportsAuthenticatedExtendedCard``). Everything else (``{"task": ...}`` replies,
-``statusUpdate`` / ``artifactUpdate`` stream events, the ``TASK_STATE_*`` and ``ROLE_*``
-enums) is as in 1.0.
+It speaks the proto JSON of the 0.3 ``a2a.proto``, which differs from 1.0 in a few places:
+a message's parts are its ``content``; a file part is ``{"file": {"fileWithBytes" |
+"fileWithUri", "mimeType", "name"}}``, a data part ``{"data": {"data": {...}}}``; the state
+is spelled ``TASK_STATE_CANCELLED``; a status update says whether it is ``final``; a push
+config is the resource ``{"name": "tasks/{id}/pushNotificationConfigs/{cid}",
+"pushNotificationConfig": {...}}``; ``GET /v1/card`` answers the 0.3 ``AgentCard``.
 
-So the server works in 1.0 JSON and these functions translate at the edge: requests in
-(``parse_send`` via ``send_body_in``, ``push_config_in``) before the 1.0 parser sees them,
-results and events out (``result_out``, ``event_out``). Requests may name each field by its
-JSON name or by its proto name (``request``, ``message_id``, ``file_with_bytes``,
-``history_length``, ...), as proto JSON parsers must accept; errors name the field as the
-client wrote it.
+Requests are translated to 1.0 JSON here (``parse_send``, ``push_config_in``); results and
+events are written in these shapes by the models (dialect ``m.REST03``), the card by
+``card_out``. A request may name a field by its JSON name or its proto name
+(``request``, ``message_id``, ``file_with_bytes``: what the a2a-sdk's 0.3 REST client
+sends), as proto JSON parsers must accept; errors name the field as the client wrote it.
 """
 
 from __future__ import annotations
@@ -31,19 +22,9 @@ from typing import Any
 from . import _models as m
 from . import _protocol as p
 
-CANCELLED_03 = "TASK_STATE_CANCELLED"
-_FINAL_STATES = frozenset({m.COMPLETED, m.CANCELED, m.FAILED, m.REJECTED, *m.INTERRUPTED_STATES})
-
-
 # ---- requests: 0.3 → 1.0 JSON -------------------------------------------------------------
-#
-# Proto JSON parsers accept a field by its JSON name (lowerCamelCase, or its ``json_name``)
-# and by its proto name; the a2a-sdk's 0.3 REST client writes the proto names
-# (``{"request": {"message_id", "content": [{"file": {"file_with_bytes", "mime_type"}}]},
-# "configuration": {"accepted_output_modes", "push_notification", "history_length"}}``).
-# The request functions read either spelling and note, in ``names``, under which name the
-# client wrote each field the 1.0 parser reads (1.0 path → the client's path), so that
-# errors name the field as the client wrote it (``parse_send``).
+# Each function notes in ``names`` under which name the client wrote each field the 1.0
+# parser reads (1.0 path → the client's path), so that errors name it that way.
 
 _MESSAGE_FIELDS = (("messageId", "message_id"), ("contextId", "context_id"), ("taskId", "task_id"))
 _CONFIG_FIELDS = (
@@ -138,8 +119,7 @@ def message_in(message: Any, path: str = "message", names: dict[str, str] | None
 
 
 def send_body_in(body: Mapping[str, Any], names: dict[str, str] | None = None) -> dict[str, Any]:
-    """A 0.3 ``message:send`` / ``message:stream`` body (``SendMessageRequest``: the message
-    as ``message`` or by its proto name ``request``) as the 1.0 body."""
+    """A 0.3 ``SendMessageRequest`` (the message as ``message`` or ``request``) as 1.0."""
     names = {} if names is None else names
     out = dict(body)
     key = _key(body, "message", "request", "")
@@ -185,9 +165,9 @@ def _as_written(field: str, names: Mapping[str, str]) -> str:
 
 
 def parse_send(op: str, body: Mapping[str, Any]) -> Any:
-    """The typed parameters of a 0.3 ``message:send`` / ``message:stream`` body: translated
-    (``send_body_in``) and read by the 1.0 parser; its errors name each field as the client
-    wrote it (``request.content[0].file.file_with_bytes``, not ``message.parts[0].raw``)."""
+    """The typed parameters of a 0.3 ``message:send`` / ``message:stream`` body, read by
+    the 1.0 parser; errors name each field as the client wrote it
+    (``request.content[0].file.file_with_bytes``, not ``message.parts[0].raw``)."""
     names: dict[str, str] = {}
     try:
         return p.parse_params(op, send_body_in(body, names), m.V1)
@@ -204,20 +184,12 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
         raise m.A2AError(exc.code, message, fields=fields) from None
 
 
-def _field(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
-    """A proto field by its JSON name or its proto name (proto JSON parsers accept both;
-    the a2a-sdk 0.3 REST client sends the proto names)."""
-    return obj[camel] if camel in obj else obj.get(snake)
-
-
 def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
-    """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``.
-
-    ``body`` is the 0.3 ``CreateTaskPushNotificationConfigRequest`` (``{"parent":
-    "tasks/{task_id}", "configId", "config": {"name", "pushNotificationConfig": {...}}}``,
-    what 0.3 clients send), or just its ``config`` (the proto's HTTP rule says ``body:
-    "config"``). The task is the one in the path; a ``parent`` or ``config.name`` naming
-    another task is refused, as is a ``configId`` that differs from the config's ``id``."""
+    """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``: ``body``
+    is the ``CreateTaskPushNotificationConfigRequest`` (``parent``, ``configId``, ``config``;
+    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``).
+    A ``parent``, ``config.name`` or ``configId`` that contradicts the path or ``id`` is
+    refused."""
     if "config" in body:
         config, where = body["config"], "config"
         if not isinstance(config, Mapping):
@@ -230,7 +202,9 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
             )
         id_key = _key(body, "configId", "config_id", "") or "configId"
         config_id = body.get(id_key)
-    elif isinstance(_field(body, "pushNotificationConfig", "push_notification_config"), Mapping):
+    elif isinstance(
+        body.get("pushNotificationConfig", body.get("push_notification_config")), Mapping
+    ):
         config, where, config_id, id_key = body, "body", None, "configId"
     else:
         raise m.invalid(
@@ -268,96 +242,7 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     return m.push_config_from_json(inner, inner_field, task_id=task_id)
 
 
-# ---- results and events: 1.0 → 0.3 JSON --------------------------------------------------
-
-
-def _part_out(part: Mapping[str, Any]) -> dict[str, Any]:
-    if "raw" in part or "url" in part:
-        file: dict[str, Any] = (
-            {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
-        )
-        if "mediaType" in part:
-            file["mimeType"] = part["mediaType"]
-        if "filename" in part:
-            file["name"] = part["filename"]
-        out: dict[str, Any] = {"file": file}
-    elif "data" in part:
-        out = {"data": {"data": m.data_as_object(part["data"])}}
-    else:
-        out = {"text": part.get("text", "")}
-    if "metadata" in part:
-        out["metadata"] = part["metadata"]
-    return out
-
-
-def message_out(message: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in message.items() if k != "parts"}
-    out["content"] = [_part_out(p) for p in message.get("parts", ())]
-    return out
-
-
-def _status_out(status: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(status)
-    if out.get("state") == m.CANCELED:
-        out["state"] = CANCELLED_03
-    if isinstance(out.get("message"), Mapping):
-        out["message"] = message_out(out["message"])
-    return out
-
-
-def _artifact_out(artifact: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(artifact)
-    out["parts"] = [_part_out(p) for p in artifact.get("parts", ())]
-    return out
-
-
-def task_out(task: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 task as 0.3 proto JSON."""
-    out = dict(task)
-    if isinstance(out.get("status"), Mapping):
-        out["status"] = _status_out(out["status"])
-    if "history" in out:
-        out["history"] = [message_out(x) for x in out["history"]]
-    if "artifacts" in out:
-        out["artifacts"] = [_artifact_out(a) for a in out["artifacts"]]
-    return out
-
-
-def event_out(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 stream event (``{"task"|"message"|"statusUpdate"|"artifactUpdate": ...}``,
-    also a SendMessage result) as its 0.3 counterpart."""
-    if "task" in event:
-        return {"task": task_out(event["task"])}
-    if "message" in event:
-        return {"message": message_out(event["message"])}
-    if "statusUpdate" in event:
-        update = dict(event["statusUpdate"])
-        state = update.get("status", {}).get("state")
-        update["status"] = _status_out(update.get("status", {}))
-        update["final"] = state in _FINAL_STATES
-        return {"statusUpdate": update}
-    if "artifactUpdate" in event:
-        update = dict(event["artifactUpdate"])
-        update["artifact"] = _artifact_out(update["artifact"])
-        return {"artifactUpdate": update}
-    return dict(event)
-
-
-def push_config_out(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 ``TaskPushNotificationConfig`` (flat: ``taskId``, ``id``, ``url``, ...) as the 0.3
-    proto's
-    ``{"name": "tasks/{task_id}/pushNotificationConfigs/{id}", "pushNotificationConfig"}``."""
-    inner = {k: config[k] for k in ("id", "url", "token") if config.get(k) is not None}
-    auth = config.get("authentication")
-    if isinstance(auth, Mapping):
-        inner["authentication"] = {"schemes": [auth["scheme"]] if auth.get("scheme") else []}
-        if auth.get("credentials") is not None:
-            inner["authentication"]["credentials"] = auth["credentials"]
-    return {
-        "name": f"tasks/{config.get('taskId', '')}/pushNotificationConfigs/{config.get('id', '')}",
-        "pushNotificationConfig": inner,
-    }
-
+# ---- the 0.3 card -------------------------------------------------------------------------
 
 _CARD_FIELDS_03 = (
     "protocolVersion",
@@ -378,11 +263,8 @@ _SKILL_FIELDS_03 = ("id", "name", "description", "tags", "examples", "inputModes
 
 
 def card_out(card: Mapping[str, Any]) -> dict[str, Any]:
-    """A 1.0 agent card (carrying the 0.3 ``url`` / ``preferredTransport`` /
-    ``protocolVersion`` too) as the 0.3 proto's ``AgentCard``: ``supportedInterfaces`` become
-    ``additionalInterfaces`` (``{url, transport}``, the 0.3 ones; the HTTP+JSON interface
-    serves 0.3 under its ``/v1`` paths), ``securityRequirements`` become ``security``,
-    ``capabilities.extendedAgentCard`` becomes ``supportsAuthenticatedExtendedCard``."""
+    """A 1.0 agent card (with its 0.3 fields) as the 0.3 ``AgentCard``: the 0.3 interfaces
+    (and HTTP+JSON, which serves 0.3 under ``/v1``) as ``additionalInterfaces``."""
     out = {k: card[k] for k in _CARD_FIELDS_03 if k in card}
     interfaces: list[dict[str, Any]] = []
     for interface in card.get("supportedInterfaces", ()):
@@ -408,27 +290,3 @@ def card_out(card: Mapping[str, Any]) -> dict[str, Any]:
         skills.append(entry)
     out["skills"] = skills
     return out
-
-
-def result_out(op: str, result: Any) -> Any:
-    """The result of operation ``op`` (rendered in 1.0) as the 0.3 binding answers it."""
-    if op == "send":
-        return event_out(result)
-    if op in ("get", "cancel"):
-        return task_out(result)
-    if op == "list" and isinstance(result, Mapping):
-        return {**result, "tasks": [task_out(t) for t in result.get("tasks", ())]}
-    if op in ("push_set", "push_get") and isinstance(result, Mapping):
-        return push_config_out(result)
-    if op == "push_list" and isinstance(result, Mapping):
-        listed: dict[str, Any] = {
-            "configs": [push_config_out(c) for c in result.get("configs", ())]
-        }
-        if result.get("nextPageToken"):
-            listed["nextPageToken"] = result["nextPageToken"]
-        return listed
-    if op == "push_delete":
-        return {}  # google.protobuf.Empty
-    if op == "card" and isinstance(result, Mapping):
-        return card_out(result)
-    return result

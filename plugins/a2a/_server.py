@@ -49,11 +49,11 @@ from roost.plugins.http import PlainRequest, PlainResponse, principal_of
 from . import _models as m
 from . import _protocol as p
 from . import _rest03 as rest03
-from ._http_errors import A2A_JSON, render_json_error, render_jsonrpc_error, render_rest_error
+from ._http_errors import A2A_JSON, media_type, render_error
 from ._push import PushDispatcher, PushSettings
 from ._settings import A2ASettings
 from ._store import TaskStoreError, open_task_store
-from ._tasks import TaskManager, storage_failed
+from ._tasks import LiveTask, TaskManager, storage_failed
 
 log = logging.getLogger("roost.a2a")
 
@@ -87,7 +87,6 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.push: PushDispatcher | None = None
-        self.external_errors: dict[str, str] = {}
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -131,11 +130,7 @@ class A2AService:
 
     # ---- agents ----------------------------------------------------------------------
     def a2a_agents(self) -> list[str]:
-        return [
-            n
-            for n, man in self.kernel.agents.items()
-            if man.a2a.enabled and n not in self.kernel.agent_errors
-        ]
+        return [n for n in self.kernel.agents if self.is_a2a_agent(n)]
 
     def is_a2a_agent(self, name: str) -> bool:
         """``name in a2a_agents()``, without listing them."""
@@ -143,11 +138,8 @@ class A2AService:
         return man is not None and man.a2a.enabled and name not in self.kernel.agent_errors
 
     def primary_agent(self) -> str | None:
-        """The host's primary agent: ``a2a.default_agent``, else the A2A-enabled agent whose
-        name sorts first — available or not: an unavailable primary agent answers 503 with
-        its reason (``check_agent``), its messages never go to another agent. None when
-        there is no A2A agent, or ``default_agent`` names none (refused at boot, see
-        ``check_default_agent``)."""
+        """``a2a.default_agent``, else the A2A agent whose name sorts first; None if none.
+        Available or not: an unavailable one answers 503, never passing its messages on."""
         agents = self.kernel.agents
         default = self.settings.default_agent
         if default:
@@ -169,7 +161,7 @@ class A2AService:
         )
 
     def unavailable_reason(self, name: str) -> str | None:
-        """Why an A2A agent cannot answer now (e.g. its provider's key is missing), else None."""
+        """Why an A2A agent cannot answer now (e.g. no provider key), else None."""
         man = self.kernel.agents.get(name)
         return self.kernel.agent_errors.get(name) if man is not None and man.a2a.enabled else None
 
@@ -186,9 +178,8 @@ class A2AService:
     async def agent_for_send(
         self, route_agent: str | None, params: p.SendParams, owner: str
     ) -> str:
-        """The agent a message goes to: the endpoint's agent; at the root endpoints the one
-        named in ``metadata.agent``, else the owner of the task it continues, else the
-        primary agent."""
+        """The endpoint's agent; at the root, ``metadata.agent``, else the agent of the task it
+        continues, else the primary agent."""
         if route_agent:
             return route_agent
         for meta in (params.message.metadata, params.metadata):
@@ -211,17 +202,15 @@ class A2AService:
 
     # ---- operations --------------------------------------------------------------------
     def owner_of(self, req: PlainRequest) -> str:
-        """The principal a request's tasks belong to (see ``roost.plugins.http.Principal``);
-        the kernel's host principal for a request the daemon did not authenticate."""
+        """The principal a request's tasks belong to (the host's if not authenticated)."""
         principal = principal_of(req)
         return principal.name if principal is not None else self.kernel.host_principal
 
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the request's principal (who sees only its own
-        tasks); returns its result rendered in ``op.dialect``. Storage failing anywhere fails
-        it with -32603 (HTTP 503) saying so."""
+        """Run a non-streaming operation for the request's principal; its result in
+        ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
         try:
             return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
         except (TaskStoreError, StoreError) as exc:
@@ -238,31 +227,20 @@ class A2AService:
         tasks = self._tasks()
         d = op.dialect
         if op.op == "send":
-            if op.params.options.return_immediately:
-                task = (await self._send(op, agent, trace, owner)).task
-            else:
-                task = await self._send(op, agent, trace, owner, wait=True)
+            wait = not op.params.options.return_immediately
+            task = (await self._send(op, agent, trace, owner, wait=wait)).task
             return p.send_result(task, d, op.params.options.history_length)
         if op.op == "get":
             task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            # A task made in the 0.1 shape reads back in it, unless the request speaks 1.0.
-            dialect = m.V01 if origin == m.V01 and d != m.V1 else d
+            # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
+            dialect = m.V01 if origin == m.V01 and d == m.V03 else d
             return task.to_json(dialect, history_length=op.params.history_length)
         if op.op == "cancel":
             task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
             return task.to_json(d)
         if op.op == "list":
-            q: p.ListQuery = op.params
-            found, token, total = await tasks.list(
-                agent=agent,
-                context_id=q.context_id,
-                state=q.state,
-                page_size=q.page_size,
-                page_token=q.page_token,
-                updated_after=q.updated_after,
-                include_artifacts=q.include_artifacts,
-                owner=owner,
-            )
+            q = op.params
+            found, token, total = await tasks.list(q, agent=agent, owner=owner)
             return {
                 "tasks": [
                     t.to_json(
@@ -289,10 +267,12 @@ class A2AService:
         if op.op == "push_list":
             configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
             listed = [c.to_json(d) for c in configs]
-            return {"configs": listed, "nextPageToken": ""} if d == m.V1 else listed
+            if d == m.V1:
+                return {"configs": listed, "nextPageToken": ""}
+            return {"configs": listed} if d == m.REST03 else listed
         if op.op == "push_delete":
             await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent, owner=owner)
-            return {} if d == m.V1 else None
+            return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
         if op.op == "card":
             if not self.settings.api_key:
                 raise m.A2AError(
@@ -304,7 +284,8 @@ class A2AService:
             if name is None:
                 raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
             self.check_agent(name)
-            return build_card(self, name, base_url, extended=True, root=agent is None)
+            card = build_card(self, name, base_url, extended=True, root=agent is None)
+            return rest03.card_out(card) if d == m.REST03 else card
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(
@@ -315,30 +296,27 @@ class A2AService:
         owner: str,
         *,
         wait: bool = False,
-    ) -> Any:
-        """Start ``owner``'s task (its ``LiveTask``), or with ``wait`` run it here (the task as it
-        settled)."""
+    ) -> LiveTask:
+        """Start ``owner``'s task, or with ``wait`` run it here until it settles."""
         params: p.SendParams = op.params
         target = await self.agent_for_send(agent, params, owner)
-        trace = self._caller_trace(params, trace, target)
-        tasks = self._tasks()
-        send = tasks.send_and_wait if wait else tasks.send
-        return await send(
+        return await self._tasks().send(
             target,
             params.message,
             params.options,
-            trace=trace,
-            dialect=op.dialect,
+            trace=self._caller_trace(params, trace, target),
+            # 0.3 REST renders 1.0 tasks: stored (and pushed) as 1.0, as earlier daemons read it
+            dialect=m.V1 if op.dialect == m.REST03 else op.dialect,
             task_id=params.task_id,
             owner=owner,
+            wait=wait,
         )
 
     def _caller_trace(
         self, params: p.SendParams, headers: TraceContext | None, target: str
     ) -> TraceContext | None:
-        """The caller's context: the deepest of the message's metadata, the request's
-        metadata and the trace headers (``headers``), so that none can lower the count. A
-        hop past the limit is refused here, before a task exists (-32010, HTTP 508)."""
+        """The deepest of the contexts in the message's and the request's metadata and the
+        headers (none can lower the count); a hop past the limit is refused here (-32010)."""
         try:
             trace = TraceContext.deepest(
                 TraceContext.from_meta(params.message.metadata, field="message.metadata"),
@@ -365,8 +343,8 @@ class A2AService:
     async def open_stream(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> AsyncIterator[dict]:
-        """Start a streaming operation for the request's principal (errors raise here, before
-        any byte is sent) and return the iterator of its events rendered in ``op.dialect``."""
+        """Start a streaming operation (errors raise here, before any byte is sent); its
+        events rendered in ``op.dialect``."""
         tasks = self._tasks()
         owner = self.owner_of(req)
         try:
@@ -387,8 +365,7 @@ class A2AService:
 
 
 def agent_unavailable(name: str, reason: str) -> m.A2AError:
-    """-32603, HTTP 503 on every binding (JSON-RPC included): the agent is configured but
-    cannot answer now (e.g. its provider's key is missing); ``reason`` says why."""
+    """-32603, HTTP 503 on every binding: the agent cannot answer now (``reason`` says why)."""
     return m.A2AError(
         m.INTERNAL_ERROR,
         f"agent {name!r} is unavailable: {reason}",
@@ -398,9 +375,8 @@ def agent_unavailable(name: str, reason: str) -> m.A2AError:
 
 
 def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
-    """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A-enabled
-    agent: checked once the agents are loaded, it stops the boot rather than serve a root
-    URL that refuses everything."""
+    """ConfigError (with a did-you-mean) when ``a2a.default_agent`` names no A2A agent: it
+    stops the boot rather than serve a root URL that refuses everything."""
     name = settings.default_agent
     if not name:
         return
@@ -439,9 +415,8 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
 def build_card(
     service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
 ) -> dict[str, Any]:
-    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read).
-
-    ``root``: the card at the host's root, naming the root endpoints (the primary agent's)."""
+    """The A2A 1.0 agent card of ``name`` (with the 0.3 fields older clients read);
+    ``root``: the host's root card, naming the root endpoints."""
     kernel = service.kernel
     manifest = kernel.agents[name]
     endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
@@ -532,10 +507,6 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 
 
 # ---- HTTP layer ------------------------------------------------------------------------------
-#
-# Each route is one function ``(service, PlainRequest, **path_args) -> PlainResponse``;
-# ``make_routes`` makes it the route's handler behind the A2A checks (service up, api key,
-# agent named in the path).
 
 
 def _json(
@@ -550,9 +521,8 @@ def _json(
 
 
 def _dumps(body: Any) -> str:
-    """JSON text, never with ``NaN`` / ``Infinity`` (not JSON: a strict parser refuses the
-    whole answer). Inputs with them are refused (``check_json_input``); one stored before
-    that was checked is sent with ``null`` in their place."""
+    """JSON text, never with ``NaN`` / ``Infinity`` (a strict parser refuses the whole
+    answer): one stored before inputs were checked for them is sent with ``null``."""
     try:
         return jsonrpc.dumps(body)
     except ValueError:
@@ -584,8 +554,7 @@ def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
 
 
 def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
-    """A streamed answer: each event (wrapped by ``wrap``, e.g. in a JSON-RPC response) as
-    a server-sent event."""
+    """Each event (wrapped by ``wrap``, e.g. in a JSON-RPC response) as a server-sent event."""
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -603,9 +572,8 @@ def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
 def _daemon_error(
     binding: str, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> PlainResponse:
-    """A refusal made before the A2A protocol is involved, in the binding's shape (the
-    same renderers the HTTP layer uses for its own errors on these routes)."""
-    body, content_type = _renderer(binding)(status, code, message)
+    """A refusal made before the A2A protocol is involved, in the binding's shape."""
+    body, content_type = render_error(binding, status, code, message)
     return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
 
 
@@ -627,21 +595,6 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
     )
 
 
-def _media_type(binding: str) -> str:
-    """HTTP+JSON 1.0 (binding ``rest``) answers in ``application/a2a+json`` (the 1.0 spec's
-    media type for the binding, as the a2a-sdk sends it); its 0.3 ``/v1/`` paths
-    (``rest03``), cards and the 0.1 routes in ``application/json`` (the 0.3 spec)."""
-    return A2A_JSON if binding == "rest" else "application/json"
-
-
-def _renderer(binding: str) -> Any:
-    """The ``render_error`` of a route of ``binding``: the daemon's own errors there take
-    the shape and media type of the route's own answers."""
-    if binding == "jsonrpc":
-        return render_jsonrpc_error
-    return render_rest_error if binding == "rest" else render_json_error
-
-
 def _peek(req: PlainRequest) -> tuple[Any, str]:
     """The JSON-RPC id and dialect of a request refused before it was parsed (best effort)."""
     try:
@@ -660,12 +613,11 @@ def _peek(req: PlainRequest) -> tuple[Any, str]:
 def _error(
     binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
-    """``exc`` in the shape of the route's binding: a JSON-RPC error response (HTTP 200
-    unless ``status``), else the AIP-193 error object with the error's HTTP status."""
+    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``)."""
     if binding == "jsonrpc":
         rpc_id, dialect = _peek(req)
         return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
-    return _json(exc.rest_error(), status or exc.http_status, _media_type(binding))
+    return _json(exc.rest_error(), status or exc.http_status, media_type(binding))
 
 
 def _route_agent(
@@ -687,13 +639,13 @@ def _route_agent(
     return _error(binding, req, exc, 404)
 
 
-# The routes: ``(service, req, **path_args)``.
+# Each route is ``(service, req, **path_args) -> PlainResponse``; ``make_routes`` puts it
+# behind the A2A checks (service up, api key, agent named in the path).
 
 
 def _card_route(card: Any) -> Any:
     """The route of a card built by ``card(service, name, base_url)``: the agent's named in
-    the path, else (the host's root card) the primary agent's: 404 without one, 503 with the
-    reason when it is unavailable (as its own card's route answers)."""
+    the path, else the primary agent's (404 without one, 503 when it is unavailable)."""
 
     async def route(service: A2AService, req: PlainRequest, name: str | None = None) -> Any:
         if name is None:
@@ -777,18 +729,16 @@ async def _rest(
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         if op.op in p.STREAMING_OPS:
             events = await service.open_stream(op, name, header_trace(req.headers), req)
-            return _sse(_events_v03(events) if v03 else events)
+            return _sse(events)
         result = await service.execute(op, name, header_trace(req.headers), req)
-        if v03:
-            result = rest03.result_out(op.op, result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
-    """The seed's ``tasks/send``: bare params answered with the bare task, or a JSON-RPC
-    envelope (as the seed's client sends it) answered with a JSON-RPC response."""
+    """The seed's ``tasks/send``: bare params (answered with the bare task) or a JSON-RPC
+    envelope (answered in kind)."""
     try:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
@@ -815,7 +765,7 @@ async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainRespo
                 f"{lp}/tasks/send takes the method tasks/send; "
                 f"send {method[:100]!r} to {lp}/jsonrpc",
             )
-        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id, method)
+        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id)
         result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
@@ -842,8 +792,7 @@ async def _legacy_task(
 
 
 def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -> Any:
-    """The route handler of ``core``: the A2A checks first; ``binding`` (card, jsonrpc, rest,
-    v01) is the shape its errors take."""
+    """The route handler of ``core`` behind the A2A checks; errors in ``binding``'s shape."""
 
     async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
         service = service_for(kernel)
@@ -875,7 +824,7 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
             _handler(kernel, core, binding, auth=not public),
             methods,
             public=public,
-            render_error=_renderer(binding),
+            render_error=partial(render_error, binding),
         )
 
     def card(path: str, build: Any) -> RouteDescriptor:
@@ -912,19 +861,13 @@ def _loads(body: bytes) -> Any:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None
 
 
-async def _events_v03(events: AsyncIterator[dict]) -> AsyncIterator[dict]:
-    async for event in events:
-        yield rest03.event_out(event)
-
-
 def _rest_operation(
     request: PlainRequest, path: str, *, v03: bool = False, push: bool = True
 ) -> p.Operation:
-    """Map an HTTP+JSON request (method + path) to an operation, method for method.
-
-    ``v03``: the body is in the 0.3 binding's shapes (the ``/v1/`` paths). ``push=False``:
-    push-config operations are refused (-32003) before their body is read."""
+    """Map an HTTP+JSON request (method + path) to an operation; ``v03``: the 0.3 shapes.
+    ``push=False``: push-config operations are refused (-32003) before their body is read."""
     method = request.method
+    d = m.REST03 if v03 else m.V1
     parts = path.strip("/").split("/")
 
     def body() -> Any:
@@ -937,44 +880,42 @@ def _rest_operation(
         op = "send" if path == "message:send" else "stream"
         data = body()
         return p.Operation(
-            op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), m.V1
+            op, rest03.parse_send(op, data) if v03 else p.parse_params(op, data, m.V1), d
         )
     if path == "tasks" and method == "GET":
-        return p.Operation("list", p.parse_list(request.args), m.V1)
+        return p.Operation("list", p.parse_list(request.args), d)
     if method == "GET" and (
         path == "extendedAgentCard" or (v03 and path == "card")
     ):  # 0.3: GET /v1/card
-        return p.Operation("card", None, m.V1)
+        return p.Operation("card", None, d)
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
         if ident.endswith(":cancel") and method == "POST":
-            return p.Operation("cancel", p.TaskQuery(_path_id(ident[: -len(":cancel")])), m.V1)
+            return p.Operation("cancel", p.TaskQuery(_path_id(ident[: -len(":cancel")])), d)
         if ident.endswith(":subscribe") and method in ("GET", "POST"):
-            return p.Operation(
-                "subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), m.V1
-            )
+            return p.Operation("subscribe", p.TaskQuery(_path_id(ident[: -len(":subscribe")])), d)
         if method == "GET" and ":" not in ident:
             params: dict[str, Any] = {"id": _path_id(ident)}
             for key in ("historyLength", "history_length") if v03 else ("historyLength",):
                 if key in request.args:  # 0.3 proto JSON: either spelling
                     params["historyLength"] = request.args[key]
-            return p.Operation("get", p.parse_params("get", params, m.V1), m.V1)
+            return p.Operation("get", p.parse_params("get", params, m.V1), d)
     if parts[0] == "tasks" and len(parts) in (3, 4) and parts[2] == "pushNotificationConfigs":
         if not push:
             raise m.push_not_supported()
         task_id = _path_id(parts[1])
         if len(parts) == 3 and method == "POST":
             if v03:
-                return p.Operation("push_set", rest03.push_config_in(body(), task_id), m.V1)
+                return p.Operation("push_set", rest03.push_config_in(body(), task_id), d)
             data = dict(body())
             data["taskId"] = task_id
-            return p.Operation("push_set", m.push_config_from_json(data), m.V1)
+            return p.Operation("push_set", m.push_config_from_json(data), d)
         if len(parts) == 3 and method == "GET":
-            return p.Operation("push_list", p.PushQuery(task_id), m.V1)
+            return p.Operation("push_list", p.PushQuery(task_id), d)
         if len(parts) == 4 and method == "GET":
-            return p.Operation("push_get", p.PushQuery(task_id, _path_id(parts[3])), m.V1)
+            return p.Operation("push_get", p.PushQuery(task_id, _path_id(parts[3])), d)
         if len(parts) == 4 and method == "DELETE":
-            return p.Operation("push_delete", p.PushQuery(task_id, _path_id(parts[3])), m.V1)
+            return p.Operation("push_delete", p.PushQuery(task_id, _path_id(parts[3])), d)
     raise m.A2AError(m.METHOD_NOT_FOUND, f"no A2A operation at {method} {path[:100]!r}")
 
 

@@ -1,16 +1,11 @@
 """The A2A task store: SQLite (``<home>/a2a.db``), bounded, survives a restart.
 
-Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the
-plugin owns the JSON. The store is a ``roost.kernel.SqliteDatabase``: reads and group
-commits on the database's own thread, a write returns only after it is committed, with the
-kernel store's durability (``[store] synchronous``), and the schema upgraded by
-``user_version`` migrations. At most ``max_tasks`` rows are kept: when a new task would pass
-the bound, the oldest *terminal* tasks are evicted; if every stored task is still running, the
-new one is refused.
-
-Each task belongs to a principal (``owner``, the caller's API key name): readers pass the
-caller's principal and never see another's tasks. Tasks stored before schema 3 are given
-the ``legacy_owner`` that ``open_task_store`` is told (the kernel's host principal).
+Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the plugin
+owns the JSON. It is a ``roost.kernel.SqliteDatabase`` (group commits on its own thread, the
+kernel store's durability, ``user_version`` migrations). At most ``max_tasks`` rows are
+kept: past the bound the oldest *terminal* tasks are evicted; if every task is unfinished,
+the new one is refused. Each task belongs to a principal (``owner``); readers pass the
+caller's and never see another's (tasks from before schema 3 get ``legacy_owner``).
 """
 
 from __future__ import annotations
@@ -196,15 +191,11 @@ class TaskStore(SqliteDatabase):
         reserved: bool = False,
         shield: bool = False,
     ) -> list[str]:
-        """Store a new task of ``owner``, evicting the oldest terminal tasks past ``max_tasks``
-        (room held by ``reserve()`` counts as taken).
-
-        Returns the evicted ids. Raises TaskStoreError if the store is full of unfinished tasks.
-        ``durable=False``: committed without its own fsync, for a task nobody is told about
-        before a later durable write to this store (which then covers it).
-        ``reserved``: the row ``reserve()`` held room for; once committed, the room is its own.
-        ``shield``: written and answered even if the caller is cancelled meanwhile.
-        """
+        """Store a new task of ``owner``; returns the ids of the oldest terminal tasks evicted
+        past ``max_tasks`` (room held by ``reserve()`` counts as taken), TaskStoreFull if all
+        are unfinished. ``durable=False``: no fsync of its own (for a task nobody is told of
+        before a later durable write); ``reserved``: the row ``reserve()`` held room for;
+        ``shield``: written and answered even if the caller is cancelled meanwhile."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -378,10 +369,8 @@ class TaskStore(SqliteDatabase):
     async def fail_unfinished(
         self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]
     ) -> list[str]:
-        """Mark tasks left in ``states`` (in flight when the daemon died) as failed.
-
-        ``reason_data(data)`` returns the new ``(state, data)`` of each; returns the ids changed.
-        """
+        """Mark tasks left in ``states`` (in flight when the daemon died) failed, each with
+        ``reason_data(data)`` → (state, data); returns the ids changed."""
 
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)

@@ -1,27 +1,20 @@
 """Task lifecycle over the kernel.
 
-A task's work is one ``kernel.send`` (session id = the task's context id) run in a nursery
-the A2A service owns, or, for a blocking send, in the request's task (``send_and_wait``);
-``CancelTask`` cancels the trio scope around it, which stops the agent's run inside its
-actor. Every change is stored before it is announced, and nothing is acknowledged (a task
-id returned, a stream's first event) before its row is committed; a store failure fails
-the request with -32603 "storage failed ..." (HTTP 503). Each live
-task keeps a bounded log of its events: a subscriber first gets the task as it stands
-(everything so far), then follows the log from that point, so no event is lost between
-the two; one that falls behind the bounded log is resynchronised with a fresh snapshot.
+A task's work is one ``kernel.send`` (session id = the task's context id) run in the
+service's nursery, or for a blocking send in the request's task; ``CancelTask`` cancels the
+scope around it, which stops the agent's run inside its actor. Every change is stored before
+it is announced, and nothing is acknowledged (a task id, a stream's first event) before its
+row is committed; a store failure fails the request with -32603 "storage failed ..." (HTTP
+503). A live task keeps a bounded log of its events: a subscriber gets the task as it stands,
+then follows the log from that point, so nothing is lost between the two (one that falls
+behind the log gets a fresh snapshot).
 
-A task belongs to the principal that made it (``owner``): every reader names the caller's
-principal, and another principal's task is "not found" (-32001), exactly like a task that
-never existed, so its existence does not leak. Its run's session (the context id) is the
-owner's too: the same context id from another principal names another conversation; one
-that names the owner's conversation with another agent is refused up front (-32602 naming
-``message.contextId``), before a task exists.
-
-No caller can shut the others out of the store (``max_tasks``): each principal holds at
-most ``open_per_caller`` unfinished tasks (``a2a.max_open_tasks_per_caller``; one more is
-refused with -32000, HTTP 429, naming the setting), and a task left waiting for input
-expires after ``input_required_ttl_s`` idle (``a2a.input_required_ttl_s``): it is stored
-failed with the reason, announced like any change, and then evictable as finished tasks are.
+A task belongs to the principal that made it (``owner``): another principal's task is "not
+found" (-32001), like one that never existed, so nothing leaks. Its context id names the
+owner's conversation; one with another agent is refused up front (-32602 naming
+``message.contextId``). No caller can shut the others out of the store: each holds at most
+``open_per_caller`` unfinished tasks (one more: -32000, HTTP 429, naming the setting), and a
+task waiting for input expires (stored failed) after ``input_required_ttl_s`` idle.
 """
 
 from __future__ import annotations
@@ -154,6 +147,22 @@ class SendOptions:
     push: m.PushConfig | None = None
 
 
+DEFAULT_PAGE_SIZE = 50
+
+
+@attrs.frozen
+class ListQuery:
+    """ListTasks parameters."""
+
+    context_id: str | None = None
+    state: str | None = None
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str | None = None
+    history_length: int | None = None
+    updated_after: float | None = None
+    include_artifacts: bool = False
+
+
 class TaskManager:
     """Runs A2A tasks on a kernel and keeps them in a ``TaskStore``."""
 
@@ -181,7 +190,7 @@ class TaskManager:
         # expires them while there are any.
         self._waiting: dict[str, float] = {}
         self._expiring = False
-        # Blocking sends' tasks whose first row waits (see send_and_wait): id → (when to
+        # Blocking sends' tasks whose first row waits (see send): id → (when to
         # write it, the task), oldest first; one task writes them while there are any.
         self._deferred: dict[str, tuple[float, LiveTask]] = {}
         self._writing_deferred = False
@@ -263,31 +272,21 @@ class TaskManager:
         return live
 
     async def list(
-        self,
-        *,
-        agent: str | None,
-        context_id: str | None,
-        state: str | None,
-        page_size: int,
-        page_token: str | None,
-        updated_after: float | None,
-        include_artifacts: bool = True,
-        owner: str,
+        self, q: ListQuery, *, agent: str | None, owner: str
     ) -> tuple[list[m.Task], str, int]:
-        """``owner``'s tasks (never another principal's), newest first."""
-        before = parse_page_token(page_token) if page_token else None
+        """``owner``'s tasks (never another principal's) matching ``q``, newest first."""
         rows, total = await self.store.list(
             owner=owner,
-            context_id=context_id,
-            state=state,
+            context_id=q.context_id,
+            state=q.state,
             agent=agent,
-            updated_after=updated_after,
-            limit=page_size + 1,
-            before=before,
-            with_artifacts=include_artifacts,
+            updated_after=q.updated_after,
+            limit=q.page_size + 1,
+            before=parse_page_token(q.page_token) if q.page_token else None,
+            with_artifacts=q.include_artifacts,
         )
-        more = len(rows) > page_size
-        rows = rows[:page_size]
+        more = len(rows) > q.page_size
+        rows = rows[: q.page_size]
         tasks = [
             self.live[r.id].task if r.id in self.live else m.task_from_json(r.data["task"])
             for r in rows
@@ -305,30 +304,15 @@ class TaskManager:
         dialect: str,
         task_id: str | None = None,
         owner: str,
+        wait: bool = False,
     ) -> LiveTask:
         """Start (or continue) ``owner``'s task with ``message`` in the background; returns
-        once it is stored and started (a non-blocking or streaming send).
+        once it is stored and started (a non-blocking or streaming send). ``task_id`` is the
+        0.1 shape's client-chosen id (a new task takes it if unknown).
 
-        ``task_id`` is the 0.1 shape's client-chosen id (a new task takes it if unknown)."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=False)
-        self.nursery.start_soon(self._run, live, message, trace)
-        return live
-
-    async def send_and_wait(
-        self,
-        agent: str,
-        message: m.Message,
-        options: SendOptions,
-        *,
-        trace: TraceContext | None,
-        dialect: str,
-        task_id: str | None = None,
-        owner: str,
-    ) -> m.Task:
-        """Run (or continue) a task with ``message`` in the caller's task until it finishes
-        or asks for input; returns it as it then stands (a blocking send). If the caller is
-        cancelled meanwhile (the daemon is stopping), so is the run, and the task is stored
-        as failed; a client that goes away does not cancel it.
+        ``wait`` (a blocking send): run it in the caller's task until it finishes or asks for
+        input. If the caller is cancelled meanwhile (the daemon is stopping), so is the run,
+        and the task is stored as failed; a client that goes away does not cancel it.
 
         Nobody but the caller knows a new task's id before it settles, so its first row
         waits: it is written when the task settles, or once the run has taken
@@ -338,11 +322,14 @@ class TaskManager:
         once. Otherwise (no room known, a client-chosen id) the first row is written now,
         skipping its own fsync: the settled state's durable commit covers it. With a webhook
         configured the task is announced early, so it is stored durably at once."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=True)
+        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=wait)
+        if not wait:
+            self.nursery.start_soon(self._run, live, message, trace)
+            return live
         await self._run(live, message, trace)
         if live.store_error is not None:
             raise storage_failed(live.store_error)
-        return live.task
+        return live
 
     async def _begin(
         self,
@@ -355,7 +342,7 @@ class TaskManager:
         *,
         blocking: bool,
     ) -> LiveTask:
-        """The task ``message`` starts or continues, ready to run (see ``send_and_wait``)."""
+        """The task ``message`` starts or continues, ready to run (see ``send``)."""
         status, reason = self.kernel.agent_status(agent)
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
@@ -506,11 +493,9 @@ class TaskManager:
             live.changing = False
 
     async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
-        """Store ``task``, then announce ``events`` (to subscribers and webhooks).
-
-        ``working`` is not written: it is transient, readers see it through ``live``, and
-        after a crash a stored ``submitted`` is recovered exactly like ``working``.
-        """
+        """Store ``task``, then announce ``events`` (to subscribers and webhooks). ``working``
+        is not written: readers see it through ``live``, and after a crash a stored
+        ``submitted`` is recovered exactly like it."""
         if task.status.state != m.WORKING:
             await self._store(live, task)
         live.task = task
@@ -522,7 +507,7 @@ class TaskManager:
 
     async def _store(self, live: LiveTask, task: m.Task) -> None:
         """Write ``task`` (``live``'s next state) as its row: an update, or its deferred
-        first row (see ``send_and_wait``). Shielded: a state change is never lost to a
+        first row (see ``send``). Shielded: a state change is never lost to a
         cancellation (and a first row whose write was abandoned half-way could be committed
         without ``live`` knowing)."""
         data = _data(task, live.agent, live.dialect)
@@ -678,7 +663,7 @@ class TaskManager:
             )
             self._unstored(live, exc)
         except BaseException:
-            # Cancelled from outside: its request was cancelled (send_and_wait) or the service
+            # Cancelled from outside: its request was cancelled (send(wait=True)) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
             if not live.settled:
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + STOPPED_WRITE_S):
@@ -703,9 +688,8 @@ class TaskManager:
 
     def _unstored(self, live: LiveTask, exc: Exception) -> None:
         """The run's outcome could not be stored: the task ends failed in memory and its
-        followers are told, so nobody waits for it; a blocking send fails with ``exc``.
-        A task whose first row was never written is forgotten (nobody was told its id);
-        one that was stored is marked failed again when the daemon next starts."""
+        followers are told, so nobody waits for it; a blocking send fails with ``exc``. A
+        stored one is marked failed again when the daemon next starts."""
         live.store_error = exc
         live.unstored = True
         task = live.task
@@ -830,8 +814,7 @@ class TaskManager:
             self.live.pop(task_id, None)
 
     async def _forget(self, evicted: list[str]) -> None:
-        """Evicted tasks leave memory, and the files they brought leave the workspaces
-        (in the background, best effort: a task's own write never waits for it)."""
+        """Evicted tasks leave memory, and their files the workspaces (in the background)."""
         if not evicted:
             return
         for gone in evicted:
@@ -848,9 +831,8 @@ class TaskManager:
             log.exception("A2A: could not remove the files of %d evicted task(s)", len(task_ids))
 
     async def _agent_text(self, live: LiveTask, message: m.Message) -> str:
-        """The message as the agent reads it: a file sent with its bytes is saved in the
-        agent's workspace (see ``_inbox``) and named there, so the agent's tools can open
-        it; text, data (JSON) and file URLs are inline."""
+        """The message as the agent reads it: a file with bytes is saved in its workspace
+        (``_inbox``) and named there, for its tools to open; anything else is inline."""
         if not any(p.raw is not None for p in message.parts):
             return message.text()
         try:
@@ -876,7 +858,7 @@ class TaskManager:
 
     # ---- waiting, following --------------------------------------------------------------
     async def _write_deferred_rows(self) -> None:
-        """While blocking sends' tasks wait for their first row (see ``send_and_wait``),
+        """While blocking sends' tasks wait for their first row (see ``send``),
         write each one's once its run has taken ``FIRST_ROW_AFTER_S``; then end."""
         try:
             while self._deferred:
@@ -893,8 +875,7 @@ class TaskManager:
             self._writing_deferred = False
 
     def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:
-        """The task as it stands now (taken at this call, not at the first iteration), then
-        every later event until it settles (bounded in time)."""
+        """The task as it stands at this call, then every later event until it settles."""
         return self._follow(live, live.task, live.seq)
 
     async def _follow(
@@ -999,8 +980,7 @@ class TaskManager:
 
 
 def storage_failed(exc: BaseException) -> m.A2AError:
-    """-32603 (HTTP 503) for a request that failed because storage failed (``exc`` says
-    where and why, e.g. the disk is full): nothing it would have acknowledged was kept."""
+    """-32603 (HTTP 503): storage failed (``exc`` says where and why); nothing was kept."""
     text = str(exc)
     return m.unavailable(text if text.startswith("storage failed") else f"storage failed: {text}")
 

@@ -102,7 +102,10 @@ async def test_peer_urls_and_their_errors_never_show_credentials(tmp_path, caplo
             async with open_daemon(kernel, graceful_timeout=1) as url:
                 service = service_for(kernel)
                 await wait_until(
-                    lambda: {"down", "metadata"} <= set(service.external_errors),
+                    lambda: (
+                        {"down", "metadata"}
+                        <= {n for n, p in service.external_peers.items() if p.error}
+                    ),
                     "the discovery errors",
                 )
                 async with httpx.AsyncClient(base_url=url, timeout=20) as http:

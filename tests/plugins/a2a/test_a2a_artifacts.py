@@ -203,7 +203,6 @@ async def test_the_readable_outcome_counts_a_files_bytes_instead_of_printing_the
 
 def test_data_that_is_not_an_object_is_wrapped_for_03_and_01_whose_data_parts_are_objects():
     from roost.plugins.a2a import _models as m
-    from roost.plugins.a2a._rest03 import result_out
 
     part = m.Part(data=[1, 2, 3], has_data=True)
     assert part.to_json(m.V1) == {"data": [1, 2, 3]}
@@ -211,7 +210,7 @@ def test_data_that_is_not_an_object_is_wrapped_for_03_and_01_whose_data_parts_ar
     assert part.to_json(m.V01) == {"type": "data", "data": {"value": [1, 2, 3]}}
     assert m.Part(data={"a": 1}, has_data=True).to_json(m.V03) == {"kind": "data", "data": {"a": 1}}
     task = m.Task("t", "c", m.TaskStatus(m.COMPLETED), (m.Artifact("a", (part,)),))
-    out = result_out("get", task.to_json(m.V1))
+    out = task.to_json(m.REST03)
     assert out["artifacts"][0]["parts"] == [{"data": {"data": {"value": [1, 2, 3]}}}]
 
 

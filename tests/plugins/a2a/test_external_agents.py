@@ -58,7 +58,8 @@ async def test_external_sdk_agent_is_a_tool_and_its_result_is_tainted(tmp_path):
             reply = await kernel.send("delegator", "ping")
             history = await kernel.store.history(reply.session_id)
             service = service_for(kernel)
-            await wait_until(lambda: "ghost" in service.external_errors, "ghost's discovery error")
+            peers = service.external_peers
+            await wait_until(lambda: peers["ghost"].error, "ghost's discovery error")
     assert spec.untrusted and "SDK Echo" in spec.description
     assert reply.text == "remote said: echo: ping"
     tool_messages = [h for h in history if h.role == "tool"]

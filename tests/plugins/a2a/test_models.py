@@ -104,3 +104,13 @@ def test_v03_blocking_false_means_return_immediately():
 def test_rest_error_shape():
     body = m.A2AError(m.TASK_NOT_FOUND, "gone").rest_error()
     assert body["error"]["code"] == 404 and body["error"]["status"] == "NOT_FOUND"
+
+
+def test_the_public_a2a_error_still_names_its_reason():
+    """``A2AError`` (and the client's ``A2AClientError``) is exported; its ``reason``, the
+    ErrorInfo reason its answers carry, is how a caller tells one error from another."""
+    from roost.plugins.a2a import A2AError
+
+    gone = A2AError(m.TASK_NOT_FOUND, "gone")
+    assert gone.reason == "TASK_NOT_FOUND" == gone.details()[0]["reason"]
+    assert m.unavailable("disk full").reason == "UNAVAILABLE"

@@ -99,7 +99,7 @@ def test_10_results_become_03_shapes():
         ],
         "history": [{"messageId": "h", "role": "ROLE_USER", "parts": [{"url": "https://e.com/x"}]}],
     }
-    out = rest03.result_out("get", task)
+    out = m.task_from_json(task).to_json(m.REST03)
     assert out["status"]["state"] == "TASK_STATE_CANCELLED"
     assert out["status"]["message"]["content"] == [{"text": "stopped"}]
     assert out["artifacts"][0]["parts"] == [
@@ -108,12 +108,8 @@ def test_10_results_become_03_shapes():
     ]
     assert out["history"][0]["content"] == [{"file": {"fileWithUri": "https://e.com/x"}}]
     assert "parts" not in out["history"][0]
-    working = rest03.event_out(
-        {"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.WORKING}}}
-    )
-    done = rest03.event_out(
-        {"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": m.INPUT_REQUIRED}}}
-    )
+    working = m.event_to_json(m.StatusUpdate("t", "c", m.TaskStatus(m.WORKING)), m.REST03)
+    done = m.event_to_json(m.StatusUpdate("t", "c", m.TaskStatus(m.INPUT_REQUIRED)), m.REST03)
     assert working["statusUpdate"]["final"] is False and done["statusUpdate"]["final"] is True
     assert task["status"]["state"] == m.CANCELED  # the input is not modified
 
@@ -329,11 +325,8 @@ def test_10_push_configs_and_cards_become_03_shapes():
             "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
         },
     }
-    assert rest03.result_out("push_set", flat) == rest03.result_out("push_get", flat) == expected
-    assert rest03.result_out("push_list", {"configs": [flat], "nextPageToken": ""}) == {
-        "configs": [expected]
-    }
-    assert rest03.result_out("push_delete", {}) == {}
+    # (the 0.3 list and delete answers: test_v1_push_configs_set_get_list_delete_in_03_shapes)
+    assert m.push_config_from_json(flat).to_json(m.REST03) == expected
     _strict_03(expected, "TaskPushNotificationConfig")
     card = {
         "name": "a",
@@ -362,7 +355,7 @@ def test_10_push_configs_and_cards_become_03_shapes():
         "protocolVersion": "0.3",
         "url": "http://h/a/jsonrpc",
     }
-    out = rest03.result_out("card", card)
+    out = rest03.card_out(card)
     assert out["additionalInterfaces"] == [
         {"url": "http://h/a/rest", "transport": "HTTP+JSON"},
         {"url": "http://h/a/jsonrpc", "transport": "JSONRPC"},
@@ -933,3 +926,23 @@ async def test_sdk_03_rest_client_subscribes_and_cancels(daemon):
     for events in (streamed, seen):
         assert events[-1].status_update.task_id == task.id
         assert events[-1].status_update.status.state == a2a_pb2.TASK_STATE_CANCELED
+
+
+async def test_a_task_sent_over_the_03_paths_is_stored_in_the_10_dialect(daemon):
+    """The /v1/ paths render 1.0 tasks in 0.3 proto JSON; the task itself is a 1.0 task,
+    and its stored ``dialect`` (which webhooks' shape follows, and which daemons of earlier
+    versions read from the same a2a.db) says so, never the rendering's name."""
+    from roost.plugins.a2a._server import service_for
+
+    kernel, url = daemon
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        sent = await http.post(V1_SEND, json=_message({"text": "kept"}))
+        assert sent.status_code == 200, sent.text
+        async with http.stream(
+            "POST", "/a2a/agents/echo/rest/v1/message:stream", json=_message({"text": "s"})
+        ) as r:
+            first = await anext(line async for line in r.aiter_lines() if line.startswith("data"))
+    store = service_for(kernel).tasks.store
+    for task_id in (sent.json()["task"]["id"], json.loads(first[6:])["task"]["id"]):
+        row = await wait_until(lambda t=task_id: store.get(t), "the task's row")
+        assert row.data["dialect"] == m.V1

@@ -434,7 +434,7 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
     from a2a_helpers import SLEEP_CANCELLED, make_config, serve
     from roost.plugins.a2a import _models as m
     from roost.plugins.a2a._server import service_for
-    from roost.plugins.a2a._tasks import STOPPED_REASON, SendOptions
+    from roost.plugins.a2a._tasks import STOPPED_REASON, ListQuery, SendOptions
 
     SLEEP_STARTED.clear()
     cancelled_before = len(SLEEP_CANCELLED)
@@ -449,19 +449,17 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
                     scope.cancel()
 
                 nursery.start_soon(cancel_once_working)
-                await tasks.send_and_wait(
-                    "slow", message, SendOptions(), trace=None, dialect=m.V1, owner="local"
+                await tasks.send(
+                    "slow",
+                    message,
+                    SendOptions(),
+                    trace=None,
+                    dialect=m.V1,
+                    owner="local",
+                    wait=True,
                 )
         assert scope.cancelled_caught
-        found, _, total = await tasks.list(
-            agent="slow",
-            context_id=None,
-            state=None,
-            page_size=10,
-            page_token=None,
-            updated_after=None,
-            owner="local",
-        )
+        found, _, total = await tasks.list(ListQuery(page_size=10), agent="slow", owner="local")
         row = await tasks.store.get(found[0].id)
         assert tasks.store._reserved == 0 and found[0].id not in tasks.live
     assert len(SLEEP_CANCELLED) == cancelled_before + 1
