@@ -102,10 +102,8 @@ _RULE_TEXT = {
 _ALLOWABLE = {"private": "allow_private", "loopback": "allow_loopback"}
 
 
-class UrlRefused(SandboxError):
+class UrlRefused(SandboxError, code="url_refused"):
     """An outbound URL was refused: bad scheme, unresolvable, or a forbidden address."""
-
-    code = "url_refused"
 
     def __init__(
         self, url: str, reason: str, *, address: str | None = None, rule: str | None = None

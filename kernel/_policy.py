@@ -43,10 +43,8 @@ SOURCE_LABEL_PREFIX = "source:"
 _SCAN_CHUNK = 65_536  # characters of an argument indexed at a time by TaintTracker
 
 
-class ToolSchemaInvalid(ToolError):
+class ToolSchemaInvalid(ToolError, code="tool_schema_invalid"):
     """A tool's own ``inputSchema`` is not a valid JSON Schema: a bug in the tool's provider."""
-
-    code = "tool_schema_invalid"
 
 
 # ---- Pattern matching shared by capabilities, exposure and timeout overrides ---------------

@@ -51,10 +51,8 @@ _D = TypeVar("_D", bound="SqliteDatabase")
 sqlite3.register_adapter(type(None), lambda value: value)
 
 
-class StoreError(RoostError):
+class StoreError(RoostError, code="store_error"):
     """The store refused an operation or the database failed; says which and why."""
-
-    code = "store_error"
 
 
 # What a write's work may raise that is reported as the store's error: the database's
