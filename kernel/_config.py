@@ -1,11 +1,10 @@
 """``roost.toml`` → a frozen ``RoostConfig``, with environment overrides and clear errors.
 
-Lookup order: an explicit path (``--config``), else ``$ROOST_CONFIG``, else ``./roost.toml``,
-else the defaults. Then the environment overrides: ``ROOST_HOME``, ``ROOST_HOST``,
-``ROOST_PORT``, ``ROOST_API_KEY`` (or the variable named by ``http.api_key_env``) and
-``ROOST_MAX_DEPTH``. Named API keys (``[http.keys.<name>]``) name where their secret is —
-an environment variable or a file — never the secret itself. Every bad value is a
-``ConfigError`` naming the key, what was expected and where the value came from.
+Lookup: ``--config``, else ``$ROOST_CONFIG``, else ``./roost.toml``, else the defaults; then
+``ROOST_HOME``, ``ROOST_HOST``, ``ROOST_PORT``, ``ROOST_API_KEY`` (or ``http.api_key_env``'s
+variable) and ``ROOST_MAX_DEPTH`` override. Named API keys (``[http.keys.<name>]``) name
+where their secret is, never the secret. A bad value is a ``ConfigError`` naming the key,
+what was expected and where the value came from.
 """
 
 from __future__ import annotations
@@ -257,9 +256,8 @@ class KernelConfig:
 
 @attrs.frozen
 class ApiKeyConfig:
-    """``[http.keys.<name>]``: one named API key, i.e. one principal. Its secret is read at
-    start from the environment variable ``key_env`` or the file ``key_file`` (which must be
-    yours and unreadable to others, mode 0600); ``admin`` principals may read ``/api/events``."""
+    """``[http.keys.<name>]``: one principal's key, read at start from the variable
+    ``key_env`` or the file ``key_file`` (mode 0600); ``admin`` may read ``/api/events``."""
 
     name: str
     key_env: str | None = None
@@ -297,9 +295,8 @@ class HttpConfig:
 
     @property
     def host_principal(self) -> str:
-        """Who in-process callers are, and who owns sessions and tasks stored before roost
-        had principals: ``default`` (the principal of ``api_key``) when that key is set,
-        else ``local`` (the one principal of a daemon without keys)."""
+        """Who in-process callers (and sessions from before principals) are: ``default``
+        (``api_key``'s principal) when that key is set, else ``local``."""
         return DEFAULT_PRINCIPAL if self.api_key else LOCAL_PRINCIPAL
 
 
@@ -334,12 +331,8 @@ class PluginsConfig:
 
 @attrs.frozen
 class StoreConfig:
-    """``[store]``: how hard SQLite works to keep a commit.
-
-    ``synchronous = "normal"`` (default): a commit survives roost crashing or being killed;
-    a power loss may lose the last commits. ``"full"``: every commit is fsynced before it is
-    acknowledged, so it also survives a power loss (slower: one fsync per group commit).
-    """
+    """``[store]``: ``synchronous = "normal"``: a commit survives roost being killed, not a
+    power loss; ``"full"``: each group commit is fsynced first, surviving a power loss."""
 
     synchronous: str = _check(_str(choices=("normal", "full")), default="normal")
 
@@ -359,12 +352,9 @@ _TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 
 @attrs.frozen
 class RoostConfig:
-    """The whole configuration. ``source`` is the file it came from (None: defaults only).
-
-    ``providers``, ``mcp_servers``, ``a2a`` and ``telemetry`` are kept as plain data, each
-    checked by the plugin that reads it (``roost_check_config``); secrets in them are hidden
-    from ``repr``.
-    """
+    """The whole configuration; ``source``: its file (None: defaults). ``providers``,
+    ``mcp_servers``, ``a2a`` and ``telemetry`` stay plain data, checked by the plugins that
+    read them; secrets in them are hidden from ``repr``."""
 
     home: Path
     agents: AgentsConfig = attrs.field(factory=AgentsConfig)
@@ -417,9 +407,8 @@ _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 def header_table(value: object, where: str) -> dict[str, str]:
-    """``value`` checked as a table of HTTP header names to values of visible ASCII text
-    (a line break would start another header); raises ConfigError naming ``where`` and the
-    fix."""
+    """``value`` checked as a table of HTTP header names to visible ASCII (a line break would
+    start another header); else ConfigError naming ``where``."""
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str)
         and _HEADER_NAME.fullmatch(k)
@@ -576,10 +565,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 def find_config_file(
     path: str | Path | None = None, *, env: Mapping[str, str] = os.environ, cwd: Path | None = None
 ) -> Path | None:
-    """The config file to use (see the module doc for the order), or None for defaults.
-
-    Raises ``ConfigError`` if an explicitly named file does not exist.
-    """
+    """The config file to use, or None for defaults; ``ConfigError`` if a named one is
+    missing."""
     here = cwd or Path.cwd()
     if path is not None:
         origin, chosen = "--config", Path(path)
@@ -600,11 +587,7 @@ def load_config(
     env: Mapping[str, str] = os.environ,
     cwd: Path | None = None,
 ) -> RoostConfig:
-    """Load ``roost.toml`` (explicit path, ``$ROOST_CONFIG``, ``./roost.toml`` or none).
-
-    Relative paths in the file (``home``, ``agents.dirs``) are relative to the file.
-    Raises ``ConfigError`` naming the key, the problem and its source.
-    """
+    """Load ``roost.toml`` (see the module doc); its relative paths are from its folder."""
     file = find_config_file(path, env=env, cwd=cwd)
     if file is None:
         config = _build({}, "defaults", cwd or Path.cwd(), env)
@@ -615,12 +598,8 @@ def load_config(
 
 
 def default_config(*, env: Mapping[str, str] = os.environ, **overrides: Any) -> RoostConfig:
-    """The defaults, for tests and in-process use; no file and no other env overrides.
-
-    ``home`` comes from ``overrides`` or else ``$ROOST_HOME`` / the platform data dir.
-    Other overrides are sections, given either as attrs objects (``http=HttpConfig(port=0)``)
-    or as TOML-like dicts (``http={"port": 0}``), which are checked like the file is.
-    """
+    """The defaults (no file, only ``$ROOST_HOME``), with ``overrides``: ``home``, and
+    sections as objects (``http=HttpConfig(port=0)``) or checked dicts (``http={"port": 0}``)."""
     plain = {k: v for k, v in overrides.items() if not attrs.has(type(v))}
     built = _build(plain, "default_config()", Path.cwd(), env)
     ready = {k: v for k, v in overrides.items() if attrs.has(type(v))}

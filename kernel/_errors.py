@@ -53,10 +53,7 @@ META_ERROR = "io.roost/error"
 
 
 class RoostError(Exception):
-    """Base class of every error roost raises on purpose.
-
-    ``code`` is a stable, machine-readable name (used in API and JSON-RPC error data).
-    """
+    """Base class of every error roost raises on purpose; ``code``: its stable name."""
 
     code = "roost_error"
 
@@ -282,11 +279,8 @@ class InvalidInput(RoostError, code="invalid_input"):
 
 
 class InvalidText(InvalidInput, code="invalid_text"):
-    """Input holds text that is not valid Unicode: a lone surrogate (U+D800–U+DFFF).
-
-    JSON's ``"\\ud800"`` escape decodes to one in Python, but it cannot be encoded as
-    UTF-8, so it could be neither stored nor sent on.
-    """
+    """Input holds a lone surrogate (JSON's ``"\\ud800"`` decodes to one), which no UTF-8
+    encoder takes: it could be neither stored nor sent on."""
 
     def __init__(self, field: str, char: str) -> None:
         self.char = char
@@ -296,9 +290,8 @@ class InvalidText(InvalidInput, code="invalid_text"):
 
 
 class InvalidNumber(InvalidInput, code="invalid_number"):
-    """Input holds a number JSON cannot carry: NaN or an infinity. ``1e400`` is valid JSON
-    syntax but decodes to infinity, and ``NaN`` / ``Infinity`` literals are accepted by
-    lenient decoders; stored, either would be served back as text no JSON parser takes."""
+    """Input holds NaN or an infinity (``1e400`` decodes to one): stored, it would be served
+    back as text no JSON parser takes."""
 
     def __init__(self, field: str, value: float) -> None:
         self.value = value
@@ -376,12 +369,8 @@ _MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE]|[0-9]{309}")
 def check_text(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
-    value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
-
-    ``raw``: the JSON text ``value`` was decoded from; text without ``\\ud``/``\\uD`` needs
-    no walk. What the store checks before it writes; the protocol edges use
-    ``check_json_input``, which also refuses non-finite numbers."""
+    """``InvalidText`` naming the field if a string anywhere in ``value`` (keys too) holds a
+    lone surrogate; ``raw``, its JSON text, spares the walk when it has no ``\\ud``."""
     if raw is not None and not _has_surrogate_escape(_probe(raw)):
         return
     _walk(value, field, numbers=False)
@@ -390,11 +379,9 @@ def check_text(
 def check_json_input(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """The one check every JSON entry uses (REST, MCP, A2A) on what a caller sent: raise
-    ``InvalidText`` (a lone surrogate: no store could keep it) or ``InvalidNumber`` (NaN or
-    an infinity: no JSON answer could carry it back), both ``InvalidInput`` naming the
-    field, for the first such value in document order. ``raw``: the JSON text ``value``
-    was decoded from, when there is one (text that cannot hold either needs no walk)."""
+    """The check of every JSON entry (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
+    ``InvalidNumber`` (NaN or an infinity) for the first such value, naming its field;
+    ``raw``, the JSON text, spares the walk when it can hold neither."""
     if raw is not None:
         probe = _probe(raw)
         if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:

@@ -35,21 +35,14 @@ class ProviderDescriptor:
 class RouteDescriptor:
     """An HTTP route served by the daemon.
 
-    ``handler`` is ``async (roost.plugins.http.PlainRequest, **path_args) ->
-    roost.plugins.http.PlainResponse`` (a body of bytes, or an async iterable of bytes to
-    stream, e.g. server-sent events); the daemon calls it after its Host, Origin, bearer
-    auth, rate-limit and body-size checks, with the body read. ``path`` takes werkzeug
-    rules (``/x/<name>``, ``<path:rest>``) and is served with and without a trailing slash
-    (same handler, no redirect). ``methods`` lists what the handler takes (GET brings HEAD;
-    an OPTIONS request on a route without OPTIONS is answered as a CORS preflight).
-
-    ``max_body_bytes`` caps this route's request bodies (chunked ones too); None keeps the
-    daemon's ``http.max_body_bytes``. ``render_error`` (optional) shapes every error the
-    daemon itself answers for this route (401, 403, 404, 405, 413, 429, 5xx, an unhandled
-    exception): ``(HTTP status, roost error code such as "rate_limited", message) -> (body
-    bytes, content type)``; status and headers (Retry-After, WWW-Authenticate) stay the
-    daemon's. None keeps roost's ``{"error": {"code", "message"}}``. A path no route matches
-    takes the renderer of the route sharing the most leading path segments with it.
+    ``handler``: ``async (PlainRequest, **path_args) -> PlainResponse`` (``roost.plugins.http``;
+    a body of bytes or an async iterable of them), called after the daemon's Host, Origin,
+    auth, rate-limit and body-size checks. ``path`` takes werkzeug rules (``/x/<name>``),
+    served with and without a trailing slash. ``methods``: GET brings HEAD; OPTIONS without
+    a handler is a CORS preflight. ``max_body_bytes``: None keeps ``http.max_body_bytes``.
+    ``render_error``: ``(status, roost error code, message) -> (body, content type)`` for the
+    errors the daemon answers on this route (also for unmatched paths sharing the most
+    leading segments); None keeps ``{"error": {"code", "message"}}``.
     """
 
     path: str
