@@ -112,9 +112,7 @@ class ToolError(RoostError, code="tool_error"):
 
 
 class ToolNotFound(ToolError, code="tool_not_found"):
-    """No tool of that name. ``hint`` ("" or "; did you mean …?") names the likely one:
-    for an agent asked by another spelling (``roost_agent_x``, ``agent_code-reviewer``),
-    its one name ``agent_<name>``."""
+    """No tool of that name; ``hint`` ("" or "; did you mean …?") names the likely one."""
 
     def __init__(self, name: str, known: Iterable[str] = ()) -> None:
         self.name = name
@@ -225,9 +223,8 @@ class RecursionLimitExceeded(ToolError, code="recursion_limit"):
 
 
 class InvalidTraceContext(RoostError, code="invalid_trace_context"):
-    """A trace carrier (an HTTP header, ``_meta``, A2A metadata, the environment) holds a
-    depth that is not a whole number from 0 to 999,999,999. ``field`` names it; each
-    protocol edge answers 400 / -32602."""
+    """A trace carrier (header, ``_meta``, metadata, environment) holds a depth that is not
+    a whole number from 0 to 999,999,999; ``field`` names it."""
 
     def __init__(self, field: str, value: Any) -> None:
         self.field = field
@@ -266,8 +263,7 @@ class MailboxFull(ActorError, code="mailbox_full"):
 
 class InvalidInput(RoostError, code="invalid_input"):
     """Input that could be neither stored nor sent back as JSON; ``field`` names where it
-    sits (``message.parts[0].text``) and ``problem`` what is wrong. Each protocol edge
-    answers with its own 400 / -32602 (see ``check_json_input``)."""
+    sits (``message.parts[0].text``), ``problem`` what is wrong."""
 
     def __init__(self, field: str, problem: str) -> None:
         self.field = field or "value"
@@ -305,9 +301,8 @@ class InvalidNumber(InvalidInput, code="invalid_number"):
 
 
 class SessionConflict(RoostError, code="session_conflict"):
-    """A caller's ``session_id`` names a session of another agent: a session belongs to
-    the agent it was made with. The store raises it where it finds the session (the HTTP
-    API answers 409; A2A refuses such a ``contextId`` with -32602 before making a task)."""
+    """A caller's ``session_id`` names a session of another agent (a session stays with the
+    agent it was made with)."""
 
     def __init__(self, session_id: str, agent: str, owner_agent: str) -> None:
         self.field = "session_id"

@@ -57,11 +57,8 @@ class RouteDescriptor:
 
 @attrs.frozen
 class McpServerDescriptor:
-    """An MCP server the kernel should connect to (same fields as ``[[mcp_servers]]``).
-
-    ``protocol`` is "auto" or a version; ``sampling`` lets the server ask the calling
-    agent's model; ``allow_local`` permits private/loopback http(s) URLs.
-    """
+    """An MCP server to connect to (fields as ``[[mcp_servers]]``): ``protocol`` "auto" or
+    a version; ``sampling``: it may ask the agent's model; ``allow_local``: private URLs."""
 
     name: str
     transport: Mapping[str, Any]
@@ -74,13 +71,9 @@ class McpServerDescriptor:
 
 @attrs.frozen
 class ServiceDescriptor:
-    """A long-running task a plugin needs (e.g. MCP connections), run in the kernel's nursery.
-
-    ``run(kernel, task_status=...)`` (``kernel``: a ``KernelAPI``) must call
-    ``task_status.started()`` once ready; the kernel waits for that (up to
-    ``start_timeout_s``) before it reports itself started.
-    A service that raises is reported and stopped; it never takes the kernel down.
-    """
+    """A long-running task of a plugin, in the kernel's nursery: ``run(kernel,
+    task_status=...)`` calls ``task_status.started()`` once ready (awaited up to
+    ``start_timeout_s``); one that raises is reported, never taking the kernel down."""
 
     name: str
     run: Callable[..., Any] = attrs.field(eq=False, repr=False)
@@ -106,9 +99,7 @@ class RoostHookSpecs:
     def roost_check_config(self, config: Any) -> None:
         """Check the parts of ``config`` this plugin reads (its ``[providers.<name>]``
         table, ``[[mcp_servers]]``, ``[a2a]``, …); raise ``ConfigError`` naming the key, the
-        valid keys and the fix. Called as the kernel boots, before anything starts: an
-        error stops the boot (``roost run`` exits non-zero). The kernel puts the file's
-        path (``config.where``) in front of a message that does not start with it."""
+        valid keys and the fix. Called before anything starts; an error stops the boot."""
 
     @hookspec
     def roost_providers(self) -> Sequence[ProviderDescriptor]:

@@ -460,21 +460,16 @@ def param(
             return default
         raise JsonRpcError(INVALID_PARAMS, f"params.{name}: required ({_wanted(types)})")
     value = params[name]
-    ok = False
     for t in types:
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            ok = True
-        elif t is int and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, bool):
             continue
-        elif t is dict and is_mapping(value) or isinstance(value, t):
-            ok = True
-        if ok:
-            break
-    if not ok:
-        raise JsonRpcError(
-            INVALID_PARAMS, f"params.{name}: expected {_wanted(types)}, got {json_type(value)}"
-        )
-    return value
+        if t is dict and is_mapping(value) or isinstance(value, t):
+            return value
+    raise JsonRpcError(
+        INVALID_PARAMS, f"params.{name}: expected {_wanted(types)}, got {json_type(value)}"
+    )
 
 
 def _wanted(types: tuple[type, ...]) -> str:

@@ -427,25 +427,17 @@ class SqliteStore(SqliteDatabase):
     ) -> None:
         """Append ``rows``, creating the session if needed."""
         if self._ensure(conn, owner, session_id, agent, now, len(rows)):
-            # A new session: created counting these rows, with none before them.
-            self._insert_messages(conn, owner, session_id, 0, rows, now)
-            return
-        (last,) = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE owner = ? AND session_id = ?",
-            (owner, session_id),
-        ).fetchone()
-        self._insert_messages(conn, owner, session_id, last, rows, now)
-        conn.execute(
-            "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
-            "WHERE owner = ? AND id = ?",
-            (now, len(rows), owner, session_id),
-        )
-
-    @staticmethod
-    def _insert_messages(
-        conn: sqlite3.Connection, owner: str, session_id: str, last: int, rows: list, now: float
-    ) -> None:
-        """Insert ``rows`` after sequence number ``last`` (the session's count is the caller's)."""
+            last = 0  # a new session: created counting these rows, with none before them
+        else:
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE owner = ? AND session_id = ?",
+                (owner, session_id),
+            ).fetchone()
+            conn.execute(
+                "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
+                "WHERE owner = ? AND id = ?",
+                (now, len(rows), owner, session_id),
+            )
         conn.executemany(
             "INSERT INTO messages (owner, session_id, seq, role, content, data, ts) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
