@@ -445,9 +445,16 @@ def _checked(field: attrs.Attribute, value: Any, key: str, where: str) -> Any:
         raise ConfigError(f"{where}: {key}: expected {what}, got {_got(value)}") from None
 
 
+def _table(value: Any, key: str, where: str, header: str = "") -> Any:
+    """``value`` if it is a TOML table, else the error naming ``key`` and its ``header``."""
+    if not isinstance(value, dict):
+        header = header or f"[{key}]"
+        raise ConfigError(f"{where}: {key}: expected a table ({header}), got {_got(value)}")
+    return value
+
+
 def _section(cls: type, name: str, table: Any, where: str) -> Any:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(table)}")
+    _table(table, name, where)
     fields = {f.name: f for f in attrs.fields(cls)}
     values = {}
     for key, value in table.items():
@@ -465,21 +472,12 @@ def _plain(name: str, value: Any, where: str) -> Any:
                 f"got {_got(value)}"
             )
         for index, item in enumerate(value):
-            if not isinstance(item, dict):
-                raise ConfigError(
-                    f"{where}: mcp_servers[{index}]: expected a table ([[mcp_servers]]), "
-                    f"got {_got(item)}"
-                )
+            _table(item, f"mcp_servers[{index}]", where, "[[mcp_servers]]")
         return tuple(value)
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(value)}")
+    _table(value, name, where)
     if name == "providers":
         for provider, settings in value.items():
-            if not isinstance(settings, dict):
-                raise ConfigError(
-                    f"{where}: providers.{provider}: expected a table ([providers.{provider}]), "
-                    f"got {_got(settings)}"
-                )
+            _table(settings, f"providers.{provider}", where)
     return value
 
 

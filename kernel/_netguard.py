@@ -261,10 +261,9 @@ async def check_url(
             subject = f"{host!r} (the address {ip})"
         else:
             subject = f"the address {ip}"
-        if rule in _ALLOWABLE:
-            fix = f"; to allow it, set {allow_hint}"
-        else:
-            fix = "; this is never allowed"
+        fix = (
+            f"; to allow it, set {allow_hint}" if rule in _ALLOWABLE else "; this is never allowed"
+        )
         raise UrlRefused(
             url,
             f"{subject} is {_RULE_TEXT[rule]} (rule {rule!r}){fix}",

@@ -401,16 +401,14 @@ def _connect(
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn, path, migrations, params, error)
-    except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
+    except BaseException as exc:
         conn.close()
-        raise error(f"{path}: cannot open the database: {exc}") from exc
-    except sqlite3.DatabaseError as exc:  # not a database, or corrupt
-        conn.close()
-        raise error(
-            f"{path}: unreadable database ({exc}); it was left untouched — restore a backup "
-            "or choose another path"
-        ) from exc
-    except BaseException:
-        conn.close()
+        if isinstance(exc, sqlite3.OperationalError):  # locked, read-only, I/O error...
+            raise error(f"{path}: cannot open the database: {exc}") from exc
+        if isinstance(exc, sqlite3.DatabaseError):  # not a database, or corrupt
+            raise error(
+                f"{path}: unreadable database ({exc}); it was left untouched — restore a "
+                "backup or choose another path"
+            ) from exc
         raise
     return conn
