@@ -169,10 +169,6 @@ class AgentLimits:
     bash_processes: int = 512
     bash_tmp_mb: int = 512
 
-    def timeout_for(self, tool: str) -> float:
-        """The timeout for ``tool``: its own override, else ``tool_timeout_s``."""
-        return float(self.tool_timeouts.get(tool, self.tool_timeout_s))
-
 
 @attrs.frozen
 class FileGrants:

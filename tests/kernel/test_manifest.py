@@ -15,11 +15,13 @@ from roost.kernel import (
     McpServerDescriptor,
     ModelConfig,
     ScriptStep,
+    ToolSpec,
     bundled_agents_dir,
     load_agents,
     load_manifest,
     manifest_schema,
     parse_manifest,
+    resolve_timeout,
     validate_files,
 )
 
@@ -113,7 +115,10 @@ def test_full_manifest_loads_every_field():
     assert github.transport["command"] == "npx"
     assert docs.transport["url"] == "https://example.com/mcp" and docs.timeout_secs == 30.0
     assert m.a2a.enabled and m.a2a.skills[0].tags == ("code",)
-    assert m.limits.timeout_for("bash") == 120.0 and m.limits.timeout_for("read") == 60.0
+    limits = m.limits
+    for tool, seconds in (("bash", 120.0), ("read", 60.0)):
+        timeout = resolve_timeout(ToolSpec(tool), limits.tool_timeout_s, limits.tool_timeouts)
+        assert timeout == seconds
     assert m.sandbox == "read-only"
     assert m.workspace == path.parent.absolute() / "ws"
     assert m.env_allowlist == ("LANG",)
