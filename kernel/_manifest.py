@@ -440,15 +440,11 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
 # ---- checking --------------------------------------------------------------------------
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key)
+            raise ValueError(f"duplicate key {key!r} in an object; keep only one of them")
         out[key] = value
     return out
 
@@ -457,25 +453,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; use a number or a string")
 
 
-def _parse_json(text: str, source: str) -> tuple[Any, list[ManifestError]]:
+def _parse_json(text: str) -> Any:
+    """``text`` decoded; ValueError saying what is wrong if it is not strict JSON."""
     try:
-        data = json.loads(
+        return json.loads(
             text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
         )
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
-        return None, [ManifestError(source, "/", f"invalid JSON at {where}: {exc.msg}")]
-    except _DuplicateKey as exc:
-        return None, [
-            ManifestError(
-                source, "/", f"duplicate key {exc.args[0]!r} in an object; keep only one of them"
-            )
-        ]
-    except ValueError as exc:
-        return None, [ManifestError(source, "/", str(exc))]
+        raise ValueError(f"invalid JSON at {where}: {exc.msg}") from None
     except RecursionError:
-        return None, [ManifestError(source, "/", "invalid JSON: nested too deeply")]
-    return data, []
+        raise ValueError("invalid JSON: nested too deeply") from None
 
 
 def _repeats(items: Any, field: str, key: Callable[[str], str]) -> Iterator[tuple[int, str, str]]:
@@ -554,8 +542,9 @@ def _check(
     if errors:
         return None, errors[:_MAX_ERRORS_PER_FILE]
     fields = {k: v for k, v in data.items() if k not in ("$schema", "workspace")}
-    fields["system_prompt"] = prompt
-    fields["system_prompt_file"] = prompt_path
+    fields.update(
+        system_prompt=prompt, system_prompt_file=prompt_path, path=path, base_dir=base_dir
+    )
     workspace = data.get("workspace")
     if workspace is not None:
         fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
@@ -564,8 +553,6 @@ def _check(
             key: [(base_dir or Path.cwd()) / Path(p).expanduser() for p in paths]
             for key, paths in data["files"].items()
         }
-    fields["path"] = path
-    fields["base_dir"] = base_dir
     return _converter.structure(fields, AgentManifest), []
 
 
@@ -573,18 +560,20 @@ def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[Man
     try:
         text = read_text(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        return None, [ManifestError(source, "/", "file not found")]
+        problem = "file not found"
     except IsADirectoryError:
-        return None, [
-            ManifestError(source, "/", f"is a directory; expected a {MANIFEST_FILENAME} file")
-        ]
+        problem = f"is a directory; expected a {MANIFEST_FILENAME} file"
     except (OSError, ValueError) as exc:
-        return None, [ManifestError(source, "/", f"cannot read the file: {exc}")]
-    data, errors = _parse_json(text, source)
-    if errors:
-        return None, errors
-    absolute = path.absolute()
-    return _check(data, source, absolute.parent, absolute)
+        problem = f"cannot read the file: {exc}"
+    else:
+        try:
+            data = _parse_json(text)
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            absolute = path.absolute()
+            return _check(data, source, absolute.parent, absolute)
+    return None, [ManifestError(source, "/", problem)]
 
 
 # ---- public API ------------------------------------------------------------------------
@@ -595,16 +584,15 @@ def parse_manifest(
 ) -> AgentManifest:
     """Validate parsed JSON ``data`` (relative paths from ``base_dir``, default: cwd);
     raise the most relevant ``ManifestError``."""
-    manifest, errors = _check(data, source, base_dir, None)
-    if errors:
-        raise errors[0]
-    assert manifest is not None
-    return manifest
+    return _valid(*_check(data, source, base_dir, None))
 
 
 def load_manifest(path: str | Path) -> AgentManifest:
     """Read, validate and convert one ``agent.json``; raise ``ManifestError`` if it is bad."""
-    manifest, errors = _check_file(Path(path), str(path))
+    return _valid(*_check_file(Path(path), str(path)))
+
+
+def _valid(manifest: AgentManifest | None, errors: list[ManifestError]) -> AgentManifest:
     if errors:
         raise errors[0]
     assert manifest is not None
@@ -623,12 +611,8 @@ def _manifest_files(location: Path) -> list[Path]:
             names = sorted(e.name for e in entries)
     except OSError:
         return []
-    found = []
-    for name in names:
-        file = location / name / MANIFEST_FILENAME
-        if file.is_file():
-            found.append(file)
-    return found
+    files = (location / name / MANIFEST_FILENAME for name in names)
+    return [file for file in files if file.is_file()]
 
 
 def _load_files(
@@ -682,13 +666,8 @@ def load_agents(
             continue
         scanned.add(key)
         if not location.exists():
-            errors.append(
-                ManifestError(
-                    str(location),
-                    "/",
-                    f"agents directory not found; fix [agents].dirs in {config_file}",
-                )
-            )
+            problem = f"agents directory not found; fix [agents].dirs in {config_file}"
+            errors.append(ManifestError(str(location), "/", problem))
             continue
         _load_files(_manifest_files(location), found, by_tool, errors)
     return found, errors
