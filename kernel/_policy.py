@@ -427,11 +427,6 @@ class TaintTracker:
         while self._chars > self.max_chars and len(self._sources) > 1:
             self._chars -= len(self._sources.popleft().text)
 
-    def find(self, text: str) -> _TaintSource | None:
-        """The first recorded source that ``text`` copies from, or None."""
-        found = self._find(text, self._sources)
-        return found[0] if found else None
-
     def _find(self, text: str, sources: Iterable[_TaintSource]) -> tuple[_TaintSource, str] | None:
         if not isinstance(text, str) or not text:
             return None
