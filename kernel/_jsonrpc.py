@@ -168,6 +168,11 @@ def _plain(params: Params) -> Any:
 # ---- building ---------------------------------------------------------------------------
 
 
+def response(id: Id, result: Any) -> Response:
+    """The success response to request ``id``."""
+    return Response(id, result)
+
+
 def error_response(id: Id, code: int, message: str, data: Any = None) -> ErrorResponse:
     """The error response to request ``id`` (None when it could not be read)."""
     return ErrorResponse(id, ErrorObject(code, message, data))

@@ -33,6 +33,7 @@ from roost.kernel._jsonrpc import (
     param,
     parse,
     parse_message,
+    response,
 )
 
 
@@ -244,7 +245,7 @@ def test_to_dict_and_encode_round_trip():
         Request("m", None, "abc"),
         Notification("n", [1]),
         Notification("n"),
-        Response(5, {"ok": True}),
+        response(5, {"ok": True}),
         error_response(None, PARSE_ERROR, "Parse error"),
         error_response("7", -32001, "Task not found", {"taskId": "t"}),
     ]
@@ -377,7 +378,7 @@ def test_correlator_round_trip_through_the_wire():
     req = corr.new_request("echo", ["hi"])
     wire = encode(req)
     received = parse(wire)
-    answer = parse(encode(Response(received.id, received.params)))
+    answer = parse(encode(response(received.id, received.params)))
     assert corr.feed(answer) is req
 
 
