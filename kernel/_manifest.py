@@ -250,6 +250,20 @@ def schema() -> dict[str, Any]:
 _VALID_REFS_MAX = 4096
 
 
+def _compiles(pattern: object) -> bool:
+    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles. ``re.compile`` also
+    raises OverflowError (a repeat count too large) and RecursionError (groups nested too
+    deeply), which jsonschema would let through and crash the load of every agent."""
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except OverflowError as exc:
+            raise re.error(str(exc)) from None
+        except RecursionError:
+            raise re.error("groups nested too deeply") from None
+    return True
+
+
 @functools.cache
 def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
     """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref``
@@ -262,7 +276,8 @@ def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
 
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
-    regexes = jsonschema.FormatChecker(formats=("regex",))  # compiles each script rule's match
+    regexes = jsonschema.FormatChecker(formats=())
+    regexes.checks("regex", raises=re.error)(_compiles)  # each script rule's match
     if not remember:
         return jsonschema.Draft202012Validator(loaded, format_checker=regexes)
     check_ref = jsonschema.Draft202012Validator.VALIDATORS["$ref"]

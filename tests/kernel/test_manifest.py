@@ -292,6 +292,27 @@ def test_bad_regex_names_its_pointer():
     assert "regular expression" in err.expected and "(unclosed" in err.expected
 
 
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("a{4294967296}", "repetition number is too large"),  # re.compile: OverflowError
+        ("(" * 1000 + ")" * 1000, "nested too deeply"),  # re.compile: RecursionError
+    ],
+)
+def test_regex_re_cannot_compile_is_a_manifest_error_not_a_crash(tmp_path, pattern, why):
+    err = error_of(base(model={"script": {"rules": [{"match": pattern}]}}))
+    assert err.pointer == "/model/script/rules/0/match" and why in err.expected
+    # In a directory, the bad manifest is reported and skipped; the good one still loads.
+    for name, match in (("bad", pattern), ("good", "hi")):
+        (tmp_path / name).mkdir()
+        rules = [{"match": match}]
+        manifest = base(name=name, model={"provider": "script", "script": {"rules": rules}})
+        (tmp_path / name / "agent.json").write_text(json.dumps(manifest))
+    agents, errors = load_agents([tmp_path], include_bundled=False)
+    assert list(agents) == ["good"]
+    assert [e.pointer for e in errors] == ["/model/script/rules/0/match"]
+
+
 def test_step_must_be_a_call_or_a_parallel_group():
     for step in ({}, {"tool": "a", "parallel": [{"tool": "b"}]}, {"arguments": {}}):
         err = error_of(base(model={"script": {"rules": [{"match": "x", "steps": [step]}]}}))
