@@ -269,8 +269,9 @@ def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
     """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref``
     remembers the values it found valid, keyed by the subschema and the value's canonical
     JSON: agents made from one template share ``model`` or ``limits`` entries, checked once
-    per boot. Only for values decoded from JSON text (an in-memory tuple has a list's JSON
-    but is no array)."""
+    per boot. Sound because the schema has one ``$id`` and no dynamic references (a place in
+    it always means one subschema) and only error-free values are kept. Only for values
+    decoded from JSON text (an in-memory tuple has a list's JSON but is no array)."""
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
