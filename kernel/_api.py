@@ -1,9 +1,7 @@
 """``KernelAPI``: the kernel as a plugin sees it.
 
-Hooks that take ``kernel`` (``roost_http_routes``, ``roost_services``,
-``roost_kernel_started``, ``roost_kernel_stopping``), a service's ``run(kernel, ...)`` and a
-tool's ``ToolContext.kernel`` get an object with exactly these members. First-party
-plugins use nothing else, so a third-party package can do whatever they do.
+Hooks that take ``kernel``, a service's ``run(kernel, ...)`` and ``ToolContext.kernel`` get
+an object with exactly these members; first-party plugins use nothing else.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The audit trail: one ``AuditRecord`` per tool call, stored in the ``audit`` table.
-
-The kernel stores a tool call's record before the call's result is returned to its caller
-(``Store.record_tool_call``); concurrent calls share a commit through the group committer.
-"""
+"""The audit trail: one ``AuditRecord`` per tool call, stored in the ``audit`` table before
+the call's result is returned (``Store.record_tool_call``)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 
 Plugins → configuration check → store → tools and providers → agents (manifests, their
 ``agent_<name>`` tools, providers, one actor each) → plugin services → ``KERNEL:STARTED``.
-The kernel owns the root nursery (through the actor system); leaving the block shuts
-everything down within the configured deadline.
 """
 
 from __future__ import annotations
@@ -37,11 +35,8 @@ async def open_kernel(
     plugins: Sequence[Any] = (),
     load_entry_points: bool = True,
 ) -> AsyncIterator[Kernel]:
-    """Boot a kernel; leaving the block shuts it down gracefully within the deadline.
-
-    ``agents`` adds in-memory manifests (beside the configured ones); ``plugins`` adds
-    plugin objects (modules or instances with hookimpls) beside the entry points.
-    """
+    """Boot a kernel, with in-memory manifests ``agents`` and plugin objects ``plugins``
+    beside the configured ones; leaving the block shuts it down within the deadline."""
     from ._actor import RestartPolicy, open_actor_system
     from ._config import load_config
     from ._manifest import load_agents, tool_pattern_warnings
@@ -149,9 +144,8 @@ async def open_kernel(
 def _check_config(
     pm: PluginManager, config: Any, provider_results: list[tuple[str, list[Any]]]
 ) -> None:
-    """Each plugin checks the settings it reads (``roost_check_config``), and every
-    ``[providers.<name>]`` table must name an installed (or disabled) provider; raises one
-    ``ConfigError`` with every problem, each naming the config file."""
+    """One ``ConfigError`` with every problem the plugins find (``roost_check_config``) and
+    every ``[providers.<name>]`` naming no installed or disabled provider."""
     where = getattr(config, "where", "roost.toml")
     problems: list[str] = []
     # A broken check (any other exception) is the plugin's failure, not the config's.

@@ -1,11 +1,10 @@
 """``roost.toml`` → a frozen ``RoostConfig``, with environment overrides and clear errors.
 
-Lookup order: an explicit path (``--config``), else ``$ROOST_CONFIG``, else ``./roost.toml``,
-else the defaults. Then the environment overrides: ``ROOST_HOME``, ``ROOST_HOST``,
-``ROOST_PORT``, ``ROOST_API_KEY`` (or the variable named by ``http.api_key_env``) and
-``ROOST_MAX_DEPTH``. Named API keys (``[http.keys.<name>]``) name where their secret is —
-an environment variable or a file — never the secret itself. Every bad value is a
-``ConfigError`` naming the key, what was expected and where the value came from.
+Lookup: ``--config``, else ``$ROOST_CONFIG``, else ``./roost.toml``, else the defaults; then
+``ROOST_HOME``, ``ROOST_HOST``, ``ROOST_PORT``, ``ROOST_API_KEY`` (or ``http.api_key_env``'s
+variable) and ``ROOST_MAX_DEPTH`` override. Named API keys (``[http.keys.<name>]``) name
+where their secret is, never the secret. A bad value is a ``ConfigError`` naming the key,
+what was expected and where the value came from.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,16 +41,14 @@ _SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credent
 
 
 class _Bad(Exception):
-    """A value failed its check; the caller words the error.
+    """A value failed its check; the caller words the error. For a part of the value (a
+    list item, a key's table), ``suffix`` names it (``[2]``), ``what`` says what it should
+    be and ``value`` is the part."""
 
-    For an item of a list, ``suffix`` is its index (``[2]``), ``check`` the item's check
-    and ``value`` the item.
-    """
-
-    def __init__(self, suffix: str = "", check: Any = None, value: Any = None) -> None:
+    def __init__(self, suffix: str = "", what: str | None = None, value: Any = None) -> None:
         super().__init__(suffix)
         self.suffix = suffix
-        self.check = check
+        self.what = what
         self.value = value
 
 
@@ -77,174 +74,136 @@ def _got(value: Any) -> str:
 
 
 @attrs.frozen
-class _Int:
-    low: int | None = None
-    high: int | None = None
-    note: str = ""
+class _Check:
+    """A setting's check: ``test`` returns the value to keep or raises ``_Bad``; ``what``
+    says what was expected; with ``integer``, an environment override is read as one."""
 
-    def describe(self) -> str:
-        if self.low is not None and self.high is not None:
-            text = f"an integer {self.low}-{self.high}"
-        elif self.low is not None:
-            text = f"an integer ≥ {self.low}"
-        else:
-            text = "an integer"
-        return text + self.note
+    what: str
+    test: Callable[[Any], Any]
+    integer: bool = False
 
-    def __call__(self, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
+
+def _int(low: int, high: int | None = None, note: str = "") -> _Check:
+    def test(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise _Bad
-        if (self.low is not None and value < self.low) or (
-            self.high is not None and value > self.high
-        ):
+        if high is not None and value > high:
             raise _Bad
         return value
 
-    def from_env(self, text: str) -> Any:
-        text = text.strip()
-        return int(text) if re.fullmatch(r"[+-]?\d{1,18}", text) else text
+    bounds = f"{low}-{high}" if high is not None else f"≥ {low}"
+    return _Check(f"an integer {bounds}{note}", test, integer=True)
 
 
-@attrs.frozen
-class _Float:
-    def describe(self) -> str:
-        return "a number > 0"
-
-    def __call__(self, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _Bad
-        if not math.isfinite(value) or value <= 0:
-            raise _Bad
-        return float(value)
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad
+    if not math.isfinite(value) or value <= 0:
+        raise _Bad
+    return float(value)
 
 
-@attrs.frozen
-class _Bool:
-    def describe(self) -> str:
-        return "true or false"
-
-    def __call__(self, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise _Bad
-        return value
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad
+    return value
 
 
-@attrs.frozen
-class _Str:
-    what: str = "a non-empty string"
-    pattern: str | None = None
-    choices: tuple[str, ...] = ()
+_FLOAT = _Check("a number > 0", _positive)
+_BOOL = _Check("true or false", _boolean)
 
-    def describe(self) -> str:
-        if self.choices:
-            return "one of " + ", ".join(json.dumps(c) for c in self.choices)
-        return self.what
 
-    def __call__(self, value: Any) -> str:
+def _str(
+    what: str = "a non-empty string", pattern: str | None = None, choices: tuple[str, ...] = ()
+) -> _Check:
+    def test(value: Any) -> str:
         if not isinstance(value, str) or not value.strip():
             raise _Bad
-        if self.pattern is not None and not re.fullmatch(self.pattern, value):
+        if pattern is not None and not re.fullmatch(pattern, value):
             raise _Bad
-        if self.choices and value not in self.choices:
+        if choices and value not in choices:
             raise _Bad
         return value
 
+    if choices:
+        what = "one of " + ", ".join(json.dumps(c) for c in choices)
+    return _Check(what, test)
 
-@attrs.frozen
-class _StrList:
-    item: _Str = _Str()
-    what: str = "an array of strings"
 
-    def describe(self) -> str:
-        return self.what
+def _str_list(item: _Check | None = None, what: str = "an array of strings") -> _Check:
+    item = item or _str()
 
-    def __call__(self, value: Any) -> tuple[str, ...]:
+    def test(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list):
             raise _Bad
         items = []
-        for index, item in enumerate(value):
+        for index, entry in enumerate(value):
             try:
-                items.append(self.item(item))
+                items.append(item.test(entry))
             except _Bad:
-                raise _Bad(f"[{index}]", self.item, item) from None
+                raise _Bad(f"[{index}]", item.what, entry) from None
         return tuple(items)
 
+    return _Check(what, test)
 
-_ENV_NAME = _Str("an environment variable name", r"[A-Za-z_][A-Za-z0-9_]*")
+
+_ENV_NAME = _str("an environment variable name", r"[A-Za-z_][A-Za-z0-9_]*")
 _PRINCIPAL_NAME = r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}"
 DEFAULT_PRINCIPAL = "default"  # the principal of http.api_key (ROOST_API_KEY)
 LOCAL_PRINCIPAL = "local"  # every caller when no key is configured
-
-
-@attrs.frozen
-class _Described:
-    """A check that only words an error (for ``_Bad``): what was expected."""
-
-    what: str
-
-    def describe(self) -> str:
-        return self.what
-
-
 _KEY_FIELDS = ("key_env", "key_file", "admin")
-_ONE_SOURCE = _Described(
+_ONE_SOURCE = (
     'a table with exactly one of key_env = "VARIABLE" or '
     'key_file = "path" (and optionally admin = true)'
 )
 
 
-@attrs.frozen
-class _Keys:
+def _keys(value: Any) -> tuple[dict[str, Any], ...]:
     """``[http.keys.<name>]`` tables: each names where its principal's key is."""
-
-    def describe(self) -> str:
-        return 'a table of named keys, e.g. [http.keys.alice] with key_env = "ALICE_KEY"'
-
-    def __call__(self, value: Any) -> tuple[dict[str, Any], ...]:
-        if not isinstance(value, dict):
-            raise _Bad
-        out = []
-        for name, entry in value.items():
-            if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
-                what = (
-                    f"a name other than {LOCAL_PRINCIPAL!r} (the principal "
-                    "of a daemon without keys)"
-                    if name == LOCAL_PRINCIPAL
-                    else (
-                        "a principal name: 1-64 letters, digits, '_', '.', "
-                        "'@' or '-', starting with a letter or digit"
-                    )
+    if not isinstance(value, dict):
+        raise _Bad
+    out = []
+    for name, entry in value.items():
+        if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
+            what = (
+                f"a name other than {LOCAL_PRINCIPAL!r} (the principal of a daemon without keys)"
+                if name == LOCAL_PRINCIPAL
+                else (
+                    "a principal name: 1-64 letters, digits, '_', '.', "
+                    "'@' or '-', starting with a letter or digit"
                 )
-                raise _Bad(f".{name}", _Described(what), name)
-            if not isinstance(entry, dict):
-                raise _Bad(f".{name}", _ONE_SOURCE, entry)
-            for field in entry:
-                if field not in _KEY_FIELDS:
-                    why = (
-                        "key_env or key_file (a secret never goes in roost.toml: put it "
-                        "in an environment variable or a file only you can read, chmod 600)"
-                        if field in ("key", "api_key", "secret", "token", "value")
-                        else f"only {', '.join(_KEY_FIELDS)}"
-                    )
-                    raise _Bad(f".{name}.{field}", _Described(why), _NotShown())
-            sources = [f for f in ("key_env", "key_file") if f in entry]
-            if len(sources) != 1:
-                raise _Bad(f".{name}", _ONE_SOURCE, entry)
-            source = sources[0]
-            check = _ENV_NAME if source == "key_env" else _Str("a file path")
-            try:
-                item: dict[str, Any] = {"name": name, source: check(entry[source])}
-            except _Bad:
-                raise _Bad(f".{name}.{source}", check, entry[source]) from None
-            admin = entry.get("admin", False)
-            if not isinstance(admin, bool):
-                raise _Bad(f".{name}.admin", _Bool(), admin)
-            item["admin"] = admin
-            out.append(item)
-        return tuple(out)
+            )
+            raise _Bad(f".{name}", what, name)
+        if not isinstance(entry, dict):
+            raise _Bad(f".{name}", _ONE_SOURCE, entry)
+        for field in entry:
+            if field not in _KEY_FIELDS:
+                why = (
+                    "key_env or key_file (a secret never goes in roost.toml: put it "
+                    "in an environment variable or a file only you can read, chmod 600)"
+                    if field in ("key", "api_key", "secret", "token", "value")
+                    else f"only {', '.join(_KEY_FIELDS)}"
+                )
+                raise _Bad(f".{name}.{field}", why, _NotShown())
+        sources = [f for f in ("key_env", "key_file") if f in entry]
+        if len(sources) != 1:
+            raise _Bad(f".{name}", _ONE_SOURCE, entry)
+        source = sources[0]
+        check = _ENV_NAME if source == "key_env" else _str("a file path")
+        try:
+            item: dict[str, Any] = {"name": name, source: check.test(entry[source])}
+        except _Bad:
+            raise _Bad(f".{name}.{source}", check.what, entry[source]) from None
+        admin = entry.get("admin", False)
+        if not isinstance(admin, bool):
+            raise _Bad(f".{name}.admin", _BOOL.what, admin)
+        item["admin"] = admin
+        out.append(item)
+    return tuple(out)
 
 
-_AGENT_NAME = _Str(
+_KEYS = _Check('a table of named keys, e.g. [http.keys.alice] with key_env = "ALICE_KEY"', _keys)
+_AGENT_NAME = _str(
     "an agent name (lowercase letters, digits, '_' or '-')", r"[a-z][a-z0-9_-]{0,62}"
 )
 
@@ -276,8 +235,8 @@ def _redacting_repr(value: Any) -> str:
 class AgentsConfig:
     """``[agents]``: where manifests live, and the agent used when none is named."""
 
-    dirs: tuple[str, ...] = _check(_StrList(what="an array of directory paths"), default=())
-    bundled: bool = _check(_Bool(), default=True)
+    dirs: tuple[str, ...] = _check(_str_list(what="an array of directory paths"), default=())
+    bundled: bool = _check(_BOOL, default=True)
     default: str | None = _check(_AGENT_NAME, default=None)
 
 
@@ -285,21 +244,20 @@ class AgentsConfig:
 class KernelConfig:
     """``[kernel]``: call depth, mailboxes, deadlines and the loop guard."""
 
-    max_depth: int = _check(_Int(1, 64), default=DEFAULT_MAX_DEPTH)
-    mailbox_size: int = _check(_Int(1, 100_000), default=64)
-    ask_timeout_s: float = _check(_Float(), default=300.0)
-    shutdown_timeout_s: float = _check(_Float(), default=10.0)
+    max_depth: int = _check(_int(1, 64), default=DEFAULT_MAX_DEPTH)
+    mailbox_size: int = _check(_int(1, 100_000), default=64)
+    ask_timeout_s: float = _check(_FLOAT, default=300.0)
+    shutdown_timeout_s: float = _check(_FLOAT, default=10.0)
     # An agent that crashed past its restart budget starts again this long after it stopped.
-    restart_cooldown_s: float = _check(_Float(), default=60.0)
-    agent_concurrency: int = _check(_Int(1, 10_000), default=8)
-    loop_guard_repeats: int = _check(_Int(2, 1000), default=3)
+    restart_cooldown_s: float = _check(_FLOAT, default=60.0)
+    agent_concurrency: int = _check(_int(1, 10_000), default=8)
+    loop_guard_repeats: int = _check(_int(2, 1000), default=3)
 
 
 @attrs.frozen
 class ApiKeyConfig:
-    """``[http.keys.<name>]``: one named API key, i.e. one principal. Its secret is read at
-    start from the environment variable ``key_env`` or the file ``key_file`` (which must be
-    yours and unreadable to others, mode 0600); ``admin`` principals may read ``/api/events``."""
+    """``[http.keys.<name>]``: one principal's key, read at start from the variable
+    ``key_env`` or the file ``key_file`` (mode 0600); ``admin`` may read ``/api/events``."""
 
     name: str
     key_env: str | None = None
@@ -311,35 +269,34 @@ class ApiKeyConfig:
 class HttpConfig:
     """``[http]``: the daemon's address, auth and request limits. The key is never shown."""
 
-    host: str = _check(_Str("a host name or IP address"), default="127.0.0.1")
-    port: int = _check(_Int(0, 65535, " (0 picks a free port)"), default=8470)
-    api_key: str | None = _check(_Str(), default=None, repr=False)
+    host: str = _check(_str("a host name or IP address"), default="127.0.0.1")
+    port: int = _check(_int(0, 65535, " (0 picks a free port)"), default=8470)
+    api_key: str | None = _check(_str(), default=None, repr=False)
     api_key_env: str = _check(_ENV_NAME, default=API_KEY_ENV)
-    keys: tuple[ApiKeyConfig, ...] = _check(_Keys(), default=())
+    keys: tuple[ApiKeyConfig, ...] = _check(_KEYS, default=())
     # MCP Streamable HTTP sessions: closed after this long without a request (none in flight
     # and no GET stream open); each caller (principal, or address without keys) holds at most
     # this many, its oldest idle one making room for a new one.
-    mcp_session_idle_s: float = _check(_Float(), default=600.0)
-    mcp_sessions_per_caller: int = _check(_Int(1, 100_000), default=100)
-    rate_limit_per_s: float = _check(_Float(), default=20.0)
-    rate_limit_burst: int = _check(_Int(1, 1_000_000), default=40)
-    max_body_bytes: int = _check(_Int(1024, 1 << 30), default=1_048_576)
-    allowed_origins: tuple[str, ...] = _check(_StrList(), default=())
-    rate_limit_loopback: bool = _check(_Bool(), default=False)
+    mcp_session_idle_s: float = _check(_FLOAT, default=600.0)
+    mcp_sessions_per_caller: int = _check(_int(1, 100_000), default=100)
+    rate_limit_per_s: float = _check(_FLOAT, default=20.0)
+    rate_limit_burst: int = _check(_int(1, 1_000_000), default=40)
+    max_body_bytes: int = _check(_int(1024, 1 << 30), default=1_048_576)
+    allowed_origins: tuple[str, ...] = _check(_str_list(), default=())
+    rate_limit_loopback: bool = _check(_BOOL, default=False)
     # Host names requests may use besides localhost and the bound address (DNS rebinding).
-    allowed_hosts: tuple[str, ...] = _check(_StrList(), default=())
+    allowed_hosts: tuple[str, ...] = _check(_str_list(), default=())
     # The URL clients reach the daemon at (links in agent cards); default: the bound address.
-    public_url: str | None = _check(_Str("an http:// or https:// URL"), default=None)
-    keep_alive_s: float = _check(_Float(), default=5.0)
+    public_url: str | None = _check(_str("an http:// or https:// URL"), default=None)
+    keep_alive_s: float = _check(_FLOAT, default=5.0)
     # The spans of this many recent traces are kept in memory for the dashboard and
     # GET /api/traces; 0 keeps none (spans are then recorded only while someone watches).
-    trace_history: int = _check(_Int(0, 10_000), default=100)
+    trace_history: int = _check(_int(0, 10_000), default=100)
 
     @property
     def host_principal(self) -> str:
-        """Who in-process callers are, and who owns sessions and tasks stored before roost
-        had principals: ``default`` (the principal of ``api_key``) when that key is set,
-        else ``local`` (the one principal of a daemon without keys)."""
+        """Who in-process callers (and sessions from before principals) are: ``default``
+        (``api_key``'s principal) when that key is set, else ``local``."""
         return DEFAULT_PRINCIPAL if self.api_key else LOCAL_PRINCIPAL
 
 
@@ -347,41 +304,37 @@ class HttpConfig:
 class ToolsConfig:
     """``[tools]``: default tool timeout and output caps, child env, outbound network."""
 
-    timeout_s: float = _check(_Float(), default=60.0)
-    max_output_chars: int = _check(_Int(100), default=50_000)
-    bash_timeout_s: float = _check(_Float(), default=120.0)
-    bash_max_output_chars: int = _check(_Int(100), default=30_000)
+    timeout_s: float = _check(_FLOAT, default=60.0)
+    max_output_chars: int = _check(_int(100), default=50_000)
+    bash_timeout_s: float = _check(_FLOAT, default=120.0)
+    bash_max_output_chars: int = _check(_int(100), default=30_000)
     env_allowlist: tuple[str, ...] = _check(
-        _StrList(_ENV_NAME, "an array of environment variable names"), default=()
+        _str_list(_ENV_NAME, "an array of environment variable names"), default=()
     )
-    allow_private_network: bool = _check(_Bool(), default=False)
+    allow_private_network: bool = _check(_BOOL, default=False)
 
 
 @attrs.frozen
 class TaintConfig:
     """``[taint]``: what happens when untrusted data reaches a sink tool."""
 
-    policy: str = _check(_Str(choices=("block", "warn", "allow")), default="block")
-    sinks: tuple[str, ...] = _check(_StrList(), default=("bash", "write", "edit"))
+    policy: str = _check(_str(choices=("block", "warn", "allow")), default="block")
+    sinks: tuple[str, ...] = _check(_str_list(), default=("bash", "write", "edit"))
 
 
 @attrs.frozen
 class PluginsConfig:
     """``[plugins]``: entry-point names of plugins not to load."""
 
-    disabled: tuple[str, ...] = _check(_StrList(), default=())
+    disabled: tuple[str, ...] = _check(_str_list(), default=())
 
 
 @attrs.frozen
 class StoreConfig:
-    """``[store]``: how hard SQLite works to keep a commit.
+    """``[store]``: ``synchronous = "normal"``: a commit survives roost being killed, not a
+    power loss; ``"full"``: each group commit is fsynced first, surviving a power loss."""
 
-    ``synchronous = "normal"`` (default): a commit survives roost crashing or being killed;
-    a power loss may lose the last commits. ``"full"``: every commit is fsynced before it is
-    acknowledged, so it also survives a power loss (slower: one fsync per group commit).
-    """
-
-    synchronous: str = _check(_Str(choices=("normal", "full")), default="normal")
+    synchronous: str = _check(_str(choices=("normal", "full")), default="normal")
 
 
 _SECTIONS: dict[str, type] = {
@@ -399,12 +352,9 @@ _TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 
 @attrs.frozen
 class RoostConfig:
-    """The whole configuration. ``source`` is the file it came from (None: defaults only).
-
-    ``providers``, ``mcp_servers``, ``a2a`` and ``telemetry`` are kept as plain data, each
-    checked by the plugin that reads it (``roost_check_config``); secrets in them are hidden
-    from ``repr``.
-    """
+    """The whole configuration; ``source``: its file (None: defaults). ``providers``,
+    ``mcp_servers``, ``a2a`` and ``telemetry`` stay plain data, checked by the plugins that
+    read them; secrets in them are hidden from ``repr``."""
 
     home: Path
     agents: AgentsConfig = attrs.field(factory=AgentsConfig)
@@ -457,9 +407,8 @@ _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
 
 
 def header_table(value: object, where: str) -> dict[str, str]:
-    """``value`` checked as a table of HTTP header names to values of visible ASCII text
-    (a line break would start another header); raises ConfigError naming ``where`` and the
-    fix."""
+    """``value`` checked as a table of HTTP header names to visible ASCII (a line break would
+    start another header); else ConfigError naming ``where``."""
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str)
         and _HEADER_NAME.fullmatch(k)
@@ -488,18 +437,24 @@ def unknown_key(where: str, key: str, valid: Iterable[str], table: str) -> Confi
 def _checked(field: attrs.Attribute, value: Any, key: str, where: str) -> Any:
     check = field.metadata["check"]
     try:
-        return check(value)
+        return check.test(value)
     except _Bad as bad:
-        if bad.check is not None:
-            key, check, value = key + bad.suffix, bad.check, bad.value
-        raise ConfigError(
-            f"{where}: {key}: expected {check.describe()}, got {_got(value)}"
-        ) from None
+        what = check.what
+        if bad.what is not None:
+            key, what, value = key + bad.suffix, bad.what, bad.value
+        raise ConfigError(f"{where}: {key}: expected {what}, got {_got(value)}") from None
+
+
+def _table(value: Any, key: str, where: str, header: str = "") -> Any:
+    """``value`` if it is a TOML table, else the error naming ``key`` and its ``header``."""
+    if not isinstance(value, dict):
+        header = header or f"[{key}]"
+        raise ConfigError(f"{where}: {key}: expected a table ({header}), got {_got(value)}")
+    return value
 
 
 def _section(cls: type, name: str, table: Any, where: str) -> Any:
-    if not isinstance(table, dict):
-        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(table)}")
+    _table(table, name, where)
     fields = {f.name: f for f in attrs.fields(cls)}
     values = {}
     for key, value in table.items():
@@ -517,21 +472,12 @@ def _plain(name: str, value: Any, where: str) -> Any:
                 f"got {_got(value)}"
             )
         for index, item in enumerate(value):
-            if not isinstance(item, dict):
-                raise ConfigError(
-                    f"{where}: mcp_servers[{index}]: expected a table ([[mcp_servers]]), "
-                    f"got {_got(item)}"
-                )
+            _table(item, f"mcp_servers[{index}]", where, "[[mcp_servers]]")
         return tuple(value)
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: {name}: expected a table ([{name}]), got {_got(value)}")
+    _table(value, name, where)
     if name == "providers":
         for provider, settings in value.items():
-            if not isinstance(settings, dict):
-                raise ConfigError(
-                    f"{where}: providers.{provider}: expected a table ([providers.{provider}]), "
-                    f"got {_got(settings)}"
-                )
+            _table(settings, f"providers.{provider}", where)
     return value
 
 
@@ -577,7 +523,9 @@ def _env_override(
     current = getattr(config, section)
     field = attrs.fields_dict(type(current))[key]
     check = field.metadata["check"]
-    raw = check.from_env(text) if isinstance(check, _Int) else text.strip()
+    raw = text.strip()
+    if check.integer and re.fullmatch(r"[+-]?\d{1,18}", raw):
+        raw = int(raw)
     value = _checked(field, raw, f"{section}.{key}", f"environment variable {name}")
     return attrs.evolve(config, **{section: attrs.evolve(current, **{key: value})})
 
@@ -615,10 +563,8 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 def find_config_file(
     path: str | Path | None = None, *, env: Mapping[str, str] = os.environ, cwd: Path | None = None
 ) -> Path | None:
-    """The config file to use (see the module doc for the order), or None for defaults.
-
-    Raises ``ConfigError`` if an explicitly named file does not exist.
-    """
+    """The config file to use, or None for defaults; ``ConfigError`` if a named one is
+    missing."""
     here = cwd or Path.cwd()
     if path is not None:
         origin, chosen = "--config", Path(path)
@@ -639,11 +585,7 @@ def load_config(
     env: Mapping[str, str] = os.environ,
     cwd: Path | None = None,
 ) -> RoostConfig:
-    """Load ``roost.toml`` (explicit path, ``$ROOST_CONFIG``, ``./roost.toml`` or none).
-
-    Relative paths in the file (``home``, ``agents.dirs``) are relative to the file.
-    Raises ``ConfigError`` naming the key, the problem and its source.
-    """
+    """Load ``roost.toml`` (see the module doc); its relative paths are from its folder."""
     file = find_config_file(path, env=env, cwd=cwd)
     if file is None:
         config = _build({}, "defaults", cwd or Path.cwd(), env)
@@ -654,12 +596,8 @@ def load_config(
 
 
 def default_config(*, env: Mapping[str, str] = os.environ, **overrides: Any) -> RoostConfig:
-    """The defaults, for tests and in-process use; no file and no other env overrides.
-
-    ``home`` comes from ``overrides`` or else ``$ROOST_HOME`` / the platform data dir.
-    Other overrides are sections, given either as attrs objects (``http=HttpConfig(port=0)``)
-    or as TOML-like dicts (``http={"port": 0}``), which are checked like the file is.
-    """
+    """The defaults (no file, only ``$ROOST_HOME``), with ``overrides``: ``home``, and
+    sections as objects (``http=HttpConfig(port=0)``) or checked dicts (``http={"port": 0}``)."""
     plain = {k: v for k, v in overrides.items() if not attrs.has(type(v))}
     built = _build(plain, "default_config()", Path.cwd(), env)
     ready = {k: v for k, v in overrides.items() if attrs.has(type(v))}

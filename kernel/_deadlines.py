@@ -1,8 +1,6 @@
-"""One timer task for the deadlines of many calls in flight, instead of a cancel scope each.
-
-Handing a deadline to Trio costs a cancel scope a fifth of its price, and a scope per MCP
-request more than the rest of the call; a push onto a heap does not. Used by the actor
-system (the deadlines of direct asks) and the MCP client (the deadlines of its requests).
+"""One timer task for the deadlines of many calls in flight, instead of a cancel scope each
+(a deadline costs a Trio cancel scope much, a heap push little): the actor system's direct
+asks and the MCP client's requests use it.
 """
 
 from __future__ import annotations
@@ -24,15 +22,10 @@ class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
 
     ``entries`` is a heap of ``(deadline, tiebreak, item)`` (always the same list: holders
-    may keep it and ``clear()`` it once no item is live), watched by one task in ``nursery``
-    started at the first ``push``; it sleeps in a cancel scope until the earliest deadline
-    (an earlier one pushed later moves it). An ended item's entry stays until it reaches
-    the top, or until the heap holds ``2 * live + slack`` entries and is rebuilt without
-    them; a holder drops what an entry keeps alive when its item ends.
-
-    ``stop()`` ends the timer; so does its task ending early (its nursery cancelled from
-    outside). Then each live item gets ``hand_back(item, deadline)`` (if given), and so
-    does every item pushed later; without ``hand_back`` their deadlines are forgotten.
+    may ``clear()`` it once no item is live), watched by one task in ``nursery`` started at
+    the first ``push``. An ended item's entry stays until it reaches the top, or until the
+    heap holds ``2 * live + slack`` entries and is rebuilt. Once stopped (``stop()``, or the
+    task cancelled from outside), live and later items get ``hand_back(item, deadline)``.
     """
 
     __slots__ = (

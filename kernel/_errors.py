@@ -53,27 +53,25 @@ META_ERROR = "io.roost/error"
 
 
 class RoostError(Exception):
-    """Base class of every error roost raises on purpose.
-
-    ``code`` is a stable, machine-readable name (used in API and JSON-RPC error data).
-    """
+    """Base class of every error roost raises on purpose; ``code``: its stable name."""
 
     code = "roost_error"
+
+    def __init_subclass__(cls, code: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code:
+            cls.code = code
 
     def to_dict(self) -> dict:
         return {"code": self.code, "message": str(self)}
 
 
-class ConfigError(RoostError):
+class ConfigError(RoostError, code="config_error"):
     """``roost.toml`` (or an environment override) is invalid."""
 
-    code = "config_error"
 
-
-class ManifestError(RoostError):
+class ManifestError(RoostError, code="manifest_error"):
     """An ``agent.json`` is invalid. Names the file, the JSON pointer and what was expected."""
-
-    code = "manifest_error"
 
     def __init__(self, file: str, pointer: str, expected: str) -> None:
         self.file = file
@@ -85,26 +83,20 @@ class ManifestError(RoostError):
         return {**super().to_dict(), "file": self.file, "pointer": self.pointer}
 
 
-class PluginError(RoostError):
+class PluginError(RoostError, code="plugin_error"):
     """A plugin failed to import or register."""
 
-    code = "plugin_error"
 
-
-class AgentNotFound(RoostError):
-    code = "agent_not_found"
-
+class AgentNotFound(RoostError, code="agent_not_found"):
     def __init__(self, name: str, known: Sequence[str] = ()) -> None:
         self.name = name
         hint = f"; known agents: {', '.join(sorted(known))}" if known else ""
         super().__init__(f"unknown agent {name!r}{hint}")
 
 
-class AgentUnavailable(RoostError):
+class AgentUnavailable(RoostError, code="agent_unavailable"):
     """The agent is configured but cannot answer (e.g. its provider's API key is missing);
     the HTTP API answers 503."""
-
-    code = "agent_unavailable"
 
     def __init__(self, name: str, reason: str) -> None:
         self.name = name
@@ -115,18 +107,12 @@ class AgentUnavailable(RoostError):
         return {**super().to_dict(), "agent": self.name, "reason": self.reason}
 
 
-class ToolError(RoostError):
+class ToolError(RoostError, code="tool_error"):
     """Base of tool-call failures; these become ``is_error`` results, never crashes."""
 
-    code = "tool_error"
 
-
-class ToolNotFound(ToolError):
-    """No tool of that name. ``hint`` ("" or "; did you mean …?") names the likely one:
-    for an agent asked by another spelling (``roost_agent_x``, ``agent_code-reviewer``),
-    its one name ``agent_<name>``."""
-
-    code = "tool_not_found"
+class ToolNotFound(ToolError, code="tool_not_found"):
+    """No tool of that name; ``hint`` ("" or "; did you mean …?") names the likely one."""
 
     def __init__(self, name: str, known: Iterable[str] = ()) -> None:
         self.name = name
@@ -161,36 +147,27 @@ def _tool_hint(name: str, known: list[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
-class ToolNameCollision(ToolError):
-    code = "tool_name_collision"
+class ToolNameCollision(ToolError, code="tool_name_collision"): ...
 
 
-class ToolDenied(ToolError):
+class ToolDenied(ToolError, code="tool_denied"):
     """The caller lacks the capability, or the tool is not exposed on this surface."""
 
-    code = "tool_denied"
+
+class ToolArgumentsInvalid(ToolError, code="invalid_arguments"): ...
 
 
-class ToolArgumentsInvalid(ToolError):
-    code = "invalid_arguments"
+class ToolTimeout(ToolError, code="tool_timeout"): ...
 
 
-class ToolTimeout(ToolError):
-    code = "tool_timeout"
+class TaintViolation(ToolError, code="taint_violation"): ...
 
 
-class TaintViolation(ToolError):
-    code = "taint_violation"
+class LoopDetected(ToolError, code="loop_detected"): ...
 
 
-class LoopDetected(ToolError):
-    code = "loop_detected"
-
-
-class RecursionLimitExceeded(ToolError):
+class RecursionLimitExceeded(ToolError, code="recursion_limit"):
     """A call chain would pass ``max_depth``. Names the whole path."""
-
-    code = "recursion_limit"
 
     def __init__(self, path: Sequence[str], max_depth: int, depth: int | None = None) -> None:
         self.path = tuple(path)
@@ -245,12 +222,9 @@ class RecursionLimitExceeded(ToolError):
         return cls(hops, count("max_depth"), count("depth"))
 
 
-class InvalidTraceContext(RoostError):
-    """A trace carrier (an HTTP header, ``_meta``, A2A metadata, the environment) holds a
-    depth that is not a whole number from 0 to 999,999,999. ``field`` names it; each
-    protocol edge answers 400 / -32602."""
-
-    code = "invalid_trace_context"
+class InvalidTraceContext(RoostError, code="invalid_trace_context"):
+    """A trace carrier (header, ``_meta``, metadata, environment) holds a depth that is not
+    a whole number from 0 to 999,999,999; ``field`` names it."""
 
     def __init__(self, field: str, value: Any) -> None:
         self.field = field
@@ -265,44 +239,31 @@ class InvalidTraceContext(RoostError):
         return {**super().to_dict(), "field": self.field}
 
 
-class SandboxError(ToolError):
+class SandboxError(ToolError, code="sandbox_violation"):
     """A path or command would leave the agent's sandbox."""
 
-    code = "sandbox_violation"
+
+class ActorError(RoostError, code="actor_error"): ...
 
 
-class ActorError(RoostError):
-    code = "actor_error"
-
-
-class ActorCrashed(ActorError):
+class ActorCrashed(ActorError, code="actor_crashed"):
     """The actor's handler raised while processing this request; ``__cause__`` is the error."""
 
-    code = "actor_crashed"
 
-
-class ActorStopped(ActorError):
+class ActorStopped(ActorError, code="actor_stopped"):
     """The actor is stopped (shutdown, or it exhausted its restart budget)."""
 
-    code = "actor_stopped"
+
+class AskTimeout(ActorError, code="ask_timeout"): ...
 
 
-class AskTimeout(ActorError):
-    code = "ask_timeout"
-
-
-class MailboxFull(ActorError):
+class MailboxFull(ActorError, code="mailbox_full"):
     """An actor's mailbox stayed full past the sender's deadline (the actor is overloaded)."""
 
-    code = "mailbox_full"
 
-
-class InvalidInput(RoostError):
+class InvalidInput(RoostError, code="invalid_input"):
     """Input that could be neither stored nor sent back as JSON; ``field`` names where it
-    sits (``message.parts[0].text``) and ``problem`` what is wrong. Each protocol edge
-    answers with its own 400 / -32602 (see ``check_json_input``)."""
-
-    code = "invalid_input"
+    sits (``message.parts[0].text``), ``problem`` what is wrong."""
 
     def __init__(self, field: str, problem: str) -> None:
         self.field = field or "value"
@@ -313,14 +274,9 @@ class InvalidInput(RoostError):
         return {**super().to_dict(), "field": self.field}
 
 
-class InvalidText(InvalidInput):
-    """Input holds text that is not valid Unicode: a lone surrogate (U+D800–U+DFFF).
-
-    JSON's ``"\\ud800"`` escape decodes to one in Python, but it cannot be encoded as
-    UTF-8, so it could be neither stored nor sent on.
-    """
-
-    code = "invalid_text"
+class InvalidText(InvalidInput, code="invalid_text"):
+    """Input holds a lone surrogate (JSON's ``"\\ud800"`` decodes to one), which no UTF-8
+    encoder takes: it could be neither stored nor sent on."""
 
     def __init__(self, field: str, char: str) -> None:
         self.char = char
@@ -329,12 +285,9 @@ class InvalidText(InvalidInput):
         )
 
 
-class InvalidNumber(InvalidInput):
-    """Input holds a number JSON cannot carry: NaN or an infinity. ``1e400`` is valid JSON
-    syntax but decodes to infinity, and ``NaN`` / ``Infinity`` literals are accepted by
-    lenient decoders; stored, either would be served back as text no JSON parser takes."""
-
-    code = "invalid_number"
+class InvalidNumber(InvalidInput, code="invalid_number"):
+    """Input holds NaN or an infinity (``1e400`` decodes to one): stored, it would be served
+    back as text no JSON parser takes."""
 
     def __init__(self, field: str, value: float) -> None:
         self.value = value
@@ -347,12 +300,9 @@ class InvalidNumber(InvalidInput):
         )
 
 
-class SessionConflict(RoostError):
-    """A caller's ``session_id`` names a session of another agent: a session belongs to
-    the agent it was made with. The store raises it where it finds the session (the HTTP
-    API answers 409; A2A refuses such a ``contextId`` with -32602 before making a task)."""
-
-    code = "session_conflict"
+class SessionConflict(RoostError, code="session_conflict"):
+    """A caller's ``session_id`` names a session of another agent (a session stays with the
+    agent it was made with)."""
 
     def __init__(self, session_id: str, agent: str, owner_agent: str) -> None:
         self.field = "session_id"
@@ -414,12 +364,8 @@ _MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE]|[0-9]{309}")
 def check_text(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """Raise ``InvalidText`` naming the field if a string in ``value`` (a decoded JSON
-    value: dict keys and values, list items, nested to any depth) holds a lone surrogate.
-
-    ``raw``: the JSON text ``value`` was decoded from; text without ``\\ud``/``\\uD`` needs
-    no walk. What the store checks before it writes; the protocol edges use
-    ``check_json_input``, which also refuses non-finite numbers."""
+    """``InvalidText`` naming the field if a string anywhere in ``value`` (keys too) holds a
+    lone surrogate; ``raw``, its JSON text, spares the walk when it has no ``\\ud``."""
     if raw is not None and not _has_surrogate_escape(_probe(raw)):
         return
     _walk(value, field, numbers=False)
@@ -428,11 +374,9 @@ def check_text(
 def check_json_input(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """The one check every JSON entry uses (REST, MCP, A2A) on what a caller sent: raise
-    ``InvalidText`` (a lone surrogate: no store could keep it) or ``InvalidNumber`` (NaN or
-    an infinity: no JSON answer could carry it back), both ``InvalidInput`` naming the
-    field, for the first such value in document order. ``raw``: the JSON text ``value``
-    was decoded from, when there is one (text that cannot hold either needs no walk)."""
+    """The check of every JSON entry (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
+    ``InvalidNumber`` (NaN or an infinity) for the first such value, naming its field;
+    ``raw``, the JSON text, spares the walk when it can hold neither."""
     if raw is not None:
         probe = _probe(raw)
         if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:

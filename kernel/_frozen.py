@@ -14,15 +14,11 @@ _T = TypeVar("_T")
 def frozen_builder(
     cls: type[_T], *, checked_by_caller: Mapping[str, tuple[Any, Any]] | None = None
 ) -> Callable[..., _T]:
-    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, made
-    without the class call and attrs' ``__init__``: the values go straight into the slots.
-    For the kernel's hot paths (each field costs attrs' ``__init__`` a generic setattr; the
-    class call itself costs as much as three fields). Defaults and factories do not apply;
-    a class whose ``__init__`` does more (its own ``__init__`` or ``__new__``, a validator, a
-    converter, an ``__attrs_*_init__``, a slot of its own such as a cached hash, a base
-    class) gets ``cls`` itself. ``checked_by_caller``: field name → the (validator,
-    converter) whose work every caller of the builder does itself; exactly that pair is
-    skipped (any other still makes ``cls`` the answer)."""
+    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, the
+    values put straight into the slots (no class call, no attrs ``__init__``; no defaults).
+    A class whose ``__init__`` does more (validators, converters, hooks, own slots, a base)
+    gets ``cls`` itself, unless ``checked_by_caller`` names the field's exact (validator,
+    converter) pair whose work every caller does itself."""
     known = checked_by_caller or {}
     fields = attrs.fields(cls)
     init = cls.__dict__.get("__init__")

@@ -35,21 +35,14 @@ class ProviderDescriptor:
 class RouteDescriptor:
     """An HTTP route served by the daemon.
 
-    ``handler`` is ``async (roost.plugins.http.PlainRequest, **path_args) ->
-    roost.plugins.http.PlainResponse`` (a body of bytes, or an async iterable of bytes to
-    stream, e.g. server-sent events); the daemon calls it after its Host, Origin, bearer
-    auth, rate-limit and body-size checks, with the body read. ``path`` takes werkzeug
-    rules (``/x/<name>``, ``<path:rest>``) and is served with and without a trailing slash
-    (same handler, no redirect). ``methods`` lists what the handler takes (GET brings HEAD;
-    an OPTIONS request on a route without OPTIONS is answered as a CORS preflight).
-
-    ``max_body_bytes`` caps this route's request bodies (chunked ones too); None keeps the
-    daemon's ``http.max_body_bytes``. ``render_error`` (optional) shapes every error the
-    daemon itself answers for this route (401, 403, 404, 405, 413, 429, 5xx, an unhandled
-    exception): ``(HTTP status, roost error code such as "rate_limited", message) -> (body
-    bytes, content type)``; status and headers (Retry-After, WWW-Authenticate) stay the
-    daemon's. None keeps roost's ``{"error": {"code", "message"}}``. A path no route matches
-    takes the renderer of the route sharing the most leading path segments with it.
+    ``handler``: ``async (PlainRequest, **path_args) -> PlainResponse`` (``roost.plugins.http``;
+    a body of bytes or an async iterable of them), called after the daemon's Host, Origin,
+    auth, rate-limit and body-size checks. ``path`` takes werkzeug rules (``/x/<name>``),
+    served with and without a trailing slash. ``methods``: GET brings HEAD; OPTIONS without
+    a handler is a CORS preflight. ``max_body_bytes``: None keeps ``http.max_body_bytes``.
+    ``render_error``: ``(status, roost error code, message) -> (body, content type)`` for the
+    errors the daemon answers on this route (also for unmatched paths sharing the most
+    leading segments); None keeps ``{"error": {"code", "message"}}``.
     """
 
     path: str
@@ -64,11 +57,8 @@ class RouteDescriptor:
 
 @attrs.frozen
 class McpServerDescriptor:
-    """An MCP server the kernel should connect to (same fields as ``[[mcp_servers]]``).
-
-    ``protocol`` is "auto" or a version; ``sampling`` lets the server ask the calling
-    agent's model; ``allow_local`` permits private/loopback http(s) URLs.
-    """
+    """An MCP server to connect to (fields as ``[[mcp_servers]]``): ``protocol`` "auto" or
+    a version; ``sampling``: it may ask the agent's model; ``allow_local``: private URLs."""
 
     name: str
     transport: Mapping[str, Any]
@@ -81,13 +71,9 @@ class McpServerDescriptor:
 
 @attrs.frozen
 class ServiceDescriptor:
-    """A long-running task a plugin needs (e.g. MCP connections), run in the kernel's nursery.
-
-    ``run(kernel, task_status=...)`` (``kernel``: a ``KernelAPI``) must call
-    ``task_status.started()`` once ready; the kernel waits for that (up to
-    ``start_timeout_s``) before it reports itself started.
-    A service that raises is reported and stopped; it never takes the kernel down.
-    """
+    """A long-running task of a plugin, in the kernel's nursery: ``run(kernel,
+    task_status=...)`` calls ``task_status.started()`` once ready (awaited up to
+    ``start_timeout_s``); one that raises is reported, never taking the kernel down."""
 
     name: str
     run: Callable[..., Any] = attrs.field(eq=False, repr=False)
@@ -113,9 +99,7 @@ class RoostHookSpecs:
     def roost_check_config(self, config: Any) -> None:
         """Check the parts of ``config`` this plugin reads (its ``[providers.<name>]``
         table, ``[[mcp_servers]]``, ``[a2a]``, …); raise ``ConfigError`` naming the key, the
-        valid keys and the fix. Called as the kernel boots, before anything starts: an
-        error stops the boot (``roost run`` exits non-zero). The kernel puts the file's
-        path (``config.where``) in front of a message that does not start with it."""
+        valid keys and the fix. Called before anything starts; an error stops the boot."""
 
     @hookspec
     def roost_providers(self) -> Sequence[ProviderDescriptor]:

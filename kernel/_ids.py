@@ -1,9 +1,7 @@
 """Time-ordered ids: UUID version 7 (RFC 9562).
 
-48 bits of Unix time in milliseconds, then 74 random bits from the kernel's CSPRNG pool.
-Ids made one after another sort in that order, so a table's index on them grows at its
-end: with random (version 4) ids every insert lands on a random page of the index, which
-SQLite must read (once the index outgrows its page cache) and write to the WAL whole.
+48 bits of Unix time in milliseconds, then 74 random bits: ids sort in the order made, so
+an index on them grows at its end (a random id's insert lands on a random index page).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Sans-I/O JSON-RPC 2.0: parse and validate, build replies, correlate ids, frame lines.
 
-No I/O here: transports (MCP, A2A) feed bytes in and send what comes out. The error codes
-are defined here once; every protocol edge imports them. ``parse`` only
-ever raises ``JsonRpcError``, whose message names the offending field. Whether a batch
-is allowed is the protocol's choice (``allow_batch``): MCP 2025-06-18 and later forbid
-them, JSON-RPC 2.0 itself allows them.
+The error codes are defined here once; every protocol edge imports them. ``parse`` only
+ever raises ``JsonRpcError``, naming the offending field. Batches are the protocol's
+choice (``allow_batch``): MCP 2025-06-18 and later forbid them.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, check_text, is_mapping, json_type
+from ._errors import InvalidText, check_text, escape_lone_surrogates, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -187,8 +185,8 @@ def make_encoder(
     allow_nan: bool = False,
     check_circular: bool = False,
 ) -> Callable[[Any], str]:
-    """``json.JSONEncoder(ensure_ascii=False, ...).encode``: one encoder, built once, to
-    reuse. Without ``check_circular`` a circular value raises RecursionError."""
+    """``json.JSONEncoder(ensure_ascii=False, ...).encode``, built once to reuse (without
+    ``check_circular``, a circular value raises RecursionError)."""
     return json.JSONEncoder(
         ensure_ascii=False,
         separators=separators,
@@ -203,10 +201,8 @@ _ENCODE_LENIENT = make_encoder(allow_nan=True)
 
 
 def dumps(value: Any, *, allow_nan: bool = False) -> str:
-    """Compact JSON text (no spaces, non-ASCII characters kept): ``json.dumps(value,
-    ensure_ascii=False, separators=(",", ":"), allow_nan=allow_nan)``. Raises TypeError
-    (not JSON), ValueError (NaN or infinity without ``allow_nan``) or RecursionError
-    (nested too deeply, or circular)."""
+    """Compact JSON text, non-ASCII kept; TypeError, ValueError (NaN without ``allow_nan``)
+    or RecursionError as ``json.dumps``."""
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
@@ -216,10 +212,8 @@ def loads(text: str) -> Any:
 
 
 def encode(message: Message | Iterable[Message]) -> bytes:
-    """Compact UTF-8 JSON for a message or a list of messages (a batch).
-
-    Raises JsonRpcError(INTERNAL_ERROR) if a result or params value is not JSON.
-    """
+    """Compact UTF-8 JSON of a message or a batch; JsonRpcError(INTERNAL_ERROR) if a value
+    in it is not JSON."""
     if isinstance(message, (Request, Notification, Response, ErrorResponse)):
         obj: Any = message.to_dict()
     else:
@@ -232,9 +226,8 @@ def encode(message: Message | Iterable[Message]) -> bytes:
         ) from None
     try:
         return text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Lone surrogates (legal in JSON escapes, not in UTF-8): send them escaped.
-        return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    except UnicodeEncodeError:  # a lone surrogate (legal in JSON escapes, not in UTF-8)
+        return escape_lone_surrogates(text).encode("utf-8")
 
 
 # ---- parsing ----------------------------------------------------------------------------
@@ -291,13 +284,9 @@ def parse(
     allow_batch: bool = False,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
 ) -> Message | Batch:
-    """Parse one JSON-RPC message (or, with ``allow_batch``, a batch) from JSON text or
-    from an already-decoded object.
-
-    Raises JsonRpcError (PARSE_ERROR or INVALID_REQUEST) for anything else; its ``id`` is
-    the request's id when that much could be read. In a batch, each invalid item becomes
-    a JsonRpcError inside the ``Batch`` instead, as the spec asks.
-    """
+    """One JSON-RPC message (or, with ``allow_batch``, a ``Batch``) from JSON text or a
+    decoded object; else JsonRpcError (PARSE_ERROR / INVALID_REQUEST, with the id if read).
+    A batch's invalid items are JsonRpcErrors inside it, as the spec asks."""
     if isinstance(data, (bytes, bytearray, memoryview, str)):
         obj = _loads(data, max_bytes)
     else:
@@ -351,10 +340,7 @@ def _invalid(msg_id: Id, text: str) -> JsonRpcError:
 
 
 def parse_message(obj: Any, *, where: str = "") -> Message:
-    """Validate one decoded JSON value as a JSON-RPC 2.0 message.
-
-    ``where`` prefixes field names in errors (``[2].method`` for a batch item).
-    """
+    """One decoded JSON value as a message; ``where`` prefixes field names in errors."""
     if not is_mapping(obj):
         raise JsonRpcError(
             INVALID_REQUEST,
@@ -459,11 +445,8 @@ _TYPE_NAMES = {
 def param(
     params: Params, name: str, expected: type | tuple[type, ...], *, default: Any = _MISSING
 ) -> Any:
-    """Read ``params[name]`` and check its type; raise INVALID_PARAMS naming the field.
-
-    ``float`` accepts integers too; ``int`` does not accept booleans. Without ``default``
-    the parameter is required.
-    """
+    """``params[name]`` checked against ``expected`` (``float`` takes integers, ``int`` no
+    booleans); INVALID_PARAMS naming it if wrong, or missing without ``default``."""
     types = expected if isinstance(expected, tuple) else (expected,)
     if params is None:
         params = {}
@@ -477,21 +460,16 @@ def param(
             return default
         raise JsonRpcError(INVALID_PARAMS, f"params.{name}: required ({_wanted(types)})")
     value = params[name]
-    ok = False
     for t in types:
         if t is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            ok = True
-        elif t is int and isinstance(value, bool):
+            return value
+        if t is int and isinstance(value, bool):
             continue
-        elif t is dict and is_mapping(value) or isinstance(value, t):
-            ok = True
-        if ok:
-            break
-    if not ok:
-        raise JsonRpcError(
-            INVALID_PARAMS, f"params.{name}: expected {_wanted(types)}, got {json_type(value)}"
-        )
-    return value
+        if t is dict and is_mapping(value) or isinstance(value, t):
+            return value
+    raise JsonRpcError(
+        INVALID_PARAMS, f"params.{name}: expected {_wanted(types)}, got {json_type(value)}"
+    )
 
 
 def _wanted(types: tuple[type, ...]) -> str:
@@ -511,12 +489,9 @@ class Oversize:
 
 
 class LineFramer:
-    """Sans-I/O newline framing (NDJSON, MCP stdio): feed bytes, get the complete lines.
-
-    A line ends at LF; a CR before it is dropped; blank lines are skipped. A line longer
-    than ``max_bytes`` is not kept: it is skipped up to its newline and reported once, in
-    its place, as ``Oversize``. Each byte fed is searched once, however it is chunked.
-    """
+    """Newline framing (NDJSON, MCP stdio): feed bytes, get complete lines (a CR before
+    LF dropped, blank lines skipped). A line over ``max_bytes`` is skipped and reported in
+    its place as ``Oversize``. Each byte is searched once, however it is chunked."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
@@ -579,10 +554,8 @@ class LineFramer:
 
 
 class Correlator:
-    """Allocates request ids and matches responses to the requests still pending.
-
-    Bounded: at most ``max_pending`` requests may await an answer at once.
-    """
+    """Allocates request ids and matches responses to the (at most ``max_pending``)
+    requests still pending."""
 
     def __init__(self, *, max_pending: int = 1024, first_id: int = 1) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
@@ -612,10 +585,8 @@ class Correlator:
         return request
 
     def feed(self, message: Response | ErrorResponse) -> Request:
-        """Match a response to its pending request (which is then no longer pending).
-
-        Raises UnknownResponseId when no pending request has that id.
-        """
+        """The pending request ``message`` answers (no longer pending); UnknownResponseId
+        if none."""
         if not isinstance(message, (Response, ErrorResponse)):
             raise TypeError(
                 f"message: expected a Response or ErrorResponse, got {type(message).__name__}"
@@ -643,8 +614,7 @@ class Correlator:
         return request
 
     def forget(self, request_id: Id) -> Request | None:
-        """Stop waiting for ``request_id`` (e.g. after a timeout); its late answer will
-        then be reported as unknown."""
+        """Stop waiting for ``request_id``; a late answer is then unknown."""
         return self._pending.pop(request_id, None)
 
     def forget_all(self) -> list[Request]:

@@ -1,12 +1,9 @@
-"""The open-file limit: raised for a daemon serving many connections, restored for the
-processes it starts.
+"""The open-file limit: raised for the daemon, restored for the processes it starts.
 
-A soft ``RLIMIT_NOFILE`` of 1,024 (a common default) is too low for a daemon with a
-thousand callers: ``accept()`` fails and SQLite cannot open its files. ``roost run`` raises
-its soft limit to the hard one (``raise_open_file_limit``); child processes inherit limits,
-so whatever starts one (an agent's ``bash``, an MCP stdio server) gives it the operator's
-soft limit back (``child_open_file_limit``): a program that still uses ``select()`` or
-sizes tables by the limit gets what it would have got without roost.
+A soft ``RLIMIT_NOFILE`` of 1,024 is too low for a thousand callers (``accept()`` fails);
+``roost run`` raises it to the hard limit. Children inherit limits, so whatever starts one
+(``bash``, an MCP stdio server) gives it the operator's soft limit back, for programs that
+still use ``select()`` or size tables by the limit.
 """
 
 from __future__ import annotations
@@ -19,9 +16,8 @@ _UNLIMITED_CAP = 1 << 20
 
 
 def raise_open_file_limit() -> tuple[int, int] | None:
-    """Raise this process's soft open-file limit to its hard limit; ``(before, after)``,
-    or None when there was nothing to raise (or the platform has no such limit). Call it
-    once, at the start of a process that is the daemon's alone."""
+    """Raise the soft open-file limit to the hard one: ``(before, after)``, or None when
+    there is nothing to raise. For a process that is the daemon's alone."""
     global _operator_soft
     try:
         import resource

@@ -1,9 +1,8 @@
 """Agent manifests: ``agents/<name>/agent.json`` → a frozen ``AgentManifest``.
 
-A manifest is checked against the packaged ``agent.json.schema`` (JSON Schema 2020-12),
-then a few things a schema cannot say (regexes compile, the prompt file exists, names are
-unique), and only then turned into attrs objects with cattrs. Every problem is a
-``ManifestError`` naming the file, the JSON pointer and what was expected there.
+Checked against the packaged ``agent.json.schema`` (JSON Schema 2020-12), then for what a
+schema cannot say (the prompt file exists, names are unique), then structured with cattrs.
+Every problem is a ``ManifestError`` naming the file, the JSON pointer and what was expected.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import importlib.util
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,10 +169,6 @@ class AgentLimits:
     bash_processes: int = 512
     bash_tmp_mb: int = 512
 
-    def timeout_for(self, tool: str) -> float:
-        """The timeout for ``tool``: its own override, else ``tool_timeout_s``."""
-        return float(self.tool_timeouts.get(tool, self.tool_timeout_s))
-
 
 @attrs.frozen
 class FileGrants:
@@ -193,12 +188,8 @@ class NetworkGrants:
 
 @attrs.frozen
 class AgentManifest:
-    """A validated agent manifest.
-
-    ``system_prompt`` holds the prompt text whether it was inline or in
-    ``system_prompt_file`` (then the resolved path of that file). ``path`` and
-    ``base_dir`` record where the manifest came from (None for in-memory ones).
-    """
+    """A validated agent manifest. ``system_prompt`` holds the prompt text, inline or read
+    from ``system_prompt_file``; ``path`` and ``base_dir``: where it came from (or None)."""
 
     name: str
     description: str
@@ -259,24 +250,37 @@ def schema() -> dict[str, Any]:
 _VALID_REFS_MAX = 4096
 
 
+def _compiles(pattern: object) -> bool:
+    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles. ``re.compile`` also
+    raises OverflowError (a repeat count too large) and RecursionError (groups nested too
+    deeply), which jsonschema would let through and crash the load of every agent."""
+    if isinstance(pattern, str):
+        try:
+            re.compile(pattern)
+        except OverflowError as exc:
+            raise re.error(str(exc)) from None
+        except RecursionError:
+            raise re.error("groups nested too deeply") from None
+    return True
+
+
 @functools.cache
 def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
-    """Draft 2020-12 validation of ``agent.json.schema``; with ``remember``, its ``$ref``
-    keyword remembers the values it found valid: agents made from one template share their
-    ``model``, ``limits`` or ``mcp_servers`` entries, and each is checked once per boot,
-    not once per agent. The schema has one ``$id`` and no dynamic references, so a
-    reference at one place in it always means the same subschema; what is remembered is
-    keyed by that place and the value's canonical JSON, and only a value without errors
-    is remembered (errors are always found afresh). Only for values decoded from JSON
-    text, which their JSON names exactly: an in-memory tuple has a list's JSON but is no
-    array."""
+    """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref``
+    remembers the values it found valid, keyed by the subschema and the value's canonical
+    JSON: agents made from one template share ``model`` or ``limits`` entries, checked once
+    per boot. Sound because the schema has one ``$id`` and no dynamic references (a place in
+    it always means one subschema) and only error-free values are kept. Only for values
+    decoded from JSON text (an in-memory tuple has a list's JSON but is no array)."""
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
     loaded = json.loads(_schema_text())
     jsonschema.Draft202012Validator.check_schema(loaded)
+    regexes = jsonschema.FormatChecker(formats=())
+    regexes.checks("regex", raises=re.error)(_compiles)  # each script rule's match
     if not remember:
-        return jsonschema.Draft202012Validator(loaded)
+        return jsonschema.Draft202012Validator(loaded, format_checker=regexes)
     check_ref = jsonschema.Draft202012Validator.VALIDATORS["$ref"]
     valid: set[tuple[int, str]] = set()
     canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
@@ -294,7 +298,7 @@ def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
         yield from errors
 
     remembering = validators.extend(jsonschema.Draft202012Validator, {"$ref": ref})
-    return remembering(loaded)
+    return remembering(loaded, format_checker=regexes)
 
 
 def bundled_agents_dir() -> Path:
@@ -433,6 +437,9 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
                 )
             )
         return out
+    if keyword == "format":  # "regex", the only format the schema uses
+        problem = f"{_got(instance)}: {error.cause}"
+        return [(where, f"expected a valid Python regular expression, got {problem}")]
     if keyword == "minItems":
         return [(where, f"expected at least {error.validator_value} item(s), got {_got(instance)}")]
     if keyword in ("oneOf", "anyOf", "not") and "description" in schema:
@@ -449,15 +456,11 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
 # ---- checking --------------------------------------------------------------------------
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise _DuplicateKey(key)
+            raise ValueError(f"duplicate key {key!r} in an object; keep only one of them")
         out[key] = value
     return out
 
@@ -466,88 +469,48 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON; use a number or a string")
 
 
-def _parse_json(text: str, source: str) -> tuple[Any, list[ManifestError]]:
+def _parse_json(text: str) -> Any:
+    """``text`` decoded; ValueError saying what is wrong if it is not strict JSON."""
     try:
-        data = json.loads(
+        return json.loads(
             text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant
         )
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
-        return None, [ManifestError(source, "/", f"invalid JSON at {where}: {exc.msg}")]
-    except _DuplicateKey as exc:
-        return None, [
-            ManifestError(
-                source, "/", f"duplicate key {exc.args[0]!r} in an object; keep only one of them"
-            )
-        ]
-    except ValueError as exc:
-        return None, [ManifestError(source, "/", str(exc))]
+        raise ValueError(f"invalid JSON at {where}: {exc.msg}") from None
     except RecursionError:
-        return None, [ManifestError(source, "/", "invalid JSON: nested too deeply")]
-    return data, []
+        raise ValueError("invalid JSON: nested too deeply") from None
 
 
-def _check_regexes(data: Any, source: str) -> list[ManifestError]:
-    try:
-        rules = data["model"]["script"]["rules"]
-    except (KeyError, TypeError):
-        return []
-    errors = []
-    for index, rule in enumerate(rules if isinstance(rules, list) else []):
-        match = rule.get("match") if isinstance(rule, dict) else None
-        if not isinstance(match, str):
-            continue
-        try:
-            re.compile(match)
-        except re.error as exc:
-            errors.append(
-                ManifestError(
-                    source,
-                    f"/model/script/rules/{index}/match",
-                    f"expected a valid Python regular expression, got {_got(match)}: {exc}",
-                )
-            )
-    return errors
+def _repeats(items: Any, field: str, key: Callable[[str], str]) -> Iterator[tuple[int, str, str]]:
+    """(index, value, the first value with its key) of each string ``field`` of the objects
+    in the list ``items`` whose ``key`` an earlier one had."""
+    seen: dict[str, str] = {}
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        value = item.get(field) if isinstance(item, dict) else None
+        if isinstance(value, str):
+            if key(value) in seen:
+                yield index, value, seen[key(value)]
+            seen.setdefault(key(value), value)
 
 
 def _check_unique(data: Any, source: str) -> list[ManifestError]:
+    if not isinstance(data, dict):
+        return []
     errors = []
-    servers = data.get("mcp_servers") if isinstance(data, dict) else None
-    seen: dict[str, str] = {}
-    for index, server in enumerate(servers if isinstance(servers, list) else []):
-        name = server.get("name") if isinstance(server, dict) else None
-        if not isinstance(name, str):
-            continue
-        key = normalise_name(name)
-        if key in seen:
-            clash = (
-                f"{name!r} is used twice"
-                if seen[key] == name
-                else f"{name!r} clashes with {seen[key]!r} (their tool names would collide)"
-            )
-            errors.append(
-                ManifestError(
-                    source,
-                    f"/mcp_servers/{index}/name",
-                    f"expected a unique server name; {clash}; rename one",
-                )
-            )
-        seen.setdefault(key, name)
-    a2a = data.get("a2a") if isinstance(data, dict) else None
+    for index, name, first in _repeats(data.get("mcp_servers"), "name", normalise_name):
+        clash = (
+            f"{name!r} is used twice"
+            if first == name
+            else f"{name!r} clashes with {first!r} (their tool names would collide)"
+        )
+        problem = f"expected a unique server name; {clash}; rename one"
+        errors.append(ManifestError(source, f"/mcp_servers/{index}/name", problem))
+    a2a = data.get("a2a")
     skills = a2a.get("skills") if isinstance(a2a, dict) else None
-    ids: set[str] = set()
-    for index, skill in enumerate(skills if isinstance(skills, list) else []):
-        skill_id = skill.get("id") if isinstance(skill, dict) else None
-        if isinstance(skill_id, str):
-            if skill_id in ids:
-                errors.append(
-                    ManifestError(
-                        source,
-                        f"/a2a/skills/{index}/id",
-                        f"expected a unique skill id; {skill_id!r} is used twice",
-                    )
-                )
-            ids.add(skill_id)
+    for index, skill_id, _ in _repeats(skills, "id", str):
+        problem = f"expected a unique skill id; {skill_id!r} is used twice"
+        errors.append(ManifestError(source, f"/a2a/skills/{index}/id", problem))
     return errors
 
 
@@ -589,15 +552,15 @@ def _check(
         for pointer, expected in _translate(error):
             if not any(e.pointer == pointer and e.expected == expected for e in errors):
                 errors.append(ManifestError(source, pointer, expected))
-    errors += _check_regexes(data, source)
     errors += _check_unique(data, source)
     prompt, prompt_path, prompt_errors = _load_prompt(data, source, base_dir)
     errors += prompt_errors
     if errors:
         return None, errors[:_MAX_ERRORS_PER_FILE]
     fields = {k: v for k, v in data.items() if k not in ("$schema", "workspace")}
-    fields["system_prompt"] = prompt
-    fields["system_prompt_file"] = prompt_path
+    fields.update(
+        system_prompt=prompt, system_prompt_file=prompt_path, path=path, base_dir=base_dir
+    )
     workspace = data.get("workspace")
     if workspace is not None:
         fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
@@ -606,8 +569,6 @@ def _check(
             key: [(base_dir or Path.cwd()) / Path(p).expanduser() for p in paths]
             for key, paths in data["files"].items()
         }
-    fields["path"] = path
-    fields["base_dir"] = base_dir
     return _converter.structure(fields, AgentManifest), []
 
 
@@ -615,18 +576,20 @@ def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[Man
     try:
         text = read_text(path, MAX_MANIFEST_BYTES)
     except FileNotFoundError:
-        return None, [ManifestError(source, "/", "file not found")]
+        problem = "file not found"
     except IsADirectoryError:
-        return None, [
-            ManifestError(source, "/", f"is a directory; expected a {MANIFEST_FILENAME} file")
-        ]
+        problem = f"is a directory; expected a {MANIFEST_FILENAME} file"
     except (OSError, ValueError) as exc:
-        return None, [ManifestError(source, "/", f"cannot read the file: {exc}")]
-    data, errors = _parse_json(text, source)
-    if errors:
-        return None, errors
-    absolute = path.absolute()
-    return _check(data, source, absolute.parent, absolute)
+        problem = f"cannot read the file: {exc}"
+    else:
+        try:
+            data = _parse_json(text)
+        except ValueError as exc:
+            problem = str(exc)
+        else:
+            absolute = path.absolute()
+            return _check(data, source, absolute.parent, absolute)
+    return None, [ManifestError(source, "/", problem)]
 
 
 # ---- public API ------------------------------------------------------------------------
@@ -635,20 +598,17 @@ def _check_file(path: Path, source: str) -> tuple[AgentManifest | None, list[Man
 def parse_manifest(
     data: Any, *, source: str = _MEMORY, base_dir: Path | None = None
 ) -> AgentManifest:
-    """Validate already-parsed JSON ``data``; raise the most relevant ``ManifestError``.
-
-    ``base_dir`` resolves ``system_prompt_file`` and a relative ``workspace`` (default: cwd).
-    """
-    manifest, errors = _check(data, source, base_dir, None)
-    if errors:
-        raise errors[0]
-    assert manifest is not None
-    return manifest
+    """Validate parsed JSON ``data`` (relative paths from ``base_dir``, default: cwd);
+    raise the most relevant ``ManifestError``."""
+    return _valid(*_check(data, source, base_dir, None))
 
 
 def load_manifest(path: str | Path) -> AgentManifest:
     """Read, validate and convert one ``agent.json``; raise ``ManifestError`` if it is bad."""
-    manifest, errors = _check_file(Path(path), str(path))
+    return _valid(*_check_file(Path(path), str(path)))
+
+
+def _valid(manifest: AgentManifest | None, errors: list[ManifestError]) -> AgentManifest:
     if errors:
         raise errors[0]
     assert manifest is not None
@@ -667,12 +627,8 @@ def _manifest_files(location: Path) -> list[Path]:
             names = sorted(e.name for e in entries)
     except OSError:
         return []
-    found = []
-    for name in names:
-        file = location / name / MANIFEST_FILENAME
-        if file.is_file():
-            found.append(file)
-    return found
+    files = (location / name / MANIFEST_FILENAME for name in names)
+    return [file for file in files if file.is_file()]
 
 
 def _load_files(
@@ -681,9 +637,8 @@ def _load_files(
     by_tool: dict[str, AgentManifest],
     errors: list,
 ) -> None:
-    """Check each file and add its manifest to ``found``, unless an agent with its name, or
-    one that becomes the same ``agent_<name>`` tool, is there already (``by_tool`` indexes
-    ``found`` by it); every problem goes to ``errors``."""
+    """Add each file's manifest to ``found`` unless its name or ``agent_<name>`` tool
+    (``by_tool`` indexes ``found`` by it) is taken; every problem goes to ``errors``."""
     for file in files:
         manifest, problems = _check_file(file, str(file))
         errors += problems
@@ -707,13 +662,9 @@ def _load_files(
 def load_agents(
     dirs: Iterable[str | Path], *, include_bundled: bool = True, config_file: str = "roost.toml"
 ) -> tuple[dict[str, AgentManifest], list[ManifestError]]:
-    """Every valid manifest under ``dirs`` (each ``<dir>/<name>/agent.json``), by name.
-
-    Bundled agents come first when ``include_bundled``. A bad manifest is reported in the
-    error list and skipped; it never stops the others from loading. A name defined twice
-    keeps the first and reports the second, naming both files. ``config_file`` is where
-    ``dirs`` came from (named in the error for a missing directory).
-    """
+    """Every valid manifest under ``dirs`` (``<dir>/<name>/agent.json``), bundled ones
+    first, and the errors of the bad ones (skipped) and of names defined twice (the first
+    kept). ``config_file`` is named in the error for a missing directory."""
     found: dict[str, AgentManifest] = {}
     by_tool: dict[str, AgentManifest] = {}
     errors: list[ManifestError] = []
@@ -731,13 +682,8 @@ def load_agents(
             continue
         scanned.add(key)
         if not location.exists():
-            errors.append(
-                ManifestError(
-                    str(location),
-                    "/",
-                    f"agents directory not found; fix [agents].dirs in {config_file}",
-                )
-            )
+            problem = f"agents directory not found; fix [agents].dirs in {config_file}"
+            errors.append(ManifestError(str(location), "/", problem))
             continue
         _load_files(_manifest_files(location), found, by_tool, errors)
     return found, errors
@@ -749,10 +695,8 @@ _RUNTIME_TOOL_PREFIXES = ("mcp_", "mcp:", "a2a_", "a2a:")
 
 
 def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list[str]:
-    """A warning for each ``mcp.expose_tools`` / ``mcp.private_tools`` entry of ``manifest``
-    that matches none of the tools ``specs`` (e.g. an OpenStarry-style ``fs:read_file``),
-    naming the entry and the likely tool. Patterns for MCP and A2A tools are left out:
-    those tools arrive when their servers connect."""
+    """A warning for each ``mcp.expose_tools`` / ``private_tools`` entry matching none of
+    ``specs``, naming the likely tool (MCP and A2A patterns are left out)."""
     if not manifest.mcp.expose_tools and not manifest.mcp.private_tools:
         return []
     from ._policy import matches
@@ -785,13 +729,9 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
 def validate_files(
     paths: Iterable[str | Path], *, warnings: list[str] | None = None
 ) -> list[ManifestError]:
-    """Every problem in the given manifests (or directories of them), for ``roost validate``.
-
-    Reports all errors of each file, plus agent names defined more than once among them.
-    An empty list means everything is valid. With ``warnings`` (a list), what is valid but
-    likely a mistake is appended to it: ``tool_pattern_warnings`` against the tools of the
-    installed plugins and the agents validated.
-    """
+    """Every problem in the given manifests or directories (``roost validate``), names
+    defined twice included; ``warnings`` gets ``tool_pattern_warnings`` against the
+    installed plugins' tools and these agents."""
     errors: list[ManifestError] = []
     found: dict[str, AgentManifest] = {}
     by_tool: dict[str, AgentManifest] = {}
@@ -813,8 +753,7 @@ def validate_files(
 
 
 def _installed_tool_specs() -> list[Any]:
-    """The tools the installed plugins provide (``roost_tools`` with the default settings);
-    a broken plugin lists nothing here (it is reported when roost runs)."""
+    """The installed plugins' tools (default settings); a broken plugin lists none."""
     from ._config import default_config
     from ._plugins import PluginManager
 

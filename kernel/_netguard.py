@@ -1,13 +1,10 @@
 """SSRF guard: decide whether an outbound URL may be fetched, by its resolved addresses.
 
-The decision is made on parsed and resolved IP addresses, never on substrings of the URL:
-legacy IPv4 spellings (``2130706433``, ``0x7f.1``, ``0177.0.0.1``) are parsed the way
-``inet_aton`` and browsers parse them, IPv6 forms that embed an IPv4 address (mapped,
-6to4, NAT64) are judged by the embedded address, and every address a name resolves to
-must pass. Callers should connect to one of the returned addresses (pinning), so that a
-second DNS answer cannot differ from the checked one: ``pin_url`` rewrites a URL to a
-checked address (keeping the name for the ``Host`` header and TLS SNI), and ``AddressPins``
-checks each origin once and remembers its approved addresses for a connection's lifetime.
+Decided on parsed and resolved IP addresses, never on URL substrings: legacy IPv4 spellings
+(``2130706433``, ``0x7f.1``) are parsed as ``inet_aton`` does, IPv6 forms embedding IPv4
+(mapped, 6to4, NAT64) are judged by that address, and every resolved address must pass.
+Callers connect to a checked address (``pin_url``; ``AddressPins`` remembers them per
+origin), so a second DNS answer cannot differ from the checked one.
 """
 
 from __future__ import annotations
@@ -90,6 +87,7 @@ _RULES = (
 )
 
 _NAT64 = _nets("64:ff9b::/96", "64:ff9b:1::/48")
+_IPV4_CHARS = frozenset("0123456789abcdefxABCDEFX.")
 
 _RULE_TEXT = {
     "metadata": "a cloud instance-metadata endpoint",
@@ -104,10 +102,8 @@ _RULE_TEXT = {
 _ALLOWABLE = {"private": "allow_private", "loopback": "allow_loopback"}
 
 
-class UrlRefused(SandboxError):
+class UrlRefused(SandboxError, code="url_refused"):
     """An outbound URL was refused: bad scheme, unresolvable, or a forbidden address."""
-
-    code = "url_refused"
 
     def __init__(
         self, url: str, reason: str, *, address: str | None = None, rule: str | None = None
@@ -145,12 +141,8 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def classify_address(ip: str | IPAddress) -> str | None:
-    """The name of the rule that forbids ``ip``, or None for an ordinary public address.
-
-    Rules: ``metadata``, ``unspecified``, ``loopback``, ``link-local``, ``multicast``,
-    ``private``, ``reserved``. IPv6 addresses that embed an IPv4 address (IPv4-mapped,
-    6to4, NAT64) are judged by the IPv4 address.
-    """
+    """The name of the rule that forbids ``ip`` (``metadata``, ``loopback``, ``private``,
+    …), or None for an ordinary public address."""
     if isinstance(ip, str):
         ip = ipaddress.ip_address(ip.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
@@ -168,39 +160,17 @@ def classify_address(ip: str | IPAddress) -> str | None:
 
 
 def parse_ipv4_literal(host: str) -> ipaddress.IPv4Address | None:
-    """Parse ``host`` as an IPv4 address the way ``inet_aton`` does, or return None.
-
-    Accepts 1 to 4 dot-separated parts, each decimal, octal (leading ``0``) or hex
-    (``0x``); the last part fills the remaining bytes: ``127.1``, ``2130706433``,
-    ``0x7f.1`` and ``0177.0.0.1`` are all 127.0.0.1.
-    """
-    parts = host[:-1].split(".") if host.endswith(".") else host.split(".")
-    if not 1 <= len(parts) <= 4:
+    """``host`` as the system's ``inet_aton`` reads an IPv4 address (as its resolver does:
+    1-4 parts, decimal, octal or hex, the last filling the rest: ``127.1``, ``0x7f.1``), or
+    None."""
+    host = host[:-1] if host.endswith(".") else host
+    # inet_aton ignores what follows a space; an address holds nothing but these.
+    if not host or not set(host) <= _IPV4_CHARS:
         return None
-    values = []
-    for part in parts:
-        if not part:
-            return None
-        try:
-            if part.lower().startswith("0x"):
-                value = int(part[2:], 16) if len(part) > 2 else 0
-            elif len(part) > 1 and part.startswith("0"):
-                value = int(part, 8)
-            else:
-                if not part.isdigit():
-                    return None
-                value = int(part, 10)
-        except ValueError:
-            return None
-        values.append(value)
-    *head, last = values
-    if any(v > 255 for v in head) or last >= 256 ** (5 - len(values)):
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
         return None
-    number = 0
-    for v in head:
-        number = number * 256 + v
-    number = (number << (8 * (5 - len(values)))) | last
-    return ipaddress.IPv4Address(number)
 
 
 def _literal_address(host: str) -> IPAddress | None:
@@ -229,14 +199,9 @@ async def check_url(
     resolver: Resolver | None = None,
     allow_hint: str = DEFAULT_ALLOW_HINT,
 ) -> list[IPAddress]:
-    """Check ``url`` and return the addresses its host resolves to (deduplicated, in order).
-
-    Raises ``UrlRefused`` for a scheme other than http/https, a missing or unresolvable
-    host, or when ANY resolved address is a metadata endpoint, link-local, multicast,
-    reserved or unspecified (never allowed), private (unless ``allow_private``) or
-    loopback (unless ``allow_loopback``). ``allow_hint`` names the setting that lifts the
-    private/loopback rules in the error message.
-    """
+    """The addresses ``url``'s host resolves to; ``UrlRefused`` for a scheme other than
+    http(s), an unresolvable host, or ANY forbidden address (private and loopback ones
+    unless allowed; ``allow_hint`` names the setting that allows them)."""
     if not isinstance(url, str) or not url.strip():
         raise UrlRefused(str(url), "expected an absolute http:// or https:// URL")
     try:
@@ -296,10 +261,9 @@ async def check_url(
             subject = f"{host!r} (the address {ip})"
         else:
             subject = f"the address {ip}"
-        if rule in _ALLOWABLE:
-            fix = f"; to allow it, set {allow_hint}"
-        else:
-            fix = "; this is never allowed"
+        fix = (
+            f"; to allow it, set {allow_hint}" if rule in _ALLOWABLE else "; this is never allowed"
+        )
         raise UrlRefused(
             url,
             f"{subject} is {_RULE_TEXT[rule]} (rule {rule!r}){fix}",
@@ -348,12 +312,8 @@ def origin_of(url: str) -> tuple[str, str, int]:
 
 
 class AddressPins:
-    """``check_url`` once per origin; later requests reuse the approved addresses.
-
-    One instance per connection (e.g. an HTTP client's transport): the first answer from
-    DNS is the only one ever used, so a rebinding name cannot switch to a forbidden
-    address mid-connection. ``resolver`` replaces the system resolver (tests).
-    """
+    """``check_url`` once per origin, its approved addresses reused: one per connection,
+    so a rebinding name cannot switch to a forbidden address mid-connection."""
 
     def __init__(
         self,

@@ -24,11 +24,8 @@ def resolve_data_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def ensure_private_dir(path: Path, *, source: str = "data directory") -> Path:
-    """Create ``path`` (and parents) if missing, the last one with mode 0700.
-
-    An existing directory is left as it is. Raises ``ConfigError`` naming the path when it
-    is not a directory or cannot be created.
-    """
+    """Create ``path`` (and parents) if missing, the last one with mode 0700; ConfigError
+    naming it if it is no directory or cannot be made."""
     if path.is_dir():
         return path
     if path.exists():
@@ -43,10 +40,7 @@ def ensure_private_dir(path: Path, *, source: str = "data directory") -> Path:
 
 
 def data_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """roost's data directory: ``$ROOST_HOME``, else ``platformdirs.user_data_dir("roost")``.
-
-    Created with mode 0700 on first use.
-    """
+    """roost's data directory (see ``resolve_data_dir``), created with mode 0700."""
     source = f"data directory (${HOME_ENV})" if env.get(HOME_ENV, "").strip() else "data directory"
     return ensure_private_dir(resolve_data_dir(env), source=source)
 

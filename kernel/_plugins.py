@@ -63,11 +63,9 @@ class PluginManager(pluggy.PluginManager):
     def call_each(
         self, hook_name: str, *, answers: tuple[type[Exception], ...] = (), **kwargs: Any
     ) -> list[tuple[str, list[Any]]]:
-        """Call the hook ``hook_name`` plugin by plugin, each with the ``kwargs`` it takes;
-        returns ``(plugin name, its results flattened)`` per plugin. A plugin that raises is
-        recorded in ``failures`` (and logged) and skipped; the others still answer. An
-        exception of a type in ``answers`` is that plugin's result instead (a hook such as
-        ``roost_check_config`` answers by raising)."""
+        """``(plugin name, its flattened results)`` of the hook for each plugin, called with
+        the ``kwargs`` it takes; one that raises is recorded in ``failures`` and skipped,
+        unless the exception is of a type in ``answers`` (then it is the result)."""
         out = []
         for impl in getattr(self.hook, hook_name).get_hookimpls():
             name = self.get_name(impl.plugin) or repr(impl.plugin)

@@ -1,12 +1,8 @@
 """Tool-call policy: capabilities, exposure, argument validation, truncation, loop guard, taint.
 
-Every piece here is pure and synchronous so the kernel can call it around each tool call:
-capability check → exposure check → argument validation → before-hooks → taint check →
-loop guard → run with timeout (``resolve_timeout``) → truncate → after-hooks → audit.
-
-Patterns (capabilities, exposure, timeout overrides) are ``fnmatch`` globs, matched
-case-sensitively against either a tool's registry name (``read``, ``mcp_github_create_issue``,
-``agent_reviewer``) or its plugin-qualified name (``tools:bash``, ``mcp:github:create_issue``).
+Pure and synchronous, called around each tool call. Patterns (capabilities, exposure,
+timeout overrides) are case-sensitive ``fnmatch`` globs on a tool's registry name
+(``read``) or its plugin-qualified name (``tools:bash``, ``mcp:github:create_issue``).
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -30,6 +27,7 @@ from ._errors import (
     ToolArgumentsInvalid,
     ToolDenied,
     ToolError,
+    _join,
     is_mapping,
     json_pointer,
 )
@@ -45,15 +43,11 @@ SOURCE_LABEL_PREFIX = "source:"
 _SCAN_CHUNK = 65_536  # characters of an argument indexed at a time by TaintTracker
 
 
-class ToolSchemaInvalid(ToolError):
+class ToolSchemaInvalid(ToolError, code="tool_schema_invalid"):
     """A tool's own ``inputSchema`` is not a valid JSON Schema: a bug in the tool's provider."""
 
-    code = "tool_schema_invalid"
 
-
-# --------------------------------------------------------------------------------------
-# Pattern matching shared by capabilities, exposure and timeout overrides
-# --------------------------------------------------------------------------------------
+# ---- Pattern matching shared by capabilities, exposure and timeout overrides ---------------
 
 
 def _patterns(value: Any, field: str) -> tuple[str, ...]:
@@ -90,9 +84,7 @@ def _names(spec: ToolSpec) -> str:
     return f"{spec.name!r} ({spec.qualified_name})"
 
 
-# --------------------------------------------------------------------------------------
-# Capabilities and exposure
-# --------------------------------------------------------------------------------------
+# ---- Capabilities and exposure -------------------------------------------------------------
 
 
 @attrs.frozen
@@ -134,16 +126,13 @@ class Exposure:
     )
 
     def is_exposed(self, spec: ToolSpec) -> bool:
-        """True when an ``expose`` pattern matches and no ``private`` pattern does (asked
-        when the exposed tools are listed, which the kernel caches per registry version)."""
+        """True when an ``expose`` pattern matches and no ``private`` pattern does."""
         return (
             _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
         )
 
 
-# --------------------------------------------------------------------------------------
-# Argument validation
-# --------------------------------------------------------------------------------------
+# ---- Argument validation -------------------------------------------------------------------
 
 _VALIDATOR_CACHE_SIZE = 512
 _validators: collections.OrderedDict[str, jsonschema.Draft202012Validator] = (
@@ -154,8 +143,7 @@ _MAX_ERROR_MESSAGE = 300
 
 
 def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
-    """The (cached) validator of ``spec``'s schema; ToolSchemaInvalid if it is no schema.
-    The kernel asks once per (agent, tool) plan, and again only for arguments it refuses."""
+    """The (cached) validator of ``spec``'s schema; ToolSchemaInvalid if it is no schema."""
     schema = spec.input_schema
     key = json.dumps(schema, sort_keys=True, default=repr)
     cached = _validators.get(key)
@@ -184,25 +172,13 @@ def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
     return validator
 
 
-def argument_path(path: Iterable[Any], root: str = "arguments") -> str:
-    """``arguments.items[2].name`` for a jsonschema error path."""
-    out = root
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}"
-    return out
-
-
 def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
-    """``is_valid`` of ``spec``'s schema validator, for callers that keep it: True means
-    ``validate_arguments`` accepts the arguments; False means ask it (it words the errors).
-    None when the schema is invalid (``validate_arguments`` reports that)."""
+    """``is_valid`` of ``spec``'s validator (False: ask ``validate_arguments`` for the
+    words); None when the schema is invalid."""
     try:
         return _validator_for(spec).is_valid
     except ToolSchemaInvalid:
@@ -210,12 +186,8 @@ def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
 
 
 def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
-    """Check ``arguments`` against ``spec.input_schema`` (JSON Schema 2020-12).
-
-    Raises ``ToolArgumentsInvalid`` naming the path of each problem (up to three), e.g.
-    ``arguments.path: 5 is not of type 'string'``; ``ToolSchemaInvalid`` if the tool's own
-    schema is broken.
-    """
+    """Check ``arguments`` against ``spec.input_schema``: ``ToolArgumentsInvalid`` naming
+    the path of up to three problems; ``ToolSchemaInvalid`` if the schema is broken."""
     if not is_mapping(arguments):
         raise ToolArgumentsInvalid(
             f"arguments of tool {spec.name!r} must be a JSON object, got "
@@ -243,7 +215,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     if not errors:
         return
     shown = errors[:_MAX_REPORTED_ERRORS]
-    lines = [f"{argument_path(e.absolute_path)}: {_clip(e.message)}" for e in shown]
+    lines = [f"{reduce(_join, e.absolute_path, 'arguments')}: {_clip(e.message)}" for e in shown]
     more = len(errors) - len(shown)
     if more:
         lines.append(f"(and {more} more)")
@@ -254,9 +226,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
     )
 
 
-# --------------------------------------------------------------------------------------
-# Truncation
-# --------------------------------------------------------------------------------------
+# ---- Truncation ----------------------------------------------------------------------------
 
 
 def _positive_int(value: Any, field: str) -> int:
@@ -272,11 +242,7 @@ def _check_limit(limit: Any) -> int:
 
 
 def truncate(text: str, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -> str:
-    """``text`` cut to at most ``limit`` characters, ending in ``\\n[output truncated]``.
-
-    Text that fits is returned unchanged. The marker counts toward the limit (unless the
-    limit is shorter than the marker itself).
-    """
+    """``text`` cut to at most ``limit`` characters, marker (``TRUNCATION_MARKER``) included."""
     limit = _check_limit(limit)
     if len(text) <= limit:
         return text
@@ -285,11 +251,8 @@ def truncate(text: str, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -> str:
 
 
 def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -> ToolResult:
-    """Cut the text blocks of ``result`` to a total budget of ``limit`` characters.
-
-    Blocks are kept in order; the block that crosses the budget is cut and marked, later
-    text blocks are dropped. Non-text blocks (images, resources) are kept as they are.
-    """
+    """``result`` with its text blocks cut to ``limit`` characters in all: the block that
+    crosses it is cut and marked, later text dropped; other blocks are kept."""
     limit = _check_limit(limit)
     total = 0
     for block in result.content:
@@ -314,9 +277,7 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     return attrs.evolve(result, content=tuple(out))
 
 
-# --------------------------------------------------------------------------------------
-# Loop guard
-# --------------------------------------------------------------------------------------
+# ---- Loop guard ----------------------------------------------------------------------------
 
 
 def canonical_arguments(arguments: Any) -> str:
@@ -327,15 +288,10 @@ def canonical_arguments(arguments: Any) -> str:
 
 
 class LoopGuard:
-    """Stops a conversation that keeps making the same tool call.
-
-    A call is "the same" when its tool name and canonical-JSON arguments are equal.
-    ``check`` raises ``LoopDetected`` when a call would be the ``max_repeats + 1``-th
-    identical call in a row, or would occur more than ``max_in_window`` times among the
-    last ``window`` calls (default ``2 * max_repeats``, catching A, B, A, B, ... cycles).
-    Refused calls are recorded too, so retrying the same refused call stays refused.
-    One guard per conversation; memory is bounded by ``window``.
-    """
+    """Stops a conversation that keeps making the same call (tool name and canonical
+    arguments): more than ``max_repeats`` in a row, or more than ``max_in_window`` (default
+    ``2 * max_repeats``: A, B, A, B cycles) among the last ``window``. Refused calls count
+    too, so retrying one stays refused."""
 
     def __init__(
         self, max_repeats: int = 3, *, window: int = 12, max_in_window: int | None = None
@@ -378,15 +334,9 @@ class LoopGuard:
 
 
 def check_ping_pong(path: Sequence[str], max_alternations: int = 2) -> None:
-    """Raise ``LoopDetected`` when a call path ends bouncing between two agents.
-
-    ``path`` is the trace path including the agent about to be called. Its alternating
-    tail is the longest suffix of the form ``x, y, x, y, ...`` with ``x != y``; each step
-    of that tail is one alternation. More than ``max_alternations`` alternations raise:
-    with the default 2, ``A, B, A`` (B asks A back once) passes and ``A, B, A, B`` is
-    refused. A chain through three or more agents (``A, B, C, A``) has an alternating
-    tail of one step and is left to the depth limit.
-    """
+    """Raise ``LoopDetected`` when ``path`` (the trace path, the agent about to be called
+    last) ends in more than ``max_alternations`` steps of ``x, y, x, y``: with 2, ``A, B, A``
+    passes and ``A, B, A, B`` is refused; ``A, B, C, A`` is left to the depth limit."""
     _positive_int(max_alternations, "max_alternations")
     hops = tuple(path)
     if len(hops) < 2 or hops[-1] == hops[-2]:
@@ -405,9 +355,7 @@ def check_ping_pong(path: Sequence[str], max_alternations: int = 2) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------
-# Taint tracking
-# --------------------------------------------------------------------------------------
+# ---- Taint tracking ------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -431,19 +379,11 @@ class TaintMatch:
 
 
 class TaintTracker:
-    """Remembers text from untrusted results and spots it being passed on unchanged.
-
-    ``observe`` records the text of results whose ``taint`` is non-empty. ``check`` looks
-    at every string in a sink call's arguments for a run of at least ``min_match``
-    characters copied unchanged from a recorded result (runs of whitespace alone do not
-    count); a recorded result shorter than ``min_match`` but of at least
-    ``min_short_value`` non-blank characters counts when it appears whole.
-
-    Windows of the recorded text are indexed every ``step`` characters, so a copied run of
-    ``min_match + step - 1`` characters or more is always found (a shorter one of at least
-    ``min_match`` usually is). Memory is bounded: at most ``max_chars`` characters are kept,
-    oldest sources are forgotten first.
-    """
+    """Remembers text of tainted results and spots it passed on unchanged: a run of
+    ``min_match`` characters (not only whitespace), or a whole short result of at least
+    ``min_short_value``. Windows are indexed every ``step`` characters, so a copied run of
+    ``min_match + step - 1`` is always found; at most ``max_chars`` are kept, oldest first
+    forgotten."""
 
     def __init__(
         self,
@@ -486,11 +426,6 @@ class TaintTracker:
         self._chars += len(text)
         while self._chars > self.max_chars and len(self._sources) > 1:
             self._chars -= len(self._sources.popleft().text)
-
-    def find(self, text: str) -> _TaintSource | None:
-        """The first recorded source that ``text`` copies from, or None."""
-        found = self._find(text, self._sources)
-        return found[0] if found else None
 
     def _find(self, text: str, sources: Iterable[_TaintSource]) -> tuple[_TaintSource, str] | None:
         if not isinstance(text, str) or not text:
@@ -540,12 +475,8 @@ class TaintTracker:
         sinks: Sequence[str] = DEFAULT_TAINT_SINKS,
         policy: str = "block",
     ) -> str | None:
-        """Apply the taint policy to ``call``.
-
-        When ``call`` is a sink (its name matches a glob in ``sinks``) and a string argument
-        copies tainted data: ``block`` raises ``TaintViolation``, ``warn`` returns the
-        warning text, ``allow`` does nothing. Returns None when there is nothing to say.
-        """
+        """If ``call`` is a sink (a glob in ``sinks``) and copies tainted data: ``block``
+        raises ``TaintViolation``, ``warn`` returns the warning; else None."""
         if policy not in TAINT_POLICIES:
             raise ConfigError(
                 f"taint.policy: expected one of {', '.join(TAINT_POLICIES)}, got {policy!r}"
@@ -608,9 +539,7 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{where}[{i}]")
 
 
-# --------------------------------------------------------------------------------------
-# Timeouts
-# --------------------------------------------------------------------------------------
+# ---- Timeouts ------------------------------------------------------------------------------
 
 
 def _seconds(value: Any, field: str) -> float:
@@ -627,12 +556,8 @@ def resolve_timeout(
     agent_default: float = DEFAULT_TOOL_TIMEOUT_S,
     overrides: Mapping[str, float] | None = None,
 ) -> float:
-    """The timeout in seconds for a call to ``spec``.
-
-    Precedence: an override keyed by the exact registry or qualified name, then the
-    longest glob key that matches, then the tool's own ``timeout_s``, then
-    ``agent_default``.
-    """
+    """The timeout of a call to ``spec``: an override for its exact name, else the longest
+    matching glob override, else the tool's ``timeout_s``, else ``agent_default``."""
     overrides = overrides or {}
     for key in (spec.name, spec.qualified_name):
         if key in overrides:

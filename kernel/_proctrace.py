@@ -1,24 +1,16 @@
 """Which agent run a local HTTP caller belongs to, when it does not say.
 
-A tool that starts processes for an agent's run (``bash``) registers the process it
-started with the run's trace context (``ProcessTraces.register``). When a request reaches
-the daemon over loopback TCP, the daemon can find the process at the other end on Linux:
-the connection's two endpoints → the client socket's inode (``/proc/net/tcp`` and
-``tcp6``) → a process holding that socket (``/proc/<pid>/fd``) among the descendants of a
-registered process. A call from such a process then continues that run's trace even if
-it sends no trace headers, or forged lower ones (``TraceContext.deepest`` of both).
+A tool that starts processes for a run (``bash``) registers the process with the run's
+trace context. For a request over loopback TCP on Linux, the daemon follows the endpoints
+to the client socket's inode (``/proc/net/tcp``, ``tcp6``) and a process holding it
+(``/proc/<pid>/fd``) among a registered process's descendants; the call then continues
+that run's trace even with no or forged lower trace headers (the deepest of both wins).
 
-Bounds: the table holds at most ``capacity`` processes (registering past it fails, the
-tool does not run); a look-up visits at most ``MAX_PROCESSES`` processes and
-``MAX_FDS`` descriptors, and when a registered process tree is bigger than that it
-assumes the deepest running context rather than none. Look-ups run in a worker thread
-(at most two at once), only for loopback peers and only while something is registered.
-
-What it cannot know: a call relayed by a process outside the registered trees (another
-daemon, a proxy, any service on the host that the child talks to), a call over a
-non-loopback address, and anything on systems without Linux's ``/proc``. The registered
-process must be a child subreaper (``bash``'s supervisor is) so that a process that
-double-forks stays among its descendants.
+Bounds: at most ``capacity`` registered processes; a look-up (in a worker thread, two at
+once) visits at most ``MAX_PROCESSES`` processes and ``MAX_FDS`` descriptors, past which
+it assumes the deepest running context. It cannot see calls relayed by processes outside
+the registered trees, non-loopback calls, or systems without ``/proc``; the registered
+process must be a child subreaper so double-forked processes stay its descendants.
 """
 
 from __future__ import annotations
@@ -44,9 +36,7 @@ Endpoint = tuple[str, int]
 
 
 class ProcessTraces:
-    """Trace contexts of the processes tools run for agents, by pid (bounded).
-
-    A look-up visits at most ``max_processes`` processes and ``max_fds`` descriptors."""
+    """Trace contexts of the processes tools run for agents, by pid (bounded)."""
 
     def __init__(
         self,
@@ -65,9 +55,8 @@ class ProcessTraces:
         return len(self._by_pid)
 
     def register(self, pid: int, trace: TraceContext) -> Callable[[], None]:
-        """Record that process ``pid`` (and everything it starts) runs within ``trace``;
-        returns the function that forgets it (call it once the process tree is gone).
-        Raises RoostError when ``capacity`` processes are registered already."""
+        """Record that process ``pid`` and its descendants run within ``trace``; returns the
+        function that forgets it. RoostError past ``capacity``."""
         if len(self._by_pid) >= self.capacity and pid not in self._by_pid:
             raise RoostError(
                 f"too many tool processes running at once ({self.capacity}); wait for some "
@@ -83,9 +72,7 @@ class ProcessTraces:
 
     async def caller_of(self, peer: Any, local: Any) -> TraceContext | None:
         """The context of the registered run whose process is the client of the TCP
-        connection from ``peer`` to ``local`` (``(host, port)`` each, as sockets and ASGI
-        scopes give them); None when the peer is not on loopback, nothing is registered,
-        no registered process tree holds the connection, or this is not Linux."""
+        connection ``peer`` → ``local`` (``(host, port)`` each), else None."""
         if not self._by_pid or not sys.platform.startswith("linux"):
             return None
         client, server = _endpoint(peer), _endpoint(local)
@@ -148,9 +135,7 @@ def _hex_forms(host: str, port: int) -> set[str]:
 
 
 def socket_inode(client: Endpoint, server: Endpoint) -> int | None:
-    """The inode of the client's socket of the TCP connection ``client`` → ``server`` in
-    this network namespace (in any state: a client that half-closed still counts); None if
-    there is none."""
+    """The inode of the client socket of ``client`` → ``server`` (in any state), or None."""
     want_client, want_server = _hex_forms(*client), _hex_forms(*server)
     if not want_client or not want_server:
         return None
@@ -219,9 +204,8 @@ def find_owner(
     max_processes: int = MAX_PROCESSES,
     max_fds: int = MAX_FDS,
 ) -> int | None:
-    """The root among ``roots`` whose process tree (itself and its descendants) holds the
-    client socket of ``client`` → ``server``; None if none does; -1 when the search went
-    past ``max_processes`` / ``max_fds`` first. Blocking: run it in a thread."""
+    """The root among ``roots`` whose process tree holds the client socket of ``client`` →
+    ``server``; None if none; -1 past the bounds. Blocking: run it in a thread."""
     inode = socket_inode(client, server)
     if inode is None:
         return None

@@ -1,30 +1,22 @@
 """SQLite infrastructure shared by the kernel's store and plugins' stores (A2A tasks).
 
-``SqliteDatabase``: one database file, one connection in WAL mode, used only by one thread
-of the database's own. ``read`` and ``write`` queue their work for that thread and wait for
-its answer, so the event loop never waits on disk, on a lock or on SQLite. A subclass names
-its schema (``migrations``) and adds its queries on top of ``read`` and ``write``.
+``SqliteDatabase``: one database file in WAL mode, used by one thread of its own; ``read``
+and ``write`` queue work for it, so the event loop never waits on disk or SQLite.
 
-Group commit: the writes queued while the thread is busy are its next batch, run in ONE
-transaction (``BEGIN IMMEDIATE`` … one ``COMMIT``), each in its own SAVEPOINT, so one
-failing write is rolled back alone and only its caller sees the error. A read runs after
-the writes queued before it. A write returns only after the commit that holds it: nothing
-is acknowledged before it is stored. ``wait=False`` writes behind: queued and committed
-with the next batch, for what nobody is answered about. The queue is bounded. Cancelling a
-caller: a write still queued is withdrawn and never runs; one already taken into a batch
-commits anyway (its caller sees ``Cancelled``, or with ``shield`` its answer).
+Group commit: the writes queued while the thread is busy run as ONE transaction, each in
+its own SAVEPOINT (one failing write is rolled back alone). A read runs after the writes
+queued before it; a write returns only after its commit: nothing is acknowledged before it
+is stored (``wait=False`` writes behind, for what nobody is answered about). The queue is
+bounded. A cancelled caller's queued write is withdrawn; one already in a batch commits.
 
-Durability (``[store] synchronous``): ``"normal"`` commits to the WAL without an fsync (a
-returned write survives roost being killed; a power loss may lose the last commits);
-``"full"`` fsyncs every batch before anyone is answered, except a batch of only writes
-marked ``durable=False`` (nothing is acknowledged on their strength: the next durable
-commit's fsync covers them, the WAL being one sequential file). Checkpoints are SQLite's
-automatic ones, on the database's thread. A database locked by another process is waited
-for there, up to ``BUSY_TIMEOUT_MS``.
+Durability (``[store] synchronous``): ``"normal"`` survives roost being killed, a power
+loss may lose the last commits; ``"full"`` fsyncs each batch before answering, except a
+batch of only ``durable=False`` writes (the next durable commit's fsync covers them: the
+WAL is one sequential file). Another process's lock is waited for up to ``BUSY_TIMEOUT_MS``.
 
-The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations,
-each in its own transaction. A database from a newer roost, a file that is not SQLite, a
-corrupt one or someone else's is refused with an error naming the path, and left untouched.
+The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations.
+A database from a newer roost, a foreign, corrupt or non-SQLite file is refused with an
+error naming the path, and left untouched.
 """
 
 from __future__ import annotations
@@ -59,10 +51,8 @@ _D = TypeVar("_D", bound="SqliteDatabase")
 sqlite3.register_adapter(type(None), lambda value: value)
 
 
-class StoreError(RoostError):
+class StoreError(RoostError, code="store_error"):
     """The store refused an operation or the database failed; says which and why."""
-
-    code = "store_error"
 
 
 # What a write's work may raise that is reported as the store's error: the database's
@@ -71,8 +61,7 @@ STORE_FAILURES = (sqlite3.Error, UnicodeError)
 
 
 def storage_failure(path: str, operation: str, exc: BaseException) -> str:
-    """The message of a failed database operation: says that storage failed, where, doing
-    what, and why (e.g. the disk is full)."""
+    """The message of a failed database operation: where, doing what, and why."""
     if isinstance(exc, UnicodeError):
         why = f"the data holds text that is not valid Unicode ({exc})"
     else:
@@ -110,12 +99,8 @@ named parameters ``open`` is given (``:legacy_owner``). Append, never edit."""
 
 
 class SqliteDatabase:
-    """One SQLite database, used by one thread of its own: ``read`` and ``write`` queue
-    their work there and wait for it (writes: for the commit), off the event loop.
-
-    Subclass it with ``migrations`` (the schema), ``error`` (the exception a failed
-    operation raises, with ``storage_failure``'s message) and ``what`` (how messages name
-    it); open it with ``open``."""
+    """One SQLite database and its thread. Subclass it with ``migrations``, ``error`` (what
+    a failed operation raises) and ``what`` (how messages name it); open it with ``open``."""
 
     migrations: Migrations = ()
     error: type[Exception] = StoreError
@@ -162,13 +147,10 @@ class SqliteDatabase:
         shield: bool = False,
         wait: bool = True,
     ) -> _T:
-        """Run ``work(conn)`` as one atomic write (a SAVEPOINT of a group transaction) and
-        return its result once committed. ``operation`` names it in errors ("store a
-        task"); ``work`` must not BEGIN, COMMIT or ROLLBACK, and raising rolls back its own
-        changes only. ``durable=False`` skips the fsync (see the module doc); ``shield``:
-        written and answered even if the caller is cancelled meanwhile; ``wait=False``:
-        written behind (returns None at once, committed with the next batch, a failure
-        logged) — it waits only for room in the queue and is no cancel point."""
+        """``work(conn)``'s result once committed, as one atomic write (``operation`` names
+        it in errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even
+        if the caller is cancelled; ``wait=False``: written behind (None at once, a failure
+        logged; it waits only for room in the queue)."""
         return await self._submit(
             _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
         )
@@ -207,8 +189,7 @@ class SqliteDatabase:
         return op.result
 
     async def aclose(self) -> None:
-        """Run what is queued, stop the thread and close the connection; later calls
-        raise ``error``."""
+        """Run what is queued, then stop the thread and close the connection."""
         with self._lock:
             self._closing = True
             self._ready.notify()
@@ -323,9 +304,8 @@ class SqliteDatabase:
         params: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[_D]:
-        """Open (creating and upgrading if needed) the database at ``path`` (``":memory:"``:
-        a private in-memory one); ``params`` fill the migrations' named parameters and
-        ``kwargs`` go to the constructor. Closed when the block exits, after what is queued."""
+        """Open (creating and upgrading) the database at ``path`` or ``":memory:"``; ``params``
+        fill the migrations' named parameters, ``kwargs`` go to the constructor."""
         if not isinstance(path, (str, Path)) or not str(path):
             raise cls.error(f"path: expected a file path or ':memory:', got {path!r}")
         mode = synchronous_mode(synchronous, cls.error)
@@ -421,16 +401,14 @@ def _connect(
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         _migrate(conn, path, migrations, params, error)
-    except sqlite3.OperationalError as exc:  # locked, read-only, I/O error...
+    except BaseException as exc:
         conn.close()
-        raise error(f"{path}: cannot open the database: {exc}") from exc
-    except sqlite3.DatabaseError as exc:  # not a database, or corrupt
-        conn.close()
-        raise error(
-            f"{path}: unreadable database ({exc}); it was left untouched — restore a backup "
-            "or choose another path"
-        ) from exc
-    except BaseException:
-        conn.close()
+        if isinstance(exc, sqlite3.OperationalError):  # locked, read-only, I/O error...
+            raise error(f"{path}: cannot open the database: {exc}") from exc
+        if isinstance(exc, sqlite3.DatabaseError):  # not a database, or corrupt
+            raise error(
+                f"{path}: unreadable database ({exc}); it was left untouched — restore a "
+                "backup or choose another path"
+            ) from exc
         raise
     return conn

@@ -1,17 +1,11 @@
 """The app store: sessions and their history, the tool-call audit log and token usage.
 
-``Store`` is the protocol; ``SqliteStore`` the default, an ``SqliteDatabase`` (see
-``_sqlite``): reads and group-committed writes run on the database's own thread; every write
-returns only after its transaction is committed — nothing is acknowledged before it is
-stored. That includes a tool call's audit row (``record_tool_call``), stored before the
-call's result is returned.
+``Store`` is the protocol; ``SqliteStore`` the default, an ``SqliteDatabase``: every write
+returns only after its commit, a tool call's audit row before the call's result.
 
-Sessions belong to a principal (``owner``; see ``roost.plugins.http.Principal``): a
-session is named by ``(owner, id)``, so the same id chosen by two principals names two
-sessions, and one never reads the other's history. Sessions stored before schema 2 are
-given the ``legacy_owner`` that ``open_store`` is told (the kernel's host principal).
-A session also stays with the agent it was made with: writing to it as another agent
-raises ``SessionConflict`` (the caller's mistake, not a ``StoreError``).
+A session is named by ``(owner, id)`` (``owner``: a principal), so two principals never
+share one; sessions from before schema 2 get ``open_store``'s ``legacy_owner``. A session
+stays with its agent: writing to it as another raises ``SessionConflict``.
 """
 
 from __future__ import annotations
@@ -392,8 +386,8 @@ class SqliteStore(SqliteDatabase):
         now: float,
         messages: int = 0,
     ) -> bool:
-        """Create the session if needed (inside the write transaction); True if it is new.
-        A new session is created counting the ``messages`` its caller is about to add."""
+        """Create the session (counting the ``messages`` about to be added) if needed; True
+        if it is new."""
         agent_now = _session_agent(conn, owner, session_id)
         if agent_now is None:
             conn.execute(
@@ -414,8 +408,8 @@ class SqliteStore(SqliteDatabase):
     async def ensure_session(
         self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
     ) -> None:
-        """Create ``owner``'s session for ``agent`` if it does not exist yet; a session of
-        another agent raises ``SessionConflict``."""
+        """Create ``owner``'s session for ``agent`` if missing (``SessionConflict`` if it is
+        another agent's)."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         now = time.time()
         await self.write(
@@ -433,25 +427,17 @@ class SqliteStore(SqliteDatabase):
     ) -> None:
         """Append ``rows``, creating the session if needed."""
         if self._ensure(conn, owner, session_id, agent, now, len(rows)):
-            # A new session: created counting these rows, with none before them.
-            self._insert_messages(conn, owner, session_id, 0, rows, now)
-            return
-        (last,) = conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE owner = ? AND session_id = ?",
-            (owner, session_id),
-        ).fetchone()
-        self._insert_messages(conn, owner, session_id, last, rows, now)
-        conn.execute(
-            "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
-            "WHERE owner = ? AND id = ?",
-            (now, len(rows), owner, session_id),
-        )
-
-    @staticmethod
-    def _insert_messages(
-        conn: sqlite3.Connection, owner: str, session_id: str, last: int, rows: list, now: float
-    ) -> None:
-        """Insert ``rows`` after sequence number ``last`` (the session's count is the caller's)."""
+            last = 0  # a new session: created counting these rows, with none before them
+        else:
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE owner = ? AND session_id = ?",
+                (owner, session_id),
+            ).fetchone()
+            conn.execute(
+                "UPDATE sessions SET updated_at = ?, message_count = message_count + ? "
+                "WHERE owner = ? AND id = ?",
+                (now, len(rows), owner, session_id),
+            )
         conn.executemany(
             "INSERT INTO messages (owner, session_id, seq, role, content, data, ts) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -469,10 +455,8 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> None:
-        """Append messages (dicts of role, content, data) atomically: all or none.
-
-        Creates ``owner``'s session if needed. Returns once they are committed.
-        """
+        """Append messages (dicts of role, content, data), all or none, creating the session
+        if needed."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
         now = time.time()
@@ -488,9 +472,8 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> list[StoredMessage]:
-        """Begin one exchange in a single transaction: create ``owner``'s session if needed,
-        read its history so far, and append ``message`` (the user's). Returns the history
-        before ``message``."""
+        """In one transaction: create the session if needed, append the user's ``message``
+        and return the history before it."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages([message])
         now = time.time()
@@ -512,10 +495,8 @@ class SqliteStore(SqliteDatabase):
         shield: bool = False,
         owner: str = DEFAULT_OWNER,
     ) -> None:
-        """End one exchange in a single transaction: append ``messages`` to ``owner``'s
-        session and, when given, the ``usage`` (provider, model, input_tokens,
-        output_tokens) of its model calls.
-        ``shield``: written and answered even if the caller is cancelled meanwhile."""
+        """In one transaction: append ``messages`` and the ``usage`` (provider, model,
+        input_tokens, output_tokens); ``shield``: even if the caller is cancelled."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
         usage_row = None if usage is None else _usage_row(agent, session_id, *usage)
@@ -543,8 +524,7 @@ class SqliteStore(SqliteDatabase):
     async def sessions(
         self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
     ) -> list[dict]:
-        """Sessions (of ``owner``, else everyone's), most recently updated first: id, owner,
-        agent, created_at, updated_at, message_count."""
+        """Sessions (of ``owner``, else everyone's) as dicts, most recently updated first."""
         where, params = _filters(agent=agent, owner=owner)
         limit = _check_limit(limit, optional=False)
         sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
@@ -563,8 +543,7 @@ class SqliteStore(SqliteDatabase):
     # -- audit log and token usage --
 
     async def record_tool_call(self, record: AuditRecord) -> None:
-        """Append one tool call to the audit log, committed before this returns. Not a
-        cancel point: a cancelled caller's record is stored all the same."""
+        """Append one tool call to the audit log; stored even if the caller is cancelled."""
         row = audit_row(record)
         await self.write(
             "record a tool call", lambda conn: conn.execute(INSERT_AUDIT, row), shield=True
@@ -602,9 +581,8 @@ class SqliteStore(SqliteDatabase):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        """``record_usage`` written behind: committed with the next batch of writes, not
-        before this returns (a failure is logged). For usage nobody is answered about (a
-        one-shot run's). Waits only when the write queue is full; not a cancel point."""
+        """``record_usage`` written behind (committed with the next batch, a failure
+        logged), for usage nobody is answered about."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row), wait=False)
 
@@ -628,14 +606,8 @@ class SqliteStore(SqliteDatabase):
 async def open_store(
     path: Path | str, *, synchronous: str = "normal", legacy_owner: str = DEFAULT_OWNER
 ) -> AsyncIterator[SqliteStore]:
-    """Open (creating and upgrading if needed) the SQLite store at ``path``.
-
-    ``legacy_owner``: the principal that sessions stored before sessions had owners
-    (schema 1) are given when the schema is upgraded.
-
-    ``":memory:"`` gives a private in-memory store (for tests). The connection is closed
-    when the block exits, after any operation still running.
-    """
+    """Open (creating and upgrading) the store at ``path`` or ``":memory:"``;
+    ``legacy_owner`` owns the sessions of a schema 1 database."""
     _check_id("legacy_owner", legacy_owner)
     async with SqliteStore.open(
         path, synchronous=synchronous, params={"legacy_owner": legacy_owner}

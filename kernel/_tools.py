@@ -43,12 +43,9 @@ def agent_tool_name(agent: str) -> str:
 
 @attrs.frozen
 class ToolSpec:
-    """What a tool is: the MCP ``Tool`` fields plus roost's bookkeeping.
-
-    ``owner`` is the plugin, agent or server that provides it (``tools``, ``agent:coder``,
-    ``mcp:github``); ``qualified_name`` is ``owner:original_name`` (e.g. ``fs:read_file``),
-    which policy patterns may use. ``untrusted`` marks results as tainted.
-    """
+    """The MCP ``Tool`` fields plus ``owner`` (``tools``, ``agent:coder``, ``mcp:github``),
+    whence ``qualified_name`` (``fs:read_file``) for policy patterns; ``untrusted`` taints
+    its results."""
 
     name: str
     description: str = ""

@@ -15,11 +15,13 @@ from roost.kernel import (
     McpServerDescriptor,
     ModelConfig,
     ScriptStep,
+    ToolSpec,
     bundled_agents_dir,
     load_agents,
     load_manifest,
     manifest_schema,
     parse_manifest,
+    resolve_timeout,
     validate_files,
 )
 
@@ -113,7 +115,10 @@ def test_full_manifest_loads_every_field():
     assert github.transport["command"] == "npx"
     assert docs.transport["url"] == "https://example.com/mcp" and docs.timeout_secs == 30.0
     assert m.a2a.enabled and m.a2a.skills[0].tags == ("code",)
-    assert m.limits.timeout_for("bash") == 120.0 and m.limits.timeout_for("read") == 60.0
+    limits = m.limits
+    for tool, seconds in (("bash", 120.0), ("read", 60.0)):
+        timeout = resolve_timeout(ToolSpec(tool), limits.tool_timeout_s, limits.tool_timeouts)
+        assert timeout == seconds
     assert m.sandbox == "read-only"
     assert m.workspace == path.parent.absolute() / "ws"
     assert m.env_allowlist == ("LANG",)
@@ -285,6 +290,27 @@ def test_bad_regex_names_its_pointer():
     err = error_of(base(model={"script": {"rules": [{"match": "ok"}, {"match": "(unclosed"}]}}))
     assert err.pointer == "/model/script/rules/1/match"
     assert "regular expression" in err.expected and "(unclosed" in err.expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("a{4294967296}", "repetition number is too large"),  # re.compile: OverflowError
+        ("(" * 1000 + ")" * 1000, "nested too deeply"),  # re.compile: RecursionError
+    ],
+)
+def test_regex_re_cannot_compile_is_a_manifest_error_not_a_crash(tmp_path, pattern, why):
+    err = error_of(base(model={"script": {"rules": [{"match": pattern}]}}))
+    assert err.pointer == "/model/script/rules/0/match" and why in err.expected
+    # In a directory, the bad manifest is reported and skipped; the good one still loads.
+    for name, match in (("bad", pattern), ("good", "hi")):
+        (tmp_path / name).mkdir()
+        rules = [{"match": match}]
+        manifest = base(name=name, model={"provider": "script", "script": {"rules": rules}})
+        (tmp_path / name / "agent.json").write_text(json.dumps(manifest))
+    agents, errors = load_agents([tmp_path], include_bundled=False)
+    assert list(agents) == ["good"]
+    assert [e.pointer for e in errors] == ["/model/script/rules/0/match"]
 
 
 def test_step_must_be_a_call_or_a_parallel_group():

@@ -90,9 +90,55 @@ def test_legacy_ipv4_forms_are_parsed_like_inet_aton(host, address):
     assert (str(parsed) if parsed else None) == address
 
 
-def test_parser_agrees_with_the_system_inet_aton():
-    for host in ("2130706433", "0x7f.1", "0177.0.0.1", "127.1", "10.1", "0xa9.0xfe.0xa9.0xfe"):
-        assert str(parse_ipv4_literal(host)) == socket.inet_ntoa(socket.inet_aton(host))
+def _resolver_reads(host: str) -> str | None:
+    """The IPv4 address the system resolver reads ``host`` as (what a client would connect
+    to), without asking DNS; None if it reads no address there."""
+    try:
+        infos = socket.getaddrinfo(
+            host, 80, socket.AF_INET, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST
+        )
+    except (OSError, UnicodeError):
+        return None
+    return infos[0][4][0]
+
+
+# Spellings of addresses, and near misses, the resolver reads as an address or as none.
+_IPV4_SPELLINGS = (
+    *("127.0.0.1", "127.1", "0x7f.1", "0X7F.0.0.1", "0177.0.0.1", "0177.1", "2130706433"),
+    *("017700000001", "0x7f000001", "127.0.0.01", "127.000.000.001", "0127.0.0.1", "0.1"),
+    *("0x7f.0x0.0x0.0x1", "127.0.0.0x1", "0x00000000007f.1", "127.65536", "0", "00", "0x0"),
+    *("169.254.43518", "0xa9fea9fe", "2852039166", "0251.0376.0251.0376", "10.1", "0xa.1"),
+    *("192.168.257", "192.11010049", "0300.0250.0.1", "4294967295", "100.64.0.1"),
+    *("0x", "0x.0x.0x.0x", "127.0x.0.1", "4294967296", "0x100000000", "1.16777216"),
+    *("127.0.65536", "127.0.0.256", "256.0.0.1", "08.0.0.1", "09", "0x7g.1", "1e2", "a.b"),
+    *("+127.0.0.1", "-1", "127.-1", "0b1", "1_0.0.0.1", "1.2.3.4.5", "127..1", "cafe"),
+    *("127.0.0.1 x", " 127.0.0.1", "127.0.0.1\t", "9999999999999999999999"),
+)
+
+
+@pytest.mark.parametrize("host", _IPV4_SPELLINGS)
+def test_ipv4_literals_are_read_as_the_resolver_reads_them(host):
+    # An independent oracle: parse_ipv4_literal wraps inet_aton, so comparing it with
+    # inet_aton proves nothing; the resolver is what a client would connect through.
+    parsed = parse_ipv4_literal(host)
+    assert (str(parsed) if parsed else None) == _resolver_reads(host)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        h
+        for h in (*_IPV4_SPELLINGS, "127.1.", "0x7f.1..", "\uff11\uff12\uff17.0.0.1")
+        if _resolver_reads(h.rstrip(".")) and classify_address(_resolver_reads(h.rstrip(".")))
+    ],
+)
+async def test_every_spelling_of_a_forbidden_address_is_refused(host):
+    # The system resolver, not a fake: the address refused is the one it would connect to
+    # (fullwidth digits reach it as ASCII, through IDNA).
+    address = _resolver_reads(host.rstrip("."))
+    with pytest.raises(UrlRefused) as info:
+        await check_url(f"http://{host}/")
+    assert info.value.address == address and info.value.rule == classify_address(address)
 
 
 def fake_resolver(table):
