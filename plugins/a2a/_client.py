@@ -21,9 +21,10 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import attrs
 import httpx
 import trio
-from roost.kernel import TraceContext, UrlRefused, check_url, public_url, roost_version
+from roost.kernel import AddressPins, TraceContext, UrlRefused, public_url, roost_version
 from roost.plugins.http.client import (
     ERROR_BODY_BYTES,
+    PinnedTransport,
     ResponseTooLarge,
     http_error_text,
     http_retry_wait,
@@ -179,10 +180,17 @@ class A2AClient:
         self.timeout = timeout
         self.allow_private = allow_private
         self.allow_loopback = allow_loopback
-        self._resolver = resolver
+        # Each request goes to an address the SSRF check approved for its origin: httpx
+        # would look the name up again, and a rebinding name could then answer privately.
+        self._pins = AddressPins(
+            allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
+        )
         base_headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
         self._http = httpx.AsyncClient(
-            transport=transport, timeout=timeout, headers=base_headers, follow_redirects=False
+            transport=PinnedTransport(self._pins, transport),
+            timeout=timeout,
+            headers=base_headers,
+            follow_redirects=False,
         )
         self._ids = 0
 
@@ -197,12 +205,7 @@ class A2AClient:
 
     async def _check(self, url: str) -> None:
         try:
-            await check_url(
-                url,
-                allow_private=self.allow_private,
-                allow_loopback=self.allow_loopback,
-                resolver=self._resolver,
-            )
+            await self._pins.addresses(url)
         except UrlRefused as exc:
             raise A2AClientError(
                 m.INVALID_PARAMS, f"refusing to contact {public_url(url)}: {exc}"

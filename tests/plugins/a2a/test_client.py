@@ -107,7 +107,8 @@ async def test_discover_reads_1_0_0_3_and_0_1_cards_and_falls_back_to_the_legacy
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen_agents.append(request.headers["user-agent"])
-        card = cards.get(str(request.url))
+        # Sent to the checked address; the name stays in Host.
+        card = cards.get(str(request.url.copy_with(host=request.headers["host"])))
         return httpx.Response(200, json=card) if card else httpx.Response(404)
 
     async def resolver(host, port):
@@ -188,3 +189,23 @@ async def test_bad_cards_are_reported_not_crashed():
     ):
         with pytest.raises(A2AError):
             parse_card(card, "http://x.test/")
+
+
+async def test_the_client_connects_to_the_address_it_checked_not_a_rebound_one():
+    """The client checked a peer's URL (DNS: a public address), then httpx looked the name
+    up again to connect: a DNS-rebinding name could answer that second lookup with a
+    private address. Every request now goes to an address the check approved."""
+    answers = iter([["93.184.216.34"], ["127.0.0.1"]])
+    sent_to = []
+
+    async def rebinding(host, port):
+        return next(answers, ["127.0.0.1"])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent_to.append((request.url.host, request.headers["host"]))
+        card = {"name": "a", "url": "http://rebind.test/rpc", "protocolVersion": "0.3.0"}
+        return httpx.Response(200, json=card)
+
+    async with A2AClient(transport=httpx.MockTransport(handler), resolver=rebinding) as client:
+        await client.discover("http://rebind.test/.well-known/agent.json")
+    assert sent_to == [("93.184.216.34", "rebind.test")]
