@@ -2,23 +2,34 @@
 
 A ``Wire`` knows one vendor's format (request bodies, responses, stream events) and does
 no I/O; ``HttpProvider`` sends what it builds through ``HttpClient`` and feeds it what
-comes back, applying the context guard first.
+comes back, applying the context guard first. A ``Vendor`` (wire, defaults, key) gives a
+vendor module its factory and its plugin hooks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
-from roost.kernel import Completion, CompletionRequest, StreamDelta, ToolCall
+from roost.kernel import (
+    Completion,
+    CompletionRequest,
+    ProviderDescriptor,
+    StreamDelta,
+    ToolCall,
+    Usage,
+    hookimpl,
+)
 
 from ._context import context_window_for, fit_context
 from ._http import (
     HttpClient,
     ProviderResponseError,
     ProviderSettings,
+    StreamInterrupted,
+    check_config_providers,
     load_settings,
     model_name,
     model_parameters,
@@ -28,18 +39,8 @@ RESERVED_PARAMETERS = frozenset({"context_window"})
 RESERVE_OUTPUT = 4096  # tokens kept free for the answer when the agent sets no max_tokens
 
 
-class StreamAssembler(Protocol):
-    """Turns a vendor's stream events into text deltas and, at the end, one ``Completion``."""
-
-    def feed(self, event: Any) -> str:
-        """Take one decoded event; return the text it adds (maybe ``""``)."""
-
-    def finish(self) -> Completion:
-        """The whole completion; raises ``StreamInterrupted`` if the stream was incomplete."""
-
-
 class Wire(Protocol):
-    """One vendor's wire format, sans I/O."""
+    """One vendor's wire format, sans I/O: request bodies, responses, stream events."""
 
     stream_format: str  # "sse" | "ndjson"
 
@@ -49,7 +50,49 @@ class Wire(Protocol):
 
     def parse(self, data: Any) -> Completion: ...
 
-    def assembler(self) -> StreamAssembler: ...
+    def assembler(self) -> Assembler: ...
+
+
+def completion(
+    text: str, calls: Sequence[ToolCall], stop: str | None, usage: Usage, stops: Mapping[str, str]
+) -> Completion:
+    """A ``Completion``: ``tool_use`` when there are calls, else the vendor's ``stop`` mapped."""
+    reason = "tool_use" if calls else stops.get(stop or "", "end_turn")
+    return Completion(text, tuple(calls), reason, usage)
+
+
+class Assembler:
+    """Turns a vendor's stream events into text deltas (``feed``) and, at the end, one
+    ``Completion`` (``finish``); a stream that ends before ``done`` is ``StreamInterrupted``."""
+
+    provider = ""
+    end = ""  # what a complete stream ends with, for the error
+    stops: Mapping[str, str] = {}
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.stop: str | None = None
+        self.usage = Usage()
+        self.done = False
+
+    def feed(self, event: Any) -> str:
+        raise NotImplementedError
+
+    def add(self, piece: str) -> str:
+        if piece:
+            self.text.append(piece)
+        return piece
+
+    def tool_calls(self) -> list[ToolCall]:
+        return self.calls
+
+    def finish(self) -> Completion:
+        if not self.done:
+            raise StreamInterrupted(
+                f"{self.provider}: the stream ended before {self.end}; try again"
+            )
+        return completion("".join(self.text), self.tool_calls(), self.stop, self.usage, self.stops)
 
 
 def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
@@ -179,42 +222,6 @@ class HttpProvider:
         yield StreamDelta(completion=assembler.finish())
 
 
-def http_provider(
-    provider: str,
-    wire: Wire,
-    model: Any,
-    settings: Mapping[str, Any] | None,
-    *,
-    example: str,
-    base_url: str,
-    key_env: str | None,
-    auth: Callable[[str | None], dict[str, str]],
-    env: Mapping[str, str] | None = None,
-    extra_headers: Mapping[str, str] | None = None,
-) -> HttpProvider:
-    """A vendor's factory: ``model.name`` (``example`` in the error without one) and
-    ``[providers.<provider>]`` checked, the key read from ``key_env`` (required when there
-    is one, unless ``base_url`` is overridden) and turned into headers by ``auth``."""
-    name = model_name(provider, model, example)
-    checked = load_settings(
-        provider,
-        settings,
-        default_base_url=base_url,
-        default_key_env=key_env,
-        key_required=key_env is not None,
-        env=env,
-        extra_headers=extra_headers,
-    )
-    return HttpProvider(
-        provider,
-        wire,
-        checked,
-        auth(checked.api_key),
-        model=name,
-        parameters=model_parameters(model),
-    )
-
-
 def bearer(key: str | None) -> dict[str, str]:
     """``Authorization: Bearer <key>``, or no header without a key."""
     return {"authorization": f"Bearer {key}"} if key else {}
@@ -228,3 +235,58 @@ def sse_json(event: Any, provider: str) -> Any:
         raise ProviderResponseError(
             f"{provider}: a stream event is not JSON ({exc.msg}): {event.data[:200]!r}"
         ) from None
+
+
+@attrs.frozen
+class Vendor:
+    """One HTTP vendor: its ``Wire`` (made per provider), defaults and key, its descriptor."""
+
+    name: str
+    wire: Callable[[], Wire]
+    description: str
+    example: str  # a model name, for the error without one
+    base_url: str
+    key_env: str | None  # required when set, unless base_url is overridden
+    auth: Callable[[str | None], dict[str, str]] = bearer
+    extra_headers: Mapping[str, str] = {}
+
+    def create(
+        self, model: Any, settings: Mapping[str, Any] | None = None, *, env: Any = None
+    ) -> HttpProvider:
+        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``."""
+        checked = load_settings(
+            self.name,
+            settings,
+            default_base_url=self.base_url,
+            default_key_env=self.key_env,
+            key_required=self.key_env is not None,
+            env=env,
+            extra_headers=self.extra_headers,
+        )
+        return HttpProvider(
+            self.name,
+            self.wire(),
+            checked,
+            self.auth(checked.api_key),
+            model=model_name(self.name, model, self.example),
+            parameters=model_parameters(model),
+        )
+
+
+def vendor_hooks(*vendors: Vendor) -> tuple[Callable[..., None], Callable[[], list[Any]]]:
+    """A vendor module's ``roost_check_config`` and ``roost_providers`` hooks."""
+
+    @hookimpl
+    def roost_check_config(config: Any) -> None:
+        check_config_providers(config, *(v.name for v in vendors))
+
+    @hookimpl
+    def roost_providers() -> list[ProviderDescriptor]:
+        return [
+            ProviderDescriptor(
+                v.name, v.create, v.description, requires_env=(v.key_env,) if v.key_env else ()
+            )
+            for v in vendors
+        ]
+
+    return roost_check_config, roost_providers

@@ -5,23 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import Completion, CompletionRequest, Message, ProviderDescriptor, Usage, hookimpl
+from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
-    HttpProvider,
+    Assembler,
+    Vendor,
+    completion,
     expect_mapping,
-    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
+    vendor_hooks,
 )
-from ._http import (
-    ProviderResponseError,
-    StreamInterrupted,
-    check_config_providers,
-)
+from ._http import ProviderResponseError
 
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
@@ -141,19 +138,18 @@ def parse_message(data: Any) -> Completion:
                     str(block["id"]) if block.get("id") else None,
                 )
             )
-    stop = "tool_use" if calls else _STOP.get(str(data.get("stop_reason")), "end_turn")
-    return Completion("".join(text), tuple(calls), stop, parse_usage(data.get("usage")))
+    stop = str(data.get("stop_reason"))
+    return completion("".join(text), calls, stop, parse_usage(data.get("usage")), _STOP)
 
 
-class MessagesStreamAssembler:
+class MessagesStreamAssembler(Assembler):
     """Assembles ``message_start`` … ``message_stop``; ``input_json_delta`` pieces are joined."""
 
+    provider, end, stops = "anthropic", "message_stop", _STOP
+
     def __init__(self) -> None:
-        self._text: list[str] = []
+        super().__init__()
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._stop: str | None = None
-        self._usage = Usage()
-        self._done = False
 
     def feed(self, event: Any) -> str:
         data = expect_mapping(sse_json(event, "anthropic"), "a stream event", "anthropic")
@@ -161,7 +157,7 @@ class MessagesStreamAssembler:
         kind = data.get("type")
         if kind == "message_start":
             message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
-            self._usage = parse_usage(message.get("usage"), self._usage)
+            self.usage = parse_usage(message.get("usage"), self.usage)
         elif kind == "content_block_start":
             block = (
                 data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
@@ -174,14 +170,11 @@ class MessagesStreamAssembler:
             }
             self._blocks[int(data.get("index", len(self._blocks)))] = entry
             if block.get("type") == "text" and block.get("text"):
-                self._text.append(block["text"])
-                return str(block["text"])
+                return self.add(str(block["text"]))
         elif kind == "content_block_delta":
             delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
             if delta.get("type") == "text_delta":
-                piece = str(delta.get("text", ""))
-                self._text.append(piece)
-                return piece
+                return self.add(str(delta.get("text", "")))
             if delta.get("type") == "input_json_delta":
                 entry = self._blocks.setdefault(
                     int(data.get("index", 0)),
@@ -191,24 +184,20 @@ class MessagesStreamAssembler:
         elif kind == "message_delta":
             delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
             if delta.get("stop_reason"):
-                self._stop = str(delta["stop_reason"])
-            self._usage = parse_usage(data.get("usage"), self._usage)
+                self.stop = str(delta["stop_reason"])
+            self.usage = parse_usage(data.get("usage"), self.usage)
         elif kind == "message_stop":
-            self._done = True
+            self.done = True
         return ""
 
-    def finish(self) -> Completion:
-        if not self._done:
-            raise StreamInterrupted("anthropic: the stream ended before message_stop; try again")
-        calls = tuple(
+    def tool_calls(self) -> list[ToolCall]:
+        return [
             make_tool_call(
                 b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None
             )
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
-        )
-        stop = "tool_use" if calls else _STOP.get(self._stop or "end_turn", "end_turn")
-        return Completion("".join(self._text), calls, stop, self._usage)
+        ]
 
 
 class MessagesWire:
@@ -223,39 +212,18 @@ class MessagesWire:
         return f"{base_url}/v1/messages"
 
 
-def create_anthropic(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "anthropic"`` (``ANTHROPIC_API_KEY``)."""
-    return http_provider(
-        "anthropic",
-        MessagesWire(),
-        model,
-        settings,
-        example="claude-sonnet-4-5",
-        base_url=ANTHROPIC_BASE_URL,
-        key_env="ANTHROPIC_API_KEY",
-        auth=_auth,
-        env=env,
-    )
-
-
 def _auth(key: str | None) -> dict[str, str]:
     return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
 
-@hookimpl
-def roost_check_config(config: Any) -> None:
-    check_config_providers(config, "anthropic")
-
-
-@hookimpl
-def roost_providers() -> list[ProviderDescriptor]:
-    return [
-        ProviderDescriptor(
-            "anthropic",
-            create_anthropic,
-            "Anthropic Messages API (Claude)",
-            requires_env=("ANTHROPIC_API_KEY",),
-        )
-    ]
+ANTHROPIC = Vendor(
+    "anthropic",
+    MessagesWire,
+    "Anthropic Messages API (Claude)",
+    example="claude-sonnet-4-5",
+    base_url="https://api.anthropic.com",
+    key_env="ANTHROPIC_API_KEY",
+    auth=_auth,
+)
+create_anthropic = ANTHROPIC.create
+roost_check_config, roost_providers = vendor_hooks(ANTHROPIC)
