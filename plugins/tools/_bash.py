@@ -73,47 +73,35 @@ _warned = False
 
 
 @functools.cache
-def _probe() -> dict[str, str]:
-    """``{"pidns": why, "netns": why}``: "" where it works here (probed once, for real)."""
+def _probe(netns: bool) -> str:
+    """Why bash gets no PID namespace (with ``netns``: and network namespace) here, "" if it
+    does: probed once each by running the supervisor for real."""
     if not sys.platform.startswith("linux"):
-        return dict.fromkeys(("pidns", "netns"), f"not supported on {sys.platform}")
+        return f"not supported on {sys.platform}"
+    flags = ["--pidns", "--netns"] if netns else ["--pidns"]
+    true = shutil.which("true") or "/bin/true"
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--probe"],
+            [sys.executable, "-I", "-S", _sandbox_exec.__file__, *flags, "--", true],
             capture_output=True,
             text=True,
             timeout=_PROBE_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return dict.fromkeys(("pidns", "netns"), f"the probe failed: {exc}")
-    found = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
-    other = done.stderr.strip().removeprefix("roost sandbox: ") or f"exit {done.returncode}"
-    return {k: "" if found.get(k) == "ok" else found.get(k) or other for k in ("pidns", "netns")}
+        return f"the probe failed: {exc}"
+    why = done.stderr.strip().removeprefix("roost sandbox: ").split("; refusing", 1)[0]
+    return "" if done.returncode == 0 else why or f"exit {done.returncode}"
 
 
 def namespaces_status() -> tuple[bool, str]:
     """Whether bash can run in its own PID namespace here, and why not."""
-    why = _probe()["pidns"]
-    return not why, why
+    return not _probe(False), _probe(False)
 
 
 def network_namespace_status() -> tuple[bool, str]:
     """Whether bash can also get a network namespace of its own here, and why not."""
-    why = _probe()["netns"]
-    return not why, why
-
-
-def process_cap_status() -> tuple[bool, str]:
-    """Whether the kernel can bound the processes of one bash command here, and why not."""
-    if not namespaces_status()[0]:
-        return False, "it needs bash's PID namespace (or user namespace)"
-    if os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
-        return False, (
-            "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
-            "per-namespace pid_max"
-        )
-    return True, ""
+    return not _probe(True), _probe(True)
 
 
 def protect_process() -> bool:
@@ -141,8 +129,14 @@ def unenforced() -> list[str]:
             "granted ports bash shares the host's network (UDP included; TCP refused by "
             "Landlock)"
         )
-    ok, why = process_cap_status()
     if not ok:
+        why = "it needs bash's PID namespace (or user namespace)"
+    elif os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
+        why = (
+            "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
+            "per-namespace pid_max"
+        )
+    if why:
         missing.append(f"a cap on the processes of one bash command ({why})")
     if not _seccomp.available():
         missing.append(

@@ -35,7 +35,6 @@ other TCP), ``--no-scope`` (let signals and abstract unix sockets out).
 5. On SIGTERM/SIGINT/SIGHUP (roost's timeout or cancellation) or when the parent is gone
    (roost was SIGKILLed), kills the whole tree at once and exits with 128 + the signal.
 
-``--probe`` checks that the namespaces work here (exit 0) or says why not (exit 1).
 Standard library only, run with ``-I -S`` so that it starts fast.
 """
 
@@ -351,44 +350,6 @@ def cap_pids(processes: int) -> str | None:
     return None
 
 
-def probe() -> int:
-    """Print ``pidns: ok`` and ``netns: ok`` (or the reason) for what works here; exit 0
-    if the PID namespace with its own /proc does."""
-    results = {}
-    for name, netns in (("pidns", False), ("netns", True)):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            why = enter_namespaces(netns=netns)
-            if why is None:
-                init = os.fork()
-                if init == 0:
-                    why = mount_private_proc()
-                    alone = (
-                        os.getpid() == 1
-                        and Path("/proc/1").exists()
-                        and not Path("/proc/2").exists()
-                    )
-                    if why is None and not alone:
-                        why = "the new /proc shows other processes"
-                    if why is None:
-                        os._exit(0)
-                    os.write(write, why.encode())
-                    os._exit(1)
-                _, status = os.waitpid(init, 0)
-                os._exit(exit_code(status))
-            os.write(write, why.encode())
-            os._exit(1)
-        os.close(write)
-        with os.fdopen(read, "rb") as f:
-            why = f.read().decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        results[name] = "ok" if exit_code(status) == 0 else why or f"exit {exit_code(status)}"
-    os.write(1, "".join(f"{k}: {v}\n" for k, v in results.items()).encode())
-    return 0 if results["pidns"] == "ok" else 1
-
-
 # ---- the command -----------------------------------------------------------------------
 
 
@@ -530,8 +491,6 @@ def wait_for(child: int, parent: int | None) -> tuple[str, int, int | None]:
 def main(argv: list[str] | None = None) -> int:
     """Run the command isolated, confined and supervised; return the exit status to use."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--probe"]:
-        return probe()
     try:
         opts = parse(argv)
     except ValueError as exc:
