@@ -46,6 +46,7 @@ from pathlib import Path
 
 import trio
 from roost.kernel import (
+    AgentLimits,
     SandboxError,
     Tool,
     ToolCall,
@@ -57,7 +58,7 @@ from roost.kernel import (
 )
 
 from . import _landlock, _sandbox_exec, _seccomp
-from ._sandbox import BashLimits, FileAccess, ToolsSettings, file_access
+from ._sandbox import FileAccess, ToolsSettings, file_access
 
 log = logging.getLogger("roost.tools.bash")
 
@@ -186,7 +187,7 @@ def command_argv(
     *,
     connect: tuple[int, ...] = (),
     bind: tuple[int, ...] = (),
-    limits: BashLimits | None = None,
+    limits: AgentLimits | None = None,
 ) -> list[str]:
     """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
     isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
@@ -194,15 +195,15 @@ def command_argv(
     bash = shutil.which("bash") or "/bin/bash"
     argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
     confined = access.mode != "rwx"
-    limits = limits or BashLimits.of(None)
+    limits = limits or AgentLimits()
     if namespaces_status()[0]:
         argv.append("--pidns")
         # Without a granted port, bash needs no network: a namespace of its own reaches
         # nothing on the host, by any protocol.
         if confined and not connect and not bind and network_namespace_status()[0]:
             argv.append("--netns")
-        argv += ["--tmp", str(access.temp), str(limits.tmp_mb)]
-    argv += ["--memory", str(limits.memory_mb), "--processes", str(limits.processes)]
+        argv += ["--tmp", str(access.temp), str(limits.bash_tmp_mb)]
+    argv += ["--memory", str(limits.bash_memory_mb), "--processes", str(limits.bash_processes)]
     nofile = child_open_file_limit()
     if nofile is not None:  # roost raised its own: the command gets the operator's back
         argv += ["--nofile", str(nofile)]
@@ -461,7 +462,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                 access,
                 connect=tuple(getattr(network, "connect", ())),
                 bind=tuple(getattr(network, "bind", ())),
-                limits=BashLimits.of(manifest),
+                limits=getattr(manifest, "limits", None),
             ),
             cwd=workspace,
             env=env,

@@ -1,14 +1,15 @@
 """Landlock (Linux ≥ 5.13) through ctypes syscalls.
 
 ``restrict_self(rules)`` confines the calling process and its future children with one
-ruleset built from a ``Rules`` value:
+ruleset built from ``rules`` (the supervisor's options: ``read``, ``write``, ``deny``,
+``files``, ``tcp``, ``connect``, ``bind``, ``scope``):
 
 - **files** (ABI 1+): every filesystem right of the running ABI is handled; reading and
   executing are granted beneath ``read`` roots, every right beneath ``write`` roots, read
   and write on a few device files (``/dev/null``…); nothing else. ``deny`` paths are
   carved out of any root that strictly contains them (the root is granted child by child
   around them), so ``/etc`` can be readable without ``/etc/shadow``.
-- **TCP** (ABI 4+): when ``restrict_tcp`` is set, ``connect`` and ``bind`` are refused
+- **TCP** (ABI 4+): when ``tcp`` is set, ``connect`` and ``bind`` are refused
   except to the listed ports. Landlock filters ports, not hosts; UDP is not covered.
 - **scopes** (ABI 6+): signals and abstract unix sockets cannot reach processes outside
   the sandbox.
@@ -138,27 +139,6 @@ class LandlockStatus:
         )
 
 
-class Rules:
-    """What a sandboxed process may do (see the module docstring)."""
-
-    def __init__(
-        self,
-        *,
-        read: tuple[str, ...] = (),
-        write: tuple[str, ...] = (),
-        deny: tuple[str, ...] = (),
-        restrict_files: bool = True,
-        restrict_tcp: bool = False,
-        connect: tuple[int, ...] = (),
-        bind: tuple[int, ...] = (),
-        scope: bool = True,
-        devices: tuple[str, ...] = DEVICE_FILES,
-    ) -> None:
-        self.read, self.write, self.deny = read, write, deny
-        self.restrict_files, self.restrict_tcp = restrict_files, restrict_tcp
-        self.connect, self.bind, self.scope, self.devices = connect, bind, scope, devices
-
-
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1  # the kernel's struct is __attribute__((packed))
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -258,7 +238,7 @@ def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
+def restrict_self(rules: object, *, abi: int | None = None) -> int:
     """Confine this process (and its future children) to ``rules``.
 
     Returns the ABI used. Raises ``LandlockError`` if anything fails; nothing is
@@ -270,9 +250,9 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
         raise LandlockError(errno.ENOSYS, status.reason)
     create, add_rule, restrict = numbers
     abi = status.abi if abi is None else abi
-    handled_fs = fs_access_for_abi(abi) if rules.restrict_files else 0
+    handled_fs = fs_access_for_abi(abi) if rules.files else 0
     handled_net = (
-        ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.restrict_tcp and abi >= NET_ABI else 0
+        ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.tcp and abi >= NET_ABI else 0
     )
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if rules.scope and abi >= SCOPE_ABI else 0
     libc = _libc()
@@ -333,7 +313,7 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
             for root in rules.read:
                 for path in carve(root, rules.deny):
                     allow(path, READ_ACCESS)
-            for device in rules.devices:
+            for device in DEVICE_FILES:
                 allow(device, DEVICE_ACCESS)
             for root in rules.write:
                 for path in carve(root, rules.deny):

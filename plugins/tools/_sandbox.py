@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentLimits, ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
+from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -263,22 +263,6 @@ class FileAccess:
             for p in dict.fromkeys(paths):
                 args += [flag, p]
         return args
-
-
-@attrs.frozen
-class BashLimits:
-    """What one bash command may use: address space per process and size of its private
-    ``$TMPDIR`` (MiB), processes at once (the manifest's ``limits.bash_*``)."""
-
-    memory_mb: int
-    processes: int
-    tmp_mb: int
-
-    @classmethod
-    def of(cls, manifest: Any) -> BashLimits:
-        """The limits of ``manifest`` (the defaults when None)."""
-        limits = getattr(manifest, "limits", None) or AgentLimits()
-        return cls(limits.bash_memory_mb, limits.bash_processes, limits.bash_tmp_mb)
 
 
 def file_access(ctx: ToolContext) -> FileAccess:

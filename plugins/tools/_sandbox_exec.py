@@ -402,18 +402,8 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
             landlock = _load("_landlock")
-            rules = landlock.Rules(
-                read=tuple(opts.read),
-                write=tuple(opts.write),
-                deny=tuple(opts.deny),
-                restrict_files=opts.files,
-                restrict_tcp=opts.tcp,
-                connect=tuple(opts.connect),
-                bind=tuple(opts.bind),
-                scope=opts.scope,
-            )
             try:
-                landlock.restrict_self(rules)
+                landlock.restrict_self(opts)
             except Exception as exc:  # fail closed: never run unconfined by accident
                 os._exit(
                     _fail(
