@@ -260,51 +260,25 @@ READ_SPEC = _spec(
 )
 
 
-class _Lines:
+def _lines(f: Any, keep: int, deadline: float, what: str) -> Iterator[tuple[bytes, bool]]:
     """The lines of a binary file (without their end, ``\\r\\n`` or ``\\n``), each cut to
-    its first ``keep`` bytes, as ``(bytes, cut)``. Holds at most one chunk and ``keep``
-    bytes whatever the file (the rest of a cut line is skipped, never kept), and raises
-    ``_Refused`` past ``deadline`` (``time.monotonic()``)."""
+    its first ``keep`` bytes, as ``(bytes, cut)``. Memory stays bounded whatever the file
+    (the rest of a cut line is skipped, never kept); ``_Refused`` past ``deadline``."""
 
-    def __init__(self, f: Any, keep: int, deadline: float, what: str) -> None:
-        self.f, self.keep, self.deadline, self.what = f, keep, deadline, what
-        self.buffer = b""
+    def line(size: int) -> bytes:
+        if time.monotonic() > deadline:
+            raise _Refused(f"{what}: reading the file ran out of time; give a smaller offset")
+        return f.readline(size)
 
-    def _fill(self) -> bool:
-        if not self.buffer:
-            if time.monotonic() > self.deadline:
-                raise _Refused(
-                    f"{self.what}: reading the file ran out of time; give a smaller offset"
-                )
-            self.buffer = self.f.read(_READ_CHUNK)
-        return bool(self.buffer)
-
-    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
-        line, skipping = bytearray(), False
-        while self._fill():
-            end = self.buffer.find(b"\n")
-            if end < 0:
-                piece, self.buffer = self.buffer, b""
-            else:
-                piece, self.buffer = self.buffer[:end], self.buffer[end + 1 :]
-            if skipping:  # the rest of a line already given, cut
-                skipping = end < 0
-                continue
-            room = self.keep - len(line)
-            if len(piece) > room:
-                yield bytes(line + piece[:room]), True
-                line, skipping = bytearray(), end < 0
-            elif end >= 0:
-                yield bytes((line + piece).removesuffix(b"\r")), False
-                line = bytearray()
-            else:
-                line += piece
-        if line:
-            yield bytes(line), False
-
-    def pending(self) -> bool:
-        """Whether anything follows what was given (reads at most one chunk)."""
-        return self._fill()
+    while data := line(keep + 1):
+        if data.endswith(b"\n"):
+            yield data[:-1].removesuffix(b"\r"), False
+        elif len(data) <= keep:
+            yield data, False  # the last line, without an end
+        else:
+            yield data[:keep], True
+            while (rest := line(_READ_CHUNK)) and not rest.endswith(b"\n"):
+                pass
 
 
 async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
@@ -328,7 +302,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
             last = offset - 1
             more = False
             # Up to 4 bytes a character: enough bytes for MAX_LINE_CHARS characters.
-            lines = _Lines(f, MAX_LINE_CHARS * 4, deadline, repr(raw))
+            lines = _lines(f, MAX_LINE_CHARS * 4, deadline, repr(raw))
             for number, (data, cut) in enumerate(lines, start=1):
                 if number < offset:
                     continue
@@ -341,7 +315,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 last = number
                 if number + 1 >= offset + limit or used >= budget:
                     # Whatever follows (the rest of a cut line included) is "more".
-                    more = lines.pending()
+                    more = bool(f.peek(1))
                     break
         if not out:
             if info.st_size == 0:
