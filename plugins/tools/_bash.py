@@ -1,33 +1,11 @@
 """The ``bash`` tool: ``bash -c`` in the workspace, isolated, confined, time-limited.
 
-- Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
-  dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (a
-  private tmpfs for this command), ``LANG``, and the names in the env allowlist (their values come
-  from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value);
-  and the run's trace context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``),
-  while the process is registered with it in ``kernel.process_traces``
-  (``roost.kernel.ProcessTraces``), so that the daemon knows a call from it by its pid.
-- Files (Landlock): the agent's file-access model (``_sandbox.FileAccess``) — read and
-  write its workspace, ``$TMPDIR`` and ``files.write``; read ``files.read`` and the system
-  trees programs need; nothing else. In ``read-only`` mode it writes only ``$TMPDIR``;
-  ``rwx`` leaves files unconfined.
-- Network: without a granted port, a network namespace of its own (only its ``lo``);
-  with ``network.connect`` / ``network.bind`` ports, the host's network with TCP refused
-  by Landlock (ABI 4) except to those ports, and a seccomp filter (``_seccomp``) that
-  refuses sockets Landlock does not filter (MPTCP, SCTP, raw, packet, vsock...). ``rwx``:
-  unrestricted.
-- Processes: no capabilities at all, even when roost runs as root; a PID namespace with
-  its own ``/proc`` where the kernel allows one, Landlock signal and abstract-socket
-  scoping (ABI 6); roost itself is non-dumpable, so neither its memory nor its
-  ``/proc/<pid>/environ`` is readable by a child.
-- Resources (manifest ``limits.bash_*``): address space per process (RLIMIT_AS), processes
-  per command (pid_max of its PID namespace, RLIMIT_NPROC in a user namespace), the size
-  of ``$TMPDIR``; ``oom_score_adj`` 1000, so the OOM killer takes bash before roost.
-  Whatever this kernel cannot enforce is logged loudly once at start.
-- Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session. It
-  dies with roost (parent-death signal), and when bash exits everything it left behind is
-  killed at once; on timeout or cancellation roost asks the supervisor to do the same
-  (SIGTERM), and kills the whole process group if it does not finish within a grace.
+The command runs under the ``_sandbox_exec`` supervisor (``command_argv``) in a new session,
+with a cleared environment (``child_environment``) plus the run's trace context, while its
+pid is registered in ``kernel.process_traces``. What is enforced, and what this machine
+cannot enforce (logged once at start, ``unenforced``), is in README.md, "Built-in tools and
+the sandbox". On timeout or cancellation roost asks the supervisor to kill everything
+(SIGTERM) and kills the whole process group if it does not finish within a grace.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The file tools: ``read``, ``write``, ``edit``, ``list``, ``glob`` and ``grep``.
 
-Paths are relative to the agent's workspace (absolute paths are allowed). Each path is
-checked against the agent's file-access model (``_sandbox.FileAccess``: its workspace
-and the roots its manifest grants; nothing else) and then opened beneath
-that root without following any symbolic link (``_beneath``), so a path swapped between
-the check and the open cannot lead elsewhere. Only regular files are opened for content
-(opened non-blocking, then ``fstat``-checked): a FIFO or device is refused, never waited
-on. ``write`` and ``edit`` refuse a file with other hard links.
-
-Memory stays bounded whatever the file: ``read`` scans in chunks and keeps at most
-``MAX_LINE_CHARS`` of a line (a sparse file of one huge "line" costs no memory), ``edit``
-refuses files over ``MAX_EDIT_BYTES`` and ``grep`` skips files over
-``MAX_GREP_FILE_BYTES``.
-
-The blocking work runs in a worker thread under the agent's own limiter (one agent's
-stuck threads cannot starve the others or the daemon) and is abandoned on cancellation,
-so a timeout or shutdown never waits for it; long walks (``glob``, ``grep``) also stop by
-themselves at the call's deadline.
+Each path is checked against the agent's file-access model (``_sandbox.FileAccess``), then
+opened beneath its root following no symlink (``_beneath``), so a path swapped after the
+check cannot lead elsewhere. Only regular files are opened for content (non-blocking, then
+``fstat``-checked: a FIFO is refused, never waited on); ``write`` and ``edit`` refuse a
+file with other hard links. Memory stays bounded whatever the file (``MAX_LINE_CHARS``,
+``MAX_EDIT_BYTES``, ``MAX_GREP_FILE_BYTES``). The work runs in the agent's own threads
+(``agent_thread``), abandoned on cancellation; walks also stop at the call's deadline.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Landlock (Linux ≥ 5.13) through ctypes syscalls.
 
 ``restrict_self(rules)`` confines the calling process and its future children with one
-ruleset built from ``rules`` (the supervisor's options: ``read``, ``write``, ``deny``,
-``files``, ``tcp``, ``connect``, ``bind``, ``scope``):
-
-- **files** (ABI 1+): every filesystem right of the running ABI is handled; reading and
-  executing are granted beneath ``read`` roots, every right beneath ``write`` roots, read
-  and write on a few device files (``/dev/null``…); nothing else. ``deny`` paths are
-  carved out of any root that strictly contains them (the root is granted child by child
-  around them), so ``/etc`` can be readable without ``/etc/shadow``.
-- **TCP** (ABI 4+): when ``tcp`` is set, ``connect`` and ``bind`` are refused
-  except to the listed ports. Landlock filters ports, not hosts; UDP is not covered.
-- **scopes** (ABI 6+): signals and abstract unix sockets cannot reach processes outside
-  the sandbox.
-
-A right the kernel's ABI does not know is silently not enforced; ``LandlockStatus``
-says which (and roost warns at start). ``no_new_privs`` is set first, as Landlock
-requires. Standard library only: ``_sandbox_exec`` loads this file in a ``python -I -S``
-process.
+ruleset from ``rules`` (the supervisor's options): every filesystem right of the running ABI
+handled, read and execute beneath ``read``, everything beneath ``write``, a few device files,
+and ``deny`` paths carved out of any root that strictly contains them (``carve``); with
+``tcp``, TCP connect/bind only to the listed ports (ABI 4); with ``scope``, no signals or
+abstract unix sockets out (ABI 6). A right the ABI does not know is not enforced;
+``LandlockStatus`` says which. Standard library only: the supervisor loads this file.
 """
 
 from __future__ import annotations

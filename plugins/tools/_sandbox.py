@@ -1,23 +1,11 @@
-"""The file-access model of an agent, and the plugin's settings.
+"""The file-access model of an agent (``file_access(ctx)``), and the plugin's settings.
 
-What an agent may touch (``file_access(ctx)``), enforced by the file tools here and for
-``bash`` by Landlock (``FileAccess.landlock_args``):
-
-- **read and write**: its workspace and the roots in its manifest's ``files.write``;
-  ``bash`` also its ``$TMPDIR``: a private tmpfs mounted for each command on
-  ``<data dir>/tmp/<agent>`` (empty at the start, gone at the end; see ``_sandbox_exec``);
-- **read**: the roots in ``files.read``; ``bash`` also reads the system trees programs need
-  (``SYSTEM_READ_ROOTS``) minus the secrets in ``SYSTEM_DENY``;
-- **nothing else**: not the user's home, not roost's data directory, not another agent's
-  workspace. Those are carved out of any root that contains them; only a root named
-  inside one of them reaches it.
-
-Modes (``ToolContext.sandbox``): ``sandbox`` as above; ``read-only`` the same, but the file
-tools write nothing and bash writes only its ``$TMPDIR``; ``rwx`` no file confinement.
-
-A path is checked lexically (``..`` folded, never a symlink resolved) against the roots,
-then opened beneath the root's directory fd following no symlink (``_beneath``), so what
-was checked is what is opened.
+Read and write: its workspace and ``files.write``; read: ``files.read``; bash also its
+``$TMPDIR`` and the system trees (``SYSTEM_READ_ROOTS`` minus ``SYSTEM_DENY``). roost's data
+directory and other agents' workspaces are carved out of any root containing them. Modes:
+``sandbox``, ``read-only``, ``rwx`` (README.md, "Built-in tools and the sandbox"). The file
+tools enforce it (a path checked lexically, never a symlink resolved, then opened beneath
+its root by ``_beneath``); for bash, Landlock does (``FileAccess.landlock_args``).
 """
 
 from __future__ import annotations

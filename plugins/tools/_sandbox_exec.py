@@ -1,41 +1,19 @@
 """The process that runs a bash command for the ``bash`` tool: isolate, confine, run, reap.
 
     python -I -S _sandbox_exec.py [--parent PID] [--pidns [--netns] [--tmp DIR MB]]
-        [--memory MB] [--processes N] [--sockets] [--landlock [RULES]] -- CMD ...
+        [--memory MB] [--processes N] [--nofile N] [--sockets] [--landlock [RULES]] -- CMD
 
-RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (each repeatable), ``--no-files``
-(leave files unconfined), ``--tcp`` with ``--connect PORT`` / ``--bind PORT`` (refuse
-other TCP), ``--no-scope`` (let signals and abstract unix sockets out).
-
-1. With ``--parent``, asks for a signal when that process dies (``PR_SET_PDEATHSIG``; it
-   fires when the parent *thread* exits, so it only prompts a check, and the parent is
-   also polled) and exits at once if the parent is already gone (it died before prctl).
-   Becomes a child subreaper, so whatever the command leaves behind is re-parented here.
-   Sets ``oom_score_adj`` to 1000: under memory pressure the kernel kills the command's
-   processes before roost.
-2. With ``--pidns``, the command runs in new PID and mount namespaces (and a user
-   namespace when not root): an init process mounts a fresh ``/proc`` that shows only the
-   command's own processes, so the command cannot see, signal or read any other process.
-   When the command exits, init exits and the kernel kills everything left in the
-   namespace at once. ``--netns`` adds a network namespace with only a loopback of its
-   own (nothing on the host is reachable); ``--tmp DIR MB`` mounts a private tmpfs of at
-   most MB MiB on DIR (it vanishes with the namespace); ``--processes N`` caps the
-   namespace's PIDs (per-namespace ``pid_max``, Linux >= 6.14: between N and N + 300
-   processes, whoever runs roost).
-3. Without namespaces, everything left behind is killed and reaped here: one ``/proc``
-   scan per round, every process found killed, every child reaped (a setsid'd
-   ``sleep 100 &`` included).
-4. The command itself runs with no capabilities at all (bounding, permitted, effective,
-   inheritable and ambient sets emptied, securebits locked so that uid 0 regains none on
-   exec, ``no_new_privs``), the Landlock rules applied (``--landlock``), the resource
-   limits (``--memory``: RLIMIT_AS; ``--processes``: RLIMIT_NPROC in a user namespace of
-   its own, where it binds), the socket filter (``--sockets``, ``_seccomp``) and default
-   signal handling. If any of that cannot be applied it exits with 126 rather than run
-   less confined.
-5. On SIGTERM/SIGINT/SIGHUP (roost's timeout or cancellation) or when the parent is gone
-   (roost was SIGKILLed), kills the whole tree at once and exits with 128 + the signal.
-
-Standard library only, run with ``-I -S`` so that it starts fast.
+RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (repeatable), ``--no-files``,
+``--tcp`` with ``--connect PORT`` / ``--bind PORT``, ``--no-scope``. It dies with its
+``--parent`` (``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts
+a check; the parent is also polled), is a child subreaper with ``oom_score_adj`` 1000, and
+with ``--pidns`` runs the command under an init of new PID and mount namespaces (a user
+namespace when not root) with its own ``/proc``, ``--netns``, ``--tmp`` and a ``pid_max``
+cap; without them it kills and reaps whatever the command left. The command gets no
+capabilities, Landlock, rlimits, the socket filter and default signals, or exits 126 rather
+than run less confined. On SIGTERM/SIGINT/SIGHUP or when the parent is gone it kills the
+whole tree and exits 128 + the signal. Standard library only, run with ``-I -S`` to start
+fast. README.md, "Built-in tools and the sandbox", says what each part enforces.
 """
 
 from __future__ import annotations
