@@ -27,6 +27,7 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     ToolSpec,
+    validate_arguments,
 )
 
 from ._beneath import (
@@ -51,30 +52,6 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 # Leave the kernel's timeout some room so a walk reports what it found before it.
 _WALK_DEADLINE_FRACTION = 0.8
 _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _int_arg(arguments: Any, name: str, default: int, *, minimum: int, maximum: int) -> int:
-    value = arguments.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ToolArgumentsInvalid(
-            f"arguments.{name}: expected an integer from {minimum} to {maximum}, got {value!r}"
-        )
-    return value
-
-
-def _bool_arg(arguments: Any, name: str, default: bool) -> bool:
-    value = arguments.get(name, default)
-    if not isinstance(value, bool):
-        raise ToolArgumentsInvalid(f"arguments.{name}: expected true or false, got {value!r}")
-    return value
-
-
-def _str_arg(arguments: Any, name: str, *, allow_empty: bool = False) -> str:
-    value = arguments.get(name)
-    if not isinstance(value, str) or (not allow_empty and value == ""):
-        need = "a string" if allow_empty else "a non-empty string"
-        raise ToolArgumentsInvalid(f"arguments.{name}: expected {need}, got {value!r}")
-    return value
 
 
 class _Refused(Exception):
@@ -192,6 +169,14 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
     return await agent_thread(ctx, guarded)
 
 
+def _text(description: str) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "description": description}
+
+
+def _flag(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "description": description}
+
+
 def _spec(
     *,
     name: str,
@@ -217,9 +202,7 @@ def _spec(
     )
 
 
-# --------------------------------------------------------------------------------------
-# read
-# --------------------------------------------------------------------------------------
+# ---- read ----------------------------------------------------------------------------
 
 READ_SPEC = _spec(
     name="read",
@@ -232,10 +215,11 @@ READ_SPEC = _spec(
         "grants can be read, and symbolic links are not followed."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to read."},
+        "path": _text("File to read."),
         "offset": {
             "type": "integer",
             "minimum": 1,
+            "maximum": 10**9,
             "description": "First line to return (1-based, default 1).",
         },
         "limit": {
@@ -274,8 +258,7 @@ def _lines(f: Any, keep: int, deadline: float, what: str) -> Iterator[tuple[byte
 async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    offset = _int_arg(args, "offset", 1, minimum=1, maximum=10**9)
-    limit = _int_arg(args, "limit", DEFAULT_READ_LINES, minimum=1, maximum=100_000)
+    offset, limit = args.get("offset", 1), args.get("limit", DEFAULT_READ_LINES)
     budget = ctx.max_output_chars
     deadline = _deadline(ctx)
 
@@ -322,9 +305,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# write
-# --------------------------------------------------------------------------------------
+# ---- write ---------------------------------------------------------------------------
 
 WRITE_SPEC = _spec(
     name="write",
@@ -336,7 +317,7 @@ WRITE_SPEC = _spec(
         "changing part of a file."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to write."},
+        "path": _text("File to write."),
         "content": {"type": "string", "description": "The complete new file content."},
     },
     required=["path", "content"],
@@ -388,7 +369,7 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
 async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    content = _str_arg(args, "content", allow_empty=True)
+    content = args["content"]
 
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw, write=True)
@@ -407,9 +388,7 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# edit
-# --------------------------------------------------------------------------------------
+# ---- edit ----------------------------------------------------------------------------
 
 EDIT_SPEC = _spec(
     name="edit",
@@ -420,17 +399,10 @@ EDIT_SPEC = _spec(
         "is true. Read the file first and copy the text without the line-number prefix."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to edit."},
-        "old_string": {
-            "type": "string",
-            "minLength": 1,
-            "description": "The exact text to replace.",
-        },
+        "path": _text("File to edit."),
+        "old_string": _text("The exact text to replace."),
         "new_string": {"type": "string", "description": "The text to put in its place."},
-        "replace_all": {
-            "type": "boolean",
-            "description": "Replace every occurrence instead of exactly one (default false).",
-        },
+        "replace_all": _flag("Replace every occurrence instead of exactly one (default false)."),
     },
     required=["path", "old_string", "new_string"],
     readOnlyHint=False,
@@ -460,9 +432,8 @@ def _snippet(text: str, first_line: int, changed_lines: int, context: int = 3) -
 async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    old = _str_arg(args, "old_string")
-    new = _str_arg(args, "new_string", allow_empty=True)
-    replace_all = _bool_arg(args, "replace_all", False)
+    old, new = args["old_string"], args["new_string"]
+    replace_all = args.get("replace_all", False)
     if old == new:
         raise ToolArgumentsInvalid(
             "arguments.new_string: is identical to old_string, so the edit would change "
@@ -529,9 +500,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# list
-# --------------------------------------------------------------------------------------
+# ---- list ----------------------------------------------------------------------------
 
 LIST_SPEC = _spec(
     name="list",
@@ -542,15 +511,8 @@ LIST_SPEC = _spec(
         f"left out unless `include_hidden` is true. At most {MAX_LISTED} entries."
     ),
     properties={
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory to list (default: the workspace).",
-        },
-        "include_hidden": {
-            "type": "boolean",
-            "description": "Also list entries whose name starts with `.` (default false).",
-        },
+        "path": _text("Directory to list (default: the workspace)."),
+        "include_hidden": _flag("Also list entries whose name starts with `.` (default false)."),
     },
     readOnlyHint=True,
 )
@@ -573,7 +535,7 @@ def _open_dir(loc: Located, raw: str, verb: str) -> int:
 async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args, default=".")
-    hidden = _bool_arg(args, "include_hidden", False)
+    hidden = args.get("include_hidden", False)
 
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw)
@@ -613,9 +575,7 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# glob
-# --------------------------------------------------------------------------------------
+# ---- glob ----------------------------------------------------------------------------
 
 GLOB_SPEC = _spec(
     name="glob",
@@ -626,16 +586,8 @@ GLOB_SPEC = _spec(
         f"Returns paths relative to `path`, sorted, at most {MAX_LISTED}."
     ),
     properties={
-        "pattern": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Glob pattern relative to `path`, e.g. `**/*.md`.",
-        },
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory to search from (default: the workspace).",
-        },
+        "pattern": _text("Glob pattern relative to `path`, e.g. `**/*.md`."),
+        "path": _text("Directory to search from (default: the workspace)."),
     },
     required=["pattern"],
     readOnlyHint=True,
@@ -644,7 +596,7 @@ GLOB_SPEC = _spec(
 
 async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
-    pattern = _str_arg(args, "pattern")
+    pattern = args["pattern"]
     if pattern.startswith("/") or os.path.isabs(pattern):
         raise ToolArgumentsInvalid(
             "arguments.pattern: must be relative; put the directory in arguments.path "
@@ -696,9 +648,7 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# grep
-# --------------------------------------------------------------------------------------
+# ---- grep ----------------------------------------------------------------------------
 
 GREP_SPEC = _spec(
     name="grep",
@@ -710,25 +660,10 @@ GREP_SPEC = _spec(
         "match. Binary files, files over 10 MB and VCS directories are skipped."
     ),
     properties={
-        "pattern": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Regular expression to search for.",
-        },
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory or file to search (default: the workspace).",
-        },
-        "glob": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Only search files whose name or relative path matches this glob.",
-        },
-        "case_insensitive": {
-            "type": "boolean",
-            "description": "Ignore case (default false).",
-        },
+        "pattern": _text("Regular expression to search for."),
+        "path": _text("Directory or file to search (default: the workspace)."),
+        "glob": _text("Only search files whose name or relative path matches this glob."),
+        "case_insensitive": _flag("Ignore case (default false)."),
         "max_matches": {
             "type": "integer",
             "minimum": 1,
@@ -826,8 +761,8 @@ def _grep_files(
 
 async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
-    pattern = _str_arg(args, "pattern")
-    flags = re.IGNORECASE if _bool_arg(args, "case_insensitive", False) else 0
+    pattern = args["pattern"]
+    flags = re.IGNORECASE if args.get("case_insensitive", False) else 0
     try:
         regex = re.compile(pattern, flags)
     except re.error as exc:
@@ -836,11 +771,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "characters such as ( [ . * with a backslash, or fix the syntax"
         ) from None
     file_glob = args.get("glob")
-    if file_glob is not None and (not isinstance(file_glob, str) or not file_glob):
-        raise ToolArgumentsInvalid(
-            f"arguments.glob: expected a glob string like '*.py', got {file_glob!r}"
-        )
-    max_matches = _int_arg(args, "max_matches", 200, minimum=1, maximum=5000)
+    max_matches = args.get("max_matches", 200)
     raw = path_argument(args, default=".")
     accept = _glob_filter(file_glob)
     deadline = _deadline(ctx)
@@ -900,13 +831,25 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
+def _checked(spec: ToolSpec, handler: Any) -> Tool:
+    """``handler`` with its arguments checked against ``spec`` when called without a kernel
+    (the kernel checks them before any tool runs)."""
+
+    async def checked(call: ToolCall, ctx: ToolContext) -> ToolResult:
+        if ctx.kernel is None:
+            validate_arguments(spec, call.arguments)
+        return await handler(call, ctx)
+
+    return Tool(spec, checked)
+
+
 def fs_tools() -> list[Tool]:
     """The file tool descriptors."""
     return [
-        Tool(READ_SPEC, read),
-        Tool(WRITE_SPEC, write),
-        Tool(EDIT_SPEC, edit),
-        Tool(LIST_SPEC, list_directory),
-        Tool(GLOB_SPEC, glob),
-        Tool(GREP_SPEC, grep),
+        _checked(READ_SPEC, read),
+        _checked(WRITE_SPEC, write),
+        _checked(EDIT_SPEC, edit),
+        _checked(LIST_SPEC, list_directory),
+        _checked(GLOB_SPEC, glob),
+        _checked(GREP_SPEC, grep),
     ]

@@ -100,17 +100,13 @@ async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
     )
 
 
-def path_argument(arguments: Any, name: str = "path", *, default: str | None = None) -> str:
-    """The string argument ``name`` (a path), checked; raises a clear error otherwise."""
-    value = arguments.get(name, default) if hasattr(arguments, "get") else default
-    if value is None:
-        raise ToolArgumentsInvalid(f"arguments.{name}: required; give a file path")
-    if not isinstance(value, str) or not value.strip():
-        raise ToolArgumentsInvalid(
-            f"arguments.{name}: expected a non-empty path string, got {value!r}"
-        )
+def path_argument(arguments: Any, *, default: str | None = None) -> str:
+    """The ``path`` argument (a string, as the schema says), checked for what it cannot say."""
+    value = arguments.get("path", default)
+    if not value.strip():
+        raise ToolArgumentsInvalid(f"arguments.path: expected a non-empty path, got {value!r}")
     if "\0" in value:
-        raise ToolArgumentsInvalid(f"arguments.{name}: a path cannot contain a NUL character")
+        raise ToolArgumentsInvalid("arguments.path: a path cannot contain a NUL character")
     return value
 
 
@@ -273,9 +269,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
 
 
-# --------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------
+# ---- Settings ------------------------------------------------------------------------
 
 
 def _number(section: Any, name: str, default: float, *, integer: bool = False) -> Any:
