@@ -101,73 +101,57 @@ def _load(name: str):
 
 
 class Options:
+    """The command line, parsed (``parse``); also the rules ``_landlock.restrict_self`` reads."""
+
+    parent: int | None = None
+    tmp: str | None = None
+    pidns = netns = landlock = tcp = sockets = False
+    userns = False  # set by main: the namespaces include a user namespace
+    files = scope = True
+    tmp_mb = memory_mb = processes = 0
+    nofile = 0  # the soft open-file limit to restore (0: leave it)
+
     def __init__(self) -> None:
-        self.parent: int | None = None
-        self.pidns = False
-        self.landlock = False
         self.read: list[str] = []
         self.write: list[str] = []
         self.deny: list[str] = []
-        self.files = True
-        self.tcp = False
         self.connect: list[int] = []
         self.bind: list[int] = []
-        self.scope = True
-        self.netns = False
-        self.tmp: str | None = None
-        self.tmp_mb = 0
-        self.memory_mb = 0
-        self.processes = 0
-        self.nofile = 0  # the soft open-file limit to restore (0: leave it)
-        self.sockets = False
-        self.userns = False  # set by main: the namespaces include a user namespace
         self.command: list[str] = []
 
 
+_SWITCHES = {
+    "--pidns": ("pidns", True), "--landlock": ("landlock", True), "--tcp": ("tcp", True),
+    "--netns": ("netns", True), "--sockets": ("sockets", True), "--no-files": ("files", False),
+    "--no-scope": ("scope", False),
+}  # fmt: skip
+_NUMBERS = {"--memory": "memory_mb", "--processes": "processes", "--nofile": "nofile"}
+
+
 def parse(argv: list[str]) -> Options:
-    opts, i = Options(), 0
-    lists = {"--read": opts.read, "--write": opts.write, "--deny": opts.deny}
-    ports = {"--connect": opts.connect, "--bind": opts.bind}
-    numbers = {"--memory": "memory_mb", "--processes": "processes", "--nofile": "nofile"}
-    flags = {
-        "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
-        "--sockets": "sockets",
-    }  # fmt: skip
-    negated = {"--no-files": "files", "--no-scope": "scope"}
-    while i < len(argv):
-        arg = argv[i]
+    opts, rest = Options(), list(argv)
+    while rest:
+        arg = rest.pop(0)
         if arg == "--":
-            opts.command = argv[i + 1 :]
+            opts.command = rest
             if not opts.command:
                 raise ValueError("no command after '--'")
             if (opts.netns or opts.tmp) and not opts.pidns:
                 raise ValueError("--netns and --tmp need --pidns")
             return opts
-        if arg in flags:
-            setattr(opts, flags[arg], True)
-            i += 1
-        elif arg in negated:
-            setattr(opts, negated[arg], False)
-            i += 1
-        elif arg in lists and i + 1 < len(argv):
-            lists[arg].append(argv[i + 1])
-            i += 2
-        elif arg in ports and i + 1 < len(argv) and argv[i + 1].isdigit():
-            ports[arg].append(int(argv[i + 1]))
-            i += 2
-        elif arg == "--parent" and i + 1 < len(argv) and argv[i + 1].isdigit():
-            opts.parent = int(argv[i + 1])
-            i += 2
-        elif (
-            arg in numbers and i + 1 < len(argv) and argv[i + 1].isdigit() and int(argv[i + 1]) > 0
-        ):
-            setattr(opts, numbers[arg], int(argv[i + 1]))
-            i += 2
-        elif (
-            arg == "--tmp" and i + 2 < len(argv) and argv[i + 2].isdigit() and int(argv[i + 2]) > 0
-        ):
-            opts.tmp, opts.tmp_mb = argv[i + 1], int(argv[i + 2])
-            i += 3
+        number = int(rest[0]) if rest and rest[0].isdigit() else -1
+        if arg in _SWITCHES:
+            setattr(opts, *_SWITCHES[arg])
+        elif arg in ("--read", "--write", "--deny") and rest:
+            getattr(opts, arg[2:]).append(rest.pop(0))
+        elif arg in ("--connect", "--bind") and number >= 0:
+            getattr(opts, arg[2:]).append(int(rest.pop(0)))
+        elif arg == "--parent" and number >= 0:
+            opts.parent = int(rest.pop(0))
+        elif arg in _NUMBERS and number > 0:
+            setattr(opts, _NUMBERS[arg], int(rest.pop(0)))
+        elif arg == "--tmp" and len(rest) > 1 and rest[1].isdigit() and int(rest[1]) > 0:
+            opts.tmp, opts.tmp_mb = rest.pop(0), int(rest.pop(0))
         else:
             raise ValueError(f"unexpected argument {arg!r}")
     raise ValueError("missing '--' before the command")
