@@ -151,6 +151,20 @@ def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
     return data
 
 
+def member(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]`` when it is a JSON object, else ``{}`` (an optional part, read leniently)."""
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def add_turn(turns: list[dict[str, Any]], role: str, items: list[Any], key: str) -> None:
+    """``items`` added to the last turn if it is ``role``'s (the APIs alternate), else a new one."""
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key].extend(items)
+    else:
+        turns.append({"role": role, key: list(items)})
+
+
 def function_tools(request: CompletionRequest) -> list[dict[str, Any]]:
     """The request's tools as OpenAI-style ``function`` declarations (OpenAI, Ollama)."""
     return [

@@ -10,9 +10,11 @@ from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 from ._base import (
     Assembler,
     Vendor,
+    add_turn,
     completion,
     expect_mapping,
     make_tool_call,
+    member,
     passthrough_parameters,
     sse_json,
     vendor_hooks,
@@ -46,7 +48,7 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]
             }
             if m.is_error:
                 block["is_error"] = True
-            _append(turns, "user", [block])
+            add_turn(turns, "user", [block], "content")
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = (
                 [{"type": "text", "text": m.content}] if m.content else []
@@ -56,22 +58,15 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]
                 for c in m.tool_calls
             ]
             if blocks:  # the API refuses empty assistant turns
-                _append(turns, "assistant", blocks)
+                add_turn(turns, "assistant", blocks, "content")
         else:
-            _append(turns, "user", [{"type": "text", "text": m.content}])
+            add_turn(turns, "user", [{"type": "text", "text": m.content}], "content")
     # A turn that is a single text block is sent as a plain string, as the docs write it.
     for turn in turns:
         blocks = turn["content"]
         if len(blocks) == 1 and blocks[0]["type"] == "text":
             turn["content"] = blocks[0]["text"]
     return turns
-
-
-def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["content"].extend(blocks)
-    else:
-        turns.append({"role": role, "content": list(blocks)})
 
 
 def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
@@ -110,7 +105,7 @@ def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:
 
 def _raise_if_error(data: Mapping[str, Any]) -> None:
     if data.get("type") == "error":
-        err = data.get("error") if isinstance(data.get("error"), Mapping) else {}
+        err = member(data, "error")
         raise ProviderResponseError(
             f"anthropic reported {err.get('type', 'an error')}: {err.get('message', '')}"
         )
@@ -156,12 +151,10 @@ class MessagesStreamAssembler(Assembler):
         _raise_if_error(data)
         kind = data.get("type")
         if kind == "message_start":
-            message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
+            message = member(data, "message")
             self.usage = parse_usage(message.get("usage"), self.usage)
         elif kind == "content_block_start":
-            block = (
-                data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
-            )
+            block = member(data, "content_block")
             entry = {
                 "type": block.get("type"),
                 "id": block.get("id"),
@@ -172,7 +165,7 @@ class MessagesStreamAssembler(Assembler):
             if block.get("type") == "text" and block.get("text"):
                 return self.add(str(block["text"]))
         elif kind == "content_block_delta":
-            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            delta = member(data, "delta")
             if delta.get("type") == "text_delta":
                 return self.add(str(delta.get("text", "")))
             if delta.get("type") == "input_json_delta":
@@ -182,7 +175,7 @@ class MessagesStreamAssembler(Assembler):
                 )
                 entry["json"] += str(delta.get("partial_json", ""))
         elif kind == "message_delta":
-            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            delta = member(data, "delta")
             if delta.get("stop_reason"):
                 self.stop = str(delta["stop_reason"])
             self.usage = parse_usage(data.get("usage"), self.usage)

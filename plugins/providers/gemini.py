@@ -19,10 +19,12 @@ from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 from ._base import (
     Assembler,
     Vendor,
+    add_turn,
     completion,
     expect_answer,
     expect_mapping,
     make_tool_call,
+    member,
     passthrough_parameters,
     sse_json,
     vendor_hooks,
@@ -65,10 +67,10 @@ class GeminiWire:
                 }
                 if m.tool_call_id and not m.tool_call_id.startswith(LOCAL_ID_PREFIX):
                     part["functionResponse"]["id"] = m.tool_call_id
-                _append(turns, "user", part)
+                add_turn(turns, "user", [part], "parts")
             elif m.role == "assistant":
                 if m.content:
-                    _append(turns, "model", {"text": m.content})
+                    add_turn(turns, "model", [{"text": m.content}], "parts")
                 for c in m.tool_calls:
                     call: dict[str, Any] = {"name": c.name, "args": dict(c.arguments)}
                     if not c.id.startswith(LOCAL_ID_PREFIX):
@@ -76,9 +78,9 @@ class GeminiWire:
                     fc: dict[str, Any] = {"functionCall": call}
                     if c.id in self.signatures:
                         fc["thoughtSignature"] = self.signatures[c.id]
-                    _append(turns, "model", fc)
+                    add_turn(turns, "model", [fc], "parts")
             else:
-                _append(turns, "user", {"text": m.content})
+                add_turn(turns, "user", [{"text": m.content}], "parts")
         return turns
 
     def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
@@ -122,7 +124,7 @@ class GeminiWire:
                 raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
             return [], [], None, usage
         candidate = expect_mapping(candidates[0], "candidates[0]", "gemini")
-        content = candidate.get("content") if isinstance(candidate.get("content"), Mapping) else {}
+        content = member(candidate, "content")
         texts, calls = [], []
         for i, part in enumerate(content.get("parts") or ()):
             part = expect_mapping(part, f"candidates[0].content.parts[{i}]", "gemini")
@@ -167,13 +169,6 @@ class GeminiStreamAssembler(Assembler):
         if finish:
             self.stop, self.done = finish, True
         return self.add("".join(texts))
-
-
-def _append(turns: list[dict[str, Any]], role: str, part: dict[str, Any]) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["parts"].append(part)
-    else:
-        turns.append({"role": role, "parts": [part]})
 
 
 GEMINI = Vendor(

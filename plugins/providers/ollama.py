@@ -21,6 +21,7 @@ from ._base import (
     expect_mapping,
     function_tools,
     make_tool_call,
+    member,
     passthrough_parameters,
     vendor_hooks,
 )
@@ -107,7 +108,7 @@ class ChatStreamAssembler(Assembler):
 
     def feed(self, event: Any) -> str:
         data = expect_answer(event, "the response", "ollama")
-        message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
+        message = member(data, "message")
         self.calls += _calls(message)
         if data.get("done"):
             self.stop, self.usage, self.done = _reason(data), _usage(data), True
