@@ -9,6 +9,7 @@ vendor module its factory and its plugin hooks.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -26,13 +27,12 @@ from roost.kernel import (
 from ._context import context_window_for, fit_context
 from ._http import (
     HttpClient,
+    ProviderConfigError,
     ProviderResponseError,
     ProviderSettings,
     StreamInterrupted,
     check_config_providers,
-    load_settings,
-    model_name,
-    model_parameters,
+    check_settings,
 )
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
@@ -267,23 +267,40 @@ class Vendor:
     def create(
         self, model: Any, settings: Mapping[str, Any] | None = None, *, env: Any = None
     ) -> HttpProvider:
-        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``."""
-        checked = load_settings(
-            self.name,
-            settings,
-            default_base_url=self.base_url,
-            default_key_env=self.key_env,
-            key_required=self.key_env is not None,
-            env=env,
-            extra_headers=self.extra_headers,
-        )
+        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``.
+
+        The key is read from the environment, and required (when the vendor has one) only
+        with the vendor's own base URL: a local compatible server may run without one.
+        """
+        if isinstance(model, Mapping):
+            name, parameters = model.get("name"), model.get("parameters")
+        else:
+            name, parameters = getattr(model, "name", None), getattr(model, "parameters", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ProviderConfigError(
+                f"model.name: provider {self.name!r} needs a model name in agent.json "
+                f"(e.g. {self.example!r})"
+            )
+        given = check_settings(self.name, settings)
+        base_url = given.pop("base_url", self.base_url).rstrip("/")
+        key_env = given.pop("api_key_env", self.key_env)
+        key = (os.environ if env is None else env).get(key_env) if key_env else None
+        key = key.strip() if key else None
+        if self.key_env and not key and base_url == self.base_url.rstrip("/"):
+            raise ProviderConfigError(
+                f"provider {self.name!r} needs an API key: set {key_env} or choose another "
+                "provider (model.provider in agent.json)"
+            )
+        headers = {**self.extra_headers, **given.pop("headers", {})}
+        # What is left in ``given``: the numbers.
+        checked = ProviderSettings(self.name, base_url, key_env, key, headers=headers, **given)
         return HttpProvider(
             self.name,
             self.wire(),
             checked,
-            self.auth(checked.api_key),
-            model=model_name(self.name, model, self.example),
-            parameters=model_parameters(model),
+            self.auth(key),
+            model=name.strip(),
+            parameters=dict(parameters or {}),
         )
 
 
