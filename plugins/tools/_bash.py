@@ -10,6 +10,7 @@ the sandbox". On timeout or cancellation roost asks the supervisor to kill every
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
@@ -222,24 +223,16 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def _stop(process: trio.Process) -> None:
     """Ask the supervisor to kill and reap the command's processes; force it after a grace."""
     if process.returncode is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         with trio.move_on_after(_STOP_GRACE_S):
             await process.wait()
     # Anything left in the group (normally nothing) is killed outright.
-    _kill_group(process.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     with trio.move_on_after(_REAP_GRACE_S):
         await process.wait()
 
