@@ -31,13 +31,12 @@ from roost.kernel import (
     ToolCall,
     ToolContext,
     ToolResult,
-    ToolSpec,
     TraceContext,
     child_open_file_limit,
 )
 
 from . import _landlock, _sandbox_exec, _seccomp
-from ._sandbox import FileAccess, ToolsSettings, file_access
+from ._sandbox import FileAccess, ToolsSettings, file_access, string_arg, tool_spec
 
 log = logging.getLogger("roost.tools.bash")
 
@@ -350,7 +349,7 @@ BASH_OUTPUT_SCHEMA = {
 def bash_tool(settings: ToolsSettings) -> Tool:
     """The ``bash`` tool descriptor for ``settings``."""
     max_timeout = settings.bash_timeout_s
-    spec = ToolSpec(
+    spec = tool_spec(
         name="bash",
         title="Run a shell command",
         description=(
@@ -364,36 +363,23 @@ def bash_tool(settings: ToolsSettings) -> Tool:
             f"Times out after {max_timeout:g} s at most; background processes are killed "
             "when the command ends."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "command": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "The shell command line to run, e.g. `ls -la && git status`.",
-                },
-                "timeout": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "maximum": max_timeout,
-                    "description": (
-                        "Seconds before the command is killed (default and "
-                        f"maximum {max_timeout:g})."
-                    ),
-                },
+        properties={
+            "command": string_arg("The shell command line to run, e.g. `ls -la && git status`."),
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": max_timeout,
+                "description": (
+                    f"Seconds before the command is killed (default and maximum {max_timeout:g})."
+                ),
             },
-            "required": ["command"],
-            "additionalProperties": False,
         },
+        required=["command"],
         output_schema=BASH_OUTPUT_SCHEMA,
-        annotations={
-            "title": "Run a shell command",
-            "readOnlyHint": False,
-            "destructiveHint": True,
-            "idempotentHint": False,
-            "openWorldHint": True,
-        },
-        owner="tools",
+        readOnlyHint=False,
+        destructiveHint=True,
+        idempotentHint=False,
+        openWorldHint=True,
         # Longer than bash's own limit, so the command's timeout fires first and reports.
         timeout_s=max_timeout + _STOP_GRACE_S + _REAP_GRACE_S + _DRAIN_GRACE_S + 3,
     )

@@ -16,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from roost.kernel import (
@@ -38,7 +38,16 @@ from ._beneath import (
     regular_file_kind,
     walk,
 )
-from ._sandbox import FileAccess, Located, agent_thread, file_access, path_argument
+from ._sandbox import (
+    FileAccess,
+    Located,
+    agent_thread,
+    file_access,
+    flag_arg,
+    path_argument,
+    string_arg,
+    tool_spec,
+)
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
@@ -169,42 +178,9 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
     return await agent_thread(ctx, guarded)
 
 
-def _text(description: str) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "description": description}
-
-
-def _flag(description: str) -> dict[str, Any]:
-    return {"type": "boolean", "description": description}
-
-
-def _spec(
-    *,
-    name: str,
-    title: str,
-    description: str,
-    properties: dict[str, Any],
-    required: Sequence[str] = (),
-    **hints: bool,
-) -> ToolSpec:
-    """A file tool's spec: arguments ``properties`` (no others), ``required`` among them;
-    the annotations repeat the title, add ``hints`` and say the tool stays local."""
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = list(required)
-    schema["additionalProperties"] = False
-    annotations = {"title": title, **hints, "openWorldHint": False}
-    return ToolSpec(
-        name=name,
-        title=title,
-        description=description,
-        input_schema=schema,
-        annotations=annotations,
-    )
-
-
 # ---- read ----------------------------------------------------------------------------
 
-READ_SPEC = _spec(
+READ_SPEC = tool_spec(
     name="read",
     title="Read a file",
     description=(
@@ -215,7 +191,7 @@ READ_SPEC = _spec(
         "grants can be read, and symbolic links are not followed."
     ),
     properties={
-        "path": _text("File to read."),
+        "path": string_arg("File to read."),
         "offset": {
             "type": "integer",
             "minimum": 1,
@@ -307,7 +283,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 # ---- write ---------------------------------------------------------------------------
 
-WRITE_SPEC = _spec(
+WRITE_SPEC = tool_spec(
     name="write",
     title="Write a file",
     description=(
@@ -317,7 +293,7 @@ WRITE_SPEC = _spec(
         "changing part of a file."
     ),
     properties={
-        "path": _text("File to write."),
+        "path": string_arg("File to write."),
         "content": {"type": "string", "description": "The complete new file content."},
     },
     required=["path", "content"],
@@ -390,7 +366,7 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 # ---- edit ----------------------------------------------------------------------------
 
-EDIT_SPEC = _spec(
+EDIT_SPEC = tool_spec(
     name="edit",
     title="Edit a file",
     description=(
@@ -399,10 +375,10 @@ EDIT_SPEC = _spec(
         "is true. Read the file first and copy the text without the line-number prefix."
     ),
     properties={
-        "path": _text("File to edit."),
-        "old_string": _text("The exact text to replace."),
+        "path": string_arg("File to edit."),
+        "old_string": string_arg("The exact text to replace."),
         "new_string": {"type": "string", "description": "The text to put in its place."},
-        "replace_all": _flag("Replace every occurrence instead of exactly one (default false)."),
+        "replace_all": flag_arg("Replace every occurrence instead of exactly one (default false)."),
     },
     required=["path", "old_string", "new_string"],
     readOnlyHint=False,
@@ -502,7 +478,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 # ---- list ----------------------------------------------------------------------------
 
-LIST_SPEC = _spec(
+LIST_SPEC = tool_spec(
     name="list",
     title="List a directory",
     description=(
@@ -511,8 +487,8 @@ LIST_SPEC = _spec(
         f"left out unless `include_hidden` is true. At most {MAX_LISTED} entries."
     ),
     properties={
-        "path": _text("Directory to list (default: the workspace)."),
-        "include_hidden": _flag("Also list entries whose name starts with `.` (default false)."),
+        "path": string_arg("Directory to list (default: the workspace)."),
+        "include_hidden": flag_arg("Also list entries whose name starts with `.` (default false)."),
     },
     readOnlyHint=True,
 )
@@ -577,7 +553,7 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 # ---- glob ----------------------------------------------------------------------------
 
-GLOB_SPEC = _spec(
+GLOB_SPEC = tool_spec(
     name="glob",
     title="Find files by pattern",
     description=(
@@ -586,8 +562,8 @@ GLOB_SPEC = _spec(
         f"Returns paths relative to `path`, sorted, at most {MAX_LISTED}."
     ),
     properties={
-        "pattern": _text("Glob pattern relative to `path`, e.g. `**/*.md`."),
-        "path": _text("Directory to search from (default: the workspace)."),
+        "pattern": string_arg("Glob pattern relative to `path`, e.g. `**/*.md`."),
+        "path": string_arg("Directory to search from (default: the workspace)."),
     },
     required=["pattern"],
     readOnlyHint=True,
@@ -650,7 +626,7 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 # ---- grep ----------------------------------------------------------------------------
 
-GREP_SPEC = _spec(
+GREP_SPEC = tool_spec(
     name="grep",
     title="Search file contents",
     description=(
@@ -660,10 +636,10 @@ GREP_SPEC = _spec(
         "match. Binary files, files over 10 MB and VCS directories are skipped."
     ),
     properties={
-        "pattern": _text("Regular expression to search for."),
-        "path": _text("Directory or file to search (default: the workspace)."),
-        "glob": _text("Only search files whose name or relative path matches this glob."),
-        "case_insensitive": _flag("Ignore case (default false)."),
+        "pattern": string_arg("Regular expression to search for."),
+        "path": string_arg("Directory or file to search (default: the workspace)."),
+        "glob": string_arg("Only search files whose name or relative path matches this glob."),
+        "case_insensitive": flag_arg("Ignore case (default false)."),
         "max_matches": {
             "type": "integer",
             "minimum": 1,

@@ -16,12 +16,13 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
-from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
+from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext, ToolSpec
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -108,6 +109,46 @@ def path_argument(arguments: Any, *, default: str | None = None) -> str:
     if "\0" in value:
         raise ToolArgumentsInvalid("arguments.path: a path cannot contain a NUL character")
     return value
+
+
+def string_arg(description: str) -> dict[str, Any]:
+    """A non-empty string argument's schema."""
+    return {"type": "string", "minLength": 1, "description": description}
+
+
+def flag_arg(description: str) -> dict[str, Any]:
+    """A boolean argument's schema."""
+    return {"type": "boolean", "description": description}
+
+
+def tool_spec(
+    *,
+    name: str,
+    title: str,
+    description: str,
+    properties: dict[str, Any],
+    required: Sequence[str] = (),
+    output_schema: dict[str, Any] | None = None,
+    untrusted: bool = False,
+    timeout_s: float | None = None,
+    **hints: bool,
+) -> ToolSpec:
+    """A built-in tool's spec: arguments ``properties`` (no others), ``required`` among them;
+    the annotations repeat the title and add ``hints`` (``openWorldHint`` false unless given)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    return ToolSpec(
+        name=name,
+        title=title,
+        description=description,
+        input_schema=schema,
+        output_schema=output_schema,
+        annotations={"title": title, "openWorldHint": False, **hints},
+        untrusted=untrusted,
+        timeout_s=timeout_s,
+    )
 
 
 def check_mode(ctx: ToolContext) -> str:
