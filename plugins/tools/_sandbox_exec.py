@@ -230,15 +230,27 @@ def exit_code(status: int) -> int:
 # ---- namespaces ------------------------------------------------------------------------
 
 
-def _errno_text(what: str) -> str:
-    return f"{what}: {os.strerror(ctypes.get_errno())}"
+class _Refused(Exception):
+    """A part of the isolation could not be set up; the message says which, and why."""
 
 
-def loopback_up() -> str | None:
-    """Bring up ``lo`` in our (new) network namespace; None on success, else why not."""
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise _Refused(f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def _write(path: str, text: str, what: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise _Refused(f"{what}: {exc.strerror or exc}") from None
+
+
+def loopback_up() -> None:
+    """Bring up ``lo`` in our (new) network namespace."""
     fd = _libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM: any socket of the namespace will do
-    if fd < 0:
-        return _errno_text("socket")
+    _check(fd >= 0, "socket")
     try:
         request = bytearray(struct.pack("16sH22x", b"lo", 0))
         fcntl.ioctl(fd, SIOCGIFFLAGS, request)
@@ -246,33 +258,28 @@ def loopback_up() -> str | None:
         struct.pack_into("H", request, 16, flags)
         fcntl.ioctl(fd, SIOCSIFFLAGS, request)
     except OSError as exc:
-        return f"cannot bring up lo: {exc.strerror or exc}"
+        raise _Refused(f"cannot bring up lo: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    return None
 
 
-def enter_namespaces(*, netns: bool = False) -> str | None:
+def enter_namespaces(*, netns: bool = False) -> None:
     """Unshare PID and mount namespaces (and a user namespace when not root, a network
-    namespace with ``netns``) for our future children; None on success, else why not."""
+    namespace with ``netns``) for our future children."""
     flags = CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWNET if netns else 0)
     uid, gid = os.geteuid(), os.getegid()
     if uid != 0:
         flags |= CLONE_NEWUSER
-    if _libc.unshare(ctypes.c_int(flags)) != 0:
-        return _errno_text("unshare")
+    _check(_libc.unshare(ctypes.c_int(flags)) == 0, "unshare")
     if uid != 0:
-        try:
-            for name, text in (
-                ("setgroups", "deny"),
-                ("uid_map", f"{uid} {uid} 1"),
-                ("gid_map", f"{gid} {gid} 1"),
-            ):
-                with open(f"/proc/self/{name}", "w") as f:
-                    f.write(text)
-        except OSError as exc:
-            return f"cannot map the user namespace: {exc.strerror or exc}"
-    return loopback_up() if netns else None
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            _write(f"/proc/self/{name}", text, "cannot map the user namespace")
+    if netns:
+        loopback_up()
 
 
 def _mount(
@@ -282,34 +289,27 @@ def _mount(
     return _libc.mount(source, target, fstype, flags, data) == 0
 
 
-def mount_private_proc() -> str | None:
+def mount_private_proc() -> None:
     """In a new mount namespace: stop mounts propagating out, then a /proc of our own PID
-    namespace. None on success, else why not."""
-    if not _mount(None, b"/", None, MS_REC | MS_PRIVATE, None):
-        return _errno_text("cannot make mounts private")
-    if not _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
-        return _errno_text("cannot mount /proc")
-    return None
+    namespace."""
+    _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "cannot make mounts private")
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _check(_mount(b"proc", b"/proc", b"proc", proc_flags, None), "cannot mount /proc")
 
 
-def mount_tmp(path: str, size_mb: int) -> str | None:
-    """A private tmpfs of at most ``size_mb`` MiB on ``path``; None on success."""
+def mount_tmp(path: str, size_mb: int) -> None:
+    """A private tmpfs of at most ``size_mb`` MiB on ``path``."""
     options = f"size={size_mb}m,mode=0700".encode()
-    if not _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options):
-        return _errno_text(f"cannot mount a tmpfs on {path}")
-    return None
+    mounted = _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+    _check(mounted, f"cannot mount a tmpfs on {path}")
 
 
-def cap_pids(processes: int) -> str | None:
-    """Bound the PIDs of our (new) PID namespace; None on success, else why not."""
-    if not PER_NAMESPACE_PID_MAX:
-        return None  # only RLIMIT_NPROC (set on the command) can bound them
-    try:
-        with open("/proc/sys/kernel/pid_max", "w") as f:
-            f.write(str(processes + RESERVED_PIDS))
-    except OSError as exc:
-        return f"cannot set the namespace's pid_max: {exc.strerror or exc}"
-    return None
+def cap_pids(processes: int) -> None:
+    """Bound the PIDs of our (new) PID namespace (else only RLIMIT_NPROC, set on the
+    command, can bound them)."""
+    if PER_NAMESPACE_PID_MAX:
+        pid_max = str(processes + RESERVED_PIDS)
+        _write("/proc/sys/kernel/pid_max", pid_max, "cannot set the namespace's pid_max")
 
 
 # ---- the command -----------------------------------------------------------------------
@@ -327,26 +327,19 @@ class _CapData(ctypes.Structure):
     ]
 
 
-def drop_capabilities() -> str | None:
-    """Leave this process (and what it executes) no capability at all, root or not;
-    None on success, else what failed."""
+def drop_capabilities() -> None:
+    """Leave this process (and what it executes) no capability at all, root or not."""
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
-    if _libc.capget(ctypes.byref(header), data) != 0:
-        return _errno_text("capget")
+    _check(_libc.capget(ctypes.byref(header), data) == 0, "capget")
     if data[0].effective >> CAP_SETPCAP & 1:  # root, or a user namespace of our own
-        if not _prctl(PR_SET_SECUREBITS, SECURE_BITS):
-            return _errno_text("prctl(PR_SET_SECUREBITS)")
+        _check(_prctl(PR_SET_SECUREBITS, SECURE_BITS), "prctl(PR_SET_SECUREBITS)")
         cap = 0
         while _libc.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) >= 0:
-            if not _prctl(PR_CAPBSET_DROP, cap):
-                return _errno_text(f"prctl(PR_CAPBSET_DROP, {cap})")
+            _check(_prctl(PR_CAPBSET_DROP, cap), f"prctl(PR_CAPBSET_DROP, {cap})")
             cap += 1
     _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
-    if _libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
-        return _errno_text("capset")
-    if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
-        return _errno_text("prctl(PR_SET_NO_NEW_PRIVS)")
-    return None
+    _check(_libc.capset(ctypes.byref(header), (_CapData * 2)()) == 0, "capset")
+    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def exec_confined(opts: Options, original_mask: set) -> None:
@@ -356,10 +349,11 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
-        why = drop_capabilities()
-        if why is not None:
+        try:
+            drop_capabilities()
+        except _Refused as exc:
             os._exit(
-                _fail(f"cannot drop capabilities ({why}); refusing to run the command with them")
+                _fail(f"cannot drop capabilities ({exc}); refusing to run the command with them")
             )
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
@@ -405,13 +399,14 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
     # If the supervisor died before prctl, nobody would tell us: its end of the pipe is shut.
     if select.select([outer_alive], [], [], 0)[0]:
         return SANDBOX_EXIT_CODE
-    why = mount_private_proc()
-    if why is None and opts.tmp:
-        why = mount_tmp(opts.tmp, opts.tmp_mb)
-    if why is None and opts.processes:
-        why = cap_pids(opts.processes)
-    if why is not None:
-        return _fail(f"{why}; refusing to run the command without its own namespaces")
+    try:
+        mount_private_proc()
+        if opts.tmp:
+            mount_tmp(opts.tmp, opts.tmp_mb)
+        if opts.processes:
+            cap_pids(opts.processes)
+    except _Refused as exc:
+        return _fail(f"{exc}; refusing to run the command without its own namespaces")
     pid = os.fork()
     if pid == 0:
         exec_confined(opts, original_mask)
@@ -460,16 +455,16 @@ def main(argv: list[str] | None = None) -> int:
             return 128 + signal.SIGKILL  # the parent died before prctl could take effect
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(str(OOM_SCORE_ADJ))
-    except OSError as exc:
-        return _fail(f"cannot set oom_score_adj: {exc.strerror or exc}")
+        _write("/proc/self/oom_score_adj", str(OOM_SCORE_ADJ), "cannot set oom_score_adj")
+    except _Refused as exc:
+        return _fail(str(exc))
     alive_r = alive_w = -1
     if opts.pidns:
         opts.userns = os.geteuid() != 0
-        why = enter_namespaces(netns=opts.netns)
-        if why is not None:
-            return _fail(f"{why}; refusing to run the command without its own namespaces")
+        try:
+            enter_namespaces(netns=opts.netns)
+        except _Refused as exc:
+            return _fail(f"{exc}; refusing to run the command without its own namespaces")
         alive_r, alive_w = os.pipe()
     child = os.fork()
     if child == 0:
