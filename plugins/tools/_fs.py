@@ -698,12 +698,9 @@ def _read_capped(fd: int, size: int) -> bytes | None:
     """The content of a regular file, or None when it is over the grep size cap."""
     if size > MAX_GREP_FILE_BYTES:
         return None
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-        if sum(map(len, chunks)) > MAX_GREP_FILE_BYTES:
-            return None
-    return b"".join(chunks)
+    with open(fd, "rb", closefd=False) as f:
+        data = f.read(MAX_GREP_FILE_BYTES + 1)  # it may have grown since fstat
+    return None if len(data) > MAX_GREP_FILE_BYTES else data
 
 
 def _grep_files(
