@@ -57,6 +57,8 @@ def _probe(netns: bool) -> str:
     does: probed once each by running the supervisor for real."""
     if not sys.platform.startswith("linux"):
         return f"not supported on {sys.platform}"
+    if not netns and not _probe(True):
+        return ""  # the network namespace came with a PID namespace: one run tells both
     flags = ["--pidns", "--netns"] if netns else ["--pidns"]
     true = shutil.which("true") or "/bin/true"
     try:
