@@ -48,6 +48,13 @@ _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
+# The probe's command: the interpreter roost runs on (never a program looked up on PATH,
+# which the probe, without Landlock, would run unconfined), checking it is alone with its
+# init in the new /proc.
+_PROBE_COMMAND = (
+    "import os, sys; pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()); "
+    "sys.exit(0 if pids == [1, os.getpid()] else 'the new /proc shows other processes')"
+)
 _warned = False
 
 
@@ -60,10 +67,10 @@ def _probe(netns: bool) -> str:
     if not netns and not _probe(True):
         return ""  # the network namespace came with a PID namespace: one run tells both
     flags = ["--pidns", "--netns"] if netns else ["--pidns"]
-    true = shutil.which("true") or "/bin/true"
+    command = [sys.executable, "-I", "-S", "-c", _PROBE_COMMAND]
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-S", _sandbox_exec.__file__, *flags, "--", true],
+            [sys.executable, "-I", "-S", _sandbox_exec.__file__, *flags, "--", *command],
             capture_output=True,
             text=True,
             timeout=_PROBE_TIMEOUT_S,
