@@ -234,7 +234,8 @@ def _lines(f: Any, keep: int, deadline: float, what: str) -> Iterator[tuple[byte
 async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    offset, limit = args.get("offset", 1), args.get("limit", DEFAULT_READ_LINES)
+    # int(): the schema's "integer" lets 2.0 through too.
+    offset, limit = int(args.get("offset", 1)), int(args.get("limit", DEFAULT_READ_LINES))
     budget = ctx.max_output_chars
     deadline = _deadline(ctx)
 
@@ -744,7 +745,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "characters such as ( [ . * with a backslash, or fix the syntax"
         ) from None
     file_glob = args.get("glob")
-    max_matches = args.get("max_matches", 200)
+    max_matches = int(args.get("max_matches", 200))  # 2.0 passes the schema too
     raw = path_argument(args, default=".")
     accept = _glob_filter(file_glob)
     deadline = _deadline(ctx)

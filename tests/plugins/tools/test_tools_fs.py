@@ -448,6 +448,19 @@ async def test_handlers_check_arguments_even_without_the_kernel(dirs, name, argu
         await TOOLS[name].handler(ToolCall(name=name, arguments=arguments), context(ws))
 
 
+async def test_whole_numbers_sent_as_floats_page_as_integers(dirs):
+    """JSON Schema counts 2.0 as an integer, so the schema lets it through: the tools must
+    not echo it back as "2.0" in the line numbers and hints an agent pages by."""
+    ws, _, _ = dirs
+    (ws / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    page = (await run("read", context(ws), path="f.txt", offset=2.0, limit=2.0)).as_text()
+    assert page.splitlines()[-1] == "[showing lines 2-3; more follow — read again with offset=4]"
+    past = (await run("read", context(ws), path="f.txt", offset=20.0)).as_text()
+    assert "fewer than 20 lines" in past and "20.0" not in past, past
+    found = (await run("grep", context(ws), pattern="line", max_matches=1.0)).as_text()
+    assert found.endswith("stopped: reached max_matches=1]"), found
+
+
 def test_symlink_swapped_in_after_the_check_is_not_followed(dirs):
     from roost.plugins.tools import _fs
 
