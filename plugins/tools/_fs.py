@@ -696,12 +696,18 @@ def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
 
 
 def _read_capped(fd: int, size: int) -> bytes | None:
-    """The content of a regular file, or None when it is over the grep size cap."""
+    """The content of a regular file, or None when it is over the grep size cap (checked
+    again as it is read: it may have grown since ``fstat``). Read in chunks: one read of
+    the whole cap would allocate it for every small file."""
     if size > MAX_GREP_FILE_BYTES:
         return None
-    with open(fd, "rb", closefd=False) as f:
-        data = f.read(MAX_GREP_FILE_BYTES + 1)  # it may have grown since fstat
-    return None if len(data) > MAX_GREP_FILE_BYTES else data
+    chunks, total = [], 0
+    while chunk := os.read(fd, _READ_CHUNK):
+        total += len(chunk)
+        if total > MAX_GREP_FILE_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _grep_files(

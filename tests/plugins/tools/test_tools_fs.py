@@ -406,6 +406,27 @@ async def test_grep_invalid_regex_names_the_argument(tree):
         await run("grep", context(tree), pattern="(unclosed")
 
 
+async def test_grep_reads_a_small_file_without_a_buffer_of_the_size_cap(dirs):
+    """grep read each file with one ``read(MAX_GREP_FILE_BYTES + 1)``, which allocates the
+    whole 10 MiB cap for a 600-byte file: on a tree of small files that cost more CPU than
+    the search itself. Files are read in bounded chunks instead."""
+    import tracemalloc
+
+    from roost.plugins.tools import _fs
+
+    ws, _, _ = dirs
+    for i in range(5):
+        (ws / f"f{i}.txt").write_text("some text line here\n" * 30)
+    tracemalloc.start()
+    try:
+        found = (await run("grep", context(ws), pattern="text")).as_text()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "[150 matches in 5 files]" in found, found
+    assert peak < _fs.MAX_GREP_FILE_BYTES // 4, f"grep allocated {peak >> 20} MiB"
+
+
 async def test_grep_no_matches_and_missing_root(tree):
     none = (await run("grep", context(tree), pattern="zzz")).as_text()
     assert none.startswith("no matches for 'zzz'")
