@@ -2,44 +2,45 @@
 
 A ``Wire`` knows one vendor's format (request bodies, responses, stream events) and does
 no I/O; ``HttpProvider`` sends what it builds through ``HttpClient`` and feeds it what
-comes back, applying the context guard first.
+comes back, applying the context guard first. A ``Vendor`` (wire, defaults, key) gives a
+vendor module its factory and its plugin hooks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+import os
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
-from roost.kernel import Completion, CompletionRequest, StreamDelta, ToolCall
+from roost.kernel import (
+    Completion,
+    CompletionRequest,
+    ProviderDescriptor,
+    StreamDelta,
+    ToolCall,
+    Usage,
+    hookimpl,
+)
 
 from ._context import context_window_for, fit_context
 from ._http import (
     HttpClient,
+    ProviderConfigError,
     ProviderResponseError,
     ProviderSettings,
-    load_settings,
-    model_name,
-    model_parameters,
+    StreamInterrupted,
+    check_config_providers,
+    check_settings,
 )
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
 RESERVE_OUTPUT = 4096  # tokens kept free for the answer when the agent sets no max_tokens
 
 
-class StreamAssembler(Protocol):
-    """Turns a vendor's stream events into text deltas and, at the end, one ``Completion``."""
-
-    def feed(self, event: Any) -> str:
-        """Take one decoded event; return the text it adds (maybe ``""``)."""
-
-    def finish(self) -> Completion:
-        """The whole completion; raises ``StreamInterrupted`` if the stream was incomplete."""
-
-
 class Wire(Protocol):
-    """One vendor's wire format, sans I/O."""
+    """One vendor's wire format, sans I/O: request bodies, responses, stream events."""
 
     stream_format: str  # "sse" | "ndjson"
 
@@ -49,7 +50,49 @@ class Wire(Protocol):
 
     def parse(self, data: Any) -> Completion: ...
 
-    def assembler(self) -> StreamAssembler: ...
+    def assembler(self) -> Assembler: ...
+
+
+def completion(
+    text: str, calls: Sequence[ToolCall], stop: str | None, usage: Usage, stops: Mapping[str, str]
+) -> Completion:
+    """A ``Completion``: ``tool_use`` when there are calls, else the vendor's ``stop`` mapped."""
+    reason = "tool_use" if calls else stops.get(stop or "", "end_turn")
+    return Completion(text, tuple(calls), reason, usage)
+
+
+class Assembler:
+    """Turns a vendor's stream events into text deltas (``feed``) and, at the end, one
+    ``Completion`` (``finish``); a stream that ends before ``done`` is ``StreamInterrupted``."""
+
+    provider = ""
+    end = ""  # what a complete stream ends with, for the error
+    stops: Mapping[str, str] = {}
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.stop: str | None = None
+        self.usage = Usage()
+        self.done = False
+
+    def feed(self, event: Any) -> str:
+        raise NotImplementedError
+
+    def add(self, piece: str) -> str:
+        if piece:
+            self.text.append(piece)
+        return piece
+
+    def tool_calls(self) -> list[ToolCall]:
+        return self.calls
+
+    def finish(self) -> Completion:
+        if not self.done:
+            raise StreamInterrupted(
+                f"{self.provider}: the stream ended before {self.end}; try again"
+            )
+        return completion("".join(self.text), self.tool_calls(), self.stop, self.usage, self.stops)
 
 
 def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
@@ -106,6 +149,20 @@ def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
         message = err.get("message") if isinstance(err, Mapping) else err
         raise ProviderResponseError(f"{provider} reported an error: {message}")
     return data
+
+
+def member(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]`` when it is a JSON object, else ``{}`` (an optional part, read leniently)."""
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def add_turn(turns: list[dict[str, Any]], role: str, items: list[Any], key: str) -> None:
+    """``items`` added to the last turn if it is ``role``'s (the APIs alternate), else a new one."""
+    if turns and turns[-1]["role"] == role:
+        turns[-1][key].extend(items)
+    else:
+        turns.append({"role": role, key: list(items)})
 
 
 def function_tools(request: CompletionRequest) -> list[dict[str, Any]]:
@@ -179,42 +236,6 @@ class HttpProvider:
         yield StreamDelta(completion=assembler.finish())
 
 
-def http_provider(
-    provider: str,
-    wire: Wire,
-    model: Any,
-    settings: Mapping[str, Any] | None,
-    *,
-    example: str,
-    base_url: str,
-    key_env: str | None,
-    auth: Callable[[str | None], dict[str, str]],
-    env: Mapping[str, str] | None = None,
-    extra_headers: Mapping[str, str] | None = None,
-) -> HttpProvider:
-    """A vendor's factory: ``model.name`` (``example`` in the error without one) and
-    ``[providers.<provider>]`` checked, the key read from ``key_env`` (required when there
-    is one, unless ``base_url`` is overridden) and turned into headers by ``auth``."""
-    name = model_name(provider, model, example)
-    checked = load_settings(
-        provider,
-        settings,
-        default_base_url=base_url,
-        default_key_env=key_env,
-        key_required=key_env is not None,
-        env=env,
-        extra_headers=extra_headers,
-    )
-    return HttpProvider(
-        provider,
-        wire,
-        checked,
-        auth(checked.api_key),
-        model=name,
-        parameters=model_parameters(model),
-    )
-
-
 def bearer(key: str | None) -> dict[str, str]:
     """``Authorization: Bearer <key>``, or no header without a key."""
     return {"authorization": f"Bearer {key}"} if key else {}
@@ -228,3 +249,75 @@ def sse_json(event: Any, provider: str) -> Any:
         raise ProviderResponseError(
             f"{provider}: a stream event is not JSON ({exc.msg}): {event.data[:200]!r}"
         ) from None
+
+
+@attrs.frozen
+class Vendor:
+    """One HTTP vendor: its ``Wire`` (made per provider), defaults and key, its descriptor."""
+
+    name: str
+    wire: Callable[[], Wire]
+    description: str
+    example: str  # a model name, for the error without one
+    base_url: str
+    key_env: str | None  # required when set, unless base_url is overridden
+    auth: Callable[[str | None], dict[str, str]] = bearer
+    extra_headers: Mapping[str, str] = {}
+
+    def create(
+        self, model: Any, settings: Mapping[str, Any] | None = None, *, env: Any = None
+    ) -> HttpProvider:
+        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``.
+
+        The key is read from the environment, and required (when the vendor has one) only
+        with the vendor's own base URL: a local compatible server may run without one.
+        """
+        if isinstance(model, Mapping):
+            name, parameters = model.get("name"), model.get("parameters")
+        else:
+            name, parameters = getattr(model, "name", None), getattr(model, "parameters", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ProviderConfigError(
+                f"model.name: provider {self.name!r} needs a model name in agent.json "
+                f"(e.g. {self.example!r})"
+            )
+        given = check_settings(self.name, settings)
+        base_url = given.pop("base_url", self.base_url).rstrip("/")
+        key_env = given.pop("api_key_env", self.key_env)
+        key = (os.environ if env is None else env).get(key_env) if key_env else None
+        key = key.strip() if key else None
+        if self.key_env and not key and base_url == self.base_url.rstrip("/"):
+            raise ProviderConfigError(
+                f"provider {self.name!r} needs an API key: set {key_env} or choose another "
+                "provider (model.provider in agent.json)"
+            )
+        headers = {**self.extra_headers, **given.pop("headers", {})}
+        # What is left in ``given``: the numbers.
+        checked = ProviderSettings(self.name, base_url, key_env, key, headers=headers, **given)
+        return HttpProvider(
+            self.name,
+            self.wire(),
+            checked,
+            self.auth(key),
+            model=name.strip(),
+            parameters=dict(parameters or {}),
+        )
+
+
+def vendor_hooks(*vendors: Vendor) -> tuple[Callable[..., None], Callable[[], list[Any]]]:
+    """A vendor module's ``roost_check_config`` and ``roost_providers`` hooks."""
+
+    @hookimpl
+    def roost_check_config(config: Any) -> None:
+        check_config_providers(config, *(v.name for v in vendors))
+
+    @hookimpl
+    def roost_providers() -> list[ProviderDescriptor]:
+        return [
+            ProviderDescriptor(
+                v.name, v.create, v.description, requires_env=(v.key_env,) if v.key_env else ()
+            )
+            for v in vendors
+        ]
+
+    return roost_check_config, roost_providers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -183,59 +182,6 @@ def check_config_providers(
     for provider in providers:
         if provider in tables:
             check_settings(provider, tables[provider], known=known)
-
-
-def load_settings(
-    provider: str,
-    raw: Mapping[str, Any] | None,
-    *,
-    default_base_url: str,
-    default_key_env: str | None,
-    key_required: bool,
-    env: Mapping[str, str] | None = None,
-    extra_headers: Mapping[str, str] | None = None,
-) -> ProviderSettings:
-    """Check ``[providers.<provider>]`` and read the key from the environment.
-
-    The key is required when ``key_required`` and the base URL is the vendor's own; a
-    custom ``base_url`` (a local OpenAI-compatible server, say) may run without one.
-    """
-    env = os.environ if env is None else env
-    given = check_settings(provider, raw)
-    base_url = given.pop("base_url", default_base_url).rstrip("/")
-    key_env = given.pop("api_key_env", default_key_env)
-    headers = given.pop("headers", {})
-    key = env.get(key_env) if key_env else None
-    key = key.strip() if key else None
-    if key_required and not key and base_url == default_base_url.rstrip("/"):
-        raise ProviderConfigError(
-            f"provider {provider!r} needs an API key: set {key_env} or choose another provider "
-            "(model.provider in agent.json)"
-        )
-    return ProviderSettings(
-        provider=provider,
-        base_url=base_url,
-        api_key_env=key_env,
-        api_key=key or None,
-        headers={**(extra_headers or {}), **headers},
-        **given,  # what is left: the numbers
-    )
-
-
-def model_name(provider: str, model: Any, example: str) -> str:
-    """The manifest's ``model.name``, or a clear error if it is missing."""
-    name = model.get("name") if isinstance(model, Mapping) else getattr(model, "name", None)
-    if not isinstance(name, str) or not name.strip():
-        raise ProviderConfigError(
-            f"model.name: provider {provider!r} needs a model name in agent.json (e.g. {example!r})"
-        )
-    return name.strip()
-
-
-def model_parameters(model: Any) -> dict[str, Any]:
-    if isinstance(model, Mapping):
-        return dict(model.get("parameters") or {})
-    return dict(getattr(model, "parameters", None) or {})
 
 
 def _shown(value: Any) -> str:

@@ -5,23 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import Completion, CompletionRequest, Message, ProviderDescriptor, Usage, hookimpl
+from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
-    HttpProvider,
+    Assembler,
+    Vendor,
+    add_turn,
+    completion,
     expect_mapping,
-    http_provider,
     make_tool_call,
+    member,
     passthrough_parameters,
     sse_json,
+    vendor_hooks,
 )
-from ._http import (
-    ProviderResponseError,
-    StreamInterrupted,
-    check_config_providers,
-)
+from ._http import ProviderResponseError
 
-ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 
@@ -49,7 +48,7 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]
             }
             if m.is_error:
                 block["is_error"] = True
-            _append(turns, "user", [block])
+            add_turn(turns, "user", [block], "content")
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = (
                 [{"type": "text", "text": m.content}] if m.content else []
@@ -59,22 +58,15 @@ def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]
                 for c in m.tool_calls
             ]
             if blocks:  # the API refuses empty assistant turns
-                _append(turns, "assistant", blocks)
+                add_turn(turns, "assistant", blocks, "content")
         else:
-            _append(turns, "user", [{"type": "text", "text": m.content}])
+            add_turn(turns, "user", [{"type": "text", "text": m.content}], "content")
     # A turn that is a single text block is sent as a plain string, as the docs write it.
     for turn in turns:
         blocks = turn["content"]
         if len(blocks) == 1 and blocks[0]["type"] == "text":
             turn["content"] = blocks[0]["text"]
     return turns
-
-
-def _append(turns: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["content"].extend(blocks)
-    else:
-        turns.append({"role": role, "content": list(blocks)})
 
 
 def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
@@ -113,7 +105,7 @@ def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:
 
 def _raise_if_error(data: Mapping[str, Any]) -> None:
     if data.get("type") == "error":
-        err = data.get("error") if isinstance(data.get("error"), Mapping) else {}
+        err = member(data, "error")
         raise ProviderResponseError(
             f"anthropic reported {err.get('type', 'an error')}: {err.get('message', '')}"
         )
@@ -141,31 +133,28 @@ def parse_message(data: Any) -> Completion:
                     str(block["id"]) if block.get("id") else None,
                 )
             )
-    stop = "tool_use" if calls else _STOP.get(str(data.get("stop_reason")), "end_turn")
-    return Completion("".join(text), tuple(calls), stop, parse_usage(data.get("usage")))
+    stop = str(data.get("stop_reason"))
+    return completion("".join(text), calls, stop, parse_usage(data.get("usage")), _STOP)
 
 
-class MessagesStreamAssembler:
+class MessagesStreamAssembler(Assembler):
     """Assembles ``message_start`` … ``message_stop``; ``input_json_delta`` pieces are joined."""
 
+    provider, end, stops = "anthropic", "message_stop", _STOP
+
     def __init__(self) -> None:
-        self._text: list[str] = []
+        super().__init__()
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._stop: str | None = None
-        self._usage = Usage()
-        self._done = False
 
     def feed(self, event: Any) -> str:
         data = expect_mapping(sse_json(event, "anthropic"), "a stream event", "anthropic")
         _raise_if_error(data)
         kind = data.get("type")
         if kind == "message_start":
-            message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
-            self._usage = parse_usage(message.get("usage"), self._usage)
+            message = member(data, "message")
+            self.usage = parse_usage(message.get("usage"), self.usage)
         elif kind == "content_block_start":
-            block = (
-                data.get("content_block") if isinstance(data.get("content_block"), Mapping) else {}
-            )
+            block = member(data, "content_block")
             entry = {
                 "type": block.get("type"),
                 "id": block.get("id"),
@@ -174,14 +163,11 @@ class MessagesStreamAssembler:
             }
             self._blocks[int(data.get("index", len(self._blocks)))] = entry
             if block.get("type") == "text" and block.get("text"):
-                self._text.append(block["text"])
-                return str(block["text"])
+                return self.add(str(block["text"]))
         elif kind == "content_block_delta":
-            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            delta = member(data, "delta")
             if delta.get("type") == "text_delta":
-                piece = str(delta.get("text", ""))
-                self._text.append(piece)
-                return piece
+                return self.add(str(delta.get("text", "")))
             if delta.get("type") == "input_json_delta":
                 entry = self._blocks.setdefault(
                     int(data.get("index", 0)),
@@ -189,26 +175,22 @@ class MessagesStreamAssembler:
                 )
                 entry["json"] += str(delta.get("partial_json", ""))
         elif kind == "message_delta":
-            delta = data.get("delta") if isinstance(data.get("delta"), Mapping) else {}
+            delta = member(data, "delta")
             if delta.get("stop_reason"):
-                self._stop = str(delta["stop_reason"])
-            self._usage = parse_usage(data.get("usage"), self._usage)
+                self.stop = str(delta["stop_reason"])
+            self.usage = parse_usage(data.get("usage"), self.usage)
         elif kind == "message_stop":
-            self._done = True
+            self.done = True
         return ""
 
-    def finish(self) -> Completion:
-        if not self._done:
-            raise StreamInterrupted("anthropic: the stream ended before message_stop; try again")
-        calls = tuple(
+    def tool_calls(self) -> list[ToolCall]:
+        return [
             make_tool_call(
                 b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None
             )
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
-        )
-        stop = "tool_use" if calls else _STOP.get(self._stop or "end_turn", "end_turn")
-        return Completion("".join(self._text), calls, stop, self._usage)
+        ]
 
 
 class MessagesWire:
@@ -223,39 +205,18 @@ class MessagesWire:
         return f"{base_url}/v1/messages"
 
 
-def create_anthropic(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "anthropic"`` (``ANTHROPIC_API_KEY``)."""
-    return http_provider(
-        "anthropic",
-        MessagesWire(),
-        model,
-        settings,
-        example="claude-sonnet-4-5",
-        base_url=ANTHROPIC_BASE_URL,
-        key_env="ANTHROPIC_API_KEY",
-        auth=_auth,
-        env=env,
-    )
-
-
 def _auth(key: str | None) -> dict[str, str]:
     return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
 
-@hookimpl
-def roost_check_config(config: Any) -> None:
-    check_config_providers(config, "anthropic")
-
-
-@hookimpl
-def roost_providers() -> list[ProviderDescriptor]:
-    return [
-        ProviderDescriptor(
-            "anthropic",
-            create_anthropic,
-            "Anthropic Messages API (Claude)",
-            requires_env=("ANTHROPIC_API_KEY",),
-        )
-    ]
+ANTHROPIC = Vendor(
+    "anthropic",
+    MessagesWire,
+    "Anthropic Messages API (Claude)",
+    example="claude-sonnet-4-5",
+    base_url="https://api.anthropic.com",
+    key_env="ANTHROPIC_API_KEY",
+    auth=_auth,
+)
+create_anthropic = ANTHROPIC.create
+roost_check_config, roost_providers = vendor_hooks(ANTHROPIC)

@@ -14,32 +14,23 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import (
-    Completion,
-    CompletionRequest,
-    Message,
-    ProviderDescriptor,
-    ToolCall,
-    Usage,
-    hookimpl,
-)
+from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
-    HttpProvider,
+    Assembler,
+    Vendor,
+    add_turn,
+    completion,
     expect_answer,
     expect_mapping,
-    http_provider,
     make_tool_call,
+    member,
     passthrough_parameters,
     sse_json,
+    vendor_hooks,
 )
-from ._http import (
-    ProviderResponseError,
-    StreamInterrupted,
-    check_config_providers,
-)
+from ._http import ProviderResponseError
 
-GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 API_VERSION = "v1beta"
 LOCAL_ID_PREFIX = "roost_fc_"
 _MAX_SIGNATURES = 1024
@@ -76,10 +67,10 @@ class GeminiWire:
                 }
                 if m.tool_call_id and not m.tool_call_id.startswith(LOCAL_ID_PREFIX):
                     part["functionResponse"]["id"] = m.tool_call_id
-                _append(turns, "user", part)
+                add_turn(turns, "user", [part], "parts")
             elif m.role == "assistant":
                 if m.content:
-                    _append(turns, "model", {"text": m.content})
+                    add_turn(turns, "model", [{"text": m.content}], "parts")
                 for c in m.tool_calls:
                     call: dict[str, Any] = {"name": c.name, "args": dict(c.arguments)}
                     if not c.id.startswith(LOCAL_ID_PREFIX):
@@ -87,9 +78,9 @@ class GeminiWire:
                     fc: dict[str, Any] = {"functionCall": call}
                     if c.id in self.signatures:
                         fc["thoughtSignature"] = self.signatures[c.id]
-                    _append(turns, "model", fc)
+                    add_turn(turns, "model", [fc], "parts")
             else:
-                _append(turns, "user", {"text": m.content})
+                add_turn(turns, "user", [{"text": m.content}], "parts")
         return turns
 
     def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]:
@@ -133,7 +124,7 @@ class GeminiWire:
                 raise ProviderResponseError(f"gemini blocked the prompt: {feedback['blockReason']}")
             return [], [], None, usage
         candidate = expect_mapping(candidates[0], "candidates[0]", "gemini")
-        content = candidate.get("content") if isinstance(candidate.get("content"), Mapping) else {}
+        content = member(candidate, "content")
         texts, calls = [], []
         for i, part in enumerate(content.get("parts") or ()):
             part = expect_mapping(part, f"candidates[0].content.parts[{i}]", "gemini")
@@ -155,78 +146,39 @@ class GeminiWire:
         texts, calls, finish, usage = self._parts(data)
         if finish is None and not texts and not calls:
             raise ProviderResponseError("gemini: the response has no candidates")
-        stop = "tool_use" if calls else _STOP.get(finish or "STOP", "end_turn")
-        return Completion("".join(texts), tuple(calls), stop, usage or Usage())
+        return completion("".join(texts), calls, finish, usage or Usage(), _STOP)
 
     def assembler(self) -> GeminiStreamAssembler:
         return GeminiStreamAssembler(self)
 
 
-class GeminiStreamAssembler:
+class GeminiStreamAssembler(Assembler):
     """Each SSE event is a whole ``GenerateContentResponse`` chunk; a ``finishReason`` ends it."""
 
+    provider, end, stops = "gemini", "a finishReason", _STOP
+
     def __init__(self, wire: GeminiWire) -> None:
+        super().__init__()
         self._wire = wire
-        self._text: list[str] = []
-        self._calls: list[ToolCall] = []
-        self._finish: str | None = None
-        self._usage = Usage()
 
     def feed(self, event: Any) -> str:
         texts, calls, finish, usage = self._wire._parts(sse_json(event, "gemini"))
-        self._calls += calls
+        self.calls += calls
         if usage is not None:
-            self._usage = usage
+            self.usage = usage
         if finish:
-            self._finish = finish
-        piece = "".join(texts)
-        if piece:
-            self._text.append(piece)
-        return piece
-
-    def finish(self) -> Completion:
-        if self._finish is None:
-            raise StreamInterrupted("gemini: the stream ended before a finishReason; try again")
-        stop = "tool_use" if self._calls else _STOP.get(self._finish, "end_turn")
-        return Completion("".join(self._text), tuple(self._calls), stop, self._usage)
+            self.stop, self.done = finish, True
+        return self.add("".join(texts))
 
 
-def _append(turns: list[dict[str, Any]], role: str, part: dict[str, Any]) -> None:
-    if turns and turns[-1]["role"] == role:
-        turns[-1]["parts"].append(part)
-    else:
-        turns.append({"role": role, "parts": [part]})
-
-
-def create_gemini(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "gemini"`` (``GEMINI_API_KEY``)."""
-    return http_provider(
-        "gemini",
-        GeminiWire(),
-        model,
-        settings,
-        example="gemini-2.5-flash",
-        base_url=GEMINI_BASE_URL,
-        key_env="GEMINI_API_KEY",
-        auth=lambda key: {"x-goog-api-key": key} if key else {},
-        env=env,
-    )
-
-
-@hookimpl
-def roost_check_config(config: Any) -> None:
-    check_config_providers(config, "gemini")
-
-
-@hookimpl
-def roost_providers() -> list[ProviderDescriptor]:
-    return [
-        ProviderDescriptor(
-            "gemini",
-            create_gemini,
-            "Google Gemini generateContent",
-            requires_env=("GEMINI_API_KEY",),
-        )
-    ]
+GEMINI = Vendor(
+    "gemini",
+    GeminiWire,
+    "Google Gemini generateContent",
+    example="gemini-2.5-flash",
+    base_url="https://generativelanguage.googleapis.com",
+    key_env="GEMINI_API_KEY",
+    auth=lambda key: {"x-goog-api-key": key} if key else {},
+)
+create_gemini = GEMINI.create
+roost_check_config, roost_providers = vendor_hooks(GEMINI)

@@ -11,33 +11,23 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from roost.kernel import (
-    Completion,
-    CompletionRequest,
-    Message,
-    ProviderDescriptor,
-    ToolCall,
-    Usage,
-    hookimpl,
-)
+from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
-    HttpProvider,
-    bearer,
+    Assembler,
+    Vendor,
+    completion,
     expect_answer,
     expect_mapping,
     function_tools,
-    http_provider,
     make_tool_call,
+    member,
     passthrough_parameters,
-)
-from ._http import (
-    StreamInterrupted,
-    check_config_providers,
+    vendor_hooks,
 )
 
-OLLAMA_BASE_URL = "http://localhost:11434"
 TOP_LEVEL = frozenset({"keep_alive", "format", "think"})
+_STOP = {"length": "max_tokens"}
 
 
 def to_ollama_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -99,52 +89,30 @@ def _usage(data: Mapping[str, Any]) -> Usage:
     return Usage(int(data.get("prompt_eval_count") or 0), int(data.get("eval_count") or 0))
 
 
-def _stop(data: Mapping[str, Any], calls: list[ToolCall]) -> str:
-    if calls:
-        return "tool_use"
-    return "max_tokens" if data.get("done_reason") == "length" else "end_turn"
-
-
 def parse_response(data: Any) -> Completion:
     """A non-streamed ``/api/chat`` answer as a roost ``Completion``."""
     data = expect_answer(data, "the response", "ollama")
     message = expect_mapping(data.get("message"), "message", "ollama")
-    calls = _calls(message)
-    return Completion(
-        str(message.get("content") or ""), tuple(calls), _stop(data, calls), _usage(data)
-    )
+    text = str(message.get("content") or "")
+    return completion(text, _calls(message), _reason(data), _usage(data), _STOP)
 
 
-class ChatStreamAssembler:
+def _reason(data: Mapping[str, Any]) -> str:
+    return str(data.get("done_reason") or "")
+
+
+class ChatStreamAssembler(Assembler):
     """Assembles NDJSON chunks; the last one has ``done: true`` and the token counts."""
 
-    def __init__(self) -> None:
-        self._text: list[str] = []
-        self._calls: list[ToolCall] = []
-        self._final: Mapping[str, Any] | None = None
+    provider, end, stops = "ollama", "a chunk with done=true", _STOP
 
     def feed(self, event: Any) -> str:
         data = expect_answer(event, "the response", "ollama")
-        message = data.get("message") if isinstance(data.get("message"), Mapping) else {}
-        self._calls += _calls(message)
-        piece = str(message.get("content") or "")
-        if piece:
-            self._text.append(piece)
+        message = member(data, "message")
+        self.calls += _calls(message)
         if data.get("done"):
-            self._final = data
-        return piece
-
-    def finish(self) -> Completion:
-        if self._final is None:
-            raise StreamInterrupted(
-                "ollama: the stream ended before a chunk with done=true; try again"
-            )
-        return Completion(
-            "".join(self._text),
-            tuple(self._calls),
-            _stop(self._final, self._calls),
-            _usage(self._final),
-        )
+            self.stop, self.usage, self.done = _reason(data), _usage(data), True
+        return self.add(str(message.get("content") or ""))
 
 
 class OllamaWire:
@@ -159,28 +127,13 @@ class OllamaWire:
         return f"{base_url}/api/chat"
 
 
-def create_ollama(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "ollama"`` (no key needed locally)."""
-    return http_provider(
-        "ollama",
-        OllamaWire(),
-        model,
-        settings,
-        example="llama3.2",
-        base_url=OLLAMA_BASE_URL,
-        key_env=None,
-        auth=bearer,
-        env=env,
-    )
-
-
-@hookimpl
-def roost_check_config(config: Any) -> None:
-    check_config_providers(config, "ollama")
-
-
-@hookimpl
-def roost_providers() -> list[ProviderDescriptor]:
-    return [ProviderDescriptor("ollama", create_ollama, "Ollama /api/chat (local models, no key)")]
+OLLAMA = Vendor(
+    "ollama",
+    OllamaWire,
+    "Ollama /api/chat (local models, no key)",
+    example="llama3.2",
+    base_url="http://localhost:11434",
+    key_env=None,
+)
+create_ollama = OLLAMA.create
+roost_check_config, roost_providers = vendor_hooks(OLLAMA)

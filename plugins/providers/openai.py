@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
-from roost.kernel import Completion, CompletionRequest, Message, ProviderDescriptor, Usage, hookimpl
+from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
-    HttpProvider,
-    bearer,
+    Assembler,
+    Vendor,
+    completion,
     expect_answer,
     expect_mapping,
     function_tools,
-    http_provider,
     make_tool_call,
     passthrough_parameters,
     sse_json,
+    vendor_hooks,
 )
-from ._http import (
-    ProviderResponseError,
-    StreamInterrupted,
-    check_config_providers,
-)
-
-OPENAI_BASE_URL = "https://api.openai.com/v1"
-OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
-OPENROUTER_HEADERS = {"HTTP-Referer": "https://github.com/roost-agents/roost", "X-Title": "roost"}
+from ._http import ProviderResponseError
 
 _FINISH = {
     "stop": "end_turn",
@@ -120,31 +114,29 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
         name = str(fn.get("name") or "")
         call_id = raw.get("id")
         calls.append(make_tool_call(name, fn.get("arguments"), provider, call_id))
+    text = str(message.get("content") or "")
     finish = str(choice.get("finish_reason") or "stop")
-    stop = "tool_use" if calls else _FINISH.get(finish, "end_turn")
-    return Completion(
-        str(message.get("content") or ""), tuple(calls), stop, parse_usage(data.get("usage"))
-    )
+    return completion(text, calls, finish, parse_usage(data.get("usage")), _FINISH)
 
 
-class ChatStreamAssembler:
+class ChatStreamAssembler(Assembler):
     """Assembles ``chat.completion.chunk`` events; tool-call fragments are joined by index."""
 
+    end = "the model finished (no finish_reason, no [DONE])"
+    stops = _FINISH
+
     def __init__(self, provider: str = "openai") -> None:
+        super().__init__()
         self.provider = provider
-        self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
-        self._finish: str | None = None
-        self._usage = Usage()
-        self._done = False
 
     def feed(self, event: Any) -> str:
         if event.data.strip() == "[DONE]":
-            self._done = True
+            self.done = True
             return ""
         chunk = expect_answer(sse_json(event, self.provider), "a stream chunk", self.provider)
         if chunk.get("usage"):
-            self._usage = parse_usage(chunk["usage"])
+            self.usage = parse_usage(chunk["usage"])
         text = ""
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
@@ -157,10 +149,9 @@ class ChatStreamAssembler:
                     if isinstance(frag, Mapping):
                         self._fragment(frag)
             if choice.get("finish_reason"):
-                self._finish = str(choice["finish_reason"])
-        if text:
-            self._text.append(text)
-        return text
+                self.stop = str(choice["finish_reason"])
+                self.done = True
+        return self.add(text)
 
     def _fragment(self, frag: Mapping[str, Any]) -> None:
         index = frag.get("index", len(self._calls))
@@ -176,18 +167,11 @@ class ChatStreamAssembler:
             elif isinstance(fn.get("arguments"), Mapping):  # some compatible servers send an object
                 call["arguments"] = json.dumps(fn["arguments"])
 
-    def finish(self) -> Completion:
-        if not self._done and self._finish is None:
-            raise StreamInterrupted(
-                f"{self.provider}: the stream ended before the model finished (no finish_reason, "
-                "no [DONE]); try again"
-            )
-        calls = tuple(
+    def tool_calls(self) -> list[ToolCall]:
+        return [
             make_tool_call(c["name"], c["arguments"], self.provider, c["id"] or None)
             for _, c in sorted(self._calls.items())
-        )
-        stop = "tool_use" if calls else _FINISH.get(self._finish or "stop", "end_turn")
-        return Completion("".join(self._text), calls, stop, self._usage)
+        ]
 
 
 class ChatCompletionsWire:
@@ -209,62 +193,22 @@ class ChatCompletionsWire:
         return ChatStreamAssembler(self.provider)
 
 
-# ---- factories and the plugin ------------------------------------------------------------
-
-
-def create_openai(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "openai"`` (``OPENAI_API_KEY``)."""
-    return http_provider(
-        "openai",
-        ChatCompletionsWire("openai"),
-        model,
-        settings,
-        example="gpt-4o-mini",
-        base_url=OPENAI_BASE_URL,
-        key_env="OPENAI_API_KEY",
-        auth=bearer,
-        env=env,
-    )
-
-
-def create_openrouter(
-    model: Any, settings: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None
-) -> HttpProvider:
-    """Factory for ``model.provider = "openrouter"`` (``OPENROUTER_API_KEY``)."""
-    return http_provider(
-        "openrouter",
-        ChatCompletionsWire("openrouter"),
-        model,
-        settings,
-        example="openai/gpt-4o-mini",
-        base_url=OPENROUTER_BASE_URL,
-        key_env="OPENROUTER_API_KEY",
-        auth=bearer,
-        env=env,
-        extra_headers=OPENROUTER_HEADERS,
-    )
-
-
-@hookimpl
-def roost_check_config(config: Any) -> None:
-    check_config_providers(config, "openai", "openrouter")
-
-
-@hookimpl
-def roost_providers() -> list[ProviderDescriptor]:
-    return [
-        ProviderDescriptor(
-            "openai",
-            create_openai,
-            "OpenAI Chat Completions, or any compatible server via base_url",
-            requires_env=("OPENAI_API_KEY",),
-        ),
-        ProviderDescriptor(
-            "openrouter",
-            create_openrouter,
-            "OpenRouter (OpenAI format, many vendors' models)",
-            requires_env=("OPENROUTER_API_KEY",),
-        ),
-    ]
+OPENAI = Vendor(
+    "openai",
+    ChatCompletionsWire,
+    "OpenAI Chat Completions, or any compatible server via base_url",
+    example="gpt-4o-mini",
+    base_url="https://api.openai.com/v1",
+    key_env="OPENAI_API_KEY",
+)
+OPENROUTER = Vendor(
+    "openrouter",
+    partial(ChatCompletionsWire, "openrouter"),
+    "OpenRouter (OpenAI format, many vendors' models)",
+    example="openai/gpt-4o-mini",
+    base_url="https://openrouter.ai/api/v1",
+    key_env="OPENROUTER_API_KEY",
+    extra_headers={"HTTP-Referer": "https://github.com/roost-agents/roost", "X-Title": "roost"},
+)
+create_openai, create_openrouter = OPENAI.create, OPENROUTER.create
+roost_check_config, roost_providers = vendor_hooks(OPENAI, OPENROUTER)

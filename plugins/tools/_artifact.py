@@ -26,11 +26,10 @@ from roost.kernel import (
     ToolCall,
     ToolContext,
     ToolResult,
-    ToolSpec,
 )
 
 from ._beneath import READ_FLAGS, open_under
-from ._sandbox import agent_thread, workspace_of
+from ._sandbox import agent_thread, tool_spec, workspace_of
 
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
@@ -39,7 +38,7 @@ _KINDS = ("text", "data", "path", "url")
 MAX_NAME_CHARS = 200
 MAX_URL_CHARS = 8192
 
-ARTIFACT_SPEC = ToolSpec(
+ARTIFACT_SPEC = tool_spec(
     name="artifact",
     title="Hand over an artifact",
     description=(
@@ -49,31 +48,27 @@ ARTIFACT_SPEC = ToolSpec(
         "another part to that artifact. A2A callers receive artifacts as task artifacts, "
         "MCP callers as content."
     ),
-    input_schema={
-        "type": "object",
-        "properties": {
-            "name": {
-                "type": "string",
-                "description": "The artifact's name, e.g. report.pdf or summary",
-            },
-            "description": {"type": "string", "description": "What the artifact is (optional)"},
-            "text": {"type": "string", "description": "Text content"},
-            "data": {"description": "Structured content: any JSON value"},
-            "path": {"type": "string", "description": "A file in your workspace to hand over"},
-            "url": {"type": "string", "description": "An http(s) URL of a file"},
-            "media_type": {
-                "type": "string",
-                "description": "e.g. application/pdf; guessed from the file name if left out",
-            },
-            "filename": {
-                "type": "string",
-                "description": "The file's name for the receiver (default: the path's name)",
-            },
+    properties={
+        "name": {
+            "type": "string",
+            "description": "The artifact's name, e.g. report.pdf or summary",
         },
-        "required": ["name"],
-        "additionalProperties": False,
+        "description": {"type": "string", "description": "What the artifact is (optional)"},
+        "text": {"type": "string", "description": "Text content"},
+        "data": {"description": "Structured content: any JSON value"},
+        "path": {"type": "string", "description": "A file in your workspace to hand over"},
+        "url": {"type": "string", "description": "An http(s) URL of a file"},
+        "media_type": {
+            "type": "string",
+            "description": "e.g. application/pdf; guessed from the file name if left out",
+        },
+        "filename": {
+            "type": "string",
+            "description": "The file's name for the receiver (default: the path's name)",
+        },
     },
-    annotations={"readOnlyHint": True, "openWorldHint": False},
+    required=["name"],
+    readOnlyHint=True,
 )
 
 

@@ -1,37 +1,16 @@
 """The ``bash`` tool: ``bash -c`` in the workspace, isolated, confined, time-limited.
 
-- Environment: cleared, then only ``PATH``, ``HOME`` (the workspace, so tools that write
-  dotfiles or caches keep them there and never see the user's real home), ``TMPDIR`` (a
-  private tmpfs for this command), ``LANG``, and the names in the env allowlist (their values come
-  from roost's own environment; an allowlisted ``HOME`` or ``PATH`` passes the real value);
-  and the run's trace context (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``),
-  while the process is registered with it in ``kernel.process_traces``
-  (``roost.kernel.ProcessTraces``), so that the daemon knows a call from it by its pid.
-- Files (Landlock): the agent's file-access model (``_sandbox.FileAccess``) — read and
-  write its workspace, ``$TMPDIR`` and ``files.write``; read ``files.read`` and the system
-  trees programs need; nothing else. In ``read-only`` mode it writes only ``$TMPDIR``;
-  ``rwx`` leaves files unconfined.
-- Network: without a granted port, a network namespace of its own (only its ``lo``);
-  with ``network.connect`` / ``network.bind`` ports, the host's network with TCP refused
-  by Landlock (ABI 4) except to those ports, and a seccomp filter (``_seccomp``) that
-  refuses sockets Landlock does not filter (MPTCP, SCTP, raw, packet, vsock...). ``rwx``:
-  unrestricted.
-- Processes: no capabilities at all, even when roost runs as root; a PID namespace with
-  its own ``/proc`` where the kernel allows one, Landlock signal and abstract-socket
-  scoping (ABI 6); roost itself is non-dumpable, so neither its memory nor its
-  ``/proc/<pid>/environ`` is readable by a child.
-- Resources (manifest ``limits.bash_*``): address space per process (RLIMIT_AS), processes
-  per command (pid_max of its PID namespace, RLIMIT_NPROC in a user namespace), the size
-  of ``$TMPDIR``; ``oom_score_adj`` 1000, so the OOM killer takes bash before roost.
-  Whatever this kernel cannot enforce is logged loudly once at start.
-- Lifetime: the command runs under the ``_sandbox_exec`` supervisor in a new session. It
-  dies with roost (parent-death signal), and when bash exits everything it left behind is
-  killed at once; on timeout or cancellation roost asks the supervisor to do the same
-  (SIGTERM), and kills the whole process group if it does not finish within a grace.
+The command runs under the ``_sandbox_exec`` supervisor (``command_argv``) in a new session,
+with a cleared environment (``child_environment``) plus the run's trace context, while its
+pid is registered in ``kernel.process_traces``. What is enforced, and what this machine
+cannot enforce (logged once at start, ``unenforced``), is in README.md, "Built-in tools and
+the sandbox". On timeout or cancellation roost asks the supervisor to kill everything
+(SIGTERM) and kills the whole process group if it does not finish within a grace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
@@ -46,18 +25,18 @@ from pathlib import Path
 
 import trio
 from roost.kernel import (
+    AgentLimits,
     SandboxError,
     Tool,
     ToolCall,
     ToolContext,
     ToolResult,
-    ToolSpec,
     TraceContext,
     child_open_file_limit,
 )
 
 from . import _landlock, _sandbox_exec, _seccomp
-from ._sandbox import BashLimits, FileAccess, ToolsSettings, file_access
+from ._sandbox import FileAccess, ToolsSettings, file_access, string_arg, tool_spec
 
 log = logging.getLogger("roost.tools.bash")
 
@@ -69,51 +48,48 @@ _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
+# The probe's command: the interpreter roost runs on (never a program looked up on PATH,
+# which the probe, without Landlock, would run unconfined), checking it is alone with its
+# init in the new /proc.
+_PROBE_COMMAND = (
+    "import os, sys; pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()); "
+    "sys.exit(0 if pids == [1, os.getpid()] else 'the new /proc shows other processes')"
+)
 _warned = False
 
 
 @functools.cache
-def _probe() -> dict[str, str]:
-    """``{"pidns": why, "netns": why}``: "" where it works here (probed once, for real)."""
+def _probe(netns: bool) -> str:
+    """Why bash gets no PID namespace (with ``netns``: and network namespace) here, "" if it
+    does: probed once each by running the supervisor for real."""
     if not sys.platform.startswith("linux"):
-        return dict.fromkeys(("pidns", "netns"), f"not supported on {sys.platform}")
+        return f"not supported on {sys.platform}"
+    if not netns and not _probe(True):
+        return ""  # the network namespace came with a PID namespace: one run tells both
+    flags = ["--pidns", "--netns"] if netns else ["--pidns"]
+    command = [sys.executable, "-I", "-S", "-c", _PROBE_COMMAND]
     try:
         done = subprocess.run(
-            [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--probe"],
+            [sys.executable, "-I", "-S", _sandbox_exec.__file__, *flags, "--", *command],
             capture_output=True,
             text=True,
             timeout=_PROBE_TIMEOUT_S,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return dict.fromkeys(("pidns", "netns"), f"the probe failed: {exc}")
-    found = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
-    other = done.stderr.strip().removeprefix("roost sandbox: ") or f"exit {done.returncode}"
-    return {k: "" if found.get(k) == "ok" else found.get(k) or other for k in ("pidns", "netns")}
+        return f"the probe failed: {exc}"
+    why = done.stderr.strip().removeprefix("roost sandbox: ").split("; refusing", 1)[0]
+    return "" if done.returncode == 0 else why or f"exit {done.returncode}"
 
 
 def namespaces_status() -> tuple[bool, str]:
     """Whether bash can run in its own PID namespace here, and why not."""
-    why = _probe()["pidns"]
-    return not why, why
+    return not _probe(False), _probe(False)
 
 
 def network_namespace_status() -> tuple[bool, str]:
     """Whether bash can also get a network namespace of its own here, and why not."""
-    why = _probe()["netns"]
-    return not why, why
-
-
-def process_cap_status() -> tuple[bool, str]:
-    """Whether the kernel can bound the processes of one bash command here, and why not."""
-    if not namespaces_status()[0]:
-        return False, "it needs bash's PID namespace (or user namespace)"
-    if os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
-        return False, (
-            "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
-            "per-namespace pid_max"
-        )
-    return True, ""
+    return not _probe(True), _probe(True)
 
 
 def protect_process() -> bool:
@@ -141,8 +117,14 @@ def unenforced() -> list[str]:
             "granted ports bash shares the host's network (UDP included; TCP refused by "
             "Landlock)"
         )
-    ok, why = process_cap_status()
     if not ok:
+        why = "it needs bash's PID namespace (or user namespace)"
+    elif os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
+        why = (
+            "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
+            "per-namespace pid_max"
+        )
+    if why:
         missing.append(f"a cap on the processes of one bash command ({why})")
     if not _seccomp.available():
         missing.append(
@@ -192,7 +174,7 @@ def command_argv(
     *,
     connect: tuple[int, ...] = (),
     bind: tuple[int, ...] = (),
-    limits: BashLimits | None = None,
+    limits: AgentLimits | None = None,
 ) -> list[str]:
     """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
     isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
@@ -200,15 +182,15 @@ def command_argv(
     bash = shutil.which("bash") or "/bin/bash"
     argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
     confined = access.mode != "rwx"
-    limits = limits or BashLimits.of(None)
+    limits = limits or AgentLimits()
     if namespaces_status()[0]:
         argv.append("--pidns")
         # Without a granted port, bash needs no network: a namespace of its own reaches
         # nothing on the host, by any protocol.
         if confined and not connect and not bind and network_namespace_status()[0]:
             argv.append("--netns")
-        argv += ["--tmp", str(access.temp), str(limits.tmp_mb)]
-    argv += ["--memory", str(limits.memory_mb), "--processes", str(limits.processes)]
+        argv += ["--tmp", str(access.temp), str(limits.bash_tmp_mb)]
+    argv += ["--memory", str(limits.bash_memory_mb), "--processes", str(limits.bash_processes)]
     nofile = child_open_file_limit()
     if nofile is not None:  # roost raised its own: the command gets the operator's back
         argv += ["--nofile", str(nofile)]
@@ -249,24 +231,16 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 async def _stop(process: trio.Process) -> None:
     """Ask the supervisor to kill and reap the command's processes; force it after a grace."""
     if process.returncode is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         with trio.move_on_after(_STOP_GRACE_S):
             await process.wait()
     # Anything left in the group (normally nothing) is killed outright.
-    _kill_group(process.pid)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     with trio.move_on_after(_REAP_GRACE_S):
         await process.wait()
 
@@ -384,7 +358,7 @@ BASH_OUTPUT_SCHEMA = {
 def bash_tool(settings: ToolsSettings) -> Tool:
     """The ``bash`` tool descriptor for ``settings``."""
     max_timeout = settings.bash_timeout_s
-    spec = ToolSpec(
+    spec = tool_spec(
         name="bash",
         title="Run a shell command",
         description=(
@@ -398,36 +372,23 @@ def bash_tool(settings: ToolsSettings) -> Tool:
             f"Times out after {max_timeout:g} s at most; background processes are killed "
             "when the command ends."
         ),
-        input_schema={
-            "type": "object",
-            "properties": {
-                "command": {
-                    "type": "string",
-                    "minLength": 1,
-                    "description": "The shell command line to run, e.g. `ls -la && git status`.",
-                },
-                "timeout": {
-                    "type": "number",
-                    "exclusiveMinimum": 0,
-                    "maximum": max_timeout,
-                    "description": (
-                        "Seconds before the command is killed (default and "
-                        f"maximum {max_timeout:g})."
-                    ),
-                },
+        properties={
+            "command": string_arg("The shell command line to run, e.g. `ls -la && git status`."),
+            "timeout": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": max_timeout,
+                "description": (
+                    f"Seconds before the command is killed (default and maximum {max_timeout:g})."
+                ),
             },
-            "required": ["command"],
-            "additionalProperties": False,
         },
+        required=["command"],
         output_schema=BASH_OUTPUT_SCHEMA,
-        annotations={
-            "title": "Run a shell command",
-            "readOnlyHint": False,
-            "destructiveHint": True,
-            "idempotentHint": False,
-            "openWorldHint": True,
-        },
-        owner="tools",
+        readOnlyHint=False,
+        destructiveHint=True,
+        idempotentHint=False,
+        openWorldHint=True,
         # Longer than bash's own limit, so the command's timeout fires first and reports.
         timeout_s=max_timeout + _STOP_GRACE_S + _REAP_GRACE_S + _DRAIN_GRACE_S + 3,
     )
@@ -467,7 +428,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
                 access,
                 connect=tuple(getattr(network, "connect", ())),
                 bind=tuple(getattr(network, "bind", ())),
-                limits=BashLimits.of(manifest),
+                limits=getattr(manifest, "limits", None),
             ),
             cwd=workspace,
             env=env,

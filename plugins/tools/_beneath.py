@@ -1,17 +1,10 @@
 """Opening files beneath a directory without ever following a symbolic link.
 
-The file tools check a path against the agent's roots once, lexically; these functions
-then open it relative to the root's directory fd so that nothing swapped in meanwhile (a
-symlink renamed over a directory, say) can lead the open anywhere else:
-
-- ``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS``
-  (Linux ≥ 5.6) resolves the whole path in the kernel under those rules;
-- elsewhere, a walk one component at a time, each opened ``O_NOFOLLOW`` relative to the
-  previous directory's fd, does the same.
-
-Either way a symlink anywhere on the path fails with ``ELOOP``. Files are opened
-``O_NONBLOCK`` so a FIFO or device never blocks the open; callers ``fstat`` the fd and
-refuse what is not a regular file.
+After the lexical check against the agent's roots, the open happens relative to the root's
+directory fd so nothing swapped in meanwhile can lead it elsewhere: ``openat2`` with
+``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` (Linux ≥ 5.6), else a walk
+one ``O_NOFOLLOW`` component at a time. A symlink anywhere fails with ``ELOOP``. Files open
+``O_NONBLOCK`` (a FIFO never blocks); callers ``fstat`` and refuse what is not regular.
 """
 
 from __future__ import annotations

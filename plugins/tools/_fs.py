@@ -1,22 +1,12 @@
 """The file tools: ``read``, ``write``, ``edit``, ``list``, ``glob`` and ``grep``.
 
-Paths are relative to the agent's workspace (absolute paths are allowed). Each path is
-checked against the agent's file-access model (``_sandbox.FileAccess``: its workspace
-and the roots its manifest grants; nothing else) and then opened beneath
-that root without following any symbolic link (``_beneath``), so a path swapped between
-the check and the open cannot lead elsewhere. Only regular files are opened for content
-(opened non-blocking, then ``fstat``-checked): a FIFO or device is refused, never waited
-on. ``write`` and ``edit`` refuse a file with other hard links.
-
-Memory stays bounded whatever the file: ``read`` scans in chunks and keeps at most
-``MAX_LINE_CHARS`` of a line (a sparse file of one huge "line" costs no memory), ``edit``
-refuses files over ``MAX_EDIT_BYTES`` and ``grep`` skips files over
-``MAX_GREP_FILE_BYTES``.
-
-The blocking work runs in a worker thread under the agent's own limiter (one agent's
-stuck threads cannot starve the others or the daemon) and is abandoned on cancellation,
-so a timeout or shutdown never waits for it; long walks (``glob``, ``grep``) also stop by
-themselves at the call's deadline.
+Each path is checked against the agent's file-access model (``_sandbox.FileAccess``), then
+opened beneath its root following no symlink (``_beneath``), so a path swapped after the
+check cannot lead elsewhere. Only regular files are opened for content (non-blocking, then
+``fstat``-checked: a FIFO is refused, never waited on); ``write`` and ``edit`` refuse a
+file with other hard links. Memory stays bounded whatever the file (``MAX_LINE_CHARS``,
+``MAX_EDIT_BYTES``, ``MAX_GREP_FILE_BYTES``). The work runs in the agent's own threads
+(``agent_thread``), abandoned on cancellation; walks also stop at the call's deadline.
 """
 
 from __future__ import annotations
@@ -26,7 +16,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from roost.kernel import (
@@ -37,6 +27,7 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     ToolSpec,
+    validate_arguments,
 )
 
 from ._beneath import (
@@ -47,7 +38,16 @@ from ._beneath import (
     regular_file_kind,
     walk,
 )
-from ._sandbox import FileAccess, Located, agent_thread, file_access, path_argument
+from ._sandbox import (
+    FileAccess,
+    Located,
+    agent_thread,
+    file_access,
+    flag_arg,
+    path_argument,
+    string_arg,
+    tool_spec,
+)
 
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
@@ -61,30 +61,6 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn"})
 # Leave the kernel's timeout some room so a walk reports what it found before it.
 _WALK_DEADLINE_FRACTION = 0.8
 _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _int_arg(arguments: Any, name: str, default: int, *, minimum: int, maximum: int) -> int:
-    value = arguments.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ToolArgumentsInvalid(
-            f"arguments.{name}: expected an integer from {minimum} to {maximum}, got {value!r}"
-        )
-    return value
-
-
-def _bool_arg(arguments: Any, name: str, default: bool) -> bool:
-    value = arguments.get(name, default)
-    if not isinstance(value, bool):
-        raise ToolArgumentsInvalid(f"arguments.{name}: expected true or false, got {value!r}")
-    return value
-
-
-def _str_arg(arguments: Any, name: str, *, allow_empty: bool = False) -> str:
-    value = arguments.get(name)
-    if not isinstance(value, str) or (not allow_empty and value == ""):
-        need = "a string" if allow_empty else "a non-empty string"
-        raise ToolArgumentsInvalid(f"arguments.{name}: expected {need}, got {value!r}")
-    return value
 
 
 class _Refused(Exception):
@@ -202,36 +178,9 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
     return await agent_thread(ctx, guarded)
 
 
-def _spec(
-    *,
-    name: str,
-    title: str,
-    description: str,
-    properties: dict[str, Any],
-    required: Sequence[str] = (),
-    **hints: bool,
-) -> ToolSpec:
-    """A file tool's spec: arguments ``properties`` (no others), ``required`` among them;
-    the annotations repeat the title, add ``hints`` and say the tool stays local."""
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = list(required)
-    schema["additionalProperties"] = False
-    annotations = {"title": title, **hints, "openWorldHint": False}
-    return ToolSpec(
-        name=name,
-        title=title,
-        description=description,
-        input_schema=schema,
-        annotations=annotations,
-    )
+# ---- read ----------------------------------------------------------------------------
 
-
-# --------------------------------------------------------------------------------------
-# read
-# --------------------------------------------------------------------------------------
-
-READ_SPEC = _spec(
+READ_SPEC = tool_spec(
     name="read",
     title="Read a file",
     description=(
@@ -242,10 +191,11 @@ READ_SPEC = _spec(
         "grants can be read, and symbolic links are not followed."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to read."},
+        "path": string_arg("File to read."),
         "offset": {
             "type": "integer",
             "minimum": 1,
+            "maximum": 10**9,
             "description": "First line to return (1-based, default 1).",
         },
         "limit": {
@@ -260,58 +210,32 @@ READ_SPEC = _spec(
 )
 
 
-class _Lines:
+def _lines(f: Any, keep: int, deadline: float, what: str) -> Iterator[tuple[bytes, bool]]:
     """The lines of a binary file (without their end, ``\\r\\n`` or ``\\n``), each cut to
-    its first ``keep`` bytes, as ``(bytes, cut)``. Holds at most one chunk and ``keep``
-    bytes whatever the file (the rest of a cut line is skipped, never kept), and raises
-    ``_Refused`` past ``deadline`` (``time.monotonic()``)."""
+    its first ``keep`` bytes, as ``(bytes, cut)``. Memory stays bounded whatever the file
+    (the rest of a cut line is skipped, never kept); ``_Refused`` past ``deadline``."""
 
-    def __init__(self, f: Any, keep: int, deadline: float, what: str) -> None:
-        self.f, self.keep, self.deadline, self.what = f, keep, deadline, what
-        self.buffer = b""
+    def line(size: int) -> bytes:
+        if time.monotonic() > deadline:
+            raise _Refused(f"{what}: reading the file ran out of time; give a smaller offset")
+        return f.readline(size)
 
-    def _fill(self) -> bool:
-        if not self.buffer:
-            if time.monotonic() > self.deadline:
-                raise _Refused(
-                    f"{self.what}: reading the file ran out of time; give a smaller offset"
-                )
-            self.buffer = self.f.read(_READ_CHUNK)
-        return bool(self.buffer)
-
-    def __iter__(self) -> Iterator[tuple[bytes, bool]]:
-        line, skipping = bytearray(), False
-        while self._fill():
-            end = self.buffer.find(b"\n")
-            if end < 0:
-                piece, self.buffer = self.buffer, b""
-            else:
-                piece, self.buffer = self.buffer[:end], self.buffer[end + 1 :]
-            if skipping:  # the rest of a line already given, cut
-                skipping = end < 0
-                continue
-            room = self.keep - len(line)
-            if len(piece) > room:
-                yield bytes(line + piece[:room]), True
-                line, skipping = bytearray(), end < 0
-            elif end >= 0:
-                yield bytes((line + piece).removesuffix(b"\r")), False
-                line = bytearray()
-            else:
-                line += piece
-        if line:
-            yield bytes(line), False
-
-    def pending(self) -> bool:
-        """Whether anything follows what was given (reads at most one chunk)."""
-        return self._fill()
+    while data := line(keep + 1):
+        if data.endswith(b"\n"):
+            yield data[:-1].removesuffix(b"\r"), False
+        elif len(data) <= keep:
+            yield data, False  # the last line, without an end
+        else:
+            yield data[:keep], True
+            while (rest := line(_READ_CHUNK)) and not rest.endswith(b"\n"):
+                pass
 
 
 async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    offset = _int_arg(args, "offset", 1, minimum=1, maximum=10**9)
-    limit = _int_arg(args, "limit", DEFAULT_READ_LINES, minimum=1, maximum=100_000)
+    # int(): the schema's "integer" lets 2.0 through too.
+    offset, limit = int(args.get("offset", 1)), int(args.get("limit", DEFAULT_READ_LINES))
     budget = ctx.max_output_chars
     deadline = _deadline(ctx)
 
@@ -328,7 +252,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
             last = offset - 1
             more = False
             # Up to 4 bytes a character: enough bytes for MAX_LINE_CHARS characters.
-            lines = _Lines(f, MAX_LINE_CHARS * 4, deadline, repr(raw))
+            lines = _lines(f, MAX_LINE_CHARS * 4, deadline, repr(raw))
             for number, (data, cut) in enumerate(lines, start=1):
                 if number < offset:
                     continue
@@ -341,7 +265,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 last = number
                 if number + 1 >= offset + limit or used >= budget:
                     # Whatever follows (the rest of a cut line included) is "more".
-                    more = lines.pending()
+                    more = bool(f.peek(1))
                     break
         if not out:
             if info.st_size == 0:
@@ -358,11 +282,9 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# write
-# --------------------------------------------------------------------------------------
+# ---- write ---------------------------------------------------------------------------
 
-WRITE_SPEC = _spec(
+WRITE_SPEC = tool_spec(
     name="write",
     title="Write a file",
     description=(
@@ -372,7 +294,7 @@ WRITE_SPEC = _spec(
         "changing part of a file."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to write."},
+        "path": string_arg("File to write."),
         "content": {"type": "string", "description": "The complete new file content."},
     },
     required=["path", "content"],
@@ -424,7 +346,7 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
 async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    content = _str_arg(args, "content", allow_empty=True)
+    content = args["content"]
 
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw, write=True)
@@ -443,11 +365,9 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# edit
-# --------------------------------------------------------------------------------------
+# ---- edit ----------------------------------------------------------------------------
 
-EDIT_SPEC = _spec(
+EDIT_SPEC = tool_spec(
     name="edit",
     title="Edit a file",
     description=(
@@ -456,17 +376,10 @@ EDIT_SPEC = _spec(
         "is true. Read the file first and copy the text without the line-number prefix."
     ),
     properties={
-        "path": {"type": "string", "minLength": 1, "description": "File to edit."},
-        "old_string": {
-            "type": "string",
-            "minLength": 1,
-            "description": "The exact text to replace.",
-        },
+        "path": string_arg("File to edit."),
+        "old_string": string_arg("The exact text to replace."),
         "new_string": {"type": "string", "description": "The text to put in its place."},
-        "replace_all": {
-            "type": "boolean",
-            "description": "Replace every occurrence instead of exactly one (default false).",
-        },
+        "replace_all": flag_arg("Replace every occurrence instead of exactly one (default false)."),
     },
     required=["path", "old_string", "new_string"],
     readOnlyHint=False,
@@ -496,9 +409,8 @@ def _snippet(text: str, first_line: int, changed_lines: int, context: int = 3) -
 async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args)
-    old = _str_arg(args, "old_string")
-    new = _str_arg(args, "new_string", allow_empty=True)
-    replace_all = _bool_arg(args, "replace_all", False)
+    old, new = args["old_string"], args["new_string"]
+    replace_all = args.get("replace_all", False)
     if old == new:
         raise ToolArgumentsInvalid(
             "arguments.new_string: is identical to old_string, so the edit would change "
@@ -565,11 +477,9 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# list
-# --------------------------------------------------------------------------------------
+# ---- list ----------------------------------------------------------------------------
 
-LIST_SPEC = _spec(
+LIST_SPEC = tool_spec(
     name="list",
     title="List a directory",
     description=(
@@ -578,15 +488,8 @@ LIST_SPEC = _spec(
         f"left out unless `include_hidden` is true. At most {MAX_LISTED} entries."
     ),
     properties={
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory to list (default: the workspace).",
-        },
-        "include_hidden": {
-            "type": "boolean",
-            "description": "Also list entries whose name starts with `.` (default false).",
-        },
+        "path": string_arg("Directory to list (default: the workspace)."),
+        "include_hidden": flag_arg("Also list entries whose name starts with `.` (default false)."),
     },
     readOnlyHint=True,
 )
@@ -609,7 +512,7 @@ def _open_dir(loc: Located, raw: str, verb: str) -> int:
 async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
     raw = path_argument(args, default=".")
-    hidden = _bool_arg(args, "include_hidden", False)
+    hidden = args.get("include_hidden", False)
 
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw)
@@ -649,11 +552,9 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# glob
-# --------------------------------------------------------------------------------------
+# ---- glob ----------------------------------------------------------------------------
 
-GLOB_SPEC = _spec(
+GLOB_SPEC = tool_spec(
     name="glob",
     title="Find files by pattern",
     description=(
@@ -662,16 +563,8 @@ GLOB_SPEC = _spec(
         f"Returns paths relative to `path`, sorted, at most {MAX_LISTED}."
     ),
     properties={
-        "pattern": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Glob pattern relative to `path`, e.g. `**/*.md`.",
-        },
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory to search from (default: the workspace).",
-        },
+        "pattern": string_arg("Glob pattern relative to `path`, e.g. `**/*.md`."),
+        "path": string_arg("Directory to search from (default: the workspace)."),
     },
     required=["pattern"],
     readOnlyHint=True,
@@ -680,7 +573,7 @@ GLOB_SPEC = _spec(
 
 async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
-    pattern = _str_arg(args, "pattern")
+    pattern = args["pattern"]
     if pattern.startswith("/") or os.path.isabs(pattern):
         raise ToolArgumentsInvalid(
             "arguments.pattern: must be relative; put the directory in arguments.path "
@@ -732,11 +625,9 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# --------------------------------------------------------------------------------------
-# grep
-# --------------------------------------------------------------------------------------
+# ---- grep ----------------------------------------------------------------------------
 
-GREP_SPEC = _spec(
+GREP_SPEC = tool_spec(
     name="grep",
     title="Search file contents",
     description=(
@@ -746,25 +637,10 @@ GREP_SPEC = _spec(
         "match. Binary files, files over 10 MB and VCS directories are skipped."
     ),
     properties={
-        "pattern": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Regular expression to search for.",
-        },
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Directory or file to search (default: the workspace).",
-        },
-        "glob": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Only search files whose name or relative path matches this glob.",
-        },
-        "case_insensitive": {
-            "type": "boolean",
-            "description": "Ignore case (default false).",
-        },
+        "pattern": string_arg("Regular expression to search for."),
+        "path": string_arg("Directory or file to search (default: the workspace)."),
+        "glob": string_arg("Only search files whose name or relative path matches this glob."),
+        "case_insensitive": flag_arg("Ignore case (default false)."),
         "max_matches": {
             "type": "integer",
             "minimum": 1,
@@ -820,14 +696,17 @@ def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
 
 
 def _read_capped(fd: int, size: int) -> bytes | None:
-    """The content of a regular file, or None when it is over the grep size cap."""
+    """The content of a regular file, or None when it is over the grep size cap (checked
+    again as it is read: it may have grown since ``fstat``). Read in chunks: one read of
+    the whole cap would allocate it for every small file."""
     if size > MAX_GREP_FILE_BYTES:
         return None
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-        if sum(map(len, chunks)) > MAX_GREP_FILE_BYTES:
+    chunks, total = [], 0
+    while chunk := os.read(fd, _READ_CHUNK):
+        total += len(chunk)
+        if total > MAX_GREP_FILE_BYTES:
             return None
+        chunks.append(chunk)
     return b"".join(chunks)
 
 
@@ -862,8 +741,8 @@ def _grep_files(
 
 async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
     args = call.arguments
-    pattern = _str_arg(args, "pattern")
-    flags = re.IGNORECASE if _bool_arg(args, "case_insensitive", False) else 0
+    pattern = args["pattern"]
+    flags = re.IGNORECASE if args.get("case_insensitive", False) else 0
     try:
         regex = re.compile(pattern, flags)
     except re.error as exc:
@@ -872,11 +751,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
             "characters such as ( [ . * with a backslash, or fix the syntax"
         ) from None
     file_glob = args.get("glob")
-    if file_glob is not None and (not isinstance(file_glob, str) or not file_glob):
-        raise ToolArgumentsInvalid(
-            f"arguments.glob: expected a glob string like '*.py', got {file_glob!r}"
-        )
-    max_matches = _int_arg(args, "max_matches", 200, minimum=1, maximum=5000)
+    max_matches = int(args.get("max_matches", 200))  # 2.0 passes the schema too
     raw = path_argument(args, default=".")
     accept = _glob_filter(file_glob)
     deadline = _deadline(ctx)
@@ -936,13 +811,25 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
+def _checked(spec: ToolSpec, handler: Any) -> Tool:
+    """``handler`` with its arguments checked against ``spec`` when called without a kernel
+    (the kernel checks them before any tool runs)."""
+
+    async def checked(call: ToolCall, ctx: ToolContext) -> ToolResult:
+        if ctx.kernel is None:
+            validate_arguments(spec, call.arguments)
+        return await handler(call, ctx)
+
+    return Tool(spec, checked)
+
+
 def fs_tools() -> list[Tool]:
     """The file tool descriptors."""
     return [
-        Tool(READ_SPEC, read),
-        Tool(WRITE_SPEC, write),
-        Tool(EDIT_SPEC, edit),
-        Tool(LIST_SPEC, list_directory),
-        Tool(GLOB_SPEC, glob),
-        Tool(GREP_SPEC, grep),
+        _checked(READ_SPEC, read),
+        _checked(WRITE_SPEC, write),
+        _checked(EDIT_SPEC, edit),
+        _checked(LIST_SPEC, list_directory),
+        _checked(GLOB_SPEC, glob),
+        _checked(GREP_SPEC, grep),
     ]

@@ -1,22 +1,12 @@
 """Landlock (Linux ≥ 5.13) through ctypes syscalls.
 
 ``restrict_self(rules)`` confines the calling process and its future children with one
-ruleset built from a ``Rules`` value:
-
-- **files** (ABI 1+): every filesystem right of the running ABI is handled; reading and
-  executing are granted beneath ``read`` roots, every right beneath ``write`` roots, read
-  and write on a few device files (``/dev/null``…); nothing else. ``deny`` paths are
-  carved out of any root that strictly contains them (the root is granted child by child
-  around them), so ``/etc`` can be readable without ``/etc/shadow``.
-- **TCP** (ABI 4+): when ``restrict_tcp`` is set, ``connect`` and ``bind`` are refused
-  except to the listed ports. Landlock filters ports, not hosts; UDP is not covered.
-- **scopes** (ABI 6+): signals and abstract unix sockets cannot reach processes outside
-  the sandbox.
-
-A right the kernel's ABI does not know is silently not enforced; ``LandlockStatus``
-says which (and roost warns at start). ``no_new_privs`` is set first, as Landlock
-requires. Standard library only: ``_sandbox_exec`` loads this file in a ``python -I -S``
-process.
+ruleset from ``rules`` (the supervisor's options): every filesystem right of the running ABI
+handled, read and execute beneath ``read``, everything beneath ``write``, a few device files,
+and ``deny`` paths carved out of any root that strictly contains them (``carve``); with
+``tcp``, TCP connect/bind only to the listed ports (ABI 4); with ``scope``, no signals or
+abstract unix sockets out (ABI 6). A right the ABI does not know is not enforced;
+``LandlockStatus`` says which. Standard library only: the supervisor loads this file.
 """
 
 from __future__ import annotations
@@ -35,18 +25,12 @@ LANDLOCK_RULE_PATH_BENEATH = 1
 LANDLOCK_RULE_NET_PORT = 2
 PR_SET_NO_NEW_PRIVS = 38
 
+# ABI 1 knows bits 0 to 12: execute, write/read file, read dir, remove dir/file, make
+# char/dir/reg/sock/fifo/block/sym; only those granted by name are named here.
 ACCESS_FS_EXECUTE = 1 << 0
 ACCESS_FS_WRITE_FILE = 1 << 1
 ACCESS_FS_READ_FILE = 1 << 2
 ACCESS_FS_READ_DIR = 1 << 3
-ACCESS_FS_REMOVE_DIR = 1 << 4
-ACCESS_FS_REMOVE_FILE = 1 << 5
-ACCESS_FS_MAKE_CHAR = 1 << 6
-ACCESS_FS_MAKE_DIR = 1 << 7
-ACCESS_FS_MAKE_REG = 1 << 8
-ACCESS_FS_MAKE_SOCK = 1 << 9
-ACCESS_FS_MAKE_FIFO = 1 << 10
-ACCESS_FS_MAKE_BLOCK = 1 << 11
 ACCESS_FS_MAKE_SYM = 1 << 12
 ACCESS_FS_REFER = 1 << 13  # ABI 2
 ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3
@@ -136,27 +120,6 @@ class LandlockStatus:
         return (
             f"Landlock unavailable ({self.reason}): bash file access is NOT confined by the kernel"
         )
-
-
-class Rules:
-    """What a sandboxed process may do (see the module docstring)."""
-
-    def __init__(
-        self,
-        *,
-        read: tuple[str, ...] = (),
-        write: tuple[str, ...] = (),
-        deny: tuple[str, ...] = (),
-        restrict_files: bool = True,
-        restrict_tcp: bool = False,
-        connect: tuple[int, ...] = (),
-        bind: tuple[int, ...] = (),
-        scope: bool = True,
-        devices: tuple[str, ...] = DEVICE_FILES,
-    ) -> None:
-        self.read, self.write, self.deny = read, write, deny
-        self.restrict_files, self.restrict_tcp = restrict_files, restrict_tcp
-        self.connect, self.bind, self.scope, self.devices = connect, bind, scope, devices
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -258,7 +221,7 @@ def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
+def restrict_self(rules: object, *, abi: int | None = None) -> int:
     """Confine this process (and its future children) to ``rules``.
 
     Returns the ABI used. Raises ``LandlockError`` if anything fails; nothing is
@@ -270,9 +233,9 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
         raise LandlockError(errno.ENOSYS, status.reason)
     create, add_rule, restrict = numbers
     abi = status.abi if abi is None else abi
-    handled_fs = fs_access_for_abi(abi) if rules.restrict_files else 0
+    handled_fs = fs_access_for_abi(abi) if rules.files else 0
     handled_net = (
-        ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.restrict_tcp and abi >= NET_ABI else 0
+        ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.tcp and abi >= NET_ABI else 0
     )
     scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if rules.scope and abi >= SCOPE_ABI else 0
     libc = _libc()
@@ -333,7 +296,7 @@ def restrict_self(rules: Rules, *, abi: int | None = None) -> int:
             for root in rules.read:
                 for path in carve(root, rules.deny):
                     allow(path, READ_ACCESS)
-            for device in rules.devices:
+            for device in DEVICE_FILES:
                 allow(device, DEVICE_ACCESS)
             for root in rules.write:
                 for path in carve(root, rules.deny):

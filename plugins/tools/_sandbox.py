@@ -1,23 +1,11 @@
-"""The file-access model of an agent, and the plugin's settings.
+"""The file-access model of an agent (``file_access(ctx)``), and the plugin's settings.
 
-What an agent may touch (``file_access(ctx)``), enforced by the file tools here and for
-``bash`` by Landlock (``FileAccess.landlock_args``):
-
-- **read and write**: its workspace and the roots in its manifest's ``files.write``;
-  ``bash`` also its ``$TMPDIR``: a private tmpfs mounted for each command on
-  ``<data dir>/tmp/<agent>`` (empty at the start, gone at the end; see ``_sandbox_exec``);
-- **read**: the roots in ``files.read``; ``bash`` also reads the system trees programs need
-  (``SYSTEM_READ_ROOTS``) minus the secrets in ``SYSTEM_DENY``;
-- **nothing else**: not the user's home, not roost's data directory, not another agent's
-  workspace. Those are carved out of any root that contains them; only a root named
-  inside one of them reaches it.
-
-Modes (``ToolContext.sandbox``): ``sandbox`` as above; ``read-only`` the same, but the file
-tools write nothing and bash writes only its ``$TMPDIR``; ``rwx`` no file confinement.
-
-A path is checked lexically (``..`` folded, never a symlink resolved) against the roots,
-then opened beneath the root's directory fd following no symlink (``_beneath``), so what
-was checked is what is opened.
+Read and write: its workspace and ``files.write``; read: ``files.read``; bash also its
+``$TMPDIR`` and the system trees (``SYSTEM_READ_ROOTS`` minus ``SYSTEM_DENY``). roost's data
+directory and other agents' workspaces are carved out of any root containing them. Modes:
+``sandbox``, ``read-only``, ``rwx`` (README.md, "Built-in tools and the sandbox"). The file
+tools enforce it (a path checked lexically, never a symlink resolved, then opened beneath
+its root by ``_beneath``); for bash, Landlock does (``FileAccess.landlock_args``).
 """
 
 from __future__ import annotations
@@ -28,12 +16,13 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentLimits, ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext
+from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext, ToolSpec
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -112,18 +101,54 @@ async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
     )
 
 
-def path_argument(arguments: Any, name: str = "path", *, default: str | None = None) -> str:
-    """The string argument ``name`` (a path), checked; raises a clear error otherwise."""
-    value = arguments.get(name, default) if hasattr(arguments, "get") else default
-    if value is None:
-        raise ToolArgumentsInvalid(f"arguments.{name}: required; give a file path")
-    if not isinstance(value, str) or not value.strip():
-        raise ToolArgumentsInvalid(
-            f"arguments.{name}: expected a non-empty path string, got {value!r}"
-        )
+def path_argument(arguments: Any, *, default: str | None = None) -> str:
+    """The ``path`` argument (a string, as the schema says), checked for what it cannot say."""
+    value = arguments.get("path", default)
+    if not value.strip():
+        raise ToolArgumentsInvalid(f"arguments.path: expected a non-empty path, got {value!r}")
     if "\0" in value:
-        raise ToolArgumentsInvalid(f"arguments.{name}: a path cannot contain a NUL character")
+        raise ToolArgumentsInvalid("arguments.path: a path cannot contain a NUL character")
     return value
+
+
+def string_arg(description: str) -> dict[str, Any]:
+    """A non-empty string argument's schema."""
+    return {"type": "string", "minLength": 1, "description": description}
+
+
+def flag_arg(description: str) -> dict[str, Any]:
+    """A boolean argument's schema."""
+    return {"type": "boolean", "description": description}
+
+
+def tool_spec(
+    *,
+    name: str,
+    title: str,
+    description: str,
+    properties: dict[str, Any],
+    required: Sequence[str] = (),
+    output_schema: dict[str, Any] | None = None,
+    untrusted: bool = False,
+    timeout_s: float | None = None,
+    **hints: bool,
+) -> ToolSpec:
+    """A built-in tool's spec: arguments ``properties`` (no others), ``required`` among them;
+    the annotations repeat the title and add ``hints`` (``openWorldHint`` false unless given)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    return ToolSpec(
+        name=name,
+        title=title,
+        description=description,
+        input_schema=schema,
+        output_schema=output_schema,
+        annotations={"title": title, "openWorldHint": False, **hints},
+        untrusted=untrusted,
+        timeout_s=timeout_s,
+    )
 
 
 def check_mode(ctx: ToolContext) -> str:
@@ -265,22 +290,6 @@ class FileAccess:
         return args
 
 
-@attrs.frozen
-class BashLimits:
-    """What one bash command may use: address space per process and size of its private
-    ``$TMPDIR`` (MiB), processes at once (the manifest's ``limits.bash_*``)."""
-
-    memory_mb: int
-    processes: int
-    tmp_mb: int
-
-    @classmethod
-    def of(cls, manifest: Any) -> BashLimits:
-        """The limits of ``manifest`` (the defaults when None)."""
-        limits = getattr(manifest, "limits", None) or AgentLimits()
-        return cls(limits.bash_memory_mb, limits.bash_processes, limits.bash_tmp_mb)
-
-
 def file_access(ctx: ToolContext) -> FileAccess:
     """The file-access model of the calling agent (from its manifest when in a kernel)."""
     mode = check_mode(ctx)
@@ -301,9 +310,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
 
 
-# --------------------------------------------------------------------------------------
-# Settings
-# --------------------------------------------------------------------------------------
+# ---- Settings ------------------------------------------------------------------------
 
 
 def _number(section: Any, name: str, default: float, *, integer: bool = False) -> Any:

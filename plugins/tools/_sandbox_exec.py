@@ -1,42 +1,19 @@
 """The process that runs a bash command for the ``bash`` tool: isolate, confine, run, reap.
 
     python -I -S _sandbox_exec.py [--parent PID] [--pidns [--netns] [--tmp DIR MB]]
-        [--memory MB] [--processes N] [--sockets] [--landlock [RULES]] -- CMD ...
+        [--memory MB] [--processes N] [--nofile N] [--sockets] [--landlock [RULES]] -- CMD
 
-RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (each repeatable), ``--no-files``
-(leave files unconfined), ``--tcp`` with ``--connect PORT`` / ``--bind PORT`` (refuse
-other TCP), ``--no-scope`` (let signals and abstract unix sockets out).
-
-1. With ``--parent``, asks for a signal when that process dies (``PR_SET_PDEATHSIG``; it
-   fires when the parent *thread* exits, so it only prompts a check, and the parent is
-   also polled) and exits at once if the parent is already gone (it died before prctl).
-   Becomes a child subreaper, so whatever the command leaves behind is re-parented here.
-   Sets ``oom_score_adj`` to 1000: under memory pressure the kernel kills the command's
-   processes before roost.
-2. With ``--pidns``, the command runs in new PID and mount namespaces (and a user
-   namespace when not root): an init process mounts a fresh ``/proc`` that shows only the
-   command's own processes, so the command cannot see, signal or read any other process.
-   When the command exits, init exits and the kernel kills everything left in the
-   namespace at once. ``--netns`` adds a network namespace with only a loopback of its
-   own (nothing on the host is reachable); ``--tmp DIR MB`` mounts a private tmpfs of at
-   most MB MiB on DIR (it vanishes with the namespace); ``--processes N`` caps the
-   namespace's PIDs (per-namespace ``pid_max``, Linux >= 6.14: between N and N + 300
-   processes, whoever runs roost).
-3. Without namespaces, everything left behind is killed and reaped here: one ``/proc``
-   scan per round, every process found killed, every child reaped (a setsid'd
-   ``sleep 100 &`` included).
-4. The command itself runs with no capabilities at all (bounding, permitted, effective,
-   inheritable and ambient sets emptied, securebits locked so that uid 0 regains none on
-   exec, ``no_new_privs``), the Landlock rules applied (``--landlock``), the resource
-   limits (``--memory``: RLIMIT_AS; ``--processes``: RLIMIT_NPROC in a user namespace of
-   its own, where it binds), the socket filter (``--sockets``, ``_seccomp``) and default
-   signal handling. If any of that cannot be applied it exits with 126 rather than run
-   less confined.
-5. On SIGTERM/SIGINT/SIGHUP (roost's timeout or cancellation) or when the parent is gone
-   (roost was SIGKILLed), kills the whole tree at once and exits with 128 + the signal.
-
-``--probe`` checks that the namespaces work here (exit 0) or says why not (exit 1).
-Standard library only, run with ``-I -S`` so that it starts fast.
+RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (repeatable), ``--no-files``,
+``--tcp`` with ``--connect PORT`` / ``--bind PORT``, ``--no-scope``. It dies with its
+``--parent`` (``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts
+a check; the parent is also polled), is a child subreaper with ``oom_score_adj`` 1000, and
+with ``--pidns`` runs the command under an init of new PID and mount namespaces (a user
+namespace when not root) with its own ``/proc``, ``--netns``, ``--tmp`` and a ``pid_max``
+cap; without them it kills and reaps whatever the command left. The command gets no
+capabilities, Landlock, rlimits, the socket filter and default signals, or exits 126 rather
+than run less confined. On SIGTERM/SIGINT/SIGHUP or when the parent is gone it kills the
+whole tree and exits 128 + the signal. Standard library only, run with ``-I -S`` to start
+fast. README.md, "Built-in tools and the sandbox", says what each part enforces.
 """
 
 from __future__ import annotations
@@ -124,73 +101,57 @@ def _load(name: str):
 
 
 class Options:
+    """The command line, parsed (``parse``); also the rules ``_landlock.restrict_self`` reads."""
+
+    parent: int | None = None
+    tmp: str | None = None
+    pidns = netns = landlock = tcp = sockets = False
+    userns = False  # set by main: the namespaces include a user namespace
+    files = scope = True
+    tmp_mb = memory_mb = processes = 0
+    nofile = 0  # the soft open-file limit to restore (0: leave it)
+
     def __init__(self) -> None:
-        self.parent: int | None = None
-        self.pidns = False
-        self.landlock = False
         self.read: list[str] = []
         self.write: list[str] = []
         self.deny: list[str] = []
-        self.files = True
-        self.tcp = False
         self.connect: list[int] = []
         self.bind: list[int] = []
-        self.scope = True
-        self.netns = False
-        self.tmp: str | None = None
-        self.tmp_mb = 0
-        self.memory_mb = 0
-        self.processes = 0
-        self.nofile = 0  # the soft open-file limit to restore (0: leave it)
-        self.sockets = False
-        self.userns = False  # set by main: the namespaces include a user namespace
         self.command: list[str] = []
 
 
+_SWITCHES = {
+    "--pidns": ("pidns", True), "--landlock": ("landlock", True), "--tcp": ("tcp", True),
+    "--netns": ("netns", True), "--sockets": ("sockets", True), "--no-files": ("files", False),
+    "--no-scope": ("scope", False),
+}  # fmt: skip
+_NUMBERS = {"--memory": "memory_mb", "--processes": "processes", "--nofile": "nofile"}
+
+
 def parse(argv: list[str]) -> Options:
-    opts, i = Options(), 0
-    lists = {"--read": opts.read, "--write": opts.write, "--deny": opts.deny}
-    ports = {"--connect": opts.connect, "--bind": opts.bind}
-    numbers = {"--memory": "memory_mb", "--processes": "processes", "--nofile": "nofile"}
-    flags = {
-        "--pidns": "pidns", "--landlock": "landlock", "--tcp": "tcp", "--netns": "netns",
-        "--sockets": "sockets",
-    }  # fmt: skip
-    negated = {"--no-files": "files", "--no-scope": "scope"}
-    while i < len(argv):
-        arg = argv[i]
+    opts, rest = Options(), list(argv)
+    while rest:
+        arg = rest.pop(0)
         if arg == "--":
-            opts.command = argv[i + 1 :]
+            opts.command = rest
             if not opts.command:
                 raise ValueError("no command after '--'")
             if (opts.netns or opts.tmp) and not opts.pidns:
                 raise ValueError("--netns and --tmp need --pidns")
             return opts
-        if arg in flags:
-            setattr(opts, flags[arg], True)
-            i += 1
-        elif arg in negated:
-            setattr(opts, negated[arg], False)
-            i += 1
-        elif arg in lists and i + 1 < len(argv):
-            lists[arg].append(argv[i + 1])
-            i += 2
-        elif arg in ports and i + 1 < len(argv) and argv[i + 1].isdigit():
-            ports[arg].append(int(argv[i + 1]))
-            i += 2
-        elif arg == "--parent" and i + 1 < len(argv) and argv[i + 1].isdigit():
-            opts.parent = int(argv[i + 1])
-            i += 2
-        elif (
-            arg in numbers and i + 1 < len(argv) and argv[i + 1].isdigit() and int(argv[i + 1]) > 0
-        ):
-            setattr(opts, numbers[arg], int(argv[i + 1]))
-            i += 2
-        elif (
-            arg == "--tmp" and i + 2 < len(argv) and argv[i + 2].isdigit() and int(argv[i + 2]) > 0
-        ):
-            opts.tmp, opts.tmp_mb = argv[i + 1], int(argv[i + 2])
-            i += 3
+        number = int(rest[0]) if rest and rest[0].isdigit() else -1
+        if arg in _SWITCHES:
+            setattr(opts, *_SWITCHES[arg])
+        elif arg in ("--read", "--write", "--deny") and rest:
+            getattr(opts, arg[2:]).append(rest.pop(0))
+        elif arg in ("--connect", "--bind") and number >= 0:
+            getattr(opts, arg[2:]).append(int(rest.pop(0)))
+        elif arg == "--parent" and number >= 0:
+            opts.parent = int(rest.pop(0))
+        elif arg in _NUMBERS and number > 0:
+            setattr(opts, _NUMBERS[arg], int(rest.pop(0)))
+        elif arg == "--tmp" and len(rest) > 1 and rest[1].isdigit() and int(rest[1]) > 0:
+            opts.tmp, opts.tmp_mb = rest.pop(0), int(rest.pop(0))
         else:
             raise ValueError(f"unexpected argument {arg!r}")
     raise ValueError("missing '--' before the command")
@@ -269,15 +230,27 @@ def exit_code(status: int) -> int:
 # ---- namespaces ------------------------------------------------------------------------
 
 
-def _errno_text(what: str) -> str:
-    return f"{what}: {os.strerror(ctypes.get_errno())}"
+class _Refused(Exception):
+    """A part of the isolation could not be set up; the message says which, and why."""
 
 
-def loopback_up() -> str | None:
-    """Bring up ``lo`` in our (new) network namespace; None on success, else why not."""
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise _Refused(f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def _write(path: str, text: str, what: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise _Refused(f"{what}: {exc.strerror or exc}") from None
+
+
+def loopback_up() -> None:
+    """Bring up ``lo`` in our (new) network namespace."""
     fd = _libc.socket(2, 2, 0)  # AF_INET, SOCK_DGRAM: any socket of the namespace will do
-    if fd < 0:
-        return _errno_text("socket")
+    _check(fd >= 0, "socket")
     try:
         request = bytearray(struct.pack("16sH22x", b"lo", 0))
         fcntl.ioctl(fd, SIOCGIFFLAGS, request)
@@ -285,33 +258,28 @@ def loopback_up() -> str | None:
         struct.pack_into("H", request, 16, flags)
         fcntl.ioctl(fd, SIOCSIFFLAGS, request)
     except OSError as exc:
-        return f"cannot bring up lo: {exc.strerror or exc}"
+        raise _Refused(f"cannot bring up lo: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
-    return None
 
 
-def enter_namespaces(*, netns: bool = False) -> str | None:
+def enter_namespaces(*, netns: bool = False) -> None:
     """Unshare PID and mount namespaces (and a user namespace when not root, a network
-    namespace with ``netns``) for our future children; None on success, else why not."""
+    namespace with ``netns``) for our future children."""
     flags = CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWNET if netns else 0)
     uid, gid = os.geteuid(), os.getegid()
     if uid != 0:
         flags |= CLONE_NEWUSER
-    if _libc.unshare(ctypes.c_int(flags)) != 0:
-        return _errno_text("unshare")
+    _check(_libc.unshare(ctypes.c_int(flags)) == 0, "unshare")
     if uid != 0:
-        try:
-            for name, text in (
-                ("setgroups", "deny"),
-                ("uid_map", f"{uid} {uid} 1"),
-                ("gid_map", f"{gid} {gid} 1"),
-            ):
-                with open(f"/proc/self/{name}", "w") as f:
-                    f.write(text)
-        except OSError as exc:
-            return f"cannot map the user namespace: {exc.strerror or exc}"
-    return loopback_up() if netns else None
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            _write(f"/proc/self/{name}", text, "cannot map the user namespace")
+    if netns:
+        loopback_up()
 
 
 def _mount(
@@ -321,72 +289,27 @@ def _mount(
     return _libc.mount(source, target, fstype, flags, data) == 0
 
 
-def mount_private_proc() -> str | None:
+def mount_private_proc() -> None:
     """In a new mount namespace: stop mounts propagating out, then a /proc of our own PID
-    namespace. None on success, else why not."""
-    if not _mount(None, b"/", None, MS_REC | MS_PRIVATE, None):
-        return _errno_text("cannot make mounts private")
-    if not _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None):
-        return _errno_text("cannot mount /proc")
-    return None
+    namespace."""
+    _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "cannot make mounts private")
+    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _check(_mount(b"proc", b"/proc", b"proc", proc_flags, None), "cannot mount /proc")
 
 
-def mount_tmp(path: str, size_mb: int) -> str | None:
-    """A private tmpfs of at most ``size_mb`` MiB on ``path``; None on success."""
+def mount_tmp(path: str, size_mb: int) -> None:
+    """A private tmpfs of at most ``size_mb`` MiB on ``path``."""
     options = f"size={size_mb}m,mode=0700".encode()
-    if not _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options):
-        return _errno_text(f"cannot mount a tmpfs on {path}")
-    return None
+    mounted = _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options)
+    _check(mounted, f"cannot mount a tmpfs on {path}")
 
 
-def cap_pids(processes: int) -> str | None:
-    """Bound the PIDs of our (new) PID namespace; None on success, else why not."""
-    if not PER_NAMESPACE_PID_MAX:
-        return None  # only RLIMIT_NPROC (set on the command) can bound them
-    try:
-        with open("/proc/sys/kernel/pid_max", "w") as f:
-            f.write(str(processes + RESERVED_PIDS))
-    except OSError as exc:
-        return f"cannot set the namespace's pid_max: {exc.strerror or exc}"
-    return None
-
-
-def probe() -> int:
-    """Print ``pidns: ok`` and ``netns: ok`` (or the reason) for what works here; exit 0
-    if the PID namespace with its own /proc does."""
-    results = {}
-    for name, netns in (("pidns", False), ("netns", True)):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            why = enter_namespaces(netns=netns)
-            if why is None:
-                init = os.fork()
-                if init == 0:
-                    why = mount_private_proc()
-                    alone = (
-                        os.getpid() == 1
-                        and Path("/proc/1").exists()
-                        and not Path("/proc/2").exists()
-                    )
-                    if why is None and not alone:
-                        why = "the new /proc shows other processes"
-                    if why is None:
-                        os._exit(0)
-                    os.write(write, why.encode())
-                    os._exit(1)
-                _, status = os.waitpid(init, 0)
-                os._exit(exit_code(status))
-            os.write(write, why.encode())
-            os._exit(1)
-        os.close(write)
-        with os.fdopen(read, "rb") as f:
-            why = f.read().decode(errors="replace")
-        _, status = os.waitpid(pid, 0)
-        results[name] = "ok" if exit_code(status) == 0 else why or f"exit {exit_code(status)}"
-    os.write(1, "".join(f"{k}: {v}\n" for k, v in results.items()).encode())
-    return 0 if results["pidns"] == "ok" else 1
+def cap_pids(processes: int) -> None:
+    """Bound the PIDs of our (new) PID namespace (else only RLIMIT_NPROC, set on the
+    command, can bound them)."""
+    if PER_NAMESPACE_PID_MAX:
+        pid_max = str(processes + RESERVED_PIDS)
+        _write("/proc/sys/kernel/pid_max", pid_max, "cannot set the namespace's pid_max")
 
 
 # ---- the command -----------------------------------------------------------------------
@@ -404,26 +327,19 @@ class _CapData(ctypes.Structure):
     ]
 
 
-def drop_capabilities() -> str | None:
-    """Leave this process (and what it executes) no capability at all, root or not;
-    None on success, else what failed."""
+def drop_capabilities() -> None:
+    """Leave this process (and what it executes) no capability at all, root or not."""
     header, data = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
-    if _libc.capget(ctypes.byref(header), data) != 0:
-        return _errno_text("capget")
+    _check(_libc.capget(ctypes.byref(header), data) == 0, "capget")
     if data[0].effective >> CAP_SETPCAP & 1:  # root, or a user namespace of our own
-        if not _prctl(PR_SET_SECUREBITS, SECURE_BITS):
-            return _errno_text("prctl(PR_SET_SECUREBITS)")
+        _check(_prctl(PR_SET_SECUREBITS, SECURE_BITS), "prctl(PR_SET_SECUREBITS)")
         cap = 0
         while _libc.prctl(ctypes.c_int(PR_CAPBSET_READ), ctypes.c_ulong(cap), 0, 0, 0) >= 0:
-            if not _prctl(PR_CAPBSET_DROP, cap):
-                return _errno_text(f"prctl(PR_CAPBSET_DROP, {cap})")
+            _check(_prctl(PR_CAPBSET_DROP, cap), f"prctl(PR_CAPBSET_DROP, {cap})")
             cap += 1
     _libc.prctl(ctypes.c_int(PR_CAP_AMBIENT), ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0)
-    if _libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
-        return _errno_text("capset")
-    if not _prctl(PR_SET_NO_NEW_PRIVS, 1):
-        return _errno_text("prctl(PR_SET_NO_NEW_PRIVS)")
-    return None
+    _check(_libc.capset(ctypes.byref(header), (_CapData * 2)()) == 0, "capset")
+    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def exec_confined(opts: Options, original_mask: set) -> None:
@@ -433,26 +349,17 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
-        why = drop_capabilities()
-        if why is not None:
+        try:
+            drop_capabilities()
+        except _Refused as exc:
             os._exit(
-                _fail(f"cannot drop capabilities ({why}); refusing to run the command with them")
+                _fail(f"cannot drop capabilities ({exc}); refusing to run the command with them")
             )
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
             landlock = _load("_landlock")
-            rules = landlock.Rules(
-                read=tuple(opts.read),
-                write=tuple(opts.write),
-                deny=tuple(opts.deny),
-                restrict_files=opts.files,
-                restrict_tcp=opts.tcp,
-                connect=tuple(opts.connect),
-                bind=tuple(opts.bind),
-                scope=opts.scope,
-            )
             try:
-                landlock.restrict_self(rules)
+                landlock.restrict_self(opts)
             except Exception as exc:  # fail closed: never run unconfined by accident
                 os._exit(
                     _fail(
@@ -492,13 +399,14 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
     # If the supervisor died before prctl, nobody would tell us: its end of the pipe is shut.
     if select.select([outer_alive], [], [], 0)[0]:
         return SANDBOX_EXIT_CODE
-    why = mount_private_proc()
-    if why is None and opts.tmp:
-        why = mount_tmp(opts.tmp, opts.tmp_mb)
-    if why is None and opts.processes:
-        why = cap_pids(opts.processes)
-    if why is not None:
-        return _fail(f"{why}; refusing to run the command without its own namespaces")
+    try:
+        mount_private_proc()
+        if opts.tmp:
+            mount_tmp(opts.tmp, opts.tmp_mb)
+        if opts.processes:
+            cap_pids(opts.processes)
+    except _Refused as exc:
+        return _fail(f"{exc}; refusing to run the command without its own namespaces")
     pid = os.fork()
     if pid == 0:
         exec_confined(opts, original_mask)
@@ -530,8 +438,6 @@ def wait_for(child: int, parent: int | None) -> tuple[str, int, int | None]:
 def main(argv: list[str] | None = None) -> int:
     """Run the command isolated, confined and supervised; return the exit status to use."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--probe"]:
-        return probe()
     try:
         opts = parse(argv)
     except ValueError as exc:
@@ -549,16 +455,16 @@ def main(argv: list[str] | None = None) -> int:
             return 128 + signal.SIGKILL  # the parent died before prctl could take effect
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(str(OOM_SCORE_ADJ))
-    except OSError as exc:
-        return _fail(f"cannot set oom_score_adj: {exc.strerror or exc}")
+        _write("/proc/self/oom_score_adj", str(OOM_SCORE_ADJ), "cannot set oom_score_adj")
+    except _Refused as exc:
+        return _fail(str(exc))
     alive_r = alive_w = -1
     if opts.pidns:
         opts.userns = os.geteuid() != 0
-        why = enter_namespaces(netns=opts.netns)
-        if why is not None:
-            return _fail(f"{why}; refusing to run the command without its own namespaces")
+        try:
+            enter_namespaces(netns=opts.netns)
+        except _Refused as exc:
+            return _fail(f"{exc}; refusing to run the command without its own namespaces")
         alive_r, alive_w = os.pipe()
     child = os.fork()
     if child == 0:

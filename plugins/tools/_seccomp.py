@@ -1,24 +1,13 @@
 """A seccomp filter that limits which sockets a sandboxed ``bash`` may create.
 
-Landlock's TCP rules (ABI 4) filter TCP only: an MPTCP socket
-(``socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP)``), SCTP, raw, packet or vsock sockets are
-not covered. ``install(own_netns)`` loads a small classic-BPF program
-(``prctl(PR_SET_SECCOMP)``) that allows ``socket()`` and ``socketpair()`` only for:
-
-- ``AF_UNIX``, any type;
-- ``AF_INET`` / ``AF_INET6``: ``SOCK_STREAM`` with protocol 0 or TCP (and MPTCP when the
-  process has a network namespace of its own, where it reaches nothing), ``SOCK_DGRAM``
-  with protocol 0 or UDP;
-- ``AF_NETLINK`` with ``NETLINK_ROUTE`` (what ``getaddrinfo`` and ``ip`` read);
-
-anything else fails with ``EAFNOSUPPORT`` (family) or ``EPROTONOSUPPORT`` (type or
-protocol), as on a kernel without it. ``io_uring_setup`` fails with ``ENOSYS`` (io_uring
-can create sockets without the ``socket`` syscall). A system call of another ABI (32-bit
-``int 0x80`` on x86_64, x32, AArch32) kills the process: those have their own numbers, so
-the filter could not check them. The rest of the system calls are allowed.
-
-Only x86_64 and aarch64 are supported (``available()``). Standard library only:
-``_sandbox_exec`` loads this file in a ``python -I -S`` process.
+Landlock's TCP rules cover TCP only, not MPTCP, SCTP, raw, packet or vsock sockets.
+``install(own_netns)`` loads a classic-BPF program allowing ``socket()``/``socketpair()``
+only for ``AF_UNIX``; ``AF_INET``/``AF_INET6`` TCP (MPTCP too in a network namespace of its
+own, where it reaches nothing) and UDP; ``AF_NETLINK`` route (``getaddrinfo``, ``ip``).
+Anything else fails with ``EAFNOSUPPORT``/``EPROTONOSUPPORT``; ``io_uring_setup`` (which can
+make sockets without ``socket``) with ``ENOSYS``; a system call of another ABI (x32, 32-bit
+``int 0x80``, AArch32: numbers the filter cannot check) kills the process. x86_64 and
+aarch64 only (``available()``). Standard library only: the supervisor loads this file.
 """
 
 from __future__ import annotations

@@ -270,3 +270,27 @@ async def test_settings_read_from_a_real_config(tmp_path):
     settings = ToolsSettings.from_config(config)
     assert settings.bash_timeout_s == ToolsConfig().bash_timeout_s
     assert settings.bash_max_output_chars == ToolsConfig().bash_max_output_chars
+
+
+def test_the_namespace_probe_runs_no_program_found_on_path(tmp_path, monkeypatch):
+    """The probe runs the supervisor without Landlock: a ``true`` planted in a directory on
+    roost's PATH (one an agent may write, say) must not run there, nor make bash lose its
+    namespaces by failing."""
+    from roost.plugins.tools import _bash
+
+    before = _bash.namespaces_status(), _bash.network_namespace_status()
+    if not before[0][0]:
+        pytest.skip(f"no PID namespace here: {before[0][1]}")
+    planted, marker = tmp_path / "bin", tmp_path / "ran"
+    planted.mkdir()
+    (planted / "true").write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    (planted / "true").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}:{os.environ.get('PATH', '')}")
+    _bash._probe.cache_clear()
+    try:
+        status = _bash.namespaces_status(), _bash.network_namespace_status()
+    finally:
+        monkeypatch.undo()
+        _bash._probe.cache_clear()
+    assert not marker.exists(), "the probe ran a program planted on PATH"
+    assert status == before, status

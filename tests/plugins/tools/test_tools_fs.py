@@ -406,6 +406,27 @@ async def test_grep_invalid_regex_names_the_argument(tree):
         await run("grep", context(tree), pattern="(unclosed")
 
 
+async def test_grep_reads_a_small_file_without_a_buffer_of_the_size_cap(dirs):
+    """grep read each file with one ``read(MAX_GREP_FILE_BYTES + 1)``, which allocates the
+    whole 10 MiB cap for a 600-byte file: on a tree of small files that cost more CPU than
+    the search itself. Files are read in bounded chunks instead."""
+    import tracemalloc
+
+    from roost.plugins.tools import _fs
+
+    ws, _, _ = dirs
+    for i in range(5):
+        (ws / f"f{i}.txt").write_text("some text line here\n" * 30)
+    tracemalloc.start()
+    try:
+        found = (await run("grep", context(ws), pattern="text")).as_text()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "[150 matches in 5 files]" in found, found
+    assert peak < _fs.MAX_GREP_FILE_BYTES // 4, f"grep allocated {peak >> 20} MiB"
+
+
 async def test_grep_no_matches_and_missing_root(tree):
     none = (await run("grep", context(tree), pattern="zzz")).as_text()
     assert none.startswith("no matches for 'zzz'")
@@ -446,6 +467,19 @@ async def test_handlers_check_arguments_even_without_the_kernel(dirs, name, argu
     ws, _, _ = dirs
     with pytest.raises(ToolArgumentsInvalid, match=needle):
         await TOOLS[name].handler(ToolCall(name=name, arguments=arguments), context(ws))
+
+
+async def test_whole_numbers_sent_as_floats_page_as_integers(dirs):
+    """JSON Schema counts 2.0 as an integer, so the schema lets it through: the tools must
+    not echo it back as "2.0" in the line numbers and hints an agent pages by."""
+    ws, _, _ = dirs
+    (ws / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    page = (await run("read", context(ws), path="f.txt", offset=2.0, limit=2.0)).as_text()
+    assert page.splitlines()[-1] == "[showing lines 2-3; more follow — read again with offset=4]"
+    past = (await run("read", context(ws), path="f.txt", offset=20.0)).as_text()
+    assert "fewer than 20 lines" in past and "20.0" not in past, past
+    found = (await run("grep", context(ws), pattern="line", max_matches=1.0)).as_text()
+    assert found.endswith("stopped: reached max_matches=1]"), found
 
 
 def test_symlink_swapped_in_after_the_check_is_not_followed(dirs):

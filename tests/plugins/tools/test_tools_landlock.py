@@ -99,6 +99,59 @@ def test_supervisor_reports_a_command_that_cannot_run():
     assert "cannot run '/nonexistent/program'" in done.stderr
 
 
+def _namespaces() -> bool:
+    from roost.plugins.tools import _bash
+
+    return _bash.namespaces_status()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        pytest.param(
+            ("--landlock", "--tcp", "--connect", "70000"),
+            "Landlock could not be applied",
+            marks=pytest.mark.skipif(not landlock_status().tcp, reason="needs Landlock ABI 4"),
+            id="landlock",
+        ),
+        pytest.param(("--nofile", str(2**40)), "resource limits could not be applied", id="rlimit"),
+        pytest.param(
+            ("--pidns", "--tmp", "/nonexistent/roost-tmp", "16"),
+            "cannot mount a tmpfs",
+            marks=pytest.mark.skipif(not _namespaces(), reason="needs a PID namespace"),
+            id="tmpfs",
+        ),
+        pytest.param(
+            ("--pidns", "--processes", str(2**23)),
+            "pid_max",
+            marks=pytest.mark.skipif(
+                not (_namespaces() and _sandbox_exec.PER_NAMESPACE_PID_MAX),
+                reason="needs a PID namespace with its own pid_max (Linux >= 6.14)",
+            ),
+            id="pid_max",
+        ),
+    ],
+)
+def test_a_setup_failure_refuses_to_run_the_command(tmp_path, args, needle):
+    """Whatever part of the confinement cannot be applied, the command does not run:
+    exit 126 and a reason, never the command with less confinement."""
+    ran = tmp_path / "ran"
+    done = supervise(*args, "--", "/usr/bin/touch", str(ran))
+    assert done.returncode == _sandbox_exec.SANDBOX_EXIT_CODE, done
+    assert needle in done.stderr and "refusing" in done.stderr, done.stderr
+    assert not ran.exists()
+
+
+def test_a_path_that_looks_like_an_option_stays_a_path():
+    """The table-driven parser takes the word after ``--read``/``--write``/``--deny`` as a
+    path whatever it looks like: a root cannot switch a confinement off."""
+    opts = _sandbox_exec.parse(
+        ["--landlock", "--read", "--no-files", "--write", "--no-scope", "--deny", "--", "--", "x"]
+    )
+    assert (opts.read, opts.write, opts.deny) == (["--no-files"], ["--no-scope"], ["--"])
+    assert (opts.files, opts.scope, opts.command) == (True, True, ["x"])
+
+
 def test_supervisor_reaps_what_the_command_leaves_behind():
     done = supervise("--", BASH, "-c", "sleep 300 & setsid sleep 300 & echo $!; echo $!")
     assert done.returncode == 0
