@@ -179,7 +179,9 @@ def command_argv(
     """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
     isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
     command leaves."""
-    bash = shutil.which("bash") or "/bin/bash"
+    # The system's bash (os.defpath: /bin:/usr/bin) before the first on roost's PATH, where
+    # a directory an agent can write would put its own bash under every agent's commands.
+    bash = shutil.which("bash", path=os.defpath) or shutil.which("bash") or "/bin/bash"
     argv = [sys.executable, "-I", "-S", _sandbox_exec.__file__, "--parent", str(os.getpid())]
     confined = access.mode != "rwx"
     limits = limits or AgentLimits()

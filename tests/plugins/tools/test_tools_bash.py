@@ -294,3 +294,17 @@ def test_the_namespace_probe_runs_no_program_found_on_path(tmp_path, monkeypatch
         _bash._probe.cache_clear()
     assert not marker.exists(), "the probe ran a program planted on PATH"
     assert status == before, status
+
+
+def test_bash_is_the_system_one_not_one_planted_on_path(tmp_path, monkeypatch):
+    """The sandboxed command ran the first ``bash`` on roost's PATH: one planted in a
+    directory there (one an agent may write, say) would run every agent's commands. It is
+    the system's bash, found on the system's default path."""
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    (planted / "bash").write_text("#!/bin/sh\nexit 0\n")
+    (planted / "bash").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}:{os.environ.get('PATH', '')}")
+    argv = command_argv("echo hi", file_access(context(tmp_path)))
+    assert str(planted / "bash") not in argv
+    assert any(arg in ("/usr/bin/bash", "/bin/bash") for arg in argv), argv
