@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import trio
 from roost.kernel import RoostError
@@ -139,6 +140,18 @@ def single_errors() -> Iterator[None]:
         while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
             group = group.exceptions[0]
         raise group from None
+
+
+class ClientTransport:
+    """Defaults of a client transport with no protocol version and no request streams."""
+
+    closed_reason: str | None = None
+
+    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
+        pass
+
+    def cancel_request(self, request_id: Any) -> bool:
+        return False
 
 
 class TransportClosed(RoostError):

@@ -30,14 +30,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 import httpx
 import trio
-from roost.kernel import Resolver, public_url
+from roost.kernel import public_url
 from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
@@ -54,16 +54,13 @@ from .._protocol import (
     encode_header_value,
     request_headers,
 )
-from ._base import (
-    INCOMING_BUFFER,
-    TransportClosed,
-    single_errors,
-)
+from ._base import TransportClosed
 from .sse import (
+    HttpPeer,
     encode_body,
     http_error_message,
     json_messages,
-    open_guarded_client,
+    open_http_peer,
     refusal_hint,
     refused,
 )
@@ -179,32 +176,16 @@ def _as_answer_to(
     return item, True
 
 
-class HttpTransport:
+class HttpTransport(HttpPeer):
     """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
 
     kind = "http"
 
-    def __init__(
-        self,
-        name: str,
-        url: str,
-        headers: Mapping[str, str],
-        http: httpx.AsyncClient,
-        nursery: trio.Nursery,
-        send_channel: Any,
-        incoming: Any,
-    ) -> None:
-        self.name = name
-        self.url = url
-        self.headers = dict(headers)
-        self.http = http
-        self.incoming = incoming
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.modern = False
-        self.closed_reason: str | None = None
-        self._nursery = nursery
-        self._send_channel = send_channel
         self._streams: dict[Any, trio.CancelScope] = {}
         self._listening = False
         self._tool_schemas: dict[str, Any] = {}
@@ -274,27 +255,16 @@ class HttpTransport:
             self._streams[message["id"]] = scope
             self._nursery.start_soon(self._exchange, message, body, scope)
             return
-        headers = {**self._headers(message), "Content-Type": "application/json"}
-        try:
-            async with self.http.stream(
-                "POST", self.url, content=body, headers=headers
-            ) as response:
-                status = response.status_code
-                # a notification's answer is 202, no body
-                error_body = await read_error_body(response)
-        except httpx.HTTPError as exc:
-            raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
+        # a notification's answer is 202, no body
+        response, error_body = await self._post(
+            self.url, body, self._headers(message), "POST failed"
+        )
+        status = response.status_code
         if status == 404 and self.session_id and not self.modern:
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
             raise refused(self.name, self.headers, message, status, error_body)
-
-    async def _push(self, message: dict[str, Any]) -> None:
-        try:
-            await self._send_channel.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
 
     async def _lost(self, reason: str) -> None:
         if self.closed_reason is None:
@@ -514,7 +484,8 @@ class HttpTransport:
                 failures += 1
                 await trio.sleep(0.5 * failures)
 
-    async def _end_session(self) -> None:
+    async def _finish(self) -> None:
+        """End the session (DELETE)."""
         if self.session_id and not self.modern:
             with trio.move_on_after(DELETE_TIMEOUT_S):
                 try:
@@ -524,42 +495,7 @@ class HttpTransport:
                     pass
 
 
-@asynccontextmanager
-async def open_http_transport(
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    name: str = "server",
-    timeout_secs: float = 30.0,
-    allow_private: bool = False,
-    allow_loopback: bool = False,
-    resolver: Resolver | None = None,
-) -> AsyncIterator[HttpTransport]:
+def open_http_transport(url: str, **options: Any) -> AbstractAsyncContextManager[HttpTransport]:
     """Yield a Streamable HTTP transport to ``url``; leaving ends the session (DELETE).
-
-    ``url`` is checked against SSRF rules once (``resolver`` replaces DNS in tests) and
-    every request connects to the checked address (no second lookup to rebind)."""
-    async with open_guarded_client(
-        url,
-        timeout_secs=timeout_secs,
-        allow_private=allow_private,
-        allow_loopback=allow_loopback,
-        resolver=resolver,
-    ) as http:
-        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
-        with single_errors():
-            async with trio.open_nursery() as nursery:
-                transport = HttpTransport(
-                    name, url, headers or {}, http, nursery, send_channel, receive_channel
-                )
-                try:
-                    yield transport
-                finally:
-                    if transport.closed_reason is None:
-                        transport.closed_reason = "the connection was closed"
-                    with trio.CancelScope(shield=True):
-                        await transport._end_session()
-                    nursery.cancel_scope.cancel()
-                    # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
-                    # would raise Cancelled over whatever the block raised, and lose it.
-                    send_channel.close()
+    Options are those of ``open_http_peer``."""
+    return open_http_peer(HttpTransport, url, **options)

@@ -30,6 +30,7 @@ from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
     BatchedWriter,
+    ClientTransport,
     TransportClosed,
     TransportError,
     single_errors,
@@ -71,7 +72,7 @@ def check_command(command: str) -> None:
         )
 
 
-class StdioTransport:
+class StdioTransport(ClientTransport):
     """A running server process; see ``open_stdio_transport``."""
 
     kind = "stdio"
@@ -108,12 +109,6 @@ class StdioTransport:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             reason = f"MCP server {self.name!r} stopped reading its input ({exc})"
             raise TransportClosed(reason) from None
-
-    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
-        pass
-
-    def cancel_request(self, request_id: Any) -> bool:
-        return False
 
 
 async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
