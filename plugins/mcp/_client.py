@@ -1,24 +1,15 @@
-"""roost as an MCP client: a sans-I/O protocol core and a thin Trio session around it.
+"""roost as an MCP client: a sans-I/O protocol core and a Trio session around it.
 
-``ClientProtocol`` (no I/O) knows both protocol eras: the handshake era (``initialize``
-negotiating 2024-11-05 … 2025-11-25) and the stateless 2026-07-28 revision, where every
-request carries ``_meta`` with the protocol version, client info and capabilities, and a
-result may be ``input_required`` (answered and retried). ``McpClient`` runs it over any
-client transport: many requests in flight on one connection, correlated by id, each with
-a deadline; a request that times out or is cancelled is cancelled at the server too.
+``ClientProtocol`` (no I/O) knows the handshake era (``initialize``, 2024-11-05 …
+2025-11-25) and the stateless 2026-07-28 revision (per-request ``_meta``, results that may
+be ``input_required``). ``McpClient`` runs it over any client transport: many requests in
+flight, each with a deadline; one that times out or is cancelled is cancelled at the server.
 
-Era selection (``protocol``):
-
-- a version string pins it (``2025-11-25`` → ``initialize`` offering it; ``2026-07-28`` →
-  ``server/discover`` then per-request ``_meta``);
-- ``auto`` on HTTP sends ``server/discover`` first (safe: an HTTP server answers every
-  POST on its own) and stays modern only on a ``DiscoverResult`` advertising a modern
-  version or a recognised modern error (-32020/-32021/-32022); anything else (any other
-  error, a 4xx without a modern body) falls back to ``initialize``;
-- ``auto`` on stdio cannot probe the live process — a legacy server may exit or wedge on an
-  unexpected first message — so the manager probes ``server/discover`` on a throw-away
-  process (``probe_era``) and starts the real one in the era it found; without a probe,
-  ``auto`` opens with ``initialize``, which every server understands.
+``protocol``: a version pins the era; ``auto`` on HTTP sends ``server/discover`` first and
+stays modern only on a ``DiscoverResult`` with a modern version or a modern error
+(-32020/-32021/-32022), else falls back to ``initialize``. On stdio a legacy server may
+exit or wedge on an unexpected first message, so the manager probes a throw-away process
+(``probe_era``); without a probe ``auto`` opens with ``initialize``.
 """
 
 from __future__ import annotations
@@ -100,11 +91,8 @@ class McpProtocolError(McpError):
 
 @attrs.frozen
 class ServerRequestContext:
-    """Who a server-to-client request (sampling, elicitation, roots) is on behalf of.
-
-    ``caller`` is the agent whose call caused it (exact in the 2026-07-28 mode; in the
-    handshake era, the agent with the most recent call in flight on this connection).
-    """
+    """Who a server-to-client request is on behalf of: ``caller`` is exact at 2026-07-28; in
+    the handshake era it is the agent with the most recent call in flight."""
 
     server: str
     caller: str | None
@@ -164,11 +152,7 @@ def pick_modern_version(supported: Any) -> str | None:
 
 
 class ClientProtocol:
-    """The state of one client session, without I/O.
-
-    Build requests with ``initialize_params`` / ``discover_params`` / ``decorate`` and
-    feed answers to ``accept_initialize`` / ``accept_discover``.
-    """
+    """The state of one client session, without I/O: builds params, accepts answers."""
 
     def __init__(self, options: ClientOptions) -> None:
         self.options = options
@@ -282,6 +266,13 @@ class ClientProtocol:
         return out
 
 
+def _offered_version(exc: McpProtocolError) -> str | None:
+    """The version to retry with after an unsupported-version error, if the server lists one."""
+    if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or not is_mapping(exc.data):
+        return None
+    return pick_modern_version(exc.data.get("supported"))
+
+
 # ---- the Trio session --------------------------------------------------------------------
 
 
@@ -298,9 +289,7 @@ class _Pending:
 
 
 def _expire_request(pending: _Pending) -> None:
-    """A request's deadline has passed: wake its caller without an answer (``_exchange``
-    reports the timeout)."""
-    pending.done.set()
+    pending.done.set()  # past its deadline: woken without an answer (a timeout)
 
 
 class McpClient:
@@ -404,8 +393,7 @@ class McpClient:
             self._on_notification(message)
 
     def _fail_invalid_answer(self, raw: Any, exc: jsonrpc.JsonRpcError) -> bool:
-        """An invalid answer to a request in flight fails that request at once (it would
-        otherwise wait out its timeout); False when ``raw`` answers none."""
+        """Fail the request ``raw`` answers invalidly, at once; False if it answers none."""
         request_id = raw.get("id") if isinstance(raw, Mapping) and "method" not in raw else None
         if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
             return False
@@ -475,10 +463,7 @@ class McpClient:
     async def answer_input_request(
         self, method: str, params: Mapping[str, Any], caller: str | None
     ) -> Any:
-        """Answer a server-to-client request (handshake era) or an input request (MRTR).
-
-        Raises JsonRpcError when the feature is not enabled for this server.
-        """
+        """Answer a server-to-client or input request; JsonRpcError if not enabled."""
         context = ServerRequestContext(self.name, caller, method)
         if method == "ping":
             return {}
@@ -521,10 +506,8 @@ class McpClient:
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """One request and its answer; raises McpProtocolError for an error response.
-
-        A request the server refused with HTTP 429 or 503 is sent again after its
-        ``Retry-After`` (bounded: ``http_retry_wait``), never past the call's deadline."""
+        """One request and its answer (McpProtocolError for an error); HTTP 429/503 is
+        retried after its ``Retry-After`` (``http_retry_wait``) within the deadline."""
         timeout = self.options.timeout_secs if timeout is None else timeout
         if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
             raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")
@@ -675,13 +658,9 @@ class McpClient:
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """Send ``method`` and return its result.
-
-        In the 2026-07-28 mode the per-request ``_meta`` is added, an unsupported
-        version is retried with one the server lists, and ``input_required`` results are
-        answered (sampling / elicitation / roots handlers) and retried, up to
-        ``max_input_rounds`` times.
-        """
+        """Send ``method`` and return its result. At 2026-07-28 ``_meta`` is added, an
+        unsupported version is retried with one the server lists, and ``input_required``
+        results are answered and retried (up to ``max_input_rounds`` times)."""
         rounds = 0
         version_retried = False
         current = dict(params or {})
@@ -695,19 +674,14 @@ class McpClient:
                     caller=caller,
                 )
             except McpProtocolError as exc:
-                if (
-                    exc.rpc_code == proto.UNSUPPORTED_PROTOCOL_VERSION
-                    and self.protocol.era == "modern"
-                    and not version_retried
-                ):
-                    supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-                    version = pick_modern_version(supported)
-                    if version is not None:  # retry once, even with the same version
-                        version_retried = True
-                        self.protocol.protocol_version = version
-                        self.transport.set_protocol_version(version, modern=True)
-                        continue
-                raise
+                modern = self.protocol.era == "modern" and not version_retried
+                version = _offered_version(exc) if modern else None
+                if version is None:
+                    raise
+                version_retried = True  # retry once, even with the same version
+                self.protocol.protocol_version = version
+                self.transport.set_protocol_version(version, modern=True)
+                continue
             self.protocol.note_server_info(result)
             if proto.result_type(result) != "input_required":
                 return result
@@ -777,11 +751,9 @@ class McpClient:
         try:
             result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
-            supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-            retry = pick_modern_version(supported)
-            if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or retry is None:
+            retry = _offered_version(exc)  # retry once with what the server lists
+            if retry is None:
                 raise
-            # retry once with what the server lists
             self.transport.set_protocol_version(retry, modern=True)
             params = self.protocol.discover_params(retry)
             result = await self._exchange("server/discover", params, timeout=timeout)
@@ -790,8 +762,7 @@ class McpClient:
         return result
 
     async def start(self, *, era: str | None = None) -> None:
-        """Select the era and set the session up. ``era`` ("modern"/"handshake") is a
-        probe's finding for ``auto`` (see ``probe_era``)."""
+        """Select the era (``era``: a ``probe_era`` finding for ``auto``) and set up."""
         wanted = self.options.protocol
         if wanted in MODERN_VERSIONS or (wanted == "auto" and era == "modern"):
             await self.discover()
@@ -822,9 +793,8 @@ class McpClient:
     async def listen(
         self, *, tools: bool = True, prompts: bool = True, resources: bool = True
     ) -> Any:
-        """2026-07-28 ``subscriptions/listen``: hold a long-lived request open so that the
-        server's list-change notifications reach ``on_notification``. Returns when the
-        server ends the subscription; cancel the caller to stop listening."""
+        """2026-07-28 ``subscriptions/listen``: list-change notifications reach
+        ``on_notification`` until the server ends it (or the caller is cancelled)."""
         wanted = {
             "toolsListChanged": tools,
             "promptsListChanged": prompts,
@@ -874,8 +844,7 @@ class McpClient:
         )
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every tool, following ``nextCursor`` pagination (on HTTP, tools with invalid
-        ``x-mcp-header`` annotations are dropped, as the spec requires)."""
+        """Every tool, across pages (HTTP drops tools with invalid ``x-mcp-header``)."""
         tools = await self._list_all("tools/list", "tools", timeout=timeout)
         accept = getattr(self.transport, "accept_tools", None)
         return accept(tools) if accept is not None else tools
@@ -937,9 +906,8 @@ class McpClient:
 
 @asynccontextmanager
 async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpClient]:
-    """A client of ``transport`` whose reader runs until the block ends. Meanwhile a
-    transport that can (stdio) hands replies straight to the client from its own reader,
-    one task hop less per call than its ``incoming`` channel."""
+    """A client of ``transport`` whose reader runs until the block ends; a transport that
+    can (stdio) hands replies straight to it, one task hop less per call."""
     async with trio.open_nursery() as nursery:
         client = McpClient(transport, options, nursery)
         nursery.start_soon(client._read)
@@ -958,11 +926,8 @@ async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpC
 async def open_mcp_client(
     transport: Any, options: ClientOptions | None = None, *, era: str | None = None
 ) -> AsyncIterator[McpClient]:
-    """Start a session over ``transport`` (already open) and yield the client.
-
-    The handshake or discovery happens before the block runs; leaving the block stops
-    the reader. Raises McpError when the session cannot be set up.
-    """
+    """Set a session up over the open ``transport`` (McpError if it cannot be) and yield
+    the client; leaving stops the reader."""
     with single_errors():
         async with _running(transport, options or ClientOptions()) as client:
             await client.start(era=era)
@@ -970,12 +935,8 @@ async def open_mcp_client(
 
 
 async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
-    """Ask a throw-away connection ``server/discover``: "modern" or "legacy".
-
-    Modern: a ``DiscoverResult`` listing a modern version, or a recognised modern error.
-    Anything else — another error, silence until ``timeout``, the process exiting — is
-    legacy (the caller then uses ``initialize`` on a fresh connection).
-    """
+    """Ask a throw-away connection ``server/discover``: "modern" (a ``DiscoverResult``
+    with a modern version, or a modern error) or "legacy" (anything else)."""
     options = ClientOptions(
         server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout
     )

@@ -60,6 +60,7 @@ from ._client import (
     probe_era,
 )
 from ._protocol import RECURSION_LIMIT
+from .transports.stdio import command_problem
 
 log = logging.getLogger("roost.mcp.manager")
 
@@ -142,15 +143,7 @@ def parse_server_config(
 ) -> ServerConfig:
     """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
     if isinstance(raw, McpServerDescriptor):
-        raw = {
-            "name": raw.name,
-            "transport": dict(raw.transport),
-            "timeout_secs": raw.timeout_secs,
-            "env": list(raw.env),
-            "protocol": raw.protocol,
-            "sampling": raw.sampling,
-            "allow_local": raw.allow_local,
-        }
+        raw = attrs.asdict(raw, recurse=False)
     if not isinstance(raw, Mapping):
         raise ConfigError(
             f"{where}: expected a table with name and transport, got {type(raw).__name__}"
@@ -218,16 +211,9 @@ def parse_server_config(
     _known_keys(where, transport, keys, f'[mcp_servers.transport] (type = "{kind}")', "transport.")
     if kind == "stdio":
         command = transport.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise _fail(
-                where, "transport.command", 'missing; name the server program, e.g. command = "npx"'
-            )
-        if ".." in command:
-            raise _fail(
-                where,
-                "transport.command",
-                f"{command!r} contains '..'; use an absolute path or a program on PATH",
-            )
+        problem = command_problem(command)
+        if problem:
+            raise _fail(where, "transport.command", problem)
         args = transport.get("args", ())
         if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
             raise _fail(where, "transport.args", f"expected an array of strings, got {args!r}")

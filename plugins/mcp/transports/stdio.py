@@ -59,17 +59,19 @@ def child_environment(
     return env
 
 
-def check_command(command: str) -> None:
-    """Reject an empty command or one containing ``..`` (path traversal)."""
+def command_problem(command: Any) -> str | None:
+    """Why ``command`` may not run (empty, or ``..``: path traversal), or None."""
     if not isinstance(command, str) or not command.strip():
-        raise TransportError(
-            "transport.command: expected a non-empty string naming the server program"
-        )
+        return 'missing; name the server program, e.g. command = "npx"'
     if ".." in command:
-        raise TransportError(
-            f"transport.command: {command!r} contains '..'; use an absolute "
-            "path or a program on PATH"
-        )
+        return f"{command!r} contains '..'; use an absolute path or a program on PATH"
+    return None
+
+
+def check_command(command: str) -> None:
+    problem = command_problem(command)
+    if problem:
+        raise TransportError(f"transport.command: {problem}")
 
 
 class StdioTransport(ClientTransport):
