@@ -1,15 +1,10 @@
-"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common).
+"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common): the
+client GETs an SSE stream, waits for the ``endpoint`` event naming where to POST, then
+POSTs every message there; every server message arrives on the stream.
 
-Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
-``endpoint`` event naming where to POST, then POSTs every message there; every server
-message (responses included) arrives on the SSE stream as a ``message`` event.
-
-Also home of what both HTTP transports share: ``open_guarded_client`` (the SSRF guard,
-with every connection made to the address that was checked, never to a second DNS
-answer) and ``http_error_message``. A request the server refuses (HTTP 4xx/5xx on its
-POST) is answered at once with a JSON-RPC error for its id, as on Streamable HTTP. What a
-server sends is read up to a cap (``roost.plugins.http.client``): an error body's first
-64 KiB, ``MAX_MESSAGE_BYTES`` per SSE event.
+Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer``,
+``open_guarded_client`` (the SSRF guard; connections go to the checked address) and
+``http_error_message`` (a refused request is answered at once with a JSON-RPC error).
 """
 
 from __future__ import annotations
@@ -75,12 +70,9 @@ def http_error_message(
     retry_after: float | None = None,
     hint: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON-RPC response for a request that got no JSON-RPC answer: HTTP ``status``
-    with ``body``, or (status 0) no HTTP answer at all, ``body`` saying why.
-
-    A JSON-RPC error in the body keeps its code and data; the message names the status,
-    the server's words and ``hint``; ``data`` gains ``httpStatus`` (and ``retryAfter``).
-    """
+    """The JSON-RPC response for a request answered by HTTP ``status`` with ``body`` (or,
+    status 0, not at all: ``body`` says why). A JSON-RPC error in the body keeps its code
+    and data; ``data`` gains ``httpStatus`` (and ``retryAfter``)."""
     code: int = HTTP_ERROR
     data: Any = None
     try:
@@ -124,7 +116,7 @@ def _aside(hint: str | None) -> str:
 
 def encode_body(message: Mapping[str, Any]) -> bytes:
     """``message`` as compact UTF-8 JSON; over ``MAX_MESSAGE_BYTES`` it is refused."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = jsonrpc.dumps(message, allow_nan=True).encode("utf-8")
     if len(body) > MAX_MESSAGE_BYTES:
         raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
     return body
@@ -160,10 +152,9 @@ async def open_guarded_client(
     allow_loopback: bool,
     resolver: Resolver | None = None,
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused`` if it
-    may not be used) and every request connects to the checked address. Environment
-    proxies are ignored (a proxy would resolve the name itself). Reads wait as long as
-    the server takes (streams stay open); the rest is bounded by ``timeout_secs``."""
+    """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused``) and every
+    request connects to the checked address; no environment proxy (it would resolve the
+    name itself); reads are unbounded (streams stay open), the rest ``timeout_secs``."""
     pins = AddressPins(
         allow_private=allow_private,
         allow_loopback=allow_loopback,
