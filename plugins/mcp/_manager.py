@@ -1,19 +1,14 @@
 """The MCP client manager: connects roost to the configured MCP servers and keeps them up.
 
-Servers come from ``[[mcp_servers]]`` in roost.toml, from agents' ``mcp_servers`` in
-agent.json and from the ``roost_mcp_servers`` hook. Each is validated (errors name the
-field), connected in the background (a failure is logged; boot goes on) and supervised:
-a server that dies has its tools removed, its calls in flight fail at once, and it is
-reconnected. A server that cannot be reached (not started yet, refusing our key, …) is
-retried for as long as the kernel runs, 1 s doubling to a 60 s cap; meanwhile its status
-says ``failed`` with the last error and the time of the next attempt, and its tools
-appear once it answers.
+Servers come from ``[[mcp_servers]]`` in roost.toml, agents' ``mcp_servers`` and the
+``roost_mcp_servers`` hook; each is validated (errors name the field), connected in the
+background (boot goes on) and supervised: one that dies loses its tools, fails its calls
+in flight at once and is reconnected, 1 s doubling to a 60 s cap, for as long as the
+kernel runs (its status says ``failed``, the last error and the next attempt's time).
 
-Discovered tools become kernel tools named ``mcp_{server}_{tool}``. A server with
-resources also gets ``mcp_{server}_list_resources`` / ``mcp_{server}_read_resource``,
-one with prompts ``mcp_{server}_list_prompts`` / ``mcp_{server}_get_prompt`` (unless the
-server has real tools of those names), so agents can use them like any tool; the same
-operations are on ``McpManager`` for code.
+Its tools become ``mcp_{server}_{tool}``; a server with resources or prompts also gets
+``mcp_{server}_list_resources`` / ``_read_resource`` / ``_list_prompts`` / ``_get_prompt``
+(unless it has real tools of those names).
 """
 
 from __future__ import annotations
@@ -104,8 +99,7 @@ class ServerConfig:
     agent: str | None = None
 
     def public(self) -> dict[str, Any]:
-        """What ``GET /api/mcp/servers`` shows (no header values, no env values, the URL
-        without user info, query or fragment)."""
+        """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL."""
         out: dict[str, Any] = {
             "name": self.name,
             "transport": self.transport,
@@ -236,7 +230,7 @@ def parse_server_config(
 
 def check_config_servers(config: Any) -> None:
     """Check the config file's ``[[mcp_servers]]`` (every field, names unique); raises the
-    first ConfigError, naming the file (``config.where``), the entry, the key and the fix."""
+    first ConfigError."""
     where = getattr(config, "where", "roost.toml")
     seen: dict[str, int] = {}
     for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):
@@ -323,9 +317,8 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 def peer_attributes(
     config: ServerConfig, server_info: Mapping[str, Any], tool: str
 ) -> dict[str, Any]:
-    """What a tool call's span says of the MCP server it reaches: ``peer`` ("mcp"),
-    ``peer_name``, ``peer_tool``, ``peer_url`` (HTTP transports) and, for a roost daemon
-    (its ``serverInfo`` name starts with "roost"), ``peer_dashboard``: its base URL."""
+    """What a tool call's span says of the MCP server it reaches (``peer_*``; for a roost
+    daemon, by its ``serverInfo`` name, ``peer_dashboard``: its base URL)."""
     out: dict[str, Any] = {"peer": "mcp", "peer_name": config.name, "peer_tool": tool}
     if config.url:
         out["peer_url"] = url = public_url(config.url)  # a key in it is no span's business
@@ -336,9 +329,9 @@ def peer_attributes(
     return out
 
 
-def _raise_if_breaker(exc: McpProtocolError) -> None:
-    data = exc.data
+def _raise_if_breaker(exc: McpError) -> None:
     # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
+    data = exc.data if isinstance(exc, McpProtocolError) else None
     if isinstance(data, Mapping) and (
         data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT
     ):
@@ -439,8 +432,7 @@ class McpManager:
 
     # ---- running ------------------------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Supervise every server until cancelled. Ready at once: servers connect in the
-        background."""
+        """Supervise every server until cancelled (ready at once)."""
         async with trio.open_nursery() as nursery:
             for state in self.states.values():
                 nursery.start_soon(self._supervise, state)
@@ -448,9 +440,8 @@ class McpManager:
             await trio.sleep_forever()
 
     async def _supervise(self, state: ServerState) -> None:
-        """Connect ``state``'s server and keep it connected while the kernel runs: after a
-        failure (or a dropped connection) wait, 1 s doubling to ``backoff_max_s``, and
-        try again; a connection that lasted ``STABLE_AFTER_S`` starts the backoff afresh."""
+        """Keep ``state``'s server connected: after a failure or a drop wait (doubling up
+        to ``backoff_max_s``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
         delay = self.backoff_base_s
         try:
             while True:
@@ -675,18 +666,15 @@ class McpManager:
                     on_progress=progress,
                     caller=caller,
                 )
-            except McpProtocolError as exc:
-                _raise_if_breaker(exc)
-                return ToolResult.error(str(exc))
             except McpError as exc:
+                _raise_if_breaker(exc)
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
         return Tool(spec, call_remote)
 
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
-        """Which of resources / prompts the server really has (a declared capability
-        with nothing behind it would only add noise to the agents' tool lists)."""
+        """Which of resources / prompts the server really has (not merely declares)."""
         offers = set()
         caps = client.server_capabilities
         checks = (
@@ -705,107 +693,98 @@ class McpManager:
 
     def _extra_tools(self, state: ServerState, taken: set[Any], offers: set[str]) -> list[Tool]:
         server = state.config.name
-        out: list[Tool] = []
 
-        def add(name: str, description: str, schema: Mapping[str, Any], run: Any) -> None:
-            if name in taken:
-                return
-            spec = ToolSpec(
-                name=namespaced(server, name),
-                description=description,
-                input_schema=schema,
-                owner=f"mcp:{server}",
-                original_name=name,
-                untrusted=True,
-                annotations={"readOnlyHint": True},
-                timeout_s=state.config.timeout_secs + 1.0,
+        async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            items = await self.client(server).list_resources()
+            text = "\n".join(
+                f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip()
+                for r in items
+            )
+            text = text or "(no resources)"
+            return ToolResult(({"type": "text", "text": text},), {"resources": items})
+
+        async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            result = await self.client(server).read_resource(
+                str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
+            )
+            contents = result.get("contents") or ()
+            return ToolResult(
+                tuple(
+                    {"type": "resource", "resource": dict(i)}
+                    for i in contents
+                    if isinstance(i, Mapping)
+                )
             )
 
+        async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            items = await self.client(server).list_prompts()
+            text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
+            text = text or "(no prompts)"
+            return ToolResult(({"type": "text", "text": text},), {"prompts": items})
+
+        async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            args = call.arguments.get("arguments") or {}
+            result = await self.client(server).get_prompt(
+                str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent
+            )
+            lines = []
+            for message in result.get("messages") or ():
+                content = message.get("content") if isinstance(message, Mapping) else None
+                text = content.get("text") if isinstance(content, Mapping) else None
+                text = text if text is not None else "[non-text content]"
+                lines.append(f"{message.get('role', '?')}: {text}")
+            return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
+
+        def guarded(run: Any) -> Any:
             async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 try:
                     return await run(call, ctx)
                 except McpError as exc:
                     return ToolResult.error(str(exc))
 
-            out.append(Tool(spec, handler))
+            return handler
 
         empty = {"type": "object", "properties": {}, "additionalProperties": False}
-        if "resources" in offers:
-
-            async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                items = await self.client(server).list_resources()
-                text = "\n".join(
-                    f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip()
-                    for r in items
-                )
-                return ToolResult(
-                    ({"type": "text", "text": text or "(no resources)"},), {"resources": items}
-                )
-
-            async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                result = await self.client(server).read_resource(
-                    str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
-                )
-                blocks = []
-                for item in result.get("contents") or ():
-                    if isinstance(item, Mapping):
-                        blocks.append({"type": "resource", "resource": dict(item)})
-                return ToolResult(tuple(blocks))
-
-            add(
-                "list_resources",
-                f"List the resources of MCP server {server}.",
-                empty,
-                list_resources,
-            )
-            add(
-                "read_resource",
-                f"Read a resource of MCP server {server} by URI.",
-                {
-                    "type": "object",
-                    "properties": {"uri": {"type": "string", "description": "the resource URI"}},
-                    "required": ["uri"],
-                },
-                read_resource,
-            )
-        if "prompts" in offers:
-
-            async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                items = await self.client(server).list_prompts()
-                text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
-                return ToolResult(
-                    ({"type": "text", "text": text or "(no prompts)"},), {"prompts": items}
-                )
-
-            async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                args = call.arguments.get("arguments") or {}
-                result = await self.client(server).get_prompt(
-                    str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent
-                )
-                lines = []
-                for message in result.get("messages") or ():
-                    content = message.get("content") if isinstance(message, Mapping) else None
-                    text = content.get("text") if isinstance(content, Mapping) else None
-                    lines.append(
-                        f"{message.get('role', '?')}: "
-                        f"{text if text is not None else '[non-text content]'}"
+        uri = {"type": "string", "description": "the resource URI"}
+        named = {
+            "name": {"type": "string"},
+            "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+        extras = {
+            "resources": (
+                ("list_resources", "List the resources of MCP server {}.", empty, list_resources),
+                (
+                    "read_resource",
+                    "Read a resource of MCP server {} by URI.",
+                    {"type": "object", "properties": {"uri": uri}, "required": ["uri"]},
+                    read_resource,
+                ),
+            ),
+            "prompts": (
+                ("list_prompts", "List the prompts of MCP server {}.", empty, list_prompts),
+                (
+                    "get_prompt",
+                    "Get a prompt of MCP server {} by name, with its arguments.",
+                    {"type": "object", "properties": named, "required": ["name"]},
+                    get_prompt,
+                ),
+            ),
+        }
+        out = []
+        for kind, tools in extras.items():
+            for name, what, schema, run in tools if kind in offers else ():
+                if name not in taken:
+                    spec = ToolSpec(
+                        name=namespaced(server, name),
+                        description=what.format(server),
+                        input_schema=schema,
+                        owner=f"mcp:{server}",
+                        original_name=name,
+                        untrusted=True,
+                        annotations={"readOnlyHint": True},
+                        timeout_s=state.config.timeout_secs + 1.0,
                     )
-                return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
-
-            add("list_prompts", f"List the prompts of MCP server {server}.", empty, list_prompts)
-            add(
-                "get_prompt",
-                f"Get a prompt of MCP server {server} by name, with its arguments.",
-                {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
-                    },
-                    "required": ["name"],
-                },
-                get_prompt,
-            )
+                    out.append(Tool(spec, guarded(run)))
         return out
 
     # ---- server-to-client requests --------------------------------------------------------
@@ -875,16 +854,8 @@ def _announces_changes(caps: Mapping[str, Any]) -> bool:
     )
 
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL,
-    "emergency": logging.CRITICAL,
-}
+_LEVELS = {"debug": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS.update(dict.fromkeys(("critical", "alert", "emergency"), logging.CRITICAL))
 
 
 __all__ = [
