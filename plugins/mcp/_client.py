@@ -160,7 +160,6 @@ class ClientProtocol:
         self.protocol_version: str | None = None
         self.server_info: Mapping[str, Any] = {}
         self.server_capabilities: Mapping[str, Any] = {}
-        self.instructions: str | None = None
 
     def client_info(self) -> dict[str, Any]:
         return {"name": self.options.client_name, "version": self.options.client_version}
@@ -199,14 +198,12 @@ class ClientProtocol:
         self._adopt("handshake", version, result, result.get("serverInfo"))
 
     def _adopt(self, era: str, version: str, result: Mapping[str, Any], info: Any) -> None:
-        """Take the era, version, capabilities, ``info`` and instructions a server gave."""
+        """Take the era, version, capabilities and ``info`` a server gave."""
         caps = result.get("capabilities")
-        instructions = result.get("instructions")
         self.era = era
         self.protocol_version = version
         self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
         self.server_info = dict(info) if isinstance(info, Mapping) else {}
-        self.instructions = instructions if isinstance(instructions, str) else None
 
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
@@ -292,13 +289,12 @@ def _expire_request(pending: _Pending) -> None:
     pending.done.set()  # past its deadline: woken without an answer (a timeout)
 
 
-class McpClient:
-    """One connection to one MCP server. Obtain it from ``open_mcp_client``."""
+class McpClient(ClientProtocol):
+    """One connection to one MCP server: the protocol core and its I/O (``open_mcp_client``)."""
 
     def __init__(self, transport: Any, options: ClientOptions, nursery: trio.Nursery) -> None:
+        super().__init__(options)
         self.transport = transport
-        self.options = options
-        self.protocol = ClientProtocol(options)
         self._nursery = nursery
         self._correlator = jsonrpc.Correlator(max_pending=options.max_pending)
         self._pending: dict[Any, _Pending] = {}
@@ -323,22 +319,6 @@ class McpClient:
     @property
     def name(self) -> str:
         return self.options.server_name
-
-    @property
-    def era(self) -> str | None:
-        return self.protocol.era
-
-    @property
-    def protocol_version(self) -> str | None:
-        return self.protocol.protocol_version
-
-    @property
-    def server_capabilities(self) -> Mapping[str, Any]:
-        return self.protocol.server_capabilities
-
-    @property
-    def server_info(self) -> Mapping[str, Any]:
-        return self.protocol.server_info
 
     # ---- reading -------------------------------------------------------------------------
     async def _read(self) -> None:
@@ -639,7 +619,7 @@ class McpClient:
                 closed_stream = bool(self.transport.cancel_request(request_id))
             except Exception:
                 log.exception("closing the stream of request %r failed", request_id)
-            if closed_stream and self.protocol.era == "modern":
+            if closed_stream and self.era == "modern":
                 return  # on Streamable HTTP, closing the stream is the cancellation
             with trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
                 try:
@@ -668,21 +648,21 @@ class McpClient:
             try:
                 result = await self._exchange(
                     method,
-                    self.protocol.decorate(current),
+                    self.decorate(current),
                     timeout=timeout,
                     on_progress=on_progress,
                     caller=caller,
                 )
             except McpProtocolError as exc:
-                modern = self.protocol.era == "modern" and not version_retried
+                modern = self.era == "modern" and not version_retried
                 version = _offered_version(exc) if modern else None
                 if version is None:
                     raise
                 version_retried = True  # retry once, even with the same version
-                self.protocol.protocol_version = version
+                self.protocol_version = version
                 self.transport.set_protocol_version(version, modern=True)
                 continue
-            self.protocol.note_server_info(result)
+            self.note_server_info(result)
             if proto.result_type(result) != "input_required":
                 return result
             if method not in INPUT_REQUIRED_METHODS:
@@ -697,7 +677,7 @@ class McpClient:
                     f"{self.options.max_input_rounds} rounds of {method}"
                 )
             responses = await self._answer_input_requests(result.get("inputRequests"), caller)
-            current = ClientProtocol.retry_params(current, result, responses)
+            current = self.retry_params(current, result, responses)
 
     async def _answer_input_requests(self, requests: Any, caller: str | None) -> dict[str, Any]:
         if requests is None:
@@ -726,14 +706,14 @@ class McpClient:
 
     # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
-        result = await self._exchange("initialize", self.protocol.initialize_params())
-        self.protocol.accept_initialize(result)
-        self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
+        result = await self._exchange("initialize", self.initialize_params())
+        self.accept_initialize(result)
+        self.transport.set_protocol_version(self.protocol_version, modern=False)
         await self.notify("notifications/initialized")
         listen = getattr(self.transport, "start_listening", None)
         if listen is not None:
             await listen()
-        if self.options.log_level and "logging" in self.protocol.server_capabilities:
+        if self.options.log_level and "logging" in self.server_capabilities:
             try:
                 await self._exchange("logging/setLevel", {"level": self.options.log_level})
             except McpError as exc:
@@ -747,7 +727,7 @@ class McpClient:
             else LATEST_MODERN_VERSION
         )
         self.transport.set_protocol_version(version, modern=True)
-        params = self.protocol.discover_params(version)
+        params = self.discover_params(version)
         try:
             result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
@@ -755,9 +735,9 @@ class McpClient:
             if retry is None:
                 raise
             self.transport.set_protocol_version(retry, modern=True)
-            params = self.protocol.discover_params(retry)
+            params = self.discover_params(retry)
             result = await self._exchange("server/discover", params, timeout=timeout)
-        chosen = self.protocol.accept_discover(result)
+        chosen = self.accept_discover(result)
         self.transport.set_protocol_version(chosen, modern=True)
         return result
 
@@ -786,7 +766,7 @@ class McpClient:
             log.info(
                 "MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc
             )
-            self.protocol.era = None
+            self.era = None
             return "legacy"
         return "modern"
 
@@ -800,13 +780,13 @@ class McpClient:
             "promptsListChanged": prompts,
             "resourcesListChanged": resources,
         }
-        params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
+        params = self.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
-        if self.protocol.era == "modern":
+        if self.era == "modern":
             await self.request("server/discover", timeout=timeout)
         else:
             await self.request("ping", timeout=timeout)
