@@ -721,11 +721,8 @@ class McpClient(ClientProtocol):
 
     async def discover(self, *, timeout: float | None = None) -> Mapping[str, Any]:
         """Send ``server/discover`` and adopt the modern era; raises McpProtocolError."""
-        version = (
-            self.options.protocol
-            if self.options.protocol in MODERN_VERSIONS
-            else LATEST_MODERN_VERSION
-        )
+        wanted = self.options.protocol
+        version = wanted if wanted in MODERN_VERSIONS else LATEST_MODERN_VERSION
         self.transport.set_protocol_version(version, modern=True)
         params = self.discover_params(version)
         try:
@@ -747,28 +744,24 @@ class McpClient(ClientProtocol):
         if wanted in MODERN_VERSIONS or (wanted == "auto" and era == "modern"):
             await self.discover()
             return
-        if wanted == "auto" and era is None and getattr(self.transport, "kind", "") in ("http",):
-            outcome = await self._probe_modern()
-            if outcome == "modern":
+        if wanted == "auto" and era is None and getattr(self.transport, "kind", "") == "http":
+            try:
+                await self.discover()
                 return
+            except McpProtocolError as exc:
+                status = exc.data.get("httpStatus") if is_mapping(exc.data) else None
+                # A modern server refusing us, or an unreachable or refusing one: falling back
+                # to initialize would be wrong, or fare no better.
+                if exc.rpc_code in proto.MODERN_ERROR_CODES or status in REFUSALS:
+                    raise
+                log.info(
+                    "MCP server %s is not a 2026-07-28 server (%s); using initialize",
+                    self.name,
+                    exc,
+                )
+            self.era = None
             self.transport.set_protocol_version(None, modern=False)
         await self._handshake()
-
-    async def _probe_modern(self) -> str:
-        try:
-            await self.discover()
-        except McpProtocolError as exc:
-            if exc.rpc_code in proto.MODERN_ERROR_CODES:
-                raise  # a modern server that refuses us: falling back would be wrong
-            status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
-            if status in REFUSALS:
-                raise  # unreachable, or refusing us: initialize would fare no better
-            log.info(
-                "MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc
-            )
-            self.era = None
-            return "legacy"
-        return "modern"
 
     async def listen(
         self, *, tools: bool = True, prompts: bool = True, resources: bool = True
