@@ -1,12 +1,11 @@
 """stdio client transport: run an MCP server as a child process, NDJSON on its pipes.
 
 - The child's environment is cleared except ``PATH``, ``HOME`` and the listed names.
-- It runs under a tiny supervisor (``_pdeathsig.py``) in its own process group: the
-  supervisor notices when roost is gone (even SIGKILLed), is a child subreaper, and on
-  roost's death, on SIGTERM or when the server exits it kills and reaps every process
-  the server started (``npx`` → ``node`` included), so nothing is orphaned.
+- It runs in its own process group under a supervisor (``_pdeathsig.py``) that kills and
+  reaps everything the server started when roost dies (even SIGKILLed), on SIGTERM or
+  when the server exits: nothing is orphaned.
 - stderr lines go to the log; stdout lines that are not JSON objects are logged and
-  skipped; a line over ``max_message_bytes`` (10 MB) is drained and dropped.
+  skipped, one over 10 MB is dropped.
 - Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (every wait bounded).
 """
 
@@ -51,12 +50,7 @@ def child_environment(
 ) -> dict[str, str]:
     """The environment for a server: PATH, HOME and ``names`` that are set, nothing else."""
     source = os.environ if source is None else source
-    env = {}
-    for name in (*BASE_ENV, *names):
-        value = source.get(name)
-        if value is not None:
-            env[name] = value
-    return env
+    return {name: source[name] for name in (*BASE_ENV, *names) if name in source}
 
 
 def command_problem(command: Any) -> str | None:
