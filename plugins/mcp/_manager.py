@@ -16,8 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,7 +54,7 @@ from ._client import (
     probe_era,
 )
 from ._protocol import RECURSION_LIMIT
-from .transports.stdio import command_problem
+from .transports.stdio import command_problem, open_stdio_transport
 
 log = logging.getLogger("roost.mcp.manager")
 
@@ -284,31 +283,25 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
 # ---- transports --------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> AsyncIterator[Any]:
+def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> Any:
     """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE)."""
     if cfg.transport == "stdio":
-        from .transports.stdio import open_stdio_transport
-
-        async with open_stdio_transport(
+        return open_stdio_transport(
             cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
-        ) as t:
-            yield t
-    else:
-        if cfg.transport == "http":
-            from .transports.http import open_http_transport as opener
-        else:
-            from .transports.sse import open_sse_transport as opener
+        )
+    from .transports.http import HttpTransport
+    from .transports.sse import SseTransport, open_http_peer
 
-        async with opener(
-            cfg.url or "",
-            headers=cfg.headers,
-            name=cfg.name,
-            timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local,
-            allow_loopback=allow_private or cfg.allow_local,
-        ) as t:
-            yield t
+    local = allow_private or cfg.allow_local
+    return open_http_peer(
+        HttpTransport if cfg.transport == "http" else SseTransport,
+        cfg.url or "",
+        headers=cfg.headers,
+        name=cfg.name,
+        timeout_secs=cfg.timeout_secs,
+        allow_private=local,
+        allow_loopback=local,
+    )
 
 
 # ---- results -----------------------------------------------------------------------------
@@ -347,9 +340,7 @@ class ServerState:
 
     config: ServerConfig
     client: McpClient | None = None
-    status: str = (
-        "pending"  # pending | connecting | connected | failed (retried at next_retry_at) | stopped
-    )
+    status: str = "pending"  # pending | connecting | connected | failed (retried) | stopped
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
     last_error: str | None = None
@@ -370,8 +361,6 @@ class McpManager:
         self.config_errors: list[str] = list(errors)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
-        self.backoff_base_s = BACKOFF_BASE_S
-        self.backoff_max_s = BACKOFF_MAX_S
 
     @classmethod
     def from_kernel(cls, kernel: KernelAPI) -> McpManager:
@@ -441,8 +430,8 @@ class McpManager:
 
     async def _supervise(self, state: ServerState) -> None:
         """Keep ``state``'s server connected: after a failure or a drop wait (doubling up
-        to ``backoff_max_s``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
-        delay = self.backoff_base_s
+        to ``BACKOFF_MAX_S``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
+        delay = BACKOFF_BASE_S
         try:
             while True:
                 started = time.monotonic()
@@ -458,7 +447,7 @@ class McpManager:
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() - started >= STABLE_AFTER_S:
-                    delay = self.backoff_base_s
+                    delay = BACKOFF_BASE_S
                 state.status, state.next_retry_at = "failed", time.time() + delay
                 state.restarts += 1
                 log.warning(
@@ -469,7 +458,7 @@ class McpManager:
                 )
                 self._publish(state, "down")
                 await trio.sleep(delay)
-                delay = min(delay * 2, self.backoff_max_s)
+                delay = min(delay * 2, BACKOFF_MAX_S)
         finally:
             state.status, state.next_retry_at = "stopped", None
 
