@@ -74,11 +74,7 @@ def x_mcp_header_problem(schema: Any) -> str | None:
 
     def visit(node: Any, reachable: bool, where: str) -> str | None:
         if isinstance(node, list):
-            for item in node:
-                problem = visit(item, False, where)
-                if problem:
-                    return problem
-            return None
+            return next(filter(None, (visit(item, False, where) for item in node)), None)
         if not isinstance(node, Mapping):
             return None
         if "x-mcp-header" in node:
@@ -98,17 +94,13 @@ def x_mcp_header_problem(schema: Any) -> str | None:
             if value.lower() in seen:
                 return f"x-mcp-header {value!r} is used twice"
             seen.add(value.lower())
+        children: list[tuple[Any, bool, str]] = []
         for key, child in node.items():
             if key == "properties" and isinstance(child, Mapping) and (reachable or where == ""):
-                for name, sub in child.items():
-                    problem = visit(sub, True, f"{where}/{name}")
-                    if problem:
-                        return problem
+                children.extend((sub, True, f"{where}/{name}") for name, sub in child.items())
             elif key != "x-mcp-header" and isinstance(child, (Mapping, list)):
-                problem = visit(child, False, f"{where}/{key}")
-                if problem:
-                    return problem
-        return None
+                children.append((child, False, f"{where}/{key}"))
+        return next(filter(None, (visit(*child) for child in children)), None)
 
     return visit(schema, True, "")
 
