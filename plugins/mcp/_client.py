@@ -38,9 +38,8 @@ log = logging.getLogger("roost.mcp.client")
 # Versions oldest first (the protocol module lists them newest first).
 HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))
 MODERN_VERSIONS = tuple(reversed(proto.STATELESS_VERSIONS))
-SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
 LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
-PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
+PROTOCOL_CHOICES = ("auto", *HANDSHAKE_VERSIONS, *MODERN_VERSIONS)
 
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 # HTTP answers to the era probe that say nothing about the era (0: no HTTP answer at all).
@@ -145,10 +144,7 @@ def pick_modern_version(supported: Any) -> str | None:
     """The newest modern version both sides support, from a server's list."""
     if not isinstance(supported, (list, tuple)):
         return None
-    for version in reversed(MODERN_VERSIONS):
-        if version in supported:
-            return version
-    return None
+    return next((v for v in proto.STATELESS_VERSIONS if v in supported), None)
 
 
 class ClientProtocol:

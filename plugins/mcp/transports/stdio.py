@@ -197,13 +197,10 @@ async def _shutdown(transport: StdioTransport) -> None:
             _signal_group(process, signal.SIGTERM)
             with trio.move_on_after(TERM_GRACE_S):
                 await process.wait()
+        _signal_group(process, signal.SIGKILL)  # also whatever lingers in its group
         if process.returncode is None:
-            _signal_group(process, signal.SIGKILL)
             with trio.move_on_after(KILL_GRACE_S):
                 await process.wait()
-        else:
-            # The leader is gone; make sure nothing it started lingers in its group.
-            _signal_group(process, signal.SIGKILL)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()
