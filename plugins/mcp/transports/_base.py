@@ -106,9 +106,7 @@ class BatchedWriter:
                         raise trio.BrokenResourceError(
                             f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe"
                         )
-                except (
-                    Exception
-                ) as exc:  # broken, stalled or closed stream: later senders learn it too
+                except Exception as exc:  # broken, stalled or closed: later senders learn it too
                     self.error = exc
                     taken.finish(exc)
                     raise

@@ -2,24 +2,19 @@
 
     python -I -S _pdeathsig.py PPID [--nofile SOFT] -- COMMAND [ARGS...]
 
-roost starts this in a new session (so it leads a process group); it then:
-
-1. asks for a signal when its parent dies (``PR_SET_PDEATHSIG``) and becomes a child
-   subreaper (``PR_SET_CHILD_SUBREAPER``): every process the server leaves behind, even
-   one that called ``setsid``, is re-parented to this supervisor, not to PID 1;
-2. forks; the child (with the soft open-file limit ``SOFT``, the operator's, when roost
-   raised its own) execs the server with the inherited stdin/stdout/stderr, so the
-   protocol flows between roost and the server directly; the supervisor lets go of its
-   own stdin/stdout (so EOF propagates) and waits;
-3. when the server exits, kills and reaps every remaining descendant and exits with the
-   server's status (128 + signal number if it was killed);
-4. on SIGTERM/SIGINT/SIGHUP (roost's shutdown) or when roost is gone (even SIGKILLed), sends
-   SIGTERM to every descendant, allows them ``TERM_GRACE_S``, then SIGKILLs and reaps them.
+Started by roost in a new session (it leads a process group), it asks for a signal when
+its parent dies (``PR_SET_PDEATHSIG``) and becomes a child subreaper, so everything the
+server leaves behind (even after ``setsid``) is re-parented to it, not to PID 1. It forks
+the server (with the operator's soft open-file limit ``SOFT`` when roost raised its own)
+on the inherited pipes, lets go of its own stdin/stdout (so EOF propagates) and waits.
+When the server exits it kills and reaps every descendant and exits with the server's
+status (128 + signal if killed); on SIGTERM/SIGINT/SIGHUP or when roost is gone it sends
+every descendant SIGTERM, allows ``TERM_GRACE_S``, then SIGKILLs and reaps them.
 
 ``PR_SET_PDEATHSIG`` fires when the parent *thread* exits (trio forks from a worker thread
-that may idle out), so the signal only prompts a check that the parent *process* is gone;
-the parent is also polled every ``PARENT_POLL_S``. Standard library only; run with
-``-I -S`` so that it starts fast and imports nothing from the environment.
+that may idle out), so it only prompts a check that the parent *process* is gone, which is
+also polled every ``PARENT_POLL_S``. Standard library only, run with ``-I -S``: it starts
+fast and imports nothing from the environment.
 """
 
 from __future__ import annotations
