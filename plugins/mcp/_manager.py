@@ -845,17 +845,3 @@ def _announces_changes(caps: Mapping[str, Any]) -> bool:
 
 _LEVELS = {"debug": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR}
 _LEVELS.update(dict.fromkeys(("critical", "alert", "emergency"), logging.CRITICAL))
-
-
-__all__ = [
-    "EVENT_LOG",
-    "EVENT_PROGRESS",
-    "EVENT_SERVER",
-    "McpManager",
-    "ServerConfig",
-    "ServerState",
-    "check_config_servers",
-    "collect_server_configs",
-    "open_transport",
-    "parse_server_config",
-]
