@@ -874,33 +874,26 @@ class McpClient(ClientProtocol):
 
 
 @asynccontextmanager
-async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpClient]:
-    """A client of ``transport`` whose reader runs until the block ends; a transport that
-    can (stdio) hands replies straight to it, one task hop less per call."""
-    async with trio.open_nursery() as nursery:
-        client = McpClient(transport, options, nursery)
-        nursery.start_soon(client._read)
-        delivers = hasattr(transport, "deliver")
-        if delivers:
-            transport.deliver = client._dispatch
-        try:
-            yield client
-        finally:
-            if delivers and transport.deliver == client._dispatch:
-                transport.deliver = None  # the transport may outlive this client
-            nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
 async def open_mcp_client(
     transport: Any, options: ClientOptions | None = None, *, era: str | None = None
 ) -> AsyncIterator[McpClient]:
     """Set a session up over the open ``transport`` (McpError if it cannot be) and yield
-    the client; leaving stops the reader."""
+    the client; leaving stops the reader. A transport that can (stdio) hands replies
+    straight to the client, one task hop less per call."""
     with single_errors():
-        async with _running(transport, options or ClientOptions()) as client:
-            await client.start(era=era)
-            yield client
+        async with trio.open_nursery() as nursery:
+            client = McpClient(transport, options or ClientOptions(), nursery)
+            nursery.start_soon(client._read)
+            delivers = hasattr(transport, "deliver")
+            if delivers:
+                transport.deliver = client._dispatch
+            try:
+                await client.start(era=era)
+                yield client
+            finally:
+                if delivers and transport.deliver == client._dispatch:
+                    transport.deliver = None  # the transport may outlive this client
+                nursery.cancel_scope.cancel()
 
 
 async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
@@ -910,13 +903,9 @@ async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = 
         server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout
     )
     try:
-        async with _running(transport, options) as client:
-            try:
-                await client.discover(timeout=timeout)
-            except McpProtocolError as exc:
-                return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
-            except McpError:
-                return "legacy"
+        async with open_mcp_client(transport, options):
             return "modern"
-    except (TransportClosed, TransportError):
+    except McpProtocolError as exc:
+        return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
+    except (McpError, TransportClosed, TransportError):
         return "legacy"
