@@ -2,9 +2,9 @@
 client GETs an SSE stream, waits for the ``endpoint`` event naming where to POST, then
 POSTs every message there; every server message arrives on the stream.
 
-Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer``,
-``open_guarded_client`` (the SSRF guard; connections go to the checked address) and
-``http_error_message`` (a refused request is answered at once with a JSON-RPC error).
+Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (with the
+SSRF guard: connections go to the checked address) and ``http_error_message`` (a refused
+request is answered at once with a JSON-RPC error).
 """
 
 from __future__ import annotations
@@ -59,8 +59,6 @@ def json_messages(data: str) -> list[dict[str, Any]]:
 
 # ---- HTTP errors from a peer (the MCP HTTP transports) ---------------------------------
 
-HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
-
 
 def http_error_message(
     request_id: Any,
@@ -73,7 +71,7 @@ def http_error_message(
     """The JSON-RPC response for a request answered by HTTP ``status`` with ``body`` (or,
     status 0, not at all: ``body`` says why). A JSON-RPC error in the body keeps its code
     and data; ``data`` gains ``httpStatus`` (and ``retryAfter``)."""
-    code: int = HTTP_ERROR
+    code: int = jsonrpc.SERVER_ERROR  # unless the body holds a JSON-RPC error
     data: Any = None
     try:
         value = json.loads(body) if body else None
@@ -141,34 +139,6 @@ def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | No
     return (
         f'this server wants credentials: set them in {where}, e.g. Authorization = "Bearer <key>"'
     )
-
-
-@asynccontextmanager
-async def open_guarded_client(
-    url: str,
-    *,
-    timeout_secs: float,
-    allow_private: bool,
-    allow_loopback: bool,
-    resolver: Resolver | None = None,
-) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused``) and every
-    request connects to the checked address; no environment proxy (it would resolve the
-    name itself); reads are unbounded (streams stay open), the rest ``timeout_secs``."""
-    pins = AddressPins(
-        allow_private=allow_private,
-        allow_loopback=allow_loopback,
-        resolver=resolver,
-        allow_hint=ALLOW_HINT,
-    )
-    await pins.addresses(url)
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout_secs, read=None),
-        follow_redirects=False,
-        trust_env=False,
-        transport=PinnedTransport(pins),
-    ) as http:
-        yield http
 
 
 def same_origin(a: str, b: str) -> bool:
@@ -244,13 +214,21 @@ async def open_http_peer(
     resolver: Resolver | None = None,
 ) -> AsyncIterator[P]:
     """Yield a transport of ``kind`` to ``url``, checked against SSRF rules once
-    (``resolver`` replaces DNS in tests): every request connects to the checked address."""
-    async with open_guarded_client(
-        url,
-        timeout_secs=timeout_secs,
+    (``resolver`` replaces DNS in tests): every request connects to the checked address
+    (no environment proxy: it would resolve the name itself). Reads are unbounded (streams
+    stay open); the rest is bounded by ``timeout_secs``."""
+    pins = AddressPins(
         allow_private=allow_private,
         allow_loopback=allow_loopback,
         resolver=resolver,
+        allow_hint=ALLOW_HINT,
+    )
+    await pins.addresses(url)  # UrlRefused if it may not be used
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_secs, read=None),
+        follow_redirects=False,
+        trust_env=False,
+        transport=PinnedTransport(pins),
     ) as http:
         send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
         with single_errors():
