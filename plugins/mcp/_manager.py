@@ -622,11 +622,10 @@ class McpManager:
             untrusted=True,
             timeout_s=state.config.timeout_secs + 1.0,
         )
-        manager = self
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
             try:
-                client = manager.client(server)
+                client = self.client(server)
             except McpError as exc:  # not connected (roost reconnects in the background)
                 return ToolResult.error(str(exc))
             trace = call.trace or ctx.trace
@@ -636,7 +635,7 @@ class McpManager:
                 ctx.span.set(peer_attributes(state.config, client.server_info, original))
 
             def progress(params: Mapping[str, Any]) -> None:
-                manager.kernel.publish(
+                self.kernel.publish(
                     Event(
                         EVENT_PROGRESS,
                         f"mcp:{server}",
