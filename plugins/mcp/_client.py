@@ -210,9 +210,6 @@ class ClientProtocol:
             log_level=self.options.log_level,
         )
 
-    def discover_params(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
-        return {"_meta": self.modern_meta(version)}
-
     def accept_discover(self, result: Any) -> str:
         """Take a ``DiscoverResult``; returns the chosen version or raises McpProtocolError."""
         if not isinstance(result, Mapping):
@@ -720,7 +717,7 @@ class McpClient(ClientProtocol):
         wanted = self.options.protocol
         version = wanted if wanted in MODERN_VERSIONS else LATEST_MODERN_VERSION
         self.transport.set_protocol_version(version, modern=True)
-        params = self.discover_params(version)
+        params = {"_meta": self.modern_meta(version)}
         try:
             result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
@@ -728,7 +725,7 @@ class McpClient(ClientProtocol):
             if retry is None:
                 raise
             self.transport.set_protocol_version(retry, modern=True)
-            params = self.discover_params(retry)
+            params = {"_meta": self.modern_meta(retry)}
             result = await self._exchange("server/discover", params, timeout=timeout)
         chosen = self.accept_discover(result)
         self.transport.set_protocol_version(chosen, modern=True)
