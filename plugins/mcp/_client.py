@@ -756,17 +756,15 @@ class McpClient(ClientProtocol):
             self.transport.set_protocol_version(None, modern=False)
         await self._handshake()
 
-    async def listen(
-        self, *, tools: bool = True, prompts: bool = True, resources: bool = True
-    ) -> Any:
+    async def listen(self) -> Any:
         """2026-07-28 ``subscriptions/listen``: list-change notifications reach
         ``on_notification`` until the server ends it (or the caller is cancelled)."""
         wanted = {
-            "toolsListChanged": tools,
-            "promptsListChanged": prompts,
-            "resourcesListChanged": resources,
+            "toolsListChanged": True,
+            "promptsListChanged": True,
+            "resourcesListChanged": True,
         }
-        params = self.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
+        params = self.decorate({"notifications": wanted})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
