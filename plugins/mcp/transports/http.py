@@ -71,12 +71,15 @@ def x_mcp_header_problem(schema: Any) -> str | None:
     are HTTP tokens, unique ignoring case, on string/integer/boolean properties reachable
     from the root through ``properties`` keys only."""
     seen: set[str] = set()
-
-    def visit(node: Any, reachable: bool, where: str) -> str | None:
+    # A stack, not recursion: a server's schema may nest as deep as json.loads admits.
+    stack: list[tuple[Any, bool, str]] = [(schema, True, "")]
+    while stack:
+        node, reachable, where = stack.pop()
         if isinstance(node, list):
-            return next(filter(None, (visit(item, False, where) for item in node)), None)
+            stack.extend((item, False, where) for item in reversed(node))
+            continue
         if not isinstance(node, Mapping):
-            return None
+            continue
         if "x-mcp-header" in node:
             value = node["x-mcp-header"]
             if not reachable or where == "":
@@ -100,9 +103,8 @@ def x_mcp_header_problem(schema: Any) -> str | None:
                 children.extend((sub, True, f"{where}/{name}") for name, sub in child.items())
             elif key != "x-mcp-header" and isinstance(child, (Mapping, list)):
                 children.append((child, False, f"{where}/{key}"))
-        return next(filter(None, (visit(*child) for child in children)), None)
-
-    return visit(schema, True, "")
+        stack.extend(reversed(children))  # depth first, in document order
+    return None
 
 
 def mcp_param_headers(schema: Any, arguments: Any) -> dict[str, str]:
