@@ -263,7 +263,10 @@ class SseTransport(HttpPeer):
             )
         # the answer is on the stream: this body is 202's text
         response, error_body = await self._post(
-            self.endpoint, encode_body(message), self.headers, f"POST to {self.endpoint} failed"
+            self.endpoint,
+            encode_body(message),
+            self.headers,
+            f"POST to {public_url(self.endpoint)} failed",  # it has the URL's user info
         )
         status = response.status_code
         if status < 400:

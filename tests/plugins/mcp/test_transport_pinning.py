@@ -14,7 +14,7 @@ import trio
 from roost.kernel import UrlRefused
 from roost.plugins.http import HttpSettings, create_app, open_daemon
 from roost.plugins.mcp._client import ClientOptions, open_mcp_client
-from roost.plugins.mcp.transports._base import TransportError
+from roost.plugins.mcp.transports._base import TransportClosed, TransportError
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.mcp.transports.sse import open_sse_transport
 
@@ -79,10 +79,11 @@ async def test_loopback_needs_allow_local_even_through_a_resolver(daemon_port):
 class TinySseServer:
     """A legacy HTTP+SSE endpoint: GET /sse names /messages; POSTs are recorded (202)."""
 
-    def __init__(self, endpoint: str = "/messages") -> None:
+    def __init__(self, endpoint: str = "/messages", answer_posts: bool = True) -> None:
         self.requests: list[tuple[str, str]] = []  # (request line, Host header)
         self.port = 0
         self.endpoint = endpoint
+        self.answer_posts = answer_posts  # False: a POST's connection is closed unanswered
 
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
@@ -105,6 +106,8 @@ class TinySseServer:
                     + b"\n\n"
                 )
                 await trio.sleep_forever()
+            if not self.answer_posts:
+                return
             await stream.send_all(
                 b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )
@@ -155,3 +158,21 @@ async def test_sse_endpoint_on_another_origin_is_refused_before_any_post(nursery
         ):
             pass
     assert [line.split(" ")[:2] for line, _ in server.requests] == [["GET", "/sse"]]
+
+
+async def test_a_failed_sse_post_names_its_endpoint_without_the_urls_user_info(nursery):
+    """Regression: the endpoint is joined onto the configured URL, user info and all, and
+    a POST that got no answer named it whole in an error the calling agent reads."""
+    server = TinySseServer("/messages?session_id=1", answer_posts=False)
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
+    server.port = listeners[0].socket.getsockname()[1]
+    url = f"http://roost:s3cret@{NAME}:{server.port}/sse"
+    async with open_sse_transport(
+        url, allow_loopback=True, timeout_secs=10, resolver=RebindingResolver()
+    ) as transport:
+        with trio.fail_after(10), pytest.raises(TransportClosed) as info:
+            await transport.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert f"POST to http://{NAME}:{server.port}/messages failed" in str(info.value)
+    assert "s3cret" not in str(info.value)
