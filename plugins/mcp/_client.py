@@ -1,24 +1,15 @@
-"""roost as an MCP client: a sans-I/O protocol core and a thin Trio session around it.
+"""roost as an MCP client: a sans-I/O protocol core and a Trio session around it.
 
-``ClientProtocol`` (no I/O) knows both protocol eras: the handshake era (``initialize``
-negotiating 2024-11-05 … 2025-11-25) and the stateless 2026-07-28 revision, where every
-request carries ``_meta`` with the protocol version, client info and capabilities, and a
-result may be ``input_required`` (answered and retried). ``McpClient`` runs it over any
-client transport: many requests in flight on one connection, correlated by id, each with
-a deadline; a request that times out or is cancelled is cancelled at the server too.
+``ClientProtocol`` (no I/O) knows the handshake era (``initialize``, 2024-11-05 …
+2025-11-25) and the stateless 2026-07-28 revision (per-request ``_meta``, results that may
+be ``input_required``). ``McpClient`` runs it over any client transport: many requests in
+flight, each with a deadline; one that times out or is cancelled is cancelled at the server.
 
-Era selection (``protocol``):
-
-- a version string pins it (``2025-11-25`` → ``initialize`` offering it; ``2026-07-28`` →
-  ``server/discover`` then per-request ``_meta``);
-- ``auto`` on HTTP sends ``server/discover`` first (safe: an HTTP server answers every
-  POST on its own) and stays modern only on a ``DiscoverResult`` advertising a modern
-  version or a recognised modern error (-32020/-32021/-32022); anything else (any other
-  error, a 4xx without a modern body) falls back to ``initialize``;
-- ``auto`` on stdio cannot probe the live process — a legacy server may exit or wedge on an
-  unexpected first message — so the manager probes ``server/discover`` on a throw-away
-  process (``probe_era``) and starts the real one in the era it found; without a probe,
-  ``auto`` opens with ``initialize``, which every server understands.
+``protocol``: a version pins the era; ``auto`` on HTTP sends ``server/discover`` first and
+stays modern only on a ``DiscoverResult`` with a modern version or a modern error
+(-32020/-32021/-32022), else falls back to ``initialize``. On stdio a legacy server may
+exit or wedge on an unexpected first message, so the manager probes a throw-away process
+(``probe_era``); without a probe ``auto`` opens with ``initialize``.
 """
 
 from __future__ import annotations
@@ -47,9 +38,8 @@ log = logging.getLogger("roost.mcp.client")
 # Versions oldest first (the protocol module lists them newest first).
 HANDSHAKE_VERSIONS = tuple(reversed(proto.HANDSHAKE_VERSIONS))
 MODERN_VERSIONS = tuple(reversed(proto.STATELESS_VERSIONS))
-SUPPORTED_VERSIONS = HANDSHAKE_VERSIONS + MODERN_VERSIONS
 LATEST_MODERN_VERSION = MODERN_VERSIONS[-1]
-PROTOCOL_CHOICES = ("auto", *SUPPORTED_VERSIONS)
+PROTOCOL_CHOICES = ("auto", *HANDSHAKE_VERSIONS, *MODERN_VERSIONS)
 
 INPUT_REQUIRED_METHODS = frozenset({"tools/call", "resources/read", "prompts/get"})
 # HTTP answers to the era probe that say nothing about the era (0: no HTTP answer at all).
@@ -100,11 +90,8 @@ class McpProtocolError(McpError):
 
 @attrs.frozen
 class ServerRequestContext:
-    """Who a server-to-client request (sampling, elicitation, roots) is on behalf of.
-
-    ``caller`` is the agent whose call caused it (exact in the 2026-07-28 mode; in the
-    handshake era, the agent with the most recent call in flight on this connection).
-    """
+    """Who a server-to-client request is on behalf of: ``caller`` is exact at 2026-07-28; in
+    the handshake era it is the agent with the most recent call in flight."""
 
     server: str
     caller: str | None
@@ -157,18 +144,11 @@ def pick_modern_version(supported: Any) -> str | None:
     """The newest modern version both sides support, from a server's list."""
     if not isinstance(supported, (list, tuple)):
         return None
-    for version in reversed(MODERN_VERSIONS):
-        if version in supported:
-            return version
-    return None
+    return next((v for v in proto.STATELESS_VERSIONS if v in supported), None)
 
 
 class ClientProtocol:
-    """The state of one client session, without I/O.
-
-    Build requests with ``initialize_params`` / ``discover_params`` / ``decorate`` and
-    feed answers to ``accept_initialize`` / ``accept_discover``.
-    """
+    """The state of one client session, without I/O: builds params, accepts answers."""
 
     def __init__(self, options: ClientOptions) -> None:
         self.options = options
@@ -176,7 +156,6 @@ class ClientProtocol:
         self.protocol_version: str | None = None
         self.server_info: Mapping[str, Any] = {}
         self.server_capabilities: Mapping[str, Any] = {}
-        self.instructions: str | None = None
 
     def client_info(self) -> dict[str, Any]:
         return {"name": self.options.client_name, "version": self.options.client_version}
@@ -215,14 +194,12 @@ class ClientProtocol:
         self._adopt("handshake", version, result, result.get("serverInfo"))
 
     def _adopt(self, era: str, version: str, result: Mapping[str, Any], info: Any) -> None:
-        """Take the era, version, capabilities, ``info`` and instructions a server gave."""
+        """Take the era, version, capabilities and ``info`` a server gave."""
         caps = result.get("capabilities")
-        instructions = result.get("instructions")
         self.era = era
         self.protocol_version = version
         self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
         self.server_info = dict(info) if isinstance(info, Mapping) else {}
-        self.instructions = instructions if isinstance(instructions, str) else None
 
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
@@ -232,9 +209,6 @@ class ClientProtocol:
             version=version,
             log_level=self.options.log_level,
         )
-
-    def discover_params(self, version: str = LATEST_MODERN_VERSION) -> dict[str, Any]:
-        return {"_meta": self.modern_meta(version)}
 
     def accept_discover(self, result: Any) -> str:
         """Take a ``DiscoverResult``; returns the chosen version or raises McpProtocolError."""
@@ -282,6 +256,13 @@ class ClientProtocol:
         return out
 
 
+def _offered_version(exc: McpProtocolError) -> str | None:
+    """The version to retry with after an unsupported-version error, if the server lists one."""
+    if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or not is_mapping(exc.data):
+        return None
+    return pick_modern_version(exc.data.get("supported"))
+
+
 # ---- the Trio session --------------------------------------------------------------------
 
 
@@ -298,18 +279,15 @@ class _Pending:
 
 
 def _expire_request(pending: _Pending) -> None:
-    """A request's deadline has passed: wake its caller without an answer (``_exchange``
-    reports the timeout)."""
-    pending.done.set()
+    pending.done.set()  # past its deadline: woken without an answer (a timeout)
 
 
-class McpClient:
-    """One connection to one MCP server. Obtain it from ``open_mcp_client``."""
+class McpClient(ClientProtocol):
+    """One connection to one MCP server: the protocol core and its I/O (``open_mcp_client``)."""
 
     def __init__(self, transport: Any, options: ClientOptions, nursery: trio.Nursery) -> None:
+        super().__init__(options)
         self.transport = transport
-        self.options = options
-        self.protocol = ClientProtocol(options)
         self._nursery = nursery
         self._correlator = jsonrpc.Correlator(max_pending=options.max_pending)
         self._pending: dict[Any, _Pending] = {}
@@ -334,22 +312,6 @@ class McpClient:
     @property
     def name(self) -> str:
         return self.options.server_name
-
-    @property
-    def era(self) -> str | None:
-        return self.protocol.era
-
-    @property
-    def protocol_version(self) -> str | None:
-        return self.protocol.protocol_version
-
-    @property
-    def server_capabilities(self) -> Mapping[str, Any]:
-        return self.protocol.server_capabilities
-
-    @property
-    def server_info(self) -> Mapping[str, Any]:
-        return self.protocol.server_info
 
     # ---- reading -------------------------------------------------------------------------
     async def _read(self) -> None:
@@ -404,8 +366,7 @@ class McpClient:
             self._on_notification(message)
 
     def _fail_invalid_answer(self, raw: Any, exc: jsonrpc.JsonRpcError) -> bool:
-        """An invalid answer to a request in flight fails that request at once (it would
-        otherwise wait out its timeout); False when ``raw`` answers none."""
+        """Fail the request ``raw`` answers invalidly, at once; False if it answers none."""
         request_id = raw.get("id") if isinstance(raw, Mapping) and "method" not in raw else None
         if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
             return False
@@ -475,10 +436,7 @@ class McpClient:
     async def answer_input_request(
         self, method: str, params: Mapping[str, Any], caller: str | None
     ) -> Any:
-        """Answer a server-to-client request (handshake era) or an input request (MRTR).
-
-        Raises JsonRpcError when the feature is not enabled for this server.
-        """
+        """Answer a server-to-client or input request; JsonRpcError if not enabled."""
         context = ServerRequestContext(self.name, caller, method)
         if method == "ping":
             return {}
@@ -521,10 +479,8 @@ class McpClient:
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """One request and its answer; raises McpProtocolError for an error response.
-
-        A request the server refused with HTTP 429 or 503 is sent again after its
-        ``Retry-After`` (bounded: ``http_retry_wait``), never past the call's deadline."""
+        """One request and its answer (McpProtocolError for an error); HTTP 429/503 is
+        retried after its ``Retry-After`` (``http_retry_wait``) within the deadline."""
         timeout = self.options.timeout_secs if timeout is None else timeout
         if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
             raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")
@@ -656,7 +612,7 @@ class McpClient:
                 closed_stream = bool(self.transport.cancel_request(request_id))
             except Exception:
                 log.exception("closing the stream of request %r failed", request_id)
-            if closed_stream and self.protocol.era == "modern":
+            if closed_stream and self.era == "modern":
                 return  # on Streamable HTTP, closing the stream is the cancellation
             with trio.move_on_after(CANCEL_SEND_TIMEOUT_S):
                 try:
@@ -675,13 +631,9 @@ class McpClient:
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """Send ``method`` and return its result.
-
-        In the 2026-07-28 mode the per-request ``_meta`` is added, an unsupported
-        version is retried with one the server lists, and ``input_required`` results are
-        answered (sampling / elicitation / roots handlers) and retried, up to
-        ``max_input_rounds`` times.
-        """
+        """Send ``method`` and return its result. At 2026-07-28 ``_meta`` is added, an
+        unsupported version is retried with one the server lists, and ``input_required``
+        results are answered and retried (up to ``max_input_rounds`` times)."""
         rounds = 0
         version_retried = False
         current = dict(params or {})
@@ -689,26 +641,21 @@ class McpClient:
             try:
                 result = await self._exchange(
                     method,
-                    self.protocol.decorate(current),
+                    self.decorate(current),
                     timeout=timeout,
                     on_progress=on_progress,
                     caller=caller,
                 )
             except McpProtocolError as exc:
-                if (
-                    exc.rpc_code == proto.UNSUPPORTED_PROTOCOL_VERSION
-                    and self.protocol.era == "modern"
-                    and not version_retried
-                ):
-                    supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-                    version = pick_modern_version(supported)
-                    if version is not None:  # retry once, even with the same version
-                        version_retried = True
-                        self.protocol.protocol_version = version
-                        self.transport.set_protocol_version(version, modern=True)
-                        continue
-                raise
-            self.protocol.note_server_info(result)
+                modern = self.era == "modern" and not version_retried
+                version = _offered_version(exc) if modern else None
+                if version is None:
+                    raise
+                version_retried = True  # retry once, even with the same version
+                self.protocol_version = version
+                self.transport.set_protocol_version(version, modern=True)
+                continue
+            self.note_server_info(result)
             if proto.result_type(result) != "input_required":
                 return result
             if method not in INPUT_REQUIRED_METHODS:
@@ -723,7 +670,7 @@ class McpClient:
                     f"{self.options.max_input_rounds} rounds of {method}"
                 )
             responses = await self._answer_input_requests(result.get("inputRequests"), caller)
-            current = ClientProtocol.retry_params(current, result, responses)
+            current = self.retry_params(current, result, responses)
 
     async def _answer_input_requests(self, requests: Any, caller: str | None) -> dict[str, Any]:
         if requests is None:
@@ -752,14 +699,14 @@ class McpClient:
 
     # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
-        result = await self._exchange("initialize", self.protocol.initialize_params())
-        self.protocol.accept_initialize(result)
-        self.transport.set_protocol_version(self.protocol.protocol_version, modern=False)
+        result = await self._exchange("initialize", self.initialize_params())
+        self.accept_initialize(result)
+        self.transport.set_protocol_version(self.protocol_version, modern=False)
         await self.notify("notifications/initialized")
         listen = getattr(self.transport, "start_listening", None)
         if listen is not None:
             await listen()
-        if self.options.log_level and "logging" in self.protocol.server_capabilities:
+        if self.options.log_level and "logging" in self.server_capabilities:
             try:
                 await self._exchange("logging/setLevel", {"level": self.options.log_level})
             except McpError as exc:
@@ -767,76 +714,63 @@ class McpClient:
 
     async def discover(self, *, timeout: float | None = None) -> Mapping[str, Any]:
         """Send ``server/discover`` and adopt the modern era; raises McpProtocolError."""
-        version = (
-            self.options.protocol
-            if self.options.protocol in MODERN_VERSIONS
-            else LATEST_MODERN_VERSION
-        )
+        wanted = self.options.protocol
+        version = wanted if wanted in MODERN_VERSIONS else LATEST_MODERN_VERSION
         self.transport.set_protocol_version(version, modern=True)
-        params = self.protocol.discover_params(version)
+        params = {"_meta": self.modern_meta(version)}
         try:
             result = await self._exchange("server/discover", params, timeout=timeout)
         except McpProtocolError as exc:
-            supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-            retry = pick_modern_version(supported)
-            if exc.rpc_code != proto.UNSUPPORTED_PROTOCOL_VERSION or retry is None:
+            retry = _offered_version(exc)  # retry once with what the server lists
+            if retry is None:
                 raise
-            # retry once with what the server lists
             self.transport.set_protocol_version(retry, modern=True)
-            params = self.protocol.discover_params(retry)
+            params = {"_meta": self.modern_meta(retry)}
             result = await self._exchange("server/discover", params, timeout=timeout)
-        chosen = self.protocol.accept_discover(result)
+        chosen = self.accept_discover(result)
         self.transport.set_protocol_version(chosen, modern=True)
         return result
 
     async def start(self, *, era: str | None = None) -> None:
-        """Select the era and set the session up. ``era`` ("modern"/"handshake") is a
-        probe's finding for ``auto`` (see ``probe_era``)."""
+        """Select the era (``era``: a ``probe_era`` finding for ``auto``) and set up."""
         wanted = self.options.protocol
         if wanted in MODERN_VERSIONS or (wanted == "auto" and era == "modern"):
             await self.discover()
             return
-        if wanted == "auto" and era is None and getattr(self.transport, "kind", "") in ("http",):
-            outcome = await self._probe_modern()
-            if outcome == "modern":
+        if wanted == "auto" and era is None and getattr(self.transport, "kind", "") == "http":
+            try:
+                await self.discover()
                 return
+            except McpProtocolError as exc:
+                status = exc.data.get("httpStatus") if is_mapping(exc.data) else None
+                # A modern server refusing us, or an unreachable or refusing one: falling back
+                # to initialize would be wrong, or fare no better.
+                if exc.rpc_code in proto.MODERN_ERROR_CODES or status in REFUSALS:
+                    raise
+                log.info(
+                    "MCP server %s is not a 2026-07-28 server (%s); using initialize",
+                    self.name,
+                    exc,
+                )
+            self.era = None
             self.transport.set_protocol_version(None, modern=False)
         await self._handshake()
 
-    async def _probe_modern(self) -> str:
-        try:
-            await self.discover()
-        except McpProtocolError as exc:
-            if exc.rpc_code in proto.MODERN_ERROR_CODES:
-                raise  # a modern server that refuses us: falling back would be wrong
-            status = exc.data.get("httpStatus") if isinstance(exc.data, Mapping) else None
-            if status in REFUSALS:
-                raise  # unreachable, or refusing us: initialize would fare no better
-            log.info(
-                "MCP server %s is not a 2026-07-28 server (%s); using initialize", self.name, exc
-            )
-            self.protocol.era = None
-            return "legacy"
-        return "modern"
-
-    async def listen(
-        self, *, tools: bool = True, prompts: bool = True, resources: bool = True
-    ) -> Any:
-        """2026-07-28 ``subscriptions/listen``: hold a long-lived request open so that the
-        server's list-change notifications reach ``on_notification``. Returns when the
-        server ends the subscription; cancel the caller to stop listening."""
+    async def listen(self) -> Any:
+        """2026-07-28 ``subscriptions/listen``: list-change notifications reach
+        ``on_notification`` until the server ends it (or the caller is cancelled)."""
         wanted = {
-            "toolsListChanged": tools,
-            "promptsListChanged": prompts,
-            "resourcesListChanged": resources,
+            "toolsListChanged": True,
+            "promptsListChanged": True,
+            "resourcesListChanged": True,
         }
-        params = self.protocol.decorate({"notifications": {k: v for k, v in wanted.items() if v}})
+        params = self.decorate({"notifications": wanted})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
-        if self.protocol.era == "modern":
+        if self.era == "modern":
             await self.request("server/discover", timeout=timeout)
         else:
             await self.request("ping", timeout=timeout)
@@ -874,8 +808,7 @@ class McpClient:
         )
 
     async def list_tools(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
-        """Every tool, following ``nextCursor`` pagination (on HTTP, tools with invalid
-        ``x-mcp-header`` annotations are dropped, as the spec requires)."""
+        """Every tool, across pages (HTTP drops tools with invalid ``x-mcp-header``)."""
         tools = await self._list_all("tools/list", "tools", timeout=timeout)
         accept = getattr(self.transport, "accept_tools", None)
         return accept(tools) if accept is not None else tools
@@ -936,57 +869,38 @@ class McpClient:
 
 
 @asynccontextmanager
-async def _running(transport: Any, options: ClientOptions) -> AsyncIterator[McpClient]:
-    """A client of ``transport`` whose reader runs until the block ends. Meanwhile a
-    transport that can (stdio) hands replies straight to the client from its own reader,
-    one task hop less per call than its ``incoming`` channel."""
-    async with trio.open_nursery() as nursery:
-        client = McpClient(transport, options, nursery)
-        nursery.start_soon(client._read)
-        delivers = hasattr(transport, "deliver")
-        if delivers:
-            transport.deliver = client._dispatch
-        try:
-            yield client
-        finally:
-            if delivers and transport.deliver == client._dispatch:
-                transport.deliver = None  # the transport may outlive this client
-            nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
 async def open_mcp_client(
     transport: Any, options: ClientOptions | None = None, *, era: str | None = None
 ) -> AsyncIterator[McpClient]:
-    """Start a session over ``transport`` (already open) and yield the client.
-
-    The handshake or discovery happens before the block runs; leaving the block stops
-    the reader. Raises McpError when the session cannot be set up.
-    """
+    """Set a session up over the open ``transport`` (McpError if it cannot be) and yield
+    the client; leaving stops the reader. A transport that can (stdio) hands replies
+    straight to the client, one task hop less per call."""
     with single_errors():
-        async with _running(transport, options or ClientOptions()) as client:
-            await client.start(era=era)
-            yield client
+        async with trio.open_nursery() as nursery:
+            client = McpClient(transport, options or ClientOptions(), nursery)
+            nursery.start_soon(client._read)
+            delivers = hasattr(transport, "deliver")
+            if delivers:
+                transport.deliver = client._dispatch
+            try:
+                await client.start(era=era)
+                yield client
+            finally:
+                if delivers and transport.deliver == client._dispatch:
+                    transport.deliver = None  # the transport may outlive this client
+                nursery.cancel_scope.cancel()
 
 
 async def probe_era(transport: Any, *, timeout: float = 5.0, server_name: str = "server") -> str:
-    """Ask a throw-away connection ``server/discover``: "modern" or "legacy".
-
-    Modern: a ``DiscoverResult`` listing a modern version, or a recognised modern error.
-    Anything else — another error, silence until ``timeout``, the process exiting — is
-    legacy (the caller then uses ``initialize`` on a fresh connection).
-    """
+    """Ask a throw-away connection ``server/discover``: "modern" (a ``DiscoverResult``
+    with a modern version, or a modern error) or "legacy" (anything else)."""
     options = ClientOptions(
         server_name=server_name, protocol=LATEST_MODERN_VERSION, timeout_secs=timeout
     )
     try:
-        async with _running(transport, options) as client:
-            try:
-                await client.discover(timeout=timeout)
-            except McpProtocolError as exc:
-                return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
-            except McpError:
-                return "legacy"
+        async with open_mcp_client(transport, options):
             return "modern"
-    except (TransportClosed, TransportError):
+    except McpProtocolError as exc:
+        return "modern" if exc.rpc_code in proto.MODERN_ERROR_CODES else "legacy"
+    except (McpError, TransportClosed, TransportError):
         return "legacy"

@@ -1,11 +1,5 @@
-"""Plugin hooks of roost's MCP client half (entry point ``mcp_client``).
-
-- ``roost_services``: the MCP manager, which connects and supervises every configured
-  MCP server and registers their tools as ``mcp_{server}_{tool}``;
-- ``roost_http_routes``: ``GET /api/mcp/servers`` → ``{"configured": [...], "connected": [...]}``;
-  each configured server has its ``status`` (pending / connecting / connected / failed),
-  ``error`` and, while failed, ``next_retry_at`` (Unix time of the next attempt).
-"""
+"""Plugin hooks of roost's MCP client half (entry point ``mcp_client``): the manager
+service and ``GET /api/mcp/servers`` (``McpManager.status``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,14 @@
 """The MCP client manager: connects roost to the configured MCP servers and keeps them up.
 
-Servers come from ``[[mcp_servers]]`` in roost.toml, from agents' ``mcp_servers`` in
-agent.json and from the ``roost_mcp_servers`` hook. Each is validated (errors name the
-field), connected in the background (a failure is logged; boot goes on) and supervised:
-a server that dies has its tools removed, its calls in flight fail at once, and it is
-reconnected. A server that cannot be reached (not started yet, refusing our key, …) is
-retried for as long as the kernel runs, 1 s doubling to a 60 s cap; meanwhile its status
-says ``failed`` with the last error and the time of the next attempt, and its tools
-appear once it answers.
+Servers come from ``[[mcp_servers]]`` in roost.toml, agents' ``mcp_servers`` and the
+``roost_mcp_servers`` hook; each is validated (errors name the field), connected in the
+background (boot goes on) and supervised: one that dies loses its tools, fails its calls
+in flight at once and is reconnected, 1 s doubling to a 60 s cap, for as long as the
+kernel runs (its status says ``failed``, the last error and the next attempt's time).
 
-Discovered tools become kernel tools named ``mcp_{server}_{tool}``. A server with
-resources also gets ``mcp_{server}_list_resources`` / ``mcp_{server}_read_resource``,
-one with prompts ``mcp_{server}_list_prompts`` / ``mcp_{server}_get_prompt`` (unless the
-server has real tools of those names), so agents can use them like any tool; the same
-operations are on ``McpManager`` for code.
+Its tools become ``mcp_{server}_{tool}``; a server with resources or prompts also gets
+``mcp_{server}_list_resources`` / ``_read_resource`` / ``_list_prompts`` / ``_get_prompt``
+(unless it has real tools of those names).
 """
 
 from __future__ import annotations
@@ -21,8 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +54,7 @@ from ._client import (
     probe_era,
 )
 from ._protocol import RECURSION_LIMIT
+from .transports.stdio import command_problem, open_stdio_transport
 
 log = logging.getLogger("roost.mcp.manager")
 
@@ -103,8 +98,7 @@ class ServerConfig:
     agent: str | None = None
 
     def public(self) -> dict[str, Any]:
-        """What ``GET /api/mcp/servers`` shows (no header values, no env values, the URL
-        without user info, query or fragment)."""
+        """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL."""
         out: dict[str, Any] = {
             "name": self.name,
             "transport": self.transport,
@@ -142,15 +136,7 @@ def parse_server_config(
 ) -> ServerConfig:
     """Validate one ``[[mcp_servers]]`` table; raises ConfigError naming the field and the fix."""
     if isinstance(raw, McpServerDescriptor):
-        raw = {
-            "name": raw.name,
-            "transport": dict(raw.transport),
-            "timeout_secs": raw.timeout_secs,
-            "env": list(raw.env),
-            "protocol": raw.protocol,
-            "sampling": raw.sampling,
-            "allow_local": raw.allow_local,
-        }
+        raw = attrs.asdict(raw, recurse=False)
     if not isinstance(raw, Mapping):
         raise ConfigError(
             f"{where}: expected a table with name and transport, got {type(raw).__name__}"
@@ -218,16 +204,9 @@ def parse_server_config(
     _known_keys(where, transport, keys, f'[mcp_servers.transport] (type = "{kind}")', "transport.")
     if kind == "stdio":
         command = transport.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise _fail(
-                where, "transport.command", 'missing; name the server program, e.g. command = "npx"'
-            )
-        if ".." in command:
-            raise _fail(
-                where,
-                "transport.command",
-                f"{command!r} contains '..'; use an absolute path or a program on PATH",
-            )
+        problem = command_problem(command)
+        if problem:
+            raise _fail(where, "transport.command", problem)
         args = transport.get("args", ())
         if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
             raise _fail(where, "transport.args", f"expected an array of strings, got {args!r}")
@@ -250,7 +229,7 @@ def parse_server_config(
 
 def check_config_servers(config: Any) -> None:
     """Check the config file's ``[[mcp_servers]]`` (every field, names unique); raises the
-    first ConfigError, naming the file (``config.where``), the entry, the key and the fix."""
+    first ConfigError."""
     where = getattr(config, "where", "roost.toml")
     seen: dict[str, int] = {}
     for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):
@@ -304,31 +283,25 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
 # ---- transports --------------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> AsyncIterator[Any]:
+def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> Any:
     """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE)."""
     if cfg.transport == "stdio":
-        from .transports.stdio import open_stdio_transport
-
-        async with open_stdio_transport(
+        return open_stdio_transport(
             cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
-        ) as t:
-            yield t
-    else:
-        if cfg.transport == "http":
-            from .transports.http import open_http_transport as opener
-        else:
-            from .transports.sse import open_sse_transport as opener
+        )
+    from .transports.http import HttpTransport
+    from .transports.sse import SseTransport, open_http_peer
 
-        async with opener(
-            cfg.url or "",
-            headers=cfg.headers,
-            name=cfg.name,
-            timeout_secs=cfg.timeout_secs,
-            allow_private=allow_private or cfg.allow_local,
-            allow_loopback=allow_private or cfg.allow_local,
-        ) as t:
-            yield t
+    local = allow_private or cfg.allow_local
+    return open_http_peer(
+        HttpTransport if cfg.transport == "http" else SseTransport,
+        cfg.url or "",
+        headers=cfg.headers,
+        name=cfg.name,
+        timeout_secs=cfg.timeout_secs,
+        allow_private=local,
+        allow_loopback=local,
+    )
 
 
 # ---- results -----------------------------------------------------------------------------
@@ -337,9 +310,8 @@ async def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> A
 def peer_attributes(
     config: ServerConfig, server_info: Mapping[str, Any], tool: str
 ) -> dict[str, Any]:
-    """What a tool call's span says of the MCP server it reaches: ``peer`` ("mcp"),
-    ``peer_name``, ``peer_tool``, ``peer_url`` (HTTP transports) and, for a roost daemon
-    (its ``serverInfo`` name starts with "roost"), ``peer_dashboard``: its base URL."""
+    """What a tool call's span says of the MCP server it reaches (``peer_*``; for a roost
+    daemon, by its ``serverInfo`` name, ``peer_dashboard``: its base URL)."""
     out: dict[str, Any] = {"peer": "mcp", "peer_name": config.name, "peer_tool": tool}
     if config.url:
         out["peer_url"] = url = public_url(config.url)  # a key in it is no span's business
@@ -350,9 +322,9 @@ def peer_attributes(
     return out
 
 
-def _raise_if_breaker(exc: McpProtocolError) -> None:
-    data = exc.data
+def _raise_if_breaker(exc: McpError) -> None:
     # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
+    data = exc.data if isinstance(exc, McpProtocolError) else None
     if isinstance(data, Mapping) and (
         data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT
     ):
@@ -368,9 +340,7 @@ class ServerState:
 
     config: ServerConfig
     client: McpClient | None = None
-    status: str = (
-        "pending"  # pending | connecting | connected | failed (retried at next_retry_at) | stopped
-    )
+    status: str = "pending"  # pending | connecting | connected | failed (retried) | stopped
     era: str | None = None
     tools: list[str] = attrs.field(factory=list)
     last_error: str | None = None
@@ -391,8 +361,6 @@ class McpManager:
         self.config_errors: list[str] = list(errors)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
-        self.backoff_base_s = BACKOFF_BASE_S
-        self.backoff_max_s = BACKOFF_MAX_S
 
     @classmethod
     def from_kernel(cls, kernel: KernelAPI) -> McpManager:
@@ -453,8 +421,7 @@ class McpManager:
 
     # ---- running ------------------------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Supervise every server until cancelled. Ready at once: servers connect in the
-        background."""
+        """Supervise every server until cancelled (ready at once)."""
         async with trio.open_nursery() as nursery:
             for state in self.states.values():
                 nursery.start_soon(self._supervise, state)
@@ -462,10 +429,9 @@ class McpManager:
             await trio.sleep_forever()
 
     async def _supervise(self, state: ServerState) -> None:
-        """Connect ``state``'s server and keep it connected while the kernel runs: after a
-        failure (or a dropped connection) wait, 1 s doubling to ``backoff_max_s``, and
-        try again; a connection that lasted ``STABLE_AFTER_S`` starts the backoff afresh."""
-        delay = self.backoff_base_s
+        """Keep ``state``'s server connected: after a failure or a drop wait (doubling up
+        to ``BACKOFF_MAX_S``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
+        delay = BACKOFF_BASE_S
         try:
             while True:
                 started = time.monotonic()
@@ -481,7 +447,7 @@ class McpManager:
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() - started >= STABLE_AFTER_S:
-                    delay = self.backoff_base_s
+                    delay = BACKOFF_BASE_S
                 state.status, state.next_retry_at = "failed", time.time() + delay
                 state.restarts += 1
                 log.warning(
@@ -492,7 +458,7 @@ class McpManager:
                 )
                 self._publish(state, "down")
                 await trio.sleep(delay)
-                delay = min(delay * 2, self.backoff_max_s)
+                delay = min(delay * 2, BACKOFF_MAX_S)
         finally:
             state.status, state.next_retry_at = "stopped", None
 
@@ -656,11 +622,10 @@ class McpManager:
             untrusted=True,
             timeout_s=state.config.timeout_secs + 1.0,
         )
-        manager = self
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
             try:
-                client = manager.client(server)
+                client = self.client(server)
             except McpError as exc:  # not connected (roost reconnects in the background)
                 return ToolResult.error(str(exc))
             trace = call.trace or ctx.trace
@@ -670,7 +635,7 @@ class McpManager:
                 ctx.span.set(peer_attributes(state.config, client.server_info, original))
 
             def progress(params: Mapping[str, Any]) -> None:
-                manager.kernel.publish(
+                self.kernel.publish(
                     Event(
                         EVENT_PROGRESS,
                         f"mcp:{server}",
@@ -689,18 +654,15 @@ class McpManager:
                     on_progress=progress,
                     caller=caller,
                 )
-            except McpProtocolError as exc:
-                _raise_if_breaker(exc)
-                return ToolResult.error(str(exc))
             except McpError as exc:
+                _raise_if_breaker(exc)
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
         return Tool(spec, call_remote)
 
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
-        """Which of resources / prompts the server really has (a declared capability
-        with nothing behind it would only add noise to the agents' tool lists)."""
+        """Which of resources / prompts the server really has (not merely declares)."""
         offers = set()
         caps = client.server_capabilities
         checks = (
@@ -719,107 +681,98 @@ class McpManager:
 
     def _extra_tools(self, state: ServerState, taken: set[Any], offers: set[str]) -> list[Tool]:
         server = state.config.name
-        out: list[Tool] = []
 
-        def add(name: str, description: str, schema: Mapping[str, Any], run: Any) -> None:
-            if name in taken:
-                return
-            spec = ToolSpec(
-                name=namespaced(server, name),
-                description=description,
-                input_schema=schema,
-                owner=f"mcp:{server}",
-                original_name=name,
-                untrusted=True,
-                annotations={"readOnlyHint": True},
-                timeout_s=state.config.timeout_secs + 1.0,
+        async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            items = await self.client(server).list_resources()
+            text = "\n".join(
+                f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip()
+                for r in items
+            )
+            text = text or "(no resources)"
+            return ToolResult(({"type": "text", "text": text},), {"resources": items})
+
+        async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            result = await self.client(server).read_resource(
+                str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
+            )
+            contents = result.get("contents") or ()
+            return ToolResult(
+                tuple(
+                    {"type": "resource", "resource": dict(i)}
+                    for i in contents
+                    if isinstance(i, Mapping)
+                )
             )
 
+        async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            items = await self.client(server).list_prompts()
+            text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
+            text = text or "(no prompts)"
+            return ToolResult(({"type": "text", "text": text},), {"prompts": items})
+
+        async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
+            args = call.arguments.get("arguments") or {}
+            result = await self.client(server).get_prompt(
+                str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent
+            )
+            lines = []
+            for message in result.get("messages") or ():
+                content = message.get("content") if isinstance(message, Mapping) else None
+                text = content.get("text") if isinstance(content, Mapping) else None
+                text = text if text is not None else "[non-text content]"
+                lines.append(f"{message.get('role', '?')}: {text}")
+            return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
+
+        def guarded(run: Any) -> Any:
             async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 try:
                     return await run(call, ctx)
                 except McpError as exc:
                     return ToolResult.error(str(exc))
 
-            out.append(Tool(spec, handler))
+            return handler
 
         empty = {"type": "object", "properties": {}, "additionalProperties": False}
-        if "resources" in offers:
-
-            async def list_resources(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                items = await self.client(server).list_resources()
-                text = "\n".join(
-                    f"{r.get('uri')}  {r.get('name', '')}  {r.get('description', '')}".rstrip()
-                    for r in items
-                )
-                return ToolResult(
-                    ({"type": "text", "text": text or "(no resources)"},), {"resources": items}
-                )
-
-            async def read_resource(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                result = await self.client(server).read_resource(
-                    str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
-                )
-                blocks = []
-                for item in result.get("contents") or ():
-                    if isinstance(item, Mapping):
-                        blocks.append({"type": "resource", "resource": dict(item)})
-                return ToolResult(tuple(blocks))
-
-            add(
-                "list_resources",
-                f"List the resources of MCP server {server}.",
-                empty,
-                list_resources,
-            )
-            add(
-                "read_resource",
-                f"Read a resource of MCP server {server} by URI.",
-                {
-                    "type": "object",
-                    "properties": {"uri": {"type": "string", "description": "the resource URI"}},
-                    "required": ["uri"],
-                },
-                read_resource,
-            )
-        if "prompts" in offers:
-
-            async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                items = await self.client(server).list_prompts()
-                text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
-                return ToolResult(
-                    ({"type": "text", "text": text or "(no prompts)"},), {"prompts": items}
-                )
-
-            async def get_prompt(call: ToolCall, ctx: ToolContext) -> ToolResult:
-                args = call.arguments.get("arguments") or {}
-                result = await self.client(server).get_prompt(
-                    str(call.arguments.get("name", "")), args, caller=call.caller or ctx.agent
-                )
-                lines = []
-                for message in result.get("messages") or ():
-                    content = message.get("content") if isinstance(message, Mapping) else None
-                    text = content.get("text") if isinstance(content, Mapping) else None
-                    lines.append(
-                        f"{message.get('role', '?')}: "
-                        f"{text if text is not None else '[non-text content]'}"
+        uri = {"type": "string", "description": "the resource URI"}
+        named = {
+            "name": {"type": "string"},
+            "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+        }
+        extras = {
+            "resources": (
+                ("list_resources", "List the resources of MCP server {}.", empty, list_resources),
+                (
+                    "read_resource",
+                    "Read a resource of MCP server {} by URI.",
+                    {"type": "object", "properties": {"uri": uri}, "required": ["uri"]},
+                    read_resource,
+                ),
+            ),
+            "prompts": (
+                ("list_prompts", "List the prompts of MCP server {}.", empty, list_prompts),
+                (
+                    "get_prompt",
+                    "Get a prompt of MCP server {} by name, with its arguments.",
+                    {"type": "object", "properties": named, "required": ["name"]},
+                    get_prompt,
+                ),
+            ),
+        }
+        out = []
+        for kind, tools in extras.items():
+            for name, what, schema, run in tools if kind in offers else ():
+                if name not in taken:
+                    spec = ToolSpec(
+                        name=namespaced(server, name),
+                        description=what.format(server),
+                        input_schema=schema,
+                        owner=f"mcp:{server}",
+                        original_name=name,
+                        untrusted=True,
+                        annotations={"readOnlyHint": True},
+                        timeout_s=state.config.timeout_secs + 1.0,
                     )
-                return ToolResult(({"type": "text", "text": "\n".join(lines)},), {"prompt": result})
-
-            add("list_prompts", f"List the prompts of MCP server {server}.", empty, list_prompts)
-            add(
-                "get_prompt",
-                f"Get a prompt of MCP server {server} by name, with its arguments.",
-                {
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string"},
-                        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
-                    },
-                    "required": ["name"],
-                },
-                get_prompt,
-            )
+                    out.append(Tool(spec, guarded(run)))
         return out
 
     # ---- server-to-client requests --------------------------------------------------------
@@ -889,27 +842,5 @@ def _announces_changes(caps: Mapping[str, Any]) -> bool:
     )
 
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL,
-    "emergency": logging.CRITICAL,
-}
-
-
-__all__ = [
-    "EVENT_LOG",
-    "EVENT_PROGRESS",
-    "EVENT_SERVER",
-    "McpManager",
-    "ServerConfig",
-    "ServerState",
-    "check_config_servers",
-    "collect_server_configs",
-    "open_transport",
-    "parse_server_config",
-]
+_LEVELS = {"debug": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS.update(dict.fromkeys(("critical", "alert", "emergency"), logging.CRITICAL))

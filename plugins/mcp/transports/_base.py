@@ -1,17 +1,17 @@
 """What every client transport offers the MCP client session.
 
-A transport (stdio, Streamable HTTP, HTTP+SSE) moves whole JSON-RPC messages (decoded
-JSON objects). Incoming messages arrive on ``incoming`` (a bounded channel closed when the
-connection ends, with the reason in ``closed_reason``); ``send`` hands one message to the
-peer (``TransportClosed`` once it is gone); ``set_protocol_version`` tells it the
-negotiated version (HTTP sends it as a header); ``cancel_request`` aborts a request's
-exchange and returns True when that is itself the cancellation (closing its HTTP stream).
+A transport moves decoded JSON-RPC messages: they arrive on ``incoming`` (a bounded
+channel closed when the connection ends, the reason in ``closed_reason``); ``send`` hands
+one to the peer (``TransportClosed`` once it is gone); ``set_protocol_version`` tells it
+the negotiated version; ``cancel_request`` returns True when aborting a request's exchange
+is itself the cancellation (closing its HTTP stream).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import trio
 from roost.kernel import RoostError
@@ -23,8 +23,8 @@ WRITE_STALL_S = 30.0  # a taken round the peer has not drained within this: the 
 
 
 def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
-    """Remove and join the oldest messages of ``outbox``, at most ``limit`` bytes of them
-    (always at least one)."""
+    """Remove and join the oldest messages of ``outbox``: at least one, at most ``limit``
+    bytes."""
     size, count = len(outbox[0]), 1
     while count < len(outbox) and size + len(outbox[count]) <= limit:
         size += len(outbox[count])
@@ -57,17 +57,12 @@ class _Round:
 
 
 class BatchedWriter:
-    """Sends framed messages on a Trio stream with ``send_all``; the messages that queue up
-    while one ``send_all`` runs go out together in the next (each write wakes the peer).
-    The senders of a write are woken together once it is done; the queue is bounded by
-    the senders waiting. A sender cancelled before its message was taken sends nothing;
-    once taken, a message is written whole even if its sender (or the sender writing the
-    round) is cancelled meanwhile — a cut would lose the rest of the round and glue a
-    partial line onto the next — within ``WRITE_STALL_S``, after which the stream counts as
-    broken. A sender cancelled after its message was taken may get ``Cancelled`` though the
-    message went out. A failed write raises in the sender that wrote, and in every sender
-    whose message it held.
-    """
+    """Sends framed messages on a Trio stream; those that queue up while one ``send_all``
+    runs go out together in the next (each write wakes the peer), bounded by the senders
+    waiting. A sender cancelled before its message was taken sends nothing; a taken message
+    is written whole even if senders are cancelled (a cut would glue a partial line onto
+    the next), within ``WRITE_STALL_S``, else the stream counts as broken. A failed write
+    raises in every sender whose message it held."""
 
     def __init__(self, stream: trio.abc.SendStream) -> None:
         self.stream = stream
@@ -111,9 +106,7 @@ class BatchedWriter:
                         raise trio.BrokenResourceError(
                             f"the peer read nothing for {WRITE_STALL_S:g}s; giving up the pipe"
                         )
-                except (
-                    Exception
-                ) as exc:  # broken, stalled or closed stream: later senders learn it too
+                except Exception as exc:  # broken, stalled or closed: later senders learn it too
                     self.error = exc
                     taken.finish(exc)
                     raise
@@ -128,17 +121,26 @@ class BatchedWriter:
 
 @contextmanager
 def single_errors() -> Iterator[None]:
-    """Re-raise an exception group holding one exception as that exception.
-
-    Our context managers own nurseries; a caller's ``except McpTimeout`` around the block
-    should not have to know that.
-    """
+    """Re-raise an exception group of one as that exception: a caller's ``except`` around
+    our context managers should not have to know they own nurseries."""
     try:
         yield
     except BaseExceptionGroup as group:
         while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
             group = group.exceptions[0]
         raise group from None
+
+
+class ClientTransport:
+    """Defaults of a client transport with no protocol version and no request streams."""
+
+    closed_reason: str | None = None
+
+    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
+        pass
+
+    def cancel_request(self, request_id: Any) -> bool:
+        return False
 
 
 class TransportClosed(RoostError):

@@ -2,24 +2,19 @@
 
     python -I -S _pdeathsig.py PPID [--nofile SOFT] -- COMMAND [ARGS...]
 
-roost starts this in a new session (so it leads a process group); it then:
-
-1. asks for a signal when its parent dies (``PR_SET_PDEATHSIG``) and becomes a child
-   subreaper (``PR_SET_CHILD_SUBREAPER``): every process the server leaves behind, even
-   one that called ``setsid``, is re-parented to this supervisor, not to PID 1;
-2. forks; the child (with the soft open-file limit ``SOFT``, the operator's, when roost
-   raised its own) execs the server with the inherited stdin/stdout/stderr, so the
-   protocol flows between roost and the server directly; the supervisor lets go of its
-   own stdin/stdout (so EOF propagates) and waits;
-3. when the server exits, kills and reaps every remaining descendant and exits with the
-   server's status (128 + signal number if it was killed);
-4. on SIGTERM/SIGINT/SIGHUP (roost's shutdown) or when roost is gone (even SIGKILLed), sends
-   SIGTERM to every descendant, allows them ``TERM_GRACE_S``, then SIGKILLs and reaps them.
+Started by roost in a new session (it leads a process group), it asks for a signal when
+its parent dies (``PR_SET_PDEATHSIG``) and becomes a child subreaper, so everything the
+server leaves behind (even after ``setsid``) is re-parented to it, not to PID 1. It forks
+the server (with the operator's soft open-file limit ``SOFT`` when roost raised its own)
+on the inherited pipes, lets go of its own stdin/stdout (so EOF propagates) and waits.
+When the server exits it kills and reaps every descendant and exits with the server's
+status (128 + signal if killed); on SIGTERM/SIGINT/SIGHUP or when roost is gone it sends
+every descendant SIGTERM, allows ``TERM_GRACE_S``, then SIGKILLs and reaps them.
 
 ``PR_SET_PDEATHSIG`` fires when the parent *thread* exits (trio forks from a worker thread
-that may idle out), so the signal only prompts a check that the parent *process* is gone;
-the parent is also polled every ``PARENT_POLL_S``. Standard library only; run with
-``-I -S`` so that it starts fast and imports nothing from the environment.
+that may idle out), so it only prompts a check that the parent *process* is gone, which is
+also polled every ``PARENT_POLL_S``. Standard library only, run with ``-I -S``: it starts
+fast and imports nothing from the environment.
 """
 
 from __future__ import annotations
@@ -99,65 +94,45 @@ def kill_and_reap_all() -> dict[int, int]:
     return reaped
 
 
-class Supervisor:
-    """The waiting loop around one server process (``server_pid``)."""
+def reap_exited(server_pid: int, status: int | None) -> int | None:
+    """Collect every child that has exited; returns the server's wait status once known."""
+    while True:
+        try:
+            pid, got = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == server_pid:
+            status = got
 
-    def __init__(self, server_pid: int, parent_pid: int) -> None:
-        self.server_pid = server_pid
-        self.parent_pid = parent_pid
-        self.status: int | None = None
 
-    def parent_gone(self) -> bool:
-        return os.getppid() != self.parent_pid
-
-    def reap_exited(self) -> None:
-        """Collect every child that has exited, noting the server's status."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.server_pid:
-                self.status = status
-
-    def wait(self) -> str:
-        """Wait until the server exits ("exited"), a stop signal arrives ("stop") or the
-        parent is gone ("orphaned")."""
-        while True:
-            info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
-            self.reap_exited()
-            if self.status is not None:
-                return "exited"
-            if info is not None and info.si_signo in STOP_SIGNALS:
-                return "stop"
-            if self.parent_gone():
-                return "orphaned"
-
-    def terminate(self) -> None:
-        """SIGTERM everything below us, a bounded grace, then SIGKILL and reap it all."""
+def supervise(server_pid: int, parent_pid: int) -> int:
+    """Wait until the server exits, a stop signal arrives or the parent is gone; then end
+    every descendant (SIGTERM and a bounded grace first unless the server exited) and
+    return the exit status to use."""
+    status: int | None = None
+    while True:
+        info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
+        status = reap_exited(server_pid, status)
+        stop = info is not None and info.si_signo in STOP_SIGNALS
+        if status is not None or stop or os.getppid() != parent_pid:
+            break
+    fallback = 0
+    if status is None:
+        fallback = 128 + signal.SIGTERM
         _signal_all(descendants(os.getpid()), signal.SIGTERM)
         deadline = time.monotonic() + TERM_GRACE_S
-        while self.status is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        while status is None and (left := deadline - time.monotonic()) > 0:
             signal.sigtimedwait({signal.SIGCHLD}, min(left, PARENT_POLL_S))
-            self.reap_exited()
-        self.finish()
-
-    def finish(self) -> None:
-        """Kill and reap whatever is left, keeping the server's status if it was among it."""
-        reaped = kill_and_reap_all()
-        if self.status is None and self.server_pid in reaped:
-            self.status = reaped[self.server_pid]
-
-    def exit_code(self, fallback: int) -> int:
-        if self.status is None:
-            return fallback
-        code = os.waitstatus_to_exitcode(self.status)
-        return code if code >= 0 else 128 - code
+            status = reap_exited(server_pid, status)
+    reaped = kill_and_reap_all()
+    if status is None:
+        status = reaped.get(server_pid)
+    if status is None:
+        return fallback
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
 
 
 def _release_stdio() -> None:
@@ -202,13 +177,7 @@ def main(argv: list[str]) -> int:
             os.write(2, f"cannot run {command[0]!r}: {exc}\n".encode())
         os._exit(EXEC_FAILED_EXIT_CODE)
     _release_stdio()
-    supervisor = Supervisor(pid, parent_pid)
-    outcome = supervisor.wait()
-    if outcome == "exited":
-        supervisor.finish()
-        return supervisor.exit_code(0)
-    supervisor.terminate()
-    return supervisor.exit_code(128 + signal.SIGTERM)
+    return supervise(pid, parent_pid)
 
 
 if __name__ == "__main__":

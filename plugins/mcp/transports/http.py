@@ -1,28 +1,19 @@
 """Streamable HTTP client transport (2025-03-26 … 2025-11-25 and 2026-07-28), over httpx.
 
-- Every message is its own POST with ``Accept: application/json, text/event-stream``;
-  a request's answer is a JSON body or an SSE stream (notifications, then the response).
-- Handshake era: the ``Mcp-Session-Id`` from the ``initialize`` answer goes on every later
-  request, ``MCP-Protocol-Version`` once negotiated; after ``notifications/initialized``
-  a GET stream carries server-initiated messages (405 means the server has none); a
-  broken stream is resumed with ``Last-Event-ID``; DELETE ends the session on close; a
-  404 for our session means it ended (the connection is reported closed, the manager
-  reconnects).
-- 2026-07-28: no session, no GET stream; ``MCP-Protocol-Version``, ``Mcp-Method`` and
-  ``Mcp-Name`` headers on each POST; closing a request's response stream cancels it. There
-  is no resumption: a response stream that breaks loses the request, so it is re-issued
-  once as a new request with a new id (the caller still sees its own id).
-- A request that gets no JSON-RPC answer — an HTTP error with any body (JSON-RPC, REST,
-  HTML, empty), or no HTTP answer at all — gets a JSON-RPC error response for its id at
-  once (a JSON-RPC error's code is kept, else -32000), naming the status and the server's
-  words, with ``data.httpStatus`` (0: no HTTP answer) and ``data.retryAfter`` (seconds);
-  the client retries 429/503 from there. Nothing is dropped, so no call waits out its
-  timeout because of an HTTP-level error.
-- What a server sends is read up to a cap, never whole first: a JSON answer or one SSE
-  event at most ``MAX_MESSAGE_BYTES`` (10 MiB), an error body's first 64 KiB; past the
-  cap the request gets a JSON-RPC error naming the limit and the server, at once.
-- The URL is checked against SSRF rules (after DNS) before connecting, and every request
-  connects to the checked address (``PinnedTransport``): DNS rebinding cannot redirect it.
+- Each message is a POST accepting JSON or an SSE stream (notifications, then the answer).
+- Handshake era: ``Mcp-Session-Id`` from ``initialize`` and ``MCP-Protocol-Version`` go on
+  later requests; a GET stream carries server-initiated messages (405: none); a broken
+  stream is resumed with ``Last-Event-ID``; DELETE ends the session; a 404 for our
+  session means it ended (reported as closed; the manager reconnects).
+- 2026-07-28: no session, no GET stream, per-POST ``Mcp-Method``/``Mcp-Name`` headers;
+  closing a response stream cancels its request. No resumption: a request whose stream
+  breaks is re-issued once under a new id (the caller still sees its own id).
+- A request without a JSON-RPC answer (any HTTP error, or no answer) is answered at once
+  with a JSON-RPC error (``http_error_message``: ``data.httpStatus``, ``retryAfter``), so
+  no call waits out its timeout; the client retries 429/503 from there.
+- Reads are capped: ``MAX_MESSAGE_BYTES`` per JSON answer or SSE event, 64 KiB of an error.
+- The URL is checked against SSRF rules once and every request connects to the checked
+  address (``PinnedTransport``): DNS rebinding cannot redirect it.
 """
 
 from __future__ import annotations
@@ -30,14 +21,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
 import httpx
 import trio
-from roost.kernel import Resolver, public_url
+from roost.kernel import public_url
 from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
@@ -54,16 +45,13 @@ from .._protocol import (
     encode_header_value,
     request_headers,
 )
-from ._base import (
-    INCOMING_BUFFER,
-    TransportClosed,
-    single_errors,
-)
+from ._base import TransportClosed
 from .sse import (
+    HttpPeer,
     encode_body,
     http_error_message,
     json_messages,
-    open_guarded_client,
+    open_http_peer,
     refusal_hint,
     refused,
 )
@@ -79,22 +67,19 @@ _PRIMITIVES = ("string", "integer", "boolean")
 
 
 def x_mcp_header_problem(schema: Any) -> str | None:
-    """Why a tool's ``x-mcp-header`` annotations are invalid (SEP-2243), or None if fine.
-
-    Values must be non-empty HTTP tokens, unique ignoring case, on string/integer/boolean
-    properties reachable from the root through ``properties`` keys only.
-    """
+    """Why a tool's ``x-mcp-header`` annotations are invalid (SEP-2243), or None: values
+    are HTTP tokens, unique ignoring case, on string/integer/boolean properties reachable
+    from the root through ``properties`` keys only."""
     seen: set[str] = set()
-
-    def visit(node: Any, reachable: bool, where: str) -> str | None:
+    # A stack, not recursion: a server's schema may nest as deep as json.loads admits.
+    stack: list[tuple[Any, bool, str]] = [(schema, True, "")]
+    while stack:
+        node, reachable, where = stack.pop()
         if isinstance(node, list):
-            for item in node:
-                problem = visit(item, False, where)
-                if problem:
-                    return problem
-            return None
+            stack.extend((item, False, where) for item in reversed(node))
+            continue
         if not isinstance(node, Mapping):
-            return None
+            continue
         if "x-mcp-header" in node:
             value = node["x-mcp-header"]
             if not reachable or where == "":
@@ -112,19 +97,14 @@ def x_mcp_header_problem(schema: Any) -> str | None:
             if value.lower() in seen:
                 return f"x-mcp-header {value!r} is used twice"
             seen.add(value.lower())
+        children: list[tuple[Any, bool, str]] = []
         for key, child in node.items():
             if key == "properties" and isinstance(child, Mapping) and (reachable or where == ""):
-                for name, sub in child.items():
-                    problem = visit(sub, True, f"{where}/{name}")
-                    if problem:
-                        return problem
+                children.extend((sub, True, f"{where}/{name}") for name, sub in child.items())
             elif key != "x-mcp-header" and isinstance(child, (Mapping, list)):
-                problem = visit(child, False, f"{where}/{key}")
-                if problem:
-                    return problem
-        return None
-
-    return visit(schema, True, "")
+                children.append((child, False, f"{where}/{key}"))
+        stack.extend(reversed(children))  # depth first, in document order
+    return None
 
 
 def mcp_param_headers(schema: Any, arguments: Any) -> dict[str, str]:
@@ -170,8 +150,7 @@ class _Outcome:
 def _as_answer_to(
     item: dict[str, Any], wire_id: Any, request_id: Any
 ) -> tuple[dict[str, Any], bool]:
-    """``item`` with a re-issued request's id put back to the caller's, and whether it is
-    the answer to that request."""
+    """``item`` (a re-issue's answer back under the caller's id), and whether it answers."""
     if "method" in item or "id" not in item or item["id"] != wire_id:
         return item, False
     if wire_id != request_id:
@@ -179,40 +158,23 @@ def _as_answer_to(
     return item, True
 
 
-class HttpTransport:
+class HttpTransport(HttpPeer):
     """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
 
     kind = "http"
 
-    def __init__(
-        self,
-        name: str,
-        url: str,
-        headers: Mapping[str, str],
-        http: httpx.AsyncClient,
-        nursery: trio.Nursery,
-        send_channel: Any,
-        incoming: Any,
-    ) -> None:
-        self.name = name
-        self.url = url
-        self.headers = dict(headers)
-        self.http = http
-        self.incoming = incoming
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self.modern = False
-        self.closed_reason: str | None = None
-        self._nursery = nursery
-        self._send_channel = send_channel
         self._streams: dict[Any, trio.CancelScope] = {}
         self._listening = False
         self._tool_schemas: dict[str, Any] = {}
         self._reissued = 0
 
     def accept_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Keep the tools' schemas (for ``Mcp-Param-*`` headers) and drop, with a warning,
-        any tool whose ``x-mcp-header`` annotations are invalid (SEP-2243 MUST)."""
+        """Keep the tools' schemas (for ``Mcp-Param-*``); drop those with invalid ones."""
         kept = []
         for tool in tools:
             schema = tool.get("inputSchema")
@@ -249,9 +211,8 @@ class HttpTransport:
         self.modern = modern
 
     async def start_listening(self) -> None:
-        """Open the handshake era's standalone GET stream (once) for server-initiated
-        messages, and return once the server has answered it (or refused: 405), so that
-        it is established before any request is sent."""
+        """Open the handshake era's GET stream (once); return once the server answered it,
+        so that it is there before any request is sent."""
         if not self.modern and not self._listening and self.closed_reason is None:
             self._listening = True
             with trio.move_on_after(self.http.timeout.connect or 10.0):
@@ -274,27 +235,16 @@ class HttpTransport:
             self._streams[message["id"]] = scope
             self._nursery.start_soon(self._exchange, message, body, scope)
             return
-        headers = {**self._headers(message), "Content-Type": "application/json"}
-        try:
-            async with self.http.stream(
-                "POST", self.url, content=body, headers=headers
-            ) as response:
-                status = response.status_code
-                # a notification's answer is 202, no body
-                error_body = await read_error_body(response)
-        except httpx.HTTPError as exc:
-            raise TransportClosed(f"MCP server {self.name!r}: POST failed ({exc})") from None
+        # a notification's answer is 202, no body
+        response, error_body = await self._post(
+            self.url, body, self._headers(message), "POST failed"
+        )
+        status = response.status_code
         if status == 404 and self.session_id and not self.modern:
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
             raise refused(self.name, self.headers, message, status, error_body)
-
-    async def _push(self, message: dict[str, Any]) -> None:
-        try:
-            await self._send_channel.send(message)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
 
     async def _lost(self, reason: str) -> None:
         if self.closed_reason is None:
@@ -304,9 +254,8 @@ class HttpTransport:
     async def _exchange(
         self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
     ) -> None:
-        """POST one request and forward its answer. At 2026-07-28 a broken response stream
-        loses the request (no resumption), so it is re-issued once under a new request id;
-        the answer is handed on under the caller's id."""
+        """POST one request and forward its answer; at 2026-07-28 a broken response stream
+        re-issues it once under a new id (answered under the caller's)."""
         request_id = message["id"]
         outcome = _Outcome(answered=False)
         try:
@@ -405,16 +354,14 @@ class HttpTransport:
     async def _answer_error(
         self, request_id: Any, status: int, body: bytes, **facts: Any
     ) -> _Outcome:
-        """Answer ``request_id`` with the JSON-RPC error for an HTTP failure (``facts``:
-        ``retry_after``, ``hint``; see ``http_error_message``)."""
+        """Answer ``request_id`` with ``http_error_message`` (``facts``: its keywords)."""
         await self._push(http_error_message(request_id, status, body, **facts))
         return _Outcome(answered=True)
 
     async def _read_sse(
         self, response: httpx.Response, wire_id: Any, request_id: Any
     ) -> tuple[bool, str | None]:
-        """Forward the stream's messages; ``(answered, why not)``. A broken handshake-era
-        stream with event ids is resumed with a GET."""
+        """Forward the stream's messages; ``(answered, why not)``; resume a broken one."""
         answered = False
         failure: str | None = "the response stream ended without an answer"
         last_event_id, retry_ms = "", None
@@ -438,16 +385,17 @@ class HttpTransport:
             answered = await self._resume(last_event_id, request_id)
         return answered, (None if answered else failure)
 
+    def _get(self, last_event_id: str | None) -> Any:
+        headers = {**self._headers(), "Accept": "text/event-stream"}
+        if last_event_id:
+            headers[HEADER_LAST_EVENT_ID] = last_event_id
+        return self.http.stream("GET", self.url, headers=headers)
+
     async def _resume(self, last_event_id: str, request_id: Any) -> bool:
         """GET with ``Last-Event-ID`` to get the rest of a broken stream."""
         for _attempt in range(GET_STREAM_RETRIES):
-            headers = {
-                **self._headers(),
-                HEADER_LAST_EVENT_ID: last_event_id,
-                "Accept": "text/event-stream",
-            }
             try:
-                async with self.http.stream("GET", self.url, headers=headers) as response:
+                async with self._get(last_event_id) as response:
                     if response.status_code != 200:
                         return False
                     async with contextlib.aclosing(
@@ -473,48 +421,43 @@ class HttpTransport:
                 started = True
                 task_status.started()
 
-        try:
-            await self._listen_loop(ready)
-        finally:
-            ready()
-
-    async def _listen_loop(self, ready: Any) -> None:
         last_event_id: str | None = None
         retry_ms: int | None = None
         failures = 0
-        while self.closed_reason is None and failures < GET_STREAM_RETRIES:
-            if retry_ms is not None and (failures or last_event_id):
-                await trio.sleep(_retry_wait_s(retry_ms))
-            headers = {**self._headers(), "Accept": "text/event-stream"}
-            if last_event_id:
-                headers[HEADER_LAST_EVENT_ID] = last_event_id
-            try:
-                async with self.http.stream("GET", self.url, headers=headers) as response:
+        try:
+            while self.closed_reason is None and failures < GET_STREAM_RETRIES:
+                if retry_ms is not None and (failures or last_event_id):
+                    await trio.sleep(_retry_wait_s(retry_ms))
+                try:
+                    async with self._get(last_event_id) as response:
+                        ready()
+                        if response.status_code == 405:
+                            return  # the server offers no GET stream
+                        if response.status_code == 404 and self.session_id:
+                            await self._lost("the server ended the session (HTTP 404)")
+                            return
+                        if response.status_code != 200:
+                            failures += 1
+                            await trio.sleep(0.5 * failures)
+                            continue
+                        failures = 0
+                        async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
+                            last_event_id = event.id or last_event_id
+                            if event.retry is not None:
+                                retry_ms = event.retry
+                            if event.event == "message":
+                                for item in json_messages(event.data):
+                                    await self._push(item)
+                except (httpx.HTTPError, ValueError) as exc:
                     ready()
-                    if response.status_code == 405:
-                        return  # the server offers no GET stream
-                    if response.status_code == 404 and self.session_id:
-                        await self._lost("the server ended the session (HTTP 404)")
-                        return
-                    if response.status_code != 200:
-                        failures += 1
-                        await trio.sleep(0.5 * failures)
-                        continue
-                    failures = 0
-                    async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
-                        last_event_id = event.id or last_event_id
-                        if event.retry is not None:
-                            retry_ms = event.retry
-                        if event.event == "message":
-                            for item in json_messages(event.data):
-                                await self._push(item)
-            except (httpx.HTTPError, ValueError) as exc:
-                ready()
-                log.info("MCP server %s: GET stream broke (%s); reconnecting", self.name, exc)
-                failures += 1
-                await trio.sleep(0.5 * failures)
+                    log.info("MCP server %s: GET stream broke (%s); reconnecting", self.name, exc)
+                    failures += 1
+                    await trio.sleep(0.5 * failures)
+        finally:
+            ready()
 
-    async def _end_session(self) -> None:
+    async def _finish(self) -> None:
+        """End the session (DELETE)."""
         if self.session_id and not self.modern:
             with trio.move_on_after(DELETE_TIMEOUT_S):
                 try:
@@ -524,42 +467,7 @@ class HttpTransport:
                     pass
 
 
-@asynccontextmanager
-async def open_http_transport(
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    name: str = "server",
-    timeout_secs: float = 30.0,
-    allow_private: bool = False,
-    allow_loopback: bool = False,
-    resolver: Resolver | None = None,
-) -> AsyncIterator[HttpTransport]:
+def open_http_transport(url: str, **options: Any) -> AbstractAsyncContextManager[HttpTransport]:
     """Yield a Streamable HTTP transport to ``url``; leaving ends the session (DELETE).
-
-    ``url`` is checked against SSRF rules once (``resolver`` replaces DNS in tests) and
-    every request connects to the checked address (no second lookup to rebind)."""
-    async with open_guarded_client(
-        url,
-        timeout_secs=timeout_secs,
-        allow_private=allow_private,
-        allow_loopback=allow_loopback,
-        resolver=resolver,
-    ) as http:
-        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
-        with single_errors():
-            async with trio.open_nursery() as nursery:
-                transport = HttpTransport(
-                    name, url, headers or {}, http, nursery, send_channel, receive_channel
-                )
-                try:
-                    yield transport
-                finally:
-                    if transport.closed_reason is None:
-                        transport.closed_reason = "the connection was closed"
-                    with trio.CancelScope(shield=True):
-                        await transport._end_session()
-                    nursery.cancel_scope.cancel()
-                    # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
-                    # would raise Cancelled over whatever the block raised, and lose it.
-                    send_channel.close()
+    Options are those of ``open_http_peer``."""
+    return open_http_peer(HttpTransport, url, **options)

@@ -1,9 +1,5 @@
-"""An in-memory MCP transport: a connected pair of bounded message channels.
-
-Each end sends and receives decoded JSON-RPC messages (dicts), exactly what a stream
-transport would carry after framing. Used by tests and for in-process clients of
-``McpServer`` (``serve_memory``).
-"""
+"""An in-memory MCP transport: a connected pair of bounded channels of decoded JSON-RPC
+messages, for tests and in-process clients of ``McpServer`` (``serve_memory``)."""
 
 from __future__ import annotations
 
@@ -17,11 +13,8 @@ DEFAULT_BUFFER = 64
 
 @attrs.frozen(eq=False)
 class MemoryTransport:
-    """One end of a pair: ``send(message)`` to the peer, ``receive()`` from it.
-
-    Both are bounded: ``send`` waits while the peer's inbox is full. ``aclose()`` ends the
-    peer's ``receive`` with ``trio.EndOfChannel``.
-    """
+    """One end of a pair: ``send`` (waits while the peer's inbox is full), ``receive``;
+    ``aclose()`` ends the peer's ``receive`` with ``trio.EndOfChannel``."""
 
     outbox: trio.MemorySendChannel[Any]
     inbox: trio.MemoryReceiveChannel[Any]
@@ -36,12 +29,6 @@ class MemoryTransport:
         await self.outbox.aclose()
         await self.inbox.aclose()
 
-    async def __aenter__(self) -> MemoryTransport:
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
 
 def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTransport]:
     """A connected ``(client_end, server_end)`` pair with ``buffer`` slots each way."""
@@ -55,8 +42,7 @@ def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTr
 
 
 async def serve_memory(server: Any, end: MemoryTransport, **kwargs: Any) -> None:
-    """Serve ``server`` (an ``McpServer``) on the server end of a memory pair until the
-    client end closes."""
+    """Serve ``server`` (an ``McpServer``) on ``end`` until the client end closes."""
     from .._connection import serve_connection
 
     await serve_connection(server, end.receive, end.send, **kwargs)

@@ -1,15 +1,10 @@
-"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common).
+"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common): the
+client GETs an SSE stream, waits for the ``endpoint`` event naming where to POST, then
+POSTs every message there; every server message arrives on the stream.
 
-Not an alias of Streamable HTTP: the client GETs an SSE stream, waits for the
-``endpoint`` event naming where to POST, then POSTs every message there; every server
-message (responses included) arrives on the SSE stream as a ``message`` event.
-
-Also home of what both HTTP transports share: ``open_guarded_client`` (the SSRF guard,
-with every connection made to the address that was checked, never to a second DNS
-answer) and ``http_error_message``. A request the server refuses (HTTP 4xx/5xx on its
-POST) is answered at once with a JSON-RPC error for its id, as on Streamable HTTP. What a
-server sends is read up to a cap (``roost.plugins.http.client``): an error body's first
-64 KiB, ``MAX_MESSAGE_BYTES`` per SSE event.
+Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (with the
+SSRF guard: connections go to the checked address) and ``http_error_message`` (a refused
+request is answered at once with a JSON-RPC error).
 """
 
 from __future__ import annotations
@@ -17,8 +12,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -36,6 +31,7 @@ from roost.plugins.http.client import (
 from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
+    ClientTransport,
     TransportClosed,
     TransportError,
     single_errors,
@@ -63,8 +59,6 @@ def json_messages(data: str) -> list[dict[str, Any]]:
 
 # ---- HTTP errors from a peer (the MCP HTTP transports) ---------------------------------
 
-HTTP_ERROR = jsonrpc.SERVER_ERROR  # the JSON-RPC code of an HTTP failure that came without one
-
 
 def http_error_message(
     request_id: Any,
@@ -74,13 +68,10 @@ def http_error_message(
     retry_after: float | None = None,
     hint: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON-RPC response for a request that got no JSON-RPC answer: HTTP ``status``
-    with ``body``, or (status 0) no HTTP answer at all, ``body`` saying why.
-
-    A JSON-RPC error in the body keeps its code and data; the message names the status,
-    the server's words and ``hint``; ``data`` gains ``httpStatus`` (and ``retryAfter``).
-    """
-    code: int = HTTP_ERROR
+    """The JSON-RPC response for a request answered by HTTP ``status`` with ``body`` (or,
+    status 0, not at all: ``body`` says why). A JSON-RPC error in the body keeps its code
+    and data; ``data`` gains ``httpStatus`` (and ``retryAfter``)."""
+    code: int = jsonrpc.SERVER_ERROR  # unless the body holds a JSON-RPC error
     data: Any = None
     try:
         value = json.loads(body) if body else None
@@ -123,7 +114,7 @@ def _aside(hint: str | None) -> str:
 
 def encode_body(message: Mapping[str, Any]) -> bytes:
     """``message`` as compact UTF-8 JSON; over ``MAX_MESSAGE_BYTES`` it is refused."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    body = jsonrpc.dumps(message, allow_nan=True).encode("utf-8")
     if len(body) > MAX_MESSAGE_BYTES:
         raise TransportError(f"message is {len(body)} bytes, over the 10 MB limit")
     return body
@@ -150,35 +141,6 @@ def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | No
     )
 
 
-@asynccontextmanager
-async def open_guarded_client(
-    url: str,
-    *,
-    timeout_secs: float,
-    allow_private: bool,
-    allow_loopback: bool,
-    resolver: Resolver | None = None,
-) -> AsyncIterator[httpx.AsyncClient]:
-    """An httpx client for one MCP server: ``url`` is checked now (``UrlRefused`` if it
-    may not be used) and every request connects to the checked address. Environment
-    proxies are ignored (a proxy would resolve the name itself). Reads wait as long as
-    the server takes (streams stay open); the rest is bounded by ``timeout_secs``."""
-    pins = AddressPins(
-        allow_private=allow_private,
-        allow_loopback=allow_loopback,
-        resolver=resolver,
-        allow_hint=ALLOW_HINT,
-    )
-    await pins.addresses(url)
-    async with httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout_secs, read=None),
-        follow_redirects=False,
-        trust_env=False,
-        transport=PinnedTransport(pins),
-    ) as http:
-        yield http
-
-
 def same_origin(a: str, b: str) -> bool:
     pa, pb = urlsplit(a), urlsplit(b)
 
@@ -188,10 +150,8 @@ def same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, port(pa)) == (pb.scheme, pb.hostname, port(pb))
 
 
-class SseTransport:
-    """A connected HTTP+SSE session; see ``open_sse_transport``."""
-
-    kind = "sse"
+class HttpPeer(ClientTransport):
+    """What both HTTP transports keep: the server, its client, the incoming channel."""
 
     def __init__(
         self,
@@ -199,42 +159,119 @@ class SseTransport:
         url: str,
         headers: Mapping[str, str],
         http: httpx.AsyncClient,
+        nursery: trio.Nursery,
+        send_channel: Any,
         incoming: Any,
-        send_channel: Any = None,
     ) -> None:
         self.name = name
         self.url = url
         self.headers = dict(headers)
         self.http = http
         self.incoming = incoming
-        self.endpoint: str | None = None
         self.closed_reason: str | None = None
-        # the stream reader's: answers to refused requests go there too
+        self._nursery = nursery
         self._send_channel = send_channel
+
+    async def _post(
+        self, url: str, body: bytes, headers: Mapping[str, str], failed: str
+    ) -> tuple[httpx.Response, bytes]:
+        """POST ``body`` whose answer is no message (202, or an error): the response and
+        its error body; ``TransportClosed`` (``failed``) when there is no answer."""
+        try:
+            async with self.http.stream(
+                "POST", url, content=body, headers={**headers, "Content-Type": "application/json"}
+            ) as response:
+                return response, await read_error_body(response)
+        except httpx.HTTPError as exc:
+            raise TransportClosed(f"MCP server {self.name!r}: {failed} ({exc})") from None
+
+    async def _push(self, message: dict[str, Any]) -> None:
+        try:
+            await self._send_channel.send(message)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    async def _start(self, timeout_secs: float) -> None:
+        pass
+
+    async def _finish(self) -> None:
+        pass
+
+
+P = TypeVar("P", bound=HttpPeer)
+
+
+@asynccontextmanager
+async def open_http_peer(
+    kind: type[P],
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    name: str = "server",
+    timeout_secs: float = 30.0,
+    allow_private: bool = False,
+    allow_loopback: bool = False,
+    resolver: Resolver | None = None,
+) -> AsyncIterator[P]:
+    """Yield a transport of ``kind`` to ``url``, checked against SSRF rules once
+    (``resolver`` replaces DNS in tests): every request connects to the checked address
+    (no environment proxy: it would resolve the name itself). Reads are unbounded (streams
+    stay open); the rest is bounded by ``timeout_secs``."""
+    pins = AddressPins(
+        allow_private=allow_private,
+        allow_loopback=allow_loopback,
+        resolver=resolver,
+        allow_hint=ALLOW_HINT,
+    )
+    await pins.addresses(url)  # UrlRefused if it may not be used
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_secs, read=None),
+        follow_redirects=False,
+        trust_env=False,
+        transport=PinnedTransport(pins),
+    ) as http:
+        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
+        with single_errors():
+            async with trio.open_nursery() as nursery:
+                transport = kind(
+                    name, url, headers or {}, http, nursery, send_channel, receive_channel
+                )
+                await transport._start(timeout_secs)
+                try:
+                    yield transport
+                finally:
+                    if transport.closed_reason is None:
+                        transport.closed_reason = "the connection was closed"
+                    with trio.CancelScope(shield=True):
+                        await transport._finish()
+                    nursery.cancel_scope.cancel()
+                    # Not ``await aclose()``: a checkpoint here, in the cancelled nursery,
+                    # would raise Cancelled over whatever the block raised, and lose it.
+                    send_channel.close()
+
+
+class SseTransport(HttpPeer):
+    """A connected HTTP+SSE session; see ``open_sse_transport``."""
+
+    kind = "sse"
+    endpoint: str | None = None
 
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None or self.endpoint is None:
             raise TransportClosed(
                 f"MCP server {self.name!r} is gone: {self.closed_reason or 'not connected'}"
             )
-        body = encode_body(message)
-        try:
-            async with self.http.stream(
-                "POST",
-                self.endpoint,
-                content=body,
-                headers={**self.headers, "Content-Type": "application/json"},
-            ) as response:
-                status = response.status_code
-                # the answer is on the stream: this body is 202's text
-                error_body = await read_error_body(response)
-        except httpx.HTTPError as exc:
-            raise TransportClosed(
-                f"MCP server {self.name!r}: POST to {self.endpoint} failed ({exc})"
-            ) from None
+        # the answer is on the stream: this body is 202's text
+        response, error_body = await self._post(
+            self.endpoint,
+            encode_body(message),
+            self.headers,
+            f"POST to {public_url(self.endpoint)} failed",  # it has the URL's user info
+        )
+        status = response.status_code
         if status < 400:
             return
-        if "method" in message and "id" in message and self._send_channel is not None:
+        if "method" in message and "id" in message:
             hint = refusal_hint(self.name, self.headers, status)
             answer = http_error_message(
                 message["id"],
@@ -250,97 +287,64 @@ class SseTransport:
                 pass  # the stream has ended: say so below
         raise refused(self.name, self.headers, message, status, error_body)
 
-    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
-        pass
+    async def _start(self, timeout_secs: float) -> None:
+        with trio.move_on_after(timeout_secs) as scope:
+            await self._nursery.start(self._read_stream)
+        if scope.cancelled_caught:
+            raise TransportError(
+                f"MCP server {self.name!r}: no endpoint event within {timeout_secs:g} s "
+                f"from {public_url(self.url)}"
+            )
 
-    def cancel_request(self, request_id: Any) -> bool:
-        return False
-
-
-@asynccontextmanager
-async def open_sse_transport(
-    url: str,
-    *,
-    headers: Mapping[str, str] | None = None,
-    name: str = "server",
-    timeout_secs: float = 30.0,
-    allow_private: bool = False,
-    allow_loopback: bool = False,
-    resolver: Resolver | None = None,
-) -> AsyncIterator[SseTransport]:
-    """Open the SSE stream at ``url``, wait (up to ``timeout_secs``) for the ``endpoint``
-    event and yield the transport. The endpoint must have the stream's origin. The URL is
-    checked against SSRF rules once; every request goes to the checked address."""
-    async with open_guarded_client(
-        url,
-        timeout_secs=timeout_secs,
-        allow_private=allow_private,
-        allow_loopback=allow_loopback,
-        resolver=resolver,
-    ) as http:
-        send_channel, receive_channel = trio.open_memory_channel[dict](INCOMING_BUFFER)
-        transport = SseTransport(name, url, headers or {}, http, receive_channel, send_channel)
-
-        async def read_stream(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            started = False
-            async with send_channel:
-                try:
-                    request_headers = {**transport.headers, "Accept": "text/event-stream"}
-                    async with http.stream("GET", url, headers=request_headers) as response:
-                        status = response.status_code
-                        if status != 200:
-                            hint = (
-                                refusal_hint(name, transport.headers, status)
-                                or "is this an HTTP+SSE endpoint?"
-                            )
-                            report = status_report(status, await read_error_body(response), hint)
-                            raise TransportError(
-                                f"MCP server {name!r}: GET {public_url(url)} answered {report}"
-                            )
-                        ctype = response.headers.get("content-type", "")
-                        if not ctype.startswith("text/event-stream"):
-                            raise TransportError(
-                                f"MCP server {name!r}: GET {public_url(url)} answered "
-                                f"{ctype or 'no content type'}, not text/event-stream"
-                            )
-                        async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
-                            if event.event == "endpoint" and not started:
-                                endpoint = urljoin(url, event.data.strip())
-                                if not same_origin(endpoint, url):
-                                    raise TransportError(
-                                        f"MCP server {name!r} named an endpoint on "
-                                        f"another origin ({endpoint}); refused"
-                                    )
-                                transport.endpoint = endpoint
-                                started = True
-                                task_status.started()
-                            elif event.event == "message" and started:
-                                for message in json_messages(event.data):
-                                    await send_channel.send(message)
-                    transport.closed_reason = "the server closed the SSE stream"
-                except (httpx.HTTPError, ValueError) as exc:
-                    transport.closed_reason = f"the SSE stream broke ({type(exc).__name__}: {exc})"
-                    if not started:
+    async def _read_stream(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        name, url, started = self.name, self.url, False
+        async with self._send_channel:
+            try:
+                request_headers = {**self.headers, "Accept": "text/event-stream"}
+                async with self.http.stream("GET", url, headers=request_headers) as response:
+                    status = response.status_code
+                    if status != 200:
+                        hint = (
+                            refusal_hint(name, self.headers, status)
+                            or "is this an HTTP+SSE endpoint?"
+                        )
+                        report = status_report(status, await read_error_body(response), hint)
                         raise TransportError(
-                            f"MCP server {name!r}: {transport.closed_reason}"
-                        ) from None
+                            f"MCP server {name!r}: GET {public_url(url)} answered {report}"
+                        )
+                    ctype = response.headers.get("content-type", "")
+                    if not ctype.startswith("text/event-stream"):
+                        raise TransportError(
+                            f"MCP server {name!r}: GET {public_url(url)} answered "
+                            f"{ctype or 'no content type'}, not text/event-stream"
+                        )
+                    async for event in sse_events(response, max_bytes=MAX_MESSAGE_BYTES):
+                        if event.event == "endpoint" and not started:
+                            endpoint = urljoin(url, event.data.strip())
+                            if not same_origin(endpoint, url):
+                                raise TransportError(
+                                    f"MCP server {name!r} named an endpoint on "
+                                    f"another origin ({endpoint}); refused"
+                                )
+                            self.endpoint = endpoint
+                            started = True
+                            task_status.started()
+                        elif event.event == "message" and started:
+                            for message in json_messages(event.data):
+                                await self._send_channel.send(message)
+                self.closed_reason = "the server closed the SSE stream"
+            except (httpx.HTTPError, ValueError) as exc:
+                self.closed_reason = f"the SSE stream broke ({type(exc).__name__}: {exc})"
                 if not started:
-                    raise TransportError(
-                        f"MCP server {name!r}: the SSE stream ended before its endpoint event"
-                    )
+                    raise TransportError(f"MCP server {name!r}: {self.closed_reason}") from None
+            if not started:
+                raise TransportError(
+                    f"MCP server {name!r}: the SSE stream ended before its endpoint event"
+                )
 
-        with single_errors():
-            async with trio.open_nursery() as nursery:
-                with trio.move_on_after(timeout_secs) as scope:
-                    await nursery.start(read_stream)
-                if scope.cancelled_caught:
-                    raise TransportError(
-                        f"MCP server {name!r}: no endpoint event within {timeout_secs:g} s "
-                        f"from {public_url(url)}"
-                    )
-                try:
-                    yield transport
-                finally:
-                    if transport.closed_reason is None:
-                        transport.closed_reason = "the connection was closed"
-                    nursery.cancel_scope.cancel()
+
+def open_sse_transport(url: str, **options: Any) -> AbstractAsyncContextManager[SseTransport]:
+    """Open the SSE stream at ``url``, wait (up to ``timeout_secs``) for the ``endpoint``
+    event and yield the transport. The endpoint must have the stream's origin. Options are
+    those of ``open_http_peer``."""
+    return open_http_peer(SseTransport, url, **options)

@@ -1,12 +1,11 @@
 """stdio client transport: run an MCP server as a child process, NDJSON on its pipes.
 
 - The child's environment is cleared except ``PATH``, ``HOME`` and the listed names.
-- It runs under a tiny supervisor (``_pdeathsig.py``) in its own process group: the
-  supervisor notices when roost is gone (even SIGKILLed), is a child subreaper, and on
-  roost's death, on SIGTERM or when the server exits it kills and reaps every process
-  the server started (``npx`` → ``node`` included), so nothing is orphaned.
+- It runs in its own process group under a supervisor (``_pdeathsig.py``) that kills and
+  reaps everything the server started when roost dies (even SIGKILLed), on SIGTERM or
+  when the server exits: nothing is orphaned.
 - stderr lines go to the log; stdout lines that are not JSON objects are logged and
-  skipped; a line over ``max_message_bytes`` (10 MB) is drained and dropped.
+  skipped, one over 10 MB is dropped.
 - Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (every wait bounded).
 """
 
@@ -30,6 +29,7 @@ from .._protocol import MAX_MESSAGE_BYTES
 from ._base import (
     INCOMING_BUFFER,
     BatchedWriter,
+    ClientTransport,
     TransportClosed,
     TransportError,
     single_errors,
@@ -50,28 +50,25 @@ def child_environment(
 ) -> dict[str, str]:
     """The environment for a server: PATH, HOME and ``names`` that are set, nothing else."""
     source = os.environ if source is None else source
-    env = {}
-    for name in (*BASE_ENV, *names):
-        value = source.get(name)
-        if value is not None:
-            env[name] = value
-    return env
+    return {name: source[name] for name in (*BASE_ENV, *names) if name in source}
+
+
+def command_problem(command: Any) -> str | None:
+    """Why ``command`` may not run (empty, or ``..``: path traversal), or None."""
+    if not isinstance(command, str) or not command.strip():
+        return 'missing; name the server program, e.g. command = "npx"'
+    if ".." in command:
+        return f"{command!r} contains '..'; use an absolute path or a program on PATH"
+    return None
 
 
 def check_command(command: str) -> None:
-    """Reject an empty command or one containing ``..`` (path traversal)."""
-    if not isinstance(command, str) or not command.strip():
-        raise TransportError(
-            "transport.command: expected a non-empty string naming the server program"
-        )
-    if ".." in command:
-        raise TransportError(
-            f"transport.command: {command!r} contains '..'; use an absolute "
-            "path or a program on PATH"
-        )
+    problem = command_problem(command)
+    if problem:
+        raise TransportError(f"transport.command: {problem}")
 
 
-class StdioTransport:
+class StdioTransport(ClientTransport):
     """A running server process; see ``open_stdio_transport``."""
 
     kind = "stdio"
@@ -108,12 +105,6 @@ class StdioTransport:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             reason = f"MCP server {self.name!r} stopped reading its input ({exc})"
             raise TransportClosed(reason) from None
-
-    def set_protocol_version(self, version: str | None, *, modern: bool = False) -> None:
-        pass
-
-    def cancel_request(self, request_id: Any) -> bool:
-        return False
 
 
 async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
@@ -206,13 +197,10 @@ async def _shutdown(transport: StdioTransport) -> None:
             _signal_group(process, signal.SIGTERM)
             with trio.move_on_after(TERM_GRACE_S):
                 await process.wait()
+        _signal_group(process, signal.SIGKILL)  # also whatever lingers in its group
         if process.returncode is None:
-            _signal_group(process, signal.SIGKILL)
             with trio.move_on_after(KILL_GRACE_S):
                 await process.wait()
-        else:
-            # The leader is gone; make sure nothing it started lingers in its group.
-            _signal_group(process, signal.SIGKILL)
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 await stream.aclose()

@@ -3,6 +3,9 @@ and the manager connecting to the official SDK's HTTP servers."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import trio
 from roost.kernel import ToolCall, UrlRefused, default_config, open_kernel, parse_manifest
@@ -15,6 +18,9 @@ from roost.plugins.mcp.transports.sse import (
 )
 from test_client_interop import sdk_http, sdk_sse  # noqa: F401  (module-scoped server fixtures)
 from waiting import wait_until
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "fixtures"))
+from peer_stub import running_stub  # noqa: E402
 
 
 def test_json_messages_and_origins():
@@ -240,3 +246,20 @@ async def test_global_allow_private_network_also_admits_loopback_servers(tmp_pat
     )
     async with open_kernel(config, agents=[agent()]) as kernel:
         await wait_until(lambda: "mcp_web_echo" in kernel.registry, "the echo tool", timeout=20)
+
+
+async def test_a_tool_schema_nested_hundreds_deep_does_not_fail_the_server():
+    """Regression: the x-mcp-header check recursed through a generator per level, so a
+    schema json.loads admits (700 levels) raised RecursionError in list_tools and the
+    server never connected."""
+    from roost.plugins.mcp._client import ClientOptions, open_mcp_client
+
+    options = ClientOptions(protocol="2025-11-25", timeout_secs=20)
+    async with (
+        running_stub(schema_depth=700) as base,
+        open_http_transport(f"{base}/mcp", allow_loopback=True, timeout_secs=20) as transport,
+        open_mcp_client(transport, options) as client,
+    ):
+        with trio.fail_after(20):
+            tools = await client.list_tools()
+    assert [t["name"] for t in tools] == ["echo", "deep"]

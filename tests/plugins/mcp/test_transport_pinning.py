@@ -14,6 +14,7 @@ import trio
 from roost.kernel import UrlRefused
 from roost.plugins.http import HttpSettings, create_app, open_daemon
 from roost.plugins.mcp._client import ClientOptions, open_mcp_client
+from roost.plugins.mcp.transports._base import TransportClosed, TransportError
 from roost.plugins.mcp.transports.http import open_http_transport
 from roost.plugins.mcp.transports.sse import open_sse_transport
 
@@ -78,9 +79,11 @@ async def test_loopback_needs_allow_local_even_through_a_resolver(daemon_port):
 class TinySseServer:
     """A legacy HTTP+SSE endpoint: GET /sse names /messages; POSTs are recorded (202)."""
 
-    def __init__(self) -> None:
+    def __init__(self, endpoint: str = "/messages", answer_posts: bool = True) -> None:
         self.requests: list[tuple[str, str]] = []  # (request line, Host header)
         self.port = 0
+        self.endpoint = endpoint
+        self.answer_posts = answer_posts  # False: a POST's connection is closed unanswered
 
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
@@ -98,9 +101,13 @@ class TinySseServer:
             if head[0].startswith("GET /sse"):
                 await stream.send_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                    b"Cache-Control: no-cache\r\n\r\nevent: endpoint\ndata: /messages\n\n"
+                    b"Cache-Control: no-cache\r\n\r\nevent: endpoint\ndata: "
+                    + self.endpoint.format(port=self.port).encode()
+                    + b"\n\n"
                 )
                 await trio.sleep_forever()
+            if not self.answer_posts:
+                return
             await stream.send_all(
                 b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
             )
@@ -125,3 +132,47 @@ async def test_sse_transport_uses_the_checked_address_and_keeps_the_host_header(
     ]
     assert {host for _, host in server.requests} == {f"{NAME}:{server.port}"}
     assert resolver.calls == [(NAME, server.port)]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "http://169.254.169.254/messages",
+        "//127.0.0.1:{port}/messages",  # same address, another host name
+        "http://mcp.roost.invalid:1/messages",  # same name, another port
+        "https://mcp.roost.invalid:{port}/messages",  # same name and port, another scheme
+    ],
+)
+async def test_sse_endpoint_on_another_origin_is_refused_before_any_post(nursery, endpoint):
+    server = TinySseServer(endpoint)
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
+    server.port = listeners[0].socket.getsockname()[1]
+    with pytest.raises(TransportError, match="another origin"):
+        async with open_sse_transport(
+            f"http://{NAME}:{server.port}/sse",
+            allow_loopback=True,
+            timeout_secs=10,
+            resolver=RebindingResolver(),
+        ):
+            pass
+    assert [line.split(" ")[:2] for line, _ in server.requests] == [["GET", "/sse"]]
+
+
+async def test_a_failed_sse_post_names_its_endpoint_without_the_urls_user_info(nursery):
+    """Regression: the endpoint is joined onto the configured URL, user info and all, and
+    a POST that got no answer named it whole in an error the calling agent reads."""
+    server = TinySseServer("/messages?session_id=1", answer_posts=False)
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
+    server.port = listeners[0].socket.getsockname()[1]
+    url = f"http://roost:s3cret@{NAME}:{server.port}/sse"
+    async with open_sse_transport(
+        url, allow_loopback=True, timeout_secs=10, resolver=RebindingResolver()
+    ) as transport:
+        with trio.fail_after(10), pytest.raises(TransportClosed) as info:
+            await transport.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert f"POST to http://{NAME}:{server.port}/messages failed" in str(info.value)
+    assert "s3cret" not in str(info.value)
