@@ -1,5 +1,6 @@
 """Plugin hooks of roost's MCP client half (entry point ``mcp_client``): the manager
-service and ``GET /api/mcp/servers`` (``McpManager.status``)."""
+service and ``GET /api/mcp/servers`` (``McpManager.status``; a stdio server's command
+line shown to admin principals only)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def roost_services(kernel: KernelAPI) -> list[ServiceDescriptor]:
 @hookimpl
 def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
     async def list_servers(request: Any) -> Any:
-        from roost.plugins.http import PlainResponse
+        from roost.plugins.http import PlainResponse, principal_of
 
         manager = manager_for(kernel)
         if manager is None:
@@ -50,7 +51,14 @@ def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
                     "errors": ["the MCP client service is not running"],
                 }
             )
-        return PlainResponse.json(manager.status())
+        status = manager.status()
+        principal = principal_of(request)
+        if principal is None or not principal.admin:
+            # A command line may carry a token: admins only, as for /api/events.
+            for server in status["configured"]:
+                server.pop("command", None)
+                server.pop("args", None)
+        return PlainResponse.json(status)
 
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
 
