@@ -1,10 +1,8 @@
 """The quart-trio application: REST API, event websocket; the plugin routes' table.
 
-Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status,
-or in the shape of the route's protocol when its ``RouteDescriptor.render_error`` says so;
-no traceback ever reaches a client. Every route answers with and without a trailing slash.
-Plugin routes are rules of the app's URL map without a view: ``_asgi.DaemonApp`` serves
-them with their plain handlers, so the map decides 404 and 405 for every path.
+Every error leaves as ``{"error": {...}}`` (or in the route's ``render_error`` shape), never
+a traceback. Plugin routes are rules of the app's URL map without a view (``_asgi`` serves
+them), so the map decides 404 and 405 for every path.
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ from ._common import (
     canonical_path,
     common_headers,
     internal_error,
+    refusal,
     refusal_for,
     render_refusal,
     reply_json,
@@ -115,11 +114,8 @@ def create_app(
     env: Mapping[str, str] | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
 ) -> QuartTrio:
-    """The daemon's quart-trio app for ``kernel`` (routes from plugins included).
-
-    ``settings`` default to ``HttpSettings.from_config(kernel.config.http, env)``.
-    ``event_buffer`` bounds each ``/api/events`` subscriber's queue.
-    """
+    """The daemon's quart-trio app for ``kernel`` (plugin routes included); ``event_buffer``
+    bounds each ``/api/events`` subscriber's queue."""
     if settings is None:
         settings = HttpSettings.from_config(kernel.config.http, env)
     if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
@@ -152,10 +148,8 @@ def create_app(
 
 
 class _QuartApp(QuartTrio):
-    """Quart, whose request context never fails to build: a Werkzeug HTTPException raised
-    while it binds its URL adapter (``BadHost`` for a Host the IDNA codec refuses) becomes
-    the request's routing error, answered by the error handlers after the gates (which
-    refuse such a Host first) — never a bare 500 with a traceback in the log."""
+    """Quart whose request context never fails to build: an HTTPException binding the URL
+    adapter (``BadHost``) becomes the routing error, answered after the gates, not a 500."""
 
     def create_url_adapter(self, request: Any) -> Any:
         try:
@@ -173,9 +167,8 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the HTTP route quart would pick for ``path`` (trailing
-    slashes ignored), or None (no such route, wrong method, a redirect or a websocket
-    rule). Cached; the cache is bounded."""
+    """``(endpoint, view args)`` of the HTTP route for ``path`` (trailing slashes ignored),
+    or None; cached (bounded)."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)
@@ -207,7 +200,7 @@ def _current():
 
 def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
     """A ``Refusal`` as a quart response, in the shape of the route of ``req`` (default:
-    the current request), see ``ErrorShapes``."""
+    the current request)."""
     if req is None:
         req = _current()
     renderer = daemon_state(app).error_shapes.for_request(req.endpoint, req.method, req.path)
@@ -305,9 +298,7 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return refusal_response(
-            app, Refusal(status, {"code": _snake(exc.name), "message": message}, headers)
-        )
+        return refusal_response(app, refusal(status, _snake(exc.name), message, headers))
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -354,7 +345,10 @@ async def _read_json_object() -> dict[str, Any]:
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
     """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
-    _valid_json_input(body, "")  # first: every later error may quote what was sent
+    try:  # first: every later error may quote what was sent
+        check_json_input(body, "")
+    except InvalidInput as exc:
+        raise InvalidRequest(exc.field, str(exc)) from None
     unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -398,15 +392,6 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
     return message, session_id, timeout
 
 
-def _valid_json_input(value: Any, field: str) -> None:
-    """400 naming the field if ``value`` holds a lone surrogate (no store could keep it) or
-    a non-finite number (no JSON answer could carry it)."""
-    try:
-        check_json_input(value, field)
-    except InvalidInput as exc:
-        raise InvalidRequest(exc.field, str(exc)) from None
-
-
 def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
     """Parse ``?kinds=EXEC:,AGENT:REPLY`` (None when absent)."""
     if raw is None or not raw.strip():
@@ -422,11 +407,6 @@ def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
                 "or a namespace prefix ending in ':' (e.g. EXEC:), comma-separated",
             )
     return kinds
-
-
-def _principal_name(req: Any) -> str | None:
-    principal = principal_of(req)
-    return None if principal is None else principal.name
 
 
 def _install_api(app: QuartTrio, state: DaemonState) -> None:
@@ -446,7 +426,6 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     state.unlimited_endpoints.add("health")
 
     async def agents_with_usage(name: str | None = None) -> list[dict[str, Any]]:
-        """``kernel.agent_info(name)`` plus each agent's recorded token usage."""
         usage = await kernel.store.usage_by_agent()
         empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
         return [
@@ -479,7 +458,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             session_id=session_id,
             trace=trace,
             timeout=timeout,
-            principal=_principal_name(request),
+            principal=getattr(principal_of(request), "name", None),
         )
         body = reply_json(reply)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
@@ -521,11 +500,8 @@ async def forward_events(
     send: Callable[[str], Any],
     receive: Callable[[], Any],
 ) -> None:
-    """Forward tap events as JSON text until the daemon closes or the tap ends.
-
-    ``events`` is a bounded tap subscription: if this client is slow, the tap drops events
-    for it (and says so in a ``TAP:DROPPED`` event) instead of slowing the kernel.
-    """
+    """Forward tap events as JSON text until the daemon closes or the tap ends (a slow
+    client loses events, announced by ``TAP:DROPPED``, instead of slowing the kernel)."""
 
     async def discard_inbound() -> None:
         # Keep reading so a chatty client cannot fill Quart's inbound queue and hide
@@ -546,9 +522,7 @@ async def forward_events(
 
 
 def _event_text(event: Any) -> str:
-    """``event`` as the JSON text of a websocket message; a lone surrogate in it (a model's
-    "\\ud800", legal in JSON escapes, not in UTF-8) as its escape, rather than ending the
-    stream."""
+    """``event`` as JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped."""
     return escape_lone_surrogates(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
 
 

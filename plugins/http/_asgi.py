@@ -1,15 +1,10 @@
 """The daemon's ASGI app: plugin routes answered by their plain handlers, the rest by Quart.
 
-``DaemonApp`` routes every request by its path, trailing slashes ignored (``canonical_path``).
-A request for a plugin route passes the shared ``Gate`` and its body cap here and goes to
-the route's handler (``_plain``), without Quart; everything else — the REST API,
-``/api/events``, and the answers for unknown paths and methods — goes to the quart-trio
-app, wrapped in ``DrainingApp``. A handler is not cancelled when its client goes away (it
-may await ``request.disconnected()``); a streamed answer ends then.
-
-Hypercorn hands a request body to the app through a small bounded queue: an answer that
-leaves part of a body unread says ``Connection: close`` and reads that queue until the
-server reports the end, or the connection's reader would wait on it for good.
+A plugin route's request passes the shared ``Gate`` and body cap here and goes to its
+handler (``_plain``); everything else goes to the quart-trio app, wrapped in ``DrainingApp``.
+Hypercorn hands a body over through a small bounded queue: an answer that leaves part of it
+unread says ``Connection: close`` and reads that queue until the end, or the connection's
+reader would wait on it for good.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from ._common import (
     common_headers,
     connection_base_url,
     internal_error,
+    refusal,
     refusal_for,
     render_refusal,
     too_large,
@@ -50,8 +46,8 @@ class _Refused(Exception):
         self.refusal = refusal
 
 
-class _Gone(Exception):
-    """The client disconnected."""
+class _Gone(Exception):  # the client disconnected
+    pass
 
 
 class DaemonApp:
@@ -94,7 +90,7 @@ class DaemonApp:
     async def _refused_host(
         self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
     ) -> bool:
-        """Answer a request the Host guard refuses (in the shape of its route); True if it did."""
+        """Answer a request the Host guard refuses; True if it did."""
         headers = Headers.from_asgi(scope["headers"])
         server = scope.get("server")
         local = str(server[0]) if server else None
@@ -200,8 +196,7 @@ class DaemonApp:
         *,
         close: bool = False,
     ) -> None:
-        """Send a complete answer; ``close``: part of the body is unread, so the connection
-        closes after it, and the queue is read meanwhile."""
+        """Send a complete answer; ``close``: part of the body is unread (see the module)."""
         async with trio.open_nursery() as nursery:
             if close:
                 nursery.start_soon(_drain, receive)
@@ -248,8 +243,7 @@ def _content_length(headers: Headers) -> int | None:
 
 
 async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) -> bytes:
-    """The whole request body; ``_Refused`` (413, 408) past ``limit`` bytes or
-    ``BODY_TIMEOUT_S``, ``_Gone`` when the client leaves."""
+    """The whole request body; ``_Refused`` (413, 408) past ``limit`` or ``BODY_TIMEOUT_S``."""
     body = b""
     parts: list[bytes] = []
     size = 0
@@ -267,15 +261,8 @@ async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) ->
             if not message.get("more_body", False):
                 body = parts[0] if len(parts) == 1 else b"".join(parts)
                 return bytes(body)
-    raise _Refused(
-        Refusal(
-            408,
-            {
-                "code": "request_timeout",
-                "message": f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
-            },
-        )
-    )
+    message = f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
+    raise _Refused(refusal(408, "request_timeout", message))
 
 
 async def _drain(receive: Any) -> None:
@@ -335,10 +322,8 @@ def _has_body(scope: dict[str, Any]) -> bool:
 
 
 class DrainingApp:
-    """Wrap the quart app: (1) an answer sent before the whole body was read says
-    ``Connection: close``, (2) after the app returns, what is still queued is read until
-    the server reports the end, and (3) the last message of an answer is sent shielded
-    from the app's cancellation (see ``closing_send``)."""
+    """The quart app, answering ``Connection: close`` before a body is read, reading what is
+    still queued after it returns, and sending an answer's last message shielded."""
 
     def __init__(self, app: Any) -> None:
         self.app = app

@@ -174,11 +174,9 @@ def bearer_token(authorization: str | None) -> str | None:
 
 def tokens_match(presented: str | None, expected: str) -> bool:
     """Constant-time comparison (hashing first so the length does not leak either)."""
-    if presented is None:
-        return False
-    a = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
-    b = hashlib.sha256(expected.encode("utf-8", "surrogatepass")).digest()
-    return hmac.compare_digest(a, b)
+    return presented is not None and hmac.compare_digest(
+        key_digest(presented), key_digest(expected)
+    )
 
 
 WEBSOCKET_PROTOCOL = "roost"
@@ -207,7 +205,7 @@ def subprotocol_token(header: str | None) -> str | None:
 
 def token_fingerprint(token: str) -> str:
     """A short, non-reversible name for a token (for rate-limit keys; never log the token)."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return key_digest(token).hex()[:16]
 
 
 def normalise_origin(origin: str) -> str | None:
@@ -278,15 +276,13 @@ def host_name(value: str) -> str | None:
     return None if parsed is None else parsed[0]
 
 
-def _same_address(name: str, address: str) -> bool:
+def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address ``text`` names (zone dropped, IPv4-mapped IPv6 as IPv4), else None."""
     try:
-        a = ipaddress.ip_address(name)
-        b = ipaddress.ip_address(address.split("%", 1)[0])
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
-        return False
-    a = getattr(a, "ipv4_mapped", None) or a
-    b = getattr(b, "ipv4_mapped", None) or b
-    return a == b
+        return None
+    return getattr(ip, "ipv4_mapped", None) or ip
 
 
 @functools.lru_cache(maxsize=512)
@@ -308,4 +304,7 @@ def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[st
         return False
     if "*" in trusted:
         return True
-    return name in trusted or (local_addr is not None and _same_address(name, local_addr))
+    if name in trusted:
+        return True
+    ip = ip_of(name) if local_addr is not None and "%" not in name else None
+    return ip is not None and ip == ip_of(local_addr)  # type: ignore[arg-type]

@@ -1,9 +1,8 @@
 """What every HTTP request of the daemon goes through, whichever handler answers it.
 
-Plain functions, no Quart: the quart app's ``before_request``/``after_request``/error
-handlers and the plugin-route dispatch (``_asgi``) both call them, so a request meets the
-same path matching (trailing slash or not), Origin check, bearer auth, GCRA rate limit,
-body caps, headers and error shapes (a route's own ``render_error``) either way.
+Plain functions, no Quart: the quart app's hooks and the plugin-route dispatch (``_asgi``)
+both call them, so a request meets the same path matching, Origin, auth, rate limit, body
+caps, headers and error shapes (a route's own ``render_error``) either way.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from ._auth import (
     bearer_token,
     host_allowed,
     host_name,
+    ip_of,
     origin_allowed,
     token_fingerprint,
 )
@@ -106,12 +106,8 @@ def canonical_path(path: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _is_loopback(addr: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return (mapped or ip).is_loopback
+    ip = ip_of(addr)
+    return ip is not None and ip.is_loopback
 
 
 def is_loopback(addr: str | None) -> bool:
@@ -123,9 +119,7 @@ def is_loopback(addr: str | None) -> bool:
 
 def status_for(error: RoostError) -> int:
     """The HTTP status for a roost error (500 for anything not listed)."""
-    if isinstance(error, InvalidRequest):
-        return 400
-    for cls, status in _STATUS_BY_ERROR:
+    for cls, status in ((InvalidRequest, 400), *_STATUS_BY_ERROR):
         if isinstance(error, cls):
             return status
     return _STATUS_BY_CODE.get(error.code, 500)
@@ -140,91 +134,33 @@ class Refusal:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
     def body(self) -> bytes:
-        return error_body(self.error)
+        return json.dumps({"error": dict(self.error)}, ensure_ascii=False, default=str).encode()
 
 
-def error_body(error: Mapping[str, Any]) -> bytes:
-    """``{"error": {...}}`` as UTF-8 JSON."""
-    return json.dumps({"error": dict(error)}, ensure_ascii=False, default=str).encode()
-
-
-def rate_limited(retry_after: float) -> Refusal:
-    seconds = max(1, math.ceil(retry_after))
-    return Refusal(
-        429,
-        {
-            "code": "rate_limited",
-            "message": f"too many requests; retry after {seconds} s "
-            "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)",
-        },
-        {"Retry-After": str(seconds)},
-    )
+def refusal(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> Refusal:
+    """``Refusal`` of ``{"code": code, "message": message, **extra}``."""
+    return Refusal(status, {"code": code, "message": message, **extra}, headers or {})
 
 
 def too_large(settings: HttpSettings, limit: int, path: str) -> Refusal:
     """413 naming the limit and where it is set."""
-    where = (
-        "http.max_body_bytes in roost.toml"
-        if limit == settings.max_body_bytes
-        else f"the limit of {path}"
-    )
-    return Refusal(
-        413,
-        {
-            "code": "body_too_large",
-            "message": f"request body is larger than the limit of {limit} bytes ({where})",
-            "limit_bytes": limit,
-        },
-    )
-
-
-def host_refused(host: str) -> Refusal:
-    """421 for a request naming a host this daemon does not serve (DNS-rebinding guard)."""
-    shown = host[:100]
-    return Refusal(
-        421,
-        {
-            "code": "host_not_allowed",
-            "message": f"this daemon does not serve requests for host {shown!r} (a guard against "
-            "DNS rebinding); call it as localhost or 127.0.0.1, or add the name to "
-            "http.allowed_hosts (or set http.public_url) in roost.toml",
-        },
-    )
-
-
-def bad_host(host: str) -> Refusal:
-    """400 for a ``Host`` header that is not a host name (``evil..example``, user info, a
-    path, a label over 63 characters): refused before any router parses it."""
-    shown = host[:100]
-    return Refusal(
-        400,
-        {
-            "code": "bad_host",
-            "message": (
-                f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
-                "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
-                "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1"
-            ),
-        },
-    )
+    where = "http.max_body_bytes in roost.toml"
+    if limit != settings.max_body_bytes:
+        where = f"the limit of {path}"
+    message = f"request body is larger than the limit of {limit} bytes ({where})"
+    return refusal(413, "body_too_large", message, limit_bytes=limit)
 
 
 def admin_only(reason: str) -> Refusal:
     """403 for a principal that is not an admin; ``reason`` says why, the fix follows."""
-    return Refusal(
-        403,
-        {
-            "code": "forbidden",
-            "message": f"{reason}: the key of http.api_key, or one with admin = true under "
-            "[http.keys.<name>]",
-        },
-    )
+    fix = "the key of http.api_key, or one with admin = true under [http.keys.<name>]"
+    return refusal(403, "forbidden", f"{reason}: {fix}")
 
 
 def internal_error() -> Refusal:
-    return Refusal(
-        500, {"code": "internal_error", "message": "internal error; the daemon log has the details"}
-    )
+    return refusal(500, "internal_error", "internal error; the daemon log has the details")
 
 
 # ---- public URLs ---------------------------------------------------------------------------
@@ -405,17 +341,11 @@ class Gate:
             return refused, None
         origin = headers.get("Origin")
         if origin is not None and not origin_allowed(origin, settings.allowed_origins):
-            return (
-                Refusal(
-                    403,
-                    {
-                        "code": "origin_forbidden",
-                        "message": f"requests from origin {origin!r} are not allowed; add it to "
-                        "http.allowed_origins in roost.toml to let a browser page on it call roost",
-                    },
-                ),
-                None,
+            message = (
+                f"requests from origin {origin!r} are not allowed; add it to "
+                "http.allowed_origins in roost.toml to let a browser page on it call roost"
             )
+            return refusal(403, "origin_forbidden", message), None
         public = endpoint in self.public or is_preflight
         # Peers on this host share one address: a local mesh, CLI or test run would throttle
         # itself, so they are not limited unless http.rate_limit_loopback says so.
@@ -430,25 +360,19 @@ class Gate:
                 refused = self._limit(rate_key) if limited else None
                 if refused is not None:
                     return refused, None
-                reason = "missing" if token is None else "wrong"
-                return (
-                    Refusal(
-                        401,
-                        {
-                            "code": "unauthorized",
-                            "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
-                            "with your key (http.api_key or the variable named "
-                            "by http.api_key_env, or one of [http.keys])"
-                            + (
-                                " (a browser page passes it as the websocket subprotocol "
-                                "roost.bearer.<key in unpadded base64url>, beside roost)"
-                                if is_websocket
-                                else ""
-                            ),
-                        },
-                        {"WWW-Authenticate": 'Bearer realm="roost"'},
-                    ),
-                    rate_key if limited else None,
+                message = (
+                    f"bearer token {'missing' if token is None else 'wrong'}; send "
+                    "'Authorization: Bearer <key>' with your key (http.api_key or the variable "
+                    "named by http.api_key_env, or one of [http.keys])"
+                )
+                if is_websocket:
+                    message += (
+                        " (a browser page passes it as the websocket subprotocol "
+                        "roost.bearer.<key in unpadded base64url>, beside roost)"
+                    )
+                challenge = {"WWW-Authenticate": 'Bearer realm="roost"'}
+                return refusal(401, "unauthorized", message, challenge), (
+                    rate_key if limited else None
                 )
             rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
         charged = None
@@ -469,7 +393,22 @@ class Gate:
         ``host``, else 400 for a malformed value or 421 for a name this daemon does not serve."""
         if host_allowed(host, local_addr, self.trusted_hosts):
             return None
-        return host_refused(host) if host_name(host) is not None else bad_host(host)  # type: ignore[arg-type]
+        shown = host[:100]  # type: ignore[index]
+        if host_name(host) is not None:  # type: ignore[arg-type]
+            return refusal(
+                421,
+                "host_not_allowed",
+                f"this daemon does not serve requests for host {shown!r} (a guard against DNS "
+                "rebinding); call it as localhost or 127.0.0.1, or add the name to "
+                "http.allowed_hosts (or set http.public_url) in roost.toml",
+            )
+        return refusal(  # refused before any router parses it
+            400,
+            "bad_host",
+            f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
+            "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
+            "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1",
+        )
 
     def principal(
         self, headers: Any, *, query_token: Callable[[], str | None] | None = None
@@ -486,7 +425,14 @@ class Gate:
 
     def _limit(self, key: Hashable) -> Refusal | None:
         allowed, retry_after = self.limiter.check(key, self.clock())
-        return None if allowed else rate_limited(retry_after)
+        if allowed:
+            return None
+        seconds = max(1, math.ceil(retry_after))
+        message = (
+            f"too many requests; retry after {seconds} s "
+            "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)"
+        )
+        return refusal(429, "rate_limited", message, {"Retry-After": str(seconds)})
 
 
 def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str, str, bool]]:

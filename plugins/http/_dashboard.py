@@ -14,7 +14,7 @@ from typing import Any
 from quart import request
 
 from ._auth import principal_of, split_host
-from ._common import InvalidRequest, Refusal, admin_only
+from ._common import InvalidRequest, admin_only, refusal
 
 FILES = {
     "index.html": "text/html; charset=utf-8",
@@ -69,9 +69,8 @@ def install(app: Any, state: Any) -> None:
     @app.get("/dashboard/<name>")
     async def dashboard_file(name: str) -> Any:
         if name not in FILES or name == "index.html":
-            return refusal_response(
-                app, Refusal(404, {"code": "not_found", "message": f"no dashboard file {name!r}"})
-            )
+            refused = refusal(404, "not_found", f"no dashboard file {name!r}")
+            return refusal_response(app, refused)
         return serve(name)
 
     state.public_endpoints.update(("dashboard", "dashboard_file"))
@@ -85,8 +84,8 @@ def install(app: Any, state: Any) -> None:
 
     @app.get("/api/traces")
     async def list_traces() -> Any:
-        if (refusal := refused()) is not None:
-            return refusal
+        if (refused_now := refused()) is not None:
+            return refused_now
         raw = request.args.get("limit", str(DEFAULT_TRACES))
         if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10_000:
             raise InvalidRequest(
@@ -102,14 +101,12 @@ def install(app: Any, state: Any) -> None:
 
     @app.get("/api/traces/<trace_id>")
     async def get_trace(trace_id: str) -> Any:
-        if (refusal := refused()) is not None:
-            return refusal
+        if (refused_now := refused()) is not None:
+            return refused_now
         log = state.traces
         spans = log.spans(trace_id) if log is not None else None
         if spans is None:
             kept = state.trace_history
             message = f"trace {trace_id[:64]!r} is not held here (the newest {kept} traces are)"
-            return refusal_response(
-                app, Refusal(404, {"code": "trace_not_found", "message": message})
-            )
+            return refusal_response(app, refusal(404, "trace_not_found", message))
         return {"trace_id": trace_id, "spans": spans}
