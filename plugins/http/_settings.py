@@ -6,6 +6,7 @@ import hmac
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -94,28 +95,15 @@ class HttpSettings:
         """Read ``config.http``; a bad value raises ConfigError naming the field and the fix."""
         env = os.environ if env is None else env
         key, source = resolve_api_key(http_config, env)
-        rate = getattr(http_config, "rate_limit_per_s", 20.0)
-        if (
-            isinstance(rate, bool)
-            or not isinstance(rate, (int, float))
-            or not math.isfinite(rate)
-            or rate <= 0
-        ):
-            raise ConfigError(
-                "http.rate_limit_per_s must be a positive number (requests per second), "
-                f"got {rate!r}; set e.g. rate_limit_per_s = 20 under [http] in roost.toml"
-            )
-        burst = getattr(http_config, "rate_limit_burst", 40)
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise ConfigError(
-                f"http.rate_limit_burst must be an integer of at least 1, got {burst!r}; "
-                "set e.g. rate_limit_burst = 40 under [http] in roost.toml"
-            )
-        max_body = getattr(http_config, "max_body_bytes", 1_048_576)
-        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
-            raise ConfigError(
-                f"http.max_body_bytes must be a positive integer (bytes), got {max_body!r}; "
-                "set e.g. max_body_bytes = 1048576 under [http] in roost.toml"
+        rate = _number(
+            http_config, "rate_limit_per_s", 20.0, "a positive number (requests per second)"
+        )
+        burst = _number(http_config, "rate_limit_burst", 40, "an integer of at least 1")
+        max_body = _number(http_config, "max_body_bytes", 1_048_576, "a positive integer (bytes)")
+        keep_alive = getattr(http_config, "keep_alive_s", None)
+        if keep_alive is not None:
+            keep_alive = _number(
+                http_config, "keep_alive_s", 0, "a number of seconds between 0 and 3600"
             )
         loopback = getattr(http_config, "rate_limit_loopback", False)
         if not isinstance(loopback, bool):
@@ -156,26 +144,30 @@ class HttpSettings:
             rate_limit_loopback=loopback,
             allowed_hosts=_allowed_hosts(getattr(http_config, "allowed_hosts", ()) or ()),
             public_url=_public_url(getattr(http_config, "public_url", None)),
-            keep_alive_s=_seconds(http_config, "keep_alive_s", DEFAULT_KEEP_ALIVE_S),
+            keep_alive_s=DEFAULT_KEEP_ALIVE_S if keep_alive is None else float(keep_alive),
             keys=keys,
         )
 
 
-def _seconds(http_config: object, name: str, default: float) -> float:
+# Each number's check, and the example an error gives.
+_NUMBERS = {
+    "rate_limit_per_s": (lambda v: math.isfinite(v) and v > 0, 20),
+    "rate_limit_burst": (lambda v: isinstance(v, int) and v >= 1, 40),
+    "max_body_bytes": (lambda v: isinstance(v, int) and v >= 1, 1048576),
+    "keep_alive_s": (lambda v: math.isfinite(v) and 0 < v <= 3600, DEFAULT_KEEP_ALIVE_S),
+}
+
+
+def _number(http_config: object, name: str, default: float, what: str) -> Any:
+    """``http.<name>``, checked; a ConfigError names it and an example."""
     value = getattr(http_config, name, default)
-    if value is None:
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 < value <= 3600
-    ):
+    valid, example = _NUMBERS[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
         raise ConfigError(
-            f"http.{name} must be a number of seconds between 0 and 3600, got {value!r}; "
-            f"set e.g. {name} = {default:g} under [http] in roost.toml"
+            f"http.{name} must be {what}, got {value!r}; "
+            f"set e.g. {name} = {example:g} under [http] in roost.toml"
         )
-    return float(value)
+    return value
 
 
 def _allowed_hosts(raw: object) -> tuple[str, ...]:
