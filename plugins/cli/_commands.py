@@ -11,14 +11,14 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
-from roost.kernel import KernelAPI, RoostError
+from roost.kernel import AgentNotFound, KernelAPI, RoostError
 from roost.plugins.http import find_daemon, reply_json, resolve_api_key, tool_json
 
 from ._client import DaemonClient, TokenRuns
@@ -63,6 +63,44 @@ async def _daemon(config: Any) -> DaemonClient | None:
     """A client of the daemon running for ``config.home``, or None when none is."""
     info = await find_daemon(config.home)
     return None if info is None else DaemonClient(info, api_key_for(config))
+
+
+class _InProcess:
+    """An in-process kernel answering what ``DaemonClient`` asks of a daemon."""
+
+    def __init__(self, kernel: KernelAPI) -> None:
+        self.kernel = kernel
+
+    async def agents(self) -> list[dict[str, Any]]:
+        return self.kernel.agent_info()
+
+    async def peers(self) -> list[dict[str, Any]]:
+        return []  # roost agents shows the daemon's pending peers only
+
+    async def tools(self, agent: str | None = None) -> list[dict[str, Any]]:
+        return [tool_json(spec) for spec in self.kernel.list_tools(agent)]
+
+    async def send(self, agent: str, message: str, **options: Any) -> dict[str, Any]:
+        return reply_json(await self.kernel.send(agent, message, **options))
+
+
+@asynccontextmanager
+async def _connect(
+    config: Any, err: TextIO, open_kernel: KernelOpener | None, agent: str | None = None
+) -> AsyncIterator[DaemonClient | _InProcess]:
+    """The running daemon's client, else an in-process kernel booted for one command (an
+    unknown ``agent`` refused first, then its MCP servers waited for)."""
+    client = await _daemon(config)
+    if client is not None:
+        yield client
+        return
+    say(err, "booting kernel…")
+    async with _opener(open_kernel)(config) as kernel:
+        if agent is not None and agent not in kernel.agents:
+            raise AgentNotFound(agent, list(kernel.agents))
+        await wait_for_mcp_servers(kernel, err)
+        say(err, f"loaded {len(kernel.agents)} agents")
+        yield _InProcess(kernel)
 
 
 # ---- MCP servers of an in-process kernel ------------------------------------------
@@ -170,18 +208,9 @@ async def agents_command(
     config: Any, *, as_json: bool, out: TextIO, err: TextIO, open_kernel: KernelOpener | None = None
 ) -> int:
     """``roost agents``: from the running daemon, else from an in-process kernel."""
-    client = await _daemon(config)
-    peers: list[dict[str, Any]] = []
-    if client is not None:
+    async with _connect(config, err, open_kernel) as client:
         agents = await client.agents()
-        if not as_json:
-            peers = await client.peers()
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            await wait_for_mcp_servers(kernel, err)
-            agents = kernel.agent_info()
-            say(err, f"loaded {len(agents)} agents")
+        peers = [] if as_json else await client.peers()
     if as_json:
         say(out, json.dumps(agents, indent=2, ensure_ascii=False, default=str))
     elif not agents:
@@ -225,14 +254,8 @@ async def tools_command(
     open_kernel: KernelOpener | None = None,
 ) -> int:
     """``roost tools [--agent NAME]``: every tool, or those ``NAME`` may call."""
-    client = await _daemon(config)
-    if client is not None:
+    async with _connect(config, err, open_kernel) as client:
         tools = await client.tools(agent)
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            await wait_for_mcp_servers(kernel, err)
-            tools = [tool_json(s) for s in kernel.list_tools(agent)]
     if as_json:
         say(out, json.dumps(tools, indent=2, ensure_ascii=False, default=str))
     elif not tools:
@@ -264,21 +287,10 @@ async def send_command(
     """
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
-    client = await _daemon(config)
-    if client is not None:
-        say(err, f"sending to {agent} via the daemon at {client.info.url}…")
+    async with _connect(config, err, open_kernel, agent) as client:
+        via = f" via the daemon at {client.info.url}" if isinstance(client, DaemonClient) else ""
+        say(err, f"sending to {agent}{via}…")
         reply = await client.send(agent, message, session_id=session_id, timeout=timeout)
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            if agent not in kernel.agents:
-                from roost.kernel import AgentNotFound
-
-                raise AgentNotFound(agent, list(kernel.agents))
-            await wait_for_mcp_servers(kernel, err)
-            say(err, f"loaded {len(kernel.agents)} agents; sending to {agent}…")
-            answer = await kernel.send(agent, message, session_id=session_id, timeout=timeout)
-            reply = reply_json(answer)
     if as_json:
         say(out, json.dumps(reply, indent=2, ensure_ascii=False))
     else:

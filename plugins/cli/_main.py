@@ -26,40 +26,36 @@ configuration: --config FILE, else $ROOST_CONFIG, else ./roost.toml, else defaul
 """
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"port must be a number from 0 to 65535, got {text!r}"
-        ) from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"port must be from 0 to 65535 (0 picks a free port), got {value}"
-        )
-    return value
+def _number(convert: Any, valid: Any, not_a_number: str, out_of_range: str) -> Any:
+    """An argparse ``type``: ``convert(text)`` if ``valid``, else an error saying why."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{not_a_number}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{out_of_range}, got {value:g}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive whole number, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
-    return value
+_port = _number(
+    int,
+    lambda v: 0 <= v <= 65535,
+    "port must be a number from 0 to 65535",
+    "port must be from 0 to 65535 (0 picks a free port)",
+)
+_positive_float = _number(
+    float,
+    lambda v: 0 < v <= 3600,
+    "expected a number of seconds",
+    "expected seconds between 0 and 3600",
+)
+_positive_int = _number(
+    int, lambda v: v >= 1, "expected a positive whole number", "expected a positive whole number"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,61 +225,37 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from . import _commands as c
 
     config = _load_config(args)
+    io = {"out": out, "err": err}
     if command == "run":
-        return trio.run(
-            partial(
-                c.run_command,
-                config,
-                host=args.host,
-                port=args.port,
-                out=out,
-                err=err,
-                own_process=True,
-            )
-        )
-    if command == "demo":
+        call = partial(c.run_command, host=args.host, port=args.port, own_process=True, **io)
+    elif command == "demo":
         from ._demo import run_demo
 
-        return trio.run(partial(run_demo, config, out=out))
-    if command == "agents":
-        return trio.run(partial(c.agents_command, config, as_json=args.json, out=out, err=err))
-    if command == "tools":
-        return trio.run(
-            partial(c.tools_command, config, agent=args.agent, as_json=args.json, out=out, err=err)
-        )
-    if command == "chat":
+        call = partial(run_demo, out=out)
+    elif command == "agents":
+        call = partial(c.agents_command, as_json=args.json, **io)
+    elif command == "tools":
+        call = partial(c.tools_command, agent=args.agent, as_json=args.json, **io)
+    elif command == "chat":
         from ._chat import chat_command
 
-        return trio.run(
-            partial(chat_command, config, args.agent, session_id=args.session, out=out, err=err)
+        call = partial(chat_command, agent=args.agent, session_id=args.session, **io)
+    elif command == "send":
+        call = partial(
+            c.send_command,
+            agent=args.agent,
+            message=args.message,
+            session_id=args.session,
+            timeout=args.timeout,
+            as_json=args.json,
+            **io,
         )
-    if command == "send":
-        return trio.run(
-            partial(
-                c.send_command,
-                config,
-                args.agent,
-                args.message,
-                session_id=args.session,
-                timeout=args.timeout,
-                as_json=args.json,
-                out=out,
-                err=err,
-            )
-        )
-    if command == "watch":
-        return trio.run(
-            partial(
-                c.watch_command,
-                config,
-                kinds=_kinds(args.kinds),
-                as_json=args.json,
-                count=args.count,
-                out=out,
-                err=err,
-            )
-        )
-    raise AssertionError(f"unhandled command {command!r}")  # pragma: no cover
+    elif command == "watch":
+        kinds = _kinds(args.kinds)
+        call = partial(c.watch_command, kinds=kinds, as_json=args.json, count=args.count, **io)
+    else:  # pragma: no cover
+        raise AssertionError(f"unhandled command {command!r}")
+    return trio.run(partial(call, config))
 
 
 def _leaf(exc: BaseException) -> BaseException:
