@@ -37,8 +37,9 @@ from ._ratelimit import Gcra
 _LAZY = {
     name: module
     for module, names in {
-        "._app": ("DaemonState", "create_app", "daemon_state", "parse_kinds"),
+        "._app": ("create_app", "daemon_state", "parse_kinds"),
         "._common": (
+            "DaemonState",
             "InvalidRequest",
             "base_url",
             "jsonrpc_error_code",

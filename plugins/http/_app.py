@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import trio
 from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
@@ -38,8 +37,7 @@ from werkzeug.exceptions import HTTPException
 from . import _dashboard, _trace_headers
 from ._auth import WEBSOCKET_PROTOCOL, principal_of, subprotocol_token
 from ._common import (
-    ErrorShapes,
-    Gate,
+    DaemonState,
     InvalidRequest,
     Refusal,
     admin_only,
@@ -64,47 +62,6 @@ MAX_SESSION_ID_LEN = 256
 MAX_KINDS = 32
 _KIND = re.compile(r"^[A-Za-z0-9_.\-]{1,64}:[A-Za-z0-9_.\-]{0,64}$")
 _MESSAGE_FIELDS = ("message", "session_id", "timeout")
-
-
-@attrs.define
-class DaemonState:
-    """What the app's handlers share; ``closing`` is set when graceful shutdown begins."""
-
-    kernel: KernelAPI
-    settings: HttpSettings
-    limiter: Gcra
-    event_buffer: int
-    version: str
-    closing: trio.Event = attrs.field(factory=trio.Event)
-    public_endpoints: set[str] = attrs.field(factory=set)
-    unlimited_endpoints: set[str] = attrs.field(factory=set)
-    # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
-    body_limits: dict[str, int] = attrs.field(factory=dict)
-    # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
-    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(
-        factory=dict
-    )
-    # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
-    routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
-    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
-    error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
-    gate: Gate = attrs.field(default=None)
-    # The base URL links are built from, set once bound (see _common.daemon_public_url).
-    public_url: str | None = None
-    # Recent traces' spans for the dashboard (a _traces.TraceLog; None: http.trace_history 0).
-    traces: Any = None
-    trace_history: int = 0
-
-    def __attrs_post_init__(self) -> None:
-        if self.gate is None:
-            self.gate = Gate(
-                self.settings,
-                self.limiter,
-                trio.current_time,
-                self.public_endpoints,
-                self.unlimited_endpoints,
-                self.body_limits,
-            )
 
 
 def create_app(
@@ -232,7 +189,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             offered = req.headers.get("Sec-WebSocket-Protocol")
             return subprotocol_token(offered) or req.args.get("token")
 
-        refusal, _ = state.gate.check(
+        refusal, _ = state.check(
             req.endpoint,
             req.headers,
             req.remote_addr,
@@ -244,7 +201,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         )
         if refusal is not None:
             return refusal_response(app, refusal, req)
-        req.principal = state.gate.principal(
+        req.principal = state.principal(
             req.headers, query_token=socket_token if is_websocket else None
         )
         return None

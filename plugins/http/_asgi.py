@@ -1,10 +1,10 @@
 """The daemon's ASGI app: plugin routes answered by their plain handlers, the rest by Quart.
 
-A plugin route's request passes the shared ``Gate`` and body cap here and goes to its
-handler (``_plain``); everything else goes to the quart-trio app, wrapped in ``DrainingApp``.
-Hypercorn hands a body over through a small bounded queue: an answer that leaves part of it
-unread says ``Connection: close`` and reads that queue until the end, or the connection's
-reader would wait on it for good.
+A plugin route's request passes the shared checks (``DaemonState.check``) and body cap
+here and goes to its handler (``_plain``); everything else goes to the quart-trio app,
+wrapped in ``DrainingApp``. Hypercorn hands a body over through a small bounded queue: an
+answer that leaves part of it unread says ``Connection: close`` and reads that queue until
+the end, or the connection's reader would wait on it for good.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from typing import Any
 import trio
 from roost.kernel import RoostError
 
-from ._app import DaemonState, route_for
+from ._app import route_for
 from ._common import (
+    DaemonState,
     Refusal,
     canonical_path,
     common_headers,
@@ -94,7 +95,7 @@ class DaemonApp:
         headers = Headers.from_asgi(scope["headers"])
         server = scope.get("server")
         local = str(server[0]) if server else None
-        refusal = self.state.gate.check_host(headers.get("host"), local)
+        refusal = self.state.check_host(headers.get("host"), local)
         if refusal is None:
             return False
         renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
@@ -130,7 +131,7 @@ class DaemonApp:
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
         length = _content_length(headers)
         pending = bool(length) or "transfer-encoding" in headers
-        refusal, _ = state.gate.check(
+        refusal, _ = state.check(
             endpoint,
             headers,
             remote,
@@ -173,7 +174,7 @@ class DaemonApp:
             query=scope.get("query_string", b""),
             remote_addr=remote,
             base_url=connection_base_url(state.public_url, server),
-            principal=state.gate.principal(headers),
+            principal=state.principal(headers),
             receive=receive,
         )
         response = await _call(handler, request, args, renderer)

@@ -16,11 +16,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
+import trio
 from roost.kernel import (
     ActorStopped,
     AgentNotFound,
     AskTimeout,
     InvalidInput,
+    KernelAPI,
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
@@ -302,19 +304,37 @@ def refusal_for(exc: RoostError, path: str) -> Refusal:
     return Refusal(status, exc.to_dict())
 
 
-@attrs.frozen
-class Gate:
-    """The checks in front of every route: Host, Origin, bearer auth, rate limit, declared size.
+@attrs.define
+class DaemonState:
+    """What the daemon's handlers share, and the checks in front of every route (Host,
+    Origin, bearer auth, rate limit, declared size); ``closing`` is set when graceful
+    shutdown begins."""
 
-    ``public``/``unlimited``/``capped`` are the endpoints without auth, without rate limit,
-    and with their own body cap (they render their own 413 when the body is read)."""
-
+    kernel: KernelAPI
     settings: HttpSettings
     limiter: Any
-    clock: Callable[[], float]
-    public: set[str]
-    unlimited: set[str]
-    capped: Mapping[str, int]
+    event_buffer: int
+    version: str
+    closing: trio.Event = attrs.field(factory=trio.Event)
+    # Endpoints without auth, without rate limit, and with their own body cap (bytes, from
+    # RouteDescriptor.max_body_bytes: they render their own 413 when the body is read).
+    public_endpoints: set[str] = attrs.field(factory=set)
+    unlimited_endpoints: set[str] = attrs.field(factory=set)
+    body_limits: dict[str, int] = attrs.field(factory=dict)
+    # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
+    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(
+        factory=dict
+    )
+    # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
+    routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
+    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
+    error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
+    # The base URL links are built from, set once bound (see daemon_public_url).
+    public_url: str | None = None
+    # Recent traces' spans for the dashboard (a _traces.TraceLog; None: http.trace_history 0).
+    traces: Any = None
+    trace_history: int = 0
+    clock: Callable[[], float] = trio.current_time
     trusted_hosts: frozenset[str] = attrs.field(init=False)
 
     @trusted_hosts.default
@@ -346,7 +366,7 @@ class Gate:
                 "http.allowed_origins in roost.toml to let a browser page on it call roost"
             )
             return refusal(403, "origin_forbidden", message), None
-        public = endpoint in self.public or is_preflight
+        public = endpoint in self.public_endpoints or is_preflight
         # Peers on this host share one address: a local mesh, CLI or test run would throttle
         # itself, so they are not limited unless http.rate_limit_loopback says so.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
@@ -376,14 +396,14 @@ class Gate:
                 )
             rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
         charged = None
-        if limited and endpoint not in self.unlimited:
+        if limited and endpoint not in self.unlimited_endpoints:
             refused = self._limit(rate_key)
             if refused is not None:
                 return refused, None
             charged = rate_key
         # A route with its own cap reads its body and may render the 413 itself (MCP
         # answers with a JSON-RPC error); the body buffer refuses the excess either way.
-        if not is_websocket and endpoint not in self.capped:
+        if not is_websocket and endpoint not in self.body_limits:
             if content_length is not None and content_length > settings.max_body_bytes:
                 return too_large(settings, settings.max_body_bytes, ""), charged
         return None, charged
