@@ -1,12 +1,7 @@
-"""roost.plugins.http — the daemon, served by ``hypercorn.trio.serve``.
-
-Endpoints: ``GET /health`` (public), ``GET /api/agents``, ``GET /api/agents/{name}``,
-``POST /api/agents/{name}/message``, ``GET /api/tools[?agent=NAME]``, the websocket
-``/api/events[?kinds=EXEC:,AGENT:REPLY]`` (a quart-trio app), and routes from the
-``roost_http_routes`` hook (plain handlers: ``PlainRequest`` → ``PlainResponse``).
-
-Importing this package is cheap: Quart and Hypercorn load on first use of ``create_app``,
-``serve`` or ``open_daemon`` (the CLI's start-up time depends on it).
+"""roost.plugins.http — the daemon (``/health``, ``/api/...``, the ``/api/events``
+websocket, the dashboard and the ``roost_http_routes`` plugin routes), served by
+``hypercorn.trio.serve``. Importing it is cheap: Quart and Hypercorn load on first use
+(the CLI's start-up time depends on it).
 """
 
 from __future__ import annotations

@@ -98,9 +98,8 @@ class InvalidRequest(RoostError):
 
 
 def canonical_path(path: str) -> str:
-    """``path`` without trailing slashes (``/mcp/`` → ``/mcp``; ``/`` stays): every route is
-    served with and without one, by the same handler and without a redirect (a 307/308 on
-    a POST breaks clients that join a base URL and ``/``)."""
+    """``path`` without trailing slashes (``/`` stays): each route answers both ways, with
+    no redirect (a 307/308 on a POST breaks clients that join a base URL and ``/``)."""
     if path.endswith("/") and len(path) > 1:
         return path.rstrip("/") or "/"
     return path
@@ -184,17 +183,16 @@ def loopback_for(host: str) -> str:
 
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
-    """The base URL links name: ``http.public_url``, else the bound address; None when
-    bound to every interface without one (each connection then uses the address it reached)."""
+    """``http.public_url``, else the bound address; None for a wildcard bind without one
+    (each connection then uses the address it reached)."""
     if public_url:
         return public_url
     return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
-    """The base URL for a request: the daemon's ``public_url`` (see ``daemon_public_url``),
-    else the address the connection reached (``local``, its ``getsockname()``). Never the
-    request's ``Host`` header, which the client chooses."""
+    """A request's base URL: ``public_url``, else the address the connection reached
+    (``local``); never the ``Host`` header, which the client chooses."""
     if public_url:
         return public_url
     if local and len(local) >= 2:
@@ -211,13 +209,9 @@ _INVALID_REQUEST_STATUSES = frozenset({400, 405, 406, 411, 413, 414, 415, 431})
 
 
 def jsonrpc_error_code(status: int, code: str) -> int:
-    """The JSON-RPC error code for an error the daemon answers on a JSON-RPC route.
-
-    -32601 (method not found) for a path no route serves; -32603 (internal error) for an
-    unhandled exception; -32600 (invalid request) for a request refused as sent (400, 405,
-    413, 415, ...); -32000 (roost's implementation-defined server error, as the kernel's
-    dispatcher uses for roost errors) for the rest: 401, 403, 429 and roost errors such as
-    503. The HTTP status and the roost code stay available to the renderer's ``data``."""
+    """The JSON-RPC code for an error the daemon answers on a JSON-RPC route: -32601 for no
+    such path, -32603 for an unhandled exception, -32600 for a request refused as sent
+    (400, 405, 413, ...), else -32000 (roost's server error: 401, 403, 429, 503...)."""
     if status == 404 and code == "not_found":
         return -32601
     if code == "internal_error":

@@ -30,7 +30,7 @@ class DaemonInfo:
         return base_url(self.host, self.port)
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "host": self.host, "port": self.port, "started": self.started}
+        return attrs.asdict(self)
 
 
 def base_url(host: str, port: int) -> str:
@@ -99,11 +99,8 @@ HEALTH_TIMEOUT_S = 1.0
 
 
 def daemon_http_client(url: str, **options: Any) -> Any:
-    """An ``httpx.AsyncClient`` for the daemon at ``url`` (``DaemonInfo.url``).
-
-    The daemon speaks plain HTTP on this host, so a TLS context has nothing to verify:
-    the client skips loading the CA bundle, which is slow. An ``https``
-    URL keeps full verification."""
+    """An ``httpx.AsyncClient`` for the daemon at ``url``: for plain HTTP without loading
+    the CA bundle (slow, and nothing to verify); an ``https`` URL keeps verification."""
     import httpx  # lazily: importing this module must stay cheap (CLI start-up)
 
     plain = url.startswith("http://")

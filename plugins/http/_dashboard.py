@@ -1,9 +1,6 @@
-"""The dashboard: plain static files at ``/`` (no data in them, so public) and the spans
-of recent traces (``GET /api/traces``, ``GET /api/traces/<id>``: admins, like the event
-stream they come from).
-
-The page runs only the daemon's own script and style (a strict Content-Security-Policy:
-no inline code, no other origin) and renders every value as text.
+"""The dashboard: static files at ``/`` (no data in them, so public) and recent traces'
+spans (``GET /api/traces[/<id>]``: admins only, like the event stream). The page runs only
+its own script and style (a strict Content-Security-Policy) and renders values as text.
 """
 
 from __future__ import annotations

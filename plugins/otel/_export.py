@@ -1,14 +1,10 @@
 """The ``otel`` service: every finished span of the kernel, exported over OTLP/HTTP.
 
-It follows ``TRACE:SPAN_END`` on the kernel's event tap (a bounded subscription: while an
-export is slow, the tap drops what does not fit and says how many, so the kernel never
-waits), turns each record into an OpenTelemetry ``ReadableSpan`` with roost's own trace, span
-and parent ids, and hands batches to a ``SpanExporter`` in a worker thread, one export at a
-time. Each export, and the flush at shutdown, is bounded by ``telemetry.timeout_s``: an
-export still running then is abandoned (its thread ends when the exporter's request does)
-and counted as failed; the next one waits for it, at most that long again, or fails too.
-
-Imported only when ``[telemetry]`` is enabled: this is where OpenTelemetry is loaded.
+It follows ``TRACE:SPAN_END`` on a bounded tap subscription (a slow export makes the tap
+drop and count, never the kernel wait), turns records into ``ReadableSpan``s with roost's
+own ids, and exports batches in a worker thread, one at a time, each bounded by
+``telemetry.timeout_s`` (then abandoned and counted as failed). Imported only when
+``[telemetry]`` is enabled: this is where OpenTelemetry is loaded.
 """
 
 from __future__ import annotations
@@ -304,9 +300,8 @@ def _nanos(seconds: float) -> int:
 
 
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
-    """OpenTelemetry attribute values: None is left out, a list of one type of scalar
-    becomes a tuple, anything else (a table, a mixed list) becomes its JSON text. Text
-    has its lone surrogates escaped: protobuf would refuse them, and the whole batch."""
+    """OpenTelemetry attribute values: None left out, a list of one scalar type a tuple,
+    anything else JSON text; lone surrogates escaped (protobuf would refuse the batch)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:
