@@ -1,10 +1,8 @@
 """``roost chat AGENT``: an interactive terminal chat with streamed output.
 
-Through the running daemon when there is one (as ``roost send``): each message is posted
-to ``/api/agents/{name}/message`` while the reply streams in as ``AGENT:TOKEN`` events on
-``/api/events``. Otherwise in an in-process kernel sharing the data directory, once its
-MCP servers are up. Empty line or ``/quit`` (or end of input) leaves; ``/new`` starts a new
-session.
+Through the running daemon when there is one (the reply's tokens stream in on
+``/api/events``), else an in-process kernel. Empty line, ``/quit`` or end of input leaves;
+``/new`` starts a new session.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The CLI's commands as async functions (the argument parser calls these; so do tests).
-
-Each writes results to ``out`` and progress to ``err`` and returns an exit code.
-``open_kernel`` is injectable so the same code runs against a test kernel.
+"""The CLI's commands as async functions: results to ``out``, progress to ``err``, an exit
+code back; ``open_kernel`` is injectable so the same code runs against a test kernel.
 """
 
 from __future__ import annotations
@@ -127,9 +125,8 @@ def _outcome(entry: Mapping[str, Any]) -> str | None:
 
 
 async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
-    """Wait until each configured MCP server is connected or has failed, each at most its
-    ``timeout_secs``, saying so on ``err``: a one-shot command that lists or runs tools
-    right after boot would otherwise miss every ``mcp_*`` tool."""
+    """Wait until each MCP server is connected or failed (at most its ``timeout_secs``): a
+    one-shot command listing or running tools after boot would miss every ``mcp_*`` tool."""
     manager = _mcp_manager(kernel)
     if manager is None or not manager.states:
         return
@@ -281,10 +278,8 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: through the running daemon, else in-process.
-
-    Prints the reply (or JSON with ``as_json``); exit code 1 if the agent answered with an error.
-    """
+    """``roost send AGENT MESSAGE``: through the running daemon, else in-process; exit code
+    1 if the agent answered with an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -309,10 +304,8 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: print the daemon's events, one line each, until Ctrl-C (or ``count``).
-
-    ``stop`` ends the watch when it returns (default: SIGINT or SIGTERM).
-    """
+    """``roost watch``: print the daemon's events, one line each, until ``count`` or ``stop``
+    (default: SIGINT or SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -389,12 +382,9 @@ async def run_command(
     own_process: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or ``stop``).
-
-    Reports the base URL through ``task_status`` once serving. ``own_process``: the
-    process is this daemon's alone (the ``roost run`` command), so it may tune
-    process-wide settings for it (see ``_boot``).
-    """
+    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or
+    ``stop``); the base URL goes to ``task_status``. ``own_process``: this process is the
+    daemon's alone, so ``_boot`` may tune it."""
     from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
@@ -436,15 +426,10 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """Enter the kernel context ``opening`` on ``stack``; the kernel.
-
-    In a process of its own, the soft open-file limit is raised to the hard one (children
-    get the operator's back: ``roost.kernel.child_open_file_limit``), the cyclic garbage
-    collector is off while the kernel boots
-    (thousands of agents allocate only what lives as long as the kernel: the collector
-    would walk it over and over, finding nothing), and what the boot allocated is then
-    frozen out of every later collection (``gc.freeze``), so that collections under load
-    walk only what requests allocate."""
+    """Enter the kernel context ``opening`` on ``stack``; the kernel. In a process of its
+    own, the open-file limit is raised, and the cyclic GC is off during boot (what thousands
+    of agents allocate lives as long as the kernel), its result then frozen (``gc.freeze``)
+    so collections under load walk only what requests allocate."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit
@@ -504,8 +489,7 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
 
 
 def roost_executable() -> str:
-    """The absolute path of this ``roost`` command, for configs that start it (an IDE's
-    MCP server entry runs without the shell's PATH or an activated venv)."""
+    """The absolute path of this ``roost`` (an IDE runs MCP servers without the shell's PATH)."""
     import shutil
     import sys
 

@@ -1,7 +1,5 @@
-"""``roost demo``: agents collaborating over kernel-routed MCP calls, then the breaker.
-
-Boots an in-process kernel on a throw-away data directory (unless ``home`` is given),
-so the demo never touches the user's sessions.
+"""``roost demo``: agents collaborating over kernel-routed MCP calls, then the breaker; on
+a throw-away data directory (unless ``home`` is given), never the user's sessions.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Argument parsing and error reporting for ``roost``.
-
-Only the standard library is imported at start-up, so ``roost --help`` stays fast;
-each command imports what it needs when it runs.
+"""Argument parsing and error reporting for ``roost``: only the standard library at
+start-up (``roost --help`` stays fast); each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
