@@ -80,33 +80,7 @@ class DaemonApp:
                     if route is not None:
                         await self.serve_route(route, found[0], found[1], scope, receive, send)
                         return
-                # Quart's request context parses Host before any check runs: a value it
-                # cannot take is refused here (the gate checks it again, cached).
-                if await self._refused_host(
-                    scope, receive, send, None if found is None else found[0]
-                ):
-                    return
         await self.quart(scope, receive, send)
-
-    async def _refused_host(
-        self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
-    ) -> bool:
-        """Answer a request the Host guard refuses; True if it did."""
-        headers = Headers.from_asgi(scope["headers"])
-        server = scope.get("server")
-        local = str(server[0]) if server else None
-        refusal = self.state.check_host(headers.get("host"), local)
-        if refusal is None:
-            return False
-        renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
-        await self._answer(
-            send,
-            receive,
-            _refusal_response(refusal, renderer),
-            headers.get("origin"),
-            close=_has_body(scope),
-        )
-        return True
 
     async def serve_route(
         self,
