@@ -2,7 +2,7 @@
 
 A plugin route's request passes the shared checks (``DaemonState.check``) and body cap
 here and goes to its handler (``_plain``); everything else goes to the quart-trio app,
-wrapped in ``DrainingApp``. Hypercorn hands a body over through a small bounded queue: an
+wrapped in ``DaemonApp.quart``. Hypercorn hands a body over through a small bounded queue: an
 answer that leaves part of it unread says ``Connection: close`` and reads that queue until
 the end, or the connection's reader would wait on it for good.
 """
@@ -57,7 +57,6 @@ class DaemonApp:
     def __init__(self, app: Any, state: DaemonState) -> None:
         self.app = app
         self.state = state
-        self.quart = DrainingApp(app)
         # common_headers of a request without Origin, for an answer with no headers of its own
         self._plain_headers = [
             (name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -206,6 +205,63 @@ class DaemonApp:
             headers.append((b"connection", b"close"))
         return {"type": "http.response.start", "status": response.status, "headers": headers}
 
+    async def quart(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The quart app, answering ``Connection: close`` before a body is read, reading what
+        is still queued after it returns, and sending an answer's last message shielded."""
+        kind = scope.get("type")
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        finished = False
+        body_pending = kind == "http" and _has_body(scope)
+
+        async def tracking_receive() -> Any:
+            nonlocal finished, body_pending
+            message = await receive()
+            kind_ = message.get("type")
+            if kind_ == "http.request" and not message.get("more_body", False):
+                body_pending = False
+            elif kind_ in ("http.disconnect", "websocket.disconnect"):
+                finished = True
+                body_pending = False
+            return message
+
+        async def closing_send(message: Any) -> None:
+            kind_ = message.get("type")
+            if kind_ == "http.response.start" and body_pending:
+                headers = list(message.get("headers") or ())
+                headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            elif kind_ == "http.response.body" and not message.get("more_body", False):
+                # Within this send hypercorn ends the request and then either arms the
+                # connection's keep-alive idle timer or, for "Connection: close", closes the
+                # connection. quart-trio cancels the request's tasks as soon as the server
+                # reports the request done, which lands in the middle of that send: the
+                # timer was never armed and the close never happened, so the connection
+                # stayed open for good. Shielded (with a deadline), the send completes.
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
+                    await send(message)
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, tracking_receive, closing_send)
+        finally:
+            # Not shielded: if we are being cancelled the connection is torn down anyway.
+            if kind == "http":
+                with trio.move_on_after(DRAIN_DEADLINE_S):
+                    while body_pending and not finished:
+                        await tracking_receive()
+            else:
+                # A websocket peer should stop sending after our close frame; swallow
+                # what is queued or still arriving, but do not hold shutdown hostage.
+                while not finished:
+                    with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
+                        await tracking_receive()
+                    if idle.cancelled_caught:
+                        break
+
 
 def _content_length(headers: Headers) -> int | None:
     value = headers.get("content-length")
@@ -294,66 +350,3 @@ def _has_body(scope: dict[str, Any]) -> bool:
         if name == b"content-length":
             return bytes(value).strip() not in (b"", b"0")
     return False
-
-
-class DrainingApp:
-    """The quart app, answering ``Connection: close`` before a body is read, reading what is
-    still queued after it returns, and sending an answer's last message shielded."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        kind = scope.get("type")
-        if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        finished = False
-        body_pending = kind == "http" and _has_body(scope)
-
-        async def tracking_receive() -> Any:
-            nonlocal finished, body_pending
-            message = await receive()
-            kind_ = message.get("type")
-            if kind_ == "http.request" and not message.get("more_body", False):
-                body_pending = False
-            elif kind_ in ("http.disconnect", "websocket.disconnect"):
-                finished = True
-                body_pending = False
-            return message
-
-        async def closing_send(message: Any) -> None:
-            kind_ = message.get("type")
-            if kind_ == "http.response.start" and body_pending:
-                headers = list(message.get("headers") or ())
-                headers.append((b"connection", b"close"))
-                message = {**message, "headers": headers}
-            elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # Within this send hypercorn ends the request and then either arms the
-                # connection's keep-alive idle timer or, for "Connection: close", closes the
-                # connection. quart-trio cancels the request's tasks as soon as the server
-                # reports the request done, which lands in the middle of that send: the
-                # timer was never armed and the close never happened, so the connection
-                # stayed open for good. Shielded (with a deadline), the send completes.
-                with trio.CancelScope(shield=True) as scope:
-                    scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
-                    await send(message)
-                return
-            await send(message)
-
-        try:
-            await self.app(scope, tracking_receive, closing_send)
-        finally:
-            # Not shielded: if we are being cancelled the connection is torn down anyway.
-            if kind == "http":
-                with trio.move_on_after(DRAIN_DEADLINE_S):
-                    while body_pending and not finished:
-                        await tracking_receive()
-            else:
-                # A websocket peer should stop sending after our close frame; swallow
-                # what is queued or still arriving, but do not hold shutdown hostage.
-                while not finished:
-                    with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
-                        await tracking_receive()
-                    if idle.cancelled_caught:
-                        break
