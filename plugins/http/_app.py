@@ -34,7 +34,7 @@ from roost.kernel import (
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
-from . import _dashboard, _trace_headers
+from . import _dashboard
 from ._auth import WEBSOCKET_PROTOCOL, principal_of, subprotocol_token
 from ._common import (
     DaemonState,
@@ -53,6 +53,7 @@ from ._common import (
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
+from ._trace_headers import caller_headers
 from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
@@ -93,7 +94,6 @@ def create_app(
     if isinstance(history, int) and history > 0:
         state.traces, state.trace_history = TraceLog(history), history
     _install_gates(app, state)
-    _trace_headers.install(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
     _dashboard.install(app, state)
@@ -208,7 +208,21 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 
     @app.before_request
     async def _gate_request():
-        return gate(request, is_websocket=False)
+        refused = gate(request, is_websocket=False)
+        if refused is None and request.method == "POST" and state.kernel.process_traces:
+            # A local process's run continues its trace (see _trace_headers).
+            scope = request.scope
+            items = request.headers.items()
+            rewritten = await caller_headers(
+                state.kernel, "POST", items, scope.get("client"), scope.get("server")
+            )
+            if rewritten is not None:
+                for name in TraceContext.header_names:
+                    request.headers.remove(name)
+                for name, value in rewritten:
+                    if name.lower() in TraceContext.header_names:
+                        request.headers.add(name, value)
+        return refused
 
     @app.before_websocket
     async def _gate_websocket():

@@ -35,27 +35,3 @@ async def caller_headers(
         return None
     names = TraceContext.header_names
     return [(n, v) for n, v in items if n.lower() not in names] + list(chosen.to_headers().items())
-
-
-def install(app: Any, state: Any) -> None:
-    """Apply ``caller_headers`` to the requests Quart serves (``_asgi`` does for the rest)."""
-    from quart import request
-
-    @app.before_request
-    async def _process_trace() -> None:
-        if request.method != "POST" or not state.kernel.process_traces:
-            return
-        scope = request.scope
-        rewritten = await caller_headers(
-            state.kernel,
-            request.method,
-            request.headers.items(),
-            scope.get("client"),
-            scope.get("server"),
-        )
-        if rewritten is not None:
-            for name in TraceContext.header_names:
-                request.headers.remove(name)
-            for name, value in rewritten:
-                if name.lower() in TraceContext.header_names:
-                    request.headers.add(name, value)
