@@ -79,31 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    command = partial(sub.add_parser, parents=[common])
 
-    run = sub.add_parser("run", parents=[common], help="boot the kernel and serve the HTTP API")
+    run = command("run", help="boot the kernel and serve the HTTP API")
     run.add_argument("--host", help="address to listen on (default: http.host, 127.0.0.1)")
     run.add_argument(
         "--port", type=_port, help="port to listen on (default: http.port, 8470; 0 = any free port)"
     )
-
-    sub.add_parser(
-        "demo",
-        parents=[common],
-        help="run the built-in demo (agents collaborating, then the breaker)",
-    )
-
-    agents = sub.add_parser("agents", parents=[common], help="list the agents")
+    command("demo", help="run the built-in demo (agents collaborating, then the breaker)")
+    agents = command("agents", help="list the agents")
     agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    tools = sub.add_parser(
-        "tools", parents=[common], help="list the tools (all, or those an agent may call)"
-    )
+    tools = command("tools", help="list the tools (all, or those an agent may call)")
     tools.add_argument("--agent", metavar="NAME", help="only the tools this agent may call")
     tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    send = sub.add_parser(
-        "send", parents=[common], help="send a message to an agent and print its reply"
-    )
+    send = command("send", help="send a message to an agent and print its reply")
     send.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
     send.add_argument("message", metavar="MESSAGE", help="the text to send")
     send.add_argument(
@@ -114,15 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument("--json", action="store_true", help="print the whole reply as JSON")
 
-    chat = sub.add_parser(
-        "chat", parents=[common], help="chat with an agent in the terminal, replies streamed"
-    )
+    chat = command("chat", help="chat with an agent in the terminal, replies streamed")
     chat.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
     chat.add_argument("--session", metavar="ID", help="continue this session")
 
-    watch = sub.add_parser(
-        "watch", parents=[common], help="print a running daemon's events as they happen"
-    )
+    watch = command("watch", help="print a running daemon's events as they happen")
     watch.add_argument(
         "--kinds",
         nargs="+",
@@ -136,17 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=_positive_int, metavar="N", help="exit after N events")
     watch.add_argument("--json", action="store_true", help="print each event as a JSON line")
 
-    validate = sub.add_parser("validate", parents=[common], help="check agent.json manifests")
+    validate = command("validate", help="check agent.json manifests")
     validate.add_argument(
         "files", nargs="+", metavar="FILE", help="agent.json files or directories of them"
     )
 
-    a2a = sub.add_parser("a2a", parents=[common], help="talk to A2A agents (any A2A server)")
-    a2a_sub = a2a.add_subparsers(dest="a2a_command", metavar="ACTION", required=True)
-    a2a_discover = a2a_sub.add_parser("discover", parents=[common], help="read an agent's card")
+    a2a = command("a2a", help="talk to A2A agents (any A2A server)")
+    a2a_command = partial(
+        a2a.add_subparsers(dest="a2a_command", metavar="ACTION", required=True).add_parser,
+        parents=[common],
+    )
+    a2a_discover = a2a_command("discover", help="read an agent's card")
     a2a_discover.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
     a2a_discover.add_argument("--json", action="store_true", help="print the whole card as JSON")
-    a2a_send = a2a_sub.add_parser("send", parents=[common], help="send a message to an A2A agent")
+    a2a_send = a2a_command("send", help="send a message to an A2A agent")
     a2a_send.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
     a2a_send.add_argument("message", metavar="MESSAGE", help="the text to send")
     a2a_send.add_argument("--stream", action="store_true", help="print events as they arrive")
@@ -154,14 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     a2a_send.add_argument("--task", metavar="ID", help="answer this task (input-required)")
     a2a_send.add_argument("--json", action="store_true", help="print JSON")
 
-    mcp = sub.add_parser(
-        "mcp",
-        parents=[common],
-        help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)",
+    mcp = command(
+        "mcp", help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)"
     )
     mcp.add_argument("--no-daemon", action="store_true", help="always boot an in-process kernel")
-
-    sub.add_parser("version", parents=[common], help="print the version")
+    command("version", help="print the version")
     return parser
 
 
