@@ -112,20 +112,19 @@ class HttpSettings:
                 "under [http] in roost.toml to rate limit callers on this host too (e.g. behind a "
                 "reverse proxy on the same host)"
             )
-        raw_origins = getattr(http_config, "allowed_origins", ()) or ()
-        if isinstance(raw_origins, str):
-            raw_origins = (raw_origins,)
-        origins: list[str] = []
-        for i, origin in enumerate(raw_origins):
-            if origin == "*":
-                origins.append(origin)
-                continue
-            if not isinstance(origin, str) or normalise_origin(origin) is None:
-                raise ConfigError(
-                    f"http.allowed_origins[{i}] must look like 'https://example.com' or "
-                    f"'http://host:port' (or '*'), got {origin!r}"
-                )
-            origins.append(origin)
+        origins = _entries(
+            http_config,
+            "allowed_origins",
+            lambda origin: origin if normalise_origin(origin) is not None else None,
+            "look like 'https://example.com' or 'http://host:port' (or '*')",
+        )
+        hosts = _entries(
+            http_config,
+            "allowed_hosts",
+            _host_entry,
+            "be a host name or IP address without scheme or port (e.g. 'roost.example.com' "
+            "or '192.168.1.5'), or '*'",
+        )
         keys = resolve_keys(http_config, env, key)
         named = [p.name for _, p in keys if p.name != "default"]
         if named:
@@ -140,9 +139,9 @@ class HttpSettings:
             rate_limit_per_s=float(rate),
             rate_limit_burst=burst,
             max_body_bytes=max_body,
-            allowed_origins=tuple(origins),
+            allowed_origins=origins,
             rate_limit_loopback=loopback,
-            allowed_hosts=_allowed_hosts(getattr(http_config, "allowed_hosts", ()) or ()),
+            allowed_hosts=hosts,
             public_url=_public_url(getattr(http_config, "public_url", None)),
             keep_alive_s=DEFAULT_KEEP_ALIVE_S if keep_alive is None else float(keep_alive),
             keys=keys,
@@ -170,24 +169,22 @@ def _number(http_config: object, name: str, default: float, what: str) -> Any:
     return value
 
 
-def _allowed_hosts(raw: object) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        raw = (raw,)
-    hosts: list[str] = []
-    for i, entry in enumerate(raw):  # type: ignore[union-attr]
-        if entry == "*":
-            hosts.append(entry)
-            continue
-        parsed = split_host(entry) if isinstance(entry, str) else None
-        if parsed is None and isinstance(entry, str):
-            parsed = split_host(f"[{entry.strip()}]")  # a bare IPv6 address
-        if parsed is None or parsed[1]:
-            raise ConfigError(
-                f"http.allowed_hosts[{i}] must be a host name or IP address without scheme or "
-                f"port (e.g. 'roost.example.com' or '192.168.1.5'), or '*', got {entry!r}"
-            )
-        hosts.append(parsed[0])
-    return tuple(hosts)
+def _host_entry(entry: str) -> str | None:
+    parsed = split_host(entry) or split_host(f"[{entry.strip()}]")  # or a bare IPv6 address
+    return parsed[0] if parsed is not None and not parsed[1] else None
+
+
+def _entries(http_config: object, name: str, parse: Any, what: str) -> tuple[str, ...]:
+    """``http.<name>``: a string or a list of them, each ``"*"`` or as ``parse`` makes it
+    (None: a ConfigError naming the entry and ``what`` it must be)."""
+    raw = getattr(http_config, name, ()) or ()
+    out: list[str] = []
+    for i, entry in enumerate((raw,) if isinstance(raw, str) else raw):
+        value = entry if entry == "*" else parse(entry) if isinstance(entry, str) else None
+        if value is None:
+            raise ConfigError(f"http.{name}[{i}] must {what}, got {entry!r}")
+        out.append(value)
+    return tuple(out)
 
 
 def _public_url(raw: object) -> str | None:
