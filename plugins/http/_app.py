@@ -189,7 +189,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             offered = req.headers.get("Sec-WebSocket-Protocol")
             return subprotocol_token(offered) or req.args.get("token")
 
-        refusal, _ = state.check(
+        refusal, principal = state.check(
             req.endpoint,
             req.headers,
             req.remote_addr,
@@ -201,9 +201,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         )
         if refusal is not None:
             return refusal_response(app, refusal, req)
-        req.principal = state.principal(
-            req.headers, query_token=socket_token if is_websocket else None
-        )
+        req.principal = principal
         return None
 
     @app.before_request

@@ -104,7 +104,7 @@ class DaemonApp:
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
         length = _content_length(headers)
         pending = bool(length) or "transfer-encoding" in headers
-        refusal, _ = state.check(
+        refusal, principal = state.check(
             endpoint,
             headers,
             remote,
@@ -147,7 +147,7 @@ class DaemonApp:
             query=scope.get("query_string", b""),
             remote_addr=remote,
             base_url=connection_base_url(state.public_url, server),
-            principal=state.principal(headers),
+            principal=principal,
             receive=receive,
         )
         response = await _call(handler, request, args, renderer)

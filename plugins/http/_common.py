@@ -346,9 +346,11 @@ class DaemonState:
         is_websocket: bool = False,
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
-    ) -> tuple[Refusal | None, Hashable | None]:
-        """``(refusal or None, the rate-limit key charged or None)``; ``local_addr`` is the
-        address the connection reached (its ``getsockname()`` host)."""
+    ) -> tuple[Refusal | None, Principal | None]:
+        """``(refusal or None, who the request comes from)``: the principal of its key (a
+        websocket may pass it as ``query_token``), ``local`` when no key is configured, None
+        on a public route called without a valid key. ``local_addr`` is the address the
+        connection reached (its ``getsockname()`` host)."""
         settings = self.settings
         refused = self.check_host(headers.get("Host"), local_addr)
         if refused is not None:
@@ -365,11 +367,14 @@ class DaemonState:
         # itself, so they are not limited unless http.rate_limit_loopback says so.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
-        if settings.keys and not public:
+        principal: Principal | None = LOCAL
+        if settings.keys:
             token = bearer_token(headers.get("Authorization"))
             if token is None and is_websocket and query_token is not None:
                 token = query_token() or None
-            if settings.principal_for(token) is None:
+            principal = settings.principal_for(token)
+        if settings.keys and not public:
+            if principal is None:
                 # failed attempts count too: no free guessing
                 refused = self._limit(rate_key) if limited else None
                 if refused is not None:
@@ -385,22 +390,18 @@ class DaemonState:
                         "roost.bearer.<key in unpadded base64url>, beside roost)"
                     )
                 challenge = {"WWW-Authenticate": 'Bearer realm="roost"'}
-                return refusal(401, "unauthorized", message, challenge), (
-                    rate_key if limited else None
-                )
+                return refusal(401, "unauthorized", message, challenge), None
             rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
-        charged = None
         if limited and endpoint not in self.unlimited_endpoints:
             refused = self._limit(rate_key)
             if refused is not None:
                 return refused, None
-            charged = rate_key
         # A route with its own cap reads its body and may render the 413 itself (MCP
         # answers with a JSON-RPC error); the body buffer refuses the excess either way.
         if not is_websocket and endpoint not in self.body_limits:
             if content_length is not None and content_length > settings.max_body_bytes:
-                return too_large(settings, settings.max_body_bytes, ""), charged
-        return None, charged
+                return too_large(settings, settings.max_body_bytes, ""), principal
+        return None, principal
 
     def check_host(self, host: str | None, local_addr: str | None) -> Refusal | None:
         """The DNS-rebinding guard (``host_allowed``): None to serve a request naming
@@ -423,19 +424,6 @@ class DaemonState:
             "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
             "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1",
         )
-
-    def principal(
-        self, headers: Any, *, query_token: Callable[[], str | None] | None = None
-    ) -> Principal | None:
-        """Who a request that passed ``check`` comes from: the principal of its key (a
-        websocket may pass it as ``query_token``), ``local`` when no key is configured,
-        None on a public route called without a valid key."""
-        if not self.settings.keys:
-            return LOCAL
-        token = bearer_token(headers.get("Authorization"))
-        if token is None and query_token is not None:
-            token = query_token() or None
-        return self.settings.principal_for(token)
 
     def _limit(self, key: Hashable) -> Refusal | None:
         allowed, retry_after = self.limiter.check(key, self.clock())
