@@ -500,33 +500,15 @@ def _event_text(event: Any) -> str:
 
 def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
     plugins = state.kernel.plugins
-    hook = plugins.hook.roost_http_routes
-    for impl in hook.get_hookimpls():
-        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
-            continue
-        name = impl.plugin_name
-        try:
-            kwargs = {arg: state.kernel for arg in impl.argnames if arg == "kernel"}
-            result = impl.function(**kwargs)
-        except ConfigError:
-            raise  # a setting that names nothing stops the daemon before it listens
-        except Exception as exc:
-            _route_failure(plugins, name, f"roost_http_routes raised {type(exc).__name__}: {exc}")
-            continue
-        if result is None:
-            continue
-        if isinstance(result, RouteDescriptor):
-            result = [result]
-        if not isinstance(result, (list, tuple)):
-            _route_failure(
-                plugins,
-                name,
-                "roost_http_routes must return a list of RouteDescriptor, "
-                f"got {type(result).__name__}",
-            )
-            continue
-        for index, route in enumerate(result):
-            problem = _add_plugin_route(app, state, name, index, route)
+    hook = "roost_http_routes"
+    for name, routes in plugins.call_each(hook, answers=(Exception,), kernel=state.kernel):
+        for index, route in enumerate(routes):
+            if isinstance(route, ConfigError):
+                raise route  # a setting that names nothing stops the daemon before it listens
+            if isinstance(route, Exception):
+                problem = f"{hook} raised {type(route).__name__}: {route}"
+            else:
+                problem = _add_plugin_route(app, state, name, index, route)
             if problem:
                 _route_failure(plugins, name, problem)
 
