@@ -250,9 +250,8 @@ class DaemonApp:
         finally:
             # Not shielded: if we are being cancelled the connection is torn down anyway.
             if kind == "http":
-                with trio.move_on_after(DRAIN_DEADLINE_S):
-                    while body_pending and not finished:
-                        await tracking_receive()
+                if body_pending and not finished:
+                    await _drain(tracking_receive)
             else:
                 # A websocket peer should stop sending after our close frame; swallow
                 # what is queued or still arriving, but do not hold shutdown hostage.
@@ -275,7 +274,6 @@ def _content_length(headers: Headers) -> int | None:
 
 async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) -> bytes:
     """The whole request body; ``_Refused`` (413, 408) past ``limit`` or ``BODY_TIMEOUT_S``."""
-    body = b""
     parts: list[bytes] = []
     size = 0
     with trio.move_on_after(BODY_TIMEOUT_S):

@@ -76,21 +76,16 @@ def remove_daemon_file(home: Path | str, owner: DaemonInfo) -> None:
     info = read_daemon_file(home)
     if info is not None and (info.pid, info.port) != (owner.pid, owner.port):
         return  # another daemon has taken over this home since
-    try:
-        daemon_file(home).unlink()
-    except FileNotFoundError:
-        pass
+    daemon_file(home).unlink(missing_ok=True)
 
 
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists (it may belong to another user)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:
         return True
-    except OSError:
+    except OSError:  # ProcessLookupError among them
         return False
     return True
 

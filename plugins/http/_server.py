@@ -149,10 +149,7 @@ async def serve(
     state = daemon_state(app)
 
     async def trigger() -> None:
-        if shutdown_trigger is None:
-            await trio.sleep_forever()
-        else:
-            await shutdown_trigger()
+        await (shutdown_trigger or trio.sleep_forever)()
         state.closing.set()
 
     sock = listen_socket(host, port)
