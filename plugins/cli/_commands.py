@@ -532,26 +532,19 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
 
     warnings: list[str] = []
     errors = list(validate_files(paths, warnings=warnings))
-    reported: set[int] = set()
+    unreported = {i: str(getattr(e, "file", "")) for i, e in enumerate(errors)}  # i -> file
     for given in paths:
         prefix = str(given).rstrip("/") + "/"
         mine = [
-            (i, e)
-            for i, e in enumerate(errors)
-            if i not in reported
-            and (
-                str(getattr(e, "file", "")) == str(given)
-                or str(getattr(e, "file", "")).startswith(prefix)
-            )
+            i for i, file in unreported.items() if file == str(given) or file.startswith(prefix)
         ]
         if not mine:
             say(out, f"OK     {given}")
-        for i, error in mine:
-            reported.add(i)
-            say(out, f"ERROR  {error}")
-    for i, error in enumerate(errors):
-        if i not in reported:
-            say(out, f"ERROR  {error}")
+        for i in mine:
+            del unreported[i]
+            say(out, f"ERROR  {errors[i]}")
+    for i in unreported:
+        say(out, f"ERROR  {errors[i]}")
     for warning in warnings:
         say(out, f"WARN   {warning}")
     if errors:
