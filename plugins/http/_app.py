@@ -92,7 +92,7 @@ def create_app(
     app.extensions["roost"] = state
     history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
     if isinstance(history, int) and history > 0:
-        state.traces, state.trace_history = TraceLog(history), history
+        state.traces = TraceLog(history)
     _install_gates(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)

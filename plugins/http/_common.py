@@ -49,6 +49,7 @@ from ._auth import (
 )
 from ._daemonfile import base_url
 from ._settings import HttpSettings
+from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
 
@@ -325,9 +326,8 @@ class DaemonState:
     error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     # The base URL links are built from, set once bound (see daemon_public_url).
     public_url: str | None = None
-    # Recent traces' spans for the dashboard (a _traces.TraceLog; None: http.trace_history 0).
-    traces: Any = None
-    trace_history: int = 0
+    # Recent traces' spans for the dashboard (holding none when http.trace_history is 0).
+    traces: TraceLog = attrs.field(factory=lambda: TraceLog(0))
     clock: Callable[[], float] = trio.current_time
     trusted_hosts: frozenset[str] = attrs.field(init=False)
 

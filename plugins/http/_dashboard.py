@@ -89,21 +89,15 @@ def install(app: Any, state: Any) -> None:
                 "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
             )
         log = state.traces
-        traces = log.recent(int(raw)) if log is not None else []
-        return {
-            "traces": traces,
-            "kept": len(log) if log is not None else 0,
-            "history": state.trace_history,
-        }
+        return {"traces": log.recent(int(raw)), "kept": len(log), "history": log.max_traces}
 
     @app.get("/api/traces/<trace_id>")
     async def get_trace(trace_id: str) -> Any:
         if (refused_now := refused()) is not None:
             return refused_now
-        log = state.traces
-        spans = log.spans(trace_id) if log is not None else None
+        spans = state.traces.spans(trace_id)
         if spans is None:
-            kept = state.trace_history
+            kept = state.traces.max_traces
             message = f"trace {trace_id[:64]!r} is not held here (the newest {kept} traces are)"
             return refusal_response(app, refusal(404, "trace_not_found", message))
         return {"trace_id": trace_id, "spans": spans}

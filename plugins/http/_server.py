@@ -164,7 +164,7 @@ async def serve(
     accept_log.addFilter(quiet)
     try:
         async with trio.open_nursery() as nursery:
-            if state.traces is not None:  # until shutdown begins: then the server drains
+            if state.traces.max_traces:  # until shutdown begins: then the server drains
                 await nursery.start(follow_traces, kernel, state.traces, state.closing)
             await nursery.start(
                 partial(
