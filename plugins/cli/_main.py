@@ -33,7 +33,7 @@ def _number(convert: Any, valid: Any, not_a_number: str, out_of_range: str) -> A
         except ValueError:
             raise argparse.ArgumentTypeError(f"{not_a_number}, got {text!r}") from None
         if not valid(value):
-            raise argparse.ArgumentTypeError(f"{out_of_range}, got {value:g}")
+            raise argparse.ArgumentTypeError(f"{out_of_range}, got {text}")
         return value
 
     return parse
