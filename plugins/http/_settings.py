@@ -148,12 +148,13 @@ class HttpSettings:
         )
 
 
-# Each number's check, and the example an error gives.
+# Each number's check, and the example an error gives (as written in roost.toml: a
+# float format would turn 1048576 into 1.04858e+06, which an integer setting refuses).
 _NUMBERS = {
-    "rate_limit_per_s": (lambda v: math.isfinite(v) and v > 0, 20),
-    "rate_limit_burst": (lambda v: isinstance(v, int) and v >= 1, 40),
-    "max_body_bytes": (lambda v: isinstance(v, int) and v >= 1, 1048576),
-    "keep_alive_s": (lambda v: math.isfinite(v) and 0 < v <= 3600, DEFAULT_KEEP_ALIVE_S),
+    "rate_limit_per_s": (lambda v: math.isfinite(v) and v > 0, "20"),
+    "rate_limit_burst": (lambda v: isinstance(v, int) and v >= 1, "40"),
+    "max_body_bytes": (lambda v: isinstance(v, int) and v >= 1, "1048576"),
+    "keep_alive_s": (lambda v: math.isfinite(v) and 0 < v <= 3600, f"{DEFAULT_KEEP_ALIVE_S:g}"),
 }
 
 
@@ -164,7 +165,7 @@ def _number(http_config: object, name: str, default: float, what: str) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
         raise ConfigError(
             f"http.{name} must be {what}, got {value!r}; "
-            f"set e.g. {name} = {example:g} under [http] in roost.toml"
+            f"set e.g. {name} = {example} under [http] in roost.toml"
         )
     return value
 
