@@ -1,10 +1,8 @@
 """``roost chat AGENT``: an interactive terminal chat with streamed output.
 
-Through the running daemon when there is one (as ``roost send``): each message is posted
-to ``/api/agents/{name}/message`` while the reply streams in as ``AGENT:TOKEN`` events on
-``/api/events``. Otherwise in an in-process kernel sharing the data directory, once its
-MCP servers are up. Empty line or ``/quit`` (or end of input) leaves; ``/new`` starts a new
-session.
+Through the running daemon when there is one (the reply's tokens stream in on
+``/api/events``), else an in-process kernel. Empty line, ``/quit`` or end of input leaves;
+``/new`` starts a new session.
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any, TextIO
 
 import trio
@@ -173,25 +171,21 @@ def _print_token(event: Any, session: str, out: TextIO, printed: list[str]) -> N
         out.flush()
 
 
-class _stdin_lines:
+@asynccontextmanager
+async def _stdin_lines() -> AsyncIterator[LineReader]:
     """Lines from standard input, read without blocking the event loop."""
+    buffer = b""
+    async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as stream:
 
-    async def __aenter__(self) -> LineReader:
-        self._stream = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
-        self._buffer = b""
-        return self._next
+        async def next_line() -> str | None:
+            nonlocal buffer
+            while b"\n" not in buffer:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    line, buffer = buffer, b""
+                    return line.decode("utf-8", "replace") if line else None
+                buffer += chunk
+            line, _, buffer = buffer.partition(b"\n")
+            return line.decode("utf-8", "replace")
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stream.aclose()
-
-    async def _next(self) -> str | None:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some(4096)
-            if not chunk:
-                if not self._buffer:
-                    return None
-                line, self._buffer = self._buffer, b""
-                return line.decode("utf-8", "replace")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode("utf-8", "replace")
+        yield next_line

@@ -166,17 +166,15 @@ def event_line(event: Mapping[str, Any], *, width: int = 160) -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` with every character a terminal would not print shown as its escape
-    (``\\x1b``): a span's name and error are an agent's or a peer's text, and an escape
-    sequence in them could clear, retitle or rewrite the operator's terminal."""
+    """``text`` with unprintable characters escaped: an agent's or peer's text could hold
+    sequences that clear, retitle or rewrite the operator's terminal."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def span_summary(span: Mapping[str, Any]) -> str:
-    """A span record (``TRACE:SPAN_START`` / ``TRACE:SPAN_END``) in a few words: its kind
-    and name, how long it took, how it ended and what it met (breaker, taint, loop guard)."""
+    """A span record in a few words: kind, name, duration, status and marks."""
     text = f"{span.get('kind', '?')} {span.get('name', '?')}"
     if isinstance(span.get("duration_ms"), (int, float)):
         text += f" {span['duration_ms']:.1f} ms"
@@ -193,14 +191,9 @@ TOKEN_KIND = "AGENT:TOKEN"
 
 
 class TokenRuns:
-    """Coalesces streamed ``AGENT:TOKEN`` events into one line per run (sans-I/O).
-
-    A run is one agent's answer: its tokens share the source and the trace span. Its line
-    is printed when another event of that agent or span arrives (its tool call, its
-    reply), when more than ``max_runs`` runs are open at once (the oldest goes first), or
-    at ``flush()``. Each run keeps at most ``width`` characters of its text (what the line
-    shows) and counts the rest.
-    """
+    """Coalesces streamed ``AGENT:TOKEN`` events into one line per run (one agent's answer:
+    same source and span), printed when another event of that agent or span arrives, when
+    over ``max_runs`` are open (oldest first), or at ``flush()``; ``width`` characters kept."""
 
     def __init__(self, *, width: int = 160, max_runs: int = 64) -> None:
         self.width = width

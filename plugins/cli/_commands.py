@@ -1,7 +1,5 @@
-"""The CLI's commands as async functions (the argument parser calls these; so do tests).
-
-Each writes results to ``out`` and progress to ``err`` and returns an exit code.
-``open_kernel`` is injectable so the same code runs against a test kernel.
+"""The CLI's commands as async functions: results to ``out``, progress to ``err``, an exit
+code back; ``open_kernel`` is injectable so the same code runs against a test kernel.
 """
 
 from __future__ import annotations
@@ -11,14 +9,14 @@ import json
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
-from roost.kernel import KernelAPI, RoostError
+from roost.kernel import AgentNotFound, KernelAPI, RoostError
 from roost.plugins.http import find_daemon, reply_json, resolve_api_key, tool_json
 
 from ._client import DaemonClient, TokenRuns
@@ -65,6 +63,44 @@ async def _daemon(config: Any) -> DaemonClient | None:
     return None if info is None else DaemonClient(info, api_key_for(config))
 
 
+class _InProcess:
+    """An in-process kernel answering what ``DaemonClient`` asks of a daemon."""
+
+    def __init__(self, kernel: KernelAPI) -> None:
+        self.kernel = kernel
+
+    async def agents(self) -> list[dict[str, Any]]:
+        return self.kernel.agent_info()
+
+    async def peers(self) -> list[dict[str, Any]]:
+        return []  # roost agents shows the daemon's pending peers only
+
+    async def tools(self, agent: str | None = None) -> list[dict[str, Any]]:
+        return [tool_json(spec) for spec in self.kernel.list_tools(agent)]
+
+    async def send(self, agent: str, message: str, **options: Any) -> dict[str, Any]:
+        return reply_json(await self.kernel.send(agent, message, **options))
+
+
+@asynccontextmanager
+async def _connect(
+    config: Any, err: TextIO, open_kernel: KernelOpener | None, agent: str | None = None
+) -> AsyncIterator[DaemonClient | _InProcess]:
+    """The running daemon's client, else an in-process kernel booted for one command (an
+    unknown ``agent`` refused first, then its MCP servers waited for)."""
+    client = await _daemon(config)
+    if client is not None:
+        yield client
+        return
+    say(err, "booting kernel…")
+    async with _opener(open_kernel)(config) as kernel:
+        if agent is not None and agent not in kernel.agents:
+            raise AgentNotFound(agent, list(kernel.agents))
+        await wait_for_mcp_servers(kernel, err)
+        say(err, f"loaded {len(kernel.agents)} agents")
+        yield _InProcess(kernel)
+
+
 # ---- MCP servers of an in-process kernel ------------------------------------------
 
 MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
@@ -89,9 +125,8 @@ def _outcome(entry: Mapping[str, Any]) -> str | None:
 
 
 async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
-    """Wait until each configured MCP server is connected or has failed, each at most its
-    ``timeout_secs``, saying so on ``err``: a one-shot command that lists or runs tools
-    right after boot would otherwise miss every ``mcp_*`` tool."""
+    """Wait until each MCP server is connected or failed (at most its ``timeout_secs``): a
+    one-shot command listing or running tools after boot would miss every ``mcp_*`` tool."""
     manager = _mcp_manager(kernel)
     if manager is None or not manager.states:
         return
@@ -170,18 +205,9 @@ async def agents_command(
     config: Any, *, as_json: bool, out: TextIO, err: TextIO, open_kernel: KernelOpener | None = None
 ) -> int:
     """``roost agents``: from the running daemon, else from an in-process kernel."""
-    client = await _daemon(config)
-    peers: list[dict[str, Any]] = []
-    if client is not None:
+    async with _connect(config, err, open_kernel) as client:
         agents = await client.agents()
-        if not as_json:
-            peers = await client.peers()
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            await wait_for_mcp_servers(kernel, err)
-            agents = kernel.agent_info()
-            say(err, f"loaded {len(agents)} agents")
+        peers = [] if as_json else await client.peers()
     if as_json:
         say(out, json.dumps(agents, indent=2, ensure_ascii=False, default=str))
     elif not agents:
@@ -225,14 +251,8 @@ async def tools_command(
     open_kernel: KernelOpener | None = None,
 ) -> int:
     """``roost tools [--agent NAME]``: every tool, or those ``NAME`` may call."""
-    client = await _daemon(config)
-    if client is not None:
+    async with _connect(config, err, open_kernel) as client:
         tools = await client.tools(agent)
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            await wait_for_mcp_servers(kernel, err)
-            tools = [tool_json(s) for s in kernel.list_tools(agent)]
     if as_json:
         say(out, json.dumps(tools, indent=2, ensure_ascii=False, default=str))
     elif not tools:
@@ -258,27 +278,14 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: through the running daemon, else in-process.
-
-    Prints the reply (or JSON with ``as_json``); exit code 1 if the agent answered with an error.
-    """
+    """``roost send AGENT MESSAGE``: through the running daemon, else in-process; exit code
+    1 if the agent answered with an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
-    client = await _daemon(config)
-    if client is not None:
-        say(err, f"sending to {agent} via the daemon at {client.info.url}…")
+    async with _connect(config, err, open_kernel, agent) as client:
+        via = f" via the daemon at {client.info.url}" if isinstance(client, DaemonClient) else ""
+        say(err, f"sending to {agent}{via}…")
         reply = await client.send(agent, message, session_id=session_id, timeout=timeout)
-    else:
-        say(err, "booting kernel…")
-        async with _opener(open_kernel)(config) as kernel:
-            if agent not in kernel.agents:
-                from roost.kernel import AgentNotFound
-
-                raise AgentNotFound(agent, list(kernel.agents))
-            await wait_for_mcp_servers(kernel, err)
-            say(err, f"loaded {len(kernel.agents)} agents; sending to {agent}…")
-            answer = await kernel.send(agent, message, session_id=session_id, timeout=timeout)
-            reply = reply_json(answer)
     if as_json:
         say(out, json.dumps(reply, indent=2, ensure_ascii=False))
     else:
@@ -297,10 +304,8 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: print the daemon's events, one line each, until Ctrl-C (or ``count``).
-
-    ``stop`` ends the watch when it returns (default: SIGINT or SIGTERM).
-    """
+    """``roost watch``: print the daemon's events, one line each, until ``count`` or ``stop``
+    (default: SIGINT or SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -377,12 +382,9 @@ async def run_command(
     own_process: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or ``stop``).
-
-    Reports the base URL through ``task_status`` once serving. ``own_process``: the
-    process is this daemon's alone (the ``roost run`` command), so it may tune
-    process-wide settings for it (see ``_boot``).
-    """
+    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or
+    ``stop``); the base URL goes to ``task_status``. ``own_process``: this process is the
+    daemon's alone, so ``_boot`` may tune it."""
     from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
@@ -424,15 +426,10 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """Enter the kernel context ``opening`` on ``stack``; the kernel.
-
-    In a process of its own, the soft open-file limit is raised to the hard one (children
-    get the operator's back: ``roost.kernel.child_open_file_limit``), the cyclic garbage
-    collector is off while the kernel boots
-    (thousands of agents allocate only what lives as long as the kernel: the collector
-    would walk it over and over, finding nothing), and what the boot allocated is then
-    frozen out of every later collection (``gc.freeze``), so that collections under load
-    walk only what requests allocate."""
+    """Enter the kernel context ``opening`` on ``stack``; the kernel. In a process of its
+    own, the open-file limit is raised, and the cyclic GC is off during boot (what thousands
+    of agents allocate lives as long as the kernel), its result then frozen (``gc.freeze``)
+    so collections under load walk only what requests allocate."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit
@@ -492,8 +489,7 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
 
 
 def roost_executable() -> str:
-    """The absolute path of this ``roost`` command, for configs that start it (an IDE's
-    MCP server entry runs without the shell's PATH or an activated venv)."""
+    """The absolute path of this ``roost`` (an IDE runs MCP servers without the shell's PATH)."""
     import shutil
     import sys
 
@@ -536,26 +532,19 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
 
     warnings: list[str] = []
     errors = list(validate_files(paths, warnings=warnings))
-    reported: set[int] = set()
+    unreported = {i: str(getattr(e, "file", "")) for i, e in enumerate(errors)}  # i -> file
     for given in paths:
         prefix = str(given).rstrip("/") + "/"
         mine = [
-            (i, e)
-            for i, e in enumerate(errors)
-            if i not in reported
-            and (
-                str(getattr(e, "file", "")) == str(given)
-                or str(getattr(e, "file", "")).startswith(prefix)
-            )
+            i for i, file in unreported.items() if file == str(given) or file.startswith(prefix)
         ]
         if not mine:
             say(out, f"OK     {given}")
-        for i, error in mine:
-            reported.add(i)
-            say(out, f"ERROR  {error}")
-    for i, error in enumerate(errors):
-        if i not in reported:
-            say(out, f"ERROR  {error}")
+        for i in mine:
+            del unreported[i]
+            say(out, f"ERROR  {errors[i]}")
+    for i in unreported:
+        say(out, f"ERROR  {errors[i]}")
     for warning in warnings:
         say(out, f"WARN   {warning}")
     if errors:

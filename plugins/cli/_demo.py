@@ -1,12 +1,11 @@
-"""``roost demo``: agents collaborating over kernel-routed MCP calls, then the breaker.
-
-Boots an in-process kernel on a throw-away data directory (unless ``home`` is given),
-so the demo never touches the user's sessions.
+"""``roost demo``: agents collaborating over kernel-routed MCP calls, then the breaker; on
+a throw-away data directory (unless ``home`` is given), never the user's sessions.
 """
 
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from typing import Any, TextIO
 
 import attrs
@@ -33,9 +32,7 @@ async def run_demo(
         else:
             config = attrs.evolve(config, home=home or tmp)
 
-        def say(text: str = "") -> None:
-            print(text, file=out, flush=True)
-
+        say = partial(print, file=out, flush=True)
         say("booting kernel…")
         async with open_kernel(config) as kernel:
             say(f"agents: {', '.join(kernel.agents)}  ·  tools: {len(kernel.registry)}")

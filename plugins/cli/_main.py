@@ -1,7 +1,5 @@
-"""Argument parsing and error reporting for ``roost``.
-
-Only the standard library is imported at start-up, so ``roost --help`` stays fast;
-each command imports what it needs when it runs.
+"""Argument parsing and error reporting for ``roost``: only the standard library at
+start-up (``roost --help`` stays fast); each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -26,40 +24,36 @@ configuration: --config FILE, else $ROOST_CONFIG, else ./roost.toml, else defaul
 """
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"port must be a number from 0 to 65535, got {text!r}"
-        ) from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(
-            f"port must be from 0 to 65535 (0 picks a free port), got {value}"
-        )
-    return value
+def _number(convert: Any, valid: Any, not_a_number: str, out_of_range: str) -> Any:
+    """An argparse ``type``: ``convert(text)`` if ``valid``, else an error saying why."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{not_a_number}, got {text!r}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(f"{out_of_range}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value <= 3600:
-        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 3600, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive whole number, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {value}")
-    return value
+_port = _number(
+    int,
+    lambda v: 0 <= v <= 65535,
+    "port must be a number from 0 to 65535",
+    "port must be from 0 to 65535 (0 picks a free port)",
+)
+_positive_float = _number(
+    float,
+    lambda v: 0 < v <= 3600,
+    "expected a number of seconds",
+    "expected seconds between 0 and 3600",
+)
+_positive_int = _number(
+    int, lambda v: v >= 1, "expected a positive whole number", "expected a positive whole number"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,31 +79,22 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    command = partial(sub.add_parser, parents=[common])
 
-    run = sub.add_parser("run", parents=[common], help="boot the kernel and serve the HTTP API")
+    run = command("run", help="boot the kernel and serve the HTTP API")
     run.add_argument("--host", help="address to listen on (default: http.host, 127.0.0.1)")
     run.add_argument(
         "--port", type=_port, help="port to listen on (default: http.port, 8470; 0 = any free port)"
     )
-
-    sub.add_parser(
-        "demo",
-        parents=[common],
-        help="run the built-in demo (agents collaborating, then the breaker)",
-    )
-
-    agents = sub.add_parser("agents", parents=[common], help="list the agents")
+    command("demo", help="run the built-in demo (agents collaborating, then the breaker)")
+    agents = command("agents", help="list the agents")
     agents.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    tools = sub.add_parser(
-        "tools", parents=[common], help="list the tools (all, or those an agent may call)"
-    )
+    tools = command("tools", help="list the tools (all, or those an agent may call)")
     tools.add_argument("--agent", metavar="NAME", help="only the tools this agent may call")
     tools.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    send = sub.add_parser(
-        "send", parents=[common], help="send a message to an agent and print its reply"
-    )
+    send = command("send", help="send a message to an agent and print its reply")
     send.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
     send.add_argument("message", metavar="MESSAGE", help="the text to send")
     send.add_argument(
@@ -120,15 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     send.add_argument("--json", action="store_true", help="print the whole reply as JSON")
 
-    chat = sub.add_parser(
-        "chat", parents=[common], help="chat with an agent in the terminal, replies streamed"
-    )
+    chat = command("chat", help="chat with an agent in the terminal, replies streamed")
     chat.add_argument("agent", metavar="AGENT", help="the agent's name (see: roost agents)")
     chat.add_argument("--session", metavar="ID", help="continue this session")
 
-    watch = sub.add_parser(
-        "watch", parents=[common], help="print a running daemon's events as they happen"
-    )
+    watch = command("watch", help="print a running daemon's events as they happen")
     watch.add_argument(
         "--kinds",
         nargs="+",
@@ -142,17 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=_positive_int, metavar="N", help="exit after N events")
     watch.add_argument("--json", action="store_true", help="print each event as a JSON line")
 
-    validate = sub.add_parser("validate", parents=[common], help="check agent.json manifests")
+    validate = command("validate", help="check agent.json manifests")
     validate.add_argument(
         "files", nargs="+", metavar="FILE", help="agent.json files or directories of them"
     )
 
-    a2a = sub.add_parser("a2a", parents=[common], help="talk to A2A agents (any A2A server)")
-    a2a_sub = a2a.add_subparsers(dest="a2a_command", metavar="ACTION", required=True)
-    a2a_discover = a2a_sub.add_parser("discover", parents=[common], help="read an agent's card")
+    a2a = command("a2a", help="talk to A2A agents (any A2A server)")
+    a2a_command = partial(
+        a2a.add_subparsers(dest="a2a_command", metavar="ACTION", required=True).add_parser,
+        parents=[common],
+    )
+    a2a_discover = a2a_command("discover", help="read an agent's card")
     a2a_discover.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
     a2a_discover.add_argument("--json", action="store_true", help="print the whole card as JSON")
-    a2a_send = a2a_sub.add_parser("send", parents=[common], help="send a message to an A2A agent")
+    a2a_send = a2a_command("send", help="send a message to an A2A agent")
     a2a_send.add_argument("url", metavar="URL", help="the agent's base URL or card URL")
     a2a_send.add_argument("message", metavar="MESSAGE", help="the text to send")
     a2a_send.add_argument("--stream", action="store_true", help="print events as they arrive")
@@ -160,14 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     a2a_send.add_argument("--task", metavar="ID", help="answer this task (input-required)")
     a2a_send.add_argument("--json", action="store_true", help="print JSON")
 
-    mcp = sub.add_parser(
-        "mcp",
-        parents=[common],
-        help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)",
+    mcp = command(
+        "mcp", help="serve MCP on stdin/stdout (bridges to a running daemon, else boots the kernel)"
     )
     mcp.add_argument("--no-daemon", action="store_true", help="always boot an in-process kernel")
-
-    sub.add_parser("version", parents=[common], help="print the version")
+    command("version", help="print the version")
     return parser
 
 
@@ -229,61 +210,37 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from . import _commands as c
 
     config = _load_config(args)
+    io = {"out": out, "err": err}
     if command == "run":
-        return trio.run(
-            partial(
-                c.run_command,
-                config,
-                host=args.host,
-                port=args.port,
-                out=out,
-                err=err,
-                own_process=True,
-            )
-        )
-    if command == "demo":
+        call = partial(c.run_command, host=args.host, port=args.port, own_process=True, **io)
+    elif command == "demo":
         from ._demo import run_demo
 
-        return trio.run(partial(run_demo, config, out=out))
-    if command == "agents":
-        return trio.run(partial(c.agents_command, config, as_json=args.json, out=out, err=err))
-    if command == "tools":
-        return trio.run(
-            partial(c.tools_command, config, agent=args.agent, as_json=args.json, out=out, err=err)
-        )
-    if command == "chat":
+        call = partial(run_demo, out=out)
+    elif command == "agents":
+        call = partial(c.agents_command, as_json=args.json, **io)
+    elif command == "tools":
+        call = partial(c.tools_command, agent=args.agent, as_json=args.json, **io)
+    elif command == "chat":
         from ._chat import chat_command
 
-        return trio.run(
-            partial(chat_command, config, args.agent, session_id=args.session, out=out, err=err)
+        call = partial(chat_command, agent=args.agent, session_id=args.session, **io)
+    elif command == "send":
+        call = partial(
+            c.send_command,
+            agent=args.agent,
+            message=args.message,
+            session_id=args.session,
+            timeout=args.timeout,
+            as_json=args.json,
+            **io,
         )
-    if command == "send":
-        return trio.run(
-            partial(
-                c.send_command,
-                config,
-                args.agent,
-                args.message,
-                session_id=args.session,
-                timeout=args.timeout,
-                as_json=args.json,
-                out=out,
-                err=err,
-            )
-        )
-    if command == "watch":
-        return trio.run(
-            partial(
-                c.watch_command,
-                config,
-                kinds=_kinds(args.kinds),
-                as_json=args.json,
-                count=args.count,
-                out=out,
-                err=err,
-            )
-        )
-    raise AssertionError(f"unhandled command {command!r}")  # pragma: no cover
+    elif command == "watch":
+        kinds = _kinds(args.kinds)
+        call = partial(c.watch_command, kinds=kinds, as_json=args.json, count=args.count, **io)
+    else:  # pragma: no cover
+        raise AssertionError(f"unhandled command {command!r}")
+    return trio.run(partial(call, config))
 
 
 def _leaf(exc: BaseException) -> BaseException:

@@ -1,17 +1,12 @@
-"""roost.plugins.http — the daemon, served by ``hypercorn.trio.serve``.
-
-Endpoints: ``GET /health`` (public), ``GET /api/agents``, ``GET /api/agents/{name}``,
-``POST /api/agents/{name}/message``, ``GET /api/tools[?agent=NAME]``, the websocket
-``/api/events[?kinds=EXEC:,AGENT:REPLY]`` (a quart-trio app), and routes from the
-``roost_http_routes`` hook (plain handlers: ``PlainRequest`` → ``PlainResponse``).
-
-Importing this package is cheap: Quart and Hypercorn load on first use of ``create_app``,
-``serve`` or ``open_daemon`` (the CLI's start-up time depends on it).
+"""roost.plugins.http — the daemon (``/health``, ``/api/...``, the ``/api/events``
+websocket, the dashboard and the ``roost_http_routes`` plugin routes), served by
+``hypercorn.trio.serve``. Importing it is cheap: Quart and Hypercorn load on first use
+(the CLI's start-up time depends on it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._auth import (
     Principal,
@@ -33,72 +28,45 @@ from ._daemonfile import (
 )
 from ._ratelimit import Gcra
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._app import DaemonState, create_app, daemon_state, parse_kinds
-    from ._common import (
-        InvalidRequest,
-        base_url,
-        jsonrpc_error_code,
-        loopback_for,
-        reply_json,
-        status_for,
-        tool_json,
-    )
-    from ._plain import PlainRequest, PlainResponse
-    from ._server import open_daemon, serve
-    from ._settings import HttpSettings
-
+# Loaded on first use (they import Quart and Hypercorn): name -> module.
 _LAZY = {
-    "create_app": "._app",
-    "daemon_state": "._app",
-    "DaemonState": "._app",
-    "InvalidRequest": "._common",
-    "jsonrpc_error_code": "._common",
-    "parse_kinds": "._app",
-    "status_for": "._common",
-    "PlainRequest": "._plain",
-    "PlainResponse": "._plain",
-    "serve": "._server",
-    "open_daemon": "._server",
-    "base_url": "._common",
-    "loopback_for": "._common",
-    "reply_json": "._common",
-    "tool_json": "._common",
-    "HttpSettings": "._settings",
+    name: module
+    for module, names in {
+        "._app": ("create_app", "daemon_state", "parse_kinds"),
+        "._common": (
+            "DaemonState",
+            "InvalidRequest",
+            "base_url",
+            "jsonrpc_error_code",
+            "loopback_for",
+            "reply_json",
+            "status_for",
+            "tool_json",
+        ),
+        "._plain": ("PlainRequest", "PlainResponse"),
+        "._server": ("open_daemon", "serve"),
+        "._settings": ("HttpSettings",),
+    }.items()
+    for name in names
 }
 
 __all__ = [
     "DaemonInfo",
-    "DaemonState",
     "Gcra",
-    "HttpSettings",
-    "InvalidRequest",
-    "PlainRequest",
-    "PlainResponse",
     "Principal",
-    "base_url",
-    "loopback_for",
     "bearer_token",
-    "create_app",
     "daemon_file",
     "daemon_http_client",
-    "daemon_state",
     "find_daemon",
-    "jsonrpc_error_code",
-    "open_daemon",
     "origin_allowed",
-    "parse_kinds",
     "pid_alive",
     "principal_of",
     "read_daemon_file",
     "remove_daemon_file",
-    "reply_json",
     "resolve_api_key",
-    "serve",
-    "status_for",
     "tokens_match",
-    "tool_json",
     "write_daemon_file",
+    *_LAZY,
 ]
 
 

@@ -1,10 +1,8 @@
 """The quart-trio application: REST API, event websocket; the plugin routes' table.
 
-Every error leaves as ``{"error": {"code": ..., "message": ...}}`` with a fitting status,
-or in the shape of the route's protocol when its ``RouteDescriptor.render_error`` says so;
-no traceback ever reaches a client. Every route answers with and without a trailing slash.
-Plugin routes are rules of the app's URL map without a view: ``_asgi.DaemonApp`` serves
-them with their plain handlers, so the map decides 404 and 405 for every path.
+Every error leaves as ``{"error": {...}}`` (or in the route's ``render_error`` shape), never
+a traceback. Plugin routes are rules of the app's URL map without a view (``_asgi`` serves
+them), so the map decides 404 and 405 for every path.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import trio
 from quart import has_request_context, request, websocket
 from quart_trio import QuartTrio
@@ -37,17 +34,17 @@ from roost.kernel import (
 from roost.kernel import json_type_name as _json_type
 from werkzeug.exceptions import HTTPException
 
-from . import _dashboard, _trace_headers
+from . import _dashboard
 from ._auth import WEBSOCKET_PROTOCOL, principal_of, subprotocol_token
 from ._common import (
-    ErrorShapes,
-    Gate,
+    DaemonState,
     InvalidRequest,
     Refusal,
     admin_only,
     canonical_path,
     common_headers,
     internal_error,
+    refusal,
     refusal_for,
     render_refusal,
     reply_json,
@@ -56,6 +53,7 @@ from ._common import (
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
+from ._trace_headers import caller_headers
 from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
@@ -67,47 +65,6 @@ _KIND = re.compile(r"^[A-Za-z0-9_.\-]{1,64}:[A-Za-z0-9_.\-]{0,64}$")
 _MESSAGE_FIELDS = ("message", "session_id", "timeout")
 
 
-@attrs.define
-class DaemonState:
-    """What the app's handlers share; ``closing`` is set when graceful shutdown begins."""
-
-    kernel: KernelAPI
-    settings: HttpSettings
-    limiter: Gcra
-    event_buffer: int
-    version: str
-    closing: trio.Event = attrs.field(factory=trio.Event)
-    public_endpoints: set[str] = attrs.field(factory=set)
-    unlimited_endpoints: set[str] = attrs.field(factory=set)
-    # Per-route request body caps (endpoint -> bytes) from RouteDescriptor.max_body_bytes.
-    body_limits: dict[str, int] = attrs.field(factory=dict)
-    # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
-    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(
-        factory=dict
-    )
-    # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
-    routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
-    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
-    error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
-    gate: Gate = attrs.field(default=None)
-    # The base URL links are built from, set once bound (see _common.daemon_public_url).
-    public_url: str | None = None
-    # Recent traces' spans for the dashboard (a _traces.TraceLog; None: http.trace_history 0).
-    traces: Any = None
-    trace_history: int = 0
-
-    def __attrs_post_init__(self) -> None:
-        if self.gate is None:
-            self.gate = Gate(
-                self.settings,
-                self.limiter,
-                trio.current_time,
-                self.public_endpoints,
-                self.unlimited_endpoints,
-                self.body_limits,
-            )
-
-
 def create_app(
     kernel: KernelAPI,
     *,
@@ -115,11 +72,8 @@ def create_app(
     env: Mapping[str, str] | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
 ) -> QuartTrio:
-    """The daemon's quart-trio app for ``kernel`` (routes from plugins included).
-
-    ``settings`` default to ``HttpSettings.from_config(kernel.config.http, env)``.
-    ``event_buffer`` bounds each ``/api/events`` subscriber's queue.
-    """
+    """The daemon's quart-trio app for ``kernel`` (plugin routes included); ``event_buffer``
+    bounds each ``/api/events`` subscriber's queue."""
     if settings is None:
         settings = HttpSettings.from_config(kernel.config.http, env)
     if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
@@ -138,9 +92,8 @@ def create_app(
     app.extensions["roost"] = state
     history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
     if isinstance(history, int) and history > 0:
-        state.traces, state.trace_history = TraceLog(history), history
+        state.traces = TraceLog(history)
     _install_gates(app, state)
-    _trace_headers.install(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
     _dashboard.install(app, state)
@@ -152,10 +105,8 @@ def create_app(
 
 
 class _QuartApp(QuartTrio):
-    """Quart, whose request context never fails to build: a Werkzeug HTTPException raised
-    while it binds its URL adapter (``BadHost`` for a Host the IDNA codec refuses) becomes
-    the request's routing error, answered by the error handlers after the gates (which
-    refuse such a Host first) — never a bare 500 with a traceback in the log."""
+    """Quart whose request context never fails to build: an HTTPException binding the URL
+    adapter (``BadHost``) becomes the routing error, answered after the gates, not a 500."""
 
     def create_url_adapter(self, request: Any) -> Any:
         try:
@@ -173,9 +124,8 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the HTTP route quart would pick for ``path`` (trailing
-    slashes ignored), or None (no such route, wrong method, a redirect or a websocket
-    rule). Cached; the cache is bounded."""
+    """``(endpoint, view args)`` of the HTTP route for ``path`` (trailing slashes ignored),
+    or None; cached (bounded)."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)
@@ -207,7 +157,7 @@ def _current():
 
 def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
     """A ``Refusal`` as a quart response, in the shape of the route of ``req`` (default:
-    the current request), see ``ErrorShapes``."""
+    the current request)."""
     if req is None:
         req = _current()
     renderer = daemon_state(app).error_shapes.for_request(req.endpoint, req.method, req.path)
@@ -239,7 +189,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
             offered = req.headers.get("Sec-WebSocket-Protocol")
             return subprotocol_token(offered) or req.args.get("token")
 
-        refusal, _ = state.gate.check(
+        refusal, principal = state.check(
             req.endpoint,
             req.headers,
             req.remote_addr,
@@ -251,14 +201,26 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         )
         if refusal is not None:
             return refusal_response(app, refusal, req)
-        req.principal = state.gate.principal(
-            req.headers, query_token=socket_token if is_websocket else None
-        )
+        req.principal = principal
         return None
 
     @app.before_request
     async def _gate_request():
-        return gate(request, is_websocket=False)
+        refused = gate(request, is_websocket=False)
+        if refused is None and request.method == "POST" and state.kernel.process_traces:
+            # A local process's run continues its trace (see _trace_headers).
+            scope = request.scope
+            items = request.headers.items()
+            rewritten = await caller_headers(
+                state.kernel, "POST", items, scope.get("client"), scope.get("server")
+            )
+            if rewritten is not None:
+                for name in TraceContext.header_names:
+                    request.headers.remove(name)
+                for name, value in rewritten:
+                    if name.lower() in TraceContext.header_names:
+                        request.headers.add(name, value)
+        return refused
 
     @app.before_websocket
     async def _gate_websocket():
@@ -305,9 +267,7 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return refusal_response(
-            app, Refusal(status, {"code": _snake(exc.name), "message": message}, headers)
-        )
+        return refusal_response(app, refusal(status, _snake(exc.name), message, headers))
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -354,7 +314,10 @@ async def _read_json_object() -> dict[str, Any]:
 
 def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float | None]:
     """Check a ``POST /api/agents/{name}/message`` body: ``(message, session_id, timeout)``."""
-    _valid_json_input(body, "")  # first: every later error may quote what was sent
+    try:  # first: every later error may quote what was sent
+        check_json_input(body, "")
+    except InvalidInput as exc:
+        raise InvalidRequest(exc.field, str(exc)) from None
     unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -398,15 +361,6 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
     return message, session_id, timeout
 
 
-def _valid_json_input(value: Any, field: str) -> None:
-    """400 naming the field if ``value`` holds a lone surrogate (no store could keep it) or
-    a non-finite number (no JSON answer could carry it)."""
-    try:
-        check_json_input(value, field)
-    except InvalidInput as exc:
-        raise InvalidRequest(exc.field, str(exc)) from None
-
-
 def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
     """Parse ``?kinds=EXEC:,AGENT:REPLY`` (None when absent)."""
     if raw is None or not raw.strip():
@@ -422,11 +376,6 @@ def parse_kinds(raw: str | None) -> tuple[str, ...] | None:
                 "or a namespace prefix ending in ':' (e.g. EXEC:), comma-separated",
             )
     return kinds
-
-
-def _principal_name(req: Any) -> str | None:
-    principal = principal_of(req)
-    return None if principal is None else principal.name
 
 
 def _install_api(app: QuartTrio, state: DaemonState) -> None:
@@ -446,7 +395,6 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
     state.unlimited_endpoints.add("health")
 
     async def agents_with_usage(name: str | None = None) -> list[dict[str, Any]]:
-        """``kernel.agent_info(name)`` plus each agent's recorded token usage."""
         usage = await kernel.store.usage_by_agent()
         empty = {"input_tokens": 0, "output_tokens": 0, "requests": 0}
         return [
@@ -479,7 +427,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             session_id=session_id,
             trace=trace,
             timeout=timeout,
-            principal=_principal_name(request),
+            principal=getattr(principal_of(request), "name", None),
         )
         body = reply_json(reply)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
@@ -521,11 +469,8 @@ async def forward_events(
     send: Callable[[str], Any],
     receive: Callable[[], Any],
 ) -> None:
-    """Forward tap events as JSON text until the daemon closes or the tap ends.
-
-    ``events`` is a bounded tap subscription: if this client is slow, the tap drops events
-    for it (and says so in a ``TAP:DROPPED`` event) instead of slowing the kernel.
-    """
+    """Forward tap events as JSON text until the daemon closes or the tap ends (a slow
+    client loses events, announced by ``TAP:DROPPED``, instead of slowing the kernel)."""
 
     async def discard_inbound() -> None:
         # Keep reading so a chatty client cannot fill Quart's inbound queue and hide
@@ -546,9 +491,7 @@ async def forward_events(
 
 
 def _event_text(event: Any) -> str:
-    """``event`` as the JSON text of a websocket message; a lone surrogate in it (a model's
-    "\\ud800", legal in JSON escapes, not in UTF-8) as its escape, rather than ending the
-    stream."""
+    """``event`` as JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped."""
     return escape_lone_surrogates(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
 
 
@@ -557,33 +500,15 @@ def _event_text(event: Any) -> str:
 
 def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
     plugins = state.kernel.plugins
-    hook = plugins.hook.roost_http_routes
-    for impl in hook.get_hookimpls():
-        if getattr(impl, "hookwrapper", False) or getattr(impl, "wrapper", False):
-            continue
-        name = impl.plugin_name
-        try:
-            kwargs = {arg: state.kernel for arg in impl.argnames if arg == "kernel"}
-            result = impl.function(**kwargs)
-        except ConfigError:
-            raise  # a setting that names nothing stops the daemon before it listens
-        except Exception as exc:
-            _route_failure(plugins, name, f"roost_http_routes raised {type(exc).__name__}: {exc}")
-            continue
-        if result is None:
-            continue
-        if isinstance(result, RouteDescriptor):
-            result = [result]
-        if not isinstance(result, (list, tuple)):
-            _route_failure(
-                plugins,
-                name,
-                "roost_http_routes must return a list of RouteDescriptor, "
-                f"got {type(result).__name__}",
-            )
-            continue
-        for index, route in enumerate(result):
-            problem = _add_plugin_route(app, state, name, index, route)
+    hook = "roost_http_routes"
+    for name, routes in plugins.call_each(hook, answers=(Exception,), kernel=state.kernel):
+        for index, route in enumerate(routes):
+            if isinstance(route, ConfigError):
+                raise route  # a setting that names nothing stops the daemon before it listens
+            if isinstance(route, Exception):
+                problem = f"{hook} raised {type(route).__name__}: {route}"
+            else:
+                problem = _add_plugin_route(app, state, name, index, route)
             if problem:
                 _route_failure(plugins, name, problem)
 

@@ -1,15 +1,10 @@
 """The daemon's ASGI app: plugin routes answered by their plain handlers, the rest by Quart.
 
-``DaemonApp`` routes every request by its path, trailing slashes ignored (``canonical_path``).
-A request for a plugin route passes the shared ``Gate`` and its body cap here and goes to
-the route's handler (``_plain``), without Quart; everything else — the REST API,
-``/api/events``, and the answers for unknown paths and methods — goes to the quart-trio
-app, wrapped in ``DrainingApp``. A handler is not cancelled when its client goes away (it
-may await ``request.disconnected()``); a streamed answer ends then.
-
-Hypercorn hands a request body to the app through a small bounded queue: an answer that
-leaves part of a body unread says ``Connection: close`` and reads that queue until the
-server reports the end, or the connection's reader would wait on it for good.
+A plugin route's request passes the shared checks (``DaemonState.check``) and body cap
+here and goes to its handler (``_plain``); everything else goes to the quart-trio app,
+wrapped in ``DaemonApp.quart``. Hypercorn hands a body over through a small bounded queue: an
+answer that leaves part of it unread says ``Connection: close`` and reads that queue until
+the end, or the connection's reader would wait on it for good.
 """
 
 from __future__ import annotations
@@ -22,13 +17,15 @@ from typing import Any
 import trio
 from roost.kernel import RoostError
 
-from ._app import DaemonState, route_for
+from ._app import route_for
 from ._common import (
+    DaemonState,
     Refusal,
     canonical_path,
     common_headers,
     connection_base_url,
     internal_error,
+    refusal,
     refusal_for,
     render_refusal,
     too_large,
@@ -50,8 +47,8 @@ class _Refused(Exception):
         self.refusal = refusal
 
 
-class _Gone(Exception):
-    """The client disconnected."""
+class _Gone(Exception):  # the client disconnected
+    pass
 
 
 class DaemonApp:
@@ -60,7 +57,6 @@ class DaemonApp:
     def __init__(self, app: Any, state: DaemonState) -> None:
         self.app = app
         self.state = state
-        self.quart = DrainingApp(app)
         # common_headers of a request without Origin, for an answer with no headers of its own
         self._plain_headers = [
             (name.lower().encode("latin-1"), value.encode("latin-1"))
@@ -83,33 +79,7 @@ class DaemonApp:
                     if route is not None:
                         await self.serve_route(route, found[0], found[1], scope, receive, send)
                         return
-                # Quart's request context parses Host before any check runs: a value it
-                # cannot take is refused here (the gate checks it again, cached).
-                if await self._refused_host(
-                    scope, receive, send, None if found is None else found[0]
-                ):
-                    return
         await self.quart(scope, receive, send)
-
-    async def _refused_host(
-        self, scope: dict[str, Any], receive: Any, send: Any, endpoint: str | None
-    ) -> bool:
-        """Answer a request the Host guard refuses (in the shape of its route); True if it did."""
-        headers = Headers.from_asgi(scope["headers"])
-        server = scope.get("server")
-        local = str(server[0]) if server else None
-        refusal = self.state.gate.check_host(headers.get("host"), local)
-        if refusal is None:
-            return False
-        renderer = self.state.error_shapes.for_request(endpoint, scope["method"], scope["path"])
-        await self._answer(
-            send,
-            receive,
-            _refusal_response(refusal, renderer),
-            headers.get("origin"),
-            close=_has_body(scope),
-        )
-        return True
 
     async def serve_route(
         self,
@@ -134,7 +104,7 @@ class DaemonApp:
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
         length = _content_length(headers)
         pending = bool(length) or "transfer-encoding" in headers
-        refusal, _ = state.gate.check(
+        refusal, principal = state.check(
             endpoint,
             headers,
             remote,
@@ -177,7 +147,7 @@ class DaemonApp:
             query=scope.get("query_string", b""),
             remote_addr=remote,
             base_url=connection_base_url(state.public_url, server),
-            principal=state.gate.principal(headers),
+            principal=principal,
             receive=receive,
         )
         response = await _call(handler, request, args, renderer)
@@ -200,8 +170,7 @@ class DaemonApp:
         *,
         close: bool = False,
     ) -> None:
-        """Send a complete answer; ``close``: part of the body is unread, so the connection
-        closes after it, and the queue is read meanwhile."""
+        """Send a complete answer; ``close``: part of the body is unread (see the module)."""
         async with trio.open_nursery() as nursery:
             if close:
                 nursery.start_soon(_drain, receive)
@@ -236,6 +205,62 @@ class DaemonApp:
             headers.append((b"connection", b"close"))
         return {"type": "http.response.start", "status": response.status, "headers": headers}
 
+    async def quart(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The quart app, answering ``Connection: close`` before a body is read, reading what
+        is still queued after it returns, and sending an answer's last message shielded."""
+        kind = scope.get("type")
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        finished = False
+        body_pending = kind == "http" and _has_body(scope)
+
+        async def tracking_receive() -> Any:
+            nonlocal finished, body_pending
+            message = await receive()
+            kind_ = message.get("type")
+            if kind_ == "http.request" and not message.get("more_body", False):
+                body_pending = False
+            elif kind_ in ("http.disconnect", "websocket.disconnect"):
+                finished = True
+                body_pending = False
+            return message
+
+        async def closing_send(message: Any) -> None:
+            kind_ = message.get("type")
+            if kind_ == "http.response.start" and body_pending:
+                headers = list(message.get("headers") or ())
+                headers.append((b"connection", b"close"))
+                message = {**message, "headers": headers}
+            elif kind_ == "http.response.body" and not message.get("more_body", False):
+                # Within this send hypercorn ends the request and then either arms the
+                # connection's keep-alive idle timer or, for "Connection: close", closes the
+                # connection. quart-trio cancels the request's tasks as soon as the server
+                # reports the request done, which lands in the middle of that send: the
+                # timer was never armed and the close never happened, so the connection
+                # stayed open for good. Shielded (with a deadline), the send completes.
+                with trio.CancelScope(shield=True) as scope:
+                    scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
+                    await send(message)
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, tracking_receive, closing_send)
+        finally:
+            # Not shielded: if we are being cancelled the connection is torn down anyway.
+            if kind == "http":
+                if body_pending and not finished:
+                    await _drain(tracking_receive)
+            else:
+                # A websocket peer should stop sending after our close frame; swallow
+                # what is queued or still arriving, but do not hold shutdown hostage.
+                while not finished:
+                    with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
+                        await tracking_receive()
+                    if idle.cancelled_caught:
+                        break
+
 
 def _content_length(headers: Headers) -> int | None:
     value = headers.get("content-length")
@@ -248,9 +273,7 @@ def _content_length(headers: Headers) -> int | None:
 
 
 async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) -> bytes:
-    """The whole request body; ``_Refused`` (413, 408) past ``limit`` bytes or
-    ``BODY_TIMEOUT_S``, ``_Gone`` when the client leaves."""
-    body = b""
+    """The whole request body; ``_Refused`` (413, 408) past ``limit`` or ``BODY_TIMEOUT_S``."""
     parts: list[bytes] = []
     size = 0
     with trio.move_on_after(BODY_TIMEOUT_S):
@@ -267,15 +290,8 @@ async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) ->
             if not message.get("more_body", False):
                 body = parts[0] if len(parts) == 1 else b"".join(parts)
                 return bytes(body)
-    raise _Refused(
-        Refusal(
-            408,
-            {
-                "code": "request_timeout",
-                "message": f"the request body did not arrive within {BODY_TIMEOUT_S:g} s",
-            },
-        )
-    )
+    message = f"the request body did not arrive within {BODY_TIMEOUT_S:g} s"
+    raise _Refused(refusal(408, "request_timeout", message))
 
 
 async def _drain(receive: Any) -> None:
@@ -332,68 +348,3 @@ def _has_body(scope: dict[str, Any]) -> bool:
         if name == b"content-length":
             return bytes(value).strip() not in (b"", b"0")
     return False
-
-
-class DrainingApp:
-    """Wrap the quart app: (1) an answer sent before the whole body was read says
-    ``Connection: close``, (2) after the app returns, what is still queued is read until
-    the server reports the end, and (3) the last message of an answer is sent shielded
-    from the app's cancellation (see ``closing_send``)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        kind = scope.get("type")
-        if kind not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        finished = False
-        body_pending = kind == "http" and _has_body(scope)
-
-        async def tracking_receive() -> Any:
-            nonlocal finished, body_pending
-            message = await receive()
-            kind_ = message.get("type")
-            if kind_ == "http.request" and not message.get("more_body", False):
-                body_pending = False
-            elif kind_ in ("http.disconnect", "websocket.disconnect"):
-                finished = True
-                body_pending = False
-            return message
-
-        async def closing_send(message: Any) -> None:
-            kind_ = message.get("type")
-            if kind_ == "http.response.start" and body_pending:
-                headers = list(message.get("headers") or ())
-                headers.append((b"connection", b"close"))
-                message = {**message, "headers": headers}
-            elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # Within this send hypercorn ends the request and then either arms the
-                # connection's keep-alive idle timer or, for "Connection: close", closes the
-                # connection. quart-trio cancels the request's tasks as soon as the server
-                # reports the request done, which lands in the middle of that send: the
-                # timer was never armed and the close never happened, so the connection
-                # stayed open for good. Shielded (with a deadline), the send completes.
-                with trio.CancelScope(shield=True) as scope:
-                    scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
-                    await send(message)
-                return
-            await send(message)
-
-        try:
-            await self.app(scope, tracking_receive, closing_send)
-        finally:
-            # Not shielded: if we are being cancelled the connection is torn down anyway.
-            if kind == "http":
-                with trio.move_on_after(DRAIN_DEADLINE_S):
-                    while body_pending and not finished:
-                        await tracking_receive()
-            else:
-                # A websocket peer should stop sending after our close frame; swallow
-                # what is queued or still arriving, but do not hold shutdown hostage.
-                while not finished:
-                    with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
-                        await tracking_receive()
-                    if idle.cancelled_caught:
-                        break

@@ -1,9 +1,8 @@
-"""Bearer-token and Origin checks, and principals (pure functions; the app applies them).
+"""Bearer-token, Origin and Host checks, and principals (pure functions).
 
-A *principal* is who a request comes from: the name of the API key it presented. The
-single ``http.api_key`` (``ROOST_API_KEY``) is the principal ``default``; each
-``[http.keys.<name>]`` is the principal ``<name>``; with no key configured every caller is
-the one principal ``local``. Tasks and sessions belong to the principal that made them.
+A *principal* is the name of the API key a request presented: ``http.api_key`` is
+``default``, each ``[http.keys.<name>]`` is ``<name>``; with no key every caller is
+``local``. Tasks and sessions belong to the principal that made them.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ LOCAL = Principal("local", admin=True)
 
 
 def principal_of(request: Any) -> Principal | None:
-    """The principal the daemon authenticated for ``request`` (a ``PlainRequest``, or
-    Quart's request or websocket); None on a public route called without a valid key."""
+    """The principal the daemon authenticated for ``request`` (plain or Quart's); None on a
+    public route called without a valid key."""
     principal = getattr(request, "principal", None)
     return principal if isinstance(principal, Principal) else None
 
@@ -144,12 +143,8 @@ _PORT = re.compile(r"[0-9]{1,5}")
 
 
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:
-    """The API key the daemon requires, and where it came from (never the key itself).
-
-    ``http.api_key`` in the config wins; otherwise the environment variable named by
-    ``http.api_key_env``. Blank values count as unset. Returns ``(None, "off")`` when no
-    key is configured.
-    """
+    """``(the API key, where it came from)``: ``http.api_key``, else the variable named by
+    ``http.api_key_env`` (blank is unset); ``(None, "off")`` when there is none."""
     key = getattr(http_config, "api_key", None)
     if isinstance(key, str) and key.strip():
         return key.strip(), "http.api_key, from roost.toml or the environment"
@@ -174,11 +169,9 @@ def bearer_token(authorization: str | None) -> str | None:
 
 def tokens_match(presented: str | None, expected: str) -> bool:
     """Constant-time comparison (hashing first so the length does not leak either)."""
-    if presented is None:
-        return False
-    a = hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest()
-    b = hashlib.sha256(expected.encode("utf-8", "surrogatepass")).digest()
-    return hmac.compare_digest(a, b)
+    return presented is not None and hmac.compare_digest(
+        key_digest(presented), key_digest(expected)
+    )
 
 
 WEBSOCKET_PROTOCOL = "roost"
@@ -187,10 +180,8 @@ BEARER_PROTOCOL = "roost.bearer."
 
 
 def subprotocol_token(header: str | None) -> str | None:
-    """The key a browser page sent as the websocket subprotocol ``roost.bearer.<key as
-    base64url, unpadded>`` beside ``roost``: a page cannot set ``Authorization`` on a
-    websocket, and a key in the URL (``?token=``) may end up in logs. None if absent or
-    malformed."""
+    """The key a page sent as the websocket subprotocol ``roost.bearer.<unpadded base64url>``
+    (a page cannot set ``Authorization`` on a websocket, and ``?token=`` may be logged)."""
     if not header:
         return None
     for item in header.split(","):
@@ -207,7 +198,7 @@ def subprotocol_token(header: str | None) -> str | None:
 
 def token_fingerprint(token: str) -> str:
     """A short, non-reversible name for a token (for rate-limit keys; never log the token)."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return key_digest(token).hex()[:16]
 
 
 def normalise_origin(origin: str) -> str | None:
@@ -226,13 +217,9 @@ def normalise_origin(origin: str) -> str | None:
 
 
 def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
-    """Whether a request carrying this ``Origin`` header may proceed.
-
-    No header (a non-browser client) is allowed; so are loopback origins (``localhost``,
-    ``127.0.0.1``, ``[::1]`` on any port) and any listed origin (``"*"`` allows all).
-    Everything else, including ``null``, is refused: this blocks DNS-rebinding and
-    cross-site requests from a browser.
-    """
+    """Whether a request with this ``Origin`` may proceed: none (not a browser), loopback
+    origins on any port and listed ones (``"*"``: all) may; the rest, ``null`` included, not
+    (DNS-rebinding and cross-site requests from a browser)."""
     if origin is None:
         return True
     allowed = list(allowed_origins)
@@ -278,29 +265,23 @@ def host_name(value: str) -> str | None:
     return None if parsed is None else parsed[0]
 
 
-def _same_address(name: str, address: str) -> bool:
+def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP address ``text`` names (zone dropped, IPv4-mapped IPv6 as IPv4), else None."""
     try:
-        a = ipaddress.ip_address(name)
-        b = ipaddress.ip_address(address.split("%", 1)[0])
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
-        return False
-    a = getattr(a, "ipv4_mapped", None) or a
-    b = getattr(b, "ipv4_mapped", None) or b
-    return a == b
+        return None
+    return getattr(ip, "ipv4_mapped", None) or ip
 
 
 @functools.lru_cache(maxsize=512)
 def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[str]) -> bool:
-    """Whether a request naming ``host`` (its ``Host`` header) may be served: the guard
-    against DNS rebinding, where a browser page on an attacker's name that now resolves to
-    this host reads the API in the page's own origin (no ``Origin`` header on a GET).
+    """Whether a request naming ``host`` may be served: the guard against DNS rebinding (a
+    page on an attacker's name, now resolving here, reading the API; a GET has no Origin).
 
-    Allowed: no header or an empty one (not a browser: browsers always send a name; an
-    HTTP/1.0 tool sends none, and Quart fills in ``""`` for it), a name in ``trusted`` (the
-    loopback names, ``http.allowed_hosts``, ``http.public_url``'s host; ``"*"`` allows all)
-    with any port, and the IP address the connection reached (``local_addr``): an IP
-    literal involves no DNS, so it cannot be rebound. Any other name is refused, and a
-    malformed value always (see ``split_host``), ``"*"`` or not."""
+    Allowed: no or an empty header (not a browser), a name in ``trusted`` (``"*"``: any)
+    on any port, and the IP the connection reached (an IP literal cannot be rebound). A
+    malformed value never is (see ``split_host``)."""
     if host is None or not host.strip():
         return True
     name = host_name(host)
@@ -308,4 +289,7 @@ def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[st
         return False
     if "*" in trusted:
         return True
-    return name in trusted or (local_addr is not None and _same_address(name, local_addr))
+    if name in trusted:
+        return True
+    ip = ip_of(name) if local_addr is not None and "%" not in name else None
+    return ip is not None and ip == ip_of(local_addr)  # type: ignore[arg-type]

@@ -1,9 +1,8 @@
 """What every HTTP request of the daemon goes through, whichever handler answers it.
 
-Plain functions, no Quart: the quart app's ``before_request``/``after_request``/error
-handlers and the plugin-route dispatch (``_asgi``) both call them, so a request meets the
-same path matching (trailing slash or not), Origin check, bearer auth, GCRA rate limit,
-body caps, headers and error shapes (a route's own ``render_error``) either way.
+Plain functions, no Quart: the quart app's hooks and the plugin-route dispatch (``_asgi``)
+both call them, so a request meets the same path matching, Origin, auth, rate limit, body
+caps, headers and error shapes (a route's own ``render_error``) either way.
 """
 
 from __future__ import annotations
@@ -17,11 +16,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
+import trio
 from roost.kernel import (
     ActorStopped,
     AgentNotFound,
     AskTimeout,
     InvalidInput,
+    KernelAPI,
     LoopDetected,
     RecursionLimitExceeded,
     RoostError,
@@ -42,11 +43,13 @@ from ._auth import (
     bearer_token,
     host_allowed,
     host_name,
+    ip_of,
     origin_allowed,
     token_fingerprint,
 )
 from ._daemonfile import base_url
 from ._settings import HttpSettings
+from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
 
@@ -96,9 +99,8 @@ class InvalidRequest(RoostError):
 
 
 def canonical_path(path: str) -> str:
-    """``path`` without trailing slashes (``/mcp/`` → ``/mcp``; ``/`` stays): every route is
-    served with and without one, by the same handler and without a redirect (a 307/308 on
-    a POST breaks clients that join a base URL and ``/``)."""
+    """``path`` without trailing slashes (``/`` stays): each route answers both ways, with
+    no redirect (a 307/308 on a POST breaks clients that join a base URL and ``/``)."""
     if path.endswith("/") and len(path) > 1:
         return path.rstrip("/") or "/"
     return path
@@ -106,12 +108,8 @@ def canonical_path(path: str) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _is_loopback(addr: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(addr.split("%", 1)[0])
-    except ValueError:
-        return False
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return (mapped or ip).is_loopback
+    ip = ip_of(addr)
+    return ip is not None and ip.is_loopback
 
 
 def is_loopback(addr: str | None) -> bool:
@@ -123,9 +121,7 @@ def is_loopback(addr: str | None) -> bool:
 
 def status_for(error: RoostError) -> int:
     """The HTTP status for a roost error (500 for anything not listed)."""
-    if isinstance(error, InvalidRequest):
-        return 400
-    for cls, status in _STATUS_BY_ERROR:
+    for cls, status in ((InvalidRequest, 400), *_STATUS_BY_ERROR):
         if isinstance(error, cls):
             return status
     return _STATUS_BY_CODE.get(error.code, 500)
@@ -140,91 +136,33 @@ class Refusal:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
     def body(self) -> bytes:
-        return error_body(self.error)
+        return json.dumps({"error": dict(self.error)}, ensure_ascii=False, default=str).encode()
 
 
-def error_body(error: Mapping[str, Any]) -> bytes:
-    """``{"error": {...}}`` as UTF-8 JSON."""
-    return json.dumps({"error": dict(error)}, ensure_ascii=False, default=str).encode()
-
-
-def rate_limited(retry_after: float) -> Refusal:
-    seconds = max(1, math.ceil(retry_after))
-    return Refusal(
-        429,
-        {
-            "code": "rate_limited",
-            "message": f"too many requests; retry after {seconds} s "
-            "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)",
-        },
-        {"Retry-After": str(seconds)},
-    )
+def refusal(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None, **extra: Any
+) -> Refusal:
+    """``Refusal`` of ``{"code": code, "message": message, **extra}``."""
+    return Refusal(status, {"code": code, "message": message, **extra}, headers or {})
 
 
 def too_large(settings: HttpSettings, limit: int, path: str) -> Refusal:
     """413 naming the limit and where it is set."""
-    where = (
-        "http.max_body_bytes in roost.toml"
-        if limit == settings.max_body_bytes
-        else f"the limit of {path}"
-    )
-    return Refusal(
-        413,
-        {
-            "code": "body_too_large",
-            "message": f"request body is larger than the limit of {limit} bytes ({where})",
-            "limit_bytes": limit,
-        },
-    )
-
-
-def host_refused(host: str) -> Refusal:
-    """421 for a request naming a host this daemon does not serve (DNS-rebinding guard)."""
-    shown = host[:100]
-    return Refusal(
-        421,
-        {
-            "code": "host_not_allowed",
-            "message": f"this daemon does not serve requests for host {shown!r} (a guard against "
-            "DNS rebinding); call it as localhost or 127.0.0.1, or add the name to "
-            "http.allowed_hosts (or set http.public_url) in roost.toml",
-        },
-    )
-
-
-def bad_host(host: str) -> Refusal:
-    """400 for a ``Host`` header that is not a host name (``evil..example``, user info, a
-    path, a label over 63 characters): refused before any router parses it."""
-    shown = host[:100]
-    return Refusal(
-        400,
-        {
-            "code": "bad_host",
-            "message": (
-                f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
-                "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
-                "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1"
-            ),
-        },
-    )
+    where = "http.max_body_bytes in roost.toml"
+    if limit != settings.max_body_bytes:
+        where = f"the limit of {path}"
+    message = f"request body is larger than the limit of {limit} bytes ({where})"
+    return refusal(413, "body_too_large", message, limit_bytes=limit)
 
 
 def admin_only(reason: str) -> Refusal:
     """403 for a principal that is not an admin; ``reason`` says why, the fix follows."""
-    return Refusal(
-        403,
-        {
-            "code": "forbidden",
-            "message": f"{reason}: the key of http.api_key, or one with admin = true under "
-            "[http.keys.<name>]",
-        },
-    )
+    fix = "the key of http.api_key, or one with admin = true under [http.keys.<name>]"
+    return refusal(403, "forbidden", f"{reason}: {fix}")
 
 
 def internal_error() -> Refusal:
-    return Refusal(
-        500, {"code": "internal_error", "message": "internal error; the daemon log has the details"}
-    )
+    return refusal(500, "internal_error", "internal error; the daemon log has the details")
 
 
 # ---- public URLs ---------------------------------------------------------------------------
@@ -246,17 +184,16 @@ def loopback_for(host: str) -> str:
 
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
-    """The base URL links name: ``http.public_url``, else the bound address; None when
-    bound to every interface without one (each connection then uses the address it reached)."""
+    """``http.public_url``, else the bound address; None for a wildcard bind without one
+    (each connection then uses the address it reached)."""
     if public_url:
         return public_url
     return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
-    """The base URL for a request: the daemon's ``public_url`` (see ``daemon_public_url``),
-    else the address the connection reached (``local``, its ``getsockname()``). Never the
-    request's ``Host`` header, which the client chooses."""
+    """A request's base URL: ``public_url``, else the address the connection reached
+    (``local``); never the ``Host`` header, which the client chooses."""
     if public_url:
         return public_url
     if local and len(local) >= 2:
@@ -273,13 +210,9 @@ _INVALID_REQUEST_STATUSES = frozenset({400, 405, 406, 411, 413, 414, 415, 431})
 
 
 def jsonrpc_error_code(status: int, code: str) -> int:
-    """The JSON-RPC error code for an error the daemon answers on a JSON-RPC route.
-
-    -32601 (method not found) for a path no route serves; -32603 (internal error) for an
-    unhandled exception; -32600 (invalid request) for a request refused as sent (400, 405,
-    413, 415, ...); -32000 (roost's implementation-defined server error, as the kernel's
-    dispatcher uses for roost errors) for the rest: 401, 403, 429 and roost errors such as
-    503. The HTTP status and the roost code stay available to the renderer's ``data``."""
+    """The JSON-RPC code for an error the daemon answers on a JSON-RPC route: -32601 for no
+    such path, -32603 for an unhandled exception, -32600 for a request refused as sent
+    (400, 405, 413, ...), else -32000 (roost's server error: 401, 403, 429, 503...)."""
     if status == 404 and code == "not_found":
         return -32601
     if code == "internal_error":
@@ -366,19 +299,36 @@ def refusal_for(exc: RoostError, path: str) -> Refusal:
     return Refusal(status, exc.to_dict())
 
 
-@attrs.frozen
-class Gate:
-    """The checks in front of every route: Host, Origin, bearer auth, rate limit, declared size.
+@attrs.define
+class DaemonState:
+    """What the daemon's handlers share, and the checks in front of every route (Host,
+    Origin, bearer auth, rate limit, declared size); ``closing`` is set when graceful
+    shutdown begins."""
 
-    ``public``/``unlimited``/``capped`` are the endpoints without auth, without rate limit,
-    and with their own body cap (they render their own 413 when the body is read)."""
-
+    kernel: KernelAPI
     settings: HttpSettings
     limiter: Any
-    clock: Callable[[], float]
-    public: set[str]
-    unlimited: set[str]
-    capped: Mapping[str, int]
+    event_buffer: int
+    version: str
+    closing: trio.Event = attrs.field(factory=trio.Event)
+    # Endpoints without auth, without rate limit, and with their own body cap (bytes, from
+    # RouteDescriptor.max_body_bytes: they render their own 413 when the body is read).
+    public_endpoints: set[str] = attrs.field(factory=set)
+    unlimited_endpoints: set[str] = attrs.field(factory=set)
+    body_limits: dict[str, int] = attrs.field(factory=dict)
+    # (method, path) -> (endpoint, view args) or None: the app's routing, cached (bounded).
+    route_cache: dict[tuple[str, str], tuple[str, dict[str, Any]] | None] = attrs.field(
+        factory=dict
+    )
+    # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
+    routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
+    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
+    error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
+    # The base URL links are built from, set once bound (see daemon_public_url).
+    public_url: str | None = None
+    # Recent traces' spans for the dashboard (holding none when http.trace_history is 0).
+    traces: TraceLog = attrs.field(factory=lambda: TraceLog(0))
+    clock: Callable[[], float] = trio.current_time
     trusted_hosts: frozenset[str] = attrs.field(init=False)
 
     @trusted_hosts.default
@@ -396,97 +346,95 @@ class Gate:
         is_websocket: bool = False,
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
-    ) -> tuple[Refusal | None, Hashable | None]:
-        """``(refusal or None, the rate-limit key charged or None)``; ``local_addr`` is the
-        address the connection reached (its ``getsockname()`` host)."""
+    ) -> tuple[Refusal | None, Principal | None]:
+        """``(refusal or None, who the request comes from)``: the principal of its key (a
+        websocket may pass it as ``query_token``), ``local`` when no key is configured, None
+        on a public route called without a valid key. ``local_addr`` is the address the
+        connection reached (its ``getsockname()`` host)."""
         settings = self.settings
         refused = self.check_host(headers.get("Host"), local_addr)
         if refused is not None:
             return refused, None
         origin = headers.get("Origin")
         if origin is not None and not origin_allowed(origin, settings.allowed_origins):
-            return (
-                Refusal(
-                    403,
-                    {
-                        "code": "origin_forbidden",
-                        "message": f"requests from origin {origin!r} are not allowed; add it to "
-                        "http.allowed_origins in roost.toml to let a browser page on it call roost",
-                    },
-                ),
-                None,
+            message = (
+                f"requests from origin {origin!r} are not allowed; add it to "
+                "http.allowed_origins in roost.toml to let a browser page on it call roost"
             )
-        public = endpoint in self.public or is_preflight
+            return refusal(403, "origin_forbidden", message), None
+        public = endpoint in self.public_endpoints or is_preflight
         # Peers on this host share one address: a local mesh, CLI or test run would throttle
         # itself, so they are not limited unless http.rate_limit_loopback says so.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
-        if settings.keys and not public:
+        principal: Principal | None = LOCAL
+        if settings.keys:
             token = bearer_token(headers.get("Authorization"))
             if token is None and is_websocket and query_token is not None:
                 token = query_token() or None
-            if settings.principal_for(token) is None:
+            principal = settings.principal_for(token)
+        if settings.keys and not public:
+            if principal is None:
                 # failed attempts count too: no free guessing
                 refused = self._limit(rate_key) if limited else None
                 if refused is not None:
                     return refused, None
-                reason = "missing" if token is None else "wrong"
-                return (
-                    Refusal(
-                        401,
-                        {
-                            "code": "unauthorized",
-                            "message": f"bearer token {reason}; send 'Authorization: Bearer <key>' "
-                            "with your key (http.api_key or the variable named "
-                            "by http.api_key_env, or one of [http.keys])"
-                            + (
-                                " (a browser page passes it as the websocket subprotocol "
-                                "roost.bearer.<key in unpadded base64url>, beside roost)"
-                                if is_websocket
-                                else ""
-                            ),
-                        },
-                        {"WWW-Authenticate": 'Bearer realm="roost"'},
-                    ),
-                    rate_key if limited else None,
+                message = (
+                    f"bearer token {'missing' if token is None else 'wrong'}; send "
+                    "'Authorization: Bearer <key>' with your key (http.api_key or the variable "
+                    "named by http.api_key_env, or one of [http.keys])"
                 )
+                if is_websocket:
+                    message += (
+                        " (a browser page passes it as the websocket subprotocol "
+                        "roost.bearer.<key in unpadded base64url>, beside roost)"
+                    )
+                challenge = {"WWW-Authenticate": 'Bearer realm="roost"'}
+                return refusal(401, "unauthorized", message, challenge), None
             rate_key = ("token", token_fingerprint(token))  # type: ignore[arg-type]
-        charged = None
-        if limited and endpoint not in self.unlimited:
+        if limited and endpoint not in self.unlimited_endpoints:
             refused = self._limit(rate_key)
             if refused is not None:
                 return refused, None
-            charged = rate_key
         # A route with its own cap reads its body and may render the 413 itself (MCP
         # answers with a JSON-RPC error); the body buffer refuses the excess either way.
-        if not is_websocket and endpoint not in self.capped:
+        if not is_websocket and endpoint not in self.body_limits:
             if content_length is not None and content_length > settings.max_body_bytes:
-                return too_large(settings, settings.max_body_bytes, ""), charged
-        return None, charged
+                return too_large(settings, settings.max_body_bytes, ""), principal
+        return None, principal
 
     def check_host(self, host: str | None, local_addr: str | None) -> Refusal | None:
         """The DNS-rebinding guard (``host_allowed``): None to serve a request naming
         ``host``, else 400 for a malformed value or 421 for a name this daemon does not serve."""
         if host_allowed(host, local_addr, self.trusted_hosts):
             return None
-        return host_refused(host) if host_name(host) is not None else bad_host(host)  # type: ignore[arg-type]
-
-    def principal(
-        self, headers: Any, *, query_token: Callable[[], str | None] | None = None
-    ) -> Principal | None:
-        """Who a request that passed ``check`` comes from: the principal of its key (a
-        websocket may pass it as ``query_token``), ``local`` when no key is configured,
-        None on a public route called without a valid key."""
-        if not self.settings.keys:
-            return LOCAL
-        token = bearer_token(headers.get("Authorization"))
-        if token is None and query_token is not None:
-            token = query_token() or None
-        return self.settings.principal_for(token)
+        shown = host[:100]  # type: ignore[index]
+        if host_name(host) is not None:  # type: ignore[arg-type]
+            return refusal(
+                421,
+                "host_not_allowed",
+                f"this daemon does not serve requests for host {shown!r} (a guard against DNS "
+                "rebinding); call it as localhost or 127.0.0.1, or add the name to "
+                "http.allowed_hosts (or set http.public_url) in roost.toml",
+            )
+        return refusal(  # refused before any router parses it
+            400,
+            "bad_host",
+            f"the Host header {shown!r} is not a host name (dot-separated labels of 1-63 "
+            "letters, digits, '-' or '_', or an IP address, IPv6 in brackets, and an optional "
+            "':port'); send the name or address you connect to, e.g. localhost or 127.0.0.1",
+        )
 
     def _limit(self, key: Hashable) -> Refusal | None:
         allowed, retry_after = self.limiter.check(key, self.clock())
-        return None if allowed else rate_limited(retry_after)
+        if allowed:
+            return None
+        seconds = max(1, math.ceil(retry_after))
+        message = (
+            f"too many requests; retry after {seconds} s "
+            "(limits: http.rate_limit_per_s and http.rate_limit_burst in roost.toml)"
+        )
+        return refusal(429, "rate_limited", message, {"Retry-After": str(seconds)})
 
 
 def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str, str, bool]]:

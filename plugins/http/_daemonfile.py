@@ -30,7 +30,7 @@ class DaemonInfo:
         return base_url(self.host, self.port)
 
     def to_dict(self) -> dict:
-        return {"pid": self.pid, "host": self.host, "port": self.port, "started": self.started}
+        return attrs.asdict(self)
 
 
 def base_url(host: str, port: int) -> str:
@@ -76,21 +76,16 @@ def remove_daemon_file(home: Path | str, owner: DaemonInfo) -> None:
     info = read_daemon_file(home)
     if info is not None and (info.pid, info.port) != (owner.pid, owner.port):
         return  # another daemon has taken over this home since
-    try:
-        daemon_file(home).unlink()
-    except FileNotFoundError:
-        pass
+    daemon_file(home).unlink(missing_ok=True)
 
 
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists (it may belong to another user)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:
         return True
-    except OSError:
+    except OSError:  # ProcessLookupError among them
         return False
     return True
 
@@ -99,11 +94,8 @@ HEALTH_TIMEOUT_S = 1.0
 
 
 def daemon_http_client(url: str, **options: Any) -> Any:
-    """An ``httpx.AsyncClient`` for the daemon at ``url`` (``DaemonInfo.url``).
-
-    The daemon speaks plain HTTP on this host, so a TLS context has nothing to verify:
-    the client skips loading the CA bundle, which is slow. An ``https``
-    URL keeps full verification."""
+    """An ``httpx.AsyncClient`` for the daemon at ``url``: for plain HTTP without loading
+    the CA bundle (slow, and nothing to verify); an ``https`` URL keeps verification."""
     import httpx  # lazily: importing this module must stay cheap (CLI start-up)
 
     plain = url.startswith("http://")

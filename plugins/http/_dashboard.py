@@ -1,9 +1,6 @@
-"""The dashboard: plain static files at ``/`` (no data in them, so public) and the spans
-of recent traces (``GET /api/traces``, ``GET /api/traces/<id>``: admins, like the event
-stream they come from).
-
-The page runs only the daemon's own script and style (a strict Content-Security-Policy:
-no inline code, no other origin) and renders every value as text.
+"""The dashboard: static files at ``/`` (no data in them, so public) and recent traces'
+spans (``GET /api/traces[/<id>]``: admins only, like the event stream). The page runs only
+its own script and style (a strict Content-Security-Policy) and renders values as text.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from typing import Any
 from quart import request
 
 from ._auth import principal_of, split_host
-from ._common import InvalidRequest, Refusal, admin_only
+from ._common import InvalidRequest, admin_only, refusal
 
 FILES = {
     "index.html": "text/html; charset=utf-8",
@@ -69,9 +66,8 @@ def install(app: Any, state: Any) -> None:
     @app.get("/dashboard/<name>")
     async def dashboard_file(name: str) -> Any:
         if name not in FILES or name == "index.html":
-            return refusal_response(
-                app, Refusal(404, {"code": "not_found", "message": f"no dashboard file {name!r}"})
-            )
+            refused = refusal(404, "not_found", f"no dashboard file {name!r}")
+            return refusal_response(app, refused)
         return serve(name)
 
     state.public_endpoints.update(("dashboard", "dashboard_file"))
@@ -85,31 +81,23 @@ def install(app: Any, state: Any) -> None:
 
     @app.get("/api/traces")
     async def list_traces() -> Any:
-        if (refusal := refused()) is not None:
-            return refusal
+        if (refused_now := refused()) is not None:
+            return refused_now
         raw = request.args.get("limit", str(DEFAULT_TRACES))
         if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10_000:
             raise InvalidRequest(
                 "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
             )
         log = state.traces
-        traces = log.recent(int(raw)) if log is not None else []
-        return {
-            "traces": traces,
-            "kept": len(log) if log is not None else 0,
-            "history": state.trace_history,
-        }
+        return {"traces": log.recent(int(raw)), "kept": len(log), "history": log.max_traces}
 
     @app.get("/api/traces/<trace_id>")
     async def get_trace(trace_id: str) -> Any:
-        if (refusal := refused()) is not None:
-            return refusal
-        log = state.traces
-        spans = log.spans(trace_id) if log is not None else None
+        if (refused_now := refused()) is not None:
+            return refused_now
+        spans = state.traces.spans(trace_id)
         if spans is None:
-            kept = state.trace_history
+            kept = state.traces.max_traces
             message = f"trace {trace_id[:64]!r} is not held here (the newest {kept} traces are)"
-            return refusal_response(
-                app, Refusal(404, {"code": "trace_not_found", "message": message})
-            )
+            return refusal_response(app, refusal(404, "trace_not_found", message))
         return {"trace_id": trace_id, "spans": spans}

@@ -1,11 +1,9 @@
-"""The one handler type of plugin routes:
-``async handler(PlainRequest, **path_args) -> PlainResponse``.
+"""The one handler type of plugin routes: ``async handler(PlainRequest, **path_args) ->
+PlainResponse``, called once the daemon's checks passed, with the body read.
 
-The daemon calls a route's handler once its checks passed (Host, Origin, bearer auth, rate
-limit, body cap), with the body read. ``PlainResponse.body`` is bytes, or an async iterable
-of bytes for a streamed answer (server-sent events): each piece is sent as it comes, and
-the stream is closed when the client goes away. A handler that should stop when its client
-goes away awaits ``request.disconnected()`` beside its work (``request.unless_gone``).
+``PlainResponse.body`` is bytes, or an async iterable of bytes streamed as it comes (closed
+when the client goes away). A handler that should stop when its client goes away awaits
+``request.disconnected()`` beside its work (``request.unless_gone``).
 """
 
 from __future__ import annotations
@@ -91,6 +89,7 @@ class PlainResponse:
         return cls(status, body, content_type, headers)  # type: ignore[arg-type]
 
 
+@attrs.define(eq=False)
 class PlainRequest:
     """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
     is the query string (first value of each name), ``path`` the path as routed (no
@@ -99,44 +98,19 @@ class PlainRequest:
     ``principal`` who sent it (see ``roost.plugins.http.Principal``; None on a public route
     called without a valid key)."""
 
-    __slots__ = (
-        "method",
-        "path",
-        "headers",
-        "body",
-        "remote_addr",
-        "base_url",
-        "principal",
-        "gone",
-        "_query",
-        "_args",
-        "_receive",
+    method: str
+    path: str
+    headers: Any
+    body: bytes = attrs.field(repr=False)
+    _query: bytes = attrs.field(default=b"", kw_only=True, repr=False)
+    remote_addr: str | None = attrs.field(default=None, kw_only=True)
+    base_url: str = attrs.field(default="http://127.0.0.1", kw_only=True)
+    principal: Any = attrs.field(default=None, kw_only=True)
+    _receive: Callable[[], Awaitable[Mapping[str, Any]]] | None = attrs.field(
+        default=None, kw_only=True, repr=False
     )
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        headers: Any,
-        body: bytes,
-        *,
-        query: bytes = b"",
-        remote_addr: str | None = None,
-        base_url: str = "http://127.0.0.1",
-        principal: Any = None,
-        receive: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.headers = headers
-        self.body = body
-        self.remote_addr = remote_addr
-        self.principal = principal
-        self._query = query
-        self._args: Mapping[str, str] | None = None  # parsed from _query on first use
-        self.base_url = base_url
-        self.gone = False  # the client went away
-        self._receive = receive
+    gone: bool = attrs.field(default=False, init=False)  # the client went away
+    _args: Mapping[str, str] | None = attrs.field(default=None, init=False, repr=False)
 
     @property
     def args(self) -> Mapping[str, str]:

@@ -11,12 +11,9 @@ _EPSILON = 1e-9  # seconds; absorbs floating-point noise at the boundary
 
 
 class Gcra:
-    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, up to ``burst`` at once.
-
-    Each key keeps only its "theoretical arrival time" (TAT). A key whose TAT has passed
-    is indistinguishable from a new key, so it is dropped; at most ``max_keys`` keys are
-    kept, and when the table is full the least recently seen key is evicted.
-    """
+    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, up to ``burst`` at once. Each
+    key keeps its "theoretical arrival time", dropped once passed; at most ``max_keys``
+    keys are kept (the least recently seen evicted)."""
 
     def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         if (
@@ -41,12 +38,8 @@ class Gcra:
         self._tat: OrderedDict[Hashable, float] = OrderedDict()
 
     def check(self, key: Hashable, now: float) -> tuple[bool, float]:
-        """Count one request from ``key`` at time ``now`` (seconds, monotonic).
-
-        Returns ``(allowed, retry_after_s)``; ``retry_after_s`` is 0.0 when allowed, else
-        how long until a request from ``key`` would be allowed. A refused request is not
-        counted.
-        """
+        """Count one request from ``key`` at ``now`` (monotonic seconds): ``(allowed,
+        seconds until one would be)``; a refused request is not counted."""
         tat = self._tat.get(key)
         if tat is None:
             self._make_room(now)

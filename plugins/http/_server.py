@@ -1,14 +1,10 @@
-"""Serving the daemon with hypercorn's public API (``hypercorn.trio.serve`` and ``Config``),
+"""Serving the daemon with hypercorn's public API (``hypercorn.trio.serve``, ``Config``),
 plus ``<home>/daemon.json`` bookkeeping.
 
-The listening socket is ours (hypercorn serves it as ``fd://N``), so it carries options the
-connections inherit: ``TCP_USER_TIMEOUT`` aborts a connection whose peer has not taken our
-data for ``SEND_TIMEOUT_S`` (a client that stops reading its answer), ``TCP_NODELAY``.
-A connection with no request under way — before its first request head is complete, or
-between requests — is closed after ``http.keep_alive_s`` (hypercorn's keep-alive timeout),
-so idle connections give their file descriptors back. When accept() runs out of
-descriptors, Trio's accept loop waits and retries; ``_AcceptErrors`` turns its log lines
-(a traceback ten times a second) into one warning now and then that names the fix.
+The listening socket is ours (served as ``fd://N``), so connections inherit its options:
+``TCP_USER_TIMEOUT`` aborts one whose peer has not taken our data for ``SEND_TIMEOUT_S``.
+Idle connections close after ``http.keep_alive_s``. When accept() runs out of descriptors
+Trio retries; ``_AcceptErrors`` turns its tracebacks into a warning now and then.
 """
 
 from __future__ import annotations
@@ -49,8 +45,7 @@ ACCEPT_LOGGER = "trio.serve_listeners"  # where trio.serve_listeners reports fai
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """A bound, non-blocking TCP socket for ``host:port`` (port 0: a free one); OSError
-    (e.g. the port is in use) as bind() raises it."""
+    """A bound, non-blocking TCP socket for ``host:port`` (port 0: a free one)."""
     host = host.strip("[]")
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -71,8 +66,6 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     config.bind = [f"fd://{fd}"]
     config.backlog = BACKLOG
     config.graceful_timeout = graceful_timeout
-    # No request under way (the first head included): closed after http.keep_alive_s. The
-    # timer does not run while a request, a stream or a websocket is under way.
     config.keep_alive_timeout = settings.keep_alive_s
     config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_BYTES
     config.include_server_header = False
@@ -91,16 +84,13 @@ _TOKEN_VALUE = re.compile(r"(token=)[^;&/?#]*", re.IGNORECASE)
 
 
 def _logged_path(path: str) -> str:
-    """``path`` (decoded) as the access log shows it: up to a ``?`` — a percent-encoded one
-    (``/api/events%3Ftoken=<key>``) decodes into it — and with no ``token=`` value."""
+    """``path`` (decoded: ``%3F`` is a ``?``) up to a ``?``, with no ``token=`` value."""
     return _TOKEN_VALUE.sub(r"\1…", path.partition("?")[0])
 
 
 class _AccessLog(HyperConfig.logger_class):  # type: ignore[misc,valid-type]
-    """hypercorn's logger (``Config.logger_class``, whose ``atoms`` hypercorn lets one
-    override) with an access log that never shows a key: the request line (``%(r)s``, and
-    ``%(R)s``) holds the path without the query (where browsers pass ``?token=``), cut by
-    ``_logged_path``; the query fields are empty."""
+    """hypercorn's logger (``Config.logger_class``) whose access log never shows a key: the
+    request line holds the path without the query (browsers pass ``?token=``)."""
 
     def atoms(self, request: Any, response: Any, request_time: float) -> Any:
         atoms = super().atoms(request, response, request_time)
@@ -112,8 +102,7 @@ class _AccessLog(HyperConfig.logger_class):  # type: ignore[misc,valid-type]
 
 
 class _AcceptErrors(logging.Filter):
-    """Drop trio's log lines for accept() failing for want of descriptors or memory; log
-    one warning every ``WARN_EVERY_S`` instead, naming the limit and the fix."""
+    """Drop trio's log lines for a failing accept(); warn every ``WARN_EVERY_S`` instead."""
 
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
@@ -151,21 +140,16 @@ async def serve(
 ) -> None:
     """Serve ``kernel``'s HTTP API until ``shutdown_trigger()`` returns (or cancellation).
 
-    Use as ``host, port = await nursery.start(partial(serve, kernel, host=..., port=0))``:
-    the bound address is reported through ``task_status`` (port 0 picks a free port).
-    When the trigger returns, open websockets are closed with 1001 and in-flight requests
-    get ``graceful_timeout`` seconds to finish. While serving, ``<home>/daemon.json``
-    records the pid, host and port so the CLI can find this daemon.
+    ``host, port = await nursery.start(partial(serve, kernel, port=0))`` gives the bound
+    address. Then websockets close with 1001 and requests get ``graceful_timeout`` seconds.
+    While serving, ``<home>/daemon.json`` tells the CLI where this daemon is.
     """
     if app is None:
         app = create_app(kernel)
     state = daemon_state(app)
 
     async def trigger() -> None:
-        if shutdown_trigger is None:
-            await trio.sleep_forever()
-        else:
-            await shutdown_trigger()
+        await (shutdown_trigger or trio.sleep_forever)()
         state.closing.set()
 
     sock = listen_socket(host, port)
@@ -180,7 +164,7 @@ async def serve(
     accept_log.addFilter(quiet)
     try:
         async with trio.open_nursery() as nursery:
-            if state.traces is not None:  # until shutdown begins: then the server drains
+            if state.traces.max_traces:  # until shutdown begins: then the server drains
                 await nursery.start(follow_traces, kernel, state.traces, state.closing)
             await nursery.start(
                 partial(
@@ -211,8 +195,7 @@ async def serve(
 
 
 def _sole_cause(group: BaseExceptionGroup) -> BaseException | None:
-    """The one exception ``group`` holds (a group is never empty: one leaf means one child
-    at every level), unless it is a BaseException such as Cancelled."""
+    """The one exception ``group`` holds, unless it is a BaseException such as Cancelled."""
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -228,11 +211,8 @@ async def open_daemon(
     graceful_timeout: float = DEFAULT_GRACEFUL_TIMEOUT,
     app: Any = None,
 ) -> AsyncIterator[str]:
-    """Serve ``kernel`` for the duration of the block; yields the base URL.
-
-    On exit the daemon shuts down gracefully, bounded by ``graceful_timeout`` (plus a
-    second of slack, after which everything left is cancelled).
-    """
+    """Serve ``kernel`` for the block; yields the base URL. On exit the daemon shuts down,
+    within ``graceful_timeout`` plus a second."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         bound_host, bound_port = await nursery.start(

@@ -6,6 +6,7 @@ import hmac
 import math
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
@@ -94,28 +95,15 @@ class HttpSettings:
         """Read ``config.http``; a bad value raises ConfigError naming the field and the fix."""
         env = os.environ if env is None else env
         key, source = resolve_api_key(http_config, env)
-        rate = getattr(http_config, "rate_limit_per_s", 20.0)
-        if (
-            isinstance(rate, bool)
-            or not isinstance(rate, (int, float))
-            or not math.isfinite(rate)
-            or rate <= 0
-        ):
-            raise ConfigError(
-                "http.rate_limit_per_s must be a positive number (requests per second), "
-                f"got {rate!r}; set e.g. rate_limit_per_s = 20 under [http] in roost.toml"
-            )
-        burst = getattr(http_config, "rate_limit_burst", 40)
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
-            raise ConfigError(
-                f"http.rate_limit_burst must be an integer of at least 1, got {burst!r}; "
-                "set e.g. rate_limit_burst = 40 under [http] in roost.toml"
-            )
-        max_body = getattr(http_config, "max_body_bytes", 1_048_576)
-        if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
-            raise ConfigError(
-                f"http.max_body_bytes must be a positive integer (bytes), got {max_body!r}; "
-                "set e.g. max_body_bytes = 1048576 under [http] in roost.toml"
+        rate = _number(
+            http_config, "rate_limit_per_s", 20.0, "a positive number (requests per second)"
+        )
+        burst = _number(http_config, "rate_limit_burst", 40, "an integer of at least 1")
+        max_body = _number(http_config, "max_body_bytes", 1_048_576, "a positive integer (bytes)")
+        keep_alive = getattr(http_config, "keep_alive_s", None)
+        if keep_alive is not None:
+            keep_alive = _number(
+                http_config, "keep_alive_s", 0, "a number of seconds between 0 and 3600"
             )
         loopback = getattr(http_config, "rate_limit_loopback", False)
         if not isinstance(loopback, bool):
@@ -124,20 +112,19 @@ class HttpSettings:
                 "under [http] in roost.toml to rate limit callers on this host too (e.g. behind a "
                 "reverse proxy on the same host)"
             )
-        raw_origins = getattr(http_config, "allowed_origins", ()) or ()
-        if isinstance(raw_origins, str):
-            raw_origins = (raw_origins,)
-        origins: list[str] = []
-        for i, origin in enumerate(raw_origins):
-            if origin == "*":
-                origins.append(origin)
-                continue
-            if not isinstance(origin, str) or normalise_origin(origin) is None:
-                raise ConfigError(
-                    f"http.allowed_origins[{i}] must look like 'https://example.com' or "
-                    f"'http://host:port' (or '*'), got {origin!r}"
-                )
-            origins.append(origin)
+        origins = _entries(
+            http_config,
+            "allowed_origins",
+            lambda origin: origin if normalise_origin(origin) is not None else None,
+            "look like 'https://example.com' or 'http://host:port' (or '*')",
+        )
+        hosts = _entries(
+            http_config,
+            "allowed_hosts",
+            _host_entry,
+            "be a host name or IP address without scheme or port (e.g. 'roost.example.com' "
+            "or '192.168.1.5'), or '*'",
+        )
         keys = resolve_keys(http_config, env, key)
         named = [p.name for _, p in keys if p.name != "default"]
         if named:
@@ -152,50 +139,53 @@ class HttpSettings:
             rate_limit_per_s=float(rate),
             rate_limit_burst=burst,
             max_body_bytes=max_body,
-            allowed_origins=tuple(origins),
+            allowed_origins=origins,
             rate_limit_loopback=loopback,
-            allowed_hosts=_allowed_hosts(getattr(http_config, "allowed_hosts", ()) or ()),
+            allowed_hosts=hosts,
             public_url=_public_url(getattr(http_config, "public_url", None)),
-            keep_alive_s=_seconds(http_config, "keep_alive_s", DEFAULT_KEEP_ALIVE_S),
+            keep_alive_s=DEFAULT_KEEP_ALIVE_S if keep_alive is None else float(keep_alive),
             keys=keys,
         )
 
 
-def _seconds(http_config: object, name: str, default: float) -> float:
+# Each number's check, and the example an error gives (as written in roost.toml: a
+# float format would turn 1048576 into 1.04858e+06, which an integer setting refuses).
+_NUMBERS = {
+    "rate_limit_per_s": (lambda v: math.isfinite(v) and v > 0, "20"),
+    "rate_limit_burst": (lambda v: isinstance(v, int) and v >= 1, "40"),
+    "max_body_bytes": (lambda v: isinstance(v, int) and v >= 1, "1048576"),
+    "keep_alive_s": (lambda v: math.isfinite(v) and 0 < v <= 3600, f"{DEFAULT_KEEP_ALIVE_S:g}"),
+}
+
+
+def _number(http_config: object, name: str, default: float, what: str) -> Any:
+    """``http.<name>``, checked; a ConfigError names it and an example."""
     value = getattr(http_config, name, default)
-    if value is None:
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 < value <= 3600
-    ):
+    valid, example = _NUMBERS[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
         raise ConfigError(
-            f"http.{name} must be a number of seconds between 0 and 3600, got {value!r}; "
-            f"set e.g. {name} = {default:g} under [http] in roost.toml"
+            f"http.{name} must be {what}, got {value!r}; "
+            f"set e.g. {name} = {example} under [http] in roost.toml"
         )
-    return float(value)
+    return value
 
 
-def _allowed_hosts(raw: object) -> tuple[str, ...]:
-    if isinstance(raw, str):
-        raw = (raw,)
-    hosts: list[str] = []
-    for i, entry in enumerate(raw):  # type: ignore[union-attr]
-        if entry == "*":
-            hosts.append(entry)
-            continue
-        parsed = split_host(entry) if isinstance(entry, str) else None
-        if parsed is None and isinstance(entry, str):
-            parsed = split_host(f"[{entry.strip()}]")  # a bare IPv6 address
-        if parsed is None or parsed[1]:
-            raise ConfigError(
-                f"http.allowed_hosts[{i}] must be a host name or IP address without scheme or "
-                f"port (e.g. 'roost.example.com' or '192.168.1.5'), or '*', got {entry!r}"
-            )
-        hosts.append(parsed[0])
-    return tuple(hosts)
+def _host_entry(entry: str) -> str | None:
+    parsed = split_host(entry) or split_host(f"[{entry.strip()}]")  # or a bare IPv6 address
+    return parsed[0] if parsed is not None and not parsed[1] else None
+
+
+def _entries(http_config: object, name: str, parse: Any, what: str) -> tuple[str, ...]:
+    """``http.<name>``: a string or a list of them, each ``"*"`` or as ``parse`` makes it
+    (None: a ConfigError naming the entry and ``what`` it must be)."""
+    raw = getattr(http_config, name, ()) or ()
+    out: list[str] = []
+    for i, entry in enumerate((raw,) if isinstance(raw, str) else raw):
+        value = entry if entry == "*" else parse(entry) if isinstance(entry, str) else None
+        if value is None:
+            raise ConfigError(f"http.{name}[{i}] must {what}, got {entry!r}")
+        out.append(value)
+    return tuple(out)
 
 
 def _public_url(raw: object) -> str | None:

@@ -1,10 +1,6 @@
-"""The spans of recent traces, kept in memory for the dashboard (``GET /api/traces``).
-
-The daemon follows the kernel's ``TRACE:`` events for as long as it serves and keeps the
-newest ``http.trace_history`` traces (a span's end record replaces its start record), each
-at most ``MAX_SPANS`` spans and ``MAX_KEPT_SPANS`` in all (the oldest traces make room):
-what a dashboard shows when it opens, and what a link from another daemon's dashboard
-(``/#trace=<id>``) finds here.
+"""The spans of recent traces, kept in memory for the dashboard (``GET /api/traces``):
+the newest ``http.trace_history`` traces from the kernel's ``TRACE:`` events (an end record
+replaces its start), bounded by ``MAX_SPANS`` per trace and ``MAX_KEPT_SPANS`` in all.
 """
 
 from __future__ import annotations
@@ -78,9 +74,8 @@ def _start(record: dict[str, Any]) -> float:
 async def follow(
     kernel: Any, log: TraceLog, closing: trio.Event, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Feed ``log`` from ``kernel``'s span events until ``closing`` is set. Subscribed
-    before ``task_status.started()``, so nothing published after that is missed; woken at
-    most every ``BATCH_WAIT_S`` while spans keep coming."""
+    """Feed ``log`` from ``kernel``'s span events (subscribed before ``started()``) until
+    ``closing`` is set; woken at most every ``BATCH_WAIT_S``."""
     async with kernel.tap.subscribe(buffer=BUFFER, kinds=("TRACE:",)) as events:
         task_status.started()
         async with trio.open_nursery() as nursery:

@@ -1,17 +1,10 @@
-"""roost as an HTTP client: what the A2A client and push deliveries, the MCP HTTP
-transports and the model providers share, over httpx's public API.
+"""roost as an HTTP client (httpx): what the A2A client, push deliveries, MCP HTTP
+transports and model providers share.
 
-Every answer roost reads from a peer is streamed and read up to a byte cap: ``read_body``
-(a whole answer: ``ResponseTooLarge`` naming the limit and the peer as soon as more is
-announced or arrives), ``read_error_body`` (the first 64 KiB of an error body, enough to
-say what went wrong) and ``sse_events`` (Server-Sent Events, capped per event). Whatever
-a peer sends or announces, roost holds at most the cap. Also here: the status line and
-text of an HTTP error, ``Retry-After`` and the retry rule for 429/503, and
-``PinnedTransport`` (each connection made to an address the SSRF check approved).
-
-A public module of the ``http`` plugin (whose package import stays cheap: Quart and
-Hypercorn load only with the server) rather than the kernel, which stays free of any
-HTTP library.
+Every answer from a peer is streamed and read up to a byte cap (``read_body``,
+``read_error_body``, ``sse_events``): whatever a peer sends or announces, roost holds at
+most the cap. Also: HTTP error text, ``Retry-After`` and the 429/503 retry rule, and
+``PinnedTransport``. Here rather than in the kernel, which stays free of HTTP libraries.
 """
 
 from __future__ import annotations
@@ -42,8 +35,8 @@ _SPACE = re.compile(r"\s+")
 
 
 class ResponseTooLarge(ValueError):
-    """A peer's answer (or one event of it) is over the cap roost reads; the rest was not
-    read. ``peer`` is the URL (no query), ``limit`` the cap in bytes."""
+    """A peer's answer (or one event of it) is over the cap ``limit``; the rest was not
+    read. ``peer`` is the URL (no query)."""
 
     def __init__(self, what: str, peer: str, limit: int) -> None:
         self.what, self.peer, self.limit = what, peer, limit
@@ -62,8 +55,7 @@ def size_text(n: int) -> str:
 
 
 def peer_of(response: httpx.Response) -> str:
-    """The URL ``response`` answers, without user info, query or fragment (they may hold
-    secrets); ``the peer`` for a response that came from no request."""
+    """The URL ``response`` answers, without user info, query or fragment (secrets)."""
     try:
         url = response.request.url
     except RuntimeError:
@@ -72,9 +64,8 @@ def peer_of(response: httpx.Response) -> str:
 
 
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
-    """The body of a streamed ``response``, at most ``limit`` bytes of it (decoded, so a
-    compressed body counts at its real size). Raises ``ResponseTooLarge`` at once when the
-    ``Content-Length`` says more, or as soon as more arrives; the rest is never read."""
+    """The body of a streamed ``response`` (decoded: compressed bodies count at their real
+    size); ``ResponseTooLarge`` as soon as more than ``limit`` bytes are announced or come."""
     declared = response.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ResponseTooLarge(what, peer_of(response), limit)
@@ -87,8 +78,7 @@ async def read_body(response: httpx.Response, limit: int, *, what: str = "the an
 
 
 async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTES) -> bytes:
-    """At most the first ``limit`` bytes of a body that only has to say what went wrong
-    (an error response); the rest is not read, and a broken connection ends it early."""
+    """At most the first ``limit`` bytes of an error body (a broken connection ends it)."""
     body = bytearray()
     try:
         async for chunk in response.aiter_bytes():
@@ -103,10 +93,8 @@ async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTE
 async def sse_events(
     response: httpx.Response, *, max_bytes: int
 ) -> AsyncIterator[httpx_sse.ServerSentEvent]:
-    """The Server-Sent Events of ``response`` as they arrive, decoded by ``httpx-sse``
-    (WHATWG rules: lines end at CR, LF or CR LF only; ``id`` is the last event id,
-    ``retry`` kept). Bounded: when more than ``max_bytes`` arrive without completing an
-    event, raises ``ResponseTooLarge`` (a ValueError) naming the limit and the peer."""
+    """The Server-Sent Events of ``response`` as they arrive (``httpx-sse``);
+    ``ResponseTooLarge`` when more than ``max_bytes`` arrive without completing an event."""
     unfinished = 0  # bytes read since the last complete event
 
     async def counted() -> AsyncIterator[bytes]:
@@ -137,8 +125,8 @@ def http_status_line(status: int) -> str:
 
 
 def http_error_text(body: bytes, limit: int = 300) -> str:
-    """The server's own words in an error response: the message of a JSON error (JSON-RPC,
-    roost's REST shape, AIP-193), else the body's text with HTML tags dropped; cut short."""
+    """The server's words in an error body: a JSON error's message (JSON-RPC, roost's REST
+    shape, AIP-193), else the text with HTML tags dropped; cut short."""
     if not body:
         return ""
     text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
@@ -188,10 +176,8 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
 def http_retry_wait(
     status: int, retry_after: float | None, retries: int, remaining: float
 ) -> float | None:
-    """Seconds to wait before retrying a request answered with HTTP ``status``, or None when
-    it is not retried: only 429 and 503 are, at most ``MAX_HTTP_RETRIES`` times, after the
-    server's ``Retry-After`` (else 0.5 s doubling), and never when the wait would end past
-    the call's deadline (``remaining`` seconds away) or exceed ``MAX_HTTP_RETRY_WAIT_S``."""
+    """Seconds to wait before retrying HTTP ``status`` (429, 503: ``Retry-After``, else 0.5 s
+    doubling), or None: not retried, too many retries, or past ``remaining`` or the cap."""
     if status not in HTTP_RETRY_STATUSES or retries >= MAX_HTTP_RETRIES:
         return None
     wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
@@ -212,12 +198,9 @@ def remaining_s(deadline: float) -> float:
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport that sends each request to an address ``pins`` approved for its
-    origin (checked once per origin), keeping the name in ``Host`` and in TLS SNI.
-
-    httpx would otherwise resolve the host again when it connects, and a DNS-rebinding
-    name could answer the check with a public address and the connect with a private one.
-    """
+    """An httpx transport sending each request to an address ``pins`` approved for its
+    origin, the name kept in ``Host`` and TLS SNI: httpx would otherwise resolve again, and
+    a DNS-rebinding name could answer the check public and the connect private."""
 
     def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
         self.pins = pins

@@ -1,11 +1,8 @@
 """OpenTelemetry export for roost (the optional ``otel`` extra: ``pip install 'roost[otel]'``).
 
-With ``[telemetry]`` in roost.toml the plugin runs the ``otel`` service (``roost_services``):
-every span the kernel finishes (agent runs, model calls, tool calls, MCP and A2A server
-hops) goes to an OTLP/HTTP collector with roost's own trace, span and parent ids, so a trace
-that an OpenTelemetry-instrumented caller started continues through roost and into the next
-daemon. Without the table this module imports nothing of OpenTelemetry, runs nothing, and no
-span is recorded on its account.
+With ``[telemetry]`` in roost.toml the ``otel`` service sends every span the kernel finishes
+to an OTLP/HTTP collector with roost's own ids, so a caller's trace continues through roost.
+Without the table nothing of OpenTelemetry is imported or run, and no span recorded for it.
 """
 
 from __future__ import annotations

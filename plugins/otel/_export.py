@@ -1,22 +1,17 @@
 """The ``otel`` service: every finished span of the kernel, exported over OTLP/HTTP.
 
-It follows ``TRACE:SPAN_END`` on the kernel's event tap (a bounded subscription: while an
-export is slow, the tap drops what does not fit and says how many, so the kernel never
-waits), turns each record into an OpenTelemetry ``ReadableSpan`` with roost's own trace, span
-and parent ids, and hands batches to a ``SpanExporter`` in a worker thread, one export at a
-time. Each export, and the flush at shutdown, is bounded by ``telemetry.timeout_s``: an
-export still running then is abandoned (its thread ends when the exporter's request does)
-and counted as failed; the next one waits for it, at most that long again, or fails too.
-
-Imported only when ``[telemetry]`` is enabled: this is where OpenTelemetry is loaded.
+It follows ``TRACE:SPAN_END`` on a bounded tap subscription (a slow export makes the tap
+drop and count, never the kernel wait), turns records into ``ReadableSpan``s with roost's
+own ids, and exports batches in a worker thread, one at a time, each bounded by
+``telemetry.timeout_s`` (then abandoned and counted as failed). Imported only when
+``[telemetry]`` is enabled: this is where OpenTelemetry is loaded.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -77,8 +72,9 @@ class SpanExport:
         self.stats = ExportStats()
         self._translate = Translator(settings.service_name)
         self._sampler = TraceIdRatioBased(settings.sampling)
-        self._idle = threading.Event()  # no export thread running
-        self._idle.set()
+        # One export at a time: an export abandoned at its deadline holds this until its
+        # thread ends, so the next waits for it (at most until its own deadline).
+        self._one_export = trio.CapacityLimiter(1)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         kernel.extensions[EXTENSION] = self.stats
@@ -127,7 +123,11 @@ class SpanExport:
     async def _export(self, records: Sequence[Mapping[str, Any]], deadline: float) -> None:
         if not records:
             return
-        done = await self._in_thread(self._export_now, records, deadline=deadline)
+        done = None
+        with trio.move_on_at(deadline):
+            done = await trio.to_thread.run_sync(
+                self._export_now, records, abandon_on_cancel=True, limiter=self._one_export
+            )
         if done is None:  # timed out (or a previous export still holds the exporter)
             self.stats.failed += len(records)
             log.warning(
@@ -154,27 +154,6 @@ class SpanExport:
             except Exception:  # a record the kernel would never publish; keep the rest
                 log.exception("telemetry: span record not exported: %r", record)
         return self.exporter.export(spans), len(spans)
-
-    async def _in_thread(self, fn: Callable[..., Any], *args: Any, deadline: float) -> Any:
-        """``fn(*args)`` in a worker thread, at most one at a time, by ``deadline``; None if
-        it is not done by then (it goes on, abandoned; the next call waits for it)."""
-        with trio.move_on_at(deadline):
-            while not self._idle.is_set():
-                wait = max(0.0, deadline - trio.current_time())
-                # The waiting thread ends by itself by the deadline: nothing is left behind.
-                await trio.to_thread.run_sync(self._idle.wait, wait, abandon_on_cancel=True)
-                if trio.current_time() >= deadline:
-                    return None
-            self._idle.clear()
-
-            def call() -> Any:
-                try:
-                    return fn(*args)
-                finally:
-                    self._idle.set()
-
-            return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
-        return None
 
     async def _flush(self, events: trio.MemoryReceiveChannel[Any], deadline: float) -> None:
         """Export the spans that have ended, by ``deadline``."""
@@ -304,9 +283,8 @@ def _nanos(seconds: float) -> int:
 
 
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
-    """OpenTelemetry attribute values: None is left out, a list of one type of scalar
-    becomes a tuple, anything else (a table, a mixed list) becomes its JSON text. Text
-    has its lone surrogates escaped: protobuf would refuse them, and the whole batch."""
+    """OpenTelemetry attribute values: None left out, a list of one scalar type a tuple,
+    anything else JSON text; lone surrogates escaped (protobuf would refuse the batch)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if value is None:

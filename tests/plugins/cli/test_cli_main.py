@@ -91,6 +91,21 @@ def test_bad_arguments_exit_2_with_the_reason():
     assert "MESSAGE" in missing.stderr
 
 
+def test_out_of_range_numbers_are_quoted_as_typed_never_a_traceback():
+    # A number argparse's type refuses is shown as the user typed it: 1234567 is not
+    # "1.23457e+06", and a port of 400 digits (too large for a float) is no OverflowError.
+    for typed in ("1234567", "9" * 400):
+        result = run_roost("run", "--port", typed)
+        assert result.returncode == 2, result.stderr
+        assert f"port must be from 0 to 65535 (0 picks a free port), got {typed}" in result.stderr
+        assert "Traceback" not in result.stderr
+    count = run_roost("watch", "--count", "0")
+    assert count.returncode == 2 and "expected a positive whole number, got 0" in count.stderr
+    timeout = run_roost("send", "coder", "hi", "--timeout", "7200")
+    assert timeout.returncode == 2
+    assert "expected seconds between 0 and 3600, got 7200" in timeout.stderr
+
+
 def test_config_error_is_one_line_and_debug_shows_the_traceback(tmp_path):
     env = isolated_env(tmp_path)
     missing = str(tmp_path / "nope.toml")

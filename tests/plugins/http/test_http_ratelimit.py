@@ -101,23 +101,16 @@ def test_never_allows_more_than_burst_plus_rate_times_elapsed(rate, burst, gaps)
             assert passed <= burst + rate * (allowed_times[j] - start) + 1e-6
 
 
-# ---- who is limited: the Gate in front of every route ----------------------------------------
+# ---- who is limited: the checks in front of every route ----------------------------------------
 
 
 def make_gate(**settings):
-    from roost.plugins.http import HttpSettings
-    from roost.plugins.http._common import Gate
+    from roost.plugins.http import DaemonState, HttpSettings
 
     http = HttpSettings(**settings)
     frozen_clock = 1000.0  # no time passes: only the burst is available
-    return Gate(
-        http,
-        Gcra(http.rate_limit_per_s, http.rate_limit_burst),
-        lambda: frozen_clock,
-        set(),
-        set(),
-        {},
-    )
+    limiter = Gcra(http.rate_limit_per_s, http.rate_limit_burst)
+    return DaemonState(None, http, limiter, 1, "", clock=lambda: frozen_clock)
 
 
 def answers(gate, addr, n, headers=None):

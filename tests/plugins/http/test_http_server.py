@@ -160,6 +160,25 @@ async def test_bad_http_settings_fail_at_create_app_naming_the_field(make_kernel
             create_app(make_kernel(**settings))
 
 
+async def test_a_bad_number_setting_suggests_a_value_the_setting_accepts(make_kernel):
+    # The fix an error names must work when followed: "max_body_bytes = 1.04858e+06" is a
+    # float, which max_body_bytes refuses.
+    import re
+    import tomllib
+
+    import pytest
+    from roost.kernel import ConfigError
+
+    bad = {"rate_limit_per_s": 0, "rate_limit_burst": 0, "max_body_bytes": 0, "keep_alive_s": 0}
+    for name, value in bad.items():
+        with pytest.raises(ConfigError) as refused:
+            create_app(make_kernel(**{name: value}))
+        example = re.search(rf"set e\.g\. ({name} = \S+) under \[http\]", str(refused.value))
+        assert example is not None, str(refused.value)
+        suggested = tomllib.loads(example[1])[name]
+        create_app(make_kernel(**{name: suggested}))  # accepted
+
+
 async def read_until_closed(stream) -> bytes:
     """Everything the server sends until it closes the connection (EOF or reset)."""
     received = b""

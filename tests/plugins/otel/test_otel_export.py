@@ -292,3 +292,55 @@ async def _drain(channel):
             yield channel.receive_nowait()
         except trio.WouldBlock:
             return
+
+
+class CountingExporter(BlockedExporter):
+    """A ``BlockedExporter`` that records how many of its exports ever ran at once."""
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
+        self.running = self.most_at_once = self.calls = 0
+
+    def export(self, spans):
+        with self._lock:
+            self.calls += 1
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            return super().export(spans)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+async def test_an_abandoned_export_keeps_the_next_waiting_never_beside_it(tmp_path):
+    # Each export is abandoned at timeout_s; the exporter is not thread-safe, so the next one
+    # must wait for the abandoned one to end (and fail at its own deadline if it does not),
+    # and the flush at shutdown must not wait past its deadline either.
+    exporter = CountingExporter()
+    export = SpanExport(TelemetrySettings(enabled=True, timeout_s=0.5), exporter)
+    async with open_kernel(default_config(home=str(tmp_path / "home"))) as kernel:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(export.run, kernel)
+            await kernel.send("coordinator", "Write a haiku")
+            await wait_until(exporter.waiting.is_set, "an export under way")
+            await wait_until(lambda: export.stats.failed > 0, "the stuck export abandoned")
+            await kernel.send("coordinator", "Write a haiku")
+            failed = export.stats.failed
+            await wait_until(lambda: export.stats.failed > failed, "the next one given up too")
+            assert exporter.calls == 1  # the next never reached the exporter
+            exporter.release.set()
+            await kernel.send("coordinator", "Write a haiku")
+            await wait_until(lambda: export.stats.exported > 0, "exports resumed")
+            exporter.release.clear()
+            exporter.waiting.clear()
+            await kernel.send("coordinator", "Write a haiku")
+            await wait_until(exporter.waiting.is_set, "another export stuck")
+            stopping = trio.current_time()
+            nursery.cancel_scope.cancel()
+        took = trio.current_time() - stopping  # the flush gives up at its deadline
+        exporter.release.set()
+    assert took < 0.5 + 1.0, f"the shutdown waited {took:.2f} s for a stuck export"
+    assert exporter.most_at_once == 1
+    assert export.stats.batches >= 1 and export.stats.failed > failed
