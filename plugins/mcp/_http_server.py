@@ -395,346 +395,342 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
     return 200
 
 
-class McpEndpoint:
-    """The route handler of one MCP endpoint (``agent`` None: the host surface)."""
+def _server(kernel: KernelAPI, name: str | None) -> McpServer:
+    try:
+        return hub_for(kernel).server_for(name)
+    except AgentNotFound as exc:
+        raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
 
-    def __init__(self, kernel: KernelAPI, agent_param: bool) -> None:
-        self.kernel = kernel
-        self.agent_param = agent_param
 
-    def _server(self, name: str | None) -> McpServer:
-        try:
-            return hub_for(self.kernel).server_for(name)
-        except AgentNotFound as exc:
-            raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
+async def _handle(
+    kernel: KernelAPI, request: PlainRequest, name: str | None = None
+) -> PlainResponse:
+    try:
+        if request.method == "POST":
+            return await _post(kernel, request, name)
+        if request.method == "GET":
+            return await _get(kernel, request, name)
+        if request.method == "DELETE":
+            return await _delete(kernel, request, name)
+        raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
+    except _HttpError as exc:
+        return _json_response(exc.status, exc.body, exc.headers)
 
-    async def handle(self, request: PlainRequest, name: str | None = None) -> PlainResponse:
-        try:
-            if request.method == "POST":
-                return await self._post(request, name)
-            if request.method == "GET":
-                return await self._get(request, name)
-            if request.method == "DELETE":
-                return await self._delete(request, name)
-            raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
-        except _HttpError as exc:
-            return _json_response(exc.status, exc.body, exc.headers)
 
-    # ---- POST -------------------------------------------------------------------------------
-    async def _post(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        server = self._server(name)
-        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            raise _jsonrpc_error(
-                415,
-                rpc.INVALID_REQUEST,
-                f"Content-Type must be application/json, got {ctype or 'none'}",
-            )
-        accept = request.headers.get("Accept")
-        if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
-            raise _jsonrpc_error(
-                406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
-            )
-        try:
-            message = json.loads(request.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _jsonrpc_error(
-                400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})"
-            ) from None
-        except RecursionError:
-            raise _jsonrpc_error(
-                400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply"
-            ) from None
-        if isinstance(message, list):
-            raise _jsonrpc_error(
-                400,
-                rpc.INVALID_REQUEST,
-                "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST",
-            )
-        try:
-            parsed = rpc.parse_message(message)
-        except rpc.JsonRpcError as exc:
-            raise _HttpError(400, exc.to_response()) from None
-        if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
-            _carry_header_trace(request.headers, parsed.id, message)
-        params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
-        # Stateless when the body says so, or when a session-less request names a 2026 version.
-        stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
-            p.request_era(params) == p.ERA_STATELESS
-            or (
-                p.is_stateless_version(header_version)
-                and not request.headers.get(p.HEADER_SESSION_ID)
-            )
+# ---- POST -------------------------------------------------------------------------------
+async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    server = _server(kernel, name)
+    ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise _jsonrpc_error(
+            415,
+            rpc.INVALID_REQUEST,
+            f"Content-Type must be application/json, got {ctype or 'none'}",
         )
-        if stateless:
-            return await self._post_stateless(request, server, parsed, message)
-        return await self._post_session(request, server, name, parsed, message)
+    accept = request.headers.get("Accept")
+    if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
+        raise _jsonrpc_error(
+            406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
+        )
+    try:
+        message = json.loads(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _jsonrpc_error(
+            400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})"
+        ) from None
+    except RecursionError:
+        raise _jsonrpc_error(
+            400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply"
+        ) from None
+    if isinstance(message, list):
+        raise _jsonrpc_error(
+            400,
+            rpc.INVALID_REQUEST,
+            "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST",
+        )
+    try:
+        parsed = rpc.parse_message(message)
+    except rpc.JsonRpcError as exc:
+        raise _HttpError(400, exc.to_response()) from None
+    if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
+        _carry_header_trace(request.headers, parsed.id, message)
+    params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
+    header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+    # Stateless when the body says so, or when a session-less request names a 2026 version.
+    stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
+        p.request_era(params) == p.ERA_STATELESS
+        or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
+    )
+    if stateless:
+        return await _post_stateless(kernel, request, server, parsed, message)
+    return await _post_session(kernel, request, server, name, parsed, message)
 
-    def _check_modern_headers(self, request: PlainRequest, parsed: Any) -> None:
-        request_id = getattr(parsed, "id", None)
-        params = parsed.params if isinstance(parsed.params, Mapping) else {}
-        meta = params.get("_meta") or {}
-        body_version = meta.get(p.META_PROTOCOL_VERSION)
 
-        def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
-            """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
-            the body."""
-            sent = request.headers.get(header)
-            if sent is None:
-                problem = f"the {header} header is required{what}"
-            elif (value := decode(sent)) is None or value != body_value:
-                problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
-            else:
-                return
-            raise _HttpError(400, p.header_mismatch_error(problem).to_response(request_id))
+def _check_modern_headers(request: PlainRequest, parsed: Any) -> None:
+    request_id = getattr(parsed, "id", None)
+    params = parsed.params if isinstance(parsed.params, Mapping) else {}
+    meta = params.get("_meta") or {}
+    body_version = meta.get(p.META_PROTOCOL_VERSION)
 
-        check(p.HEADER_PROTOCOL_VERSION, body_version)
-        if not p.is_stateless_version(body_version):
-            raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
-        if isinstance(parsed, rpc.Notification):
+    def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
+        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
+        the body."""
+        sent = request.headers.get(header)
+        if sent is None:
+            problem = f"the {header} header is required{what}"
+        elif (value := decode(sent)) is None or value != body_value:
+            problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
+        else:
             return
-        check(p.HEADER_METHOD, parsed.method)
-        key = p.NAMED_METHODS.get(parsed.method)
-        if key is not None:
-            check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
+        raise _HttpError(400, p.header_mismatch_error(problem).to_response(request_id))
 
-    async def _post_stateless(
-        self, request: PlainRequest, server: McpServer, parsed: Any, message: Any
-    ) -> PlainResponse:
-        if isinstance(parsed, rpc.Request):
-            try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
-                p.check_stateless_meta(p.read_request_meta(parsed.params))
-            except rpc.JsonRpcError as exc:
-                if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
-                    raise _HttpError(400, exc.to_response(parsed.id)) from None
-        self._check_modern_headers(request, parsed)
-        if isinstance(parsed, rpc.Notification):
-            await server.handle(_stateless_session(server, request), message)
-            return _json_response(202, None)
-        if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
-            return _json_response(202, None)
-        session = _stateless_session(server, request)
-        wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(
-            request.headers.get("Accept"), "text/event-stream"
-        )
-        hub = hub_for(self.kernel)
-        if wants_stream and hub.nursery is not None:
-            stream = EventLog(secrets.token_hex(8))
-            scope = trio.CancelScope()
-            hub.nursery.start_soon(_run_into, server, session, message, stream, scope)
-            try:
-                answered, _ = await request.unless_gone(stream.first)
-            except BaseException:
-                scope.cancel()
-                raise
-            if not answered:
-                scope.cancel()  # the client left before anything happened
-                return _json_response(202, None)
-            if stream.closed and len(stream.events) == 1:
-                # Answered before any notification: plain JSON, with the status an error needs.
-                reply = json.loads(stream.events[0][1])
-                return _json_response(_status_for_error(reply.get("error"), True), reply)
-            return self._sse(stream, 0, cancel_on_close=scope, with_ids=False)
-        answered, reply = await request.unless_gone(partial(server.handle, session, message))
-        if not answered or reply is None:
-            return _json_response(202, None)
-        return _json_response(_status_for_error(reply.get("error"), True), reply)
+    check(p.HEADER_PROTOCOL_VERSION, body_version)
+    if not p.is_stateless_version(body_version):
+        raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
+    if isinstance(parsed, rpc.Notification):
+        return
+    check(p.HEADER_METHOD, parsed.method)
+    key = p.NAMED_METHODS.get(parsed.method)
+    if key is not None:
+        check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
 
-    async def _post_session(
-        self, request: PlainRequest, server: McpServer, name: str | None, parsed: Any, message: Any
-    ) -> PlainResponse:
-        hub = hub_for(self.kernel)
-        request_id = getattr(parsed, "id", None)
-        if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
-            owner, caller = _caller(request)
-            if request.headers.get(p.HEADER_SESSION_ID):
-                session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
-                if session is None or session.owner != owner:
-                    raise _jsonrpc_error(
-                        404,
-                        rpc.INVALID_REQUEST,
-                        "unknown or ended MCP session; initialize without Mcp-Session-Id",
-                        request_id,
-                    )
-            session = hub.open_session(server, name, owner=owner, caller=caller)
-            session.active += 1
-            try:
-                reply = await server.handle(session.state, message)
-            finally:
-                session.active -= 1
-            if reply is None or "error" in reply:
-                hub.close_session(session.state.id)
-                return _json_response(200 if reply else 202, reply)
-            return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
-        session = self._session(request, name, request_id)
-        session.active += 1  # not idle (never closed to make room) until answered
+
+async def _post_stateless(
+    kernel: KernelAPI, request: PlainRequest, server: McpServer, parsed: Any, message: Any
+) -> PlainResponse:
+    if isinstance(parsed, rpc.Request):
+        try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
+            p.check_stateless_meta(p.read_request_meta(parsed.params))
+        except rpc.JsonRpcError as exc:
+            if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
+                raise _HttpError(400, exc.to_response(parsed.id)) from None
+    _check_modern_headers(request, parsed)
+    if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
+        return _json_response(202, None)
+    session = server.new_session()  # one request's, naming its principal
+    session.principal = _caller(request)[0]
+    if isinstance(parsed, rpc.Notification):
+        await server.handle(session, message)
+        return _json_response(202, None)
+    wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(
+        request.headers.get("Accept"), "text/event-stream"
+    )
+    hub = hub_for(kernel)
+    if wants_stream and hub.nursery is not None:
+        stream = EventLog(secrets.token_hex(8))
+        scope = trio.CancelScope()
+        hub.nursery.start_soon(_run_into, server, session, message, stream, scope, None)
         try:
-            return await self._on_session(request, server, session, parsed, message)
-        finally:
-            session.active -= 1
-            session.touch()
-
-    async def _on_session(
-        self,
-        request: PlainRequest,
-        server: McpServer,
-        session: HttpSession,
-        parsed: Any,
-        message: Any,
-    ) -> PlainResponse:
-        hub = hub_for(self.kernel)
-        request_id = getattr(parsed, "id", None)
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
-        if header_version is not None:
-            if header_version not in p.SUPPORTED_VERSIONS:
-                raise _HttpError(
-                    400, p.unsupported_version_error(header_version).to_response(request_id)
-                )
-            if header_version != session.state.protocol_version:
-                raise _jsonrpc_error(
-                    400,
-                    rpc.INVALID_REQUEST,
-                    f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
-                    f"session negotiated {session.state.protocol_version!r}",
-                    request_id,
-                )
-        session.touch()
-        if not isinstance(parsed, rpc.Request):
-            await server.handle(session.state, message)
+            answered, _ = await request.unless_gone(stream.first)
+        except BaseException:
+            scope.cancel()
+            raise
+        if not answered:
+            scope.cancel()  # the client left before anything happened
             return _json_response(202, None)
-        if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
-            raise _jsonrpc_error(
-                429,
-                rpc.SERVER_ERROR,
-                f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
-                request_id,
-            )
-        wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
-            request.headers.get("Accept"), "text/event-stream"
-        )
-        if wants_stream and hub.nursery is not None:
-            stream = session.new_stream()
-            session.active += 1  # until the request is answered (_run_on_session)
-            hub.nursery.start_soon(_run_on_session, server, session, message, stream)
-            prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
-            return self._sse(stream, 0, prime=prime)
-        reply = await server.handle(session.state, message)
-        return _json_response(200, reply) if reply is not None else _json_response(202, None)
+        if stream.closed and len(stream.events) == 1:
+            # Answered before any notification: plain JSON, with the status an error needs.
+            reply = json.loads(stream.events[0][1])
+            return _json_response(_status_for_error(reply.get("error"), True), reply)
+        return _sse(stream, 0, cancel_on_close=scope, with_ids=False)
+    answered, reply = await request.unless_gone(partial(server.handle, session, message))
+    if not answered or reply is None:
+        return _json_response(202, None)
+    return _json_response(_status_for_error(reply.get("error"), True), reply)
 
-    def _session(
-        self, request: PlainRequest, name: str | None, request_id: Any = None
-    ) -> HttpSession:
-        session_id = request.headers.get(p.HEADER_SESSION_ID)
-        if not session_id:
-            raise _jsonrpc_error(
-                400,
-                rpc.INVALID_REQUEST,
-                f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
-                f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
-                request_id,
-            )
-        session = hub_for(self.kernel).sessions.get(session_id)
-        # Another principal's session is unknown, exactly like one that never existed.
-        if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
-            raise _jsonrpc_error(
-                404,
-                rpc.INVALID_REQUEST,
-                "unknown or ended MCP session; initialize a new one",
-                request_id,
-            )
-        return session
 
-    # ---- GET and DELETE ----------------------------------------------------------------------
-    async def _get(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        self._server(name)
-        if not request.headers.get(p.HEADER_SESSION_ID):
-            raise _HttpError(
-                405,
-                _daemon_error(
-                    405,
-                    "method_not_allowed",
-                    "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 "
-                    "use subscriptions/listen",
-                ),
-                {"Allow": "POST, DELETE"},
-            )
-        if not _accepts(request.headers.get("Accept"), "text/event-stream"):
-            raise _jsonrpc_error(
-                406,
-                rpc.INVALID_REQUEST,
-                "GET opens an SSE stream: Accept must list text/event-stream",
-            )
-        session = self._session(request, name)
-        session.touch()
-        last = request.headers.get(p.HEADER_LAST_EVENT_ID)
-        if last:
-            stream_id, _, seq = last.rpartition(".")
-            stream = session.streams.get(stream_id)
-            if session.standalone is not None and session.standalone.stream_id == stream_id:
-                stream = session.standalone
-            if stream is None or not (seq.isascii() and seq.isdigit()):
+async def _post_session(
+    kernel: KernelAPI,
+    request: PlainRequest,
+    server: McpServer,
+    name: str | None,
+    parsed: Any,
+    message: Any,
+) -> PlainResponse:
+    hub = hub_for(kernel)
+    request_id = getattr(parsed, "id", None)
+    if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
+        owner, caller = _caller(request)
+        if request.headers.get(p.HEADER_SESSION_ID):
+            session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
+            if session is None or session.owner != owner:
                 raise _jsonrpc_error(
                     404,
                     rpc.INVALID_REQUEST,
-                    f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume",
+                    "unknown or ended MCP session; initialize without Mcp-Session-Id",
+                    request_id,
                 )
-            return self._sse(stream, int(seq))
-        if session.standalone is not None and not session.standalone.closed:
-            raise _jsonrpc_error(
-                409,
-                rpc.INVALID_REQUEST,
-                "this session already has an open GET stream; close it first",
-            )
-        session.standalone = EventLog(secrets.token_hex(8))
-        return self._sse(session.standalone, 0, standalone_of=session)
-
-    async def _delete(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        session = self._session(request, name)
-        hub_for(self.kernel).close_session(session.state.id)
-        return _json_response(204, None)
-
-    # ---- SSE ---------------------------------------------------------------------------------
-    def _sse(
-        self,
-        stream: EventLog,
-        after: int,
-        *,
-        prime: bool = False,
-        cancel_on_close: trio.CancelScope | None = None,
-        standalone_of: HttpSession | None = None,
-        with_ids: bool = True,
-    ) -> PlainResponse:
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                if prime:
-                    yield f"id: {stream.event_id(0)}\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
-                async for item in stream.follow(after):
-                    if item is None:
-                        yield b": keepalive\n\n"
-                        continue
-                    seq, data = item
-                    yield sse_frame(stream.event_id(seq) if with_ids else None, data)
-            finally:
-                if cancel_on_close is not None:
-                    cancel_on_close.cancel()  # stateless: a closed stream cancels the request
-                if standalone_of is not None and standalone_of.standalone is stream:
-                    stream.close()
-                    standalone_of.standalone = None
-
-        headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
-        return PlainResponse(200, body(), "text/event-stream", headers)
-
-
-async def _run_on_session(
-    server: McpServer, session: HttpSession, message: Any, stream: EventLog
-) -> None:
-    """``_run_into`` for a session's streamed request; the caller counted it as active."""
+        session = hub.open_session(server, name, owner=owner, caller=caller)
+        session.active += 1
+        try:
+            reply = await server.handle(session.state, message)
+        finally:
+            session.active -= 1
+        if reply is None or "error" in reply:
+            hub.close_session(session.state.id)
+            return _json_response(200 if reply else 202, reply)
+        return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
+    session = _session(kernel, request, name, request_id)
+    session.active += 1  # not idle (never closed to make room) until answered
     try:
-        await _run_into(server, session.state, message, stream, trio.CancelScope())
+        return await _on_session(kernel, request, server, session, parsed, message)
     finally:
         session.active -= 1
         session.touch()
+
+
+async def _on_session(
+    kernel: KernelAPI,
+    request: PlainRequest,
+    server: McpServer,
+    session: HttpSession,
+    parsed: Any,
+    message: Any,
+) -> PlainResponse:
+    hub = hub_for(kernel)
+    request_id = getattr(parsed, "id", None)
+    header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+    if header_version is not None:
+        if header_version not in p.SUPPORTED_VERSIONS:
+            raise _HttpError(
+                400, p.unsupported_version_error(header_version).to_response(request_id)
+            )
+        if header_version != session.state.protocol_version:
+            raise _jsonrpc_error(
+                400,
+                rpc.INVALID_REQUEST,
+                f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
+                f"session negotiated {session.state.protocol_version!r}",
+                request_id,
+            )
+    session.touch()
+    if not isinstance(parsed, rpc.Request):
+        await server.handle(session.state, message)
+        return _json_response(202, None)
+    if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
+        raise _jsonrpc_error(
+            429,
+            rpc.SERVER_ERROR,
+            f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
+            request_id,
+        )
+    wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
+        request.headers.get("Accept"), "text/event-stream"
+    )
+    if wants_stream and hub.nursery is not None:
+        stream = session.new_stream()
+        session.active += 1  # until the request is answered (_run_into)
+        scope = trio.CancelScope()
+        hub.nursery.start_soon(_run_into, server, session.state, message, stream, scope, session)
+        prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
+        return _sse(stream, 0, prime=prime)
+    reply = await server.handle(session.state, message)
+    return _json_response(200, reply) if reply is not None else _json_response(202, None)
+
+
+def _session(
+    kernel: KernelAPI, request: PlainRequest, name: str | None, request_id: Any = None
+) -> HttpSession:
+    session_id = request.headers.get(p.HEADER_SESSION_ID)
+    if not session_id:
+        raise _jsonrpc_error(
+            400,
+            rpc.INVALID_REQUEST,
+            f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
+            f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
+            request_id,
+        )
+    session = hub_for(kernel).sessions.get(session_id)
+    # Another principal's session is unknown, exactly like one that never existed.
+    if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
+        raise _jsonrpc_error(
+            404,
+            rpc.INVALID_REQUEST,
+            "unknown or ended MCP session; initialize a new one",
+            request_id,
+        )
+    return session
+
+
+# ---- GET and DELETE ----------------------------------------------------------------------
+async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    _server(kernel, name)
+    if not request.headers.get(p.HEADER_SESSION_ID):
+        raise _HttpError(
+            405,
+            _daemon_error(
+                405,
+                "method_not_allowed",
+                "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
+            ),
+            {"Allow": "POST, DELETE"},
+        )
+    if not _accepts(request.headers.get("Accept"), "text/event-stream"):
+        raise _jsonrpc_error(
+            406,
+            rpc.INVALID_REQUEST,
+            "GET opens an SSE stream: Accept must list text/event-stream",
+        )
+    session = _session(kernel, request, name)
+    session.touch()
+    last = request.headers.get(p.HEADER_LAST_EVENT_ID)
+    if last:
+        stream_id, _, seq = last.rpartition(".")
+        stream = session.streams.get(stream_id)
+        if session.standalone is not None and session.standalone.stream_id == stream_id:
+            stream = session.standalone
+        if stream is None or not (seq.isascii() and seq.isdigit()):
+            raise _jsonrpc_error(
+                404,
+                rpc.INVALID_REQUEST,
+                f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume",
+            )
+        return _sse(stream, int(seq))
+    if session.standalone is not None and not session.standalone.closed:
+        raise _jsonrpc_error(
+            409,
+            rpc.INVALID_REQUEST,
+            "this session already has an open GET stream; close it first",
+        )
+    session.standalone = EventLog(secrets.token_hex(8))
+    return _sse(session.standalone, 0, standalone_of=session)
+
+
+async def _delete(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    session = _session(kernel, request, name)
+    hub_for(kernel).close_session(session.state.id)
+    return _json_response(204, None)
+
+
+# ---- SSE ---------------------------------------------------------------------------------
+def _sse(
+    stream: EventLog,
+    after: int,
+    *,
+    prime: bool = False,
+    cancel_on_close: trio.CancelScope | None = None,
+    standalone_of: HttpSession | None = None,
+    with_ids: bool = True,
+) -> PlainResponse:
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if prime:
+                yield f"id: {stream.event_id(0)}\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
+            async for item in stream.follow(after):
+                if item is None:
+                    yield b": keepalive\n\n"
+                    continue
+                seq, data = item
+                yield sse_frame(stream.event_id(seq) if with_ids else None, data)
+        finally:
+            if cancel_on_close is not None:
+                cancel_on_close.cancel()  # stateless: a closed stream cancels the request
+            if standalone_of is not None and standalone_of.standalone is stream:
+                stream.close()
+                standalone_of.standalone = None
+
+    headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+    return PlainResponse(200, body(), "text/event-stream", headers)
 
 
 def _caller(request: Any) -> tuple[str | None, Hashable]:
@@ -748,13 +744,6 @@ def _caller(request: Any) -> tuple[str | None, Hashable]:
     if principal.keyed:
         return principal.name, ("principal", principal.name)
     return principal.name, ("addr", request.remote_addr)
-
-
-def _stateless_session(server: McpServer, request: PlainRequest) -> ServerSession:
-    """The one-request session of a stateless (2026-07-28) call, naming its principal."""
-    session = server.new_session()
-    session.principal = _caller(request)[0]
-    return session
 
 
 def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
@@ -783,8 +772,10 @@ async def _run_into(
     message: Any,
     stream: EventLog,
     scope: trio.CancelScope,
+    http_session: HttpSession | None,
 ) -> None:
-    """Run one request, writing its notifications and response into ``stream``."""
+    """Run one request, writing its notifications and response into ``stream``; then
+    ``http_session`` (which counted it as active) is idle again."""
 
     async def notify(note: Any) -> None:
         stream.append(note)
@@ -796,6 +787,9 @@ async def _run_into(
                 stream.append(reply)
     finally:
         stream.close()
+        if http_session is not None:
+            http_session.active -= 1
+            http_session.touch()
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
@@ -825,37 +819,16 @@ def mcp_routes(kernel: KernelAPI) -> list[Any]:
     """The daemon routes: ``/mcp`` and ``/agents/<name>/mcp`` (POST, GET, DELETE)."""
     from roost.kernel import RouteDescriptor
 
-    host = McpEndpoint(kernel, agent_param=False)
-    per_agent = McpEndpoint(kernel, agent_param=True)
-
-    async def host_handler(request: PlainRequest) -> PlainResponse:
-        return await host.handle(request, None)
-
-    async def agent_handler(request: PlainRequest, name: str) -> PlainResponse:
-        return await per_agent.handle(request, name)
-
-    methods = ("POST", "GET", "DELETE")
-    cap = p.MAX_MESSAGE_BYTES
     return [
         RouteDescriptor(
-            "/mcp", host_handler, methods=methods, max_body_bytes=cap, render_error=render_error
-        ),
-        RouteDescriptor(
-            "/agents/<name>/mcp",
-            agent_handler,
-            methods=methods,
-            max_body_bytes=cap,
+            path,
+            partial(_handle, kernel),
+            methods=("POST", "GET", "DELETE"),
+            max_body_bytes=p.MAX_MESSAGE_BYTES,
             render_error=render_error,
-        ),
+        )
+        for path in ("/mcp", "/agents/<name>/mcp")
     ]
 
 
-__all__ = [
-    "EventLog",
-    "HttpSession",
-    "McpEndpoint",
-    "McpHttpHub",
-    "hub_for",
-    "mcp_routes",
-    "run_hub",
-]
+__all__ = ["EventLog", "HttpSession", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

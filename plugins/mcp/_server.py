@@ -1,21 +1,14 @@
 """roost as an MCP server: one protocol core for every transport (stdio, HTTP, memory).
 
-``McpServer`` turns MCP messages into kernel calls. A transport decodes a message, calls
-``await server.handle(session, message, notify=...)`` in a cancel scope that
-``notifications/cancelled`` can cancel, and sends back what it returns; ``notify`` sends
-the request's notifications (progress, log messages) and requests to the client.
-
-* The **agent** surface (``agent="coder"``: ``/agents/coder/mcp``) is the kernel's
-  ``AgentSurface`` — the code that answers an agent asking another in memory — plus what
-  belongs to the session and the transport: initialize, protocol eras, resources,
-  prompts, progress, cancellation, requests to the client.
-* The **host** surface (``agent=None``: ``/mcp``, ``roost mcp``) serves every agent's
-  surface: each one's ``message`` as ``agent_{name}`` (its in-host name) and its exposed
-  tools; a tool exposed by several agents is listed once per agent as ``{agent}_{tool}``.
-
-Private and unexposed tools are never listed and never callable, under any name. The
-artifacts of an answer are kept (``ArtifactShelf``) for ``resources/read`` of their URIs; a
-``message`` call starts a conversation of the session's principal (from its API key).
+A transport decodes a message and sends back what ``await server.handle(session, message,
+notify=...)`` returns; ``notify`` carries the request's notifications and requests to the
+client. The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus
+the session's part (initialize, eras, resources, prompts, progress, cancellation). The
+**host** surface (``/mcp``, ``roost mcp``) lists each agent's ``message`` as
+``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several expose one).
+Private and unexposed tools are never listed nor callable. An answer's artifacts are kept
+(``ArtifactShelf``) for ``resources/read``; a ``message`` call converses as the session's
+principal.
 """
 
 from __future__ import annotations
@@ -76,19 +69,15 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 @attrs.define(eq=False)
 class ServerSession:
-    """One client's state: the negotiated era and version, its log level, requests in flight.
-
-    Stateless (2026-07-28) requests never read or change it, except to be cancellable.
-    """
+    """One client's state: negotiated version, log level, requests in flight (stateless
+    requests only use it to be cancellable)."""
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
-    client_info: Mapping[str, Any] | None = None
     client_capabilities: Mapping[str, Any] | None = None
     log_level: str | None = None
     in_flight: dict[Any, trio.CancelScope] = attrs.field(factory=dict)
     closed: bool = False
-    subscriptions: set[str] = attrs.field(factory=set)
     outgoing: dict[Any, trio.MemorySendChannel[Any]] = attrs.field(factory=dict)
     next_outgoing_id: int = 0
     event_router: Any = None  # a stream connection's _EventRouter (see serve_connection)
@@ -105,8 +94,7 @@ class ServerSession:
         return self.protocol_version is not None
 
     def cancel(self, request_id: Any) -> bool:
-        """Cancel a request in flight (or read and about to start); False if there is none
-        with that id."""
+        """Cancel a request in flight or about to start; False if there is none."""
         scope = self.in_flight.get(request_id)
         if scope is None:
             if request_id in self.starting:
@@ -122,8 +110,7 @@ class ServerSession:
 
 
 class _Call:
-    """What a method handler knows about the request it serves. (A plain class: one is
-    built per request, in a third of the time of an attrs one.)"""
+    """What a method handler knows about its request (a plain class: built per request)."""
 
     __slots__ = ("session", "request", "meta", "stateless", "notify")
 
@@ -412,7 +399,6 @@ class McpServer:
         *,
         agent: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
-        call_timeout_s: float | None = None,
     ) -> None:
         # kernel may be None until it has booted (``roost mcp`` answers initialize first);
         # only initialize and server/discover may be served before it is set.
@@ -421,7 +407,6 @@ class McpServer:
         self.kernel = kernel
         self.agent = agent
         self.page_size = page_size
-        self.call_timeout_s = call_timeout_s
         self.server_info = p.implementation(
             SERVER_NAME if agent is None else f"roost-{agent}", roost_version()
         )
@@ -442,7 +427,7 @@ class McpServer:
             p.COMPLETION_COMPLETE: self._complete,
             p.SUBSCRIPTIONS_LISTEN: self._listen,
             p.RESOURCES_SUBSCRIBE: self._subscribe,
-            p.RESOURCES_UNSUBSCRIBE: self._unsubscribe,
+            p.RESOURCES_UNSUBSCRIBE: self._subscribe,
         }
 
     # ---- what this surface offers ------------------------------------------------------------
@@ -594,7 +579,11 @@ class McpServer:
         except rpc.JsonRpcError as exc:
             return exc.to_response().to_dict()
         if isinstance(parsed, rpc.Notification):
-            self._notification(session, parsed)
+            # Only cancelled needs anything from us (not initialized, progress, roots, …).
+            request_id = parsed.params.get("requestId") if is_mapping(parsed.params) else None
+            if parsed.method == p.NOTIFY_CANCELLED and isinstance(request_id, (str, int)):
+                if not isinstance(request_id, bool):
+                    session.cancel(request_id)
             return None
         if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
             waiter = session.outgoing.pop(parsed.id, None)
@@ -639,64 +628,47 @@ class McpServer:
         """Run ``request`` cancellable through ``scope``; its response (errors included)."""
         session.in_flight[request.id] = scope
         try:
-            result = await self._request(session, request, notify)
+            params = request.params if is_mapping(request.params) else {}
+            stateless = p.request_era(params) == p.ERA_STATELESS
+            if request.method == p.INITIALIZE and not stateless:
+                result = self._initialize(session, params)
+            else:
+                meta = p.read_request_meta(params)
+                handler = self._methods.get(request.method)
+                if stateless:
+                    p.check_stateless_meta(meta)
+                    if request.method in p.HANDSHAKE_ONLY_METHODS:
+                        raise rpc.JsonRpcError(
+                            rpc.METHOD_NOT_FOUND,
+                            f"method {request.method!r} does not exist at {meta.protocol_version}",
+                            {"method": request.method},
+                        )
+                else:
+                    if request.method == p.SUBSCRIPTIONS_LISTEN:
+                        handler = None
+                    if request.method not in (p.PING, p.DISCOVER) and not session.handshake_done:
+                        raise rpc.JsonRpcError(
+                            rpc.INVALID_PARAMS,
+                            f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required "
+                            f"(protocol {p.LATEST_VERSION}); "
+                            "or open a session with initialize first",
+                        )
+                if handler is None:
+                    raise rpc.JsonRpcError(
+                        rpc.METHOD_NOT_FOUND,
+                        f"method {request.method!r} not found",
+                        {"method": request.method},
+                    )
+                result = await handler(_Call(session, request, meta, stateless, notify))
+                if stateless:
+                    result = p.finish_stateless_result(request.method, result, self.server_info)
         except Exception as exc:
             return rpc.ErrorResponse(
                 request.id, jsonrpc_error(exc, request.method).to_error()
             ).to_dict()
         finally:
             session.in_flight.pop(request.id, None)
-        return {
-            "jsonrpc": rpc.VERSION,
-            "id": request.id,
-            "result": result,
-        }  # rpc.Response(...).to_dict()
-
-    def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
-        params = note.params if isinstance(note.params, Mapping) else {}
-        if note.method == p.NOTIFY_CANCELLED:
-            request_id = params.get("requestId")
-            if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
-                session.cancel(request_id)
-        # initialized, progress, roots/list_changed and unknown ones need nothing from us.
-
-    async def _request(
-        self, session: ServerSession, request: rpc.Request, notify: Notify | None
-    ) -> Any:
-        params = request.params if is_mapping(request.params) else {}
-        stateless = p.request_era(params) == p.ERA_STATELESS
-        if request.method == p.INITIALIZE and not stateless:
-            return self._initialize(session, params)
-        meta = p.read_request_meta(params)
-        handler = self._methods.get(request.method)
-        if stateless:
-            p.check_stateless_meta(meta)
-            if request.method in p.HANDSHAKE_ONLY_METHODS:
-                raise rpc.JsonRpcError(
-                    rpc.METHOD_NOT_FOUND,
-                    f"method {request.method!r} does not exist at {meta.protocol_version}",
-                    {"method": request.method},
-                )
-        else:
-            if request.method == p.SUBSCRIPTIONS_LISTEN:
-                handler = None
-            if request.method not in (p.PING, p.DISCOVER) and not session.handshake_done:
-                raise rpc.JsonRpcError(
-                    rpc.INVALID_PARAMS,
-                    f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required "
-                    f"(protocol {p.LATEST_VERSION}); "
-                    "or open a session with initialize first",
-                )
-        if handler is None:
-            raise rpc.JsonRpcError(
-                rpc.METHOD_NOT_FOUND,
-                f"method {request.method!r} not found",
-                {"method": request.method},
-            )
-        result = await handler(_Call(session, request, meta, stateless, notify))
-        if stateless:
-            result = p.finish_stateless_result(request.method, result, self.server_info)
-        return result
+        return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _initialize(self, session: ServerSession, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -715,10 +687,8 @@ class McpServer:
         caps = params.get("capabilities", {})
         if not isinstance(caps, Mapping):
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, "params.capabilities: expected an object")
-        info = params.get("clientInfo")
         session.protocol_version = p.negotiate_version(requested)
         session.client_capabilities = dict(caps)
-        session.client_info = dict(info) if isinstance(info, Mapping) else None
         return p.initialize_result(
             session.protocol_version,
             self.capabilities(),
@@ -775,11 +745,7 @@ class McpServer:
         )
 
     async def _subscribe(self, call: _Call) -> dict[str, Any]:
-        call.session.subscriptions.add(rpc.param(call.params, "uri", str))
-        return {}
-
-    async def _unsubscribe(self, call: _Call) -> dict[str, Any]:
-        call.session.subscriptions.discard(rpc.param(call.params, "uri", str))
+        rpc.param(call.params, "uri", str)  # (un)subscribing changes nothing: none are sent
         return {}
 
     async def _resources_read(self, call: _Call) -> dict[str, Any]:
@@ -974,12 +940,7 @@ class McpServer:
     async def _ask_agent(
         self, call: _Call, surface: AgentSurface, prepared: SurfaceCall, session_id: str | None
     ) -> dict[str, Any]:
-        reply = await surface.ask(
-            prepared,
-            principal=call.session.principal,
-            session_id=session_id,
-            timeout=self.call_timeout_s,
-        )
+        reply = await surface.ask(prepared, principal=call.session.principal, session_id=session_id)
         if reply.outputs:  # so that resources/read of their URIs returns them
             artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
         if call.stateless and reply.stop_reason == "input_required":
