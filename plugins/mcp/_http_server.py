@@ -482,7 +482,8 @@ def _check_modern_headers(request: PlainRequest, parsed: Any) -> None:
             problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
         else:
             return
-        raise _HttpError(400, p.header_mismatch_error(problem).to_response(request_id))
+        error = rpc.JsonRpcError(p.HEADER_MISMATCH, f"Header mismatch: {problem}")
+        raise _HttpError(400, error.to_response(request_id))
 
     check(p.HEADER_PROTOCOL_VERSION, body_version)
     if not p.is_stateless_version(body_version):
@@ -622,7 +623,7 @@ async def _on_session(
         session.active += 1  # until the request is answered (_run_into)
         scope = trio.CancelScope()
         hub.nursery.start_soon(_run_into, server, session.state, message, stream, scope, session)
-        prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
+        prime = (session.state.protocol_version or "") >= p.V2025_11_25  # negotiated: a date
         return _sse(stream, 0, prime=prime)
     reply = await server.handle(session.state, message)
     return _json_response(200, reply) if reply is not None else _json_response(202, None)

@@ -27,11 +27,10 @@ from typing import Any
 
 import attrs
 from roost.kernel import is_mapping, jsonrpc
-from roost.kernel import jsonrpc as _jsonrpc
 
-INVALID_PARAMS = _jsonrpc.INVALID_PARAMS
-JsonRpcError = _jsonrpc.JsonRpcError
-json_type = _jsonrpc.json_type
+INVALID_PARAMS = jsonrpc.INVALID_PARAMS
+JsonRpcError = jsonrpc.JsonRpcError
+json_type = jsonrpc.json_type
 
 # ---- versions ---------------------------------------------------------------------------
 
@@ -53,8 +52,6 @@ LATEST_VERSION = V2026_07_28
 ERA_HANDSHAKE = "handshake"
 ERA_STATELESS = "stateless"
 
-_VERSION_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
 
 def is_stateless_version(version: str | None) -> bool:
     """True for 2026-07-28 and later-style versions roost speaks statelessly."""
@@ -70,11 +67,6 @@ def negotiate_version(requested: Any) -> str:
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    """Whether date-shaped ``version`` is ``minimum`` or newer."""
-    return bool(_VERSION_SHAPE.fullmatch(version)) and version >= minimum
 
 
 # ---- methods ----------------------------------------------------------------------------
@@ -142,24 +134,15 @@ MODERN_ERROR_CODES = frozenset(
 """Errors only a 2026-07-28 server sends: seeing one identifies a modern server."""
 
 
-def unsupported_version_error(
-    requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS
-) -> JsonRpcError:
+def unsupported_version_error(requested: Any) -> JsonRpcError:
     """The ``UnsupportedProtocolVersion`` error (-32022) listing what roost speaks."""
-    shown = requested if isinstance(requested, str) else json_type(requested)
+    known = isinstance(requested, str)
     return JsonRpcError(
         UNSUPPORTED_PROTOCOL_VERSION,
-        f"Unsupported protocol version {shown!r}; this server speaks {', '.join(supported)}",
-        {
-            "supported": list(supported),
-            "requested": requested if isinstance(requested, str) else None,
-        },
+        f"Unsupported protocol version {requested if known else json_type(requested)!r}; "
+        f"this server speaks {', '.join(SUPPORTED_VERSIONS)}",
+        {"supported": list(SUPPORTED_VERSIONS), "requested": requested if known else None},
     )
-
-
-def header_mismatch_error(message: str) -> JsonRpcError:
-    """The ``HeaderMismatch`` error (-32020): HTTP headers disagree with the body."""
-    return JsonRpcError(HEADER_MISMATCH, f"Header mismatch: {message}")
 
 
 # ---- limits, names, HTTP headers --------------------------------------------------------
@@ -363,11 +346,6 @@ def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def implementation(name: str, version: str) -> dict[str, Any]:
-    """An MCP ``Implementation`` object (clientInfo / serverInfo)."""
-    return {"name": name, "version": version}
-
-
 def initialize_params(
     client_info: Mapping[str, Any],
     capabilities: Mapping[str, Any] | None = None,
@@ -382,45 +360,8 @@ def initialize_params(
     }
 
 
-def initialize_result(
-    version: str,
-    capabilities: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    instructions: str | None = None,
-) -> dict[str, Any]:
-    """A server's ``initialize`` result."""
-    out: dict[str, Any] = {
-        "protocolVersion": version,
-        "capabilities": dict(capabilities),
-        "serverInfo": dict(server_info),
-    }
-    if instructions:
-        out["instructions"] = instructions
-    return out
-
-
 # How long a client may cache what roost answers, and for whom: not at all, only itself.
 CACHE_FIELDS = {"ttlMs": 0, "cacheScope": "private"}
-
-
-def discover_result(
-    capabilities: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    instructions: str | None = None,
-) -> dict[str, Any]:
-    """A 2026-07-28 ``server/discover`` result (cacheable, with ``resultType``)."""
-    out: dict[str, Any] = {
-        "resultType": RESULT_COMPLETE,
-        "supportedVersions": list(SUPPORTED_VERSIONS),
-        "capabilities": dict(capabilities),
-        **CACHE_FIELDS,
-        META: {META_SERVER_INFO: dict(server_info)},
-    }
-    if instructions:
-        out["instructions"] = instructions
-    return out
 
 
 CACHEABLE_METHODS = frozenset(
@@ -471,22 +412,6 @@ def progress_params(
     return out
 
 
-def cancelled_params(request_id: str | int, reason: str | None = None) -> dict[str, Any]:
-    """``notifications/cancelled`` params."""
-    out: dict[str, Any] = {"requestId": request_id}
-    if reason:
-        out["reason"] = reason
-    return out
-
-
-def log_params(level: str, data: Any, logger: str | None = None) -> dict[str, Any]:
-    """``notifications/message`` params."""
-    out: dict[str, Any] = {"level": level, "data": data}
-    if logger:
-        out["logger"] = logger
-    return out
-
-
 def log_level_allows(threshold: str | None, level: str) -> bool:
     """Whether a message at ``level`` passes a client's minimum ``threshold`` (None: off)."""
     if threshold is None or threshold not in LOG_LEVELS or level not in LOG_LEVELS:
@@ -494,23 +419,7 @@ def log_level_allows(threshold: str | None, level: str) -> bool:
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
-def text_content(text: str) -> dict[str, Any]:
-    """A text content block."""
-    return {"type": "text", "text": text}
-
-
-def tool_error_result(message: str) -> dict[str, Any]:
-    """A ``CallToolResult`` reporting a tool execution error (``isError``)."""
-    return {"content": [text_content(message)], "isError": True}
-
-
 # ---- pagination -------------------------------------------------------------------------
-
-
-def encode_cursor(after: str) -> str:
-    """An opaque cursor meaning "the items after key ``after``"."""
-    raw = json.dumps({"after": after}, separators=(",", ":")).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def decode_cursor(cursor: Any) -> str:
@@ -544,8 +453,10 @@ def paginate(
             (i for i, item in enumerate(ordered) if str(item.get(key, "")) > after), len(ordered)
         )
     page = ordered[start : start + page_size]
-    more = start + page_size < len(ordered)
-    return page, (encode_cursor(str(page[-1].get(key, ""))) if more and page else None)
+    if not page or start + page_size >= len(ordered):
+        return page, None
+    raw = json.dumps({"after": str(page[-1].get(key, ""))}, separators=(",", ":"))
+    return page, base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
 
 def result_type(result: Any) -> str:

@@ -407,9 +407,8 @@ class McpServer:
         self.kernel = kernel
         self.agent = agent
         self.page_size = page_size
-        self.server_info = p.implementation(
-            SERVER_NAME if agent is None else f"roost-{agent}", roost_version()
-        )
+        name = SERVER_NAME if agent is None else f"roost-{agent}"
+        self.server_info = {"name": name, "version": roost_version()}
         self._state_key = secrets.token_bytes(32)
         self._index: dict[str, ToolEntry] = {}
         self._index_key: tuple[Any, ...] | None = None
@@ -537,7 +536,7 @@ class McpServer:
                     f"The system prompt of the {agent} agent",
                     (),
                     lambda _args, text=m.system_prompt: [
-                        {"role": "user", "content": p.text_content(text)}
+                        {"role": "user", "content": {"type": "text", "text": text}}
                     ],
                     title=f"{agent} system prompt",
                 )
@@ -689,20 +688,25 @@ class McpServer:
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, "params.capabilities: expected an object")
         session.protocol_version = p.negotiate_version(requested)
         session.client_capabilities = dict(caps)
-        return p.initialize_result(
-            session.protocol_version,
-            self.capabilities(),
-            self.server_info,
-            instructions=self.instructions(),
-        )
+        return {
+            "protocolVersion": session.protocol_version,
+            "capabilities": self.capabilities(),
+            "serverInfo": dict(self.server_info),
+            "instructions": self.instructions(),
+        }
 
     async def _ping(self, call: _Call) -> dict[str, Any]:
         return {}
 
     async def _discover(self, call: _Call) -> dict[str, Any]:
-        return p.discover_result(
-            self.capabilities(), self.server_info, instructions=self.instructions()
-        )
+        return {
+            "resultType": p.RESULT_COMPLETE,
+            "supportedVersions": list(p.SUPPORTED_VERSIONS),
+            "capabilities": self.capabilities(),
+            **p.CACHE_FIELDS,
+            p.META: {p.META_SERVER_INFO: dict(self.server_info)},
+            "instructions": self.instructions(),
+        }
 
     async def _set_level(self, call: _Call) -> dict[str, Any]:
         level = rpc.param(call.params, "level", str)
@@ -851,11 +855,11 @@ class McpServer:
             session_id = self._open_state(params.get("requestState"))
             answer = _answer_from(params.get("inputResponses"))
             if answer is None:
-                return p.tool_error_result(
-                    "inputResponses.answer: the agent's question was not "
-                    "answered (declined, cancelled or "
-                    'missing); send {"action": "accept", "content": {"answer": "..."}}'
+                text = (
+                    "inputResponses.answer: the agent's question was not answered (declined, "
+                    'cancelled or missing); send {"action": "accept", "content": {"answer": "..."}}'
                 )
+                return {"content": [{"type": "text", "text": text}], "isError": True}
             params = {**params, "arguments": {"message": answer}}
         prepared = surface.prepare(params, tool=target, server=True)
         # The server's span: a child of the caller's, the agent's run or tool call its child.

@@ -117,7 +117,7 @@ class _client_channel:
             with trio.move_on_after(timeout_s) as scope:
                 reply = await receive.receive()
             if scope.cancelled_caught:
-                cancelled = p.cancelled_params(request_id, "timed out")
+                cancelled = {"requestId": request_id, "reason": "timed out"}
                 await call.notify(rpc.Notification(p.NOTIFY_CANCELLED, cancelled).to_dict())
                 raise ClientRequestFailed(
                     f"{method}: the MCP client did not answer within {timeout_s:g} s"

@@ -115,7 +115,9 @@ class _RunWatcher:
         if event.kind == LOG_EVENT:
             level = payload.get("level", "info")
             if p.log_level_allows(self.call.log_level, level):
-                params = p.log_params(level, payload.get("data"), payload.get("logger"))
+                params = {"level": level, "data": payload.get("data")}
+                if payload.get("logger"):
+                    params["logger"] = payload["logger"]
                 await notify(rpc.Notification(p.NOTIFY_MESSAGE, params).to_dict())
             return
         if self.token is None:
