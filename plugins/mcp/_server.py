@@ -50,8 +50,7 @@ from roost.kernel import (
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._tool_context import _client_channel
-from ._watch import _RunWatcher
+from ._tool_context import _client_channel, _RunWatcher
 
 log = logging.getLogger("roost.mcp.server")
 
