@@ -453,7 +453,14 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
     except rpc.JsonRpcError as exc:
         raise _HttpError(400, exc.to_response()) from None
     if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
-        _carry_header_trace(request.headers, parsed.id, message)
+        # The deeper of the headers' trace context (as /api reads them) and _meta's.
+        try:
+            p.carry_trace(TraceContext.from_headers(request.headers), message)
+        except InvalidTraceContext as exc:  # a malformed depth header: 400 naming it
+            error = rpc.error_response(
+                parsed.id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field}
+            )
+            raise _HttpError(400, error) from None
     params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
     header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
     # Stateless when the body says so, or when a session-less request names a 2026 version.
@@ -745,26 +752,6 @@ def _caller(request: Any) -> tuple[str | None, Hashable]:
     if principal.keyed:
         return principal.name, ("principal", principal.name)
     return principal.name, ("addr", request.remote_addr)
-
-
-def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
-    """Put the trace context of the request's ``traceparent`` / ``X-Roost-Trace-*`` headers
-    into the ``tools/call``'s ``params._meta`` when it is deeper than the one there (the
-    server reads ``_meta``; a forged lower depth in either never wins). A malformed depth
-    header: 400 with -32602 naming it."""
-    try:
-        sent = TraceContext.from_headers(headers)
-    except InvalidTraceContext as exc:
-        raise _HttpError(
-            400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})
-        ) from None
-    params = message.get("params") if isinstance(message, dict) else None
-    if sent is None or not isinstance(params, dict):
-        return
-    try:
-        sent.deepen_meta(params)
-    except InvalidTraceContext:
-        pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
 async def _run_into(

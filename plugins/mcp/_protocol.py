@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import is_mapping, jsonrpc
+from roost.kernel import InvalidTraceContext, TraceContext, is_mapping, jsonrpc
 
 INVALID_PARAMS = jsonrpc.INVALID_PARAMS
 JsonRpcError = jsonrpc.JsonRpcError
@@ -280,6 +280,17 @@ def read_request_meta(params: Any) -> RequestMeta:
             f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}",
         )
     return RequestMeta(version, info, caps, level, token)
+
+
+def carry_trace(context: TraceContext | None, message: Any) -> None:
+    """Put ``context`` into a ``tools/call``'s ``params._meta`` when it is deeper than the
+    one there (the server reads ``_meta``; a forged lower depth in either never wins)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    if context is not None and isinstance(params, dict):
+        try:
+            context.deepen_meta(params)
+        except InvalidTraceContext:
+            pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
 def request_era(params: Any) -> str:

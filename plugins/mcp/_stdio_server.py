@@ -207,7 +207,7 @@ class DaemonBridge:
         import httpx
         from roost.plugins.http import daemon_http_client
 
-        limiter = trio.CapacityLimiter(BRIDGE_MAX_IN_FLIGHT)
+        slots = trio.Semaphore(BRIDGE_MAX_IN_FLIGHT)
         timeout = httpx.Timeout(self.timeout_s, connect=10.0)
         async with daemon_http_client(self.endpoint, timeout=timeout) as client:
             try:
@@ -224,14 +224,11 @@ class DaemonBridge:
                             # Inline: later requests need the session id it brings back.
                             await self._relay(client, message, send, nursery)
                             continue
-                        token = object()
-                        await limiter.acquire_on_behalf_of(token)
-                        nursery.start_soon(
-                            self._relay_one, client, message, send, nursery, limiter, token
-                        )
-                    with trio.move_on_after(5):
-                        while limiter.borrowed_tokens:
-                            await trio.sleep(0.01)
+                        await slots.acquire()
+                        nursery.start_soon(self._relay_one, client, message, send, nursery, slots)
+                    with trio.move_on_after(5):  # the relays in flight may finish first
+                        for _ in range(BRIDGE_MAX_IN_FLIGHT):
+                            await slots.acquire()
                     nursery.cancel_scope.cancel()
             finally:
                 if self.session_id:
@@ -241,11 +238,11 @@ class DaemonBridge:
                         except httpx.HTTPError:
                             pass
 
-    async def _relay_one(self, client, message, send, nursery, limiter, token) -> None:
+    async def _relay_one(self, client, message, send, nursery, slots) -> None:
         try:
             await self._relay(client, message, send, nursery)
         finally:
-            limiter.release_on_behalf_of(token)
+            slots.release()
 
     def _refusal(self, status: int, body: bytes) -> str:
         """Why the daemon refused, naming the fix (said once on stderr, too)."""
@@ -449,22 +446,14 @@ def with_inherited_trace(
                 message = await receive()
                 if not isinstance(message, dict) or message.get("method") != p.TOOLS_CALL:
                     return message
-                params = message.get("params")
-                if invalid is not None:
-                    error = rpc.error_response(
-                        message.get("id"),
-                        rpc.INVALID_PARAMS,
-                        str(invalid),
-                        {"field": invalid.field},
-                    )
-                    await send(error.to_dict())
-                    continue
-                if isinstance(params, dict):
-                    try:
-                        inherited.deepen_meta(params)
-                    except InvalidTraceContext:
-                        pass  # a malformed _meta depth: the server answers -32602 naming it
-                return message
+                if invalid is None:
+                    p.carry_trace(inherited, message)
+                    return message
+                data = {"field": invalid.field}
+                error = rpc.error_response(
+                    message.get("id"), rpc.INVALID_PARAMS, str(invalid), data
+                )
+                await send(error.to_dict())
 
         await serve(receive_traced, send)
 
