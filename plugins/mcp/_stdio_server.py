@@ -268,8 +268,9 @@ class DaemonBridge:
 
     async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
         import httpx
-        from roost.plugins.http.client import ResponseTooLarge, read_body, read_error_body
+        from roost.plugins.http.client import read_error_body
 
+        method = message.get("method") if isinstance(message, dict) else None
         request_id = (
             message.get("id") if isinstance(message, dict) and "method" in message else None
         )
@@ -281,69 +282,56 @@ class DaemonBridge:
                 answered = True
             await self._forward(reply, send)
 
-        async def fail(text: str, status: int | None = None) -> None:
-            if request_id is not None and not answered:
-                data = {"http_status": status} if status is not None else None
-                await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, text, data).to_dict())
-
-        body = encode_message(message)
         try:
             async with client.stream(
-                "POST", self.endpoint, content=body, headers=self._headers(message)
+                "POST",
+                self.endpoint,
+                content=encode_message(message),
+                headers=self._headers(message),
             ) as response:
                 status = response.status_code
-                if (
-                    isinstance(message, dict)
-                    and message.get("method") == p.INITIALIZE
-                    and status == 200
-                ):
+                if method == p.INITIALIZE and status == 200:
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
-                ctype = response.headers.get("content-type", "")
                 if status in (401, 403):
-                    await fail(self._refusal(status, await read_error_body(response)), status)
-                    return
-                if status == 202:
-                    if (
-                        isinstance(message, dict)
-                        and message.get("method") == p.INITIALIZED
-                        and not self._stream_open
-                    ):
+                    problem = self._refusal(status, await read_error_body(response))
+                elif status == 202:
+                    if method == p.INITIALIZED and not self._stream_open:
                         self._stream_open = True
                         nursery.start_soon(self._listen, client, send)
-                    await fail(
-                        f"the roost daemon at {self.endpoint} accepted "
-                        "the request without answering it",
-                        status,
+                    problem = (
+                        f"the roost daemon at {self.endpoint} accepted the request without "
+                        "answering it"
                     )
-                    return
-                if ctype.startswith("text/event-stream"):
+                elif response.headers.get("content-type", "").startswith("text/event-stream"):
                     await _relay_sse(response, deliver)
-                    await fail(
-                        f"the roost daemon's stream ended without an answer (HTTP {status})", status
-                    )
-                    return
-                try:
-                    raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
-                except ResponseTooLarge as exc:
-                    await fail(str(exc), status)
-                    return
-                try:
-                    reply = json.loads(raw)
-                except ValueError:
-                    reply = None
-                if is_jsonrpc_message(reply) and (
-                    request_id is None or reply.get("id") == request_id
-                ):
-                    await deliver(reply)
-                elif status >= 400:
-                    await fail(self._refusal(status, raw), status)
+                    problem = f"the roost daemon's stream ended without an answer (HTTP {status})"
                 else:
-                    await fail(
-                        f"the roost daemon answered HTTP {status} without a JSON-RPC response",
-                        status,
-                    )
+                    problem = await self._json_answer(response, request_id, deliver)
         except httpx.HTTPError as exc:
-            await fail(f"the roost daemon at {self.endpoint} is unreachable: {exc}")
+            status, problem = None, f"the roost daemon at {self.endpoint} is unreachable: {exc}"
+        if request_id is not None and not answered and problem:
+            data = {"http_status": status} if status is not None else None
+            await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, problem, data).to_dict())
+
+    async def _json_answer(self, response: Any, request_id: Any, deliver: Send) -> str | None:
+        """Deliver the JSON answer (None), or say what is wrong with it."""
+        from roost.plugins.http.client import ResponseTooLarge, read_body
+
+        status = response.status_code
+        try:
+            raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
+        except ResponseTooLarge as exc:
+            return str(exc)
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            reply = None
+        if is_jsonrpc_message(reply) and (request_id is None or reply.get("id") == request_id):
+            await deliver(reply)
+            return None
+        if status >= 400:
+            return self._refusal(status, raw)
+        return f"the roost daemon answered HTTP {status} without a JSON-RPC response"
 
     async def _forward(self, reply: Any, send: Send) -> None:
         if not is_jsonrpc_message(reply):
