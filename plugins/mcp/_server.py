@@ -50,7 +50,7 @@ from roost.kernel import (
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._tool_context import _client_channel, _RunWatcher
+from ._tool_context import _client_channel
 
 log = logging.getLogger("roost.mcp.server")
 
@@ -808,7 +808,7 @@ class McpServer:
                 if not entry.input_requests:
                     messages = entry.render(arguments)
                     return {"description": entry.description, "messages": list(messages)}
-                channel = _client_channel("", call)  # not registered: no tool runs
+                channel = _client_channel(call)  # not registered: no tool runs
                 if call.stateless:
                     self._read_round_trip(call, channel)
                 inputs = await channel.gather(entry.input_requests)
@@ -882,19 +882,16 @@ class McpServer:
             span.end(_error_text(prepared.refused))
             return prepared.refused
         try:
-            trace_id = prepared.trace.trace_id
             heartbeat = prepared.tool is None
-            watcher = _RunWatcher(
-                self.kernel, call, prepared.server, prepared.trace, heartbeat=heartbeat
-            )
-            with _client_channel(trace_id, call, watcher.spans) as channel:
+            link = _client_channel(call, self.kernel, prepared.server, prepared.trace, heartbeat)
+            with link as channel:
                 if call.stateless:
                     self._read_round_trip(call, channel)
                 if prepared.tool is not None:
-                    result = await watcher.run(lambda: surface.call_tool(prepared))
+                    result = await channel.run(lambda: surface.call_tool(prepared))
                 else:
                     ask = partial(self._ask_agent, call, surface, prepared, session_id)
-                    result = await watcher.run(ask)
+                    result = await channel.run(ask)
             result = self._settled(call, channel, result)
         except BaseException as exc:
             if span.recording:

@@ -4,7 +4,7 @@ stateless era's input round trips; around the call, forwarding its own events.
 
 Its own work is what runs below its server span, not its trace (a caller may continue any
 trace id it learned, so the trace id alone would hand it another principal's events). An
-agent's run reaches further (its tool calls, the agents it asks), so its watcher follows
+agent's run reaches further (its tool calls, the agents it asks), so its channel follows
 ``TRACE:SPAN_START`` on its trace (announced before any event of the span) to keep the
 spans descending from its own; an event is forwarded when its span or its parent is one."""
 
@@ -67,12 +67,40 @@ _CAPABILITY_FOR = {
 
 class _client_channel:
     """While a request runs (a tools/call: registered under its trace), what reaches its
-    client: requests, capability checks, the stateless era's input round trips. ``spans``:
-    the call's own work (its ``_RunWatcher``'s spans); a tool reaches the channel
-    only from within them, never from elsewhere on the same trace."""
+    client: requests, capability checks, the stateless era's input round trips, and
+    (``run``) progress and log messages of its own work. ``spans``: that work; a tool
+    reaches the channel only from within it, never from elsewhere on the same trace."""
 
-    def __init__(self, trace_id: str, call: _Call, spans: set[str] | frozenset[str] = frozenset()):
-        self.trace_id, self.call, self.spans = trace_id, call, spans
+    # The spans an agent's run follows at most: work past them is not reported to the
+    # caller (it is never someone else's).
+    MAX_SPANS = 4096
+
+    _KINDS = (
+        EventKind.AGENT_TOKEN,
+        EventKind.EXEC_TOOL_CALL,
+        EventKind.EXEC_TOOL_RESULT,
+        PROGRESS_EVENT,
+        LOG_EVENT,
+    )
+
+    def __init__(
+        self,
+        call: _Call,
+        kernel: KernelAPI | None = None,
+        span: TraceContext | None = None,
+        run: TraceContext | None = None,
+        heartbeat: bool = False,
+    ) -> None:
+        # ``span``: a tools/call's server span; ``run``: the agent's run below it (a tool
+        # call: the server span again). An agent's run: report each step, and follow the
+        # spans below; else a tool's: report the tool's own events, those of ``span``'s child.
+        self.call, self.kernel, self.heartbeat = call, kernel, heartbeat
+        self.trace_id = span.trace_id if span is not None else ""
+        self.spans = {span.span_id, run.span_id} if span is not None and run is not None else set()
+        self.token = call.meta.progress_token
+        self._count = 0
+        self._reported: float | None = None
+        self._last_sent = -1.0
         self.missing: set[str] = set()
         self.responses_in: Mapping[str, Any] = {}
         self.state_in: str | None = None
@@ -159,119 +187,6 @@ class _client_channel:
             )
             for key, item in requests.items()
         }
-
-
-def _channel_of(ctx: Any) -> _client_channel | None:
-    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
-    its trace, its span or its parent among the call's spans (the trace id alone is known
-    to every peer the trace reached)."""
-    trace = getattr(ctx, "trace", None)
-    if trace is None:
-        return None
-    for channel in _channels.get(trace.trace_id, ()):
-        if _of_call(trace, channel.spans):
-            return channel
-    return None
-
-
-def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
-    """Whether the work on ``trace`` is a call's own: its span or its parent among the
-    call's ``spans`` (its ``_RunWatcher``'s)."""
-    return trace.span_id in spans or trace.parent_span_id in spans
-
-
-def require_client_capability(ctx: Any, capability: str) -> None:
-    """From inside a tool: fail unless the calling MCP client declared ``capability``
-    (e.g. ``"elicitation"``). The client then gets ``MissingRequiredClientCapability``
-    (-32021) naming it, instead of a result."""
-    channel = _channel_of(ctx)
-    if channel is not None:
-        channel.require(capability)
-
-
-def client_capabilities(ctx: Any) -> Mapping[str, Any]:
-    """From inside a tool: the capabilities the calling MCP client declared ({} if none)."""
-    channel = _channel_of(ctx)
-    return channel.client_capabilities() if channel is not None else {}
-
-
-def request_state(ctx: Any) -> str | None:
-    """From inside a tool, at 2026-07-28: the ``requestState`` the client echoed on this
-    retry (already verified: roost signs the state it hands out), else None."""
-    channel = _channel_of(ctx)
-    return channel.state_in if channel is not None else None
-
-
-async def gather_input(
-    ctx: Any,
-    requests: Mapping[str, Mapping[str, Any]],
-    *,
-    state: str | None = None,
-    timeout_s: float = 60.0,
-) -> dict[str, Any] | None:
-    """From inside a tool: get input from the client. ``requests`` maps a key to
-    ``{"method": "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
-
-    Handshake era: each request goes to the client now; returns the results by key.
-    2026-07-28 (multi round-trip requests): returns the client's ``inputResponses`` when this
-    retry carries all keys; otherwise the call is answered with an ``InputRequiredResult``
-    (with ``state`` as the signed ``requestState``) and this returns None — the tool should
-    then return at once (its result is discarded)."""
-    channel = _channel_of(ctx)
-    if channel is None:
-        raise ClientRequestFailed("no MCP client is waiting on this tool call")
-    return await channel.gather(requests, state=state, timeout_s=timeout_s)
-
-
-async def request_client(
-    ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
-) -> Any:
-    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``,
-    ``elicitation/create``) to the MCP client whose ``tools/call`` is running this tool,
-    and return its result. Handshake-era sessions only; raises ClientRequestFailed when
-    there is no such client, it lacks the capability, answers an error or times out."""
-    channel = _channel_of(ctx)
-    if channel is None:
-        raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
-    return await channel.request(method, params, timeout_s=timeout_s)
-
-
-# ---- forwarding a call's events to its client ----------------------------------------------
-
-SPAN_START = EventKind.TRACE_SPAN_START
-
-
-class _RunWatcher:
-    """While a tools/call runs: forward progress (if the request has a progressToken) and
-    tool log messages (if the client set a log level) of the work below its span."""
-
-    # The spans an agent's run follows at most: work past them is not reported to the
-    # caller (it is never someone else's).
-    MAX_SPANS = 4096
-
-    _KINDS = (
-        EventKind.AGENT_TOKEN,
-        EventKind.EXEC_TOOL_CALL,
-        EventKind.EXEC_TOOL_RESULT,
-        PROGRESS_EVENT,
-        LOG_EVENT,
-    )
-
-    def __init__(
-        self, kernel: KernelAPI, call: _Call, span: TraceContext, run: TraceContext, heartbeat: bool
-    ) -> None:
-        # ``span``: the call's server span; ``run``: the agent's run below it (a tool call:
-        # the server span again). An agent's run: report each step, and follow the spans
-        # below; else a tool's: report the tool's own events, those of ``span``'s child.
-        self.heartbeat = heartbeat
-        self.kernel = kernel
-        self.call = call
-        self.trace_id = span.trace_id
-        self.spans = {span.span_id, run.span_id}
-        self.token = call.meta.progress_token
-        self._count = 0
-        self._reported: float | None = None
-        self._last_sent = -1.0
 
     def _kinds(self) -> tuple[str, ...]:
         """The event kinds this call needs to see (none: nothing to forward)."""
@@ -363,6 +278,86 @@ class _RunWatcher:
         await notify(rpc.Notification(p.NOTIFY_PROGRESS, params).to_dict())
 
 
+def _channel_of(ctx: Any) -> _client_channel | None:
+    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
+    its trace, its span or its parent among the call's spans (the trace id alone is known
+    to every peer the trace reached)."""
+    trace = getattr(ctx, "trace", None)
+    if trace is None:
+        return None
+    for channel in _channels.get(trace.trace_id, ()):
+        if _of_call(trace, channel.spans):
+            return channel
+    return None
+
+
+def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
+    """Whether the work on ``trace`` is a call's own: its span or its parent among the
+    call's ``spans`` (see ``_client_channel``)."""
+    return trace.span_id in spans or trace.parent_span_id in spans
+
+
+def require_client_capability(ctx: Any, capability: str) -> None:
+    """From inside a tool: fail unless the calling MCP client declared ``capability``
+    (e.g. ``"elicitation"``). The client then gets ``MissingRequiredClientCapability``
+    (-32021) naming it, instead of a result."""
+    channel = _channel_of(ctx)
+    if channel is not None:
+        channel.require(capability)
+
+
+def client_capabilities(ctx: Any) -> Mapping[str, Any]:
+    """From inside a tool: the capabilities the calling MCP client declared ({} if none)."""
+    channel = _channel_of(ctx)
+    return channel.client_capabilities() if channel is not None else {}
+
+
+def request_state(ctx: Any) -> str | None:
+    """From inside a tool, at 2026-07-28: the ``requestState`` the client echoed on this
+    retry (already verified: roost signs the state it hands out), else None."""
+    channel = _channel_of(ctx)
+    return channel.state_in if channel is not None else None
+
+
+async def gather_input(
+    ctx: Any,
+    requests: Mapping[str, Mapping[str, Any]],
+    *,
+    state: str | None = None,
+    timeout_s: float = 60.0,
+) -> dict[str, Any] | None:
+    """From inside a tool: get input from the client. ``requests`` maps a key to
+    ``{"method": "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
+
+    Handshake era: each request goes to the client now; returns the results by key.
+    2026-07-28 (multi round-trip requests): returns the client's ``inputResponses`` when this
+    retry carries all keys; otherwise the call is answered with an ``InputRequiredResult``
+    (with ``state`` as the signed ``requestState``) and this returns None — the tool should
+    then return at once (its result is discarded)."""
+    channel = _channel_of(ctx)
+    if channel is None:
+        raise ClientRequestFailed("no MCP client is waiting on this tool call")
+    return await channel.gather(requests, state=state, timeout_s=timeout_s)
+
+
+async def request_client(
+    ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
+) -> Any:
+    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``,
+    ``elicitation/create``) to the MCP client whose ``tools/call`` is running this tool,
+    and return its result. Handshake-era sessions only; raises ClientRequestFailed when
+    there is no such client, it lacks the capability, answers an error or times out."""
+    channel = _channel_of(ctx)
+    if channel is None:
+        raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
+    return await channel.request(method, params, timeout_s=timeout_s)
+
+
+# ---- forwarding a call's events to its client ----------------------------------------------
+
+SPAN_START = EventKind.TRACE_SPAN_START
+
+
 class _EventRouter:
     """One tap subscription (for ``kinds``, on the traces of the calls it watches) whose
     events go to the watcher of the call on their trace. A stream connection keeps one for
@@ -375,7 +370,7 @@ class _EventRouter:
 
     def __init__(self, kinds: tuple[str, ...] = (PROGRESS_EVENT, LOG_EVENT)) -> None:
         self.kinds = frozenset(kinds)
-        self.watchers: dict[str, list[_RunWatcher]] = {}
+        self.watchers: dict[str, list[_client_channel]] = {}
         self._following = 0  # watchers of agent runs, which take TRACE:SPAN_START too
         self._tap: Any = None
         self._events: trio.MemoryReceiveChannel[Event] | None = None
@@ -422,7 +417,7 @@ class _EventRouter:
                 self._events = None
                 self._moved.set()
 
-    async def watch(self, watcher: _RunWatcher, fn: Callable[[], Awaitable[Any]]) -> Any:
+    async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
         """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
         wait until the events published during the run have been forwarded."""
         self.watchers.setdefault(watcher.trace_id, []).append(watcher)
