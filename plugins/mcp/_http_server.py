@@ -782,10 +782,8 @@ async def _run_into(
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
     """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null
-    (Streamable HTTP: the body of an HTTP error MAY be a JSON-RPC error without an id). The
-    code is ``jsonrpc_error_code``'s (-32000 for 401/403/429 and roost errors, -32600 for a
-    request refused as sent, -32601 for no such endpoint, -32603 for a crash); ``data``
-    names roost's error code and the HTTP status."""
+    (as Streamable HTTP allows), coded by ``jsonrpc_error_code``; ``data`` names roost's
+    error code and the HTTP status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}

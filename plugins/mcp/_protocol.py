@@ -1,17 +1,10 @@
-"""Sans-I/O MCP protocol core shared by roost's MCP client and server.
+"""Sans-I/O MCP protocol core shared by roost's MCP client and server: versions of both
+eras, method names, ``_meta`` keys, error codes, HTTP header names, builders, validators.
 
-Pure data and functions, no I/O: protocol versions of both eras and their negotiation,
-method names, ``_meta`` keys, error codes, HTTP header names, message builders and
-validators. JSON-RPC framing itself lives in ``roost.kernel.jsonrpc``.
-
-Two eras (see the 2026-07-28 ``basic/versioning`` page):
-
-* **handshake** (legacy): 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25 — a session opens
-  with ``initialize`` / ``notifications/initialized`` and the version is negotiated once.
-* **stateless** (modern): 2026-07-28 — no handshake; every request carries
-  ``_meta["io.modelcontextprotocol/protocolVersion"]`` (and client capabilities), every
-  result carries ``resultType``; ``server/discover`` advertises the supported versions and
-  an unsupported version is answered with ``UnsupportedProtocolVersion`` (-32022).
+* **handshake** (2024-11-05 … 2025-11-25): ``initialize`` negotiates the version once.
+* **stateless** (2026-07-28): every request carries the version (and client capabilities)
+  in ``_meta``, every result a ``resultType``; ``server/discover`` lists the versions and an
+  unsupported one is answered ``UnsupportedProtocolVersion`` (-32022).
 
 A server tells the eras apart per message with ``request_era``.
 """
@@ -59,11 +52,8 @@ def is_stateless_version(version: str | None) -> bool:
 
 
 def negotiate_version(requested: Any) -> str:
-    """The version a server answers ``initialize`` with.
-
-    The requested version if roost speaks it in the handshake era, else the latest
-    handshake version (the spec lets the client disconnect if it cannot use that).
-    """
+    """The version a server answers ``initialize`` with: the requested one if roost speaks
+    it in the handshake era, else the latest (the client may then disconnect)."""
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
@@ -230,11 +220,8 @@ _NO_META = RequestMeta()
 
 
 def read_request_meta(params: Any) -> RequestMeta:
-    """Read ``params._meta``; raises JsonRpcError(INVALID_PARAMS) naming a malformed field.
-
-    A present but non-string protocol version, a non-object ``_meta`` or a progress token
-    that is neither a string nor an integer are errors; unknown keys are ignored.
-    """
+    """Read ``params._meta`` (unknown keys ignored); JsonRpcError(INVALID_PARAMS) naming a
+    malformed field."""
     if params is None:
         return _NO_META
     if not is_mapping(params):
@@ -451,11 +438,8 @@ def decode_cursor(cursor: Any) -> str:
 def paginate(
     items: Sequence[Mapping[str, Any]], cursor: Any, *, key: str = "name", page_size: int = 100
 ) -> tuple[list[Mapping[str, Any]], str | None]:
-    """One page of ``items`` (sorted by ``key``, deterministic) after ``cursor``.
-
-    Returns the page and the next cursor (None on the last page). Keyed cursors stay
-    valid when items come and go between pages.
-    """
+    """One page of ``items`` (sorted by ``key``) after ``cursor``, and the next cursor (None
+    on the last page); keyed cursors stay valid when items come and go between pages."""
     ordered = sorted(items, key=lambda item: str(item.get(key, "")))
     start = 0
     if cursor is not None:

@@ -556,12 +556,10 @@ class McpServer:
         notify: Notify | None = None,
         scope: trio.CancelScope | None = None,
     ) -> dict[str, Any] | None:
-        """Serve one decoded JSON message; the response to send, or None (notifications,
-        stray responses, cancelled requests). Never raises for bad input.
-
-        A request runs in a cancel scope that ``notifications/cancelled`` cancels: its own
-        (a cancelled request then returns None), or ``scope``, the caller's, when given
-        (the caller then sees ``trio.Cancelled``, and the scope is spent)."""
+        """Serve one decoded message: the response to send, or None (notifications, stray
+        responses, cancelled requests); never raises for bad input. A request runs in a
+        cancel scope ``notifications/cancelled`` cancels: its own, or the caller's ``scope``
+        (which then sees ``trio.Cancelled``, the scope spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
             if isinstance(raw_id, (str, int)) and raw_id in session.starting:
@@ -753,22 +751,20 @@ class McpServer:
 
     async def _resources_read(self, call: _Call) -> dict[str, Any]:
         uri = rpc.param(call.params, "uri", str)
-        found = next(((e.mime_type, e.read) for e in self.resources() if e.uri == uri), None)
+        found = next(((e.mime_type, e.read, ()) for e in self.resources() if e.uri == uri), None)
         for template in () if found else self.templates():
             values = template.match(uri)
             if values is not None:
-                found = (
-                    template.mime_type,
-                    lambda template=template, values=values: template.read(uri, values),
-                )
+                found = (template.mime_type, template.read, (uri, values))
                 break
         if found is not None:
-            value = found[1]()
+            mime_type, read, args = found
+            value = read(*args)
             if hasattr(value, "__await__"):
                 value = await value
             if isinstance(value, Mapping):  # a full contents item (e.g. a blob)
-                return {"contents": [{"uri": uri, "mimeType": found[0], **value}]}
-            return {"contents": [{"uri": uri, "mimeType": found[0], "text": str(value)}]}
+                return {"contents": [{"uri": uri, "mimeType": mime_type, **value}]}
+            return {"contents": [{"uri": uri, "mimeType": mime_type, "text": str(value)}]}
         code = rpc.INVALID_PARAMS if call.stateless else p.RESOURCE_NOT_FOUND_LEGACY
         artifact_id = Output.id_in_uri(uri)
         if artifact_id is not None:
@@ -797,30 +793,29 @@ class McpServer:
                     rpc.INVALID_PARAMS,
                     f"params.arguments.{key}: expected a string, got {rpc.json_type(value)}",
                 )
-        for entry in self.prompts():
-            if entry.name == name:
-                for arg in entry.arguments:
-                    if arg.get("required") and arg.get("name") not in arguments:
-                        raise rpc.JsonRpcError(
-                            rpc.INVALID_PARAMS,
-                            f"params.arguments.{arg.get('name')}: required by prompt {name!r}",
-                        )
-                if not entry.input_requests:
-                    messages = entry.render(arguments)
-                    return {"description": entry.description, "messages": list(messages)}
-                channel = _client_channel(call)  # not registered: no tool runs
-                if call.stateless:
-                    self._read_round_trip(call, channel)
-                inputs = await channel.gather(entry.input_requests)
-                if inputs is None:
-                    return p.input_required_result(
-                        channel.input_required[0] if channel.input_required else {}
-                    )
-                messages = entry.render(arguments, inputs)
-                return {"description": entry.description, "messages": list(messages)}
-        raise rpc.JsonRpcError(
-            rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list"
-        )
+        entry = next((e for e in self.prompts() if e.name == name), None)
+        if entry is None:
+            raise rpc.JsonRpcError(
+                rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list"
+            )
+        for arg in entry.arguments:
+            if arg.get("required") and arg.get("name") not in arguments:
+                raise rpc.JsonRpcError(
+                    rpc.INVALID_PARAMS,
+                    f"params.arguments.{arg.get('name')}: required by prompt {name!r}",
+                )
+        given: tuple[Any, ...] = (arguments,)
+        if entry.input_requests:
+            channel = _client_channel(call)  # not registered: no tool runs
+            if call.stateless:
+                self._read_round_trip(call, channel)
+            inputs = await channel.gather(entry.input_requests)
+            if inputs is None:
+                return p.input_required_result(
+                    channel.input_required[0] if channel.input_required else {}
+                )
+            given = (arguments, inputs)
+        return {"description": entry.description, "messages": list(entry.render(*given))}
 
     async def _complete(self, call: _Call) -> dict[str, Any]:
         rpc.param(call.params, "ref", dict)
@@ -1054,19 +1049,12 @@ def change_notifications(event: Event) -> list[str]:
 
 
 def _answer_from(responses: Any) -> str | None:
-    if not isinstance(responses, Mapping):
-        return None
-    answer = responses.get("answer")
+    answer = responses.get("answer") if isinstance(responses, Mapping) else None
     if not isinstance(answer, Mapping) or answer.get("action") != "accept":
         return None
     content = answer.get("content")
-    if (
-        isinstance(content, Mapping)
-        and isinstance(content.get("answer"), str)
-        and content["answer"]
-    ):
-        return content["answer"]
-    return None
+    text = content.get("answer") if isinstance(content, Mapping) else None
+    return text if isinstance(text, str) and text else None
 
 
 def _error_text(result: Any) -> str | None:

@@ -1,13 +1,9 @@
-"""``roost mcp``: roost as an MCP server on stdin/stdout.
+"""``roost mcp``: roost as an MCP server on stdin/stdout (NDJSON, or ``Content-Length``
+framing for a client that opens with it). Only protocol reaches stdout: fd 1 is pointed at
+stderr before anything else runs, so a stray ``print`` or child cannot corrupt the stream.
 
-Newline-delimited JSON, as every MCP client sends it; a client that opens with
-``Content-Length:`` headers is answered in that framing. Nothing but protocol reaches
-stdout: logs go to stderr, and the process's fd 1 is pointed at stderr before anything
-else runs, so a stray ``print`` or a child process cannot corrupt the stream.
-
-If ``<home>/daemon.json`` names a live daemon, ``roost mcp`` is a thin stdio↔HTTP bridge
-to the daemon's ``/mcp`` (same tools, same agents, one kernel); otherwise it boots an
-in-process kernel and serves it directly.
+With a live daemon (``<home>/daemon.json``) it bridges stdio to the daemon's ``/mcp`` (one
+kernel); otherwise it boots an in-process kernel.
 """
 
 from __future__ import annotations
@@ -59,12 +55,9 @@ async def stdio_loop(
     *,
     max_bytes: int = p.MAX_MESSAGE_BYTES,
 ) -> None:
-    """Frame ``receive_stream``/``send_stream`` into messages and run ``serve(receive, send)``.
-
-    ``receive()`` returns decoded messages, or a ``JsonRpcError`` for a line that is not
-    JSON (-32700) or a message over ``max_bytes`` (-32600, drained; the stream goes on).
-    It raises ``trio.EndOfChannel`` when the peer closes its end.
-    """
+    """Frame the byte streams into messages and run ``serve(receive, send)``. ``receive()``
+    returns a decoded message, or a ``JsonRpcError`` for a line that is not JSON (-32700) or
+    a message over ``max_bytes`` (-32600, drained); EndOfChannel when the peer closes."""
     framer = StdioFramer(max_bytes=max_bytes)
     pending: deque[Any] = deque()
     # Replies that queue up while one is written go out together in the next write.
@@ -160,10 +153,8 @@ def is_jsonrpc_message(message: Any) -> bool:
 
 
 class DaemonBridge:
-    """Relays MCP messages between a stdio client and a daemon's Streamable HTTP ``/mcp``.
-
-    Every request gets a JSON-RPC answer: the daemon's, or an error saying why there is
-    none (refused key, HTTP error, unreachable daemon, a stream that ended early)."""
+    """Relays MCP messages between a stdio client and a daemon's ``/mcp``. Every request gets
+    an answer: the daemon's, or an error saying why there is none."""
 
     def __init__(
         self,
@@ -380,11 +371,8 @@ def isolate_stdout() -> int:
 async def run_stdio(
     config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True
 ) -> int:
-    """Serve MCP on stdio until the client closes stdin; returns the exit code.
-
-    Bridges to a live daemon for ``config.home`` when there is one (``prefer_daemon``),
-    else boots an in-process kernel.
-    """
+    """Serve MCP on stdio until the client closes stdin (bridging to a live daemon when
+    ``prefer_daemon``, else on an in-process kernel); returns the exit code."""
     if stdout_fd is None:
         stdout_fd = isolate_stdout()
     receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
@@ -413,11 +401,10 @@ async def run_stdio(
 def with_inherited_trace(
     serve: Callable[[Receive, Send], Awaitable[None]], environ: Any
 ) -> Callable[[Receive, Send], Awaitable[None]]:
-    """``serve`` with the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``:
-    set when an agent's ``bash`` started this process) put into each ``tools/call``'s
-    ``params._meta`` when it is deeper than the one there, so that calls made through this
-    server continue the run's chain. A malformed ``ROOST_TRACE_DEPTH`` fails every
-    ``tools/call`` with -32602 naming it."""
+    """``serve`` putting the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``,
+    set when an agent's ``bash`` started this process) into each ``tools/call`` (see
+    ``p.carry_trace``), continuing the run's chain; a malformed ``ROOST_TRACE_DEPTH`` fails
+    every ``tools/call`` with -32602 naming it."""
     from roost.kernel import InvalidTraceContext, TraceContext
 
     try:

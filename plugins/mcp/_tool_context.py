@@ -326,14 +326,13 @@ async def gather_input(
     state: str | None = None,
     timeout_s: float = 60.0,
 ) -> dict[str, Any] | None:
-    """From inside a tool: get input from the client. ``requests`` maps a key to
-    ``{"method": "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
+    """From inside a tool: get input from the client; ``requests`` maps a key to ``{"method":
+    "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
 
-    Handshake era: each request goes to the client now; returns the results by key.
-    2026-07-28 (multi round-trip requests): returns the client's ``inputResponses`` when this
-    retry carries all keys; otherwise the call is answered with an ``InputRequiredResult``
-    (with ``state`` as the signed ``requestState``) and this returns None — the tool should
-    then return at once (its result is discarded)."""
+    Handshake era: the results by key, asked now. 2026-07-28: the retry's ``inputResponses``
+    when it carries every key; else the call answers ``InputRequiredResult`` (``state`` as
+    the signed ``requestState``) and this returns None: return at once (the result is
+    discarded)."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed("no MCP client is waiting on this tool call")
@@ -343,10 +342,10 @@ async def gather_input(
 async def request_client(
     ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
 ) -> Any:
-    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``,
-    ``elicitation/create``) to the MCP client whose ``tools/call`` is running this tool,
-    and return its result. Handshake-era sessions only; raises ClientRequestFailed when
-    there is no such client, it lacks the capability, answers an error or times out."""
+    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the MCP client
+    whose ``tools/call`` runs this tool and return its result. Handshake era only; raises
+    ClientRequestFailed when there is no such client, it lacks the capability, answers an
+    error or times out."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
@@ -359,12 +358,10 @@ SPAN_START = EventKind.TRACE_SPAN_START
 
 
 class _EventRouter:
-    """One tap subscription (for ``kinds``, on the traces of the calls it watches) whose
-    events go to the watcher of the call on their trace. A stream connection keeps one for
-    tool progress and log events, rather than a subscription and a forwarding task per
-    call, which with many calls in flight cost more than the calls; and a router is given
-    only its calls' traces, so a thousand calls in flight do not each wake for every
-    other call's spans."""
+    """One tap subscription (``kinds``, on its calls' traces only) whose events go to the
+    channel of the call on their trace. A stream connection keeps one rather than a
+    subscription and task per call, which cost more than the calls; and a thousand calls
+    in flight do not each wake for every other call's spans."""
 
     FLUSH_TIMEOUT_S = 5.0
 
