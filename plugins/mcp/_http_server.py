@@ -3,30 +3,23 @@
 Both eras on the same endpoints, told apart per request:
 
 * **handshake era** (2025-03-26 … 2025-11-25): ``initialize`` opens a session named by the
-  ``Mcp-Session-Id`` response header; later requests must carry it (400 without, 404 for an
-  unknown or ended one). POST answers JSON or an SSE stream; GET opens the session's
-  notification stream; DELETE ends the session. SSE events carry ids, and a dropped
-  stream is resumed with ``GET`` + ``Last-Event-ID`` from a bounded replay buffer. The
-  ``MCP-Protocol-Version`` header must name the negotiated version (absent: 2025-03-26).
-* **stateless** (2026-07-28): a request whose ``_meta`` names the protocol version needs no
+  ``Mcp-Session-Id`` response header, which later requests carry (400 without, 404 unknown
+  or ended). POST answers JSON or SSE; GET opens the session's notification stream; DELETE
+  ends it. A dropped SSE stream resumes with ``Last-Event-ID`` from a bounded replay
+  buffer. ``MCP-Protocol-Version`` must name the negotiated version (absent: 2025-03-26).
+* **stateless** (2026-07-28): a request whose ``_meta`` names the version needs no
   session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
   (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
 
-Sessions belong to the caller's principal (``roost.plugins.http.Principal``): another
-principal's ``Mcp-Session-Id`` is unknown (404), as an ended one is. Each caller (its
-principal when API keys are configured, else its address) holds at most
-``http.mcp_sessions_per_caller`` sessions and all together ``MAX_SESSIONS``; a new session
-past a bound closes the oldest *idle* one (the caller's own, resp. anyone's) rather than
-being refused. A session with a request in flight or a GET stream open is never idle; an
-idle one closes after ``http.mcp_session_idle_s`` (default 10 minutes).
-A ``tools/call`` continues the deeper of the trace contexts its ``params._meta`` and its
-``traceparent`` / ``X-Roost-Trace-*`` headers carry (the headers as ``/api`` reads them),
-so the depth breaker trips here as it does there.
-
-Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
-The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
-routes instead of the daemon's ``http.max_body_bytes``: a bigger body, chunked or not, is
-drained and answered 413 with a JSON-RPC error; the daemon keeps serving.
+A session belongs to its principal (another's ``Mcp-Session-Id`` is unknown: 404). Each
+caller (its principal with API keys, else its address) holds at most
+``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound a new
+session closes the oldest *idle* one (no request in flight, no GET stream) instead of being
+refused; an idle one closes after ``http.mcp_session_idle_s``. A ``tools/call`` continues
+the deeper of the trace contexts of its ``params._meta`` and its headers (as ``/api`` reads
+them), so the depth breaker trips here as there. Origin checks, auth and rate limits are
+the daemon's; the body cap is the 10 MB MCP message limit (``p.MAX_MESSAGE_BYTES``): a
+bigger body is drained and answered 413 with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -99,9 +92,6 @@ class EventLog:
         while not self.events and not self.closed:
             await self._changed.wait()
 
-    def event_id(self, seq: int) -> str:
-        return f"{self.stream_id}.{seq}"
-
     async def follow(
         self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S
     ) -> AsyncIterator[tuple[int, str] | None]:
@@ -125,11 +115,6 @@ class EventLog:
                 yield None
 
 
-def sse_frame(event_id: str | None, data: str) -> bytes:
-    head = f"id: {event_id}\n" if event_id else ""
-    return f"{head}event: message\ndata: {data}\n\n".encode()
-
-
 # ---- sessions and the hub ------------------------------------------------------------------
 
 
@@ -150,10 +135,12 @@ class HttpSession:
     hub: Any = None  # the McpHttpHub holding it, which keeps sessions by last use
 
     def touch(self) -> None:
-        """Used now: the most recently used session of its hub."""
+        """Used now: the most recently used session of its hub (and of its caller's)."""
         self.last_seen = trio.current_time()
-        if self.hub is not None:
-            self.hub.used(self)
+        sid = self.state.id
+        if self.hub.sessions.get(sid) is self:
+            self.hub.sessions.move_to_end(sid)
+            self.hub.by_caller[self.caller].move_to_end(sid)
 
     @property
     def busy(self) -> bool:
@@ -184,7 +171,7 @@ class McpHttpHub:
         # Sessions by last use, least recent first (all, and each caller's): making room and
         # expiring look at the oldest only, not at every session.
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
-        self._by_caller: dict[Hashable, OrderedDict[str, HttpSession]] = {}
+        self.by_caller: dict[Hashable, OrderedDict[str, HttpSession]] = {}
         self.nursery: trio.Nursery | None = None
         self.idle_s = float(kernel.config.http.mcp_session_idle_s)
         self.per_caller = int(kernel.config.http.mcp_sessions_per_caller)
@@ -209,7 +196,7 @@ class McpHttpHub:
         bound its own oldest idle session is closed, past ``max_sessions`` anyone's; only
         when every session in the way is busy is the new one refused."""
         self._expire()
-        mine = self._by_caller.get(caller) or {}
+        mine = self.by_caller.get(caller) or {}
         if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
             raise _busy(
                 429,
@@ -228,7 +215,7 @@ class McpHttpHub:
             server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self
         )
         self.sessions[session.state.id] = session
-        self._by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
+        self.by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
         if self.nursery is not None:
             self.nursery.start_soon(self._watch, session)
         return session
@@ -241,24 +228,15 @@ class McpHttpHub:
         with session.scope:
             await session.server.watch_changes(session.state, push)
 
-    def used(self, session: HttpSession) -> None:
-        """``session`` was used now (``HttpSession.touch``): it moves to the recent end."""
-        sid = session.state.id
-        if self.sessions.get(sid) is session:
-            self.sessions.move_to_end(sid)
-            mine = self._by_caller.get(session.caller)
-            if mine is not None and sid in mine:
-                mine.move_to_end(sid)
-
     def close_session(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)
         if session is None:
             return False
-        mine = self._by_caller.get(session.caller)
+        mine = self.by_caller.get(session.caller)
         if mine is not None:
             mine.pop(session_id, None)
             if not mine:
-                del self._by_caller[session.caller]
+                del self.by_caller[session.caller]
         session.state.closed = True
         session.state.cancel_all()
         session.scope.cancel()
@@ -348,10 +326,11 @@ def _json_response(
     return PlainResponse.json(body, status, headers=headers or {})
 
 
-def _jsonrpc_error(
-    status: int, code: int, message: str, request_id: Any = None, data: Any = None
+def _refuse(
+    status: int, message: str, request_id: Any = None, code: int = rpc.INVALID_REQUEST
 ) -> _HttpError:
-    return _HttpError(status, rpc.error_response(request_id, code, message, data))
+    """HTTP ``status`` with a JSON-RPC error (``code``) saying why."""
+    return _HttpError(status, rpc.error_response(request_id, code, message))
 
 
 def _busy(status: int, message: str) -> _HttpError:
@@ -422,31 +401,19 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
     server = _server(kernel, name)
     ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
     if ctype != "application/json":
-        raise _jsonrpc_error(
-            415,
-            rpc.INVALID_REQUEST,
-            f"Content-Type must be application/json, got {ctype or 'none'}",
-        )
+        raise _refuse(415, f"Content-Type must be application/json, got {ctype or 'none'}")
     accept = request.headers.get("Accept")
     if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
-        raise _jsonrpc_error(
-            406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
-        )
+        raise _refuse(406, "Accept must list application/json and text/event-stream")
     try:
         message = json.loads(request.body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _jsonrpc_error(
-            400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})"
-        ) from None
-    except RecursionError:
-        raise _jsonrpc_error(
-            400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply"
-        ) from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        deep = isinstance(exc, RecursionError)
+        why = "the JSON is nested too deeply" if deep else f"the body is not JSON ({exc})"
+        raise _refuse(400, f"parse error: {why}", code=rpc.PARSE_ERROR) from None
     if isinstance(message, list):
-        raise _jsonrpc_error(
-            400,
-            rpc.INVALID_REQUEST,
-            "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST",
+        raise _refuse(
+            400, "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST"
         )
     try:
         parsed = rpc.parse_message(message)
@@ -562,9 +529,8 @@ async def _post_session(
         if request.headers.get(p.HEADER_SESSION_ID):
             session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
             if session is None or session.owner != owner:
-                raise _jsonrpc_error(
+                raise _refuse(
                     404,
-                    rpc.INVALID_REQUEST,
                     "unknown or ended MCP session; initialize without Mcp-Session-Id",
                     request_id,
                 )
@@ -604,9 +570,8 @@ async def _on_session(
                 400, p.unsupported_version_error(header_version).to_response(request_id)
             )
         if header_version != session.state.protocol_version:
-            raise _jsonrpc_error(
+            raise _refuse(
                 400,
-                rpc.INVALID_REQUEST,
                 f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
                 f"session negotiated {session.state.protocol_version!r}",
                 request_id,
@@ -616,11 +581,11 @@ async def _on_session(
         await server.handle(session.state, message)
         return _json_response(202, None)
     if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
-        raise _jsonrpc_error(
+        raise _refuse(
             429,
-            rpc.SERVER_ERROR,
             f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
             request_id,
+            code=rpc.SERVER_ERROR,
         )
     wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
         request.headers.get("Accept"), "text/event-stream"
@@ -641,9 +606,8 @@ def _session(
 ) -> HttpSession:
     session_id = request.headers.get(p.HEADER_SESSION_ID)
     if not session_id:
-        raise _jsonrpc_error(
+        raise _refuse(
             400,
-            rpc.INVALID_REQUEST,
             f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
             f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
             request_id,
@@ -651,12 +615,7 @@ def _session(
     session = hub_for(kernel).sessions.get(session_id)
     # Another principal's session is unknown, exactly like one that never existed.
     if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
-        raise _jsonrpc_error(
-            404,
-            rpc.INVALID_REQUEST,
-            "unknown or ended MCP session; initialize a new one",
-            request_id,
-        )
+        raise _refuse(404, "unknown or ended MCP session; initialize a new one", request_id)
     return session
 
 
@@ -674,11 +633,7 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
             {"Allow": "POST, DELETE"},
         )
     if not _accepts(request.headers.get("Accept"), "text/event-stream"):
-        raise _jsonrpc_error(
-            406,
-            rpc.INVALID_REQUEST,
-            "GET opens an SSE stream: Accept must list text/event-stream",
-        )
+        raise _refuse(406, "GET opens an SSE stream: Accept must list text/event-stream")
     session = _session(kernel, request, name)
     session.touch()
     last = request.headers.get(p.HEADER_LAST_EVENT_ID)
@@ -688,18 +643,12 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
         if session.standalone is not None and session.standalone.stream_id == stream_id:
             stream = session.standalone
         if stream is None or not (seq.isascii() and seq.isdigit()):
-            raise _jsonrpc_error(
-                404,
-                rpc.INVALID_REQUEST,
-                f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume",
+            raise _refuse(
+                404, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume"
             )
         return _sse(stream, int(seq))
     if session.standalone is not None and not session.standalone.closed:
-        raise _jsonrpc_error(
-            409,
-            rpc.INVALID_REQUEST,
-            "this session already has an open GET stream; close it first",
-        )
+        raise _refuse(409, "this session already has an open GET stream; close it first")
     session.standalone = EventLog(secrets.token_hex(8))
     return _sse(session.standalone, 0, standalone_of=session)
 
@@ -723,13 +672,14 @@ def _sse(
     async def body() -> AsyncIterator[bytes]:
         try:
             if prime:
-                yield f"id: {stream.event_id(0)}\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
+                yield f"id: {stream.stream_id}.0\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
             async for item in stream.follow(after):
                 if item is None:
                     yield b": keepalive\n\n"
                     continue
                 seq, data = item
-                yield sse_frame(stream.event_id(seq) if with_ids else None, data)
+                head = f"id: {stream.stream_id}.{seq}\n" if with_ids else ""
+                yield f"{head}event: message\ndata: {data}\n\n".encode()
         finally:
             if cancel_on_close is not None:
                 cancel_on_close.cancel()  # stateless: a closed stream cancels the request
