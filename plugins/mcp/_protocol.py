@@ -233,39 +233,31 @@ def read_request_meta(params: Any) -> RequestMeta:
         raise JsonRpcError(
             INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}"
         )
-    version = meta.get(META_PROTOCOL_VERSION)
+    version, info, caps, level, token = (
+        meta.get(key)
+        for key in (
+            META_PROTOCOL_VERSION,
+            META_CLIENT_INFO,
+            META_CLIENT_CAPABILITIES,
+            META_LOG_LEVEL,
+            META_PROGRESS_TOKEN,
+        )
+    )
+    field, expected = None, ""  # the first malformed field, and what it should be
     if version is not None and not isinstance(version, str):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_PROTOCOL_VERSION!r}]: expected a version string such as "
-            f"{LATEST_VERSION!r}, got {json_type(version)}",
-        )
-    info = meta.get(META_CLIENT_INFO)
-    if info is not None and not isinstance(info, Mapping):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_CLIENT_INFO!r}]: expected an object, got {json_type(info)}",
-        )
-    caps = meta.get(META_CLIENT_CAPABILITIES)
-    if caps is not None and not isinstance(caps, Mapping):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, "
-            f"got {json_type(caps)}",
-        )
-    level = meta.get(META_LOG_LEVEL)
-    if level is not None and level not in LOG_LEVELS:
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, "
-            f"got {level!r}",
-        )
-    token = meta.get(META_PROGRESS_TOKEN)
-    if token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}",
-        )
+        field = f"[{META_PROTOCOL_VERSION!r}]"
+        expected = f"a version string such as {LATEST_VERSION!r}, got {json_type(version)}"
+    elif info is not None and not isinstance(info, Mapping):
+        field, expected = f"[{META_CLIENT_INFO!r}]", f"an object, got {json_type(info)}"
+    elif caps is not None and not isinstance(caps, Mapping):
+        field, expected = f"[{META_CLIENT_CAPABILITIES!r}]", f"an object, got {json_type(caps)}"
+    elif level is not None and level not in LOG_LEVELS:
+        field = f"[{META_LOG_LEVEL!r}]"
+        expected = f"one of {', '.join(LOG_LEVELS)}, got {level!r}"
+    elif token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
+        field, expected = ".progressToken", f"a string or an integer, got {json_type(token)}"
+    if field is not None:
+        raise JsonRpcError(INVALID_PARAMS, f"params._meta{field}: expected {expected}")
     return RequestMeta(version, info, caps, level, token)
 
 
