@@ -381,20 +381,13 @@ async def run_stdio(
         from roost.plugins.http import find_daemon, resolve_api_key
 
         daemon = await find_daemon(config.home) if prefer_daemon else None  # alive and healthy
+        serve = partial(_serve_booting, config)
         if daemon is not None:
-            url = daemon.url
-            log.info("roost mcp: bridging to the daemon at %s", url)
+            log.info("roost mcp: bridging to the daemon at %s", daemon.url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
-            bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
-            await stdio_loop(
-                receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ)
-            )
-            return 0
-        await stdio_loop(
-            receive_stream,
-            send_stream,
-            with_inherited_trace(partial(_serve_booting, config), os.environ),
-        )
+            key = resolve_api_key(config.http, os.environ)[0]
+            serve = DaemonBridge(daemon.url, key, key_env=key_env).serve
+        await stdio_loop(receive_stream, send_stream, with_inherited_trace(serve, os.environ))
     return 0
 
 
@@ -443,22 +436,17 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
 
     server = McpServer(None)
     session = server.new_session()
-    held: list[Any] = []
     try:
         first = await receive()
     except trio.EndOfChannel:
         return
-    opening = (
-        isinstance(first, dict)
-        and first.get("method") in (p.INITIALIZE, p.DISCOVER)
-        and "id" in first
-    )
-    if opening:
-        reply = await server.handle(session, first)
-        if reply is not None:
-            await send(reply)
-    else:
-        held.append(first)
+    held = [first]
+    if isinstance(first, dict) and first.get("method") in (p.INITIALIZE, p.DISCOVER):
+        if "id" in first:
+            held.clear()
+            reply = await server.handle(session, first)
+            if reply is not None:
+                await send(reply)
 
     async def receive_rest() -> Any:
         if held:
