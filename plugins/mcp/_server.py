@@ -593,21 +593,16 @@ class McpServer:
             return None
         assert isinstance(parsed, rpc.Request)
         if parsed.id is None:
-            return rpc.error_response(
-                None, rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
-            ).to_dict()
-        if parsed.params is not None and not is_mapping(parsed.params):
-            return rpc.error_response(
-                parsed.id,
-                rpc.INVALID_PARAMS,
-                "params: expected an object (MCP uses named parameters)",
-            ).to_dict()
-        if parsed.id in session.in_flight:
-            return rpc.error_response(
-                parsed.id,
-                rpc.INVALID_REQUEST,
-                f"id {parsed.id!r} is already in use by a request in flight; use a new id",
-            ).to_dict()
+            error = rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
+        elif parsed.params is not None and not is_mapping(parsed.params):
+            error = rpc.INVALID_PARAMS, "params: expected an object (MCP uses named parameters)"
+        elif parsed.id in session.in_flight:
+            in_use = f"id {parsed.id!r} is already in use by a request in flight; use a new id"
+            error = rpc.INVALID_REQUEST, in_use
+        else:
+            error = None
+        if error is not None:
+            return rpc.error_response(parsed.id, *error).to_dict()
         if scope is None:
             with trio.CancelScope() as scope:
                 return await self._respond(session, parsed, notify, scope)
@@ -939,23 +934,9 @@ class McpServer:
         if reply.outputs:  # so that resources/read of their URIs returns them
             artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
         if call.stateless and reply.stop_reason == "input_required":
+            ask = {"mode": "form", "message": reply.text, "requestedSchema": _ANSWER_SCHEMA}
             return p.input_required_result(
-                {
-                    "answer": {
-                        "method": p.ELICITATION_CREATE,
-                        "params": {
-                            "mode": "form",
-                            "message": reply.text,
-                            "requestedSchema": {
-                                "type": "object",
-                                "properties": {
-                                    "answer": {"type": "string", "description": "Your answer"}
-                                },
-                                "required": ["answer"],
-                            },
-                        },
-                    }
-                },
+                {"answer": {"method": p.ELICITATION_CREATE, "params": ask}},
                 request_state=self._seal_state(reply.session_id),
             )
         return surface.answer(reply)
@@ -1046,6 +1027,14 @@ def change_notifications(event: Event) -> list[str]:
     if any(isinstance(n, str) and n.startswith("agent_") for n in names):
         methods += [p.NOTIFY_RESOURCES_CHANGED, p.NOTIFY_PROMPTS_CHANGED]
     return methods
+
+
+# What the stateless era asks for when an agent's answer is a question (see _answer_from).
+_ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your answer"}},
+    "required": ["answer"],
+}
 
 
 def _answer_from(responses: Any) -> str | None:
