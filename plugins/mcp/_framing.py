@@ -97,10 +97,9 @@ class StdioFramer:
                 self._buf.clear()
                 return self.feed(held)
         events: list[FrameEvent] = []
-        while True:
-            before = len(events)
-            if not self._step_headers(events) and len(events) == before:
-                return events
+        while self._step_headers(events):
+            pass
+        return events
 
     def _decide_mode(self) -> bool:
         stripped = bytes(self._buf).lstrip()

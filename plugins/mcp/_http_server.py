@@ -354,8 +354,11 @@ def _accepts(header: str | None, mime: str) -> bool:
     return mime in kinds or "*/*" in kinds or f"{mime.split('/')[0]}/*" in kinds
 
 
-def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
-    if not stateless or not isinstance(error, Mapping):
+def _stateless_status(reply: Mapping[str, Any]) -> int:
+    """The HTTP status of a stateless request's answer: 200 unless it is an error whose
+    code the 2026-07-28 transport maps to 400 or 404."""
+    error = reply.get("error")
+    if not isinstance(error, Mapping):
         return 200
     code = error.get("code")
     if code in (
@@ -506,12 +509,12 @@ async def _post_stateless(
         if stream.closed and len(stream.events) == 1:
             # Answered before any notification: plain JSON, with the status an error needs.
             reply = json.loads(stream.events[0][1])
-            return _json_response(_status_for_error(reply.get("error"), True), reply)
+            return _json_response(_stateless_status(reply), reply)
         return _sse(stream, 0, cancel_on_close=scope, with_ids=False)
     answered, reply = await request.unless_gone(partial(server.handle, session, message))
     if not answered or reply is None:
         return _json_response(202, None)
-    return _json_response(_status_for_error(reply.get("error"), True), reply)
+    return _json_response(_stateless_status(reply), reply)
 
 
 async def _post_session(
