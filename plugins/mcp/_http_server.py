@@ -598,7 +598,7 @@ async def _on_session(
         session.active += 1  # until the request is answered (_run_into)
         scope = trio.CancelScope()
         hub.nursery.start_soon(_run_into, server, session.state, message, stream, scope, session)
-        prime = (session.state.protocol_version or "") >= p.V2025_11_25  # negotiated: a date
+        prime = (session.state.protocol_version or "") >= "2025-11-25"  # negotiated: a date
         return _sse(stream, 0, prime=prime)
     reply = await server.handle(session.state, message)
     return _json_response(200, reply) if reply is not None else _json_response(202, None)

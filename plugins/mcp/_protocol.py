@@ -27,20 +27,14 @@ json_type = jsonrpc.json_type
 
 # ---- versions ---------------------------------------------------------------------------
 
-V2024_11_05 = "2024-11-05"
-V2025_03_26 = "2025-03-26"
-V2025_06_18 = "2025-06-18"
-V2025_11_25 = "2025-11-25"
-V2026_07_28 = "2026-07-28"
-
-HANDSHAKE_VERSIONS: tuple[str, ...] = (V2025_11_25, V2025_06_18, V2025_03_26, V2024_11_05)
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """Versions negotiated with ``initialize``, newest first."""
-STATELESS_VERSIONS: tuple[str, ...] = (V2026_07_28,)
+STATELESS_VERSIONS = ("2026-07-28",)
 """Versions declared per request in ``_meta``, newest first."""
-SUPPORTED_VERSIONS: tuple[str, ...] = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
+SUPPORTED_VERSIONS = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
 """Every version roost speaks, newest first (the order ``supported`` lists use)."""
-LATEST_HANDSHAKE_VERSION = V2025_11_25
-LATEST_VERSION = V2026_07_28
+LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[0]
+LATEST_VERSION = STATELESS_VERSIONS[0]
 
 ERA_HANDSHAKE = "handshake"
 ERA_STATELESS = "stateless"
