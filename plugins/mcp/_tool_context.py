@@ -283,12 +283,8 @@ def _channel_of(ctx: Any) -> _client_channel | None:
     its trace, its span or its parent among the call's spans (the trace id alone is known
     to every peer the trace reached)."""
     trace = getattr(ctx, "trace", None)
-    if trace is None:
-        return None
-    for channel in _channels.get(trace.trace_id, ()):
-        if _of_call(trace, channel.spans):
-            return channel
-    return None
+    channels = _channels.get(trace.trace_id, ()) if trace is not None else ()
+    return next((c for c in channels if _of_call(trace, c.spans)), None)
 
 
 def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
