@@ -550,58 +550,47 @@ async def _post_session(
     session = _session(kernel, request, name, request_id)
     session.active += 1  # not idle (never closed to make room) until answered
     try:
-        return await _on_session(kernel, request, server, session, parsed, message)
+        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+        if header_version is not None:
+            if header_version not in p.SUPPORTED_VERSIONS:
+                raise _HttpError(
+                    400, p.unsupported_version_error(header_version).to_response(request_id)
+                )
+            if header_version != session.state.protocol_version:
+                raise _refuse(
+                    400,
+                    f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
+                    f"session negotiated {session.state.protocol_version!r}",
+                    request_id,
+                )
+        session.touch()
+        if not isinstance(parsed, rpc.Request):
+            await server.handle(session.state, message)
+            return _json_response(202, None)
+        if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
+            raise _refuse(
+                429,
+                f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
+                request_id,
+                code=rpc.SERVER_ERROR,
+            )
+        wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
+            request.headers.get("Accept"), "text/event-stream"
+        )
+        if wants_stream and hub.nursery is not None:
+            stream = session.new_stream()
+            session.active += 1  # until the request is answered (_run_into)
+            scope = trio.CancelScope()
+            hub.nursery.start_soon(
+                _run_into, server, session.state, message, stream, scope, session
+            )
+            prime = (session.state.protocol_version or "") >= "2025-11-25"  # negotiated: a date
+            return _sse(stream, 0, prime=prime)
+        reply = await server.handle(session.state, message)
+        return _json_response(200, reply) if reply is not None else _json_response(202, None)
     finally:
         session.active -= 1
         session.touch()
-
-
-async def _on_session(
-    kernel: KernelAPI,
-    request: PlainRequest,
-    server: McpServer,
-    session: HttpSession,
-    parsed: Any,
-    message: Any,
-) -> PlainResponse:
-    hub = hub_for(kernel)
-    request_id = getattr(parsed, "id", None)
-    header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
-    if header_version is not None:
-        if header_version not in p.SUPPORTED_VERSIONS:
-            raise _HttpError(
-                400, p.unsupported_version_error(header_version).to_response(request_id)
-            )
-        if header_version != session.state.protocol_version:
-            raise _refuse(
-                400,
-                f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
-                f"session negotiated {session.state.protocol_version!r}",
-                request_id,
-            )
-    session.touch()
-    if not isinstance(parsed, rpc.Request):
-        await server.handle(session.state, message)
-        return _json_response(202, None)
-    if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
-        raise _refuse(
-            429,
-            f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
-            request_id,
-            code=rpc.SERVER_ERROR,
-        )
-    wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
-        request.headers.get("Accept"), "text/event-stream"
-    )
-    if wants_stream and hub.nursery is not None:
-        stream = session.new_stream()
-        session.active += 1  # until the request is answered (_run_into)
-        scope = trio.CancelScope()
-        hub.nursery.start_soon(_run_into, server, session.state, message, stream, scope, session)
-        prime = (session.state.protocol_version or "") >= "2025-11-25"  # negotiated: a date
-        return _sse(stream, 0, prime=prime)
-    reply = await server.handle(session.state, message)
-    return _json_response(200, reply) if reply is not None else _json_response(202, None)
 
 
 def _session(
