@@ -482,9 +482,7 @@ async def _post_stateless(
         except rpc.JsonRpcError as exc:
             if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
                 raise _HttpError(400, exc.to_response(parsed.id)) from None
-    _check_modern_headers(request, parsed)
-    if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
-        return _json_response(202, None)
+    _check_modern_headers(request, parsed)  # (only requests and notifications come here)
     session = server.new_session()  # one request's, naming its principal
     session.principal = _caller(request)[0]
     if isinstance(parsed, rpc.Notification):
