@@ -70,12 +70,8 @@ class EventLog:
     def append(self, message: Any) -> None:
         if self.closed:
             return
-        self.events.append(
-            (
-                self.next_seq,
-                json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str),
-            )
-        )
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+        self.events.append((self.next_seq, data))
         self.next_seq += 1
         self._wake()
 
@@ -306,14 +302,13 @@ async def run_hub(kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNO
 # ---- request handling ---------------------------------------------------------------------
 
 
+@attrs.define
 class _HttpError(Exception):
-    def __init__(
-        self, status: int, body: Any = None, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(status)
-        self.status = status
-        self.body = body
-        self.headers = dict(headers or {})
+    """The answer to give instead of serving the request."""
+
+    status: int
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _json_response(
@@ -687,11 +682,10 @@ def _caller(request: Any) -> tuple[str | None, Hashable]:
     from roost.plugins.http import principal_of
 
     principal = principal_of(request)
-    if principal is None:
-        return None, ("addr", request.remote_addr)
-    if principal.keyed:
-        return principal.name, ("principal", principal.name)
-    return principal.name, ("addr", request.remote_addr)
+    name = principal.name if principal is not None else None
+    if principal is not None and principal.keyed:
+        return name, ("principal", name)
+    return name, ("addr", request.remote_addr)
 
 
 async def _run_into(
