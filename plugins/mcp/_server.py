@@ -80,11 +80,9 @@ class ServerSession:
     outgoing: dict[Any, trio.MemorySendChannel[Any]] = attrs.field(factory=dict)
     next_outgoing_id: int = 0
     event_router: Any = None  # a stream connection's _EventRouter (see serve_connection)
-    # Requests read but not yet started (stream transports), and those of them cancelled
-    # before they started: a notifications/cancelled read in the same burst as its request
-    # must still stop it.
-    starting: set[Any] = attrs.field(factory=set)
-    cancelled_early: set[Any] = attrs.field(factory=set)
+    # Requests read but not yet started (stream transports) → cancelled before they started:
+    # a notifications/cancelled read in the same burst as its request must still stop it.
+    starting: dict[Any, bool] = attrs.field(factory=dict)
     # Who the client is (the principal of its API key); None: the kernel's host principal.
     principal: str | None = None
 
@@ -97,7 +95,7 @@ class ServerSession:
         scope = self.in_flight.get(request_id)
         if scope is None:
             if request_id in self.starting:
-                self.cancelled_early.add(request_id)
+                self.starting[request_id] = True
                 return True
             return False
         scope.cancel()
@@ -562,11 +560,8 @@ class McpServer:
         (which then sees ``trio.Cancelled``, the scope spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
-            if isinstance(raw_id, (str, int)) and raw_id in session.starting:
-                session.starting.discard(raw_id)
-                if raw_id in session.cancelled_early:
-                    session.cancelled_early.discard(raw_id)
-                    return None  # cancelled before it started: the spec asks for no response
+            if isinstance(raw_id, (str, int)) and session.starting.pop(raw_id, False):
+                return None  # cancelled before it started: the spec asks for no response
         try:
             if isinstance(message, list):
                 parsed = rpc.parse(message, allow_batch=False, max_bytes=None)
