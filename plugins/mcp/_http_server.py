@@ -438,11 +438,19 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
     return await _post_session(kernel, request, server, name, parsed, message)
 
 
-def _check_modern_headers(request: PlainRequest, parsed: Any) -> None:
-    request_id = getattr(parsed, "id", None)
+async def _post_stateless(
+    kernel: KernelAPI, request: PlainRequest, server: McpServer, parsed: Any, message: Any
+) -> PlainResponse:
+    request_id = getattr(parsed, "id", None)  # only requests and notifications come here
+    if isinstance(parsed, rpc.Request):
+        try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
+            p.check_stateless_meta(p.read_request_meta(parsed.params))
+        except rpc.JsonRpcError as exc:
+            if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
+                raise _HttpError(400, exc.to_response(request_id)) from None
     params = parsed.params if isinstance(parsed.params, Mapping) else {}
-    meta = params.get("_meta") or {}
-    body_version = meta.get(p.META_PROTOCOL_VERSION)
+    meta = params.get("_meta")
+    body_version = meta.get(p.META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
 
     def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
         """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
@@ -460,24 +468,11 @@ def _check_modern_headers(request: PlainRequest, parsed: Any) -> None:
     check(p.HEADER_PROTOCOL_VERSION, body_version)
     if not p.is_stateless_version(body_version):
         raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
-    if isinstance(parsed, rpc.Notification):
-        return
-    check(p.HEADER_METHOD, parsed.method)
-    key = p.NAMED_METHODS.get(parsed.method)
-    if key is not None:
-        check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
-
-
-async def _post_stateless(
-    kernel: KernelAPI, request: PlainRequest, server: McpServer, parsed: Any, message: Any
-) -> PlainResponse:
     if isinstance(parsed, rpc.Request):
-        try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
-            p.check_stateless_meta(p.read_request_meta(parsed.params))
-        except rpc.JsonRpcError as exc:
-            if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
-                raise _HttpError(400, exc.to_response(parsed.id)) from None
-    _check_modern_headers(request, parsed)  # (only requests and notifications come here)
+        check(p.HEADER_METHOD, parsed.method)
+        key = p.NAMED_METHODS.get(parsed.method)
+        if key is not None:
+            check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
     session = server.new_session()  # one request's, naming its principal
     session.principal = _caller(request)[0]
     if isinstance(parsed, rpc.Notification):

@@ -316,6 +316,18 @@ async def test_stateless_headers_are_required_and_checked(base_url):
         assert r.status_code == 404 and r.json()["error"]["code"] == -32601
 
 
+async def test_a_stateless_notification_whose_meta_is_not_an_object_gets_a_400_not_a_crash(
+    base_url,
+):
+    # Regression: a session-less notification naming 2026-07-28 in its header with a
+    # non-object _meta reached .get() on a list: the daemon answered 500.
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"_meta": [1]}}
+    headers = {**ACCEPT, p.HEADER_PROTOCOL_VERSION: "2026-07-28"}
+    async with httpx.AsyncClient(timeout=10) as client:
+        r = await client.post(base_url + "/mcp", json=note, headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == p.HEADER_MISMATCH
+
+
 async def test_sse_stream_ends_with_events_that_came_while_the_consumer_was_sending():
     # Regression: events appended (and the stream closed) while the SSE body was busy
     # sending an earlier event were held back until the 15 s keep-alive.
