@@ -615,6 +615,8 @@ class McpServer:
         session.in_flight[request.id] = scope
         try:
             params = request.params if is_mapping(request.params) else {}
+            if request.method != p.TOOLS_CALL:  # tools/call's are checked as it starts
+                _check_input(params)  # what is echoed back must be text UTF-8 can carry
             stateless = p.request_era(params) == p.ERA_STATELESS
             if request.method == p.INITIALIZE and not stateless:
                 result = self._initialize(session, params)
@@ -913,10 +915,7 @@ class McpServer:
         """Raise the error for a tool the host surface does not have: text that cannot be
         kept says so first; an agent that is configured but cannot answer says why; a
         misspelt name gets the right one."""
-        try:
-            check_json_input(params, "params")
-        except InvalidInput as exc:
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:
                 raise AgentUnavailable(agent, reason)
@@ -1030,6 +1029,15 @@ _ANSWER_SCHEMA = {
     "properties": {"answer": {"type": "string", "description": "Your answer"}},
     "required": ["answer"],
 }
+
+
+def _check_input(params: Any) -> None:
+    """-32602 naming the field when ``params`` holds a lone surrogate or a non-finite number
+    (``check_json_input``), which no answer echoing it could carry."""
+    try:
+        check_json_input(params, "params")
+    except InvalidInput as exc:
+        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
 
 
 def _answer_from(responses: Any) -> str | None:

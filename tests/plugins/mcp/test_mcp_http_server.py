@@ -316,6 +316,32 @@ async def test_stateless_headers_are_required_and_checked(base_url):
         assert r.status_code == 404 and r.json()["error"]["code"] == -32601
 
 
+async def test_a_lone_surrogate_in_a_resource_uri_is_refused_naming_the_field_not_a_500(
+    base_url,
+):
+    # Regression: resources/read echoed its uri into "Resource not found: ..."; a lone
+    # surrogate there (JSON "\\ud800") could not be encoded as UTF-8 and the daemon answered
+    # 500. Refused like tools/call's text: -32602 naming the field.
+    read = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "resources/read",
+        "params": {"uri": "roost://nothing/\ud800"},
+    }
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        body = json.dumps(read).encode()  # "\\ud800" escaped, as JSON can carry it
+        r = await client.post(base_url + "/mcp", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        error = r.json()["error"]
+        assert error["code"] == -32602 and error["data"] == {"field": "params.uri"}
+        assert error["message"].startswith("params.uri: contains a lone surrogate (U+D800)")
+        r = await client.post(
+            base_url + "/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=headers
+        )
+        assert r.json()["result"] == {}
+
+
 async def test_a_stateless_notification_whose_meta_is_not_an_object_gets_a_400_not_a_crash(
     base_url,
 ):

@@ -326,6 +326,34 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await stream.aclose()
 
 
+async def test_a_lone_surrogate_in_a_resource_uri_never_puts_invalid_utf8_on_stdout(kernel):
+    # Regression: resources/read echoed its uri into its error, and a lone surrogate there
+    # (JSON "\\ud800") went to stdout as the bytes ED A0 80, which are not UTF-8: the
+    # client's reader failed on the line. Now refused, naming the field, in valid JSON.
+    import os
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+    client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+    client = StreamClient(client_in)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+        await client_out.send_all(line(INIT))
+        await client.read_until_id(INIT["id"])
+        read = {"jsonrpc": "2.0", "id": 2, "method": "resources/read"}
+        await client_out.send_all(line({**read, "params": {"uri": "roost://nothing/\ud800"}}))
+        with trio.fail_after(10):
+            while b"\n" not in client.buffer:
+                client.buffer += await client_in.receive_some(65536)
+        raw = client.buffer.partition(b"\n")[0]
+        error = json.loads(raw.decode("utf-8"))["error"]  # strict (json.loads(bytes) is not)
+        assert error["code"] == -32602 and error["data"] == {"field": "params.uri"}
+        nursery.cancel_scope.cancel()
+    for stream in (server_in, client_out, client_in, server_out):
+        await stream.aclose()
+
+
 def test_roost_mcp_answers_initialize_before_loading_the_heavy_kernel_modules(tmp_path):
     # What broke: `roost mcp` spent ~100 ms importing the whole kernel (manifests, the
     # agent loop, the store, jsonschema) before it answered initialize, and missed its
