@@ -78,7 +78,7 @@ async def serve_connection(
                     continue
                 request_id = message.get("id") if isinstance(message, dict) else None
                 if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
-                    session.starting[request_id] = False
+                    session.starting.setdefault(request_id, False)  # keep a cancel read
                 await workers.submit(message)
             # The client closed its end: let requests in flight answer (briefly), then stop.
             workers.close()

@@ -326,6 +326,42 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await stream.aclose()
 
 
+async def test_a_cancel_read_in_one_burst_is_not_lost_when_the_id_comes_again(kernel, tools_plugin):
+    # Regression: requests read but not started were kept as id -> "cancelled" flags, and
+    # reading the id again reset its flag, so a request cancelled in the same burst ran
+    # after all (and its reused id's second request was refused as in use).
+    import os
+
+    call = {"jsonrpc": "2.0", "id": "dup", "method": "tools/call"}
+    call["params"] = {"name": "sleepy", "arguments": {}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+    cancel["params"] = {"requestId": "dup"}
+    for _ in range(5):
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+        client = StreamClient(client_in)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            await client_out.send_all(line(INIT))
+            await client.read_until_id(INIT["id"])
+            ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
+            await client_out.send_all(line(call) + line(cancel) + line(call) + line(ping))
+            seen = [await client.read_line()]
+            while seen[-1].get("id") != "after":
+                seen.append(await client.read_line())
+            # The one "dup" that runs is cancelled now; nothing may have answered "dup".
+            await client_out.send_all(line(cancel) + line({**ping, "id": "end"}))
+            seen.append(await client.read_line())
+            while seen[-1].get("id") != "end":
+                seen.append(await client.read_line())
+            assert [m for m in seen if m.get("id") == "dup"] == []
+            nursery.cancel_scope.cancel()
+        for stream in (server_in, client_out, client_in, server_out):
+            await stream.aclose()
+
+
 async def test_a_lone_surrogate_in_a_resource_uri_never_puts_invalid_utf8_on_stdout(kernel):
     # Regression: resources/read echoed its uri into its error, and a lone surrogate there
     # (JSON "\\ud800") went to stdout as the bytes ED A0 80, which are not UTF-8: the
