@@ -17,6 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
+from roost.kernel import escape_lone_surrogates
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
@@ -36,9 +37,10 @@ Send = Callable[[Any], Awaitable[None]]
 
 
 def encode_message(message: Any) -> bytes:
-    """Compact JSON; a value that is not JSON becomes an internal error for that id."""
+    """Compact UTF-8 JSON (a lone surrogate, which UTF-8 cannot carry, as its ``\\uXXXX``
+    escape); a value that is not JSON becomes an internal error for that id."""
     try:
-        return rpc.dumps(message).encode("utf-8", "surrogatepass")
+        text = rpc.dumps(message)
     except (TypeError, ValueError, RecursionError) as exc:
         request_id = message.get("id") if isinstance(message, dict) else None
         log.error("cannot encode a reply as JSON: %s", exc)
@@ -46,6 +48,10 @@ def encode_message(message: Any) -> bytes:
             request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON"
         )
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return escape_lone_surrogates(text).encode("utf-8")
 
 
 async def stdio_loop(

@@ -326,6 +326,18 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await stream.aclose()
 
 
+def test_a_reply_holding_a_lone_surrogate_goes_to_stdout_as_utf8_json():
+    # Regression: encode_message used "surrogatepass", so a lone surrogate in a reply (a
+    # plugin's resource text, say) reached stdout as the bytes ED A0 80, which are not
+    # UTF-8 and so not JSON; it goes as the escape "\\ud800" JSON reads back as sent.
+    from roost.plugins.mcp._stdio_server import encode_message
+
+    reply = {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\ud800b é"}}
+    data = encode_message(reply)
+    assert json.loads(data.decode("utf-8")) == reply  # strict UTF-8
+    assert "é".encode() in data  # other text stays as it is, not escaped
+
+
 async def test_a_cancel_read_in_one_burst_is_not_lost_when_the_id_comes_again(kernel, tools_plugin):
     # Regression: requests read but not started were kept as id -> "cancelled" flags, and
     # reading the id again reset its flag, so a request cancelled in the same burst ran
