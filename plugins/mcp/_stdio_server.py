@@ -21,7 +21,7 @@ from roost.kernel import escape_lone_surrogates
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._framing import Frame, NotJson, Oversize, StdioFramer
+from ._framing import CONTENT_LENGTH, Frame, NotJson, Oversize, StdioFramer
 from .transports._base import BatchedWriter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -69,11 +69,24 @@ async def stdio_loop(
     # Replies that queue up while one is written go out together in the next write.
     writer = BatchedWriter(send_stream)
 
+    ended = False
+
     async def receive() -> Any:
+        nonlocal ended
         while not pending:
-            data = await receive_stream.receive_some(READ_CHUNK)
+            data = b"" if ended else await receive_stream.receive_some(READ_CHUNK)
             if not data:
-                raise trio.EndOfChannel
+                if ended or not framer.pending:
+                    raise trio.EndOfChannel
+                # The input ended inside a message: a last line without its newline is read
+                # as a line (as the MCP SDKs read it); a Content-Length body cut short is
+                # not a message.
+                ended = True
+                if framer.mode == CONTENT_LENGTH:
+                    pending.append(NotJson("", "the input ended inside a Content-Length body"))
+                else:
+                    pending.extend(framer.feed(b"\n"))
+                continue
             pending.extend(framer.feed(data))
         event = pending.popleft()
         if isinstance(event, Frame):

@@ -326,6 +326,33 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await stream.aclose()
 
 
+async def test_a_last_message_without_its_newline_is_answered_not_dropped(kernel):
+    # Regression: when stdin ended inside a line (printf '{...}' | roost mcp), the bytes
+    # held for that line were dropped without a word: no answer, no error. The last line
+    # is read as a line (as the MCP SDKs read it), and garbage there is a parse error.
+    import os
+
+    for tail, check in (
+        (b'{"jsonrpc":"2.0","id":2,"method":"ping"}', lambda m: m["result"] == {}),
+        (b'{"jsonrpc":"2.0","id":2,"meth', lambda m: m["error"]["code"] == -32700),
+    ):
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+        client = StreamClient(client_in)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            await client_out.send_all(line(INIT))
+            await client.read_until_id(INIT["id"])
+            await client_out.send_all(tail)
+            await client_out.aclose()  # end of input inside the line
+            assert check(await client.read_line()), tail
+            nursery.cancel_scope.cancel()
+        for stream in (server_in, client_in, server_out):
+            await stream.aclose()
+
+
 def test_a_reply_holding_a_lone_surrogate_goes_to_stdout_as_utf8_json():
     # Regression: encode_message used "surrogatepass", so a lone surrogate in a reply (a
     # plugin's resource text, say) reached stdout as the bytes ED A0 80, which are not
