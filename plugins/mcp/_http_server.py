@@ -318,7 +318,11 @@ def _json_response(
         body = body.to_dict()
     if body is None:
         return PlainResponse(status, b"", "", headers or {})
-    return PlainResponse.json(body, status, headers=headers or {})
+    try:
+        return PlainResponse.json(body, status, headers=headers or {})
+    except UnicodeEncodeError:  # a lone surrogate (UTF-8 cannot carry it): as its JSON escape
+        data = json.dumps(body, separators=(",", ":"), default=str).encode("ascii")
+        return PlainResponse(status, data, "application/json", headers or {})
 
 
 def _refuse(
@@ -659,7 +663,8 @@ def _sse(
                     continue
                 seq, data = item
                 head = f"id: {stream.stream_id}.{seq}\n" if with_ids else ""
-                yield f"{head}event: message\ndata: {data}\n\n".encode()
+                # A lone surrogate in the JSON (UTF-8 cannot carry it) goes as its escape.
+                yield f"{head}event: message\ndata: {data}\n\n".encode("utf-8", "backslashreplace")
         finally:
             if cancel_on_close is not None:
                 cancel_on_close.cancel()  # stateless: a closed stream cancels the request

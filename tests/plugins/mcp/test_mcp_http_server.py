@@ -342,6 +342,42 @@ async def test_a_lone_surrogate_in_a_resource_uri_is_refused_naming_the_field_no
         assert r.json()["result"] == {}
 
 
+async def test_a_tool_answer_holding_a_lone_surrogate_reaches_the_client_as_utf8(tmp_path):
+    # Regression: a tool's text with a lone surrogate (a plugin's, decoding bytes with
+    # "surrogateescape") could not be encoded as UTF-8: the JSON answer was a 500 and the
+    # SSE stream broke off before the answer. It goes as the "\\udcff" escape JSON reads
+    # back as sent.
+    from mcp_server_fixtures import make_agent
+    from roost.kernel import Tool, ToolResult, ToolSpec, default_config, hookimpl, open_kernel
+
+    class Garbled:
+        @hookimpl
+        def roost_tools(self, config):
+            async def garbled(call, ctx):
+                return ToolResult.text(b"ok \xff".decode("utf-8", "surrogateescape"))
+
+            return [Tool(ToolSpec("garbled", "Undecodable bytes", owner="t"), garbled)]
+
+    config = default_config(home=tmp_path / "home", agents={"bundled": False})
+    agent = make_agent("gamma", expose=["garbled"], tools=["garbled"])
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+    call["params"] = {"name": "garbled", "arguments": {}}
+    async with (
+        open_kernel(config, agents=[agent], plugins=[Garbled()]) as kernel,
+        open_daemon(kernel) as url,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        headers = await open_session(client, url)
+        for accept in ("application/json", "application/json, text/event-stream"):
+            r = await client.post(url + "/mcp", json=call, headers={**headers, "Accept": accept})
+            assert r.status_code == 200, r.text
+            text = r.content.decode("utf-8")  # strict
+            reply = (
+                sse_messages(text)[-1] if "event-stream" in r.headers["content-type"] else r.json()
+            )
+            assert reply["result"]["content"][0]["text"] == "ok \udcff", text
+
+
 async def test_a_stateless_notification_whose_meta_is_not_an_object_gets_a_400_not_a_crash(
     base_url,
 ):
