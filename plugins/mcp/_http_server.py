@@ -626,7 +626,7 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
         stream = session.streams.get(stream_id)
         if session.standalone is not None and session.standalone.stream_id == stream_id:
             stream = session.standalone
-        if stream is None or not (seq.isascii() and seq.isdigit()):
+        if stream is None or not (seq.isascii() and seq.isdigit() and len(seq) <= 18):
             raise _refuse(
                 404, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume"
             )

@@ -250,6 +250,23 @@ async def test_sse_stream_resumes_with_last_event_id(base_url):
         ] == [2, 3]
 
 
+async def test_a_last_event_id_with_a_huge_number_is_a_404_not_a_500(base_url):
+    # Regression: the event number of Last-Event-ID went to int() unbounded; past Python's
+    # 4300-digit limit int() raised and the daemon answered 500.
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+        call["params"] = {"name": "echo", "arguments": {"text": "hi"}}
+        r = await client.post(base_url + "/mcp", json=call, headers=headers)
+        stream_id = r.text.splitlines()[0][3:].strip().rpartition(".")[0]  # the priming id
+        resume = {**headers, "Accept": "text/event-stream"}
+        r = await client.get(
+            base_url + "/mcp", headers={**resume, "Last-Event-ID": f"{stream_id}.{'9' * 5000}"}
+        )
+        assert r.status_code == 404 and r.json()["error"]["code"] == -32600, r.text
+        assert "Last-Event-ID" in r.json()["error"]["message"]
+
+
 async def test_stateless_client_disconnect_cancels_the_work(base_url, tools_plugin):
     body, headers = modern("tools/call", {"name": "sleepy", "arguments": {}})
     async with httpx.AsyncClient(timeout=10) as client:
