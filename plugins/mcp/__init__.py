@@ -1,16 +1,11 @@
 """MCP for roost: client and server, both protocol eras, every transport.
 
-This module is the server half's plugin (entry point ``mcp``): it mounts the daemon's
-Streamable HTTP endpoints ``/mcp`` and ``/agents/<name>/mcp`` and runs the service that
-owns their sessions. The stdio server is ``roost mcp``. Importing this package is cheap;
-the protocol and HTTP modules load on first use.
-
-Plugins may add resources and prompts to the ``/mcp`` surface (``McpHookSpecs``); tools
-reach the MCP client that called them with ``report_progress``, ``report_log``,
-``request_client`` and their kin. The server's public names are re-exported here, each
-loaded on first use from its seam's module: ``_server`` (sessions, dispatch, what the
-surfaces offer), ``_tool_context``, ``_watch`` (progress and log forwarding),
-``_connection`` (serving a message stream).
+The server half's plugin (entry point ``mcp``): the daemon's Streamable HTTP endpoints
+``/mcp`` and ``/agents/<name>/mcp`` and the service owning their sessions (stdio: ``roost
+mcp``). Plugins may add resources and prompts to ``/mcp`` (``McpHookSpecs``); tools reach
+their MCP client with ``report_progress``, ``request_client`` and their kin. Importing is
+cheap: the names re-exported here load on first use from ``_server``, ``_tool_context``
+(a call's reach to its client) and ``_connection`` (serving a message stream).
 """
 
 from __future__ import annotations
@@ -69,11 +64,11 @@ _EXPORTS = {
             "ArtifactShelf McpServer PromptEntry ResourceEntry ServerSession TemplateEntry "
             "ToolEntry agent_card agent_manifest_view artifact_shelf change_notifications"
         ),
+        "_connection": "MAX_IN_FLIGHT serve_connection",
         "_tool_context": (
             "LOG_EVENT PROGRESS_EVENT ClientRequestFailed client_capabilities gather_input "
             "report_log report_progress request_client request_state require_client_capability"
         ),
-        "_connection": "MAX_IN_FLIGHT serve_connection",
     }.items()
     for name in names.split()
 }

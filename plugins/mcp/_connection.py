@@ -11,12 +11,13 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._server import Notify, ServerSession
-from ._watch import _EventRouter
+from ._tool_context import _EventRouter
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import McpServer
 
 MAX_IN_FLIGHT = 64
+DRAIN_TIMEOUT_S = 5.0
 
 
 async def serve_connection(
@@ -26,16 +27,13 @@ async def serve_connection(
     *,
     max_in_flight: int = MAX_IN_FLIGHT,
     session: ServerSession | None = None,
-    drain_timeout_s: float = 5.0,
 ) -> None:
     """Serve one client over a message stream until ``receive()`` raises EndOfChannel.
 
-    ``receive()`` returns a decoded JSON message, or an ``rpc.JsonRpcError`` to answer (a
-    framing problem such as a parse error). Requests run in tasks apart from the reader,
-    at most ``max_in_flight`` at once (reading pauses beyond that; see
-    ``_RequestWorkers``); list changes are pushed once the session is initialized. When
-    the stream ends, requests in flight may answer for ``drain_timeout_s``, then are
-    cancelled. A ``send`` that finds the client gone is dropped.
+    ``receive()`` returns a decoded message, or an ``rpc.JsonRpcError`` to answer (a framing
+    problem). Requests run in ``_RequestWorkers``, at most ``max_in_flight`` at once (reading
+    pauses beyond); list changes are pushed once initialized. At the end, requests in
+    flight may answer for ``DRAIN_TIMEOUT_S``, then are cancelled.
     """
     session = session or server.new_session()
     raw_send = send
@@ -80,11 +78,11 @@ async def serve_connection(
                     continue
                 request_id = message.get("id") if isinstance(message, dict) else None
                 if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
-                    session.starting.add(request_id)
+                    session.starting.setdefault(request_id, False)  # keep a cancel read
                 await workers.submit(message)
             # The client closed its end: let requests in flight answer (briefly), then stop.
             workers.close()
-            with trio.move_on_after(drain_timeout_s):
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
                 while workers.busy:
                     await trio.sleep(0.01)
             session.closed = True
@@ -95,15 +93,12 @@ async def serve_connection(
 
 
 class _RequestWorkers:
-    """The tasks that serve a stream connection's requests, at most ``limit`` at once.
+    """The tasks serving a stream connection's requests, at most ``limit`` at once.
 
-    A task serves one request after another, each in the task's one cancel scope (which
-    ``notifications/cancelled`` cancels; the task then ends, as the scope is spent, and a
-    new one takes its place): a task and a cancel scope per request cost more than serving
-    most requests. A request waits for a free task when all ``limit`` are busy (reading
-    pauses). Tasks live until the connection ends; they carry no state from one request
-    to the next but their context variables, which roost's code sets and resets in pairs.
-    """
+    A task serves one request after another in its one cancel scope (a cancelled request
+    spends it: the task ends, another takes its place), as a task and a scope per request
+    cost more than most requests. Tasks carry nothing from one request to the next but
+    context variables, which roost sets and resets in pairs."""
 
     def __init__(
         self,

@@ -1,16 +1,9 @@
-"""Sans-I/O stdio framing for MCP: newline-delimited JSON, or ``Content-Length`` headers.
+"""Sans-I/O stdio framing for MCP: newline-delimited JSON, or ``Content-Length`` headers
+(older LSP-style peers, noticed from their first bytes and answered in kind).
 
-Every MCP revision frames stdio as one JSON-RPC message per line. Some older peers
-(LSP-style) frame with ``Content-Length:`` headers instead; ``StdioFramer`` notices that
-from the peer's first bytes and then answers in the same framing.
-
-Feed it bytes, get events back:
-
-* ``Frame(message, size)`` — one decoded JSON value (object, array, ...);
-* ``NotJson(line, error)`` — a line that is not JSON (a stray log line, garbage);
-* ``Oversize(size, limit)`` — a message over the limit, already drained; the stream goes on.
-
-Nothing here raises on bad input.
+``feed`` bytes, get events: ``Frame(message, size)``; ``NotJson(line, error)`` for a line
+that is not JSON; ``Oversize(size, limit)`` for a message over the limit, already drained
+(the stream goes on). Nothing here raises on bad input.
 """
 
 from __future__ import annotations
@@ -74,12 +67,8 @@ def _decode(body: bytes) -> Frame | NotJson:
 
 
 class StdioFramer:
-    """Incremental decoder and encoder for one stdio stream direction pair.
-
-    ``mode`` is None until the peer's first bytes decide it (``ndjson`` unless they start
-    with ``Content-Length:``); set ``mode`` up front to force one. NDJSON lines are cut by
-    ``jsonrpc.LineFramer``.
-    """
+    """Incremental decoder and encoder for one stdio stream pair. ``mode`` is None until the
+    peer's first bytes decide it (``ndjson`` unless ``Content-Length:``); set it to force one."""
 
     def __init__(self, *, max_bytes: int = MAX_MESSAGE_BYTES, mode: str | None = None) -> None:
         if mode not in (None, NDJSON, CONTENT_LENGTH):
@@ -108,10 +97,9 @@ class StdioFramer:
                 self._buf.clear()
                 return self.feed(held)
         events: list[FrameEvent] = []
-        while True:
-            before = len(events)
-            if not self._step_headers(events) and len(events) == before:
-                return events
+        while self._step_headers(events):
+            pass
+        return events
 
     def _decide_mode(self) -> bool:
         stripped = bytes(self._buf).lstrip()
@@ -177,11 +165,8 @@ class StdioFramer:
 
     # ---- encoding ---------------------------------------------------------------------
     def encode(self, payload: bytes) -> bytes:
-        """Frame one encoded JSON message for the peer, in the peer's framing.
-
-        Raises ValueError for a payload over the limit (the caller answers with an error
-        instead) or, in NDJSON, one containing a raw newline.
-        """
+        """Frame one encoded message in the peer's framing; ValueError for one over the limit
+        or, in NDJSON, one containing a raw newline."""
         if len(payload) > self.max_bytes:
             raise ValueError(f"message is {len(payload)} bytes, over the limit of {self.max_bytes}")
         if self.mode == CONTENT_LENGTH:

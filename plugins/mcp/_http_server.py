@@ -3,30 +3,23 @@
 Both eras on the same endpoints, told apart per request:
 
 * **handshake era** (2025-03-26 … 2025-11-25): ``initialize`` opens a session named by the
-  ``Mcp-Session-Id`` response header; later requests must carry it (400 without, 404 for an
-  unknown or ended one). POST answers JSON or an SSE stream; GET opens the session's
-  notification stream; DELETE ends the session. SSE events carry ids, and a dropped
-  stream is resumed with ``GET`` + ``Last-Event-ID`` from a bounded replay buffer. The
-  ``MCP-Protocol-Version`` header must name the negotiated version (absent: 2025-03-26).
-* **stateless** (2026-07-28): a request whose ``_meta`` names the protocol version needs no
+  ``Mcp-Session-Id`` response header, which later requests carry (400 without, 404 unknown
+  or ended). POST answers JSON or SSE; GET opens the session's notification stream; DELETE
+  ends it. A dropped SSE stream resumes with ``Last-Event-ID`` from a bounded replay
+  buffer. ``MCP-Protocol-Version`` must name the negotiated version (absent: 2025-03-26).
+* **stateless** (2026-07-28): a request whose ``_meta`` names the version needs no
   session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
   (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
 
-Sessions belong to the caller's principal (``roost.plugins.http.Principal``): another
-principal's ``Mcp-Session-Id`` is unknown (404), as an ended one is. Each caller (its
-principal when API keys are configured, else its address) holds at most
-``http.mcp_sessions_per_caller`` sessions and all together ``MAX_SESSIONS``; a new session
-past a bound closes the oldest *idle* one (the caller's own, resp. anyone's) rather than
-being refused. A session with a request in flight or a GET stream open is never idle; an
-idle one closes after ``http.mcp_session_idle_s`` (default 10 minutes).
-A ``tools/call`` continues the deeper of the trace contexts its ``params._meta`` and its
-``traceparent`` / ``X-Roost-Trace-*`` headers carry (the headers as ``/api`` reads them),
-so the depth breaker trips here as it does there.
-
-Origin checks, bearer auth and rate limits are the daemon's (``roost.plugins.http``).
-The request body cap is the MCP message limit, 10 MB (``p.MAX_MESSAGE_BYTES``), set on these
-routes instead of the daemon's ``http.max_body_bytes``: a bigger body, chunked or not, is
-drained and answered 413 with a JSON-RPC error; the daemon keeps serving.
+A session belongs to its principal (another's ``Mcp-Session-Id`` is unknown: 404). Each
+caller (its principal with API keys, else its address) holds at most
+``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound a new
+session closes the oldest *idle* one (no request in flight, no GET stream) instead of being
+refused; an idle one closes after ``http.mcp_session_idle_s``. A ``tools/call`` continues
+the deeper of the trace contexts of its ``params._meta`` and its headers (as ``/api`` reads
+them), so the depth breaker trips here as there. Origin checks, auth and rate limits are
+the daemon's; the body cap is the 10 MB MCP message limit (``p.MAX_MESSAGE_BYTES``): a
+bigger body is drained and answered 413 with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -77,12 +70,8 @@ class EventLog:
     def append(self, message: Any) -> None:
         if self.closed:
             return
-        self.events.append(
-            (
-                self.next_seq,
-                json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str),
-            )
-        )
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+        self.events.append((self.next_seq, data))
         self.next_seq += 1
         self._wake()
 
@@ -98,9 +87,6 @@ class EventLog:
         """Wait until the stream has an event or is closed."""
         while not self.events and not self.closed:
             await self._changed.wait()
-
-    def event_id(self, seq: int) -> str:
-        return f"{self.stream_id}.{seq}"
 
     async def follow(
         self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S
@@ -125,11 +111,6 @@ class EventLog:
                 yield None
 
 
-def sse_frame(event_id: str | None, data: str) -> bytes:
-    head = f"id: {event_id}\n" if event_id else ""
-    return f"{head}event: message\ndata: {data}\n\n".encode()
-
-
 # ---- sessions and the hub ------------------------------------------------------------------
 
 
@@ -150,10 +131,12 @@ class HttpSession:
     hub: Any = None  # the McpHttpHub holding it, which keeps sessions by last use
 
     def touch(self) -> None:
-        """Used now: the most recently used session of its hub."""
+        """Used now: the most recently used session of its hub (and of its caller's)."""
         self.last_seen = trio.current_time()
-        if self.hub is not None:
-            self.hub.used(self)
+        sid = self.state.id
+        if self.hub.sessions.get(sid) is self:
+            self.hub.sessions.move_to_end(sid)
+            self.hub.by_caller[self.caller].move_to_end(sid)
 
     @property
     def busy(self) -> bool:
@@ -184,7 +167,7 @@ class McpHttpHub:
         # Sessions by last use, least recent first (all, and each caller's): making room and
         # expiring look at the oldest only, not at every session.
         self.sessions: OrderedDict[str, HttpSession] = OrderedDict()
-        self._by_caller: dict[Hashable, OrderedDict[str, HttpSession]] = {}
+        self.by_caller: dict[Hashable, OrderedDict[str, HttpSession]] = {}
         self.nursery: trio.Nursery | None = None
         self.idle_s = float(kernel.config.http.mcp_session_idle_s)
         self.per_caller = int(kernel.config.http.mcp_sessions_per_caller)
@@ -209,7 +192,7 @@ class McpHttpHub:
         bound its own oldest idle session is closed, past ``max_sessions`` anyone's; only
         when every session in the way is busy is the new one refused."""
         self._expire()
-        mine = self._by_caller.get(caller) or {}
+        mine = self.by_caller.get(caller) or {}
         if len(mine) >= self.per_caller and not self._close_oldest_idle(mine.values()):
             raise _busy(
                 429,
@@ -228,7 +211,7 @@ class McpHttpHub:
             server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self
         )
         self.sessions[session.state.id] = session
-        self._by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
+        self.by_caller.setdefault(caller, OrderedDict())[session.state.id] = session
         if self.nursery is not None:
             self.nursery.start_soon(self._watch, session)
         return session
@@ -241,24 +224,15 @@ class McpHttpHub:
         with session.scope:
             await session.server.watch_changes(session.state, push)
 
-    def used(self, session: HttpSession) -> None:
-        """``session`` was used now (``HttpSession.touch``): it moves to the recent end."""
-        sid = session.state.id
-        if self.sessions.get(sid) is session:
-            self.sessions.move_to_end(sid)
-            mine = self._by_caller.get(session.caller)
-            if mine is not None and sid in mine:
-                mine.move_to_end(sid)
-
     def close_session(self, session_id: str) -> bool:
         session = self.sessions.pop(session_id, None)
         if session is None:
             return False
-        mine = self._by_caller.get(session.caller)
+        mine = self.by_caller.get(session.caller)
         if mine is not None:
             mine.pop(session_id, None)
             if not mine:
-                del self._by_caller[session.caller]
+                del self.by_caller[session.caller]
         session.state.closed = True
         session.state.cancel_all()
         session.scope.cancel()
@@ -328,14 +302,13 @@ async def run_hub(kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNO
 # ---- request handling ---------------------------------------------------------------------
 
 
+@attrs.define
 class _HttpError(Exception):
-    def __init__(
-        self, status: int, body: Any = None, headers: Mapping[str, str] | None = None
-    ) -> None:
-        super().__init__(status)
-        self.status = status
-        self.body = body
-        self.headers = dict(headers or {})
+    """The answer to give instead of serving the request."""
+
+    status: int
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _json_response(
@@ -345,13 +318,18 @@ def _json_response(
         body = body.to_dict()
     if body is None:
         return PlainResponse(status, b"", "", headers or {})
-    return PlainResponse.json(body, status, headers=headers or {})
+    try:
+        return PlainResponse.json(body, status, headers=headers or {})
+    except UnicodeEncodeError:  # a lone surrogate (UTF-8 cannot carry it): as its JSON escape
+        data = json.dumps(body, separators=(",", ":"), default=str).encode("ascii")
+        return PlainResponse(status, data, "application/json", headers or {})
 
 
-def _jsonrpc_error(
-    status: int, code: int, message: str, request_id: Any = None, data: Any = None
+def _refuse(
+    status: int, message: str, request_id: Any = None, code: int = rpc.INVALID_REQUEST
 ) -> _HttpError:
-    return _HttpError(status, rpc.error_response(request_id, code, message, data))
+    """HTTP ``status`` with a JSON-RPC error (``code``) saying why."""
+    return _HttpError(status, rpc.error_response(request_id, code, message))
 
 
 def _busy(status: int, message: str) -> _HttpError:
@@ -375,8 +353,11 @@ def _accepts(header: str | None, mime: str) -> bool:
     return mime in kinds or "*/*" in kinds or f"{mime.split('/')[0]}/*" in kinds
 
 
-def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
-    if not stateless or not isinstance(error, Mapping):
+def _stateless_status(reply: Mapping[str, Any]) -> int:
+    """The HTTP status of a stateless request's answer: 200 unless it is an error whose
+    code the 2026-07-28 transport maps to 400 or 404."""
+    error = reply.get("error")
+    if not isinstance(error, Mapping):
         return 200
     code = error.get("code")
     if code in (
@@ -395,196 +376,172 @@ def _status_for_error(error: Mapping[str, Any] | None, stateless: bool) -> int:
     return 200
 
 
-class McpEndpoint:
-    """The route handler of one MCP endpoint (``agent`` None: the host surface)."""
+def _server(kernel: KernelAPI, name: str | None) -> McpServer:
+    try:
+        return hub_for(kernel).server_for(name)
+    except AgentNotFound as exc:
+        raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
 
-    def __init__(self, kernel: KernelAPI, agent_param: bool) -> None:
-        self.kernel = kernel
-        self.agent_param = agent_param
 
-    def _server(self, name: str | None) -> McpServer:
-        try:
-            return hub_for(self.kernel).server_for(name)
-        except AgentNotFound as exc:
-            raise _HttpError(404, _daemon_error(404, "agent_not_found", str(exc))) from None
+async def _handle(
+    kernel: KernelAPI, request: PlainRequest, name: str | None = None
+) -> PlainResponse:
+    try:
+        if request.method == "POST":
+            return await _post(kernel, request, name)
+        if request.method == "GET":
+            return await _get(kernel, request, name)
+        if request.method == "DELETE":
+            return await _delete(kernel, request, name)
+        raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
+    except _HttpError as exc:
+        return _json_response(exc.status, exc.body, exc.headers)
 
-    async def handle(self, request: PlainRequest, name: str | None = None) -> PlainResponse:
-        try:
-            if request.method == "POST":
-                return await self._post(request, name)
-            if request.method == "GET":
-                return await self._get(request, name)
-            if request.method == "DELETE":
-                return await self._delete(request, name)
-            raise _HttpError(405, None, {"Allow": "GET, POST, DELETE"})
-        except _HttpError as exc:
-            return _json_response(exc.status, exc.body, exc.headers)
 
-    # ---- POST -------------------------------------------------------------------------------
-    async def _post(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        server = self._server(name)
-        ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
-        if ctype != "application/json":
-            raise _jsonrpc_error(
-                415,
-                rpc.INVALID_REQUEST,
-                f"Content-Type must be application/json, got {ctype or 'none'}",
-            )
-        accept = request.headers.get("Accept")
-        if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
-            raise _jsonrpc_error(
-                406, rpc.INVALID_REQUEST, "Accept must list application/json and text/event-stream"
-            )
-        try:
-            message = json.loads(request.body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _jsonrpc_error(
-                400, rpc.PARSE_ERROR, f"parse error: the body is not JSON ({exc})"
-            ) from None
-        except RecursionError:
-            raise _jsonrpc_error(
-                400, rpc.PARSE_ERROR, "parse error: the JSON is nested too deeply"
-            ) from None
-        if isinstance(message, list):
-            raise _jsonrpc_error(
-                400,
-                rpc.INVALID_REQUEST,
-                "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST",
-            )
-        try:
-            parsed = rpc.parse_message(message)
-        except rpc.JsonRpcError as exc:
-            raise _HttpError(400, exc.to_response()) from None
-        if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
-            _carry_header_trace(request.headers, parsed.id, message)
-        params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
-        header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
-        # Stateless when the body says so, or when a session-less request names a 2026 version.
-        stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
-            p.request_era(params) == p.ERA_STATELESS
-            or (
-                p.is_stateless_version(header_version)
-                and not request.headers.get(p.HEADER_SESSION_ID)
-            )
+# ---- POST -------------------------------------------------------------------------------
+async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    server = _server(kernel, name)
+    ctype = (request.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+    if ctype != "application/json":
+        raise _refuse(415, f"Content-Type must be application/json, got {ctype or 'none'}")
+    accept = request.headers.get("Accept")
+    if not (_accepts(accept, "application/json") or _accepts(accept, "text/event-stream")):
+        raise _refuse(406, "Accept must list application/json and text/event-stream")
+    try:
+        message = json.loads(request.body.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        deep = isinstance(exc, RecursionError)
+        why = "the JSON is nested too deeply" if deep else f"the body is not JSON ({exc})"
+        raise _refuse(400, f"parse error: {why}", code=rpc.PARSE_ERROR) from None
+    if isinstance(message, list):
+        raise _refuse(
+            400, "batches (JSON arrays) are not accepted; send one JSON-RPC message per POST"
         )
-        if stateless:
-            return await self._post_stateless(request, server, parsed, message)
-        return await self._post_session(request, server, name, parsed, message)
+    try:
+        parsed = rpc.parse_message(message)
+    except rpc.JsonRpcError as exc:
+        raise _HttpError(400, exc.to_response()) from None
+    if isinstance(parsed, rpc.Request) and parsed.method == p.TOOLS_CALL:
+        # The deeper of the headers' trace context (as /api reads them) and _meta's.
+        try:
+            p.carry_trace(TraceContext.from_headers(request.headers), message)
+        except InvalidTraceContext as exc:  # a malformed depth header: 400 naming it
+            error = rpc.error_response(
+                parsed.id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field}
+            )
+            raise _HttpError(400, error) from None
+    params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
+    header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
+    # Stateless when the body says so, or when a session-less request names a 2026 version.
+    stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
+        p.request_era(params) == p.ERA_STATELESS
+        or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
+    )
+    if stateless:
+        return await _post_stateless(kernel, request, server, parsed, message)
+    return await _post_session(kernel, request, server, name, parsed, message)
 
-    def _check_modern_headers(self, request: PlainRequest, parsed: Any) -> None:
-        request_id = getattr(parsed, "id", None)
-        params = parsed.params if isinstance(parsed.params, Mapping) else {}
-        meta = params.get("_meta") or {}
-        body_version = meta.get(p.META_PROTOCOL_VERSION)
 
-        def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
-            """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
-            the body."""
-            sent = request.headers.get(header)
-            if sent is None:
-                problem = f"the {header} header is required{what}"
-            elif (value := decode(sent)) is None or value != body_value:
-                problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
-            else:
-                return
-            raise _HttpError(400, p.header_mismatch_error(problem).to_response(request_id))
+async def _post_stateless(
+    kernel: KernelAPI, request: PlainRequest, server: McpServer, parsed: Any, message: Any
+) -> PlainResponse:
+    request_id = getattr(parsed, "id", None)  # only requests and notifications come here
+    if isinstance(parsed, rpc.Request):
+        try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
+            p.check_stateless_meta(p.read_request_meta(parsed.params))
+        except rpc.JsonRpcError as exc:
+            if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
+                raise _HttpError(400, exc.to_response(request_id)) from None
+    params = parsed.params if isinstance(parsed.params, Mapping) else {}
+    meta = params.get("_meta")
+    body_version = meta.get(p.META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
 
-        check(p.HEADER_PROTOCOL_VERSION, body_version)
-        if not p.is_stateless_version(body_version):
-            raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
-        if isinstance(parsed, rpc.Notification):
+    def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
+        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
+        the body."""
+        sent = request.headers.get(header)
+        if sent is None:
+            problem = f"the {header} header is required{what}"
+        elif (value := decode(sent)) is None or value != body_value:
+            problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
+        else:
             return
+        error = rpc.JsonRpcError(p.HEADER_MISMATCH, f"Header mismatch: {problem}")
+        raise _HttpError(400, error.to_response(request_id))
+
+    check(p.HEADER_PROTOCOL_VERSION, body_version)
+    if not p.is_stateless_version(body_version):
+        raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
+    if isinstance(parsed, rpc.Request):
         check(p.HEADER_METHOD, parsed.method)
         key = p.NAMED_METHODS.get(parsed.method)
         if key is not None:
             check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
-
-    async def _post_stateless(
-        self, request: PlainRequest, server: McpServer, parsed: Any, message: Any
-    ) -> PlainResponse:
-        if isinstance(parsed, rpc.Request):
-            try:  # the body's own _meta first: a missing field is -32602, not a header mismatch
-                p.check_stateless_meta(p.read_request_meta(parsed.params))
-            except rpc.JsonRpcError as exc:
-                if exc.code != p.UNSUPPORTED_PROTOCOL_VERSION:
-                    raise _HttpError(400, exc.to_response(parsed.id)) from None
-        self._check_modern_headers(request, parsed)
-        if isinstance(parsed, rpc.Notification):
-            await server.handle(_stateless_session(server, request), message)
-            return _json_response(202, None)
-        if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
-            return _json_response(202, None)
-        session = _stateless_session(server, request)
-        wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(
-            request.headers.get("Accept"), "text/event-stream"
-        )
-        hub = hub_for(self.kernel)
-        if wants_stream and hub.nursery is not None:
-            stream = EventLog(secrets.token_hex(8))
-            scope = trio.CancelScope()
-            hub.nursery.start_soon(_run_into, server, session, message, stream, scope)
-            try:
-                answered, _ = await request.unless_gone(stream.first)
-            except BaseException:
-                scope.cancel()
-                raise
-            if not answered:
-                scope.cancel()  # the client left before anything happened
-                return _json_response(202, None)
-            if stream.closed and len(stream.events) == 1:
-                # Answered before any notification: plain JSON, with the status an error needs.
-                reply = json.loads(stream.events[0][1])
-                return _json_response(_status_for_error(reply.get("error"), True), reply)
-            return self._sse(stream, 0, cancel_on_close=scope, with_ids=False)
-        answered, reply = await request.unless_gone(partial(server.handle, session, message))
-        if not answered or reply is None:
-            return _json_response(202, None)
-        return _json_response(_status_for_error(reply.get("error"), True), reply)
-
-    async def _post_session(
-        self, request: PlainRequest, server: McpServer, name: str | None, parsed: Any, message: Any
-    ) -> PlainResponse:
-        hub = hub_for(self.kernel)
-        request_id = getattr(parsed, "id", None)
-        if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
-            owner, caller = _caller(request)
-            if request.headers.get(p.HEADER_SESSION_ID):
-                session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
-                if session is None or session.owner != owner:
-                    raise _jsonrpc_error(
-                        404,
-                        rpc.INVALID_REQUEST,
-                        "unknown or ended MCP session; initialize without Mcp-Session-Id",
-                        request_id,
-                    )
-            session = hub.open_session(server, name, owner=owner, caller=caller)
-            session.active += 1
-            try:
-                reply = await server.handle(session.state, message)
-            finally:
-                session.active -= 1
-            if reply is None or "error" in reply:
-                hub.close_session(session.state.id)
-                return _json_response(200 if reply else 202, reply)
-            return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
-        session = self._session(request, name, request_id)
-        session.active += 1  # not idle (never closed to make room) until answered
+    session = server.new_session()  # one request's, naming its principal
+    session.principal = _caller(request)[0]
+    if isinstance(parsed, rpc.Notification):
+        await server.handle(session, message)
+        return _json_response(202, None)
+    wants_stream = parsed.method in (p.TOOLS_CALL, p.SUBSCRIPTIONS_LISTEN) and _accepts(
+        request.headers.get("Accept"), "text/event-stream"
+    )
+    hub = hub_for(kernel)
+    if wants_stream and hub.nursery is not None:
+        stream = EventLog(secrets.token_hex(8))
+        scope = trio.CancelScope()
+        hub.nursery.start_soon(_run_into, server, session, message, stream, scope, None)
         try:
-            return await self._on_session(request, server, session, parsed, message)
+            answered, _ = await request.unless_gone(stream.first)
+        except BaseException:
+            scope.cancel()
+            raise
+        if not answered:
+            scope.cancel()  # the client left before anything happened
+            return _json_response(202, None)
+        if stream.closed and len(stream.events) == 1:
+            # Answered before any notification: plain JSON, with the status an error needs.
+            reply = json.loads(stream.events[0][1])
+            return _json_response(_stateless_status(reply), reply)
+        return _sse(stream, 0, cancel_on_close=scope, with_ids=False)
+    answered, reply = await request.unless_gone(partial(server.handle, session, message))
+    if not answered or reply is None:
+        return _json_response(202, None)
+    return _json_response(_stateless_status(reply), reply)
+
+
+async def _post_session(
+    kernel: KernelAPI,
+    request: PlainRequest,
+    server: McpServer,
+    name: str | None,
+    parsed: Any,
+    message: Any,
+) -> PlainResponse:
+    hub = hub_for(kernel)
+    request_id = getattr(parsed, "id", None)
+    if isinstance(parsed, rpc.Request) and parsed.method == p.INITIALIZE:
+        owner, caller = _caller(request)
+        if request.headers.get(p.HEADER_SESSION_ID):
+            session = hub.sessions.get(request.headers[p.HEADER_SESSION_ID])
+            if session is None or session.owner != owner:
+                raise _refuse(
+                    404,
+                    "unknown or ended MCP session; initialize without Mcp-Session-Id",
+                    request_id,
+                )
+        session = hub.open_session(server, name, owner=owner, caller=caller)
+        session.active += 1
+        try:
+            reply = await server.handle(session.state, message)
         finally:
             session.active -= 1
-            session.touch()
-
-    async def _on_session(
-        self,
-        request: PlainRequest,
-        server: McpServer,
-        session: HttpSession,
-        parsed: Any,
-        message: Any,
-    ) -> PlainResponse:
-        hub = hub_for(self.kernel)
-        request_id = getattr(parsed, "id", None)
+        if reply is None or "error" in reply:
+            hub.close_session(session.state.id)
+            return _json_response(200 if reply else 202, reply)
+        return _json_response(200, reply, {p.HEADER_SESSION_ID: session.state.id})
+    session = _session(kernel, request, name, request_id)
+    session.active += 1  # not idle (never closed to make room) until answered
+    try:
         header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
         if header_version is not None:
             if header_version not in p.SUPPORTED_VERSIONS:
@@ -592,9 +549,8 @@ class McpEndpoint:
                     400, p.unsupported_version_error(header_version).to_response(request_id)
                 )
             if header_version != session.state.protocol_version:
-                raise _jsonrpc_error(
+                raise _refuse(
                     400,
-                    rpc.INVALID_REQUEST,
                     f"{p.HEADER_PROTOCOL_VERSION} header says {header_version!r} but this "
                     f"session negotiated {session.state.protocol_version!r}",
                     request_id,
@@ -604,137 +560,120 @@ class McpEndpoint:
             await server.handle(session.state, message)
             return _json_response(202, None)
         if len(session.state.in_flight) >= MAX_IN_FLIGHT_PER_SESSION:
-            raise _jsonrpc_error(
+            raise _refuse(
                 429,
-                rpc.SERVER_ERROR,
                 f"too many requests in flight on this session (max {MAX_IN_FLIGHT_PER_SESSION})",
                 request_id,
+                code=rpc.SERVER_ERROR,
             )
         wants_stream = parsed.method == p.TOOLS_CALL and _accepts(
             request.headers.get("Accept"), "text/event-stream"
         )
         if wants_stream and hub.nursery is not None:
             stream = session.new_stream()
-            session.active += 1  # until the request is answered (_run_on_session)
-            hub.nursery.start_soon(_run_on_session, server, session, message, stream)
-            prime = p.version_at_least(session.state.protocol_version or "", p.V2025_11_25)
-            return self._sse(stream, 0, prime=prime)
+            session.active += 1  # until the request is answered (_run_into)
+            scope = trio.CancelScope()
+            hub.nursery.start_soon(
+                _run_into, server, session.state, message, stream, scope, session
+            )
+            prime = (session.state.protocol_version or "") >= "2025-11-25"  # negotiated: a date
+            return _sse(stream, 0, prime=prime)
         reply = await server.handle(session.state, message)
         return _json_response(200, reply) if reply is not None else _json_response(202, None)
-
-    def _session(
-        self, request: PlainRequest, name: str | None, request_id: Any = None
-    ) -> HttpSession:
-        session_id = request.headers.get(p.HEADER_SESSION_ID)
-        if not session_id:
-            raise _jsonrpc_error(
-                400,
-                rpc.INVALID_REQUEST,
-                f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
-                f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
-                request_id,
-            )
-        session = hub_for(self.kernel).sessions.get(session_id)
-        # Another principal's session is unknown, exactly like one that never existed.
-        if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
-            raise _jsonrpc_error(
-                404,
-                rpc.INVALID_REQUEST,
-                "unknown or ended MCP session; initialize a new one",
-                request_id,
-            )
-        return session
-
-    # ---- GET and DELETE ----------------------------------------------------------------------
-    async def _get(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        self._server(name)
-        if not request.headers.get(p.HEADER_SESSION_ID):
-            raise _HttpError(
-                405,
-                _daemon_error(
-                    405,
-                    "method_not_allowed",
-                    "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 "
-                    "use subscriptions/listen",
-                ),
-                {"Allow": "POST, DELETE"},
-            )
-        if not _accepts(request.headers.get("Accept"), "text/event-stream"):
-            raise _jsonrpc_error(
-                406,
-                rpc.INVALID_REQUEST,
-                "GET opens an SSE stream: Accept must list text/event-stream",
-            )
-        session = self._session(request, name)
-        session.touch()
-        last = request.headers.get(p.HEADER_LAST_EVENT_ID)
-        if last:
-            stream_id, _, seq = last.rpartition(".")
-            stream = session.streams.get(stream_id)
-            if session.standalone is not None and session.standalone.stream_id == stream_id:
-                stream = session.standalone
-            if stream is None or not (seq.isascii() and seq.isdigit()):
-                raise _jsonrpc_error(
-                    404,
-                    rpc.INVALID_REQUEST,
-                    f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume",
-                )
-            return self._sse(stream, int(seq))
-        if session.standalone is not None and not session.standalone.closed:
-            raise _jsonrpc_error(
-                409,
-                rpc.INVALID_REQUEST,
-                "this session already has an open GET stream; close it first",
-            )
-        session.standalone = EventLog(secrets.token_hex(8))
-        return self._sse(session.standalone, 0, standalone_of=session)
-
-    async def _delete(self, request: PlainRequest, name: str | None) -> PlainResponse:
-        session = self._session(request, name)
-        hub_for(self.kernel).close_session(session.state.id)
-        return _json_response(204, None)
-
-    # ---- SSE ---------------------------------------------------------------------------------
-    def _sse(
-        self,
-        stream: EventLog,
-        after: int,
-        *,
-        prime: bool = False,
-        cancel_on_close: trio.CancelScope | None = None,
-        standalone_of: HttpSession | None = None,
-        with_ids: bool = True,
-    ) -> PlainResponse:
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                if prime:
-                    yield f"id: {stream.event_id(0)}\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
-                async for item in stream.follow(after):
-                    if item is None:
-                        yield b": keepalive\n\n"
-                        continue
-                    seq, data = item
-                    yield sse_frame(stream.event_id(seq) if with_ids else None, data)
-            finally:
-                if cancel_on_close is not None:
-                    cancel_on_close.cancel()  # stateless: a closed stream cancels the request
-                if standalone_of is not None and standalone_of.standalone is stream:
-                    stream.close()
-                    standalone_of.standalone = None
-
-        headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
-        return PlainResponse(200, body(), "text/event-stream", headers)
-
-
-async def _run_on_session(
-    server: McpServer, session: HttpSession, message: Any, stream: EventLog
-) -> None:
-    """``_run_into`` for a session's streamed request; the caller counted it as active."""
-    try:
-        await _run_into(server, session.state, message, stream, trio.CancelScope())
     finally:
         session.active -= 1
         session.touch()
+
+
+def _session(
+    kernel: KernelAPI, request: PlainRequest, name: str | None, request_id: Any = None
+) -> HttpSession:
+    session_id = request.headers.get(p.HEADER_SESSION_ID)
+    if not session_id:
+        raise _refuse(
+            400,
+            f"{p.HEADER_SESSION_ID} header required: send initialize first (or, "
+            f"at {p.LATEST_VERSION}, put the protocol version in params._meta)",
+            request_id,
+        )
+    session = hub_for(kernel).sessions.get(session_id)
+    # Another principal's session is unknown, exactly like one that never existed.
+    if session is None or session.endpoint != name or session.owner != _caller(request)[0]:
+        raise _refuse(404, "unknown or ended MCP session; initialize a new one", request_id)
+    return session
+
+
+# ---- GET and DELETE ----------------------------------------------------------------------
+async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    _server(kernel, name)
+    if not request.headers.get(p.HEADER_SESSION_ID):
+        raise _HttpError(
+            405,
+            _daemon_error(
+                405,
+                "method_not_allowed",
+                "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
+            ),
+            {"Allow": "POST, DELETE"},
+        )
+    if not _accepts(request.headers.get("Accept"), "text/event-stream"):
+        raise _refuse(406, "GET opens an SSE stream: Accept must list text/event-stream")
+    session = _session(kernel, request, name)
+    session.touch()
+    last = request.headers.get(p.HEADER_LAST_EVENT_ID)
+    if last:
+        stream_id, _, seq = last.rpartition(".")
+        stream = session.streams.get(stream_id)
+        if session.standalone is not None and session.standalone.stream_id == stream_id:
+            stream = session.standalone
+        if stream is None or not (seq.isascii() and seq.isdigit() and len(seq) <= 18):
+            raise _refuse(
+                404, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume"
+            )
+        return _sse(stream, int(seq))
+    if session.standalone is not None and not session.standalone.closed:
+        raise _refuse(409, "this session already has an open GET stream; close it first")
+    session.standalone = EventLog(secrets.token_hex(8))
+    return _sse(session.standalone, 0, standalone_of=session)
+
+
+async def _delete(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
+    session = _session(kernel, request, name)
+    hub_for(kernel).close_session(session.state.id)
+    return _json_response(204, None)
+
+
+# ---- SSE ---------------------------------------------------------------------------------
+def _sse(
+    stream: EventLog,
+    after: int,
+    *,
+    prime: bool = False,
+    cancel_on_close: trio.CancelScope | None = None,
+    standalone_of: HttpSession | None = None,
+    with_ids: bool = True,
+) -> PlainResponse:
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if prime:
+                yield f"id: {stream.stream_id}.0\nretry: {SSE_RETRY_MS}\ndata: \n\n".encode()
+            async for item in stream.follow(after):
+                if item is None:
+                    yield b": keepalive\n\n"
+                    continue
+                seq, data = item
+                head = f"id: {stream.stream_id}.{seq}\n" if with_ids else ""
+                # A lone surrogate in the JSON (UTF-8 cannot carry it) goes as its escape.
+                yield f"{head}event: message\ndata: {data}\n\n".encode("utf-8", "backslashreplace")
+        finally:
+            if cancel_on_close is not None:
+                cancel_on_close.cancel()  # stateless: a closed stream cancels the request
+            if standalone_of is not None and standalone_of.standalone is stream:
+                stream.close()
+                standalone_of.standalone = None
+
+    headers = (("Cache-Control", "no-cache"), ("X-Accel-Buffering", "no"))
+    return PlainResponse(200, body(), "text/event-stream", headers)
 
 
 def _caller(request: Any) -> tuple[str | None, Hashable]:
@@ -743,38 +682,10 @@ def _caller(request: Any) -> tuple[str | None, Hashable]:
     from roost.plugins.http import principal_of
 
     principal = principal_of(request)
-    if principal is None:
-        return None, ("addr", request.remote_addr)
-    if principal.keyed:
-        return principal.name, ("principal", principal.name)
-    return principal.name, ("addr", request.remote_addr)
-
-
-def _stateless_session(server: McpServer, request: PlainRequest) -> ServerSession:
-    """The one-request session of a stateless (2026-07-28) call, naming its principal."""
-    session = server.new_session()
-    session.principal = _caller(request)[0]
-    return session
-
-
-def _carry_header_trace(headers: Any, request_id: Any, message: Any) -> None:
-    """Put the trace context of the request's ``traceparent`` / ``X-Roost-Trace-*`` headers
-    into the ``tools/call``'s ``params._meta`` when it is deeper than the one there (the
-    server reads ``_meta``; a forged lower depth in either never wins). A malformed depth
-    header: 400 with -32602 naming it."""
-    try:
-        sent = TraceContext.from_headers(headers)
-    except InvalidTraceContext as exc:
-        raise _HttpError(
-            400, rpc.error_response(request_id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field})
-        ) from None
-    params = message.get("params") if isinstance(message, dict) else None
-    if sent is None or not isinstance(params, dict):
-        return
-    try:
-        sent.deepen_meta(params)
-    except InvalidTraceContext:
-        pass  # a malformed _meta depth: the server answers -32602 naming it
+    name = principal.name if principal is not None else None
+    if principal is not None and principal.keyed:
+        return name, ("principal", name)
+    return name, ("addr", request.remote_addr)
 
 
 async def _run_into(
@@ -783,8 +694,10 @@ async def _run_into(
     message: Any,
     stream: EventLog,
     scope: trio.CancelScope,
+    http_session: HttpSession | None,
 ) -> None:
-    """Run one request, writing its notifications and response into ``stream``."""
+    """Run one request, writing its notifications and response into ``stream``; then
+    ``http_session`` (which counted it as active) is idle again."""
 
     async def notify(note: Any) -> None:
         stream.append(note)
@@ -796,14 +709,15 @@ async def _run_into(
                 stream.append(reply)
     finally:
         stream.close()
+        if http_session is not None:
+            http_session.active -= 1
+            http_session.touch()
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
     """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null
-    (Streamable HTTP: the body of an HTTP error MAY be a JSON-RPC error without an id). The
-    code is ``jsonrpc_error_code``'s (-32000 for 401/403/429 and roost errors, -32600 for a
-    request refused as sent, -32601 for no such endpoint, -32603 for a crash); ``data``
-    names roost's error code and the HTTP status."""
+    (as Streamable HTTP allows), coded by ``jsonrpc_error_code``; ``data`` names roost's
+    error code and the HTTP status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}
@@ -825,37 +739,16 @@ def mcp_routes(kernel: KernelAPI) -> list[Any]:
     """The daemon routes: ``/mcp`` and ``/agents/<name>/mcp`` (POST, GET, DELETE)."""
     from roost.kernel import RouteDescriptor
 
-    host = McpEndpoint(kernel, agent_param=False)
-    per_agent = McpEndpoint(kernel, agent_param=True)
-
-    async def host_handler(request: PlainRequest) -> PlainResponse:
-        return await host.handle(request, None)
-
-    async def agent_handler(request: PlainRequest, name: str) -> PlainResponse:
-        return await per_agent.handle(request, name)
-
-    methods = ("POST", "GET", "DELETE")
-    cap = p.MAX_MESSAGE_BYTES
     return [
         RouteDescriptor(
-            "/mcp", host_handler, methods=methods, max_body_bytes=cap, render_error=render_error
-        ),
-        RouteDescriptor(
-            "/agents/<name>/mcp",
-            agent_handler,
-            methods=methods,
-            max_body_bytes=cap,
+            path,
+            partial(_handle, kernel),
+            methods=("POST", "GET", "DELETE"),
+            max_body_bytes=p.MAX_MESSAGE_BYTES,
             render_error=render_error,
-        ),
+        )
+        for path in ("/mcp", "/agents/<name>/mcp")
     ]
 
 
-__all__ = [
-    "EventLog",
-    "HttpSession",
-    "McpEndpoint",
-    "McpHttpHub",
-    "hub_for",
-    "mcp_routes",
-    "run_hub",
-]
+__all__ = ["EventLog", "HttpSession", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

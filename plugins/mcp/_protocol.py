@@ -1,17 +1,10 @@
-"""Sans-I/O MCP protocol core shared by roost's MCP client and server.
+"""Sans-I/O MCP protocol core shared by roost's MCP client and server: versions of both
+eras, method names, ``_meta`` keys, error codes, HTTP header names, builders, validators.
 
-Pure data and functions, no I/O: protocol versions of both eras and their negotiation,
-method names, ``_meta`` keys, error codes, HTTP header names, message builders and
-validators. JSON-RPC framing itself lives in ``roost.kernel.jsonrpc``.
-
-Two eras (see the 2026-07-28 ``basic/versioning`` page):
-
-* **handshake** (legacy): 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25 — a session opens
-  with ``initialize`` / ``notifications/initialized`` and the version is negotiated once.
-* **stateless** (modern): 2026-07-28 — no handshake; every request carries
-  ``_meta["io.modelcontextprotocol/protocolVersion"]`` (and client capabilities), every
-  result carries ``resultType``; ``server/discover`` advertises the supported versions and
-  an unsupported version is answered with ``UnsupportedProtocolVersion`` (-32022).
+* **handshake** (2024-11-05 … 2025-11-25): ``initialize`` negotiates the version once.
+* **stateless** (2026-07-28): every request carries the version (and client capabilities)
+  in ``_meta``, every result a ``resultType``; ``server/discover`` lists the versions and an
+  unsupported one is answered ``UnsupportedProtocolVersion`` (-32022).
 
 A server tells the eras apart per message with ``request_era``.
 """
@@ -26,34 +19,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
-from roost.kernel import is_mapping, jsonrpc
-from roost.kernel import jsonrpc as _jsonrpc
+from roost.kernel import InvalidTraceContext, TraceContext, is_mapping, jsonrpc
 
-INVALID_PARAMS = _jsonrpc.INVALID_PARAMS
-JsonRpcError = _jsonrpc.JsonRpcError
-json_type = _jsonrpc.json_type
+INVALID_PARAMS = jsonrpc.INVALID_PARAMS
+JsonRpcError = jsonrpc.JsonRpcError
+json_type = jsonrpc.json_type
 
 # ---- versions ---------------------------------------------------------------------------
 
-V2024_11_05 = "2024-11-05"
-V2025_03_26 = "2025-03-26"
-V2025_06_18 = "2025-06-18"
-V2025_11_25 = "2025-11-25"
-V2026_07_28 = "2026-07-28"
-
-HANDSHAKE_VERSIONS: tuple[str, ...] = (V2025_11_25, V2025_06_18, V2025_03_26, V2024_11_05)
+HANDSHAKE_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 """Versions negotiated with ``initialize``, newest first."""
-STATELESS_VERSIONS: tuple[str, ...] = (V2026_07_28,)
+STATELESS_VERSIONS = ("2026-07-28",)
 """Versions declared per request in ``_meta``, newest first."""
-SUPPORTED_VERSIONS: tuple[str, ...] = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
+SUPPORTED_VERSIONS = STATELESS_VERSIONS + HANDSHAKE_VERSIONS
 """Every version roost speaks, newest first (the order ``supported`` lists use)."""
-LATEST_HANDSHAKE_VERSION = V2025_11_25
-LATEST_VERSION = V2026_07_28
+LATEST_HANDSHAKE_VERSION = HANDSHAKE_VERSIONS[0]
+LATEST_VERSION = STATELESS_VERSIONS[0]
 
 ERA_HANDSHAKE = "handshake"
 ERA_STATELESS = "stateless"
-
-_VERSION_SHAPE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def is_stateless_version(version: str | None) -> bool:
@@ -62,19 +46,11 @@ def is_stateless_version(version: str | None) -> bool:
 
 
 def negotiate_version(requested: Any) -> str:
-    """The version a server answers ``initialize`` with.
-
-    The requested version if roost speaks it in the handshake era, else the latest
-    handshake version (the spec lets the client disconnect if it cannot use that).
-    """
+    """The version a server answers ``initialize`` with: the requested one if roost speaks
+    it in the handshake era, else the latest (the client may then disconnect)."""
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
-
-
-def version_at_least(version: str, minimum: str) -> bool:
-    """Whether date-shaped ``version`` is ``minimum`` or newer."""
-    return bool(_VERSION_SHAPE.fullmatch(version)) and version >= minimum
 
 
 # ---- methods ----------------------------------------------------------------------------
@@ -142,24 +118,15 @@ MODERN_ERROR_CODES = frozenset(
 """Errors only a 2026-07-28 server sends: seeing one identifies a modern server."""
 
 
-def unsupported_version_error(
-    requested: Any, supported: Sequence[str] = SUPPORTED_VERSIONS
-) -> JsonRpcError:
+def unsupported_version_error(requested: Any) -> JsonRpcError:
     """The ``UnsupportedProtocolVersion`` error (-32022) listing what roost speaks."""
-    shown = requested if isinstance(requested, str) else json_type(requested)
+    known = isinstance(requested, str)
     return JsonRpcError(
         UNSUPPORTED_PROTOCOL_VERSION,
-        f"Unsupported protocol version {shown!r}; this server speaks {', '.join(supported)}",
-        {
-            "supported": list(supported),
-            "requested": requested if isinstance(requested, str) else None,
-        },
+        f"Unsupported protocol version {requested if known else json_type(requested)!r}; "
+        f"this server speaks {', '.join(SUPPORTED_VERSIONS)}",
+        {"supported": list(SUPPORTED_VERSIONS), "requested": requested if known else None},
     )
-
-
-def header_mismatch_error(message: str) -> JsonRpcError:
-    """The ``HeaderMismatch`` error (-32020): HTTP headers disagree with the body."""
-    return JsonRpcError(HEADER_MISMATCH, f"Header mismatch: {message}")
 
 
 # ---- limits, names, HTTP headers --------------------------------------------------------
@@ -247,11 +214,8 @@ _NO_META = RequestMeta()
 
 
 def read_request_meta(params: Any) -> RequestMeta:
-    """Read ``params._meta``; raises JsonRpcError(INVALID_PARAMS) naming a malformed field.
-
-    A present but non-string protocol version, a non-object ``_meta`` or a progress token
-    that is neither a string nor an integer are errors; unknown keys are ignored.
-    """
+    """Read ``params._meta`` (unknown keys ignored); JsonRpcError(INVALID_PARAMS) naming a
+    malformed field."""
     if params is None:
         return _NO_META
     if not is_mapping(params):
@@ -263,40 +227,43 @@ def read_request_meta(params: Any) -> RequestMeta:
         raise JsonRpcError(
             INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}"
         )
-    version = meta.get(META_PROTOCOL_VERSION)
+    version, info, caps, level, token = (
+        meta.get(key)
+        for key in (
+            META_PROTOCOL_VERSION,
+            META_CLIENT_INFO,
+            META_CLIENT_CAPABILITIES,
+            META_LOG_LEVEL,
+            META_PROGRESS_TOKEN,
+        )
+    )
+    field, expected = None, ""  # the first malformed field, and what it should be
     if version is not None and not isinstance(version, str):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_PROTOCOL_VERSION!r}]: expected a version string such as "
-            f"{LATEST_VERSION!r}, got {json_type(version)}",
-        )
-    info = meta.get(META_CLIENT_INFO)
-    if info is not None and not isinstance(info, Mapping):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_CLIENT_INFO!r}]: expected an object, got {json_type(info)}",
-        )
-    caps = meta.get(META_CLIENT_CAPABILITIES)
-    if caps is not None and not isinstance(caps, Mapping):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_CLIENT_CAPABILITIES!r}]: expected an object, "
-            f"got {json_type(caps)}",
-        )
-    level = meta.get(META_LOG_LEVEL)
-    if level is not None and level not in LOG_LEVELS:
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta[{META_LOG_LEVEL!r}]: expected one of {', '.join(LOG_LEVELS)}, "
-            f"got {level!r}",
-        )
-    token = meta.get(META_PROGRESS_TOKEN)
-    if token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
-        raise JsonRpcError(
-            INVALID_PARAMS,
-            f"params._meta.progressToken: expected a string or an integer, got {json_type(token)}",
-        )
+        field = f"[{META_PROTOCOL_VERSION!r}]"
+        expected = f"a version string such as {LATEST_VERSION!r}, got {json_type(version)}"
+    elif info is not None and not isinstance(info, Mapping):
+        field, expected = f"[{META_CLIENT_INFO!r}]", f"an object, got {json_type(info)}"
+    elif caps is not None and not isinstance(caps, Mapping):
+        field, expected = f"[{META_CLIENT_CAPABILITIES!r}]", f"an object, got {json_type(caps)}"
+    elif level is not None and level not in LOG_LEVELS:
+        field = f"[{META_LOG_LEVEL!r}]"
+        expected = f"one of {', '.join(LOG_LEVELS)}, got {level!r}"
+    elif token is not None and (isinstance(token, bool) or not isinstance(token, (str, int))):
+        field, expected = ".progressToken", f"a string or an integer, got {json_type(token)}"
+    if field is not None:
+        raise JsonRpcError(INVALID_PARAMS, f"params._meta{field}: expected {expected}")
     return RequestMeta(version, info, caps, level, token)
+
+
+def carry_trace(context: TraceContext | None, message: Any) -> None:
+    """Put ``context`` into a ``tools/call``'s ``params._meta`` when it is deeper than the
+    one there (the server reads ``_meta``; a forged lower depth in either never wins)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    if context is not None and isinstance(params, dict):
+        try:
+            context.deepen_meta(params)
+        except InvalidTraceContext:
+            pass  # a malformed _meta depth: the server answers -32602 naming it
 
 
 def request_era(params: Any) -> str:
@@ -363,11 +330,6 @@ def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def implementation(name: str, version: str) -> dict[str, Any]:
-    """An MCP ``Implementation`` object (clientInfo / serverInfo)."""
-    return {"name": name, "version": version}
-
-
 def initialize_params(
     client_info: Mapping[str, Any],
     capabilities: Mapping[str, Any] | None = None,
@@ -382,45 +344,8 @@ def initialize_params(
     }
 
 
-def initialize_result(
-    version: str,
-    capabilities: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    instructions: str | None = None,
-) -> dict[str, Any]:
-    """A server's ``initialize`` result."""
-    out: dict[str, Any] = {
-        "protocolVersion": version,
-        "capabilities": dict(capabilities),
-        "serverInfo": dict(server_info),
-    }
-    if instructions:
-        out["instructions"] = instructions
-    return out
-
-
 # How long a client may cache what roost answers, and for whom: not at all, only itself.
 CACHE_FIELDS = {"ttlMs": 0, "cacheScope": "private"}
-
-
-def discover_result(
-    capabilities: Mapping[str, Any],
-    server_info: Mapping[str, Any],
-    *,
-    instructions: str | None = None,
-) -> dict[str, Any]:
-    """A 2026-07-28 ``server/discover`` result (cacheable, with ``resultType``)."""
-    out: dict[str, Any] = {
-        "resultType": RESULT_COMPLETE,
-        "supportedVersions": list(SUPPORTED_VERSIONS),
-        "capabilities": dict(capabilities),
-        **CACHE_FIELDS,
-        META: {META_SERVER_INFO: dict(server_info)},
-    }
-    if instructions:
-        out["instructions"] = instructions
-    return out
 
 
 CACHEABLE_METHODS = frozenset(
@@ -471,22 +396,6 @@ def progress_params(
     return out
 
 
-def cancelled_params(request_id: str | int, reason: str | None = None) -> dict[str, Any]:
-    """``notifications/cancelled`` params."""
-    out: dict[str, Any] = {"requestId": request_id}
-    if reason:
-        out["reason"] = reason
-    return out
-
-
-def log_params(level: str, data: Any, logger: str | None = None) -> dict[str, Any]:
-    """``notifications/message`` params."""
-    out: dict[str, Any] = {"level": level, "data": data}
-    if logger:
-        out["logger"] = logger
-    return out
-
-
 def log_level_allows(threshold: str | None, level: str) -> bool:
     """Whether a message at ``level`` passes a client's minimum ``threshold`` (None: off)."""
     if threshold is None or threshold not in LOG_LEVELS or level not in LOG_LEVELS:
@@ -494,23 +403,7 @@ def log_level_allows(threshold: str | None, level: str) -> bool:
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 
-def text_content(text: str) -> dict[str, Any]:
-    """A text content block."""
-    return {"type": "text", "text": text}
-
-
-def tool_error_result(message: str) -> dict[str, Any]:
-    """A ``CallToolResult`` reporting a tool execution error (``isError``)."""
-    return {"content": [text_content(message)], "isError": True}
-
-
 # ---- pagination -------------------------------------------------------------------------
-
-
-def encode_cursor(after: str) -> str:
-    """An opaque cursor meaning "the items after key ``after``"."""
-    raw = json.dumps({"after": after}, separators=(",", ":")).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 def decode_cursor(cursor: Any) -> str:
@@ -531,11 +424,8 @@ def decode_cursor(cursor: Any) -> str:
 def paginate(
     items: Sequence[Mapping[str, Any]], cursor: Any, *, key: str = "name", page_size: int = 100
 ) -> tuple[list[Mapping[str, Any]], str | None]:
-    """One page of ``items`` (sorted by ``key``, deterministic) after ``cursor``.
-
-    Returns the page and the next cursor (None on the last page). Keyed cursors stay
-    valid when items come and go between pages.
-    """
+    """One page of ``items`` (sorted by ``key``) after ``cursor``, and the next cursor (None
+    on the last page); keyed cursors stay valid when items come and go between pages."""
     ordered = sorted(items, key=lambda item: str(item.get(key, "")))
     start = 0
     if cursor is not None:
@@ -544,8 +434,10 @@ def paginate(
             (i for i, item in enumerate(ordered) if str(item.get(key, "")) > after), len(ordered)
         )
     page = ordered[start : start + page_size]
-    more = start + page_size < len(ordered)
-    return page, (encode_cursor(str(page[-1].get(key, ""))) if more and page else None)
+    if not page or start + page_size >= len(ordered):
+        return page, None
+    raw = json.dumps({"after": str(page[-1].get(key, ""))}, separators=(",", ":"))
+    return page, base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii").rstrip("=")
 
 
 def result_type(result: Any) -> str:

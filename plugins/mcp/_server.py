@@ -1,21 +1,14 @@
 """roost as an MCP server: one protocol core for every transport (stdio, HTTP, memory).
 
-``McpServer`` turns MCP messages into kernel calls. A transport decodes a message, calls
-``await server.handle(session, message, notify=...)`` in a cancel scope that
-``notifications/cancelled`` can cancel, and sends back what it returns; ``notify`` sends
-the request's notifications (progress, log messages) and requests to the client.
-
-* The **agent** surface (``agent="coder"``: ``/agents/coder/mcp``) is the kernel's
-  ``AgentSurface`` — the code that answers an agent asking another in memory — plus what
-  belongs to the session and the transport: initialize, protocol eras, resources,
-  prompts, progress, cancellation, requests to the client.
-* The **host** surface (``agent=None``: ``/mcp``, ``roost mcp``) serves every agent's
-  surface: each one's ``message`` as ``agent_{name}`` (its in-host name) and its exposed
-  tools; a tool exposed by several agents is listed once per agent as ``{agent}_{tool}``.
-
-Private and unexposed tools are never listed and never callable, under any name. The
-artifacts of an answer are kept (``ArtifactShelf``) for ``resources/read`` of their URIs; a
-``message`` call starts a conversation of the session's principal (from its API key).
+A transport decodes a message and sends back what ``await server.handle(session, message,
+notify=...)`` returns; ``notify`` carries the request's notifications and requests to the
+client. The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus
+the session's part (initialize, eras, resources, prompts, progress, cancellation). The
+**host** surface (``/mcp``, ``roost mcp``) lists each agent's ``message`` as
+``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several expose one).
+Private and unexposed tools are never listed nor callable. An answer's artifacts are kept
+(``ArtifactShelf``) for ``resources/read``; a ``message`` call converses as the session's
+principal.
 """
 
 from __future__ import annotations
@@ -58,7 +51,6 @@ from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 from ._tool_context import _client_channel
-from ._watch import _RunWatcher
 
 log = logging.getLogger("roost.mcp.server")
 
@@ -76,27 +68,21 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 @attrs.define(eq=False)
 class ServerSession:
-    """One client's state: the negotiated era and version, its log level, requests in flight.
-
-    Stateless (2026-07-28) requests never read or change it, except to be cancellable.
-    """
+    """One client's state: negotiated version, log level, requests in flight (stateless
+    requests only use it to be cancellable)."""
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
-    client_info: Mapping[str, Any] | None = None
     client_capabilities: Mapping[str, Any] | None = None
     log_level: str | None = None
     in_flight: dict[Any, trio.CancelScope] = attrs.field(factory=dict)
     closed: bool = False
-    subscriptions: set[str] = attrs.field(factory=set)
     outgoing: dict[Any, trio.MemorySendChannel[Any]] = attrs.field(factory=dict)
     next_outgoing_id: int = 0
     event_router: Any = None  # a stream connection's _EventRouter (see serve_connection)
-    # Requests read but not yet started (stream transports), and those of them cancelled
-    # before they started: a notifications/cancelled read in the same burst as its request
-    # must still stop it.
-    starting: set[Any] = attrs.field(factory=set)
-    cancelled_early: set[Any] = attrs.field(factory=set)
+    # Requests read but not yet started (stream transports) → cancelled before they started:
+    # a notifications/cancelled read in the same burst as its request must still stop it.
+    starting: dict[Any, bool] = attrs.field(factory=dict)
     # Who the client is (the principal of its API key); None: the kernel's host principal.
     principal: str | None = None
 
@@ -105,12 +91,11 @@ class ServerSession:
         return self.protocol_version is not None
 
     def cancel(self, request_id: Any) -> bool:
-        """Cancel a request in flight (or read and about to start); False if there is none
-        with that id."""
+        """Cancel a request in flight or about to start; False if there is none."""
         scope = self.in_flight.get(request_id)
         if scope is None:
             if request_id in self.starting:
-                self.cancelled_early.add(request_id)
+                self.starting[request_id] = True
                 return True
             return False
         scope.cancel()
@@ -122,8 +107,7 @@ class ServerSession:
 
 
 class _Call:
-    """What a method handler knows about the request it serves. (A plain class: one is
-    built per request, in a third of the time of an attrs one.)"""
+    """What a method handler knows about its request (a plain class: built per request)."""
 
     __slots__ = ("session", "request", "meta", "stateless", "notify")
 
@@ -412,7 +396,6 @@ class McpServer:
         *,
         agent: str | None = None,
         page_size: int = DEFAULT_PAGE_SIZE,
-        call_timeout_s: float | None = None,
     ) -> None:
         # kernel may be None until it has booted (``roost mcp`` answers initialize first);
         # only initialize and server/discover may be served before it is set.
@@ -421,10 +404,8 @@ class McpServer:
         self.kernel = kernel
         self.agent = agent
         self.page_size = page_size
-        self.call_timeout_s = call_timeout_s
-        self.server_info = p.implementation(
-            SERVER_NAME if agent is None else f"roost-{agent}", roost_version()
-        )
+        name = SERVER_NAME if agent is None else f"roost-{agent}"
+        self.server_info = {"name": name, "version": roost_version()}
         self._state_key = secrets.token_bytes(32)
         self._index: dict[str, ToolEntry] = {}
         self._index_key: tuple[Any, ...] | None = None
@@ -442,7 +423,7 @@ class McpServer:
             p.COMPLETION_COMPLETE: self._complete,
             p.SUBSCRIPTIONS_LISTEN: self._listen,
             p.RESOURCES_SUBSCRIBE: self._subscribe,
-            p.RESOURCES_UNSUBSCRIBE: self._unsubscribe,
+            p.RESOURCES_UNSUBSCRIBE: self._subscribe,
         }
 
     # ---- what this surface offers ------------------------------------------------------------
@@ -552,7 +533,7 @@ class McpServer:
                     f"The system prompt of the {agent} agent",
                     (),
                     lambda _args, text=m.system_prompt: [
-                        {"role": "user", "content": p.text_content(text)}
+                        {"role": "user", "content": {"type": "text", "text": text}}
                     ],
                     title=f"{agent} system prompt",
                 )
@@ -573,19 +554,14 @@ class McpServer:
         notify: Notify | None = None,
         scope: trio.CancelScope | None = None,
     ) -> dict[str, Any] | None:
-        """Serve one decoded JSON message; the response to send, or None (notifications,
-        stray responses, cancelled requests). Never raises for bad input.
-
-        A request runs in a cancel scope that ``notifications/cancelled`` cancels: its own
-        (a cancelled request then returns None), or ``scope``, the caller's, when given
-        (the caller then sees ``trio.Cancelled``, and the scope is spent)."""
+        """Serve one decoded message: the response to send, or None (notifications, stray
+        responses, cancelled requests); never raises for bad input. A request runs in a
+        cancel scope ``notifications/cancelled`` cancels: its own, or the caller's ``scope``
+        (which then sees ``trio.Cancelled``, the scope spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
-            if isinstance(raw_id, (str, int)) and raw_id in session.starting:
-                session.starting.discard(raw_id)
-                if raw_id in session.cancelled_early:
-                    session.cancelled_early.discard(raw_id)
-                    return None  # cancelled before it started: the spec asks for no response
+            if isinstance(raw_id, (str, int)) and session.starting.pop(raw_id, False):
+                return None  # cancelled before it started: the spec asks for no response
         try:
             if isinstance(message, list):
                 parsed = rpc.parse(message, allow_batch=False, max_bytes=None)
@@ -594,7 +570,11 @@ class McpServer:
         except rpc.JsonRpcError as exc:
             return exc.to_response().to_dict()
         if isinstance(parsed, rpc.Notification):
-            self._notification(session, parsed)
+            # Only cancelled needs anything from us (not initialized, progress, roots, …).
+            request_id = parsed.params.get("requestId") if is_mapping(parsed.params) else None
+            if parsed.method == p.NOTIFY_CANCELLED and isinstance(request_id, (str, int)):
+                if not isinstance(request_id, bool):
+                    session.cancel(request_id)
             return None
         if isinstance(parsed, (rpc.Response, rpc.ErrorResponse)):
             waiter = session.outgoing.pop(parsed.id, None)
@@ -608,21 +588,16 @@ class McpServer:
             return None
         assert isinstance(parsed, rpc.Request)
         if parsed.id is None:
-            return rpc.error_response(
-                None, rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
-            ).to_dict()
-        if parsed.params is not None and not is_mapping(parsed.params):
-            return rpc.error_response(
-                parsed.id,
-                rpc.INVALID_PARAMS,
-                "params: expected an object (MCP uses named parameters)",
-            ).to_dict()
-        if parsed.id in session.in_flight:
-            return rpc.error_response(
-                parsed.id,
-                rpc.INVALID_REQUEST,
-                f"id {parsed.id!r} is already in use by a request in flight; use a new id",
-            ).to_dict()
+            error = rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
+        elif parsed.params is not None and not is_mapping(parsed.params):
+            error = rpc.INVALID_PARAMS, "params: expected an object (MCP uses named parameters)"
+        elif parsed.id in session.in_flight:
+            in_use = f"id {parsed.id!r} is already in use by a request in flight; use a new id"
+            error = rpc.INVALID_REQUEST, in_use
+        else:
+            error = None
+        if error is not None:
+            return rpc.error_response(parsed.id, *error).to_dict()
         if scope is None:
             with trio.CancelScope() as scope:
                 return await self._respond(session, parsed, notify, scope)
@@ -639,64 +614,49 @@ class McpServer:
         """Run ``request`` cancellable through ``scope``; its response (errors included)."""
         session.in_flight[request.id] = scope
         try:
-            result = await self._request(session, request, notify)
+            params = request.params if is_mapping(request.params) else {}
+            if request.method != p.TOOLS_CALL:  # tools/call's are checked as it starts
+                _check_input(params)  # what is echoed back must be text UTF-8 can carry
+            stateless = p.request_era(params) == p.ERA_STATELESS
+            if request.method == p.INITIALIZE and not stateless:
+                result = self._initialize(session, params)
+            else:
+                meta = p.read_request_meta(params)
+                handler = self._methods.get(request.method)
+                if stateless:
+                    p.check_stateless_meta(meta)
+                    if request.method in p.HANDSHAKE_ONLY_METHODS:
+                        raise rpc.JsonRpcError(
+                            rpc.METHOD_NOT_FOUND,
+                            f"method {request.method!r} does not exist at {meta.protocol_version}",
+                            {"method": request.method},
+                        )
+                else:
+                    if request.method == p.SUBSCRIPTIONS_LISTEN:
+                        handler = None
+                    if request.method not in (p.PING, p.DISCOVER) and not session.handshake_done:
+                        raise rpc.JsonRpcError(
+                            rpc.INVALID_PARAMS,
+                            f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required "
+                            f"(protocol {p.LATEST_VERSION}); "
+                            "or open a session with initialize first",
+                        )
+                if handler is None:
+                    raise rpc.JsonRpcError(
+                        rpc.METHOD_NOT_FOUND,
+                        f"method {request.method!r} not found",
+                        {"method": request.method},
+                    )
+                result = await handler(_Call(session, request, meta, stateless, notify))
+                if stateless:
+                    result = p.finish_stateless_result(request.method, result, self.server_info)
         except Exception as exc:
             return rpc.ErrorResponse(
                 request.id, jsonrpc_error(exc, request.method).to_error()
             ).to_dict()
         finally:
             session.in_flight.pop(request.id, None)
-        return {
-            "jsonrpc": rpc.VERSION,
-            "id": request.id,
-            "result": result,
-        }  # rpc.Response(...).to_dict()
-
-    def _notification(self, session: ServerSession, note: rpc.Notification) -> None:
-        params = note.params if isinstance(note.params, Mapping) else {}
-        if note.method == p.NOTIFY_CANCELLED:
-            request_id = params.get("requestId")
-            if isinstance(request_id, (str, int)) and not isinstance(request_id, bool):
-                session.cancel(request_id)
-        # initialized, progress, roots/list_changed and unknown ones need nothing from us.
-
-    async def _request(
-        self, session: ServerSession, request: rpc.Request, notify: Notify | None
-    ) -> Any:
-        params = request.params if is_mapping(request.params) else {}
-        stateless = p.request_era(params) == p.ERA_STATELESS
-        if request.method == p.INITIALIZE and not stateless:
-            return self._initialize(session, params)
-        meta = p.read_request_meta(params)
-        handler = self._methods.get(request.method)
-        if stateless:
-            p.check_stateless_meta(meta)
-            if request.method in p.HANDSHAKE_ONLY_METHODS:
-                raise rpc.JsonRpcError(
-                    rpc.METHOD_NOT_FOUND,
-                    f"method {request.method!r} does not exist at {meta.protocol_version}",
-                    {"method": request.method},
-                )
-        else:
-            if request.method == p.SUBSCRIPTIONS_LISTEN:
-                handler = None
-            if request.method not in (p.PING, p.DISCOVER) and not session.handshake_done:
-                raise rpc.JsonRpcError(
-                    rpc.INVALID_PARAMS,
-                    f"params._meta[{p.META_PROTOCOL_VERSION!r}]: required "
-                    f"(protocol {p.LATEST_VERSION}); "
-                    "or open a session with initialize first",
-                )
-        if handler is None:
-            raise rpc.JsonRpcError(
-                rpc.METHOD_NOT_FOUND,
-                f"method {request.method!r} not found",
-                {"method": request.method},
-            )
-        result = await handler(_Call(session, request, meta, stateless, notify))
-        if stateless:
-            result = p.finish_stateless_result(request.method, result, self.server_info)
-        return result
+        return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _initialize(self, session: ServerSession, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -715,24 +675,27 @@ class McpServer:
         caps = params.get("capabilities", {})
         if not isinstance(caps, Mapping):
             raise rpc.JsonRpcError(rpc.INVALID_PARAMS, "params.capabilities: expected an object")
-        info = params.get("clientInfo")
         session.protocol_version = p.negotiate_version(requested)
         session.client_capabilities = dict(caps)
-        session.client_info = dict(info) if isinstance(info, Mapping) else None
-        return p.initialize_result(
-            session.protocol_version,
-            self.capabilities(),
-            self.server_info,
-            instructions=self.instructions(),
-        )
+        return {
+            "protocolVersion": session.protocol_version,
+            "capabilities": self.capabilities(),
+            "serverInfo": dict(self.server_info),
+            "instructions": self.instructions(),
+        }
 
     async def _ping(self, call: _Call) -> dict[str, Any]:
         return {}
 
     async def _discover(self, call: _Call) -> dict[str, Any]:
-        return p.discover_result(
-            self.capabilities(), self.server_info, instructions=self.instructions()
-        )
+        return {
+            "resultType": p.RESULT_COMPLETE,
+            "supportedVersions": list(p.SUPPORTED_VERSIONS),
+            "capabilities": self.capabilities(),
+            **p.CACHE_FIELDS,
+            p.META: {p.META_SERVER_INFO: dict(self.server_info)},
+            "instructions": self.instructions(),
+        }
 
     async def _set_level(self, call: _Call) -> dict[str, Any]:
         level = rpc.param(call.params, "level", str)
@@ -775,31 +738,25 @@ class McpServer:
         )
 
     async def _subscribe(self, call: _Call) -> dict[str, Any]:
-        call.session.subscriptions.add(rpc.param(call.params, "uri", str))
-        return {}
-
-    async def _unsubscribe(self, call: _Call) -> dict[str, Any]:
-        call.session.subscriptions.discard(rpc.param(call.params, "uri", str))
+        rpc.param(call.params, "uri", str)  # (un)subscribing changes nothing: none are sent
         return {}
 
     async def _resources_read(self, call: _Call) -> dict[str, Any]:
         uri = rpc.param(call.params, "uri", str)
-        found = next(((e.mime_type, e.read) for e in self.resources() if e.uri == uri), None)
+        found = next(((e.mime_type, e.read, ()) for e in self.resources() if e.uri == uri), None)
         for template in () if found else self.templates():
             values = template.match(uri)
             if values is not None:
-                found = (
-                    template.mime_type,
-                    lambda template=template, values=values: template.read(uri, values),
-                )
+                found = (template.mime_type, template.read, (uri, values))
                 break
         if found is not None:
-            value = found[1]()
+            mime_type, read, args = found
+            value = read(*args)
             if hasattr(value, "__await__"):
                 value = await value
             if isinstance(value, Mapping):  # a full contents item (e.g. a blob)
-                return {"contents": [{"uri": uri, "mimeType": found[0], **value}]}
-            return {"contents": [{"uri": uri, "mimeType": found[0], "text": str(value)}]}
+                return {"contents": [{"uri": uri, "mimeType": mime_type, **value}]}
+            return {"contents": [{"uri": uri, "mimeType": mime_type, "text": str(value)}]}
         code = rpc.INVALID_PARAMS if call.stateless else p.RESOURCE_NOT_FOUND_LEGACY
         artifact_id = Output.id_in_uri(uri)
         if artifact_id is not None:
@@ -828,30 +785,29 @@ class McpServer:
                     rpc.INVALID_PARAMS,
                     f"params.arguments.{key}: expected a string, got {rpc.json_type(value)}",
                 )
-        for entry in self.prompts():
-            if entry.name == name:
-                for arg in entry.arguments:
-                    if arg.get("required") and arg.get("name") not in arguments:
-                        raise rpc.JsonRpcError(
-                            rpc.INVALID_PARAMS,
-                            f"params.arguments.{arg.get('name')}: required by prompt {name!r}",
-                        )
-                if not entry.input_requests:
-                    messages = entry.render(arguments)
-                    return {"description": entry.description, "messages": list(messages)}
-                channel = _client_channel("", call)  # not registered: no tool runs
-                if call.stateless:
-                    self._read_round_trip(call, channel)
-                inputs = await channel.gather(entry.input_requests)
-                if inputs is None:
-                    return p.input_required_result(
-                        channel.input_required[0] if channel.input_required else {}
-                    )
-                messages = entry.render(arguments, inputs)
-                return {"description": entry.description, "messages": list(messages)}
-        raise rpc.JsonRpcError(
-            rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list"
-        )
+        entry = next((e for e in self.prompts() if e.name == name), None)
+        if entry is None:
+            raise rpc.JsonRpcError(
+                rpc.INVALID_PARAMS, f"params.name: unknown prompt {name!r}; see prompts/list"
+            )
+        for arg in entry.arguments:
+            if arg.get("required") and arg.get("name") not in arguments:
+                raise rpc.JsonRpcError(
+                    rpc.INVALID_PARAMS,
+                    f"params.arguments.{arg.get('name')}: required by prompt {name!r}",
+                )
+        given: tuple[Any, ...] = (arguments,)
+        if entry.input_requests:
+            channel = _client_channel(call)  # not registered: no tool runs
+            if call.stateless:
+                self._read_round_trip(call, channel)
+            inputs = await channel.gather(entry.input_requests)
+            if inputs is None:
+                return p.input_required_result(
+                    channel.input_required[0] if channel.input_required else {}
+                )
+            given = (arguments, inputs)
+        return {"description": entry.description, "messages": list(entry.render(*given))}
 
     async def _complete(self, call: _Call) -> dict[str, Any]:
         rpc.param(call.params, "ref", dict)
@@ -885,11 +841,11 @@ class McpServer:
             session_id = self._open_state(params.get("requestState"))
             answer = _answer_from(params.get("inputResponses"))
             if answer is None:
-                return p.tool_error_result(
-                    "inputResponses.answer: the agent's question was not "
-                    "answered (declined, cancelled or "
-                    'missing); send {"action": "accept", "content": {"answer": "..."}}'
+                text = (
+                    "inputResponses.answer: the agent's question was not answered (declined, "
+                    'cancelled or missing); send {"action": "accept", "content": {"answer": "..."}}'
                 )
+                return {"content": [{"type": "text", "text": text}], "isError": True}
             params = {**params, "arguments": {"message": answer}}
         prepared = surface.prepare(params, tool=target, server=True)
         # The server's span: a child of the caller's, the agent's run or tool call its child.
@@ -913,19 +869,16 @@ class McpServer:
             span.end(_error_text(prepared.refused))
             return prepared.refused
         try:
-            trace_id = prepared.trace.trace_id
             heartbeat = prepared.tool is None
-            watcher = _RunWatcher(
-                self.kernel, call, prepared.server, prepared.trace, heartbeat=heartbeat
-            )
-            with _client_channel(trace_id, call, watcher.spans) as channel:
+            link = _client_channel(call, self.kernel, prepared.server, prepared.trace, heartbeat)
+            with link as channel:
                 if call.stateless:
                     self._read_round_trip(call, channel)
                 if prepared.tool is not None:
-                    result = await watcher.run(lambda: surface.call_tool(prepared))
+                    result = await channel.run(lambda: surface.call_tool(prepared))
                 else:
                     ask = partial(self._ask_agent, call, surface, prepared, session_id)
-                    result = await watcher.run(ask)
+                    result = await channel.run(ask)
             result = self._settled(call, channel, result)
         except BaseException as exc:
             if span.recording:
@@ -962,10 +915,7 @@ class McpServer:
         """Raise the error for a tool the host surface does not have: text that cannot be
         kept says so first; an agent that is configured but cannot answer says why; a
         misspelt name gets the right one."""
-        try:
-            check_json_input(params, "params")
-        except InvalidInput as exc:
-            raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:
                 raise AgentUnavailable(agent, reason)
@@ -974,32 +924,13 @@ class McpServer:
     async def _ask_agent(
         self, call: _Call, surface: AgentSurface, prepared: SurfaceCall, session_id: str | None
     ) -> dict[str, Any]:
-        reply = await surface.ask(
-            prepared,
-            principal=call.session.principal,
-            session_id=session_id,
-            timeout=self.call_timeout_s,
-        )
+        reply = await surface.ask(prepared, principal=call.session.principal, session_id=session_id)
         if reply.outputs:  # so that resources/read of their URIs returns them
             artifact_shelf(self.kernel).keep(_artifact_scope(call), reply.outputs)
         if call.stateless and reply.stop_reason == "input_required":
+            ask = {"mode": "form", "message": reply.text, "requestedSchema": _ANSWER_SCHEMA}
             return p.input_required_result(
-                {
-                    "answer": {
-                        "method": p.ELICITATION_CREATE,
-                        "params": {
-                            "mode": "form",
-                            "message": reply.text,
-                            "requestedSchema": {
-                                "type": "object",
-                                "properties": {
-                                    "answer": {"type": "string", "description": "Your answer"}
-                                },
-                                "required": ["answer"],
-                            },
-                        },
-                    }
-                },
+                {"answer": {"method": p.ELICITATION_CREATE, "params": ask}},
                 request_state=self._seal_state(reply.session_id),
             )
         return surface.answer(reply)
@@ -1092,20 +1023,30 @@ def change_notifications(event: Event) -> list[str]:
     return methods
 
 
+# What the stateless era asks for when an agent's answer is a question (see _answer_from).
+_ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "string", "description": "Your answer"}},
+    "required": ["answer"],
+}
+
+
+def _check_input(params: Any) -> None:
+    """-32602 naming the field when ``params`` holds a lone surrogate or a non-finite number
+    (``check_json_input``), which no answer echoing it could carry."""
+    try:
+        check_json_input(params, "params")
+    except InvalidInput as exc:
+        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+
+
 def _answer_from(responses: Any) -> str | None:
-    if not isinstance(responses, Mapping):
-        return None
-    answer = responses.get("answer")
+    answer = responses.get("answer") if isinstance(responses, Mapping) else None
     if not isinstance(answer, Mapping) or answer.get("action") != "accept":
         return None
     content = answer.get("content")
-    if (
-        isinstance(content, Mapping)
-        and isinstance(content.get("answer"), str)
-        and content["answer"]
-    ):
-        return content["answer"]
-    return None
+    text = content.get("answer") if isinstance(content, Mapping) else None
+    return text if isinstance(text, str) and text else None
 
 
 def _error_text(result: Any) -> str | None:

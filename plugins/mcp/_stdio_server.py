@@ -1,13 +1,9 @@
-"""``roost mcp``: roost as an MCP server on stdin/stdout.
+"""``roost mcp``: roost as an MCP server on stdin/stdout (NDJSON, or ``Content-Length``
+framing for a client that opens with it). Only protocol reaches stdout: fd 1 is pointed at
+stderr before anything else runs, so a stray ``print`` or child cannot corrupt the stream.
 
-Newline-delimited JSON, as every MCP client sends it; a client that opens with
-``Content-Length:`` headers is answered in that framing. Nothing but protocol reaches
-stdout: logs go to stderr, and the process's fd 1 is pointed at stderr before anything
-else runs, so a stray ``print`` or a child process cannot corrupt the stream.
-
-If ``<home>/daemon.json`` names a live daemon, ``roost mcp`` is a thin stdio↔HTTP bridge
-to the daemon's ``/mcp`` (same tools, same agents, one kernel); otherwise it boots an
-in-process kernel and serves it directly.
+With a live daemon (``<home>/daemon.json``) it bridges stdio to the daemon's ``/mcp`` (one
+kernel); otherwise it boots an in-process kernel.
 """
 
 from __future__ import annotations
@@ -21,10 +17,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
+from roost.kernel import escape_lone_surrogates
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from ._framing import Frame, NotJson, Oversize, StdioFramer
+from ._framing import CONTENT_LENGTH, Frame, NotJson, Oversize, StdioFramer
 from .transports._base import BatchedWriter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,9 +37,10 @@ Send = Callable[[Any], Awaitable[None]]
 
 
 def encode_message(message: Any) -> bytes:
-    """Compact JSON; a value that is not JSON becomes an internal error for that id."""
+    """Compact UTF-8 JSON (a lone surrogate, which UTF-8 cannot carry, as its ``\\uXXXX``
+    escape); a value that is not JSON becomes an internal error for that id."""
     try:
-        return rpc.dumps(message).encode("utf-8", "surrogatepass")
+        text = rpc.dumps(message)
     except (TypeError, ValueError, RecursionError) as exc:
         request_id = message.get("id") if isinstance(message, dict) else None
         log.error("cannot encode a reply as JSON: %s", exc)
@@ -50,6 +48,10 @@ def encode_message(message: Any) -> bytes:
             request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON"
         )
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return escape_lone_surrogates(text).encode("utf-8")
 
 
 async def stdio_loop(
@@ -59,22 +61,32 @@ async def stdio_loop(
     *,
     max_bytes: int = p.MAX_MESSAGE_BYTES,
 ) -> None:
-    """Frame ``receive_stream``/``send_stream`` into messages and run ``serve(receive, send)``.
-
-    ``receive()`` returns decoded messages, or a ``JsonRpcError`` for a line that is not
-    JSON (-32700) or a message over ``max_bytes`` (-32600, drained; the stream goes on).
-    It raises ``trio.EndOfChannel`` when the peer closes its end.
-    """
+    """Frame the byte streams into messages and run ``serve(receive, send)``. ``receive()``
+    returns a decoded message, or a ``JsonRpcError`` for a line that is not JSON (-32700) or
+    a message over ``max_bytes`` (-32600, drained); EndOfChannel when the peer closes."""
     framer = StdioFramer(max_bytes=max_bytes)
     pending: deque[Any] = deque()
     # Replies that queue up while one is written go out together in the next write.
     writer = BatchedWriter(send_stream)
 
+    ended = False
+
     async def receive() -> Any:
+        nonlocal ended
         while not pending:
-            data = await receive_stream.receive_some(READ_CHUNK)
+            data = b"" if ended else await receive_stream.receive_some(READ_CHUNK)
             if not data:
-                raise trio.EndOfChannel
+                if ended or not framer.pending:
+                    raise trio.EndOfChannel
+                # The input ended inside a message: a last line without its newline is read
+                # as a line (as the MCP SDKs read it); a Content-Length body cut short is
+                # not a message.
+                ended = True
+                if framer.mode == CONTENT_LENGTH:
+                    pending.append(NotJson("", "the input ended inside a Content-Length body"))
+                else:
+                    pending.extend(framer.feed(b"\n"))
+                continue
             pending.extend(framer.feed(data))
         event = pending.popleft()
         if isinstance(event, Frame):
@@ -160,10 +172,8 @@ def is_jsonrpc_message(message: Any) -> bool:
 
 
 class DaemonBridge:
-    """Relays MCP messages between a stdio client and a daemon's Streamable HTTP ``/mcp``.
-
-    Every request gets a JSON-RPC answer: the daemon's, or an error saying why there is
-    none (refused key, HTTP error, unreachable daemon, a stream that ended early)."""
+    """Relays MCP messages between a stdio client and a daemon's ``/mcp``. Every request gets
+    an answer: the daemon's, or an error saying why there is none."""
 
     def __init__(
         self,
@@ -207,7 +217,7 @@ class DaemonBridge:
         import httpx
         from roost.plugins.http import daemon_http_client
 
-        limiter = trio.CapacityLimiter(BRIDGE_MAX_IN_FLIGHT)
+        slots = trio.Semaphore(BRIDGE_MAX_IN_FLIGHT)
         timeout = httpx.Timeout(self.timeout_s, connect=10.0)
         async with daemon_http_client(self.endpoint, timeout=timeout) as client:
             try:
@@ -224,14 +234,11 @@ class DaemonBridge:
                             # Inline: later requests need the session id it brings back.
                             await self._relay(client, message, send, nursery)
                             continue
-                        token = object()
-                        await limiter.acquire_on_behalf_of(token)
-                        nursery.start_soon(
-                            self._relay_one, client, message, send, nursery, limiter, token
-                        )
-                    with trio.move_on_after(5):
-                        while limiter.borrowed_tokens:
-                            await trio.sleep(0.01)
+                        await slots.acquire()
+                        nursery.start_soon(self._relay_one, client, message, send, nursery, slots)
+                    with trio.move_on_after(5):  # the relays in flight may finish first
+                        for _ in range(BRIDGE_MAX_IN_FLIGHT):
+                            await slots.acquire()
                     nursery.cancel_scope.cancel()
             finally:
                 if self.session_id:
@@ -241,11 +248,11 @@ class DaemonBridge:
                         except httpx.HTTPError:
                             pass
 
-    async def _relay_one(self, client, message, send, nursery, limiter, token) -> None:
+    async def _relay_one(self, client, message, send, nursery, slots) -> None:
         try:
             await self._relay(client, message, send, nursery)
         finally:
-            limiter.release_on_behalf_of(token)
+            slots.release()
 
     def _refusal(self, status: int, body: bytes) -> str:
         """Why the daemon refused, naming the fix (said once on stderr, too)."""
@@ -271,8 +278,9 @@ class DaemonBridge:
 
     async def _relay(self, client: Any, message: Any, send: Send, nursery: trio.Nursery) -> None:
         import httpx
-        from roost.plugins.http.client import ResponseTooLarge, read_body, read_error_body
+        from roost.plugins.http.client import read_error_body
 
+        method = message.get("method") if isinstance(message, dict) else None
         request_id = (
             message.get("id") if isinstance(message, dict) and "method" in message else None
         )
@@ -284,69 +292,56 @@ class DaemonBridge:
                 answered = True
             await self._forward(reply, send)
 
-        async def fail(text: str, status: int | None = None) -> None:
-            if request_id is not None and not answered:
-                data = {"http_status": status} if status is not None else None
-                await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, text, data).to_dict())
-
-        body = encode_message(message)
         try:
             async with client.stream(
-                "POST", self.endpoint, content=body, headers=self._headers(message)
+                "POST",
+                self.endpoint,
+                content=encode_message(message),
+                headers=self._headers(message),
             ) as response:
                 status = response.status_code
-                if (
-                    isinstance(message, dict)
-                    and message.get("method") == p.INITIALIZE
-                    and status == 200
-                ):
+                if method == p.INITIALIZE and status == 200:
                     self.session_id = response.headers.get(p.HEADER_SESSION_ID) or self.session_id
-                ctype = response.headers.get("content-type", "")
                 if status in (401, 403):
-                    await fail(self._refusal(status, await read_error_body(response)), status)
-                    return
-                if status == 202:
-                    if (
-                        isinstance(message, dict)
-                        and message.get("method") == p.INITIALIZED
-                        and not self._stream_open
-                    ):
+                    problem = self._refusal(status, await read_error_body(response))
+                elif status == 202:
+                    if method == p.INITIALIZED and not self._stream_open:
                         self._stream_open = True
                         nursery.start_soon(self._listen, client, send)
-                    await fail(
-                        f"the roost daemon at {self.endpoint} accepted "
-                        "the request without answering it",
-                        status,
+                    problem = (
+                        f"the roost daemon at {self.endpoint} accepted the request without "
+                        "answering it"
                     )
-                    return
-                if ctype.startswith("text/event-stream"):
+                elif response.headers.get("content-type", "").startswith("text/event-stream"):
                     await _relay_sse(response, deliver)
-                    await fail(
-                        f"the roost daemon's stream ended without an answer (HTTP {status})", status
-                    )
-                    return
-                try:
-                    raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
-                except ResponseTooLarge as exc:
-                    await fail(str(exc), status)
-                    return
-                try:
-                    reply = json.loads(raw)
-                except ValueError:
-                    reply = None
-                if is_jsonrpc_message(reply) and (
-                    request_id is None or reply.get("id") == request_id
-                ):
-                    await deliver(reply)
-                elif status >= 400:
-                    await fail(self._refusal(status, raw), status)
+                    problem = f"the roost daemon's stream ended without an answer (HTTP {status})"
                 else:
-                    await fail(
-                        f"the roost daemon answered HTTP {status} without a JSON-RPC response",
-                        status,
-                    )
+                    problem = await self._json_answer(response, request_id, deliver)
         except httpx.HTTPError as exc:
-            await fail(f"the roost daemon at {self.endpoint} is unreachable: {exc}")
+            status, problem = None, f"the roost daemon at {self.endpoint} is unreachable: {exc}"
+        if request_id is not None and not answered and problem:
+            data = {"http_status": status} if status is not None else None
+            await send(rpc.error_response(request_id, rpc.INTERNAL_ERROR, problem, data).to_dict())
+
+    async def _json_answer(self, response: Any, request_id: Any, deliver: Send) -> str | None:
+        """Deliver the JSON answer (None), or say what is wrong with it."""
+        from roost.plugins.http.client import ResponseTooLarge, read_body
+
+        status = response.status_code
+        try:
+            raw = await read_body(response, p.MAX_MESSAGE_BYTES, what="the JSON answer")
+        except ResponseTooLarge as exc:
+            return str(exc)
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            reply = None
+        if is_jsonrpc_message(reply) and (request_id is None or reply.get("id") == request_id):
+            await deliver(reply)
+            return None
+        if status >= 400:
+            return self._refusal(status, raw)
+        return f"the roost daemon answered HTTP {status} without a JSON-RPC response"
 
     async def _forward(self, reply: Any, send: Send) -> None:
         if not is_jsonrpc_message(reply):
@@ -395,11 +390,8 @@ def isolate_stdout() -> int:
 async def run_stdio(
     config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True
 ) -> int:
-    """Serve MCP on stdio until the client closes stdin; returns the exit code.
-
-    Bridges to a live daemon for ``config.home`` when there is one (``prefer_daemon``),
-    else boots an in-process kernel.
-    """
+    """Serve MCP on stdio until the client closes stdin (bridging to a live daemon when
+    ``prefer_daemon``, else on an in-process kernel); returns the exit code."""
     if stdout_fd is None:
         stdout_fd = isolate_stdout()
     receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
@@ -408,31 +400,23 @@ async def run_stdio(
         from roost.plugins.http import find_daemon, resolve_api_key
 
         daemon = await find_daemon(config.home) if prefer_daemon else None  # alive and healthy
+        serve = partial(_serve_booting, config)
         if daemon is not None:
-            url = daemon.url
-            log.info("roost mcp: bridging to the daemon at %s", url)
+            log.info("roost mcp: bridging to the daemon at %s", daemon.url)
             key_env = getattr(config.http, "api_key_env", None) or "ROOST_API_KEY"
-            bridge = DaemonBridge(url, resolve_api_key(config.http, os.environ)[0], key_env=key_env)
-            await stdio_loop(
-                receive_stream, send_stream, with_inherited_trace(bridge.serve, os.environ)
-            )
-            return 0
-        await stdio_loop(
-            receive_stream,
-            send_stream,
-            with_inherited_trace(partial(_serve_booting, config), os.environ),
-        )
+            key = resolve_api_key(config.http, os.environ)[0]
+            serve = DaemonBridge(daemon.url, key, key_env=key_env).serve
+        await stdio_loop(receive_stream, send_stream, with_inherited_trace(serve, os.environ))
     return 0
 
 
 def with_inherited_trace(
     serve: Callable[[Receive, Send], Awaitable[None]], environ: Any
 ) -> Callable[[Receive, Send], Awaitable[None]]:
-    """``serve`` with the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``:
-    set when an agent's ``bash`` started this process) put into each ``tools/call``'s
-    ``params._meta`` when it is deeper than the one there, so that calls made through this
-    server continue the run's chain. A malformed ``ROOST_TRACE_DEPTH`` fails every
-    ``tools/call`` with -32602 naming it."""
+    """``serve`` putting the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``,
+    set when an agent's ``bash`` started this process) into each ``tools/call`` (see
+    ``p.carry_trace``), continuing the run's chain; a malformed ``ROOST_TRACE_DEPTH`` fails
+    every ``tools/call`` with -32602 naming it."""
     from roost.kernel import InvalidTraceContext, TraceContext
 
     try:
@@ -449,22 +433,14 @@ def with_inherited_trace(
                 message = await receive()
                 if not isinstance(message, dict) or message.get("method") != p.TOOLS_CALL:
                     return message
-                params = message.get("params")
-                if invalid is not None:
-                    error = rpc.error_response(
-                        message.get("id"),
-                        rpc.INVALID_PARAMS,
-                        str(invalid),
-                        {"field": invalid.field},
-                    )
-                    await send(error.to_dict())
-                    continue
-                if isinstance(params, dict):
-                    try:
-                        inherited.deepen_meta(params)
-                    except InvalidTraceContext:
-                        pass  # a malformed _meta depth: the server answers -32602 naming it
-                return message
+                if invalid is None:
+                    p.carry_trace(inherited, message)
+                    return message
+                data = {"field": invalid.field}
+                error = rpc.error_response(
+                    message.get("id"), rpc.INVALID_PARAMS, str(invalid), data
+                )
+                await send(error.to_dict())
 
         await serve(receive_traced, send)
 
@@ -479,22 +455,17 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
 
     server = McpServer(None)
     session = server.new_session()
-    held: list[Any] = []
     try:
         first = await receive()
     except trio.EndOfChannel:
         return
-    opening = (
-        isinstance(first, dict)
-        and first.get("method") in (p.INITIALIZE, p.DISCOVER)
-        and "id" in first
-    )
-    if opening:
-        reply = await server.handle(session, first)
-        if reply is not None:
-            await send(reply)
-    else:
-        held.append(first)
+    held = [first]
+    if isinstance(first, dict) and first.get("method") in (p.INITIALIZE, p.DISCOVER):
+        if "id" in first:
+            held.clear()
+            reply = await server.handle(session, first)
+            if reply is not None:
+                await send(reply)
 
     async def receive_rest() -> Any:
         if held:

@@ -1,20 +1,29 @@
-"""From inside a tool: reach the MCP client whose ``tools/call`` runs it — progress and log
-messages, requests to the client (sampling, elicitation, roots), the capabilities it
-declared, and the stateless era's input round trips."""
+"""A ``tools/call``'s reach to its MCP client: from inside the tool, progress and log
+messages, requests to the client (sampling, elicitation, roots), its capabilities and the
+stateless era's input round trips; around the call, forwarding its own events.
+
+Its own work is what runs below its server span, not its trace (a caller may continue any
+trace id it learned, so the trace id alone would hand it another principal's events). An
+agent's run reaches further (its tool calls, the agents it asks), so its channel follows
+``TRACE:SPAN_START`` on its trace (announced before any event of the span) to keep the
+spans descending from its own; an event is forwarded when its span or its parent is one."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import Event, RoostError, TraceContext
+from roost.kernel import Event, EventKind, KernelAPI, RoostError, TraceContext
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import _Call
+
+log = logging.getLogger("roost.mcp.server")
 
 PROGRESS_EVENT = "EXEC:PROGRESS"
 """Event kind a tool publishes to report progress (payload: progress, total, message)."""
@@ -58,12 +67,40 @@ _CAPABILITY_FOR = {
 
 class _client_channel:
     """While a request runs (a tools/call: registered under its trace), what reaches its
-    client: requests, capability checks, the stateless era's input round trips. ``spans``:
-    the call's own work (its watcher's spans, see ``_watch``); a tool reaches the channel
-    only from within them, never from elsewhere on the same trace."""
+    client: requests, capability checks, the stateless era's input round trips, and
+    (``run``) progress and log messages of its own work. ``spans``: that work; a tool
+    reaches the channel only from within it, never from elsewhere on the same trace."""
 
-    def __init__(self, trace_id: str, call: _Call, spans: set[str] | frozenset[str] = frozenset()):
-        self.trace_id, self.call, self.spans = trace_id, call, spans
+    # The spans an agent's run follows at most: work past them is not reported to the
+    # caller (it is never someone else's).
+    MAX_SPANS = 4096
+
+    _KINDS = (
+        EventKind.AGENT_TOKEN,
+        EventKind.EXEC_TOOL_CALL,
+        EventKind.EXEC_TOOL_RESULT,
+        PROGRESS_EVENT,
+        LOG_EVENT,
+    )
+
+    def __init__(
+        self,
+        call: _Call,
+        kernel: KernelAPI | None = None,
+        span: TraceContext | None = None,
+        run: TraceContext | None = None,
+        heartbeat: bool = False,
+    ) -> None:
+        # ``span``: a tools/call's server span; ``run``: the agent's run below it (a tool
+        # call: the server span again). An agent's run: report each step, and follow the
+        # spans below; else a tool's: report the tool's own events, those of ``span``'s child.
+        self.call, self.kernel, self.heartbeat = call, kernel, heartbeat
+        self.trace_id = span.trace_id if span is not None else ""
+        self.spans = {span.span_id, run.span_id} if span is not None and run is not None else set()
+        self.token = call.meta.progress_token
+        self._count = 0
+        self._reported: float | None = None
+        self._last_sent = -1.0
         self.missing: set[str] = set()
         self.responses_in: Mapping[str, Any] = {}
         self.state_in: str | None = None
@@ -117,7 +154,7 @@ class _client_channel:
             with trio.move_on_after(timeout_s) as scope:
                 reply = await receive.receive()
             if scope.cancelled_caught:
-                cancelled = p.cancelled_params(request_id, "timed out")
+                cancelled = {"requestId": request_id, "reason": "timed out"}
                 await call.notify(rpc.Notification(p.NOTIFY_CANCELLED, cancelled).to_dict())
                 raise ClientRequestFailed(
                     f"{method}: the MCP client did not answer within {timeout_s:g} s"
@@ -151,23 +188,108 @@ class _client_channel:
             for key, item in requests.items()
         }
 
+    def _kinds(self) -> tuple[str, ...]:
+        """The event kinds this call needs to see (none: nothing to forward)."""
+        if self.call.notify is None:
+            return ()
+        kinds: tuple[str, ...] = (LOG_EVENT,) if self.call.log_level is not None else ()
+        if self.token is not None:
+            # Only an agent run reports its steps; a tool call only its own progress, so
+            # it need not wake for every other call's tool events.
+            kinds += self._KINDS[:-1] if self.heartbeat else (PROGRESS_EVENT,)
+        return kinds
+
+    async def run(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` while forwarding; its exceptions propagate unwrapped."""
+        kinds = self._kinds()
+        if not kinds:
+            return await fn()
+        router = self.call.session.event_router
+        if router is not None and router.active and router.kinds.issuperset(kinds):
+            return await router.watch(self, fn)
+        # No connection's router (HTTP), or one that does not see these kinds: its own
+        # (which, like any router, takes span starts while it watches an agent's run).
+        router = _EventRouter(kinds)
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run, self.kernel)
+            try:
+                result = await router.watch(self, fn)
+            except Exception as exc:  # raised below as itself, not in the nursery's group
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return result
+
+    async def _handle(self, event: Event) -> None:
+        notify = self.call.notify
+        assert notify is not None
+        trace = event.trace
+        if trace is None or trace.trace_id != self.trace_id:
+            return
+        spans = self.spans
+        if event.kind == SPAN_START:  # an agent's run follows the spans below its own
+            if self.heartbeat and trace.parent_span_id in spans and len(spans) < self.MAX_SPANS:
+                spans.add(trace.span_id)
+            return
+        if not _of_call(trace, spans):
+            return  # the same trace, but not this call's work
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        if event.kind == LOG_EVENT:
+            level = payload.get("level", "info")
+            if p.log_level_allows(self.call.log_level, level):
+                params = {"level": level, "data": payload.get("data")}
+                if payload.get("logger"):
+                    params["logger"] = payload["logger"]
+                await notify(rpc.Notification(p.NOTIFY_MESSAGE, params).to_dict())
+            return
+        if self.token is None:
+            return
+        if event.kind == PROGRESS_EVENT and not self.heartbeat:
+            value = payload.get("progress")
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and (self._reported is None or value > self._reported)
+            ):
+                self._reported = value  # progress must increase; a repeat or a step back is dropped
+                params = p.progress_params(
+                    self.token, value, payload.get("total"), payload.get("message")
+                )
+                await notify(rpc.Notification(p.NOTIFY_PROGRESS, params).to_dict())
+            return
+        if not self.heartbeat:
+            return
+        self._count += 1  # an agent at work: every step it takes is progress
+        now = trio.current_time()
+        if event.kind == EventKind.AGENT_TOKEN and now - self._last_sent < 0.05:
+            return  # coalesce streamed tokens
+        self._last_sent = now
+        if event.kind == EventKind.EXEC_TOOL_CALL:
+            message = f"{event.source}: calling {payload.get('tool')}"
+        elif event.kind == EventKind.EXEC_TOOL_RESULT:
+            message = f"{event.target}: {payload.get('tool')} {payload.get('outcome')}"
+        elif event.kind == PROGRESS_EVENT:
+            message = str(payload.get("message") or f"{event.source}: working")
+        else:
+            message = f"{event.source} is answering"
+        params = p.progress_params(self.token, self._count, None, message)
+        await notify(rpc.Notification(p.NOTIFY_PROGRESS, params).to_dict())
+
 
 def _channel_of(ctx: Any) -> _client_channel | None:
     """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
     its trace, its span or its parent among the call's spans (the trace id alone is known
     to every peer the trace reached)."""
     trace = getattr(ctx, "trace", None)
-    if trace is None:
-        return None
-    for channel in _channels.get(trace.trace_id, ()):
-        if _of_call(trace, channel.spans):
-            return channel
-    return None
+    channels = _channels.get(trace.trace_id, ()) if trace is not None else ()
+    return next((c for c in channels if _of_call(trace, c.spans)), None)
 
 
 def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
     """Whether the work on ``trace`` is a call's own: its span or its parent among the
-    call's ``spans`` (its watcher's, see ``_watch``)."""
+    call's ``spans`` (see ``_client_channel``)."""
     return trace.span_id in spans or trace.parent_span_id in spans
 
 
@@ -200,14 +322,13 @@ async def gather_input(
     state: str | None = None,
     timeout_s: float = 60.0,
 ) -> dict[str, Any] | None:
-    """From inside a tool: get input from the client. ``requests`` maps a key to
-    ``{"method": "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
+    """From inside a tool: get input from the client; ``requests`` maps a key to ``{"method":
+    "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
 
-    Handshake era: each request goes to the client now; returns the results by key.
-    2026-07-28 (multi round-trip requests): returns the client's ``inputResponses`` when this
-    retry carries all keys; otherwise the call is answered with an ``InputRequiredResult``
-    (with ``state`` as the signed ``requestState``) and this returns None — the tool should
-    then return at once (its result is discarded)."""
+    Handshake era: the results by key, asked now. 2026-07-28: the retry's ``inputResponses``
+    when it carries every key; else the call answers ``InputRequiredResult`` (``state`` as
+    the signed ``requestState``) and this returns None: return at once (the result is
+    discarded)."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed("no MCP client is waiting on this tool call")
@@ -217,11 +338,121 @@ async def gather_input(
 async def request_client(
     ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
 ) -> Any:
-    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``,
-    ``elicitation/create``) to the MCP client whose ``tools/call`` is running this tool,
-    and return its result. Handshake-era sessions only; raises ClientRequestFailed when
-    there is no such client, it lacks the capability, answers an error or times out."""
+    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the MCP client
+    whose ``tools/call`` runs this tool and return its result. Handshake era only; raises
+    ClientRequestFailed when there is no such client, it lacks the capability, answers an
+    error or times out."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
     return await channel.request(method, params, timeout_s=timeout_s)
+
+
+# ---- forwarding a call's events to its client ----------------------------------------------
+
+SPAN_START = EventKind.TRACE_SPAN_START
+
+
+class _EventRouter:
+    """One tap subscription (``kinds``, on its calls' traces only) whose events go to the
+    channel of the call on their trace. A stream connection keeps one rather than a
+    subscription and task per call, which cost more than the calls; and a thousand calls
+    in flight do not each wake for every other call's spans."""
+
+    FLUSH_TIMEOUT_S = 5.0
+
+    def __init__(self, kinds: tuple[str, ...] = (PROGRESS_EVENT, LOG_EVENT)) -> None:
+        self.kinds = frozenset(kinds)
+        self.watchers: dict[str, list[_client_channel]] = {}
+        self._following = 0  # watchers of agent runs, which take TRACE:SPAN_START too
+        self._tap: Any = None
+        self._events: trio.MemoryReceiveChannel[Event] | None = None
+        self._taken = 0
+        self._handled = 0
+        self._waiting = False
+        self._moved = trio.Event()
+
+    @property
+    def active(self) -> bool:
+        return self._events is not None
+
+    async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self._tap = kernel.tap
+        async with kernel.tap.subscribe(buffer=256, kinds=tuple(self.kinds), traces=()) as events:
+            self._events = events
+            task_status.started()
+            try:
+                while True:
+                    self._waiting = True
+                    try:
+                        event = await events.receive()
+                    except trio.EndOfChannel:
+                        break
+                    finally:
+                        self._waiting = False
+                    while True:  # and what else is queued, before waking those who wait
+                        self._taken += 1
+                        try:
+                            if event.trace is not None:
+                                for watcher in list(self.watchers.get(event.trace.trace_id, ())):
+                                    await watcher._handle(event)
+                        except Exception:  # one bad notification must not end the connection
+                            log.exception("forwarding %s to the MCP client failed", event.kind)
+                        finally:
+                            self._handled += 1
+                        try:
+                            event = events.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                    self._moved.set()
+                    self._moved = trio.Event()
+            finally:
+                self._events = None
+                self._moved.set()
+
+    async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
+        wait until the events published during the run have been forwarded."""
+        self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        follow = watcher.heartbeat and SPAN_START not in self.kinds
+        if follow:
+            self._following += 1
+        self._retune()
+        try:
+            published = self._tap.published
+            result = await fn()
+            if self._tap.published != published:  # else the run published nothing to wait for
+                await self._flush()
+        finally:
+            mine = self.watchers.get(watcher.trace_id, [])
+            if watcher in mine:
+                mine.remove(watcher)
+            if not mine:
+                self.watchers.pop(watcher.trace_id, None)
+            if follow:
+                self._following -= 1
+            self._retune()
+        return result
+
+    def _retune(self) -> None:
+        """Take the events of the watched traces from now on (while the subscription is
+        open): ``kinds``, and span starts too while an agent run's watcher follows them."""
+        if self._events is not None:
+            kinds = self.kinds | {SPAN_START} if self._following else self.kinds
+            self._tap.retune(self._events, tuple(kinds), traces=tuple(self.watchers))
+
+    async def _flush(self) -> None:
+        events = self._events
+        if events is None:
+            return
+        # Publishing hands events to the channel at once: everything the run published is
+        # handled, being handled, in the buffer, or handed to the router while it waited
+        # (then it is still marked waiting though no longer queued as a receiver).
+        stats = events.statistics()
+        in_transit = 1 if self._waiting and stats.tasks_waiting_receive == 0 else 0
+        target = self._taken + stats.current_buffer_used + in_transit
+        if self._handled >= target:
+            return
+        with trio.move_on_after(self.FLUSH_TIMEOUT_S):
+            while self._handled < target and self._events is not None:
+                await self._moved.wait()

@@ -250,6 +250,23 @@ async def test_sse_stream_resumes_with_last_event_id(base_url):
         ] == [2, 3]
 
 
+async def test_a_last_event_id_with_a_huge_number_is_a_404_not_a_500(base_url):
+    # Regression: the event number of Last-Event-ID went to int() unbounded; past Python's
+    # 4300-digit limit int() raised and the daemon answered 500.
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+        call["params"] = {"name": "echo", "arguments": {"text": "hi"}}
+        r = await client.post(base_url + "/mcp", json=call, headers=headers)
+        stream_id = r.text.splitlines()[0][3:].strip().rpartition(".")[0]  # the priming id
+        resume = {**headers, "Accept": "text/event-stream"}
+        r = await client.get(
+            base_url + "/mcp", headers={**resume, "Last-Event-ID": f"{stream_id}.{'9' * 5000}"}
+        )
+        assert r.status_code == 404 and r.json()["error"]["code"] == -32600, r.text
+        assert "Last-Event-ID" in r.json()["error"]["message"]
+
+
 async def test_stateless_client_disconnect_cancels_the_work(base_url, tools_plugin):
     body, headers = modern("tools/call", {"name": "sleepy", "arguments": {}})
     async with httpx.AsyncClient(timeout=10) as client:
@@ -314,6 +331,80 @@ async def test_stateless_headers_are_required_and_checked(base_url):
         body, headers = modern("initialize", {})
         r = await client.post(base_url + "/mcp", json=body, headers=headers)
         assert r.status_code == 404 and r.json()["error"]["code"] == -32601
+
+
+async def test_a_lone_surrogate_in_a_resource_uri_is_refused_naming_the_field_not_a_500(
+    base_url,
+):
+    # Regression: resources/read echoed its uri into "Resource not found: ..."; a lone
+    # surrogate there (JSON "\\ud800") could not be encoded as UTF-8 and the daemon answered
+    # 500. Refused like tools/call's text: -32602 naming the field.
+    read = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "resources/read",
+        "params": {"uri": "roost://nothing/\ud800"},
+    }
+    async with httpx.AsyncClient(timeout=10) as client:
+        headers = await open_session(client, base_url)
+        body = json.dumps(read).encode()  # "\\ud800" escaped, as JSON can carry it
+        r = await client.post(base_url + "/mcp", content=body, headers=headers)
+        assert r.status_code == 200, r.text
+        error = r.json()["error"]
+        assert error["code"] == -32602 and error["data"] == {"field": "params.uri"}
+        assert error["message"].startswith("params.uri: contains a lone surrogate (U+D800)")
+        r = await client.post(
+            base_url + "/mcp", json={"jsonrpc": "2.0", "id": 3, "method": "ping"}, headers=headers
+        )
+        assert r.json()["result"] == {}
+
+
+async def test_a_tool_answer_holding_a_lone_surrogate_reaches_the_client_as_utf8(tmp_path):
+    # Regression: a tool's text with a lone surrogate (a plugin's, decoding bytes with
+    # "surrogateescape") could not be encoded as UTF-8: the JSON answer was a 500 and the
+    # SSE stream broke off before the answer. It goes as the "\\udcff" escape JSON reads
+    # back as sent.
+    from mcp_server_fixtures import make_agent
+    from roost.kernel import Tool, ToolResult, ToolSpec, default_config, hookimpl, open_kernel
+
+    class Garbled:
+        @hookimpl
+        def roost_tools(self, config):
+            async def garbled(call, ctx):
+                return ToolResult.text(b"ok \xff".decode("utf-8", "surrogateescape"))
+
+            return [Tool(ToolSpec("garbled", "Undecodable bytes", owner="t"), garbled)]
+
+    config = default_config(home=tmp_path / "home", agents={"bundled": False})
+    agent = make_agent("gamma", expose=["garbled"], tools=["garbled"])
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call"}
+    call["params"] = {"name": "garbled", "arguments": {}}
+    async with (
+        open_kernel(config, agents=[agent], plugins=[Garbled()]) as kernel,
+        open_daemon(kernel) as url,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        headers = await open_session(client, url)
+        for accept in ("application/json", "application/json, text/event-stream"):
+            r = await client.post(url + "/mcp", json=call, headers={**headers, "Accept": accept})
+            assert r.status_code == 200, r.text
+            text = r.content.decode("utf-8")  # strict
+            reply = (
+                sse_messages(text)[-1] if "event-stream" in r.headers["content-type"] else r.json()
+            )
+            assert reply["result"]["content"][0]["text"] == "ok \udcff", text
+
+
+async def test_a_stateless_notification_whose_meta_is_not_an_object_gets_a_400_not_a_crash(
+    base_url,
+):
+    # Regression: a session-less notification naming 2026-07-28 in its header with a
+    # non-object _meta reached .get() on a list: the daemon answered 500.
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"_meta": [1]}}
+    headers = {**ACCEPT, p.HEADER_PROTOCOL_VERSION: "2026-07-28"}
+    async with httpx.AsyncClient(timeout=10) as client:
+        r = await client.post(base_url + "/mcp", json=note, headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == p.HEADER_MISMATCH
 
 
 async def test_sse_stream_ends_with_events_that_came_while_the_consumer_was_sending():

@@ -492,7 +492,7 @@ async def test_event_router_flush_waits_for_an_event_handed_over_but_not_yet_han
 
     from roost.kernel import Event, EventTap, TraceContext
     from roost.plugins.mcp import LOG_EVENT
-    from roost.plugins.mcp._watch import _EventRouter
+    from roost.plugins.mcp._tool_context import _EventRouter
 
     tap = EventTap()
     router = _EventRouter()

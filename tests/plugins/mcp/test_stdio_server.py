@@ -326,6 +326,109 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             await stream.aclose()
 
 
+async def test_a_last_message_without_its_newline_is_answered_not_dropped(kernel):
+    # Regression: when stdin ended inside a line (printf '{...}' | roost mcp), the bytes
+    # held for that line were dropped without a word: no answer, no error. The last line
+    # is read as a line (as the MCP SDKs read it), and garbage there is a parse error.
+    import os
+
+    for tail, check in (
+        (b'{"jsonrpc":"2.0","id":2,"method":"ping"}', lambda m: m["result"] == {}),
+        (b'{"jsonrpc":"2.0","id":2,"meth', lambda m: m["error"]["code"] == -32700),
+    ):
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+        client = StreamClient(client_in)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            await client_out.send_all(line(INIT))
+            await client.read_until_id(INIT["id"])
+            await client_out.send_all(tail)
+            await client_out.aclose()  # end of input inside the line
+            assert check(await client.read_line()), tail
+            nursery.cancel_scope.cancel()
+        for stream in (server_in, client_in, server_out):
+            await stream.aclose()
+
+
+def test_a_reply_holding_a_lone_surrogate_goes_to_stdout_as_utf8_json():
+    # Regression: encode_message used "surrogatepass", so a lone surrogate in a reply (a
+    # plugin's resource text, say) reached stdout as the bytes ED A0 80, which are not
+    # UTF-8 and so not JSON; it goes as the escape "\\ud800" JSON reads back as sent.
+    from roost.plugins.mcp._stdio_server import encode_message
+
+    reply = {"jsonrpc": "2.0", "id": 1, "result": {"text": "a\ud800b é"}}
+    data = encode_message(reply)
+    assert json.loads(data.decode("utf-8")) == reply  # strict UTF-8
+    assert "é".encode() in data  # other text stays as it is, not escaped
+
+
+async def test_a_cancel_read_in_one_burst_is_not_lost_when_the_id_comes_again(kernel, tools_plugin):
+    # Regression: requests read but not started were kept as id -> "cancelled" flags, and
+    # reading the id again reset its flag, so a request cancelled in the same burst ran
+    # after all (and its reused id's second request was refused as in use).
+    import os
+
+    call = {"jsonrpc": "2.0", "id": "dup", "method": "tools/call"}
+    call["params"] = {"name": "sleepy", "arguments": {}}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
+    cancel["params"] = {"requestId": "dup"}
+    for _ in range(5):
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+        client = StreamClient(client_in)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            await client_out.send_all(line(INIT))
+            await client.read_until_id(INIT["id"])
+            ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
+            await client_out.send_all(line(call) + line(cancel) + line(call) + line(ping))
+            seen = [await client.read_line()]
+            while seen[-1].get("id") != "after":
+                seen.append(await client.read_line())
+            # The one "dup" that runs is cancelled now; nothing may have answered "dup".
+            await client_out.send_all(line(cancel) + line({**ping, "id": "end"}))
+            seen.append(await client.read_line())
+            while seen[-1].get("id") != "end":
+                seen.append(await client.read_line())
+            assert [m for m in seen if m.get("id") == "dup"] == []
+            nursery.cancel_scope.cancel()
+        for stream in (server_in, client_out, client_in, server_out):
+            await stream.aclose()
+
+
+async def test_a_lone_surrogate_in_a_resource_uri_never_puts_invalid_utf8_on_stdout(kernel):
+    # Regression: resources/read echoed its uri into its error, and a lone surrogate there
+    # (JSON "\\ud800") went to stdout as the bytes ED A0 80, which are not UTF-8: the
+    # client's reader failed on the line. Now refused, naming the field, in valid JSON.
+    import os
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+    client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+    client = StreamClient(client_in)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+        await client_out.send_all(line(INIT))
+        await client.read_until_id(INIT["id"])
+        read = {"jsonrpc": "2.0", "id": 2, "method": "resources/read"}
+        await client_out.send_all(line({**read, "params": {"uri": "roost://nothing/\ud800"}}))
+        with trio.fail_after(10):
+            while b"\n" not in client.buffer:
+                client.buffer += await client_in.receive_some(65536)
+        raw = client.buffer.partition(b"\n")[0]
+        error = json.loads(raw.decode("utf-8"))["error"]  # strict (json.loads(bytes) is not)
+        assert error["code"] == -32602 and error["data"] == {"field": "params.uri"}
+        nursery.cancel_scope.cancel()
+    for stream in (server_in, client_out, client_in, server_out):
+        await stream.aclose()
+
+
 def test_roost_mcp_answers_initialize_before_loading_the_heavy_kernel_modules(tmp_path):
     # What broke: `roost mcp` spent ~100 ms importing the whole kernel (manifests, the
     # agent loop, the store, jsonschema) before it answered initialize, and missed its
