@@ -154,6 +154,7 @@ class EventTap:
         self._traced: dict[str, dict[int, _Subscriber]] = {}  # trace id -> those of it alone
         self._traced_kinds: Counter[tuple[str, ...] | None] = Counter()  # what they take
         self._keys: dict[trio.MemoryReceiveChannel[Event], int] = {}  # see retune
+        self._wanted: dict[str, bool] = {}  # wants(), until the kinds taken change
         self._next = 0
         self.published = 0
 
@@ -194,13 +195,18 @@ class EventTap:
         # Asked on hot paths (spans, tokens, tool events): no dict is built here.
         if not self._subscribers:
             return False
-        if self._everything or kind in self._exact:
-            return True
-        if any(kind.startswith(prefix) for prefix in self._prefixed):
-            return True
-        return any(_takes(kinds, kind) for kinds in self._traced_kinds)
+        wanted = self._wanted.get(kind)
+        if wanted is None:
+            wanted = self._wanted[kind] = bool(
+                self._everything
+                or kind in self._exact
+                or any(kind.startswith(prefix) for prefix in self._prefixed)
+                or any(_takes(kinds, kind) for kinds in self._traced_kinds)
+            )
+        return wanted
 
     def _add(self, key: int, sub: _Subscriber) -> None:
+        self._wanted.clear()
         self._subscribers[key] = sub
         if sub.traces is not None:
             self._traced_kinds[sub.kinds] += 1
@@ -218,6 +224,7 @@ class EventTap:
         sub = self._subscribers.pop(key, None)
         if sub is None:
             return None
+        self._wanted.clear()
         if sub.traces is not None:
             self._traced_kinds[sub.kinds] -= 1
             if not self._traced_kinds[sub.kinds]:
@@ -282,10 +289,22 @@ class EventTap:
         if key is None:
             raise ValueError("events: not the channel of an open subscription to this tap")
         kinds = _kind_tuple(kinds)
-        sub = self._remove(key)
-        assert sub is not None
+        new = _trace_set(traces)
+        sub = self._subscribers[key]
+        if kinds == sub.kinds and sub.traces is not None and new is not None:
+            # Only its traces change (a call starts or ends): move just those.
+            for trace_id in sub.traces - new:
+                subs = self._traced[trace_id]
+                del subs[key]
+                if not subs:
+                    del self._traced[trace_id]
+            for trace_id in new - sub.traces:
+                self._traced.setdefault(trace_id, {})[key] = sub
+            sub.traces = new
+            return
+        self._remove(key)
         sub.kinds = kinds
-        sub.traces = _trace_set(traces)
+        sub.traces = new
         self._add(key, sub)
 
 

@@ -329,3 +329,29 @@ async def test_a_subscription_to_some_traces_takes_only_their_events():
     # Gone with the subscription: no index entry, nothing wanted.
     assert not tap.wants("EXEC:PROGRESS") and tap.subscriber_count == 0
     tap.publish(Event("EXEC:PROGRESS", "s", trace=other))
+
+
+async def test_retuning_traces_moves_only_this_subscription_and_wants_follows_kinds():
+    """A call starting or ending retunes its router's traces alone (the fast path): another
+    subscription on the same trace keeps it, and ``wants`` (remembered per kind) still
+    follows every change of the kinds taken."""
+    tap = EventTap()
+    one, two = TraceContext.new("a"), TraceContext.new("b")
+    async with (
+        tap.subscribe(kinds=("EXEC:",), traces=[one.trace_id]) as first,
+        tap.subscribe(kinds=("EXEC:",), traces=[one.trace_id]) as second,
+    ):
+        assert tap.wants("EXEC:PROGRESS") and not tap.wants("TRACE:SPAN_START")
+        tap.retune(first, ("EXEC:",), traces=[two.trace_id])  # one left, two came
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=1, trace=one))
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=2, trace=two))
+        assert first.receive_nowait().payload == 2 and second.receive_nowait().payload == 1
+        tap.retune(first, ("EXEC:", "TRACE:"), traces=[two.trace_id])  # its kinds change
+        assert tap.wants("TRACE:SPAN_START")
+        tap.retune(first, ("EXEC:",), traces=None)  # every trace: the kinds index
+        assert not tap.wants("TRACE:SPAN_START")
+        tap.publish(Event("EXEC:PROGRESS", "s", payload=3))
+        assert first.receive_nowait().payload == 3
+        with pytest.raises(trio.WouldBlock):
+            second.receive_nowait()
+    assert not tap.wants("EXEC:PROGRESS") and tap.subscriber_count == 0
