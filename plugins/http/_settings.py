@@ -162,7 +162,11 @@ def _number(http_config: object, name: str, default: float, what: str) -> Any:
     """``http.<name>``, checked; a ConfigError names it and an example."""
     value = getattr(http_config, name, default)
     valid, example = _NUMBERS[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not valid(value):
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and valid(value)
+    except OverflowError:  # an integer too big for a float (math.isfinite)
+        ok = False
+    if not ok:
         raise ConfigError(
             f"http.{name} must be {what}, got {value!r}; "
             f"set e.g. {name} = {example} under [http] in roost.toml"

@@ -332,3 +332,13 @@ def _connected(sock) -> bool:
     except OSError:
         return False
     return True
+
+
+async def test_a_number_setting_too_big_for_a_float_is_a_config_error_not_a_crash(make_kernel):
+    # 10**400 passed the type check, then math.isfinite raised OverflowError at boot.
+    import pytest
+    from roost.kernel import ConfigError
+
+    for name in ("rate_limit_per_s", "keep_alive_s"):
+        with pytest.raises(ConfigError, match=rf"http\.{name} must be"):
+            create_app(make_kernel(**{name: 10**400}))
