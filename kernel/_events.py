@@ -136,6 +136,10 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
+# Kinds whose ``wants`` answer is remembered at most (the kernel asks of a few dozen).
+_MAX_WANTED = 1024
+
+
 class EventTap:
     """Fan-out of every published event to bounded subscriber channels.
 
@@ -197,6 +201,8 @@ class EventTap:
             return False
         wanted = self._wanted.get(kind)
         if wanted is None:
+            if len(self._wanted) >= _MAX_WANTED:  # a plugin asking of ever new kinds
+                self._wanted.clear()
             wanted = self._wanted[kind] = bool(
                 self._everything
                 or kind in self._exact

@@ -355,3 +355,16 @@ async def test_retuning_traces_moves_only_this_subscription_and_wants_follows_ki
         with pytest.raises(trio.WouldBlock):
             second.receive_nowait()
     assert not tap.wants("EXEC:PROGRESS") and tap.subscriber_count == 0
+
+
+async def test_wants_remembers_a_bounded_number_of_kinds():
+    """``wants`` remembers its answer per kind; a plugin asking of ever new kinds must not
+    grow that memo without bound, and the answers stay right after it is emptied."""
+    from roost.kernel._events import _MAX_WANTED
+
+    tap = EventTap()
+    async with tap.subscribe(kinds=("EXEC:",)):
+        for i in range(3 * _MAX_WANTED):
+            assert not tap.wants(f"PLUGIN:KIND_{i}")
+        assert len(tap._wanted) <= _MAX_WANTED
+        assert tap.wants("EXEC:PROGRESS") and not tap.wants("PLUGIN:KIND_0")
