@@ -208,13 +208,14 @@ class A2AClient:
             await self._pins.addresses(url)
         except UrlRefused as exc:
             raise A2AClientError(
-                m.INVALID_PARAMS, f"refusing to contact {public_url(url)}: {exc}"
+                m.INVALID_PARAMS, f"refusing to contact {public_url(url) or 'this URL'}: {exc}"
             ) from None
 
     # ---- discovery ----------------------------------------------------------------------
     async def discover(self, url: str) -> AgentInfo:
         """Fetch the agent card: ``url`` itself if it ends in ``.json``, else the 1.0 path,
         then the legacy ``/.well-known/agent.json``."""
+        await self._check(url)  # a URL urlsplit cannot read is refused here, naming it
         parts = urlsplit(url)
         if parts.path.rstrip("/").endswith(".json"):
             candidates = [url]

@@ -209,3 +209,12 @@ async def test_the_client_connects_to_the_address_it_checked_not_a_rebound_one()
     async with A2AClient(transport=httpx.MockTransport(handler), resolver=rebinding) as client:
         await client.discover("http://rebind.test/.well-known/agent.json")
     assert sent_to == [("93.184.216.34", "rebind.test")]
+
+
+@pytest.mark.parametrize("url", ["http://[::1/x", "http://[fe80::1%zz]:/"])
+async def test_discovering_a_url_urlsplit_cannot_read_is_refused_not_a_valueerror(url):
+    # urlsplit raised "Invalid IPv6 URL" before any check: roost a2a send said
+    # "unexpected ValueError" instead of naming the URL.
+    async with A2AClient() as client:
+        with pytest.raises(A2AError, match="refusing"):
+            await client.discover(url)
