@@ -207,9 +207,10 @@ class _client_channel:
         router = self.call.session.event_router
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
-        # No connection's router (HTTP), or one that does not see these kinds: its own
-        # (which, like any router, takes span starts while it watches an agent's run).
-        router = _EventRouter(kinds)
+        # No connection's router (HTTP), or one that does not see these kinds: its own,
+        # taking span starts from the start when it watches an agent's run (no retune of
+        # its kinds when the run starts and ends).
+        router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run, self.kernel)
