@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, check_text, escape_lone_surrogates, is_mapping, json_type
+from ._errors import InvalidText, check_text, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -224,10 +224,8 @@ def encode(message: Message | Iterable[Message]) -> bytes:
         raise JsonRpcError(
             INTERNAL_ERROR, f"the message cannot be encoded as JSON: {exc}"
         ) from None
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (legal in JSON escapes, not in UTF-8)
-        return escape_lone_surrogates(text).encode("utf-8")
+    # A lone surrogate (legal in JSON escapes, not in UTF-8) goes out as its escape.
+    return text.encode("utf-8", "backslashreplace")
 
 
 # ---- parsing ----------------------------------------------------------------------------

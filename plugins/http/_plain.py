@@ -84,8 +84,10 @@ class PlainResponse:
         content_type: str = "application/json",
         headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> PlainResponse:
-        """``data`` as UTF-8 JSON."""
-        body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+        """``data`` as UTF-8 JSON (a lone surrogate, which UTF-8 cannot carry, as its JSON
+        escape)."""
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
+        body = text.encode("utf-8", "backslashreplace")
         return cls(status, body, content_type, headers)  # type: ignore[arg-type]
 
 

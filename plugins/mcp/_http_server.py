@@ -318,11 +318,7 @@ def _json_response(
         body = body.to_dict()
     if body is None:
         return PlainResponse(status, b"", "", headers or {})
-    try:
-        return PlainResponse.json(body, status, headers=headers or {})
-    except UnicodeEncodeError:  # a lone surrogate (UTF-8 cannot carry it): as its JSON escape
-        data = json.dumps(body, separators=(",", ":"), default=str).encode("ascii")
-        return PlainResponse(status, data, "application/json", headers or {})
+    return PlainResponse.json(body, status, headers=headers or {})
 
 
 def _refuse(

@@ -17,7 +17,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import escape_lone_surrogates
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
@@ -48,10 +47,7 @@ def encode_message(message: Any) -> bytes:
             request_id, rpc.INTERNAL_ERROR, "internal error: the result is not JSON"
         )
         return json.dumps(error.to_dict(), separators=(",", ":")).encode("utf-8")
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return escape_lone_surrogates(text).encode("utf-8")
+    return text.encode("utf-8", "backslashreplace")  # a lone surrogate as its JSON escape
 
 
 async def stdio_loop(
