@@ -51,14 +51,8 @@ def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
                     "errors": ["the MCP client service is not running"],
                 }
             )
-        status = manager.status()
-        principal = principal_of(request)
-        if principal is None or not principal.admin:
-            # A command line may carry a token: admins only, as for /api/events.
-            for server in status["configured"]:
-                server.pop("command", None)
-                server.pop("args", None)
-        return PlainResponse.json(status)
+        principal = principal_of(request)  # a command line is an admin's, as /api/events
+        return PlainResponse.json(manager.status(admin=principal is not None and principal.admin))
 
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
 

@@ -97,8 +97,9 @@ class ServerConfig:
     origin: str = "roost.toml"
     agent: str | None = None
 
-    def public(self) -> dict[str, Any]:
-        """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL."""
+    def public(self, *, admin: bool = True) -> dict[str, Any]:
+        """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL; a
+        stdio command line (which may carry a token) to an ``admin`` only."""
         out: dict[str, Any] = {
             "name": self.name,
             "transport": self.transport,
@@ -109,8 +110,9 @@ class ServerConfig:
             "origin": self.origin,
         }
         if self.transport == "stdio":
-            out["command"] = self.command
-            out["args"] = list(self.args)
+            if admin:
+                out["command"] = self.command
+                out["args"] = list(self.args)
             out["env"] = list(self.env)
         else:
             out["url"] = public_url(self.url or "")
@@ -370,14 +372,14 @@ class McpManager:
         return cls(kernel, configs, errors)
 
     # ---- status -------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
-        """The body of ``GET /api/mcp/servers``."""
+    def status(self, *, admin: bool = True) -> dict[str, Any]:
+        """The body of ``GET /api/mcp/servers`` (``admin``: see ``ServerConfig.public``)."""
         configured = []
         connected = []
         for name, state in self.states.items():
             configured.append(
                 {
-                    **state.config.public(),
+                    **state.config.public(admin=admin),
                     "status": state.status,
                     "error": state.last_error,
                     "next_retry_at": state.next_retry_at,
