@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import reduce
 from typing import Any
 
 
@@ -385,23 +386,42 @@ def check_json_input(
 
 
 def _walk(value: Any, field: str, *, numbers: bool) -> None:
-    stack: list[tuple[Any, str]] = [(value, field)]
-    while stack:  # iterative: nesting as deep as the JSON decoder allows is fine
-        item, where = stack.pop()
+    # Iterative, so nesting as deep as the JSON decoder allows is fine. A child's place is
+    # (its parent's place, its key), spelt out only for the value that is refused.
+    stack: list[tuple[Any, Any]] = [(value, None)]
+    while stack:
+        item, place = stack.pop()
         if isinstance(item, str):
-            bad = _lone_surrogate(item)
-            if bad is not None:
-                raise InvalidText(where, bad)
-        elif isinstance(item, Mapping):
-            children = []
-            for key, child in item.items():
-                if isinstance(key, str):
-                    bad = _lone_surrogate(key)
-                    if bad is not None:
+            if not item.isascii() and (bad := _lone_surrogate(item)) is not None:
+                raise InvalidText(_spell(field, place), bad)
+            continue
+        if isinstance(item, dict) or isinstance(item, Mapping):
+            pairs = item.items()
+            for key in item:
+                if isinstance(key, str) and not key.isascii():
+                    if (bad := _lone_surrogate(key)) is not None:
+                        where = _spell(field, place)
                         raise InvalidText(f"{where} (a key)" if where else "a key", bad)
-                children.append((child, _join(where, key)))
-            stack.extend(reversed(children))  # the first problem in document order is named
         elif isinstance(item, (list, tuple)):
-            stack.extend((item[i], _join(where, i)) for i in range(len(item) - 1, -1, -1))
-        elif numbers and isinstance(item, float) and not math.isfinite(item):
-            raise InvalidNumber(where, item)
+            pairs = enumerate(item)
+        else:
+            if numbers and isinstance(item, float) and not math.isfinite(item):
+                raise InvalidNumber(_spell(field, place), item)
+            continue
+        # Children in reverse, so that the first problem in document order is named; ASCII
+        # text and integers (most values) cannot be one.
+        stack.extend(
+            [
+                (child, (place, key))
+                for key, child in pairs
+                if not ((child.__class__ is str and child.isascii()) or child.__class__ is int)
+            ][::-1]
+        )
+
+
+def _spell(field: str, place: Any) -> str:
+    keys = []
+    while place is not None:
+        place, key = place
+        keys.append(key)
+    return reduce(_join, reversed(keys), field)
