@@ -78,6 +78,7 @@ def _audit_builder() -> Callable[..., AuditRecord]:
 
 
 _build_audit = _audit_builder()
+_tool_call = frozen_builder(ToolCall)
 
 
 def _audit_json_encoder() -> Callable[[Any], str]:
@@ -184,7 +185,9 @@ class ToolCalls:
             trace = call.trace.nested()
         else:  # a call from outside any run: one starts at the agent
             trace = TraceContext.new(agent, max_depth=self.max_depth_for(agent))
-        call = attrs.evolve(call, trace=trace)
+        call = _tool_call(
+            call.name, call.arguments, call.id, call.caller, trace, call.arguments_error
+        )
         span = start_span(
             self.tap, SpanKind.TOOL, call.name, trace, source=agent, agent=agent, call_id=call.id
         )

@@ -151,15 +151,23 @@ class TraceContext:
             self.depth,
             self.path,
             self.max_depth,
+            self.sampled,
             hop,
             max_depth,
-            self.sampled,
         )
 
     def nested(self) -> TraceContext:
         """A span inside this one (a tool call, a model call, a server hop): the same hop
         (trace id, depth, path and limit), a new span id, and this span as its parent."""
-        return attrs.evolve(self, span_id=_new_span_id(), parent_span_id=self.span_id)
+        return _trace_context(
+            self.trace_id,
+            _new_span_id(),
+            self.depth,
+            self.path,
+            self.max_depth,
+            self.span_id,
+            self.sampled,
+        )
 
     @classmethod
     def root(cls, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
@@ -222,7 +230,8 @@ class TraceContext:
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return None
-        return cls(*fields, sampled=_sampled(meta.get(META_TRACEPARENT)))
+        *known, sampled = fields
+        return cls(*known, sampled=sampled)
 
     @classmethod
     def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
@@ -231,8 +240,7 @@ class TraceContext:
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return cls.new(hop, max_depth=max_depth)
-        # child() without building the parent first
-        return _hop(*fields, hop, max_depth, _sampled(meta.get(META_TRACEPARENT)))
+        return _hop(*fields, hop, max_depth)  # child() without building the parent first
 
     # ---- A2A message metadata ------------------------------------------------------
     to_metadata = to_meta
@@ -294,9 +302,8 @@ class TraceContext:
         path = _parse_path(path_text.split(",")) if path_text and path_text.strip() else ()
         if parent is None and trace_id is None and depth is None and not path:
             return None
-        context = cls(*_assemble_fields(parent, trace_id, depth, path, None))
-        sampled = _sampled(traceparent)
-        return context if sampled else attrs.evolve(context, sampled=False)
+        *known, sampled = _assemble_fields(parent, trace_id, depth, path, None)
+        return cls(*known, sampled=sampled)
 
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
@@ -304,7 +311,7 @@ class TraceContext:
         return deepest(*contexts)
 
 
-_Fields = tuple[str, str, int, tuple[str, ...], int]
+_Fields = tuple[str, str, int, tuple[str, ...], int, bool]
 
 # TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), for the
 # kernel's own values.
@@ -317,9 +324,9 @@ def _hop(
     depth: int,
     path: tuple[str, ...],
     limit: int,
+    sampled: bool,
     hop: str,
     max_depth: int | None,
-    sampled: bool = True,
 ) -> TraceContext:
     """``TraceContext(trace_id, span_id, depth, path, limit, sampled=sampled).child(hop,
     max_depth=max_depth)``."""
@@ -332,14 +339,15 @@ def _hop(
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
-    """A received context's (trace id, span id, depth, path, max depth), gaps filled."""
-    tid, span = parent if parent else (trace_id or _new_trace_id(), _new_span_id())
+    """A received context's (trace id, span id, depth, path, max depth, sampled), gaps
+    filled; ``parent``: what ``_parse_traceparent`` read, if anything."""
+    tid, span, sampled = parent if parent else (trace_id or _new_trace_id(), _new_span_id(), True)
     if depth is None or depth < len(path):
         depth = max(len(path), 1)
     if not path:
         path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
     limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
-    return tid, span, depth, path, limit
+    return tid, span, depth, path, limit, sampled
 
 
 def deepest(*contexts: TraceContext | None) -> TraceContext | None:
@@ -385,20 +393,16 @@ def _traceparent(value: Any) -> str | None:
     return value if _TRACEPARENT.match(value) else None
 
 
-def _parse_traceparent(value: Any) -> tuple[str, str] | None:
-    value = _traceparent(value)
-    return None if value is None else _ids(value)
-
-
 # The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
 _SAMPLED_DIGITS = frozenset("13579bdf")
 
 
-def _sampled(value: Any) -> bool:
-    """The sampled flag of a ``traceparent`` value: False only for a well-formed one whose
-    flags leave it out (``…-00``); a missing or malformed one (ignored) counts as sampled."""
+def _parse_traceparent(value: Any) -> tuple[str, str, bool] | None:
+    """(trace id, span id, sampled flag) of a well-formed ``traceparent``; None for anything
+    else (ignored: its trace then counts as sampled)."""
     value = _traceparent(value)
-    return value is None or value[54] in _SAMPLED_DIGITS or _ids(value) is None
+    ids = None if value is None else _ids(value)
+    return None if ids is None else (*ids, value[54] in _SAMPLED_DIGITS)
 
 
 def _ids(traceparent: str) -> tuple[str, str] | None:

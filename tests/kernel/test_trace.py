@@ -385,12 +385,9 @@ def _parse_traceparent(value):
 
 
 def _reference_hop(meta, hop, max_depth):
-    """What for_hop did before its fast path: the general parser, then _hop."""
-    from roost.kernel._trace import _fields_from_meta, _hop, _sampled
-
-    fields = _fields_from_meta(meta, "_meta")
-    sampled = _sampled(meta.get(META_TRACEPARENT))
-    return None if fields is None else _hop(*fields, hop, max_depth, sampled)
+    """What for_hop says it is: ``from_meta``, then ``child``."""
+    parent = TraceContext.from_meta(meta)
+    return None if parent is None else parent.child(hop, max_depth=max_depth)
 
 
 def _same_hop(a: TraceContext, b: TraceContext) -> bool:
