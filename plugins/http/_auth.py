@@ -142,6 +142,10 @@ _MAX_HOST_NAME = 253
 _PORT = re.compile(r"[0-9]{1,5}")
 
 
+def _is_port(text: str) -> bool:
+    return _PORT.fullmatch(text) is not None and int(text) <= 65535
+
+
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:
     """``(the API key, where it came from)``: ``http.api_key``, else the variable named by
     ``http.api_key_env`` (blank is unset); ``(None, "off")`` when there is none."""
@@ -238,12 +242,12 @@ def split_host(value: str) -> tuple[str, str] | None:
     """``(name, port)`` of a ``Host`` header value such as ``Example.com:8470`` or
     ``[::1]``: the name lowercase, without brackets or a trailing dot; the port ``""`` when
     absent. None when malformed (user info, a path, a bare IPv6 address, a non-ASCII name,
-    an empty label or one over 63 characters, a name over 253)."""
+    an empty label or one over 63 characters, a name over 253, a port over 65535)."""
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
         name, rest = value[1:end], value[end + 1 :]
-        if end < 0 or (rest and not (rest[:1] == ":" and _PORT.fullmatch(rest[1:]))):
+        if end < 0 or (rest and not (rest[:1] == ":" and _is_port(rest[1:]))):
             return None
         try:
             name = str(ipaddress.IPv6Address(name))
@@ -253,7 +257,7 @@ def split_host(value: str) -> tuple[str, str] | None:
     name, sep, port = value.rpartition(":")
     if not sep:
         name, port = value, ""
-    elif not _PORT.fullmatch(port):
+    elif not _is_port(port):
         return None
     name = name[:-1] if name.endswith(".") else name
     return (name, port) if len(name) <= _MAX_HOST_NAME and _HOST_NAME.fullmatch(name) else None

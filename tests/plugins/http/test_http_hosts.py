@@ -58,6 +58,13 @@ def test_split_host():
     assert split_host("[::1]x") is None
 
 
+def test_a_host_header_port_past_65535_is_malformed():
+    assert split_host("localhost:65535") == ("localhost", "65535")
+    for bad in ("localhost:99999", "localhost:65536", "[::1]:99999", "localhost:123456"):
+        assert split_host(bad) is None, bad
+        assert not host_allowed(bad, "127.0.0.1", frozenset(TRUSTED)), bad
+
+
 def settings(**http):
     return HttpSettings.from_config(FakeHttpConfig(**http), env={})
 
