@@ -378,7 +378,7 @@ def exec_confined(opts: Options, original_mask: set) -> None:
             if opts.memory_mb:  # last: this process allocates nothing more before exec
                 limit = opts.memory_mb << 20
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, OverflowError) as exc:  # a limit past the C type's range
             os._exit(
                 _fail(
                     f"the socket filter or the resource limits could not be applied ({exc}); "

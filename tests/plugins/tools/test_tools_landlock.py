@@ -108,6 +108,8 @@ def _namespaces() -> bool:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
+        # Regression: a limit too big for setrlimit raised OverflowError, and exited 127.
+        pytest.param(("--memory", str(2**60)), "resource limits", id="memory-overflow"),
         pytest.param(
             ("--landlock", "--tcp", "--connect", "70000"),
             "Landlock could not be applied",
