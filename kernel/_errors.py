@@ -357,9 +357,13 @@ def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
     return b"\\ud" in probe or b"\\uD" in probe
 
 
-# What JSON text holds when it may decode to a non-finite float: a NaN / Infinity literal,
-# an exponent, or an integer part longer than a double's range (309 digits).
-_MAYBE_NON_FINITE = re.compile(rb"NaN|Infinity|[0-9][eE]|[0-9]{309}")
+# What JSON text holds when it may decode to a non-finite float (at least 10**309 needs
+# integer digits plus exponent of 309): a NaN / Infinity literal, 210 digits in a row, or a
+# number token (at the start or after ":", "," or "[") with an exponent of 3 digits or more.
+# Text in strings (hex ids such as a traceparent's "5e3") is not taken for a number.
+_MAYBE_NON_FINITE = re.compile(
+    rb"NaN|Infinity|[0-9]{210}|(?:^|[:,\[])[ \t\r\n]*-?[0-9]+(?:\.[0-9]+)?[eE][-+]?[0-9]{3}"
+)
 
 
 def check_text(

@@ -11,6 +11,7 @@ the parser itself refuses a literal), and no answer ever carries one.
 from __future__ import annotations
 
 import json
+import math
 
 import httpx
 import pytest
@@ -207,6 +208,38 @@ def test_check_json_input_names_the_field_whatever_the_raw_text(raw, field, erro
         with pytest.raises(error) as caught:
             check_json_input(value, "p", raw=given)
         assert isinstance(caught.value, InvalidInput) and caught.value.field == field
+
+
+@pytest.mark.parametrize("before", ["", "[", '{"a":', '{"a": \n\t', "[1,", "[1 , "])
+def test_the_raw_probe_never_misses_a_number_that_overflows(before):
+    # The probe spares the walk only when the raw text cannot decode to a non-finite float:
+    # every written form that does overflow must still be found, named by its field.
+    after = {"": "", "[": "]", "[1,": "]", "[1 , ": "]"}.get(before, "}")
+    for digits in (1, 100, 209, 210, 300, 309, 400):
+        for exponent in ("", "e99", "E+99", "e100", "e-400", "e308", "e309", "e0400"):
+            for sign in ("", "-"):
+                for fraction in ("", ".5"):
+                    if not (exponent or fraction):
+                        continue  # an integer: Python decodes it as an int, never infinite
+                    token = sign + "1" * digits + fraction + exponent
+                    raw = (before + token + after).encode()
+                    value = json.loads(raw)
+                    if all(math.isfinite(v) for v in _numbers(value)):
+                        check_json_input(value, "p", raw=raw)
+                        continue
+                    with pytest.raises(InvalidNumber):
+                        check_json_input(value, "p", raw=raw)
+
+
+def _numbers(value):
+    if isinstance(value, float):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _numbers(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers(v)
 
 
 def test_check_json_input_passes_finite_json_and_check_text_still_ignores_numbers():
