@@ -84,7 +84,9 @@ async function api(path, options = {}) {
   if (key) headers.Authorization = `Bearer ${key}`;
   const response = await fetch(path, Object.assign({}, options, { headers, cache: "no-store" }));
   if (response.status === 401) {
-    askForKey();
+    // A request sent before the key was given may be refused after it: ask only if the
+    // key it went with is still the one we hold.
+    if (sessionStorage.getItem(KEY) === key) askForKey();
     throw new Error("unauthorized");
   }
   const body = await response.json().catch(() => null);
