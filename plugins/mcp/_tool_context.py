@@ -414,25 +414,26 @@ class _EventRouter:
     async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
         """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
         wait until the events published during the run have been forwarded."""
-        self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        mine = self.watchers.setdefault(watcher.trace_id, [])
+        mine.append(watcher)
         follow = watcher.heartbeat and SPAN_START not in self.kinds
-        if follow:
-            self._following += 1
-        self._retune()
+        self._following += follow
+        # The subscription changes only when a trace comes or goes, or span starts are
+        # first or no longer wanted: calls sharing a trace do not retune it.
+        if len(mine) == 1 or (follow and self._following == 1):
+            self._retune()
         try:
             published = self._tap.published
             result = await fn()
             if self._tap.published != published:  # else the run published nothing to wait for
                 await self._flush()
         finally:
-            mine = self.watchers.get(watcher.trace_id, [])
-            if watcher in mine:
-                mine.remove(watcher)
+            mine.remove(watcher)
             if not mine:
-                self.watchers.pop(watcher.trace_id, None)
-            if follow:
-                self._following -= 1
-            self._retune()
+                del self.watchers[watcher.trace_id]
+            self._following -= follow
+            if not mine or (follow and not self._following):
+                self._retune()
         return result
 
     def _retune(self) -> None:
