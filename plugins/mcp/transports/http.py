@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import public_url
+from roost.kernel import HTTP_TOKEN, public_url
 from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
@@ -61,7 +60,6 @@ log = logging.getLogger("roost.mcp.http")
 GET_STREAM_RETRIES = 5
 DELETE_TIMEOUT_S = 3.0
 MAX_RETRY_WAIT_S = 30.0
-_TCHAR = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _SAFE_INT = 2**53 - 1
 _PRIMITIVES = ("string", "integer", "boolean")
 
@@ -87,7 +85,7 @@ def x_mcp_header_problem(schema: Any) -> str | None:
                     f"x-mcp-header at {where or 'the root'} is not on a property "
                     "reachable through properties"
                 )
-            if not isinstance(value, str) or not value or not _TCHAR.fullmatch(value):
+            if not isinstance(value, str) or not value or not HTTP_TOKEN.fullmatch(value):
                 return f"x-mcp-header {value!r} at {where} is not a valid HTTP header name token"
             if node.get("type") not in _PRIMITIVES:
                 return (
