@@ -1,12 +1,10 @@
 """A ``tools/call``'s reach to its MCP client: from inside the tool, progress and log
-messages, requests to the client (sampling, elicitation, roots), its capabilities and the
-stateless era's input round trips; around the call, forwarding its own events.
+messages, requests to the client, its capabilities and the stateless era's input round
+trips; around the call, forwarding its own events.
 
-Its own work is what runs below its server span, not its trace (a caller may continue any
-trace id it learned, so the trace id alone would hand it another principal's events). An
-agent's run reaches further (its tool calls, the agents it asks), so its channel follows
-``TRACE:SPAN_START`` on its trace (announced before any event of the span) to keep the
-spans descending from its own; an event is forwarded when its span or its parent is one."""
+Its own work is what runs below its server span, not its whole trace (a caller may continue
+any trace id it learned). An agent's run follows ``TRACE:SPAN_START`` on its trace to keep
+the spans descending from its own; an event is forwarded when its span or parent is one."""
 
 from __future__ import annotations
 
@@ -19,6 +17,7 @@ from roost.kernel import Event, EventKind, KernelAPI, RoostError, TraceContext
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
+from .transports._base import single_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import _Call
@@ -67,13 +66,9 @@ _CAPABILITY_FOR = {
 
 class _client_channel:
     """While a request runs (a tools/call: registered under its trace), what reaches its
-    client: requests, capability checks, the stateless era's input round trips, and
-    (``run``) progress and log messages of its own work. ``spans``: that work; a tool
-    reaches the channel only from within it, never from elsewhere on the same trace."""
+    client; ``run`` forwards the progress and log messages of its own work (``spans``)."""
 
-    # The spans an agent's run follows at most: work past them is not reported to the
-    # caller (it is never someone else's).
-    MAX_SPANS = 4096
+    MAX_SPANS = 4096  # the spans an agent's run follows at most (work past them: not reported)
 
     _KINDS = (
         EventKind.AGENT_TOKEN,
@@ -211,17 +206,13 @@ class _client_channel:
         # taking span starts from the start when it watches an agent's run (no retune of
         # its kinds when the run starts and ends).
         router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
-        error: Exception | None = None
-        async with trio.open_nursery() as nursery:
-            await nursery.start(router.run, self.kernel)
-            try:
-                result = await router.watch(self, fn)
-            except Exception as exc:  # raised below as itself, not in the nursery's group
-                error = exc
-            nursery.cancel_scope.cancel()
-        if error is not None:
-            raise error
-        return result
+        with single_errors():  # fn's exception raised as itself, not in the nursery's group
+            async with trio.open_nursery() as nursery:
+                await nursery.start(router.run, self.kernel)
+                try:
+                    return await router.watch(self, fn)
+                finally:
+                    nursery.cancel_scope.cancel()
 
     async def _handle(self, event: Event) -> None:
         notify = self.call.notify
@@ -280,24 +271,20 @@ class _client_channel:
 
 
 def _channel_of(ctx: Any) -> _client_channel | None:
-    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
-    its trace, its span or its parent among the call's spans (the trace id alone is known
-    to every peer the trace reached)."""
+    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of."""
     trace = getattr(ctx, "trace", None)
     channels = _channels.get(trace.trace_id, ()) if trace is not None else ()
     return next((c for c in channels if _of_call(trace, c.spans)), None)
 
 
 def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
-    """Whether the work on ``trace`` is a call's own: its span or its parent among the
-    call's ``spans`` (see ``_client_channel``)."""
+    """Whether the work on ``trace`` is a call's own: its span or its parent in ``spans``."""
     return trace.span_id in spans or trace.parent_span_id in spans
 
 
 def require_client_capability(ctx: Any, capability: str) -> None:
     """From inside a tool: fail unless the calling MCP client declared ``capability``
-    (e.g. ``"elicitation"``). The client then gets ``MissingRequiredClientCapability``
-    (-32021) naming it, instead of a result."""
+    (e.g. ``"elicitation"``); the client then gets -32021 naming it, not a result."""
     channel = _channel_of(ctx)
     if channel is not None:
         channel.require(capability)
@@ -339,10 +326,9 @@ async def gather_input(
 async def request_client(
     ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
 ) -> Any:
-    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the MCP client
-    whose ``tools/call`` runs this tool and return its result. Handshake era only; raises
-    ClientRequestFailed when there is no such client, it lacks the capability, answers an
-    error or times out."""
+    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the calling
+    MCP client and return its result. Handshake era only; ClientRequestFailed when there is
+    no such client, it lacks the capability, answers an error or times out."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
@@ -356,9 +342,7 @@ SPAN_START = EventKind.TRACE_SPAN_START
 
 class _EventRouter:
     """One tap subscription (``kinds``, on its calls' traces only) whose events go to the
-    channel of the call on their trace. A stream connection keeps one rather than a
-    subscription and task per call, which cost more than the calls; and a thousand calls
-    in flight do not each wake for every other call's spans."""
+    channel of the call on their trace: a stream connection keeps one, not one per call."""
 
     FLUSH_TIMEOUT_S = 5.0
 
