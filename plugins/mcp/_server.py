@@ -1,14 +1,10 @@
 """roost as an MCP server: one protocol core for every transport (stdio, HTTP, memory).
 
-A transport decodes a message and sends back what ``await server.handle(session, message,
-notify=...)`` returns; ``notify`` carries the request's notifications and requests to the
-client. The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus
-the session's part (initialize, eras, resources, prompts, progress, cancellation). The
-**host** surface (``/mcp``, ``roost mcp``) lists each agent's ``message`` as
-``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several expose one).
-Private and unexposed tools are never listed nor callable. An answer's artifacts are kept
-(``ArtifactShelf``) for ``resources/read``; a ``message`` call converses as the session's
-principal.
+A transport sends back what ``await server.handle(session, message, notify=...)`` returns.
+The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus the
+session's part; the **host** surface (``/mcp``, ``roost mcp``) lists each agent's
+``message`` as ``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several
+expose one). An answer's artifacts are kept (``ArtifactShelf``) for ``resources/read``.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 @attrs.define(eq=False)
 class ServerSession:
-    """One client's state: negotiated version, log level, requests in flight (stateless
-    requests only use it to be cancellable)."""
+    """One client's state: negotiated version, log level, requests in flight."""
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
@@ -143,8 +138,7 @@ class _Call:
 
 @attrs.frozen
 class ToolEntry:
-    """A tool as one surface lists it: wire name, MCP ``Tool`` object, and what it runs:
-    ``target`` on ``agent``'s surface (``message``, or an exposed tool's name)."""
+    """A tool as one surface lists it: wire name, MCP ``Tool``, and ``target`` on ``agent``."""
 
     name: str
     mcp: Mapping[str, Any]
@@ -316,10 +310,9 @@ STATELESS_SCOPE = "stateless"
 
 
 class ArtifactShelf:
-    """The artifacts a kernel's MCP surfaces handed to clients, so that ``resources/read``
-    of their URIs returns them. In memory, bounded (the newest ``max_items`` and
-    ``max_bytes``), each kept ``ttl_s`` and readable only in the ``scope`` that received it
-    (an MCP session's id, or ``STATELESS_SCOPE``)."""
+    """The artifacts MCP surfaces handed to clients, for ``resources/read``: the newest
+    ``max_items`` and ``max_bytes``, each kept ``ttl_s``, readable only in the ``scope`` that
+    received it (an MCP session's id, or ``STATELESS_SCOPE``)."""
 
     def __init__(
         self,
@@ -454,9 +447,7 @@ class McpServer:
         )
 
     def tools(self) -> list[ToolEntry]:
-        """Every tool this surface lists, sorted by name (the order ``tools/list`` uses):
-        an agent's own surface as ``AgentSurface`` lists it; on the host surface, each
-        agent's ``message`` as ``agent_{name}`` and its exposed tools."""
+        """Every tool this surface lists, sorted by name (the order ``tools/list`` uses)."""
         kernel = self.kernel
         if self.agent is not None:
             return [
@@ -711,8 +702,7 @@ class McpServer:
     def _page(
         self, call: _Call, field: str, items: list[dict[str, Any]], key: str
     ) -> dict[str, Any]:
-        """The page of ``items`` the request's cursor asks for, as
-        ``{field: [...], "nextCursor": ...}``."""
+        """The page of ``items`` the request's cursor asks for."""
         page, cursor = p.paginate(
             items, call.params.get("cursor"), key=key, page_size=self.page_size
         )
@@ -816,9 +806,8 @@ class McpServer:
 
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
-        """The agent's surface answers (``AgentSurface``); this adds the host surface's
-        names, progress and log forwarding, requests to the client and the stateless era's
-        round trips."""
+        """The agent's surface answers; this adds the host surface's names, forwarding, requests
+        to the client and the stateless era's round trips."""
         params = call.params
         target: str | None = None
         if self.agent is None:
@@ -912,9 +901,8 @@ class McpServer:
     def _unknown_tool(
         self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]
     ) -> NoReturn:
-        """Raise the error for a tool the host surface does not have: text that cannot be
-        kept says so first; an agent that is configured but cannot answer says why; a
-        misspelt name gets the right one."""
+        """Raise the error for a tool the host surface does not have (bad text first, then an
+        agent that cannot answer, then a misspelt name)."""
         _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:

@@ -1,19 +1,12 @@
 """Streamable HTTP client transport (2025-03-26 … 2025-11-25 and 2026-07-28), over httpx.
 
-- Each message is a POST accepting JSON or an SSE stream (notifications, then the answer).
-- Handshake era: ``Mcp-Session-Id`` from ``initialize`` and ``MCP-Protocol-Version`` go on
-  later requests; a GET stream carries server-initiated messages (405: none); a broken
-  stream is resumed with ``Last-Event-ID``; DELETE ends the session; a 404 for our
-  session means it ended (reported as closed; the manager reconnects).
-- 2026-07-28: no session, no GET stream, per-POST ``Mcp-Method``/``Mcp-Name`` headers;
-  closing a response stream cancels its request. No resumption: a request whose stream
-  breaks is re-issued once under a new id (the caller still sees its own id).
-- A request without a JSON-RPC answer (any HTTP error, or no answer) is answered at once
-  with a JSON-RPC error (``http_error_message``: ``data.httpStatus``, ``retryAfter``), so
-  no call waits out its timeout; the client retries 429/503 from there.
-- Reads are capped: ``MAX_MESSAGE_BYTES`` per JSON answer or SSE event, 64 KiB of an error.
-- The URL is checked against SSRF rules once and every request connects to the checked
-  address (``PinnedTransport``): DNS rebinding cannot redirect it.
+Each message is a POST answered with JSON or an SSE stream. Handshake era: the session id
+and version go on later requests, a GET stream carries server-initiated messages, a broken
+stream resumes with ``Last-Event-ID``, DELETE ends the session, a 404 for it means it ended.
+2026-07-28: per-POST ``Mcp-Method``/``Mcp-Name`` headers, closing a response stream cancels
+its request, and a broken one is re-issued once under a new id. A request without an answer
+(an HTTP error, or none) is answered at once with a JSON-RPC error (``http_error_message``).
+Reads are capped; the URL is checked against SSRF rules once and pinned (``open_http_peer``).
 """
 
 from __future__ import annotations

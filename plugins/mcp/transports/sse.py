@@ -1,10 +1,7 @@
-"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common): the
-client GETs an SSE stream, waits for the ``endpoint`` event naming where to POST, then
-POSTs every message there; every server message arrives on the stream.
-
-Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (with the
-SSRF guard: connections go to the checked address) and ``http_error_message`` (a refused
-request is answered at once with a JSON-RPC error).
+"""The 2024-11-05 HTTP+SSE client transport (deprecated, still common): GET an SSE stream,
+wait for its ``endpoint`` event, POST every message there; answers arrive on the stream.
+Also what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (SSRF-checked,
+pinned connections) and ``http_error_message`` (a refused request answered at once).
 """
 
 from __future__ import annotations
