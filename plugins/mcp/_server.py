@@ -101,24 +101,15 @@ class ServerSession:
             scope.cancel()
 
 
+@attrs.define(eq=False)
 class _Call:
-    """What a method handler knows about its request (a plain class: built per request)."""
+    """What a method handler knows about its request (built per request: no validators)."""
 
-    __slots__ = ("session", "request", "meta", "stateless", "notify")
-
-    def __init__(
-        self,
-        session: ServerSession,
-        request: rpc.Request,
-        meta: p.RequestMeta,
-        stateless: bool,
-        notify: Notify | None,
-    ) -> None:
-        self.session = session
-        self.request = request
-        self.meta = meta
-        self.stateless = stateless
-        self.notify = notify
+    session: ServerSession
+    request: rpc.Request
+    meta: p.RequestMeta
+    stateless: bool
+    notify: Notify | None
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -441,9 +432,8 @@ class McpServer:
             m = self.kernel.agents[self.agent]
             return f"The roost agent {self.agent}: {m.description} Ask it with the message tool."
         return (
-            "roost hosts AI agents. Ask one with its agent_{name} tool "
-            "(the agent's name lowercased, "
-            "'-' → '_'); the other tools are those the agents expose."
+            "roost hosts AI agents. Ask one with its agent_{name} tool (the agent's name "
+            "lowercased, '-' → '_'); the other tools are those the agents expose."
         )
 
     def tools(self) -> list[ToolEntry]:
