@@ -534,10 +534,7 @@ class McpClient(ClientProtocol):
         token = None
         if on_progress is not None:
             token = f"roost-{next(self._tokens)}"
-            params = dict(params or {})
-            meta = dict(params.get("_meta") or {})
-            meta["progressToken"] = token
-            params["_meta"] = meta
+            params = proto.with_meta(params, {proto.META_PROGRESS_TOKEN: token})
             self._progress[token] = on_progress
         try:
             request = self._correlator.new_request(method, params)
