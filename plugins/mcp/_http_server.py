@@ -150,9 +150,8 @@ class HttpSession:
 
 
 class McpHttpHub:
-    """The MCP HTTP state of one kernel: servers per endpoint, sessions, and (when the
-    plugin's service runs) a nursery in which handshake-era work outlives a dropped
-    connection so it can be resumed."""
+    """The MCP HTTP state of one kernel: servers per endpoint, sessions, and a nursery
+    (while the service runs) in which work outlives a dropped connection, to be resumed."""
 
     def __init__(self, kernel: KernelAPI) -> None:
         self.kernel = kernel
@@ -236,8 +235,8 @@ class McpHttpHub:
         return True
 
     def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
-        """Close the least recently used idle session among ``sessions`` (least recently
-        used first); False if all are busy."""
+        """Close the first idle session of ``sessions`` (least recently used first); False
+        if all are busy."""
         oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
@@ -446,8 +445,7 @@ async def _post_stateless(
     body_version = meta.get(p.META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
 
     def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
-        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
-        the body."""
+        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with the body."""
         sent = request.headers.get(header)
         if sent is None:
             problem = f"the {header} header is required{what}"
@@ -704,9 +702,8 @@ async def _run_into(
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
-    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null
-    (as Streamable HTTP allows), coded by ``jsonrpc_error_code``; ``data`` names roost's
-    error code and the HTTP status."""
+    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null;
+    ``data`` names roost's error code and the HTTP status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}

@@ -536,9 +536,8 @@ class McpServer:
         scope: trio.CancelScope | None = None,
     ) -> dict[str, Any] | None:
         """Serve one decoded message: the response to send, or None (notifications, stray
-        responses, cancelled requests); never raises for bad input. A request runs in a
-        cancel scope ``notifications/cancelled`` cancels: its own, or the caller's ``scope``
-        (which then sees ``trio.Cancelled``, the scope spent)."""
+        responses, cancelled requests); never raises for bad input. ``notifications/cancelled``
+        cancels a request's own scope, or the caller's ``scope`` (then spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
             if isinstance(raw_id, (str, int)) and session.starting.pop(raw_id, False):

@@ -312,11 +312,9 @@ async def gather_input(
 ) -> dict[str, Any] | None:
     """From inside a tool: get input from the client; ``requests`` maps a key to ``{"method":
     "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
-
     Handshake era: the results by key, asked now. 2026-07-28: the retry's ``inputResponses``
-    when it carries every key; else the call answers ``InputRequiredResult`` (``state`` as
-    the signed ``requestState``) and this returns None: return at once (the result is
-    discarded)."""
+    if it has every key; else None (return at once): the call answers
+    ``InputRequiredResult`` with ``state`` as the signed ``requestState``."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed("no MCP client is waiting on this tool call")
