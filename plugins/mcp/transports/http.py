@@ -25,7 +25,6 @@ from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
     read_error_body,
-    retry_after_s,
     sse_events,
 )
 
@@ -44,8 +43,6 @@ from .sse import (
     http_error_message,
     json_messages,
     open_http_peer,
-    refusal_hint,
-    refused,
 )
 
 log = logging.getLogger("roost.mcp.http")
@@ -235,7 +232,7 @@ class HttpTransport(HttpPeer):
             await self._lost("the server ended the session (HTTP 404)")
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
-            raise refused(self.name, self.headers, message, status, error_body)
+            raise self._refused(message, status, error_body)
 
     async def _lost(self, reason: str) -> None:
         if self.closed_reason is None:
@@ -296,13 +293,10 @@ class HttpTransport(HttpPeer):
                     await self._lost("the server ended the session (HTTP 404)")
                     return _Outcome(answered=True)
                 if status >= 400:
-                    return await self._answer_error(
-                        request_id,
-                        status,
-                        await read_error_body(response),
-                        retry_after=retry_after_s(response.headers),
-                        hint=refusal_hint(self.name, self.headers, status),
+                    await self._push(
+                        self._refusal(request_id, response, await read_error_body(response))
                     )
+                    return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
                     try:
@@ -342,11 +336,9 @@ class HttpTransport(HttpPeer):
             return await self._answer_error(request_id, 0, f"bad SSE stream: {exc}".encode())
         return _Outcome(answered=True)
 
-    async def _answer_error(
-        self, request_id: Any, status: int, body: bytes, **facts: Any
-    ) -> _Outcome:
-        """Answer ``request_id`` with ``http_error_message`` (``facts``: its keywords)."""
-        await self._push(http_error_message(request_id, status, body, **facts))
+    async def _answer_error(self, request_id: Any, status: int, body: bytes) -> _Outcome:
+        """Answer ``request_id`` with ``http_error_message``."""
+        await self._push(http_error_message(request_id, status, body))
         return _Outcome(answered=True)
 
     async def _read_sse(
