@@ -228,16 +228,19 @@ class HttpTransport(HttpPeer):
             self.url, body, self._headers(message), "POST failed"
         )
         status = response.status_code
-        if status == 404 and self.session_id and not self.modern:
-            await self._lost("the server ended the session (HTTP 404)")
+        if await self._session_ended(status):
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
             raise self._refused(message, status, error_body)
 
-    async def _lost(self, reason: str) -> None:
+    async def _session_ended(self, status: int, method: Any = None) -> bool:
+        """Whether HTTP ``status`` (to ``method``) says our session ended: then we are closed."""
+        if status != 404 or not self.session_id or self.modern or method == "initialize":
+            return False
         if self.closed_reason is None:
-            self.closed_reason = reason
+            self.closed_reason = "the server ended the session (HTTP 404)"
             await self._send_channel.aclose()
+        return True
 
     async def _exchange(
         self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
@@ -284,13 +287,7 @@ class HttpTransport(HttpPeer):
                     if session:
                         self.session_id = session
                 status = response.status_code
-                if (
-                    status == 404
-                    and self.session_id
-                    and not self.modern
-                    and message.get("method") != "initialize"
-                ):
-                    await self._lost("the server ended the session (HTTP 404)")
+                if await self._session_ended(status, message.get("method")):
                     return _Outcome(answered=True)
                 if status >= 400:
                     await self._push(
@@ -416,8 +413,7 @@ class HttpTransport(HttpPeer):
                         ready()
                         if response.status_code == 405:
                             return  # the server offers no GET stream
-                        if response.status_code == 404 and self.session_id:
-                            await self._lost("the server ended the session (HTTP 404)")
+                        if await self._session_ended(response.status_code):
                             return
                         if response.status_code != 200:
                             failures += 1
