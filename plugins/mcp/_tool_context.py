@@ -17,7 +17,6 @@ from roost.kernel import Event, EventKind, KernelAPI, RoostError, TraceContext
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
-from .transports._base import single_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._server import _Call
@@ -206,13 +205,19 @@ class _client_channel:
         # taking span starts from the start when it watches an agent's run (no retune of
         # its kinds when the run starts and ends).
         router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
-        with single_errors():  # fn's exception raised as itself, not in the nursery's group
-            async with trio.open_nursery() as nursery:
-                await nursery.start(router.run, self.kernel)
-                try:
-                    return await router.watch(self, fn)
-                finally:
-                    nursery.cancel_scope.cancel()
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            await nursery.start(router.run, self.kernel)
+            try:
+                return await router.watch(self, fn)
+            except Exception as exc:
+                # Raised below as itself: not in the nursery's group, and not unwrapped
+                # from a group of its own or stripped of its cause (as single_errors does).
+                error = exc
+            finally:
+                nursery.cancel_scope.cancel()
+        assert error is not None
+        raise error
 
     async def _handle(self, event: Event) -> None:
         notify = self.call.notify

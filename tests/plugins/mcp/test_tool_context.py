@@ -1,5 +1,6 @@
 """A tools/call's event forwarding (``_client_channel.run``, ``_EventRouter.watch``) against a
-real event tap: the subscription follows exactly the calls in flight."""
+real event tap: the subscription follows exactly the calls in flight, and a call's own
+exception reaches the server as it was raised."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import trio
 import trio.testing
 from roost.kernel import Event, EventTap, TraceContext
 from roost.plugins.mcp import LOG_EVENT
-from roost.plugins.mcp._tool_context import SPAN_START, _EventRouter
+from roost.plugins.mcp._tool_context import SPAN_START, _client_channel, _EventRouter
 
 
 class Watcher:
@@ -101,3 +102,68 @@ async def test_event_router_subscribes_to_exactly_the_traces_and_kinds_of_calls_
         await check()
         assert router.watchers == {} and router._following == 0
         nursery.cancel_scope.cancel()
+
+
+def _channel(tap: EventTap) -> _client_channel:
+    """A handshake call with a log level: its events need a router of its own."""
+
+    async def notify(message) -> None:
+        pass
+
+    call = SimpleNamespace(
+        notify=notify,
+        log_level="info",
+        meta=SimpleNamespace(progress_token="p1"),
+        session=SimpleNamespace(event_router=None),
+        stateless=False,
+    )
+    span = TraceContext.new("a")
+    return _client_channel(call, SimpleNamespace(tap=tap), span, span)
+
+
+async def test_a_calls_exception_keeps_its_cause_through_the_calls_own_router():
+    # Regression: the own router's nursery unwrapped fn's exception with ``raise … from
+    # None``, which erased the exception's __cause__ (what the server logs for an internal
+    # error lost the chain that explains it).
+    tap = EventTap()
+    root = OSError("the disk is full")
+
+    async def fn():
+        raise RuntimeError("the tool failed") from root
+
+    with pytest.raises(RuntimeError) as caught:
+        await _channel(tap).run(fn)
+    assert caught.value.__cause__ is root
+    assert tap.subscriber_count == 0
+
+
+async def test_an_exception_group_a_call_raises_reaches_the_server_as_itself():
+    # Regression: unwrapping the router's nursery also unwrapped the call's own group of
+    # one, so the server answered for the exception inside it instead.
+    tap = EventTap()
+    group = ExceptionGroup("the tool's own tasks", [KeyError("k")])
+
+    async def fn():
+        raise group
+
+    with pytest.raises(ExceptionGroup) as caught:
+        await _channel(tap).run(fn)
+    assert caught.value is group
+    assert tap.subscriber_count == 0
+
+
+async def test_a_call_cancelled_through_its_own_router_is_cancelled_and_leaves_no_tap():
+    tap = EventTap()
+    started = trio.Event()
+
+    async def fn():
+        started.set()
+        await trio.sleep_forever()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_channel(tap).run, fn)
+            await started.wait()
+            assert tap.subscriber_count == 1
+            nursery.cancel_scope.cancel()
+    assert tap.subscriber_count == 0
