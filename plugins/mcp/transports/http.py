@@ -376,6 +376,8 @@ class HttpTransport(HttpPeer):
         for _attempt in range(GET_STREAM_RETRIES):
             try:
                 async with self._get(last_event_id) as response:
+                    if await self._session_ended(response.status_code):
+                        return True  # every request in flight fails with the connection
                     if response.status_code != 200:
                         return False
                     async with contextlib.aclosing(

@@ -1,6 +1,6 @@
 """What the HTTP client transports make of a server's refusals, against a real scripted HTTP
 server on 127.0.0.1: a 404 to a request carrying our session id ends the connection
-(whether it answers a request, a notification or the GET stream) and a 404 to
+(whether it answers a request, a notification, the GET stream or a resumption) and a 404 to
 ``initialize`` does not; a refused request is answered at once with the status, the
 credentials hint and ``Retry-After``; a refused notification raises naming all three."""
 
@@ -106,16 +106,21 @@ async def _assert_closed_as_session_ended(transport) -> None:
         await transport.send(LIST)
 
 
-@pytest.mark.parametrize("refused", ["request", "notification", "get stream"])
+@pytest.mark.parametrize("refused", ["request", "notification", "get stream", "resume"])
 async def test_a_404_to_our_session_ends_the_connection_whatever_it_answers(refused):
     def script(method, path, headers, message):
         if message is not None and message.get("method") == "initialize":
             return _initialized({"Mcp-Session-Id": SESSION})
         assert headers.get("mcp-session-id") == SESSION
+        if method == "GET" and "last-event-id" in headers:
+            return 404, {}, b""
         if method == "GET":
             return (404, {}, b"") if refused == "get stream" else (405, {}, b"")
         if method == "DELETE":
             return 200, {}, b""
+        if refused == "resume" and method == "POST" and message.get("method") == "tools/list":
+            # A stream that breaks before its answer: resumed with a GET, answered 404.
+            return 200, {"Content-Type": "text/event-stream"}, b"id: e1\ndata: \n\n"
         if message.get("method") == INITIALIZED["method"]:
             return (404, {}, b"") if refused == "notification" else (202, {}, b"")
         return 404, {}, b""
