@@ -400,7 +400,8 @@ _converter.register_unstructure_hook(Path, str)
 # ---- building --------------------------------------------------------------------------
 
 
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP token (RFC 9110)
+HTTP_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP token (RFC 9110): what a header name is made of (use ``fullmatch``)."""
 # What httpx sends as a header value: ASCII, tab and visible characters (no line break, no
 # control character, nothing it would fail to encode when the request is made).
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
@@ -411,7 +412,7 @@ def header_table(value: object, where: str) -> dict[str, str]:
     start another header); else ConfigError naming ``where``."""
     if not isinstance(value, Mapping) or not all(
         isinstance(k, str)
-        and _HEADER_NAME.fullmatch(k)
+        and HTTP_TOKEN.fullmatch(k)
         and isinstance(v, str)
         and _HEADER_VALUE.fullmatch(v)
         for k, v in value.items()

@@ -1,15 +1,11 @@
-"""roost as an MCP client: a sans-I/O protocol core and a Trio session around it.
-
-``ClientProtocol`` (no I/O) knows the handshake era (``initialize``, 2024-11-05 …
-2025-11-25) and the stateless 2026-07-28 revision (per-request ``_meta``, results that may
-be ``input_required``). ``McpClient`` runs it over any client transport: many requests in
-flight, each with a deadline; one that times out or is cancelled is cancelled at the server.
+"""roost as an MCP client: ``ClientProtocol`` (sans-I/O: both eras' params and answers)
+and ``McpClient`` running it over any transport, each request with a deadline; one that
+times out or is cancelled is cancelled at the server.
 
 ``protocol``: a version pins the era; ``auto`` on HTTP sends ``server/discover`` first and
-stays modern only on a ``DiscoverResult`` with a modern version or a modern error
-(-32020/-32021/-32022), else falls back to ``initialize``. On stdio a legacy server may
-exit or wedge on an unexpected first message, so the manager probes a throw-away process
-(``probe_era``); without a probe ``auto`` opens with ``initialize``.
+stays modern only on a modern ``DiscoverResult`` or error, else uses ``initialize``. On
+stdio a legacy server may wedge on an unexpected first message, so the manager probes a
+throw-away process (``probe_era``); without a probe ``auto`` opens with ``initialize``.
 """
 
 from __future__ import annotations
@@ -538,10 +534,7 @@ class McpClient(ClientProtocol):
         token = None
         if on_progress is not None:
             token = f"roost-{next(self._tokens)}"
-            params = dict(params or {})
-            meta = dict(params.get("_meta") or {})
-            meta["progressToken"] = token
-            params["_meta"] = meta
+            params = proto.with_meta(params, {proto.META_PROGRESS_TOKEN: token})
             self._progress[token] = on_progress
         try:
             request = self._correlator.new_request(method, params)
@@ -873,8 +866,7 @@ async def open_mcp_client(
     transport: Any, options: ClientOptions | None = None, *, era: str | None = None
 ) -> AsyncIterator[McpClient]:
     """Set a session up over the open ``transport`` (McpError if it cannot be) and yield
-    the client; leaving stops the reader. A transport that can (stdio) hands replies
-    straight to the client, one task hop less per call."""
+    the client; leaving stops the reader. A stdio transport hands replies straight over."""
     with single_errors():
         async with trio.open_nursery() as nursery:
             client = McpClient(transport, options or ClientOptions(), nursery)

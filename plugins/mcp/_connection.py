@@ -28,13 +28,9 @@ async def serve_connection(
     max_in_flight: int = MAX_IN_FLIGHT,
     session: ServerSession | None = None,
 ) -> None:
-    """Serve one client over a message stream until ``receive()`` raises EndOfChannel.
-
-    ``receive()`` returns a decoded message, or an ``rpc.JsonRpcError`` to answer (a framing
-    problem). Requests run in ``_RequestWorkers``, at most ``max_in_flight`` at once (reading
-    pauses beyond); list changes are pushed once initialized. At the end, requests in
-    flight may answer for ``DRAIN_TIMEOUT_S``, then are cancelled.
-    """
+    """Serve one client until ``receive()`` (a decoded message, or an ``rpc.JsonRpcError``
+    to answer) raises EndOfChannel; at most ``max_in_flight`` requests at once. At the end,
+    requests in flight may answer for ``DRAIN_TIMEOUT_S``, then are cancelled."""
     session = session or server.new_session()
     raw_send = send
 
@@ -93,12 +89,9 @@ async def serve_connection(
 
 
 class _RequestWorkers:
-    """The tasks serving a stream connection's requests, at most ``limit`` at once.
-
-    A task serves one request after another in its one cancel scope (a cancelled request
-    spends it: the task ends, another takes its place), as a task and a scope per request
-    cost more than most requests. Tasks carry nothing from one request to the next but
-    context variables, which roost sets and resets in pairs."""
+    """The tasks serving a stream connection's requests, at most ``limit`` at once. A task
+    serves one request after another in one cancel scope (cheaper than a task and scope
+    per request); a cancelled request spends it, and the task ends."""
 
     def __init__(
         self,

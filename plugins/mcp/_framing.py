@@ -1,9 +1,6 @@
 """Sans-I/O stdio framing for MCP: newline-delimited JSON, or ``Content-Length`` headers
-(older LSP-style peers, noticed from their first bytes and answered in kind).
-
-``feed`` bytes, get events: ``Frame(message, size)``; ``NotJson(line, error)`` for a line
-that is not JSON; ``Oversize(size, limit)`` for a message over the limit, already drained
-(the stream goes on). Nothing here raises on bad input.
+(older LSP-style peers, noticed from their first bytes and answered in kind). ``feed``
+bytes, get ``Frame``, ``NotJson`` or ``Oversize`` (already drained) events; never raises.
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """MCP Streamable HTTP on the daemon: ``/mcp`` (every agent) and ``/agents/<name>/mcp``.
 
-Both eras on the same endpoints, told apart per request:
+Both eras on the same endpoints, told apart per request. **Handshake era**: ``initialize``
+opens a session (``Mcp-Session-Id``: 400 without, 404 unknown, ended or another
+principal's); POST answers JSON or SSE, GET opens the notification stream, DELETE ends it;
+a dropped SSE stream resumes with ``Last-Event-ID``. **Stateless** (2026-07-28): ``_meta``
+names the version; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the
+body (400 ``HeaderMismatch``); closing the response stream cancels the request.
 
-* **handshake era** (2025-03-26 … 2025-11-25): ``initialize`` opens a session named by the
-  ``Mcp-Session-Id`` response header, which later requests carry (400 without, 404 unknown
-  or ended). POST answers JSON or SSE; GET opens the session's notification stream; DELETE
-  ends it. A dropped SSE stream resumes with ``Last-Event-ID`` from a bounded replay
-  buffer. ``MCP-Protocol-Version`` must name the negotiated version (absent: 2025-03-26).
-* **stateless** (2026-07-28): a request whose ``_meta`` names the version needs no
-  session; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the body
-  (else 400, ``HeaderMismatch`` -32020); closing the response stream cancels the request.
-
-A session belongs to its principal (another's ``Mcp-Session-Id`` is unknown: 404). Each
-caller (its principal with API keys, else its address) holds at most
-``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound a new
-session closes the oldest *idle* one (no request in flight, no GET stream) instead of being
-refused; an idle one closes after ``http.mcp_session_idle_s``. A ``tools/call`` continues
-the deeper of the trace contexts of its ``params._meta`` and its headers (as ``/api`` reads
-them), so the depth breaker trips here as there. Origin checks, auth and rate limits are
-the daemon's; the body cap is the 10 MB MCP message limit (``p.MAX_MESSAGE_BYTES``): a
-bigger body is drained and answered 413 with a JSON-RPC error.
+Each caller (its principal with API keys, else its address) holds at most
+``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound the
+oldest *idle* session closes to make room; an idle one closes after
+``http.mcp_session_idle_s``. A ``tools/call`` continues the deeper of the trace contexts of
+its ``_meta`` and its headers. Origin checks, auth and rate limits are the daemon's; a body
+over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -157,9 +150,8 @@ class HttpSession:
 
 
 class McpHttpHub:
-    """The MCP HTTP state of one kernel: servers per endpoint, sessions, and (when the
-    plugin's service runs) a nursery in which handshake-era work outlives a dropped
-    connection so it can be resumed."""
+    """The MCP HTTP state of one kernel: servers per endpoint, sessions, and a nursery
+    (while the service runs) in which work outlives a dropped connection, to be resumed."""
 
     def __init__(self, kernel: KernelAPI) -> None:
         self.kernel = kernel
@@ -243,8 +235,8 @@ class McpHttpHub:
         return True
 
     def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
-        """Close the least recently used idle session among ``sessions`` (least recently
-        used first); False if all are busy."""
+        """Close the first idle session of ``sessions`` (least recently used first); False
+        if all are busy."""
         oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
@@ -453,8 +445,7 @@ async def _post_stateless(
     body_version = meta.get(p.META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
 
     def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
-        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with
-        the body."""
+        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with the body."""
         sent = request.headers.get(header)
         if sent is None:
             problem = f"the {header} header is required{what}"
@@ -711,9 +702,8 @@ async def _run_into(
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
-    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null
-    (as Streamable HTTP allows), coded by ``jsonrpc_error_code``; ``data`` names roost's
-    error code and the HTTP status."""
+    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null;
+    ``data`` names roost's error code and the HTTP status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}

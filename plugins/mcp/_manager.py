@@ -1,14 +1,10 @@
 """The MCP client manager: connects roost to the configured MCP servers and keeps them up.
 
-Servers come from ``[[mcp_servers]]`` in roost.toml, agents' ``mcp_servers`` and the
-``roost_mcp_servers`` hook; each is validated (errors name the field), connected in the
-background (boot goes on) and supervised: one that dies loses its tools, fails its calls
-in flight at once and is reconnected, 1 s doubling to a 60 s cap, for as long as the
-kernel runs (its status says ``failed``, the last error and the next attempt's time).
-
+Servers come from ``[[mcp_servers]]``, agents' ``mcp_servers`` and the ``roost_mcp_servers``
+hook; each is validated, connected in the background and supervised: one that dies loses
+its tools, fails its calls in flight and is reconnected (1 s doubling to 60 s, forever).
 Its tools become ``mcp_{server}_{tool}``; a server with resources or prompts also gets
-``mcp_{server}_list_resources`` / ``_read_resource`` / ``_list_prompts`` / ``_get_prompt``
-(unless it has real tools of those names).
+``mcp_{server}_list_resources`` / ``_read_resource`` / ``_list_prompts`` / ``_get_prompt``.
 """
 
 from __future__ import annotations

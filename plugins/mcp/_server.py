@@ -1,14 +1,10 @@
 """roost as an MCP server: one protocol core for every transport (stdio, HTTP, memory).
 
-A transport decodes a message and sends back what ``await server.handle(session, message,
-notify=...)`` returns; ``notify`` carries the request's notifications and requests to the
-client. The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus
-the session's part (initialize, eras, resources, prompts, progress, cancellation). The
-**host** surface (``/mcp``, ``roost mcp``) lists each agent's ``message`` as
-``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several expose one).
-Private and unexposed tools are never listed nor callable. An answer's artifacts are kept
-(``ArtifactShelf``) for ``resources/read``; a ``message`` call converses as the session's
-principal.
+A transport sends back what ``await server.handle(session, message, notify=...)`` returns.
+The **agent** surface (``/agents/coder/mcp``) is the kernel's ``AgentSurface`` plus the
+session's part; the **host** surface (``/mcp``, ``roost mcp``) lists each agent's
+``message`` as ``agent_{name}`` and its exposed tools (``{agent}_{tool}`` when several
+expose one). An answer's artifacts are kept (``ArtifactShelf``) for ``resources/read``.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ Notify = Callable[[dict[str, Any]], Awaitable[None]]
 
 @attrs.define(eq=False)
 class ServerSession:
-    """One client's state: negotiated version, log level, requests in flight (stateless
-    requests only use it to be cancellable)."""
+    """One client's state: negotiated version, log level, requests in flight."""
 
     id: str = attrs.field(factory=lambda: secrets.token_urlsafe(24))
     protocol_version: str | None = None
@@ -106,24 +101,15 @@ class ServerSession:
             scope.cancel()
 
 
+@attrs.define(eq=False)
 class _Call:
-    """What a method handler knows about its request (a plain class: built per request)."""
+    """What a method handler knows about its request (built per request: no validators)."""
 
-    __slots__ = ("session", "request", "meta", "stateless", "notify")
-
-    def __init__(
-        self,
-        session: ServerSession,
-        request: rpc.Request,
-        meta: p.RequestMeta,
-        stateless: bool,
-        notify: Notify | None,
-    ) -> None:
-        self.session = session
-        self.request = request
-        self.meta = meta
-        self.stateless = stateless
-        self.notify = notify
+    session: ServerSession
+    request: rpc.Request
+    meta: p.RequestMeta
+    stateless: bool
+    notify: Notify | None
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -143,8 +129,7 @@ class _Call:
 
 @attrs.frozen
 class ToolEntry:
-    """A tool as one surface lists it: wire name, MCP ``Tool`` object, and what it runs:
-    ``target`` on ``agent``'s surface (``message``, or an exposed tool's name)."""
+    """A tool as one surface lists it: wire name, MCP ``Tool``, and ``target`` on ``agent``."""
 
     name: str
     mcp: Mapping[str, Any]
@@ -316,10 +301,9 @@ STATELESS_SCOPE = "stateless"
 
 
 class ArtifactShelf:
-    """The artifacts a kernel's MCP surfaces handed to clients, so that ``resources/read``
-    of their URIs returns them. In memory, bounded (the newest ``max_items`` and
-    ``max_bytes``), each kept ``ttl_s`` and readable only in the ``scope`` that received it
-    (an MCP session's id, or ``STATELESS_SCOPE``)."""
+    """The artifacts MCP surfaces handed to clients, for ``resources/read``: the newest
+    ``max_items`` and ``max_bytes``, each kept ``ttl_s``, readable only in the ``scope`` that
+    received it (an MCP session's id, or ``STATELESS_SCOPE``)."""
 
     def __init__(
         self,
@@ -448,15 +432,12 @@ class McpServer:
             m = self.kernel.agents[self.agent]
             return f"The roost agent {self.agent}: {m.description} Ask it with the message tool."
         return (
-            "roost hosts AI agents. Ask one with its agent_{name} tool "
-            "(the agent's name lowercased, "
-            "'-' → '_'); the other tools are those the agents expose."
+            "roost hosts AI agents. Ask one with its agent_{name} tool (the agent's name "
+            "lowercased, '-' → '_'); the other tools are those the agents expose."
         )
 
     def tools(self) -> list[ToolEntry]:
-        """Every tool this surface lists, sorted by name (the order ``tools/list`` uses):
-        an agent's own surface as ``AgentSurface`` lists it; on the host surface, each
-        agent's ``message`` as ``agent_{name}`` and its exposed tools."""
+        """Every tool this surface lists, sorted by name (the order ``tools/list`` uses)."""
         kernel = self.kernel
         if self.agent is not None:
             return [
@@ -555,9 +536,8 @@ class McpServer:
         scope: trio.CancelScope | None = None,
     ) -> dict[str, Any] | None:
         """Serve one decoded message: the response to send, or None (notifications, stray
-        responses, cancelled requests); never raises for bad input. A request runs in a
-        cancel scope ``notifications/cancelled`` cancels: its own, or the caller's ``scope``
-        (which then sees ``trio.Cancelled``, the scope spent)."""
+        responses, cancelled requests); never raises for bad input. ``notifications/cancelled``
+        cancels a request's own scope, or the caller's ``scope`` (then spent)."""
         if session.starting and isinstance(message, dict):
             raw_id = message.get("id")
             if isinstance(raw_id, (str, int)) and session.starting.pop(raw_id, False):
@@ -711,8 +691,7 @@ class McpServer:
     def _page(
         self, call: _Call, field: str, items: list[dict[str, Any]], key: str
     ) -> dict[str, Any]:
-        """The page of ``items`` the request's cursor asks for, as
-        ``{field: [...], "nextCursor": ...}``."""
+        """The page of ``items`` the request's cursor asks for."""
         page, cursor = p.paginate(
             items, call.params.get("cursor"), key=key, page_size=self.page_size
         )
@@ -816,9 +795,8 @@ class McpServer:
 
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
-        """The agent's surface answers (``AgentSurface``); this adds the host surface's
-        names, progress and log forwarding, requests to the client and the stateless era's
-        round trips."""
+        """The agent's surface answers; this adds the host surface's names, forwarding, requests
+        to the client and the stateless era's round trips."""
         params = call.params
         target: str | None = None
         if self.agent is None:
@@ -912,9 +890,8 @@ class McpServer:
     def _unknown_tool(
         self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]
     ) -> NoReturn:
-        """Raise the error for a tool the host surface does not have: text that cannot be
-        kept says so first; an agent that is configured but cannot answer says why; a
-        misspelt name gets the right one."""
+        """Raise the error for a tool the host surface does not have (bad text first, then an
+        agent that cannot answer, then a misspelt name)."""
         _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:

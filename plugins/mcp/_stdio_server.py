@@ -409,10 +409,9 @@ async def run_stdio(
 def with_inherited_trace(
     serve: Callable[[Receive, Send], Awaitable[None]], environ: Any
 ) -> Callable[[Receive, Send], Awaitable[None]]:
-    """``serve`` putting the trace context of ``environ`` (``TRACEPARENT``, ``ROOST_TRACE_*``,
-    set when an agent's ``bash`` started this process) into each ``tools/call`` (see
-    ``p.carry_trace``), continuing the run's chain; a malformed ``ROOST_TRACE_DEPTH`` fails
-    every ``tools/call`` with -32602 naming it."""
+    """``serve`` putting the trace context of ``environ`` (set when an agent's ``bash`` started
+    this process) into each ``tools/call``, continuing the run's chain; a malformed
+    ``ROOST_TRACE_DEPTH`` fails every ``tools/call`` with -32602 naming it."""
     from roost.kernel import InvalidTraceContext, TraceContext
 
     try:

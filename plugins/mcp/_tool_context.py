@@ -1,12 +1,10 @@
 """A ``tools/call``'s reach to its MCP client: from inside the tool, progress and log
-messages, requests to the client (sampling, elicitation, roots), its capabilities and the
-stateless era's input round trips; around the call, forwarding its own events.
+messages, requests to the client, its capabilities and the stateless era's input round
+trips; around the call, forwarding its own events.
 
-Its own work is what runs below its server span, not its trace (a caller may continue any
-trace id it learned, so the trace id alone would hand it another principal's events). An
-agent's run reaches further (its tool calls, the agents it asks), so its channel follows
-``TRACE:SPAN_START`` on its trace (announced before any event of the span) to keep the
-spans descending from its own; an event is forwarded when its span or its parent is one."""
+Its own work is what runs below its server span, not its whole trace (a caller may continue
+any trace id it learned). An agent's run follows ``TRACE:SPAN_START`` on its trace to keep
+the spans descending from its own; an event is forwarded when its span or parent is one."""
 
 from __future__ import annotations
 
@@ -67,13 +65,9 @@ _CAPABILITY_FOR = {
 
 class _client_channel:
     """While a request runs (a tools/call: registered under its trace), what reaches its
-    client: requests, capability checks, the stateless era's input round trips, and
-    (``run``) progress and log messages of its own work. ``spans``: that work; a tool
-    reaches the channel only from within it, never from elsewhere on the same trace."""
+    client; ``run`` forwards the progress and log messages of its own work (``spans``)."""
 
-    # The spans an agent's run follows at most: work past them is not reported to the
-    # caller (it is never someone else's).
-    MAX_SPANS = 4096
+    MAX_SPANS = 4096  # the spans an agent's run follows at most (work past them: not reported)
 
     _KINDS = (
         EventKind.AGENT_TOKEN,
@@ -215,13 +209,15 @@ class _client_channel:
         async with trio.open_nursery() as nursery:
             await nursery.start(router.run, self.kernel)
             try:
-                result = await router.watch(self, fn)
-            except Exception as exc:  # raised below as itself, not in the nursery's group
+                return await router.watch(self, fn)
+            except Exception as exc:
+                # Raised below as itself: not in the nursery's group, and not unwrapped
+                # from a group of its own or stripped of its cause (as single_errors does).
                 error = exc
-            nursery.cancel_scope.cancel()
-        if error is not None:
-            raise error
-        return result
+            finally:
+                nursery.cancel_scope.cancel()
+        assert error is not None
+        raise error
 
     async def _handle(self, event: Event) -> None:
         notify = self.call.notify
@@ -280,24 +276,20 @@ class _client_channel:
 
 
 def _channel_of(ctx: Any) -> _client_channel | None:
-    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of: on
-    its trace, its span or its parent among the call's spans (the trace id alone is known
-    to every peer the trace reached)."""
+    """The channel of the ``tools/call`` whose work the tool context ``ctx`` is part of."""
     trace = getattr(ctx, "trace", None)
     channels = _channels.get(trace.trace_id, ()) if trace is not None else ()
     return next((c for c in channels if _of_call(trace, c.spans)), None)
 
 
 def _of_call(trace: TraceContext, spans: Collection[str]) -> bool:
-    """Whether the work on ``trace`` is a call's own: its span or its parent among the
-    call's ``spans`` (see ``_client_channel``)."""
+    """Whether the work on ``trace`` is a call's own: its span or its parent in ``spans``."""
     return trace.span_id in spans or trace.parent_span_id in spans
 
 
 def require_client_capability(ctx: Any, capability: str) -> None:
     """From inside a tool: fail unless the calling MCP client declared ``capability``
-    (e.g. ``"elicitation"``). The client then gets ``MissingRequiredClientCapability``
-    (-32021) naming it, instead of a result."""
+    (e.g. ``"elicitation"``); the client then gets -32021 naming it, not a result."""
     channel = _channel_of(ctx)
     if channel is not None:
         channel.require(capability)
@@ -325,11 +317,9 @@ async def gather_input(
 ) -> dict[str, Any] | None:
     """From inside a tool: get input from the client; ``requests`` maps a key to ``{"method":
     "elicitation/create" | "sampling/createMessage" | "roots/list", "params": {...}}``.
-
     Handshake era: the results by key, asked now. 2026-07-28: the retry's ``inputResponses``
-    when it carries every key; else the call answers ``InputRequiredResult`` (``state`` as
-    the signed ``requestState``) and this returns None: return at once (the result is
-    discarded)."""
+    if it has every key; else None (return at once): the call answers
+    ``InputRequiredResult`` with ``state`` as the signed ``requestState``."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed("no MCP client is waiting on this tool call")
@@ -339,10 +329,9 @@ async def gather_input(
 async def request_client(
     ctx: Any, method: str, params: Mapping[str, Any] | None = None, *, timeout_s: float = 60.0
 ) -> Any:
-    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the MCP client
-    whose ``tools/call`` runs this tool and return its result. Handshake era only; raises
-    ClientRequestFailed when there is no such client, it lacks the capability, answers an
-    error or times out."""
+    """From inside a tool: send ``method`` (e.g. ``sampling/createMessage``) to the calling
+    MCP client and return its result. Handshake era only; ClientRequestFailed when there is
+    no such client, it lacks the capability, answers an error or times out."""
     channel = _channel_of(ctx)
     if channel is None:
         raise ClientRequestFailed(f"{method}: no MCP client session is waiting on this tool call")
@@ -356,9 +345,7 @@ SPAN_START = EventKind.TRACE_SPAN_START
 
 class _EventRouter:
     """One tap subscription (``kinds``, on its calls' traces only) whose events go to the
-    channel of the call on their trace. A stream connection keeps one rather than a
-    subscription and task per call, which cost more than the calls; and a thousand calls
-    in flight do not each wake for every other call's spans."""
+    channel of the call on their trace: a stream connection keeps one, not one per call."""
 
     FLUSH_TIMEOUT_S = 5.0
 
@@ -414,25 +401,26 @@ class _EventRouter:
     async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
         """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
         wait until the events published during the run have been forwarded."""
-        self.watchers.setdefault(watcher.trace_id, []).append(watcher)
+        mine = self.watchers.setdefault(watcher.trace_id, [])
+        mine.append(watcher)
         follow = watcher.heartbeat and SPAN_START not in self.kinds
-        if follow:
-            self._following += 1
-        self._retune()
+        self._following += follow
+        # The subscription changes only when a trace comes or goes, or span starts are
+        # first or no longer wanted: calls sharing a trace do not retune it.
+        if len(mine) == 1 or (follow and self._following == 1):
+            self._retune()
         try:
             published = self._tap.published
             result = await fn()
             if self._tap.published != published:  # else the run published nothing to wait for
                 await self._flush()
         finally:
-            mine = self.watchers.get(watcher.trace_id, [])
-            if watcher in mine:
-                mine.remove(watcher)
+            mine.remove(watcher)
             if not mine:
-                self.watchers.pop(watcher.trace_id, None)
-            if follow:
-                self._following -= 1
-            self._retune()
+                del self.watchers[watcher.trace_id]
+            self._following -= follow
+            if not mine or (follow and not self._following):
+                self._retune()
         return result
 
     def _retune(self) -> None:

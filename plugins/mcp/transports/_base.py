@@ -1,10 +1,7 @@
-"""What every client transport offers the MCP client session.
-
-A transport moves decoded JSON-RPC messages: they arrive on ``incoming`` (a bounded
-channel closed when the connection ends, the reason in ``closed_reason``); ``send`` hands
-one to the peer (``TransportClosed`` once it is gone); ``set_protocol_version`` tells it
-the negotiated version; ``cancel_request`` returns True when aborting a request's exchange
-is itself the cancellation (closing its HTTP stream).
+"""What every client transport offers the MCP client session: decoded messages arrive on
+``incoming`` (closed when the connection ends, the reason in ``closed_reason``); ``send``
+(``TransportClosed`` once gone); ``set_protocol_version``; ``cancel_request`` (True when
+aborting the exchange is itself the cancellation: closing its HTTP stream).
 """
 
 from __future__ import annotations
@@ -58,11 +55,9 @@ class _Round:
 
 class BatchedWriter:
     """Sends framed messages on a Trio stream; those that queue up while one ``send_all``
-    runs go out together in the next (each write wakes the peer), bounded by the senders
-    waiting. A sender cancelled before its message was taken sends nothing; a taken message
-    is written whole even if senders are cancelled (a cut would glue a partial line onto
-    the next), within ``WRITE_STALL_S``, else the stream counts as broken. A failed write
-    raises in every sender whose message it held."""
+    runs go out together in the next. A sender cancelled before its message was taken
+    sends nothing; a taken message is written whole (a cut would glue a partial line onto
+    the next) within ``WRITE_STALL_S``; a failed write raises in each sender it held."""
 
     def __init__(self, stream: trio.abc.SendStream) -> None:
         self.stream = stream

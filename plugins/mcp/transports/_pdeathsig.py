@@ -2,19 +2,16 @@
 
     python -I -S _pdeathsig.py PPID [--nofile SOFT] -- COMMAND [ARGS...]
 
-Started by roost in a new session (it leads a process group), it asks for a signal when
-its parent dies (``PR_SET_PDEATHSIG``) and becomes a child subreaper, so everything the
-server leaves behind (even after ``setsid``) is re-parented to it, not to PID 1. It forks
-the server (with the operator's soft open-file limit ``SOFT`` when roost raised its own)
-on the inherited pipes, lets go of its own stdin/stdout (so EOF propagates) and waits.
-When the server exits it kills and reaps every descendant and exits with the server's
-status (128 + signal if killed); on SIGTERM/SIGINT/SIGHUP or when roost is gone it sends
-every descendant SIGTERM, allows ``TERM_GRACE_S``, then SIGKILLs and reaps them.
+A child subreaper asking for a signal when its parent dies, in its own session: everything
+the server leaves behind (even after ``setsid``) is re-parented to it. It forks the server
+(soft open-file limit ``SOFT`` when roost raised its own) on the inherited pipes, lets go
+of its own stdin/stdout (so EOF propagates) and waits. When the server exits it kills and
+reaps every descendant and exits with the server's status (128 + signal if killed); on
+SIGTERM/SIGINT/SIGHUP or when roost is gone: SIGTERM, ``TERM_GRACE_S``, SIGKILL, reap.
 
-``PR_SET_PDEATHSIG`` fires when the parent *thread* exits (trio forks from a worker thread
-that may idle out), so it only prompts a check that the parent *process* is gone, which is
-also polled every ``PARENT_POLL_S``. Standard library only, run with ``-I -S``: it starts
-fast and imports nothing from the environment.
+``PR_SET_PDEATHSIG`` fires when the parent *thread* exits (trio forks from a worker thread),
+so it only prompts a check of the parent *process*, also polled every ``PARENT_POLL_S``.
+Standard library only, run with ``-I -S``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """Streamable HTTP client transport (2025-03-26 … 2025-11-25 and 2026-07-28), over httpx.
 
-- Each message is a POST accepting JSON or an SSE stream (notifications, then the answer).
-- Handshake era: ``Mcp-Session-Id`` from ``initialize`` and ``MCP-Protocol-Version`` go on
-  later requests; a GET stream carries server-initiated messages (405: none); a broken
-  stream is resumed with ``Last-Event-ID``; DELETE ends the session; a 404 for our
-  session means it ended (reported as closed; the manager reconnects).
-- 2026-07-28: no session, no GET stream, per-POST ``Mcp-Method``/``Mcp-Name`` headers;
-  closing a response stream cancels its request. No resumption: a request whose stream
-  breaks is re-issued once under a new id (the caller still sees its own id).
-- A request without a JSON-RPC answer (any HTTP error, or no answer) is answered at once
-  with a JSON-RPC error (``http_error_message``: ``data.httpStatus``, ``retryAfter``), so
-  no call waits out its timeout; the client retries 429/503 from there.
-- Reads are capped: ``MAX_MESSAGE_BYTES`` per JSON answer or SSE event, 64 KiB of an error.
-- The URL is checked against SSRF rules once and every request connects to the checked
-  address (``PinnedTransport``): DNS rebinding cannot redirect it.
+Each message is a POST answered with JSON or an SSE stream. Handshake era: the session id
+and version go on later requests, a GET stream carries server-initiated messages, a broken
+stream resumes with ``Last-Event-ID``, DELETE ends the session, a 404 for it means it ended.
+2026-07-28: per-POST ``Mcp-Method``/``Mcp-Name`` headers, closing a response stream cancels
+its request, and a broken one is re-issued once under a new id. A request without an answer
+(an HTTP error, or none) is answered at once with a JSON-RPC error (``http_error_message``).
+Reads are capped; the URL is checked against SSRF rules once and pinned (``open_http_peer``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -28,12 +20,11 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import public_url
+from roost.kernel import HTTP_TOKEN, public_url
 from roost.plugins.http.client import (
     ResponseTooLarge,
     read_body,
     read_error_body,
-    retry_after_s,
     sse_events,
 )
 
@@ -52,8 +43,6 @@ from .sse import (
     http_error_message,
     json_messages,
     open_http_peer,
-    refusal_hint,
-    refused,
 )
 
 log = logging.getLogger("roost.mcp.http")
@@ -61,7 +50,6 @@ log = logging.getLogger("roost.mcp.http")
 GET_STREAM_RETRIES = 5
 DELETE_TIMEOUT_S = 3.0
 MAX_RETRY_WAIT_S = 30.0
-_TCHAR = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _SAFE_INT = 2**53 - 1
 _PRIMITIVES = ("string", "integer", "boolean")
 
@@ -87,7 +75,7 @@ def x_mcp_header_problem(schema: Any) -> str | None:
                     f"x-mcp-header at {where or 'the root'} is not on a property "
                     "reachable through properties"
                 )
-            if not isinstance(value, str) or not value or not _TCHAR.fullmatch(value):
+            if not isinstance(value, str) or not value or not HTTP_TOKEN.fullmatch(value):
                 return f"x-mcp-header {value!r} at {where} is not a valid HTTP header name token"
             if node.get("type") not in _PRIMITIVES:
                 return (
@@ -240,16 +228,19 @@ class HttpTransport(HttpPeer):
             self.url, body, self._headers(message), "POST failed"
         )
         status = response.status_code
-        if status == 404 and self.session_id and not self.modern:
-            await self._lost("the server ended the session (HTTP 404)")
+        if await self._session_ended(status):
             raise TransportClosed(f"MCP server {self.name!r}: the session ended")
         if status >= 400:
-            raise refused(self.name, self.headers, message, status, error_body)
+            raise self._refused(message, status, error_body)
 
-    async def _lost(self, reason: str) -> None:
+    async def _session_ended(self, status: int, method: Any = None) -> bool:
+        """Whether HTTP ``status`` (to ``method``) says our session ended: then we are closed."""
+        if status != 404 or not self.session_id or self.modern or method == "initialize":
+            return False
         if self.closed_reason is None:
-            self.closed_reason = reason
+            self.closed_reason = "the server ended the session (HTTP 404)"
             await self._send_channel.aclose()
+        return True
 
     async def _exchange(
         self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
@@ -296,22 +287,13 @@ class HttpTransport(HttpPeer):
                     if session:
                         self.session_id = session
                 status = response.status_code
-                if (
-                    status == 404
-                    and self.session_id
-                    and not self.modern
-                    and message.get("method") != "initialize"
-                ):
-                    await self._lost("the server ended the session (HTTP 404)")
+                if await self._session_ended(status, message.get("method")):
                     return _Outcome(answered=True)
                 if status >= 400:
-                    return await self._answer_error(
-                        request_id,
-                        status,
-                        await read_error_body(response),
-                        retry_after=retry_after_s(response.headers),
-                        hint=refusal_hint(self.name, self.headers, status),
+                    await self._push(
+                        self._refusal(request_id, response, await read_error_body(response))
                     )
+                    return _Outcome(answered=True)
                 ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                 if ctype == "application/json":
                     try:
@@ -351,11 +333,9 @@ class HttpTransport(HttpPeer):
             return await self._answer_error(request_id, 0, f"bad SSE stream: {exc}".encode())
         return _Outcome(answered=True)
 
-    async def _answer_error(
-        self, request_id: Any, status: int, body: bytes, **facts: Any
-    ) -> _Outcome:
-        """Answer ``request_id`` with ``http_error_message`` (``facts``: its keywords)."""
-        await self._push(http_error_message(request_id, status, body, **facts))
+    async def _answer_error(self, request_id: Any, status: int, body: bytes) -> _Outcome:
+        """Answer ``request_id`` with ``http_error_message``."""
+        await self._push(http_error_message(request_id, status, body))
         return _Outcome(answered=True)
 
     async def _read_sse(
@@ -396,6 +376,8 @@ class HttpTransport(HttpPeer):
         for _attempt in range(GET_STREAM_RETRIES):
             try:
                 async with self._get(last_event_id) as response:
+                    if await self._session_ended(response.status_code):
+                        return True  # every request in flight fails with the connection
                     if response.status_code != 200:
                         return False
                     async with contextlib.aclosing(
@@ -433,8 +415,7 @@ class HttpTransport(HttpPeer):
                         ready()
                         if response.status_code == 405:
                             return  # the server offers no GET stream
-                        if response.status_code == 404 and self.session_id:
-                            await self._lost("the server ended the session (HTTP 404)")
+                        if await self._session_ended(response.status_code):
                             return
                         if response.status_code != 200:
                             failures += 1

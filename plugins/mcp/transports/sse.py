@@ -1,10 +1,7 @@
-"""The 2024-11-05 HTTP+SSE client transport (deprecated by the spec, still common): the
-client GETs an SSE stream, waits for the ``endpoint`` event naming where to POST, then
-POSTs every message there; every server message arrives on the stream.
-
-Also home of what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (with the
-SSRF guard: connections go to the checked address) and ``http_error_message`` (a refused
-request is answered at once with a JSON-RPC error).
+"""The 2024-11-05 HTTP+SSE client transport (deprecated, still common): GET an SSE stream,
+wait for its ``endpoint`` event, POST every message there; answers arrive on the stream.
+Also what both HTTP transports share: ``HttpPeer`` / ``open_http_peer`` (SSRF-checked,
+pinned connections) and ``http_error_message`` (a refused request answered at once).
 """
 
 from __future__ import annotations
@@ -120,15 +117,6 @@ def encode_body(message: Mapping[str, Any]) -> bytes:
     return body
 
 
-def refused(
-    name: str, headers: Mapping[str, str], message: Mapping[str, Any], status: int, body: bytes
-) -> TransportError:
-    """The error for a POST of ``message`` that the server refused with HTTP ``status``."""
-    what = message.get("method", "a message")
-    report = status_report(status, body, refusal_hint(name, headers, status))
-    return TransportError(f"MCP server {name!r} refused {what} with {report}")
-
-
 def refusal_hint(name: str, headers: Mapping[str, str], status: int) -> str | None:
     """What to configure when the server refuses our credentials (HTTP 401/403)."""
     if status not in (401, 403):
@@ -184,6 +172,19 @@ class HttpPeer(ClientTransport):
                 return response, await read_error_body(response)
         except httpx.HTTPError as exc:
             raise TransportClosed(f"MCP server {self.name!r}: {failed} ({exc})") from None
+
+    def _refusal(self, request_id: Any, response: httpx.Response, body: bytes) -> dict[str, Any]:
+        """The JSON-RPC answer to a request the server refused with an HTTP error."""
+        status = response.status_code
+        hint = refusal_hint(self.name, self.headers, status)
+        retry_after = retry_after_s(response.headers)
+        return http_error_message(request_id, status, body, retry_after=retry_after, hint=hint)
+
+    def _refused(self, message: Mapping[str, Any], status: int, body: bytes) -> TransportError:
+        """The error for a POST of ``message`` that the server refused with HTTP ``status``."""
+        what = message.get("method", "a message")
+        report = status_report(status, body, refusal_hint(self.name, self.headers, status))
+        return TransportError(f"MCP server {self.name!r} refused {what} with {report}")
 
     async def _push(self, message: dict[str, Any]) -> None:
         try:
@@ -272,20 +273,12 @@ class SseTransport(HttpPeer):
         if status < 400:
             return
         if "method" in message and "id" in message:
-            hint = refusal_hint(self.name, self.headers, status)
-            answer = http_error_message(
-                message["id"],
-                status,
-                error_body,
-                retry_after=retry_after_s(response.headers),
-                hint=hint,
-            )
             try:
-                await self._send_channel.send(answer)
+                await self._send_channel.send(self._refusal(message["id"], response, error_body))
                 return
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 pass  # the stream has ended: say so below
-        raise refused(self.name, self.headers, message, status, error_body)
+        raise self._refused(message, status, error_body)
 
     async def _start(self, timeout_secs: float) -> None:
         with trio.move_on_after(timeout_secs) as scope:

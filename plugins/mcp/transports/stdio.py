@@ -1,12 +1,9 @@
 """stdio client transport: run an MCP server as a child process, NDJSON on its pipes.
 
-- The child's environment is cleared except ``PATH``, ``HOME`` and the listed names.
-- It runs in its own process group under a supervisor (``_pdeathsig.py``) that kills and
-  reaps everything the server started when roost dies (even SIGKILLed), on SIGTERM or
-  when the server exits: nothing is orphaned.
-- stderr lines go to the log; stdout lines that are not JSON objects are logged and
-  skipped, one over 10 MB is dropped.
-- Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (every wait bounded).
+Its environment is only ``PATH``, ``HOME`` and the listed names; it runs in its own process
+group under a supervisor (``_pdeathsig.py``) that reaps everything it started when roost
+dies or it exits. stderr goes to the log; stdout lines that are not JSON objects are
+skipped. Shutdown: close stdin → wait → SIGTERM → wait → SIGKILL → reap (bounded waits).
 """
 
 from __future__ import annotations
@@ -227,11 +224,8 @@ async def open_stdio_transport(
     env: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[StdioTransport]:
-    """Start ``command args`` and yield its transport; leaving stops and reaps it.
-
-    ``env`` names the variables of roost's environment the server may see (beside PATH
-    and HOME); ``extra_env`` sets explicit values (tests).
-    """
+    """Start ``command args`` and yield its transport; leaving stops and reaps it. ``env``
+    names the variables of roost's environment the server may see; ``extra_env`` sets values."""
     check_command(command)
     child_env = child_environment(env)
     if extra_env:
