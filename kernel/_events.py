@@ -216,8 +216,7 @@ class EventTap:
         self._subscribers[key] = sub
         if sub.traces is not None:
             self._traced_kinds[sub.kinds] += 1
-            for trace_id in sub.traces:
-                self._traced.setdefault(trace_id, {})[key] = sub
+            self._trace(key, sub, sub.traces)
             return
         if not sub.kinds:
             self._everything[key] = sub
@@ -235,11 +234,7 @@ class EventTap:
             self._traced_kinds[sub.kinds] -= 1
             if not self._traced_kinds[sub.kinds]:
                 del self._traced_kinds[sub.kinds]
-            for trace_id in sub.traces:
-                subs = self._traced[trace_id]
-                del subs[key]
-                if not subs:
-                    del self._traced[trace_id]
+            self._untrace(key, sub.traces)
             return sub
         self._everything.pop(key, None)
         for kind in sub.kinds or ():
@@ -250,6 +245,17 @@ class EventTap:
                 if not subs:
                     del index[kind]
         return sub
+
+    def _trace(self, key: int, sub: _Subscriber, trace_ids: Iterable[str]) -> None:
+        for trace_id in trace_ids:
+            self._traced.setdefault(trace_id, {})[key] = sub
+
+    def _untrace(self, key: int, trace_ids: Iterable[str]) -> None:
+        for trace_id in trace_ids:
+            subs = self._traced[trace_id]
+            del subs[key]
+            if not subs:
+                del self._traced[trace_id]
 
     @asynccontextmanager
     async def subscribe(
@@ -299,13 +305,8 @@ class EventTap:
         sub = self._subscribers[key]
         if kinds == sub.kinds and sub.traces is not None and new is not None:
             # Only its traces change (a call starts or ends): move just those.
-            for trace_id in sub.traces - new:
-                subs = self._traced[trace_id]
-                del subs[key]
-                if not subs:
-                    del self._traced[trace_id]
-            for trace_id in new - sub.traces:
-                self._traced.setdefault(trace_id, {})[key] = sub
+            self._untrace(key, sub.traces - new)
+            self._trace(key, sub, new - sub.traces)
             sub.traces = new
             return
         self._remove(key)
@@ -331,20 +332,15 @@ def _takes(kinds: tuple[str, ...] | None, kind: str) -> bool:
     return not kinds or any(kind == k or (k.endswith(":") and kind.startswith(k)) for k in kinds)
 
 
+@attrs.define(eq=False)
 class _Subscriber:
     """One subscription: its channel, the kinds it takes (None: all; a kind ending in
     ``:`` is a namespace) and the trace ids (None: all). The tap offers it only those."""
 
-    def __init__(
-        self,
-        send: trio.MemorySendChannel[Event],
-        kinds: tuple[str, ...] | None,
-        traces: frozenset[str] | None = None,
-    ):
-        self.send = send
-        self.kinds = kinds
-        self.traces = traces
-        self.dropped = 0
+    send: trio.MemorySendChannel[Event]
+    kinds: tuple[str, ...] | None
+    traces: frozenset[str] | None = None
+    dropped: int = 0
 
     def offer(self, event: Event) -> None:
         try:
