@@ -83,22 +83,18 @@ class _Check:
     integer: bool = False
 
 
-def _int(low: int, high: int | None = None, note: str = "") -> _Check:
+def _int(low: int, high: float = math.inf, note: str = "") -> _Check:
     def test(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise _Bad
-        if high is not None and value > high:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise _Bad
         return value
 
-    bounds = f"{low}-{high}" if high is not None else f"≥ {low}"
+    bounds = f"{low}-{high}" if high != math.inf else f"≥ {low}"
     return _Check(f"an integer {bounds}{note}", test, integer=True)
 
 
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad
-    if not math.isfinite(value) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise _Bad
     return float(value)
 
@@ -130,19 +126,21 @@ def _str(
     return _Check(what, test)
 
 
+def _part(check: _Check, value: Any, suffix: str) -> Any:
+    """``check`` applied to ``value``, a part of a setting that ``suffix`` names."""
+    try:
+        return check.test(value)
+    except _Bad:
+        raise _Bad(suffix, check.what, value) from None
+
+
 def _str_list(item: _Check | None = None, what: str = "an array of strings") -> _Check:
     item = item or _str()
 
     def test(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list):
             raise _Bad
-        items = []
-        for index, entry in enumerate(value):
-            try:
-                items.append(item.test(entry))
-            except _Bad:
-                raise _Bad(f"[{index}]", item.what, entry) from None
-        return tuple(items)
+        return tuple(_part(item, entry, f"[{index}]") for index, entry in enumerate(value))
 
     return _Check(what, test)
 
@@ -190,15 +188,13 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
             raise _Bad(f".{name}", _ONE_SOURCE, entry)
         source = sources[0]
         check = _ENV_NAME if source == "key_env" else _str("a file path")
-        try:
-            item: dict[str, Any] = {"name": name, source: check.test(entry[source])}
-        except _Bad:
-            raise _Bad(f".{name}.{source}", check.what, entry[source]) from None
-        admin = entry.get("admin", False)
-        if not isinstance(admin, bool):
-            raise _Bad(f".{name}.admin", _BOOL.what, admin)
-        item["admin"] = admin
-        out.append(item)
+        out.append(
+            {
+                "name": name,
+                source: _part(check, entry[source], f".{name}.{source}"),
+                "admin": _part(_BOOL, entry.get("admin", False), f".{name}.admin"),
+            }
+        )
     return tuple(out)
 
 

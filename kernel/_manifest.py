@@ -222,12 +222,11 @@ _converter = cattrs.Converter()
 
 
 def _structure_step(data: Mapping[str, Any], _type: type) -> ScriptStep:
-    if "parallel" in data:
-        calls = tuple(
-            ScriptCall(c["tool"], dict(c.get("arguments") or {})) for c in data["parallel"]
-        )
-        return ScriptStep(calls, parallel=True)
-    return ScriptStep((ScriptCall(data["tool"], dict(data.get("arguments") or {})),))
+    parallel = "parallel" in data
+    calls = data["parallel"] if parallel else [data]
+    return ScriptStep(
+        tuple(ScriptCall(c["tool"], dict(c.get("arguments") or {})) for c in calls), parallel
+    )
 
 
 _converter.register_structure_hook(ScriptStep, _structure_step)
@@ -514,6 +513,10 @@ def _check_unique(data: Any, source: str) -> list[ManifestError]:
     return errors
 
 
+def _resolve(base_dir: Path | None, path: str) -> Path:
+    return (base_dir or Path.cwd()) / Path(path).expanduser()
+
+
 def _load_prompt(
     data: Any, source: str, base_dir: Path | None
 ) -> tuple[str, Path | None, list[ManifestError]]:
@@ -523,7 +526,7 @@ def _load_prompt(
     name = data.get("system_prompt_file")
     if not isinstance(name, str) or not name:
         return (inline if isinstance(inline, str) else ""), None, []
-    prompt_path = (base_dir or Path.cwd()) / Path(name).expanduser()
+    prompt_path = _resolve(base_dir, name)
     pointer = "/system_prompt_file"
     try:
         return read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
@@ -561,13 +564,11 @@ def _check(
     fields.update(
         system_prompt=prompt, system_prompt_file=prompt_path, path=path, base_dir=base_dir
     )
-    workspace = data.get("workspace")
-    if workspace is not None:
-        fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
+    if data.get("workspace") is not None:
+        fields["workspace"] = _resolve(base_dir, data["workspace"])
     if "files" in data:
         fields["files"] = {
-            key: [(base_dir or Path.cwd()) / Path(p).expanduser() for p in paths]
-            for key, paths in data["files"].items()
+            key: [_resolve(base_dir, p) for p in paths] for key, paths in data["files"].items()
         }
     return _converter.structure(fields, AgentManifest), []
 

@@ -241,11 +241,12 @@ async def check_url(
         except (OSError, UnicodeError) as exc:
             raise UrlRefused(url, f"could not resolve host {host!r} ({exc})") from None
 
-    addresses: list[IPAddress] = []
-    for item in raw:
-        ip = item if not isinstance(item, str) else ipaddress.ip_address(item.split("%", 1)[0])
-        if ip not in addresses:
-            addresses.append(ip)
+    addresses = list(
+        dict.fromkeys(
+            ipaddress.ip_address(item.split("%", 1)[0]) if isinstance(item, str) else item
+            for item in raw
+        )
+    )
     if not addresses:
         raise UrlRefused(url, f"host {host!r} resolved to no addresses")
 

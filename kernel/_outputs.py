@@ -27,6 +27,10 @@ MAX_RUN_PARTS = 64
 ARTIFACT_URI = "roost://artifacts/"
 
 
+def _base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
 @attrs.frozen
 class OutputPart:
     """One piece of an output: exactly one of ``text``, ``data`` (any JSON value, flagged by
@@ -58,7 +62,7 @@ class OutputPart:
         elif self.has_data:
             out = {"data": self.data}
         elif self.raw is not None:
-            out = {"raw": base64.b64encode(self.raw).decode("ascii")}
+            out = {"raw": _base64(self.raw)}
         else:
             out = {"url": self.url}
         if self.filename is not None:
@@ -75,7 +79,7 @@ class OutputPart:
             return {"type": "text", "text": json.dumps(self.data, ensure_ascii=False)}
         media = self.media_type or "application/octet-stream"
         if self.raw is not None:
-            encoded = base64.b64encode(self.raw).decode("ascii")
+            encoded = _base64(self.raw)
             if media.startswith(("image/", "audio/")):
                 return {"type": media.split("/", 1)[0], "data": encoded, "mimeType": media}
             return {
@@ -128,26 +132,16 @@ class Output:
             if not whole and uri != part_uri:
                 continue
             if part.raw is not None:
-                item = {
-                    "uri": part_uri,
-                    "mimeType": part.media_type or "application/octet-stream",
-                    "blob": base64.b64encode(part.raw).decode("ascii"),
-                }
-            elif part.text is not None:
-                item = {
-                    "uri": self.uri,
-                    "mimeType": part.media_type or "text/plain",
-                    "text": part.text,
-                }
+                media = part.media_type or "application/octet-stream"
+                out.append({"uri": part_uri, "mimeType": media, "blob": _base64(part.raw)})
+                continue
+            if part.text is not None:
+                media, text = part.media_type or "text/plain", part.text
             elif part.has_data:
-                item = {
-                    "uri": self.uri,
-                    "mimeType": "application/json",
-                    "text": json.dumps(part.data, ensure_ascii=False),
-                }
+                media, text = "application/json", json.dumps(part.data, ensure_ascii=False)
             else:
-                item = {"uri": self.uri, "mimeType": "text/uri-list", "text": part.url or ""}
-            out.append(item)
+                media, text = "text/uri-list", part.url or ""
+            out.append({"uri": self.uri, "mimeType": media, "text": text})
         return out
 
     def to_json(self) -> dict[str, Any]:

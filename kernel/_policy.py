@@ -254,11 +254,8 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     """``result`` with its text blocks cut to ``limit`` characters in all: the block that
     crosses it is cut and marked, later text dropped; other blocks are kept."""
     limit = _check_limit(limit)
-    total = 0
-    for block in result.content:
-        if block.get("type") == "text":
-            total += len(str(block.get("text", "")))
-    if total <= limit:
+    texts = [str(b.get("text", "")) for b in result.content if b.get("type") == "text"]
+    if sum(map(len, texts)) <= limit:
         return result
     remaining = limit
     out: list[Mapping[str, Any]] = []
@@ -312,7 +309,7 @@ class LoopGuard:
             if previous != key:
                 break
             in_a_row += 1
-        in_window = sum(1 for previous in self._recent if previous == key)
+        in_window = self._recent.count(key)
         self._recent.append(key)
         shown = _clip(key[1], 120)
         if in_a_row + 1 > self.max_repeats:

@@ -225,7 +225,6 @@ def _check_id(name: str, value: Any) -> str:
 
 
 def _check_ids(**ids: Any) -> None:
-    """``_check_id`` for each of ``ids`` (name=value)."""
     for name, value in ids.items():
         _check_id(name, value)
 
@@ -527,11 +526,11 @@ class SqliteStore(SqliteDatabase):
         """Sessions (of ``owner``, else everyone's) as dicts, most recently updated first."""
         where, params = _filters(agent=agent, owner=owner)
         limit = _check_limit(limit, optional=False)
-        sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
+        keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
+        sql = f"SELECT {', '.join(keys)} FROM sessions"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ?"
-        keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
 
         def work(conn: sqlite3.Connection) -> list[dict]:
             return [
