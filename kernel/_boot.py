@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,7 @@ async def open_kernel(
             found, errors = load_agents(
                 [Path(d) for d in config.agents.dirs],
                 include_bundled=config.agents.bundled,
-                config_file=getattr(config, "where", "roost.toml"),
+                config_file=config.where,
             )
             kernel.manifest_errors.extend(errors)
             for err in errors:
@@ -92,9 +92,9 @@ async def open_kernel(
                 _add_agent_tool(kernel, name)
             specs = kernel.registry.specs()
             for manifest in kernel.agents.values():
-                for warning in tool_pattern_warnings(manifest, specs):
-                    kernel.load_warnings.append(warning)
-                    log.warning("%s", warning)
+                kernel.load_warnings += tool_pattern_warnings(manifest, specs)
+            for warning in kernel.load_warnings:
+                log.warning("%s", warning)
             for name, manifest in kernel.agents.items():
                 try:
                     provider = _create_provider(kernel, manifest)
@@ -146,7 +146,7 @@ def _check_config(
 ) -> None:
     """One ``ConfigError`` with every problem the plugins find (``roost_check_config``) and
     every ``[providers.<name>]`` naming no installed or disabled provider."""
-    where = getattr(config, "where", "roost.toml")
+    where = config.where
     problems: list[str] = []
     # A broken check (any other exception) is the plugin's failure, not the config's.
     for _name, found in pm.call_each("roost_check_config", answers=(ConfigError,), config=config):
@@ -161,10 +161,8 @@ def _check_config(
             if isinstance(d, ProviderDescriptor)
         }
     )
-    sections = config.providers if isinstance(getattr(config, "providers", None), Mapping) else {}
-    disabled = set(getattr(getattr(config, "plugins", None), "disabled", ()))
-    for section in sections:
-        if section not in installed and section not in disabled:
+    for section in config.providers:
+        if section not in installed and section not in config.plugins.disabled:
             close = difflib.get_close_matches(section, installed, n=1)
             hint = f" — did you mean [providers.{close[0]}]?" if close else ";"
             problems.append(
@@ -265,12 +263,7 @@ def _create_provider(kernel: Kernel, manifest: Any, model: Any = None) -> Any:
             f"model.provider {name!r} is not installed (installed providers: {known}); "
             "install its plugin or choose another provider in agent.json"
         )
-    settings = (
-        dict(kernel.config.providers.get(name, {}))
-        if isinstance(kernel.config.providers, Mapping)
-        else {}
-    )
-    return descriptor.factory(model, settings)
+    return descriptor.factory(model, dict(kernel.config.providers.get(name, {})))
 
 
 def _create_tiers(kernel: Kernel, manifest: Any) -> tuple[Any, Any] | None:
