@@ -273,11 +273,11 @@ class EventTap:
         """
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
-        kinds = _kind_tuple(kinds)
+        kinds = _given(kinds, tuple)
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._add(key, _Subscriber(send, kinds, _trace_set(traces)))
+        self._add(key, _Subscriber(send, kinds, _given(traces, frozenset)))
         self._keys[receive] = key
         try:
             async with receive:
@@ -300,8 +300,8 @@ class EventTap:
         key = self._keys.get(events)
         if key is None:
             raise ValueError("events: not the channel of an open subscription to this tap")
-        kinds = _kind_tuple(kinds)
-        new = _trace_set(traces)
+        kinds = _given(kinds, tuple)
+        new = _given(traces, frozenset)
         sub = self._subscribers[key]
         if kinds == sub.kinds and sub.traces is not None and new is not None:
             # Only its traces change (a call starts or ends): move just those.
@@ -315,16 +315,11 @@ class EventTap:
         self._add(key, sub)
 
 
-def _kind_tuple(kinds: str | Iterable[str] | None) -> tuple[str, ...] | None:
-    if isinstance(kinds, str):
-        return (kinds,)
-    return None if kinds is None else tuple(kinds)
-
-
-def _trace_set(traces: Iterable[str] | None) -> frozenset[str] | None:
-    if isinstance(traces, str):
-        return frozenset((traces,))
-    return None if traces is None else frozenset(traces)
+def _given(values: str | Iterable[str] | None, kind: type) -> Any:
+    """``values`` as a ``kind`` (tuple, frozenset), a single string as one value; None: all."""
+    if values is None:
+        return None
+    return kind((values,) if isinstance(values, str) else values)
 
 
 def _takes(kinds: tuple[str, ...] | None, kind: str) -> bool:

@@ -399,9 +399,7 @@ _LEAF_KEYWORDS = {
     "minimum",
     "maximum",
     "exclusiveMinimum",
-    "exclusiveMaximum",
     "minLength",
-    "maxLength",
     "pattern",
 }
 
@@ -429,12 +427,8 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
                 continue
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            out.append(
-                (
-                    json_pointer([*error.absolute_path, key]),
-                    f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}",
-                )
-            )
+            problem = f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}"
+            out.append((json_pointer([*error.absolute_path, key]), problem))
         return out
     if keyword == "format":  # "regex", the only format the schema uses
         problem = f"{_got(instance)}: {error.cause}"
@@ -548,9 +542,7 @@ def _check(
     errors: list[ManifestError] = []
     raw = list(_validator(remember=path is not None).iter_errors(data))  # path: JSON text
     best = best_match(raw)
-    if best is not None:
-        raw.remove(best)
-        raw.insert(0, best)
+    raw.sort(key=lambda error: error is not best)  # the most relevant first
     for error in raw:
         for pointer, expected in _translate(error):
             if not any(e.pointer == pointer and e.expected == expected for e in errors):

@@ -98,8 +98,6 @@ _RULE_TEXT = {
     "private": "a private-network address",
     "reserved": "a reserved or documentation address",
 }
-# Rules a caller may lift; the rest are never allowed.
-_ALLOWABLE = {"private": "allow_private", "loopback": "allow_loopback"}
 
 
 class UrlRefused(SandboxError, code="url_refused"):
@@ -250,11 +248,11 @@ async def check_url(
     if not addresses:
         raise UrlRefused(url, f"host {host!r} resolved to no addresses")
 
+    # The rules a caller may lift (the rest are never allowed), and whether it did.
+    allowed = {"private": allow_private, "loopback": allow_loopback}
     for ip in addresses:
         rule = classify_address(ip)
-        if rule is None:
-            continue
-        if (rule == "private" and allow_private) or (rule == "loopback" and allow_loopback):
+        if rule is None or allowed.get(rule):
             continue
         if literal is None:
             subject = f"{host!r} resolves to {ip}, which"
@@ -262,9 +260,7 @@ async def check_url(
             subject = f"{host!r} (the address {ip})"
         else:
             subject = f"the address {ip}"
-        fix = (
-            f"; to allow it, set {allow_hint}" if rule in _ALLOWABLE else "; this is never allowed"
-        )
+        fix = f"; to allow it, set {allow_hint}" if rule in allowed else "; this is never allowed"
         raise UrlRefused(
             url,
             f"{subject} is {_RULE_TEXT[rule]} (rule {rule!r}){fix}",
