@@ -168,7 +168,7 @@ class Outputs:
     def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
         """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
         size = part.size  # a data part's size is its JSON: measure it once
-        self._check_room(1, size)
+        self._reserve(1, size)
         old = self._by_name.get(name)
         if old is None:
             new = Output(name, (part,), description)
@@ -177,8 +177,6 @@ class Outputs:
                 old, parts=old.parts + (part,), description=description or old.description
             )
         self._by_name[name] = new
-        self._parts += 1
-        self._bytes += size
         return new
 
     def adopt(self, output: Output) -> None:
@@ -187,15 +185,12 @@ class Outputs:
         past the bounds, none of it (ToolArgumentsInvalid)."""
         if any(o.id == output.id for o in self._by_name.values()):
             return
-        size = output.size
-        self._check_room(len(output.parts), size)
+        self._reserve(len(output.parts), output.size)
         # Kept apart from an artifact of this run with the same name (they are two).
         key = output.name if output.name not in self._by_name else f"{output.name}\0{output.id}"
         self._by_name[key] = output
-        self._parts += len(output.parts)
-        self._bytes += size
 
-    def _check_room(self, parts: int, size: int) -> None:
+    def _reserve(self, parts: int, size: int) -> None:
         if self._parts + parts > MAX_RUN_PARTS:
             raise ToolArgumentsInvalid(
                 f"this run already handed over {self._parts} of the {MAX_RUN_PARTS} artifact "
@@ -207,6 +202,8 @@ class Outputs:
                 f"{MAX_RUN_BYTES // (1024 * 1024)} MiB; this ({size} bytes) does not fit "
                 f"(already {self._bytes} bytes): hand over a URL instead"
             )
+        self._parts += parts
+        self._bytes += size
 
     def snapshot(self) -> tuple[Output, ...]:
         return tuple(self._by_name.values())

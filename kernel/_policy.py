@@ -74,8 +74,8 @@ def matches(spec: ToolSpec, pattern: str) -> bool:
     return fnmatchcase(spec.name, pattern) or fnmatchcase(spec.qualified_name, pattern)
 
 
-def _first_match(spec: ToolSpec, patterns: Iterable[str]) -> str | None:
-    return next((p for p in patterns if matches(spec, p)), None)
+def _any_match(spec: ToolSpec, patterns: Iterable[str]) -> bool:
+    return any(matches(spec, p) for p in patterns)
 
 
 def _names(spec: ToolSpec) -> str:
@@ -98,7 +98,7 @@ class Capabilities:
 
     def allows(self, spec: ToolSpec) -> bool:
         """True when some pattern matches the tool's registry or qualified name."""
-        return _first_match(spec, self.patterns) is not None
+        return _any_match(spec, self.patterns)
 
     def check(self, spec: ToolSpec, *, agent: str = "") -> None:
         """Raise ``ToolDenied`` unless the tool is allowed, saying how to allow it."""
@@ -127,9 +127,7 @@ class Exposure:
 
     def is_exposed(self, spec: ToolSpec) -> bool:
         """True when an ``expose`` pattern matches and no ``private`` pattern does."""
-        return (
-            _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
-        )
+        return not _any_match(spec, self.private) and _any_match(spec, self.expose)
 
 
 # ---- Argument validation -------------------------------------------------------------------
