@@ -308,24 +308,17 @@ def origin_of(url: str) -> tuple[str, str, int]:
     return scheme, (parts.hostname or "").rstrip("."), port
 
 
+@attrs.define(kw_only=True, eq=False)
 class AddressPins:
     """``check_url`` once per origin, its approved addresses reused: one per connection,
     so a rebinding name cannot switch to a forbidden address mid-connection."""
 
-    def __init__(
-        self,
-        *,
-        allow_private: bool = False,
-        allow_loopback: bool = False,
-        resolver: Resolver | None = None,
-        allow_hint: str = DEFAULT_ALLOW_HINT,
-    ) -> None:
-        self.allow_private = allow_private
-        self.allow_loopback = allow_loopback
-        self.resolver = resolver
-        self.allow_hint = allow_hint
-        self._pins: dict[tuple[str, str, int], list[IPAddress]] = {}
-        self._lock = trio.Lock()
+    allow_private: bool = False
+    allow_loopback: bool = False
+    resolver: Resolver | None = None
+    allow_hint: str = DEFAULT_ALLOW_HINT
+    _pins: dict[tuple[str, str, int], list[IPAddress]] = attrs.field(factory=dict, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def addresses(self, url: str) -> list[IPAddress]:
         """The approved addresses of ``url``'s origin; raises ``UrlRefused``."""
