@@ -339,17 +339,10 @@ _TYPE_WORDS = {
 
 
 def _bounds(schema: Mapping[str, Any]) -> str:
-    low, high = schema.get("minimum"), schema.get("maximum")
-    xlow = schema.get("exclusiveMinimum")
-    if low is not None and high is not None:
-        return f" {low}-{high}"
-    parts = []
-    if low is not None:
-        parts.append(f"≥ {low}")
-    if xlow is not None:
-        parts.append(f"> {xlow}")
-    if high is not None:
-        parts.append(f"≤ {high}")
+    if "minimum" in schema and "maximum" in schema:
+        return f" {schema['minimum']}-{schema['maximum']}"
+    signs = (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
+    parts = [f"{sign} {schema[key]}" for key, sign in signs if key in schema]
     return " " + " and ".join(parts) if parts else ""
 
 
