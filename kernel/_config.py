@@ -162,16 +162,16 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
         raise _Bad
     out = []
     for name, entry in value.items():
-        if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
-            what = (
-                f"a name other than {LOCAL_PRINCIPAL!r} (the principal of a daemon without keys)"
-                if name == LOCAL_PRINCIPAL
-                else (
-                    "a principal name: 1-64 letters, digits, '_', '.', "
-                    "'@' or '-', starting with a letter or digit"
-                )
-            )
+        if name == LOCAL_PRINCIPAL:
+            what = f"a name other than {name!r} (the principal of a daemon without keys)"
             raise _Bad(f".{name}", what, name)
+        if not re.fullmatch(_PRINCIPAL_NAME, name):
+            raise _Bad(
+                f".{name}",
+                "a principal name: 1-64 letters, digits, '_', '.', '@' or '-', "
+                "starting with a letter or digit",
+                name,
+            )
         if not isinstance(entry, dict):
             raise _Bad(f".{name}", _ONE_SOURCE, entry)
         for field in entry:
