@@ -52,14 +52,15 @@ def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, .
     return tuple(map(ipaddress.ip_network, cidrs))
 
 
-# Rule name -> networks. Checked in this order after the metadata rule.
+# (rule name, what it forbids, its networks), checked in this order after the metadata rule.
 _RULES = (
-    ("unspecified", _nets("0.0.0.0/8", "::/128")),
-    ("loopback", _nets("127.0.0.0/8", "::1/128")),
-    ("link-local", _nets("169.254.0.0/16", "fe80::/10")),
-    ("multicast", _nets("224.0.0.0/4", "ff00::/8")),
+    ("unspecified", "an unspecified address", _nets("0.0.0.0/8", "::/128")),
+    ("loopback", "a loopback address", _nets("127.0.0.0/8", "::1/128")),
+    ("link-local", "a link-local address", _nets("169.254.0.0/16", "fe80::/10")),
+    ("multicast", "a multicast address", _nets("224.0.0.0/4", "ff00::/8")),
     (
         "private",
+        "a private-network address",
         _nets(
             "10.0.0.0/8",
             "172.16.0.0/12",
@@ -71,6 +72,7 @@ _RULES = (
     ),
     (
         "reserved",
+        "a reserved or documentation address",
         _nets(
             "192.0.0.0/24",  # IETF protocol assignments
             "192.0.2.0/24",  # documentation
@@ -89,15 +91,8 @@ _RULES = (
 _NAT64 = _nets("64:ff9b::/96", "64:ff9b:1::/48")
 _IPV4_CHARS = frozenset("0123456789abcdefxABCDEFX.")
 
-_RULE_TEXT = {
-    "metadata": "a cloud instance-metadata endpoint",
-    "unspecified": "an unspecified address",
-    "loopback": "a loopback address",
-    "link-local": "a link-local address",
-    "multicast": "a multicast address",
-    "private": "a private-network address",
-    "reserved": "a reserved or documentation address",
-}
+_RULE_TEXT = {"metadata": "a cloud instance-metadata endpoint"}
+_RULE_TEXT.update((rule, text) for rule, text, _ in _RULES)
 
 
 class UrlRefused(SandboxError, code="url_refused"):
@@ -151,7 +146,7 @@ def classify_address(ip: str | IPAddress) -> str | None:
             return classify_address(embedded)
     if ip in METADATA_ADDRESSES:
         return "metadata"
-    for rule, networks in _RULES:
+    for rule, _, networks in _RULES:
         if any(ip.version == net.version and ip in net for net in networks):
             return rule
     return None
