@@ -333,19 +333,6 @@ class StoreConfig:
     synchronous: str = _check(_str(choices=("normal", "full")), default="normal")
 
 
-_SECTIONS: dict[str, type] = {
-    "agents": AgentsConfig,
-    "kernel": KernelConfig,
-    "http": HttpConfig,
-    "tools": ToolsConfig,
-    "taint": TaintConfig,
-    "plugins": PluginsConfig,
-    "store": StoreConfig,
-}
-_PLAIN = ("providers", "mcp_servers", "a2a", "telemetry")
-_TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
-
-
 @attrs.frozen
 class RoostConfig:
     """The whole configuration; ``source``: its file (None: defaults). ``providers``,
@@ -388,6 +375,16 @@ class RoostConfig:
                 out[key] = _redacted(out[key])
         return out
 
+
+# What the file's top level holds, read from RoostConfig's fields: the sections checked here
+# (an attrs class each), and the plain data plugins check (hidden from repr).
+_SECTIONS: dict[str, type] = {
+    f.name: f.default.factory
+    for f in attrs.fields(RoostConfig)
+    if isinstance(f.default, attrs.Factory) and attrs.has(f.default.factory)
+}
+_PLAIN = tuple(f.name for f in attrs.fields(RoostConfig) if f.repr is _redacting_repr)
+_TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 
 _converter = cattrs.Converter()
 _converter.register_unstructure_hook(Path, str)
