@@ -557,13 +557,10 @@ def resolve_timeout(
     for key in (spec.name, spec.qualified_name):
         if key in overrides:
             return _seconds(overrides[key], f"tool timeout override {key!r}")
-    globbed = sorted(
-        (k for k in overrides if any(c in k for c in "*?[") and matches(spec, k)),
-        key=len,
-        reverse=True,
-    )
-    if globbed:
-        return _seconds(overrides[globbed[0]], f"tool timeout override {globbed[0]!r}")
+    globbed = (k for k in overrides if any(c in k for c in "*?[") and matches(spec, k))
+    longest = max(globbed, key=len, default=None)  # the first of the longest
+    if longest is not None:
+        return _seconds(overrides[longest], f"tool timeout override {longest!r}")
     if spec.timeout_s is not None:
         return _seconds(spec.timeout_s, f"timeout_s of tool {spec.name!r}")
     return _seconds(agent_default, "default tool timeout")
