@@ -249,17 +249,9 @@ def _check_text(name: str, value: Any) -> str:
     return value
 
 
-def _check_limit(value: Any, *, optional: bool) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StoreError(f"limit: expected an integer ≥ 1, got {value!r}")
-    return value
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreError(f"{name}: expected an integer ≥ 0, got {value!r}")
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise StoreError(f"{name}: expected an integer ≥ {low}, got {value!r}")
     return value
 
 
@@ -336,8 +328,8 @@ def _usage_row(
         None if session_id is None else _check_id("session_id", session_id),
         _check_id("provider", provider),
         _check_text("model", model),
-        _check_count("input_tokens", input_tokens),
-        _check_count("output_tokens", output_tokens),
+        _check_int("input_tokens", input_tokens, 0),
+        _check_int("output_tokens", output_tokens, 0),
     )
 
 
@@ -514,7 +506,7 @@ class SqliteStore(SqliteDatabase):
     ) -> list[StoredMessage]:
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
-        limit = _check_limit(limit, optional=True)
+        limit = None if limit is None else _check_int("limit", limit, 1)
         return await self.read(
             "read history",
             lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
@@ -525,7 +517,7 @@ class SqliteStore(SqliteDatabase):
     ) -> list[dict]:
         """Sessions (of ``owner``, else everyone's) as dicts, most recently updated first."""
         where, params = _filters(agent=agent, owner=owner)
-        limit = _check_limit(limit, optional=False)
+        limit = _check_int("limit", limit, 1)
         keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
         sql = f"SELECT {', '.join(keys)} FROM sessions"
         if where:
@@ -552,7 +544,7 @@ class SqliteStore(SqliteDatabase):
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]:
         """Audit records, newest first, optionally only one agent's or one trace's."""
-        limit = _check_limit(limit, optional=False)
+        limit = _check_int("limit", limit, 1)
         where, params = _filters(agent=agent, trace_id=trace_id)
         return await self.read(
             "read the audit log", lambda conn: read_audit(conn, where, params, limit)
