@@ -691,11 +691,8 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
         specs = list(specs)
     where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
     out = []
-    for field, patterns in (
-        ("expose_tools", manifest.mcp.expose_tools),
-        ("private_tools", manifest.mcp.private_tools),
-    ):
-        for index, pattern in enumerate(patterns):
+    for field in ("expose_tools", "private_tools"):
+        for index, pattern in enumerate(getattr(manifest.mcp, field)):
             if pattern.startswith(_RUNTIME_TOOL_PREFIXES) or any(
                 matches(s, pattern) for s in specs
             ):
