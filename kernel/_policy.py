@@ -149,25 +149,26 @@ def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
         _validators.move_to_end(key)
         return cached
     if not isinstance(schema, Mapping):
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an invalid inputSchema: expected a JSON object, got "
-            f"{type(schema).__name__}; this is a bug in {spec.owner!r}, not in your arguments"
-        )
+        what = f"an invalid inputSchema: expected a JSON object, got {type(schema).__name__}"
+        raise _schema_invalid(spec, what)
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
 
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = json_pointer(exc.absolute_path)
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an invalid inputSchema at {where}: "
-            f"{_clip(exc.message)}; this is a bug in {spec.owner!r}, not in your arguments"
-        ) from None
+        what = f"an invalid inputSchema at {json_pointer(exc.absolute_path)}: {_clip(exc.message)}"
+        raise _schema_invalid(spec, what) from None
     validator = jsonschema.Draft202012Validator(schema)
     _validators[key] = validator
     if len(_validators) > _VALIDATOR_CACHE_SIZE:
         _validators.popitem(last=False)
     return validator
+
+
+def _schema_invalid(spec: ToolSpec, what: str) -> ToolSchemaInvalid:
+    return ToolSchemaInvalid(
+        f"tool {_names(spec)} has {what}; this is a bug in {spec.owner!r}, not in your arguments"
+    )
 
 
 def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
@@ -200,16 +201,11 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
             key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)), e.message),
         )
     except referencing.exceptions.Unresolvable as exc:
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an inputSchema with an unresolvable reference ({exc}); "
-            f"this is a bug in {spec.owner!r}, not in your arguments"
-        ) from None
+        what = f"an inputSchema with an unresolvable reference ({exc})"
+        raise _schema_invalid(spec, what) from None
     except Exception as exc:  # a schema the metaschema accepts can still fail to apply
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an inputSchema that cannot be applied "
-            f"({type(exc).__name__}: {_clip(str(exc))}); this is a bug in {spec.owner!r}, "
-            "not in your arguments"
-        ) from None
+        why = f"{type(exc).__name__}: {_clip(str(exc))}"
+        raise _schema_invalid(spec, f"an inputSchema that cannot be applied ({why})") from None
     if not errors:
         return
     shown = errors[:_MAX_REPORTED_ERRORS]
