@@ -248,8 +248,11 @@ def truncate_result(result: ToolResult, limit: int = DEFAULT_MAX_OUTPUT_CHARS) -
     """``result`` with its text blocks cut to ``limit`` characters in all: the block that
     crosses it is cut and marked, later text dropped; other blocks are kept."""
     limit = _check_limit(limit)
-    texts = [str(b.get("text", "")) for b in result.content if b.get("type") == "text"]
-    if sum(map(len, texts)) <= limit:
+    total = 0
+    for block in result.content:
+        if block.get("type") == "text":
+            total += len(str(block.get("text", "")))
+    if total <= limit:
         return result
     remaining = limit
     out: list[Mapping[str, Any]] = []
