@@ -168,8 +168,8 @@ class Outputs:
     def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
         """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
         size = part.size  # a data part's size is its JSON: measure it once
+        old = self._by_name.get(name)  # first: a name it cannot take costs no room
         self._reserve(1, size)
-        old = self._by_name.get(name)
         if old is None:
             new = Output(name, (part,), description)
         else:
@@ -185,9 +185,9 @@ class Outputs:
         past the bounds, none of it (ToolArgumentsInvalid)."""
         if any(o.id == output.id for o in self._by_name.values()):
             return
-        self._reserve(len(output.parts), output.size)
         # Kept apart from an artifact of this run with the same name (they are two).
         key = output.name if output.name not in self._by_name else f"{output.name}\0{output.id}"
+        self._reserve(len(output.parts), output.size)
         self._by_name[key] = output
 
     def _reserve(self, parts: int, size: int) -> None:
