@@ -249,9 +249,13 @@ def _check_text(name: str, value: Any) -> str:
     return value
 
 
+_MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER; a larger int cannot be bound
+
+
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise StoreError(f"{name}: expected an integer ≥ {low}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INTEGER:
+        top = f" and ≤ {_MAX_INTEGER}" if isinstance(value, int) and value > low else ""
+        raise StoreError(f"{name}: expected an integer ≥ {low}{top}, got {value!r}")
     return value
 
 
