@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -93,8 +94,16 @@ def _int(low: int, high: float = math.inf, note: str = "") -> _Check:
     return _Check(f"an integer {bounds}{note}", test, integer=True)
 
 
+_FLOAT_MAX = sys.float_info.max
+
+
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+    # ≤ the largest float, not < inf: float() of a larger int raises OverflowError
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= _FLOAT_MAX
+    ):
         raise _Bad
     return float(value)
 
