@@ -254,7 +254,7 @@ _MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER; a larger int cannot be bou
 
 def _check_int(name: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INTEGER:
-        top = f" and ≤ {_MAX_INTEGER}" if isinstance(value, int) and value > low else ""
+        top = f" and ≤ {_MAX_INTEGER}" if isinstance(value, int) and value > _MAX_INTEGER else ""
         raise StoreError(f"{name}: expected an integer ≥ {low}{top}, got {value!r}")
     return value
 

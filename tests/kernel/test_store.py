@@ -382,6 +382,10 @@ async def test_an_integer_past_64_bits_is_a_store_error_naming_the_field():
                 "s", "a", [{"role": "user", "content": "hi"}], usage=("p", "m", 10**30, 0)
             )
         assert await store.history("s") == []  # nothing of the refused exchange was stored
+        for value in (True, -1, 2.0):  # below the bound or no integer: the text as before
+            with pytest.raises(StoreError) as info:
+                await store.record_usage("a", None, "p", "m", value, 0)
+            assert str(info.value) == f"input_tokens: expected an integer ≥ 0, got {value!r}"
         await store.record_usage("a", None, "p", "m", huge - 1, 0)  # the largest still fits
         assert (await store.usage_by_agent())["a"]["input_tokens"] == huge - 1
 
