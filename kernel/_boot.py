@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -66,21 +66,23 @@ async def open_kernel(
                 kernel.publish(
                     Event(EventKind.KERNEL_PLUGIN_ERROR, "kernel", payload=attrs.asdict(failure))
                 )
-            for name, impl_result in pm.call_each("roost_tools", config=config):
-                _register_tools(kernel, impl_result, name)
-            for name, impl_result in provider_results:
-                for desc in impl_result:
-                    if isinstance(desc, ProviderDescriptor):
-                        kernel.providers.setdefault(desc.name, desc)
-                    else:
-                        _plugin_failure(
-                            kernel, name, f"roost_providers returned {type(desc).__name__}"
-                        )
+            tools = pm.call_each("roost_tools", config=config)
+            for tool in _descriptors(
+                kernel, tools, "roost_tools", Tool, ", expected roost.kernel.Tool"
+            ):
+                try:
+                    kernel.registry.register(tool)
+                except ToolNameCollision as exc:
+                    _plugin_failure(kernel, tool.spec.owner, str(exc))
+            for desc in _descriptors(
+                kernel, provider_results, "roost_providers", ProviderDescriptor
+            ):
+                kernel.providers.setdefault(desc.name, desc)
 
             found, errors = load_agents(
                 [Path(d) for d in config.agents.dirs],
                 include_bundled=config.agents.bundled,
-                config_file=getattr(config, "where", "roost.toml"),
+                config_file=config.where,
             )
             kernel.manifest_errors.extend(errors)
             for err in errors:
@@ -92,9 +94,9 @@ async def open_kernel(
                 _add_agent_tool(kernel, name)
             specs = kernel.registry.specs()
             for manifest in kernel.agents.values():
-                for warning in tool_pattern_warnings(manifest, specs):
-                    kernel.load_warnings.append(warning)
-                    log.warning("%s", warning)
+                kernel.load_warnings += tool_pattern_warnings(manifest, specs)
+            for warning in kernel.load_warnings:
+                log.warning("%s", warning)
             for name, manifest in kernel.agents.items():
                 try:
                     provider = _create_provider(kernel, manifest)
@@ -146,7 +148,7 @@ def _check_config(
 ) -> None:
     """One ``ConfigError`` with every problem the plugins find (``roost_check_config``) and
     every ``[providers.<name>]`` naming no installed or disabled provider."""
-    where = getattr(config, "where", "roost.toml")
+    where = config.where
     problems: list[str] = []
     # A broken check (any other exception) is the plugin's failure, not the config's.
     for _name, found in pm.call_each("roost_check_config", answers=(ConfigError,), config=config):
@@ -161,10 +163,8 @@ def _check_config(
             if isinstance(d, ProviderDescriptor)
         }
     )
-    sections = config.providers if isinstance(getattr(config, "providers", None), Mapping) else {}
-    disabled = set(getattr(getattr(config, "plugins", None), "disabled", ()))
-    for section in sections:
-        if section not in installed and section not in disabled:
+    for section in config.providers:
+        if section not in installed and section not in config.plugins.disabled:
             close = difflib.get_close_matches(section, installed, n=1)
             hint = f" — did you mean [providers.{close[0]}]?" if close else ";"
             problems.append(
@@ -180,17 +180,12 @@ def _check_config(
 
 
 async def _start_services(kernel: Kernel, nursery: trio.Nursery) -> None:
-    for plugin, descriptors in kernel.plugins.call_each("roost_services", kernel=kernel):
-        for desc in descriptors:
-            if not isinstance(desc, ServiceDescriptor):
-                _plugin_failure(kernel, plugin, f"roost_services returned {type(desc).__name__}")
-                continue
-            with trio.move_on_after(desc.start_timeout_s) as scope:
-                await nursery.start(_run_service, kernel, desc)
-            if scope.cancelled_caught:
-                _service_failed(
-                    kernel, desc.name, f"did not start within {desc.start_timeout_s:g} s"
-                )
+    services = kernel.plugins.call_each("roost_services", kernel=kernel)
+    for desc in _descriptors(kernel, services, "roost_services", ServiceDescriptor):
+        with trio.move_on_after(desc.start_timeout_s) as scope:
+            await nursery.start(_run_service, kernel, desc)
+        if scope.cancelled_caught:
+            _service_failed(kernel, desc.name, f"did not start within {desc.start_timeout_s:g} s")
 
 
 async def _run_service(
@@ -220,19 +215,17 @@ def _service_failed(kernel: Kernel, name: str, error: str) -> None:
     )
 
 
-def _register_tools(kernel: Kernel, tools: Iterable[Any], source: str) -> None:
-    for tool in tools:
-        if not isinstance(tool, Tool):
-            _plugin_failure(
-                kernel,
-                source,
-                f"roost_tools returned {type(tool).__name__}, expected roost.kernel.Tool",
-            )
-            continue
-        try:
-            kernel.registry.register(tool)
-        except ToolNameCollision as exc:
-            _plugin_failure(kernel, tool.spec.owner, str(exc))
+def _descriptors(
+    kernel: Kernel, results: list[tuple[str, list[Any]]], hook: str, kind: type, hint: str = ""
+) -> Iterator[Any]:
+    """Each result of ``hook`` that is a ``kind``; any other is reported as its plugin's
+    failure."""
+    for plugin, found in results:
+        for desc in found:
+            if isinstance(desc, kind):
+                yield desc
+            else:
+                _plugin_failure(kernel, plugin, f"{hook} returned {type(desc).__name__}{hint}")
 
 
 def _add_agent_tool(kernel: Kernel, target: str) -> None:
@@ -265,12 +258,7 @@ def _create_provider(kernel: Kernel, manifest: Any, model: Any = None) -> Any:
             f"model.provider {name!r} is not installed (installed providers: {known}); "
             "install its plugin or choose another provider in agent.json"
         )
-    settings = (
-        dict(kernel.config.providers.get(name, {}))
-        if isinstance(kernel.config.providers, Mapping)
-        else {}
-    )
-    return descriptor.factory(model, settings)
+    return descriptor.factory(model, dict(kernel.config.providers.get(name, {})))
 
 
 def _create_tiers(kernel: Kernel, manifest: Any) -> tuple[Any, Any] | None:

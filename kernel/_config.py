@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -83,22 +84,26 @@ class _Check:
     integer: bool = False
 
 
-def _int(low: int, high: int | None = None, note: str = "") -> _Check:
+def _int(low: int, high: float = math.inf, note: str = "") -> _Check:
     def test(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise _Bad
-        if high is not None and value > high:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise _Bad
         return value
 
-    bounds = f"{low}-{high}" if high is not None else f"≥ {low}"
+    bounds = f"{low}-{high}" if high != math.inf else f"≥ {low}"
     return _Check(f"an integer {bounds}{note}", test, integer=True)
 
 
+_FLOAT_MAX = sys.float_info.max
+
+
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Bad
-    if not math.isfinite(value) or value <= 0:
+    # ≤ the largest float, not < inf: float() of a larger int raises OverflowError
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= _FLOAT_MAX
+    ):
         raise _Bad
     return float(value)
 
@@ -130,19 +135,21 @@ def _str(
     return _Check(what, test)
 
 
+def _part(check: _Check, value: Any, suffix: str) -> Any:
+    """``check`` applied to ``value``, a part of a setting that ``suffix`` names."""
+    try:
+        return check.test(value)
+    except _Bad:
+        raise _Bad(suffix, check.what, value) from None
+
+
 def _str_list(item: _Check | None = None, what: str = "an array of strings") -> _Check:
     item = item or _str()
 
     def test(value: Any) -> tuple[str, ...]:
         if not isinstance(value, list):
             raise _Bad
-        items = []
-        for index, entry in enumerate(value):
-            try:
-                items.append(item.test(entry))
-            except _Bad:
-                raise _Bad(f"[{index}]", item.what, entry) from None
-        return tuple(items)
+        return tuple(_part(item, entry, f"[{index}]") for index, entry in enumerate(value))
 
     return _Check(what, test)
 
@@ -164,16 +171,16 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
         raise _Bad
     out = []
     for name, entry in value.items():
-        if not re.fullmatch(_PRINCIPAL_NAME, name) or name == LOCAL_PRINCIPAL:
-            what = (
-                f"a name other than {LOCAL_PRINCIPAL!r} (the principal of a daemon without keys)"
-                if name == LOCAL_PRINCIPAL
-                else (
-                    "a principal name: 1-64 letters, digits, '_', '.', "
-                    "'@' or '-', starting with a letter or digit"
-                )
-            )
+        if name == LOCAL_PRINCIPAL:
+            what = f"a name other than {name!r} (the principal of a daemon without keys)"
             raise _Bad(f".{name}", what, name)
+        if not re.fullmatch(_PRINCIPAL_NAME, name):
+            raise _Bad(
+                f".{name}",
+                "a principal name: 1-64 letters, digits, '_', '.', '@' or '-', "
+                "starting with a letter or digit",
+                name,
+            )
         if not isinstance(entry, dict):
             raise _Bad(f".{name}", _ONE_SOURCE, entry)
         for field in entry:
@@ -190,15 +197,13 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
             raise _Bad(f".{name}", _ONE_SOURCE, entry)
         source = sources[0]
         check = _ENV_NAME if source == "key_env" else _str("a file path")
-        try:
-            item: dict[str, Any] = {"name": name, source: check.test(entry[source])}
-        except _Bad:
-            raise _Bad(f".{name}.{source}", check.what, entry[source]) from None
-        admin = entry.get("admin", False)
-        if not isinstance(admin, bool):
-            raise _Bad(f".{name}.admin", _BOOL.what, admin)
-        item["admin"] = admin
-        out.append(item)
+        out.append(
+            {
+                "name": name,
+                source: _part(check, entry[source], f".{name}.{source}"),
+                "admin": _part(_BOOL, entry.get("admin", False), f".{name}.admin"),
+            }
+        )
     return tuple(out)
 
 
@@ -337,19 +342,6 @@ class StoreConfig:
     synchronous: str = _check(_str(choices=("normal", "full")), default="normal")
 
 
-_SECTIONS: dict[str, type] = {
-    "agents": AgentsConfig,
-    "kernel": KernelConfig,
-    "http": HttpConfig,
-    "tools": ToolsConfig,
-    "taint": TaintConfig,
-    "plugins": PluginsConfig,
-    "store": StoreConfig,
-}
-_PLAIN = ("providers", "mcp_servers", "a2a", "telemetry")
-_TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
-
-
 @attrs.frozen
 class RoostConfig:
     """The whole configuration; ``source``: its file (None: defaults). ``providers``,
@@ -392,6 +384,16 @@ class RoostConfig:
                 out[key] = _redacted(out[key])
         return out
 
+
+# What the file's top level holds, read from RoostConfig's fields: the sections checked here
+# (an attrs class each), and the plain data plugins check (hidden from repr).
+_SECTIONS: dict[str, type] = {
+    f.name: f.default.factory
+    for f in attrs.fields(RoostConfig)
+    if isinstance(f.default, attrs.Factory) and attrs.has(f.default.factory)
+}
+_PLAIN = tuple(f.name for f in attrs.fields(RoostConfig) if f.repr is _redacting_repr)
+_TOP_LEVEL = ("home", *_SECTIONS, *_PLAIN)
 
 _converter = cattrs.Converter()
 _converter.register_unstructure_hook(Path, str)

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import attrs
 import trio
 
 _T = TypeVar("_T")
@@ -18,6 +19,7 @@ _T = TypeVar("_T")
 HEAP_SLACK = 64
 
 
+@attrs.define(eq=False)
 class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
 
@@ -28,39 +30,18 @@ class DeadlineTimer(Generic[_T]):
     task cancelled from outside), live and later items get ``hand_back(item, deadline)``.
     """
 
-    __slots__ = (
-        "_at",
-        "_ended",
-        "_expire",
-        "_hand_back",
-        "_name",
-        "_nursery",
-        "_scope",
-        "entries",
-        "slack",
-        "stopped",
-    )
-
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        ended: Callable[[_T], Any],
-        expire: Callable[[_T], Any],
-        *,
-        hand_back: Callable[[_T, float], Any] | None = None,
-        name: str | None = None,
-        slack: int = HEAP_SLACK,
-    ) -> None:
-        self.entries: list[tuple[float, Any, _T]] = []
-        self.stopped = False
-        self.slack = slack
-        self._nursery = nursery
-        self._ended = ended
-        self._expire = expire
-        self._hand_back = hand_back
-        self._name = name
-        self._scope: trio.CancelScope | None = None  # the timer's; None until the first push
-        self._at = math.inf  # its deadline (reading a scope's property is slower)
+    _nursery: trio.Nursery
+    _ended: Callable[[_T], Any]
+    _expire: Callable[[_T], Any]
+    _hand_back: Callable[[_T, float], Any] | None = attrs.field(default=None, kw_only=True)
+    _name: str | None = attrs.field(default=None, kw_only=True)
+    slack: int = attrs.field(default=HEAP_SLACK, kw_only=True)
+    entries: list[tuple[float, Any, _T]] = attrs.field(factory=list, init=False)
+    stopped: bool = attrs.field(default=False, init=False)
+    # The timer's cancel scope (None until the first push) and its deadline (reading a
+    # scope's property is slower).
+    _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    _at: float = attrs.field(default=math.inf, init=False)
 
     def push(self, deadline: float, tiebreak: Any, item: _T, live: int) -> None:
         """Watch ``item`` until ``deadline``. ``tiebreak`` orders equal deadlines (unique

@@ -216,8 +216,7 @@ class EventTap:
         self._subscribers[key] = sub
         if sub.traces is not None:
             self._traced_kinds[sub.kinds] += 1
-            for trace_id in sub.traces:
-                self._traced.setdefault(trace_id, {})[key] = sub
+            self._trace(key, sub, sub.traces)
             return
         if not sub.kinds:
             self._everything[key] = sub
@@ -235,11 +234,7 @@ class EventTap:
             self._traced_kinds[sub.kinds] -= 1
             if not self._traced_kinds[sub.kinds]:
                 del self._traced_kinds[sub.kinds]
-            for trace_id in sub.traces:
-                subs = self._traced[trace_id]
-                del subs[key]
-                if not subs:
-                    del self._traced[trace_id]
+            self._untrace(key, sub.traces)
             return sub
         self._everything.pop(key, None)
         for kind in sub.kinds or ():
@@ -250,6 +245,17 @@ class EventTap:
                 if not subs:
                     del index[kind]
         return sub
+
+    def _trace(self, key: int, sub: _Subscriber, trace_ids: Iterable[str]) -> None:
+        for trace_id in trace_ids:
+            self._traced.setdefault(trace_id, {})[key] = sub
+
+    def _untrace(self, key: int, trace_ids: Iterable[str]) -> None:
+        for trace_id in trace_ids:
+            subs = self._traced[trace_id]
+            del subs[key]
+            if not subs:
+                del self._traced[trace_id]
 
     @asynccontextmanager
     async def subscribe(
@@ -267,11 +273,11 @@ class EventTap:
         """
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
-        kinds = _kind_tuple(kinds)
+        kinds = _given(kinds, tuple)
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next
         self._next += 1
-        self._add(key, _Subscriber(send, kinds, _trace_set(traces)))
+        self._add(key, _Subscriber(send, kinds, _given(traces, frozenset)))
         self._keys[receive] = key
         try:
             async with receive:
@@ -294,18 +300,13 @@ class EventTap:
         key = self._keys.get(events)
         if key is None:
             raise ValueError("events: not the channel of an open subscription to this tap")
-        kinds = _kind_tuple(kinds)
-        new = _trace_set(traces)
+        kinds = _given(kinds, tuple)
+        new = _given(traces, frozenset)
         sub = self._subscribers[key]
         if kinds == sub.kinds and sub.traces is not None and new is not None:
             # Only its traces change (a call starts or ends): move just those.
-            for trace_id in sub.traces - new:
-                subs = self._traced[trace_id]
-                del subs[key]
-                if not subs:
-                    del self._traced[trace_id]
-            for trace_id in new - sub.traces:
-                self._traced.setdefault(trace_id, {})[key] = sub
+            self._untrace(key, sub.traces - new)
+            self._trace(key, sub, new - sub.traces)
             sub.traces = new
             return
         self._remove(key)
@@ -314,16 +315,11 @@ class EventTap:
         self._add(key, sub)
 
 
-def _kind_tuple(kinds: str | Iterable[str] | None) -> tuple[str, ...] | None:
-    if isinstance(kinds, str):
-        return (kinds,)
-    return None if kinds is None else tuple(kinds)
-
-
-def _trace_set(traces: Iterable[str] | None) -> frozenset[str] | None:
-    if isinstance(traces, str):
-        return frozenset((traces,))
-    return None if traces is None else frozenset(traces)
+def _given(values: str | Iterable[str] | None, kind: type) -> Any:
+    """``values`` as a ``kind`` (tuple, frozenset), a single string as one value; None: all."""
+    if values is None:
+        return None
+    return kind((values,) if isinstance(values, str) else values)
 
 
 def _takes(kinds: tuple[str, ...] | None, kind: str) -> bool:
@@ -331,20 +327,15 @@ def _takes(kinds: tuple[str, ...] | None, kind: str) -> bool:
     return not kinds or any(kind == k or (k.endswith(":") and kind.startswith(k)) for k in kinds)
 
 
+@attrs.define(eq=False)
 class _Subscriber:
     """One subscription: its channel, the kinds it takes (None: all; a kind ending in
     ``:`` is a namespace) and the trace ids (None: all). The tap offers it only those."""
 
-    def __init__(
-        self,
-        send: trio.MemorySendChannel[Event],
-        kinds: tuple[str, ...] | None,
-        traces: frozenset[str] | None = None,
-    ):
-        self.send = send
-        self.kinds = kinds
-        self.traces = traces
-        self.dropped = 0
+    send: trio.MemorySendChannel[Event]
+    kinds: tuple[str, ...] | None
+    traces: frozenset[str] | None = None
+    dropped: int = 0
 
     def offer(self, event: Event) -> None:
         try:

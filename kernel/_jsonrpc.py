@@ -409,14 +409,10 @@ def parse_message(obj: Any, *, where: str = "") -> Message:
     code = error.get("code", _MISSING)
     if code is _MISSING:
         raise _invalid(msg_id, f"{prefix}error.code: missing; an error needs an integer code")
-    if isinstance(code, bool) or not isinstance(code, int):
-        # Tolerate 1.0-style integers from sloppy encoders, but nothing fractional.
-        if isinstance(code, float) and math.isfinite(code) and code.is_integer():
-            code = int(code)
-        else:
-            raise _invalid(
-                msg_id, f"{prefix}error.code: expected an integer, got {json_type(code)}"
-            )
+    if isinstance(code, float) and math.isfinite(code) and code.is_integer():
+        code = int(code)  # tolerate 1.0-style integers from sloppy encoders, nothing fractional
+    elif isinstance(code, bool) or not isinstance(code, int):
+        raise _invalid(msg_id, f"{prefix}error.code: expected an integer, got {json_type(code)}")
     message = error.get("message", _MISSING)
     if message is _MISSING:
         raise _invalid(msg_id, f"{prefix}error.message: missing; an error needs a message string")

@@ -41,7 +41,7 @@ class Kernel(ToolCalls, Messaging):
         self.config = config
         # Who in-process callers are (``kernel.send`` without a principal): see
         # ``HttpConfig.host_principal``.
-        self.host_principal: str = getattr(getattr(config, "http", None), "host_principal", "local")
+        self.host_principal = config.http.host_principal
         self.plugins = plugins
         self.store = store
         self.actors = actors

@@ -222,12 +222,11 @@ _converter = cattrs.Converter()
 
 
 def _structure_step(data: Mapping[str, Any], _type: type) -> ScriptStep:
-    if "parallel" in data:
-        calls = tuple(
-            ScriptCall(c["tool"], dict(c.get("arguments") or {})) for c in data["parallel"]
-        )
-        return ScriptStep(calls, parallel=True)
-    return ScriptStep((ScriptCall(data["tool"], dict(data.get("arguments") or {})),))
+    parallel = "parallel" in data
+    calls = data["parallel"] if parallel else [data]
+    return ScriptStep(
+        tuple(ScriptCall(c["tool"], dict(c.get("arguments") or {})) for c in calls), parallel
+    )
 
 
 _converter.register_structure_hook(ScriptStep, _structure_step)
@@ -340,17 +339,10 @@ _TYPE_WORDS = {
 
 
 def _bounds(schema: Mapping[str, Any]) -> str:
-    low, high = schema.get("minimum"), schema.get("maximum")
-    xlow = schema.get("exclusiveMinimum")
-    if low is not None and high is not None:
-        return f" {low}-{high}"
-    parts = []
-    if low is not None:
-        parts.append(f"≥ {low}")
-    if xlow is not None:
-        parts.append(f"> {xlow}")
-    if high is not None:
-        parts.append(f"≤ {high}")
+    if "minimum" in schema and "maximum" in schema:
+        return f" {schema['minimum']}-{schema['maximum']}"
+    signs = (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
+    parts = [f"{sign} {schema[key]}" for key, sign in signs if key in schema]
     return " " + " and ".join(parts) if parts else ""
 
 
@@ -400,9 +392,7 @@ _LEAF_KEYWORDS = {
     "minimum",
     "maximum",
     "exclusiveMinimum",
-    "exclusiveMaximum",
     "minLength",
-    "maxLength",
     "pattern",
 }
 
@@ -430,12 +420,8 @@ def _translate(error: ValidationError) -> list[tuple[str, str]]:
                 continue
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            out.append(
-                (
-                    json_pointer([*error.absolute_path, key]),
-                    f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}",
-                )
-            )
+            problem = f"unknown key {key!r}{hint}; allowed keys here: {', '.join(allowed)}"
+            out.append((json_pointer([*error.absolute_path, key]), problem))
         return out
     if keyword == "format":  # "regex", the only format the schema uses
         problem = f"{_got(instance)}: {error.cause}"
@@ -514,6 +500,10 @@ def _check_unique(data: Any, source: str) -> list[ManifestError]:
     return errors
 
 
+def _resolve(base_dir: Path | None, path: str) -> Path:
+    return (base_dir or Path.cwd()) / Path(path).expanduser()
+
+
 def _load_prompt(
     data: Any, source: str, base_dir: Path | None
 ) -> tuple[str, Path | None, list[ManifestError]]:
@@ -523,7 +513,7 @@ def _load_prompt(
     name = data.get("system_prompt_file")
     if not isinstance(name, str) or not name:
         return (inline if isinstance(inline, str) else ""), None, []
-    prompt_path = (base_dir or Path.cwd()) / Path(name).expanduser()
+    prompt_path = _resolve(base_dir, name)
     pointer = "/system_prompt_file"
     try:
         return read_text(prompt_path, MAX_PROMPT_BYTES), prompt_path, []
@@ -545,9 +535,7 @@ def _check(
     errors: list[ManifestError] = []
     raw = list(_validator(remember=path is not None).iter_errors(data))  # path: JSON text
     best = best_match(raw)
-    if best is not None:
-        raw.remove(best)
-        raw.insert(0, best)
+    raw.sort(key=lambda error: error is not best)  # the most relevant first
     for error in raw:
         for pointer, expected in _translate(error):
             if not any(e.pointer == pointer and e.expected == expected for e in errors):
@@ -561,13 +549,11 @@ def _check(
     fields.update(
         system_prompt=prompt, system_prompt_file=prompt_path, path=path, base_dir=base_dir
     )
-    workspace = data.get("workspace")
-    if workspace is not None:
-        fields["workspace"] = (base_dir or Path.cwd()) / Path(workspace).expanduser()
+    if data.get("workspace") is not None:
+        fields["workspace"] = _resolve(base_dir, data["workspace"])
     if "files" in data:
         fields["files"] = {
-            key: [(base_dir or Path.cwd()) / Path(p).expanduser() for p in paths]
-            for key, paths in data["files"].items()
+            key: [_resolve(base_dir, p) for p in paths] for key, paths in data["files"].items()
         }
     return _converter.structure(fields, AgentManifest), []
 
@@ -705,11 +691,8 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
         specs = list(specs)
     where = str(manifest.path) if manifest.path is not None else f"agent {manifest.name}"
     out = []
-    for field, patterns in (
-        ("expose_tools", manifest.mcp.expose_tools),
-        ("private_tools", manifest.mcp.private_tools),
-    ):
-        for index, pattern in enumerate(patterns):
+    for field in ("expose_tools", "private_tools"):
+        for index, pattern in enumerate(getattr(manifest.mcp, field)):
             if pattern.startswith(_RUNTIME_TOOL_PREFIXES) or any(
                 matches(s, pattern) for s in specs
             ):

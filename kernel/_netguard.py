@@ -52,14 +52,15 @@ def _nets(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, .
     return tuple(map(ipaddress.ip_network, cidrs))
 
 
-# Rule name -> networks. Checked in this order after the metadata rule.
+# (rule name, what it forbids, its networks), checked in this order after the metadata rule.
 _RULES = (
-    ("unspecified", _nets("0.0.0.0/8", "::/128")),
-    ("loopback", _nets("127.0.0.0/8", "::1/128")),
-    ("link-local", _nets("169.254.0.0/16", "fe80::/10")),
-    ("multicast", _nets("224.0.0.0/4", "ff00::/8")),
+    ("unspecified", "an unspecified address", _nets("0.0.0.0/8", "::/128")),
+    ("loopback", "a loopback address", _nets("127.0.0.0/8", "::1/128")),
+    ("link-local", "a link-local address", _nets("169.254.0.0/16", "fe80::/10")),
+    ("multicast", "a multicast address", _nets("224.0.0.0/4", "ff00::/8")),
     (
         "private",
+        "a private-network address",
         _nets(
             "10.0.0.0/8",
             "172.16.0.0/12",
@@ -71,6 +72,7 @@ _RULES = (
     ),
     (
         "reserved",
+        "a reserved or documentation address",
         _nets(
             "192.0.0.0/24",  # IETF protocol assignments
             "192.0.2.0/24",  # documentation
@@ -89,17 +91,8 @@ _RULES = (
 _NAT64 = _nets("64:ff9b::/96", "64:ff9b:1::/48")
 _IPV4_CHARS = frozenset("0123456789abcdefxABCDEFX.")
 
-_RULE_TEXT = {
-    "metadata": "a cloud instance-metadata endpoint",
-    "unspecified": "an unspecified address",
-    "loopback": "a loopback address",
-    "link-local": "a link-local address",
-    "multicast": "a multicast address",
-    "private": "a private-network address",
-    "reserved": "a reserved or documentation address",
-}
-# Rules a caller may lift; the rest are never allowed.
-_ALLOWABLE = {"private": "allow_private", "loopback": "allow_loopback"}
+_RULE_TEXT = {"metadata": "a cloud instance-metadata endpoint"}
+_RULE_TEXT.update((rule, text) for rule, text, _ in _RULES)
 
 
 class UrlRefused(SandboxError, code="url_refused"):
@@ -153,7 +146,7 @@ def classify_address(ip: str | IPAddress) -> str | None:
             return classify_address(embedded)
     if ip in METADATA_ADDRESSES:
         return "metadata"
-    for rule, networks in _RULES:
+    for rule, _, networks in _RULES:
         if any(ip.version == net.version and ip in net for net in networks):
             return rule
     return None
@@ -241,19 +234,20 @@ async def check_url(
         except (OSError, UnicodeError) as exc:
             raise UrlRefused(url, f"could not resolve host {host!r} ({exc})") from None
 
-    addresses: list[IPAddress] = []
-    for item in raw:
-        ip = item if not isinstance(item, str) else ipaddress.ip_address(item.split("%", 1)[0])
-        if ip not in addresses:
-            addresses.append(ip)
+    addresses = list(
+        dict.fromkeys(
+            ipaddress.ip_address(item.split("%", 1)[0]) if isinstance(item, str) else item
+            for item in raw
+        )
+    )
     if not addresses:
         raise UrlRefused(url, f"host {host!r} resolved to no addresses")
 
+    # The rules a caller may lift (the rest are never allowed), and whether it did.
+    allowed = {"private": allow_private, "loopback": allow_loopback}
     for ip in addresses:
         rule = classify_address(ip)
-        if rule is None:
-            continue
-        if (rule == "private" and allow_private) or (rule == "loopback" and allow_loopback):
+        if rule is None or allowed.get(rule):
             continue
         if literal is None:
             subject = f"{host!r} resolves to {ip}, which"
@@ -261,9 +255,7 @@ async def check_url(
             subject = f"{host!r} (the address {ip})"
         else:
             subject = f"the address {ip}"
-        fix = (
-            f"; to allow it, set {allow_hint}" if rule in _ALLOWABLE else "; this is never allowed"
-        )
+        fix = f"; to allow it, set {allow_hint}" if rule in allowed else "; this is never allowed"
         raise UrlRefused(
             url,
             f"{subject} is {_RULE_TEXT[rule]} (rule {rule!r}){fix}",
@@ -311,24 +303,17 @@ def origin_of(url: str) -> tuple[str, str, int]:
     return scheme, (parts.hostname or "").rstrip("."), port
 
 
+@attrs.define(kw_only=True, eq=False)
 class AddressPins:
     """``check_url`` once per origin, its approved addresses reused: one per connection,
     so a rebinding name cannot switch to a forbidden address mid-connection."""
 
-    def __init__(
-        self,
-        *,
-        allow_private: bool = False,
-        allow_loopback: bool = False,
-        resolver: Resolver | None = None,
-        allow_hint: str = DEFAULT_ALLOW_HINT,
-    ) -> None:
-        self.allow_private = allow_private
-        self.allow_loopback = allow_loopback
-        self.resolver = resolver
-        self.allow_hint = allow_hint
-        self._pins: dict[tuple[str, str, int], list[IPAddress]] = {}
-        self._lock = trio.Lock()
+    allow_private: bool = False
+    allow_loopback: bool = False
+    resolver: Resolver | None = None
+    allow_hint: str = DEFAULT_ALLOW_HINT
+    _pins: dict[tuple[str, str, int], list[IPAddress]] = attrs.field(factory=dict, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
 
     async def addresses(self, url: str) -> list[IPAddress]:
         """The approved addresses of ``url``'s origin; raises ``UrlRefused``."""

@@ -27,6 +27,10 @@ MAX_RUN_PARTS = 64
 ARTIFACT_URI = "roost://artifacts/"
 
 
+def _base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
 @attrs.frozen
 class OutputPart:
     """One piece of an output: exactly one of ``text``, ``data`` (any JSON value, flagged by
@@ -58,7 +62,7 @@ class OutputPart:
         elif self.has_data:
             out = {"data": self.data}
         elif self.raw is not None:
-            out = {"raw": base64.b64encode(self.raw).decode("ascii")}
+            out = {"raw": _base64(self.raw)}
         else:
             out = {"url": self.url}
         if self.filename is not None:
@@ -75,7 +79,7 @@ class OutputPart:
             return {"type": "text", "text": json.dumps(self.data, ensure_ascii=False)}
         media = self.media_type or "application/octet-stream"
         if self.raw is not None:
-            encoded = base64.b64encode(self.raw).decode("ascii")
+            encoded = _base64(self.raw)
             if media.startswith(("image/", "audio/")):
                 return {"type": media.split("/", 1)[0], "data": encoded, "mimeType": media}
             return {
@@ -128,26 +132,16 @@ class Output:
             if not whole and uri != part_uri:
                 continue
             if part.raw is not None:
-                item = {
-                    "uri": part_uri,
-                    "mimeType": part.media_type or "application/octet-stream",
-                    "blob": base64.b64encode(part.raw).decode("ascii"),
-                }
-            elif part.text is not None:
-                item = {
-                    "uri": self.uri,
-                    "mimeType": part.media_type or "text/plain",
-                    "text": part.text,
-                }
+                media = part.media_type or "application/octet-stream"
+                out.append({"uri": part_uri, "mimeType": media, "blob": _base64(part.raw)})
+                continue
+            if part.text is not None:
+                media, text = part.media_type or "text/plain", part.text
             elif part.has_data:
-                item = {
-                    "uri": self.uri,
-                    "mimeType": "application/json",
-                    "text": json.dumps(part.data, ensure_ascii=False),
-                }
+                media, text = "application/json", json.dumps(part.data, ensure_ascii=False)
             else:
-                item = {"uri": self.uri, "mimeType": "text/uri-list", "text": part.url or ""}
-            out.append(item)
+                media, text = "text/uri-list", part.url or ""
+            out.append({"uri": self.uri, "mimeType": media, "text": text})
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -174,8 +168,8 @@ class Outputs:
     def add(self, name: str, part: OutputPart, *, description: str | None = None) -> Output:
         """Add ``part`` to the artifact ``name``; raises ToolArgumentsInvalid past the bounds."""
         size = part.size  # a data part's size is its JSON: measure it once
-        self._check_room(1, size)
-        old = self._by_name.get(name)
+        old = self._by_name.get(name)  # first: a name it cannot take costs no room
+        self._reserve(1, size)
         if old is None:
             new = Output(name, (part,), description)
         else:
@@ -183,8 +177,6 @@ class Outputs:
                 old, parts=old.parts + (part,), description=description or old.description
             )
         self._by_name[name] = new
-        self._parts += 1
-        self._bytes += size
         return new
 
     def adopt(self, output: Output) -> None:
@@ -193,15 +185,12 @@ class Outputs:
         past the bounds, none of it (ToolArgumentsInvalid)."""
         if any(o.id == output.id for o in self._by_name.values()):
             return
-        size = output.size
-        self._check_room(len(output.parts), size)
         # Kept apart from an artifact of this run with the same name (they are two).
         key = output.name if output.name not in self._by_name else f"{output.name}\0{output.id}"
+        self._reserve(len(output.parts), output.size)
         self._by_name[key] = output
-        self._parts += len(output.parts)
-        self._bytes += size
 
-    def _check_room(self, parts: int, size: int) -> None:
+    def _reserve(self, parts: int, size: int) -> None:
         if self._parts + parts > MAX_RUN_PARTS:
             raise ToolArgumentsInvalid(
                 f"this run already handed over {self._parts} of the {MAX_RUN_PARTS} artifact "
@@ -213,6 +202,8 @@ class Outputs:
                 f"{MAX_RUN_BYTES // (1024 * 1024)} MiB; this ({size} bytes) does not fit "
                 f"(already {self._bytes} bytes): hand over a URL instead"
             )
+        self._parts += parts
+        self._bytes += size
 
     def snapshot(self) -> tuple[Output, ...]:
         return tuple(self._by_name.values())

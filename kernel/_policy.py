@@ -74,8 +74,8 @@ def matches(spec: ToolSpec, pattern: str) -> bool:
     return fnmatchcase(spec.name, pattern) or fnmatchcase(spec.qualified_name, pattern)
 
 
-def _first_match(spec: ToolSpec, patterns: Iterable[str]) -> str | None:
-    return next((p for p in patterns if matches(spec, p)), None)
+def _any_match(spec: ToolSpec, patterns: Iterable[str]) -> bool:
+    return any(matches(spec, p) for p in patterns)
 
 
 def _names(spec: ToolSpec) -> str:
@@ -98,7 +98,7 @@ class Capabilities:
 
     def allows(self, spec: ToolSpec) -> bool:
         """True when some pattern matches the tool's registry or qualified name."""
-        return _first_match(spec, self.patterns) is not None
+        return _any_match(spec, self.patterns)
 
     def check(self, spec: ToolSpec, *, agent: str = "") -> None:
         """Raise ``ToolDenied`` unless the tool is allowed, saying how to allow it."""
@@ -127,9 +127,7 @@ class Exposure:
 
     def is_exposed(self, spec: ToolSpec) -> bool:
         """True when an ``expose`` pattern matches and no ``private`` pattern does."""
-        return (
-            _first_match(spec, self.private) is None and _first_match(spec, self.expose) is not None
-        )
+        return not _any_match(spec, self.private) and _any_match(spec, self.expose)
 
 
 # ---- Argument validation -------------------------------------------------------------------
@@ -151,25 +149,26 @@ def _validator_for(spec: ToolSpec) -> jsonschema.Draft202012Validator:
         _validators.move_to_end(key)
         return cached
     if not isinstance(schema, Mapping):
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an invalid inputSchema: expected a JSON object, got "
-            f"{type(schema).__name__}; this is a bug in {spec.owner!r}, not in your arguments"
-        )
+        what = f"an invalid inputSchema: expected a JSON object, got {type(schema).__name__}"
+        raise _schema_invalid(spec, what)
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
 
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        where = json_pointer(exc.absolute_path)
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an invalid inputSchema at {where}: "
-            f"{_clip(exc.message)}; this is a bug in {spec.owner!r}, not in your arguments"
-        ) from None
+        what = f"an invalid inputSchema at {json_pointer(exc.absolute_path)}: {_clip(exc.message)}"
+        raise _schema_invalid(spec, what) from None
     validator = jsonschema.Draft202012Validator(schema)
     _validators[key] = validator
     if len(_validators) > _VALIDATOR_CACHE_SIZE:
         _validators.popitem(last=False)
     return validator
+
+
+def _schema_invalid(spec: ToolSpec, what: str) -> ToolSchemaInvalid:
+    return ToolSchemaInvalid(
+        f"tool {_names(spec)} has {what}; this is a bug in {spec.owner!r}, not in your arguments"
+    )
 
 
 def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
@@ -202,16 +201,11 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
             key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path)), e.message),
         )
     except referencing.exceptions.Unresolvable as exc:
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an inputSchema with an unresolvable reference ({exc}); "
-            f"this is a bug in {spec.owner!r}, not in your arguments"
-        ) from None
+        what = f"an inputSchema with an unresolvable reference ({exc})"
+        raise _schema_invalid(spec, what) from None
     except Exception as exc:  # a schema the metaschema accepts can still fail to apply
-        raise ToolSchemaInvalid(
-            f"tool {_names(spec)} has an inputSchema that cannot be applied "
-            f"({type(exc).__name__}: {_clip(str(exc))}); this is a bug in {spec.owner!r}, "
-            "not in your arguments"
-        ) from None
+        why = f"{type(exc).__name__}: {_clip(str(exc))}"
+        raise _schema_invalid(spec, f"an inputSchema that cannot be applied ({why})") from None
     if not errors:
         return
     shown = errors[:_MAX_REPORTED_ERRORS]
@@ -312,7 +306,7 @@ class LoopGuard:
             if previous != key:
                 break
             in_a_row += 1
-        in_window = sum(1 for previous in self._recent if previous == key)
+        in_window = self._recent.count(key)
         self._recent.append(key)
         shown = _clip(key[1], 120)
         if in_a_row + 1 > self.max_repeats:
@@ -562,13 +556,10 @@ def resolve_timeout(
     for key in (spec.name, spec.qualified_name):
         if key in overrides:
             return _seconds(overrides[key], f"tool timeout override {key!r}")
-    globbed = sorted(
-        (k for k in overrides if any(c in k for c in "*?[") and matches(spec, k)),
-        key=len,
-        reverse=True,
-    )
-    if globbed:
-        return _seconds(overrides[globbed[0]], f"tool timeout override {globbed[0]!r}")
+    globbed = (k for k in overrides if any(c in k for c in "*?[") and matches(spec, k))
+    longest = max(globbed, key=len, default=None)  # the first of the longest
+    if longest is not None:
+        return _seconds(overrides[longest], f"tool timeout override {longest!r}")
     if spec.timeout_s is not None:
         return _seconds(spec.timeout_s, f"timeout_s of tool {spec.name!r}")
     return _seconds(agent_default, "default tool timeout")

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import attrs
 import trio
 
 from ._errors import RoostError
@@ -35,21 +36,17 @@ _TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 Endpoint = tuple[str, int]
 
 
+@attrs.define(eq=False)
 class ProcessTraces:
     """Trace contexts of the processes tools run for agents, by pid (bounded)."""
 
-    def __init__(
-        self,
-        capacity: int = DEFAULT_CAPACITY,
-        *,
-        max_processes: int = MAX_PROCESSES,
-        max_fds: int = MAX_FDS,
-    ) -> None:
-        self.capacity = capacity
-        self.max_processes = max_processes
-        self.max_fds = max_fds
-        self._by_pid: dict[int, TraceContext] = {}
-        self._limiter = trio.CapacityLimiter(2)
+    capacity: int = DEFAULT_CAPACITY
+    max_processes: int = attrs.field(default=MAX_PROCESSES, kw_only=True)
+    max_fds: int = attrs.field(default=MAX_FDS, kw_only=True)
+    _by_pid: dict[int, TraceContext] = attrs.field(factory=dict, init=False)
+    _limiter: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(2), init=False
+    )
 
     def __len__(self) -> int:
         return len(self._by_pid)

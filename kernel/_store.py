@@ -225,7 +225,6 @@ def _check_id(name: str, value: Any) -> str:
 
 
 def _check_ids(**ids: Any) -> None:
-    """``_check_id`` for each of ``ids`` (name=value)."""
     for name, value in ids.items():
         _check_id(name, value)
 
@@ -250,17 +249,13 @@ def _check_text(name: str, value: Any) -> str:
     return value
 
 
-def _check_limit(value: Any, *, optional: bool) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise StoreError(f"limit: expected an integer ≥ 1, got {value!r}")
-    return value
+_MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER; a larger int cannot be bound
 
 
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise StoreError(f"{name}: expected an integer ≥ 0, got {value!r}")
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INTEGER:
+        top = f" and ≤ {_MAX_INTEGER}" if isinstance(value, int) and value > _MAX_INTEGER else ""
+        raise StoreError(f"{name}: expected an integer ≥ {low}{top}, got {value!r}")
     return value
 
 
@@ -337,8 +332,8 @@ def _usage_row(
         None if session_id is None else _check_id("session_id", session_id),
         _check_id("provider", provider),
         _check_text("model", model),
-        _check_count("input_tokens", input_tokens),
-        _check_count("output_tokens", output_tokens),
+        _check_int("input_tokens", input_tokens, 0),
+        _check_int("output_tokens", output_tokens, 0),
     )
 
 
@@ -515,7 +510,7 @@ class SqliteStore(SqliteDatabase):
     ) -> list[StoredMessage]:
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
-        limit = _check_limit(limit, optional=True)
+        limit = None if limit is None else _check_int("limit", limit, 1)
         return await self.read(
             "read history",
             lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
@@ -526,12 +521,12 @@ class SqliteStore(SqliteDatabase):
     ) -> list[dict]:
         """Sessions (of ``owner``, else everyone's) as dicts, most recently updated first."""
         where, params = _filters(agent=agent, owner=owner)
-        limit = _check_limit(limit, optional=False)
-        sql = "SELECT id, owner, agent, created_at, updated_at, message_count FROM sessions"
+        limit = _check_int("limit", limit, 1)
+        keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
+        sql = f"SELECT {', '.join(keys)} FROM sessions"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ?"
-        keys = ("id", "owner", "agent", "created_at", "updated_at", "message_count")
 
         def work(conn: sqlite3.Connection) -> list[dict]:
             return [
@@ -553,7 +548,7 @@ class SqliteStore(SqliteDatabase):
         self, *, agent: str | None = None, trace_id: str | None = None, limit: int = 100
     ) -> list[AuditRecord]:
         """Audit records, newest first, optionally only one agent's or one trace's."""
-        limit = _check_limit(limit, optional=False)
+        limit = _check_int("limit", limit, 1)
         where, params = _filters(agent=agent, trace_id=trace_id)
         return await self.read(
             "read the audit log", lambda conn: read_audit(conn, where, params, limit)

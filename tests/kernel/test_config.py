@@ -219,6 +219,15 @@ def test_bad_values(tmp_path, text, fragment):
     assert fragment in failure(tmp_path, text + "\n")
 
 
+def test_a_seconds_setting_past_the_largest_float_is_refused_not_a_crash(tmp_path):
+    # Regression: a TOML integer of 310 digits passed the "> 0" check and float() of it
+    # raised OverflowError out of load_config instead of a ConfigError naming the key.
+    huge = "1" + "0" * 309
+    message = failure(tmp_path, f"[kernel]\nask_timeout_s = {huge}\n")
+    assert f"kernel.ask_timeout_s: expected a number > 0, got {huge}" in message
+    assert load(tmp_path, "[http]\nkeep_alive_s = 1e308\n").http.keep_alive_s == 1e308
+
+
 def test_invalid_toml_names_file_and_line(tmp_path):
     message = failure(tmp_path, "[http]\nport = \n")
     assert message.startswith(str(tmp_path / "roost.toml") + ": invalid TOML:")

@@ -178,3 +178,12 @@ async def test_the_timer_task_starts_at_the_first_push_only():
         rec.push(Item("b"), 60.0)
         assert [task.name for task in nursery.child_tasks] == ["test-deadlines"]
         nursery.cancel_scope.cancel()
+
+
+async def test_timers_are_hashable_and_equal_only_to_themselves():
+    # DeadlineTimer is an attrs class (e8320bb): attrs' default eq would make two idle
+    # timers equal and every timer unhashable, for any caller keeping timers in a set.
+    async with trio.open_nursery() as nursery:
+        a = DeadlineTimer(nursery, operator.attrgetter("ended"), print)
+        b = DeadlineTimer(nursery, operator.attrgetter("ended"), print)
+        assert a != b and a == a and len({a, b, a}) == 2

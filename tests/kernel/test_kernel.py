@@ -243,6 +243,55 @@ async def test_a_plugin_raising_at_registration_is_reported_and_skipped(config):
         assert "approved" in reply.text
 
 
+class JunkResults:
+    """A plugin whose hooks return, beside good descriptors, things that are not."""
+
+    @hookimpl
+    def roost_tools(self, config):
+        async def ok(call, ctx):
+            return ToolResult.text("ok")
+
+        return [
+            "not a tool",
+            Tool(ToolSpec("echo", "taken", owner="junk"), ok),
+            Tool(ToolSpec("junk_ok", "fine", owner="junk"), ok),
+        ]
+
+    @hookimpl
+    def roost_providers(self):
+        from roost.kernel import ProviderDescriptor
+
+        return [42, ProviderDescriptor("junk_ok", lambda model, settings: None)]
+
+    @hookimpl
+    def roost_services(self, kernel):
+        from roost.kernel import ServiceDescriptor
+
+        async def runs(kernel, *, task_status):
+            task_status.started()
+            await trio.sleep_forever()
+
+        return [object(), ServiceDescriptor("junk_ok", runs)]
+
+
+async def test_hook_results_that_are_no_descriptors_are_each_reported_in_order(config):
+    # Pins the boot's hook-result checks (one helper since a994073): each wrong result is
+    # its plugin's failure naming the hook and the type, in boot order, and the good
+    # descriptors beside it still load.
+    async with open_kernel(config, plugins=[FixtureTools(), JunkResults()]) as kernel:
+        mine = [
+            (f.name, f.error) for f in kernel.plugins.failures if f.name in ("plugin-1", "junk")
+        ]
+        assert [name for name, _ in mine] == ["plugin-1", "junk", "plugin-1", "plugin-1"]
+        assert mine[0][1] == "roost_tools returned str, expected roost.kernel.Tool"
+        assert "echo" in mine[1][1]  # the name collision, reported for the tool's owner
+        assert mine[2][1] == "roost_providers returned int"
+        assert mine[3][1] == "roost_services returned object"
+        assert kernel.registry.get("echo").spec.owner == "test"  # the first one kept
+        assert "junk_ok" in kernel.registry and "junk_ok" in kernel.providers
+        assert "junk_ok" not in kernel.service_errors
+
+
 async def test_exposure_private_tools_are_never_listed_nor_callable(config):
     async with open_kernel(config) as kernel:
         exposed = {s.name for s in kernel.exposed_tools("worker")}

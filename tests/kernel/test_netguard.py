@@ -388,3 +388,9 @@ async def test_address_pins_remember_nothing_refused():
         await pins.addresses("http://svc.example/mcp")
     assert info.value.rule == "private" and "allow_local = true" in str(info.value)
     assert await pins.addresses("http://svc.example/mcp") == [ipaddress.ip_address("93.184.216.34")]
+
+
+def test_address_pins_are_hashable_and_equal_only_to_themselves():
+    # AddressPins is an attrs class (d380a5e): attrs' default eq would make it unhashable.
+    a, b = AddressPins(), AddressPins()
+    assert a != b and len({a, b, a}) == 2

@@ -206,6 +206,18 @@ def test_one_run_hands_over_a_bounded_weight():
     assert [o.name for o in outputs.snapshot()] == ["big", "small"]
 
 
+def test_a_part_refused_for_its_name_takes_no_room():
+    # Regression: _reserve counted a part before its name was looked up, so a part that
+    # add/adopt then refused (a name that is no dict key) still used up the run's room.
+    outputs = Outputs()
+    with pytest.raises(TypeError):
+        outputs.add(["not", "a", "name"], OutputPart(raw=b"\0" * MAX_RUN_BYTES))
+    with pytest.raises(TypeError):
+        outputs.adopt(Output(["x"], (OutputPart(raw=b"\0" * MAX_RUN_BYTES),)))
+    outputs.add("whole", OutputPart(raw=b"\0" * MAX_RUN_BYTES))
+    assert [o.name for o in outputs.snapshot()] == ["whole"]
+
+
 async def test_events_describe_handed_over_files_without_carrying_them(config):
     # Regression: an asked agent's EXEC:TOOL_RESULT reply carried the file's base64 (twice)
     # into the event stream, where a 600 KB file closed websocket subscribers (1009).

@@ -31,3 +31,9 @@ def test_socket_inode_reads_both_tables_and_ignores_what_it_cannot_match():
             )
             assert _proctrace.socket_inode(("127.0.0.1", 1), conn.getsockname()) is None
             assert _proctrace.socket_inode(("not an address", 1), conn.getsockname()) is None
+
+
+def test_process_traces_are_hashable_and_equal_only_to_themselves():
+    # ProcessTraces is an attrs class (d380a5e): attrs' default eq would make it unhashable.
+    a, b = _proctrace.ProcessTraces(), _proctrace.ProcessTraces()
+    assert a != b and len({a, b, a}) == 2

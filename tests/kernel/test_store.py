@@ -360,6 +360,36 @@ async def test_bad_messages_get_clear_errors(messages, fragment):
         assert fragment in str(info.value)
 
 
+async def test_an_integer_past_64_bits_is_a_store_error_naming_the_field():
+    # Regression: limits and token counts were checked only from below, so 2**63 reached
+    # SQLite and came back as a bare OverflowError, not a StoreError naming the field (so
+    # the agent's "accounting lost, not the answer" handler did not catch it either).
+    huge = 2**63
+    async with open_store(":memory:") as store:
+        for call in (
+            lambda: store.history("s", limit=huge),
+            lambda: store.sessions(limit=huge),
+            lambda: store.audit(limit=huge),
+        ):
+            with pytest.raises(
+                StoreError, match=f"limit: expected an integer ≥ 1 and ≤ {huge - 1}"
+            ):
+                await call()
+        with pytest.raises(StoreError, match="output_tokens: expected an integer ≥ 0 and ≤"):
+            await store.record_usage("a", None, "p", "m", 1, huge)
+        with pytest.raises(StoreError, match="input_tokens: expected an integer ≥ 0 and ≤"):
+            await store.finish_exchange(
+                "s", "a", [{"role": "user", "content": "hi"}], usage=("p", "m", 10**30, 0)
+            )
+        assert await store.history("s") == []  # nothing of the refused exchange was stored
+        for value in (True, -1, 2.0):  # below the bound or no integer: the text as before
+            with pytest.raises(StoreError) as info:
+                await store.record_usage("a", None, "p", "m", value, 0)
+            assert str(info.value) == f"input_tokens: expected an integer ≥ 0, got {value!r}"
+        await store.record_usage("a", None, "p", "m", huge - 1, 0)  # the largest still fits
+        assert (await store.usage_by_agent())["a"]["input_tokens"] == huge - 1
+
+
 async def test_bad_ids_and_limits():
     async with open_store(":memory:") as store:
         with pytest.raises(StoreError, match="session_id: expected a non-empty string"):
