@@ -1,6 +1,7 @@
 """A2A server speed: roost's daemon vs the official a2a-sdk server (uvicorn), same run.
 
-Both serve an echo agent in a subprocess on 127.0.0.1; one lean load generator
+Both serve an echo agent in a subprocess on 127.0.0.1 (roost: ``roost run``, the daemon as
+a user starts it, boot and all); one lean load generator
 (``_a2a_load``: raw keep-alive HTTP/1.1, so the client is not what sets the pace) drives
 both the same way:
 - SendMessage round trips/s, one client, sequential (A2A-Version 1.0, JSON-RPC, blocking),
@@ -31,16 +32,18 @@ import trio
 
 from . import Row, Target
 from ._a2a_load import BlockingConnection, Connection
+from ._daemon import Daemon, write_agents, write_config
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = 32
 HEADERS = {"A2A-Version": "1.0"}
+BOUNDS = """[http]
+rate_limit_per_s = 1000000
+rate_limit_burst = 1000000
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+[a2a]
+max_tasks = 100000
+"""
 
 
 def _body(i: int) -> dict:
@@ -152,18 +155,18 @@ async def _sdk_server() -> AsyncIterator[str]:
 
 @asynccontextmanager
 async def _roost_server() -> AsyncIterator[str]:
-    """roost's daemon with the echo agent; yields its JSON-RPC URL."""
-    with tempfile.TemporaryDirectory(prefix="roost-bench-a2a-") as home:
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-P", str(HERE / "_a2a_roost_server.py"), home, str(port)]
-        )
-        base = f"http://127.0.0.1:{port}"
+    """roost's daemon as a user starts it (``roost run``) with the echo agent; yields its
+    JSON-RPC URL."""
+    with tempfile.TemporaryDirectory(prefix="roost-bench-a2a-") as tmp:
+        root = Path(tmp)
+        agents = write_agents(root / "agents", ["echo"])
+        config = write_config(root, agents_dir=agents, home=root / "home", extra=BOUNDS)
+        daemon = Daemon(config, log=root / "daemon.log")
+        await trio.to_thread.run_sync(daemon.start)
         try:
-            await _wait_ready(base + "/.well-known/agent-card.json", proc)
-            yield base + "/a2a/agents/echo/jsonrpc"
+            yield daemon.base + "/a2a/agents/echo/jsonrpc"
         finally:
-            _stop(proc)
+            daemon.stop()
 
 
 async def _bench(
