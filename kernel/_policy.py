@@ -539,10 +539,13 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 def _seconds(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{field}: expected a number of seconds, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past the largest float
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(f"{field}: expected a positive, finite number of seconds, got {value!r}")
-    return value
+    return seconds
 
 
 def resolve_timeout(

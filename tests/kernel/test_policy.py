@@ -549,7 +549,8 @@ def test_timeout_precedence():
     assert resolve_timeout(GH_ISSUE, 10, {"mcp:github:*": 40, "read": 1}) == 40.0
 
 
-@pytest.mark.parametrize("bad", [0, -1, float("inf"), "60", True])
+# 10**400: an int past the largest float raised OverflowError, naming nothing.
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), "60", True, 10**400])
 def test_bad_timeouts_name_the_setting(bad):
     with pytest.raises(ConfigError, match="'read'"):
         resolve_timeout(READ, 60, {"read": bad})
