@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -383,8 +384,6 @@ class Part:
     def as_text(self) -> str:
         """How this part reaches an agent (whose input is text): text as is, data as JSON,
         a file with its name, media type and content (base64) or URL — nothing dropped."""
-        import json
-
         if self.text is not None:
             return self.text
         if self.has_data:
@@ -542,7 +541,7 @@ class Message:
             out["contextId"] = self.context_id
         if self.task_id:
             out["taskId"] = self.task_id
-        out["role"] = self.role if dialect == V1 or dialect == REST03 else _ROLE_TO_OLD[self.role]
+        out["role"] = self.role if dialect in (V1, REST03) else _ROLE_TO_OLD[self.role]
         out["parts"] = [p.to_json(dialect) for p in self.parts]
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
@@ -550,11 +549,10 @@ class Message:
             out["extensions"] = list(self.extensions)
         if self.reference_task_ids:
             out["referenceTaskIds"] = list(self.reference_task_ids)
-        if dialect != V1:
-            if dialect == V03:
-                out["kind"] = "message"
-            else:  # REST03
-                out["content"] = out.pop("parts")
+        if dialect == V03:
+            out["kind"] = "message"
+        elif dialect == REST03:
+            out["content"] = out.pop("parts")
         return out
 
 
@@ -789,9 +787,9 @@ class StatusUpdate:
         out["status"] = self.status.to_json(dialect)
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
+        if dialect == V03:
+            out["kind"] = "status-update"
         if dialect != V1:
-            if dialect == V03:
-                out["kind"] = "status-update"
             out["final"] = self.final
         return out
 

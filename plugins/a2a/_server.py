@@ -212,19 +212,15 @@ class A2AService:
         """Run a non-streaming operation for the request's principal; its result in
         ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
+            return await self._execute(op, agent, trace, req)
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
 
     async def _execute(
-        self,
-        op: p.Operation,
-        agent: str | None,
-        trace: TraceContext | None,
-        base_url: str,
-        owner: str,
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
         tasks = self._tasks()
+        owner = self.owner_of(req)
         d = op.dialect
         if op.op == "send":
             wait = not op.params.options.return_immediately
@@ -284,7 +280,7 @@ class A2AService:
             if name is None:
                 raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
             self.check_agent(name)
-            card = build_card(self, name, base_url, extended=True, root=agent is None)
+            card = build_card(self, name, req.base_url, extended=True, root=agent is None)
             return rest03.card_out(card) if d == m.REST03 else card
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
@@ -515,9 +511,7 @@ def _json(
     content_type: str = "application/json",
     headers: Mapping[str, str] | None = None,
 ) -> PlainResponse:
-    return PlainResponse(
-        status, _dumps(body).encode(), content_type, tuple(headers.items()) if headers else ()
-    )
+    return PlainResponse(status, _dumps(body).encode(), content_type, headers or ())
 
 
 def _dumps(body: Any) -> str:
@@ -549,7 +543,7 @@ def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
     headers = {"ETag": etag, "Cache-Control": CARD_CACHE_CONTROL}
     match = req.headers.get("If-None-Match") or ""
     if etag in [t.strip() for t in match.split(",")] or match.strip() == "*":
-        return PlainResponse(304, b"", "text/html; charset=utf-8", tuple(headers.items()))
+        return PlainResponse(304, b"", "text/html; charset=utf-8", headers)
     return _json(card, headers=headers)
 
 
@@ -574,7 +568,7 @@ def _daemon_error(
 ) -> PlainResponse:
     """A refusal made before the A2A protocol is involved, in the binding's shape."""
     body, content_type = render_error(binding, status, code, message)
-    return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
+    return PlainResponse(status, body, content_type, headers or ())
 
 
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
@@ -743,16 +737,11 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
         params = _loads(req.body)
-        if is_mapping(params) and ("jsonrpc" in params or "method" in params):
-            return await _legacy_envelope(service, req)
-        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(op, None, header_trace(req.headers), req)
+        if not (is_mapping(params) and ("jsonrpc" in params or "method" in params)):
+            op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
+            return _json(await service.execute(op, None, header_trace(req.headers), req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
-    return _json(result)
-
-
-async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainResponse:
     try:
         rpc_id, method, params = p.parse_envelope(req.body)
     except m.A2AError as exc:
