@@ -1,18 +1,10 @@
 """A2A on the daemon: agent cards, the JSON-RPC and HTTP+JSON bindings, SSE, the 0.1 routes.
 
-Routes (``/a2a`` is ``a2a.listen_path``):
-- ``GET /.well-known/agent-card.json`` (the primary agent's 1.0 card, naming the root
-  endpoints), ``/.well-known/agent.json`` (its legacy card), ``GET /a2a/agents`` →
-  ``{"agents": [...], "total": N}``, ``GET /a2a/agents/{name}/.well-known/agent-card.json``
-  (one card per agent);
-- JSON-RPC: ``POST /a2a/jsonrpc`` (the root endpoint: ``message.metadata.agent``, else the
-  task's agent, else the primary agent) and ``POST /a2a/agents/{name}/jsonrpc``;
-- HTTP+JSON: ``/a2a/rest/...`` and ``/a2a/agents/{name}/rest/...`` (``message:send``,
-  ``message:stream``, ``tasks``, ``tasks/{id}``, ``tasks/{id}:cancel``, ``tasks/{id}:subscribe``,
-  ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3,
-  with ``/v1/card`` for the extended card, answered in the 0.3 binding's shapes, see ``_rest03``);
-- 0.1: ``POST /a2a/tasks/send`` (bare params, or the seed client's JSON-RPC envelope,
-  answered in kind), ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
+Routes (``/a2a`` is ``a2a.listen_path``; ``make_routes`` lists them): the primary agent's
+cards at ``/.well-known/``, every agent's under ``/a2a/agents/{name}/``; JSON-RPC at
+``/a2a/jsonrpc`` (the root endpoint: ``message.metadata.agent``, else the task's agent, else
+the primary agent) and ``/a2a/agents/{name}/jsonrpc``; HTTP+JSON under ``[...]/rest/`` (0.3
+under ``rest/v1/``, see ``_rest03``); the seed's 0.1 ``/a2a/tasks/...`` routes.
 
 The primary agent is ``a2a.default_agent``, else the A2A agent whose name sorts first.
 Errors take the shape of the route's binding (JSON-RPC error, AIP-193 error object).
@@ -538,13 +530,13 @@ def _finite(value: Any) -> Any:
 
 
 def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
-    text = json.dumps(card, ensure_ascii=False, separators=(",", ":"))
+    text = _dumps(card)
     etag = 'W/"' + hashlib.sha256(text.encode()).hexdigest()[:40] + '"'
     headers = {"ETag": etag, "Cache-Control": CARD_CACHE_CONTROL}
     match = req.headers.get("If-None-Match") or ""
     if etag in [t.strip() for t in match.split(",")] or match.strip() == "*":
         return PlainResponse(304, b"", "text/html; charset=utf-8", headers)
-    return _json(card, headers=headers)
+    return PlainResponse(200, text.encode(), headers=headers)
 
 
 def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
@@ -684,10 +676,9 @@ async def _jsonrpc(
         )
     except m.A2AError as exc:
         return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
-    streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
-        if streaming:
+        if op.op in p.STREAMING_OPS:
             events = await service.open_stream(op, name, trace, req)
             return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
         result = await service.execute(op, name, trace, req)
@@ -721,10 +712,10 @@ async def _rest(
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
+        trace = header_trace(req.headers)
         if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(op, name, header_trace(req.headers), req)
-            return _sse(events)
-        result = await service.execute(op, name, header_trace(req.headers), req)
+            return _sse(await service.open_stream(op, name, trace, req))
+        result = await service.execute(op, name, trace, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
@@ -896,9 +887,7 @@ def _rest_operation(
         if len(parts) == 3 and method == "POST":
             if v03:
                 return p.Operation("push_set", rest03.push_config_in(body(), task_id), d)
-            data = dict(body())
-            data["taskId"] = task_id
-            return p.Operation("push_set", m.push_config_from_json(data), d)
+            return p.Operation("push_set", m.push_config_from_json(body(), task_id=task_id), d)
         if len(parts) == 3 and method == "GET":
             return p.Operation("push_list", p.PushQuery(task_id), d)
         if len(parts) == 4 and method == "GET":
