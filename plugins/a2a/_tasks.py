@@ -431,16 +431,16 @@ class TaskManager:
             if defer:
                 self.store.release()
             raise
+        live = LiveTask(
+            task,
+            agent,
+            dialect,
+            owner,
+            fresh_context=fresh_context,
+            stored=not defer,
+            reserved=defer,
+        )
         if defer:
-            live = LiveTask(
-                task,
-                agent,
-                dialect,
-                owner,
-                fresh_context=fresh_context,
-                stored=False,
-                reserved=True,
-            )
             self.live[tid] = live
             self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
@@ -465,7 +465,6 @@ class TaskManager:
                 raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
         await self._forget(evicted)
-        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
         self.live[tid] = live
         return live
 
