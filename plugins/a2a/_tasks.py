@@ -431,16 +431,9 @@ class TaskManager:
             if defer:
                 self.store.release()
             raise
-        live = LiveTask(
-            task,
-            agent,
-            dialect,
-            owner,
-            fresh_context=fresh_context,
-            stored=not defer,
-            reserved=defer,
-        )
+        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
         if defer:
+            live.stored, live.reserved = False, True
             self.live[tid] = live
             self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
