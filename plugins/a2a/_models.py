@@ -815,31 +815,26 @@ class ArtifactUpdate:
         }
         if dialect == V03:
             out["kind"] = "artifact-update"
+        if dialect == V03 or self.append:  # 0.3 always says both; the rest only when true
             out["append"] = self.append
+        if dialect == V03 or self.last_chunk:
             out["lastChunk"] = self.last_chunk
-        else:
-            if self.append:
-                out["append"] = True
-            if self.last_chunk:
-                out["lastChunk"] = True
         return out
 
 
 Event = Task | Message | StatusUpdate | ArtifactUpdate
+_EVENT_KEYS = {
+    Task: "task",
+    Message: "message",
+    StatusUpdate: "statusUpdate",
+    ArtifactUpdate: "artifactUpdate",
+}
 
 
 def event_to_json(event: Event, dialect: str = V1) -> dict[str, Any]:
     """A stream event: wrapped (``{"statusUpdate": ...}``) in 1.0, bare with ``kind`` in 0.3."""
     body = event.to_json(dialect)
-    if dialect in _BARE_EVENTS:
-        return body
-    key = {
-        Task: "task",
-        Message: "message",
-        StatusUpdate: "statusUpdate",
-        ArtifactUpdate: "artifactUpdate",
-    }[type(event)]
-    return {key: body}
+    return body if dialect in _BARE_EVENTS else {_EVENT_KEYS[type(event)]: body}
 
 
 def event_from_json(value: Any) -> Event:
