@@ -78,7 +78,6 @@ class A2AService:
         self.kernel = kernel
         self.settings = settings
         self.tasks: TaskManager | None = None
-        self.push: PushDispatcher | None = None
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -90,20 +89,18 @@ class A2AService:
             legacy_owner=kernel.host_principal,  # who owns tasks from before principals
         ) as store:
             async with trio.open_nursery() as nursery:
+                push = None
                 if self.settings.push_notifications:
-                    self.push = PushDispatcher(
-                        store,
-                        PushSettings(
-                            allow_private=self.settings.push_allow_private,
-                            allow_loopback=self.settings.push_allow_private,
-                        ),
+                    allow = self.settings.push_allow_private
+                    push = PushDispatcher(
+                        store, PushSettings(allow_private=allow, allow_loopback=allow)
                     )
-                    await nursery.start(self.push.run)
+                    await nursery.start(push.run)
                 self.tasks = TaskManager(
                     kernel,
                     store,
                     nursery,
-                    push=self.push,
+                    push=push,
                     open_per_caller=self.settings.open_tasks_per_caller,
                     input_required_ttl_s=self.settings.input_required_ttl_s,
                 )
