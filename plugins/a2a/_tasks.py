@@ -273,11 +273,6 @@ class TaskManager:
         )
 
     async def _load_live(self, task_id: str, agent: str | None, owner: str) -> LiveTask:
-        live = self.live.get(task_id)
-        if live is not None:
-            if live.owner != owner or (agent is not None and live.agent != agent):
-                raise self._not_found(task_id)
-            return live
         task, served_by, dialect = await self.find(task_id, agent=agent, owner=owner)
         return self._hold(task_id, task, served_by, dialect, owner)
 
