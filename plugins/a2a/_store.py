@@ -120,6 +120,7 @@ def _split(data: dict) -> tuple[str, str | None, int]:
 
 
 _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at, owner"
+_INSERT = f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES ({', '.join('?' * 11)})"
 _UPDATE = (
     "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, "
     "size = ? WHERE id = ?"
@@ -193,6 +194,7 @@ class TaskStore(SqliteDatabase):
         ``reserved``: the row ``reserve()`` held room for; ``shield``: not cancellable."""
         encoded, artifacts, size = _split(data)
         now = time.time()
+        row = (id, context_id, agent, state, terminal, encoded, now, now, owner, artifacts, size)
 
         def work(conn: sqlite3.Connection) -> list[str]:
             count = self._count
@@ -217,23 +219,7 @@ class TaskStore(SqliteDatabase):
                         "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
-            conn.execute(
-                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    id,
-                    context_id,
-                    agent,
-                    state,
-                    int(terminal),
-                    encoded,
-                    now,
-                    now,
-                    owner,
-                    artifacts,
-                    size,
-                ),
-            )
+            conn.execute(_INSERT, row)
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
             # Kept unless more than one row was evicted: if this transaction does not commit,
             # the count is then one too high or right (harmless: the bound recounts), never
