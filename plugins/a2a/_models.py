@@ -898,23 +898,16 @@ class PushConfig:
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
         auth = None
-        if self.auth_scheme:
-            auth = _drop_none({"scheme": self.auth_scheme, "credentials": self.credentials})
-        if dialect == V1:
-            return _drop_none(
-                {
-                    "taskId": self.task_id,
-                    "id": self.id,
-                    "url": self.url,
-                    "token": self.token,
-                    "authentication": auth,
-                }
+        if self.auth_scheme:  # 0.3 names a list of schemes
+            scheme = (
+                {"scheme": self.auth_scheme} if dialect == V1 else {"schemes": [self.auth_scheme]}
             )
-        if auth is not None:
-            auth = _drop_none({"schemes": [self.auth_scheme], "credentials": self.credentials})
+            auth = _drop_none({**scheme, "credentials": self.credentials})
         inner = _drop_none(
             {"id": self.id, "url": self.url, "token": self.token, "authentication": auth}
         )
+        if dialect == V1:
+            return {"taskId": self.task_id, **inner}
         if dialect == REST03:  # a resource, named by its path
             name = f"tasks/{self.task_id}/pushNotificationConfigs/{self.id}"
             return {"name": name, "pushNotificationConfig": inner}
