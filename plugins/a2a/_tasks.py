@@ -778,7 +778,10 @@ class TaskManager:
                 live = self._hold(
                     task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
                 )
-        if live.running or live.changing or live.task.status.state not in m.INTERRUPTED_STATES:
+        if live.running or live.task.status.state not in m.INTERRUPTED_STATES:
+            return
+        if live.changing:  # a send or cancel is storing its next state; if that fails, later
+            self._waiting.add(task_id, trio.current_time() + self.input_required_ttl_s)
             return
         live.running, live.done = True, trio.Event()  # a send or cancel meanwhile waits for this
         try:
