@@ -49,6 +49,7 @@ EVENT_LOG_MAX = 256
 CANCEL_WAIT_S = 10.0
 FIRST_ROW_AFTER_S = 0.1  # a blocking send's task is stored once its run takes this long
 STOPPED_WRITE_S = 5.0  # how long a stopped task's run may take to store it as failed
+EXPIRE_RETRY_S = 60.0  # an expiry that failed is tried again this long after (at most the TTL)
 STOPPED_REASON = (
     "this task was stopped before it finished (the roost daemon is stopping, "
     "or its request was cancelled); send the message again"
@@ -211,9 +212,11 @@ class TaskManager:
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
         self._open: dict[str, set[str]] = {}
-        # Tasks waiting for input, expired at their time; blocking sends' tasks whose first
-        # row waits (see send), written at theirs.
+        # Tasks waiting for input, expired at their time (and those whose expiry failed,
+        # tried again: a schedule of their own keeps each in time order); blocking sends'
+        # tasks whose first row waits (see send), written at theirs.
         self._waiting = _Schedule(nursery, self._expire_due)
+        self._retrying = _Schedule(nursery, self._expire_due)
         self._deferred = _Schedule(nursery, self._write_deferred_row)
 
     # ---- recovery ---------------------------------------------------------------------
@@ -748,14 +751,20 @@ class TaskManager:
         else:
             self._waiting.due.pop(task_id, None)
 
-    async def _expire_due(self, task_id: str, _: Any) -> None:
+    async def _expire_due(self, task_id: str, seq: int | None) -> None:
+        """Expire ``task_id``; a retry (``seq``: the task's then) not if it changed since."""
+        live = self.live.get(task_id)
+        if seq is not None and live is not None and live.seq != seq:
+            return  # its change was tracked (_track): waiting for input again, it is due anew
         try:
             await self._expire(task_id)
         except Exception:
-            retry = min(self.input_required_ttl_s, 60.0)
+            retry = min(self.input_required_ttl_s, EXPIRE_RETRY_S)
             log.exception("A2A task %s: could not expire it; trying again in %g s", task_id, retry)
             if task_id not in self._waiting.due:
-                self._waiting.add(task_id, trio.current_time() + retry)
+                live = self.live.get(task_id)
+                when = trio.current_time() + retry
+                self._retrying.add(task_id, when, live.seq if live is not None else 0)
 
     async def _expire(self, task_id: str) -> None:
         """Fail the task ``task_id`` if it still waits for input: stored, then announced."""

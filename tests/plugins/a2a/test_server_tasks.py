@@ -517,3 +517,48 @@ async def test_an_expiry_due_while_an_answer_fails_to_store_still_comes(tmp_path
 async def _state_is(http, path, tid, state):
     task = (await rpc(http, "GetTask", {"id": tid}, path=path))["result"]
     return task if task["status"]["state"] == state else None
+
+
+async def test_an_expiry_that_failed_is_tried_again_in_its_retry_time(tmp_path, monkeypatch):
+    """Task A's expiry fails once (disk full): it is tried again ``EXPIRE_RETRY_S`` later,
+    even though task B, waiting for input since after A, is due before that retry only in
+    the order the schedule was filled. The retry used to queue behind B and come at B's
+    time (up to ``a2a.input_required_ttl_s`` late, not the 60 s the log promised)."""
+    from a2a_helpers import make_config, serve
+    from roost.plugins.a2a import _tasks
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._store import TaskStorageFailed, TaskStore
+
+    monkeypatch.setattr(_tasks, "EXPIRE_RETRY_S", 0.2)
+    config = make_config(tmp_path, a2a={"input_required_ttl_s": 4})
+    path = "/a2a/agents/asker/jsonrpc"
+    update, failed, ids = TaskStore.update, [], {}
+
+    async def disk_full_once(self, task_id, **kwargs):
+        if task_id == ids.get("A") and kwargs["state"] == "TASK_STATE_FAILED" and not failed:
+            failed.append(trio.current_time())
+            raise TaskStorageFailed("storage failed: disk full (test)")
+        return await update(self, task_id, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "update", disk_full_once)
+    with trio.fail_after(30):
+        async with (
+            serve(config) as (kernel, url),
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            tasks = service_for(kernel).tasks
+            a = await rpc(http, "SendMessage", {"message": msg("a question")}, path=path)
+            first = ids["A"] = a["result"]["task"]["id"]
+            await trio.sleep(2)  # B asks 2 s after A: due 2 s after A, 1.8 s after A's retry
+            b = await rpc(http, "SendMessage", {"message": msg("a question", "m-b")}, path=path)
+            second = b["result"]["task"]["id"]
+            assert tasks._waiting.due[second][0] > tasks._waiting.due[first][0] + 1.5
+            ended = {}
+            for tid in (first, second):
+                ended[tid] = await wait_until(
+                    lambda tid=tid: _state_is(http, path, tid, "TASK_STATE_FAILED"), "expired"
+                )
+    assert failed, "A's expiry was never tried"
+    a_at = ended[first]["status"]["timestamp"]
+    b_at = ended[second]["status"]["timestamp"]
+    assert a_at < b_at, (a_at, b_at)
