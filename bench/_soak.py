@@ -64,7 +64,7 @@ def tables(kernel: Any) -> dict[str, Any]:
         "a2a_live_tasks": len(tasks.live) if tasks else 0,
         "a2a_open_tasks": sum(len(v) for v in tasks._open.values()) if tasks else 0,
         "a2a_open_tasks_bound": tasks.open_per_caller if tasks else 0,
-        "a2a_deferred_rows": len(tasks._deferred) if tasks else 0,
+        "a2a_deferred_rows": len(tasks._deferred.due) if tasks else 0,
         "tap_subscribers": kernel.tap.subscriber_count,
         "agent_runs": sum(len(r._runs) for r in runtimes),
         "session_locks": sum(len(r._session_locks) for r in runtimes),

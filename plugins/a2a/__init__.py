@@ -1,10 +1,8 @@
 """A2A for roost: server and client (1.0, 0.3 and the seed's 0.1 shape).
 
 The plugin mounts agent cards and the JSON-RPC, HTTP+JSON and 0.1 routes on the daemon
-(``roost_http_routes``; ``GET /api/a2a/external_agents`` says where each external agent
-stands), runs the task service (``roost_services``: task store, recovery,
-push delivery, discovery of ``[[a2a.external_agents]]``, which become ``a2a_{name}`` tools)
-and offers a client (``A2AClient``, ``discover``).
+(``roost_http_routes``), runs the task service (``roost_services``: task store, recovery,
+push delivery, ``[[a2a.external_agents]]`` as ``a2a_{name}`` tools) and offers a client.
 """
 
 from __future__ import annotations

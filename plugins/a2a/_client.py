@@ -1,12 +1,11 @@
 """An A2A client: discover an agent (1.0, 0.3 or 0.1 card), send, stream, get, cancel,
-subscribe and poll with backoff — whichever protocol the agent speaks.
+subscribe and poll — whichever protocol the agent speaks.
 
-Every URL is checked against SSRF rules (after DNS) before it is fetched; requests time out
-after 30 s (streams: between events). HTTP 429 or 503 is retried after the server's
-``Retry-After`` (bounded in count, within the 30 s and the caller's deadline); any other
-HTTP error fails at once with the server's message. What an agent sends is read up to a cap
-(a card 1 MiB, an answer or SSE event ``MAX_ANSWER_BYTES``, an error body 64 KiB); past it
-the call fails naming the limit and the URL.
+Every URL is checked against SSRF rules (after DNS) and connected to at the approved
+address; requests time out after 30 s (streams: between events). HTTP 429/503 is retried
+after ``Retry-After`` (bounded); any other HTTP error fails at once with the server's
+message. Answers are read up to a cap (card 1 MiB, answer or SSE event
+``MAX_ANSWER_BYTES``, error 64 KiB); past it the call fails naming the limit and the URL.
 """
 
 from __future__ import annotations
@@ -69,6 +68,11 @@ class A2AClientError(m.A2AError):
         self.data = data
 
 
+def _unusable(message: str) -> A2AClientError:
+    """The agent answered something this client cannot use (-32006)."""
+    return A2AClientError(m.INVALID_AGENT_RESPONSE, message)
+
+
 def _refused(status: int, body: bytes, url: str) -> A2AClientError:
     """The error for HTTP ``status`` >= 400: the status and the server's own message (a
     JSON-RPC error's code and data kept)."""
@@ -111,15 +115,10 @@ class AgentInfo:
 def parse_card(card: Any, card_url: str) -> AgentInfo:
     """Classify and read a 1.0, 0.3 or 0.1 agent card."""
     if not isinstance(card, Mapping):
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE,
-            f"the agent card at {public_url(card_url)} is not a JSON object",
-        )
+        raise _unusable(f"the agent card at {public_url(card_url)} is not a JSON object")
     name = card.get("name")
     if not isinstance(name, str) or not name:
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"the agent card at {public_url(card_url)} has no name"
-        )
+        raise _unusable(f"the agent card at {public_url(card_url)} has no name")
     caps = card.get("capabilities") if isinstance(card.get("capabilities"), Mapping) else {}
     skills = tuple(s for s in card.get("skills") or () if isinstance(s, Mapping))
     interfaces = card.get("supportedInterfaces")
@@ -146,10 +145,9 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
         protocol = m.V03 if version.startswith("0.3") or "preferredTransport" in card else m.V01
         jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
     if jsonrpc_url is None and rest_url is None:
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE,
+        raise _unusable(
             f"the agent card at {public_url(card_url)} names no endpoint "
-            "(url or supportedInterfaces)",
+            "(url or supportedInterfaces)"
         )
     return AgentInfo(
         name=name,
@@ -178,8 +176,6 @@ class A2AClient:
         resolver: Any = None,
     ) -> None:
         self.timeout = timeout
-        self.allow_private = allow_private
-        self.allow_loopback = allow_loopback
         # Each request goes to an address the SSRF check approved for its origin: httpx
         # would look the name up again, and a rebinding name could then answer privately.
         self._pins = AddressPins(
@@ -241,22 +237,13 @@ class A2AClient:
             if status >= 400:
                 raise _refused(status, body, candidate)
             if status != 200:
-                raise A2AClientError(
-                    m.INVALID_AGENT_RESPONSE,
-                    f"{public_url(candidate)} answered {http_status_line(status)}",
-                )
+                raise _unusable(f"{public_url(candidate)} answered {http_status_line(status)}")
             try:
                 card = json.loads(body)
             except (ValueError, RecursionError):
-                raise A2AClientError(
-                    m.INVALID_AGENT_RESPONSE,
-                    f"the agent card at {public_url(candidate)} is not JSON",
-                ) from None
+                raise _unusable(f"the agent card at {public_url(candidate)} is not JSON") from None
             return parse_card(card, candidate)
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE,
-            f"no agent card found ({last}); is {public_url(url)} an A2A agent?",
-        )
+        raise _unusable(f"no agent card found ({last}); is {public_url(url)} an A2A agent?")
 
     async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
         return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
@@ -294,8 +281,8 @@ class A2AClient:
     async def _send_with_retries(
         self, method: str, url: str, limit: int, what: str, **kwargs: Any
     ) -> tuple[int, bytes]:
-        """One request (``_response``): the status and body (of a success at most ``limit``
-        bytes, more fails naming ``what``; of an error its first 64 KiB)."""
+        """One request (``_response``): its status and body (a success's at most ``limit``
+        bytes, else failing naming ``what``)."""
         failed = f"cannot reach {public_url(url)}"
         async with self._response(method, url, failed, **kwargs) as (response, body):
             if response.status_code < 400:
@@ -306,10 +293,9 @@ class A2AClient:
     async def _response(
         self, method: str, url: str, failed: str, **kwargs: Any
     ) -> AsyncIterator[tuple[httpx.Response, bytes]]:
-        """The answer to one request, sent again while it is HTTP 429/503 and the server's
-        ``Retry-After`` fits (``http_retry_wait``): a success open for the block to read, an
-        error with its first 64 KiB. Failing to talk to ``url`` raises ``A2AClientError``
-        starting with ``failed``."""
+        """The answer to one request, retried on HTTP 429/503 (``http_retry_wait``): a
+        success open for the block to read, or an error with its first 64 KiB. Failing to
+        talk to ``url`` raises ``A2AClientError`` starting with ``failed``."""
         deadline = trio.current_time() + self.timeout
         retries = 0
         while True:
@@ -323,23 +309,17 @@ class A2AClient:
                 reason = f"{failed}: {type(exc).__name__}: {exc}"
                 raise A2AClientError(m.INTERNAL_ERROR, reason) from None
             except ResponseTooLarge as exc:
-                raise A2AClientError(m.INVALID_AGENT_RESPONSE, str(exc)) from None
+                raise _unusable(str(exc)) from None
+            status = response.status_code
             wait = http_retry_wait(
-                response.status_code,
-                retry_after_s(response.headers),
-                retries,
-                remaining_s(deadline),
+                status, retry_after_s(response.headers), retries, remaining_s(deadline)
             )
             if wait is None:
                 yield response, body
                 return
             retries += 1
             log.info(
-                "%s answered HTTP %d; retry %d in %.1f s",
-                public_url(url),
-                response.status_code,
-                retries,
-                wait,
+                "%s answered HTTP %d; retry %d in %.1f s", public_url(url), status, retries, wait
             )
             await trio.sleep(wait)
 
@@ -478,9 +458,7 @@ async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncI
         try:
             envelope = json.loads(event.data)
         except (ValueError, RecursionError):
-            raise A2AClientError(
-                m.INVALID_AGENT_RESPONSE, f"{public_url(url)} sent an event that is not JSON"
-            ) from None
+            raise _unusable(f"{public_url(url)} sent an event that is not JSON") from None
         if isinstance(envelope, Mapping) and "error" in envelope:
             raise _rpc_error(envelope["error"])
         result = envelope.get("result", envelope) if isinstance(envelope, Mapping) else envelope
@@ -489,7 +467,7 @@ async def _events(response: httpx.Response, url: str, info: AgentInfo) -> AsyncI
 
 def _rpc_error(error: Any) -> A2AClientError:
     if not isinstance(error, Mapping):
-        return A2AClientError(m.INVALID_AGENT_RESPONSE, f"malformed error: {str(error)[:200]}")
+        return _unusable(f"malformed error: {str(error)[:200]}")
     code = error.get("code") if isinstance(error.get("code"), int) else m.INTERNAL_ERROR
     return A2AClientError(code, str(error.get("message", "error")), data=error.get("data"))
 
@@ -501,21 +479,17 @@ def _result(status: int, body: bytes, url: str) -> Any:
     try:
         envelope = json.loads(body)
     except (ValueError, RecursionError):
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE,
-            f"{public_url(url)} answered HTTP {status} with a body that is not JSON",
+        raise _unusable(
+            f"{public_url(url)} answered HTTP {status} with a body that is not JSON"
         ) from None
     if not isinstance(envelope, Mapping):
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE,
-            f"{public_url(url)} answered with a JSON {type(envelope).__name__}, not an object",
+        raise _unusable(
+            f"{public_url(url)} answered with a JSON {type(envelope).__name__}, not an object"
         )
     if "error" in envelope:
         raise _rpc_error(envelope["error"])
     if "result" not in envelope:
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"{public_url(url)} answered HTTP {status} without a result"
-        )
+        raise _unusable(f"{public_url(url)} answered HTTP {status} without a result")
     return envelope["result"]
 
 
@@ -533,9 +507,7 @@ def _event(result: Any, info: AgentInfo) -> m.Event:
                 return m.event_from_json({"statusUpdate": {**result, "taskId": result["id"]}})
         return m.event_from_json(result)
     except m.A2AError as exc:
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"the agent sent an unreadable event: {exc}"
-        ) from None
+        raise _unusable(f"the agent sent an unreadable event: {exc}") from None
 
 
 def _task_or_message(result: Any) -> m.Task | m.Message:
@@ -556,9 +528,7 @@ def _as_task(result: Any) -> m.Task:
     try:
         return m.task_from_json(result)
     except m.A2AError as exc:
-        raise A2AClientError(
-            m.INVALID_AGENT_RESPONSE, f"the agent answered with an unreadable task: {exc}"
-        ) from None
+        raise _unusable(f"the agent answered with an unreadable task: {exc}") from None
 
 
 async def discover(url: str, **client_options: Any) -> AgentInfo:

@@ -58,15 +58,6 @@ class PeerState:
         return {**attrs.asdict(self), "url": public_url(self.url)}
 
 
-def external_status(service: Any) -> list[dict[str, Any]]:
-    """Every configured external agent and its state (the body of the status route)."""
-    known = service.external_peers
-    return [
-        (known.get(a.name) or PeerState(a.name, a.url)).public()
-        for a in service.settings.external_agents
-    ]
-
-
 def tool_name(name: str) -> str:
     return "a2a_" + name.replace("-", "_")
 
@@ -244,8 +235,9 @@ def status_route(kernel: KernelAPI) -> RouteDescriptor:
         from ._server import service_for
 
         service = service_for(kernel)
-        return PlainResponse.json(
-            {"external_agents": external_status(service) if service is not None else []}
-        )
+        known = service.external_peers if service is not None else {}
+        agents = service.settings.external_agents if service is not None else ()
+        states = [(known.get(a.name) or PeerState(a.name, a.url)).public() for a in agents]
+        return PlainResponse.json({"external_agents": states})
 
     return RouteDescriptor("/api/a2a/external_agents", list_external_agents, methods=("GET",))

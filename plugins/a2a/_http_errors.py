@@ -1,14 +1,9 @@
-"""The daemon's own errors on A2A routes, in A2A 1.0's shapes (``RouteDescriptor.render_error``).
-
-The HTTP layer answers some requests before an A2A handler sees them (401, 403 Origin,
-404/405, 413, 429, 500). On A2A routes those answers keep their status and headers and get
-a body an A2A client can parse: on the JSON-RPC binding a JSON-RPC error (``id`` null; the
-code from ``roost.plugins.http.jsonrpc_error_code``: -32601 no route, -32600 refused as
-sent, -32603 unhandled, else -32000, outside A2A's -32001..-32099); elsewhere an AIP-193
-error object (``{"error": {"code", "status", "message", "details"}}``) in the route's own
-media type. Its ``google.rpc.ErrorInfo`` carries A2A's reason where the code is one A2A
-names, else roost's code upper-cased (domain ``roost``), and in its metadata the HTTP
-status and roost's code (``httpStatus``, ``roostCode``).
+"""The daemon's own errors on A2A routes (401, 403, 404/405, 413, 429, 500, answered before
+an A2A handler runs), in A2A 1.0's shapes (``RouteDescriptor.render_error``): on JSON-RPC
+routes a JSON-RPC error (``id`` null, the code from ``jsonrpc_error_code``), elsewhere an
+AIP-193 error object in the route's media type. Its ``ErrorInfo`` carries A2A's reason where
+A2A names the code, else roost's code upper-cased (domain ``roost``), and in its metadata
+the HTTP status and roost's code (``httpStatus``, ``roostCode``).
 """
 
 from __future__ import annotations
@@ -45,11 +40,6 @@ _CANONICAL = {
 _A2A_CODES = frozenset({m.INVALID_REQUEST, m.METHOD_NOT_FOUND, m.INTERNAL_ERROR})
 
 
-def canonical_status(status: int) -> str:
-    """The ``google.rpc.Code`` name for an HTTP status (INVALID_ARGUMENT/INTERNAL by class)."""
-    return _CANONICAL.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-
-
 def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, Any]]]:
     """``(JSON-RPC code, [ErrorInfo])`` of one daemon error."""
     rpc_code = jsonrpc_error_code(status, code)
@@ -71,15 +61,14 @@ def media_type(binding: str) -> str:
 
 
 def render_error(binding: str, status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on a route of ``binding`` (``RouteDescriptor.render_error``, bound
-    with ``partial``): a JSON-RPC error response with ``id`` null, else an AIP-193 error
-    object, in the route's media type."""
+    """A daemon error on a route of ``binding`` (bound with ``partial``), as its body and
+    media type."""
     rpc_code, details = _error(status, code, message)
     if binding == "jsonrpc":
         error = {"code": rpc_code, "message": message, "data": details}
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "error": error}
     else:
-        status_name = canonical_status(status)
+        status_name = _CANONICAL.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
         body = {
             "error": {"code": status, "status": status_name, "message": message, "details": details}
         }

@@ -1,12 +1,10 @@
-"""Files sent to an agent over A2A, saved in its workspace where its tools can open them.
+"""Files sent to an agent over A2A, saved in its workspace for its tools to open.
 
-A message's file parts with bytes go to ``<workspace>/inbox/<folder>/<name>``. The folder is
-a hash of the task id (a client may choose the id: ``..`` or ``a/b`` must not become paths,
-and two ids must not share a folder); names are made safe and unique. Everything is opened
-from the workspace down with directory fds and ``O_NOFOLLOW``, so a link an agent puts in
-place of ``inbox`` or a folder can lead neither writes nor removals outside the workspace.
-Bounded: ``MAX_FILES_PER_MESSAGE`` files per message, ``MAX_TASK_FILES`` and
-``MAX_TASK_BYTES`` per task over all its turns.
+A message's file parts with bytes go to ``<workspace>/inbox/<folder>/<name>``: the folder
+a hash of the task id (a client may choose ``..`` as an id), the name made safe and unique.
+Everything is opened from the workspace down with directory fds and ``O_NOFOLLOW``, so a
+link an agent puts in place of ``inbox`` or a folder leads nowhere outside. Bounded per
+message (``MAX_FILES_PER_MESSAGE``) and per task (``MAX_TASK_FILES``, ``MAX_TASK_BYTES``).
 """
 
 from __future__ import annotations

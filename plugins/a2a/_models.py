@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -383,8 +384,6 @@ class Part:
     def as_text(self) -> str:
         """How this part reaches an agent (whose input is text): text as is, data as JSON,
         a file with its name, media type and content (base64) or URL — nothing dropped."""
-        import json
-
         if self.text is not None:
             return self.text
         if self.has_data:
@@ -542,7 +541,7 @@ class Message:
             out["contextId"] = self.context_id
         if self.task_id:
             out["taskId"] = self.task_id
-        out["role"] = self.role if dialect == V1 or dialect == REST03 else _ROLE_TO_OLD[self.role]
+        out["role"] = self.role if dialect in (V1, REST03) else _ROLE_TO_OLD[self.role]
         out["parts"] = [p.to_json(dialect) for p in self.parts]
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
@@ -550,11 +549,10 @@ class Message:
             out["extensions"] = list(self.extensions)
         if self.reference_task_ids:
             out["referenceTaskIds"] = list(self.reference_task_ids)
-        if dialect != V1:
-            if dialect == V03:
-                out["kind"] = "message"
-            else:  # REST03
-                out["content"] = out.pop("parts")
+        if dialect == V03:
+            out["kind"] = "message"
+        elif dialect == REST03:
+            out["content"] = out.pop("parts")
         return out
 
 
@@ -789,9 +787,9 @@ class StatusUpdate:
         out["status"] = self.status.to_json(dialect)
         if self.metadata is not None:
             out["metadata"] = dict(self.metadata)
+        if dialect == V03:
+            out["kind"] = "status-update"
         if dialect != V1:
-            if dialect == V03:
-                out["kind"] = "status-update"
             out["final"] = self.final
         return out
 
@@ -817,31 +815,26 @@ class ArtifactUpdate:
         }
         if dialect == V03:
             out["kind"] = "artifact-update"
+        if dialect == V03 or self.append:  # 0.3 always says both; the rest only when true
             out["append"] = self.append
+        if dialect == V03 or self.last_chunk:
             out["lastChunk"] = self.last_chunk
-        else:
-            if self.append:
-                out["append"] = True
-            if self.last_chunk:
-                out["lastChunk"] = True
         return out
 
 
 Event = Task | Message | StatusUpdate | ArtifactUpdate
+_EVENT_KEYS = {
+    Task: "task",
+    Message: "message",
+    StatusUpdate: "statusUpdate",
+    ArtifactUpdate: "artifactUpdate",
+}
 
 
 def event_to_json(event: Event, dialect: str = V1) -> dict[str, Any]:
     """A stream event: wrapped (``{"statusUpdate": ...}``) in 1.0, bare with ``kind`` in 0.3."""
     body = event.to_json(dialect)
-    if dialect in _BARE_EVENTS:
-        return body
-    key = {
-        Task: "task",
-        Message: "message",
-        StatusUpdate: "statusUpdate",
-        ArtifactUpdate: "artifactUpdate",
-    }[type(event)]
-    return {key: body}
+    return body if dialect in _BARE_EVENTS else {_EVENT_KEYS[type(event)]: body}
 
 
 def event_from_json(value: Any) -> Event:
@@ -905,23 +898,16 @@ class PushConfig:
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
         auth = None
-        if self.auth_scheme:
-            auth = _drop_none({"scheme": self.auth_scheme, "credentials": self.credentials})
-        if dialect == V1:
-            return _drop_none(
-                {
-                    "taskId": self.task_id,
-                    "id": self.id,
-                    "url": self.url,
-                    "token": self.token,
-                    "authentication": auth,
-                }
+        if self.auth_scheme:  # 0.3 names a list of schemes
+            scheme = (
+                {"scheme": self.auth_scheme} if dialect == V1 else {"schemes": [self.auth_scheme]}
             )
-        if auth is not None:
-            auth = _drop_none({"schemes": [self.auth_scheme], "credentials": self.credentials})
+            auth = _drop_none({**scheme, "credentials": self.credentials})
         inner = _drop_none(
             {"id": self.id, "url": self.url, "token": self.token, "authentication": auth}
         )
+        if dialect == V1:
+            return {"taskId": self.task_id, **inner}
         if dialect == REST03:  # a resource, named by its path
             name = f"tasks/{self.task_id}/pushNotificationConfigs/{self.id}"
             return {"name": name, "pushNotificationConfig": inner}

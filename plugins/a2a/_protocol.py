@@ -1,9 +1,8 @@
-"""Sans-I/O A2A protocol: version negotiation, method tables, request parsing and checks.
+"""Sans-I/O A2A protocol: version negotiation, request parsing and checks.
 
-Three dialects share one set of operations: 1.0 (``SendMessage`` ..., chosen by
-``A2A-Version: 1.0``), 0.3 (``message/send`` ..., the default when no version is sent) and
-the seed's 0.1 shape (``tasks/send``). Parsing turns a request into an ``Operation`` with
-typed parameters; every problem is an ``A2AError`` whose message names the field.
+1.0 (``A2A-Version: 1.0``), 0.3 (no version sent) and the seed's 0.1 shape share one set of
+operations: a request becomes an ``Operation`` with typed parameters, or an ``A2AError``
+naming the field.
 """
 
 from __future__ import annotations
@@ -284,8 +283,7 @@ PUSH_OPS = frozenset({"push_set", "push_get", "push_list", "push_delete"})
 def parse_jsonrpc(
     body: bytes, version_header: str | None, version_query: str | None = None, *, push: bool = True
 ) -> Operation:
-    """Parse one JSON-RPC request body. Errors carry ``rpc_id`` (the request id, if read).
-
+    """Parse one JSON-RPC request body; errors carry ``rpc_id`` (the request id, if read).
     ``push=False``: push-config methods are -32003 whatever their params."""
     rpc_id, method, params = parse_envelope(body)
     try:

@@ -86,7 +86,7 @@ class PushDispatcher:
 
     async def configs(self, task_id: str) -> list[m.PushConfig]:
         """The push configs stored for ``task_id`` (as ``TaskManager.set_push`` stores them)."""
-        return [_config(data) for data in await self.store.push_configs(task_id)]
+        return [m.push_config_from_json(data) for data in await self.store.push_configs(task_id)]
 
     async def notify(self, live: Any, event: m.Event) -> None:
         """Queue ``event`` for every webhook of ``live``'s task (never blocks on delivery)."""
@@ -177,15 +177,3 @@ class PushDispatcher:
                 delay *= 2
         self.failed += 1
         return False
-
-
-def _config(data: dict) -> m.PushConfig:
-    auth = data.get("authentication") or {}
-    return m.PushConfig(
-        task_id=data["taskId"],
-        id=data["id"],
-        url=data["url"],
-        token=data.get("token"),
-        auth_scheme=auth.get("scheme"),
-        credentials=data.get("credentials"),
-    )

@@ -1,17 +1,15 @@
 """The 0.3 HTTP+JSON binding (the ``/v1/...`` paths): its shapes, sans I/O.
 
-It speaks the proto JSON of the 0.3 ``a2a.proto``, which differs from 1.0 in a few places:
-a message's parts are its ``content``; a file part is ``{"file": {"fileWithBytes" |
-"fileWithUri", "mimeType", "name"}}``, a data part ``{"data": {"data": {...}}}``; the state
-is spelled ``TASK_STATE_CANCELLED``; a status update says whether it is ``final``; a push
-config is the resource ``{"name": "tasks/{id}/pushNotificationConfigs/{cid}",
-"pushNotificationConfig": {...}}``; ``GET /v1/card`` answers the 0.3 ``AgentCard``.
+It speaks the 0.3 proto's JSON, unlike 1.0 in a few places: a message's parts are its
+``content``; file parts are ``{"file": {"fileWithBytes" | "fileWithUri", "mimeType",
+"name"}}``, data parts ``{"data": {"data": {...}}}``; ``TASK_STATE_CANCELLED``; status
+updates say ``final``; a push config is the resource ``{"name":
+"tasks/{id}/pushNotificationConfigs/{cid}", "pushNotificationConfig": {...}}``.
 
-Requests are translated to 1.0 JSON here (``parse_send``, ``push_config_in``); results and
-events are written in these shapes by the models (dialect ``m.REST03``), the card by
-``card_out``. A request may name a field by its JSON name or its proto name
-(``request``, ``message_id``, ``file_with_bytes``: what the a2a-sdk's 0.3 REST client
-sends), as proto JSON parsers must accept; errors name the field as the client wrote it.
+Requests become 1.0 JSON here; results and events are written by the models (dialect
+``m.REST03``), the card by ``card_out``. A field may come by its JSON or its proto name
+(``request``, ``message_id``: what the a2a-sdk's 0.3 REST client sends); errors name it
+as the client wrote it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """A2A on the daemon: agent cards, the JSON-RPC and HTTP+JSON bindings, SSE, the 0.1 routes.
 
-Routes (``/a2a`` is ``a2a.listen_path``):
-- ``GET /.well-known/agent-card.json`` (the primary agent's 1.0 card, naming the root
-  endpoints), ``/.well-known/agent.json`` (its legacy card), ``GET /a2a/agents`` →
-  ``{"agents": [...], "total": N}``, ``GET /a2a/agents/{name}/.well-known/agent-card.json``
-  (one card per agent);
-- JSON-RPC: ``POST /a2a/jsonrpc`` (the root endpoint: ``message.metadata.agent``, else the
-  task's agent, else the primary agent) and ``POST /a2a/agents/{name}/jsonrpc``;
-- HTTP+JSON: ``/a2a/rest/...`` and ``/a2a/agents/{name}/rest/...`` (``message:send``,
-  ``message:stream``, ``tasks``, ``tasks/{id}``, ``tasks/{id}:cancel``, ``tasks/{id}:subscribe``,
-  ``tasks/{id}/pushNotificationConfigs[/{cid}]``, ``extendedAgentCard``; ``/v1/...`` for 0.3,
-  with ``/v1/card`` for the extended card, answered in the 0.3 binding's shapes, see ``_rest03``);
-- 0.1: ``POST /a2a/tasks/send`` (bare params, or the seed client's JSON-RPC envelope,
-  answered in kind), ``GET /a2a/tasks/{id}``, ``POST /a2a/tasks/{id}/cancel``.
+Routes (``/a2a`` is ``a2a.listen_path``; ``make_routes`` lists them): the primary agent's
+cards at ``/.well-known/``, every agent's under ``/a2a/agents/{name}/``; JSON-RPC at
+``/a2a/jsonrpc`` (the root endpoint: ``message.metadata.agent``, else the task's agent, else
+the primary agent) and ``/a2a/agents/{name}/jsonrpc``; HTTP+JSON under ``[...]/rest/`` (0.3
+under ``rest/v1/``, see ``_rest03``); the seed's 0.1 ``/a2a/tasks/...`` routes.
 
 The primary agent is ``a2a.default_agent``, else the A2A agent whose name sorts first.
 Errors take the shape of the route's binding (JSON-RPC error, AIP-193 error object).
@@ -86,7 +78,6 @@ class A2AService:
         self.kernel = kernel
         self.settings = settings
         self.tasks: TaskManager | None = None
-        self.push: PushDispatcher | None = None
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -98,20 +89,18 @@ class A2AService:
             legacy_owner=kernel.host_principal,  # who owns tasks from before principals
         ) as store:
             async with trio.open_nursery() as nursery:
+                push = None
                 if self.settings.push_notifications:
-                    self.push = PushDispatcher(
-                        store,
-                        PushSettings(
-                            allow_private=self.settings.push_allow_private,
-                            allow_loopback=self.settings.push_allow_private,
-                        ),
+                    allow = self.settings.push_allow_private
+                    push = PushDispatcher(
+                        store, PushSettings(allow_private=allow, allow_loopback=allow)
                     )
-                    await nursery.start(self.push.run)
+                    await nursery.start(push.run)
                 self.tasks = TaskManager(
                     kernel,
                     store,
                     nursery,
-                    push=self.push,
+                    push=push,
                     open_per_caller=self.settings.open_tasks_per_caller,
                     input_required_ttl_s=self.settings.input_required_ttl_s,
                 )
@@ -212,19 +201,15 @@ class A2AService:
         """Run a non-streaming operation for the request's principal; its result in
         ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, req.base_url, self.owner_of(req))
+            return await self._execute(op, agent, trace, req)
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
 
     async def _execute(
-        self,
-        op: p.Operation,
-        agent: str | None,
-        trace: TraceContext | None,
-        base_url: str,
-        owner: str,
+        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
         tasks = self._tasks()
+        owner = self.owner_of(req)
         d = op.dialect
         if op.op == "send":
             wait = not op.params.options.return_immediately
@@ -284,7 +269,7 @@ class A2AService:
             if name is None:
                 raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
             self.check_agent(name)
-            card = build_card(self, name, base_url, extended=True, root=agent is None)
+            card = build_card(self, name, req.base_url, extended=True, root=agent is None)
             return rest03.card_out(card) if d == m.REST03 else card
         raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
@@ -515,9 +500,7 @@ def _json(
     content_type: str = "application/json",
     headers: Mapping[str, str] | None = None,
 ) -> PlainResponse:
-    return PlainResponse(
-        status, _dumps(body).encode(), content_type, tuple(headers.items()) if headers else ()
-    )
+    return PlainResponse(status, _dumps(body).encode(), content_type, headers or ())
 
 
 def _dumps(body: Any) -> str:
@@ -544,13 +527,13 @@ def _finite(value: Any) -> Any:
 
 
 def _card_response(req: PlainRequest, card: dict[str, Any]) -> PlainResponse:
-    text = json.dumps(card, ensure_ascii=False, separators=(",", ":"))
+    text = _dumps(card)
     etag = 'W/"' + hashlib.sha256(text.encode()).hexdigest()[:40] + '"'
     headers = {"ETag": etag, "Cache-Control": CARD_CACHE_CONTROL}
     match = req.headers.get("If-None-Match") or ""
     if etag in [t.strip() for t in match.split(",")] or match.strip() == "*":
-        return PlainResponse(304, b"", "text/html; charset=utf-8", tuple(headers.items()))
-    return _json(card, headers=headers)
+        return PlainResponse(304, b"", "text/html; charset=utf-8", headers)
+    return PlainResponse(200, text.encode(), headers=headers)
 
 
 def _sse(events: AsyncIterator[dict], wrap: Any = None) -> PlainResponse:
@@ -574,7 +557,7 @@ def _daemon_error(
 ) -> PlainResponse:
     """A refusal made before the A2A protocol is involved, in the binding's shape."""
     body, content_type = render_error(binding, status, code, message)
-    return PlainResponse(status, body, content_type, tuple(headers.items()) if headers else ())
+    return PlainResponse(status, body, content_type, headers or ())
 
 
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
@@ -690,10 +673,9 @@ async def _jsonrpc(
         )
     except m.A2AError as exc:
         return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
-    streaming = op.op in p.STREAMING_OPS
     try:
         trace = header_trace(headers)
-        if streaming:
+        if op.op in p.STREAMING_OPS:
             events = await service.open_stream(op, name, trace, req)
             return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
         result = await service.execute(op, name, trace, req)
@@ -727,10 +709,10 @@ async def _rest(
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
+        trace = header_trace(req.headers)
         if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(op, name, header_trace(req.headers), req)
-            return _sse(events)
-        result = await service.execute(op, name, header_trace(req.headers), req)
+            return _sse(await service.open_stream(op, name, trace, req))
+        result = await service.execute(op, name, trace, req)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
@@ -743,16 +725,11 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
         params = _loads(req.body)
-        if is_mapping(params) and ("jsonrpc" in params or "method" in params):
-            return await _legacy_envelope(service, req)
-        op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
-        result = await service.execute(op, None, header_trace(req.headers), req)
+        if not (is_mapping(params) and ("jsonrpc" in params or "method" in params)):
+            op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01)
+            return _json(await service.execute(op, None, header_trace(req.headers), req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
-    return _json(result)
-
-
-async def _legacy_envelope(service: A2AService, req: PlainRequest) -> PlainResponse:
     try:
         rpc_id, method, params = p.parse_envelope(req.body)
     except m.A2AError as exc:
@@ -907,9 +884,7 @@ def _rest_operation(
         if len(parts) == 3 and method == "POST":
             if v03:
                 return p.Operation("push_set", rest03.push_config_in(body(), task_id), d)
-            data = dict(body())
-            data["taskId"] = task_id
-            return p.Operation("push_set", m.push_config_from_json(data), d)
+            return p.Operation("push_set", m.push_config_from_json(body(), task_id=task_id), d)
         if len(parts) == 3 and method == "GET":
             return p.Operation("push_list", p.PushQuery(task_id), d)
         if len(parts) == 4 and method == "GET":

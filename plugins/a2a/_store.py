@@ -1,11 +1,8 @@
-"""The A2A task store: SQLite (``<home>/a2a.db``), bounded, survives a restart.
+"""The A2A task store: a ``roost.kernel.SqliteDatabase`` at ``<home>/a2a.db``.
 
-Rows are A2A-agnostic (id, context id, agent, state, terminal flag, JSON data); the plugin
-owns the JSON. It is a ``roost.kernel.SqliteDatabase`` (group commits on its own thread, the
-kernel store's durability, ``user_version`` migrations). At most ``max_tasks`` rows are
-kept: past the bound the oldest *terminal* tasks are evicted; if every task is unfinished,
-the new one is refused. Each task belongs to a principal (``owner``); readers pass the
-caller's and never see another's (tasks from before schema 3 get ``legacy_owner``).
+Rows are A2A-agnostic (id, context id, agent, state, terminal flag, owner, JSON data). Past
+``max_tasks`` rows the oldest *terminal* tasks are evicted; if every task is unfinished, a
+new one is refused. Readers pass the caller's principal and never see another's tasks.
 """
 
 from __future__ import annotations
@@ -123,6 +120,7 @@ def _split(data: dict) -> tuple[str, str | None, int]:
 
 
 _COLUMNS = "id, context_id, agent, state, terminal, data, created_at, updated_at, owner"
+_INSERT = f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) VALUES ({', '.join('?' * 11)})"
 _UPDATE = (
     "UPDATE tasks SET state = ?, terminal = ?, data = ?, updated_at = ?, artifacts = ?, "
     "size = ? WHERE id = ?"
@@ -148,9 +146,8 @@ class TaskStore(SqliteDatabase):
         super().__init__(conn, path, synchronous)
         self.max_tasks = max_tasks
         self.max_bytes = max_bytes
-        # How many rows the table holds, kept by this store's inserts so an insert does not
-        # count the table (O(n)) each time; None: unknown (count on the next insert). It may
-        # be one too high, never too low; eviction or refusal always follows a fresh count.
+        # The table's row count, kept by inserts so that each need not count (O(n)); None:
+        # unknown. It may be one too high, never too low; eviction follows a fresh count.
         self._count: int | None = None
         # Rows promised by ``reserve()`` and not written yet: room every insert leaves free.
         self._reserved = 0
@@ -191,13 +188,13 @@ class TaskStore(SqliteDatabase):
         reserved: bool = False,
         shield: bool = False,
     ) -> list[str]:
-        """Store a new task of ``owner``; returns the ids of the oldest terminal tasks evicted
-        past ``max_tasks`` (room held by ``reserve()`` counts as taken), TaskStoreFull if all
-        are unfinished. ``durable=False``: no fsync of its own (for a task nobody is told of
-        before a later durable write); ``reserved``: the row ``reserve()`` held room for;
-        ``shield``: written and answered even if the caller is cancelled meanwhile."""
+        """Store a new task; returns the ids of terminal tasks evicted past ``max_tasks``
+        (reserved room counts as taken), TaskStoreFull if all are unfinished.
+        ``durable=False``: no fsync of its own (a later durable write covers it);
+        ``reserved``: the row ``reserve()`` held room for; ``shield``: not cancellable."""
         encoded, artifacts, size = _split(data)
         now = time.time()
+        row = (id, context_id, agent, state, terminal, encoded, now, now, owner, artifacts, size)
 
         def work(conn: sqlite3.Connection) -> list[str]:
             count = self._count
@@ -222,23 +219,7 @@ class TaskStore(SqliteDatabase):
                         "wait for some to finish, cancel them, or raise a2a.max_tasks in roost.toml"
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
-            conn.execute(
-                f"INSERT INTO tasks ({_COLUMNS}, artifacts, size) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    id,
-                    context_id,
-                    agent,
-                    state,
-                    int(terminal),
-                    encoded,
-                    now,
-                    now,
-                    owner,
-                    artifacts,
-                    size,
-                ),
-            )
+            conn.execute(_INSERT, row)
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
             # Kept unless more than one row was evicted: if this transaction does not commit,
             # the count is then one too high or right (harmless: the bound recounts), never
@@ -288,7 +269,7 @@ class TaskStore(SqliteDatabase):
         self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
     ) -> list[str]:
         """Replace a task's state and data; returns the ids of finished tasks evicted to stay
-        within ``max_bytes``. ``shield``: written and answered even if the caller is cancelled."""
+        within ``max_bytes``. ``shield``: not cancellable."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -332,21 +313,19 @@ class TaskStore(SqliteDatabase):
             "agent = ?": agent,
             "updated_at > ?": updated_after,
         }
-        where = [column for column, value in given.items() if value is not None]
+        where = [column for column, value in given.items() if value is not None] or ["1"]
         args: list[Any] = [value for value in given.values() if value is not None]
-        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        clause = " AND ".join(where)
 
         def work(conn: sqlite3.Connection) -> tuple[list[TaskRow], int]:
-            (total,) = conn.execute(f"SELECT COUNT(*) FROM tasks{clause}", args).fetchone()
-            page_where = list(where)
-            page_args = list(args)
+            (total,) = conn.execute(f"SELECT COUNT(*) FROM tasks WHERE {clause}", args).fetchone()
+            page_clause, page_args = clause, list(args)
             if before is not None:
-                page_where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+                page_clause += " AND (updated_at < ? OR (updated_at = ? AND id < ?))"
                 page_args += [before[0], before[0], before[1]]
-            page_clause = (" WHERE " + " AND ".join(page_where)) if page_where else ""
             extra = ", artifacts" if with_artifacts else ", NULL"
             rows = conn.execute(
-                f"SELECT {_COLUMNS}{extra} FROM tasks{page_clause} "
+                f"SELECT {_COLUMNS}{extra} FROM tasks WHERE {page_clause} "
                 "ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (*page_args, limit),
             ).fetchall()
@@ -355,8 +334,7 @@ class TaskStore(SqliteDatabase):
         return await self.read("list tasks", work)
 
     async def unfinished(self) -> list[tuple[str, str, str, float]]:
-        """``(id, owner, state, updated_at)`` of every unfinished task, least recently updated
-        first."""
+        """``(id, owner, state, updated_at)`` of every unfinished task, oldest update first."""
 
         def work(conn: sqlite3.Connection) -> list[tuple[str, str, str, float]]:
             return conn.execute(
@@ -438,9 +416,8 @@ async def open_task_store(
     max_bytes: int = DEFAULT_MAX_BYTES,
     legacy_owner: str = "local",
 ) -> AsyncIterator[TaskStore]:
-    """Open (creating and upgrading if needed) the task store at ``path`` (``":memory:"``
-    for tests). ``synchronous`` is the kernel store's setting (``[store] synchronous``);
-    ``legacy_owner`` the principal given the tasks stored before tasks had owners."""
+    """Open (creating or upgrading) the task store at ``path``; ``legacy_owner`` is given
+    the tasks stored before tasks had owners."""
     async with TaskStore.open(
         path,
         synchronous=synchronous,

@@ -1,20 +1,16 @@
 """Task lifecycle over the kernel.
 
-A task's work is one ``kernel.send`` (session id = the task's context id) run in the
-service's nursery, or for a blocking send in the request's task; ``CancelTask`` cancels the
-scope around it, which stops the agent's run inside its actor. Every change is stored before
-it is announced, and nothing is acknowledged (a task id, a stream's first event) before its
-row is committed; a store failure fails the request with -32603 "storage failed ..." (HTTP
-503). A live task keeps a bounded log of its events: a subscriber gets the task as it stands,
-then follows the log from that point, so nothing is lost between the two (one that falls
-behind the log gets a fresh snapshot).
+A task's work is one ``kernel.send`` (session id = the context id), run in the service's
+nursery or, for a blocking send, in the request's task; ``CancelTask`` cancels its scope.
+Every change is stored before it is announced, nothing is acknowledged before its row is
+committed (else -32603 "storage failed ...", HTTP 503). A live task keeps a bounded log of
+its events: a subscriber gets the task as it stands, then follows the log (one that falls
+behind gets a fresh snapshot).
 
-A task belongs to the principal that made it (``owner``): another principal's task is "not
-found" (-32001), like one that never existed, so nothing leaks. Its context id names the
-owner's conversation; one with another agent is refused up front (-32602 naming
-``message.contextId``). No caller can shut the others out of the store: each holds at most
-``open_per_caller`` unfinished tasks (one more: -32000, HTTP 429, naming the setting), and a
-task waiting for input expires (stored failed) after ``input_required_ttl_s`` idle.
+A task belongs to its ``owner`` principal: another's task is "not found" (-32001), so
+nothing leaks; a context id naming the owner's conversation with another agent is -32602.
+Each caller holds at most ``open_per_caller`` unfinished tasks (one more: -32000, HTTP 429),
+and a task waiting for input expires (stored failed) after ``input_required_ttl_s`` idle.
 """
 
 from __future__ import annotations
@@ -53,6 +49,7 @@ EVENT_LOG_MAX = 256
 CANCEL_WAIT_S = 10.0
 FIRST_ROW_AFTER_S = 0.1  # a blocking send's task is stored once its run takes this long
 STOPPED_WRITE_S = 5.0  # how long a stopped task's run may take to store it as failed
+EXPIRE_RETRY_S = 60.0  # an expiry that failed is tried again this long after (at most the TTL)
 STOPPED_REASON = (
     "this task was stopped before it finished (the roost daemon is stopping, "
     "or its request was cancelled); send the message again"
@@ -163,6 +160,35 @@ class ListQuery:
     include_artifacts: bool = False
 
 
+class _Schedule:
+    """Keys due at Trio times, each added later than the others (so the first is the
+    soonest); while any are, one task in ``nursery`` hands each to ``act`` at its time."""
+
+    def __init__(self, nursery: trio.Nursery, act: Any) -> None:
+        self.due: dict[str, tuple[float, Any]] = {}  # key → (when, the value for act)
+        self.running = False
+        self._nursery, self._act = nursery, act
+
+    def add(self, key: str, when: float, value: Any = None) -> None:
+        self.due.pop(key, None)  # re-added last
+        self.due[key] = (when, value)
+        if not self.running:
+            self.running = True
+            self._nursery.start_soon(self._run)
+
+    async def _run(self) -> None:
+        try:
+            while self.due:
+                key, (when, value) = next(iter(self.due.items()))
+                if when > trio.current_time():
+                    await trio.sleep_until(when)
+                    continue
+                del self.due[key]
+                await self._act(key, value)
+        finally:
+            self.running = False
+
+
 class TaskManager:
     """Runs A2A tasks on a kernel and keeps them in a ``TaskStore``."""
 
@@ -186,14 +212,12 @@ class TaskManager:
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
         self._open: dict[str, set[str]] = {}
-        # Tasks waiting for input → when they expire (trio clock), soonest first; one task
-        # expires them while there are any.
-        self._waiting: dict[str, float] = {}
-        self._expiring = False
-        # Blocking sends' tasks whose first row waits (see send): id → (when to
-        # write it, the task), oldest first; one task writes them while there are any.
-        self._deferred: dict[str, tuple[float, LiveTask]] = {}
-        self._writing_deferred = False
+        # Tasks waiting for input, expired at their time (and those whose expiry failed,
+        # tried again: a schedule of their own keeps each in time order); blocking sends'
+        # tasks whose first row waits (see send), written at theirs.
+        self._waiting = _Schedule(nursery, self._expire_due)
+        self._retrying = _Schedule(nursery, self._expire_due)
+        self._deferred = _Schedule(nursery, self._write_deferred_row)
 
     # ---- recovery ---------------------------------------------------------------------
     async def recover(self) -> list[str]:
@@ -222,7 +246,7 @@ class TaskManager:
             self._open.setdefault(owner, set()).add(task_id)
             if state in m.INTERRUPTED_STATES:
                 idle = min(max(0.0, wall - updated_at), self.input_required_ttl_s)
-                self._wait_for_input(task_id, now + self.input_required_ttl_s - idle)
+                self._waiting.add(task_id, now + self.input_required_ttl_s - idle)
         return changed
 
     # ---- reading ----------------------------------------------------------------------
@@ -252,11 +276,6 @@ class TaskManager:
         )
 
     async def _load_live(self, task_id: str, agent: str | None, owner: str) -> LiveTask:
-        live = self.live.get(task_id)
-        if live is not None:
-            if live.owner != owner or (agent is not None and live.agent != agent):
-                raise self._not_found(task_id)
-            return live
         task, served_by, dialect = await self.find(task_id, agent=agent, owner=owner)
         return self._hold(task_id, task, served_by, dialect, owner)
 
@@ -307,21 +326,17 @@ class TaskManager:
         wait: bool = False,
     ) -> LiveTask:
         """Start (or continue) ``owner``'s task with ``message`` in the background; returns
-        once it is stored and started (a non-blocking or streaming send). ``task_id`` is the
-        0.1 shape's client-chosen id (a new task takes it if unknown).
+        once it is stored and started. ``task_id``: the 0.1 shape's client-chosen id.
 
-        ``wait`` (a blocking send): run it in the caller's task until it finishes or asks for
-        input. If the caller is cancelled meanwhile (the daemon is stopping), so is the run,
-        and the task is stored as failed; a client that goes away does not cancel it.
+        ``wait`` (a blocking send): run it in the caller's task until it settles; cancelling
+        the caller (the daemon stopping) cancels the run and stores the task failed.
 
         Nobody but the caller knows a new task's id before it settles, so its first row
-        waits: it is written when the task settles, or once the run has taken
-        ``FIRST_ROW_AFTER_S`` (so a task that outlives that is listed meanwhile and, after a
-        crash, recovered as failed), or before a push config is stored for it. Room for the
-        row is reserved in the store up front, so a full store still refuses the send at
-        once. Otherwise (no room known, a client-chosen id) the first row is written now,
-        skipping its own fsync: the settled state's durable commit covers it. With a webhook
-        configured the task is announced early, so it is stored durably at once."""
+        waits until it settles, its run has taken ``FIRST_ROW_AFTER_S`` (then it is listed,
+        and recovered after a crash), or a push config is stored for it; room for the row is
+        reserved up front, so a full store still refuses at once. Without that room (or with
+        a client-chosen id) the row is written now without its own fsync (the settled
+        state's commit covers it); with a webhook, durably at once."""
         live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=wait)
         if not wait:
             self.nursery.start_soon(self._run, live, message, trace)
@@ -414,21 +429,11 @@ class TaskManager:
             if defer:
                 self.store.release()
             raise
+        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
         if defer:
-            live = LiveTask(
-                task,
-                agent,
-                dialect,
-                owner,
-                fresh_context=fresh_context,
-                stored=False,
-                reserved=True,
-            )
+            live.stored, live.reserved = False, True
             self.live[tid] = live
-            self._deferred[tid] = (trio.current_time() + FIRST_ROW_AFTER_S, live)
-            if not self._writing_deferred:
-                self._writing_deferred = True
-                self.nursery.start_soon(self._write_deferred_rows)
+            self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
         try:
             evicted = await self.store.insert(
@@ -451,7 +456,6 @@ class TaskManager:
                 raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
         await self._forget(evicted)
-        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
         self.live[tid] = live
         return live
 
@@ -533,7 +537,7 @@ class TaskManager:
                     shield=True,
                 )
                 live.stored, live.reserved = True, False
-                self._deferred.pop(task.id, None)
+                self._deferred.due.pop(task.id, None)
             finally:
                 live.first_row.set()
                 live.first_row = None
@@ -674,7 +678,7 @@ class TaskManager:
             raise
         finally:
             if not live.stored:  # its first row could not be written (logged above)
-                self._deferred.pop(task.id, None)
+                self._deferred.due.pop(task.id, None)
                 if live.reserved:
                     live.reserved = False
                     self.store.release()
@@ -741,39 +745,26 @@ class TaskManager:
         task_id = live.task.id
         if live.task.terminal:
             self._unclaim(live.owner, task_id)
-            self._waiting.pop(task_id, None)
+            self._waiting.due.pop(task_id, None)
         elif live.task.status.state in m.INTERRUPTED_STATES:
-            self._wait_for_input(task_id, trio.current_time() + self.input_required_ttl_s)
+            self._waiting.add(task_id, trio.current_time() + self.input_required_ttl_s)
         else:
-            self._waiting.pop(task_id, None)
+            self._waiting.due.pop(task_id, None)
 
-    def _wait_for_input(self, task_id: str, due: float) -> None:
-        self._waiting.pop(task_id, None)  # re-added last: later than every other
-        self._waiting[task_id] = due
-        if not self._expiring:
-            self._expiring = True
-            self.nursery.start_soon(self._expire_waiting)
-
-    async def _expire_waiting(self) -> None:
-        """While tasks wait for input, expire each at its time (the soonest is first); then end."""
+    async def _expire_due(self, task_id: str, seq: int | None) -> None:
+        """Expire ``task_id``; a retry (``seq``: the task's then) not if it changed since."""
+        live = self.live.get(task_id)
+        if seq is not None and live is not None and live.seq != seq:
+            return  # its change was tracked (_track): waiting for input again, it is due anew
         try:
-            while self._waiting:
-                task_id, due = next(iter(self._waiting.items()))
-                if due > trio.current_time():
-                    await trio.sleep_until(due)
-                    continue
-                del self._waiting[task_id]
-                try:
-                    await self._expire(task_id)
-                except Exception:
-                    retry = min(self.input_required_ttl_s, 60.0)
-                    log.exception(
-                        "A2A task %s: could not expire it; trying again in %g s", task_id, retry
-                    )
-                    if task_id not in self._waiting:
-                        self._wait_for_input(task_id, trio.current_time() + retry)
-        finally:
-            self._expiring = False
+            await self._expire(task_id)
+        except Exception:
+            retry = min(self.input_required_ttl_s, EXPIRE_RETRY_S)
+            log.exception("A2A task %s: could not expire it; trying again in %g s", task_id, retry)
+            if task_id not in self._waiting.due:
+                live = self.live.get(task_id)
+                when = trio.current_time() + retry
+                self._retrying.add(task_id, when, live.seq if live is not None else 0)
 
     async def _expire(self, task_id: str) -> None:
         """Fail the task ``task_id`` if it still waits for input: stored, then announced."""
@@ -796,7 +787,10 @@ class TaskManager:
                 live = self._hold(
                     task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
                 )
-        if live.running or live.changing or live.task.status.state not in m.INTERRUPTED_STATES:
+        if live.running or live.task.status.state not in m.INTERRUPTED_STATES:
+            return
+        if live.changing:  # a send or cancel is storing its next state; if that fails, later
+            self._waiting.add(task_id, trio.current_time() + self.input_required_ttl_s)
             return
         live.running, live.done = True, trio.Event()  # a send or cancel meanwhile waits for this
         try:
@@ -857,22 +851,11 @@ class TaskManager:
         return "\n".join(pieces)
 
     # ---- waiting, following --------------------------------------------------------------
-    async def _write_deferred_rows(self) -> None:
-        """While blocking sends' tasks wait for their first row (see ``send``),
-        write each one's once its run has taken ``FIRST_ROW_AFTER_S``; then end."""
+    async def _write_deferred_row(self, task_id: str, live: LiveTask) -> None:
         try:
-            while self._deferred:
-                task_id, (due, live) = next(iter(self._deferred.items()))  # the oldest
-                if due > trio.current_time():
-                    await trio.sleep_until(due)
-                    continue
-                del self._deferred[task_id]
-                try:
-                    await self._ensure_row(live)
-                except Exception:  # the run's own write at its end tries again
-                    log.exception("A2A task %s: could not store it while it runs", task_id)
-        finally:
-            self._writing_deferred = False
+            await self._ensure_row(live)
+        except Exception:  # the run's own write at its end tries again
+            log.exception("A2A task %s: could not store it while it runs", task_id)
 
     def follow(self, live: LiveTask) -> AsyncIterator[m.Event]:
         """The task as it stands at this call, then every later event until it settles."""
@@ -934,13 +917,18 @@ class TaskManager:
         return live.task
 
     # ---- push configs ----------------------------------------------------------------------
+    async def _push_for(self, task_id: str, agent: str | None, owner: str) -> Any:
+        """The push dispatcher, once ``owner``'s task ``task_id`` is found (else -32001)."""
+        if self.push is None:
+            raise m.push_not_supported()
+        await self.find(task_id, agent=agent, owner=owner)
+        return self.push
+
     async def set_push(
         self, config: m.PushConfig, *, agent: str | None, owner: str
     ) -> m.PushConfig:
-        if self.push is None:
-            raise m.push_not_supported()
-        await self.find(config.task_id, agent=agent, owner=owner)
-        await self.push.check_url(config.url, field="url")
+        push = await self._push_for(config.task_id, agent, owner)
+        await push.check_url(config.url, field="url")
         live = self.live.get(config.task_id)
         if live is not None:  # the config's row refers to the task's
             await self._ensure_row(live)
@@ -962,17 +950,12 @@ class TaskManager:
     async def push_configs(
         self, task_id: str, *, agent: str | None, owner: str
     ) -> list[m.PushConfig]:
-        if self.push is None:
-            raise m.push_not_supported()
-        await self.find(task_id, agent=agent, owner=owner)
-        return await self.push.configs(task_id)
+        return await (await self._push_for(task_id, agent, owner)).configs(task_id)
 
     async def delete_push(
         self, task_id: str, config_id: str, *, agent: str | None, owner: str
     ) -> None:
-        if self.push is None:
-            raise m.push_not_supported()
-        await self.find(task_id, agent=agent, owner=owner)
+        await self._push_for(task_id, agent, owner)
         await self.store.delete_push_config(task_id, config_id)  # idempotent (spec 3.1.10)
         live = self.live.get(task_id)
         if live is not None:
@@ -1071,14 +1054,8 @@ def _within_task_bound(task: m.Task, new: tuple[m.Artifact, ...]) -> tuple[m.Art
             if part.raw is not None and len(part.raw) > room:
                 name = f" {part.filename}" if part.filename else ""
                 limit = MAX_TASK_FILE_BYTES // (1024 * 1024)
-                parts.append(
-                    m.Part(
-                        text=(
-                            f"[file{name} left out: this task's files may "
-                            f"total at most {limit} MiB]"
-                        )
-                    )
-                )
+                note = f"[file{name} left out: this task's files may total at most {limit} MiB]"
+                parts.append(m.Part(text=note))
                 continue
             room -= len(part.raw or b"")
             parts.append(part)

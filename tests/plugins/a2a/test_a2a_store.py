@@ -436,7 +436,7 @@ async def test_room_held_for_a_first_row_that_cannot_be_written_is_given_back(
         tasks = service_for(kernel).tasks
         # The writer of deferred first rows has had its turn (it ends once none is due).
         await wait_until(
-            lambda: not tasks._deferred and not tasks._writing_deferred,
+            lambda: not tasks._deferred.due and not tasks._deferred.running,
             "the deferred row writer idle",
         )
         assert (await store.list(limit=10))[0] == []
@@ -621,10 +621,12 @@ async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_st
             with trio.fail_after(5):
                 await held.wait()  # the run is storing its settled state
             tasks = service_for(kernel).tasks
-            await wait_until(lambda: not tasks._deferred, "the writer due meanwhile took the task")
+            await wait_until(
+                lambda: not tasks._deferred.due, "the writer due meanwhile took the task"
+            )
             go.set()
         tid = replies[0]["result"]["task"]["id"]
-        await wait_until(lambda: not tasks._writing_deferred, "the deferred row writer done")
+        await wait_until(lambda: not tasks._deferred.running, "the deferred row writer done")
         row = await tasks.store.get(tid)
     assert replies[0]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert row.state == "TASK_STATE_COMPLETED"

@@ -221,3 +221,51 @@ async def test_malformed_webhook_url_is_refused_naming_the_field(tmp_path, url):
     err = r.json()["error"]
     assert err["code"] == -32602, err
     assert "webhook URL refused" in err["message"] and "malformed URL" in err["message"]
+
+
+async def test_a_push_config_stored_by_an_earlier_version_is_delivered_with_its_credentials(
+    tmp_path, webhook
+):
+    """A push config row as every version since the first wrote it (``set_push``: the 1.0
+    JSON, credentials under ``authentication`` and again at the top) is read back whole by
+    the dispatcher, and its delivery carries the Authorization and token headers."""
+    from roost.plugins.a2a._store import open_task_store
+
+    hook_url, received, _ = webhook
+    row = {
+        "taskId": "t-old",
+        "id": "p1",
+        "url": hook_url + "/hook",
+        "token": "tok-old",
+        "authentication": {"scheme": "Bearer", "credentials": "old-secret"},
+        "credentials": "old-secret",
+    }
+    async with open_task_store(tmp_path / "a2a.db") as store:
+        await store.insert(
+            id="t-old",
+            context_id="c",
+            agent="a",
+            state="TASK_STATE_WORKING",
+            terminal=False,
+            data={},
+        )
+        await store.put_push_config("t-old", "p1", row)
+        dispatcher = PushDispatcher(store, PushSettings(allow_private=True, allow_loopback=True))
+        configs = await dispatcher.configs("t-old")
+        with trio.fail_after(10):
+            delivered = await dispatcher.deliver(Delivery(configs[0], {"x": 1}))
+    assert configs == [
+        m.PushConfig(
+            task_id="t-old",
+            id="p1",
+            url=hook_url + "/hook",
+            token="tok-old",
+            auth_scheme="Bearer",
+            credentials="old-secret",
+        )
+    ]
+    assert delivered
+    headers, body = received[0]
+    assert headers["authorization"] == "Bearer old-secret"
+    assert headers["x-a2a-notification-token"] == "tok-old"
+    assert body == {"x": 1}

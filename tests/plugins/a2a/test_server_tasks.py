@@ -466,3 +466,99 @@ async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_
     assert total == 1 and found[0].status.state == m.FAILED
     assert found[0].status.message.parts[0].text == STOPPED_REASON
     assert row.state == m.FAILED and row.terminal
+
+
+async def test_an_expiry_due_while_an_answer_fails_to_store_still_comes(tmp_path, monkeypatch):
+    """The expiry of a task waiting for input, due while the caller's answer is being stored,
+    steps aside for the answer; the answer then fails to store (disk full), so the task
+    still waits for input. It used to wait for ever (holding a slot of its owner's
+    ``a2a.max_open_tasks_per_caller``, until a restart): the expiry had been used up."""
+    from a2a_helpers import make_config, serve
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._store import TaskStorageFailed, TaskStore
+
+    config = make_config(tmp_path, a2a={"input_required_ttl_s": 1})
+    path = "/a2a/agents/asker/jsonrpc"
+    with trio.fail_after(30):
+        async with (
+            serve(config) as (kernel, url),
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            tasks = service_for(kernel).tasks
+            asked = await rpc(http, "SendMessage", {"message": msg("a question")}, path=path)
+            tid = asked["result"]["task"]["id"]
+            due = tasks._waiting.due[tid][0]
+            update = TaskStore.update
+
+            async def disk_full(self, task_id, **kwargs):
+                if task_id != tid:
+                    return await update(self, task_id, **kwargs)
+                # Held until the expiry has had its turn (taken, or put off), then fails.
+                await wait_until(
+                    lambda: tasks._waiting.due.get(tid, (None,))[0] != due, "the expiry's turn"
+                )
+                raise TaskStorageFailed("storage failed: disk full (test)")
+
+            monkeypatch.setattr(TaskStore, "update", disk_full)
+            answer = await rpc(
+                http, "SendMessage", {"message": msg("a.txt", "m-2", taskId=tid)}, path=path
+            )
+            monkeypatch.setattr(TaskStore, "update", update)
+            waited = (await rpc(http, "GetTask", {"id": tid}, path=path))["result"]
+            expired = await wait_until(
+                lambda: _state_is(http, path, tid, "TASK_STATE_FAILED"), "the task expired"
+            )
+    assert answer["error"]["code"] == -32603 and "disk full" in answer["error"]["message"]
+    assert waited["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    reason = expired["status"]["message"]["parts"][0]["text"]
+    assert "a2a.input_required_ttl_s" in reason and "expired" in reason, reason
+
+
+async def _state_is(http, path, tid, state):
+    task = (await rpc(http, "GetTask", {"id": tid}, path=path))["result"]
+    return task if task["status"]["state"] == state else None
+
+
+async def test_an_expiry_that_failed_is_tried_again_in_its_retry_time(tmp_path, monkeypatch):
+    """Task A's expiry fails once (disk full): it is tried again ``EXPIRE_RETRY_S`` later,
+    even though task B, waiting for input since after A, is due before that retry only in
+    the order the schedule was filled. The retry used to queue behind B and come at B's
+    time (up to ``a2a.input_required_ttl_s`` late, not the 60 s the log promised)."""
+    from a2a_helpers import make_config, serve
+    from roost.plugins.a2a import _tasks
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._store import TaskStorageFailed, TaskStore
+
+    monkeypatch.setattr(_tasks, "EXPIRE_RETRY_S", 0.2)
+    config = make_config(tmp_path, a2a={"input_required_ttl_s": 4})
+    path = "/a2a/agents/asker/jsonrpc"
+    update, failed, ids = TaskStore.update, [], {}
+
+    async def disk_full_once(self, task_id, **kwargs):
+        if task_id == ids.get("A") and kwargs["state"] == "TASK_STATE_FAILED" and not failed:
+            failed.append(trio.current_time())
+            raise TaskStorageFailed("storage failed: disk full (test)")
+        return await update(self, task_id, **kwargs)
+
+    monkeypatch.setattr(TaskStore, "update", disk_full_once)
+    with trio.fail_after(30):
+        async with (
+            serve(config) as (kernel, url),
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+        ):
+            tasks = service_for(kernel).tasks
+            a = await rpc(http, "SendMessage", {"message": msg("a question")}, path=path)
+            first = ids["A"] = a["result"]["task"]["id"]
+            await trio.sleep(2)  # B asks 2 s after A: due 2 s after A, 1.8 s after A's retry
+            b = await rpc(http, "SendMessage", {"message": msg("a question", "m-b")}, path=path)
+            second = b["result"]["task"]["id"]
+            assert tasks._waiting.due[second][0] > tasks._waiting.due[first][0] + 1.5
+            ended = {}
+            for tid in (first, second):
+                ended[tid] = await wait_until(
+                    lambda tid=tid: _state_is(http, path, tid, "TASK_STATE_FAILED"), "expired"
+                )
+    assert failed, "A's expiry was never tried"
+    a_at = ended[first]["status"]["timestamp"]
+    b_at = ended[second]["status"]["timestamp"]
+    assert a_at < b_at, (a_at, b_at)
