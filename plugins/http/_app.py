@@ -207,12 +207,12 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     @app.before_request
     async def _gate_request():
         refused = gate(request, is_websocket=False)
-        if refused is None and request.method == "POST" and state.kernel.process_traces:
+        if refused is None:
             # A local process's run continues its trace (see _trace_headers).
             scope = request.scope
             items = request.headers.items()
             rewritten = await caller_headers(
-                state.kernel, "POST", items, scope.get("client"), scope.get("server")
+                state.kernel, request.method, items, scope.get("client"), scope.get("server")
             )
             if rewritten is not None:
                 for name in TraceContext.header_names:

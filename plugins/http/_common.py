@@ -53,8 +53,23 @@ from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
 
+
+class InvalidRequest(RoostError):
+    """The request is malformed; ``field`` names the part to fix (400)."""
+
+    code = "invalid_request"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
+
+
 # Checked in order; the first matching class decides the status.
 _STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
+    (InvalidRequest, 400),
     (AgentNotFound, 404),
     (ToolNotFound, 404),
     (ToolArgumentsInvalid, 400),
@@ -85,19 +100,6 @@ CORS_HEADERS = {
 }
 
 
-class InvalidRequest(RoostError):
-    """The request is malformed; ``field`` names the part to fix (400)."""
-
-    code = "invalid_request"
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "field": self.field}
-
-
 def canonical_path(path: str) -> str:
     """``path`` without trailing slashes (``/`` stays): each route answers both ways, with
     no redirect (a 307/308 on a POST breaks clients that join a base URL and ``/``)."""
@@ -121,7 +123,7 @@ def is_loopback(addr: str | None) -> bool:
 
 def status_for(error: RoostError) -> int:
     """The HTTP status for a roost error (500 for anything not listed)."""
-    for cls, status in ((InvalidRequest, 400), *_STATUS_BY_ERROR):
+    for cls, status in _STATUS_BY_ERROR:
         if isinstance(error, cls):
             return status
     return _STATUS_BY_CODE.get(error.code, 500)

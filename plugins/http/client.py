@@ -234,23 +234,3 @@ class PinnedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-__all__ = [
-    "ERROR_BODY_BYTES",
-    "HTTP_RETRY_STATUSES",
-    "MAX_HTTP_RETRIES",
-    "MAX_HTTP_RETRY_WAIT_S",
-    "PinnedTransport",
-    "ResponseTooLarge",
-    "http_error_text",
-    "http_retry_wait",
-    "http_status_line",
-    "peer_of",
-    "read_body",
-    "read_error_body",
-    "remaining_s",
-    "retry_after_s",
-    "size_text",
-    "sse_events",
-]

@@ -303,6 +303,3 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = escape_lone_surrogates(json.dumps(value, default=str, ensure_ascii=False))
     return out
-
-
-__all__ = ["EXTENSION", "ExportStats", "SpanExport", "Translator", "exporter_for"]
