@@ -53,6 +53,20 @@ class Wire(Protocol):
     def assembler(self) -> Assembler: ...
 
 
+@attrs.frozen
+class PathWire:
+    """A ``Wire`` without state: the request goes to ``path`` under the base URL."""
+
+    path: str
+    stream_format: str
+    body: Callable[..., dict[str, Any]]
+    parse: Callable[[Any], Completion]
+    assembler: Callable[[], Assembler]
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        return base_url + self.path
+
+
 def completion(
     text: str, calls: Sequence[ToolCall], stop: str | None, usage: Usage, stops: Mapping[str, str]
 ) -> Completion:

@@ -11,6 +11,7 @@ abstract unix sockets out (ABI 6). A right the ABI does not know is not enforced
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import os
@@ -70,21 +71,12 @@ def fs_access_for_abi(abi: int) -> int:
     return access
 
 
-class LandlockStatus:
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not.
+class LandlockStatus(collections.namedtuple("LandlockStatus", "available abi reason")):
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a
+    dataclass: the supervisor imports this module for every bash call, and ``dataclasses``
+    alone costs it several milliseconds; ``collections`` it has loaded already.)"""
 
-    (Plain classes here, not dataclasses: the supervisor imports this module for every
-    bash call, and ``dataclasses`` alone costs it several milliseconds.)"""
-
-    __slots__ = ("available", "abi", "reason")
-
-    def __init__(self, available: bool, abi: int, reason: str) -> None:
-        self.available = available
-        self.abi = abi
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"LandlockStatus(available={self.available}, abi={self.abi}, reason={self.reason!r})"
+    __slots__ = ()
 
     @property
     def tcp(self) -> bool:
