@@ -313,10 +313,11 @@ def file_access(ctx: ToolContext) -> FileAccess:
 # ---- Settings ------------------------------------------------------------------------
 
 
-def _number(section: Any, name: str, default: float, *, integer: bool = False) -> Any:
+def _number(section: Any, name: str, default: float) -> Any:
     value = getattr(section, name, None)
     if value is None:
         return default
+    integer = isinstance(default, int)  # the field's default says which kind it is
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
     if not bad:
         bad = not math.isfinite(value) or value <= 0 or (integer and value != int(value))
@@ -358,13 +359,13 @@ class ToolsSettings:
             raise ConfigError(
                 f"tools.allow_private_network: expected true or false, got {private!r}"
             )
+        numbers = {
+            f.name: _number(section, f.name, f.default)
+            for f in attrs.fields(cls)
+            if type(f.default) in (int, float)
+        }
         return cls(
-            timeout_s=_number(section, "timeout_s", 60.0),
-            max_output_chars=_number(section, "max_output_chars", 50_000, integer=True),
-            bash_timeout_s=_number(section, "bash_timeout_s", 120.0),
-            bash_max_output_chars=_number(section, "bash_max_output_chars", 30_000, integer=True),
             env_allowlist=tuple(x.strip() for x in allowlist),
             allow_private_network=private,
-            web_max_bytes=_number(section, "web_max_bytes", 5_000_000, integer=True),
-            web_timeout_s=_number(section, "web_timeout_s", 30.0),
+            **numbers,
         )
