@@ -27,6 +27,7 @@ from roost.kernel import (
 )
 from roost.plugins.http.client import (
     ResponseTooLarge,
+    http_error_text,
     read_body,
     read_error_body,
     retry_after_s,
@@ -203,26 +204,6 @@ def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | Non
     return min(base * (0.5 + random.random() / 2), settings.max_retry_wait_s)
 
 
-def vendor_message(body: bytes) -> str:
-    """The vendor's error message from an error body (OpenAI/Anthropic/Gemini/Ollama shapes)."""
-    text = body.decode("utf-8", "replace")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:_MAX_ERROR_TEXT]
-    if isinstance(data, list) and data and isinstance(data[0], Mapping):
-        data = data[0]  # Gemini sometimes wraps the error in a list
-    if isinstance(data, Mapping):
-        err = data.get("error", data)
-        if isinstance(err, Mapping):
-            msg = err.get("message") or err.get("status") or err.get("type")
-            if msg:
-                return str(msg)[:_MAX_ERROR_TEXT]
-        elif isinstance(err, str):
-            return err[:_MAX_ERROR_TEXT]
-    return text.strip()[:_MAX_ERROR_TEXT]
-
-
 def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
     """The JSON value of one NDJSON line; ValueError saying what is wrong with it."""
     if isinstance(line, jsonrpc.Oversize):
@@ -340,7 +321,7 @@ class HttpClient:
                 last = f"{s.base_url} closed the connection ({_reason(exc)})"
             else:
                 status = response.status_code
-                message = s.redact(vendor_message(error_body))
+                message = s.redact(http_error_text(error_body, _MAX_ERROR_TEXT))
                 if status in (401, 403):
                     env = s.api_key_env or "the API key variable"
                     missing = "" if s.api_key else f" ({env} is not set)"
