@@ -41,6 +41,7 @@ from ._common import (
     InvalidRequest,
     Refusal,
     admin_only,
+    caller_headers,
     canonical_path,
     common_headers,
     internal_error,
@@ -53,7 +54,6 @@ from ._common import (
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
-from ._trace_headers import caller_headers
 from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
@@ -208,7 +208,7 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     async def _gate_request():
         refused = gate(request, is_websocket=False)
         if refused is None:
-            # A local process's run continues its trace (see _trace_headers).
+            # A local process's run continues its trace (see caller_headers).
             scope = request.scope
             items = request.headers.items()
             rewritten = await caller_headers(

@@ -21,6 +21,7 @@ from ._app import route_for
 from ._common import (
     DaemonState,
     Refusal,
+    caller_headers,
     canonical_path,
     common_headers,
     connection_base_url,
@@ -31,7 +32,6 @@ from ._common import (
     too_large,
 )
 from ._plain import Headers, PlainRequest, PlainResponse
-from ._trace_headers import caller_headers
 
 log = logging.getLogger("roost.http")
 
