@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from roost.kernel import EventKind, KernelAPI, escape_lone_surrogates, roost_version
 from roost.kernel import SpanKind as RoostKind
 
-from ._settings import TelemetrySettings
+from . import TelemetrySettings
 
 log = logging.getLogger("roost.otel")
 
