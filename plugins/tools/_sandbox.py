@@ -116,6 +116,12 @@ def string_arg(description: str) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "description": description}
 
 
+def int_arg(description: str, minimum: int, maximum: int | None = None) -> dict[str, Any]:
+    """An integer argument's schema (no ``maximum``: unbounded above)."""
+    bounds = {"minimum": minimum} if maximum is None else {"minimum": minimum, "maximum": maximum}
+    return {"type": "integer", **bounds, "description": description}
+
+
 def flag_arg(description: str) -> dict[str, Any]:
     """A boolean argument's schema."""
     return {"type": "boolean", "description": description}

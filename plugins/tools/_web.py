@@ -28,7 +28,7 @@ from roost.kernel import (
 )
 from roost.plugins.http.client import PinnedTransport
 
-from ._sandbox import ToolsSettings, string_arg, tool_spec
+from ._sandbox import ToolsSettings, int_arg, string_arg, tool_spec
 
 MAX_REDIRECTS = 5
 USER_AGENT = "roost-web-fetch/0.1 (+https://github.com/roost)"
@@ -182,11 +182,7 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         ),
         properties={
             "url": string_arg("Absolute http:// or https:// URL to fetch."),
-            "max_chars": {
-                "type": "integer",
-                "minimum": 100,
-                "description": "Return at most this many characters of content.",
-            },
+            "max_chars": int_arg("Return at most this many characters of content.", 100),
         },
         required=["url"],
         readOnlyHint=True,
