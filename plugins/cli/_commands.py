@@ -52,15 +52,11 @@ def _opener(open_kernel: KernelOpener | None) -> KernelOpener:
     return real_open_kernel
 
 
-def api_key_for(config: Any, env: Mapping[str, str] | None = None) -> str | None:
-    """The bearer key the CLI sends to the daemon (same rules as the daemon uses)."""
-    return resolve_api_key(config.http, os.environ if env is None else env)[0]
-
-
 async def _daemon(config: Any) -> DaemonClient | None:
     """A client of the daemon running for ``config.home``, or None when none is."""
     info = await find_daemon(config.home)
-    return None if info is None else DaemonClient(info, api_key_for(config))
+    # The key sent is the one the daemon takes, by its own rules.
+    return None if info is None else DaemonClient(info, resolve_api_key(config.http, os.environ)[0])
 
 
 class _InProcess:

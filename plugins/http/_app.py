@@ -239,10 +239,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 # ---- error handlers -------------------------------------------------------------------
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "http_error"
-
-
 def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException):
@@ -267,7 +263,8 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return refusal_response(app, refusal(status, _snake(exc.name), message, headers))
+        code = re.sub(r"[^a-z0-9]+", "_", exc.name.lower()).strip("_") or "http_error"
+        return refusal_response(app, refusal(status, code, message, headers))
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -486,13 +483,10 @@ async def forward_events(
         nursery.start_soon(discard_inbound)
         nursery.start_soon(stop_on_close, nursery.cancel_scope)
         async for event in events:
-            await send(_event_text(event))
+            # JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped
+            text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+            await send(escape_lone_surrogates(text))
         nursery.cancel_scope.cancel()
-
-
-def _event_text(event: Any) -> str:
-    """``event`` as JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped."""
-    return escape_lone_surrogates(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
 
 
 # ---- plugin routes -----------------------------------------------------------------------
@@ -510,7 +504,8 @@ def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
             else:
                 problem = _add_plugin_route(app, state, name, index, route)
             if problem:
-                _route_failure(plugins, name, problem)
+                log.error("plugin %r: %s", name, problem)
+                plugins.failures.append(PluginFailure(name, "routes", problem))
 
 
 def _add_plugin_route(
@@ -551,8 +546,3 @@ def _add_plugin_route(
     if cap is not None:
         state.body_limits[endpoint] = cap
     return None
-
-
-def _route_failure(plugins: Any, name: str, error: str) -> None:
-    log.error("plugin %r: %s", name, error)
-    plugins.failures.append(PluginFailure(name, "routes", error))

@@ -21,12 +21,6 @@ FILES = {
 DEFAULT_TRACES = 20
 
 
-def read_files() -> dict[str, bytes]:
-    """The dashboard's files, shipped as package data (``roost.plugins.http/dashboard``)."""
-    folder = resources.files(__package__).joinpath("dashboard")
-    return {name: folder.joinpath(name).read_bytes() for name in FILES}
-
-
 def content_security_policy(host: str | None) -> str:
     """The page's policy: its own script, style and API; websockets to the host it was
     loaded from (named as well as ``'self'``, which some browsers do not apply to ws:)."""
@@ -52,7 +46,8 @@ def install(app: Any, state: Any) -> None:
     """Add the dashboard's routes to the daemon's app."""
     from ._app import refusal_response
 
-    files = read_files()
+    folder = resources.files(__package__).joinpath("dashboard")  # shipped as package data
+    files = {name: folder.joinpath(name).read_bytes() for name in FILES}
 
     def serve(name: str) -> Any:
         return app.response_class(

@@ -38,10 +38,6 @@ def fd_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def _keys_of(settings: HttpSettings) -> tuple[tuple[bytes, Principal], ...]:
-    return resolve_keys(None, {}, settings.api_key)  # the api_key alone, as "default"
-
-
 @attrs.frozen
 class HttpSettings:
     """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
@@ -65,7 +61,9 @@ class HttpSettings:
     # A connection with no request under way (its first head included) closes after this.
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
-        default=attrs.Factory(_keys_of, takes_self=True), repr=False
+        # by default the api_key alone, as "default"
+        default=attrs.Factory(lambda s: resolve_keys(None, {}, s.api_key), takes_self=True),
+        repr=False,
     )
 
     @property

@@ -58,7 +58,8 @@ class TelemetrySettings:
         if not isinstance(enabled, bool):
             raise ConfigError(f"telemetry.enabled: expected true or false, got {enabled!r}")
         endpoint = raw.get("endpoint", None if enabled else "")
-        if (enabled or endpoint) and not _is_url(endpoint):
+        is_url = isinstance(endpoint, str) and re.match(r"^https?://[^/\s]+(/\S*)?$", endpoint)
+        if (enabled or endpoint) and not is_url:
             raise ConfigError(
                 "telemetry.endpoint: expected the OTLP/HTTP traces URL of a collector, e.g. "
                 f"'http://127.0.0.1:4318/v1/traces', got {endpoint!r}"
@@ -72,10 +73,6 @@ class TelemetrySettings:
         timeout = _number(raw, "timeout_s", 5.0, 0.1, 300.0, "seconds from 0.1 to 300")
         headers = header_table(raw.get("headers", {}), "telemetry.headers")
         return cls(enabled, endpoint, service.strip(), sampling, timeout, headers)
-
-
-def _is_url(value: Any) -> bool:
-    return isinstance(value, str) and re.match(r"^https?://[^/\s]+(/\S*)?$", value) is not None
 
 
 def _number(

@@ -201,18 +201,6 @@ class FileAccess:
     write: tuple[Path, ...] = ()
     deny: tuple[tuple[Path, str], ...] = ()  # (path, what it is)
 
-    def read_roots(self) -> list[Root]:
-        return [
-            Root(self.workspace, "its workspace"),
-            *(Root(p, READ_GRANT) for p in self.read),
-            *(Root(p, WRITE_GRANT) for p in self.write),
-        ]
-
-    def write_roots(self) -> list[Root]:
-        if self.mode == "read-only":
-            return []
-        return [Root(self.workspace, "its workspace"), *(Root(p, WRITE_GRANT) for p in self.write)]
-
     def locate(self, raw: str, *, write: bool = False) -> Located:
         """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
         raises ``SandboxError`` naming the path and the manifest field that would allow it."""
@@ -226,7 +214,11 @@ class FileAccess:
         path = Path(os.path.normpath(self.workspace / raw))
         if self.mode == "rwx":
             return Located(Path("/"), os.path.relpath(path, "/"), path, follow=True)
-        roots = self.write_roots() if write else self.read_roots()
+        roots = [
+            Root(self.workspace, "its workspace"),
+            *(() if write else (Root(p, READ_GRANT) for p in self.read)),
+            *(Root(p, WRITE_GRANT) for p in self.write),
+        ]
         inside = [r for r in roots if _inside(path, r.path)]
         if not inside:
             grant = WRITE_GRANT if write else READ_GRANT
