@@ -157,16 +157,6 @@ def tool_spec(
     )
 
 
-def check_mode(ctx: ToolContext) -> str:
-    mode = ctx.sandbox
-    if mode not in SANDBOX_MODES:
-        raise SandboxError(
-            f"unknown sandbox mode {mode!r} for agent {ctx.agent!r}; "
-            f"use one of {', '.join(SANDBOX_MODES)} in its agent.json"
-        )
-    return mode
-
-
 def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
@@ -290,7 +280,12 @@ class FileAccess:
 
 def file_access(ctx: ToolContext) -> FileAccess:
     """The file-access model of the calling agent (from its manifest when in a kernel)."""
-    mode = check_mode(ctx)
+    mode = ctx.sandbox
+    if mode not in SANDBOX_MODES:
+        raise SandboxError(
+            f"unknown sandbox mode {mode!r} for agent {ctx.agent!r}; "
+            f"use one of {', '.join(SANDBOX_MODES)} in its agent.json"
+        )
     workspace = workspace_of(ctx)
     temp = temp_dir_of(ctx)
     agents = ctx.kernel.agents if ctx.kernel is not None else {}
