@@ -213,18 +213,15 @@ def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def restrict_self(rules: object, *, abi: int | None = None) -> int:
-    """Confine this process (and its future children) to ``rules``.
-
-    Returns the ABI used. Raises ``LandlockError`` if anything fails; nothing is
-    half-applied, because the restriction only takes effect in the final syscall.
-    """
+def restrict_self(rules: object) -> None:
+    """Confine this process (and its future children) to ``rules``. Raises ``LandlockError``
+    if anything fails; nothing is half-applied: only the final syscall restricts."""
     numbers = _syscall_numbers()
     status = landlock_status()
     if numbers is None or not status.available:
         raise LandlockError(errno.ENOSYS, status.reason)
     create, add_rule, restrict = numbers
-    abi = status.abi if abi is None else abi
+    abi = status.abi
     handled_fs = fs_access_for_abi(abi) if rules.files else 0
     handled_net = (
         ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.tcp and abi >= NET_ABI else 0
@@ -239,7 +236,7 @@ def restrict_self(rules: object, *, abi: int | None = None) -> int:
         return result
 
     if not (handled_fs or handled_net or scoped):
-        return abi  # nothing this kernel can enforce was asked for
+        return  # nothing this kernel can enforce was asked for
     check(
         libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0),
         "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -308,4 +305,3 @@ def restrict_self(rules: object, *, abi: int | None = None) -> int:
         )
     finally:
         os.close(ruleset_fd)
-    return abi
