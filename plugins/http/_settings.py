@@ -27,17 +27,6 @@ from ._auth import (
 DEFAULT_KEEP_ALIVE_S = 5.0
 
 
-def fd_limit() -> int | None:
-    """The soft RLIMIT_NOFILE of this process (None where it cannot be read)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux/macOS
-        return None
-    return None if soft == resource.RLIM_INFINITY else int(soft)
-
-
 @attrs.frozen
 class HttpSettings:
     """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
