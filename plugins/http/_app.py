@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -455,38 +455,29 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
             offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
             await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
-            await forward_events(state, rx, websocket.send, websocket.receive)
+            # Forward events as JSON text until the daemon closes or the tap ends (a slow
+            # client loses events, announced by TAP:DROPPED, instead of slowing the kernel).
+            async with trio.open_nursery() as nursery:
+
+                async def discard_inbound() -> None:
+                    # Keep reading so a chatty client cannot fill Quart's inbound queue and
+                    # hide its own disconnect from us.
+                    while True:
+                        await websocket.receive()
+
+                async def stop_on_close() -> None:
+                    await state.closing.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(discard_inbound)
+                nursery.start_soon(stop_on_close)
+                async for event in rx:
+                    text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+                    # a lone surrogate (legal in JSON, not in UTF-8) escaped
+                    await websocket.send(escape_lone_surrogates(text))
+                nursery.cancel_scope.cancel()
         code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
         await websocket.close(code, reason)
-
-
-async def forward_events(
-    state: DaemonState,
-    events: Any,
-    send: Callable[[str], Any],
-    receive: Callable[[], Any],
-) -> None:
-    """Forward tap events as JSON text until the daemon closes or the tap ends (a slow
-    client loses events, announced by ``TAP:DROPPED``, instead of slowing the kernel)."""
-
-    async def discard_inbound() -> None:
-        # Keep reading so a chatty client cannot fill Quart's inbound queue and hide
-        # its own disconnect from us.
-        while True:
-            await receive()
-
-    async def stop_on_close(scope: trio.CancelScope) -> None:
-        await state.closing.wait()
-        scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(discard_inbound)
-        nursery.start_soon(stop_on_close, nursery.cancel_scope)
-        async for event in events:
-            # JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped
-            text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
-            await send(escape_lone_surrogates(text))
-        nursery.cancel_scope.cancel()
 
 
 # ---- plugin routes -----------------------------------------------------------------------
