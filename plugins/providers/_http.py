@@ -100,9 +100,10 @@ class ProviderSettings:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key (if any) replaced."""
-        if self.api_key and len(self.api_key) >= 4:
-            text = text.replace(self.api_key, "[redacted]")
+        """``text`` with the API key (if any) replaced, also as JSON may write it (``\\/``)."""
+        key = self.api_key
+        if key and len(key) >= 4:
+            text = text.replace(key, "[redacted]").replace(key.replace("/", "\\/"), "[redacted]")
         return text
 
 
@@ -321,7 +322,10 @@ class HttpClient:
                 last = f"{s.base_url} closed the connection ({_reason(exc)})"
             else:
                 status = response.status_code
-                message = s.redact(http_error_text(error_body, _MAX_ERROR_TEXT))
+                # Redacted before the text is cut (a key across the cut would leave its
+                # head), and after (a JSON message may spell the key with escapes).
+                said = s.redact(error_body.decode("utf-8", "replace")).encode()
+                message = s.redact(http_error_text(said, _MAX_ERROR_TEXT))
                 if status in (401, 403):
                     env = s.api_key_env or "the API key variable"
                     missing = "" if s.api_key else f" ({env} is not set)"
