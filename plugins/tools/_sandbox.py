@@ -312,9 +312,12 @@ def _number(section: Any, name: str, default: float) -> Any:
         return default
     integer = isinstance(default, int)  # the field's default says which kind it is
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if not bad:
-        bad = not math.isfinite(value) or value <= 0 or (integer and value != int(value))
-    if bad:
+    if not bad and not (integer and isinstance(value, int)):
+        try:
+            bad = not math.isfinite(value) or (integer and value != int(value))
+        except OverflowError:  # an integer too big for a float
+            bad = True
+    if bad or value <= 0:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"tools.{name}: expected {kind}, got {value!r}")
     return int(value) if integer else float(value)
