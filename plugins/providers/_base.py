@@ -36,6 +36,7 @@ from ._http import (
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
 RESERVE_OUTPUT = 4096  # tokens kept free for the answer when the agent sets no max_tokens
+MAX_QUOTED_ERROR = 1000  # characters of an error the vendor reported inside an answer
 
 
 class Wire(Protocol):
@@ -322,18 +323,34 @@ class HttpProvider:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=False)
         data = await self.http.post_json(url, self.wire.body(request, model, stream=False))
-        return self.wire.parse(data)
+        try:
+            return self.wire.parse(data)
+        except ProviderResponseError as exc:
+            raise self._quoted(exc) from None
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamDelta]:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=True)
         assembler = self.wire.assembler()
         body = self.wire.body(request, model, stream=True)
-        async for event in self.http.stream_events(url, body, self.wire.stream_format):
-            text = assembler.feed(event)
-            if text:
-                yield StreamDelta(text=text)
-        yield StreamDelta(completion=assembler.finish())
+        try:
+            async for event in self.http.stream_events(url, body, self.wire.stream_format):
+                text = assembler.feed(event)
+                if text:
+                    yield StreamDelta(text=text)
+            completion = assembler.finish()
+        except ProviderResponseError as exc:
+            raise self._quoted(exc) from None
+        yield StreamDelta(completion=completion)
+
+    def _quoted(self, exc: ProviderResponseError) -> ProviderResponseError:
+        """``exc`` again, its text (which may quote the vendor's error) redacted, then cut
+        to ``MAX_QUOTED_ERROR`` characters; cut after redacting, so no key's head is left."""
+        text = str(exc)[: MAX_QUOTED_ERROR + len(self.settings.api_key or "")]
+        text = self.settings.redact(text)
+        if len(text) > MAX_QUOTED_ERROR:
+            text = text[: MAX_QUOTED_ERROR - 1] + "…"
+        return type(exc)(text)
 
 
 def bearer(key: str | None) -> dict[str, str]:

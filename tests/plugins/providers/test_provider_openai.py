@@ -758,3 +758,18 @@ async def test_a_key_echoed_with_json_escaped_slashes_is_redacted(vendor):
         await p.complete(conversation())
     text = str(info.value)
     assert "auth" in text and "slash-0123456789" not in text, text
+
+
+async def test_an_error_the_vendor_reports_in_an_answer_is_redacted_and_bounded(vendor):
+    # Regression (already on d10c746): an error inside a 200 answer or a stream event went
+    # into ProviderResponseError verbatim: an echoed key shown, and up to 16 MiB of text.
+    said = {"error": {"message": f"bad key {KEY} " + "x" * 100_000}}
+    vendor.queue(Reply(json=said), Reply(chunks=sse(said), content_type="text/event-stream"))
+    with pytest.raises(ProviderResponseError) as answered:
+        await provider(vendor).complete(conversation())
+    with pytest.raises(ProviderResponseError) as streamed:
+        await collect(provider(vendor), conversation())
+    for info in (answered, streamed):
+        text = str(info.value)
+        assert "openai reported an error: bad key [redacted] xxx" in text, text[:200]
+        assert KEY not in text and len(text) <= 1000, len(text)
