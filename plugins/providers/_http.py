@@ -240,10 +240,12 @@ class HttpClient:
         try:
             return json.loads(raw)
         except ValueError as exc:
+            s = self.settings
+            # Redacted before it is cut: a key across the cut would leave its head.
+            head = s.redact(raw[: 200 + len(s.api_key or "")].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
-                f"{self.settings.provider} answered with malformed JSON ({exc}); "
-                f"the server at {self.settings.base_url} may not speak this API: "
-                f"{self.settings.redact(raw[:200].decode('utf-8', 'replace'))!r}"
+                f"{s.provider} answered with malformed JSON ({exc}); "
+                f"the server at {s.base_url} may not speak this API: {head!r}"
             ) from None
 
     async def stream_events(

@@ -773,3 +773,13 @@ async def test_an_error_the_vendor_reports_in_an_answer_is_redacted_and_bounded(
         text = str(info.value)
         assert "openai reported an error: bad key [redacted] xxx" in text, text[:200]
         assert KEY not in text and len(text) <= 1000, len(text)
+
+
+async def test_a_non_json_answer_quoting_the_key_at_the_cut_shows_no_part_of_it(vendor):
+    # Regression (already on d10c746): a malformed answer is quoted up to 200 bytes, cut
+    # before the key was redacted, so a server echoing the request (a debug page behind a
+    # wrong base_url) left the key's head in the error.
+    vendor.queue(Reply(body=b"<pre>" + b"h" * 180 + f" Bearer {KEY}</pre>".encode()))
+    with pytest.raises(ProviderResponseError, match="malformed JSON") as info:
+        await provider(vendor).complete(conversation())
+    assert KEY[:6] not in str(info.value), str(info.value)[-80:]
