@@ -51,8 +51,6 @@ async def chat_command(
                 turn = _daemon_turn(client, ws, agent)
                 return await _converse(agent, session_id, turn, out, err, read_line)
         kernel = client.kernel
-        if agent in kernel.agent_errors:
-            raise CliError(f"agent {agent} is unavailable: {kernel.agent_errors[agent]}")
 
         async def turn(
             text: str, session: str, printed: list[str], out: TextIO

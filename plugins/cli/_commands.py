@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound, KernelAPI, RoostError
+from roost.kernel import AgentNotFound, AgentUnavailable, KernelAPI, RoostError
 from roost.plugins.http import find_daemon, reply_json, resolve_api_key, tool_json
 
 from ._client import DaemonClient, TokenRuns
@@ -85,7 +85,7 @@ async def _connect(
     config: Any, err: TextIO, open_kernel: KernelOpener | None, agent: str | None = None
 ) -> AsyncIterator[DaemonClient | _InProcess]:
     """The running daemon's client, else an in-process kernel booted for one command (an
-    unknown ``agent`` refused first, then its MCP servers waited for)."""
+    unknown or unavailable ``agent`` refused first, then its MCP servers waited for)."""
     client = await _daemon(config)
     if client is not None:
         yield client
@@ -94,6 +94,8 @@ async def _connect(
     async with _opener(open_kernel)(config) as kernel:
         if agent is not None and agent not in kernel.agents:
             raise AgentNotFound(agent, list(kernel.agents))
+        if agent in kernel.agent_errors:  # what send would say, without the wait first
+            raise AgentUnavailable(agent, kernel.agent_errors[agent])
         await wait_for_mcp_servers(kernel, err)
         say(err, f"loaded {len(kernel.agents)} agents")
         yield _InProcess(kernel)
