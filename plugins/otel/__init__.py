@@ -9,7 +9,6 @@ reading the settings imports none of it (``_export`` does, loaded only when enab
 from __future__ import annotations
 
 import importlib.util
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -79,12 +78,8 @@ def _number(
     raw: Mapping[str, Any], key: str, default: float, low: float, high: float, what: str
 ) -> float:
     value = raw.get(key, default)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
+    # No math.isfinite: an integer too big for a float would raise OverflowError there.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ConfigError(f"telemetry.{key}: expected {what}, got {value!r}")
     return float(value)
 
