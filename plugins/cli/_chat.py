@@ -17,7 +17,8 @@ from typing import Any, TextIO
 
 import trio
 
-from ._commands import CliError, KernelOpener, _daemon, _opener, drain, say, wait_for_mcp_servers
+from ._client import DaemonClient
+from ._commands import CliError, KernelOpener, _connect, drain, say
 
 LineReader = Callable[[], Awaitable[str | None]]
 PROMPT = "you › "
@@ -38,25 +39,18 @@ async def chat_command(
     """Chat with ``agent`` until end of input; returns an exit code."""
     from roost.kernel import AgentNotFound, EventKind
 
-    client = await _daemon(config)
-    if client is not None:
-        agents = {a.get("name"): a for a in await client.agents()}
-        if agent not in agents:
-            raise AgentNotFound(agent, list(agents))
-        if agents[agent].get("status") == "unavailable":
-            raise CliError(f"agent {agent} is unavailable: {agents[agent].get('error')}")
-        say(err, f"chatting with {agent} via the daemon at {client.info.url}")
-        async with client.events([EventKind.AGENT_TOKEN, EventKind.AGENT_REPLY]) as ws:
-            turn = _daemon_turn(client, ws, agent)
-            return await _converse(agent, session_id, turn, out, err, read_line)
-
-    say(err, "booting kernel…")
-    async with _opener(open_kernel)(config) as kernel:
-        if agent not in kernel.agents:
-            raise AgentNotFound(agent, list(kernel.agents))
-        if agent in kernel.agent_errors:
-            raise CliError(f"agent {agent} is unavailable: {kernel.agent_errors[agent]}")
-        await wait_for_mcp_servers(kernel, err)
+    async with _connect(config, err, open_kernel, agent) as client:
+        if isinstance(client, DaemonClient):
+            agents = {a.get("name"): a for a in await client.agents()}
+            if agent not in agents:
+                raise AgentNotFound(agent, list(agents))
+            if agents[agent].get("status") == "unavailable":
+                raise CliError(f"agent {agent} is unavailable: {agents[agent].get('error')}")
+            say(err, f"chatting with {agent} via the daemon at {client.info.url}")
+            async with client.events([EventKind.AGENT_TOKEN, EventKind.AGENT_REPLY]) as ws:
+                turn = _daemon_turn(client, ws, agent)
+                return await _converse(agent, session_id, turn, out, err, read_line)
+        kernel = client.kernel
 
         async def turn(
             text: str, session: str, printed: list[str], out: TextIO
@@ -68,7 +62,7 @@ async def chat_command(
                     nursery.cancel_scope.cancel()
                 # Tokens are published before the reply: the rest are in the buffer now.
                 for event in drain(tokens):
-                    _print_token(event, session, out, printed)
+                    _print_token(event.payload, session, out, printed)
             return reply.text, reply.is_error, str(reply.stop_reason)
 
         return await _converse(agent, session_id, turn, out, err, read_line)
@@ -134,13 +128,9 @@ def _daemon_turn(client: Any, ws: Any, agent: str) -> Turn:
                 payload = event.get("payload") if isinstance(event, dict) else None
                 if not isinstance(payload, dict) or event.get("source") != agent:
                     continue
-                if payload.get("session_id") != session:
-                    continue
                 if event.get("kind") == "AGENT:TOKEN":
-                    printed.append(str(payload.get("text", "")))
-                    out.write(printed[-1])
-                    out.flush()
-                elif event.get("kind") == "AGENT:REPLY":
+                    _print_token(payload, session, out, printed)
+                elif event.get("kind") == "AGENT:REPLY" and payload.get("session_id") == session:
                     replied.set()
                     return
 
@@ -159,12 +149,11 @@ def _daemon_turn(client: Any, ws: Any, agent: str) -> Turn:
 
 async def _print_tokens(tokens: Any, session: str, out: TextIO, printed: list[str]) -> None:
     async for event in tokens:
-        _print_token(event, session, out, printed)
+        _print_token(event.payload, session, out, printed)
 
 
-def _print_token(event: Any, session: str, out: TextIO, printed: list[str]) -> None:
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    if payload.get("session_id") == session:
+def _print_token(payload: Any, session: str, out: TextIO, printed: list[str]) -> None:
+    if isinstance(payload, dict) and payload.get("session_id") == session:
         text = str(payload.get("text", ""))
         printed.append(text)
         out.write(text)

@@ -214,9 +214,7 @@ def dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if command == "run":
         call = partial(c.run_command, host=args.host, port=args.port, own_process=True, **io)
     elif command == "demo":
-        from ._demo import run_demo
-
-        call = partial(run_demo, out=out)
+        call = partial(c.run_demo, out=out)
     elif command == "agents":
         call = partial(c.agents_command, as_json=args.json, **io)
     elif command == "tools":

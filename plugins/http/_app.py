@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -41,6 +41,7 @@ from ._common import (
     InvalidRequest,
     Refusal,
     admin_only,
+    caller_headers,
     canonical_path,
     common_headers,
     internal_error,
@@ -53,7 +54,6 @@ from ._common import (
 )
 from ._ratelimit import Gcra
 from ._settings import HttpSettings
-from ._trace_headers import caller_headers
 from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
@@ -207,12 +207,12 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     @app.before_request
     async def _gate_request():
         refused = gate(request, is_websocket=False)
-        if refused is None and request.method == "POST" and state.kernel.process_traces:
-            # A local process's run continues its trace (see _trace_headers).
+        if refused is None:
+            # A local process's run continues its trace (see caller_headers).
             scope = request.scope
             items = request.headers.items()
             rewritten = await caller_headers(
-                state.kernel, "POST", items, scope.get("client"), scope.get("server")
+                state.kernel, request.method, items, scope.get("client"), scope.get("server")
             )
             if rewritten is not None:
                 for name in TraceContext.header_names:
@@ -239,10 +239,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
 # ---- error handlers -------------------------------------------------------------------
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "http_error"
-
-
 def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException):
@@ -267,7 +263,8 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
             message = f"{req.path} is a websocket endpoint; connect to it with a websocket client"
         else:
             message = exc.description or exc.name
-        return refusal_response(app, refusal(status, _snake(exc.name), message, headers))
+        code = re.sub(r"[^a-z0-9]+", "_", exc.name.lower()).strip("_") or "http_error"
+        return refusal_response(app, refusal(status, code, message, headers))
 
     @app.errorhandler(RoostError)
     async def _roost_error(exc: RoostError):
@@ -458,41 +455,29 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
             offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
             await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
-            await forward_events(state, rx, websocket.send, websocket.receive)
+            # Forward events as JSON text until the daemon closes or the tap ends (a slow
+            # client loses events, announced by TAP:DROPPED, instead of slowing the kernel).
+            async with trio.open_nursery() as nursery:
+
+                async def discard_inbound() -> None:
+                    # Keep reading so a chatty client cannot fill Quart's inbound queue and
+                    # hide its own disconnect from us.
+                    while True:
+                        await websocket.receive()
+
+                async def stop_on_close() -> None:
+                    await state.closing.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(discard_inbound)
+                nursery.start_soon(stop_on_close)
+                async for event in rx:
+                    text = json.dumps(event.to_dict(), ensure_ascii=False, default=str)
+                    # a lone surrogate (legal in JSON, not in UTF-8) escaped
+                    await websocket.send(escape_lone_surrogates(text))
+                nursery.cancel_scope.cancel()
         code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
         await websocket.close(code, reason)
-
-
-async def forward_events(
-    state: DaemonState,
-    events: Any,
-    send: Callable[[str], Any],
-    receive: Callable[[], Any],
-) -> None:
-    """Forward tap events as JSON text until the daemon closes or the tap ends (a slow
-    client loses events, announced by ``TAP:DROPPED``, instead of slowing the kernel)."""
-
-    async def discard_inbound() -> None:
-        # Keep reading so a chatty client cannot fill Quart's inbound queue and hide
-        # its own disconnect from us.
-        while True:
-            await receive()
-
-    async def stop_on_close(scope: trio.CancelScope) -> None:
-        await state.closing.wait()
-        scope.cancel()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(discard_inbound)
-        nursery.start_soon(stop_on_close, nursery.cancel_scope)
-        async for event in events:
-            await send(_event_text(event))
-        nursery.cancel_scope.cancel()
-
-
-def _event_text(event: Any) -> str:
-    """``event`` as JSON text, a lone surrogate (legal in JSON, not UTF-8) escaped."""
-    return escape_lone_surrogates(json.dumps(event.to_dict(), ensure_ascii=False, default=str))
 
 
 # ---- plugin routes -----------------------------------------------------------------------
@@ -510,7 +495,8 @@ def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
             else:
                 problem = _add_plugin_route(app, state, name, index, route)
             if problem:
-                _route_failure(plugins, name, problem)
+                log.error("plugin %r: %s", name, problem)
+                plugins.failures.append(PluginFailure(name, "routes", problem))
 
 
 def _add_plugin_route(
@@ -551,8 +537,3 @@ def _add_plugin_route(
     if cap is not None:
         state.body_limits[endpoint] = cap
     return None
-
-
-def _route_failure(plugins: Any, name: str, error: str) -> None:
-    log.error("plugin %r: %s", name, error)
-    plugins.failures.append(PluginFailure(name, "routes", error))

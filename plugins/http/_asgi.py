@@ -21,6 +21,7 @@ from ._app import route_for
 from ._common import (
     DaemonState,
     Refusal,
+    caller_headers,
     canonical_path,
     common_headers,
     connection_base_url,
@@ -31,7 +32,6 @@ from ._common import (
     too_large,
 )
 from ._plain import Headers, PlainRequest, PlainResponse
-from ._trace_headers import caller_headers
 
 log = logging.getLogger("roost.http")
 
@@ -102,7 +102,8 @@ class DaemonApp:
         origin = headers.get("origin")
         # An OPTIONS request on a route that does not take OPTIONS is a CORS preflight.
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
-        length = _content_length(headers)
+        declared = headers.get("content-length")  # hypercorn's parser (h11) has checked it
+        length = int(declared) if declared is not None and declared.isdecimal() else None
         pending = bool(length) or "transfer-encoding" in headers
         refusal, principal = state.check(
             endpoint,
@@ -260,16 +261,6 @@ class DaemonApp:
                         await tracking_receive()
                     if idle.cancelled_caught:
                         break
-
-
-def _content_length(headers: Headers) -> int | None:
-    value = headers.get("content-length")
-    if value is None:
-        return None
-    try:
-        return int(value)  # hypercorn's parser (h11) has checked it
-    except ValueError:
-        return None
 
 
 async def _read_body(receive: Any, limit: int, state: DaemonState, path: str) -> bytes:

@@ -22,6 +22,7 @@ from roost.kernel import (
     AgentNotFound,
     AskTimeout,
     InvalidInput,
+    InvalidTraceContext,
     KernelAPI,
     LoopDetected,
     RecursionLimitExceeded,
@@ -34,6 +35,7 @@ from roost.kernel import (
     ToolDenied,
     ToolNotFound,
     ToolTimeout,
+    TraceContext,
     outputs_to_json,
 )
 
@@ -53,8 +55,23 @@ from ._traces import TraceLog
 
 log = logging.getLogger("roost.http")
 
+
+class InvalidRequest(RoostError):
+    """The request is malformed; ``field`` names the part to fix (400)."""
+
+    code = "invalid_request"
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "field": self.field}
+
+
 # Checked in order; the first matching class decides the status.
 _STATUS_BY_ERROR: tuple[tuple[type[RoostError], int], ...] = (
+    (InvalidRequest, 400),
     (AgentNotFound, 404),
     (ToolNotFound, 404),
     (ToolArgumentsInvalid, 400),
@@ -85,19 +102,6 @@ CORS_HEADERS = {
 }
 
 
-class InvalidRequest(RoostError):
-    """The request is malformed; ``field`` names the part to fix (400)."""
-
-    code = "invalid_request"
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(message)
-
-    def to_dict(self) -> dict:
-        return {**super().to_dict(), "field": self.field}
-
-
 def canonical_path(path: str) -> str:
     """``path`` without trailing slashes (``/`` stays): each route answers both ways, with
     no redirect (a 307/308 on a POST breaks clients that join a base URL and ``/``)."""
@@ -121,7 +125,7 @@ def is_loopback(addr: str | None) -> bool:
 
 def status_for(error: RoostError) -> int:
     """The HTTP status for a roost error (500 for anything not listed)."""
-    for cls, status in ((InvalidRequest, 400), *_STATUS_BY_ERROR):
+    for cls, status in _STATUS_BY_ERROR:
         if isinstance(error, cls):
             return status
     return _STATUS_BY_CODE.get(error.code, 500)
@@ -445,6 +449,34 @@ def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str
         out.append(("Access-Control-Allow-Origin", origin, True))
         out.extend((name, value, False) for name, value in CORS_HEADERS.items())
     return out
+
+
+async def caller_headers(
+    kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
+) -> list[tuple[str, str]] | None:
+    """The request's headers with the trace headers of the run holding the connection
+    (``peer`` → ``local``), or None to keep them (a malformed one is the entry's to refuse).
+
+    A process an agent's ``bash`` started may call the daemon without trace headers (or with
+    a shallower context): for a POST while such processes run, the kernel finds the run
+    holding the connection's client end (``ProcessTraces.caller_of``), so every entry
+    continues the run's chain and the depth breaker trips however the caller calls."""
+    processes = kernel.process_traces
+    if method != "POST" or not processes:
+        return None
+    found = await processes.caller_of(peer, local)
+    if found is None:
+        return None
+    items = list(items)
+    try:
+        sent = TraceContext.from_headers(dict(items))
+    except InvalidTraceContext:
+        return None
+    chosen = TraceContext.deepest(sent, found)
+    if chosen is sent:
+        return None
+    names = TraceContext.header_names
+    return [(n, v) for n, v in items if n.lower() not in names] + list(chosen.to_headers().items())
 
 
 def tool_json(spec: Any) -> dict[str, Any]:

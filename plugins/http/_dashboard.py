@@ -21,27 +21,16 @@ FILES = {
 DEFAULT_TRACES = 20
 
 
-def read_files() -> dict[str, bytes]:
-    """The dashboard's files, shipped as package data (``roost.plugins.http/dashboard``)."""
-    folder = resources.files(__package__).joinpath("dashboard")
-    return {name: folder.joinpath(name).read_bytes() for name in FILES}
-
-
-def content_security_policy(host: str | None) -> str:
-    """The page's policy: its own script, style and API; websockets to the host it was
-    loaded from (named as well as ``'self'``, which some browsers do not apply to ws:)."""
-    sockets = ""
-    if host and split_host(host) is not None:
-        sockets = f" ws://{host} wss://{host}"
-    return (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        f"connect-src 'self'{sockets}; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    )
-
-
 def page_headers(host: str | None) -> dict[str, str]:
+    """The page's headers; its policy: its own script, style and API, websockets to the host
+    it was loaded from (named as well as ``'self'``, which some browsers do not apply to ws:)."""
+    sockets = f" ws://{host} wss://{host}" if host and split_host(host) is not None else ""
     return {
-        "Content-Security-Policy": content_security_policy(host),
+        "Content-Security-Policy": (
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+            f"connect-src 'self'{sockets}; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'"
+        ),
         "X-Frame-Options": "DENY",
         "Referrer-Policy": "no-referrer",
         "Cross-Origin-Opener-Policy": "same-origin",
@@ -52,7 +41,8 @@ def install(app: Any, state: Any) -> None:
     """Add the dashboard's routes to the daemon's app."""
     from ._app import refusal_response
 
-    files = read_files()
+    folder = resources.files(__package__).joinpath("dashboard")  # shipped as package data
+    files = {name: folder.joinpath(name).read_bytes() for name in FILES}
 
     def serve(name: str) -> Any:
         return app.response_class(

@@ -9,6 +9,7 @@ Trio retries; ``_AcceptErrors`` turns its tracebacks into a warning now and then
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import socket
@@ -28,7 +29,7 @@ from ._app import create_app, daemon_state
 from ._asgi import DaemonApp
 from ._common import base_url, daemon_public_url, loopback_for
 from ._daemonfile import DaemonInfo, remove_daemon_file, write_daemon_file
-from ._settings import HttpSettings, fd_limit
+from ._settings import HttpSettings
 from ._traces import follow as follow_traces
 
 log = logging.getLogger("roost.http")
@@ -107,7 +108,14 @@ class _AcceptErrors(logging.Filter):
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
         self.settings = settings
-        self.limit = fd_limit()  # read now: out of descriptors, an import could not open its file
+        # The soft open-file limit, read now: out of descriptors, an import could not open its
+        # file. None: unlimited, or not readable here.
+        self.limit: int | None = None
+        with contextlib.suppress(ImportError, OSError, ValueError):
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            self.limit = None if soft == resource.RLIM_INFINITY else soft
         self.last = -WARN_EVERY_S
 
     def filter(self, record: logging.LogRecord) -> bool:

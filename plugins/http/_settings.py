@@ -27,21 +27,6 @@ from ._auth import (
 DEFAULT_KEEP_ALIVE_S = 5.0
 
 
-def fd_limit() -> int | None:
-    """The soft RLIMIT_NOFILE of this process (None where it cannot be read)."""
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):  # pragma: no cover - not Linux/macOS
-        return None
-    return None if soft == resource.RLIM_INFINITY else int(soft)
-
-
-def _keys_of(settings: HttpSettings) -> tuple[tuple[bytes, Principal], ...]:
-    return resolve_keys(None, {}, settings.api_key)  # the api_key alone, as "default"
-
-
 @attrs.frozen
 class HttpSettings:
     """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
@@ -65,7 +50,9 @@ class HttpSettings:
     # A connection with no request under way (its first head included) closes after this.
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
-        default=attrs.Factory(_keys_of, takes_self=True), repr=False
+        # by default the api_key alone, as "default"
+        default=attrs.Factory(lambda s: resolve_keys(None, {}, s.api_key), takes_self=True),
+        repr=False,
     )
 
     @property
@@ -95,16 +82,7 @@ class HttpSettings:
         """Read ``config.http``; a bad value raises ConfigError naming the field and the fix."""
         env = os.environ if env is None else env
         key, source = resolve_api_key(http_config, env)
-        rate = _number(
-            http_config, "rate_limit_per_s", 20.0, "a positive number (requests per second)"
-        )
-        burst = _number(http_config, "rate_limit_burst", 40, "an integer of at least 1")
-        max_body = _number(http_config, "max_body_bytes", 1_048_576, "a positive integer (bytes)")
-        keep_alive = getattr(http_config, "keep_alive_s", None)
-        if keep_alive is not None:
-            keep_alive = _number(
-                http_config, "keep_alive_s", 0, "a number of seconds between 0 and 3600"
-            )
+        numbers = {name: _number(http_config, name) for name in _NUMBERS}
         loopback = getattr(http_config, "rate_limit_loopback", False)
         if not isinstance(loopback, bool):
             raise ConfigError(
@@ -136,42 +114,49 @@ class HttpSettings:
         return cls(
             api_key=key,
             api_key_source=source,
-            rate_limit_per_s=float(rate),
-            rate_limit_burst=burst,
-            max_body_bytes=max_body,
             allowed_origins=origins,
             rate_limit_loopback=loopback,
             allowed_hosts=hosts,
             public_url=_public_url(getattr(http_config, "public_url", None)),
-            keep_alive_s=DEFAULT_KEEP_ALIVE_S if keep_alive is None else float(keep_alive),
+            **numbers,
             keys=keys,
         )
 
 
-# Each number's check, and the example an error gives (as written in roost.toml: a
-# float format would turn 1048576 into 1.04858e+06, which an integer setting refuses).
-_NUMBERS = {
-    "rate_limit_per_s": (lambda v: math.isfinite(v) and v > 0, "20"),
-    "rate_limit_burst": (lambda v: isinstance(v, int) and v >= 1, "40"),
-    "max_body_bytes": (lambda v: isinstance(v, int) and v >= 1, "1048576"),
-    "keep_alive_s": (lambda v: math.isfinite(v) and 0 < v <= 3600, f"{DEFAULT_KEEP_ALIVE_S:g}"),
+# Each number: its default (an int: the setting is an integer), its upper bound and what it
+# must be. An error's example is the default as written in roost.toml (a float format would
+# turn 1048576 into 1.04858e+06, which an integer setting refuses).
+_NUMBERS: dict[str, tuple[float, float, str]] = {
+    "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
+    "rate_limit_burst": (40, math.inf, "an integer of at least 1"),
+    "max_body_bytes": (1_048_576, math.inf, "a positive integer (bytes)"),
+    "keep_alive_s": (DEFAULT_KEEP_ALIVE_S, 3600, "a number of seconds between 0 and 3600"),
 }
 
 
-def _number(http_config: object, name: str, default: float, what: str) -> Any:
-    """``http.<name>``, checked; a ConfigError names it and an example."""
-    value = getattr(http_config, name, default)
-    valid, example = _NUMBERS[name]
+def _number(http_config: object, name: str) -> Any:
+    """``http.<name>`` (its default when unset), checked; a ConfigError names it and an example."""
+    default, high, what = _NUMBERS[name]
+    value = getattr(http_config, name, None)
+    if value is None:
+        return default
+    integer = isinstance(default, int)
     try:
-        ok = not isinstance(value, bool) and isinstance(value, (int, float)) and valid(value)
+        ok = (
+            not isinstance(value, bool)
+            and isinstance(value, int if integer else (int, float))
+            and (integer or math.isfinite(value))
+            and 0 < value <= high
+        )
     except OverflowError:  # an integer too big for a float (math.isfinite)
         ok = False
     if not ok:
+        example = default if integer else f"{default:g}"
         raise ConfigError(
             f"http.{name} must be {what}, got {value!r}; "
             f"set e.g. {name} = {example} under [http] in roost.toml"
         )
-    return value
+    return value if integer else float(value)
 
 
 def _host_entry(entry: str) -> str | None:

@@ -126,7 +126,7 @@ def http_status_line(status: int) -> str:
 
 def http_error_text(body: bytes, limit: int = 300) -> str:
     """The server's words in an error body: a JSON error's message (JSON-RPC, roost's REST
-    shape, AIP-193), else the text with HTML tags dropped; cut short."""
+    shape, AIP-193, model vendors'), else the text with HTML tags dropped; cut short."""
     if not body:
         return ""
     text = body[:ERROR_BODY_BYTES].decode("utf-8", "replace")
@@ -134,6 +134,8 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
         value = json.loads(text)
     except (ValueError, RecursionError):
         value = None
+    if isinstance(value, list) and value and isinstance(value[0], Mapping):
+        value = value[0]  # Gemini wraps its error in a list
     if isinstance(value, Mapping):
         error = value.get("error")
         for candidate in (
@@ -234,23 +236,3 @@ class PinnedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
-
-
-__all__ = [
-    "ERROR_BODY_BYTES",
-    "HTTP_RETRY_STATUSES",
-    "MAX_HTTP_RETRIES",
-    "MAX_HTTP_RETRY_WAIT_S",
-    "PinnedTransport",
-    "ResponseTooLarge",
-    "http_error_text",
-    "http_retry_wait",
-    "http_status_line",
-    "peer_of",
-    "read_body",
-    "read_error_body",
-    "remaining_s",
-    "retry_after_s",
-    "size_text",
-    "sse_events",
-]

@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from roost.kernel import EventKind, KernelAPI, escape_lone_surrogates, roost_version
 from roost.kernel import SpanKind as RoostKind
 
-from ._settings import TelemetrySettings
+from . import TelemetrySettings
 
 log = logging.getLogger("roost.otel")
 
@@ -303,6 +303,3 @@ def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = escape_lone_surrogates(json.dumps(value, default=str, ensure_ascii=False))
     return out
-
-
-__all__ = ["EXTENSION", "ExportStats", "SpanExport", "Translator", "exporter_for"]

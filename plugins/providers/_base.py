@@ -24,7 +24,6 @@ from roost.kernel import (
     hookimpl,
 )
 
-from ._context import context_window_for, fit_context
 from ._http import (
     HttpClient,
     ProviderConfigError,
@@ -37,6 +36,7 @@ from ._http import (
 
 RESERVED_PARAMETERS = frozenset({"context_window"})
 RESERVE_OUTPUT = 4096  # tokens kept free for the answer when the agent sets no max_tokens
+MAX_QUOTED_ERROR = 1000  # characters of an error the vendor reported inside an answer
 
 
 class Wire(Protocol):
@@ -51,6 +51,20 @@ class Wire(Protocol):
     def parse(self, data: Any) -> Completion: ...
 
     def assembler(self) -> Assembler: ...
+
+
+@attrs.frozen
+class PathWire:
+    """A ``Wire`` without state: the request goes to ``path`` under the base URL."""
+
+    path: str
+    stream_format: str
+    body: Callable[..., dict[str, Any]]
+    parse: Callable[[Any], Completion]
+    assembler: Callable[[], Assembler]
+
+    def url(self, base_url: str, model: str, *, stream: bool) -> str:
+        return base_url + self.path
 
 
 def completion(
@@ -185,6 +199,93 @@ def passthrough_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
 
 
+# ---- the context guard: keep a conversation inside the model's window ------------------
+# When the estimated size nears the window, the oldest tool outputs are shortened first
+# (head kept, a marker says how much was cut); the newest tool output and every user and
+# assistant message are kept whole as long as possible.
+
+# Per-vendor defaults (tokens) when neither the agent nor roost.toml says otherwise.
+DEFAULT_CONTEXT_WINDOWS = {
+    "openai": 128_000,
+    "openrouter": 128_000,
+    "anthropic": 200_000,
+    "gemini": 1_000_000,
+    "ollama": 8_192,
+}
+CHARS_PER_TOKEN = 4  # a deliberately rough estimate; the margin below absorbs its error
+SAFETY_MARGIN = 0.9
+KEEP_HEAD_CHARS = 400
+MARKER_PREFIX = "[tool output shortened by roost"
+MARKER = MARKER_PREFIX + " to fit the context window: {removed} characters removed]"
+
+
+def estimate_tokens(text: str) -> int:
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def request_tokens(request: CompletionRequest) -> int:
+    """A rough token count of everything sent: system, messages, tool schemas."""
+    total = estimate_tokens(request.system)
+    for m in request.messages:
+        total += 4 + estimate_tokens(m.content)
+        for call in m.tool_calls:
+            total += estimate_tokens(call.name) + estimate_tokens(
+                json.dumps(dict(call.arguments), default=str)
+            )
+    for spec in request.tools:
+        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(
+            json.dumps(dict(spec.input_schema), default=str)
+        )
+    return total
+
+
+def context_window_for(provider: str, parameters: dict[str, Any], configured: int | None) -> int:
+    """``parameters.context_window`` (agent) → ``context_window`` (roost.toml) → vendor default."""
+    value = parameters.get("context_window")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
+
+
+def fit_context(
+    request: CompletionRequest, *, context_window: int, reserve_output: int = 0
+) -> CompletionRequest:
+    """``request`` with its oldest tool outputs shortened until it fits the budget.
+
+    The budget is ``context_window * 0.9 - reserve_output`` tokens (estimated). If even
+    shortening every tool output does not fit, the request is returned as shortened as it
+    can be; the vendor then says the context is too long, which is the honest answer.
+    """
+    budget = int(context_window * SAFETY_MARGIN) - max(0, reserve_output)
+    over = request_tokens(request) - budget
+    if over <= 0:
+        return request
+    messages = list(request.messages)
+    tool_indexes = [i for i, m in enumerate(messages) if m.role == "tool"]
+    # Oldest first; the newest tool output is shortened last.
+    for i in tool_indexes:
+        if over <= 0:
+            break
+        shortened = shorten(messages[i].content, over * CHARS_PER_TOKEN)
+        saved = estimate_tokens(messages[i].content) - estimate_tokens(shortened)
+        if saved > 0:
+            messages[i] = attrs.evolve(messages[i], content=shortened)
+            over -= saved
+    return attrs.evolve(request, messages=tuple(messages))
+
+
+def shorten(text: str, remove_at_least: int) -> str:
+    """``text`` cut by up to ``remove_at_least`` characters (keeping its head), with a marker.
+
+    Text already shortened, or too short to gain from it, comes back unchanged.
+    """
+    if MARKER_PREFIX in text:
+        return text
+    keep = max(0, min(KEEP_HEAD_CHARS, len(text) - remove_at_least))
+    cut = text[:keep] + ("\n" if keep else "") + MARKER.format(removed=len(text) - keep)
+    return cut if len(cut) < len(text) else text
+
+
 class HttpProvider:
     """A ``Provider`` over HTTP: ``complete`` posts once, ``stream`` reads SSE or NDJSON."""
 
@@ -222,18 +323,34 @@ class HttpProvider:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=False)
         data = await self.http.post_json(url, self.wire.body(request, model, stream=False))
-        return self.wire.parse(data)
+        try:
+            return self.wire.parse(data)
+        except ProviderResponseError as exc:
+            raise self._quoted(exc) from None
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamDelta]:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=True)
         assembler = self.wire.assembler()
         body = self.wire.body(request, model, stream=True)
-        async for event in self.http.stream_events(url, body, self.wire.stream_format):
-            text = assembler.feed(event)
-            if text:
-                yield StreamDelta(text=text)
-        yield StreamDelta(completion=assembler.finish())
+        try:
+            async for event in self.http.stream_events(url, body, self.wire.stream_format):
+                text = assembler.feed(event)
+                if text:
+                    yield StreamDelta(text=text)
+            completion = assembler.finish()
+        except ProviderResponseError as exc:
+            raise self._quoted(exc) from None
+        yield StreamDelta(completion=completion)
+
+    def _quoted(self, exc: ProviderResponseError) -> ProviderResponseError:
+        """``exc`` again, its text (which may quote the vendor's error) redacted, then cut
+        to ``MAX_QUOTED_ERROR`` characters; cut after redacting, so no key's head is left."""
+        text = str(exc)[: MAX_QUOTED_ERROR + len(self.settings.api_key or "")]
+        text = self.settings.redact(text)
+        if len(text) > MAX_QUOTED_ERROR:
+            text = text[: MAX_QUOTED_ERROR - 1] + "…"
+        return type(exc)(text)
 
 
 def bearer(key: str | None) -> dict[str, str]:

@@ -27,6 +27,7 @@ from roost.kernel import (
 )
 from roost.plugins.http.client import (
     ResponseTooLarge,
+    http_error_text,
     read_body,
     read_error_body,
     retry_after_s,
@@ -99,9 +100,10 @@ class ProviderSettings:
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
     def redact(self, text: str) -> str:
-        """``text`` with the API key (if any) replaced."""
-        if self.api_key and len(self.api_key) >= 4:
-            text = text.replace(self.api_key, "[redacted]")
+        """``text`` with the API key (if any) replaced, also as JSON may write it (``\\/``)."""
+        key = self.api_key
+        if key and len(key) >= 4:
+            text = text.replace(key, "[redacted]").replace(key.replace("/", "\\/"), "[redacted]")
         return text
 
 
@@ -203,26 +205,6 @@ def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | Non
     return min(base * (0.5 + random.random() / 2), settings.max_retry_wait_s)
 
 
-def vendor_message(body: bytes) -> str:
-    """The vendor's error message from an error body (OpenAI/Anthropic/Gemini/Ollama shapes)."""
-    text = body.decode("utf-8", "replace")
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:_MAX_ERROR_TEXT]
-    if isinstance(data, list) and data and isinstance(data[0], Mapping):
-        data = data[0]  # Gemini sometimes wraps the error in a list
-    if isinstance(data, Mapping):
-        err = data.get("error", data)
-        if isinstance(err, Mapping):
-            msg = err.get("message") or err.get("status") or err.get("type")
-            if msg:
-                return str(msg)[:_MAX_ERROR_TEXT]
-        elif isinstance(err, str):
-            return err[:_MAX_ERROR_TEXT]
-    return text.strip()[:_MAX_ERROR_TEXT]
-
-
 def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
     """The JSON value of one NDJSON line; ValueError saying what is wrong with it."""
     if isinstance(line, jsonrpc.Oversize):
@@ -258,10 +240,12 @@ class HttpClient:
         try:
             return json.loads(raw)
         except ValueError as exc:
+            s = self.settings
+            # Redacted before it is cut: a key across the cut would leave its head.
+            head = s.redact(raw[: 200 + len(s.api_key or "")].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
-                f"{self.settings.provider} answered with malformed JSON ({exc}); "
-                f"the server at {self.settings.base_url} may not speak this API: "
-                f"{self.settings.redact(raw[:200].decode('utf-8', 'replace'))!r}"
+                f"{s.provider} answered with malformed JSON ({exc}); "
+                f"the server at {s.base_url} may not speak this API: {head!r}"
             ) from None
 
     async def stream_events(
@@ -340,7 +324,10 @@ class HttpClient:
                 last = f"{s.base_url} closed the connection ({_reason(exc)})"
             else:
                 status = response.status_code
-                message = s.redact(vendor_message(error_body))
+                # Redacted before the text is cut (a key across the cut would leave its
+                # head), and after (a JSON message may spell the key with escapes).
+                said = s.redact(error_body.decode("utf-8", "replace")).encode()
+                message = s.redact(http_error_text(said, _MAX_ERROR_TEXT))
                 if status in (401, 403):
                     env = s.api_key_env or "the API key variable"
                     missing = "" if s.api_key else f" ({env} is not set)"

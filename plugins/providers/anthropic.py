@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
     Assembler,
+    PathWire,
     Vendor,
     add_turn,
     completion,
@@ -193,25 +195,13 @@ class MessagesStreamAssembler(Assembler):
         ]
 
 
-class MessagesWire:
-    """The Messages API wire format (a ``Wire``)."""
-
-    stream_format = "sse"
-    body = staticmethod(build_body)
-    parse = staticmethod(parse_message)
-    assembler = MessagesStreamAssembler
-
-    def url(self, base_url: str, model: str, *, stream: bool) -> str:
-        return f"{base_url}/v1/messages"
-
-
 def _auth(key: str | None) -> dict[str, str]:
     return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
 
 ANTHROPIC = Vendor(
     "anthropic",
-    MessagesWire,
+    partial(PathWire, "/v1/messages", "sse", build_body, parse_message, MessagesStreamAssembler),
     "Anthropic Messages API (Claude)",
     example="claude-sonnet-4-5",
     base_url="https://api.anthropic.com",

@@ -38,10 +38,6 @@ _RENAMED = {"max_tokens": "maxOutputTokens", "stop": "stopSequences"}
 _STOP = {"STOP": "end_turn", "MAX_TOKENS": "max_tokens"}
 
 
-def _camel(key: str) -> str:
-    return _RENAMED.get(key) or re.sub(r"_([a-z])", lambda m: m.group(1).upper(), key)
-
-
 class GeminiWire:
     """The Gemini REST format, sans I/O; remembers thought signatures by call id."""
 
@@ -100,7 +96,10 @@ class GeminiWire:
                     ]
                 }
             ]
-        config = {_camel(k): v for k, v in passthrough_parameters(request.parameters).items()}
+        config = {
+            _RENAMED.get(k) or re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v
+            for k, v in passthrough_parameters(request.parameters).items()
+        }
         if config:
             body["generationConfig"] = config
         return body

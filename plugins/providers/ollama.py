@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
     Assembler,
+    PathWire,
     Vendor,
     completion,
     expect_answer,
@@ -115,21 +117,9 @@ class ChatStreamAssembler(Assembler):
         return self.add(str(message.get("content") or ""))
 
 
-class OllamaWire:
-    """The ``/api/chat`` wire format (a ``Wire``)."""
-
-    stream_format = "ndjson"
-    body = staticmethod(build_body)
-    parse = staticmethod(parse_response)
-    assembler = ChatStreamAssembler
-
-    def url(self, base_url: str, model: str, *, stream: bool) -> str:
-        return f"{base_url}/api/chat"
-
-
 OLLAMA = Vendor(
     "ollama",
-    OllamaWire,
+    partial(PathWire, "/api/chat", "ndjson", build_body, parse_response, ChatStreamAssembler),
     "Ollama /api/chat (local models, no key)",
     example="llama3.2",
     base_url="http://localhost:11434",

@@ -17,6 +17,7 @@ from roost.kernel import Completion, CompletionRequest, Message, ToolCall, Usage
 
 from ._base import (
     Assembler,
+    PathWire,
     Vendor,
     completion,
     expect_answer,
@@ -174,28 +175,16 @@ class ChatStreamAssembler(Assembler):
         ]
 
 
-class ChatCompletionsWire:
-    """The Chat Completions wire format."""
-
-    stream_format = "sse"
-    body = staticmethod(build_body)
-
-    def __init__(self, provider: str = "openai") -> None:
-        self.provider = provider
-
-    def url(self, base_url: str, model: str, *, stream: bool) -> str:
-        return f"{base_url}/chat/completions"
-
-    def parse(self, data: Any) -> Completion:
-        return parse_completion(data, self.provider)
-
-    def assembler(self) -> ChatStreamAssembler:
-        return ChatStreamAssembler(self.provider)
+def chat_completions_wire(provider: str) -> PathWire:
+    """The Chat Completions wire format, its errors naming ``provider``."""
+    parse = partial(parse_completion, provider=provider)
+    assembler = partial(ChatStreamAssembler, provider)
+    return PathWire("/chat/completions", "sse", build_body, parse, assembler)
 
 
 OPENAI = Vendor(
     "openai",
-    ChatCompletionsWire,
+    partial(chat_completions_wire, "openai"),
     "OpenAI Chat Completions, or any compatible server via base_url",
     example="gpt-4o-mini",
     base_url="https://api.openai.com/v1",
@@ -203,7 +192,7 @@ OPENAI = Vendor(
 )
 OPENROUTER = Vendor(
     "openrouter",
-    partial(ChatCompletionsWire, "openrouter"),
+    partial(chat_completions_wire, "openrouter"),
     "OpenRouter (OpenAI format, many vendors' models)",
     example="openai/gpt-4o-mini",
     base_url="https://openrouter.ai/api/v1",

@@ -44,6 +44,7 @@ from ._sandbox import (
     agent_thread,
     file_access,
     flag_arg,
+    int_arg,
     path_argument,
     string_arg,
     tool_spec,
@@ -110,9 +111,9 @@ def _open(loc: Located, flags: int, raw: str, verb: str, mode: int = 0o666) -> i
         raise _explain(exc, raw, loc, verb) from None
 
 
-def _open_regular(loc: Located, flags: int, raw: str, verb: str) -> tuple[int, os.stat_result]:
-    """An fd of the regular file at ``loc`` and its stat; anything else is refused."""
-    fd = _open(loc, flags, raw, verb)
+def _regular(fd: int, raw: str, verb: str, *, one_link: bool = False) -> os.stat_result:
+    """``fd``'s stat if it is a regular file (with ``one_link``: without other hard links);
+    else ``fd`` is closed and the file refused."""
     try:
         info = os.fstat(fd)
         kind = regular_file_kind(info.st_mode)
@@ -121,22 +122,19 @@ def _open_regular(loc: Located, flags: int, raw: str, verb: str) -> tuple[int, o
                 f"{raw!r} is a directory; use the list tool to see its entries", errno.EISDIR
             )
         if kind is not None:
+            does = "write" if verb == "write" else "open"
             raise _Refused(
-                f"cannot {verb} {raw!r}: it is {kind}; the file tools open regular files only"
+                f"cannot {verb} {raw!r}: it is {kind}; the file tools {does} regular files only"
+            )
+        if one_link and info.st_nlink > 1:
+            raise _Refused(
+                f"cannot {verb} {raw!r}: it has {info.st_nlink} hard links, so it may be a file "
+                "outside the agent's roots under another name; write a new file instead"
             )
     except BaseException:
         os.close(fd)
         raise
-    return fd, info
-
-
-def _one_link(fd: int, info: os.stat_result, raw: str, verb: str) -> None:
-    if info.st_nlink > 1:
-        os.close(fd)
-        raise _Refused(
-            f"cannot {verb} {raw!r}: it has {info.st_nlink} hard links, so it may be a file "
-            "outside the agent's roots under another name; write a new file instead"
-        )
+    return info
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -192,18 +190,8 @@ READ_SPEC = tool_spec(
     ),
     properties={
         "path": string_arg("File to read."),
-        "offset": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 10**9,
-            "description": "First line to return (1-based, default 1).",
-        },
-        "limit": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 100000,
-            "description": f"How many lines to return (default {DEFAULT_READ_LINES}).",
-        },
+        "offset": int_arg("First line to return (1-based, default 1).", 1, 10**9),
+        "limit": int_arg(f"How many lines to return (default {DEFAULT_READ_LINES}).", 1, 100000),
     },
     required=["path"],
     readOnlyHint=True,
@@ -240,7 +228,8 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     deadline = _deadline(ctx)
 
     def work(access: FileAccess) -> ToolResult:
-        fd, info = _open_regular(access.locate(raw), READ_FLAGS, raw, "read")
+        fd = _open(access.locate(raw), READ_FLAGS, raw, "read")
+        info = _regular(fd, raw, "read")
         with os.fdopen(fd, "rb") as f:
             if _is_binary(f.read(BINARY_SNIFF_BYTES)):
                 return ToolResult.error(
@@ -332,14 +321,7 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
         raise _explain(exc, raw, loc, "write") from None
     finally:
         os.close(dir_fd)
-    info = os.fstat(fd)
-    kind = regular_file_kind(info.st_mode)
-    if kind is not None:
-        os.close(fd)
-        raise _Refused(
-            f"cannot write {raw!r}: it is {kind}; the file tools write regular files only"
-        )
-    _one_link(fd, info, raw, "write")
+    _regular(fd, raw, "write", one_link=True)
     return fd, existed
 
 
@@ -420,13 +402,13 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     def work(access: FileAccess) -> ToolResult:
         loc = access.locate(raw, write=True)
         try:
-            fd, info = _open_regular(loc, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY, raw, "edit")
+            fd = _open(loc, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY, raw, "edit")
+            info = _regular(fd, raw, "edit", one_link=True)
         except _Refused as exc:
             what = {errno.ENOENT: "does not exist", errno.EISDIR: "is a directory"}.get(exc.code)
             if what is None:
                 raise
             raise _Refused(f"cannot edit {raw!r}: it {what}; use write to create a file") from None
-        _one_link(fd, info, raw, "edit")
         if info.st_size > MAX_EDIT_BYTES:
             os.close(fd)
             raise _Refused(
@@ -641,12 +623,7 @@ GREP_SPEC = tool_spec(
         "path": string_arg("Directory or file to search (default: the workspace)."),
         "glob": string_arg("Only search files whose name or relative path matches this glob."),
         "case_insensitive": flag_arg("Ignore case (default false)."),
-        "max_matches": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 5000,
-            "description": "Stop after this many matching lines (default 200).",
-        },
+        "max_matches": int_arg("Stop after this many matching lines (default 200).", 1, 5000),
     },
     required=["pattern"],
     readOnlyHint=True,

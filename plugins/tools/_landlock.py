@@ -11,6 +11,7 @@ abstract unix sockets out (ABI 6). A right the ABI does not know is not enforced
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import errno
 import os
@@ -70,21 +71,12 @@ def fs_access_for_abi(abi: int) -> int:
     return access
 
 
-class LandlockStatus:
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not.
+class LandlockStatus(collections.namedtuple("LandlockStatus", "available abi reason")):
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a
+    dataclass: the supervisor imports this module for every bash call, and ``dataclasses``
+    alone costs it several milliseconds; ``collections`` it has loaded already.)"""
 
-    (Plain classes here, not dataclasses: the supervisor imports this module for every
-    bash call, and ``dataclasses`` alone costs it several milliseconds.)"""
-
-    __slots__ = ("available", "abi", "reason")
-
-    def __init__(self, available: bool, abi: int, reason: str) -> None:
-        self.available = available
-        self.abi = abi
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"LandlockStatus(available={self.available}, abi={self.abi}, reason={self.reason!r})"
+    __slots__ = ()
 
     @property
     def tcp(self) -> bool:
@@ -221,18 +213,15 @@ def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
     return out
 
 
-def restrict_self(rules: object, *, abi: int | None = None) -> int:
-    """Confine this process (and its future children) to ``rules``.
-
-    Returns the ABI used. Raises ``LandlockError`` if anything fails; nothing is
-    half-applied, because the restriction only takes effect in the final syscall.
-    """
+def restrict_self(rules: object) -> None:
+    """Confine this process (and its future children) to ``rules``. Raises ``LandlockError``
+    if anything fails; nothing is half-applied: only the final syscall restricts."""
     numbers = _syscall_numbers()
     status = landlock_status()
     if numbers is None or not status.available:
         raise LandlockError(errno.ENOSYS, status.reason)
     create, add_rule, restrict = numbers
-    abi = status.abi if abi is None else abi
+    abi = status.abi
     handled_fs = fs_access_for_abi(abi) if rules.files else 0
     handled_net = (
         ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP if rules.tcp and abi >= NET_ABI else 0
@@ -247,7 +236,7 @@ def restrict_self(rules: object, *, abi: int | None = None) -> int:
         return result
 
     if not (handled_fs or handled_net or scoped):
-        return abi  # nothing this kernel can enforce was asked for
+        return  # nothing this kernel can enforce was asked for
     check(
         libc.prctl(ctypes.c_int(PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1), 0, 0, 0),
         "prctl(PR_SET_NO_NEW_PRIVS)",
@@ -316,4 +305,3 @@ def restrict_self(rules: object, *, abi: int | None = None) -> int:
         )
     finally:
         os.close(ruleset_fd)
-    return abi

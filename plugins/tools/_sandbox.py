@@ -116,6 +116,12 @@ def string_arg(description: str) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "description": description}
 
 
+def int_arg(description: str, minimum: int, maximum: int | None = None) -> dict[str, Any]:
+    """An integer argument's schema (no ``maximum``: unbounded above)."""
+    bounds = {"minimum": minimum} if maximum is None else {"minimum": minimum, "maximum": maximum}
+    return {"type": "integer", **bounds, "description": description}
+
+
 def flag_arg(description: str) -> dict[str, Any]:
     """A boolean argument's schema."""
     return {"type": "boolean", "description": description}
@@ -149,16 +155,6 @@ def tool_spec(
         untrusted=untrusted,
         timeout_s=timeout_s,
     )
-
-
-def check_mode(ctx: ToolContext) -> str:
-    mode = ctx.sandbox
-    if mode not in SANDBOX_MODES:
-        raise SandboxError(
-            f"unknown sandbox mode {mode!r} for agent {ctx.agent!r}; "
-            f"use one of {', '.join(SANDBOX_MODES)} in its agent.json"
-        )
-    return mode
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -195,18 +191,6 @@ class FileAccess:
     write: tuple[Path, ...] = ()
     deny: tuple[tuple[Path, str], ...] = ()  # (path, what it is)
 
-    def read_roots(self) -> list[Root]:
-        return [
-            Root(self.workspace, "its workspace"),
-            *(Root(p, READ_GRANT) for p in self.read),
-            *(Root(p, WRITE_GRANT) for p in self.write),
-        ]
-
-    def write_roots(self) -> list[Root]:
-        if self.mode == "read-only":
-            return []
-        return [Root(self.workspace, "its workspace"), *(Root(p, WRITE_GRANT) for p in self.write)]
-
     def locate(self, raw: str, *, write: bool = False) -> Located:
         """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
         raises ``SandboxError`` naming the path and the manifest field that would allow it."""
@@ -220,7 +204,11 @@ class FileAccess:
         path = Path(os.path.normpath(self.workspace / raw))
         if self.mode == "rwx":
             return Located(Path("/"), os.path.relpath(path, "/"), path, follow=True)
-        roots = self.write_roots() if write else self.read_roots()
+        roots = [
+            Root(self.workspace, "its workspace"),
+            *(() if write else (Root(p, READ_GRANT) for p in self.read)),
+            *(Root(p, WRITE_GRANT) for p in self.write),
+        ]
         inside = [r for r in roots if _inside(path, r.path)]
         if not inside:
             grant = WRITE_GRANT if write else READ_GRANT
@@ -292,7 +280,12 @@ class FileAccess:
 
 def file_access(ctx: ToolContext) -> FileAccess:
     """The file-access model of the calling agent (from its manifest when in a kernel)."""
-    mode = check_mode(ctx)
+    mode = ctx.sandbox
+    if mode not in SANDBOX_MODES:
+        raise SandboxError(
+            f"unknown sandbox mode {mode!r} for agent {ctx.agent!r}; "
+            f"use one of {', '.join(SANDBOX_MODES)} in its agent.json"
+        )
     workspace = workspace_of(ctx)
     temp = temp_dir_of(ctx)
     agents = ctx.kernel.agents if ctx.kernel is not None else {}
@@ -313,14 +306,18 @@ def file_access(ctx: ToolContext) -> FileAccess:
 # ---- Settings ------------------------------------------------------------------------
 
 
-def _number(section: Any, name: str, default: float, *, integer: bool = False) -> Any:
+def _number(section: Any, name: str, default: float) -> Any:
     value = getattr(section, name, None)
     if value is None:
         return default
+    integer = isinstance(default, int)  # the field's default says which kind it is
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if not bad:
-        bad = not math.isfinite(value) or value <= 0 or (integer and value != int(value))
-    if bad:
+    if not bad and not (integer and isinstance(value, int)):
+        try:
+            bad = not math.isfinite(value) or (integer and value != int(value))
+        except OverflowError:  # an integer too big for a float
+            bad = True
+    if bad or value <= 0:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"tools.{name}: expected {kind}, got {value!r}")
     return int(value) if integer else float(value)
@@ -358,13 +355,13 @@ class ToolsSettings:
             raise ConfigError(
                 f"tools.allow_private_network: expected true or false, got {private!r}"
             )
+        numbers = {
+            f.name: _number(section, f.name, f.default)
+            for f in attrs.fields(cls)
+            if type(f.default) in (int, float)
+        }
         return cls(
-            timeout_s=_number(section, "timeout_s", 60.0),
-            max_output_chars=_number(section, "max_output_chars", 50_000, integer=True),
-            bash_timeout_s=_number(section, "bash_timeout_s", 120.0),
-            bash_max_output_chars=_number(section, "bash_max_output_chars", 30_000, integer=True),
             env_allowlist=tuple(x.strip() for x in allowlist),
             allow_private_network=private,
-            web_max_bytes=_number(section, "web_max_bytes", 5_000_000, integer=True),
-            web_timeout_s=_number(section, "web_timeout_s", 30.0),
+            **numbers,
         )

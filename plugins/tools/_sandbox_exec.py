@@ -289,29 +289,6 @@ def _mount(
     return _libc.mount(source, target, fstype, flags, data) == 0
 
 
-def mount_private_proc() -> None:
-    """In a new mount namespace: stop mounts propagating out, then a /proc of our own PID
-    namespace."""
-    _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "cannot make mounts private")
-    proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _check(_mount(b"proc", b"/proc", b"proc", proc_flags, None), "cannot mount /proc")
-
-
-def mount_tmp(path: str, size_mb: int) -> None:
-    """A private tmpfs of at most ``size_mb`` MiB on ``path``."""
-    options = f"size={size_mb}m,mode=0700".encode()
-    mounted = _mount(b"tmpfs", os.fsencode(path), b"tmpfs", MS_NOSUID | MS_NODEV, options)
-    _check(mounted, f"cannot mount a tmpfs on {path}")
-
-
-def cap_pids(processes: int) -> None:
-    """Bound the PIDs of our (new) PID namespace (else only RLIMIT_NPROC, set on the
-    command, can bound them)."""
-    if PER_NAMESPACE_PID_MAX:
-        pid_max = str(processes + RESERVED_PIDS)
-        _write("/proc/sys/kernel/pid_max", pid_max, "cannot set the namespace's pid_max")
-
-
 # ---- the command -----------------------------------------------------------------------
 
 
@@ -400,11 +377,18 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
     if select.select([outer_alive], [], [], 0)[0]:
         return SANDBOX_EXIT_CODE
     try:
-        mount_private_proc()
-        if opts.tmp:
-            mount_tmp(opts.tmp, opts.tmp_mb)
-        if opts.processes:
-            cap_pids(opts.processes)
+        # Stop mounts propagating out of the new mount namespace, then our own /proc.
+        _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "cannot make mounts private")
+        proc_flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+        _check(_mount(b"proc", b"/proc", b"proc", proc_flags, None), "cannot mount /proc")
+        if opts.tmp:  # a private tmpfs of at most tmp_mb MiB
+            options = f"size={opts.tmp_mb}m,mode=0700".encode()
+            tmp = os.fsencode(opts.tmp)
+            mounted = _mount(b"tmpfs", tmp, b"tmpfs", MS_NOSUID | MS_NODEV, options)
+            _check(mounted, f"cannot mount a tmpfs on {opts.tmp}")
+        if opts.processes and PER_NAMESPACE_PID_MAX:  # else only the command's RLIMIT_NPROC
+            pid_max = str(opts.processes + RESERVED_PIDS)
+            _write("/proc/sys/kernel/pid_max", pid_max, "cannot set the namespace's pid_max")
     except _Refused as exc:
         return _fail(f"{exc}; refusing to run the command without its own namespaces")
     pid = os.fork()

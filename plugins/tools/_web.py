@@ -28,7 +28,7 @@ from roost.kernel import (
 )
 from roost.plugins.http.client import PinnedTransport
 
-from ._sandbox import ToolsSettings, string_arg, tool_spec
+from ._sandbox import ToolsSettings, int_arg, string_arg, tool_spec
 
 MAX_REDIRECTS = 5
 USER_AGENT = "roost-web-fetch/0.1 (+https://github.com/roost)"
@@ -131,11 +131,6 @@ def html_to_text(markup: str) -> str:
 # ---- Fetching ------------------------------------------------------------------------
 
 
-def _is_text(content_type: str) -> bool:
-    kind = content_type.split(";", 1)[0].strip().lower()
-    return not kind or kind.startswith(_TEXT_TYPES) or kind.endswith(_TEXT_SUFFIXES)
-
-
 async def fetch(
     url: str,
     *,
@@ -182,11 +177,7 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         ),
         properties={
             "url": string_arg("Absolute http:// or https:// URL to fetch."),
-            "max_chars": {
-                "type": "integer",
-                "minimum": 100,
-                "description": "Return at most this many characters of content.",
-            },
+            "max_chars": int_arg("Return at most this many characters of content.", 100),
         },
         required=["url"],
         readOnlyHint=True,
@@ -231,7 +222,8 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         content_type = response.headers.get("content-type", "")
         header = f"URL: {final}\nStatus: {response.status_code} {response.reason_phrase}\n"
         header += f"Content-Type: {content_type or 'unknown'}\n\n"
-        if not _is_text(content_type):
+        kind = content_type.split(";", 1)[0].strip().lower()
+        if kind and not kind.startswith(_TEXT_TYPES) and not kind.endswith(_TEXT_SUFFIXES):
             text = f"[{len(body)} bytes of {content_type} content not shown: not text]"
         else:
             text = body.decode(response.encoding or "utf-8", errors="replace")

@@ -102,3 +102,40 @@ def test_roost_chat_console_script_reads_stdin_and_exits_cleanly(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "reviewer › Reviewer: approved." in done.stdout
+
+
+async def test_an_unavailable_agent_is_refused_before_waiting_for_mcp_servers(
+    tmp_path, monkeypatch
+):
+    # Regression: since chat boots through _connect, an agent that cannot answer (here: its
+    # API key is not set) was refused only after every MCP server connected or timed out.
+    import json
+    import sys
+
+    import trio
+    from roost.kernel import load_config
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    agent = tmp_path / "agents" / "keyless"
+    agent.mkdir(parents=True)
+    manifest = {
+        "name": "keyless",
+        "description": "no key",
+        "model": {"provider": "openai", "name": "gpt-4o-mini"},
+    }
+    (agent / "agent.json").write_text(json.dumps(manifest))
+    silent = "import time; time.sleep(60)"  # started, never answers
+    (tmp_path / "roost.toml").write_text(
+        f'home = "{tmp_path / "home"}"\n'
+        f'[agents]\ndirs = ["{tmp_path / "agents"}"]\nbundled = false\n'
+        '[[mcp_servers]]\nname = "mute"\ntimeout_secs = 30\n'
+        f'[mcp_servers.transport]\ntype = "stdio"\ncommand = "{sys.executable}"\n'
+        f"args = ['-c', '{silent}']\n"
+    )
+    config = load_config(tmp_path / "roost.toml", env={})
+    out, err = io.StringIO(), io.StringIO()
+    with trio.fail_after(15), pytest.raises(Exception, match="keyless.* is unavailable") as info:
+        await chat_command(config, "keyless", session_id=None, out=out, err=err,
+                           read_line=feeder("hello"))  # fmt: skip
+    assert "OPENAI_API_KEY" in str(info.value)
+    assert "waiting for MCP server" not in err.getvalue(), err.getvalue()

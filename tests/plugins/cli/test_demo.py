@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from roost.kernel import default_config
-from roost.plugins.cli._demo import run_demo
+from roost.plugins.cli._commands import run_demo
 
 
 async def test_demo_shows_the_collaboration_tree_and_the_breaker(tmp_path):

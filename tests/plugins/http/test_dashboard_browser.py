@@ -22,7 +22,7 @@ ROOST = Path(sys.executable).parent / "roost"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parents[3] / ".artifacts"
-# The demo's two requests (roost.plugins.cli._demo): a collaboration, then a runaway chain.
+# The two requests of roost demo (cli._commands.run_demo): a collaboration, then a runaway chain.
 COLLABORATION = "Write a haiku about Trio nurseries"
 RUNAWAY = "runaway: keep passing this along forever"
 MARKUP = (

@@ -48,6 +48,8 @@ def test_the_table_turns_it_on_with_its_values():
         ),
         ({"endpoint": "http://h", "sampling": True}, "telemetry.sampling: expected a ratio"),
         ({"endpoint": "http://h", "timeout_s": 0}, "telemetry.timeout_s: expected seconds"),
+        # an integer too big for a float (TOML reads one): an OverflowError before
+        ({"endpoint": "http://h", "timeout_s": 10**400}, "telemetry.timeout_s: expected seconds"),
         ({"endpoint": "http://h", "enabled": "yes"}, "telemetry.enabled: expected true or false"),
         (
             {"endpoint": "http://h", "service_name": " "},

@@ -482,3 +482,13 @@ async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(
         tmp_path, "anthropic", {"base_url": vendor.url, **FAST}, "go", max_turns=2
     )
     assert reply.stop_reason == "max_turns" and len(vendor.requests) == 2
+
+
+async def test_an_error_event_is_redacted_and_bounded(vendor):
+    # Regression (already on d10c746): the error event's message was shown verbatim.
+    event = {"type": "error", "error": {"type": "x", "message": f"{KEY} " + "y" * 50_000}}
+    vendor.queue(Reply(chunks=sse(event, named=True), content_type="text/event-stream"))
+    with pytest.raises(ProviderResponseError) as info:
+        await collect(provider(vendor), conversation())
+    text = str(info.value)
+    assert "anthropic reported x: [redacted] yyy" in text and len(text) <= 1000, text[:200]

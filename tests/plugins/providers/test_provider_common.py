@@ -10,7 +10,7 @@ import pytest
 from fake_vendor import Reply
 from roost.kernel import CompletionRequest, Message
 from roost.plugins.http.client import retry_after_s, sse_events
-from roost.plugins.providers._context import (
+from roost.plugins.providers._base import (
     MARKER_PREFIX,
     fit_context,
     request_tokens,

@@ -727,3 +727,59 @@ async def test_a_missing_key_makes_only_that_agent_unavailable(tmp_path, monkeyp
         assert "set OPENAI_API_KEY or choose another provider" in kernel.agent_errors["smart"]
         reply = await kernel.send("offline", "still here", timeout=10)
         assert reply.text == "still here"
+
+
+async def test_a_key_echoed_where_the_error_text_is_cut_shows_no_part_of_it(vendor):
+    # Regression: the error text was cut to 400 characters before the key was redacted, so
+    # a key echoed across the cut left its head in the error (a prefix is half a secret).
+    # Since vendor errors go through http_error_text, a JSON error without a message shows
+    # its whole body, so an echoed key in any field can sit at the cut.
+    for body in (
+        f"Unauthorized {'x' * 375} {KEY} trailing words".encode(),  # the key at 389..413
+        json.dumps({"error": {"type": "auth", "echo": "x" * 343 + KEY}}).encode(),
+    ):
+        vendor.queue(Reply(401, body=body, content_type="text/plain"))
+        with pytest.raises(ProviderAuthError) as info:
+            await provider(vendor).complete(conversation())
+        assert "the server said: Unauthorized" in str(info.value) or "auth" in str(info.value)
+        assert KEY[:8] not in str(info.value), str(info.value)[-60:]
+
+
+async def test_a_key_echoed_with_json_escaped_slashes_is_redacted(vendor):
+    # A JSON error without a message is shown as its body, where a vendor may have written
+    # the key's "/" as "\/" (legal JSON): redacting the plain key alone missed that spelling.
+    key = "sk-with/slash-0123456789"
+    vendor.queue(
+        Reply(401, body=b'{"error": {"type": "auth", "key": "sk-with\\/slash-0123456789"}}')
+    )
+    env = {"OPENAI_API_KEY": key}
+    p = create_openai(MODEL, {"base_url": vendor.url + "/v1", **FAST}, env=env)
+    with pytest.raises(ProviderAuthError) as info:
+        await p.complete(conversation())
+    text = str(info.value)
+    assert "auth" in text and "slash-0123456789" not in text, text
+
+
+async def test_an_error_the_vendor_reports_in_an_answer_is_redacted_and_bounded(vendor):
+    # Regression (already on d10c746): an error inside a 200 answer or a stream event went
+    # into ProviderResponseError verbatim: an echoed key shown, and up to 16 MiB of text.
+    said = {"error": {"message": f"bad key {KEY} " + "x" * 100_000}}
+    vendor.queue(Reply(json=said), Reply(chunks=sse(said), content_type="text/event-stream"))
+    with pytest.raises(ProviderResponseError) as answered:
+        await provider(vendor).complete(conversation())
+    with pytest.raises(ProviderResponseError) as streamed:
+        await collect(provider(vendor), conversation())
+    for info in (answered, streamed):
+        text = str(info.value)
+        assert "openai reported an error: bad key [redacted] xxx" in text, text[:200]
+        assert KEY not in text and len(text) <= 1000, len(text)
+
+
+async def test_a_non_json_answer_quoting_the_key_at_the_cut_shows_no_part_of_it(vendor):
+    # Regression (already on d10c746): a malformed answer is quoted up to 200 bytes, cut
+    # before the key was redacted, so a server echoing the request (a debug page behind a
+    # wrong base_url) left the key's head in the error.
+    vendor.queue(Reply(body=b"<pre>" + b"h" * 180 + f" Bearer {KEY}</pre>".encode()))
+    with pytest.raises(ProviderResponseError, match="malformed JSON") as info:
+        await provider(vendor).complete(conversation())
+    assert KEY[:6] not in str(info.value), str(info.value)[-80:]

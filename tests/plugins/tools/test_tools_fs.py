@@ -492,3 +492,47 @@ def test_symlink_swapped_in_after_the_check_is_not_followed(dirs):
     with pytest.raises(SandboxError, match="is a symbolic link"):
         _fs._open_for_write(located, "report.txt")
     assert not (outside / "stolen.txt").exists()
+
+
+# ---- only regular files, checked on the opened descriptor --------------------------------
+
+
+async def test_edit_and_write_refuse_a_hard_link_and_leave_the_other_name_alone(dirs):
+    ws, _, outside = dirs
+    (outside / "secret.txt").write_text("secret = 1\n")
+    os.link(outside / "secret.txt", ws / "hard.txt")
+    edited = await run("edit", context(ws), path="hard.txt", old_string="1", new_string="2")
+    written = await run("write", context(ws), path="hard.txt", content="PWNED")
+    for result, verb in ((edited, "edit"), (written, "write")):
+        assert result.is_error and f"cannot {verb} 'hard.txt': it has 2 hard links" in (
+            result.as_text()
+        ), result.as_text()
+    assert (outside / "secret.txt").read_text() == "secret = 1\n"
+
+
+async def test_a_fifo_is_refused_by_read_edit_and_write_without_blocking(dirs):
+    ws, _, _ = dirs
+    os.mkfifo(ws / "pipe")
+    reader = os.open(ws / "pipe", os.O_RDONLY | os.O_NONBLOCK)  # so a writer's open succeeds
+    try:
+        results = {
+            "read": await run("read", context(ws), path="pipe"),
+            "edit": await run("edit", context(ws), path="pipe", old_string="a", new_string="b"),
+            "write": await run("write", context(ws), path="pipe", content="into the pipe"),
+        }
+        for verb, result in results.items():
+            does = "write" if verb == "write" else "open"
+            expected = f"it is a named pipe (FIFO); the file tools {does} regular files only"
+            assert result.is_error and expected in result.as_text(), (verb, result.as_text())
+        assert os.read(reader, 100) == b""  # nothing was written into it (no writer left)
+    finally:
+        os.close(reader)
+
+
+async def test_rwx_mode_still_refuses_a_character_device(dirs):
+    ws, _, _ = dirs
+    read = await run("read", context(ws, "rwx"), path="/dev/zero")
+    edit = await run("edit", context(ws, "rwx"), path="/dev/null", old_string="a", new_string="b")
+    write = await run("write", context(ws, "rwx"), path="/dev/null", content="x")
+    for result in (read, edit, write):
+        assert result.is_error and "it is a character device" in result.as_text(), result.as_text()

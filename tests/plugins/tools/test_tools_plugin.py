@@ -97,6 +97,8 @@ def test_settings_tolerate_missing_sections_and_fields():
         ({"env_allowlist": "HOME"}, "tools.env_allowlist"),
         ({"env_allowlist": ["OK", 3]}, "tools.env_allowlist"),
         ({"allow_private_network": "yes"}, "tools.allow_private_network"),
+        ({"web_timeout_s": 10**400}, "tools.web_timeout_s: expected a positive number"),
+        ({"timeout_s": float("nan")}, "tools.timeout_s"),
     ],
 )
 def test_bad_settings_name_the_field(fields, needle):
@@ -124,3 +126,11 @@ def test_without_landlock_bash_runs_unwrapped_by_landlock(monkeypatch, tmp_path)
     monkeypatch.setattr(_bash, "_warned", True)
     argv = _bash.command_argv("ls", file_access(ToolContext(agent="a", workspace=tmp_path)))
     assert "--landlock" not in argv and argv[-2:] == ["-c", "ls"]
+
+
+def test_an_integer_setting_too_big_for_a_float_is_read_not_a_crash():
+    # Regression: roost.toml's [tools] max_output_chars = 1 followed by 400 zeros (the kernel's
+    # check takes it) made the tools plugin fail with OverflowError "int too large to convert
+    # to float", naming no field: the number check called math.isfinite on the integer.
+    huge = 10**400
+    assert ToolsSettings.from_config(config_with(max_output_chars=huge)).max_output_chars == huge
