@@ -559,6 +559,10 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except ValueError:  # Python reads no integer of more than 4,300 digits
+        raise ConfigError(
+            f"{path}: invalid TOML: an integer of more than 4,300 digits; write a smaller one"
+        ) from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: nested too deeply") from None
 

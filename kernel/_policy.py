@@ -539,12 +539,13 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 def _seconds(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{field}: expected a number of seconds, got {value!r}")
+    expected = f"{field}: expected a positive, finite number of seconds"
     try:
         seconds = float(value)
-    except OverflowError:  # an int past the largest float
-        seconds = math.inf
+    except OverflowError:  # an int past the largest float (too long, maybe, for a repr)
+        raise ConfigError(f"{expected}, got an integer too large for a float") from None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{field}: expected a positive, finite number of seconds, got {value!r}")
+        raise ConfigError(f"{expected}, got {value!r}")
     return seconds
 
 

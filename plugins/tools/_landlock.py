@@ -290,15 +290,19 @@ def restrict_self(rules: object) -> None:
             for root in rules.write:
                 for path in carve(root, rules.deny):
                     allow(path, handled_fs)
+
+        def allow_port(access: int, port: int, what: str) -> None:
+            # ctypes would wrap 2**64 + 80 to 80, a port never asked for: what the kernel
+            # refuses (a port past 65535) is refused before it can wrap
+            if not 0 <= port <= 0xFFFF:
+                raise LandlockError(errno.EINVAL, f"landlock_add_rule({what}): not a TCP port")
+            add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(access, port), what)
+
         if handled_net:
             for port in rules.connect:
-                add(
-                    LANDLOCK_RULE_NET_PORT,
-                    _NetPortAttr(ACCESS_NET_CONNECT_TCP, port),
-                    f"connect {port}",
-                )
+                allow_port(ACCESS_NET_CONNECT_TCP, port, f"connect {port}")
             for port in rules.bind:
-                add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(ACCESS_NET_BIND_TCP, port), f"bind {port}")
+                allow_port(ACCESS_NET_BIND_TCP, port, f"bind {port}")
         check(
             libc.syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
             "landlock_restrict_self",

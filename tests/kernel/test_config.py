@@ -342,6 +342,13 @@ def test_data_dir_that_is_a_file_is_an_error(tmp_path):
         data_dir({"ROOST_HOME": str(blocker)})
 
 
+def test_an_integer_of_over_4300_digits_is_an_error_not_a_crash(tmp_path):
+    # Regression: tomllib raises a bare ValueError (not TOMLDecodeError) for it, and
+    # `roost` exited with "unexpected ValueError" naming no file.
+    message = failure(tmp_path, "[kernel]\nask_timeout_s = 1" + "0" * 4400 + "\n")
+    assert message.startswith(str(tmp_path / "roost.toml") + ": invalid TOML: an integer")
+
+
 def test_deeply_nested_toml_is_an_error_not_a_crash(tmp_path):
     assert "nested too deeply" in failure(tmp_path, "a = " + "[" * 100_000 + "]" * 100_000)
 

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 import pytest
-from roost.kernel import InvalidText, check_text, escape_lone_surrogates
+from roost.kernel import (
+    InvalidNumber,
+    InvalidText,
+    check_json_input,
+    check_text,
+    escape_lone_surrogates,
+)
 
 
 @pytest.mark.parametrize(
@@ -30,6 +39,69 @@ def test_check_text_names_where_the_lone_surrogate_is():
     with pytest.raises(InvalidText, match="a key"):
         check_text({"\ud800": 1}, "")
     check_text({"a": ["naïve", {"b": "🦜"}]}, "params")  # valid text passes
+
+
+class _Mapping(Mapping):
+    def __init__(self, data):
+        self.data = data
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+class _Dict(dict):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+# What the walk (d2b38cc: places spelt out only when refused, ASCII text and ints not
+# pushed) must still find, and name as before, in every shape an in-host caller may pass.
+@pytest.mark.parametrize(
+    ("value", "error", "field"),
+    [
+        (MappingProxyType({"a": [1, (2, "\ud800")]}), InvalidText, "params.a[1][1]"),
+        (_Mapping({"k": {"\udc00": 1}}), InvalidText, "params.k (a key)"),
+        (_Dict(x=NAN), InvalidNumber, "params.x"),
+        (("ok", _Float("-inf")), InvalidNumber, "params[1]"),
+        ([_Str("a"), _Str("b\ud800")], InvalidText, "params[1]"),
+        ({"a": True, "b": 10**400, "c": -INF}, InvalidNumber, "params.c"),
+        ({1: {2: "\ud800"}}, InvalidText, "params[1][2]"),
+        (["\ud800", NAN], InvalidText, "params[0]"),  # the first in document order
+        ([NAN, "\ud800"], InvalidNumber, "params[0]"),
+        ([{"a": ["x", 1.5]}, {"b": [2, {"c": NAN}]}], InvalidNumber, "params[1].b[1].c"),
+    ],
+)
+def test_check_json_input_names_the_first_refused_value_in_any_shape(value, error, field):
+    with pytest.raises(error) as info:
+        check_json_input(value, "params")
+    assert info.value.field == field
+
+
+def test_check_json_input_walks_any_depth_and_passes_what_it_cannot_refuse():
+    deep: object = NAN
+    for i in range(100_000):
+        deep = [deep] if i % 2 else {"a": deep}
+    with pytest.raises(InvalidNumber) as info:
+        check_json_input(deep, "p")
+    assert info.value.field == "p" + "[0].a" * 50_000
+    check_json_input([1, True, None, 1.5, "naïve", _Str("x"), (), {}, b"\xff"], "p")
+    check_text([NAN, INF], "p")  # numbers are check_json_input's alone
 
 
 # The wire codes clients match on (API error bodies, JSON-RPC error data, ``_meta``), as

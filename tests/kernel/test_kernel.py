@@ -6,6 +6,7 @@ import functools
 import threading
 import time
 
+import attrs
 import pytest
 import trio
 from roost.kernel import (
@@ -1126,3 +1127,45 @@ async def test_the_agent_tools_are_the_kernels_not_a_plugins_of_the_same_name(co
             assert events.receive_nowait().payload["tool"] == "agent_b"
         assert any("agent_b" in f.error for f in kernel.plugins.failures)
     assert result.as_text() == "not b"
+
+
+async def test_a_call_keeps_its_fields_through_the_pipeline_with_its_nested_trace(config):
+    # 1e60945 copies the call with its trace through a frozen builder (not attrs.evolve): the
+    # tool and the hooks must still see its id, caller, arguments and arguments_error.
+    seen: list[tuple[str, ToolCall]] = []
+
+    class Recorder:
+        @hookimpl
+        def roost_tools(self, config):
+            async def record(call, ctx):
+                seen.append(("tool", call))
+                return ToolResult.text("ok")
+
+            return [Tool(ToolSpec("record", "records its call", owner="test"), record)]
+
+        @hookimpl
+        def roost_before_tool_call(self, call, spec, context):
+            seen.append(("hook", call))
+
+    parent = TraceContext.new("a")
+    call = ToolCall("record", {"x": [1]}, "call_0123456789abcdef", "someone", parent)
+    async with open_kernel(config, agents=[agent("a")], plugins=[Recorder()]) as kernel:
+        assert (await kernel.call_tool("a", call, check_capability=False)).as_text() == "ok"
+        (hook, got), (tool, same) = seen
+        assert (hook, tool) == ("hook", "tool") and got is same and type(got) is ToolCall
+        assert (got.name, got.arguments, got.id, got.caller, got.arguments_error) == (
+            "record",
+            {"x": [1]},
+            "call_0123456789abcdef",
+            "someone",
+            None,
+        )
+        assert (got.trace.trace_id, got.trace.parent_span_id) == (parent.trace_id, parent.span_id)
+        assert got.trace.span_id != parent.span_id and got.trace.path == parent.path
+        seen.clear()
+        broken = ToolCall("record", {}, "call_1", "someone", parent, "not JSON at char 3")
+        result = await kernel.call_tool("a", broken, check_capability=False)
+        assert result.is_error and "not JSON at char 3" in result.as_text()
+        assert [who for who, _ in seen] == []  # the tool never ran
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            got.caller = "other"

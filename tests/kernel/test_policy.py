@@ -549,8 +549,12 @@ def test_timeout_precedence():
     assert resolve_timeout(GH_ISSUE, 10, {"mcp:github:*": 40, "read": 1}) == 40.0
 
 
-# 10**400: an int past the largest float raised OverflowError, naming nothing.
-@pytest.mark.parametrize("bad", [0, -1, float("inf"), "60", True, 10**400])
+# 10**400: an int past the largest float raised OverflowError, naming nothing; 10**5000 then
+# raised ValueError (no repr of an int over 4,300 digits), -10**400 too large the other way.
+@pytest.mark.parametrize(
+    "bad",
+    [0, -1, float("inf"), "60", True, 10**400, -(10**400), pytest.param(10**5000, id="10**5000")],
+)
 def test_bad_timeouts_name_the_setting(bad):
     with pytest.raises(ConfigError, match="'read'"):
         resolve_timeout(READ, 60, {"read": bad})

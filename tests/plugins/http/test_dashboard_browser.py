@@ -366,3 +366,41 @@ def test_an_open_page_keeps_the_streamed_text_of_a_bounded_number_of_runs(daemon
     WebDriverWait(browser, 30).until(last_run_ended)
     kept = browser.execute_script("return state.tokens.size")
     assert 0 < kept <= 100, f"streamed text of {kept} runs kept after {runs}"
+
+
+def test_a_wrong_or_refused_key_still_asks_for_the_key(tmp_path, browser):
+    # 2d17f93 asks on a 401 only when the request went with the key the tab still holds (a
+    # stale answer to a request sent before the key was given must not reopen the panel).
+    # A wrong key typed, and a key the daemon no longer takes, must still ask.
+    key = "dashboard-browser-test-key"
+    panel_shown = lambda d: d.find_element(By.ID, "key-panel").is_displayed()  # noqa: E731
+    with running_daemon(tmp_path, ROOST_API_KEY=key) as url:
+        browser.get(url + "/")
+        WebDriverWait(browser, 20).until(panel_shown)
+        browser.find_element(By.ID, "key-input").send_keys("a-wrong-key")
+        browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+        assert browser.execute_script("return sessionStorage.getItem('roost.key')") == "a-wrong-key"
+        WebDriverWait(browser, 20).until(panel_shown)  # hidden on submit, asked again
+        assert browser.find_element(By.ID, "live").text == "offline"
+
+        browser.find_element(By.ID, "key-input").send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#key-form button").click()
+        WebDriverWait(browser, 20).until(lambda d: d.find_element(By.ID, "live").text == "live")
+        assert not panel_shown(browser)
+
+        # the stale case 2d17f93 fixed: refused as sent without a key, answered after it
+        stale = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "sessionStorage.removeItem('roost.key');"
+            "const sent = api('/api/agents');"
+            "sessionStorage.setItem('roost.key', arguments[0]);"
+            "sent.then(() => done('served'), (e) => done(e.message));",
+            key,
+        )
+        assert stale == "unauthorized" and not panel_shown(browser)
+
+        # the key the tab holds is refused now (as after the daemon's key changed)
+        browser.execute_script(
+            "sessionStorage.setItem('roost.key', 'a-revoked-key'); loadAgents().catch(() => {});"
+        )
+        WebDriverWait(browser, 20).until(panel_shown)

@@ -116,6 +116,13 @@ def _namespaces() -> bool:
             marks=pytest.mark.skipif(not landlock_status().tcp, reason="needs Landlock ABI 4"),
             id="landlock",
         ),
+        # Regression: ctypes wrapped a port of 2**64 + 80 to 80, and the command ran with it.
+        pytest.param(
+            ("--landlock", "--read", "/", "--tcp", "--connect", str(2**64 + 80)),
+            "Landlock could not be applied",
+            marks=pytest.mark.skipif(not landlock_status().tcp, reason="needs Landlock ABI 4"),
+            id="landlock-port-wraps",
+        ),
         pytest.param(("--nofile", str(2**40)), "resource limits could not be applied", id="rlimit"),
         pytest.param(
             ("--pidns", "--tmp", "/nonexistent/roost-tmp", "16"),
