@@ -212,7 +212,7 @@ class _client_channel:
                 return await router.watch(self, fn)
             except Exception as exc:
                 # Raised below as itself: not in the nursery's group, and not unwrapped
-                # from a group of its own or stripped of its cause (as single_errors does).
+                # from a group of its own (as single_errors would).
                 error = exc
             finally:
                 nursery.cancel_scope.cancel()

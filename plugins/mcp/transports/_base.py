@@ -123,7 +123,7 @@ def single_errors() -> Iterator[None]:
     except BaseExceptionGroup as group:
         while isinstance(group, BaseExceptionGroup) and len(group.exceptions) == 1:
             group = group.exceptions[0]
-        raise group from None
+        raise group from group.__cause__  # the group is no context; the error's cause stays
 
 
 class ClientTransport:

@@ -52,6 +52,19 @@ async def test_child_sees_only_the_allowed_environment(monkeypatch):
     assert set(env) - {"ROOST_TEST_ALLOWED", "PATH", "HOME", "LC_CTYPE"} == set()
 
 
+async def test_an_error_raised_in_the_transports_block_keeps_its_cause():
+    # Regression: the nursery's group of one was unwrapped "from None", which also erased
+    # the cause the caller's own error carried.
+    script = "import sys; sys.stdin.read()"
+    with trio.fail_after(20), pytest.raises(ValueError, match="bad") as info:
+        async with open_stdio_transport(sys.executable, ["-c", script]):
+            try:
+                raise OSError("disk")
+            except OSError as exc:
+                raise ValueError("bad") from exc
+    assert isinstance(info.value.__cause__, OSError) and str(info.value.__cause__) == "disk"
+
+
 async def test_stderr_goes_to_the_log(caplog):
     script = (
         "import sys; sys.stderr.write('server says hi\\n'); sys.stderr.flush(); sys.stdin.read()"
