@@ -343,6 +343,8 @@ class ToolCalls:
             result = ToolResult.error(
                 f"tool {spec.name} returned {type(result).__name__}, not a ToolResult"
             )
+        if tool.secrets:  # before the cut, which could leave a secret's head behind
+            result = result.redacted(tool.secrets)
         result = truncate_result(result, self.config.tools.max_output_chars)
         if spec.untrusted:
             result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")

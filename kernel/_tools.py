@@ -154,6 +154,20 @@ class ToolResult:
     def with_taint(self, *labels: str) -> ToolResult:
         return attrs.evolve(self, taint=self.taint | frozenset(labels))
 
+    def redacted(self, secrets: Iterable[str]) -> ToolResult:
+        """This result with each of ``secrets`` replaced in its content and structured
+        content (see ``redact``)."""
+        try:
+            content = redact(self.content, secrets)
+            structured = redact(self.structured_content, secrets)
+        except RecursionError:
+            return ToolResult.error(
+                "the tool's result is nested too deeply to check it for credentials"
+            )
+        if content is self.content and structured is self.structured_content:
+            return self
+        return _tool_result(content, structured, self.is_error, self.taint)
+
     def to_mcp(self) -> dict[str, Any]:
         """The MCP ``CallToolResult`` object."""
         out: dict[str, Any] = {"content": [dict(b) for b in self.content], "isError": self.is_error}
@@ -163,6 +177,38 @@ class ToolResult:
 
 
 _tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
+
+REDACTED = "[redacted]"
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` with each of ``secrets`` (those of 4 characters or more) replaced by
+    ``[redacted]`` in every string in it, keys included, at any depth; ``value`` itself when
+    none occurs. Mappings come back as dicts, lists and tuples as their kind; nesting past
+    Python's recursion limit raises ``RecursionError``."""
+    secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+    if not secrets:
+        return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            for secret in secrets:
+                if secret in item:
+                    item = item.replace(secret, REDACTED)
+            return item
+        if isinstance(item, Mapping):
+            pairs = [(walk(k), walk(v)) for k, v in item.items()]
+            if all(a is k and b is v for (a, b), (k, v) in zip(pairs, item.items(), strict=True)):
+                return item
+            return dict(pairs)
+        if isinstance(item, (list, tuple)):
+            items = [walk(v) for v in item]
+            if all(a is b for a, b in zip(items, item, strict=True)):
+                return item
+            return type(item)(items) if type(item) in (list, tuple) else items
+        return item
+
+    return walk(value)
 
 
 @attrs.frozen
@@ -190,12 +236,22 @@ class ToolContext:
 ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]
 
 
+def _secrets(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):  # its characters would be taken for secrets, and ignored
+        raise TypeError("Tool.secrets: expected a list of strings, got one string")
+    return tuple(value)
+
+
 @attrs.frozen
 class Tool:
     """A descriptor a plugin returns from ``roost_tools``: the spec and its async handler."""
 
     spec: ToolSpec
     handler: ToolHandler = attrs.field(eq=False, repr=False)
+    # Credentials the tool sends to a peer (an API key, an Authorization header's value):
+    # the kernel takes them out of the tool's results, so that a peer echoing one in an
+    # error does not hand it to the model, the audit trail or the agent's callers.
+    secrets: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False, converter=_secrets)
 
 
 class ToolRegistry:

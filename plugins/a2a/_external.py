@@ -27,7 +27,9 @@ from roost.kernel import (
     ToolResult,
     ToolSpec,
     public_url,
+    redact,
 )
+from roost.plugins.http.client import credential_values
 
 from . import _models as m
 from ._client import A2AClient, AgentInfo, task_text
@@ -137,7 +139,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
             is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED),
         )
 
-    return Tool(spec, handler)
+    return Tool(spec, handler, secrets=credential_values(agent.headers))
 
 
 def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
@@ -197,6 +199,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
                 reason = exc.message + _credentials_hint(agent, exc)
             else:
                 reason = f"{type(exc).__name__}: {exc}"
+            reason = redact(reason, credential_values(agent.headers))
             peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",

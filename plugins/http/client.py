@@ -29,6 +29,10 @@ MAX_HTTP_RETRIES = 8
 MAX_HTTP_RETRY_WAIT_S = 30.0
 _TAGS = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
 _SPACE = re.compile(r"\s+")
+# Header and environment variable names whose values are credentials.
+_CREDENTIAL_NAME = re.compile(
+    r"auth|key|token|secret|passw|cookie|session|credential|signature", re.I
+)
 
 
 # ---- reading at most a cap --------------------------------------------------------------
@@ -150,6 +154,21 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
         text = _TAGS.sub(" ", text)
     text = _SPACE.sub(" ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def credential_values(named: Mapping[str, str]) -> tuple[str, ...]:
+    """The values in ``named`` (HTTP headers, environment variables) whose names say they
+    are credentials (``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...), each also
+    without its scheme (``Bearer <token>`` gives the token too): what a peer must not echo
+    back to the model (``Tool.secrets``, ``roost.kernel.redact``)."""
+    out: list[str] = []
+    for name, value in named.items():
+        if _CREDENTIAL_NAME.search(name) and value:
+            out.append(value)
+            scheme, _, token = value.partition(" ")
+            if token.strip() and scheme.isalpha():
+                out.append(token.strip())
+    return tuple(out)
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

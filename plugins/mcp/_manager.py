@@ -10,6 +10,7 @@ Its tools become ``mcp_{server}_{tool}``; a server with resources or prompts als
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -36,8 +37,10 @@ from roost.kernel import (
     namespaced,
     normalise_name,
     public_url,
+    redact,
     unknown_key,
 )
+from roost.plugins.http.client import credential_values
 
 from ._client import (
     PROTOCOL_CHOICES,
@@ -92,6 +95,13 @@ class ServerConfig:
     allow_local: bool = False
     origin: str = "roost.toml"
     agent: str | None = None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials this server is given (among its headers and its environment
+        variables): taken out of what its tools answer and of its errors."""
+        env = {name: os.environ.get(name, "") for name in self.env}
+        return credential_values({**self.headers, **env})
 
     def public(self, *, admin: bool = True) -> dict[str, Any]:
         """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL; a
@@ -444,6 +454,7 @@ class McpManager:
                 except Exception as exc:  # a broken server must not take the manager down
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
+                state.last_error = redact(state.last_error, state.config.secrets)
                 if time.monotonic() - started >= STABLE_AFTER_S:
                     delay = BACKOFF_BASE_S
                 state.status, state.next_retry_at = "failed", time.time() + delay
@@ -657,7 +668,7 @@ class McpManager:
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
-        return Tool(spec, call_remote)
+        return Tool(spec, call_remote, secrets=state.config.secrets)
 
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
         """Which of resources / prompts the server really has (not merely declares)."""
@@ -770,7 +781,7 @@ class McpManager:
                         annotations={"readOnlyHint": True},
                         timeout_s=state.config.timeout_secs + 1.0,
                     )
-                    out.append(Tool(spec, guarded(run)))
+                    out.append(Tool(spec, guarded(run), secrets=state.config.secrets))
         return out
 
     # ---- server-to-client requests --------------------------------------------------------

@@ -1,0 +1,76 @@
+"""``redact`` and ``ToolResult.redacted``: credentials out of whatever a peer answered."""
+
+from __future__ import annotations
+
+import pytest
+from roost.kernel import Tool, ToolResult, ToolSpec, redact
+from roost.plugins.http.client import credential_values
+
+
+def test_every_string_at_any_depth_keys_included_is_redacted():
+    value = {"a": ["x tok-secret y", ("tok-secret",)], "tok-secret": {"n": 1, "b": None}}
+    assert redact(value, ["tok-secret"]) == {
+        "a": ["x [redacted] y", ("[redacted]",)],
+        "[redacted]": {"n": 1, "b": None},
+    }
+
+
+def test_a_value_without_a_secret_comes_back_itself():
+    value = {"a": ["x", ("y",)], "b": 1}
+    assert redact(value, ["tok-secret"]) is value
+    result = ToolResult.text("nothing here")
+    assert result.redacted(["tok-secret"]) is result
+
+
+def test_the_longer_of_two_overlapping_secrets_goes_whole():
+    # Shorter first would leave "[redacted]-extra" behind the longer one's tail.
+    assert redact("k: abcd-extra", ["abcd", "abcd-extra"]) == "k: [redacted]"
+
+
+@pytest.mark.parametrize("secret", ["", "abc"])
+def test_a_secret_too_short_to_be_one_is_left_alone(secret):
+    # Replacing "abc" would mangle ordinary text without hiding a credential.
+    assert redact("abc def", [secret]) == "abc def"
+
+
+def test_a_result_nested_too_deep_to_check_becomes_an_error_not_a_crash():
+    deep: list = ["tok-secret"]
+    for _ in range(100_000):
+        deep = [deep]
+    result = ToolResult(({"type": "text", "text": "x"},), {"deep": deep})
+    redacted = result.redacted(["tok-secret"])
+    assert redacted.is_error and "too deeply" in redacted.as_text()
+
+
+def test_a_tool_keeps_its_secrets_out_of_its_repr():
+    async def handler(call, ctx):
+        raise AssertionError
+
+    tool = Tool(ToolSpec("t", "d", owner="test"), handler, secrets=["tok-secret"])
+    assert tool.secrets == ("tok-secret",) and "tok-secret" not in repr(tool)
+
+
+def test_credential_values_are_those_named_so_with_and_without_their_scheme():
+    named = {
+        "Authorization": "Bearer tok-123456",
+        "X-Api-Key": "key-123456",
+        "GITHUB_TOKEN": "ghp_123456",
+        "Cookie": "sid=abc123",
+        "X-Tenant": "acme-corp",
+        "ROOST_MODE": "verbose",
+    }
+    assert credential_values(named) == (
+        "Bearer tok-123456",
+        "tok-123456",
+        "key-123456",
+        "ghp_123456",
+        "sid=abc123",
+    )
+
+
+def test_one_string_for_secrets_is_refused_not_split_into_characters():
+    async def handler(call, ctx):
+        raise AssertionError
+
+    with pytest.raises(TypeError, match="Tool.secrets"):
+        Tool(ToolSpec("t", "d", owner="test"), handler, secrets="tok-secret")

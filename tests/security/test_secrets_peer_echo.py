@@ -1,0 +1,150 @@
+"""A peer that echoes the credentials roost sends it does not hand them on.
+
+Regression: an MCP server or external A2A agent configured with a credential (an
+``Authorization`` header, an ``X-Api-Key``, a ``GITHUB_TOKEN`` passed to a stdio server)
+could quote it back (a careless debugging peer, a "bad token ..." error, a proxy), and roost
+handed it to the model, the audit trail, ``GET /api/mcp/servers`` and so to the agent's own
+callers. Now the kernel takes every credential a tool sends out of what the tool answers
+(``Tool.secrets``), before the answer is cut; other header values are left alone. Real peer
+processes on 127.0.0.1 (the official MCP SDK's server for stdio), a real kernel and store.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
+from waiting import wait_until
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fixtures"))
+from peer_stub import running_stub  # noqa: E402
+
+SDK_SERVER = str(Path(__file__).parents[1] / "fixtures" / "mcp" / "sdk_server.py")
+TOKEN = "tok-0123456789abcdef"
+API_KEY = "key-fedcba9876543210"
+HEADERS = {
+    "Authorization": f"Bearer {TOKEN}",
+    "X-Api-Key": API_KEY,
+    "X-Tenant": "tenant-visible-42",  # not a credential: stays
+}
+
+
+def caller():
+    return parse_manifest(
+        {
+            "name": "caller",
+            "description": "calls peers",
+            "model": {"provider": "scripted", "script": {"rules": []}},
+            "capabilities": {"tools": ["a2a_*", "mcp_*"]},
+        }
+    )
+
+
+def config(tmp_path: Path, **sections):
+    return default_config(
+        home=str(tmp_path / "home"), agents={"bundled": False}, http={"port": 0}, **sections
+    )
+
+
+def assert_redacted(text: str) -> None:
+    assert TOKEN not in text and API_KEY not in text, text
+    # Nor a head of one left by a cut.
+    assert TOKEN[:8] not in text and API_KEY[:8] not in text, text
+    assert "[redacted]" in text, text
+
+
+async def call(kernel, tool: str, arguments: dict):
+    await wait_until(lambda: tool in kernel.registry, f"the tool {tool}", timeout=20)
+    return await kernel.call_tool("caller", ToolCall(tool, arguments), check_capability=False)
+
+
+async def audit_errors(kernel) -> str:
+    rows = await kernel.store.audit(limit=50)
+    return json.dumps([row.error for row in rows])
+
+
+async def test_an_mcp_server_echoing_its_headers_in_a_result_hands_on_no_credential(tmp_path):
+    async with running_stub(echo_headers=True) as stub:
+        server = {"name": "stub", "transport": {"type": "http", "url": f"{stub}/mcp"}}
+        server["transport"]["headers"] = HEADERS
+        server["allow_local"] = True
+        async with open_kernel(config(tmp_path, mcp_servers=[server]), agents=[caller()]) as kernel:
+            result = await call(kernel, "mcp_stub_echo", {"text": "hi"})
+    assert not result.is_error, result
+    seen = json.dumps(result.structured_content)
+    assert_redacted(result.as_text())
+    assert_redacted(seen)
+    assert "echo:hi" in result.as_text()
+    assert "tenant-visible-42" in result.as_text() and "tenant-visible-42" in seen
+
+
+async def test_an_mcp_server_refusing_with_its_headers_quoted_shows_no_credential(tmp_path):
+    # Every POST refused with a 401 that quotes the credentials: the connection fails, and
+    # its error is what GET /api/mcp/servers shows any principal.
+    async with running_stub(fail_status=401, fail_body="echo") as stub:
+        server = {"name": "stub", "transport": {"type": "http", "url": f"{stub}/mcp"}}
+        server["transport"]["headers"] = HEADERS
+        server["allow_local"] = True
+        async with open_kernel(config(tmp_path, mcp_servers=[server]), agents=[caller()]) as kernel:
+            from roost.plugins.mcp._client_plugin import manager_for
+
+            manager = manager_for(kernel)
+
+            def failed():
+                status = manager.status(admin=False)["configured"][0]
+                return status["error"] and status
+
+            status = await wait_until(failed, "the server's connection error", timeout=20)
+    assert "401" in status["error"]
+    assert_redacted(status["error"])
+
+
+async def test_an_a2a_agent_echoing_its_headers_hands_on_no_credential(tmp_path):
+    async with running_stub(echo_headers=True) as stub:
+        agents = [{"name": "stub", "url": f"{stub}/", "headers": HEADERS}]
+        async with open_kernel(
+            config(tmp_path, a2a={"external_agents": agents}), agents=[caller()]
+        ) as kernel:
+            result = await call(kernel, "a2a_stub", {"message": "hi"})
+    assert not result.is_error, result
+    assert "stub got: hi" in result.as_text()
+    assert_redacted(result.as_text())
+    assert "tenant-visible-42" in result.as_text()
+
+
+async def test_an_a2a_agent_refusing_with_its_headers_quoted_shows_no_credential(tmp_path):
+    async with running_stub(fail_status=401, fail_body="echo") as stub:
+        agents = [{"name": "stub", "url": f"{stub}/", "headers": HEADERS}]
+        async with open_kernel(
+            config(tmp_path, a2a={"external_agents": agents}), agents=[caller()]
+        ) as kernel:
+            result = await call(kernel, "a2a_stub", {"message": "hi"})
+            audited = await audit_errors(kernel)
+    assert result.is_error and "HTTP 401" in result.as_text(), result
+    assert_redacted(result.as_text())
+    assert TOKEN not in audited and API_KEY not in audited, audited
+
+
+@pytest.mark.parametrize("max_output_chars", [100, 1000])
+async def test_a_stdio_server_echoing_its_token_env_hands_on_none(
+    tmp_path, monkeypatch, max_output_chars
+):
+    # 100: the cut falls inside the token; it is redacted first, so no head of it is left.
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", "x" * 90 + TOKEN)
+    monkeypatch.setenv("ROOST_TEST_MODE", "verbose-mode-on")
+    server = {
+        "name": "sdk",
+        "transport": {"type": "stdio", "command": sys.executable, "args": [SDK_SERVER, "stdio"]},
+        "env": ["ROOST_TEST_API_TOKEN", "ROOST_TEST_MODE"],
+    }
+    cfg = config(tmp_path, mcp_servers=[server], tools={"max_output_chars": max_output_chars})
+    async with open_kernel(cfg, agents=[caller()]) as kernel:
+        token = await call(kernel, "mcp_sdk_show_env", {"name": "ROOST_TEST_API_TOKEN"})
+        mode = await call(kernel, "mcp_sdk_show_env", {"name": "ROOST_TEST_MODE"})
+    assert not token.is_error, token
+    assert_redacted(token.as_text())
+    assert "x" * 90 not in token.as_text()
+    assert "verbose-mode-on" in mode.as_text()[:max_output_chars]
