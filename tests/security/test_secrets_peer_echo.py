@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
 from waiting import wait_until
 
@@ -148,3 +149,38 @@ async def test_a_stdio_server_echoing_its_token_env_hands_on_none(
     assert_redacted(token.as_text())
     assert "x" * 90 not in token.as_text()
     assert "verbose-mode-on" in mode.as_text()[:max_output_chars]
+
+
+RAW = str(Path(__file__).parents[1] / "fixtures" / "mcp" / "raw_server.py")
+
+
+def raw_server(**extra) -> dict:
+    server = {
+        "name": "raw",
+        "transport": {"type": "stdio", "command": sys.executable, "args": [RAW, "legacy"]},
+        "env": ["ROOST_TEST_API_TOKEN"],
+    }
+    return {**server, **extra}
+
+
+async def test_a_refusal_at_the_depth_limit_quoting_a_token_hands_on_none(tmp_path, monkeypatch):
+    # Regression: a peer's depth-limit refusal became a RecursionLimitExceeded raised by the
+    # tool, past the redaction: its path reached the result, the audit trail, the span and
+    # the KERNEL:BREAKER and EXEC:TOOL_RESULT events whole.
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
+    cfg = config(tmp_path, mcp_servers=[raw_server()])
+    async with open_kernel(cfg, agents=[caller()]) as kernel:
+        kinds = ("KERNEL:BREAKER", "EXEC:TOOL_RESULT", "TRACE:SPAN_END")
+        async with kernel.tap.subscribe(kinds=kinds) as events:
+            result = await call(
+                kernel, "mcp_raw_leak", {"env": "ROOST_TEST_API_TOKEN", "via": "breaker"}
+            )
+            seen = []
+            with trio.fail_after(10):
+                while len(seen) < 3:
+                    seen.append((await events.receive()).payload)
+        audited = await audit_errors(kernel)
+    assert result.is_error and "past the limit" in result.as_text(), result
+    assert_redacted(result.as_text())
+    assert_redacted(audited)
+    assert_redacted(json.dumps(seen, default=str))
