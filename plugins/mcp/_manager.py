@@ -530,6 +530,7 @@ class McpManager:
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
         if method == "notifications/message":
+            params = redact(params, state.config.secrets)
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
             self.kernel.publish(
@@ -631,6 +632,7 @@ class McpManager:
             untrusted=True,
             timeout_s=state.config.timeout_secs + 1.0,
         )
+        secrets = state.config.secrets
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
             try:
@@ -649,7 +651,7 @@ class McpManager:
                         EVENT_PROGRESS,
                         f"mcp:{server}",
                         target=caller,
-                        payload={"server": server, "tool": original, **dict(params)},
+                        payload=redact({"server": server, "tool": original, **params}, secrets),
                         trace=trace,
                     )
                 )
@@ -668,7 +670,7 @@ class McpManager:
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
-        return Tool(spec, call_remote, secrets=state.config.secrets)
+        return Tool(spec, call_remote, secrets=secrets)
 
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
         """Which of resources / prompts the server really has (not merely declares)."""
@@ -802,6 +804,8 @@ class McpManager:
         from roost.kernel import CompletionRequest, Message  # the agent loop's types, on use
 
         agent = context.caller
+        state = self.states.get(context.server)
+        secrets = state.config.secrets if state is not None else ()
         provider = self.kernel.provider_for(agent) if agent else None
         if provider is None:
             raise jsonrpc.JsonRpcError(
@@ -823,7 +827,7 @@ class McpManager:
                 if isinstance(b, Mapping) and b.get("type") == "text"
             )
             role = "assistant" if item.get("role") == "assistant" else "user"
-            messages.append(Message(role=role, content=text))
+            messages.append(Message(role=role, content=redact(text, secrets)))
         if not messages:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
@@ -831,7 +835,7 @@ class McpManager:
         max_tokens = params.get("maxTokens")
         request = CompletionRequest(
             agent=agent,
-            system=str(params.get("systemPrompt") or ""),
+            system=redact(str(params.get("systemPrompt") or ""), secrets),
             messages=tuple(messages),
             parameters={"max_tokens": max_tokens} if isinstance(max_tokens, int) else {},
         )

@@ -184,3 +184,38 @@ async def test_a_refusal_at_the_depth_limit_quoting_a_token_hands_on_none(tmp_pa
     assert_redacted(result.as_text())
     assert_redacted(audited)
     assert_redacted(json.dumps(seen, default=str))
+
+
+async def test_a_server_logging_or_reporting_progress_with_a_token_puts_none_on_the_tap(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
+    cfg = config(tmp_path, mcp_servers=[raw_server()])
+    async with open_kernel(cfg, agents=[caller()]) as kernel:
+        async with kernel.tap.subscribe(kinds=("MCP:LOG", "MCP:PROGRESS")) as events:
+            for via in ("log", "progress"):
+                await call(kernel, "mcp_raw_leak", {"env": "ROOST_TEST_API_TOKEN", "via": via})
+            seen = []
+            with trio.fail_after(10):
+                while len(seen) < 2:
+                    seen.append((await events.receive()).payload)
+    assert_redacted(json.dumps(seen))
+
+
+async def test_a_server_sampling_with_a_token_does_not_show_it_to_the_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
+    model = {"rules": [{"match": TOKEN, "reply": "the model saw it"}], "default_reply": "ok"}
+    asker = parse_manifest(
+        {
+            "name": "caller",
+            "description": "calls peers",
+            "model": {"provider": "scripted", "script": model},
+            "capabilities": {"tools": ["mcp_*"]},
+        }
+    )
+    cfg = config(tmp_path, mcp_servers=[raw_server(sampling=True)])
+    async with open_kernel(cfg, agents=[asker]) as kernel:
+        result = await call(
+            kernel, "mcp_raw_leak", {"env": "ROOST_TEST_API_TOKEN", "via": "sample"}
+        )
+    assert result.as_text() == "model said: ok", result
