@@ -139,7 +139,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
             is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED),
         )
 
-    return Tool(spec, handler, secrets=credential_values(agent.headers))
+    return Tool(spec, handler, secrets=credential_values(agent.headers, agent.url))
 
 
 def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
@@ -199,7 +199,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
                 reason = exc.message + _credentials_hint(agent, exc)
             else:
                 reason = f"{type(exc).__name__}: {exc}"
-            reason = redact(reason, credential_values(agent.headers))
+            reason = redact(reason, credential_values(agent.headers, agent.url))
             peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",

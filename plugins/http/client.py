@@ -9,6 +9,7 @@ most the cap. Also: HTTP error text, ``Retry-After`` and the 429/503 retry rule,
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
 import http
@@ -17,6 +18,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import httpx
 import httpx_sse
@@ -156,11 +158,13 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def credential_values(named: Mapping[str, str]) -> tuple[str, ...]:
+def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple[str, ...]:
     """The values in ``named`` (HTTP headers, environment variables) whose names say they
     are credentials (``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...), each also
-    without its scheme (``Bearer <token>`` gives the token too): what a peer must not echo
-    back to the model (``Tool.secrets``, ``roost.kernel.redact``)."""
+    without its scheme (``Bearer <token>`` gives the token too), and those ``url`` carries
+    (its user info's password, also as the Basic credentials made of it; query parameters
+    so named, as written and decoded): what a peer must not echo back to the model
+    (``Tool.secrets``, ``roost.kernel.redact``)."""
     out: list[str] = []
     for name, value in named.items():
         if _CREDENTIAL_NAME.search(name) and value:
@@ -168,6 +172,18 @@ def credential_values(named: Mapping[str, str]) -> tuple[str, ...]:
             scheme, _, token = value.partition(" ")
             if token.strip() and scheme.isalpha():
                 out.append(token.strip())
+    try:
+        parts = urlsplit(url or "")
+        password = parts.password
+    except ValueError:  # not a URL: it carries nothing
+        return tuple(out)
+    if password:
+        user, password = unquote(parts.username or ""), unquote(password)
+        out += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
+    for pair in parts.query.split("&"):
+        name, _, value = pair.partition("=")
+        if value and _CREDENTIAL_NAME.search(unquote_plus(name)):
+            out += [value, unquote_plus(value)]
     return tuple(out)
 
 

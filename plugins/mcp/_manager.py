@@ -98,10 +98,10 @@ class ServerConfig:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The credentials this server is given (among its headers and its environment
-        variables): taken out of what its tools answer and of its errors."""
+        """The credentials this server is given (among its headers, its environment
+        variables and its URL): taken out of what it answers and of its errors."""
         env = {name: os.environ.get(name, "") for name in self.env}
-        return credential_values({**self.headers, **env})
+        return credential_values({**self.headers, **env}, self.url)
 
     def public(self, *, admin: bool = True) -> dict[str, Any]:
         """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL; a

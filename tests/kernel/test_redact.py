@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from roost.kernel import Tool, ToolResult, ToolSpec, redact
 from roost.plugins.http.client import credential_values
@@ -74,3 +76,18 @@ def test_one_string_for_secrets_is_refused_not_split_into_characters():
 
     with pytest.raises(TypeError, match="Tool.secrets"):
         Tool(ToolSpec("t", "d", owner="test"), handler, secrets="tok-secret")
+
+
+def test_credential_values_of_a_url_are_its_password_and_its_keys_not_other_parameters():
+    url = "https://bob:p%40ss-word@host/mcp?api_key=a%2Fb%2Bcdef&page=2&access_token=tok+en12"
+    basic = base64.b64encode(b"bob:p@ss-word").decode()
+    assert credential_values({}, url) == (
+        "p@ss-word",
+        basic,
+        "a%2Fb%2Bcdef",
+        "a/b+cdef",
+        "tok+en12",
+        "tok en12",
+    )
+    assert credential_values({}, "https://host/mcp?page=2") == ()
+    assert credential_values({}, "http://[::1") == credential_values({}, None) == ()

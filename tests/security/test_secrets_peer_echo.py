@@ -11,6 +11,7 @@ processes on 127.0.0.1 (the official MCP SDK's server for stdio), a real kernel 
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from pathlib import Path
@@ -219,3 +220,22 @@ async def test_a_server_sampling_with_a_token_does_not_show_it_to_the_model(tmp_
             kernel, "mcp_raw_leak", {"env": "ROOST_TEST_API_TOKEN", "via": "sample"}
         )
     assert result.as_text() == "model said: ok", result
+
+
+PASSWORD = "pw-0123456789abcdef"
+QUERY_KEY = "qk-fedcba9876543210"
+
+
+async def test_credentials_in_an_mcp_servers_url_are_redacted_too(tmp_path):
+    # The URL's user info (sent as a Basic Authorization) and its api_key query parameter
+    # are credentials roost sends as much as a header is.
+    async with running_stub(echo_headers=True) as stub:
+        url = stub.replace("//", f"//alice:{PASSWORD}@") + f"/mcp?api_key={QUERY_KEY}&v=2"
+        server = {"name": "stub", "transport": {"type": "http", "url": url}, "allow_local": True}
+        async with open_kernel(config(tmp_path, mcp_servers=[server]), agents=[caller()]) as kernel:
+            result = await call(kernel, "mcp_stub_echo", {"text": "hi"})
+    text = result.as_text() + json.dumps(result.structured_content)
+    basic = base64.b64encode(f"alice:{PASSWORD}".encode()).decode()
+    assert "authorization=" in text and "v=2" in text, text
+    for secret in (PASSWORD, QUERY_KEY, basic):
+        assert secret not in text and secret[:8] not in text, text
