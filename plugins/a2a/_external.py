@@ -108,6 +108,8 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         untrusted=True,
     )
 
+    secrets = credential_values(agent.headers, agent.url)
+
     async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
         trace = call.trace or ctx.trace
         if ctx.span.recording:  # the call's span is the client hop: name the peer
@@ -128,7 +130,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         if isinstance(outcome, m.Message):
             return ToolResult.text(outcome.text())
         if ctx.outputs is not None:
-            _adopt_files(ctx.outputs, outcome, info.name)
+            _adopt_files(ctx.outputs, outcome, info.name, secrets)
         text = task_text(outcome)
         state = m.state_to_json(outcome.status.state, m.V03)
         if outcome.status.state == m.COMPLETED:
@@ -139,7 +141,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
             is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED),
         )
 
-    return Tool(spec, handler, secrets=credential_values(agent.headers, agent.url))
+    return Tool(spec, handler, secrets=secrets)
 
 
 def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
@@ -155,19 +157,28 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
     return out
 
 
-def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
+def _adopt_files(outputs: Outputs, task: m.Task, agent: str, secrets: tuple[str, ...] = ()) -> None:
     """The remote task's file and data parts become the asking run's outputs (each artifact
-    whole or not at all, within the run's bounds)."""
+    whole or not at all, within the run's bounds), ``secrets`` redacted as in a result."""
     for artifact in task.artifacts:
-        parts = tuple(p.to_output() for p in artifact.parts if p.text is None)
+        parts = tuple(_redacted(p.to_output(), secrets) for p in artifact.parts if p.text is None)
         if not parts:
             continue
+        name, about = redact((artifact.name or "artifact", artifact.description), secrets)
         try:
-            outputs.adopt(Output(artifact.name or "artifact", parts, artifact.description))
+            outputs.adopt(Output(name, parts, about))
         except ToolArgumentsInvalid as exc:
             log.warning(
                 "artifact %r from A2A agent %s not handed on: %s", artifact.name, agent, exc
             )
+
+
+def _redacted(part: Any, secrets: tuple[str, ...]) -> Any:
+    """``part`` with ``secrets`` out of its data, link and file name (not a file's bytes)."""
+    if not secrets:
+        return part
+    data, url, filename = redact((part.data, part.url, part.filename), secrets)
+    return attrs.evolve(part, data=data, url=url, filename=filename)
 
 
 async def discover_external_agents(service: Any) -> None:

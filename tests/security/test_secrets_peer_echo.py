@@ -239,3 +239,30 @@ async def test_credentials_in_an_mcp_servers_url_are_redacted_too(tmp_path):
     assert "authorization=" in text and "v=2" in text, text
     for secret in (PASSWORD, QUERY_KEY, basic):
         assert secret not in text and secret[:8] not in text, text
+
+
+async def test_an_a2a_agents_data_artifact_quoting_a_credential_hands_on_none(tmp_path):
+    # Regression: a remote task's data parts became the asking run's outputs (handed on to
+    # the agent's own callers as artifacts) without the redaction its text got.
+    async with running_stub(echo_task=True) as stub:
+        agents = [{"name": "stub", "url": f"{stub}/", "headers": HEADERS}]
+        rule = {
+            "match": ".",
+            "steps": [{"tool": "a2a_stub", "arguments": {"message": "{message}"}}],
+            "reply": "done",
+        }
+        asker = parse_manifest(
+            {
+                "name": "caller",
+                "description": "calls peers",
+                "model": {"provider": "scripted", "script": {"rules": [rule]}},
+                "capabilities": {"tools": ["a2a_*"]},
+            }
+        )
+        cfg = config(tmp_path, a2a={"external_agents": agents})
+        async with open_kernel(cfg, agents=[asker]) as kernel:
+            await wait_until(lambda: "a2a_stub" in kernel.registry, "the a2a_stub tool", timeout=20)
+            reply = await kernel.send("caller", "hi")
+    seen = json.dumps([part.data for output in reply.outputs for part in output.parts])
+    assert "tenant-visible-42" in seen, seen
+    assert_redacted(seen)
