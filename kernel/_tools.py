@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import attrs
 
@@ -181,12 +183,21 @@ _tool_result = frozen_builder(ToolResult)  # content, structured_content, is_err
 REDACTED = "[redacted]"
 
 
+@functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
+def _needles(secrets: tuple[str, ...]) -> tuple[str, ...]:
+    """``secrets`` to look for, also as JSON and a URL may write them, longest first."""
+    given = {s for s in secrets if len(s) >= 4}
+    given |= {s.replace("/", "\\/") for s in given} | {quote(s, safe="") for s in given}
+    return tuple(sorted(given, key=len, reverse=True))
+
+
 def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` with each of ``secrets`` (those of 4 characters or more) replaced by
-    ``[redacted]`` in every string in it, keys included, at any depth; ``value`` itself when
-    none occurs. Mappings come back as dicts, lists and tuples as their kind; nesting past
-    Python's recursion limit raises ``RecursionError``."""
-    secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+    """``value`` with each of ``secrets`` (those of 4 characters or more), also as JSON
+    (``\\/``) and a URL (percent-encoded) may write it, replaced by ``[redacted]`` in every
+    string in it, keys included, at any depth; ``value`` itself when none occurs. Mappings
+    come back as dicts, lists and tuples as their kind; nesting past Python's recursion
+    limit raises ``RecursionError``."""
+    secrets = _needles(tuple(secrets))
     if not secrets:
         return value
 

@@ -103,10 +103,9 @@ class ProviderSettings:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The API key (also as JSON may write it: ``\\/``) and the credentials among
-        ``headers``: what an error text must not quote."""
-        key = self.api_key or ""
-        return (key, key.replace("/", "\\/"), *credential_values(self.headers))
+        """The API key and the credentials among ``headers``: what an error text must not
+        quote (``redact`` also finds each as JSON and a URL may write it)."""
+        return (self.api_key or "", *credential_values(self.headers))
 
     def redact(self, text: str) -> str:
         """``text`` with ``secrets`` replaced."""
@@ -248,7 +247,7 @@ class HttpClient:
         except ValueError as exc:
             s = self.settings
             # Redacted before it is cut: a key across the cut would leave its head.
-            longest = max(map(len, s.secrets))
+            longest = 3 * max(map(len, s.secrets))  # percent-encoded: up to 3 times as long
             head = s.redact(raw[: 200 + longest].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
                 f"{s.provider} answered with malformed JSON ({exc}); "

@@ -91,3 +91,9 @@ def test_credential_values_of_a_url_are_its_password_and_its_keys_not_other_para
     )
     assert credential_values({}, "https://host/mcp?page=2") == ()
     assert credential_values({}, "http://[::1") == credential_values({}, None) == ()
+
+
+def test_a_secret_is_redacted_also_as_json_and_a_url_may_write_it():
+    # A peer quoting its request as PHP's JSON does ("\/") or in a link (percent-encoded).
+    text = 'said {"k": "tok\\/0123+abc="}, retry at /cb?t=tok%2F0123%2Babc%3D'
+    assert redact(text, ["tok/0123+abc="]) == 'said {"k": "[redacted]"}, retry at /cb?t=[redacted]'
