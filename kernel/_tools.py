@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ import attrs
 
 from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
 from ._frozen import frozen_builder
+from ._jsonrpc import make_encoder
 from ._spans import NO_SPAN
 from ._trace import TraceContext, new_call_id
 
@@ -184,11 +186,20 @@ REDACTED = "[redacted]"
 
 
 @functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
-def _needles(secrets: tuple[str, ...]) -> tuple[str, ...]:
-    """``secrets`` to look for, also as JSON and a URL may write them, longest first."""
+def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``secrets`` to look for, also as JSON and a URL may write them, longest first; and
+    each as it reads inside a JSON string."""
     given = {s for s in secrets if len(s) >= 4}
     given |= {s.replace("/", "\\/") for s in given} | {quote(s, safe="") for s in given}
-    return tuple(sorted(given, key=len, reverse=True))
+    needles = tuple(sorted(given, key=len, reverse=True))
+    return needles, tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
+
+
+def _as_json(item: Any) -> Any:
+    return dict(item) if isinstance(item, Mapping) else None  # what walk leaves: null
+
+
+_encode = make_encoder(default=_as_json, allow_nan=True)
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
@@ -197,9 +208,18 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
     string in it, keys included, at any depth; ``value`` itself when none occurs. Mappings
     come back as dicts, lists and tuples as their kind; nesting past Python's recursion
     limit raises ``RecursionError``."""
-    secrets = _needles(tuple(secrets))
+    secrets, escaped = _needles(tuple(secrets))
     if not secrets:
         return value
+    if not isinstance(value, str):
+        # The usual answer holds none: JSON's C encoder says so far quicker than a walk.
+        # Escaping is per character, so a string holding a secret holds it escaped.
+        try:
+            text = _encode(value)
+        except (TypeError, ValueError):  # keys JSON cannot write, huge ints: walk it all
+            text = None
+        if text is not None and not any(n in text for n in escaped):
+            return value
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):

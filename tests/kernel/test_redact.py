@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
+import time
+import types
 
 import pytest
 from roost.kernel import Tool, ToolResult, ToolSpec, redact
@@ -97,3 +100,26 @@ def test_a_secret_is_redacted_also_as_json_and_a_url_may_write_it():
     # A peer quoting its request as PHP's JSON does ("\/") or in a link (percent-encoded).
     text = 'said {"k": "tok\\/0123+abc="}, retry at /cb?t=tok%2F0123%2Babc%3D'
     assert redact(text, ["tok/0123+abc="]) == 'said {"k": "[redacted]"}, retry at /cb?t=[redacted]'
+
+
+def test_a_large_result_without_a_secret_is_checked_at_the_speed_of_json():
+    # Regression: the check walked every object in Python, a call's answer of 10 MB of
+    # small objects holding the event loop for seconds (json.dumps of it: a tenth of one).
+    rows = {"rows": [{"id": n, "name": "row"} for n in range(200_000)]}
+    started = time.process_time()
+    json.dumps(rows, ensure_ascii=False)
+    yardstick = time.process_time() - started
+    started = time.process_time()
+    assert redact(rows, ["tok-secret"]) is rows
+    assert time.process_time() - started < 2 * yardstick + 0.02
+
+
+def test_a_secret_in_a_mapping_of_any_kind_or_under_an_odd_value_is_found():
+    # What JSON does not write as itself (another Mapping, a set, a tuple key) is still checked.
+    found = redact(
+        {"m": types.MappingProxyType({"k": "tok-secret"}), "s": {1}, ("t",): ["tok-secret"]},
+        ["tok-secret"],
+    )
+    assert found == {"m": {"k": "[redacted]"}, "s": {1}, ("t",): ["[redacted]"]}
+    escaped = 'a "quoted\\ tok-se"cret\n'
+    assert redact({"v": escaped}, ['tok-se"cret']) == {"v": 'a "quoted\\ [redacted]\n'}
