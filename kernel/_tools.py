@@ -270,7 +270,14 @@ ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]
 def _secrets(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):  # its characters would be taken for secrets, and ignored
         raise TypeError("Tool.secrets: expected a list of strings, got one string")
-    return tuple(value)
+    secrets = tuple(value)
+    for index, secret in enumerate(secrets):
+        if not isinstance(secret, str):  # named by type only: it may be a credential
+            raise TypeError(
+                f"Tool.secrets[{index}]: expected a string, got {type(secret).__name__} "
+                "(leave out a credential that is not set)"
+            )
+    return secrets
 
 
 @attrs.frozen

@@ -123,3 +123,15 @@ def test_a_secret_in_a_mapping_of_any_kind_or_under_an_odd_value_is_found():
     assert found == {"m": {"k": "[redacted]"}, "s": {1}, ("t",): ["[redacted]"]}
     escaped = 'a "quoted\\ tok-se"cret\n'
     assert redact({"v": escaped}, ['tok-se"cret']) == {"v": 'a "quoted\\ [redacted]\n'}
+
+
+@pytest.mark.parametrize("secret", [None, b"tok-secret", ["tok-secret"]])
+def test_a_secret_that_is_not_a_string_is_refused_when_the_tool_is_made(secret):
+    # Regression: Tool(..., secrets=[os.environ.get("UNSET")]) was taken, and every call of
+    # the tool then crashed in the kernel (len(None)) instead of answering.
+    async def handler(call, ctx):
+        raise AssertionError
+
+    with pytest.raises(TypeError, match=r"Tool.secrets\[1\]: expected a string") as info:
+        Tool(ToolSpec("t", "d", owner="test"), handler, secrets=["tok-other", secret])
+    assert "tok-secret" not in str(info.value) and "tok-other" not in str(info.value)
