@@ -620,11 +620,14 @@ class McpManager:
             schema = {"type": "object", "properties": {}}
         annotations = item.get("annotations")
         output_schema = item.get("outputSchema")
+        secrets = state.config.secrets
+        title = item.get("title") if isinstance(item.get("title"), str) else None
         spec = ToolSpec(
             name=namespaced(server, original),
-            description=str(item.get("description") or ""),
+            # What the model reads each turn: as much the server's word as a result.
+            description=redact(str(item.get("description") or ""), secrets),
             input_schema=dict(schema),
-            title=item.get("title") if isinstance(item.get("title"), str) else None,
+            title=redact(title, secrets),
             output_schema=dict(output_schema) if isinstance(output_schema, Mapping) else None,
             annotations=dict(annotations) if isinstance(annotations, Mapping) else None,
             owner=f"mcp:{server}",
@@ -632,7 +635,6 @@ class McpManager:
             untrusted=True,
             timeout_s=state.config.timeout_secs + 1.0,
         )
-        secrets = state.config.secrets
 
         async def call_remote(call: ToolCall, ctx: ToolContext) -> ToolResult:
             try:

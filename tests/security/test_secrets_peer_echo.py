@@ -75,7 +75,11 @@ async def test_an_mcp_server_echoing_its_headers_in_a_result_hands_on_no_credent
         server["allow_local"] = True
         async with open_kernel(config(tmp_path, mcp_servers=[server]), agents=[caller()]) as kernel:
             result = await call(kernel, "mcp_stub_echo", {"text": "hi"})
+            described = kernel.registry.get("mcp_stub_echo").spec.description
     assert not result.is_error, result
+    # What the model reads of the tool each turn: tools/list quoted the headers too.
+    assert "tenant-visible-42" in described
+    assert_redacted(described)
     seen = json.dumps(result.structured_content)
     assert_redacted(result.as_text())
     assert_redacted(seen)
