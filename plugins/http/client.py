@@ -35,6 +35,9 @@ _SPACE = re.compile(r"\s+")
 _CREDENTIAL_NAME = re.compile(
     r"auth|key|token|secret|passw|cookie|session|credential|signature", re.I
 )
+# A shorter value under such a name is a setting (TOKENIZERS_PARALLELISM=false,
+# SESSION_TIMEOUT=3600): redacting it would mangle every answer that says it.
+_MIN_CREDENTIAL = 8
 
 
 # ---- reading at most a cap --------------------------------------------------------------
@@ -163,8 +166,8 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
     are credentials (``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...), each also
     without its scheme (``Bearer <token>`` gives the token too), and those ``url`` carries
     (its user info's password, also as the Basic credentials made of it; query parameters
-    so named, as written and decoded): what a peer must not echo back to the model
-    (``Tool.secrets``, ``roost.kernel.redact``)."""
+    so named, as written and decoded), of 8 characters or more: what a peer must not echo
+    back to the model (``Tool.secrets``, ``roost.kernel.redact``)."""
     out: list[str] = []
     for name, value in named.items():
         if _CREDENTIAL_NAME.search(name) and value:
@@ -176,7 +179,7 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
         parts = urlsplit(url or "")
         password = parts.password
     except ValueError:  # not a URL: it carries nothing
-        return tuple(out)
+        parts, password = urlsplit(""), None
     if password:
         user, password = unquote(parts.username or ""), unquote(password)
         out += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
@@ -184,7 +187,7 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
         name, _, value = pair.partition("=")
         if value and _CREDENTIAL_NAME.search(unquote_plus(name)):
             out += [value, unquote_plus(value)]
-    return tuple(out)
+    return tuple(v for v in out if len(v) >= _MIN_CREDENTIAL)
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

@@ -135,3 +135,21 @@ def test_a_secret_that_is_not_a_string_is_refused_when_the_tool_is_made(secret):
     with pytest.raises(TypeError, match=r"Tool.secrets\[1\]: expected a string") as info:
         Tool(ToolSpec("t", "d", owner="test"), handler, secrets=["tok-other", secret])
     assert "tok-secret" not in str(info.value) and "tok-other" not in str(info.value)
+
+
+def test_a_short_setting_under_a_credential_like_name_is_not_taken_for_one():
+    # Regression: TOKENIZERS_PARALLELISM=false (set for many Hugging Face based servers),
+    # AUTH_MODE=none or SESSION_TIMEOUT=3600 made every "false", "none" or "3600" in the
+    # server's answers read "[redacted]". A credential is 8 characters or more.
+    named = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "AUTH_MODE": "none",
+        "SESSION_TIMEOUT": "3600",
+        "X-Api-Key": "k-123456",
+        "Authorization": "Bearer short",
+    }
+    assert credential_values(named, "https://u:pw@host/?token=abc") == (
+        "k-123456",
+        "Bearer short",
+        base64.b64encode(b"u:pw").decode(),
+    )
