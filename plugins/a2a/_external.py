@@ -80,13 +80,16 @@ def _credentials_hint(agent: ExternalAgent, exc: m.A2AError) -> str:
 def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[str, Any]) -> Tool:
     """The ``a2a_{name}`` tool that delegates to ``info``."""
     skills = "; ".join(str(s.get("name") or s.get("id")) for s in info.skills[:8])
+    secrets = credential_values(agent.headers, agent.url)
+    described = (
+        f"Send a message to the external A2A agent {info.name}: {info.description}"
+        + (f" Skills: {skills}." if skills else "")
+    ).strip()
     spec = ToolSpec(
         name=tool_name(agent.name),
-        title=f"Ask {info.name} (A2A)",
-        description=(
-            f"Send a message to the external A2A agent {info.name}: {info.description}"
-            + (f" Skills: {skills}." if skills else "")
-        ).strip(),
+        # What the model reads each turn: the card is as much the agent's word as an answer.
+        title=redact(f"Ask {info.name} (A2A)", secrets),
+        description=redact(described, secrets),
         input_schema={
             "type": "object",
             "properties": {
@@ -107,8 +110,6 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         original_name=agent.name,
         untrusted=True,
     )
-
-    secrets = credential_values(agent.headers, agent.url)
 
     async def handler(call: ToolCall, ctx: ToolContext) -> ToolResult:
         trace = call.trace or ctx.trace

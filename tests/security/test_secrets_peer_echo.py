@@ -115,7 +115,10 @@ async def test_an_a2a_agent_echoing_its_headers_hands_on_no_credential(tmp_path)
             config(tmp_path, a2a={"external_agents": agents}), agents=[caller()]
         ) as kernel:
             result = await call(kernel, "a2a_stub", {"message": "hi"})
+            described = kernel.registry.get("a2a_stub").spec.description
     assert not result.is_error, result
+    assert "tenant-visible-42" in described
+    assert_redacted(described)  # its card quoted them: what the model reads of the tool
     assert "stub got: hi" in result.as_text()
     assert_redacted(result.as_text())
     assert "tenant-visible-42" in result.as_text()
