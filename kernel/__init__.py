@@ -172,6 +172,7 @@ if _typing.TYPE_CHECKING:
     from ._tools import agent_tool_name as agent_tool_name
     from ._tools import namespaced as namespaced
     from ._tools import normalise_name as normalise_name
+    from ._tools import redact as redact
     from ._trace import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
     from ._trace import TraceContext as TraceContext
     from ._version import roost_version as roost_version

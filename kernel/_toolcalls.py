@@ -45,7 +45,7 @@ from ._plugins import collect
 from ._policy import argument_check, resolve_timeout, truncate_result, validate_arguments
 from ._spans import NO_SPAN, SpanKind, start_span
 from ._surface import message_arguments_ok
-from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec
+from ._tools import TAINT_UNTRUSTED, Tool, ToolCall, ToolContext, ToolResult, ToolSpec, redact
 from ._trace import TraceContext
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -336,13 +336,22 @@ class ToolCalls:
             if context is None:
                 context = self._context(manifest, plan, call.trace, outputs, span)
             with trio.move_on_after(context.timeout_s) as scope:
-                result = await _invoke(spec, tool.handler, call, context)
+                try:
+                    result = await _invoke(spec, tool.handler, call, context)
+                except RecursionLimitExceeded as exc:
+                    if not tool.secrets:
+                        raise
+                    # A peer's refusal: its path is the peer's word, so redacted like a result.
+                    path = redact(exc.path, tool.secrets)
+                    raise RecursionLimitExceeded(path, exc.max_depth, exc.depth) from None
             if scope.cancelled_caught:
                 raise _timed_out(spec, context.timeout_s)
         if not isinstance(result, ToolResult):
             result = ToolResult.error(
                 f"tool {spec.name} returned {type(result).__name__}, not a ToolResult"
             )
+        if tool.secrets:  # before the cut, which could leave a secret's head behind
+            result = result.redacted(tool.secrets)
         result = truncate_result(result, self.config.tools.max_output_chars)
         if spec.untrusted:
             result = result.with_taint(TAINT_UNTRUSTED, f"source:{spec.qualified_name}")

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import attrs
 
 from ._errors import RecursionLimitExceeded, ToolNameCollision, ToolNotFound, is_mapping
 from ._frozen import frozen_builder
+from ._jsonrpc import make_encoder
 from ._spans import NO_SPAN
 from ._trace import TraceContext, new_call_id
 
@@ -154,6 +158,20 @@ class ToolResult:
     def with_taint(self, *labels: str) -> ToolResult:
         return attrs.evolve(self, taint=self.taint | frozenset(labels))
 
+    def redacted(self, secrets: Iterable[str]) -> ToolResult:
+        """This result with each of ``secrets`` replaced in its content and structured
+        content (see ``redact``)."""
+        try:
+            content = redact(self.content, secrets)
+            structured = redact(self.structured_content, secrets)
+        except RecursionError:
+            return ToolResult.error(
+                "the tool's result is nested too deeply to check it for credentials"
+            )
+        if content is self.content and structured is self.structured_content:
+            return self
+        return _tool_result(content, structured, self.is_error, self.taint)
+
     def to_mcp(self) -> dict[str, Any]:
         """The MCP ``CallToolResult`` object."""
         out: dict[str, Any] = {"content": [dict(b) for b in self.content], "isError": self.is_error}
@@ -163,6 +181,65 @@ class ToolResult:
 
 
 _tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
+
+REDACTED = "[redacted]"
+
+
+@functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
+def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``secrets`` to look for, also as JSON and a URL may write them, longest first; and
+    each as it reads inside a JSON string."""
+    given = {s for s in secrets if len(s) >= 4}
+    given |= {s.replace("/", "\\/") for s in given} | {quote(s, safe="") for s in given}
+    needles = tuple(sorted(given, key=len, reverse=True))
+    return needles, tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
+
+
+def _as_json(item: Any) -> Any:
+    return dict(item) if isinstance(item, Mapping) else None  # what walk leaves: null
+
+
+_encode = make_encoder(default=_as_json, allow_nan=True)
+
+
+def redact(value: Any, secrets: Iterable[str]) -> Any:
+    """``value`` with each of ``secrets`` (those of 4 characters or more), also as JSON
+    (``\\/``) and a URL (percent-encoded) may write it, replaced by ``[redacted]`` in every
+    string in it, keys included, at any depth; ``value`` itself when none occurs. Mappings
+    come back as dicts, lists and tuples as their kind; nesting past Python's recursion
+    limit raises ``RecursionError``."""
+    secrets, escaped = _needles(tuple(secrets))
+    if not secrets:
+        return value
+    if not isinstance(value, str):
+        # The usual answer holds none: JSON's C encoder says so far quicker than a walk.
+        # Escaping is per character, so a string holding a secret holds it escaped.
+        try:
+            text = _encode(value)
+        except (TypeError, ValueError):  # keys JSON cannot write, huge ints: walk it all
+            text = None
+        if text is not None and not any(n in text for n in escaped):
+            return value
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            for secret in secrets:
+                if secret in item:
+                    item = item.replace(secret, REDACTED)
+            return item
+        if isinstance(item, Mapping):
+            pairs = [(walk(k), walk(v)) for k, v in item.items()]
+            if all(a is k and b is v for (a, b), (k, v) in zip(pairs, item.items(), strict=True)):
+                return item
+            return dict(pairs)
+        if isinstance(item, (list, tuple)):
+            items = [walk(v) for v in item]
+            if all(a is b for a, b in zip(items, item, strict=True)):
+                return item
+            return type(item)(items) if type(item) in (list, tuple) else items
+        return item
+
+    return walk(value)
 
 
 @attrs.frozen
@@ -190,12 +267,29 @@ class ToolContext:
 ToolHandler = Callable[[ToolCall, ToolContext], Awaitable[ToolResult]]
 
 
+def _secrets(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):  # its characters would be taken for secrets, and ignored
+        raise TypeError("Tool.secrets: expected a list of strings, got one string")
+    secrets = tuple(value)
+    for index, secret in enumerate(secrets):
+        if not isinstance(secret, str):  # named by type only: it may be a credential
+            raise TypeError(
+                f"Tool.secrets[{index}]: expected a string, got {type(secret).__name__} "
+                "(leave out a credential that is not set)"
+            )
+    return secrets
+
+
 @attrs.frozen
 class Tool:
     """A descriptor a plugin returns from ``roost_tools``: the spec and its async handler."""
 
     spec: ToolSpec
     handler: ToolHandler = attrs.field(eq=False, repr=False)
+    # Credentials the tool sends to a peer (an API key, an Authorization header's value):
+    # the kernel takes them out of the tool's results, so that a peer echoing one in an
+    # error does not hand it to the model, the audit trail or the agent's callers.
+    secrets: tuple[str, ...] = attrs.field(default=(), eq=False, repr=False, converter=_secrets)
 
 
 class ToolRegistry:

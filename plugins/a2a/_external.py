@@ -27,7 +27,9 @@ from roost.kernel import (
     ToolResult,
     ToolSpec,
     public_url,
+    redact,
 )
+from roost.plugins.http.client import credential_values
 
 from . import _models as m
 from ._client import A2AClient, AgentInfo, task_text
@@ -78,13 +80,16 @@ def _credentials_hint(agent: ExternalAgent, exc: m.A2AError) -> str:
 def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[str, Any]) -> Tool:
     """The ``a2a_{name}`` tool that delegates to ``info``."""
     skills = "; ".join(str(s.get("name") or s.get("id")) for s in info.skills[:8])
+    secrets = credential_values(agent.headers, agent.url)
+    described = (
+        f"Send a message to the external A2A agent {info.name}: {info.description}"
+        + (f" Skills: {skills}." if skills else "")
+    ).strip()
     spec = ToolSpec(
         name=tool_name(agent.name),
-        title=f"Ask {info.name} (A2A)",
-        description=(
-            f"Send a message to the external A2A agent {info.name}: {info.description}"
-            + (f" Skills: {skills}." if skills else "")
-        ).strip(),
+        # What the model reads each turn: the card is as much the agent's word as an answer.
+        title=redact(f"Ask {info.name} (A2A)", secrets),
+        description=redact(described, secrets),
         input_schema={
             "type": "object",
             "properties": {
@@ -126,7 +131,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
         if isinstance(outcome, m.Message):
             return ToolResult.text(outcome.text())
         if ctx.outputs is not None:
-            _adopt_files(ctx.outputs, outcome, info.name)
+            _adopt_files(ctx.outputs, outcome, info.name, secrets)
         text = task_text(outcome)
         state = m.state_to_json(outcome.status.state, m.V03)
         if outcome.status.state == m.COMPLETED:
@@ -137,7 +142,7 @@ def external_tool(agent: ExternalAgent, info: AgentInfo, client_options: dict[st
             is_error=outcome.status.state in (m.FAILED, m.REJECTED, m.CANCELED),
         )
 
-    return Tool(spec, handler)
+    return Tool(spec, handler, secrets=secrets)
 
 
 def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
@@ -153,19 +158,28 @@ def peer_attributes(agent: ExternalAgent, info: AgentInfo) -> dict[str, Any]:
     return out
 
 
-def _adopt_files(outputs: Outputs, task: m.Task, agent: str) -> None:
+def _adopt_files(outputs: Outputs, task: m.Task, agent: str, secrets: tuple[str, ...] = ()) -> None:
     """The remote task's file and data parts become the asking run's outputs (each artifact
-    whole or not at all, within the run's bounds)."""
+    whole or not at all, within the run's bounds), ``secrets`` redacted as in a result."""
     for artifact in task.artifacts:
-        parts = tuple(p.to_output() for p in artifact.parts if p.text is None)
+        parts = tuple(_redacted(p.to_output(), secrets) for p in artifact.parts if p.text is None)
         if not parts:
             continue
+        name, about = redact((artifact.name or "artifact", artifact.description), secrets)
         try:
-            outputs.adopt(Output(artifact.name or "artifact", parts, artifact.description))
+            outputs.adopt(Output(name, parts, about))
         except ToolArgumentsInvalid as exc:
             log.warning(
                 "artifact %r from A2A agent %s not handed on: %s", artifact.name, agent, exc
             )
+
+
+def _redacted(part: Any, secrets: tuple[str, ...]) -> Any:
+    """``part`` with ``secrets`` out of its data, link and file name (not a file's bytes)."""
+    if not secrets:
+        return part
+    data, url, filename = redact((part.data, part.url, part.filename), secrets)
+    return attrs.evolve(part, data=data, url=url, filename=filename)
 
 
 async def discover_external_agents(service: Any) -> None:
@@ -197,6 +211,7 @@ async def _discover_one(service: Any, agent: ExternalAgent, peer: PeerState) -> 
                 reason = exc.message + _credentials_hint(agent, exc)
             else:
                 reason = f"{type(exc).__name__}: {exc}"
+            reason = redact(reason, credential_values(agent.headers, agent.url))
             peer.status, peer.error, peer.next_retry_at = "failed", reason, time.time() + delay
             log.warning(
                 "A2A external agent %s (%s): discovery attempt %d failed (retrying in %g s): %s",

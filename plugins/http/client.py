@@ -9,6 +9,7 @@ most the cap. Also: HTTP error text, ``Retry-After`` and the 429/503 retry rule,
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email.utils
 import http
@@ -17,6 +18,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 import httpx
 import httpx_sse
@@ -29,6 +31,13 @@ MAX_HTTP_RETRIES = 8
 MAX_HTTP_RETRY_WAIT_S = 30.0
 _TAGS = re.compile(r"<(script|style)\b.*?</\1\s*>|<[^>]*>", re.IGNORECASE | re.DOTALL)
 _SPACE = re.compile(r"\s+")
+# Header and environment variable names whose values are credentials.
+_CREDENTIAL_NAME = re.compile(
+    r"auth|key|token|secret|passw|cookie|session|credential|signature", re.I
+)
+# A shorter value under such a name is a setting (TOKENIZERS_PARALLELISM=false,
+# SESSION_TIMEOUT=3600): redacting it would mangle every answer that says it.
+_MIN_CREDENTIAL = 8
 
 
 # ---- reading at most a cap --------------------------------------------------------------
@@ -150,6 +159,35 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
         text = _TAGS.sub(" ", text)
     text = _SPACE.sub(" ", text).strip()
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple[str, ...]:
+    """The values in ``named`` (HTTP headers, environment variables) whose names say they
+    are credentials (``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...), each also
+    without its scheme (``Bearer <token>`` gives the token too), and those ``url`` carries
+    (its user info's password, also as the Basic credentials made of it; query parameters
+    so named, as written and decoded), of 8 characters or more: what a peer must not echo
+    back to the model (``Tool.secrets``, ``roost.kernel.redact``)."""
+    out: list[str] = []
+    for name, value in named.items():
+        if _CREDENTIAL_NAME.search(name) and value:
+            out.append(value)
+            scheme, _, token = value.partition(" ")
+            if token.strip() and scheme.isalpha():
+                out.append(token.strip())
+    try:
+        parts = urlsplit(url or "")
+        password = parts.password
+    except ValueError:  # not a URL: it carries nothing
+        parts, password = urlsplit(""), None
+    if password:
+        user, password = unquote(parts.username or ""), unquote(password)
+        out += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
+    for pair in parts.query.split("&"):
+        name, _, value = pair.partition("=")
+        if value and _CREDENTIAL_NAME.search(unquote_plus(name)):
+            out += [value, unquote_plus(value)]
+    return tuple(v for v in out if len(v) >= _MIN_CREDENTIAL)
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

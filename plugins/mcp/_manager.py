@@ -10,6 +10,7 @@ Its tools become ``mcp_{server}_{tool}``; a server with resources or prompts als
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -36,8 +37,10 @@ from roost.kernel import (
     namespaced,
     normalise_name,
     public_url,
+    redact,
     unknown_key,
 )
+from roost.plugins.http.client import credential_values
 
 from ._client import (
     PROTOCOL_CHOICES,
@@ -92,6 +95,13 @@ class ServerConfig:
     allow_local: bool = False
     origin: str = "roost.toml"
     agent: str | None = None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The credentials this server is given (among its headers, its environment
+        variables and its URL): taken out of what it answers and of its errors."""
+        env = {name: os.environ.get(name, "") for name in self.env}
+        return credential_values({**self.headers, **env}, self.url)
 
     def public(self, *, admin: bool = True) -> dict[str, Any]:
         """What ``GET /api/mcp/servers`` shows: no header or env values, a public URL; a
@@ -444,6 +454,7 @@ class McpManager:
                 except Exception as exc:  # a broken server must not take the manager down
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
+                state.last_error = redact(state.last_error, state.config.secrets)
                 if time.monotonic() - started >= STABLE_AFTER_S:
                     delay = BACKOFF_BASE_S
                 state.status, state.next_retry_at = "failed", time.time() + delay
@@ -519,6 +530,7 @@ class McpManager:
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
         if method == "notifications/message":
+            params = redact(params, state.config.secrets)
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
             self.kernel.publish(
@@ -608,11 +620,14 @@ class McpManager:
             schema = {"type": "object", "properties": {}}
         annotations = item.get("annotations")
         output_schema = item.get("outputSchema")
+        secrets = state.config.secrets
+        title = item.get("title") if isinstance(item.get("title"), str) else None
         spec = ToolSpec(
             name=namespaced(server, original),
-            description=str(item.get("description") or ""),
+            # What the model reads each turn: as much the server's word as a result.
+            description=redact(str(item.get("description") or ""), secrets),
             input_schema=dict(schema),
-            title=item.get("title") if isinstance(item.get("title"), str) else None,
+            title=redact(title, secrets),
             output_schema=dict(output_schema) if isinstance(output_schema, Mapping) else None,
             annotations=dict(annotations) if isinstance(annotations, Mapping) else None,
             owner=f"mcp:{server}",
@@ -638,7 +653,7 @@ class McpManager:
                         EVENT_PROGRESS,
                         f"mcp:{server}",
                         target=caller,
-                        payload={"server": server, "tool": original, **dict(params)},
+                        payload=redact({"server": server, "tool": original, **params}, secrets),
                         trace=trace,
                     )
                 )
@@ -657,7 +672,7 @@ class McpManager:
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
-        return Tool(spec, call_remote)
+        return Tool(spec, call_remote, secrets=secrets)
 
     async def _offers(self, state: ServerState, client: McpClient) -> set[str]:
         """Which of resources / prompts the server really has (not merely declares)."""
@@ -770,7 +785,7 @@ class McpManager:
                         annotations={"readOnlyHint": True},
                         timeout_s=state.config.timeout_secs + 1.0,
                     )
-                    out.append(Tool(spec, guarded(run)))
+                    out.append(Tool(spec, guarded(run), secrets=state.config.secrets))
         return out
 
     # ---- server-to-client requests --------------------------------------------------------
@@ -791,6 +806,8 @@ class McpManager:
         from roost.kernel import CompletionRequest, Message  # the agent loop's types, on use
 
         agent = context.caller
+        state = self.states.get(context.server)
+        secrets = state.config.secrets if state is not None else ()
         provider = self.kernel.provider_for(agent) if agent else None
         if provider is None:
             raise jsonrpc.JsonRpcError(
@@ -812,7 +829,7 @@ class McpManager:
                 if isinstance(b, Mapping) and b.get("type") == "text"
             )
             role = "assistant" if item.get("role") == "assistant" else "user"
-            messages.append(Message(role=role, content=text))
+            messages.append(Message(role=role, content=redact(text, secrets)))
         if not messages:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
@@ -820,7 +837,7 @@ class McpManager:
         max_tokens = params.get("maxTokens")
         request = CompletionRequest(
             agent=agent,
-            system=str(params.get("systemPrompt") or ""),
+            system=redact(str(params.get("systemPrompt") or ""), secrets),
             messages=tuple(messages),
             parameters={"max_tokens": max_tokens} if isinstance(max_tokens, int) else {},
         )

@@ -23,10 +23,12 @@ from roost.kernel import (
     header_table,
     json_type_name,
     jsonrpc,
+    redact,
     unknown_key,
 )
 from roost.plugins.http.client import (
     ResponseTooLarge,
+    credential_values,
     http_error_text,
     read_body,
     read_error_body,
@@ -99,12 +101,15 @@ class ProviderSettings:
     context_window: int | None = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The API key and the credentials among ``headers``: what an error text must not
+        quote (``redact`` also finds each as JSON and a URL may write it)."""
+        return (self.api_key or "", *credential_values(self.headers))
+
     def redact(self, text: str) -> str:
-        """``text`` with the API key (if any) replaced, also as JSON may write it (``\\/``)."""
-        key = self.api_key
-        if key and len(key) >= 4:
-            text = text.replace(key, "[redacted]").replace(key.replace("/", "\\/"), "[redacted]")
-        return text
+        """``text`` with ``secrets`` replaced."""
+        return redact(text, self.secrets)
 
 
 _NUMBERS: dict[str, tuple[type, float, float]] = {
@@ -242,7 +247,8 @@ class HttpClient:
         except ValueError as exc:
             s = self.settings
             # Redacted before it is cut: a key across the cut would leave its head.
-            head = s.redact(raw[: 200 + len(s.api_key or "")].decode("utf-8", "replace"))[:200]
+            longest = 3 * max(map(len, s.secrets))  # percent-encoded: up to 3 times as long
+            head = s.redact(raw[: 200 + longest].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
                 f"{s.provider} answered with malformed JSON ({exc}); "
                 f"the server at {s.base_url} may not speak this API: {head!r}"

@@ -14,6 +14,7 @@ from roost.kernel import CompletionRequest, Message, ToolCall, ToolSpec
 from roost.plugins.providers._http import (
     ProviderAuthError,
     ProviderConfigError,
+    ProviderError,
     ProviderRateLimited,
     ProviderResponseError,
     ProviderUnavailable,
@@ -783,3 +784,16 @@ async def test_a_non_json_answer_quoting_the_key_at_the_cut_shows_no_part_of_it(
     with pytest.raises(ProviderResponseError, match="malformed JSON") as info:
         await provider(vendor).complete(conversation())
     assert KEY[:6] not in str(info.value), str(info.value)[-80:]
+
+
+async def test_a_credential_header_echoed_in_an_error_is_redacted(vendor):
+    # Regression: only the API key was redacted; a proxy credential configured in
+    # [providers.<name>].headers and echoed back in an error was shown whole.
+    proxy = "proxy-cred-0123456789"
+    vendor.queue(Reply(407, body=json.dumps({"error": {"message": f"bad {proxy}"}}).encode()))
+    settings = {"base_url": vendor.url + "/v1", "headers": {"Proxy-Authorization": proxy}}
+    p = create_openai(MODEL, {**settings, **FAST}, env={"OPENAI_API_KEY": KEY})
+    with pytest.raises(ProviderError) as info:
+        await p.complete(conversation())
+    text = str(info.value)
+    assert "bad [redacted]" in text and proxy not in text, text

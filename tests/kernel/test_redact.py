@@ -1,0 +1,155 @@
+"""``redact`` and ``ToolResult.redacted``: credentials out of whatever a peer answered."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import types
+
+import pytest
+from roost.kernel import Tool, ToolResult, ToolSpec, redact
+from roost.plugins.http.client import credential_values
+
+
+def test_every_string_at_any_depth_keys_included_is_redacted():
+    value = {"a": ["x tok-secret y", ("tok-secret",)], "tok-secret": {"n": 1, "b": None}}
+    assert redact(value, ["tok-secret"]) == {
+        "a": ["x [redacted] y", ("[redacted]",)],
+        "[redacted]": {"n": 1, "b": None},
+    }
+
+
+def test_a_value_without_a_secret_comes_back_itself():
+    value = {"a": ["x", ("y",)], "b": 1}
+    assert redact(value, ["tok-secret"]) is value
+    result = ToolResult.text("nothing here")
+    assert result.redacted(["tok-secret"]) is result
+
+
+def test_the_longer_of_two_overlapping_secrets_goes_whole():
+    # Shorter first would leave "[redacted]-extra" behind the longer one's tail.
+    assert redact("k: abcd-extra", ["abcd", "abcd-extra"]) == "k: [redacted]"
+
+
+@pytest.mark.parametrize("secret", ["", "abc"])
+def test_a_secret_too_short_to_be_one_is_left_alone(secret):
+    # Replacing "abc" would mangle ordinary text without hiding a credential.
+    assert redact("abc def", [secret]) == "abc def"
+
+
+def test_a_result_nested_too_deep_to_check_becomes_an_error_not_a_crash():
+    deep: list = ["tok-secret"]
+    for _ in range(100_000):
+        deep = [deep]
+    result = ToolResult(({"type": "text", "text": "x"},), {"deep": deep})
+    redacted = result.redacted(["tok-secret"])
+    assert redacted.is_error and "too deeply" in redacted.as_text()
+
+
+def test_a_tool_keeps_its_secrets_out_of_its_repr():
+    async def handler(call, ctx):
+        raise AssertionError
+
+    tool = Tool(ToolSpec("t", "d", owner="test"), handler, secrets=["tok-secret"])
+    assert tool.secrets == ("tok-secret",) and "tok-secret" not in repr(tool)
+
+
+def test_credential_values_are_those_named_so_with_and_without_their_scheme():
+    named = {
+        "Authorization": "Bearer tok-123456",
+        "X-Api-Key": "key-123456",
+        "GITHUB_TOKEN": "ghp_123456",
+        "Cookie": "sid=abc123",
+        "X-Tenant": "acme-corp",
+        "ROOST_MODE": "verbose",
+    }
+    assert credential_values(named) == (
+        "Bearer tok-123456",
+        "tok-123456",
+        "key-123456",
+        "ghp_123456",
+        "sid=abc123",
+    )
+
+
+def test_one_string_for_secrets_is_refused_not_split_into_characters():
+    async def handler(call, ctx):
+        raise AssertionError
+
+    with pytest.raises(TypeError, match="Tool.secrets"):
+        Tool(ToolSpec("t", "d", owner="test"), handler, secrets="tok-secret")
+
+
+def test_credential_values_of_a_url_are_its_password_and_its_keys_not_other_parameters():
+    url = "https://bob:p%40ss-word@host/mcp?api_key=a%2Fb%2Bcdef&page=2&access_token=tok+en12"
+    basic = base64.b64encode(b"bob:p@ss-word").decode()
+    assert credential_values({}, url) == (
+        "p@ss-word",
+        basic,
+        "a%2Fb%2Bcdef",
+        "a/b+cdef",
+        "tok+en12",
+        "tok en12",
+    )
+    assert credential_values({}, "https://host/mcp?page=2") == ()
+    assert credential_values({}, "http://[::1") == credential_values({}, None) == ()
+
+
+def test_a_secret_is_redacted_also_as_json_and_a_url_may_write_it():
+    # A peer quoting its request as PHP's JSON does ("\/") or in a link (percent-encoded).
+    text = 'said {"k": "tok\\/0123+abc="}, retry at /cb?t=tok%2F0123%2Babc%3D'
+    assert redact(text, ["tok/0123+abc="]) == 'said {"k": "[redacted]"}, retry at /cb?t=[redacted]'
+
+
+def test_a_large_result_without_a_secret_is_checked_at_the_speed_of_json():
+    # Regression: the check walked every object in Python, a call's answer of 10 MB of
+    # small objects holding the event loop for seconds (json.dumps of it: a tenth of one).
+    rows = {"rows": [{"id": n, "name": "row"} for n in range(200_000)]}
+    started = time.process_time()
+    json.dumps(rows, ensure_ascii=False)
+    yardstick = time.process_time() - started
+    started = time.process_time()
+    assert redact(rows, ["tok-secret"]) is rows
+    assert time.process_time() - started < 2 * yardstick + 0.02
+
+
+def test_a_secret_in_a_mapping_of_any_kind_or_under_an_odd_value_is_found():
+    # What JSON does not write as itself (another Mapping, a set, a tuple key) is still checked.
+    found = redact(
+        {"m": types.MappingProxyType({"k": "tok-secret"}), "s": {1}, ("t",): ["tok-secret"]},
+        ["tok-secret"],
+    )
+    assert found == {"m": {"k": "[redacted]"}, "s": {1}, ("t",): ["[redacted]"]}
+    escaped = 'a "quoted\\ tok-se"cret\n'
+    assert redact({"v": escaped}, ['tok-se"cret']) == {"v": 'a "quoted\\ [redacted]\n'}
+
+
+@pytest.mark.parametrize("secret", [None, b"tok-secret", ["tok-secret"]])
+def test_a_secret_that_is_not_a_string_is_refused_when_the_tool_is_made(secret):
+    # Regression: Tool(..., secrets=[os.environ.get("UNSET")]) was taken, and every call of
+    # the tool then crashed in the kernel (len(None)) instead of answering.
+    async def handler(call, ctx):
+        raise AssertionError
+
+    with pytest.raises(TypeError, match=r"Tool.secrets\[1\]: expected a string") as info:
+        Tool(ToolSpec("t", "d", owner="test"), handler, secrets=["tok-other", secret])
+    assert "tok-secret" not in str(info.value) and "tok-other" not in str(info.value)
+
+
+def test_a_short_setting_under_a_credential_like_name_is_not_taken_for_one():
+    # Regression: TOKENIZERS_PARALLELISM=false (set for many Hugging Face based servers),
+    # AUTH_MODE=none or SESSION_TIMEOUT=3600 made every "false", "none" or "3600" in the
+    # server's answers read "[redacted]". A credential is 8 characters or more.
+    named = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "AUTH_MODE": "none",
+        "SESSION_TIMEOUT": "3600",
+        "X-Api-Key": "k-123456",
+        "Authorization": "Bearer short",
+    }
+    assert credential_values(named, "https://u:pw@host/?token=abc") == (
+        "k-123456",
+        "Bearer short",
+        base64.b64encode(b"u:pw").decode(),
+    )
