@@ -77,14 +77,7 @@ class Messaging:
                 self.breaker_tripped(exc, caller=caller, target=agent, trace=trace)
                 raise
         return await self._deliver(
-            agent,
-            message,
-            trace,
-            session_id=session_id,
-            timeout=timeout,
-            stream=stream,
-            new_session=new_session,
-            principal=principal,
+            agent, message, trace, session_id, timeout, stream, new_session, principal
         )
 
     async def _deliver(
@@ -92,12 +85,11 @@ class Messaging:
         agent: str,
         message: str,
         trace: TraceContext,
-        *,
-        session_id: str | None = None,
-        timeout: float | None = None,
-        stream: bool = False,
-        new_session: bool = False,
-        principal: str | None = None,
+        session_id: str | None,
+        timeout: float | None,
+        stream: bool,
+        new_session: bool,
+        principal: str | None,
     ) -> AgentReply:
         """``send``'s delivery, ``trace`` already naming ``agent`` as its last hop."""
         run_id = uuid7_hex()  # from the id pool: no syscall per message

@@ -238,13 +238,9 @@ class AgentSurface:
         ``session_id`` names one of theirs."""
         assert call.tool is None and call.refused is None
         self.kernel._require_agent(self.agent)
+        message = call.arguments["message"]
         return await self.kernel._deliver(
-            self.agent,
-            call.arguments["message"],
-            call.trace,
-            session_id=session_id,
-            timeout=timeout,
-            principal=principal,
+            self.agent, message, call.trace, session_id, timeout, False, False, principal
         )
 
     @staticmethod

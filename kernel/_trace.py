@@ -385,33 +385,22 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     return _assemble_fields(parent, None, depth, path, max_depth)
 
 
-def _traceparent(value: Any) -> str | None:
-    """``value`` as a well-formed ``traceparent`` (lowercase, trimmed); None if it is not."""
-    if not isinstance(value, str):
-        return None
-    value = value.strip().lower()
-    return value if _TRACEPARENT.match(value) else None
-
-
 # The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
 _SAMPLED_DIGITS = frozenset("13579bdf")
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str, bool] | None:
-    """(trace id, span id, sampled flag) of a well-formed ``traceparent``; None for anything
-    else (ignored: its trace then counts as sampled)."""
-    value = _traceparent(value)
-    ids = None if value is None else _ids(value)
-    return None if ids is None else (*ids, value[54] in _SAMPLED_DIGITS)
-
-
-def _ids(traceparent: str) -> tuple[str, str] | None:
-    """(trace id, span id) of a traceparent that matches ``_TRACEPARENT``; None if either
-    is all zeros (invalid in W3C trace context)."""
-    trace_id, span_id = traceparent[3:35], traceparent[36:52]  # the pattern is fixed-width
+    """(trace id, span id, sampled flag) of a well-formed ``traceparent`` (trimmed, any
+    case); None for anything else, all-zero ids too (ignored: its trace counts as sampled)."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip().lower()
+    if not _TRACEPARENT.match(value):
+        return None
+    trace_id, span_id = value[3:35], value[36:52]  # the pattern is fixed-width
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
-    return trace_id, span_id
+    return trace_id, span_id, value[54] in _SAMPLED_DIGITS
 
 
 def _normalise_trace_id(value: str | None) -> str | None:
