@@ -22,13 +22,11 @@ HEAP_SLACK = 64
 @attrs.define(eq=False)
 class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
-
-    ``entries`` is a heap of ``(deadline, tiebreak, item)`` (always the same list: holders
-    may ``clear()`` it once no item is live), watched by one task in ``nursery`` started at
-    the first ``push``. An ended item's entry stays until it reaches the top, or until the
-    heap holds ``2 * live + slack`` entries and is rebuilt. Once stopped (``stop()``, or the
-    task cancelled from outside), live and later items get ``hand_back(item, deadline)``.
-    """
+    ``entries``: a heap of ``(deadline, tiebreak, item)`` (one list for good: holders may
+    ``clear()`` it when no item is live) watched by one task in ``nursery`` from the first
+    ``push``; an ended item's entry stays until it tops the heap or the heap, past
+    ``2 * live + slack`` entries, is rebuilt. Once stopped (``stop()``, or cancelled from
+    outside), live and later items get ``hand_back(item, deadline)``."""
 
     _nursery: trio.Nursery
     _ended: Callable[[_T], Any]

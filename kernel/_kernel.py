@@ -206,9 +206,8 @@ class Kernel(ToolCalls, Messaging):
         return value
 
     def agent_status(self, agent: str) -> tuple[str, str | None]:
-        """``(status, reason)``: "ready"; "unavailable" (it could not be set up); or
-        "stopped" (its actor is not running: shut down, or past its restart budget until
-        its cool-down ends — the reason says which and when)."""
+        """``(status, reason)``: "ready", "unavailable" (could not be set up) or "stopped"
+        (shut down, or past its restart budget: the reason says which and when)."""
         if agent in self.agent_errors:
             return "unavailable", self.agent_errors[agent]
         cause = self.actors.stop_cause(agent)
@@ -266,10 +265,7 @@ class Kernel(ToolCalls, Messaging):
         return self._cached(("workspace", manifest.name), manifest, create, follows_registry=False)
 
     def add_tool(self, tool: Tool) -> None:
-        """Register a tool while running (e.g. discovered on an MCP server).
-
-        Raises ToolNameCollision; publishes ``KERNEL:TOOLS_CHANGED``.
-        """
+        """Register a tool while running (ToolNameCollision); publishes ``KERNEL:TOOLS_CHANGED``."""
         self.registry.register(tool)
         self.publish(
             Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"added": [tool.spec.name]})

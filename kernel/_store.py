@@ -1,11 +1,9 @@
 """The app store: sessions and their history, the tool-call audit log and token usage.
 
-``Store`` is the protocol; ``SqliteStore`` the default, an ``SqliteDatabase``: every write
-returns only after its commit, a tool call's audit row before the call's result.
-
-A session is named by ``(owner, id)`` (``owner``: a principal), so two principals never
-share one; sessions from before schema 2 get ``open_store``'s ``legacy_owner``. A session
-stays with its agent: writing to it as another raises ``SessionConflict``.
+``Store`` is the protocol; ``SqliteStore`` the default: every write returns after its
+commit, a tool call's audit row before the call's result. A session is named by
+``(owner, id)`` (``owner``: a principal; before schema 2, ``open_store``'s
+``legacy_owner``) and stays with its agent (else ``SessionConflict``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """Trace context: W3C-compatible ids plus the call-chain depth and path.
 
-Depth is the number of agents in the chain: a message from outside to agent A starts
-a trace at depth 1 (path ``A``); A calling B gives depth 2 (``A → B``), and so on.
-``child()`` refuses a hop that would pass ``max_depth`` (default 5), so with the default
-the sixth agent of ``A → B → C → D → E → F`` is refused and the error names that path.
+Depth is the number of agents in the chain: a message from outside to agent A starts a
+trace at depth 1 (path ``A``), A calling B gives depth 2 (``A → B``), and so on. ``child()``
+refuses a hop past ``max_depth`` (default 5: the sixth agent of ``A → … → F``), naming the
+path. The context travels in MCP ``params._meta``, A2A message metadata, HTTP headers and
+the environment of the processes a tool starts (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``,
+``ROOST_TRACE_PATH``), so the breaker holds across processes.
 
-The context travels in MCP ``params._meta``, in A2A message metadata, in HTTP headers and,
-for the processes a tool starts (``bash``), in their environment (``TRACEPARENT``,
-``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``), so the breaker holds across processes.
-
-Reading a carrier: a depth must be a whole number from 0 to 999,999,999 (``InvalidTraceContext``
-otherwise; an empty value counts as absent); a malformed ``traceparent`` is ignored, as W3C
-asks. When one request brings several carriers, ``deepest`` picks the one to continue: the
-deepest, whole, so that no carrier can lower the count.
+Reading a carrier: a depth must be a whole number from 0 to 999,999,999 (else
+``InvalidTraceContext``; an empty value is absent); a malformed ``traceparent`` is ignored,
+as W3C asks. Of several carriers, ``deepest`` picks the one to continue, whole.
 """
 
 from __future__ import annotations
@@ -59,10 +56,9 @@ _MAX_PATH_ITEMS = 64
 _MAX_HOP_LEN = 128
 
 
-# Ids come from the OS's CSPRNG, read 4 KiB at a time and handed out 64 bits (16 hex digits)
-# at a time: a urandom syscall per id showed on every call, and so did the lock that once
-# guarded the pool. They must stay unpredictable: the MCP server forwards a trace's tool logs
-# and progress to the client whose call carries that trace id. A forked child starts afresh.
+# Ids come from the OS's CSPRNG, read 4 KiB at a time (a syscall per id showed on every
+# call). They must stay unpredictable: the MCP server forwards a trace's tool logs and
+# progress to the client whose call carries that trace id. A forked child starts afresh.
 _RANDOM_BATCH = 4096
 _HEX64 = 16
 _ZERO64 = "0" * _HEX64
@@ -70,11 +66,9 @@ _random_chunks: Iterator[str] = iter(())
 
 
 def _random_hex() -> str:
-    """64 random bits as 16 hex digits, never all zeros (not a valid W3C span id), so that
-    span ids need no check of their own. Never the same chunk twice, on any thread:
-    ``next`` on a list iterator is atomic under the GIL (as ``_events``' id counter relies
-    on too; a free-threaded build would need a lock here); threads that find the pool
-    empty at once each draw a batch, and one of them is kept."""
+    """64 random bits as 16 hex digits, never all zeros (no valid W3C span id). Never the same
+    chunk twice, on any thread: ``next`` on a list iterator is atomic under the GIL (a
+    free-threaded build would need a lock); threads finding the pool empty each draw one."""
     global _random_chunks
     try:
         return next(_random_chunks)
@@ -140,11 +134,8 @@ class TraceContext:
         return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
-        """The context for calling ``hop`` from here.
-
-        Raises RecursionLimitExceeded when the chain would pass the limit; the stricter of
-        this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
-        """
+        """The context for calling ``hop`` from here; RecursionLimitExceeded past the stricter
+        of this trace's limit and ``max_depth`` (e.g. the callee's own)."""
         return _hop(
             self.trace_id,
             self.span_id,
@@ -171,9 +162,8 @@ class TraceContext:
 
     @classmethod
     def root(cls, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
-        """A new trace's first span before any agent (depth 0, an empty path): what a server
-        hop without a caller's context opens, so that the agent it starts (``child``, depth
-        1) is its child."""
+        """A new trace's first span before any agent (depth 0, no path): a server hop without
+        a caller's context, parent of the agent it starts (``child``, depth 1)."""
         return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
@@ -221,12 +211,9 @@ class TraceContext:
 
     @classmethod
     def from_meta(cls, meta: Any, *, field: str = "_meta") -> TraceContext | None:
-        """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent.
-
-        A depth that is not a whole number from 0 to 999,999,999 raises InvalidTraceContext
-        naming ``field`` (where ``meta`` sits, e.g. ``params._meta``); a depth below the
-        length of the path counts as that length; a bad ``traceparent`` is ignored.
-        """
+        """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent. A bad
+        depth raises InvalidTraceContext naming ``field`` (e.g. ``params._meta``); one below
+        the path's length counts as that length; a bad ``traceparent`` is ignored."""
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return None
@@ -257,11 +244,8 @@ class TraceContext:
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> TraceContext | None:
-        """Read a context from HTTP headers (case-insensitive); None if absent.
-
-        Accepts ``traceparent``, ``X-Roost-Trace-Id`` / ``-Depth`` / ``-Path`` and, on input,
-        ``X-OpenStarry-Trace-ID``. A malformed depth raises InvalidTraceContext.
-        """
+        """Read a context from HTTP headers (any case: ``traceparent``, ``X-Roost-Trace-*``,
+        ``X-OpenStarry-Trace-ID``); None if absent; InvalidTraceContext for a bad depth."""
         lower = {str(k).lower(): str(v) for k, v in headers.items()}
         trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
         return cls._from_text(
@@ -352,10 +336,9 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
 
 def deepest(*contexts: TraceContext | None) -> TraceContext | None:
     """The context to continue when one request brings several (HTTP headers, ``_meta`` or
-    A2A metadata, the calling process): the deepest, taken whole (trace id, parent span,
-    path), so that no carrier can lower the count — a forged lower depth never resets a
-    chain. A tie goes to the one listed first; the strictest ``max_depth`` of them applies.
-    None when none is given."""
+    A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
+    depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
+    applies. None when none is given."""
     best: TraceContext | None = None
     limit = 0
     for ctx in contexts:
@@ -416,10 +399,9 @@ _BIG = 10_000
 
 
 def _parse_depth(value: Any, field: str) -> int | None:
-    """A depth from 0 to ``MAX_DEPTH_VALUE``, from an int or a string of ASCII digits; None
-    when absent (None, or an empty string: what ``-H "X-Roost-Trace-Depth: $VAR"`` sends with
-    the variable unset). Anything else raises InvalidTraceContext naming ``field``: a bad
-    depth is refused, never read as "no depth" (which would restart the count)."""
+    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or ""
+    (``-H "X-Roost-Trace-Depth: $VAR"`` with the variable unset). Anything else raises
+    InvalidTraceContext naming ``field``: read as "no depth", it would restart the count."""
     if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
         if 0 <= value <= MAX_DEPTH_VALUE:
             return int(value)
