@@ -744,8 +744,7 @@ class ActorSystem:
 
     # ---- the actor task ---------------------------------------------------------------
     async def _supervise(self, actor: _Actor) -> None:
-        """The actor's task: run it; if its restart budget ran out, wait out the cool-down
-        and run a fresh one in its place (same name, factory and limits), and so on."""
+        """The actor's task: run it; once its budget ran out, after the cool-down, a fresh one."""
         while True:
             await self._run(actor)
             if actor.revive_at is None or self._closing is not None:

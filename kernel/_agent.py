@@ -317,8 +317,7 @@ class AgentRuntime:
         first: _FirstExchange | None,
         owner: str = "local",
     ) -> AgentReply:
-        """``_run``'s work as the run's span (``trace`` names it; ``NO_SPAN`` while nobody
-        traces); ``first``: this is a new session's first exchange."""
+        """``_run``'s work as the run's span; ``first``: a new session's first exchange."""
         name = self.name
         span = start_span(self.kernel.tap, SpanKind.AGENT, name, trace, source=name, agent=name)
         if session_id is not None:

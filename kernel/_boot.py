@@ -218,8 +218,7 @@ def _service_failed(kernel: Kernel, name: str, error: str) -> None:
 def _descriptors(
     kernel: Kernel, results: list[tuple[str, list[Any]]], hook: str, kind: type, hint: str = ""
 ) -> Iterator[Any]:
-    """Each result of ``hook`` that is a ``kind``; any other is reported as its plugin's
-    failure."""
+    """Each result of ``hook`` that is a ``kind``; any other is its plugin's failure."""
     for plugin, found in results:
         for desc in found:
             if isinstance(desc, kind):

@@ -75,8 +75,7 @@ class DeadlineTimer(Generic[_T]):
         self.entries.clear()
 
     async def _run(self) -> None:
-        """The timer: sleeps until the earliest deadline, expires the items past theirs,
-        drops the ended ones, and sleeps again, until ``stop()`` or its cancellation."""
+        """The timer: sleeps until the earliest deadline, expires past items, drops ended ones."""
         heap, ended, expire = self.entries, self._ended, self._expire
         try:
             while not self.stopped:

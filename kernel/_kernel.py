@@ -91,8 +91,7 @@ class Kernel(ToolCalls, Messaging):
 
     @property
     def tracing(self) -> bool:
-        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events): a
-        caller may skip building a span's attributes when not."""
+        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events)."""
         return bool(self.tap.subscriber_count) and tracing(self.tap)
 
     def start_span(
@@ -169,8 +168,7 @@ class Kernel(ToolCalls, Messaging):
         return [s for s in self._exposable() if exposure.is_exposed(s)]
 
     def _exposable(self) -> tuple[ToolSpec, ...]:
-        """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
-        registry version: with thousands of agents those are most of the registry."""
+        """The registry's tools but ``agent_<name>`` ones (never exposed; cached: they are many)."""
         return self._cached(
             ("exposable", ""),
             None,
@@ -184,8 +182,7 @@ class Kernel(ToolCalls, Messaging):
         return tool is not None and tool.spec is spec
 
     def surface(self, agent: str) -> AgentSurface:
-        """The MCP surface of ``agent`` (``message`` plus its exposed tools) that every
-        transport drives; raises AgentNotFound."""
+        """The MCP surface of ``agent`` that every transport drives; raises AgentNotFound."""
         surface = self._surfaces.get(agent)
         if surface is None:
             self._manifest(agent)

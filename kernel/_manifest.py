@@ -469,8 +469,7 @@ def _parse_json(text: str) -> Any:
 
 
 def _repeats(items: Any, field: str, key: Callable[[str], str]) -> Iterator[tuple[int, str, str]]:
-    """(index, value, the first value with its key) of each string ``field`` of the objects
-    in the list ``items`` whose ``key`` an earlier one had."""
+    """(index, value, first value of its key) of each repeated ``key(field)`` in ``items``."""
     seen: dict[str, str] = {}
     for index, item in enumerate(items if isinstance(items, list) else []):
         value = item.get(field) if isinstance(item, dict) else None

@@ -176,8 +176,7 @@ def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
 
 
 def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
-    """``is_valid`` of ``spec``'s validator (False: ask ``validate_arguments`` for the
-    words); None when the schema is invalid."""
+    """Its validator's ``is_valid`` (False: ``validate_arguments`` says why); None: bad schema."""
     try:
         return _validator_for(spec).is_valid
     except ToolSchemaInvalid:

@@ -67,8 +67,7 @@ class ProcessTraces:
         return release
 
     async def caller_of(self, peer: Any, local: Any) -> TraceContext | None:
-        """The context of the registered run whose process is the client of the TCP
-        connection ``peer`` → ``local`` (``(host, port)`` each), else None."""
+        """The context of the registered run whose process is the client of ``peer`` → ``local``."""
         if not self._by_pid or not sys.platform.startswith("linux"):
             return None
         client, server = _endpoint(peer), _endpoint(local)

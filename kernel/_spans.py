@@ -206,8 +206,7 @@ def start_span(
     source: str = "kernel",
     **attributes: Any,
 ) -> Any:
-    """Open the span ``trace`` names (its span id, its parent's): a ``Span``, or ``NO_SPAN``
-    while nobody subscribes to ``TRACE:`` events."""
+    """Open the span ``trace`` names: a ``Span``, or ``NO_SPAN`` while nobody follows spans."""
     if not tap.subscriber_count or not tracing(tap):
         return NO_SPAN
     return Span(tap, kind, name, trace, source, attributes)

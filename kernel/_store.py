@@ -379,8 +379,7 @@ class SqliteStore(SqliteDatabase):
         now: float,
         messages: int = 0,
     ) -> bool:
-        """Create the session (counting the ``messages`` about to be added) if needed; True
-        if it is new."""
+        """Create the session (counting ``messages`` to add) if needed; True if it is new."""
         agent_now = _session_agent(conn, owner, session_id)
         if agent_now is None:
             conn.execute(
@@ -401,8 +400,7 @@ class SqliteStore(SqliteDatabase):
     async def ensure_session(
         self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
     ) -> None:
-        """Create ``owner``'s session for ``agent`` if missing (``SessionConflict`` if it is
-        another agent's)."""
+        """Create ``owner``'s session for ``agent`` if missing (else ``SessionConflict``)."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         now = time.time()
         await self.write(
@@ -448,8 +446,7 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> None:
-        """Append messages (dicts of role, content, data), all or none, creating the session
-        if needed."""
+        """Append messages (role, content, data), all or none, creating the session if needed."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
         now = time.time()
@@ -465,8 +462,7 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> list[StoredMessage]:
-        """In one transaction: create the session if needed, append the user's ``message``
-        and return the history before it."""
+        """In one transaction: ensure the session, append ``message``; the history before it."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages([message])
         now = time.time()
@@ -574,8 +570,7 @@ class SqliteStore(SqliteDatabase):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        """``record_usage`` written behind (committed with the next batch, a failure
-        logged), for usage nobody is answered about."""
+        """``record_usage`` written behind (a failure logged): usage nobody is answered about."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row), wait=False)
 

@@ -240,8 +240,7 @@ class AgentSurface:
 
     @staticmethod
     def answer(reply: AgentReply) -> dict[str, Any]:
-        """The ``message`` tool's ``CallToolResult`` of ``reply`` (``session_id`` is None
-        for a one-shot ask)."""
+        """The ``message`` tool's ``CallToolResult`` of ``reply`` (one-shot: no session_id)."""
         return reply.to_mcp(session_id=reply.session_id or None)
 
     # ---- the in-memory transport ----------------------------------------------------------

@@ -113,8 +113,7 @@ class ToolCalls:
     """The tool pipeline of ``Kernel`` (see the module's docstring)."""
 
     def _plan(self, manifest: Any, tool: Tool) -> _CallPlan:
-        """What the policy decides for ``manifest`` calling ``tool`` that does not change
-        from call to call; rebuilt when either is replaced (reload, re-registration)."""
+        """The policy's decisions for ``manifest`` calling ``tool``, kept while neither changes."""
         spec = tool.spec
         key = (manifest.name, spec.name)
         hit = self._plans.get(key)

@@ -312,8 +312,7 @@ def _hop(
     hop: str,
     max_depth: int | None,
 ) -> TraceContext:
-    """``TraceContext(trace_id, span_id, depth, path, limit, sampled=sampled).child(hop,
-    max_depth=max_depth)``."""
+    """``TraceContext(..., limit, sampled=sampled).child(hop, max_depth=max_depth)``."""
     if max_depth is not None:
         limit = min(limit, max_depth)
     path = path + (hop,)
@@ -323,8 +322,7 @@ def _hop(
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
-    """A received context's (trace id, span id, depth, path, max depth, sampled), gaps
-    filled; ``parent``: what ``_parse_traceparent`` read, if anything."""
+    """A received context's fields (``_Fields``), gaps filled."""
     tid, span, sampled = parent if parent else (trace_id or _new_trace_id(), _new_span_id(), True)
     if depth is None or depth < len(path):
         depth = max(len(path), 1)
