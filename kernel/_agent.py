@@ -239,7 +239,7 @@ class AgentRuntime:
             # Stopped through the ask, which then answers the cancelled reply.
             reply_as = answer_as or _as_is
             self._runs[run_id] = lambda: direct_ask.cancel(
-                lambda: reply_as(self._cancelled_reply(session_id, trace))
+                lambda: reply_as(self._failed("cancelled", "cancelled", session_id, trace))
             )
             try:
                 return await run
@@ -252,17 +252,15 @@ class AgentRuntime:
             finally:
                 self._runs.pop(run_id, None)
         # Only reached when cancel(run_id) stopped the run.
-        return self._cancelled_reply(session_id, trace)
+        return self._failed("cancelled", "cancelled", session_id, trace)
 
-    def _cancelled_reply(self, session_id: str | None, trace: TraceContext | None) -> AgentReply:
+    def _failed(
+        self, stop_reason: str, text: str, session_id: str | None, trace: Any, outputs: Any = ()
+    ) -> AgentReply:
+        """The reply of a run that was cancelled or whose provider failed."""
+        trace_id = trace.trace_id if trace else ""
         return AgentReply(
-            self.name,
-            "cancelled",
-            session_id or "",
-            trace.trace_id if trace else "",
-            True,
-            0,
-            "cancelled",
+            self.name, text, session_id or "", trace_id, True, 0, stop_reason, outputs
         )
 
     @asynccontextmanager
@@ -420,16 +418,7 @@ class AgentRuntime:
                 assert session_id is not None
                 await self._store_user_message(first, session_id, user, owner)
             outputs = conversation.handed_over() if conversation is not None else ()
-            return AgentReply(
-                self.name,
-                f"error: {exc}",
-                session_id or "",
-                trace.trace_id,
-                True,
-                0,
-                "error",
-                outputs,
-            )
+            return self._failed("error", f"error: {exc}", session_id, trace, outputs)
         if span.recording:
             span.set(
                 provider=provider.name,

@@ -135,8 +135,7 @@ class LoopResult:
 
 ExecuteTool = Callable[[ToolCall], Awaitable[ToolResult]]
 
-# The classes' constructors with every field given, for the values of the loop (and the
-# agent runtime) on their hot path.
+# Constructors with every field given, for the loop's (and agent runtime's) hot path.
 # message_of: role, content, tool_calls, tool_call_id, name, is_error, taint
 message_of = frozen_builder(Message)
 request_of = frozen_builder(CompletionRequest)  # agent, system, messages, tools, model, parameters

@@ -235,11 +235,6 @@ _converter.register_structure_hook(ScriptStep, _structure_step)
 # ---- the schema ------------------------------------------------------------------------
 
 
-@functools.cache
-def _schema_text() -> str:
-    return importlib.resources.files("roost.kernel").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
-
-
 def schema() -> dict[str, Any]:
     """The packaged ``agent.json.schema`` as a dict (a fresh copy; mutate freely)."""
     return copy.deepcopy(_validator().schema)
@@ -274,7 +269,8 @@ def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
-    loaded = json.loads(_schema_text())
+    resource = importlib.resources.files("roost.kernel").joinpath(SCHEMA_RESOURCE)
+    loaded = json.loads(resource.read_text("utf-8"))
     jsonschema.Draft202012Validator.check_schema(loaded)
     regexes = jsonschema.FormatChecker(formats=())
     regexes.checks("regex", raises=re.error)(_compiles)  # each script rule's match

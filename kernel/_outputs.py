@@ -18,9 +18,8 @@ import attrs
 from ._errors import ToolArgumentsInvalid
 from ._trace import new_call_id
 
-# A file travels base64-encoded (4/3 of its size) exactly once inside one protocol message
-# (MCP's stdio limit is 10 MiB): 6 MiB of outputs are 8 MiB on the wire, leaving room for
-# the answer and the envelope.
+# A file travels base64-encoded (4/3 of its size) once in one protocol message (MCP stdio's
+# limit: 10 MiB): 6 MiB of outputs are 8 MiB on the wire, with room for the answer.
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_RUN_BYTES = 6 * 1024 * 1024
 MAX_RUN_PARTS = 64

@@ -32,10 +32,9 @@ class SpanKind:
 # A refusal's error code → the mark it leaves on the span where it happened.
 _MARKS = {"recursion_limit": "breaker", "taint_violation": "taint", "loop_detected": "loop_guard"}
 
-# What a record names comes from outside: a tool name a model made up, the path a caller
-# claims, a peer's error. Recent records are kept (the dashboard's history) and exported,
-# so each text is cut to MAX_TEXT characters and a breaker's path to its first and last
-# hops: a record stays small however large what it names.
+# What a record names comes from outside (a tool name a model made up, a caller's path, a
+# peer's error) and records are kept and exported: so each text is cut to MAX_TEXT
+# characters, a breaker's path to its first and last hops.
 MAX_TEXT = 500
 _MAX_MARK_HOPS = 16
 _MAX_HOP = 128

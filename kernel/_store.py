@@ -504,11 +504,8 @@ class SqliteStore(SqliteDatabase):
     ) -> list[StoredMessage]:
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
-        limit = None if limit is None else _check_int("limit", limit, 1)
-        return await self.read(
-            "read history",
-            lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
-        )
+        last = -1 if limit is None else _check_int("limit", limit, 1)
+        return await self.read("read history", lambda c: _messages(c, owner, session_id, last))
 
     async def sessions(
         self, *, agent: str | None = None, limit: int = 100, owner: str | None = None

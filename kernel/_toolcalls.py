@@ -57,9 +57,8 @@ log = logging.getLogger("roost.kernel")
 _AUDIT_ARGS_MAX = 4_000
 
 
-# The validators and converters whose work ``_audit_record`` does itself before it takes
-# the builder (non-empty agent and tool, a known outcome, arguments within the limit, no
-# error text to cut).
+# The validators and converters whose work ``_audit_record`` does itself before it takes the
+# builder: non-empty agent and tool, a known outcome, arguments within bounds, no error text.
 _AUDIT_CHECKS = {
     "agent": (_required_text, None),
     "tool": (_required_text, None),

@@ -297,8 +297,7 @@ class TraceContext:
 
 _Fields = tuple[str, str, int, tuple[str, ...], int, bool]
 
-# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), for the
-# kernel's own values.
+# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), given all.
 _trace_context = frozen_builder(TraceContext)
 
 
