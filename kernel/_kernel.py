@@ -103,9 +103,7 @@ class Kernel(ToolCalls, Messaging):
         source: str = "kernel",
         **attributes: Any,
     ) -> Any:
-        """Open the span ``trace`` names (a ``Span``: ``set``, ``mark``, ``end``); it
-        publishes ``TRACE:SPAN_START`` now and ``TRACE:SPAN_END`` at ``end()``. ``NO_SPAN``
-        (does nothing) while nobody subscribes to ``TRACE:`` events."""
+        """Open the span ``trace`` names (``set``, ``mark``, ``end``); ``NO_SPAN`` if untraced."""
         return start_span(self.tap, kind, name, trace, source=source, **attributes)
 
     # ---- agents ------------------------------------------------------------------------
@@ -131,8 +129,7 @@ class Kernel(ToolCalls, Messaging):
         return manifest
 
     def provider_for(self, agent: str) -> Provider | None:
-        """The model provider of ``agent`` (its main model's; None if the agent is unknown
-        or unavailable), e.g. to answer an MCP server's ``sampling/createMessage``."""
+        """The main model's provider of ``agent`` (None: unknown or unavailable)."""
         runtime = self._runtimes.get(agent)
         return runtime.provider if runtime is not None else None
 
@@ -211,8 +208,7 @@ class Kernel(ToolCalls, Messaging):
         return ("ready", None) if cause is None else ("stopped", cause)
 
     def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
-        """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
-        ``roost agents``); AgentNotFound for an unknown ``agent``."""
+        """A JSON-ready description of every agent, or of ``agent`` (else AgentNotFound)."""
         out = []
         chosen = sorted(self.agents.items()) if agent is None else [(agent, self._manifest(agent))]
         for name, m in chosen:

@@ -245,9 +245,8 @@ _VALID_REFS_MAX = 4096
 
 
 def _compiles(pattern: object) -> bool:
-    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles. ``re.compile`` also
-    raises OverflowError (a repeat count too large) and RecursionError (groups nested too
-    deeply), which jsonschema would let through and crash the load of every agent."""
+    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles, also for re's
+    OverflowError and RecursionError, which would crash the load of every agent."""
     if isinstance(pattern, str):
         try:
             re.compile(pattern)
@@ -260,12 +259,10 @@ def _compiles(pattern: object) -> bool:
 
 @functools.cache
 def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
-    """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref``
-    remembers the values it found valid, keyed by the subschema and the value's canonical
-    JSON: agents made from one template share ``model`` or ``limits`` entries, checked once
-    per boot. Sound because the schema has one ``$id`` and no dynamic references (a place in
-    it always means one subschema) and only error-free values are kept. Only for values
-    decoded from JSON text (an in-memory tuple has a list's JSON but is no array)."""
+    """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref`` keeps
+    the values it found valid by subschema and canonical JSON (agents of one template share
+    ``model`` or ``limits`` entries): sound as the schema has one ``$id`` and no dynamic
+    references. Only for values decoded from JSON text (a tuple has a list's JSON)."""
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
@@ -601,8 +598,7 @@ def _manifest_files(location: Path) -> list[Path]:
         return [location]
     if (location / MANIFEST_FILENAME).is_file():
         return [location / MANIFEST_FILENAME]
-    # <location>/<name>/agent.json, by name (what sorted(glob(...)) gives, without building
-    # and comparing a Path per folder first).
+    # <location>/<name>/agent.json by name, as sorted(glob(...)) without a Path per folder.
     try:
         with os.scandir(location) as entries:
             names = sorted(e.name for e in entries)
