@@ -39,8 +39,7 @@ class Kernel(ToolCalls, Messaging):
         self, config: RoostConfig, plugins: PluginManager, store: Store, actors: ActorSystem
     ) -> None:
         self.config = config
-        # Who in-process callers are (``kernel.send`` without a principal): see
-        # ``HttpConfig.host_principal``.
+        # Who in-process callers are (``kernel.send`` without a principal).
         self.host_principal = config.http.host_principal
         self.plugins = plugins
         self.store = store
@@ -60,9 +59,8 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        # Per-agent views (capabilities, exposure, tool lists, surfaces, workspace) rebuilt
-        # only when the manifest or the registry changes (``_cached``): they sit on every
-        # tool call's path.
+        # Per-agent views on every tool call's path (capabilities, exposure, tool lists,
+        # workspace), rebuilt only when the manifest or the registry changes (``_cached``).
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is

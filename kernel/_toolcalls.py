@@ -90,6 +90,15 @@ _audit_json = _audit_json_encoder()
 
 
 _MAX_PLANS = 4096
+# The codes of the ToolErrors that refuse a call (audited as "denied", not "error").
+_REFUSALS = {
+    "tool_denied",
+    "taint_violation",
+    "sandbox_violation",
+    "invalid_arguments",
+    "recursion_limit",
+    "tool_not_found",
+}
 _UNKNOWN = object()
 
 
@@ -216,19 +225,7 @@ class ToolCalls:
                 outcome, error = "timeout", str(exc)
                 result = ToolResult.error(str(exc))
             except ToolError as exc:
-                outcome = (
-                    "denied"
-                    if exc.code
-                    in {
-                        "tool_denied",
-                        "taint_violation",
-                        "sandbox_violation",
-                        "invalid_arguments",
-                        "recursion_limit",
-                        "tool_not_found",
-                    }
-                    else "error"
-                )
+                outcome = "denied" if exc.code in _REFUSALS else "error"
                 error = str(exc)
                 # A refusal by an agent of this kernel was published by its surface.
                 if isinstance(exc, RecursionLimitExceeded) and (
