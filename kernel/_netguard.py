@@ -153,9 +153,8 @@ def classify_address(ip: str | IPAddress) -> str | None:
 
 
 def parse_ipv4_literal(host: str) -> ipaddress.IPv4Address | None:
-    """``host`` as the system's ``inet_aton`` reads an IPv4 address (as its resolver does:
-    1-4 parts, decimal, octal or hex, the last filling the rest: ``127.1``, ``0x7f.1``), or
-    None."""
+    """``host`` read as ``inet_aton`` (and so the resolver) reads IPv4: 1-4 parts, decimal,
+    octal or hex, the last filling the rest (``127.1``, ``0x7f.1``); else None."""
     host = host[:-1] if host.endswith(".") else host
     # inet_aton ignores what follows a space; an address holds nothing but these.
     if not host or not set(host) <= _IPV4_CHARS:

@@ -374,9 +374,8 @@ class TaintMatch:
 class TaintTracker:
     """Remembers text of tainted results and spots it passed on unchanged: a run of
     ``min_match`` characters (not only whitespace), or a whole short result of at least
-    ``min_short_value``. Windows are indexed every ``step`` characters, so a copied run of
-    ``min_match + step - 1`` is always found; at most ``max_chars`` are kept, oldest first
-    forgotten."""
+    ``min_short_value``. Windows are indexed every ``step`` characters (a copied run of
+    ``min_match + step - 1`` is always found); the newest ``max_chars`` are kept."""
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -255,10 +255,8 @@ class SqliteDatabase:
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
-                try:
+                with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
             for op in batch:
                 if op.error is None:
                     op.result, op.error = None, self._wrap(op.operation, exc)
