@@ -1,9 +1,8 @@
 """An agent as an actor: its mailbox receives messages and MCP tool calls.
 
 ``AGENT:MESSAGE`` runs the agentic loop for a user message (a session, stored).
-``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` request exactly as MCP sends it,
-with the caller's trace context in ``params._meta``; the reply is the JSON-RPC response.
-This is the in-memory MCP transport: the same messages, routed by the kernel.
+``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` exactly as MCP sends it (the caller's
+trace in ``params._meta``), answered by the JSON-RPC response: the in-memory MCP transport.
 """
 
 from __future__ import annotations

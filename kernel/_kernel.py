@@ -1,8 +1,7 @@
 """The running kernel: its state, the agents and tools as callers see them, and events.
 
-``Kernel`` is composed of the tool pipeline (``_toolcalls.ToolCalls``: ``call_tool``) and
-message delivery (``_messaging.Messaging``: ``send``, the ``agent_<name>`` tools); it is
-booted, and shut down, by ``_boot.open_kernel``.
+``Kernel`` is the tool pipeline (``_toolcalls.ToolCalls``) and message delivery
+(``_messaging.Messaging``) over this state; ``_boot.open_kernel`` boots and stops it.
 """
 
 from __future__ import annotations

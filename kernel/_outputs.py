@@ -1,9 +1,8 @@
 """What an agent hands over beside its answer: artifacts of text, JSON data or files.
 
-An agent adds outputs during a run with the built-in ``artifact`` tool (or any tool, through
-``ToolContext.outputs``); the run's ``AgentReply.outputs`` carries them to the surface that
-asked: A2A turns each into a task artifact, MCP into content blocks plus
-``structuredContent.artifacts``, the HTTP API into JSON.
+An agent adds outputs during a run with the ``artifact`` tool (or any tool, through
+``ToolContext.outputs``); ``AgentReply.outputs`` carries them to the surface that asked: A2A
+task artifacts, MCP content blocks plus ``structuredContent.artifacts``, HTTP API JSON.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The tool pipeline: ``Kernel.call_tool`` and what it reuses from call to call.
 
-One call: registry lookup → capability check → argument validation →
-``roost_before_tool_call`` vetoes → taint check → loop guard → ``EXEC:TOOL_CALL`` → the
-handler under its timeout (or, for an ``agent_<name>`` tool, the ask: see ``_messaging``)
-→ truncation → taint labels → ``roost_after_tool_call`` → ``EXEC:TOOL_RESULT`` → the audit
-row, stored before the result is returned. ``ToolCalls`` is the part of ``Kernel`` that does
-it (a mixin: it works on the kernel's own state, set up in ``Kernel.__init__``).
+One call: registry lookup → capability check → argument validation → ``roost_before_tool_call``
+vetoes → taint check → loop guard → ``EXEC:TOOL_CALL`` → the handler under its timeout (for
+an ``agent_<name>`` tool, the ask: see ``_messaging``) → truncation → taint labels →
+``roost_after_tool_call`` → ``EXEC:TOOL_RESULT`` → the audit row, stored before the result
+is returned. ``ToolCalls`` is that part of ``Kernel`` (a mixin over the kernel's state).
 """
 
 from __future__ import annotations
