@@ -178,9 +178,8 @@ class Outputs:
         return new
 
     def adopt(self, output: Output) -> None:
-        """Take over ``output`` (handed over by an agent this run asked) as it is, its id
-        too (so a link to it in the asked agent's answer still names it): all of it, or,
-        past the bounds, none of it (ToolArgumentsInvalid)."""
+        """Take over ``output`` (from an agent this run asked) as it is, id too (a link to it
+        still names it): all of it, or past the bounds none (ToolArgumentsInvalid)."""
         if any(o.id == output.id for o in self._by_name.values()):
             return
         # Kept apart from an artifact of this run with the same name (they are two).
