@@ -269,13 +269,8 @@ class TraceContext:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TraceContext | None:
         """The context ``to_env`` put in ``environ`` (e.g. ``os.environ``); None if absent."""
-        return cls._from_text(
-            environ.get(ENV_TRACEPARENT),
-            None,
-            environ.get(ENV_DEPTH),
-            environ.get(ENV_PATH),
-            ENV_DEPTH,
-        )
+        get = environ.get
+        return cls._from_text(get(ENV_TRACEPARENT), None, get(ENV_DEPTH), get(ENV_PATH), ENV_DEPTH)
 
     @classmethod
     def _from_text(
