@@ -155,9 +155,8 @@ class A2AConfig:
 
 @attrs.frozen
 class AgentLimits:
-    """Per-agent bounds on turns, tool time, call depth and concurrency, and on what one
-    ``bash`` command may use: address space per process (MiB), processes, and the size of
-    its private ``$TMPDIR`` (MiB)."""
+    """Per-agent bounds on turns, tool time, call depth and concurrency, and per ``bash``
+    command: address space per process (MiB), processes, its ``$TMPDIR``'s size (MiB)."""
 
     max_turns: int = 10
     tool_timeout_s: float = 60.0

@@ -269,9 +269,8 @@ async def check_url(
 
 @attrs.frozen
 class PinnedTarget:
-    """Where to connect for a URL whose host was checked: ``url`` names the address itself;
-    send ``host_header`` as ``Host`` and, for https, ``sni_hostname`` as the TLS server name
-    (so the certificate is still verified against the original name)."""
+    """Where to connect for a checked URL: ``url`` names the address; send ``host_header`` as
+    ``Host`` and, for https, ``sni_hostname`` as TLS server name, the certificate's to match."""
 
     url: str
     host_header: str

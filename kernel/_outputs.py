@@ -216,9 +216,8 @@ def outputs_to_json(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
 def outputs_to_mcp(
     outputs: tuple[Output, ...], first_index: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The content blocks of ``outputs`` (which will sit at ``first_index`` onwards in the
-    result's ``content``) and their ``structuredContent.artifacts``: there a file's bytes
-    are not repeated but referred to as ``{"content": <index of its block>}``."""
+    """The content blocks of ``outputs`` (at ``first_index`` on in the result's ``content``)
+    and their ``structuredContent.artifacts``, a file's bytes as ``{"content": <index>}``."""
     blocks: list[dict[str, Any]] = []
     artifacts = []
     for output in outputs:
@@ -233,9 +232,8 @@ def outputs_to_mcp(
 
 
 def output_from_json(value: Any, content: Any = ()) -> Output | None:
-    """An ``Output`` back from ``Output.to_json``, or from an MCP result's
-    ``structuredContent.artifacts`` entry whose file parts refer to blocks of ``content``;
-    None if ``value`` is not one."""
+    """An ``Output`` back from ``Output.to_json`` or a ``structuredContent.artifacts`` entry
+    (file parts referring to blocks of ``content``); None if ``value`` is not one."""
     if (
         not isinstance(value, dict)
         or not isinstance(value.get("name"), str)
