@@ -281,10 +281,9 @@ def canonical_arguments(arguments: Any) -> str:
 
 
 class LoopGuard:
-    """Stops a conversation that keeps making the same call (tool name and canonical
-    arguments): more than ``max_repeats`` in a row, or more than ``max_in_window`` (default
-    ``2 * max_repeats``: A, B, A, B cycles) among the last ``window``. Refused calls count
-    too, so retrying one stays refused."""
+    """Stops a conversation repeating a call (name, canonical arguments) over ``max_repeats``
+    times in a row or over ``max_in_window`` (default ``2 * max_repeats``: A, B, A, B cycles)
+    in the last ``window``. Refused calls count too, so retrying one stays refused."""
 
     def __init__(
         self, max_repeats: int = 3, *, window: int = 12, max_in_window: int | None = None
