@@ -106,7 +106,8 @@ def _validate_window(_inst: Any, attribute: attrs.Attribute, value: Any) -> None
 class RestartPolicy:
     """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds
     (0: the first crash stops it). One crash more stops it; ``cooldown_s`` later it starts
-    afresh, unless stopped on request or the system is shutting down meanwhile."""
+    afresh (a fresh handler, an empty mailbox, a full budget), unless stopped on request or
+    the system is shutting down meanwhile."""
 
     max_restarts: int = attrs.field(default=3, validator=_validate_max_restarts)
     window_s: float = attrs.field(default=60.0, validator=_validate_window)
@@ -388,7 +389,8 @@ class ActorSystem:
         direct_asks: bool = False,
     ) -> ActorRef:
         """Start actor ``name`` with a handler from ``handler_factory()`` (called again on
-        every restart), handling up to ``concurrency`` events at once (re-entrantly).
+        every restart), handling up to ``concurrency`` events at once (the handler must then
+        be re-entrant).
         ``direct_asks``: an ask with nothing queued ahead runs the handler in the asker's
         task (see ``ask``), cancelled when the asker gives up; its deadline holds only as
         promptly as the handler reacts (a worker thread finishes its call first)."""

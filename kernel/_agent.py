@@ -205,8 +205,10 @@ class AgentRuntime:
         ``run_id``: ``cancel(run_id)`` stops the run (``stop_reason`` "cancelled"; its user
         message is still stored). ``new_session`` (``session_id`` made up by the caller):
         the session and its first exchange are written in one transaction when the run ends,
-        fails or is cancelled. ``persist=False`` (a one-shot ask from another agent): the
-        history stays in memory; tool calls are audited and token usage recorded as always.
+        fails or is cancelled (if the process dies during that run, the session was never
+        stored). ``persist=False`` (a one-shot ask from another agent, which nobody can
+        continue): the history stays in memory; the caller's audit record holds the call, the
+        run's tool calls are audited and token usage recorded as always.
         ``direct_ask``: the run is that ask's handler in the asker's task, stopped through
         the ask's cancel scope; a cancelled run's reply reaches the asker as
         ``answer_as(reply)``. ``owner``: the principal whose session it is (``Kernel.send``).
@@ -461,9 +463,10 @@ class AgentRuntime:
         owner: str,
     ) -> None:
         """Write a new session's first exchange; if that fails, store the user message alone.
-        Shielded, with no timer: a withdrawn write would lose the only copy of the message,
-        and one that ran would be reported failed though stored. Still bounded: the queue is
-        bounded and a batch waits for a lock at most ``BUSY_TIMEOUT_MS``."""
+        Shielded, with no timer: a write withdrawn from the committer's queue (by a cancel or
+        a deadline) would lose the only copy of the message, and one that already ran would be
+        reported failed though stored. Still bounded: the queue is bounded and a batch waits
+        for a lock at most ``BUSY_TIMEOUT_MS``."""
         first.user_stored = True  # from here on, this write (or its fallback) stores it
         records = [m.to_record() for m in (user, *messages)]
         try:

@@ -42,8 +42,9 @@ class DeadlineTimer(Generic[_T]):
     _at: float = attrs.field(default=math.inf, init=False)
 
     def push(self, deadline: float, tiebreak: Any, item: _T, live: int) -> None:
-        """Watch ``item`` until ``deadline``; ``tiebreak`` orders equal deadlines (unique, e.g.
-        a counter: items are never compared); ``live``: items in flight, this one included."""
+        """Watch ``item`` until ``deadline``; ``tiebreak`` orders equal deadlines (unique among
+        all entries, ended ones too, e.g. a counter: items are never compared); ``live``: items
+        in flight, this one included (the bound of the heap)."""
         if self.stopped:
             if self._hand_back is not None:
                 self._hand_back(item, deadline)

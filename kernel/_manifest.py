@@ -260,8 +260,10 @@ def _compiles(pattern: object) -> bool:
 def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
     """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref`` keeps
     the values it found valid by subschema and canonical JSON (agents of one template share
-    ``model`` or ``limits`` entries): sound as the schema has one ``$id`` and no dynamic
-    references. Only for values decoded from JSON text (a tuple has a list's JSON)."""
+    ``model`` or ``limits`` entries, checked once per boot). Sound as the schema has one
+    ``$id`` and no dynamic references (a place in it always means one subschema) and only
+    error-free values are kept. Only for values decoded from JSON text (an in-memory tuple
+    has a list's JSON but is no array)."""
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 

@@ -56,7 +56,7 @@ class Messaging:
         context (e.g. from HTTP headers), whose next hop the agent is (the depth breaker holds
         for external callers too). ``new_session``: ``session_id`` was just made up.
         ``principal``: who calls (default ``config.http.host_principal``); ``session_id``
-        names a session of theirs."""
+        names a session of theirs (the same id from another principal is another session)."""
         self._require_agent(agent)
         if not isinstance(message, str):
             raise RoostError(f"message: expected a string, got {type(message).__name__}")

@@ -270,7 +270,8 @@ async def check_url(
 @attrs.frozen
 class PinnedTarget:
     """Where to connect for a checked URL: ``url`` names the address; send ``host_header`` as
-    ``Host`` and, for https, ``sni_hostname`` as TLS server name, the certificate's to match."""
+    ``Host`` and, for https, ``sni_hostname`` as the TLS server name (so the certificate is
+    still verified against the original name)."""
 
     url: str
     host_header: str

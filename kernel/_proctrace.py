@@ -9,7 +9,8 @@ forged lower trace headers (the deepest of both wins).
 Bounds: at most ``capacity`` registered processes; a look-up (in a worker thread, two at
 once) visits at most ``MAX_PROCESSES`` processes and ``MAX_FDS`` descriptors, past which it
 assumes the deepest running context. Blind to relays outside the registered trees, to
-non-loopback calls and without ``/proc``; the registered process must be a child subreaper.
+non-loopback calls and without ``/proc``; the registered process must be a child subreaper,
+so that double-forked processes stay its descendants.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class ProcessTraces:
         return release
 
     async def caller_of(self, peer: Any, local: Any) -> TraceContext | None:
-        """The context of the registered run whose process is the client of ``peer`` → ``local``."""
+        """The context of the registered run whose process is the client of the TCP connection
+        ``peer`` → ``local`` (``(host, port)`` each), else None."""
         if not self._by_pid or not sys.platform.startswith("linux"):
             return None
         client, server = _endpoint(peer), _endpoint(local)

@@ -10,8 +10,8 @@ nobody is answered about). The queue is bounded; a cancelled caller's queued wri
 withdrawn, one already in a batch commits.
 
 Durability (``[store] synchronous``): ``"normal"`` survives roost being killed (a power
-loss may lose the last commits); ``"full"`` fsyncs each batch but one of only
-``durable=False`` writes (the next durable fsync covers them: the WAL is sequential).
+loss may lose the last commits); ``"full"`` fsyncs each batch before answering, but one of
+only ``durable=False`` writes (the next durable fsync covers them: the WAL is sequential).
 Another process's lock is waited for up to ``BUSY_TIMEOUT_MS``. The schema is versioned
 (``PRAGMA user_version``, forward migrations); a newer roost's, a foreign, corrupt or
 non-SQLite file is refused, naming the path, and left untouched.

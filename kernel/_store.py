@@ -3,7 +3,8 @@
 ``Store`` is the protocol; ``SqliteStore`` the default: every write returns after its
 commit, a tool call's audit row before the call's result. A session is named by
 ``(owner, id)`` (``owner``: a principal; before schema 2, ``open_store``'s
-``legacy_owner``) and stays with its agent (else ``SessionConflict``).
+``legacy_owner``), so two principals never share one, and stays with its agent (else
+``SessionConflict``).
 """
 
 from __future__ import annotations

@@ -154,7 +154,8 @@ class AgentSurface:
     def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
         """Check a ``tools/call``'s ``params`` and read its trace context; ``JsonRpcError``
         for what the protocol refuses (bad params, unknown tool, a malformed ``_meta``
-        depth). ``tool``: the name here when the caller used another (``agent_<name>``).
+        depth). ``tool``: the name here when the caller used another (the host surface's
+        ``agent_<name>``, ``<agent>_<tool>``).
         ``server``: the transport's server opens a span for it (``SurfaceCall.server``), so
         the agent's run is that span's child rather than the caller's."""
         if not is_mapping(params):

@@ -354,8 +354,10 @@ class ToolCalls:
         self, agent, call, trace, duration_ms, outcome, error, conversation
     ) -> AuditRecord:
         """The audit record of ``call``: one without error skips attrs' validators and
-        converters (they cost as much as the rest of the audit), its checks made here; any
-        other (an error text to cut, a bad name) goes through the validating constructor."""
+        converters (they cost as much as the rest of the audit). Sound because its ids, times,
+        session and outcome are the kernel's own and its arguments text is already cut to
+        ``_AUDIT_ARGS_MAX``: only ``agent`` and ``tool`` need checks, made here. Any other
+        record (an error text to cut, a bad name) goes through the validating constructor."""
         arguments = call.arguments
         try:
             args = _audit_json(arguments if arguments.__class__ is dict else dict(arguments))

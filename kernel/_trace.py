@@ -56,9 +56,10 @@ _MAX_PATH_ITEMS = 64
 _MAX_HOP_LEN = 128
 
 
-# Ids come from the OS's CSPRNG, read 4 KiB at a time (a syscall per id showed on every
-# call). They must stay unpredictable: the MCP server forwards a trace's tool logs and
-# progress to the client whose call carries that trace id. A forked child starts afresh.
+# Ids come from the OS's CSPRNG, read 4 KiB at a time: a syscall per id showed on every
+# call, and so did the lock that once guarded the pool. They must stay unpredictable: the
+# MCP server forwards a trace's tool logs and progress to the client whose call carries
+# that trace id. A forked child starts afresh.
 _RANDOM_BATCH = 4096
 _HEX64 = 16
 _ZERO64 = "0" * _HEX64
@@ -245,7 +246,8 @@ class TraceContext:
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> TraceContext | None:
         """Read a context from HTTP headers (any case: ``traceparent``, ``X-Roost-Trace-*``,
-        ``X-OpenStarry-Trace-ID``); None if absent; InvalidTraceContext for a bad depth."""
+        and on input only ``X-OpenStarry-Trace-ID``); None if absent; InvalidTraceContext for
+        a bad depth."""
         lower = {str(k).lower(): str(v) for k, v in headers.items()}
         trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
         return cls._from_text(
