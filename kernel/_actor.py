@@ -1,14 +1,11 @@
 """Actors: one Trio task (or a small pool) per actor, one bounded mailbox, supervision.
 
-``tell`` is fire-and-forget with back-pressure; ``ask`` is request/reply and always has a
-deadline. A handler that raises a ``RoostError`` has answered: the error says what was
-wrong with the request or what it could not get (bad input, storage failed), fails that
-ask as itself and costs no restart. Any other exception is a crash: it fails the ask with
-``ActorCrashed`` (the exception is its ``__cause__``), is logged and published as
-``ACTOR:CRASHED``, and the actor is restarted with a fresh handler, until its
-``RestartPolicy`` budget runs out; then it stops, every ask still queued for it fails with
-``ActorStopped`` naming the cause, and after the policy's cool-down it starts again with a
-fresh handler, an empty mailbox and a full budget (``ACTOR:RESTARTED``).
+``tell`` is fire-and-forget with back-pressure; ``ask`` is request/reply with a deadline.
+A handler raising a ``RoostError`` has answered (bad input, storage failed): that ask fails
+with it, no restart. Any other exception is a crash: the ask fails with ``ActorCrashed``
+(``__cause__``: the exception), ``ACTOR:CRASHED`` is published and the actor restarts with
+a fresh handler until its ``RestartPolicy`` budget runs out; then it stops (queued asks
+fail with ``ActorStopped``) and after the cool-down starts afresh (``ACTOR:RESTARTED``).
 
 Every task lives in the system's nursery; leaving ``open_actor_system`` closes the
 mailboxes, lets in-flight handlers finish within ``shutdown_timeout_s``, then cancels.
@@ -107,13 +104,10 @@ def _validate_window(_inst: Any, attribute: attrs.Attribute, value: Any) -> None
 
 @attrs.frozen
 class RestartPolicy:
-    """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds.
-
-    One crash more than that in the window stops the actor; ``cooldown_s`` seconds later it
-    starts again (a fresh handler, an empty mailbox, a full budget), unless it was stopped
-    on request or the system is shutting down meanwhile. ``max_restarts=0`` means the
-    first crash stops it.
-    """
+    """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds
+    (0: the first crash stops it). One crash more stops it; ``cooldown_s`` later it starts
+    afresh (a fresh handler, an empty mailbox, a full budget), unless stopped on request or
+    the system is shutting down meanwhile."""
 
     max_restarts: int = attrs.field(default=3, validator=_validate_max_restarts)
     window_s: float = attrs.field(default=60.0, validator=_validate_window)
@@ -155,11 +149,8 @@ class ActorContext:
 
 
 ActorHandler = Callable[[ActorContext, Event], Awaitable[Any]]
-"""An actor's handler: ``await handler(ctx, event)``; the return value answers an ask.
-
-Return an ``Event`` (e.g. ``event.reply(kind, payload)``) to choose the reply's kind; any
-other value becomes the payload of a reply of kind ``reply_kind(event.kind)``.
-"""
+"""``await handler(ctx, event)``: its value answers an ask, an ``Event`` as it is (e.g.
+``event.reply(kind, payload)``), else as the payload of a ``reply_kind(event.kind)`` reply."""
 
 
 @attrs.frozen(eq=False)
@@ -218,15 +209,11 @@ class ActorRef:
 
 @attrs.define(eq=False)
 class DirectAsk:
-    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``).
-
-    The ask's cancel scope bounds the handler: the ask's deadline, the actor's stop. A
-    handler may use it as its own rather than open another (a cancel scope costs as much
-    as a small handler): ``cancel(answer)`` stops the handler at its next checkpoint and
-    the ask answers ``answer()``, as if the handler had returned it — unless the ask's
-    deadline, the actor's stop or an enclosing cancellation cut the handler short too;
-    then the ask fails or is cancelled as it would have been anyway.
-    """
+    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``), bounded
+    by the ask's cancel scope (its deadline, the actor's stop). A handler may use it as its
+    own (a cancel scope costs as much as a small handler): ``cancel(answer)`` stops it and
+    the ask answers ``answer()`` — unless a deadline, the stop or an enclosing cancellation
+    cut it short too; then the ask fails or is cancelled as it would have anyway."""
 
     actor: _Actor
     event: Event | None
@@ -355,11 +342,8 @@ def _describe(exc: BaseException) -> str:
 
 
 class ActorSystem:
-    """Named actors in one nursery. Create it with ``open_actor_system()``.
-
-    ``tap`` sees every event that is told, asked or replied, and the actors' lifecycle
-    events (``ACTOR:CRASHED``, ``ACTOR:RESTARTED``, ``ACTOR:STOPPED``).
-    """
+    """Named actors in one nursery (``open_actor_system()``); ``tap`` sees every event told,
+    asked or replied and ``ACTOR:CRASHED`` / ``RESTARTED`` / ``STOPPED``."""
 
     def __init__(
         self,
@@ -381,10 +365,8 @@ class ActorSystem:
         # ends the wait without a restart (a stop on request, a shutdown, a new spawn).
         self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
-        # The deadlines of direct asks, kept by one timer task instead of each ask's cancel
-        # scope (its Trio deadline is only a stopping actor's). When the timer stops (the
-        # system shuts down, or its nursery is cancelled from outside), the asks in flight,
-        # and later ones, get their deadlines back on their scopes.
+        # Direct asks' deadlines, kept by one timer task rather than a cancel scope each; once
+        # it stops (shutdown, its nursery cancelled), asks get them back on their scopes.
         self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
             nursery,
             _ask_ended,
@@ -406,15 +388,12 @@ class ActorSystem:
         restart: RestartPolicy | None = None,
         direct_asks: bool = False,
     ) -> ActorRef:
-        """Start an actor named ``name`` whose handler comes from ``handler_factory()``.
-
-        The factory is called now and again on every restart. ``concurrency`` is how many
-        events the actor may handle at once (its handler must then be re-entrant).
+        """Start actor ``name`` with a handler from ``handler_factory()`` (called again on
+        every restart), handling up to ``concurrency`` events at once (the handler must then
+        be re-entrant).
         ``direct_asks``: an ask with nothing queued ahead runs the handler in the asker's
-        task (see ``ask``), so the handler shares the asker's fate: it is cancelled when the
-        asker gives up, and the ask's deadline holds only as promptly as the handler reacts
-        to cancellation (a worker thread finishes its current call first).
-        """
+        task (see ``ask``), cancelled when the asker gives up; its deadline holds only as
+        promptly as the handler reacts (a worker thread finishes its call first)."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name: expected a non-empty string, got {name!r}")
         if not callable(handler_factory):
@@ -480,8 +459,7 @@ class ActorSystem:
         self._cancel_inline(actor, actor.scope.deadline)
         if _running_actor() is actor:
             return  # a handler stopping its own actor: the actor ends once it returns
-        # Cancellation follows the grace period; the extra second only guards against a
-        # handler that shields itself from cancellation.
+        # The extra second only bounds a handler that shields itself from cancellation.
         with trio.move_on_after(grace + 1.0):
             await actor.done.wait()
         if not actor.done.is_set():
@@ -559,10 +537,8 @@ class ActorSystem:
             await trio.lowlevel.checkpoint()
 
     def try_tell(self, event: Event) -> bool:
-        """Deliver ``event`` if its target's mailbox has room; False if it is full.
-
-        Raises AgentNotFound / ActorStopped like ``tell``: those do not go away by retrying.
-        """
+        """Deliver ``event`` if its target's mailbox has room; False if it is full (raises
+        AgentNotFound / ActorStopped like ``tell``: retrying would not help)."""
         actor = self._lookup(event.target)
         try:
             actor.send.send_nowait((event, None))
@@ -584,17 +560,11 @@ class ActorSystem:
         trace: TraceContext | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT_S,
     ) -> Event:
-        """Send ``kind``/``payload`` to ``target`` and wait at most ``timeout`` seconds for
-        its reply event (whose ``reply_to`` is the request's id).
-
-        For an actor spawned with ``direct_asks`` and nothing queued for it, its handler
-        runs in this task as soon as one of its ``concurrency`` slots is free (first come,
-        first served); otherwise the event goes through the mailbox to a worker. The limits
-        and errors are the same.
-
-        Raises AgentNotFound (no such actor), AskTimeout, ActorCrashed (its ``__cause__`` is
-        the handler's exception) or ActorStopped.
-        """
+        """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the
+        request's id) within ``timeout`` seconds. With ``direct_asks`` and nothing queued,
+        the handler runs in this task once a slot is free (first come, first served), else
+        a worker takes it from the mailbox: the same limits and errors. Raises AgentNotFound,
+        AskTimeout, ActorCrashed (``__cause__``: the handler's exception) or ActorStopped."""
         return await self._ask(target, kind, payload, source, trace, timeout, True)
 
     async def ask_payload(
@@ -621,15 +591,13 @@ class ActorSystem:
         timeout: float,
         as_event: bool,
     ) -> Awaitable[Any]:
-        """The checks and the event of an ask, then the awaitable that completes it (one
-        coroutine less than awaiting it here: ``ask`` and ``ask_payload`` await it)."""
+        """An ask's checks and event, then the awaitable completing it (one coroutine less)."""
         timeout = _check_seconds("timeout", timeout, "; every ask needs a deadline")
         actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
-        # Nothing queued ahead of it: the handler runs right here, in the asker's task, as
-        # soon as a handler slot is free (no mailbox round trip, no task switch). Same
-        # limits, same order (slots are handed out first come, first served), same errors.
+        # Nothing queued ahead: the handler runs in the asker's task once a slot is free (no
+        # mailbox round trip, no task switch; the same limits, order and errors).
         if actor.direct and not actor.pending:
             return self._ask_directly(actor, event, source, timeout, as_event)
         return self._ask_by_mail(actor, event, source, timeout, as_event)
@@ -659,8 +627,7 @@ class ActorSystem:
     async def _ask_directly(
         self, actor: _Actor, event: Event, source: str, timeout: float, as_event: bool
     ) -> Any:
-        """``ask`` with the handler run in this task once one of ``actor.slots`` is free;
-        the reply event, or (``as_event`` False) its payload."""
+        """``ask`` with the handler run in this task once one of ``actor.slots`` is free."""
         ask_deadline = self._clock.current_time() + timeout
         # The scope's own deadline is only a stopping actor's; the timer keeps the ask's.
         stop_deadline = actor.scope.deadline
@@ -779,8 +746,7 @@ class ActorSystem:
 
     # ---- the actor task ---------------------------------------------------------------
     async def _supervise(self, actor: _Actor) -> None:
-        """The actor's task: run it; if its restart budget ran out, wait out the cool-down
-        and run a fresh one in its place (same name, factory and limits), and so on."""
+        """The actor's task: run it; once its budget ran out, after the cool-down, a fresh one."""
         while True:
             await self._run(actor)
             if actor.revive_at is None or self._closing is not None:
@@ -1057,12 +1023,10 @@ async def open_actor_system(
     tap: EventTap | None = None,
     tell_timeout_s: float = DEFAULT_TELL_TIMEOUT_S,
 ) -> AsyncIterator[ActorSystem]:
-    """``async with open_actor_system() as system:`` — every actor task lives in here.
-
-    On a normal exit the mailboxes close (queued asks fail with ActorStopped) and in-flight
-    handlers get ``shutdown_timeout_s`` to finish before they are cancelled. If the body
-    raises or is cancelled, the actors are cancelled at once.
-    """
+    """``async with open_actor_system() as system:`` — every actor task lives in here. On a
+    normal exit queued asks fail with ActorStopped and in-flight handlers get
+    ``shutdown_timeout_s`` before they are cancelled; if the body raises or is cancelled,
+    at once."""
     shutdown_timeout_s = _check_seconds("shutdown_timeout_s", shutdown_timeout_s)
     tell_timeout_s = _check_seconds("tell_timeout_s", tell_timeout_s)
     if tap is not None and not isinstance(tap, EventTap):
@@ -1078,8 +1042,7 @@ async def open_actor_system(
         try:
             yield system
         except Exception as exc:
-            # Keep it out of the nursery so it reaches the caller as itself, not wrapped
-            # in an ExceptionGroup; it is re-raised below once the actors are gone.
+            # Kept out of the nursery: re-raised below as itself, not in an ExceptionGroup.
             body_error = exc
             system._shutdown(f"the actor system shut down after {_describe(exc)}", 0.0)
         except BaseException:

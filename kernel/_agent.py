@@ -1,9 +1,8 @@
 """An agent as an actor: its mailbox receives messages and MCP tool calls.
 
 ``AGENT:MESSAGE`` runs the agentic loop for a user message (a session, stored).
-``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` request exactly as MCP sends it,
-with the caller's trace context in ``params._meta``; the reply is the JSON-RPC response.
-This is the in-memory MCP transport: the same messages, routed by the kernel.
+``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` exactly as MCP sends it (the caller's
+trace in ``params._meta``), answered by the JSON-RPC response: the in-memory MCP transport.
 """
 
 from __future__ import annotations
@@ -97,12 +96,8 @@ def _as_is(reply: AgentReply) -> AgentReply:
 class Conversation:
     """Per-run guards: the taint tracker and the loop guard of one conversation."""
 
-    def __init__(
-        self, kernel: Kernel, agent: str, session_id: str | None, trace: TraceContext
-    ) -> None:
-        self.agent = agent
-        self.session_id = session_id
-        self.trace = trace
+    def __init__(self, kernel: Kernel, session_id: str | None) -> None:
+        self.session_id = session_id  # the audit records' session
         self._repeats = kernel.config.kernel.loop_guard_repeats
 
     # Made on first use: a run that calls no tool (most agent-to-agent answers) needs none.
@@ -207,18 +202,16 @@ class AgentRuntime:
     ) -> AgentReply:
         """Run the loop on ``text``; ``trace`` already names this agent as its last hop.
 
-        ``run_id`` lets ``cancel(run_id)`` stop this run; a cancelled run replies with
-        ``stop_reason == "cancelled"`` and its user message is still stored.
-        ``new_session`` (the caller just made ``session_id`` up): the session and its first
-        exchange are written in one transaction when the run ends, fails or is cancelled —
-        if the process dies during that first run, the session was never stored.
-        ``persist=False`` (one-shot calls from another agent, which nobody can continue):
-        the run's history lives in memory only; the caller's audit record holds the call,
-        the callee's tool calls are audited as always, and token usage is still recorded.
-        ``direct_ask``: the run is the handler of this ask, running in the asker's task; it
-        is stopped through the ask's cancel scope rather than a scope of its own, and a
-        cancelled run's reply reaches the asker as ``answer_as(reply)`` (default: the reply).
-        ``owner``: the principal whose session ``session_id`` is (see ``Kernel.send``).
+        ``run_id``: ``cancel(run_id)`` stops the run (``stop_reason`` "cancelled"; its user
+        message is still stored). ``new_session`` (``session_id`` made up by the caller):
+        the session and its first exchange are written in one transaction when the run ends,
+        fails or is cancelled (if the process dies during that run, the session was never
+        stored). ``persist=False`` (a one-shot ask from another agent, which nobody can
+        continue): the history stays in memory; the caller's audit record holds the call, the
+        run's tool calls are audited and token usage recorded as always.
+        ``direct_ask``: the run is that ask's handler in the asker's task, stopped through
+        the ask's cancel scope; a cancelled run's reply reaches the asker as
+        ``answer_as(reply)``. ``owner``: the principal whose session it is (``Kernel.send``).
         """
         run_id = run_id or uuid7_hex()
         if persist:
@@ -247,7 +240,7 @@ class AgentRuntime:
             # Stopped through the ask, which then answers the cancelled reply.
             reply_as = answer_as or _as_is
             self._runs[run_id] = lambda: direct_ask.cancel(
-                lambda: reply_as(self._cancelled_reply(session_id, trace))
+                lambda: reply_as(self._failed("cancelled", "cancelled", session_id, trace))
             )
             try:
                 return await run
@@ -260,17 +253,15 @@ class AgentRuntime:
             finally:
                 self._runs.pop(run_id, None)
         # Only reached when cancel(run_id) stopped the run.
-        return self._cancelled_reply(session_id, trace)
+        return self._failed("cancelled", "cancelled", session_id, trace)
 
-    def _cancelled_reply(self, session_id: str | None, trace: TraceContext | None) -> AgentReply:
+    def _failed(
+        self, stop_reason: str, text: str, session_id: str | None, trace: Any, outputs: Any = ()
+    ) -> AgentReply:
+        """The reply of a run that was cancelled or whose provider failed."""
+        trace_id = trace.trace_id if trace else ""
         return AgentReply(
-            self.name,
-            "cancelled",
-            session_id or "",
-            trace.trace_id if trace else "",
-            True,
-            0,
-            "cancelled",
+            self.name, text, session_id or "", trace_id, True, 0, stop_reason, outputs
         )
 
     @asynccontextmanager
@@ -297,13 +288,10 @@ class AgentRuntime:
         new_session: bool = False,
         owner: str = "local",
     ) -> AgentReply:
-        """One exchange of a stored session (``handle_message`` runs in-memory ones).
-
-        Messages of one session run one at a time, so its history stays in order.
-        A new session has no history to read: its first exchange (the session, the user
-        message, the replies, the usage) is written in one transaction when the run ends,
-        not in two. Whatever happens to the run (an error, a cancellation, that write
-        failing) its user message is still stored."""
+        """One exchange of a stored session, one at a time per session (its history stays in
+        order). A new session's first exchange is written in one transaction when the run
+        ends; whatever happens (an error, a cancellation, that write failing) its user
+        message is still stored."""
         async with self._session_lock((owner, session_id)):
             trace = trace or TraceContext.new(
                 self.name, max_depth=self.kernel.max_depth_for(self.name)
@@ -328,8 +316,7 @@ class AgentRuntime:
         first: _FirstExchange | None,
         owner: str = "local",
     ) -> AgentReply:
-        """``_run``'s work as the run's span (``trace`` names it; ``NO_SPAN`` while nobody
-        traces); ``first``: this is a new session's first exchange."""
+        """``_run``'s work as the run's span; ``first``: a new session's first exchange."""
         name = self.name
         span = start_span(self.kernel.tap, SpanKind.AGENT, name, trace, source=name, agent=name)
         if session_id is not None:
@@ -368,7 +355,7 @@ class AgentRuntime:
             for old in history:
                 if old.role == "tool" and old.taint:
                     if conversation is None:
-                        conversation = Conversation(kernel, self.name, session_id, trace)
+                        conversation = Conversation(kernel, session_id)
                     conversation.taint.observe(ToolResult.text(old.content, taint=old.taint))
         request = request_of(  # agent, system, messages, tools, model, parameters
             self.name,
@@ -382,7 +369,7 @@ class AgentRuntime:
         async def execute(call: ToolCall) -> ToolResult:
             nonlocal conversation
             if conversation is None:
-                conversation = Conversation(kernel, self.name, session_id, trace)
+                conversation = Conversation(kernel, session_id)
             call = attrs.evolve(call, caller=self.name, trace=trace)
             return await kernel.call_tool(self.name, call, conversation=conversation)
 
@@ -432,16 +419,7 @@ class AgentRuntime:
                 assert session_id is not None
                 await self._store_user_message(first, session_id, user, owner)
             outputs = conversation.handed_over() if conversation is not None else ()
-            return AgentReply(
-                self.name,
-                f"error: {exc}",
-                session_id or "",
-                trace.trace_id,
-                True,
-                0,
-                "error",
-                outputs,
-            )
+            return self._failed("error", f"error: {exc}", session_id, trace, outputs)
         if span.recording:
             span.set(
                 provider=provider.name,
@@ -485,12 +463,10 @@ class AgentRuntime:
         owner: str,
     ) -> None:
         """Write a new session's first exchange; if that fails, store the user message alone.
-
-        Shielded, and with no timer of its own: a write withdrawn from the committer's
-        queue (by a cancel or a deadline) would lose the only copy of the user message, and
-        one that already ran would be reported as failed though stored. The wait is bounded
-        all the same: the queue is bounded and each batch waits for a lock at most SQLite's
-        busy timeout (``BUSY_TIMEOUT_MS``)."""
+        Shielded, with no timer: a write withdrawn from the committer's queue (by a cancel or
+        a deadline) would lose the only copy of the message, and one that already ran would be
+        reported failed though stored. Still bounded: the queue is bounded and a batch waits
+        for a lock at most ``BUSY_TIMEOUT_MS``."""
         first.user_stored = True  # from here on, this write (or its fallback) stores it
         records = [m.to_record() for m in (user, *messages)]
         try:

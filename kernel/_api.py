@@ -76,8 +76,8 @@ class KernelAPI(Protocol):
     @property
     def extensions(self) -> MutableMapping[str, Any]:
         """Per-kernel state of plugins, each under a key it owns (its module's name, say
-        ``"roost_hello.cache"``); it lives and dies with this kernel, so two kernels in
-        one process never share it."""
+        ``"roost_hello.cache"``): it lives and dies with this kernel, never shared by two in
+        one process."""
 
     def publish(self, event: Event) -> None:
         """Make ``event`` observable on the tap."""

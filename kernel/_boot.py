@@ -99,8 +99,8 @@ async def open_kernel(
                 log.warning("%s", warning)
             for name, manifest in kernel.agents.items():
                 try:
-                    provider = _create_provider(kernel, manifest)
-                    tiers = _create_tiers(kernel, manifest)
+                    provider = _create_provider(kernel, manifest.model)
+                    tiers = _create_tiers(kernel, manifest.model)
                 except Exception as exc:
                     kernel.agent_errors[name] = str(exc)
                     log.error("agent %s is unavailable: %s", name, exc)
@@ -218,8 +218,7 @@ def _service_failed(kernel: Kernel, name: str, error: str) -> None:
 def _descriptors(
     kernel: Kernel, results: list[tuple[str, list[Any]]], hook: str, kind: type, hint: str = ""
 ) -> Iterator[Any]:
-    """Each result of ``hook`` that is a ``kind``; any other is reported as its plugin's
-    failure."""
+    """Each result of ``hook`` that is a ``kind``; any other is its plugin's failure."""
     for plugin, found in results:
         for desc in found:
             if isinstance(desc, kind):
@@ -247,9 +246,8 @@ def _plugin_failure(kernel: Kernel, name: str, error: str) -> None:
     )
 
 
-def _create_provider(kernel: Kernel, manifest: Any, model: Any = None) -> Any:
-    """The provider for ``model`` (default: the manifest's main model)."""
-    model = manifest.model if model is None else model
+def _create_provider(kernel: Kernel, model: Any) -> Any:
+    """The provider for ``model`` (a ``ModelConfig``)."""
     name = model.provider
     descriptor = kernel.providers.get(name)
     if descriptor is None:
@@ -261,11 +259,8 @@ def _create_provider(kernel: Kernel, manifest: Any, model: Any = None) -> Any:
     return descriptor.factory(model, dict(kernel.config.providers.get(name, {})))
 
 
-def _create_tiers(kernel: Kernel, manifest: Any) -> tuple[Any, Any] | None:
-    """(fast, complex) providers when the manifest names both model tiers, else None."""
-    if manifest.model.fast is None or manifest.model.complex is None:
+def _create_tiers(kernel: Kernel, model: Any) -> tuple[Any, Any] | None:
+    """(fast, complex) providers when ``model`` names both tiers, else None."""
+    if model.fast is None or model.complex is None:
         return None
-    return (
-        _create_provider(kernel, manifest, manifest.model.for_tier("fast")),
-        _create_provider(kernel, manifest, manifest.model.for_tier("complex")),
-    )
+    return tuple(_create_provider(kernel, model.for_tier(t)) for t in ("fast", "complex"))

@@ -22,13 +22,11 @@ HEAP_SLACK = 64
 @attrs.define(eq=False)
 class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
-
-    ``entries`` is a heap of ``(deadline, tiebreak, item)`` (always the same list: holders
-    may ``clear()`` it once no item is live), watched by one task in ``nursery`` started at
-    the first ``push``. An ended item's entry stays until it reaches the top, or until the
-    heap holds ``2 * live + slack`` entries and is rebuilt. Once stopped (``stop()``, or the
-    task cancelled from outside), live and later items get ``hand_back(item, deadline)``.
-    """
+    ``entries``: a heap of ``(deadline, tiebreak, item)`` (one list for good: holders may
+    ``clear()`` it when no item is live) watched by one task in ``nursery`` from the first
+    ``push``; an ended item's entry stays until it tops the heap or the heap, past
+    ``2 * live + slack`` entries, is rebuilt. Once stopped (``stop()``, or cancelled from
+    outside), live and later items get ``hand_back(item, deadline)``."""
 
     _nursery: trio.Nursery
     _ended: Callable[[_T], Any]
@@ -44,9 +42,9 @@ class DeadlineTimer(Generic[_T]):
     _at: float = attrs.field(default=math.inf, init=False)
 
     def push(self, deadline: float, tiebreak: Any, item: _T, live: int) -> None:
-        """Watch ``item`` until ``deadline``. ``tiebreak`` orders equal deadlines (unique
-        among all entries, ended ones too, e.g. a counter: items are never compared);
-        ``live`` is how many items are in flight, this one included (the bound of the heap)."""
+        """Watch ``item`` until ``deadline``; ``tiebreak`` orders equal deadlines (unique among
+        all entries, ended ones too, e.g. a counter: items are never compared); ``live``: items
+        in flight, this one included (the bound of the heap)."""
         if self.stopped:
             if self._hand_back is not None:
                 self._hand_back(item, deadline)
@@ -77,8 +75,7 @@ class DeadlineTimer(Generic[_T]):
         self.entries.clear()
 
     async def _run(self) -> None:
-        """The timer: sleeps until the earliest deadline, expires the items past theirs,
-        drops the ended ones, and sleeps again, until ``stop()`` or its cancellation."""
+        """The timer: sleeps until the earliest deadline, expires past items, drops ended ones."""
         heap, ended, expire = self.entries, self._ended, self._expire
         try:
             while not self.stopped:

@@ -190,9 +190,9 @@ class RecursionLimitExceeded(ToolError, code="recursion_limit"):
         }
 
     def to_mcp_result(self) -> dict:
-        """The MCP ``CallToolResult`` of the refused call: a tool execution error
-        (``isError``), so that the calling model reads why and stops, with this error's
-        ``to_dict()`` in the result's ``_meta`` under ``io.roost/error`` for programs."""
+        """The refused call's ``CallToolResult``: a tool execution error (``isError``), so that
+        the calling model reads why and stops, with ``to_dict()`` under
+        ``_meta["io.roost/error"]`` for programs."""
         return {
             "content": [{"type": "text", "text": str(self)}],
             "isError": True,

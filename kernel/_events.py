@@ -141,14 +141,10 @@ _MAX_WANTED = 1024
 
 
 class EventTap:
-    """Fan-out of every published event to bounded subscriber channels.
-
-    A subscriber that cannot keep up loses events rather than slowing the kernel; the
-    number lost is reported to it in a ``TAP:DROPPED`` event once it catches up.
-    Subscribers are indexed by the kinds they take, and those of some traces only by those
-    traces, so an event costs only as much as the subscribers that want it (every MCP
-    session, say, follows tool-list changes, and each call in flight its own trace).
-    """
+    """Fan-out of every published event to bounded subscriber channels. A subscriber that
+    cannot keep up loses events (not slowing the kernel), counted in a ``TAP:DROPPED`` event
+    once it catches up. Subscribers are indexed by kind (and trace), so an event costs only
+    as much as the subscribers that want it."""
 
     def __init__(self) -> None:
         self._subscribers: dict[int, _Subscriber] = {}
@@ -265,12 +261,9 @@ class EventTap:
         kinds: tuple[str, ...] | None = None,
         traces: Iterable[str] | None = None,
     ) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
-        """``async with tap.subscribe() as events: async for ev in events: ...``
-
-        ``kinds`` filters by exact kind or by namespace prefix (``"EXEC:"``); a single
-        string is one kind. ``traces``: only events of these trace ids (None: of any).
-        ``buffer`` (at least 1) bounds what a slow reader may lag.
-        """
+        """``async with tap.subscribe() as events: async for ev in events: ...``; ``kinds``:
+        exact kinds or namespace prefixes (``"EXEC:"``; a string is one kind); ``traces``:
+        only those trace ids (None: any); ``buffer`` (≥ 1): how far a slow reader may lag."""
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
         kinds = _given(kinds, tuple)
@@ -294,9 +287,8 @@ class EventTap:
         kinds: tuple[str, ...] | None,
         traces: Iterable[str] | None = None,
     ) -> None:
-        """From now on, give the open subscription that receives on ``events`` the events of
-        ``kinds`` and ``traces`` (as ``subscribe`` reads them); what it was given before
-        stays queued."""
+        """Give the open subscription on ``events`` the events of ``kinds`` and ``traces``
+        from now on (as ``subscribe`` reads them); what it had stays queued."""
         key = self._keys.get(events)
         if key is None:
             raise ValueError("events: not the channel of an open subscription to this tap")

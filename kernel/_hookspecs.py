@@ -33,17 +33,14 @@ class ProviderDescriptor:
 
 @attrs.frozen
 class RouteDescriptor:
-    """An HTTP route served by the daemon.
-
-    ``handler``: ``async (PlainRequest, **path_args) -> PlainResponse`` (``roost.plugins.http``;
-    a body of bytes or an async iterable of them), called after the daemon's Host, Origin,
-    auth, rate-limit and body-size checks. ``path`` takes werkzeug rules (``/x/<name>``),
-    served with and without a trailing slash. ``methods``: GET brings HEAD; OPTIONS without
-    a handler is a CORS preflight. ``max_body_bytes``: None keeps ``http.max_body_bytes``.
-    ``render_error``: ``(status, roost error code, message) -> (body, content type)`` for the
-    errors the daemon answers on this route (also for unmatched paths sharing the most
-    leading segments); None keeps ``{"error": {"code", "message"}}``.
-    """
+    """An HTTP route served by the daemon. ``handler``: ``async (PlainRequest, **path_args)
+    -> PlainResponse`` (``roost.plugins.http``; a body of bytes or an async iterable of them),
+    called after the daemon's Host, Origin, auth, rate-limit and body-size checks. ``path``: a
+    werkzeug rule (``/x/<name>``), served with and without a trailing slash. ``methods``: GET
+    brings HEAD; OPTIONS without a handler is a CORS preflight. ``max_body_bytes``: None keeps
+    ``http.max_body_bytes``. ``render_error``: ``(status, roost error code, message) -> (body,
+    content type)`` for the daemon's errors on this route (and unmatched paths sharing the
+    most leading segments); None keeps ``{"error": {"code", "message"}}``."""
 
     path: str
     handler: Callable[..., Any] = attrs.field(eq=False, repr=False)

@@ -212,8 +212,7 @@ def loads(text: str) -> Any:
 
 
 def encode(message: Message | Iterable[Message]) -> bytes:
-    """Compact UTF-8 JSON of a message or a batch; JsonRpcError(INTERNAL_ERROR) if a value
-    in it is not JSON."""
+    """Compact UTF-8 JSON of a message or batch; JsonRpcError(INTERNAL_ERROR) if not JSON."""
     if isinstance(message, (Request, Notification, Response, ErrorResponse)):
         obj: Any = message.to_dict()
     else:
@@ -475,8 +474,7 @@ def _wanted(types: tuple[type, ...]) -> str:
 
 @attrs.frozen
 class Oversize:
-    """A message (a line, a framed body) of at least ``size`` bytes, over ``limit``; it was
-    skipped and the stream goes on."""
+    """A message of at least ``size`` bytes, over ``limit``: skipped, the stream goes on."""
 
     size: int
     limit: int
@@ -548,8 +546,7 @@ class LineFramer:
 
 
 class Correlator:
-    """Allocates request ids and matches responses to the (at most ``max_pending``)
-    requests still pending."""
+    """Allocates request ids and matches responses to the (≤ ``max_pending``) pending ones."""
 
     def __init__(self, *, max_pending: int = 1024, first_id: int = 1) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
@@ -579,8 +576,7 @@ class Correlator:
         return request
 
     def feed(self, message: Response | ErrorResponse) -> Request:
-        """The pending request ``message`` answers (no longer pending); UnknownResponseId
-        if none."""
+        """The pending request ``message`` answers (no longer pending); else UnknownResponseId."""
         if not isinstance(message, (Response, ErrorResponse)):
             raise TypeError(
                 f"message: expected a Response or ErrorResponse, got {type(message).__name__}"

@@ -1,8 +1,7 @@
 """The running kernel: its state, the agents and tools as callers see them, and events.
 
-``Kernel`` is composed of the tool pipeline (``_toolcalls.ToolCalls``: ``call_tool``) and
-message delivery (``_messaging.Messaging``: ``send``, the ``agent_<name>`` tools); it is
-booted, and shut down, by ``_boot.open_kernel``.
+``Kernel`` is the tool pipeline (``_toolcalls.ToolCalls``) and message delivery
+(``_messaging.Messaging``) over this state; ``_boot.open_kernel`` boots and stops it.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class Kernel(ToolCalls, Messaging):
         self, config: RoostConfig, plugins: PluginManager, store: Store, actors: ActorSystem
     ) -> None:
         self.config = config
-        # Who in-process callers are (``kernel.send`` without a principal): see
-        # ``HttpConfig.host_principal``.
+        # Who in-process callers are (``kernel.send`` without a principal).
         self.host_principal = config.http.host_principal
         self.plugins = plugins
         self.store = store
@@ -60,9 +58,8 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        # Per-agent views (capabilities, exposure, tool lists, surfaces, workspace) rebuilt
-        # only when the manifest or the registry changes (``_cached``): they sit on every
-        # tool call's path.
+        # Per-agent views on every tool call's path (capabilities, exposure, tool lists,
+        # workspace), rebuilt only when the manifest or the registry changes (``_cached``).
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
@@ -91,8 +88,7 @@ class Kernel(ToolCalls, Messaging):
 
     @property
     def tracing(self) -> bool:
-        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events): a
-        caller may skip building a span's attributes when not."""
+        """Whether spans are recorded now (someone subscribes to ``TRACE:`` events)."""
         return bool(self.tap.subscriber_count) and tracing(self.tap)
 
     def start_span(
@@ -104,9 +100,7 @@ class Kernel(ToolCalls, Messaging):
         source: str = "kernel",
         **attributes: Any,
     ) -> Any:
-        """Open the span ``trace`` names (a ``Span``: ``set``, ``mark``, ``end``); it
-        publishes ``TRACE:SPAN_START`` now and ``TRACE:SPAN_END`` at ``end()``. ``NO_SPAN``
-        (does nothing) while nobody subscribes to ``TRACE:`` events."""
+        """Open the span ``trace`` names (``set``, ``mark``, ``end``); ``NO_SPAN`` if untraced."""
         return start_span(self.tap, kind, name, trace, source=source, **attributes)
 
     # ---- agents ------------------------------------------------------------------------
@@ -132,8 +126,7 @@ class Kernel(ToolCalls, Messaging):
         return manifest
 
     def provider_for(self, agent: str) -> Provider | None:
-        """The model provider of ``agent`` (its main model's; None if the agent is unknown
-        or unavailable), e.g. to answer an MCP server's ``sampling/createMessage``."""
+        """The main model's provider of ``agent`` (None: unknown or unavailable)."""
         runtime = self._runtimes.get(agent)
         return runtime.provider if runtime is not None else None
 
@@ -169,8 +162,7 @@ class Kernel(ToolCalls, Messaging):
         return [s for s in self._exposable() if exposure.is_exposed(s)]
 
     def _exposable(self) -> tuple[ToolSpec, ...]:
-        """The registry's tools but the kernel's ``agent_<name>`` ones (never exposed), per
-        registry version: with thousands of agents those are most of the registry."""
+        """The registry's tools but ``agent_<name>`` ones (never exposed; cached: they are many)."""
         return self._cached(
             ("exposable", ""),
             None,
@@ -184,8 +176,7 @@ class Kernel(ToolCalls, Messaging):
         return tool is not None and tool.spec is spec
 
     def surface(self, agent: str) -> AgentSurface:
-        """The MCP surface of ``agent`` (``message`` plus its exposed tools) that every
-        transport drives; raises AgentNotFound."""
+        """The MCP surface of ``agent`` that every transport drives; raises AgentNotFound."""
         surface = self._surfaces.get(agent)
         if surface is None:
             self._manifest(agent)
@@ -206,17 +197,15 @@ class Kernel(ToolCalls, Messaging):
         return value
 
     def agent_status(self, agent: str) -> tuple[str, str | None]:
-        """``(status, reason)``: "ready"; "unavailable" (it could not be set up); or
-        "stopped" (its actor is not running: shut down, or past its restart budget until
-        its cool-down ends — the reason says which and when)."""
+        """``(status, reason)``: "ready", "unavailable" (could not be set up) or "stopped"
+        (shut down, or past its restart budget: the reason says which and when)."""
         if agent in self.agent_errors:
             return "unavailable", self.agent_errors[agent]
         cause = self.actors.stop_cause(agent)
         return ("ready", None) if cause is None else ("stopped", cause)
 
     def agent_info(self, agent: str | None = None) -> list[dict[str, Any]]:
-        """A JSON-ready description of every agent, or of ``agent`` alone (for the API and
-        ``roost agents``); AgentNotFound for an unknown ``agent``."""
+        """A JSON-ready description of every agent, or of ``agent`` (else AgentNotFound)."""
         out = []
         chosen = sorted(self.agents.items()) if agent is None else [(agent, self._manifest(agent))]
         for name, m in chosen:
@@ -266,10 +255,7 @@ class Kernel(ToolCalls, Messaging):
         return self._cached(("workspace", manifest.name), manifest, create, follows_registry=False)
 
     def add_tool(self, tool: Tool) -> None:
-        """Register a tool while running (e.g. discovered on an MCP server).
-
-        Raises ToolNameCollision; publishes ``KERNEL:TOOLS_CHANGED``.
-        """
+        """Register a tool while running (ToolNameCollision); publishes ``KERNEL:TOOLS_CHANGED``."""
         self.registry.register(tool)
         self.publish(
             Event(EventKind.KERNEL_TOOLS_CHANGED, "kernel", payload={"added": [tool.spec.name]})

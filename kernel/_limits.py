@@ -1,9 +1,9 @@
 """The open-file limit: raised for the daemon, restored for the processes it starts.
 
 A soft ``RLIMIT_NOFILE`` of 1,024 is too low for a thousand callers (``accept()`` fails);
-``roost run`` raises it to the hard limit. Children inherit limits, so whatever starts one
-(``bash``, an MCP stdio server) gives it the operator's soft limit back, for programs that
-still use ``select()`` or size tables by the limit.
+``roost run`` raises it to the hard limit. Children inherit limits, so a child (``bash``, an
+MCP stdio server) gets the operator's soft limit back, for programs that still use
+``select()`` or size tables by it.
 """
 
 from __future__ import annotations

@@ -95,11 +95,8 @@ class CompletionRequest:
 
 @attrs.frozen
 class Completion:
-    """A provider's answer: text and/or tool calls.
-
-    ``stop_reason``: ``end_turn`` (a plain answer), ``tool_use``, ``max_tokens`` or
-    ``input_required`` (the agent asks the user a question and waits).
-    """
+    """A provider's answer: text and/or tool calls; ``stop_reason``: ``end_turn``, ``tool_use``,
+    ``max_tokens`` or ``input_required`` (the agent asks the user a question and waits)."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
@@ -138,8 +135,7 @@ class LoopResult:
 
 ExecuteTool = Callable[[ToolCall], Awaitable[ToolResult]]
 
-# The classes' constructors with every field given, for the values of the loop (and the
-# agent runtime) on their hot path.
+# Constructors with every field given, for the loop's (and agent runtime's) hot path.
 # message_of: role, content, tool_calls, tool_call_id, name, is_error, taint
 message_of = frozen_builder(Message)
 request_of = frozen_builder(CompletionRequest)  # agent, system, messages, tools, model, parameters
@@ -158,12 +154,9 @@ async def run_loop(
     stream: bool = False,
 ) -> LoopResult:
     """Run the loop until a plain answer, a question for the user, or ``max_turns``.
-
-    ``execute`` runs one tool call and returns its result; it reports tool failures as
-    ``is_error`` results. ``LoopDetected`` raised by it ends the loop with a clear answer.
-    A provider failing (``RoostError``) ends it with ``stop_reason == "error"``, no new
-    messages, and the usage of the calls made before.
-    """
+    ``execute`` runs a tool call, failures as ``is_error`` results; ``LoopDetected`` from it
+    ends the loop with a clear answer. A provider failing (``RoostError``) ends it with
+    ``stop_reason == "error"``, no new messages, and the usage of the calls made before."""
     history = list(request.messages)
     added: list[Message] = []
     usage = _NO_USAGE

@@ -155,9 +155,8 @@ class A2AConfig:
 
 @attrs.frozen
 class AgentLimits:
-    """Per-agent bounds on turns, tool time, call depth and concurrency, and on what one
-    ``bash`` command may use: address space per process (MiB), processes, and the size of
-    its private ``$TMPDIR`` (MiB)."""
+    """Per-agent bounds on turns, tool time, call depth and concurrency, and per ``bash``
+    command: address space per process (MiB), processes, its ``$TMPDIR``'s size (MiB)."""
 
     max_turns: int = 10
     tool_timeout_s: float = 60.0
@@ -235,11 +234,6 @@ _converter.register_structure_hook(ScriptStep, _structure_step)
 # ---- the schema ------------------------------------------------------------------------
 
 
-@functools.cache
-def _schema_text() -> str:
-    return importlib.resources.files("roost.kernel").joinpath(SCHEMA_RESOURCE).read_text("utf-8")
-
-
 def schema() -> dict[str, Any]:
     """The packaged ``agent.json.schema`` as a dict (a fresh copy; mutate freely)."""
     return copy.deepcopy(_validator().schema)
@@ -250,9 +244,8 @@ _VALID_REFS_MAX = 4096
 
 
 def _compiles(pattern: object) -> bool:
-    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles. ``re.compile`` also
-    raises OverflowError (a repeat count too large) and RecursionError (groups nested too
-    deeply), which jsonschema would let through and crash the load of every agent."""
+    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles, also for re's
+    OverflowError and RecursionError, which would crash the load of every agent."""
     if isinstance(pattern, str):
         try:
             re.compile(pattern)
@@ -265,16 +258,17 @@ def _compiles(pattern: object) -> bool:
 
 @functools.cache
 def _validator(remember: bool = False) -> jsonschema.Draft202012Validator:
-    """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref``
-    remembers the values it found valid, keyed by the subschema and the value's canonical
-    JSON: agents made from one template share ``model`` or ``limits`` entries, checked once
-    per boot. Sound because the schema has one ``$id`` and no dynamic references (a place in
-    it always means one subschema) and only error-free values are kept. Only for values
-    decoded from JSON text (an in-memory tuple has a list's JSON but is no array)."""
+    """Draft 2020-12 validation of ``agent.json.schema``. With ``remember``, ``$ref`` keeps
+    the values it found valid by subschema and canonical JSON (agents of one template share
+    ``model`` or ``limits`` entries, checked once per boot). Sound as the schema has one
+    ``$id`` and no dynamic references (a place in it always means one subschema) and only
+    error-free values are kept. Only for values decoded from JSON text (an in-memory tuple
+    has a list's JSON but is no array)."""
     import jsonschema  # here, not at the top: slow to import, and most starts never need it
     from jsonschema import validators
 
-    loaded = json.loads(_schema_text())
+    resource = importlib.resources.files("roost.kernel").joinpath(SCHEMA_RESOURCE)
+    loaded = json.loads(resource.read_text("utf-8"))
     jsonschema.Draft202012Validator.check_schema(loaded)
     regexes = jsonschema.FormatChecker(formats=())
     regexes.checks("regex", raises=re.error)(_compiles)  # each script rule's match
@@ -469,8 +463,7 @@ def _parse_json(text: str) -> Any:
 
 
 def _repeats(items: Any, field: str, key: Callable[[str], str]) -> Iterator[tuple[int, str, str]]:
-    """(index, value, the first value with its key) of each string ``field`` of the objects
-    in the list ``items`` whose ``key`` an earlier one had."""
+    """(index, value, first value of its key) of each repeated ``key(field)`` in ``items``."""
     seen: dict[str, str] = {}
     for index, item in enumerate(items if isinstance(items, list) else []):
         value = item.get(field) if isinstance(item, dict) else None
@@ -606,8 +599,7 @@ def _manifest_files(location: Path) -> list[Path]:
         return [location]
     if (location / MANIFEST_FILENAME).is_file():
         return [location / MANIFEST_FILENAME]
-    # <location>/<name>/agent.json, by name (what sorted(glob(...)) gives, without building
-    # and comparing a Path per folder first).
+    # <location>/<name>/agent.json by name, as sorted(glob(...)) without a Path per folder.
     try:
         with os.scandir(location) as entries:
             names = sorted(e.name for e in entries)

@@ -1,12 +1,11 @@
 """Messages to agents: ``Kernel.send`` and the ``agent_<name>`` tools through which agents
 ask each other (the in-memory MCP transport).
 
-``send`` makes the agent the next hop of the caller's trace (the depth breaker) and asks its
-actor with an ``AGENT:MESSAGE`` event. An ``agent_<name>`` tool builds the JSON-RPC
-``tools/call`` of the target's ``message`` tool, carries the caller's trace in
-``params._meta`` and asks the target's actor with an ``EXEC:TOOL_CALL`` event, which the
-target's ``AgentSurface`` answers. When the caller stops waiting, the run is cancelled.
-``Messaging`` is the part of ``Kernel`` that does it (a mixin over the kernel's state).
+``send`` makes the agent the next hop of the caller's trace and asks its actor with an
+``AGENT:MESSAGE`` event. An ``agent_<name>`` tool asks the target's actor with an
+``EXEC:TOOL_CALL`` event holding a JSON-RPC ``tools/call`` of its ``message`` tool (the
+trace in ``params._meta``), which its ``AgentSurface`` answers. A caller that stops waiting
+cancels the run. ``Messaging`` is that part of ``Kernel`` (a mixin over its state).
 """
 
 from __future__ import annotations
@@ -53,14 +52,11 @@ class Messaging:
         new_session: bool = False,
         principal: str | None = None,
     ) -> AgentReply:
-        """Send ``message`` to ``agent`` and wait for its answer.
-
-        ``trace`` is the caller's context (e.g. read from HTTP headers); the agent becomes
-        its next hop, so the depth breaker applies to external callers too.
-        ``new_session``: the caller just made ``session_id`` up (no history to load).
-        ``principal``: who is calling; ``session_id`` names a session of theirs (the same id
-        from another principal is another session). Default: ``config.http.host_principal``.
-        """
+        """Send ``message`` to ``agent`` and wait for its answer. ``trace``: the caller's
+        context (e.g. from HTTP headers), whose next hop the agent is (the depth breaker holds
+        for external callers too). ``new_session``: ``session_id`` was just made up.
+        ``principal``: who calls (default ``config.http.host_principal``); ``session_id``
+        names a session of theirs (the same id from another principal is another session)."""
         self._require_agent(agent)
         if not isinstance(message, str):
             raise RoostError(f"message: expected a string, got {type(message).__name__}")
@@ -77,14 +73,7 @@ class Messaging:
                 self.breaker_tripped(exc, caller=caller, target=agent, trace=trace)
                 raise
         return await self._deliver(
-            agent,
-            message,
-            trace,
-            session_id=session_id,
-            timeout=timeout,
-            stream=stream,
-            new_session=new_session,
-            principal=principal,
+            agent, message, trace, session_id, timeout, stream, new_session, principal
         )
 
     async def _deliver(
@@ -92,12 +81,11 @@ class Messaging:
         agent: str,
         message: str,
         trace: TraceContext,
-        *,
-        session_id: str | None = None,
-        timeout: float | None = None,
-        stream: bool = False,
-        new_session: bool = False,
-        principal: str | None = None,
+        session_id: str | None,
+        timeout: float | None,
+        stream: bool,
+        new_session: bool,
+        principal: str | None,
     ) -> AgentReply:
         """``send``'s delivery, ``trace`` already naming ``agent`` as its last hop."""
         run_id = uuid7_hex()  # from the id pool: no syscall per message
@@ -146,9 +134,8 @@ class Messaging:
         timeout_s: float,
         outputs: Any,
     ) -> ToolResult:
-        """The ``agent_{target}`` tool called by ``agent``: a JSON-RPC ``tools/call`` of the
-        target's ``message`` tool (its surface applies the depth limit), asked with the
-        tool's timeout as the ask's deadline."""
+        """``agent_{target}`` called by ``agent``: a ``tools/call`` of the target's ``message``
+        tool (its surface applies the depth limit), the tool's timeout its deadline."""
         if target in self.agent_errors:
             raise AgentUnavailable(target, self.agent_errors[target])
         caller = call.caller or agent

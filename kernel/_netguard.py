@@ -153,9 +153,8 @@ def classify_address(ip: str | IPAddress) -> str | None:
 
 
 def parse_ipv4_literal(host: str) -> ipaddress.IPv4Address | None:
-    """``host`` as the system's ``inet_aton`` reads an IPv4 address (as its resolver does:
-    1-4 parts, decimal, octal or hex, the last filling the rest: ``127.1``, ``0x7f.1``), or
-    None."""
+    """``host`` read as ``inet_aton`` (and so the resolver) reads IPv4: 1-4 parts, decimal,
+    octal or hex, the last filling the rest (``127.1``, ``0x7f.1``); else None."""
     host = host[:-1] if host.endswith(".") else host
     # inet_aton ignores what follows a space; an address holds nothing but these.
     if not host or not set(host) <= _IPV4_CHARS:
@@ -270,9 +269,9 @@ async def check_url(
 
 @attrs.frozen
 class PinnedTarget:
-    """Where to connect for a URL whose host was checked: ``url`` names the address itself;
-    send ``host_header`` as ``Host`` and, for https, ``sni_hostname`` as the TLS server name
-    (so the certificate is still verified against the original name)."""
+    """Where to connect for a checked URL: ``url`` names the address; send ``host_header`` as
+    ``Host`` and, for https, ``sni_hostname`` as the TLS server name (so the certificate is
+    still verified against the original name)."""
 
     url: str
     host_header: str

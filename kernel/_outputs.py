@@ -1,9 +1,8 @@
 """What an agent hands over beside its answer: artifacts of text, JSON data or files.
 
-An agent adds outputs during a run with the built-in ``artifact`` tool (or any tool, through
-``ToolContext.outputs``); the run's ``AgentReply.outputs`` carries them to the surface that
-asked: A2A turns each into a task artifact, MCP into content blocks plus
-``structuredContent.artifacts``, the HTTP API into JSON.
+An agent adds outputs during a run with the ``artifact`` tool (or any tool, through
+``ToolContext.outputs``); ``AgentReply.outputs`` carries them to the surface that asked: A2A
+task artifacts, MCP content blocks plus ``structuredContent.artifacts``, HTTP API JSON.
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ import attrs
 from ._errors import ToolArgumentsInvalid
 from ._trace import new_call_id
 
-# A file travels base64-encoded (4/3 of its size) exactly once inside one protocol message
-# (MCP's stdio limit is 10 MiB): 6 MiB of outputs are 8 MiB on the wire, leaving room for
-# the answer and the envelope.
+# A file travels base64-encoded (4/3 of its size) once in one protocol message (MCP stdio's
+# limit: 10 MiB): 6 MiB of outputs are 8 MiB on the wire, with room for the answer.
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_RUN_BYTES = 6 * 1024 * 1024
 MAX_RUN_PARTS = 64
@@ -180,9 +178,8 @@ class Outputs:
         return new
 
     def adopt(self, output: Output) -> None:
-        """Take over ``output`` (handed over by an agent this run asked) as it is, its id
-        too (so a link to it in the asked agent's answer still names it): all of it, or,
-        past the bounds, none of it (ToolArgumentsInvalid)."""
+        """Take over ``output`` (from an agent this run asked) as it is, id too (a link to it
+        still names it): all of it, or past the bounds none (ToolArgumentsInvalid)."""
         if any(o.id == output.id for o in self._by_name.values()):
             return
         # Kept apart from an artifact of this run with the same name (they are two).
@@ -219,9 +216,8 @@ def outputs_to_json(outputs: tuple[Output, ...]) -> list[dict[str, Any]]:
 def outputs_to_mcp(
     outputs: tuple[Output, ...], first_index: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The content blocks of ``outputs`` (which will sit at ``first_index`` onwards in the
-    result's ``content``) and their ``structuredContent.artifacts``: there a file's bytes
-    are not repeated but referred to as ``{"content": <index of its block>}``."""
+    """The content blocks of ``outputs`` (at ``first_index`` on in the result's ``content``)
+    and their ``structuredContent.artifacts``, a file's bytes as ``{"content": <index>}``."""
     blocks: list[dict[str, Any]] = []
     artifacts = []
     for output in outputs:
@@ -236,9 +232,8 @@ def outputs_to_mcp(
 
 
 def output_from_json(value: Any, content: Any = ()) -> Output | None:
-    """An ``Output`` back from ``Output.to_json``, or from an MCP result's
-    ``structuredContent.artifacts`` entry whose file parts refer to blocks of ``content``;
-    None if ``value`` is not one."""
+    """An ``Output`` back from ``Output.to_json`` or a ``structuredContent.artifacts`` entry
+    (file parts referring to blocks of ``content``); None if ``value`` is not one."""
     if (
         not isinstance(value, dict)
         or not isinstance(value.get("name"), str)

@@ -63,9 +63,8 @@ class PluginManager(pluggy.PluginManager):
     def call_each(
         self, hook_name: str, *, answers: tuple[type[Exception], ...] = (), **kwargs: Any
     ) -> list[tuple[str, list[Any]]]:
-        """``(plugin name, its flattened results)`` of the hook for each plugin, called with
-        the ``kwargs`` it takes; one that raises is recorded in ``failures`` and skipped,
-        unless the exception is of a type in ``answers`` (then it is the result)."""
+        """``(plugin name, flattened results)`` of the hook, each called with the ``kwargs`` it
+        takes; one raising goes to ``failures``, unless ``answers`` has its type (then a result)."""
         out = []
         for impl in getattr(self.hook, hook_name).get_hookimpls():
             name = self.get_name(impl.plugin) or repr(impl.plugin)

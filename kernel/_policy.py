@@ -176,8 +176,7 @@ def _clip(text: str, limit: int = _MAX_ERROR_MESSAGE) -> str:
 
 
 def argument_check(spec: ToolSpec) -> Callable[[Any], bool] | None:
-    """``is_valid`` of ``spec``'s validator (False: ask ``validate_arguments`` for the
-    words); None when the schema is invalid."""
+    """Its validator's ``is_valid`` (False: ``validate_arguments`` says why); None: bad schema."""
     try:
         return _validator_for(spec).is_valid
     except ToolSchemaInvalid:
@@ -282,10 +281,9 @@ def canonical_arguments(arguments: Any) -> str:
 
 
 class LoopGuard:
-    """Stops a conversation that keeps making the same call (tool name and canonical
-    arguments): more than ``max_repeats`` in a row, or more than ``max_in_window`` (default
-    ``2 * max_repeats``: A, B, A, B cycles) among the last ``window``. Refused calls count
-    too, so retrying one stays refused."""
+    """Stops a conversation repeating a call (name, canonical arguments) over ``max_repeats``
+    times in a row or over ``max_in_window`` (default ``2 * max_repeats``: A, B, A, B cycles)
+    in the last ``window``. Refused calls count too, so retrying one stays refused."""
 
     def __init__(
         self, max_repeats: int = 3, *, window: int = 12, max_in_window: int | None = None
@@ -375,9 +373,8 @@ class TaintMatch:
 class TaintTracker:
     """Remembers text of tainted results and spots it passed on unchanged: a run of
     ``min_match`` characters (not only whitespace), or a whole short result of at least
-    ``min_short_value``. Windows are indexed every ``step`` characters, so a copied run of
-    ``min_match + step - 1`` is always found; at most ``max_chars`` are kept, oldest first
-    forgotten."""
+    ``min_short_value``. Windows are indexed every ``step`` characters (a copied run of
+    ``min_match + step - 1`` is always found); the newest ``max_chars`` are kept."""
 
     def __init__(
         self,

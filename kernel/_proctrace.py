@@ -1,16 +1,16 @@
 """Which agent run a local HTTP caller belongs to, when it does not say.
 
-A tool that starts processes for a run (``bash``) registers the process with the run's
-trace context. For a request over loopback TCP on Linux, the daemon follows the endpoints
-to the client socket's inode (``/proc/net/tcp``, ``tcp6``) and a process holding it
-(``/proc/<pid>/fd``) among a registered process's descendants; the call then continues
-that run's trace even with no or forged lower trace headers (the deepest of both wins).
+A tool that starts processes for a run (``bash``) registers them with the run's trace
+context. For a loopback TCP request on Linux, the daemon finds the client socket's inode
+(``/proc/net/tcp``, ``tcp6``) and a process holding it (``/proc/<pid>/fd``) among a
+registered process's descendants; the call then continues that run's trace even with no or
+forged lower trace headers (the deepest of both wins).
 
 Bounds: at most ``capacity`` registered processes; a look-up (in a worker thread, two at
-once) visits at most ``MAX_PROCESSES`` processes and ``MAX_FDS`` descriptors, past which
-it assumes the deepest running context. It cannot see calls relayed by processes outside
-the registered trees, non-loopback calls, or systems without ``/proc``; the registered
-process must be a child subreaper so double-forked processes stay its descendants.
+once) visits at most ``MAX_PROCESSES`` processes and ``MAX_FDS`` descriptors, past which it
+assumes the deepest running context. Blind to relays outside the registered trees, to
+non-loopback calls and without ``/proc``; the registered process must be a child subreaper,
+so that double-forked processes stay its descendants.
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class ProcessTraces:
         return release
 
     async def caller_of(self, peer: Any, local: Any) -> TraceContext | None:
-        """The context of the registered run whose process is the client of the TCP
-        connection ``peer`` → ``local`` (``(host, port)`` each), else None."""
+        """The context of the registered run whose process is the client of the TCP connection
+        ``peer`` → ``local`` (``(host, port)`` each), else None."""
         if not self._by_pid or not sys.platform.startswith("linux"):
             return None
         client, server = _endpoint(peer), _endpoint(local)

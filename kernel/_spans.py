@@ -1,15 +1,12 @@
 """Spans: the units of work of a trace, each observable when it starts and when it ends.
 
-Every unit of work is a span with a ``TraceContext`` of its own — its span id and its
-parent's: an agent's run, each tool call inside it, each model call, a ``tools/call``
-served over MCP and a message served over A2A. ``Kernel.start_span`` opens one: it
-publishes ``TRACE:SPAN_START`` at once and ``TRACE:SPAN_END`` with the span's whole record
-at ``end()``, both with the span's context as the event's ``trace``. A tool call's span is
-the one a callee sees as its parent (the ``traceparent`` sent over MCP ``_meta``, HTTP
-headers and A2A metadata), so a tree that crosses processes joins up by ids alone.
-
-While nobody subscribes to ``TRACE:`` events a span is ``NO_SPAN``, which records nothing:
-the contexts (and so the ids that travel) are made all the same, the events are not.
+An agent's run, each tool call and model call in it, a ``tools/call`` served over MCP and
+a message served over A2A each have a ``TraceContext`` of their own (span id, parent's).
+``Kernel.start_span`` publishes ``TRACE:SPAN_START`` at once and ``TRACE:SPAN_END`` with
+the whole record at ``end()``. A tool call's span is its callee's parent (the
+``traceparent`` sent on), so a tree that crosses processes joins up by ids alone. While
+nobody subscribes to ``TRACE:`` events a span is ``NO_SPAN``: the ids are made all the same,
+the events are not.
 """
 
 from __future__ import annotations
@@ -35,10 +32,9 @@ class SpanKind:
 # A refusal's error code → the mark it leaves on the span where it happened.
 _MARKS = {"recursion_limit": "breaker", "taint_violation": "taint", "loop_detected": "loop_guard"}
 
-# What a record names comes from outside: a tool name a model made up, the path a caller
-# claims, a peer's error. Recent records are kept (the dashboard's history) and exported,
-# so each text is cut to MAX_TEXT characters and a breaker's path to its first and last
-# hops: a record stays small however large what it names.
+# What a record names comes from outside (a tool name a model made up, a caller's path, a
+# peer's error) and records are kept and exported: so each text is cut to MAX_TEXT
+# characters, a breaker's path to its first and last hops.
 MAX_TEXT = 500
 _MAX_MARK_HOPS = 16
 _MAX_HOP = 128
@@ -209,8 +205,7 @@ def start_span(
     source: str = "kernel",
     **attributes: Any,
 ) -> Any:
-    """Open the span ``trace`` names (its span id, its parent's): a ``Span``, or ``NO_SPAN``
-    while nobody subscribes to ``TRACE:`` events."""
+    """Open the span ``trace`` names: a ``Span``, or ``NO_SPAN`` while nobody follows spans."""
     if not tap.subscriber_count or not tracing(tap):
         return NO_SPAN
     return Span(tap, kind, name, trace, source, attributes)

@@ -1,22 +1,20 @@
 """SQLite infrastructure shared by the kernel's store and plugins' stores (A2A tasks).
 
-``SqliteDatabase``: one database file in WAL mode, used by one thread of its own; ``read``
-and ``write`` queue work for it, so the event loop never waits on disk or SQLite.
+``SqliteDatabase``: one database file in WAL mode with a thread of its own; ``read`` and
+``write`` queue work for it, so the event loop never waits on disk or SQLite.
 
-Group commit: the writes queued while the thread is busy run as ONE transaction, each in
-its own SAVEPOINT (one failing write is rolled back alone). A read runs after the writes
-queued before it; a write returns only after its commit: nothing is acknowledged before it
-is stored (``wait=False`` writes behind, for what nobody is answered about). The queue is
-bounded. A cancelled caller's queued write is withdrawn; one already in a batch commits.
+Group commit: writes queued while the thread is busy run as ONE transaction, each in its
+own SAVEPOINT (a failing write is rolled back alone). A read runs after the writes queued
+before it; a write returns only after its commit (``wait=False``: written behind, for what
+nobody is answered about). The queue is bounded; a cancelled caller's queued write is
+withdrawn, one already in a batch commits.
 
-Durability (``[store] synchronous``): ``"normal"`` survives roost being killed, a power
-loss may lose the last commits; ``"full"`` fsyncs each batch before answering, except a
-batch of only ``durable=False`` writes (the next durable commit's fsync covers them: the
-WAL is one sequential file). Another process's lock is waited for up to ``BUSY_TIMEOUT_MS``.
-
-The schema is versioned with ``PRAGMA user_version`` and upgraded by forward migrations.
-A database from a newer roost, a foreign, corrupt or non-SQLite file is refused with an
-error naming the path, and left untouched.
+Durability (``[store] synchronous``): ``"normal"`` survives roost being killed (a power
+loss may lose the last commits); ``"full"`` fsyncs each batch before answering, but one of
+only ``durable=False`` writes (the next durable fsync covers them: the WAL is sequential).
+Another process's lock is waited for up to ``BUSY_TIMEOUT_MS``. The schema is versioned
+(``PRAGMA user_version``, forward migrations); a newer roost's, a foreign, corrupt or
+non-SQLite file is refused, naming the path, and left untouched.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,9 +43,8 @@ log = logging.getLogger("roost.store")
 _T = TypeVar("_T")
 _D = TypeVar("_D", bound="SqliteDatabase")
 
-# sqlite3 binds a None parameter as NULL only after looking for an adapter and failing (an
-# AttributeError raised and cleared each time). With this identity adapter it finds one at
-# once. Process-wide, and changes no value.
+# sqlite3 binds None as NULL only after failing to find an adapter (an AttributeError raised
+# and cleared each time); this identity adapter is found at once (process-wide, no change).
 sqlite3.register_adapter(type(None), lambda value: value)
 
 
@@ -147,10 +144,10 @@ class SqliteDatabase:
         shield: bool = False,
         wait: bool = True,
     ) -> _T:
-        """``work(conn)``'s result once committed, as one atomic write (``operation`` names
-        it in errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even
-        if the caller is cancelled; ``wait=False``: written behind (None at once, a failure
-        logged; it waits only for room in the queue)."""
+        """``work(conn)``'s result once committed, as one atomic write (``operation`` names it
+        in errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if
+        the caller is cancelled; ``wait=False``: written behind (None once queued, a failure
+        logged)."""
         return await self._submit(
             _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
         )
@@ -258,10 +255,8 @@ class SqliteDatabase:
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
-                try:
+                with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
             for op in batch:
                 if op.error is None:
                     op.result, op.error = None, self._wrap(op.operation, exc)

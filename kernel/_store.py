@@ -1,11 +1,10 @@
 """The app store: sessions and their history, the tool-call audit log and token usage.
 
-``Store`` is the protocol; ``SqliteStore`` the default, an ``SqliteDatabase``: every write
-returns only after its commit, a tool call's audit row before the call's result.
-
-A session is named by ``(owner, id)`` (``owner``: a principal), so two principals never
-share one; sessions from before schema 2 get ``open_store``'s ``legacy_owner``. A session
-stays with its agent: writing to it as another raises ``SessionConflict``.
+``Store`` is the protocol; ``SqliteStore`` the default: every write returns after its
+commit, a tool call's audit row before the call's result. A session is named by
+``(owner, id)`` (``owner``: a principal; before schema 2, ``open_store``'s
+``legacy_owner``), so two principals never share one, and stays with its agent (else
+``SessionConflict``).
 """
 
 from __future__ import annotations
@@ -381,8 +380,7 @@ class SqliteStore(SqliteDatabase):
         now: float,
         messages: int = 0,
     ) -> bool:
-        """Create the session (counting the ``messages`` about to be added) if needed; True
-        if it is new."""
+        """Create the session (counting ``messages`` to add) if needed; True if it is new."""
         agent_now = _session_agent(conn, owner, session_id)
         if agent_now is None:
             conn.execute(
@@ -403,8 +401,7 @@ class SqliteStore(SqliteDatabase):
     async def ensure_session(
         self, session_id: str, agent: str, *, owner: str = DEFAULT_OWNER
     ) -> None:
-        """Create ``owner``'s session for ``agent`` if missing (``SessionConflict`` if it is
-        another agent's)."""
+        """Create ``owner``'s session for ``agent`` if missing (else ``SessionConflict``)."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         now = time.time()
         await self.write(
@@ -450,8 +447,7 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> None:
-        """Append messages (dicts of role, content, data), all or none, creating the session
-        if needed."""
+        """Append messages (role, content, data), all or none, creating the session if needed."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages(messages)
         now = time.time()
@@ -467,8 +463,7 @@ class SqliteStore(SqliteDatabase):
         *,
         owner: str = DEFAULT_OWNER,
     ) -> list[StoredMessage]:
-        """In one transaction: create the session if needed, append the user's ``message``
-        and return the history before it."""
+        """In one transaction: ensure the session, append ``message``; the history before it."""
         _check_ids(session_id=session_id, agent=agent, owner=owner)
         rows = _encode_messages([message])
         now = time.time()
@@ -510,11 +505,8 @@ class SqliteStore(SqliteDatabase):
     ) -> list[StoredMessage]:
         """``owner``'s session's messages in order; with ``limit``, only the last ``limit``."""
         _check_ids(session_id=session_id, owner=owner)
-        limit = None if limit is None else _check_int("limit", limit, 1)
-        return await self.read(
-            "read history",
-            lambda c: _messages(c, owner, session_id, -1 if limit is None else limit),
-        )
+        last = -1 if limit is None else _check_int("limit", limit, 1)
+        return await self.read("read history", lambda c: _messages(c, owner, session_id, last))
 
     async def sessions(
         self, *, agent: str | None = None, limit: int = 100, owner: str | None = None
@@ -576,8 +568,7 @@ class SqliteStore(SqliteDatabase):
         input_tokens: int,
         output_tokens: int,
     ) -> None:
-        """``record_usage`` written behind (committed with the next batch, a failure
-        logged), for usage nobody is answered about."""
+        """``record_usage`` written behind (a failure logged): usage nobody is answered about."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
         await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row), wait=False)
 

@@ -2,13 +2,11 @@
 
 Every agent is an MCP server: ``message`` ("ask this agent") plus the tools its manifest
 exposes. ``AgentSurface`` (``kernel.surface(name)``) lists them and answers ``tools/call``
-— exposure, argument validation, the trace context in ``params._meta`` and the depth
-breaker, the shape of every error — whichever transport carried the request. In memory,
-the kernel routes a JSON-RPC request to the agent's actor as ``EXEC:TOOL_CALL`` and
-``handle`` answers it: another agent asks once, so the conversation stays in memory. Over
-stdio and HTTP the MCP plugin's server calls ``prepare`` and ``ask`` / ``call_tool`` for a
-principal, whose conversation is stored as ``kernel.send`` stores it, and adds what
-belongs to the session (initialize, eras, resources, prompts, progress, cancellation).
+(exposure, argument validation, the trace in ``params._meta``, the depth breaker, every
+error's shape) whatever the transport. In memory, an ``EXEC:TOOL_CALL`` to the agent's
+actor is answered by ``handle`` (a one-shot ask, kept in memory); over stdio and HTTP the
+MCP plugin's server calls ``prepare`` and ``ask`` / ``call_tool`` for a principal (stored
+as ``kernel.send`` stores it) and adds what belongs to the session.
 """
 
 from __future__ import annotations
@@ -113,11 +111,10 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
 
 @attrs.define(eq=False)
 class SurfaceCall:
-    """A ``tools/call`` the surface accepted (``prepare``): ``tool``, the exposed tool to run
-    (None: ``message``); ``trace``, the caller's context with this agent as its last hop;
-    ``refused``, the result of a call that must not run (the depth breaker tripped, or its
-    arguments are invalid); ``server``, the context of the server's own span (``prepare``
-    with ``server=True``), whose child ``trace`` is."""
+    """A ``tools/call`` ``prepare`` accepted: ``tool`` to run (None: ``message``); ``trace``,
+    the caller's context with this agent as its last hop; ``refused``, the result of a call
+    that must not run (the breaker tripped, bad arguments); ``server``, the server's own
+    span (``prepare(server=True)``), parent of ``trace``."""
 
     tool: str | None
     arguments: Mapping[str, Any]
@@ -155,12 +152,11 @@ class AgentSurface:
 
     # ---- tools/call ----------------------------------------------------------------------
     def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
-        """Check a ``tools/call``'s ``params`` and read its trace context; raises
-        ``JsonRpcError`` for a request the protocol refuses (bad params, unknown tool, a
-        malformed ``_meta`` depth). ``tool``: the name on this surface when the caller used
-        another one (the host surface's ``agent_<name>``, ``<agent>_<tool>``). ``server``:
-        the request came over a transport whose server opens a span of its own for it
-        (``SurfaceCall.server``, a child of the caller's span, or a new trace's root), so
+        """Check a ``tools/call``'s ``params`` and read its trace context; ``JsonRpcError``
+        for what the protocol refuses (bad params, unknown tool, a malformed ``_meta``
+        depth). ``tool``: the name here when the caller used another (the host surface's
+        ``agent_<name>``, ``<agent>_<tool>``).
+        ``server``: the transport's server opens a span for it (``SurfaceCall.server``), so
         the agent's run is that span's child rather than the caller's."""
         if not is_mapping(params):
             params = param(params, "name", str)  # raises, naming what params should be
@@ -238,26 +234,20 @@ class AgentSurface:
         ``session_id`` names one of theirs."""
         assert call.tool is None and call.refused is None
         self.kernel._require_agent(self.agent)
+        message = call.arguments["message"]
         return await self.kernel._deliver(
-            self.agent,
-            call.arguments["message"],
-            call.trace,
-            session_id=session_id,
-            timeout=timeout,
-            principal=principal,
+            self.agent, message, call.trace, session_id, timeout, False, False, principal
         )
 
     @staticmethod
     def answer(reply: AgentReply) -> dict[str, Any]:
-        """The ``message`` tool's ``CallToolResult`` of ``reply`` (``session_id`` is None
-        for a one-shot ask)."""
+        """The ``message`` tool's ``CallToolResult`` of ``reply`` (one-shot: no session_id)."""
         return reply.to_mcp(session_id=reply.session_id or None)
 
     # ---- the in-memory transport ----------------------------------------------------------
     async def handle(self, request: Any, *, direct_ask: DirectAsk | None = None) -> dict[str, Any]:
         """Answer one JSON-RPC request routed to the agent's actor (``EXEC:TOOL_CALL``);
-        ``direct_ask``: the request is that ask's, running in the asker's task (see
-        ``AgentRuntime.handle_message``)."""
+        ``direct_ask``: that ask's, running in the asker's task."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
             return (
                 JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")

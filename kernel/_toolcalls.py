@@ -1,11 +1,10 @@
 """The tool pipeline: ``Kernel.call_tool`` and what it reuses from call to call.
 
-One call: registry lookup → capability check → argument validation →
-``roost_before_tool_call`` vetoes → taint check → loop guard → ``EXEC:TOOL_CALL`` → the
-handler under its timeout (or, for an ``agent_<name>`` tool, the ask: see ``_messaging``)
-→ truncation → taint labels → ``roost_after_tool_call`` → ``EXEC:TOOL_RESULT`` → the audit
-row, stored before the result is returned. ``ToolCalls`` is the part of ``Kernel`` that does
-it (a mixin: it works on the kernel's own state, set up in ``Kernel.__init__``).
+One call: registry lookup → capability check → argument validation → ``roost_before_tool_call``
+vetoes → taint check → loop guard → ``EXEC:TOOL_CALL`` → the handler under its timeout (for
+an ``agent_<name>`` tool, the ask: see ``_messaging``) → truncation → taint labels →
+``roost_after_tool_call`` → ``EXEC:TOOL_RESULT`` → the audit row, stored before the result
+is returned. ``ToolCalls`` is that part of ``Kernel`` (a mixin over the kernel's state).
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ log = logging.getLogger("roost.kernel")
 _AUDIT_ARGS_MAX = 4_000
 
 
-# The validators and converters whose work ``_audit_record`` does itself before it takes
-# the builder (non-empty agent and tool, a known outcome, arguments within the limit, no
-# error text to cut).
+# The validators and converters whose work ``_audit_record`` does itself before it takes the
+# builder: non-empty agent and tool, a known outcome, arguments within bounds, no error text.
 _AUDIT_CHECKS = {
     "agent": (_required_text, None),
     "tool": (_required_text, None),
@@ -91,6 +89,15 @@ _audit_json = _audit_json_encoder()
 
 
 _MAX_PLANS = 4096
+# The codes of the ToolErrors that refuse a call (audited as "denied", not "error").
+_REFUSALS = {
+    "tool_denied",
+    "taint_violation",
+    "sandbox_violation",
+    "invalid_arguments",
+    "recursion_limit",
+    "tool_not_found",
+}
 _UNKNOWN = object()
 
 
@@ -113,8 +120,7 @@ class ToolCalls:
     """The tool pipeline of ``Kernel`` (see the module's docstring)."""
 
     def _plan(self, manifest: Any, tool: Tool) -> _CallPlan:
-        """What the policy decides for ``manifest`` calling ``tool`` that does not change
-        from call to call; rebuilt when either is replaced (reload, re-registration)."""
+        """The policy's decisions for ``manifest`` calling ``tool``, kept while neither changes."""
         spec = tool.spec
         key = (manifest.name, spec.name)
         hit = self._plans.get(key)
@@ -218,19 +224,7 @@ class ToolCalls:
                 outcome, error = "timeout", str(exc)
                 result = ToolResult.error(str(exc))
             except ToolError as exc:
-                outcome = (
-                    "denied"
-                    if exc.code
-                    in {
-                        "tool_denied",
-                        "taint_violation",
-                        "sandbox_violation",
-                        "invalid_arguments",
-                        "recursion_limit",
-                        "tool_not_found",
-                    }
-                    else "error"
-                )
+                outcome = "denied" if exc.code in _REFUSALS else "error"
                 error = str(exc)
                 # A refusal by an agent of this kernel was published by its surface.
                 if isinstance(exc, RecursionLimitExceeded) and (
@@ -368,12 +362,11 @@ class ToolCalls:
     def _audit_record(
         self, agent, call, trace, duration_ms, outcome, error, conversation
     ) -> AuditRecord:
-        """The audit record of ``call``. One without error is built without attrs'
-        validators and converters (they cost as much as the rest of the audit): its ids,
-        times, session and outcome are the kernel's own and its arguments text is already
-        cut to ``_AUDIT_ARGS_MAX``, so only ``agent`` and ``tool`` need the checks, made
-        here. Any other record (an error text to cut, a bad name) goes through the
-        validating constructor."""
+        """The audit record of ``call``: one without error skips attrs' validators and
+        converters (they cost as much as the rest of the audit). Sound because its ids, times,
+        session and outcome are the kernel's own and its arguments text is already cut to
+        ``_AUDIT_ARGS_MAX``: only ``agent`` and ``tool`` need checks, made here. Any other
+        record (an error text to cut, a bad name) goes through the validating constructor."""
         arguments = call.arguments
         try:
             args = _audit_json(arguments if arguments.__class__ is dict else dict(arguments))

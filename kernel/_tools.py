@@ -253,14 +253,11 @@ class ToolContext:
     env_allowlist: tuple[str, ...] = ()
     timeout_s: float = 60.0
     max_output_chars: int = 50_000
-    # Set by the kernel: lets a tool reach the kernel (e.g. to ask another agent). None
-    # when the tool runs outside a kernel (tests, a tool called directly).
+    # The kernel, for a tool that reaches it (e.g. to ask an agent); None outside a kernel.
     kernel: KernelAPI | None = attrs.field(default=None, eq=False, repr=False)
-    # The running agent's outputs (``Outputs``): what it hands over beside its answer.
-    # None when the call is not part of an agent's run (e.g. a tool called over MCP).
+    # The agent's ``Outputs`` (handed over beside its answer); None outside an agent's run.
     outputs: Any = attrs.field(default=None, eq=False, repr=False)
-    # The call's span (``Span``; ``NO_SPAN`` while nobody traces): a tool that reaches a
-    # peer adds what names it (``peer_url`` and the like) with ``span.set``.
+    # The call's ``Span`` (``NO_SPAN`` untraced): a tool reaching a peer ``set``s ``peer_url``.
     span: Any = attrs.field(default=NO_SPAN, eq=False, repr=False)
 
 

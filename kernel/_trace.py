@@ -1,18 +1,15 @@
 """Trace context: W3C-compatible ids plus the call-chain depth and path.
 
-Depth is the number of agents in the chain: a message from outside to agent A starts
-a trace at depth 1 (path ``A``); A calling B gives depth 2 (``A → B``), and so on.
-``child()`` refuses a hop that would pass ``max_depth`` (default 5), so with the default
-the sixth agent of ``A → B → C → D → E → F`` is refused and the error names that path.
+Depth is the number of agents in the chain: a message from outside to agent A starts a
+trace at depth 1 (path ``A``), A calling B gives depth 2 (``A → B``), and so on. ``child()``
+refuses a hop past ``max_depth`` (default 5: the sixth agent of ``A → … → F``), naming the
+path. The context travels in MCP ``params._meta``, A2A message metadata, HTTP headers and
+the environment of the processes a tool starts (``TRACEPARENT``, ``ROOST_TRACE_DEPTH``,
+``ROOST_TRACE_PATH``), so the breaker holds across processes.
 
-The context travels in MCP ``params._meta``, in A2A message metadata, in HTTP headers and,
-for the processes a tool starts (``bash``), in their environment (``TRACEPARENT``,
-``ROOST_TRACE_DEPTH``, ``ROOST_TRACE_PATH``), so the breaker holds across processes.
-
-Reading a carrier: a depth must be a whole number from 0 to 999,999,999 (``InvalidTraceContext``
-otherwise; an empty value counts as absent); a malformed ``traceparent`` is ignored, as W3C
-asks. When one request brings several carriers, ``deepest`` picks the one to continue: the
-deepest, whole, so that no carrier can lower the count.
+Reading a carrier: a depth must be a whole number from 0 to 999,999,999 (else
+``InvalidTraceContext``; an empty value is absent); a malformed ``traceparent`` is ignored,
+as W3C asks. Of several carriers, ``deepest`` picks the one to continue, whole.
 """
 
 from __future__ import annotations
@@ -59,10 +56,10 @@ _MAX_PATH_ITEMS = 64
 _MAX_HOP_LEN = 128
 
 
-# Ids come from the OS's CSPRNG, read 4 KiB at a time and handed out 64 bits (16 hex digits)
-# at a time: a urandom syscall per id showed on every call, and so did the lock that once
-# guarded the pool. They must stay unpredictable: the MCP server forwards a trace's tool logs
-# and progress to the client whose call carries that trace id. A forked child starts afresh.
+# Ids come from the OS's CSPRNG, read 4 KiB at a time: a syscall per id showed on every
+# call, and so did the lock that once guarded the pool. They must stay unpredictable: the
+# MCP server forwards a trace's tool logs and progress to the client whose call carries
+# that trace id. A forked child starts afresh.
 _RANDOM_BATCH = 4096
 _HEX64 = 16
 _ZERO64 = "0" * _HEX64
@@ -70,11 +67,9 @@ _random_chunks: Iterator[str] = iter(())
 
 
 def _random_hex() -> str:
-    """64 random bits as 16 hex digits, never all zeros (not a valid W3C span id), so that
-    span ids need no check of their own. Never the same chunk twice, on any thread:
-    ``next`` on a list iterator is atomic under the GIL (as ``_events``' id counter relies
-    on too; a free-threaded build would need a lock here); threads that find the pool
-    empty at once each draw a batch, and one of them is kept."""
+    """64 random bits as 16 hex digits, never all zeros (no valid W3C span id). Never the same
+    chunk twice, on any thread: ``next`` on a list iterator is atomic under the GIL (a
+    free-threaded build would need a lock); threads finding the pool empty each draw one."""
     global _random_chunks
     try:
         return next(_random_chunks)
@@ -140,11 +135,8 @@ class TraceContext:
         return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
-        """The context for calling ``hop`` from here.
-
-        Raises RecursionLimitExceeded when the chain would pass the limit; the stricter of
-        this trace's limit and ``max_depth`` (e.g. the callee's own limit) applies.
-        """
+        """The context for calling ``hop`` from here; RecursionLimitExceeded past the stricter
+        of this trace's limit and ``max_depth`` (e.g. the callee's own)."""
         return _hop(
             self.trace_id,
             self.span_id,
@@ -171,9 +163,8 @@ class TraceContext:
 
     @classmethod
     def root(cls, *, max_depth: int = DEFAULT_MAX_DEPTH) -> TraceContext:
-        """A new trace's first span before any agent (depth 0, an empty path): what a server
-        hop without a caller's context opens, so that the agent it starts (``child``, depth
-        1) is its child."""
+        """A new trace's first span before any agent (depth 0, no path): a server hop without
+        a caller's context, parent of the agent it starts (``child``, depth 1)."""
         return _trace_context(_new_trace_id(), _new_span_id(), 0, (), max_depth, None, True)
 
     def check_hop(self, hop: str, *, max_depth: int | None = None) -> None:
@@ -221,12 +212,9 @@ class TraceContext:
 
     @classmethod
     def from_meta(cls, meta: Any, *, field: str = "_meta") -> TraceContext | None:
-        """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent.
-
-        A depth that is not a whole number from 0 to 999,999,999 raises InvalidTraceContext
-        naming ``field`` (where ``meta`` sits, e.g. ``params._meta``); a depth below the
-        length of the path counts as that length; a bad ``traceparent`` is ignored.
-        """
+        """Read a context from an MCP ``_meta`` object or A2A metadata; None if absent. A bad
+        depth raises InvalidTraceContext naming ``field`` (e.g. ``params._meta``); one below
+        the path's length counts as that length; a bad ``traceparent`` is ignored."""
         fields = _fields_from_meta(meta, field)
         if fields is None:
             return None
@@ -257,11 +245,9 @@ class TraceContext:
 
     @classmethod
     def from_headers(cls, headers: Mapping[str, str]) -> TraceContext | None:
-        """Read a context from HTTP headers (case-insensitive); None if absent.
-
-        Accepts ``traceparent``, ``X-Roost-Trace-Id`` / ``-Depth`` / ``-Path`` and, on input,
-        ``X-OpenStarry-Trace-ID``. A malformed depth raises InvalidTraceContext.
-        """
+        """Read a context from HTTP headers (any case: ``traceparent``, ``X-Roost-Trace-*``,
+        and on input only ``X-OpenStarry-Trace-ID``); None if absent; InvalidTraceContext for
+        a bad depth."""
         lower = {str(k).lower(): str(v) for k, v in headers.items()}
         trace_id = lower.get(HEADER_TRACE_ID.lower()) or lower.get(HEADER_OPENSTARRY.lower())
         return cls._from_text(
@@ -285,13 +271,8 @@ class TraceContext:
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> TraceContext | None:
         """The context ``to_env`` put in ``environ`` (e.g. ``os.environ``); None if absent."""
-        return cls._from_text(
-            environ.get(ENV_TRACEPARENT),
-            None,
-            environ.get(ENV_DEPTH),
-            environ.get(ENV_PATH),
-            ENV_DEPTH,
-        )
+        get = environ.get
+        return cls._from_text(get(ENV_TRACEPARENT), None, get(ENV_DEPTH), get(ENV_PATH), ENV_DEPTH)
 
     @classmethod
     def _from_text(
@@ -313,8 +294,7 @@ class TraceContext:
 
 _Fields = tuple[str, str, int, tuple[str, ...], int, bool]
 
-# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), for the
-# kernel's own values.
+# TraceContext(trace_id, span_id, depth, path, max_depth, parent_span_id, sampled), given all.
 _trace_context = frozen_builder(TraceContext)
 
 
@@ -328,8 +308,7 @@ def _hop(
     hop: str,
     max_depth: int | None,
 ) -> TraceContext:
-    """``TraceContext(trace_id, span_id, depth, path, limit, sampled=sampled).child(hop,
-    max_depth=max_depth)``."""
+    """``TraceContext(..., limit, sampled=sampled).child(hop, max_depth=max_depth)``."""
     if max_depth is not None:
         limit = min(limit, max_depth)
     path = path + (hop,)
@@ -339,8 +318,7 @@ def _hop(
 
 
 def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
-    """A received context's (trace id, span id, depth, path, max depth, sampled), gaps
-    filled; ``parent``: what ``_parse_traceparent`` read, if anything."""
+    """A received context's fields (``_Fields``), gaps filled."""
     tid, span, sampled = parent if parent else (trace_id or _new_trace_id(), _new_span_id(), True)
     if depth is None or depth < len(path):
         depth = max(len(path), 1)
@@ -352,10 +330,9 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
 
 def deepest(*contexts: TraceContext | None) -> TraceContext | None:
     """The context to continue when one request brings several (HTTP headers, ``_meta`` or
-    A2A metadata, the calling process): the deepest, taken whole (trace id, parent span,
-    path), so that no carrier can lower the count — a forged lower depth never resets a
-    chain. A tie goes to the one listed first; the strictest ``max_depth`` of them applies.
-    None when none is given."""
+    A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
+    depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
+    applies. None when none is given."""
     best: TraceContext | None = None
     limit = 0
     for ctx in contexts:
@@ -385,33 +362,22 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     return _assemble_fields(parent, None, depth, path, max_depth)
 
 
-def _traceparent(value: Any) -> str | None:
-    """``value`` as a well-formed ``traceparent`` (lowercase, trimmed); None if it is not."""
-    if not isinstance(value, str):
-        return None
-    value = value.strip().lower()
-    return value if _TRACEPARENT.match(value) else None
-
-
 # The last hex digit of a traceparent's flags when its sampled bit (0x01) is set.
 _SAMPLED_DIGITS = frozenset("13579bdf")
 
 
 def _parse_traceparent(value: Any) -> tuple[str, str, bool] | None:
-    """(trace id, span id, sampled flag) of a well-formed ``traceparent``; None for anything
-    else (ignored: its trace then counts as sampled)."""
-    value = _traceparent(value)
-    ids = None if value is None else _ids(value)
-    return None if ids is None else (*ids, value[54] in _SAMPLED_DIGITS)
-
-
-def _ids(traceparent: str) -> tuple[str, str] | None:
-    """(trace id, span id) of a traceparent that matches ``_TRACEPARENT``; None if either
-    is all zeros (invalid in W3C trace context)."""
-    trace_id, span_id = traceparent[3:35], traceparent[36:52]  # the pattern is fixed-width
+    """(trace id, span id, sampled flag) of a well-formed ``traceparent`` (trimmed, any
+    case); None for anything else, all-zero ids too (ignored: its trace counts as sampled)."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip().lower()
+    if not _TRACEPARENT.match(value):
+        return None
+    trace_id, span_id = value[3:35], value[36:52]  # the pattern is fixed-width
     if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
-    return trace_id, span_id
+    return trace_id, span_id, value[54] in _SAMPLED_DIGITS
 
 
 def _normalise_trace_id(value: str | None) -> str | None:
@@ -427,10 +393,9 @@ _BIG = 10_000
 
 
 def _parse_depth(value: Any, field: str) -> int | None:
-    """A depth from 0 to ``MAX_DEPTH_VALUE``, from an int or a string of ASCII digits; None
-    when absent (None, or an empty string: what ``-H "X-Roost-Trace-Depth: $VAR"`` sends with
-    the variable unset). Anything else raises InvalidTraceContext naming ``field``: a bad
-    depth is refused, never read as "no depth" (which would restart the count)."""
+    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or ""
+    (``-H "X-Roost-Trace-Depth: $VAR"`` with the variable unset). Anything else raises
+    InvalidTraceContext naming ``field``: read as "no depth", it would restart the count."""
     if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
         if 0 <= value <= MAX_DEPTH_VALUE:
             return int(value)

@@ -525,6 +525,46 @@ async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_
     assert tiers == ["fast", "complex"]
 
 
+async def test_a_router_failing_replies_an_error_with_the_runs_session_and_trace(config):
+    # The reply of a run stopped by its provider before the loop (here the fast tier's
+    # routing call) is built by the same helper as a cancelled run's: every field pinned.
+    a = parse_manifest(
+        {
+            "name": "router",
+            "description": "routes",
+            "model": {
+                "provider": "tiers",
+                "name": "main",
+                "fast": {"provider": "tiers", "name": "small"},
+                "complex": {"provider": "tiers", "name": "big"},
+            },
+        }
+    )
+
+    class Down:
+        name = "down"
+
+        async def complete(self, request):
+            raise RoostError("the router is down")
+
+    async with open_kernel(config, agents=[a], plugins=[TierProvider()]) as kernel:
+        runtime = kernel._runtimes["router"]
+        runtime.tiers = (Down(), runtime.tiers[1])
+        async with kernel.tap.subscribe(kinds=(EventKind.AGENT_MESSAGE,)) as sent:
+            reply = await kernel.send("router", "what is 2+2")
+            trace = sent.receive_nowait().trace
+        history = await kernel.store.history(reply.session_id)
+    assert (reply.agent, reply.text, reply.is_error, reply.turns, reply.stop_reason) == (
+        "router",
+        "error: the router is down",
+        True,
+        0,
+        "error",
+    )
+    assert (reply.trace_id, reply.outputs) == (trace.trace_id, ())
+    assert [(m.role, m.content) for m in history] == [("user", "what is 2+2")]
+
+
 async def test_tokens_flow_while_someone_watches_them(config):
     async with open_kernel(config) as kernel:
         quiet = await kernel.send("reviewer", "please review")
