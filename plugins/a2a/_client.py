@@ -405,7 +405,7 @@ class A2AClient:
         with trio.fail_after(timeout):
             while True:
                 task = await self.get(info, task_id)
-                if task.terminal or task.status.state in m.INTERRUPTED_STATES:
+                if task.status.state in m.SETTLED_STATES:
                     return task
                 await trio.sleep(delay)
                 delay = min(delay * 2, max_delay)

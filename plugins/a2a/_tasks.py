@@ -19,7 +19,6 @@ import base64
 import collections
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -107,8 +106,7 @@ class LiveTask:
 
     @property
     def settled(self) -> bool:
-        state = self.task.status.state
-        return m.is_terminal(state) or state in m.INTERRUPTED_STATES
+        return self.task.status.state in m.SETTLED_STATES
 
 
 def _data(task: m.Task, agent: str, dialect: str) -> dict[str, Any]:
@@ -230,8 +228,7 @@ class TaskManager:
                 task = m.task_from_json(data["task"])
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
                 return m.FAILED, {**data, "error": reason}
-            msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
-            task = task.moved_to(m.TaskStatus(m.FAILED, msg, m.now_iso()))
+            task = task.moved_to(m.FAILED, reason)
             return m.FAILED, {**data, "task": task.to_json(m.V1)}
 
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
@@ -372,9 +369,9 @@ class TaskManager:
                 "excludes everything this agent produces (text/plain, application/json); "
                 "accept text/plain",
             )
-        if options.push is not None and self.push is None:
-            raise m.push_not_supported()
         if options.push is not None:
+            if self.push is None:
+                raise m.push_not_supported()
             await self.push.check_url(
                 options.push.url, field="configuration.taskPushNotificationConfig.url"
             )
@@ -561,17 +558,14 @@ class TaskManager:
         artifacts: tuple[m.Artifact, ...] = (),
     ) -> None:
         task = live.task
-        msg = None
-        if text is not None:
-            msg = m.agent_message(text, context_id=task.context_id, task_id=task.id)
-        status = m.TaskStatus(state, msg, m.now_iso())
         artifacts = _within_task_bound(task, artifacts)
+        new = task.moved_to(state, text, artifacts)
         events: list[m.Event] = [
             m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True)
             for artifact in artifacts
         ]
-        events.append(m.StatusUpdate(task.id, task.context_id, status))
-        await self._commit(live, task.moved_to(status, artifacts), events)
+        events.append(m.StatusUpdate(task.id, task.context_id, new.status))
+        await self._commit(live, new, events)
 
     async def _run(self, live: LiveTask, message: m.Message, trace: TraceContext | None) -> None:
         """Run ``live`` with ``message`` as the server's span: a child of the caller's span
@@ -696,16 +690,10 @@ class TaskManager:
         stored one is marked failed again when the daemon next starts."""
         live.store_error = exc
         live.unstored = True
-        task = live.task
-        msg = m.agent_message(
-            f"{storage_failed(exc).message}; this task's outcome was not kept",
-            context_id=task.context_id,
-            task_id=task.id,
-        )
-        status = m.TaskStatus(m.FAILED, msg, m.now_iso())
-        live.task = task.moved_to(status)
+        text = f"{storage_failed(exc).message}; this task's outcome was not kept"
+        live.task = task = live.task.moved_to(m.FAILED, text)
         self._track(live)
-        live.append(m.StatusUpdate(task.id, task.context_id, status))
+        live.append(m.StatusUpdate(task.id, task.context_id, task.status))
 
     # ---- bounds: open tasks per caller, waiting for input -------------------------------------
     async def _check_context(self, agent: str, message: m.Message, owner: str) -> None:
@@ -980,10 +968,7 @@ def iso_to_epoch(value: str, field: str) -> float:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    ts = parsed.timestamp()
-    if not math.isfinite(ts):
-        raise m.invalid(field, "is out of range")
-    return ts
+    return parsed.timestamp()
 
 
 def _media_type(part: m.Part) -> str:
