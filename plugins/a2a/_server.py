@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -36,7 +35,7 @@ from roost.kernel import (
     is_mapping,
     jsonrpc,
 )
-from roost.plugins.http import PlainRequest, PlainResponse, principal_of
+from roost.plugins.http import PlainRequest, PlainResponse, bearer_token, principal_of, tokens_match
 
 from . import _models as m
 from . import _protocol as p
@@ -201,77 +200,76 @@ class A2AService:
         """Run a non-streaming operation for the request's principal; its result in
         ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, req)
+            tasks = self._tasks()
+            owner = self.owner_of(req)
+            d = op.dialect
+            if op.op == "send":
+                wait = not op.params.options.return_immediately
+                task = (await self._send(op, agent, trace, owner, wait=wait)).task
+                return p.send_result(task, d, op.params.options.history_length)
+            if op.op == "get":
+                task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
+                # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
+                dialect = m.V01 if origin == m.V01 and d == m.V03 else d
+                return task.to_json(dialect, history_length=op.params.history_length)
+            if op.op == "cancel":
+                task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
+                return task.to_json(d)
+            if op.op == "list":
+                q = op.params
+                found, token, total = await tasks.list(q, agent=agent, owner=owner)
+                return {
+                    "tasks": [
+                        t.to_json(
+                            d,
+                            history_length=q.history_length,
+                            include_artifacts=q.include_artifacts,
+                        )
+                        for t in found
+                    ],
+                    "nextPageToken": token,
+                    "pageSize": q.page_size,
+                    "totalSize": total,
+                }
+            if op.op == "push_set":
+                config = await tasks.set_push(op.params, agent=agent, owner=owner)
+                return config.to_json(d)
+            if op.op == "push_get":
+                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
+                for config in configs:
+                    if op.params.id in (None, config.id):
+                        return config.to_json(d)
+                raise m.A2AError(
+                    m.TASK_NOT_FOUND,
+                    f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
+                )
+            if op.op == "push_list":
+                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
+                listed = [c.to_json(d) for c in configs]
+                if d == m.V1:
+                    return {"configs": listed, "nextPageToken": ""}
+                return {"configs": listed} if d == m.REST03 else listed
+            if op.op == "push_delete":
+                await tasks.delete_push(
+                    op.params.task_id, op.params.id or "", agent=agent, owner=owner
+                )
+                return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
+            if op.op == "card":
+                if not self.settings.api_key:
+                    raise m.A2AError(
+                        m.UNSUPPORTED_OPERATION,
+                        "The agent does not support authenticated extended cards "
+                        "(set a2a.api_key to enable them)",
+                    )
+                name = agent or self.primary_agent()
+                if name is None:
+                    raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
+                self.check_agent(name)
+                card = build_card(self, name, req.base_url, extended=True, root=agent is None)
+                return rest03.card_out(card) if d == m.REST03 else card
+            raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
-
-    async def _execute(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
-    ) -> Any:
-        tasks = self._tasks()
-        owner = self.owner_of(req)
-        d = op.dialect
-        if op.op == "send":
-            wait = not op.params.options.return_immediately
-            task = (await self._send(op, agent, trace, owner, wait=wait)).task
-            return p.send_result(task, d, op.params.options.history_length)
-        if op.op == "get":
-            task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
-            dialect = m.V01 if origin == m.V01 and d == m.V03 else d
-            return task.to_json(dialect, history_length=op.params.history_length)
-        if op.op == "cancel":
-            task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
-            return task.to_json(d)
-        if op.op == "list":
-            q = op.params
-            found, token, total = await tasks.list(q, agent=agent, owner=owner)
-            return {
-                "tasks": [
-                    t.to_json(
-                        d, history_length=q.history_length, include_artifacts=q.include_artifacts
-                    )
-                    for t in found
-                ],
-                "nextPageToken": token,
-                "pageSize": q.page_size,
-                "totalSize": total,
-            }
-        if op.op == "push_set":
-            config = await tasks.set_push(op.params, agent=agent, owner=owner)
-            return config.to_json(d)
-        if op.op == "push_get":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-            for config in configs:
-                if op.params.id in (None, config.id):
-                    return config.to_json(d)
-            raise m.A2AError(
-                m.TASK_NOT_FOUND,
-                f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
-            )
-        if op.op == "push_list":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-            listed = [c.to_json(d) for c in configs]
-            if d == m.V1:
-                return {"configs": listed, "nextPageToken": ""}
-            return {"configs": listed} if d == m.REST03 else listed
-        if op.op == "push_delete":
-            await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent, owner=owner)
-            return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
-        if op.op == "card":
-            if not self.settings.api_key:
-                raise m.A2AError(
-                    m.UNSUPPORTED_OPERATION,
-                    "The agent does not support authenticated extended cards "
-                    "(set a2a.api_key to enable them)",
-                )
-            name = agent or self.primary_agent()
-            if name is None:
-                raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
-            self.check_agent(name)
-            card = build_card(self, name, req.base_url, extended=True, root=agent is None)
-            return rest03.card_out(card) if d == m.REST03 else card
-        raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(
         self,
@@ -565,9 +563,7 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
     key = service.settings.api_key
     if not key:
         return None
-    header = headers.get("Authorization") or ""
-    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
-    if token and hmac.compare_digest(token.encode(), key.encode()):
+    if tokens_match(bearer_token(headers.get("Authorization")), key):
         return None
     return _daemon_error(
         binding,
