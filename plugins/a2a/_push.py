@@ -107,19 +107,15 @@ class PushDispatcher:
                 )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Deliver queued notifications until cancelled."""
-        limiter = trio.Semaphore(WORKERS)
+        """Deliver queued notifications, ``WORKERS`` at a time, until cancelled."""
         async with trio.open_nursery() as nursery:
+            for _ in range(WORKERS):
+                nursery.start_soon(self._worker)
             task_status.started()
-            async for delivery in self._receive:
-                await limiter.acquire()
-                nursery.start_soon(self._deliver_released, delivery, limiter)
 
-    async def _deliver_released(self, delivery: Delivery, limiter: trio.Semaphore) -> None:
-        try:
+    async def _worker(self) -> None:
+        async for delivery in self._receive:
             await self.deliver(delivery)
-        finally:
-            limiter.release()
 
     async def deliver(self, delivery: Delivery) -> bool:
         """POST one notification, retrying with backoff; True once a 2xx came back."""
