@@ -181,11 +181,10 @@ class A2AClient:
         self._pins = AddressPins(
             allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
         )
-        base_headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
         self._http = httpx.AsyncClient(
             transport=PinnedTransport(self._pins, transport),
             timeout=timeout,
-            headers=base_headers,
+            headers={"User-Agent": USER_AGENT, **dict(headers or {})},
             follow_redirects=False,
         )
         self._ids = 0
@@ -222,8 +221,7 @@ class A2AClient:
                 for path in (CARD_PATH, LEGACY_CARD_PATH)
             ]
         last = ""
-        for candidate in candidates:
-            await self._check(candidate)
+        for candidate in candidates:  # on url's origin, checked above
             status, body = await self._send_with_retries(
                 "GET",
                 candidate,
