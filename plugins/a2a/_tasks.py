@@ -74,7 +74,7 @@ class LiveTask:
     push: list[m.PushConfig] | None = None
     fresh_context: bool = False  # its context id was made up here: no history to load yet
     accepted_modes: tuple[str, ...] = ()  # the last send's acceptedOutputModes
-    stored: bool = True  # False: a blocking send's task whose first row is not written yet
+    stored: bool = True  # False: a new task whose first row is not written yet (see send)
     reserved: bool = False  # holds room in the store for that first row (TaskStore.reserve)
     first_row: trio.Event | None = None  # set while one writer writes that first row
     # Storage failed during its last run (its outcome, or the agent's session, was not
@@ -426,23 +426,14 @@ class TaskManager:
             if defer:
                 self.store.release()
             raise
-        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
+        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False)
         if defer:
-            live.stored, live.reserved = False, True
+            live.reserved = True
             self.live[tid] = live
             self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
         try:
-            evicted = await self.store.insert(
-                id=tid,
-                context_id=ctx,
-                agent=agent,
-                state=m.SUBMITTED,
-                terminal=False,
-                data=_data(task, agent, dialect),
-                owner=owner,
-                durable=durable,
-            )
+            await self._store(live, task, durable=durable, shield=False)
         except BaseException as exc:
             self._unclaim(owner, tid)
             if not isinstance(exc, TaskStoreError):
@@ -452,7 +443,6 @@ class TaskManager:
             if isinstance(exc, TaskStoreFull):  # a passing condition, not a storage failure
                 raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
-        await self._forget(evicted)
         self.live[tid] = live
         return live
 
@@ -506,18 +496,20 @@ class TaskManager:
             if self.push is not None:
                 await self.push.notify(live, event)
 
-    async def _store(self, live: LiveTask, task: m.Task) -> None:
-        """Write ``task`` (``live``'s next state) as its row: an update, or its deferred
-        first row (see ``send``). Shielded: a state change is never lost to a
-        cancellation (and a first row whose write was abandoned half-way could be committed
-        without ``live`` knowing)."""
+    async def _store(
+        self, live: LiveTask, task: m.Task, *, durable: bool = True, shield: bool = True
+    ) -> None:
+        """Write ``task`` (``live``'s next state) as its row: an update, or its first row
+        (deferred, see ``send``). Shielded: a state change is never lost to a cancellation
+        (and a first row whose write was abandoned half-way could be committed without
+        ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not."""
         data = _data(task, live.agent, live.dialect)
         while live.first_row is not None:  # another writer is writing the first row: after it
             with trio.CancelScope(shield=True):
                 await live.first_row.wait()  # bounded: set when that (shielded) write ends
         if live.stored:
             evicted = await self.store.update(
-                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=True
+                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=shield
             )
         else:
             live.first_row = trio.Event()
@@ -530,8 +522,9 @@ class TaskManager:
                     terminal=task.terminal,
                     data=data,
                     owner=live.owner,
+                    durable=durable,
                     reserved=live.reserved,
-                    shield=True,
+                    shield=shield,
                 )
                 live.stored, live.reserved = True, False
                 self._deferred.due.pop(task.id, None)
