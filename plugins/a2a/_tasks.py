@@ -752,22 +752,16 @@ class TaskManager:
         live = self.live.get(task_id)
         if live is None:
             row = await self.store.get(task_id)
-            live = self.live.get(task_id)  # another request may have loaded it meanwhile
-            if live is None:
-                if row is None or row.terminal:
-                    return
-                try:
-                    task = m.task_from_json(row.data["task"])
-                except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
-                    log.error(
-                        "A2A task %s: its stored row is unreadable (%s); it cannot expire",
-                        task_id,
-                        exc,
-                    )
-                    return
-                live = self._hold(
-                    task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
+            if row is None or row.terminal:
+                return
+            try:
+                task = m.task_from_json(row.data["task"])
+            except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
+                log.error(
+                    "A2A task %s: its stored row is unreadable (%s); it cannot expire", task_id, exc
                 )
+                return
+            live = self._hold(task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner)
         if live.running or live.task.status.state not in m.INTERRUPTED_STATES:
             return
         if live.changing:  # a send or cancel is storing its next state; if that fails, later
