@@ -764,41 +764,31 @@ async def _legacy_task(
     return _json(result)
 
 
-def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -> Any:
-    """The route handler of ``core`` behind the A2A checks; errors in ``binding``'s shape."""
-
-    async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
-        service = service_for(kernel)
-        if service is None:
-            return _daemon_error(
-                binding,
-                503,
-                "a2a_unavailable",
-                "the A2A service is not running (see the daemon log)",
-            )
-        bad = _auth_failure(service, req.headers, binding) if auth else None
-        bad = bad or _route_agent(service, req, binding, args)
-        if bad is not None:
-            return bad
-        return await core(service, req, **args)
-
-    return handler
-
-
 def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin."""
+    """The daemon routes of the A2A plugin: each route's ``core`` behind the A2A checks,
+    the daemon's errors in the shape of the route's ``binding``."""
     lp = settings.listen_path
 
     def route(
         path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False
     ) -> RouteDescriptor:
-        return RouteDescriptor(
-            path,
-            _handler(kernel, core, binding, auth=not public),
-            methods,
-            public=public,
-            render_error=partial(render_error, binding),
-        )
+        async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
+            service = service_for(kernel)
+            if service is None:
+                return _daemon_error(
+                    binding,
+                    503,
+                    "a2a_unavailable",
+                    "the A2A service is not running (see the daemon log)",
+                )
+            bad = None if public else _auth_failure(service, req.headers, binding)
+            bad = bad or _route_agent(service, req, binding, args)
+            if bad is not None:
+                return bad
+            return await core(service, req, **args)
+
+        render = partial(render_error, binding)
+        return RouteDescriptor(path, handler, methods, public=public, render_error=render)
 
     def card(path: str, build: Any) -> RouteDescriptor:
         return route(path, _card_route(build), ("GET",), "card", public=True)
