@@ -197,8 +197,9 @@ class A2AService:
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the request's principal; its result in
-        ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
+        """Run an operation for the request's principal; its result in ``op.dialect`` (a
+        streaming one's: its events, errors raised here before any byte is sent). Storage
+        failing fails it with -32603 (HTTP 503) saying so."""
         try:
             tasks = self._tasks()
             owner = self.owner_of(req)
@@ -207,6 +208,11 @@ class A2AService:
                 wait = not op.params.options.return_immediately
                 task = (await self._send(op, agent, trace, owner, wait=wait)).task
                 return p.send_result(task, d, op.params.options.history_length)
+            if op.op == "stream":
+                return _render(tasks.follow(await self._send(op, agent, trace, owner)), d)
+            if op.op == "subscribe":
+                live = await tasks.subscribe(op.params.id, agent=agent, owner=owner)
+                return _render(tasks.follow(live), d)
             if op.op == "get":
                 task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
                 # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
@@ -322,22 +328,6 @@ class A2AService:
                 span.end(str(exc))
                 raise m.A2AError(m.RECURSION_LIMIT, str(exc)) from None
         return trace
-
-    async def open_stream(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
-    ) -> AsyncIterator[dict]:
-        """Start a streaming operation (errors raise here, before any byte is sent); its
-        events rendered in ``op.dialect``."""
-        tasks = self._tasks()
-        owner = self.owner_of(req)
-        try:
-            if op.op == "stream":
-                live = await self._send(op, agent, trace, owner)
-            else:
-                live = await tasks.subscribe(op.params.id, agent=agent, owner=owner)
-        except (TaskStoreError, StoreError) as exc:
-            raise storage_failed(exc) from None
-        return _render(tasks.follow(live), op.dialect)
 
     def _tasks(self) -> TaskManager:
         if self.tasks is None:
@@ -671,10 +661,9 @@ async def _jsonrpc(
         return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
     try:
         trace = header_trace(headers)
-        if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(op, name, trace, req)
-            return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
         result = await service.execute(op, name, trace, req)
+        if op.op in p.STREAMING_OPS:
+            return _sse(result, lambda e, rid=op.id: p.result_json(rid, e))
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
     return _json(p.result_json(op.id, result))
@@ -706,9 +695,9 @@ async def _rest(
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         trace = header_trace(req.headers)
-        if op.op in p.STREAMING_OPS:
-            return _sse(await service.open_stream(op, name, trace, req))
         result = await service.execute(op, name, trace, req)
+        if op.op in p.STREAMING_OPS:
+            return _sse(result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
