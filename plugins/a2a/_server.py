@@ -482,13 +482,8 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 # ---- HTTP layer ------------------------------------------------------------------------------
 
 
-def _json(
-    body: Any,
-    status: int = 200,
-    content_type: str = "application/json",
-    headers: Mapping[str, str] | None = None,
-) -> PlainResponse:
-    return PlainResponse(status, _dumps(body).encode(), content_type, headers or ())
+def _json(body: Any, status: int = 200, content_type: str = "application/json") -> PlainResponse:
+    return PlainResponse(status, _dumps(body).encode(), content_type)
 
 
 def _dumps(body: Any) -> str:
