@@ -124,7 +124,6 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
     interfaces = card.get("supportedInterfaces")
     jsonrpc_url = rest_url = None
     if isinstance(interfaces, list) and interfaces:
-        protocol = m.V1
         for iface in interfaces:
             if not isinstance(iface, Mapping):
                 continue
@@ -137,12 +136,11 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
                 jsonrpc_url = url
             elif binding == "HTTP+JSON" and rest_url is None:
                 rest_url = url
-        if jsonrpc_url is None and rest_url is None:
-            protocol = m.V03
-            jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
+        protocol = m.V03 if jsonrpc_url is None and rest_url is None else m.V1
     else:
         version = str(card.get("protocolVersion") or "")
         protocol = m.V03 if version.startswith("0.3") or "preferredTransport" in card else m.V01
+    if protocol != m.V1:  # a 0.3 or 0.1 card, or a 1.0 one naming no 1.x interface
         jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
     if jsonrpc_url is None and rest_url is None:
         raise _unusable(

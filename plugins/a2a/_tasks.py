@@ -334,27 +334,6 @@ class TaskManager:
         reserved up front, so a full store still refuses at once. Without that room (or with
         a client-chosen id) the row is written now without its own fsync (the settled
         state's commit covers it); with a webhook, durably at once."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=wait)
-        if not wait:
-            self.nursery.start_soon(self._run, live, message, trace)
-            return live
-        await self._run(live, message, trace)
-        if live.store_error is not None:
-            raise storage_failed(live.store_error)
-        return live
-
-    async def _begin(
-        self,
-        agent: str,
-        message: m.Message,
-        options: SendOptions,
-        dialect: str,
-        task_id: str | None,
-        owner: str,
-        *,
-        blocking: bool,
-    ) -> LiveTask:
-        """The task ``message`` starts or continues, ready to run (see ``send``)."""
         status, reason = self.kernel.agent_status(agent)
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
@@ -388,7 +367,7 @@ class TaskManager:
             await self._continue(live, message)
         else:
             await self._check_context(agent, message, owner)
-            lazy = blocking and options.push is None
+            lazy = wait and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
             live = await self._create(
                 agent, message, dialect, task_id, owner, durable=not lazy, defer=defer
@@ -400,6 +379,12 @@ class TaskManager:
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
+        if not wait:
+            self.nursery.start_soon(self._run, live, message, trace)
+            return live
+        await self._run(live, message, trace)
+        if live.store_error is not None:
+            raise storage_failed(live.store_error)
         return live
 
     async def _create(
