@@ -109,10 +109,6 @@ class LiveTask:
         return self.task.status.state in m.SETTLED_STATES
 
 
-def _data(task: m.Task, agent: str, dialect: str) -> dict[str, Any]:
-    return {"task": task.to_json(m.V1), "agent": agent, "dialect": dialect}
-
-
 def _page_token(row: TaskRow) -> str:
     raw = json.dumps([row.updated_at, row.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -405,12 +401,18 @@ class TaskManager:
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
-        try:
-            self._claim(owner, tid)
-        except m.A2AError:
+        mine = self._open.setdefault(owner, set())
+        if len(mine) >= self.open_per_caller:
             if defer:
                 self.store.release()
-            raise
+            raise m.A2AError(
+                m.TOO_MANY_OPEN_TASKS,
+                f"you have {len(mine)} unfinished tasks, the most one caller may hold "
+                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel "
+                "the ones waiting for input (they expire after a2a.input_required_ttl_s "
+                f"= {self.input_required_ttl_s:g} s), or wait for some to finish",
+            )
+        mine.add(tid)
         live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False)
         if defer:
             live.reserved = True
@@ -488,7 +490,7 @@ class TaskManager:
         (deferred, see ``send``). Shielded: a state change is never lost to a cancellation
         (and a first row whose write was abandoned half-way could be committed without
         ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not."""
-        data = _data(task, live.agent, live.dialect)
+        data = {"task": task.to_json(m.V1), "agent": live.agent, "dialect": live.dialect}
         while live.first_row is not None:  # another writer is writing the first row: after it
             with trio.CancelScope(shield=True):
                 await live.first_row.wait()  # bounded: set when that (shielded) write ends
@@ -684,19 +686,6 @@ class TaskManager:
             raise m.invalid(
                 "message.contextId", str(SessionConflict(message.context_id, agent, found))
             )
-
-    def _claim(self, owner: str, task_id: str) -> None:
-        """Count the new task ``task_id`` as ``owner``'s; refused past ``open_per_caller``."""
-        mine = self._open.setdefault(owner, set())
-        if len(mine) >= self.open_per_caller:
-            raise m.A2AError(
-                m.TOO_MANY_OPEN_TASKS,
-                f"you have {len(mine)} unfinished tasks, the most one caller may hold "
-                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel "
-                "the ones waiting for input (they expire after a2a.input_required_ttl_s "
-                f"= {self.input_required_ttl_s:g} s), or wait for some to finish",
-            )
-        mine.add(task_id)
 
     def _unclaim(self, owner: str, task_id: str) -> None:
         mine = self._open.get(owner)
