@@ -57,14 +57,6 @@ _OUTPUT_MODES = ["text/plain"]
 _ARTIFACT_OUTPUT_MODES = ["text/plain", "application/json", "application/octet-stream"]
 
 
-def _output_modes(kernel: KernelAPI, name: str) -> list[str]:
-    hands_over = any(
-        spec.name == "artifact" or spec.owner in ("agents", "a2a")
-        for spec in kernel.list_tools(name)
-    )
-    return list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES)
-
-
 def service_for(kernel: KernelAPI) -> A2AService | None:
     """The running A2A service of ``kernel`` (None before it started)."""
     return kernel.extensions.get(_SERVICE)
@@ -207,7 +199,8 @@ class A2AService:
             if op.op == "send":
                 wait = not op.params.options.return_immediately
                 task = (await self._send(op, agent, trace, owner, wait=wait)).task
-                return p.send_result(task, d, op.params.options.history_length)
+                body = task.to_json(d, history_length=op.params.options.history_length)
+                return {"task": body} if d == m.V1 or d == m.REST03 else body  # 0.3, 0.1: bare
             if op.op == "stream":
                 return _render(tasks.follow(await self._send(op, agent, trace, owner)), d)
             if op.op == "subscribe":
@@ -425,6 +418,10 @@ def build_card(
                 "tags": ["chat"],
             }
         )
+    hands_over = any(
+        spec.name == "artifact" or spec.owner in ("agents", "a2a")
+        for spec in kernel.list_tools(name)
+    )
     card: dict[str, Any] = {
         "name": name,
         "description": manifest.description or f"roost agent {name}",
@@ -441,7 +438,7 @@ def build_card(
             "extendedAgentCard": bool(service.settings.api_key),
         },
         "defaultInputModes": list(_INPUT_MODES),
-        "defaultOutputModes": _output_modes(kernel, name),
+        "defaultOutputModes": list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES),
         "skills": skills,
         # 0.3 fields, so 0.3 clients can use the same card
         "preferredTransport": "JSONRPC",
@@ -559,27 +556,22 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
     )
 
 
-def _peek(req: PlainRequest) -> tuple[Any, str]:
-    """The JSON-RPC id and dialect of a request refused before it was parsed (best effort)."""
-    try:
-        dialect = p.negotiate_version(
-            req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
-        )
-    except m.A2AError:
-        dialect = m.V1
-    try:
-        rpc_id = p.parse_envelope(req.body)[0]
-    except m.A2AError as exc:
-        rpc_id = exc.rpc_id
-    return rpc_id, dialect
-
-
 def _error(
     binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
-    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``)."""
+    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``,
+    with the id and dialect of the request, refused before it was parsed, if they read)."""
     if binding == "jsonrpc":
-        rpc_id, dialect = _peek(req)
+        try:
+            dialect = p.negotiate_version(
+                req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+            )
+        except m.A2AError:
+            dialect = m.V1
+        try:
+            rpc_id = p.parse_envelope(req.body)[0]
+        except m.A2AError as unread:
+            rpc_id = unread.rpc_id
         return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
     return _json(exc.rest_error(), status or exc.http_status, media_type(binding))
 
