@@ -362,7 +362,12 @@ class TaskManager:
         if live is not None:
             await self._continue(live, message)
         else:
-            await self._check_context(agent, message, owner)
+            # A context id naming owner's conversation with another agent: its run could only fail.
+            if message.context_id:
+                found = await self.kernel.store.session_agent(message.context_id, owner=owner)
+                if found is not None and found != agent:
+                    conflict = SessionConflict(message.context_id, agent, found)
+                    raise m.invalid("message.contextId", str(conflict))
             lazy = wait and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
             live = await self._create(
@@ -676,17 +681,6 @@ class TaskManager:
         live.append(m.StatusUpdate(task.id, task.context_id, task.status))
 
     # ---- bounds: open tasks per caller, waiting for input -------------------------------------
-    async def _check_context(self, agent: str, message: m.Message, owner: str) -> None:
-        """-32602 naming ``message.contextId`` if it names ``owner``'s conversation with
-        another agent (its run could only fail): refused before a task exists."""
-        if not message.context_id:
-            return
-        found = await self.kernel.store.session_agent(message.context_id, owner=owner)
-        if found is not None and found != agent:
-            raise m.invalid(
-                "message.contextId", str(SessionConflict(message.context_id, agent, found))
-            )
-
     def _unclaim(self, owner: str, task_id: str) -> None:
         mine = self._open.get(owner)
         if mine is not None:
