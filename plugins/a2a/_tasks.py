@@ -66,7 +66,7 @@ class LiveTask:
     owner: str = "local"  # the principal that made it
     seq: int = 0
     log: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=EVENT_LOG_MAX))
-    changed: trio.Event | None = None  # made by a follower about to wait (next_change)
+    changed: trio.Event | None = None  # made by a follower about to wait, set by append
     scope: trio.CancelScope | None = None
     running: bool = False
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -89,12 +89,6 @@ class LiveTask:
         if self.changed is not None:
             self.changed.set()
             self.changed = None
-
-    def next_change(self) -> trio.Event:
-        """An event set when the next event is appended."""
-        if self.changed is None:
-            self.changed = trio.Event()
-        return self.changed
 
     def events_after(self, cursor: int) -> list[m.Event] | None:
         """Events with seq > cursor; None if the bounded log no longer holds them all."""
@@ -644,7 +638,14 @@ class TaskManager:
                 exc,
                 exc_info=not isinstance(exc, TaskStorageFailed),
             )
-            self._unstored(live, exc)
+            # It ends failed in memory and its followers are told, so nobody waits for it; a
+            # blocking send fails with exc. A stored one is failed again at the next start.
+            live.store_error = exc
+            live.unstored = True
+            text = f"{storage_failed(exc).message}; this task's outcome was not kept"
+            live.task = failed = live.task.moved_to(m.FAILED, text)
+            self._track(live)
+            live.append(m.StatusUpdate(task.id, task.context_id, failed.status))
         except BaseException:
             # Cancelled from outside: its request was cancelled (send(wait=True)) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
@@ -668,17 +669,6 @@ class TaskManager:
             # stored) stays here, so readers see how it ended rather than its stale row.
             if live.task.terminal and (not live.unstored or not live.stored):
                 self.live.pop(task.id, None)
-
-    def _unstored(self, live: LiveTask, exc: Exception) -> None:
-        """The run's outcome could not be stored: the task ends failed in memory and its
-        followers are told, so nobody waits for it; a blocking send fails with ``exc``. A
-        stored one is marked failed again when the daemon next starts."""
-        live.store_error = exc
-        live.unstored = True
-        text = f"{storage_failed(exc).message}; this task's outcome was not kept"
-        live.task = task = live.task.moved_to(m.FAILED, text)
-        self._track(live)
-        live.append(m.StatusUpdate(task.id, task.context_id, task.status))
 
     # ---- bounds: open tasks per caller, waiting for input -------------------------------------
     def _unclaim(self, owner: str, task_id: str) -> None:
@@ -823,7 +813,9 @@ class TaskManager:
                 if cursor >= live.seq:
                     if not live.running and live.settled:
                         return
-                    await live.next_change().wait()
+                    if live.changed is None:
+                        live.changed = trio.Event()
+                    await live.changed.wait()
 
     async def subscribe(self, task_id: str, *, agent: str | None, owner: str) -> LiveTask:
         live = await self._load_live(task_id, agent, owner)
