@@ -371,7 +371,13 @@ class A2AClient:
         params = self._send_params(
             info, message, context_id, task_id, metadata, trace, return_immediately
         )
-        return _task_or_message(await self._call(info, "send", params, trace))
+        result = await self._call(info, "send", params, trace)
+        if isinstance(result, Mapping):  # a direct message reply, 1.0 or 0.3
+            if isinstance(result.get("message"), Mapping) and "task" not in result:
+                return m.message_from_json(result["message"])
+            if result.get("kind") == "message":
+                return m.message_from_json(result)
+        return _as_task(result)
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -504,18 +510,6 @@ def _event(result: Any, info: AgentInfo) -> m.Event:
         return m.event_from_json(result)
     except m.A2AError as exc:
         raise _unusable(f"the agent sent an unreadable event: {exc}") from None
-
-
-def _task_or_message(result: Any) -> m.Task | m.Message:
-    if (
-        isinstance(result, Mapping)
-        and isinstance(result.get("message"), Mapping)
-        and "task" not in result
-    ):
-        return m.message_from_json(result["message"])
-    if isinstance(result, Mapping) and result.get("kind") == "message":
-        return m.message_from_json(result)
-    return _as_task(result)
 
 
 def _as_task(result: Any) -> m.Task:
