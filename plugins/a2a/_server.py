@@ -543,9 +543,7 @@ def _daemon_error(
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
     """401 when ``a2a.api_key`` is set and the bearer token does not match."""
     key = service.settings.api_key
-    if not key:
-        return None
-    if tokens_match(bearer_token(headers.get("Authorization")), key):
+    if not key or tokens_match(bearer_token(headers.get("Authorization")), key):
         return None
     return _daemon_error(
         binding,

@@ -349,10 +349,9 @@ class TaskManager:
         if existing:
             try:
                 live = await self._load_live(existing, agent, owner)
-            except m.A2AError:
+            except m.A2AError:  # unless the message names it, 0.1: a new task with the client's id
                 if message.task_id:
                     raise
-                live = None  # 0.1: a new task with the client's id
         if live is not None:
             await self._continue(live, message)
         else:
