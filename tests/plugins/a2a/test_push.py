@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 import trio
+import trio.testing
 from a2a_helpers import make_config, serve
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
