@@ -124,7 +124,6 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
     interfaces = card.get("supportedInterfaces")
     jsonrpc_url = rest_url = None
     if isinstance(interfaces, list) and interfaces:
-        protocol = m.V1
         for iface in interfaces:
             if not isinstance(iface, Mapping):
                 continue
@@ -137,12 +136,11 @@ def parse_card(card: Any, card_url: str) -> AgentInfo:
                 jsonrpc_url = url
             elif binding == "HTTP+JSON" and rest_url is None:
                 rest_url = url
-        if jsonrpc_url is None and rest_url is None:
-            protocol = m.V03
-            jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
+        protocol = m.V03 if jsonrpc_url is None and rest_url is None else m.V1
     else:
         version = str(card.get("protocolVersion") or "")
         protocol = m.V03 if version.startswith("0.3") or "preferredTransport" in card else m.V01
+    if protocol != m.V1:  # a 0.3 or 0.1 card, or a 1.0 one naming no 1.x interface
         jsonrpc_url = card.get("url") if isinstance(card.get("url"), str) else None
     if jsonrpc_url is None and rest_url is None:
         raise _unusable(
@@ -181,11 +179,10 @@ class A2AClient:
         self._pins = AddressPins(
             allow_private=allow_private, allow_loopback=allow_loopback, resolver=resolver
         )
-        base_headers = {"User-Agent": USER_AGENT, **dict(headers or {})}
         self._http = httpx.AsyncClient(
             transport=PinnedTransport(self._pins, transport),
             timeout=timeout,
-            headers=base_headers,
+            headers={"User-Agent": USER_AGENT, **dict(headers or {})},
             follow_redirects=False,
         )
         self._ids = 0
@@ -222,8 +219,7 @@ class A2AClient:
                 for path in (CARD_PATH, LEGACY_CARD_PATH)
             ]
         last = ""
-        for candidate in candidates:
-            await self._check(candidate)
+        for candidate in candidates:  # on url's origin, checked above
             status, body = await self._send_with_retries(
                 "GET",
                 candidate,
@@ -375,7 +371,13 @@ class A2AClient:
         params = self._send_params(
             info, message, context_id, task_id, metadata, trace, return_immediately
         )
-        return _task_or_message(await self._call(info, "send", params, trace))
+        result = await self._call(info, "send", params, trace)
+        if isinstance(result, Mapping):  # a direct message reply, 1.0 or 0.3
+            if isinstance(result.get("message"), Mapping) and "task" not in result:
+                return m.message_from_json(result["message"])
+            if result.get("kind") == "message":
+                return m.message_from_json(result)
+        return _as_task(result)
 
     async def get(
         self, agent: AgentInfo | str, task_id: str, *, history_length: int | None = None
@@ -405,7 +407,7 @@ class A2AClient:
         with trio.fail_after(timeout):
             while True:
                 task = await self.get(info, task_id)
-                if task.terminal or task.status.state in m.INTERRUPTED_STATES:
+                if task.status.state in m.SETTLED_STATES:
                     return task
                 await trio.sleep(delay)
                 delay = min(delay * 2, max_delay)
@@ -508,18 +510,6 @@ def _event(result: Any, info: AgentInfo) -> m.Event:
         return m.event_from_json(result)
     except m.A2AError as exc:
         raise _unusable(f"the agent sent an unreadable event: {exc}") from None
-
-
-def _task_or_message(result: Any) -> m.Task | m.Message:
-    if (
-        isinstance(result, Mapping)
-        and isinstance(result.get("message"), Mapping)
-        and "task" not in result
-    ):
-        return m.message_from_json(result["message"])
-    if isinstance(result, Mapping) and result.get("kind") == "message":
-        return m.message_from_json(result)
-    return _as_task(result)
 
 
 def _as_task(result: Any) -> m.Task:

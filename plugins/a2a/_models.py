@@ -224,6 +224,7 @@ FAILED = "TASK_STATE_FAILED"
 REJECTED = "TASK_STATE_REJECTED"
 TERMINAL_STATES = frozenset({COMPLETED, CANCELED, FAILED, REJECTED})
 INTERRUPTED_STATES = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
+SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES  # a run ends in one of them
 _STATE_TO_OLD = {
     SUBMITTED: "submitted",
     WORKING: "working",
@@ -241,11 +242,6 @@ ROLE_USER = "ROLE_USER"
 ROLE_AGENT = "ROLE_AGENT"
 _ROLE_TO_OLD = {ROLE_USER: "user", ROLE_AGENT: "agent"}
 _OLD_TO_ROLE = {"user": ROLE_USER, "agent": ROLE_AGENT}
-
-
-def is_terminal(state: str) -> bool:
-    """True for completed, canceled, failed and rejected."""
-    return state in TERMINAL_STATES
 
 
 def state_from_json(value: Any, field: str = "state") -> str:
@@ -696,12 +692,18 @@ class Task:
 
     @property
     def terminal(self) -> bool:
-        return is_terminal(self.status.state)
+        return self.status.state in TERMINAL_STATES
 
-    def moved_to(self, status: TaskStatus, artifacts: tuple[Artifact, ...] = ()) -> Task:
-        """This task in ``status``, with ``artifacts`` added and the status message (if any)
-        appended to the history (the hot path's ``attrs.evolve``, without its field walk)."""
-        history = self.history if status.message is None else (*self.history, status.message)
+    def moved_to(
+        self, state: str, text: str | None = None, artifacts: tuple[Artifact, ...] = ()
+    ) -> Task:
+        """This task in ``state`` with ``artifacts`` added, the agent's ``text`` (if any) its
+        status message and last in its history (``attrs.evolve`` without its field walk)."""
+        history, message = self.history, None
+        if text is not None:
+            message = agent_message(text, context_id=self.context_id, task_id=self.id)
+            history = (*history, message)
+        status = TaskStatus(state, message, now_iso())
         return Task(
             self.id, self.context_id, status, self.artifacts + artifacts, history, self.metadata
         )
@@ -778,7 +780,7 @@ class StatusUpdate:
 
     @property
     def final(self) -> bool:
-        return is_terminal(self.status.state) or self.status.state in INTERRUPTED_STATES
+        return self.status.state in SETTLED_STATES
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
         if dialect == V01:

@@ -304,9 +304,3 @@ def result_json(rpc_id: Any, result: Any) -> dict[str, Any]:
 
 def error_json(rpc_id: Any, error: m.A2AError, dialect: str = m.V1) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id, "error": error.jsonrpc_error(dialect)}
-
-
-def send_result(task: m.Task, dialect: str, history_length: int | None = None) -> Any:
-    """The result of SendMessage: ``{"task": ...}`` in 1.0 (and 0.3 REST), else the bare task."""
-    body = task.to_json(dialect, history_length=history_length)
-    return {"task": body} if dialect == m.V1 or dialect == m.REST03 else body

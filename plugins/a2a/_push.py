@@ -107,22 +107,25 @@ class PushDispatcher:
                 )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Deliver queued notifications until cancelled."""
-        limiter = trio.Semaphore(WORKERS)
+        """Deliver queued notifications, ``WORKERS`` at a time, until cancelled."""
         async with trio.open_nursery() as nursery:
+            for _ in range(WORKERS):
+                nursery.start_soon(self._worker)
             task_status.started()
-            async for delivery in self._receive:
-                await limiter.acquire()
-                nursery.start_soon(self._deliver_released, delivery, limiter)
 
-    async def _deliver_released(self, delivery: Delivery, limiter: trio.Semaphore) -> None:
-        try:
+    async def _worker(self) -> None:
+        async for delivery in self._receive:
             await self.deliver(delivery)
-        finally:
-            limiter.release()
 
     async def deliver(self, delivery: Delivery) -> bool:
         """POST one notification, retrying with backoff; True once a 2xx came back."""
+        config = delivery.config
+        headers = {"Content-Type": "application/json"}
+        if config.auth_scheme:
+            headers["Authorization"] = f"{config.auth_scheme} {config.credentials or ''}".strip()
+        if config.token:
+            headers["X-A2A-Notification-Token"] = config.token
+        payload = json.dumps(delivery.body, ensure_ascii=False).encode()
         pins = self._pins()
         inner = self._transport
         if inner is None:
@@ -135,45 +138,33 @@ class PushDispatcher:
             follow_redirects=False,
             trust_env=False,
         )
+        delay = self.settings.backoff_s
         try:
-            return await self._attempts(client, pins, delivery)
+            for attempt in range(1, self.settings.retries + 1):
+                try:
+                    # Checked on the first attempt, pinned for the rest.
+                    await pins.addresses(config.url)
+                    # The status is the whole answer: the body, however long, is never read.
+                    async with client.stream(
+                        "POST", config.url, content=payload, headers=headers
+                    ) as response:
+                        status = response.status_code
+                    if 200 <= status < 300:
+                        self.delivered += 1
+                        return True
+                    problem = f"HTTP {status}"
+                except UrlRefused as exc:
+                    log.warning("push to %s refused: %s", config.url, exc)
+                    break
+                except httpx.HTTPError as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                log.info("push to %s failed (attempt %d): %s", config.url, attempt, problem)
+                if attempt < self.settings.retries:
+                    await trio.sleep(delay)
+                    delay *= 2
+            self.failed += 1
+            return False
         finally:
             if self._transport is None:  # a transport given to the dispatcher outlives the delivery
                 with trio.CancelScope(shield=True):
                     await client.aclose()
-
-    async def _attempts(
-        self, client: httpx.AsyncClient, pins: AddressPins, delivery: Delivery
-    ) -> bool:
-        config = delivery.config
-        headers = {"Content-Type": "application/json"}
-        if config.auth_scheme:
-            headers["Authorization"] = f"{config.auth_scheme} {config.credentials or ''}".strip()
-        if config.token:
-            headers["X-A2A-Notification-Token"] = config.token
-        payload = json.dumps(delivery.body, ensure_ascii=False).encode()
-        delay = self.settings.backoff_s
-        for attempt in range(1, self.settings.retries + 1):
-            try:
-                # Checked on the first attempt, pinned for the rest.
-                await pins.addresses(config.url)
-                # The status is the whole answer: the body, however long, is never read.
-                async with client.stream(
-                    "POST", config.url, content=payload, headers=headers
-                ) as response:
-                    status = response.status_code
-                if 200 <= status < 300:
-                    self.delivered += 1
-                    return True
-                problem = f"HTTP {status}"
-            except UrlRefused as exc:
-                log.warning("push to %s refused: %s", config.url, exc)
-                break
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            log.info("push to %s failed (attempt %d): %s", config.url, attempt, problem)
-            if attempt < self.settings.retries:
-                await trio.sleep(delay)
-                delay *= 2
-        self.failed += 1
-        return False

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -36,7 +35,7 @@ from roost.kernel import (
     is_mapping,
     jsonrpc,
 )
-from roost.plugins.http import PlainRequest, PlainResponse, principal_of
+from roost.plugins.http import PlainRequest, PlainResponse, bearer_token, principal_of, tokens_match
 
 from . import _models as m
 from . import _protocol as p
@@ -56,14 +55,6 @@ _OUTPUT_MODES = ["text/plain"]
 # An agent that can hand over artifacts (the artifact tool, or another agent's via agent_*
 # and a2a_* tools) may answer with data parts and files of any type as well.
 _ARTIFACT_OUTPUT_MODES = ["text/plain", "application/json", "application/octet-stream"]
-
-
-def _output_modes(kernel: KernelAPI, name: str) -> list[str]:
-    hands_over = any(
-        spec.name == "artifact" or spec.owner in ("agents", "a2a")
-        for spec in kernel.list_tools(name)
-    )
-    return list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES)
 
 
 def service_for(kernel: KernelAPI) -> A2AService | None:
@@ -198,80 +189,86 @@ class A2AService:
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run a non-streaming operation for the request's principal; its result in
-        ``op.dialect``. Storage failing fails it with -32603 (HTTP 503) saying so."""
+        """Run an operation for the request's principal; its result in ``op.dialect`` (a
+        streaming one's: its events, errors raised here before any byte is sent). Storage
+        failing fails it with -32603 (HTTP 503) saying so."""
         try:
-            return await self._execute(op, agent, trace, req)
+            tasks = self._tasks()
+            owner = self.owner_of(req)
+            d = op.dialect
+            if op.op == "send":
+                wait = not op.params.options.return_immediately
+                task = (await self._send(op, agent, trace, owner, wait=wait)).task
+                body = task.to_json(d, history_length=op.params.options.history_length)
+                return {"task": body} if d == m.V1 or d == m.REST03 else body  # 0.3, 0.1: bare
+            if op.op == "stream":
+                return _render(tasks.follow(await self._send(op, agent, trace, owner)), d)
+            if op.op == "subscribe":
+                live = await tasks.subscribe(op.params.id, agent=agent, owner=owner)
+                return _render(tasks.follow(live), d)
+            if op.op == "get":
+                task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
+                # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
+                dialect = m.V01 if origin == m.V01 and d == m.V03 else d
+                return task.to_json(dialect, history_length=op.params.history_length)
+            if op.op == "cancel":
+                task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
+                return task.to_json(d)
+            if op.op == "list":
+                q = op.params
+                found, token, total = await tasks.list(q, agent=agent, owner=owner)
+                return {
+                    "tasks": [
+                        t.to_json(
+                            d,
+                            history_length=q.history_length,
+                            include_artifacts=q.include_artifacts,
+                        )
+                        for t in found
+                    ],
+                    "nextPageToken": token,
+                    "pageSize": q.page_size,
+                    "totalSize": total,
+                }
+            if op.op == "push_set":
+                config = await tasks.set_push(op.params, agent=agent, owner=owner)
+                return config.to_json(d)
+            if op.op == "push_get":
+                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
+                for config in configs:
+                    if op.params.id in (None, config.id):
+                        return config.to_json(d)
+                raise m.A2AError(
+                    m.TASK_NOT_FOUND,
+                    f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
+                )
+            if op.op == "push_list":
+                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
+                listed = [c.to_json(d) for c in configs]
+                if d == m.V1:
+                    return {"configs": listed, "nextPageToken": ""}
+                return {"configs": listed} if d == m.REST03 else listed
+            if op.op == "push_delete":
+                await tasks.delete_push(
+                    op.params.task_id, op.params.id or "", agent=agent, owner=owner
+                )
+                return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
+            if op.op == "card":
+                if not self.settings.api_key:
+                    raise m.A2AError(
+                        m.UNSUPPORTED_OPERATION,
+                        "The agent does not support authenticated extended cards "
+                        "(set a2a.api_key to enable them)",
+                    )
+                name = agent or self.primary_agent()
+                if name is None:
+                    raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
+                self.check_agent(name)
+                card = build_card(self, name, req.base_url, extended=True, root=agent is None)
+                return rest03.card_out(card) if d == m.REST03 else card
+            raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
         except (TaskStoreError, StoreError) as exc:
             raise storage_failed(exc) from None
-
-    async def _execute(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
-    ) -> Any:
-        tasks = self._tasks()
-        owner = self.owner_of(req)
-        d = op.dialect
-        if op.op == "send":
-            wait = not op.params.options.return_immediately
-            task = (await self._send(op, agent, trace, owner, wait=wait)).task
-            return p.send_result(task, d, op.params.options.history_length)
-        if op.op == "get":
-            task, _, origin = await tasks.find(op.params.id, agent=agent, owner=owner)
-            # A task made in the 0.1 shape reads back in it over 0.3 JSON-RPC (and 0.1).
-            dialect = m.V01 if origin == m.V01 and d == m.V03 else d
-            return task.to_json(dialect, history_length=op.params.history_length)
-        if op.op == "cancel":
-            task = await tasks.cancel(op.params.id, agent=agent, owner=owner)
-            return task.to_json(d)
-        if op.op == "list":
-            q = op.params
-            found, token, total = await tasks.list(q, agent=agent, owner=owner)
-            return {
-                "tasks": [
-                    t.to_json(
-                        d, history_length=q.history_length, include_artifacts=q.include_artifacts
-                    )
-                    for t in found
-                ],
-                "nextPageToken": token,
-                "pageSize": q.page_size,
-                "totalSize": total,
-            }
-        if op.op == "push_set":
-            config = await tasks.set_push(op.params, agent=agent, owner=owner)
-            return config.to_json(d)
-        if op.op == "push_get":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-            for config in configs:
-                if op.params.id in (None, config.id):
-                    return config.to_json(d)
-            raise m.A2AError(
-                m.TASK_NOT_FOUND,
-                f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
-            )
-        if op.op == "push_list":
-            configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-            listed = [c.to_json(d) for c in configs]
-            if d == m.V1:
-                return {"configs": listed, "nextPageToken": ""}
-            return {"configs": listed} if d == m.REST03 else listed
-        if op.op == "push_delete":
-            await tasks.delete_push(op.params.task_id, op.params.id or "", agent=agent, owner=owner)
-            return None if d == m.V03 else {}  # 1.0's, and protobuf's, Empty
-        if op.op == "card":
-            if not self.settings.api_key:
-                raise m.A2AError(
-                    m.UNSUPPORTED_OPERATION,
-                    "The agent does not support authenticated extended cards "
-                    "(set a2a.api_key to enable them)",
-                )
-            name = agent or self.primary_agent()
-            if name is None:
-                raise m.A2AError(m.EXTENDED_CARD_NOT_CONFIGURED, self.no_primary())
-            self.check_agent(name)
-            card = build_card(self, name, req.base_url, extended=True, root=agent is None)
-            return rest03.card_out(card) if d == m.REST03 else card
-        raise m.A2AError(m.METHOD_NOT_FOUND, f"operation {op.op!r} is not implemented")
 
     async def _send(
         self,
@@ -324,22 +321,6 @@ class A2AService:
                 span.end(str(exc))
                 raise m.A2AError(m.RECURSION_LIMIT, str(exc)) from None
         return trace
-
-    async def open_stream(
-        self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
-    ) -> AsyncIterator[dict]:
-        """Start a streaming operation (errors raise here, before any byte is sent); its
-        events rendered in ``op.dialect``."""
-        tasks = self._tasks()
-        owner = self.owner_of(req)
-        try:
-            if op.op == "stream":
-                live = await self._send(op, agent, trace, owner)
-            else:
-                live = await tasks.subscribe(op.params.id, agent=agent, owner=owner)
-        except (TaskStoreError, StoreError) as exc:
-            raise storage_failed(exc) from None
-        return _render(tasks.follow(live), op.dialect)
 
     def _tasks(self) -> TaskManager:
         if self.tasks is None:
@@ -437,6 +418,10 @@ def build_card(
                 "tags": ["chat"],
             }
         )
+    hands_over = any(
+        spec.name == "artifact" or spec.owner in ("agents", "a2a")
+        for spec in kernel.list_tools(name)
+    )
     card: dict[str, Any] = {
         "name": name,
         "description": manifest.description or f"roost agent {name}",
@@ -453,7 +438,7 @@ def build_card(
             "extendedAgentCard": bool(service.settings.api_key),
         },
         "defaultInputModes": list(_INPUT_MODES),
-        "defaultOutputModes": _output_modes(kernel, name),
+        "defaultOutputModes": list(_ARTIFACT_OUTPUT_MODES if hands_over else _OUTPUT_MODES),
         "skills": skills,
         # 0.3 fields, so 0.3 clients can use the same card
         "preferredTransport": "JSONRPC",
@@ -494,13 +479,8 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
 # ---- HTTP layer ------------------------------------------------------------------------------
 
 
-def _json(
-    body: Any,
-    status: int = 200,
-    content_type: str = "application/json",
-    headers: Mapping[str, str] | None = None,
-) -> PlainResponse:
-    return PlainResponse(status, _dumps(body).encode(), content_type, headers or ())
+def _json(body: Any, status: int = 200, content_type: str = "application/json") -> PlainResponse:
+    return PlainResponse(status, _dumps(body).encode(), content_type)
 
 
 def _dumps(body: Any) -> str:
@@ -563,11 +543,7 @@ def _daemon_error(
 def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
     """401 when ``a2a.api_key`` is set and the bearer token does not match."""
     key = service.settings.api_key
-    if not key:
-        return None
-    header = headers.get("Authorization") or ""
-    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
-    if token and hmac.compare_digest(token.encode(), key.encode()):
+    if not key or tokens_match(bearer_token(headers.get("Authorization")), key):
         return None
     return _daemon_error(
         binding,
@@ -578,27 +554,22 @@ def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainRespo
     )
 
 
-def _peek(req: PlainRequest) -> tuple[Any, str]:
-    """The JSON-RPC id and dialect of a request refused before it was parsed (best effort)."""
-    try:
-        dialect = p.negotiate_version(
-            req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
-        )
-    except m.A2AError:
-        dialect = m.V1
-    try:
-        rpc_id = p.parse_envelope(req.body)[0]
-    except m.A2AError as exc:
-        rpc_id = exc.rpc_id
-    return rpc_id, dialect
-
-
 def _error(
     binding: str, req: PlainRequest, exc: m.A2AError, status: int | None = None
 ) -> PlainResponse:
-    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``)."""
+    """``exc`` in the shape of the route's binding (JSON-RPC: HTTP 200 unless ``status``,
+    with the id and dialect of the request, refused before it was parsed, if they read)."""
     if binding == "jsonrpc":
-        rpc_id, dialect = _peek(req)
+        try:
+            dialect = p.negotiate_version(
+                req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+            )
+        except m.A2AError:
+            dialect = m.V1
+        try:
+            rpc_id = p.parse_envelope(req.body)[0]
+        except m.A2AError as unread:
+            rpc_id = unread.rpc_id
         return _json(p.error_json(rpc_id, exc, dialect), status or exc.jsonrpc_status)
     return _json(exc.rest_error(), status or exc.http_status, media_type(binding))
 
@@ -675,10 +646,9 @@ async def _jsonrpc(
         return _json(p.error_json(exc.rpc_id, exc, exc.dialect), exc.jsonrpc_status)
     try:
         trace = header_trace(headers)
-        if op.op in p.STREAMING_OPS:
-            events = await service.open_stream(op, name, trace, req)
-            return _sse(events, lambda e, rid=op.id: p.result_json(rid, e))
         result = await service.execute(op, name, trace, req)
+        if op.op in p.STREAMING_OPS:
+            return _sse(result, lambda e, rid=op.id: p.result_json(rid, e))
     except m.A2AError as exc:
         return _json(p.error_json(op.id, exc, op.dialect), exc.jsonrpc_status)
     return _json(p.result_json(op.id, result))
@@ -710,9 +680,9 @@ async def _rest(
             p.check_content_type(req.headers.get("Content-Type"))
         op = _rest_operation(req, rest_path, v03=v03, push=service.settings.push_notifications)
         trace = header_trace(req.headers)
-        if op.op in p.STREAMING_OPS:
-            return _sse(await service.open_stream(op, name, trace, req))
         result = await service.execute(op, name, trace, req)
+        if op.op in p.STREAMING_OPS:
+            return _sse(result)
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status, content_type)
     return _json(result, content_type=content_type)
@@ -768,41 +738,31 @@ async def _legacy_task(
     return _json(result)
 
 
-def _handler(kernel: KernelAPI, core: Any, binding: str, *, auth: bool = True) -> Any:
-    """The route handler of ``core`` behind the A2A checks; errors in ``binding``'s shape."""
-
-    async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
-        service = service_for(kernel)
-        if service is None:
-            return _daemon_error(
-                binding,
-                503,
-                "a2a_unavailable",
-                "the A2A service is not running (see the daemon log)",
-            )
-        bad = _auth_failure(service, req.headers, binding) if auth else None
-        bad = bad or _route_agent(service, req, binding, args)
-        if bad is not None:
-            return bad
-        return await core(service, req, **args)
-
-    return handler
-
-
 def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin."""
+    """The daemon routes of the A2A plugin: each route's ``core`` behind the A2A checks,
+    the daemon's errors in the shape of the route's ``binding``."""
     lp = settings.listen_path
 
     def route(
         path: str, core: Any, methods: tuple[str, ...], binding: str, *, public: bool = False
     ) -> RouteDescriptor:
-        return RouteDescriptor(
-            path,
-            _handler(kernel, core, binding, auth=not public),
-            methods,
-            public=public,
-            render_error=partial(render_error, binding),
-        )
+        async def handler(req: PlainRequest, **args: Any) -> PlainResponse:
+            service = service_for(kernel)
+            if service is None:
+                return _daemon_error(
+                    binding,
+                    503,
+                    "a2a_unavailable",
+                    "the A2A service is not running (see the daemon log)",
+                )
+            bad = None if public else _auth_failure(service, req.headers, binding)
+            bad = bad or _route_agent(service, req, binding, args)
+            if bad is not None:
+                return bad
+            return await core(service, req, **args)
+
+        render = partial(render_error, binding)
+        return RouteDescriptor(path, handler, methods, public=public, render_error=render)
 
     def card(path: str, build: Any) -> RouteDescriptor:
         return route(path, _card_route(build), ("GET",), "card", public=True)

@@ -12,6 +12,11 @@ from roost.kernel import ConfigError, header_table, public_url, unknown_key
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
 
 
+def _within(value: Any, low: int, high: int, types: tuple[type, ...] = (int,)) -> bool:
+    """``value`` is a number of ``types`` (never a bool) from ``low`` to ``high``."""
+    return not isinstance(value, bool) and isinstance(value, types) and low <= value <= high
+
+
 @attrs.frozen
 class ExternalAgent:
     """An A2A agent elsewhere, offered to local agents as the tool ``a2a_{name}``."""
@@ -72,26 +77,18 @@ class A2ASettings:
                 "a2a.api_key: expected a string of at least 8 characters (or leave it out)"
             )
         max_tasks = raw.get("max_tasks", 1000)
-        if (
-            isinstance(max_tasks, bool)
-            or not isinstance(max_tasks, int)
-            or not 1 <= max_tasks <= 10_000_000
-        ):
+        if not _within(max_tasks, 1, 10_000_000):
             raise ConfigError(
                 f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}"
             )
         per_caller = raw.get("max_open_tasks_per_caller")
-        if per_caller is not None and (
-            isinstance(per_caller, bool)
-            or not isinstance(per_caller, int)
-            or not 1 <= per_caller <= max_tasks
-        ):
+        if per_caller is not None and not _within(per_caller, 1, max_tasks):
             raise ConfigError(
                 "a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks "
                 f"({max_tasks}), got {per_caller!r} (leave it out for a tenth of max_tasks)"
             )
         ttl = raw.get("input_required_ttl_s", 3600.0)
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 1 <= ttl <= 31_536_000:
+        if not _within(ttl, 1, 31_536_000, (int, float)):
             raise ConfigError(
                 "a2a.input_required_ttl_s: expected seconds from 1 "
                 f"to 31536000 (a year), got {ttl!r}"

@@ -397,14 +397,13 @@ class TaskStore(SqliteDatabase):
 
         return await self.read("read push configs", work)
 
-    async def delete_push_config(self, task_id: str, config_id: str) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            cur = conn.execute(
+    async def delete_push_config(self, task_id: str, config_id: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
             )
-            return cur.rowcount > 0
 
-        return await self.write("delete a push config", work)
+        await self.write("delete a push config", work)
 
 
 @asynccontextmanager

@@ -19,7 +19,6 @@ import base64
 import collections
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -67,7 +66,7 @@ class LiveTask:
     owner: str = "local"  # the principal that made it
     seq: int = 0
     log: collections.deque = attrs.field(factory=lambda: collections.deque(maxlen=EVENT_LOG_MAX))
-    changed: trio.Event | None = None  # made by a follower about to wait (next_change)
+    changed: trio.Event | None = None  # made by a follower about to wait, set by append
     scope: trio.CancelScope | None = None
     running: bool = False
     done: trio.Event = attrs.field(factory=trio.Event)
@@ -75,7 +74,7 @@ class LiveTask:
     push: list[m.PushConfig] | None = None
     fresh_context: bool = False  # its context id was made up here: no history to load yet
     accepted_modes: tuple[str, ...] = ()  # the last send's acceptedOutputModes
-    stored: bool = True  # False: a blocking send's task whose first row is not written yet
+    stored: bool = True  # False: a new task whose first row is not written yet (see send)
     reserved: bool = False  # holds room in the store for that first row (TaskStore.reserve)
     first_row: trio.Event | None = None  # set while one writer writes that first row
     # Storage failed during its last run (its outcome, or the agent's session, was not
@@ -91,12 +90,6 @@ class LiveTask:
             self.changed.set()
             self.changed = None
 
-    def next_change(self) -> trio.Event:
-        """An event set when the next event is appended."""
-        if self.changed is None:
-            self.changed = trio.Event()
-        return self.changed
-
     def events_after(self, cursor: int) -> list[m.Event] | None:
         """Events with seq > cursor; None if the bounded log no longer holds them all."""
         if cursor >= self.seq:
@@ -107,12 +100,7 @@ class LiveTask:
 
     @property
     def settled(self) -> bool:
-        state = self.task.status.state
-        return m.is_terminal(state) or state in m.INTERRUPTED_STATES
-
-
-def _data(task: m.Task, agent: str, dialect: str) -> dict[str, Any]:
-    return {"task": task.to_json(m.V1), "agent": agent, "dialect": dialect}
+        return self.task.status.state in m.SETTLED_STATES
 
 
 def _page_token(row: TaskRow) -> str:
@@ -230,8 +218,7 @@ class TaskManager:
                 task = m.task_from_json(data["task"])
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
                 return m.FAILED, {**data, "error": reason}
-            msg = m.agent_message(reason, context_id=task.context_id, task_id=task.id)
-            task = task.moved_to(m.TaskStatus(m.FAILED, msg, m.now_iso()))
+            task = task.moved_to(m.FAILED, reason)
             return m.FAILED, {**data, "task": task.to_json(m.V1)}
 
         changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
@@ -337,27 +324,6 @@ class TaskManager:
         reserved up front, so a full store still refuses at once. Without that room (or with
         a client-chosen id) the row is written now without its own fsync (the settled
         state's commit covers it); with a webhook, durably at once."""
-        live = await self._begin(agent, message, options, dialect, task_id, owner, blocking=wait)
-        if not wait:
-            self.nursery.start_soon(self._run, live, message, trace)
-            return live
-        await self._run(live, message, trace)
-        if live.store_error is not None:
-            raise storage_failed(live.store_error)
-        return live
-
-    async def _begin(
-        self,
-        agent: str,
-        message: m.Message,
-        options: SendOptions,
-        dialect: str,
-        task_id: str | None,
-        owner: str,
-        *,
-        blocking: bool,
-    ) -> LiveTask:
-        """The task ``message`` starts or continues, ready to run (see ``send``)."""
         status, reason = self.kernel.agent_status(agent)
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
@@ -372,9 +338,9 @@ class TaskManager:
                 "excludes everything this agent produces (text/plain, application/json); "
                 "accept text/plain",
             )
-        if options.push is not None and self.push is None:
-            raise m.push_not_supported()
         if options.push is not None:
+            if self.push is None:
+                raise m.push_not_supported()
             await self.push.check_url(
                 options.push.url, field="configuration.taskPushNotificationConfig.url"
             )
@@ -383,15 +349,19 @@ class TaskManager:
         if existing:
             try:
                 live = await self._load_live(existing, agent, owner)
-            except m.A2AError:
+            except m.A2AError:  # unless the message names it, 0.1: a new task with the client's id
                 if message.task_id:
                     raise
-                live = None  # 0.1: a new task with the client's id
         if live is not None:
             await self._continue(live, message)
         else:
-            await self._check_context(agent, message, owner)
-            lazy = blocking and options.push is None
+            # A context id naming owner's conversation with another agent: its run could only fail.
+            if message.context_id:
+                found = await self.kernel.store.session_agent(message.context_id, owner=owner)
+                if found is not None and found != agent:
+                    conflict = SessionConflict(message.context_id, agent, found)
+                    raise m.invalid("message.contextId", str(conflict))
+            lazy = wait and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
             live = await self._create(
                 agent, message, dialect, task_id, owner, durable=not lazy, defer=defer
@@ -403,6 +373,12 @@ class TaskManager:
         live.accepted_modes = tuple(options.accepted_output_modes)
         live.running = True
         live.done = trio.Event()
+        if not wait:
+            self.nursery.start_soon(self._run, live, message, trace)
+            return live
+        await self._run(live, message, trace)
+        if live.store_error is not None:
+            raise storage_failed(live.store_error)
         return live
 
     async def _create(
@@ -423,29 +399,26 @@ class TaskManager:
         ctx = message.context_id or m.new_id()
         message = attrs.evolve(message, task_id=tid, context_id=ctx)
         task = m.Task(tid, ctx, m.TaskStatus(m.SUBMITTED, None, m.now_iso()), (), (message,))
-        try:
-            self._claim(owner, tid)
-        except m.A2AError:
+        mine = self._open.setdefault(owner, set())
+        if len(mine) >= self.open_per_caller:
             if defer:
                 self.store.release()
-            raise
-        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context)
+            raise m.A2AError(
+                m.TOO_MANY_OPEN_TASKS,
+                f"you have {len(mine)} unfinished tasks, the most one caller may hold "
+                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel "
+                "the ones waiting for input (they expire after a2a.input_required_ttl_s "
+                f"= {self.input_required_ttl_s:g} s), or wait for some to finish",
+            )
+        mine.add(tid)
+        live = LiveTask(task, agent, dialect, owner, fresh_context=fresh_context, stored=False)
         if defer:
-            live.stored, live.reserved = False, True
+            live.reserved = True
             self.live[tid] = live
             self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
         try:
-            evicted = await self.store.insert(
-                id=tid,
-                context_id=ctx,
-                agent=agent,
-                state=m.SUBMITTED,
-                terminal=False,
-                data=_data(task, agent, dialect),
-                owner=owner,
-                durable=durable,
-            )
+            await self._store(live, task, durable=durable, shield=False)
         except BaseException as exc:
             self._unclaim(owner, tid)
             if not isinstance(exc, TaskStoreError):
@@ -455,7 +428,6 @@ class TaskManager:
             if isinstance(exc, TaskStoreFull):  # a passing condition, not a storage failure
                 raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
-        await self._forget(evicted)
         self.live[tid] = live
         return live
 
@@ -509,18 +481,20 @@ class TaskManager:
             if self.push is not None:
                 await self.push.notify(live, event)
 
-    async def _store(self, live: LiveTask, task: m.Task) -> None:
-        """Write ``task`` (``live``'s next state) as its row: an update, or its deferred
-        first row (see ``send``). Shielded: a state change is never lost to a
-        cancellation (and a first row whose write was abandoned half-way could be committed
-        without ``live`` knowing)."""
-        data = _data(task, live.agent, live.dialect)
+    async def _store(
+        self, live: LiveTask, task: m.Task, *, durable: bool = True, shield: bool = True
+    ) -> None:
+        """Write ``task`` (``live``'s next state) as its row: an update, or its first row
+        (deferred, see ``send``). Shielded: a state change is never lost to a cancellation
+        (and a first row whose write was abandoned half-way could be committed without
+        ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not."""
+        data = {"task": task.to_json(m.V1), "agent": live.agent, "dialect": live.dialect}
         while live.first_row is not None:  # another writer is writing the first row: after it
             with trio.CancelScope(shield=True):
                 await live.first_row.wait()  # bounded: set when that (shielded) write ends
         if live.stored:
             evicted = await self.store.update(
-                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=True
+                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=shield
             )
         else:
             live.first_row = trio.Event()
@@ -533,8 +507,9 @@ class TaskManager:
                     terminal=task.terminal,
                     data=data,
                     owner=live.owner,
+                    durable=durable,
                     reserved=live.reserved,
-                    shield=True,
+                    shield=shield,
                 )
                 live.stored, live.reserved = True, False
                 self._deferred.due.pop(task.id, None)
@@ -561,17 +536,14 @@ class TaskManager:
         artifacts: tuple[m.Artifact, ...] = (),
     ) -> None:
         task = live.task
-        msg = None
-        if text is not None:
-            msg = m.agent_message(text, context_id=task.context_id, task_id=task.id)
-        status = m.TaskStatus(state, msg, m.now_iso())
         artifacts = _within_task_bound(task, artifacts)
+        new = task.moved_to(state, text, artifacts)
         events: list[m.Event] = [
             m.ArtifactUpdate(task.id, task.context_id, artifact, append=False, last_chunk=True)
             for artifact in artifacts
         ]
-        events.append(m.StatusUpdate(task.id, task.context_id, status))
-        await self._commit(live, task.moved_to(status, artifacts), events)
+        events.append(m.StatusUpdate(task.id, task.context_id, new.status))
+        await self._commit(live, new, events)
 
     async def _run(self, live: LiveTask, message: m.Message, trace: TraceContext | None) -> None:
         """Run ``live`` with ``message`` as the server's span: a child of the caller's span
@@ -665,7 +637,14 @@ class TaskManager:
                 exc,
                 exc_info=not isinstance(exc, TaskStorageFailed),
             )
-            self._unstored(live, exc)
+            # It ends failed in memory and its followers are told, so nobody waits for it; a
+            # blocking send fails with exc. A stored one is failed again at the next start.
+            live.store_error = exc
+            live.unstored = True
+            text = f"{storage_failed(exc).message}; this task's outcome was not kept"
+            live.task = failed = live.task.moved_to(m.FAILED, text)
+            self._track(live)
+            live.append(m.StatusUpdate(task.id, task.context_id, failed.status))
         except BaseException:
             # Cancelled from outside: its request was cancelled (send(wait=True)) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
@@ -690,48 +669,7 @@ class TaskManager:
             if live.task.terminal and (not live.unstored or not live.stored):
                 self.live.pop(task.id, None)
 
-    def _unstored(self, live: LiveTask, exc: Exception) -> None:
-        """The run's outcome could not be stored: the task ends failed in memory and its
-        followers are told, so nobody waits for it; a blocking send fails with ``exc``. A
-        stored one is marked failed again when the daemon next starts."""
-        live.store_error = exc
-        live.unstored = True
-        task = live.task
-        msg = m.agent_message(
-            f"{storage_failed(exc).message}; this task's outcome was not kept",
-            context_id=task.context_id,
-            task_id=task.id,
-        )
-        status = m.TaskStatus(m.FAILED, msg, m.now_iso())
-        live.task = task.moved_to(status)
-        self._track(live)
-        live.append(m.StatusUpdate(task.id, task.context_id, status))
-
     # ---- bounds: open tasks per caller, waiting for input -------------------------------------
-    async def _check_context(self, agent: str, message: m.Message, owner: str) -> None:
-        """-32602 naming ``message.contextId`` if it names ``owner``'s conversation with
-        another agent (its run could only fail): refused before a task exists."""
-        if not message.context_id:
-            return
-        found = await self.kernel.store.session_agent(message.context_id, owner=owner)
-        if found is not None and found != agent:
-            raise m.invalid(
-                "message.contextId", str(SessionConflict(message.context_id, agent, found))
-            )
-
-    def _claim(self, owner: str, task_id: str) -> None:
-        """Count the new task ``task_id`` as ``owner``'s; refused past ``open_per_caller``."""
-        mine = self._open.setdefault(owner, set())
-        if len(mine) >= self.open_per_caller:
-            raise m.A2AError(
-                m.TOO_MANY_OPEN_TASKS,
-                f"you have {len(mine)} unfinished tasks, the most one caller may hold "
-                f"(a2a.max_open_tasks_per_caller = {self.open_per_caller}); answer or cancel "
-                "the ones waiting for input (they expire after a2a.input_required_ttl_s "
-                f"= {self.input_required_ttl_s:g} s), or wait for some to finish",
-            )
-        mine.add(task_id)
-
     def _unclaim(self, owner: str, task_id: str) -> None:
         mine = self._open.get(owner)
         if mine is not None:
@@ -771,22 +709,16 @@ class TaskManager:
         live = self.live.get(task_id)
         if live is None:
             row = await self.store.get(task_id)
-            live = self.live.get(task_id)  # another request may have loaded it meanwhile
-            if live is None:
-                if row is None or row.terminal:
-                    return
-                try:
-                    task = m.task_from_json(row.data["task"])
-                except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
-                    log.error(
-                        "A2A task %s: its stored row is unreadable (%s); it cannot expire",
-                        task_id,
-                        exc,
-                    )
-                    return
-                live = self._hold(
-                    task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner
+            if row is None or row.terminal:
+                return
+            try:
+                task = m.task_from_json(row.data["task"])
+            except (m.A2AError, KeyError, TypeError) as exc:  # trying again would not help
+                log.error(
+                    "A2A task %s: its stored row is unreadable (%s); it cannot expire", task_id, exc
                 )
+                return
+            live = self._hold(task_id, task, row.agent, row.data.get("dialect", m.V1), row.owner)
         if live.running or live.task.status.state not in m.INTERRUPTED_STATES:
             return
         if live.changing:  # a send or cancel is storing its next state; if that fails, later
@@ -880,7 +812,9 @@ class TaskManager:
                 if cursor >= live.seq:
                     if not live.running and live.settled:
                         return
-                    await live.next_change().wait()
+                    if live.changed is None:
+                        live.changed = trio.Event()
+                    await live.changed.wait()
 
     async def subscribe(self, task_id: str, *, agent: str | None, owner: str) -> LiveTask:
         live = await self._load_live(task_id, agent, owner)
@@ -980,10 +914,7 @@ def iso_to_epoch(value: str, field: str) -> float:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    ts = parsed.timestamp()
-    if not math.isfinite(ts):
-        raise m.invalid(field, "is out of range")
-    return ts
+    return parsed.timestamp()
 
 
 def _media_type(part: m.Part) -> str:

@@ -8,6 +8,7 @@ import json
 import httpx
 import pytest
 import trio
+import trio.testing
 from a2a_helpers import make_config, serve
 from roost.plugins.a2a import _models as m
 from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
@@ -269,3 +270,46 @@ async def test_a_push_config_stored_by_an_earlier_version_is_delivered_with_its_
     assert headers["authorization"] == "Bearer old-secret"
     assert headers["x-a2a-notification-token"] == "tok-old"
     assert body == {"x": 1}
+
+
+async def test_deliveries_run_at_most_workers_at_a_time_and_a_full_queue_drops(nursery, caplog):
+    """A slow webhook holds ``WORKERS`` deliveries at once, never more; the rest wait in
+    the bounded queue, and past it a notification is dropped (logged) without waiting."""
+    import logging
+    import types
+
+    from roost.plugins.a2a._push import QUEUE_SIZE, WORKERS
+
+    release = trio.Event()
+    now = {"in_flight": 0, "most": 0}
+
+    async def slow(request):
+        now["in_flight"] += 1
+        now["most"] = max(now["most"], now["in_flight"])
+        await release.wait()
+        now["in_flight"] -= 1
+        return httpx.Response(204)
+
+    settings = PushSettings(retries=1, allow_private=True, allow_loopback=True)
+    dispatcher = PushDispatcher(None, settings, transport=httpx.MockTransport(slow))
+    await nursery.start(dispatcher.run)
+    config = m.PushConfig(task_id="t", id="c", url="http://127.0.0.1:1/h")
+    task = m.Task("t", "ctx", m.TaskStatus(m.WORKING, None, m.now_iso()), (), ())
+    live = types.SimpleNamespace(push=[config], dialect=m.V1, task=task)
+    event = m.StatusUpdate("t", "ctx", task.status)
+    flood = QUEUE_SIZE + 2 * WORKERS
+    with caplog.at_level(logging.WARNING, logger="roost.a2a.push"), trio.fail_after(10):
+        for _ in range(WORKERS + 2):
+            await dispatcher.notify(live, event)
+        await trio.testing.wait_all_tasks_blocked()
+        assert now["in_flight"] == WORKERS
+        for _ in range(flood):  # never waits: a full queue drops
+            await dispatcher.notify(live, event)
+        dropped = sum("push queue full" in r.getMessage() for r in caplog.records)
+        release.set()
+        await wait_until(
+            lambda: dispatcher.delivered + dropped == WORKERS + 2 + flood, "every delivery ended"
+        )
+    assert now["most"] == WORKERS and dispatcher.failed == 0
+    # what the queue and the workers hold got through (the old dispatch loop held one more)
+    assert QUEUE_SIZE + WORKERS <= dispatcher.delivered <= QUEUE_SIZE + WORKERS + 1

@@ -425,6 +425,32 @@ async def test_a_client_chosen_task_id_never_becomes_a_path(daemon, http):
     )
 
 
+async def test_a_client_chosen_task_id_in_use_is_refused_naming_id_and_holds_no_room(tmp_path):
+    """A 0.1 send naming the id of another agent's task makes a new task whose first row
+    cannot be written (UNIQUE): -32602 naming ``id``, and the caller's room is given back."""
+    from a2a_helpers import make_config, serve
+
+    config = make_config(tmp_path, a2a={"max_open_tasks_per_caller": 1})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+
+        def send(agent, tid, text):
+            message = {"role": "user", "parts": [{"type": "text", "text": text}]}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {"id": tid}}
+            body["params"]["message"] = message
+            return http.post(f"/a2a/agents/{agent}/jsonrpc", json=body)
+
+        with trio.fail_after(20):
+            first = (await send("echo", "t-dup", "hi")).json()
+            taken = (await send("asker", "t-dup", "question one")).json()
+            # the refused task held no room: this caller's one open task is still free
+            asked = (await send("asker", "t-new", "question two")).json()
+    assert first["result"]["status"]["state"] == "completed", first
+    error = taken["error"]
+    assert error["code"] == -32602, error
+    assert error["message"].startswith("id: task id 't-dup' is already in use"), error
+    assert asked["result"]["status"]["state"] == "input-required", asked
+
+
 async def test_a_blocking_send_whose_caller_is_cancelled_stops_the_agent_and_is_stored_failed(
     tmp_path,
 ):

@@ -292,7 +292,6 @@ async def test_an_unhandled_exception_on_a2a_and_mcp_routes_is_a_protocol_500(
             ClientConfig(streaming=False, supported_protocol_bindings=["HTTP+JSON"])
         ).create(card)
         monkeypatch.setattr(a2a_server.A2AService, "execute", crash)
-        monkeypatch.setattr(a2a_server.A2AService, "open_stream", crash)
         monkeypatch.setattr(mcp_http, "hub_for", crash)
         try:
             rpc = await client.post(f"{WORKER}/jsonrpc", json=get_task("x"), headers=A2A)
