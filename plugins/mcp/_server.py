@@ -136,6 +136,9 @@ class ToolEntry:
     agent: str
     target: str
 
+    def to_mcp(self) -> dict[str, Any]:
+        return dict(self.mcp)
+
 
 @attrs.frozen
 class ResourceEntry:
@@ -396,12 +399,12 @@ class McpServer:
         self._methods: dict[str, Callable[[_Call], Awaitable[Any]]] = {
             p.PING: self._ping,
             p.DISCOVER: self._discover,
-            p.TOOLS_LIST: self._tools_list,
+            p.TOOLS_LIST: self._list,
             p.TOOLS_CALL: self._tools_call,
-            p.RESOURCES_LIST: self._resources_list,
+            p.RESOURCES_LIST: self._list,
             p.RESOURCES_READ: self._resources_read,
-            p.RESOURCES_TEMPLATES_LIST: self._templates_list,
-            p.PROMPTS_LIST: self._prompts_list,
+            p.RESOURCES_TEMPLATES_LIST: self._list,
+            p.PROMPTS_LIST: self._list,
             p.PROMPTS_GET: self._prompts_get,
             p.LOGGING_SET_LEVEL: self._set_level,
             p.COMPLETION_COMPLETE: self._complete,
@@ -688,20 +691,13 @@ class McpServer:
         return {}
 
     # ---- lists ----------------------------------------------------------------------------------
-    def _page(
-        self, call: _Call, field: str, items: list[dict[str, Any]], key: str
-    ) -> dict[str, Any]:
-        """The page of ``items`` the request's cursor asks for."""
-        page, cursor = p.paginate(
-            items, call.params.get("cursor"), key=key, page_size=self.page_size
-        )
+    async def _list(self, call: _Call) -> dict[str, Any]:
+        """The page of tools, resources, templates or prompts the request's cursor asks for."""
+        field, key, entries = _LISTS[call.request.method]
+        items = [e.to_mcp() for e in getattr(self, entries)()]
+        cursor = call.params.get("cursor")
+        page, cursor = p.paginate(items, cursor, key=key, page_size=self.page_size)
         return {field: page, "nextCursor": cursor} if cursor else {field: page}
-
-    async def _tools_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "tools", [dict(e.mcp) for e in self.tools()], "name")
-
-    async def _resources_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "resources", [r.to_mcp() for r in self.resources()], "uri")
 
     def templates(self) -> list[TemplateEntry]:
         if self.agent is not None:
@@ -709,11 +705,6 @@ class McpServer:
         return sorted(
             extras(self.kernel, "roost_mcp_resource_templates", TemplateEntry),
             key=lambda t: t.uri_template,
-        )
-
-    async def _templates_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(
-            call, "resourceTemplates", [t.to_mcp() for t in self.templates()], "uriTemplate"
         )
 
     async def _subscribe(self, call: _Call) -> dict[str, Any]:
@@ -751,9 +742,6 @@ class McpServer:
                 {"uri": uri},
             )
         raise rpc.JsonRpcError(code, f"Resource not found: {uri}; see resources/list", {"uri": uri})
-
-    async def _prompts_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "prompts", [e.to_mcp() for e in self.prompts()], "name")
 
     async def _prompts_get(self, call: _Call) -> dict[str, Any]:
         name = rpc.param(call.params, "name", str)
@@ -984,6 +972,14 @@ class McpServer:
                     continue
                 for method in change_notifications(event):
                     await send(rpc.Notification(method).to_dict())
+
+
+_LISTS = {  # a list method → its result's field, the items' sort key, McpServer's method
+    p.TOOLS_LIST: ("tools", "name", "tools"),
+    p.RESOURCES_LIST: ("resources", "uri", "resources"),
+    p.RESOURCES_TEMPLATES_LIST: ("resourceTemplates", "uriTemplate", "templates"),
+    p.PROMPTS_LIST: ("prompts", "name", "prompts"),
+}
 
 
 def change_notifications(event: Event) -> list[str]:

@@ -92,11 +92,7 @@ def http_error_message(
         data = facts
     elif isinstance(data, dict):
         data = {**data, **facts}
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": code, "message": message, "data": data},
-    }
+    return jsonrpc.error_response(request_id, code, message, data).to_dict()
 
 
 def status_report(status: int, body: bytes, hint: str | None = None) -> str:
