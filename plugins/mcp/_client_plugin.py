@@ -19,7 +19,7 @@ def manager_for(kernel: KernelAPI) -> McpManager | None:
 
 
 async def _run_manager(kernel: KernelAPI, *, task_status: Any) -> None:
-    manager = McpManager.from_kernel(kernel)
+    manager = McpManager(kernel)
     kernel.extensions[_MANAGER] = manager
     try:
         await manager.run(task_status=task_status)

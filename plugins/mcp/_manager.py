@@ -351,21 +351,14 @@ class ServerState:
 class McpManager:
     """Connects and supervises every configured MCP server for one kernel."""
 
-    def __init__(
-        self, kernel: KernelAPI, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, kernel: KernelAPI) -> None:
+        configs, self.config_errors = collect_server_configs(kernel)
+        for error in self.config_errors:
+            log.error("MCP server configuration skipped: %s", error)
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
-        self.config_errors: list[str] = list(errors)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
-
-    @classmethod
-    def from_kernel(cls, kernel: KernelAPI) -> McpManager:
-        configs, errors = collect_server_configs(kernel)
-        for error in errors:
-            log.error("MCP server configuration skipped: %s", error)
-        return cls(kernel, configs, errors)
 
     # ---- status -------------------------------------------------------------------------
     def status(self, *, admin: bool = True) -> dict[str, Any]:
