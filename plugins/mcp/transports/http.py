@@ -135,17 +135,6 @@ class _Outcome:
     failure: str | None = None
 
 
-def _as_answer_to(
-    item: dict[str, Any], wire_id: Any, request_id: Any
-) -> tuple[dict[str, Any], bool]:
-    """``item`` (a re-issue's answer back under the caller's id), and whether it answers."""
-    if "method" in item or "id" not in item or item["id"] != wire_id:
-        return item, False
-    if wire_id != request_id:
-        item = {**item, "id": request_id}
-    return item, True
-
-
 class HttpTransport(HttpPeer):
     """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
 
@@ -300,10 +289,8 @@ class HttpTransport(HttpPeer):
                         data = await read_body(response, MAX_MESSAGE_BYTES, what="the JSON answer")
                     except ResponseTooLarge as exc:
                         return await self._answer_error(request_id, status, str(exc).encode())
-                    for item in json_messages(data.decode("utf-8", "replace")):
-                        item, is_answer = _as_answer_to(item, wire_id, request_id)
-                        answered = answered or is_answer
-                        await self._push(item)
+                    text = data.decode("utf-8", "replace")
+                    answered = await self._forward(text, wire_id, request_id)
                     if not answered:
                         return _Outcome(
                             answered=False,
@@ -338,6 +325,18 @@ class HttpTransport(HttpPeer):
         await self._push(http_error_message(request_id, status, body))
         return _Outcome(answered=True)
 
+    async def _forward(self, data: str, wire_id: Any, request_id: Any) -> bool:
+        """Push the messages in ``data`` (a re-issue's answer back under the caller's id);
+        whether one answers ``wire_id``."""
+        answered = False
+        for item in json_messages(data):
+            if "method" not in item and "id" in item and item["id"] == wire_id:
+                answered = True
+                if wire_id != request_id:
+                    item = {**item, "id": request_id}
+            await self._push(item)
+        return answered
+
     async def _read_sse(
         self, response: httpx.Response, wire_id: Any, request_id: Any
     ) -> tuple[bool, str | None]:
@@ -353,10 +352,7 @@ class HttpTransport(HttpPeer):
                 )
                 if event.event != "message":
                     continue
-                for item in json_messages(event.data):
-                    item, is_answer = _as_answer_to(item, wire_id, request_id)
-                    answered = answered or is_answer
-                    await self._push(item)
+                answered = await self._forward(event.data, wire_id, request_id) or answered
         except httpx.HTTPError as exc:
             failure = f"the response stream broke: {type(exc).__name__}: {exc}"
         if not answered and not self.modern and last_event_id:
