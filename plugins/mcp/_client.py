@@ -170,7 +170,8 @@ class ClientProtocol:
     def initialize_params(self) -> dict[str, Any]:
         wanted = self.options.protocol
         version = wanted if wanted in HANDSHAKE_VERSIONS else proto.LATEST_HANDSHAKE_VERSION
-        return proto.initialize_params(self.client_info(), self.capabilities(), version=version)
+        info = self.client_info()
+        return {"protocolVersion": version, "capabilities": self.capabilities(), "clientInfo": info}
 
     def accept_initialize(self, result: Any) -> None:
         if not isinstance(result, Mapping):

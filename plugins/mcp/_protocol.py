@@ -330,20 +330,6 @@ def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def initialize_params(
-    client_info: Mapping[str, Any],
-    capabilities: Mapping[str, Any] | None = None,
-    *,
-    version: str = LATEST_HANDSHAKE_VERSION,
-) -> dict[str, Any]:
-    """``initialize`` params of a handshake-era client."""
-    return {
-        "protocolVersion": version,
-        "capabilities": dict(capabilities or {}),
-        "clientInfo": dict(client_info),
-    }
-
-
 # How long a client may cache what roost answers, and for whom: not at all, only itself.
 CACHE_FIELDS = {"ttlMs": 0, "cacheScope": "private"}
 
