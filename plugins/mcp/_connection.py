@@ -31,7 +31,7 @@ async def serve_connection(
     """Serve one client until ``receive()`` (a decoded message, or an ``rpc.JsonRpcError``
     to answer) raises EndOfChannel; at most ``max_in_flight`` requests at once. At the end,
     requests in flight may answer for ``DRAIN_TIMEOUT_S``, then are cancelled."""
-    session = session or server.new_session()
+    session = session or ServerSession()
     raw_send = send
 
     async def send(message: dict[str, Any]) -> None:

@@ -197,8 +197,7 @@ class McpHttpHub:
             raise _busy(
                 503, f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
             )
-        state = server.new_session()
-        state.principal = owner
+        state = ServerSession(principal=owner)
         session = HttpSession(
             server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self
         )
@@ -464,8 +463,7 @@ async def _post_stateless(
         key = p.NAMED_METHODS.get(parsed.method)
         if key is not None:
             check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
-    session = server.new_session()  # one request's, naming its principal
-    session.principal = _caller(request)[0]
+    session = ServerSession(principal=_caller(request)[0])  # one request's
     if isinstance(parsed, rpc.Notification):
         await server.handle(session, message)
         return _json_response(202, None)

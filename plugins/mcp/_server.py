@@ -527,9 +527,6 @@ class McpServer:
         return sorted(out, key=lambda e: e.name)
 
     # ---- entry point --------------------------------------------------------------------------
-    def new_session(self) -> ServerSession:
-        return ServerSession()
-
     async def handle(
         self,
         session: ServerSession,

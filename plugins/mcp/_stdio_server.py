@@ -446,10 +446,10 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
     needs nothing from the kernel — then boot the kernel and serve everything else."""
     from ._connection import serve_connection
-    from ._server import McpServer
+    from ._server import McpServer, ServerSession
 
     server = McpServer(None)
-    session = server.new_session()
+    session = ServerSession()
     try:
         first = await receive()
     except trio.EndOfChannel:
