@@ -44,28 +44,20 @@ CANCEL_SEND_TIMEOUT_S = 2.0
 HANDLER_TIMEOUT_S = 120.0
 
 
-class McpError(RoostError):
+class McpError(RoostError, code="mcp_error"):
     """A call to an MCP server failed (base class)."""
 
-    code = "mcp_error"
 
-
-class McpTimeout(McpError):
+class McpTimeout(McpError, code="mcp_timeout"):
     """The server did not answer within ``timeout_secs`` (the request was cancelled)."""
 
-    code = "mcp_timeout"
 
-
-class McpConnectionClosed(McpError):
+class McpConnectionClosed(McpError, code="mcp_connection_closed"):
     """The connection ended while the request was in flight."""
 
-    code = "mcp_connection_closed"
 
-
-class McpProtocolError(McpError):
+class McpProtocolError(McpError, code="mcp_protocol_error"):
     """The server answered with a JSON-RPC error, or broke the protocol."""
-
-    code = "mcp_protocol_error"
 
     def __init__(self, message: str, *, rpc_code: int | None = None, data: Any = None) -> None:
         super().__init__(message)

@@ -50,10 +50,8 @@ def _publish(ctx: Any, kind: str, payload: dict[str, Any]) -> None:
 _channels: dict[str, list[_client_channel]] = {}  # by trace id; see _channel_of
 
 
-class ClientRequestFailed(RoostError):
+class ClientRequestFailed(RoostError, code="mcp_client_request_failed"):
     """The MCP client could not or would not answer a server-to-client request."""
-
-    code = "mcp_client_request_failed"
 
 
 _CAPABILITY_FOR = {

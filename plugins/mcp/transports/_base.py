@@ -138,13 +138,9 @@ class ClientTransport:
         return False
 
 
-class TransportClosed(RoostError):
+class TransportClosed(RoostError, code="mcp_transport_closed"):
     """The connection to the MCP server is gone (the process exited, the stream broke)."""
 
-    code = "mcp_transport_closed"
 
-
-class TransportError(RoostError):
+class TransportError(RoostError, code="mcp_transport_error"):
     """The transport could not be opened or refused a message."""
-
-    code = "mcp_transport_error"
