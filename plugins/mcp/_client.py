@@ -756,10 +756,7 @@ class McpClient(ClientProtocol):
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
-        if self.era == "modern":
-            await self.request("server/discover", timeout=timeout)
-        else:
-            await self.request("ping", timeout=timeout)
+        await self.request("server/discover" if self.era == "modern" else "ping", timeout=timeout)
 
     async def _list_all(
         self, method: str, key: str, *, timeout: float | None

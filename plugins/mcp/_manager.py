@@ -39,6 +39,7 @@ from roost.kernel import (
     unknown_key,
 )
 
+from . import _protocol as p
 from ._client import (
     PROTOCOL_CHOICES,
     ClientOptions,
@@ -49,7 +50,6 @@ from ._client import (
     open_mcp_client,
     probe_era,
 )
-from ._protocol import RECURSION_LIMIT
 from .transports.stdio import command_problem, open_stdio_transport
 
 log = logging.getLogger("roost.mcp.manager")
@@ -324,7 +324,7 @@ def _raise_if_breaker(exc: McpError) -> None:
     # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
     data = exc.data if isinstance(exc, McpProtocolError) else None
     if isinstance(data, Mapping) and (
-        data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT
+        data.get("code") == "recursion_limit" or exc.rpc_code == p.RECURSION_LIMIT
     ):
         raise RecursionLimitExceeded.from_dict(data) from None
 
@@ -511,16 +511,16 @@ class McpManager:
     # ---- notifications ------------------------------------------------------------------
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
-        if method == "notifications/message":
+        if method == p.NOTIFY_MESSAGE:
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
             self.kernel.publish(
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
         elif method in (
-            "notifications/tools/list_changed",
-            "notifications/resources/list_changed",
-            "notifications/prompts/list_changed",
+            p.NOTIFY_TOOLS_CHANGED,
+            p.NOTIFY_RESOURCES_CHANGED,
+            p.NOTIFY_PROMPTS_CHANGED,
         ):
             if state.refresh is not None:
                 try:
@@ -697,7 +697,7 @@ class McpManager:
 
         async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
             items = await self.client(server).list_prompts()
-            text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
+            text = "\n".join(f"{i.get('name')}: {i.get('description', '')}" for i in items)
             text = text or "(no prompts)"
             return ToolResult(({"type": "text", "text": text},), {"prompts": items})
 
