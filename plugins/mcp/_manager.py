@@ -686,14 +686,8 @@ class McpManager:
             result = await self.client(server).read_resource(
                 str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
             )
-            contents = result.get("contents") or ()
-            return ToolResult(
-                tuple(
-                    {"type": "resource", "resource": dict(i)}
-                    for i in contents
-                    if isinstance(i, Mapping)
-                )
-            )
+            contents = [i for i in result.get("contents") or () if isinstance(i, Mapping)]
+            return ToolResult(tuple({"type": "resource", "resource": dict(i)} for i in contents))
 
         async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
             items = await self.client(server).list_prompts()

@@ -54,13 +54,11 @@ async def stdio_loop(
     receive_stream: trio.abc.ReceiveStream,
     send_stream: trio.abc.SendStream,
     serve: Callable[[Receive, Send], Awaitable[None]],
-    *,
-    max_bytes: int = p.MAX_MESSAGE_BYTES,
 ) -> None:
     """Frame the byte streams into messages and run ``serve(receive, send)``. ``receive()``
     returns a decoded message, or a ``JsonRpcError`` for a line that is not JSON (-32700) or
-    a message over ``max_bytes`` (-32600, drained); EndOfChannel when the peer closes."""
-    framer = StdioFramer(max_bytes=max_bytes)
+    a message over ``MAX_MESSAGE_BYTES`` (-32600, drained); EndOfChannel when the peer closes."""
+    framer = StdioFramer()
     pending: deque[Any] = deque()
     # Replies that queue up while one is written go out together in the next write.
     writer = BatchedWriter(send_stream)
