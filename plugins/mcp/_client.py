@@ -468,8 +468,7 @@ class McpClient(ClientProtocol):
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """One request and its answer (McpProtocolError for an error); HTTP 429/503 is
-        retried after its ``Retry-After`` (``http_retry_wait``) within the deadline."""
+        """One request and its answer; HTTP 429/503 is retried after Retry-After in the deadline."""
         timeout = self.options.timeout_secs if timeout is None else timeout
         if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
             raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")

@@ -234,8 +234,7 @@ class McpHttpHub:
         return True
 
     def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
-        """Close the first idle session of ``sessions`` (least recently used first); False
-        if all are busy."""
+        """Close the first (least recently used) idle session of ``sessions``; False if none."""
         oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
@@ -341,8 +340,7 @@ def _accepts(header: str | None, mime: str) -> bool:
 
 
 def _stateless_status(reply: Mapping[str, Any]) -> int:
-    """The HTTP status of a stateless request's answer: 200 unless it is an error whose
-    code the 2026-07-28 transport maps to 400 or 404."""
+    """200, or the 400 or 404 the 2026-07-28 transport maps a stateless error's code to."""
     error = reply.get("error")
     if not isinstance(error, Mapping):
         return 200
@@ -681,8 +679,7 @@ async def _run_into(
     scope: trio.CancelScope,
     http_session: HttpSession | None,
 ) -> None:
-    """Run one request, writing its notifications and response into ``stream``; then
-    ``http_session`` (which counted it as active) is idle again."""
+    """Run one request into ``stream``; then ``http_session`` (which counted it) is idle again."""
 
     async def notify(note: Any) -> None:
         stream.append(note)

@@ -567,6 +567,7 @@ class McpServer:
                     pass
             return None
         assert isinstance(parsed, rpc.Request)
+        error = None
         if parsed.id is None:
             error = rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
         elif parsed.params is not None and not is_mapping(parsed.params):
@@ -574,8 +575,6 @@ class McpServer:
         elif parsed.id in session.in_flight:
             in_use = f"id {parsed.id!r} is already in use by a request in flight; use a new id"
             error = rpc.INVALID_REQUEST, in_use
-        else:
-            error = None
         if error is not None:
             return rpc.error_response(parsed.id, *error).to_dict()
         if scope is None:
@@ -875,8 +874,7 @@ class McpServer:
     def _unknown_tool(
         self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]
     ) -> NoReturn:
-        """Raise the error for a tool the host surface does not have (bad text first, then an
-        agent that cannot answer, then a misspelt name)."""
+        """Raise why the host surface has no tool ``name``: bad text, an agent down, a typo."""
         _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:
@@ -1002,8 +1000,7 @@ _ANSWER_SCHEMA = {
 
 
 def _check_input(params: Any) -> None:
-    """-32602 naming the field when ``params`` holds a lone surrogate or a non-finite number
-    (``check_json_input``), which no answer echoing it could carry."""
+    """-32602 naming the field of ``params`` no answer echoing it could carry (check_json_input)."""
     try:
         check_json_input(params, "params")
     except InvalidInput as exc:

@@ -422,8 +422,7 @@ class _EventRouter:
         return result
 
     def _retune(self) -> None:
-        """Take the events of the watched traces from now on (while the subscription is
-        open): ``kinds``, and span starts too while an agent run's watcher follows them."""
+        """Take the watched traces' ``kinds`` from now (span starts too while a run is followed)."""
         if self._events is not None:
             kinds = self.kinds | {SPAN_START} if self._following else self.kinds
             self._tap.retune(self._events, tuple(kinds), traces=tuple(self.watchers))

@@ -260,8 +260,7 @@ class HttpTransport(HttpPeer):
             await self._answer_error(request_id, 0, failure.encode())
 
     async def _attempt(self, message: Mapping[str, Any], body: bytes, request_id: Any) -> _Outcome:
-        """One POST of ``message`` (whose id may be a re-issue id); answers are forwarded
-        under ``request_id``."""
+        """One POST of ``message`` (its id may be a re-issue's); answers go under ``request_id``."""
         wire_id = message["id"]
         headers = {**self._headers(message), "Content-Type": "application/json"}
         answered = False
@@ -326,8 +325,7 @@ class HttpTransport(HttpPeer):
         return _Outcome(answered=True)
 
     async def _forward(self, data: str, wire_id: Any, request_id: Any) -> bool:
-        """Push the messages in ``data`` (a re-issue's answer back under the caller's id);
-        whether one answers ``wire_id``."""
+        """Push ``data``'s messages (a re-issue's answer under the caller's id); True if one is."""
         answered = False
         for item in json_messages(data):
             if "method" not in item and "id" in item and item["id"] == wire_id:
