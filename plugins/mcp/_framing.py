@@ -178,6 +178,3 @@ class StdioFramer:
     def pending(self) -> bool:
         """True while part of a message is held (waiting for the rest of it)."""
         return bool(self._buf) or self._body_len is not None or self._lines.pending
-
-
-__all__ = ["CONTENT_LENGTH", "NDJSON", "Frame", "FrameEvent", "NotJson", "Oversize", "StdioFramer"]

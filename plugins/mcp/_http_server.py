@@ -730,6 +730,3 @@ def mcp_routes(kernel: KernelAPI) -> list[Any]:
         )
         for path in ("/mcp", "/agents/<name>/mcp")
     ]
-
-
-__all__ = ["EventLog", "HttpSession", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

@@ -470,15 +470,3 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     async with open_kernel(config) as kernel:
         server.kernel = kernel
         await serve_connection(server, receive_rest, send, session=session)
-
-
-__all__ = [
-    "DaemonBridge",
-    "encode_message",
-    "is_jsonrpc_message",
-    "isolate_stdout",
-    "run_stdio",
-    "serve_kernel_stdio",
-    "stdio_loop",
-    "with_inherited_trace",
-]
