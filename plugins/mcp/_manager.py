@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -523,10 +524,8 @@ class McpManager:
             p.NOTIFY_PROMPTS_CHANGED,
         ):
             if state.refresh is not None:
-                try:
+                with suppress(trio.WouldBlock):  # a refresh is queued: it will see this change too
                     state.refresh.send_nowait(method)
-                except trio.WouldBlock:
-                    pass  # a refresh is already queued; it will see this change too
 
     async def _listen(self, state: ServerState, client: McpClient) -> None:
         """Keep a 2026-07-28 ``subscriptions/listen`` open for list-change notifications."""

@@ -13,6 +13,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -236,11 +237,8 @@ class DaemonBridge:
                     nursery.cancel_scope.cancel()
             finally:
                 if self.session_id:
-                    with trio.move_on_after(2, shield=True):
-                        try:
-                            await client.delete(self.endpoint, headers=self._headers({}))
-                        except httpx.HTTPError:
-                            pass
+                    with trio.move_on_after(2, shield=True), suppress(httpx.HTTPError):
+                        await client.delete(self.endpoint, headers=self._headers({}))
 
     async def _relay_one(self, client, message, send, nursery, slots) -> None:
         try:

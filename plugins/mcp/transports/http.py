@@ -434,12 +434,9 @@ class HttpTransport(HttpPeer):
     async def _finish(self) -> None:
         """End the session (DELETE)."""
         if self.session_id and not self.modern:
-            with trio.move_on_after(DELETE_TIMEOUT_S):
-                try:
-                    async with self.http.stream("DELETE", self.url, headers=self._headers()):
-                        pass  # the answer's body says nothing we need
-                except httpx.HTTPError:
-                    pass
+            with trio.move_on_after(DELETE_TIMEOUT_S), contextlib.suppress(httpx.HTTPError):
+                async with self.http.stream("DELETE", self.url, headers=self._headers()):
+                    pass  # the answer's body says nothing we need
 
 
 def open_http_transport(url: str, **options: Any) -> AbstractAsyncContextManager[HttpTransport]:

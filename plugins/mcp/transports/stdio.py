@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -173,10 +173,8 @@ def _signal_group(process: trio.Process, sig: int) -> None:
     try:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with suppress(ProcessLookupError):
             process.send_signal(sig)
-        except ProcessLookupError:
-            pass
 
 
 async def _shutdown(transport: StdioTransport) -> None:
@@ -184,10 +182,8 @@ async def _shutdown(transport: StdioTransport) -> None:
     process = transport.process
     with trio.CancelScope(shield=True):
         if process.stdin is not None:
-            try:
+            with suppress(trio.BrokenResourceError, OSError):
                 await process.stdin.aclose()
-            except (trio.BrokenResourceError, OSError):
-                pass
         with trio.move_on_after(STDIN_CLOSE_GRACE_S):
             await process.wait()
         if process.returncode is None:
