@@ -31,6 +31,7 @@ log = logging.getLogger("roost.mcp.stdio")
 
 READ_CHUNK = 65536
 BRIDGE_MAX_IN_FLIGHT = 64
+BRIDGE_TIMEOUT_S = 600.0
 
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -171,17 +172,11 @@ class DaemonBridge:
     an answer: the daemon's, or an error saying why there is none."""
 
     def __init__(
-        self,
-        base_url: str,
-        api_key: str | None,
-        *,
-        timeout_s: float = 600.0,
-        key_env: str = "ROOST_API_KEY",
+        self, base_url: str, api_key: str | None, *, key_env: str = "ROOST_API_KEY"
     ) -> None:
         self.endpoint = base_url.rstrip("/") + "/mcp"
         self.api_key = api_key
         self.key_env = key_env
-        self.timeout_s = timeout_s
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self._stream_open = False
@@ -213,7 +208,7 @@ class DaemonBridge:
         from roost.plugins.http import daemon_http_client
 
         slots = trio.Semaphore(BRIDGE_MAX_IN_FLIGHT)
-        timeout = httpx.Timeout(self.timeout_s, connect=10.0)
+        timeout = httpx.Timeout(BRIDGE_TIMEOUT_S, connect=10.0)
         async with daemon_http_client(self.endpoint, timeout=timeout) as client:
             try:
                 async with trio.open_nursery() as nursery:
