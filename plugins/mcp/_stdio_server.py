@@ -374,14 +374,10 @@ def isolate_stdout() -> int:
     return protocol_fd
 
 
-async def run_stdio(
-    config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True
-) -> int:
-    """Serve MCP on stdio until the client closes stdin (bridging to a live daemon when
-    ``prefer_daemon``, else on an in-process kernel); returns the exit code."""
-    if stdout_fd is None:
-        stdout_fd = isolate_stdout()
-    receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
+async def run_stdio(config: Any, *, stdout_fd: int, prefer_daemon: bool = True) -> int:
+    """Serve MCP on stdin and ``stdout_fd`` (``isolate_stdout``'s) until the client closes stdin
+    (bridging to a live daemon when ``prefer_daemon``, else on an in-process kernel)."""
+    receive_stream = trio.lowlevel.FdStream(os.dup(0))
     send_stream = trio.lowlevel.FdStream(stdout_fd)
     async with receive_stream, send_stream:
         from roost.plugins.http import find_daemon, resolve_api_key
