@@ -284,9 +284,8 @@ class McpClient(ClientProtocol):
         self._server_requests: dict[Any, trio.CancelScope] = {}
         self._tokens = itertools.count(1)
         self._callers: list[str] = []
-        # Request deadlines, enforced by one timer task instead of a cancel scope per
-        # request (which costs more than the rest of a call): a request has ended once it
-        # has left ``_pending``; one past its deadline is woken without an answer.
+        # Deadlines: one timer task, not a cancel scope a request (which costs more than the
+        # rest of a call); a request that left ``_pending`` has ended, one past it is woken.
         pending_get = self._pending.get
         self._timer: DeadlineTimer[_Pending] = DeadlineTimer(
             nursery,

@@ -59,10 +59,9 @@ async def serve_connection(
                     ("method" in message and "id" not in message)  # a notification
                     or ("method" not in message and ("result" in message or "error" in message))
                 ):
-                    # Notifications (cancelled, initialized, …) and the client's answers to
-                    # requests of ours (elicitation, sampling) are handled here, in read
-                    # order: a cancel must find the request read before it, and an answer
-                    # may be awaited by a request holding the last free request task.
+                    # Notifications and the client's answers to our requests are handled here,
+                    # in read order: a cancel must find the request read before it, and an
+                    # answer may be awaited by a request holding the last free request task.
                     await server.handle(session, message, notify=send)
                     continue
                 if isinstance(message, dict) and message.get("method") == p.INITIALIZE:

@@ -7,12 +7,10 @@ a dropped SSE stream resumes with ``Last-Event-ID``. **Stateless** (2026-07-28):
 names the version; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the
 body (400 ``HeaderMismatch``); closing the response stream cancels the request.
 
-Each caller (its principal with API keys, else its address) holds at most
-``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound the
-oldest *idle* session closes to make room; an idle one closes after
-``http.mcp_session_idle_s``. A ``tools/call`` continues the deeper of the trace contexts of
-its ``_meta`` and its headers. Origin checks, auth and rate limits are the daemon's; a body
-over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC error.
+Sessions are bounded per caller (``http.mcp_sessions_per_caller``) and in all, and expire
+after ``http.mcp_session_idle_s`` (``McpHttpHub``). A ``tools/call`` continues the deeper of
+the trace contexts of its ``_meta`` and headers. Origin checks, auth and rate limits are the
+daemon's; a body over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ class EventLog:
     async def follow(
         self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S
     ) -> AsyncIterator[tuple[int, str] | None]:
-        """Yield ``(seq, data)`` for events after ``after`` as they come, until closed;
-        ``None`` now and then while idle (send a keep-alive comment)."""
+        """Yield ``(seq, data)`` after ``after`` until closed; ``None`` while idle (keep-alive)."""
         while True:
             fresh = [(seq, data) for seq, data in self.events if seq > after]
             if fresh:
@@ -697,8 +694,7 @@ async def _run_into(
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
-    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null;
-    ``data`` names roost's error code and the HTTP status."""
+    """An HTTP-level error as a JSON-RPC error (``id`` null) naming roost's code and status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}

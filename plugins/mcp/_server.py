@@ -779,8 +779,7 @@ class McpServer:
 
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
-        """The agent's surface answers; this adds the host surface's names, forwarding, requests
-        to the client and the stateless era's round trips."""
+        """The agent's surface answers; here: host names, forwarding, client requests, MRTR."""
         params = call.params
         target: str | None = None
         if self.agent is None:
@@ -854,8 +853,7 @@ class McpServer:
     def _settled(
         self, call: _Call, channel: _client_channel, result: dict[str, Any]
     ) -> dict[str, Any]:
-        """A ``tools/call``'s answer once its run ended: ``result``, or the question the
-        run asks (``input_required``), or the error of a client capability it lacks."""
+        """A tools/call's answer: ``result``, the run's question or a missing capability's error."""
         if channel.input_required is not None:
             requests, state = channel.input_required
             return p.input_required_result(

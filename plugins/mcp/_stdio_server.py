@@ -74,9 +74,8 @@ async def stdio_loop(
             if not data:
                 if ended or not framer.pending:
                     raise trio.EndOfChannel
-                # The input ended inside a message: a last line without its newline is read
-                # as a line (as the MCP SDKs read it); a Content-Length body cut short is
-                # not a message.
+                # The input ended inside a message: a last line without its newline is read (as
+                # the MCP SDKs do); a Content-Length body cut short is not a message.
                 ended = True
                 if framer.mode == CONTENT_LENGTH:
                     pending.append(NotJson("", "the input ended inside a Content-Length body"))

@@ -199,9 +199,8 @@ class _client_channel:
         router = self.call.session.event_router
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
-        # No connection's router (HTTP), or one that does not see these kinds: its own,
-        # taking span starts from the start when it watches an agent's run (no retune of
-        # its kinds when the run starts and ends).
+        # No connection's router (HTTP), or one blind to these kinds: its own, taking span
+        # starts from the start for an agent's run (no retune when the run starts and ends).
         router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:

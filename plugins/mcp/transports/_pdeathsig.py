@@ -77,8 +77,7 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 
 def kill_and_reap_all() -> dict[int, int]:
-    """SIGKILL and reap every descendant (orphans are re-parented to us as they appear);
-    returns the wait status of each child reaped."""
+    """SIGKILL and reap every descendant (orphans come to us as they appear); statuses by pid."""
     me = os.getpid()
     reaped: dict[int, int] = {}
     for _ in range(_MAX_REAP_ROUNDS):

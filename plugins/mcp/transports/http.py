@@ -234,8 +234,7 @@ class HttpTransport(HttpPeer):
     async def _exchange(
         self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
     ) -> None:
-        """POST one request and forward its answer; at 2026-07-28 a broken response stream
-        re-issues it once under a new id (answered under the caller's)."""
+        """POST one request, forward its answer; at 2026-07-28 a broken stream re-issues it once."""
         request_id = message["id"]
         outcome = _Outcome(answered=False)
         try:

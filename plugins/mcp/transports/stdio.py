@@ -75,9 +75,8 @@ class StdioTransport(ClientTransport):
         self.process = process
         self.incoming = incoming
         self.closed_reason: str | None = None
-        # If set (by the client session), the reader hands each message to this synchronous
-        # function instead of the ``incoming`` channel: one task hop less per reply.
-        # ``incoming`` still ends when the server goes away.
+        # Set by the client session: each message goes to this synchronous function, not to
+        # ``incoming`` (a task hop less a reply); ``incoming`` still ends with the server.
         self.deliver: Any = None
         self._writer = BatchedWriter(process.stdin)
         self.skipped_lines = 0
