@@ -321,15 +321,6 @@ def peer_attributes(
     return out
 
 
-def _raise_if_breaker(exc: McpError) -> None:
-    # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
-    data = exc.data if isinstance(exc, McpProtocolError) else None
-    if isinstance(data, Mapping) and (
-        data.get("code") == "recursion_limit" or exc.rpc_code == p.RECURSION_LIMIT
-    ):
-        raise RecursionLimitExceeded.from_dict(data) from None
-
-
 # ---- the manager -------------------------------------------------------------------------
 
 
@@ -495,7 +486,9 @@ class McpManager:
                 finally:
                     state.client = None
                     state.refresh = None
-                    self._unregister(state)
+                    for name in state.tools:
+                        self.kernel.remove_tool(name)
+                    state.tools = []
 
     def _options(self, state: ServerState) -> ClientOptions:
         cfg = state.config
@@ -584,11 +577,6 @@ class McpManager:
                 log.error("MCP server %s: tool %s skipped: %s", state.config.name, name, exc)
         state.tools = sorted(kept)
 
-    def _unregister(self, state: ServerState) -> None:
-        for name in state.tools:
-            self.kernel.remove_tool(name)
-        state.tools = []
-
     def _make_tool(self, state: ServerState, item: Mapping[str, Any]) -> Tool | None:
         server = state.config.name
         original = item.get("name")
@@ -645,7 +633,12 @@ class McpManager:
                     caller=caller,
                 )
             except McpError as exc:
-                _raise_if_breaker(exc)
+                # A JSON-RPC error: how roost refuses a hop, before any tool execution error.
+                data = exc.data if isinstance(exc, McpProtocolError) else None
+                if isinstance(data, Mapping) and (
+                    data.get("code") == "recursion_limit" or exc.rpc_code == p.RECURSION_LIMIT
+                ):
+                    raise RecursionLimitExceeded.from_dict(data) from None
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
