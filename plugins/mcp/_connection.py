@@ -88,9 +88,8 @@ async def serve_connection(
 
 
 class _RequestWorkers:
-    """The tasks serving a stream connection's requests, at most ``limit`` at once. A task
-    serves one request after another in one cancel scope (cheaper than a task and scope
-    per request); a cancelled request spends it, and the task ends."""
+    """At most ``limit`` tasks serving a connection's requests, each one after another in one
+    cancel scope (cheaper than a task and scope a request); a cancel spends it: the task ends."""
 
     def __init__(
         self,

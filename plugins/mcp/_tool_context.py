@@ -396,8 +396,7 @@ class _EventRouter:
                 self._moved.set()
 
     async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
-        wait until the events published during the run have been forwarded."""
+        """``await fn()``, ``watcher`` taking its trace's events; return once the run's are sent."""
         mine = self.watchers.setdefault(watcher.trace_id, [])
         mine.append(watcher)
         follow = watcher.heartbeat and SPAN_START not in self.kinds

@@ -188,8 +188,7 @@ class HttpTransport(HttpPeer):
         self.modern = modern
 
     async def start_listening(self) -> None:
-        """Open the handshake era's GET stream (once); return once the server answered it,
-        so that it is there before any request is sent."""
+        """Open the handshake era's GET stream (once), awaiting its answer: it precedes requests."""
         if not self.modern and not self._listening and self.closed_reason is None:
             self._listening = True
             with trio.move_on_after(self.http.timeout.connect or 10.0):
