@@ -743,12 +743,8 @@ class McpClient(ClientProtocol):
     async def listen(self) -> Any:
         """2026-07-28 ``subscriptions/listen``: list-change notifications reach
         ``on_notification`` until the server ends it (or the caller is cancelled)."""
-        wanted = {
-            "toolsListChanged": True,
-            "promptsListChanged": True,
-            "resourcesListChanged": True,
-        }
-        params = self.decorate({"notifications": wanted})
+        kinds = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
+        params = self.decorate({"notifications": dict.fromkeys(kinds, True)})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
