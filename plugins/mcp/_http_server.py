@@ -412,11 +412,10 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
                 parsed.id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field}
             )
             raise _HttpError(400, error) from None
-    params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
     header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
     # Stateless when the body says so, or when a session-less request names a 2026 version.
     stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
-        p.request_era(params) == p.ERA_STATELESS
+        p.request_era(parsed.params) == p.ERA_STATELESS
         or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
     )
     if stateless:
