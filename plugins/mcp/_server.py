@@ -691,8 +691,8 @@ class McpServer:
         """The page of tools, resources, templates or prompts the request's cursor asks for."""
         field, key, entries = _LISTS[call.request.method]
         items = [e.to_mcp() for e in getattr(self, entries)()]
-        cursor = call.params.get("cursor")
-        page, cursor = p.paginate(items, cursor, key=key, page_size=self.page_size)
+        after = call.params.get("cursor")
+        page, cursor = p.paginate(items, after, key=key, page_size=self.page_size)
         return {field: page, "nextCursor": cursor} if cursor else {field: page}
 
     def templates(self) -> list[TemplateEntry]:
