@@ -269,9 +269,7 @@ class HttpTransport(HttpPeer):
             ) as response:
                 started = True
                 if message.get("method") == "initialize":
-                    session = response.headers.get(HEADER_SESSION_ID)
-                    if session:
-                        self.session_id = session
+                    self.session_id = response.headers.get(HEADER_SESSION_ID) or self.session_id
                 status = response.status_code
                 if await self._session_ended(status, message.get("method")):
                     return _Outcome(answered=True)
