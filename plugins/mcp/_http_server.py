@@ -586,15 +586,9 @@ def _session(
 async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
     _server(kernel, name)
     if not request.headers.get(p.HEADER_SESSION_ID):
-        raise _HttpError(
-            405,
-            _daemon_error(
-                405,
-                "method_not_allowed",
-                "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
-            ),
-            {"Allow": "POST, DELETE"},
-        )
+        why = "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"
+        error = _daemon_error(405, "method_not_allowed", why)
+        raise _HttpError(405, error, {"Allow": "POST, DELETE"})
     if not _accepts(request.headers.get("Accept"), "text/event-stream"):
         raise _refuse(406, "GET opens an SSE stream: Accept must list text/event-stream")
     session = _session(kernel, request, name)
