@@ -135,7 +135,7 @@ def same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, port(pa)) == (pb.scheme, pb.hostname, port(pb))
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)  # its headers and URL may hold credentials
 class HttpPeer(ClientTransport):
     """What both HTTP transports keep: the server, its client, the incoming channel."""
 
