@@ -459,16 +459,16 @@ class McpManager:
         refresh_send, refresh_receive = trio.open_memory_channel[str](1)
         state.refresh = refresh_send
         era = state.era if cfg.transport == "stdio" else None
-        options = ClientOptions(
-            server_name=cfg.name,
-            protocol=cfg.protocol,
-            timeout_secs=cfg.timeout_secs,
-            sampling=self._sample if cfg.sampling else None,
-            elicitation=self.elicitation_handler,
-            roots=self._roots,
-            on_notification=lambda method, params: self._on_notification(state, method, params),
-        )
         async with open_transport(cfg, allow_private=self.allow_private) as transport:
+            options = ClientOptions(  # once open: a handler set while it opened counts
+                server_name=cfg.name,
+                protocol=cfg.protocol,
+                timeout_secs=cfg.timeout_secs,
+                sampling=self._sample if cfg.sampling else None,
+                elicitation=self.elicitation_handler,
+                roots=self._roots,
+                on_notification=lambda method, params: self._on_notification(state, method, params),
+            )
             async with open_mcp_client(transport, options, era=era) as client:
                 try:
                     await self._sync_tools(state, client)
