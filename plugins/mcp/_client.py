@@ -44,28 +44,20 @@ CANCEL_SEND_TIMEOUT_S = 2.0
 HANDLER_TIMEOUT_S = 120.0
 
 
-class McpError(RoostError):
+class McpError(RoostError, code="mcp_error"):
     """A call to an MCP server failed (base class)."""
 
-    code = "mcp_error"
 
-
-class McpTimeout(McpError):
+class McpTimeout(McpError, code="mcp_timeout"):
     """The server did not answer within ``timeout_secs`` (the request was cancelled)."""
 
-    code = "mcp_timeout"
 
-
-class McpConnectionClosed(McpError):
+class McpConnectionClosed(McpError, code="mcp_connection_closed"):
     """The connection ended while the request was in flight."""
 
-    code = "mcp_connection_closed"
 
-
-class McpProtocolError(McpError):
+class McpProtocolError(McpError, code="mcp_protocol_error"):
     """The server answered with a JSON-RPC error, or broke the protocol."""
-
-    code = "mcp_protocol_error"
 
     def __init__(self, message: str, *, rpc_code: int | None = None, data: Any = None) -> None:
         super().__init__(message)
@@ -170,7 +162,8 @@ class ClientProtocol:
     def initialize_params(self) -> dict[str, Any]:
         wanted = self.options.protocol
         version = wanted if wanted in HANDSHAKE_VERSIONS else proto.LATEST_HANDSHAKE_VERSION
-        return proto.initialize_params(self.client_info(), self.capabilities(), version=version)
+        info = self.client_info()
+        return {"protocolVersion": version, "capabilities": self.capabilities(), "clientInfo": info}
 
     def accept_initialize(self, result: Any) -> None:
         if not isinstance(result, Mapping):
@@ -291,9 +284,8 @@ class McpClient(ClientProtocol):
         self._server_requests: dict[Any, trio.CancelScope] = {}
         self._tokens = itertools.count(1)
         self._callers: list[str] = []
-        # Request deadlines, enforced by one timer task instead of a cancel scope per
-        # request (which costs more than the rest of a call): a request has ended once it
-        # has left ``_pending``; one past its deadline is woken without an answer.
+        # Deadlines: one timer task, not a cancel scope a request (which costs more than the
+        # rest of a call); a request that left ``_pending`` has ended, one past it is woken.
         pending_get = self._pending.get
         self._timer: DeadlineTimer[_Pending] = DeadlineTimer(
             nursery,
@@ -475,8 +467,7 @@ class McpClient(ClientProtocol):
         on_progress: ProgressHandler | None = None,
         caller: str | None = None,
     ) -> Any:
-        """One request and its answer (McpProtocolError for an error); HTTP 429/503 is
-        retried after its ``Retry-After`` (``http_retry_wait``) within the deadline."""
+        """One request and its answer; HTTP 429/503 is retried after Retry-After in the deadline."""
         timeout = self.options.timeout_secs if timeout is None else timeout
         if not timeout >= 0:  # as trio.move_on_after would refuse it (NaN included)
             raise ValueError(f"timeout: expected a non-negative number of seconds, got {timeout!r}")
@@ -752,21 +743,14 @@ class McpClient(ClientProtocol):
     async def listen(self) -> Any:
         """2026-07-28 ``subscriptions/listen``: list-change notifications reach
         ``on_notification`` until the server ends it (or the caller is cancelled)."""
-        wanted = {
-            "toolsListChanged": True,
-            "promptsListChanged": True,
-            "resourcesListChanged": True,
-        }
-        params = self.decorate({"notifications": wanted})
+        kinds = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
+        params = self.decorate({"notifications": dict.fromkeys(kinds, True)})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
-        if self.era == "modern":
-            await self.request("server/discover", timeout=timeout)
-        else:
-            await self.request("ping", timeout=timeout)
+        await self.request("server/discover" if self.era == "modern" else "ping", timeout=timeout)
 
     async def _list_all(
         self, method: str, key: str, *, timeout: float | None

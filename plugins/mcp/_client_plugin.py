@@ -19,7 +19,7 @@ def manager_for(kernel: KernelAPI) -> McpManager | None:
 
 
 async def _run_manager(kernel: KernelAPI, *, task_status: Any) -> None:
-    manager = McpManager.from_kernel(kernel)
+    manager = McpManager(kernel)
     kernel.extensions[_MANAGER] = manager
     try:
         await manager.run(task_status=task_status)
@@ -55,6 +55,3 @@ def roost_http_routes(kernel: KernelAPI) -> list[RouteDescriptor]:
         return PlainResponse.json(manager.status(admin=principal is not None and principal.admin))
 
     return [RouteDescriptor("/api/mcp/servers", list_servers, methods=("GET",))]
-
-
-__all__ = ["manager_for", "roost_check_config", "roost_http_routes", "roost_services"]

@@ -31,7 +31,7 @@ async def serve_connection(
     """Serve one client until ``receive()`` (a decoded message, or an ``rpc.JsonRpcError``
     to answer) raises EndOfChannel; at most ``max_in_flight`` requests at once. At the end,
     requests in flight may answer for ``DRAIN_TIMEOUT_S``, then are cancelled."""
-    session = session or server.new_session()
+    session = session or ServerSession()
     raw_send = send
 
     async def send(message: dict[str, Any]) -> None:
@@ -59,10 +59,9 @@ async def serve_connection(
                     ("method" in message and "id" not in message)  # a notification
                     or ("method" not in message and ("result" in message or "error" in message))
                 ):
-                    # Notifications (cancelled, initialized, …) and the client's answers to
-                    # requests of ours (elicitation, sampling) are handled here, in read
-                    # order: a cancel must find the request read before it, and an answer
-                    # may be awaited by a request holding the last free request task.
+                    # Notifications and the client's answers to our requests are handled here,
+                    # in read order: a cancel must find the request read before it, and an
+                    # answer may be awaited by a request holding the last free request task.
                     await server.handle(session, message, notify=send)
                     continue
                 if isinstance(message, dict) and message.get("method") == p.INITIALIZE:
@@ -89,9 +88,8 @@ async def serve_connection(
 
 
 class _RequestWorkers:
-    """The tasks serving a stream connection's requests, at most ``limit`` at once. A task
-    serves one request after another in one cancel scope (cheaper than a task and scope
-    per request); a cancelled request spends it, and the task ends."""
+    """At most ``limit`` tasks serving a connection's requests, each one after another in one
+    cancel scope (cheaper than a task and scope a request); a cancel spends it: the task ends."""
 
     def __init__(
         self,

@@ -124,12 +124,8 @@ class StdioFramer:
                 sep = 2
             if end < 0:
                 if len(self._buf) > _MAX_HEADER_BYTES:
-                    events.append(
-                        NotJson(
-                            _preview(bytes(self._buf)),
-                            "header block too long or missing Content-Length",
-                        )
-                    )
+                    why = "header block too long or missing Content-Length"
+                    events.append(NotJson(_preview(bytes(self._buf)), why))
                     self._buf.clear()
                 return False
             header_block = bytes(self._buf[:end])
@@ -178,6 +174,3 @@ class StdioFramer:
     def pending(self) -> bool:
         """True while part of a message is held (waiting for the rest of it)."""
         return bool(self._buf) or self._body_len is not None or self._lines.pending
-
-
-__all__ = ["CONTENT_LENGTH", "NDJSON", "Frame", "FrameEvent", "NotJson", "Oversize", "StdioFramer"]

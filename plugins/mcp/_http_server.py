@@ -7,12 +7,10 @@ a dropped SSE stream resumes with ``Last-Event-ID``. **Stateless** (2026-07-28):
 names the version; ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` must match the
 body (400 ``HeaderMismatch``); closing the response stream cancels the request.
 
-Each caller (its principal with API keys, else its address) holds at most
-``http.mcp_sessions_per_caller`` sessions, all together ``MAX_SESSIONS``; past a bound the
-oldest *idle* session closes to make room; an idle one closes after
-``http.mcp_session_idle_s``. A ``tools/call`` continues the deeper of the trace contexts of
-its ``_meta`` and its headers. Origin checks, auth and rate limits are the daemon's; a body
-over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC error.
+Sessions are bounded per caller (``http.mcp_sessions_per_caller``) and in all, and expire
+after ``http.mcp_session_idle_s`` (``McpHttpHub``). A ``tools/call`` continues the deeper of
+the trace contexts of its ``_meta`` and headers. Origin checks, auth and rate limits are the
+daemon's; a body over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC error.
 """
 
 from __future__ import annotations
@@ -84,8 +82,7 @@ class EventLog:
     async def follow(
         self, after: int = 0, *, keepalive_s: float = KEEPALIVE_S
     ) -> AsyncIterator[tuple[int, str] | None]:
-        """Yield ``(seq, data)`` for events after ``after`` as they come, until closed;
-        ``None`` now and then while idle (send a keep-alive comment)."""
+        """Yield ``(seq, data)`` after ``after`` until closed; ``None`` while idle (keep-alive)."""
         while True:
             fresh = [(seq, data) for seq, data in self.events if seq > after]
             if fresh:
@@ -197,8 +194,7 @@ class McpHttpHub:
             raise _busy(
                 503, f"too many MCP sessions ({self.max_sessions}), all busy; retry shortly"
             )
-        state = server.new_session()
-        state.principal = owner
+        state = ServerSession(principal=owner)
         session = HttpSession(
             server, state, endpoint, owner, caller, last_seen=trio.current_time(), hub=self
         )
@@ -235,8 +231,7 @@ class McpHttpHub:
         return True
 
     def _close_oldest_idle(self, sessions: Iterable[HttpSession]) -> bool:
-        """Close the first idle session of ``sessions`` (least recently used first); False
-        if all are busy."""
+        """Close the first (least recently used) idle session of ``sessions``; False if none."""
         oldest = next((s for s in sessions if not s.busy), None)
         if oldest is None:
             return False
@@ -342,8 +337,7 @@ def _accepts(header: str | None, mime: str) -> bool:
 
 
 def _stateless_status(reply: Mapping[str, Any]) -> int:
-    """The HTTP status of a stateless request's answer: 200 unless it is an error whose
-    code the 2026-07-28 transport maps to 400 or 404."""
+    """200, or the 400 or 404 the 2026-07-28 transport maps a stateless error's code to."""
     error = reply.get("error")
     if not isinstance(error, Mapping):
         return 200
@@ -418,11 +412,10 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
                 parsed.id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field}
             )
             raise _HttpError(400, error) from None
-    params = parsed.params if isinstance(parsed, (rpc.Request, rpc.Notification)) else None
     header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
     # Stateless when the body says so, or when a session-less request names a 2026 version.
     stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (
-        p.request_era(params) == p.ERA_STATELESS
+        p.request_era(parsed.params) == p.ERA_STATELESS
         or (p.is_stateless_version(header_version) and not request.headers.get(p.HEADER_SESSION_ID))
     )
     if stateless:
@@ -464,8 +457,7 @@ async def _post_stateless(
         key = p.NAMED_METHODS.get(parsed.method)
         if key is not None:
             check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
-    session = server.new_session()  # one request's, naming its principal
-    session.principal = _caller(request)[0]
+    session = ServerSession(principal=_caller(request)[0])  # one request's
     if isinstance(parsed, rpc.Notification):
         await server.handle(session, message)
         return _json_response(202, None)
@@ -594,15 +586,9 @@ def _session(
 async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> PlainResponse:
     _server(kernel, name)
     if not request.headers.get(p.HEADER_SESSION_ID):
-        raise _HttpError(
-            405,
-            _daemon_error(
-                405,
-                "method_not_allowed",
-                "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen",
-            ),
-            {"Allow": "POST, DELETE"},
-        )
+        why = "GET needs an MCP session (Mcp-Session-Id); at 2026-07-28 use subscriptions/listen"
+        error = _daemon_error(405, "method_not_allowed", why)
+        raise _HttpError(405, error, {"Allow": "POST, DELETE"})
     if not _accepts(request.headers.get("Accept"), "text/event-stream"):
         raise _refuse(406, "GET opens an SSE stream: Accept must list text/event-stream")
     session = _session(kernel, request, name)
@@ -683,8 +669,7 @@ async def _run_into(
     scope: trio.CancelScope,
     http_session: HttpSession | None,
 ) -> None:
-    """Run one request, writing its notifications and response into ``stream``; then
-    ``http_session`` (which counted it as active) is idle again."""
+    """Run one request into ``stream``; then ``http_session`` (which counted it) is idle again."""
 
     async def notify(note: Any) -> None:
         stream.append(note)
@@ -702,8 +687,7 @@ async def _run_into(
 
 
 def _daemon_error(status: int, code: str, message: str) -> dict[str, Any]:
-    """An HTTP-level error on an MCP endpoint as a JSON-RPC error response with ``id`` null;
-    ``data`` names roost's error code and the HTTP status."""
+    """An HTTP-level error as a JSON-RPC error (``id`` null) naming roost's code and status."""
     from roost.plugins.http import jsonrpc_error_code
 
     data = {"code": code, "httpStatus": status}
@@ -735,6 +719,3 @@ def mcp_routes(kernel: KernelAPI) -> list[Any]:
         )
         for path in ("/mcp", "/agents/<name>/mcp")
     ]
-
-
-__all__ = ["EventLog", "HttpSession", "McpHttpHub", "hub_for", "mcp_routes", "run_hub"]

@@ -14,6 +14,7 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,6 +43,7 @@ from roost.kernel import (
 )
 from roost.plugins.http.client import credential_values
 
+from . import _protocol as p
 from ._client import (
     PROTOCOL_CHOICES,
     ClientOptions,
@@ -52,7 +54,6 @@ from ._client import (
     open_mcp_client,
     probe_era,
 )
-from ._protocol import RECURSION_LIMIT
 from .transports.stdio import command_problem, open_stdio_transport
 
 log = logging.getLogger("roost.mcp.manager")
@@ -330,15 +331,6 @@ def peer_attributes(
     return out
 
 
-def _raise_if_breaker(exc: McpError) -> None:
-    # A JSON-RPC error: how roost refused a hop before it answered a tool execution error.
-    data = exc.data if isinstance(exc, McpProtocolError) else None
-    if isinstance(data, Mapping) and (
-        data.get("code") == "recursion_limit" or exc.rpc_code == RECURSION_LIMIT
-    ):
-        raise RecursionLimitExceeded.from_dict(data) from None
-
-
 # ---- the manager -------------------------------------------------------------------------
 
 
@@ -361,21 +353,14 @@ class ServerState:
 class McpManager:
     """Connects and supervises every configured MCP server for one kernel."""
 
-    def __init__(
-        self, kernel: KernelAPI, configs: Sequence[ServerConfig] = (), errors: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, kernel: KernelAPI) -> None:
+        configs, self.config_errors = collect_server_configs(kernel)
+        for error in self.config_errors:
+            log.error("MCP server configuration skipped: %s", error)
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
-        self.config_errors: list[str] = list(errors)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
-
-    @classmethod
-    def from_kernel(cls, kernel: KernelAPI) -> McpManager:
-        configs, errors = collect_server_configs(kernel)
-        for error in errors:
-            log.error("MCP server configuration skipped: %s", error)
-        return cls(kernel, configs, errors)
 
     # ---- status -------------------------------------------------------------------------
     def status(self, *, admin: bool = True) -> dict[str, Any]:
@@ -486,7 +471,16 @@ class McpManager:
         state.refresh = refresh_send
         era = state.era if cfg.transport == "stdio" else None
         async with open_transport(cfg, allow_private=self.allow_private) as transport:
-            async with open_mcp_client(transport, self._options(state), era=era) as client:
+            options = ClientOptions(  # once open: a handler set while it opened counts
+                server_name=cfg.name,
+                protocol=cfg.protocol,
+                timeout_secs=cfg.timeout_secs,
+                sampling=self._sample if cfg.sampling else None,
+                elicitation=self.elicitation_handler,
+                roots=self._roots,
+                on_notification=lambda method, params: self._on_notification(state, method, params),
+            )
+            async with open_mcp_client(transport, options, era=era) as client:
                 try:
                     await self._sync_tools(state, client)
                     state.client = client
@@ -512,24 +506,14 @@ class McpManager:
                 finally:
                     state.client = None
                     state.refresh = None
-                    self._unregister(state)
-
-    def _options(self, state: ServerState) -> ClientOptions:
-        cfg = state.config
-        return ClientOptions(
-            server_name=cfg.name,
-            protocol=cfg.protocol,
-            timeout_secs=cfg.timeout_secs,
-            sampling=self._sample if cfg.sampling else None,
-            elicitation=self.elicitation_handler,
-            roots=self._roots,
-            on_notification=lambda method, params: self._on_notification(state, method, params),
-        )
+                    for name in state.tools:
+                        self.kernel.remove_tool(name)
+                    state.tools = []
 
     # ---- notifications ------------------------------------------------------------------
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
-        if method == "notifications/message":
+        if method == p.NOTIFY_MESSAGE:
             params = redact(params, state.config.secrets)
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
@@ -537,15 +521,13 @@ class McpManager:
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
         elif method in (
-            "notifications/tools/list_changed",
-            "notifications/resources/list_changed",
-            "notifications/prompts/list_changed",
+            p.NOTIFY_TOOLS_CHANGED,
+            p.NOTIFY_RESOURCES_CHANGED,
+            p.NOTIFY_PROMPTS_CHANGED,
         ):
             if state.refresh is not None:
-                try:
+                with suppress(trio.WouldBlock):  # a refresh is queued: it will see this change too
                     state.refresh.send_nowait(method)
-                except trio.WouldBlock:
-                    pass  # a refresh is already queued; it will see this change too
 
     async def _listen(self, state: ServerState, client: McpClient) -> None:
         """Keep a 2026-07-28 ``subscriptions/listen`` open for list-change notifications."""
@@ -603,11 +585,6 @@ class McpManager:
             except RoostError as exc:
                 log.error("MCP server %s: tool %s skipped: %s", state.config.name, name, exc)
         state.tools = sorted(kept)
-
-    def _unregister(self, state: ServerState) -> None:
-        for name in state.tools:
-            self.kernel.remove_tool(name)
-        state.tools = []
 
     def _make_tool(self, state: ServerState, item: Mapping[str, Any]) -> Tool | None:
         server = state.config.name
@@ -668,7 +645,12 @@ class McpManager:
                     caller=caller,
                 )
             except McpError as exc:
-                _raise_if_breaker(exc)
+                # A JSON-RPC error: how roost refuses a hop, before any tool execution error.
+                data = exc.data if isinstance(exc, McpProtocolError) else None
+                if isinstance(data, Mapping) and (
+                    data.get("code") == "recursion_limit" or exc.rpc_code == p.RECURSION_LIMIT
+                ):
+                    raise RecursionLimitExceeded.from_dict(data) from None
                 return ToolResult.error(str(exc))
             return ToolResult.from_mcp(result)
 
@@ -708,18 +690,12 @@ class McpManager:
             result = await self.client(server).read_resource(
                 str(call.arguments.get("uri", "")), caller=call.caller or ctx.agent
             )
-            contents = result.get("contents") or ()
-            return ToolResult(
-                tuple(
-                    {"type": "resource", "resource": dict(i)}
-                    for i in contents
-                    if isinstance(i, Mapping)
-                )
-            )
+            contents = [i for i in result.get("contents") or () if isinstance(i, Mapping)]
+            return ToolResult(tuple({"type": "resource", "resource": dict(i)} for i in contents))
 
         async def list_prompts(call: ToolCall, ctx: ToolContext) -> ToolResult:
             items = await self.client(server).list_prompts()
-            text = "\n".join(f"{p.get('name')}: {p.get('description', '')}" for p in items)
+            text = "\n".join(f"{i.get('name')}: {i.get('description', '')}" for i in items)
             text = text or "(no prompts)"
             return ToolResult(({"type": "text", "text": text},), {"prompts": items})
 

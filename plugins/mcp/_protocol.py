@@ -227,16 +227,11 @@ def read_request_meta(params: Any) -> RequestMeta:
         raise JsonRpcError(
             INVALID_PARAMS, f"params._meta: expected an object, got {json_type(meta)}"
         )
-    version, info, caps, level, token = (
-        meta.get(key)
-        for key in (
-            META_PROTOCOL_VERSION,
-            META_CLIENT_INFO,
-            META_CLIENT_CAPABILITIES,
-            META_LOG_LEVEL,
-            META_PROGRESS_TOKEN,
-        )
-    )
+    version = meta.get(META_PROTOCOL_VERSION)
+    info = meta.get(META_CLIENT_INFO)
+    caps = meta.get(META_CLIENT_CAPABILITIES)
+    level = meta.get(META_LOG_LEVEL)
+    token = meta.get(META_PROGRESS_TOKEN)
     field, expected = None, ""  # the first malformed field, and what it should be
     if version is not None and not isinstance(version, str):
         field = f"[{META_PROTOCOL_VERSION!r}]"
@@ -328,20 +323,6 @@ def with_meta(params: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict
 # ---- builders ---------------------------------------------------------------------------
 
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-
-
-def initialize_params(
-    client_info: Mapping[str, Any],
-    capabilities: Mapping[str, Any] | None = None,
-    *,
-    version: str = LATEST_HANDSHAKE_VERSION,
-) -> dict[str, Any]:
-    """``initialize`` params of a handshake-era client."""
-    return {
-        "protocolVersion": version,
-        "capabilities": dict(capabilities or {}),
-        "clientInfo": dict(client_info),
-    }
 
 
 # How long a client may cache what roost answers, and for whom: not at all, only itself.

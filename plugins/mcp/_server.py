@@ -136,6 +136,9 @@ class ToolEntry:
     agent: str
     target: str
 
+    def to_mcp(self) -> dict[str, Any]:
+        return dict(self.mcp)
+
 
 @attrs.frozen
 class ResourceEntry:
@@ -396,12 +399,12 @@ class McpServer:
         self._methods: dict[str, Callable[[_Call], Awaitable[Any]]] = {
             p.PING: self._ping,
             p.DISCOVER: self._discover,
-            p.TOOLS_LIST: self._tools_list,
+            p.TOOLS_LIST: self._list,
             p.TOOLS_CALL: self._tools_call,
-            p.RESOURCES_LIST: self._resources_list,
+            p.RESOURCES_LIST: self._list,
             p.RESOURCES_READ: self._resources_read,
-            p.RESOURCES_TEMPLATES_LIST: self._templates_list,
-            p.PROMPTS_LIST: self._prompts_list,
+            p.RESOURCES_TEMPLATES_LIST: self._list,
+            p.PROMPTS_LIST: self._list,
             p.PROMPTS_GET: self._prompts_get,
             p.LOGGING_SET_LEVEL: self._set_level,
             p.COMPLETION_COMPLETE: self._complete,
@@ -524,9 +527,6 @@ class McpServer:
         return sorted(out, key=lambda e: e.name)
 
     # ---- entry point --------------------------------------------------------------------------
-    def new_session(self) -> ServerSession:
-        return ServerSession()
-
     async def handle(
         self,
         session: ServerSession,
@@ -567,6 +567,7 @@ class McpServer:
                     pass
             return None
         assert isinstance(parsed, rpc.Request)
+        error = None
         if parsed.id is None:
             error = rpc.INVALID_REQUEST, "id: must not be null in MCP; use a string or an integer"
         elif parsed.params is not None and not is_mapping(parsed.params):
@@ -574,8 +575,6 @@ class McpServer:
         elif parsed.id in session.in_flight:
             in_use = f"id {parsed.id!r} is already in use by a request in flight; use a new id"
             error = rpc.INVALID_REQUEST, in_use
-        else:
-            error = None
         if error is not None:
             return rpc.error_response(parsed.id, *error).to_dict()
         if scope is None:
@@ -688,20 +687,13 @@ class McpServer:
         return {}
 
     # ---- lists ----------------------------------------------------------------------------------
-    def _page(
-        self, call: _Call, field: str, items: list[dict[str, Any]], key: str
-    ) -> dict[str, Any]:
-        """The page of ``items`` the request's cursor asks for."""
-        page, cursor = p.paginate(
-            items, call.params.get("cursor"), key=key, page_size=self.page_size
-        )
+    async def _list(self, call: _Call) -> dict[str, Any]:
+        """The page of tools, resources, templates or prompts the request's cursor asks for."""
+        field, key, entries = _LISTS[call.request.method]
+        items = [e.to_mcp() for e in getattr(self, entries)()]
+        after = call.params.get("cursor")
+        page, cursor = p.paginate(items, after, key=key, page_size=self.page_size)
         return {field: page, "nextCursor": cursor} if cursor else {field: page}
-
-    async def _tools_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "tools", [dict(e.mcp) for e in self.tools()], "name")
-
-    async def _resources_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "resources", [r.to_mcp() for r in self.resources()], "uri")
 
     def templates(self) -> list[TemplateEntry]:
         if self.agent is not None:
@@ -709,11 +701,6 @@ class McpServer:
         return sorted(
             extras(self.kernel, "roost_mcp_resource_templates", TemplateEntry),
             key=lambda t: t.uri_template,
-        )
-
-    async def _templates_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(
-            call, "resourceTemplates", [t.to_mcp() for t in self.templates()], "uriTemplate"
         )
 
     async def _subscribe(self, call: _Call) -> dict[str, Any]:
@@ -751,9 +738,6 @@ class McpServer:
                 {"uri": uri},
             )
         raise rpc.JsonRpcError(code, f"Resource not found: {uri}; see resources/list", {"uri": uri})
-
-    async def _prompts_list(self, call: _Call) -> dict[str, Any]:
-        return self._page(call, "prompts", [e.to_mcp() for e in self.prompts()], "name")
 
     async def _prompts_get(self, call: _Call) -> dict[str, Any]:
         name = rpc.param(call.params, "name", str)
@@ -795,8 +779,7 @@ class McpServer:
 
     # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
-        """The agent's surface answers; this adds the host surface's names, forwarding, requests
-        to the client and the stateless era's round trips."""
+        """The agent's surface answers; here: host names, forwarding, client requests, MRTR."""
         params = call.params
         target: str | None = None
         if self.agent is None:
@@ -870,8 +853,7 @@ class McpServer:
     def _settled(
         self, call: _Call, channel: _client_channel, result: dict[str, Any]
     ) -> dict[str, Any]:
-        """A ``tools/call``'s answer once its run ended: ``result``, or the question the
-        run asks (``input_required``), or the error of a client capability it lacks."""
+        """A tools/call's answer: ``result``, the run's question or a missing capability's error."""
         if channel.input_required is not None:
             requests, state = channel.input_required
             return p.input_required_result(
@@ -890,8 +872,7 @@ class McpServer:
     def _unknown_tool(
         self, params: Mapping[str, Any], name: str, index: Mapping[str, Any]
     ) -> NoReturn:
-        """Raise the error for a tool the host surface does not have (bad text first, then an
-        agent that cannot answer, then a misspelt name)."""
+        """Raise why the host surface has no tool ``name``: bad text, an agent down, a typo."""
         _check_input(params)
         for agent, reason in self.kernel.agent_errors.items():
             if agent_tool_name(agent) == name:
@@ -986,6 +967,14 @@ class McpServer:
                     await send(rpc.Notification(method).to_dict())
 
 
+_LISTS = {  # a list method → its result's field, the items' sort key, McpServer's method
+    p.TOOLS_LIST: ("tools", "name", "tools"),
+    p.RESOURCES_LIST: ("resources", "uri", "resources"),
+    p.RESOURCES_TEMPLATES_LIST: ("resourceTemplates", "uriTemplate", "templates"),
+    p.PROMPTS_LIST: ("prompts", "name", "prompts"),
+}
+
+
 def change_notifications(event: Event) -> list[str]:
     """The ``list_changed`` notifications a change event calls for."""
     if event.kind == PROMPTS_CHANGED_EVENT:
@@ -1009,8 +998,7 @@ _ANSWER_SCHEMA = {
 
 
 def _check_input(params: Any) -> None:
-    """-32602 naming the field when ``params`` holds a lone surrogate or a non-finite number
-    (``check_json_input``), which no answer echoing it could carry."""
+    """-32602 naming the field of ``params`` no answer echoing it could carry (check_json_input)."""
     try:
         check_json_input(params, "params")
     except InvalidInput as exc:

@@ -13,6 +13,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ log = logging.getLogger("roost.mcp.stdio")
 
 READ_CHUNK = 65536
 BRIDGE_MAX_IN_FLIGHT = 64
+BRIDGE_TIMEOUT_S = 600.0
 
 Receive = Callable[[], Awaitable[Any]]
 Send = Callable[[Any], Awaitable[None]]
@@ -54,13 +56,11 @@ async def stdio_loop(
     receive_stream: trio.abc.ReceiveStream,
     send_stream: trio.abc.SendStream,
     serve: Callable[[Receive, Send], Awaitable[None]],
-    *,
-    max_bytes: int = p.MAX_MESSAGE_BYTES,
 ) -> None:
     """Frame the byte streams into messages and run ``serve(receive, send)``. ``receive()``
     returns a decoded message, or a ``JsonRpcError`` for a line that is not JSON (-32700) or
-    a message over ``max_bytes`` (-32600, drained); EndOfChannel when the peer closes."""
-    framer = StdioFramer(max_bytes=max_bytes)
+    a message over ``MAX_MESSAGE_BYTES`` (-32600, drained); EndOfChannel when the peer closes."""
+    framer = StdioFramer()
     pending: deque[Any] = deque()
     # Replies that queue up while one is written go out together in the next write.
     writer = BatchedWriter(send_stream)
@@ -74,9 +74,8 @@ async def stdio_loop(
             if not data:
                 if ended or not framer.pending:
                     raise trio.EndOfChannel
-                # The input ended inside a message: a last line without its newline is read
-                # as a line (as the MCP SDKs read it); a Content-Length body cut short is
-                # not a message.
+                # The input ended inside a message: a last line without its newline is read (as
+                # the MCP SDKs do); a Content-Length body cut short is not a message.
                 ended = True
                 if framer.mode == CONTENT_LENGTH:
                     pending.append(NotJson("", "the input ended inside a Content-Length body"))
@@ -172,17 +171,11 @@ class DaemonBridge:
     an answer: the daemon's, or an error saying why there is none."""
 
     def __init__(
-        self,
-        base_url: str,
-        api_key: str | None,
-        *,
-        timeout_s: float = 600.0,
-        key_env: str = "ROOST_API_KEY",
+        self, base_url: str, api_key: str | None, *, key_env: str = "ROOST_API_KEY"
     ) -> None:
         self.endpoint = base_url.rstrip("/") + "/mcp"
         self.api_key = api_key
         self.key_env = key_env
-        self.timeout_s = timeout_s
         self.session_id: str | None = None
         self.protocol_version: str | None = None
         self._stream_open = False
@@ -214,7 +207,7 @@ class DaemonBridge:
         from roost.plugins.http import daemon_http_client
 
         slots = trio.Semaphore(BRIDGE_MAX_IN_FLIGHT)
-        timeout = httpx.Timeout(self.timeout_s, connect=10.0)
+        timeout = httpx.Timeout(BRIDGE_TIMEOUT_S, connect=10.0)
         async with daemon_http_client(self.endpoint, timeout=timeout) as client:
             try:
                 async with trio.open_nursery() as nursery:
@@ -238,11 +231,8 @@ class DaemonBridge:
                     nursery.cancel_scope.cancel()
             finally:
                 if self.session_id:
-                    with trio.move_on_after(2, shield=True):
-                        try:
-                            await client.delete(self.endpoint, headers=self._headers({}))
-                        except httpx.HTTPError:
-                            pass
+                    with trio.move_on_after(2, shield=True), suppress(httpx.HTTPError):
+                        await client.delete(self.endpoint, headers=self._headers({}))
 
     async def _relay_one(self, client, message, send, nursery, slots) -> None:
         try:
@@ -383,14 +373,10 @@ def isolate_stdout() -> int:
     return protocol_fd
 
 
-async def run_stdio(
-    config: Any, *, stdin_fd: int = 0, stdout_fd: int | None = None, prefer_daemon: bool = True
-) -> int:
-    """Serve MCP on stdio until the client closes stdin (bridging to a live daemon when
-    ``prefer_daemon``, else on an in-process kernel); returns the exit code."""
-    if stdout_fd is None:
-        stdout_fd = isolate_stdout()
-    receive_stream = trio.lowlevel.FdStream(os.dup(stdin_fd))
+async def run_stdio(config: Any, *, stdout_fd: int, prefer_daemon: bool = True) -> int:
+    """Serve MCP on stdin and ``stdout_fd`` (``isolate_stdout``'s) until the client closes stdin
+    (bridging to a live daemon when ``prefer_daemon``, else on an in-process kernel)."""
+    receive_stream = trio.lowlevel.FdStream(os.dup(0))
     send_stream = trio.lowlevel.FdStream(stdout_fd)
     async with receive_stream, send_stream:
         from roost.plugins.http import find_daemon, resolve_api_key
@@ -446,10 +432,10 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     """Answer the client's opening ``initialize`` (or ``server/discover``) at once — it
     needs nothing from the kernel — then boot the kernel and serve everything else."""
     from ._connection import serve_connection
-    from ._server import McpServer
+    from ._server import McpServer, ServerSession
 
     server = McpServer(None)
-    session = server.new_session()
+    session = ServerSession()
     try:
         first = await receive()
     except trio.EndOfChannel:
@@ -472,15 +458,3 @@ async def _serve_booting(config: Any, receive: Receive, send: Send) -> None:
     async with open_kernel(config) as kernel:
         server.kernel = kernel
         await serve_connection(server, receive_rest, send, session=session)
-
-
-__all__ = [
-    "DaemonBridge",
-    "encode_message",
-    "is_jsonrpc_message",
-    "isolate_stdout",
-    "run_stdio",
-    "serve_kernel_stdio",
-    "stdio_loop",
-    "with_inherited_trace",
-]

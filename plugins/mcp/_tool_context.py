@@ -50,10 +50,8 @@ def _publish(ctx: Any, kind: str, payload: dict[str, Any]) -> None:
 _channels: dict[str, list[_client_channel]] = {}  # by trace id; see _channel_of
 
 
-class ClientRequestFailed(RoostError):
+class ClientRequestFailed(RoostError, code="mcp_client_request_failed"):
     """The MCP client could not or would not answer a server-to-client request."""
-
-    code = "mcp_client_request_failed"
 
 
 _CAPABILITY_FOR = {
@@ -201,9 +199,8 @@ class _client_channel:
         router = self.call.session.event_router
         if router is not None and router.active and router.kinds.issuperset(kinds):
             return await router.watch(self, fn)
-        # No connection's router (HTTP), or one that does not see these kinds: its own,
-        # taking span starts from the start when it watches an agent's run (no retune of
-        # its kinds when the run starts and ends).
+        # No connection's router (HTTP), or one blind to these kinds: its own, taking span
+        # starts from the start for an agent's run (no retune when the run starts and ends).
         router = _EventRouter(kinds + (SPAN_START,) if self.heartbeat else kinds)
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
@@ -399,8 +396,7 @@ class _EventRouter:
                 self._moved.set()
 
     async def watch(self, watcher: _client_channel, fn: Callable[[], Awaitable[Any]]) -> Any:
-        """``await fn()`` with ``watcher`` receiving its trace's events; before returning,
-        wait until the events published during the run have been forwarded."""
+        """``await fn()``, ``watcher`` taking its trace's events; return once the run's are sent."""
         mine = self.watchers.setdefault(watcher.trace_id, [])
         mine.append(watcher)
         follow = watcher.heartbeat and SPAN_START not in self.kinds
@@ -424,8 +420,7 @@ class _EventRouter:
         return result
 
     def _retune(self) -> None:
-        """Take the events of the watched traces from now on (while the subscription is
-        open): ``kinds``, and span starts too while an agent run's watcher follows them."""
+        """Take the watched traces' ``kinds`` from now (span starts too while a run is followed)."""
         if self._events is not None:
             kinds = self.kinds | {SPAN_START} if self._following else self.kinds
             self._tap.retune(self._events, tuple(kinds), traces=tuple(self.watchers))

@@ -20,8 +20,7 @@ WRITE_STALL_S = 30.0  # a taken round the peer has not drained within this: the 
 
 
 def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
-    """Remove and join the oldest messages of ``outbox``: at least one, at most ``limit``
-    bytes."""
+    """Remove and join the oldest messages of ``outbox``: one at least, ``limit`` bytes at most."""
     size, count = len(outbox[0]), 1
     while count < len(outbox) and size + len(outbox[count]) <= limit:
         size += len(outbox[count])
@@ -32,8 +31,7 @@ def take_batch(outbox: list[bytes], limit: int = WRITE_BATCH_BYTES) -> bytes:
 
 
 class _Round:
-    """Messages that go out in one write (or a few, past ``WRITE_BATCH_BYTES``), and the
-    event their senders wait on."""
+    """Messages that go out in one write (a few past ``WRITE_BATCH_BYTES``), and their event."""
 
     __slots__ = ("messages", "wake", "done", "error")
 
@@ -138,13 +136,9 @@ class ClientTransport:
         return False
 
 
-class TransportClosed(RoostError):
+class TransportClosed(RoostError, code="mcp_transport_closed"):
     """The connection to the MCP server is gone (the process exited, the stream broke)."""
 
-    code = "mcp_transport_closed"
 
-
-class TransportError(RoostError):
+class TransportError(RoostError, code="mcp_transport_error"):
     """The transport could not be opened or refused a message."""
-
-    code = "mcp_transport_error"

@@ -77,8 +77,7 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 
 def kill_and_reap_all() -> dict[int, int]:
-    """SIGKILL and reap every descendant (orphans are re-parented to us as they appear);
-    returns the wait status of each child reaped."""
+    """SIGKILL and reap every descendant (orphans come to us as they appear); statuses by pid."""
     me = os.getpid()
     reaped: dict[int, int] = {}
     for _ in range(_MAX_REAP_ROUNDS):
@@ -105,9 +104,8 @@ def reap_exited(server_pid: int, status: int | None) -> int | None:
 
 
 def supervise(server_pid: int, parent_pid: int) -> int:
-    """Wait until the server exits, a stop signal arrives or the parent is gone; then end
-    every descendant (SIGTERM and a bounded grace first unless the server exited) and
-    return the exit status to use."""
+    """Wait until the server exits, a stop signal comes or the parent is gone; then end every
+    descendant (SIGTERM and a grace first unless the server exited); the exit status to use."""
     status: int | None = None
     while True:
         info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)

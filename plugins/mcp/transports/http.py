@@ -135,17 +135,6 @@ class _Outcome:
     failure: str | None = None
 
 
-def _as_answer_to(
-    item: dict[str, Any], wire_id: Any, request_id: Any
-) -> tuple[dict[str, Any], bool]:
-    """``item`` (a re-issue's answer back under the caller's id), and whether it answers."""
-    if "method" in item or "id" not in item or item["id"] != wire_id:
-        return item, False
-    if wire_id != request_id:
-        item = {**item, "id": request_id}
-    return item, True
-
-
 class HttpTransport(HttpPeer):
     """A Streamable HTTP connection to one MCP endpoint; see ``open_http_transport``."""
 
@@ -199,8 +188,7 @@ class HttpTransport(HttpPeer):
         self.modern = modern
 
     async def start_listening(self) -> None:
-        """Open the handshake era's GET stream (once); return once the server answered it,
-        so that it is there before any request is sent."""
+        """Open the handshake era's GET stream (once), awaiting its answer: it precedes requests."""
         if not self.modern and not self._listening and self.closed_reason is None:
             self._listening = True
             with trio.move_on_after(self.http.timeout.connect or 10.0):
@@ -245,8 +233,7 @@ class HttpTransport(HttpPeer):
     async def _exchange(
         self, message: Mapping[str, Any], body: bytes, scope: trio.CancelScope
     ) -> None:
-        """POST one request and forward its answer; at 2026-07-28 a broken response stream
-        re-issues it once under a new id (answered under the caller's)."""
+        """POST one request, forward its answer; at 2026-07-28 a broken stream re-issues it once."""
         request_id = message["id"]
         outcome = _Outcome(answered=False)
         try:
@@ -271,8 +258,7 @@ class HttpTransport(HttpPeer):
             await self._answer_error(request_id, 0, failure.encode())
 
     async def _attempt(self, message: Mapping[str, Any], body: bytes, request_id: Any) -> _Outcome:
-        """One POST of ``message`` (whose id may be a re-issue id); answers are forwarded
-        under ``request_id``."""
+        """One POST of ``message`` (its id may be a re-issue's); answers go under ``request_id``."""
         wire_id = message["id"]
         headers = {**self._headers(message), "Content-Type": "application/json"}
         answered = False
@@ -283,9 +269,7 @@ class HttpTransport(HttpPeer):
             ) as response:
                 started = True
                 if message.get("method") == "initialize":
-                    session = response.headers.get(HEADER_SESSION_ID)
-                    if session:
-                        self.session_id = session
+                    self.session_id = response.headers.get(HEADER_SESSION_ID) or self.session_id
                 status = response.status_code
                 if await self._session_ended(status, message.get("method")):
                     return _Outcome(answered=True)
@@ -300,10 +284,8 @@ class HttpTransport(HttpPeer):
                         data = await read_body(response, MAX_MESSAGE_BYTES, what="the JSON answer")
                     except ResponseTooLarge as exc:
                         return await self._answer_error(request_id, status, str(exc).encode())
-                    for item in json_messages(data.decode("utf-8", "replace")):
-                        item, is_answer = _as_answer_to(item, wire_id, request_id)
-                        answered = answered or is_answer
-                        await self._push(item)
+                    text = data.decode("utf-8", "replace")
+                    answered = await self._forward(text, wire_id, request_id)
                     if not answered:
                         return _Outcome(
                             answered=False,
@@ -338,6 +320,17 @@ class HttpTransport(HttpPeer):
         await self._push(http_error_message(request_id, status, body))
         return _Outcome(answered=True)
 
+    async def _forward(self, data: str, wire_id: Any, request_id: Any) -> bool:
+        """Push ``data``'s messages (a re-issue's answer under the caller's id); True if one is."""
+        answered = False
+        for item in json_messages(data):
+            if "method" not in item and "id" in item and item["id"] == wire_id:
+                answered = True
+                if wire_id != request_id:
+                    item = {**item, "id": request_id}
+            await self._push(item)
+        return answered
+
     async def _read_sse(
         self, response: httpx.Response, wire_id: Any, request_id: Any
     ) -> tuple[bool, str | None]:
@@ -353,10 +346,7 @@ class HttpTransport(HttpPeer):
                 )
                 if event.event != "message":
                     continue
-                for item in json_messages(event.data):
-                    item, is_answer = _as_answer_to(item, wire_id, request_id)
-                    answered = answered or is_answer
-                    await self._push(item)
+                answered = await self._forward(event.data, wire_id, request_id) or answered
         except httpx.HTTPError as exc:
             failure = f"the response stream broke: {type(exc).__name__}: {exc}"
         if not answered and not self.modern and last_event_id:
@@ -440,12 +430,9 @@ class HttpTransport(HttpPeer):
     async def _finish(self) -> None:
         """End the session (DELETE)."""
         if self.session_id and not self.modern:
-            with trio.move_on_after(DELETE_TIMEOUT_S):
-                try:
-                    async with self.http.stream("DELETE", self.url, headers=self._headers()):
-                        pass  # the answer's body says nothing we need
-                except httpx.HTTPError:
-                    pass
+            with trio.move_on_after(DELETE_TIMEOUT_S), contextlib.suppress(httpx.HTTPError):
+                async with self.http.stream("DELETE", self.url, headers=self._headers()):
+                    pass  # the answer's body says nothing we need
 
 
 def open_http_transport(url: str, **options: Any) -> AbstractAsyncContextManager[HttpTransport]:

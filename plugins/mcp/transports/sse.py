@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
+import attrs
 import httpx
 import trio
 from roost.kernel import AddressPins, Resolver, jsonrpc, public_url
@@ -92,11 +93,7 @@ def http_error_message(
         data = facts
     elif isinstance(data, dict):
         data = {**data, **facts}
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "error": {"code": code, "message": message, "data": data},
-    }
+    return jsonrpc.error_response(request_id, code, message, data).to_dict()
 
 
 def status_report(status: int, body: bytes, hint: str | None = None) -> str:
@@ -138,27 +135,18 @@ def same_origin(a: str, b: str) -> bool:
     return (pa.scheme, pa.hostname, port(pa)) == (pb.scheme, pb.hostname, port(pb))
 
 
+@attrs.define(eq=False, repr=False)  # its headers and URL may hold credentials
 class HttpPeer(ClientTransport):
     """What both HTTP transports keep: the server, its client, the incoming channel."""
 
-    def __init__(
-        self,
-        name: str,
-        url: str,
-        headers: Mapping[str, str],
-        http: httpx.AsyncClient,
-        nursery: trio.Nursery,
-        send_channel: Any,
-        incoming: Any,
-    ) -> None:
-        self.name = name
-        self.url = url
-        self.headers = dict(headers)
-        self.http = http
-        self.incoming = incoming
-        self.closed_reason: str | None = None
-        self._nursery = nursery
-        self._send_channel = send_channel
+    name: str
+    url: str
+    headers: dict[str, str] = attrs.field(converter=dict)
+    http: httpx.AsyncClient
+    _nursery: trio.Nursery
+    _send_channel: Any
+    incoming: Any
+    closed_reason: str | None = None
 
     async def _post(
         self, url: str, body: bytes, headers: Mapping[str, str], failed: str

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +75,8 @@ class StdioTransport(ClientTransport):
         self.process = process
         self.incoming = incoming
         self.closed_reason: str | None = None
-        # If set (by the client session), the reader hands each message to this synchronous
-        # function instead of the ``incoming`` channel: one task hop less per reply.
-        # ``incoming`` still ends when the server goes away.
+        # Set by the client session: each message goes to this synchronous function, not to
+        # ``incoming`` (a task hop less a reply); ``incoming`` still ends with the server.
         self.deliver: Any = None
         self._writer = BatchedWriter(process.stdin)
         self.skipped_lines = 0
@@ -173,10 +172,8 @@ def _signal_group(process: trio.Process, sig: int) -> None:
     try:
         os.killpg(process.pid, sig)
     except (ProcessLookupError, PermissionError):
-        try:
+        with suppress(ProcessLookupError):
             process.send_signal(sig)
-        except ProcessLookupError:
-            pass
 
 
 async def _shutdown(transport: StdioTransport) -> None:
@@ -184,10 +181,8 @@ async def _shutdown(transport: StdioTransport) -> None:
     process = transport.process
     with trio.CancelScope(shield=True):
         if process.stdin is not None:
-            try:
+            with suppress(trio.BrokenResourceError, OSError):
                 await process.stdin.aclose()
-            except (trio.BrokenResourceError, OSError):
-                pass
         with trio.move_on_after(STDIN_CLOSE_GRACE_S):
             await process.wait()
         if process.returncode is None:

@@ -23,6 +23,9 @@ from roost.plugins.mcp._client_plugin import manager_for
 from roost.plugins.mcp._manager import collect_server_configs, parse_server_config
 from waiting import wait_until
 
+sys.path.insert(0, str(Path(__file__).parents[2] / "fixtures"))
+from peer_stub import running_stub  # noqa: E402
+
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
 
 
@@ -333,6 +336,32 @@ async def test_roots_are_the_calling_agents_workspace(tmp_path):
         roots = json.loads(result.as_text())
         workspace = kernel.workspace_for(kernel.agents["a"]).resolve()
         assert roots == [{"uri": workspace.as_uri(), "name": "a workspace"}]
+
+
+async def test_an_elicitation_handler_set_while_a_connection_opens_is_offered(tmp_path):
+    # The connection's options (the client capabilities initialize offers) are read once its
+    # transport is open: a handler set while the server has not yet named its endpoint counts.
+    async def decline(params, ctx):
+        return {"action": "decline"}
+
+    async with running_stub(hold_endpoint=True) as url:
+        held = {
+            "name": "held",
+            "timeout_secs": 10,
+            "allow_local": True,
+            "transport": {"type": "sse", "url": url + "/sse"},
+        }
+        async with open_kernel(make_config(tmp_path, [held]), agents=[agent("a")]) as kernel:
+            manager = manager_for(kernel)
+            await wait_until(lambda: manager.states["held"].status == "connecting")
+            manager.elicitation_handler = decline
+            async with httpx.AsyncClient(trust_env=False) as http:
+                with trio.fail_after(10):
+                    await http.get(url + "/release")
+                await wait_until(lambda: manager.states["held"].status == "connected")
+                with trio.fail_after(10):
+                    seen = (await http.get(url + "/seen")).json()
+    assert seen["initialize"]["capabilities"].get("elicitation") == {"form": {}}
 
 
 async def test_agent_manifest_servers_are_connected(tmp_path):

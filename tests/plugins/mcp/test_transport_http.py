@@ -263,3 +263,16 @@ async def test_a_tool_schema_nested_hundreds_deep_does_not_fail_the_server():
         with trio.fail_after(20):
             tools = await client.list_tools()
     assert [t["name"] for t in tools] == ["echo", "deep"]
+
+
+async def test_transport_repr_hides_configured_headers_and_url_credentials():
+    # A server's configured headers are secrets (ServerConfig keeps them out of its repr) and
+    # a URL may carry user info: a transport's repr (a log line, a traceback) shows neither.
+    url = "http://alice:url-s3cret@127.0.0.1:9/mcp"
+    headers = {"Authorization": "Bearer header-s3cret"}
+    with trio.fail_after(10):
+        async with open_http_transport(url, headers=headers, allow_loopback=True) as transport:
+            shown = repr(transport)
+    assert transport.headers == headers  # kept, only not shown
+    assert "header-s3cret" not in shown
+    assert "url-s3cret" not in shown
