@@ -159,15 +159,13 @@ class Kernel(ToolCalls, Messaging):
         exposure = self._exposure(self._manifest(agent))
         if not exposure.expose:
             return []
-        return [s for s in self._exposable() if exposure.is_exposed(s)]
-
-    def _exposable(self) -> tuple[ToolSpec, ...]:
-        """The registry's tools but ``agent_<name>`` ones (never exposed; cached: they are many)."""
-        return self._cached(
+        # The registry's tools but agent_<name> ones (never exposed); cached: they are many.
+        exposable = self._cached(
             ("exposable", ""),
             None,
             lambda: tuple(s for s in self.registry.specs() if not self._is_agent_tool(s)),
         )
+        return [s for s in exposable if exposure.is_exposed(s)]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked
