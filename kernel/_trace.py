@@ -205,7 +205,7 @@ class TraceContext:
         headers, its environment) to a request's own carrier. Raises InvalidTraceContext
         (naming ``field``) for a malformed depth there."""
         current = TraceContext.from_meta(params.get("_meta"), field=field)
-        chosen = deepest(current, self)
+        chosen = TraceContext.deepest(current, self)
         if chosen is not current:
             chosen.inject_meta(params)
 
@@ -286,8 +286,24 @@ class TraceContext:
 
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
-        """The context to continue of several a request brings: see ``_trace.deepest``."""
-        return deepest(*contexts)
+        """The context to continue when one request brings several (HTTP headers, ``_meta`` or
+        A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
+        depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
+        applies. None when none is given."""
+        best: TraceContext | None = None
+        limit = 0
+        for ctx in contexts:
+            if ctx is None:
+                continue
+            if best is None:
+                best, limit = ctx, ctx.max_depth
+                continue
+            if ctx.depth > best.depth:
+                best = ctx
+            limit = min(limit, ctx.max_depth)
+        if best is None or best.max_depth == limit:
+            return best
+        return attrs.evolve(best, max_depth=limit)
 
 
 _Fields = tuple[str, str, int, tuple[str, ...], int, bool]
@@ -324,27 +340,6 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
         path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
     limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
     return tid, span, depth, path, limit, sampled
-
-
-def deepest(*contexts: TraceContext | None) -> TraceContext | None:
-    """The context to continue when one request brings several (HTTP headers, ``_meta`` or
-    A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
-    depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
-    applies. None when none is given."""
-    best: TraceContext | None = None
-    limit = 0
-    for ctx in contexts:
-        if ctx is None:
-            continue
-        if best is None:
-            best, limit = ctx, ctx.max_depth
-            continue
-        if ctx.depth > best.depth:
-            best = ctx
-        limit = min(limit, ctx.max_depth)
-    if best is None or best.max_depth == limit:
-        return best
-    return attrs.evolve(best, max_depth=limit)
 
 
 def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
