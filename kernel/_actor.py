@@ -778,13 +778,7 @@ class ActorSystem:
             self._actors[name] = actor
             self._stopped.pop(name, None)
             log.warning("actor %r restarted after its cool-down", name)
-            self.tap.publish(
-                Event(
-                    EventKind.ACTOR_RESTARTED,
-                    name,
-                    payload={"actor": name, "restarts": restarts, "after": "cool-down"},
-                )
-            )
+            self._restarted(name, restarts, "cool-down")
 
     async def _run(self, actor: _Actor) -> None:
         _current_actor.set(actor)
@@ -951,34 +945,31 @@ class ActorSystem:
         if len(times) > policy.max_restarts:
             actor.revive_at = now + policy.cooldown_s
             at = time.strftime("%H:%M:%S", time.gmtime(time.time() + policy.cooldown_s))
-            self._close(
-                actor,
+            cause = (
                 f"crashed {len(times)} time{'s' if len(times) > 1 else ''} within "
                 f"{policy.window_s:g}s, more than its "
                 f"restart budget of {policy.max_restarts}; it restarts by itself at {at} UTC "
-                f"({policy.cooldown_s:g}s after it stopped); last error: {text}",
+                f"({policy.cooldown_s:g}s after it stopped); last error: {text}"
             )
-            actor.scope.cancel()
-            self._cancel_inline(actor)
-            return error
-        try:
-            actor.handler = self._make_handler(actor.name, actor.factory)
-        except ActorError as factory_error:
-            log.error("actor %r could not restart: %s", actor.name, factory_error)
-            self._close(actor, f"could not restart after {text}: {factory_error}")
-            actor.scope.cancel()
-            self._cancel_inline(actor)
-            return error
-        actor.restarts += 1
-        actor.context = ActorContext(actor.name, self, actor.restarts)
-        self.tap.publish(
-            Event(
-                EventKind.ACTOR_RESTARTED,
-                actor.name,
-                payload={"actor": actor.name, "restarts": actor.restarts, "after": text},
-            )
-        )
+        else:
+            try:
+                actor.handler = self._make_handler(actor.name, actor.factory)
+            except ActorError as factory_error:
+                log.error("actor %r could not restart: %s", actor.name, factory_error)
+                cause = f"could not restart after {text}: {factory_error}"
+            else:
+                actor.restarts += 1
+                actor.context = ActorContext(actor.name, self, actor.restarts)
+                self._restarted(actor.name, actor.restarts, text)
+                return error
+        self._close(actor, cause)
+        actor.scope.cancel()
+        self._cancel_inline(actor)
         return error
+
+    def _restarted(self, name: str, restarts: int, after: str) -> None:
+        payload = {"actor": name, "restarts": restarts, "after": after}
+        self.tap.publish(Event(EventKind.ACTOR_RESTARTED, name, payload=payload))
 
     def _close(self, actor: _Actor, cause: str) -> None:
         """Refuse new events and fail the queued asks with ActorStopped (synchronous)."""
