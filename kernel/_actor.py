@@ -49,8 +49,7 @@ DEFAULT_TELL_TIMEOUT_S = 30.0
 DEFAULT_MAILBOX_SIZE = 64
 MAX_MAILBOX_SIZE = 1_000_000
 MAX_CONCURRENCY = 1024
-# Names of recently stopped actors, so a late ask says "stopped: <why>" rather than
-# "unknown agent". Bounded: the oldest entries are forgotten.
+# Stopped actors remembered (the oldest forgotten): a late ask says why, not "unknown agent".
 _TOMBSTONES = 1024
 
 # The actor whose worker task is running: lets stop() notice an actor stopping itself.
@@ -58,8 +57,7 @@ _current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
     "roost_current_actor", default=None
 )
 
-# The direct ask whose handler runs in this task (see ``direct_ask_of``); while it is set,
-# its actor is the current one (one context variable set per ask, not two).
+# The direct ask run in this task (``direct_ask_of``); its actor is the current one then.
 _direct_ask: contextvars.ContextVar[DirectAsk | None] = contextvars.ContextVar(
     "roost_direct_ask", default=None
 )
@@ -104,9 +102,8 @@ def _validate_window(_inst: Any, attribute: attrs.Attribute, value: Any) -> None
 
 @attrs.frozen
 class RestartPolicy:
-    """Restart a crashed actor at most ``max_restarts`` times within ``window_s`` seconds
-    (0: the first crash stops it). One crash more stops it; ``cooldown_s`` later it starts
-    afresh, unless stopped on request or the system is shutting down meanwhile."""
+    """Restart a crashed actor at most ``max_restarts`` times in ``window_s`` seconds (0: none);
+    one crash more stops it until ``cooldown_s`` later (unless stopped or shut down meanwhile)."""
 
     max_restarts: int = attrs.field(default=3, validator=_validate_max_restarts)
     window_s: float = attrs.field(default=60.0, validator=_validate_window)
@@ -208,17 +205,15 @@ class ActorRef:
 
 @attrs.define(eq=False)
 class DirectAsk:
-    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``), bounded
-    by the ask's cancel scope (its deadline, the actor's stop). A handler may use it as its
-    own (a cancel scope costs as much as a small handler): ``cancel(answer)`` stops it and
-    the ask answers ``answer()`` — unless a deadline, the stop or an enclosing cancellation
-    cut it short too; then the ask fails or is cancelled as it would have anyway."""
+    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``) in the ask's
+    cancel scope (its deadline, the actor's stop), which a handler may use as its own (a scope
+    costs as much as a small handler): ``cancel(answer)`` stops it, the ask answers ``answer()``
+    unless a deadline, the stop or an outer cancellation cut it short too (then it fails)."""
 
     actor: _Actor
     event: Event | None
     scope: trio.CancelScope
-    # The ask's own deadline: the system's timer cancels ``scope`` when it passes (the
-    # scope's Trio deadline is the actor's stop, if any).
+    # The ask's own, kept by the system's timer (``scope``'s Trio deadline is the actor's stop).
     deadline: float
     answer: Callable[[], Any] | None = None
     done: bool = False
@@ -242,8 +237,7 @@ def _running_actor() -> _Actor | None:
     return ask.actor if ask is not None else _current_actor.get()
 
 
-# How long an ending actor waits for handlers running in askers' tasks to unwind after
-# their cancellation (they are cancelled, so this only bounds a handler that shields).
+# How long an ending actor waits for cancelled handlers in askers' tasks (bounds a shielding one).
 _INLINE_EXIT_S = 5.0
 
 
@@ -306,8 +300,7 @@ class _Actor:
     crash_times: deque[float] | None = None  # created on the first crash
     stop_cause: str | None = None
     revive_at: float | None = None  # set when its restart budget ran out: cool-down end
-    # Letters posted and not yet started or dropped (in the mailbox, or taken by a
-    # worker that has not begun): a direct run must not overtake them.
+    # Letters posted, not yet started or dropped (queued, or taken): a direct run must not pass.
     pending: int = 0
     inline: set[DirectAsk] = attrs.Factory(set)
     waiting: set[trio.CancelScope] = attrs.Factory(set)  # direct asks waiting for a slot
@@ -319,8 +312,7 @@ class _Actor:
     idle: int = 0
     send: trio.MemorySendChannel[_Letter] = attrs.field(init=False)
     receive: trio.MemoryReceiveChannel[_Letter] = attrs.field(init=False)
-    # Handlers running at once, by a worker or directly in an asker's task, never
-    # exceed ``concurrency``; ``inline`` holds the direct ones.
+    # Handlers running at once, by workers or in askers' tasks (``inline``): ≤ ``concurrency``.
     slots: trio.Semaphore = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -511,9 +503,8 @@ class ActorSystem:
         return actor
 
     async def tell(self, event: Event, *, timeout: float | None = None) -> None:
-        """Deliver ``event`` to the actor named ``event.target`` without waiting for it to
-        be handled. Waits while the mailbox is full, at most ``timeout`` seconds (default
-        ``tell_timeout_s``), then raises MailboxFull."""
+        """Deliver ``event`` to ``event.target``, not waiting for it to be handled; a full
+        mailbox is waited on up to ``timeout`` (default ``tell_timeout_s``), then MailboxFull."""
         limit = self.tell_timeout_s if timeout is None else _check_seconds("timeout", timeout)
         actor = self._lookup(event.target)
         self.tap.publish(event)
@@ -558,11 +549,10 @@ class ActorSystem:
         trace: TraceContext | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT_S,
     ) -> Event:
-        """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the
-        request's id) within ``timeout`` seconds. With ``direct_asks`` and nothing queued,
-        the handler runs in this task once a slot is free (first come, first served), else
-        a worker takes it from the mailbox: the same limits and errors. Raises AgentNotFound,
-        AskTimeout, ActorCrashed (``__cause__``: the handler's exception) or ActorStopped."""
+        """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the request's
+        id) within ``timeout`` seconds (with ``direct_asks`` and nothing queued, run in this task
+        once a slot is free, first come first served). Raises AgentNotFound, AskTimeout,
+        ActorCrashed (``__cause__``: the handler's exception) or ActorStopped."""
         return await self._ask(target, kind, payload, source, trace, timeout, True)
 
     async def ask_payload(
@@ -594,8 +584,7 @@ class ActorSystem:
         actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
-        # Nothing queued ahead: the handler runs in the asker's task once a slot is free (no
-        # mailbox round trip, no task switch; the same limits, order and errors).
+        # Nothing queued ahead: the handler runs in this task (no mailbox trip, no task switch).
         if actor.direct and not actor.pending:
             return self._ask_directly(actor, event, source, timeout, as_event)
         return self._ask_by_mail(actor, event, source, timeout, as_event)
@@ -798,8 +787,7 @@ class ActorSystem:
         finally:
             self._close(actor, actor.stop_cause or "its task ended")
             if actor.inline:
-                # Handlers running in askers' tasks end with the actor: at once if it was
-                # cancelled, else within the grace its stop or shutdown gave them.
+                # They end with the actor: at once if cancelled, else in its stop's grace.
                 if cancelled or actor.scope.cancel_called:
                     self._cancel_inline(actor)
                 now = trio.current_time()
@@ -1012,10 +1000,9 @@ async def open_actor_system(
     tap: EventTap | None = None,
     tell_timeout_s: float = DEFAULT_TELL_TIMEOUT_S,
 ) -> AsyncIterator[ActorSystem]:
-    """``async with open_actor_system() as system:`` — every actor task lives in here. On a
-    normal exit queued asks fail with ActorStopped and in-flight handlers get
-    ``shutdown_timeout_s`` before they are cancelled; if the body raises or is cancelled,
-    at once."""
+    """``async with open_actor_system() as system:``, home of every actor task. On leaving,
+    queued asks fail with ActorStopped; in-flight handlers are cancelled after
+    ``shutdown_timeout_s`` (at once if the body raised or was cancelled)."""
     shutdown_timeout_s = _check_seconds("shutdown_timeout_s", shutdown_timeout_s)
     tell_timeout_s = _check_seconds("tell_timeout_s", tell_timeout_s)
     if tap is not None and not isinstance(tap, EventTap):
