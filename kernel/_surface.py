@@ -75,9 +75,8 @@ def ask_tool_spec(agent: str, description: str = "", *, name: str = MESSAGE_TOOL
 
 
 def message_arguments_ok(arguments: Any) -> bool:
-    """True when ``arguments`` are a plain ``{"message": "<non-empty text>"}``, which the
-    ``message`` tool's schema accepts: every ask's quick check (asks are the in-host hot
-    path). False means: ask the schema's validator, which words what is wrong."""
+    """True for a plain ``{"message": "<non-empty text>"}`` (the schema accepts it): every ask's
+    quick check on the hot path; False: ask the schema's validator, which words what is wrong."""
     if arguments.__class__ is not dict or len(arguments) != 1:
         return False
     text = arguments.get("message")
@@ -112,9 +111,8 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
 @attrs.define(eq=False)
 class SurfaceCall:
     """A ``tools/call`` ``prepare`` accepted: ``tool`` to run (None: ``message``); ``trace``,
-    the caller's context with this agent as its last hop; ``refused``, the result of a call
-    that must not run (the breaker tripped, bad arguments); ``server``, the server's own
-    span (``prepare(server=True)``), parent of ``trace``."""
+    the caller's with this agent as last hop; ``refused``, the result of a call that must not
+    run (breaker, bad arguments); ``server``, the server's span (``server=True``), its parent."""
 
     tool: str | None
     arguments: Mapping[str, Any]
@@ -152,11 +150,10 @@ class AgentSurface:
 
     # ---- tools/call ----------------------------------------------------------------------
     def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
-        """Check a ``tools/call``'s ``params`` and read its trace context; ``JsonRpcError``
-        for what the protocol refuses (bad params, unknown tool, a malformed ``_meta``
-        depth). ``tool``: the name here when the caller used another (``agent_<name>``).
-        ``server``: the transport's server opens a span for it (``SurfaceCall.server``), so
-        the agent's run is that span's child rather than the caller's."""
+        """Check a ``tools/call``'s ``params``, read its trace context; ``JsonRpcError`` for what
+        the protocol refuses (bad params, unknown tool, a malformed ``_meta`` depth). ``tool``:
+        the name here if the caller used another (``agent_<name>``). ``server``: open a server
+        span (``SurfaceCall.server``), the parent of the agent's run instead of the caller's."""
         if not is_mapping(params):
             params = param(params, "name", str)  # raises, naming what params should be
         try:  # a lone surrogate or a non-finite number (see check_json_input): refused up front
@@ -211,9 +208,8 @@ class AgentSurface:
         return SurfaceCall(None, arguments, trace, None, span)
 
     async def call_tool(self, call: SurfaceCall) -> dict[str, Any]:
-        """Run the exposed tool of ``call`` through the kernel's tool pipeline, with the
-        agent's limits (a caller gets its exposed tools, whatever its capabilities); the
-        ``CallToolResult`` (a failure is an ``isError`` result)."""
+        """The ``CallToolResult`` of the exposed tool of ``call``, run by the kernel's pipeline
+        with the agent's limits, whatever its capabilities (a failure: an ``isError`` result)."""
         index = self._index()
         if call.tool not in index:  # gone since ``prepare``
             raise unknown_tool_error(str(call.tool), index)
