@@ -177,15 +177,11 @@ class ToolCalls:
         conversation: Conversation | None = None,
         check_capability: bool = True,
     ) -> ToolResult:
-        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline.
-
-        Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
-        so that the agentic loop can stop.
-        """
+        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline: failures come
+        back as ``is_error`` results; only ``LoopDetected`` is raised (the loop stops on it)."""
         manifest = self._require_agent(agent)
         started = time.monotonic()
-        # The call is a span of its own, inside its caller's: what a callee (an agent, an
-        # MCP server, an A2A peer) sees as its parent.
+        # A span of its own in its caller's: the parent a callee (agent, MCP, A2A peer) sees.
         traced = call.trace is not None
         if traced:
             trace = call.trace.nested()
@@ -260,8 +256,7 @@ class ToolCalls:
                         trace=trace,
                     )
                 )
-            # The audit row, stored before the result is returned (no cancel point).
-            # A call that came without a trace is audited without one, as it always was.
+            # Stored before the result is returned (no cancel point); untraced calls, untraced.
             audited = trace if traced else None
             record = self._audit_record(
                 agent, call, audited, duration_ms, outcome, error, conversation
@@ -321,8 +316,7 @@ class ToolCalls:
                 )
             )
         if plan.asks is not None:
-            # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
-            # and the kernel's own handler needs no ToolContext.
+            # Asking an agent: its ask holds this deadline (one cancel scope, not two), no context.
             result = await _invoke(
                 spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
             )
@@ -353,9 +347,8 @@ class ToolCalls:
     def _audit_record(
         self, agent, call, trace, duration_ms, outcome, error, conversation
     ) -> AuditRecord:
-        """The audit record of ``call``: one without error skips attrs' validators and
-        converters (they cost as much as the rest of the audit), its checks made here; any
-        other (an error text to cut, a bad name) goes through the validating constructor."""
+        """The audit record of ``call``: without an error, checked here, not by attrs (costing as
+        much as the rest of the audit); any other (error text, a bad name) by the constructor."""
         arguments = call.arguments
         try:
             args = _audit_json(arguments if arguments.__class__ is dict else dict(arguments))
