@@ -36,8 +36,7 @@ class DeadlineTimer(Generic[_T]):
     slack: int = attrs.field(default=HEAP_SLACK, kw_only=True)
     entries: list[tuple[float, Any, _T]] = attrs.field(factory=list, init=False)
     stopped: bool = attrs.field(default=False, init=False)
-    # The timer's cancel scope (None until the first push) and its deadline (reading a
-    # scope's property is slower).
+    # The timer's cancel scope (None until the first push) and its deadline (a property is slower).
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     _at: float = attrs.field(default=math.inf, init=False)
 

@@ -141,10 +141,9 @@ _MAX_WANTED = 1024
 
 
 class EventTap:
-    """Fan-out of every published event to bounded subscriber channels. A subscriber that
-    cannot keep up loses events (not slowing the kernel), counted in a ``TAP:DROPPED`` event
-    once it catches up. Subscribers are indexed by kind (and trace), so an event costs only
-    as much as the subscribers that want it."""
+    """Fan-out of every published event to bounded subscriber channels. A subscriber too slow
+    loses events (never slowing the kernel), counted in a ``TAP:DROPPED`` once it catches up.
+    Indexed by kind (and trace): an event costs only as much as the subscribers wanting it."""
 
     def __init__(self) -> None:
         self._subscribers: dict[int, _Subscriber] = {}
@@ -190,8 +189,7 @@ class EventTap:
         return len(self._subscribers)
 
     def wants(self, kind: str) -> bool:
-        """Whether any subscriber would receive events of ``kind`` (so producing them is
-        worth it: e.g. the kernel streams tokens only while someone watches)."""
+        """Whether a subscriber would receive events of ``kind`` (worth making: tokens, say)."""
         # Asked on hot paths (spans, tokens, tool events): no dict is built here.
         if not self._subscribers:
             return False

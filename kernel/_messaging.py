@@ -52,11 +52,10 @@ class Messaging:
         new_session: bool = False,
         principal: str | None = None,
     ) -> AgentReply:
-        """Send ``message`` to ``agent`` and wait for its answer. ``trace``: the caller's
-        context (e.g. from HTTP headers), whose next hop the agent is (the depth breaker holds
-        for external callers too). ``new_session``: ``session_id`` was just made up.
-        ``principal``: who calls (default ``config.http.host_principal``); ``session_id``
-        names a session of theirs."""
+        """Send ``message`` to ``agent`` and wait for its answer. ``trace``: the caller's context
+        (e.g. from HTTP headers), the agent its next hop (the depth breaker holds for external
+        callers too). ``new_session``: ``session_id`` was just made up. ``principal``: who calls
+        (default ``config.http.host_principal``), whose session ``session_id`` names."""
         self._require_agent(agent)
         if not isinstance(message, str):
             raise RoostError(f"message: expected a string, got {type(message).__name__}")
@@ -173,9 +172,8 @@ class Messaging:
 
 
 def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> None:
-    """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool),
-    so that the caller's caller (an A2A client, say) receives it. Each artifact whole or
-    not at all: one past this run's bounds is left out (the tool result still has it)."""
+    """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool), for
+    the caller's caller (an A2A client, say): each artifact whole, or left out past the bounds."""
     for value in artifacts if isinstance(artifacts, list) else ():
         output = output_from_json(value, content)
         if output is None:
