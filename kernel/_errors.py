@@ -96,8 +96,7 @@ class AgentNotFound(RoostError, code="agent_not_found"):
 
 
 class AgentUnavailable(RoostError, code="agent_unavailable"):
-    """The agent is configured but cannot answer (e.g. its provider's API key is missing);
-    the HTTP API answers 503."""
+    """The agent is configured but cannot answer (its provider's API key is missing, say): 503."""
 
     def __init__(self, name: str, reason: str) -> None:
         self.name = name
@@ -301,8 +300,7 @@ class InvalidNumber(InvalidInput, code="invalid_number"):
 
 
 class SessionConflict(RoostError, code="session_conflict"):
-    """A caller's ``session_id`` names a session of another agent (a session stays with the
-    agent it was made with)."""
+    """A caller's ``session_id`` names another agent's session (a session stays with its agent)."""
 
     def __init__(self, session_id: str, agent: str, owner_agent: str) -> None:
         self.field = "session_id"
@@ -351,8 +349,7 @@ def _probe(raw: bytes | bytearray | memoryview | str) -> bytes | bytearray:
 
 
 def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
-    # A lone surrogate can only come from a \uD800-\uDFFF escape (raw surrogate bytes are not
-    # UTF-8).
+    # A lone surrogate can only come from a \uD800-\uDFFF escape (its raw bytes are not UTF-8).
     return b"\\ud" in probe or b"\\uD" in probe
 
 
@@ -378,9 +375,8 @@ def check_text(
 def check_json_input(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """The check of every JSON entry (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
-    ``InvalidNumber`` (NaN or an infinity) for the first such value, naming its field;
-    ``raw``, the JSON text, spares the walk when it can hold neither."""
+    """Every JSON entry's check (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
+    ``InvalidNumber`` (NaN, an infinity) naming the first such field; ``raw``, as ``check_text``."""
     if raw is not None:
         probe = _probe(raw)
         if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:
@@ -389,8 +385,7 @@ def check_json_input(
 
 
 def _walk(value: Any, field: str, *, numbers: bool) -> None:
-    # Iterative, so nesting as deep as the JSON decoder allows is fine. A child's place is
-    # (its parent's place, its key), spelt out only for the value that is refused.
+    # Iterative (any depth the decoder allows); a place (parent's, key) is spelt out if refused.
     stack: list[tuple[Any, Any]] = [(value, None)]
     while stack:
         item, place = stack.pop()

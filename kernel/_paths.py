@@ -58,8 +58,7 @@ def workspaces_dir(home: Path) -> Path:
 def read_text(path: Path, limit: int) -> str:
     """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
     with path.open("rb") as handle:
-        # As much as its size says, plus one byte to see the end: read(limit + 1) would
-        # allocate a buffer of the limit for every small file.
+        # Its size, plus a byte to see the end: read(limit + 1) allocates the limit per file.
         want = min(os.fstat(handle.fileno()).st_size, limit) + 1
         raw = handle.read(want)
         if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on

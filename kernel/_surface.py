@@ -97,8 +97,7 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     if isinstance(exc, JsonRpcError):
         return exc
     if isinstance(exc, RoostError):
-        # A StoreError (by its code: the store module loads only when used): storage
-        # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
+        # A StoreError (its module loads only when used): nothing kept (a full disk?), -32603.
         code = INTERNAL_ERROR if exc.code == "store_error" else SERVER_ERROR
         return JsonRpcError(code, str(exc), exc.to_dict())
     ref = secrets.token_hex(6)
@@ -189,8 +188,7 @@ class AgentSurface:
             kernel.breaker_tripped(exc, caller=caller, target=agent, trace=where)
             return SurfaceCall(tool, arguments, None, exc.to_mcp_result(), span)
         if tool is not None:
-            # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
-            # child of the caller's (or the server's), not of a hop span nobody records.
+            # No agent runs: call_tool's span is the caller's (or server's) child, not a hop's.
             if trace.parent_span_id is not None:
                 trace = attrs.evolve(trace, span_id=trace.parent_span_id, parent_span_id=None)
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
