@@ -23,10 +23,9 @@ HEAP_SLACK = 64
 class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
     ``entries``: a heap of ``(deadline, tiebreak, item)`` (one list for good: holders may
-    ``clear()`` it when no item is live) watched by one task in ``nursery`` from the first
-    ``push``; an ended item's entry stays until it tops the heap or the heap, past
-    ``2 * live + slack`` entries, is rebuilt. Once stopped (``stop()``, or cancelled from
-    outside), live and later items get ``hand_back(item, deadline)``."""
+    ``clear()`` it when none is live) watched by one task in ``nursery`` from the first
+    ``push``; ended items stay until they top it or it is rebuilt (past ``2 * live + slack``).
+    Once stopped (``stop()``, cancelled), live and later items get ``hand_back(item, deadline)``."""
 
     _nursery: trio.Nursery
     _ended: Callable[[_T], Any]
