@@ -42,8 +42,7 @@ TRACE_HEADERS = frozenset(
     for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY)
 )
 
-# The environment of a process a tool starts for an agent's run (OpenTelemetry's
-# environment carrier names TRACEPARENT); a client in it forwards them as the headers.
+# A run's tool processes' environment (TRACEPARENT as OpenTelemetry names it), sent on as headers.
 ENV_TRACEPARENT = "TRACEPARENT"
 ENV_DEPTH = "ROOST_TRACE_DEPTH"
 ENV_PATH = "ROOST_TRACE_PATH"
@@ -96,9 +95,8 @@ os.register_at_fork(after_in_child=_fresh_pool)
 
 
 def _new_trace_id() -> str:
-    # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
-    # random bits: ids made together sort together, so the audit log's index by trace id
-    # grows at its end instead of dirtying a random page per row.
+    # The time in seconds (8 hex digits, like AWS X-Ray's), then 96 random bits: ids made
+    # together sort together, so the audit log's trace index grows at its end, not anywhere.
     return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _random_hex() + _random_hex()[:8]
 
 
@@ -200,10 +198,9 @@ class TraceContext:
         return params
 
     def deepen_meta(self, params: MutableMapping[str, Any], *, field: str = "params._meta") -> None:
-        """Put this context into ``params["_meta"]`` unless the context already there is
-        deeper (``deepest``): how a transport adds what it knows of the caller (HTTP
-        headers, its environment) to a request's own carrier. Raises InvalidTraceContext
-        (naming ``field``) for a malformed depth there."""
+        """Put this context into ``params["_meta"]`` unless the one there is deeper (``deepest``):
+        how a transport adds what it knows of the caller (headers, its environment) to a
+        request's own carrier. InvalidTraceContext (naming ``field``) for a bad depth there."""
         current = TraceContext.from_meta(params.get("_meta"), field=field)
         chosen = TraceContext.deepest(current, self)
         if chosen is not current:
@@ -286,10 +283,9 @@ class TraceContext:
 
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
-        """The context to continue when one request brings several (HTTP headers, ``_meta`` or
-        A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
-        depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
-        applies. None when none is given."""
+        """The context to continue of several one request brings (headers, ``_meta``, the
+        calling process): the deepest, whole, so a forged lower depth never resets a chain (a
+        tie: the first listed), with the strictest ``max_depth``; None when none is given."""
         best: TraceContext | None = None
         limit = 0
         for ctx in contexts:
@@ -386,9 +382,9 @@ _BIG = 10_000
 
 
 def _parse_depth(value: Any, field: str) -> int | None:
-    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or ""
-    (``-H "X-Roost-Trace-Depth: $VAR"`` with the variable unset). Anything else raises
-    InvalidTraceContext naming ``field``: read as "no depth", it would restart the count."""
+    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or "" (an
+    unset ``$VAR`` in a header); else InvalidTraceContext naming ``field``, never "no depth"
+    (which would restart the count)."""
     if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
         if 0 <= value <= MAX_DEPTH_VALUE:
             return int(value)
