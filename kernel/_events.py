@@ -42,9 +42,8 @@ class EventKind:
     TRACE_SPAN_END = "TRACE:SPAN_END"
 
 
-# Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
-# plus a counter (uuid4 dominated the ask round trip). A forked child gets a new prefix.
-# The counter starts at 2**63, so hex() gives its 16 digits without a format spec to parse.
+# Event ids: 32 hex characters like a uuid4's, but cheap (uuid4 dominated the ask round trip):
+# a per-process random prefix (new in a forked child) and a counter from 2**63 (16 hex digits).
 _COUNTER_START = 1 << 63
 _id_prefix = secrets.token_hex(8)
 _id_counter = itertools.count(_COUNTER_START)
