@@ -282,9 +282,5 @@ def _block_bytes(content: Any, index: int) -> str | None:
         return None
     if block.get("type") in ("image", "audio"):
         return block.get("data")
-    resource = block.get("resource")
-    return (
-        resource.get("blob")
-        if block.get("type") == "resource" and isinstance(resource, dict)
-        else None
-    )
+    resource = block.get("resource") if block.get("type") == "resource" else None
+    return resource.get("blob") if isinstance(resource, dict) else None
