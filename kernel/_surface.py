@@ -222,9 +222,8 @@ class AgentSurface:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> AgentReply:
-        """Ask the agent the ``message`` of ``call`` through its mailbox, as ``kernel.send``
-        does: a conversation of ``principal`` (default: the host principal), continued when
-        ``session_id`` names one of theirs."""
+        """Ask the agent ``call``'s ``message`` through its mailbox as ``kernel.send`` does, for
+        ``principal`` (default: the host's), in their session ``session_id`` if one is named."""
         assert call.tool is None and call.refused is None
         self.kernel._require_agent(self.agent)
         message = call.arguments["message"]
@@ -239,8 +238,7 @@ class AgentSurface:
 
     # ---- the in-memory transport ----------------------------------------------------------
     async def handle(self, request: Any, *, direct_ask: DirectAsk | None = None) -> dict[str, Any]:
-        """Answer one JSON-RPC request routed to the agent's actor (``EXEC:TOOL_CALL``);
-        ``direct_ask``: that ask's, running in the asker's task."""
+        """Answer a JSON-RPC request sent to the actor (``direct_ask``: that ask's, in its task)."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
             return (
                 JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
