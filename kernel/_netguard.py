@@ -130,8 +130,7 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def classify_address(ip: str | IPAddress) -> str | None:
-    """The name of the rule that forbids ``ip`` (``metadata``, ``loopback``, ``private``,
-    …), or None for an ordinary public address."""
+    """The rule forbidding ``ip`` (``metadata``, ``loopback``, ``private``, …); None if public."""
     if isinstance(ip, str):
         ip = ipaddress.ip_address(ip.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
