@@ -352,8 +352,7 @@ class ActorSystem:
         self._clock = trio.lowlevel.current_clock()
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
-        # Actors past their restart budget, waiting out their cool-down: setting the event
-        # ends the wait without a restart (a stop on request, a shutdown, a new spawn).
+        # Actors cooling down past their restart budget: setting one's event ends it unrestarted.
         self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
         # Direct asks' deadlines, kept by one timer task rather than a cancel scope each; once
@@ -662,8 +661,7 @@ class ActorSystem:
                 actor.slots.release()
                 if not actor.inline and actor.inline_idle is not None:
                     actor.inline_idle.set()
-        # A handler that finished only after the deadline (cancellation reaches it at its
-        # next checkpoint; a worker thread first finishes its call) is still a timeout.
+        # Finished past the deadline (cancellation waits for a checkpoint): still a timeout.
         now = self._clock.current_time()
         if scope.cancelled_caught or now >= ask_deadline:
             limit = min(ask_deadline, scope.deadline)

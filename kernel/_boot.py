@@ -114,8 +114,7 @@ async def open_kernel(
                     concurrency=max(
                         config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages
                     ),
-                    # The kernel cancels an agent's run whenever its caller stops waiting
-                    # anyway, so the run may as well execute in the caller's task.
+                    # A run ends when its caller stops waiting anyway: run it in its task.
                     direct_asks=True,
                     restart=RestartPolicy(cooldown_s=config.kernel.restart_cooldown_s),
                 )

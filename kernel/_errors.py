@@ -172,8 +172,7 @@ class RecursionLimitExceeded(ToolError, code="recursion_limit"):
     def __init__(self, path: Sequence[str], max_depth: int, depth: int | None = None) -> None:
         self.path = tuple(path)
         self.max_depth = max_depth
-        # The depth the refused hop would have had: the caller's claimed depth + 1, which
-        # may be far more than the hops named in ``path`` (a caller says "depth 999999").
+        # The refused hop's depth: the caller's claimed one + 1, maybe far more than the hops.
         self.depth = max(depth or 0, len(self.path))
         super().__init__(
             f"call chain would reach depth {self.depth}, past the limit of {max_depth}: "
@@ -406,8 +405,7 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
             if numbers and isinstance(item, float) and not math.isfinite(item):
                 raise InvalidNumber(_spell(field, place), item)
             continue
-        # Children in reverse, so that the first problem in document order is named; ASCII
-        # text and integers (most values) cannot be one.
+        # Children reversed: the first problem in document order is named (ASCII, ints: none).
         stack.extend(
             [
                 (child, (place, key))

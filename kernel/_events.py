@@ -117,8 +117,7 @@ def _jsonable(value: Any) -> Any:
         return value if math.isfinite(value) else None  # NaN/Infinity are not JSON
     if isinstance(value, dict):
         out = {str(k): _jsonable(v) for k, v in value.items()}
-        # An event describes; it does not carry files: MCP image/audio/resource bytes
-        # (base64) become their size.
+        # An event describes, it carries no files: MCP image/audio/resource bytes, their size.
         if isinstance(out.get("blob"), str):
             out["blob"] = f"<{len(out['blob'])} base64 characters>"
         if out.get("type") in ("image", "audio") and isinstance(out.get("data"), str):
