@@ -80,8 +80,7 @@ _tool_call = frozen_builder(ToolCall)
 
 
 def _audit_json_encoder() -> Callable[[Any], str]:
-    """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
-    writes them, without an encoder built per call."""
+    """``json.dumps(..., ensure_ascii=False, default=repr)`` with one encoder for every row."""
     return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
 
 

@@ -132,8 +132,7 @@ class TraceContext:
         return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
-        """The context for calling ``hop`` from here; RecursionLimitExceeded past the stricter
-        of this trace's limit and ``max_depth`` (e.g. the callee's own)."""
+        """The context to call ``hop``; RecursionLimitExceeded past its or ``max_depth``'s limit."""
         return _hop(
             self.trace_id,
             self.span_id,
