@@ -305,8 +305,7 @@ class _Actor:
     inline: set[DirectAsk] = attrs.Factory(set)
     waiting: set[trio.CancelScope] = attrs.Factory(set)  # direct asks waiting for a slot
     inline_idle: trio.Event | None = None
-    # Workers take letters from the mailbox; they start as letters need them, up to
-    # ``concurrency`` (an idle actor has one). ``idle`` counts those waiting for one.
+    # Workers start as letters need them, up to ``concurrency``; ``idle``: those waiting for one.
     workers: trio.Nursery | None = None
     worker_count: int = 1
     idle: int = 0
@@ -355,8 +354,7 @@ class ActorSystem:
         # Actors cooling down past their restart budget: setting one's event ends it unrestarted.
         self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
-        # Direct asks' deadlines, kept by one timer task rather than a cancel scope each; once
-        # it stops (shutdown, its nursery cancelled), asks get them back on their scopes.
+        # Direct asks' deadlines, on one timer task, not a scope each; handed back once it stops.
         self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
             nursery,
             _ask_ended,

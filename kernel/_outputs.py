@@ -121,8 +121,7 @@ class Output:
         return ident or None
 
     def resource_contents(self, uri: str) -> list[dict[str, Any]]:
-        """The MCP ``resources/read`` contents for ``uri``: every part for ``uri``, the
-        file part for its ``part_uri``; [] when ``uri`` names neither."""
+        """``resources/read`` contents: all parts for ``uri``, one for its ``part_uri``, else []."""
         whole = uri == self.uri
         out = []
         for part in self.parts:

@@ -24,8 +24,7 @@ def resolve_data_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def ensure_private_dir(path: Path, *, source: str = "data directory") -> Path:
-    """Create ``path`` (and parents) if missing, the last one with mode 0700; ConfigError
-    naming it if it is no directory or cannot be made."""
+    """Create ``path`` (and parents), the last with mode 0700; ConfigError naming it if it fails."""
     if path.is_dir():
         return path
     if path.exists():

@@ -73,8 +73,7 @@ def _random_hex() -> str:
         return next(_random_chunks)
     except StopIteration:
         pass
-    # hex() puts a space after every 8 bytes and split() cuts there, both in C: a Python
-    # loop slicing the text cost more per id than the rest of drawing it.
+    # hex() spaces every 8 bytes and split() cuts there, both in C: cheaper than slicing in Python.
     chunks = os.urandom(_RANDOM_BATCH).hex(" ", _HEX64 // 2).split()
     while _ZERO64 in chunks:
         chunks.remove(_ZERO64)
