@@ -376,11 +376,10 @@ class ActorSystem:
         restart: RestartPolicy | None = None,
         direct_asks: bool = False,
     ) -> ActorRef:
-        """Start actor ``name`` with a handler from ``handler_factory()`` (called again on
-        every restart), handling up to ``concurrency`` events at once (re-entrantly).
-        ``direct_asks``: an ask with nothing queued ahead runs the handler in the asker's
-        task (see ``ask``), cancelled when the asker gives up; its deadline holds only as
-        promptly as the handler reacts (a worker thread finishes its call first)."""
+        """Start actor ``name`` with a handler from ``handler_factory()`` (again on each restart),
+        up to ``concurrency`` events at once (re-entrantly). ``direct_asks``: an ask with nothing
+        queued runs the handler in the asker's task (``ask``), cancelled when the asker gives up,
+        its deadline held as promptly as the handler reacts (a thread finishes its call first)."""
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name: expected a non-empty string, got {name!r}")
         if not callable(handler_factory):

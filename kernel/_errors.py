@@ -352,10 +352,9 @@ def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
     return b"\\ud" in probe or b"\\uD" in probe
 
 
-# What JSON text holds when it may decode to a non-finite float (at least 10**309 needs
-# integer digits plus exponent of 309): a NaN / Infinity literal, 210 digits in a row, or a
-# number token (at the start or after ":", "," or "[") with an exponent of 3 digits or more.
-# Text in strings (hex ids such as a traceparent's "5e3") is not taken for a number.
+# What JSON text holds when it may decode to a non-finite float (≥ 10**309: integer digits plus
+# exponent ≥ 309): NaN / Infinity, 210 digits in a row, or a number token (at the start or after
+# ":", "," or "[") with a 3-digit or longer exponent; not text in strings (a traceparent's "5e3").
 _MAYBE_NON_FINITE = re.compile(
     rb"NaN|Infinity|[0-9]{210}|(?:^|[:,\[])[ \t\r\n]*-?[0-9]+(?:\.[0-9]+)?[eE][-+]?[0-9]{3}"
 )
