@@ -114,8 +114,7 @@ async def open_kernel(
                     concurrency=max(
                         config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages
                     ),
-                    # The kernel cancels an agent's run whenever its caller stops waiting
-                    # anyway, so the run may as well execute in the caller's task.
+                    # A run ends when its caller stops waiting anyway: run it in its task.
                     direct_asks=True,
                     restart=RestartPolicy(cooldown_s=config.kernel.restart_cooldown_s),
                 )
@@ -155,14 +154,8 @@ def _check_config(
         for exc in (e for e in found if isinstance(e, ConfigError)):
             text = str(exc)
             problems.append(text if text.startswith(where) else f"{where}: {text}")
-    installed = sorted(
-        {
-            d.name
-            for _, descs in provider_results
-            for d in descs
-            if isinstance(d, ProviderDescriptor)
-        }
-    )
+    descs = (d for _, found in provider_results for d in found)
+    installed = sorted({d.name for d in descs if isinstance(d, ProviderDescriptor)})
     for section in config.providers:
         if section not in installed and section not in config.plugins.disabled:
             close = difflib.get_close_matches(section, installed, n=1)

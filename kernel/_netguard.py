@@ -124,18 +124,13 @@ def public_url(url: str) -> str:
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if any(ip in net for net in _NAT64):
+    if any(ip in net for net in _NAT64):  # disjoint from the mapped and 6to4 ranges
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
+    return ip.ipv4_mapped or ip.sixtofour  # an address is true, even 0.0.0.0
 
 
 def classify_address(ip: str | IPAddress) -> str | None:
-    """The name of the rule that forbids ``ip`` (``metadata``, ``loopback``, ``private``,
-    …), or None for an ordinary public address."""
+    """The rule forbidding ``ip`` (``metadata``, ``loopback``, ``private``, …); None if public."""
     if isinstance(ip, str):
         ip = ipaddress.ip_address(ip.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
@@ -191,9 +186,8 @@ async def check_url(
     resolver: Resolver | None = None,
     allow_hint: str = DEFAULT_ALLOW_HINT,
 ) -> list[IPAddress]:
-    """The addresses ``url``'s host resolves to; ``UrlRefused`` for a scheme other than
-    http(s), an unresolvable host, or ANY forbidden address (private and loopback ones
-    unless allowed; ``allow_hint`` names the setting that allows them)."""
+    """The addresses ``url``'s host resolves to; ``UrlRefused`` for a scheme but http(s), an
+    unresolvable host, or ANY forbidden address (private, loopback unless ``allow_hint``'s on)."""
     if not isinstance(url, str) or not url.strip():
         raise UrlRefused(str(url), "expected an absolute http:// or https:// URL")
     try:

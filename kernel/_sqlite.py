@@ -52,8 +52,7 @@ class StoreError(RoostError, code="store_error"):
     """The store refused an operation or the database failed; says which and why."""
 
 
-# What a write's work may raise that is reported as the store's error: the database's
-# errors, and text SQLite cannot take (a lone surrogate cannot be encoded as UTF-8).
+# What a write may raise, reported as the store's error (UnicodeError: a lone surrogate).
 STORE_FAILURES = (sqlite3.Error, UnicodeError)
 
 
@@ -144,10 +143,9 @@ class SqliteDatabase:
         shield: bool = False,
         wait: bool = True,
     ) -> _T:
-        """``work(conn)``'s result once committed, as one atomic write (``operation`` names it
-        in errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if
-        the caller is cancelled; ``wait=False``: written behind (None once queued, a failure
-        logged)."""
+        """``work(conn)``'s result once committed, one atomic write (``operation`` names it in
+        errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if the
+        caller is cancelled; ``wait=False``: written behind (None once queued, failures logged)."""
         return await self._submit(
             _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
         )

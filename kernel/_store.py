@@ -258,8 +258,7 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-# Checks for circular data (without the check, circular data is only stopped by the
-# recursion limit, and past a raised limit by a crash); each call has markers of its own.
+# Checks circular data (else only the recursion limit, or a crash, stops it); markers per call.
 _encode_data = make_encoder(allow_nan=False, check_circular=True)
 
 
