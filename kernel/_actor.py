@@ -57,7 +57,8 @@ _current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
     "roost_current_actor", default=None
 )
 
-# The direct ask run in this task (``direct_ask_of``); its actor is the current one then.
+# The direct ask whose handler runs in this task (``direct_ask_of``); while it is set, its
+# actor is the current one (one context variable set per ask, not two).
 _direct_ask: contextvars.ContextVar[DirectAsk | None] = contextvars.ContextVar(
     "roost_direct_ask", default=None
 )
@@ -209,13 +210,15 @@ class ActorRef:
 class DirectAsk:
     """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``) in the ask's
     cancel scope (its deadline, the actor's stop), which a handler may use as its own (a scope
-    costs as much as a small handler): ``cancel(answer)`` stops it, the ask answers ``answer()``
-    unless a deadline, the stop or an outer cancellation cut it short too (then it fails)."""
+    costs as much as a small handler): ``cancel(answer)`` stops it and the ask answers
+    ``answer()``, unless a deadline, the stop or an enclosing cancellation cut it short too;
+    then the ask fails or is cancelled as it would have anyway."""
 
     actor: _Actor
     event: Event | None
     scope: trio.CancelScope
-    # The ask's own, kept by the system's timer (``scope``'s Trio deadline is the actor's stop).
+    # The ask's own deadline: the system's timer cancels ``scope`` when it passes (the
+    # scope's Trio deadline is the actor's stop, if any).
     deadline: float
     answer: Callable[[], Any] | None = None
     done: bool = False
@@ -302,7 +305,8 @@ class _Actor:
     crash_times: deque[float] | None = None  # created on the first crash
     stop_cause: str | None = None
     revive_at: float | None = None  # set when its restart budget ran out: cool-down end
-    # Letters posted, not yet started or dropped (queued, or taken): a direct run must not pass.
+    # Letters posted and not yet started or dropped (in the mailbox, or taken by a worker
+    # that has not begun): a direct run must not overtake them.
     pending: int = 0
     inline: set[DirectAsk] = attrs.Factory(set)
     waiting: set[trio.CancelScope] = attrs.Factory(set)  # direct asks waiting for a slot
@@ -353,10 +357,12 @@ class ActorSystem:
         self._clock = trio.lowlevel.current_clock()
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
-        # Actors cooling down past their restart budget: setting one's event ends it unrestarted.
+        # Actors past their restart budget, waiting out their cool-down: setting the event ends
+        # the wait without a restart (a stop on request, a shutdown, a new spawn).
         self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
-        # Direct asks' deadlines, on one timer task, not a scope each; handed back once it stops.
+        # Direct asks' deadlines, kept by one timer task rather than a cancel scope each; once
+        # it stops (shutdown, its nursery cancelled), asks get them back on their scopes.
         self._ask_timer: DeadlineTimer[DirectAsk] = DeadlineTimer(
             nursery,
             _ask_ended,
@@ -550,9 +556,10 @@ class ActorSystem:
         timeout: float = DEFAULT_ASK_TIMEOUT_S,
     ) -> Event:
         """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the request's
-        id) within ``timeout`` seconds (with ``direct_asks`` and nothing queued, run in this task
-        once a slot is free, first come first served). Raises AgentNotFound, AskTimeout,
-        ActorCrashed (``__cause__``: the handler's exception) or ActorStopped."""
+        id) within ``timeout`` seconds. With ``direct_asks`` and nothing queued, the handler runs
+        in this task once a slot is free (first come, first served), else a worker takes it from
+        the mailbox: the same limits and errors. Raises AgentNotFound, AskTimeout, ActorCrashed
+        (``__cause__``: the handler's exception) or ActorStopped."""
         return await self._ask(target, kind, payload, source, trace, timeout, True)
 
     async def ask_payload(
@@ -662,7 +669,8 @@ class ActorSystem:
                 actor.slots.release()
                 if not actor.inline and actor.inline_idle is not None:
                     actor.inline_idle.set()
-        # Finished past the deadline (cancellation waits for a checkpoint): still a timeout.
+        # A handler that finished only after the deadline (cancellation reaches it at its next
+        # checkpoint; a worker thread first finishes its call) is still a timeout.
         now = self._clock.current_time()
         if scope.cancelled_caught or now >= ask_deadline:
             limit = min(ask_deadline, scope.deadline)
@@ -1000,8 +1008,8 @@ async def open_actor_system(
     tell_timeout_s: float = DEFAULT_TELL_TIMEOUT_S,
 ) -> AsyncIterator[ActorSystem]:
     """``async with open_actor_system() as system:``, home of every actor task. On leaving,
-    queued asks fail with ActorStopped; in-flight handlers are cancelled after
-    ``shutdown_timeout_s`` (at once if the body raised or was cancelled)."""
+    queued asks fail with ActorStopped; in-flight handlers get ``shutdown_timeout_s`` to finish
+    before they are cancelled (at once if the body raised or was cancelled)."""
     shutdown_timeout_s = _check_seconds("shutdown_timeout_s", shutdown_timeout_s)
     tell_timeout_s = _check_seconds("tell_timeout_s", tell_timeout_s)
     if tap is not None and not isinstance(tap, EventTap):

@@ -501,7 +501,8 @@ class AgentRuntime:
         self, text: str, tiers: tuple[Provider, Provider], session_id: str | None
     ) -> tuple[Provider, Any]:
         """The provider and model config for this message among ``tiers`` (fast, complex): the
-        fast model classifies it (no tools, tokens recorded) and keeps the simple ones."""
+        fast model classifies it (one cheap call, no tools, its tokens recorded) and keeps the
+        simple ones; the rest go to the complex model."""
         fast, complex_ = tiers
         models = self.manifest.model
         fast_model = models.for_tier("fast")

@@ -114,7 +114,8 @@ async def open_kernel(
                     concurrency=max(
                         config.kernel.agent_concurrency, manifest.limits.max_concurrent_messages
                     ),
-                    # A run ends when its caller stops waiting anyway: run it in its task.
+                    # The kernel cancels an agent's run whenever its caller stops waiting
+                    # anyway, so the run may as well execute in the caller's task.
                     direct_asks=True,
                     restart=RestartPolicy(cooldown_s=config.kernel.restart_cooldown_s),
                 )

@@ -96,7 +96,8 @@ class AgentNotFound(RoostError, code="agent_not_found"):
 
 
 class AgentUnavailable(RoostError, code="agent_unavailable"):
-    """The agent is configured but cannot answer (its provider's API key is missing, say): 503."""
+    """The agent is configured but cannot answer (e.g. its provider's API key is missing);
+    the HTTP API answers 503."""
 
     def __init__(self, name: str, reason: str) -> None:
         self.name = name
@@ -172,7 +173,8 @@ class RecursionLimitExceeded(ToolError, code="recursion_limit"):
     def __init__(self, path: Sequence[str], max_depth: int, depth: int | None = None) -> None:
         self.path = tuple(path)
         self.max_depth = max_depth
-        # The refused hop's depth: the caller's claimed one + 1, maybe far more than the hops.
+        # The refused hop's depth: the caller's claimed depth + 1, which may be far more than
+        # the hops named in ``path`` (a caller says "depth 999999").
         self.depth = max(depth or 0, len(self.path))
         super().__init__(
             f"call chain would reach depth {self.depth}, past the limit of {max_depth}: "
@@ -375,7 +377,8 @@ def check_json_input(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
     """Every JSON entry's check (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
-    ``InvalidNumber`` (NaN, an infinity) naming the first such field; ``raw``, as ``check_text``."""
+    ``InvalidNumber`` (NaN, an infinity) naming the first such field; ``raw``, the JSON text,
+    spares the walk when it can hold neither."""
     if raw is not None:
         probe = _probe(raw)
         if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:
@@ -384,7 +387,8 @@ def check_json_input(
 
 
 def _walk(value: Any, field: str, *, numbers: bool) -> None:
-    # Iterative (any depth the decoder allows); a place (parent's, key) is spelt out if refused.
+    # Iterative, so nesting as deep as the JSON decoder allows is fine. A child's place is
+    # (its parent's place, its key), spelt out only for the value that is refused.
     stack: list[tuple[Any, Any]] = [(value, None)]
     while stack:
         item, place = stack.pop()
@@ -405,7 +409,8 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
             if numbers and isinstance(item, float) and not math.isfinite(item):
                 raise InvalidNumber(_spell(field, place), item)
             continue
-        # Children reversed: the first problem in document order is named (ASCII, ints: none).
+        # Children in reverse, so that the first problem in document order is named; ASCII
+        # text and integers (most values) cannot be one, so they are not stacked.
         stack.extend(
             [
                 (child, (place, key))

@@ -43,7 +43,8 @@ class EventKind:
 
 
 # Event ids: 32 hex characters like a uuid4's, but cheap (uuid4 dominated the ask round trip):
-# a per-process random prefix (new in a forked child) and a counter from 2**63 (16 hex digits).
+# a per-process random prefix (new in a forked child) and a counter. The counter starts at
+# 2**63, so hex() gives its 16 digits without a format spec to parse.
 _COUNTER_START = 1 << 63
 _id_prefix = secrets.token_hex(8)
 _id_counter = itertools.count(_COUNTER_START)
@@ -187,7 +188,8 @@ class EventTap:
         return len(self._subscribers)
 
     def wants(self, kind: str) -> bool:
-        """Whether a subscriber would receive events of ``kind`` (worth making: tokens, say)."""
+        """Whether any subscriber would receive events of ``kind``, so producing them is worth
+        it (the kernel streams tokens only while someone watches)."""
         # Asked on hot paths (spans, tokens, tool events): no dict is built here.
         if not self._subscribers:
             return False

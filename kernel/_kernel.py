@@ -45,7 +45,8 @@ class Kernel(ToolCalls, Messaging):
         self.actors = actors
         self.tap: EventTap = actors.tap
         self.registry = ToolRegistry()
-        # Runs' tool processes (bash) and traces: HTTP continues them for a loopback caller.
+        # The processes tools run for agents' runs (bash), with each run's trace context: the
+        # HTTP entries continue that trace for a loopback caller among them.
         self.process_traces = ProcessTraces()
         self.providers: dict[str, ProviderDescriptor] = {}
         self.agents: dict[str, AgentManifest] = {}
@@ -60,7 +61,8 @@ class Kernel(ToolCalls, Messaging):
         # Per-agent views on every tool call's path, rebuilt when the manifest or registry does.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
-        # The kernel's registered agent_<name> tools, known by identity (never a plugin's field).
+        # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
+        # one of them is decided by identity, never by a field a plugin could set too.
         self._agent_tools: dict[str, Tool] = {}
         self._surfaces: dict[str, AgentSurface] = {}
 

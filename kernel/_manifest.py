@@ -615,7 +615,8 @@ def _load_files(
     by_tool: dict[str, AgentManifest],
     errors: list,
 ) -> None:
-    """Add each file's manifest to ``found`` unless its name or tool (``by_tool``) is taken."""
+    """Add each file's manifest to ``found`` unless its name or ``agent_<name>`` tool
+    (``by_tool`` indexes ``found`` by it) is taken; every problem goes to ``errors``."""
     for file in files:
         manifest, problems = _check_file(file, str(file))
         errors += problems
@@ -666,7 +667,8 @@ def load_agents(
     return found, errors
 
 
-# Tools that arrive while roost runs (MCP servers, A2A peers): patterns matching none at load.
+# Tools that arrive while roost runs (an MCP server connects, an A2A peer is discovered): a
+# pattern for them matching nothing at load is no mistake, so it gets no warning.
 _RUNTIME_TOOL_PREFIXES = ("mcp_", "mcp:", "a2a_", "a2a:")
 
 

@@ -186,8 +186,9 @@ async def check_url(
     resolver: Resolver | None = None,
     allow_hint: str = DEFAULT_ALLOW_HINT,
 ) -> list[IPAddress]:
-    """The addresses ``url``'s host resolves to; ``UrlRefused`` for a scheme but http(s), an
-    unresolvable host, or ANY forbidden address (private, loopback unless ``allow_hint``'s on)."""
+    """The addresses ``url``'s host resolves to; ``UrlRefused`` for a scheme other than
+    http(s), an unresolvable host, or ANY forbidden address (private and loopback ones
+    unless allowed; ``allow_hint`` names the setting that allows them)."""
     if not isinstance(url, str) or not url.strip():
         raise UrlRefused(str(url), "expected an absolute http:// or https:// URL")
     try:

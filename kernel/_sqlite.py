@@ -52,7 +52,8 @@ class StoreError(RoostError, code="store_error"):
     """The store refused an operation or the database failed; says which and why."""
 
 
-# What a write may raise, reported as the store's error (UnicodeError: a lone surrogate).
+# What a write's work may raise that is reported as the store's error: the database's
+# errors, and text SQLite cannot take (a lone surrogate cannot be encoded as UTF-8).
 STORE_FAILURES = (sqlite3.Error, UnicodeError)
 
 

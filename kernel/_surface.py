@@ -97,7 +97,8 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     if isinstance(exc, JsonRpcError):
         return exc
     if isinstance(exc, RoostError):
-        # A StoreError (its module loads only when used): nothing kept (a full disk?), -32603.
+        # A StoreError, known by its code (the store module loads only when used): storage
+        # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
         code = INTERNAL_ERROR if exc.code == "store_error" else SERVER_ERROR
         return JsonRpcError(code, str(exc), exc.to_dict())
     ref = secrets.token_hex(6)

@@ -255,7 +255,8 @@ class ToolCalls:
                         trace=trace,
                     )
                 )
-            # Stored before the result is returned (no cancel point); untraced calls, untraced.
+            # The audit row, stored before the result is returned (no cancel point). A call
+            # that came without a trace is audited without one, as it always was.
             audited = trace if traced else None
             record = self._audit_record(
                 agent, call, audited, duration_ms, outcome, error, conversation
@@ -315,7 +316,8 @@ class ToolCalls:
                 )
             )
         if plan.asks is not None:
-            # Asking an agent: its ask holds this deadline (one cancel scope, not two), no context.
+            # Asking an agent: the ask carries this very deadline (one cancel scope, not two),
+            # and the kernel's own handler needs no ToolContext.
             result = await _invoke(
                 spec, self._ask_agent, plan.asks, spec, call, manifest.name, plan.timeout_s, outputs
             )

@@ -42,7 +42,8 @@ TRACE_HEADERS = frozenset(
     for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY)
 )
 
-# A run's tool processes' environment (TRACEPARENT as OpenTelemetry names it), sent on as headers.
+# The environment of a process a tool starts for an agent's run (OpenTelemetry's environment
+# carrier names TRACEPARENT); a client in it forwards them as the headers.
 ENV_TRACEPARENT = "TRACEPARENT"
 ENV_DEPTH = "ROOST_TRACE_DEPTH"
 ENV_PATH = "ROOST_TRACE_PATH"
@@ -96,7 +97,8 @@ os.register_at_fork(after_in_child=_fresh_pool)
 
 def _new_trace_id() -> str:
     # The time in seconds (8 hex digits, like AWS X-Ray's), then 96 random bits: ids made
-    # together sort together, so the audit log's trace index grows at its end, not anywhere.
+    # together sort together, so the audit log's index by trace id grows at its end instead
+    # of dirtying a random page per row.
     return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _random_hex() + _random_hex()[:8]
 
 
@@ -132,7 +134,8 @@ class TraceContext:
         return _trace_context(_new_trace_id(), _new_span_id(), 1, (origin,), max_depth, None, True)
 
     def child(self, hop: str, *, max_depth: int | None = None) -> TraceContext:
-        """The context to call ``hop``; RecursionLimitExceeded past its or ``max_depth``'s limit."""
+        """The context for calling ``hop`` from here; RecursionLimitExceeded past the stricter
+        of this trace's limit and ``max_depth`` (e.g. the callee's own)."""
         return _hop(
             self.trace_id,
             self.span_id,
@@ -284,8 +287,9 @@ class TraceContext:
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
         """The context to continue of several one request brings (headers, ``_meta``, the
-        calling process): the deepest, whole, so a forged lower depth never resets a chain (a
-        tie: the first listed), with the strictest ``max_depth``; None when none is given."""
+        calling process): the deepest, taken whole, so that a forged lower depth never resets
+        a chain; a tie goes to the first listed; the strictest ``max_depth`` applies. None when
+        none is given."""
         best: TraceContext | None = None
         limit = 0
         for ctx in contexts:
