@@ -17,7 +17,8 @@ def frozen_builder(
     """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, straight
     into the slots (no class call, no attrs ``__init__``, no defaults). A class whose
     ``__init__`` does more (validators, converters, hooks, own slots, a base) gets ``cls``,
-    unless ``checked_by_caller`` gives each such field's (validator, converter), done by callers."""
+    unless ``checked_by_caller`` names each such field's exact (validator, converter) pair,
+    whose work every caller does itself."""
     known = checked_by_caller or {}
     fields = attrs.fields(cls)
     init = cls.__dict__.get("__init__")
