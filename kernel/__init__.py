@@ -9,9 +9,8 @@ import functools as _functools
 import importlib as _importlib
 import typing as _typing
 
-# The one list of public names: editors and type checkers read these imports (``X as X``
-# marks a re-export), and so does ``_public`` (the names' modules load on first use);
-# ``__all__`` is derived from it.
+# The one list of public names (``X as X``: a re-export), read by type checkers and ``_public``
+# (each name's module loads on first use); ``__all__`` is derived from it.
 if _typing.TYPE_CHECKING:
     from . import _jsonrpc as jsonrpc  # noqa: F401 - the module itself, public as jsonrpc
     from ._actor import ActorContext as ActorContext

@@ -49,8 +49,7 @@ DEFAULT_TELL_TIMEOUT_S = 30.0
 DEFAULT_MAILBOX_SIZE = 64
 MAX_MAILBOX_SIZE = 1_000_000
 MAX_CONCURRENCY = 1024
-# Names of recently stopped actors, so a late ask says "stopped: <why>" rather than
-# "unknown agent". Bounded: the oldest entries are forgotten.
+# Stopped actors remembered (the oldest forgotten): a late ask says why, not "unknown agent".
 _TOMBSTONES = 1024
 
 # The actor whose worker task is running: lets stop() notice an actor stopping itself.
@@ -58,8 +57,8 @@ _current_actor: contextvars.ContextVar[_Actor | None] = contextvars.ContextVar(
     "roost_current_actor", default=None
 )
 
-# The direct ask whose handler runs in this task (see ``direct_ask_of``); while it is set,
-# its actor is the current one (one context variable set per ask, not two).
+# The direct ask whose handler runs in this task (``direct_ask_of``); while it is set, its
+# actor is the current one (one context variable set per ask, not two).
 _direct_ask: contextvars.ContextVar[DirectAsk | None] = contextvars.ContextVar(
     "roost_direct_ask", default=None
 )
@@ -209,11 +208,11 @@ class ActorRef:
 
 @attrs.define(eq=False)
 class DirectAsk:
-    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``), bounded
-    by the ask's cancel scope (its deadline, the actor's stop). A handler may use it as its
-    own (a cancel scope costs as much as a small handler): ``cancel(answer)`` stops it and
-    the ask answers ``answer()`` — unless a deadline, the stop or an enclosing cancellation
-    cut it short too; then the ask fails or is cancelled as it would have anyway."""
+    """An ask whose handler runs in the asker's task (``spawn(direct_asks=True)``) in the ask's
+    cancel scope (its deadline, the actor's stop), which a handler may use as its own (a scope
+    costs as much as a small handler): ``cancel(answer)`` stops it and the ask answers
+    ``answer()``, unless a deadline, the stop or an enclosing cancellation cut it short too;
+    then the ask fails or is cancelled as it would have anyway."""
 
     actor: _Actor
     event: Event | None
@@ -243,8 +242,7 @@ def _running_actor() -> _Actor | None:
     return ask.actor if ask is not None else _current_actor.get()
 
 
-# How long an ending actor waits for handlers running in askers' tasks to unwind after
-# their cancellation (they are cancelled, so this only bounds a handler that shields).
+# How long an ending actor waits for cancelled handlers in askers' tasks (bounds a shielding one).
 _INLINE_EXIT_S = 5.0
 
 
@@ -307,21 +305,19 @@ class _Actor:
     crash_times: deque[float] | None = None  # created on the first crash
     stop_cause: str | None = None
     revive_at: float | None = None  # set when its restart budget ran out: cool-down end
-    # Letters posted and not yet started or dropped (in the mailbox, or taken by a
-    # worker that has not begun): a direct run must not overtake them.
+    # Letters posted and not yet started or dropped (in the mailbox, or taken by a worker
+    # that has not begun): a direct run must not overtake them.
     pending: int = 0
     inline: set[DirectAsk] = attrs.Factory(set)
     waiting: set[trio.CancelScope] = attrs.Factory(set)  # direct asks waiting for a slot
     inline_idle: trio.Event | None = None
-    # Workers take letters from the mailbox; they start as letters need them, up to
-    # ``concurrency`` (an idle actor has one). ``idle`` counts those waiting for one.
+    # Workers start as letters need them, up to ``concurrency``; ``idle``: those waiting for one.
     workers: trio.Nursery | None = None
     worker_count: int = 1
     idle: int = 0
     send: trio.MemorySendChannel[_Letter] = attrs.field(init=False)
     receive: trio.MemoryReceiveChannel[_Letter] = attrs.field(init=False)
-    # Handlers running at once, by a worker or directly in an asker's task, never
-    # exceed ``concurrency``; ``inline`` holds the direct ones.
+    # Handlers running at once, by workers or in askers' tasks (``inline``): ≤ ``concurrency``.
     slots: trio.Semaphore = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -361,8 +357,8 @@ class ActorSystem:
         self._clock = trio.lowlevel.current_clock()
         self._actors: dict[str, _Actor] = {}
         self._stopped: OrderedDict[str, str] = OrderedDict()
-        # Actors past their restart budget, waiting out their cool-down: setting the event
-        # ends the wait without a restart (a stop on request, a shutdown, a new spawn).
+        # Actors past their restart budget, waiting out their cool-down: setting the event ends
+        # the wait without a restart (a stop on request, a shutdown, a new spawn).
         self._cooling: dict[str, trio.Event] = {}
         self._closing: str | None = None
         # Direct asks' deadlines, kept by one timer task rather than a cancel scope each; once
@@ -513,9 +509,8 @@ class ActorSystem:
         return actor
 
     async def tell(self, event: Event, *, timeout: float | None = None) -> None:
-        """Deliver ``event`` to the actor named ``event.target`` without waiting for it to
-        be handled. Waits while the mailbox is full, at most ``timeout`` seconds (default
-        ``tell_timeout_s``), then raises MailboxFull."""
+        """Deliver ``event`` to ``event.target``, not waiting for it to be handled; a full
+        mailbox is waited on up to ``timeout`` (default ``tell_timeout_s``), then MailboxFull."""
         limit = self.tell_timeout_s if timeout is None else _check_seconds("timeout", timeout)
         actor = self._lookup(event.target)
         self.tap.publish(event)
@@ -560,11 +555,11 @@ class ActorSystem:
         trace: TraceContext | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT_S,
     ) -> Event:
-        """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the
-        request's id) within ``timeout`` seconds. With ``direct_asks`` and nothing queued,
-        the handler runs in this task once a slot is free (first come, first served), else
-        a worker takes it from the mailbox: the same limits and errors. Raises AgentNotFound,
-        AskTimeout, ActorCrashed (``__cause__``: the handler's exception) or ActorStopped."""
+        """Send ``kind``/``payload`` to ``target``; its reply event (``reply_to``: the request's
+        id) within ``timeout`` seconds. With ``direct_asks`` and nothing queued, the handler runs
+        in this task once a slot is free (first come, first served), else a worker takes it from
+        the mailbox: the same limits and errors. Raises AgentNotFound, AskTimeout, ActorCrashed
+        (``__cause__``: the handler's exception) or ActorStopped."""
         return await self._ask(target, kind, payload, source, trace, timeout, True)
 
     async def ask_payload(
@@ -596,8 +591,7 @@ class ActorSystem:
         actor = self._lookup(target)
         event = _event(kind, source, target, payload, trace, new_event_id(), None, time.time())
         self.tap.publish(event)
-        # Nothing queued ahead: the handler runs in the asker's task once a slot is free (no
-        # mailbox round trip, no task switch; the same limits, order and errors).
+        # Nothing queued ahead: the handler runs in this task (no mailbox trip, no task switch).
         if actor.direct and not actor.pending:
             return self._ask_directly(actor, event, source, timeout, as_event)
         return self._ask_by_mail(actor, event, source, timeout, as_event)
@@ -675,8 +669,8 @@ class ActorSystem:
                 actor.slots.release()
                 if not actor.inline and actor.inline_idle is not None:
                     actor.inline_idle.set()
-        # A handler that finished only after the deadline (cancellation reaches it at its
-        # next checkpoint; a worker thread first finishes its call) is still a timeout.
+        # A handler that finished only after the deadline (cancellation reaches it at its next
+        # checkpoint; a worker thread first finishes its call) is still a timeout.
         now = self._clock.current_time()
         if scope.cancelled_caught or now >= ask_deadline:
             limit = min(ask_deadline, scope.deadline)
@@ -780,13 +774,7 @@ class ActorSystem:
             self._actors[name] = actor
             self._stopped.pop(name, None)
             log.warning("actor %r restarted after its cool-down", name)
-            self.tap.publish(
-                Event(
-                    EventKind.ACTOR_RESTARTED,
-                    name,
-                    payload={"actor": name, "restarts": restarts, "after": "cool-down"},
-                )
-            )
+            self._restarted(name, restarts, "cool-down")
 
     async def _run(self, actor: _Actor) -> None:
         _current_actor.set(actor)
@@ -806,8 +794,7 @@ class ActorSystem:
         finally:
             self._close(actor, actor.stop_cause or "its task ended")
             if actor.inline:
-                # Handlers running in askers' tasks end with the actor: at once if it was
-                # cancelled, else within the grace its stop or shutdown gave them.
+                # They end with the actor: at once if cancelled, else in its stop's grace.
                 if cancelled or actor.scope.cancel_called:
                     self._cancel_inline(actor)
                 now = trio.current_time()
@@ -953,34 +940,31 @@ class ActorSystem:
         if len(times) > policy.max_restarts:
             actor.revive_at = now + policy.cooldown_s
             at = time.strftime("%H:%M:%S", time.gmtime(time.time() + policy.cooldown_s))
-            self._close(
-                actor,
+            cause = (
                 f"crashed {len(times)} time{'s' if len(times) > 1 else ''} within "
                 f"{policy.window_s:g}s, more than its "
                 f"restart budget of {policy.max_restarts}; it restarts by itself at {at} UTC "
-                f"({policy.cooldown_s:g}s after it stopped); last error: {text}",
+                f"({policy.cooldown_s:g}s after it stopped); last error: {text}"
             )
-            actor.scope.cancel()
-            self._cancel_inline(actor)
-            return error
-        try:
-            actor.handler = self._make_handler(actor.name, actor.factory)
-        except ActorError as factory_error:
-            log.error("actor %r could not restart: %s", actor.name, factory_error)
-            self._close(actor, f"could not restart after {text}: {factory_error}")
-            actor.scope.cancel()
-            self._cancel_inline(actor)
-            return error
-        actor.restarts += 1
-        actor.context = ActorContext(actor.name, self, actor.restarts)
-        self.tap.publish(
-            Event(
-                EventKind.ACTOR_RESTARTED,
-                actor.name,
-                payload={"actor": actor.name, "restarts": actor.restarts, "after": text},
-            )
-        )
+        else:
+            try:
+                actor.handler = self._make_handler(actor.name, actor.factory)
+            except ActorError as factory_error:
+                log.error("actor %r could not restart: %s", actor.name, factory_error)
+                cause = f"could not restart after {text}: {factory_error}"
+            else:
+                actor.restarts += 1
+                actor.context = ActorContext(actor.name, self, actor.restarts)
+                self._restarted(actor.name, actor.restarts, text)
+                return error
+        self._close(actor, cause)
+        actor.scope.cancel()
+        self._cancel_inline(actor)
         return error
+
+    def _restarted(self, name: str, restarts: int, after: str) -> None:
+        payload = {"actor": name, "restarts": restarts, "after": after}
+        self.tap.publish(Event(EventKind.ACTOR_RESTARTED, name, payload=payload))
 
     def _close(self, actor: _Actor, cause: str) -> None:
         """Refuse new events and fail the queued asks with ActorStopped (synchronous)."""
@@ -1023,10 +1007,9 @@ async def open_actor_system(
     tap: EventTap | None = None,
     tell_timeout_s: float = DEFAULT_TELL_TIMEOUT_S,
 ) -> AsyncIterator[ActorSystem]:
-    """``async with open_actor_system() as system:`` — every actor task lives in here. On a
-    normal exit queued asks fail with ActorStopped and in-flight handlers get
-    ``shutdown_timeout_s`` before they are cancelled; if the body raises or is cancelled,
-    at once."""
+    """``async with open_actor_system() as system:``, home of every actor task. On leaving,
+    queued asks fail with ActorStopped; in-flight handlers get ``shutdown_timeout_s`` to finish
+    before they are cancelled (at once if the body raised or was cancelled)."""
     shutdown_timeout_s = _check_seconds("shutdown_timeout_s", shutdown_timeout_s)
     tell_timeout_s = _check_seconds("tell_timeout_s", tell_timeout_s)
     if tap is not None and not isinstance(tap, EventTap):

@@ -68,10 +68,9 @@ class AgentReply:
         return out
 
     def to_mcp(self, **structured: Any) -> dict[str, Any]:
-        """The MCP ``CallToolResult`` of this reply: the text, then each output as content
-        blocks; ``structuredContent`` has the agent, text, stop reason, ``structured`` and
-        the outputs as ``artifacts`` (A2A part shapes; a file's bytes appear once, in its
-        content block, which its part names by index)."""
+        """The MCP ``CallToolResult``: the text, then each output's content blocks;
+        ``structuredContent``: agent, text, ``structured``, stop reason and the outputs as
+        ``artifacts`` (A2A parts; a file's bytes are only in its block, named by index)."""
         content: list[dict[str, Any]] = [{"type": "text", "text": self.text}]
         body: dict[str, Any] = {
             "agent": self.agent,
@@ -147,8 +146,7 @@ class AgentRuntime:
         self.provider = provider
         # (fast, complex): the fast model classifies each message and routes it.
         self.tiers = tiers
-        # run id -> what stops that run
-        self._runs: dict[str, Callable[[], Any]] = {}
+        self._runs: dict[str, Callable[[], Any]] = {}  # run id -> what stops that run
         self._session_locks: dict[tuple[str, str], _SessionLock] = {}  # by (owner, session id)
 
     def cancel(self, run_id: str) -> bool:
@@ -211,8 +209,7 @@ class AgentRuntime:
         run's tool calls are audited and token usage recorded as always.
         ``direct_ask``: the run is that ask's handler in the asker's task, stopped through
         the ask's cancel scope; a cancelled run's reply reaches the asker as
-        ``answer_as(reply)``. ``owner``: the principal whose session it is (``Kernel.send``).
-        """
+        ``answer_as(reply)``. ``owner``: the principal whose session it is (``Kernel.send``)."""
         run_id = run_id or uuid7_hex()
         if persist:
             new_session = new_session or session_id is None
@@ -288,10 +285,9 @@ class AgentRuntime:
         new_session: bool = False,
         owner: str = "local",
     ) -> AgentReply:
-        """One exchange of a stored session, one at a time per session (its history stays in
-        order). A new session's first exchange is written in one transaction when the run
-        ends; whatever happens (an error, a cancellation, that write failing) its user
-        message is still stored."""
+        """One exchange of a stored session, one at a time per session (its history in order);
+        a new session's first is written in one transaction when the run ends, and its user
+        message is stored whatever happens (an error, a cancellation, that write failing)."""
         async with self._session_lock((owner, session_id)):
             trace = trace or TraceContext.new(
                 self.name, max_depth=self.kernel.max_depth_for(self.name)
@@ -344,8 +340,7 @@ class AgentRuntime:
         kernel = self.kernel
         manifest = kernel.agents[self.name]  # self.manifest
         history = []
-        # Made when a tool is first called, or when the history has tool results to observe:
-        # a run that calls no tool (most agent-to-agent answers) needs none.
+        # Made on a first tool call or tainted history: most agent-to-agent runs need none.
         conversation: Conversation | None = None
         if session_id is not None and first is None:
             stored = await kernel.store.start_exchange(
@@ -373,8 +368,7 @@ class AgentRuntime:
             call = attrs.evolve(call, caller=self.name, trace=trace)
             return await kernel.call_tool(self.name, call, conversation=conversation)
 
-        # Stream when asked to, or whenever someone watches the tokens (roost watch, the
-        # API's event stream, roost chat).
+        # Also when someone watches the tokens (roost watch, the API's event stream, roost chat).
         stream = stream or kernel.tap.wants(EventKind.AGENT_TOKEN)
         on_token = None
         if stream:
@@ -506,9 +500,9 @@ class AgentRuntime:
     async def _route(
         self, text: str, tiers: tuple[Provider, Provider], session_id: str | None
     ) -> tuple[Provider, Any]:
-        """The provider and model config for this message among the model ``tiers`` (fast,
-        complex): the fast model classifies it (one cheap call, no tools, its tokens
-        recorded) and simple messages stay with it; the rest go to the complex model."""
+        """The provider and model config for this message among ``tiers`` (fast, complex): the
+        fast model classifies it (one cheap call, no tools, its tokens recorded) and keeps the
+        simple ones; the rest go to the complex model."""
         fast, complex_ = tiers
         models = self.manifest.model
         fast_model = models.for_tier("fast")
@@ -553,8 +547,7 @@ def _failure(exc: BaseException) -> str:
 
 
 class _TracedProvider:
-    """``provider`` with each model call a ``model`` span inside the run's ``trace``: the
-    provider and model, the tokens in and out, the stop reason."""
+    """``provider`` with each call a ``model`` span in ``trace``: provider, model, tokens, stop."""
 
     def __init__(self, provider: Provider, tap: Any, trace: TraceContext, agent: str) -> None:
         self.inner = provider

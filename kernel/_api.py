@@ -117,8 +117,7 @@ class KernelAPI(Protocol):
     def breaker_tripped(
         self, exc: RoostError, *, caller: str, target: str, trace: TraceContext | None = None
     ) -> None:
-        """Publish ``KERNEL:BREAKER`` for a hop refused by the depth breaker (``trace``:
-        the span it was refused in)."""
+        """Publish ``KERNEL:BREAKER`` for a refused hop; ``trace``: the span it was refused in."""
 
     @property
     def tracing(self) -> bool:

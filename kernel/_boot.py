@@ -155,14 +155,8 @@ def _check_config(
         for exc in (e for e in found if isinstance(e, ConfigError)):
             text = str(exc)
             problems.append(text if text.startswith(where) else f"{where}: {text}")
-    installed = sorted(
-        {
-            d.name
-            for _, descs in provider_results
-            for d in descs
-            if isinstance(d, ProviderDescriptor)
-        }
-    )
+    descs = (d for _, found in provider_results for d in found)
+    installed = sorted({d.name for d in descs if isinstance(d, ProviderDescriptor)})
     for section in config.providers:
         if section not in installed and section not in config.plugins.disabled:
             close = difflib.get_close_matches(section, installed, n=1)

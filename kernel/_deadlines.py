@@ -23,10 +23,9 @@ HEAP_SLACK = 64
 class DeadlineTimer(Generic[_T]):
     """Calls ``expire(item)`` once ``item``'s deadline has passed, unless ``ended(item)``.
     ``entries``: a heap of ``(deadline, tiebreak, item)`` (one list for good: holders may
-    ``clear()`` it when no item is live) watched by one task in ``nursery`` from the first
-    ``push``; an ended item's entry stays until it tops the heap or the heap, past
-    ``2 * live + slack`` entries, is rebuilt. Once stopped (``stop()``, or cancelled from
-    outside), live and later items get ``hand_back(item, deadline)``."""
+    ``clear()`` it when none is live) watched by one task in ``nursery`` from the first
+    ``push``; ended items stay until they top it or it is rebuilt (past ``2 * live + slack``).
+    Once stopped (``stop()``, cancelled), live and later items get ``hand_back(item, deadline)``."""
 
     _nursery: trio.Nursery
     _ended: Callable[[_T], Any]
@@ -36,8 +35,7 @@ class DeadlineTimer(Generic[_T]):
     slack: int = attrs.field(default=HEAP_SLACK, kw_only=True)
     entries: list[tuple[float, Any, _T]] = attrs.field(factory=list, init=False)
     stopped: bool = attrs.field(default=False, init=False)
-    # The timer's cancel scope (None until the first push) and its deadline (reading a
-    # scope's property is slower).
+    # The timer's cancel scope (None until the first push) and its deadline (a property is slower).
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     _at: float = attrs.field(default=math.inf, init=False)
 

@@ -173,8 +173,8 @@ class RecursionLimitExceeded(ToolError, code="recursion_limit"):
     def __init__(self, path: Sequence[str], max_depth: int, depth: int | None = None) -> None:
         self.path = tuple(path)
         self.max_depth = max_depth
-        # The depth the refused hop would have had: the caller's claimed depth + 1, which
-        # may be far more than the hops named in ``path`` (a caller says "depth 999999").
+        # The refused hop's depth: the caller's claimed depth + 1, which may be far more than
+        # the hops named in ``path`` (a caller says "depth 999999").
         self.depth = max(depth or 0, len(self.path))
         super().__init__(
             f"call chain would reach depth {self.depth}, past the limit of {max_depth}: "
@@ -302,8 +302,7 @@ class InvalidNumber(InvalidInput, code="invalid_number"):
 
 
 class SessionConflict(RoostError, code="session_conflict"):
-    """A caller's ``session_id`` names a session of another agent (a session stays with the
-    agent it was made with)."""
+    """A caller's ``session_id`` names another agent's session (a session stays with its agent)."""
 
     def __init__(self, session_id: str, agent: str, owner_agent: str) -> None:
         self.field = "session_id"
@@ -352,15 +351,13 @@ def _probe(raw: bytes | bytearray | memoryview | str) -> bytes | bytearray:
 
 
 def _has_surrogate_escape(probe: bytes | bytearray) -> bool:
-    # A lone surrogate can only come from a \uD800-\uDFFF escape (raw surrogate bytes are not
-    # UTF-8).
+    # A lone surrogate can only come from a \uD800-\uDFFF escape (its raw bytes are not UTF-8).
     return b"\\ud" in probe or b"\\uD" in probe
 
 
-# What JSON text holds when it may decode to a non-finite float (at least 10**309 needs
-# integer digits plus exponent of 309): a NaN / Infinity literal, 210 digits in a row, or a
-# number token (at the start or after ":", "," or "[") with an exponent of 3 digits or more.
-# Text in strings (hex ids such as a traceparent's "5e3") is not taken for a number.
+# What JSON text holds when it may decode to a non-finite float (≥ 10**309: integer digits plus
+# exponent ≥ 309): NaN / Infinity, 210 digits in a row, or a number token (at the start or after
+# ":", "," or "[") with a 3-digit or longer exponent; not text in strings (a traceparent's "5e3").
 _MAYBE_NON_FINITE = re.compile(
     rb"NaN|Infinity|[0-9]{210}|(?:^|[:,\[])[ \t\r\n]*-?[0-9]+(?:\.[0-9]+)?[eE][-+]?[0-9]{3}"
 )
@@ -379,9 +376,9 @@ def check_text(
 def check_json_input(
     value: Any, field: str = "", *, raw: bytes | bytearray | memoryview | str | None = None
 ) -> None:
-    """The check of every JSON entry (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
-    ``InvalidNumber`` (NaN or an infinity) for the first such value, naming its field;
-    ``raw``, the JSON text, spares the walk when it can hold neither."""
+    """Every JSON entry's check (REST, MCP, A2A): ``InvalidText`` (a lone surrogate) or
+    ``InvalidNumber`` (NaN, an infinity) naming the first such field; ``raw``, the JSON text,
+    spares the walk when it can hold neither."""
     if raw is not None:
         probe = _probe(raw)
         if not _has_surrogate_escape(probe) and _MAYBE_NON_FINITE.search(probe) is None:
@@ -413,7 +410,7 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
                 raise InvalidNumber(_spell(field, place), item)
             continue
         # Children in reverse, so that the first problem in document order is named; ASCII
-        # text and integers (most values) cannot be one.
+        # text and integers (most values) cannot be one, so they are not stacked.
         stack.extend(
             [
                 (child, (place, key))

@@ -42,9 +42,9 @@ class EventKind:
     TRACE_SPAN_END = "TRACE:SPAN_END"
 
 
-# Event ids are 32 hex characters like a uuid4 hex, but cheap: a random per-process prefix
-# plus a counter (uuid4 dominated the ask round trip). A forked child gets a new prefix.
-# The counter starts at 2**63, so hex() gives its 16 digits without a format spec to parse.
+# Event ids: 32 hex characters like a uuid4's, but cheap (uuid4 dominated the ask round trip):
+# a per-process random prefix (new in a forked child) and a counter. The counter starts at
+# 2**63, so hex() gives its 16 digits without a format spec to parse.
 _COUNTER_START = 1 << 63
 _id_prefix = secrets.token_hex(8)
 _id_counter = itertools.count(_COUNTER_START)
@@ -118,8 +118,7 @@ def _jsonable(value: Any) -> Any:
         return value if math.isfinite(value) else None  # NaN/Infinity are not JSON
     if isinstance(value, dict):
         out = {str(k): _jsonable(v) for k, v in value.items()}
-        # An event describes; it does not carry files: MCP image/audio/resource bytes
-        # (base64) become their size.
+        # An event describes, it carries no files: MCP image/audio/resource bytes, their size.
         if isinstance(out.get("blob"), str):
             out["blob"] = f"<{len(out['blob'])} base64 characters>"
         if out.get("type") in ("image", "audio") and isinstance(out.get("data"), str):
@@ -141,10 +140,9 @@ _MAX_WANTED = 1024
 
 
 class EventTap:
-    """Fan-out of every published event to bounded subscriber channels. A subscriber that
-    cannot keep up loses events (not slowing the kernel), counted in a ``TAP:DROPPED`` event
-    once it catches up. Subscribers are indexed by kind (and trace), so an event costs only
-    as much as the subscribers that want it."""
+    """Fan-out of every published event to bounded subscriber channels. A subscriber too slow
+    loses events (never slowing the kernel), counted in a ``TAP:DROPPED`` once it catches up.
+    Indexed by kind (and trace): an event costs only as much as the subscribers wanting it."""
 
     def __init__(self) -> None:
         self._subscribers: dict[int, _Subscriber] = {}
@@ -190,8 +188,8 @@ class EventTap:
         return len(self._subscribers)
 
     def wants(self, kind: str) -> bool:
-        """Whether any subscriber would receive events of ``kind`` (so producing them is
-        worth it: e.g. the kernel streams tokens only while someone watches)."""
+        """Whether any subscriber would receive events of ``kind``, so producing them is worth
+        it (the kernel streams tokens only while someone watches)."""
         # Asked on hot paths (spans, tokens, tool events): no dict is built here.
         if not self._subscribers:
             return False

@@ -14,11 +14,11 @@ _T = TypeVar("_T")
 def frozen_builder(
     cls: type[_T], *, checked_by_caller: Mapping[str, tuple[Any, Any]] | None = None
 ) -> Callable[..., _T]:
-    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, the
-    values put straight into the slots (no class call, no attrs ``__init__``; no defaults).
-    A class whose ``__init__`` does more (validators, converters, hooks, own slots, a base)
-    gets ``cls`` itself, unless ``checked_by_caller`` names the field's exact (validator,
-    converter) pair whose work every caller does itself."""
+    """``cls(*values)`` for a frozen, slotted attrs class, every field given in order, straight
+    into the slots (no class call, no attrs ``__init__``, no defaults). A class whose
+    ``__init__`` does more (validators, converters, hooks, own slots, a base) gets ``cls``,
+    unless ``checked_by_caller`` names each such field's exact (validator, converter) pair,
+    whose work every caller does itself."""
     known = checked_by_caller or {}
     fields = attrs.fields(cls)
     init = cls.__dict__.get("__init__")

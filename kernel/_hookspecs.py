@@ -68,9 +68,8 @@ class McpServerDescriptor:
 
 @attrs.frozen
 class ServiceDescriptor:
-    """A long-running task of a plugin, in the kernel's nursery: ``run(kernel,
-    task_status=...)`` calls ``task_status.started()`` once ready (awaited up to
-    ``start_timeout_s``); one that raises is reported, never taking the kernel down."""
+    """A plugin's long-running task in the kernel's nursery: ``run(kernel, task_status=...)``
+    calls ``started()`` once ready (awaited ``start_timeout_s``); a failure is only reported."""
 
     name: str
     run: Callable[..., Any] = attrs.field(eq=False, repr=False)
@@ -94,9 +93,8 @@ class RoostHookSpecs:
 
     @hookspec
     def roost_check_config(self, config: Any) -> None:
-        """Check the parts of ``config`` this plugin reads (its ``[providers.<name>]``
-        table, ``[[mcp_servers]]``, ``[a2a]``, …); raise ``ConfigError`` naming the key, the
-        valid keys and the fix. Called before anything starts; an error stops the boot."""
+        """Check what this plugin reads of ``config`` (``[providers.<name>]``, ``[a2a]``, …):
+        ``ConfigError`` naming the key, valid keys and fix stops the boot (nothing started)."""
 
     @hookspec
     def roost_providers(self) -> Sequence[ProviderDescriptor]:

@@ -201,8 +201,7 @@ _ENCODE_LENIENT = make_encoder(allow_nan=True)
 
 
 def dumps(value: Any, *, allow_nan: bool = False) -> str:
-    """Compact JSON text, non-ASCII kept; TypeError, ValueError (NaN without ``allow_nan``)
-    or RecursionError as ``json.dumps``."""
+    """Compact JSON text, non-ASCII kept; raises as ``json.dumps`` (NaN only with ``allow_nan``)."""
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 

@@ -45,8 +45,8 @@ class Kernel(ToolCalls, Messaging):
         self.actors = actors
         self.tap: EventTap = actors.tap
         self.registry = ToolRegistry()
-        # The processes tools run for agents' runs (bash), with each run's trace context:
-        # the HTTP entries continue that trace for a loopback caller among them.
+        # The processes tools run for agents' runs (bash), with each run's trace context: the
+        # HTTP entries continue that trace for a loopback caller among them.
         self.process_traces = ProcessTraces()
         self.providers: dict[str, ProviderDescriptor] = {}
         self.agents: dict[str, AgentManifest] = {}
@@ -58,8 +58,7 @@ class Kernel(ToolCalls, Messaging):
         # Plugins' per-kernel state, each under a key it owns (see KernelAPI.extensions).
         self.extensions: dict[str, Any] = {}
         self._runtimes: dict[str, AgentRuntime] = {}
-        # Per-agent views on every tool call's path (capabilities, exposure, tool lists,
-        # workspace), rebuilt only when the manifest or the registry changes (``_cached``).
+        # Per-agent views on every tool call's path, rebuilt when the manifest or registry does.
         self._policy_cache: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self._plans: dict[tuple[str, str], _CallPlan] = {}
         # The kernel's own agent_<name> tools (those registered), by name. Whether a tool is
@@ -159,15 +158,13 @@ class Kernel(ToolCalls, Messaging):
         exposure = self._exposure(self._manifest(agent))
         if not exposure.expose:
             return []
-        return [s for s in self._exposable() if exposure.is_exposed(s)]
-
-    def _exposable(self) -> tuple[ToolSpec, ...]:
-        """The registry's tools but ``agent_<name>`` ones (never exposed; cached: they are many)."""
-        return self._cached(
+        # The registry's tools but agent_<name> ones (never exposed); cached: they are many.
+        exposable = self._cached(
             ("exposable", ""),
             None,
             lambda: tuple(s for s in self.registry.specs() if not self._is_agent_tool(s)),
         )
+        return [s for s in exposable if exposure.is_exposed(s)]
 
     def _is_agent_tool(self, spec: ToolSpec) -> bool:
         """True for the kernel's own ``agent_<name>`` tools: never exposed (an agent is asked

@@ -153,10 +153,9 @@ async def run_loop(
     on_token: Callable[[str], None] | None = None,
     stream: bool = False,
 ) -> LoopResult:
-    """Run the loop until a plain answer, a question for the user, or ``max_turns``.
-    ``execute`` runs a tool call, failures as ``is_error`` results; ``LoopDetected`` from it
-    ends the loop with a clear answer. A provider failing (``RoostError``) ends it with
-    ``stop_reason == "error"``, no new messages, and the usage of the calls made before."""
+    """Run the loop until a plain answer, a question for the user, or ``max_turns``. ``execute``
+    runs a tool call (failures: ``is_error`` results; ``LoopDetected`` ends the loop, saying so).
+    A provider's ``RoostError`` ends it: ``stop_reason`` "error", no new messages, usage so far."""
     history = list(request.messages)
     added: list[Message] = []
     usage = _NO_USAGE
@@ -170,9 +169,8 @@ async def run_loop(
             else:
                 completion = await provider.complete(req)
         except RoostError as exc:
-            # The model failed: the run ends with what its earlier calls used (billed all the
-            # same). Its partial messages are not kept: a history cut after a tool call
-            # would be a conversation no model accepts.
+            # The run ends with its earlier calls' usage (billed all the same), not its partial
+            # messages: a history cut after a tool call is a conversation no model accepts.
             return LoopResult(f"error: {exc}", (), turn - 1, "error", usage, is_error=True)
         if completion.tool_calls:
             completion = attrs.evolve(

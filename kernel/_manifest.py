@@ -244,8 +244,8 @@ _VALID_REFS_MAX = 4096
 
 
 def _compiles(pattern: object) -> bool:
-    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles, also for re's
-    OverflowError and RecursionError, which would crash the load of every agent."""
+    """The ``regex`` format: ``re.error`` unless ``pattern`` compiles (for re's OverflowError and
+    RecursionError too, which would crash the load of every agent)."""
     if isinstance(pattern, str):
         try:
             re.compile(pattern)
@@ -640,9 +640,9 @@ def _load_files(
 def load_agents(
     dirs: Iterable[str | Path], *, include_bundled: bool = True, config_file: str = "roost.toml"
 ) -> tuple[dict[str, AgentManifest], list[ManifestError]]:
-    """Every valid manifest under ``dirs`` (``<dir>/<name>/agent.json``), bundled ones
-    first, and the errors of the bad ones (skipped) and of names defined twice (the first
-    kept). ``config_file`` is named in the error for a missing directory."""
+    """Every valid manifest under ``dirs`` (``<dir>/<name>/agent.json``), bundled ones first,
+    and the errors of bad ones (skipped), names defined twice (the first kept) and missing
+    directories (naming ``config_file``)."""
     found: dict[str, AgentManifest] = {}
     by_tool: dict[str, AgentManifest] = {}
     errors: list[ManifestError] = []
@@ -667,8 +667,8 @@ def load_agents(
     return found, errors
 
 
-# Tools that arrive while roost runs (an MCP server connects, an A2A peer is discovered):
-# a pattern for them matching nothing at load is no mistake.
+# Tools that arrive while roost runs (an MCP server connects, an A2A peer is discovered): a
+# pattern for them matching nothing at load is no mistake, so it gets no warning.
 _RUNTIME_TOOL_PREFIXES = ("mcp_", "mcp:", "a2a_", "a2a:")
 
 
@@ -704,9 +704,8 @@ def tool_pattern_warnings(manifest: AgentManifest, specs: Iterable[Any]) -> list
 def validate_files(
     paths: Iterable[str | Path], *, warnings: list[str] | None = None
 ) -> list[ManifestError]:
-    """Every problem in the given manifests or directories (``roost validate``), names
-    defined twice included; ``warnings`` gets ``tool_pattern_warnings`` against the
-    installed plugins' tools and these agents."""
+    """Every problem in the given manifests or directories (``roost validate``), names defined
+    twice too; ``warnings`` gets ``tool_pattern_warnings`` (installed tools and these agents)."""
     errors: list[ManifestError] = []
     found: dict[str, AgentManifest] = {}
     by_tool: dict[str, AgentManifest] = {}

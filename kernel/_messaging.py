@@ -173,9 +173,9 @@ class Messaging:
 
 
 def _adopt_outputs(outputs: Any, artifacts: Any, content: Any, agent: str) -> None:
-    """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool),
-    so that the caller's caller (an A2A client, say) receives it. Each artifact whole or
-    not at all: one past this run's bounds is left out (the tool result still has it)."""
+    """What an asked agent handed over becomes the asking run's too (like ADK's AgentTool), for
+    the caller's caller (an A2A client, say). Each artifact whole or not at all: one past this
+    run's bounds is left out (the tool result still has it)."""
     for value in artifacts if isinstance(artifacts, list) else ():
         output = output_from_json(value, content)
         if output is None:

@@ -124,18 +124,13 @@ def public_url(url: str) -> str:
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if any(ip in net for net in _NAT64):
+    if any(ip in net for net in _NAT64):  # disjoint from the mapped and 6to4 ranges
         return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
+    return ip.ipv4_mapped or ip.sixtofour  # an address is true, even 0.0.0.0
 
 
 def classify_address(ip: str | IPAddress) -> str | None:
-    """The name of the rule that forbids ``ip`` (``metadata``, ``loopback``, ``private``,
-    …), or None for an ordinary public address."""
+    """The rule forbidding ``ip`` (``metadata``, ``loopback``, ``private``, …); None if public."""
     if isinstance(ip, str):
         ip = ipaddress.ip_address(ip.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):

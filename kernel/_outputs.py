@@ -121,8 +121,7 @@ class Output:
         return ident or None
 
     def resource_contents(self, uri: str) -> list[dict[str, Any]]:
-        """The MCP ``resources/read`` contents for ``uri``: every part for ``uri``, the
-        file part for its ``part_uri``; [] when ``uri`` names neither."""
+        """``resources/read`` contents: all parts for ``uri``, one for its ``part_uri``, else []."""
         whole = uri == self.uri
         out = []
         for part in self.parts:
@@ -282,9 +281,5 @@ def _block_bytes(content: Any, index: int) -> str | None:
         return None
     if block.get("type") in ("image", "audio"):
         return block.get("data")
-    resource = block.get("resource")
-    return (
-        resource.get("blob")
-        if block.get("type") == "resource" and isinstance(resource, dict)
-        else None
-    )
+    resource = block.get("resource") if block.get("type") == "resource" else None
+    return resource.get("blob") if isinstance(resource, dict) else None

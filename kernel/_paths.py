@@ -24,8 +24,7 @@ def resolve_data_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def ensure_private_dir(path: Path, *, source: str = "data directory") -> Path:
-    """Create ``path`` (and parents) if missing, the last one with mode 0700; ConfigError
-    naming it if it is no directory or cannot be made."""
+    """Create ``path`` (and parents), the last with mode 0700; ConfigError naming it if it fails."""
     if path.is_dir():
         return path
     if path.exists():
@@ -58,8 +57,7 @@ def workspaces_dir(home: Path) -> Path:
 def read_text(path: Path, limit: int) -> str:
     """Read a UTF-8 file of at most ``limit`` bytes (raises OSError / ValueError)."""
     with path.open("rb") as handle:
-        # As much as its size says, plus one byte to see the end: read(limit + 1) would
-        # allocate a buffer of the limit for every small file.
+        # Its size, plus a byte to see the end: read(limit + 1) allocates the limit per file.
         want = min(os.fstat(handle.fileno()).st_size, limit) + 1
         raw = handle.read(want)
         if len(raw) == want:  # longer than its size said (growing, a pipe, /proc): read on

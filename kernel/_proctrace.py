@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from ._errors import RoostError
-from ._trace import TraceContext, deepest
+from ._trace import TraceContext
 
 DEFAULT_CAPACITY = 1024
 MAX_PROCESSES = 4096
@@ -88,7 +88,7 @@ class ProcessTraces:
         if found is None:
             return None
         if found == -1:  # past the bounds: assume the deepest running context, never none
-            return deepest(*roots.values())
+            return TraceContext.deepest(*roots.values())
         return roots.get(found)
 
 

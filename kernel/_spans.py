@@ -32,9 +32,8 @@ class SpanKind:
 # A refusal's error code → the mark it leaves on the span where it happened.
 _MARKS = {"recursion_limit": "breaker", "taint_violation": "taint", "loop_detected": "loop_guard"}
 
-# What a record names comes from outside (a tool name a model made up, a caller's path, a
-# peer's error) and records are kept and exported: so each text is cut to MAX_TEXT
-# characters, a breaker's path to its first and last hops.
+# Records hold outside text (a made-up tool name, a caller's path, a peer's error) and are kept
+# and exported: each text is cut to MAX_TEXT characters, a breaker's path to first and last hops.
 MAX_TEXT = 500
 _MAX_MARK_HOPS = 16
 _MAX_HOP = 128
@@ -109,9 +108,8 @@ class Span:
         _clipped(self.attributes)
 
     def mark(self, kind: str, message: str, **fields: Any) -> None:
-        """Note something that happened in the span: ``breaker`` (the depth breaker refused
-        a hop: ``depth``, ``max_depth``, ``path``), ``taint`` (untrusted data kept from a
-        tool) or ``loop_guard`` (a repeated call or a ping-pong stopped)."""
+        """Note in the span: ``breaker`` (a hop refused: ``depth``, ``max_depth``, ``path``),
+        ``taint`` (untrusted data kept from a tool) or ``loop_guard`` (a call loop stopped)."""
         self.marks.append({"kind": kind, "ts": time.time(), "message": _clip(message), **fields})
 
     def mark_refusal(self, exc: BaseException) -> None:

@@ -144,10 +144,9 @@ class SqliteDatabase:
         shield: bool = False,
         wait: bool = True,
     ) -> _T:
-        """``work(conn)``'s result once committed, as one atomic write (``operation`` names it
-        in errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if
-        the caller is cancelled; ``wait=False``: written behind (None once queued, a failure
-        logged)."""
+        """``work(conn)``'s result once committed, one atomic write (``operation`` names it in
+        errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if the
+        caller is cancelled; ``wait=False``: written behind (None once queued, failures logged)."""
         return await self._submit(
             _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
         )

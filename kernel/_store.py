@@ -258,8 +258,8 @@ def _check_int(name: str, value: Any, low: int) -> int:
     return value
 
 
-# Checks for circular data (without the check, circular data is only stopped by the
-# recursion limit, and past a raised limit by a crash); each call has markers of its own.
+# Checks for circular data (else only the recursion limit stops it, and past a raised limit a
+# crash); shared safely, as each call has markers of its own.
 _encode_data = make_encoder(allow_nan=False, check_circular=True)
 
 

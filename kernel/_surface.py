@@ -75,9 +75,8 @@ def ask_tool_spec(agent: str, description: str = "", *, name: str = MESSAGE_TOOL
 
 
 def message_arguments_ok(arguments: Any) -> bool:
-    """True when ``arguments`` are a plain ``{"message": "<non-empty text>"}``, which the
-    ``message`` tool's schema accepts: every ask's quick check (asks are the in-host hot
-    path). False means: ask the schema's validator, which words what is wrong."""
+    """True for a plain ``{"message": "<non-empty text>"}`` (the schema accepts it): every ask's
+    quick check on the hot path; False: ask the schema's validator, which words what is wrong."""
     if arguments.__class__ is not dict or len(arguments) != 1:
         return False
     text = arguments.get("message")
@@ -98,7 +97,7 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
     if isinstance(exc, JsonRpcError):
         return exc
     if isinstance(exc, RoostError):
-        # A StoreError (by its code: the store module loads only when used): storage
+        # A StoreError, known by its code (the store module loads only when used): storage
         # failed, e.g. the disk is full, and nothing was kept: -32603 saying so.
         code = INTERNAL_ERROR if exc.code == "store_error" else SERVER_ERROR
         return JsonRpcError(code, str(exc), exc.to_dict())
@@ -112,9 +111,8 @@ def jsonrpc_error(exc: Exception, method: str = "") -> JsonRpcError:
 @attrs.define(eq=False)
 class SurfaceCall:
     """A ``tools/call`` ``prepare`` accepted: ``tool`` to run (None: ``message``); ``trace``,
-    the caller's context with this agent as its last hop; ``refused``, the result of a call
-    that must not run (the breaker tripped, bad arguments); ``server``, the server's own
-    span (``prepare(server=True)``), parent of ``trace``."""
+    the caller's with this agent as last hop; ``refused``, the result of a call that must not
+    run (breaker, bad arguments); ``server``, the server's span (``server=True``), its parent."""
 
     tool: str | None
     arguments: Mapping[str, Any]
@@ -193,8 +191,7 @@ class AgentSurface:
             kernel.breaker_tripped(exc, caller=caller, target=agent, trace=where)
             return SurfaceCall(tool, arguments, None, exc.to_mcp_result(), span)
         if tool is not None:
-            # No agent runs for an exposed tool: the tool call's span (``call_tool``) is a
-            # child of the caller's (or the server's), not of a hop span nobody records.
+            # No agent runs: call_tool's span is the caller's (or server's) child, not a hop's.
             if trace.parent_span_id is not None:
                 trace = attrs.evolve(trace, span_id=trace.parent_span_id, parent_span_id=None)
             return SurfaceCall(tool, arguments, trace, None, span)  # call_tool validates
@@ -212,9 +209,8 @@ class AgentSurface:
         return SurfaceCall(None, arguments, trace, None, span)
 
     async def call_tool(self, call: SurfaceCall) -> dict[str, Any]:
-        """Run the exposed tool of ``call`` through the kernel's tool pipeline, with the
-        agent's limits (a caller gets its exposed tools, whatever its capabilities); the
-        ``CallToolResult`` (a failure is an ``isError`` result)."""
+        """The ``CallToolResult`` of the exposed tool of ``call``, run by the kernel's pipeline
+        with the agent's limits, whatever its capabilities (a failure: an ``isError`` result)."""
         index = self._index()
         if call.tool not in index:  # gone since ``prepare``
             raise unknown_tool_error(str(call.tool), index)
@@ -229,9 +225,8 @@ class AgentSurface:
         session_id: str | None = None,
         timeout: float | None = None,
     ) -> AgentReply:
-        """Ask the agent the ``message`` of ``call`` through its mailbox, as ``kernel.send``
-        does: a conversation of ``principal`` (default: the host principal), continued when
-        ``session_id`` names one of theirs."""
+        """Ask the agent ``call``'s ``message`` through its mailbox as ``kernel.send`` does, for
+        ``principal`` (default: the host's), in their session ``session_id`` if one is named."""
         assert call.tool is None and call.refused is None
         self.kernel._require_agent(self.agent)
         message = call.arguments["message"]
@@ -246,8 +241,7 @@ class AgentSurface:
 
     # ---- the in-memory transport ----------------------------------------------------------
     async def handle(self, request: Any, *, direct_ask: DirectAsk | None = None) -> dict[str, Any]:
-        """Answer one JSON-RPC request routed to the agent's actor (``EXEC:TOOL_CALL``);
-        ``direct_ask``: that ask's, running in the asker's task."""
+        """Answer a JSON-RPC request sent to the actor (``direct_ask``: that ask's, in its task)."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
             return (
                 JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")

@@ -80,8 +80,7 @@ _tool_call = frozen_builder(ToolCall)
 
 
 def _audit_json_encoder() -> Callable[[Any], str]:
-    """The audit row's arguments as ``json.dumps(..., ensure_ascii=False, default=repr)``
-    writes them, without an encoder built per call."""
+    """``json.dumps(..., ensure_ascii=False, default=repr)`` with one encoder for every row."""
     return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
 
 
@@ -177,15 +176,11 @@ class ToolCalls:
         conversation: Conversation | None = None,
         check_capability: bool = True,
     ) -> ToolResult:
-        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline.
-
-        Tool failures come back as ``is_error`` results; only ``LoopDetected`` is raised,
-        so that the agentic loop can stop.
-        """
+        """Run ``call`` on behalf of ``agent`` through the whole policy pipeline: failures come
+        back as ``is_error`` results; only ``LoopDetected`` is raised (the loop stops on it)."""
         manifest = self._require_agent(agent)
         started = time.monotonic()
-        # The call is a span of its own, inside its caller's: what a callee (an agent, an
-        # MCP server, an A2A peer) sees as its parent.
+        # A span of its own in its caller's: the parent a callee (agent, MCP, A2A peer) sees.
         traced = call.trace is not None
         if traced:
             trace = call.trace.nested()
@@ -260,8 +255,8 @@ class ToolCalls:
                         trace=trace,
                     )
                 )
-            # The audit row, stored before the result is returned (no cancel point).
-            # A call that came without a trace is audited without one, as it always was.
+            # The audit row, stored before the result is returned (no cancel point). A call
+            # that came without a trace is audited without one, as it always was.
             audited = trace if traced else None
             record = self._audit_record(
                 agent, call, audited, duration_ms, outcome, error, conversation

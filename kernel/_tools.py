@@ -47,9 +47,8 @@ def agent_tool_name(agent: str) -> str:
 
 @attrs.frozen
 class ToolSpec:
-    """The MCP ``Tool`` fields plus ``owner`` (``tools``, ``agent:coder``, ``mcp:github``),
-    whence ``qualified_name`` (``fs:read_file``) for policy patterns; ``untrusted`` taints
-    its results."""
+    """The MCP ``Tool`` fields plus ``owner`` (``tools``, ``mcp:github``), whence policy
+    patterns' ``qualified_name`` (``fs:read_file``); ``untrusted`` taints its results."""
 
     name: str
     description: str = ""
@@ -91,8 +90,7 @@ class ToolCall:
     id: str = attrs.field(factory=new_call_id)
     caller: str = ""
     trace: TraceContext | None = None
-    # Set when the model's arguments could not be decoded; the call then fails with this
-    # reason as its result (so the model can correct itself) instead of running.
+    # Undecodable model arguments: the call fails with this result (the model can correct it).
     arguments_error: str | None = None
 
 

@@ -42,8 +42,8 @@ TRACE_HEADERS = frozenset(
     for h in (HEADER_TRACEPARENT, HEADER_TRACE_ID, HEADER_DEPTH, HEADER_PATH, HEADER_OPENSTARRY)
 )
 
-# The environment of a process a tool starts for an agent's run (OpenTelemetry's
-# environment carrier names TRACEPARENT); a client in it forwards them as the headers.
+# The environment of a process a tool starts for an agent's run (OpenTelemetry's environment
+# carrier names TRACEPARENT); a client in it forwards them as the headers.
 ENV_TRACEPARENT = "TRACEPARENT"
 ENV_DEPTH = "ROOST_TRACE_DEPTH"
 ENV_PATH = "ROOST_TRACE_PATH"
@@ -75,8 +75,7 @@ def _random_hex() -> str:
         return next(_random_chunks)
     except StopIteration:
         pass
-    # hex() puts a space after every 8 bytes and split() cuts there, both in C: a Python
-    # loop slicing the text cost more per id than the rest of drawing it.
+    # hex() spaces every 8 bytes and split() cuts there, both in C: cheaper than slicing in Python.
     chunks = os.urandom(_RANDOM_BATCH).hex(" ", _HEX64 // 2).split()
     while _ZERO64 in chunks:
         chunks.remove(_ZERO64)
@@ -97,9 +96,9 @@ os.register_at_fork(after_in_child=_fresh_pool)
 
 
 def _new_trace_id() -> str:
-    # A trace id starts with the time in seconds (8 hex digits, like AWS X-Ray's), then 96
-    # random bits: ids made together sort together, so the audit log's index by trace id
-    # grows at its end instead of dirtying a random page per row.
+    # The time in seconds (8 hex digits, like AWS X-Ray's), then 96 random bits: ids made
+    # together sort together, so the audit log's index by trace id grows at its end instead
+    # of dirtying a random page per row.
     return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _random_hex() + _random_hex()[:8]
 
 
@@ -201,12 +200,11 @@ class TraceContext:
         return params
 
     def deepen_meta(self, params: MutableMapping[str, Any], *, field: str = "params._meta") -> None:
-        """Put this context into ``params["_meta"]`` unless the context already there is
-        deeper (``deepest``): how a transport adds what it knows of the caller (HTTP
-        headers, its environment) to a request's own carrier. Raises InvalidTraceContext
-        (naming ``field``) for a malformed depth there."""
+        """Put this context into ``params["_meta"]`` unless the one there is deeper (``deepest``):
+        how a transport adds what it knows of the caller (headers, its environment) to a
+        request's own carrier. InvalidTraceContext (naming ``field``) for a bad depth there."""
         current = TraceContext.from_meta(params.get("_meta"), field=field)
-        chosen = deepest(current, self)
+        chosen = TraceContext.deepest(current, self)
         if chosen is not current:
             chosen.inject_meta(params)
 
@@ -288,8 +286,24 @@ class TraceContext:
 
     @staticmethod
     def deepest(*contexts: TraceContext | None) -> TraceContext | None:
-        """The context to continue of several a request brings: see ``_trace.deepest``."""
-        return deepest(*contexts)
+        """The context to continue of several one request brings (headers, ``_meta``, the
+        calling process): the deepest, taken whole, so that a forged lower depth never resets
+        a chain; a tie goes to the first listed; the strictest ``max_depth`` applies. None when
+        none is given."""
+        best: TraceContext | None = None
+        limit = 0
+        for ctx in contexts:
+            if ctx is None:
+                continue
+            if best is None:
+                best, limit = ctx, ctx.max_depth
+                continue
+            if ctx.depth > best.depth:
+                best = ctx
+            limit = min(limit, ctx.max_depth)
+        if best is None or best.max_depth == limit:
+            return best
+        return attrs.evolve(best, max_depth=limit)
 
 
 _Fields = tuple[str, str, int, tuple[str, ...], int, bool]
@@ -326,27 +340,6 @@ def _assemble_fields(parent, trace_id, depth, path, max_depth) -> _Fields:
         path = ("?",) * depth if depth <= _MAX_PATH_ITEMS else ("?",)
     limit = max_depth if max_depth and max_depth > 0 else DEFAULT_MAX_DEPTH
     return tid, span, depth, path, limit, sampled
-
-
-def deepest(*contexts: TraceContext | None) -> TraceContext | None:
-    """The context to continue when one request brings several (HTTP headers, ``_meta`` or
-    A2A metadata, the calling process): the deepest, taken whole, so that a forged lower
-    depth never resets a chain; a tie goes to the first listed; the strictest ``max_depth``
-    applies. None when none is given."""
-    best: TraceContext | None = None
-    limit = 0
-    for ctx in contexts:
-        if ctx is None:
-            continue
-        if best is None:
-            best, limit = ctx, ctx.max_depth
-            continue
-        if ctx.depth > best.depth:
-            best = ctx
-        limit = min(limit, ctx.max_depth)
-    if best is None or best.max_depth == limit:
-        return best
-    return attrs.evolve(best, max_depth=limit)
 
 
 def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
@@ -393,9 +386,9 @@ _BIG = 10_000
 
 
 def _parse_depth(value: Any, field: str) -> int | None:
-    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or ""
-    (``-H "X-Roost-Trace-Depth: $VAR"`` with the variable unset). Anything else raises
-    InvalidTraceContext naming ``field``: read as "no depth", it would restart the count."""
+    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or "" (an
+    unset ``$VAR`` in a header); else InvalidTraceContext naming ``field``, never "no depth"
+    (which would restart the count)."""
     if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
         if 0 <= value <= MAX_DEPTH_VALUE:
             return int(value)

@@ -47,6 +47,13 @@ from roost.kernel._netguard import AddressPins, parse_ipv4_literal, pin_url
         ("fd12:3456::1", "private"),
         ("::ffff:10.1.2.3", "private"),
         ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
+        ("64:ff9b:1::7f00:1", "loopback"),  # local-use NAT64 (RFC 8215) of 127.0.0.1
+        ("64:ff9b:1::a9fe:a9fe", "metadata"),
+        # Each form wrapping 0.0.0.0 (an IPv4Address that is still taken as found):
+        ("::ffff:0.0.0.0", "unspecified"),
+        ("2002::", "unspecified"),
+        ("64:ff9b::", "unspecified"),
+        ("64:ff9b:1::", "unspecified"),
         ("224.0.0.1", "multicast"),
         ("239.255.255.250", "multicast"),
         ("ff02::1", "multicast"),
