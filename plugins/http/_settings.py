@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-from roost.kernel import ConfigError
+from roost.kernel import ConfigError, number_setting
 
 from ._auth import (
     LOCAL,
@@ -141,22 +141,14 @@ def _number(http_config: object, name: str) -> Any:
     if value is None:
         return default
     integer = isinstance(default, int)
-    try:
-        ok = (
-            not isinstance(value, bool)
-            and isinstance(value, int if integer else (int, float))
-            and (integer or math.isfinite(value))
-            and 0 < value <= high
-        )
-    except OverflowError:  # an integer too big for a float (math.isfinite)
-        ok = False
-    if not ok:
+    checked = number_setting(value, 0, high, integer=integer)
+    if checked is None:
         example = default if integer else f"{default:g}"
         raise ConfigError(
             f"http.{name} must be {what}, got {value!r}; "
             f"set e.g. {name} = {example} under [http] in roost.toml"
         )
-    return value if integer else float(value)
+    return checked
 
 
 def _host_entry(entry: str) -> str | None:

@@ -20,6 +20,7 @@ from roost.kernel import (
     ServiceDescriptor,
     header_table,
     hookimpl,
+    number_setting,
     unknown_key,
 )
 
@@ -78,10 +79,10 @@ def _number(
     raw: Mapping[str, Any], key: str, default: float, low: float, high: float, what: str
 ) -> float:
     value = raw.get(key, default)
-    # No math.isfinite: an integer too big for a float would raise OverflowError there.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    checked = number_setting(value, low, high, closed=True)
+    if checked is None:
         raise ConfigError(f"telemetry.{key}: expected {what}, got {value!r}")
-    return float(value)
+    return checked
 
 
 def missing_extra() -> str | None:

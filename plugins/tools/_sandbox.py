@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import glob as globlib
-import math
 import os
 import shutil
 import tempfile
@@ -22,7 +21,14 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext, ToolSpec
+from roost.kernel import (
+    ConfigError,
+    SandboxError,
+    ToolArgumentsInvalid,
+    ToolContext,
+    ToolSpec,
+    number_setting,
+)
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -311,16 +317,12 @@ def _number(section: Any, name: str, default: float) -> Any:
     if value is None:
         return default
     integer = isinstance(default, int)  # the field's default says which kind it is
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if not bad and not (integer and isinstance(value, int)):
-        try:
-            bad = not math.isfinite(value) or (integer and value != int(value))
-        except OverflowError:  # an integer too big for a float
-            bad = True
-    if bad or value <= 0:
+    whole = integer and isinstance(value, float) and value.is_integer()
+    checked = number_setting(int(value) if whole else value, integer=integer)
+    if checked is None:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"tools.{name}: expected {kind}, got {value!r}")
-    return int(value) if integer else float(value)
+    return checked
 
 
 @attrs.frozen
