@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from roost.kernel import (
     TraceContext,
     check_json_input,
     escape_lone_surrogates,
+    number_setting,
     roost_version,
 )
 from roost.kernel import json_type_name as _json_type
@@ -345,16 +345,11 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
             )
     timeout = body.get("timeout")
     if timeout is not None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or not 0 < timeout <= 3600
-        ):
+        timeout = number_setting(timeout, 0, 3600)
+        if timeout is None:
             raise InvalidRequest(
                 "timeout", "field 'timeout' must be a number of seconds between 0 and 3600"
             )
-        timeout = float(timeout)
     return message, session_id, timeout
 
 

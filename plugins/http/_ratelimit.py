@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Hashable
+
+from roost.kernel import number_setting
 
 DEFAULT_MAX_KEYS = 10_000
 _EPSILON = 1e-9  # seconds; absorbs floating-point noise at the boundary
@@ -16,12 +17,7 @@ class Gcra:
     keys are kept (the least recently seen evicted)."""
 
     def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
-        if (
-            isinstance(rate_per_s, bool)
-            or not isinstance(rate_per_s, (int, float))
-            or not math.isfinite(rate_per_s)
-            or rate_per_s <= 0
-        ):
+        if number_setting(rate_per_s) is None:
             raise ValueError(
                 f"rate_per_s must be a positive number of requests per second, got {rate_per_s!r}"
             )
