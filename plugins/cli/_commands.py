@@ -172,12 +172,8 @@ def format_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_width: int = 60
 ) -> str:
     """A plain, left-aligned text table; cells longer than ``max_width`` are cut with '…'."""
-
-    def cell(value: Any) -> str:
-        text = " ".join(str("" if value is None else value).split())
-        return text if len(text) <= max_width else text[: max_width - 1] + "…"
-
-    table = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    cells = [[_short("" if v is None else v, max_width) for v in row] for row in rows]
+    table = [list(headers), *cells]
     widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
     return "\n".join(lines)
@@ -653,6 +649,6 @@ def trace_tree(events: list[Any], trace_id: str) -> list[str]:
     return lines
 
 
-def _short(text: str, limit: int = 60) -> str:
+def _short(text: Any, limit: int = 60) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
