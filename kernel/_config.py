@@ -42,24 +42,22 @@ _SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credent
 # ---- value checks ----------------------------------------------------------------------
 
 
+@attrs.define
 class _Bad(Exception):
     """A value failed its check; the caller words the error. For a part of the value (a
     list item, a key's table), ``suffix`` names it (``[2]``), ``what`` says what it should
     be and ``value`` is the part."""
 
-    def __init__(self, suffix: str = "", what: str | None = None, value: Any = None) -> None:
-        super().__init__(suffix)
-        self.suffix = suffix
-        self.what = what
-        self.value = value
+    suffix: str = ""
+    what: str | None = None
+    value: Any = None
 
 
-class _NotShown:
-    """Stands for a value an error must not repeat (a secret put where it does not belong)."""
+_NOT_SHOWN = object()  # stands for a value an error must not repeat (a misplaced secret)
 
 
 def _got(value: Any) -> str:
-    if isinstance(value, _NotShown):
+    if value is _NOT_SHOWN:
         return "a value (not shown)"
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -202,7 +200,7 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
                     if field in ("key", "api_key", "secret", "token", "value")
                     else f"only {', '.join(_KEY_FIELDS)}"
                 )
-                raise _Bad(f".{name}.{field}", why, _NotShown())
+                raise _Bad(f".{name}.{field}", why, _NOT_SHOWN)
         sources = [f for f in ("key_env", "key_file") if f in entry]
         if len(sources) != 1:
             raise _Bad(f".{name}", _ONE_SOURCE, entry)
