@@ -22,6 +22,7 @@ from roost.kernel import (
     ToolCall,
     Usage,
     hookimpl,
+    number_setting,
 )
 
 from ._http import (
@@ -241,10 +242,8 @@ def request_tokens(request: CompletionRequest) -> int:
 
 def context_window_for(provider: str, parameters: dict[str, Any], configured: int | None) -> int:
     """``parameters.context_window`` (agent) → ``context_window`` (roost.toml) → vendor default."""
-    value = parameters.get("context_window")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
+    agent = number_setting(parameters.get("context_window"), integer=True)
+    return agent or configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
 
 
 def fit_context(
