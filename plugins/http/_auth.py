@@ -291,9 +291,7 @@ def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[st
     name = host_name(host)
     if name is None:
         return False
-    if "*" in trusted:
-        return True
-    if name in trusted:
+    if "*" in trusted or name in trusted:
         return True
     ip = ip_of(name) if local_addr is not None and "%" not in name else None
     return ip is not None and ip == ip_of(local_addr)  # type: ignore[arg-type]
