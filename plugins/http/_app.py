@@ -76,7 +76,7 @@ def create_app(
     bounds each ``/api/events`` subscriber's queue."""
     if settings is None:
         settings = HttpSettings.from_config(kernel.config.http, env)
-    if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
+    if number_setting(event_buffer, integer=True) is None:
         raise ValueError(f"event_buffer must be a positive integer, got {event_buffer!r}")
     app = _QuartApp("roost.http")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -507,7 +507,7 @@ def _add_plugin_route(
     if render_error is not None and not callable(render_error):
         return f"route {route.path} render_error is not callable"
     cap = route.max_body_bytes
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    if cap is not None and number_setting(cap, integer=True) is None:
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes

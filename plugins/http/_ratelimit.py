@@ -21,9 +21,9 @@ class Gcra:
             raise ValueError(
                 f"rate_per_s must be a positive number of requests per second, got {rate_per_s!r}"
             )
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        if number_setting(burst, integer=True) is None:
             raise ValueError(f"burst must be an integer of at least 1, got {burst!r}")
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+        if number_setting(max_keys, integer=True) is None:
             raise ValueError(f"max_keys must be an integer of at least 1, got {max_keys!r}")
         self.rate_per_s = float(rate_per_s)
         self.burst = burst

@@ -25,6 +25,7 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     UrlRefused,
+    number_setting,
 )
 from roost.plugins.http.client import PinnedTransport
 
@@ -193,7 +194,7 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         if not isinstance(url, str) or not url.strip():
             return ToolResult.error("arguments.url: expected an absolute http:// or https:// URL")
         max_chars = call.arguments.get("max_chars", ctx.max_output_chars)
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 100:
+        if number_setting(max_chars, 100, integer=True, closed=True) is None:
             return ToolResult.error(
                 f"arguments.max_chars: expected an integer of at least 100, got {max_chars!r}"
             )
