@@ -106,8 +106,7 @@ def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:
 
 
 def _open_in_workspace(raw: str, root: Path) -> int:
-    """Open ``raw`` for reading beneath the workspace without following any symbolic link,
-    so nothing swapped in meanwhile can lead outside it (non-blocking: a FIFO never waits)."""
+    """Open ``raw`` beneath the workspace, no symlink followed, non-blocking (FIFO: no wait)."""
     if "\0" in raw:
         raise ToolArgumentsInvalid("arguments.path: contains a NUL character; give a file path")
     path = Path(os.path.normpath(raw))

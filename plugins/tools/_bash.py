@@ -60,8 +60,7 @@ _warned = False
 
 @functools.cache
 def _probe(netns: bool) -> str:
-    """Why bash gets no PID namespace (with ``netns``: and network namespace) here, "" if it
-    does: probed once each by running the supervisor for real."""
+    """Why bash gets no PID (``netns``: and net) namespace here, or "": one real run each."""
     if not sys.platform.startswith("linux"):
         return f"not supported on {sys.platform}"
     if not netns and not _probe(True):
@@ -176,9 +175,7 @@ def command_argv(
     bind: tuple[int, ...] = (),
     limits: AgentLimits | None = None,
 ) -> list[str]:
-    """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
-    isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
-    command leaves."""
+    """The argv running ``command`` in bash under the ``_sandbox_exec`` supervisor."""
     # The system's bash (os.defpath: /bin:/usr/bin) before the first on roost's PATH, where
     # a directory an agent can write would put its own bash under every agent's commands.
     bash = shutil.which("bash", path=os.defpath) or shutil.which("bash") or "/bin/bash"
@@ -240,7 +237,6 @@ async def _stop(process: trio.Process) -> None:
             process.send_signal(signal.SIGTERM)
         with trio.move_on_after(_STOP_GRACE_S):
             await process.wait()
-    # Anything left in the group (normally nothing) is killed outright.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with trio.move_on_after(_REAP_GRACE_S):
@@ -268,12 +264,10 @@ async def run_command(
     max_chars: int,
     track: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict:
-    """Run ``argv`` in a new process group; return exit code, output and flags.
+    """Run ``argv`` in a new process group, killed on exit, timeout or cancellation.
 
-    The group is killed when the process exits, times out, or this call is cancelled.
     ``track(pid)`` registers the process (``ProcessTraces.register``); what it returns is
-    called once everything the process started is gone.
-    """
+    called once everything the process started is gone."""
     # Bytes kept per stream: enough for ``max_chars`` characters of UTF-8.
     stdout, stderr = _Capture(max_chars * 4), _Capture(max_chars * 4)
     timed_out = False

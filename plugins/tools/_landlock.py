@@ -72,9 +72,8 @@ def fs_access_for_abi(abi: int) -> int:
 
 
 class LandlockStatus(collections.namedtuple("LandlockStatus", "available abi reason")):
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a
-    dataclass: the supervisor imports this module for every bash call, and ``dataclasses``
-    alone costs it several milliseconds; ``collections`` it has loaded already.)"""
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a dataclass:
+    importing ``dataclasses`` would slow every bash call; ``collections`` is loaded already.)"""
 
     __slots__ = ()
 
@@ -187,11 +186,9 @@ def _beneath(path: str, root: str) -> bool:
 
 
 def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
-    """``root`` as a list of paths that together cover it except the ``deny`` paths
-    strictly inside it: a root that contains one is replaced by its entries (recursively
-    around the denied one). Symbolic links among those entries are left out; what they
-    point to is covered by its own root, if any. A deny path equal to or above ``root``
-    does not cut it: naming a root grants it."""
+    """Paths covering ``root`` but the ``deny`` paths strictly inside it: a root holding one
+    becomes its entries, recursively, symlinks left out (their targets have their own root,
+    if any). A deny path at or above ``root`` does not cut it: naming a root grants it."""
     inside = [d for d in deny if d != root and _beneath(d, root)]
     if not inside:
         return [root]

@@ -68,9 +68,9 @@ def data_home(ctx: ToolContext) -> Path | None:
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
-    """Where bash's ``$TMPDIR`` is (created 0700): ``<data dir>/tmp/<agent>``; outside a
-    kernel, ``<agent>`` under one private directory per process. Each command gets a
-    private tmpfs mounted there where namespaces work, else this directory itself."""
+    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``, outside a kernel one per process.
+
+    Each command gets a private tmpfs mounted there where namespaces work."""
     global _fallback_temp
     home = data_home(ctx)
     if home is not None:
@@ -100,8 +100,7 @@ def thread_limiter(agent: str) -> trio.CapacityLimiter:
 
 
 async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
-    """``fn()`` in a worker thread under the agent's limiter; on cancellation (a timeout,
-    shutdown) the thread is abandoned rather than waited for."""
+    """``fn()`` in a worker thread under the agent's limiter, abandoned when cancelled."""
     return await trio.to_thread.run_sync(
         fn, limiter=thread_limiter(ctx.agent), abandon_on_cancel=True
     )
@@ -198,8 +197,7 @@ class FileAccess:
     deny: tuple[tuple[Path, str], ...] = ()  # (path, what it is)
 
     def locate(self, raw: str, *, write: bool = False) -> Located:
-        """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
-        raises ``SandboxError`` naming the path and the manifest field that would allow it."""
+        """Where ``raw`` lies; ``SandboxError`` names the manifest field that would allow it."""
         verb = "write" if write else "read"
         if write and self.mode == "read-only":
             raise SandboxError(

@@ -139,12 +139,10 @@ async def fetch(
     client: httpx.AsyncClient,
     max_bytes: int,
 ) -> tuple[str, httpx.Response, bytes, bool]:
-    """GET ``url`` following up to ``MAX_REDIRECTS`` checked redirects, with ``client``
-    connecting only to the addresses ``pins`` approved (its ``PinnedTransport``).
+    """GET ``url`` through up to ``MAX_REDIRECTS`` checked redirects, only to pinned addresses.
 
-    Returns the final URL, the response, up to ``max_bytes`` of body and whether the body
-    was cut. Raises ``UrlRefused`` when a hop is refused.
-    """
+    Returns final URL, response, up to ``max_bytes`` of body, whether it was cut; a refused
+    hop raises ``UrlRefused``."""
     current = url
     for _hop in range(MAX_REDIRECTS + 1):
         await pins.addresses(current)  # refused here, naming why, before any request
