@@ -176,8 +176,7 @@ def check_settings(
 def check_config_providers(
     config: Any, *providers: str, known: tuple[str, ...] = KNOWN_SETTINGS
 ) -> None:
-    """``roost_check_config`` for a provider plugin: check the ``[providers.<name>]``
-    tables of ``providers`` in ``config`` (those present)."""
+    """``roost_check_config`` for a provider plugin: check its ``[providers.<name>]`` tables."""
     tables = getattr(config, "providers", None)
     if not isinstance(tables, Mapping):
         return
@@ -251,12 +250,10 @@ class HttpClient:
     async def stream_events(
         self, url: str, body: Mapping[str, Any], stream_format: str
     ) -> AsyncIterator[Any]:
-        """POST ``body`` and yield the response's events as they arrive: SSE events
-        (``httpx_sse.ServerSentEvent``) or, for ``ndjson``, the decoded JSON of each line.
+        """POST ``body``, yield SSE events (``ServerSentEvent``) or each NDJSON line decoded.
 
         Retries happen only before the first byte; a connection lost afterwards raises
-        ``StreamInterrupted``. Cancelling the caller closes the connection.
-        """
+        ``StreamInterrupted``. Cancelling the caller closes the connection."""
         provider = self.settings.provider
         async with self._client() as client:
             response, _ = await self._send(client, url, body, stream=True)
