@@ -48,9 +48,8 @@ _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
-# The probe's command: the interpreter roost runs on (never a program looked up on PATH,
-# which the probe, without Landlock, would run unconfined), checking it is alone with its
-# init in the new /proc.
+# The probe runs roost's own interpreter, never a program from PATH (it runs without
+# Landlock), to check it is alone with its init in the new /proc.
 _PROBE_COMMAND = (
     "import os, sys; pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()); "
     "sys.exit(0 if pids == [1, os.getpid()] else 'the new /proc shows other processes')"
@@ -264,10 +263,8 @@ async def run_command(
     max_chars: int,
     track: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict:
-    """Run ``argv`` in a new process group, killed on exit, timeout or cancellation.
-
-    ``track(pid)`` registers the process (``ProcessTraces.register``); what it returns is
-    called once everything the process started is gone."""
+    """Run ``argv`` in a new process group, killed on exit, timeout or cancellation; ``track(pid)``
+    registers it, and what that returns is called once all the process started is gone."""
     # Bytes kept per stream: enough for ``max_chars`` characters of UTF-8.
     stdout, stderr = _Capture(max_chars * 4), _Capture(max_chars * 4)
     timed_out = False
@@ -291,8 +288,7 @@ async def run_command(
                 await process.wait()
             timed_out = deadline.cancelled_caught
             await _stop(process)
-            # The pipes close once every process of the group is gone; one that escaped
-            # with setsid() could hold them open, so the drains get a deadline too.
+            # One escaped by setsid() could hold the pipes open, so the drains have a deadline.
             nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_GRACE_S
         drained = not nursery.cancel_scope.cancelled_caught
     finally:

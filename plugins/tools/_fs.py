@@ -173,8 +173,6 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
     return await agent_thread(ctx, guarded)
 
 
-# ---- read ----------------------------------------------------------------------------
-
 READ_SPEC = tool_spec(
     name="read",
     title="Read a file",
@@ -267,8 +265,6 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- write ---------------------------------------------------------------------------
-
 WRITE_SPEC = tool_spec(
     name="write",
     title="Write a file",
@@ -341,8 +337,6 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
     return await _in_thread(ctx, work)
 
-
-# ---- edit ----------------------------------------------------------------------------
 
 EDIT_SPEC = tool_spec(
     name="edit",
@@ -454,8 +448,6 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- list ----------------------------------------------------------------------------
-
 LIST_SPEC = tool_spec(
     name="list",
     title="List a directory",
@@ -529,8 +521,6 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- glob ----------------------------------------------------------------------------
-
 GLOB_SPEC = tool_spec(
     name="glob",
     title="Find files by pattern",
@@ -601,8 +591,6 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
     return await _in_thread(ctx, work)
 
-
-# ---- grep ----------------------------------------------------------------------------
 
 GREP_SPEC = tool_spec(
     name="grep",
@@ -684,8 +672,8 @@ def _read_capped(fd: int, size: int) -> bytes | None:
 def _grep_files(
     fd: int, name: str, skip_below: frozenset[str], deadline: float
 ) -> Iterator[tuple[str, bytes | None]]:
-    """``(relative path, content)`` of each regular file to search from ``fd`` (a file or
-    a directory); content is None for a file over the size cap. Stops at the deadline."""
+    """``(relative path, content)`` per regular file at or below ``fd``, None over the cap;
+    stops at the deadline."""
     info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
         yield name, _read_capped(fd, info.st_size)

@@ -289,8 +289,7 @@ def restrict_self(rules: object) -> None:
                     allow(path, handled_fs)
 
         def allow_port(access: int, port: int, what: str) -> None:
-            # ctypes would wrap 2**64 + 80 to 80, a port never asked for: what the kernel
-            # refuses (a port past 65535) is refused before it can wrap
+            # ctypes would wrap 2**64 + 80 to 80, a port never asked for: refuse past 65535 first
             if not 0 <= port <= 0xFFFF:
                 raise LandlockError(errno.EINVAL, f"landlock_add_rule({what}): not a TCP port")
             add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(access, port), what)

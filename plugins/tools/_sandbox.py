@@ -41,12 +41,10 @@ SYSTEM_DENY = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
     "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/ssh/ssh_host_*_key",
 )  # fmt: skip
-# The names a manifest's grants go under, for error messages.
 READ_GRANT = "files.read"
 WRITE_GRANT = "files.write"
 
-# Worker threads one agent's file tools may hold at once: a thread stuck in the OS keeps
-# its slot until it returns, so it can only ever starve its own agent.
+# Threads one agent's file tools may hold: one stuck in the OS starves only its own agent.
 FILE_THREADS_PER_AGENT = 4
 
 _fallback_temp: Path | None = None
@@ -68,9 +66,8 @@ def data_home(ctx: ToolContext) -> Path | None:
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
-    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``, outside a kernel one per process.
-
-    Each command gets a private tmpfs mounted there where namespaces work."""
+    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``, outside a kernel one per process;
+    each command gets a private tmpfs mounted there where namespaces work."""
     global _fallback_temp
     home = data_home(ctx)
     if home is not None:

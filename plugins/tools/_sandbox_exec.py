@@ -49,8 +49,7 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 OOM_SCORE_ADJ = 1000
-# After the PIDs up to pid_max are used once, the kernel hands out PIDs from 300 up only:
-# pid_max = N + 300 leaves room for N processes at any time.
+# Once PIDs wrap, the kernel reuses them from 300 up: pid_max = N + 300 leaves room for N.
 RESERVED_PIDS = 300
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -73,8 +72,7 @@ def _kernel_at_least(major: int, minor: int) -> bool:
         return False
 
 
-# Linux 6.14 made /proc/sys/kernel/pid_max per PID namespace; before, writing it from a
-# namespace (as root) would change the host's.
+# Linux 6.14 made pid_max per PID namespace; before, root in a namespace set the host's.
 PER_NAMESPACE_PID_MAX = _kernel_at_least(6, 14)
 
 
@@ -362,9 +360,8 @@ def exec_confined(opts: Options, original_mask: set) -> None:
 
 
 def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
-    """PID 1 of the new namespaces: private /proc, tmp and PID cap, then the command.
-
-    Returning ends the namespace: the kernel kills whatever is left in it."""
+    """PID 1 of the new namespaces: private /proc, tmp and PID cap, then the command; returning
+    ends the namespace (the kernel kills whatever is left in it)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # If the supervisor died before prctl, nobody would tell us: its end of the pipe is shut.
     if select.select([outer_alive], [], [], 0)[0]:
@@ -397,9 +394,8 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
 
 
 def wait_for(child: int, parent: int | None) -> tuple[str, int, int | None]:
-    """Wait for the command (or its namespace's init), ``child``: ``("exited", 0, status)``
-    when it exits, ``("stop", signum, None)`` on a stop signal, or ``("orphaned", SIGKILL,
-    None)`` when the parent is gone."""
+    """Wait for ``child`` (the command or its init): ``("exited", 0, status)``, ``("stop",
+    signum, None)`` on a stop signal, or ``("orphaned", SIGKILL, None)`` if the parent died."""
     while True:
         info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
         statuses: dict[int, int] = {}

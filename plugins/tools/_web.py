@@ -139,10 +139,8 @@ async def fetch(
     client: httpx.AsyncClient,
     max_bytes: int,
 ) -> tuple[str, httpx.Response, bytes, bool]:
-    """GET ``url`` through up to ``MAX_REDIRECTS`` checked redirects, only to pinned addresses.
-
-    Returns final URL, response, up to ``max_bytes`` of body, whether it was cut; a refused
-    hop raises ``UrlRefused``."""
+    """GET ``url`` (up to ``MAX_REDIRECTS`` checked redirects) at pinned addresses only: final
+    URL, response, up to ``max_bytes`` of body, whether it was cut; ``UrlRefused`` for a hop."""
     current = url
     for _hop in range(MAX_REDIRECTS + 1):
         await pins.addresses(current)  # refused here, naming why, before any request
