@@ -153,8 +153,7 @@ def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
 
 
 def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
-    """``expect_mapping``, and a ``ProviderResponseError`` if the object is the vendor's
-    ``error`` answer (the OpenAI, Gemini and Ollama shape)."""
+    """``expect_mapping``, refusing a vendor's ``error`` answer (OpenAI, Gemini, Ollama shape)."""
     data = expect_mapping(value, what, provider)
     err = data.get("error")
     if err:
@@ -372,10 +371,8 @@ class Vendor:
     def create(
         self, model: Any, settings: Mapping[str, Any] | None = None, *, env: Any = None
     ) -> HttpProvider:
-        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``.
-
-        The key (from the environment) is required only with the vendor's own base URL: a
-        local compatible server may run without one."""
+        """The provider for ``model`` and ``[providers.<name>]``; the key (from the environment)
+        is required only with the vendor's own base URL (a local server may run without)."""
         if isinstance(model, Mapping):
             name, parameters = model.get("name"), model.get("parameters")
         else:
