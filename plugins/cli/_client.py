@@ -122,8 +122,7 @@ class DaemonClient:
 
     @asynccontextmanager
     async def events(self, kinds: Sequence[str] = ()) -> AsyncIterator[Any]:
-        """Open ``/api/events`` (optionally filtered by kinds); yields a trio-websocket
-        connection."""
+        """A trio-websocket connection to ``/api/events`` (optionally filtered by kinds)."""
         from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
         query = "?" + urlencode({"kinds": ",".join(kinds)}) if kinds else ""

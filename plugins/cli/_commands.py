@@ -274,8 +274,7 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: through the running daemon, else in-process; exit code
-    1 if the agent answered with an error."""
+    """``roost send AGENT MESSAGE``: via the daemon, else in-process; 1 if it answered an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -300,8 +299,7 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: print the daemon's events, one line each, until ``count`` or ``stop``
-    (default: SIGINT or SIGTERM)."""
+    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (a signal)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -378,9 +376,8 @@ async def run_command(
     own_process: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or
-    ``stop``); the base URL goes to ``task_status``. ``own_process``: this process is the
-    daemon's alone, so ``_boot`` may tune it."""
+    """``roost run``: serve the HTTP API until SIGINT/SIGTERM (or ``stop``); the base URL goes
+    to ``task_status``. ``own_process``: the process is the daemon's alone, ``_boot`` tunes it."""
     from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
@@ -422,10 +419,9 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """Enter the kernel context ``opening`` on ``stack``; the kernel. In a process of its
-    own, the open-file limit is raised, and the cyclic GC is off during boot (what thousands
-    of agents allocate lives as long as the kernel), its result then frozen (``gc.freeze``)
-    so collections under load walk only what requests allocate."""
+    """The kernel ``opening`` enters on ``stack``. In its own process: the open-file limit up,
+    no cyclic GC during boot (what agents allocate lives as long as the kernel), then
+    ``gc.freeze`` so collections under load walk only what requests allocate."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit
@@ -522,8 +518,7 @@ def _sandbox_line() -> str | None:
 
 
 def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
-    """``roost validate FILE...``: OK per valid manifest, each error otherwise, then the
-    warnings (exit 0 all the same); 1 if any error."""
+    """``roost validate FILE...``: OK or each error per manifest, then warnings; 1 on an error."""
     from roost.kernel import validate_files
 
     warnings: list[str] = []

@@ -72,8 +72,7 @@ def create_app(
     env: Mapping[str, str] | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
 ) -> QuartTrio:
-    """The daemon's quart-trio app for ``kernel`` (plugin routes included); ``event_buffer``
-    bounds each ``/api/events`` subscriber's queue."""
+    """The daemon's app for ``kernel``; ``event_buffer`` bounds each events subscriber's queue."""
     if settings is None:
         settings = HttpSettings.from_config(kernel.config.http, env)
     if number_setting(event_buffer, integer=True) is None:
@@ -124,8 +123,7 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the HTTP route for ``path`` (trailing slashes ignored),
-    or None; cached (bounded)."""
+    """``(endpoint, view args)`` of the route for ``path`` (no trailing slash), or None; cached."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)
@@ -156,8 +154,7 @@ def _current():
 
 
 def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
-    """A ``Refusal`` as a quart response, in the shape of the route of ``req`` (default:
-    the current request)."""
+    """A ``Refusal`` as a quart response, shaped by ``req``'s route (default: this request)."""
     if req is None:
         req = _current()
     renderer = daemon_state(app).error_shapes.for_request(req.endpoint, req.method, req.path)
@@ -455,8 +452,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             async with trio.open_nursery() as nursery:
 
                 async def discard_inbound() -> None:
-                    # Keep reading so a chatty client cannot fill Quart's inbound queue and
-                    # hide its own disconnect from us.
+                    # Keep reading: a chatty client could fill Quart's queue, hiding its close.
                     while True:
                         await websocket.receive()
 

@@ -188,8 +188,7 @@ def loopback_for(host: str) -> str:
 
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
-    """``http.public_url``, else the bound address; None for a wildcard bind without one
-    (each connection then uses the address it reached)."""
+    """``http.public_url``, else the bound address; None for a wildcard bind (per connection)."""
     if public_url:
         return public_url
     return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
@@ -227,8 +226,8 @@ def jsonrpc_error_code(status: int, code: str) -> int:
 
 
 def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
-    """``(body, content type)`` of ``refusal``: by the route's ``render_error``, else (or
-    should the renderer fail) roost's ``{"error": {...}}`` JSON."""
+    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's
+    ``{"error": {...}}`` JSON."""
     if renderer is not None:
         error = refusal.error
         try:
@@ -250,10 +249,9 @@ def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[by
 
 
 class ErrorShapes:
-    """Which ``render_error`` shapes an error answer: the matched route's; for a request no
-    route matches (404, 405), that of the route sharing the most leading path segments with
-    its path (a ``<var>`` segment matches any one; at least one literal segment must match).
-    Among equals a route that allows the request's method wins, then the first registered."""
+    """The ``render_error`` of the matched route, else (404, 405) of the route sharing most
+    leading segments (``<var>`` matches any; at least one literal must), then one allowing
+    the method, then the first registered."""
 
     def __init__(self) -> None:
         self.by_endpoint: dict[str, ErrorRenderer] = {}
@@ -305,9 +303,8 @@ def refusal_for(exc: RoostError, path: str) -> Refusal:
 
 @attrs.define
 class DaemonState:
-    """What the daemon's handlers share, and the checks in front of every route (Host,
-    Origin, bearer auth, rate limit, declared size); ``closing`` is set when graceful
-    shutdown begins."""
+    """What the handlers share, and the checks in front of every route (Host, Origin, auth,
+    rate limit, declared size); ``closing`` is set when graceful shutdown begins."""
 
     kernel: KernelAPI
     settings: HttpSettings
@@ -351,10 +348,9 @@ class DaemonState:
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
     ) -> tuple[Refusal | None, Principal | None]:
-        """``(refusal or None, who the request comes from)``: the principal of its key (a
-        websocket may pass it as ``query_token``), ``local`` when no key is configured, None
-        on a public route called without a valid key. ``local_addr`` is the address the
-        connection reached (its ``getsockname()`` host)."""
+        """``(refusal or None, principal)``: its key's (a websocket may pass ``query_token``),
+        ``local`` with no key configured, None on a public route without a valid key.
+        ``local_addr``: the host the connection reached (``getsockname()``)."""
         settings = self.settings
         refused = self.check_host(headers.get("Host"), local_addr)
         if refused is not None:
@@ -454,13 +450,10 @@ def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str
 async def caller_headers(
     kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
 ) -> list[tuple[str, str]] | None:
-    """The request's headers with the trace headers of the run holding the connection
-    (``peer`` → ``local``), or None to keep them (a malformed one is the entry's to refuse).
-
-    A process an agent's ``bash`` started may call the daemon without trace headers (or with
-    a shallower context): for a POST while such processes run, the kernel finds the run
-    holding the connection's client end (``ProcessTraces.caller_of``), so every entry
-    continues the run's chain and the depth breaker trips however the caller calls."""
+    """The headers with the trace headers of the run holding the connection (``peer`` →
+    ``local``), or None to keep them (a malformed one is the entry's to refuse): a process
+    ``bash`` started may omit them, so for a POST the kernel finds its run
+    (``ProcessTraces.caller_of``) and the depth breaker trips however the caller calls."""
     processes = kernel.process_traces
     if method != "POST" or not processes:
         return None

@@ -29,10 +29,9 @@ DEFAULT_KEEP_ALIVE_S = 5.0
 
 @attrs.frozen
 class HttpSettings:
-    """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
-
-    ``keys``: ``(sha256 of a key, its principal)`` for every key accepted (by default just
-    ``api_key``, as ``default``); none means no auth, every caller being ``local``."""
+    """What the HTTP layer enforces; ``api_key`` is out of ``repr`` so it is never logged.
+    ``keys``: ``(sha256, principal)`` per key accepted (default: ``api_key`` as ``default``);
+    none means no auth, every caller being ``local``."""
 
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_source: str = "off"
@@ -50,7 +49,6 @@ class HttpSettings:
     # A connection with no request under way (its first head included) closes after this.
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
-        # by default the api_key alone, as "default"
         default=attrs.Factory(lambda s: resolve_keys(None, {}, s.api_key), takes_self=True),
         repr=False,
     )

@@ -98,8 +98,7 @@ def missing_extra() -> str | None:
 
 
 def check(config: Any) -> TelemetrySettings:
-    """``[telemetry]`` of ``config``, checked; enabled without the extra installed is a
-    ConfigError naming the install command."""
+    """Check ``[telemetry]``; enabled without the extra, a ConfigError names the install."""
     settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
     if settings.enabled:
         module = missing_extra()

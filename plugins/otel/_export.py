@@ -89,14 +89,12 @@ class SpanExport:
                     await self._export(records, trio.current_time() + self.settings.timeout_s)
             finally:
                 deadline = trio.current_time() + self.settings.timeout_s
-                # Every wait in the flush is bounded by ``deadline`` itself; the scope's own,
-                # later deadline is only a backstop (Trio delivers a cancellation to the
-                # outermost cancelled scope, which would skip the flush's accounting).
+                # The flush bounds its waits by ``deadline``; the scope's later one is a backstop
+                # (Trio cancels the outermost scope, which would skip the flush's accounting).
                 with trio.CancelScope(shield=True, deadline=deadline + 1.0):
                     await self._flush(events, deadline)
-                # Not in a thread: it only sets flags and closes idle connections (an export
-                # still running is left to end by itself), and it must run even when the
-                # flush used all of the time.
+                # Not in a thread: it only sets flags and closes idle connections, and must run
+                # even when the flush used all of the time (a running export ends by itself).
                 self.exporter.shutdown()
 
     def _take(self, event: Any, records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
