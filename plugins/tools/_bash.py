@@ -183,8 +183,7 @@ def command_argv(
     limits = limits or AgentLimits()
     if namespaces_status()[0]:
         argv.append("--pidns")
-        # Without a granted port, bash needs no network: a namespace of its own reaches
-        # nothing on the host, by any protocol.
+        # With no granted port bash needs no network: its own namespace reaches nothing here.
         if confined and not connect and not bind and network_namespace_status()[0]:
             argv.append("--netns")
         argv += ["--tmp", str(access.temp), str(limits.bash_tmp_mb)]

@@ -645,7 +645,6 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
-    """A test of a file's path relative to the search root."""
     if pattern is None:
         return lambda _rel: True
     regex = glob_to_regex(pattern)
@@ -672,8 +671,7 @@ def _read_capped(fd: int, size: int) -> bytes | None:
 def _grep_files(
     fd: int, name: str, skip_below: frozenset[str], deadline: float
 ) -> Iterator[tuple[str, bytes | None]]:
-    """``(relative path, content)`` per regular file at or below ``fd``, None over the cap;
-    stops at the deadline."""
+    """``(rel path, content)`` per regular file under ``fd``, None over the cap, to the deadline."""
     info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
         yield name, _read_capped(fd, info.st_size)

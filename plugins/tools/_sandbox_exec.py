@@ -1,15 +1,14 @@
 """The process that runs a bash command for the ``bash`` tool: isolate, confine, run, reap.
 
 Its arguments are ``main``'s usage text plus ``--nofile N``. It dies with its ``--parent``
-(``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts a check; the
-parent is also polled), is a child subreaper with ``oom_score_adj`` 1000, and with
-``--pidns`` runs the command under an init of new PID and mount namespaces (a user namespace
-when not root) with its own ``/proc``, ``--netns``, ``--tmp`` and a ``pid_max`` cap; without
-them it kills and reaps whatever the command left. The command gets no capabilities,
-Landlock, rlimits, the socket filter and default signals, or exits 126 rather than run less
-confined. On SIGTERM/SIGINT/SIGHUP or when the parent is gone it kills the whole tree and
-exits 128 + the signal. Standard library only, run with ``-I -S`` to start fast. README.md,
-"Built-in tools and the sandbox", says what each part enforces.
+(``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts a check; the parent
+is also polled), is a child subreaper with ``oom_score_adj`` 1000, and with ``--pidns`` runs the
+command under an init of new PID and mount namespaces (a user namespace when not root) with its own
+``/proc``, ``--netns``, ``--tmp`` and a ``pid_max`` cap; without them it kills and reaps whatever
+the command left. The command gets no capabilities, Landlock, rlimits, the socket filter and
+default signals, or exits 126 rather than run less confined. On SIGTERM/SIGINT/SIGHUP or when the
+parent is gone it kills the whole tree and exits 128 + the signal. Standard library only, run with
+``-I -S`` to start fast. README.md, "Built-in tools and the sandbox", says what each part enforces.
 """
 
 from __future__ import annotations

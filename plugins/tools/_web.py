@@ -1,11 +1,10 @@
 """The ``web_fetch`` tool: GET a URL through the SSRF guard; results are untrusted.
 
-Every hop (the first URL and each redirect) is checked by ``check_url`` after DNS
-resolution, and the connection goes to the checked address itself (the URL's host stays
-in the ``Host`` header and TLS SNI, so certificates are still verified against the name):
-a second DNS answer cannot swap in a forbidden address. Environment proxies are ignored
-for the same reason. The body is read as a stream and cut at a byte cap; HTML is turned
-into readable text.
+Every hop (the first URL and each redirect) is checked by ``check_url`` after DNS resolution, and
+the connection goes to the checked address itself (the URL's host stays in the ``Host`` header and
+TLS SNI, so certificates are still verified against the name): a second DNS answer cannot swap in a
+forbidden address. Environment proxies are ignored for the same reason. The body is read as a
+stream and cut at a byte cap; HTML is turned into readable text.
 """
 
 from __future__ import annotations
