@@ -195,8 +195,7 @@ def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) 
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
-    """A request's base URL: ``public_url``, else the address the connection reached
-    (``local``); never the ``Host`` header, which the client chooses."""
+    """Base URL: ``public_url``, else ``local`` (the address reached); never the client-set Host."""
     if public_url:
         return public_url
     if local and len(local) >= 2:
@@ -404,8 +403,7 @@ class DaemonState:
         return None, principal
 
     def check_host(self, host: str | None, local_addr: str | None) -> Refusal | None:
-        """The DNS-rebinding guard (``host_allowed``): None to serve a request naming
-        ``host``, else 400 for a malformed value or 421 for a name this daemon does not serve."""
+        """The DNS-rebinding guard (``host_allowed``): None to serve ``host``, else 400 or 421."""
         if host_allowed(host, local_addr, self.trusted_hosts):
             return None
         shown = host[:100]  # type: ignore[index]

@@ -105,8 +105,7 @@ class _AcceptErrors(logging.Filter):
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
         self.settings = settings
-        # The soft open-file limit, read now: out of descriptors, an import could not open its
-        # file. None: unlimited, or not readable here.
+        # The soft open-file limit, read now (out of descriptors, an import fails); None: unknown.
         self.limit: int | None = None
         with contextlib.suppress(ImportError, OSError, ValueError):
             import resource

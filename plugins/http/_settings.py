@@ -62,8 +62,7 @@ class HttpSettings:
         return frozenset(names - {""})
 
     def principal_for(self, token: str | None) -> Principal | None:
-        """The principal whose key ``token`` is (constant time over all keys); ``local``
-        when no key is configured; None when the token matches no key."""
+        """``token``'s principal (constant time over all keys), ``local`` without keys, or None."""
         if not self.keys:
             return LOCAL
         if token is None:
