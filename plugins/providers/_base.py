@@ -242,9 +242,8 @@ def context_window_for(provider: str, parameters: dict[str, Any], configured: in
 def fit_context(
     request: CompletionRequest, *, context_window: int, reserve_output: int = 0
 ) -> CompletionRequest:
-    """``request`` with its oldest tool outputs shortened (head kept, a marker) until it fits
-    ``context_window * 0.9 - reserve_output`` estimated tokens, or as near as it gets: the
-    vendor then says the context is too long, which is the honest answer."""
+    """``request``, oldest tool outputs shortened (head kept, marked) to fit ``context_window * 0.9
+    - reserve_output`` estimated tokens, or as near as it gets (the vendor then says: too long)."""
     budget = int(context_window * SAFETY_MARGIN) - max(0, reserve_output)
     over = request_tokens(request) - budget
     if over <= 0:

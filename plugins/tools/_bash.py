@@ -48,8 +48,7 @@ _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
-# The probe runs roost's own interpreter, never a program from PATH (it runs without
-# Landlock), to check it is alone with its init in the new /proc.
+# The probe runs roost's interpreter, no program from PATH (it runs without Landlock).
 _PROBE_COMMAND = (
     "import os, sys; pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()); "
     "sys.exit(0 if pids == [1, os.getpid()] else 'the new /proc shows other processes')"

@@ -168,8 +168,7 @@ def walk(
     max_depth: int | None = None,
 ) -> Iterator[tuple[str, int, list[os.DirEntry]]]:
     """Depth-first ``(rel_dir, dir_fd, entries)`` below ``top_fd`` (readable, not ``O_PATH``),
-    no symlink followed, one fd open per level; not entered: ``skip`` names, ``denied`` paths,
-    directories whose entries would lie deeper than ``max_depth``."""
+    one fd per level, no symlink followed; not entered: ``skip``, ``denied``, past ``max_depth``."""
     stack: list[tuple[str, int, Iterator[str]]] = []
     try:
         fd = os.dup(top_fd)

@@ -244,8 +244,7 @@ class FileAccess:
         )
 
     def bash_path(self, path: str) -> str:
-        """``PATH`` without the directories bash may not read (a command found there would
-        fail with EACCES instead of being looked up further along)."""
+        """``PATH`` minus dirs bash may not read: one there fails (EACCES) before later matches."""
         if self.mode == "rwx":
             return path
         roots = [_real(p) for p in SYSTEM_READ_ROOTS]
