@@ -189,9 +189,8 @@ TOKEN_KIND = "AGENT:TOKEN"
 
 
 class TokenRuns:
-    """Coalesces streamed ``AGENT:TOKEN`` events into one line per run (one agent's answer:
-    same source and span), printed when another event of that agent or span arrives, when
-    over ``max_runs`` are open (oldest first), or at ``flush()``; ``width`` characters kept."""
+    """Coalesces ``AGENT:TOKEN`` events into a ``width``-char line per run (same source and span),
+    printed on another event of it, past ``max_runs`` open (oldest first), or at ``flush()``."""
 
     def __init__(self, *, width: int = 160, max_runs: int = 64) -> None:
         self.width = width

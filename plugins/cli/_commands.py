@@ -403,8 +403,7 @@ async def run_command(
             except OSError as exc:  # caught here so it is not wrapped in an ExceptionGroup
                 bind_error = exc
             else:
-                # The URL this host's clients use: a wildcard address would name a Host
-                # the daemon refuses (DNS-rebinding guard).
+                # Local clients' URL: a wildcard address names a Host the daemon refuses.
                 url = settings.public_url or base_url(loopback_for(bound_host), bound_port)
                 banner(out, kernel, url, settings, host=bound_host)
                 task_status.started(url)
@@ -419,9 +418,8 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """The kernel ``opening`` enters on ``stack``. In its own process: the open-file limit up,
-    no cyclic GC during boot (what agents allocate lives as long as the kernel), then
-    ``gc.freeze`` so collections under load walk only what requests allocate."""
+    """The kernel ``opening`` enters on ``stack``. Own process: file limit up, no GC in boot (what
+    boots lives with the kernel), then ``gc.freeze``, so collections walk only requests' objects."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit
@@ -544,8 +542,7 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-# ---- roost demo: agents collaborating over kernel-routed MCP calls, then the breaker; on a
-# throw-away data directory (unless ``home`` is given), never the user's sessions.
+# ---- roost demo: agents collaborating over kernel-routed MCP calls, then the breaker ----
 
 COLLABORATION_MESSAGE = "Write a haiku about Trio nurseries"
 RUNAWAY_MESSAGE = "runaway: keep passing this along forever"
@@ -554,7 +551,7 @@ RUNAWAY_MESSAGE = "runaway: keep passing this along forever"
 async def run_demo(
     config: Any = None, out: TextIO | None = None, *, home: str | None = None
 ) -> int:
-    """Run the demo, printing to ``out``; returns a process exit code."""
+    """Run the demo on a throw-away data directory (unless ``home``), printing to ``out``."""
     import sys
 
     from roost.kernel import EventKind, default_config, open_kernel

@@ -251,8 +251,7 @@ class DaemonApp:
                 if body_pending and not finished:
                     await _drain(tracking_receive)
             else:
-                # A websocket peer should stop sending after our close frame; swallow
-                # what is queued or still arriving, but do not hold shutdown hostage.
+                # A websocket peer should stop after our close frame: swallow the rest, bounded.
                 while not finished:
                     with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
                         await tracking_receive()

@@ -99,9 +99,8 @@ def read_key_file(path: str, field: str) -> str:
 def resolve_keys(
     http_config: object, env: Mapping[str, str], api_key: str | None
 ) -> tuple[tuple[bytes, Principal], ...]:
-    """``(sha256 of the key, principal)`` of every key the daemon accepts: ``api_key`` as
-    ``default`` (an admin), then each ``[http.keys.<name>]`` read from its variable or file.
-    ConfigError for a key that cannot be read, a name used twice or a key shared by two."""
+    """``(sha256, principal)`` per accepted key: ``api_key`` as ``default`` (an admin), then each
+    ``[http.keys.<name>]`` from its variable or file; ConfigError if unreadable or repeated."""
     out: list[tuple[bytes, Principal]] = []
     if api_key is not None:
         out.append((key_digest(api_key), Principal(DEFAULT, admin=True)))
@@ -219,9 +218,8 @@ def normalise_origin(origin: str) -> str | None:
 
 
 def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
-    """Whether a request with this ``Origin`` may proceed: none (not a browser), loopback
-    origins on any port and listed ones (``"*"``: all) may; the rest, ``null`` included, not
-    (DNS-rebinding and cross-site requests from a browser)."""
+    """Whether a request with this ``Origin`` may proceed: none (not a browser), loopback on any
+    port, listed ones (``"*"``: all); not the rest, ``null`` included (rebinding, cross-site)."""
     if origin is None:
         return True
     allowed = list(allowed_origins)

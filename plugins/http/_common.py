@@ -212,9 +212,8 @@ _INVALID_REQUEST_STATUSES = frozenset({400, 405, 406, 411, 413, 414, 415, 431})
 
 
 def jsonrpc_error_code(status: int, code: str) -> int:
-    """The JSON-RPC code for an error the daemon answers on a JSON-RPC route: -32601 for no
-    such path, -32603 for an unhandled exception, -32600 for a request refused as sent
-    (400, 405, 413, ...), else -32000 (roost's server error: 401, 403, 429, 503...)."""
+    """The JSON-RPC code of the daemon's own error on a JSON-RPC route: -32601 no such path, -32603
+    unhandled, -32600 refused as sent (400, 405, 413...), else -32000 (401, 403, 429, 503...)."""
     if status == 404 and code == "not_found":
         return -32601
     if code == "internal_error":
@@ -248,9 +247,8 @@ def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[by
 
 
 class ErrorShapes:
-    """The ``render_error`` of the matched route, else (404, 405) of the route sharing most
-    leading segments (``<var>`` matches any; at least one literal must), then one allowing
-    the method, then the first registered."""
+    """The matched route's ``render_error``; else (404, 405) that of the route sharing most leading
+    segments (``<var>`` matches any, one literal at least), then allowing the method, then first."""
 
     def __init__(self) -> None:
         self.by_endpoint: dict[str, ErrorRenderer] = {}
@@ -322,7 +320,6 @@ class DaemonState:
     )
     # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
     routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
-    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
     error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     # The base URL links are built from, set once bound (see daemon_public_url).
     public_url: str | None = None
@@ -347,9 +344,8 @@ class DaemonState:
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
     ) -> tuple[Refusal | None, Principal | None]:
-        """``(refusal or None, principal)``: its key's (a websocket may pass ``query_token``),
-        ``local`` with no key configured, None on a public route without a valid key.
-        ``local_addr``: the host the connection reached (``getsockname()``)."""
+        """``(refusal or None, principal)``: by key (a websocket may use ``query_token``), ``local``
+        without keys, None on a public route without a valid key; ``local_addr``: the sockname."""
         settings = self.settings
         refused = self.check_host(headers.get("Host"), local_addr)
         if refused is not None:
@@ -362,8 +358,7 @@ class DaemonState:
             )
             return refusal(403, "origin_forbidden", message), None
         public = endpoint in self.public_endpoints or is_preflight
-        # Peers on this host share one address: a local mesh, CLI or test run would throttle
-        # itself, so they are not limited unless http.rate_limit_loopback says so.
+        # Local peers share an address (a mesh would throttle itself): exempt unless configured.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
         principal: Principal | None = LOCAL
@@ -448,10 +443,9 @@ def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str
 async def caller_headers(
     kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
 ) -> list[tuple[str, str]] | None:
-    """The headers with the trace headers of the run holding the connection (``peer`` →
-    ``local``), or None to keep them (a malformed one is the entry's to refuse): a process
-    ``bash`` started may omit them, so for a POST the kernel finds its run
-    (``ProcessTraces.caller_of``) and the depth breaker trips however the caller calls."""
+    """The headers with the trace headers of the run holding the connection (``peer`` → ``local``),
+    or None to keep them (a malformed one is the entry's to refuse): a ``bash`` child may omit
+    them, so for a POST the kernel finds its run (``caller_of``) and the depth breaker trips."""
     processes = kernel.process_traces
     if method != "POST" or not processes:
         return None

@@ -12,9 +12,8 @@ _EPSILON = 1e-9  # seconds; absorbs floating-point noise at the boundary
 
 
 class Gcra:
-    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, up to ``burst`` at once. Each
-    key keeps its "theoretical arrival time", dropped once passed; at most ``max_keys``
-    keys are kept (the least recently seen evicted)."""
+    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, ``burst`` at once; a key's theoretical
+    arrival time is dropped once passed, at most ``max_keys`` kept (least recently seen evicted)."""
 
     def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
         if number_setting(rate_per_s) is None:

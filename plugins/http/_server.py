@@ -176,8 +176,7 @@ async def serve(
                 )
             )
             if write_daemon_json:
-                # Clients on this host connect through loopback: a wildcard address would
-                # reach the daemon but name a Host it does not serve.
+                # Local clients use loopback: a wildcard address names a Host not served.
                 owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
             log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
             task_status.started((bound_host, bound_port))

@@ -29,9 +29,8 @@ DEFAULT_KEEP_ALIVE_S = 5.0
 
 @attrs.frozen
 class HttpSettings:
-    """What the HTTP layer enforces; ``api_key`` is out of ``repr`` so it is never logged.
-    ``keys``: ``(sha256, principal)`` per key accepted (default: ``api_key`` as ``default``);
-    none means no auth, every caller being ``local``."""
+    """What the HTTP layer enforces; ``api_key`` is out of ``repr``, never logged. ``keys``:
+    ``(sha256, principal)`` per key (default: ``api_key`` as ``default``); none: no auth."""
 
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_source: str = "off"
@@ -120,9 +119,8 @@ class HttpSettings:
         )
 
 
-# Each number: its default (an int: the setting is an integer), its upper bound and what it
-# must be. An error's example is the default as written in roost.toml (a float format would
-# turn 1048576 into 1.04858e+06, which an integer setting refuses).
+# Each number: its default (an int: an integer setting), its upper bound and what it must be.
+# Errors show the default as in roost.toml (as a float, 1048576 is 1.04858e+06: refused).
 _NUMBERS: dict[str, tuple[float, float, str]] = {
     "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
     "rate_limit_burst": (40, math.inf, "an integer of at least 1"),

@@ -56,8 +56,7 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
     """The OTLP/HTTP (protobuf) exporter ``[telemetry]`` describes."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    # No headers configured: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, which
-    # keeps a collector's key out of roost.toml.
+    # None set: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (no key in roost.toml).
     headers = dict(settings.headers) if settings.headers else None
     return OTLPSpanExporter(endpoint=settings.endpoint, headers=headers, timeout=settings.timeout_s)
 
