@@ -81,7 +81,8 @@ class DaemonClient:
         return (await self._request("GET", "/api/agents"))["agents"]
 
     async def peers(self) -> list[dict[str, Any]]:
-        """MCP servers and A2A agents with their state (``kind``); a disabled plugin adds none."""
+        """MCP servers and A2A agents with their state (``kind``: "mcp" or "a2a"); a disabled
+        plugin adds none."""
         out: list[dict[str, Any]] = []
         for path, key, kind in (
             ("/api/mcp/servers", "configured", "mcp"),

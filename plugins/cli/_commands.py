@@ -274,7 +274,8 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: via the daemon, else in-process; 1 if it answered an error."""
+    """``roost send AGENT MESSAGE``: via the daemon, else in-process; exit code 1 if the agent
+    answered with an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -299,7 +300,8 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (a signal)."""
+    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (default:
+    SIGINT or SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -418,8 +420,10 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """The kernel ``opening`` enters on ``stack``. Own process: file limit up, no GC in boot (what
-    boots lives with the kernel), then ``gc.freeze``, so collections walk only requests' objects."""
+    """Enter the kernel context ``opening`` on ``stack``, returning the kernel. In a process of
+    its own, the open-file limit is raised and the cyclic GC is off during boot (what boot
+    allocates lives as long as the kernel), then frozen (``gc.freeze``) so collections walk
+    only what requests allocate."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit

@@ -275,9 +275,11 @@ def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 @functools.lru_cache(maxsize=512)
 def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[str]) -> bool:
-    """Whether a request naming ``host`` may be served, the DNS-rebinding guard (a GET has no
-    Origin): no or an empty header, a ``trusted`` name (``"*"``: any) on any port, the IP the
-    connection reached (an IP literal cannot be rebound); never a malformed value."""
+    """Whether a request naming ``host`` may be served: the guard against DNS rebinding (a
+    page on an attacker's name, now resolving here, reading the API; a GET has no Origin to
+    check). Allowed: no or an empty header (not a browser), a ``trusted`` name (``"*"``: any)
+    on any port, and the IP the connection reached (an IP literal cannot be rebound); never a
+    malformed value (see ``split_host``)."""
     if host is None or not host.strip():
         return True
     name = host_name(host)

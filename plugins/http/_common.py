@@ -247,8 +247,10 @@ def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[by
 
 
 class ErrorShapes:
-    """The matched route's ``render_error``; else (404, 405) that of the route sharing most leading
-    segments (``<var>`` matches any, one literal at least), then allowing the method, then first."""
+    """Which ``render_error`` shapes an error answer: the matched route's. For a path no route
+    matches (404, 405), the route sharing the most leading path segments with it (a ``<var>``
+    segment matches any one; at least one literal must match); among equals, one allowing the
+    request's method, then the first registered."""
 
     def __init__(self) -> None:
         self.by_endpoint: dict[str, ErrorRenderer] = {}
@@ -444,8 +446,10 @@ async def caller_headers(
     kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
 ) -> list[tuple[str, str]] | None:
     """The headers with the trace headers of the run holding the connection (``peer`` → ``local``),
-    or None to keep them (a malformed one is the entry's to refuse): a ``bash`` child may omit
-    them, so for a POST the kernel finds its run (``caller_of``) and the depth breaker trips."""
+    or None to keep them (a malformed one is the entry's to refuse). A process an agent's ``bash``
+    started may call without trace headers, or with a shallower context: for a POST the kernel
+    finds the run holding its end of the connection (``caller_of``), so the call continues that
+    run's chain and the depth breaker trips however the caller calls."""
     processes = kernel.process_traces
     if method != "POST" or not processes:
         return None

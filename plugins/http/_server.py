@@ -70,7 +70,8 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     config.include_server_header = False
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
-    # hypercorn formats every request's access-log fields once a logger is set: only if used.
+    # hypercorn formats every request's access-log fields whenever a logger is set, logged or
+    # not: set one only when it would write something.
     if access.isEnabledFor(logging.INFO):
         config.accesslog = access
         config.logger_class = _AccessLog  # so that ?token= never reaches a log
@@ -105,7 +106,8 @@ class _AcceptErrors(logging.Filter):
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
         self.settings = settings
-        # The soft open-file limit, read now (out of descriptors, an import fails); None: unknown.
+        # The soft open-file limit, read now: out of descriptors, an import could not open its
+        # file. None: unlimited, or not readable here.
         self.limit: int | None = None
         with contextlib.suppress(ImportError, OSError, ValueError):
             import resource
@@ -142,8 +144,10 @@ async def serve(
     write_daemon_json: bool = True,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``kernel``'s HTTP API until ``shutdown_trigger()`` returns; ``nursery.start`` gives
-    ``(host, port)``. Then websockets close (1001) and requests get ``graceful_timeout`` s."""
+    """Serve ``kernel``'s HTTP API until ``shutdown_trigger()`` returns (or cancellation);
+    ``nursery.start`` gives the bound ``(host, port)``. Then websockets close with 1001 and
+    requests get ``graceful_timeout`` seconds. While serving, ``<home>/daemon.json`` tells the
+    CLI where this daemon is."""
     if app is None:
         app = create_app(kernel)
     state = daemon_state(app)

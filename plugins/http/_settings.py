@@ -120,7 +120,8 @@ class HttpSettings:
 
 
 # Each number: its default (an int: an integer setting), its upper bound and what it must be.
-# Errors show the default as in roost.toml (as a float, 1048576 is 1.04858e+06: refused).
+# An error's example is the default as written in roost.toml: a float format would turn
+# 1048576 into 1.04858e+06, which an integer setting refuses.
 _NUMBERS: dict[str, tuple[float, float, str]] = {
     "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
     "rate_limit_burst": (40, math.inf, "an integer of at least 1"),

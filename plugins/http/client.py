@@ -234,8 +234,10 @@ def remaining_s(deadline: float) -> float:
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport sending each request to an address ``pins`` approved, the name kept in
-    ``Host`` and SNI: else httpx resolves again and a rebinding name could answer private."""
+    """An httpx transport sending each request to an address ``pins`` approved for its origin,
+    the name kept in ``Host`` and TLS SNI. Otherwise httpx would resolve the name again, and a
+    DNS-rebinding name could answer the check with a public address and the connect with a
+    private one."""
 
     def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
         self.pins = pins

@@ -62,7 +62,8 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
 
 
 class SpanExport:
-    """``run(kernel, task_status=...)`` exports spans via ``exporter`` till cancelled."""
+    """``run(kernel, task_status=...)`` exports ``kernel``'s spans to ``exporter`` (by default
+    the OTLP/HTTP one of ``settings``) until cancelled."""
 
     def __init__(self, settings: TelemetrySettings, exporter: SpanExporter | None = None) -> None:
         self.settings = settings
@@ -209,7 +210,8 @@ class Translator:
 
 
 def _convention(kind: str, name: str, a: Mapping[str, Any]) -> tuple[str, SpanKind, dict[str, Any]]:
-    """A span's OpenTelemetry name, kind and semconv attributes (GenAI; MCP for ``tools/call``)."""
+    """A span's OpenTelemetry name, kind and semantic-convention attributes (GenAI for agents,
+    model and tool calls; MCP for ``tools/call`` served and sent)."""
     out: dict[str, Any] = {}
     if kind == RoostKind.MODEL:
         model = a.get("model") or ""

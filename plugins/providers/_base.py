@@ -242,8 +242,10 @@ def context_window_for(provider: str, parameters: dict[str, Any], configured: in
 def fit_context(
     request: CompletionRequest, *, context_window: int, reserve_output: int = 0
 ) -> CompletionRequest:
-    """``request``, oldest tool outputs shortened (head kept, marked) to fit ``context_window * 0.9
-    - reserve_output`` estimated tokens, or as near as it gets (the vendor then says: too long)."""
+    """``request`` with its oldest tool outputs shortened first (head kept, marked) until it
+    fits ``context_window * 0.9 - reserve_output`` estimated tokens; the newest tool output and
+    every user and assistant message stay whole as long as possible. If it still does not fit,
+    it comes back as short as it gets, and the vendor says the context is too long."""
     budget = int(context_window * SAFETY_MARGIN) - max(0, reserve_output)
     over = request_tokens(request) - budget
     if over <= 0:

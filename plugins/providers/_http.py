@@ -126,7 +126,8 @@ KNOWN_SETTINGS = ("base_url", "api_key_env", "headers", *_NUMBERS)
 def check_settings(
     provider: str, raw: Mapping[str, Any] | None, *, known: tuple[str, ...] = KNOWN_SETTINGS
 ) -> dict[str, Any]:
-    """The given ``[providers.<provider>]`` settings, checked; ProviderConfigError names the fix."""
+    """The ``[providers.<provider>]`` settings given, checked (no defaults added, no key read);
+    ProviderConfigError (a ConfigError) names the key and the fix."""
     raw = dict(raw or {})
     where = f"providers.{provider}"
     if "api_key" in raw:

@@ -105,7 +105,8 @@ def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:
 
 
 def _open_in_workspace(raw: str, root: Path) -> int:
-    """Open ``raw`` beneath the workspace, no symlink followed, non-blocking (FIFO: no wait)."""
+    """Open ``raw`` beneath the workspace without following any symlink, so nothing swapped in
+    meanwhile can lead outside it; non-blocking, so a FIFO never waits."""
     if "\0" in raw:
         raise ToolArgumentsInvalid("arguments.path: contains a NUL character; give a file path")
     path = Path(os.path.normpath(raw))

@@ -123,7 +123,8 @@ def open_under(root: str, rel: str, flags: int, mode: int = 0o666) -> int:
 
 
 def make_dirs_under(root: str, rel: str) -> int:
-    """The fd of directory ``rel`` beneath ``root``, ``mkdir -p`` with no symlink followed."""
+    """The fd of directory ``rel`` beneath ``root``, missing ones created (``mkdir -p``)
+    without following a symlink; the caller closes it."""
     rel = split(rel)
     fd = os.open(root, DIR_FLAGS)
     if rel == ".":

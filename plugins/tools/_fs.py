@@ -111,7 +111,8 @@ def _open(loc: Located, flags: int, raw: str, verb: str, mode: int = 0o666) -> i
 
 
 def _regular(fd: int, raw: str, verb: str, *, one_link: bool = False) -> os.stat_result:
-    """``fd``'s stat if a regular file (``one_link``: with no other hard link), else refused."""
+    """``fd``'s stat if it is a regular file (with ``one_link``: without other hard links);
+    else ``fd`` is closed and the file refused."""
     try:
         info = os.fstat(fd)
         kind = regular_file_kind(info.st_mode)
@@ -286,7 +287,8 @@ WRITE_SPEC = tool_spec(
 
 
 def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
-    """An fd to write ``loc`` and if it existed; parents made beneath root, no symlink, 1 link."""
+    """An fd to write ``loc`` and whether the file existed: parents created beneath the root,
+    no symlink followed, never a file with other hard links."""
     parent, name = os.path.split(loc.rel)
     if loc.rel == "." or not name:
         raise _Refused(f"{raw!r} is a directory; give a file path to write")

@@ -66,8 +66,9 @@ def data_home(ctx: ToolContext) -> Path | None:
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
-    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``, outside a kernel one per process;
-    each command gets a private tmpfs mounted there where namespaces work."""
+    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``; outside a kernel, ``<agent>`` under
+    one private directory per process. Each command gets a private tmpfs mounted there where
+    namespaces work, else uses this directory itself."""
     global _fallback_temp
     home = data_home(ctx)
     if home is not None:
