@@ -123,7 +123,8 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the route for ``path`` (no trailing slash), or None; cached."""
+    """``(endpoint, view args)`` of the route for ``path`` (trailing slashes ignored), or None;
+    cached (bounded)."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)

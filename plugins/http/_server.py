@@ -214,7 +214,8 @@ async def open_daemon(
     graceful_timeout: float = DEFAULT_GRACEFUL_TIMEOUT,
     app: Any = None,
 ) -> AsyncIterator[str]:
-    """Serve ``kernel`` for the block, yielding the base URL; exit: ``graceful_timeout`` + 1 s."""
+    """Serve ``kernel`` for the block, yielding the base URL; on exit the daemon shuts down
+    within ``graceful_timeout`` plus a second."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         bound_host, bound_port = await nursery.start(
