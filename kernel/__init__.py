@@ -37,6 +37,7 @@ if _typing.TYPE_CHECKING:
     from ._config import find_config_file as find_config_file
     from ._config import header_table as header_table
     from ._config import load_config as load_config
+    from ._config import number_setting as number_setting
     from ._config import unknown_key as unknown_key
     from ._deadlines import DeadlineTimer as DeadlineTimer
     from ._errors import ActorCrashed as ActorCrashed

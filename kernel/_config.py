@@ -10,6 +10,7 @@ what was expected and where the value came from.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import os
@@ -41,24 +42,22 @@ _SECRET_WORDS = ("key", "token", "secret", "password", "authorization", "credent
 # ---- value checks ----------------------------------------------------------------------
 
 
+@attrs.define
 class _Bad(Exception):
     """A value failed its check; the caller words the error. For a part of the value (a
     list item, a key's table), ``suffix`` names it (``[2]``), ``what`` says what it should
     be and ``value`` is the part."""
 
-    def __init__(self, suffix: str = "", what: str | None = None, value: Any = None) -> None:
-        super().__init__(suffix)
-        self.suffix = suffix
-        self.what = what
-        self.value = value
+    suffix: str = ""
+    what: str | None = None
+    value: Any = None
 
 
-class _NotShown:
-    """Stands for a value an error must not repeat (a secret put where it does not belong)."""
+_NOT_SHOWN = object()  # stands for a value an error must not repeat (a misplaced secret)
 
 
 def _got(value: Any) -> str:
-    if isinstance(value, _NotShown):
+    if value is _NOT_SHOWN:
         return "a value (not shown)"
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -84,28 +83,38 @@ class _Check:
     integer: bool = False
 
 
-def _int(low: int, high: float = math.inf, note: str = "") -> _Check:
-    def test(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise _Bad
-        return value
+def number_setting(
+    value: Any,
+    low: float = 0,
+    high: float = math.inf,
+    *,
+    integer: bool = False,
+    closed: bool = False,
+) -> Any:
+    """``value`` as a numeric setting, else None: an int (with ``integer``) or a finite number,
+    never a bool, above ``low`` (or equal to it, with ``closed``) and at most ``high``; a float
+    unless ``integer``."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return None
+    # Compared, never converted first: float() or math.isfinite() of an int past the largest
+    # float raises OverflowError (and nan fails every comparison).
+    top = high if integer else min(high, sys.float_info.max)
+    if not (low <= value if closed else low < value) or not value <= top:
+        return None
+    return value if integer else float(value)
 
-    bounds = f"{low}-{high}" if high != math.inf else f"≥ {low}"
-    return _Check(f"an integer {bounds}{note}", test, integer=True)
 
-
-_FLOAT_MAX = sys.float_info.max
-
-
-def _positive(value: Any) -> float:
-    # ≤ the largest float, not < inf: float() of a larger int raises OverflowError
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not 0 < value <= _FLOAT_MAX
-    ):
+def _number(value: Any, **bounds: Any) -> Any:
+    checked = number_setting(value, **bounds)
+    if checked is None:
         raise _Bad
-    return float(value)
+    return checked
+
+
+def _int(low: int, high: float = math.inf, note: str = "") -> _Check:
+    bounds = f"{low}-{high}" if high != math.inf else f"≥ {low}"
+    test = functools.partial(_number, low=low, high=high, integer=True, closed=True)
+    return _Check(f"an integer {bounds}{note}", test, integer=True)
 
 
 def _boolean(value: Any) -> bool:
@@ -114,7 +123,7 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-_FLOAT = _Check("a number > 0", _positive)
+_FLOAT = _Check("a number > 0", _number)
 _BOOL = _Check("true or false", _boolean)
 
 
@@ -191,7 +200,7 @@ def _keys(value: Any) -> tuple[dict[str, Any], ...]:
                     if field in ("key", "api_key", "secret", "token", "value")
                     else f"only {', '.join(_KEY_FIELDS)}"
                 )
-                raise _Bad(f".{name}.{field}", why, _NotShown())
+                raise _Bad(f".{name}.{field}", why, _NOT_SHOWN)
         sources = [f for f in ("key_env", "key_file") if f in entry]
         if len(sources) != 1:
             raise _Bad(f".{name}", _ONE_SOURCE, entry)

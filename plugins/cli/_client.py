@@ -81,8 +81,8 @@ class DaemonClient:
         return (await self._request("GET", "/api/agents"))["agents"]
 
     async def peers(self) -> list[dict[str, Any]]:
-        """The MCP servers and external A2A agents with their state (``kind``: "mcp" or
-        "a2a"); a route the daemon does not serve (its plugin is off) adds none."""
+        """MCP servers and A2A agents with their state (``kind``: "mcp" or "a2a"); a disabled
+        plugin adds none."""
         out: list[dict[str, Any]] = []
         for path, key, kind in (
             ("/api/mcp/servers", "configured", "mcp"),
@@ -122,8 +122,7 @@ class DaemonClient:
 
     @asynccontextmanager
     async def events(self, kinds: Sequence[str] = ()) -> AsyncIterator[Any]:
-        """Open ``/api/events`` (optionally filtered by kinds); yields a trio-websocket
-        connection."""
+        """A trio-websocket connection to ``/api/events`` (optionally filtered by kinds)."""
         from trio_websocket import ConnectionRejected, HandshakeError, open_websocket_url
 
         query = "?" + urlencode({"kinds": ",".join(kinds)}) if kinds else ""
@@ -191,9 +190,8 @@ TOKEN_KIND = "AGENT:TOKEN"
 
 
 class TokenRuns:
-    """Coalesces streamed ``AGENT:TOKEN`` events into one line per run (one agent's answer:
-    same source and span), printed when another event of that agent or span arrives, when
-    over ``max_runs`` are open (oldest first), or at ``flush()``; ``width`` characters kept."""
+    """Coalesces ``AGENT:TOKEN`` events into a ``width``-char line per run (same source and span),
+    printed on another event of it, past ``max_runs`` open (oldest first), or at ``flush()``."""
 
     def __init__(self, *, width: int = 160, max_runs: int = 64) -> None:
         self.width = width

@@ -172,12 +172,8 @@ def format_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_width: int = 60
 ) -> str:
     """A plain, left-aligned text table; cells longer than ``max_width`` are cut with '…'."""
-
-    def cell(value: Any) -> str:
-        text = " ".join(str("" if value is None else value).split())
-        return text if len(text) <= max_width else text[: max_width - 1] + "…"
-
-    table = [list(headers)] + [[cell(v) for v in row] for row in rows]
+    cells = [[_short("" if v is None else v, max_width) for v in row] for row in rows]
+    table = [list(headers), *cells]
     widths = [max(len(r[i]) for r in table) for i in range(len(headers))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in table]
     return "\n".join(lines)
@@ -278,8 +274,8 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: through the running daemon, else in-process; exit code
-    1 if the agent answered with an error."""
+    """``roost send AGENT MESSAGE``: via the daemon, else in-process; exit code 1 if the agent
+    answered with an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -304,8 +300,8 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: print the daemon's events, one line each, until ``count`` or ``stop``
-    (default: SIGINT or SIGTERM)."""
+    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (default:
+    SIGINT or SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -382,9 +378,8 @@ async def run_command(
     own_process: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
-    """``roost run``: boot the kernel and serve the HTTP API until SIGINT/SIGTERM (or
-    ``stop``); the base URL goes to ``task_status``. ``own_process``: this process is the
-    daemon's alone, so ``_boot`` may tune it."""
+    """``roost run``: serve the HTTP API until SIGINT/SIGTERM (or ``stop``); the base URL goes
+    to ``task_status``. ``own_process``: the process is the daemon's alone, ``_boot`` tunes it."""
     from roost.plugins.http import HttpSettings, base_url, loopback_for, serve
 
     host = host if host is not None else config.http.host
@@ -410,8 +405,7 @@ async def run_command(
             except OSError as exc:  # caught here so it is not wrapped in an ExceptionGroup
                 bind_error = exc
             else:
-                # The URL this host's clients use: a wildcard address would name a Host
-                # the daemon refuses (DNS-rebinding guard).
+                # Local clients' URL: a wildcard address names a Host the daemon refuses.
                 url = settings.public_url or base_url(loopback_for(bound_host), bound_port)
                 banner(out, kernel, url, settings, host=bound_host)
                 task_status.started(url)
@@ -426,10 +420,10 @@ async def run_command(
 
 
 async def _boot(stack: AsyncExitStack, opening: Any, own_process: bool) -> Any:
-    """Enter the kernel context ``opening`` on ``stack``; the kernel. In a process of its
-    own, the open-file limit is raised, and the cyclic GC is off during boot (what thousands
-    of agents allocate lives as long as the kernel), its result then frozen (``gc.freeze``)
-    so collections under load walk only what requests allocate."""
+    """Enter the kernel context ``opening`` on ``stack``, returning the kernel. In a process of
+    its own, the open-file limit is raised and the cyclic GC is off during boot (what boot
+    allocates lives as long as the kernel), then frozen (``gc.freeze``) so collections walk
+    only what requests allocate."""
     if not own_process:
         return await stack.enter_async_context(opening)
     from roost.kernel import raise_open_file_limit
@@ -526,8 +520,7 @@ def _sandbox_line() -> str | None:
 
 
 def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
-    """``roost validate FILE...``: OK per valid manifest, each error otherwise, then the
-    warnings (exit 0 all the same); 1 if any error."""
+    """``roost validate FILE...``: OK or each error per manifest, then warnings; 1 on an error."""
     from roost.kernel import validate_files
 
     warnings: list[str] = []
@@ -553,8 +546,7 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-# ---- roost demo: agents collaborating over kernel-routed MCP calls, then the breaker; on a
-# throw-away data directory (unless ``home`` is given), never the user's sessions.
+# ---- roost demo: agents collaborating over kernel-routed MCP calls, then the breaker ----
 
 COLLABORATION_MESSAGE = "Write a haiku about Trio nurseries"
 RUNAWAY_MESSAGE = "runaway: keep passing this along forever"
@@ -563,7 +555,7 @@ RUNAWAY_MESSAGE = "runaway: keep passing this along forever"
 async def run_demo(
     config: Any = None, out: TextIO | None = None, *, home: str | None = None
 ) -> int:
-    """Run the demo, printing to ``out``; returns a process exit code."""
+    """Run the demo on a throw-away data directory (unless ``home``), printing to ``out``."""
     import sys
 
     from roost.kernel import EventKind, default_config, open_kernel
@@ -653,6 +645,6 @@ def trace_tree(events: list[Any], trace_id: str) -> list[str]:
     return lines
 
 
-def _short(text: str, limit: int = 60) -> str:
+def _short(text: Any, limit: int = 60) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

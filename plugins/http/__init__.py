@@ -1,7 +1,6 @@
-"""roost.plugins.http — the daemon (``/health``, ``/api/...``, the ``/api/events``
-websocket, the dashboard and the ``roost_http_routes`` plugin routes), served by
-``hypercorn.trio.serve``. Importing it is cheap: Quart and Hypercorn load on first use
-(the CLI's start-up time depends on it).
+"""roost.plugins.http — the daemon (``/health``, ``/api/...``, the ``/api/events`` websocket,
+the dashboard and the ``roost_http_routes`` plugin routes), served by hypercorn. Importing it is
+cheap (CLI start-up): Quart and Hypercorn load on first use.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +28,7 @@ from roost.kernel import (
     TraceContext,
     check_json_input,
     escape_lone_surrogates,
+    number_setting,
     roost_version,
 )
 from roost.kernel import json_type_name as _json_type
@@ -72,11 +72,10 @@ def create_app(
     env: Mapping[str, str] | None = None,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
 ) -> QuartTrio:
-    """The daemon's quart-trio app for ``kernel`` (plugin routes included); ``event_buffer``
-    bounds each ``/api/events`` subscriber's queue."""
+    """The daemon's app for ``kernel``; ``event_buffer`` bounds each events subscriber's queue."""
     if settings is None:
         settings = HttpSettings.from_config(kernel.config.http, env)
-    if isinstance(event_buffer, bool) or not isinstance(event_buffer, int) or event_buffer < 1:
+    if number_setting(event_buffer, integer=True) is None:
         raise ValueError(f"event_buffer must be a positive integer, got {event_buffer!r}")
     app = _QuartApp("roost.http")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
@@ -124,8 +123,8 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the HTTP route for ``path`` (trailing slashes ignored),
-    or None; cached (bounded)."""
+    """``(endpoint, view args)`` of the route for ``path`` (trailing slashes ignored), or None;
+    cached (bounded)."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)
@@ -156,8 +155,7 @@ def _current():
 
 
 def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
-    """A ``Refusal`` as a quart response, in the shape of the route of ``req`` (default:
-    the current request)."""
+    """A ``Refusal`` as a quart response, shaped by ``req``'s route (default: this request)."""
     if req is None:
         req = _current()
     renderer = daemon_state(app).error_shapes.for_request(req.endpoint, req.method, req.path)
@@ -345,16 +343,11 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
             )
     timeout = body.get("timeout")
     if timeout is not None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or not 0 < timeout <= 3600
-        ):
+        timeout = number_setting(timeout, 0, 3600)
+        if timeout is None:
             raise InvalidRequest(
                 "timeout", "field 'timeout' must be a number of seconds between 0 and 3600"
             )
-        timeout = float(timeout)
     return message, session_id, timeout
 
 
@@ -460,8 +453,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             async with trio.open_nursery() as nursery:
 
                 async def discard_inbound() -> None:
-                    # Keep reading so a chatty client cannot fill Quart's inbound queue and
-                    # hide its own disconnect from us.
+                    # Keep reading: a chatty client could fill Quart's queue, hiding its close.
                     while True:
                         await websocket.receive()
 
@@ -512,7 +504,7 @@ def _add_plugin_route(
     if render_error is not None and not callable(render_error):
         return f"route {route.path} render_error is not callable"
     cap = route.max_body_bytes
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+    if cap is not None and number_setting(cap, integer=True) is None:
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes

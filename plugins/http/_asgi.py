@@ -234,12 +234,9 @@ class DaemonApp:
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # Within this send hypercorn ends the request and then either arms the
-                # connection's keep-alive idle timer or, for "Connection: close", closes the
-                # connection. quart-trio cancels the request's tasks as soon as the server
-                # reports the request done, which lands in the middle of that send: the
-                # timer was never armed and the close never happened, so the connection
-                # stayed open for good. Shielded (with a deadline), the send completes.
+                # In this send hypercorn ends the request, then arms the keep-alive timer or
+                # closes the connection; quart-trio's cancel of the request's tasks lands
+                # mid-send, so unshielded the connection stayed open for good.
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
                     await send(message)
@@ -254,8 +251,7 @@ class DaemonApp:
                 if body_pending and not finished:
                     await _drain(tracking_receive)
             else:
-                # A websocket peer should stop sending after our close frame; swallow
-                # what is queued or still arriving, but do not hold shutdown hostage.
+                # A websocket peer should stop after our close frame: swallow the rest, bounded.
                 while not finished:
                     with trio.move_on_after(WEBSOCKET_DRAIN_IDLE_S) as idle:
                         await tracking_receive()

@@ -36,8 +36,7 @@ class Principal:
 
     @property
     def keyed(self) -> bool:
-        """False for ``local``, the one principal of a daemon without keys (everyone on
-        the host, told apart by nothing but their address)."""
+        """False for ``local``, a keyless daemon's one principal (everyone on the host)."""
         return self.name != LOCAL.name
 
 
@@ -46,8 +45,7 @@ LOCAL = Principal("local", admin=True)
 
 
 def principal_of(request: Any) -> Principal | None:
-    """The principal the daemon authenticated for ``request`` (plain or Quart's); None on a
-    public route called without a valid key."""
+    """The principal of ``request`` (plain or Quart's); None on a public route without a key."""
     principal = getattr(request, "principal", None)
     return principal if isinstance(principal, Principal) else None
 
@@ -101,9 +99,8 @@ def read_key_file(path: str, field: str) -> str:
 def resolve_keys(
     http_config: object, env: Mapping[str, str], api_key: str | None
 ) -> tuple[tuple[bytes, Principal], ...]:
-    """``(sha256 of the key, principal)`` of every key the daemon accepts: ``api_key`` as
-    ``default`` (an admin), then each ``[http.keys.<name>]`` read from its variable or file.
-    ConfigError for a key that cannot be read, a name used twice or a key shared by two."""
+    """``(sha256, principal)`` per accepted key: ``api_key`` as ``default`` (an admin), then each
+    ``[http.keys.<name>]`` from its variable or file; ConfigError if unreadable or repeated."""
     out: list[tuple[bytes, Principal]] = []
     if api_key is not None:
         out.append((key_digest(api_key), Principal(DEFAULT, admin=True)))
@@ -221,9 +218,8 @@ def normalise_origin(origin: str) -> str | None:
 
 
 def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
-    """Whether a request with this ``Origin`` may proceed: none (not a browser), loopback
-    origins on any port and listed ones (``"*"``: all) may; the rest, ``null`` included, not
-    (DNS-rebinding and cross-site requests from a browser)."""
+    """Whether a request with this ``Origin`` may proceed: none (not a browser), loopback on any
+    port, listed ones (``"*"``: all); not the rest, ``null`` included (rebinding, cross-site)."""
     if origin is None:
         return True
     allowed = list(allowed_origins)
@@ -239,10 +235,9 @@ def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
 
 
 def split_host(value: str) -> tuple[str, str] | None:
-    """``(name, port)`` of a ``Host`` header value such as ``Example.com:8470`` or
-    ``[::1]``: the name lowercase, without brackets or a trailing dot; the port ``""`` when
-    absent. None when malformed (user info, a path, a bare IPv6 address, a non-ASCII name,
-    an empty label or one over 63 characters, a name over 253, a port over 65535)."""
+    """``(name, port)`` of a ``Host`` value like ``Example.com:8470`` or ``[::1]``: name lowercase,
+    unbracketed, no trailing dot, port ``""`` if absent. None if malformed (user info, a path, a
+    bare IPv6, non-ASCII, an empty or 64+ character label, a name over 253, a port over 65535)."""
     value = value.strip().lower()
     if value.startswith("["):
         end = value.find("]")
@@ -281,19 +276,16 @@ def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 @functools.lru_cache(maxsize=512)
 def host_allowed(host: str | None, local_addr: str | None, trusted: frozenset[str]) -> bool:
     """Whether a request naming ``host`` may be served: the guard against DNS rebinding (a
-    page on an attacker's name, now resolving here, reading the API; a GET has no Origin).
-
-    Allowed: no or an empty header (not a browser), a name in ``trusted`` (``"*"``: any)
-    on any port, and the IP the connection reached (an IP literal cannot be rebound). A
-    malformed value never is (see ``split_host``)."""
+    page on an attacker's name, now resolving here, reading the API; a GET has no Origin to
+    check). Allowed: no or an empty header (not a browser), a ``trusted`` name (``"*"``: any)
+    on any port, and the IP the connection reached (an IP literal cannot be rebound); never a
+    malformed value (see ``split_host``)."""
     if host is None or not host.strip():
         return True
     name = host_name(host)
     if name is None:
         return False
-    if "*" in trusted:
-        return True
-    if name in trusted:
+    if "*" in trusted or name in trusted:
         return True
     ip = ip_of(name) if local_addr is not None and "%" not in name else None
     return ip is not None and ip == ip_of(local_addr)  # type: ignore[arg-type]

@@ -188,16 +188,14 @@ def loopback_for(host: str) -> str:
 
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
-    """``http.public_url``, else the bound address; None for a wildcard bind without one
-    (each connection then uses the address it reached)."""
+    """``http.public_url``, else the bound address; None for a wildcard bind (per connection)."""
     if public_url:
         return public_url
     return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
-    """A request's base URL: ``public_url``, else the address the connection reached
-    (``local``); never the ``Host`` header, which the client chooses."""
+    """Base URL: ``public_url``, else ``local`` (the address reached); never the client-set Host."""
     if public_url:
         return public_url
     if local and len(local) >= 2:
@@ -214,9 +212,8 @@ _INVALID_REQUEST_STATUSES = frozenset({400, 405, 406, 411, 413, 414, 415, 431})
 
 
 def jsonrpc_error_code(status: int, code: str) -> int:
-    """The JSON-RPC code for an error the daemon answers on a JSON-RPC route: -32601 for no
-    such path, -32603 for an unhandled exception, -32600 for a request refused as sent
-    (400, 405, 413, ...), else -32000 (roost's server error: 401, 403, 429, 503...)."""
+    """The JSON-RPC code of the daemon's own error on a JSON-RPC route: -32601 no such path, -32603
+    unhandled, -32600 refused as sent (400, 405, 413...), else -32000 (401, 403, 429, 503...)."""
     if status == 404 and code == "not_found":
         return -32601
     if code == "internal_error":
@@ -227,8 +224,8 @@ def jsonrpc_error_code(status: int, code: str) -> int:
 
 
 def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
-    """``(body, content type)`` of ``refusal``: by the route's ``render_error``, else (or
-    should the renderer fail) roost's ``{"error": {...}}`` JSON."""
+    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's
+    ``{"error": {...}}`` JSON."""
     if renderer is not None:
         error = refusal.error
         try:
@@ -250,10 +247,10 @@ def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[by
 
 
 class ErrorShapes:
-    """Which ``render_error`` shapes an error answer: the matched route's; for a request no
-    route matches (404, 405), that of the route sharing the most leading path segments with
-    its path (a ``<var>`` segment matches any one; at least one literal segment must match).
-    Among equals a route that allows the request's method wins, then the first registered."""
+    """Which ``render_error`` shapes an error answer: the matched route's. For a path no route
+    matches (404, 405), the route sharing the most leading path segments with it (a ``<var>``
+    segment matches any one; at least one literal must match); among equals, one allowing the
+    request's method, then the first registered."""
 
     def __init__(self) -> None:
         self.by_endpoint: dict[str, ErrorRenderer] = {}
@@ -305,9 +302,8 @@ def refusal_for(exc: RoostError, path: str) -> Refusal:
 
 @attrs.define
 class DaemonState:
-    """What the daemon's handlers share, and the checks in front of every route (Host,
-    Origin, bearer auth, rate limit, declared size); ``closing`` is set when graceful
-    shutdown begins."""
+    """What the handlers share, and the checks in front of every route (Host, Origin, auth,
+    rate limit, declared size); ``closing`` is set when graceful shutdown begins."""
 
     kernel: KernelAPI
     settings: HttpSettings
@@ -326,7 +322,6 @@ class DaemonState:
     )
     # Plugin routes: endpoint -> (RouteDescriptor.handler, its methods).
     routes: dict[str, tuple[Callable[..., Any], frozenset[str]]] = attrs.field(factory=dict)
-    # Each route's RouteDescriptor.render_error, and which one a path no route matches takes.
     error_shapes: ErrorShapes = attrs.field(factory=ErrorShapes)
     # The base URL links are built from, set once bound (see daemon_public_url).
     public_url: str | None = None
@@ -351,10 +346,8 @@ class DaemonState:
         is_preflight: bool = False,
         query_token: Callable[[], str | None] | None = None,
     ) -> tuple[Refusal | None, Principal | None]:
-        """``(refusal or None, who the request comes from)``: the principal of its key (a
-        websocket may pass it as ``query_token``), ``local`` when no key is configured, None
-        on a public route called without a valid key. ``local_addr`` is the address the
-        connection reached (its ``getsockname()`` host)."""
+        """``(refusal or None, principal)``: by key (a websocket may use ``query_token``), ``local``
+        without keys, None on a public route without a valid key; ``local_addr``: the sockname."""
         settings = self.settings
         refused = self.check_host(headers.get("Host"), local_addr)
         if refused is not None:
@@ -367,8 +360,7 @@ class DaemonState:
             )
             return refusal(403, "origin_forbidden", message), None
         public = endpoint in self.public_endpoints or is_preflight
-        # Peers on this host share one address: a local mesh, CLI or test run would throttle
-        # itself, so they are not limited unless http.rate_limit_loopback says so.
+        # Local peers share an address (a mesh would throttle itself): exempt unless configured.
         limited = settings.rate_limit_loopback or not is_loopback(remote_addr)
         rate_key: Hashable = ("addr", str(remote_addr or "?"))
         principal: Principal | None = LOCAL
@@ -408,8 +400,7 @@ class DaemonState:
         return None, principal
 
     def check_host(self, host: str | None, local_addr: str | None) -> Refusal | None:
-        """The DNS-rebinding guard (``host_allowed``): None to serve a request naming
-        ``host``, else 400 for a malformed value or 421 for a name this daemon does not serve."""
+        """The DNS-rebinding guard (``host_allowed``): None to serve ``host``, else 400 or 421."""
         if host_allowed(host, local_addr, self.trusted_hosts):
             return None
         shown = host[:100]  # type: ignore[index]
@@ -454,13 +445,11 @@ def common_headers(settings: HttpSettings, origin: str | None) -> list[tuple[str
 async def caller_headers(
     kernel: KernelAPI, method: str, items: Iterable[tuple[str, str]], peer: Any, local: Any
 ) -> list[tuple[str, str]] | None:
-    """The request's headers with the trace headers of the run holding the connection
-    (``peer`` → ``local``), or None to keep them (a malformed one is the entry's to refuse).
-
-    A process an agent's ``bash`` started may call the daemon without trace headers (or with
-    a shallower context): for a POST while such processes run, the kernel finds the run
-    holding the connection's client end (``ProcessTraces.caller_of``), so every entry
-    continues the run's chain and the depth breaker trips however the caller calls."""
+    """The headers with the trace headers of the run holding the connection (``peer`` → ``local``),
+    or None to keep them (a malformed one is the entry's to refuse). A process an agent's ``bash``
+    started may call without trace headers, or with a shallower context: for a POST the kernel
+    finds the run holding its end of the connection (``caller_of``), so the call continues that
+    run's chain and the depth breaker trips however the caller calls."""
     processes = kernel.process_traces
     if method != "POST" or not processes:
         return None

@@ -84,8 +84,7 @@ class PlainResponse:
         content_type: str = "application/json",
         headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> PlainResponse:
-        """``data`` as UTF-8 JSON (a lone surrogate, which UTF-8 cannot carry, as its JSON
-        escape)."""
+        """``data`` as UTF-8 JSON, a lone surrogate (UTF-8 cannot carry it) as its escape."""
         text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
         body = text.encode("utf-8", "backslashreplace")
         return cls(status, body, content_type, headers)  # type: ignore[arg-type]
@@ -93,12 +92,10 @@ class PlainResponse:
 
 @attrs.define(eq=False)
 class PlainRequest:
-    """One HTTP request with its body read: ``headers.get`` is case-insensitive, ``args``
-    is the query string (first value of each name), ``path`` the path as routed (no
-    trailing slash), ``base_url`` the daemon's public base URL (``http.public_url``, else
-    the address the connection reached; never the ``Host`` header) to build links from,
-    ``principal`` who sent it (see ``roost.plugins.http.Principal``; None on a public route
-    called without a valid key)."""
+    """One HTTP request, body read: ``headers.get`` is case-insensitive, ``args`` the query
+    (first value per name), ``path`` as routed (no trailing slash), ``base_url`` the public
+    base URL for links (``http.public_url``, else the address reached; never ``Host``),
+    ``principal`` who sent it (a ``Principal``; None on a public route without a valid key)."""
 
     method: str
     path: str
@@ -133,8 +130,7 @@ class PlainRequest:
                 self.gone = True
 
     async def unless_gone(self, work: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
-        """``(True, await work())``, or ``(False, None)`` when the client goes away first
-        (``work`` is then cancelled)."""
+        """``(True, await work())``; ``(False, None)`` if the client goes first, cancelling it."""
         answered, result = False, None
         async with trio.open_nursery() as nursery:
 

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Hashable
+
+from roost.kernel import number_setting
 
 DEFAULT_MAX_KEYS = 10_000
 _EPSILON = 1e-9  # seconds; absorbs floating-point noise at the boundary
 
 
 class Gcra:
-    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, up to ``burst`` at once. Each
-    key keeps its "theoretical arrival time", dropped once passed; at most ``max_keys``
-    keys are kept (the least recently seen evicted)."""
+    """Generic Cell Rate Algorithm: ``rate_per_s`` sustained, ``burst`` at once; a key's theoretical
+    arrival time is dropped once passed, at most ``max_keys`` kept (least recently seen evicted)."""
 
     def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
-        if (
-            isinstance(rate_per_s, bool)
-            or not isinstance(rate_per_s, (int, float))
-            or not math.isfinite(rate_per_s)
-            or rate_per_s <= 0
-        ):
+        if number_setting(rate_per_s) is None:
             raise ValueError(
                 f"rate_per_s must be a positive number of requests per second, got {rate_per_s!r}"
             )
-        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+        if number_setting(burst, integer=True) is None:
             raise ValueError(f"burst must be an integer of at least 1, got {burst!r}")
-        if isinstance(max_keys, bool) or not isinstance(max_keys, int) or max_keys < 1:
+        if number_setting(max_keys, integer=True) is None:
             raise ValueError(f"max_keys must be an integer of at least 1, got {max_keys!r}")
         self.rate_per_s = float(rate_per_s)
         self.burst = burst

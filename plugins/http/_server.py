@@ -1,10 +1,9 @@
-"""Serving the daemon with hypercorn's public API (``hypercorn.trio.serve``, ``Config``),
-plus ``<home>/daemon.json`` bookkeeping.
+"""Serving the daemon with hypercorn's public API, plus ``<home>/daemon.json`` bookkeeping.
 
 The listening socket is ours (served as ``fd://N``), so connections inherit its options:
-``TCP_USER_TIMEOUT`` aborts one whose peer has not taken our data for ``SEND_TIMEOUT_S``.
-Idle connections close after ``http.keep_alive_s``. When accept() runs out of descriptors
-Trio retries; ``_AcceptErrors`` turns its tracebacks into a warning now and then.
+``TCP_USER_TIMEOUT`` aborts one whose peer has not taken our data for ``SEND_TIMEOUT_S``. Idle
+connections close after ``http.keep_alive_s``. When accept() runs out of descriptors Trio
+retries; ``_AcceptErrors`` turns its tracebacks into a warning now and then.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ log = logging.getLogger("roost.http")
 DEFAULT_GRACEFUL_TIMEOUT = 5.0
 WEBSOCKET_MAX_MESSAGE_BYTES = 64 * 1024
 SEND_TIMEOUT_S = 30.0
-# Connections the kernel completes and queues while the daemon is busy (capped by
-# net.core.somaxconn): past it, a client's SYN is dropped and it retries only after 1 s, 3 s,
-# 7 s... A thousand callers connecting at once must not wait for that.
+# Connections queued while the daemon is busy (capped by net.core.somaxconn): past it a SYN
+# is dropped and retried after 1 s, 3 s, 7 s..., too late for a thousand callers at once.
 BACKLOG = 4096
 WARN_EVERY_S = 10.0
 ACCEPT_LOGGER = "trio.serve_listeners"  # where trio.serve_listeners reports failed accepts
@@ -72,8 +70,8 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     config.include_server_header = False
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
-    # hypercorn formats the access-log fields of every request whenever an access logger is
-    # set, logged or not; set it only when that logger would write something.
+    # hypercorn formats every request's access-log fields whenever a logger is set, logged or
+    # not: set one only when it would write something.
     if access.isEnabledFor(logging.INFO):
         config.accesslog = access
         config.logger_class = _AccessLog  # so that ?token= never reaches a log
@@ -146,12 +144,10 @@ async def serve(
     write_daemon_json: bool = True,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``kernel``'s HTTP API until ``shutdown_trigger()`` returns (or cancellation).
-
-    ``host, port = await nursery.start(partial(serve, kernel, port=0))`` gives the bound
-    address. Then websockets close with 1001 and requests get ``graceful_timeout`` seconds.
-    While serving, ``<home>/daemon.json`` tells the CLI where this daemon is.
-    """
+    """Serve ``kernel``'s HTTP API until ``shutdown_trigger()`` returns (or cancellation);
+    ``nursery.start`` gives the bound ``(host, port)``. Then websockets close with 1001 and
+    requests get ``graceful_timeout`` seconds. While serving, ``<home>/daemon.json`` tells the
+    CLI where this daemon is."""
     if app is None:
         app = create_app(kernel)
     state = daemon_state(app)
@@ -184,8 +180,7 @@ async def serve(
                 )
             )
             if write_daemon_json:
-                # Clients on this host connect through loopback: a wildcard address would
-                # reach the daemon but name a Host it does not serve.
+                # Local clients use loopback: a wildcard address names a Host not served.
                 owner = write_daemon_file(home, loopback_for(bound_host), bound_port)
             log.debug("roost daemon listening on %s:%s", bound_host, bound_port)
             task_status.started((bound_host, bound_port))
@@ -219,7 +214,7 @@ async def open_daemon(
     graceful_timeout: float = DEFAULT_GRACEFUL_TIMEOUT,
     app: Any = None,
 ) -> AsyncIterator[str]:
-    """Serve ``kernel`` for the block; yields the base URL. On exit the daemon shuts down,
+    """Serve ``kernel`` for the block, yielding the base URL; on exit the daemon shuts down
     within ``graceful_timeout`` plus a second."""
     stop = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-from roost.kernel import ConfigError
+from roost.kernel import ConfigError, number_setting
 
 from ._auth import (
     LOCAL,
@@ -29,10 +29,8 @@ DEFAULT_KEEP_ALIVE_S = 5.0
 
 @attrs.frozen
 class HttpSettings:
-    """What the HTTP layer enforces. ``api_key`` is kept out of ``repr`` so it is never logged.
-
-    ``keys``: ``(sha256 of a key, its principal)`` for every key accepted (by default just
-    ``api_key``, as ``default``); none means no auth, every caller being ``local``."""
+    """What the HTTP layer enforces; ``api_key`` is out of ``repr``, never logged. ``keys``:
+    ``(sha256, principal)`` per key (default: ``api_key`` as ``default``); none: no auth."""
 
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_source: str = "off"
@@ -50,7 +48,6 @@ class HttpSettings:
     # A connection with no request under way (its first head included) closes after this.
     keep_alive_s: float = DEFAULT_KEEP_ALIVE_S
     keys: tuple[tuple[bytes, Principal], ...] = attrs.field(
-        # by default the api_key alone, as "default"
         default=attrs.Factory(lambda s: resolve_keys(None, {}, s.api_key), takes_self=True),
         repr=False,
     )
@@ -64,8 +61,7 @@ class HttpSettings:
         return frozenset(names - {""})
 
     def principal_for(self, token: str | None) -> Principal | None:
-        """The principal whose key ``token`` is (constant time over all keys); ``local``
-        when no key is configured; None when the token matches no key."""
+        """``token``'s principal (constant time over all keys), ``local`` without keys, or None."""
         if not self.keys:
             return LOCAL
         if token is None:
@@ -123,9 +119,9 @@ class HttpSettings:
         )
 
 
-# Each number: its default (an int: the setting is an integer), its upper bound and what it
-# must be. An error's example is the default as written in roost.toml (a float format would
-# turn 1048576 into 1.04858e+06, which an integer setting refuses).
+# Each number: its default (an int: an integer setting), its upper bound and what it must be.
+# An error's example is the default as written in roost.toml: a float format would turn
+# 1048576 into 1.04858e+06, which an integer setting refuses.
 _NUMBERS: dict[str, tuple[float, float, str]] = {
     "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
     "rate_limit_burst": (40, math.inf, "an integer of at least 1"),
@@ -141,22 +137,14 @@ def _number(http_config: object, name: str) -> Any:
     if value is None:
         return default
     integer = isinstance(default, int)
-    try:
-        ok = (
-            not isinstance(value, bool)
-            and isinstance(value, int if integer else (int, float))
-            and (integer or math.isfinite(value))
-            and 0 < value <= high
-        )
-    except OverflowError:  # an integer too big for a float (math.isfinite)
-        ok = False
-    if not ok:
+    checked = number_setting(value, 0, high, integer=integer)
+    if checked is None:
         example = default if integer else f"{default:g}"
         raise ConfigError(
             f"http.{name} must be {what}, got {value!r}; "
             f"set e.g. {name} = {example} under [http] in roost.toml"
         )
-    return value if integer else float(value)
+    return checked
 
 
 def _host_entry(entry: str) -> str | None:

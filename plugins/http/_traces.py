@@ -74,8 +74,7 @@ def _start(record: dict[str, Any]) -> float:
 async def follow(
     kernel: Any, log: TraceLog, closing: trio.Event, *, task_status: Any = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Feed ``log`` from ``kernel``'s span events (subscribed before ``started()``) until
-    ``closing`` is set; woken at most every ``BATCH_WAIT_S``."""
+    """Feed ``log`` span events (subscribed before ``started()``) until ``closing`` is set."""
     async with kernel.tap.subscribe(buffer=BUFFER, kinds=("TRACE:",)) as events:
         task_status.started()
         async with trio.open_nursery() as nursery:

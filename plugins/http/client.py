@@ -1,9 +1,8 @@
-"""roost as an HTTP client (httpx): what the A2A client, push deliveries, MCP HTTP
-transports and model providers share.
+"""roost as an HTTP client (httpx), shared by A2A, push deliveries, MCP HTTP and providers.
 
 Every answer from a peer is streamed and read up to a byte cap (``read_body``,
-``read_error_body``, ``sse_events``): whatever a peer sends or announces, roost holds at
-most the cap. Also: HTTP error text, ``Retry-After`` and the 429/503 retry rule, and
+``read_error_body``, ``sse_events``): whatever a peer sends or announces, roost holds at most
+the cap. Also: HTTP error text, ``Retry-After`` and the 429/503 retry rule, and
 ``PinnedTransport``. Here rather than in the kernel, which stays free of HTTP libraries.
 """
 
@@ -44,8 +43,7 @@ _MIN_CREDENTIAL = 8
 
 
 class ResponseTooLarge(ValueError):
-    """A peer's answer (or one event of it) is over the cap ``limit``; the rest was not
-    read. ``peer`` is the URL (no query)."""
+    """An answer (or event) over ``limit`` bytes, the rest unread; ``peer``: URL, no query."""
 
     def __init__(self, what: str, peer: str, limit: int) -> None:
         self.what, self.peer, self.limit = what, peer, limit
@@ -102,8 +100,7 @@ async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTE
 async def sse_events(
     response: httpx.Response, *, max_bytes: int
 ) -> AsyncIterator[httpx_sse.ServerSentEvent]:
-    """The Server-Sent Events of ``response`` as they arrive (``httpx-sse``);
-    ``ResponseTooLarge`` when more than ``max_bytes`` arrive without completing an event."""
+    """``response``'s SSE events as they arrive; ``ResponseTooLarge`` for one over ``max_bytes``."""
     unfinished = 0  # bytes read since the last complete event
 
     async def counted() -> AsyncIterator[bytes]:
@@ -229,8 +226,7 @@ def http_retry_wait(
 
 
 def remaining_s(deadline: float) -> float:
-    """Seconds until ``deadline`` (``trio.current_time()`` based) or the caller's own
-    cancel-scope deadline, whichever is sooner."""
+    """Seconds until ``deadline`` (``trio.current_time()``) or the cancel scope's, if sooner."""
     return min(deadline, trio.current_effective_deadline()) - trio.current_time()
 
 
@@ -238,9 +234,10 @@ def remaining_s(deadline: float) -> float:
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):
-    """An httpx transport sending each request to an address ``pins`` approved for its
-    origin, the name kept in ``Host`` and TLS SNI: httpx would otherwise resolve again, and
-    a DNS-rebinding name could answer the check public and the connect private."""
+    """An httpx transport sending each request to an address ``pins`` approved for its origin,
+    the name kept in ``Host`` and TLS SNI. Otherwise httpx would resolve the name again, and a
+    DNS-rebinding name could answer the check with a public address and the connect with a
+    private one."""
 
     def __init__(self, pins: AddressPins, inner: httpx.AsyncBaseTransport | None = None) -> None:
         self.pins = pins

@@ -20,6 +20,7 @@ from roost.kernel import (
     ServiceDescriptor,
     header_table,
     hookimpl,
+    number_setting,
     unknown_key,
 )
 
@@ -78,10 +79,10 @@ def _number(
     raw: Mapping[str, Any], key: str, default: float, low: float, high: float, what: str
 ) -> float:
     value = raw.get(key, default)
-    # No math.isfinite: an integer too big for a float would raise OverflowError there.
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    checked = number_setting(value, low, high, closed=True)
+    if checked is None:
         raise ConfigError(f"telemetry.{key}: expected {what}, got {value!r}")
-    return float(value)
+    return checked
 
 
 def missing_extra() -> str | None:
@@ -97,8 +98,7 @@ def missing_extra() -> str | None:
 
 
 def check(config: Any) -> TelemetrySettings:
-    """``[telemetry]`` of ``config``, checked; enabled without the extra installed is a
-    ConfigError naming the install command."""
+    """Check ``[telemetry]``; enabled without the extra, a ConfigError names the install."""
     settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
     if settings.enabled:
         module = missing_extra()

@@ -56,15 +56,14 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
     """The OTLP/HTTP (protobuf) exporter ``[telemetry]`` describes."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    # No headers configured: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, which
-    # keeps a collector's key out of roost.toml.
+    # None set: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (no key in roost.toml).
     headers = dict(settings.headers) if settings.headers else None
     return OTLPSpanExporter(endpoint=settings.endpoint, headers=headers, timeout=settings.timeout_s)
 
 
 class SpanExport:
-    """The service: ``run(kernel, task_status=...)`` exports ``kernel``'s spans to
-    ``exporter`` (by default the OTLP/HTTP one of ``settings``) until cancelled."""
+    """``run(kernel, task_status=...)`` exports ``kernel``'s spans to ``exporter`` (by default
+    the OTLP/HTTP one of ``settings``) until cancelled."""
 
     def __init__(self, settings: TelemetrySettings, exporter: SpanExporter | None = None) -> None:
         self.settings = settings
@@ -89,14 +88,12 @@ class SpanExport:
                     await self._export(records, trio.current_time() + self.settings.timeout_s)
             finally:
                 deadline = trio.current_time() + self.settings.timeout_s
-                # Every wait in the flush is bounded by ``deadline`` itself; the scope's own,
-                # later deadline is only a backstop (Trio delivers a cancellation to the
-                # outermost cancelled scope, which would skip the flush's accounting).
+                # The flush bounds its waits by ``deadline``; the scope's later one is a backstop
+                # (Trio cancels the outermost scope, which would skip the flush's accounting).
                 with trio.CancelScope(shield=True, deadline=deadline + 1.0):
                     await self._flush(events, deadline)
-                # Not in a thread: it only sets flags and closes idle connections (an export
-                # still running is left to end by itself), and it must run even when the
-                # flush used all of the time.
+                # Not in a thread: it only sets flags and closes idle connections, and must run
+                # even when the flush used all of the time (a running export ends by itself).
                 self.exporter.shutdown()
 
     def _take(self, event: Any, records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -213,8 +210,8 @@ class Translator:
 
 
 def _convention(kind: str, name: str, a: Mapping[str, Any]) -> tuple[str, SpanKind, dict[str, Any]]:
-    """A span's OpenTelemetry name, kind and semantic-convention attributes (GenAI for
-    agents, model and tool calls; MCP for ``tools/call`` served and sent)."""
+    """A span's OpenTelemetry name, kind and semantic-convention attributes (GenAI for agents,
+    model and tool calls; MCP for ``tools/call`` served and sent)."""
     out: dict[str, Any] = {}
     if kind == RoostKind.MODEL:
         model = a.get("model") or ""

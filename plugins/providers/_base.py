@@ -22,6 +22,7 @@ from roost.kernel import (
     ToolCall,
     Usage,
     hookimpl,
+    number_setting,
 )
 
 from ._http import (
@@ -110,10 +111,8 @@ class Assembler:
 
 
 def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
-    """A tool call's arguments as an object: JSON text is decoded, ``""`` is ``{}``.
-
-    Arguments that are not a JSON object raise a ``ProviderResponseError`` naming the tool.
-    """
+    """A tool call's arguments as an object (JSON text decoded, ``""`` is ``{}``); anything
+    else raises a ``ProviderResponseError`` naming the tool."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     value = raw
@@ -135,9 +134,8 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
 
 
 def make_tool_call(name: str, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
-    """A ``ToolCall`` from the model's raw arguments. Arguments that do not decode to a JSON
-    object do not end the run: the call carries ``arguments_error`` and fails as a tool
-    result, so the model can correct itself."""
+    """A ``ToolCall`` from raw arguments; bad ones set ``arguments_error``, so the call fails
+    as a tool result the model can correct instead of ending the run."""
     ids = {"id": call_id} if call_id else {}
     try:
         return ToolCall(name, parse_arguments(raw, name, provider), **ids)
@@ -155,8 +153,7 @@ def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
 
 
 def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
-    """``expect_mapping``, and a ``ProviderResponseError`` if the object is the vendor's
-    ``error`` answer (the OpenAI, Gemini and Ollama shape)."""
+    """``expect_mapping``, refusing a vendor's ``error`` answer (OpenAI, Gemini, Ollama shape)."""
     data = expect_mapping(value, what, provider)
     err = data.get("error")
     if err:
@@ -200,9 +197,6 @@ def passthrough_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---- the context guard: keep a conversation inside the model's window ------------------
-# When the estimated size nears the window, the oldest tool outputs are shortened first
-# (head kept, a marker says how much was cut); the newest tool output and every user and
-# assistant message are kept whole as long as possible.
 
 # Per-vendor defaults (tokens) when neither the agent nor roost.toml says otherwise.
 DEFAULT_CONTEXT_WINDOWS = {
@@ -241,21 +235,17 @@ def request_tokens(request: CompletionRequest) -> int:
 
 def context_window_for(provider: str, parameters: dict[str, Any], configured: int | None) -> int:
     """``parameters.context_window`` (agent) → ``context_window`` (roost.toml) → vendor default."""
-    value = parameters.get("context_window")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
+    agent = number_setting(parameters.get("context_window"), integer=True)
+    return agent or configured or DEFAULT_CONTEXT_WINDOWS.get(provider, 32_000)
 
 
 def fit_context(
     request: CompletionRequest, *, context_window: int, reserve_output: int = 0
 ) -> CompletionRequest:
-    """``request`` with its oldest tool outputs shortened until it fits the budget.
-
-    The budget is ``context_window * 0.9 - reserve_output`` tokens (estimated). If even
-    shortening every tool output does not fit, the request is returned as shortened as it
-    can be; the vendor then says the context is too long, which is the honest answer.
-    """
+    """``request`` with its oldest tool outputs shortened first (head kept, marked) until it
+    fits ``context_window * 0.9 - reserve_output`` estimated tokens; the newest tool output and
+    every user and assistant message stay whole as long as possible. If it still does not fit,
+    it comes back as short as it gets, and the vendor says the context is too long."""
     budget = int(context_window * SAFETY_MARGIN) - max(0, reserve_output)
     over = request_tokens(request) - budget
     if over <= 0:
@@ -275,10 +265,8 @@ def fit_context(
 
 
 def shorten(text: str, remove_at_least: int) -> str:
-    """``text`` cut by up to ``remove_at_least`` characters (keeping its head), with a marker.
-
-    Text already shortened, or too short to gain from it, comes back unchanged.
-    """
+    """``text`` cut by ``remove_at_least`` characters or fewer, head kept, with a marker;
+    text already shortened, or too short to gain from it, comes back unchanged."""
     if MARKER_PREFIX in text:
         return text
     keep = max(0, min(KEEP_HEAD_CHARS, len(text) - remove_at_least))
@@ -384,11 +372,8 @@ class Vendor:
     def create(
         self, model: Any, settings: Mapping[str, Any] | None = None, *, env: Any = None
     ) -> HttpProvider:
-        """The provider for ``model`` (the agent's model section) and ``[providers.<name>]``.
-
-        The key is read from the environment, and required (when the vendor has one) only
-        with the vendor's own base URL: a local compatible server may run without one.
-        """
+        """The provider for ``model`` and ``[providers.<name>]``; the key (from the environment)
+        is required only with the vendor's own base URL (a local server may run without)."""
         if isinstance(model, Mapping):
             name, parameters = model.get("name"), model.get("parameters")
         else:

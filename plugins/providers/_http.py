@@ -126,8 +126,8 @@ KNOWN_SETTINGS = ("base_url", "api_key_env", "headers", *_NUMBERS)
 def check_settings(
     provider: str, raw: Mapping[str, Any] | None, *, known: tuple[str, ...] = KNOWN_SETTINGS
 ) -> dict[str, Any]:
-    """The settings of ``[providers.<provider>]``, checked (only those given; no defaults,
-    no key); raises ProviderConfigError (a ConfigError) naming the key and the fix."""
+    """The ``[providers.<provider>]`` settings given, checked (no defaults added, no key read);
+    ProviderConfigError (a ConfigError) names the key and the fix."""
     raw = dict(raw or {})
     where = f"providers.{provider}"
     if "api_key" in raw:
@@ -181,8 +181,7 @@ def check_settings(
 def check_config_providers(
     config: Any, *providers: str, known: tuple[str, ...] = KNOWN_SETTINGS
 ) -> None:
-    """``roost_check_config`` for a provider plugin: check the ``[providers.<name>]``
-    tables of ``providers`` in ``config`` (those present)."""
+    """``roost_check_config`` for a provider plugin: check its ``[providers.<name>]`` tables."""
     tables = getattr(config, "providers", None)
     if not isinstance(tables, Mapping):
         return
@@ -257,12 +256,8 @@ class HttpClient:
     async def stream_events(
         self, url: str, body: Mapping[str, Any], stream_format: str
     ) -> AsyncIterator[Any]:
-        """POST ``body`` and yield the response's events as they arrive: SSE events
-        (``httpx_sse.ServerSentEvent``) or, for ``ndjson``, the decoded JSON of each line.
-
-        Retries happen only before the first byte; a connection lost afterwards raises
-        ``StreamInterrupted``. Cancelling the caller closes the connection.
-        """
+        """POST ``body``, yield SSE events or decoded NDJSON lines; retried only before the first
+        byte, a connection lost after raises ``StreamInterrupted``; cancelling closes it."""
         provider = self.settings.provider
         async with self._client() as client:
             response, _ = await self._send(client, url, body, stream=True)
@@ -296,9 +291,8 @@ class HttpClient:
     async def _send(
         self, client: httpx.AsyncClient, url: str, body: Mapping[str, Any], *, stream: bool
     ) -> tuple[httpx.Response, bytes]:
-        """POST ``body`` with bounded retries. ``stream``: the response, open, for the caller
-        to read and close; else the closed response and its body (at most
-        ``MAX_ANSWER_BYTES``; a longer answer is a ``ProviderResponseError`` at once)."""
+        """POST ``body`` with bounded retries: the open response (``stream``), else the closed one
+        and its body (over ``MAX_ANSWER_BYTES``: a ``ProviderResponseError`` at once)."""
         s = self.settings
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         attempts = s.max_retries + 1

@@ -1,9 +1,8 @@
 """OpenAI Chat Completions (and OpenRouter, and any OpenAI-compatible server) over httpx.
 
-``[providers.openai] base_url`` points it at vLLM, LM Studio, llama.cpp's server, …;
-with a custom ``base_url`` the key is optional. OpenRouter is the same wire format at
-its own URL with its attribution headers (``[providers.openrouter] referer/title`` via
-``headers``).
+``[providers.openai] base_url`` points it at vLLM, LM Studio, llama.cpp's server, …; with a custom
+``base_url`` the key is optional. OpenRouter is the same wire format at its own URL with its
+attribution headers (``[providers.openrouter] referer/title`` via ``headers``).
 """
 
 from __future__ import annotations

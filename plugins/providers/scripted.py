@@ -98,8 +98,7 @@ class ScriptedProvider:
     def _answered_rule(
         self, messages: Sequence[Message], user_index: int
     ) -> tuple[_Rule, str] | None:
-        """If the assistant's last word before this user message was a rule's question,
-        that rule continues with this message as the answer (only rules that ask do)."""
+        """The rule whose question was the assistant's last word before this message, if any."""
         prev = _last_index(messages[:user_index], "assistant")
         if prev is None or messages[prev].tool_calls:
             return None

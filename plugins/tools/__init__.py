@@ -1,9 +1,9 @@
 """roost.plugins.tools — the built-in tools: bash, read, write, edit, list, glob, grep, web_fetch.
 
-Registered through the ``roost.plugins`` entry point ``tools``, exactly like a
-third-party plugin. Settings come from ``[tools]`` in ``roost.toml`` (see
-``ToolsSettings.from_config``); ``landlock_status()`` tells whether bash is confined,
-``file_access(ctx)`` what an agent's file tools and bash may touch.
+Registered through the ``roost.plugins`` entry point ``tools``, exactly like a third-party
+plugin. Settings come from ``[tools]`` in ``roost.toml`` (``ToolsSettings.from_config``);
+``landlock_status()`` tells whether bash is confined, ``file_access(ctx)`` what an agent's file
+tools and bash may touch.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ def build_tools(settings: ToolsSettings | None = None) -> list[Tool]:
 
 @hookimpl
 def roost_tools(config: Any) -> list[Tool]:
-    """The built-in tools, configured from ``config.tools`` (``config`` may be None).
-
-    The process hosting them becomes non-dumpable first: its environment holds the API
-    keys, and no child (bash among them) may read it from ``/proc`` or ptrace it."""
+    """The built-in tools, from ``config.tools`` (``config`` may be None). The process becomes
+    non-dumpable first: its environment holds the API keys, no child may read or ptrace it."""
     protect_process()
     warn_if_unconfined()
     return build_tools(ToolsSettings.from_config(config))

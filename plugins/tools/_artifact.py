@@ -1,10 +1,9 @@
 """The ``artifact`` tool: an agent hands over text, JSON data or a file beside its answer.
 
-Each call adds one part to the artifact ``name`` (a second call with the same name adds
-another part). The run's reply carries them: an A2A task gets them as artifacts, an MCP
-caller as content blocks and ``structuredContent.artifacts``. Files come from the agent's
-workspace only (what the agent made, not whatever the process can read): the path is
-walked without following symbolic links, and a file with other hard links is refused.
+Each call adds one part to the artifact ``name``. The run's reply carries them: an A2A task gets
+them as artifacts, an MCP caller as content blocks and ``structuredContent.artifacts``. Files come
+from the agent's workspace only (what the agent made, not whatever the process can read): the path
+is walked without following symbolic links, and a file with other hard links is refused.
 """
 
 from __future__ import annotations
@@ -106,8 +105,8 @@ def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:
 
 
 def _open_in_workspace(raw: str, root: Path) -> int:
-    """Open ``raw`` for reading beneath the workspace without following any symbolic link,
-    so nothing swapped in meanwhile can lead outside it (non-blocking: a FIFO never waits)."""
+    """Open ``raw`` beneath the workspace without following any symlink, so nothing swapped in
+    meanwhile can lead outside it; non-blocking, so a FIFO never waits."""
     if "\0" in raw:
         raise ToolArgumentsInvalid("arguments.path: contains a NUL character; give a file path")
     path = Path(os.path.normpath(raw))

@@ -48,9 +48,7 @@ _DRAIN_GRACE_S = 2.0
 _STOP_GRACE_S = 2.0
 _REAP_GRACE_S = 5.0
 _PROBE_TIMEOUT_S = 10.0
-# The probe's command: the interpreter roost runs on (never a program looked up on PATH,
-# which the probe, without Landlock, would run unconfined), checking it is alone with its
-# init in the new /proc.
+# The probe runs roost's interpreter, no program from PATH (it runs without Landlock).
 _PROBE_COMMAND = (
     "import os, sys; pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit()); "
     "sys.exit(0 if pids == [1, os.getpid()] else 'the new /proc shows other processes')"
@@ -60,8 +58,7 @@ _warned = False
 
 @functools.cache
 def _probe(netns: bool) -> str:
-    """Why bash gets no PID namespace (with ``netns``: and network namespace) here, "" if it
-    does: probed once each by running the supervisor for real."""
+    """Why bash gets no PID (``netns``: and net) namespace here, or "": one real run each."""
     if not sys.platform.startswith("linux"):
         return f"not supported on {sys.platform}"
     if not netns and not _probe(True):
@@ -176,9 +173,7 @@ def command_argv(
     bind: tuple[int, ...] = (),
     limits: AgentLimits | None = None,
 ) -> list[str]:
-    """The argv that runs ``command``: bash under the ``_sandbox_exec`` supervisor, which
-    isolates it, applies Landlock for ``access`` and ``limits``, and reaps everything the
-    command leaves."""
+    """The argv running ``command`` in bash under the ``_sandbox_exec`` supervisor."""
     # The system's bash (os.defpath: /bin:/usr/bin) before the first on roost's PATH, where
     # a directory an agent can write would put its own bash under every agent's commands.
     bash = shutil.which("bash", path=os.defpath) or shutil.which("bash") or "/bin/bash"
@@ -187,8 +182,7 @@ def command_argv(
     limits = limits or AgentLimits()
     if namespaces_status()[0]:
         argv.append("--pidns")
-        # Without a granted port, bash needs no network: a namespace of its own reaches
-        # nothing on the host, by any protocol.
+        # With no granted port bash needs no network: its own namespace reaches nothing here.
         if confined and not connect and not bind and network_namespace_status()[0]:
             argv.append("--netns")
         argv += ["--tmp", str(access.temp), str(limits.bash_tmp_mb)]
@@ -240,7 +234,6 @@ async def _stop(process: trio.Process) -> None:
             process.send_signal(signal.SIGTERM)
         with trio.move_on_after(_STOP_GRACE_S):
             await process.wait()
-    # Anything left in the group (normally nothing) is killed outright.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
     with trio.move_on_after(_REAP_GRACE_S):
@@ -268,12 +261,8 @@ async def run_command(
     max_chars: int,
     track: Callable[[int], Callable[[], None]] | None = None,
 ) -> dict:
-    """Run ``argv`` in a new process group; return exit code, output and flags.
-
-    The group is killed when the process exits, times out, or this call is cancelled.
-    ``track(pid)`` registers the process (``ProcessTraces.register``); what it returns is
-    called once everything the process started is gone.
-    """
+    """Run ``argv`` in a new process group, killed on exit, timeout or cancellation; ``track(pid)``
+    registers it, and what that returns is called once all the process started is gone."""
     # Bytes kept per stream: enough for ``max_chars`` characters of UTF-8.
     stdout, stderr = _Capture(max_chars * 4), _Capture(max_chars * 4)
     timed_out = False
@@ -297,8 +286,7 @@ async def run_command(
                 await process.wait()
             timed_out = deadline.cancelled_caught
             await _stop(process)
-            # The pipes close once every process of the group is gone; one that escaped
-            # with setsid() could hold them open, so the drains get a deadline too.
+            # One escaped by setsid() could hold the pipes open, so the drains have a deadline.
             nursery.cancel_scope.deadline = trio.current_time() + _DRAIN_GRACE_S
         drained = not nursery.cancel_scope.cancelled_caught
     finally:

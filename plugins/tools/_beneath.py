@@ -114,8 +114,7 @@ def open_beneath(dir_fd: int, rel: str, flags: int, mode: int = 0o666) -> int:
 
 
 def open_under(root: str, rel: str, flags: int, mode: int = 0o666) -> int:
-    """``open_beneath`` the root directory ``root`` (trusted configuration: symlinks are
-    followed to reach the root itself)."""
+    """``open_beneath`` the directory ``root`` (trusted: reached through symlinks if any)."""
     fd = os.open(root, DIR_FLAGS)
     try:
         return open_beneath(fd, rel, flags, mode)
@@ -124,8 +123,8 @@ def open_under(root: str, rel: str, flags: int, mode: int = 0o666) -> int:
 
 
 def make_dirs_under(root: str, rel: str) -> int:
-    """The fd of directory ``rel`` beneath the root directory ``root``, creating missing
-    ones (``mkdir -p``) without following a symlink; the caller closes it."""
+    """The fd of directory ``rel`` beneath ``root``, missing ones created (``mkdir -p``)
+    without following a symlink; the caller closes it."""
     rel = split(rel)
     fd = os.open(root, DIR_FLAGS)
     if rel == ".":
@@ -169,10 +168,8 @@ def walk(
     *,
     max_depth: int | None = None,
 ) -> Iterator[tuple[str, int, list[os.DirEntry]]]:
-    """Depth-first ``(rel_dir, dir_fd, entries)`` from the directory ``top_fd`` (readable,
-    not ``O_PATH``) down; never follows a symlink, keeps one fd open per level. Directories
-    named in ``skip``, relative paths in ``denied`` and (with ``max_depth``) directories
-    whose entries would lie deeper than that are not entered."""
+    """Depth-first ``(rel_dir, dir_fd, entries)`` below ``top_fd`` (readable, not ``O_PATH``),
+    one fd per level, no symlink followed; not entered: ``skip``, ``denied``, past ``max_depth``."""
     stack: list[tuple[str, int, Iterator[str]]] = []
     try:
         fd = os.dup(top_fd)

@@ -65,8 +65,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_
 
 
 class _Refused(Exception):
-    """A clear reason the file cannot be used; becomes an error result. ``code`` is the
-    errno behind it, if any (``errno.EISDIR`` for a directory where a file was wanted)."""
+    """Why the file cannot be used, as an error result; ``code``: its errno, if any."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -160,8 +159,7 @@ def _deadline(ctx: ToolContext) -> float:
 
 
 async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -> ToolResult:
-    """Run blocking file work for the calling agent in its own thread pool; a refusal or
-    an OS error becomes a clear error result."""
+    """Blocking file work in the agent's threads; a refusal or OS error: an error result."""
 
     def guarded() -> ToolResult:
         access = file_access(ctx)
@@ -175,8 +173,6 @@ async def _in_thread(ctx: ToolContext, fn: Callable[[FileAccess], ToolResult]) -
 
     return await agent_thread(ctx, guarded)
 
-
-# ---- read ----------------------------------------------------------------------------
 
 READ_SPEC = tool_spec(
     name="read",
@@ -199,9 +195,8 @@ READ_SPEC = tool_spec(
 
 
 def _lines(f: Any, keep: int, deadline: float, what: str) -> Iterator[tuple[bytes, bool]]:
-    """The lines of a binary file (without their end, ``\\r\\n`` or ``\\n``), each cut to
-    its first ``keep`` bytes, as ``(bytes, cut)``. Memory stays bounded whatever the file
-    (the rest of a cut line is skipped, never kept); ``_Refused`` past ``deadline``."""
+    """``(bytes, cut)`` per line (end stripped), cut to ``keep`` bytes, the rest skipped unread
+    so memory stays bounded; ``_Refused`` past ``deadline``."""
 
     def line(size: int) -> bytes:
         if time.monotonic() > deadline:
@@ -271,8 +266,6 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- write ---------------------------------------------------------------------------
-
 WRITE_SPEC = tool_spec(
     name="write",
     title="Write a file",
@@ -294,8 +287,8 @@ WRITE_SPEC = tool_spec(
 
 
 def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
-    """An fd to write ``loc`` (parents created beneath the root, no symlink followed,
-    never a file with other links) and whether the file existed."""
+    """An fd to write ``loc`` and whether the file existed: parents created beneath the root,
+    no symlink followed, never a file with other hard links."""
     parent, name = os.path.split(loc.rel)
     if loc.rel == "." or not name:
         raise _Refused(f"{raw!r} is a directory; give a file path to write")
@@ -346,8 +339,6 @@ async def write(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
     return await _in_thread(ctx, work)
 
-
-# ---- edit ----------------------------------------------------------------------------
 
 EDIT_SPEC = tool_spec(
     name="edit",
@@ -459,8 +450,6 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- list ----------------------------------------------------------------------------
-
 LIST_SPEC = tool_spec(
     name="list",
     title="List a directory",
@@ -534,8 +523,6 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- glob ----------------------------------------------------------------------------
-
 GLOB_SPEC = tool_spec(
     name="glob",
     title="Find files by pattern",
@@ -607,8 +594,6 @@ async def glob(call: ToolCall, ctx: ToolContext) -> ToolResult:
     return await _in_thread(ctx, work)
 
 
-# ---- grep ----------------------------------------------------------------------------
-
 GREP_SPEC = tool_spec(
     name="grep",
     title="Search file contents",
@@ -662,7 +647,6 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
-    """A test of a file's path relative to the search root."""
     if pattern is None:
         return lambda _rel: True
     regex = glob_to_regex(pattern)
@@ -673,9 +657,8 @@ def _glob_filter(pattern: str | None) -> Callable[[str], bool]:
 
 
 def _read_capped(fd: int, size: int) -> bytes | None:
-    """The content of a regular file, or None when it is over the grep size cap (checked
-    again as it is read: it may have grown since ``fstat``). Read in chunks: one read of
-    the whole cap would allocate it for every small file."""
+    """A file's content, None past the grep cap (rechecked while read: it may grow). Read in
+    chunks: one read of the whole cap would allocate it for every small file."""
     if size > MAX_GREP_FILE_BYTES:
         return None
     chunks, total = [], 0
@@ -690,8 +673,7 @@ def _read_capped(fd: int, size: int) -> bytes | None:
 def _grep_files(
     fd: int, name: str, skip_below: frozenset[str], deadline: float
 ) -> Iterator[tuple[str, bytes | None]]:
-    """``(relative path, content)`` of each regular file to search from ``fd`` (a file or
-    a directory); content is None for a file over the size cap. Stops at the deadline."""
+    """``(rel path, content)`` per regular file under ``fd``, None over the cap, to the deadline."""
     info = os.fstat(fd)
     if stat.S_ISREG(info.st_mode):
         yield name, _read_capped(fd, info.st_size)
@@ -789,8 +771,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
 
 
 def _checked(spec: ToolSpec, handler: Any) -> Tool:
-    """``handler`` with its arguments checked against ``spec`` when called without a kernel
-    (the kernel checks them before any tool runs)."""
+    """``handler``, its arguments checked against ``spec`` when no kernel checks them."""
 
     async def checked(call: ToolCall, ctx: ToolContext) -> ToolResult:
         if ctx.kernel is None:

@@ -72,9 +72,8 @@ def fs_access_for_abi(abi: int) -> int:
 
 
 class LandlockStatus(collections.namedtuple("LandlockStatus", "available abi reason")):
-    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a
-    dataclass: the supervisor imports this module for every bash call, and ``dataclasses``
-    alone costs it several milliseconds; ``collections`` it has loaded already.)"""
+    """Whether bash can be confined by Landlock here; ``abi`` is 0 when not. (Not a dataclass:
+    importing ``dataclasses`` would slow every bash call; ``collections`` is loaded already.)"""
 
     __slots__ = ()
 
@@ -187,11 +186,9 @@ def _beneath(path: str, root: str) -> bool:
 
 
 def carve(root: str, deny: tuple[str, ...] | list[str]) -> list[str]:
-    """``root`` as a list of paths that together cover it except the ``deny`` paths
-    strictly inside it: a root that contains one is replaced by its entries (recursively
-    around the denied one). Symbolic links among those entries are left out; what they
-    point to is covered by its own root, if any. A deny path equal to or above ``root``
-    does not cut it: naming a root grants it."""
+    """Paths covering ``root`` but the ``deny`` paths strictly inside it: a root holding one
+    becomes its entries, recursively, symlinks left out (their targets have their own root,
+    if any). A deny path at or above ``root`` does not cut it: naming a root grants it."""
     inside = [d for d in deny if d != root and _beneath(d, root)]
     if not inside:
         return [root]
@@ -292,8 +289,7 @@ def restrict_self(rules: object) -> None:
                     allow(path, handled_fs)
 
         def allow_port(access: int, port: int, what: str) -> None:
-            # ctypes would wrap 2**64 + 80 to 80, a port never asked for: what the kernel
-            # refuses (a port past 65535) is refused before it can wrap
+            # ctypes would wrap 2**64 + 80 to 80, a port never asked for: refuse past 65535 first
             if not 0 <= port <= 0xFFFF:
                 raise LandlockError(errno.EINVAL, f"landlock_add_rule({what}): not a TCP port")
             add(LANDLOCK_RULE_NET_PORT, _NetPortAttr(access, port), what)

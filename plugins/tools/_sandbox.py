@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import glob as globlib
-import math
 import os
 import shutil
 import tempfile
@@ -22,7 +21,14 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import ConfigError, SandboxError, ToolArgumentsInvalid, ToolContext, ToolSpec
+from roost.kernel import (
+    ConfigError,
+    SandboxError,
+    ToolArgumentsInvalid,
+    ToolContext,
+    ToolSpec,
+    number_setting,
+)
 
 SANDBOX_MODES = ("sandbox", "read-only", "rwx")
 # What bash may read beyond the agent's own roots: programs, libraries, configuration.
@@ -35,12 +41,10 @@ SYSTEM_DENY = (
     "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
     "/etc/sudoers.d", "/etc/ssl/private", "/etc/security/opasswd", "/etc/ssh/ssh_host_*_key",
 )  # fmt: skip
-# The names a manifest's grants go under, for error messages.
 READ_GRANT = "files.read"
 WRITE_GRANT = "files.write"
 
-# Worker threads one agent's file tools may hold at once: a thread stuck in the OS keeps
-# its slot until it returns, so it can only ever starve its own agent.
+# Threads one agent's file tools may hold: one stuck in the OS starves only its own agent.
 FILE_THREADS_PER_AGENT = 4
 
 _fallback_temp: Path | None = None
@@ -62,9 +66,9 @@ def data_home(ctx: ToolContext) -> Path | None:
 
 
 def temp_dir_of(ctx: ToolContext) -> Path:
-    """Where bash's ``$TMPDIR`` is (created 0700): ``<data dir>/tmp/<agent>``; outside a
-    kernel, ``<agent>`` under one private directory per process. Each command gets a
-    private tmpfs mounted there where namespaces work, else this directory itself."""
+    """Bash's ``$TMPDIR`` (0700): ``<data dir>/tmp/<agent>``; outside a kernel, ``<agent>`` under
+    one private directory per process. Each command gets a private tmpfs mounted there where
+    namespaces work, else uses this directory itself."""
     global _fallback_temp
     home = data_home(ctx)
     if home is not None:
@@ -94,8 +98,7 @@ def thread_limiter(agent: str) -> trio.CapacityLimiter:
 
 
 async def agent_thread(ctx: ToolContext, fn: Any) -> Any:
-    """``fn()`` in a worker thread under the agent's limiter; on cancellation (a timeout,
-    shutdown) the thread is abandoned rather than waited for."""
+    """``fn()`` in a worker thread under the agent's limiter, abandoned when cancelled."""
     return await trio.to_thread.run_sync(
         fn, limiter=thread_limiter(ctx.agent), abandon_on_cancel=True
     )
@@ -192,8 +195,7 @@ class FileAccess:
     deny: tuple[tuple[Path, str], ...] = ()  # (path, what it is)
 
     def locate(self, raw: str, *, write: bool = False) -> Located:
-        """Where ``raw`` (relative to the workspace, or absolute) lies among the roots;
-        raises ``SandboxError`` naming the path and the manifest field that would allow it."""
+        """Where ``raw`` lies; ``SandboxError`` names the manifest field that would allow it."""
         verb = "write" if write else "read"
         if write and self.mode == "read-only":
             raise SandboxError(
@@ -243,8 +245,7 @@ class FileAccess:
         )
 
     def bash_path(self, path: str) -> str:
-        """``PATH`` without the directories bash may not read (a command found there would
-        fail with EACCES instead of being looked up further along)."""
+        """``PATH`` minus dirs bash may not read: one there fails (EACCES) before later matches."""
         if self.mode == "rwx":
             return path
         roots = [_real(p) for p in SYSTEM_READ_ROOTS]
@@ -311,16 +312,12 @@ def _number(section: Any, name: str, default: float) -> Any:
     if value is None:
         return default
     integer = isinstance(default, int)  # the field's default says which kind it is
-    bad = isinstance(value, bool) or not isinstance(value, (int, float))
-    if not bad and not (integer and isinstance(value, int)):
-        try:
-            bad = not math.isfinite(value) or (integer and value != int(value))
-        except OverflowError:  # an integer too big for a float
-            bad = True
-    if bad or value <= 0:
+    whole = integer and isinstance(value, float) and value.is_integer()
+    checked = number_setting(int(value) if whole else value, integer=integer)
+    if checked is None:
         kind = "a positive integer" if integer else "a positive number"
         raise ConfigError(f"tools.{name}: expected {kind}, got {value!r}")
-    return int(value) if integer else float(value)
+    return checked
 
 
 @attrs.frozen

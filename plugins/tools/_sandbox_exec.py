@@ -1,19 +1,14 @@
 """The process that runs a bash command for the ``bash`` tool: isolate, confine, run, reap.
 
-    python -I -S _sandbox_exec.py [--parent PID] [--pidns [--netns] [--tmp DIR MB]]
-        [--memory MB] [--processes N] [--nofile N] [--sockets] [--landlock [RULES]] -- CMD
-
-RULES: ``--read DIR``, ``--write DIR``, ``--deny PATH`` (repeatable), ``--no-files``,
-``--tcp`` with ``--connect PORT`` / ``--bind PORT``, ``--no-scope``. It dies with its
-``--parent`` (``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts
-a check; the parent is also polled), is a child subreaper with ``oom_score_adj`` 1000, and
-with ``--pidns`` runs the command under an init of new PID and mount namespaces (a user
-namespace when not root) with its own ``/proc``, ``--netns``, ``--tmp`` and a ``pid_max``
-cap; without them it kills and reaps whatever the command left. The command gets no
-capabilities, Landlock, rlimits, the socket filter and default signals, or exits 126 rather
-than run less confined. On SIGTERM/SIGINT/SIGHUP or when the parent is gone it kills the
-whole tree and exits 128 + the signal. Standard library only, run with ``-I -S`` to start
-fast. README.md, "Built-in tools and the sandbox", says what each part enforces.
+Its arguments are ``main``'s usage text plus ``--nofile N``. It dies with its ``--parent``
+(``PR_SET_PDEATHSIG`` fires when the parent *thread* exits, so it only prompts a check; the parent
+is also polled), is a child subreaper with ``oom_score_adj`` 1000, and with ``--pidns`` runs the
+command under an init of new PID and mount namespaces (a user namespace when not root) with its own
+``/proc``, ``--netns``, ``--tmp`` and a ``pid_max`` cap; without them it kills and reaps whatever
+the command left. The command gets no capabilities, Landlock, rlimits, the socket filter and
+default signals, or exits 126 rather than run less confined. On SIGTERM/SIGINT/SIGHUP or when the
+parent is gone it kills the whole tree and exits 128 + the signal. Standard library only, run with
+``-I -S`` to start fast. README.md, "Built-in tools and the sandbox", says what each part enforces.
 """
 
 from __future__ import annotations
@@ -53,8 +48,7 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 OOM_SCORE_ADJ = 1000
-# After the PIDs up to pid_max are used once, the kernel hands out PIDs from 300 up only:
-# pid_max = N + 300 leaves room for N processes at any time.
+# Once PIDs wrap, the kernel reuses them from 300 up: pid_max = N + 300 leaves room for N.
 RESERVED_PIDS = 300
 PARENT_DEATH_SIGNAL = signal.SIGUSR1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -77,8 +71,7 @@ def _kernel_at_least(major: int, minor: int) -> bool:
         return False
 
 
-# Linux 6.14 made /proc/sys/kernel/pid_max per PID namespace; before, writing it from a
-# namespace (as root) would change the host's.
+# Linux 6.14 made pid_max per PID namespace; before, root in a namespace set the host's.
 PER_NAMESPACE_PID_MAX = _kernel_at_least(6, 14)
 
 
@@ -202,8 +195,7 @@ def _reap_ready(statuses: dict[int, int]) -> bool:
 
 
 def kill_tree() -> dict[int, int]:
-    """SIGKILL every descendant and reap them all (orphans are re-parented to us as they
-    appear); returns the wait status of each child reaped."""
+    """SIGKILL and reap every descendant (orphans re-parent to us); child pid -> status."""
     me = os.getpid()
     statuses: dict[int, int] = {}
     for _ in range(_MAX_KILL_ROUNDS):
@@ -264,8 +256,7 @@ def loopback_up() -> None:
 
 
 def enter_namespaces(*, netns: bool = False) -> None:
-    """Unshare PID and mount namespaces (and a user namespace when not root, a network
-    namespace with ``netns``) for our future children."""
+    """Unshare PID, mount (user when not root, net with ``netns``) namespaces for children."""
     flags = CLONE_NEWPID | CLONE_NEWNS | (CLONE_NEWNET if netns else 0)
     uid, gid = os.geteuid(), os.getegid()
     if uid != 0:
@@ -320,8 +311,7 @@ def drop_capabilities() -> None:
 
 
 def exec_confined(opts: Options, original_mask: set) -> None:
-    """Become the command: no capabilities, Landlock, limits, socket filter, default
-    signals. Never returns."""
+    """Become the command, confined (see the module docstring). Never returns."""
     try:
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
@@ -369,9 +359,8 @@ def exec_confined(opts: Options, original_mask: set) -> None:
 
 
 def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
-    """PID 1 of the new namespace: a private /proc (and temp dir, and PID cap), then the
-    command; its status is ours. Returning ends the namespace: the kernel kills whatever is
-    left in it."""
+    """PID 1 of the new namespaces: private /proc, tmp and PID cap, then the command; returning
+    ends the namespace (the kernel kills whatever is left in it)."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     # If the supervisor died before prctl, nobody would tell us: its end of the pipe is shut.
     if select.select([outer_alive], [], [], 0)[0]:
@@ -404,9 +393,8 @@ def run_init(opts: Options, original_mask: set, outer_alive: int) -> int:
 
 
 def wait_for(child: int, parent: int | None) -> tuple[str, int, int | None]:
-    """Wait for the command (or its namespace's init), ``child``: ``("exited", 0, status)``
-    when it exits, ``("stop", signum, None)`` on a stop signal, or ``("orphaned", SIGKILL,
-    None)`` when the parent is gone."""
+    """Wait for ``child`` (the command or its init): ``("exited", 0, status)``, ``("stop",
+    signum, None)`` on a stop signal, or ``("orphaned", SIGKILL, None)`` if the parent died."""
     while True:
         info = signal.sigtimedwait(WATCHED, PARENT_POLL_S)
         statuses: dict[int, int] = {}

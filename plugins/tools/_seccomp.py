@@ -41,7 +41,6 @@ ARCHES["arm64"] = ARCHES["aarch64"]
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
 _NR, _ARCH, _ARG0, _ARG1, _ARG2 = 0, 4, 16, 24, 32  # args: their low 32 bits (little endian)
 
-# Classic BPF opcodes.
 _LD_W_ABS = 0x20
 _JEQ_K = 0x15
 _JGE_K = 0x35

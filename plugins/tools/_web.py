@@ -1,11 +1,10 @@
 """The ``web_fetch`` tool: GET a URL through the SSRF guard; results are untrusted.
 
-Every hop (the first URL and each redirect) is checked by ``check_url`` after DNS
-resolution, and the connection goes to the checked address itself (the URL's host stays
-in the ``Host`` header and TLS SNI, so certificates are still verified against the name):
-a second DNS answer cannot swap in a forbidden address. Environment proxies are ignored
-for the same reason. The body is read as a stream and cut at a byte cap; HTML is turned
-into readable text.
+Every hop (the first URL and each redirect) is checked by ``check_url`` after DNS resolution, and
+the connection goes to the checked address itself (the URL's host stays in the ``Host`` header and
+TLS SNI, so certificates are still verified against the name): a second DNS answer cannot swap in a
+forbidden address. Environment proxies are ignored for the same reason. The body is read as a
+stream and cut at a byte cap; HTML is turned into readable text.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from roost.kernel import (
     ToolContext,
     ToolResult,
     UrlRefused,
+    number_setting,
 )
 from roost.plugins.http.client import PinnedTransport
 
@@ -138,12 +138,8 @@ async def fetch(
     client: httpx.AsyncClient,
     max_bytes: int,
 ) -> tuple[str, httpx.Response, bytes, bool]:
-    """GET ``url`` following up to ``MAX_REDIRECTS`` checked redirects, with ``client``
-    connecting only to the addresses ``pins`` approved (its ``PinnedTransport``).
-
-    Returns the final URL, the response, up to ``max_bytes`` of body and whether the body
-    was cut. Raises ``UrlRefused`` when a hop is refused.
-    """
+    """GET ``url`` (up to ``MAX_REDIRECTS`` checked redirects) at pinned addresses only: final
+    URL, response, up to ``max_bytes`` of body, whether it was cut; ``UrlRefused`` for a hop."""
     current = url
     for _hop in range(MAX_REDIRECTS + 1):
         await pins.addresses(current)  # refused here, naming why, before any request
@@ -193,7 +189,7 @@ def web_fetch_tool(settings: ToolsSettings) -> Tool:
         if not isinstance(url, str) or not url.strip():
             return ToolResult.error("arguments.url: expected an absolute http:// or https:// URL")
         max_chars = call.arguments.get("max_chars", ctx.max_output_chars)
-        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 100:
+        if number_setting(max_chars, 100, integer=True, closed=True) is None:
             return ToolResult.error(
                 f"arguments.max_chars: expected an integer of at least 100, got {max_chars!r}"
             )

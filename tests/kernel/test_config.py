@@ -17,6 +17,7 @@ from roost.kernel import (
     find_config_file,
     header_table,
     load_config,
+    number_setting,
     resolve_data_dir,
 )
 
@@ -226,6 +227,41 @@ def test_a_seconds_setting_past_the_largest_float_is_refused_not_a_crash(tmp_pat
     message = failure(tmp_path, f"[kernel]\nask_timeout_s = {huge}\n")
     assert f"kernel.ask_timeout_s: expected a number > 0, got {huge}" in message
     assert load(tmp_path, "[http]\nkeep_alive_s = 1e308\n").http.keep_alive_s == 1e308
+
+
+@pytest.mark.parametrize(
+    ("value", "bounds", "expected"),
+    [
+        (5, {}, 5.0),
+        (5, {"integer": True}, 5),
+        (True, {"integer": True}, None),  # a bool is never a number, though True == 1
+        (False, {"closed": True}, None),
+        (2.0, {"integer": True}, None),  # a whole float is no integer setting
+        ("5", {}, None),
+        (None, {}, None),
+        (0, {}, None),  # low is excluded unless closed
+        (0, {"closed": True}, 0.0),
+        (-0.0, {}, None),
+        (5e-324, {}, 5e-324),
+        (100, {"low": 100, "integer": True}, None),
+        (100, {"low": 100, "integer": True, "closed": True}, 100),
+        (3600, {"high": 3600}, 3600.0),  # high is always included
+        (3600.5, {"high": 3600}, None),
+        (float("inf"), {}, None),
+        (float("-inf"), {}, None),
+        (float("nan"), {"closed": True}, None),
+        (1e308, {}, 1e308),
+        # past the largest float: refused, not an OverflowError
+        pytest.param(2**1024, {}, None, id="2**1024"),
+        pytest.param(10**5000, {}, None, id="10**5000"),
+        pytest.param(10**5000, {"integer": True}, 10**5000, id="10**5000-integer"),
+        (2**63, {"integer": True, "high": 2**63 - 1}, None),
+    ],
+)
+def test_number_setting_refuses_bools_non_finite_and_out_of_bounds_values(value, bounds, expected):
+    got = number_setting(value, **bounds)
+    assert got == expected
+    assert type(got) is type(expected)
 
 
 def test_invalid_toml_names_file_and_line(tmp_path):

@@ -164,6 +164,22 @@ async def test_bad_message_body_is_400_naming_the_field(make_kernel, content, fi
     assert health.status_code == 200
 
 
+async def test_a_timeout_too_big_for_a_float_is_400_not_a_crash(make_kernel):
+    # On main, an integer past the largest float reached math.isfinite, whose OverflowError
+    # answered 500; it is a bad timeout like any other.
+    kernel = make_kernel()
+    content = b'{"message": "hi", "timeout": 1' + b"0" * 400 + b"}"
+    async with serving(kernel) as client:
+        response = await client.post(
+            "/api/agents/echo/message",
+            content=content,
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 400, response.text
+    assert error_of(response)["field"] == "timeout"
+    assert kernel.sent == []
+
+
 async def test_body_over_the_cap_is_413_and_the_daemon_keeps_serving(make_kernel):
     kernel = make_kernel(max_body_bytes=1000)
     async with serving(kernel) as client:
