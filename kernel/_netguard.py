@@ -2,7 +2,8 @@
 
 Decided on parsed and resolved IP addresses, never on URL substrings: legacy IPv4 spellings
 (``2130706433``, ``0x7f.1``) are parsed as ``inet_aton`` does, IPv6 forms embedding IPv4
-(mapped, 6to4, NAT64) are judged by that address, and every resolved address must pass.
+(mapped, 6to4, NAT64) are judged by that address (local-use NAT64 is private whatever it
+wraps), and every resolved address must pass.
 Callers connect to a checked address (``pin_url``; ``AddressPins`` remembers them per
 origin), so a second DNS answer cannot differ from the checked one.
 """
@@ -89,6 +90,7 @@ _RULES = (
 )
 
 _NAT64 = _nets("64:ff9b::/96", "64:ff9b:1::/48")
+_LOCAL_NAT64 = _NAT64[1]
 _IPV4_CHARS = frozenset("0123456789abcdefxABCDEFX.")
 
 _RULE_TEXT = {"metadata": "a cloud instance-metadata endpoint"}
@@ -138,7 +140,12 @@ def classify_address(ip: str | IPAddress) -> str | None:
             ip = ipaddress.IPv6Address(ip.compressed.split("%", 1)[0])
         embedded = _embedded_ipv4(ip)
         if embedded is not None:
-            return classify_address(embedded)
+            rule = classify_address(embedded)
+            if rule is None and ip in _LOCAL_NAT64:
+                # Local-use NAT64 (RFC 8215) is not globally reachable, and its prefix may be
+                # /48 to /96, so the IPv4 address may sit elsewhere in it (RFC 6052).
+                return "private"
+            return rule
     if ip in METADATA_ADDRESSES:
         return "metadata"
     for rule, _, networks in _RULES:

@@ -49,6 +49,11 @@ from roost.kernel._netguard import AddressPins, parse_ipv4_literal, pin_url
         ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
         ("64:ff9b:1::7f00:1", "loopback"),  # local-use NAT64 (RFC 8215) of 127.0.0.1
         ("64:ff9b:1::a9fe:a9fe", "metadata"),
+        ("64:ff9b::808:808", None),  # well-known NAT64 of a public address
+        # Regression: read as a /96 prefix, a /48 prefix's address of 127.0.0.1 (RFC 6052
+        # bits 48-63 and 72-87) was public; local-use NAT64 is never globally reachable.
+        ("64:ff9b:1:7f00:0:100:808:808", "private"),
+        ("64:ff9b:1::808:808", "private"),
         # Each form wrapping 0.0.0.0 (an IPv4Address that is still taken as found):
         ("::ffff:0.0.0.0", "unspecified"),
         ("2002::", "unspecified"),
