@@ -562,7 +562,7 @@ class ActorSystem:
         (``__cause__``: the handler's exception) or ActorStopped."""
         return await self._ask(target, kind, payload, source, trace, timeout, True)
 
-    async def ask_payload(
+    def ask_payload(
         self,
         target: str,
         kind: str,
@@ -571,10 +571,10 @@ class ActorSystem:
         source: str = "kernel",
         trace: TraceContext | None = None,
         timeout: float = DEFAULT_ASK_TIMEOUT_S,
-    ) -> Any:
+    ) -> Awaitable[Any]:
         """``(await ask(...)).payload``: the same ask, limits and errors; an answer given in
         the asker's task skips building the reply event while nobody subscribes to events."""
-        return await self._ask(target, kind, payload, source, trace, timeout, False)
+        return self._ask(target, kind, payload, source, trace, timeout, False)
 
     def _ask(
         self,

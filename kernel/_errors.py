@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import reduce
 from typing import Any
 
@@ -387,42 +387,37 @@ def check_json_input(
 
 
 def _walk(value: Any, field: str, *, numbers: bool) -> None:
-    # Iterative, so nesting as deep as the JSON decoder allows is fine. A child's place is
-    # (its parent's place, its key), spelt out only for the value that is refused.
-    stack: list[tuple[Any, Any]] = [(value, None)]
-    while stack:
-        item, place = stack.pop()
+    # Depth first in document order, and iterative, so nesting as deep as the JSON decoder
+    # allows is fine: ``reading`` holds the open containers' (key, child) iterators, ``keys``
+    # the place of the value at hand, spelt out only for the value that is refused.
+    reading: list[Iterator[tuple[Any, Any]]] = []
+    keys: list[Any] = []
+    item = value
+    while True:
         if isinstance(item, str):
             if not item.isascii() and (bad := _lone_surrogate(item)) is not None:
-                raise InvalidText(_spell(field, place), bad)
-            continue
-        if isinstance(item, dict) or isinstance(item, Mapping):
-            pairs = item.items()
+                raise InvalidText(reduce(_join, keys, field), bad)
+        elif item.__class__ is int:  # most values are ASCII text or integers: none is refused
+            pass
+        elif isinstance(item, (list, tuple)):
+            reading.append(enumerate(item))
+            keys.append(None)
+        elif is_mapping(item):
             for key in item:
                 if isinstance(key, str) and not key.isascii():
                     if (bad := _lone_surrogate(key)) is not None:
-                        where = _spell(field, place)
+                        where = reduce(_join, keys, field)
                         raise InvalidText(f"{where} (a key)" if where else "a key", bad)
-        elif isinstance(item, (list, tuple)):
-            pairs = enumerate(item)
+            reading.append(iter(item.items()))
+            keys.append(None)
+        elif numbers and isinstance(item, float) and not math.isfinite(item):
+            raise InvalidNumber(reduce(_join, keys, field), item)
+        while reading:  # the next value: the innermost open container's next child
+            entry = next(reading[-1], None)
+            if entry is not None:
+                keys[-1], item = entry
+                break
+            reading.pop()
+            keys.pop()
         else:
-            if numbers and isinstance(item, float) and not math.isfinite(item):
-                raise InvalidNumber(_spell(field, place), item)
-            continue
-        # Children in reverse, so that the first problem in document order is named; ASCII
-        # text and integers (most values) cannot be one, so they are not stacked.
-        stack.extend(
-            [
-                (child, (place, key))
-                for key, child in pairs
-                if not ((child.__class__ is str and child.isascii()) or child.__class__ is int)
-            ][::-1]
-        )
-
-
-def _spell(field: str, place: Any) -> str:
-    keys = []
-    while place is not None:
-        place, key = place
-        keys.append(key)
-    return reduce(_join, reversed(keys), field)
+            return

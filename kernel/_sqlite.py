@@ -166,7 +166,8 @@ class SqliteDatabase:
             op.task = trio.lowlevel.current_task()
         with self._lock:
             self._queue.append(op)
-            self._ready.notify()
+            if len(self._queue) == 1:  # the thread waits for work only when there is none
+                self._ready.notify()
         if not wait:
             return None
 

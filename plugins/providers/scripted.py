@@ -76,8 +76,10 @@ class ScriptedProvider:
             values["answer"] = user_text
             rule = rule[0]
         else:
-            rule = next((r for r in self._rules if r.matches(user_text)), None)
-            if rule is None:
+            for rule in self._rules:
+                if rule.matches(user_text):
+                    break
+            else:
                 return _answer(self._default, values, request)
             if rule.ask and steps_done == 0:
                 text = _render(rule.ask, values)
