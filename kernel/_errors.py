@@ -397,8 +397,6 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
         if isinstance(item, str):
             if not item.isascii() and (bad := _lone_surrogate(item)) is not None:
                 raise InvalidText(reduce(_join, keys, field), bad)
-        elif item.__class__ is int:  # most values are ASCII text or integers: none is refused
-            pass
         elif isinstance(item, (list, tuple)):
             reading.append(enumerate(item))
             keys.append(None)
@@ -412,12 +410,15 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
             keys.append(None)
         elif numbers and isinstance(item, float) and not math.isfinite(item):
             raise InvalidNumber(reduce(_join, keys, field), item)
-        while reading:  # the next value: the innermost open container's next child
-            entry = next(reading[-1], None)
-            if entry is not None:
-                keys[-1], item = entry
-                break
-            reading.pop()
-            keys.pop()
+        while reading:  # the next value: the innermost open container's next child that is not
+            for key, item in reading[-1]:  # ASCII text or an integer (most are: none is refused)
+                if not ((item.__class__ is str and item.isascii()) or item.__class__ is int):
+                    keys[-1] = key
+                    break
+            else:
+                reading.pop()
+                keys.pop()
+                continue
+            break
         else:
             return
