@@ -7,14 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import ConfigError, header_table, public_url, unknown_key
+from roost.kernel import ConfigError, header_table, number_setting, public_url, unknown_key
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_\-]{0,62}$")
-
-
-def _within(value: Any, low: int, high: int, types: tuple[type, ...] = (int,)) -> bool:
-    """``value`` is a number of ``types`` (never a bool) from ``low`` to ``high``."""
-    return not isinstance(value, bool) and isinstance(value, types) and low <= value <= high
 
 
 @attrs.frozen
@@ -77,21 +72,24 @@ class A2ASettings:
                 "a2a.api_key: expected a string of at least 8 characters (or leave it out)"
             )
         max_tasks = raw.get("max_tasks", 1000)
-        if not _within(max_tasks, 1, 10_000_000):
+        if number_setting(max_tasks, 1, 10_000_000, integer=True, closed=True) is None:
             raise ConfigError(
                 f"a2a.max_tasks: expected an integer from 1 to 10000000, got {max_tasks!r}"
             )
         per_caller = raw.get("max_open_tasks_per_caller")
-        if per_caller is not None and not _within(per_caller, 1, max_tasks):
+        if per_caller is not None and (
+            number_setting(per_caller, 1, max_tasks, integer=True, closed=True) is None
+        ):
             raise ConfigError(
                 "a2a.max_open_tasks_per_caller: expected an integer from 1 to a2a.max_tasks "
                 f"({max_tasks}), got {per_caller!r} (leave it out for a tenth of max_tasks)"
             )
-        ttl = raw.get("input_required_ttl_s", 3600.0)
-        if not _within(ttl, 1, 31_536_000, (int, float)):
+        raw_ttl = raw.get("input_required_ttl_s", 3600.0)
+        ttl = number_setting(raw_ttl, 1, 31_536_000, closed=True)
+        if ttl is None:
             raise ConfigError(
                 "a2a.input_required_ttl_s: expected seconds from 1 "
-                f"to 31536000 (a year), got {ttl!r}"
+                f"to 31536000 (a year), got {raw_ttl!r}"
             )
         default_agent = raw.get("default_agent")
         if default_agent is not None and not isinstance(default_agent, str):
@@ -136,7 +134,7 @@ class A2ASettings:
             push_allow_private=flag("push_allow_private", False),
             max_tasks=max_tasks,
             max_open_tasks_per_caller=per_caller,
-            input_required_ttl_s=float(ttl),
+            input_required_ttl_s=ttl,
             default_agent=default_agent,
             external_agents=tuple(externals),
         )

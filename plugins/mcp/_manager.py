@@ -348,6 +348,10 @@ class ServerState:
     connected_at: float | None = None
     next_retry_at: float | None = None  # Unix time of the next attempt while failed
     refresh: Any = None  # trio.MemorySendChannel
+    # The config's credentials, read once (headers, environment, URL), not per notification.
+    secrets: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(lambda self: self.config.secrets, takes_self=True), repr=False
+    )
 
 
 class McpManager:
@@ -439,7 +443,7 @@ class McpManager:
                 except Exception as exc:  # a broken server must not take the manager down
                     log.exception("MCP server %s failed", state.config.name)
                     state.last_error = f"{type(exc).__name__}: {exc}"
-                state.last_error = redact(state.last_error, state.config.secrets)
+                state.last_error = redact(state.last_error, state.secrets)
                 if time.monotonic() - started >= STABLE_AFTER_S:
                     delay = BACKOFF_BASE_S
                 state.status, state.next_retry_at = "failed", time.time() + delay
@@ -514,7 +518,7 @@ class McpManager:
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
         if method == p.NOTIFY_MESSAGE:
-            params = redact(params, state.config.secrets)
+            params = redact(params, state.secrets)
             level = str(params.get("level", "info"))
             log.log(_LEVELS.get(level, logging.INFO), "MCP server %s: %s", name, params.get("data"))
             self.kernel.publish(
@@ -597,7 +601,7 @@ class McpManager:
             schema = {"type": "object", "properties": {}}
         annotations = item.get("annotations")
         output_schema = item.get("outputSchema")
-        secrets = state.config.secrets
+        secrets = state.secrets
         title = item.get("title") if isinstance(item.get("title"), str) else None
         spec = ToolSpec(
             name=namespaced(server, original),
@@ -761,7 +765,7 @@ class McpManager:
                         annotations={"readOnlyHint": True},
                         timeout_s=state.config.timeout_secs + 1.0,
                     )
-                    out.append(Tool(spec, guarded(run), secrets=state.config.secrets))
+                    out.append(Tool(spec, guarded(run), secrets=state.secrets))
         return out
 
     # ---- server-to-client requests --------------------------------------------------------
@@ -783,7 +787,7 @@ class McpManager:
 
         agent = context.caller
         state = self.states.get(context.server)
-        secrets = state.config.secrets if state is not None else ()
+        secrets = state.secrets if state is not None else ()
         provider = self.kernel.provider_for(agent) if agent else None
         if provider is None:
             raise jsonrpc.JsonRpcError(

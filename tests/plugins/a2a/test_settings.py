@@ -31,6 +31,15 @@ def test_external_agents_are_read():
         ({"api_key": "short"}, "a2a.api_key"),
         ({"max_tasks": 0}, "a2a.max_tasks"),
         ({"max_tasks": True}, "a2a.max_tasks"),
+        ({"max_tasks": 2.0}, "a2a.max_tasks"),
+        ({"max_tasks": 10**400}, "a2a.max_tasks"),
+        ({"max_open_tasks_per_caller": 1001}, "a2a.max_open_tasks_per_caller"),
+        ({"max_open_tasks_per_caller": False}, "a2a.max_open_tasks_per_caller"),
+        ({"input_required_ttl_s": float("nan")}, "a2a.input_required_ttl_s"),
+        ({"input_required_ttl_s": float("inf")}, "a2a.input_required_ttl_s"),
+        ({"input_required_ttl_s": 10**400}, "a2a.input_required_ttl_s"),
+        ({"input_required_ttl_s": True}, "a2a.input_required_ttl_s"),
+        ({"input_required_ttl_s": 0.5}, "a2a.input_required_ttl_s"),
         ({"push_notifications": 1}, "a2a.push_notifications"),
         ({"bogus": 1}, "a2a.bogus"),
         ({"external_agents": {"name": "x"}}, "a2a.external_agents"),
@@ -74,3 +83,11 @@ def test_a2a_disabled_mounts_no_routes(tmp_path):
         config = make_config(tmp_path, a2a={"enabled": False})
 
     assert roost_http_routes(K()) == [] and roost_services(K()) == []
+
+
+def test_numeric_settings_at_their_bounds_are_taken_as_given():
+    s = A2ASettings.from_config(
+        {"max_tasks": 10, "max_open_tasks_per_caller": 10, "input_required_ttl_s": 1}
+    )
+    assert (s.max_tasks, s.max_open_tasks_per_caller) == (10, 10)
+    assert s.input_required_ttl_s == 1.0 and type(s.input_required_ttl_s) is float
