@@ -188,7 +188,9 @@ def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]
     """``secrets`` to look for, also as JSON and a URL may write them, longest first; and
     each as it reads inside a JSON string."""
     given = {s for s in secrets if len(s) >= 4}
-    given |= {s.replace("/", "\\/") for s in given} | {quote(s, safe="") for s in given}
+    # surrogatepass: a secret from the environment may hold lone surrogates (undecodable bytes).
+    escaped = {quote(s, safe="", errors="surrogatepass") for s in given}
+    given |= {s.replace("/", "\\/") for s in given} | escaped
     needles = tuple(sorted(given, key=len, reverse=True))
     return needles, tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
 

@@ -179,7 +179,10 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
         parts, password = urlsplit(""), None
     if password:
         user, password = unquote(parts.username or ""), unquote(password)
-        out += [password, base64.b64encode(f"{user}:{password}".encode()).decode()]
+        out += [
+            password,
+            base64.b64encode(f"{user}:{password}".encode("utf-8", "surrogatepass")).decode(),
+        ]
     for pair in parts.query.split("&"):
         name, _, value = pair.partition("=")
         if value and _CREDENTIAL_NAME.search(unquote_plus(name)):

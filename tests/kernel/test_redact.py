@@ -153,3 +153,22 @@ def test_a_short_setting_under_a_credential_like_name_is_not_taken_for_one():
         "Bearer short",
         base64.b64encode(b"u:pw").decode(),
     )
+
+
+def test_a_secret_holding_a_lone_surrogate_is_redacted_not_a_crash():
+    # Regression: an environment value of undecodable bytes reads as lone surrogates, and
+    # making its percent-encoded form raised UnicodeEncodeError on every call of the tool.
+    secret = "tok-\udcff-secret-123"
+    assert redact({"a": "x"}, [secret]) == {"a": "x"}
+    assert redact({"a": f"said {secret}!", "b": "\ud800"}, [secret]) == {
+        "a": "said [redacted]!",
+        "b": "\ud800",
+    }
+    result = ToolResult.text(f"echo {secret}").redacted([secret])
+    assert result.as_text() == "echo [redacted]"
+
+
+def test_credential_values_of_a_url_whose_password_holds_a_lone_surrogate():
+    # Regression: the Basic credentials made of such a password raised UnicodeEncodeError.
+    found = credential_values({}, "http://user:pass\ud800word-123@host/")
+    assert "pass\ud800word-123" in found and len(found) == 2
