@@ -529,13 +529,12 @@ def _build(
 def _env_override(
     config: RoostConfig, env: Mapping[str, str], name: str, section: str, key: str
 ) -> RoostConfig:
-    text = env.get(name, "")
-    if not text.strip():
+    raw = env.get(name, "").strip()
+    if not raw:
         return config
     current = getattr(config, section)
     field = attrs.fields_dict(type(current))[key]
     check = field.metadata["check"]
-    raw = text.strip()
     if check.integer and re.fullmatch(r"[+-]?\d{1,18}", raw):
         raw = int(raw)
     value = _checked(field, raw, f"{section}.{key}", f"environment variable {name}")

@@ -71,6 +71,12 @@ class ConfigError(RoostError, code="config_error"):
     """``roost.toml`` (or an environment override) is invalid."""
 
 
+def _positive_int(value: Any, field: str, error: type[Exception] = ConfigError) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise error(f"{field}: expected a positive integer, got {value!r}")
+    return value
+
+
 class ManifestError(RoostError, code="manifest_error"):
     """An ``agent.json`` is invalid. Names the file, the JSON pointer and what was expected."""
 

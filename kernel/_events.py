@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import trio
 
+from ._errors import _positive_int
 from ._trace import TraceContext
 
 
@@ -262,8 +263,7 @@ class EventTap:
         """``async with tap.subscribe() as events: async for ev in events: ...``; ``kinds``:
         exact kinds or namespace prefixes (``"EXEC:"``; a string is one kind); ``traces``:
         only those trace ids (None: any); ``buffer`` (≥ 1): how far a slow reader may lag."""
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
-            raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
+        _positive_int(buffer, "buffer", ValueError)
         kinds = _given(kinds, tuple)
         send, receive = trio.open_memory_channel[Event](buffer)
         key = self._next

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidText, check_text, is_mapping, json_type
+from ._errors import InvalidText, _positive_int, check_text, is_mapping, json_type
 
 VERSION = "2.0"
 
@@ -485,9 +485,7 @@ class LineFramer:
     its place as ``Oversize``. Each byte is searched once, however it is chunked."""
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise ValueError(f"max_bytes: expected a positive integer, got {max_bytes!r}")
-        self.max_bytes = max_bytes
+        self.max_bytes = _positive_int(max_bytes, "max_bytes", ValueError)
         self._partial = bytearray()  # the start of a line whose end has not come
         self._skipped = 0  # bytes of an oversize line dropped so far (0: not skipping one)
 
@@ -548,9 +546,7 @@ class Correlator:
     """Allocates request ids and matches responses to the (≤ ``max_pending``) pending ones."""
 
     def __init__(self, *, max_pending: int = 1024, first_id: int = 1) -> None:
-        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
-            raise ValueError(f"max_pending: expected a positive integer, got {max_pending!r}")
-        self.max_pending = max_pending
+        self.max_pending = _positive_int(max_pending, "max_pending", ValueError)
         self._next_id = first_id
         self._pending: dict[Id, Request] = {}
 

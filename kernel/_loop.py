@@ -238,12 +238,9 @@ async def _streamed(
 ) -> Completion:
     """The completion ``provider.stream`` ends with, each text delta given to ``on_token``."""
     final: Completion | None = None
-    parts: list[str] = []
     async for delta in provider.stream(request):
-        if delta.text:
-            parts.append(delta.text)
-            if on_token is not None:
-                on_token(delta.text)
+        if delta.text and on_token is not None:
+            on_token(delta.text)
         if delta.completion is not None:
             final = delta.completion
     if final is None:

@@ -90,7 +90,7 @@ class Messaging:
         """``send``'s delivery, ``trace`` already naming ``agent`` as its last hop."""
         run_id = uuid7_hex()  # from the id pool: no syscall per message
         try:
-            answer = await self.actors.ask_payload(
+            return await self.actors.ask_payload(
                 agent,
                 EventKind.AGENT_MESSAGE,
                 {
@@ -108,7 +108,6 @@ class Messaging:
         except BaseException:
             self._cancel_run(agent, run_id)
             raise
-        return answer
 
     def _cancel_run(self, agent: str, run_id: str) -> None:
         """The caller stopped waiting (cancelled, timed out): the agent stops working too."""

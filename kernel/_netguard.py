@@ -296,14 +296,6 @@ def pin_url(url: str, address: str | IPAddress) -> PinnedTarget:
     return PinnedTarget(pinned, shown, sni)
 
 
-def origin_of(url: str) -> tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL, default ports filled in."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    port = parts.port or (443 if scheme == "https" else 80)
-    return scheme, (parts.hostname or "").rstrip("."), port
-
-
 @attrs.define(kw_only=True, eq=False)
 class AddressPins:
     """``check_url`` once per origin, its approved addresses reused: one per connection,
@@ -318,8 +310,11 @@ class AddressPins:
 
     async def addresses(self, url: str) -> list[IPAddress]:
         """The approved addresses of ``url``'s origin; raises ``UrlRefused``."""
-        try:
-            key = origin_of(url)
+        try:  # the origin: (scheme, host, port), default ports filled in
+            parts = urlsplit(url)
+            scheme = parts.scheme.lower()
+            port = parts.port or (443 if scheme == "https" else 80)
+            key = (scheme, (parts.hostname or "").rstrip("."), port)
         except ValueError as exc:  # a bad port, an unclosed IPv6 bracket
             raise UrlRefused(url, f"malformed URL ({exc})") from None
         async with self._lock:

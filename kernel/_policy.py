@@ -28,6 +28,7 @@ from ._errors import (
     ToolDenied,
     ToolError,
     _join,
+    _positive_int,
     is_mapping,
     json_pointer,
 )
@@ -50,23 +51,26 @@ class ToolSchemaInvalid(ToolError, code="tool_schema_invalid"):
 # ---- Pattern matching shared by capabilities, exposure and timeout overrides ---------------
 
 
-def _patterns(value: Any, field: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        raise ConfigError(
-            f"{field}: expected a list of glob patterns, got the string {value!r}; "
-            f'write it as ["{value}"]'
-        )
-    out = []
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item.strip():
+def _patterns(field: str) -> Any:
+    def convert(value: Any) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str):
             raise ConfigError(
-                f"{field}[{i}]: expected a non-empty glob pattern string such as 'read' or "
-                f"'mcp:github:*', got {item!r}"
+                f"{field}: expected a list of glob patterns, got the string {value!r}; "
+                f'write it as ["{value}"]'
             )
-        out.append(item.strip())
-    return tuple(out)
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item.strip():
+                raise ConfigError(
+                    f"{field}[{i}]: expected a non-empty glob pattern string such as 'read' or "
+                    f"'mcp:github:*', got {item!r}"
+                )
+            out.append(item.strip())
+        return tuple(out)
+
+    return attrs.field(default=(), converter=convert)
 
 
 def matches(spec: ToolSpec, pattern: str) -> bool:
@@ -91,9 +95,7 @@ def _names(spec: ToolSpec) -> str:
 class Capabilities:
     """Which tools an agent may call: glob patterns; empty allows nothing, ``"*"`` all."""
 
-    patterns: tuple[str, ...] = attrs.field(
-        default=(), converter=lambda v: _patterns(v, "capabilities.tools")
-    )
+    patterns: tuple[str, ...] = _patterns("capabilities.tools")
     agent: str = ""  # only used in error messages
 
     def allows(self, spec: ToolSpec) -> bool:
@@ -118,12 +120,8 @@ class Capabilities:
 class Exposure:
     """Which tools an agent offers to others over MCP/A2A: deny by default, private wins."""
 
-    expose: tuple[str, ...] = attrs.field(
-        default=(), converter=lambda v: _patterns(v, "expose_tools")
-    )
-    private: tuple[str, ...] = attrs.field(
-        default=(), converter=lambda v: _patterns(v, "private_tools")
-    )
+    expose: tuple[str, ...] = _patterns("expose_tools")
+    private: tuple[str, ...] = _patterns("private_tools")
 
     def is_exposed(self, spec: ToolSpec) -> bool:
         """True when an ``expose`` pattern matches and no ``private`` pattern does."""
@@ -220,12 +218,6 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
 
 
 # ---- Truncation ----------------------------------------------------------------------------
-
-
-def _positive_int(value: Any, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{field}: expected a positive integer, got {value!r}")
-    return value
 
 
 def _check_limit(limit: Any) -> int:

@@ -207,6 +207,3 @@ def start_span(
     if not tap.subscriber_count or not tracing(tap):
         return NO_SPAN
     return Span(tap, kind, name, trace, source, attributes)
-
-
-__all__ = ["NO_SPAN", "Span", "SpanKind", "start_span", "tracing"]

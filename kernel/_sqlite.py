@@ -57,16 +57,6 @@ class StoreError(RoostError, code="store_error"):
 STORE_FAILURES = (sqlite3.Error, UnicodeError)
 
 
-def storage_failure(path: str, operation: str, exc: BaseException) -> str:
-    """The message of a failed database operation: where, doing what, and why."""
-    if isinstance(exc, UnicodeError):
-        why = f"the data holds text that is not valid Unicode ({exc})"
-    else:
-        why = str(exc) or type(exc).__name__
-    hint = "; free space on its disk" if "full" in why else ""
-    return f"storage failed: {path}: could not {operation}: {why}{hint}"
-
-
 def synchronous_mode(value: Any, error: type[Exception]) -> str:
     """``[store] synchronous`` as SQLite spells it; ``error`` (naming the choices) if unknown."""
     mode = str(value).upper()
@@ -129,9 +119,15 @@ class SqliteDatabase:
         return self._closing
 
     def _wrap(self, operation: str, exc: BaseException) -> BaseException:
+        """A failed operation's error: where, doing what, and why."""
         if not isinstance(exc, STORE_FAILURES):
             return exc
-        error = self.error(storage_failure(self.path, operation, exc))
+        if isinstance(exc, UnicodeError):
+            why = f"the data holds text that is not valid Unicode ({exc})"
+        else:
+            why = str(exc) or type(exc).__name__
+        hint = "; free space on its disk" if "full" in why else ""
+        error = self.error(f"storage failed: {self.path}: could not {operation}: {why}{hint}")
         error.__cause__ = exc
         return error
 

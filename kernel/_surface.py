@@ -285,13 +285,3 @@ class AgentSurface:
 def _response(req_id: Any, reply: AgentReply) -> dict[str, Any]:
     """The JSON-RPC response of a ``message`` call's reply (a cancelled one's too)."""
     return Response(req_id, AgentSurface.answer(reply)).to_dict()
-
-
-__all__ = [
-    "MESSAGE_TOOL",
-    "AgentSurface",
-    "SurfaceCall",
-    "ask_tool_spec",
-    "jsonrpc_error",
-    "unknown_tool_error",
-]

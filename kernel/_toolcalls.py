@@ -79,12 +79,10 @@ _build_audit = _audit_builder()
 _tool_call = frozen_builder(ToolCall)
 
 
-def _audit_json_encoder() -> Callable[[Any], str]:
-    """``json.dumps(..., ensure_ascii=False, default=repr)`` with one encoder for every row."""
-    return make_encoder(separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True)
-
-
-_audit_json = _audit_json_encoder()
+# ``json.dumps(..., ensure_ascii=False, default=repr)`` with one encoder for every row.
+_audit_json = make_encoder(
+    separators=(", ", ": "), default=repr, allow_nan=True, check_circular=True
+)
 
 
 _MAX_PLANS = 4096

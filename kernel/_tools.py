@@ -129,8 +129,6 @@ class ToolResult:
             else:
                 parts.append(f"[{block.get('type', 'unknown')} content]")
         if not parts and self.structured_content is not None:
-            import json
-
             parts.append(json.dumps(self.structured_content, ensure_ascii=False))
         return "\n".join(parts)
 

@@ -850,10 +850,9 @@ def test_the_audit_encoder_writes_what_json_would_and_recovers_from_a_failure():
     # markers must start empty on every call, also after an encoding that failed.
     import json
 
-    from roost.kernel._toolcalls import _audit_json_encoder
+    from roost.kernel._toolcalls import _audit_json as encode
 
     reference = json.JSONEncoder(ensure_ascii=False, default=repr)
-    encode = _audit_json_encoder()
     circular: dict = {"shared": [1, 2]}
     circular["self"] = circular
     a: dict = {}
