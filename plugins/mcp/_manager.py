@@ -296,7 +296,12 @@ def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> Any:
     """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE)."""
     if cfg.transport == "stdio":
         return open_stdio_transport(
-            cfg.command or "", cfg.args, name=cfg.name, cwd=cfg.cwd, env=cfg.env
+            cfg.command or "",
+            cfg.args,
+            name=cfg.name,
+            cwd=cfg.cwd,
+            env=cfg.env,
+            secrets=cfg.secrets,
         )
     from .transports.http import HttpTransport
     from .transports.sse import SseTransport, open_http_peer
@@ -391,7 +396,7 @@ class McpManager:
                         "tools": list(state.tools),
                         "protocol_version": client.protocol_version,
                         "era": client.era,
-                        "server_info": dict(client.server_info),
+                        "server_info": _server_info(client.server_info, state.secrets),
                         "capabilities": sorted(client.server_capabilities),
                         "connected_at": state.connected_at,
                     }
@@ -828,6 +833,15 @@ class McpManager:
             "model": getattr(provider, "name", "roost"),  # not part of the Provider protocol
             "stopReason": "maxTokens" if completion.stop_reason == "max_tokens" else "endTurn",
         }
+
+
+def _server_info(info: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+    """A peer's ``serverInfo`` for ``GET /api/mcp/servers``, its credentials taken out (one
+    nested too deep to search shows empty)."""
+    try:
+        return redact(dict(info), secrets)
+    except RecursionError:
+        return {}
 
 
 def _announces_changes(caps: Mapping[str, Any]) -> bool:

@@ -210,6 +210,32 @@ async def test_a_server_logging_or_reporting_progress_with_a_token_puts_none_on_
     assert_redacted(json.dumps(seen))
 
 
+async def test_a_stdio_servers_stderr_and_server_info_quoting_its_token_show_none(
+    tmp_path, monkeypatch, caplog
+):
+    # Regression: a server's stderr lines went to roost's log whole, and its serverInfo to
+    # GET /api/mcp/servers (which any principal may read).
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ROOST_TEST_INFO_QUOTES", "ROOST_TEST_API_TOKEN")
+    cfg = config(
+        tmp_path, mcp_servers=[raw_server(env=["ROOST_TEST_API_TOKEN", "ROOST_TEST_INFO_QUOTES"])]
+    )
+    caplog.set_level("INFO", logger="roost.mcp.server.raw")
+
+    def logged() -> str:
+        return "\n".join(r.getMessage() for r in caplog.records if r.name == "roost.mcp.server.raw")
+
+    async with open_kernel(cfg, agents=[caller()]) as kernel:
+        from roost.plugins.mcp._client_plugin import manager_for
+
+        await call(kernel, "mcp_raw_leak", {"env": "ROOST_TEST_API_TOKEN", "via": "stderr"})
+        await wait_until(lambda: "debug: token" in logged(), "the server's stderr line")
+        info = manager_for(kernel).status(admin=False)["connected"][0]["server_info"]
+    assert info["name"] == "raw"
+    assert_redacted(info["title"])
+    assert_redacted(logged())
+
+
 async def test_a_server_sampling_with_a_token_does_not_show_it_to_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
     model = {"rules": [{"match": TOKEN, "reply": "the model saw it"}], "default_reply": "ok"}

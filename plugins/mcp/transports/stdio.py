@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from roost.kernel import child_open_file_limit, jsonrpc
+from roost.kernel import child_open_file_limit, jsonrpc, redact
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
 from .._protocol import MAX_MESSAGE_BYTES
@@ -70,10 +70,13 @@ class StdioTransport(ClientTransport):
 
     kind = "stdio"
 
-    def __init__(self, name: str, process: trio.Process, incoming: Any) -> None:
+    def __init__(
+        self, name: str, process: trio.Process, incoming: Any, secrets: Sequence[str] = ()
+    ) -> None:
         self.name = name
         self.process = process
         self.incoming = incoming
+        self.secrets = tuple(secrets)  # kept out of the log lines of its stderr
         self.closed_reason: str | None = None
         # Set by the client session: each message goes to this synchronous function, not to
         # ``incoming`` (a task hop less a reply); ``incoming`` still ends with the server.
@@ -165,7 +168,8 @@ async def _pump_stderr(transport: StdioTransport) -> None:
             return
         for line in lines.feed(chunk):
             if isinstance(line, bytes):
-                server_log.info("%s", line.decode("utf-8", "replace")[:_STDERR_LINE_MAX])
+                text = redact(line.decode("utf-8", "replace"), transport.secrets)
+                server_log.info("%s", text[:_STDERR_LINE_MAX])
 
 
 def _signal_group(process: trio.Process, sig: int) -> None:
@@ -218,9 +222,11 @@ async def open_stdio_transport(
     cwd: str | None = None,
     env: Sequence[str] = (),
     extra_env: Mapping[str, str] | None = None,
+    secrets: Sequence[str] = (),
 ) -> AsyncIterator[StdioTransport]:
     """Start ``command args`` and yield its transport; leaving stops and reaps it. ``env``
-    names the variables of roost's environment the server may see; ``extra_env`` sets values."""
+    names the variables of roost's environment the server may see; ``extra_env`` sets values;
+    ``secrets`` are replaced in the lines of its stderr that go to roost's log."""
     check_command(command)
     child_env = child_environment(env)
     if extra_env:
@@ -238,7 +244,7 @@ async def open_stdio_transport(
     except OSError as exc:
         raise TransportError(f"could not start MCP server {name!r} ({command}): {exc}") from None
     send, receive = trio.open_memory_channel[dict](INCOMING_BUFFER)
-    transport = StdioTransport(name, process, receive)
+    transport = StdioTransport(name, process, receive, secrets)
     try:
         with single_errors():
             async with trio.open_nursery() as nursery:
