@@ -88,7 +88,11 @@ def _check_count(field: str, value: Any, low: int, high: int) -> None:
 def _check_seconds(field: str, value: Any, why: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{field}: expected a number of seconds, got {type(value).__name__}{why}")
-    if not (value > 0 and math.isfinite(value)):
+    try:
+        usable = value > 0 and math.isfinite(value)
+    except OverflowError:  # an int past what a float holds
+        usable = False
+    if not usable:
         raise ValueError(f"{field}: must be a positive, finite number of seconds, got {value}{why}")
     return float(value)
 
