@@ -743,8 +743,7 @@ class McpClient(ClientProtocol):
     async def listen(self) -> Any:
         """2026-07-28 ``subscriptions/listen``: list-change notifications reach
         ``on_notification`` until the server ends it (or the caller is cancelled)."""
-        kinds = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
-        params = self.decorate({"notifications": dict.fromkeys(kinds, True)})
+        params = self.decorate({"notifications": dict.fromkeys(proto.LIST_CHANGES.values(), True)})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
     # ---- MCP operations ------------------------------------------------------------------

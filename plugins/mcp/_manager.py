@@ -37,6 +37,7 @@ from roost.kernel import (
     jsonrpc,
     namespaced,
     normalise_name,
+    number_setting,
     public_url,
     redact,
     unknown_key,
@@ -161,11 +162,7 @@ def parse_server_config(
         )
     where = f"{where} ({name})"
     timeout = raw.get("timeout_secs", 30.0)
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not 0 < timeout <= 86400
-    ):
+    if number_setting(timeout, 0, 86400) is None:
         raise _fail(
             where,
             "timeout_secs",
@@ -524,11 +521,7 @@ class McpManager:
             self.kernel.publish(
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
-        elif method in (
-            p.NOTIFY_TOOLS_CHANGED,
-            p.NOTIFY_RESOURCES_CHANGED,
-            p.NOTIFY_PROMPTS_CHANGED,
-        ):
+        elif method in p.LIST_CHANGES:
             if state.refresh is not None:
                 with suppress(trio.WouldBlock):  # a refresh is queued: it will see this change too
                     state.refresh.send_nowait(method)

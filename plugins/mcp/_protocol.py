@@ -82,6 +82,12 @@ NOTIFY_TOOLS_CHANGED = "notifications/tools/list_changed"
 NOTIFY_RESOURCES_CHANGED = "notifications/resources/list_changed"
 NOTIFY_PROMPTS_CHANGED = "notifications/prompts/list_changed"
 NOTIFY_SUBSCRIPTIONS_ACK = "notifications/subscriptions/acknowledged"
+LIST_CHANGES = {
+    NOTIFY_TOOLS_CHANGED: "toolsListChanged",
+    NOTIFY_RESOURCES_CHANGED: "resourcesListChanged",
+    NOTIFY_PROMPTS_CHANGED: "promptsListChanged",
+}
+"""Each ``list_changed`` notification → its key in ``subscriptions/listen``'s params."""
 
 HANDSHAKE_ONLY_METHODS = frozenset(
     {INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE}

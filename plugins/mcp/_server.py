@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -88,13 +89,11 @@ class ServerSession:
     def cancel(self, request_id: Any) -> bool:
         """Cancel a request in flight or about to start; False if there is none."""
         scope = self.in_flight.get(request_id)
-        if scope is None:
-            if request_id in self.starting:
-                self.starting[request_id] = True
-                return True
-            return False
-        scope.cancel()
-        return True
+        if scope is not None:
+            scope.cancel()
+        elif request_id in self.starting:
+            self.starting[request_id] = True
+        return scope is not None or request_id in self.starting
 
     def cancel_all(self) -> None:
         for scope in list(self.in_flight.values()):
@@ -205,8 +204,6 @@ class TemplateEntry:
         }
 
     def match(self, uri: str) -> dict[str, str] | None:
-        import re
-
         pattern = "".join(
             f"(?P<{part[1:-1]}>[^/]+)"
             if part.startswith("{") and part.endswith("}")
@@ -941,11 +938,7 @@ class McpServer:
                 rpc.METHOD_NOT_FOUND, "subscriptions/listen needs a streaming transport"
             )
         wanted = rpc.param(call.params, "notifications", dict)
-        keys = {
-            p.NOTIFY_TOOLS_CHANGED: "toolsListChanged",
-            p.NOTIFY_RESOURCES_CHANGED: "resourcesListChanged",
-            p.NOTIFY_PROMPTS_CHANGED: "promptsListChanged",
-        }
+        keys = p.LIST_CHANGES
         honoured = {key: True for key in keys.values() if wanted.get(key) is True}
         tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
