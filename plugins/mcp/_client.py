@@ -267,10 +267,6 @@ class _Pending:
         self.method = method
 
 
-def _expire_request(pending: _Pending) -> None:
-    pending.done.set()  # past its deadline: woken without an answer (a timeout)
-
-
 class McpClient(ClientProtocol):
     """One connection to one MCP server: the protocol core and its I/O (``open_mcp_client``)."""
 
@@ -290,13 +286,12 @@ class McpClient(ClientProtocol):
         self._timer: DeadlineTimer[_Pending] = DeadlineTimer(
             nursery,
             lambda pending: pending_get(pending.id) is not pending,
-            _expire_request,
+            lambda pending: pending.done.set(),  # past its deadline: woken without an answer
             name="mcp-client:request-deadlines",
         )
         self.closed = trio.Event()
         self.closed_reason: str | None = None
 
-    # ---- facts --------------------------------------------------------------------------
     @property
     def name(self) -> str:
         return self.options.server_name
@@ -545,7 +540,7 @@ class McpClient(ClientProtocol):
                     trio.current_time() + timeout, request.id, pending, len(self._pending)
                 )
             await pending.done.wait()
-            # Set without an answer: the deadline passed (see _expire_request).
+            # Set without an answer: the deadline passed (the timer woke it).
             answered = pending.message is not None or pending.error is not None
         except (TransportClosed, TransportError) as exc:
             answered = True

@@ -423,8 +423,7 @@ class McpManager:
             await trio.sleep_forever()
 
     async def _supervise(self, state: ServerState) -> None:
-        """Keep ``state``'s server connected: after a failure or a drop wait (doubling up
-        to ``BACKOFF_MAX_S``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
+        """Keep ``state``'s server connected: retry after a failure or a drop (``BACKOFF_*``)."""
         delay = BACKOFF_BASE_S
         try:
             while True:

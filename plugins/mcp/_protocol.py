@@ -256,6 +256,11 @@ def read_request_meta(params: Any) -> RequestMeta:
     return RequestMeta(version, info, caps, level, token)
 
 
+def field_error(exc: Any) -> JsonRpcError:
+    """-32602 for an ``InvalidInput`` or ``InvalidTraceContext``, naming its ``field``."""
+    return JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field})
+
+
 def carry_trace(context: TraceContext | None, message: Any) -> None:
     """Put ``context`` into a ``tools/call``'s ``params._meta`` when it is deeper than the
     one there (the server reads ``_meta``; a forged lower depth in either never wins)."""

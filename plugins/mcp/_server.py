@@ -995,7 +995,7 @@ def _check_input(params: Any) -> None:
     try:
         check_json_input(params, "params")
     except InvalidInput as exc:
-        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        raise p.field_error(exc) from None
 
 
 def _answer_from(responses: Any) -> str | None:

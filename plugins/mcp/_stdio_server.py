@@ -415,11 +415,7 @@ def with_inherited_trace(
                 if invalid is None:
                     p.carry_trace(inherited, message)
                     return message
-                data = {"field": invalid.field}
-                error = rpc.error_response(
-                    message.get("id"), rpc.INVALID_PARAMS, str(invalid), data
-                )
-                await send(error.to_dict())
+                await send(p.field_error(invalid).to_response(message.get("id")).to_dict())
 
         await serve(receive_traced, send)
 
