@@ -296,7 +296,6 @@ class McpClient(ClientProtocol):
     def name(self) -> str:
         return self.options.server_name
 
-    # ---- reading -------------------------------------------------------------------------
     async def _read(self) -> None:
         try:
             async for raw in self.transport.incoming:
@@ -447,7 +446,6 @@ class McpClient(ClientProtocol):
             jsonrpc.METHOD_NOT_FOUND, f"method {method!r} not found on this client"
         )
 
-    # ---- sending -------------------------------------------------------------------------
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         """Send a notification (no answer)."""
         message = jsonrpc.Notification(method, dict(params) if params is not None else None)
@@ -676,7 +674,6 @@ class McpClient(ClientProtocol):
                 ) from None
         return out
 
-    # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
         result = await self._exchange("initialize", self.initialize_params())
         self.accept_initialize(result)
@@ -741,7 +738,6 @@ class McpClient(ClientProtocol):
         params = self.decorate({"notifications": dict.fromkeys(proto.LIST_CHANGES.values(), True)})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
-    # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
         await self.request("server/discover" if self.era == "modern" else "ping", timeout=timeout)

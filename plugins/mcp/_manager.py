@@ -234,8 +234,7 @@ def parse_server_config(
 
 
 def check_config_servers(config: Any) -> None:
-    """Check the config file's ``[[mcp_servers]]`` (every field, names unique); raises the
-    first ConfigError."""
+    """Check the config file's ``[[mcp_servers]]`` (fields, unique names); the first ConfigError."""
     where = getattr(config, "where", "roost.toml")
     seen: dict[str, int] = {}
     for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):
@@ -363,7 +362,6 @@ class McpManager:
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
 
-    # ---- status -------------------------------------------------------------------------
     def status(self, *, admin: bool = True) -> dict[str, Any]:
         """The body of ``GET /api/mcp/servers`` (``admin``: see ``ServerConfig.public``)."""
         configured = []
@@ -413,7 +411,6 @@ class McpManager:
             )
         return state.client
 
-    # ---- running ------------------------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Supervise every server until cancelled (ready at once)."""
         async with trio.open_nursery() as nursery:
@@ -510,7 +507,6 @@ class McpManager:
                         self.kernel.remove_tool(name)
                     state.tools = []
 
-    # ---- notifications ------------------------------------------------------------------
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
         if method == p.NOTIFY_MESSAGE:
@@ -548,7 +544,6 @@ class McpManager:
         }
         self.kernel.publish(Event(EVENT_SERVER, f"mcp:{state.config.name}", payload=payload))
 
-    # ---- tools --------------------------------------------------------------------------
     async def _sync_tools(self, state: ServerState, client: McpClient) -> None:
         remote = (
             await client.list_tools()
@@ -760,7 +755,6 @@ class McpManager:
                     out.append(Tool(spec, guarded(run), secrets=state.secrets))
         return out
 
-    # ---- server-to-client requests --------------------------------------------------------
     def _roots(self, context: ServerRequestContext) -> list[dict[str, Any]]:
         """The calling agent's workspace (or, for an agent's own server, that agent's)."""
         state = self.states.get(context.server)

@@ -46,8 +46,7 @@ def is_stateless_version(version: str | None) -> bool:
 
 
 def negotiate_version(requested: Any) -> str:
-    """The version a server answers ``initialize`` with: the requested one if roost speaks
-    it in the handshake era, else the latest (the client may then disconnect)."""
+    """The version to answer ``initialize`` with: the one asked if roost has it, else the latest."""
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
@@ -220,8 +219,7 @@ _NO_META = RequestMeta()
 
 
 def read_request_meta(params: Any) -> RequestMeta:
-    """Read ``params._meta`` (unknown keys ignored); JsonRpcError(INVALID_PARAMS) naming a
-    malformed field."""
+    """Read ``params._meta`` (unknown keys ignored); -32602 naming a malformed field."""
     if params is None:
         return _NO_META
     if not is_mapping(params):
@@ -273,8 +271,7 @@ def carry_trace(context: TraceContext | None, message: Any) -> None:
 
 
 def request_era(params: Any) -> str:
-    """``"stateless"`` when the request declares a protocol version in ``_meta``, else
-    ``"handshake"``. Never raises (malformed ``_meta`` counts as handshake era)."""
+    """``"stateless"`` if ``_meta`` declares a protocol version, else (never raising) handshake."""
     if is_mapping(params):
         meta = params.get(META)
         if meta is not None and is_mapping(meta) and META_PROTOCOL_VERSION in meta:
@@ -283,8 +280,7 @@ def request_era(params: Any) -> str:
 
 
 def check_stateless_meta(meta: RequestMeta) -> None:
-    """Enforce 2026-07-28's per-request fields: a supported version (-32022 otherwise)
-    and client capabilities (-32602 when missing)."""
+    """Require 2026-07-28's ``_meta``: a supported version (-32022), capabilities (-32602)."""
     if meta.protocol_version is None:
         raise JsonRpcError(
             INVALID_PARAMS,

@@ -410,7 +410,6 @@ class McpServer:
             p.RESOURCES_UNSUBSCRIBE: self._subscribe,
         }
 
-    # ---- what this surface offers ------------------------------------------------------------
     @property
     def agents(self) -> list[str]:
         """The agents this surface serves (sorted)."""
@@ -523,7 +522,6 @@ class McpServer:
             out.extend(extras(self.kernel, "roost_mcp_prompts", PromptEntry))
         return sorted(out, key=lambda e: e.name)
 
-    # ---- entry point --------------------------------------------------------------------------
     async def handle(
         self,
         session: ServerSession,
@@ -634,7 +632,6 @@ class McpServer:
             session.in_flight.pop(request.id, None)
         return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}
 
-    # ---- lifecycle ----------------------------------------------------------------------------
     def _initialize(self, session: ServerSession, params: Mapping[str, Any]) -> dict[str, Any]:
         if session.handshake_done:
             raise rpc.JsonRpcError(
@@ -683,7 +680,6 @@ class McpServer:
         call.session.log_level = level
         return {}
 
-    # ---- lists ----------------------------------------------------------------------------------
     async def _list(self, call: _Call) -> dict[str, Any]:
         """The page of tools, resources, templates or prompts the request's cursor asks for."""
         field, key, entries = _LISTS[call.request.method]
@@ -774,7 +770,6 @@ class McpServer:
         rpc.param(call.params, "argument", dict)
         return {"completion": {"values": [], "total": 0, "hasMore": False}}
 
-    # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         """The agent's surface answers; here: host names, forwarding, client requests, MRTR."""
         params = call.params
@@ -931,7 +926,6 @@ class McpServer:
             "retry the original request without it",
         )
 
-    # ---- subscriptions/listen (2026-07-28) -------------------------------------------------------
     async def _listen(self, call: _Call) -> dict[str, Any]:
         if call.notify is None:
             raise rpc.JsonRpcError(

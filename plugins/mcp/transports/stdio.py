@@ -103,19 +103,17 @@ class StdioTransport(ClientTransport):
             raise TransportClosed(reason) from None
 
 
-async def _read_some(stream: trio.abc.ReceiveStream) -> bytes:
-    """The next bytes of ``stream``; b"" once it ended, broke or was closed."""
-    try:
-        return await stream.receive_some(_READ_CHUNK)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        return b""
-
-
 async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
     framer = StdioFramer(mode=NDJSON)
     stream = transport.process.stdout
     assert stream is not None
-    while chunk := await _read_some(stream):
+    while True:
+        try:
+            chunk = await stream.receive_some(_READ_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
         for event in framer.feed(chunk):
             if isinstance(event, Oversize):
                 transport.oversized_lines += 1
@@ -158,7 +156,13 @@ async def _pump_stderr(transport: StdioTransport) -> None:
     assert stream is not None
     server_log = logging.getLogger(f"roost.mcp.server.{transport.name}")
     lines = jsonrpc.LineFramer(max_bytes=_STDERR_LINE_MAX * 4)
-    while chunk := await _read_some(stream):
+    while True:
+        try:
+            chunk = await stream.receive_some(_READ_CHUNK)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        if not chunk:
+            return
         for line in lines.feed(chunk):
             if isinstance(line, bytes):
                 server_log.info("%s", line.decode("utf-8", "replace")[:_STDERR_LINE_MAX])
