@@ -14,7 +14,7 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import attrs
@@ -298,10 +298,9 @@ class McpClient(ClientProtocol):
 
     async def _read(self) -> None:
         try:
-            async for raw in self.transport.incoming:
-                self._dispatch(raw)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+            with suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                async for raw in self.transport.incoming:
+                    self._dispatch(raw)
         finally:
             reason = getattr(self.transport, "closed_reason", None) or "the connection closed"
             self._connection_lost(reason)

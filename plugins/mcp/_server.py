@@ -18,6 +18,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import suppress
 from functools import partial
 from typing import Any, NoReturn
 
@@ -556,10 +557,8 @@ class McpServer:
             if waiter is None:
                 log.debug("ignoring a response (id %r) that answers no request of ours", parsed.id)
             else:
-                try:
+                with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                     waiter.send_nowait(parsed)
-                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
             return None
         assert isinstance(parsed, rpc.Request)
         error = None
