@@ -44,6 +44,8 @@ ALLOW_HINT = (
 
 def json_messages(data: str) -> list[dict[str, Any]]:
     """The JSON-RPC objects in an event's data (an object, or an array of them)."""
+    if not data:  # a priming event (an id and no data) opens a 2025-11-25 stream
+        return []
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):
