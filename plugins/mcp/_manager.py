@@ -234,7 +234,8 @@ def parse_server_config(
 
 
 def check_config_servers(config: Any) -> None:
-    """Check the config file's ``[[mcp_servers]]`` (fields, unique names); the first ConfigError."""
+    """Check the config file's ``[[mcp_servers]]`` (fields, unique names); raise the first
+    ConfigError."""
     where = getattr(config, "where", "roost.toml")
     seen: dict[str, int] = {}
     for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):

@@ -46,7 +46,8 @@ def is_stateless_version(version: str | None) -> bool:
 
 
 def negotiate_version(requested: Any) -> str:
-    """The version to answer ``initialize`` with: the one asked if roost has it, else the latest."""
+    """The version to answer ``initialize`` with: the one asked if it is in
+    ``HANDSHAKE_VERSIONS``, else the latest of those (the client may then disconnect)."""
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
