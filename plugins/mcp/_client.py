@@ -14,7 +14,7 @@ import itertools
 import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import attrs
@@ -267,10 +267,6 @@ class _Pending:
         self.method = method
 
 
-def _expire_request(pending: _Pending) -> None:
-    pending.done.set()  # past its deadline: woken without an answer (a timeout)
-
-
 class McpClient(ClientProtocol):
     """One connection to one MCP server: the protocol core and its I/O (``open_mcp_client``)."""
 
@@ -290,24 +286,21 @@ class McpClient(ClientProtocol):
         self._timer: DeadlineTimer[_Pending] = DeadlineTimer(
             nursery,
             lambda pending: pending_get(pending.id) is not pending,
-            _expire_request,
+            lambda pending: pending.done.set(),  # past its deadline: woken without an answer
             name="mcp-client:request-deadlines",
         )
         self.closed = trio.Event()
         self.closed_reason: str | None = None
 
-    # ---- facts --------------------------------------------------------------------------
     @property
     def name(self) -> str:
         return self.options.server_name
 
-    # ---- reading -------------------------------------------------------------------------
     async def _read(self) -> None:
         try:
-            async for raw in self.transport.incoming:
-                self._dispatch(raw)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+            with suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                async for raw in self.transport.incoming:
+                    self._dispatch(raw)
         finally:
             reason = getattr(self.transport, "closed_reason", None) or "the connection closed"
             self._connection_lost(reason)
@@ -452,7 +445,6 @@ class McpClient(ClientProtocol):
             jsonrpc.METHOD_NOT_FOUND, f"method {method!r} not found on this client"
         )
 
-    # ---- sending -------------------------------------------------------------------------
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         """Send a notification (no answer)."""
         message = jsonrpc.Notification(method, dict(params) if params is not None else None)
@@ -545,7 +537,7 @@ class McpClient(ClientProtocol):
                     trio.current_time() + timeout, request.id, pending, len(self._pending)
                 )
             await pending.done.wait()
-            # Set without an answer: the deadline passed (see _expire_request).
+            # Set without an answer: the deadline passed (the timer woke it).
             answered = pending.message is not None or pending.error is not None
         except (TransportClosed, TransportError) as exc:
             answered = True
@@ -681,7 +673,6 @@ class McpClient(ClientProtocol):
                 ) from None
         return out
 
-    # ---- session setup -------------------------------------------------------------------
     async def _handshake(self) -> None:
         result = await self._exchange("initialize", self.initialize_params())
         self.accept_initialize(result)
@@ -743,11 +734,9 @@ class McpClient(ClientProtocol):
     async def listen(self) -> Any:
         """2026-07-28 ``subscriptions/listen``: list-change notifications reach
         ``on_notification`` until the server ends it (or the caller is cancelled)."""
-        kinds = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
-        params = self.decorate({"notifications": dict.fromkeys(kinds, True)})
+        params = self.decorate({"notifications": dict.fromkeys(proto.LIST_CHANGES.values(), True)})
         return await self._exchange("subscriptions/listen", params, timeout=math.inf)
 
-    # ---- MCP operations ------------------------------------------------------------------
     async def ping(self, *, timeout: float | None = None) -> None:
         """Check the server answers (handshake era; 2026-07-28 has no ping: discover instead)."""
         await self.request("server/discover" if self.era == "modern" else "ping", timeout=timeout)

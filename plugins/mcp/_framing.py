@@ -77,7 +77,6 @@ class StdioFramer:
         self._drain_body = 0  # bytes of an oversize framed body still to skip
         self._body_len: int | None = None  # Content-Length of the body being read
 
-    # ---- decoding ---------------------------------------------------------------------
     def feed(self, data: bytes) -> list[FrameEvent]:
         """Add bytes read from the peer; return the events they complete."""
         if self.mode == NDJSON:
@@ -156,7 +155,6 @@ class StdioFramer:
         events.append(_decode(body))
         return True
 
-    # ---- encoding ---------------------------------------------------------------------
     def encode(self, payload: bytes) -> bytes:
         """Frame one encoded message in the peer's framing; ValueError for one over the limit
         or, in NDJSON, one containing a raw newline."""

@@ -136,8 +136,7 @@ class HttpSession:
         )
 
     def new_stream(self) -> EventLog:
-        """A stream for one request's answer, kept for resumption (``Last-Event-ID``) while
-        it runs and, once finished, until ``FINISHED_STREAMS_KEPT`` newer ones finished."""
+        """A stream for one request's answer, kept for resumption (``FINISHED_STREAMS_KEPT``)."""
         finished = [sid for sid, s in self.streams.items() if s.closed]  # oldest first
         for sid in finished[: max(0, len(finished) - FINISHED_STREAMS_KEPT + 1)]:
             del self.streams[sid]
@@ -408,10 +407,7 @@ async def _post(kernel: KernelAPI, request: PlainRequest, name: str | None) -> P
         try:
             p.carry_trace(TraceContext.from_headers(request.headers), message)
         except InvalidTraceContext as exc:  # a malformed depth header: 400 naming it
-            error = rpc.error_response(
-                parsed.id, rpc.INVALID_PARAMS, str(exc), {"field": exc.field}
-            )
-            raise _HttpError(400, error) from None
+            raise _HttpError(400, p.field_error(exc).to_response(parsed.id)) from None
     header_version = request.headers.get(p.HEADER_PROTOCOL_VERSION)
     # Stateless when the body says so, or when a session-less request names a 2026 version.
     stateless = isinstance(parsed, (rpc.Request, rpc.Notification)) and (

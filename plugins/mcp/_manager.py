@@ -37,6 +37,7 @@ from roost.kernel import (
     jsonrpc,
     namespaced,
     normalise_name,
+    number_setting,
     public_url,
     redact,
     unknown_key,
@@ -161,11 +162,7 @@ def parse_server_config(
         )
     where = f"{where} ({name})"
     timeout = raw.get("timeout_secs", 30.0)
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not 0 < timeout <= 86400
-    ):
+    if number_setting(timeout, 0, 86400) is None:
         raise _fail(
             where,
             "timeout_secs",
@@ -237,8 +234,8 @@ def parse_server_config(
 
 
 def check_config_servers(config: Any) -> None:
-    """Check the config file's ``[[mcp_servers]]`` (every field, names unique); raises the
-    first ConfigError."""
+    """Check the config file's ``[[mcp_servers]]`` (fields, unique names); raise the first
+    ConfigError."""
     where = getattr(config, "where", "roost.toml")
     seen: dict[str, int] = {}
     for index, raw in enumerate(getattr(config, "mcp_servers", ()) or ()):
@@ -371,7 +368,6 @@ class McpManager:
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
 
-    # ---- status -------------------------------------------------------------------------
     def status(self, *, admin: bool = True) -> dict[str, Any]:
         """The body of ``GET /api/mcp/servers`` (``admin``: see ``ServerConfig.public``)."""
         configured = []
@@ -421,7 +417,6 @@ class McpManager:
             )
         return state.client
 
-    # ---- running ------------------------------------------------------------------------
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Supervise every server until cancelled (ready at once)."""
         async with trio.open_nursery() as nursery:
@@ -431,8 +426,7 @@ class McpManager:
             await trio.sleep_forever()
 
     async def _supervise(self, state: ServerState) -> None:
-        """Keep ``state``'s server connected: after a failure or a drop wait (doubling up
-        to ``BACKOFF_MAX_S``; afresh after a connection of ``STABLE_AFTER_S``), retry."""
+        """Keep ``state``'s server connected: retry after a failure or a drop (``BACKOFF_*``)."""
         delay = BACKOFF_BASE_S
         try:
             while True:
@@ -519,7 +513,6 @@ class McpManager:
                         self.kernel.remove_tool(name)
                     state.tools = []
 
-    # ---- notifications ------------------------------------------------------------------
     def _on_notification(self, state: ServerState, method: str, params: Mapping[str, Any]) -> None:
         name = state.config.name
         if method == p.NOTIFY_MESSAGE:
@@ -529,11 +522,7 @@ class McpManager:
             self.kernel.publish(
                 Event(EVENT_LOG, f"mcp:{name}", payload={"server": name, **dict(params)})
             )
-        elif method in (
-            p.NOTIFY_TOOLS_CHANGED,
-            p.NOTIFY_RESOURCES_CHANGED,
-            p.NOTIFY_PROMPTS_CHANGED,
-        ):
+        elif method in p.LIST_CHANGES:
             if state.refresh is not None:
                 with suppress(trio.WouldBlock):  # a refresh is queued: it will see this change too
                     state.refresh.send_nowait(method)
@@ -561,7 +550,6 @@ class McpManager:
         }
         self.kernel.publish(Event(EVENT_SERVER, f"mcp:{state.config.name}", payload=payload))
 
-    # ---- tools --------------------------------------------------------------------------
     async def _sync_tools(self, state: ServerState, client: McpClient) -> None:
         remote = (
             await client.list_tools()
@@ -773,7 +761,6 @@ class McpManager:
                     out.append(Tool(spec, guarded(run), secrets=state.secrets))
         return out
 
-    # ---- server-to-client requests --------------------------------------------------------
     def _roots(self, context: ServerRequestContext) -> list[dict[str, Any]]:
         """The calling agent's workspace (or, for an agent's own server, that agent's)."""
         state = self.states.get(context.server)

@@ -46,8 +46,8 @@ def is_stateless_version(version: str | None) -> bool:
 
 
 def negotiate_version(requested: Any) -> str:
-    """The version a server answers ``initialize`` with: the requested one if roost speaks
-    it in the handshake era, else the latest (the client may then disconnect)."""
+    """The version to answer ``initialize`` with: the one asked if it is in
+    ``HANDSHAKE_VERSIONS``, else the latest of those (the client may then disconnect)."""
     if isinstance(requested, str) and requested in HANDSHAKE_VERSIONS:
         return requested
     return LATEST_HANDSHAKE_VERSION
@@ -82,6 +82,12 @@ NOTIFY_TOOLS_CHANGED = "notifications/tools/list_changed"
 NOTIFY_RESOURCES_CHANGED = "notifications/resources/list_changed"
 NOTIFY_PROMPTS_CHANGED = "notifications/prompts/list_changed"
 NOTIFY_SUBSCRIPTIONS_ACK = "notifications/subscriptions/acknowledged"
+LIST_CHANGES = {
+    NOTIFY_TOOLS_CHANGED: "toolsListChanged",
+    NOTIFY_RESOURCES_CHANGED: "resourcesListChanged",
+    NOTIFY_PROMPTS_CHANGED: "promptsListChanged",
+}
+"""Each ``list_changed`` notification → its key in ``subscriptions/listen``'s params."""
 
 HANDSHAKE_ONLY_METHODS = frozenset(
     {INITIALIZE, PING, LOGGING_SET_LEVEL, RESOURCES_SUBSCRIBE, RESOURCES_UNSUBSCRIBE}
@@ -214,8 +220,7 @@ _NO_META = RequestMeta()
 
 
 def read_request_meta(params: Any) -> RequestMeta:
-    """Read ``params._meta`` (unknown keys ignored); JsonRpcError(INVALID_PARAMS) naming a
-    malformed field."""
+    """Read ``params._meta`` (unknown keys ignored); -32602 naming a malformed field."""
     if params is None:
         return _NO_META
     if not is_mapping(params):
@@ -250,6 +255,11 @@ def read_request_meta(params: Any) -> RequestMeta:
     return RequestMeta(version, info, caps, level, token)
 
 
+def field_error(exc: Any) -> JsonRpcError:
+    """-32602 for an ``InvalidInput`` or ``InvalidTraceContext``, naming its ``field``."""
+    return JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field})
+
+
 def carry_trace(context: TraceContext | None, message: Any) -> None:
     """Put ``context`` into a ``tools/call``'s ``params._meta`` when it is deeper than the
     one there (the server reads ``_meta``; a forged lower depth in either never wins)."""
@@ -262,8 +272,7 @@ def carry_trace(context: TraceContext | None, message: Any) -> None:
 
 
 def request_era(params: Any) -> str:
-    """``"stateless"`` when the request declares a protocol version in ``_meta``, else
-    ``"handshake"``. Never raises (malformed ``_meta`` counts as handshake era)."""
+    """``"stateless"`` if ``_meta`` declares a protocol version, else (never raising) handshake."""
     if is_mapping(params):
         meta = params.get(META)
         if meta is not None and is_mapping(meta) and META_PROTOCOL_VERSION in meta:
@@ -272,8 +281,7 @@ def request_era(params: Any) -> str:
 
 
 def check_stateless_meta(meta: RequestMeta) -> None:
-    """Enforce 2026-07-28's per-request fields: a supported version (-32022 otherwise)
-    and client capabilities (-32602 when missing)."""
+    """Require 2026-07-28's ``_meta``: a supported version (-32022), capabilities (-32602)."""
     if meta.protocol_version is None:
         raise JsonRpcError(
             INVALID_PARAMS,

@@ -13,10 +13,12 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import suppress
 from functools import partial
 from typing import Any, NoReturn
 
@@ -88,13 +90,11 @@ class ServerSession:
     def cancel(self, request_id: Any) -> bool:
         """Cancel a request in flight or about to start; False if there is none."""
         scope = self.in_flight.get(request_id)
-        if scope is None:
-            if request_id in self.starting:
-                self.starting[request_id] = True
-                return True
-            return False
-        scope.cancel()
-        return True
+        if scope is not None:
+            scope.cancel()
+        elif request_id in self.starting:
+            self.starting[request_id] = True
+        return scope is not None or request_id in self.starting
 
     def cancel_all(self) -> None:
         for scope in list(self.in_flight.values()):
@@ -205,8 +205,6 @@ class TemplateEntry:
         }
 
     def match(self, uri: str) -> dict[str, str] | None:
-        import re
-
         pattern = "".join(
             f"(?P<{part[1:-1]}>[^/]+)"
             if part.startswith("{") and part.endswith("}")
@@ -413,7 +411,6 @@ class McpServer:
             p.RESOURCES_UNSUBSCRIBE: self._subscribe,
         }
 
-    # ---- what this surface offers ------------------------------------------------------------
     @property
     def agents(self) -> list[str]:
         """The agents this surface serves (sorted)."""
@@ -526,7 +523,6 @@ class McpServer:
             out.extend(extras(self.kernel, "roost_mcp_prompts", PromptEntry))
         return sorted(out, key=lambda e: e.name)
 
-    # ---- entry point --------------------------------------------------------------------------
     async def handle(
         self,
         session: ServerSession,
@@ -561,10 +557,8 @@ class McpServer:
             if waiter is None:
                 log.debug("ignoring a response (id %r) that answers no request of ours", parsed.id)
             else:
-                try:
+                with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                     waiter.send_nowait(parsed)
-                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
             return None
         assert isinstance(parsed, rpc.Request)
         error = None
@@ -637,7 +631,6 @@ class McpServer:
             session.in_flight.pop(request.id, None)
         return {"jsonrpc": rpc.VERSION, "id": request.id, "result": result}
 
-    # ---- lifecycle ----------------------------------------------------------------------------
     def _initialize(self, session: ServerSession, params: Mapping[str, Any]) -> dict[str, Any]:
         if session.handshake_done:
             raise rpc.JsonRpcError(
@@ -686,7 +679,6 @@ class McpServer:
         call.session.log_level = level
         return {}
 
-    # ---- lists ----------------------------------------------------------------------------------
     async def _list(self, call: _Call) -> dict[str, Any]:
         """The page of tools, resources, templates or prompts the request's cursor asks for."""
         field, key, entries = _LISTS[call.request.method]
@@ -777,7 +769,6 @@ class McpServer:
         rpc.param(call.params, "argument", dict)
         return {"completion": {"values": [], "total": 0, "hasMore": False}}
 
-    # ---- tools/call -------------------------------------------------------------------------
     async def _tools_call(self, call: _Call) -> dict[str, Any]:
         """The agent's surface answers; here: host names, forwarding, client requests, MRTR."""
         params = call.params
@@ -934,18 +925,13 @@ class McpServer:
             "retry the original request without it",
         )
 
-    # ---- subscriptions/listen (2026-07-28) -------------------------------------------------------
     async def _listen(self, call: _Call) -> dict[str, Any]:
         if call.notify is None:
             raise rpc.JsonRpcError(
                 rpc.METHOD_NOT_FOUND, "subscriptions/listen needs a streaming transport"
             )
         wanted = rpc.param(call.params, "notifications", dict)
-        keys = {
-            p.NOTIFY_TOOLS_CHANGED: "toolsListChanged",
-            p.NOTIFY_RESOURCES_CHANGED: "resourcesListChanged",
-            p.NOTIFY_PROMPTS_CHANGED: "promptsListChanged",
-        }
+        keys = p.LIST_CHANGES
         honoured = {key: True for key in keys.values() if wanted.get(key) is True}
         tag = {p.META_SUBSCRIPTION_ID: str(call.request.id)}
         async with self.kernel.tap.subscribe(buffer=64, kinds=_CHANGE_KINDS) as events:
@@ -1002,7 +988,7 @@ def _check_input(params: Any) -> None:
     try:
         check_json_input(params, "params")
     except InvalidInput as exc:
-        raise rpc.JsonRpcError(rpc.INVALID_PARAMS, str(exc), {"field": exc.field}) from None
+        raise p.field_error(exc) from None
 
 
 def _answer_from(responses: Any) -> str | None:

@@ -144,13 +144,11 @@ async def _relay_sse(response: Any, deliver: Callable[[Any], Awaitable[None]]) -
     """Hand each JSON message of an SSE response to ``deliver`` (other events are skipped)."""
     from roost.plugins.http.client import sse_events
 
+    from .transports.sse import json_messages
+
     try:
         async for event in sse_events(response, max_bytes=p.MAX_MESSAGE_BYTES):
-            try:
-                message = json.loads(event.data) if event.data else None
-            except ValueError:
-                continue
-            if message is not None:
+            for message in json_messages(event.data):
                 await deliver(message)
     except ValueError as exc:  # an event over the 10 MB message limit
         log.warning("daemon stream dropped: %s", exc)
@@ -417,11 +415,7 @@ def with_inherited_trace(
                 if invalid is None:
                     p.carry_trace(inherited, message)
                     return message
-                data = {"field": invalid.field}
-                error = rpc.error_response(
-                    message.get("id"), rpc.INVALID_PARAMS, str(invalid), data
-                )
-                await send(error.to_dict())
+                await send(p.field_error(invalid).to_response(message.get("id")).to_dict())
 
         await serve(receive_traced, send)
 

@@ -39,9 +39,9 @@ def _prctl(option: int, value: int) -> bool:
     return libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), 0, 0, 0) == 0
 
 
-def _parent_map() -> dict[int, list[int]]:
-    """parent pid -> child pids, from /proc."""
-    children: dict[int, list[int]] = {}
+def descendants(root: int) -> list[int]:
+    """Every process below ``root`` (children first), from /proc."""
+    tree: dict[int, list[int]] = {}  # parent pid -> child pids
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -52,13 +52,7 @@ def _parent_map() -> dict[int, list[int]]:
             continue
         fields = stat.rsplit(b")", 1)[-1].split()
         if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below ``root`` (children first)."""
-    tree = _parent_map()
+            tree.setdefault(int(fields[1]), []).append(int(entry.name))
     out: list[int] = []
     pending = list(tree.get(root, ()))
     while pending:
@@ -130,14 +124,6 @@ def supervise(server_pid: int, parent_pid: int) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _release_stdio() -> None:
-    # Keep no copy of roost's pipes: EOF must reach roost when the server closes them.
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.close(null)
-
-
 def main(argv: list[str]) -> int:
     """Supervise ``COMMAND``; return the exit status to use."""
     nofile = 0
@@ -171,7 +157,11 @@ def main(argv: list[str]) -> int:
         except BaseException as exc:
             os.write(2, f"cannot run {command[0]!r}: {exc}\n".encode())
         os._exit(EXEC_FAILED_EXIT_CODE)
-    _release_stdio()
+    # Keep no copy of roost's pipes: EOF must reach roost when the server closes them.
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
     return supervise(pid, parent_pid)
 
 

@@ -165,7 +165,6 @@ class HttpTransport(HttpPeer):
             kept.append(tool)
         return kept
 
-    # ---- headers -----------------------------------------------------------------------
     def _headers(self, message: Mapping[str, Any] | None = None) -> dict[str, str]:
         out = dict(self.headers)
         out["Accept"] = "application/json, text/event-stream"
@@ -201,7 +200,6 @@ class HttpTransport(HttpPeer):
         scope.cancel()
         return True
 
-    # ---- sending -------------------------------------------------------------------------
     async def send(self, message: Mapping[str, Any]) -> None:
         if self.closed_reason is not None:
             raise TransportClosed(f"MCP server {self.name!r} is gone: {self.closed_reason}")
@@ -375,10 +373,8 @@ class HttpTransport(HttpPeer):
                     ) as events:
                         async for event in events:
                             last_event_id = event.id or last_event_id
-                            for item in json_messages(event.data):
-                                await self._push(item)
-                                if item.get("id") == request_id and "method" not in item:
-                                    return True
+                            if await self._forward(event.data, request_id, request_id):
+                                return True
             except httpx.HTTPError:
                 await trio.sleep(0.2)
         return False

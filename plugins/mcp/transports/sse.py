@@ -44,6 +44,8 @@ ALLOW_HINT = (
 
 def json_messages(data: str) -> list[dict[str, Any]]:
     """The JSON-RPC objects in an event's data (an object, or an array of them)."""
+    if not data:  # a priming event (an id and no data) opens a 2025-11-25 stream
+        return []
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):
@@ -82,10 +84,7 @@ def http_error_message(
         and isinstance(error.get("message"), str)
     ):
         code, data = error["code"], error.get("data")
-    if status:
-        message = status_report(status, body, hint)
-    else:
-        message = (http_error_text(body) or "no answer from the server") + _aside(hint)
+    message = status_report(status, body, hint)
     facts: dict[str, Any] = {"httpStatus": status}
     if retry_after is not None:
         facts["retryAfter"] = retry_after
@@ -97,13 +96,11 @@ def http_error_message(
 
 
 def status_report(status: int, body: bytes, hint: str | None = None) -> str:
-    """``HTTP 401 Unauthorized: <the server's words> (<hint>)``."""
+    """``HTTP 401 Unauthorized: <the server's words> (<hint>)``; status 0: the words alone."""
     text = http_error_text(body)
-    return http_status_line(status) + (f": {text}" if text else "") + _aside(hint)
-
-
-def _aside(hint: str | None) -> str:
-    return f" ({hint})" if hint else ""
+    if status:
+        text = http_status_line(status) + (f": {text}" if text else "")
+    return (text or "no answer from the server") + (f" ({hint})" if hint else "")
 
 
 def encode_body(message: Mapping[str, Any]) -> bytes:

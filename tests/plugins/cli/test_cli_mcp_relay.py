@@ -160,3 +160,57 @@ async def test_bridge_answers_every_request_in_jsonrpc_whatever_the_daemon_sends
     assert "HTTP 500" in by_method["http/500"]["error"]["message"]
     assert "ended without an answer" in by_method["sse/no-answer"]["error"]["message"]
     assert "ROOST_API_KEY" in by_method["rpc/null-id"]["error"]["message"]
+
+
+async def test_a_too_deep_or_array_daemon_event_is_relayed_not_a_crash_of_roost_mcp():
+    # What broke: json.loads of an SSE event nested past the recursion limit raised
+    # RecursionError out of the bridge, ending roost mcp; an event holding an array of
+    # messages was dropped whole (its answer too). The event is skipped, the array split.
+    answer = '{"jsonrpc": "2.0", "id": {id}, "result": {}}'
+    progress = '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}'
+    replies = {
+        "deep": ("[" * 100_000 + "]" * 100_000, answer),
+        "array": (f"[{progress}, {answer}]",),
+    }
+
+    async def daemon(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(body) < length:
+            body += await stream.receive_some(65536)
+        message = json.loads(body)
+        events = "".join(f"data: {e}\n\n" for e in replies[message["method"]])
+        payload = events.replace("{id}", str(message["id"])).encode()
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+        )
+        await stream.send_all(head.encode() + payload)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, daemon, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        bridge = DaemonBridge(f"http://127.0.0.1:{port}", None)
+        client_stream, server_stream = trio.testing.memory_stream_pair()
+        nursery.start_soon(stdio_loop, server_stream, server_stream, bridge.serve)
+        lines, buffer = [], b""
+        for request_id, method in enumerate(["deep", "array", "deep"], 1):
+            request = {"jsonrpc": "2.0", "id": request_id, "method": method}
+            await client_stream.send_all(json.dumps(request).encode() + b"\n")
+            with trio.fail_after(15):
+                while not any(m.get("id") == request_id for m in lines):
+                    buffer += await client_stream.receive_some(65536)
+                    while b"\n" in buffer:
+                        raw, _, buffer = buffer.partition(b"\n")
+                        lines.append(json.loads(raw))
+        nursery.cancel_scope.cancel()
+    assert lines == [
+        {"jsonrpc": "2.0", "id": 1, "result": {}},
+        json.loads(progress),
+        {"jsonrpc": "2.0", "id": 2, "result": {}},
+        {"jsonrpc": "2.0", "id": 3, "result": {}},
+    ]

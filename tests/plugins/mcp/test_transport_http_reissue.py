@@ -147,8 +147,9 @@ class ResumingServer:
     """Handshake era: a POSTed request's SSE stream carries an event id and a ``retry``,
     then breaks; a GET with ``Last-Event-ID`` gets the rest of it (the answer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replay: list | None = None) -> None:
         self.resumed_from: list[str] = []
+        self.replay = replay  # the resumed event's data: the answer, unless given
 
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
@@ -165,7 +166,7 @@ class ResumingServer:
             }
             if request_line.startswith("GET"):
                 self.resumed_from.append(headers.get("last-event-id", ""))
-                answer = {"jsonrpc": "2.0", "id": 11, "result": RESULT}
+                answer = self.replay or {"jsonrpc": "2.0", "id": 11, "result": RESULT}
                 event = f"id: e2\nevent: message\ndata: {json.dumps(answer)}\n\n".encode()
                 await stream.send_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -212,3 +213,24 @@ async def test_handshake_era_resumes_a_broken_stream_from_its_last_event_id(nurs
     assert answer == {"jsonrpc": "2.0", "id": 11, "result": RESULT}
     assert server.resumed_from == ["e1"]  # the id of the last event the broken stream gave
     assert [n["method"] for n in notes] == ["notifications/progress"]
+
+
+async def test_a_resumed_event_reaches_the_client_whole_not_cut_at_the_answer(nursery):
+    # What broke: the resumed stream pushed an event's messages only up to the answer,
+    # so a message after it in the same event (a JSON-RPC batch) was lost.
+    after = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "x"}}
+    server = ResumingServer(replay=[{"jsonrpc": "2.0", "id": 11, "result": RESULT}, after])
+    listeners = await nursery.start(
+        functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
+    )
+    url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}/mcp"
+    async with open_http_transport(url, allow_loopback=True, timeout_secs=10) as transport:
+        transport.set_protocol_version(p.LATEST_HANDSHAKE_VERSION)
+        request = {"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "w"}}
+        await transport.send(request)
+        answer, _ = await receive_answer(transport, 11)
+        with trio.fail_after(10):
+            following = await transport.incoming.receive()
+    assert answer == {"jsonrpc": "2.0", "id": 11, "result": RESULT}
+    assert following == after
+    assert server.resumed_from == ["e1"]
