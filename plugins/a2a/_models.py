@@ -30,33 +30,22 @@ V01 = "0.1"
 REST03 = "0.3-rest"
 _BARE_EVENTS = frozenset({V03, V01})  # stream events not wrapped as {"statusUpdate": ...}
 
-# JSON-RPC method → operation, per dialect (0.1 adds its own send and stream to 0.3's).
-V1_METHODS = {
-    "SendMessage": "send",
-    "SendStreamingMessage": "stream",
-    "GetTask": "get",
-    "ListTasks": "list",
-    "CancelTask": "cancel",
-    "SubscribeToTask": "subscribe",
-    "CreateTaskPushNotificationConfig": "push_set",
-    "GetTaskPushNotificationConfig": "push_get",
-    "ListTaskPushNotificationConfigs": "push_list",
-    "DeleteTaskPushNotificationConfig": "push_delete",
-    "GetExtendedAgentCard": "card",
+# Operation → its JSON-RPC method in 1.0 and in 0.3 (0.1 adds its own send and stream).
+_METHOD_NAMES = {
+    "send": ("SendMessage", "message/send"),
+    "stream": ("SendStreamingMessage", "message/stream"),
+    "get": ("GetTask", "tasks/get"),
+    "list": ("ListTasks", "tasks/list"),
+    "cancel": ("CancelTask", "tasks/cancel"),
+    "subscribe": ("SubscribeToTask", "tasks/resubscribe"),
+    "push_set": ("CreateTaskPushNotificationConfig", "tasks/pushNotificationConfig/set"),
+    "push_get": ("GetTaskPushNotificationConfig", "tasks/pushNotificationConfig/get"),
+    "push_list": ("ListTaskPushNotificationConfigs", "tasks/pushNotificationConfig/list"),
+    "push_delete": ("DeleteTaskPushNotificationConfig", "tasks/pushNotificationConfig/delete"),
+    "card": ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"),
 }
-V03_METHODS = {
-    "message/send": "send",
-    "message/stream": "stream",
-    "tasks/get": "get",
-    "tasks/list": "list",
-    "tasks/cancel": "cancel",
-    "tasks/resubscribe": "subscribe",
-    "tasks/pushNotificationConfig/set": "push_set",
-    "tasks/pushNotificationConfig/get": "push_get",
-    "tasks/pushNotificationConfig/list": "push_list",
-    "tasks/pushNotificationConfig/delete": "push_delete",
-    "agent/getAuthenticatedExtendedCard": "card",
-}
+V1_METHODS = {v1: op for op, (v1, _) in _METHOD_NAMES.items()}  # JSON-RPC method → operation
+V03_METHODS = {v03: op for op, (_, v03) in _METHOD_NAMES.items()}
 V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
 
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
@@ -130,20 +119,13 @@ class A2AError(Exception):
         # The HTTP status of a JSON-RPC response carrying it: 200, unless the daemon answers
         # the condition with its own status on every binding (an unavailable agent: 503).
         self.jsonrpc_status = jsonrpc_status
-
-    def _reasons(self) -> tuple[str, int, str]:
-        if self.unavailable:
-            return ("UNAVAILABLE", 503, "UNAVAILABLE")
-        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
-
-    @property
-    def reason(self) -> str:
-        """The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...)."""
-        return self._reasons()[0]
-
-    @property
-    def http_status(self) -> int:
-        return self._reasons()[1]
+        # The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...), the HTTP status and
+        # the google.rpc code name of the HTTP+JSON binding.
+        self.reason, self.http_status, self.status_name = (
+            ("UNAVAILABLE", 503, "UNAVAILABLE")
+            if unavailable
+            else _REASONS.get(code, ("ERROR", 500, "INTERNAL"))
+        )
 
     def details(self) -> list[dict[str, Any]]:
         """``google.rpc`` detail objects, as the 1.0 bindings carry them."""
@@ -179,11 +161,10 @@ class A2AError(Exception):
 
     def rest_error(self) -> dict[str, Any]:
         """The body of an HTTP+JSON error response (google.rpc.Status shape)."""
-        _, status, name = self._reasons()
         return {
             "error": {
-                "code": status,
-                "status": name,
+                "code": self.http_status,
+                "status": self.status_name,
                 "message": self.message,
                 "details": self.details(),
             }
@@ -225,19 +206,11 @@ REJECTED = "TASK_STATE_REJECTED"
 TERMINAL_STATES = frozenset({COMPLETED, CANCELED, FAILED, REJECTED})
 INTERRUPTED_STATES = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES  # a run ends in one of them
-_STATE_TO_OLD = {
-    SUBMITTED: "submitted",
-    WORKING: "working",
-    INPUT_REQUIRED: "input-required",
-    AUTH_REQUIRED: "auth-required",
-    COMPLETED: "completed",
-    CANCELED: "canceled",
-    FAILED: "failed",
-    REJECTED: "rejected",
-    "TASK_STATE_UNSPECIFIED": "unknown",
-}
-_OLD_TO_STATE = {v: k for k, v in _STATE_TO_OLD.items()}
-_OLD_TO_STATE["cancelled"] = CANCELED
+_STATE_TO_OLD = {  # the 0.3 names: TASK_STATE_INPUT_REQUIRED → input-required, ...
+    s: s.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    for s in (SUBMITTED, WORKING, *SETTLED_STATES)
+} | {"TASK_STATE_UNSPECIFIED": "unknown"}
+_OLD_TO_STATE = {v: k for k, v in _STATE_TO_OLD.items()} | {"cancelled": CANCELED}
 ROLE_USER = "ROLE_USER"
 ROLE_AGENT = "ROLE_AGENT"
 _ROLE_TO_OLD = {ROLE_USER: "user", ROLE_AGENT: "agent"}
@@ -360,7 +333,8 @@ class Part:
         if self.text is not None:
             out["text"] = self.text
         elif self.has_data:
-            data = data_as_object(self.data)
+            # 0.3's and 0.1's data must be an object (1.0 takes any JSON value): wrap the rest
+            data = self.data if isinstance(self.data, Mapping) else {"value": self.data}
             out["data"] = {"data": data} if rest else data
         else:
             file: dict[str, Any] = {}
@@ -415,12 +389,6 @@ class Part:
 
 
 _URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-
-
-def data_as_object(data: Any) -> Any:
-    """A data part's value for 0.3 and 0.1, whose ``data`` must be an object (1.0 takes any
-    JSON value): anything else is wrapped as ``{"value": ...}``."""
-    return data if isinstance(data, Mapping) else {"value": data}
 
 
 def _b64(value: Any, field: str) -> bytes:
