@@ -181,11 +181,6 @@ class A2AService:
         return primary
 
     # ---- operations --------------------------------------------------------------------
-    def owner_of(self, req: PlainRequest) -> str:
-        """The principal a request's tasks belong to (the host's if not authenticated)."""
-        principal = principal_of(req)
-        return principal.name if principal is not None else self.kernel.host_principal
-
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
@@ -194,7 +189,8 @@ class A2AService:
         failing fails it with -32603 (HTTP 503) saying so."""
         try:
             tasks = self._tasks()
-            owner = self.owner_of(req)
+            principal = principal_of(req)  # the tasks' owner (the host if not authenticated)
+            owner = principal.name if principal is not None else self.kernel.host_principal
             d = op.dialect
             if op.op == "send":
                 wait = not op.params.options.return_immediately
@@ -217,15 +213,12 @@ class A2AService:
             if op.op == "list":
                 q = op.params
                 found, token, total = await tasks.list(q, agent=agent, owner=owner)
+                shown = {
+                    "history_length": q.history_length,
+                    "include_artifacts": q.include_artifacts,
+                }
                 return {
-                    "tasks": [
-                        t.to_json(
-                            d,
-                            history_length=q.history_length,
-                            include_artifacts=q.include_artifacts,
-                        )
-                        for t in found
-                    ],
+                    "tasks": [t.to_json(d, **shown) for t in found],
                     "nextPageToken": token,
                     "pageSize": q.page_size,
                     "totalSize": total,
@@ -700,11 +693,9 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
             return _json(await service.execute(op, None, header_trace(req.headers), req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
+    rpc_id = None
     try:
-        rpc_id, method, params = p.parse_envelope(req.body)
-    except m.A2AError as exc:
-        return _json(p.error_json(exc.rpc_id, exc, m.V01), exc.jsonrpc_status)
-    try:
+        rpc_id, method, params = p.parse_envelope(req.body)  # an error names the id it read
         if method != "tasks/send":
             lp = service.settings.listen_path
             raise m.A2AError(
@@ -715,6 +706,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id)
         result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
+        rpc_id = exc.rpc_id if rpc_id is None else rpc_id
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
     return _json(p.result_json(rpc_id, result))
 
