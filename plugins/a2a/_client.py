@@ -204,7 +204,6 @@ class A2AClient:
                 m.INVALID_PARAMS, f"refusing to contact {public_url(url) or 'this URL'}: {exc}"
             ) from None
 
-    # ---- discovery ----------------------------------------------------------------------
     async def discover(self, url: str) -> AgentInfo:
         """Fetch the agent card: ``url`` itself if it ends in ``.json``, else the 1.0 path,
         then the legacy ``/.well-known/agent.json``."""

@@ -285,9 +285,6 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-# -- Part ------------------------------------------------------------------------------------
-
-
 @attrs.frozen
 class Part:
     """One piece of content: exactly one of ``text``, ``raw`` (bytes, base64 on the wire),
@@ -420,12 +417,8 @@ def part_from_json(value: Any, field: str = "part") -> Part:
         name = _opt_str(file, "name", f"{field}.file.name")
         mime = _opt_str(file, "mimeType", f"{field}.file.mimeType")
         if file.get("bytes") is not None:
-            return Part(
-                raw=_b64(file["bytes"], f"{field}.file.bytes"),
-                filename=name,
-                media_type=mime,
-                metadata=meta,
-            )
+            raw = _b64(file["bytes"], f"{field}.file.bytes")
+            return Part(raw=raw, filename=name, media_type=mime, metadata=meta)
         uri = _opt_str(file, "uri", f"{field}.file.uri", max_len=8192)
         if not uri:
             raise invalid(f"{field}.file", "needs 'bytes' (base64) or 'uri'")
@@ -450,9 +443,8 @@ def part_from_json(value: Any, field: str = "part") -> Part:
             raise invalid(f"{field}.text", f"must be a string, got {_jtype(text)}")
         return Part(text=text, filename=filename or None, media_type=media or None, metadata=meta)
     if key == "raw":
-        return Part(
-            raw=_b64(obj["raw"], f"{field}.raw"), filename=filename, media_type=media, metadata=meta
-        )
+        raw = _b64(obj["raw"], f"{field}.raw")
+        return Part(raw=raw, filename=filename, media_type=media, metadata=meta)
     if key == "url":
         url = _opt_str(obj, "url", f"{field}.url", max_len=8192)
         return Part(url=url, filename=filename, media_type=media, metadata=meta)
@@ -469,9 +461,6 @@ def _parts(value: Any, field: str, *, required: bool) -> tuple[Part, ...]:
     if required and not value:
         raise invalid(field, "must contain at least one part")
     return tuple(part_from_json(p, f"{field}[{i}]") for i, p in enumerate(value))
-
-
-# -- Message -------------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -849,9 +838,6 @@ def _artifact_update(value: Any) -> ArtifactUpdate:
         append=bool(obj.get("append", False)),
         last_chunk=bool(obj.get("lastChunk", False)),
     )
-
-
-# -- push-notification config -----------------------------------------------------------------
 
 
 @attrs.frozen

@@ -368,9 +368,6 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
         yield m.event_to_json(event, dialect)
 
 
-# ---- cards ---------------------------------------------------------------------------------
-
-
 def build_card(
     service: A2AService, name: str, base_url: str, *, extended: bool = False, root: bool = False
 ) -> dict[str, Any]:
@@ -381,36 +378,18 @@ def build_card(
     endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
     if not root:  # the root endpoints route by metadata.agent
         endpoint += f"/agents/{name}"
-    skills = [
-        {
-            "id": s.id,
-            "name": s.name,
-            "description": s.description,
-            "tags": list(s.tags),
-            **({"examples": list(s.examples)} if s.examples else {}),
-            **({"inputModes": list(s.input_modes)} if s.input_modes else {}),
-            **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
-        }
-        for s in manifest.a2a.skills
+    skills = []
+    for s in manifest.a2a.skills:
+        lists = {"examples": s.examples, "inputModes": s.input_modes, "outputModes": s.output_modes}
+        skills.append(_skill(s.id, s.name, s.description, s.tags, **lists))
+    skills += [
+        _skill(
+            f"tool:{spec.name}", spec.title or spec.name, spec.description or spec.name, ["tool"]
+        )
+        for spec in kernel.exposed_tools(name)
     ]
-    for spec in kernel.exposed_tools(name):
-        skills.append(
-            {
-                "id": f"tool:{spec.name}",
-                "name": spec.title or spec.name,
-                "description": spec.description or spec.name,
-                "tags": ["tool"],
-            }
-        )
     if not skills:
-        skills.append(
-            {
-                "id": "chat",
-                "name": name,
-                "description": manifest.description or f"Talk to {name}",
-                "tags": ["chat"],
-            }
-        )
+        skills.append(_skill("chat", name, manifest.description or f"Talk to {name}", ["chat"]))
     hands_over = any(
         spec.name == "artifact" or spec.owner in ("agents", "a2a")
         for spec in kernel.list_tools(name)
@@ -462,11 +441,14 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
         },
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
-        "skills": [
-            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
-            for s in manifest.a2a.skills
-        ],
+        "skills": [_skill(s.id, s.name, s.description, s.tags) for s in manifest.a2a.skills],
     }
+
+
+def _skill(skill_id: str, name: str, description: str, tags: Any, **lists: Any) -> dict[str, Any]:
+    """A card's skill; each of ``lists`` (examples, inputModes, ...) only when not empty."""
+    skill = {"id": skill_id, "name": name, "description": description, "tags": list(tags)}
+    return skill | {key: list(value) for key, value in lists.items() if value}
 
 
 # ---- HTTP layer ------------------------------------------------------------------------------

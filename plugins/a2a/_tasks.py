@@ -207,7 +207,6 @@ class TaskManager:
         self._retrying = _Schedule(nursery, self._expire_due)
         self._deferred = _Schedule(nursery, self._write_deferred_row)
 
-    # ---- recovery ---------------------------------------------------------------------
     async def recover(self) -> list[str]:
         """Mark tasks that were in flight when the daemon died as failed (with a reason)."""
 
@@ -826,7 +825,6 @@ class TaskManager:
             )
         return live
 
-    # ---- cancelling ------------------------------------------------------------------------
     async def cancel(self, task_id: str, *, agent: str | None, owner: str) -> m.Task:
         live = await self._load_live(task_id, agent, owner)
         if live.task.terminal:
@@ -850,7 +848,6 @@ class TaskManager:
             self.live.pop(task_id, None)
         return live.task
 
-    # ---- push configs ----------------------------------------------------------------------
     async def _push_for(self, task_id: str, agent: str | None, owner: str) -> Any:
         """The push dispatcher, once ``owner``'s task ``task_id`` is found (else -32001)."""
         if self.push is None:
