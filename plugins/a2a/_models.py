@@ -482,13 +482,8 @@ class Message:
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
         if dialect == V01:
-            return _drop_none(
-                {
-                    "role": _ROLE_TO_OLD[self.role],
-                    "parts": [p.to_json(V01) for p in self.parts],
-                    "metadata": dict(self.metadata) if self.metadata is not None else None,
-                }
-            )
+            old = {"role": _ROLE_TO_OLD[self.role], "parts": [p.to_json(V01) for p in self.parts]}
+            return old if self.metadata is None else {**old, "metadata": dict(self.metadata)}
         out: dict[str, Any] = {"messageId": self.message_id}
         if self.context_id:
             out["contextId"] = self.context_id

@@ -342,9 +342,7 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     man = kernel.agents.get(name)
     if man is not None and man.a2a.enabled:
         return
-    where = kernel.config.where
-    enabled = [n for n, a in kernel.agents.items() if a.a2a.enabled]
-    known = ", ".join(enabled) or "none"
+    known = ", ".join(n for n, a in kernel.agents.items() if a.a2a.enabled) or "none"
     if man is not None:
         problem = (
             f'agent {name!r} is not reachable over A2A; enable it with "a2a": {{"enabled": true}} '
@@ -357,7 +355,8 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
         if kernel.manifest_errors:
             problem += " (some agent manifests failed to load; see the errors above)"
     raise ConfigError(
-        f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent"
+        f"{kernel.config.where}: a2a.default_agent: {problem}; fix it, or remove it to use "
+        "the first A2A agent"
     )
 
 
@@ -513,20 +512,6 @@ def _daemon_error(
     """A refusal made before the A2A protocol is involved, in the binding's shape."""
     body, content_type = render_error(binding, status, code, message)
     return PlainResponse(status, body, content_type, headers or ())
-
-
-def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
-    """401 when ``a2a.api_key`` is set and the bearer token does not match."""
-    key = service.settings.api_key
-    if not key or tokens_match(bearer_token(headers.get("Authorization")), key):
-        return None
-    return _daemon_error(
-        binding,
-        401,
-        "unauthorized",
-        "A2A needs 'Authorization: Bearer <a2a.api_key>'",
-        {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
-    )
 
 
 def _error(
@@ -729,11 +714,17 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
                     "a2a_unavailable",
                     "the A2A service is not running (see the daemon log)",
                 )
-            bad = None if public else _auth_failure(service, req.headers, binding)
-            bad = bad or _route_agent(service, req, binding, args)
-            if bad is not None:
-                return bad
-            return await core(service, req, **args)
+            key = None if public else service.settings.api_key  # 401 unless the bearer matches
+            if key and not tokens_match(bearer_token(req.headers.get("Authorization")), key):
+                return _daemon_error(
+                    binding,
+                    401,
+                    "unauthorized",
+                    "A2A needs 'Authorization: Bearer <a2a.api_key>'",
+                    {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
+                )
+            bad = _route_agent(service, req, binding, args)
+            return bad if bad is not None else await core(service, req, **args)
 
         render = partial(render_error, binding)
         return RouteDescriptor(path, handler, methods, public=public, render_error=render)

@@ -863,12 +863,9 @@ class TaskManager:
         live = self.live.get(config.task_id)
         if live is not None:  # the config's row refers to the task's
             await self._ensure_row(live)
+        data = config.to_json(m.V1) | {"credentials": config.credentials}
         try:
-            await self.store.put_push_config(
-                config.task_id,
-                config.id,
-                config.to_json(m.V1) | {"credentials": config.credentials},
-            )
+            await self.store.put_push_config(config.task_id, config.id, data)
         except TaskStorageFailed as exc:
             raise storage_failed(exc) from None
         except TaskStoreError as exc:
