@@ -159,10 +159,8 @@ class TaskStore(SqliteDatabase):
         """Hold room for one task whose row is written later, by ``insert(reserved=True)``
         (or given back with ``release()``). False, holding nothing, when that room is not
         known to be free without evicting: then insert the row now."""
-        if (
-            self._count is None
-            or self._count + self._inserting + self._reserved + 1 > self.max_tasks
-        ):
+        count = self._count
+        if count is None or count + self._inserting + self._reserved + 1 > self.max_tasks:
             return False
         self._reserved += 1
         return True
