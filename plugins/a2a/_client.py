@@ -74,8 +74,7 @@ def _unusable(message: str) -> A2AClientError:
 
 
 def _refused(status: int, body: bytes, url: str) -> A2AClientError:
-    """The error for HTTP ``status`` >= 400: the status and the server's own message (a
-    JSON-RPC error's code and data kept)."""
+    """HTTP ``status`` >= 400 with the server's message (a JSON-RPC error's code, data kept)."""
     code, data = m.INTERNAL_ERROR, None
     try:
         value = json.loads(body[:ERROR_BODY_BYTES]) if body else None
@@ -276,8 +275,7 @@ class A2AClient:
     async def _send_with_retries(
         self, method: str, url: str, limit: int, what: str, **kwargs: Any
     ) -> tuple[int, bytes]:
-        """One request (``_response``): its status and body (a success's at most ``limit``
-        bytes, else failing naming ``what``)."""
+        """One request's status and body (a success's at most ``limit`` bytes, named ``what``)."""
         failed = f"cannot reach {public_url(url)}"
         async with self._response(method, url, failed, **kwargs) as (response, body):
             if response.status_code < 400:

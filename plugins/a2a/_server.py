@@ -184,9 +184,8 @@ class A2AService:
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run an operation for the request's principal; its result in ``op.dialect`` (a
-        streaming one's: its events, errors raised here before any byte is sent). Storage
-        failing fails it with -32603 (HTTP 503) saying so."""
+        """Run ``op`` for the request's principal: its result in ``op.dialect`` (a stream's
+        events, errors raised before any byte is sent); storage failing is -32603 (HTTP 503)."""
         try:
             tasks = self._tasks()
             principal = principal_of(req)  # the tasks' owner (the host if not authenticated)
@@ -649,8 +648,7 @@ async def _rest(
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
-    """The seed's ``tasks/send``: bare params (answered with the bare task) or a JSON-RPC
-    envelope (answered in kind)."""
+    """The seed's ``tasks/send``: bare params (answered with the bare task) or an envelope."""
     try:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
@@ -681,8 +679,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
 async def _legacy_task(
     service: A2AService, req: PlainRequest, task_id: str, *, cancel: bool = False
 ) -> PlainResponse:
-    """The seed's ``GET /a2a/tasks/{id}`` (``historyLength`` in the query) and ``POST
-    /a2a/tasks/{id}/cancel``."""
+    """The seed's ``GET /a2a/tasks/{id}[?historyLength=n]`` and ``POST .../cancel``."""
     try:
         if cancel:
             op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)

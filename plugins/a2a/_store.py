@@ -266,8 +266,7 @@ class TaskStore(SqliteDatabase):
     async def update(
         self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
     ) -> list[str]:
-        """Replace a task's state and data; returns the ids of finished tasks evicted to stay
-        within ``max_bytes``. ``shield``: not cancellable."""
+        """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 

@@ -200,9 +200,8 @@ class TaskManager:
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
         self._open: dict[str, set[str]] = {}
-        # Tasks waiting for input, expired at their time (and those whose expiry failed,
-        # tried again: a schedule of their own keeps each in time order); blocking sends'
-        # tasks whose first row waits (see send), written at theirs.
+        # Expiries of tasks waiting for input, and retries of failed ones (a schedule of
+        # their own keeps each in time order); blocking sends' deferred first rows (see send).
         self._waiting = _Schedule(nursery, self._expire_due)
         self._retrying = _Schedule(nursery, self._expire_due)
         self._deferred = _Schedule(nursery, self._write_deferred_row)
