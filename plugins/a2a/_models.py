@@ -267,9 +267,7 @@ def _opt_str(obj: Mapping[str, Any], key: str, field: str, *, max_len: int = 102
 
 def _opt_meta(obj: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any] | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    return dict(_obj(value, field))
+    return None if value is None else dict(_obj(value, field))
 
 
 def _str_list(obj: Mapping[str, Any], key: str, field: str) -> tuple[str, ...]:

@@ -514,7 +514,12 @@ class TaskManager:
             finally:
                 live.first_row.set()
                 live.first_row = None
-        await self._forget(evicted)
+        if evicted:  # they leave memory, and their files the workspaces (in the background)
+            for gone in evicted:
+                self.live.pop(gone, None)
+            home = Path(self.kernel.config.home)
+            workspaces = [manifest.workspace_dir(home) for manifest in self.kernel.agents.values()]
+            self.nursery.start_soon(self._remove_files, workspaces, list(evicted))
 
     async def _ensure_row(self, live: LiveTask) -> None:
         """Make sure ``live``'s row exists: wait for its first row being written, or write
@@ -736,16 +741,6 @@ class TaskManager:
             live.done.set()
         if live.task.terminal:
             self.live.pop(task_id, None)
-
-    async def _forget(self, evicted: list[str]) -> None:
-        """Evicted tasks leave memory, and their files the workspaces (in the background)."""
-        if not evicted:
-            return
-        for gone in evicted:
-            self.live.pop(gone, None)
-        home = Path(self.kernel.config.home)
-        workspaces = [manifest.workspace_dir(home) for manifest in self.kernel.agents.values()]
-        self.nursery.start_soon(self._remove_files, workspaces, list(evicted))
 
     @staticmethod
     async def _remove_files(workspaces: list[Path], task_ids: list[str]) -> None:
