@@ -242,7 +242,6 @@ class A2AClient:
     async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
         return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
 
-    # ---- JSON-RPC --------------------------------------------------------------------------
     async def _request(
         self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None
     ) -> tuple[str, dict[str, Any], dict[str, str]]:

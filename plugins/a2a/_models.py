@@ -193,8 +193,6 @@ def push_not_supported() -> A2AError:
     )
 
 
-# -- states and roles ----------------------------------------------------------------------
-
 SUBMITTED = "TASK_STATE_SUBMITTED"
 WORKING = "TASK_STATE_WORKING"
 INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
@@ -243,9 +241,6 @@ def now_iso() -> str:
 # Time-ordered (version 7) UUIDs as text: task and context ids made one after another sort
 # in that order, so the task store's indexes grow at their end (see kernel/_ids.py).
 new_id = uuid7
-
-
-# -- helpers for reading JSON --------------------------------------------------------------
 
 
 def _obj(value: Any, field: str) -> Mapping[str, Any]:
@@ -560,9 +555,6 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
     )
 
 
-# -- Artifact, status, task ------------------------------------------------------------------
-
-
 @attrs.frozen
 class Artifact:
     """An output of a task."""
@@ -716,9 +708,6 @@ def task_from_json(value: Any, field: str = "task") -> Task:
         ),
         metadata=_opt_meta(obj, "metadata", f"{field}.metadata"),
     )
-
-
-# -- streaming events --------------------------------------------------------------------------
 
 
 @attrs.frozen

@@ -240,8 +240,6 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     return m.push_config_from_json(inner, inner_field, task_id=task_id)
 
 
-# ---- the 0.3 card -------------------------------------------------------------------------
-
 _CARD_FIELDS_03 = (
     "protocolVersion",
     "name",

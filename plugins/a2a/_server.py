@@ -108,7 +108,6 @@ class A2AService:
                     kernel.extensions.pop(_SERVICE, None)
                     nursery.cancel_scope.cancel()
 
-    # ---- agents ----------------------------------------------------------------------
     def a2a_agents(self) -> list[str]:
         return [n for n in self.kernel.agents if self.is_a2a_agent(n)]
 
@@ -180,7 +179,6 @@ class A2AService:
         self.check_agent(primary)
         return primary
 
-    # ---- operations --------------------------------------------------------------------
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
@@ -447,9 +445,6 @@ def _skill(skill_id: str, name: str, description: str, tags: Any, **lists: Any) 
     """A card's skill; each of ``lists`` (examples, inputModes, ...) only when not empty."""
     skill = {"id": skill_id, "name": name, "description": description, "tags": list(tags)}
     return skill | {key: list(value) for key, value in lists.items() if value}
-
-
-# ---- HTTP layer ------------------------------------------------------------------------------
 
 
 def _json(body: Any, status: int = 200, content_type: str = "application/json") -> PlainResponse:

@@ -234,7 +234,6 @@ class TaskManager:
                 self._waiting.add(task_id, now + self.input_required_ttl_s - idle)
         return changed
 
-    # ---- reading ----------------------------------------------------------------------
     async def find(
         self, task_id: str, *, agent: str | None = None, owner: str
     ) -> tuple[m.Task, str, str]:
@@ -297,7 +296,6 @@ class TaskManager:
         ]
         return tasks, (_page_token(rows[-1]) if more and rows else ""), total
 
-    # ---- sending ------------------------------------------------------------------------
     async def send(
         self,
         agent: str,
@@ -775,7 +773,6 @@ class TaskManager:
                 pieces.append(f"[{part.file_label()} saved in your workspace as {where}]")
         return "\n".join(pieces)
 
-    # ---- waiting, following --------------------------------------------------------------
     async def _write_deferred_row(self, task_id: str, live: LiveTask) -> None:
         try:
             await self._ensure_row(live)
