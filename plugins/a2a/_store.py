@@ -342,10 +342,10 @@ class TaskStore(SqliteDatabase):
         return await self.read("list unfinished tasks", work)
 
     async def fail_unfinished(
-        self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]
+        self, failed_data: Callable[[dict], dict], states: tuple[str, ...], failed: str
     ) -> list[str]:
-        """Mark tasks left in ``states`` (in flight when the daemon died) failed, each with
-        ``reason_data(data)`` → (state, data); returns the ids changed."""
+        """Mark tasks left in ``states`` (in flight when the daemon died) terminal in state
+        ``failed``, each with ``failed_data(data)`` as its data; returns the ids changed."""
 
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)
@@ -357,9 +357,8 @@ class TaskStore(SqliteDatabase):
             changed = []
             for r in rows:
                 row = _row(r)
-                state, data = reason_data(row.data)
-                encoded, artifacts, size = _split(data)
-                conn.execute(_UPDATE, (state, 1, encoded, time.time(), artifacts, size, row.id))
+                encoded, artifacts, size = _split(failed_data(row.data))
+                conn.execute(_UPDATE, (failed, 1, encoded, time.time(), artifacts, size, row.id))
                 changed.append(row.id)
             return changed
 

@@ -211,15 +211,14 @@ class TaskManager:
 
         reason = "the roost daemon stopped while this task was running; send the message again"
 
-        def fail(data: dict) -> tuple[str, dict]:
+        def fail(data: dict) -> dict:
             try:
                 task = m.task_from_json(data["task"])
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
-                return m.FAILED, {**data, "error": reason}
-            task = task.moved_to(m.FAILED, reason)
-            return m.FAILED, {**data, "task": task.to_json(m.V1)}
+                return {**data, "error": reason}
+            return {**data, "task": task.moved_to(m.FAILED, reason).to_json(m.V1)}
 
-        changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
+        changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING), m.FAILED)
         if changed:
             log.warning(
                 "A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed)
