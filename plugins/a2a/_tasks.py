@@ -365,9 +365,8 @@ class TaskManager:
             await self.set_push(
                 attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner
             )
-        live.accepted_modes = tuple(options.accepted_output_modes)
-        live.running = True
-        live.done = trio.Event()
+        live.accepted_modes = options.accepted_output_modes
+        live.running, live.done = True, trio.Event()
         if not wait:
             self.nursery.start_soon(self._run, live, message, trace)
             return live
