@@ -43,6 +43,7 @@ DEFAULT_TIMEOUT_S = 30.0
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 MAX_CARD_BYTES = 1_048_576
+_CARD_HEADERS = {"A2A-Version": "1.0", "Accept": "application/json"}
 # A JSON-RPC answer or one SSE event: a task with its files (16 MiB, base64) and history.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
@@ -219,11 +220,7 @@ class A2AClient:
         last = ""
         for candidate in candidates:  # on url's origin, checked above
             status, body = await self._send_with_retries(
-                "GET",
-                candidate,
-                MAX_CARD_BYTES,
-                "the agent card",
-                headers={"A2A-Version": "1.0", "Accept": "application/json"},
+                "GET", candidate, MAX_CARD_BYTES, "the agent card", headers=_CARD_HEADERS
             )
             if status == 404:
                 last = f"{public_url(candidate)}: 404"

@@ -786,40 +786,33 @@ def event_from_json(value: Any) -> Event:
     if "message" in obj and isinstance(obj["message"], Mapping) and "messageId" in obj["message"]:
         return message_from_json(obj["message"])
     if "statusUpdate" in obj:
-        return _status_update(obj["statusUpdate"])
+        return _update(obj["statusUpdate"], "statusUpdate")
     if "artifactUpdate" in obj:
-        return _artifact_update(obj["artifactUpdate"])
+        return _update(obj["artifactUpdate"], "artifactUpdate")
     kind = obj.get("kind")
     if kind == "task" or ("status" in obj and "id" in obj and "taskId" not in obj):
         return task_from_json(obj)
     if kind == "message":
         return message_from_json(obj)
     if kind == "status-update" or "status" in obj:
-        return _status_update(obj)
+        return _update(obj, "statusUpdate")
     if kind == "artifact-update" or "artifact" in obj:
-        return _artifact_update(obj)
+        return _update(obj, "artifactUpdate")
     raise invalid("event", f"unrecognised stream event with keys {sorted(obj)[:8]}")
 
 
-def _status_update(value: Any) -> StatusUpdate:
-    obj = _obj(value, "statusUpdate")
-    return StatusUpdate(
-        task_id=str(obj.get("taskId") or obj.get("id") or ""),
-        context_id=str(obj.get("contextId") or ""),
-        status=status_from_json(obj.get("status"), "statusUpdate.status"),
-        metadata=_opt_meta(obj, "metadata", "statusUpdate.metadata"),
-    )
-
-
-def _artifact_update(value: Any) -> ArtifactUpdate:
-    obj = _obj(value, "artifactUpdate")
-    return ArtifactUpdate(
-        task_id=str(obj.get("taskId") or obj.get("id") or ""),
-        context_id=str(obj.get("contextId") or ""),
-        artifact=artifact_from_json(obj.get("artifact"), "artifactUpdate.artifact"),
-        append=bool(obj.get("append", False)),
-        last_chunk=bool(obj.get("lastChunk", False)),
-    )
+def _update(value: Any, key: str) -> StatusUpdate | ArtifactUpdate:
+    """A ``statusUpdate`` or an ``artifactUpdate`` (``key``), its ids in any dialect's names."""
+    obj = _obj(value, key)
+    task_id = str(obj.get("taskId") or obj.get("id") or "")
+    context_id = str(obj.get("contextId") or "")
+    if key == "statusUpdate":
+        status = status_from_json(obj.get("status"), "statusUpdate.status")
+        meta = _opt_meta(obj, "metadata", "statusUpdate.metadata")
+        return StatusUpdate(task_id, context_id, status, meta)
+    artifact = artifact_from_json(obj.get("artifact"), "artifactUpdate.artifact")
+    append, last_chunk = bool(obj.get("append", False)), bool(obj.get("lastChunk", False))
+    return ArtifactUpdate(task_id, context_id, artifact, append, last_chunk)
 
 
 @attrs.frozen

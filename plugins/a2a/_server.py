@@ -778,10 +778,8 @@ def _rest_operation(
         )
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(request.args), d)
-    if method == "GET" and (
-        path == "extendedAgentCard" or (v03 and path == "card")
-    ):  # 0.3: GET /v1/card
-        return p.Operation("card", None, d)
+    if method == "GET" and (path == "extendedAgentCard" or (v03 and path == "card")):
+        return p.Operation("card", None, d)  # 0.3: GET /v1/card
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
         if ident.endswith(":cancel") and method == "POST":
