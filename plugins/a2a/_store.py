@@ -394,12 +394,8 @@ class TaskStore(SqliteDatabase):
         return await self.read("read push configs", work)
 
     async def delete_push_config(self, task_id: str, config_id: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
-            )
-
-        await self.write("delete a push config", work)
+        sql, args = "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+        await self.write("delete a push config", lambda conn: conn.execute(sql, args))
 
 
 @asynccontextmanager
