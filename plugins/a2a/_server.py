@@ -679,9 +679,7 @@ async def _legacy_task(
         if cancel:
             op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
         else:
-            params = {"id": task_id}
-            if "historyLength" in req.args:
-                params["historyLength"] = req.args["historyLength"]
+            params = {"id": task_id, "historyLength": req.args.get("historyLength")}
             op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
         result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
