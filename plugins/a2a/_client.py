@@ -326,8 +326,7 @@ class A2AClient:
         stream's); ``metadata`` and the trace join the message's."""
         if isinstance(message, str):
             message = m.Message(m.new_id(), m.ROLE_USER, (m.Part(text=message),))
-        meta = dict(message.metadata or {})
-        meta.update(metadata or {})
+        meta = {**(message.metadata or {}), **(metadata or {})}
         if trace is not None:
             meta.update(trace.to_meta())
         message = attrs.evolve(

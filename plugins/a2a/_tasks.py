@@ -680,13 +680,12 @@ class TaskManager:
         """After ``live`` changed: a finished task no longer counts against its owner, one
         waiting for input expires ``input_required_ttl_s`` from now, any other does not."""
         task_id = live.task.id
-        if live.task.terminal:
-            self._unclaim(live.owner, task_id)
-            self._waiting.due.pop(task_id, None)
-        elif live.task.status.state in m.INTERRUPTED_STATES:
+        if live.task.status.state in m.INTERRUPTED_STATES:
             self._waiting.add(task_id, trio.current_time() + self.input_required_ttl_s)
         else:
             self._waiting.due.pop(task_id, None)
+            if live.task.terminal:
+                self._unclaim(live.owner, task_id)
 
     async def _expire_due(self, task_id: str, seq: int | None) -> None:
         """Expire ``task_id``; a retry (``seq``: the task's then) not if it changed since."""
