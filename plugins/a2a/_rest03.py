@@ -185,9 +185,8 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
 def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``: ``body``
     is the ``CreateTaskPushNotificationConfigRequest`` (``parent``, ``configId``, ``config``;
-    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``).
-    A ``parent``, ``config.name`` or ``configId`` that contradicts the path or ``id`` is
-    refused."""
+    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``);
+    a ``parent``, ``config.name`` or ``configId`` contradicting the path or ``id`` is refused."""
     if "config" in body:
         config, where = body["config"], "config"
         if not isinstance(config, Mapping):

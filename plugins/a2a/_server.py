@@ -684,8 +684,7 @@ async def _legacy_task(
 
 
 def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin: each route's ``core`` behind the A2A checks,
-    the daemon's errors in the shape of the route's ``binding``."""
+    """The A2A routes: each ``core`` behind the A2A checks, daemon errors in its binding's shape."""
     lp = settings.listen_path
 
     def route(

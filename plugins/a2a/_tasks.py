@@ -309,7 +309,6 @@ class TaskManager:
     ) -> LiveTask:
         """Start (or continue) ``owner``'s task with ``message`` in the background; returns
         once it is stored and started. ``task_id``: the 0.1 shape's client-chosen id.
-
         ``wait`` (a blocking send): run it in the caller's task until it settles; cancelling
         the caller (the daemon stopping) cancels the run and stores the task failed.
 
