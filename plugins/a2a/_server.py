@@ -223,18 +223,17 @@ class A2AService:
             if op.op == "push_set":
                 config = await tasks.set_push(op.params, agent=agent, owner=owner)
                 return config.to_json(d)
-            if op.op == "push_get":
+            if op.op in ("push_get", "push_list"):  # a get without an id: the first config
                 configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-                for config in configs:
-                    if op.params.id in (None, config.id):
-                        return config.to_json(d)
-                raise m.A2AError(
-                    m.TASK_NOT_FOUND,
-                    f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
-                )
-            if op.op == "push_list":
-                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-                listed = [c.to_json(d) for c in configs]
+                listed = [c.to_json(d) for c in configs if op.params.id in (None, c.id)]
+                if op.op == "push_get":
+                    if listed:
+                        return listed[0]
+                    raise m.A2AError(
+                        m.TASK_NOT_FOUND,
+                        f"task {op.params.task_id} has no push-notification config "
+                        f"{op.params.id!r}",
+                    )
                 if d == m.V1:
                     return {"configs": listed, "nextPageToken": ""}
                 return {"configs": listed} if d == m.REST03 else listed
