@@ -129,25 +129,18 @@ class A2AError(Exception):
 
     def details(self) -> list[dict[str, Any]]:
         """``google.rpc`` detail objects, as the 1.0 bindings carry them."""
-        metadata: dict[str, Any] = {}
-        if self.fields:
-            metadata["errors"] = [{"field": f, "message": m} for f, m in self.fields]
-        out: list[dict[str, Any]] = [
-            {
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": self.reason,
-                "domain": "a2a-protocol.org",
-                "metadata": metadata,
-            }
-        ]
-        if self.fields:
-            out.append(
-                {
-                    "@type": "type.googleapis.com/google.rpc.BadRequest",
-                    "fieldViolations": [{"field": f, "description": m} for f, m in self.fields],
-                }
-            )
-        return out
+        info: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason,
+            "domain": "a2a-protocol.org",
+            "metadata": {},
+        }
+        if not self.fields:
+            return [info]
+        info["metadata"] = {"errors": [{"field": f, "message": m} for f, m in self.fields]}
+        violations = [{"field": f, "description": m} for f, m in self.fields]
+        bad_request = "type.googleapis.com/google.rpc.BadRequest"
+        return [info, {"@type": bad_request, "fieldViolations": violations}]
 
     def jsonrpc_error(self, dialect: str = V1) -> dict[str, Any]:
         """The ``error`` member of a JSON-RPC response."""
