@@ -176,9 +176,7 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
         said = "; ".join(f"{f}: {problem}" for f, problem in exc.fields)
         message = exc.message
         if message.endswith(said):
-            message = message[: len(message) - len(said)] + "; ".join(
-                f"{f}: {problem}" for f, problem in fields
-            )
+            message = message.removesuffix(said) + "; ".join(f"{f}: {why}" for f, why in fields)
         raise m.A2AError(exc.code, message, fields=fields) from None
 
 
