@@ -207,7 +207,9 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
         if not isinstance(blocking, bool):
             raise m.invalid("configuration.blocking", "must be true or false")
         return_immediately = not blocking
-    if not isinstance(return_immediately, bool | None):  # None: not said, so False
+    if return_immediately is None:
+        return_immediately = False
+    if not isinstance(return_immediately, bool):
         raise m.invalid("configuration.returnImmediately", "must be true or false")
     modes = raw_config.get("acceptedOutputModes") or []
     if not isinstance(modes, list) or not all(isinstance(x, str) for x in modes):
@@ -228,7 +230,7 @@ def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:
             raw_push, "configuration.taskPushNotificationConfig", task_id="pending"
         )
     options = SendOptions(
-        return_immediately=return_immediately or False,
+        return_immediately=return_immediately,
         history_length=_int(raw_config, "historyLength", 0, 10_000, "configuration.historyLength"),
         accepted_output_modes=tuple(modes),
         push=push,
