@@ -514,7 +514,9 @@ def _error(
     with the id and dialect of the request, refused before it was parsed, if they read)."""
     if binding == "jsonrpc":
         try:
-            dialect = _version(req)
+            dialect = p.negotiate_version(
+                req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+            )
         except m.A2AError:
             dialect = m.V1
         try:
@@ -617,7 +619,9 @@ async def _rest(
     content_type = "application/json" if v03 else A2A_JSON
     try:
         if not v03:
-            version = _version(req)
+            version = p.negotiate_version(
+                req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER)
+            )
             if version != m.V1:
                 raise m.A2AError(
                     m.VERSION_NOT_SUPPORTED,
@@ -799,11 +803,6 @@ def _rest_operation(
         if len(parts) == 4 and method == "DELETE":
             return p.Operation("push_delete", p.PushQuery(task_id, _path_id(parts[3])), d)
     raise m.A2AError(m.METHOD_NOT_FOUND, f"no A2A operation at {method} {path[:100]!r}")
-
-
-def _version(req: PlainRequest) -> str:
-    """The A2A version the request speaks (its header, else its query parameter)."""
-    return p.negotiate_version(req.headers.get(p.VERSION_HEADER), req.args.get(p.VERSION_HEADER))
 
 
 def _path_id(value: str) -> str:
