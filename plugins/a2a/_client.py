@@ -43,6 +43,7 @@ DEFAULT_TIMEOUT_S = 30.0
 CARD_PATH = "/.well-known/agent-card.json"
 LEGACY_CARD_PATH = "/.well-known/agent.json"
 MAX_CARD_BYTES = 1_048_576
+_CARD_HEADERS = {"A2A-Version": "1.0", "Accept": "application/json"}
 # A JSON-RPC answer or one SSE event: a task with its files (16 MiB, base64) and history.
 MAX_ANSWER_BYTES = 32 * 1024 * 1024
 
@@ -74,8 +75,7 @@ def _unusable(message: str) -> A2AClientError:
 
 
 def _refused(status: int, body: bytes, url: str) -> A2AClientError:
-    """The error for HTTP ``status`` >= 400: the status and the server's own message (a
-    JSON-RPC error's code and data kept)."""
+    """HTTP ``status`` >= 400 with the server's message (a JSON-RPC error's code, data kept)."""
     code, data = m.INTERNAL_ERROR, None
     try:
         value = json.loads(body[:ERROR_BODY_BYTES]) if body else None
@@ -204,7 +204,6 @@ class A2AClient:
                 m.INVALID_PARAMS, f"refusing to contact {public_url(url) or 'this URL'}: {exc}"
             ) from None
 
-    # ---- discovery ----------------------------------------------------------------------
     async def discover(self, url: str) -> AgentInfo:
         """Fetch the agent card: ``url`` itself if it ends in ``.json``, else the 1.0 path,
         then the legacy ``/.well-known/agent.json``."""
@@ -221,11 +220,7 @@ class A2AClient:
         last = ""
         for candidate in candidates:  # on url's origin, checked above
             status, body = await self._send_with_retries(
-                "GET",
-                candidate,
-                MAX_CARD_BYTES,
-                "the agent card",
-                headers={"A2A-Version": "1.0", "Accept": "application/json"},
+                "GET", candidate, MAX_CARD_BYTES, "the agent card", headers=_CARD_HEADERS
             )
             if status == 404:
                 last = f"{public_url(candidate)}: 404"
@@ -244,7 +239,6 @@ class A2AClient:
     async def _agent(self, agent: AgentInfo | str) -> AgentInfo:
         return agent if isinstance(agent, AgentInfo) else await self.discover(agent)
 
-    # ---- JSON-RPC --------------------------------------------------------------------------
     async def _request(
         self, agent: AgentInfo, op: str, params: dict[str, Any], trace: TraceContext | None
     ) -> tuple[str, dict[str, Any], dict[str, str]]:
@@ -277,8 +271,7 @@ class A2AClient:
     async def _send_with_retries(
         self, method: str, url: str, limit: int, what: str, **kwargs: Any
     ) -> tuple[int, bytes]:
-        """One request (``_response``): its status and body (a success's at most ``limit``
-        bytes, else failing naming ``what``)."""
+        """One request's status and body (a success's at most ``limit`` bytes, named ``what``)."""
         failed = f"cannot reach {public_url(url)}"
         async with self._response(method, url, failed, **kwargs) as (response, body):
             if response.status_code < 400:
@@ -333,8 +326,7 @@ class A2AClient:
         stream's); ``metadata`` and the trace join the message's."""
         if isinstance(message, str):
             message = m.Message(m.new_id(), m.ROLE_USER, (m.Part(text=message),))
-        meta = dict(message.metadata or {})
-        meta.update(metadata or {})
+        meta = {**(message.metadata or {}), **(metadata or {})}
         if trace is not None:
             meta.update(trace.to_meta())
         message = attrs.evolve(

@@ -55,14 +55,12 @@ def _error(status: int, code: str, message: str) -> tuple[int, list[dict[str, An
 
 
 def media_type(binding: str) -> str:
-    """The media type of a route's answers: ``application/a2a+json`` on the 1.0 HTTP+JSON
-    routes (binding ``rest``), ``application/json`` on every other A2A route."""
+    """``application/a2a+json`` on 1.0 HTTP+JSON routes (``rest``), else ``application/json``."""
     return A2A_JSON if binding == "rest" else "application/json"
 
 
 def render_error(binding: str, status: int, code: str, message: str) -> tuple[bytes, str]:
-    """A daemon error on a route of ``binding`` (bound with ``partial``), as its body and
-    media type."""
+    """A daemon error on a route of ``binding`` (bound with ``partial``): (body, media type)."""
     rpc_code, details = _error(status, code, message)
     if binding == "jsonrpc":
         error = {"code": rpc_code, "message": message, "data": details}

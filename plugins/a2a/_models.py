@@ -30,33 +30,22 @@ V01 = "0.1"
 REST03 = "0.3-rest"
 _BARE_EVENTS = frozenset({V03, V01})  # stream events not wrapped as {"statusUpdate": ...}
 
-# JSON-RPC method → operation, per dialect (0.1 adds its own send and stream to 0.3's).
-V1_METHODS = {
-    "SendMessage": "send",
-    "SendStreamingMessage": "stream",
-    "GetTask": "get",
-    "ListTasks": "list",
-    "CancelTask": "cancel",
-    "SubscribeToTask": "subscribe",
-    "CreateTaskPushNotificationConfig": "push_set",
-    "GetTaskPushNotificationConfig": "push_get",
-    "ListTaskPushNotificationConfigs": "push_list",
-    "DeleteTaskPushNotificationConfig": "push_delete",
-    "GetExtendedAgentCard": "card",
+# Operation → its JSON-RPC method in 1.0 and in 0.3 (0.1 adds its own send and stream).
+_METHOD_NAMES = {
+    "send": ("SendMessage", "message/send"),
+    "stream": ("SendStreamingMessage", "message/stream"),
+    "get": ("GetTask", "tasks/get"),
+    "list": ("ListTasks", "tasks/list"),
+    "cancel": ("CancelTask", "tasks/cancel"),
+    "subscribe": ("SubscribeToTask", "tasks/resubscribe"),
+    "push_set": ("CreateTaskPushNotificationConfig", "tasks/pushNotificationConfig/set"),
+    "push_get": ("GetTaskPushNotificationConfig", "tasks/pushNotificationConfig/get"),
+    "push_list": ("ListTaskPushNotificationConfigs", "tasks/pushNotificationConfig/list"),
+    "push_delete": ("DeleteTaskPushNotificationConfig", "tasks/pushNotificationConfig/delete"),
+    "card": ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"),
 }
-V03_METHODS = {
-    "message/send": "send",
-    "message/stream": "stream",
-    "tasks/get": "get",
-    "tasks/list": "list",
-    "tasks/cancel": "cancel",
-    "tasks/resubscribe": "subscribe",
-    "tasks/pushNotificationConfig/set": "push_set",
-    "tasks/pushNotificationConfig/get": "push_get",
-    "tasks/pushNotificationConfig/list": "push_list",
-    "tasks/pushNotificationConfig/delete": "push_delete",
-    "agent/getAuthenticatedExtendedCard": "card",
-}
+V1_METHODS = {v1: op for op, (v1, _) in _METHOD_NAMES.items()}  # JSON-RPC method → operation
+V03_METHODS = {v03: op for op, (_, v03) in _METHOD_NAMES.items()}
 V01_METHODS = {"tasks/send": "send", "tasks/sendSubscribe": "stream"}
 
 # -- error codes (A2A 1.0 section 5.4 / JSON-RPC 2.0) --------------------------------------
@@ -130,42 +119,28 @@ class A2AError(Exception):
         # The HTTP status of a JSON-RPC response carrying it: 200, unless the daemon answers
         # the condition with its own status on every binding (an unavailable agent: 503).
         self.jsonrpc_status = jsonrpc_status
-
-    def _reasons(self) -> tuple[str, int, str]:
-        if self.unavailable:
-            return ("UNAVAILABLE", 503, "UNAVAILABLE")
-        return _REASONS.get(self.code, ("ERROR", 500, "INTERNAL"))
-
-    @property
-    def reason(self) -> str:
-        """The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...)."""
-        return self._reasons()[0]
-
-    @property
-    def http_status(self) -> int:
-        return self._reasons()[1]
+        # The ErrorInfo reason (``TASK_NOT_FOUND``, ``UNAVAILABLE``, ...), the HTTP status and
+        # the google.rpc code name of the HTTP+JSON binding.
+        self.reason, self.http_status, self.status_name = (
+            ("UNAVAILABLE", 503, "UNAVAILABLE")
+            if unavailable
+            else _REASONS.get(code, ("ERROR", 500, "INTERNAL"))
+        )
 
     def details(self) -> list[dict[str, Any]]:
         """``google.rpc`` detail objects, as the 1.0 bindings carry them."""
-        metadata: dict[str, Any] = {}
-        if self.fields:
-            metadata["errors"] = [{"field": f, "message": m} for f, m in self.fields]
-        out: list[dict[str, Any]] = [
-            {
-                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                "reason": self.reason,
-                "domain": "a2a-protocol.org",
-                "metadata": metadata,
-            }
-        ]
-        if self.fields:
-            out.append(
-                {
-                    "@type": "type.googleapis.com/google.rpc.BadRequest",
-                    "fieldViolations": [{"field": f, "description": m} for f, m in self.fields],
-                }
-            )
-        return out
+        info: dict[str, Any] = {
+            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+            "reason": self.reason,
+            "domain": "a2a-protocol.org",
+            "metadata": {},
+        }
+        if not self.fields:
+            return [info]
+        info["metadata"] = {"errors": [{"field": f, "message": m} for f, m in self.fields]}
+        violations = [{"field": f, "description": m} for f, m in self.fields]
+        bad_request = "type.googleapis.com/google.rpc.BadRequest"
+        return [info, {"@type": bad_request, "fieldViolations": violations}]
 
     def jsonrpc_error(self, dialect: str = V1) -> dict[str, Any]:
         """The ``error`` member of a JSON-RPC response."""
@@ -179,11 +154,10 @@ class A2AError(Exception):
 
     def rest_error(self) -> dict[str, Any]:
         """The body of an HTTP+JSON error response (google.rpc.Status shape)."""
-        _, status, name = self._reasons()
         return {
             "error": {
-                "code": status,
-                "status": name,
+                "code": self.http_status,
+                "status": self.status_name,
                 "message": self.message,
                 "details": self.details(),
             }
@@ -212,8 +186,6 @@ def push_not_supported() -> A2AError:
     )
 
 
-# -- states and roles ----------------------------------------------------------------------
-
 SUBMITTED = "TASK_STATE_SUBMITTED"
 WORKING = "TASK_STATE_WORKING"
 INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
@@ -225,19 +197,11 @@ REJECTED = "TASK_STATE_REJECTED"
 TERMINAL_STATES = frozenset({COMPLETED, CANCELED, FAILED, REJECTED})
 INTERRUPTED_STATES = frozenset({INPUT_REQUIRED, AUTH_REQUIRED})
 SETTLED_STATES = TERMINAL_STATES | INTERRUPTED_STATES  # a run ends in one of them
-_STATE_TO_OLD = {
-    SUBMITTED: "submitted",
-    WORKING: "working",
-    INPUT_REQUIRED: "input-required",
-    AUTH_REQUIRED: "auth-required",
-    COMPLETED: "completed",
-    CANCELED: "canceled",
-    FAILED: "failed",
-    REJECTED: "rejected",
-    "TASK_STATE_UNSPECIFIED": "unknown",
-}
-_OLD_TO_STATE = {v: k for k, v in _STATE_TO_OLD.items()}
-_OLD_TO_STATE["cancelled"] = CANCELED
+_STATE_TO_OLD = {  # the 0.3 names: TASK_STATE_INPUT_REQUIRED → input-required, ...
+    s: s.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    for s in (SUBMITTED, WORKING, *SETTLED_STATES)
+} | {"TASK_STATE_UNSPECIFIED": "unknown"}
+_OLD_TO_STATE = {v: k for k, v in _STATE_TO_OLD.items()} | {"cancelled": CANCELED}
 ROLE_USER = "ROLE_USER"
 ROLE_AGENT = "ROLE_AGENT"
 _ROLE_TO_OLD = {ROLE_USER: "user", ROLE_AGENT: "agent"}
@@ -272,9 +236,6 @@ def now_iso() -> str:
 new_id = uuid7
 
 
-# -- helpers for reading JSON --------------------------------------------------------------
-
-
 def _obj(value: Any, field: str) -> Mapping[str, Any]:
     if not is_mapping(value):
         raise invalid(field, f"must be an object, got {_jtype(value)}")
@@ -294,9 +255,7 @@ def _opt_str(obj: Mapping[str, Any], key: str, field: str, *, max_len: int = 102
 
 def _opt_meta(obj: Mapping[str, Any], key: str, field: str) -> Mapping[str, Any] | None:
     value = obj.get(key)
-    if value is None:
-        return None
-    return dict(_obj(value, field))
+    return None if value is None else dict(_obj(value, field))
 
 
 def _str_list(obj: Mapping[str, Any], key: str, field: str) -> tuple[str, ...]:
@@ -310,9 +269,6 @@ def _str_list(obj: Mapping[str, Any], key: str, field: str) -> tuple[str, ...]:
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
-
-
-# -- Part ------------------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -360,7 +316,8 @@ class Part:
         if self.text is not None:
             out["text"] = self.text
         elif self.has_data:
-            data = data_as_object(self.data)
+            # 0.3's and 0.1's data must be an object (1.0 takes any JSON value): wrap the rest
+            data = self.data if isinstance(self.data, Mapping) else {"value": self.data}
             out["data"] = {"data": data} if rest else data
         else:
             file: dict[str, Any] = {}
@@ -417,12 +374,6 @@ class Part:
 _URLSAFE_B64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
-def data_as_object(data: Any) -> Any:
-    """A data part's value for 0.3 and 0.1, whose ``data`` must be an object (1.0 takes any
-    JSON value): anything else is wrapped as ``{"value": ...}``."""
-    return data if isinstance(data, Mapping) else {"value": data}
-
-
 def _b64(value: Any, field: str) -> bytes:
     if not isinstance(value, str):
         raise invalid(field, f"must be a base64 string, got {_jtype(value)}")
@@ -452,12 +403,8 @@ def part_from_json(value: Any, field: str = "part") -> Part:
         name = _opt_str(file, "name", f"{field}.file.name")
         mime = _opt_str(file, "mimeType", f"{field}.file.mimeType")
         if file.get("bytes") is not None:
-            return Part(
-                raw=_b64(file["bytes"], f"{field}.file.bytes"),
-                filename=name,
-                media_type=mime,
-                metadata=meta,
-            )
+            raw = _b64(file["bytes"], f"{field}.file.bytes")
+            return Part(raw=raw, filename=name, media_type=mime, metadata=meta)
         uri = _opt_str(file, "uri", f"{field}.file.uri", max_len=8192)
         if not uri:
             raise invalid(f"{field}.file", "needs 'bytes' (base64) or 'uri'")
@@ -482,9 +429,8 @@ def part_from_json(value: Any, field: str = "part") -> Part:
             raise invalid(f"{field}.text", f"must be a string, got {_jtype(text)}")
         return Part(text=text, filename=filename or None, media_type=media or None, metadata=meta)
     if key == "raw":
-        return Part(
-            raw=_b64(obj["raw"], f"{field}.raw"), filename=filename, media_type=media, metadata=meta
-        )
+        raw = _b64(obj["raw"], f"{field}.raw")
+        return Part(raw=raw, filename=filename, media_type=media, metadata=meta)
     if key == "url":
         url = _opt_str(obj, "url", f"{field}.url", max_len=8192)
         return Part(url=url, filename=filename, media_type=media, metadata=meta)
@@ -501,9 +447,6 @@ def _parts(value: Any, field: str, *, required: bool) -> tuple[Part, ...]:
     if required and not value:
         raise invalid(field, "must contain at least one part")
     return tuple(part_from_json(p, f"{field}[{i}]") for i, p in enumerate(value))
-
-
-# -- Message -------------------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -525,13 +468,8 @@ class Message:
 
     def to_json(self, dialect: str = V1) -> dict[str, Any]:
         if dialect == V01:
-            return _drop_none(
-                {
-                    "role": _ROLE_TO_OLD[self.role],
-                    "parts": [p.to_json(V01) for p in self.parts],
-                    "metadata": dict(self.metadata) if self.metadata is not None else None,
-                }
-            )
+            old = {"role": _ROLE_TO_OLD[self.role], "parts": [p.to_json(V01) for p in self.parts]}
+            return old if self.metadata is None else {**old, "metadata": dict(self.metadata)}
         out: dict[str, Any] = {"messageId": self.message_id}
         if self.context_id:
             out["contextId"] = self.context_id
@@ -608,9 +546,6 @@ def message_from_json(value: Any, field: str = "message", *, dialect: str = V1) 
         extensions=_str_list(value, "extensions", f"{field}.extensions"),
         reference_task_ids=_str_list(value, "referenceTaskIds", f"{field}.referenceTaskIds"),
     )
-
-
-# -- Artifact, status, task ------------------------------------------------------------------
 
 
 @attrs.frozen
@@ -768,9 +703,6 @@ def task_from_json(value: Any, field: str = "task") -> Task:
     )
 
 
-# -- streaming events --------------------------------------------------------------------------
-
-
 @attrs.frozen
 class StatusUpdate:
     task_id: str
@@ -847,43 +779,33 @@ def event_from_json(value: Any) -> Event:
     if "message" in obj and isinstance(obj["message"], Mapping) and "messageId" in obj["message"]:
         return message_from_json(obj["message"])
     if "statusUpdate" in obj:
-        return _status_update(obj["statusUpdate"])
+        return _update(obj["statusUpdate"], "statusUpdate")
     if "artifactUpdate" in obj:
-        return _artifact_update(obj["artifactUpdate"])
+        return _update(obj["artifactUpdate"], "artifactUpdate")
     kind = obj.get("kind")
     if kind == "task" or ("status" in obj and "id" in obj and "taskId" not in obj):
         return task_from_json(obj)
     if kind == "message":
         return message_from_json(obj)
     if kind == "status-update" or "status" in obj:
-        return _status_update(obj)
+        return _update(obj, "statusUpdate")
     if kind == "artifact-update" or "artifact" in obj:
-        return _artifact_update(obj)
+        return _update(obj, "artifactUpdate")
     raise invalid("event", f"unrecognised stream event with keys {sorted(obj)[:8]}")
 
 
-def _status_update(value: Any) -> StatusUpdate:
-    obj = _obj(value, "statusUpdate")
-    return StatusUpdate(
-        task_id=str(obj.get("taskId") or obj.get("id") or ""),
-        context_id=str(obj.get("contextId") or ""),
-        status=status_from_json(obj.get("status"), "statusUpdate.status"),
-        metadata=_opt_meta(obj, "metadata", "statusUpdate.metadata"),
-    )
-
-
-def _artifact_update(value: Any) -> ArtifactUpdate:
-    obj = _obj(value, "artifactUpdate")
-    return ArtifactUpdate(
-        task_id=str(obj.get("taskId") or obj.get("id") or ""),
-        context_id=str(obj.get("contextId") or ""),
-        artifact=artifact_from_json(obj.get("artifact"), "artifactUpdate.artifact"),
-        append=bool(obj.get("append", False)),
-        last_chunk=bool(obj.get("lastChunk", False)),
-    )
-
-
-# -- push-notification config -----------------------------------------------------------------
+def _update(value: Any, key: str) -> StatusUpdate | ArtifactUpdate:
+    """A ``statusUpdate`` or an ``artifactUpdate`` (``key``), its ids in any dialect's names."""
+    obj = _obj(value, key)
+    task_id = str(obj.get("taskId") or obj.get("id") or "")
+    context_id = str(obj.get("contextId") or "")
+    if key == "statusUpdate":
+        status = status_from_json(obj.get("status"), "statusUpdate.status")
+        meta = _opt_meta(obj, "metadata", "statusUpdate.metadata")
+        return StatusUpdate(task_id, context_id, status, meta)
+    artifact = artifact_from_json(obj.get("artifact"), "artifactUpdate.artifact")
+    append, last_chunk = bool(obj.get("append", False)), bool(obj.get("lastChunk", False))
+    return ArtifactUpdate(task_id, context_id, artifact, append, last_chunk)
 
 
 @attrs.frozen

@@ -176,18 +176,15 @@ def parse_send(op: str, body: Mapping[str, Any]) -> Any:
         said = "; ".join(f"{f}: {problem}" for f, problem in exc.fields)
         message = exc.message
         if message.endswith(said):
-            message = message[: len(message) - len(said)] + "; ".join(
-                f"{f}: {problem}" for f, problem in fields
-            )
+            message = message.removesuffix(said) + "; ".join(f"{f}: {why}" for f, why in fields)
         raise m.A2AError(exc.code, message, fields=fields) from None
 
 
 def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
     """The config of a 0.3 ``POST /v1/tasks/{task_id}/pushNotificationConfigs``: ``body``
     is the ``CreateTaskPushNotificationConfigRequest`` (``parent``, ``configId``, ``config``;
-    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``).
-    A ``parent``, ``config.name`` or ``configId`` that contradicts the path or ``id`` is
-    refused."""
+    what 0.3 clients send) or just its ``config`` (the proto's HTTP rule: ``body: "config"``);
+    a ``parent``, ``config.name`` or ``configId`` contradicting the path or ``id`` is refused."""
     if "config" in body:
         config, where = body["config"], "config"
         if not isinstance(config, Mapping):
@@ -239,8 +236,6 @@ def push_config_in(body: Mapping[str, Any], task_id: str) -> m.PushConfig:
         inner["id"] = config_id
     return m.push_config_from_json(inner, inner_field, task_id=task_id)
 
-
-# ---- the 0.3 card -------------------------------------------------------------------------
 
 _CARD_FIELDS_03 = (
     "protocolVersion",

@@ -108,7 +108,6 @@ class A2AService:
                     kernel.extensions.pop(_SERVICE, None)
                     nursery.cancel_scope.cancel()
 
-    # ---- agents ----------------------------------------------------------------------
     def a2a_agents(self) -> list[str]:
         return [n for n in self.kernel.agents if self.is_a2a_agent(n)]
 
@@ -180,21 +179,15 @@ class A2AService:
         self.check_agent(primary)
         return primary
 
-    # ---- operations --------------------------------------------------------------------
-    def owner_of(self, req: PlainRequest) -> str:
-        """The principal a request's tasks belong to (the host's if not authenticated)."""
-        principal = principal_of(req)
-        return principal.name if principal is not None else self.kernel.host_principal
-
     async def execute(
         self, op: p.Operation, agent: str | None, trace: TraceContext | None, req: PlainRequest
     ) -> Any:
-        """Run an operation for the request's principal; its result in ``op.dialect`` (a
-        streaming one's: its events, errors raised here before any byte is sent). Storage
-        failing fails it with -32603 (HTTP 503) saying so."""
+        """Run ``op`` for the request's principal: its result in ``op.dialect`` (a stream's
+        events, errors raised before any byte is sent); storage failing is -32603 (HTTP 503)."""
         try:
             tasks = self._tasks()
-            owner = self.owner_of(req)
+            principal = principal_of(req)  # the tasks' owner (the host if not authenticated)
+            owner = principal.name if principal is not None else self.kernel.host_principal
             d = op.dialect
             if op.op == "send":
                 wait = not op.params.options.return_immediately
@@ -217,15 +210,12 @@ class A2AService:
             if op.op == "list":
                 q = op.params
                 found, token, total = await tasks.list(q, agent=agent, owner=owner)
+                shown = {
+                    "history_length": q.history_length,
+                    "include_artifacts": q.include_artifacts,
+                }
                 return {
-                    "tasks": [
-                        t.to_json(
-                            d,
-                            history_length=q.history_length,
-                            include_artifacts=q.include_artifacts,
-                        )
-                        for t in found
-                    ],
+                    "tasks": [t.to_json(d, **shown) for t in found],
                     "nextPageToken": token,
                     "pageSize": q.page_size,
                     "totalSize": total,
@@ -233,18 +223,17 @@ class A2AService:
             if op.op == "push_set":
                 config = await tasks.set_push(op.params, agent=agent, owner=owner)
                 return config.to_json(d)
-            if op.op == "push_get":
+            if op.op in ("push_get", "push_list"):  # a get without an id: the first config
                 configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-                for config in configs:
-                    if op.params.id in (None, config.id):
-                        return config.to_json(d)
-                raise m.A2AError(
-                    m.TASK_NOT_FOUND,
-                    f"task {op.params.task_id} has no push-notification config {op.params.id!r}",
-                )
-            if op.op == "push_list":
-                configs = await tasks.push_configs(op.params.task_id, agent=agent, owner=owner)
-                listed = [c.to_json(d) for c in configs]
+                listed = [c.to_json(d) for c in configs if op.params.id in (None, c.id)]
+                if op.op == "push_get":
+                    if listed:
+                        return listed[0]
+                    raise m.A2AError(
+                        m.TASK_NOT_FOUND,
+                        f"task {op.params.task_id} has no push-notification config "
+                        f"{op.params.id!r}",
+                    )
                 if d == m.V1:
                     return {"configs": listed, "nextPageToken": ""}
                 return {"configs": listed} if d == m.REST03 else listed
@@ -349,9 +338,7 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
     man = kernel.agents.get(name)
     if man is not None and man.a2a.enabled:
         return
-    where = kernel.config.where
-    enabled = [n for n, a in kernel.agents.items() if a.a2a.enabled]
-    known = ", ".join(enabled) or "none"
+    known = ", ".join(n for n, a in kernel.agents.items() if a.a2a.enabled) or "none"
     if man is not None:
         problem = (
             f'agent {name!r} is not reachable over A2A; enable it with "a2a": {{"enabled": true}} '
@@ -364,7 +351,8 @@ def check_default_agent(kernel: KernelAPI, settings: A2ASettings) -> None:
         if kernel.manifest_errors:
             problem += " (some agent manifests failed to load; see the errors above)"
     raise ConfigError(
-        f"{where}: a2a.default_agent: {problem}; fix it, or remove it to use the first A2A agent"
+        f"{kernel.config.where}: a2a.default_agent: {problem}; fix it, or remove it to use "
+        "the first A2A agent"
     )
 
 
@@ -373,9 +361,6 @@ async def _render(events: AsyncIterator[m.Event], dialect: str) -> AsyncIterator
         if dialect == m.V01 and isinstance(event, m.Task):
             continue
         yield m.event_to_json(event, dialect)
-
-
-# ---- cards ---------------------------------------------------------------------------------
 
 
 def build_card(
@@ -388,36 +373,18 @@ def build_card(
     endpoint = f"{base_url.rstrip('/')}{service.settings.listen_path}"
     if not root:  # the root endpoints route by metadata.agent
         endpoint += f"/agents/{name}"
-    skills = [
-        {
-            "id": s.id,
-            "name": s.name,
-            "description": s.description,
-            "tags": list(s.tags),
-            **({"examples": list(s.examples)} if s.examples else {}),
-            **({"inputModes": list(s.input_modes)} if s.input_modes else {}),
-            **({"outputModes": list(s.output_modes)} if s.output_modes else {}),
-        }
-        for s in manifest.a2a.skills
+    skills = []
+    for s in manifest.a2a.skills:
+        lists = {"examples": s.examples, "inputModes": s.input_modes, "outputModes": s.output_modes}
+        skills.append(_skill(s.id, s.name, s.description, s.tags, **lists))
+    skills += [
+        _skill(
+            f"tool:{spec.name}", spec.title or spec.name, spec.description or spec.name, ["tool"]
+        )
+        for spec in kernel.exposed_tools(name)
     ]
-    for spec in kernel.exposed_tools(name):
-        skills.append(
-            {
-                "id": f"tool:{spec.name}",
-                "name": spec.title or spec.name,
-                "description": spec.description or spec.name,
-                "tags": ["tool"],
-            }
-        )
     if not skills:
-        skills.append(
-            {
-                "id": "chat",
-                "name": name,
-                "description": manifest.description or f"Talk to {name}",
-                "tags": ["chat"],
-            }
-        )
+        skills.append(_skill("chat", name, manifest.description or f"Talk to {name}", ["chat"]))
     hands_over = any(
         spec.name == "artifact" or spec.owner in ("agents", "a2a")
         for spec in kernel.list_tools(name)
@@ -469,14 +436,14 @@ def legacy_card(service: A2AService, name: str, base_url: str) -> dict[str, Any]
         },
         "defaultInputModes": ["text"],
         "defaultOutputModes": ["text"],
-        "skills": [
-            {"id": s.id, "name": s.name, "description": s.description, "tags": list(s.tags)}
-            for s in manifest.a2a.skills
-        ],
+        "skills": [_skill(s.id, s.name, s.description, s.tags) for s in manifest.a2a.skills],
     }
 
 
-# ---- HTTP layer ------------------------------------------------------------------------------
+def _skill(skill_id: str, name: str, description: str, tags: Any, **lists: Any) -> dict[str, Any]:
+    """A card's skill; each of ``lists`` (examples, inputModes, ...) only when not empty."""
+    skill = {"id": skill_id, "name": name, "description": description, "tags": list(tags)}
+    return skill | {key: list(value) for key, value in lists.items() if value}
 
 
 def _json(body: Any, status: int = 200, content_type: str = "application/json") -> PlainResponse:
@@ -538,20 +505,6 @@ def _daemon_error(
     """A refusal made before the A2A protocol is involved, in the binding's shape."""
     body, content_type = render_error(binding, status, code, message)
     return PlainResponse(status, body, content_type, headers or ())
-
-
-def _auth_failure(service: A2AService, headers: Any, binding: str) -> PlainResponse | None:
-    """401 when ``a2a.api_key`` is set and the bearer token does not match."""
-    key = service.settings.api_key
-    if not key or tokens_match(bearer_token(headers.get("Authorization")), key):
-        return None
-    return _daemon_error(
-        binding,
-        401,
-        "unauthorized",
-        "A2A needs 'Authorization: Bearer <a2a.api_key>'",
-        {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
-    )
 
 
 def _error(
@@ -689,8 +642,7 @@ async def _rest(
 
 
 async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
-    """The seed's ``tasks/send``: bare params (answered with the bare task) or a JSON-RPC
-    envelope (answered in kind)."""
+    """The seed's ``tasks/send``: bare params (answered with the bare task) or an envelope."""
     try:
         if req.body.strip():
             p.check_content_type(req.headers.get("Content-Type"))
@@ -700,11 +652,9 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
             return _json(await service.execute(op, None, header_trace(req.headers), req))
     except m.A2AError as exc:
         return _json(exc.rest_error(), exc.http_status)
+    rpc_id = None
     try:
-        rpc_id, method, params = p.parse_envelope(req.body)
-    except m.A2AError as exc:
-        return _json(p.error_json(exc.rpc_id, exc, m.V01), exc.jsonrpc_status)
-    try:
+        rpc_id, method, params = p.parse_envelope(req.body)  # an error names the id it read
         if method != "tasks/send":
             lp = service.settings.listen_path
             raise m.A2AError(
@@ -715,6 +665,7 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
         op = p.Operation("send", p.parse_params("send", params, m.V01), m.V01, rpc_id)
         result = await service.execute(op, None, header_trace(req.headers), req)
     except m.A2AError as exc:
+        rpc_id = exc.rpc_id if rpc_id is None else rpc_id
         return _json(p.error_json(rpc_id, exc, m.V01), exc.jsonrpc_status)
     return _json(p.result_json(rpc_id, result))
 
@@ -722,15 +673,12 @@ async def _legacy_send(service: A2AService, req: PlainRequest) -> PlainResponse:
 async def _legacy_task(
     service: A2AService, req: PlainRequest, task_id: str, *, cancel: bool = False
 ) -> PlainResponse:
-    """The seed's ``GET /a2a/tasks/{id}`` (``historyLength`` in the query) and ``POST
-    /a2a/tasks/{id}/cancel``."""
+    """The seed's ``GET /a2a/tasks/{id}[?historyLength=n]`` and ``POST .../cancel``."""
     try:
         if cancel:
             op = p.Operation("cancel", p.TaskQuery(task_id), m.V01)
         else:
-            params = {"id": task_id}
-            if "historyLength" in req.args:
-                params["historyLength"] = req.args["historyLength"]
+            params = {"id": task_id, "historyLength": req.args.get("historyLength")}
             op = p.Operation("get", p.parse_params("get", params, m.V01), m.V01)
         result = await service.execute(op, None, None, req)
     except m.A2AError as exc:
@@ -739,8 +687,7 @@ async def _legacy_task(
 
 
 def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescriptor]:
-    """The daemon routes of the A2A plugin: each route's ``core`` behind the A2A checks,
-    the daemon's errors in the shape of the route's ``binding``."""
+    """The A2A routes: each ``core`` behind the A2A checks, daemon errors in its binding's shape."""
     lp = settings.listen_path
 
     def route(
@@ -755,11 +702,17 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
                     "a2a_unavailable",
                     "the A2A service is not running (see the daemon log)",
                 )
-            bad = None if public else _auth_failure(service, req.headers, binding)
-            bad = bad or _route_agent(service, req, binding, args)
-            if bad is not None:
-                return bad
-            return await core(service, req, **args)
+            key = None if public else service.settings.api_key  # 401 unless the bearer matches
+            if key and not tokens_match(bearer_token(req.headers.get("Authorization")), key):
+                return _daemon_error(
+                    binding,
+                    401,
+                    "unauthorized",
+                    "A2A needs 'Authorization: Bearer <a2a.api_key>'",
+                    {"WWW-Authenticate": 'Bearer realm="roost-a2a"'},
+                )
+            bad = _route_agent(service, req, binding, args)
+            return bad if bad is not None else await core(service, req, **args)
 
         render = partial(render_error, binding)
         return RouteDescriptor(path, handler, methods, public=public, render_error=render)
@@ -821,10 +774,8 @@ def _rest_operation(
         )
     if path == "tasks" and method == "GET":
         return p.Operation("list", p.parse_list(request.args), d)
-    if method == "GET" and (
-        path == "extendedAgentCard" or (v03 and path == "card")
-    ):  # 0.3: GET /v1/card
-        return p.Operation("card", None, d)
+    if method == "GET" and (path == "extendedAgentCard" or (v03 and path == "card")):
+        return p.Operation("card", None, d)  # 0.3: GET /v1/card
     if parts[0] == "tasks" and len(parts) == 2:
         ident = parts[1]
         if ident.endswith(":cancel") and method == "POST":

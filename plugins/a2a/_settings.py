@@ -55,7 +55,7 @@ class A2ASettings:
         keys = [field.name for field in attrs.fields(cls)]
         unknown = sorted(set(raw) - set(keys))
         if unknown:
-            raise ConfigError(f"a2a.{unknown[0]}: unknown key; allowed keys: {', '.join(keys)}")
+            raise unknown_key(f"a2a.{unknown[0]}", str(unknown[0]), keys, "[a2a]")
 
         def flag(key: str, default: bool) -> bool:
             value = raw.get(key, default)

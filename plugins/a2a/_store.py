@@ -159,10 +159,8 @@ class TaskStore(SqliteDatabase):
         """Hold room for one task whose row is written later, by ``insert(reserved=True)``
         (or given back with ``release()``). False, holding nothing, when that room is not
         known to be free without evicting: then insert the row now."""
-        if (
-            self._count is None
-            or self._count + self._inserting + self._reserved + 1 > self.max_tasks
-        ):
+        count = self._count
+        if count is None or count + self._inserting + self._reserved + 1 > self.max_tasks:
             return False
         self._reserved += 1
         return True
@@ -268,8 +266,7 @@ class TaskStore(SqliteDatabase):
     async def update(
         self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
     ) -> list[str]:
-        """Replace a task's state and data; returns the ids of finished tasks evicted to stay
-        within ``max_bytes``. ``shield``: not cancellable."""
+        """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -345,10 +342,10 @@ class TaskStore(SqliteDatabase):
         return await self.read("list unfinished tasks", work)
 
     async def fail_unfinished(
-        self, reason_data: Callable[[dict], tuple[str, dict]], states: tuple[str, ...]
+        self, failed_data: Callable[[dict], dict], states: tuple[str, ...], failed: str
     ) -> list[str]:
-        """Mark tasks left in ``states`` (in flight when the daemon died) failed, each with
-        ``reason_data(data)`` → (state, data); returns the ids changed."""
+        """Mark tasks left in ``states`` (in flight when the daemon died) terminal in state
+        ``failed``, each with ``failed_data(data)`` as its data; returns the ids changed."""
 
         def work(conn: sqlite3.Connection) -> list[str]:
             marks = ",".join("?" for _ in states)
@@ -360,9 +357,8 @@ class TaskStore(SqliteDatabase):
             changed = []
             for r in rows:
                 row = _row(r)
-                state, data = reason_data(row.data)
-                encoded, artifacts, size = _split(data)
-                conn.execute(_UPDATE, (state, 1, encoded, time.time(), artifacts, size, row.id))
+                encoded, artifacts, size = _split(failed_data(row.data))
+                conn.execute(_UPDATE, (failed, 1, encoded, time.time(), artifacts, size, row.id))
                 changed.append(row.id)
             return changed
 
@@ -398,12 +394,8 @@ class TaskStore(SqliteDatabase):
         return await self.read("read push configs", work)
 
     async def delete_push_config(self, task_id: str, config_id: str) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
-            )
-
-        await self.write("delete a push config", work)
+        sql, args = "DELETE FROM push_configs WHERE task_id = ? AND id = ?", (task_id, config_id)
+        await self.write("delete a push config", lambda conn: conn.execute(sql, args))
 
 
 @asynccontextmanager

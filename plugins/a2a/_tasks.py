@@ -200,28 +200,25 @@ class TaskManager:
         self.live: dict[str, LiveTask] = {}
         # Each principal's unfinished tasks (ids), stored or about to be: the caller's bound.
         self._open: dict[str, set[str]] = {}
-        # Tasks waiting for input, expired at their time (and those whose expiry failed,
-        # tried again: a schedule of their own keeps each in time order); blocking sends'
-        # tasks whose first row waits (see send), written at theirs.
+        # Expiries of tasks waiting for input, and retries of failed ones (a schedule of
+        # their own keeps each in time order); blocking sends' deferred first rows (see send).
         self._waiting = _Schedule(nursery, self._expire_due)
         self._retrying = _Schedule(nursery, self._expire_due)
         self._deferred = _Schedule(nursery, self._write_deferred_row)
 
-    # ---- recovery ---------------------------------------------------------------------
     async def recover(self) -> list[str]:
         """Mark tasks that were in flight when the daemon died as failed (with a reason)."""
 
         reason = "the roost daemon stopped while this task was running; send the message again"
 
-        def fail(data: dict) -> tuple[str, dict]:
+        def fail(data: dict) -> dict:
             try:
                 task = m.task_from_json(data["task"])
             except (m.A2AError, KeyError, TypeError):  # unreadable row: keep what we can
-                return m.FAILED, {**data, "error": reason}
-            task = task.moved_to(m.FAILED, reason)
-            return m.FAILED, {**data, "task": task.to_json(m.V1)}
+                return {**data, "error": reason}
+            return {**data, "task": task.moved_to(m.FAILED, reason).to_json(m.V1)}
 
-        changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING))
+        changed = await self.store.fail_unfinished(fail, (m.SUBMITTED, m.WORKING), m.FAILED)
         if changed:
             log.warning(
                 "A2A: %d task(s) in flight at the last shutdown were marked failed", len(changed)
@@ -236,7 +233,6 @@ class TaskManager:
                 self._waiting.add(task_id, now + self.input_required_ttl_s - idle)
         return changed
 
-    # ---- reading ----------------------------------------------------------------------
     async def find(
         self, task_id: str, *, agent: str | None = None, owner: str
     ) -> tuple[m.Task, str, str]:
@@ -299,7 +295,6 @@ class TaskManager:
         ]
         return tasks, (_page_token(rows[-1]) if more and rows else ""), total
 
-    # ---- sending ------------------------------------------------------------------------
     async def send(
         self,
         agent: str,
@@ -314,7 +309,6 @@ class TaskManager:
     ) -> LiveTask:
         """Start (or continue) ``owner``'s task with ``message`` in the background; returns
         once it is stored and started. ``task_id``: the 0.1 shape's client-chosen id.
-
         ``wait`` (a blocking send): run it in the caller's task until it settles; cancelling
         the caller (the daemon stopping) cancels the run and stores the task failed.
 
@@ -370,9 +364,8 @@ class TaskManager:
             await self.set_push(
                 attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner
             )
-        live.accepted_modes = tuple(options.accepted_output_modes)
-        live.running = True
-        live.done = trio.Event()
+        live.accepted_modes = options.accepted_output_modes
+        live.running, live.done = True, trio.Event()
         if not wait:
             self.nursery.start_soon(self._run, live, message, trace)
             return live
@@ -516,7 +509,12 @@ class TaskManager:
             finally:
                 live.first_row.set()
                 live.first_row = None
-        await self._forget(evicted)
+        if evicted:  # they leave memory, and their files the workspaces (in the background)
+            for gone in evicted:
+                self.live.pop(gone, None)
+            home = Path(self.kernel.config.home)
+            workspaces = [manifest.workspace_dir(home) for manifest in self.kernel.agents.values()]
+            self.nursery.start_soon(self._remove_files, workspaces, list(evicted))
 
     async def _ensure_row(self, live: LiveTask) -> None:
         """Make sure ``live``'s row exists: wait for its first row being written, or write
@@ -681,13 +679,12 @@ class TaskManager:
         """After ``live`` changed: a finished task no longer counts against its owner, one
         waiting for input expires ``input_required_ttl_s`` from now, any other does not."""
         task_id = live.task.id
-        if live.task.terminal:
-            self._unclaim(live.owner, task_id)
-            self._waiting.due.pop(task_id, None)
-        elif live.task.status.state in m.INTERRUPTED_STATES:
+        if live.task.status.state in m.INTERRUPTED_STATES:
             self._waiting.add(task_id, trio.current_time() + self.input_required_ttl_s)
         else:
             self._waiting.due.pop(task_id, None)
+            if live.task.terminal:
+                self._unclaim(live.owner, task_id)
 
     async def _expire_due(self, task_id: str, seq: int | None) -> None:
         """Expire ``task_id``; a retry (``seq``: the task's then) not if it changed since."""
@@ -739,16 +736,6 @@ class TaskManager:
         if live.task.terminal:
             self.live.pop(task_id, None)
 
-    async def _forget(self, evicted: list[str]) -> None:
-        """Evicted tasks leave memory, and their files the workspaces (in the background)."""
-        if not evicted:
-            return
-        for gone in evicted:
-            self.live.pop(gone, None)
-        home = Path(self.kernel.config.home)
-        workspaces = [manifest.workspace_dir(home) for manifest in self.kernel.agents.values()]
-        self.nursery.start_soon(self._remove_files, workspaces, list(evicted))
-
     @staticmethod
     async def _remove_files(workspaces: list[Path], task_ids: list[str]) -> None:
         try:
@@ -782,7 +769,6 @@ class TaskManager:
                 pieces.append(f"[{part.file_label()} saved in your workspace as {where}]")
         return "\n".join(pieces)
 
-    # ---- waiting, following --------------------------------------------------------------
     async def _write_deferred_row(self, task_id: str, live: LiveTask) -> None:
         try:
             await self._ensure_row(live)
@@ -826,7 +812,6 @@ class TaskManager:
             )
         return live
 
-    # ---- cancelling ------------------------------------------------------------------------
     async def cancel(self, task_id: str, *, agent: str | None, owner: str) -> m.Task:
         live = await self._load_live(task_id, agent, owner)
         if live.task.terminal:
@@ -850,7 +835,6 @@ class TaskManager:
             self.live.pop(task_id, None)
         return live.task
 
-    # ---- push configs ----------------------------------------------------------------------
     async def _push_for(self, task_id: str, agent: str | None, owner: str) -> Any:
         """The push dispatcher, once ``owner``'s task ``task_id`` is found (else -32001)."""
         if self.push is None:
@@ -866,12 +850,9 @@ class TaskManager:
         live = self.live.get(config.task_id)
         if live is not None:  # the config's row refers to the task's
             await self._ensure_row(live)
+        data = config.to_json(m.V1) | {"credentials": config.credentials}
         try:
-            await self.store.put_push_config(
-                config.task_id,
-                config.id,
-                config.to_json(m.V1) | {"credentials": config.credentials},
-            )
+            await self.store.put_push_config(config.task_id, config.id, data)
         except TaskStorageFailed as exc:
             raise storage_failed(exc) from None
         except TaskStoreError as exc:

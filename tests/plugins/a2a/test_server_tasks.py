@@ -588,3 +588,64 @@ async def test_an_expiry_that_failed_is_tried_again_in_its_retry_time(tmp_path, 
     a_at = ended[first]["status"]["timestamp"]
     b_at = ended[second]["status"]["timestamp"]
     assert a_at < b_at, (a_at, b_at)
+
+
+def _every_a2a_request():
+    """One request on each non-public A2A route, in each dialect it speaks: (method, path,
+    headers, body); each would create or read a task if it got past the api-key check."""
+
+    def envelope(method, params):
+        return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+    v03_msg = {"messageId": "m", "role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    v01 = {"id": "t-v01", "message": {"role": "user", "parts": [{"type": "text", "text": "hi"}]}}
+    rest03 = {"message": {"messageId": "m", "role": "ROLE_USER", "content": [{"text": "hi"}]}}
+    return [
+        ("POST", "/a2a/jsonrpc", V1, envelope("SendMessage", {"message": msg()})),
+        ("POST", "/a2a/agents/echo/jsonrpc", V1, envelope("SendMessage", {"message": msg()})),
+        ("POST", "/a2a/agents/echo/jsonrpc", {}, envelope("message/send", {"message": v03_msg})),
+        ("POST", "/a2a/agents/echo/jsonrpc", {}, envelope("tasks/send", v01)),
+        ("POST", "/a2a/agents/echo/jsonrpc", V1, envelope("GetTask", {"id": "x"})),
+        ("POST", "/a2a/rest/message:send", V1, {"message": msg()}),
+        ("POST", "/a2a/agents/echo/rest/message:send", V1, {"message": msg()}),
+        ("GET", "/a2a/agents/echo/rest/tasks", V1, None),
+        ("POST", "/a2a/rest/v1/message:send", {}, rest03),
+        ("POST", "/a2a/agents/echo/rest/v1/message:send", {}, rest03),
+        ("GET", "/a2a/agents/echo/rest/v1/tasks/x", {}, None),
+        ("POST", "/a2a/tasks/send", {}, {**v01, "id": "t-v01-route"}),
+        ("GET", "/a2a/tasks/x", {}, None),
+        ("POST", "/a2a/tasks/x/cancel", {}, None),
+    ]
+
+
+async def test_api_key_is_checked_on_every_a2a_route_and_dialect_before_any_work(tmp_path):
+    """With ``a2a.api_key`` set, every non-public A2A route refuses a missing or wrong bearer
+    with 401 before it parses, routes or runs anything: no task is created, an unknown agent
+    or a broken body is not looked at. The same requests with the key get past the check."""
+    from a2a_helpers import make_config, serve
+
+    config = make_config(tmp_path, a2a={"api_key": "s3cret-key-123"})
+    good = {"Authorization": "Bearer s3cret-key-123"}
+    requests = _every_a2a_request()
+    with trio.fail_after(60):
+        async with serve(config) as (_, url), httpx.AsyncClient(base_url=url, timeout=20) as http:
+
+            async def send(method, path, headers, body, auth):
+                return await http.request(method, path, headers={**headers, **auth}, json=body)
+
+            for auth in ({}, {"Authorization": "Bearer wrong-key-123"}, {"Authorization": "x"}):
+                for method, path, headers, body in requests:
+                    r = await send(method, path, headers, body, auth)
+                    assert r.status_code == 401, (method, path, auth, r.text)
+                    assert r.headers["WWW-Authenticate"] == 'Bearer realm="roost-a2a"'
+                    assert "a2a.api_key" in r.text
+                # nothing past the check: an unknown agent and a body that is not JSON
+                gone = await http.post("/a2a/agents/nosuch/jsonrpc", content=b"{", headers=auth)
+                assert gone.status_code == 401, gone.text
+            listed = await rpc(http, "ListTasks", {}, headers={**V1, **good})
+            assert listed["result"]["totalSize"] == 0  # no refused send made a task
+            for method, path, headers, body in requests:
+                r = await send(method, path, headers, body, good)
+                assert r.status_code != 401, (method, path, r.text)
+            listed = await rpc(http, "ListTasks", {}, headers={**V1, **good})
+            assert listed["result"]["totalSize"] > 0  # the sends above do make tasks

@@ -91,3 +91,13 @@ def test_numeric_settings_at_their_bounds_are_taken_as_given():
     )
     assert (s.max_tasks, s.max_open_tasks_per_caller) == (10, 10)
     assert s.input_required_ttl_s == 1.0 and type(s.input_required_ttl_s) is float
+
+
+def test_an_unknown_key_is_named_with_the_likely_one_and_every_valid_key():
+    with pytest.raises(ConfigError) as err:
+        A2ASettings.from_config({"api_kye": "0123456789abcdef"})
+    text = str(err.value)
+    assert text.startswith("a2a.api_kye: unknown key 'api_kye'")
+    assert "did you mean 'api_key'?" in text
+    assert "valid keys in [a2a]: enabled, listen_path, api_key" in text
+    assert "external_agents" in text
