@@ -32,7 +32,8 @@ def negotiate_version(header: str | None, query: str | None = None) -> str:
     text = str(raw).strip()
     pieces = text.split(".")
     if len(pieces) >= 2 and all(p.isascii() and p.isdigit() for p in pieces[:2]):
-        major_minor = f"{int(pieces[0])}.{int(pieces[1])}"
+        # Leading zeros dropped as text: int() refuses more than 4300 digits.
+        major_minor = ".".join(p.lstrip("0") or "0" for p in pieces[:2])
         if major_minor in SUPPORTED_VERSIONS:
             return major_minor
     raise m.A2AError(
@@ -186,9 +187,12 @@ def _int(
     if value is None:
         return None
     if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value)
+        digits = value.strip().lstrip("0") or "0"
+        if len(digits) <= len(str(hi)):  # longer is out of range (and int() refuses 4300+)
+            value = int(digits)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise m.invalid(field or key, f"must be an integer from {lo} to {hi}, got {value!r}")
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "…"
+        raise m.invalid(field or key, f"must be an integer from {lo} to {hi}, got {shown}")
     return value
 
 

@@ -745,7 +745,7 @@ def make_routes(kernel: KernelAPI, settings: A2ASettings) -> list[RouteDescripto
 def _loads(body: bytes) -> Any:
     try:
         return json.loads(body.decode("utf-8-sig")) if body.strip() else {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or an int of more digits than int() reads
         raise m.A2AError(m.PARSE_ERROR, f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None

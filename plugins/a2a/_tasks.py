@@ -19,6 +19,7 @@ import base64
 import collections
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -113,10 +114,13 @@ def parse_page_token(token: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         ts, tid = json.loads(raw)
-        if not isinstance(tid, str) or not isinstance(ts, (int, float)):
+        if not isinstance(tid, str) or isinstance(ts, bool) or not isinstance(ts, (int, float)):
             raise ValueError
-        return float(ts), tid
-    except (ValueError, TypeError):
+        ts = float(ts)  # OverflowError past the largest float
+        if not math.isfinite(ts):
+            raise ValueError
+        return ts, tid
+    except (ValueError, TypeError, OverflowError):
         raise m.invalid(
             "pageToken", "is not a token this server issued; pass nextPageToken from the last page"
         ) from None

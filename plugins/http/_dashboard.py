@@ -74,7 +74,7 @@ def install(app: Any, state: Any) -> None:
         if (refused_now := refused()) is not None:
             return refused_now
         raw = request.args.get("limit", str(DEFAULT_TRACES))
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 10_000:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 5) or not 1 <= int(raw) <= 10_000:
             raise InvalidRequest(
                 "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
             )

@@ -125,6 +125,11 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
                 f"JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}; ask again, or use a "
                 "model that supports tool calling"
             ) from None
+        except ValueError as exc:  # an integer of more digits than int() reads
+            raise ProviderResponseError(
+                f"{provider}: the model called tool {tool!r} with arguments that are not valid "
+                f"JSON ({exc}); ask again with smaller numbers"
+            ) from None
     if not isinstance(value, Mapping):
         raise ProviderResponseError(
             f"{provider}: the model called tool {tool!r} with arguments that are "
@@ -350,9 +355,10 @@ def sse_json(event: Any, provider: str) -> Any:
     """The JSON payload of an SSE event, or a clear error if it is not JSON."""
     try:
         return json.loads(event.data)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # a JSONDecodeError, or an integer of more digits than int() reads
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise ProviderResponseError(
-            f"{provider}: a stream event is not JSON ({exc.msg}): {event.data[:200]!r}"
+            f"{provider}: a stream event is not JSON ({why}): {event.data[:200]!r}"
         ) from None
 
 

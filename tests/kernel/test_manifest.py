@@ -604,3 +604,21 @@ def test_bad_mcp_server_client_options_name_the_field(options, pointer, phrase):
     err = error_of(base(mcp_servers=[_server(**options)]))
     assert err.pointer == pointer
     assert phrase in err.expected
+
+
+@pytest.mark.parametrize("timeout", [10**400, 1e400, 86401])
+def test_an_mcp_server_timeout_past_a_day_is_refused_naming_it_not_a_structuring_crash(timeout):
+    # 10**400 passed the schema (no maximum) and then broke cattrs' float(): a
+    # ClassValidationError with a traceback instead of a ManifestError; 1e400 (infinity)
+    # was kept as a timeout that never fires. roost.toml's [[mcp_servers]] caps it at a day.
+    server = {"name": "x", "timeout_secs": timeout, "transport": {"type": "stdio", "command": "x"}}
+    err = error_of(base(mcp_servers=[server]))
+    assert err.pointer == "/mcp_servers/0/timeout_secs" and "86400" in err.expected
+
+
+@pytest.mark.parametrize("window", [10**400, 1e400, 0, 255, 100_000_001, 1.5, True])
+def test_a_context_window_no_model_has_is_refused_naming_it(window):
+    # 10**400 was kept, then every request of the agent failed: int(window * 0.9) raised
+    # OverflowError in the provider. roost.toml's context_window has the same bounds.
+    err = error_of(base(model={"provider": "openai", "parameters": {"context_window": window}}))
+    assert err.pointer == "/model/parameters/context_window", err

@@ -8,12 +8,15 @@ import time
 import httpx
 import pytest
 from fake_vendor import Reply
+from httpx_sse import ServerSentEvent as SseEvent
 from roost.kernel import CompletionRequest, Message
 from roost.plugins.http.client import retry_after_s, sse_events
 from roost.plugins.providers._base import (
     MARKER_PREFIX,
+    ProviderResponseError,
     fit_context,
     request_tokens,
+    sse_json,
 )
 from roost.plugins.providers._http import ProviderSettings, backoff_s
 from roost.plugins.providers.openai import create_openai
@@ -159,3 +162,11 @@ def test_settings_repr_never_shows_the_key():
     assert (
         "sk-secret-123" not in repr(s) and s.redact("bad key sk-secret-123") == "bad key [redacted]"
     )
+
+
+def test_a_stream_event_holding_an_integer_past_4300_digits_is_a_provider_error():
+    # Regression: a plain ValueError (int() reads at most 4300 digits) escaped sse_json,
+    # which caught only JSONDecodeError: a crash instead of a clear provider error.
+    event = SseEvent(data='{"created": ' + "1" * 5000 + "}")
+    with pytest.raises(ProviderResponseError, match="openai: a stream event is not JSON"):
+        sse_json(event, "openai")

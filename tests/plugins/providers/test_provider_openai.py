@@ -797,3 +797,24 @@ async def test_a_credential_header_echoed_in_an_error_is_redacted(vendor):
         await p.complete(conversation())
     text = str(info.value)
     assert "bad [redacted]" in text and proxy not in text, text
+
+
+async def test_tool_arguments_with_an_integer_past_4300_digits_go_back_to_the_model(
+    vendor, tmp_path, monkeypatch
+):
+    # json.loads raises a plain ValueError (not a JSONDecodeError) for an integer of more
+    # digits than int() reads: it escaped the provider, and the agent's turn crashed
+    # (a prompt-injected model can write such a number) instead of the model being told.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    arguments = '{"path": "notes.txt", "offset": ' + "1" * 5000 + "}"
+    vendor.queue(
+        Reply(json=tool_completion(("call_x", "read", arguments))),
+        Reply(json=text_completion("Fixed it.")),
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
+    )
+    assert reply.text == "Fixed it." and not reply.is_error
+    result = vendor.requests[1].json["messages"][-1]
+    assert result["tool_call_id"] == "call_x"
+    assert "not valid JSON" in result["content"] and "4300 digits" in result["content"]
