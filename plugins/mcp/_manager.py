@@ -64,6 +64,7 @@ EVENT_PROGRESS = "MCP:PROGRESS"
 EVENT_SERVER = "MCP:SERVER"
 
 TRANSPORT_TYPES = ("stdio", "http", "sse")
+MAX_SAMPLING_TOKENS = 1_000_000  # a server's sampling/createMessage maxTokens, at most
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SERVER_KEYS = ("name", "timeout_secs", "env", "transport", "protocol", "sampling", "allow_local")
@@ -807,11 +808,21 @@ class McpManager:
                 jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
             )
         max_tokens = params.get("maxTokens")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= MAX_SAMPLING_TOKENS
+        ):
+            raise jsonrpc.JsonRpcError(
+                jsonrpc.INVALID_PARAMS,
+                f"params.maxTokens: expected an integer from 1 to {MAX_SAMPLING_TOKENS}, "
+                f"got {str(max_tokens)[:40]}",
+            )
         request = CompletionRequest(
             agent=agent,
             system=redact(str(params.get("systemPrompt") or ""), secrets),
             messages=tuple(messages),
-            parameters={"max_tokens": max_tokens} if isinstance(max_tokens, int) else {},
+            parameters={} if max_tokens is None else {"max_tokens": max_tokens},
         )
         completion = await provider.complete(request)
         return {

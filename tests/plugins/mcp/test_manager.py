@@ -329,6 +329,21 @@ async def test_sampling_uses_the_calling_agents_provider_only_when_enabled(tmp_p
         assert off.is_error and "sampling is disabled" in off.as_text()
 
 
+@pytest.mark.parametrize("max_tokens", [True, 0, -5, 2.5, "20", 10**400])
+async def test_a_sampling_request_with_a_bad_max_tokens_is_refused_naming_it(tmp_path, max_tokens):
+    # Regression: true, 0 or a negative maxTokens reached the vendor, which refused the call.
+    sampler = agent("sampler", rules=[{"match": ".", "reply": "sampled"}])
+    servers = [raw("on", sampling=True)]
+    async with open_kernel(make_config(tmp_path, servers), agents=[sampler]) as kernel:
+        await wait_until(lambda: "mcp_on_sample" in kernel.registry)
+        bad = await kernel.call_tool(
+            "sampler", ToolCall("mcp_on_sample", {"maxTokens": max_tokens})
+        )
+        good = await kernel.call_tool("sampler", ToolCall("mcp_on_sample", {"maxTokens": 5}))
+    assert "sampling refused: params.maxTokens: expected an integer from 1" in bad.as_text()
+    assert good.as_text() == "model said: sampled"
+
+
 async def test_roots_are_the_calling_agents_workspace(tmp_path):
     async with open_kernel(make_config(tmp_path, [raw()]), agents=[agent("a")]) as kernel:
         await wait_until(lambda: "mcp_raw_roots" in kernel.registry)
