@@ -119,25 +119,26 @@ class HttpSettings:
         )
 
 
-# Each number: its default (an int: an integer setting), its upper bound and what it must be.
-# An error's example is the default as written in roost.toml: a float format would turn
-# 1048576 into 1.04858e+06, which an integer setting refuses.
-_NUMBERS: dict[str, tuple[float, float, str]] = {
-    "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
-    "rate_limit_burst": (40, math.inf, "an integer of at least 1"),
-    "max_body_bytes": (1_048_576, math.inf, "a positive integer (bytes)"),
-    "keep_alive_s": (DEFAULT_KEEP_ALIVE_S, 3600, "a number of seconds between 0 and 3600"),
+# Each number: its default (an int: an integer setting), its bounds (above 0, or from a
+# positive lower bound) and what it must be. An error's example is the default as written in
+# roost.toml: a float format would turn 1048576 into 1.04858e+06, which an integer refuses.
+# A keep-alive below 0.1 s closes a connection before its first request can arrive.
+_NUMBERS: dict[str, tuple[float, float, float, str]] = {
+    "rate_limit_per_s": (20.0, 0, math.inf, "a positive number (requests per second)"),
+    "rate_limit_burst": (40, 0, math.inf, "an integer of at least 1"),
+    "max_body_bytes": (1_048_576, 0, math.inf, "a positive integer (bytes)"),
+    "keep_alive_s": (DEFAULT_KEEP_ALIVE_S, 0.1, 3600, "a number of seconds from 0.1 to 3600"),
 }
 
 
 def _number(http_config: object, name: str) -> Any:
     """``http.<name>`` (its default when unset), checked; a ConfigError names it and an example."""
-    default, high, what = _NUMBERS[name]
+    default, low, high, what = _NUMBERS[name]
     value = getattr(http_config, name, None)
     if value is None:
         return default
     integer = isinstance(default, int)
-    checked = number_setting(value, 0, high, integer=integer)
+    checked = number_setting(value, low, high, integer=integer, closed=low > 0)
     if checked is None:
         example = default if integer else f"{default:g}"
         raise ConfigError(

@@ -94,7 +94,9 @@ def test_allowed_hosts_and_public_url_are_checked_and_normalised():
 
 def test_connection_settings_are_checked():
     assert settings(keep_alive_s=2).keep_alive_s == 2.0
-    for bad in (0, -1, 7200, float("nan"), True, "5"):
+    assert settings(keep_alive_s=0.1).keep_alive_s == 0.1
+    # Regression: 5e-324 was taken, and every connection closed before its first request.
+    for bad in (0, -1, 7200, float("nan"), True, "5", 5e-324, 0.09):
         with pytest.raises(ConfigError, match=r"http\.keep_alive_s"):
             settings(keep_alive_s=bad)
 
