@@ -183,10 +183,9 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     rows = []
     for a in agents:
         model = "/".join(str(p) for p in (a.get("provider"), a.get("model")) if p)
-        tools = a.get("tools")
-        count = (
-            len(tools) if isinstance(tools, (list, tuple)) else (tools if tools is not None else "")
-        )
+        count = a.get("tools")  # a list, or its length (None: format_table shows "")
+        if isinstance(count, (list, tuple)):
+            count = len(count)
         status = a.get("status", "")
         if a.get("error") and status != "ready":  # why it is stopped or unavailable
             status = f"{status}: {a['error']}"

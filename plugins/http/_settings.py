@@ -102,11 +102,8 @@ class HttpSettings:
         keys = resolve_keys(http_config, env, key)
         named = [p.name for _, p in keys if p.name != "default"]
         if named:
-            source = (
-                (source + " (principal default); " if key is not None else "")
-                + "[http.keys]: "
-                + ", ".join(named)
-            )
+            default = source + " (principal default); " if key is not None else ""
+            source = default + "[http.keys]: " + ", ".join(named)
         return cls(
             api_key=key,
             api_key_source=source,

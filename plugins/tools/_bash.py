@@ -11,7 +11,6 @@ the sandbox". On timeout or cancellation roost asks the supervisor to kill every
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import logging
 import os
@@ -92,10 +91,7 @@ def network_namespace_status() -> tuple[bool, str]:
 def protect_process() -> bool:
     """Make this process non-dumpable: processes of the same user (a child of bash among
     them) can then neither ptrace it nor read its memory or ``/proc/<pid>/environ``."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(ctypes.c_int(PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) == 0
+    return sys.platform.startswith("linux") and _sandbox_exec._prctl(PR_SET_DUMPABLE, 0)
 
 
 def unenforced() -> list[str]:
@@ -108,15 +104,14 @@ def unenforced() -> list[str]:
             "environment and memory stay closed: roost is non-dumpable), and its $TMPDIR "
             "is a directory on roost's disk with no size cap"
         )
+        why = "it needs bash's PID namespace (or user namespace)"
     elif not network_namespace_status()[0]:
         missing.append(
             f"a network namespace for bash ({network_namespace_status()[1]}): without "
             "granted ports bash shares the host's network (UDP included; TCP refused by "
             "Landlock)"
         )
-    if not ok:
-        why = "it needs bash's PID namespace (or user namespace)"
-    elif os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
+    if ok and os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
         why = (
             "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
             "per-namespace pid_max"
