@@ -174,13 +174,8 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     def gate(req, *, is_websocket: bool):
         # Browsers send CORS preflights without credentials; only Quart's automatic
         # OPTIONS answer (no view code runs) skips auth, never a plugin's own OPTIONS view.
-        rule = getattr(req, "url_rule", None)
-        is_preflight = (
-            not is_websocket
-            and req.method == "OPTIONS"
-            and rule is not None
-            and bool(getattr(rule, "provide_automatic_options", False))
-        )
+        automatic = getattr(getattr(req, "url_rule", None), "provide_automatic_options", False)
+        is_preflight = not is_websocket and req.method == "OPTIONS" and bool(automatic)
         server = req.server
 
         def socket_token() -> str | None:  # a page's key rides as a subprotocol, or ?token=
@@ -508,13 +503,11 @@ def _add_plugin_route(
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes
-    for rule in app.url_map.iter_rules():
-        if (
-            rule.rule == path
-            and not getattr(rule, "websocket", False)
-            and methods & set(rule.methods or ())
-        ):
-            return f"route {route.path} collides with an existing route; the first one is kept"
+    same = (
+        r for r in app.url_map.iter_rules() if r.rule == path and not getattr(r, "websocket", False)
+    )
+    if any(methods & set(r.methods or ()) for r in same):
+        return f"route {route.path} collides with an existing route; the first one is kept"
     endpoint = f"plugin.{plugin}.{index}"
     try:
         # A rule without a view: _asgi.DaemonApp calls route.handler for it.

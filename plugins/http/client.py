@@ -193,19 +193,14 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
     lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms:
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
         try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
+            return max(0.0, float(lowered[name]) / scale)
+        except (KeyError, ValueError):
             pass
     value = lowered.get("retry-after")
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
