@@ -133,9 +133,10 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
     return dict(value)
 
 
-def make_tool_call(name: str, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
-    """A ``ToolCall`` from raw arguments; bad ones set ``arguments_error``, so the call fails
-    as a tool result the model can correct instead of ending the run."""
+def make_tool_call(name: Any, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
+    """A ``ToolCall`` (a None name is ``""``); bad arguments set ``arguments_error``, so the
+    call fails as a tool result the model can correct instead of ending the run."""
+    name = str(name or "")
     ids = {"id": call_id} if call_id else {}
     try:
         return ToolCall(name, parse_arguments(raw, name, provider), **ids)

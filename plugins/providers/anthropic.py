@@ -126,14 +126,9 @@ def parse_message(data: Any) -> Completion:
         if block.get("type") == "text":
             text.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
-            name = str(block.get("name") or "")
+            call_id = str(block["id"]) if block.get("id") else None
             calls.append(
-                make_tool_call(
-                    name,
-                    block.get("input"),
-                    "anthropic",
-                    str(block["id"]) if block.get("id") else None,
-                )
+                make_tool_call(block.get("name"), block.get("input"), "anthropic", call_id)
             )
     stop = str(data.get("stop_reason"))
     return completion("".join(text), calls, stop, parse_usage(data.get("usage")), _STOP)
@@ -187,9 +182,7 @@ class MessagesStreamAssembler(Assembler):
 
     def tool_calls(self) -> list[ToolCall]:
         return [
-            make_tool_call(
-                b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None
-            )
+            make_tool_call(b["name"], b["json"], "anthropic", str(b["id"]) if b["id"] else None)
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
         ]

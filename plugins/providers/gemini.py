@@ -129,9 +129,8 @@ class GeminiWire:
             part = expect_mapping(part, f"candidates[0].content.parts[{i}]", "gemini")
             if "functionCall" in part:
                 fc = expect_mapping(part["functionCall"], f"parts[{i}].functionCall", "gemini")
-                name = str(fc.get("name") or "")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
-                calls.append(make_tool_call(name, fc.get("args"), "gemini", call_id))
+                calls.append(make_tool_call(fc.get("name"), fc.get("args"), "gemini", call_id))
                 if part.get("thoughtSignature"):  # kept to send back with the call; bounded
                     self.signatures[call_id] = str(part["thoughtSignature"])
                     while len(self.signatures) > _MAX_SIGNATURES:

@@ -111,9 +111,7 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
         fn = expect_mapping(
             raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider
         )
-        name = str(fn.get("name") or "")
-        call_id = raw.get("id")
-        calls.append(make_tool_call(name, fn.get("arguments"), provider, call_id))
+        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), provider, raw.get("id")))
     text = str(message.get("content") or "")
     finish = str(choice.get("finish_reason") or "stop")
     return completion(text, calls, finish, parse_usage(data.get("usage")), _FINISH)

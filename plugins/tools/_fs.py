@@ -144,10 +144,6 @@ def _write_all(fd: int, data: bytes) -> None:
         offset += os.pwrite(fd, view[offset:], offset)
 
 
-def _is_binary(head: bytes) -> bool:
-    return b"\0" in head
-
-
 def _shown(path: Any, access: FileAccess) -> str:
     """``path`` relative to the workspace when inside it, else absolute."""
     rel = os.path.relpath(path, access.workspace)
@@ -226,7 +222,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
         fd = _open(access.locate(raw), READ_FLAGS, raw, "read")
         info = _regular(fd, raw, "read")
         with os.fdopen(fd, "rb") as f:
-            if _is_binary(f.read(BINARY_SNIFF_BYTES)):
+            if b"\0" in f.read(BINARY_SNIFF_BYTES):
                 return ToolResult.error(
                     f"{raw!r} is a binary file ({info.st_size} bytes); read shows text files only"
                 )
@@ -302,10 +298,8 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
         raise _explain(exc, raw, loc, "write") from None
     try:
         try:
-            fd, existed = (
-                os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd),
-                False,
-            )
+            fd = os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd)
+            existed = False
         except FileExistsError:
             fd, existed = os.open(name, _WRITE_FLAGS, dir_fd=dir_fd), True
     except IsADirectoryError:
@@ -413,7 +407,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
                     f"cannot edit {raw!r}: it is over edit's limit of "
                     f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
                 )
-            if _is_binary(data[:BINARY_SNIFF_BYTES]):
+            if b"\0" in data[:BINARY_SNIFF_BYTES]:
                 return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
             try:
                 text = data.decode("utf-8")
@@ -731,7 +725,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 )
             files = _grep_files(fd, loc.path.name, access.denied_below(loc), deadline)
             for rel, data in files:
-                if not accept(rel) or data is None or _is_binary(data[:BINARY_SNIFF_BYTES]):
+                if not accept(rel) or data is None or b"\0" in data[:BINARY_SNIFF_BYTES]:
                     continue
                 files_searched += 1
                 text = data.decode("utf-8", errors="replace")

@@ -196,7 +196,7 @@ class FileAccess:
 
     def locate(self, raw: str, *, write: bool = False) -> Located:
         """Where ``raw`` lies; ``SandboxError`` names the manifest field that would allow it."""
-        verb = "write" if write else "read"
+        verb, grant = ("write", WRITE_GRANT) if write else ("read", READ_GRANT)
         if write and self.mode == "read-only":
             raise SandboxError(
                 f"cannot write {raw!r}: agent {self.agent!r} runs in read-only mode, which "
@@ -213,7 +213,6 @@ class FileAccess:
         ]
         inside = [r for r in roots if _inside(path, r.path)]
         if not inside:
-            grant = WRITE_GRANT if write else READ_GRANT
             granted = [str(r.path) for r in roots if r.what in (READ_GRANT, WRITE_GRANT)]
             also = f" and {', '.join(granted)}" if granted else ""
             raise SandboxError(
@@ -225,7 +224,6 @@ class FileAccess:
         root = max(inside, key=lambda r: len(r.path.parts))
         for denied, what in sorted(self.deny, key=lambda d: -len(d[0].parts)):
             if denied != root.path and _inside(denied, root.path) and _inside(path, denied):
-                grant = WRITE_GRANT if write else READ_GRANT
                 raise SandboxError(
                     f"cannot {verb} {raw!r}: {path} is inside {what} ({denied}), which agent "
                     f"{self.agent!r} may not {verb} through {root.what} {root.path}; only an "
