@@ -28,7 +28,7 @@ from roost.kernel import (
 )
 
 from ._beneath import READ_FLAGS, open_under
-from ._sandbox import agent_thread, tool_spec, workspace_of
+from ._sandbox import agent_thread, text_arg, tool_spec, workspace_of
 
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
@@ -48,23 +48,14 @@ ARTIFACT_SPEC = tool_spec(
         "MCP callers as content."
     ),
     properties={
-        "name": {
-            "type": "string",
-            "description": "The artifact's name, e.g. report.pdf or summary",
-        },
-        "description": {"type": "string", "description": "What the artifact is (optional)"},
-        "text": {"type": "string", "description": "Text content"},
+        "name": text_arg("The artifact's name, e.g. report.pdf or summary"),
+        "description": text_arg("What the artifact is (optional)"),
+        "text": text_arg("Text content"),
         "data": {"description": "Structured content: any JSON value"},
-        "path": {"type": "string", "description": "A file in your workspace to hand over"},
-        "url": {"type": "string", "description": "An http(s) URL of a file"},
-        "media_type": {
-            "type": "string",
-            "description": "e.g. application/pdf; guessed from the file name if left out",
-        },
-        "filename": {
-            "type": "string",
-            "description": "The file's name for the receiver (default: the path's name)",
-        },
+        "path": text_arg("A file in your workspace to hand over"),
+        "url": text_arg("An http(s) URL of a file"),
+        "media_type": text_arg("e.g. application/pdf; guessed from the file name if left out"),
+        "filename": text_arg("The file's name for the receiver (default: the path's name)"),
     },
     required=["name"],
     readOnlyHint=True,

@@ -47,6 +47,7 @@ from ._sandbox import (
     int_arg,
     path_argument,
     string_arg,
+    text_arg,
     tool_spec,
 )
 
@@ -273,7 +274,7 @@ WRITE_SPEC = tool_spec(
     ),
     properties={
         "path": string_arg("File to write."),
-        "content": {"type": "string", "description": "The complete new file content."},
+        "content": text_arg("The complete new file content."),
     },
     required=["path", "content"],
     readOnlyHint=False,
@@ -345,7 +346,7 @@ EDIT_SPEC = tool_spec(
     properties={
         "path": string_arg("File to edit."),
         "old_string": string_arg("The exact text to replace."),
-        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "new_string": text_arg("The text to put in its place."),
         "replace_all": flag_arg("Replace every occurrence instead of exactly one (default false)."),
     },
     required=["path", "old_string", "new_string"],

@@ -119,6 +119,11 @@ def string_arg(description: str) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "description": description}
 
 
+def text_arg(description: str) -> dict[str, Any]:
+    """A string argument's schema (empty allowed)."""
+    return {"type": "string", "description": description}
+
+
 def int_arg(description: str, minimum: int, maximum: int | None = None) -> dict[str, Any]:
     """An integer argument's schema (no ``maximum``: unbounded above)."""
     bounds = {"minimum": minimum} if maximum is None else {"minimum": minimum, "maximum": maximum}
