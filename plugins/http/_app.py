@@ -414,9 +414,8 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             timeout=timeout,
             principal=getattr(principal_of(request), "name", None),
         )
-        body = reply_json(reply)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
-        return body, 200, headers
+        return reply_json(reply), 200, headers
 
     @app.get("/api/tools")
     async def list_tools():

@@ -159,13 +159,8 @@ def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | 
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, else None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    token = token.strip()
-    return token or None
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def tokens_match(presented: str | None, expected: str) -> bool:

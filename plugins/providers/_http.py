@@ -139,21 +139,17 @@ def check_settings(
     if unknown:
         raise ProviderConfigError(str(unknown_key(where, str(unknown[0]), known, f"[{where}]")))
     out: dict[str, Any] = {}
-    if "base_url" in raw:
-        base_url = raw["base_url"]
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ProviderConfigError(
-                f"{where}.base_url: expected an http:// or https:// URL, got {_shown(base_url)}"
-            )
-        out["base_url"] = base_url
-    if "api_key_env" in raw:
-        key_env = raw["api_key_env"]
-        if not isinstance(key_env, str) or not key_env.strip():
-            raise ProviderConfigError(
-                f"{where}.api_key_env: expected the name of an environment "
-                f"variable, got {_shown(key_env)}"
-            )
-        out["api_key_env"] = key_env
+    for name, expected, valid in (
+        ("base_url", "an http:// or https:// URL", lambda v: v.startswith(("http://", "https://"))),
+        ("api_key_env", "the name of an environment variable", lambda v: bool(v.strip())),
+    ):
+        if name in raw:
+            value = raw[name]
+            if not isinstance(value, str) or not valid(value):
+                raise ProviderConfigError(
+                    f"{where}.{name}: expected {expected}, got {_shown(value)}"
+                )
+            out[name] = value
     if "headers" in raw:
         try:
             out["headers"] = header_table(raw["headers"], f"{where}.headers")

@@ -486,14 +486,10 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
         fd = _open_dir(loc, raw, "list")
         try:
             with os.scandir(fd) as it:
-                entries = sorted(
-                    (
-                        e
-                        for e in it
-                        if (hidden or not e.name.startswith(".")) and e.name not in denied
-                    ),
-                    key=lambda e: e.name,
-                )
+                entries = [e for e in it if e.name not in denied]
+            if not hidden:
+                entries = [e for e in entries if not e.name.startswith(".")]
+            entries.sort(key=lambda e: e.name)
             lines = []
             for entry in entries[:MAX_LISTED]:
                 try:
