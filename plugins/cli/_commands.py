@@ -208,10 +208,8 @@ async def agents_command(
     elif not agents:
         say(err, "no agents configured (add agents.dirs to roost.toml or agents/<name>/agent.json)")
     else:
-        say(
-            out,
-            format_table(["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"], _agent_rows(agents)),
-        )
+        columns = ["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"]
+        say(out, format_table(columns, _agent_rows(agents)))
     for line in _pending_peer_lines(peers):
         say(out, line)
     return 0
@@ -312,12 +310,8 @@ async def watch_command(
     seen = 0
     runs = None if as_json else TokenRuns()  # one line per run's streamed tokens
     async with client.events(kinds) as ws:
-        say(
-            err,
-            f"watching {client.info.url}/api/events"
-            + (f" (kinds: {', '.join(kinds)})" if kinds else "")
-            + " · Ctrl-C to stop",
-        )
+        only = f" (kinds: {', '.join(kinds)})" if kinds else ""
+        say(err, f"watching {client.info.url}/api/events{only} · Ctrl-C to stop")
         async with trio.open_nursery() as nursery:
 
             async def stop_watching() -> None:
@@ -339,12 +333,8 @@ async def watch_command(
                             say(out, line)
                     seen += 1
             except ConnectionClosed as closed:
-                reason = closed.reason
-                say(
-                    err,
-                    "the daemon closed the stream "
-                    f"({reason.code}{': ' + reason.reason if reason.reason else ''})",
-                )
+                code, why = closed.reason.code, closed.reason.reason
+                say(err, f"the daemon closed the stream ({code}{': ' + why if why else ''})")
             nursery.cancel_scope.cancel()
     for line in runs.flush() if runs is not None else ():
         say(out, line)
@@ -356,11 +346,8 @@ async def wait_for_signal(err: TextIO | None = None) -> int:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async for signum in received:
             if err is not None:
-                say(
-                    err,
-                    f"\nreceived {signal.Signals(signum).name}; stopping "
-                    "(press Ctrl-C again to force)",
-                )
+                name = signal.Signals(signum).name
+                say(err, f"\nreceived {name}; stopping (press Ctrl-C again to force)")
             return signum
     return 0  # pragma: no cover - the receiver never ends by itself
 
@@ -471,11 +458,8 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
-    say(
-        out,
-        "  MCP clients (IDE config): "
-        f"{json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}",
-    )
+    entry = json.dumps(ide_config(kernel.config.home), ensure_ascii=False)
+    say(out, f"  MCP clients (IDE config): {entry}")
     if settings.api_key:
         say(out, f'    (add your key to its "env" as {kernel.config.http.api_key_env})')
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
@@ -608,10 +592,8 @@ async def run_demo(
                 say("error: the depth breaker did not trip")
                 return 1
             trip = trips[0].payload
-            say(
-                f"breaker tripped: hop {len(trip['path'])} refused, "
-                f"the depth limit is {trip['max_depth']}:"
-            )
+            hop, limit = len(trip["path"]), trip["max_depth"]
+            say(f"breaker tripped: hop {hop} refused, the depth limit is {limit}:")
             say("  " + " → ".join(trip["path"]))
             say(f"reply: {runaway.text}")
         say()
