@@ -258,17 +258,11 @@ class ErrorShapes:
 
     def set_routes(self, routes: Iterable[tuple[str, Iterable[str], str]]) -> None:
         """Index ``(rule path, methods, endpoint)`` of every route, in registration order."""
-        self._routes = [
-            (
-                tuple(
-                    None if "<" in part else part
-                    for part in canonical_path(path).strip("/").split("/")
-                ),
-                frozenset(methods),
-                self.by_endpoint.get(endpoint),
-            )
-            for path, methods, endpoint in routes
-        ]
+        self._routes = []
+        for path, methods, endpoint in routes:
+            parts = canonical_path(path).strip("/").split("/")
+            rule = tuple(None if "<" in part else part for part in parts)
+            self._routes.append((rule, frozenset(methods), self.by_endpoint.get(endpoint)))
 
     def for_request(self, endpoint: str | None, method: str, path: str) -> ErrorRenderer | None:
         if endpoint is not None:

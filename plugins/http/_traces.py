@@ -5,6 +5,7 @@ replaces its start), bounded by ``MAX_SPANS`` per trace and ``MAX_KEPT_SPANS`` i
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from typing import Any
 
@@ -55,12 +56,8 @@ class TraceLog:
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` traces, newest first: ``{"trace_id", "spans"}`` each."""
-        out = []
-        for trace_id in reversed(self._traces):
-            if len(out) >= limit:
-                break
-            out.append({"trace_id": trace_id, "spans": self.spans(trace_id)})
-        return out
+        newest = itertools.islice(reversed(self._traces), limit)
+        return [{"trace_id": trace_id, "spans": self.spans(trace_id)} for trace_id in newest]
 
     def __len__(self) -> int:
         return len(self._traces)
