@@ -170,14 +170,6 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 @attrs.frozen
-class Root:
-    """A directory (or file) an agent may use; ``what`` names it in messages."""
-
-    path: Path
-    what: str
-
-
-@attrs.frozen
 class Located:
     """A checked path: open ``rel`` beneath ``root`` (``follow``: symlinks allowed, rwx)."""
 
@@ -211,14 +203,15 @@ class FileAccess:
         path = Path(os.path.normpath(self.workspace / raw))
         if self.mode == "rwx":
             return Located(Path("/"), os.path.relpath(path, "/"), path, follow=True)
+        # (a directory or file the agent may use, what names it in messages)
         roots = [
-            Root(self.workspace, "its workspace"),
-            *(() if write else (Root(p, READ_GRANT) for p in self.read)),
-            *(Root(p, WRITE_GRANT) for p in self.write),
+            (self.workspace, "its workspace"),
+            *(() if write else ((p, READ_GRANT) for p in self.read)),
+            *((p, WRITE_GRANT) for p in self.write),
         ]
-        inside = [r for r in roots if _inside(path, r.path)]
+        inside = [r for r in roots if _inside(path, r[0])]
         if not inside:
-            granted = [str(r.path) for r in roots if r.what in (READ_GRANT, WRITE_GRANT)]
+            granted = [str(p) for p, what in roots if what in (READ_GRANT, WRITE_GRANT)]
             also = f" and {', '.join(granted)}" if granted else ""
             raise SandboxError(
                 f"cannot {verb} {raw!r}: {path} is outside what agent {self.agent!r} may "
@@ -226,16 +219,15 @@ class FileAccess:
                 f'to allow it, add "{path}" (or a directory above it) to "{grant}" in its '
                 "agent.json"
             )
-        root = max(inside, key=lambda r: len(r.path.parts))
+        root, through = max(inside, key=lambda r: len(r[0].parts))
         for denied, what in sorted(self.deny, key=lambda d: -len(d[0].parts)):
-            if denied != root.path and _inside(denied, root.path) and _inside(path, denied):
+            if denied != root and _inside(denied, root) and _inside(path, denied):
                 raise SandboxError(
                     f"cannot {verb} {raw!r}: {path} is inside {what} ({denied}), which agent "
-                    f"{self.agent!r} may not {verb} through {root.what} {root.path}; only an "
+                    f"{self.agent!r} may not {verb} through {through} {root}; only an "
                     f'entry in "{grant}" naming a path inside it would allow that'
                 )
-        rel = os.path.relpath(path, root.path)
-        return Located(root.path, rel, path)
+        return Located(root, os.path.relpath(path, root), path)
 
     def denied_below(self, located: Located) -> frozenset[str]:
         """The denied paths below ``located``, relative to it (walks do not enter them)."""
