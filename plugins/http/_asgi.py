@@ -125,19 +125,13 @@ class DaemonApp:
             refusal = exc.refusal
         except _Gone:
             return
-        if refusal is not None:
-            await self._answer(
-                send, receive, _refusal_response(refusal, renderer), origin, close=pending
-            )
-            return
-        if preflight:
-            allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
-            await self._answer(
-                send,
-                receive,
-                PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),)),
-                origin,
-            )
+        if refusal is not None or preflight:
+            if refusal is not None:
+                answer = _refusal_response(refusal, renderer)
+            else:  # a preflight: its body, if any, is read by now
+                allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
+                answer = PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),))
+            await self._answer(send, receive, answer, origin, pending)
             return
         rewritten = await caller_headers(state.kernel, method, headers.items(), client, server)
         request = PlainRequest(
@@ -163,13 +157,7 @@ class DaemonApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _answer(
-        self,
-        send: Any,
-        receive: Any,
-        response: PlainResponse,
-        origin: str | None,
-        *,
-        close: bool = False,
+        self, send: Any, receive: Any, response: PlainResponse, origin: str | None, close: bool
     ) -> None:
         """Send a complete answer; ``close``: part of the body is unread (see the module)."""
         async with trio.open_nursery() as nursery:
