@@ -39,9 +39,6 @@ _CREDENTIAL_NAME = re.compile(
 _MIN_CREDENTIAL = 8
 
 
-# ---- reading at most a cap --------------------------------------------------------------
-
-
 class ResponseTooLarge(ValueError):
     """An answer (or event) over ``limit`` bytes, the rest unread; ``peer``: URL, no query."""
 
@@ -117,9 +114,6 @@ async def sse_events(
         async for event in events:
             unfinished = 0
             yield event
-
-
-# ---- HTTP errors and retries --------------------------------------------------------------
 
 
 def http_status_line(status: int) -> str:
@@ -226,9 +220,6 @@ def http_retry_wait(
 def remaining_s(deadline: float) -> float:
     """Seconds until ``deadline`` (``trio.current_time()``) or the cancel scope's, if sooner."""
     return min(deadline, trio.current_effective_deadline()) - trio.current_time()
-
-
-# ---- connections to checked addresses only ------------------------------------------------
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):

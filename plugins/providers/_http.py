@@ -82,9 +82,6 @@ class StreamInterrupted(ProviderResponseError):
     code = "provider_stream_cut"
 
 
-# ---- settings ---------------------------------------------------------------------------
-
-
 @attrs.frozen
 class ProviderSettings:
     """``[providers.<name>]`` from roost.toml, checked, with the key read from the env."""
@@ -192,9 +189,6 @@ def _shown(value: Any) -> str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool)
         else json_type_name(value)
     )
-
-
-# ---- the client -------------------------------------------------------------------------
 
 
 def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | None) -> float:

@@ -34,9 +34,6 @@ _STOP = {
 }
 
 
-# ---- sans-I/O: requests ------------------------------------------------------------------
-
-
 def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     """roost messages as Messages-API turns: tool results become a user turn of
     ``tool_result`` blocks; consecutive turns of one role are merged (the API alternates)."""
@@ -88,9 +85,6 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
     if stream:
         body["stream"] = True
     return body
-
-
-# ---- sans-I/O: responses -----------------------------------------------------------------
 
 
 def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:

@@ -51,8 +51,6 @@ class GeminiWire:
             return f"{base_url}/{API_VERSION}/models/{model}:streamGenerateContent?alt=sse"
         return f"{base_url}/{API_VERSION}/models/{model}:generateContent"
 
-    # -- requests --
-
     def contents(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         for m in messages:
@@ -103,8 +101,6 @@ class GeminiWire:
         if config:
             body["generationConfig"] = config
         return body
-
-    # -- responses --
 
     def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
         data = expect_answer(data, "the response", "gemini")

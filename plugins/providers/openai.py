@@ -37,9 +37,6 @@ _FINISH = {
 }
 
 
-# ---- sans-I/O: requests ------------------------------------------------------------------
-
-
 def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     """roost messages in Chat Completions form (system first, tool results as ``tool``)."""
     out: list[dict[str, Any]] = []
@@ -84,9 +81,6 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         body["stream"] = True
         body.setdefault("stream_options", {"include_usage": True})
     return body
-
-
-# ---- sans-I/O: responses -----------------------------------------------------------------
 
 
 def parse_usage(data: Any) -> Usage:

@@ -299,9 +299,6 @@ def file_access(ctx: ToolContext) -> FileAccess:
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
 
 
-# ---- Settings ------------------------------------------------------------------------
-
-
 def _number(section: Any, name: str, default: float) -> Any:
     value = getattr(section, name, None)
     if value is None:
