@@ -395,13 +395,12 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
             if what is None:
                 raise
             raise _Refused(f"cannot edit {raw!r}: it {what}; use write to create a file") from None
-        if info.st_size > MAX_EDIT_BYTES:
-            os.close(fd)
-            raise _Refused(
-                f"cannot edit {raw!r}: it is {info.st_size} bytes, over edit's limit of "
-                f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
-            )
         with os.fdopen(fd, "r+b") as f:
+            if info.st_size > MAX_EDIT_BYTES:
+                raise _Refused(
+                    f"cannot edit {raw!r}: it is {info.st_size} bytes, over edit's limit of "
+                    f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
+                )
             data = f.read(MAX_EDIT_BYTES + 1)
             if len(data) > MAX_EDIT_BYTES:  # it grew since fstat
                 return ToolResult.error(

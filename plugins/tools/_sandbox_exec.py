@@ -452,12 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             os.kill(child, signal.SIGKILL)  # in a namespace, its init: that ends it all
         except ProcessLookupError:
             pass
-    statuses = kill_tree()
-    if status is None:
-        status = statuses.get(child)
-    if outcome != "exited":
-        return 128 + signum
-    return exit_code(status) if status is not None else SANDBOX_EXIT_CODE
+    kill_tree()
+    return 128 + signum if status is None else exit_code(status)  # status: only when exited
 
 
 if __name__ == "__main__":
