@@ -147,9 +147,6 @@ def daemon_state(app: QuartTrio) -> DaemonState:
     return app.extensions["roost"]
 
 
-# ---- responses ---------------------------------------------------------------------
-
-
 def _current():
     return request if has_request_context() else websocket
 
@@ -165,15 +162,11 @@ def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
     )
 
 
-# ---- origin, auth, rate limit, body size ---------------------------------------------
-
-
 def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     settings = state.settings
 
     def gate(req, *, is_websocket: bool):
-        # Browsers send CORS preflights without credentials; only Quart's automatic
-        # OPTIONS answer (no view code runs) skips auth, never a plugin's own OPTIONS view.
+        # Only Quart's automatic OPTIONS answer (a CORS preflight has no credentials) skips auth.
         automatic = getattr(getattr(req, "url_rule", None), "provide_automatic_options", False)
         is_preflight = not is_websocket and req.method == "OPTIONS" and bool(automatic)
         server = req.server
@@ -229,9 +222,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         return response
 
 
-# ---- error handlers -------------------------------------------------------------------
-
-
 def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException):
@@ -267,9 +257,6 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     async def _unexpected(exc: Exception):
         log.error("unexpected error serving %s", _current().path, exc_info=exc)
         return refusal_response(app, internal_error())
-
-
-# ---- the API ----------------------------------------------------------------------------
 
 
 async def _read_json_object() -> dict[str, Any]:
@@ -404,8 +391,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             trace = TraceContext.from_headers(request.headers)
         except InvalidTraceContext as exc:
             raise InvalidRequest(exc.field, str(exc)) from None
-        # A session belongs to the principal that made it: the same id sent by another
-        # principal names another session (its own, new), never this one.
+        # A session is its principal's: the same id from another principal names its own.
         reply = await kernel.send(
             name,
             message,
@@ -464,9 +450,6 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
                 nursery.cancel_scope.cancel()
         code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
         await websocket.close(code, reason)
-
-
-# ---- plugin routes -----------------------------------------------------------------------
 
 
 def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:

@@ -169,9 +169,6 @@ def internal_error() -> Refusal:
     return refusal(500, "internal_error", "internal error; the daemon log has the details")
 
 
-# ---- public URLs ---------------------------------------------------------------------------
-
-
 def is_wildcard(host: str) -> bool:
     """True for an address that binds every interface (``0.0.0.0``, ``::``)."""
     try:
@@ -202,8 +199,6 @@ def connection_base_url(public_url: str | None, local: Any) -> str:
         return base_url(str(local[0]), int(local[1]))
     return "http://127.0.0.1"
 
-
-# ---- error shapes per route --------------------------------------------------------------
 
 ErrorRenderer = Callable[[int, str, str], tuple[bytes, str]]
 

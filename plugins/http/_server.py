@@ -70,8 +70,7 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     config.include_server_header = False
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
-    # hypercorn formats every request's access-log fields whenever a logger is set, logged or
-    # not: set one only when it would write something.
+    # hypercorn formats access-log fields whenever a logger is set: set one only if it logs.
     if access.isEnabledFor(logging.INFO):
         config.accesslog = access
         config.logger_class = _AccessLog  # so that ?token= never reaches a log
@@ -106,8 +105,7 @@ class _AcceptErrors(logging.Filter):
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
         self.settings = settings
-        # The soft open-file limit, read now: out of descriptors, an import could not open its
-        # file. None: unlimited, or not readable here.
+        # Read now (out of descriptors, an import would fail); None: unlimited, or unreadable.
         self.limit: int | None = None
         with contextlib.suppress(ImportError, OSError, ValueError):
             import resource

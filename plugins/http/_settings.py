@@ -40,8 +40,7 @@ class HttpSettings:
     allowed_origins: tuple[str, ...] = ()
     # False: peers on this host (loopback) are not rate limited; the limit is for the others.
     rate_limit_loopback: bool = False
-    # Host names (lowercase, no port) requests may name besides localhost, 127.0.0.1, [::1]
-    # and the address a connection reached; "*" allows any.
+    # Names (lowercase, no port) served besides loopback and the address reached; "*": any.
     allowed_hosts: tuple[str, ...] = ()
     # The base URL links are built from (cards' interface URLs); None: the bound address.
     public_url: str | None = None
@@ -116,9 +115,8 @@ class HttpSettings:
         )
 
 
-# Each number: its default (an int: an integer setting), its upper bound and what it must be.
-# An error's example is the default as written in roost.toml: a float format would turn
-# 1048576 into 1.04858e+06, which an integer setting refuses.
+# Each number: its default (an int: an integer setting), its upper bound and what it must be. An
+# error's example is the default as written: ``:g`` would make 1048576 1.04858e+06 (not an int).
 _NUMBERS: dict[str, tuple[float, float, str]] = {
     "rate_limit_per_s": (20.0, math.inf, "a positive number (requests per second)"),
     "rate_limit_burst": (40, math.inf, "an integer of at least 1"),
