@@ -233,8 +233,7 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
         if status == 404:
             message = f"no such endpoint: {req.path}; see GET /health, /api/agents, /api/tools"
         elif status == 405:
-            allow = exc.valid_methods if hasattr(exc, "valid_methods") else None  # type: ignore[attr-defined]
-            allowed = ", ".join(sorted(allow or ()))
+            allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
             headers["Allow"] = allowed
             message = (
                 f"method {req.method} is not allowed on {req.path}; allowed: {allowed or 'none'}"

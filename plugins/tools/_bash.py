@@ -423,11 +423,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         )
         return ToolResult(
             content=({"type": "text", "text": format_output(run, timeout)},),
-            structured_content={
-                "exit_code": run["exit_code"],
-                "timed_out": run["timed_out"],
-                "truncated": run["truncated"],
-            },
+            structured_content={k: run[k] for k in BASH_OUTPUT_SCHEMA["required"]},
             is_error=run["timed_out"],
         )
 

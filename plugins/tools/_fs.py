@@ -725,11 +725,10 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                     continue
                 files_searched += 1
                 text = data.decode("utf-8", errors="replace")
-                hit = False
+                before = len(out)
                 for number, line in enumerate(text.splitlines(), start=1):
                     if not regex.search(line):
                         continue
-                    hit = True
                     if len(line) > MAX_GREP_LINE_CHARS:
                         line = line[:MAX_GREP_LINE_CHARS] + " …"
                     entry = f"{rel}:{number}: {line}"
@@ -741,7 +740,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                     if used >= budget:
                         stopped = "output limit reached; narrow the pattern, path or glob"
                         break
-                files_matched += hit
+                files_matched += len(out) > before
                 if stopped:
                     break
             if not stopped and time.monotonic() > deadline:
