@@ -271,8 +271,7 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: via the daemon, else in-process; exit code 1 if the agent
-    answered with an error."""
+    """``roost send AGENT MESSAGE`` via the daemon, else in-process; exit code 1 on an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -297,8 +296,7 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (default:
-    SIGINT or SIGTERM)."""
+    """``roost watch``: a line per daemon event until ``count`` or ``stop`` (SIGINT, SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(

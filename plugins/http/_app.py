@@ -123,8 +123,7 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the route for ``path`` (trailing slashes ignored), or None;
-    cached (bounded)."""
+    """``(endpoint, view args)`` for ``path`` (trailing slashes ignored), or None; cached."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)

@@ -219,8 +219,7 @@ def jsonrpc_error_code(status: int, code: str) -> int:
 
 
 def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
-    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's
-    ``{"error": {...}}`` JSON."""
+    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's."""
     if renderer is not None:
         error = refusal.error
         try:
