@@ -101,8 +101,6 @@ async def _connect(
         yield _InProcess(kernel)
 
 
-# ---- MCP servers of an in-process kernel ------------------------------------------
-
 MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
 
 
@@ -165,9 +163,6 @@ async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
                 del deadlines[name]
 
 
-# ---- formatting ------------------------------------------------------------------
-
-
 def format_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_width: int = 60
 ) -> str:
@@ -191,9 +186,6 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
             status = f"{status}: {a['error']}"
         rows.append([a.get("name"), model, count, status, a.get("description", "")])
     return rows
-
-
-# ---- commands -------------------------------------------------------------------------
 
 
 async def agents_command(

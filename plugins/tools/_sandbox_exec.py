@@ -90,9 +90,6 @@ def _load(name: str):
     return module
 
 
-# ---- arguments -------------------------------------------------------------------------
-
-
 class Options:
     """The command line, parsed (``parse``); also the rules ``_landlock.restrict_self`` reads."""
 
@@ -148,9 +145,6 @@ def parse(argv: list[str]) -> Options:
         else:
             raise ValueError(f"unexpected argument {arg!r}")
     raise ValueError("missing '--' before the command")
-
-
-# ---- processes -------------------------------------------------------------------------
 
 
 def _parent_map() -> dict[int, list[int]]:
@@ -219,9 +213,6 @@ def exit_code(status: int) -> int:
     return code if code >= 0 else 128 - code
 
 
-# ---- namespaces ------------------------------------------------------------------------
-
-
 class _Refused(Exception):
     """A part of the isolation could not be set up; the message says which, and why."""
 
@@ -278,9 +269,6 @@ def _mount(
 ) -> bool:
     _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     return _libc.mount(source, target, fstype, flags, data) == 0
-
-
-# ---- the command -----------------------------------------------------------------------
 
 
 class _CapHeader(ctypes.Structure):
