@@ -82,18 +82,15 @@ class GeminiWire:
         if request.system:
             body["systemInstruction"] = {"parts": [{"text": request.system}], "role": "user"}
         if request.tools:
-            body["tools"] = [
+            declarations = [
                 {
-                    "functionDeclarations": [
-                        {
-                            "name": t.name,
-                            "description": t.description,
-                            "parametersJsonSchema": dict(t.input_schema),
-                        }
-                        for t in request.tools
-                    ]
+                    "name": t.name,
+                    "description": t.description,
+                    "parametersJsonSchema": dict(t.input_schema),
                 }
+                for t in request.tools
             ]
+            body["tools"] = [{"functionDeclarations": declarations}]
         config = {
             _RENAMED.get(k) or re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v
             for k, v in passthrough_parameters(request.parameters).items()
