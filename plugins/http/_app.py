@@ -390,13 +390,9 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         except InvalidTraceContext as exc:
             raise InvalidRequest(exc.field, str(exc)) from None
         # A session is its principal's: the same id from another principal names its own.
+        principal = getattr(principal_of(request), "name", None)
         reply = await kernel.send(
-            name,
-            message,
-            session_id=session_id,
-            trace=trace,
-            timeout=timeout,
-            principal=getattr(principal_of(request), "name", None),
+            name, message, session_id=session_id, trace=trace, timeout=timeout, principal=principal
         )
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
         return reply_json(reply), 200, headers

@@ -105,13 +105,9 @@ class DaemonApp:
         declared = headers.get("content-length")  # hypercorn's parser (h11) has checked it
         length = int(declared) if declared is not None and declared.isdecimal() else None
         pending = bool(length) or "transfer-encoding" in headers
+        local = str(server[0]) if server else None
         refusal, principal = state.check(
-            endpoint,
-            headers,
-            remote,
-            length,
-            local_addr=str(server[0]) if server else None,
-            is_preflight=preflight,
+            endpoint, headers, remote, length, local_addr=local, is_preflight=preflight
         )
         limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
         body = b""

@@ -80,6 +80,11 @@ def _fail(message: str, code: int = SANDBOX_EXIT_CODE) -> int:
     return code
 
 
+def _abort(message: str) -> None:
+    """In the child, before exec: exit at once with ``SANDBOX_EXIT_CODE``, saying why."""
+    os._exit(_fail(message))
+
+
 def _load(name: str):
     """A sibling module by file (this process runs with ``-I -S``, not as a package)."""
     path = Path(__file__).with_name(f"{name}.py")
@@ -307,20 +312,15 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         try:
             drop_capabilities()
         except _Refused as exc:
-            os._exit(
-                _fail(f"cannot drop capabilities ({exc}); refusing to run the command with them")
-            )
+            _abort(f"cannot drop capabilities ({exc}); refusing to run the command with them")
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
             landlock = _load("_landlock")
             try:
                 landlock.restrict_self(opts)
             except Exception as exc:  # fail closed: never run unconfined by accident
-                os._exit(
-                    _fail(
-                        f"Landlock could not be applied ({exc}); refusing "
-                        "to run the command unconfined"
-                    )
+                _abort(
+                    f"Landlock could not be applied ({exc}); refusing to run the command unconfined"
                 )
         try:
             if seccomp is not None:
@@ -334,11 +334,9 @@ def exec_confined(opts: Options, original_mask: set) -> None:
                 limit = opts.memory_mb << 20
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (OSError, ValueError, OverflowError) as exc:  # a limit past the C type's range
-            os._exit(
-                _fail(
-                    f"the socket filter or the resource limits could not be applied ({exc}); "
-                    "refusing to run the command without them"
-                )
+            _abort(
+                f"the socket filter or the resource limits could not be applied ({exc}); "
+                "refusing to run the command without them"
             )
         os.execv(opts.command[0], opts.command)
     except BaseException as exc:
