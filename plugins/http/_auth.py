@@ -224,9 +224,7 @@ def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
     if normal is None:
         return False
     host = urlsplit(normal).hostname
-    if host in LOOPBACK_HOSTS:
-        return True
-    return any(normalise_origin(a) == normal for a in allowed)
+    return host in LOOPBACK_HOSTS or any(normalise_origin(a) == normal for a in allowed)
 
 
 def split_host(value: str) -> tuple[str, str] | None:

@@ -118,9 +118,7 @@ def _is_loopback(addr: str) -> bool:
 
 def is_loopback(addr: str | None) -> bool:
     """True for a peer on this host (127.0.0.0/8, ::1, ::ffff:127.x); False when unknown."""
-    if addr == "127.0.0.1":
-        return True
-    return addr is not None and _is_loopback(addr)
+    return addr == "127.0.0.1" or (addr is not None and _is_loopback(addr))
 
 
 def status_for(error: RoostError) -> int:

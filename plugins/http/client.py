@@ -211,9 +211,7 @@ def http_retry_wait(
     wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
     # Callers told the same Retry-After would all come back in the same instant.
     wait += random.uniform(0.0, 0.05 + 0.2 * wait)
-    if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining:
-        return None
-    return wait
+    return None if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining else wait
 
 
 def remaining_s(deadline: float) -> float:

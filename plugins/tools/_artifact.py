@@ -83,9 +83,7 @@ def _media_type(arguments: Any, filename: str | None) -> str | None:
                 "write it like text/csv or image/png"
             )
         return media.lower()
-    if filename:
-        return mimetypes.guess_type(filename, strict=False)[0]
-    return None
+    return mimetypes.guess_type(filename, strict=False)[0] if filename else None
 
 
 def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:

@@ -143,9 +143,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _syscall_numbers() -> tuple[int, int, int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    return _SYSCALLS.get(os.uname().machine)
+    return _SYSCALLS.get(os.uname().machine) if sys.platform.startswith("linux") else None
 
 
 _status: LandlockStatus | None = None
