@@ -218,9 +218,8 @@ class DaemonApp:
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # In this send hypercorn ends the request, then arms the keep-alive timer or
-                # closes the connection; quart-trio's cancel of the request's tasks lands
-                # mid-send, so unshielded the connection stayed open for good.
+                # Here hypercorn ends the request, then arms keep-alive or closes; quart-trio's
+                # cancel of the request's tasks lands mid-send: unshielded, it stayed open for good.
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
                     await send(message)

@@ -83,13 +83,11 @@ async def read_body(response: httpx.Response, limit: int, *, what: str = "the an
 async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTES) -> bytes:
     """At most the first ``limit`` bytes of an error body (a broken connection ends it)."""
     body = bytearray()
-    try:
+    with contextlib.suppress(httpx.HTTPError):  # what arrived is enough to say what went wrong
         async for chunk in response.aiter_bytes():
             body += chunk
             if len(body) >= limit:
                 break
-    except httpx.HTTPError:
-        pass  # what arrived is enough to say what went wrong
     return bytes(body[:limit])
 
 
@@ -187,10 +185,8 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
     """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
     lowered = {k.lower(): v for k, v in headers.items()}
     for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             return max(0.0, float(lowered[name]) / scale)
-        except (KeyError, ValueError):
-            pass
     value = lowered.get("retry-after")
     if not value:
         return None
