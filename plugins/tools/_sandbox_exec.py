@@ -13,6 +13,7 @@ parent is gone it kills the whole tree and exits 128 + the signal. Standard libr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import importlib.util
@@ -199,10 +200,8 @@ def kill_tree() -> dict[int, int]:
     statuses: dict[int, int] = {}
     for _ in range(_MAX_KILL_ROUNDS):
         for pid in descendants(me):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             pid, status = os.waitpid(-1, 0)  # a killed child dies promptly
         except ChildProcessError:
@@ -434,10 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         os.close(alive_r)
     outcome, signum, status = wait_for(child, opts.parent)
     if outcome != "exited":
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)  # in a namespace, its init: that ends it all
-        except ProcessLookupError:
-            pass
     kill_tree()
     return 128 + signum if status is None else exit_code(status)  # status: only when exited
 
