@@ -81,17 +81,16 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
     state = DaemonState(
         kernel=kernel,
         settings=settings,
         limiter=Gcra(settings.rate_limit_per_s, settings.rate_limit_burst),
         event_buffer=event_buffer,
         version=roost_version(),
+        traces=TraceLog(history if isinstance(history, int) and history > 0 else 0),
     )
     app.extensions["roost"] = state
-    history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
-    if isinstance(history, int) and history > 0:
-        state.traces = TraceLog(history)
     _install_gates(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
