@@ -97,22 +97,16 @@ def missing_extra() -> str | None:
     return None
 
 
-def check(config: Any) -> TelemetrySettings:
-    """Check ``[telemetry]``; enabled without the extra, a ConfigError names the install."""
-    settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
-    if settings.enabled:
-        module = missing_extra()
-        if module is not None:
-            raise ConfigError(
-                f"telemetry: exporting spans needs OpenTelemetry ({module} is not installed); "
-                f"run {INSTALL_HINT}, or remove [telemetry] (or set telemetry.enabled = false)"
-            )
-    return settings
-
-
 @hookimpl
 def roost_check_config(config: Any) -> None:
-    check(config)  # a bad [telemetry], or one without the extra installed, stops the boot
+    """A bad ``[telemetry]``, or one enabled without the extra installed, stops the boot."""
+    settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
+    module = missing_extra() if settings.enabled else None
+    if module is not None:
+        raise ConfigError(
+            f"telemetry: exporting spans needs OpenTelemetry ({module} is not installed); "
+            f"run {INSTALL_HINT}, or remove [telemetry] (or set telemetry.enabled = false)"
+        )
 
 
 @hookimpl
