@@ -104,15 +104,6 @@ async def _connect(
 MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
 
 
-def _mcp_manager(kernel: KernelAPI) -> Any:
-    """The MCP client manager running in ``kernel``, or None (plugin disabled)."""
-    try:
-        from roost.plugins.mcp._client_plugin import manager_for
-    except ImportError:
-        return None
-    return manager_for(kernel)
-
-
 def _outcome(entry: Mapping[str, Any]) -> str | None:
     """``connected``, ``failed`` (an attempt failed; it retries in the background) or None."""
     if entry.get("status") == "connected":
@@ -125,7 +116,11 @@ def _outcome(entry: Mapping[str, Any]) -> str | None:
 async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
     """Wait until each MCP server is connected or failed (at most its ``timeout_secs``): a
     one-shot command listing or running tools after boot would miss every ``mcp_*`` tool."""
-    manager = _mcp_manager(kernel)
+    try:
+        from roost.plugins.mcp._client_plugin import manager_for
+    except ImportError:  # the MCP plugin may be disabled
+        return
+    manager = manager_for(kernel)
     if manager is None or not manager.states:
         return
     async with kernel.tap.subscribe(kinds=(MCP_SERVER_EVENT,), buffer=16) as changes:

@@ -81,18 +81,14 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
 _TOKEN_VALUE = re.compile(r"(token=)[^;&/?#]*", re.IGNORECASE)
 
 
-def _logged_path(path: str) -> str:
-    """``path`` (decoded: ``%3F`` is a ``?``) up to a ``?``, with no ``token=`` value."""
-    return _TOKEN_VALUE.sub(r"\1…", path.partition("?")[0])
-
-
 class _AccessLog(HyperConfig.logger_class):  # type: ignore[misc,valid-type]
     """hypercorn's logger (``Config.logger_class``) whose access log never shows a key: the
     request line holds the path without the query (browsers pass ``?token=``)."""
 
     def atoms(self, request: Any, response: Any, request_time: float) -> Any:
         atoms = super().atoms(request, response, request_time)
-        path = _logged_path(str(request.get("path", "")))
+        # The path up to a ``?`` (it is decoded: a ``%3F`` is one too), with no ``token=`` value.
+        path = _TOKEN_VALUE.sub(r"\1…", str(request.get("path", "")).partition("?")[0])
         atoms["r"] = atoms["R"] = f"{atoms['m']} {path} {atoms['H']}"
         atoms["U"] = atoms["Uq"] = path
         atoms["q"] = ""
