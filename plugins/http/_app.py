@@ -421,8 +421,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
             offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
             await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
-            # Forward events as JSON text until the daemon closes or the tap ends (a slow
-            # client loses events, announced by TAP:DROPPED, instead of slowing the kernel).
+            # Until close or the tap ends; a slow client loses events (TAP:DROPPED), not the kernel.
             async with trio.open_nursery() as nursery:
 
                 async def discard_inbound() -> None:

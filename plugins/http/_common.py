@@ -297,8 +297,7 @@ class DaemonState:
     event_buffer: int
     version: str
     closing: trio.Event = attrs.field(factory=trio.Event)
-    # Endpoints without auth, without rate limit, and with their own body cap (bytes, from
-    # RouteDescriptor.max_body_bytes: they render their own 413 when the body is read).
+    # Endpoints with no auth; no rate limit; their own body cap (bytes: they render their 413).
     public_endpoints: set[str] = attrs.field(factory=set)
     unlimited_endpoints: set[str] = attrs.field(factory=set)
     body_limits: dict[str, int] = attrs.field(factory=dict)

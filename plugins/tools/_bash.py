@@ -402,8 +402,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         env = child_environment(workspace, allowlist, access.temp)
         if _landlock.landlock_status().available:
             env["PATH"] = access.bash_path(env["PATH"]) or DEFAULT_PATH
-        # The run's trace context, for a client in the command to forward (TRACEPARENT,
-        # ROOST_TRACE_DEPTH, ROOST_TRACE_PATH); the daemon also knows it by the pid.
+        # The trace context (TRACEPARENT, ROOST_TRACE_*) for the command's clients; also by pid.
         trace = ctx.trace or TraceContext.new(ctx.agent)
         env.update(trace.to_env())
         processes = kernel.process_traces if kernel is not None else None
