@@ -64,16 +64,12 @@ def _prctl(option: int, value: int) -> bool:
     return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), 0, 0, 0) == 0
 
 
-def _kernel_at_least(major: int, minor: int) -> bool:
-    try:
-        release = os.uname().release.split("-", 1)[0].split(".")
-        return (int(release[0]), int(release[1])) >= (major, minor)
-    except (ValueError, IndexError):
-        return False
-
-
 # Linux 6.14 made pid_max per PID namespace; before, root in a namespace set the host's.
-PER_NAMESPACE_PID_MAX = _kernel_at_least(6, 14)
+try:
+    _release = os.uname().release.split("-", 1)[0].split(".")
+    PER_NAMESPACE_PID_MAX = (int(_release[0]), int(_release[1])) >= (6, 14)
+except (ValueError, IndexError):
+    PER_NAMESPACE_PID_MAX = False
 
 
 def _fail(message: str, code: int = SANDBOX_EXIT_CODE) -> int:
