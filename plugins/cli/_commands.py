@@ -435,8 +435,7 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         say(out, f"  manifest skipped: {error}")
     for warning in kernel.load_warnings:
         say(out, f"  warning: {warning}")
-    sandbox = _sandbox_line()
-    if sandbox:
+    if sandbox := _sandbox_line():
         say(out, sandbox)
     failures = list(kernel.plugins.failures)
     if failures:
