@@ -178,8 +178,7 @@ def span_summary(span: Mapping[str, Any]) -> str:
     if isinstance(span.get("duration_ms"), (int, float)):
         text += f" {span['duration_ms']:.1f} ms"
     text += f" {span.get('status', '?')}"
-    marks = [m.get("kind") for m in span.get("marks") or () if isinstance(m, Mapping)]
-    if marks:
+    if marks := [m.get("kind") for m in span.get("marks") or () if isinstance(m, Mapping)]:
         text += " [" + ", ".join(str(m) for m in marks) + "]"
     if span.get("error"):
         text += f": {span['error']}"

@@ -86,8 +86,7 @@ async def _connect(
 ) -> AsyncIterator[DaemonClient | _InProcess]:
     """The running daemon's client, else an in-process kernel booted for one command (an
     unknown or unavailable ``agent`` refused first, then its MCP servers waited for)."""
-    client = await _daemon(config)
-    if client is not None:
+    if (client := await _daemon(config)) is not None:
         yield client
         return
     say(err, "booting kernel…")
@@ -356,8 +355,7 @@ async def run_command(
     host = host if host is not None else config.http.host
     port = port if port is not None else config.http.port
     settings = HttpSettings.from_config(config.http)  # bad [http] settings fail before booting
-    running = await find_daemon(config.home)
-    if running is not None:
+    if (running := await find_daemon(config.home)) is not None:
         raise CliError(
             f"a roost daemon is already running for {config.home} at {running.url} (pid "
             f"{running.pid}); stop it first, or set ROOST_HOME to use another data directory"
@@ -437,8 +435,7 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         say(out, f"  warning: {warning}")
     if sandbox := _sandbox_line():
         say(out, sandbox)
-    failures = list(kernel.plugins.failures)
-    if failures:
+    if failures := list(kernel.plugins.failures):
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")

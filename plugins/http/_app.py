@@ -292,8 +292,7 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
         check_json_input(body, "")
     except InvalidInput as exc:
         raise InvalidRequest(exc.field, str(exc)) from None
-    unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
-    if unknown:
+    if unknown := sorted(set(body) - set(_MESSAGE_FIELDS)):
         raise InvalidRequest(
             unknown[0],
             f"unknown field {unknown[0]!r}; allowed fields: {', '.join(_MESSAGE_FIELDS)}",

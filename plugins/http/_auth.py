@@ -149,8 +149,7 @@ def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | 
     key = getattr(http_config, "api_key", None)
     if isinstance(key, str) and key.strip():
         return key.strip(), "http.api_key, from roost.toml or the environment"
-    env_name = getattr(http_config, "api_key_env", None) or ""
-    if env_name:
+    if env_name := getattr(http_config, "api_key_env", None):
         value = env.get(env_name, "")
         if value.strip():
             return value.strip(), f"environment variable {env_name}"

@@ -180,8 +180,7 @@ async def serve(
             task_status.started((bound_host, bound_port))
     except BaseExceptionGroup as group:
         if owner is None:  # failed while starting: surface the cause plainly
-            cause = _sole_cause(group)
-            if cause is not None:
+            if (cause := _sole_cause(group)) is not None:
                 raise cause from None
         raise
     finally:

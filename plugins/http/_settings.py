@@ -99,8 +99,7 @@ class HttpSettings:
             "or '192.168.1.5'), or '*'",
         )
         keys = resolve_keys(http_config, env, key)
-        named = [p.name for _, p in keys if p.name != "default"]
-        if named:
+        if named := [p.name for _, p in keys if p.name != "default"]:
             default = source + " (principal default); " if key is not None else ""
             source = default + "[http.keys]: " + ", ".join(named)
         return cls(

@@ -51,8 +51,7 @@ class TelemetrySettings:
                 f"telemetry: expected a table ([telemetry] in roost.toml), got {type(raw).__name__}"
             )
         keys = [field.name for field in attrs.fields(cls)]
-        unknown = sorted(set(raw) - set(keys))
-        if unknown:
+        if unknown := sorted(set(raw) - set(keys)):
             raise unknown_key("telemetry", str(unknown[0]), keys, "[telemetry]")
         enabled = raw.get("enabled", True)
         if not isinstance(enabled, bool):

@@ -253,8 +253,7 @@ def _convention(kind: str, name: str, a: Mapping[str, Any]) -> tuple[str, SpanKi
 
 
 def _genai_model(out: dict[str, Any], a: Mapping[str, Any]) -> None:
-    provider = a.get("provider")
-    if provider:
+    if provider := a.get("provider"):
         out["gen_ai.provider.name"] = _GENAI_PROVIDER.get(provider, provider)
         out["gen_ai.system"] = out["gen_ai.provider.name"]  # its name before semconv 1.37
     if a.get("model"):

@@ -156,8 +156,7 @@ def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
 def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
     """``expect_mapping``, refusing a vendor's ``error`` answer (OpenAI, Gemini, Ollama shape)."""
     data = expect_mapping(value, what, provider)
-    err = data.get("error")
-    if err:
+    if err := data.get("error"):
         message = err.get("message") if isinstance(err, Mapping) else err
         raise ProviderResponseError(f"{provider} reported an error: {message}")
     return data

@@ -132,8 +132,7 @@ def check_settings(
             f"{where}.api_key: keys are read only from the environment; remove api_key, "
             f"export the key and name its variable with api_key_env"
         )
-    unknown = [k for k in raw if k not in known]
-    if unknown:
+    if unknown := [k for k in raw if k not in known]:
         raise ProviderConfigError(str(unknown_key(where, str(unknown[0]), known, f"[{where}]")))
     out: dict[str, Any] = {}
     for name, expected, valid in (

@@ -74,8 +74,7 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         "model": model,
     }
     body.update(passthrough_parameters(request.parameters))
-    tools = function_tools(request)
-    if tools:
+    if tools := function_tools(request):
         body["tools"] = tools
     if stream:
         body["stream"] = True

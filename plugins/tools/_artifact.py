@@ -75,8 +75,7 @@ def _optional_str(arguments: Any, key: str, *, limit: int = MAX_NAME_CHARS) -> s
 
 
 def _media_type(arguments: Any, filename: str | None) -> str | None:
-    media = _optional_str(arguments, "media_type")
-    if media is not None:
+    if (media := _optional_str(arguments, "media_type")) is not None:
         if not _MEDIA_TYPE.match(media):
             raise ToolArgumentsInvalid(
                 f"arguments.media_type: {media!r} is not a media type; "

@@ -70,8 +70,7 @@ def temp_dir_of(ctx: ToolContext) -> Path:
     one private directory per process. Each command gets a private tmpfs mounted there where
     namespaces work, else uses this directory itself."""
     global _fallback_temp
-    home = data_home(ctx)
-    if home is not None:
+    if (home := data_home(ctx)) is not None:
         base = home / "tmp"
     else:
         if _fallback_temp is None or not _fallback_temp.is_dir():
@@ -290,8 +289,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
     read = tuple(_real(p) for p in getattr(files, "read", ()))
     write = tuple(_real(p) for p in getattr(files, "write", ()))
     deny: list[tuple[Path, str]] = []
-    home = data_home(ctx)
-    if home is not None:
+    if (home := data_home(ctx)) is not None:
         deny.append((home, "roost's data directory"))
         for name, other in agents.items():
             if name != ctx.agent and hasattr(other, "workspace_dir"):
