@@ -209,10 +209,7 @@ class _Capture:
         self.total = 0
 
     async def drain(self, stream: trio.abc.ReceiveStream) -> None:
-        while True:
-            chunk = await stream.receive_some(_READ_CHUNK)
-            if not chunk:
-                return
+        while chunk := await stream.receive_some(_READ_CHUNK):
             self.total += len(chunk)
             room = self.limit - len(self.data)
             if room > 0:
