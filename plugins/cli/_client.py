@@ -111,11 +111,8 @@ class DaemonClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """``POST /api/agents/{agent}/message``; waits up to ``timeout`` (default 600 s)."""
-        body: dict[str, Any] = {"message": message}
-        if session_id is not None:
-            body["session_id"] = session_id
-        if timeout is not None:
-            body["timeout"] = timeout
+        options = {"session_id": session_id, "timeout": timeout}
+        body = {"message": message, **{k: v for k, v in options.items() if v is not None}}
         wait = (timeout or DEFAULT_SEND_TIMEOUT_S) + 5.0
         path = f"/api/agents/{quote(agent, safe='')}/message"
         return await self._request("POST", path, json=body, timeout=wait)

@@ -11,7 +11,7 @@ import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,11 +39,10 @@ def say(stream: TextIO, text: str = "") -> None:
 def drain(channel: Any) -> list[Any]:
     """What ``channel`` holds now, without waiting."""
     items = []
-    while True:
-        try:
+    with suppress(trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+        while True:
             items.append(channel.receive_nowait())
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return items
+    return items
 
 
 def _opener(open_kernel: KernelOpener | None) -> KernelOpener:

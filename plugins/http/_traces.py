@@ -5,6 +5,7 @@ replaces its start), bounded by ``MAX_SPANS`` per trace and ``MAX_KEPT_SPANS`` i
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import OrderedDict
 from typing import Any
@@ -84,11 +85,9 @@ async def follow(
             async for event in events:
                 _take(log, event)
                 await trio.sleep(BATCH_WAIT_S)
-                while True:
-                    try:
+                with contextlib.suppress(trio.WouldBlock):
+                    while True:
                         _take(log, events.receive_nowait())
-                    except trio.WouldBlock:
-                        break
             nursery.cancel_scope.cancel()
 
 
