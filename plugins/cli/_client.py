@@ -208,9 +208,8 @@ class TokenRuns:
         source, span = str(event.get("source") or "?"), self._span(event)
         if event.get("kind") != TOKEN_KIND:
             done = [k for k in self._runs if k[0] == source or (span and k[1] == span)]
-            return [self._line(self._runs.pop(k)) for k in done] + [
-                event_line(event, width=self.width)
-            ]
+            ended = [self._line(self._runs.pop(k)) for k in done]
+            return [*ended, event_line(event, width=self.width)]
         payload = event.get("payload")
         text = str(payload.get("text", "")) if isinstance(payload, Mapping) else ""
         lines = []

@@ -223,13 +223,11 @@ def request_tokens(request: CompletionRequest) -> int:
     for m in request.messages:
         total += 4 + estimate_tokens(m.content)
         for call in m.tool_calls:
-            total += estimate_tokens(call.name) + estimate_tokens(
-                json.dumps(dict(call.arguments), default=str)
-            )
+            arguments = json.dumps(dict(call.arguments), default=str)
+            total += estimate_tokens(call.name) + estimate_tokens(arguments)
     for spec in request.tools:
-        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(
-            json.dumps(dict(spec.input_schema), default=str)
-        )
+        schema = json.dumps(dict(spec.input_schema), default=str)
+        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(schema)
     return total
 
 

@@ -296,9 +296,7 @@ class HttpClient:
                         if stream:
                             return response, b""
                         try:
-                            return response, await read_body(
-                                response, MAX_ANSWER_BYTES, what="the answer"
-                            )
+                            return response, await read_body(response, MAX_ANSWER_BYTES)
                         finally:
                             await response.aclose()
                     error_body = await read_error_body(response)
