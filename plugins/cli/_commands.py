@@ -489,11 +489,9 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     warnings: list[str] = []
     errors = list(validate_files(paths, warnings=warnings))
     unreported = {i: str(getattr(e, "file", "")) for i, e in enumerate(errors)}  # i -> file
-    for given in paths:
-        prefix = str(given).rstrip("/") + "/"
-        mine = [
-            i for i, file in unreported.items() if file == str(given) or file.startswith(prefix)
-        ]
+    for given in map(str, paths):
+        prefix = given.rstrip("/") + "/"
+        mine = [i for i, file in unreported.items() if file == given or file.startswith(prefix)]
         if not mine:
             say(out, f"OK     {given}")
         for i in mine:
