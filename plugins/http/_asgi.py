@@ -160,9 +160,8 @@ class DaemonApp:
             if close:
                 nursery.start_soon(_drain, receive)
             await send(self._start(response, origin, close=close))
-            await send(
-                {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
-            )  # type: ignore[arg-type]
+            body = bytes(response.body)  # type: ignore[arg-type]
+            await send({"type": "http.response.body", "body": body, "more_body": False})
 
     def _start(
         self, response: PlainResponse, origin: str | None, *, close: bool = False

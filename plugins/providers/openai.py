@@ -100,10 +100,9 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
     message = expect_mapping(choice.get("message"), "choices[0].message", provider)
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
-        raw = expect_mapping(raw, f"choices[0].message.tool_calls[{i}]", provider)
-        fn = expect_mapping(
-            raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider
-        )
+        where = f"choices[0].message.tool_calls[{i}]"
+        raw = expect_mapping(raw, where, provider)
+        fn = expect_mapping(raw.get("function"), f"{where}.function", provider)
         calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), provider, raw.get("id")))
     text = str(message.get("content") or "")
     finish = str(choice.get("finish_reason") or "stop")
