@@ -184,9 +184,7 @@ def loopback_for(host: str) -> str:
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
     """``http.public_url``, else the bound address; None for a wildcard bind (per connection)."""
-    if public_url:
-        return public_url
-    return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
+    return public_url or (None if is_wildcard(bound_host) else base_url(bound_host, bound_port))
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
