@@ -295,7 +295,7 @@ class DaemonState:
     event_buffer: int
     version: str
     closing: trio.Event = attrs.field(factory=trio.Event)
-    # Endpoints with no auth; no rate limit; their own body cap (bytes: they render their 413).
+    # Endpoints that skip auth; skip the rate limit; have their own body cap (and render the 413).
     public_endpoints: set[str] = attrs.field(factory=set)
     unlimited_endpoints: set[str] = attrs.field(factory=set)
     body_limits: dict[str, int] = attrs.field(factory=dict)
