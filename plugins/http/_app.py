@@ -420,7 +420,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
             offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
             await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
-            # Until close or the tap ends; a slow client loses events (TAP:DROPPED), not the kernel.
+            # Until close/tap end: slow clients lose events (TAP:DROPPED), never slowing the kernel.
             async with trio.open_nursery() as nursery:
 
                 async def discard_inbound() -> None:
