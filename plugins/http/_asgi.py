@@ -217,8 +217,8 @@ class DaemonApp:
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # Here hypercorn ends the request, then arms keep-alive or closes; quart-trio's
-                # cancel of the request's tasks lands mid-send: unshielded, it stayed open for good.
+                # Hypercorn ends the request here, then arms keep-alive or closes; quart-trio's
+                # cancel of its tasks lands mid-send: unshielded, connections stayed open for good.
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
                     await send(message)
