@@ -523,10 +523,8 @@ async def run_demo(
 
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="roost-demo-") as tmp:
-        if config is None:
-            config = default_config(home=home or tmp)
-        else:
-            config = attrs.evolve(config, home=home or tmp)
+        home = home or tmp
+        config = default_config(home=home) if config is None else attrs.evolve(config, home=home)
 
         say = partial(print, file=out, flush=True)
         say("booting kernel…")
