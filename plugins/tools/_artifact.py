@@ -154,7 +154,8 @@ async def artifact(call: ToolCall, ctx: ToolContext) -> ToolResult:
         return ToolResult.error(
             "artifact: only an agent's run can hand over artifacts (this call is not part of one)"
         )
-    if (name := _optional_str(arguments, "name")) is None:
+    name = _optional_str(arguments, "name")
+    if name is None:
         raise ToolArgumentsInvalid("arguments.name: required; name the artifact, e.g. report.pdf")
     description = _optional_str(arguments, "description", limit=8192)
     given = [k for k in _KINDS if arguments.get(k) is not None]

@@ -327,7 +327,8 @@ class ToolsSettings:
     def from_config(cls, config: Any) -> ToolsSettings:
         """Read ``config.tools`` defensively: missing fields take defaults, bad ones raise."""
         section = getattr(config, "tools", None)
-        if (allowlist := getattr(section, "env_allowlist", None)) is None:
+        allowlist = getattr(section, "env_allowlist", None)
+        if allowlist is None:
             allowlist = ()
         if isinstance(allowlist, str) or not all(
             isinstance(x, str) and x.strip() for x in allowlist
