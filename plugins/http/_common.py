@@ -215,7 +215,8 @@ def jsonrpc_error_code(status: int, code: str) -> int:
 
 
 def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
-    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's."""
+    """``(body, content type)`` by the route's ``render_error``, else (or if it fails) roost's
+    ``{"error": {...}}`` JSON."""
     if renderer is not None:
         error = refusal.error
         try:

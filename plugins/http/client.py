@@ -34,7 +34,8 @@ _SPACE = re.compile(r"\s+")
 _CREDENTIAL_NAME = re.compile(
     r"auth|key|token|secret|passw|cookie|session|credential|signature", re.I
 )
-# A shorter value is a setting (SESSION_TIMEOUT=3600): redacting it would mangle answers.
+# A shorter value under such a name is a setting (SESSION_TIMEOUT=3600): redacting it would
+# mangle every answer that says it.
 _MIN_CREDENTIAL = 8
 
 

@@ -399,7 +399,8 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         env = child_environment(workspace, allowlist, access.temp)
         if _landlock.landlock_status().available:
             env["PATH"] = access.bash_path(env["PATH"]) or DEFAULT_PATH
-        # The trace context (TRACEPARENT, ROOST_TRACE_*) for the command's clients; also by pid.
+        # The run's trace context (TRACEPARENT, ROOST_TRACE_*), for a client in the command to
+        # forward; the daemon also knows it by the pid.
         trace = ctx.trace or TraceContext.new(ctx.agent)
         env.update(trace.to_env())
         processes = kernel.process_traces if kernel is not None else None
