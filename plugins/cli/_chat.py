@@ -1,8 +1,7 @@
 """``roost chat AGENT``: an interactive terminal chat with streamed output.
 
-Through the running daemon when there is one (the reply's tokens stream in on
-``/api/events``), else an in-process kernel. Empty line, ``/quit`` or end of input leaves;
-``/new`` starts a new session.
+Through the running daemon when there is one (the reply's tokens stream in on ``/api/events``), else
+an in-process kernel. Empty line, ``/quit`` or end of input leaves; ``/new`` starts a new session.
 """
 
 from __future__ import annotations

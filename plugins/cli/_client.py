@@ -111,11 +111,8 @@ class DaemonClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """``POST /api/agents/{agent}/message``; waits up to ``timeout`` (default 600 s)."""
-        body: dict[str, Any] = {"message": message}
-        if session_id is not None:
-            body["session_id"] = session_id
-        if timeout is not None:
-            body["timeout"] = timeout
+        options = {"session_id": session_id, "timeout": timeout}
+        body = {"message": message, **{k: v for k, v in options.items() if v is not None}}
         wait = (timeout or DEFAULT_SEND_TIMEOUT_S) + 5.0
         path = f"/api/agents/{quote(agent, safe='')}/message"
         return await self._request("POST", path, json=body, timeout=wait)
@@ -178,8 +175,7 @@ def span_summary(span: Mapping[str, Any]) -> str:
     if isinstance(span.get("duration_ms"), (int, float)):
         text += f" {span['duration_ms']:.1f} ms"
     text += f" {span.get('status', '?')}"
-    marks = [m.get("kind") for m in span.get("marks") or () if isinstance(m, Mapping)]
-    if marks:
+    if marks := [m.get("kind") for m in span.get("marks") or () if isinstance(m, Mapping)]:
         text += " [" + ", ".join(str(m) for m in marks) + "]"
     if span.get("error"):
         text += f": {span['error']}"
@@ -212,9 +208,8 @@ class TokenRuns:
         source, span = str(event.get("source") or "?"), self._span(event)
         if event.get("kind") != TOKEN_KIND:
             done = [k for k in self._runs if k[0] == source or (span and k[1] == span)]
-            return [self._line(self._runs.pop(k)) for k in done] + [
-                event_line(event, width=self.width)
-            ]
+            ended = [self._line(self._runs.pop(k)) for k in done]
+            return [*ended, event_line(event, width=self.width)]
         payload = event.get("payload")
         text = str(payload.get("text", "")) if isinstance(payload, Mapping) else ""
         lines = []

@@ -11,7 +11,7 @@ import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,11 +39,10 @@ def say(stream: TextIO, text: str = "") -> None:
 def drain(channel: Any) -> list[Any]:
     """What ``channel`` holds now, without waiting."""
     items = []
-    while True:
-        try:
+    with suppress(trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+        while True:
             items.append(channel.receive_nowait())
-        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-            return items
+    return items
 
 
 def _opener(open_kernel: KernelOpener | None) -> KernelOpener:
@@ -86,8 +85,7 @@ async def _connect(
 ) -> AsyncIterator[DaemonClient | _InProcess]:
     """The running daemon's client, else an in-process kernel booted for one command (an
     unknown or unavailable ``agent`` refused first, then its MCP servers waited for)."""
-    client = await _daemon(config)
-    if client is not None:
+    if (client := await _daemon(config)) is not None:
         yield client
         return
     say(err, "booting kernel…")
@@ -101,18 +99,7 @@ async def _connect(
         yield _InProcess(kernel)
 
 
-# ---- MCP servers of an in-process kernel ------------------------------------------
-
 MCP_SERVER_EVENT = "MCP:SERVER"  # what the MCP client publishes when a server connects or goes down
-
-
-def _mcp_manager(kernel: KernelAPI) -> Any:
-    """The MCP client manager running in ``kernel``, or None (plugin disabled)."""
-    try:
-        from roost.plugins.mcp._client_plugin import manager_for
-    except ImportError:
-        return None
-    return manager_for(kernel)
 
 
 def _outcome(entry: Mapping[str, Any]) -> str | None:
@@ -127,7 +114,11 @@ def _outcome(entry: Mapping[str, Any]) -> str | None:
 async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
     """Wait until each MCP server is connected or failed (at most its ``timeout_secs``): a
     one-shot command listing or running tools after boot would miss every ``mcp_*`` tool."""
-    manager = _mcp_manager(kernel)
+    try:
+        from roost.plugins.mcp._client_plugin import manager_for
+    except ImportError:  # the MCP plugin may be disabled
+        return
+    manager = manager_for(kernel)
     if manager is None or not manager.states:
         return
     async with kernel.tap.subscribe(kinds=(MCP_SERVER_EVENT,), buffer=16) as changes:
@@ -165,9 +156,6 @@ async def wait_for_mcp_servers(kernel: KernelAPI, err: TextIO) -> None:
                 del deadlines[name]
 
 
-# ---- formatting ------------------------------------------------------------------
-
-
 def format_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_width: int = 60
 ) -> str:
@@ -183,18 +171,14 @@ def _agent_rows(agents: Sequence[Mapping[str, Any]]) -> list[list[Any]]:
     rows = []
     for a in agents:
         model = "/".join(str(p) for p in (a.get("provider"), a.get("model")) if p)
-        tools = a.get("tools")
-        count = (
-            len(tools) if isinstance(tools, (list, tuple)) else (tools if tools is not None else "")
-        )
+        count = a.get("tools")  # a list, or its length (None: format_table shows "")
+        if isinstance(count, (list, tuple)):
+            count = len(count)
         status = a.get("status", "")
         if a.get("error") and status != "ready":  # why it is stopped or unavailable
             status = f"{status}: {a['error']}"
         rows.append([a.get("name"), model, count, status, a.get("description", "")])
     return rows
-
-
-# ---- commands -------------------------------------------------------------------------
 
 
 async def agents_command(
@@ -209,10 +193,8 @@ async def agents_command(
     elif not agents:
         say(err, "no agents configured (add agents.dirs to roost.toml or agents/<name>/agent.json)")
     else:
-        say(
-            out,
-            format_table(["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"], _agent_rows(agents)),
-        )
+        columns = ["NAME", "MODEL", "TOOLS", "STATUS", "DESCRIPTION"]
+        say(out, format_table(columns, _agent_rows(agents)))
     for line in _pending_peer_lines(peers):
         say(out, line)
     return 0
@@ -274,8 +256,7 @@ async def send_command(
     err: TextIO,
     open_kernel: KernelOpener | None = None,
 ) -> int:
-    """``roost send AGENT MESSAGE``: via the daemon, else in-process; exit code 1 if the agent
-    answered with an error."""
+    """``roost send AGENT MESSAGE`` via the daemon, else in-process; exit code 1 on an error."""
     if not message.strip():
         raise CliError("MESSAGE is empty; pass the text to send, e.g. roost send coder 'hello'")
     async with _connect(config, err, open_kernel, agent) as client:
@@ -300,8 +281,7 @@ async def watch_command(
     err: TextIO,
     stop: Callable[[], Awaitable[Any]] | None = None,
 ) -> int:
-    """``roost watch``: the daemon's events, a line each, until ``count`` or ``stop`` (default:
-    SIGINT or SIGTERM)."""
+    """``roost watch``: a line per daemon event until ``count`` or ``stop`` (SIGINT, SIGTERM)."""
     client = await _daemon(config)
     if client is None:
         raise CliError(
@@ -313,12 +293,8 @@ async def watch_command(
     seen = 0
     runs = None if as_json else TokenRuns()  # one line per run's streamed tokens
     async with client.events(kinds) as ws:
-        say(
-            err,
-            f"watching {client.info.url}/api/events"
-            + (f" (kinds: {', '.join(kinds)})" if kinds else "")
-            + " · Ctrl-C to stop",
-        )
+        only = f" (kinds: {', '.join(kinds)})" if kinds else ""
+        say(err, f"watching {client.info.url}/api/events{only} · Ctrl-C to stop")
         async with trio.open_nursery() as nursery:
 
             async def stop_watching() -> None:
@@ -340,12 +316,8 @@ async def watch_command(
                             say(out, line)
                     seen += 1
             except ConnectionClosed as closed:
-                reason = closed.reason
-                say(
-                    err,
-                    "the daemon closed the stream "
-                    f"({reason.code}{': ' + reason.reason if reason.reason else ''})",
-                )
+                code, why = closed.reason.code, closed.reason.reason
+                say(err, f"the daemon closed the stream ({code}{': ' + why if why else ''})")
             nursery.cancel_scope.cancel()
     for line in runs.flush() if runs is not None else ():
         say(out, line)
@@ -357,11 +329,8 @@ async def wait_for_signal(err: TextIO | None = None) -> int:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
         async for signum in received:
             if err is not None:
-                say(
-                    err,
-                    f"\nreceived {signal.Signals(signum).name}; stopping "
-                    "(press Ctrl-C again to force)",
-                )
+                name = signal.Signals(signum).name
+                say(err, f"\nreceived {name}; stopping (press Ctrl-C again to force)")
             return signum
     return 0  # pragma: no cover - the receiver never ends by itself
 
@@ -385,8 +354,7 @@ async def run_command(
     host = host if host is not None else config.http.host
     port = port if port is not None else config.http.port
     settings = HttpSettings.from_config(config.http)  # bad [http] settings fail before booting
-    running = await find_daemon(config.home)
-    if running is not None:
+    if (running := await find_daemon(config.home)) is not None:
         raise CliError(
             f"a roost daemon is already running for {config.home} at {running.url} (pid "
             f"{running.pid}); stop it first, or set ROOST_HOME to use another data directory"
@@ -464,19 +432,14 @@ def banner(out: TextIO, kernel: KernelAPI, url: str, settings: Any, *, host: str
         say(out, f"  manifest skipped: {error}")
     for warning in kernel.load_warnings:
         say(out, f"  warning: {warning}")
-    sandbox = _sandbox_line()
-    if sandbox:
+    if sandbox := _sandbox_line():
         say(out, sandbox)
-    failures = list(kernel.plugins.failures)
-    if failures:
+    if failures := list(kernel.plugins.failures):
         say(out, f"  plugin failures ({len(failures)}):")
         for f in failures:
             say(out, f"    - {f.name} ({f.stage}): {f.error}")
-    say(
-        out,
-        "  MCP clients (IDE config): "
-        f"{json.dumps(ide_config(kernel.config.home), ensure_ascii=False)}",
-    )
+    entry = json.dumps(ide_config(kernel.config.home), ensure_ascii=False)
+    say(out, f"  MCP clients (IDE config): {entry}")
     if settings.api_key:
         say(out, f'    (add your key to its "env" as {kernel.config.http.api_key_env})')
     say(out, f"  events: {url.replace('http://', 'ws://', 1)}/api/events · Ctrl-C to stop")
@@ -526,11 +489,9 @@ def validate_command(paths: Sequence[str], *, out: TextIO, err: TextIO) -> int:
     warnings: list[str] = []
     errors = list(validate_files(paths, warnings=warnings))
     unreported = {i: str(getattr(e, "file", "")) for i, e in enumerate(errors)}  # i -> file
-    for given in paths:
-        prefix = str(given).rstrip("/") + "/"
-        mine = [
-            i for i, file in unreported.items() if file == str(given) or file.startswith(prefix)
-        ]
+    for given in map(str, paths):
+        prefix = given.rstrip("/") + "/"
+        mine = [i for i, file in unreported.items() if file == given or file.startswith(prefix)]
         if not mine:
             say(out, f"OK     {given}")
         for i in mine:
@@ -562,10 +523,8 @@ async def run_demo(
 
     out = out or sys.stdout
     with tempfile.TemporaryDirectory(prefix="roost-demo-") as tmp:
-        if config is None:
-            config = default_config(home=home or tmp)
-        else:
-            config = attrs.evolve(config, home=home or tmp)
+        home = home or tmp
+        config = default_config(home=home) if config is None else attrs.evolve(config, home=home)
 
         say = partial(print, file=out, flush=True)
         say("booting kernel…")
@@ -609,10 +568,8 @@ async def run_demo(
                 say("error: the depth breaker did not trip")
                 return 1
             trip = trips[0].payload
-            say(
-                f"breaker tripped: hop {len(trip['path'])} refused, "
-                f"the depth limit is {trip['max_depth']}:"
-            )
+            hop, limit = len(trip["path"]), trip["max_depth"]
+            say(f"breaker tripped: hop {hop} refused, the depth limit is {limit}:")
             say("  " + " → ".join(trip["path"]))
             say(f"reply: {runaway.text}")
         say()

@@ -81,17 +81,16 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["PROPAGATE_EXCEPTIONS"] = False
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
     state = DaemonState(
         kernel=kernel,
         settings=settings,
         limiter=Gcra(settings.rate_limit_per_s, settings.rate_limit_burst),
         event_buffer=event_buffer,
         version=roost_version(),
+        traces=TraceLog(history if isinstance(history, int) and history > 0 else 0),
     )
     app.extensions["roost"] = state
-    history = getattr(getattr(getattr(kernel, "config", None), "http", None), "trace_history", 0)
-    if isinstance(history, int) and history > 0:
-        state.traces = TraceLog(history)
     _install_gates(app, state)
     _install_error_handlers(app, state)
     _install_api(app, state)
@@ -123,8 +122,7 @@ _ROUTE_CACHE_MAX = 4096
 def route_for(
     app: QuartTrio, state: DaemonState, method: str, path: str
 ) -> tuple[str, dict[str, Any]] | None:
-    """``(endpoint, view args)`` of the route for ``path`` (trailing slashes ignored), or None;
-    cached (bounded)."""
+    """``(endpoint, view args)`` for ``path`` (trailing slashes ignored), or None; cached."""
     cache = state.route_cache
     path = canonical_path(path)
     key = (method, path)
@@ -147,9 +145,6 @@ def daemon_state(app: QuartTrio) -> DaemonState:
     return app.extensions["roost"]
 
 
-# ---- responses ---------------------------------------------------------------------
-
-
 def _current():
     return request if has_request_context() else websocket
 
@@ -165,22 +160,13 @@ def refusal_response(app: QuartTrio, refusal: Refusal, req: Any = None):
     )
 
 
-# ---- origin, auth, rate limit, body size ---------------------------------------------
-
-
 def _install_gates(app: QuartTrio, state: DaemonState) -> None:
     settings = state.settings
 
     def gate(req, *, is_websocket: bool):
-        # Browsers send CORS preflights without credentials; only Quart's automatic
-        # OPTIONS answer (no view code runs) skips auth, never a plugin's own OPTIONS view.
-        rule = getattr(req, "url_rule", None)
-        is_preflight = (
-            not is_websocket
-            and req.method == "OPTIONS"
-            and rule is not None
-            and bool(getattr(rule, "provide_automatic_options", False))
-        )
+        # Only Quart's automatic OPTIONS answer (a CORS preflight has no credentials) skips auth.
+        automatic = getattr(getattr(req, "url_rule", None), "provide_automatic_options", False)
+        is_preflight = not is_websocket and req.method == "OPTIONS" and bool(automatic)
         server = req.server
 
         def socket_token() -> str | None:  # a page's key rides as a subprotocol, or ?token=
@@ -234,9 +220,6 @@ def _install_gates(app: QuartTrio, state: DaemonState) -> None:
         return response
 
 
-# ---- error handlers -------------------------------------------------------------------
-
-
 def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     @app.errorhandler(HTTPException)
     async def _http_error(exc: HTTPException):
@@ -248,8 +231,7 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
         if status == 404:
             message = f"no such endpoint: {req.path}; see GET /health, /api/agents, /api/tools"
         elif status == 405:
-            allow = exc.valid_methods if hasattr(exc, "valid_methods") else None  # type: ignore[attr-defined]
-            allowed = ", ".join(sorted(allow or ()))
+            allowed = ", ".join(sorted(getattr(exc, "valid_methods", None) or ()))
             headers["Allow"] = allowed
             message = (
                 f"method {req.method} is not allowed on {req.path}; allowed: {allowed or 'none'}"
@@ -272,9 +254,6 @@ def _install_error_handlers(app: QuartTrio, state: DaemonState) -> None:
     async def _unexpected(exc: Exception):
         log.error("unexpected error serving %s", _current().path, exc_info=exc)
         return refusal_response(app, internal_error())
-
-
-# ---- the API ----------------------------------------------------------------------------
 
 
 async def _read_json_object() -> dict[str, Any]:
@@ -313,8 +292,7 @@ def parse_message_body(body: Mapping[str, Any]) -> tuple[str, str | None, float 
         check_json_input(body, "")
     except InvalidInput as exc:
         raise InvalidRequest(exc.field, str(exc)) from None
-    unknown = sorted(set(body) - set(_MESSAGE_FIELDS))
-    if unknown:
+    if unknown := sorted(set(body) - set(_MESSAGE_FIELDS)):
         raise InvalidRequest(
             unknown[0],
             f"unknown field {unknown[0]!r}; allowed fields: {', '.join(_MESSAGE_FIELDS)}",
@@ -409,19 +387,13 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
             trace = TraceContext.from_headers(request.headers)
         except InvalidTraceContext as exc:
             raise InvalidRequest(exc.field, str(exc)) from None
-        # A session belongs to the principal that made it: the same id sent by another
-        # principal names another session (its own, new), never this one.
+        # A session is its principal's: the same id from another principal names its own.
+        principal = getattr(principal_of(request), "name", None)
         reply = await kernel.send(
-            name,
-            message,
-            session_id=session_id,
-            trace=trace,
-            timeout=timeout,
-            principal=getattr(principal_of(request), "name", None),
+            name, message, session_id=session_id, trace=trace, timeout=timeout, principal=principal
         )
-        body = reply_json(reply)
         headers = {"X-Roost-Trace-Id": reply.trace_id} if reply.trace_id else {}
-        return body, 200, headers
+        return reply_json(reply), 200, headers
 
     @app.get("/api/tools")
     async def list_tools():
@@ -448,8 +420,7 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
         async with kernel.tap.subscribe(buffer=state.event_buffer, kinds=kinds) as rx:
             offered = WEBSOCKET_PROTOCOL in websocket.requested_subprotocols
             await websocket.accept(subprotocol=WEBSOCKET_PROTOCOL if offered else None)
-            # Forward events as JSON text until the daemon closes or the tap ends (a slow
-            # client loses events, announced by TAP:DROPPED, instead of slowing the kernel).
+            # Until close/tap end: slow clients lose events (TAP:DROPPED), never slowing the kernel.
             async with trio.open_nursery() as nursery:
 
                 async def discard_inbound() -> None:
@@ -470,9 +441,6 @@ def _install_api(app: QuartTrio, state: DaemonState) -> None:
                 nursery.cancel_scope.cancel()
         code, reason = (1001, "daemon shutting down") if state.closing.is_set() else (1000, "")
         await websocket.close(code, reason)
-
-
-# ---- plugin routes -----------------------------------------------------------------------
 
 
 def _install_plugin_routes(app: QuartTrio, state: DaemonState) -> None:
@@ -508,13 +476,11 @@ def _add_plugin_route(
         return f"route {route.path} max_body_bytes must be a positive integer or None, got {cap!r}"
     methods = {str(m).upper() for m in route.methods}
     path = canonical_path(route.path)  # requests are routed without trailing slashes
-    for rule in app.url_map.iter_rules():
-        if (
-            rule.rule == path
-            and not getattr(rule, "websocket", False)
-            and methods & set(rule.methods or ())
-        ):
-            return f"route {route.path} collides with an existing route; the first one is kept"
+    same = (
+        r for r in app.url_map.iter_rules() if r.rule == path and not getattr(r, "websocket", False)
+    )
+    if any(methods & set(r.methods or ()) for r in same):
+        return f"route {route.path} collides with an existing route; the first one is kept"
     endpoint = f"plugin.{plugin}.{index}"
     try:
         # A rule without a view: _asgi.DaemonApp calls route.handler for it.

@@ -105,13 +105,9 @@ class DaemonApp:
         declared = headers.get("content-length")  # hypercorn's parser (h11) has checked it
         length = int(declared) if declared is not None and declared.isdecimal() else None
         pending = bool(length) or "transfer-encoding" in headers
+        local = str(server[0]) if server else None
         refusal, principal = state.check(
-            endpoint,
-            headers,
-            remote,
-            length,
-            local_addr=str(server[0]) if server else None,
-            is_preflight=preflight,
+            endpoint, headers, remote, length, local_addr=local, is_preflight=preflight
         )
         limit = state.body_limits.get(endpoint, state.settings.max_body_bytes)
         body = b""
@@ -125,19 +121,13 @@ class DaemonApp:
             refusal = exc.refusal
         except _Gone:
             return
-        if refusal is not None:
-            await self._answer(
-                send, receive, _refusal_response(refusal, renderer), origin, close=pending
-            )
-            return
-        if preflight:
-            allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
-            await self._answer(
-                send,
-                receive,
-                PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),)),
-                origin,
-            )
+        if refusal is not None or preflight:
+            if refusal is not None:
+                answer = _refusal_response(refusal, renderer)
+            else:  # a preflight: its body, if any, is read by now
+                allow = set(methods) | {"OPTIONS"} | ({"HEAD"} if "GET" in methods else set())
+                answer = PlainResponse(200, b"", "", (("Allow", ", ".join(sorted(allow))),))
+            await self._answer(send, receive, answer, origin, pending)
             return
         rewritten = await caller_headers(state.kernel, method, headers.items(), client, server)
         request = PlainRequest(
@@ -163,22 +153,15 @@ class DaemonApp:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _answer(
-        self,
-        send: Any,
-        receive: Any,
-        response: PlainResponse,
-        origin: str | None,
-        *,
-        close: bool = False,
+        self, send: Any, receive: Any, response: PlainResponse, origin: str | None, close: bool
     ) -> None:
         """Send a complete answer; ``close``: part of the body is unread (see the module)."""
         async with trio.open_nursery() as nursery:
             if close:
                 nursery.start_soon(_drain, receive)
             await send(self._start(response, origin, close=close))
-            await send(
-                {"type": "http.response.body", "body": bytes(response.body), "more_body": False}
-            )  # type: ignore[arg-type]
+            body = bytes(response.body)  # type: ignore[arg-type]
+            await send({"type": "http.response.body", "body": body, "more_body": False})
 
     def _start(
         self, response: PlainResponse, origin: str | None, *, close: bool = False
@@ -234,9 +217,8 @@ class DaemonApp:
                 headers.append((b"connection", b"close"))
                 message = {**message, "headers": headers}
             elif kind_ == "http.response.body" and not message.get("more_body", False):
-                # In this send hypercorn ends the request, then arms the keep-alive timer or
-                # closes the connection; quart-trio's cancel of the request's tasks lands
-                # mid-send, so unshielded the connection stayed open for good.
+                # Hypercorn ends the request here, then arms keep-alive or closes; quart-trio's
+                # cancel of its tasks lands mid-send: unshielded, connections stayed open for good.
                 with trio.CancelScope(shield=True) as scope:
                     scope.deadline = trio.current_time() + FINAL_SEND_DEADLINE_S
                     await send(message)

@@ -149,8 +149,7 @@ def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | 
     key = getattr(http_config, "api_key", None)
     if isinstance(key, str) and key.strip():
         return key.strip(), "http.api_key, from roost.toml or the environment"
-    env_name = getattr(http_config, "api_key_env", None) or ""
-    if env_name:
+    if env_name := getattr(http_config, "api_key_env", None):
         value = env.get(env_name, "")
         if value.strip():
             return value.strip(), f"environment variable {env_name}"
@@ -159,13 +158,8 @@ def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | 
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, else None."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    token = token.strip()
-    return token or None
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
 
 
 def tokens_match(presented: str | None, expected: str) -> bool:
@@ -229,9 +223,7 @@ def origin_allowed(origin: str | None, allowed_origins: Iterable[str]) -> bool:
     if normal is None:
         return False
     host = urlsplit(normal).hostname
-    if host in LOOPBACK_HOSTS:
-        return True
-    return any(normalise_origin(a) == normal for a in allowed)
+    return host in LOOPBACK_HOSTS or any(normalise_origin(a) == normal for a in allowed)
 
 
 def split_host(value: str) -> tuple[str, str] | None:

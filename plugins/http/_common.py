@@ -118,9 +118,7 @@ def _is_loopback(addr: str) -> bool:
 
 def is_loopback(addr: str | None) -> bool:
     """True for a peer on this host (127.0.0.0/8, ::1, ::ffff:127.x); False when unknown."""
-    if addr == "127.0.0.1":
-        return True
-    return addr is not None and _is_loopback(addr)
+    return addr == "127.0.0.1" or (addr is not None and _is_loopback(addr))
 
 
 def status_for(error: RoostError) -> int:
@@ -169,9 +167,6 @@ def internal_error() -> Refusal:
     return refusal(500, "internal_error", "internal error; the daemon log has the details")
 
 
-# ---- public URLs ---------------------------------------------------------------------------
-
-
 def is_wildcard(host: str) -> bool:
     """True for an address that binds every interface (``0.0.0.0``, ``::``)."""
     try:
@@ -189,9 +184,7 @@ def loopback_for(host: str) -> str:
 
 def daemon_public_url(public_url: str | None, bound_host: str, bound_port: int) -> str | None:
     """``http.public_url``, else the bound address; None for a wildcard bind (per connection)."""
-    if public_url:
-        return public_url
-    return None if is_wildcard(bound_host) else base_url(bound_host, bound_port)
+    return public_url or (None if is_wildcard(bound_host) else base_url(bound_host, bound_port))
 
 
 def connection_base_url(public_url: str | None, local: Any) -> str:
@@ -202,8 +195,6 @@ def connection_base_url(public_url: str | None, local: Any) -> str:
         return base_url(str(local[0]), int(local[1]))
     return "http://127.0.0.1"
 
-
-# ---- error shapes per route --------------------------------------------------------------
 
 ErrorRenderer = Callable[[int, str, str], tuple[bytes, str]]
 
@@ -258,17 +249,11 @@ class ErrorShapes:
 
     def set_routes(self, routes: Iterable[tuple[str, Iterable[str], str]]) -> None:
         """Index ``(rule path, methods, endpoint)`` of every route, in registration order."""
-        self._routes = [
-            (
-                tuple(
-                    None if "<" in part else part
-                    for part in canonical_path(path).strip("/").split("/")
-                ),
-                frozenset(methods),
-                self.by_endpoint.get(endpoint),
-            )
-            for path, methods, endpoint in routes
-        ]
+        self._routes = []
+        for path, methods, endpoint in routes:
+            parts = canonical_path(path).strip("/").split("/")
+            rule = tuple(None if "<" in part else part for part in parts)
+            self._routes.append((rule, frozenset(methods), self.by_endpoint.get(endpoint)))
 
     def for_request(self, endpoint: str | None, method: str, path: str) -> ErrorRenderer | None:
         if endpoint is not None:
@@ -311,8 +296,7 @@ class DaemonState:
     event_buffer: int
     version: str
     closing: trio.Event = attrs.field(factory=trio.Event)
-    # Endpoints without auth, without rate limit, and with their own body cap (bytes, from
-    # RouteDescriptor.max_body_bytes: they render their own 413 when the body is read).
+    # Endpoints that skip auth; skip the rate limit; have their own body cap (and render the 413).
     public_endpoints: set[str] = attrs.field(factory=set)
     unlimited_endpoints: set[str] = attrs.field(factory=set)
     body_limits: dict[str, int] = attrs.field(factory=dict)

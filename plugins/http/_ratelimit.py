@@ -16,14 +16,13 @@ class Gcra:
     arrival time is dropped once passed, at most ``max_keys`` kept (least recently seen evicted)."""
 
     def __init__(self, rate_per_s: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
-        if number_setting(rate_per_s) is None:
-            raise ValueError(
-                f"rate_per_s must be a positive number of requests per second, got {rate_per_s!r}"
-            )
-        if number_setting(burst, integer=True) is None:
-            raise ValueError(f"burst must be an integer of at least 1, got {burst!r}")
-        if number_setting(max_keys, integer=True) is None:
-            raise ValueError(f"max_keys must be an integer of at least 1, got {max_keys!r}")
+        for name, value, integer, what in (
+            ("rate_per_s", rate_per_s, False, "a positive number of requests per second"),
+            ("burst", burst, True, "an integer of at least 1"),
+            ("max_keys", max_keys, True, "an integer of at least 1"),
+        ):
+            if number_setting(value, integer=integer) is None:
+                raise ValueError(f"{name} must be {what}, got {value!r}")
         self.rate_per_s = float(rate_per_s)
         self.burst = burst
         self.max_keys = max_keys

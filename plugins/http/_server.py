@@ -70,8 +70,7 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
     config.include_server_header = False
     config.errorlog = logging.getLogger("roost.http.server")
     access = logging.getLogger("roost.http.access")
-    # hypercorn formats every request's access-log fields whenever a logger is set, logged or
-    # not: set one only when it would write something.
+    # hypercorn formats access-log fields whenever a logger is set: set one only if it logs.
     if access.isEnabledFor(logging.INFO):
         config.accesslog = access
         config.logger_class = _AccessLog  # so that ?token= never reaches a log
@@ -82,18 +81,14 @@ def _hyper_config(fd: int, graceful_timeout: float, settings: HttpSettings) -> H
 _TOKEN_VALUE = re.compile(r"(token=)[^;&/?#]*", re.IGNORECASE)
 
 
-def _logged_path(path: str) -> str:
-    """``path`` (decoded: ``%3F`` is a ``?``) up to a ``?``, with no ``token=`` value."""
-    return _TOKEN_VALUE.sub(r"\1…", path.partition("?")[0])
-
-
 class _AccessLog(HyperConfig.logger_class):  # type: ignore[misc,valid-type]
     """hypercorn's logger (``Config.logger_class``) whose access log never shows a key: the
     request line holds the path without the query (browsers pass ``?token=``)."""
 
     def atoms(self, request: Any, response: Any, request_time: float) -> Any:
         atoms = super().atoms(request, response, request_time)
-        path = _logged_path(str(request.get("path", "")))
+        # The path up to a ``?`` (it is decoded: a ``%3F`` is one too), with no ``token=`` value.
+        path = _TOKEN_VALUE.sub(r"\1…", str(request.get("path", "")).partition("?")[0])
         atoms["r"] = atoms["R"] = f"{atoms['m']} {path} {atoms['H']}"
         atoms["U"] = atoms["Uq"] = path
         atoms["q"] = ""
@@ -106,8 +101,7 @@ class _AcceptErrors(logging.Filter):
     def __init__(self, settings: HttpSettings) -> None:
         super().__init__()
         self.settings = settings
-        # The soft open-file limit, read now: out of descriptors, an import could not open its
-        # file. None: unlimited, or not readable here.
+        # Read now (out of descriptors, an import would fail); None: unlimited, or unreadable.
         self.limit: int | None = None
         with contextlib.suppress(ImportError, OSError, ValueError):
             import resource
@@ -186,8 +180,7 @@ async def serve(
             task_status.started((bound_host, bound_port))
     except BaseExceptionGroup as group:
         if owner is None:  # failed while starting: surface the cause plainly
-            cause = _sole_cause(group)
-            if cause is not None:
+            if (cause := _sole_cause(group)) is not None:
                 raise cause from None
         raise
     finally:

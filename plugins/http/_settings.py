@@ -40,8 +40,7 @@ class HttpSettings:
     allowed_origins: tuple[str, ...] = ()
     # False: peers on this host (loopback) are not rate limited; the limit is for the others.
     rate_limit_loopback: bool = False
-    # Host names (lowercase, no port) requests may name besides localhost, 127.0.0.1, [::1]
-    # and the address a connection reached; "*" allows any.
+    # Names (lowercase, no port) served besides loopback and the address reached; "*": any.
     allowed_hosts: tuple[str, ...] = ()
     # The base URL links are built from (cards' interface URLs); None: the bound address.
     public_url: str | None = None
@@ -100,13 +99,9 @@ class HttpSettings:
             "or '192.168.1.5'), or '*'",
         )
         keys = resolve_keys(http_config, env, key)
-        named = [p.name for _, p in keys if p.name != "default"]
-        if named:
-            source = (
-                (source + " (principal default); " if key is not None else "")
-                + "[http.keys]: "
-                + ", ".join(named)
-            )
+        if named := [p.name for _, p in keys if p.name != "default"]:
+            default = source + " (principal default); " if key is not None else ""
+            source = default + "[http.keys]: " + ", ".join(named)
         return cls(
             api_key=key,
             api_key_source=source,

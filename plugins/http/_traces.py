@@ -5,6 +5,8 @@ replaces its start), bounded by ``MAX_SPANS`` per trace and ``MAX_KEPT_SPANS`` i
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections import OrderedDict
 from typing import Any
 
@@ -55,12 +57,8 @@ class TraceLog:
 
     def recent(self, limit: int) -> list[dict[str, Any]]:
         """The newest ``limit`` traces, newest first: ``{"trace_id", "spans"}`` each."""
-        out = []
-        for trace_id in reversed(self._traces):
-            if len(out) >= limit:
-                break
-            out.append({"trace_id": trace_id, "spans": self.spans(trace_id)})
-        return out
+        newest = itertools.islice(reversed(self._traces), limit)
+        return [{"trace_id": trace_id, "spans": self.spans(trace_id)} for trace_id in newest]
 
     def __len__(self) -> int:
         return len(self._traces)
@@ -87,11 +85,9 @@ async def follow(
             async for event in events:
                 _take(log, event)
                 await trio.sleep(BATCH_WAIT_S)
-                while True:
-                    try:
+                with contextlib.suppress(trio.WouldBlock):
+                    while True:
                         _take(log, events.receive_nowait())
-                    except trio.WouldBlock:
-                        break
             nursery.cancel_scope.cancel()
 
 

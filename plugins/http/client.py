@@ -34,12 +34,9 @@ _SPACE = re.compile(r"\s+")
 _CREDENTIAL_NAME = re.compile(
     r"auth|key|token|secret|passw|cookie|session|credential|signature", re.I
 )
-# A shorter value under such a name is a setting (TOKENIZERS_PARALLELISM=false,
-# SESSION_TIMEOUT=3600): redacting it would mangle every answer that says it.
+# A shorter value under such a name is a setting (SESSION_TIMEOUT=3600): redacting it would
+# mangle every answer that says it.
 _MIN_CREDENTIAL = 8
-
-
-# ---- reading at most a cap --------------------------------------------------------------
 
 
 class ResponseTooLarge(ValueError):
@@ -87,13 +84,11 @@ async def read_body(response: httpx.Response, limit: int, *, what: str = "the an
 async def read_error_body(response: httpx.Response, limit: int = ERROR_BODY_BYTES) -> bytes:
     """At most the first ``limit`` bytes of an error body (a broken connection ends it)."""
     body = bytearray()
-    try:
+    with contextlib.suppress(httpx.HTTPError):  # what arrived is enough to say what went wrong
         async for chunk in response.aiter_bytes():
             body += chunk
             if len(body) >= limit:
                 break
-    except httpx.HTTPError:
-        pass  # what arrived is enough to say what went wrong
     return bytes(body[:limit])
 
 
@@ -117,9 +112,6 @@ async def sse_events(
         async for event in events:
             unfinished = 0
             yield event
-
-
-# ---- HTTP errors and retries --------------------------------------------------------------
 
 
 def http_status_line(status: int) -> str:
@@ -193,19 +185,12 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
     lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        with contextlib.suppress(KeyError, ValueError):
+            return max(0.0, float(lowered[name]) / scale)
     value = lowered.get("retry-after")
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -223,17 +208,12 @@ def http_retry_wait(
     wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
     # Callers told the same Retry-After would all come back in the same instant.
     wait += random.uniform(0.0, 0.05 + 0.2 * wait)
-    if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining:
-        return None
-    return wait
+    return None if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining else wait
 
 
 def remaining_s(deadline: float) -> float:
     """Seconds until ``deadline`` (``trio.current_time()``) or the cancel scope's, if sooner."""
     return min(deadline, trio.current_effective_deadline()) - trio.current_time()
-
-
-# ---- connections to checked addresses only ------------------------------------------------
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):

@@ -51,8 +51,7 @@ class TelemetrySettings:
                 f"telemetry: expected a table ([telemetry] in roost.toml), got {type(raw).__name__}"
             )
         keys = [field.name for field in attrs.fields(cls)]
-        unknown = sorted(set(raw) - set(keys))
-        if unknown:
+        if unknown := sorted(set(raw) - set(keys)):
             raise unknown_key("telemetry", str(unknown[0]), keys, "[telemetry]")
         enabled = raw.get("enabled", True)
         if not isinstance(enabled, bool):
@@ -97,22 +96,16 @@ def missing_extra() -> str | None:
     return None
 
 
-def check(config: Any) -> TelemetrySettings:
-    """Check ``[telemetry]``; enabled without the extra, a ConfigError names the install."""
-    settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
-    if settings.enabled:
-        module = missing_extra()
-        if module is not None:
-            raise ConfigError(
-                f"telemetry: exporting spans needs OpenTelemetry ({module} is not installed); "
-                f"run {INSTALL_HINT}, or remove [telemetry] (or set telemetry.enabled = false)"
-            )
-    return settings
-
-
 @hookimpl
 def roost_check_config(config: Any) -> None:
-    check(config)  # a bad [telemetry], or one without the extra installed, stops the boot
+    """A bad ``[telemetry]``, or one enabled without the extra installed, stops the boot."""
+    settings = TelemetrySettings.from_config(getattr(config, "telemetry", None))
+    module = missing_extra() if settings.enabled else None
+    if module is not None:
+        raise ConfigError(
+            f"telemetry: exporting spans needs OpenTelemetry ({module} is not installed); "
+            f"run {INSTALL_HINT}, or remove [telemetry] (or set telemetry.enabled = false)"
+        )
 
 
 @hookimpl

@@ -9,6 +9,7 @@ own ids, and exports batches in a worker thread, one at a time, each bounded by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -155,11 +156,9 @@ class SpanExport:
     async def _flush(self, events: trio.MemoryReceiveChannel[Any], deadline: float) -> None:
         """Export the spans that have ended, by ``deadline``."""
         records: list[Mapping[str, Any]] = []
-        while True:
-            try:
+        with contextlib.suppress(trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            while True:
                 self._take(events.receive_nowait(), records)
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
         for start in range(0, len(records), MAX_BATCH):
             await self._export(records[start : start + MAX_BATCH], deadline)
 
@@ -253,8 +252,7 @@ def _convention(kind: str, name: str, a: Mapping[str, Any]) -> tuple[str, SpanKi
 
 
 def _genai_model(out: dict[str, Any], a: Mapping[str, Any]) -> None:
-    provider = a.get("provider")
-    if provider:
+    if provider := a.get("provider"):
         out["gen_ai.provider.name"] = _GENAI_PROVIDER.get(provider, provider)
         out["gen_ai.system"] = out["gen_ai.provider.name"]  # its name before semconv 1.37
     if a.get("model"):

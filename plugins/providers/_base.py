@@ -138,9 +138,10 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
     return dict(value)
 
 
-def make_tool_call(name: str, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
-    """A ``ToolCall`` from raw arguments; bad ones set ``arguments_error``, so the call fails
-    as a tool result the model can correct instead of ending the run."""
+def make_tool_call(name: Any, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
+    """A ``ToolCall`` (a None name is ``""``); bad arguments set ``arguments_error``, so the
+    call fails as a tool result the model can correct instead of ending the run."""
+    name = str(name or "")
     ids = {"id": call_id} if call_id else {}
     try:
         return ToolCall(name, parse_arguments(raw, name, provider), **ids)
@@ -160,8 +161,7 @@ def expect_mapping(value: Any, what: str, provider: str) -> Mapping[str, Any]:
 def expect_answer(value: Any, what: str, provider: str) -> Mapping[str, Any]:
     """``expect_mapping``, refusing a vendor's ``error`` answer (OpenAI, Gemini, Ollama shape)."""
     data = expect_mapping(value, what, provider)
-    err = data.get("error")
-    if err:
+    if err := data.get("error"):
         message = err.get("message") if isinstance(err, Mapping) else err
         raise ProviderResponseError(f"{provider} reported an error: {message}")
     return data
@@ -228,13 +228,11 @@ def request_tokens(request: CompletionRequest) -> int:
     for m in request.messages:
         total += 4 + estimate_tokens(m.content)
         for call in m.tool_calls:
-            total += estimate_tokens(call.name) + estimate_tokens(
-                json.dumps(dict(call.arguments), default=str)
-            )
+            arguments = json.dumps(dict(call.arguments), default=str)
+            total += estimate_tokens(call.name) + estimate_tokens(arguments)
     for spec in request.tools:
-        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(
-            json.dumps(dict(spec.input_schema), default=str)
-        )
+        schema = json.dumps(dict(spec.input_schema), default=str)
+        total += estimate_tokens(spec.name + spec.description) + estimate_tokens(schema)
     return total
 
 

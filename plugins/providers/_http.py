@@ -82,9 +82,6 @@ class StreamInterrupted(ProviderResponseError):
     code = "provider_stream_cut"
 
 
-# ---- settings ---------------------------------------------------------------------------
-
-
 @attrs.frozen
 class ProviderSettings:
     """``[providers.<name>]`` from roost.toml, checked, with the key read from the env."""
@@ -135,25 +132,20 @@ def check_settings(
             f"{where}.api_key: keys are read only from the environment; remove api_key, "
             f"export the key and name its variable with api_key_env"
         )
-    unknown = [k for k in raw if k not in known]
-    if unknown:
+    if unknown := [k for k in raw if k not in known]:
         raise ProviderConfigError(str(unknown_key(where, str(unknown[0]), known, f"[{where}]")))
     out: dict[str, Any] = {}
-    if "base_url" in raw:
-        base_url = raw["base_url"]
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ProviderConfigError(
-                f"{where}.base_url: expected an http:// or https:// URL, got {_shown(base_url)}"
-            )
-        out["base_url"] = base_url
-    if "api_key_env" in raw:
-        key_env = raw["api_key_env"]
-        if not isinstance(key_env, str) or not key_env.strip():
-            raise ProviderConfigError(
-                f"{where}.api_key_env: expected the name of an environment "
-                f"variable, got {_shown(key_env)}"
-            )
-        out["api_key_env"] = key_env
+    for name, expected, valid in (
+        ("base_url", "an http:// or https:// URL", lambda v: v.startswith(("http://", "https://"))),
+        ("api_key_env", "the name of an environment variable", lambda v: bool(v.strip())),
+    ):
+        if name in raw:
+            value = raw[name]
+            if not isinstance(value, str) or not valid(value):
+                raise ProviderConfigError(
+                    f"{where}.{name}: expected {expected}, got {_shown(value)}"
+                )
+            out[name] = value
     if "headers" in raw:
         try:
             out["headers"] = header_table(raw["headers"], f"{where}.headers")
@@ -196,9 +188,6 @@ def _shown(value: Any) -> str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool)
         else json_type_name(value)
     )
-
-
-# ---- the client -------------------------------------------------------------------------
 
 
 def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | None) -> float:
@@ -307,9 +296,7 @@ class HttpClient:
                         if stream:
                             return response, b""
                         try:
-                            return response, await read_body(
-                                response, MAX_ANSWER_BYTES, what="the answer"
-                            )
+                            return response, await read_body(response, MAX_ANSWER_BYTES)
                         finally:
                             await response.aclose()
                     error_body = await read_error_body(response)

@@ -34,9 +34,6 @@ _STOP = {
 }
 
 
-# ---- sans-I/O: requests ------------------------------------------------------------------
-
-
 def to_anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     """roost messages as Messages-API turns: tool results become a user turn of
     ``tool_result`` blocks; consecutive turns of one role are merged (the API alternates)."""
@@ -90,9 +87,6 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
     return body
 
 
-# ---- sans-I/O: responses -----------------------------------------------------------------
-
-
 def parse_usage(data: Any, prior: Usage = Usage()) -> Usage:
     if not isinstance(data, Mapping):
         return prior
@@ -126,14 +120,9 @@ def parse_message(data: Any) -> Completion:
         if block.get("type") == "text":
             text.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
-            name = str(block.get("name") or "")
+            call_id = str(block["id"]) if block.get("id") else None
             calls.append(
-                make_tool_call(
-                    name,
-                    block.get("input"),
-                    "anthropic",
-                    str(block["id"]) if block.get("id") else None,
-                )
+                make_tool_call(block.get("name"), block.get("input"), "anthropic", call_id)
             )
     stop = str(data.get("stop_reason"))
     return completion("".join(text), calls, stop, parse_usage(data.get("usage")), _STOP)
@@ -187,9 +176,7 @@ class MessagesStreamAssembler(Assembler):
 
     def tool_calls(self) -> list[ToolCall]:
         return [
-            make_tool_call(
-                b["name"] or "", b["json"], "anthropic", str(b["id"]) if b["id"] else None
-            )
+            make_tool_call(b["name"], b["json"], "anthropic", str(b["id"]) if b["id"] else None)
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
         ]

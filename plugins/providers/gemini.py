@@ -51,8 +51,6 @@ class GeminiWire:
             return f"{base_url}/{API_VERSION}/models/{model}:streamGenerateContent?alt=sse"
         return f"{base_url}/{API_VERSION}/models/{model}:generateContent"
 
-    # -- requests --
-
     def contents(self, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         turns: list[dict[str, Any]] = []
         for m in messages:
@@ -84,18 +82,15 @@ class GeminiWire:
         if request.system:
             body["systemInstruction"] = {"parts": [{"text": request.system}], "role": "user"}
         if request.tools:
-            body["tools"] = [
+            declarations = [
                 {
-                    "functionDeclarations": [
-                        {
-                            "name": t.name,
-                            "description": t.description,
-                            "parametersJsonSchema": dict(t.input_schema),
-                        }
-                        for t in request.tools
-                    ]
+                    "name": t.name,
+                    "description": t.description,
+                    "parametersJsonSchema": dict(t.input_schema),
                 }
+                for t in request.tools
             ]
+            body["tools"] = [{"functionDeclarations": declarations}]
         config = {
             _RENAMED.get(k) or re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v
             for k, v in passthrough_parameters(request.parameters).items()
@@ -103,8 +98,6 @@ class GeminiWire:
         if config:
             body["generationConfig"] = config
         return body
-
-    # -- responses --
 
     def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
         data = expect_answer(data, "the response", "gemini")
@@ -129,9 +122,8 @@ class GeminiWire:
             part = expect_mapping(part, f"candidates[0].content.parts[{i}]", "gemini")
             if "functionCall" in part:
                 fc = expect_mapping(part["functionCall"], f"parts[{i}].functionCall", "gemini")
-                name = str(fc.get("name") or "")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
-                calls.append(make_tool_call(name, fc.get("args"), "gemini", call_id))
+                calls.append(make_tool_call(fc.get("name"), fc.get("args"), "gemini", call_id))
                 if part.get("thoughtSignature"):  # kept to send back with the call; bounded
                     self.signatures[call_id] = str(part["thoughtSignature"])
                     while len(self.signatures) > _MAX_SIGNATURES:

@@ -74,16 +74,11 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
 def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
-        fn = expect_mapping(
-            expect_mapping(raw, f"message.tool_calls[{i}]", "ollama").get("function"),
-            f"message.tool_calls[{i}].function",
-            "ollama",
-        )
-        name = str(fn.get("name") or "")
+        raw = expect_mapping(raw, f"message.tool_calls[{i}]", "ollama")
+        fn = expect_mapping(raw.get("function"), f"message.tool_calls[{i}].function", "ollama")
         # Ollama gives no call id; roost makes one so results pair with their calls.
-        calls.append(
-            make_tool_call(name, fn.get("arguments"), "ollama", "call_" + uuid.uuid4().hex[:16])
-        )
+        call_id = "call_" + uuid.uuid4().hex[:16]
+        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), "ollama", call_id))
     return calls
 
 

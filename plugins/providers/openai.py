@@ -37,9 +37,6 @@ _FINISH = {
 }
 
 
-# ---- sans-I/O: requests ------------------------------------------------------------------
-
-
 def to_openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     """roost messages in Chat Completions form (system first, tool results as ``tool``)."""
     out: list[dict[str, Any]] = []
@@ -77,16 +74,12 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
         "model": model,
     }
     body.update(passthrough_parameters(request.parameters))
-    tools = function_tools(request)
-    if tools:
+    if tools := function_tools(request):
         body["tools"] = tools
     if stream:
         body["stream"] = True
         body.setdefault("stream_options", {"include_usage": True})
     return body
-
-
-# ---- sans-I/O: responses -----------------------------------------------------------------
 
 
 def parse_usage(data: Any) -> Usage:
@@ -107,13 +100,10 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
     message = expect_mapping(choice.get("message"), "choices[0].message", provider)
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
-        raw = expect_mapping(raw, f"choices[0].message.tool_calls[{i}]", provider)
-        fn = expect_mapping(
-            raw.get("function"), f"choices[0].message.tool_calls[{i}].function", provider
-        )
-        name = str(fn.get("name") or "")
-        call_id = raw.get("id")
-        calls.append(make_tool_call(name, fn.get("arguments"), provider, call_id))
+        where = f"choices[0].message.tool_calls[{i}]"
+        raw = expect_mapping(raw, where, provider)
+        fn = expect_mapping(raw.get("function"), f"{where}.function", provider)
+        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), provider, raw.get("id")))
     text = str(message.get("content") or "")
     finish = str(choice.get("finish_reason") or "stop")
     return completion(text, calls, finish, parse_usage(data.get("usage")), _FINISH)

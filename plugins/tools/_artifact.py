@@ -28,7 +28,7 @@ from roost.kernel import (
 )
 
 from ._beneath import READ_FLAGS, open_under
-from ._sandbox import agent_thread, tool_spec, workspace_of
+from ._sandbox import agent_thread, text_arg, tool_spec, workspace_of
 
 _MEDIA_TYPE = re.compile(
     r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
@@ -48,23 +48,14 @@ ARTIFACT_SPEC = tool_spec(
         "MCP callers as content."
     ),
     properties={
-        "name": {
-            "type": "string",
-            "description": "The artifact's name, e.g. report.pdf or summary",
-        },
-        "description": {"type": "string", "description": "What the artifact is (optional)"},
-        "text": {"type": "string", "description": "Text content"},
+        "name": text_arg("The artifact's name, e.g. report.pdf or summary"),
+        "description": text_arg("What the artifact is (optional)"),
+        "text": text_arg("Text content"),
         "data": {"description": "Structured content: any JSON value"},
-        "path": {"type": "string", "description": "A file in your workspace to hand over"},
-        "url": {"type": "string", "description": "An http(s) URL of a file"},
-        "media_type": {
-            "type": "string",
-            "description": "e.g. application/pdf; guessed from the file name if left out",
-        },
-        "filename": {
-            "type": "string",
-            "description": "The file's name for the receiver (default: the path's name)",
-        },
+        "path": text_arg("A file in your workspace to hand over"),
+        "url": text_arg("An http(s) URL of a file"),
+        "media_type": text_arg("e.g. application/pdf; guessed from the file name if left out"),
+        "filename": text_arg("The file's name for the receiver (default: the path's name)"),
     },
     required=["name"],
     readOnlyHint=True,
@@ -84,17 +75,14 @@ def _optional_str(arguments: Any, key: str, *, limit: int = MAX_NAME_CHARS) -> s
 
 
 def _media_type(arguments: Any, filename: str | None) -> str | None:
-    media = _optional_str(arguments, "media_type")
-    if media is not None:
+    if (media := _optional_str(arguments, "media_type")) is not None:
         if not _MEDIA_TYPE.match(media):
             raise ToolArgumentsInvalid(
                 f"arguments.media_type: {media!r} is not a media type; "
                 "write it like text/csv or image/png"
             )
         return media.lower()
-    if filename:
-        return mimetypes.guess_type(filename, strict=False)[0]
-    return None
+    return mimetypes.guess_type(filename, strict=False)[0] if filename else None
 
 
 def _outside(raw: str, root: Path) -> ToolArgumentsInvalid:

@@ -11,7 +11,6 @@ the sandbox". On timeout or cancellation roost asks the supervisor to kill every
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import logging
 import os
@@ -92,10 +91,7 @@ def network_namespace_status() -> tuple[bool, str]:
 def protect_process() -> bool:
     """Make this process non-dumpable: processes of the same user (a child of bash among
     them) can then neither ptrace it nor read its memory or ``/proc/<pid>/environ``."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.prctl(ctypes.c_int(PR_SET_DUMPABLE), ctypes.c_ulong(0), 0, 0, 0) == 0
+    return sys.platform.startswith("linux") and _sandbox_exec._prctl(PR_SET_DUMPABLE, 0)
 
 
 def unenforced() -> list[str]:
@@ -108,15 +104,14 @@ def unenforced() -> list[str]:
             "environment and memory stay closed: roost is non-dumpable), and its $TMPDIR "
             "is a directory on roost's disk with no size cap"
         )
+        why = "it needs bash's PID namespace (or user namespace)"
     elif not network_namespace_status()[0]:
         missing.append(
             f"a network namespace for bash ({network_namespace_status()[1]}): without "
             "granted ports bash shares the host's network (UDP included; TCP refused by "
             "Landlock)"
         )
-    if not ok:
-        why = "it needs bash's PID namespace (or user namespace)"
-    elif os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
+    if ok and os.geteuid() == 0 and not _sandbox_exec.PER_NAMESPACE_PID_MAX:
         why = (
             "roost runs as root, whom RLIMIT_NPROC does not bind, and Linux < 6.14 has no "
             "per-namespace pid_max"
@@ -214,10 +209,7 @@ class _Capture:
         self.total = 0
 
     async def drain(self, stream: trio.abc.ReceiveStream) -> None:
-        while True:
-            chunk = await stream.receive_some(_READ_CHUNK)
-            if not chunk:
-                return
+        while chunk := await stream.receive_some(_READ_CHUNK):
             self.total += len(chunk)
             room = self.limit - len(self.data)
             if room > 0:
@@ -407,8 +399,8 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         env = child_environment(workspace, allowlist, access.temp)
         if _landlock.landlock_status().available:
             env["PATH"] = access.bash_path(env["PATH"]) or DEFAULT_PATH
-        # The run's trace context, for a client in the command to forward (TRACEPARENT,
-        # ROOST_TRACE_DEPTH, ROOST_TRACE_PATH); the daemon also knows it by the pid.
+        # The run's trace context (TRACEPARENT, ROOST_TRACE_*), for a client in the command to
+        # forward; the daemon also knows it by the pid.
         trace = ctx.trace or TraceContext.new(ctx.agent)
         env.update(trace.to_env())
         processes = kernel.process_traces if kernel is not None else None
@@ -428,11 +420,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
         )
         return ToolResult(
             content=({"type": "text", "text": format_output(run, timeout)},),
-            structured_content={
-                "exit_code": run["exit_code"],
-                "timed_out": run["timed_out"],
-                "truncated": run["truncated"],
-            },
+            structured_content={k: run[k] for k in BASH_OUTPUT_SCHEMA["required"]},
             is_error=run["timed_out"],
         )
 

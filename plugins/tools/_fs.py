@@ -47,6 +47,7 @@ from ._sandbox import (
     int_arg,
     path_argument,
     string_arg,
+    text_arg,
     tool_spec,
 )
 
@@ -144,10 +145,6 @@ def _write_all(fd: int, data: bytes) -> None:
         offset += os.pwrite(fd, view[offset:], offset)
 
 
-def _is_binary(head: bytes) -> bool:
-    return b"\0" in head
-
-
 def _shown(path: Any, access: FileAccess) -> str:
     """``path`` relative to the workspace when inside it, else absolute."""
     rel = os.path.relpath(path, access.workspace)
@@ -226,7 +223,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
         fd = _open(access.locate(raw), READ_FLAGS, raw, "read")
         info = _regular(fd, raw, "read")
         with os.fdopen(fd, "rb") as f:
-            if _is_binary(f.read(BINARY_SNIFF_BYTES)):
+            if b"\0" in f.read(BINARY_SNIFF_BYTES):
                 return ToolResult.error(
                     f"{raw!r} is a binary file ({info.st_size} bytes); read shows text files only"
                 )
@@ -277,7 +274,7 @@ WRITE_SPEC = tool_spec(
     ),
     properties={
         "path": string_arg("File to write."),
-        "content": {"type": "string", "description": "The complete new file content."},
+        "content": text_arg("The complete new file content."),
     },
     required=["path", "content"],
     readOnlyHint=False,
@@ -302,10 +299,8 @@ def _open_for_write(loc: Located, raw: str) -> tuple[int, bool]:
         raise _explain(exc, raw, loc, "write") from None
     try:
         try:
-            fd, existed = (
-                os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd),
-                False,
-            )
+            fd = os.open(name, _WRITE_FLAGS | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=dir_fd)
+            existed = False
         except FileExistsError:
             fd, existed = os.open(name, _WRITE_FLAGS, dir_fd=dir_fd), True
     except IsADirectoryError:
@@ -351,7 +346,7 @@ EDIT_SPEC = tool_spec(
     properties={
         "path": string_arg("File to edit."),
         "old_string": string_arg("The exact text to replace."),
-        "new_string": {"type": "string", "description": "The text to put in its place."},
+        "new_string": text_arg("The text to put in its place."),
         "replace_all": flag_arg("Replace every occurrence instead of exactly one (default false)."),
     },
     required=["path", "old_string", "new_string"],
@@ -400,20 +395,19 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
             if what is None:
                 raise
             raise _Refused(f"cannot edit {raw!r}: it {what}; use write to create a file") from None
-        if info.st_size > MAX_EDIT_BYTES:
-            os.close(fd)
-            raise _Refused(
-                f"cannot edit {raw!r}: it is {info.st_size} bytes, over edit's limit of "
-                f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
-            )
         with os.fdopen(fd, "r+b") as f:
+            if info.st_size > MAX_EDIT_BYTES:
+                raise _Refused(
+                    f"cannot edit {raw!r}: it is {info.st_size} bytes, over edit's limit of "
+                    f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
+                )
             data = f.read(MAX_EDIT_BYTES + 1)
             if len(data) > MAX_EDIT_BYTES:  # it grew since fstat
                 return ToolResult.error(
                     f"cannot edit {raw!r}: it is over edit's limit of "
                     f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
                 )
-            if _is_binary(data[:BINARY_SNIFF_BYTES]):
+            if b"\0" in data[:BINARY_SNIFF_BYTES]:
                 return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
             try:
                 text = data.decode("utf-8")
@@ -491,14 +485,10 @@ async def list_directory(call: ToolCall, ctx: ToolContext) -> ToolResult:
         fd = _open_dir(loc, raw, "list")
         try:
             with os.scandir(fd) as it:
-                entries = sorted(
-                    (
-                        e
-                        for e in it
-                        if (hidden or not e.name.startswith(".")) and e.name not in denied
-                    ),
-                    key=lambda e: e.name,
-                )
+                entries = [e for e in it if e.name not in denied]
+            if not hidden:
+                entries = [e for e in entries if not e.name.startswith(".")]
+            entries.sort(key=lambda e: e.name)
             lines = []
             for entry in entries[:MAX_LISTED]:
                 try:
@@ -731,15 +721,14 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 )
             files = _grep_files(fd, loc.path.name, access.denied_below(loc), deadline)
             for rel, data in files:
-                if not accept(rel) or data is None or _is_binary(data[:BINARY_SNIFF_BYTES]):
+                if not accept(rel) or data is None or b"\0" in data[:BINARY_SNIFF_BYTES]:
                     continue
                 files_searched += 1
                 text = data.decode("utf-8", errors="replace")
-                hit = False
+                before = len(out)
                 for number, line in enumerate(text.splitlines(), start=1):
                     if not regex.search(line):
                         continue
-                    hit = True
                     if len(line) > MAX_GREP_LINE_CHARS:
                         line = line[:MAX_GREP_LINE_CHARS] + " …"
                     entry = f"{rel}:{number}: {line}"
@@ -751,7 +740,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                     if used >= budget:
                         stopped = "output limit reached; narrow the pattern, path or glob"
                         break
-                files_matched += hit
+                files_matched += len(out) > before
                 if stopped:
                     break
             if not stopped and time.monotonic() > deadline:

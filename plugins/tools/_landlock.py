@@ -45,18 +45,12 @@ NET_ABI = 4
 SCOPE_ABI = 6
 
 READ_ACCESS = ACCESS_FS_EXECUTE | ACCESS_FS_READ_FILE | ACCESS_FS_READ_DIR
-# Rights that may be granted on a regular or device file (not only on directories).
-FILE_ACCESS = (
-    ACCESS_FS_EXECUTE
-    | ACCESS_FS_WRITE_FILE
-    | ACCESS_FS_READ_FILE
-    | ACCESS_FS_TRUNCATE
-    | ACCESS_FS_IOCTL_DEV
-)
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random", "/dev/urandom")
 DEVICE_ACCESS = (
     ACCESS_FS_READ_FILE | ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE | ACCESS_FS_IOCTL_DEV
 )
+# Rights that may be granted on a regular or device file (not only on directories).
+FILE_ACCESS = DEVICE_ACCESS | ACCESS_FS_EXECUTE
 
 
 def fs_access_for_abi(abi: int) -> int:
@@ -143,9 +137,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _syscall_numbers() -> tuple[int, int, int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    return _SYSCALLS.get(os.uname().machine)
+    return _SYSCALLS.get(os.uname().machine) if sys.platform.startswith("linux") else None
 
 
 _status: LandlockStatus | None = None

@@ -70,8 +70,7 @@ def temp_dir_of(ctx: ToolContext) -> Path:
     one private directory per process. Each command gets a private tmpfs mounted there where
     namespaces work, else uses this directory itself."""
     global _fallback_temp
-    home = data_home(ctx)
-    if home is not None:
+    if (home := data_home(ctx)) is not None:
         base = home / "tmp"
     else:
         if _fallback_temp is None or not _fallback_temp.is_dir():
@@ -117,6 +116,11 @@ def path_argument(arguments: Any, *, default: str | None = None) -> str:
 def string_arg(description: str) -> dict[str, Any]:
     """A non-empty string argument's schema."""
     return {"type": "string", "minLength": 1, "description": description}
+
+
+def text_arg(description: str) -> dict[str, Any]:
+    """A string argument's schema (empty allowed)."""
+    return {"type": "string", "description": description}
 
 
 def int_arg(description: str, minimum: int, maximum: int | None = None) -> dict[str, Any]:
@@ -165,14 +169,6 @@ def _inside(path: Path, root: Path) -> bool:
 
 
 @attrs.frozen
-class Root:
-    """A directory (or file) an agent may use; ``what`` names it in messages."""
-
-    path: Path
-    what: str
-
-
-@attrs.frozen
 class Located:
     """A checked path: open ``rel`` beneath ``root`` (``follow``: symlinks allowed, rwx)."""
 
@@ -196,7 +192,7 @@ class FileAccess:
 
     def locate(self, raw: str, *, write: bool = False) -> Located:
         """Where ``raw`` lies; ``SandboxError`` names the manifest field that would allow it."""
-        verb = "write" if write else "read"
+        verb, grant = ("write", WRITE_GRANT) if write else ("read", READ_GRANT)
         if write and self.mode == "read-only":
             raise SandboxError(
                 f"cannot write {raw!r}: agent {self.agent!r} runs in read-only mode, which "
@@ -206,15 +202,15 @@ class FileAccess:
         path = Path(os.path.normpath(self.workspace / raw))
         if self.mode == "rwx":
             return Located(Path("/"), os.path.relpath(path, "/"), path, follow=True)
+        # (a directory or file the agent may use, what names it in messages)
         roots = [
-            Root(self.workspace, "its workspace"),
-            *(() if write else (Root(p, READ_GRANT) for p in self.read)),
-            *(Root(p, WRITE_GRANT) for p in self.write),
+            (self.workspace, "its workspace"),
+            *(() if write else ((p, READ_GRANT) for p in self.read)),
+            *((p, WRITE_GRANT) for p in self.write),
         ]
-        inside = [r for r in roots if _inside(path, r.path)]
+        inside = [r for r in roots if _inside(path, r[0])]
         if not inside:
-            grant = WRITE_GRANT if write else READ_GRANT
-            granted = [str(r.path) for r in roots if r.what in (READ_GRANT, WRITE_GRANT)]
+            granted = [str(p) for p, what in roots if what in (READ_GRANT, WRITE_GRANT)]
             also = f" and {', '.join(granted)}" if granted else ""
             raise SandboxError(
                 f"cannot {verb} {raw!r}: {path} is outside what agent {self.agent!r} may "
@@ -222,17 +218,15 @@ class FileAccess:
                 f'to allow it, add "{path}" (or a directory above it) to "{grant}" in its '
                 "agent.json"
             )
-        root = max(inside, key=lambda r: len(r.path.parts))
+        root, through = max(inside, key=lambda r: len(r[0].parts))
         for denied, what in sorted(self.deny, key=lambda d: -len(d[0].parts)):
-            if denied != root.path and _inside(denied, root.path) and _inside(path, denied):
-                grant = WRITE_GRANT if write else READ_GRANT
+            if denied != root and _inside(denied, root) and _inside(path, denied):
                 raise SandboxError(
                     f"cannot {verb} {raw!r}: {path} is inside {what} ({denied}), which agent "
-                    f"{self.agent!r} may not {verb} through {root.what} {root.path}; only an "
+                    f"{self.agent!r} may not {verb} through {through} {root}; only an "
                     f'entry in "{grant}" naming a path inside it would allow that'
                 )
-        rel = os.path.relpath(path, root.path)
-        return Located(root.path, rel, path)
+        return Located(root, os.path.relpath(path, root), path)
 
     def denied_below(self, located: Located) -> frozenset[str]:
         """The denied paths below ``located``, relative to it (walks do not enter them)."""
@@ -295,16 +289,12 @@ def file_access(ctx: ToolContext) -> FileAccess:
     read = tuple(_real(p) for p in getattr(files, "read", ()))
     write = tuple(_real(p) for p in getattr(files, "write", ()))
     deny: list[tuple[Path, str]] = []
-    home = data_home(ctx)
-    if home is not None:
+    if (home := data_home(ctx)) is not None:
         deny.append((home, "roost's data directory"))
         for name, other in agents.items():
             if name != ctx.agent and hasattr(other, "workspace_dir"):
                 deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
-
-
-# ---- Settings ------------------------------------------------------------------------
 
 
 def _number(section: Any, name: str, default: float) -> Any:

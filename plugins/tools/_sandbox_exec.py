@@ -13,6 +13,7 @@ parent is gone it kills the whole tree and exits 128 + the signal. Standard libr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import importlib.util
@@ -63,21 +64,22 @@ def _prctl(option: int, value: int) -> bool:
     return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), 0, 0, 0) == 0
 
 
-def _kernel_at_least(major: int, minor: int) -> bool:
-    try:
-        release = os.uname().release.split("-", 1)[0].split(".")
-        return (int(release[0]), int(release[1])) >= (major, minor)
-    except (ValueError, IndexError):
-        return False
-
-
 # Linux 6.14 made pid_max per PID namespace; before, root in a namespace set the host's.
-PER_NAMESPACE_PID_MAX = _kernel_at_least(6, 14)
+try:
+    _release = os.uname().release.split("-", 1)[0].split(".")
+    PER_NAMESPACE_PID_MAX = (int(_release[0]), int(_release[1])) >= (6, 14)
+except (ValueError, IndexError):
+    PER_NAMESPACE_PID_MAX = False
 
 
 def _fail(message: str, code: int = SANDBOX_EXIT_CODE) -> int:
     os.write(2, f"roost sandbox: {message}\n".encode())
     return code
+
+
+def _abort(message: str) -> None:
+    """In the child, before exec: exit at once with ``SANDBOX_EXIT_CODE``, saying why."""
+    os._exit(_fail(message))
 
 
 def _load(name: str):
@@ -88,9 +90,6 @@ def _load(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-# ---- arguments -------------------------------------------------------------------------
 
 
 class Options:
@@ -150,9 +149,6 @@ def parse(argv: list[str]) -> Options:
     raise ValueError("missing '--' before the command")
 
 
-# ---- processes -------------------------------------------------------------------------
-
-
 def _parent_map() -> dict[int, list[int]]:
     """parent pid -> child pids, from one scan of /proc."""
     children: dict[int, list[int]] = {}
@@ -200,10 +196,8 @@ def kill_tree() -> dict[int, int]:
     statuses: dict[int, int] = {}
     for _ in range(_MAX_KILL_ROUNDS):
         for pid in descendants(me):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         try:
             pid, status = os.waitpid(-1, 0)  # a killed child dies promptly
         except ChildProcessError:
@@ -217,9 +211,6 @@ def kill_tree() -> dict[int, int]:
 def exit_code(status: int) -> int:
     code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
-
-
-# ---- namespaces ------------------------------------------------------------------------
 
 
 class _Refused(Exception):
@@ -280,9 +271,6 @@ def _mount(
     return _libc.mount(source, target, fstype, flags, data) == 0
 
 
-# ---- the command -----------------------------------------------------------------------
-
-
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -319,20 +307,15 @@ def exec_confined(opts: Options, original_mask: set) -> None:
         try:
             drop_capabilities()
         except _Refused as exc:
-            os._exit(
-                _fail(f"cannot drop capabilities ({exc}); refusing to run the command with them")
-            )
+            _abort(f"cannot drop capabilities ({exc}); refusing to run the command with them")
         seccomp = _load("_seccomp") if opts.sockets else None  # before Landlock hides it
         if opts.landlock:
             landlock = _load("_landlock")
             try:
                 landlock.restrict_self(opts)
             except Exception as exc:  # fail closed: never run unconfined by accident
-                os._exit(
-                    _fail(
-                        f"Landlock could not be applied ({exc}); refusing "
-                        "to run the command unconfined"
-                    )
+                _abort(
+                    f"Landlock could not be applied ({exc}); refusing to run the command unconfined"
                 )
         try:
             if seccomp is not None:
@@ -346,11 +329,9 @@ def exec_confined(opts: Options, original_mask: set) -> None:
                 limit = opts.memory_mb << 20
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         except (OSError, ValueError, OverflowError) as exc:  # a limit past the C type's range
-            os._exit(
-                _fail(
-                    f"the socket filter or the resource limits could not be applied ({exc}); "
-                    "refusing to run the command without them"
-                )
+            _abort(
+                f"the socket filter or the resource limits could not be applied ({exc}); "
+                "refusing to run the command without them"
             )
         os.execv(opts.command[0], opts.command)
     except BaseException as exc:
@@ -448,16 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         os.close(alive_r)
     outcome, signum, status = wait_for(child, opts.parent)
     if outcome != "exited":
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)  # in a namespace, its init: that ends it all
-        except ProcessLookupError:
-            pass
-    statuses = kill_tree()
-    if status is None:
-        status = statuses.get(child)
-    if outcome != "exited":
-        return 128 + signum
-    return exit_code(status) if status is not None else SANDBOX_EXIT_CODE
+    kill_tree()
+    return 128 + signum if status is None else exit_code(status)  # status: only when exited
 
 
 if __name__ == "__main__":

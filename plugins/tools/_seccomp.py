@@ -148,15 +148,10 @@ def install(*, own_netns: bool) -> None:
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
     libc = ctypes.CDLL(None, use_errno=True)
-    for args in (
+    for option, value, arg in (
         (PR_SET_NO_NEW_PRIVS, 1, 0),  # required to load a filter without CAP_SYS_ADMIN
         (PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog)),
     ):
-        if (
-            libc.prctl(
-                ctypes.c_int(args[0]), ctypes.c_ulong(args[1]), ctypes.c_ulong(args[2]), 0, 0
-            )
-            != 0
-        ):
+        if libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(arg), 0, 0):
             err = ctypes.get_errno()
-            raise OSError(err, f"prctl({args[0]}): {os.strerror(err)}")
+            raise OSError(err, f"prctl({option}): {os.strerror(err)}")

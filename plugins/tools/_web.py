@@ -37,8 +37,6 @@ _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtm
 _TEXT_SUFFIXES = ("+json", "+xml")
 
 
-# ---- HTML to text --------------------------------------------------------------------
-
 _SKIP = {"script", "style", "noscript", "template", "svg", "head", "iframe", "object"}
 _BLOCK = {
     "p", "div", "section", "article", "header", "footer", "nav", "aside", "main", "ul", "ol",
@@ -126,9 +124,6 @@ def html_to_text(markup: str) -> str:
     text = text.replace(_PRE_SPACE, " ").replace(_PRE_TAB, "\t")
     title = " ".join(parser.title.split())
     return f"Title: {html.unescape(title)}\n\n{text}" if title else text
-
-
-# ---- Fetching ------------------------------------------------------------------------
 
 
 async def fetch(

@@ -407,6 +407,14 @@ async def test_streamed_tool_arguments_that_are_not_json(vendor):
     assert call.arguments == {} and "not valid JSON" in call.arguments_error
 
 
+async def test_a_streamed_tool_name_that_is_not_a_string_is_read_as_text(vendor):
+    # As in a whole message's tool_use block: ToolCall.name is a str whatever the vendor sent.
+    vendor.queue(Reply(chunks=tool_stream(name=5), content_type="text/event-stream"))
+    _, completion = await collect(provider(vendor), conversation())
+    (call,) = completion.tool_calls
+    assert call.name == "5" and call.arguments == {"city": "Paris"}
+
+
 async def test_malformed_json_from_the_vendor(vendor):
     vendor.queue(Reply(body=b"<html>502 Bad Gateway</html>", content_type="text/html"))
     with pytest.raises(ProviderResponseError, match="malformed JSON"):
