@@ -65,21 +65,26 @@ class DaemonApp:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
-        if kind == "http" or kind == "websocket":
-            path = scope["path"]
-            if path.endswith("/") and len(path) > 1:
-                raw = scope.get("raw_path")
-                scope = {**scope, "path": canonical_path(path)}
-                if isinstance(raw, bytes):
-                    scope["raw_path"] = raw.rstrip(b"/") or b"/"
-            if kind == "http":
-                found = route_for(self.app, self.state, scope["method"], scope["path"])
-                if found is not None:
-                    route = self.state.routes.get(found[0])
-                    if route is not None:
-                        await self.serve_route(route, found[0], found[1], scope, receive, send)
-                        return
-        await self.quart(scope, receive, send)
+        try:
+            if kind == "http" or kind == "websocket":
+                path = scope["path"]
+                if path.endswith("/") and len(path) > 1:
+                    raw = scope.get("raw_path")
+                    scope = {**scope, "path": canonical_path(path)}
+                    if isinstance(raw, bytes):
+                        scope["raw_path"] = raw.rstrip(b"/") or b"/"
+                if kind == "http":
+                    found = route_for(self.app, self.state, scope["method"], scope["path"])
+                    if found is not None:
+                        route = self.state.routes.get(found[0])
+                        if route is not None:
+                            await self.serve_route(route, found[0], found[1], scope, receive, send)
+                            return
+            await self.quart(scope, receive, send)
+        except* trio.BusyResourceError:
+            # The client left while being answered: hypercorn shuts the socket down outside its
+            # send lock, so the answer's send finds it busy. Nobody is left to answer.
+            log.debug("%s %s: the client left before its answer was sent", kind, scope.get("path"))
 
     async def serve_route(
         self,

@@ -3,6 +3,7 @@ connection (keep-alive, pipelining), the shared checks, deadlines, big answers, 
 readers, malformed requests and graceful shutdown."""
 
 import json
+import logging
 import socket
 from functools import partial
 
@@ -321,6 +322,27 @@ async def test_oversized_bodies_are_413_and_the_connection_closes(make_kernel):
 
         ok = await client.post("/fast/a", content=pieces())
         assert ok.json()["size"] == 600
+
+
+async def test_a_client_leaving_after_its_413_head_logs_no_asgi_error(make_kernel, caplog):
+    # Regression: the client read the 413's head and closed; hypercorn shut the socket down
+    # outside its send lock while the body was being sent, and the send's BusyResourceError
+    # was logged as "Error in ASGI Framework" with a traceback (about one time in two).
+    async with serving(make(make_kernel, max_body_bytes=1000)) as client:
+        port = port_of(client)
+        for _ in range(16):
+            raw = await Raw.open(port)
+            await raw.stream.send_all(
+                b"POST /fast/a HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2000000\r\n\r\n{}"
+            )
+            with trio.fail_after(10):
+                while b"\r\n\r\n" not in raw.buffer:
+                    await raw._fill()
+            assert raw.buffer.startswith(b"HTTP/1.1 413")
+            await raw.aclose()
+        assert (await client.post("/fast/a")).status_code == 200
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
 
 
 async def test_malformed_requests_get_an_error_status_and_the_connection_closes(make_kernel):
