@@ -808,6 +808,8 @@ class McpManager:
                 jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
             )
         max_tokens = params.get("maxTokens")
+        if isinstance(max_tokens, float) and max_tokens.is_integer():
+            max_tokens = int(max_tokens)  # 100.0 is JSON Schema's integer (PHP writes it so)
         if max_tokens is not None and (
             isinstance(max_tokens, bool)
             or not isinstance(max_tokens, int)

@@ -130,6 +130,11 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
                 f"{provider}: the model called tool {tool!r} with arguments that are not valid "
                 f"JSON ({exc}); ask again with smaller numbers"
             ) from None
+        except RecursionError:
+            raise ProviderResponseError(
+                f"{provider}: the model called tool {tool!r} with arguments nested too deeply "
+                "to read; ask again with flatter arguments"
+            ) from None
     if not isinstance(value, Mapping):
         raise ProviderResponseError(
             f"{provider}: the model called tool {tool!r} with arguments that are "
@@ -353,7 +358,7 @@ def sse_json(event: Any, provider: str) -> Any:
     """The JSON payload of an SSE event, or a clear error if it is not JSON."""
     try:
         return json.loads(event.data)
-    except ValueError as exc:  # a JSONDecodeError, or an integer of more digits than int() reads
+    except (ValueError, RecursionError) as exc:  # also an int of more digits than int() reads
         why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         raise ProviderResponseError(
             f"{provider}: a stream event is not JSON ({why}): {event.data[:200]!r}"

@@ -74,6 +74,31 @@ async def test_stderr_goes_to_the_log(caplog):
             await wait_until(lambda: "server says hi" in caplog.text, "the server's stderr logged")
 
 
+async def test_a_stderr_line_with_an_undecodable_or_multiline_secret_logs_none_of_it(caplog):
+    # Regression: the line was decoded with "replace" (an undecodable byte read as U+FFFD) but
+    # the secret, from the environment, keeps it as a lone surrogate: no match, and all of the
+    # secret but that byte was logged; a multi-line secret (a PEM key) was printed line by
+    # line, and no line holds all of it.
+    odd = b"tok\xffen-abcdefgh"
+    pem = (
+        "-----BEGIN KEY-----\nQUJDREVGR0hJSktMTU5PUFFSU1RVVldY\nWVphYmNkZWZnaGlqa2xt\n-----END KEY-"
+    )
+    script = (
+        "import sys; out = sys.stderr.buffer; "
+        f"out.write(b'odd: ' + {odd!r} + b'\\n' + {pem.encode()!r} + b'\\ndone\\n'); "
+        "out.flush(); sys.stdin.read()"
+    )
+    secrets = [odd.decode("utf-8", "surrogateescape"), pem]
+    with caplog.at_level("INFO", logger="roost.mcp.server.leaky"):
+        async with open_stdio_transport(
+            sys.executable, ["-c", script], name="leaky", secrets=secrets
+        ):
+            await wait_until(lambda: "done" in caplog.text, "the server's stderr logged")
+    logged = caplog.text
+    assert "abcdefgh" not in logged and "QUJDREVG" not in logged and "WVphYmNk" not in logged
+    assert "odd: [redacted]" in logged
+
+
 async def test_a_server_ignoring_stdin_and_sigterm_is_killed_and_reaped(monkeypatch):
     from roost.plugins.mcp.transports import stdio
 

@@ -170,3 +170,11 @@ def test_a_stream_event_holding_an_integer_past_4300_digits_is_a_provider_error(
     event = SseEvent(data='{"created": ' + "1" * 5000 + "}")
     with pytest.raises(ProviderResponseError, match="openai: a stream event is not JSON"):
         sse_json(event, "openai")
+
+
+def test_a_stream_event_nested_past_the_json_decoders_depth_is_a_provider_error():
+    # Regression: RecursionError escaped sse_json (it caught only ValueError): a crash of the
+    # agent's turn instead of a clear provider error.
+    event = SseEvent(data="[" * 5000 + "]" * 5000)
+    with pytest.raises(ProviderResponseError, match="openai: a stream event is not JSON"):
+        sse_json(event, "openai")

@@ -818,3 +818,24 @@ async def test_tool_arguments_with_an_integer_past_4300_digits_go_back_to_the_mo
     result = vendor.requests[1].json["messages"][-1]
     assert result["tool_call_id"] == "call_x"
     assert "not valid JSON" in result["content"] and "4300 digits" in result["content"]
+
+
+async def test_tool_arguments_nested_past_the_json_decoders_depth_go_back_to_the_model(
+    vendor, tmp_path, monkeypatch
+):
+    # Regression: json.loads raised RecursionError for arguments nested past its depth (a
+    # prompt-injected model can write them): it escaped parse_arguments, which caught only
+    # the ValueErrors, and the agent's turn crashed instead of the model being told.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    arguments = '{"path": "notes.txt", "offset": ' + "[" * 5000 + "]" * 5000 + "}"
+    vendor.queue(
+        Reply(json=tool_completion(("call_x", "read", arguments))),
+        Reply(json=text_completion("Fixed it.")),
+    )
+    reply, _, _ = await run_agent(
+        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
+    )
+    assert reply.text == "Fixed it." and not reply.is_error
+    result = vendor.requests[1].json["messages"][-1]
+    assert result["tool_call_id"] == "call_x"
+    assert "nested too deeply" in result["content"], result["content"]
