@@ -7,7 +7,8 @@ Group commit: writes queued while the thread is busy run as ONE transaction, eac
 own SAVEPOINT (a failing write is rolled back alone). A read runs after the writes queued
 before it; a write returns only after its commit (``wait=False``: written behind, for what
 nobody is answered about). The queue is bounded; a cancelled caller's queued write is
-withdrawn, one already in a batch commits.
+withdrawn, one already in a batch commits (its caller gets Cancelled, or, ``answer_running``,
+the result: what it changed).
 
 Durability (``[store] synchronous``): ``"normal"`` survives roost being killed (a power
 loss may lose the last commits); ``"full"`` fsyncs each batch before answering, but one of
@@ -139,19 +140,27 @@ class SqliteDatabase:
         durable: bool = True,
         shield: bool = False,
         wait: bool = True,
+        answer_running: bool = False,
     ) -> _T:
         """``work(conn)``'s result once committed, one atomic write (``operation`` names it in
         errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if the
-        caller is cancelled; ``wait=False``: written behind (None once queued, failures logged)."""
+        caller is cancelled; ``answer_running``: a caller cancelled once its batch runs gets
+        the committed result (its cancellation comes at its next checkpoint), else Cancelled;
+        ``wait=False``: written behind (None once queued, failures logged)."""
         return await self._submit(
-            _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
+            _Op(operation, work, True, durable),
+            shield=shield or not wait,
+            wait=wait,
+            answer_running=answer_running,
         )
 
     async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read-only ``work(conn)`` on the database's thread and return its result."""
         return await self._submit(_Op(operation, work, False), shield=False, wait=True)
 
-    async def _submit(self, op: _Op, *, shield: bool, wait: bool) -> Any:
+    async def _submit(
+        self, op: _Op, *, shield: bool, wait: bool, answer_running: bool = False
+    ) -> Any:
         if len(self._queue) >= self.max_pending:  # back-pressure: the queue is bounded
             with trio.CancelScope(shield=shield):
                 while len(self._queue) >= self.max_pending and not self._closing:
@@ -175,7 +184,8 @@ class SqliteDatabase:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        if not shield:  # cancelled while its batch ran: Cancelled, as for a queued one
+        if not shield and (op.error is not None or not answer_running):
+            # Cancelled while its batch ran: Cancelled, as for a queued one.
             await trio.lowlevel.checkpoint_if_cancelled()
         if op.error is not None:
             raise op.error

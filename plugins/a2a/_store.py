@@ -189,7 +189,9 @@ class TaskStore(SqliteDatabase):
         """Store a new task; returns the ids of terminal tasks evicted past ``max_tasks``
         (reserved room counts as taken), TaskStoreFull if all are unfinished.
         ``durable=False``: no fsync of its own (a later durable write covers it);
-        ``reserved``: the row ``reserve()`` held room for; ``shield``: not cancellable."""
+        ``reserved``: the row ``reserve()`` held room for; ``shield``: not cancellable (else
+        withdrawn if cancelled while queued; once its batch runs, it is answered anyway, so
+        the evicted ids are never lost, and the cancellation comes at the next checkpoint)."""
         encoded, artifacts, size = _split(data)
         now = time.time()
         row = (id, context_id, agent, state, terminal, encoded, now, now, owner, artifacts, size)
@@ -228,7 +230,9 @@ class TaskStore(SqliteDatabase):
         if not reserved:
             self._inserting += 1
         try:
-            evicted = await self.write("store a task", work, durable=durable, shield=shield)
+            evicted = await self.write(
+                "store a task", work, durable=durable, shield=shield, answer_running=True
+            )
         except BaseException:
             self._count = None  # the transaction may not have committed: count again
             raise
@@ -266,7 +270,8 @@ class TaskStore(SqliteDatabase):
     async def update(
         self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
     ) -> list[str]:
-        """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``."""
+        """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``
+        (cancelled once its batch runs, it is answered anyway, like ``insert``)."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -275,7 +280,7 @@ class TaskStore(SqliteDatabase):
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
-            return await self.write("update a task", work, shield=shield)
+            return await self.write("update a task", work, shield=shield, answer_running=True)
         except BaseException:
             self._count = None  # an eviction may not have committed: count again
             raise

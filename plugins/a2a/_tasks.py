@@ -390,7 +390,9 @@ class TaskManager:
         defer: bool = False,
     ) -> LiveTask:
         """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later;
-        counted against ``owner``'s bound of unfinished tasks (refused past it)."""
+        counted against ``owner``'s bound of unfinished tasks (refused past it). Cancelled
+        while its row is written: withdrawn if still queued, else stored failed (nobody will
+        run it), then Cancelled."""
         tid = task_id or m.new_id()
         fresh_context = not message.context_id
         ctx = message.context_id or m.new_id()
@@ -425,6 +427,12 @@ class TaskManager:
             if isinstance(exc, TaskStoreFull):  # a passing condition, not a storage failure
                 raise m.unavailable(str(exc)) from None
             raise storage_failed(exc) from None
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except trio.Cancelled:  # while its row's batch ran: the row is committed (see _store)
+            await self._store_stopped(live)
+            self._unclaim(owner, tid)
+            raise
         self.live[tid] = live
         return live
 
@@ -484,7 +492,9 @@ class TaskManager:
         """Write ``task`` (``live``'s next state) as its row: an update, or its first row
         (deferred, see ``send``). Shielded: a state change is never lost to a cancellation
         (and a first row whose write was abandoned half-way could be committed without
-        ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not."""
+        ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not:
+        cancelled while queued it is withdrawn, once its batch runs it is answered (what it
+        evicted is forgotten here) and ``_create`` sees the cancellation."""
         data = {"task": task.to_json(m.V1), "agent": live.agent, "dialect": live.dialect}
         while live.first_row is not None:  # another writer is writing the first row: after it
             with trio.CancelScope(shield=True):
@@ -651,11 +661,7 @@ class TaskManager:
             # Cancelled from outside: its request was cancelled (send(wait=True)) or the service
             # is stopping. Left "working", the task would never change again: store it failed.
             if not live.settled:
-                with trio.CancelScope(shield=True, deadline=trio.current_time() + STOPPED_WRITE_S):
-                    try:
-                        await self._status(live, m.FAILED, STOPPED_REASON)
-                    except Exception:
-                        log.exception("A2A task %s: could not record that it was stopped", task.id)
+                await self._store_stopped(live)
             raise
         finally:
             if not live.stored:  # its first row could not be written (logged above)
@@ -670,6 +676,15 @@ class TaskManager:
             # stored) stays here, so readers see how it ended rather than its stale row.
             if live.task.terminal and (not live.unstored or not live.stored):
                 self.live.pop(task.id, None)
+
+    async def _store_stopped(self, live: LiveTask) -> None:
+        """Store ``live`` failed (``STOPPED_REASON``): its request or the service was
+        cancelled before it settled. Shielded, for at most ``STOPPED_WRITE_S``; failures logged."""
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + STOPPED_WRITE_S):
+            try:
+                await self._status(live, m.FAILED, STOPPED_REASON)
+            except Exception:
+                log.exception("A2A task %s: could not record that it was stopped", live.task.id)
 
     # ---- bounds: open tasks per caller, waiting for input -------------------------------------
     def _unclaim(self, owner: str, task_id: str) -> None:

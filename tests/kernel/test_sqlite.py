@@ -61,3 +61,60 @@ async def test_the_database_thread_is_woken_for_every_write_under_load(tmp_path)
     stored = {name for (name,) in rows}
     assert set(answered) <= stored and set(behind) <= stored
     assert len(answered) > 1000 and db.batches > 1000 // _Rows.max_batch
+
+
+async def test_a_write_answered_once_running_tells_its_cancelled_caller_what_it_committed(
+    tmp_path,
+):
+    # Regression (review): the A2A store's first row of a task evicts old tasks in its
+    # transaction; cancelled while its batch ran, its caller got Cancelled and never learnt
+    # which. ``answer_running``: withdrawn while queued, answered once its batch runs (then
+    # Cancelled at the next checkpoint); a failed one, which committed nothing, is Cancelled.
+    import threading
+
+    entered1, release1, entered2, release2 = (threading.Event() for _ in range(4))
+
+    def hold(entered, release):
+        def work(conn):
+            entered.set()
+            assert release.wait(10)
+
+        return work
+
+    def fail(conn):
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    outcomes: dict[str, list] = {}
+    scopes: list[trio.CancelScope] = []
+
+    async def write(name, work):
+        got = outcomes[name] = []
+        with trio.CancelScope() as scope:
+            scopes.append(scope)
+            got.append(await db.write(name, work, answer_running=True))
+            await trio.lowlevel.checkpoint()
+            got.append("not cancelled")
+        got.append("cancelled" if scope.cancelled_caught else "done")
+
+    async with _Rows.open(tmp_path / "rows.db") as db:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(db.write, "hold", hold(entered1, release1))
+                assert await trio.to_thread.run_sync(entered1.wait, 10)
+                nursery.start_soon(db.write, "hold again", hold(entered2, release2))
+                nursery.start_soon(write, "ran", _insert("ran"))
+                nursery.start_soon(write, "failed", fail)
+                await trio.testing.wait_all_tasks_blocked()
+                release1.set()  # the next batch, [hold again, ran, failed], waits in its first
+                assert await trio.to_thread.run_sync(entered2.wait, 10)
+                nursery.start_soon(write, "queued", _insert("queued"))
+                await trio.testing.wait_all_tasks_blocked()
+                for scope in scopes:
+                    scope.cancel()
+                await trio.testing.wait_all_tasks_blocked()
+                release2.set()
+            rows = await db.read(
+                "all", lambda conn: conn.execute("SELECT name FROM rows").fetchall()
+            )
+    assert outcomes == {"ran": [1, "cancelled"], "failed": ["cancelled"], "queued": ["cancelled"]}
+    assert rows == [("ran",)]  # the queued one was withdrawn

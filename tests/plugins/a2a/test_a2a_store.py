@@ -586,6 +586,88 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
         )
 
 
+@pytest.mark.parametrize("blocking", [True, False])
+async def test_a_send_cancelled_while_its_first_row_commits_keeps_its_evictions_and_no_ghost(
+    tmp_path, blocking
+):
+    # Regression (review): a new task's first row is written unshielded. Cancelled while that
+    # row's batch ran, the send got Cancelled but the row and the eviction it made committed:
+    # the evicted ids were lost (the evicted task's folder stayed in the workspace) and the
+    # new task was left "submitted", run by nobody until the daemon restarted. (Blocking or
+    # not, a send whose row is committed but whose caller was cancelled is stored failed.)
+    import base64
+    import threading
+
+    from roost.plugins.a2a import _models as m
+    from roost.plugins.a2a._inbox import folder_of
+    from roost.plugins.a2a._server import service_for
+    from roost.plugins.a2a._tasks import STOPPED_REASON, SendOptions
+
+    config = make_config(tmp_path, a2a={"max_tasks": 2})
+    blob = {"raw": base64.b64encode(b"payload").decode(), "filename": "f.bin"}
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "f"}, blob]}}
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc",
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
+            headers=V1,
+        )
+        first = r.json()["result"]["task"]["id"]
+        second = await send(http, "second")  # the store is full (max_tasks = 2): the next evicts
+        inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox"
+        assert (inbox / folder_of(first)).exists()
+        tasks = service_for(kernel).tasks
+        store = tasks.store
+        entered1, release1, entered2, release2 = (threading.Event() for _ in range(4))
+
+        def hold(entered, release):
+            def work(conn):
+                entered.set()
+                assert release.wait(10)
+
+            return work
+
+        scope = trio.CancelScope()
+
+        async def sender():
+            with scope:
+                message = m.Message("m3", m.ROLE_USER, (m.Part(text="third"),))
+                options = SendOptions()
+                owner = kernel.host_principal
+                await tasks.send(
+                    "echo", message, options, trace=None, dialect=m.V1, owner=owner, wait=blocking
+                )
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(store.write, "hold the thread", hold(entered1, release1))
+                assert await trio.to_thread.run_sync(entered1.wait, 10)
+                nursery.start_soon(store.write, "share the next batch", hold(entered2, release2))
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(sender)
+                await trio.testing.wait_all_tasks_blocked()  # its first row queued behind
+                release1.set()
+                assert await trio.to_thread.run_sync(entered2.wait, 10)  # [hold, row] runs
+                scope.cancel()  # too late to withdraw the row
+                await trio.testing.wait_all_tasks_blocked()
+                release2.set()
+            assert scope.cancelled_caught
+            assert (await store.get(first)) is None  # evicted by the cancelled send's row
+            await wait_until(
+                lambda: not (inbox / folder_of(first)).exists(),
+                "the evicted task's folder removed",
+                timeout=5,
+            )
+            rows, total = await store.list(agent="echo")
+            (third,) = [r for r in rows if r.id != second["result"]["task"]["id"]]
+            unfinished = await store.unfinished()
+    # No ghost: the committed row is stored failed, and holds no room in memory.
+    assert total == 2 and unfinished == []
+    assert third.state == m.FAILED and third.terminal
+    assert third.data["task"]["status"]["message"]["parts"][0]["text"] == STOPPED_REASON
+    assert third.id not in tasks.live and not tasks._open
+
+
 async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_stored(
     tmp_path, monkeypatch
 ):
