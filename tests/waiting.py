@@ -8,6 +8,7 @@ exit) when there is one; poll a condition with these helpers when there is none.
 from __future__ import annotations
 
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,3 +56,25 @@ def wait_until_sync(
         if time.monotonic() >= deadline:
             raise _failure(predicate, what, timeout)
         time.sleep(POLL_S)
+
+
+class ThreadGate:
+    """Holds a SQLite database's thread inside one write (``work``) until ``release`` is set,
+    so that the writes queued meanwhile are known to share its next batch (no timing)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def work(self, conn: Any) -> Any:
+        self.entered.set()
+        assert self.release.wait(10), "gate never released"
+
+    async def wait_entered(self) -> None:
+        """Until the database's thread is inside ``work`` (bounded)."""
+        assert await trio.to_thread.run_sync(self.entered.wait, 10), "gate never entered"
+
+    async def hold(self, db: Any, nursery: trio.Nursery, operation: str = "gate") -> None:
+        """Start ``work`` as a write of ``db`` in ``nursery``; return once it holds the thread."""
+        nursery.start_soon(db.write, operation, self.work)
+        await self.wait_entered()

@@ -6,6 +6,7 @@ import random
 
 import trio
 from roost.kernel import SqliteDatabase
+from waiting import ThreadGate
 
 
 class _Rows(SqliteDatabase):
@@ -70,16 +71,7 @@ async def test_a_write_answered_once_running_tells_its_cancelled_caller_what_it_
     # transaction; cancelled while its batch ran, its caller got Cancelled and never learnt
     # which. ``answer_running``: withdrawn while queued, answered once its batch runs (then
     # Cancelled at the next checkpoint); a failed one, which committed nothing, is Cancelled.
-    import threading
-
-    entered1, release1, entered2, release2 = (threading.Event() for _ in range(4))
-
-    def hold(entered, release):
-        def work(conn):
-            entered.set()
-            assert release.wait(10)
-
-        return work
+    first, second = ThreadGate(), ThreadGate()
 
     def fail(conn):
         conn.execute("INSERT INTO no_such_table VALUES (1)")
@@ -99,20 +91,19 @@ async def test_a_write_answered_once_running_tells_its_cancelled_caller_what_it_
     async with _Rows.open(tmp_path / "rows.db") as db:
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(db.write, "hold", hold(entered1, release1))
-                assert await trio.to_thread.run_sync(entered1.wait, 10)
-                nursery.start_soon(db.write, "hold again", hold(entered2, release2))
+                await first.hold(db, nursery)
+                nursery.start_soon(db.write, "hold again", second.work)
                 nursery.start_soon(write, "ran", _insert("ran"))
                 nursery.start_soon(write, "failed", fail)
                 await trio.testing.wait_all_tasks_blocked()
-                release1.set()  # the next batch, [hold again, ran, failed], waits in its first
-                assert await trio.to_thread.run_sync(entered2.wait, 10)
+                first.release.set()  # the next batch, [hold again, ran, failed], waits in its first
+                await second.wait_entered()
                 nursery.start_soon(write, "queued", _insert("queued"))
                 await trio.testing.wait_all_tasks_blocked()
                 for scope in scopes:
                     scope.cancel()
                 await trio.testing.wait_all_tasks_blocked()
-                release2.set()
+                second.release.set()
             rows = await db.read(
                 "all", lambda conn: conn.execute("SELECT name FROM rows").fetchall()
             )

@@ -24,6 +24,7 @@ from roost.kernel import (
 from roost.kernel import _audit as audit_module
 from roost.kernel import _sqlite as sqlite_module
 from roost.kernel import _store as store_module
+from waiting import ThreadGate
 
 
 def msg(role: str, content: str | None, **data) -> dict:
@@ -636,28 +637,16 @@ async def test_a_session_counts_its_messages_however_it_was_created(tmp_path):
 # ---- group commit ----------------------------------------------------------------------
 
 
-class _Gate:
-    """Holds the database thread inside a first write until released, so that the writes
-    queued meanwhile are known to form the next batch (no timing involved)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.entered = threading.Event()
-        self.release = threading.Event()
+class _Gate(ThreadGate):
+    """A ``ThreadGate`` whose write also stores a usage row (and answers "gate")."""
 
     def work(self, conn):
-        self.entered.set()
-        assert self.release.wait(10), "gate never released"
+        super().work(conn)
         conn.execute(
             "INSERT INTO usage (ts, agent, provider, model, input_tokens, output_tokens) "
             "VALUES (0, 'gate', 'p', '', 0, 0)"
         )
         return "gate"
-
-    async def hold(self, store, nursery) -> None:
-        nursery.start_soon(store.write, "gate", self.work)
-        assert await trio.to_thread.run_sync(self.entered.wait, 10)
 
 
 async def _rows(store, sql):

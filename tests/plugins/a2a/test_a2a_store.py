@@ -14,7 +14,7 @@ import trio
 import trio.testing
 from a2a_helpers import SLEEP_STARTED, make_config, serve
 from roost.plugins.a2a._store import TaskStoreError, open_task_store
-from waiting import wait_until, wait_until_sync
+from waiting import ThreadGate, wait_until, wait_until_sync
 
 V1 = {"A2A-Version": "1.0"}
 
@@ -207,16 +207,9 @@ async def test_max_tasks_bound_through_the_server(tmp_path):
 
 
 async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(tmp_path):
-    import threading
-
     db = tmp_path / "a2a.db"
     async with open_task_store(db, max_tasks=100, synchronous="full") as store:
-        entered, release = threading.Event(), threading.Event()
-
-        def hold(conn):  # keeps the database thread busy so the writes below queue up
-            entered.set()
-            assert release.wait(10)
-
+        gate = ThreadGate()  # keeps the database thread busy so the writes below queue up
         outcomes = {}
 
         async def insert(tid):
@@ -235,14 +228,13 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
 
         await insert("dup")
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.write, "hold", hold)
-            assert await trio.to_thread.run_sync(entered.wait, 10)
+            await gate.hold(store, nursery, "hold")
             before = store.batches
             for i in range(10):
                 nursery.start_soon(insert, f"t{i}")
             nursery.start_soon(insert, "dup")  # already stored: UNIQUE violation
             await trio.testing.wait_all_tasks_blocked()
-            release.set()
+            gate.release.set()
         assert store.batches == before + 2  # the hold, then all eleven together
         assert all(outcomes[f"t{i}"] == ["ok"] for i in range(10))
         assert (
@@ -596,7 +588,6 @@ async def test_a_send_cancelled_while_its_first_row_commits_keeps_its_evictions_
     # new task was left "submitted", run by nobody until the daemon restarted. (Blocking or
     # not, a send whose row is committed but whose caller was cancelled is stored failed.)
     import base64
-    import threading
 
     from roost.plugins.a2a import _models as m
     from roost.plugins.a2a._inbox import folder_of
@@ -618,15 +609,7 @@ async def test_a_send_cancelled_while_its_first_row_commits_keeps_its_evictions_
         assert (inbox / folder_of(first)).exists()
         tasks = service_for(kernel).tasks
         store = tasks.store
-        entered1, release1, entered2, release2 = (threading.Event() for _ in range(4))
-
-        def hold(entered, release):
-            def work(conn):
-                entered.set()
-                assert release.wait(10)
-
-            return work
-
+        first_gate, second_gate = ThreadGate(), ThreadGate()
         scope = trio.CancelScope()
 
         async def sender():
@@ -640,17 +623,16 @@ async def test_a_send_cancelled_while_its_first_row_commits_keeps_its_evictions_
 
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(store.write, "hold the thread", hold(entered1, release1))
-                assert await trio.to_thread.run_sync(entered1.wait, 10)
-                nursery.start_soon(store.write, "share the next batch", hold(entered2, release2))
+                await first_gate.hold(store, nursery, "hold the thread")
+                nursery.start_soon(store.write, "share the next batch", second_gate.work)
                 await trio.testing.wait_all_tasks_blocked()
                 nursery.start_soon(sender)
                 await trio.testing.wait_all_tasks_blocked()  # its first row queued behind
-                release1.set()
-                assert await trio.to_thread.run_sync(entered2.wait, 10)  # [hold, row] runs
+                first_gate.release.set()
+                await second_gate.wait_entered()  # [hold, row] runs
                 scope.cancel()  # too late to withdraw the row
                 await trio.testing.wait_all_tasks_blocked()
-                release2.set()
+                second_gate.release.set()
             assert scope.cancelled_caught
             assert (await store.get(first)) is None  # evicted by the cancelled send's row
             await wait_until(
