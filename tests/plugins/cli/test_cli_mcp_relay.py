@@ -103,7 +103,8 @@ CANNED = {
 }
 
 
-async def canned_daemon(stream: trio.SocketStream) -> None:
+async def read_request(stream: trio.SocketStream) -> dict:
+    """The JSON-RPC message of one HTTP request read from ``stream`` (by Content-Length)."""
     data = b""
     while b"\r\n\r\n" not in data:
         data += await stream.receive_some(65536)
@@ -111,7 +112,11 @@ async def canned_daemon(stream: trio.SocketStream) -> None:
     length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
     while len(body) < length:
         body += await stream.receive_some(65536)
-    message = json.loads(body)
+    return json.loads(body)
+
+
+async def canned_daemon(stream: trio.SocketStream) -> None:
+    message = await read_request(stream)
     if message["method"] == "ok":
         status, ctype, payload = (
             200,
@@ -174,14 +179,7 @@ async def test_a_too_deep_or_array_daemon_event_is_relayed_not_a_crash_of_roost_
     }
 
     async def daemon(stream: trio.SocketStream) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += await stream.receive_some(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
-        while len(body) < length:
-            body += await stream.receive_some(65536)
-        message = json.loads(body)
+        message = await read_request(stream)
         events = "".join(f"data: {e}\n\n" for e in replies[message["method"]])
         payload = events.replace("{id}", str(message["id"])).encode()
         head = (
