@@ -659,12 +659,28 @@ async def test_a_call_to_an_unknown_tool_goes_back_to_the_model_as_an_error(
     assert result["tool_call_id"] == "call_x" and "delete_everything" in result["content"]
 
 
+# A prompt-injected model can write any of these: each goes back to the model, never crashing
+# the agent's turn. Regressions: json.loads raises a plain ValueError (not a JSONDecodeError)
+# for an integer of more digits than int() reads, and RecursionError past its depth; both
+# escaped the provider.
+@pytest.mark.parametrize(
+    "arguments, told",
+    [
+        ("{path: notes.txt", ("not valid JSON", "inputSchema")),
+        ('{"path": "notes.txt", "offset": ' + "1" * 5000 + "}", ("not valid JSON", "4300 digits")),
+        (
+            '{"path": "notes.txt", "offset": ' + "[" * 5000 + "]" * 5000 + "}",
+            ("nested too deeply",),
+        ),
+    ],
+    ids=["invalid", "integer-past-4300-digits", "nested-past-the-decoders-depth"],
+)
 async def test_invalid_tool_arguments_go_back_to_the_model_so_it_can_retry(
-    vendor, tmp_path, monkeypatch
+    vendor, tmp_path, monkeypatch, arguments, told
 ):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     vendor.queue(
-        Reply(json=tool_completion(("call_x", "read", "{path: notes.txt"))),
+        Reply(json=tool_completion(("call_x", "read", arguments))),
         Reply(json=text_completion("Fixed it.")),
     )
     reply, _, _ = await run_agent(
@@ -673,7 +689,7 @@ async def test_invalid_tool_arguments_go_back_to_the_model_so_it_can_retry(
     assert reply.text == "Fixed it." and not reply.is_error
     result = vendor.requests[1].json["messages"][-1]
     assert result["tool_call_id"] == "call_x"
-    assert "not valid JSON" in result["content"] and "inputSchema" in result["content"]
+    assert all(words in result["content"] for words in told), result["content"]
 
 
 async def test_a_model_that_calls_tools_forever_is_stopped_by_max_turns(
@@ -797,45 +813,3 @@ async def test_a_credential_header_echoed_in_an_error_is_redacted(vendor):
         await p.complete(conversation())
     text = str(info.value)
     assert "bad [redacted]" in text and proxy not in text, text
-
-
-async def test_tool_arguments_with_an_integer_past_4300_digits_go_back_to_the_model(
-    vendor, tmp_path, monkeypatch
-):
-    # json.loads raises a plain ValueError (not a JSONDecodeError) for an integer of more
-    # digits than int() reads: it escaped the provider, and the agent's turn crashed
-    # (a prompt-injected model can write such a number) instead of the model being told.
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    arguments = '{"path": "notes.txt", "offset": ' + "1" * 5000 + "}"
-    vendor.queue(
-        Reply(json=tool_completion(("call_x", "read", arguments))),
-        Reply(json=text_completion("Fixed it.")),
-    )
-    reply, _, _ = await run_agent(
-        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
-    )
-    assert reply.text == "Fixed it." and not reply.is_error
-    result = vendor.requests[1].json["messages"][-1]
-    assert result["tool_call_id"] == "call_x"
-    assert "not valid JSON" in result["content"] and "4300 digits" in result["content"]
-
-
-async def test_tool_arguments_nested_past_the_json_decoders_depth_go_back_to_the_model(
-    vendor, tmp_path, monkeypatch
-):
-    # Regression: json.loads raised RecursionError for arguments nested past its depth (a
-    # prompt-injected model can write them): it escaped parse_arguments, which caught only
-    # the ValueErrors, and the agent's turn crashed instead of the model being told.
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    arguments = '{"path": "notes.txt", "offset": ' + "[" * 5000 + "]" * 5000 + "}"
-    vendor.queue(
-        Reply(json=tool_completion(("call_x", "read", arguments))),
-        Reply(json=text_completion("Fixed it.")),
-    )
-    reply, _, _ = await run_agent(
-        tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
-    )
-    assert reply.text == "Fixed it." and not reply.is_error
-    result = vendor.requests[1].json["messages"][-1]
-    assert result["tool_call_id"] == "call_x"
-    assert "nested too deeply" in result["content"], result["content"]
