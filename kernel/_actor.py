@@ -19,6 +19,7 @@ import itertools
 import logging
 import math
 import operator
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -85,14 +86,14 @@ def _check_count(field: str, value: Any, low: int, high: int) -> None:
         raise ValueError(f"{field}: must be between {low} and {high}, got {value}")
 
 
+_MAX_FLOAT = sys.float_info.max
+
+
 def _check_seconds(field: str, value: Any, why: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{field}: expected a number of seconds, got {type(value).__name__}{why}")
-    try:
-        usable = value > 0 and math.isfinite(value)
-    except OverflowError:  # an int past what a float holds
-        usable = False
-    if not usable:
+    # Compared, not converted: math.isfinite of an int past the largest float overflows.
+    if not 0 < value <= _MAX_FLOAT:  # nan fails every comparison
         raise ValueError(f"{field}: must be a positive, finite number of seconds, got {value}{why}")
     return float(value)
 

@@ -384,7 +384,7 @@ def bash_tool(settings: ToolsSettings) -> Tool:
             return ToolResult.error(
                 f"arguments.timeout: expected a positive number of seconds, got {timeout!r}"
             )
-        timeout = min(float(timeout), max_timeout)
+        timeout = float(min(timeout, max_timeout))  # min first: float(10**400) overflows
         access = file_access(ctx)
         workspace = access.workspace
         if not workspace.is_dir():

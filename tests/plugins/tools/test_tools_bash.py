@@ -259,6 +259,13 @@ async def test_missing_workspace_is_a_sandbox_error(tmp_path):
         await bash(context(tmp_path / "missing"), "ls")
 
 
+async def test_a_timeout_past_the_largest_float_is_capped_not_an_overflow(tmp_path):
+    # Regression: the handler converted the timeout to float before capping it, so 10**400
+    # (past the schema check when the handler is called directly) raised OverflowError.
+    result = await bash(context(tmp_path), "echo capped", timeout=10**400)
+    assert not result.is_error and "capped" in result.as_text(), result
+
+
 def test_timeout_is_capped_by_settings_and_the_spec_outlasts_it():
     tool = {t.spec.name: t for t in build_tools(ToolsSettings.from_config(None))}["bash"]
     assert tool.spec.input_schema["properties"]["timeout"]["maximum"] == 120
