@@ -775,7 +775,7 @@ async def test_a_cancelled_write_already_in_a_batch_still_commits(tmp_path):
             nursery.start_soon(write_late, scope)
             await trio.testing.wait_all_tasks_blocked()
             first.release.set()  # next batch = [second gate, late]; the thread waits in it
-            assert await trio.to_thread.run_sync(second.entered.wait, 10)
+            await second.wait_entered()
             scope.cancel()  # "late" is on the database thread now: it cannot be withdrawn
             second.release.set()
         assert outcome == ["cancelled"]

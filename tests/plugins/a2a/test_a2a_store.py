@@ -699,21 +699,13 @@ async def test_the_deferred_row_writer_never_overwrites_a_settled_state_being_st
 async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_path):
     # Regression (review): an insert whose work waited on the database thread had not yet
     # counted its row, so reserve() promised that room too and the reserved row was refused.
-    import threading
-
     async with open_task_store(tmp_path / "a2a.db", max_tasks=2, synchronous="full") as store:
         await store.insert(
             id="one", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
         )
-        entered, release = threading.Event(), threading.Event()
-
-        def hold(conn):  # keeps the database thread busy so the insert below waits
-            entered.set()
-            assert release.wait(10)
-
+        gate = ThreadGate()  # keeps the database thread busy so the insert below waits
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(store.write, "hold", hold)
-            assert await trio.to_thread.run_sync(entered.wait, 10)
+            await gate.hold(store, nursery, "hold")
             nursery.start_soon(
                 partial(
                     store.insert,
@@ -729,7 +721,7 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
             try:
                 assert not store.reserve()  # "two" takes the last room
             finally:
-                release.set()
+                gate.release.set()
         assert not store.reserve() and store._reserved == 0
 
 
