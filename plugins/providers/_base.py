@@ -119,21 +119,11 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
     if isinstance(raw, str):
         try:
             value = json.loads(raw)
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderResponseError(
                 f"{provider}: the model called tool {tool!r} with arguments that are not valid "
-                f"JSON ({exc.msg} at character {exc.pos}): {raw[:200]!r}; ask again, or use a "
-                "model that supports tool calling"
-            ) from None
-        except ValueError as exc:  # an integer of more digits than int() reads
-            raise ProviderResponseError(
-                f"{provider}: the model called tool {tool!r} with arguments that are not valid "
-                f"JSON ({exc}); ask again with smaller numbers"
-            ) from None
-        except RecursionError:
-            raise ProviderResponseError(
-                f"{provider}: the model called tool {tool!r} with arguments nested too deeply "
-                "to read; ask again with flatter arguments"
+                f"JSON ({_json_problem(exc)}): {raw[:200]!r}; ask again, or use a model that "
+                "supports tool calling"
             ) from None
     if not isinstance(value, Mapping):
         raise ProviderResponseError(
@@ -358,11 +348,19 @@ def sse_json(event: Any, provider: str) -> Any:
     """The JSON payload of an SSE event, or a clear error if it is not JSON."""
     try:
         return json.loads(event.data)
-    except (ValueError, RecursionError) as exc:  # also an int of more digits than int() reads
-        why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+    except (ValueError, RecursionError) as exc:
         raise ProviderResponseError(
-            f"{provider}: a stream event is not JSON ({why}): {event.data[:200]!r}"
+            f"{provider}: a stream event is not JSON ({_json_problem(exc)}): {event.data[:200]!r}"
         ) from None
+
+
+def _json_problem(exc: BaseException) -> str:
+    """Why ``json.loads`` refused a text, in a few words."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)  # e.g. an integer of more digits than int() reads
 
 
 @attrs.frozen
