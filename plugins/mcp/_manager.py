@@ -290,8 +290,11 @@ def collect_server_configs(kernel: KernelAPI) -> tuple[list[ServerConfig], list[
 # ---- transports --------------------------------------------------------------------------
 
 
-def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> Any:
-    """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE)."""
+def open_transport(
+    cfg: ServerConfig, *, allow_private: bool = False, secrets: Sequence[str] = ()
+) -> Any:
+    """Open the transport ``cfg`` describes (stdio process, Streamable HTTP, HTTP+SSE);
+    ``secrets`` (its credentials, ``ServerState.secrets``) are kept out of a process's log."""
     if cfg.transport == "stdio":
         return open_stdio_transport(
             cfg.command or "",
@@ -299,7 +302,7 @@ def open_transport(cfg: ServerConfig, *, allow_private: bool = False) -> Any:
             name=cfg.name,
             cwd=cfg.cwd,
             env=cfg.env,
-            secrets=cfg.secrets,
+            secrets=secrets,
         )
     from .transports.http import HttpTransport
     from .transports.sse import SseTransport, open_http_peer
@@ -464,7 +467,7 @@ class McpManager:
         cfg = state.config
         if cfg.transport == "stdio" and cfg.protocol == "auto" and state.era is None:
             with trio.fail_after(PROBE_TIMEOUT_S + 10):
-                async with open_transport(cfg) as probe_transport:
+                async with open_transport(cfg, secrets=state.secrets) as probe_transport:
                     state.era = await probe_era(
                         probe_transport,
                         timeout=min(cfg.timeout_secs, PROBE_TIMEOUT_S),
@@ -474,7 +477,8 @@ class McpManager:
         refresh_send, refresh_receive = trio.open_memory_channel[str](1)
         state.refresh = refresh_send
         era = state.era if cfg.transport == "stdio" else None
-        async with open_transport(cfg, allow_private=self.allow_private) as transport:
+        opened = open_transport(cfg, allow_private=self.allow_private, secrets=state.secrets)
+        async with opened as transport:
             options = ClientOptions(  # once open: a handler set while it opened counts
                 server_name=cfg.name,
                 protocol=cfg.protocol,
