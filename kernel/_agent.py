@@ -493,7 +493,7 @@ class AgentRuntime:
     async def _log_usage(self, session_id: str | None, usage: tuple[str, str, int, int]) -> None:
         """Record ``usage`` (provider, model, input, output tokens) written behind."""
         try:
-            await self.kernel.store.log_usage(self.name, session_id, *usage)
+            await self.kernel.store.record_usage(self.name, session_id, *usage, wait=False)
         except RoostError as exc:  # accounting lost, not the answer
             log.error("agent %s: could not record the token usage of a run: %s", self.name, exc)
 

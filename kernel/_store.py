@@ -195,16 +195,8 @@ class Store(Protocol):
         model: str,
         input_tokens: int,
         output_tokens: int,
-    ) -> None: ...
-
-    async def log_usage(
-        self,
-        agent: str,
-        session_id: str | None,
-        provider: str,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
+        *,
+        wait: bool = True,
     ) -> None: ...
 
     async def usage_by_agent(self) -> dict[str, dict]: ...
@@ -554,23 +546,13 @@ class SqliteStore(SqliteDatabase):
         model: str,
         input_tokens: int,
         output_tokens: int,
+        *,
+        wait: bool = True,
     ) -> None:
-        """Record the tokens one model call used (``model`` may be "" when unnamed)."""
+        """Record the tokens one model call used (``model`` may be "" when unnamed);
+        ``wait=False``: written behind (a failure logged), for usage nobody is answered about."""
         row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
-        await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row))
-
-    async def log_usage(
-        self,
-        agent: str,
-        session_id: str | None,
-        provider: str,
-        model: str,
-        input_tokens: int,
-        output_tokens: int,
-    ) -> None:
-        """``record_usage`` written behind (a failure logged): usage nobody is answered about."""
-        row = _usage_row(agent, session_id, provider, model, input_tokens, output_tokens)
-        await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row), wait=False)
+        await self.write("record usage", lambda c: c.execute(_INSERT_USAGE, row), wait=wait)
 
     async def usage_by_agent(self) -> dict[str, dict]:
         """Totals per agent: ``{agent: {input_tokens, output_tokens, requests}}``."""

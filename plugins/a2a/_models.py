@@ -64,8 +64,8 @@ EXTENDED_CARD_NOT_CONFIGURED = -32007
 EXTENSION_SUPPORT_REQUIRED = -32008
 VERSION_NOT_SUPPORTED = -32009
 # roost's own (JSON-RPC leaves -32000..-32099 to implementations): the depth breaker refused
-# the call; the same code MCP used for it.
-RECURSION_LIMIT = -32010
+# the call; the same code MCP uses for it.
+RECURSION_LIMIT = jsonrpc.RECURSION_LIMIT
 # A caller holds a2a.max_open_tasks_per_caller unfinished tasks: JSON-RPC's server error,
 # as the daemon's own 429s on JSON-RPC routes; HTTP+JSON 429.
 TOO_MANY_OPEN_TASKS = -32000

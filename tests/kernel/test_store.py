@@ -942,14 +942,16 @@ async def test_usage_logged_behind_is_read_by_the_next_read_and_survives_a_resta
     db = tmp_path / "roost.db"
     async with open_store(db) as store:
         for _ in range(3):
-            await store.log_usage("a", None, "scripted", "", 5, 7)
+            await store.record_usage("a", None, "scripted", "", 5, 7, wait=False)
         with pytest.raises(StoreError, match="input_tokens"):
-            await store.log_usage("a", None, "scripted", "", -1, 7)  # checked at once
+            # checked at once
+            await store.record_usage("a", None, "scripted", "", -1, 7, wait=False)
         # Queued before this read: the database's thread commits it first.
         assert await store.usage_by_agent() == {
             "a": {"input_tokens": 15, "output_tokens": 21, "requests": 3}
         }
-        await store.log_usage("b", None, "scripted", "", 1, 1)  # queued just before close
+        # queued just before close
+        await store.record_usage("b", None, "scripted", "", 1, 1, wait=False)
     async with open_store(db) as store:
         assert (await store.usage_by_agent())["b"]["requests"] == 1
 
@@ -962,9 +964,11 @@ async def test_logging_usage_is_no_cancel_point_and_waits_only_for_room(tmp_path
             await gate.hold(store, nursery)
             with trio.CancelScope() as scope:
                 scope.cancel()
-                await store.log_usage("a", None, "scripted", "", 1, 2)  # queued at once
+                # queued at once
+                await store.record_usage("a", None, "scripted", "", 1, 2, wait=False)
                 gate.release.set()
-                await store.log_usage("a", None, "scripted", "", 1, 2)  # waits for room (shielded)
+                # waits for room (shielded)
+                await store.record_usage("a", None, "scripted", "", 1, 2, wait=False)
             assert not scope.cancelled_caught  # nothing in there was a cancel point
         assert (await store.usage_by_agent())["a"]["requests"] == 2
 
@@ -989,7 +993,7 @@ async def test_a_failed_write_behind_is_logged_and_costs_only_itself(tmp_path, c
                 lambda c: c.execute("INSERT INTO no_such_table VALUES (1)"),
                 wait=False,
             )
-            await store.log_usage("a", None, "scripted", "", 1, 1)
+            await store.record_usage("a", None, "scripted", "", 1, 1, wait=False)
             gate.release.set()
         assert (await store.usage_by_agent())["a"]["requests"] == 1
     assert "could not break things" in caplog.text and "no_such_table" in caplog.text
