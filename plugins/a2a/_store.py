@@ -230,9 +230,7 @@ class TaskStore(SqliteDatabase):
         if not reserved:
             self._inserting += 1
         try:
-            evicted = await self.write(
-                "store a task", work, durable=durable, shield=shield, answer_running=True
-            )
+            evicted = await self.write("store a task", work, durable=durable, shield=shield)
         except BaseException:
             self._count = None  # the transaction may not have committed: count again
             raise
@@ -271,7 +269,7 @@ class TaskStore(SqliteDatabase):
         self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
     ) -> list[str]:
         """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``
-        (cancelled once its batch runs, it is answered anyway, like ``insert``)."""
+        (cancelled once its batch runs, it is answered anyway, like every write)."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
@@ -280,7 +278,7 @@ class TaskStore(SqliteDatabase):
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
-            return await self.write("update a task", work, shield=shield, answer_running=True)
+            return await self.write("update a task", work, shield=shield)
         except BaseException:
             self._count = None  # an eviction may not have committed: count again
             raise
