@@ -941,7 +941,7 @@ class TaskManager:
 def _push_row(config: m.PushConfig) -> PushRow:
     """``config`` as the push-config store keeps it: the 1.0 JSON with its credentials
     (under ``authentication``, and again at the top, as every version has written it)."""
-    data = config.to_json(m.V1) | {"credentials": config.credentials}
+    data = config.to_json(m.V1, credentials=True) | {"credentials": config.credentials}
     return config.id, data
 
 

@@ -155,7 +155,17 @@ async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook
                 headers=V1,
             )
         ).json()
-    assert listed["result"]["configs"][0]["url"] == hook_url + "/hook"
+    # Listed without its credentials (the spec is silent; they are a secret, kept to be sent
+    # to the webhook, never echoed back), yet delivered with them.
+    assert listed["result"]["configs"] == [
+        {
+            "taskId": task["id"],
+            "id": listed["result"]["configs"][0]["id"],
+            "url": hook_url + "/hook",
+            "token": "tok-1",
+            "authentication": {"scheme": "Bearer"},
+        }
+    ]
     headers, _ = received[0]
     assert headers["authorization"] == "Bearer hook-secret"
     assert headers["x-a2a-notification-token"] == "tok-1"
