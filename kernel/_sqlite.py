@@ -7,8 +7,8 @@ Group commit: writes queued while the thread is busy run as ONE transaction, eac
 own SAVEPOINT (a failing write is rolled back alone). A read runs after the writes queued
 before it; a write returns only after its commit (``wait=False``: written behind, for what
 nobody is answered about). The queue is bounded; a cancelled caller's queued write is
-withdrawn, one already in a batch commits (its caller gets Cancelled, or, ``answer_running``,
-the result: what it changed).
+withdrawn; one already in a batch commits and its caller gets the result (what it changed),
+its cancellation coming at its next checkpoint: as in Trio, Cancelled means "not done".
 
 Durability (``[store] synchronous``): ``"normal"`` survives roost being killed (a power
 loss may lose the last commits); ``"full"`` fsyncs each batch before answering, but one of
@@ -140,27 +140,22 @@ class SqliteDatabase:
         durable: bool = True,
         shield: bool = False,
         wait: bool = True,
-        answer_running: bool = False,
     ) -> _T:
         """``work(conn)``'s result once committed, one atomic write (``operation`` names it in
-        errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). ``shield``: answered even if the
-        caller is cancelled; ``answer_running``: a caller cancelled once its batch runs gets
-        the committed result (its cancellation comes at its next checkpoint), else Cancelled;
-        ``wait=False``: written behind (None once queued, failures logged)."""
+        errors; ``work`` must not BEGIN, COMMIT or ROLLBACK). Cancelled while queued, it is
+        withdrawn (Cancelled); once its batch runs, the caller gets its committed result (and
+        the cancellation at its next checkpoint), or Cancelled if it failed. ``shield``: never
+        withdrawn, answered even if the caller is cancelled; ``wait=False``: written behind
+        (None once queued, failures logged)."""
         return await self._submit(
-            _Op(operation, work, True, durable),
-            shield=shield or not wait,
-            wait=wait,
-            answer_running=answer_running,
+            _Op(operation, work, True, durable), shield=shield or not wait, wait=wait
         )
 
     async def read(self, operation: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run the read-only ``work(conn)`` on the database's thread and return its result."""
         return await self._submit(_Op(operation, work, False), shield=False, wait=True)
 
-    async def _submit(
-        self, op: _Op, *, shield: bool, wait: bool, answer_running: bool = False
-    ) -> Any:
+    async def _submit(self, op: _Op, *, shield: bool, wait: bool) -> Any:
         if len(self._queue) >= self.max_pending:  # back-pressure: the queue is bounded
             with trio.CancelScope(shield=shield):
                 while len(self._queue) >= self.max_pending and not self._closing:
@@ -184,8 +179,8 @@ class SqliteDatabase:
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-        if not shield and (op.error is not None or not answer_running):
-            # Cancelled while its batch ran: Cancelled, as for a queued one.
+        if not shield and op.error is not None:
+            # Failed (nothing committed) while its caller was cancelled: Cancelled.
             await trio.lowlevel.checkpoint_if_cancelled()
         if op.error is not None:
             raise op.error

@@ -820,13 +820,15 @@ class PushConfig:
     auth_scheme: str | None = None
     credentials: str | None = attrs.field(default=None, repr=False)
 
-    def to_json(self, dialect: str = V1) -> dict[str, Any]:
+    def to_json(self, dialect: str = V1, *, credentials: bool = False) -> dict[str, Any]:
+        """The config in ``dialect``'s shape; its ``authentication.credentials`` only with
+        ``credentials`` (to store it): a secret, never sent back to a client."""
         auth = None
         if self.auth_scheme:  # 0.3 names a list of schemes
             scheme = (
                 {"scheme": self.auth_scheme} if dialect == V1 else {"schemes": [self.auth_scheme]}
             )
-            auth = _drop_none({**scheme, "credentials": self.credentials})
+            auth = _drop_none({**scheme, "credentials": self.credentials if credentials else None})
         inner = _drop_none(
             {"id": self.id, "url": self.url, "token": self.token, "authentication": auth}
         )

@@ -80,6 +80,32 @@ class TaskStoreFull(TaskStoreError):
     """Every one of the ``max_tasks`` stored tasks is unfinished: a new one is refused."""
 
 
+class TooManyPushConfigs(TaskStoreError):
+    """The task already has the most push configs one task may have."""
+
+
+MAX_PUSH_CONFIGS = 10  # per task
+
+PushRow = tuple[str, dict]
+"""A push config to store with a task's row: (its id, its JSON data)."""
+
+
+def _put_push(conn: sqlite3.Connection, task_id: str, push: PushRow, max_per_task: int) -> None:
+    config_id, data = push
+    (n,) = conn.execute(
+        "SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id != ?", (task_id, config_id)
+    ).fetchone()
+    if n >= max_per_task:
+        raise TooManyPushConfigs(
+            f"task {task_id} already has {n} push-notification configs (at most "
+            f"{max_per_task}); delete one (DeleteTaskPushNotificationConfig) first"
+        )
+    conn.execute(
+        "INSERT OR REPLACE INTO push_configs (task_id, id, data) VALUES (?, ?, ?)",
+        (task_id, config_id, json.dumps(data, ensure_ascii=False)),
+    )
+
+
 @attrs.frozen
 class TaskRow:
     """One stored task; ``owner`` is the principal that made it."""
@@ -185,8 +211,10 @@ class TaskStore(SqliteDatabase):
         durable: bool = True,
         reserved: bool = False,
         shield: bool = False,
+        push: PushRow | None = None,
     ) -> list[str]:
-        """Store a new task; returns the ids of terminal tasks evicted past ``max_tasks``
+        """Store a new task (and ``push``, its first push config, in the same transaction);
+        returns the ids of terminal tasks evicted past ``max_tasks``
         (reserved room counts as taken), TaskStoreFull if all are unfinished.
         ``durable=False``: no fsync of its own (a later durable write covers it);
         ``reserved``: the row ``reserve()`` held room for; ``shield``: not cancellable (else
@@ -220,6 +248,8 @@ class TaskStore(SqliteDatabase):
                     )
                 conn.executemany("DELETE FROM tasks WHERE id = ?", [(e,) for e in evicted])
             conn.execute(_INSERT, row)
+            if push is not None:
+                _put_push(conn, id, push, MAX_PUSH_CONFIGS)
             evicted += self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
             # Kept unless more than one row was evicted: if this transaction does not commit,
             # the count is then one too high or right (harmless: the bound recounts), never
@@ -230,9 +260,7 @@ class TaskStore(SqliteDatabase):
         if not reserved:
             self._inserting += 1
         try:
-            evicted = await self.write(
-                "store a task", work, durable=durable, shield=shield, answer_running=True
-            )
+            evicted = await self.write("store a task", work, durable=durable, shield=shield)
         except BaseException:
             self._count = None  # the transaction may not have committed: count again
             raise
@@ -268,19 +296,28 @@ class TaskStore(SqliteDatabase):
         return evicted
 
     async def update(
-        self, id: str, *, state: str, terminal: bool, data: dict, shield: bool = False
+        self,
+        id: str,
+        *,
+        state: str,
+        terminal: bool,
+        data: dict,
+        shield: bool = False,
+        push: PushRow | None = None,
     ) -> list[str]:
-        """Replace a task's state and data; returns the finished ones evicted past ``max_bytes``
-        (cancelled once its batch runs, it is answered anyway, like ``insert``)."""
+        """Replace a task's state and data (and store ``push``, in the same transaction);
+        returns the finished ones evicted past ``max_bytes``."""
         encoded, artifacts, size = _split(data)
         now = time.time()
 
         def work(conn: sqlite3.Connection) -> list[str]:
             conn.execute(_UPDATE, (state, int(terminal), encoded, now, artifacts, size, id))
+            if push is not None:
+                _put_push(conn, id, push, MAX_PUSH_CONFIGS)
             return self._evict_for_bytes(conn, keep=id) if size > _BIG_ROW else []
 
         try:
-            return await self.write("update a task", work, shield=shield, answer_running=True)
+            return await self.write("update a task", work, shield=shield)
         except BaseException:
             self._count = None  # an eviction may not have committed: count again
             raise
@@ -370,24 +407,13 @@ class TaskStore(SqliteDatabase):
         return await self.write("recover unfinished tasks", work)
 
     async def put_push_config(
-        self, task_id: str, config_id: str, data: dict, *, max_per_task: int = 10
+        self, task_id: str, config_id: str, data: dict, *, max_per_task: int = MAX_PUSH_CONFIGS
     ) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            (n,) = conn.execute(
-                "SELECT COUNT(*) FROM push_configs WHERE task_id = ? AND id != ?",
-                (task_id, config_id),
-            ).fetchone()
-            if n >= max_per_task:
-                raise TaskStoreError(
-                    f"task {task_id} already has {n} push-notification "
-                    f"configs (at most {max_per_task})"
-                )
-            conn.execute(
-                "INSERT OR REPLACE INTO push_configs (task_id, id, data) VALUES (?, ?, ?)",
-                (task_id, config_id, json.dumps(data, ensure_ascii=False)),
-            )
-
-        await self.write("store a push config", work)
+        """Store (or replace) a push config of a stored task; TooManyPushConfigs past the bound."""
+        await self.write(
+            "store a push config",
+            lambda conn: _put_push(conn, task_id, (config_id, data), max_per_task),
+        )
 
     async def push_configs(self, task_id: str) -> list[dict]:
         def work(conn: sqlite3.Connection) -> list[dict]:

@@ -41,7 +41,15 @@ from roost.kernel import (
 
 from . import _inbox
 from . import _models as m
-from ._store import TaskRow, TaskStorageFailed, TaskStore, TaskStoreError, TaskStoreFull
+from ._store import (
+    PushRow,
+    TaskRow,
+    TaskStorageFailed,
+    TaskStore,
+    TaskStoreError,
+    TaskStoreFull,
+    TooManyPushConfigs,
+)
 
 log = logging.getLogger("roost.a2a")
 
@@ -318,10 +326,11 @@ class TaskManager:
 
         Nobody but the caller knows a new task's id before it settles, so its first row
         waits until it settles, its run has taken ``FIRST_ROW_AFTER_S`` (then it is listed,
-        and recovered after a crash), or a push config is stored for it; room for the row is
-        reserved up front, so a full store still refuses at once. Without that room (or with
-        a client-chosen id) the row is written now without its own fsync (the settled
-        state's commit covers it); with a webhook, durably at once."""
+        and recovered after a crash); room for the row is reserved up front, so a full store
+        still refuses at once. Without that room (or with a client-chosen id) the row is
+        written now without its own fsync (the settled state's commit covers it); with a
+        webhook, durably at once, and the push config in the same transaction as the task's
+        row (so a refused or failed config leaves no task behind, and the reverse)."""
         status, reason = self.kernel.agent_status(agent)
         if status == "stopped":
             raise m.unavailable(f"agent {agent!r} is stopped: {reason}")
@@ -351,7 +360,7 @@ class TaskManager:
                 if message.task_id:
                     raise
         if live is not None:
-            await self._continue(live, message)
+            await self._continue(live, message, options.push)
         else:
             # A context id naming owner's conversation with another agent: its run could only fail.
             if message.context_id:
@@ -362,11 +371,14 @@ class TaskManager:
             lazy = wait and options.push is None
             defer = lazy and task_id is None and self.store.reserve()
             live = await self._create(
-                agent, message, dialect, task_id, owner, durable=not lazy, defer=defer
-            )
-        if options.push is not None:
-            await self.set_push(
-                attrs.evolve(options.push, task_id=live.task.id), agent=agent, owner=owner
+                agent,
+                message,
+                dialect,
+                task_id,
+                owner,
+                durable=not lazy,
+                defer=defer,
+                push=options.push,
             )
         live.accepted_modes = options.accepted_output_modes
         live.running, live.done = True, trio.Event()
@@ -388,9 +400,11 @@ class TaskManager:
         *,
         durable: bool = True,
         defer: bool = False,
+        push: m.PushConfig | None = None,
     ) -> LiveTask:
-        """A new task, stored now, or, with ``defer`` (room reserved), by ``_store`` later;
-        counted against ``owner``'s bound of unfinished tasks (refused past it). Cancelled
+        """A new task, stored now (with ``push``, its push config, in the same write), or,
+        with ``defer`` (room reserved, no ``push``), by ``_store`` later; counted against
+        ``owner``'s bound of unfinished tasks (refused past it). Cancelled
         while its row is written: withdrawn if still queued, else stored failed (nobody will
         run it), then Cancelled."""
         tid = task_id or m.new_id()
@@ -417,7 +431,7 @@ class TaskManager:
             self._deferred.add(tid, trio.current_time() + FIRST_ROW_AFTER_S, live)
             return live
         try:
-            await self._store(live, task, durable=durable, shield=False)
+            await self._store(live, task, durable=durable, shield=False, push=push)
         except BaseException as exc:
             self._unclaim(owner, tid)
             if not isinstance(exc, TaskStoreError):
@@ -436,7 +450,10 @@ class TaskManager:
         self.live[tid] = live
         return live
 
-    async def _continue(self, live: LiveTask, message: m.Message) -> None:
+    async def _continue(
+        self, live: LiveTask, message: m.Message, push: m.PushConfig | None = None
+    ) -> None:
+        """Store ``message`` as ``live``'s next turn (and ``push`` with it, in one write)."""
         task = live.task
         if task.terminal:
             raise m.A2AError(
@@ -467,18 +484,28 @@ class TaskManager:
         )
         live.changing = True
         try:
-            await self._commit(live, new, [m.StatusUpdate(task.id, task.context_id, new.status)])
+            events: list[m.Event] = [m.StatusUpdate(task.id, task.context_id, new.status)]
+            await self._commit(live, new, events, push=push)
+        except TooManyPushConfigs as exc:
+            raise m.invalid("configuration.taskPushNotificationConfig", str(exc)) from None
         except TaskStoreError as exc:
             raise storage_failed(exc) from None
         finally:
             live.changing = False
 
-    async def _commit(self, live: LiveTask, task: m.Task, events: list[m.Event]) -> None:
-        """Store ``task``, then announce ``events`` (to subscribers and webhooks). ``working``
-        is not written: readers see it through ``live``, and after a crash a stored
-        ``submitted`` is recovered exactly like it."""
+    async def _commit(
+        self,
+        live: LiveTask,
+        task: m.Task,
+        events: list[m.Event],
+        *,
+        push: m.PushConfig | None = None,
+    ) -> None:
+        """Store ``task`` (and ``push`` with it), then announce ``events`` (to subscribers
+        and webhooks). ``working`` is not written: readers see it through ``live``, and after
+        a crash a stored ``submitted`` is recovered exactly like it."""
         if task.status.state != m.WORKING:
-            await self._store(live, task)
+            await self._store(live, task, push=push)
         live.task = task
         self._track(live)
         for event in events:
@@ -487,21 +514,34 @@ class TaskManager:
                 await self.push.notify(live, event)
 
     async def _store(
-        self, live: LiveTask, task: m.Task, *, durable: bool = True, shield: bool = True
+        self,
+        live: LiveTask,
+        task: m.Task,
+        *,
+        durable: bool = True,
+        shield: bool = True,
+        push: m.PushConfig | None = None,
     ) -> None:
         """Write ``task`` (``live``'s next state) as its row: an update, or its first row
-        (deferred, see ``send``). Shielded: a state change is never lost to a cancellation
-        (and a first row whose write was abandoned half-way could be committed without
-        ``live`` knowing); only ``_create``'s first row, which nobody else knows yet, is not:
-        cancelled while queued it is withdrawn, once its batch runs it is answered (what it
-        evicted is forgotten here) and ``_create`` sees the cancellation."""
+        (deferred, see ``send``); ``push``: a push config of the task, in the same write.
+        Shielded: a state change is never lost to a cancellation (and a first row whose write
+        was abandoned half-way could be committed without ``live`` knowing); only
+        ``_create``'s first row, which nobody else knows yet, is not: cancelled while queued
+        it is withdrawn, once its batch runs it is answered and ``_create`` sees the
+        cancellation."""
         data = {"task": task.to_json(m.V1), "agent": live.agent, "dialect": live.dialect}
+        row = None if push is None else _push_row(attrs.evolve(push, task_id=task.id))
         while live.first_row is not None:  # another writer is writing the first row: after it
             with trio.CancelScope(shield=True):
                 await live.first_row.wait()  # bounded: set when that (shielded) write ends
         if live.stored:
             evicted = await self.store.update(
-                task.id, state=task.status.state, terminal=task.terminal, data=data, shield=shield
+                task.id,
+                state=task.status.state,
+                terminal=task.terminal,
+                data=data,
+                shield=shield,
+                push=row,
             )
         else:
             live.first_row = trio.Event()
@@ -517,12 +557,15 @@ class TaskManager:
                     durable=durable,
                     reserved=live.reserved,
                     shield=shield,
+                    push=row,
                 )
                 live.stored, live.reserved = True, False
                 self._deferred.due.pop(task.id, None)
             finally:
                 live.first_row.set()
                 live.first_row = None
+        if push is not None:
+            live.push = None  # its webhooks are read again at the next event
         if evicted:  # they leave memory, and their files the workspaces (in the background)
             for gone in evicted:
                 self.live.pop(gone, None)
@@ -869,13 +912,12 @@ class TaskManager:
         live = self.live.get(config.task_id)
         if live is not None:  # the config's row refers to the task's
             await self._ensure_row(live)
-        data = config.to_json(m.V1) | {"credentials": config.credentials}
         try:
-            await self.store.put_push_config(config.task_id, config.id, data)
-        except TaskStorageFailed as exc:
-            raise storage_failed(exc) from None
+            await self.store.put_push_config(config.task_id, *_push_row(config))
+        except TooManyPushConfigs as exc:
+            raise m.invalid("taskId", str(exc)) from None
         except TaskStoreError as exc:
-            raise m.invalid("url", str(exc)) from None
+            raise storage_failed(exc) from None
         live = self.live.get(config.task_id)
         if live is not None:
             live.push = None  # reload on next event
@@ -894,6 +936,13 @@ class TaskManager:
         live = self.live.get(task_id)
         if live is not None:
             live.push = None
+
+
+def _push_row(config: m.PushConfig) -> PushRow:
+    """``config`` as the push-config store keeps it: the 1.0 JSON with its credentials
+    (under ``authentication``, and again at the top, as every version has written it)."""
+    data = config.to_json(m.V1, credentials=True) | {"credentials": config.credentials}
+    return config.id, data
 
 
 def storage_failed(exc: BaseException) -> m.A2AError:

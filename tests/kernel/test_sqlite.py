@@ -69,7 +69,7 @@ async def test_a_write_answered_once_running_tells_its_cancelled_caller_what_it_
 ):
     # Regression (review): the A2A store's first row of a task evicts old tasks in its
     # transaction; cancelled while its batch ran, its caller got Cancelled and never learnt
-    # which. ``answer_running``: withdrawn while queued, answered once its batch runs (then
+    # which. Every write: withdrawn while queued, answered once its batch runs (then
     # Cancelled at the next checkpoint); a failed one, which committed nothing, is Cancelled.
     first, second = ThreadGate(), ThreadGate()
 
@@ -83,7 +83,7 @@ async def test_a_write_answered_once_running_tells_its_cancelled_caller_what_it_
         got = outcomes[name] = []
         with trio.CancelScope() as scope:
             scopes.append(scope)
-            got.append(await db.write(name, work, answer_running=True))
+            got.append(await db.write(name, work))
             await trio.lowlevel.checkpoint()
             got.append("not cancelled")
         got.append("cancelled" if scope.cancelled_caught else "done")

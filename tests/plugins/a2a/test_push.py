@@ -15,6 +15,49 @@ from roost.plugins.a2a._push import Delivery, PushDispatcher, PushSettings
 from waiting import wait_until
 
 V1 = {"A2A-Version": "1.0"}
+NOTHING_LEFT = {"tasks": 0, "push_configs": 0, "open": {}, "live": []}
+HOOK = "http://127.0.0.1:9/h"  # nothing listens there: deliveries fail, which is fine here
+
+
+async def _left_behind(kernel) -> dict:
+    """What the A2A service holds: stored tasks and push configs, each caller's unfinished
+    tasks (its bound) and the tasks held in memory."""
+    from roost.plugins.a2a._server import service_for
+
+    tasks = service_for(kernel).tasks
+    tasks_n, configs_n = await tasks.store.read(
+        "count",
+        lambda c: c.execute(
+            "SELECT (SELECT COUNT(*) FROM tasks), (SELECT COUNT(*) FROM push_configs)"
+        ).fetchone(),
+    )
+    return {
+        "tasks": tasks_n,
+        "push_configs": configs_n,
+        "open": {owner: sorted(ids) for owner, ids in tasks._open.items()},
+        "live": sorted(tasks.live),
+    }
+
+
+async def _break_push_configs(kernel) -> None:
+    """Make SQLite itself fail every write of a push config (as a full disk would), with a
+    trigger: the fault comes from the real database, through the store's real error path."""
+    from roost.plugins.a2a._server import service_for
+
+    await service_for(kernel).tasks.store.write(
+        "break push configs",
+        lambda c: c.execute(
+            "CREATE TRIGGER no_room BEFORE INSERT ON push_configs "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full (test)'); END"
+        ),
+    )
+
+
+async def _rpc(http, method: str, params: dict, agent: str = "echo") -> dict:
+    env = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    with trio.fail_after(10):
+        r = await http.post(f"/a2a/agents/{agent}/jsonrpc", json=env, headers=V1)
+    return r.json()
 
 
 @pytest.fixture
@@ -112,7 +155,17 @@ async def test_webhook_receives_every_event_with_authorization(tmp_path, webhook
                 headers=V1,
             )
         ).json()
-    assert listed["result"]["configs"][0]["url"] == hook_url + "/hook"
+    # Listed without its credentials (the spec is silent; they are a secret, kept to be sent
+    # to the webhook, never echoed back), yet delivered with them.
+    assert listed["result"]["configs"] == [
+        {
+            "taskId": task["id"],
+            "id": listed["result"]["configs"][0]["id"],
+            "url": hook_url + "/hook",
+            "token": "tok-1",
+            "authentication": {"scheme": "Bearer"},
+        }
+    ]
     headers, _ = received[0]
     assert headers["authorization"] == "Bearer hook-secret"
     assert headers["x-a2a-notification-token"] == "tok-1"
@@ -177,8 +230,10 @@ async def test_loopback_webhook_is_refused_unless_allowed(tmp_path):
             json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
             headers=V1,
         )
+        left = await _left_behind(kernel)
     assert r.json()["error"]["code"] == -32602
     assert "push_allow_private" in r.json()["error"]["message"]
+    assert left == NOTHING_LEFT  # refused before anything was stored or counted
 
 
 async def test_delivery_gives_up_after_bounded_retries(autojump_clock):
@@ -313,3 +368,163 @@ async def test_deliveries_run_at_most_workers_at_a_time_and_a_full_queue_drops(n
     assert now["most"] == WORKERS and dispatcher.failed == 0
     # what the queue and the workers hold got through (the old dispatch loop held one more)
     assert QUEUE_SIZE + WORKERS <= dispatcher.delivered <= QUEUE_SIZE + WORKERS + 1
+
+
+async def test_a_send_whose_push_config_cannot_be_stored_leaves_no_task_behind(tmp_path):
+    """Regression (review): the new task's row was written first and its push config after;
+    when the config's write failed, the client got an error but the task stayed behind,
+    stored "submitted", never run, counted against the caller's bound and held in memory.
+    Now both are one transaction: the failure keeps neither."""
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        await _break_push_configs(kernel)
+        body = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            "configuration": {"taskPushNotificationConfig": {"url": HOOK}},
+        }
+        failed = await _rpc(http, "SendMessage", body)
+        left = await _left_behind(kernel)
+        quick = await _rpc(  # the same without a webhook is not affected
+            http, "SendMessage", {"message": {**body["message"], "messageId": "m2"}}
+        )
+    assert failed["error"]["code"] == -32603, failed
+    assert "storage failed" in failed["error"]["message"]
+    assert "disk is full" in failed["error"]["message"]
+    assert left == NOTHING_LEFT
+    assert quick["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_an_answer_whose_push_config_cannot_be_stored_leaves_its_task_as_it_was(tmp_path):
+    # The answer to a task waiting for input, with a webhook: its message and its push config
+    # are one write, so a failed config does not leave the task "submitted" and never run.
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        asked = await _rpc(
+            http,
+            "SendMessage",
+            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "question"}]}},
+            agent="asker",
+        )
+        task = asked["result"]["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        await _break_push_configs(kernel)
+        answer = {
+            "message": {
+                "messageId": "m2",
+                "role": "ROLE_USER",
+                "taskId": task["id"],
+                "parts": [{"text": "a.txt"}],
+            },
+            "configuration": {"taskPushNotificationConfig": {"url": HOOK}},
+        }
+        failed = await _rpc(http, "SendMessage", answer, agent="asker")
+        after = (await _rpc(http, "GetTask", {"id": task["id"]}, agent="asker"))["result"]
+        left = await _left_behind(kernel)
+    assert failed["error"]["code"] == -32603 and "storage failed" in failed["error"]["message"]
+    assert after["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert [m["messageId"] for m in after["history"] if m["role"] == "ROLE_USER"] == ["m1"]
+    assert left["push_configs"] == 0 and left["open"] == {"local": [task["id"]]}
+
+
+async def test_a_send_with_a_webhook_cancelled_while_it_is_stored_leaves_nothing_unfinished(
+    tmp_path,
+):
+    # The client went away (its request cancelled) while the new task and its push config were
+    # being written: still queued, the write is withdrawn (nothing stored); already running,
+    # it commits and the task is stored failed. Either way nothing is left unfinished, counted
+    # or held, and no push config outlives an unstored task.
+    from roost.plugins.a2a import _tasks
+    from roost.plugins.a2a._server import service_for
+    from waiting import ThreadGate
+
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, url):
+        tasks = service_for(kernel).tasks
+        store = tasks.store
+        message = m.Message("m", m.ROLE_USER, (m.Part(text="hi"),))
+        options = _tasks.SendOptions(push=m.PushConfig(task_id="pending", id="p", url=HOOK))
+        cancelled = []
+
+        async def send(scope):
+            with scope:
+                await tasks.send("echo", message, options, trace=None, dialect=m.V1, owner="local")
+            cancelled.append(scope.cancelled_caught)
+
+        with trio.fail_after(20):
+            # 1. Cancelled while its write is queued behind another batch.
+            first, scope = ThreadGate(), trio.CancelScope()
+            async with trio.open_nursery() as nursery:
+                await first.hold(store, nursery)
+                nursery.start_soon(send, scope)
+                await wait_until(lambda: len(store._queue) == 1, "the task's write queued")
+                scope.cancel()
+                await wait_until(lambda: cancelled, "the send cancelled")
+                first.release.set()
+            queued = await _left_behind(kernel)
+            # 2. Cancelled while its write runs (the database's thread is inside its batch).
+            first, second, scope = ThreadGate(), ThreadGate(), trio.CancelScope()
+            async with trio.open_nursery() as nursery:
+                await first.hold(store, nursery)
+                nursery.start_soon(store.write, "second gate", second.work)
+                await wait_until(lambda: len(store._queue) == 1, "the second gate queued")
+                nursery.start_soon(send, scope)
+                await wait_until(lambda: len(store._queue) == 2, "the task's write queued")
+                first.release.set()
+                await second.wait_entered()
+                scope.cancel()
+                second.release.set()
+            running = await _left_behind(kernel)
+            states = await store.read(
+                "states", lambda c: c.execute("SELECT state, terminal FROM tasks").fetchall()
+            )
+    assert cancelled == [True, True]
+    assert queued == NOTHING_LEFT
+    assert running == {"tasks": 1, "push_configs": 1, "open": {}, "live": []}
+    assert states == [("TASK_STATE_FAILED", 1)]  # stopped: nobody would ever run it
+
+
+async def test_an_answer_with_one_push_config_too_many_is_refused_and_changes_nothing(tmp_path):
+    # A task has at most 10 push configs: the 11th, given with an answer to the task, is
+    # -32602 naming the field, and the answer is not taken (the task still waits for input).
+    config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
+        asked = await _rpc(
+            http,
+            "SendMessage",
+            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "question"}]}},
+            agent="asker",
+        )
+        tid = asked["result"]["task"]["id"]
+        for i in range(10):
+            made = await _rpc(
+                http,
+                "CreateTaskPushNotificationConfig",
+                {"taskId": tid, "id": f"p{i}", "url": HOOK},
+                agent="asker",
+            )
+            assert "result" in made, made
+        direct = await _rpc(
+            http,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": tid, "id": "p10", "url": HOOK},
+            agent="asker",
+        )
+        answer = {
+            "message": {
+                "messageId": "m2",
+                "role": "ROLE_USER",
+                "taskId": tid,
+                "parts": [{"text": "a.txt"}],
+            },
+            "configuration": {"taskPushNotificationConfig": {"id": "p10", "url": HOOK}},
+        }
+        refused = await _rpc(http, "SendMessage", answer, agent="asker")
+        after = (await _rpc(http, "GetTask", {"id": tid}, agent="asker"))["result"]
+        left = await _left_behind(kernel)
+    assert direct["error"]["code"] == -32602 and "at most 10" in direct["error"]["message"]
+    error = refused["error"]
+    assert error["code"] == -32602 and "at most 10" in error["message"]
+    assert error["message"].startswith("configuration.taskPushNotificationConfig")
+    assert after["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert [m["messageId"] for m in after["history"] if m["role"] == "ROLE_USER"] == ["m1"]
+    assert left["push_configs"] == 10 and left["open"] == {"local": [tid]}

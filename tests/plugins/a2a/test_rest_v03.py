@@ -322,7 +322,7 @@ def test_10_push_configs_and_cards_become_03_shapes():
             "id": "c1",
             "url": HOOK,
             "token": "tok",
-            "authentication": {"schemes": ["Bearer"], "credentials": "sec"},
+            "authentication": {"schemes": ["Bearer"]},  # the credentials are never echoed
         },
     }
     # (the 0.3 list and delete answers: test_v1_push_configs_set_get_list_delete_in_03_shapes)
@@ -408,8 +408,10 @@ async def test_v1_push_configs_set_get_list_delete_in_03_shapes(push_http):
     missing = await http.get(f"{base}/c1")
     assert created.status_code == 200, created.text
     assert created.headers["content-type"].startswith("application/json")
-    assert created.json() == got.json() == {"name": name, "pushNotificationConfig": inner}
-    assert listed.json() == {"configs": [{"name": name, "pushNotificationConfig": inner}]}
+    # Answered without the webhook's credentials (a secret: kept to send, never echoed).
+    shown = {**inner, "authentication": {"schemes": ["Bearer"]}}
+    assert created.json() == got.json() == {"name": name, "pushNotificationConfig": shown}
+    assert listed.json() == {"configs": [{"name": name, "pushNotificationConfig": shown}]}
     _strict_03(listed.json(), "ListTaskPushNotificationConfigResponse")
     assert deleted.status_code == 200 and deleted.json() == {}
     assert after.json() == {"configs": []}
@@ -524,10 +526,8 @@ async def test_sdk_03_rest_client_sets_and_gets_push_configs_and_reads_the_card(
         ).json()
     for config in (created, got):
         assert (config.task_id, config.id, config.url, config.token) == (tid, "c1", HOOK, "tok")
-        assert (config.authentication.scheme, config.authentication.credentials) == (
-            "Bearer",
-            "sec",
-        )
+        # The scheme comes back, the credentials (a secret) never do.
+        assert (config.authentication.scheme, config.authentication.credentials) == ("Bearer", "")
     assert [c["pushNotificationConfig"]["id"] for c in stored["configs"]] == ["c1"]
     assert card.name == "echo" and card.description.endswith("(extended card)")
     assert card.capabilities.push_notifications and card.capabilities.extended_agent_card
