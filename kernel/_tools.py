@@ -194,6 +194,8 @@ def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]
             raw = secret.encode("utf-8", "surrogatepass")
         forms |= {raw.decode("utf-8", "replace"), quote(raw, safe=""), secret.replace("/", "\\/")}
         forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+        shown = repr(secret + "'\"")[1:-4]  # as Python's repr (a log's %r) writes it, "'" escaped
+        forms |= {shown, shown.replace("\\'", "'")}
         if "\n" in secret:  # a PEM key, printed line by line: no single line holds it all
             forms |= {line for line in map(str.strip, secret.splitlines()) if len(line) >= 8}
     needles = tuple(sorted(forms, key=len, reverse=True))
@@ -210,9 +212,9 @@ _encode = make_encoder(default=_as_json, allow_nan=True)
 def redact(value: Any, secrets: Iterable[str]) -> Any:
     """``value`` with each of ``secrets`` (those of 4 characters or more) replaced by
     ``[redacted]`` in every string in it, keys included, at any depth, also as other text
-    may hold it: JSON-escaped (``\\"``, ``\\uXXXX``, ``\\/``), percent-encoded, with its
-    undecodable bytes read as U+FFFD, and each line (of 8 characters or more) of one that
-    spans lines; ``value`` itself when none occurs. Mappings
+    may hold it: JSON-escaped (``\\"``, ``\\uXXXX``, ``\\/``), as Python's ``repr`` writes
+    it, percent-encoded, with its undecodable bytes read as U+FFFD, and each line (of 8
+    characters or more) of one that spans lines; ``value`` itself when none occurs. Mappings
     come back as dicts, lists and tuples as their kind; nesting past Python's recursion
     limit raises ``RecursionError``."""
     secrets, escaped = _needles(tuple(secrets))

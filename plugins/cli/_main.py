@@ -152,14 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(debug: bool, command: str) -> None:
+def _setup_logging(debug: bool, command: str, stream: TextIO | None = None) -> None:
+    """Log to ``stream`` (stderr), every credential roost reads (``redact_from_logs``) out."""
     import logging
 
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from roost.kernel import RedactingFormatter
+
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if command == "run" and not debug:
         logging.getLogger("roost").setLevel(logging.INFO)
         logging.getLogger("roost.http.server").setLevel(logging.WARNING)

@@ -40,6 +40,7 @@ from roost.kernel import (
     number_setting,
     public_url,
     redact,
+    redact_from_logs,
     unknown_key,
 )
 from roost.plugins.http.client import credential_values
@@ -369,6 +370,7 @@ class McpManager:
             log.error("MCP server configuration skipped: %s", error)
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
+        redact_from_logs(s for state in self.states.values() for s in state.secrets)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
 
