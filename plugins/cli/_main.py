@@ -152,13 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(debug: bool, command: str, stream: TextIO | None = None) -> None:
-    """Log to ``stream`` (stderr), every credential roost reads (``redact_from_logs``) out."""
+def _setup_logging(debug: bool, command: str) -> None:
+    """Log to stderr, every credential roost reads (``redact_from_logs``) taken out."""
     import logging
 
     from roost.kernel import RedactingFormatter
 
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if command == "run" and not debug:
