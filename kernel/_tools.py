@@ -183,13 +183,22 @@ REDACTED = "[redacted]"
 
 @functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
 def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``secrets`` to look for, also as JSON and a URL may write them, longest first; and
-    each as it reads inside a JSON string."""
+    """``secrets`` (of 4 characters or more) to look for in every form ``redact`` knows,
+    longest first; and each as it reads inside a JSON string."""
     given = {s for s in secrets if len(s) >= 4}
-    # surrogatepass: a secret from the environment may hold lone surrogates (undecodable bytes).
-    escaped = {quote(s, safe="", errors="surrogatepass") for s in given}
-    given |= {s.replace("/", "\\/") for s in given} | escaped
-    needles = tuple(sorted(given, key=len, reverse=True))
+    forms = set(given)
+    for secret in given:
+        try:  # from the environment, an undecodable byte is kept as a lone surrogate
+            raw = secret.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no byte maps to
+            raw = secret.encode("utf-8", "surrogatepass")
+        forms |= {raw.decode("utf-8", "replace"), quote(raw, safe=""), secret.replace("/", "\\/")}
+        forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+        shown = repr(secret + "'\"")[1:-4]  # as Python's repr (a log's %r) writes it, "'" escaped
+        forms |= {shown, shown.replace("\\'", "'")}
+        if "\n" in secret:  # a PEM key, printed line by line: no single line holds it all
+            forms |= {line for line in map(str.strip, secret.splitlines()) if len(line) >= 8}
+    needles = tuple(sorted(forms, key=len, reverse=True))
     return needles, tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
 
 
@@ -201,9 +210,11 @@ _encode = make_encoder(default=_as_json, allow_nan=True)
 
 
 def redact(value: Any, secrets: Iterable[str]) -> Any:
-    """``value`` with each of ``secrets`` (those of 4 characters or more), also as JSON
-    (``\\/``) and a URL (percent-encoded) may write it, replaced by ``[redacted]`` in every
-    string in it, keys included, at any depth; ``value`` itself when none occurs. Mappings
+    """``value`` with each of ``secrets`` (those of 4 characters or more) replaced by
+    ``[redacted]`` in every string in it, keys included, at any depth, also as other text
+    may hold it: JSON-escaped (``\\"``, ``\\uXXXX``, ``\\/``), as Python's ``repr`` writes
+    it, percent-encoded, with its undecodable bytes read as U+FFFD, and each line (of 8
+    characters or more) of one that spans lines; ``value`` itself when none occurs. Mappings
     come back as dicts, lists and tuples as their kind; nesting past Python's recursion
     limit raises ``RecursionError``."""
     secrets, escaped = _needles(tuple(secrets))

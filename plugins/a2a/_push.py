@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, UrlRefused
+from roost.kernel import AddressPins, Resolver, UrlRefused, public_url
 from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
@@ -103,7 +103,7 @@ class PushDispatcher:
                 log.warning(
                     "push queue full: dropped a notification for task %s to %s",
                     config.task_id,
-                    config.url,
+                    public_url(config.url),  # its query may carry the client's token
                 )
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -154,11 +154,13 @@ class PushDispatcher:
                         return True
                     problem = f"HTTP {status}"
                 except UrlRefused as exc:
-                    log.warning("push to %s refused: %s", config.url, exc)
+                    log.warning("push to %s refused: %s", public_url(config.url), exc)
                     break
                 except httpx.HTTPError as exc:
                     problem = f"{type(exc).__name__}: {exc}"
-                log.info("push to %s failed (attempt %d): %s", config.url, attempt, problem)
+                log.info(
+                    "push to %s failed (attempt %d): %s", public_url(config.url), attempt, problem
+                )
                 if attempt < self.settings.retries:
                     await trio.sleep(delay)
                     delay *= 2

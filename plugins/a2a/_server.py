@@ -34,8 +34,10 @@ from roost.kernel import (
     TraceContext,
     is_mapping,
     jsonrpc,
+    redact_from_logs,
 )
 from roost.plugins.http import PlainRequest, PlainResponse, bearer_token, principal_of, tokens_match
+from roost.plugins.http.client import credential_values
 
 from . import _models as m
 from . import _protocol as p
@@ -70,6 +72,8 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
+        for agent in settings.external_agents:  # before any service starts and logs
+            redact_from_logs(credential_values(agent.headers, agent.url))
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Open the task store, recover, serve until cancelled (the kernel's service)."""

@@ -153,13 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup_logging(debug: bool, command: str) -> None:
+    """Log to stderr, every credential roost reads (``redact_from_logs``) taken out."""
     import logging
 
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from roost.kernel import RedactingFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     if command == "run" and not debug:
         logging.getLogger("roost").setLevel(logging.INFO)
         logging.getLogger("roost.http.server").setLevel(logging.WARNING)

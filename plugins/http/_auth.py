@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-from roost.kernel import ConfigError
+from roost.kernel import ConfigError, redact_from_logs
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT = "default"
@@ -100,7 +100,8 @@ def resolve_keys(
     http_config: object, env: Mapping[str, str], api_key: str | None
 ) -> tuple[tuple[bytes, Principal], ...]:
     """``(sha256, principal)`` per accepted key: ``api_key`` as ``default`` (an admin), then each
-    ``[http.keys.<name>]`` from its variable or file; ConfigError if unreadable or repeated."""
+    ``[http.keys.<name>]`` from its variable or file; ConfigError if unreadable or repeated.
+    Each key is kept out of the log (``redact_from_logs``), as ``resolve_api_key``'s is."""
     out: list[tuple[bytes, Principal]] = []
     if api_key is not None:
         out.append((key_digest(api_key), Principal(DEFAULT, admin=True)))
@@ -121,6 +122,7 @@ def resolve_keys(
                 )
         else:
             key = read_key_file(entry.key_file, f"{field}.key_file")
+        redact_from_logs((key,))
         digest = key_digest(key)
         for other, principal in out:
             if hmac.compare_digest(other, digest):
@@ -145,15 +147,17 @@ def _is_port(text: str) -> bool:
 
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:
     """``(the API key, where it came from)``: ``http.api_key``, else the variable named by
-    ``http.api_key_env`` (blank is unset); ``(None, "off")`` when there is none."""
+    ``http.api_key_env`` (blank is unset); ``(None, "off")`` when there is none. The key is
+    kept out of the log (``redact_from_logs``)."""
     key = getattr(http_config, "api_key", None)
     if isinstance(key, str) and key.strip():
-        return key.strip(), "http.api_key, from roost.toml or the environment"
-    if env_name := getattr(http_config, "api_key_env", None):
-        value = env.get(env_name, "")
-        if value.strip():
-            return value.strip(), f"environment variable {env_name}"
-    return None, "off"
+        key, source = key.strip(), "http.api_key, from roost.toml or the environment"
+    elif (env_name := getattr(http_config, "api_key_env", None)) and env.get(env_name, "").strip():
+        key, source = env[env_name].strip(), f"environment variable {env_name}"
+    else:
+        return None, "off"
+    redact_from_logs((key,))
+    return key, source
 
 
 def bearer_token(authorization: str | None) -> str | None:

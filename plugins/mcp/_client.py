@@ -135,6 +135,45 @@ def pick_modern_version(supported: Any) -> str | None:
     return next((v for v in proto.STATELESS_VERSIONS if v in supported), None)
 
 
+# MCP 2025-11-25 ``Implementation``: the texts kept of a server's ``serverInfo``, each cut to
+# this; a URL (``websiteUrl``, an icon's ``src``) is kept whole or, longer, not at all.
+_INFO_TEXTS = {"name": 256, "title": 256, "version": 128, "description": 2048}
+_MAX_URL = 2048
+_MAX_ICONS = 8
+
+
+def implementation(info: Any) -> dict[str, Any]:
+    """What roost keeps of a server's ``serverInfo``: the fields of MCP's ``Implementation``
+    bounded (texts cut, at most 8 ``icons`` of ``src``, ``mimeType``, ``sizes``, ``theme``,
+    no URL over 2,048 characters), each of the right type; anything else dropped."""
+    if not is_mapping(info):
+        return {}
+    out: dict[str, Any] = {
+        k: v[:n] for k, n in _INFO_TEXTS.items() if isinstance(v := info.get(k), str)
+    }
+    if isinstance(url := info.get("websiteUrl"), str) and len(url) <= _MAX_URL:
+        out["websiteUrl"] = url
+    icons = info.get("icons")
+    kept = [one for i in icons[:_MAX_ICONS] if (one := _icon(i))] if isinstance(icons, list) else []
+    if kept:
+        out["icons"] = kept
+    return out
+
+
+def _icon(icon: Any) -> dict[str, Any] | None:
+    """An MCP ``Icon``'s fields, bounded; None without a ``src`` roost keeps."""
+    if not is_mapping(icon) or not isinstance(src := icon.get("src"), str) or len(src) > _MAX_URL:
+        return None
+    out: dict[str, Any] = {"src": src}
+    if isinstance(mime := icon.get("mimeType"), str):
+        out["mimeType"] = mime[:128]
+    if isinstance(sizes := icon.get("sizes"), list):
+        out["sizes"] = [s[:32] for s in sizes[:8] if isinstance(s, str)]
+    if icon.get("theme") in ("dark", "light"):
+        out["theme"] = icon["theme"]
+    return out
+
+
 class ClientProtocol:
     """The state of one client session, without I/O: builds params, accepts answers."""
 
@@ -188,7 +227,7 @@ class ClientProtocol:
         self.era = era
         self.protocol_version = version
         self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
-        self.server_info = dict(info) if isinstance(info, Mapping) else {}
+        self.server_info = implementation(info)
 
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
@@ -229,7 +268,7 @@ class ClientProtocol:
             meta = result.get("_meta")
             info = meta.get(proto.META_SERVER_INFO) if is_mapping(meta) else None
             if is_mapping(info):
-                self.server_info = dict(info)
+                self.server_info = implementation(info)
 
     @staticmethod
     def retry_params(

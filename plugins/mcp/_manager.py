@@ -40,6 +40,7 @@ from roost.kernel import (
     number_setting,
     public_url,
     redact,
+    redact_from_logs,
     unknown_key,
 )
 from roost.plugins.http.client import credential_values
@@ -369,6 +370,7 @@ class McpManager:
             log.error("MCP server configuration skipped: %s", error)
         self.kernel = kernel
         self.states: dict[str, ServerState] = {c.name: ServerState(c) for c in configs}
+        redact_from_logs(s for state in self.states.values() for s in state.secrets)
         self.elicitation_handler: Any = None  # set to an ElicitationHandler to allow elicitation
         self.allow_private = kernel.config.tools.allow_private_network
 
@@ -396,7 +398,7 @@ class McpManager:
                         "tools": list(state.tools),
                         "protocol_version": client.protocol_version,
                         "era": client.era,
-                        "server_info": _server_info(client.server_info, state.secrets),
+                        "server_info": redact(dict(client.server_info), state.secrets),
                         "capabilities": sorted(client.server_capabilities),
                         "connected_at": state.connected_at,
                     }
@@ -837,15 +839,6 @@ class McpManager:
             "model": getattr(provider, "name", "roost"),  # not part of the Provider protocol
             "stopReason": "maxTokens" if completion.stop_reason == "max_tokens" else "endTurn",
         }
-
-
-def _server_info(info: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
-    """A peer's ``serverInfo`` for ``GET /api/mcp/servers``, its credentials taken out (one
-    nested too deep to search shows empty)."""
-    try:
-        return redact(dict(info), secrets)
-    except RecursionError:
-        return {}
 
 
 def _announces_changes(caps: Mapping[str, Any]) -> bool:

@@ -23,8 +23,15 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from roost.kernel import EventKind, KernelAPI, escape_lone_surrogates, roost_version
+from roost.kernel import (
+    EventKind,
+    KernelAPI,
+    escape_lone_surrogates,
+    redact_from_logs,
+    roost_version,
+)
 from roost.kernel import SpanKind as RoostKind
+from roost.plugins.http.client import credential_values
 
 from . import TelemetrySettings
 
@@ -59,6 +66,7 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
 
     # None set: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (no key in roost.toml).
     headers = dict(settings.headers) if settings.headers else None
+    redact_from_logs(credential_values(settings.headers, settings.endpoint))
     return OTLPSpanExporter(endpoint=settings.endpoint, headers=headers, timeout=settings.timeout_s)
 
 

@@ -23,6 +23,7 @@ from roost.kernel import (
     Usage,
     hookimpl,
     number_setting,
+    redact_from_logs,
 )
 
 from ._http import (
@@ -403,6 +404,7 @@ class Vendor:
         headers = {**self.extra_headers, **given.pop("headers", {})}
         # What is left in ``given``: the numbers.
         checked = ProviderSettings(self.name, base_url, key_env, key, headers=headers, **given)
+        redact_from_logs(checked.secrets)
         return HttpProvider(
             self.name,
             self.wire(),

@@ -172,3 +172,22 @@ def test_credential_values_of_a_url_whose_password_holds_a_lone_surrogate():
     # Regression: the Basic credentials made of such a password raised UnicodeEncodeError.
     found = credential_values({}, "http://user:pass\ud800word-123@host/")
     assert "pass\ud800word-123" in found and len(found) == 2
+
+
+def test_a_secret_is_found_json_escaped_and_as_its_undecodable_bytes_read():
+    # A peer quoting it in a JSON text ("\"", "\\", "\u00e9"), and a text decoded with
+    # "replace" (a byte that is not UTF-8 reads U+FFFD, while the environment kept it as a
+    # lone surrogate): each form once only in the stdio transport, now in every redaction.
+    quoted = 'pa"ss\\wörd-123'
+    assert redact('{"k": "pa\\"ss\\\\w\\u00f6rd-123"}', [quoted]) == '{"k": "[redacted]"}'
+    assert redact('{"k": "pa\\"ss\\\\wörd-123"}', [quoted]) == '{"k": "[redacted]"}'
+    odd = b"tok\xffen-abcdefgh".decode("utf-8", "surrogateescape")
+    assert redact("odd: tok\ufffden-abcdefgh!", [odd]) == "odd: [redacted]!"
+    assert redact("/cb?t=tok%FFen-abcdefgh", [odd]) == "/cb?t=[redacted]"
+
+
+def test_each_line_of_a_secret_spanning_lines_is_found_alone():
+    # A PEM key printed (or echoed) line by line: no single line holds all of it.
+    pem = "-----BEGIN KEY-----\nQUJDREVGR0hJSktMTU5PUFFSU1RVVldY\nWVphYmNk\nshort\n-----END KEY-"
+    said = redact(["QUJDREVGR0hJSktMTU5PUFFSU1RVVldY", "WVphYmNk\r", "short"], [pem])
+    assert said == ["[redacted]", "[redacted]\r", "short"]  # a line under 8: a word, left

@@ -76,7 +76,7 @@ class StdioTransport(ClientTransport):
         self.name = name
         self.process = process
         self.incoming = incoming
-        self.secrets = _as_stderr_lines(secrets)  # kept out of the log lines of its stderr
+        self.secrets = tuple(secrets)  # kept out of the log lines of its stderr
         self.closed_reason: str | None = None
         # Set by the client session: each message goes to this synchronous function, not to
         # ``incoming`` (a task hop less a reply); ``incoming`` still ends with the server.
@@ -170,23 +170,6 @@ async def _pump_stderr(transport: StdioTransport) -> None:
             if isinstance(line, bytes):
                 text = redact(line.decode("utf-8", "replace"), transport.secrets)
                 server_log.info("%s", text[:_STDERR_LINE_MAX])
-
-
-def _as_stderr_lines(secrets: Sequence[str]) -> tuple[str, ...]:
-    """``secrets`` as a stderr line decoded with "replace" shows them (an undecodable byte,
-    kept by the environment as a lone surrogate, reads as U+FFFD), and each line of one that
-    spans lines (a PEM key: no single line holds it all) of 8 characters or more."""
-    out: list[str] = []
-    for secret in secrets:
-        try:
-            shown = secret.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-        except UnicodeEncodeError:  # a surrogate no byte maps to: no line can hold it
-            shown = secret
-        for form in dict.fromkeys((secret, shown)):
-            out.append(form)
-            if "\n" in form:
-                out += [p for p in (p.strip() for p in form.splitlines()) if len(p) >= 8]
-    return tuple(dict.fromkeys(out))
 
 
 def _signal_group(process: trio.Process, sig: int) -> None:

@@ -25,8 +25,10 @@ from roost.plugins.mcp.transports.stdio import open_stdio_transport
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
 
 
-def raw_server(mode="legacy", log_path=None):
-    extra = {"RAW_SERVER_LOG": str(log_path)} if log_path else None
+def raw_server(mode="legacy", log_path=None, info=None):
+    extra = {"RAW_SERVER_LOG": str(log_path)} if log_path else {}
+    if info:
+        extra["RAW_SERVER_INFO"] = info
     return open_stdio_transport(sys.executable, [RAW, mode], name="raw", extra_env=extra)
 
 
@@ -49,6 +51,25 @@ async def test_handshake_and_paginated_tools_list():
         result = await client.call_tool("alpha", {"text": "hi"})
         assert result["content"][0]["text"] == "alpha:hi"
         await client.ping()
+
+
+async def test_a_huge_odd_server_info_is_kept_as_the_specs_fields_bounded():
+    # Regression: serverInfo was kept whole, any size and keys (here 1.5 MB, nested 200
+    # deep), and shown by GET /api/mcp/servers.
+    async with (
+        raw_server(info="odd") as transport,
+        open_mcp_client(transport, ClientOptions(server_name="raw")) as client,
+    ):
+        info = client.server_info
+        assert (await client.list_tools())[0]["name"] == "alpha"  # the session works on
+    assert info == {
+        "name": "n" * 256,
+        "description": "d" * 2048,
+        "icons": [
+            {"src": "https://e.example/i.png", "sizes": ["48x48"]},
+            *[{"src": "https://e.example/more.png"}] * 4,
+        ],
+    }
 
 
 async def test_many_calls_in_flight_on_one_connection():

@@ -4,15 +4,16 @@ links, model calls carry the GenAI attributes, and a refused hop is an error wit
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import trio
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
-from roost.kernel import default_config, open_kernel
+from roost.kernel import RedactingFormatter, default_config, open_kernel
 from roost.plugins.otel import TelemetrySettings
 from roost.plugins.otel import _export as otel_export
-from roost.plugins.otel._export import SpanExport, Translator
+from roost.plugins.otel._export import SpanExport, Translator, exporter_for
 from waiting import wait_until
 
 
@@ -344,3 +345,15 @@ async def test_an_abandoned_export_keeps_the_next_waiting_never_beside_it(tmp_pa
     assert took < 0.5 + 1.0, f"the shutdown waited {took:.2f} s for a stuck export"
     assert exporter.most_at_once == 1
     assert export.stats.batches >= 1 and export.stats.failed > failed
+
+
+def test_the_exporters_credentials_are_kept_out_of_the_daemons_log():
+    # The OTLP collector's key, quoted by the SDK's or roost's own log line, is redacted.
+    url = "http://127.0.0.1:4318/v1/traces?api_key=otlp-query-456"
+    table = {"endpoint": url, "headers": {"Authorization": "Bearer otlp-secret-123"}}
+    exporter_for(TelemetrySettings.from_config(table))  # what the service builds at start
+    said = ("401 for otlp-secret-123 at " + url,)
+    record = logging.LogRecord("opentelemetry", logging.WARNING, __file__, 1, "%s", said, None)
+    line = RedactingFormatter().format(record)
+    assert "otlp-secret" not in line and "otlp-query" not in line
+    assert line == "401 for [redacted] at http://127.0.0.1:4318/v1/traces?api_key=[redacted]"

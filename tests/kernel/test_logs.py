@@ -1,0 +1,52 @@
+"""``RedactingFormatter``: a credential given to ``redact_from_logs`` is in no line it writes."""
+
+import json
+import logging
+from urllib.parse import quote
+
+import pytest
+from roost.kernel import RedactingFormatter, redact_from_logs
+
+KEY = 'sk-logs/"test\\key+1234'  # JSON escapes "/", '"' and "\"; a URL all three and "+"
+
+
+@pytest.fixture
+def log_file(tmp_path):
+    """A logger writing through a ``RedactingFormatter`` to a file, as ``roost run`` does."""
+    path = tmp_path / "roost.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    log = logging.getLogger("roost.test.logs")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        yield log, path
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+        handler.close()
+
+
+def test_a_traceback_quoting_a_key_in_any_form_is_written_without_it(log_file):
+    log, path = log_file
+    redact_from_logs([KEY])
+    try:
+        try:
+            raise ValueError(f"peer said {json.dumps({'auth': KEY})}")
+        except ValueError as exc:
+            raise RuntimeError(f"GET /v1?key={quote(KEY, safe='')} failed\nfor {KEY}") from exc
+    except RuntimeError as exc:
+        log.exception("provider failed: %r", exc)
+    text = path.read_text(encoding="utf-8")
+    assert "Traceback (most recent call last)" in text and "ValueError: peer said" in text
+    for form in (KEY, json.dumps(KEY)[1:-1], quote(KEY, safe=""), "sk-logs"):
+        assert form not in text, text
+    assert '{"auth": "[redacted]"}' in text and "GET /v1?key=[redacted] failed" in text
+
+
+def test_a_secret_too_short_to_be_one_leaves_the_log_alone(log_file):
+    # "abc" replaced everywhere would ruin every line; redact's rule holds: 4 characters or more.
+    log, path = log_file
+    redact_from_logs(["abc", "", "wxyz"])
+    log.warning("abc and wxyz")
+    assert path.read_text(encoding="utf-8") == "WARNING roost.test.logs: abc and [redacted]\n"

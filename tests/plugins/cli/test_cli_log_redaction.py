@@ -1,0 +1,112 @@
+"""``roost run``'s log: every credential the daemon reads stays out of it, whoever quotes it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+from waiting import wait_until_sync
+
+ROOST = Path(sys.executable).with_name("roost")
+
+PROVIDER_KEY = "sk-prov/ider+key=1234"  # "\/" in JSON, percent-encoded in a URL
+API_KEY = 'roost"api\\key-5678'  # ROOST_API_KEY: JSON escapes its quote and backslash
+A2A_TOKEN = "a2a-peer-token-90ab"  # an external A2A agent's Authorization header
+PEM = "-----BEGIN KEY-----\nQUJDREVGR0hJSktMTU5P\nUFFSU1RVVldYWVph\n-----END KEY-----"
+
+# A peer that knows every credential (its script has them, as a hostile or buggy peer may)
+# and quotes them: raw, JSON-escaped, percent-encoded and line by line on its stderr, and in
+# the error it answers roost's initialize with (which the daemon logs as why it is down).
+ECHO = f"""
+import json, sys
+keys = {[PROVIDER_KEY, API_KEY, A2A_TOKEN]!r}
+pem = {PEM!r}
+err = sys.stderr
+for key in keys:
+    err.write("raw: " + key + "\\n")
+    err.write("json: " + json.dumps({{"said": key}}) + "\\n")
+import urllib.parse
+for key in keys:
+    err.write("url: /cb?k=" + urllib.parse.quote(key, safe="") + "\\n")
+err.write("pem:\\n" + pem + "\\n")
+err.write("echo-done\\n")
+err.flush()
+request = json.loads(sys.stdin.readline())
+message = "bad key " + " ".join(keys) + " in\\n" + pem
+answer = {{"jsonrpc": "2.0", "id": request["id"], "error": {{"code": -32000, "message": message}}}}
+sys.stdout.write(json.dumps(answer) + "\\n")
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+def write_project(tmp_path: Path) -> Path:
+    agent = tmp_path / "agents" / "remote" / "agent.json"
+    agent.parent.mkdir(parents=True)
+    model = {"provider": "openai", "name": "gpt-test"}  # built at boot: its key is read then
+    agent.write_text(json.dumps({"name": "remote", "description": "d", "model": model}))
+    echo = tmp_path / "echo.py"
+    echo.write_text(ECHO)
+    quiet = [sys.executable, "-c", "import sys; sys.stdin.read()"]
+    config = tmp_path / "roost.toml"
+    config.write_text(
+        f"home = {json.dumps(str(tmp_path / 'home'))}\n"
+        f"[agents]\ndirs = [{json.dumps(str(agent.parent.parent))}]\nbundled = false\n"
+        '[providers.openai]\napi_key_env = "ROOST_TEST_PROVIDER_KEY"\n'
+        'base_url = "http://127.0.0.1:9/v1"\n'
+        '[[a2a.external_agents]]\nname = "peer"\nurl = "http://127.0.0.1:9"\n'
+        f'headers = {{ Authorization = "Bearer {A2A_TOKEN}" }}\n'
+        '[[mcp_servers]]\nname = "echo"\n[mcp_servers.transport]\ntype = "stdio"\n'
+        f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(echo))}]\n"
+        '[[mcp_servers]]\nname = "pem"\nenv = ["ROOST_TEST_PEM_TOKEN"]\n'
+        f'[mcp_servers.transport]\ntype = "stdio"\ncommand = {json.dumps(quiet[0])}\n'
+        f"args = {json.dumps(quiet[1:])}\n"
+    )
+    return config
+
+
+def test_a_peer_quoting_the_daemons_credentials_in_any_form_leaves_none_in_its_log(tmp_path):
+    config = write_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+    env |= {
+        "ROOST_HOME": str(tmp_path / "home"),
+        "ROOST_API_KEY": API_KEY,
+        "ROOST_TEST_PROVIDER_KEY": PROVIDER_KEY,
+        "ROOST_TEST_PEM_TOKEN": PEM,
+    }
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            [str(ROOST), "--config", str(config), "run", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            env=env,
+        )
+        try:
+
+            def logged_why_echo_is_down() -> bool:
+                assert proc.poll() is None, log_path.read_text()
+                text = log_path.read_text()
+                return "echo-done" in text and "MCP server echo is down" in text
+
+            wait_until_sync(logged_why_echo_is_down, "the peer's quotes logged", timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    logged = log_path.read_text()
+    for secret in (PROVIDER_KEY, API_KEY, A2A_TOKEN):
+        for form in (
+            secret,
+            json.dumps(secret)[1:-1],
+            secret.replace("/", "\\/"),
+            quote(secret, safe=""),
+        ):
+            assert form not in logged, (form, logged)
+    for line in PEM.splitlines()[1:3]:
+        assert line not in logged, logged
+    # What was said around them is still there: the log lost the keys, not the lines.
+    assert "raw: [redacted]\n" in logged and 'json: {"said": "[redacted]"}' in logged
+    assert "url: /cb?k=[redacted]" in logged and "bad key [redacted] [redacted]" in logged
