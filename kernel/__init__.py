@@ -71,6 +71,7 @@ if _typing.TYPE_CHECKING:
     from ._errors import escape_lone_surrogates as escape_lone_surrogates
     from ._errors import is_mapping as is_mapping
     from ._errors import json_type_name as json_type_name
+    from ._errors import parse_int as parse_int
     from ._events import Event as Event
     from ._events import EventKind as EventKind
     from ._events import EventTap as EventTap

@@ -325,6 +325,35 @@ class SessionConflict(RoostError, code="session_conflict"):
         return {**super().to_dict(), "field": self.field}
 
 
+def parse_int(value: Any, field: str, low: int, high: int) -> int:
+    """``value``, an int (never a bool) or its text, as an int from ``low`` to ``high``; else
+    ``InvalidInput`` naming ``field``. Text is ASCII digits only (no "١٢", "²", "+", "_",
+    spaces or exponent), after a "-" only when ``low`` is negative; leading zeros are fine,
+    and text longer than the bounds is refused before ``int()`` reads it."""
+    number = value
+    if value.__class__ is str:
+        negative = low < 0 and value[:1] == "-"
+        digits = value[1:] if negative else value
+        if digits.isascii() and digits.isdigit():
+            digits = digits.lstrip("0") or "0"
+            if len(digits) <= len(str(max(-low, high))):
+                number = -int(digits) if negative else int(digits)
+    if number.__class__ is int and low <= number <= high:
+        return number
+    if isinstance(number, int) and not isinstance(number, bool) and low <= number <= high:
+        return int(number)
+    how = ""
+    if isinstance(value, str):
+        how = " in ASCII digits" + (" (- before a negative one)" if low < 0 else "")
+        shown = repr(value[:41])
+    elif isinstance(value, int) and abs(value).bit_length() > 4096:
+        shown = "an integer of more than 1,000 digits"  # repr() refuses past 4,300
+    else:
+        shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:39] + "…"
+    raise InvalidInput(field, f"expected an integer from {low} to {high}{how}, got {shown}")
+
+
 def _lone_surrogate(text: str) -> str | None:
     """The first lone surrogate in ``text``, else None (quick for ASCII and valid text)."""
     if text.isascii():
