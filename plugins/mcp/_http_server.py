@@ -26,7 +26,14 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound, InvalidTraceContext, KernelAPI, TraceContext
+from roost.kernel import (
+    AgentNotFound,
+    InvalidInput,
+    InvalidTraceContext,
+    KernelAPI,
+    TraceContext,
+    parse_int,
+)
 from roost.kernel import jsonrpc as rpc
 from roost.plugins.http import PlainRequest, PlainResponse
 
@@ -595,11 +602,16 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
         stream = session.streams.get(stream_id)
         if session.standalone is not None and session.standalone.stream_id == stream_id:
             stream = session.standalone
-        if stream is None or not (seq.isascii() and seq.isdigit() and len(seq) <= 18):
+        try:
+            start = parse_int(seq, p.HEADER_LAST_EVENT_ID, 0, 10**18)
+        except InvalidInput:
+            stream = None
+        if stream is None:
             raise _refuse(
-                404, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume"
+                404,
+                f"{p.HEADER_LAST_EVENT_ID} {last[:80]!r} names no stream this session can resume",
             )
-        return _sse(stream, int(seq))
+        return _sse(stream, start)
     if session.standalone is not None and not session.standalone.closed:
         raise _refuse(409, "this session already has an open GET stream; close it first")
     session.standalone = EventLog(secrets.token_hex(8))
