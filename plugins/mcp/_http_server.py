@@ -15,6 +15,7 @@ daemon's; a body over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC er
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -602,16 +603,11 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
         stream = session.streams.get(stream_id)
         if session.standalone is not None and session.standalone.stream_id == stream_id:
             stream = session.standalone
-        try:
-            start = parse_int(seq, p.HEADER_LAST_EVENT_ID, 0, 10**18)
-        except InvalidInput:
-            stream = None
-        if stream is None:
-            raise _refuse(
-                404,
-                f"{p.HEADER_LAST_EVENT_ID} {last[:80]!r} names no stream this session can resume",
-            )
-        return _sse(stream, start)
+        with contextlib.suppress(InvalidInput):  # an event number parse_int refuses
+            if stream is not None:
+                return _sse(stream, parse_int(seq, p.HEADER_LAST_EVENT_ID, 0, 10**18))
+        why = f"{p.HEADER_LAST_EVENT_ID} {last[:80]!r} names no stream this session can resume"
+        raise _refuse(404, why)
     if session.standalone is not None and not session.standalone.closed:
         raise _refuse(409, "this session already has an open GET stream; close it first")
     session.standalone = EventLog(secrets.token_hex(8))
