@@ -37,7 +37,6 @@ if _typing.TYPE_CHECKING:
     from ._config import find_config_file as find_config_file
     from ._config import header_table as header_table
     from ._config import load_config as load_config
-    from ._config import number_setting as number_setting
     from ._config import unknown_key as unknown_key
     from ._deadlines import DeadlineTimer as DeadlineTimer
     from ._errors import ActorCrashed as ActorCrashed
@@ -71,6 +70,8 @@ if _typing.TYPE_CHECKING:
     from ._errors import escape_lone_surrogates as escape_lone_surrogates
     from ._errors import is_mapping as is_mapping
     from ._errors import json_type_name as json_type_name
+    from ._errors import number_setting as number_setting
+    from ._errors import parse_int as parse_int
     from ._events import Event as Event
     from ._events import EventKind as EventKind
     from ._events import EventTap as EventTap

@@ -19,7 +19,6 @@ import itertools
 import logging
 import math
 import operator
-import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,6 +37,8 @@ from ._errors import (
     AskTimeout,
     MailboxFull,
     RoostError,
+    _shown,
+    number_setting,
 )
 from ._events import Event, EventKind, EventTap, new_event_id
 from ._frozen import frozen_builder
@@ -86,16 +87,13 @@ def _check_count(field: str, value: Any, low: int, high: int) -> None:
         raise ValueError(f"{field}: must be between {low} and {high}, got {value}")
 
 
-_MAX_FLOAT = sys.float_info.max
-
-
 def _check_seconds(field: str, value: Any, why: str = "") -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{field}: expected a number of seconds, got {type(value).__name__}{why}")
-    # Compared, not converted: math.isfinite of an int past the largest float overflows.
-    if not 0 < value <= _MAX_FLOAT:  # nan fails every comparison
-        raise ValueError(f"{field}: must be a positive, finite number of seconds, got {value}{why}")
-    return float(value)
+    if (seconds := number_setting(value)) is None:
+        shown = f"{_shown(value)}{why}"
+        raise ValueError(f"{field}: must be a positive, finite number of seconds, got {shown}")
+    return seconds
 
 
 def _validate_max_restarts(_inst: Any, attribute: attrs.Attribute, value: Any) -> None:

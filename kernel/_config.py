@@ -9,13 +9,13 @@ what was expected and where the value came from.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import json
 import math
 import os
 import re
-import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from ._errors import ConfigError
+from ._errors import ConfigError, InvalidInput, number_setting, parse_int
 from ._paths import HOME_ENV, database_path, read_text, resolve_data_dir
 from ._trace import DEFAULT_MAX_DEPTH
 
@@ -81,27 +81,6 @@ class _Check:
     what: str
     test: Callable[[Any], Any]
     integer: bool = False
-
-
-def number_setting(
-    value: Any,
-    low: float = 0,
-    high: float = math.inf,
-    *,
-    integer: bool = False,
-    closed: bool = False,
-) -> Any:
-    """``value`` as a numeric setting, else None: an int (with ``integer``) or a finite number,
-    never a bool, above ``low`` (or equal to it, with ``closed``) and at most ``high``; a float
-    unless ``integer``."""
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        return None
-    # Compared, never converted first: float() or math.isfinite() of an int past the largest
-    # float raises OverflowError (and nan fails every comparison).
-    top = high if integer else min(high, sys.float_info.max)
-    if not (low <= value if closed else low < value) or not value <= top:
-        return None
-    return value if integer else float(value)
 
 
 def _number(value: Any, **bounds: Any) -> Any:
@@ -535,8 +514,9 @@ def _env_override(
     current = getattr(config, section)
     field = attrs.fields_dict(type(current))[key]
     check = field.metadata["check"]
-    if check.integer and re.fullmatch(r"[+-]?\d{1,18}", raw):
-        raw = int(raw)
+    if check.integer:
+        with contextlib.suppress(InvalidInput):  # else the check says what it expected
+            raw = parse_int(raw, name, -(10**18), 10**18)
     value = _checked(field, raw, f"{section}.{key}", f"environment variable {name}")
     return attrs.evolve(config, **{section: attrs.evolve(current, **{key: value})})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import reduce
 from typing import Any
@@ -72,8 +73,8 @@ class ConfigError(RoostError, code="config_error"):
 
 
 def _positive_int(value: Any, field: str, error: type[Exception] = ConfigError) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise error(f"{field}: expected a positive integer, got {value!r}")
+    if number_setting(value, 1, integer=True, closed=True) is None:
+        raise error(f"{field}: expected a positive integer, got {_shown(value)}")
     return value
 
 
@@ -235,9 +236,9 @@ class InvalidTraceContext(RoostError, code="invalid_trace_context"):
 
     def __init__(self, field: str, value: Any) -> None:
         self.field = field
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         self.problem = (
-            f"expected the caller's call depth, a whole number from 0 to 999999999, got {shown}; "
+            "expected the caller's call depth, a whole number from 0 to 999999999, "
+            f"got {_shown(value)}; "
             "send the depth your own caller gave you (or omit it to start a trace)"
         )
         super().__init__(f"{field}: {self.problem}")
@@ -323,6 +324,55 @@ class SessionConflict(RoostError, code="session_conflict"):
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "field": self.field}
+
+
+def number_setting(
+    value: Any,
+    low: float = 0,
+    high: float = math.inf,
+    *,
+    integer: bool = False,
+    closed: bool = False,
+) -> Any:
+    """``value`` as a numeric setting, else None: an int (with ``integer``) or a finite number,
+    never a bool, above ``low`` (or equal to it, with ``closed``) and at most ``high``; a float
+    unless ``integer``."""
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return None
+    # Compared, never converted first: float() or math.isfinite() of an int past the largest
+    # float raises OverflowError (and nan fails every comparison).
+    top = high if integer else min(high, sys.float_info.max)
+    if not (low <= value if closed else low < value) or not value <= top:
+        return None
+    return value if integer else float(value)
+
+
+def parse_int(value: Any, field: str, low: int, high: int) -> int:
+    """``value``, an int (never a bool) or its text, as an int from ``low`` to ``high``; else
+    ``InvalidInput`` naming ``field``. Text is ASCII digits only (no "١٢", "²", "+", "_",
+    spaces or exponent), after a "-" only when ``low`` is negative; leading zeros are fine,
+    and text longer than the bounds is refused before ``int()`` reads it."""
+    number, text = value, isinstance(value, str)
+    if text:
+        negative = low < 0 and value[:1] == "-"
+        digits = value[1:] if negative else value
+        if digits.isascii() and digits.isdigit():
+            digits = digits.lstrip("0") or "0"
+            if len(digits) <= len(str(max(-low, high))):
+                number = -int(digits) if negative else int(digits)
+    if isinstance(number, int) and not isinstance(number, bool) and low <= number <= high:
+        return int(number)
+    how = (" in ASCII digits" + (" (- before a negative one)" if low < 0 else "")) if text else ""
+    raise InvalidInput(field, f"expected an integer from {low} to {high}{how}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` in at most 40 characters, for a message (an int past 4,300 digits has
+    no repr)."""
+    if isinstance(value, int) and abs(value).bit_length() > 4096:
+        return "an integer of over 1,000 digits"
+    text = repr(value[:41] if isinstance(value, str) else value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def _lone_surrogate(text: str) -> str | None:

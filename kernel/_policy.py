@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from functools import reduce
@@ -29,8 +28,10 @@ from ._errors import (
     ToolError,
     _join,
     _positive_int,
+    _shown,
     is_mapping,
     json_pointer,
+    number_setting,
 )
 from ._errors import json_type_name as _json_type
 from ._tools import ToolCall, ToolResult, ToolSpec
@@ -221,7 +222,7 @@ def validate_arguments(spec: ToolSpec, arguments: Any) -> None:
 
 
 def _check_limit(limit: Any) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+    if number_setting(limit, integer=True, closed=True) is None:
         raise ValueError(f"limit: expected a non-negative integer of characters, got {limit!r}")
     return limit
 
@@ -526,15 +527,10 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
 
 
 def _seconds(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{field}: expected a number of seconds, got {value!r}")
-    expected = f"{field}: expected a positive, finite number of seconds"
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int past the largest float (too long, maybe, for a repr)
-        raise ConfigError(f"{expected}, got an integer too large for a float") from None
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{expected}, got {value!r}")
+    if (seconds := number_setting(value)) is None:
+        raise ConfigError(
+            f"{field}: expected a positive, finite number of seconds, got {_shown(value)}"
+        )
     return seconds
 
 

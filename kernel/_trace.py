@@ -22,7 +22,13 @@ from typing import Any
 
 import attrs
 
-from ._errors import InvalidTraceContext, RecursionLimitExceeded, is_mapping
+from ._errors import (
+    InvalidInput,
+    InvalidTraceContext,
+    RecursionLimitExceeded,
+    is_mapping,
+    parse_int,
+)
 from ._frozen import frozen_builder
 
 DEFAULT_MAX_DEPTH = 5
@@ -349,7 +355,10 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     parent = _parse_traceparent(meta.get(META_TRACEPARENT))
     depth = _parse_depth(meta.get(META_DEPTH), f'{field}["{META_DEPTH}"]')
     path = _parse_path(meta.get(META_PATH))
-    max_depth = _parse_int(meta.get(META_MAX_DEPTH))
+    try:  # a limit: a bad one is ignored (the callee's own limit applies anyway)
+        max_depth = parse_int(meta.get(META_MAX_DEPTH), META_MAX_DEPTH, 1, 9_999)
+    except InvalidInput:
+        max_depth = None
     if parent is None and depth is None and not path:
         return None
     return _assemble_fields(parent, None, depth, path, max_depth)
@@ -382,47 +391,17 @@ def _normalise_trace_id(value: str | None) -> str | None:
     return None
 
 
-_BIG = 10_000
-
-
 def _parse_depth(value: Any, field: str) -> int | None:
-    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or ASCII digits); None for None or "" (an
+    """A depth from 0 to ``MAX_DEPTH_VALUE`` (an int or its digits); None for None or "" (an
     unset ``$VAR`` in a header); else InvalidTraceContext naming ``field``, never "no depth"
     (which would restart the count)."""
-    if value.__class__ is int or (isinstance(value, int) and not isinstance(value, bool)):
-        if 0 <= value <= MAX_DEPTH_VALUE:
-            return int(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        # isascii first: "²" and "١٢" pass isdigit() but are no decimal numbers here
-        if text.isascii() and text.isdigit():
-            digits = text.lstrip("0") or "0"
-            if len(digits) <= len(str(MAX_DEPTH_VALUE)):
-                return int(digits)
-    elif value is None:
+    text = value.strip() if isinstance(value, str) else value
+    if text is None or text == "":
         return None
-    raise InvalidTraceContext(field, value)
-
-
-def _parse_int(value: Any) -> int | None:
-    """A count from 1 to 9,999 from an int or a string of ASCII digits; None if malformed
-    (a limit: a bad one is ignored, and the callee's own limit applies anyway)."""
-    if value.__class__ is not int:  # an int (as to_meta writes it) needs only the bounds
-        if isinstance(value, bool):
-            return None
-        if isinstance(value, str):
-            text = value.strip()
-            if not (text.isascii() and text.isdigit()):
-                return None
-            text = text.lstrip("0") or "0"
-            value = int(text) if len(text) <= 6 else _BIG
-        if not isinstance(value, int):
-            return None
-    if value < 0 or value >= _BIG:
-        return None
-    return value
+    try:
+        return parse_int(text, field, 0, MAX_DEPTH_VALUE)
+    except InvalidInput:
+        raise InvalidTraceContext(field, value) from None
 
 
 def _parse_path(value: Any) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from roost.kernel import InvalidInput, check_json_input, is_mapping, jsonrpc
+from roost.kernel import InvalidInput, check_json_input, is_mapping, jsonrpc, parse_int
 
 from . import _models as m
 from ._tasks import DEFAULT_PAGE_SIZE, ListQuery, SendOptions, iso_to_epoch
@@ -30,12 +30,12 @@ def negotiate_version(header: str | None, query: str | None = None) -> str:
     if raw is None or not str(raw).strip():
         return m.V03
     text = str(raw).strip()
-    pieces = text.split(".")
-    if len(pieces) >= 2 and all(p.isascii() and p.isdigit() for p in pieces[:2]):
-        # Leading zeros dropped as text: int() refuses more than 4300 digits.
-        major_minor = ".".join(p.lstrip("0") or "0" for p in pieces[:2])
-        if major_minor in SUPPORTED_VERSIONS:
-            return major_minor
+    try:  # major.minor; "1" is no version, "1.0.7" is 1.0
+        version = ".".join(str(parse_int(n, VERSION_HEADER, 0, 99)) for n in text.split(".")[:2])
+    except InvalidInput:
+        version = ""
+    if version in SUPPORTED_VERSIONS:
+        return version
     raise m.A2AError(
         m.VERSION_NOT_SUPPORTED,
         f"A2A version {text[:40]!r} is not supported; send A2A-Version: 1.0 (or 0.3)",
@@ -184,16 +184,10 @@ def _int(
     params: Mapping[str, Any], key: str, lo: int, hi: int, field: str | None = None
 ) -> int | None:
     value = params.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        digits = value.strip().lstrip("0") or "0"
-        if len(digits) <= len(str(hi)):  # longer is out of range (and int() refuses 4300+)
-            value = int(digits)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "…"
-        raise m.invalid(field or key, f"must be an integer from {lo} to {hi}, got {shown}")
-    return value
+    try:  # a string from a REST query parameter
+        return None if value is None else parse_int(value, field or key, lo, hi)
+    except InvalidInput as exc:
+        raise m.invalid(exc.field, exc.problem) from None
 
 
 def parse_send(params: Mapping[str, Any], dialect: str) -> SendParams:

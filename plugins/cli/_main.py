@@ -5,6 +5,7 @@ start-up (``roost --help`` stays fast); each command imports what it needs when 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -24,36 +25,26 @@ configuration: --config FILE, else $ROOST_CONFIG, else ./roost.toml, else defaul
 """
 
 
-def _number(convert: Any, valid: Any, not_a_number: str, out_of_range: str) -> Any:
-    """An argparse ``type``: ``convert(text)`` if ``valid``, else an error saying why."""
+def _number(kind: type, low: int, high: int, why: str) -> Any:
+    """An argparse ``type``: an int from ``low`` in ASCII digits, or a float above ``low`` in
+    ASCII, at most ``high``; else an error saying ``why``, quoting the text as typed."""
 
     def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{not_a_number}, got {text!r}") from None
-        if not valid(value):
-            raise argparse.ArgumentTypeError(f"{out_of_range}, got {text}")
-        return value
+        from roost.kernel import InvalidInput, number_setting, parse_int  # when given only
+
+        with contextlib.suppress(InvalidInput, ValueError):
+            if kind is int:
+                return parse_int(text, "", low, high)
+            if text.isascii() and (value := number_setting(float(text), low, high)) is not None:
+                return value
+        raise argparse.ArgumentTypeError(f"{why}, got {text}")
 
     return parse
 
 
-_port = _number(
-    int,
-    lambda v: 0 <= v <= 65535,
-    "port must be a number from 0 to 65535",
-    "port must be from 0 to 65535 (0 picks a free port)",
-)
-_positive_float = _number(
-    float,
-    lambda v: 0 < v <= 3600,
-    "expected a number of seconds",
-    "expected seconds between 0 and 3600",
-)
-_positive_int = _number(
-    int, lambda v: v >= 1, "expected a positive whole number", "expected a positive whole number"
-)
+_port = _number(int, 0, 65535, "port must be from 0 to 65535 (0 picks a free port)")
+_positive_float = _number(float, 0, 3600, "expected seconds between 0 and 3600")
+_positive_int = _number(int, 1, 10**9, "expected a positive whole number")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 import trio
-from roost.kernel import RoostError
+from roost.kernel import RoostError, parse_int
 
 from ._app import route_for
 from ._common import (
@@ -107,8 +107,8 @@ class DaemonApp:
         origin = headers.get("origin")
         # An OPTIONS request on a route that does not take OPTIONS is a CORS preflight.
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
-        declared = headers.get("content-length")  # hypercorn's parser (h11) has checked it
-        length = int(declared) if declared is not None and declared.isdecimal() else None
+        declared = headers.get("content-length")  # hypercorn's h11 and h2 have refused a bad one
+        length = None if declared is None else parse_int(declared, "Content-Length", 0, 10**20)
         pending = bool(length) or "transfer-encoding" in headers
         local = str(server[0]) if server else None
         refusal, principal = state.check(

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 from quart import request
+from roost.kernel import InvalidInput, parse_int
 
 from ._auth import principal_of, split_host
 from ._common import InvalidRequest, admin_only, refusal
@@ -73,13 +74,12 @@ def install(app: Any, state: Any) -> None:
     async def list_traces() -> Any:
         if (refused_now := refused()) is not None:
             return refused_now
-        raw = request.args.get("limit", str(DEFAULT_TRACES))
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 5) or not 1 <= int(raw) <= 10_000:
-            raise InvalidRequest(
-                "limit", "query parameter 'limit' must be a whole number from 1 to 10000"
-            )
+        try:
+            limit = parse_int(request.args.get("limit", str(DEFAULT_TRACES)), "limit", 1, 10_000)
+        except InvalidInput as exc:
+            raise InvalidRequest("limit", f"query parameter {exc}") from None
         log = state.traces
-        return {"traces": log.recent(int(raw)), "kept": len(log), "history": log.max_traces}
+        return {"traces": log.recent(limit), "kept": len(log), "history": log.max_traces}
 
     @app.get("/api/traces/<trace_id>")
     async def get_trace(trace_id: str) -> Any:

@@ -22,7 +22,7 @@ from urllib.parse import unquote, unquote_plus, urlsplit
 import httpx
 import httpx_sse
 import trio
-from roost.kernel import AddressPins, pin_url, public_url
+from roost.kernel import AddressPins, parse_int, pin_url, public_url
 
 ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
 HTTP_RETRY_STATUSES = frozenset({429, 503})
@@ -70,8 +70,8 @@ def peer_of(response: httpx.Response) -> str:
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
     """The body of a streamed ``response`` (decoded: compressed bodies count at their real
     size); ``ResponseTooLarge`` as soon as more than ``limit`` bytes are announced or come."""
-    declared = response.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+    declared = response.headers.get("content-length")  # h11 has refused a malformed one
+    if declared is not None and parse_int(declared, "Content-Length", 0, 10**20) > limit:
         raise ResponseTooLarge(what, peer_of(response), limit)
     body = bytearray()
     async for chunk in response.aiter_bytes():

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc
+from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc, number_setting
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
 from . import _protocol as proto
@@ -118,7 +118,7 @@ class ClientOptions:
             raise ValueError(
                 f"protocol: expected one of {', '.join(PROTOCOL_CHOICES)}, got {self.protocol!r}"
             )
-        if not (isinstance(self.timeout_secs, (int, float)) and self.timeout_secs > 0):
+        if number_setting(self.timeout_secs) is None:  # a finite number > 0, never a bool
             raise ValueError(f"timeout_secs: expected a positive number, got {self.timeout_secs!r}")
         if self.log_level is not None and self.log_level not in proto.LOG_LEVELS:
             levels = ", ".join(proto.LOG_LEVELS)

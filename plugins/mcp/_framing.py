@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import attrs
-from roost.kernel import jsonrpc
+from roost.kernel import InvalidInput, jsonrpc, parse_int
 
 from ._protocol import MAX_MESSAGE_BYTES
 
@@ -129,15 +129,14 @@ class StdioFramer:
                 return False
             header_block = bytes(self._buf[:end])
             del self._buf[: end + sep]
-            length = None
+            declared = None
             for raw in header_block.split(b"\n"):
                 name, _, value = raw.strip().partition(b":")
                 if name.strip().lower() == b"content-length":
-                    try:
-                        length = int(value.strip())
-                    except ValueError:
-                        length = None
-            if length is None or length < 0:
+                    declared = value.strip().decode("latin-1")
+            try:  # None (no header) is refused too
+                length = parse_int(declared, "Content-Length", 0, 2**62)
+            except InvalidInput:
                 events.append(
                     NotJson(_preview(header_block), "missing or malformed Content-Length header")
                 )

@@ -15,6 +15,7 @@ daemon's; a body over ``p.MAX_MESSAGE_BYTES`` is answered 413 with a JSON-RPC er
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -26,7 +27,14 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import AgentNotFound, InvalidTraceContext, KernelAPI, TraceContext
+from roost.kernel import (
+    AgentNotFound,
+    InvalidInput,
+    InvalidTraceContext,
+    KernelAPI,
+    TraceContext,
+    parse_int,
+)
 from roost.kernel import jsonrpc as rpc
 from roost.plugins.http import PlainRequest, PlainResponse
 
@@ -595,11 +603,11 @@ async def _get(kernel: KernelAPI, request: PlainRequest, name: str | None) -> Pl
         stream = session.streams.get(stream_id)
         if session.standalone is not None and session.standalone.stream_id == stream_id:
             stream = session.standalone
-        if stream is None or not (seq.isascii() and seq.isdigit() and len(seq) <= 18):
-            raise _refuse(
-                404, f"{p.HEADER_LAST_EVENT_ID} {last!r} names no stream this session can resume"
-            )
-        return _sse(stream, int(seq))
+        with contextlib.suppress(InvalidInput):  # an event number parse_int refuses
+            if stream is not None:
+                return _sse(stream, parse_int(seq, p.HEADER_LAST_EVENT_ID, 0, 10**18))
+        why = f"{p.HEADER_LAST_EVENT_ID} {last[:80]!r} names no stream this session can resume"
+        raise _refuse(404, why)
     if session.standalone is not None and not session.standalone.closed:
         raise _refuse(409, "this session already has an open GET stream; close it first")
     session.standalone = EventLog(secrets.token_hex(8))

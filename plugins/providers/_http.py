@@ -23,6 +23,7 @@ from roost.kernel import (
     header_table,
     json_type_name,
     jsonrpc,
+    number_setting,
     redact,
     unknown_key,
 )
@@ -152,21 +153,13 @@ def check_settings(
         except ConfigError as exc:
             raise ProviderConfigError(str(exc)) from None
     for name, (kind, low, high) in _NUMBERS.items():
-        if name not in raw:
-            continue
-        value = raw[name]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or (kind is int and not isinstance(value, int))
-        ):
-            raise ProviderConfigError(
-                f"{where}.{name}: expected {'an integer' if kind is int else 'a number'}, "
-                f"got {_shown(value)}"
-            )
-        if not low <= value <= high:
-            raise ProviderConfigError(f"{where}.{name}: expected {low:g} to {high:g}, got {value}")
-        out[name] = kind(value)
+        if name in raw:
+            out[name] = number_setting(raw[name], low, high, integer=kind is int, closed=True)
+            if out[name] is None:
+                raise ProviderConfigError(
+                    f"{where}.{name}: expected {'an integer' if kind is int else 'a number'} "
+                    f"from {low:g} to {high:g}, got {_shown(raw[name])}"
+                )
     return out
 
 

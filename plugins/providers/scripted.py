@@ -26,7 +26,7 @@ from roost.kernel import (
     hookimpl,
 )
 
-_PLACEHOLDER = re.compile(r"\{(message|answer|results|result(?:\[(\d+)\])?|agent)\}")
+_PLACEHOLDER = re.compile(r"\{(message|answer|results|result(?:\[([0-9]{1,9})\])?|agent)\}")
 DEFAULT_REPLY = "{message}"
 
 

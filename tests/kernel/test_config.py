@@ -314,6 +314,17 @@ def test_bad_environment_value_names_the_variable(tmp_path):
         load_config(cwd=tmp_path, env={"ROOST_MAX_DEPTH": "99"})
 
 
+@pytest.mark.parametrize("port", ["٨٠٨٠", "²", "+80", "8_0", "1e3", "-1", "0x50", "9" * 5000])
+def test_an_environment_number_not_in_ascii_digits_names_the_variable(tmp_path, port):
+    # Regression: the pattern \d took Arabic-Indic digits ("٨٠٨٠" was port 8080), and a sign.
+    with pytest.raises(ConfigError) as info:
+        load_config(cwd=tmp_path, env={"ROOST_PORT": port})
+    message = str(info.value)
+    assert message.startswith("environment variable ROOST_PORT: http.port: expected an integer")
+    assert len(message) < 200
+    assert load_config(cwd=tmp_path, env={"ROOST_PORT": " 0080 "}).http.port == 80
+
+
 def test_api_key_from_the_variable_named_in_the_file(tmp_path):
     write(tmp_path, '[http]\napi_key = "from-file"\napi_key_env = "SERVICE_TOKEN"\n')
     assert load_config(cwd=tmp_path, env={}).http.api_key == "from-file"

@@ -1,4 +1,4 @@
-"""The kernel's checks of decoded JSON text: lone surrogates found, named, or escaped."""
+"""The kernel's checks of input: lone surrogates found, named, or escaped; numbers as text."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from types import MappingProxyType
 
 import pytest
 from roost.kernel import (
+    InvalidInput,
     InvalidNumber,
     InvalidText,
     check_json_input,
     check_text,
     escape_lone_surrogates,
+    parse_int,
 )
 
 
@@ -198,3 +200,63 @@ def test_a_plugins_error_names_its_code_by_attribute_or_by_keyword():
     assert ToolError.code == "tool_error"  # a subclass's keyword never reaches its base
     assert ByKeyword("boom").to_dict() == {"code": "plugin_keyword", "message": "boom"}
     assert Inherits("x").to_dict() == {"code": "plugin_attribute", "message": "x"}
+
+
+@pytest.mark.parametrize(
+    ("value", "low", "expected"),
+    [
+        ("12", 0, 12),
+        ("0012", 0, 12),  # leading zeros are fine
+        ("0" * 5000 + "7", 0, 7),  # ... however many
+        ("0", 0, 0),
+        (12, 0, 12),
+        ("-12", -100, -12),  # a sign only where the caller allows a negative number
+        ("-0", -1, 0),
+        ("100", -100, 100),
+    ],
+)
+def test_parse_int_reads_ascii_digits_and_ints_within_bounds(value, low, expected):
+    got = parse_int(value, "limit", low, 100)
+    assert got == expected and got.__class__ is int
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "١٢",  # Arabic-Indic digits: str.isdigit() and int() take them
+        "²",  # isdigit() is True, int() refuses it
+        "+1",
+        " 1",
+        "1 ",
+        "1_000",  # int() takes the underscore
+        "-1",
+        "--1",
+        "-",
+        "1e3",
+        "0x10",
+        "1.0",
+        "9" * 5000,  # refused before int(), which raises past 4,300 digits
+        "",
+        "101",
+        True,
+        1.0,
+        None,
+        [1],
+        101,
+        -1,
+        pytest.param(10**5000, id="an-int-of-5001-digits"),  # its repr() raises
+    ],
+)
+def test_parse_int_refuses_what_is_not_a_bounded_ascii_number_naming_the_field(value):
+    with pytest.raises(InvalidInput) as info:
+        parse_int(value, "query.limit", 0, 100)
+    error = info.value
+    assert error.field == "query.limit" and error.to_dict()["field"] == "query.limit"
+    assert str(error).startswith("query.limit: expected an integer from 0 to 100")
+    assert len(str(error)) < 160  # a 5,000-digit value is not echoed whole
+    assert ("in ASCII digits" in error.problem) == isinstance(value, str)
+
+
+def test_parse_int_names_the_sign_when_a_negative_number_is_allowed():
+    with pytest.raises(InvalidInput, match=r"from -5 to 5 in ASCII digits \(- before a negative"):
+        parse_int("+1", "offset", -5, 5)

@@ -124,7 +124,7 @@ def test_a_depth_below_the_path_never_lowers_the_count(meta, depth):
 
 @pytest.mark.parametrize(
     "depth",
-    ["abc", True, -4, "-1", 2.0, "1e3", "0x10", "+3", "²", "١٢", [3], {}, 10**9, "9" * 5000],
+    ["abc", True, -4, "-1", 2.0, "1e3", "0x10", "+3", "²", "١٢", "1_0", [3], {}, 10**9, "9" * 5000],
 )
 def test_a_malformed_depth_is_refused_naming_its_carrier(depth):
     # Regression (issue 15): a bad depth was ignored, i.e. read as "no depth", which
@@ -180,7 +180,9 @@ def test_an_empty_depth_header_counts_as_absent(depth):
 def test_max_depth_from_the_wire():
     ctx = TraceContext.from_meta({META_DEPTH: 1, META_PATH: ["A"], META_MAX_DEPTH: 3})
     assert ctx.max_depth == 3
-    for bad in (0, -1, "x", True, None):
+    assert TraceContext.from_meta({META_DEPTH: 1, META_MAX_DEPTH: "0003"}).max_depth == 3
+    hostile = ("١٢", "²", "+3", " 3", "1_0", "-1", "1e1", "9" * 5000, "", 10_000, 3.0)
+    for bad in (0, -1, "x", True, None, *hostile):
         ctx = TraceContext.from_meta({META_DEPTH: 1, META_MAX_DEPTH: bad})
         assert ctx.max_depth == DEFAULT_MAX_DEPTH
 

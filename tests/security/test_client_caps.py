@@ -415,3 +415,38 @@ async def test_a_webhook_answer_is_not_read(nursery):
     config = m.PushConfig(task_id="t1", id="c1", url=base + "/hook")
     with trio.fail_after(15):
         assert await dispatcher.deliver(Delivery(config, {"statusUpdate": {}}))
+
+
+async def _declaring_peer(nursery: trio.Nursery, length: bytes) -> str:
+    """A peer whose every answer declares ``Content-Length: length`` and then sends 2 bytes
+    and holds the connection open."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        while b"\r\n\r\n" not in await stream.receive_some(65536):
+            pass
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+        await stream.send_all(head + length + b"\r\n\r\n{}")
+        await trio.sleep_forever()
+
+    listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+@pytest.mark.parametrize(
+    "length",
+    ["١٢".encode(), "²".encode("latin-1"), b"+2", b"1_000", b"-1", b"1e3", b"9" * 5000, b""],
+)
+async def test_a_peer_declaring_a_content_length_not_in_ascii_digits_fails_at_once(nursery, length):
+    base = await _declaring_peer(nursery, length)
+    async with _client() as client:
+        message = await _fails_at_once(client.discover(base), A2AClientError)
+    assert message.startswith(f"cannot reach {base}/.well-known/agent-card.json"), message
+    assert "Content-Length" in message, message
+
+
+async def test_a_peer_declaring_more_than_the_cap_in_20_digits_fails_before_reading(nursery):
+    # The most digits h11 passes on: read as a number, over the cap, refused unread.
+    base = await _declaring_peer(nursery, b"9" * 20)
+    async with _client() as client:
+        message = await _fails_at_once(client.discover(base), A2AClientError)
+    assert f"{base}/.well-known/agent-card.json" in message and "1 MiB" in message, message

@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 import trio
+from roost.kernel import number_setting
 
 DEFAULT_BUFFER = 64
 
@@ -32,7 +33,7 @@ class MemoryTransport:
 
 def memory_pair(buffer: int = DEFAULT_BUFFER) -> tuple[MemoryTransport, MemoryTransport]:
     """A connected ``(client_end, server_end)`` pair with ``buffer`` slots each way."""
-    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+    if number_setting(buffer, 1, integer=True, closed=True) is None:
         raise ValueError(f"buffer: expected a positive integer, got {buffer!r}")
     to_server_send, to_server_recv = trio.open_memory_channel[Any](buffer)
     to_client_send, to_client_recv = trio.open_memory_channel[Any](buffer)

@@ -256,6 +256,49 @@ async def test_bad_params_are_32602_naming_the_field(http, method, params, field
     assert field in body["error"]["message"]
 
 
+HOSTILE_NUMBERS = ["١٢", "²", "+1", " 1", "1_000", "-1", "1e3", "9" * 5000, "", 1.5, True]
+
+
+@pytest.mark.parametrize("value", HOSTILE_NUMBERS)
+async def test_a_number_that_is_not_ascii_digits_in_range_is_refused_naming_its_field(http, value):
+    tid = await completed_task(http)
+    body = await rpc(http, "GetTask", {"id": tid, "historyLength": value})
+    assert body["error"]["code"] == -32602, body
+    assert body["error"]["message"].startswith("historyLength: expected an integer from 0 to")
+    assert len(body["error"]["message"]) < 200  # 5,000 digits are not echoed
+    if isinstance(value, str):  # a REST query parameter is text: the same check, as a 400
+        r = await http.get("/a2a/agents/echo/rest/tasks", params={"pageSize": value}, headers=V1)
+        assert r.status_code == 400 and r.json()["error"]["status"] == "INVALID_ARGUMENT", r.text
+        message = r.json()["error"]["message"]
+        assert "pageSize: expected an integer from 1 to 100 in ASCII digits, got" in message
+        assert len(message) < 200
+
+
+async def test_a_number_in_ascii_digits_is_read_with_leading_zeros(http):
+    tid = await completed_task(http)
+    body = await rpc(http, "GetTask", {"id": tid, "historyLength": "0001"})
+    assert len(body["result"]["history"]) == 1, body
+    r = await http.get(
+        "/a2a/agents/echo/rest/tasks", params={"pageSize": "0" * 5000 + "1"}, headers=V1
+    )
+    assert r.status_code == 200 and r.json()["pageSize"] == 1, r.text
+
+
+@pytest.mark.parametrize("version", ["١.٠", "+1.0", "1_0.0", "1e0.0", "9" * 5000 + ".0", "1. 0"])
+async def test_a_version_not_in_ascii_digits_is_32009(http, version):
+    # As a query parameter: a header is ASCII (latin-1) only.
+    async def get_task(version: str) -> dict:
+        request = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}
+        r = await http.post(
+            "/a2a/agents/echo/jsonrpc", params={"A2A-Version": version}, json=request
+        )
+        return r.json()
+
+    assert (await get_task("01.00"))["error"]["code"] == -32001  # read: no such task
+    body = await get_task(version)
+    assert body["error"]["code"] == -32009 and reason(body) == "VERSION_NOT_SUPPORTED", body
+
+
 async def test_params_not_an_object_is_32602(http):
     body = await rpc(http, "GetTask", ["x"])
     assert body["error"]["code"] == -32602

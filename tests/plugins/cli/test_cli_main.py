@@ -146,6 +146,32 @@ def test_error_descriptions():
     assert "run again with --debug" in describe_error(ZeroDivisionError("x"))
 
 
+HOSTILE = ["٨٠", "²", "+80", " 80", "8_0", "-1", "1e3", "0x50", "9" * 5000, ""]
+
+
+def test_a_number_option_not_in_ascii_digits_is_refused_as_typed(capsys):
+    # Regression: int() read "٨٠" (80), "+80", " 80" and "8_0"; float() read "١٢" (12).
+    parser = build_parser()
+    for argv, why in (
+        (["run", "--port"], "port must be from 0 to 65535 (0 picks a free port)"),
+        (["watch", "--count"], "expected a positive whole number"),
+        (["send", "coder", "hi", "--timeout"], "expected seconds between 0 and 3600"),
+    ):
+        for typed in [*HOSTILE, *(["nan", "inf", "١٢"] if "seconds" in why else [])]:
+            if "seconds" in why and typed in ("+80", " 80", "8_0", "1e3"):
+                continue  # seconds are Python's float syntax, in ASCII
+            try:
+                parser.parse_args([*argv, typed])
+            except SystemExit as exc:
+                assert exc.code == 2, typed
+            else:
+                raise AssertionError(f"{argv[-1]} {typed!r} was accepted")
+            assert f"{why}, got {typed}" in capsys.readouterr().err
+    assert parser.parse_args(["run", "--port", "08470"]).port == 8470
+    assert parser.parse_args(["watch", "--count", "3"]).count == 3
+    assert parser.parse_args(["send", "coder", "hi", "--timeout", "2.5"]).timeout == 2.5
+
+
 def test_global_options_work_before_or_after_the_command():
     parser = build_parser()
     before = parser.parse_args(["--config", "a.toml", "--debug", "agents"])

@@ -97,6 +97,25 @@ async def test_recent_traces_are_served_to_admins_as_trees_of_spans(keyed):
     assert not_admin.status_code == not_admin_one.status_code == 403
 
 
+async def test_a_traces_limit_not_in_ascii_digits_is_a_400_naming_it(keyed):
+    hostile = ["١٢", "²", "+1", " 1", "1_000", "-1", "1e3", "9" * 5000, "", "0", "10001"]
+    async with open_kernel(keyed) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
+        async with httpx.AsyncClient(base_url=url, headers=bearer(ADMIN_KEY)) as http:
+            for limit in hostile:
+                r = await http.get("/api/traces", params={"limit": limit})
+                error = r.json()["error"]
+                assert r.status_code == 400 and error["field"] == "limit", (limit, r.text)
+                assert (
+                    error["message"].startswith(
+                        "query parameter limit: expected an integer from 1 to 10000"
+                    )
+                    and len(error["message"]) < 200
+                ), (limit, error)
+            for limit in ("0005", "10000"):  # leading zeros are fine
+                r = await http.get("/api/traces", params={"limit": limit})
+                assert r.status_code == 200 and r.json()["kept"] == 0, r.text
+
+
 async def test_the_event_stream_takes_the_key_as_a_subprotocol_and_never_echoes_it(keyed):
     async with open_kernel(keyed) as kernel, open_daemon(kernel, graceful_timeout=1) as url:
         ws = url.replace("http://", "ws://") + "/api/events?kinds=TRACE:"

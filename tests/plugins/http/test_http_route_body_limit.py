@@ -2,6 +2,10 @@
 
 import json
 
+import h2.config
+import h2.connection
+import h2.events
+import pytest
 import trio
 from http_fakes import serving
 from roost.kernel import RouteDescriptor, hookimpl
@@ -127,3 +131,48 @@ async def test_oversize_raw_chunked_body_is_drained_and_the_connection_answers(m
         health = await client.get("/health")
     assert received.startswith(b"HTTP/1.1 413 "), received[:200]
     assert health.status_code == 200
+
+
+HOSTILE_LENGTHS = ["١٢".encode(), b"\xb2", b"+2", b"1_2", b"-1", b"1e3", b"9" * 5000, b""]
+
+
+async def _h2_post(url: str, length: bytes) -> h2.events.Event:
+    """POST /big over HTTP/2 (prior knowledge) declaring ``length``; the stream's last event."""
+    host, port = url.removeprefix("http://").split(":")
+    config = h2.config.H2Configuration(client_side=True, validate_outbound_headers=False)
+    conn = h2.connection.H2Connection(config)
+    conn.initiate_connection()
+    head = [(b":method", b"POST"), (b":path", b"/big"), (b":scheme", b"http")]
+    conn.send_headers(1, [*head, (b":authority", b"localhost"), (b"content-length", length)])
+    conn.send_data(1, b"xx", end_stream=True)
+    async with await trio.open_tcp_stream(host, int(port)) as stream:
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(10):
+            while raw := await stream.receive_some():
+                for event in conn.receive_data(raw):
+                    if isinstance(event, h2.events.ResponseReceived):
+                        assert dict(event.headers)[b":status"] == b"200", event
+                    if isinstance(event, (h2.events.StreamEnded, h2.events.ConnectionTerminated)):
+                        return event
+                await stream.send_all(conn.data_to_send())
+    raise AssertionError("the connection ended with no answer")
+
+
+@pytest.mark.parametrize("length", HOSTILE_LENGTHS)
+async def test_a_content_length_not_in_ascii_digits_is_refused_never_a_500(make_kernel, length):
+    # Over HTTP/1.1 (h11) and HTTP/2 (h2, as hypercorn speaks it on a plain socket) the server's
+    # parser refuses it before a route sees it: a 400, or the h2 connection closed with
+    # PROTOCOL_ERROR. ASCII digits with leading zeros are read.
+    async with serving(make(make_kernel)) as client:
+        host, port = client.roost_url.removeprefix("http://").split(":")
+        async with await trio.open_tcp_stream(host, int(port)) as stream:
+            head = b"POST /big HTTP/1.1\r\nHost: localhost\r\nContent-Length: " + length
+            await stream.send_all(head + b"\r\n\r\nxx")
+            with trio.fail_after(10):
+                answer = await stream.receive_some()
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        refused = await _h2_post(client.roost_url, length)
+        assert isinstance(refused, h2.events.ConnectionTerminated) and refused.error_code == 1
+        assert isinstance(await _h2_post(client.roost_url, b"002"), h2.events.StreamEnded)
+        leading_zeros = await client.post("/big", content=b"xx", headers={"Content-Length": "02"})
+        assert leading_zeros.json() == {"size": 2}

@@ -288,6 +288,10 @@ def test_protocol_core_builds_and_checks_messages():
     [
         ("protocol", "2020-01-01", "protocol: expected one of auto"),
         ("timeout_secs", 0, "timeout_secs: expected a positive number"),
+        ("timeout_secs", True, "timeout_secs: expected a positive number"),  # was 1 s
+        ("timeout_secs", float("inf"), "timeout_secs: expected a positive number"),  # no deadline
+        ("timeout_secs", float("nan"), "timeout_secs: expected a positive number"),
+        ("timeout_secs", "5", "timeout_secs: expected a positive number"),
         ("log_level", "loud", "log_level: expected one of"),
     ],
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 import trio.testing
 from roost.plugins.mcp import McpServer
@@ -741,3 +742,15 @@ def test_the_server_names_are_reexported_from_the_package():
         if callable(value) and name in mcp._EXPORTS:
             assert value.__module__ == f"roost.plugins.mcp.{mcp._EXPORTS[name]}", name
     assert mcp.McpServer.__module__ == "roost.plugins.mcp._server"
+
+
+@pytest.mark.parametrize("buffer", [0, -1, True, 1.0, "8", None, float("inf")])
+def test_a_memory_pair_buffer_that_is_not_a_positive_int_names_the_argument(buffer):
+    with pytest.raises(ValueError, match=r"^buffer: expected a positive integer, got "):
+        memory_pair(buffer)
+
+
+async def test_a_memory_pair_of_one_slot_each_way_carries_messages():
+    client_end, server_end = memory_pair(1)
+    await client_end.send({"n": 1})
+    assert await server_end.receive() == {"n": 1}

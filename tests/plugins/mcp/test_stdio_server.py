@@ -99,6 +99,49 @@ async def test_stdio_answers_a_content_length_peer_in_that_framing(kernel):
         nursery.cancel_scope.cancel()
 
 
+async def _framed_answers(stream, count: int) -> list[dict]:
+    """The next ``count`` Content-Length framed messages on ``stream``."""
+    data, answers = b"", []
+    with trio.fail_after(10):
+        while len(answers) < count:
+            head, sep, rest = data.partition(b"\r\n\r\n")
+            length = int(head.split(b":")[1]) if sep else -1
+            if 0 <= length <= len(rest):
+                answers.append(json.loads(rest[:length]))
+                data = rest[length:]
+            else:
+                data += await stream.receive_some(65536)
+    return answers
+
+
+@pytest.mark.parametrize(
+    "declared", ["١٢", "²", "+2", " 2 x", "1_0", "-1", "1e1", "9" * 5000, "", "0x2"]
+)
+async def test_a_content_length_not_in_ascii_digits_is_refused_and_the_peer_served(
+    kernel, declared
+):
+    # Regression: the header went to int(), which reads "+2", "1_0" and "١٢" (then swallowed
+    # the bytes of the next message).
+    def framed(message: dict) -> bytes:
+        body = json.dumps(message).encode()
+        return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
+        await client_stream.send_all(framed(INIT))
+        assert "result" in (await _framed_answers(client_stream, 1))[0]
+        hostile = b"Content-Length: " + declared.encode() + b"\r\n\r\n"
+        await client_stream.send_all(
+            hostile + framed({"jsonrpc": "2.0", "id": 2, "method": "ping"})
+        )
+        refused, answered = await _framed_answers(client_stream, 2)
+        assert refused["id"] is None and refused["error"]["code"] == -32700, refused
+        assert "Content-Length" in refused["error"]["message"]
+        assert answered == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        nursery.cancel_scope.cancel()
+
+
 async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:

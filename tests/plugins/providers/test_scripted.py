@@ -67,3 +67,10 @@ def test_registers_as_a_provider_plugin():
     (desc,) = roost_providers()
     assert desc.name == "scripted"
     assert isinstance(desc.factory({"script": SCRIPT}), ScriptedProvider)
+
+
+async def test_a_result_index_not_in_ascii_digits_stays_text():
+    # Regression: the index pattern \d took "١" (result 1), and int() of 5,000 digits raised.
+    script = {"default_reply": "{result[١]}|{result[9999999999]}|{result[" + "9" * 5000 + "]}"}
+    result = await run_loop(ScriptedProvider(script), req(Message("user", "hi")), tool)
+    assert result.text == "{result[١]}|{result[9999999999]}|{result[" + "9" * 5000 + "]}"
