@@ -44,7 +44,7 @@ def _number(kind: type, low: int, high: int, why: str) -> Any:
 
 _port = _number(int, 0, 65535, "port must be from 0 to 65535 (0 picks a free port)")
 _positive_float = _number(float, 0, 3600, "expected seconds between 0 and 3600")
-_positive_int = _number(int, 1, 10**9, "expected a positive whole number")
+_positive_int = _number(int, 1, 10**9, "expected a whole number from 1 to 1000000000")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,12 +10,13 @@ the end, or the connection's reader would wait on it for good.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import trio
-from roost.kernel import RoostError, parse_int
+from roost.kernel import InvalidInput, RoostError, parse_int
 
 from ._app import route_for
 from ._common import (
@@ -107,8 +108,11 @@ class DaemonApp:
         origin = headers.get("origin")
         # An OPTIONS request on a route that does not take OPTIONS is a CORS preflight.
         preflight = method == "OPTIONS" and "OPTIONS" not in methods
-        declared = headers.get("content-length")  # hypercorn's h11 and h2 have refused a bad one
-        length = None if declared is None else parse_int(declared, "Content-Length", 0, 10**20)
+        declared = headers.get("content-length")  # hypercorn's h11 and h2 take ASCII digits only
+        try:
+            length = None if declared is None else parse_int(declared, "Content-Length", 0, 10**20)
+        except InvalidInput:  # more digits than h11's 20 (h2 takes any): over every cap, a 413
+            length = math.inf
         pending = bool(length) or "transfer-encoding" in headers
         local = str(server[0]) if server else None
         refusal, principal = state.check(

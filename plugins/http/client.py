@@ -13,6 +13,7 @@ import contextlib
 import email.utils
 import http
 import json
+import math
 import random
 import re
 import time
@@ -22,7 +23,7 @@ from urllib.parse import unquote, unquote_plus, urlsplit
 import httpx
 import httpx_sse
 import trio
-from roost.kernel import AddressPins, parse_int, pin_url, public_url
+from roost.kernel import AddressPins, InvalidInput, parse_int, pin_url, public_url
 
 ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
 HTTP_RETRY_STATUSES = frozenset({429, 503})
@@ -70,8 +71,12 @@ def peer_of(response: httpx.Response) -> str:
 async def read_body(response: httpx.Response, limit: int, *, what: str = "the answer") -> bytes:
     """The body of a streamed ``response`` (decoded: compressed bodies count at their real
     size); ``ResponseTooLarge`` as soon as more than ``limit`` bytes are announced or come."""
-    declared = response.headers.get("content-length")  # h11 has refused a malformed one
-    if declared is not None and parse_int(declared, "Content-Length", 0, 10**20) > limit:
+    declared = response.headers.get("content-length")  # h11 and h2 take ASCII digits only
+    try:
+        announced = 0 if declared is None else parse_int(declared, "Content-Length", 0, 10**20)
+    except InvalidInput:  # more digits than h11's 20 (h2 takes any): over every cap
+        announced = math.inf
+    if announced > limit:
         raise ResponseTooLarge(what, peer_of(response), limit)
     body = bytearray()
     async for chunk in response.aiter_bytes():

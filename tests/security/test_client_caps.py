@@ -22,6 +22,10 @@ from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.events
+import httpx
 import pytest
 import trio
 from roost.plugins.a2a._client import MAX_ANSWER_BYTES, MAX_CARD_BYTES, A2AClient, A2AClientError
@@ -448,5 +452,35 @@ async def test_a_peer_declaring_more_than_the_cap_in_20_digits_fails_before_read
     # The most digits h11 passes on: read as a number, over the cap, refused unread.
     base = await _declaring_peer(nursery, b"9" * 20)
     async with _client() as client:
+        message = await _fails_at_once(client.discover(base), A2AClientError)
+    assert f"{base}/.well-known/agent-card.json" in message and "1 MiB" in message, message
+
+
+async def _declaring_h2_peer(nursery: trio.Nursery, length: bytes) -> str:
+    """An HTTP/2 peer (prior knowledge) whose every answer declares ``Content-Length: length``,
+    then sends 2 bytes and holds the stream open."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        while data := await stream.receive_some(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    head = [(":status", "200"), ("content-type", "application/json")]
+                    conn.send_headers(event.stream_id, [*head, ("content-length", length)])
+                    conn.send_data(event.stream_id, b"{}")
+            await stream.send_all(conn.data_to_send())
+
+    listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+    return f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+
+async def test_an_h2_peer_declaring_30_digits_fails_over_the_cap_not_with_invalid_input(nursery):
+    # Regression: h2 (a client given an HTTP/2 transport) passes a Content-Length of any number
+    # of digits (h11 stops at 20); read_body's parse_int refused 30 with InvalidInput, which
+    # no caller expects, instead of ResponseTooLarge: more than any cap.
+    base = await _declaring_h2_peer(nursery, "9" * 30)
+    transport = httpx.AsyncHTTPTransport(http1=False, http2=True)
+    async with A2AClient(allow_private=True, allow_loopback=True, transport=transport) as client:
         message = await _fails_at_once(client.discover(base), A2AClientError)
     assert f"{base}/.well-known/agent-card.json" in message and "1 MiB" in message, message

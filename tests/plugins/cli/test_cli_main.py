@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from roost.plugins.cli import build_parser, main
 from roost.plugins.cli._main import _leaf, describe_error
 from waiting import wait_until_sync
@@ -100,7 +101,10 @@ def test_out_of_range_numbers_are_quoted_as_typed_never_a_traceback():
         assert f"port must be from 0 to 65535 (0 picks a free port), got {typed}" in result.stderr
         assert "Traceback" not in result.stderr
     count = run_roost("watch", "--count", "0")
-    assert count.returncode == 2 and "expected a positive whole number, got 0" in count.stderr
+    assert (
+        count.returncode == 2
+        and "expected a whole number from 1 to 1000000000, got 0" in count.stderr
+    )
     timeout = run_roost("send", "coder", "hi", "--timeout", "7200")
     assert timeout.returncode == 2
     assert "expected seconds between 0 and 3600, got 7200" in timeout.stderr
@@ -154,7 +158,7 @@ def test_a_number_option_not_in_ascii_digits_is_refused_as_typed(capsys):
     parser = build_parser()
     for argv, why in (
         (["run", "--port"], "port must be from 0 to 65535 (0 picks a free port)"),
-        (["watch", "--count"], "expected a positive whole number"),
+        (["watch", "--count"], "expected a whole number from 1 to 1000000000"),
         (["send", "coder", "hi", "--timeout"], "expected seconds between 0 and 3600"),
     ):
         for typed in [*HOSTILE, *(["nan", "inf", "١٢"] if "seconds" in why else [])]:
@@ -260,3 +264,14 @@ def test_run_serves_then_stops_on_sigterm(tmp_path):
     assert "agents (1): pinger" in out
     assert "received SIGTERM" in err
     assert not daemon_json.exists()
+
+
+def test_a_count_past_its_bound_is_refused_naming_the_bound(capsys):
+    # Regression: parse_int gave --count a top of 10**9, but the refusal still said "expected
+    # a positive whole number" of a positive whole number.
+    parser = build_parser()
+    assert parser.parse_args(["watch", "--count", "1000000000"]).count == 10**9
+    with pytest.raises(SystemExit):
+        parser.parse_args(["watch", "--count", "1000000001"])
+    err = capsys.readouterr().err
+    assert "expected a whole number from 1 to 1000000000, got 1000000001" in err, err
