@@ -37,6 +37,7 @@ from roost.kernel import (
     SpanKind,
     StoreError,
     TraceContext,
+    number_setting,
 )
 
 from . import _inbox
@@ -122,10 +123,8 @@ def parse_page_token(token: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         ts, tid = json.loads(raw)
-        if not isinstance(tid, str) or isinstance(ts, bool) or not isinstance(ts, (int, float)):
-            raise ValueError
-        ts = float(ts)  # OverflowError past the largest float
-        if not math.isfinite(ts):
+        ts = number_setting(ts, -math.inf)
+        if ts is None or not isinstance(tid, str):
             raise ValueError
         return ts, tid
     except (ValueError, TypeError, OverflowError):
