@@ -216,3 +216,18 @@ def test_a_secret_percent_encoded_with_its_quote_and_non_ascii_in_a_json_text_is
     secret = 'pa"ss/wörd-123'
     for written in ('pa\\"ss%2fw%c3%b6rd-123', "pa%22ss/w%C3%B6rd-123"):
         assert redact({"u": written.replace('\\"', '"')}, [secret]) == {"u": "[redacted]"}
+
+
+def test_the_password_inside_a_basic_authorization_header_is_a_credential_too():
+    # Regression: only the header and its base64 token were taken; a peer answering "wrong
+    # password s3cret-pass for bob" (it decodes the header) kept the password.
+    token = base64.b64encode(b"bob:s3cret-pass").decode()
+    found = credential_values({"Authorization": f"Basic {token}"})
+    assert found == (f"Basic {token}", token, "s3cret-pass")
+    said = redact("wrong password s3cret-pass for bob", found)
+    assert said == "wrong password [redacted] for bob"
+    # Not base64, or no ":" in it: the token alone, as before.
+    assert credential_values({"Authorization": "Basic not-base64!!"}) == (
+        "Basic not-base64!!",
+        "not-base64!!",
+    )
