@@ -255,6 +255,7 @@ async def test_a_server_info_quoting_its_token_across_the_cut_shows_no_head_of_i
     shown = json.dumps(info)
     assert TOKEN[:4] not in shown, shown
     assert info["title"] == "x" * 245 + "raw ([redac"
+    assert info["description"].endswith("raw ([red")  # cut at 2,048, 4 characters in
 
 
 async def test_a_server_sampling_with_a_token_does_not_show_it_to_the_model(tmp_path, monkeypatch):
