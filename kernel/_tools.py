@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import attrs
 
@@ -182,24 +182,62 @@ REDACTED = "[redacted]"
 
 
 @functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
-def _needles(secrets: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _needles(
+    secrets: tuple[str, ...],
+) -> tuple[tuple[str, ...], tuple[str, ...], re.Pattern[str] | None, re.Pattern[str] | None]:
     """``secrets`` (of 4 characters or more) to look for in every form ``redact`` knows,
-    longest first; and each as it reads inside a JSON string."""
+    longest first; each as it reads inside a JSON string; and the patterns of their
+    percent-encoded forms, as text and inside a JSON string (None: no secret has one)."""
     given = {s for s in secrets if len(s) >= 4}
     forms = set(given)
-    for secret in given:
+    encoded: list[tuple[str, str]] = []
+    for secret in sorted(given, key=len, reverse=True):
         try:  # from the environment, an undecodable byte is kept as a lone surrogate
             raw = secret.encode("utf-8", "surrogateescape")
         except UnicodeEncodeError:  # a surrogate no byte maps to
             raw = secret.encode("utf-8", "surrogatepass")
-        forms |= {raw.decode("utf-8", "replace"), quote(raw, safe=""), secret.replace("/", "\\/")}
+        forms |= {raw.decode("utf-8", "replace"), secret.replace("/", "\\/")}
         forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
         shown = repr(secret + "'\"")[1:-4]  # as Python's repr (a log's %r) writes it, "'" escaped
         forms |= {shown, shown.replace("\\'", "'")}
         if "\n" in secret:  # a PEM key, printed line by line: no single line holds it all
             forms |= {line for line in map(str.strip, secret.splitlines()) if len(line) >= 8}
+        if pattern := _percent_encoded(secret):
+            encoded.append(pattern)
     needles = tuple(sorted(forms, key=len, reverse=True))
-    return needles, tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
+    escaped = tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
+    if not encoded:
+        return needles, escaped, None, None
+    as_text, in_json = ("|".join(p[i] for p in encoded) for i in (0, 1))
+    return needles, escaped, re.compile(as_text), re.compile(in_json)
+
+
+_KEPT_BY_EVERY_ENCODER = frozenset(string.ascii_letters + string.digits + "-._")
+
+
+def _percent_encoded(secret: str) -> tuple[str, str] | None:
+    """Patterns of ``secret`` percent-encoded by any encoder (each character past letters,
+    digits and ``-._`` as itself or its UTF-8 bytes' ``%XX``, in either case; encoders
+    differ on which they keep: ``/``, JavaScript's ``!'()*``), as text and inside a JSON
+    string; None when every character is kept by every encoder."""
+    if all(c in _KEPT_BY_EVERY_ENCODER for c in secret):
+        return None
+    as_text, in_json = [], []
+    for char in secret:
+        if char in _KEPT_BY_EVERY_ENCODER:
+            as_text.append(char)
+            in_json.append(char)
+            continue
+        try:
+            raw = char.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = char.encode("utf-8", "surrogatepass")
+        hex_digits = "".join(f"%{b:02X}" for b in raw)
+        escapes = "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in hex_digits)
+        as_text.append(f"(?:{re.escape(char)}|{escapes})")
+        json_char = json.dumps(char, ensure_ascii=False)[1:-1]
+        in_json.append(f"(?:{re.escape(json_char)}|{escapes})")
+    return "".join(as_text), "".join(in_json)
 
 
 def _as_json(item: Any) -> Any:
@@ -213,11 +251,11 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
     """``value`` with each of ``secrets`` (those of 4 characters or more) replaced by
     ``[redacted]`` in every string in it, keys included, at any depth, also as other text
     may hold it: JSON-escaped (``\\"``, ``\\uXXXX``, ``\\/``), as Python's ``repr`` writes
-    it, percent-encoded, with its undecodable bytes read as U+FFFD, and each line (of 8
-    characters or more) of one that spans lines; ``value`` itself when none occurs. Mappings
-    come back as dicts, lists and tuples as their kind; nesting past Python's recursion
-    limit raises ``RecursionError``."""
-    secrets, escaped = _needles(tuple(secrets))
+    it, percent-encoded (by any encoder: whichever characters, either case), with its
+    undecodable bytes read as U+FFFD, and each line (of 8 characters or more) of one that
+    spans lines; ``value`` itself when none occurs. Mappings come back as dicts, lists and
+    tuples as their kind; nesting past Python's recursion limit raises ``RecursionError``."""
+    secrets, escaped, encoded, encoded_in_json = _needles(tuple(secrets))
     if not secrets:
         return value
     if not isinstance(value, str):
@@ -227,7 +265,11 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
             text = _encode(value)
         except (TypeError, ValueError):  # keys JSON cannot write, huge ints: walk it all
             text = None
-        if text is not None and not any(n in text for n in escaped):
+        if (
+            text is not None
+            and not any(n in text for n in escaped)
+            and not (encoded_in_json and encoded_in_json.search(text))
+        ):
             return value
 
     def walk(item: Any) -> Any:
@@ -235,7 +277,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
             for secret in secrets:
                 if secret in item:
                     item = item.replace(secret, REDACTED)
-            return item
+            return encoded.sub(REDACTED, item) if encoded else item
         if isinstance(item, Mapping):
             pairs = [(walk(k), walk(v)) for k, v in item.items()]
             if all(a is k and b is v for (a, b), (k, v) in zip(pairs, item.items(), strict=True)):

@@ -72,7 +72,9 @@ class A2AService:
         self.settings = settings
         self.tasks: TaskManager | None = None
         self.external_peers: dict[str, Any] = {}  # name → its discovery state (PeerState)
-        for agent in settings.external_agents:  # before any service starts and logs
+        # Before any service starts and logs: its own key, and its external agents'.
+        redact_from_logs((settings.api_key or "",))
+        for agent in settings.external_agents:
             redact_from_logs(credential_values(agent.headers, agent.url))
 
     async def run(self, kernel: KernelAPI, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

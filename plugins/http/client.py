@@ -158,10 +158,11 @@ def http_error_text(body: bytes, limit: int = 300) -> str:
 def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple[str, ...]:
     """The values in ``named`` (HTTP headers, environment variables) whose names say they
     are credentials (``Authorization``, ``X-Api-Key``, ``GITHUB_TOKEN``...), each also
-    without its scheme (``Bearer <token>`` gives the token too), and those ``url`` carries
-    (its user info's password, also as the Basic credentials made of it; query parameters
-    so named, as written and decoded), of 8 characters or more: what a peer must not echo
-    back to the model (``Tool.secrets``, ``roost.kernel.redact``)."""
+    without its scheme (``Bearer <token>`` gives the token too; ``Basic <token>`` also the
+    password in it), and those ``url`` carries (its user info's password, also as the Basic
+    credentials made of it; query parameters so named, as written and decoded), of 8
+    characters or more: what a peer must not echo back to the model (``Tool.secrets``,
+    ``roost.kernel.redact``)."""
     out: list[str] = []
     for name, value in named.items():
         if _CREDENTIAL_NAME.search(name) and value:
@@ -169,6 +170,8 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
             scheme, _, token = value.partition(" ")
             if token.strip() and scheme.isalpha():
                 out.append(token.strip())
+                if scheme.lower() == "basic":  # a peer may quote the password it decodes
+                    out += _basic_password(token.strip())
     try:
         parts = urlsplit(url or "")
         password = parts.password
@@ -185,6 +188,16 @@ def credential_values(named: Mapping[str, str], url: str | None = None) -> tuple
         if value and _CREDENTIAL_NAME.search(unquote_plus(name)):
             out += [value, unquote_plus(value)]
     return tuple(v for v in out if len(v) >= _MIN_CREDENTIAL)
+
+
+def _basic_password(token: str) -> list[str]:
+    """The password in Basic credentials ``token`` (base64 of ``user:password``), if any."""
+    try:
+        decoded = base64.b64decode(token, validate=True).decode("utf-8", "surrogateescape")
+    except ValueError:  # not base64 (binascii.Error is a ValueError)
+        return []
+    _, colon, password = decoded.partition(":")
+    return [password] if colon and password else []
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

@@ -19,7 +19,14 @@ from typing import Any
 
 import attrs
 import trio
-from roost.kernel import DeadlineTimer, RoostError, is_mapping, jsonrpc, number_setting
+from roost.kernel import (
+    DeadlineTimer,
+    RoostError,
+    is_mapping,
+    jsonrpc,
+    number_setting,
+    redact,
+)
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
 from . import _protocol as proto
@@ -112,6 +119,8 @@ class ClientOptions:
     max_input_rounds: int = 8
     max_pending: int = 256
     max_list_pages: int = 1000
+    # The credentials this server is given: taken out of its serverInfo before it is cut.
+    secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.protocol not in PROTOCOL_CHOICES:
@@ -142,33 +151,48 @@ _MAX_URL = 2048
 _MAX_ICONS = 8
 
 
-def implementation(info: Any) -> dict[str, Any]:
+def implementation(info: Any, secrets: Sequence[str] = ()) -> dict[str, Any]:
     """What roost keeps of a server's ``serverInfo``: the fields of MCP's ``Implementation``
     bounded (texts cut, at most 8 ``icons`` of ``src``, ``mimeType``, ``sizes``, ``theme``,
-    no URL over 2,048 characters), each of the right type; anything else dropped."""
+    no URL over 2,048 characters), each of the right type; anything else dropped. A text
+    is cut after ``secrets`` are taken out of it (a cut through one would leave its head)."""
     if not is_mapping(info):
         return {}
+    cut = _cutter(secrets)
     out: dict[str, Any] = {
-        k: v[:n] for k, n in _INFO_TEXTS.items() if isinstance(v := info.get(k), str)
+        k: cut(v, n) for k, n in _INFO_TEXTS.items() if isinstance(v := info.get(k), str)
     }
     if isinstance(url := info.get("websiteUrl"), str) and len(url) <= _MAX_URL:
         out["websiteUrl"] = url
     icons = info.get("icons")
-    kept = [one for i in icons[:_MAX_ICONS] if (one := _icon(i))] if isinstance(icons, list) else []
+    kept = (
+        [one for i in icons[:_MAX_ICONS] if (one := _icon(i, cut))]
+        if isinstance(icons, list)
+        else []
+    )
     if kept:
         out["icons"] = kept
     return out
 
 
-def _icon(icon: Any) -> dict[str, Any] | None:
+def _cutter(secrets: Sequence[str]) -> Callable[[str, int], str]:
+    """``cut(text, n)``: ``text``'s first ``n`` characters, ``secrets`` redacted first."""
+    if not secrets:
+        return lambda text, n: text[:n]
+    # Read past the cut as far as a secret's longest form (each character as %XX%XX%XX%XX).
+    slack = 12 * max(map(len, secrets))
+    return lambda text, n: redact(text[: n + slack], secrets)[:n]
+
+
+def _icon(icon: Any, cut: Callable[[str, int], str]) -> dict[str, Any] | None:
     """An MCP ``Icon``'s fields, bounded; None without a ``src`` roost keeps."""
     if not is_mapping(icon) or not isinstance(src := icon.get("src"), str) or len(src) > _MAX_URL:
         return None
     out: dict[str, Any] = {"src": src}
     if isinstance(mime := icon.get("mimeType"), str):
-        out["mimeType"] = mime[:128]
+        out["mimeType"] = cut(mime, 128)
     if isinstance(sizes := icon.get("sizes"), list):
-        out["sizes"] = [s[:32] for s in sizes[:8] if isinstance(s, str)]
+        out["sizes"] = [cut(s, 32) for s in sizes[:8] if isinstance(s, str)]
     if icon.get("theme") in ("dark", "light"):
         out["theme"] = icon["theme"]
     return out
@@ -227,7 +251,7 @@ class ClientProtocol:
         self.era = era
         self.protocol_version = version
         self.server_capabilities = dict(caps) if isinstance(caps, Mapping) else {}
-        self.server_info = implementation(info)
+        self.server_info = implementation(info, self.options.secrets)
 
     # modern era
     def modern_meta(self, version: str) -> dict[str, Any]:
@@ -268,7 +292,7 @@ class ClientProtocol:
             meta = result.get("_meta")
             info = meta.get(proto.META_SERVER_INFO) if is_mapping(meta) else None
             if is_mapping(info):
-                self.server_info = implementation(info)
+                self.server_info = implementation(info, self.options.secrets)
 
     @staticmethod
     def retry_params(

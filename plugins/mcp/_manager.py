@@ -489,6 +489,7 @@ class McpManager:
                 elicitation=self.elicitation_handler,
                 roots=self._roots,
                 on_notification=lambda method, params: self._on_notification(state, method, params),
+                secrets=state.secrets,
             )
             async with open_mcp_client(transport, options, era=era) as client:
                 try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util.re import parse_env_headers
 from roost.kernel import (
     EventKind,
     KernelAPI,
@@ -64,9 +66,13 @@ def exporter_for(settings: TelemetrySettings) -> SpanExporter:
     """The OTLP/HTTP (protobuf) exporter ``[telemetry]`` describes."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    # None set: the exporter reads OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (no key in roost.toml).
+    # The exporter also sends OTEL_EXPORTER_OTLP_[TRACES_]HEADERS (a key kept out of roost.toml).
     headers = dict(settings.headers) if settings.headers else None
     redact_from_logs(credential_values(settings.headers, settings.endpoint))
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+        redact_from_logs(
+            credential_values(parse_env_headers(os.environ.get(variable, ""), liberal=True))
+        )
     return OTLPSpanExporter(endpoint=settings.endpoint, headers=headers, timeout=settings.timeout_s)
 
 

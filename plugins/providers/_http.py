@@ -101,9 +101,15 @@ class ProviderSettings:
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """The API key and the credentials among ``headers``: what an error text must not
-        quote (``redact`` also finds each as JSON and a URL may write it)."""
-        return (self.api_key or "", *credential_values(self.headers))
+        """The API key and the credentials among ``headers`` and in ``base_url`` (a
+        gateway's password or ``?api_key=``): what an error text must not quote (``redact``
+        also finds each as JSON and a URL may write it)."""
+        return (self.api_key or "", *credential_values(self.headers, self.base_url))
+
+    @property
+    def shown_url(self) -> str:
+        """``base_url`` as errors and the log show it: its credentials redacted."""
+        return self.redact(self.base_url)
 
     def redact(self, text: str) -> str:
         """``text`` with ``secrets`` replaced."""
@@ -232,7 +238,7 @@ class HttpClient:
             head = s.redact(raw[: 200 + longest].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
                 f"{s.provider} answered with malformed JSON ({exc}); "
-                f"the server at {s.base_url} may not speak this API: {head!r}"
+                f"the server at {s.shown_url} may not speak this API: {head!r}"
             ) from None
 
     async def stream_events(
@@ -265,7 +271,7 @@ class HttpClient:
                 ) from None
             except ValueError as exc:  # not JSON, or over MAX_ANSWER_BYTES
                 raise ProviderResponseError(
-                    f"{provider}: malformed stream from {self.settings.base_url}: {exc}"
+                    f"{provider}: malformed stream from {self.settings.shown_url}: {exc}"
                 ) from None
             finally:
                 await response.aclose()
@@ -297,11 +303,11 @@ class HttpClient:
             except ResponseTooLarge as exc:
                 raise ProviderResponseError(f"{s.provider}: {s.redact(str(exc))}") from None
             except httpx.ConnectError as exc:
-                last = f"could not connect to {s.base_url} ({_reason(exc)})"
+                last = f"could not connect to {s.shown_url} ({_reason(exc)})"
             except (httpx.TimeoutException, trio.TooSlowError):
-                last = f"no answer from {s.base_url} within {s.timeout_s:g}s"
+                last = f"no answer from {s.shown_url} within {s.timeout_s:g}s"
             except httpx.RemoteProtocolError as exc:
-                last = f"{s.base_url} closed the connection ({_reason(exc)})"
+                last = f"{s.shown_url} closed the connection ({_reason(exc)})"
             else:
                 status = response.status_code
                 # Redacted before the text is cut (a key across the cut would leave its

@@ -191,3 +191,43 @@ def test_each_line_of_a_secret_spanning_lines_is_found_alone():
     pem = "-----BEGIN KEY-----\nQUJDREVGR0hJSktMTU5PUFFSU1RVVldY\nWVphYmNk\nshort\n-----END KEY-"
     said = redact(["QUJDREVGR0hJSktMTU5PUFFSU1RVVldY", "WVphYmNk\r", "short"], [pem])
     assert said == ["[redacted]", "[redacted]\r", "short"]  # a line under 8: a word, left
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "sk-ab%2fcd%2bef%3dgh%2112",  # lower-case hex (.NET's HttpUtility.UrlEncode)
+        "sk-ab/cd%2Bef%3Dgh%2112",  # Python's quote() with its default safe="/"
+        "sk-ab%2Fcd%2Bef%3Dgh!12",  # JavaScript's encodeURIComponent keeps !'()*
+        "sk-ab%2Fcd+ef%3dgh!12",  # any mix of the two, in either case
+    ],
+)
+def test_a_secret_percent_encoded_by_any_encoder_is_found(written):
+    # Regression: only Python's quote(safe="") form was a needle; a Node MCP server logging a
+    # URL built with encodeURIComponent, or a .NET one's lower-case escapes, kept the key.
+    said = {"log": f"GET /v1?key={written}&n=1"}
+    assert redact(said, ["sk-ab/cd+ef=gh!12"]) == {"log": "GET /v1?key=[redacted]&n=1"}
+    assert redact(f"GET /v1?key={written}", ["sk-ab/cd+ef=gh!12"]) == "GET /v1?key=[redacted]"
+    assert redact('GET "sk-ab%2fcd"', ["sk-ab/cd+ef=gh!12"]) == 'GET "sk-ab%2fcd"'
+
+
+def test_a_secret_percent_encoded_with_its_quote_and_non_ascii_in_a_json_text_is_found():
+    # The quick check reads the value as JSON: its '"' there reads '\"', the percent form not.
+    secret = 'pa"ss/wörd-123'
+    for written in ('pa\\"ss%2fw%c3%b6rd-123', "pa%22ss/w%C3%B6rd-123"):
+        assert redact({"u": written.replace('\\"', '"')}, [secret]) == {"u": "[redacted]"}
+
+
+def test_the_password_inside_a_basic_authorization_header_is_a_credential_too():
+    # Regression: only the header and its base64 token were taken; a peer answering "wrong
+    # password s3cret-pass for bob" (it decodes the header) kept the password.
+    token = base64.b64encode(b"bob:s3cret-pass").decode()
+    found = credential_values({"Authorization": f"Basic {token}"})
+    assert found == (f"Basic {token}", token, "s3cret-pass")
+    said = redact("wrong password s3cret-pass for bob", found)
+    assert said == "wrong password [redacted] for bob"
+    # Not base64, or no ":" in it: the token alone, as before.
+    assert credential_values({"Authorization": "Basic not-base64!!"}) == (
+        "Basic not-base64!!",
+        "not-base64!!",
+    )

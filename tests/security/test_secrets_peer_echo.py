@@ -236,6 +236,28 @@ async def test_a_stdio_servers_stderr_and_server_info_quoting_its_token_show_non
     assert_redacted(logged())
 
 
+async def test_a_server_info_quoting_its_token_across_the_cut_shows_no_head_of_it(
+    tmp_path, monkeypatch
+):
+    # Regression: the client cut serverInfo's texts on arrival (title: 256 characters) and
+    # the status page redacted what was left: a token the cut went through kept its head.
+    monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
+    monkeypatch.setenv("ROOST_TEST_INFO_QUOTES", "ROOST_TEST_API_TOKEN")
+    monkeypatch.setenv("ROOST_TEST_INFO_PAD", "245")  # "x" * 245 + "raw (" + TOKEN
+    variables = ["ROOST_TEST_API_TOKEN", "ROOST_TEST_INFO_QUOTES", "ROOST_TEST_INFO_PAD"]
+    cfg = config(tmp_path, mcp_servers=[raw_server(env=variables)])
+    async with open_kernel(cfg, agents=[caller()]) as kernel:
+        from roost.plugins.mcp._client_plugin import manager_for
+
+        manager = manager_for(kernel)
+        await wait_until(lambda: manager.status()["connected"], "the server connected")
+        info = manager.status(admin=False)["connected"][0]["server_info"]
+    shown = json.dumps(info)
+    assert TOKEN[:4] not in shown, shown
+    assert info["title"] == "x" * 245 + "raw ([redac"
+    assert info["description"].endswith("raw ([red")  # cut at 2,048, 4 characters in
+
+
 async def test_a_server_sampling_with_a_token_does_not_show_it_to_the_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ROOST_TEST_API_TOKEN", TOKEN)
     model = {"rules": [{"match": TOKEN, "reply": "the model saw it"}], "default_reply": "ok"}

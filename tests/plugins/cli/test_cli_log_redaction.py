@@ -110,3 +110,50 @@ def test_a_peer_quoting_the_daemons_credentials_in_any_form_leaves_none_in_its_l
     # What was said around them is still there: the log lost the keys, not the lines.
     assert "raw: [redacted]\n" in logged and 'json: {"said": "[redacted]"}' in logged
     assert "url: /cb?k=[redacted]" in logged and "bad key [redacted] [redacted]" in logged
+
+
+A2A_API_KEY = "a2a-card-key-3456cdef"  # [a2a] api_key: the bearer of the extended card
+
+QUOTE_A2A_KEY = f"""
+import sys
+sys.stderr.write("a2a key: {A2A_API_KEY}\\n")
+sys.stderr.write("quoted-done\\n")
+sys.stderr.flush()
+sys.stdin.read()
+"""
+
+
+def test_a_peer_quoting_the_a2a_api_key_leaves_it_out_of_the_log(tmp_path):
+    # Regression: [a2a] api_key, a credential the daemon reads and callers send as their
+    # bearer, was not handed to redact_from_logs: a peer's line quoting it was logged whole.
+    quote_script = tmp_path / "quote.py"
+    quote_script.write_text(QUOTE_A2A_KEY)
+    config = tmp_path / "roost.toml"
+    config.write_text(
+        f"home = {json.dumps(str(tmp_path / 'home'))}\n[agents]\nbundled = false\n"
+        f'[a2a]\napi_key = "{A2A_API_KEY}"\n'
+        '[[mcp_servers]]\nname = "quote"\n[mcp_servers.transport]\ntype = "stdio"\n'
+        f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(quote_script))}]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+    env["ROOST_HOME"] = str(tmp_path / "home")
+    log_path = tmp_path / "daemon.log"
+    with log_path.open("w") as log_file:
+        proc = subprocess.Popen(
+            [str(ROOST), "--config", str(config), "run", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            env=env,
+        )
+        try:
+
+            def quoted() -> bool:
+                assert proc.poll() is None, log_path.read_text()
+                return "quoted-done" in log_path.read_text()
+
+            wait_until_sync(quoted, "the peer's quote logged", timeout=60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    logged = log_path.read_text()
+    assert A2A_API_KEY not in logged and "a2a key: [redacted]" in logged, logged

@@ -20,6 +20,7 @@ from roost.plugins.mcp._client import (
     open_mcp_client,
     probe_era,
 )
+from roost.plugins.mcp._protocol import META_SERVER_INFO
 from roost.plugins.mcp.transports.stdio import open_stdio_transport
 
 RAW = str(Path(__file__).parents[2] / "fixtures" / "mcp" / "raw_server.py")
@@ -70,6 +71,28 @@ async def test_a_huge_odd_server_info_is_kept_as_the_specs_fields_bounded():
             *[{"src": "https://e.example/more.png"}] * 4,
         ],
     }
+
+
+async def test_a_server_info_quoting_a_secret_across_its_cut_keeps_no_head_of_it():
+    # Regression: serverInfo's texts were cut on arrival (title at 256, description at
+    # 2,048 characters) and redacted later (GET /api/mcp/servers): a secret the cut went
+    # through left its head, which no redaction finds. Redacted before the cut now.
+    token = "tok-0123456789abcdef"
+    extra = {
+        "RAW_SECRET": token,
+        "ROOST_TEST_INFO_QUOTES": "RAW_SECRET",
+        "ROOST_TEST_INFO_PAD": "245",  # "x" * 245 + "raw (" + token: the cut at 256 in it
+    }
+    options = ClientOptions(server_name="raw", secrets=(token,))
+    transport = open_stdio_transport(sys.executable, [RAW], name="raw", extra_env=extra)
+    async with transport as transport, open_mcp_client(transport, options) as client:
+        info = dict(client.server_info)
+    assert info["title"] == "x" * 245 + "raw ([redac", info
+    assert len(info["description"]) == 2048 and info["description"].endswith("raw ([red")
+    # A modern result's _meta naming the server: the same.
+    protocol = ClientProtocol(options)
+    protocol.note_server_info({"_meta": {META_SERVER_INFO: {"name": "n" * 250 + token}}})
+    assert protocol.server_info == {"name": "n" * 250 + "[redac"}
 
 
 async def test_many_calls_in_flight_on_one_connection():

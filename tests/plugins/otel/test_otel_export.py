@@ -357,3 +357,15 @@ def test_the_exporters_credentials_are_kept_out_of_the_daemons_log():
     line = RedactingFormatter().format(record)
     assert "otlp-secret" not in line and "otlp-query" not in line
     assert line == "401 for [redacted] at http://127.0.0.1:4318/v1/traces?api_key=[redacted]"
+
+
+def test_the_exporters_credentials_from_the_environment_are_kept_out_of_the_log(monkeypatch):
+    # Regression: only [telemetry] headers were handed to redact_from_logs, while the README
+    # recommends $OTEL_EXPORTER_OTLP_HEADERS to keep the key out of roost.toml, and the
+    # exporter sends those headers (URL-encoded there) with every export.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20otlp-env-secret-789")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=otlp-traces-key-012")
+    exporter_for(TelemetrySettings.from_config({"endpoint": "http://127.0.0.1:4318/v1/traces"}))
+    said = ("401: bad key otlp-env-secret-789 / otlp-traces-key-012",)
+    record = logging.LogRecord("opentelemetry", logging.WARNING, __file__, 1, "%s", said, None)
+    assert RedactingFormatter().format(record) == "401: bad key [redacted] / [redacted]"

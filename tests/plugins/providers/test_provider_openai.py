@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import openai
 import pytest
@@ -10,7 +11,7 @@ import trio
 from fake_vendor import Reply, sse
 from httpx_sse import ServerSentEvent as SseEvent
 from provider_kernel import NOTES, run_agent
-from roost.kernel import CompletionRequest, Message, ToolCall, ToolSpec
+from roost.kernel import CompletionRequest, Message, RedactingFormatter, ToolCall, ToolSpec
 from roost.plugins.providers._http import (
     ProviderAuthError,
     ProviderConfigError,
@@ -492,6 +493,21 @@ async def test_connection_refused(closed_port):
     p = create_openai(MODEL, {"base_url": f"http://127.0.0.1:{closed_port}/v1", **FAST}, env=ENV)
     with pytest.raises(ProviderUnavailable, match="could not connect to .*connection refused"):
         await p.complete(conversation())
+
+
+async def test_credentials_in_the_base_url_are_in_no_error_and_no_log_line(closed_port, caplog):
+    # Regression: a gateway's base_url holding a password or an api_key parameter was not
+    # among the provider's secrets: "could not connect to http://bob:<password>@..." went to
+    # the retry warnings in roost's log (RedactingFormatter) and to the caller's error.
+    url = f"http://bob:gw-pass-5678abcd@127.0.0.1:{closed_port}/v1?api_key=gw-key-9012efgh"
+    p = create_openai(MODEL, {"base_url": url, "max_retries": 1, "retry_backoff_s": 0.0}, env=ENV)
+    with caplog.at_level(logging.WARNING, logger="roost.providers"):
+        with pytest.raises(ProviderUnavailable, match="could not connect") as info:
+            await p.complete(conversation())
+    logged = "\n".join(RedactingFormatter().format(r) for r in caplog.records)
+    assert "retry 1/1" in logged
+    for secret in ("gw-pass-5678abcd", "gw-key-9012efgh"):
+        assert secret not in str(info.value) and secret not in logged, (info.value, logged)
 
 
 async def test_a_stream_cut_in_the_middle(vendor):
