@@ -2,8 +2,9 @@
 
 A ``Wire`` knows one vendor's format (request bodies, responses, stream events) and does
 no I/O; ``HttpProvider`` sends what it builds through ``HttpClient`` and feeds it what
-comes back, applying the context guard first. A ``Vendor`` (wire, defaults, key) gives a
-vendor module its factory and its plugin hooks.
+comes back, with the provider's settings (its name and secrets, for errors that quote the
+vendor: ``ProviderSettings.excerpt``), applying the context guard first. A ``Vendor``
+(wire, defaults, key) gives a vendor module its factory and its plugin hooks.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ class Wire(Protocol):
 
     def body(self, request: CompletionRequest, model: str, *, stream: bool) -> dict[str, Any]: ...
 
-    def parse(self, data: Any) -> Completion: ...
+    def parse(self, data: Any, settings: ProviderSettings) -> Completion: ...
 
-    def assembler(self) -> Assembler: ...
+    def assembler(self, settings: ProviderSettings) -> Assembler: ...
 
 
 @attrs.frozen
@@ -62,8 +63,8 @@ class PathWire:
     path: str
     stream_format: str
     body: Callable[..., dict[str, Any]]
-    parse: Callable[[Any], Completion]
-    assembler: Callable[[], Assembler]
+    parse: Callable[[Any, ProviderSettings], Completion]
+    assembler: Callable[[ProviderSettings], Assembler]
 
     def url(self, base_url: str, model: str, *, stream: bool) -> str:
         return base_url + self.path
@@ -81,11 +82,12 @@ class Assembler:
     """Turns a vendor's stream events into text deltas (``feed``) and, at the end, one
     ``Completion`` (``finish``); a stream that ends before ``done`` is ``StreamInterrupted``."""
 
-    provider = ""
     end = ""  # what a complete stream ends with, for the error
     stops: Mapping[str, str] = {}
 
-    def __init__(self) -> None:
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+        self.provider = settings.provider
         self.text: list[str] = []
         self.calls: list[ToolCall] = []
         self.stop: str | None = None
@@ -111,9 +113,10 @@ class Assembler:
         return completion("".join(self.text), self.tool_calls(), self.stop, self.usage, self.stops)
 
 
-def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
+def parse_arguments(raw: Any, tool: str, settings: ProviderSettings) -> dict[str, Any]:
     """A tool call's arguments as an object (JSON text decoded, ``""`` is ``{}``); anything
     else raises a ``ProviderResponseError`` naming the tool."""
+    provider = settings.provider
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}
     value = raw
@@ -123,8 +126,8 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
         except (ValueError, RecursionError) as exc:
             raise ProviderResponseError(
                 f"{provider}: the model called tool {tool!r} with arguments that are not valid "
-                f"JSON ({_json_problem(exc)}): {raw[:200]!r}; ask again, or use a model that "
-                "supports tool calling"
+                f"JSON ({_json_problem(exc)}): {settings.excerpt(raw)!r}; ask again, or use a "
+                "model that supports tool calling"
             ) from None
     if not isinstance(value, Mapping):
         raise ProviderResponseError(
@@ -134,13 +137,15 @@ def parse_arguments(raw: Any, tool: str, provider: str) -> dict[str, Any]:
     return dict(value)
 
 
-def make_tool_call(name: Any, raw: Any, provider: str, call_id: str | None = None) -> ToolCall:
+def make_tool_call(
+    name: Any, raw: Any, settings: ProviderSettings, call_id: str | None = None
+) -> ToolCall:
     """A ``ToolCall`` (a None name is ``""``); bad arguments set ``arguments_error``, so the
     call fails as a tool result the model can correct instead of ending the run."""
     name = str(name or "")
     ids = {"id": call_id} if call_id else {}
     try:
-        return ToolCall(name, parse_arguments(raw, name, provider), **ids)
+        return ToolCall(name, parse_arguments(raw, name, settings), **ids)
     except ProviderResponseError as exc:
         return ToolCall(name, {}, arguments_error=str(exc), **ids)
 
@@ -311,14 +316,14 @@ class HttpProvider:
         url = self.wire.url(self.settings.base_url, model, stream=False)
         data = await self.http.post_json(url, self.wire.body(request, model, stream=False))
         try:
-            return self.wire.parse(data)
+            return self.wire.parse(data, self.settings)
         except ProviderResponseError as exc:
             raise self._quoted(exc) from None
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamDelta]:
         request, model = self.prepare(request)
         url = self.wire.url(self.settings.base_url, model, stream=True)
-        assembler = self.wire.assembler()
+        assembler = self.wire.assembler(self.settings)
         body = self.wire.body(request, model, stream=True)
         try:
             async for event in self.http.stream_events(url, body, self.wire.stream_format):
@@ -332,12 +337,8 @@ class HttpProvider:
 
     def _quoted(self, exc: ProviderResponseError) -> ProviderResponseError:
         """``exc`` again, its text (which may quote the vendor's error) redacted, then cut
-        to ``MAX_QUOTED_ERROR`` characters; cut after redacting, so no key's head is left."""
-        text = str(exc)[: MAX_QUOTED_ERROR + len(self.settings.api_key or "")]
-        text = self.settings.redact(text)
-        if len(text) > MAX_QUOTED_ERROR:
-            text = text[: MAX_QUOTED_ERROR - 1] + "…"
-        return type(exc)(text)
+        to ``MAX_QUOTED_ERROR`` characters."""
+        return type(exc)(self.settings.excerpt(str(exc), MAX_QUOTED_ERROR))
 
 
 def bearer(key: str | None) -> dict[str, str]:
@@ -345,13 +346,15 @@ def bearer(key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {key}"} if key else {}
 
 
-def sse_json(event: Any, provider: str) -> Any:
-    """The JSON payload of an SSE event, or a clear error if it is not JSON."""
+def sse_json(event: Any, settings: ProviderSettings) -> Any:
+    """The JSON payload of an SSE event, or a clear error (quoting it, ``settings.excerpt``)
+    if it is not JSON."""
     try:
         return json.loads(event.data)
     except (ValueError, RecursionError) as exc:
         raise ProviderResponseError(
-            f"{provider}: a stream event is not JSON ({_json_problem(exc)}): {event.data[:200]!r}"
+            f"{settings.provider}: a stream event is not JSON ({_json_problem(exc)}): "
+            f"{settings.excerpt(event.data)!r}"
         ) from None
 
 

@@ -43,6 +43,10 @@ RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 _MAX_ERROR_TEXT = 400
 # A model's answer, or one SSE event or NDJSON line of its stream.
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
+EXCERPT_CHARS = 200  # of a vendor's text an error quotes
+# The longest spelling ``redact`` finds of one character of a secret: an astral character
+# JSON-escaped as a surrogate pair (``\ud83d\ude00``), or percent-encoded as 4 bytes.
+_SPELLING_CHARS = 12
 
 
 class ProviderError(RoostError):
@@ -114,6 +118,23 @@ class ProviderSettings:
     def redact(self, text: str) -> str:
         """``text`` with ``secrets`` replaced."""
         return redact(text, self.secrets)
+
+    def excerpt(self, text: str | bytes, limit: int = EXCERPT_CHARS) -> str:
+        """The head of a vendor's ``text`` (bytes read as UTF-8) for an error to quote:
+        ``secrets`` redacted first, then cut to ``limit`` characters (``…`` ending a cut),
+        so a secret across the cut leaves no head. Only for errors: it costs a redaction."""
+        margin = _SPELLING_CHARS * max(map(len, self.secrets))
+        end = limit + margin
+        while True:
+            head = text[:end]
+            shown = self.redact(
+                head.decode("utf-8", "replace") if isinstance(head, bytes) else head
+            )
+            # A secret cut by ``end`` starts within ``margin`` of the end of ``shown``; redacted
+            # secrets before it may have shortened ``shown``, so read on until they have not.
+            if end >= len(text) or len(shown) >= limit + margin:
+                return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+            end *= 2
 
 
 _NUMBERS: dict[str, tuple[type, float, float]] = {
@@ -197,7 +218,7 @@ def backoff_s(settings: ProviderSettings, attempt: int, server_wait: float | Non
     return min(base * (0.5 + random.random() / 2), settings.max_retry_wait_s)
 
 
-def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
+def _ndjson_value(line: bytes | jsonrpc.Oversize, settings: ProviderSettings) -> Any:
     """The JSON value of one NDJSON line; ValueError saying what is wrong with it."""
     if isinstance(line, jsonrpc.Oversize):
         raise ValueError(f"a line of the stream is over the limit of {line.limit} bytes")
@@ -205,7 +226,7 @@ def _ndjson_value(line: bytes | jsonrpc.Oversize) -> Any:
         return json.loads(line)
     except ValueError as exc:
         raise ValueError(
-            f"a line of the stream is not JSON ({exc}): {line[:200].decode('utf-8', 'replace')!r}"
+            f"a line of the stream is not JSON ({exc}): {settings.excerpt(line)!r}"
         ) from None
 
 
@@ -233,12 +254,9 @@ class HttpClient:
             return json.loads(raw)
         except ValueError as exc:
             s = self.settings
-            # Redacted before it is cut: a key across the cut would leave its head.
-            longest = 3 * max(map(len, s.secrets))  # percent-encoded: up to 3 times as long
-            head = s.redact(raw[: 200 + longest].decode("utf-8", "replace"))[:200]
             raise ProviderResponseError(
                 f"{s.provider} answered with malformed JSON ({exc}); "
-                f"the server at {s.shown_url} may not speak this API: {head!r}"
+                f"the server at {s.shown_url} may not speak this API: {s.excerpt(raw)!r}"
             ) from None
 
     async def stream_events(
@@ -258,7 +276,7 @@ class HttpClient:
                     lines = jsonrpc.LineFramer(MAX_ANSWER_BYTES)
                     async for chunk in response.aiter_bytes():
                         for line in lines.feed(chunk):
-                            yield _ndjson_value(line)
+                            yield _ndjson_value(line, self.settings)
             except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 raise StreamInterrupted(
                     f"{provider}: the connection was lost in the middle of the "
@@ -303,11 +321,11 @@ class HttpClient:
             except ResponseTooLarge as exc:
                 raise ProviderResponseError(f"{s.provider}: {s.redact(str(exc))}") from None
             except httpx.ConnectError as exc:
-                last = f"could not connect to {s.shown_url} ({_reason(exc)})"
+                last = f"could not connect to {s.shown_url} ({_reason(exc, s)})"
             except (httpx.TimeoutException, trio.TooSlowError):
                 last = f"no answer from {s.shown_url} within {s.timeout_s:g}s"
             except httpx.RemoteProtocolError as exc:
-                last = f"{s.shown_url} closed the connection ({_reason(exc)})"
+                last = f"{s.shown_url} closed the connection ({_reason(exc, s)})"
             else:
                 status = response.status_code
                 # Redacted before the text is cut (a key across the cut would leave its
@@ -343,10 +361,10 @@ class HttpClient:
         raise ProviderUnavailable(f"{s.provider}: {last} (gave up after {attempts} attempts)")
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, settings: ProviderSettings) -> str:
     if _refused(exc):
         return "connection refused; is the server running?"
-    return (str(exc) or type(exc).__name__)[:200]
+    return settings.excerpt(str(exc) or type(exc).__name__)
 
 
 def _refused(exc: BaseException | None, depth: int = 0) -> bool:

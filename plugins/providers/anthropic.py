@@ -21,7 +21,7 @@ from ._base import (
     sse_json,
     vendor_hooks,
 )
-from ._http import ProviderResponseError
+from ._http import ProviderResponseError, ProviderSettings
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -107,7 +107,7 @@ def _raise_if_error(data: Mapping[str, Any]) -> None:
         )
 
 
-def parse_message(data: Any) -> Completion:
+def parse_message(data: Any, settings: ProviderSettings) -> Completion:
     """A Messages-API ``message`` object as a roost ``Completion``."""
     data = expect_mapping(data, "the response", "anthropic")
     _raise_if_error(data)
@@ -121,9 +121,7 @@ def parse_message(data: Any) -> Completion:
             text.append(str(block.get("text", "")))
         elif block.get("type") == "tool_use":
             call_id = str(block["id"]) if block.get("id") else None
-            calls.append(
-                make_tool_call(block.get("name"), block.get("input"), "anthropic", call_id)
-            )
+            calls.append(make_tool_call(block.get("name"), block.get("input"), settings, call_id))
     stop = str(data.get("stop_reason"))
     return completion("".join(text), calls, stop, parse_usage(data.get("usage")), _STOP)
 
@@ -131,14 +129,14 @@ def parse_message(data: Any) -> Completion:
 class MessagesStreamAssembler(Assembler):
     """Assembles ``message_start`` … ``message_stop``; ``input_json_delta`` pieces are joined."""
 
-    provider, end, stops = "anthropic", "message_stop", _STOP
+    end, stops = "message_stop", _STOP
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, settings: ProviderSettings) -> None:
+        super().__init__(settings)
         self._blocks: dict[int, dict[str, Any]] = {}
 
     def feed(self, event: Any) -> str:
-        data = expect_mapping(sse_json(event, "anthropic"), "a stream event", "anthropic")
+        data = expect_mapping(sse_json(event, self.settings), "a stream event", "anthropic")
         _raise_if_error(data)
         kind = data.get("type")
         if kind == "message_start":
@@ -176,7 +174,7 @@ class MessagesStreamAssembler(Assembler):
 
     def tool_calls(self) -> list[ToolCall]:
         return [
-            make_tool_call(b["name"], b["json"], "anthropic", str(b["id"]) if b["id"] else None)
+            make_tool_call(b["name"], b["json"], self.settings, str(b["id"]) if b["id"] else None)
             for _, b in sorted(self._blocks.items())
             if b["type"] == "tool_use"
         ]

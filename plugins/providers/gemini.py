@@ -29,7 +29,7 @@ from ._base import (
     sse_json,
     vendor_hooks,
 )
-from ._http import ProviderResponseError
+from ._http import ProviderResponseError, ProviderSettings
 
 API_VERSION = "v1beta"
 LOCAL_ID_PREFIX = "roost_fc_"
@@ -99,7 +99,9 @@ class GeminiWire:
             body["generationConfig"] = config
         return body
 
-    def _parts(self, data: Any) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
+    def _parts(
+        self, data: Any, settings: ProviderSettings
+    ) -> tuple[list[str], list[ToolCall], str | None, Usage | None]:
         data = expect_answer(data, "the response", "gemini")
         usage = None
         meta = data.get("usageMetadata")
@@ -123,7 +125,7 @@ class GeminiWire:
             if "functionCall" in part:
                 fc = expect_mapping(part["functionCall"], f"parts[{i}].functionCall", "gemini")
                 call_id = str(fc.get("id") or LOCAL_ID_PREFIX + uuid.uuid4().hex[:16])
-                calls.append(make_tool_call(fc.get("name"), fc.get("args"), "gemini", call_id))
+                calls.append(make_tool_call(fc.get("name"), fc.get("args"), settings, call_id))
                 if part.get("thoughtSignature"):  # kept to send back with the call; bounded
                     self.signatures[call_id] = str(part["thoughtSignature"])
                     while len(self.signatures) > _MAX_SIGNATURES:
@@ -133,27 +135,29 @@ class GeminiWire:
         finish = candidate.get("finishReason")
         return texts, calls, str(finish) if finish else None, usage
 
-    def parse(self, data: Any) -> Completion:
-        texts, calls, finish, usage = self._parts(data)
+    def parse(self, data: Any, settings: ProviderSettings) -> Completion:
+        texts, calls, finish, usage = self._parts(data, settings)
         if finish is None and not texts and not calls:
             raise ProviderResponseError("gemini: the response has no candidates")
         return completion("".join(texts), calls, finish, usage or Usage(), _STOP)
 
-    def assembler(self) -> GeminiStreamAssembler:
-        return GeminiStreamAssembler(self)
+    def assembler(self, settings: ProviderSettings) -> GeminiStreamAssembler:
+        return GeminiStreamAssembler(self, settings)
 
 
 class GeminiStreamAssembler(Assembler):
     """Each SSE event is a whole ``GenerateContentResponse`` chunk; a ``finishReason`` ends it."""
 
-    provider, end, stops = "gemini", "a finishReason", _STOP
+    end, stops = "a finishReason", _STOP
 
-    def __init__(self, wire: GeminiWire) -> None:
-        super().__init__()
+    def __init__(self, wire: GeminiWire, settings: ProviderSettings) -> None:
+        super().__init__(settings)
         self._wire = wire
 
     def feed(self, event: Any) -> str:
-        texts, calls, finish, usage = self._wire._parts(sse_json(event, "gemini"))
+        texts, calls, finish, usage = self._wire._parts(
+            sse_json(event, self.settings), self.settings
+        )
         self.calls += calls
         if usage is not None:
             self.usage = usage

@@ -27,6 +27,7 @@ from ._base import (
     passthrough_parameters,
     vendor_hooks,
 )
+from ._http import ProviderSettings
 
 TOP_LEVEL = frozenset({"keep_alive", "format", "think"})
 _STOP = {"length": "max_tokens"}
@@ -71,14 +72,14 @@ def build_body(request: CompletionRequest, model: str, *, stream: bool) -> dict[
     return body
 
 
-def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
+def _calls(message: Mapping[str, Any], settings: ProviderSettings) -> list[ToolCall]:
     calls = []
     for i, raw in enumerate(message.get("tool_calls") or ()):
         raw = expect_mapping(raw, f"message.tool_calls[{i}]", "ollama")
         fn = expect_mapping(raw.get("function"), f"message.tool_calls[{i}].function", "ollama")
         # Ollama gives no call id; roost makes one so results pair with their calls.
         call_id = "call_" + uuid.uuid4().hex[:16]
-        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), "ollama", call_id))
+        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), settings, call_id))
     return calls
 
 
@@ -86,12 +87,12 @@ def _usage(data: Mapping[str, Any]) -> Usage:
     return Usage(int(data.get("prompt_eval_count") or 0), int(data.get("eval_count") or 0))
 
 
-def parse_response(data: Any) -> Completion:
+def parse_response(data: Any, settings: ProviderSettings) -> Completion:
     """A non-streamed ``/api/chat`` answer as a roost ``Completion``."""
     data = expect_answer(data, "the response", "ollama")
     message = expect_mapping(data.get("message"), "message", "ollama")
     text = str(message.get("content") or "")
-    return completion(text, _calls(message), _reason(data), _usage(data), _STOP)
+    return completion(text, _calls(message, settings), _reason(data), _usage(data), _STOP)
 
 
 def _reason(data: Mapping[str, Any]) -> str:
@@ -101,12 +102,12 @@ def _reason(data: Mapping[str, Any]) -> str:
 class ChatStreamAssembler(Assembler):
     """Assembles NDJSON chunks; the last one has ``done: true`` and the token counts."""
 
-    provider, end, stops = "ollama", "a chunk with done=true", _STOP
+    end, stops = "a chunk with done=true", _STOP
 
     def feed(self, event: Any) -> str:
         data = expect_answer(event, "the response", "ollama")
         message = member(data, "message")
-        self.calls += _calls(message)
+        self.calls += _calls(message, self.settings)
         if data.get("done"):
             self.stop, self.usage, self.done = _reason(data), _usage(data), True
         return self.add(str(message.get("content") or ""))

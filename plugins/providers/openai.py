@@ -27,7 +27,7 @@ from ._base import (
     sse_json,
     vendor_hooks,
 )
-from ._http import ProviderResponseError
+from ._http import ProviderResponseError, ProviderSettings
 
 _FINISH = {
     "stop": "end_turn",
@@ -88,13 +88,14 @@ def parse_usage(data: Any) -> Usage:
     return Usage(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
 
 
-def parse_completion(data: Any, provider: str = "openai") -> Completion:
+def parse_completion(data: Any, settings: ProviderSettings) -> Completion:
     """A ``chat.completion`` object as a roost ``Completion``."""
+    provider = settings.provider
     data = expect_answer(data, "the response", provider)
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ProviderResponseError(
-            f"{provider}: the response has no choices: {json.dumps(data)[:200]}"
+            f"{provider}: the response has no choices: {settings.excerpt(json.dumps(data))}"
         )
     choice = expect_mapping(choices[0], "choices[0]", provider)
     message = expect_mapping(choice.get("message"), "choices[0].message", provider)
@@ -103,7 +104,7 @@ def parse_completion(data: Any, provider: str = "openai") -> Completion:
         where = f"choices[0].message.tool_calls[{i}]"
         raw = expect_mapping(raw, where, provider)
         fn = expect_mapping(raw.get("function"), f"{where}.function", provider)
-        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), provider, raw.get("id")))
+        calls.append(make_tool_call(fn.get("name"), fn.get("arguments"), settings, raw.get("id")))
     text = str(message.get("content") or "")
     finish = str(choice.get("finish_reason") or "stop")
     return completion(text, calls, finish, parse_usage(data.get("usage")), _FINISH)
@@ -115,16 +116,15 @@ class ChatStreamAssembler(Assembler):
     end = "the model finished (no finish_reason, no [DONE])"
     stops = _FINISH
 
-    def __init__(self, provider: str = "openai") -> None:
-        super().__init__()
-        self.provider = provider
+    def __init__(self, settings: ProviderSettings) -> None:
+        super().__init__(settings)
         self._calls: dict[int, dict[str, Any]] = {}
 
     def feed(self, event: Any) -> str:
         if event.data.strip() == "[DONE]":
             self.done = True
             return ""
-        chunk = expect_answer(sse_json(event, self.provider), "a stream chunk", self.provider)
+        chunk = expect_answer(sse_json(event, self.settings), "a stream chunk", self.provider)
         if chunk.get("usage"):
             self.usage = parse_usage(chunk["usage"])
         text = ""
@@ -159,21 +159,20 @@ class ChatStreamAssembler(Assembler):
 
     def tool_calls(self) -> list[ToolCall]:
         return [
-            make_tool_call(c["name"], c["arguments"], self.provider, c["id"] or None)
+            make_tool_call(c["name"], c["arguments"], self.settings, c["id"] or None)
             for _, c in sorted(self._calls.items())
         ]
 
 
-def chat_completions_wire(provider: str) -> PathWire:
-    """The Chat Completions wire format, its errors naming ``provider``."""
-    parse = partial(parse_completion, provider=provider)
-    assembler = partial(ChatStreamAssembler, provider)
-    return PathWire("/chat/completions", "sse", build_body, parse, assembler)
+# The Chat Completions wire format (its errors name the provider its settings are for).
+chat_completions_wire = partial(
+    PathWire, "/chat/completions", "sse", build_body, parse_completion, ChatStreamAssembler
+)
 
 
 OPENAI = Vendor(
     "openai",
-    partial(chat_completions_wire, "openai"),
+    chat_completions_wire,
     "OpenAI Chat Completions, or any compatible server via base_url",
     example="gpt-4o-mini",
     base_url="https://api.openai.com/v1",
@@ -181,7 +180,7 @@ OPENAI = Vendor(
 )
 OPENROUTER = Vendor(
     "openrouter",
-    partial(chat_completions_wire, "openrouter"),
+    chat_completions_wire,
     "OpenRouter (OpenAI format, many vendors' models)",
     example="openai/gpt-4o-mini",
     base_url="https://openrouter.ai/api/v1",

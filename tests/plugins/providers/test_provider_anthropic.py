@@ -12,6 +12,7 @@ from roost.plugins.providers._http import (
     ProviderAuthError,
     ProviderConfigError,
     ProviderResponseError,
+    ProviderSettings,
     StreamInterrupted,
 )
 from roost.plugins.providers.anthropic import (
@@ -23,6 +24,7 @@ from roost.plugins.providers.anthropic import (
 
 KEY = "sk-ant-test-0123456789"
 ENV = {"ANTHROPIC_API_KEY": KEY}
+SETTINGS = ProviderSettings("anthropic", "http://127.0.0.1", "ANTHROPIC_API_KEY", KEY)
 FAST = {"max_retries": 0, "retry_backoff_s": 0.0}
 WEATHER = ToolSpec(
     "get_weather",
@@ -250,7 +252,7 @@ def test_no_tools_key_without_tools_and_max_tokens_defaults():
 
 
 def test_parse_message_with_text_and_tool_use():
-    completion = parse_message(FIXTURES[1].json)
+    completion = parse_message(FIXTURES[1].json, SETTINGS)
     assert completion.text == "Let me check." and completion.stop_reason == "tool_use"
     assert completion.tool_calls == (
         ToolCall("get_weather", {"city": "Paris"}, id="toolu_01A09q90qw90lq917835lq9"),
@@ -262,7 +264,8 @@ def test_an_error_object_is_reported():
         ProviderResponseError, match="anthropic reported overloaded_error: Overloaded"
     ):
         parse_message(
-            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            SETTINGS,
         )
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 
 import httpx
 import pytest
+import trio
 from fake_vendor import Reply
 from httpx_sse import ServerSentEvent as SseEvent
-from roost.kernel import CompletionRequest, Message
+from roost.kernel import CompletionRequest, Message, RedactingFormatter
 from roost.plugins.http.client import retry_after_s, sse_events
 from roost.plugins.providers._base import (
     MARKER_PREFIX,
@@ -18,7 +20,9 @@ from roost.plugins.providers._base import (
     request_tokens,
     sse_json,
 )
-from roost.plugins.providers._http import ProviderSettings, backoff_s
+from roost.plugins.providers._http import ProviderSettings, ProviderUnavailable, backoff_s
+from roost.plugins.providers.anthropic import create_anthropic
+from roost.plugins.providers.gemini import create_gemini
 from roost.plugins.providers.openai import create_openai
 
 
@@ -169,7 +173,7 @@ def test_a_stream_event_holding_an_integer_past_4300_digits_is_a_provider_error(
     # which caught only JSONDecodeError: a crash instead of a clear provider error.
     event = SseEvent(data='{"created": ' + "1" * 5000 + "}")
     with pytest.raises(ProviderResponseError, match="openai: a stream event is not JSON"):
-        sse_json(event, "openai")
+        sse_json(event, ProviderSettings("openai", "http://127.0.0.1", None))
 
 
 def test_a_stream_event_nested_past_the_json_decoders_depth_is_a_provider_error():
@@ -177,4 +181,105 @@ def test_a_stream_event_nested_past_the_json_decoders_depth_is_a_provider_error(
     # agent's turn instead of a clear provider error.
     event = SseEvent(data="[" * 5000 + "]" * 5000)
     with pytest.raises(ProviderResponseError, match="openai: a stream event is not JSON"):
-        sse_json(event, "openai")
+        sse_json(event, ProviderSettings("openai", "http://127.0.0.1", None))
+
+
+# ---- vendor text quoted in an error: credentials redacted, then cut ----------------------
+
+KEY = "sk-echo-0123456789abcdef"
+NO_WAIT = {"retry_backoff_s": 0.0}
+FAST = {"max_retries": 0, **NO_WAIT}
+
+
+def key_at_the_cut(before: str, after: str = "</pre>", at: int = 190) -> str:
+    """A vendor's text echoing ``KEY`` so that it starts at ``at`` of what an error quotes
+    (``before`` is what the error puts ahead of the vendor's text): a 200-character cut
+    made before redacting goes through it."""
+    head = "<pre>Bearer "
+    return head + "h" * (at - len(before) - len(head)) + KEY + after
+
+
+def logged(caplog) -> str:
+    return "\n".join(RedactingFormatter().format(r) for r in caplog.records)
+
+
+SSE_VENDORS = {
+    "openai": (create_openai, "OPENAI_API_KEY", "/v1"),
+    "anthropic": (create_anthropic, "ANTHROPIC_API_KEY", ""),
+    "gemini": (create_gemini, "GEMINI_API_KEY", ""),
+}
+
+
+@pytest.mark.parametrize("name", SSE_VENDORS)
+async def test_a_stream_event_that_is_not_json_quoting_the_key_at_the_cut_shows_no_part_of_it(
+    vendor, caplog, name
+):
+    # Regression: sse_json quoted the event's first 200 characters, cut before the key was
+    # redacted, so an event echoing the key across the cut left its head in the error.
+    create, key_env, path = SSE_VENDORS[name]
+    data = key_at_the_cut("'")  # quoted with repr
+    vendor.queue(Reply(chunks=[f"data: {data}\n\n".encode()], content_type="text/event-stream"))
+    p = create({"name": "m"}, {"base_url": vendor.url + path, **FAST}, env={key_env: KEY})
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(ProviderResponseError, match="a stream event is not JSON") as info:
+            async for _ in p.stream(CompletionRequest("a", "", (Message("user", "hi"),))):
+                pass
+    assert "<pre>Bearer hhh" in str(info.value), str(info.value)
+    for text in (str(info.value), logged(caplog)):
+        assert KEY[:8] not in text, text[-80:]
+
+
+async def test_a_broken_status_line_quoting_the_key_at_the_cut_shows_no_part_of_it(nursery, caplog):
+    # Regression: the reason a connection failed (h11 quotes the status line it could not
+    # read) was cut to 200 characters before the key was redacted: its head went to the
+    # retry warning in the log and to the caller's error.
+    prefix = "illegal status line: bytearray(b'"
+    line = "HTTP/1.1 abc " + key_at_the_cut(prefix + "HTTP/1.1 abc ")
+
+    async def answer(stream):
+        await stream.receive_some(65536)
+        await stream.send_all(line.encode() + b"\r\n\r\n")
+        await stream.aclose()
+
+    listeners = await nursery.start(
+        lambda task_status: trio.serve_tcp(answer, 0, host="127.0.0.1", task_status=task_status)
+    )
+    port = listeners[0].socket.getsockname()[1]
+    settings = {"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 1, **NO_WAIT}
+    p = create_openai({"name": "m"}, settings, env={"OPENAI_API_KEY": KEY})
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(ProviderUnavailable, match="closed the connection") as info:
+            await p.complete(CompletionRequest("a", "", (Message("user", "hi"),)))
+    assert "retry 1/1" in logged(caplog) and "illegal status line" in str(info.value)
+    for text in (str(info.value), logged(caplog)):
+        assert KEY[:8] not in text, text[-80:]
+
+
+async def test_a_vendor_error_quoting_a_base_url_credential_at_the_cut_shows_no_part_of_it(
+    vendor,
+):
+    # Regression: an error the vendor reports in an answer was cut to 1000 characters with a
+    # margin of the API key's length only; a longer credential in base_url (a gateway's
+    # ?api_key=) across the cut left its head in the error.
+    credential = "gw-" + "0123456789abcdef" * 4
+    reported = "openai reported an error: "
+    message = "x" * (990 - len(reported)) + credential
+    vendor.queue(Reply(json={"error": {"message": message}}))
+    url = vendor.url + f"/v1?api_key={credential}"
+    p = create_openai({"name": "m"}, {"base_url": url, **FAST}, env={})
+    with pytest.raises(ProviderResponseError, match="openai reported an error: xxx") as info:
+        await p.complete(CompletionRequest("a", "", (Message("user", "hi"),)))
+    assert credential[:8] not in str(info.value), str(info.value)[-80:]
+
+
+def test_a_key_echoed_over_and_over_leaves_no_head_at_the_cut():
+    # Redacting a slice a margin longer than the cut is not enough when the text repeats the
+    # key: each "[redacted]" is shorter than the key, so the key the slice cut can end up
+    # before the cut; the excerpt reads on until the redacted text is long enough.
+    key = "sk-long-" + "0123456789abcdef" * 2
+    settings = ProviderSettings("x", "http://h", "K", api_key=key)
+    text = (key + " ") * 40
+    for given in (text, text.encode()):
+        shown = settings.excerpt(given)
+        assert shown.startswith("[redacted] [redacted]") and shown.endswith("…"), shown
+        assert len(shown) == 200 and key[:8] not in shown, shown

@@ -213,6 +213,24 @@ async def test_a_line_that_is_not_json(vendor):
         await collect(provider(vendor), conversation())
 
 
+async def test_a_line_that_is_not_json_quoting_the_key_at_the_cut_shows_no_part_of_it(vendor):
+    # Regression: the line was quoted cut to 200 characters before the key was redacted, so
+    # a hosted server echoing the key across the cut left its head in the error.
+    key = "ok-echo-0123456789abcdef"
+    line = "<pre>Bearer " + "h" * (190 - 1 - 12) + key + "</pre>\n"  # repr adds one "'"
+    vendor.queue(Reply(chunks=[line.encode()], content_type="application/x-ndjson"))
+    p = create_ollama(
+        {"name": "llama3.2"},
+        {"base_url": vendor.url, "api_key_env": "OLLAMA_API_KEY", **FAST},
+        env={"OLLAMA_API_KEY": key},
+    )
+    with pytest.raises(ProviderResponseError, match="not JSON") as info:
+        await collect(p, conversation())
+    assert "<pre>Bearer hhh" in str(info.value) and key[:8] not in str(info.value), str(info.value)[
+        -80:
+    ]
+
+
 async def test_a_stream_cut_in_the_middle(vendor):
     vendor.queue(Reply(chunks=ndjson(part("a"))[:1] + [b'{"model": "llama3.2", "mess'], cut=True))
     with pytest.raises(StreamInterrupted):

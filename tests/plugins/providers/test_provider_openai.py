@@ -18,6 +18,7 @@ from roost.plugins.providers._http import (
     ProviderError,
     ProviderRateLimited,
     ProviderResponseError,
+    ProviderSettings,
     ProviderUnavailable,
     StreamInterrupted,
 )
@@ -32,6 +33,7 @@ from roost.plugins.providers.openai import (
 
 KEY = "sk-test-0123456789abcdef"
 ENV = {"OPENAI_API_KEY": KEY, "OPENROUTER_API_KEY": KEY}
+SETTINGS = ProviderSettings("openai", "http://127.0.0.1/v1", "OPENAI_API_KEY", KEY)
 MODEL = {"provider": "openai", "name": "gpt-4o-mini", "parameters": {"temperature": 0.2}}
 FAST = {"max_retries": 0, "retry_backoff_s": 0.0}
 
@@ -271,7 +273,7 @@ def test_context_window_is_roosts_own_parameter_and_is_not_sent():
 
 def test_parse_tool_calls_decodes_their_json_arguments():
     completion = parse_completion(
-        tool_completion(("call_abc123", "get_weather", '{"city": "Boston"}'))
+        tool_completion(("call_abc123", "get_weather", '{"city": "Boston"}')), SETTINGS
     )
     assert completion.stop_reason == "tool_use"
     assert completion.tool_calls == (ToolCall("get_weather", {"city": "Boston"}, id="call_abc123"),)
@@ -280,14 +282,14 @@ def test_parse_tool_calls_decodes_their_json_arguments():
 
 def test_tool_arguments_that_are_not_json_become_a_call_that_fails_with_a_clear_error():
     (call,) = parse_completion(
-        tool_completion(("c1", "get_weather", '{"city": Boston}'))
+        tool_completion(("c1", "get_weather", '{"city": Boston}')), SETTINGS
     ).tool_calls
     assert call.id == "c1" and call.arguments == {}
     assert "tool 'get_weather' with arguments that are not valid JSON" in call.arguments_error
 
 
 def test_stream_assembler_joins_tool_call_fragments():
-    assembler = ChatStreamAssembler()
+    assembler = ChatStreamAssembler(SETTINGS)
     for raw in tool_stream():
         assembler.feed(SseEvent(data=raw.decode().removeprefix("data: ").strip()))
     completion = assembler.finish()
@@ -298,7 +300,7 @@ def test_stream_assembler_joins_tool_call_fragments():
 
 
 def test_a_stream_without_finish_is_reported_as_cut():
-    assembler = ChatStreamAssembler()
+    assembler = ChatStreamAssembler(SETTINGS)
     assembler.feed(SseEvent(data=json.dumps(chunk({"content": "Hel"}))))
     with pytest.raises(StreamInterrupted, match="ended before the model finished"):
         assembler.finish()
@@ -822,6 +824,48 @@ async def test_a_non_json_answer_quoting_the_key_at_the_cut_shows_no_part_of_it(
     with pytest.raises(ProviderResponseError, match="malformed JSON") as info:
         await provider(vendor).complete(conversation())
     assert KEY[:6] not in str(info.value), str(info.value)[-80:]
+
+
+def key_at_the_cut(before: str, at: int = 190) -> str:
+    """A vendor's text echoing ``KEY`` from character ``at`` of what an error quotes
+    (``before``: what the error puts ahead of it), so a cut at 200 goes through the key."""
+    head = "<pre>Bearer "
+    return head + "h" * (at - len(before) - len(head)) + KEY + "</pre>"
+
+
+async def test_an_answer_without_choices_quoting_the_key_at_the_cut_shows_no_part_of_it(vendor):
+    # Regression: the answer was quoted as its JSON cut to 200 characters before the key was
+    # redacted, so a vendor echoing the key across the cut left its head in the error.
+    start = json.dumps({"object": "chat.completion", "choices": [], "echo": ""})[:-2]
+    data = {"object": "chat.completion", "choices": [], "echo": key_at_the_cut(start)}
+    vendor.queue(Reply(json=data))
+    with pytest.raises(ProviderResponseError, match="the response has no choices") as info:
+        await provider(vendor).complete(conversation())
+    assert "<pre>Bearer hhh" in str(info.value) and KEY[:8] not in str(info.value), str(info.value)[
+        -80:
+    ]
+
+
+async def test_tool_arguments_that_are_not_json_quoting_the_key_at_the_cut_show_no_part_of_it(
+    vendor, tmp_path, monkeypatch, caplog
+):
+    # Regression: the model's arguments were quoted cut to 200 characters, never redacted:
+    # the key's head went back to the model, into the stored conversation and the spans.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    vendor.queue(
+        Reply(json=tool_completion(("call_x", "read", key_at_the_cut("'")))),
+        Reply(json=text_completion("Fixed it.")),
+    )
+    with caplog.at_level(logging.DEBUG):
+        reply, _, _ = await run_agent(
+            tmp_path, "openai", {"base_url": vendor.url + "/v1", **FAST}, "go"
+        )
+    assert reply.text == "Fixed it."
+    result = vendor.requests[1].json["messages"][-1]["content"]
+    assert "not valid JSON" in result and "<pre>Bearer hhh" in result, result
+    logged = "\n".join(RedactingFormatter().format(r) for r in caplog.records)
+    for text in (result, logged):
+        assert KEY[:8] not in text, text
 
 
 async def test_a_credential_header_echoed_in_an_error_is_redacted(vendor):
