@@ -326,6 +326,9 @@ class SessionConflict(RoostError, code="session_conflict"):
         return {**super().to_dict(), "field": self.field}
 
 
+_FLOAT_MAX = sys.float_info.max
+
+
 def number_setting(
     value: Any,
     low: float = 0,
@@ -337,11 +340,13 @@ def number_setting(
     """``value`` as a numeric setting, else None: an int (with ``integer``) or a finite number,
     never a bool, above ``low`` (or equal to it, with ``closed``) and at most ``high``; a float
     unless ``integer``."""
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        return None
+    kind = value.__class__  # a plain int (or float) skips the isinstance checks
+    if kind is not int and (integer or kind is not float):
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+            return None
     # Compared, never converted first: float() or math.isfinite() of an int past the largest
     # float raises OverflowError (and nan fails every comparison).
-    top = high if integer else min(high, sys.float_info.max)
+    top = high if integer or high < _FLOAT_MAX else _FLOAT_MAX
     if not (low <= value if closed else low < value) or not value <= top:
         return None
     return value if integer else float(value)
@@ -352,6 +357,8 @@ def parse_int(value: Any, field: str, low: int, high: int) -> int:
     ``InvalidInput`` naming ``field``. Text is ASCII digits only (no "١٢", "²", "+", "_",
     spaces or exponent), after a "-" only when ``low`` is negative; leading zeros are fine,
     and text longer than the bounds is refused before ``int()`` reads it."""
+    if value.__class__ is int and low <= value <= high:
+        return value
     number, text = value, isinstance(value, str)
     if text:
         negative = low < 0 and value[:1] == "-"

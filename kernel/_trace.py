@@ -355,10 +355,12 @@ def _fields_from_meta(meta: Any, field: str) -> _Fields | None:
     parent = _parse_traceparent(meta.get(META_TRACEPARENT))
     depth = _parse_depth(meta.get(META_DEPTH), f'{field}["{META_DEPTH}"]')
     path = _parse_path(meta.get(META_PATH))
-    try:  # a limit: a bad one is ignored (the callee's own limit applies anyway)
-        max_depth = parse_int(meta.get(META_MAX_DEPTH), META_MAX_DEPTH, 1, 9_999)
-    except InvalidInput:
-        max_depth = None
+    max_depth = meta.get(META_MAX_DEPTH)
+    if max_depth is not None:
+        try:  # a limit: a bad one is ignored (the callee's own limit applies anyway)
+            max_depth = parse_int(max_depth, META_MAX_DEPTH, 1, 9_999)
+        except InvalidInput:
+            max_depth = None
     if parent is None and depth is None and not path:
         return None
     return _assemble_fields(parent, None, depth, path, max_depth)
