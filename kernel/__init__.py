@@ -176,6 +176,7 @@ if _typing.TYPE_CHECKING:
     from ._tools import namespaced as namespaced
     from ._tools import normalise_name as normalise_name
     from ._tools import redact as redact
+    from ._tools import redacted_head as redacted_head
     from ._trace import DEFAULT_MAX_DEPTH as DEFAULT_MAX_DEPTH
     from ._trace import TraceContext as TraceContext
     from ._version import roost_version as roost_version

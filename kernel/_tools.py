@@ -192,11 +192,7 @@ def _needles(
     forms = set(given)
     encoded: list[tuple[str, str]] = []
     for secret in sorted(given, key=len, reverse=True):
-        try:  # from the environment, an undecodable byte is kept as a lone surrogate
-            raw = secret.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a surrogate no byte maps to
-            raw = secret.encode("utf-8", "surrogatepass")
-        forms |= {raw.decode("utf-8", "replace"), secret.replace("/", "\\/")}
+        forms |= {_utf8(secret).decode("utf-8", "replace"), secret.replace("/", "\\/")}
         forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
         shown = repr(secret + "'\"")[1:-4]  # as Python's repr (a log's %r) writes it, "'" escaped
         forms |= {shown, shown.replace("\\'", "'")}
@@ -210,6 +206,15 @@ def _needles(
         return needles, escaped, None, None
     as_text, in_json = ("|".join(p[i] for p in encoded) for i in (0, 1))
     return needles, escaped, re.compile(as_text), re.compile(in_json)
+
+
+def _utf8(text: str) -> bytes:
+    """``text``'s bytes: a lone surrogate from the environment (an undecodable byte, kept by
+    ``surrogateescape``) as that byte, any other surrogate as ``surrogatepass`` writes it."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte maps to
+        return text.encode("utf-8", "surrogatepass")
 
 
 _KEPT_BY_EVERY_ENCODER = frozenset(string.ascii_letters + string.digits + "-._")
@@ -228,16 +233,36 @@ def _percent_encoded(secret: str) -> tuple[str, str] | None:
             as_text.append(char)
             in_json.append(char)
             continue
-        try:
-            raw = char.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            raw = char.encode("utf-8", "surrogatepass")
-        hex_digits = "".join(f"%{b:02X}" for b in raw)
+        hex_digits = "".join(f"%{b:02X}" for b in _utf8(char))
         escapes = "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in hex_digits)
         as_text.append(f"(?:{re.escape(char)}|{escapes})")
         json_char = json.dumps(char, ensure_ascii=False)[1:-1]
         in_json.append(f"(?:{re.escape(json_char)}|{escapes})")
     return "".join(as_text), "".join(in_json)
+
+
+# The longest form ``redact`` finds of one character of a secret: an astral character
+# JSON-escaped as a surrogate pair (``\\ud83d\\ude00``), or percent-encoded as 4 bytes.
+_LONGEST_FORM_PER_CHAR = 12
+
+
+def redacted_head(text: str | bytes, secrets: Iterable[str], limit: int) -> str:
+    """The first ``limit`` characters of ``text`` (bytes read as UTF-8) once ``secrets`` are
+    redacted (see ``redact``), reading only as far as that needs: a secret the cut goes
+    through leaves no head behind."""
+    secrets = tuple(secrets)
+    margin = _LONGEST_FORM_PER_CHAR * max(map(len, secrets), default=0)
+    end = limit + margin
+    while True:
+        head = text[:end]
+        shown = redact(
+            head.decode("utf-8", "replace") if isinstance(head, bytes) else head, secrets
+        )
+        # A secret cut at ``end`` starts within ``margin`` of the end of ``shown``; secrets
+        # redacted before it may have shortened ``shown``, so read on until they have not.
+        if end >= len(text) or len(shown) >= limit + margin:
+            return shown[:limit]
+        end *= 2
 
 
 def _as_json(item: Any) -> Any:

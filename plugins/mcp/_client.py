@@ -25,7 +25,7 @@ from roost.kernel import (
     is_mapping,
     jsonrpc,
     number_setting,
-    redact,
+    redacted_head,
 )
 from roost.plugins.http.client import http_retry_wait, remaining_s
 
@@ -158,7 +158,10 @@ def implementation(info: Any, secrets: Sequence[str] = ()) -> dict[str, Any]:
     is cut after ``secrets`` are taken out of it (a cut through one would leave its head)."""
     if not is_mapping(info):
         return {}
-    cut = _cutter(secrets)
+
+    def cut(text: str, n: int) -> str:
+        return redacted_head(text, secrets, n)
+
     out: dict[str, Any] = {
         k: cut(v, n) for k, n in _INFO_TEXTS.items() if isinstance(v := info.get(k), str)
     }
@@ -173,15 +176,6 @@ def implementation(info: Any, secrets: Sequence[str] = ()) -> dict[str, Any]:
     if kept:
         out["icons"] = kept
     return out
-
-
-def _cutter(secrets: Sequence[str]) -> Callable[[str, int], str]:
-    """``cut(text, n)``: ``text``'s first ``n`` characters, ``secrets`` redacted first."""
-    if not secrets:
-        return lambda text, n: text[:n]
-    # Read past the cut as far as a secret's longest form (each character as %XX%XX%XX%XX).
-    slack = 12 * max(map(len, secrets))
-    return lambda text, n: redact(text[: n + slack], secrets)[:n]
 
 
 def _icon(icon: Any, cut: Callable[[str, int], str]) -> dict[str, Any] | None:

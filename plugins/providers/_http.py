@@ -25,6 +25,7 @@ from roost.kernel import (
     jsonrpc,
     number_setting,
     redact,
+    redacted_head,
     unknown_key,
 )
 from roost.plugins.http.client import (
@@ -44,9 +45,6 @@ _MAX_ERROR_TEXT = 400
 # A model's answer, or one SSE event or NDJSON line of its stream.
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 EXCERPT_CHARS = 200  # of a vendor's text an error quotes
-# The longest spelling ``redact`` finds of one character of a secret: an astral character
-# JSON-escaped as a surrogate pair (``\ud83d\ude00``), or percent-encoded as 4 bytes.
-_SPELLING_CHARS = 12
 
 
 class ProviderError(RoostError):
@@ -123,18 +121,8 @@ class ProviderSettings:
         """The head of a vendor's ``text`` (bytes read as UTF-8) for an error to quote:
         ``secrets`` redacted first, then cut to ``limit`` characters (``…`` ending a cut),
         so a secret across the cut leaves no head. Only for errors: it costs a redaction."""
-        margin = _SPELLING_CHARS * max(map(len, self.secrets))
-        end = limit + margin
-        while True:
-            head = text[:end]
-            shown = self.redact(
-                head.decode("utf-8", "replace") if isinstance(head, bytes) else head
-            )
-            # A secret cut by ``end`` starts within ``margin`` of the end of ``shown``; redacted
-            # secrets before it may have shortened ``shown``, so read on until they have not.
-            if end >= len(text) or len(shown) >= limit + margin:
-                return shown if len(shown) <= limit else shown[: limit - 1] + "…"
-            end *= 2
+        shown = redacted_head(text, self.secrets, limit + 1)
+        return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 _NUMBERS: dict[str, tuple[type, float, float]] = {

@@ -8,7 +8,7 @@ import time
 import types
 
 import pytest
-from roost.kernel import Tool, ToolResult, ToolSpec, redact
+from roost.kernel import Tool, ToolResult, ToolSpec, redact, redacted_head
 from roost.plugins.http.client import credential_values
 
 
@@ -231,3 +231,15 @@ def test_the_password_inside_a_basic_authorization_header_is_a_credential_too():
         "Basic not-base64!!",
         "not-base64!!",
     )
+
+
+def test_redacted_head_leaves_no_head_of_a_secret_the_cut_goes_through():
+    key = "sk-live-0123456789abcdef"
+    text = "x" * 190 + key + " tail"
+    assert redacted_head(text, [key], 200) == "x" * 190 + "[redacted]"
+    # Each earlier copy shortens the text once redacted: the cut still lands past every one.
+    repeated = (key + " ") * 200
+    head = redacted_head(repeated, [key], 1000)
+    assert len(head) == 1000 and key[:8] not in head
+    assert redacted_head(b"\xff" * 3 + key.encode(), [key], 20) == "\ufffd" * 3 + "[redacted]"
+    assert redacted_head("short", [], 3) == "sho"

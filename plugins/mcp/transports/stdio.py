@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from roost.kernel import child_open_file_limit, jsonrpc, redact
+from roost.kernel import child_open_file_limit, jsonrpc, redacted_head
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
 from .._protocol import MAX_MESSAGE_BYTES
@@ -168,8 +168,8 @@ async def _pump_stderr(transport: StdioTransport) -> None:
             return
         for line in lines.feed(chunk):
             if isinstance(line, bytes):
-                text = redact(line.decode("utf-8", "replace"), transport.secrets)
-                server_log.info("%s", text[:_STDERR_LINE_MAX])
+                text = redacted_head(line, transport.secrets, _STDERR_LINE_MAX)
+                server_log.info("%s", text)
 
 
 def _signal_group(process: trio.Process, sig: int) -> None:

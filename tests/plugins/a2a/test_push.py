@@ -60,6 +60,14 @@ async def _rpc(http, method: str, params: dict, agent: str = "echo") -> dict:
     return r.json()
 
 
+async def _waiting_for_input(http) -> dict:
+    """A new task of the ``asker`` agent, which asks for input: the task, checked waiting."""
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "question"}]}
+    task = (await _rpc(http, "SendMessage", {"message": message}, agent="asker"))["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", task
+    return task
+
+
 @pytest.fixture
 async def webhook(nursery):
     """A real HTTP receiver on 127.0.0.1 (hypercorn) that records what it gets."""
@@ -399,14 +407,7 @@ async def test_an_answer_whose_push_config_cannot_be_stored_leaves_its_task_as_i
     # are one write, so a failed config does not leave the task "submitted" and never run.
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        asked = await _rpc(
-            http,
-            "SendMessage",
-            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "question"}]}},
-            agent="asker",
-        )
-        task = asked["result"]["task"]
-        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        task = await _waiting_for_input(http)
         await _break_push_configs(kernel)
         answer = {
             "message": {
@@ -488,13 +489,7 @@ async def test_an_answer_with_one_push_config_too_many_is_refused_and_changes_no
     # -32602 naming the field, and the answer is not taken (the task still waits for input).
     config = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
-        asked = await _rpc(
-            http,
-            "SendMessage",
-            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "question"}]}},
-            agent="asker",
-        )
-        tid = asked["result"]["task"]["id"]
+        tid = (await _waiting_for_input(http))["id"]
         for i in range(10):
             made = await _rpc(
                 http,

@@ -68,15 +68,10 @@ def write_project(tmp_path: Path) -> Path:
     return config
 
 
-def test_a_peer_quoting_the_daemons_credentials_in_any_form_leaves_none_in_its_log(tmp_path):
-    config = write_project(tmp_path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
-    env |= {
-        "ROOST_HOME": str(tmp_path / "home"),
-        "ROOST_API_KEY": API_KEY,
-        "ROOST_TEST_PROVIDER_KEY": PROVIDER_KEY,
-        "ROOST_TEST_PEM_TOKEN": PEM,
-    }
+def daemon_log(tmp_path: Path, config: Path, env: dict[str, str], *done: str) -> str:
+    """The log (stderr) of ``roost run`` with ``config`` and ``env`` (over this process's,
+    without its ``ROOST_*``), read once it holds each of ``done``, the daemon stopped."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")} | env
     log_path = tmp_path / "daemon.log"
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
@@ -87,16 +82,27 @@ def test_a_peer_quoting_the_daemons_credentials_in_any_form_leaves_none_in_its_l
         )
         try:
 
-            def logged_why_echo_is_down() -> bool:
+            def logged() -> bool:
                 assert proc.poll() is None, log_path.read_text()
                 text = log_path.read_text()
-                return "echo-done" in text and "MCP server echo is down" in text
+                return all(said in text for said in done)
 
-            wait_until_sync(logged_why_echo_is_down, "the peer's quotes logged", timeout=60)
+            wait_until_sync(logged, f"the daemon's log to hold {done!r}", timeout=60)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
-    logged = log_path.read_text()
+    return log_path.read_text()
+
+
+def test_a_peer_quoting_the_daemons_credentials_in_any_form_leaves_none_in_its_log(tmp_path):
+    config = write_project(tmp_path)
+    env = {
+        "ROOST_HOME": str(tmp_path / "home"),
+        "ROOST_API_KEY": API_KEY,
+        "ROOST_TEST_PROVIDER_KEY": PROVIDER_KEY,
+        "ROOST_TEST_PEM_TOKEN": PEM,
+    }
+    logged = daemon_log(tmp_path, config, env, "echo-done", "MCP server echo is down")
     for secret in (PROVIDER_KEY, API_KEY, A2A_TOKEN):
         for form in (
             secret,
@@ -135,25 +141,5 @@ def test_a_peer_quoting_the_a2a_api_key_leaves_it_out_of_the_log(tmp_path):
         '[[mcp_servers]]\nname = "quote"\n[mcp_servers.transport]\ntype = "stdio"\n'
         f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(quote_script))}]\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
-    env["ROOST_HOME"] = str(tmp_path / "home")
-    log_path = tmp_path / "daemon.log"
-    with log_path.open("w") as log_file:
-        proc = subprocess.Popen(
-            [str(ROOST), "--config", str(config), "run", "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-            env=env,
-        )
-        try:
-
-            def quoted() -> bool:
-                assert proc.poll() is None, log_path.read_text()
-                return "quoted-done" in log_path.read_text()
-
-            wait_until_sync(quoted, "the peer's quote logged", timeout=60)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-    logged = log_path.read_text()
+    logged = daemon_log(tmp_path, config, {"ROOST_HOME": str(tmp_path / "home")}, "quoted-done")
     assert A2A_API_KEY not in logged and "a2a key: [redacted]" in logged, logged
