@@ -1,7 +1,9 @@
 import email.utils
+import json
 
 import pytest
 from roost.plugins.http.client import http_retry_wait, retry_after_s
+from roost.plugins.mcp.transports.sse import http_error_message
 
 
 @pytest.mark.parametrize(
@@ -45,3 +47,14 @@ def test_a_retry_after_date_that_overflows_or_is_not_ascii_is_ignored(date):
     # Regression: a day, hour or zone past a C int raised OverflowError out of the provider
     # call; a date in other digits was read as one.
     assert retry_after_s({"Retry-After": date}, now=0) is None
+
+
+@pytest.mark.parametrize("told", [float("nan"), -5.0, -1e308, True, float("inf")])
+def test_a_retry_after_that_is_no_delay_is_waited_as_unsaid(told):
+    # Regression: an MCP server's 429 whose JSON-RPC error data said "retryAfter": NaN (or -5)
+    # reached trio.sleep through http_retry_wait, which raised ValueError out of the call.
+    error = {"code": -32000, "message": "slow down", "data": {"retryAfter": told}}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "error": error}).encode()
+    data = http_error_message(1, 429, body)["error"]["data"]  # the MCP client retries on this
+    wait = http_retry_wait(429, data["retryAfter"], 0, 60.0)
+    assert wait is not None and 0.5 <= wait <= 0.65  # the first unsaid wait: 0.5 s + jitter
