@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-from roost.kernel import ConfigError, redact_from_logs
+from roost.kernel import ConfigError, InvalidInput, parse_int, redact_from_logs
 
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT = "default"
@@ -138,11 +138,14 @@ def resolve_keys(
 # characters, 253 in all. An empty label ("evil..example") or a longer one is malformed.
 _HOST_NAME = re.compile(r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})*")
 _MAX_HOST_NAME = 253
-_PORT = re.compile(r"[0-9]{1,5}")
 
 
 def _is_port(text: str) -> bool:
-    return _PORT.fullmatch(text) is not None and int(text) <= 65535
+    try:
+        parse_int(text, "port", 0, 65535)
+    except InvalidInput:
+        return False
+    return True
 
 
 def resolve_api_key(http_config: object, env: Mapping[str, str]) -> tuple[str | None, str]:

@@ -23,7 +23,7 @@ from urllib.parse import unquote, unquote_plus, urlsplit
 import httpx
 import httpx_sse
 import trio
-from roost.kernel import AddressPins, InvalidInput, parse_int, pin_url, public_url
+from roost.kernel import AddressPins, InvalidInput, number_setting, parse_int, pin_url, public_url
 
 ERROR_BODY_BYTES = 64 * 1024  # of an error response, read at most this much
 HTTP_RETRY_STATUSES = frozenset({429, 503})
@@ -201,17 +201,19 @@ def _basic_password(token: str) -> list[str]:
 
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date)."""
+    """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date);
+    None if it did not say so in ASCII digits (RFC 9110's ``1*DIGIT``), up to 10**9 s, or a date.
+    """
     lowered = {k.lower(): v for k, v in headers.items()}
     for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
-        with contextlib.suppress(KeyError, ValueError):
-            return max(0.0, float(lowered[name]) / scale)
+        with contextlib.suppress(KeyError, InvalidInput):
+            return parse_int(lowered[name], name, 0, 10**9 * scale) / scale
     value = lowered.get("retry-after")
-    if not value:
+    if not value or not value.isascii():
         return None
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a day or zone past a C int overflows
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
@@ -219,11 +221,14 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
 def http_retry_wait(
     status: int, retry_after: float | None, retries: int, remaining: float
 ) -> float | None:
-    """Seconds to wait before retrying HTTP ``status`` (429, 503: ``Retry-After``, else 0.5 s
-    doubling), or None: not retried, too many retries, or past ``remaining`` or the cap."""
+    """Seconds to wait before retrying HTTP ``status`` (429, 503: ``retry_after`` if a finite
+    number of seconds, else 0.5 s doubling), or None: not retried, too many retries, or past
+    ``remaining`` or the cap."""
     if status not in HTTP_RETRY_STATUSES or retries >= MAX_HTTP_RETRIES:
         return None
-    wait = retry_after if retry_after is not None else min(0.5 * 2**retries, 8.0)
+    # An MCP server's error data may say "retryAfter": NaN, -5 or true: none is a delay.
+    told = number_setting(retry_after, 0, closed=True)
+    wait = min(0.5 * 2**retries, 8.0) if told is None else told
     # Callers told the same Retry-After would all come back in the same instant.
     wait += random.uniform(0.0, 0.05 + 0.2 * wait)
     return None if wait > MAX_HTTP_RETRY_WAIT_S or wait >= remaining else wait

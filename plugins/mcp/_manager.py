@@ -814,24 +814,21 @@ class McpManager:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_PARAMS, "params.messages: expected at least one message"
             )
-        max_tokens = params.get("maxTokens")
-        if isinstance(max_tokens, float) and max_tokens.is_integer():
-            max_tokens = int(max_tokens)  # 100.0 is JSON Schema's integer (PHP writes it so)
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool)
-            or not isinstance(max_tokens, int)
-            or not 1 <= max_tokens <= MAX_SAMPLING_TOKENS
-        ):
+        max_tokens = tokens = params.get("maxTokens")
+        if isinstance(tokens, float) and tokens.is_integer():
+            tokens = int(tokens)  # 100.0 is JSON Schema's integer (PHP writes it so)
+        tokens = number_setting(tokens, 1, MAX_SAMPLING_TOKENS, integer=True, closed=True)
+        if max_tokens is not None and tokens is None:
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_PARAMS,
                 f"params.maxTokens: expected an integer from 1 to {MAX_SAMPLING_TOKENS}, "
-                f"got {str(max_tokens)[:40]}",
+                f"got {max_tokens!r:.40}",
             )
         request = CompletionRequest(
             agent=agent,
             system=redact(str(params.get("systemPrompt") or ""), secrets),
             messages=tuple(messages),
-            parameters={} if max_tokens is None else {"max_tokens": max_tokens},
+            parameters={} if tokens is None else {"max_tokens": tokens},
         )
         completion = await provider.complete(request)
         return {

@@ -145,6 +145,11 @@ def _write_all(fd: int, data: bytes) -> None:
         offset += os.pwrite(fd, view[offset:], offset)
 
 
+def _binary(data: bytes) -> bool:
+    """Whether a file starting with ``data`` is binary: a NUL in its first BINARY_SNIFF_BYTES."""
+    return b"\0" in data[:BINARY_SNIFF_BYTES]
+
+
 def _shown(path: Any, access: FileAccess) -> str:
     """``path`` relative to the workspace when inside it, else absolute."""
     rel = os.path.relpath(path, access.workspace)
@@ -223,7 +228,7 @@ async def read(call: ToolCall, ctx: ToolContext) -> ToolResult:
         fd = _open(access.locate(raw), READ_FLAGS, raw, "read")
         info = _regular(fd, raw, "read")
         with os.fdopen(fd, "rb") as f:
-            if b"\0" in f.read(BINARY_SNIFF_BYTES):
+            if _binary(f.read(BINARY_SNIFF_BYTES)):
                 return ToolResult.error(
                     f"{raw!r} is a binary file ({info.st_size} bytes); read shows text files only"
                 )
@@ -407,7 +412,7 @@ async def edit(call: ToolCall, ctx: ToolContext) -> ToolResult:
                     f"cannot edit {raw!r}: it is over edit's limit of "
                     f"{MAX_EDIT_BYTES // (1024 * 1024)} MiB; change it with bash (e.g. sed) instead"
                 )
-            if b"\0" in data[:BINARY_SNIFF_BYTES]:
+            if _binary(data):
                 return ToolResult.error(f"cannot edit {raw!r}: it is a binary file")
             try:
                 text = data.decode("utf-8")
@@ -721,7 +726,7 @@ async def grep(call: ToolCall, ctx: ToolContext) -> ToolResult:
                 )
             files = _grep_files(fd, loc.path.name, access.denied_below(loc), deadline)
             for rel, data in files:
-                if not accept(rel) or data is None or b"\0" in data[:BINARY_SNIFF_BYTES]:
+                if not accept(rel) or data is None or _binary(data):
                     continue
                 files_searched += 1
                 text = data.decode("utf-8", errors="replace")

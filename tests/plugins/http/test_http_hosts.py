@@ -7,7 +7,7 @@ import pytest
 import trio
 from http_fakes import FakeHttpConfig
 from roost.kernel import ConfigError, default_config, open_kernel
-from roost.plugins.http import HttpSettings, open_daemon
+from roost.plugins.http import HttpSettings, open_daemon, origin_allowed
 from roost.plugins.http._auth import LOOPBACK_HOSTS, host_allowed, split_host
 from roost.plugins.http._common import connection_base_url, daemon_public_url
 
@@ -63,6 +63,22 @@ def test_a_host_header_port_past_65535_is_malformed():
     for bad in ("localhost:99999", "localhost:65536", "[::1]:99999", "localhost:123456"):
         assert split_host(bad) is None, bad
         assert not host_allowed(bad, "127.0.0.1", frozenset(TRUSTED)), bad
+
+
+@pytest.mark.parametrize("port", ["+80", "١٢", "²", "8_0", " 80", "-1", "0x50", "9" * 5000])
+def test_a_port_not_in_ascii_digits_is_malformed_in_host_and_origin(port):
+    # int() reads "١٢", "+80", "8_0" and " 80" as ports; the guard must not, nor crash on
+    # 5,000 digits (past int()'s limit): a Host or Origin so written is refused, loopback too.
+    for host in (f"localhost:{port}", f"[::1]:{port}"):
+        assert split_host(host) is None, host
+        assert not host_allowed(host, "127.0.0.1", frozenset(TRUSTED)), host
+    assert not origin_allowed(f"http://localhost:{port}", ())
+
+
+def test_a_host_port_with_leading_zeros_is_a_port():
+    # RFC 3986's port is *DIGIT: "0000080" is port 80 (urlsplit reads an Origin's so too).
+    assert split_host("localhost:0000080") == ("localhost", "0000080")
+    assert host_allowed("localhost:0000080", "127.0.0.1", frozenset(TRUSTED))
 
 
 def settings(**http):

@@ -329,7 +329,9 @@ async def test_sampling_uses_the_calling_agents_provider_only_when_enabled(tmp_p
         assert off.is_error and "sampling is disabled" in off.as_text()
 
 
-@pytest.mark.parametrize("max_tokens", [True, 0, -5, 2.5, "20", 10**400])
+@pytest.mark.parametrize(
+    "max_tokens", [True, 0, -5, 2.5, "20", "١٢", 10**400, 1e300, float("inf"), float("nan")]
+)
 async def test_a_sampling_request_with_a_bad_max_tokens_is_refused_naming_it(tmp_path, max_tokens):
     # Regression: true, 0 or a negative maxTokens reached the vendor, which refused the call.
     sampler = agent("sampler", rules=[{"match": ".", "reply": "sampled"}])
@@ -341,6 +343,7 @@ async def test_a_sampling_request_with_a_bad_max_tokens_is_refused_naming_it(tmp
         )
         good = await kernel.call_tool("sampler", ToolCall("mcp_on_sample", {"maxTokens": 5}))
     assert "sampling refused: params.maxTokens: expected an integer from 1" in bad.as_text()
+    assert f"got {max_tokens!r:.40}" in bad.as_text()  # as sent: "20" is not 20
     assert good.as_text() == "model said: sampled"
 
 

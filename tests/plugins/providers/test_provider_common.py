@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import time
 
@@ -12,7 +11,7 @@ import trio
 from fake_vendor import Reply
 from httpx_sse import ServerSentEvent as SseEvent
 from roost.kernel import CompletionRequest, Message, RedactingFormatter
-from roost.plugins.http.client import retry_after_s, sse_events
+from roost.plugins.http.client import sse_events
 from roost.plugins.providers._base import (
     MARKER_PREFIX,
     ProviderResponseError,
@@ -145,14 +144,6 @@ async def test_each_provider_applies_the_context_guard_before_sending(vendor):
     await p.complete(request_with_tool_outputs(30_000, 100))
     sent = vendor.requests[0].json["messages"]
     assert MARKER_PREFIX in sent[2]["content"] and sent[3]["content"] == "out1:" + "x" * 100
-
-
-def test_retry_after_in_seconds_milliseconds_and_http_dates():
-    assert retry_after_s({"Retry-After": "7"}) == 7
-    assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    date = email.utils.formatdate(1_000_030, usegmt=True)
-    assert retry_after_s({"Retry-After": date}, now=1_000_000) == pytest.approx(30)
-    assert retry_after_s({"Retry-After": "soon"}) is None and retry_after_s({}) is None
 
 
 def test_backoff_honours_the_server_but_never_waits_past_the_cap():

@@ -359,6 +359,22 @@ async def test_glob_refuses_an_absolute_pattern(dirs):
         await run("glob", context(ws), pattern="/etc/*")
 
 
+@pytest.mark.parametrize("nul_at", [0, 8191, 8192])
+async def test_read_edit_and_grep_agree_on_which_file_is_binary(dirs, nul_at):
+    # One rule for the three: a NUL in the first 8 KiB makes a file binary, one past it not.
+    ws, _, _ = dirs
+    data = bytearray(b"x" * 8300 + b"\nneedle\n")
+    data[nul_at] = 0
+    (ws / "f").write_bytes(bytes(data))
+    binary = nul_at < 8192
+    read = await run("read", context(ws), path="f")
+    grep = await run("grep", context(ws), pattern="needle")
+    edit = await run("edit", context(ws), path="f", old_string="needle", new_string="pin")
+    assert read.is_error is binary and ("binary file" in read.as_text()) is binary
+    assert ("f:2: needle" in grep.as_text()) is not binary
+    assert edit.is_error is binary and (b"pin" in (ws / "f").read_bytes()) is not binary
+
+
 # ---- grep -----------------------------------------------------------------------------
 
 
