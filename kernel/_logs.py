@@ -1,19 +1,44 @@
-"""The process's log without its credentials: ``redact_from_logs`` and ``RedactingFormatter``."""
+"""The process's log without its credentials: ``redact_from_logs``, ``redact_for_log`` and
+``RedactingFormatter``."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-# The credentials kept out of this process's log (one per process, like the log itself).
+if TYPE_CHECKING:
+    import re
+
+# The credentials kept out of this process's log (one per process, like the log itself), and
+# the one pattern of all their forms, built when one is added.
 _log_secrets: tuple[str, ...] = ()
+_log_pattern: re.Pattern[str] | None = None
 
 
 def redact_from_logs(secrets: Iterable[str]) -> None:
-    """Have every ``RedactingFormatter`` replace ``secrets`` (as ``roost.kernel.redact`` finds
-    them) in each line it writes from now on, for the life of the process."""
-    global _log_secrets
-    _log_secrets = tuple(dict.fromkeys((*_log_secrets, *(s for s in secrets if s))))
+    """Have ``redact_for_log`` (so every ``RedactingFormatter``) replace ``secrets`` (as
+    ``roost.kernel.redact`` finds them) in all it is given from now on, for the life of the
+    process."""
+    global _log_secrets, _log_pattern
+    added = tuple(dict.fromkeys((*_log_secrets, *(s for s in secrets if s))))
+    if added != _log_secrets:
+        from ._tools import _needles
+
+        _log_secrets, _log_pattern = added, _needles(added)[0]
+
+
+def redact_for_log(text: str) -> str:
+    """``text`` with each credential given to ``redact_from_logs`` replaced, in every form
+    ``redact`` knows: for what reaches the log's stream outside a ``RedactingFormatter``."""
+    if _log_pattern is None:
+        return text
+    from ._tools import _redact_text  # here: `roost version` logs nothing and stays quick
+
+    return _redact_text(text, _log_pattern)
 
 
 class RedactingFormatter(logging.Formatter):
@@ -21,9 +46,22 @@ class RedactingFormatter(logging.Formatter):
     each credential given to ``redact_from_logs`` replaced, in every form ``redact`` knows."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        if not _log_secrets:
-            return text
-        from ._tools import redact  # here: `roost version` logs nothing and stays quick
+        return redact_for_log(super().format(record))
 
-        return redact(text, _log_secrets)
+
+class RedactingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A ``logging.StreamHandler`` writing through a ``RedactingFormatter`` (of ``fmt``) whose
+    report of a record it failed to write (``--- Logging error ---``: a traceback, the
+    message and its arguments, on ``sys.stderr``) is redacted too."""
+
+    def __init__(self, stream: io.TextIOBase | None = None, fmt: str | None = None) -> None:
+        super().__init__(stream)
+        self.setFormatter(RedactingFormatter(fmt))
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        report = io.StringIO()
+        with contextlib.redirect_stderr(report):
+            super().handleError(record)
+        if (text := report.getvalue()) and sys.stderr:
+            with contextlib.suppress(OSError):  # as logging does: stderr itself may be gone
+                sys.stderr.write(redact_for_log(text))
