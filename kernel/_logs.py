@@ -1,5 +1,5 @@
-"""The process's log without its credentials: ``redact_from_logs``, ``redact_for_log`` and
-``RedactingFormatter``."""
+"""The process's log without its credentials: ``redact_from_logs``, ``redact_for_log``,
+``RedactingFormatter`` and ``RedactingStreamHandler``."""
 
 from __future__ import annotations
 
@@ -31,14 +31,22 @@ def redact_from_logs(secrets: Iterable[str]) -> None:
         _log_secrets, _log_pattern = added, _needles(added)[0]
 
 
-def redact_for_log(text: str) -> str:
-    """``text`` with each credential given to ``redact_from_logs`` replaced, in every form
-    ``redact`` knows: for what reaches the log's stream outside a ``RedactingFormatter``."""
-    if _log_pattern is None:
-        return text
-    from ._tools import _redact_text  # here: `roost version` logs nothing and stays quick
+# A record's ``extra`` when its message is ``redact_for_log``'s: ``RedactingFormatter`` writes
+# it as it is (no exception or stack with it), so a line is redacted once.
+REDACTED_FOR_LOG = {"redacted_for_log": True}
 
-    return _redact_text(text, _log_pattern)
+
+def redact_for_log(text: str | bytes, limit: int | None = None) -> str:
+    """``text`` (bytes read as UTF-8) with each credential given to ``redact_from_logs``
+    replaced, in every form ``redact`` knows: for what reaches the log's stream outside a
+    ``RedactingFormatter``, or a message logged with ``extra=REDACTED_FOR_LOG``. With
+    ``limit``: its first ``limit`` characters once redacted (see ``redacted_head``)."""
+    from ._tools import _redact_text, redacted_head  # here: `roost version` stays quick
+
+    if limit is not None:
+        return redacted_head(text, _log_secrets, limit)
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    return text if _log_pattern is None else _redact_text(text, _log_pattern)
 
 
 class RedactingFormatter(logging.Formatter):
@@ -46,7 +54,8 @@ class RedactingFormatter(logging.Formatter):
     each credential given to ``redact_from_logs`` replaced, in every form ``redact`` knows."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact_for_log(super().format(record))
+        text = super().format(record)
+        return text if getattr(record, "redacted_for_log", False) else redact_for_log(text)
 
 
 class RedactingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

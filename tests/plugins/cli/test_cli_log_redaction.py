@@ -223,3 +223,31 @@ def test_a_warning_and_a_failed_log_call_quoting_a_key_reach_stderr_without_it()
     assert LOGGED_KEY not in result.stderr, result.stderr
     assert "UserWarning: retrying with key [redacted]" in result.stderr
     assert "--- Logging error ---" in result.stderr and "'[redacted]'" in result.stderr
+
+
+# A server whose stderr line quotes the provider's key (not one of its own credentials) where
+# roost cuts the line (4,000 characters).
+QUOTE_ACROSS_THE_CUT = f"""
+import sys
+sys.stderr.write("x" * 3990 + {PROVIDER_KEY!r} + "\\n" + "cut-done\\n")
+sys.stderr.flush()
+sys.stdin.read()
+"""
+
+
+def test_a_peer_quoting_the_provider_key_across_the_cut_of_its_line_logs_no_head_of_it(tmp_path):
+    # Regression: a stdio server's stderr line was redacted with its own credentials only,
+    # then cut, then the log's formatter looked for every credential: a key the cut went
+    # through kept its head (the formatter could not know it), and each line was read twice.
+    config = write_project(tmp_path)
+    script = tmp_path / "cut.py"
+    script.write_text(QUOTE_ACROSS_THE_CUT)
+    config.write_text(
+        config.read_text()
+        + '[[mcp_servers]]\nname = "cut"\n[mcp_servers.transport]\ntype = "stdio"\n'
+        + f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}]\n"
+    )
+    env = {"ROOST_HOME": str(tmp_path / "home"), "ROOST_TEST_PROVIDER_KEY": PROVIDER_KEY}
+    logged = daemon_log(tmp_path, config, env, "cut-done")
+    assert PROVIDER_KEY[:8] not in logged, logged[-300:]
+    assert "x" * 3990 + "[redacted]" in logged
