@@ -89,7 +89,10 @@ if _typing.TYPE_CHECKING:
     from ._kernel import Kernel as Kernel
     from ._limits import child_open_file_limit as child_open_file_limit
     from ._limits import raise_open_file_limit as raise_open_file_limit
+    from ._logs import REDACTED_FOR_LOG as REDACTED_FOR_LOG
     from ._logs import RedactingFormatter as RedactingFormatter
+    from ._logs import RedactingStreamHandler as RedactingStreamHandler
+    from ._logs import redact_for_log as redact_for_log
     from ._logs import redact_from_logs as redact_from_logs
     from ._loop import Completion as Completion
     from ._loop import CompletionRequest as CompletionRequest

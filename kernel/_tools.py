@@ -184,14 +184,14 @@ REDACTED = "[redacted]"
 @functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
 def _needles(
     secrets: tuple[str, ...],
-) -> tuple[tuple[str, ...], tuple[str, ...], re.Pattern[str] | None, re.Pattern[str] | None]:
-    """``secrets`` (of 4 characters or more) to look for in every form ``redact`` knows,
-    longest first; each as it reads inside a JSON string; and the patterns of their
-    percent-encoded forms, as text and inside a JSON string (None: no secret has one)."""
+) -> tuple[re.Pattern[str] | None, tuple[str, ...], re.Pattern[str] | None]:
+    """The pattern of ``secrets`` (of 4 characters or more) in every form ``redact`` knows
+    (None: no secret); each literal form as it reads inside a JSON string; and the pattern
+    of their percent-encoded forms inside a JSON string (None: no secret has one)."""
     given = {s for s in secrets if len(s) >= 4}
     forms = set(given)
-    encoded: list[tuple[str, str]] = []
-    for secret in sorted(given, key=len, reverse=True):
+    encoded: list[tuple[list[str], str]] = []
+    for secret in given:
         forms |= {_utf8(secret).decode("utf-8", "replace"), secret.replace("/", "\\/")}
         forms |= {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
         shown = repr(secret + "'\"")[1:-4]  # as Python's repr (a log's %r) writes it, "'" escaped
@@ -200,12 +200,38 @@ def _needles(
             forms |= {line for line in map(str.strip, secret.splitlines()) if len(line) >= 8}
         if pattern := _percent_encoded(secret):
             encoded.append(pattern)
-    needles = tuple(sorted(forms, key=len, reverse=True))
-    escaped = tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in needles)
-    if not encoded:
-        return needles, escaped, None, None
-    as_text, in_json = ("|".join(p[i] for p in encoded) for i in (0, 1))
-    return needles, escaped, re.compile(as_text), re.compile(in_json)
+    escaped = tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in forms)
+    found = _trie_pattern([[re.escape(c) for c in n] for n in forms] + [p[0] for p in encoded])
+    in_json = re.compile("|".join(p[1] for p in encoded)) if encoded else None
+    return found, escaped, in_json
+
+
+def _trie_pattern(forms: list[list[str]]) -> re.Pattern[str] | None:
+    """One pattern matching any of ``forms`` (each a sequence of patterns, one a character),
+    the longest where several start at one place; shared beginnings are tried once, so a
+    text is read in one pass however many forms there are."""
+    trie: dict[str, dict] = {}
+    for form in sorted(forms, key=len, reverse=True):  # a longer form's branch is tried first
+        node = trie
+        for part in form:
+            node = node.setdefault(part, {})
+        node[""] = {}
+
+    def alternatives(node: dict[str, dict]) -> str:
+        branches = []
+        for part, rest in node.items():
+            if part:
+                chain = [part]  # a run without a fork, in a loop: a PEM key is a long one
+                while len(rest) == 1 and "" not in rest:
+                    ((part, rest),) = rest.items()
+                    chain.append(part)
+                branches.append("".join(chain) + alternatives(rest))
+        if not branches:
+            return ""
+        either = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        return f"(?:{either})?" if "" in node else either
+
+    return re.compile(alternatives(trie)) if trie else None
 
 
 def _utf8(text: str) -> bytes:
@@ -220,25 +246,25 @@ def _utf8(text: str) -> bytes:
 _KEPT_BY_EVERY_ENCODER = frozenset(string.ascii_letters + string.digits + "-._")
 
 
-def _percent_encoded(secret: str) -> tuple[str, str] | None:
-    """Patterns of ``secret`` percent-encoded by any encoder (each character past letters,
+def _percent_encoded(secret: str) -> tuple[list[str], str] | None:
+    """The pattern of ``secret`` percent-encoded by any encoder (each character past letters,
     digits and ``-._`` as itself or its UTF-8 bytes' ``%XX``, in either case; encoders
-    differ on which they keep: ``/``, JavaScript's ``!'()*``), as text and inside a JSON
-    string; None when every character is kept by every encoder."""
+    differ on which they keep: ``/``, JavaScript's ``!'()*``), as text (one pattern a
+    character) and inside a JSON string; None when every character is kept by every encoder."""
     if all(c in _KEPT_BY_EVERY_ENCODER for c in secret):
         return None
     as_text, in_json = [], []
     for char in secret:
         if char in _KEPT_BY_EVERY_ENCODER:
-            as_text.append(char)
-            in_json.append(char)
+            as_text.append(re.escape(char))
+            in_json.append(re.escape(char))
             continue
         hex_digits = "".join(f"%{b:02X}" for b in _utf8(char))
         escapes = "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in hex_digits)
         as_text.append(f"(?:{re.escape(char)}|{escapes})")
         json_char = json.dumps(char, ensure_ascii=False)[1:-1]
         in_json.append(f"(?:{re.escape(json_char)}|{escapes})")
-    return "".join(as_text), "".join(in_json)
+    return as_text, "".join(in_json)
 
 
 # The longest form ``redact`` finds of one character of a secret: an astral character
@@ -265,6 +291,28 @@ def redacted_head(text: str | bytes, secrets: Iterable[str], limit: int) -> str:
         end *= 2
 
 
+def _redact_text(text: str, found: re.Pattern[str]) -> str:
+    """``text`` with each stretch ``found`` matches, overlapping ones as one, replaced by
+    ``[redacted]``: two secrets that overlap leave no piece of either behind."""
+    match = found.search(text)
+    if match is None:
+        return text
+    spans: list[list[int]] = []
+    while match is not None:
+        start, end = match.span()
+        if spans and start < spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], end)
+        else:
+            spans.append([start, end])
+        match = found.search(text, start + 1)
+    pieces, kept = [], 0
+    for start, end in spans:
+        pieces += (text[kept:start], REDACTED)
+        kept = end
+    pieces.append(text[kept:])
+    return "".join(pieces)
+
+
 def _as_json(item: Any) -> Any:
     return dict(item) if isinstance(item, Mapping) else None  # what walk leaves: null
 
@@ -280,8 +328,8 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
     undecodable bytes read as U+FFFD, and each line (of 8 characters or more) of one that
     spans lines; ``value`` itself when none occurs. Mappings come back as dicts, lists and
     tuples as their kind; nesting past Python's recursion limit raises ``RecursionError``."""
-    secrets, escaped, encoded, encoded_in_json = _needles(tuple(secrets))
-    if not secrets:
+    found, escaped, encoded_in_json = _needles(tuple(secrets))
+    if found is None:
         return value
     if not isinstance(value, str):
         # The usual answer holds none: JSON's C encoder says so far quicker than a walk.
@@ -299,10 +347,7 @@ def redact(value: Any, secrets: Iterable[str]) -> Any:
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):
-            for secret in secrets:
-                if secret in item:
-                    item = item.replace(secret, REDACTED)
-            return encoded.sub(REDACTED, item) if encoded else item
+            return _redact_text(item, found)
         if isinstance(item, Mapping):
             pairs = [(walk(k), walk(v)) for k, v in item.items()]
             if all(a is k and b is v for (a, b), (k, v) in zip(pairs, item.items(), strict=True)):

@@ -816,7 +816,7 @@ class PushConfig:
     task_id: str
     id: str
     url: str
-    token: str | None = None
+    token: str | None = attrs.field(default=None, repr=False)
     auth_scheme: str | None = None
     credentials: str | None = attrs.field(default=None, repr=False)
 
@@ -840,10 +840,29 @@ class PushConfig:
         return {"taskId": self.task_id, "pushNotificationConfig": inner}
 
 
+# A header value as every delivery can send it: printable ASCII, no space at either end.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
+
+
+def _header_value(
+    obj: Mapping[str, Any], key: str, field: str, header: str, *, check: bool
+) -> str | None:
+    """``obj[key]``, a secret sent as the ``header`` header: never quoted in the error."""
+    value = _opt_str(obj, key, field, max_len=4096)
+    if check and value and not _HEADER_VALUE.fullmatch(value):
+        raise invalid(
+            field,
+            f"must be printable ASCII without spaces at either end: it is sent as the "
+            f"{header} header of every notification",
+        )
+    return value
+
+
 def push_config_from_json(
-    value: Any, field: str = "params", *, task_id: str | None = None
+    value: Any, field: str = "params", *, task_id: str | None = None, stored: bool = False
 ) -> PushConfig:
-    """Read a push config: the 1.0 flat shape or the 0.3 ``pushNotificationConfig`` wrapper."""
+    """Read a push config: the 1.0 flat shape or the 0.3 ``pushNotificationConfig`` wrapper;
+    ``stored``: as the task store holds it (an earlier version did not check its headers)."""
     obj = _obj(value, field)
     inner = obj.get("pushNotificationConfig")
     inner_field = field
@@ -868,14 +887,20 @@ def push_config_from_json(
             raise invalid(
                 f"{inner_field}.authentication.scheme", "must be a scheme such as 'Bearer'"
             )
-        credentials = _opt_str(
-            auth, "credentials", f"{inner_field}.authentication.credentials", max_len=4096
+        credentials = _header_value(
+            auth,
+            "credentials",
+            f"{inner_field}.authentication.credentials",
+            "Authorization",
+            check=not stored,
         )
     return PushConfig(
         task_id=tid,
         id=_opt_str(inner, "id", f"{inner_field}.id", max_len=256) or new_id(),
         url=url,
-        token=_opt_str(inner, "token", f"{inner_field}.token", max_len=4096),
+        token=_header_value(
+            inner, "token", f"{inner_field}.token", "X-A2A-Notification-Token", check=not stored
+        ),
         auth_scheme=scheme,
         credentials=credentials,
     )

@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import httpx
 import trio
-from roost.kernel import AddressPins, Resolver, UrlRefused, public_url
+from roost.kernel import AddressPins, Resolver, UrlRefused, public_url, redact
 from roost.plugins.http.client import PinnedTransport
 
 from . import _models as m
@@ -86,7 +86,8 @@ class PushDispatcher:
 
     async def configs(self, task_id: str) -> list[m.PushConfig]:
         """The push configs stored for ``task_id`` (as ``TaskManager.set_push`` stores them)."""
-        return [m.push_config_from_json(data) for data in await self.store.push_configs(task_id)]
+        stored = await self.store.push_configs(task_id)
+        return [m.push_config_from_json(data, stored=True) for data in stored]
 
     async def notify(self, live: Any, event: m.Event) -> None:
         """Queue ``event`` for every webhook of ``live``'s task (never blocks on delivery)."""
@@ -156,8 +157,10 @@ class PushDispatcher:
                 except UrlRefused as exc:
                     log.warning("push to %s refused: %s", public_url(config.url), exc)
                     break
-                except httpx.HTTPError as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
+                except (httpx.HTTPError, UnicodeError) as exc:
+                    # The error may quote a header: the client's token, the credentials.
+                    said = redact(str(exc), (config.token or "", config.credentials or ""))
+                    problem = f"{type(exc).__name__}: {said}"
                 log.info(
                     "push to %s failed (attempt %d): %s", public_url(config.url), attempt, problem
                 )

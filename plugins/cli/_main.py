@@ -144,14 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _setup_logging(debug: bool, command: str) -> None:
-    """Log to stderr, every credential roost reads (``redact_from_logs``) taken out."""
+    """Log to stderr, every credential roost reads (``redact_from_logs``) taken out; Python's
+    warnings are logged, so they are redacted too."""
     import logging
 
-    from roost.kernel import RedactingFormatter
+    from roost.kernel import RedactingStreamHandler
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler = RedactingStreamHandler(sys.stderr, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
+    logging.captureWarnings(True)
     if command == "run" and not debug:
         logging.getLogger("roost").setLevel(logging.INFO)
         logging.getLogger("roost.http.server").setLevel(logging.WARNING)
@@ -265,12 +266,19 @@ def main(
         print("interrupted", file=err)
         return EXIT_INTERRUPTED
     except Exception as exc:  # ExceptionGroup included
-        if debug:
-            raise
-        print(f"roost: error: {describe_error(_leaf(exc))}", file=err)
-        return EXIT_ERROR
+        said = _traceback(exc) if debug else f"roost: error: {describe_error(_leaf(exc))}\n"
     except BaseExceptionGroup as group:  # e.g. KeyboardInterrupt inside a nursery
-        if debug or not isinstance(_leaf(group), KeyboardInterrupt):
-            raise
-        print("interrupted", file=err)
-        return EXIT_INTERRUPTED
+        if not debug and isinstance(_leaf(group), KeyboardInterrupt):
+            print("interrupted", file=err)
+            return EXIT_INTERRUPTED
+        said = _traceback(group)
+    from roost.kernel import redact_for_log
+
+    err.write(redact_for_log(said))  # an error may quote a credential, as the log may
+    return EXIT_ERROR
+
+
+def _traceback(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(exc))

@@ -1,11 +1,12 @@
 """``RedactingFormatter``: a credential given to ``redact_from_logs`` is in no line it writes."""
 
+import io
 import json
 import logging
 from urllib.parse import quote
 
 import pytest
-from roost.kernel import RedactingFormatter, redact_from_logs
+from roost.kernel import RedactingFormatter, RedactingStreamHandler, redact_from_logs
 
 KEY = 'sk-logs/"test\\key+1234'  # JSON escapes "/", '"' and "\"; a URL all three and "+"
 
@@ -50,3 +51,23 @@ def test_a_secret_too_short_to_be_one_leaves_the_log_alone(log_file):
     redact_from_logs(["abc", "", "wxyz"])
     log.warning("abc and wxyz")
     assert path.read_text(encoding="utf-8") == "WARNING roost.test.logs: abc and [redacted]\n"
+
+
+def test_a_log_call_that_fails_is_reported_without_the_key_it_was_given(capsys):
+    # logging's own report of a record it could not write ("--- Logging error ---") goes to
+    # stderr with the message's arguments and a traceback, past every formatter.
+    stream = io.StringIO()
+    handler = RedactingStreamHandler(stream, "%(message)s")
+    log = logging.getLogger("roost.test.logs.failed")
+    log.addHandler(handler)
+    log.propagate = False
+    redact_from_logs([KEY])
+    try:
+        log.warning("%d calls with %s", KEY, "x")  # %d of a string: the call fails
+        log.warning("then %s", KEY)
+    finally:
+        log.removeHandler(handler)
+    report = capsys.readouterr().err
+    assert "--- Logging error ---" in report and "Arguments: ('[redacted]', 'x')" in report
+    assert KEY not in report and json.dumps(KEY)[1:-1] not in report, report
+    assert stream.getvalue() == "then [redacted]\n"

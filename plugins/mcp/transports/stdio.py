@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from roost.kernel import child_open_file_limit, jsonrpc, redacted_head
+from roost.kernel import (
+    REDACTED_FOR_LOG,
+    child_open_file_limit,
+    jsonrpc,
+    redact_for_log,
+    redact_from_logs,
+)
 
 from .._framing import NDJSON, Frame, NotJson, Oversize, StdioFramer
 from .._protocol import MAX_MESSAGE_BYTES
@@ -70,13 +76,10 @@ class StdioTransport(ClientTransport):
 
     kind = "stdio"
 
-    def __init__(
-        self, name: str, process: trio.Process, incoming: Any, secrets: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, name: str, process: trio.Process, incoming: Any) -> None:
         self.name = name
         self.process = process
         self.incoming = incoming
-        self.secrets = tuple(secrets)  # kept out of the log lines of its stderr
         self.closed_reason: str | None = None
         # Set by the client session: each message goes to this synchronous function, not to
         # ``incoming`` (a task hop less a reply); ``incoming`` still ends with the server.
@@ -106,17 +109,19 @@ class StdioTransport(ClientTransport):
             raise TransportClosed(reason) from None
 
 
+async def _receive(stream: Any) -> bytes:
+    """The next bytes ``stream`` has; none once it ended or broke."""
+    try:
+        return await stream.receive_some(_READ_CHUNK)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return b""
+
+
 async def _pump_stdout(transport: StdioTransport, send: Any) -> None:
     framer = StdioFramer(mode=NDJSON)
     stream = transport.process.stdout
     assert stream is not None
-    while True:
-        try:
-            chunk = await stream.receive_some(_READ_CHUNK)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        if not chunk:
-            return
+    while chunk := await _receive(stream):
         for event in framer.feed(chunk):
             if isinstance(event, Oversize):
                 transport.oversized_lines += 1
@@ -159,17 +164,11 @@ async def _pump_stderr(transport: StdioTransport) -> None:
     assert stream is not None
     server_log = logging.getLogger(f"roost.mcp.server.{transport.name}")
     lines = jsonrpc.LineFramer(max_bytes=_STDERR_LINE_MAX * 4)
-    while True:
-        try:
-            chunk = await stream.receive_some(_READ_CHUNK)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        if not chunk:
-            return
+    while chunk := await _receive(stream):
         for line in lines.feed(chunk):
-            if isinstance(line, bytes):
-                text = redacted_head(line, transport.secrets, _STDERR_LINE_MAX)
-                server_log.info("%s", text)
+            if isinstance(line, bytes):  # redacted here, before the cut, and only here
+                text = redact_for_log(line, _STDERR_LINE_MAX)
+                server_log.info("%s", text, extra=REDACTED_FOR_LOG)
 
 
 def _signal_group(process: trio.Process, sig: int) -> None:
@@ -226,8 +225,9 @@ async def open_stdio_transport(
 ) -> AsyncIterator[StdioTransport]:
     """Start ``command args`` and yield its transport; leaving stops and reaps it. ``env``
     names the variables of roost's environment the server may see; ``extra_env`` sets values;
-    ``secrets`` are replaced in the lines of its stderr that go to roost's log."""
+    ``secrets`` are kept out of roost's log (``redact_from_logs``), where its stderr goes."""
     check_command(command)
+    redact_from_logs(secrets)
     child_env = child_environment(env)
     if extra_env:
         child_env.update(extra_env)
@@ -244,7 +244,7 @@ async def open_stdio_transport(
     except OSError as exc:
         raise TransportError(f"could not start MCP server {name!r} ({command}): {exc}") from None
     send, receive = trio.open_memory_channel[dict](INCOMING_BUFFER)
-    transport = StdioTransport(name, process, receive, secrets)
+    transport = StdioTransport(name, process, receive)
     try:
         with single_errors():
             async with trio.open_nursery() as nursery:

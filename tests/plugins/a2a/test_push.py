@@ -523,3 +523,67 @@ async def test_an_answer_with_one_push_config_too_many_is_refused_and_changes_no
     assert after["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     assert [m["messageId"] for m in after["history"] if m["role"] == "ROLE_USER"] == ["m1"]
     assert left["push_configs"] == 10 and left["open"] == {"local": [tid]}
+
+
+TOKEN_WITH_NEWLINE = "tok\nen-secret-1234"  # no header can carry it
+CREDENTIALS_NOT_ASCII = "cred-é-secret-5678"  # nor this: httpx writes headers as ASCII
+
+
+async def test_a_delivery_failing_on_a_token_or_credentials_logs_neither(tmp_path, webhook, caplog):
+    # Regression: a header value the HTTP layer refuses is quoted in its error ("Illegal
+    # header value b'tok\\nen-secret-1234'"), which went to the log whole; credentials it
+    # cannot encode raised UnicodeEncodeError, which ended the delivery worker.
+    from roost.plugins.a2a._store import open_task_store
+
+    hook_url, received, _ = webhook
+    caplog.set_level("INFO", logger="roost.a2a.push")
+    rows = {
+        "p1": {"url": hook_url + "/hook", "token": TOKEN_WITH_NEWLINE},
+        "p2": {
+            "url": hook_url + "/hook",
+            "authentication": {"scheme": "Bearer", "credentials": CREDENTIALS_NOT_ASCII},
+        },
+    }
+    async with open_task_store(tmp_path / "a2a.db") as store:
+        await store.insert(
+            id="t", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
+        )
+        for config_id, row in rows.items():  # as an earlier version, which took them, stored them
+            await store.put_push_config("t", config_id, {"taskId": "t", "id": config_id, **row})
+        settings = PushSettings(retries=1, allow_private=True, allow_loopback=True)
+        dispatcher = PushDispatcher(store, settings)
+        with trio.fail_after(10):
+            delivered = [
+                await dispatcher.deliver(Delivery(c, {})) for c in await dispatcher.configs("t")
+            ]
+    assert delivered == [False, False] and received == []
+    logged = caplog.text
+    assert logged.count("failed (attempt 1)") == 2, logged
+    for secret in ("en-secret-1234", "secret-5678"):
+        assert secret not in logged, logged
+
+
+@pytest.mark.parametrize(
+    ("field", "config"),
+    [
+        ("token", {"token": TOKEN_WITH_NEWLINE}),
+        (
+            "authentication.credentials",
+            {"authentication": {"scheme": "Bearer", "credentials": CREDENTIALS_NOT_ASCII}},
+        ),
+    ],
+)
+async def test_a_token_or_credentials_no_header_can_carry_are_refused_unquoted(
+    tmp_path, field, config
+):
+    config_ = make_config(tmp_path, a2a={"push_notifications": True, "push_allow_private": True})
+    push = {"url": "http://127.0.0.1:9/hook", **config}
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    params = {"message": message, "configuration": {"taskPushNotificationConfig": push}}
+    async with serve(config_) as (kernel, url), httpx.AsyncClient(base_url=url) as http:
+        err = (await _rpc(http, "SendMessage", params))["error"]
+        left = await _left_behind(kernel)
+    assert err["code"] == -32602, err
+    assert f"taskPushNotificationConfig.{field}" in json.dumps(err), err
+    assert "printable ASCII" in err["message"] and "secret" not in json.dumps(err), err
+    assert left == NOTHING_LEFT

@@ -143,3 +143,111 @@ def test_a_peer_quoting_the_a2a_api_key_leaves_it_out_of_the_log(tmp_path):
     )
     logged = daemon_log(tmp_path, config, {"ROOST_HOME": str(tmp_path / "home")}, "quoted-done")
     assert A2A_API_KEY not in logged and "a2a key: [redacted]" in logged, logged
+
+
+CLIENT_KEY = "roost-client-key-7890abcd"  # ROOST_API_KEY of a `roost` command
+
+# What answers at the daemon's address (a proxy in front of it, say) and echoes the request's
+# Authorization header in a body that is not the daemon's JSON: the CLI quotes the body.
+ECHO_AUTH = """
+import http.server, json, sys
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        healthy = self.path == "/health"
+        body = b'{"status": "ok"}' if healthy else self.headers["Authorization"].encode()
+        self.send_response(200 if healthy else 502)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.HTTPServer(("127.0.0.1", 0), Echo)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_an_error_quoting_the_commands_key_is_printed_without_it(tmp_path):
+    # Regression: the last `roost: error:` line and the traceback `--debug` prints were
+    # written outside the log's formatter: a daemon's answer quoting the key showed it.
+    script = tmp_path / "echo_auth.py"
+    script.write_text(ECHO_AUTH)
+    echo = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(echo.stdout.readline())
+        home = tmp_path / "home"
+        home.mkdir()
+        daemon = {"pid": echo.pid, "host": "127.0.0.1", "port": port, "started": 1.0}
+        (home / "daemon.json").write_text(json.dumps(daemon))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ROOST_")}
+        env |= {"ROOST_HOME": str(home), "ROOST_API_KEY": CLIENT_KEY}
+        for debug in ([], ["--debug"]):
+            result = subprocess.run(
+                [str(ROOST), "agents", *debug], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert result.returncode == 1, result.stderr
+            assert CLIENT_KEY not in result.stderr, result.stderr
+            said = "HTTP 502: Bearer [redacted]"
+            assert (f"roost: error: {said}\n" if not debug else said) in result.stderr
+        assert "Traceback (most recent call last)" in result.stderr  # --debug's, redacted
+    finally:
+        echo.kill()
+        echo.wait(timeout=30)
+
+
+LOGGED_KEY = "logged-key-5678efgh"
+
+# The daemon's logging as `roost run` sets it up, then what reaches its stderr outside a
+# formatted line: a warning quoting the key, and a log call that fails (logging's own
+# "--- Logging error ---" report prints the message's arguments and a traceback).
+OUTSIDE_THE_FORMATTER = f"""
+import logging, warnings
+from roost.kernel import redact_from_logs
+from roost.plugins.cli._main import _setup_logging
+
+_setup_logging(False, "run")
+redact_from_logs([{LOGGED_KEY!r}])
+warnings.warn("retrying with key {LOGGED_KEY}")
+logging.getLogger("roost.test").warning("%d requests with %s", {LOGGED_KEY!r}, "x")
+"""
+
+
+def test_a_warning_and_a_failed_log_call_quoting_a_key_reach_stderr_without_it():
+    result = subprocess.run(
+        [sys.executable, "-c", OUTSIDE_THE_FORMATTER], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert LOGGED_KEY not in result.stderr, result.stderr
+    assert "UserWarning: retrying with key [redacted]" in result.stderr
+    assert "--- Logging error ---" in result.stderr and "'[redacted]'" in result.stderr
+
+
+# A server whose stderr line quotes the provider's key (not one of its own credentials) where
+# roost cuts the line (4,000 characters).
+QUOTE_ACROSS_THE_CUT = f"""
+import sys
+sys.stderr.write("x" * 3990 + {PROVIDER_KEY!r} + "\\n" + "cut-done\\n")
+sys.stderr.flush()
+sys.stdin.read()
+"""
+
+
+def test_a_peer_quoting_the_provider_key_across_the_cut_of_its_line_logs_no_head_of_it(tmp_path):
+    # Regression: a stdio server's stderr line was redacted with its own credentials only,
+    # then cut, then the log's formatter looked for every credential: a key the cut went
+    # through kept its head (the formatter could not know it), and each line was read twice.
+    config = write_project(tmp_path)
+    script = tmp_path / "cut.py"
+    script.write_text(QUOTE_ACROSS_THE_CUT)
+    config.write_text(
+        config.read_text()
+        + '[[mcp_servers]]\nname = "cut"\n[mcp_servers.transport]\ntype = "stdio"\n'
+        + f"command = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(script))}]\n"
+    )
+    env = {"ROOST_HOME": str(tmp_path / "home"), "ROOST_TEST_PROVIDER_KEY": PROVIDER_KEY}
+    logged = daemon_log(tmp_path, config, env, "cut-done")
+    assert PROVIDER_KEY[:8] not in logged, logged[-300:]
+    assert "x" * 3990 + "[redacted]" in logged
