@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
-import random
-import string
-import time
-import timeit
 import types
 
 import pytest
@@ -109,18 +104,6 @@ def test_a_secret_is_redacted_also_as_json_and_a_url_may_write_it():
     # A peer quoting its request as PHP's JSON does ("\/") or in a link (percent-encoded).
     text = 'said {"k": "tok\\/0123+abc="}, retry at /cb?t=tok%2F0123%2Babc%3D'
     assert redact(text, ["tok/0123+abc="]) == 'said {"k": "[redacted]"}, retry at /cb?t=[redacted]'
-
-
-def test_a_large_result_without_a_secret_is_checked_at_the_speed_of_json():
-    # Regression: the check walked every object in Python, a call's answer of 10 MB of
-    # small objects holding the event loop for seconds (json.dumps of it: a tenth of one).
-    rows = {"rows": [{"id": n, "name": "row"} for n in range(200_000)]}
-    started = time.process_time()
-    json.dumps(rows, ensure_ascii=False)
-    yardstick = time.process_time() - started
-    started = time.process_time()
-    assert redact(rows, ["tok-secret"]) is rows
-    assert time.process_time() - started < 2 * yardstick + 0.02
 
 
 def test_a_secret_in_a_mapping_of_any_kind_or_under_an_odd_value_is_found():
@@ -252,23 +235,3 @@ def test_redacted_head_leaves_no_head_of_a_secret_the_cut_goes_through():
     assert len(head) == 1000 and key[:8] not in head
     assert redacted_head(b"\xff" * 3 + key.encode(), [key], 20) == "\ufffd" * 3 + "[redacted]"
     assert redacted_head("short", [], 3) == "sho"
-
-
-def test_a_line_costs_about_as_much_with_forty_secrets_as_with_three():
-    # Regression: each form of each secret was looked for in turn, so a log line cost ten
-    # times more with 40 credentials registered than with 3; now one pattern reads it once.
-    rng = random.Random(7)
-    alphabet = string.ascii_letters + string.digits
-
-    def secret(n: int) -> str:
-        body = "".join(rng.choice(alphabet) for _ in range(32))
-        return ("sk-", "ghp_", "xoxb-", "")[n % 4] + body + ("", "", "", '/"\\+é')[n % 4]
-
-    secrets = [secret(n) for n in range(40)]
-    line = ('the peer said {"error": "bad gateway"} for http://127.0.0.1:8470/api ' * 60)[:4000]
-
-    def cost(count: int) -> float:
-        redact(line, secrets[:count])  # the pattern is built once per set of secrets
-        return min(timeit.repeat(lambda: redact(line, secrets[:count]), number=50, repeat=7))
-
-    assert cost(40) < 5 * cost(3)
