@@ -18,6 +18,7 @@ import random
 import re
 import time
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 from urllib.parse import unquote, unquote_plus, urlsplit
 
 import httpx
@@ -218,9 +219,7 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def http_retry_wait(
-    status: int, retry_after: float | None, retries: int, remaining: float
-) -> float | None:
+def http_retry_wait(status: int, retry_after: Any, retries: int, remaining: float) -> float | None:
     """Seconds to wait before retrying HTTP ``status`` (429, 503: ``retry_after`` if a finite
     number of seconds, else 0.5 s doubling), or None: not retried, too many retries, or past
     ``remaining`` or the cap."""

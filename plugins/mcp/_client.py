@@ -532,12 +532,9 @@ class McpClient(ClientProtocol):
                 status = data.get("httpStatus")
                 if status is None:
                     raise
-                retry_after = data.get("retryAfter")
+                # http_retry_wait checks the server's number itself (NaN, -5, true: unsaid)
                 wait = http_retry_wait(
-                    status,
-                    retry_after if isinstance(retry_after, (int, float)) else None,
-                    retries,
-                    remaining_s(deadline),
+                    status, data.get("retryAfter"), retries, remaining_s(deadline)
                 )
                 if wait is None:
                     if retries:
