@@ -25,7 +25,7 @@ from roost.kernel import (
     open_actor_system,
     reply_kind,
 )
-from roost.kernel._actor import direct_ask_of
+from roost.kernel._actor import MAX_CONCURRENCY, MAX_MAILBOX_SIZE, direct_ask_of
 from roost.kernel._deadlines import HEAP_SLACK
 from waiting import wait_until
 
@@ -719,6 +719,34 @@ async def test_spawn_rejects_bad_arguments_naming_the_field():
         system.spawn("x", echo_factory)
         with pytest.raises(ActorError, match="already exists"):
             system.spawn("x", echo_factory)
+
+
+_HUGE = 10**5000  # no repr: str() of an int past 4,300 digits raises
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "shown"),
+    [
+        (True, TypeError, "True"),
+        (1.0, TypeError, "1.0"),
+        ("1", TypeError, "'1'"),
+        (_HUGE, ValueError, "an integer of over 1,000 digits"),
+        (-1, ValueError, "-1"),
+    ],
+    ids=["bool", "float", "text", "huge", "negative"],
+)
+async def test_a_hostile_count_is_refused_naming_the_field_and_range(value, error, shown):
+    # Regression: an int past 4,300 digits raised Python's own "Exceeds the limit" ValueError
+    # while the message was built, naming neither the field nor the range.
+    async with open_actor_system() as system:
+        for field, high in (("mailbox_size", MAX_MAILBOX_SIZE), ("concurrency", MAX_CONCURRENCY)):
+            with pytest.raises(error) as info:
+                system.spawn("x", echo_factory, **{field: value})
+            assert str(info.value) == f"{field}: expected an integer from 1 to {high}, got {shown}"
+    with pytest.raises(error) as info:
+        RestartPolicy(max_restarts=value)
+    expected = f"RestartPolicy.max_restarts: expected an integer from 0 to 1000000, got {shown}"
+    assert str(info.value) == expected
 
 
 def test_restart_policy_validates_its_fields():
