@@ -9,6 +9,7 @@ import time
 import attrs
 import pytest
 import trio
+from kernel_helpers import agent, call_rule
 from roost.kernel import (
     AgentNotFound,
     EventKind,
@@ -28,29 +29,6 @@ from roost.kernel import (
     parse_manifest,
 )
 from waiting import wait_until
-
-
-@pytest.fixture
-def config(tmp_path):
-    return default_config(home=tmp_path)
-
-
-def agent(name, *, tools=(), rules=(), default_reply="{message}", **extra):
-    data = {
-        "name": name,
-        "description": f"test agent {name}",
-        "model": {
-            "provider": "scripted",
-            "script": {"rules": list(rules), "default_reply": default_reply},
-        },
-        "capabilities": {"tools": list(tools)},
-    }
-    data.update(extra)
-    return parse_manifest(data)
-
-
-def call_rule(match, tool, arguments, reply="{result}"):
-    return {"match": match, "steps": [{"tool": tool, "arguments": arguments}], "reply": reply}
 
 
 class FixtureTools:
@@ -1083,7 +1061,7 @@ async def test_untrusted_results_in_a_sessions_history_still_taint_its_next_run(
         "a",
         tools=["fetch", "echo"],
         rules=[
-            {"match": "^fetch", "steps": [{"tool": "fetch", "arguments": {}}], "reply": "fetched"},
+            call_rule("^fetch", "fetch", {}, reply="fetched"),
             call_rule("^run", "echo", {"text": fetched}),
         ],
     )
