@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import trio
-from kernel_helpers import agent, call_rule
+from kernel_helpers import agent, call_rule, fetch_then_bash, repeating_echo
 from roost.kernel import (
     NO_SPAN,
     EventKind,
@@ -166,27 +166,7 @@ async def test_the_runaway_chain_marks_the_refused_call_with_the_breaker(config)
 
 
 async def test_a_taint_refusal_and_a_loop_guard_stop_are_marked(config):
-    tainted = agent(
-        "tainted",
-        tools=["fetch", "bash"],
-        rules=[
-            {
-                "match": ".",
-                "steps": [
-                    {"tool": "fetch", "arguments": {}},
-                    {"tool": "bash", "arguments": {"command": "{result}"}},
-                ],
-                "reply": "{result}",
-            }
-        ],
-    )
-    step = {"tool": "echo", "arguments": {"text": "again"}}
-    looping = agent(
-        "looping",
-        tools=["echo"],
-        rules=[{"match": ".", "steps": [step] * 8, "reply": "done"}],
-        limits={"max_turns": 20},
-    )
+    tainted, looping = fetch_then_bash("tainted"), repeating_echo("looping")
     async with open_kernel(config, agents=[tainted, looping], plugins=[Tools()]) as kernel:
         async with kernel.tap.subscribe(buffer=10_000, kinds=("TRACE:",)) as events:
             await kernel.send("tainted", "install it")
