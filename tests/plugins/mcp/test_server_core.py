@@ -7,15 +7,11 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 import trio.testing
+from mcp_server_fixtures import INIT_PARAMS
 from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
-INIT = {
-    "protocolVersion": "2025-11-25",
-    "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"},
-}
 MODERN = p.stateless_meta({"name": "t", "version": "1"})
 
 
@@ -57,7 +53,7 @@ async def open_client(nursery, server):
 
 
 async def handshake(client):
-    reply = await client.request("initialize", INIT)
+    reply = await client.request("initialize", INIT_PARAMS)
     await client.notify("notifications/initialized")
     return reply
 
@@ -92,7 +88,7 @@ async def test_initialize_negotiates_a_known_version_and_falls_back_to_latest(ke
             ("1999-01-01", p.LATEST_HANDSHAKE_VERSION),
         ]:
             client = await open_client(nursery, server)
-            reply = await client.request("initialize", {**INIT, "protocolVersion": asked})
+            reply = await client.request("initialize", {**INIT_PARAMS, "protocolVersion": asked})
             assert reply["result"]["protocolVersion"] == got
             assert reply["result"]["capabilities"]["tools"] == {"listChanged": True}
             await client.end.aclose()
@@ -442,7 +438,7 @@ async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel)
         client_end, server_end = memory_pair(buffer=1024)
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
         await client_end.send(
-            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT}
+            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT_PARAMS}
         )
         await client_end.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         calls = 40
@@ -658,7 +654,7 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
                 partial(serve_memory, McpServer(kernel), server_end, max_in_flight=1)
             )
             client = Client(client_end)
-            await client.request("initialize", {**INIT, "capabilities": {"elicitation": {}}})
+            await client.request("initialize", {**INIT_PARAMS, "capabilities": {"elicitation": {}}})
             await client.notify("notifications/initialized")
             await client_end.send(
                 {

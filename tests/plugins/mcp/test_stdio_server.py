@@ -13,20 +13,11 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from mcp_server_fixtures import INITIALIZE
 from roost.plugins.http import open_daemon
 from roost.plugins.mcp._stdio_server import serve_kernel_stdio
 
 ROOST = Path(sys.executable).parent / "roost"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def line(message) -> bytes:
@@ -77,8 +68,8 @@ async def piped_server(kernel):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
             client = StreamClient(client_in)
-            await client_out.send_all(line(INIT))
-            await client.read_until_id(INIT["id"])
+            await client_out.send_all(line(INITIALIZE))
+            await client.read_until_id(INITIALIZE["id"])
             yield client, client_out
             nursery.cancel_scope.cancel()
     finally:
@@ -91,7 +82,7 @@ async def test_stdio_answers_ndjson_and_survives_garbage_and_oversize(kernel):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(line(INIT))
+        await client.send(line(INITIALIZE))
         assert (await client.read_line())["result"]["serverInfo"]["name"] == "roost"
         await client.send(b"this is not json\n")
         error = await client.read_line()
@@ -114,7 +105,7 @@ async def test_stdio_answers_a_content_length_peer_in_that_framing(kernel):
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
-        body = json.dumps(INIT).encode()
+        body = json.dumps(INITIALIZE).encode()
         await client_stream.send_all(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         data = b""
         with trio.fail_after(10):
@@ -158,7 +149,7 @@ async def test_a_content_length_not_in_ascii_digits_is_refused_and_the_peer_serv
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
-        await client_stream.send_all(framed(INIT))
+        await client_stream.send_all(framed(INITIALIZE))
         assert "result" in (await _framed_answers(client_stream, 1))[0]
         hostile = b"Content-Length: " + declared.encode() + b"\r\n\r\n"
         await client_stream.send_all(
@@ -176,7 +167,7 @@ async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(line(INIT) + line(tool_call(2, "agent_beta", {"message": "bye"})))
+        await client.send(line(INITIALIZE) + line(tool_call(2, "agent_beta", {"message": "bye"})))
         await client_stream.send_eof()
         assert (await client.read_until_id(2))["result"]["content"][0]["text"] == "beta:bye"
 
@@ -246,7 +237,7 @@ async def test_roost_mcp_subprocess_keeps_stdout_clean_and_private_tools_out(tmp
     lines = await run_roost_mcp(
         config,
         [
-            INIT,
+            INITIALIZE,
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
             tool_call(3, "read", {"path": "x"}),
@@ -272,7 +263,7 @@ async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
         lines = await run_roost_mcp(
             config,
             [
-                INIT,
+                INITIALIZE,
                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
                 {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                 tool_call(3, "echo", {"text": "via daemon"}),
@@ -420,7 +411,7 @@ class Answered(Exception):
     pass
 
 async def receive():
-    return {INIT!r}
+    return {INITIALIZE!r}
 
 async def send(message):
     heavy = ["jsonschema", "sqlite3", "httpx", "werkzeug", "roost.kernel._kernel",
