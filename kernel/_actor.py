@@ -81,10 +81,11 @@ def reply_kind(kind: str) -> str:
 
 
 def _check_count(field: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{field}: expected an integer, got {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{field}: must be between {low} and {high}, got {value}")
+    if number_setting(value, low, high, integer=True, closed=True) is None:
+        wrong_type = isinstance(value, bool) or not isinstance(value, int)
+        raise (TypeError if wrong_type else ValueError)(
+            f"{field}: expected an integer from {low} to {high}, got {_shown(value)}"
+        )
 
 
 def _check_seconds(field: str, value: Any, why: str = "") -> float:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ._audit import INSERT_AUDIT, AuditRecord, audit_row, read_audit
-from ._errors import InvalidText, SessionConflict, check_text
+from ._errors import InvalidText, SessionConflict, _shown, check_text, number_setting
 from ._jsonrpc import make_encoder
 from ._sqlite import SqliteDatabase, StoreError
 
@@ -244,9 +244,9 @@ _MAX_INTEGER = 2**63 - 1  # SQLite's largest INTEGER; a larger int cannot be bou
 
 
 def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= _MAX_INTEGER:
+    if number_setting(value, low, _MAX_INTEGER, integer=True, closed=True) is None:
         top = f" and ≤ {_MAX_INTEGER}" if isinstance(value, int) and value > _MAX_INTEGER else ""
-        raise StoreError(f"{name}: expected an integer ≥ {low}{top}, got {value!r}")
+        raise StoreError(f"{name}: expected an integer ≥ {low}{top}, got {_shown(value)}")
     return value
 
 

@@ -68,7 +68,7 @@ VERSION_NOT_SUPPORTED = -32009
 RECURSION_LIMIT = jsonrpc.RECURSION_LIMIT
 # A caller holds a2a.max_open_tasks_per_caller unfinished tasks: JSON-RPC's server error,
 # as the daemon's own 429s on JSON-RPC routes; HTTP+JSON 429.
-TOO_MANY_OPEN_TASKS = -32000
+TOO_MANY_OPEN_TASKS = jsonrpc.SERVER_ERROR
 
 _REASONS = {
     PARSE_ERROR: ("PARSE_ERROR", 400, "INVALID_ARGUMENT"),

@@ -25,7 +25,7 @@ from roost.kernel import (
     open_actor_system,
     reply_kind,
 )
-from roost.kernel._actor import direct_ask_of
+from roost.kernel._actor import MAX_CONCURRENCY, MAX_MAILBOX_SIZE, direct_ask_of
 from roost.kernel._deadlines import HEAP_SLACK
 from waiting import wait_until
 
@@ -293,27 +293,34 @@ async def test_without_concurrency_the_same_chain_times_out(autojump_clock):
     # handler is its answer (the request failed), not a crash: it reaches the asker as is.
 
 
-async def test_concurrency_handles_events_at_the_same_time():
-    inside = 0
-    peak = 0
-    release = trio.Event()
+class Crowd:
+    """A handler counting how many of its calls are inside at once (``peak``): ``full`` is
+    set once ``size`` are, and each call leaves when ``release`` is set (5 s at most; by
+    default ``release`` is ``full``)."""
 
-    async def handle(ctx, event):
-        nonlocal inside, peak
-        inside += 1
-        peak = max(peak, inside)
-        if peak == 3:
-            release.set()
+    def __init__(self, size: int, release: trio.Event | None = None):
+        self.size, self.inside, self.peak = size, 0, 0
+        self.full = trio.Event()
+        self.release = self.full if release is None else release
+
+    async def __call__(self, ctx, event):
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        if self.peak == self.size:
+            self.full.set()
         with trio.fail_after(5):
-            await release.wait()
-        inside -= 1
+            await self.release.wait()
+        self.inside -= 1
 
+
+async def test_concurrency_handles_events_at_the_same_time():
+    handle = Crowd(3)
     async with open_actor_system() as system:
         system.spawn("pool", lambda: handle, concurrency=3)
         async with trio.open_nursery() as nursery:
             for i in range(3):
                 nursery.start_soon(system.ask, "pool", "X", i)
-    assert peak == 3
+    assert handle.peak == 3
 
 
 def _tasks_named(prefix: str) -> list[str]:
@@ -332,20 +339,7 @@ async def test_an_idle_actor_starts_no_worker_pool_up_front():
     """Each agent's actor (concurrency 8) started 8 worker tasks at once: with 10,000
     agents, 90,000 idle tasks. Workers start when letters need them, up to the limit."""
     release = trio.Event()
-    all_in = trio.Event()
-    peak = 0
-    inside = 0
-
-    async def handle(ctx, event):
-        nonlocal inside, peak
-        inside += 1
-        peak = max(peak, inside)
-        if peak == 8:
-            all_in.set()
-        with trio.fail_after(5):
-            await release.wait()
-        inside -= 1
-
+    handle = Crowd(8, release)
     async with open_actor_system() as system:
         system.spawn("pool", lambda: handle, concurrency=8)
         await trio.testing.wait_all_tasks_blocked()
@@ -354,10 +348,10 @@ async def test_an_idle_actor_starts_no_worker_pool_up_front():
             for i in range(8):
                 nursery.start_soon(system.tell, Event("X", "src", "pool", i))
             with trio.fail_after(5):
-                await all_in.wait()
+                await handle.full.wait()
             assert len(_tasks_named("actor:pool")) == 8
             release.set()
-    assert peak == 8
+    assert handle.peak == 8
 
 
 # ---- back-pressure ----------------------------------------------------------------------
@@ -449,6 +443,15 @@ async def test_context_counts_restarts():
     assert counts == [0, 0, 1, 1, 2]
 
 
+async def ask_noting(outcomes: dict, system, name: str, payload) -> None:
+    """Ask actor ``name`` ``payload``; ``outcomes[payload]``: the reply's payload, or the
+    exception the ask raised."""
+    try:
+        outcomes[payload] = (await system.ask(name, "X", payload)).payload
+    except Exception as exc:
+        outcomes[payload] = exc
+
+
 async def test_restart_budget_exhausted_stops_actor_and_fails_queued_asks():
     gate = trio.Event()
     handling = trio.Event()
@@ -472,11 +475,7 @@ async def test_restart_budget_exhausted_stops_actor_and_fails_queued_asks():
         with pytest.raises(ActorCrashed):
             await system.ask("fragile", "X", "crash")
 
-        async def ask(payload):
-            try:
-                outcomes[payload] = (await system.ask("fragile", "X", payload)).payload
-            except Exception as exc:
-                outcomes[payload] = exc
+        ask = functools.partial(ask_noting, outcomes, system, "fragile")
 
         async with system.tap.subscribe(kinds=("ACTOR:",)) as events:
             async with trio.open_nursery() as nursery:
@@ -577,11 +576,7 @@ async def test_stop_lets_in_flight_finish_and_fails_queued_asks():
     async with open_actor_system() as system:
         system.spawn("w", rec.factory)
 
-        async def ask(payload):
-            try:
-                outcomes[payload] = (await system.ask("w", "X", payload)).payload
-            except Exception as exc:
-                outcomes[payload] = exc
+        ask = functools.partial(ask_noting, outcomes, system, "w")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "block")
@@ -608,18 +603,12 @@ async def test_graceful_shutdown_finishes_in_flight_and_fails_queued(autojump_cl
     rec = Recorder()
     outcomes: dict[str, object] = {}
 
-    async def ask(system, payload):
-        try:
-            outcomes[payload] = (await system.ask("w", "X", payload)).payload
-        except Exception as exc:
-            outcomes[payload] = exc
-
     async with trio.open_nursery() as outside:
         async with open_actor_system() as system:
             system.spawn("w", rec.factory)
-            outside.start_soon(ask, system, "block")
+            outside.start_soon(ask_noting, outcomes, system, "w", "block")
             await rec.handling.wait()
-            outside.start_soon(ask, system, "queued")
+            outside.start_soon(ask_noting, outcomes, system, "w", "queued")
             await trio.testing.wait_all_tasks_blocked()
             outside.start_soon(_release_later, rec.gate)
         # Leaving the block waited for the in-flight handler.
@@ -719,6 +708,34 @@ async def test_spawn_rejects_bad_arguments_naming_the_field():
         system.spawn("x", echo_factory)
         with pytest.raises(ActorError, match="already exists"):
             system.spawn("x", echo_factory)
+
+
+_HUGE = 10**5000  # no repr: str() of an int past 4,300 digits raises
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "shown"),
+    [
+        (True, TypeError, "True"),
+        (1.0, TypeError, "1.0"),
+        ("1", TypeError, "'1'"),
+        (_HUGE, ValueError, "an integer of over 1,000 digits"),
+        (-1, ValueError, "-1"),
+    ],
+    ids=["bool", "float", "text", "huge", "negative"],
+)
+async def test_a_hostile_count_is_refused_naming_the_field_and_range(value, error, shown):
+    # Regression: an int past 4,300 digits raised Python's own "Exceeds the limit" ValueError
+    # while the message was built, naming neither the field nor the range.
+    async with open_actor_system() as system:
+        for field, high in (("mailbox_size", MAX_MAILBOX_SIZE), ("concurrency", MAX_CONCURRENCY)):
+            with pytest.raises(error) as info:
+                system.spawn("x", echo_factory, **{field: value})
+            assert str(info.value) == f"{field}: expected an integer from 1 to {high}, got {shown}"
+    with pytest.raises(error) as info:
+        RestartPolicy(max_restarts=value)
+    expected = f"RestartPolicy.max_restarts: expected an integer from 0 to 1000000, got {shown}"
+    assert str(info.value) == expected
 
 
 def test_restart_policy_validates_its_fields():
@@ -881,11 +898,7 @@ async def test_stop_fails_direct_asks_waiting_for_a_slot_and_lets_the_running_on
     async with open_actor_system() as system:
         system.spawn("w", rec.factory, direct_asks=True)
 
-        async def ask(payload):
-            try:
-                outcomes[payload] = (await system.ask("w", "X", payload)).payload
-            except Exception as exc:
-                outcomes[payload] = exc
+        ask = functools.partial(ask_noting, outcomes, system, "w")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ask, "block")

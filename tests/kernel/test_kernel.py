@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import time
 
 import attrs
 import pytest
 import trio
+from kernel_helpers import agent, call_rule, fetch_then_bash, repeating_echo
 from roost.kernel import (
     AgentNotFound,
     EventKind,
@@ -28,29 +30,6 @@ from roost.kernel import (
     parse_manifest,
 )
 from waiting import wait_until
-
-
-@pytest.fixture
-def config(tmp_path):
-    return default_config(home=tmp_path)
-
-
-def agent(name, *, tools=(), rules=(), default_reply="{message}", **extra):
-    data = {
-        "name": name,
-        "description": f"test agent {name}",
-        "model": {
-            "provider": "scripted",
-            "script": {"rules": list(rules), "default_reply": default_reply},
-        },
-        "capabilities": {"tools": list(tools)},
-    }
-    data.update(extra)
-    return parse_manifest(data)
-
-
-def call_rule(match, tool, arguments, reply="{result}"):
-    return {"match": match, "steps": [{"tool": tool, "arguments": arguments}], "reply": reply}
 
 
 class FixtureTools:
@@ -203,33 +182,14 @@ async def test_unknown_tool_arguments_timeout_crash_and_veto_are_clear_errors(co
 
 
 async def test_tainted_data_may_not_flow_into_bash_unchanged(config):
-    a = agent(
-        "a",
-        tools=["fetch", "bash"],
-        rules=[
-            {
-                "match": ".",
-                "steps": [
-                    {"tool": "fetch", "arguments": {}},
-                    {"tool": "bash", "arguments": {"command": "{result}"}},
-                ],
-                "reply": "{result}",
-            }
-        ],
-    )
+    a = fetch_then_bash("a")
     async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("a", "install it")
     assert "untrusted" in reply.text and "bash" in reply.text
 
 
 async def test_the_same_call_repeated_is_stopped_by_the_loop_guard(config):
-    step = {"tool": "echo", "arguments": {"text": "again"}}
-    a = agent(
-        "a",
-        tools=["echo"],
-        rules=[{"match": ".", "steps": [step] * 8, "reply": "done"}],
-        limits={"max_turns": 20},
-    )
+    a = repeating_echo("a")
     async with open_kernel(config, agents=[a], plugins=[FixtureTools()]) as kernel:
         reply = await kernel.send("a", "go")
     assert reply.stop_reason == "loop_detected" and reply.is_error
@@ -500,19 +460,22 @@ class TierProvider:
         return [ProviderDescriptor("tiers", lambda model, settings: Named(model))]
 
 
-async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_the_complex(config):
-    a = parse_manifest(
+def router_agent():
+    """Agent "router" on TierProvider: "main", with "small" as its fast tier (which routes)
+    and "big" as its complex one."""
+    tiers = {"fast": {"provider": "tiers", "name": "small"}}
+    tiers["complex"] = {"provider": "tiers", "name": "big"}
+    return parse_manifest(
         {
             "name": "router",
             "description": "routes",
-            "model": {
-                "provider": "tiers",
-                "name": "main",
-                "fast": {"provider": "tiers", "name": "small"},
-                "complex": {"provider": "tiers", "name": "big"},
-            },
+            "model": {"provider": "tiers", "name": "main", **tiers},
         }
     )
+
+
+async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_the_complex(config):
+    a = router_agent()
     async with open_kernel(config, agents=[a], plugins=[TierProvider()]) as kernel:
         async with kernel.tap.subscribe(kinds=(EventKind.AGENT_ROUTED,)) as routed:
             easy = await kernel.send("router", "what is 2+2")
@@ -528,18 +491,7 @@ async def test_the_fast_model_routes_simple_messages_to_itself_and_hard_ones_to_
 async def test_a_router_failing_replies_an_error_with_the_runs_session_and_trace(config):
     # The reply of a run stopped by its provider before the loop (here the fast tier's
     # routing call) is built by the same helper as a cancelled run's: every field pinned.
-    a = parse_manifest(
-        {
-            "name": "router",
-            "description": "routes",
-            "model": {
-                "provider": "tiers",
-                "name": "main",
-                "fast": {"provider": "tiers", "name": "small"},
-                "complex": {"provider": "tiers", "name": "big"},
-            },
-        }
-    )
+    a = router_agent()
 
     class Down:
         name = "down"
@@ -784,20 +736,28 @@ def slow_read(store, running):
     return store.read("slow read", lambda conn: running.set() or time.sleep(1.0))
 
 
+async def first_exchange_beside(config, work, *, give_up_after=math.inf):
+    """Send "work" to agent "a" in the new session "s-new" while ``work`` keeps the store
+    busy (StoreWorkDuringRun), giving up after ``give_up_after`` seconds; once the work is
+    done, (the reply or None, the session's stored history)."""
+    slow = StoreWorkDuringRun(work)
+    a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
+    reply = None
+    async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
+        slow.kernel = kernel
+        async with trio.open_nursery() as nursery:
+            slow.nursery = nursery
+            with trio.move_on_after(give_up_after):
+                reply = await kernel.send("a", "work", session_id="s-new", new_session=True)
+        return reply, await kernel.store.history("s-new")
+
+
 async def test_cancel_while_new_sessions_first_exchange_waits_to_be_written_keeps_the_user_message(
     config,
 ):
     # Regression (review): the first exchange's write, queued behind another batch, was
     # withdrawn by the caller's timeout, and the new session was never stored at all.
-    a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
-    slow = StoreWorkDuringRun(slow_write)
-    async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
-        slow.kernel = kernel
-        async with trio.open_nursery() as nursery:
-            slow.nursery = nursery
-            with trio.move_on_after(0.3):
-                await kernel.send("a", "work", session_id="s-new", new_session=True)
-        history = await kernel.store.history("s-new")
+    _, history = await first_exchange_beside(config, slow_write, give_up_after=0.3)
     assert [(m.role, m.content) for m in history][:1] == [("user", "work")]
 
 
@@ -828,15 +788,8 @@ async def test_new_sessions_first_exchange_waiting_long_for_the_store_is_stored_
     # Regression (review): a 10 s timer around the first exchange's write could withdraw it
     # (nothing stored at all) or report as failed a write that had committed; the write now
     # has no timer of its own, so a long wait (here 1 s) ends stored and reported stored.
-    a = agent("a", tools=["busy"], rules=[call_rule(".", "busy", {})])
-    slow = StoreWorkDuringRun(slow_read)
-    async with open_kernel(config, agents=[a], plugins=[slow]) as kernel:
-        slow.kernel = kernel
-        async with trio.open_nursery() as nursery:
-            slow.nursery = nursery
-            reply = await kernel.send("a", "work", session_id="s-new", new_session=True)
-        history = await kernel.store.history("s-new")
-    assert not reply.is_error and reply.text == "ok"
+    reply, history = await first_exchange_beside(config, slow_read)
+    assert reply is not None and not reply.is_error and reply.text == "ok"
     assert [(m.role, m.content) for m in history] == [
         ("user", "work"),
         ("assistant", ""),
@@ -1083,7 +1036,7 @@ async def test_untrusted_results_in_a_sessions_history_still_taint_its_next_run(
         "a",
         tools=["fetch", "echo"],
         rules=[
-            {"match": "^fetch", "steps": [{"tool": "fetch", "arguments": {}}], "reply": "fetched"},
+            call_rule("^fetch", "fetch", {}, reply="fetched"),
             call_rule("^run", "echo", {"text": fetched}),
         ],
     )

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import trio
+from kernel_helpers import agent, call_rule, fetch_then_bash, repeating_echo
 from roost.kernel import (
     NO_SPAN,
     EventKind,
@@ -18,30 +18,9 @@ from roost.kernel import (
     ToolResult,
     ToolSpec,
     TraceContext,
-    default_config,
     hookimpl,
     open_kernel,
-    parse_manifest,
 )
-
-
-@pytest.fixture
-def config(tmp_path):
-    return default_config(home=tmp_path)
-
-
-def agent(name, *, tools=(), rules=(), default_reply="{message}", **extra):
-    data = {
-        "name": name,
-        "description": f"test agent {name}",
-        "model": {
-            "provider": "scripted",
-            "script": {"rules": list(rules), "default_reply": default_reply},
-        },
-        "capabilities": {"tools": list(tools)},
-    }
-    data.update(extra)
-    return parse_manifest(data)
 
 
 class Tools:
@@ -187,27 +166,7 @@ async def test_the_runaway_chain_marks_the_refused_call_with_the_breaker(config)
 
 
 async def test_a_taint_refusal_and_a_loop_guard_stop_are_marked(config):
-    tainted = agent(
-        "tainted",
-        tools=["fetch", "bash"],
-        rules=[
-            {
-                "match": ".",
-                "steps": [
-                    {"tool": "fetch", "arguments": {}},
-                    {"tool": "bash", "arguments": {"command": "{result}"}},
-                ],
-                "reply": "{result}",
-            }
-        ],
-    )
-    step = {"tool": "echo", "arguments": {"text": "again"}}
-    looping = agent(
-        "looping",
-        tools=["echo"],
-        rules=[{"match": ".", "steps": [step] * 8, "reply": "done"}],
-        limits={"max_turns": 20},
-    )
+    tainted, looping = fetch_then_bash("tainted"), repeating_echo("looping")
     async with open_kernel(config, agents=[tainted, looping], plugins=[Tools()]) as kernel:
         async with kernel.tap.subscribe(buffer=10_000, kinds=("TRACE:",)) as events:
             await kernel.send("tainted", "install it")
@@ -227,7 +186,7 @@ async def test_a_cancelled_call_ends_its_spans_as_cancelled(config):
     a = agent(
         "a",
         tools=["sleepy"],
-        rules=[{"match": ".", "steps": [{"tool": "sleepy", "arguments": {}}], "reply": "x"}],
+        rules=[call_rule(".", "sleepy", {}, reply="x")],
     )
     async with open_kernel(config, agents=[a], plugins=[Tools()]) as kernel:
         async with kernel.tap.subscribe(buffer=1000, kinds=("TRACE:",)) as events:
@@ -252,13 +211,7 @@ async def test_spans_record_nothing_while_nobody_watches_them_but_the_ids_still_
     caller = agent(
         "caller",
         tools=["agent_callee"],
-        rules=[
-            {
-                "match": ".",
-                "steps": [{"tool": "agent_callee", "arguments": {"message": "hi"}}],
-                "reply": "{result}",
-            }
-        ],
+        rules=[call_rule(".", "agent_callee", {"message": "hi"})],
     )
     async with open_kernel(config, agents=[caller, agent("callee")]) as kernel:
         assert kernel.start_span(SpanKind.TOOL, "x", TraceContext.new("a")) is NO_SPAN

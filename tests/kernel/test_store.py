@@ -391,6 +391,32 @@ async def test_an_integer_past_64_bits_is_a_store_error_naming_the_field():
         assert (await store.usage_by_agent())["a"]["input_tokens"] == huge - 1
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(True, "True"), (1.0, "1.0"), ("1", "'1'"), (-1, "-1")],
+)
+async def test_a_hostile_count_is_a_store_error_naming_the_field(value, shown):
+    async with open_store(":memory:") as store:
+        with pytest.raises(StoreError) as info:
+            await store.record_usage("a", None, "p", "m", value, 0)
+        assert str(info.value) == f"input_tokens: expected an integer ≥ 0, got {shown}"
+        with pytest.raises(StoreError) as info:
+            await store.sessions(limit=value)
+        assert str(info.value) == f"limit: expected an integer ≥ 1, got {shown}"
+
+
+async def test_an_integer_past_4300_digits_is_a_store_error_naming_the_field():
+    # Regression: building the message took str() of the int, which raised Python's own
+    # "Exceeds the limit" ValueError: no StoreError, no field named.
+    async with open_store(":memory:") as store:
+        with pytest.raises(StoreError) as info:
+            await store.record_usage("a", None, "p", "m", 10**5000, 0)
+        assert str(info.value) == (
+            f"input_tokens: expected an integer ≥ 0 and ≤ {2**63 - 1}, "
+            "got an integer of over 1,000 digits"
+        )
+
+
 async def test_bad_ids_and_limits():
     async with open_store(":memory:") as store:
         with pytest.raises(StoreError, match="session_id: expected a non-empty string"):

@@ -86,40 +86,14 @@ async def test_one_principal_cannot_fill_the_a2a_task_store_for_everyone(tmp_pat
     alice's ``a2a.max_tasks`` (here 10, by default 1,000 — a few seconds of requests, and
     loopback is not rate limited) input-required tasks make every send of bob's fail with
     "storage failed: the task store holds 10 unfinished tasks"."""
-    from principals_helpers import V1, bearer, make_config, serve, set_key_env
-
     set_key_env(monkeypatch)
-    make_config(tmp_path)  # writes the agents recall and waiter
-    config = default_config(
-        home=str(tmp_path / "home"),
-        agents={"dirs": [str(tmp_path / "agents")], "bundled": False},
-        http={
-            "port": 0,
-            "rate_limit_per_s": 100000,
-            "rate_limit_burst": 100000,
-            "keys": {
-                name: {"key_env": f"ROOST_TEST_KEY_{name.upper()}"}
-                for name in ("alice", "bob", "ops")
-            },
-        },
-        a2a={"default_agent": "recall", "max_tasks": 10},
-    )
+    config = _config(tmp_path, max_tasks=10)
     with trio.fail_after(60):
         async with serve(config) as (_, url), httpx.AsyncClient(base_url=url, timeout=30) as http:
 
-            async def send(who: str, text: str) -> dict:
-                body = {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "SendMessage",
-                    "params": {
-                        "message": {
-                            "role": "ROLE_USER",
-                            "messageId": secrets.token_hex(8),
-                            "parts": [{"text": text}],
-                        }
-                    },
-                }
+            async def send(who: str, text: str) -> dict:  # any HTTP status: the answer is the point
+                params = {"message": _message(text)}
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
                 response = await http.post(
                     "/a2a/agents/recall/jsonrpc", json=body, headers={**V1, **bearer(who)}
                 )

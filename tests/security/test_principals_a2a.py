@@ -10,6 +10,8 @@ of its own. Driven with the official a2a-sdk client against a real daemon.
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import httpx
 import pytest
 import trio
@@ -48,6 +50,26 @@ async def sdk_client(url: str, http: httpx.AsyncClient, binding: str, *, streami
     return ClientFactory(config).create(card)
 
 
+@asynccontextmanager
+async def alice_and_bob(tmp_path, monkeypatch, binding: str):
+    """A daemon with named keys; yields (alice's, bob's and bob's streaming official client
+    over ``binding``), each closed after."""
+    set_key_env(monkeypatch)
+    async with (
+        serve(make_config(tmp_path)) as (_, url),
+        httpx.AsyncClient(timeout=20, headers=bearer("alice")) as alice_http,
+        httpx.AsyncClient(timeout=20, headers=bearer("bob")) as bob_http,
+    ):
+        alice = await sdk_client(url, alice_http, binding)
+        bob = await sdk_client(url, bob_http, binding)
+        bob_streaming = await sdk_client(url, bob_http, binding, streaming=True)
+        try:
+            yield alice, bob, bob_streaming
+        finally:
+            for client in (alice, bob, bob_streaming):
+                await client.close()
+
+
 def user_message(text: str, **kw) -> Message:
     return Message(message_id=f"m-{text[:12]}", role=Role.ROLE_USER, parts=[Part(text=text)], **kw)
 
@@ -69,14 +91,7 @@ def answer(task) -> str:
 async def test_another_principal_cannot_list_get_cancel_or_follow_a_task(
     tmp_path, monkeypatch, binding
 ):
-    set_key_env(monkeypatch)
-    async with (
-        serve(make_config(tmp_path)) as (kernel, url),
-        httpx.AsyncClient(timeout=20, headers=bearer("alice")) as alice_http,
-        httpx.AsyncClient(timeout=20, headers=bearer("bob")) as bob_http,
-    ):
-        alice = await sdk_client(url, alice_http, binding)
-        bob = await sdk_client(url, bob_http, binding)
+    async with alice_and_bob(tmp_path, monkeypatch, binding) as (alice, bob, bob_streaming):
         with trio.fail_after(30):
             task = await send(alice, "ask me something", context_id="ctx-alice")
             assert (
@@ -92,7 +107,6 @@ async def test_another_principal_cannot_list_get_cancel_or_follow_a_task(
                 await bob.get_task(GetTaskRequest(id=task.id))
             with pytest.raises(TaskNotFoundError):
                 await bob.cancel_task(CancelTaskRequest(id=task.id))
-            bob_streaming = await sdk_client(url, bob_http, binding, streaming=True)
             with pytest.raises(TaskNotFoundError):
                 async for _ in bob_streaming.subscribe(SubscribeToTaskRequest(id=task.id)):
                     pass
@@ -107,8 +121,6 @@ async def test_another_principal_cannot_list_get_cancel_or_follow_a_task(
             ]
             cancelled = await alice.cancel_task(CancelTaskRequest(id=task.id))
             assert cancelled.status.state == a2a_pb2.TASK_STATE_CANCELED
-        await alice.close()
-        await bob.close()
 
 
 async def test_push_configs_and_the_old_routes_say_not_found_to_another_principal(
@@ -178,14 +190,7 @@ async def test_push_configs_and_the_old_routes_say_not_found_to_another_principa
 async def test_a_context_id_of_another_principal_is_a_fresh_conversation(
     tmp_path, monkeypatch, binding
 ):
-    set_key_env(monkeypatch)
-    async with (
-        serve(make_config(tmp_path)) as (kernel, url),
-        httpx.AsyncClient(timeout=20, headers=bearer("alice")) as alice_http,
-        httpx.AsyncClient(timeout=20, headers=bearer("bob")) as bob_http,
-    ):
-        alice = await sdk_client(url, alice_http, binding)
-        bob = await sdk_client(url, bob_http, binding)
+    async with alice_and_bob(tmp_path, monkeypatch, binding) as (alice, bob, _):
         with trio.fail_after(30):
             first = await send(alice, "my secret is 42", context_id="shared-ctx")
             assert answer(first) == "heard: my secret is 42"
@@ -195,8 +200,6 @@ async def test_a_context_id_of_another_principal_is_a_fresh_conversation(
             assert (
                 answer(again) == "heard: my secret is 42 | and again"
             )  # nor did bob's land in hers
-        await alice.close()
-        await bob.close()
 
 
 async def test_one_key_is_one_principal_as_before(tmp_path, monkeypatch):

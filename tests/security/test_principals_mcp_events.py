@@ -37,6 +37,7 @@ from roost.plugins.mcp import (
     request_client,
 )
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
+from waiting import wait_until
 
 INIT = {
     "protocolVersion": "2025-11-25",
@@ -228,12 +229,32 @@ def stolen_meta(gate: Gate, token: bool) -> dict[str, Any]:
     return meta
 
 
-async def alice_calls_victim(nursery: trio.Nursery, alice: Client, done: list) -> None:
+def call_in_background(nursery: trio.Nursery, client: Client, params: dict) -> list:
+    """Start ``client``'s ``tools/call`` of ``params``; the list returned gets its reply."""
+    done: list = []
+
     async def call() -> None:
-        params = {"name": "victim", "arguments": {}, "_meta": {"progressToken": "alice"}}
-        done.append(await alice.request("tools/call", params))
+        done.append(await client.request("tools/call", params))
 
     nursery.start_soon(call)
+    return done
+
+
+def alice_calls_victim(nursery: trio.Nursery, alice: Client) -> list:
+    """alice calls ``victim`` with a progress token, in the background (see call_in_background)."""
+    params = {"name": "victim", "arguments": {}, "_meta": {"progressToken": "alice"}}
+    return call_in_background(nursery, alice, params)
+
+
+async def overlap(gate: Gate, owner_done: list, eavesdropper_done: list) -> None:
+    """Once the eavesdropper's call holds, let the owner's work report and answer while it
+    runs; then release the eavesdropper's call and wait for its answer."""
+    with trio.fail_after(10):
+        await gate.held.wait()
+    gate.go.set()  # the owner's work reports while the eavesdropper's call runs on its trace id
+    await wait_until(lambda: owner_done, "the owner's call answered")
+    gate.release.set()
+    await wait_until(lambda: eavesdropper_done, "the eavesdropper's call answered")
 
 
 @pytest.mark.parametrize(("attack", "token"), ATTACKS)
@@ -244,27 +265,12 @@ async def test_a_call_on_a_stolen_trace_id_does_not_receive_the_owners_progress_
     async with trio.open_nursery() as nursery:
         alice = await connect(nursery, server)
         eve = await connect(nursery, server)
-        alice_done: list = []
-        await alice_calls_victim(nursery, alice, alice_done)
+        alice_done = alice_calls_victim(nursery, alice)
         with trio.fail_after(10):
             await gate.started.wait()
-        eve_done: list = []
-
-        async def eavesdrop() -> None:
-            params = {**attack, "_meta": stolen_meta(gate, token)}
-            eve_done.append(await eve.request("tools/call", params))
-
-        nursery.start_soon(eavesdrop)
-        with trio.fail_after(10):
-            await gate.held.wait()
-        gate.go.set()  # alice's work reports while eve's call runs on her trace id
-        with trio.fail_after(10):
-            while not alice_done:
-                await trio.sleep(0.01)
-        gate.release.set()
-        with trio.fail_after(10):
-            while not eve_done:
-                await trio.sleep(0.01)
+        params = {**attack, "_meta": stolen_meta(gate, token)}
+        eve_done = call_in_background(nursery, eve, params)
+        await overlap(gate, alice_done, eve_done)
         nursery.cancel_scope.cancel()
     assert SECRET_STEP in seen(alice.notes) and SECRET_LOG in seen(alice.notes)
     assert "error" not in eve_done[0], eve_done
@@ -285,8 +291,7 @@ async def test_streamable_http_on_a_stolen_trace_id_does_not_receive_the_owners_
     async with open_daemon(kernel) as url, httpx.AsyncClient(timeout=20) as http:
         async with trio.open_nursery() as nursery:
             alice = await connect(nursery, server)
-            alice_done: list = []
-            await alice_calls_victim(nursery, alice, alice_done)
+            alice_done = alice_calls_victim(nursery, alice)
             with trio.fail_after(10):
                 await gate.started.wait()
             meta = stolen_meta(gate, token)
@@ -324,16 +329,7 @@ async def test_streamable_http_on_a_stolen_trace_id_does_not_receive_the_owners_
                 answer.append(await http.post(url + path, json=call, headers=headers))
 
             nursery.start_soon(eavesdrop)
-            with trio.fail_after(10):
-                await gate.held.wait()
-            gate.go.set()
-            with trio.fail_after(10):
-                while not alice_done:
-                    await trio.sleep(0.01)
-            gate.release.set()
-            with trio.fail_after(10):
-                while not answer:
-                    await trio.sleep(0.01)
+            await overlap(gate, alice_done, answer)
             nursery.cancel_scope.cancel()
     assert SECRET_STEP in seen(alice.notes) and SECRET_LOG in seen(alice.notes)
     response = answer[0]
@@ -366,16 +362,13 @@ async def test_a_tool_on_a_stolen_trace_id_asks_its_own_client_not_the_owners(ke
     async with trio.open_nursery() as nursery:
         alice = await connect(nursery, server, "alice")
         eve = await connect(nursery, server, "eve")
-        alice_done: list = []
-        await alice_calls_victim(nursery, alice, alice_done)
+        alice_done = alice_calls_victim(nursery, alice)
         with trio.fail_after(10):
             await gate.started.wait()
         params = {"name": "ask", "arguments": {}, "_meta": stolen_meta(gate, False)}
         eve_reply = await eve.request("tools/call", params)
         gate.go.set()
-        with trio.fail_after(10):
-            while not alice_done:
-                await trio.sleep(0.01)
+        await wait_until(lambda: alice_done, "alice's call answered")
         nursery.cancel_scope.cancel()
     assert eve_reply["result"]["content"][0]["text"] == "answered by eve"
     assert not [n for n in alice.notes if n["method"] == "elicitation/create"]
@@ -399,23 +392,9 @@ async def test_the_owners_tool_never_asks_a_client_that_called_on_its_trace_id(k
         nursery.start_soon(alice)
         with trio.fail_after(10):
             await gate.started.wait()
-        eve_done: list = []
-
-        async def eavesdrop() -> None:
-            params = {"name": "hold", "arguments": {}, "_meta": stolen_meta(gate, False)}
-            eve_done.append(await eve.request("tools/call", params))
-
-        nursery.start_soon(eavesdrop)
-        with trio.fail_after(10):
-            await gate.held.wait()
-        gate.go.set()
-        with trio.fail_after(10):
-            while not result:
-                await trio.sleep(0.01)
-        gate.release.set()
-        with trio.fail_after(10):
-            while not eve_done:
-                await trio.sleep(0.01)
+        params = {"name": "hold", "arguments": {}, "_meta": stolen_meta(gate, False)}
+        eve_done = call_in_background(nursery, eve, params)
+        await overlap(gate, result, eve_done)
         nursery.cancel_scope.cancel()
     assert result[0].as_text() == "no client"
     assert "secret question" not in json.dumps(eve.notes)

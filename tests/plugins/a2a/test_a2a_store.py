@@ -24,23 +24,32 @@ def after(stamp: float) -> None:
     wait_until_sync(lambda: time.time() > stamp, "the wall clock passed a row's time")
 
 
-async def send(http, text, path="/a2a/agents/echo/jsonrpc", **config):
+ECHO = "/a2a/agents/echo/jsonrpc"
+FINISHED = ("TASK_STATE_COMPLETED", "completed")
+
+
+def task_row(tid: str, state: str = "TASK_STATE_WORKING", **fields) -> dict:
+    """``store.insert``'s arguments for task ``tid`` of agent "a" in context "c" (``data``
+    empty unless given); terminal when ``state`` is in FINISHED."""
+    row = {"context_id": "c", "agent": "a", "data": {}, **fields}
+    return {"id": tid, "state": state, "terminal": state in FINISHED, **row}
+
+
+async def rpc(http, method, params, path=ECHO):
+    """The JSON reply to one A2A 1.0 JSON-RPC call of ``method`` at ``path``."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    return (await http.post(path, json=body, headers=V1)).json()
+
+
+async def send(http, text, path=ECHO, **config):
     body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}}
     if config:
         body["configuration"] = config
-    r = await http.post(
-        path, json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body}, headers=V1
-    )
-    return r.json()
+    return await rpc(http, "SendMessage", body, path)
 
 
-async def get(http, tid, path="/a2a/agents/echo/jsonrpc"):
-    r = await http.post(
-        path,
-        json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": tid}},
-        headers=V1,
-    )
-    return r.json()
+async def get(http, tid, path=ECHO):
+    return await rpc(http, "GetTask", {"id": tid}, path)
 
 
 async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_path):
@@ -72,18 +81,7 @@ async def test_tasks_survive_a_restart_and_in_flight_ones_are_marked_failed(tmp_
             "taskId": asked,
             "parts": [{"text": "x.md"}],
         }
-        resumed = (
-            await http.post(
-                "/a2a/agents/asker/jsonrpc",
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "SendMessage",
-                    "params": {"message": answer},
-                },
-                headers=V1,
-            )
-        ).json()
+        resumed = await rpc(http, "SendMessage", {"message": answer}, "/a2a/agents/asker/jsonrpc")
     assert kept["status"]["state"] == "TASK_STATE_COMPLETED"
     assert kept["artifacts"][0]["parts"][0]["text"] == "echo: keep me"
     assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
@@ -107,49 +105,17 @@ class _Frozen:
 
 async def test_only_terminal_tasks_are_evicted_oldest_first():
     async with open_task_store(":memory:", max_tasks=3) as store:
-        await store.insert(
-            id="run",
-            context_id="c",
-            agent="a",
-            state="TASK_STATE_WORKING",
-            terminal=False,
-            data={"n": 0},
-        )
-        await store.insert(
-            id="old",
-            context_id="c",
-            agent="a",
-            state="TASK_STATE_COMPLETED",
-            terminal=True,
-            data={"n": 1},
-        )
+        await store.insert(**task_row("run", data={"n": 0}))
+        await store.insert(**task_row("old", "TASK_STATE_COMPLETED", data={"n": 1}))
         after((await store.get("old")).updated_at)  # "new" is newer, though it sorts first
-        await store.insert(
-            id="new",
-            context_id="c",
-            agent="a",
-            state="TASK_STATE_COMPLETED",
-            terminal=True,
-            data={"n": 2},
-        )
-        evicted = await store.insert(
-            id="x", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
-        )
+        await store.insert(**task_row("new", "TASK_STATE_COMPLETED", data={"n": 2}))
+        evicted = await store.insert(**task_row("x"))
         assert evicted == ["old"]
         assert await store.get("run") is not None and await store.get("old") is None
-        evicted = await store.insert(
-            id="y", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
-        )
+        evicted = await store.insert(**task_row("y"))
         assert evicted == ["new"]
         with pytest.raises(TaskStoreError, match="max_tasks"):
-            await store.insert(
-                id="z",
-                context_id="c",
-                agent="a",
-                state="TASK_STATE_WORKING",
-                terminal=False,
-                data={},
-            )
+            await store.insert(**task_row("z"))
         rows, total = await store.list()
         assert total == 3 and {r.id for r in rows} == {"run", "x", "y"}
 
@@ -161,30 +127,12 @@ async def test_inserts_below_the_bound_do_not_count_the_table_and_the_bound_stil
             lambda sql: counts.append(sql) if "COUNT(*) FROM tasks" in sql else None
         )
         for i in range(3):
-            await store.insert(
-                id=f"t{i}",
-                context_id="c",
-                agent="a",
-                state="TASK_STATE_COMPLETED",
-                terminal=True,
-                data={},
-            )
+            await store.insert(**task_row(f"t{i}", "TASK_STATE_COMPLETED"))
         assert counts == []  # counted once when opened; the inserts keep the count
         with pytest.raises(TaskStoreError, match="already|UNIQUE"):
-            await store.insert(
-                id="t0",
-                context_id="c",
-                agent="a",
-                state="TASK_STATE_COMPLETED",
-                terminal=True,
-                data={},
-            )
-        await store.insert(
-            id="t3", context_id="c", agent="a", state="TASK_STATE_COMPLETED", terminal=True, data={}
-        )
-        evicted = await store.insert(
-            id="t4", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
-        )
+            await store.insert(**task_row("t0", "TASK_STATE_COMPLETED"))
+        await store.insert(**task_row("t3", "TASK_STATE_COMPLETED"))
+        evicted = await store.insert(**task_row("t4"))
         rows, total = await store.list()
     assert evicted == ["t0"] and total == 4 and {r.id for r in rows} == {"t1", "t2", "t3", "t4"}
 
@@ -193,13 +141,7 @@ async def test_max_tasks_bound_through_the_server(tmp_path):
     config = make_config(tmp_path, a2a={"max_tasks": 3})
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         ids = [(await send(http, f"t{i}"))["result"]["task"]["id"] for i in range(5)]
-        listed = (
-            await http.post(
-                "/a2a/agents/echo/jsonrpc",
-                json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}},
-                headers=V1,
-            )
-        ).json()["result"]
+        listed = (await rpc(http, "ListTasks", {}))["result"]
         gone = await get(http, ids[0])
     assert listed["totalSize"] == 3
     assert {t["id"] for t in listed["tasks"]} == set(ids[2:])
@@ -214,14 +156,7 @@ async def test_concurrent_task_writes_share_commits_and_a_duplicate_fails_alone(
 
         async def insert(tid):
             try:
-                await store.insert(
-                    id=tid,
-                    context_id="c",
-                    agent="a",
-                    state="TASK_STATE_SUBMITTED",
-                    terminal=False,
-                    data={"id": tid},
-                )
+                await store.insert(**task_row(tid, "TASK_STATE_SUBMITTED", data={"id": tid}))
                 outcomes.setdefault(tid, []).append("ok")
             except TaskStoreError as exc:
                 outcomes.setdefault(tid, []).append(str(exc))
@@ -253,14 +188,7 @@ async def test_a_full_store_refuses_only_the_insert_that_does_not_fit():
 
         async def insert(tid):
             try:
-                await store.insert(
-                    id=tid,
-                    context_id="c",
-                    agent="a",
-                    state="TASK_STATE_WORKING",
-                    terminal=False,
-                    data={},
-                )
+                await store.insert(**task_row(tid))
                 results.append((tid, "ok"))
             except TaskStoreError as exc:
                 results.append((tid, "full" if "unfinished tasks" in str(exc) else str(exc)))
@@ -331,12 +259,7 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
             await wait_until(lambda: SLEEP_STARTED, "the slow agent's tool started")
 
             async def listed_tasks():
-                r = await http.post(
-                    path,
-                    json={"jsonrpc": "2.0", "id": 2, "method": "ListTasks", "params": {}},
-                    headers=V1,
-                )
-                return r.json()["result"]["tasks"]
+                return (await rpc(http, "ListTasks", {}, path))["result"]["tasks"]
 
             # Listed once its run has taken FIRST_ROW_AFTER_S (the tool runs for 30 s).
             listed = await wait_until(listed_tasks, "the running task listed")
@@ -345,12 +268,8 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
             # Stored unfinished: a crash now would be recovered as failed on the next start.
             row = await service_for(kernel).tasks.store.get(tid)
             assert row is not None and not row.terminal
-            r = await http.post(
-                path,
-                json={"jsonrpc": "2.0", "id": 3, "method": "CancelTask", "params": {"id": tid}},
-                headers=V1,
-            )
-            assert r.json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+            cancelled = await rpc(http, "CancelTask", {"id": tid}, path)
+            assert cancelled["result"]["status"]["state"] == "TASK_STATE_CANCELED"
         row = await service_for(kernel).tasks.store.get(tid)
     assert replies[0]["result"]["task"]["id"] == tid
     assert replies[0]["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
@@ -359,44 +278,17 @@ async def test_a_slow_blocking_sends_task_is_stored_and_listed_while_it_runs(tmp
 
 async def test_room_reserved_for_deferred_rows_counts_against_max_tasks():
     async with open_task_store(":memory:", max_tasks=3) as store:
-        await store.insert(
-            id="done",
-            context_id="c",
-            agent="a",
-            state="TASK_STATE_COMPLETED",
-            terminal=True,
-            data={},
-        )
+        await store.insert(**task_row("done", "TASK_STATE_COMPLETED"))
         assert store.reserve() and store.reserve()
         assert not store.reserve()  # 1 row + 2 held = max_tasks
         # An insert now must leave the held room free: the finished task makes way.
-        evicted = await store.insert(
-            id="run", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
-        )
+        evicted = await store.insert(**task_row("run"))
         assert evicted == ["done"]
         # Full of unfinished tasks and held room: refused up front.
         with pytest.raises(TaskStoreError, match="unfinished"):
-            await store.insert(
-                id="more",
-                context_id="c",
-                agent="a",
-                state="TASK_STATE_WORKING",
-                terminal=False,
-                data={},
-            )
+            await store.insert(**task_row("more"))
         for tid in ("r1", "r2"):  # the reserved rows always fit
-            assert (
-                await store.insert(
-                    id=tid,
-                    context_id="c",
-                    agent="a",
-                    state="TASK_STATE_COMPLETED",
-                    terminal=True,
-                    data={},
-                    reserved=True,
-                )
-                == []
-            )
+            assert await store.insert(**task_row(tid, "TASK_STATE_COMPLETED", reserved=True)) == []
         assert not store.reserve()  # their room is theirs now
         _, total = await store.list()
         store.release()  # nothing held: stays at zero
@@ -452,14 +344,7 @@ def _file(n):
 async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
     # Regression: listing decoded every task's files on the event loop (818 ms for 30 tasks).
     async with open_task_store(tmp_path / "a2a.db") as store:
-        await store.insert(
-            id="t",
-            context_id="c",
-            agent="a",
-            state="completed",
-            terminal=True,
-            data=_data("t", [_file(1000)]),
-        )
+        await store.insert(**task_row("t", "completed", data=_data("t", [_file(1000)])))
         (row,), _ = await store.list()
         (full,), _ = await store.list(with_artifacts=True)
         got = await store.get("t")
@@ -469,23 +354,9 @@ async def test_listing_never_reads_artifacts_unless_asked(tmp_path):
 
 async def test_the_store_is_bounded_in_bytes_evicting_old_finished_tasks(tmp_path):
     async with open_task_store(tmp_path / "a2a.db", max_bytes=300_000) as store:
-        await store.insert(
-            id="running",
-            context_id="c",
-            agent="a",
-            state="working",
-            terminal=False,
-            data=_data("running"),
-        )
+        await store.insert(**task_row("running", "working", data=_data("running")))
         for i in range(5):
-            await store.insert(
-                id=f"t{i}",
-                context_id="c",
-                agent="a",
-                state="completed",
-                terminal=True,
-                data=_data(f"t{i}"),
-            )
+            await store.insert(**task_row(f"t{i}", "completed", data=_data(f"t{i}")))
             after((await store.get(f"t{i}")).updated_at)  # each update later than the one before
             evicted = await store.update(
                 f"t{i}", state="completed", terminal=True, data=_data(f"t{i}", [_file(100_000)])
@@ -557,12 +428,7 @@ async def test_an_evicted_tasks_files_leave_the_agents_workspace(tmp_path):
                 "parts": [{"text": "with a file"}, blob],
             }
         }
-        r = await http.post(
-            "/a2a/agents/echo/jsonrpc",
-            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
-            headers=V1,
-        )
-        first = r.json()["result"]["task"]["id"]
+        first = (await rpc(http, "SendMessage", body))["result"]["task"]["id"]
         from roost.plugins.a2a._inbox import folder_of
 
         inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox"
@@ -598,12 +464,7 @@ async def test_a_send_cancelled_while_its_first_row_commits_keeps_its_evictions_
     blob = {"raw": base64.b64encode(b"payload").decode(), "filename": "f.bin"}
     async with serve(config) as (kernel, url), httpx.AsyncClient(base_url=url, timeout=10) as http:
         body = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "f"}, blob]}}
-        r = await http.post(
-            "/a2a/agents/echo/jsonrpc",
-            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": body},
-            headers=V1,
-        )
-        first = r.json()["result"]["task"]["id"]
+        first = (await rpc(http, "SendMessage", body))["result"]["task"]["id"]
         second = await send(http, "second")  # the store is full (max_tasks = 2): the next evicts
         inbox = kernel.workspace_for(kernel.agents["echo"]) / "inbox"
         assert (inbox / folder_of(first)).exists()
@@ -700,23 +561,11 @@ async def test_a_reservation_never_takes_room_an_insert_under_way_will_use(tmp_p
     # Regression (review): an insert whose work waited on the database thread had not yet
     # counted its row, so reserve() promised that room too and the reserved row was refused.
     async with open_task_store(tmp_path / "a2a.db", max_tasks=2, synchronous="full") as store:
-        await store.insert(
-            id="one", context_id="c", agent="a", state="TASK_STATE_WORKING", terminal=False, data={}
-        )
+        await store.insert(**task_row("one"))
         gate = ThreadGate()  # keeps the database thread busy so the insert below waits
         async with trio.open_nursery() as nursery:
             await gate.hold(store, nursery, "hold")
-            nursery.start_soon(
-                partial(
-                    store.insert,
-                    id="two",
-                    context_id="c",
-                    agent="a",
-                    state="TASK_STATE_WORKING",
-                    terminal=False,
-                    data={},
-                )
-            )
+            nursery.start_soon(partial(store.insert, **task_row("two")))
             await trio.testing.wait_all_tasks_blocked()
             try:
                 assert not store.reserve()  # "two" takes the last room
@@ -746,14 +595,7 @@ async def test_an_a2a_db_written_by_main_opens_without_loss(tmp_path):
     async with open_task_store(db, legacy_owner="someone-else") as store:
         rows, total = await store.list(with_artifacts=True)
         configs = await store.push_configs("t-run")
-        await store.insert(
-            id="new",
-            context_id="c",
-            agent="a",
-            state="TASK_STATE_COMPLETED",
-            terminal=True,
-            data={},
-        )
+        await store.insert(**task_row("new", "TASK_STATE_COMPLETED"))
         mine, _ = await store.list(owner="alice", with_artifacts=True)
     assert total == 3 and {(r.id, r.owner, r.state) for r in rows} == {
         ("t-done", "alice", "TASK_STATE_COMPLETED"),

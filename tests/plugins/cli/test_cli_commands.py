@@ -32,6 +32,15 @@ def no_kernel(config):
     raise AssertionError("should have used the running daemon, not booted a kernel")
 
 
+def send(config, agent, message, *, as_json=False, out=None, err=None, **options):
+    """``send_command`` in no named session and with no timeout (unless given), writing to
+    ``out``/``err`` (new buffers if not given)."""
+    options = {"session_id": None, "timeout": None, **options}
+    out = io.StringIO() if out is None else out
+    err = io.StringIO() if err is None else err
+    return send_command(config, agent, message, as_json=as_json, out=out, err=err, **options)
+
+
 async def test_agents_in_process_prints_a_table(fake_config):
     out, err = streams()
     code = await agents_command(
@@ -116,12 +125,10 @@ async def test_send_via_daemon(fake_config):
 
 async def test_send_in_process_as_json(fake_config):
     out, err = streams()
-    code = await send_command(
+    code = await send(
         fake_config(),
         "coder",
         "build it",
-        session_id=None,
-        timeout=None,
         as_json=True,
         out=out,
         err=err,
@@ -136,17 +143,7 @@ async def test_send_in_process_as_json(fake_config):
 
 async def test_send_in_process_to_an_unknown_agent(fake_config):
     with pytest.raises(AgentNotFound, match="known agents: coder, echo"):
-        await send_command(
-            fake_config(),
-            "ghost",
-            "hi",
-            session_id=None,
-            timeout=None,
-            as_json=False,
-            out=io.StringIO(),
-            err=io.StringIO(),
-            open_kernel=fakes.open_fake_kernel,
-        )
+        await send(fake_config(), "ghost", "hi", open_kernel=fakes.open_fake_kernel)
 
 
 async def test_send_exits_1_when_the_agent_answers_with_an_error(fake_config):
@@ -161,33 +158,14 @@ async def test_send_exits_1_when_the_agent_answers_with_an_error(fake_config):
     config = fake_config()
     out = io.StringIO()
     async with open_daemon(FailingReplies(config), graceful_timeout=1):
-        code = await send_command(
-            config,
-            "echo",
-            "hi",
-            session_id=None,
-            timeout=None,
-            as_json=False,
-            out=out,
-            err=io.StringIO(),
-        )
+        code = await send(config, "echo", "hi", out=out)
     assert code == 1
     assert out.getvalue() == "provider failed\n"
 
 
 async def test_send_rejects_an_empty_message(fake_config):
     with pytest.raises(CliError, match="MESSAGE is empty"):
-        await send_command(
-            fake_config(),
-            "echo",
-            "  ",
-            session_id=None,
-            timeout=None,
-            as_json=False,
-            out=io.StringIO(),
-            err=io.StringIO(),
-            open_kernel=no_kernel,
-        )
+        await send(fake_config(), "echo", "  ", open_kernel=no_kernel)
 
 
 async def test_daemon_with_a_key_the_cli_lacks_gives_a_clear_error(fake_config, monkeypatch):
@@ -330,23 +308,28 @@ async def test_watch_without_a_daemon_says_how_to_start_one(fake_config):
         )
 
 
+async def start_run(nursery, config, stop, *, host, out, err=None, open_kernel=None):
+    """Start ``run_command`` on port 0 of ``host`` (a fake kernel unless ``open_kernel``)
+    until ``stop`` is set; its URL once it serves."""
+    run = partial(
+        run_command,
+        config,
+        host=host,
+        port=0,
+        out=out,
+        err=io.StringIO() if err is None else err,
+        open_kernel=open_kernel or fakes.open_fake_kernel,
+        stop=stop.wait,
+    )
+    return await nursery.start(run)
+
+
 async def test_run_serves_until_stopped_and_cleans_up(fake_config):
     config = fake_config()
     out, err = streams()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            partial(
-                run_command,
-                config,
-                host="127.0.0.1",
-                port=0,
-                out=out,
-                err=err,
-                open_kernel=fakes.open_fake_kernel,
-                stop=stop.wait,
-            )
-        )
+        url = await start_run(nursery, config, stop, host="127.0.0.1", out=out, err=err)
         async with httpx.AsyncClient() as client:
             health = await client.get(url + "/health")
         assert (config.home / "daemon.json").exists()
@@ -368,18 +351,7 @@ async def test_run_on_a_wildcard_address_prints_a_url_the_daemon_serves(fake_con
     out = io.StringIO()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(
-            partial(
-                run_command,
-                config,
-                host="0.0.0.0",
-                port=0,
-                out=out,
-                err=io.StringIO(),
-                open_kernel=fakes.open_fake_kernel,
-                stop=stop.wait,
-            )
-        )
+        url = await start_run(nursery, config, stop, host="0.0.0.0", out=out)
         async with httpx.AsyncClient() as client:
             health = await client.get(url + "/health")
         stop.set()
@@ -403,18 +375,7 @@ async def test_run_banner_shows_auth_and_plugin_failures(fake_config, monkeypatc
     out = io.StringIO()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        await nursery.start(
-            partial(
-                run_command,
-                config,
-                host=None,
-                port=0,
-                out=out,
-                err=io.StringIO(),
-                open_kernel=kernel_with_failure,
-                stop=stop.wait,
-            )
-        )
+        await start_run(nursery, config, stop, host=None, out=out, open_kernel=kernel_with_failure)
         stop.set()
     assert "auth: bearer token required (environment variable ROOST_TEST_RUN_KEY)" in out.getvalue()
     assert "flaky (import): ImportError: no module named x" in out.getvalue()
@@ -554,9 +515,7 @@ async def test_send_json_in_process_carries_artifacts_like_the_daemon(tmp_path):
 
     async def send_json() -> dict:
         out, err = streams()
-        code = await send_command(
-            config, "maker", "make", session_id=None, timeout=None, as_json=True, out=out, err=err
-        )
+        code = await send(config, "maker", "make", as_json=True, out=out, err=err)
         assert code == 0, err.getvalue()
         return json.loads(out.getvalue())
 

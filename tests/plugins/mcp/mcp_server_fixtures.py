@@ -7,6 +7,13 @@ from roost.kernel import Tool, ToolResult, ToolSpec, hookimpl, parse_manifest
 from roost.plugins.mcp import report_log, report_progress
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+# initialize's params from a 2025-11-25 client, and the request carrying them (id 1).
+INIT_PARAMS = {
+    "protocolVersion": "2025-11-25",
+    "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"},
+}
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT_PARAMS}
 
 
 class McpTestTools:

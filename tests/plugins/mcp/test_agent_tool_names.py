@@ -14,17 +14,12 @@ from pathlib import Path
 
 import pytest
 import trio
-from mcp_server_fixtures import make_agent
+from mcp_server_fixtures import INIT_PARAMS, INITIALIZE, make_agent
 from roost.kernel import ToolCall, default_config, open_kernel, parse_manifest
 from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
-INIT = {
-    "protocolVersion": "2025-11-25",
-    "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"},
-}
 ROOST = Path(sys.executable).parent / "roost"
 
 
@@ -74,7 +69,7 @@ async def test_an_agent_has_the_same_tool_name_in_host_and_over_mcp(kernel):
     async with trio.open_nursery() as nursery:
         client, server_end = memory_pair()
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
-        await ask(client, 1, "initialize", INIT)
+        await ask(client, 1, "initialize", INIT_PARAMS)
         listed = [t["name"] for t in (await ask(client, 2, "tools/list"))["result"]["tools"]]
         assert sorted(n for n in listed if n.startswith("agent_")) == [
             "agent_code_reviewer",
@@ -108,7 +103,7 @@ async def test_a_misspelt_agent_tool_over_mcp_names_the_right_spelling(kernel, w
     async with trio.open_nursery() as nursery:
         client, server_end = memory_pair()
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
-        await ask(client, 1, "initialize", INIT)
+        await ask(client, 1, "initialize", INIT_PARAMS)
         reply = await ask(client, 2, "tools/call", {"name": wrong, "arguments": {"message": "hi"}})
         assert reply["error"]["code"] == -32602
         assert (
@@ -138,7 +133,7 @@ async def test_an_unavailable_agent_over_mcp_says_why(tmp_path, monkeypatch):
     async with open_kernel(config, agents=[keyless]) as kernel, trio.open_nursery() as nursery:
         client, server_end = memory_pair()
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
-        await ask(client, 1, "initialize", INIT)
+        await ask(client, 1, "initialize", INIT_PARAMS)
         reply = await ask(
             client, 2, "tools/call", {"name": "agent_gpt_helper", "arguments": {"message": "hi"}}
         )
@@ -170,7 +165,7 @@ async def test_roost_mcp_over_stdio_names_agents_the_same_way(tmp_path):
         "bundled = false\n"
     )
     lines = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+        INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {

@@ -7,19 +7,10 @@ import json
 import httpx
 import pytest
 import trio
+from mcp_server_fixtures import INITIALIZE
 from roost.plugins.http import open_daemon
 from roost.plugins.mcp import _protocol as p
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 MODERN_META = p.stateless_meta({"name": "t", "version": "1"})
 
@@ -40,7 +31,7 @@ def sse_messages(text):
 
 
 async def open_session(client, url, path="/mcp"):
-    r = await client.post(url + path, json=INIT, headers=ACCEPT)
+    r = await client.post(url + path, json=INITIALIZE, headers=ACCEPT)
     assert r.status_code == 200, r.text
     sid = r.headers[p.HEADER_SESSION_ID]
     headers = {**ACCEPT, p.HEADER_SESSION_ID: sid, p.HEADER_PROTOCOL_VERSION: "2025-11-25"}
@@ -128,17 +119,17 @@ async def test_bad_bodies_are_rejected_with_json_rpc_errors(base_url):
     async with httpx.AsyncClient(timeout=10) as client:
         r = await client.post(base_url + "/mcp", content=b"{not json", headers=ACCEPT)
         assert r.status_code == 400 and r.json()["error"]["code"] == -32700
-        r = await client.post(base_url + "/mcp", json=[INIT], headers=ACCEPT)
+        r = await client.post(base_url + "/mcp", json=[INITIALIZE], headers=ACCEPT)
         assert r.status_code == 400 and r.json()["error"]["code"] == -32600
         r = await client.post(
             base_url + "/mcp", content=b"{}", headers={**ACCEPT, "Content-Type": "text/plain"}
         )
         assert r.status_code == 415
         r = await client.post(
-            base_url + "/mcp", json=INIT, headers={**ACCEPT, "Origin": "https://evil.example"}
+            base_url + "/mcp", json=INITIALIZE, headers={**ACCEPT, "Origin": "https://evil.example"}
         )
         assert r.status_code == 403
-        r = await client.post(base_url + "/agents/nobody/mcp", json=INIT, headers=ACCEPT)
+        r = await client.post(base_url + "/agents/nobody/mcp", json=INITIALIZE, headers=ACCEPT)
         assert r.status_code == 404
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,18 @@ def server_entry(name: str, url: str, **transport) -> dict:
     }
 
 
+@asynccontextmanager
+async def stub_client(**stub):
+    """A 2025-11-25 MCP client over Streamable HTTP of a ``running_stub(**stub)``."""
+    async with running_stub(**stub) as url:
+        async with open_http_transport(
+            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
+        ) as transport:
+            options = ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
+            async with open_mcp_client(transport, options) as client:
+                yield client
+
+
 # ---- a refusal fails the call at once ------------------------------------------------------
 
 
@@ -72,14 +85,9 @@ REFUSALS = [
 @pytest.mark.parametrize("status, body, expected", REFUSALS)
 async def test_an_http_error_on_a_call_fails_it_at_once_naming_the_status(status, body, expected):
     # The handshake (initialize, notifications/initialized) passes; the call is refused.
-    async with running_stub(fail_status=status, fail_body=body, fail_from=3) as url:
-        async with open_http_transport(
-            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
-        ) as transport:
-            options = ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
-            async with open_mcp_client(transport, options) as client:
-                with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
-                    await client.call_tool("echo", {"text": "hi"})
+    async with stub_client(fail_status=status, fail_body=body, fail_from=3) as client:
+        with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
+            await client.call_tool("echo", {"text": "hi"})
     message = str(info.value)
     assert expected in message and "<h1>" not in message
     assert info.value.data["httpStatus"] == status
@@ -120,35 +128,23 @@ async def test_a_refused_initialize_fails_the_connection_at_once(body):
 
 @pytest.mark.parametrize("body", ["rest", "jsonrpc"])
 async def test_a_call_answered_429_with_retry_after_is_retried_and_succeeds(body):
-    async with running_stub(
+    async with stub_client(
         fail_status=429, fail_body=body, fail_from=3, fail_count=2, retry_after="1"
-    ) as url:
-        async with open_http_transport(
-            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
-        ) as transport:
-            async with open_mcp_client(
-                transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
-            ) as client:
-                start = time.monotonic()
-                with trio.fail_after(15):
-                    result = await client.call_tool("echo", {"text": "again"})
-                took = time.monotonic() - start
+    ) as client:
+        start = time.monotonic()
+        with trio.fail_after(15):
+            result = await client.call_tool("echo", {"text": "again"})
+        took = time.monotonic() - start
     assert result["content"][0]["text"] == "echo:again"
     assert 2.0 <= took < 10  # two refusals, each waited out for its Retry-After: 1
 
 
 async def test_a_retry_after_past_the_calls_deadline_fails_at_once():
-    async with running_stub(
+    async with stub_client(
         fail_status=429, fail_body="rest", fail_from=3, retry_after="30"
-    ) as url:
-        async with open_http_transport(
-            url + "/mcp", allow_loopback=True, timeout_secs=TIMEOUT
-        ) as transport:
-            async with open_mcp_client(
-                transport, ClientOptions(protocol="2025-11-25", timeout_secs=TIMEOUT)
-            ) as client:
-                with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
-                    await client.call_tool("echo", {"text": "x"}, timeout=10)
+    ) as client:
+        with trio.fail_after(5), pytest.raises(McpProtocolError) as info:
+            await client.call_tool("echo", {"text": "x"}, timeout=10)
     assert "HTTP 429 Too Many Requests: stub refuses with 429" in str(info.value)
 
 
@@ -187,44 +183,35 @@ async def test_an_mcp_http_server_that_starts_late_is_found(tmp_path, monkeypatc
 # ---- two roost daemons ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def daemon_b(tmp_path_factory):
-    """A real ``roost run`` with one agent b1 (rate limits as configured by default)."""
+def run_daemon_b(tmp_path_factory, folder: str, http_settings: str = ""):
+    """A real ``roost run`` with one agent b1 and ``http_settings`` (lines of its [http]
+    table); yields its URL, stopped after."""
     if not Path(ROOST).exists():
         pytest.skip("the roost console script is not installed (run make install)")
-    root = tmp_path_factory.mktemp("b")
+    root = tmp_path_factory.mktemp(folder)
     write_agent(root / "agents", "b1", default_reply="b1 got: {message}")
-    proc, url = start_daemon(root, free_port())
+    proc, url = start_daemon(root, free_port(), http_settings)
     yield url
     stop(proc)
+
+
+@pytest.fixture(scope="module")
+def daemon_b(tmp_path_factory):
+    """B with rate limits as configured by default."""
+    yield from run_daemon_b(tmp_path_factory, "b")
 
 
 @pytest.fixture(scope="module")
 def throttled_daemon_b(tmp_path_factory):
     """B throttling this host too (20/s, burst 40): a 120-call fan-out meets 429s."""
-    if not Path(ROOST).exists():
-        pytest.skip("the roost console script is not installed (run make install)")
-    root = tmp_path_factory.mktemp("throttled")
-    write_agent(root / "agents", "b1", default_reply="b1 got: {message}")
-    proc, url = start_daemon(
-        root,
-        free_port(),
-        "rate_limit_loopback = true\nrate_limit_per_s = 20\nrate_limit_burst = 40\n",
-    )
-    yield url
-    stop(proc)
+    limits = "rate_limit_loopback = true\nrate_limit_per_s = 20\nrate_limit_burst = 40\n"
+    yield from run_daemon_b(tmp_path_factory, "throttled", limits)
 
 
 @pytest.fixture(scope="module")
 def keyed_daemon_b(tmp_path_factory):
-    """A real ``roost run`` that requires an API key."""
-    if not Path(ROOST).exists():
-        pytest.skip("the roost console script is not installed (run make install)")
-    root = tmp_path_factory.mktemp("keyed")
-    write_agent(root / "agents", "b1", default_reply="b1 got: {message}")
-    proc, url = start_daemon(root, free_port(), 'api_key = "peer-test-key-123"\n')
-    yield url
-    stop(proc)
+    """B requiring an API key."""
+    yield from run_daemon_b(tmp_path_factory, "keyed", 'api_key = "peer-test-key-123"\n')
 
 
 @pytest.mark.parametrize("b", ["daemon_b", "throttled_daemon_b"])

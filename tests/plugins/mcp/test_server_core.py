@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import pytest
 import trio
 import trio.testing
+from mcp_server_fixtures import INIT_PARAMS
 from roost.plugins.mcp import McpServer
 from roost.plugins.mcp import _protocol as p
 from roost.plugins.mcp.transports.memory import memory_pair, serve_memory
 
-INIT = {
-    "protocolVersion": "2025-11-25",
-    "capabilities": {},
-    "clientInfo": {"name": "t", "version": "1"},
-}
 MODERN = p.stateless_meta({"name": "t", "version": "1"})
 
 
@@ -55,9 +53,30 @@ async def open_client(nursery, server):
 
 
 async def handshake(client):
-    reply = await client.request("initialize", INIT)
+    reply = await client.request("initialize", INIT_PARAMS)
     await client.notify("notifications/initialized")
     return reply
+
+
+def five_hops_deep():
+    """The trace of a call chain a → b → c → d → e: one hop more trips the breaker."""
+    from roost.kernel import TraceContext
+
+    deep = TraceContext.new("a")
+    for hop in "bcde":
+        deep = deep.child(hop)
+    return deep
+
+
+@asynccontextmanager
+async def connected(kernel):
+    """A Client of ``McpServer(kernel)`` on the in-memory transport, past the handshake;
+    the server is stopped after."""
+    async with trio.open_nursery() as nursery:
+        client = await open_client(nursery, McpServer(kernel))
+        await handshake(client)
+        yield client
+        nursery.cancel_scope.cancel()
 
 
 async def test_initialize_negotiates_a_known_version_and_falls_back_to_latest(kernel):
@@ -69,16 +88,14 @@ async def test_initialize_negotiates_a_known_version_and_falls_back_to_latest(ke
             ("1999-01-01", p.LATEST_HANDSHAKE_VERSION),
         ]:
             client = await open_client(nursery, server)
-            reply = await client.request("initialize", {**INIT, "protocolVersion": asked})
+            reply = await client.request("initialize", {**INIT_PARAMS, "protocolVersion": asked})
             assert reply["result"]["protocolVersion"] == got
             assert reply["result"]["capabilities"]["tools"] == {"listChanged": True}
             await client.end.aclose()
 
 
 async def test_host_surface_lists_agents_and_exposed_tools_but_never_private_ones(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         tools = (await client.request("tools/list"))["result"]["tools"]
         names = [t["name"] for t in tools]
         assert names == sorted(names)
@@ -91,7 +108,6 @@ async def test_host_surface_lists_agents_and_exposed_tools_but_never_private_one
             assert reply["error"]["code"] == -32602 and "unknown tool" in reply["error"]["message"]
         reply = await client.request("tools/call", {"name": "beta_shared", "arguments": {}})
         assert reply["result"]["content"][0]["text"] == "shared from beta"
-        nursery.cancel_scope.cancel()
 
 
 async def test_agent_surface_offers_message_and_that_agents_tools(kernel):
@@ -109,9 +125,7 @@ async def test_agent_surface_offers_message_and_that_agents_tools(kernel):
 
 
 async def test_message_tool_asks_the_agent_and_bad_arguments_are_tool_errors(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         reply = await client.request(
             "tools/call", {"name": "agent_alpha", "arguments": {"message": "ask beta hello"}}
         )
@@ -125,7 +139,6 @@ async def test_message_tool_asks_the_agent_and_bad_arguments_are_tool_errors(ker
         assert (
             reply["result"]["isError"] is True
         )  # schema violation: a tool error the model can fix
-        nursery.cancel_scope.cancel()
 
 
 async def test_stateless_requests_need_no_initialize_and_carry_result_type(kernel):
@@ -176,9 +189,7 @@ async def test_requests_before_initialize_are_refused_except_ping(kernel):
 
 
 async def test_bad_messages_get_json_rpc_errors_and_the_connection_survives(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         await client.end.send(["not", "a", "message"])
         reply = await client.end.receive()
         assert reply["error"]["code"] == -32600 and "batch" in reply["error"]["message"]
@@ -189,13 +200,10 @@ async def test_bad_messages_get_json_rpc_errors_and_the_connection_survives(kern
         assert (await client.request("no/such/method"))["error"]["code"] == -32601
         assert (await client.request("tools/call", {"name": 7}))["error"]["code"] == -32602
         assert (await client.request("ping"))["result"] == {}
-        nursery.cancel_scope.cancel()
 
 
 async def test_resources_and_prompts_describe_each_agent(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         uris = [r["uri"] for r in (await client.request("resources/list"))["result"]["resources"]]
         assert "roost://agents/alpha/card" in uris and "roost://agents/beta/manifest" in uris
         read = (await client.request("resources/read", {"uri": "roost://agents/alpha/manifest"}))[
@@ -208,7 +216,6 @@ async def test_resources_and_prompts_describe_each_agent(kernel):
         assert [x["name"] for x in prompts] == ["alpha", "beta"]
         got = (await client.request("prompts/get", {"name": "beta"}))["result"]
         assert got["messages"][0]["content"]["text"] == "You are beta."
-        nursery.cancel_scope.cancel()
 
 
 async def test_pagination_walks_every_tool_with_cursors(kernel):
@@ -230,9 +237,7 @@ async def test_pagination_walks_every_tool_with_cursors(kernel):
 
 
 async def test_cancelled_notification_stops_the_tool_and_no_response_is_sent(kernel, tools_plugin):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         await client.end.send(
             {
                 "jsonrpc": "2.0",
@@ -248,13 +253,10 @@ async def test_cancelled_notification_stops_the_tool_and_no_response_is_sent(ker
             await tools_plugin.sleepy_cancelled.wait()
         assert (await client.request("ping"))["result"] == {}
         assert not any(n.get("id") == "slow" for n in client.notes)
-        nursery.cancel_scope.cancel()
 
 
 async def test_progress_and_log_notifications_reach_the_caller(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         await client.request("logging/setLevel", {"level": "info"})
         reply = await client.request(
             "tools/call", {"name": "steps", "arguments": {}, "_meta": {"progressToken": "tok"}}
@@ -269,18 +271,11 @@ async def test_progress_and_log_notifications_reach_the_caller(kernel):
             n["params"]["data"] for n in client.notes if n.get("method") == "notifications/message"
         ]
         assert logs == ["did step 1", "did step 2", "did step 3"]
-        nursery.cancel_scope.cancel()
 
 
 async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
-    from roost.kernel import TraceContext
-
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
-        deep = TraceContext.new("a")
-        for hop in "bcde":
-            deep = deep.child(hop)
+    async with connected(kernel) as client:
+        deep = five_hops_deep()
         params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
         reply = await client.request("tools/call", params)
         # A tool execution error (isError), so that the calling model reads why it stopped.
@@ -298,7 +293,6 @@ async def test_trace_depth_from_meta_trips_the_breaker_with_the_path(kernel):
         reply = await client.request("tools/call", params)
         assert reply["result"]["isError"] is True
         assert reply["result"]["_meta"]["io.roost/error"]["code"] == "recursion_limit"
-        nursery.cancel_scope.cancel()
 
 
 async def test_tools_list_changed_is_pushed_when_tools_come_and_go(kernel):
@@ -307,40 +301,29 @@ async def test_tools_list_changed_is_pushed_when_tools_come_and_go(kernel):
     async def noop(call, ctx):
         return ToolResult.text("ok")
 
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         await client.request("ping")
         kernel.add_tool(Tool(ToolSpec("newcomer", owner="mcptest"), noop))
         with trio.fail_after(5):
             note = await client.end.receive()
         assert note["method"] == "notifications/tools/list_changed"
-        nursery.cancel_scope.cancel()
 
 
 async def test_breaker_error_is_not_masked_when_progress_is_requested(kernel):
     # Regression: with a progressToken the call ran inside a nursery, which wrapped the
     # RecursionLimitExceeded in an ExceptionGroup and turned it into an internal error.
-    from roost.kernel import TraceContext
-
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
-        deep = TraceContext.new("a")
-        for hop in "bcde":
-            deep = deep.child(hop)
-        params = deep.inject_meta({"name": "agent_alpha", "arguments": {"message": "hi"}})
+    async with connected(kernel) as client:
+        params = five_hops_deep().inject_meta(
+            {"name": "agent_alpha", "arguments": {"message": "hi"}}
+        )
         params["_meta"]["progressToken"] = "p"
         reply = await client.request("tools/call", params)
         assert reply["result"]["isError"] is True
         assert reply["result"]["_meta"]["io.roost/error"]["path"][-1] == "alpha"
-        nursery.cancel_scope.cancel()
 
 
 async def test_agent_progress_reports_each_step_of_a_run(kernel):
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         params = {
             "name": "agent_alpha",
             "arguments": {"message": "ask beta hi"},
@@ -354,7 +337,6 @@ async def test_agent_progress_reports_each_step_of_a_run(kernel):
             if n.get("method") == "notifications/progress"
         ]
         assert progress and progress == sorted(set(progress))  # strictly increasing
-        nursery.cancel_scope.cancel()
 
 
 async def test_stateless_message_tool_asks_back_with_an_input_required_result(config, tools_plugin):
@@ -407,9 +389,7 @@ async def test_tools_call_sees_tools_removed_and_added_while_serving(kernel):
 
     steps = kernel.registry.get("steps")
     kernel.remove_tool("steps")
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         echo = {"name": "echo", "arguments": {"text": "a"}}
         assert (await client.request("tools/call", echo))["result"]["content"][0][
             "text"
@@ -425,14 +405,11 @@ async def test_tools_call_sees_tools_removed_and_added_while_serving(kernel):
         kernel.remove_tool("echo")
         gone = await client.request("tools/call", echo)
         assert gone["error"]["code"] == -32602 and "unknown tool: echo" in gone["error"]["message"]
-        nursery.cancel_scope.cancel()
 
 
 async def test_tool_logs_reach_a_handshake_client_without_a_progress_token(kernel):
     # Without setLevel the server logs at "info"; without a progressToken no progress.
-    async with trio.open_nursery() as nursery:
-        client = await open_client(nursery, McpServer(kernel))
-        await handshake(client)
+    async with connected(kernel) as client:
         reply = await client.request("tools/call", {"name": "steps", "arguments": {}})
         assert reply["result"]["content"][0]["text"] == "3 steps done"
         logs = [
@@ -440,7 +417,6 @@ async def test_tool_logs_reach_a_handshake_client_without_a_progress_token(kerne
         ]
         assert logs == ["did step 1", "did step 2", "did step 3"]
         assert not [n for n in client.notes if n.get("method") == "notifications/progress"]
-        nursery.cancel_scope.cancel()
 
 
 async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel):
@@ -462,7 +438,7 @@ async def test_notifications_of_many_concurrent_calls_precede_each_reply(kernel)
         client_end, server_end = memory_pair(buffer=1024)
         nursery.start_soon(serve_memory, McpServer(kernel), server_end)
         await client_end.send(
-            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT}
+            {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": INIT_PARAMS}
         )
         await client_end.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         calls = 40
@@ -544,37 +520,40 @@ class ScriptedServer:
             del session.in_flight[message["id"]]
 
 
-async def test_a_connection_serves_its_requests_one_after_another_in_one_task():
+@asynccontextmanager
+async def request_workers(limit: int, *, send_checkpoints: bool = False):
+    """``_RequestWorkers`` of at most ``limit`` tasks over a ScriptedServer and a new
+    session, in a nursery of its own: yields (workers, server, session, sent, nursery),
+    ``sent`` being what it sent (each send a checkpoint with ``send_checkpoints``); the
+    workers are closed after."""
     from roost.plugins.mcp import ServerSession
     from roost.plugins.mcp._connection import _RequestWorkers
 
     server, session, sent = ScriptedServer(), ServerSession(), []
 
     async def send(message):
+        if send_checkpoints:
+            await trio.lowlevel.checkpoint()
         sent.append(message)
 
     async with trio.open_nursery() as nursery:
-        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+        workers = _RequestWorkers(server, session, send, nursery, limit=limit)
+        yield workers, server, session, sent, nursery
+        workers.close()
+
+
+async def test_a_connection_serves_its_requests_one_after_another_in_one_task():
+    async with request_workers(4) as (workers, server, session, sent, nursery):
         for i in range(5):
             await workers.submit({"id": i})
             await trio.testing.wait_all_tasks_blocked()
             assert workers.tasks == 1 and workers.busy == 0
-        workers.close()
     assert [m["id"] for m in sent] == [0, 1, 2, 3, 4]
     assert workers.tasks == 0
 
 
 async def test_a_cancelled_request_ends_its_task_and_the_next_request_gets_a_new_one():
-    from roost.plugins.mcp import ServerSession
-    from roost.plugins.mcp._connection import _RequestWorkers
-
-    server, session, sent = ScriptedServer(), ServerSession(), []
-
-    async def send(message):
-        sent.append(message)
-
-    async with trio.open_nursery() as nursery:
-        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+    async with request_workers(4) as (workers, server, session, sent, nursery):
         await workers.submit({"id": "slow", "wait": True})
         await trio.testing.wait_all_tasks_blocked()
         assert session.cancel("slow")
@@ -583,23 +562,13 @@ async def test_a_cancelled_request_ends_its_task_and_the_next_request_gets_a_new
         await workers.submit({"id": "next"})
         await trio.testing.wait_all_tasks_blocked()
         assert [m["id"] for m in sent] == ["next"] and workers.tasks == 1
-        workers.close()
 
 
 async def test_a_request_cancelled_after_its_last_checkpoint_is_still_answered():
     # As with a cancel scope of its own per request: a cancel that finds no checkpoint
     # left does not stop the request, and its reply goes out (outside the spent scope).
-    from roost.plugins.mcp import ServerSession
-    from roost.plugins.mcp._connection import _RequestWorkers
-
-    server, session, sent = ScriptedServer(), ServerSession(), []
-
-    async def send(message):
-        await trio.lowlevel.checkpoint()  # sending is a checkpoint: it must not be cancelled
-        sent.append(message)
-
-    async with trio.open_nursery() as nursery:
-        workers = _RequestWorkers(server, session, send, nursery, limit=4)
+    # Each send is a checkpoint: it must not be cancelled.
+    async with request_workers(4, send_checkpoints=True) as (workers, server, session, sent, _):
         await workers.submit({"id": "self", "cancel_itself": True})
         await trio.testing.wait_all_tasks_blocked()
         assert [m["id"] for m in sent] == ["self"]
@@ -607,20 +576,10 @@ async def test_a_request_cancelled_after_its_last_checkpoint_is_still_answered()
         await workers.submit({"id": "next"})
         await trio.testing.wait_all_tasks_blocked()
         assert [m["id"] for m in sent] == ["self", "next"]
-        workers.close()
 
 
 async def test_requests_beyond_the_limit_wait_for_a_free_task():
-    from roost.plugins.mcp import ServerSession
-    from roost.plugins.mcp._connection import _RequestWorkers
-
-    server, session, sent = ScriptedServer(), ServerSession(), []
-
-    async def send(message):
-        sent.append(message)
-
-    async with trio.open_nursery() as nursery:
-        workers = _RequestWorkers(server, session, send, nursery, limit=2)
+    async with request_workers(2) as (workers, server, session, sent, nursery):
         await workers.submit({"id": 1, "wait": True})
         await workers.submit({"id": 2, "wait": True})
         submitted = trio.Event()
@@ -636,20 +595,10 @@ async def test_requests_beyond_the_limit_wait_for_a_free_task():
         await trio.testing.wait_all_tasks_blocked()
         assert submitted.is_set() and sorted(m["id"] for m in sent) == [1, 2, 3]
         assert workers.tasks == 2 and workers.busy == 0
-        workers.close()
 
 
 async def test_a_cancel_makes_room_at_once_for_a_request_waiting_for_a_task():
-    from roost.plugins.mcp import ServerSession
-    from roost.plugins.mcp._connection import _RequestWorkers
-
-    server, session, sent = ScriptedServer(), ServerSession(), []
-
-    async def send(message):
-        sent.append(message)
-
-    async with trio.open_nursery() as nursery:
-        workers = _RequestWorkers(server, session, send, nursery, limit=1)
+    async with request_workers(1) as (workers, server, session, sent, nursery):
         await workers.submit({"id": "slow", "wait": True})
         submitted = trio.Event()
 
@@ -664,7 +613,6 @@ async def test_a_cancel_makes_room_at_once_for_a_request_waiting_for_a_task():
         await trio.testing.wait_all_tasks_blocked()
         assert submitted.is_set() and [m["id"] for m in sent] == ["next"]
         assert workers.tasks == 1 and workers.busy == 0
-        workers.close()
 
 
 async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_task(config):
@@ -706,7 +654,7 @@ async def test_a_clients_answer_reaches_a_request_waiting_in_the_only_request_ta
                 partial(serve_memory, McpServer(kernel), server_end, max_in_flight=1)
             )
             client = Client(client_end)
-            await client.request("initialize", {**INIT, "capabilities": {"elicitation": {}}})
+            await client.request("initialize", {**INIT_PARAMS, "capabilities": {"elicitation": {}}})
             await client.notify("notifications/initialized")
             await client_end.send(
                 {

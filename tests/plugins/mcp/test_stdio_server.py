@@ -4,31 +4,30 @@ including the bridge to a running daemon."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from mcp_server_fixtures import INITIALIZE
 from roost.plugins.http import open_daemon
 from roost.plugins.mcp._stdio_server import serve_kernel_stdio
 
 ROOST = Path(sys.executable).parent / "roost"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def line(message) -> bytes:
     return json.dumps(message).encode() + b"\n"
+
+
+def tool_call(request_id, name: str, arguments: dict) -> dict:
+    """A ``tools/call`` request of tool ``name``."""
+    params = {"name": name, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
 class StreamClient:
@@ -57,12 +56,33 @@ class StreamClient:
                 return message
 
 
+@asynccontextmanager
+async def piped_server(kernel):
+    """``serve_kernel_stdio`` on real pipes, past ``initialize``: yields (a client reading
+    its output, the stream writing its input); every pipe end closed after."""
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
+    client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
+            client = StreamClient(client_in)
+            await client_out.send_all(line(INITIALIZE))
+            await client.read_until_id(INITIALIZE["id"])
+            yield client, client_out
+            nursery.cancel_scope.cancel()
+    finally:
+        for stream in (server_in, client_out, client_in, server_out):
+            await stream.aclose()
+
+
 async def test_stdio_answers_ndjson_and_survives_garbage_and_oversize(kernel):
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(line(INIT))
+        await client.send(line(INITIALIZE))
         assert (await client.read_line())["result"]["serverInfo"]["name"] == "roost"
         await client.send(b"this is not json\n")
         error = await client.read_line()
@@ -85,7 +105,7 @@ async def test_stdio_answers_a_content_length_peer_in_that_framing(kernel):
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
-        body = json.dumps(INIT).encode()
+        body = json.dumps(INITIALIZE).encode()
         await client_stream.send_all(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         data = b""
         with trio.fail_after(10):
@@ -129,7 +149,7 @@ async def test_a_content_length_not_in_ascii_digits_is_refused_and_the_peer_serv
     client_stream, server_stream = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
-        await client_stream.send_all(framed(INIT))
+        await client_stream.send_all(framed(INITIALIZE))
         assert "result" in (await _framed_answers(client_stream, 1))[0]
         hostile = b"Content-Length: " + declared.encode() + b"\r\n\r\n"
         await client_stream.send_all(
@@ -147,17 +167,7 @@ async def test_stdio_end_of_input_lets_requests_in_flight_answer(kernel):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(serve_kernel_stdio, kernel, server_stream, server_stream)
         client = StreamClient(client_stream)
-        await client.send(
-            line(INIT)
-            + line(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "agent_beta", "arguments": {"message": "bye"}},
-                }
-            )
-        )
+        await client.send(line(INITIALIZE) + line(tool_call(2, "agent_beta", {"message": "bye"})))
         await client_stream.send_eof()
         assert (await client.read_until_id(2))["result"]["content"][0]["text"] == "beta:bye"
 
@@ -227,27 +237,12 @@ async def test_roost_mcp_subprocess_keeps_stdout_clean_and_private_tools_out(tmp
     lines = await run_roost_mcp(
         config,
         [
-            INIT,
+            INITIALIZE,
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-            {
-                "jsonrpc": "2.0",
-                "id": 3,
-                "method": "tools/call",
-                "params": {"name": "read", "arguments": {"path": "x"}},
-            },
-            {
-                "jsonrpc": "2.0",
-                "id": 4,
-                "method": "tools/call",
-                "params": {"name": "solo_read", "arguments": {"path": "x"}},
-            },
-            {
-                "jsonrpc": "2.0",
-                "id": 5,
-                "method": "tools/call",
-                "params": {"name": "agent_solo", "arguments": {"message": "hi"}},
-            },
+            tool_call(3, "read", {"path": "x"}),
+            tool_call(4, "solo_read", {"path": "x"}),
+            tool_call(5, "agent_solo", {"message": "hi"}),
         ],
         {1, 2, 3, 4, 5},
         extra_args=("--no-daemon",),
@@ -268,21 +263,11 @@ async def test_roost_mcp_bridges_to_a_running_daemon(kernel, tmp_path):
         lines = await run_roost_mcp(
             config,
             [
-                INIT,
+                INITIALIZE,
                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
                 {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-                {
-                    "jsonrpc": "2.0",
-                    "id": 3,
-                    "method": "tools/call",
-                    "params": {"name": "echo", "arguments": {"text": "via daemon"}},
-                },
-                {
-                    "jsonrpc": "2.0",
-                    "id": 4,
-                    "method": "tools/call",
-                    "params": {"name": "secret", "arguments": {}},
-                },
+                tool_call(3, "echo", {"text": "via daemon"}),
+                tool_call(4, "secret", {}),
             ],
             {1, 2, 3, 4},
         )
@@ -325,29 +310,12 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
     # Regression: the reader no longer yields between messages, so the request's task and
     # the cancel's could start in either order; a cancel handled first found nothing to
     # cancel and the request ran to the end and answered.
-    import os
-
     for _ in range(10):  # Trio starts a batch of tasks in either order: try both often
         tools_plugin.sleepy_cancelled = trio.Event()
         tools_plugin.sleepy_started = trio.Event()
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
-        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
-        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
-        client = StreamClient(client_in)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
-            await client_out.send_all(line(INIT))
-            await client.read_until_id(INIT["id"])
+        async with piped_server(kernel) as (client, client_out):
             await client_out.send_all(
-                line(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": "slow",
-                        "method": "tools/call",
-                        "params": {"name": "sleepy", "arguments": {}},
-                    }
-                )
+                line(tool_call("slow", "sleepy", {}))
                 + line(
                     {
                         "jsonrpc": "2.0",
@@ -364,36 +332,20 @@ async def test_a_cancel_read_with_its_request_in_one_burst_still_stops_it(kernel
             assert (
                 tools_plugin.sleepy_cancelled.is_set() or not tools_plugin.sleepy_started.is_set()
             )
-            nursery.cancel_scope.cancel()
-        for stream in (server_in, client_out, client_in, server_out):
-            await stream.aclose()
 
 
 async def test_a_last_message_without_its_newline_is_answered_not_dropped(kernel):
     # Regression: when stdin ended inside a line (printf '{...}' | roost mcp), the bytes
     # held for that line were dropped without a word: no answer, no error. The last line
     # is read as a line (as the MCP SDKs read it), and garbage there is a parse error.
-    import os
-
     for tail, check in (
         (b'{"jsonrpc":"2.0","id":2,"method":"ping"}', lambda m: m["result"] == {}),
         (b'{"jsonrpc":"2.0","id":2,"meth', lambda m: m["error"]["code"] == -32700),
     ):
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
-        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
-        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
-        client = StreamClient(client_in)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
-            await client_out.send_all(line(INIT))
-            await client.read_until_id(INIT["id"])
+        async with piped_server(kernel) as (client, client_out):
             await client_out.send_all(tail)
             await client_out.aclose()  # end of input inside the line
             assert check(await client.read_line()), tail
-            nursery.cancel_scope.cancel()
-        for stream in (server_in, client_in, server_out):
-            await stream.aclose()
 
 
 def test_a_reply_holding_a_lone_surrogate_goes_to_stdout_as_utf8_json():
@@ -412,22 +364,11 @@ async def test_a_cancel_read_in_one_burst_is_not_lost_when_the_id_comes_again(ke
     # Regression: requests read but not started were kept as id -> "cancelled" flags, and
     # reading the id again reset its flag, so a request cancelled in the same burst ran
     # after all (and its reused id's second request was refused as in use).
-    import os
-
-    call = {"jsonrpc": "2.0", "id": "dup", "method": "tools/call"}
-    call["params"] = {"name": "sleepy", "arguments": {}}
+    call = tool_call("dup", "sleepy", {})
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled"}
     cancel["params"] = {"requestId": "dup"}
     for _ in range(5):
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
-        server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
-        client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
-        client = StreamClient(client_in)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
-            await client_out.send_all(line(INIT))
-            await client.read_until_id(INIT["id"])
+        async with piped_server(kernel) as (client, client_out):
             ping = {"jsonrpc": "2.0", "id": "after", "method": "ping"}
             await client_out.send_all(line(call) + line(cancel) + line(call) + line(ping))
             seen = [await client.read_line()]
@@ -439,37 +380,21 @@ async def test_a_cancel_read_in_one_burst_is_not_lost_when_the_id_comes_again(ke
             while seen[-1].get("id") != "end":
                 seen.append(await client.read_line())
             assert [m for m in seen if m.get("id") == "dup"] == []
-            nursery.cancel_scope.cancel()
-        for stream in (server_in, client_out, client_in, server_out):
-            await stream.aclose()
 
 
 async def test_a_lone_surrogate_in_a_resource_uri_never_puts_invalid_utf8_on_stdout(kernel):
     # Regression: resources/read echoed its uri into its error, and a lone surrogate there
     # (JSON "\\ud800") went to stdout as the bytes ED A0 80, which are not UTF-8: the
     # client's reader failed on the line. Now refused, naming the field, in valid JSON.
-    import os
-
-    r1, w1 = os.pipe()
-    r2, w2 = os.pipe()
-    server_in, client_out = trio.lowlevel.FdStream(r1), trio.lowlevel.FdStream(w1)
-    client_in, server_out = trio.lowlevel.FdStream(r2), trio.lowlevel.FdStream(w2)
-    client = StreamClient(client_in)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_kernel_stdio, kernel, server_in, server_out)
-        await client_out.send_all(line(INIT))
-        await client.read_until_id(INIT["id"])
+    async with piped_server(kernel) as (client, client_out):
         read = {"jsonrpc": "2.0", "id": 2, "method": "resources/read"}
         await client_out.send_all(line({**read, "params": {"uri": "roost://nothing/\ud800"}}))
         with trio.fail_after(10):
             while b"\n" not in client.buffer:
-                client.buffer += await client_in.receive_some(65536)
+                client.buffer += await client.stream.receive_some(65536)
         raw = client.buffer.partition(b"\n")[0]
         error = json.loads(raw.decode("utf-8"))["error"]  # strict (json.loads(bytes) is not)
         assert error["code"] == -32602 and error["data"] == {"field": "params.uri"}
-        nursery.cancel_scope.cancel()
-    for stream in (server_in, client_out, client_in, server_out):
-        await stream.aclose()
 
 
 def test_roost_mcp_answers_initialize_before_loading_the_heavy_kernel_modules(tmp_path):
@@ -486,7 +411,7 @@ class Answered(Exception):
     pass
 
 async def receive():
-    return {INIT!r}
+    return {INITIALIZE!r}
 
 async def send(message):
     heavy = ["jsonschema", "sqlite3", "httpx", "werkzeug", "roost.kernel._kernel",
