@@ -36,6 +36,7 @@ from roost.kernel import (
     ToolNotFound,
     ToolTimeout,
     TraceContext,
+    jsonrpc,
     outputs_to_json,
 )
 
@@ -206,12 +207,12 @@ def jsonrpc_error_code(status: int, code: str) -> int:
     """The JSON-RPC code of the daemon's own error on a JSON-RPC route: -32601 no such path, -32603
     unhandled, -32600 refused as sent (400, 405, 413...), else -32000 (401, 403, 429, 503...)."""
     if status == 404 and code == "not_found":
-        return -32601
+        return jsonrpc.METHOD_NOT_FOUND
     if code == "internal_error":
-        return -32603
+        return jsonrpc.INTERNAL_ERROR
     if status in _INVALID_REQUEST_STATUSES:
-        return -32600
-    return -32000
+        return jsonrpc.INVALID_REQUEST
+    return jsonrpc.SERVER_ERROR
 
 
 def render_refusal(refusal: Refusal, renderer: ErrorRenderer | None) -> tuple[bytes, str]:
