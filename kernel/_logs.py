@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     import re
 
 # The credentials kept out of this process's log (one per process, like the log itself), and
-# the one pattern of all their forms, built when one is added.
+# the patterns of all their forms, built when one is added.
 _log_secrets: tuple[str, ...] = ()
-_log_pattern: re.Pattern[str] | None = None
+_log_pattern: tuple[re.Pattern[str], re.Pattern[str] | None] | None = None
 
 
 def redact_from_logs(secrets: Iterable[str]) -> None:
