@@ -268,9 +268,10 @@ def _percent_encoded(secret: str) -> tuple[list[str], str] | None:
             continue
         hex_digits = "".join(f"%{b:02X}" for b in _utf8(char))
         escapes = "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in hex_digits)
-        as_text.append(f"(?:{re.escape(char)}|{escapes})")
+        # The escape first: "%" as itself would match the head of "%25" and end there.
+        as_text.append(f"(?:{escapes}|{re.escape(char)})")
         json_char = json.dumps(char, ensure_ascii=False)[1:-1]
-        in_json.append(f"(?:{re.escape(json_char)}|{escapes})")
+        in_json.append(f"(?:{escapes}|{re.escape(json_char)})")
     return as_text, "".join(in_json)
 
 

@@ -215,6 +215,14 @@ def test_a_secret_another_begins_with_goes_whole_however_its_tail_is_encoded():
     assert redact(said, secrets) == {"log": "key=[redacted]"}
 
 
+def test_a_secret_ending_in_a_percent_sign_leaves_no_piece_of_its_escape():
+    # Regression: "%" matched the secret's last character as itself before "%25" was tried,
+    # leaving "25" behind it: "key=[redacted]25&n=1".
+    secret = "tok-1234%"
+    assert redact(f"key={quote(secret)}&n=1", [secret]) == "key=[redacted]&n=1"
+    assert redact({"k": f"key={quote(secret)}"}, [secret]) == {"k": "key=[redacted]"}
+
+
 def test_a_secret_percent_encoded_with_its_quote_and_non_ascii_in_a_json_text_is_found():
     # The quick check reads the value as JSON: its '"' there reads '\"', the percent form not.
     secret = 'pa"ss/wörd-123'
