@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import email.utils
 import http
 import json
@@ -216,6 +217,8 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, OverflowError):  # a day or zone past a C int overflows
         return None
+    if when.tzinfo is None:  # asctime's form or "-0000": an HTTP date is GMT, not local time
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 

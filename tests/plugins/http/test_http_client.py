@@ -1,5 +1,6 @@
 import email.utils
 import json
+import time
 
 import pytest
 from roost.plugins.http.client import http_retry_wait, retry_after_s
@@ -47,6 +48,32 @@ def test_a_retry_after_date_that_overflows_or_is_not_ascii_is_ignored(date):
     # Regression: a day, hour or zone past a C int raised OverflowError out of the provider
     # call; a date in other digits was read as one.
     assert retry_after_s({"Retry-After": date}, now=0) is None
+
+
+@pytest.fixture(params=["JST-9", "EST+5"])
+def local_zone(request, monkeypatch):
+    """The process in a time zone other than UTC (POSIX TZ: no zone files needed)."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        "Mon Jan 12 13:47:10 1970",  # asctime's form (RFC 9110: a recipient must read it)
+        email.utils.formatdate(1_000_030),  # "-0000": a zone not given
+    ],
+)
+def test_a_retry_after_date_without_a_zone_is_gmt_whatever_the_local_zone(local_zone, date):
+    # Regression: such a date came back without a zone and was read in the machine's: 30 s
+    # ahead was 0 in Tokyo and 5 hours in New York; and year 9999's last day in Tokyo (past
+    # datetime's range once made UTC) raised ValueError out of the provider call.
+    assert retry_after_s({"Retry-After": date}, now=1_000_000) == pytest.approx(30)
+    for last in ("Fri Dec 31 23:59:59 9999", "Fri, 31 Dec 9999 23:59:59 -0000"):
+        assert retry_after_s({"Retry-After": last}, now=0) == pytest.approx(253402300799)
 
 
 @pytest.mark.parametrize("told", [float("nan"), -5.0, -1e308, True, float("inf")])
