@@ -25,6 +25,15 @@ def test_a_huge_retry_after_is_read_and_never_waited_for():
     assert http_retry_wait(429, retry_after_s({"Retry-After": "2"}), 0, 3600.0) is not None
 
 
+@pytest.mark.parametrize("forever", ["2147483647", "9223372036854775807"])
+@pytest.mark.parametrize(("name", "scale"), [("Retry-After", 1), ("retry-after-ms", 1000)])
+def test_a_retry_after_of_a_max_int_is_a_long_wait_not_an_unsaid_one(forever, name, scale):
+    # Regression: past 10**9 s the number was ignored, as if the server had said nothing: told
+    # to wait Java's Integer.MAX_VALUE (or Long's) seconds, roost retried in 0.5 s, 8 times.
+    assert retry_after_s({name: forever}) == int(forever) / scale
+    assert http_retry_wait(429, retry_after_s({name: forever}), 0, 3600.0) is None
+
+
 def test_retry_after_in_seconds_milliseconds_and_http_dates():
     assert retry_after_s({"Retry-After": "7"}) == 7
     assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
