@@ -1,7 +1,8 @@
 """The checks on every request and log line, each next to a floor:
 
-- a 4,000-character log line with 40 credentials registered vs the same line with 3: one
-  pattern reads the text once, so more credentials must not multiply the cost;
+- a 4,000-character log line with 40 credentials registered vs the same line with 3: a
+  text is read once per kind of form (literal, percent-encoded), so more credentials must
+  not multiply the cost;
 - a 10 MB tool result holding no credential vs ``json.dumps`` of it: the check runs at the
   speed of the C encoder, not of a Python walk over every object;
 - ``check_json_input`` (lone surrogates, non-finite numbers) of 200,000 ASCII strings and

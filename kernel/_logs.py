@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     import re
 
 # The credentials kept out of this process's log (one per process, like the log itself), and
-# the one pattern of all their forms, built when one is added.
+# the patterns of all their forms, built when one is added.
 _log_secrets: tuple[str, ...] = ()
-_log_pattern: re.Pattern[str] | None = None
+_log_pattern: tuple[re.Pattern[str], re.Pattern[str] | None] | None = None
 
 
 def redact_from_logs(secrets: Iterable[str]) -> None:
@@ -32,7 +32,7 @@ def redact_from_logs(secrets: Iterable[str]) -> None:
 
 
 # A record's ``extra`` when its message is ``redact_for_log``'s: ``RedactingFormatter`` writes
-# it as it is (no exception or stack with it), so a line is redacted once.
+# it as it is (unless an exception or stack comes with it), so a line is redacted once.
 REDACTED_FOR_LOG = {"redacted_for_log": True}
 
 
@@ -55,7 +55,9 @@ class RedactingFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        return text if getattr(record, "redacted_for_log", False) else redact_for_log(text)
+        if record.exc_text or record.stack_info or not getattr(record, "redacted_for_log", 0):
+            return redact_for_log(text)
+        return text
 
 
 class RedactingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -179,15 +179,18 @@ class ToolResult:
 _tool_result = frozen_builder(ToolResult)  # content, structured_content, is_error, taint
 
 REDACTED = "[redacted]"
+# The patterns ``redact`` looks for: of the literal forms, of the percent-encoded ones (if any).
+_Found = tuple[re.Pattern[str], re.Pattern[str] | None]
 
 
 @functools.lru_cache(maxsize=256)  # a tool's secrets are the same on every call
 def _needles(
     secrets: tuple[str, ...],
-) -> tuple[re.Pattern[str] | None, tuple[str, ...], re.Pattern[str] | None]:
-    """The pattern of ``secrets`` (of 4 characters or more) in every form ``redact`` knows
-    (None: no secret); each literal form as it reads inside a JSON string; and the pattern
-    of their percent-encoded forms inside a JSON string (None: no secret has one)."""
+) -> tuple[_Found | None, tuple[str, ...], re.Pattern[str] | None]:
+    """The patterns of ``secrets`` (of 4 characters or more) in every form ``redact`` knows:
+    literal, percent-encoded (None: no secret); each literal form as it reads inside a JSON
+    string; and the pattern of their percent-encoded forms inside a JSON string (None: no
+    secret has one)."""
     given = {s for s in secrets if len(s) >= 4}
     forms = set(given)
     encoded: list[tuple[list[str], str]] = []
@@ -201,15 +204,19 @@ def _needles(
         if pattern := _percent_encoded(secret):
             encoded.append(pattern)
     escaped = tuple(json.dumps(n, ensure_ascii=False)[1:-1] for n in forms)
-    found = _trie_pattern([[re.escape(c) for c in n] for n in forms] + [p[0] for p in encoded])
+    # Two patterns: in one trie a literal form's branch and a percent-encoded one's both take
+    # a "/" as itself, and the first to match wins, however shorter (see _redact_text).
+    literal = _trie_pattern([[re.escape(c) for c in n] for n in forms])
+    found = None if literal is None else (literal, _trie_pattern([p[0] for p in encoded]))
     in_json = re.compile("|".join(p[1] for p in encoded)) if encoded else None
     return found, escaped, in_json
 
 
 def _trie_pattern(forms: list[list[str]]) -> re.Pattern[str] | None:
-    """One pattern matching any of ``forms`` (each a sequence of patterns, one a character),
-    the longest where several start at one place; shared beginnings are tried once, so a
-    text is read in one pass however many forms there are."""
+    """One pattern matching any of ``forms`` (each a sequence of patterns, one a character;
+    None: no form), the longest where several start at one place when no two parts at a fork
+    match the same text (as of literal forms, a character each); shared beginnings are tried
+    once, so a text is read in one pass however many forms there are."""
     trie: dict[str, dict] = {}
     for form in sorted(forms, key=len, reverse=True):  # a longer form's branch is tried first
         node = trie
@@ -261,9 +268,10 @@ def _percent_encoded(secret: str) -> tuple[list[str], str] | None:
             continue
         hex_digits = "".join(f"%{b:02X}" for b in _utf8(char))
         escapes = "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in hex_digits)
-        as_text.append(f"(?:{re.escape(char)}|{escapes})")
+        # The escape first: "%" as itself would match the head of "%25" and end there.
+        as_text.append(f"(?:{escapes}|{re.escape(char)})")
         json_char = json.dumps(char, ensure_ascii=False)[1:-1]
-        in_json.append(f"(?:{re.escape(json_char)}|{escapes})")
+        in_json.append(f"(?:{escapes}|{re.escape(json_char)})")
     return as_text, "".join(in_json)
 
 
@@ -291,20 +299,26 @@ def redacted_head(text: str | bytes, secrets: Iterable[str], limit: int) -> str:
         end *= 2
 
 
-def _redact_text(text: str, found: re.Pattern[str]) -> str:
-    """``text`` with each stretch ``found`` matches, overlapping ones as one, replaced by
-    ``[redacted]``: two secrets that overlap leave no piece of either behind."""
-    match = found.search(text)
-    if match is None:
+def _redact_text(text: str, found: _Found) -> str:
+    """``text`` with each stretch a pattern of ``found`` matches (at every place one starts),
+    overlapping ones as one, replaced by ``[redacted]``: two secrets that overlap leave no
+    piece of either behind."""
+    literal, percent = found
+    matched: list[tuple[int, int]] = []
+    # Without a "%", what a percent-encoded form matches is a secret as itself: a literal form.
+    for pattern in (literal, percent) if percent is not None and "%" in text else (literal,):
+        match = pattern.search(text)
+        while match is not None:
+            matched.append(match.span())
+            match = pattern.search(text, match.start() + 1)
+    if not matched:
         return text
     spans: list[list[int]] = []
-    while match is not None:
-        start, end = match.span()
+    for start, end in sorted(matched):
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-        match = found.search(text, start + 1)
     pieces, kept = [], 0
     for start, end in spans:
         pieces += (text[kept:start], REDACTED)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
 import email.utils
 import http
 import json
@@ -203,12 +204,13 @@ def _basic_password(token: str) -> list[str]:
 
 def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds the server asked us to wait (``retry-after-ms``, ``Retry-After`` seconds or date);
-    None if it did not say so in ASCII digits (RFC 9110's ``1*DIGIT``), up to 10**9 s, or a date.
+    None if it did not say so in ASCII digits (RFC 9110's ``1*DIGIT``), up to 10**19 s (past a
+    64-bit "forever"), or a date.
     """
     lowered = {k.lower(): v for k, v in headers.items()}
     for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
         with contextlib.suppress(KeyError, InvalidInput):
-            return parse_int(lowered[name], name, 0, 10**9 * scale) / scale
+            return parse_int(lowered[name], name, 0, 10**19 * scale) / scale
     value = lowered.get("retry-after")
     if not value or not value.isascii():
         return None
@@ -216,6 +218,8 @@ def retry_after_s(headers: Mapping[str, str], *, now: float | None = None) -> fl
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, OverflowError):  # a day or zone past a C int overflows
         return None
+    if when.tzinfo is None:  # asctime's form or "-0000": an HTTP date is GMT, not local time
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 

@@ -6,7 +6,13 @@ import logging
 from urllib.parse import quote
 
 import pytest
-from roost.kernel import RedactingFormatter, RedactingStreamHandler, redact_from_logs
+from roost.kernel import (
+    REDACTED_FOR_LOG,
+    RedactingFormatter,
+    RedactingStreamHandler,
+    redact_for_log,
+    redact_from_logs,
+)
 
 KEY = 'sk-logs/"test\\key+1234'  # JSON escapes "/", '"' and "\"; a URL all three and "+"
 
@@ -43,6 +49,22 @@ def test_a_traceback_quoting_a_key_in_any_form_is_written_without_it(log_file):
     for form in (KEY, json.dumps(KEY)[1:-1], quote(KEY, safe=""), "sk-logs"):
         assert form not in text, text
     assert '{"auth": "[redacted]"}' in text and "GET /v1?key=[redacted] failed" in text
+
+
+def test_a_record_marked_redacted_still_has_its_traceback_redacted(log_file):
+    # Regression: the mark (a message redact_for_log already read) made the formatter write
+    # the whole line as it was, so a traceback logged with it kept the key.
+    log, path = log_file
+    redact_from_logs([KEY])
+    try:
+        raise RuntimeError(f"peer said {KEY}")
+    except RuntimeError:
+        log.warning("%s", redact_for_log(f"said {KEY}"), exc_info=True, extra=REDACTED_FOR_LOG)
+    log.warning("%s", redact_for_log(f"plain {KEY}"), extra=REDACTED_FOR_LOG)
+    text = path.read_text(encoding="utf-8")
+    assert "RuntimeError: peer said [redacted]" in text
+    assert KEY not in text and "sk-logs" not in text, text
+    assert "WARNING roost.test.logs: plain [redacted]\n" in text
 
 
 def test_a_secret_too_short_to_be_one_leaves_the_log_alone(log_file):

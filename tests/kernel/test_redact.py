@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import types
+from urllib.parse import quote
 
 import pytest
 from roost.kernel import Tool, ToolResult, ToolSpec, redact, redacted_head
@@ -201,6 +202,25 @@ def test_a_secret_percent_encoded_by_any_encoder_is_found(written):
     assert redact(said, ["sk-ab/cd+ef=gh!12"]) == {"log": "GET /v1?key=[redacted]&n=1"}
     assert redact(f"GET /v1?key={written}", ["sk-ab/cd+ef=gh!12"]) == "GET /v1?key=[redacted]"
     assert redact('GET "sk-ab%2fcd"', ["sk-ab/cd+ef=gh!12"]) == 'GET "sk-ab%2fcd"'
+
+
+def test_a_secret_another_begins_with_goes_whole_however_its_tail_is_encoded():
+    # Regression: the pattern's branch of the shorter one (its "/" as itself) matched first and
+    # won, so the longer one written by Python's quote() (which keeps "/") kept its tail:
+    # "key=[redacted]%2Bef%3Dgh%2112".
+    longer = "sk-ab/cd+ef=gh!12"
+    secrets = ["sk-ab/cd", longer]
+    assert redact(f"GET /v1?key={quote(longer)}&n=1", secrets) == "GET /v1?key=[redacted]&n=1"
+    said = {"log": f"key={quote(longer)}"}
+    assert redact(said, secrets) == {"log": "key=[redacted]"}
+
+
+def test_a_secret_ending_in_a_percent_sign_leaves_no_piece_of_its_escape():
+    # Regression: "%" matched the secret's last character as itself before "%25" was tried,
+    # leaving "25" behind it: "key=[redacted]25&n=1".
+    secret = "tok-1234%"
+    assert redact(f"key={quote(secret)}&n=1", [secret]) == "key=[redacted]&n=1"
+    assert redact({"k": f"key={quote(secret)}"}, [secret]) == {"k": "key=[redacted]"}
 
 
 def test_a_secret_percent_encoded_with_its_quote_and_non_ascii_in_a_json_text_is_found():

@@ -1,5 +1,6 @@
 import email.utils
 import json
+import time
 
 import pytest
 from roost.plugins.http.client import http_retry_wait, retry_after_s
@@ -22,6 +23,15 @@ def test_a_huge_retry_after_is_read_and_never_waited_for():
     assert long == 99_999_999
     assert http_retry_wait(429, long, 0, 3600.0) is None
     assert http_retry_wait(429, retry_after_s({"Retry-After": "2"}), 0, 3600.0) is not None
+
+
+@pytest.mark.parametrize("forever", ["2147483647", "9223372036854775807"])
+@pytest.mark.parametrize(("name", "scale"), [("Retry-After", 1), ("retry-after-ms", 1000)])
+def test_a_retry_after_of_a_max_int_is_a_long_wait_not_an_unsaid_one(forever, name, scale):
+    # Regression: past 10**9 s the number was ignored, as if the server had said nothing: told
+    # to wait Java's Integer.MAX_VALUE (or Long's) seconds, roost retried in 0.5 s, 8 times.
+    assert retry_after_s({name: forever}) == int(forever) / scale
+    assert http_retry_wait(429, retry_after_s({name: forever}), 0, 3600.0) is None
 
 
 def test_retry_after_in_seconds_milliseconds_and_http_dates():
@@ -47,6 +57,32 @@ def test_a_retry_after_date_that_overflows_or_is_not_ascii_is_ignored(date):
     # Regression: a day, hour or zone past a C int raised OverflowError out of the provider
     # call; a date in other digits was read as one.
     assert retry_after_s({"Retry-After": date}, now=0) is None
+
+
+@pytest.fixture(params=["JST-9", "EST+5"])
+def local_zone(request, monkeypatch):
+    """The process in a time zone other than UTC (POSIX TZ: no zone files needed)."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(
+    "date",
+    [
+        "Mon Jan 12 13:47:10 1970",  # asctime's form (RFC 9110: a recipient must read it)
+        email.utils.formatdate(1_000_030),  # "-0000": a zone not given
+    ],
+)
+def test_a_retry_after_date_without_a_zone_is_gmt_whatever_the_local_zone(local_zone, date):
+    # Regression: such a date came back without a zone and was read in the machine's: 30 s
+    # ahead was 0 in Tokyo and 5 hours in New York; and year 9999's last day in Tokyo (past
+    # datetime's range once made UTC) raised ValueError out of the provider call.
+    assert retry_after_s({"Retry-After": date}, now=1_000_000) == pytest.approx(30)
+    for last in ("Fri Dec 31 23:59:59 9999", "Fri, 31 Dec 9999 23:59:59 -0000"):
+        assert retry_after_s({"Retry-After": last}, now=0) == pytest.approx(253402300799)
 
 
 @pytest.mark.parametrize("told", [float("nan"), -5.0, -1e308, True, float("inf")])
