@@ -180,7 +180,7 @@ class AgentRuntime:
             )
         if event.kind == EventKind.EXEC_TOOL_CALL:
             return await self.kernel.surface(self.name).handle(
-                event.payload, direct_ask=direct_ask_of(event)
+                event.payload, direct_ask=direct_ask_of(event), carried=event.trace
             )
         raise RoostError(f"agent {self.name!r} does not handle events of kind {event.kind!r}")
 

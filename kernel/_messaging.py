@@ -4,8 +4,9 @@ ask each other (the in-memory MCP transport).
 ``send`` makes the agent the next hop of the caller's trace and asks its actor with an
 ``AGENT:MESSAGE`` event. An ``agent_<name>`` tool asks the target's actor with an
 ``EXEC:TOOL_CALL`` event holding a JSON-RPC ``tools/call`` of its ``message`` tool (the
-trace in ``params._meta``), which its ``AgentSurface`` answers. A caller that stops waiting
-cancels the run. ``Messaging`` is that part of ``Kernel`` (a mixin over its state).
+trace on the event, as headers carry it between hosts), which its ``AgentSurface``
+answers. A caller that stops waiting cancels the run. ``Messaging`` is that part of
+``Kernel`` (a mixin over its state).
 """
 
 from __future__ import annotations
@@ -141,11 +142,8 @@ class Messaging:
         origin = call.trace or TraceContext.new(caller, max_depth=self.max_depth_for(caller))
         if len(origin.path) > 2:  # bouncing more than twice takes four hops (A, B, A, B)
             check_ping_pong(origin.path + (target,))
-        params = {
-            "name": "message",
-            "arguments": {"message": call.arguments["message"]},
-            "_meta": origin.to_meta(),
-        }
+        # The trace rides the event (``trace=origin``), as HTTP headers carry it between hosts.
+        params = {"name": "message", "arguments": {"message": call.arguments["message"]}}
         request = {"jsonrpc": "2.0", "id": call.id, "method": "tools/call", "params": params}
         try:
             answer = await self.actors.ask_payload(

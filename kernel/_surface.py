@@ -2,11 +2,12 @@
 
 Every agent is an MCP server: ``message`` ("ask this agent") plus the tools its manifest
 exposes. ``AgentSurface`` (``kernel.surface(name)``) lists them and answers ``tools/call``
-(exposure, argument validation, the trace in ``params._meta``, the depth breaker, every
-error's shape) whatever the transport. In memory, an ``EXEC:TOOL_CALL`` to the agent's
-actor is answered by ``handle`` (a one-shot ask, kept in memory); over stdio and HTTP the
-MCP plugin's server calls ``prepare`` and ``ask`` / ``call_tool`` for a principal (stored
-as ``kernel.send`` stores it) and adds what belongs to the session.
+(exposure, argument validation, the trace from ``params._meta`` or the transport, the depth
+breaker, every error's shape) whatever the transport. In memory, an ``EXEC:TOOL_CALL`` to
+the agent's actor (the trace on the event) is answered by ``handle`` (a one-shot ask, kept
+in memory); over stdio and HTTP the MCP plugin's server calls ``prepare`` and ``ask`` /
+``call_tool`` for a principal (stored as ``kernel.send`` stores it) and adds what belongs to
+the session.
 """
 
 from __future__ import annotations
@@ -149,13 +150,22 @@ class AgentSurface:
         return kernel._cached(("surface", self.agent), manifest, build)
 
     # ---- tools/call ----------------------------------------------------------------------
-    def prepare(self, params: Any, *, tool: str | None = None, server: bool = False) -> SurfaceCall:
+    def prepare(
+        self,
+        params: Any,
+        *,
+        tool: str | None = None,
+        server: bool = False,
+        carried: TraceContext | None = None,
+    ) -> SurfaceCall:
         """Check a ``tools/call``'s ``params`` and read its trace context; ``JsonRpcError``
         for what the protocol refuses (bad params, unknown tool, a malformed ``_meta``
         depth). ``tool``: the name here when the caller used another (the host surface's
         ``agent_<name>``, ``<agent>_<tool>``).
         ``server``: the transport's server opens a span for it (``SurfaceCall.server``), so
-        the agent's run is that span's child rather than the caller's."""
+        the agent's run is that span's child rather than the caller's.
+        ``carried``: the caller's context as the transport carries it beside ``_meta`` (in
+        memory: the ask's event); the deeper of the two is continued."""
         if not is_mapping(params):
             params = param(params, "name", str)  # raises, naming what params should be
         try:  # a lone surrogate or a non-finite number (see check_json_input): refused up front
@@ -172,23 +182,24 @@ class AgentSurface:
         agent = self.agent
         tool = None if spec.name == MESSAGE_TOOL else spec.name
         limit = kernel.max_depth_for(agent)
-        span = None
+        span = remote = None
         try:
+            remote = TraceContext.deepest(
+                carried, TraceContext.from_meta(params.get("_meta"), field="params._meta")
+            )
             if server:
-                remote = TraceContext.from_meta(params.get("_meta"), field="params._meta")
                 span = remote.nested() if remote is not None else TraceContext.root(max_depth=limit)
                 trace = span.child(agent, max_depth=limit)
+            elif remote is not None:
+                trace = remote.child(agent, max_depth=limit)
             else:
-                trace = TraceContext.for_hop(
-                    params.get("_meta"), agent, max_depth=limit, field="params._meta"
-                )
+                trace = TraceContext.new(agent, max_depth=limit)
         except InvalidTraceContext as exc:
             raise JsonRpcError(INVALID_PARAMS, str(exc), {"field": exc.field}) from None
         except RecursionLimitExceeded as exc:
             # Refused by the depth breaker: a tool execution error the calling model reads.
             caller = exc.path[-2] if len(exc.path) > 1 else "mcp-client"
-            where = span or TraceContext.from_meta(params.get("_meta"))
-            kernel.breaker_tripped(exc, caller=caller, target=agent, trace=where)
+            kernel.breaker_tripped(exc, caller=caller, target=agent, trace=span or remote)
             return SurfaceCall(tool, arguments, None, exc.to_mcp_result(), span)
         if tool is not None:
             # No agent runs: call_tool's span is the caller's (or server's) child, not a hop's.
@@ -240,8 +251,15 @@ class AgentSurface:
         return reply.to_mcp(session_id=reply.session_id or None)
 
     # ---- the in-memory transport ----------------------------------------------------------
-    async def handle(self, request: Any, *, direct_ask: DirectAsk | None = None) -> dict[str, Any]:
-        """Answer a JSON-RPC request sent to the actor (``direct_ask``: that ask's, in its task)."""
+    async def handle(
+        self,
+        request: Any,
+        *,
+        direct_ask: DirectAsk | None = None,
+        carried: TraceContext | None = None,
+    ) -> dict[str, Any]:
+        """Answer a JSON-RPC request sent to the actor (``direct_ask``: that ask's, in its task;
+        ``carried``: the trace context of the ask's event)."""
         if not is_mapping(request) or request.get("jsonrpc") != "2.0":
             return (
                 JsonRpcError(INVALID_REQUEST, "expected a JSON-RPC 2.0 request object")
@@ -260,7 +278,7 @@ class AgentSurface:
                 raise JsonRpcError(
                     METHOD_NOT_FOUND, f"method {method!r} not found", {"method": method}
                 )
-            call = self.prepare(params)
+            call = self.prepare(params, carried=carried)
             if call.refused is not None:
                 return Response(req_id, call.refused).to_dict()
             if call.tool is not None:

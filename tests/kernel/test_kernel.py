@@ -96,11 +96,11 @@ async def test_bundled_agents_collaborate_over_kernel_routed_mcp_calls(config):
         ]
         hops = [(e.source, e.target, e.trace.depth) for e in agent_calls]
         assert hops == [("coordinator", "worker", 1), ("worker", "reviewer", 2)]
-        # The very JSON-RPC message MCP sends, with the trace in params._meta.
+        # The very JSON-RPC message MCP sends; its trace rides the event, as headers carry it.
         request = agent_calls[1].payload
         assert request["method"] == "tools/call" and request["params"]["name"] == "message"
-        meta = TraceContext.from_meta(request["params"]["_meta"])
-        assert meta.trace_id == reply.trace_id and meta.path == ("coordinator", "worker")
+        sent = agent_calls[1].trace
+        assert sent.trace_id == reply.trace_id and sent.path == ("coordinator", "worker")
         # The worker really wrote its draft in its own workspace.
         draft = config.home / "workspaces" / "worker" / "draft.md"
         assert draft.read_text().startswith("Draft: Write a haiku")
@@ -144,6 +144,26 @@ async def test_incoming_trace_from_another_process_counts_toward_the_limit(confi
         assert "r1 → r2 → r3 → r4 → coordinator → worker" in reply.text
         with pytest.raises(RecursionLimitExceeded):
             await kernel.send("coordinator", "x", trace=remote.child("r5"))
+
+
+async def test_an_in_memory_ask_continues_the_deeper_of_its_event_and_its_meta(config):
+    deep = TraceContext.new("r1")
+    for hop in ("r2", "r3", "r4", "r5"):
+        deep = deep.child(hop)
+    shallow = TraceContext.new("r1")
+    async with open_kernel(config) as kernel:
+        # A lower depth in either carrier never resets the chain: worker would be hop 6.
+        for carried, meta in ((deep, shallow), (shallow, deep), (deep, None)):
+            params = {"name": "message", "arguments": {"message": "hi"}}
+            if meta is not None:
+                params["_meta"] = meta.to_meta()
+            request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+            answer = await kernel.actors.ask_payload(
+                "worker", EventKind.EXEC_TOOL_CALL, request, trace=carried, timeout=10
+            )
+            result = answer["result"]
+            assert result["isError"], result
+            assert "r1 → r2 → r3 → r4 → r5 → worker" in result["content"][0]["text"]
 
 
 async def test_unknown_agent_names_the_known_ones(config):

@@ -110,9 +110,9 @@ async def test_a_bundled_run_is_a_tree_of_spans_coordinator_worker_reviewer(conf
     ] > 0
     assert reviewer["attributes"]["output_tokens"] == usage["output_tokens"]
 
-    # what travelled: the ask's _meta names the tool call's span as the callee's parent
+    # what travelled: the ask's event names the tool call's span as the callee's parent
     asks = [e for e in seen if e.kind == EventKind.EXEC_TOOL_CALL and "jsonrpc" in e.payload]
-    sent = TraceContext.from_meta(asks[0].payload["params"]["_meta"])
+    sent = asks[0].trace
     assert (sent.trace_id, sent.span_id, sent.path) == (
         reply.trace_id,
         ask_worker["span_id"],
@@ -226,7 +226,6 @@ async def test_spans_record_nothing_while_nobody_watches_them_but_the_ids_still_
     run = message.trace
     # the ask went out in a span of its own (the tool call's), a child of the caller's run
     assert ask.trace.parent_span_id == run.span_id and ask.trace.span_id != run.span_id
-    assert TraceContext.from_meta(ask.payload["params"]["_meta"]).span_id == ask.trace.span_id
 
 
 async def test_a_tool_call_without_a_trace_is_a_root_span(config):
