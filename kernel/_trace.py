@@ -225,15 +225,6 @@ class TraceContext:
         *known, sampled = fields
         return cls(*known, sampled=sampled)
 
-    @classmethod
-    def for_hop(cls, meta: Any, hop: str, *, max_depth: int, field: str = "_meta") -> TraceContext:
-        """``from_meta(meta, field=field).child(hop, max_depth=max_depth)``, or ``new(hop, ...)``
-        when ``meta`` carries no context: what a callee reads from a request."""
-        fields = _fields_from_meta(meta, field)
-        if fields is None:
-            return cls.new(hop, max_depth=max_depth)
-        return _hop(*fields, hop, max_depth)  # child() without building the parent first
-
     # ---- A2A message metadata ------------------------------------------------------
     to_metadata = to_meta
     from_metadata = from_meta

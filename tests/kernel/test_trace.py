@@ -141,8 +141,6 @@ def test_a_malformed_depth_is_refused_naming_its_carrier(depth):
             {HEADER_DEPTH: str(depth)} if not isinstance(depth, str) else {HEADER_DEPTH: depth}
         )
     assert info.value.field == "X-Roost-Trace-Depth"
-    with pytest.raises(InvalidTraceContext):
-        TraceContext.for_hop({META_DEPTH: depth}, "X", max_depth=5)
 
 
 def test_an_inbound_depth_past_the_limit_is_refused_on_the_next_hop():
@@ -206,55 +204,6 @@ def test_path_is_bounded():
     long_hop = TraceContext.from_meta({META_PATH: ["x" * 10_000]})
     assert len(long_hop.path[0]) == 128
     assert TraceContext.from_meta({META_DEPTH: 500}).path == ("?",)
-
-
-@pytest.mark.parametrize(
-    ("meta", "keeps_ids"),
-    [
-        (chain("A", "B").to_meta(), True),
-        (chain("A", "B", "C", max_depth=3).to_meta(), True),
-        (
-            {
-                META_TRACEPARENT: " 00-" + "AB" * 16 + "-" + "cd" * 8 + "-01 ",
-                META_DEPTH: "2",
-                META_PATH: [" A ", "", "B"],
-            },
-            True,
-        ),
-        ({META_DEPTH: 7}, False),
-        ({META_PATH: ["x" * 300], META_MAX_DEPTH: 9, META_TRACEPARENT: "garbage"}, False),
-    ],
-)
-def test_for_hop_is_from_meta_then_child(meta, keeps_ids):
-    # The callee of an in-memory MCP call reads its context in one step; it must be the
-    # same context (and the same refusal) as reading the meta and then taking the hop.
-    incoming = TraceContext.from_meta(meta)
-    try:
-        expected: object = incoming.child("X", max_depth=4)
-    except RecursionLimitExceeded as exc:
-        expected = (exc.path, exc.max_depth)
-    try:
-        got: object = TraceContext.for_hop(meta, "X", max_depth=4)
-    except RecursionLimitExceeded as exc:
-        got = (exc.path, exc.max_depth)
-    if not isinstance(expected, TraceContext):
-        assert got == expected
-        return
-    assert isinstance(got, TraceContext)
-    assert (got.depth, got.path, got.max_depth) == (
-        expected.depth,
-        expected.path,
-        expected.max_depth,
-    )
-    assert got.parent_span_id is not None and TRACEPARENT.match(got.traceparent)
-    if keeps_ids:  # the caller's ids, not made-up ones
-        assert (got.trace_id, got.parent_span_id) == (incoming.trace_id, incoming.span_id)
-
-
-def test_for_hop_without_a_context_starts_a_trace_at_the_hop():
-    for meta in (None, {}, {"other": 1}, "text"):
-        ctx = TraceContext.for_hop(meta, "X", max_depth=3)
-        assert (ctx.depth, ctx.path, ctx.max_depth, ctx.parent_span_id) == (1, ("X",), 3, None)
 
 
 def test_headers_round_trip():
@@ -380,116 +329,24 @@ def test_the_random_pool_never_hands_out_an_all_zero_span_id(monkeypatch):
     assert _trace._new_span_id() == "0102030405060708"  # the next batch, the same way
 
 
-def _parse_traceparent(value):
-    from roost.kernel._trace import _parse_traceparent
-
-    return _parse_traceparent(value)
-
-
-def _reference_hop(meta, hop, max_depth):
-    """What for_hop says it is: ``from_meta``, then ``child``."""
-    parent = TraceContext.from_meta(meta)
-    return None if parent is None else parent.child(hop, max_depth=max_depth)
-
-
-def _same_hop(a: TraceContext, b: TraceContext) -> bool:
-    # The new span id is random: everything else must match.
-    return (a.trace_id, a.depth, a.path, a.max_depth, a.parent_span_id, a.sampled) == (
-        b.trace_id,
-        b.depth,
-        b.path,
-        b.max_depth,
-        b.parent_span_id,
-        b.sampled,
-    )
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        {},
-        {META_TRACEPARENT: "00-" + "A" * 32 + "-" + "b" * 16 + "-01"},  # upper case: normalised
-        {META_TRACEPARENT: " 00-" + "a" * 32 + "-" + "b" * 16 + "-01 "},
-        {META_TRACEPARENT: "00-" + "0" * 32 + "-" + "b" * 16 + "-01"},  # invalid ids: a new trace
-        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "0" * 16 + "-01"},
-        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01\n"},
-        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-00"},  # not sampled
-        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-02"},  # another flag only
-        {META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-0B"},
-        {META_TRACEPARENT: "00-" + "0" * 32 + "-" + "b" * 16 + "-00"},  # ignored: sampled
-        {META_TRACEPARENT: 7},
-        {META_DEPTH: "2"},
-        {META_DEPTH: 1},  # less than the path: the path counts
-        {META_DEPTH: 10**6},
-        {META_PATH: ("a", "b")},
-        {META_PATH: ["a", " b"]},
-        {META_PATH: ["a", ""]},
-        {META_PATH: ["a", "x" * 200]},
-        {META_PATH: ["a", 3]},
-        {META_PATH: []},
-        {META_PATH: ["h"] * 70, META_DEPTH: 70},
-        {META_MAX_DEPTH: 0},
-        {META_MAX_DEPTH: "9"},
-        {META_MAX_DEPTH: 10**6},
-        {META_MAX_DEPTH: None},
-    ],
-)
-def test_for_hop_reads_every_meta_as_the_general_parser_does(change):
-    meta = {
-        META_TRACEPARENT: "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
-        META_DEPTH: 2,
-        META_PATH: ["a", "b"],
-        META_MAX_DEPTH: 9,
-    }
-    meta.update(change)
-    for max_depth in (3, 100):
-        try:
-            expected = _reference_hop(meta, "c", max_depth)
-        except RecursionLimitExceeded as exc:
-            with pytest.raises(RecursionLimitExceeded) as info:
-                TraceContext.for_hop(meta, "c", max_depth=max_depth)
-            assert (info.value.path, info.value.max_depth) == (exc.path, exc.max_depth)
-            continue
-        got = TraceContext.for_hop(meta, "c", max_depth=max_depth)
-        if expected is None:
-            assert got.depth == 1 and got.path == ("c",)
-        elif _parse_traceparent(meta[META_TRACEPARENT]) is None:
-            # no valid parent: each starts a trace id (and parent span) of its own
-            assert (got.depth, got.path, got.max_depth) == (
-                expected.depth,
-                expected.path,
-                expected.max_depth,
-            )
-        else:
-            assert _same_hop(got, expected)
-
-
-def test_for_hop_of_what_to_meta_wrote_is_the_child():
-    ctx = chain("a", "b", max_depth=7)
-    got = TraceContext.for_hop(ctx.to_meta(), "c", max_depth=9)
-    assert _same_hop(got, ctx.child("c", max_depth=9)) and got.parent_span_id == ctx.span_id
-
-
 def test_a_callers_unsampled_flag_is_kept_on_every_hop_and_sent_on():
     unsampled = "00-" + "a" * 32 + "-" + "b" * 16 + "-00"
     carriers = [
         TraceContext.from_headers({"traceparent": unsampled}),
         TraceContext.from_meta({META_TRACEPARENT: unsampled}),
         TraceContext.from_env({"TRACEPARENT": unsampled}),
-        TraceContext.for_hop(
-            {META_TRACEPARENT: unsampled, META_DEPTH: 1, META_PATH: ["x"], META_MAX_DEPTH: 5},
-            "c",
-            max_depth=5,
-        ),
-        TraceContext.for_hop(
-            {META_TRACEPARENT: unsampled.upper().replace("X", "x")}, "c", max_depth=5
+        TraceContext.from_meta(
+            {META_TRACEPARENT: unsampled, META_DEPTH: 1, META_PATH: ["x"], META_MAX_DEPTH: 5}
+        ).child("c", max_depth=5),
+        TraceContext.from_meta({META_TRACEPARENT: unsampled.upper().replace("X", "x")}).child(
+            "c", max_depth=5
         ),
     ]
     for ctx in carriers:
         assert ctx.trace_id == "a" * 32 and not ctx.sampled
         for hop in (ctx.child("d"), ctx.nested(), ctx.child("d").nested().child("e")):
             assert not hop.sampled and hop.traceparent.endswith("-00")
-            assert TraceContext.for_hop(hop.to_meta(), "f", max_depth=9).sampled is False
+            assert TraceContext.from_meta(hop.to_meta()).child("f", max_depth=9).sampled is False
             assert TraceContext.from_headers(hop.to_headers()).sampled is False
     # sampled, another flag only, or no valid traceparent: sampled (W3C: ignore what is bad)
     for flags in ("01", "03", "02", "0b"):
@@ -527,7 +384,7 @@ def test_a_forged_lower_depth_in_one_carrier_never_resets_the_chain():
     deep.deepen_meta(params)  # the headers say 5, _meta says 0: 5 wins
     assert params["_meta"][META_DEPTH] == 5 and params["_meta"]["progressToken"] == 3
     with pytest.raises(RecursionLimitExceeded, match="depth 6"):
-        TraceContext.for_hop(params["_meta"], "F", max_depth=5)
+        TraceContext.from_meta(params["_meta"]).child("F", max_depth=5)
     deeper = {"_meta": chain("A", "B", "C", "D", "E").to_meta()}
     kept = dict(deeper["_meta"])
     chain("A").deepen_meta(deeper)  # the headers say 1, _meta says 5: _meta stays
