@@ -143,9 +143,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_uncaught(log: Any) -> None:
+    """What Python itself would print to stderr, an exception it can only report ("Exception
+    ignored in": a ``__del__`` raising) and one that ends a thread, logged (so redacted)."""
+    import threading
+
+    def shown(item: Any) -> str:
+        try:
+            return repr(item)[:200]
+        except Exception:
+            return f"<{type(item).__name__}>"
+
+    def unraisable(report: Any) -> None:
+        said = report.err_msg or "Exception ignored in"
+        caught = (report.exc_type, report.exc_value, report.exc_traceback)
+        log.error("%s: %s", said, shown(report.object), exc_info=caught if caught[0] else None)
+
+    def thread_failed(report: Any) -> None:
+        if report.exc_type is SystemExit:  # as Python's own hook: a thread's way to end
+            return
+        name = report.thread.name if report.thread is not None else "?"
+        caught = (report.exc_type, report.exc_value, report.exc_traceback)
+        log.error("Exception in thread %s", name, exc_info=caught)
+
+    sys.unraisablehook = unraisable
+    threading.excepthook = thread_failed
+
+
 def _setup_logging(debug: bool, command: str) -> None:
     """Log to stderr, every credential roost reads (``redact_from_logs``) taken out; Python's
-    warnings are logged, so they are redacted too."""
+    warnings, ignored exceptions and threads' failures are logged, so they are redacted too."""
     import logging
 
     from roost.kernel import RedactingStreamHandler
@@ -153,6 +180,7 @@ def _setup_logging(debug: bool, command: str) -> None:
     handler = RedactingStreamHandler(sys.stderr, "%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
     logging.captureWarnings(True)
+    _log_uncaught(logging.getLogger("roost"))
     if command == "run" and not debug:
         logging.getLogger("roost").setLevel(logging.INFO)
         logging.getLogger("roost.http.server").setLevel(logging.WARNING)

@@ -225,6 +225,45 @@ def test_a_warning_and_a_failed_log_call_quoting_a_key_reach_stderr_without_it()
     assert "--- Logging error ---" in result.stderr and "'[redacted]'" in result.stderr
 
 
+# An exception Python can only report ("Exception ignored in": a __del__ or a generator's
+# finally raising) and one that ends a thread, each quoting the key.
+UNRAISABLE_AND_THREAD = f"""
+import gc, threading
+from roost.kernel import redact_from_logs
+from roost.plugins.cli._main import _setup_logging
+
+_setup_logging(False, "run")
+redact_from_logs([{LOGGED_KEY!r}])
+
+class Holder:
+    def __del__(self):
+        raise RuntimeError("closing the session of {LOGGED_KEY}")
+
+Holder()
+gc.collect()
+
+def worker():
+    raise ValueError("worker had {LOGGED_KEY}")
+
+thread = threading.Thread(target=worker, name="quoting")
+thread.start()
+thread.join()
+print("done")
+"""
+
+
+def test_an_ignored_exception_and_a_threads_failure_quoting_a_key_reach_stderr_without_it():
+    # Regression: Python printed both straight to stderr, past the log's redaction.
+    result = subprocess.run(
+        [sys.executable, "-c", UNRAISABLE_AND_THREAD], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout == "done\n", result.stderr
+    assert LOGGED_KEY not in result.stderr, result.stderr
+    assert "RuntimeError: closing the session of [redacted]" in result.stderr
+    assert "ValueError: worker had [redacted]" in result.stderr
+    assert "quoting" in result.stderr  # which thread
+
+
 # A server whose stderr line quotes the provider's key (not one of its own credentials) where
 # roost cuts the line (4,000 characters).
 QUOTE_ACROSS_THE_CUT = f"""
