@@ -1,8 +1,9 @@
 """An agent as an actor: its mailbox receives messages and MCP tool calls.
 
 ``AGENT:MESSAGE`` runs the agentic loop for a user message (a session, stored).
-``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` exactly as MCP sends it (the caller's
-trace in ``params._meta``), answered by the JSON-RPC response: the in-memory MCP transport.
+``EXEC:TOOL_CALL`` carries a JSON-RPC ``tools/call`` as MCP sends it (the caller's trace on
+the event, as headers carry it between processes), answered by the JSON-RPC response: the
+in-memory MCP transport.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ class AgentSurface:
         ``server``: the transport's server opens a span for it (``SurfaceCall.server``), so
         the agent's run is that span's child rather than the caller's.
         ``carried``: the caller's context as the transport carries it beside ``_meta`` (in
-        memory: the ask's event); the deeper of the two is continued."""
+        memory: the ask's event); the deeper of the two is continued (a tie: ``_meta``)."""
         if not is_mapping(params):
             params = param(params, "name", str)  # raises, naming what params should be
         try:  # a lone surrogate or a non-finite number (see check_json_input): refused up front
@@ -184,8 +184,9 @@ class AgentSurface:
         limit = kernel.max_depth_for(agent)
         span = remote = None
         try:
+            # A tie goes to the request's own carrier, as on every entry (README).
             remote = TraceContext.deepest(
-                carried, TraceContext.from_meta(params.get("_meta"), field="params._meta")
+                TraceContext.from_meta(params.get("_meta"), field="params._meta"), carried
             )
             if server:
                 span = remote.nested() if remote is not None else TraceContext.root(max_depth=limit)

@@ -166,6 +166,26 @@ async def test_an_in_memory_ask_continues_the_deeper_of_its_event_and_its_meta(c
             assert "r1 → r2 → r3 → r4 → r5 → worker" in result["content"][0]["text"]
 
 
+async def test_an_in_memory_ask_on_a_depth_tie_continues_its_meta_as_every_entry_does(config):
+    # README: of several carriers the deepest wins whole, "a tie goes to the message's own
+    # carrier" (MCP params._meta over the headers); the ask's event is the in-memory headers.
+    def five(prefix):
+        ctx = TraceContext.new(prefix + "1")
+        for i in range(2, 6):
+            ctx = ctx.child(f"{prefix}{i}")
+        return ctx
+
+    carried, meta = five("e"), five("m")
+    params = {"name": "message", "arguments": {"message": "hi"}, "_meta": meta.to_meta()}
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    async with open_kernel(config) as kernel:
+        answer = await kernel.actors.ask_payload(
+            "worker", EventKind.EXEC_TOOL_CALL, request, trace=carried, timeout=10
+        )
+    refused = answer["result"]["_meta"]["io.roost/error"]
+    assert refused["path"] == ["m1", "m2", "m3", "m4", "m5", "worker"], refused
+
+
 async def test_unknown_agent_names_the_known_ones(config):
     async with open_kernel(config) as kernel:
         with pytest.raises(AgentNotFound, match="known agents: coordinator"):

@@ -13,6 +13,9 @@ HTTP+JSON, ``roost mcp`` on stdio — meets each way of claiming (or hiding) a d
 Then the bash attack end to end: an agent whose ``bash`` curls the daemon's own
 ``/api/agents/<self>/message`` — with no trace headers, with forged ones, and forwarding
 the environment it was given — and the chain trips at depth 5 every time.
+
+Last, a chain n1 → … → n6 whose hops mix the in-host ask, MCP over HTTP and A2A between
+daemons trips at n6, as an all-in-memory chain does.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import socket
 import subprocess
 import sys
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ import attrs
 import httpx
 import pytest
 import trio
-from roost.kernel import AgentManifest, EventKind, default_config, open_kernel
+from roost.kernel import AgentManifest, EventKind, default_config, open_kernel, parse_manifest
 
 MCP_VERSION = "2026-07-28"
 MCP_META = {
@@ -486,3 +489,121 @@ async def test_an_agents_bash_calling_the_daemon_trips_the_breaker_at_depth_5(tm
             and "would reach depth 6, past the limit of 5" in body["reply"]
         )
     assert {r.trace.trace_id for r in runs} == {body["trace_id"]}  # one chain, one trace
+
+
+# ---- a chain over mixed transports --------------------------------------------------------
+
+
+def _chain_agent(name: str, tool: str | None, max_depth: int | None) -> Any:
+    rules = []
+    if tool:
+        step = {"tool": tool, "arguments": {"message": "{message}"}}
+        rules.append({"match": ".", "steps": [step], "reply": f"{name}<{{result}}>"})
+    manifest: dict[str, Any] = {
+        "name": name,
+        "description": f"chain agent {name}",
+        "model": {"provider": "scripted", "script": {"rules": rules, "default_reply": "reached"}},
+        "capabilities": {"tools": [tool] if tool else []},
+        "a2a": {"enabled": True},
+    }
+    if max_depth is not None:
+        manifest["limits"] = {"max_depth": max_depth}
+    return parse_manifest(manifest)
+
+
+async def _run_chain(tmp_path: Path, hops: tuple[str, ...], limits: dict[str, int]):
+    """Agents n1 … n(len(hops)+1), hop i over ``hops[i]`` ("mem": ``agent_<name>``, "mcp":
+    the next daemon's ``/agents/<name>/mcp``, "a2a": its A2A agent); a daemon per network
+    hop, the last started first. n1's reply and every daemon's ``KERNEL:BREAKER`` events."""
+    from roost.plugins.http import open_daemon
+
+    names = _path(len(hops) + 1)
+    groups = [[0]]  # the agents of each daemon, by index
+    for i, hop in enumerate(hops, start=1):
+        if hop == "mem":
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    kernels = []
+    async with AsyncExitStack() as stack:
+        url = None  # the next daemon's
+        for g, members in reversed(list(enumerate(groups))):
+            last, settings, out = members[-1], {}, None
+            if last < len(hops):
+                target = names[last + 1]
+                if hops[last] == "mcp":
+                    out = f"mcp_s{g}_message"
+                    transport = {"type": "http", "url": f"{url}/agents/{target}/mcp"}
+                    settings["mcp_servers"] = [
+                        {"name": f"s{g}", "allow_local": True, "transport": transport}
+                    ]
+                else:
+                    out = f"a2a_e{g}"
+                    external = {"name": f"e{g}", "url": f"{url}/a2a/agents/{target}"}
+                    settings["a2a"] = {"external_agents": [external]}
+            agents = [
+                _chain_agent(
+                    names[i],
+                    f"agent_{names[i + 1]}" if i != last else out,
+                    limits.get(names[i]),
+                )
+                for i in members
+            ]
+            config = default_config(
+                home=str(tmp_path / f"k{g}"),
+                agents={"bundled": False},
+                http={"port": 0},
+                **settings,
+            )
+            kernel = await stack.enter_async_context(open_kernel(config, agents=agents))
+            with trio.fail_after(20):
+                while out is not None and out not in kernel.registry:
+                    await trio.sleep(0.02)
+            url = await stack.enter_async_context(open_daemon(kernel, graceful_timeout=1))
+            kernels.append(kernel)
+        streams = [
+            await stack.enter_async_context(
+                k.tap.subscribe(buffer=64, kinds=(EventKind.KERNEL_BREAKER,))
+            )
+            for k in kernels
+        ]
+        with trio.fail_after(60):
+            reply = await kernels[-1].send("n1", "go")
+        trips = []
+        for stream in streams:
+            while True:
+                try:
+                    trips.append(stream.receive_nowait().payload)
+                except trio.WouldBlock:
+                    break
+    return reply, trips
+
+
+def _path(n: int) -> list[str]:
+    return [f"n{i}" for i in range(1, n + 1)]
+
+
+MIXED = [
+    ("mem", "mcp", "mem", "a2a", "mem"),
+    ("mcp", "mem", "a2a", "mem", "mcp"),
+    ("a2a", "mcp", "mem", "mem", "a2a"),
+]
+
+
+@pytest.mark.parametrize("hops", MIXED, ids=["-".join(h) for h in MIXED])
+async def test_a_chain_over_mixed_transports_trips_at_the_sixth_agent(tmp_path, hops):
+    # The in-host ask's trace rides its event, MCP's _meta and headers, A2A's metadata and
+    # headers: whatever carries each hop, n6 is refused at depth 6 (and n1..n5 run).
+    reply, trips = await _run_chain(tmp_path, hops, {})
+    assert reply.text.startswith("n1<n2<n3<n4<n5<") and "reached" not in reply.text
+    assert "would reach depth 6, past the limit of 5: n1 → n2 → n3 → n4 → n5 → n6" in reply.text
+    assert trips and all(t["depth"] == 6 and t["path"] == _path(6) for t in trips), trips
+    reply, trips = await _run_chain(tmp_path / "five", hops[:4], {})
+    assert reply.text == "n1<n2<n3<n4<reached>>>>" and not trips, (reply.text, trips)
+
+
+@pytest.mark.parametrize("hops", MIXED, ids=["-".join(h) for h in MIXED])
+async def test_a_stricter_limit_of_the_first_agent_holds_down_a_mixed_chain(tmp_path, hops):
+    reply, trips = await _run_chain(tmp_path, hops, {"n1": 3})
+    assert "would reach depth 4, past the limit of 3: n1 → n2 → n3 → n4" in reply.text
+    assert trips and all(t["depth"] == 4 and t["path"] == _path(4) for t in trips), trips

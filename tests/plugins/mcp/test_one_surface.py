@@ -191,3 +191,28 @@ async def test_every_transport_answers_the_agent_surface_like_the_in_memory_path
     assert local["name not a string"]["error"]["code"] == -32602
     assert local["arguments not an object"]["error"]["code"] == -32602
     assert local["unknown method"]["error"]["code"] == -32601
+
+
+async def test_the_in_memory_asks_event_trace_trips_as_http_trace_headers_do(kernel):
+    # An in-host ask carries its trace on the event, not in _meta; over HTTP the headers carry
+    # it. The same context five hops deep must be refused alike, naming the same path.
+    deep = TraceContext("ab" * 16, "cd" * 8, 5, ("a", "b", "c", "d", "e"), 5)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": REQUESTS["ask"][1]}
+    with trio.fail_after(60):
+        local = await kernel.actors.ask_payload(
+            "alpha", EventKind.EXEC_TOOL_CALL, request, source="beta", trace=deep, timeout=10
+        )
+        async with open_daemon(kernel) as url, httpx.AsyncClient(timeout=10) as client:
+            endpoint = url + "/agents/alpha/mcp"
+            r = await client.post(endpoint, json=INIT, headers=ACCEPT)
+            headers = {
+                **ACCEPT,
+                **deep.to_headers(),
+                "Accept": "application/json",
+                "Mcp-Session-Id": r.headers["Mcp-Session-Id"],
+                "Mcp-Protocol-Version": "2025-11-25",
+            }
+            r = await client.post(endpoint, json=request, headers=headers)
+    assert r.json() == json.loads(json.dumps(local))
+    refused = local["result"]["_meta"]["io.roost/error"]
+    assert refused["path"] == ["a", "b", "c", "d", "e", "alpha"] and refused["depth"] == 6
