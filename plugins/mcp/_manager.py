@@ -818,17 +818,17 @@ class McpManager:
         if isinstance(tokens, float) and tokens.is_integer():
             tokens = int(tokens)  # 100.0 is JSON Schema's integer (PHP writes it so)
         tokens = number_setting(tokens, 1, MAX_SAMPLING_TOKENS, integer=True, closed=True)
-        if max_tokens is not None and tokens is None:
+        if tokens is None:  # required (CreateMessageRequestParams): the vendor needs a cap
+            said = "missing" if "maxTokens" not in params else f"got {max_tokens!r:.40}"
             raise jsonrpc.JsonRpcError(
                 jsonrpc.INVALID_PARAMS,
-                f"params.maxTokens: expected an integer from 1 to {MAX_SAMPLING_TOKENS}, "
-                f"got {max_tokens!r:.40}",
+                f"params.maxTokens: expected an integer from 1 to {MAX_SAMPLING_TOKENS}, {said}",
             )
         request = CompletionRequest(
             agent=agent,
             system=redact(str(params.get("systemPrompt") or ""), secrets),
             messages=tuple(messages),
-            parameters={} if tokens is None else {"max_tokens": tokens},
+            parameters={"max_tokens": tokens},
         )
         completion = await provider.complete(request)
         return {

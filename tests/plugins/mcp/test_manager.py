@@ -347,6 +347,19 @@ async def test_a_sampling_request_with_a_bad_max_tokens_is_refused_naming_it(tmp
     assert good.as_text() == "model said: sampled"
 
 
+async def test_a_sampling_request_without_max_tokens_is_refused_naming_it(tmp_path):
+    # Regression: the spec requires maxTokens; a request without one went to the vendor
+    # with no cap on what it may generate.
+    sampler = agent("sampler", rules=[{"match": ".", "reply": "sampled"}])
+    servers = [raw("on", sampling=True)]
+    async with open_kernel(make_config(tmp_path, servers), agents=[sampler]) as kernel:
+        await wait_until(lambda: "mcp_on_sample" in kernel.registry)
+        result = await kernel.call_tool("sampler", ToolCall("mcp_on_sample", {"maxTokens": None}))
+    assert result.as_text() == (
+        "sampling refused: params.maxTokens: expected an integer from 1 to 1000000, missing"
+    )
+
+
 async def test_a_sampling_request_with_max_tokens_written_as_100_0_is_taken(tmp_path):
     # Regression: 100.0 (JSON Schema's integer; a PHP server's json_encode writes a float
     # so) was refused as not an integer, where it had been taken before the range check.
