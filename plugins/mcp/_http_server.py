@@ -441,26 +441,30 @@ async def _post_stateless(
     meta = params.get("_meta")
     body_version = meta.get(p.META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
 
-    def check(header: str, body_value: Any, decode: Any = str, what: str = "") -> None:
-        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with the body."""
+    def check(header: str, body_value: Any, field: str, decode: Any = str, what: str = "") -> None:
+        """400 ``HeaderMismatch`` unless ``header`` is sent and (decoded) agrees with the body's
+        ``field``."""
         sent = request.headers.get(header)
         if sent is None:
             problem = f"the {header} header is required{what}"
+        elif body_value is None:
+            problem = f"{header} header value {sent!r} but the body has no {field}; send both"
         elif (value := decode(sent)) is None or value != body_value:
-            problem = f"{header} header value {sent!r} does not match body value {body_value!r}"
+            problem = f"{header} header value {sent!r} does not match {field} {body_value!r}"
         else:
             return
         error = rpc.JsonRpcError(p.HEADER_MISMATCH, f"Header mismatch: {problem}")
         raise _HttpError(400, error.to_response(request_id))
 
-    check(p.HEADER_PROTOCOL_VERSION, body_version)
+    check(p.HEADER_PROTOCOL_VERSION, body_version, f"params._meta[{p.META_PROTOCOL_VERSION!r}]")
     if not p.is_stateless_version(body_version):
         raise _HttpError(400, p.unsupported_version_error(body_version).to_response(request_id))
     if isinstance(parsed, rpc.Request):
-        check(p.HEADER_METHOD, parsed.method)
+        check(p.HEADER_METHOD, parsed.method, "method")
         key = p.NAMED_METHODS.get(parsed.method)
         if key is not None:
-            check(p.HEADER_NAME, params.get(key), p.decode_header_value, f" for {parsed.method}")
+            name, method = params.get(key), parsed.method
+            check(p.HEADER_NAME, name, f"params.{key}", p.decode_header_value, f" for {method}")
     session = ServerSession(principal=_caller(request)[0])  # one request's
     if isinstance(parsed, rpc.Notification):
         await server.handle(session, message)

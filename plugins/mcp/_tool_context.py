@@ -13,7 +13,14 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
-from roost.kernel import Event, EventKind, KernelAPI, RoostError, TraceContext
+from roost.kernel import (
+    Event,
+    EventKind,
+    KernelAPI,
+    RoostError,
+    TraceContext,
+    agent_tool_name,
+)
 from roost.kernel import jsonrpc as rpc
 
 from . import _protocol as p
@@ -261,9 +268,19 @@ class _client_channel:
             return  # coalesce streamed tokens
         self._last_sent = now
         if event.kind == EventKind.EXEC_TOOL_CALL:
-            message = f"{event.source}: calling {payload.get('tool')}"
+            # An ask of another agent carries a JSON-RPC tools/call, with no "tool" field.
+            tool = payload.get("tool") or agent_tool_name(event.target or "?")
+            message = f"{event.source}: calling {tool}"
         elif event.kind == EventKind.EXEC_TOOL_RESULT:
-            message = f"{event.target}: {payload.get('tool')} {payload.get('outcome')}"
+            if "tool" in payload:
+                message = f"{event.target}: {payload['tool']} {payload.get('outcome')}"
+            else:  # the asked agent's JSON-RPC answer
+                result = payload.get("result")
+                failed = "error" in payload or (
+                    isinstance(result, Mapping) and result.get("isError")
+                )
+                outcome = "error" if failed else "ok"
+                message = f"{event.target}: {agent_tool_name(event.source)} {outcome}"
         elif event.kind == PROGRESS_EVENT:
             message = str(payload.get("message") or f"{event.source}: working")
         else:

@@ -486,3 +486,24 @@ async def test_opening_a_session_at_the_bound_does_not_walk_every_session(kernel
     small = min(_open_seconds(hub, server, 200) for _ in range(2))
     large = min(_open_seconds(hub, server, 2000) for _ in range(2))
     assert large / small < 3, f"at 10x the sessions an initialize took {large / small:.1f}x as long"
+
+
+async def test_a_stateless_header_without_its_body_field_names_the_field_not_none(base_url):
+    # Regression: a 2026-07-28 header whose body field was missing was answered "header
+    # value 'x' does not match body value None": Python's None, never the field to add.
+    body, headers = modern("tools/call", {"arguments": {}})
+    headers[p.HEADER_NAME] = "echo"
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+    note_headers = {**ACCEPT, p.HEADER_PROTOCOL_VERSION: "2026-07-28"}
+    async with httpx.AsyncClient(timeout=10) as client:
+        with trio.fail_after(10):
+            unnamed = await client.post(base_url + "/mcp", json=body, headers=headers)
+            bare = await client.post(base_url + "/mcp", json=note, headers=note_headers)
+    for answer, field in [
+        (unnamed, "params.name"),
+        (bare, f"params._meta['{p.META_PROTOCOL_VERSION}']"),
+    ]:
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == p.HEADER_MISMATCH, error
+        assert field in error["message"] and "None" not in error["message"], error

@@ -4,13 +4,17 @@ exception reaches the server as it was raised."""
 
 from __future__ import annotations
 
+import json
 import random
 from types import SimpleNamespace
 
+import httpx
 import pytest
 import trio
 import trio.testing
+from mcp_server_fixtures import INITIALIZE
 from roost.kernel import Event, EventTap, TraceContext
+from roost.plugins.http import open_daemon
 from roost.plugins.mcp import LOG_EVENT
 from roost.plugins.mcp._tool_context import SPAN_START, _client_channel, _EventRouter
 
@@ -167,3 +171,32 @@ async def test_a_call_cancelled_through_its_own_router_is_cancelled_and_leaves_n
             assert tap.subscriber_count == 1
             nursery.cancel_scope.cancel()
     assert tap.subscriber_count == 0
+
+
+async def test_an_agents_progress_names_the_agent_it_asks_not_none(kernel):
+    # Regression: an in-host ask's EXEC:TOOL_CALL carries a JSON-RPC tools/call and its
+    # reply a JSON-RPC response, neither with a "tool" field, so a client following an
+    # agent's run read "alpha: calling None" and "alpha: None None" as its progress.
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with open_daemon(kernel) as url, httpx.AsyncClient(timeout=10) as client:
+        with trio.fail_after(20):
+            opened = await client.post(url + "/agents/alpha/mcp", json=INITIALIZE, headers=accept)
+            headers = {**accept, "Mcp-Session-Id": opened.headers["Mcp-Session-Id"]}
+            headers["MCP-Protocol-Version"] = opened.json()["result"]["protocolVersion"]
+            initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await client.post(url + "/agents/alpha/mcp", json=initialized, headers=headers)
+            params = {
+                "name": "message",
+                "arguments": {"message": "ask beta hi"},
+                "_meta": {"progressToken": "p"},
+            }
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+            answer = await client.post(url + "/agents/alpha/mcp", json=call, headers=headers)
+    messages = [
+        json.loads(line[5:])
+        for line in answer.text.splitlines()
+        if line.startswith("data:") and "notifications/progress" in line
+    ]
+    said = [m["params"]["message"] for m in messages]
+    assert "alpha: calling agent_beta" in said and "alpha: agent_beta ok" in said, said
+    assert not any("None" in text for text in said), said
