@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -268,8 +269,11 @@ def _loads(data: bytes | bytearray | memoryview | str, max_bytes: int | None) ->
             PARSE_ERROR,
             f"parse error: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
         ) from None
-    except ValueError as exc:  # NaN / Infinity
-        raise JsonRpcError(PARSE_ERROR, f"parse error: {exc}") from None
+    except ValueError as exc:  # NaN / Infinity, or an integer past Python's digit limit
+        said = str(exc)
+        if "integer string conversion" in said:  # its hint (sys.set_int_max_str_digits) is ours
+            said = f"a number has more than {sys.get_int_max_str_digits()} digits"
+        raise JsonRpcError(PARSE_ERROR, f"parse error: {said}") from None
     except RecursionError:
         raise JsonRpcError(PARSE_ERROR, "parse error: the JSON is nested too deeply") from None
 

@@ -115,6 +115,15 @@ def test_non_json_and_non_standard_json_are_parse_errors(data):
     assert info.value.code == PARSE_ERROR
 
 
+def test_a_number_past_pythons_digit_limit_is_a_parse_error_without_pythons_hint():
+    # Regression: the error quoted Python's "use sys.set_int_max_str_digits()", which a
+    # remote caller cannot act on.
+    with pytest.raises(JsonRpcError) as info:
+        jsonrpc.parse('{"jsonrpc": "2.0", "id": ' + "9" * 5000 + ', "method": "ping"}')
+    assert info.value.code == jsonrpc.PARSE_ERROR
+    assert str(info.value) == "parse error: a number has more than 4300 digits"
+
+
 def test_deep_nesting_is_a_parse_error_not_a_recursion_error():
     with pytest.raises(JsonRpcError) as info:
         parse(b"[" * 100_000 + b"]" * 100_000, allow_batch=True, max_bytes=None)
