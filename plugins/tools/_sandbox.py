@@ -2,8 +2,8 @@
 
 Read and write: its workspace and ``files.write``; read: ``files.read``; bash also its
 ``$TMPDIR`` and the system trees (``SYSTEM_READ_ROOTS`` minus ``SYSTEM_DENY``). roost's data
-directory, other agents' workspaces, roost.toml and the key files it names are carved out of
-any root containing them. Modes:
+directory, other agents' workspaces, roost.toml, the key files it names and the agents'
+manifests are carved out of any root containing them. Modes:
 ``sandbox``, ``read-only``, ``rwx`` (README.md, "Built-in tools and the sandbox"). The file
 tools enforce it (a path checked lexically, never a symlink resolved, then opened beneath
 its root by ``_beneath``); for bash, Landlock does (``FileAccess.landlock_args``).
@@ -295,6 +295,9 @@ def file_access(ctx: ToolContext) -> FileAccess:
         for name, other in agents.items():
             if name != ctx.agent and hasattr(other, "workspace_dir"):
                 deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
+            # Its MCP servers' or A2A peers' headers may hold keys; edited, its grants.
+            if (path := getattr(other, "path", None)) is not None:
+                deny.append((_real(path), f"agent {name!r}'s manifest"))
         # roost.toml may hold http.api_key; key files hold the principals' keys.
         config = ctx.kernel.config
         if (source := getattr(config, "source", None)) is not None:
