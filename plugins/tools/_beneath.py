@@ -161,6 +161,12 @@ def _subdirs(entries: list[os.DirEntry]) -> Iterator[str]:
             continue
 
 
+def _kept(rel: str, entries: list[os.DirEntry], denied: frozenset[str]) -> list[os.DirEntry]:
+    if not denied:
+        return entries
+    return [e for e in entries if (f"{rel}/{e.name}" if rel else e.name) not in denied]
+
+
 def walk(
     top_fd: int,
     skip: frozenset[str] = frozenset(),
@@ -169,12 +175,13 @@ def walk(
     max_depth: int | None = None,
 ) -> Iterator[tuple[str, int, list[os.DirEntry]]]:
     """Depth-first ``(rel_dir, dir_fd, entries)`` below ``top_fd`` (readable, not ``O_PATH``),
-    one fd per level, no symlink followed; not entered: ``skip``, ``denied``, past ``max_depth``."""
+    one fd per level, no symlink followed; not entered: ``skip``, ``denied``, past ``max_depth``;
+    a ``denied`` file is left out of ``entries``."""
     stack: list[tuple[str, int, Iterator[str]]] = []
     try:
         fd = os.dup(top_fd)
         stack.append(("", fd, iter(())))
-        entries = _entries(fd)
+        entries = _kept("", _entries(fd), denied)
         stack[-1] = ("", fd, _subdirs(entries))
         yield "", fd, entries
         while stack:
@@ -195,7 +202,7 @@ def walk(
                 continue
             stack.append((child, sub, iter(())))
             try:
-                entries = _entries(sub)
+                entries = _kept(child, _entries(sub), denied)
             except OSError:
                 continue
             stack[-1] = (child, sub, _subdirs(entries))

@@ -2,7 +2,8 @@
 
 Read and write: its workspace and ``files.write``; read: ``files.read``; bash also its
 ``$TMPDIR`` and the system trees (``SYSTEM_READ_ROOTS`` minus ``SYSTEM_DENY``). roost's data
-directory and other agents' workspaces are carved out of any root containing them. Modes:
+directory, other agents' workspaces, roost.toml, the key files it names and the agents'
+manifests are carved out of any root containing them. Modes:
 ``sandbox``, ``read-only``, ``rwx`` (README.md, "Built-in tools and the sandbox"). The file
 tools enforce it (a path checked lexically, never a symlink resolved, then opened beneath
 its root by ``_beneath``); for bash, Landlock does (``FileAccess.landlock_args``).
@@ -294,6 +295,16 @@ def file_access(ctx: ToolContext) -> FileAccess:
         for name, other in agents.items():
             if name != ctx.agent and hasattr(other, "workspace_dir"):
                 deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
+            # Its MCP servers' or A2A peers' headers may hold keys; edited, its grants.
+            if (path := getattr(other, "path", None)) is not None:
+                deny.append((_real(path), f"agent {name!r}'s manifest"))
+        # roost.toml may hold http.api_key; key files hold the principals' keys.
+        config = ctx.kernel.config
+        if (source := getattr(config, "source", None)) is not None:
+            deny.append((_real(source), "roost's configuration file"))
+        for key in getattr(getattr(config, "http", None), "keys", ()):
+            if key.key_file:
+                deny.append((_real(key.key_file), f"the key file of principal {key.name!r}"))
     return FileAccess(ctx.agent, mode, workspace, temp, read, write, tuple(deny))
 
 

@@ -416,6 +416,49 @@ EOF"""
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
+@pytest.mark.skipif(not LANDLOCK.available, reason="needs Landlock")
+async def test_a_grant_holding_roost_toml_does_not_show_its_keys(tmp_path):
+    """roost.toml may hold ``http.api_key`` and names ``[http.keys]`` key files; agent.json
+    may hold MCP headers with keys. Like the data directory, they are carved out of a granted
+    root holding them (as of /etc, which bash reads, when they live in /etc/roost), for bash
+    and the file tools alike."""
+    key_file = tmp_path / "ops.key"
+    key_file.write_text("key-file-secret-" + os.urandom(6).hex())
+    key_file.chmod(0o600)
+    (tmp_path / "notes.txt").write_text("the rest of the grant stays readable")
+    granted = manifest("granted", "sandbox", files={"read": [str(tmp_path)]})
+    daemon = Daemon(tmp_path, extra_agents=[granted])
+    toml_secret = "toml-secret-" + os.urandom(6).hex()
+    toml = daemon.config.read_text().replace("[http]\n", f'[http]\napi_key = "{toml_secret}"\n')
+    daemon.config.write_text(f'{toml}[http.keys.ops]\nkey_file = "{key_file}"\n')
+    try:
+        daemon.start()
+        with trio.fail_after(60):
+            shown = [
+                await daemon.call(
+                    "granted", "bash", {"command": f"cat {daemon.config} {key_file}"}
+                ),
+                await daemon.call("granted", "read", {"path": str(daemon.config)}),
+                await daemon.call("granted", "read", {"path": str(key_file)}),
+                await daemon.call("granted", "grep", {"pattern": "secret", "path": str(tmp_path)}),
+            ]
+            # The rest of the grant is still readable.
+            notes = await daemon.call("granted", "bash", {"command": f"cat {tmp_path}/notes.txt"})
+            agents = tmp_path / "agents"
+            manifests = await daemon.call(
+                "granted",
+                "bash",
+                {"command": f"cat {agents}/victim/agent.json {agents}/granted/agent.json"},
+            )
+    finally:
+        daemon.stop()
+    for outcome in shown:
+        assert toml_secret not in outcome.text, outcome
+        assert key_file.read_text() not in outcome.text, outcome
+    assert "the rest of the grant" in notes.text, notes
+    assert "for the security tests" not in manifests.text, manifests  # headers may hold keys
+
+
 @pytest.mark.skipif(
     not ROOT or not shutil.which("setpriv"), reason="needs root and setpriv to become nobody"
 )
