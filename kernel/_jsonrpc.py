@@ -206,6 +206,15 @@ def dumps(value: Any, *, allow_nan: bool = False) -> str:
     return (_ENCODE_LENIENT if allow_nan else _ENCODE_STRICT)(value)
 
 
+def value_error_text(exc: ValueError) -> str:
+    """What a ``ValueError`` of ``json.loads`` says, for whoever sent the JSON: an integer
+    past Python's digit limit is named as such, without Python's hint (not theirs to act on)."""
+    said = str(exc)
+    if "integer string conversion" in said:
+        return f"a number has more than {sys.get_int_max_str_digits()} digits"
+    return said
+
+
 def loads(text: str) -> Any:
     """``json.loads(text)``, beside ``dumps``."""
     return json.loads(text)
@@ -270,10 +279,7 @@ def _loads(data: bytes | bytearray | memoryview | str, max_bytes: int | None) ->
             f"parse error: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
         ) from None
     except ValueError as exc:  # NaN / Infinity, or an integer past Python's digit limit
-        said = str(exc)
-        if "integer string conversion" in said:  # its hint (sys.set_int_max_str_digits) is ours
-            said = f"a number has more than {sys.get_int_max_str_digits()} digits"
-        raise JsonRpcError(PARSE_ERROR, f"parse error: {said}") from None
+        raise JsonRpcError(PARSE_ERROR, f"parse error: {value_error_text(exc)}") from None
     except RecursionError:
         raise JsonRpcError(PARSE_ERROR, "parse error: the JSON is nested too deeply") from None
 

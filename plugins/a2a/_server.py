@@ -752,7 +752,8 @@ def _loads(body: bytes) -> Any:
     try:
         return json.loads(body.decode("utf-8-sig")) if body.strip() else {}
     except ValueError as exc:  # not UTF-8, not JSON, or an int of more digits than int() reads
-        raise m.A2AError(m.PARSE_ERROR, f"request body is not valid JSON: {exc}") from None
+        said = jsonrpc.value_error_text(exc)
+        raise m.A2AError(m.PARSE_ERROR, f"request body is not valid JSON: {said}") from None
     except RecursionError:
         raise m.A2AError(m.PARSE_ERROR, "request body is nested too deeply") from None
 

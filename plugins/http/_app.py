@@ -28,6 +28,7 @@ from roost.kernel import (
     TraceContext,
     check_json_input,
     escape_lone_surrogates,
+    jsonrpc,
     number_setting,
     roost_version,
 )
@@ -276,7 +277,8 @@ async def _read_json_object() -> dict[str, Any]:
     except RecursionError:
         raise InvalidRequest("body", "request body is nested too deeply") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InvalidRequest("body", f"request body is not valid JSON ({exc})") from None
+        said = jsonrpc.value_error_text(exc)
+        raise InvalidRequest("body", f"request body is not valid JSON ({said})") from None
     if not isinstance(body, dict):
         raise InvalidRequest(
             "body",
