@@ -274,6 +274,37 @@ class FileAccess:
         return args
 
 
+_CARVES = "roost.tools.agent_carves"  # kernel.extensions: the last _agent_carves, by its key
+
+
+def _agent_carves(ctx: ToolContext, home: Path) -> tuple[tuple[str, Path, str], ...]:
+    """``(skipped for, real path, what)``: each agent's workspace (skipped for that agent)
+    and each manifest (skipped for none: its MCP servers' or A2A peers' headers may hold
+    keys, and edited it would change the agent's grants). Resolved once per kernel until an
+    agent, a workspace, a manifest path or ``home`` changes, not on every call: at 10,000
+    agents that is 20,000 ``realpath``s."""
+    agents = ctx.kernel.agents
+    key = (
+        home,
+        tuple(
+            (name, getattr(manifest, "workspace", None), getattr(manifest, "path", None))
+            for name, manifest in agents.items()
+        ),
+    )
+    cache = getattr(ctx.kernel, "extensions", None)
+    if cache is not None and (found := cache.get(_CARVES)) is not None and found[0] == key:
+        return found[1]
+    carves: list[tuple[str, Path, str]] = []
+    for name, other in agents.items():
+        if hasattr(other, "workspace_dir"):
+            carves.append((name, _real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
+        if (path := getattr(other, "path", None)) is not None:
+            carves.append(("", _real(path), f"agent {name!r}'s manifest"))  # its own too
+    if cache is not None:
+        cache[_CARVES] = (key, tuple(carves))
+    return tuple(carves)
+
+
 def file_access(ctx: ToolContext) -> FileAccess:
     """The file-access model of the calling agent (from its manifest when in a kernel)."""
     mode = ctx.sandbox
@@ -292,12 +323,7 @@ def file_access(ctx: ToolContext) -> FileAccess:
     deny: list[tuple[Path, str]] = []
     if (home := data_home(ctx)) is not None:
         deny.append((home, "roost's data directory"))
-        for name, other in agents.items():
-            if name != ctx.agent and hasattr(other, "workspace_dir"):
-                deny.append((_real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
-            # Its MCP servers' or A2A peers' headers may hold keys; edited, its grants.
-            if (path := getattr(other, "path", None)) is not None:
-                deny.append((_real(path), f"agent {name!r}'s manifest"))
+        deny += [(path, what) for name, path, what in _agent_carves(ctx, home) if name != ctx.agent]
         # roost.toml may hold http.api_key; key files hold the principals' keys.
         config = ctx.kernel.config
         if (source := getattr(config, "source", None)) is not None:

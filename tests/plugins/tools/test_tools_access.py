@@ -140,6 +140,36 @@ def test_data_dir_and_other_workspaces_are_carved_out_of_a_granted_root(tmp_path
     assert below == {"home", "home/workspaces/other"}
 
 
+def test_carves_are_resolved_once_and_follow_an_agent_added_or_moved(tmp_path):
+    # Regression: every file tool and bash call resolved every agent's workspace and
+    # manifest (20,000 realpaths at 10,000 agents, on the event loop); now once per set of
+    # agents, and a change of agents or of their paths is carved on the next call.
+    home = tmp_path / "home"
+    (home / "workspaces" / "me").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    class Kernel:
+        config = type("C", (), {"home": home})()
+        agents = {"me": parse_manifest(agent("me", files={"read": [str(tmp_path)]}))}
+        extensions: dict = {}
+
+    kernel = Kernel()
+    ctx = ToolContext(agent="me", workspace=home / "workspaces" / "me", kernel=kernel)
+    first = file_access(ctx)
+    assert file_access(ctx).deny == first.deny
+    (cached,) = kernel.extensions.values()
+    assert file_access(ctx).deny == first.deny and kernel.extensions[_sandbox._CARVES] is cached
+    kernel.agents["new"] = parse_manifest(agent("new", workspace=str(elsewhere / "new")))
+    with pytest.raises(Exception, match="agent 'new''s workspace"):
+        file_access(ctx).locate(str(elsewhere / "new" / "x"))
+    kernel.agents["new"] = parse_manifest(agent("new", workspace=str(elsewhere / "moved")))
+    access = file_access(ctx)
+    with pytest.raises(Exception, match="agent 'new''s workspace"):
+        access.locate(str(elsewhere / "moved" / "x"))
+    assert access.locate(str(elsewhere / "new" / "x")).root == tmp_path.resolve()
+
+
 def test_carve_grants_a_root_around_what_is_denied(tmp_path):
     for rel in ("etc/passwd", "etc/shadow", "etc/ssl/certs/ca.pem", "etc/ssl/private/key.pem"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
