@@ -277,12 +277,14 @@ class FileAccess:
 _CARVES = "roost.tools.agent_carves"  # kernel.extensions: the last _agent_carves, by its key
 
 
-def _agent_carves(ctx: ToolContext, home: Path) -> tuple[tuple[str, Path, str], ...]:
+def _agent_carves(ctx: ToolContext, home: Path) -> Sequence[tuple[str, Path, str]]:
     """``(skipped for, real path, what)``: each agent's workspace (skipped for that agent)
     and each manifest (skipped for none: its MCP servers' or A2A peers' headers may hold
     keys, and edited it would change the agent's grants). Resolved once per kernel until an
     agent, a workspace, a manifest path or ``home`` changes, not on every call: at 10,000
-    agents that is 20,000 ``realpath``s."""
+    agents that is 20,000 ``realpath``s. A path through a symlink is resolved on every call:
+    an agent that may write beside that symlink may swap it. (Without one, the directories
+    leading to the path are carved out of every root holding them: none may be swapped.)"""
     agents = ctx.kernel.agents
     key = (
         home,
@@ -292,17 +294,28 @@ def _agent_carves(ctx: ToolContext, home: Path) -> tuple[tuple[str, Path, str], 
         ),
     )
     cache = getattr(ctx.kernel, "extensions", None)
-    if cache is not None and (found := cache.get(_CARVES)) is not None and found[0] == key:
-        return found[1]
-    carves: list[tuple[str, Path, str]] = []
-    for name, other in agents.items():
-        if hasattr(other, "workspace_dir"):
-            carves.append((name, _real(other.workspace_dir(home)), f"agent {name!r}'s workspace"))
-        if (path := getattr(other, "path", None)) is not None:
-            carves.append(("", _real(path), f"agent {name!r}'s manifest"))  # its own too
-    if cache is not None:
-        cache[_CARVES] = (key, tuple(carves))
-    return tuple(carves)
+    if cache is None or (found := cache.get(_CARVES)) is None or found[0] != key:
+        paths: list[tuple[str, Path | str, str]] = []
+        for name, other in agents.items():
+            if hasattr(other, "workspace_dir"):
+                paths.append((name, other.workspace_dir(home), f"agent {name!r}'s workspace"))
+            if (path := getattr(other, "path", None)) is not None:
+                paths.append(("", path, f"agent {name!r}'s manifest"))  # its own too
+        carves = [(name, _real(path), what) for name, path, what in paths]
+        swappable = tuple(
+            (i, paths[i][1])
+            for i, (_, real, _) in enumerate(carves)
+            if str(real) != os.path.abspath(os.path.expanduser(paths[i][1]))
+        )
+        found = (key, tuple(carves), swappable)
+        if cache is not None:
+            cache[_CARVES] = found
+    carves = found[1]
+    if found[2]:
+        carves = list(carves)
+        for i, path in found[2]:
+            carves[i] = (carves[i][0], _real(path), carves[i][2])
+    return carves
 
 
 def file_access(ctx: ToolContext) -> FileAccess:

@@ -170,6 +170,35 @@ def test_carves_are_resolved_once_and_follow_an_agent_added_or_moved(tmp_path):
     assert access.locate(str(elsewhere / "new" / "x")).root == tmp_path.resolve()
 
 
+def test_carves_follow_a_symlink_swapped_in_another_agents_workspace_path(tmp_path):
+    # Regression: the carves were cached by the manifests' lexical paths, so an agent that
+    # could write the directory holding a symlink in another agent's workspace path (here
+    # "me" via bash under files.write) could point it into its own root, and the stale
+    # real path kept carving the old target: the other agent's new files were readable.
+    home = tmp_path / "home"
+    (home / "workspaces" / "me").mkdir(parents=True)
+    data, outside = tmp_path / "data", tmp_path / "outside"
+    (outside / "b").mkdir(parents=True)
+    data.mkdir()
+    (data / "links").symlink_to(outside)
+
+    class Kernel:
+        config = type("C", (), {"home": home})()
+        agents = {
+            "me": parse_manifest(agent("me", files={"write": [str(data)]})),
+            "b": parse_manifest(agent("b", workspace=str(data / "links" / "b"))),
+        }
+        extensions: dict = {}
+
+    ctx = ToolContext(agent="me", workspace=home / "workspaces" / "me", kernel=Kernel())
+    assert (outside / "b").resolve() in {p for p, _ in file_access(ctx).deny}
+    (data / "links").unlink()
+    (data / "y" / "b").mkdir(parents=True)
+    (data / "links").symlink_to(data / "y")
+    with pytest.raises(Exception, match="agent 'b''s workspace"):
+        file_access(ctx).locate(str(data / "y" / "b" / "secret"))
+
+
 def test_carve_grants_a_root_around_what_is_denied(tmp_path):
     for rel in ("etc/passwd", "etc/shadow", "etc/ssl/certs/ca.pem", "etc/ssl/private/key.pem"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
