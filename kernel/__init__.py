@@ -25,6 +25,7 @@ if _typing.TYPE_CHECKING:
     from ._api import KernelAPI as KernelAPI
     from ._audit import AuditRecord as AuditRecord
     from ._boot import open_kernel as open_kernel
+    from ._config import HTTP_HEADER_VALUE as HTTP_HEADER_VALUE
     from ._config import HTTP_TOKEN as HTTP_TOKEN
     from ._config import AgentsConfig as AgentsConfig
     from ._config import HttpConfig as HttpConfig

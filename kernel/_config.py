@@ -392,9 +392,9 @@ _converter.register_unstructure_hook(Path, str)
 
 HTTP_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 """An HTTP token (RFC 9110): what a header name is made of (use ``fullmatch``)."""
-# What httpx sends as a header value: ASCII, tab and visible characters (no line break, no
-# control character, nothing it would fail to encode when the request is made).
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+HTTP_HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?)?")
+"""A header value httpx and h11 send as given (use ``fullmatch``): visible ASCII, spaces only
+between (no line break, tab or other control character, nothing ASCII cannot encode)."""
 
 
 def header_table(value: object, where: str) -> dict[str, str]:
@@ -404,12 +404,13 @@ def header_table(value: object, where: str) -> dict[str, str]:
         isinstance(k, str)
         and HTTP_TOKEN.fullmatch(k)
         and isinstance(v, str)
-        and _HEADER_VALUE.fullmatch(v)
+        and HTTP_HEADER_VALUE.fullmatch(v)
         for k, v in value.items()
     ):
         raise ConfigError(
             f"{where}: expected a table of header names to string values of visible ASCII "
-            'text without line breaks, e.g. { Authorization = "Bearer <key>" }'
+            "text without tabs, line breaks or spaces at either end, "
+            'e.g. { Authorization = "Bearer <key>" }'
         )
     return dict(value)
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import attrs
-from roost.kernel import OutputPart, is_mapping, jsonrpc, uuid7
+from roost.kernel import HTTP_HEADER_VALUE, OutputPart, is_mapping, jsonrpc, uuid7
 from roost.kernel import json_type_name as _jtype
 
 V1 = "1.0"
@@ -840,16 +840,12 @@ class PushConfig:
         return {"taskId": self.task_id, "pushNotificationConfig": inner}
 
 
-# A header value as every delivery can send it: printable ASCII, no space at either end.
-_HEADER_VALUE = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
-
-
 def _header_value(
     obj: Mapping[str, Any], key: str, field: str, header: str, *, check: bool
 ) -> str | None:
     """``obj[key]``, a secret sent as the ``header`` header: never quoted in the error."""
     value = _opt_str(obj, key, field, max_len=4096)
-    if check and value and not _HEADER_VALUE.fullmatch(value):
+    if check and value and not HTTP_HEADER_VALUE.fullmatch(value):
         raise invalid(
             field,
             f"must be printable ASCII without spaces at either end: it is sent as the "

@@ -425,6 +425,10 @@ async def test_store_full_sync_reaches_the_database(tmp_path):
         {"X-Key": "clé"},  # httpx encodes header values as ASCII: it would fail at request
         {"X-Key": "\ud800"},
         {"X-Key": "a\x00b"},
+        # h11 refuses a value with a space or tab at either end: it failed at the request
+        {"X-Key": " Bearer k"},
+        {"X-Key": "Bearer k "},
+        {"X-Key": "a\tb"},
         {"a b": "c"},  # not an HTTP token
         {"": "c"},
         {"X-Key": 1},
