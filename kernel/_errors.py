@@ -457,22 +457,19 @@ def _walk(value: Any, field: str, *, numbers: bool) -> None:
     keys: list[Any] = []
     item = value
     while True:
-        # Most containers are dicts: known first, each key tested by class (ASCII str is all).
-        if item.__class__ is dict or (
-            not isinstance(item, (str, list, tuple)) and isinstance(item, Mapping)
-        ):
-            for key in item:
-                if key.__class__ is not str or not key.isascii():
-                    if isinstance(key, str) and (bad := _lone_surrogate(key)) is not None:
-                        where = reduce(_join, keys, field)
-                        raise InvalidText(f"{where} (a key)" if where else "a key", bad)
-            reading.append(iter(item.items()))
-            keys.append(None)
-        elif isinstance(item, str):
+        if isinstance(item, str):
             if not item.isascii() and (bad := _lone_surrogate(item)) is not None:
                 raise InvalidText(reduce(_join, keys, field), bad)
         elif isinstance(item, (list, tuple)):
             reading.append(enumerate(item))
+            keys.append(None)
+        elif is_mapping(item):
+            for key in item:
+                if isinstance(key, str) and not key.isascii():
+                    if (bad := _lone_surrogate(key)) is not None:
+                        where = reduce(_join, keys, field)
+                        raise InvalidText(f"{where} (a key)" if where else "a key", bad)
+            reading.append(iter(item.items()))
             keys.append(None)
         elif numbers and isinstance(item, float) and not math.isfinite(item):
             raise InvalidNumber(reduce(_join, keys, field), item)
